@@ -1,0 +1,30 @@
+"""attnkit: correct, fast, memory-light attention for PyTorch sequence models.
+
+Mask convention everywhere: a boolean mask is **True where a query may attend**.
+"""
+
+from attnkit._version import __version__
+from attnkit.attention import (
+    IMPLS,
+    SCORES,
+    Attention,
+    AttentionOutput,
+    Plan,
+    SelfAttention,
+    attention,
+    lengths_to_mask,
+)
+from attnkit.plot import plot_attention
+
+__all__ = [
+    "IMPLS",
+    "SCORES",
+    "Attention",
+    "AttentionOutput",
+    "Plan",
+    "SelfAttention",
+    "__version__",
+    "attention",
+    "lengths_to_mask",
+    "plot_attention",
+]

@@ -1,0 +1,19 @@
+"""Attention: masks, scores, paths (reference, SDPA) and the modules built on them."""
+
+from attnkit.attention.core import AttentionOutput
+from attnkit.attention.dispatch import IMPLS, Plan
+from attnkit.attention.masks import lengths_to_mask
+from attnkit.attention.module import Attention, attention
+from attnkit.attention.scores import SCORES
+from attnkit.attention.self_attention import SelfAttention
+
+__all__ = [
+    "IMPLS",
+    "SCORES",
+    "Attention",
+    "AttentionOutput",
+    "Plan",
+    "SelfAttention",
+    "attention",
+    "lengths_to_mask",
+]

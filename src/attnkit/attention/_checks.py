@@ -1,0 +1,63 @@
+"""Input validation shared by every public entry point.
+
+Errors name the argument, what was expected and what was given.
+"""
+
+from __future__ import annotations
+
+import torch
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def describe(t: torch.Tensor) -> str:
+    """Short description of a tensor for error messages."""
+    return f"tensor of shape {tuple(t.shape)} and dtype {t.dtype}"
+
+
+def check_tensor(name: str, x, *, ndim: int | tuple[int, ...], floating: bool = True) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    dims = (ndim,) if isinstance(ndim, int) else ndim
+    if x.dim() not in dims:
+        want = " or ".join(f"{d}-D" for d in dims)
+        raise ValueError(f"{name}: expected a {want} tensor, got {describe(x)}")
+    if floating and x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: expected a floating-point tensor, got {describe(x)}")
+
+
+def check_int_tensor(name: str, x, *, ndim: int) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected an integer torch.Tensor, got {type(x).__name__}")
+    if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        raise TypeError(f"{name}: expected an integer tensor, got {describe(x)}")
+    if x.dim() != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-D tensor, got {describe(x)}")
+
+
+def check_size(name: str, x: torch.Tensor, dim: int, expected: int, what: str) -> None:
+    if x.shape[dim] != expected:
+        raise ValueError(
+            f"{name}: expected {what} = {expected} (size of dim {dim}), got {describe(x)}"
+        )
+
+
+def check_window(window) -> tuple[int, int] | None:
+    if window is None:
+        return None
+    if (
+        not isinstance(window, (tuple, list))
+        or len(window) != 2
+        or not all(isinstance(w, int) and not isinstance(w, bool) for w in window)
+    ):
+        raise TypeError(f"window: expected a pair of ints (left, right), got {window!r}")
+    left, right = window
+    if left < 0 or right < 0:
+        raise ValueError(f"window: expected non-negative sizes (left, right), got {tuple(window)!r}")
+    return (left, right)
+
+
+def check_positive_int(name: str, value) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    return value

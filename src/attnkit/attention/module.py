@@ -1,0 +1,324 @@
+"""The :class:`Attention` module and the functional :func:`attention`."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from attnkit.attention._checks import check_positive_int, check_window, describe
+from attnkit.attention.core import AttentionOutput, check_call, initial_weights, run
+from attnkit.attention.dispatch import IMPLS, Plan, choose_impl
+from attnkit.attention.scores import SCORES, CosineScore, make_score
+
+__all__ = ["Attention", "attention"]
+
+
+class Attention(nn.Module):
+    """Attention of queries over keys and values, with every classic score.
+
+    ``context_i = sum_j alpha_ij v_j`` with ``alpha_i = softmax_j(e_ij)`` over the keys query
+    ``i`` may attend to, and ``e_ij`` given by ``score`` (see :mod:`attnkit.attention.scores`):
+    ``"dot"``, ``"scaled_dot"``, ``"general"``, ``"additive"``, ``"cosine"`` or ``"location"``.
+
+    Args:
+        query_dim: ``Dq``, feature size of the queries.
+        key_dim: ``Dk``, feature size of the keys (default ``Dq``).
+        value_dim: ``Dv``, feature size of the values (default ``Dk``).
+        score: the scoring function.
+        attn_dim: ``A``, hidden size of the additive/location scores (default: the per-head key
+            size). Not accepted by the other scores.
+        heads: ``H``. With ``H > 1`` the queries, keys and values are projected (with bias) to
+            ``H`` heads of ``head_dim`` features, each head scores with its own parameters, and
+            the heads are concatenated and projected back to ``Dv`` — for every score. With
+            ``score="scaled_dot"`` this is exactly :class:`torch.nn.MultiheadAttention`.
+        head_dim: features per head (default ``Dq // H``; then ``H`` must divide ``Dq``).
+        window: ``(left, right)``: query ``i`` sees keys ``c_i - left .. c_i + right`` where
+            ``c_i = (i * Tk) // Tq`` (Luong local-m) or the call's ``positions``.
+        causal: query ``i`` sees keys ``j <= c_i``.
+        dropout: dropout probability on the weights (training only; returned weights are
+            before dropout).
+        impl: ``"auto"`` (fastest path that serves the call; see :meth:`plan`), ``"reference"``
+            (plain full-matrix math) or ``"sdpa"`` (fused dot-product kernel).
+        location_filters: ``F``, conv filters of the location score.
+        location_kernel: ``K``, odd conv width of the location score.
+
+    Call arguments:
+        query: ``(B, Tq, Dq)``, or ``(B, Dq)`` for one decoder step.
+        key: ``(B, Tk, Dk)``.
+        value: ``(B, Tk, Dv)``; defaults to ``key``.
+        key_lengths: ``(B,)`` ints: keys ``>= key_lengths[b]`` are padding.
+        key_mask: ``(B, Tk)`` bool, **True = may attend**. ANDed with ``key_lengths``.
+        prev_weights: ``score="location"`` only: the previous step's weights, shaped like the
+            returned weights; default uniform over the allowed keys.
+        positions: the aligned key position ``c_i`` of each query for ``causal``/``window``:
+            ``(B,)`` for a one-step query (required there), ``(B, Tq)`` otherwise.
+        need_weights: also return the weights. Always on for ``score="location"``, whose
+            weights are the next step's ``prev_weights``.
+
+    Shape:
+        - context: ``(B, Tq, Dv)``, or ``(B, Dv)`` for a one-step query.
+        - weights: ``(B, Tq, Tk)``; ``(B, H, Tq, Tk)`` when ``heads > 1``; without ``Tq`` for a
+          one-step query.
+
+    Masks never make NaN: a query with no allowed key gets zero context (after the output
+    projection too), zero weights and zero gradients.
+
+    Example:
+        >>> attn = Attention(16, score="additive", attn_dim=32)
+        >>> query, key = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+        >>> out = attn(query, key, key_lengths=torch.tensor([7, 3]), need_weights=True)
+        >>> out.context.shape, out.weights.shape
+        (torch.Size([2, 5, 16]), torch.Size([2, 5, 7]))
+        >>> bool(out.weights[1, :, 3:].eq(0).all())
+        True
+    """
+
+    def __init__(
+        self,
+        query_dim: int,
+        key_dim: int | None = None,
+        value_dim: int | None = None,
+        *,
+        score: str = "scaled_dot",
+        attn_dim: int | None = None,
+        heads: int = 1,
+        head_dim: int | None = None,
+        window: tuple[int, int] | None = None,
+        causal: bool = False,
+        dropout: float = 0.0,
+        impl: str = "auto",
+        location_filters: int = 10,
+        location_kernel: int = 31,
+    ):
+        super().__init__()
+        self.query_dim = check_positive_int("query_dim", query_dim)
+        self.key_dim = query_dim if key_dim is None else check_positive_int("key_dim", key_dim)
+        self.value_dim = (
+            self.key_dim if value_dim is None else check_positive_int("value_dim", value_dim)
+        )
+        self.heads = check_positive_int("heads", heads)
+        if attn_dim is not None:
+            check_positive_int("attn_dim", attn_dim)
+        if head_dim is not None:
+            check_positive_int("head_dim", head_dim)
+        if heads > 1 and head_dim is None:
+            if query_dim % heads:
+                raise ValueError(
+                    f"heads: {heads} does not divide query_dim={query_dim}; pass head_dim"
+                )
+            head_dim = query_dim // heads
+        if heads == 1 and head_dim is not None:
+            raise ValueError(f"head_dim: only used with heads > 1, got head_dim={head_dim}")
+        self.head_dim = head_dim
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout!r}")
+        if impl not in IMPLS:
+            raise ValueError(f"impl: expected one of {', '.join(IMPLS)}, got {impl!r}")
+        self.window = check_window(window)
+        self.causal = bool(causal)
+        self.dropout = dropout
+        self.impl = impl
+
+        if heads > 1:
+            inner = heads * head_dim
+            self.q_proj = nn.Linear(self.query_dim, inner)
+            self.k_proj = nn.Linear(self.key_dim, inner)
+            self.v_proj = nn.Linear(self.value_dim, inner)
+            self.out_proj = nn.Linear(inner, self.value_dim)
+            dq = dk = head_dim
+        else:
+            dq, dk = self.query_dim, self.key_dim
+        self.score = make_score(
+            score,
+            heads=heads,
+            query_dim=dq,
+            key_dim=dk,
+            attn_dim=attn_dim,
+            location_filters=location_filters,
+            location_kernel=location_kernel,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"query_dim={self.query_dim}, key_dim={self.key_dim}, value_dim={self.value_dim}, "
+            f"score={self.score.name!r}, heads={self.heads}, window={self.window}, "
+            f"causal={self.causal}, dropout={self.dropout}, impl={self.impl!r}"
+        )
+
+    def plan(self, query: torch.Tensor, key: torch.Tensor, *, need_weights: bool = False) -> Plan:
+        """The path a call with these inputs would take, and why (nothing is computed)."""
+        return choose_impl(
+            self.impl, score=self.score, need_weights=need_weights or self.score.needs_prev
+        )
+
+    def _split_heads(self, x: torch.Tensor, proj: nn.Module | None) -> torch.Tensor:
+        if proj is None:
+            return x.unsqueeze(1)  # (B, 1, T, D)
+        b, t, _ = x.shape
+        return proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)  # (B, H, T, d)
+
+    def _check_params_dtype(self, query: torch.Tensor) -> None:
+        p = next(self.parameters(), None)
+        if p is not None and p.dtype != query.dtype:
+            raise TypeError(
+                f"query: dtype {query.dtype} differs from the module's parameters ({p.dtype}); "
+                f"convert one of them, e.g. attn.to({query.dtype})"
+            )
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor | None = None,
+        *,
+        key_lengths: torch.Tensor | None = None,
+        key_mask: torch.Tensor | None = None,
+        prev_weights: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        call = check_call(
+            query,
+            key,
+            value,
+            query_dim=self.query_dim,
+            key_dim=self.key_dim,
+            value_dim=self.value_dim,
+            key_lengths=key_lengths,
+            key_mask=key_mask,
+            positions=positions,
+            causal=self.causal,
+            window=self.window,
+        )
+        self._check_params_dtype(query)
+        multi = self.heads > 1
+        q = self._split_heads(call.query, self.q_proj if multi else None)  # (B, H, Tq, dq)
+        k = self._split_heads(call.key, self.k_proj if multi else None)  # (B, H, Tk, dk)
+        v = self._split_heads(call.value, self.v_proj if multi else None)  # (B, H, Tk, dv)
+        prev = self._check_prev(prev_weights, call)
+        context, weights, _ = run(
+            q,
+            k,
+            v,
+            self.score,
+            call.mask,
+            prev=prev,
+            impl=self.impl,
+            dropout_p=self.dropout if self.training else 0.0,
+            need_weights=need_weights or self.score.needs_prev,
+        )
+        b, _, tq, _ = context.shape
+        if multi:
+            context = self.out_proj(context.transpose(1, 2).reshape(b, tq, -1))  # (B, Tq, Dv)
+            if call.mask is not None:  # a query with no key gets zero context, not the bias
+                empty = ~call.mask[:, 0].any(dim=-1, keepdim=True)  # (B, Tq, 1)
+                context = context.masked_fill(empty, 0.0)
+        else:
+            context = context[:, 0]  # (B, Tq, Dv)
+            weights = None if weights is None else weights[:, 0]  # (B, Tq, Tk)
+        if call.one_step:
+            context = context[:, 0]  # (B, Dv)
+            weights = None if weights is None else weights.select(-2, 0)  # (B, [H,] Tk)
+        return AttentionOutput(context, weights)
+
+    def _check_prev(self, prev_weights, call) -> torch.Tensor | None:
+        """Validate ``prev_weights`` and bring it to ``(B, H, Tq, Tk)``."""
+        if not self.score.needs_prev:
+            if prev_weights is not None:
+                raise ValueError(
+                    f"prev_weights: only the 'location' score uses them, score is "
+                    f"{self.score.name!r}"
+                )
+            return None
+        if prev_weights is None:
+            return initial_weights(call, self.heads)
+        b, tq, _ = call.query.shape
+        tk = call.key.shape[1]
+        want = (b,) + ((self.heads,) if self.heads > 1 else ()) + (() if call.one_step else (tq,))
+        want += (tk,)
+        if not isinstance(prev_weights, torch.Tensor) or tuple(prev_weights.shape) != want:
+            got = (
+                describe(prev_weights)
+                if isinstance(prev_weights, torch.Tensor)
+                else type(prev_weights).__name__
+            )
+            raise ValueError(f"prev_weights: expected shape {want} (like the weights), got {got}")
+        if prev_weights.dtype != call.query.dtype:
+            raise TypeError(
+                f"prev_weights: expected dtype {call.query.dtype}, got {describe(prev_weights)}"
+            )
+        return prev_weights.reshape(b, self.heads, tq, tk)
+
+
+_FUNCTIONAL_SCORES = ("dot", "scaled_dot", "cosine")
+
+
+def attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor | None = None,
+    *,
+    score: str = "scaled_dot",
+    key_lengths: torch.Tensor | None = None,
+    key_mask: torch.Tensor | None = None,
+    causal: bool = False,
+    window: tuple[int, int] | None = None,
+    positions: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    impl: str = "auto",
+) -> AttentionOutput:
+    """Functional attention for the parameter-free scores ``"dot"``, ``"scaled_dot"`` and
+    ``"cosine"`` (``10 * cos(q_i, k_j)``: the fixed value of the module's initial scale).
+
+    Arguments, masks and shapes are those of :class:`Attention` (one head, ``Dq == Dk``);
+    ``dropout_p`` is applied whenever it is non-zero.
+
+    Example:
+        >>> q, k = torch.randn(2, 4, 8), torch.randn(2, 6, 8)
+        >>> ctx, w = attention(q, k, causal=True, need_weights=True)
+        >>> ctx.shape, w.shape, bool(torch.allclose(w.sum(-1), torch.ones(2, 4)))
+        (torch.Size([2, 4, 8]), torch.Size([2, 4, 6]), True)
+    """
+    if score not in _FUNCTIONAL_SCORES:
+        hint = " (it has parameters: use attnkit.Attention)" if score in SCORES else ""
+        raise ValueError(
+            f"score: expected one of {', '.join(_FUNCTIONAL_SCORES)}, got {score!r}{hint}"
+        )
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p: expected a probability in [0, 1), got {dropout_p!r}")
+    window = check_window(window)
+    call = check_call(
+        query,
+        key,
+        value,
+        query_dim=None,
+        key_dim=query.shape[-1] if isinstance(query, torch.Tensor) else None,
+        value_dim=None,
+        key_lengths=key_lengths,
+        key_mask=key_mask,
+        positions=positions,
+        causal=causal,
+        window=window,
+    )
+    if score == "cosine":
+        sc = CosineScore(1, learnable=False).to(query.device)
+    else:
+        sc = make_score(score, heads=1, query_dim=query.shape[-1], key_dim=key.shape[-1], attn_dim=None)
+    context, weights, _ = run(
+        call.query.unsqueeze(1),
+        call.key.unsqueeze(1),
+        call.value.unsqueeze(1),
+        sc,
+        call.mask,
+        prev=None,
+        impl=impl,
+        dropout_p=dropout_p,
+        need_weights=need_weights,
+    )
+    context = context[:, 0]  # (B, Tq, Dv)
+    weights = None if weights is None else weights[:, 0]  # (B, Tq, Tk)
+    if call.one_step:
+        context = context[:, 0]
+        weights = None if weights is None else weights[:, 0]
+    return AttentionOutput(context, weights)

@@ -1,0 +1,230 @@
+"""Scoring functions: the papers' equations for ``e_ij = score(q_i, k_j)``.
+
+Every score is split into three steps so that every attention path (reference, SDPA, chunked,
+banded) can share it:
+
+* ``prepare_query(q)``: per-query work done once, ``(B, H, Tq, Dq) -> (B, H, Tq, F)``;
+* ``prepare_key(k)``: per-key work done once, ``(B, H, Tk, Dk) -> (B, H, Tk, F)``;
+* ``pairwise(qf, kf, extra)``: the part that needs every (query, key) pair, ``-> (B, H, Tq, Tk)``.
+
+For the *dot family* (dot, scaled_dot, general, cosine) ``pairwise`` is a plain ``qf @ kf^T``, so
+fused dot-product kernels apply to the prepared features. Additive and location scores need the
+pair tensor ``tanh(W q_i + U k_j)`` of shape ``(B, H, Tq, Tk, A)``.
+
+Parameters carry a leading head dimension ``H`` (``H = 1`` for single-head attention).
+
+=============  ===========================================  ======================
+score          e_ij                                          parameters (per head)
+=============  ===========================================  ======================
+dot            q_i . k_j                                     none
+scaled_dot     q_i . k_j / sqrt(Dk)                          none
+general        q_i^T W k_j              (Luong 2015)         W (Dq, Dk)
+additive       v^T tanh(W q_i + U k_j)  (Bahdanau 2015)      W (Dq, A), U (Dk, A), v (A)
+cosine         g * cos(q_i, k_j)                             log g (learnable scale)
+location       v^T tanh(W q_i + U k_j + L f_ij + b)          W, U, v, conv (F, 1, K),
+               f_i = conv(alpha_{i-1})  (Chorowski 2015)     L (F, A), b (A)
+=============  ===========================================  ======================
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["SCORES", "Score", "make_score"]
+
+SCORES = ("dot", "scaled_dot", "general", "additive", "cosine", "location")
+
+
+def _uniform(shape: tuple[int, ...], fan_in: int) -> nn.Parameter:
+    bound = 1.0 / math.sqrt(fan_in)
+    return nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
+
+
+class Score(nn.Module):
+    """Base class. Subclasses implement the paper's equation; see the module docstring.
+
+    Attributes:
+        name: the score's name in :data:`SCORES`.
+        dot_family: True when ``pairwise`` is ``qf @ kf^T`` (fused dot-product kernels apply).
+        needs_prev: True when the score reads the previous step's attention weights.
+    """
+
+    name = ""
+    dot_family = True
+    needs_prev = False
+
+    def prepare_query(self, q: torch.Tensor) -> torch.Tensor:
+        """``(B, H, Tq, Dq) -> (B, H, Tq, F)``."""
+        return q
+
+    def prepare_key(self, k: torch.Tensor) -> torch.Tensor:
+        """``(B, H, Tk, Dk) -> (B, H, Tk, F)``."""
+        return k
+
+    def prepare_extra(self, prev: torch.Tensor) -> torch.Tensor | None:
+        """Per-pair features from the previous weights ``(B, H, Tq, Tk)``; None if unused."""
+        return None
+
+    def pairwise(
+        self, qf: torch.Tensor, kf: torch.Tensor, extra: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Scores ``(B, H, Tq, Tk)`` from prepared queries and keys."""
+        return qf @ kf.transpose(-1, -2)  # (B, H, Tq, Tk)
+
+
+class DotScore(Score):
+    """``e_ij = q_i . k_j`` (Luong "dot")."""
+
+    name = "dot"
+
+
+class ScaledDotScore(Score):
+    """``e_ij = q_i . k_j / sqrt(Dk)`` (Vaswani et al. 2017)."""
+
+    name = "scaled_dot"
+
+    def __init__(self, key_dim: int):
+        super().__init__()
+        self.scale = key_dim**-0.5
+
+    def prepare_query(self, q):
+        return q * self.scale
+
+
+class GeneralScore(Score):
+    """``e_ij = q_i^T W k_j`` (Luong "general", bilinear)."""
+
+    name = "general"
+
+    def __init__(self, heads: int, query_dim: int, key_dim: int):
+        super().__init__()
+        self.weight = _uniform((heads, query_dim, key_dim), query_dim)  # W: (H, Dq, Dk)
+
+    def prepare_query(self, q):
+        return q @ self.weight  # (B, H, Tq, Dk)
+
+
+class CosineScore(Score):
+    """``e_ij = g * cos(q_i, k_j)`` with a learnable scale ``g`` per head (init 10, at most 100)."""
+
+    name = "cosine"
+    max_log_scale = math.log(100.0)
+
+    def __init__(self, heads: int, scale: float = 10.0, learnable: bool = True):
+        super().__init__()
+        log_scale = torch.full((heads,), math.log(scale))
+        if learnable:
+            self.log_scale = nn.Parameter(log_scale)
+        else:
+            self.register_buffer("log_scale", log_scale)
+
+    def prepare_query(self, q):
+        g = self.log_scale.clamp(max=self.max_log_scale).exp().to(q.dtype)  # (H,)
+        return F.normalize(q, dim=-1, eps=1e-6) * g[:, None, None]
+
+    def prepare_key(self, k):
+        return F.normalize(k, dim=-1, eps=1e-6)
+
+
+class AdditiveScore(Score):
+    """``e_ij = v^T tanh(W q_i + U k_j)`` (Bahdanau et al. 2015, "concat" in Luong et al.)."""
+
+    name = "additive"
+    dot_family = False
+
+    def __init__(self, heads: int, query_dim: int, key_dim: int, attn_dim: int):
+        super().__init__()
+        self.w_query = _uniform((heads, query_dim, attn_dim), query_dim)  # W: (H, Dq, A)
+        self.w_key = _uniform((heads, key_dim, attn_dim), key_dim)  # U: (H, Dk, A)
+        self.v = _uniform((heads, attn_dim), attn_dim)  # v: (H, A)
+
+    def prepare_query(self, q):
+        return q @ self.w_query  # (B, H, Tq, A)
+
+    def prepare_key(self, k):
+        return k @ self.w_key  # (B, H, Tk, A)
+
+    def pairwise(self, qf, kf, extra=None):
+        pre = qf.unsqueeze(-2) + kf.unsqueeze(-3)  # (B, H, Tq, Tk, A)
+        if extra is not None:
+            pre = pre + extra
+        return torch.einsum("bhqka,ha->bhqk", torch.tanh(pre), self.v.to(qf.dtype))
+
+
+class LocationScore(AdditiveScore):
+    """``e_ij = v^T tanh(W q_i + U k_j + L f_ij + b)``, ``f_i = conv(alpha_{i-1})``.
+
+    Chorowski et al. 2015: the previous step's weights ``alpha_{i-1}`` ``(Tk,)`` are convolved
+    with ``F`` filters of odd width ``K`` to give location features ``f_i`` ``(Tk, F)``.
+    """
+
+    name = "location"
+    needs_prev = True
+
+    def __init__(
+        self, heads: int, query_dim: int, key_dim: int, attn_dim: int, filters: int, kernel: int
+    ):
+        super().__init__(heads, query_dim, key_dim, attn_dim)
+        self.conv = nn.Conv1d(1, filters, kernel, padding=kernel // 2, bias=False)
+        self.w_loc = _uniform((heads, filters, attn_dim), filters)  # L: (H, F, A)
+        self.bias = nn.Parameter(torch.zeros(heads, attn_dim))  # b: (H, A)
+
+    def prepare_query(self, q):
+        return q @ self.w_query + self.bias[:, None, :]  # (B, H, Tq, A)
+
+    def prepare_extra(self, prev):
+        b, h, tq, tk = prev.shape
+        f = self.conv(prev.reshape(b * h * tq, 1, tk))  # (B*H*Tq, F, Tk)
+        f = f.reshape(b, h, tq, -1, tk).transpose(-1, -2)  # (B, H, Tq, Tk, F)
+        return torch.einsum("bhqkf,hfa->bhqka", f, self.w_loc)  # (B, H, Tq, Tk, A)
+
+
+def make_score(
+    name: str,
+    *,
+    heads: int,
+    query_dim: int,
+    key_dim: int,
+    attn_dim: int | None,
+    location_filters: int = 10,
+    location_kernel: int = 31,
+) -> Score:
+    """Build the score module ``name`` for per-head features of sizes ``query_dim``/``key_dim``.
+
+    Raises:
+        ValueError: unknown ``name``; ``query_dim != key_dim`` for a score that compares vectors
+            directly; ``attn_dim`` given to a score that has none; bad location conv sizes.
+    """
+    if name not in SCORES:
+        raise ValueError(f"score: expected one of {', '.join(SCORES)}, got {name!r}")
+    if name in ("dot", "scaled_dot", "cosine") and query_dim != key_dim:
+        raise ValueError(
+            f"score={name!r} compares queries with keys directly and needs query_dim == key_dim "
+            f"(per head), got query_dim={query_dim}, key_dim={key_dim}; use 'general' or "
+            "'additive', or heads > 1 to project both"
+        )
+    if name not in ("additive", "location") and attn_dim is not None:
+        raise ValueError(
+            f"attn_dim: only the 'additive' and 'location' scores have an attention dim, "
+            f"got attn_dim={attn_dim} with score={name!r}"
+        )
+    a = key_dim if attn_dim is None else attn_dim
+    if name == "dot":
+        return DotScore()
+    if name == "scaled_dot":
+        return ScaledDotScore(key_dim)
+    if name == "general":
+        return GeneralScore(heads, query_dim, key_dim)
+    if name == "cosine":
+        return CosineScore(heads)
+    if name == "additive":
+        return AdditiveScore(heads, query_dim, key_dim, a)
+    if location_kernel < 1 or location_kernel % 2 == 0:
+        raise ValueError(f"location_kernel: expected a positive odd int, got {location_kernel!r}")
+    if location_filters < 1:
+        raise ValueError(f"location_filters: expected a positive int, got {location_filters!r}")
+    return LocationScore(heads, query_dim, key_dim, a, location_filters, location_kernel)

@@ -1,0 +1,41 @@
+"""Fast path for the dot family: PyTorch's fused ``F.scaled_dot_product_attention``.
+
+The scores of dot, scaled_dot, general and cosine attention are ``qf @ kf^T`` on prepared
+features (:mod:`attnkit.attention.scores`), so SDPA with ``scale=1`` computes them without the
+``(Tq, Tk)`` matrix on backends that have a flash/memory-efficient kernel (CPU included).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["sdpa_attention"]
+
+
+def sdpa_attention(
+    qf: torch.Tensor,
+    kf: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    *,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """``softmax(qf @ kf^T) @ value`` through SDPA, with fully masked rows giving zeros.
+
+    Args:
+        qf: ``(B, H, Tq, F)``; kf: ``(B, H, Tk, F)``; value: ``(B, H, Tk, Dv)``.
+        mask: ``(B, 1 or H, Tq, Tk)`` bool, **True = may attend**, or ``None``.
+
+    Returns:
+        ``context (B, H, Tq, Dv)``.
+    """
+    if mask is None:
+        return F.scaled_dot_product_attention(qf, kf, value, dropout_p=dropout_p, scale=1.0)
+    # A row with no allowed key would be NaN in SDPA: let it see every key, then zero it, so its
+    # output and its gradients are exactly zero.
+    empty = ~mask.any(dim=-1, keepdim=True)  # (B, 1|H, Tq, 1)
+    context = F.scaled_dot_product_attention(
+        qf, kf, value, attn_mask=mask | empty, dropout_p=dropout_p, scale=1.0
+    )
+    return context.masked_fill(empty, 0.0)

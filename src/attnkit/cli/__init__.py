@@ -1,0 +1,1 @@
+"""The ``attnkit`` command line: one entry point, one sub-command per job."""

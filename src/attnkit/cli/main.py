@@ -1,0 +1,38 @@
+"""``attnkit`` entry point."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from attnkit._version import __version__
+from attnkit.cli import demo
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="attnkit",
+        description="Correct, fast, memory-light attention for PyTorch sequence models.",
+    )
+    parser.add_argument("--version", action="version", version=f"attnkit {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log attention path choices")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    demo.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s"
+    )
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
