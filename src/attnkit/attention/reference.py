@@ -13,6 +13,8 @@ from attnkit.attention.scores import Score
 
 __all__ = ["reference_attention", "masked_softmax"]
 
+_LOW = (torch.float16, torch.bfloat16)
+
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """Softmax over the last dim, in at least float32, with masked entries exactly zero.
@@ -25,7 +27,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
         Weights in float32 (float64 for float64 scores). A row with no allowed key is all zeros,
         and its gradient is zero, never NaN.
     """
-    if scores.dtype in (torch.float16, torch.bfloat16):
+    if scores.dtype in _LOW:
         scores = scores.float()
     if mask is None:
         return torch.softmax(scores, dim=-1)
@@ -56,8 +58,12 @@ def reference_attention(
 
     Returns:
         ``context (B, H, Tq, Dv)`` and ``weights (B, H, Tq, Tk)`` (before dropout), both in the
-        dtype of ``value``.
+        dtype of ``value``. For float16/bfloat16 inputs the scores and the softmax are computed
+        in float32.
     """
+    if qf.dtype in _LOW:  # scores and softmax in float32: float16 dot products overflow easily
+        qf, kf = qf.float(), kf.float()
+        extra = None if extra is None else extra.float()
     scores = score.pairwise(qf, kf, extra)  # (B, H, Tq, Tk)
     weights = masked_softmax(scores, mask).to(value.dtype)  # (B, H, Tq, Tk)
     dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
