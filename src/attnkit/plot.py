@@ -17,6 +17,9 @@ def _as_2d_array(weights) -> np.ndarray:
     arr = np.asarray(weights, dtype=np.float32)
     if arr.ndim != 2:
         raise ValueError(f"weights: expected a 2-D (Tq, Tk) array, got shape {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"weights: expected finite values, got {int((~np.isfinite(arr)).sum())} "
+                         "NaN or infinite entries")
     return arr
 
 
@@ -79,9 +82,20 @@ def plot_attention(
 
 
 def _crop_len(axis: str, labels, length: int | None, size: int) -> int:
+    dim = "Tk keys" if axis == "x" else "Tq queries"
     if length is None:
-        length = size if labels is None else len(labels)
-    if not isinstance(length, int) or isinstance(length, bool) or not 0 < length <= size:
+        if labels is None:
+            return size
+        if not 0 < len(labels) <= size:
+            raise ValueError(
+                f"{axis}_labels: expected 1 to {size} labels (the weights have {size} {dim}), "
+                f"got {len(labels)}"
+            )
+        return len(labels)
+    if isinstance(length, bool) or not isinstance(length, (int, np.integer)):
+        raise ValueError(f"{axis}_len: expected an int in [1, {size}], got {length!r}")
+    length = int(length)
+    if not 0 < length <= size:
         raise ValueError(f"{axis}_len: expected an int in [1, {size}], got {length!r}")
     if labels is not None and len(labels) < length:
         raise ValueError(

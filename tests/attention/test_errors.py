@@ -185,6 +185,8 @@ FORWARD_ERRORS = [
      r"^value: expected feature size value_dim = 8 .*got tensor of shape \(2, 5, 6\)"),
     ("value features, explicit dims", dict(key_dim=8, value_dim=4), lambda a, q, k: a(q, k, k), ValueError,
      r"^value: expected feature size value_dim = 4"),
+    ("value left out, explicit dims", dict(key_dim=8, value_dim=4), lambda a, q, k: a(q, k), ValueError,
+     r"^value \(defaults to key\): expected feature size value_dim = 4"),
     # Tk
     ("value Tk", {}, lambda a, q, k: a(q, k, k[:, :3]), ValueError,
      r"^value: expected Tk \(from key\) = 5 .*got tensor of shape \(2, 3, 8\)"),
@@ -214,9 +216,9 @@ FORWARD_ERRORS = [
     # NOTE: the range errors currently say "lengths: ..." (the name inside lengths_to_mask), not
     # "key_lengths: ..."; the pattern below accepts both, see the report.
     ("key_lengths > Tk", {}, lambda a, q, k: a(q, k, key_lengths=torch.tensor([6, 3])), ValueError,
-     r"lengths: expected values in \[0, 5\], got min 3 and max 6"),
+     r"^key_lengths: expected values in \[0, 5\], got min 3 and max 6"),
     ("key_lengths < 0", {}, lambda a, q, k: a(q, k, key_lengths=torch.tensor([5, -1])), ValueError,
-     r"lengths: expected values in \[0, 5\], got min -1 and max 5"),
+     r"^key_lengths: expected values in \[0, 5\], got min -1 and max 5"),
     # key_mask
     ("key_mask int", {}, lambda a, q, k: a(q, k, key_mask=torch.ones(B, TK, dtype=LONG)), TypeError,
      r"^key_mask: expected a bool tensor \(True = may attend\), got .*torch.int64"),
@@ -285,11 +287,13 @@ FORWARD_ERRORS = [
     ("sdpa need_weights heads", dict(impl="sdpa", heads=2, score="general"),
      lambda a, q, k: a(q, k, need_weights=True), ValueError,
      r"^impl='sdpa' cannot serve this call: need_weights=True"),
-    ("sdpa additive", dict(impl="sdpa", score="additive"), lambda a, q, k: a(q, k), ValueError,
-     r"^impl='sdpa' cannot serve this call: score 'additive' is not a dot product"),
-    ("sdpa location", dict(impl="sdpa", score="location"), lambda a, q, k: a(q, k), ValueError,
-     r"^impl='sdpa' cannot serve this call: score 'location' is not a dot product"),
 ]
+
+
+@pytest.mark.parametrize("score", ["additive", "location"])
+def test_sdpa_with_a_non_dot_score_is_refused_at_construction(score):
+    with pytest.raises(ValueError, match=rf"^impl: 'sdpa' computes dot-product scores only, not score='{score}'"):
+        Attention(D, score=score, impl="sdpa")
 
 
 @pytest.mark.parametrize(
@@ -306,8 +310,6 @@ def test_forward_rejects(kwargs, call, exc, match):
 
 def test_plan_reports_the_same_sdpa_errors():
     query, key = _inputs()
-    with pytest.raises(ValueError, match=r"^impl='sdpa' cannot serve this call: score 'additive'"):
-        Attention(D, score="additive", impl="sdpa").plan(query, key)
     with pytest.raises(ValueError, match=r"^impl='sdpa' cannot serve this call: need_weights=True"):
         Attention(D, impl="sdpa").plan(query, key, need_weights=True)
     # Without those blockers the forced path is taken.
@@ -448,7 +450,7 @@ def test_lengths_to_mask_valid_values():
         (torch.tensor([1, 5]), 3, ValueError, r"^lengths: expected values in \[0, 3\], got min 1 and max 5"),
         (torch.tensor([4]), 3, ValueError, r"^lengths: expected values in \[0, 3\], got min 4 and max 4"),
         (torch.tensor([-1, 2]), 3, ValueError, r"^lengths: expected values in \[0, 3\], got min -1 and max 2"),
-        (torch.tensor([-2, 2]), None, ValueError, r"^lengths: expected values in \[0, 2\], got min -2"),
+        (torch.tensor([-2, 2]), None, ValueError, r"^lengths: expected non-negative values, got min -2"),
         (torch.tensor([1.0, 2.0]), 3, TypeError, r"^lengths: expected an integer tensor, got .*torch.float32"),
         (torch.tensor([1.0, 2.0], dtype=torch.float64), None, TypeError, r"^lengths: expected an integer tensor"),
         (torch.tensor([True, False]), 3, TypeError, r"^lengths: expected an integer tensor, got .*torch.bool"),

@@ -57,6 +57,16 @@ def check_window(window) -> tuple[int, int] | None:
     return (left, right)
 
 
+def check_probability(name: str, value) -> float:
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not 0.0 <= value < 1.0
+    ):
+        raise ValueError(f"{name}: expected a probability in [0, 1), got {value!r}")
+    return float(value)
+
+
 def check_positive_int(name: str, value) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name}: expected a positive int, got {value!r}")

@@ -68,28 +68,31 @@ def check_call(
     """Validate one call's inputs and build its mask. Dims given as ``None`` are not checked."""
     check_tensor("query", query, ndim=(2, 3))
     check_tensor("key", key, ndim=3)
-    value = key if value is None else value
-    check_tensor("value", value, ndim=3)
+    value_name = "value"
+    if value is None:
+        value, value_name = key, "value (defaults to key)"
+    check_tensor(value_name, value, ndim=3)
     one_step = query.dim() == 2
     q = query.unsqueeze(1) if one_step else query  # (B, Tq, Dq)
     b, tq, _ = q.shape
     tk = key.shape[1]
-    for name, t in (("key", key), ("value", value)):
+    for name, t in (("key", key), (value_name, value)):
         check_size(name, t, 0, b, "batch size B (from query)")
         if t.dtype != query.dtype:
             raise TypeError(
                 f"{name}: expected dtype {query.dtype} (the query's), got {describe(t)}"
             )
-    check_size("value", value, 1, tk, "Tk (from key)")
-    for name, t, d in (("query", query, query_dim), ("key", key, key_dim), ("value", value, value_dim)):
+    check_size(value_name, value, 1, tk, "Tk (from key)")
+    dims = (("query", query, query_dim), ("key", key, key_dim), (value_name, value, value_dim))
+    for name, t, d in dims:
         if d is not None:
-            check_size(name, t, t.dim() - 1, d, f"feature size {name}_dim")
+            check_size(name, t, t.dim() - 1, d, f"feature size {name.split()[0]}_dim")
 
     key_valid = None
     if key_lengths is not None:
         check_int_tensor("key_lengths", key_lengths, ndim=1)
         check_size("key_lengths", key_lengths, 0, b, "batch size B (from query)")
-        key_valid = lengths_to_mask(key_lengths.to(key.device), tk)
+        key_valid = lengths_to_mask(key_lengths.to(key.device), tk, name="key_lengths")
     if key_mask is not None:
         if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
             got = describe(key_mask) if isinstance(key_mask, torch.Tensor) else type(key_mask).__name__

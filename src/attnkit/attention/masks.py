@@ -22,12 +22,15 @@ from attnkit.attention._checks import check_int_tensor, describe
 __all__ = ["lengths_to_mask", "aligned_positions", "band_mask"]
 
 
-def lengths_to_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
+def lengths_to_mask(
+    lengths: torch.Tensor, max_len: int | None = None, *, name: str = "lengths"
+) -> torch.Tensor:
     """Boolean mask of valid positions from sequence lengths.
 
     Args:
         lengths: integer tensor ``(B,)``; each ``0 <= lengths[b] <= max_len``.
         max_len: ``T``, the padded length; defaults to ``lengths.max()``.
+        name: the argument name used in error messages.
 
     Returns:
         ``(B, T)`` bool tensor, **True = valid (may attend)**.
@@ -37,18 +40,19 @@ def lengths_to_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.
         tensor([[ True, False, False, False],
                 [ True,  True,  True, False]])
     """
-    check_int_tensor("lengths", lengths, ndim=1)
+    check_int_tensor(name, lengths, ndim=1)
+    lo, hi = (int(lengths.min()), int(lengths.max())) if lengths.numel() else (0, 0)
     if max_len is None:
-        max_len = int(lengths.max()) if lengths.numel() else 0
+        if lo < 0:
+            raise ValueError(f"{name}: expected non-negative values, got min {lo}")
+        max_len = hi
     if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 0:
         raise ValueError(f"max_len: expected a non-negative int, got {max_len!r}")
-    if lengths.numel():
-        lo, hi = int(lengths.min()), int(lengths.max())
-        if lo < 0 or hi > max_len:
-            raise ValueError(
-                f"lengths: expected values in [0, {max_len}], got min {lo} and max {hi} "
-                f"(lengths={describe(lengths)})"
-            )
+    if lo < 0 or hi > max_len:
+        raise ValueError(
+            f"{name}: expected values in [0, {max_len}], got min {lo} and max {hi} "
+            f"({describe(lengths)})"
+        )
     return torch.arange(max_len, device=lengths.device) < lengths[:, None]
 
 

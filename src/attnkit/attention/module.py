@@ -5,7 +5,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnkit.attention._checks import check_positive_int, check_window, describe
+from attnkit.attention._checks import (
+    check_positive_int,
+    check_probability,
+    check_window,
+    describe,
+)
 from attnkit.attention.core import AttentionOutput, check_call, initial_weights, run
 from attnkit.attention.dispatch import IMPLS, Plan, choose_impl
 from attnkit.attention.scores import SCORES, CosineScore, make_score
@@ -39,8 +44,8 @@ class Attention(nn.Module):
             before dropout).
         impl: ``"auto"`` (fastest path that serves the call; see :meth:`plan`), ``"reference"``
             (plain full-matrix math) or ``"sdpa"`` (fused dot-product kernel).
-        location_filters: ``F``, conv filters of the location score.
-        location_kernel: ``K``, odd conv width of the location score.
+        location_filters: ``F``, conv filters of the location score (default 10).
+        location_kernel: ``K``, odd conv width of the location score (default 31).
 
     Call arguments:
         query: ``(B, Tq, Dq)``, or ``(B, Dq)`` for one decoder step.
@@ -87,8 +92,8 @@ class Attention(nn.Module):
         causal: bool = False,
         dropout: float = 0.0,
         impl: str = "auto",
-        location_filters: int = 10,
-        location_kernel: int = 31,
+        location_filters: int | None = None,
+        location_kernel: int | None = None,
     ):
         super().__init__()
         self.query_dim = check_positive_int("query_dim", query_dim)
@@ -110,8 +115,7 @@ class Attention(nn.Module):
         if heads == 1 and head_dim is not None:
             raise ValueError(f"head_dim: only used with heads > 1, got head_dim={head_dim}")
         self.head_dim = head_dim
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout!r}")
+        check_probability("dropout", dropout)
         if impl not in IMPLS:
             raise ValueError(f"impl: expected one of {', '.join(IMPLS)}, got {impl!r}")
         self.window = check_window(window)
@@ -137,6 +141,11 @@ class Attention(nn.Module):
             location_filters=location_filters,
             location_kernel=location_kernel,
         )
+        if impl == "sdpa" and not self.score.dot_family:
+            raise ValueError(
+                f"impl: 'sdpa' computes dot-product scores only, not score={score!r}; "
+                "use impl='auto'"
+            )
 
     def extra_repr(self) -> str:
         return (
@@ -285,8 +294,7 @@ def attention(
         raise ValueError(
             f"score: expected one of {', '.join(_FUNCTIONAL_SCORES)}, got {score!r}{hint}"
         )
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p: expected a probability in [0, 1), got {dropout_p!r}")
+    check_probability("dropout_p", dropout_p)
     window = check_window(window)
     call = check_call(
         query,

@@ -190,10 +190,13 @@ def make_score(
     query_dim: int,
     key_dim: int,
     attn_dim: int | None,
-    location_filters: int = 10,
-    location_kernel: int = 31,
+    location_filters: int | None = None,
+    location_kernel: int | None = None,
 ) -> Score:
     """Build the score module ``name`` for per-head features of sizes ``query_dim``/``key_dim``.
+
+    The location conv has ``location_filters`` (default 10) filters of odd width
+    ``location_kernel`` (default 31).
 
     Raises:
         ValueError: unknown ``name``; ``query_dim != key_dim`` for a score that compares vectors
@@ -212,6 +215,11 @@ def make_score(
             f"attn_dim: only the 'additive' and 'location' scores have an attention dim, "
             f"got attn_dim={attn_dim} with score={name!r}"
         )
+    if name != "location":
+        for arg, val in (("location_filters", location_filters), ("location_kernel", location_kernel)):
+            if val is not None:
+                raise ValueError(f"{arg}: only the 'location' score has a conv, got {arg}={val!r} "
+                                 f"with score={name!r}")
     a = key_dim if attn_dim is None else attn_dim
     if name == "dot":
         return DotScore()
@@ -223,8 +231,14 @@ def make_score(
         return CosineScore(heads)
     if name == "additive":
         return AdditiveScore(heads, query_dim, key_dim, a)
-    if location_kernel < 1 or location_kernel % 2 == 0:
-        raise ValueError(f"location_kernel: expected a positive odd int, got {location_kernel!r}")
-    if location_filters < 1:
-        raise ValueError(f"location_filters: expected a positive int, got {location_filters!r}")
-    return LocationScore(heads, query_dim, key_dim, a, location_filters, location_kernel)
+    filters = 10 if location_filters is None else location_filters
+    kernel = 31 if location_kernel is None else location_kernel
+    if not _is_int(kernel) or kernel < 1 or kernel % 2 == 0:
+        raise ValueError(f"location_kernel: expected a positive odd int, got {kernel!r}")
+    if not _is_int(filters) or filters < 1:
+        raise ValueError(f"location_filters: expected a positive int, got {filters!r}")
+    return LocationScore(heads, query_dim, key_dim, a, filters, kernel)
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)

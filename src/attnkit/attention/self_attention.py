@@ -111,6 +111,7 @@ class SelfAttention(nn.Module):
             check_int_tensor("lengths", lengths, ndim=1)
             if lengths.shape[0] != b:
                 raise ValueError(f"lengths: expected shape ({b},) (batch size), got {describe(lengths)}")
+            lengths_to_mask(lengths, t)  # validates the values, naming "lengths"
         context, weights = self.attention(x, x, key_lengths=lengths, need_weights=need_weights)
         if self.combine == "concat":
             out = torch.tanh(self.proj(torch.cat([x, context], dim=-1)))  # (B, T, D_out)
