@@ -31,7 +31,7 @@ CONSTRUCTOR_ERRORS = [
     # unknown score / impl
     (dict(score="bahdanau"), ValueError, r"^score: expected one of dot, scaled_dot, .*got 'bahdanau'"),
     (dict(score=None), ValueError, r"^score: expected one of .*got None"),
-    (dict(impl="flash"), ValueError, r"^impl: expected one of auto, reference, sdpa, got 'flash'"),
+    (dict(impl="flash"), ValueError, r"^impl: expected one of auto, reference, sdpa, chunked, got 'flash'"),
     # heads / head_dim
     (dict(heads=3), ValueError, r"^heads: 3 does not divide query_dim=8; pass head_dim"),
     (dict(heads=5), ValueError, r"^heads: 5 does not divide query_dim=8"),
@@ -395,7 +395,7 @@ def test_functional_unknown_score_has_no_module_hint():
 FUNCTIONAL_ERRORS = [
     ("dropout_p 1", dict(dropout_p=1.0), ValueError, r"^dropout_p: expected a probability in \[0, 1\), got 1\.0"),
     ("dropout_p < 0", dict(dropout_p=-0.5), ValueError, r"^dropout_p: expected a probability in \[0, 1\), got -0\.5"),
-    ("impl", dict(impl="flash"), ValueError, r"^impl: expected one of auto, reference, sdpa, got 'flash'"),
+    ("impl", dict(impl="flash"), ValueError, r"^impl: expected one of auto, reference, sdpa, chunked, got 'flash'"),
     ("sdpa weights", dict(impl="sdpa", need_weights=True), ValueError,
      r"^impl='sdpa' cannot serve this call: need_weights=True"),
     ("window", dict(window=(2, -1)), ValueError, r"^window: expected non-negative sizes"),

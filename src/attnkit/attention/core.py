@@ -18,9 +18,10 @@ from attnkit.attention._checks import (
     check_tensor,
     describe,
 )
+from attnkit.attention.chunked import KeyLayout, chunked_attention, recomputed_scores
 from attnkit.attention.dispatch import Plan, choose_impl
-from attnkit.attention.masks import aligned_positions, band_mask, lengths_to_mask
-from attnkit.attention.reference import reference_attention
+from attnkit.attention.masks import aligned_positions, lengths_to_mask
+from attnkit.attention.reference import reference_attention, weigh
 from attnkit.attention.scores import Score
 from attnkit.attention.sdpa import sdpa_attention
 
@@ -41,14 +42,46 @@ class AttentionOutput(NamedTuple):
 
 @dataclass
 class Call:
-    """A validated attention call: 3-D query, key and value, and the mask ``(B, 1, Tq, Tk)``."""
+    """A validated attention call: 3-D query, key and value, and what each query may see."""
 
     query: torch.Tensor  # (B, Tq, Dq)
     key: torch.Tensor  # (B, Tk, Dk)
     value: torch.Tensor  # (B, Tk, Dv)
     one_step: bool
-    key_valid: torch.Tensor | None  # (B, Tk) bool
-    mask: torch.Tensor | None  # (B, 1, Tq, Tk) bool, True = may attend
+    layout: KeyLayout
+
+    @property
+    def masked(self) -> bool:
+        return self.layout.key_valid is not None or self.layout.q_pos is not None
+
+    def mask(self) -> torch.Tensor | None:
+        """The smallest broadcastable mask ``(B or 1, 1, Tq or 1, Tk)``, True = may attend."""
+        tq = self.query.shape[1]
+        return self.layout.block_mask(0, tq, 0, self.layout.tk) if self.masked else None
+
+    def empty_queries(self) -> torch.Tensor | None:
+        """``(B or 1, Tq)`` bool: queries with no key to attend to, in O(B * (Tq + Tk))."""
+        if not self.masked:
+            return None
+        lay, tq = self.layout, self.query.shape[1]
+        valid = lay.key_valid
+        if valid is None:
+            valid = torch.ones(1, lay.tk, dtype=torch.bool, device=self.key.device)
+        counts = torch.nn.functional.pad(valid.long().cumsum(-1), (1, 0))  # (B|1, Tk + 1)
+        if lay.q_pos is None:
+            return counts[:, -1:].expand(-1, tq) == 0
+        lo = torch.zeros_like(lay.q_pos)
+        hi = torch.full_like(lay.q_pos, lay.tk)
+        if lay.window is not None:
+            lo = lay.q_pos - lay.window[0]
+            hi = lay.q_pos + lay.window[1] + 1
+        if lay.causal:
+            hi = torch.minimum(hi, lay.q_pos + 1)
+        n = max(counts.shape[0], lay.q_pos.shape[0])
+        lo = lo.clamp(0, lay.tk).expand(n, tq)
+        hi = hi.clamp(0, lay.tk).expand(n, tq)
+        counts = counts.expand(n, -1)
+        return counts.gather(1, hi) - counts.gather(1, lo) <= 0
 
 
 def check_call(
@@ -102,7 +135,7 @@ def check_call(
         key_mask = key_mask.to(key.device)
         key_valid = key_mask if key_valid is None else key_valid & key_mask
 
-    band = None
+    q_pos = None
     if positions is not None:
         if not causal and window is None:
             raise ValueError("positions: only used with causal=True or a window; got neither")
@@ -110,26 +143,16 @@ def check_call(
         want = (b,) if one_step else (b, tq)
         if tuple(positions.shape) != want:
             raise ValueError(f"positions: expected shape {want}, got {describe(positions)}")
-        pos = positions.to(key.device).reshape(b, tq)  # (B, Tq)
-        band = band_mask(pos, torch.arange(tk, device=key.device), causal=causal, window=window)
+        q_pos = positions.to(key.device).reshape(b, tq)  # (B, Tq)
     elif causal or window is not None:
         if one_step:
             raise ValueError(
                 "positions: a one-step query with causal=True or a window needs the aligned key "
                 "position of each query, shape (B,), e.g. the decoder step index"
             )
-        pos = aligned_positions(tq, tk, key.device)  # (Tq,)
-        band = band_mask(pos, torch.arange(tk, device=key.device), causal=causal, window=window)
-
-    mask = None
-    if key_valid is not None:
-        mask = key_valid[:, None, None, :]  # (B, 1, 1, Tk)
-    if band is not None:
-        band = band.reshape(-1, 1, tq, tk)  # (B or 1, 1, Tq, Tk)
-        mask = band if mask is None else mask & band
-    if mask is not None:
-        mask = mask.expand(b, 1, tq, tk)
-    return Call(q, key, value, one_step, key_valid, mask)
+        q_pos = aligned_positions(tq, tk, key.device)[None]  # (1, Tq)
+    layout = KeyLayout(key_valid, q_pos, causal, window, tk)
+    return Call(q, key, value, one_step, layout)
 
 
 def initial_weights(call: Call, heads: int) -> torch.Tensor:
@@ -137,12 +160,27 @@ def initial_weights(call: Call, heads: int) -> torch.Tensor:
     "previous weights" before the first step."""
     b, tq, _ = call.query.shape
     tk = call.key.shape[1]
-    if call.mask is None:
-        allowed = torch.ones(b, 1, tq, tk, device=call.key.device)
-    else:
-        allowed = call.mask.to(call.key.dtype)
+    mask = call.mask()
+    allowed = torch.ones(1, 1, 1, tk, device=call.key.device) if mask is None else mask
+    allowed = allowed.to(call.key.dtype).expand(b, 1, tq, tk)
     w = allowed / allowed.sum(-1, keepdim=True).clamp(min=1)
-    return w.to(call.key.dtype).expand(b, heads, tq, tk)
+    return w.expand(b, heads, tq, tk)
+
+
+def plan_call(impl: str, score: Score, call: Call, *, heads: int, need_weights: bool,
+              dropout_p: float) -> Plan:
+    """The path :func:`run` takes for ``call``."""
+    b, tq, _ = call.query.shape
+    return choose_impl(
+        impl,
+        score=score,
+        need_weights=need_weights,
+        shape=(b, heads, tq, call.layout.tk),
+        window=call.layout.window,
+        dropout_p=dropout_p,
+        device=call.query.device,
+        dtype=call.query.dtype,
+    )
 
 
 def run(
@@ -150,7 +188,7 @@ def run(
     k: torch.Tensor,
     v: torch.Tensor,
     score: Score,
-    mask: torch.Tensor | None,
+    call: Call,
     *,
     prev: torch.Tensor | None,
     impl: str,
@@ -161,17 +199,27 @@ def run(
 
     Args:
         q: ``(B, H, Tq, Dq)``; k: ``(B, H, Tk, Dk)``; v: ``(B, H, Tk, Dv)``.
-        mask: ``(B, 1, Tq, Tk)`` bool, True = may attend, or ``None``.
+        call: the validated call (its layout says which keys each query may see).
         prev: previous weights ``(B, H, Tq, Tk)`` for the location score, else ``None``.
 
     Returns:
         ``context (B, H, Tq, Dv)``, ``weights (B, H, Tq, Tk)`` or ``None``, and the plan taken.
     """
-    plan = choose_impl(impl, score=score, need_weights=need_weights)
+    plan = plan_call(impl, score, call, heads=q.shape[1], need_weights=need_weights,
+                     dropout_p=dropout_p)
     qf = score.prepare_query(q)  # (B, H, Tq, F)
     kf = score.prepare_key(k)  # (B, H, Tk, F)
     extra = score.prepare_extra(prev) if prev is not None else None
     if plan.impl == "sdpa":
-        return sdpa_attention(qf, kf, v, mask, dropout_p=dropout_p), None, plan
-    context, weights = reference_attention(qf, kf, v, score, mask, extra=extra, dropout_p=dropout_p)
+        return sdpa_attention(qf, kf, v, call.mask(), dropout_p=dropout_p), None, plan
+    if plan.impl == "chunked" and not need_weights:
+        context = chunked_attention(qf, kf, v, score, call.layout, extra=extra,
+                                    dropout_p=dropout_p, compiled=plan.compiled)
+        return context, None, plan
+    if plan.impl == "chunked":
+        scores = recomputed_scores(qf, kf, score, extra=extra, compiled=plan.compiled)
+        context, weights = weigh(scores, v, call.mask(), dropout_p)
+        return context, weights, plan
+    context, weights = reference_attention(qf, kf, v, score, call.mask(), extra=extra,
+                                           dropout_p=dropout_p)
     return context, (weights if need_weights else None), plan

@@ -4,6 +4,16 @@
 one path and fails with a ``ValueError`` naming the reason if that path cannot serve the call.
 The choice is logged at DEBUG level on the ``attnkit`` logger and returned by
 :meth:`attnkit.Attention.plan`.
+
+=============  ==============================================================================
+impl           what runs
+=============  ==============================================================================
+reference      full score matrix (and the ``(Tq, Tk, A)`` pair tensor for additive scores)
+sdpa           ``F.scaled_dot_product_attention`` on prepared features (dot family only)
+chunked        blocks with online softmax, scores recomputed in backward; with a window or
+               causal mask only the band's key blocks run (banded local attention). When
+               weights are needed, the ``(Tq, Tk)`` scores are built block by block instead.
+=============  ==============================================================================
 """
 
 from __future__ import annotations
@@ -11,21 +21,28 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import torch
+
+from attnkit.attention import kernels
 from attnkit.attention.scores import Score
 
 __all__ = ["IMPLS", "Plan", "choose_impl"]
 
-IMPLS = ("auto", "reference", "sdpa")
+IMPLS = ("auto", "reference", "sdpa", "chunked")
 
 log = logging.getLogger("attnkit")
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The path an attention call takes: ``impl`` in :data:`IMPLS` (never "auto"), and why."""
+    """The path an attention call takes: ``impl`` in :data:`IMPLS` (never "auto"), and why.
+
+    ``compiled`` says whether the chunked path uses the score's compiled kernels.
+    """
 
     impl: str
     reason: str
+    compiled: bool = False
 
 
 def _sdpa_blocker(score: Score, need_weights: bool) -> str | None:
@@ -36,8 +53,37 @@ def _sdpa_blocker(score: Score, need_weights: bool) -> str | None:
     return None
 
 
-def choose_impl(impl: str, *, score: Score, need_weights: bool) -> Plan:
-    """Resolve ``impl`` for one call.
+def _narrow_band(window, tk: int) -> bool:
+    return window is not None and 2 * (window[0] + window[1] + 1) <= tk
+
+
+def _chunked(score: Score, shape, dtype, reason: str) -> Plan:
+    b, h, tq, tk = shape
+    if score.name != "additive":
+        return Plan("chunked", reason)
+    work = b * h * tq * tk * score.v.shape[-1]
+    compiled = kernels.want_compiled(work, dtype or torch.float32)
+    if compiled:
+        kernel = "compiled additive kernels"
+    elif work >= kernels.COMPILE_MIN_WORK and kernels.compile_status() != "available":
+        kernel = f"eager additive kernels ({kernels.compile_status()})"
+    else:
+        kernel = "eager additive kernels (too small to pay for compiling)"
+    return Plan("chunked", f"{reason}; {kernel}", compiled)
+
+
+def choose_impl(
+    impl: str,
+    *,
+    score: Score,
+    need_weights: bool,
+    shape: tuple[int, int, int, int],
+    window: tuple[int, int] | None = None,
+    dropout_p: float = 0.0,
+    device: torch.device | None = None,
+    dtype: torch.dtype | None = None,
+) -> Plan:
+    """Resolve ``impl`` for one call of shape ``(B, H, Tq, Tk)``.
 
     Raises:
         ValueError: ``impl`` is unknown, or the forced path cannot compute this call.
@@ -45,15 +91,30 @@ def choose_impl(impl: str, *, score: Score, need_weights: bool) -> Plan:
     if impl not in IMPLS:
         raise ValueError(f"impl: expected one of {', '.join(IMPLS)}, got {impl!r}")
     blocker = _sdpa_blocker(score, need_weights)
+    tk = shape[3]
+    on_cpu = device is None or torch.device(device).type == "cpu"
     if impl == "reference":
         plan = Plan("reference", "impl='reference' was requested")
     elif impl == "sdpa":
         if blocker is not None:
             raise ValueError(f"impl='sdpa' cannot serve this call: {blocker}")
         plan = Plan("sdpa", "impl='sdpa' was requested")
+    elif impl == "chunked":
+        plan = _chunked(score, shape, dtype, "impl='chunked' was requested")
+    elif need_weights and score.dot_family:
+        plan = Plan("reference", "weights requested: they are the (Tq, Tk) score matrix anyway")
+    elif need_weights:
+        plan = _chunked(score, shape, dtype, "weights requested: (Tq, Tk) scores built block by "
+                        "block, the (Tq, Tk, A) pair tensor recomputed in backward")
+    elif _narrow_band(window, tk):
+        plan = _chunked(score, shape, dtype, f"window {window} over {tk} keys: banded blocks, "
+                        "O(Tq * window) work and memory")
+    elif blocker is None and dropout_p > 0 and on_cpu:
+        plan = Plan("chunked", "dropout on CPU: SDPA would fall back to its full-matrix math path")
     elif blocker is None:
         plan = Plan("sdpa", f"score {score.name!r} without weights: fused SDPA kernel")
     else:
-        plan = Plan("reference", f"SDPA not possible ({blocker}); full-matrix reference path")
+        plan = _chunked(score, shape, dtype, f"score {score.name!r}: online softmax over key "
+                        "blocks, scores recomputed in backward")
     log.debug("attention path %s: %s", plan.impl, plan.reason)
     return plan

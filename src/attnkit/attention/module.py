@@ -11,8 +11,8 @@ from attnkit.attention._checks import (
     check_window,
     describe,
 )
-from attnkit.attention.core import AttentionOutput, check_call, initial_weights, run
-from attnkit.attention.dispatch import IMPLS, Plan, choose_impl
+from attnkit.attention.core import AttentionOutput, check_call, initial_weights, plan_call, run
+from attnkit.attention.dispatch import IMPLS, Plan
 from attnkit.attention.scores import SCORES, CosineScore, make_score
 
 __all__ = ["Attention", "attention"]
@@ -43,7 +43,10 @@ class Attention(nn.Module):
         dropout: dropout probability on the weights (training only; returned weights are
             before dropout).
         impl: ``"auto"`` (fastest path that serves the call; see :meth:`plan`), ``"reference"``
-            (plain full-matrix math) or ``"sdpa"`` (fused dot-product kernel).
+            (plain full-matrix math), ``"sdpa"`` (fused dot-product kernel, dot family only) or
+            ``"chunked"`` (blocks with online softmax and scores recomputed in backward: no
+            ``(Tq, Tk)`` or ``(Tq, Tk, A)`` tensor; banded for windows). See
+            :mod:`attnkit.attention.dispatch`.
         location_filters: ``F``, conv filters of the location score (default 10).
         location_kernel: ``K``, odd conv width of the location score (default 31).
 
@@ -154,10 +157,39 @@ class Attention(nn.Module):
             f"causal={self.causal}, dropout={self.dropout}, impl={self.impl!r}"
         )
 
-    def plan(self, query: torch.Tensor, key: torch.Tensor, *, need_weights: bool = False) -> Plan:
-        """The path a call with these inputs would take, and why (nothing is computed)."""
-        return choose_impl(
-            self.impl, score=self.score, need_weights=need_weights or self.score.needs_prev
+    def plan(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        *,
+        need_weights: bool = False,
+        key_lengths: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> Plan:
+        """The path a call with these inputs would take, and why (no attention is computed)."""
+        call = self._check(query, key, None, key_lengths, None, positions)
+        return plan_call(
+            self.impl,
+            self.score,
+            call,
+            heads=self.heads,
+            need_weights=need_weights or self.score.needs_prev,
+            dropout_p=self.dropout if self.training else 0.0,
+        )
+
+    def _check(self, query, key, value, key_lengths, key_mask, positions):
+        return check_call(
+            query,
+            key,
+            value,
+            query_dim=self.query_dim,
+            key_dim=self.key_dim,
+            value_dim=self.value_dim,
+            key_lengths=key_lengths,
+            key_mask=key_mask,
+            positions=positions,
+            causal=self.causal,
+            window=self.window,
         )
 
     def _split_heads(self, x: torch.Tensor, proj: nn.Module | None) -> torch.Tensor:
@@ -186,19 +218,7 @@ class Attention(nn.Module):
         positions: torch.Tensor | None = None,
         need_weights: bool = False,
     ) -> AttentionOutput:
-        call = check_call(
-            query,
-            key,
-            value,
-            query_dim=self.query_dim,
-            key_dim=self.key_dim,
-            value_dim=self.value_dim,
-            key_lengths=key_lengths,
-            key_mask=key_mask,
-            positions=positions,
-            causal=self.causal,
-            window=self.window,
-        )
+        call = self._check(query, key, value, key_lengths, key_mask, positions)
         self._check_params_dtype(query)
         multi = self.heads > 1
         q = self._split_heads(call.query, self.q_proj if multi else None)  # (B, H, Tq, dq)
@@ -210,7 +230,7 @@ class Attention(nn.Module):
             k,
             v,
             self.score,
-            call.mask,
+            call,
             prev=prev,
             impl=self.impl,
             dropout_p=self.dropout if self.training else 0.0,
@@ -219,9 +239,9 @@ class Attention(nn.Module):
         b, _, tq, _ = context.shape
         if multi:
             context = self.out_proj(context.transpose(1, 2).reshape(b, tq, -1))  # (B, Tq, Dv)
-            if call.mask is not None:  # a query with no key gets zero context, not the bias
-                empty = ~call.mask[:, 0].any(dim=-1, keepdim=True)  # (B, Tq, 1)
-                context = context.masked_fill(empty, 0.0)
+            empty = call.empty_queries()  # (B or 1, Tq)
+            if empty is not None:  # a query with no key gets zero context, not the bias
+                context = context.masked_fill(empty[..., None], 0.0)
         else:
             context = context[:, 0]  # (B, Tq, Dv)
             weights = None if weights is None else weights[:, 0]  # (B, Tq, Tk)
@@ -318,7 +338,7 @@ def attention(
         call.key.unsqueeze(1),
         call.value.unsqueeze(1),
         sc,
-        call.mask,
+        call,
         prev=None,
         impl=impl,
         dropout_p=dropout_p,

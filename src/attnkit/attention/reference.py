@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from attnkit.attention.scores import Score
 
-__all__ = ["reference_attention", "masked_softmax"]
+__all__ = ["reference_attention", "masked_softmax", "weigh"]
 
 _LOW = (torch.float16, torch.bfloat16)
 
@@ -52,7 +52,7 @@ def reference_attention(
         kf: prepared keys ``(B, H, Tk, F)``.
         value: ``(B, H, Tk, Dv)``.
         score: the score module that prepared ``qf``/``kf``.
-        mask: ``(B, 1 or H, Tq, Tk)`` bool, **True = may attend**, or ``None``.
+        mask: bool, broadcastable to ``(B, H, Tq, Tk)``, **True = may attend**, or ``None``.
         extra: per-pair features for the score (location features) or ``None``.
         dropout_p: dropout on the weights (applied to the context only).
 
@@ -65,6 +65,14 @@ def reference_attention(
         qf, kf = qf.float(), kf.float()
         extra = None if extra is None else extra.float()
     scores = score.pairwise(qf, kf, extra)  # (B, H, Tq, Tk)
+    return weigh(scores, value, mask, dropout_p)
+
+
+def weigh(
+    scores: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, dropout_p: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masked softmax of ``scores (B, H, Tq, Tk)``, dropout, and the weighted sum of
+    ``value (B, H, Tk, Dv)``: ``context (B, H, Tq, Dv)`` and the weights before dropout."""
     weights = masked_softmax(scores, mask).to(value.dtype)  # (B, H, Tq, Tk)
     dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
     return dropped @ value, weights  # (B, H, Tq, Dv), (B, H, Tq, Tk)

@@ -13,6 +13,11 @@ pair tensor ``tanh(W q_i + U k_j)`` of shape ``(B, H, Tq, Tk, A)``.
 
 Parameters carry a leading head dimension ``H`` (``H = 1`` for single-head attention).
 
+The memory-light paths (:mod:`attnkit.attention.chunked`) call ``block_scores`` and
+``block_backward`` on one block of queries and keys at a time, recomputing scores in backward
+instead of storing them; the default ``block_backward`` differentiates ``pairwise`` with autograd,
+and the additive score overrides both with fused kernels (:mod:`attnkit.attention.kernels`).
+
 =============  ===========================================  ======================
 score          e_ij                                          parameters (per head)
 =============  ===========================================  ======================
@@ -33,6 +38,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from attnkit.attention import kernels
 
 __all__ = ["SCORES", "Score", "make_score"]
 
@@ -74,6 +81,39 @@ class Score(nn.Module):
     ) -> torch.Tensor:
         """Scores ``(B, H, Tq, Tk)`` from prepared queries and keys."""
         return qf @ kf.transpose(-1, -2)  # (B, H, Tq, Tk)
+
+    def pairwise_params(self) -> tuple[nn.Parameter, ...]:
+        """The parameters ``pairwise`` reads (their gradients come from ``block_backward``)."""
+        return ()
+
+    def block_scores(self, qf, kf, extra=None, *, compiled: bool = False) -> torch.Tensor:
+        """Scores of one block, ``(B, H, bq, bk)``, without recording autograd history."""
+        with torch.no_grad():
+            return self.pairwise(qf, kf, extra)
+
+    def block_backward(self, qf, kf, extra, grad_scores, *, compiled: bool = False):
+        """Gradients of ``sum(grad_scores * pairwise(qf, kf, extra))`` for one block.
+
+        Args:
+            qf: ``(B, H, bq, F)``; kf: ``(B, H, bk, F)``; extra: ``(B, H, bq, bk, E)`` or None;
+            grad_scores: ``(B, H, bq, bk)``.
+
+        Returns:
+            ``(d_qf, d_kf, d_extra or None, d_params)`` with ``d_params`` matching
+            :meth:`pairwise_params` (None for a parameter that does not require grad).
+        """
+        params = self.pairwise_params()
+        with torch.enable_grad():
+            q = qf.detach().requires_grad_()
+            k = kf.detach().requires_grad_()
+            e = None if extra is None else extra.detach().requires_grad_()
+            wanted = [p for p in params if p.requires_grad]
+            inputs = [q, k] + ([e] if e is not None else []) + wanted
+            grads = list(torch.autograd.grad(self.pairwise(q, k, e), inputs, grad_scores))
+        dq, dk = grads.pop(0), grads.pop(0)
+        de = grads.pop(0) if e is not None else None
+        dparams = tuple(grads.pop(0) if p.requires_grad else None for p in params)
+        return dq, dk, de, dparams
 
 
 class DotScore(Score):
@@ -150,9 +190,18 @@ class AdditiveScore(Score):
 
     def pairwise(self, qf, kf, extra=None):
         pre = qf.unsqueeze(-2) + kf.unsqueeze(-3)  # (B, H, Tq, Tk, A)
-        if extra is not None:
-            pre = pre + extra
         return torch.einsum("bhqka,ha->bhqk", torch.tanh(pre), self.v.to(qf.dtype))
+
+    def pairwise_params(self):
+        return (self.v,)
+
+    def block_scores(self, qf, kf, extra=None, *, compiled=False):
+        return kernels.additive_scores(qf, kf, self.v.detach().to(qf.dtype), compiled=compiled)
+
+    def block_backward(self, qf, kf, extra, grad_scores, *, compiled=False):
+        v = self.v.detach().to(qf.dtype)
+        dq, dk, dv = kernels.additive_backward(qf, kf, v, grad_scores, compiled=compiled)
+        return dq, dk, None, (dv.to(self.v.dtype) if self.v.requires_grad else None,)
 
 
 class LocationScore(AdditiveScore):
@@ -177,10 +226,22 @@ class LocationScore(AdditiveScore):
         return q @ self.w_query + self.bias[:, None, :]  # (B, H, Tq, A)
 
     def prepare_extra(self, prev):
+        """Location features ``f (B, H, Tq, Tk, F)`` from the previous weights (B, H, Tq, Tk)."""
         b, h, tq, tk = prev.shape
         f = self.conv(prev.reshape(b * h * tq, 1, tk))  # (B*H*Tq, F, Tk)
-        f = f.reshape(b, h, tq, -1, tk).transpose(-1, -2)  # (B, H, Tq, Tk, F)
-        return torch.einsum("bhqkf,hfa->bhqka", f, self.w_loc)  # (B, H, Tq, Tk, A)
+        return f.reshape(b, h, tq, -1, tk).transpose(-1, -2)  # (B, H, Tq, Tk, F)
+
+    def pairwise(self, qf, kf, extra=None):
+        loc = torch.einsum("bhqkf,hfa->bhqka", extra, self.w_loc.to(qf.dtype))  # (B,H,Tq,Tk,A)
+        pre = qf.unsqueeze(-2) + kf.unsqueeze(-3) + loc  # (B, H, Tq, Tk, A)
+        return torch.einsum("bhqka,ha->bhqk", torch.tanh(pre), self.v.to(qf.dtype))
+
+    def pairwise_params(self):
+        return (self.v, self.w_loc)
+
+    # The location term is not separable in (i, j): use the generic recompute-and-autograd path.
+    block_scores = Score.block_scores
+    block_backward = Score.block_backward
 
 
 def make_score(

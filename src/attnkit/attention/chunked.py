@@ -1,0 +1,314 @@
+"""The memory-light path: attention over blocks, scores recomputed in backward.
+
+Two custom autograd functions, for every score type (they call the score's ``block_scores`` and
+``block_backward``, see :mod:`attnkit.attention.scores`):
+
+* :func:`chunked_attention` (weights not needed): for each block of queries, an online softmax
+  runs over blocks of keys (running max ``m``, normaliser ``l`` and context accumulator), so
+  neither the ``(Tq, Tk)`` scores nor the ``(Tq, Tk, A)`` pair tensor of additive attention ever
+  exists. Saved for backward: the inputs, the output and the log-sum-exp ``(B, H, Tq)``. Backward
+  recomputes each block's scores (FlashAttention-2's recurrence). With a window or causal mask,
+  key blocks outside the band are skipped, so local attention costs ``O(Tq * (left + right))``.
+* :func:`recomputed_scores` (weights needed, e.g. the location score's state): the full scores
+  ``(B, H, Tq, Tk)`` computed block by block; backward recomputes the pair tensor block by block,
+  so training keeps ``O(Tq * Tk)``, not ``O(Tq * Tk * A)``.
+
+Masks are built per block from key validity ``(B, Tk)`` and query centres; a query with no
+allowed key gets zero output and zero gradient. Dropout on the weights draws each block's mask
+from a generator seeded with ``(seed, block)``, so backward regenerates the same mask and runs
+are reproducible under ``torch.manual_seed``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnkit.attention.masks import band_mask
+from attnkit.attention.scores import Score
+
+__all__ = ["KeyLayout", "chunked_attention", "recomputed_scores", "block_sizes"]
+
+_LOW = (torch.float16, torch.bfloat16)
+
+# Budget, in elements, for one block's transient tensors.
+_SCORE_BLOCK = 1 << 21  # (B, H, bq, bk) scores
+_PAIR_BLOCK = 1 << 23  # (B, H, bq, bk, A) eager pair tensor (32 MiB in float32)
+
+
+def block_sizes(bh: int, tq: int, tk: int, pair_dim: int, *, fused: bool) -> tuple[int, int]:
+    """Query and key block sizes for ``B*H = bh`` rows, keeping transients within budget.
+
+    ``pair_dim`` is ``A`` for scores that build a pair tensor eagerly, 1 otherwise (fused
+    kernels and dot products only hold the block's scores).
+    """
+    per_pair = 1 if fused else pair_dim
+    bk = min(tk, 512)
+    budget = min(_SCORE_BLOCK, _PAIR_BLOCK // per_pair)
+    bq = max(1, min(tq, budget // max(1, bh * bk)))
+    if bq < 16 and tq > bq:  # very long rows: smaller key blocks rather than 1-query blocks
+        bk = max(16, min(tk, budget // max(1, bh * 16)))
+        bq = max(1, min(tq, budget // max(1, bh * bk)))
+    return bq, bk
+
+
+@dataclass(frozen=True)
+class KeyLayout:
+    """Which keys each query may attend to, without materialising ``(B, Tq, Tk)``.
+
+    Attributes:
+        key_valid: ``(B, Tk)`` bool (True = may attend) or None.
+        q_pos: ``(B or 1, Tq)`` aligned key position of each query, or None (no band).
+        causal, window: the band restrictions (see :mod:`attnkit.attention.masks`).
+        tk: number of keys.
+    """
+
+    key_valid: torch.Tensor | None
+    q_pos: torch.Tensor | None
+    causal: bool
+    window: tuple[int, int] | None
+    tk: int
+
+    def key_range(self, q0: int, q1: int) -> tuple[int, int]:
+        """Keys ``[k0, k1)`` that queries ``q0..q1-1`` can see (the band's hull)."""
+        if self.q_pos is None or (not self.causal and self.window is None):
+            return 0, self.tk
+        block = self.q_pos[:, q0:q1]
+        lo, hi = 0, self.tk
+        if self.window is not None:
+            lo = max(lo, int(block.min()) - self.window[0])
+            hi = min(hi, int(block.max()) + self.window[1] + 1)
+        if self.causal:
+            hi = min(hi, int(block.max()) + 1)
+        return lo, max(lo, hi)
+
+    def block_mask(self, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor | None:
+        """``(B or 1, 1, bq, bk)`` bool, True = may attend, or None when all may."""
+        mask = None
+        if self.key_valid is not None:
+            mask = self.key_valid[:, None, None, k0:k1]  # (B, 1, 1, bk)
+        if self.q_pos is not None:
+            idx = torch.arange(k0, k1, device=self.q_pos.device)
+            band = band_mask(self.q_pos[:, q0:q1], idx, causal=self.causal, window=self.window)
+            if band is not None:
+                band = band[:, None]  # (B or 1, 1, bq, bk)
+                mask = band if mask is None else mask & band
+        return mask
+
+
+def _slice_extra(extra, q0, q1, k0, k1):
+    return None if extra is None else extra[:, :, q0:q1, k0:k1]
+
+
+def _keep_mask(shape, p, seed, block, device):
+    g = torch.Generator(device=device)
+    g.manual_seed((seed + 1_000_003 * block) % (2**63))
+    return torch.rand(shape, generator=g, device=device) >= p
+
+
+class _ChunkedAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, layout, score, blocks, dropout_p, seed, compiled, qf, kf, v, extra, *params):
+        b, h, tq, _ = qf.shape
+        acc_t = torch.float32 if qf.dtype in _LOW else qf.dtype
+        bq, bk = blocks
+        out = torch.zeros(b, h, tq, v.shape[-1], dtype=acc_t, device=qf.device)
+        lse = torch.full((b, h, tq), float("inf"), dtype=acc_t, device=qf.device)
+        block = 0
+        for q0 in range(0, tq, bq):
+            q1 = min(q0 + bq, tq)
+            qb = qf[:, :, q0:q1]
+            m = torch.full((b, h, q1 - q0), float("-inf"), dtype=acc_t, device=qf.device)
+            l = torch.zeros_like(m)
+            acc = torch.zeros(b, h, q1 - q0, v.shape[-1], dtype=acc_t, device=qf.device)
+            k_lo, k_hi = layout.key_range(q0, q1)
+            for k0 in range(k_lo, k_hi, bk):
+                k1 = min(k0 + bk, k_hi)
+                s = score.block_scores(
+                    qb, kf[:, :, k0:k1], _slice_extra(extra, q0, q1, k0, k1), compiled=compiled
+                ).to(acc_t)  # (B, H, bq, bk)
+                mask = layout.block_mask(q0, q1, k0, k1)
+                if mask is not None:
+                    s = s.masked_fill(~mask, float("-inf"))
+                m_new = torch.maximum(m, s.amax(-1))
+                m_safe = m_new.masked_fill(m_new == float("-inf"), 0.0)  # rows with no key yet
+                p = torch.exp(s - m_safe[..., None])  # (B, H, bq, bk); masked -> 0
+                corr = torch.exp(m - m_safe)
+                l = l * corr + p.sum(-1)
+                if dropout_p > 0:
+                    keep = _keep_mask(p.shape, dropout_p, seed, block, p.device)
+                    p = p * keep / (1 - dropout_p)
+                acc = acc * corr[..., None] + p @ v[:, :, k0:k1].to(acc_t)
+                m = m_new
+                block += 1
+            has_key = l > 0
+            out[:, :, q0:q1] = acc / torch.where(has_key, l, 1.0)[..., None]
+            lse[:, :, q0:q1] = torch.where(has_key, m + torch.log(l), float("inf"))
+        out = out.to(v.dtype)
+        ctx.layout, ctx.score, ctx.blocks = layout, score, blocks
+        ctx.dropout_p, ctx.seed, ctx.compiled = dropout_p, seed, compiled
+        ctx.has_extra = extra is not None
+        ctx.save_for_backward(qf, kf, v, out, lse, *(() if extra is None else (extra,)))
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        qf, kf, v, out, lse, *rest = ctx.saved_tensors
+        extra = rest[0] if ctx.has_extra else None
+        layout, score, (bq, bk), p_drop = ctx.layout, ctx.score, ctx.blocks, ctx.dropout_p
+        acc_t = lse.dtype
+        b, h, tq, _ = qf.shape
+        dout = dout.to(acc_t)
+        delta = (dout * out.to(acc_t)).sum(-1)  # (B, H, Tq) = rowsum(dP * P)
+        dq = torch.zeros(qf.shape, dtype=acc_t, device=qf.device)
+        dk = torch.zeros(kf.shape, dtype=acc_t, device=kf.device)
+        dv = torch.zeros(v.shape, dtype=acc_t, device=v.device)
+        dextra = None if extra is None else torch.zeros(extra.shape, dtype=acc_t, device=qf.device)
+        params = score.pairwise_params()
+        dparams = [None] * len(params)
+        block = 0
+        for q0 in range(0, tq, bq):
+            q1 = min(q0 + bq, tq)
+            qb, dob = qf[:, :, q0:q1], dout[:, :, q0:q1]
+            lse_b, delta_b = lse[:, :, q0:q1, None], delta[:, :, q0:q1, None]
+            k_lo, k_hi = layout.key_range(q0, q1)
+            for k0 in range(k_lo, k_hi, bk):
+                k1 = min(k0 + bk, k_hi)
+                kb, eb = kf[:, :, k0:k1], _slice_extra(extra, q0, q1, k0, k1)
+                s = score.block_scores(qb, kb, eb, compiled=ctx.compiled).to(acc_t)
+                p = torch.exp(s - lse_b)  # (B, H, bq, bk); rows with no key: exp(-inf) = 0
+                mask = layout.block_mask(q0, q1, k0, k1)
+                if mask is not None:
+                    p = p.masked_fill(~mask, 0.0)
+                vb = v[:, :, k0:k1].to(acc_t)
+                dp = dob @ vb.transpose(-1, -2)  # (B, H, bq, bk)
+                if p_drop > 0:
+                    keep = _keep_mask(p.shape, p_drop, ctx.seed, block, p.device) / (1 - p_drop)
+                    dv[:, :, k0:k1] += (p * keep).transpose(-1, -2) @ dob
+                    dp = dp * keep
+                else:
+                    dv[:, :, k0:k1] += p.transpose(-1, -2) @ dob
+                ds = p * (dp - delta_b)
+                gq, gk, ge, gp = score.block_backward(qb, kb, eb, ds, compiled=ctx.compiled)
+                dq[:, :, q0:q1] += gq
+                dk[:, :, k0:k1] += gk
+                if dextra is not None:
+                    dextra[:, :, q0:q1, k0:k1] += ge
+                for i, g in enumerate(gp):
+                    if g is not None:
+                        dparams[i] = g if dparams[i] is None else dparams[i] + g
+                block += 1
+        grads_in = (dq.to(qf.dtype), dk.to(kf.dtype), dv.to(v.dtype))
+        grads_in += (None if dextra is None else dextra.to(extra.dtype),)
+        return (None,) * 6 + grads_in + tuple(dparams)
+
+
+def chunked_attention(
+    qf: torch.Tensor,
+    kf: torch.Tensor,
+    value: torch.Tensor,
+    score: Score,
+    layout: KeyLayout,
+    *,
+    extra: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    seed: int | None = None,
+    compiled: bool = False,
+    blocks: tuple[int, int] | None = None,
+) -> torch.Tensor:
+    """``softmax(score(q, k)) @ v`` without the ``(Tq, Tk)`` matrix, scores recomputed in backward.
+
+    Args:
+        qf: prepared queries ``(B, H, Tq, F)``; kf: prepared keys ``(B, H, Tk, F)``.
+        value: ``(B, H, Tk, Dv)``.
+        score: the score module that prepared ``qf``/``kf``.
+        layout: which keys each query may attend to.
+        extra: per-pair features ``(B, H, Tq, Tk, E)`` (location score) or None.
+        dropout_p: dropout on the weights; ``seed`` fixes its masks (drawn from torch's global
+            generator when None).
+        compiled: use the score's compiled kernels where it has them.
+        blocks: ``(block_q, block_k)``; chosen from the shapes when None.
+
+    Returns:
+        ``context (B, H, Tq, Dv)``.
+    """
+    if blocks is None:
+        pair = qf.shape[-1] if not score.dot_family and not compiled else 1
+        blocks = block_sizes(qf.shape[0] * qf.shape[1], qf.shape[2], kf.shape[2], pair,
+                             fused=compiled)
+    if dropout_p > 0 and seed is None:
+        seed = int(torch.randint(0, 2**62, (1,)))
+    return _ChunkedAttention.apply(
+        layout, score, blocks, dropout_p, seed or 0, compiled, qf, kf, value, extra,
+        *score.pairwise_params(),
+    )
+
+
+class _RecomputedScores(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, score, blocks, compiled, qf, kf, extra, *params):
+        b, h, tq, _ = qf.shape
+        tk = kf.shape[2]
+        acc_t = torch.float32 if qf.dtype in _LOW else qf.dtype
+        bq, bk = blocks
+        s = torch.empty(b, h, tq, tk, dtype=acc_t, device=qf.device)
+        for q0 in range(0, tq, bq):
+            for k0 in range(0, tk, bk):
+                q1, k1 = min(q0 + bq, tq), min(k0 + bk, tk)
+                s[:, :, q0:q1, k0:k1] = score.block_scores(
+                    qf[:, :, q0:q1], kf[:, :, k0:k1], _slice_extra(extra, q0, q1, k0, k1),
+                    compiled=compiled,
+                )
+        ctx.score, ctx.blocks, ctx.compiled = score, blocks, compiled
+        ctx.has_extra = extra is not None
+        ctx.save_for_backward(qf, kf, *(() if extra is None else (extra,)))
+        return s
+
+    @staticmethod
+    def backward(ctx, ds):
+        qf, kf, *rest = ctx.saved_tensors
+        extra = rest[0] if ctx.has_extra else None
+        score, (bq, bk) = ctx.score, ctx.blocks
+        tq, tk = qf.shape[2], kf.shape[2]
+        acc_t = ds.dtype
+        dq = torch.zeros(qf.shape, dtype=acc_t, device=qf.device)
+        dk = torch.zeros(kf.shape, dtype=acc_t, device=kf.device)
+        dextra = None if extra is None else torch.zeros(extra.shape, dtype=acc_t, device=qf.device)
+        dparams = [None] * len(score.pairwise_params())
+        for q0 in range(0, tq, bq):
+            for k0 in range(0, tk, bk):
+                q1, k1 = min(q0 + bq, tq), min(k0 + bk, tk)
+                gq, gk, ge, gp = score.block_backward(
+                    qf[:, :, q0:q1], kf[:, :, k0:k1], _slice_extra(extra, q0, q1, k0, k1),
+                    ds[:, :, q0:q1, k0:k1].contiguous(), compiled=ctx.compiled,
+                )
+                dq[:, :, q0:q1] += gq
+                dk[:, :, k0:k1] += gk
+                if dextra is not None:
+                    dextra[:, :, q0:q1, k0:k1] += ge
+                for i, g in enumerate(gp):
+                    if g is not None:
+                        dparams[i] = g if dparams[i] is None else dparams[i] + g
+        grads = (dq.to(qf.dtype), dk.to(kf.dtype))
+        grads += (None if dextra is None else dextra.to(extra.dtype),)
+        return (None,) * 3 + grads + tuple(dparams)
+
+
+def recomputed_scores(
+    qf: torch.Tensor,
+    kf: torch.Tensor,
+    score: Score,
+    *,
+    extra: torch.Tensor | None = None,
+    compiled: bool = False,
+    blocks: tuple[int, int] | None = None,
+) -> torch.Tensor:
+    """Scores ``(B, H, Tq, Tk)`` (float32 for low precision) whose backward recomputes the pair
+    tensor block by block instead of keeping it."""
+    if blocks is None:
+        pair = qf.shape[-1] if not score.dot_family and not compiled else 1
+        blocks = block_sizes(qf.shape[0] * qf.shape[1], qf.shape[2], kf.shape[2], pair,
+                             fused=compiled)
+    return _RecomputedScores.apply(score, blocks, compiled, qf, kf, extra,
+                                   *score.pairwise_params())

@@ -1,0 +1,132 @@
+"""Fused kernels for one block of the additive score ``s_ij = sum_a v_a tanh(q_ia + k_ja)``.
+
+The pair tensor ``(B, H, bq, bk, A)`` is the whole cost of additive attention, and its speed is
+bound by ``tanh``. Two implementations of each block operation:
+
+* **eager**: plain PyTorch (``torch.tanh``); materialises the block's pair tensor once;
+* **compiled**: the same math through ``torch.compile`` (Inductor's C++/OpenMP code on CPU,
+  Triton on GPU) with ``tanh(x) = 1 - 2 / (exp(2x) + 1)``, which vectorises far better than
+  ``tanh`` and is exact to float32 rounding in absolute terms (``|error| < 2.4e-7``, tested). Each
+  backward reduction is its own kernel: fused into one, Inductor ran ~5x slower here.
+
+Compiling takes seconds once per process, so callers ask for it only when a call is big enough
+(:func:`want_compiled`). If compiling fails (no C++ compiler, unsupported platform) the eager code
+runs and :func:`compile_status` says why. ``ATTNKIT_COMPILE=0`` turns compiling off.
+
+Shapes: ``q (B, H, bq, A)``, ``k (B, H, bk, A)``, ``v (H, A)``, ``grad (B, H, bq, bk)``.
+Low-precision blocks are computed in float32.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+__all__ = [
+    "COMPILE_MIN_WORK",
+    "additive_backward",
+    "additive_scores",
+    "compile_status",
+    "exp_tanh",
+    "want_compiled",
+]
+
+log = logging.getLogger("attnkit")
+
+# Pair elements (B * H * Tq * Tk * A) from which compiling pays for itself (~5-15 s once).
+COMPILE_MIN_WORK = 1 << 27
+
+_LOW = (torch.float16, torch.bfloat16)
+
+
+def exp_tanh(x: torch.Tensor) -> torch.Tensor:
+    """``tanh(x)`` as ``1 - 2 / (exp(2x) + 1)``: saturates cleanly to +-1, never NaN."""
+    return 1 - 2 / (torch.exp(2 * x) + 1)
+
+
+def _pair(q, k, tanh):
+    return tanh(q.unsqueeze(-2) + k.unsqueeze(-3))  # (B, H, bq, bk, A)
+
+
+def _scores(q, k, v, tanh=exp_tanh):
+    return (_pair(q, k, tanh) * v[:, None, None, :]).sum(-1)  # (B, H, bq, bk)
+
+
+def _row_grad(q, k, grad, tanh=exp_tanh):
+    """``sum_j (1 - t_ij^2) grad_ij`` -> ``(B, H, bq, A)`` (times v gives d q)."""
+    t = _pair(q, k, tanh)
+    return ((1 - t * t) * grad.unsqueeze(-1)).sum(-2)
+
+
+def _row_grad_v(q, k, grad, tanh=exp_tanh):
+    """``sum_j t_ij grad_ij`` -> ``(B, H, bq, A)`` (summed over B and bq gives d v)."""
+    return (_pair(q, k, tanh) * grad.unsqueeze(-1)).sum(-2)
+
+
+class _Compiler:
+    """Lazily compiled versions of the block functions, with a fallback that remembers why."""
+
+    def __init__(self):
+        self.fns: dict[str, object] = {}
+        self.failure: str | None = None
+        if os.environ.get("ATTNKIT_COMPILE", "1") == "0":
+            self.failure = "disabled by ATTNKIT_COMPILE=0"
+        elif not hasattr(torch, "compile"):
+            self.failure = "this torch has no torch.compile"
+
+    def run(self, name, fn, *args):
+        if self.failure is None:
+            if name not in self.fns:
+                self.fns[name] = torch.compile(fn, dynamic=True)
+            try:
+                return self.fns[name](*args)
+            except Exception as exc:  # any compiler/toolchain failure: fall back, say why
+                self.failure = f"torch.compile failed: {type(exc).__name__}: {exc}"[:500]
+                log.warning("attnkit: fused additive kernels unavailable, using eager (%s)",
+                            self.failure)
+        return fn(*args, tanh=torch.tanh)
+
+
+_COMPILER = _Compiler()
+
+
+def compile_status() -> str:
+    """``"available"`` or the reason the compiled kernels are not used."""
+    return "available" if _COMPILER.failure is None else _COMPILER.failure
+
+
+def want_compiled(work: int, dtype: torch.dtype) -> bool:
+    """Whether a call with ``work`` pair elements should use the compiled kernels."""
+    return _COMPILER.failure is None and dtype != torch.float64 and work >= COMPILE_MIN_WORK
+
+
+def _upcast(*xs):
+    return [x.float() if x.dtype in _LOW else x for x in xs]
+
+
+def additive_scores(q, k, v, *, compiled: bool = False) -> torch.Tensor:
+    """``s (B, H, bq, bk)``, in float32 for low-precision inputs."""
+    q, k, v = _upcast(q, k, v)
+    if compiled:
+        return _COMPILER.run("scores", _scores, q, k, v)
+    return torch.einsum("bhqka,ha->bhqk", torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3)), v)
+
+
+def additive_backward(q, k, v, grad, *, compiled: bool = False):
+    """Gradients ``(d q (B, H, bq, A), d k (B, H, bk, A), d v (H, A))`` of ``sum(grad * s)``."""
+    q, k, v, grad = _upcast(q, k, v, grad)
+    vh = v[:, None, :]  # (H, 1, A)
+    if compiled:
+        gt = grad.transpose(-1, -2).contiguous()  # (B, H, bk, bq)
+        dq = _COMPILER.run("row_grad", _row_grad, q, k, grad) * vh
+        dk = _COMPILER.run("row_grad", _row_grad, k, q, gt) * vh
+        dv = _COMPILER.run("row_grad_v", _row_grad_v, q, k, grad).sum((0, 2))
+        return dq, dk, dv
+    t = torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3))  # (B, H, bq, bk, A)
+    dv = torch.einsum("bhqka,bhqk->ha", t, grad)
+    u = t.mul_(t).neg_().add_(1)  # 1 - t^2, in place: one block-sized buffer
+    dq = torch.einsum("bhqka,bhqk->bhqa", u, grad) * vh
+    dk = torch.einsum("bhqka,bhqk->bhka", u, grad) * vh
+    return dq, dk, dv
