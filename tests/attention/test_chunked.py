@@ -192,3 +192,29 @@ def test_chunked_low_precision_error_is_within_twice_the_reference_error(score, 
         assert out.dtype == dtype and torch.isfinite(out).all()
         errs[impl] = (out.double() - exact).abs().max().item()
     assert errs["chunked"] <= 2 * errs["reference"] + 1e-3, errs
+
+
+@pytest.mark.parametrize("score", SCORES)
+@pytest.mark.parametrize("heads", [1, 2])
+def test_decoder_steps_over_prepared_memory_equal_plain_calls(score, heads):
+    torch.manual_seed(0)
+    attn = Attention(8, score=score, heads=heads)
+    key = torch.randn(2, 12, 8, requires_grad=True)
+    lengths = torch.tensor([12, 7])
+    queries = torch.randn(4, 2, 8)
+    memory = attn.prepare(key)
+    prev_a = prev_b = None
+    total_a = total_b = 0
+    for q in queries:
+        a = attn(q, memory, key_lengths=lengths, prev_weights=prev_a)
+        b = attn(q, key, key_lengths=lengths, prev_weights=prev_b)
+        torch.testing.assert_close(a.context, b.context)
+        prev_a, prev_b = a.weights, b.weights
+        total_a, total_b = total_a + a.context.sum(), total_b + b.context.sum()
+    (ga,) = torch.autograd.grad(total_a, key)
+    (gb,) = torch.autograd.grad(total_b, key)
+    torch.testing.assert_close(ga, gb)
+    with pytest.raises(ValueError, match="^key: this Memory was prepared by another"):
+        Attention(8, score=score, heads=heads)(queries[0], memory)
+    with pytest.raises(ValueError, match="^value: the values are already in the prepared"):
+        attn(queries[0], memory, key)

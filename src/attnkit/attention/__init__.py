@@ -1,6 +1,6 @@
 """Attention: masks, scores, paths (reference, SDPA) and the modules built on them."""
 
-from attnkit.attention.core import AttentionOutput
+from attnkit.attention.core import AttentionOutput, Memory
 from attnkit.attention.dispatch import IMPLS, Plan
 from attnkit.attention.masks import lengths_to_mask
 from attnkit.attention.module import Attention, attention
@@ -12,6 +12,7 @@ __all__ = [
     "SCORES",
     "Attention",
     "AttentionOutput",
+    "Memory",
     "Plan",
     "SelfAttention",
     "attention",

@@ -40,6 +40,25 @@ class AttentionOutput(NamedTuple):
     weights: torch.Tensor | None
 
 
+class Memory(NamedTuple):
+    """Keys and values prepared once, by :meth:`attnkit.Attention.prepare`, for many calls.
+
+    An RNN decoder attends over the same encoder states at every step; preparing them once
+    (key projections of the score, per-head splits) saves that work at each step.
+
+    Attributes:
+        key: ``(B, Tk, Dk)`` as given; value: ``(B, Tk, Dv)`` as given.
+        key_features: ``(B, H, Tk, F)`` prepared keys; values: ``(B, H, Tk, Dv')`` per head.
+        owner: the module that prepared them (only it can use them).
+    """
+
+    key: torch.Tensor
+    value: torch.Tensor
+    key_features: torch.Tensor
+    values: torch.Tensor
+    owner: torch.nn.Module
+
+
 @dataclass
 class Call:
     """A validated attention call: 3-D query, key and value, and what each query may see."""
@@ -194,11 +213,13 @@ def run(
     impl: str,
     dropout_p: float,
     need_weights: bool,
+    kf: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, Plan]:
     """Score, mask, softmax and weight the values on per-head tensors.
 
     Args:
-        q: ``(B, H, Tq, Dq)``; k: ``(B, H, Tk, Dk)``; v: ``(B, H, Tk, Dv)``.
+        q: ``(B, H, Tq, Dq)``; k: ``(B, H, Tk, Dk)``, or None when ``kf`` is given;
+        v: ``(B, H, Tk, Dv)``; kf: keys already prepared by the score, ``(B, H, Tk, F)``.
         call: the validated call (its layout says which keys each query may see).
         prev: previous weights ``(B, H, Tq, Tk)`` for the location score, else ``None``.
 
@@ -208,7 +229,7 @@ def run(
     plan = plan_call(impl, score, call, heads=q.shape[1], need_weights=need_weights,
                      dropout_p=dropout_p)
     qf = score.prepare_query(q)  # (B, H, Tq, F)
-    kf = score.prepare_key(k)  # (B, H, Tk, F)
+    kf = score.prepare_key(k) if kf is None else kf  # (B, H, Tk, F)
     extra = score.prepare_extra(prev) if prev is not None else None
     if plan.impl == "sdpa":
         return sdpa_attention(qf, kf, v, call.mask(), dropout_p=dropout_p), None, plan

@@ -8,10 +8,19 @@ from torch import nn
 from attnkit.attention._checks import (
     check_positive_int,
     check_probability,
+    check_size,
+    check_tensor,
     check_window,
     describe,
 )
-from attnkit.attention.core import AttentionOutput, check_call, initial_weights, plan_call, run
+from attnkit.attention.core import (
+    AttentionOutput,
+    Memory,
+    check_call,
+    initial_weights,
+    plan_call,
+    run,
+)
 from attnkit.attention.dispatch import IMPLS, Plan
 from attnkit.attention.scores import SCORES, CosineScore, make_score
 
@@ -52,7 +61,7 @@ class Attention(nn.Module):
 
     Call arguments:
         query: ``(B, Tq, Dq)``, or ``(B, Dq)`` for one decoder step.
-        key: ``(B, Tk, Dk)``.
+        key: ``(B, Tk, Dk)``, or a :class:`Memory` from :meth:`prepare` (then no ``value``).
         value: ``(B, Tk, Dv)``; defaults to ``key``.
         key_lengths: ``(B,)`` ints: keys ``>= key_lengths[b]`` are padding.
         key_mask: ``(B, Tk)`` bool, **True = may attend**. ANDed with ``key_lengths``.
@@ -206,10 +215,32 @@ class Attention(nn.Module):
                 f"convert one of them, e.g. attn.to({query.dtype})"
             )
 
+    def prepare(self, key: torch.Tensor, value: torch.Tensor | None = None) -> Memory:
+        """Prepare keys ``(B, Tk, Dk)`` and values ``(B, Tk, Dv)`` once for many calls.
+
+        Pass the result as ``key`` (and no ``value``) to every later call, e.g. every decoder
+        step. Gradients flow back to ``key``, ``value`` and the parameters as usual.
+
+        Example:
+            >>> attn = Attention(8, score="additive")
+            >>> memory = attn.prepare(torch.randn(2, 30, 8))
+            >>> steps = [attn(torch.randn(2, 8), memory).context for _ in range(3)]
+            >>> steps[0].shape
+            torch.Size([2, 8])
+        """
+        check_tensor("key", key, ndim=3)
+        check_size("key", key, 2, self.key_dim, "feature size key_dim")
+        value = key if value is None else value
+        check_tensor("value", value, ndim=3)
+        multi = self.heads > 1
+        k = self._split_heads(key, self.k_proj if multi else None)  # (B, H, Tk, dk)
+        v = self._split_heads(value, self.v_proj if multi else None)  # (B, H, Tk, dv)
+        return Memory(key, value, self.score.prepare_key(k), v, self)
+
     def forward(
         self,
         query: torch.Tensor,
-        key: torch.Tensor,
+        key: torch.Tensor | Memory,
         value: torch.Tensor | None = None,
         *,
         key_lengths: torch.Tensor | None = None,
@@ -218,12 +249,24 @@ class Attention(nn.Module):
         positions: torch.Tensor | None = None,
         need_weights: bool = False,
     ) -> AttentionOutput:
+        memory = None
+        if isinstance(key, Memory):
+            memory = key
+            if memory.owner is not self:
+                raise ValueError("key: this Memory was prepared by another Attention module")
+            if value is not None:
+                raise ValueError("value: the values are already in the prepared Memory")
+            key, value = memory.key, memory.value
         call = self._check(query, key, value, key_lengths, key_mask, positions)
         self._check_params_dtype(query)
         multi = self.heads > 1
         q = self._split_heads(call.query, self.q_proj if multi else None)  # (B, H, Tq, dq)
-        k = self._split_heads(call.key, self.k_proj if multi else None)  # (B, H, Tk, dk)
-        v = self._split_heads(call.value, self.v_proj if multi else None)  # (B, H, Tk, dv)
+        if memory is None:
+            k = self._split_heads(call.key, self.k_proj if multi else None)  # (B, H, Tk, dk)
+            v = self._split_heads(call.value, self.v_proj if multi else None)  # (B, H, Tk, dv)
+            kf = None
+        else:
+            k, v, kf = None, memory.values, memory.key_features
         prev = self._check_prev(prev_weights, call)
         context, weights, _ = run(
             q,
@@ -235,6 +278,7 @@ class Attention(nn.Module):
             impl=self.impl,
             dropout_p=self.dropout if self.training else 0.0,
             need_weights=need_weights or self.score.needs_prev,
+            kf=kf,
         )
         b, _, tq, _ = context.shape
         if multi:
