@@ -42,10 +42,14 @@ def test_compiled_kernels_equal_eager_kernels():
     torch.testing.assert_close(fast_s, eager_s, atol=2e-5, rtol=1e-5)
     for a, b in zip(fast_g, eager_g):
         torch.testing.assert_close(a, b, atol=5e-5, rtol=1e-5)
-    # A second shape reuses the dynamic-shape kernels.
-    q, k, v, grad = _block(b=1, h=1, bq=3, bk=11, a=8)
-    torch.testing.assert_close(kernels.additive_scores(q, k, v, compiled=True),
-                               kernels.additive_scores(q, k, v), atol=2e-5, rtol=1e-5)
+    # Other shapes, the one-query block (a decoder step) included.
+    for bq in (3, 1):
+        q, k, v, grad = _block(b=1, h=2, bq=bq, bk=11, a=8)
+        torch.testing.assert_close(kernels.additive_scores(q, k, v, compiled=True),
+                                   kernels.additive_scores(q, k, v), atol=2e-5, rtol=1e-5)
+        for a, b in zip(kernels.additive_backward(q, k, v, grad, compiled=True),
+                        kernels.additive_backward(q, k, v, grad)):
+            torch.testing.assert_close(a, b, atol=5e-5, rtol=1e-5)
     # Compiling works on a machine with a C++ compiler; where it fails, the eager fallback ran
     # above and the reason is reported.
     assert kernels.compile_status() == "available" or "failed" in kernels.compile_status()

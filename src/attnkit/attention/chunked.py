@@ -44,7 +44,7 @@ def block_sizes(bh: int, tq: int, tk: int, pair_dim: int, *, fused: bool) -> tup
     kernels and dot products only hold the block's scores).
     """
     per_pair = 1 if fused else pair_dim
-    bk = min(tk, 512)
+    bk = min(tk, 1024)
     budget = min(_SCORE_BLOCK, _PAIR_BLOCK // per_pair)
     bq = max(1, min(tq, budget // max(1, bh * bk)))
     if bq < 16 and tq > bq:  # very long rows: smaller key blocks rather than 1-query blocks
@@ -161,9 +161,12 @@ class _ChunkedAttention(torch.autograd.Function):
         b, h, tq, _ = qf.shape
         dout = dout.to(acc_t)
         delta = (dout * out.to(acc_t)).sum(-1)  # (B, H, Tq) = rowsum(dP * P)
+        # With one query block and no band, each key block is visited once: write, don't add.
+        once = tq <= bq and layout.key_range(0, tq) == (0, layout.tk)
+        new = torch.empty if once else torch.zeros
         dq = torch.zeros(qf.shape, dtype=acc_t, device=qf.device)
-        dk = torch.zeros(kf.shape, dtype=acc_t, device=kf.device)
-        dv = torch.zeros(v.shape, dtype=acc_t, device=v.device)
+        dk = new(kf.shape, dtype=acc_t, device=kf.device)
+        dv = new(v.shape, dtype=acc_t, device=v.device)
         dextra = None if extra is None else torch.zeros(extra.shape, dtype=acc_t, device=qf.device)
         params = score.pairwise_params()
         dparams = [None] * len(params)
@@ -185,14 +188,21 @@ class _ChunkedAttention(torch.autograd.Function):
                 dp = dob @ vb.transpose(-1, -2)  # (B, H, bq, bk)
                 if p_drop > 0:
                     keep = _keep_mask(p.shape, p_drop, ctx.seed, block, p.device) / (1 - p_drop)
-                    dv[:, :, k0:k1] += (p * keep).transpose(-1, -2) @ dob
+                    gv = (p * keep).transpose(-1, -2) @ dob
                     dp = dp * keep
                 else:
-                    dv[:, :, k0:k1] += p.transpose(-1, -2) @ dob
+                    gv = p.transpose(-1, -2) @ dob
                 ds = p * (dp - delta_b)
                 gq, gk, ge, gp = score.block_backward(qb, kb, eb, ds, compiled=ctx.compiled)
                 dq[:, :, q0:q1] += gq
-                dk[:, :, k0:k1] += gk
+                if once and (k0, k1) == (0, layout.tk):
+                    dk, dv = gk, gv
+                elif once:
+                    dk[:, :, k0:k1] = gk
+                    dv[:, :, k0:k1] = gv
+                else:
+                    dk[:, :, k0:k1] += gk
+                    dv[:, :, k0:k1] += gv
                 if dextra is not None:
                     dextra[:, :, q0:q1, k0:k1] += ge
                 for i, g in enumerate(gp):

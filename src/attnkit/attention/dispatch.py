@@ -63,7 +63,9 @@ def _chunked(score: Score, shape, dtype, reason: str) -> Plan:
         return Plan("chunked", reason)
     work = b * h * tq * tk * score.v.shape[-1]
     compiled = kernels.want_compiled(work, dtype or torch.float32)
-    if compiled:
+    if compiled and work < kernels.COMPILE_MIN_WORK:
+        kernel = "compiled additive kernels (already compiled in this process)"
+    elif compiled:
         kernel = "compiled additive kernels"
     elif work >= kernels.COMPILE_MIN_WORK and kernels.compile_status() != "available":
         kernel = f"eager additive kernels ({kernels.compile_status()})"

@@ -9,9 +9,12 @@ bound by ``tanh``. Two implementations of each block operation:
   ``tanh`` and is exact to float32 rounding in absolute terms (``|error| < 2.4e-7``, tested). Each
   backward reduction is its own kernel: fused into one, Inductor ran ~5x slower here.
 
-Compiling takes seconds once per process, so callers ask for it only when a call is big enough
-(:func:`want_compiled`). If compiling fails (no C++ compiler, unsupported platform) the eager code
-runs and :func:`compile_status` says why. ``ATTNKIT_COMPILE=0`` turns compiling off.
+Compiling takes seconds once per process (and again for new dtypes, or for size-1 dims such as a
+one-query decoder step), so a call uses the compiled kernels when it is big enough to pay for
+that, or when they are already compiled (:func:`want_compiled`); :func:`warm_up` compiles them
+ahead, e.g. before training an RNN decoder whose single steps are each too small. If compiling
+fails (no C++ compiler, unsupported platform) the eager code runs and :func:`compile_status` says
+why. ``ATTNKIT_COMPILE=0`` turns compiling off.
 
 Shapes: ``q (B, H, bq, A)``, ``k (B, H, bk, A)``, ``v (H, A)``, ``grad (B, H, bq, bk)``.
 Low-precision blocks are computed in float32.
@@ -31,12 +34,15 @@ __all__ = [
     "compile_status",
     "exp_tanh",
     "want_compiled",
+    "warm_up",
 ]
 
 log = logging.getLogger("attnkit")
 
 # Pair elements (B * H * Tq * Tk * A) from which compiling pays for itself (~5-15 s once).
 COMPILE_MIN_WORK = 1 << 27
+# Once compiled, the kernels beat eager code from about this size on.
+WARM_MIN_WORK = 1 << 15
 
 _LOW = (torch.float16, torch.bfloat16)
 
@@ -54,15 +60,24 @@ def _scores(q, k, v, tanh=exp_tanh):
     return (_pair(q, k, tanh) * v[:, None, None, :]).sum(-1)  # (B, H, bq, bk)
 
 
-def _row_grad(q, k, grad, tanh=exp_tanh):
-    """``sum_j (1 - t_ij^2) grad_ij`` -> ``(B, H, bq, A)`` (times v gives d q)."""
+def _row_grad(q, k, v, grad, tanh=exp_tanh):
+    """``v * sum_j (1 - t_ij^2) grad_ij`` -> ``(B, H, bq, A)``: the gradient of q."""
     t = _pair(q, k, tanh)
-    return ((1 - t * t) * grad.unsqueeze(-1)).sum(-2)
+    return ((1 - t * t) * grad.unsqueeze(-1)).sum(-2) * v[:, None, :]
 
 
 def _row_grad_v(q, k, grad, tanh=exp_tanh):
     """``sum_j t_ij grad_ij`` -> ``(B, H, bq, A)`` (summed over B and bq gives d v)."""
     return (_pair(q, k, tanh) * grad.unsqueeze(-1)).sum(-2)
+
+
+def _one_query_grads(q, k, v, grad, tanh=exp_tanh):
+    """All three gradients for a one-query block (a decoder step), in one pass: there the
+    gradient of k needs no reduction, so fusing does not hurt as it does for bigger blocks."""
+    t = _pair(q, k, tanh)  # (B, H, 1, bk, A)
+    g = grad.unsqueeze(-1)
+    u = (1 - t * t) * g * v[:, None, None, :]
+    return u.sum(-2), u[:, :, 0], (t * g).sum(-2)
 
 
 class _Compiler:
@@ -71,6 +86,7 @@ class _Compiler:
     def __init__(self):
         self.fns: dict[str, object] = {}
         self.failure: str | None = None
+        self.ready = False  # a compiled call has succeeded
         if os.environ.get("ATTNKIT_COMPILE", "1") == "0":
             self.failure = "disabled by ATTNKIT_COMPILE=0"
         elif not hasattr(torch, "compile"):
@@ -81,7 +97,9 @@ class _Compiler:
             if name not in self.fns:
                 self.fns[name] = torch.compile(fn, dynamic=True)
             try:
-                return self.fns[name](*args)
+                out = self.fns[name](*args)
+                self.ready = True
+                return out
             except Exception as exc:  # any compiler/toolchain failure: fall back, say why
                 self.failure = f"torch.compile failed: {type(exc).__name__}: {exc}"[:500]
                 log.warning("attnkit: fused additive kernels unavailable, using eager (%s)",
@@ -98,8 +116,24 @@ def compile_status() -> str:
 
 
 def want_compiled(work: int, dtype: torch.dtype) -> bool:
-    """Whether a call with ``work`` pair elements should use the compiled kernels."""
-    return _COMPILER.failure is None and dtype != torch.float64 and work >= COMPILE_MIN_WORK
+    """Whether a call with ``work`` pair elements should use the compiled kernels: when it is
+    big enough to pay for compiling, or when they are compiled already (not for float64)."""
+    if _COMPILER.failure is not None or dtype == torch.float64:
+        return False
+    return work >= COMPILE_MIN_WORK or (_COMPILER.ready and work >= WARM_MIN_WORK)
+
+
+def warm_up(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> str:
+    """Compile the additive kernels now (for ``dtype`` on ``device``), including the variants
+    for one-query blocks. Returns :func:`compile_status`."""
+    for b, h, bq, bk in ((2, 2, 3, 5), (2, 1, 1, 5), (2, 2, 1, 5), (1, 1, 3, 5)):
+        g = torch.Generator().manual_seed(0)
+        q, k = (torch.randn(b, h, n, 8, generator=g).to(device, dtype) for n in (bq, bk))
+        v = torch.randn(h, 8, generator=g).to(device, dtype)
+        grad = torch.randn(b, h, bq, bk, generator=g).to(device, dtype)
+        additive_scores(q, k, v, compiled=True)
+        additive_backward(q, k, v, grad, compiled=True)
+    return compile_status()
 
 
 def _upcast(*xs):
@@ -117,13 +151,16 @@ def additive_scores(q, k, v, *, compiled: bool = False) -> torch.Tensor:
 def additive_backward(q, k, v, grad, *, compiled: bool = False):
     """Gradients ``(d q (B, H, bq, A), d k (B, H, bk, A), d v (H, A))`` of ``sum(grad * s)``."""
     q, k, v, grad = _upcast(q, k, v, grad)
-    vh = v[:, None, :]  # (H, 1, A)
+    if compiled and q.shape[2] == 1:
+        dq, dk, dv = _COMPILER.run("one_query", _one_query_grads, q, k, v, grad)
+        return dq, dk, dv.sum((0, 2))
     if compiled:
         gt = grad.transpose(-1, -2).contiguous()  # (B, H, bk, bq)
-        dq = _COMPILER.run("row_grad", _row_grad, q, k, grad) * vh
-        dk = _COMPILER.run("row_grad", _row_grad, k, q, gt) * vh
+        dq = _COMPILER.run("row_grad", _row_grad, q, k, v, grad)
+        dk = _COMPILER.run("row_grad", _row_grad, k, q, v, gt)
         dv = _COMPILER.run("row_grad_v", _row_grad_v, q, k, grad).sum((0, 2))
         return dq, dk, dv
+    vh = v[:, None, :]  # (H, 1, A)
     t = torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3))  # (B, H, bq, bk, A)
     dv = torch.einsum("bhqka,bhqk->ha", t, grad)
     u = t.mul_(t).neg_().add_(1)  # 1 - t^2, in place: one block-sized buffer

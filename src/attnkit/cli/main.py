@@ -7,6 +7,7 @@ import logging
 import sys
 
 from attnkit._version import __version__
+from attnkit import bench
 from attnkit.cli import demo
 
 
@@ -19,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log attention path choices")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo.add_parser(sub)
+    bench.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,549 @@
+"""Attention benchmarks: median time and peak extra memory, each case in a fresh process.
+
+``attnkit bench`` runs every (case, implementation) pair in its own subprocess so that memory is
+measured from a clean process: after one warm-up run (which also compiles kernels), a sampling
+thread records the resident set size (RSS) while the measured runs execute, and the peak minus
+the RSS just before is reported as *extra memory*. Forward is timed under ``torch.no_grad()``
+(inference); "train" is forward + backward.
+
+Implementations compared (not every case has every one):
+
+* ``loop``: a per-step Python loop, one query at a time (seed 000's Approach 1);
+* ``naive``: the full-matrix version written the usual way (seed 000's Approach 2.1);
+* ``reference`` / ``chunked`` / ``auto``: attnkit with that ``impl``;
+* ``sdpa``: ``F.scaled_dot_product_attention`` (with the same projections for multi-head).
+
+A baseline whose estimated memory exceeds the free memory is skipped and says so; a run longer
+than the per-case time budget is stopped and reported as such.
+
+Workers run with a fixed glibc mmap threshold (``MALLOC_MMAP_THRESHOLD_``): by default glibc
+raises the threshold after freeing large blocks and then keeps later ones in its heap, so memory
+freed after the warm-up would stay resident and hide the measured run's peak.
+
+``decoder`` cases time 100 one-query steps over the same encoder states; ``auto`` compiles the
+additive kernels ahead with :func:`attnkit.attention.kernels.warm_up` (what a training loop does
+once), ``auto-eager`` runs with ``ATTNKIT_COMPILE=0``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from attnkit import Attention
+
+
+@dataclass
+class Case:
+    group: str  # self | mha | additive | local | decoder
+    impl: str
+    b: int
+    t: int  # Tq = Tk for self-attention; Tk for decoder
+    d: int = 256
+    heads: int = 1
+    a: int = 128  # additive attention dim
+    window: tuple[int, int] | None = None
+    steps: int = 0  # decoder steps
+
+    @property
+    def name(self) -> str:
+        parts = [self.group, f"B={self.b}", f"T={self.t}"]
+        if self.heads > 1:
+            parts.append(f"H={self.heads},d={self.d // self.heads}")
+        elif self.group in ("additive", "decoder"):
+            parts.append(f"A={self.a}")
+        else:
+            parts.append(f"D={self.d}")
+        if self.window:
+            parts.append(f"window={self.window}")
+        if self.steps:
+            parts.append(f"steps={self.steps}")
+        return " ".join(parts)
+
+
+@dataclass
+class Result:
+    case: dict
+    name: str
+    impl: str
+    status: str = "ok"  # ok | skipped | timeout | error
+    note: str = ""
+    forward_s: float | None = None
+    forward_mb: float | None = None
+    train_s: float | None = None
+    train_mb: float | None = None
+    rate: float | None = None  # billions of (query, key, A) elements per second, train
+    plan: str = ""
+    reps: list = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- implementations
+
+
+def _loop_dot(q, k, v):
+    """One query at a time (seed 000, Approach 1): q (B, T, D) or (B, H, T, d)."""
+    outs = []
+    for t in range(q.shape[-2]):
+        s = (k @ q[..., t, :, None])[..., 0]  # (B, [H,] Tk)
+        outs.append((s.softmax(-1)[..., None, :] @ v)[..., 0, :])
+    return torch.stack(outs, dim=-2)
+
+
+def _naive_dot(q, k, v):
+    """The full matrix (seed 000, Approach 2.1)."""
+    return (q @ k.transpose(-1, -2)).softmax(-1) @ v
+
+
+def _additive_pairs(qf, kf, v_a):
+    return torch.tanh(qf.unsqueeze(-2) + kf.unsqueeze(-3)) @ v_a  # (B, Tq, Tk)
+
+
+def build(case: Case):
+    """Returns (forward function of no arguments -> output, parameters and inputs with grad,
+    attnkit module or None, work in (q, k, A) elements)."""
+    torch.manual_seed(0)
+    b, t, d = case.b, case.t, case.d
+    g = case.group
+    if g in ("self", "local"):
+        score = "dot" if g == "self" else "scaled_dot"
+        x = torch.randn(b, t, d, requires_grad=True)
+        attn = Attention(d, score=score, window=case.window, impl=_attnkit_impl(case.impl))
+        if case.impl == "loop":
+            return lambda: _loop_dot(x, x, x), [x], None, 0
+        if case.impl == "naive":
+            return lambda: _naive_dot(x, x, x), [x], None, 0
+        if case.impl == "sdpa":
+            mask = _band(t, case.window) if case.window else None
+            scale = 1.0 if g == "self" else None
+            x4 = x[:, None]  # (B, 1, T, D): SDPA's fused CPU kernels want 4-D inputs
+            return (lambda: F.scaled_dot_product_attention(x4, x4, x4, attn_mask=mask,
+                                                           scale=scale)[:, 0], [x], None, 0)
+        return lambda: attn(x, x).context, [x], attn, 0
+    if g == "mha":
+        x = torch.randn(b, t, d, requires_grad=True)
+        attn = Attention(d, score="scaled_dot", heads=case.heads, impl=_attnkit_impl(case.impl))
+        h, hd = case.heads, d // case.heads
+
+        def heads(proj):
+            return proj(x).view(b, t, h, hd).transpose(1, 2)  # (B, H, T, d)
+
+        def merged(fn):
+            q, k, v = heads(attn.q_proj), heads(attn.k_proj), heads(attn.v_proj)
+            return attn.out_proj(fn(q * hd**-0.5, k, v).transpose(1, 2).reshape(b, t, d))
+
+        if case.impl == "loop":
+            return lambda: merged(_loop_dot), [x], None, 0
+        if case.impl == "naive":
+            return lambda: merged(_naive_dot), [x], None, 0
+        if case.impl == "sdpa":
+            return (lambda: merged(lambda q, k, v: F.scaled_dot_product_attention(
+                q, k, v, scale=1.0)), [x], None, 0)
+        return lambda: attn(x, x).context, [x], attn, 0
+    if g == "additive":
+        x = torch.randn(b, t, case.a, requires_grad=True)
+        attn = Attention(case.a, score="additive", attn_dim=case.a, impl=_attnkit_impl(case.impl))
+        sc = attn.score
+        work = b * t * t * case.a
+
+        def prepared():
+            return x @ sc.w_query[0], x @ sc.w_key[0], sc.v[0]
+
+        if case.impl == "loop":
+            def loop():
+                qf, kf, v_a = prepared()
+                outs = []
+                for i in range(t):
+                    s = torch.tanh(qf[:, i, None, :] + kf) @ v_a  # (B, Tk)
+                    outs.append(s.softmax(-1)[:, None, :] @ x)
+                return torch.cat(outs, dim=1)
+            return loop, [x], None, work
+        if case.impl == "naive":
+            def naive():
+                qf, kf, v_a = prepared()
+                return _additive_pairs(qf, kf, v_a).softmax(-1) @ x
+            return naive, [x], None, work
+        return lambda: attn(x, x).context, [x], attn, work
+    if g == "decoder":
+        enc = torch.randn(b, t, case.a, requires_grad=True)
+        queries = torch.randn(case.steps, b, case.a, requires_grad=True)
+        attn = Attention(case.a, score="additive", attn_dim=case.a, impl=_attnkit_impl(case.impl))
+        sc = attn.score
+        work = b * case.steps * t * case.a
+        if case.impl == "loop":
+            def loop():
+                kf = enc @ sc.w_key[0]  # U k once per sequence
+                outs = []
+                for q in queries:
+                    s = torch.tanh((q @ sc.w_query[0])[:, None, :] + kf) @ sc.v[0]  # (B, Tk)
+                    outs.append((s.softmax(-1)[:, None, :] @ enc)[:, 0])
+                return torch.stack(outs)
+            return loop, [enc, queries], None, work
+
+        def steps():
+            memory = attn.prepare(enc)
+            return torch.stack([attn(q, memory).context for q in queries])
+        return steps, [enc, queries], attn, work
+    raise ValueError(f"group: unknown benchmark group {g!r}")
+
+
+def _attnkit_impl(impl: str) -> str:
+    return impl if impl in ("reference", "chunked", "auto") else "auto"  # auto-eager too
+
+
+def _env(case: Case) -> dict:
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", MALLOC_TRIM_THRESHOLD_="131072")
+    if case.impl == "auto-eager":
+        env["ATTNKIT_COMPILE"] = "0"
+    return env
+
+
+def _band(t: int, window) -> torch.Tensor:
+    i = torch.arange(t)
+    return (i[None, :] >= i[:, None] - window[0]) & (i[None, :] <= i[:, None] + window[1])
+
+
+def estimate_bytes(case: Case) -> int:
+    """Rough peak extra memory of the full-matrix baselines (training), to skip hopeless runs."""
+    b, t = case.b, case.t
+    if case.impl in ("naive", "reference"):
+        if case.group == "additive":
+            return int(11.6 * b * case.a * t * t) + (8 * b * t * t if case.impl == "reference"
+                                                     else 0)
+        if case.group == "decoder":
+            return 0
+        return 20 * b * case.heads * t * t  # scores, weights and their gradients, float32
+    if case.impl == "sdpa" and case.window:
+        return 6 * t * t  # the dense band mask, and SDPA's float copy of it
+    if case.impl == "loop":  # autograd keeps every step's tensors
+        per_step = {"additive": 3 * b * t * case.a, "decoder": 3 * b * t * case.a}
+        steps = case.steps or t
+        return 4 * steps * per_step.get(case.group, 3 * b * case.heads * t)
+    return 0
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class PeakRSS:
+    """Samples RSS every millisecond in a thread; ``peak - start`` is the extra memory."""
+
+    def __enter__(self):
+        self.start = self.peak = _rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _rss())
+            time.sleep(0.001)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss())
+
+    @property
+    def extra_mb(self) -> float:
+        return (self.peak - self.start) / 2**20
+
+
+def _measure(fn, reps: int, budget_s: float) -> tuple[list[float], float]:
+    times = []
+    with PeakRSS() as mem:
+        start = time.perf_counter()
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+            if time.perf_counter() - start > budget_s / 3:
+                break
+    return times, mem.extra_mb
+
+
+def run_worker(case: Case, reps: int, budget_s: float) -> Result:
+    """Measure one case in this process."""
+    fwd, leaves, attn, work = build(case)
+    res = Result(asdict(case), case.name, case.impl)
+    if attn is not None:
+        probe = leaves[-1] if case.group == "decoder" else leaves[0]
+        query = probe[0] if case.group == "decoder" else probe
+        key = leaves[0]
+        plan = attn.plan(query, key)
+        res.plan = f"{plan.impl}: {plan.reason}"
+
+    def forward():
+        with torch.no_grad():
+            fwd()
+
+    def train():
+        out = fwd()
+        out.square().mean().backward()
+        for p in leaves:
+            p.grad = None
+
+    if case.group == "decoder" and case.impl == "auto":
+        from attnkit.attention import kernels
+
+        kernels.warm_up()
+    train()  # warm-up: first-call allocations, kernel compilation
+    t_train, mb_train = _measure(train, reps, budget_s)
+    t_fwd, mb_fwd = _measure(forward, reps, budget_s)
+    res.forward_s, res.forward_mb = statistics.median(t_fwd), mb_fwd
+    res.train_s, res.train_mb = statistics.median(t_train), mb_train
+    res.reps = [t_fwd, t_train]
+    if work:
+        res.rate = work / res.train_s / 1e9
+    return res
+
+
+# --------------------------------------------------------------------------- the suite
+
+
+def suite(quick: bool = False) -> list[Case]:
+    cases: list[Case] = []
+
+    def add(group, impls, **kw):
+        cases.extend(Case(group, impl, **kw) for impl in impls)
+
+    all_dot = ("loop", "naive", "reference", "auto", "sdpa")
+    add("self", all_dot, b=32, t=800, d=256)
+    for t in ((800,) if quick else (800, 2048, 8192, 16384)):
+        add("mha", all_dot, b=8, t=t, d=256, heads=4)
+    for t in ((256, 800) if quick else (256, 800, 2048, 8192)):
+        add("additive", ("loop", "naive", "reference", "auto"), b=8, t=t)
+    if not quick:
+        add("additive", ("auto",), b=1, t=16384)
+    for t in ((4096,) if quick else (4096, 16384, 65536)):
+        add("local", ("reference", "sdpa", "auto"), b=4, t=t, d=64, window=(64, 64))
+    for t in ((800,) if quick else (800, 1500)):
+        add("decoder", ("loop", "auto", "auto-eager"), b=8, t=t, steps=100)
+    return cases
+
+
+def _available_bytes() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def run_suite(cases: list[Case], reps: int, budget_s: float, log=print) -> list[Result]:
+    results = []
+    for case in cases:
+        need = estimate_bytes(case)
+        free = _available_bytes()
+        if need > 0.8 * free:
+            res = Result(asdict(case), case.name, case.impl, status="skipped",
+                         note=f"needs ~{need / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free")
+        else:
+            cmd = [sys.executable, "-m", "attnkit.bench", "--worker", json.dumps(asdict(case)),
+                   "--reps", str(reps), "--budget-s", str(budget_s)]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=budget_s,
+                                      env=_env(case))
+                if proc.returncode == 0:
+                    res = Result(**json.loads(proc.stdout.strip().splitlines()[-1]))
+                else:
+                    tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
+                    res = Result(asdict(case), case.name, case.impl, status="error", note=tail)
+            except subprocess.TimeoutExpired:
+                res = Result(asdict(case), case.name, case.impl, status="timeout",
+                             note=f"over the {budget_s:.0f} s budget")
+        results.append(res)
+        log(_row(res))
+    return results
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def _fmt(x, spec):
+    return "—" if x is None else format(x, spec)
+
+
+def _row(r: Result) -> str:
+    if r.status != "ok":
+        return f"| {r.name} | {r.impl} | {r.status}: {r.note} | | | | | |"
+    return (f"| {r.name} | {r.impl} | {_fmt(r.forward_s, '.3f')} | {_fmt(r.forward_mb, '.0f')} | "
+            f"{_fmt(r.train_s, '.3f')} | {_fmt(r.train_mb, '.0f')} | {_fmt(r.rate, '.2f')} | "
+            f"{r.plan} |")
+
+
+HEADER = ("| case | impl | forward s | forward extra MiB | train s | train extra MiB | "
+          "G elem/s | attnkit path |\n|---|---|---|---|---|---|---|---|")
+
+
+def _find(results, name_prefix, impl):
+    for r in results:
+        if r.name.startswith(name_prefix) and r.impl == impl and r.status == "ok":
+            return r
+    return None
+
+
+def figures(results: list[Result]) -> list[str]:
+    """The issue's targets, each marked reached / missed / not measured."""
+    lines = []
+
+    def verdict(ok):
+        return "**reached**" if ok else "**missed**"
+
+    naive = _find(results, "additive B=8 T=800 ", "naive")
+    fast = _find(results, "additive B=8 T=800 ", "auto")
+    if naive and fast:
+        speed, mem = naive.train_s / fast.train_s, fast.train_mb / max(naive.train_mb, 1e-9)
+        lines.append(f"- Additive B=8 T=800 A=128 train: {speed:.1f}x faster than naive "
+                     f"(target >= 5x), {mem:.3f} of its peak memory (target <= 0.125), "
+                     f"{fast.rate:.2f} G elem/s: {verdict(speed >= 5 and mem <= 0.125)}")
+    big = _find(results, "additive B=1 T=16384", "auto")
+    if big:
+        lines.append(f"- Additive B=1 T=16384 train: runs in {big.train_s:.1f} s, peak extra "
+                     f"{big.train_mb:.0f} MiB (target < 2048): {verdict(big.train_mb < 2048)}")
+    for t in (800, 2048, 8192, 16384):
+        a, s = _find(results, f"mha B=8 T={t} ", "auto"), _find(results, f"mha B=8 T={t} ", "sdpa")
+        if a and s:
+            r = a.train_s / s.train_s
+            lines.append(f"- scaled_dot (4 heads) T={t} through auto vs F.sdpa: train "
+                         f"{r:.2f}x, forward {a.forward_s / s.forward_s:.2f}x (target <= 1.15): "
+                         f"{verdict(r <= 1.15)}")
+    chunked = [r for r in results if r.case["group"] == "additive" and r.impl == "auto"
+               and r.case["b"] == 8 and r.status == "ok"]
+    chunked.sort(key=lambda r: r.case["t"])
+    for r1, r2 in zip(chunked, chunked[1:]):
+        growth = (r2.train_mb / max(r1.train_mb, 1e-9)) / (r2.case["t"] / r1.case["t"]) * 2
+        lines.append(f"- Additive chunked memory T={r1.case['t']}->{r2.case['t']}: "
+                     f"{r1.train_mb:.0f} -> {r2.train_mb:.0f} MiB, per doubling of T x{growth:.2f} "
+                     f"(target <= 2.2): {verdict(growth <= 2.2)}")
+    local = sorted([r for r in results if r.case["group"] == "local" and r.impl == "auto"
+                    and r.status == "ok"], key=lambda r: r.case["t"])
+    if len(local) >= 2:
+        r1, r2 = local[0], local[-1]
+        k = r2.case["t"] / r1.case["t"]
+        tg, mg = r2.train_s / r1.train_s / k, r2.train_mb / max(r1.train_mb, 1e-9) / k
+        lines.append(f"- Local window (64, 64) T={r1.case['t']}->{r2.case['t']} (x{k:.0f}): time "
+                     f"x{r2.train_s / r1.train_s:.1f}, memory x{r2.train_mb / max(r1.train_mb, 1e-9):.1f}"
+                     f" (linear = x{k:.0f}; ratios {tg:.2f}, {mg:.2f}): "
+                     f"{verdict(tg <= 1.3 and mg <= 1.3)}")
+    loop, auto = _find(results, "self B=32 T=800", "loop"), _find(results, "self B=32 T=800", "auto")
+    if loop and auto:
+        s = loop.train_s / auto.train_s
+        lines.append(f"- Seed 000 case (dot self-attention B=32 T=800 D=256) train: {s:.0f}x "
+                     f"faster than the per-step loop (target >= 20x): {verdict(s >= 20)}")
+    for t in (800, 1500):
+        lp, au = (_find(results, f"decoder B=8 T={t} ", "loop"),
+                  _find(results, f"decoder B=8 T={t} ", "auto"))
+        if lp and au:
+            ok = au.train_mb < lp.train_mb and au.train_s <= lp.train_s * 1.05
+            lines.append(f"- Additive decoder, 100 steps over Tk={t}: memory {au.train_mb:.0f} vs "
+                         f"{lp.train_mb:.0f} MiB, time {au.train_s:.2f} vs {lp.train_s:.2f} s "
+                         f"(attnkit vs per-step autograd; target less memory, no slower): "
+                         f"{verdict(ok)}")
+    return lines
+
+
+def machine() -> str:
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return (f"{cpu}; {os.cpu_count()} cores, torch {torch.__version__} with "
+            f"{torch.get_num_threads()} threads, Python {platform.python_version()}")
+
+
+def write_report(results: list[Result], json_path: Path, md_path: Path, command: str) -> None:
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps([asdict(r) for r in results], indent=1))
+    body = [
+        "# Benchmarks",
+        "",
+        f"Machine: {machine()}.",
+        "",
+        f"Command: `{command}` (written {time.strftime('%Y-%m-%d')}; raw data in "
+        f"`{json_path.name}`).",
+        "",
+        "Each row ran in a fresh process: one warm-up run (kernel compilation included), then "
+        "the median of up to the requested repetitions. *Extra MiB* is the peak resident memory "
+        "during the measured runs minus the resident memory just before them (inputs and "
+        "parameters excluded). *G elem/s* counts (query, key, A) triples per second of "
+        "training. Forward runs under `torch.no_grad()`.",
+        "",
+        "## Targets",
+        "",
+        *figures(results),
+        "",
+        "## Measurements",
+        "",
+        HEADER,
+        *[_row(r) for r in results],
+        "",
+    ]
+    md_path.write_text("\n".join(body))
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench", help="benchmark attention paths (time and peak memory)")
+    _options(p)
+    p.set_defaults(run=main_cli)
+
+
+def _options(p) -> None:
+    p.add_argument("--quick", action="store_true", help="small cases only (a few minutes)")
+    p.add_argument("--group", action="append", help="only these groups (self, mha, additive, "
+                   "local, decoder); repeatable")
+    p.add_argument("--reps", type=int, default=3, help="measured repetitions (median)")
+    p.add_argument("--budget-s", type=float, default=600.0,
+                   help="time limit per case, seconds (default 600)")
+    p.add_argument("--json", default="docs/benchmarks.json")
+    p.add_argument("--markdown", default="docs/benchmarks.md")
+
+
+def main_cli(args) -> int:
+    cases = [c for c in suite(args.quick) if not args.group or c.group in args.group]
+    print(HEADER)
+    results = run_suite(cases, args.reps, args.budget_s, log=lambda s: print(s, flush=True))
+    command = "attnkit bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "attnkit bench"
+    write_report(results, Path(args.json), Path(args.markdown), command)
+    print("\n".join(figures(results)))
+    return 0
+
+
+def _worker_main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m attnkit.bench")
+    p.add_argument("--worker", required=True, help="a Case as JSON")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--budget-s", type=float, default=600.0)
+    args = p.parse_args(argv)
+    spec = json.loads(args.worker)
+    if spec.get("window") is not None:
+        spec["window"] = tuple(spec["window"])
+    result = run_worker(Case(**spec), args.reps, args.budget_s)
+    print(json.dumps(asdict(result)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main())
