@@ -22,5 +22,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
+bench: $(STAMP)
+	$(VENV)/bin/attnkit bench
+
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache .hypothesis

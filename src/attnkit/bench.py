@@ -95,10 +95,11 @@ class Result:
 
 
 def _loop_dot(q, k, v):
-    """One query at a time (seed 000, Approach 1): q (B, T, D) or (B, H, T, d)."""
+    """One query at a time (seed 000, Approach 1): q (B, T, D) or (B, H, T, d). Iterating with
+    ``unbind``, as ``for x in xs`` does, keeps the backward of the slicing cheap."""
     outs = []
-    for t in range(q.shape[-2]):
-        s = (k @ q[..., t, :, None])[..., 0]  # (B, [H,] Tk)
+    for qt in q.unbind(-2):  # (B, [H,] D)
+        s = (k @ qt[..., None])[..., 0]  # (B, [H,] Tk)
         outs.append((s.softmax(-1)[..., None, :] @ v)[..., 0, :])
     return torch.stack(outs, dim=-2)
 
@@ -138,8 +139,8 @@ def build(case: Case):
         attn = Attention(d, score="scaled_dot", heads=case.heads, impl=_attnkit_impl(case.impl))
         h, hd = case.heads, d // case.heads
 
-        def heads(proj):
-            return proj(x).view(b, t, h, hd).transpose(1, 2)  # (B, H, T, d)
+        def heads(proj):  # contiguous, so the loop's per-step matmuls copy nothing
+            return proj(x).view(b, t, h, hd).transpose(1, 2).contiguous()  # (B, H, T, d)
 
         def merged(fn):
             q, k, v = heads(attn.q_proj), heads(attn.k_proj), heads(attn.v_proj)
@@ -166,8 +167,8 @@ def build(case: Case):
             def loop():
                 qf, kf, v_a = prepared()
                 outs = []
-                for i in range(t):
-                    s = torch.tanh(qf[:, i, None, :] + kf) @ v_a  # (B, Tk)
+                for qi in qf.unbind(1):
+                    s = torch.tanh(qi[:, None, :] + kf) @ v_a  # (B, Tk)
                     outs.append(s.softmax(-1)[:, None, :] @ x)
                 return torch.cat(outs, dim=1)
             return loop, [x], None, work

@@ -104,8 +104,9 @@ def test_gradcheck_chunked_function(score_name, dropout_p):
     assert torch.autograd.gradcheck(f, inputs)
 
 
+@pytest.mark.parametrize("window", [None, (1, 0)])
 @pytest.mark.parametrize("score_name", ["additive", "location"])
-def test_gradcheck_recomputed_scores(score_name):
+def test_gradcheck_recomputed_scores(score_name, window):
     torch.manual_seed(0)
     score = make_score(score_name, heads=2, query_dim=3, key_dim=3, attn_dim=4,
                        **({"location_kernel": 3} if score_name == "location" else {})).double()
@@ -119,7 +120,8 @@ def test_gradcheck_recomputed_scores(score_name):
 
     def f(qf, kf, *rest):
         e = rest[0] if extra is not None else None
-        return recomputed_scores(qf, kf, score, extra=e, blocks=(2, 3))
+        return recomputed_scores(qf, kf, score, _layout(1, 3, 5, window=window), extra=e,
+                                 blocks=(2, 3))
 
     assert torch.autograd.gradcheck(f, inputs)
 

@@ -11,7 +11,8 @@ Two custom autograd functions, for every score type (they call the score's ``blo
   key blocks outside the band are skipped, so local attention costs ``O(Tq * (left + right))``.
 * :func:`recomputed_scores` (weights needed, e.g. the location score's state): the full scores
   ``(B, H, Tq, Tk)`` computed block by block; backward recomputes the pair tensor block by block,
-  so training keeps ``O(Tq * Tk)``, not ``O(Tq * Tk * A)``.
+  so training keeps ``O(Tq * Tk)``, not ``O(Tq * Tk * A)``. (The location score's own features
+  ``f (B, H, Tq, Tk, F)`` are an input, ``F`` = conv filters, usually with ``Tq = 1``.)
 
 Masks are built per block from key validity ``(B, Tk)`` and query centres; a query with no
 allowed key gets zero output and zero gradient. Dropout on the weights draws each block's mask
@@ -44,12 +45,12 @@ def block_sizes(bh: int, tq: int, tk: int, pair_dim: int, *, fused: bool) -> tup
     kernels and dot products only hold the block's scores).
     """
     per_pair = 1 if fused else pair_dim
-    bk = min(tk, 1024)
+    bk = max(1, min(tk, 1024))
     budget = min(_SCORE_BLOCK, _PAIR_BLOCK // per_pair)
-    bq = max(1, min(tq, budget // max(1, bh * bk)))
+    bq = max(1, min(tq, budget // (bh * bk)))
     if bq < 16 and tq > bq:  # very long rows: smaller key blocks rather than 1-query blocks
-        bk = max(16, min(tk, budget // max(1, bh * 16)))
-        bq = max(1, min(tq, budget // max(1, bh * bk)))
+        bk = max(1, min(tk, max(16, budget // (bh * 16))))
+        bq = max(1, min(tq, budget // (bh * bk)))
     return bq, bk
 
 
@@ -82,6 +83,19 @@ class KeyLayout:
         if self.causal:
             hi = min(hi, int(block.max()) + 1)
         return lo, max(lo, hi)
+
+    @property
+    def pure_causal(self) -> bool:
+        """Only the default causal band (``j <= i`` with ``Tq == Tk``): SDPA's ``is_causal``."""
+        return (self.causal and self.window is None and self.key_valid is None
+                and self.q_pos is not None and self.q_pos.shape == (1, self.tk)
+                and bool((self.q_pos[0] == torch.arange(self.tk, device=self.q_pos.device)).all()))
+
+    def mask_elements(self, b: int, tq: int) -> int:
+        """Elements of the smallest broadcastable mask, ``(B|1, 1, Tq|1, Tk)``."""
+        rows = b if (self.key_valid is not None or
+                     (self.q_pos is not None and self.q_pos.shape[0] > 1)) else 1
+        return rows * (tq if self.q_pos is not None else 1) * self.tk
 
     def block_mask(self, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor | None:
         """``(B or 1, 1, bq, bk)`` bool, True = may attend, or None when all may."""
@@ -257,20 +271,23 @@ def chunked_attention(
 
 class _RecomputedScores(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, score, blocks, compiled, qf, kf, extra, *params):
+    def forward(ctx, layout, score, blocks, compiled, qf, kf, extra, *params):
         b, h, tq, _ = qf.shape
         tk = kf.shape[2]
         acc_t = torch.float32 if qf.dtype in _LOW else qf.dtype
         bq, bk = blocks
-        s = torch.empty(b, h, tq, tk, dtype=acc_t, device=qf.device)
+        # Blocks outside the band stay 0: the caller's mask hides them.
+        s = torch.zeros(b, h, tq, tk, dtype=acc_t, device=qf.device)
         for q0 in range(0, tq, bq):
-            for k0 in range(0, tk, bk):
-                q1, k1 = min(q0 + bq, tq), min(k0 + bk, tk)
+            q1 = min(q0 + bq, tq)
+            k_lo, k_hi = layout.key_range(q0, q1)
+            for k0 in range(k_lo, k_hi, bk):
+                k1 = min(k0 + bk, k_hi)
                 s[:, :, q0:q1, k0:k1] = score.block_scores(
                     qf[:, :, q0:q1], kf[:, :, k0:k1], _slice_extra(extra, q0, q1, k0, k1),
                     compiled=compiled,
                 )
-        ctx.score, ctx.blocks, ctx.compiled = score, blocks, compiled
+        ctx.layout, ctx.score, ctx.blocks, ctx.compiled = layout, score, blocks, compiled
         ctx.has_extra = extra is not None
         ctx.save_for_backward(qf, kf, *(() if extra is None else (extra,)))
         return s
@@ -287,8 +304,10 @@ class _RecomputedScores(torch.autograd.Function):
         dextra = None if extra is None else torch.zeros(extra.shape, dtype=acc_t, device=qf.device)
         dparams = [None] * len(score.pairwise_params())
         for q0 in range(0, tq, bq):
-            for k0 in range(0, tk, bk):
-                q1, k1 = min(q0 + bq, tq), min(k0 + bk, tk)
+            q1 = min(q0 + bq, tq)
+            k_lo, k_hi = ctx.layout.key_range(q0, q1)
+            for k0 in range(k_lo, k_hi, bk):
+                k1 = min(k0 + bk, k_hi)
                 gq, gk, ge, gp = score.block_backward(
                     qf[:, :, q0:q1], kf[:, :, k0:k1], _slice_extra(extra, q0, q1, k0, k1),
                     ds[:, :, q0:q1, k0:k1].contiguous(), compiled=ctx.compiled,
@@ -302,23 +321,25 @@ class _RecomputedScores(torch.autograd.Function):
                         dparams[i] = g if dparams[i] is None else dparams[i] + g
         grads = (dq.to(qf.dtype), dk.to(kf.dtype))
         grads += (None if dextra is None else dextra.to(extra.dtype),)
-        return (None,) * 3 + grads + tuple(dparams)
+        return (None,) * 4 + grads + tuple(dparams)
 
 
 def recomputed_scores(
     qf: torch.Tensor,
     kf: torch.Tensor,
     score: Score,
+    layout: KeyLayout,
     *,
     extra: torch.Tensor | None = None,
     compiled: bool = False,
     blocks: tuple[int, int] | None = None,
 ) -> torch.Tensor:
     """Scores ``(B, H, Tq, Tk)`` (float32 for low precision) whose backward recomputes the pair
-    tensor block by block instead of keeping it."""
+    tensor block by block instead of keeping it. Blocks outside ``layout``'s band are not
+    computed (they are 0; mask them)."""
     if blocks is None:
         pair = qf.shape[-1] if not score.dot_family and not compiled else 1
         blocks = block_sizes(qf.shape[0] * qf.shape[1], qf.shape[2], kf.shape[2], pair,
                              fused=compiled)
-    return _RecomputedScores.apply(score, blocks, compiled, qf, kf, extra,
+    return _RecomputedScores.apply(layout, score, blocks, compiled, qf, kf, extra,
                                    *score.pairwise_params())

@@ -162,7 +162,7 @@ def check_call(
         want = (b,) if one_step else (b, tq)
         if tuple(positions.shape) != want:
             raise ValueError(f"positions: expected shape {want}, got {describe(positions)}")
-        q_pos = positions.to(key.device).reshape(b, tq)  # (B, Tq)
+        q_pos = positions.to(key.device, torch.long).reshape(b, tq)  # (B, Tq); no wrap-around
     elif causal or window is not None:
         if one_step:
             raise ValueError(
@@ -190,15 +190,17 @@ def plan_call(impl: str, score: Score, call: Call, *, heads: int, need_weights: 
               dropout_p: float) -> Plan:
     """The path :func:`run` takes for ``call``."""
     b, tq, _ = call.query.shape
+    lay = call.layout
     return choose_impl(
         impl,
         score=score,
         need_weights=need_weights,
-        shape=(b, heads, tq, call.layout.tk),
-        window=call.layout.window,
+        shape=(b, heads, tq, lay.tk),
+        window=lay.window,
         dropout_p=dropout_p,
         device=call.query.device,
         dtype=call.query.dtype,
+        sdpa_mask_elements=0 if lay.pure_causal else lay.mask_elements(b, tq),
     )
 
 
@@ -231,6 +233,8 @@ def run(
     qf = score.prepare_query(q)  # (B, H, Tq, F)
     kf = score.prepare_key(k) if kf is None else kf  # (B, H, Tk, F)
     extra = score.prepare_extra(prev) if prev is not None else None
+    if plan.impl == "sdpa" and call.layout.pure_causal:
+        return sdpa_attention(qf, kf, v, None, dropout_p=dropout_p, is_causal=True), None, plan
     if plan.impl == "sdpa":
         return sdpa_attention(qf, kf, v, call.mask(), dropout_p=dropout_p), None, plan
     if plan.impl == "chunked" and not need_weights:
@@ -238,7 +242,8 @@ def run(
                                     dropout_p=dropout_p, compiled=plan.compiled)
         return context, None, plan
     if plan.impl == "chunked":
-        scores = recomputed_scores(qf, kf, score, extra=extra, compiled=plan.compiled)
+        scores = recomputed_scores(qf, kf, score, call.layout, extra=extra,
+                                   compiled=plan.compiled)
         context, weights = weigh(scores, v, call.mask(), dropout_p)
         return context, weights, plan
     context, weights = reference_attention(qf, kf, v, score, call.mask(), extra=extra,

@@ -32,6 +32,10 @@ IMPLS = ("auto", "reference", "sdpa", "chunked")
 
 log = logging.getLogger("attnkit")
 
+# Largest boolean mask (elements) handed to SDPA; beyond it a masked call goes to "chunked",
+# which builds its mask one block at a time.
+SDPA_MASK_LIMIT = 1 << 26
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -57,17 +61,21 @@ def _narrow_band(window, tk: int) -> bool:
     return window is not None and 2 * (window[0] + window[1] + 1) <= tk
 
 
-def _chunked(score: Score, shape, dtype, reason: str) -> Plan:
+def _chunked(score: Score, shape, dtype, window, reason: str) -> Plan:
     b, h, tq, tk = shape
     if score.name != "additive":
         return Plan("chunked", reason)
-    work = b * h * tq * tk * score.v.shape[-1]
-    compiled = kernels.want_compiled(work, dtype or torch.float32)
+    keys = tk if window is None else min(tk, window[0] + window[1] + 1)  # keys per query
+    work = b * h * tq * keys * score.v.shape[-1]
+    dtype = dtype or torch.float32
+    compiled = kernels.want_compiled(work, dtype)
     if compiled and work < kernels.COMPILE_MIN_WORK:
         kernel = "compiled additive kernels (already compiled in this process)"
     elif compiled:
         kernel = "compiled additive kernels"
-    elif work >= kernels.COMPILE_MIN_WORK and kernels.compile_status() != "available":
+    elif dtype == torch.float64:
+        kernel = "eager additive kernels (float64 is not compiled)"
+    elif work >= kernels.COMPILE_MIN_WORK:
         kernel = f"eager additive kernels ({kernels.compile_status()})"
     else:
         kernel = "eager additive kernels (too small to pay for compiling)"
@@ -84,8 +92,12 @@ def choose_impl(
     dropout_p: float = 0.0,
     device: torch.device | None = None,
     dtype: torch.dtype | None = None,
+    sdpa_mask_elements: int = 0,
 ) -> Plan:
     """Resolve ``impl`` for one call of shape ``(B, H, Tq, Tk)``.
+
+    ``sdpa_mask_elements`` is the size of the boolean mask SDPA would need (0: none, or SDPA's
+    own causal mask).
 
     Raises:
         ValueError: ``impl`` is unknown, or the forced path cannot compute this call.
@@ -102,21 +114,27 @@ def choose_impl(
             raise ValueError(f"impl='sdpa' cannot serve this call: {blocker}")
         plan = Plan("sdpa", "impl='sdpa' was requested")
     elif impl == "chunked":
-        plan = _chunked(score, shape, dtype, "impl='chunked' was requested")
+        plan = _chunked(score, shape, dtype, window, "impl='chunked' was requested")
     elif need_weights and score.dot_family:
         plan = Plan("reference", "weights requested: they are the (Tq, Tk) score matrix anyway")
     elif need_weights:
-        plan = _chunked(score, shape, dtype, "weights requested: (Tq, Tk) scores built block by "
-                        "block, the (Tq, Tk, A) pair tensor recomputed in backward")
+        plan = _chunked(score, shape, dtype, window,
+                        "weights requested: (Tq, Tk) scores built block by block, the "
+                        "(Tq, Tk, A) pair tensor recomputed in backward")
     elif _narrow_band(window, tk):
-        plan = _chunked(score, shape, dtype, f"window {window} over {tk} keys: banded blocks, "
+        plan = _chunked(score, shape, dtype, window,
+                        f"window {window} over {tk} keys: banded blocks, "
                         "O(Tq * window) work and memory")
     elif blocker is None and dropout_p > 0 and on_cpu:
         plan = Plan("chunked", "dropout on CPU: SDPA would fall back to its full-matrix math path")
+    elif blocker is None and sdpa_mask_elements > SDPA_MASK_LIMIT:
+        plan = Plan("chunked", f"SDPA would need a {sdpa_mask_elements:,}-element mask; "
+                    "chunked builds it block by block")
     elif blocker is None:
         plan = Plan("sdpa", f"score {score.name!r} without weights: fused SDPA kernel")
     else:
-        plan = _chunked(score, shape, dtype, f"score {score.name!r}: online softmax over key "
-                        "blocks, scores recomputed in backward")
+        plan = _chunked(score, shape, dtype, window,
+                        f"score {score.name!r}: online softmax over key blocks, scores "
+                        "recomputed in backward")
     log.debug("attention path %s: %s", plan.impl, plan.reason)
     return plan

@@ -43,6 +43,8 @@ log = logging.getLogger("attnkit")
 COMPILE_MIN_WORK = 1 << 27
 # Once compiled, the kernels beat eager code from about this size on.
 WARM_MIN_WORK = 1 << 15
+# Largest pair tensor (elements) the eager fallback builds at once.
+_EAGER_PAIR_BUDGET = 1 << 23
 
 _LOW = (torch.float16, torch.bfloat16)
 
@@ -100,14 +102,32 @@ class _Compiler:
                 out = self.fns[name](*args)
                 self.ready = True
                 return out
-            except Exception as exc:  # any compiler/toolchain failure: fall back, say why
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as exc:
+                if self.ready:  # compiling worked before: a real error, not a toolchain problem
+                    raise
                 self.failure = f"torch.compile failed: {type(exc).__name__}: {exc}"[:500]
                 log.warning("attnkit: fused additive kernels unavailable, using eager (%s)",
                             self.failure)
-        return fn(*args, tanh=torch.tanh)
+        return _in_pieces(fn, *args)
 
 
 _COMPILER = _Compiler()
+
+
+def _in_pieces(fn, q, k, *rest):
+    """The eager version of a block function, split over query rows so that its pair tensor
+    stays within the eager budget (blocks sized for fused kernels can be much larger)."""
+    b, h, bq, a = q.shape
+    rows = max(1, _EAGER_PAIR_BUDGET // max(1, b * h * k.shape[2] * a))
+    if rows >= bq:
+        return fn(q, k, *rest, tanh=torch.tanh)
+    outs = []
+    for i in range(0, bq, rows):
+        piece = [x[:, :, i : i + rows] if x.dim() == 4 and x.shape[2] == bq else x for x in rest]
+        outs.append(fn(q[:, :, i : i + rows], k, *piece, tanh=torch.tanh))
+    return torch.cat(outs, dim=2)
 
 
 def compile_status() -> str:

@@ -169,14 +169,18 @@ class Attention(nn.Module):
     def plan(
         self,
         query: torch.Tensor,
-        key: torch.Tensor,
+        key: torch.Tensor | Memory,
         *,
         need_weights: bool = False,
         key_lengths: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
     ) -> Plan:
-        """The path a call with these inputs would take, and why (no attention is computed)."""
-        call = self._check(query, key, None, key_lengths, None, positions)
+        """The path a call with these inputs would take, and why (no attention is computed).
+        ``key`` may be a tensor ``(B, Tk, Dk)`` or a :class:`Memory`."""
+        value = None
+        if isinstance(key, Memory):
+            key, value = key.key, key.value
+        call = self._check(query, key, value, key_lengths, None, positions)
         return plan_call(
             self.impl,
             self.score,
@@ -207,12 +211,12 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         return proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)  # (B, H, T, d)
 
-    def _check_params_dtype(self, query: torch.Tensor) -> None:
+    def _check_params_dtype(self, x: torch.Tensor, name: str = "query") -> None:
         p = next(self.parameters(), None)
-        if p is not None and p.dtype != query.dtype:
+        if p is not None and p.dtype != x.dtype:
             raise TypeError(
-                f"query: dtype {query.dtype} differs from the module's parameters ({p.dtype}); "
-                f"convert one of them, e.g. attn.to({query.dtype})"
+                f"{name}: dtype {x.dtype} differs from the module's parameters ({p.dtype}); "
+                f"convert one of them, e.g. attn.to({x.dtype})"
             )
 
     def prepare(self, key: torch.Tensor, value: torch.Tensor | None = None) -> Memory:
@@ -230,8 +234,17 @@ class Attention(nn.Module):
         """
         check_tensor("key", key, ndim=3)
         check_size("key", key, 2, self.key_dim, "feature size key_dim")
-        value = key if value is None else value
-        check_tensor("value", value, ndim=3)
+        value_name = "value"
+        if value is None:
+            value, value_name = key, "value (defaults to key)"
+        check_tensor(value_name, value, ndim=3)
+        check_size(value_name, value, 0, key.shape[0], "batch size B (from key)")
+        check_size(value_name, value, 1, key.shape[1], "Tk (from key)")
+        check_size(value_name, value, 2, self.value_dim, "feature size value_dim")
+        if value.dtype != key.dtype:
+            raise TypeError(f"{value_name}: expected dtype {key.dtype} (the key's), "
+                            f"got {describe(value)}")
+        self._check_params_dtype(key, "key")
         multi = self.heads > 1
         k = self._split_heads(key, self.k_proj if multi else None)  # (B, H, Tk, dk)
         v = self._split_heads(value, self.v_proj if multi else None)  # (B, H, Tk, dv)
@@ -256,6 +269,15 @@ class Attention(nn.Module):
                 raise ValueError("key: this Memory was prepared by another Attention module")
             if value is not None:
                 raise ValueError("value: the values are already in the prepared Memory")
+            p = next(self.parameters(), None)
+            if p is not None and (memory.key_features.dtype, memory.key_features.device) != (
+                p.dtype, p.device
+            ):
+                raise ValueError(
+                    f"key: the Memory was prepared for {memory.key_features.dtype} on "
+                    f"{memory.key_features.device}, the module is now {p.dtype} on {p.device}; "
+                    "prepare it again"
+                )
             key, value = memory.key, memory.value
         call = self._check(query, key, value, key_lengths, key_mask, positions)
         self._check_params_dtype(query)

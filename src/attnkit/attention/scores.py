@@ -46,6 +46,12 @@ __all__ = ["SCORES", "Score", "make_score"]
 SCORES = ("dot", "scaled_dot", "general", "additive", "cosine", "location")
 
 
+def _upcast(*xs):
+    """float16/bfloat16 tensors to float32 (scores overflow float16 easily); others unchanged."""
+    return [x.float() if x is not None and x.dtype in (torch.float16, torch.bfloat16) else x
+            for x in xs]
+
+
 def _uniform(shape: tuple[int, ...], fan_in: int) -> nn.Parameter:
     bound = 1.0 / math.sqrt(fan_in)
     return nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
@@ -87,9 +93,10 @@ class Score(nn.Module):
         return ()
 
     def block_scores(self, qf, kf, extra=None, *, compiled: bool = False) -> torch.Tensor:
-        """Scores of one block, ``(B, H, bq, bk)``, without recording autograd history."""
+        """Scores of one block, ``(B, H, bq, bk)``, without recording autograd history
+        (float32 for float16/bfloat16 inputs, as in the reference path)."""
         with torch.no_grad():
-            return self.pairwise(qf, kf, extra)
+            return self.pairwise(*_upcast(qf, kf, extra))
 
     def block_backward(self, qf, kf, extra, grad_scores, *, compiled: bool = False):
         """Gradients of ``sum(grad_scores * pairwise(qf, kf, extra))`` for one block.
@@ -103,6 +110,7 @@ class Score(nn.Module):
             :meth:`pairwise_params` (None for a parameter that does not require grad).
         """
         params = self.pairwise_params()
+        qf, kf, extra = _upcast(qf, kf, extra)
         with torch.enable_grad():
             q = qf.detach().requires_grad_()
             k = kf.detach().requires_grad_()
@@ -228,6 +236,8 @@ class LocationScore(AdditiveScore):
     def prepare_extra(self, prev):
         """Location features ``f (B, H, Tq, Tk, F)`` from the previous weights (B, H, Tq, Tk)."""
         b, h, tq, tk = prev.shape
+        if tk == 0:  # no keys: conv1d refuses an empty input
+            return prev.new_zeros(b, h, tq, 0, self.conv.out_channels)
         f = self.conv(prev.reshape(b * h * tq, 1, tk))  # (B*H*Tq, F, Tk)
         return f.reshape(b, h, tq, -1, tk).transpose(-1, -2)  # (B, H, Tq, Tk, F)
 

@@ -20,18 +20,22 @@ def sdpa_attention(
     mask: torch.Tensor | None,
     *,
     dropout_p: float = 0.0,
+    is_causal: bool = False,
 ) -> torch.Tensor:
     """``softmax(qf @ kf^T) @ value`` through SDPA, with fully masked rows giving zeros.
 
     Args:
         qf: ``(B, H, Tq, F)``; kf: ``(B, H, Tk, F)``; value: ``(B, H, Tk, Dv)``.
-        mask: ``(B, 1 or H, Tq, Tk)`` bool, **True = may attend**, or ``None``.
+        mask: bool, broadcastable to ``(B, H, Tq, Tk)``, **True = may attend**, or ``None``.
+        is_causal: SDPA's own causal mask (``j <= i``), built inside its kernel; no ``mask``.
 
     Returns:
         ``context (B, H, Tq, Dv)``.
     """
     if mask is None:
-        return F.scaled_dot_product_attention(qf, kf, value, dropout_p=dropout_p, scale=1.0)
+        return F.scaled_dot_product_attention(
+            qf, kf, value, dropout_p=dropout_p, is_causal=is_causal, scale=1.0
+        )
     # A row with no allowed key would be NaN in SDPA: let it see every key, then zero it, so its
     # output and its gradients are exactly zero.
     empty = ~mask.any(dim=-1, keepdim=True)  # (B, 1|H, Tq, 1)
