@@ -89,6 +89,9 @@ class Result:
     rate: float | None = None  # billions of (query, key, A) elements per second, train
     plan: str = ""
     reps: list = field(default_factory=list)
+    command: str = ""  # the command line that measured this row
+    date: str = ""
+    commit: str = ""  # attnkit's git commit (+ "-dirty" with uncommitted changes)
 
 
 # --------------------------------------------------------------------------- implementations
@@ -295,6 +298,10 @@ def run_worker(case: Case, reps: int, budget_s: float) -> Result:
     """Measure one case in this process."""
     fwd, leaves, attn, work = build(case)
     res = Result(asdict(case), case.name, case.impl)
+    if case.group == "decoder" and case.impl == "auto":
+        from attnkit.attention import kernels
+
+        kernels.warm_up()
     if attn is not None:
         probe = leaves[-1] if case.group == "decoder" else leaves[0]
         query = probe[0] if case.group == "decoder" else probe
@@ -312,10 +319,6 @@ def run_worker(case: Case, reps: int, budget_s: float) -> Result:
         for p in leaves:
             p.grad = None
 
-    if case.group == "decoder" and case.impl == "auto":
-        from attnkit.attention import kernels
-
-        kernels.warm_up()
     train()  # warm-up: first-call allocations, kernel compilation
     t_train, mb_train = _measure(train, reps, budget_s)
     t_fwd, mb_fwd = _measure(forward, reps, budget_s)
@@ -472,6 +475,18 @@ def figures(results: list[Result]) -> list[str]:
     return lines
 
 
+def _commit() -> str:
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=here, capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return head + ("-dirty" if dirty else "")
+
+
 def machine() -> str:
     cpu = platform.processor() or "?"
     try:
@@ -486,16 +501,26 @@ def machine() -> str:
             f"{torch.get_num_threads()} threads, Python {platform.python_version()}")
 
 
-def write_report(results: list[Result], json_path: Path, md_path: Path, command: str) -> None:
+def write_report(results: list[Result], json_path: Path, md_path: Path) -> None:
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps([asdict(r) for r in results], indent=1))
+    runs = {}
+    for r in results:
+        runs.setdefault((r.command, r.date, r.commit), []).append(r.case["group"])
+    commands = [f"- `{cmd}` ({date}, commit {commit or '?'}): groups "
+                f"{', '.join(dict.fromkeys(groups))}"
+                for (cmd, date, commit), groups in runs.items()]
+    notes = ""
+    if md_path.exists() and NOTES_MARK in md_path.read_text():
+        notes = md_path.read_text().split(NOTES_MARK, 1)[1]
     body = [
         "# Benchmarks",
         "",
         f"Machine: {machine()}.",
         "",
-        f"Command: `{command}` (written {time.strftime('%Y-%m-%d')}; raw data in "
-        f"`{json_path.name}`).",
+        f"Produced by (raw data in `{json_path.name}`):",
+        "",
+        *commands,
         "",
         "Each row ran in a fresh process: one warm-up run (kernel compilation included), then "
         "the median of up to the requested repetitions. *Extra MiB* is the peak resident memory "
@@ -512,8 +537,14 @@ def write_report(results: list[Result], json_path: Path, md_path: Path, command:
         HEADER,
         *[_row(r) for r in results],
         "",
+        NOTES_MARK + notes.rstrip("\n"),
+        "",
     ]
     md_path.write_text("\n".join(body))
+
+
+# Text below this line in the Markdown report is written by hand and kept when it is rewritten.
+NOTES_MARK = "<!-- notes: hand-written below; kept when the report is regenerated -->"
 
 
 def add_parser(sub) -> None:
@@ -525,7 +556,7 @@ def add_parser(sub) -> None:
 def _options(p) -> None:
     p.add_argument("--quick", action="store_true", help="small cases only (a few minutes)")
     p.add_argument("--group", action="append", help="only these groups (self, mha, additive, "
-                   "local, decoder); repeatable")
+                   "local, decoder); repeatable; their rows replace those already in --json")
     p.add_argument("--reps", type=int, default=3, help="measured repetitions (median)")
     p.add_argument("--budget-s", type=float, default=600.0,
                    help="time limit per case, seconds (default 600)")
@@ -538,7 +569,15 @@ def main_cli(args) -> int:
     print(HEADER)
     results = run_suite(cases, args.reps, args.budget_s, log=lambda s: print(s, flush=True))
     command = "attnkit bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "attnkit bench"
-    write_report(results, Path(args.json), Path(args.markdown), command)
+    json_path = Path(args.json)
+    for r in results:
+        r.command, r.date, r.commit = command, time.strftime("%Y-%m-%d"), _commit()
+    if args.group and json_path.exists():  # re-measured groups replace theirs in the report
+        old = [Result(**r) for r in json.loads(json_path.read_text())]
+        order = [c.group for c in suite()]
+        results = sorted([r for r in old if r.case["group"] not in args.group] + results,
+                         key=lambda r: order.index(r.case["group"]))
+    write_report(results, json_path, Path(args.markdown))
     print("\n".join(figures(results)))
     return 0
 

@@ -7,7 +7,9 @@ Two custom autograd functions, for every score type (they call the score's ``blo
   runs over blocks of keys (running max ``m``, normaliser ``l`` and context accumulator), so
   neither the ``(Tq, Tk)`` scores nor the ``(Tq, Tk, A)`` pair tensor of additive attention ever
   exists. Saved for backward: the inputs, the output and the log-sum-exp ``(B, H, Tq)``. Backward
-  recomputes each block's scores (FlashAttention-2's recurrence). With a window or causal mask,
+  recomputes each block's scores (FlashAttention-2's recurrence) — except when there are no
+  more queries than key features (``Tq <= F``, e.g. a decoder step): then the ``(Tq, Tk)``
+  scores are no bigger than the keys and are kept instead. With a window or causal mask,
   key blocks outside the band are skipped, so local attention costs ``O(Tq * (left + right))``.
 * :func:`recomputed_scores` (weights needed, e.g. the location score's state): the full scores
   ``(B, H, Tq, Tk)`` computed block by block; backward recomputes the pair tensor block by block,
@@ -111,6 +113,11 @@ class KeyLayout:
         return mask
 
 
+def _default_blocks(qf, kf, score: Score, compiled: bool) -> tuple[int, int]:
+    pair = 1 if score.dot_family or compiled else qf.shape[-1]  # eager pair tensor: x A
+    return block_sizes(qf.shape[0] * qf.shape[1], qf.shape[2], kf.shape[2], pair, fused=compiled)
+
+
 def _slice_extra(extra, q0, q1, k0, k1):
     return None if extra is None else extra[:, :, q0:q1, k0:k1]
 
@@ -129,6 +136,12 @@ class _ChunkedAttention(torch.autograd.Function):
         bq, bk = blocks
         out = torch.zeros(b, h, tq, v.shape[-1], dtype=acc_t, device=qf.device)
         lse = torch.full((b, h, tq), float("inf"), dtype=acc_t, device=qf.device)
+        # Few queries (a decoder step): the scores are no bigger than the keys, so keep them
+        # for backward instead of recomputing the pair tensor there.
+        kept = None
+        if tq <= kf.shape[-1]:
+            kept = torch.full((b, h, tq, layout.tk), float("-inf"), dtype=acc_t,
+                              device=qf.device)
         block = 0
         for q0 in range(0, tq, bq):
             q1 = min(q0 + bq, tq)
@@ -145,6 +158,8 @@ class _ChunkedAttention(torch.autograd.Function):
                 mask = layout.block_mask(q0, q1, k0, k1)
                 if mask is not None:
                     s = s.masked_fill(~mask, float("-inf"))
+                if kept is not None:
+                    kept[:, :, q0:q1, k0:k1] = s
                 m_new = torch.maximum(m, s.amax(-1))
                 m_safe = m_new.masked_fill(m_new == float("-inf"), 0.0)  # rows with no key yet
                 p = torch.exp(s - m_safe[..., None])  # (B, H, bq, bk); masked -> 0
@@ -162,14 +177,16 @@ class _ChunkedAttention(torch.autograd.Function):
         out = out.to(v.dtype)
         ctx.layout, ctx.score, ctx.blocks = layout, score, blocks
         ctx.dropout_p, ctx.seed, ctx.compiled = dropout_p, seed, compiled
-        ctx.has_extra = extra is not None
-        ctx.save_for_backward(qf, kf, v, out, lse, *(() if extra is None else (extra,)))
+        ctx.has_extra, ctx.kept = extra is not None, kept is not None
+        ctx.save_for_backward(qf, kf, v, out, lse, *(() if extra is None else (extra,)),
+                              *(() if kept is None else (kept,)))
         return out
 
     @staticmethod
     def backward(ctx, dout):
         qf, kf, v, out, lse, *rest = ctx.saved_tensors
-        extra = rest[0] if ctx.has_extra else None
+        extra = rest.pop(0) if ctx.has_extra else None
+        kept = rest.pop(0) if ctx.kept else None
         layout, score, (bq, bk), p_drop = ctx.layout, ctx.score, ctx.blocks, ctx.dropout_p
         acc_t = lse.dtype
         b, h, tq, _ = qf.shape
@@ -193,11 +210,14 @@ class _ChunkedAttention(torch.autograd.Function):
             for k0 in range(k_lo, k_hi, bk):
                 k1 = min(k0 + bk, k_hi)
                 kb, eb = kf[:, :, k0:k1], _slice_extra(extra, q0, q1, k0, k1)
-                s = score.block_scores(qb, kb, eb, compiled=ctx.compiled).to(acc_t)
-                p = torch.exp(s - lse_b)  # (B, H, bq, bk); rows with no key: exp(-inf) = 0
-                mask = layout.block_mask(q0, q1, k0, k1)
-                if mask is not None:
-                    p = p.masked_fill(~mask, 0.0)
+                if kept is not None:  # masked entries were stored as -inf
+                    p = torch.exp(kept[:, :, q0:q1, k0:k1] - lse_b)
+                else:
+                    s = score.block_scores(qb, kb, eb, compiled=ctx.compiled).to(acc_t)
+                    p = torch.exp(s - lse_b)  # (B, H, bq, bk); rows with no key: exp(-inf) = 0
+                    mask = layout.block_mask(q0, q1, k0, k1)
+                    if mask is not None:
+                        p = p.masked_fill(~mask, 0.0)
                 vb = v[:, :, k0:k1].to(acc_t)
                 dp = dob @ vb.transpose(-1, -2)  # (B, H, bq, bk)
                 if p_drop > 0:
@@ -257,10 +277,7 @@ def chunked_attention(
     Returns:
         ``context (B, H, Tq, Dv)``.
     """
-    if blocks is None:
-        pair = qf.shape[-1] if not score.dot_family and not compiled else 1
-        blocks = block_sizes(qf.shape[0] * qf.shape[1], qf.shape[2], kf.shape[2], pair,
-                             fused=compiled)
+    blocks = blocks or _default_blocks(qf, kf, score, compiled)
     if dropout_p > 0 and seed is None:
         seed = int(torch.randint(0, 2**62, (1,)))
     return _ChunkedAttention.apply(
@@ -337,9 +354,6 @@ def recomputed_scores(
     """Scores ``(B, H, Tq, Tk)`` (float32 for low precision) whose backward recomputes the pair
     tensor block by block instead of keeping it. Blocks outside ``layout``'s band are not
     computed (they are 0; mask them)."""
-    if blocks is None:
-        pair = qf.shape[-1] if not score.dot_family and not compiled else 1
-        blocks = block_sizes(qf.shape[0] * qf.shape[1], qf.shape[2], kf.shape[2], pair,
-                             fused=compiled)
+    blocks = blocks or _default_blocks(qf, kf, score, compiled)
     return _RecomputedScores.apply(layout, score, blocks, compiled, qf, kf, extra,
                                    *score.pairwise_params())

@@ -134,7 +134,7 @@ def choose_impl(
         plan = Plan("sdpa", f"score {score.name!r} without weights: fused SDPA kernel")
     else:
         plan = _chunked(score, shape, dtype, window,
-                        f"score {score.name!r}: online softmax over key blocks, scores "
-                        "recomputed in backward")
+                        f"score {score.name!r}: online softmax over key blocks; backward "
+                        "recomputes the scores (keeps them when Tq <= key features)")
     log.debug("attention path %s: %s", plan.impl, plan.reason)
     return plan
