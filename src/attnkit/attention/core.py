@@ -234,9 +234,12 @@ def run(
     kf = score.prepare_key(k) if kf is None else kf  # (B, H, Tk, F)
     extra = score.prepare_extra(prev) if prev is not None else None
     if plan.impl == "sdpa" and call.layout.pure_causal:
-        return sdpa_attention(qf, kf, v, None, dropout_p=dropout_p, is_causal=True), None, plan
+        context = sdpa_attention(qf, kf, v, None, scale=score.scale, dropout_p=dropout_p,
+                                 is_causal=True)
+        return context, None, plan
     if plan.impl == "sdpa":
-        return sdpa_attention(qf, kf, v, call.mask(), dropout_p=dropout_p), None, plan
+        context = sdpa_attention(qf, kf, v, call.mask(), scale=score.scale, dropout_p=dropout_p)
+        return context, None, plan
     if plan.impl == "chunked" and not need_weights:
         context = chunked_attention(qf, kf, v, score, call.layout, extra=extra,
                                     dropout_p=dropout_p, compiled=plan.compiled)

@@ -7,7 +7,7 @@ banded) can share it:
 * ``prepare_key(k)``: per-key work done once, ``(B, H, Tk, Dk) -> (B, H, Tk, F)``;
 * ``pairwise(qf, kf, extra)``: the part that needs every (query, key) pair, ``-> (B, H, Tq, Tk)``.
 
-For the *dot family* (dot, scaled_dot, general, cosine) ``pairwise`` is a plain ``qf @ kf^T``, so
+For the *dot family* (dot, scaled_dot, general, cosine) ``pairwise`` is ``scale * qf @ kf^T``, so
 fused dot-product kernels apply to the prepared features. Additive and location scores need the
 pair tensor ``tanh(W q_i + U k_j)`` of shape ``(B, H, Tq, Tk, A)``.
 
@@ -69,6 +69,7 @@ class Score(nn.Module):
     name = ""
     dot_family = True
     needs_prev = False
+    scale = 1.0  # dot family: pairwise = scale * qf @ kf^T (SDPA takes it as its scale)
 
     def prepare_query(self, q: torch.Tensor) -> torch.Tensor:
         """``(B, H, Tq, Dq) -> (B, H, Tq, F)``."""
@@ -86,7 +87,8 @@ class Score(nn.Module):
         self, qf: torch.Tensor, kf: torch.Tensor, extra: torch.Tensor | None = None
     ) -> torch.Tensor:
         """Scores ``(B, H, Tq, Tk)`` from prepared queries and keys."""
-        return qf @ kf.transpose(-1, -2)  # (B, H, Tq, Tk)
+        s = qf @ kf.transpose(-1, -2)  # (B, H, Tq, Tk)
+        return s if self.scale == 1.0 else s * self.scale
 
     def pairwise_params(self) -> tuple[nn.Parameter, ...]:
         """The parameters ``pairwise`` reads (their gradients come from ``block_backward``)."""
@@ -138,9 +140,6 @@ class ScaledDotScore(Score):
     def __init__(self, key_dim: int):
         super().__init__()
         self.scale = key_dim**-0.5
-
-    def prepare_query(self, q):
-        return q * self.scale
 
 
 class GeneralScore(Score):

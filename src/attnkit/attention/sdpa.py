@@ -1,7 +1,7 @@
 """Fast path for the dot family: PyTorch's fused ``F.scaled_dot_product_attention``.
 
-The scores of dot, scaled_dot, general and cosine attention are ``qf @ kf^T`` on prepared
-features (:mod:`attnkit.attention.scores`), so SDPA with ``scale=1`` computes them without the
+The scores of dot, scaled_dot, general and cosine attention are ``scale * qf @ kf^T`` on prepared
+features (:mod:`attnkit.attention.scores`), so SDPA with that scale computes them without the
 ``(Tq, Tk)`` matrix on backends that have a flash/memory-efficient kernel (CPU included).
 """
 
@@ -19,10 +19,11 @@ def sdpa_attention(
     value: torch.Tensor,
     mask: torch.Tensor | None,
     *,
+    scale: float = 1.0,
     dropout_p: float = 0.0,
     is_causal: bool = False,
 ) -> torch.Tensor:
-    """``softmax(qf @ kf^T) @ value`` through SDPA, with fully masked rows giving zeros.
+    """``softmax(scale * qf @ kf^T) @ value`` through SDPA, with fully masked rows giving zeros.
 
     Args:
         qf: ``(B, H, Tq, F)``; kf: ``(B, H, Tk, F)``; value: ``(B, H, Tk, Dv)``.
@@ -34,12 +35,12 @@ def sdpa_attention(
     """
     if mask is None:
         return F.scaled_dot_product_attention(
-            qf, kf, value, dropout_p=dropout_p, is_causal=is_causal, scale=1.0
+            qf, kf, value, dropout_p=dropout_p, is_causal=is_causal, scale=scale
         )
     # A row with no allowed key would be NaN in SDPA: let it see every key, then zero it, so its
     # output and its gradients are exactly zero.
     empty = ~mask.any(dim=-1, keepdim=True)  # (B, 1|H, Tq, 1)
     context = F.scaled_dot_product_attention(
-        qf, kf, value, attn_mask=mask | empty, dropout_p=dropout_p, scale=1.0
+        qf, kf, value, attn_mask=mask | empty, dropout_p=dropout_p, scale=scale
     )
     return context.masked_fill(empty, 0.0)
