@@ -91,7 +91,7 @@ class Result:
     reps: list = field(default_factory=list)
     command: str = ""  # the command line that measured this row
     date: str = ""
-    commit: str = ""  # attnkit's git commit (+ "-dirty" with uncommitted changes)
+    commit: str = ""  # attnkit's git commit (+ "-dirty" with uncommitted changes to its code)
 
 
 # --------------------------------------------------------------------------- implementations
@@ -480,8 +480,8 @@ def _commit() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
                               capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=here, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                str(here)], cwd=here, capture_output=True, text=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
     return head + ("-dirty" if dirty else "")

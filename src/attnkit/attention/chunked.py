@@ -118,6 +118,12 @@ def _default_blocks(qf, kf, score: Score, compiled: bool) -> tuple[int, int]:
     return block_sizes(qf.shape[0] * qf.shape[1], qf.shape[2], kf.shape[2], pair, fused=compiled)
 
 
+def _add_param_grads(total: list, grads) -> None:
+    for i, g in enumerate(grads):
+        if g is not None:
+            total[i] = g if total[i] is None else total[i] + g
+
+
 def _slice_extra(extra, q0, q1, k0, k1):
     return None if extra is None else extra[:, :, q0:q1, k0:k1]
 
@@ -239,9 +245,7 @@ class _ChunkedAttention(torch.autograd.Function):
                     dv[:, :, k0:k1] += gv
                 if dextra is not None:
                     dextra[:, :, q0:q1, k0:k1] += ge
-                for i, g in enumerate(gp):
-                    if g is not None:
-                        dparams[i] = g if dparams[i] is None else dparams[i] + g
+                _add_param_grads(dparams, gp)
                 block += 1
         grads_in = (dq.to(qf.dtype), dk.to(kf.dtype), dv.to(v.dtype))
         grads_in += (None if dextra is None else dextra.to(extra.dtype),)
@@ -333,9 +337,7 @@ class _RecomputedScores(torch.autograd.Function):
                 dk[:, :, k0:k1] += gk
                 if dextra is not None:
                     dextra[:, :, q0:q1, k0:k1] += ge
-                for i, g in enumerate(gp):
-                    if g is not None:
-                        dparams[i] = g if dparams[i] is None else dparams[i] + g
+                _add_param_grads(dparams, gp)
         grads = (dq.to(qf.dtype), dk.to(kf.dtype))
         grads += (None if dextra is None else dextra.to(extra.dtype),)
         return (None,) * 4 + grads + tuple(dparams)

@@ -1,8 +1,9 @@
 """What every attention entry point shares: input checks, mask building, and running a path.
 
 The public entry points (:class:`attnkit.Attention`, :func:`attnkit.attention`,
-:class:`attnkit.SelfAttention`) validate their inputs here, build one boolean mask
-(**True = may attend**) and hand prepared per-head tensors ``(B, H, T, D)`` to the chosen path.
+:class:`attnkit.SelfAttention`) validate their inputs here, describe which keys each query may see
+(a :class:`~attnkit.attention.chunked.KeyLayout`; **True = may attend**; the path that needs a
+mask builds it, whole or per block) and hand per-head tensors ``(B, H, T, D)`` to the chosen path.
 """
 
 from __future__ import annotations
