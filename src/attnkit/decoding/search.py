@@ -1,0 +1,271 @@
+"""Greedy decoding, sampling and batched beam search over any step function.
+
+A model exposes one decoder step::
+
+    step(tokens, state) -> (log_probs, state, weights)
+
+* ``tokens``: ``(N,)`` the previous output token of each hypothesis;
+* ``state``: anything made of tensors whose first dim is ``N`` (a tensor, or nested
+  tuples/lists/dicts of them): RNN states, prepared encoder memories, previous attention weights;
+* ``log_probs``: ``(N, V)`` log-probabilities of the next token;
+* ``weights``: ``(N, Tk)`` the step's attention weights (for plots and the coverage penalty),
+  or None.
+
+``N`` is the batch size ``B`` for greedy decoding and sampling, and ``B * K`` for a beam of ``K``
+(hypothesis ``b * K + k`` belongs to example ``b``). Beam search reorders the state along dim 0
+with ``index_select`` after every step, so the step function never sees beams as such.
+
+All three return a :class:`Hypotheses`; tokens after an example's EOS are ``pad``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+from torch.utils._pytree import tree_map
+
+__all__ = ["Hypotheses", "beam_search", "greedy", "sample", "length_penalty"]
+
+StepFn = Callable[[torch.Tensor, Any], tuple[torch.Tensor, Any, torch.Tensor | None]]
+
+
+class Hypotheses(NamedTuple):
+    """Decoded outputs.
+
+    Attributes:
+        tokens: ``(B, T)`` (``(B, n_best, T)`` for ``n_best > 1``), EOS included, then ``pad``.
+        lengths: ``(B,)`` (or ``(B, n_best)``) tokens up to and including EOS.
+        scores: ``(B,)`` (or ``(B, n_best)``): summed log-probability, or for beam search the
+            ranking score (length-normalised, with coverage penalty).
+        weights: ``(B, T, Tk)`` (or ``(B, n_best, T, Tk)``) attention of every output step, or
+            None when the step function returns none.
+    """
+
+    tokens: torch.Tensor
+    lengths: torch.Tensor
+    scores: torch.Tensor
+    weights: torch.Tensor | None
+
+
+def length_penalty(lengths: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Wu et al. (2016): ``((5 + |Y|) / 6) ** alpha``; scores are divided by it."""
+    return ((5.0 + lengths.to(torch.float32)) / 6.0) ** alpha
+
+
+def _max_lengths(max_len, batch: int, device) -> torch.Tensor:
+    if isinstance(max_len, torch.Tensor):
+        if max_len.shape != (batch,):
+            raise ValueError(f"max_len: expected an int or a ({batch},) tensor, "
+                             f"got shape {tuple(max_len.shape)}")
+        out = max_len.to(device=device, dtype=torch.long)
+    elif isinstance(max_len, int) and not isinstance(max_len, bool):
+        out = torch.full((batch,), max_len, dtype=torch.long, device=device)
+    else:
+        raise TypeError(f"max_len: expected an int or a tensor, got {type(max_len).__name__}")
+    if out.numel() and int(out.min()) < 1:
+        raise ValueError(f"max_len: expected values >= 1, got min {int(out.min())}")
+    return out
+
+
+def _check_common(batch_size, bos, eos, pad):
+    for name, value in (("batch_size", batch_size), ("bos", bos), ("eos", eos), ("pad", pad)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{name}: expected a non-negative int, got {value!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size: expected a positive int, got {batch_size}")
+
+
+def _check_log_probs(log_probs: torch.Tensor, n: int) -> None:
+    if log_probs.dim() != 2 or log_probs.shape[0] != n:
+        raise ValueError(f"step: expected log_probs of shape ({n}, V), got "
+                         f"{tuple(log_probs.shape)}")
+
+
+def _run(step: StepFn, state, *, batch_size, bos, eos, pad, max_len, device, choose):
+    """Shared loop of greedy decoding and sampling: ``choose(log_probs) -> tokens (B,)``."""
+    _check_common(batch_size, bos, eos, pad)
+    limit = _max_lengths(max_len, batch_size, device)
+    tokens = torch.full((batch_size,), bos, dtype=torch.long, device=device)
+    done = torch.zeros(batch_size, dtype=torch.bool, device=device)
+    out, weights, score = [], [], torch.zeros(batch_size, device=device)
+    for t in range(int(limit.max())):
+        log_probs, state, w = step(tokens, state)
+        _check_log_probs(log_probs, batch_size)
+        tokens = choose(log_probs)
+        score = score + torch.where(done, 0.0, log_probs.gather(1, tokens[:, None])[:, 0].float())
+        tokens = tokens.masked_fill(done, pad)
+        out.append(tokens)
+        if w is not None:
+            weights.append(w.masked_fill(done[:, None], 0.0))
+        done = done | (tokens == eos) | (t + 1 >= limit)
+        if bool(done.all()):
+            break
+    toks = torch.stack(out, dim=1)  # (B, T)
+    lengths = _lengths(toks, eos, pad)
+    return Hypotheses(toks, lengths, score, torch.stack(weights, dim=1) if weights else None)
+
+
+def _lengths(tokens: torch.Tensor, eos: int, pad: int) -> torch.Tensor:
+    """Tokens up to and including the first EOS (all non-pad tokens when there is none)."""
+    t = tokens.shape[-1]
+    is_eos = tokens == eos
+    first = torch.where(is_eos.any(-1), is_eos.float().argmax(-1) + 1, t)
+    return torch.minimum(first, (tokens != pad).sum(-1).clamp(min=1))
+
+
+def greedy(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
+           pad: int = 0, device=None) -> Hypotheses:
+    """Most probable token at every step.
+
+    Args:
+        step: the decoder step (see the module docstring); state: its initial state.
+        batch_size: ``B``. bos, eos, pad: token ids.
+        max_len: output tokens at most, an int or ``(B,)`` per example (e.g. from a
+            length ratio of the source).
+    """
+    return _run(step, state, batch_size=batch_size, bos=bos, eos=eos, pad=pad, max_len=max_len,
+                device=device, choose=lambda lp: lp.argmax(-1))
+
+
+def sample(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
+           pad: int = 0, temperature: float = 1.0, top_k: int | None = None,
+           top_p: float | None = None, generator: torch.Generator | None = None,
+           device=None) -> Hypotheses:
+    """Random decoding: tokens drawn from ``softmax(log_probs / temperature)``, restricted to
+    the ``top_k`` most probable and/or the smallest set whose probability reaches ``top_p``
+    (nucleus sampling). Scores are the log-probabilities of the drawn tokens under the model."""
+    if not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise ValueError(f"temperature: expected a positive number, got {temperature!r}")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k: expected a positive int, got {top_k!r}")
+    if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+        raise ValueError(f"top_p: expected a probability in (0, 1], got {top_p!r}")
+
+    def choose(log_probs):
+        logits = log_probs.float() / temperature
+        if top_k is not None and top_k < logits.shape[-1]:
+            kth = logits.topk(top_k, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        if top_p is not None and top_p < 1:
+            sorted_logits, order = logits.sort(dim=-1, descending=True)
+            cum = sorted_logits.softmax(-1).cumsum(-1)
+            drop = cum - sorted_logits.softmax(-1) >= top_p  # mass before this token
+            logits = logits.scatter(1, order, sorted_logits.masked_fill(drop, float("-inf")))
+        probs = logits.softmax(-1)
+        return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+    return _run(step, state, batch_size=batch_size, bos=bos, eos=eos, pad=pad, max_len=max_len,
+                device=device, choose=choose)
+
+
+def _reorder(state, index: torch.Tensor):
+    return tree_map(lambda x: x.index_select(0, index) if isinstance(x, torch.Tensor) else x,
+                    state)
+
+
+def _ngram_ban(hyps: torch.Tensor, n: int, vocab: int) -> torch.Tensor:
+    """``(N, V)`` bool: tokens that would repeat an n-gram already in each hypothesis."""
+    num, t = hyps.shape
+    banned = torch.zeros(num, vocab + 1, dtype=torch.bool, device=hyps.device)
+    if n == 1 and t:
+        banned.scatter_(1, hyps, True)
+    elif n > 1 and t >= n:
+        prefix = hyps[:, t - n + 1 :]  # (N, n-1): the last n-1 tokens
+        windows = hyps.unfold(1, n - 1, 1)[:, : t - n + 1]  # (N, t-n+1, n-1) earlier prefixes
+        match = (windows == prefix[:, None, :]).all(-1)  # (N, t-n+1)
+        follow = hyps[:, n - 1 :]  # (N, t-n+1): the token that followed each of them
+        banned.scatter_(1, follow.masked_fill(~match, vocab), True)
+    return banned[:, :vocab]
+
+
+def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: int, eos: int,
+                max_len, pad: int = 0, alpha: float = 0.0, beta: float = 0.0,
+                no_repeat_ngram: int = 0, n_best: int = 1, device=None) -> Hypotheses:
+    """Batched beam search: all ``B * K`` hypotheses advance as one tensor.
+
+    Hypotheses are extended by cumulative log-probability; a hypothesis that emits EOS (or
+    reaches its example's ``max_len``) is frozen with its score. At the end each example's ``K``
+    hypotheses are ranked by Wu et al. (2016)'s ``log P / lp(|Y|) + cp``, with
+    ``lp = ((5 + |Y|) / 6) ** alpha`` and coverage penalty
+    ``cp = beta * sum_j log(min(sum_i a_ij, 1))`` over the source positions ``j`` that were
+    attended (needs the step's weights; ``beta = 0`` turns it off).
+
+    Args:
+        state: the initial state for ``B`` examples; it is repeated ``K`` times (example-major).
+        beam_size: ``K``. no_repeat_ngram: forbid repeating any n-gram of this size (0: off).
+        n_best: hypotheses returned per example (<= ``K``).
+
+    With ``K = 1`` this is greedy decoding; with ``K`` at least the number of possible
+    outputs it is exhaustive search (both tested).
+    """
+    _check_common(batch_size, bos, eos, pad)
+    if not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size: expected a positive int, got {beam_size!r}")
+    if not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
+        raise ValueError(f"n_best: expected an int in [1, beam_size={beam_size}], got {n_best!r}")
+    if not isinstance(no_repeat_ngram, int) or no_repeat_ngram < 0:
+        raise ValueError(f"no_repeat_ngram: expected a non-negative int, got {no_repeat_ngram!r}")
+    b, k = batch_size, beam_size
+    n = b * k
+    limit = _max_lengths(max_len, b, device).repeat_interleave(k)  # (N,)
+    state = _reorder(state, torch.arange(b, device=device).repeat_interleave(k))
+    tokens = torch.full((n,), bos, dtype=torch.long, device=device)
+    scores = torch.zeros(b, k, device=device)
+    scores[:, 1:] = float("-inf")  # all beams start identical: keep one
+    done = torch.zeros(n, dtype=torch.bool, device=device)
+    hyps = torch.empty(n, 0, dtype=torch.long, device=device)
+    weights = None
+    coverage = None
+    base = (torch.arange(b, device=device) * k)[:, None]  # (B, 1)
+    for t in range(int(limit.max())):
+        log_probs, state, w = step(tokens, state)
+        _check_log_probs(log_probs, n)
+        vocab = log_probs.shape[-1]
+        log_probs = log_probs.float()
+        if no_repeat_ngram:
+            log_probs = log_probs.masked_fill(_ngram_ban(hyps, no_repeat_ngram, vocab),
+                                              float("-inf"))
+        # A finished hypothesis continues only with pad, at no cost.
+        frozen = torch.full_like(log_probs, float("-inf"))
+        frozen[:, pad] = 0.0
+        log_probs = torch.where(done[:, None], frozen, log_probs)
+        cand = (scores.reshape(n, 1) + log_probs).reshape(b, k * vocab)  # (B, K*V)
+        top, idx = cand.topk(k, dim=-1)  # (B, K)
+        parent = (base + idx // vocab).reshape(n)  # (N,) flat index of each new beam's parent
+        tokens = (idx % vocab).reshape(n)
+        scores = top
+        state = _reorder(state, parent)
+        was_done = done.index_select(0, parent)
+        hyps = torch.cat([hyps.index_select(0, parent), tokens[:, None]], dim=1)
+        if w is not None:
+            w = w.float().index_select(0, parent).masked_fill(was_done[:, None], 0.0)
+            weights = w[:, None] if weights is None else torch.cat(
+                [weights.index_select(0, parent), w[:, None]], dim=1)
+            coverage = w if coverage is None else coverage.index_select(0, parent) + w
+        done = was_done | (tokens == eos) | (t + 1 >= limit)
+        if bool(done.all()):
+            break
+
+    lengths = _lengths(hyps, eos, pad)  # (N,)
+    rank = scores.reshape(n) / length_penalty(lengths, alpha)
+    if beta and coverage is not None:
+        attended = coverage > 0
+        cp = torch.log(coverage.clamp(max=1.0).where(attended, torch.ones_like(coverage)))
+        rank = rank + beta * cp.sum(-1)
+    rank = rank.masked_fill(torch.isnan(rank), float("-inf")).reshape(b, k)
+    best = rank.topk(n_best, dim=-1).indices  # (B, n_best)
+    pick = (base + best).reshape(-1)
+    out_tokens = hyps.index_select(0, pick).reshape(b, n_best, -1)
+    out = Hypotheses(
+        out_tokens,
+        lengths.index_select(0, pick).reshape(b, n_best),
+        rank.gather(1, best),
+        None if weights is None else weights.index_select(0, pick).reshape(
+            b, n_best, *weights.shape[1:]),
+    )
+    if n_best == 1:
+        out = Hypotheses(*(None if x is None else x[:, 0] for x in out))
+    return out

@@ -1,0 +1,240 @@
+"""Greedy, sampling and beam search on a small deterministic model."""
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from attnkit.decoding import beam_search, greedy, length_penalty, sample
+
+PAD, BOS, EOS = 0, 1, 2
+
+
+class ToyModel:
+    """A fixed random recurrent 'language model' over V tokens with attention over Tk inputs.
+
+    State: (hidden (N, H), source (N, Tk, H)). Its log-probs depend on the whole history, so
+    greedy and beam search can disagree.
+    """
+
+    def __init__(self, vocab=5, hidden=8, seed=0, eos_bias=0.0):
+        g = torch.Generator().manual_seed(seed)
+        self.emb = torch.randn(vocab, hidden, generator=g)
+        self.rec = torch.randn(hidden, hidden, generator=g) / hidden**0.5
+        self.out = torch.randn(hidden, vocab, generator=g) * 1.5
+        self.out[:, BOS] = -1e4 / hidden  # never emit BOS
+        self.bias = torch.zeros(vocab)
+        self.bias[EOS] = eos_bias
+        self.bias[BOS] = -1e9
+        self.bias[PAD] = -1e9
+
+    def init(self, batch, tk=4, seed=1):
+        g = torch.Generator().manual_seed(seed)
+        return (torch.randn(batch, self.emb.shape[1], generator=g),
+                torch.randn(batch, tk, self.emb.shape[1], generator=g))
+
+    def step(self, tokens, state):
+        h, src = state
+        h = torch.tanh(h @ self.rec + self.emb[tokens])
+        w = torch.softmax((src @ h[:, :, None])[..., 0], dim=-1)  # (N, Tk)
+        ctx = (w[:, None, :] @ src)[:, 0]
+        logits = (h + ctx) @ self.out + self.bias
+        return torch.log_softmax(logits, dim=-1), (h, src), w
+
+
+def _score_sequence(model, state, seq):
+    """Log-probability of one output sequence for one example (state for batch 1)."""
+    total, tok = 0.0, torch.tensor([BOS])
+    for t in seq:
+        lp, state, _ = model.step(tok, state)
+        total += float(lp[0, t])
+        tok = torch.tensor([t])
+    return total
+
+
+def _exhaustive(model, state, max_len, alpha):
+    vocab = model.emb.shape[0]
+    best, best_seq = -math.inf, None
+    tokens = [t for t in range(vocab) if t not in (PAD, BOS)]
+    for n in range(1, max_len + 1):
+        for body in itertools.product([t for t in tokens if t != EOS], repeat=n - 1):
+            for last in tokens:
+                if n < max_len and last != EOS:
+                    continue  # only EOS-terminated, or cut at max_len
+                seq = list(body) + [last]
+                s = _score_sequence(model, state, seq) / float(
+                    length_penalty(torch.tensor(len(seq)), alpha))
+                if s > best:
+                    best, best_seq = s, seq
+    return best, best_seq
+
+
+def test_beam_of_one_equals_greedy():
+    model = ToyModel()
+    state = model.init(3)
+    g = greedy(model.step, state, batch_size=3, bos=BOS, eos=EOS, max_len=7)
+    b = beam_search(model.step, state, batch_size=3, beam_size=1, bos=BOS, eos=EOS, max_len=7)
+    assert torch.equal(g.tokens, b.tokens)
+    assert torch.equal(g.lengths, b.lengths)
+    torch.testing.assert_close(g.scores, b.scores)
+    torch.testing.assert_close(g.weights, b.weights)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_wide_beam_equals_exhaustive_search(alpha, seed):
+    model = ToyModel(vocab=5, seed=seed)  # 2 real tokens + EOS
+    max_len = 4
+    state = model.init(2, seed=seed + 10)
+    out = beam_search(model.step, state, batch_size=2, beam_size=64, bos=BOS, eos=EOS,
+                      max_len=max_len, alpha=alpha)
+    for i in range(2):
+        one = (state[0][i : i + 1], state[1][i : i + 1])
+        best, seq = _exhaustive(model, one, max_len, alpha)
+        n = int(out.lengths[i])
+        assert out.tokens[i, :n].tolist() == seq
+        assert abs(float(out.scores[i]) - best) < 1e-4
+
+
+def test_beam_search_finds_better_sequences_than_greedy_somewhere():
+    """Not vacuous: on this model beam search beats greedy on some examples."""
+    model = ToyModel(vocab=6, seed=3)
+    state = model.init(16, seed=4)
+    g = greedy(model.step, state, batch_size=16, bos=BOS, eos=EOS, max_len=6)
+    b = beam_search(model.step, state, batch_size=16, beam_size=8, bos=BOS, eos=EOS, max_len=6)
+    assert (b.scores >= g.scores - 1e-5).all()
+    assert (b.scores > g.scores + 1e-3).any()
+
+
+def test_batched_beam_equals_one_example_at_a_time():
+    model = ToyModel(vocab=6, seed=5)
+    state = model.init(4, seed=6)
+    lim = torch.tensor([3, 6, 5, 2])
+    batch = beam_search(model.step, state, batch_size=4, beam_size=3, bos=BOS, eos=EOS,
+                        max_len=lim, alpha=0.6, n_best=2)
+    for i in range(4):
+        one = beam_search(model.step, (state[0][i : i + 1], state[1][i : i + 1]), batch_size=1,
+                          beam_size=3, bos=BOS, eos=EOS, max_len=int(lim[i]), alpha=0.6,
+                          n_best=2)
+        t = one.tokens.shape[-1]
+        assert torch.equal(batch.tokens[i, :, :t], one.tokens[0])
+        assert (batch.tokens[i, :, t:] == PAD).all()
+        torch.testing.assert_close(batch.scores[i], one.scores[0])
+    assert (batch.lengths <= lim[:, None]).all()
+    assert batch.weights.shape[:2] == (4, 2) and batch.weights.shape[-1] == 4
+
+
+def test_eos_and_padding():
+    model = ToyModel(vocab=5, eos_bias=3.0)  # EOS likely early
+    state = model.init(5)
+    for out in (greedy(model.step, state, batch_size=5, bos=BOS, eos=EOS, max_len=8),
+                beam_search(model.step, state, batch_size=5, beam_size=3, bos=BOS, eos=EOS,
+                            max_len=8)):
+        for i in range(5):
+            n = int(out.lengths[i])
+            row = out.tokens[i].tolist()
+            assert EOS not in row[: n - 1]
+            assert row[n - 1] == EOS or n == 8
+            assert all(t == PAD for t in row[n:])
+            if out.weights is not None:
+                assert out.weights[i, n:].abs().sum() == 0
+                torch.testing.assert_close(out.weights[i, :n].sum(-1), torch.ones(n))
+
+
+def test_no_repeat_ngram_blocks_repeats():
+    model = ToyModel(vocab=5, seed=7, eos_bias=-5.0)  # long outputs, few tokens: repeats likely
+    state = model.init(4)
+    plain = beam_search(model.step, state, batch_size=4, beam_size=3, bos=BOS, eos=EOS,
+                        max_len=10)
+
+    def has_repeat(seq, n):
+        grams = [tuple(seq[i : i + n]) for i in range(len(seq) - n + 1)]
+        return len(grams) != len(set(grams))
+
+    assert any(has_repeat(plain.tokens[i, : int(plain.lengths[i])].tolist(), 2) for i in range(4))
+    out = beam_search(model.step, state, batch_size=4, beam_size=3, bos=BOS, eos=EOS,
+                      max_len=10, no_repeat_ngram=2)
+    for i in range(4):
+        assert not has_repeat(out.tokens[i, : int(out.lengths[i])].tolist(), 2)
+
+
+def test_coverage_penalty_prefers_hypotheses_that_cover_the_source():
+    model = ToyModel(vocab=6, seed=8)
+    state = model.init(8, tk=6, seed=9)
+    kw = dict(batch_size=8, beam_size=6, bos=BOS, eos=EOS, max_len=6, n_best=6)
+    plain = beam_search(model.step, state, **kw)
+    covered = beam_search(model.step, state, beta=5.0, **kw)
+
+    def coverage(out):
+        acc = out.weights[:, 0].sum(1)  # (B, Tk) accumulated attention of the best hypothesis
+        return torch.log(acc.clamp(max=1.0).clamp(min=1e-9)).sum(-1)
+
+    assert (coverage(covered) >= coverage(plain) - 1e-5).all()
+    assert (coverage(covered) > coverage(plain) + 1e-4).any()
+
+
+def test_sampling_is_seeded_and_respects_top_k_and_top_p():
+    model = ToyModel(vocab=7, seed=10)
+    state = model.init(32)
+    kw = dict(batch_size=32, bos=BOS, eos=EOS, max_len=6)
+    a = sample(model.step, state, generator=torch.Generator().manual_seed(0), **kw)
+    b = sample(model.step, state, generator=torch.Generator().manual_seed(0), **kw)
+    assert torch.equal(a.tokens, b.tokens)
+    g = greedy(model.step, state, **kw)
+    for extra in (dict(top_k=1), dict(top_p=1e-6), dict(temperature=1e-4)):
+        s = sample(model.step, state, generator=torch.Generator().manual_seed(1), **kw, **extra)
+        assert torch.equal(s.tokens, g.tokens), extra
+    wide = sample(model.step, state, generator=torch.Generator().manual_seed(2), **kw)
+    assert not torch.equal(wide.tokens, g.tokens)  # plain sampling does differ
+    # top_k=2: every token is one of the two most probable at its step.
+    s = sample(model.step, state, generator=torch.Generator().manual_seed(3), top_k=2, **kw)
+    tok, st = torch.full((32,), BOS), state
+    for t in range(s.tokens.shape[1]):
+        lp, st, _ = model.step(tok, st)
+        top2 = lp.topk(2, dim=-1).indices
+        live = t < s.lengths
+        assert ((s.tokens[:, t:t + 1] == top2).any(-1) | ~live).all()
+        tok = s.tokens[:, t].clamp(min=0)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(beam_size=0), r"^beam_size: expected a positive int, got 0"),
+    (dict(beam_size=2, n_best=3), r"^n_best: expected an int in \[1, beam_size=2\], got 3"),
+    (dict(max_len=0), r"^max_len: expected values >= 1, got min 0"),
+    (dict(max_len=torch.tensor([3])), r"^max_len: expected an int or a \(2,\) tensor"),
+    (dict(no_repeat_ngram=-1), r"^no_repeat_ngram: expected a non-negative int"),
+])
+def test_beam_search_rejects_bad_arguments(kwargs, match):
+    model = ToyModel()
+    args = dict(batch_size=2, beam_size=2, bos=BOS, eos=EOS, max_len=4) | kwargs
+    with pytest.raises(ValueError, match=match):
+        beam_search(model.step, model.init(2), **args)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(temperature=0), r"^temperature: expected a positive number"),
+    (dict(top_k=0), r"^top_k: expected a positive int"),
+    (dict(top_p=1.5), r"^top_p: expected a probability in \(0, 1\]"),
+])
+def test_sample_rejects_bad_arguments(kwargs, match):
+    model = ToyModel()
+    with pytest.raises(ValueError, match=match):
+        sample(model.step, model.init(2), batch_size=2, bos=BOS, eos=EOS, max_len=3, **kwargs)
+
+
+@pytest.mark.parametrize("eos_bias", [0.0, 2.0])
+def test_every_returned_hypothesis_scores_what_the_model_says(eos_bias):
+    """Rescoring each of the n-best sequences from scratch gives its reported score: the state,
+    finished flags and histories all followed their beams through every reordering."""
+    model = ToyModel(vocab=6, seed=11, eos_bias=eos_bias)
+    state = model.init(3, seed=12)
+    out = beam_search(model.step, state, batch_size=3, beam_size=4, bos=BOS, eos=EOS,
+                      max_len=7, n_best=4)
+    for i in range(3):
+        one = (state[0][i : i + 1], state[1][i : i + 1])
+        for j in range(4):
+            n = int(out.lengths[i, j])
+            seq = out.tokens[i, j, :n].tolist()
+            assert EOS not in seq[:-1] and all(t == PAD for t in out.tokens[i, j, n:].tolist())
+            assert abs(_score_sequence(model, one, seq) - float(out.scores[i, j])) < 1e-4
