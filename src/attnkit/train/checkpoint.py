@@ -1,0 +1,200 @@
+"""One checkpoint format for every task: tensors in safetensors, everything else in JSON.
+
+A checkpoint is a directory::
+
+    config.json           {"format": "attnkit-checkpoint", "version": 1, "config": {...}}
+    model.safetensors     the model's state dict
+    vocab.json            the vocabularies (optional)
+    optimizer.safetensors optimizer tensors, keyed "state.<param index>.<name>" (optional)
+    optimizer.json        the optimizer's non-tensor state and param groups (optional)
+    trainer.json          step, epoch, best score, RNG states, scheduler... (optional)
+
+Nothing is unpickled when loading, so a checkpoint from an untrusted source cannot run code.
+Writing is atomic: the files go to a temporary directory beside the target, which then replaces
+the target by renames, so an interrupted save leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+__all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint"]
+
+FORMAT, VERSION = "attnkit-checkpoint", 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, corrupt or does not fit the model/optimizer."""
+
+
+@dataclass
+class Checkpoint:
+    """What :func:`load_checkpoint` returns.
+
+    Attributes:
+        config: the model/task configuration saved with it (JSON values).
+        model_state: the model's state dict (tensors on CPU).
+        vocab: the vocabularies, or None.
+        optimizer_state: a state dict for ``optimizer.load_state_dict``, or None.
+        trainer_state: step, epoch, RNG states... (JSON values), or None.
+    """
+
+    path: Path
+    config: dict
+    model_state: dict[str, torch.Tensor]
+    vocab: Any = None
+    optimizer_state: dict | None = None
+    trainer_state: dict | None = None
+
+    def load_model(self, model: torch.nn.Module) -> None:
+        """Load the weights into ``model``, with an error that lists every mismatch."""
+        own = model.state_dict()
+        missing = sorted(set(own) - set(self.model_state))
+        unexpected = sorted(set(self.model_state) - set(own))
+        shapes = [f"{k}: checkpoint {tuple(self.model_state[k].shape)}, model {tuple(v.shape)}"
+                  for k, v in own.items()
+                  if k in self.model_state and self.model_state[k].shape != v.shape]
+        if missing or unexpected or shapes:
+            parts = []
+            if missing:
+                parts.append(f"missing {', '.join(missing[:10])}")
+            if unexpected:
+                parts.append(f"unexpected {', '.join(unexpected[:10])}")
+            if shapes:
+                parts.append("shape mismatch " + "; ".join(shapes[:10]))
+            raise CheckpointError(f"{self.path}: the weights do not fit this model: "
+                                  + " | ".join(parts))
+        model.load_state_dict(self.model_state)
+
+
+def _flatten_optimizer(state: dict) -> tuple[dict[str, torch.Tensor], dict]:
+    tensors, plain = {}, {"param_groups": state["param_groups"], "state": {}}
+    for idx, entry in state["state"].items():
+        kept = {}
+        for name, value in entry.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"state.{idx}.{name}"] = value.detach().cpu().clone()
+            else:
+                kept[name] = value
+        plain["state"][str(idx)] = kept
+    return tensors, plain
+
+
+def _unflatten_optimizer(tensors: dict[str, torch.Tensor], plain: dict) -> dict:
+    state: dict[int, dict] = {int(k): dict(v) for k, v in plain["state"].items()}
+    for key, value in tensors.items():
+        _, idx, name = key.split(".", 2)
+        state.setdefault(int(idx), {})[name] = value
+    return {"state": state, "param_groups": plain["param_groups"]}
+
+
+def _write_json(path: Path, value) -> None:
+    path.write_text(json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False))
+
+
+def save_checkpoint(
+    directory: str | Path,
+    *,
+    model: torch.nn.Module,
+    config: dict,
+    vocab: Any = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    trainer_state: dict | None = None,
+) -> Path:
+    """Write a checkpoint directory atomically (see the module docstring); returns its path.
+
+    ``config``, ``vocab`` and ``trainer_state`` must be JSON-serialisable.
+    """
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    try:
+        _write_json(tmp / "config.json", {"format": FORMAT, "version": VERSION, "config": config})
+        # clone: tied weights share storage, which safetensors refuses
+        state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        save_file(state, str(tmp / "model.safetensors"))
+        if vocab is not None:
+            _write_json(tmp / "vocab.json", vocab)
+        if optimizer is not None:
+            tensors, plain = _flatten_optimizer(optimizer.state_dict())
+            save_file(tensors, str(tmp / "optimizer.safetensors"))
+            _write_json(tmp / "optimizer.json", plain)
+        if trainer_state is not None:
+            _write_json(tmp / "trainer.json", trainer_state)
+        for f in tmp.iterdir():  # on disk before the rename makes it visible
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        old = None
+        if directory.exists():
+            old = directory.with_name(f".{directory.name}.old")
+            if old.exists():
+                shutil.rmtree(old)
+            os.replace(directory, old)
+        os.replace(tmp, directory)
+        if old is not None:
+            shutil.rmtree(old)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory
+
+
+def _read_json(path: Path, required: bool = True):
+    if not path.exists():
+        if required:
+            raise CheckpointError(f"{path}: missing (is {path.parent} an attnkit checkpoint?)")
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+
+
+def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    if not path.exists():
+        raise CheckpointError(f"{path}: missing")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
+
+
+def load_checkpoint(directory: str | Path) -> Checkpoint:
+    """Read a checkpoint written by :func:`save_checkpoint` (no pickle involved).
+
+    Raises:
+        CheckpointError: missing directory or file, corrupt JSON or safetensors, another format
+            or version.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: no such checkpoint directory")
+    head = _read_json(directory / "config.json")
+    if not isinstance(head, dict) or head.get("format") != FORMAT:
+        raise CheckpointError(f"{directory / 'config.json'}: not an attnkit checkpoint "
+                              f"(format {head.get('format') if isinstance(head, dict) else None!r})")
+    if head.get("version") != VERSION:
+        raise CheckpointError(f"{directory}: checkpoint version {head.get('version')!r} is not "
+                              f"supported by this attnkit (reads version {VERSION})")
+    optimizer_state = None
+    if (directory / "optimizer.json").exists():
+        optimizer_state = _unflatten_optimizer(_read_tensors(directory / "optimizer.safetensors"),
+                                               _read_json(directory / "optimizer.json"))
+    return Checkpoint(
+        path=directory,
+        config=head.get("config", {}),
+        model_state=_read_tensors(directory / "model.safetensors"),
+        vocab=_read_json(directory / "vocab.json", required=False),
+        optimizer_state=optimizer_state,
+        trainer_state=_read_json(directory / "trainer.json", required=False),
+    )

@@ -1,0 +1,119 @@
+"""Checkpoints: exact round trip, atomic writes, clear errors, no pickle."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from attnkit import Attention
+from attnkit.train import checkpoint as ckpt_mod
+from attnkit.train import CheckpointError, load_checkpoint, save_checkpoint
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(7, 8)
+        self.attn = Attention(8, score="additive")
+        self.out = nn.Linear(8, 7)
+        self.out.weight = self.emb.weight  # tied weights
+
+    def forward(self, x):
+        h = self.emb(x)
+        return self.out(self.attn(h, h).context)
+
+
+def _train(model, opt, steps, seed):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randint(0, 7, (4, 5), generator=g)
+        loss = nn.functional.cross_entropy(model(x).flatten(0, 1), x.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def test_round_trip_resumes_training_exactly(tmp_path):
+    torch.manual_seed(0)
+    model = Tiny()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    _train(model, opt, 3, seed=1)
+    vocab = {"tokens": ["<pad>", "a", "é", "中"]}
+    path = save_checkpoint(tmp_path / "ck", model=model, config={"dim": 8}, vocab=vocab,
+                           optimizer=opt, trainer_state={"step": 3, "best": 0.5})
+    ck = load_checkpoint(path)
+    assert ck.config == {"dim": 8} and ck.vocab == vocab
+    assert ck.trainer_state == {"step": 3, "best": 0.5}
+
+    torch.manual_seed(123)
+    resumed = Tiny()
+    ck.load_model(resumed)
+    opt2 = torch.optim.AdamW(resumed.parameters(), lr=1e-2)
+    opt2.load_state_dict(ck.optimizer_state)
+    assert resumed.out.weight is resumed.emb.weight
+    _train(model, opt, 2, seed=2)
+    _train(resumed, opt2, 2, seed=2)
+    for a, b in zip(model.state_dict().values(), resumed.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_overwrite_is_atomic_and_leaves_no_temporary_files(tmp_path, monkeypatch):
+    model = Tiny()
+    save_checkpoint(tmp_path / "ck", model=model, config={"version": "first"})
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    _train(model, opt, 1, seed=0)
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ckpt_mod, "save_file", broken)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(tmp_path / "ck", model=model, config={"version": "second"}, optimizer=opt)
+    assert load_checkpoint(tmp_path / "ck").config == {"version": "first"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+    monkeypatch.undo()
+    save_checkpoint(tmp_path / "ck", model=model, config={"version": "second"}, optimizer=opt)
+    assert load_checkpoint(tmp_path / "ck").config == {"version": "second"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
+
+def test_load_model_names_every_mismatch(tmp_path):
+    save_checkpoint(tmp_path / "ck", model=Attention(8, score="general"), config={})
+    ck = load_checkpoint(tmp_path / "ck")
+    with pytest.raises(CheckpointError, match=r"shape mismatch score.weight: checkpoint "
+                                              r"\(1, 8, 8\), model \(1, 6, 6\)"):
+        ck.load_model(Attention(6, score="general"))
+    with pytest.raises(CheckpointError, match=r"missing score.v, score.w_key, score.w_query "
+                                              r"\| unexpected score.weight"):
+        ck.load_model(Attention(8, score="additive"))
+
+
+def test_corrupt_or_foreign_checkpoints_get_clear_errors(tmp_path):
+    with pytest.raises(CheckpointError, match="no such checkpoint directory"):
+        load_checkpoint(tmp_path / "nothing")
+    path = save_checkpoint(tmp_path / "ck", model=Tiny(), config={})
+    (path / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match=r"config.json: not valid JSON"):
+        load_checkpoint(path)
+    (path / "config.json").write_text(json.dumps({"format": "other"}))
+    with pytest.raises(CheckpointError, match=r"config.json: not an attnkit checkpoint"):
+        load_checkpoint(path)
+    (path / "config.json").write_text(json.dumps({"format": "attnkit-checkpoint", "version": 9}))
+    with pytest.raises(CheckpointError, match=r"checkpoint version 9 is not supported"):
+        load_checkpoint(path)
+    (path / "config.json").write_text(json.dumps({"format": "attnkit-checkpoint", "version": 1}))
+    data = (path / "model.safetensors").read_bytes()
+    (path / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match=r"model.safetensors: not a readable safetensors"):
+        load_checkpoint(path)
+    (path / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match=r"model.safetensors: missing"):
+        load_checkpoint(path)
+
+
+def test_a_pickle_in_place_of_the_weights_is_refused_not_run(tmp_path):
+    path = save_checkpoint(tmp_path / "ck", model=Tiny(), config={})
+    torch.save({"x": torch.zeros(1)}, path / "model.safetensors")  # a pickle archive
+    with pytest.raises(CheckpointError, match="not a readable safetensors"):
+        load_checkpoint(path)
