@@ -1,5 +1,16 @@
-"""Training shared by every task: checkpoints (more to come: the loop, schedules, DDP)."""
+"""Training shared by every task: the loop, its schedule and the checkpoint format."""
 
 from attnkit.train.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+from attnkit.train.loop import Task, TrainConfig, Trainer, TrainResult, lr_factor
 
-__all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointError",
+    "Task",
+    "TrainConfig",
+    "TrainResult",
+    "Trainer",
+    "load_checkpoint",
+    "lr_factor",
+    "save_checkpoint",
+]

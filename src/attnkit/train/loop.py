@@ -1,0 +1,273 @@
+"""The training loop shared by every task.
+
+A task supplies what differs between tasks; the :class:`Trainer` does the rest: AdamW with a
+warm-up/decay schedule, gradient clipping, a tqdm progress bar with loss and tokens/s, periodic
+validation, early stopping, checkpoints (periodic, at the end, and on SIGINT/SIGTERM) and exact
+resumption.
+
+A task is any object with::
+
+    batches(epoch: int) -> Iterable[batch]   # the same batches for the same epoch: seed any
+                                             # shuffling with the epoch, not the global RNG
+    loss(model, batch) -> (loss: Tensor, tokens: int)   # mean loss, and the tokens it covers
+    evaluate(model) -> dict[str, float]      # validation metrics, including `metric` below
+    config() -> dict                          # saved in checkpoints (JSON values)
+    vocab() -> JSON value or None             # saved in checkpoints
+
+Resuming restores the weights, the optimizer, the schedule position, the RNG states and the
+position in the epoch (the epoch's batches are regenerated and the done ones skipped), so a run
+stopped and resumed ends with the same weights as one that ran straight through.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from tqdm.auto import tqdm
+
+from attnkit.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+
+__all__ = ["Task", "TrainConfig", "TrainResult", "Trainer", "lr_factor"]
+
+log = logging.getLogger("attnkit")
+
+
+class Task(Protocol):
+    def batches(self, epoch: int): ...
+    def loss(self, model: torch.nn.Module, batch) -> tuple[torch.Tensor, int]: ...
+    def evaluate(self, model: torch.nn.Module) -> dict[str, float]: ...
+    def config(self) -> dict: ...
+    def vocab(self) -> Any: ...
+
+
+@dataclass
+class TrainConfig:
+    """Training settings (all saved with the checkpoint).
+
+    ``schedule``: "constant", "inverse_sqrt" or "cosine" after ``warmup_steps`` of linear
+    warm-up. ``metric``: the validation metric to maximise (``"-loss"`` style names are not
+    special: return the value to maximise). ``patience``: stop after this many validations
+    without improvement (None: never). ``time_budget_s``: stop (and save) after this long.
+    """
+
+    max_steps: int = 1000
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 100
+    schedule: str = "inverse_sqrt"
+    clip_norm: float | None = 1.0
+    eval_every: int = 200
+    checkpoint_every: int = 200
+    metric: str = "accuracy"
+    patience: int | None = None
+    time_budget_s: float | None = None
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self):
+        if self.schedule not in ("constant", "inverse_sqrt", "cosine"):
+            raise ValueError(f"schedule: expected constant, inverse_sqrt or cosine, "
+                             f"got {self.schedule!r}")
+        for name in ("max_steps", "eval_every", "checkpoint_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        if not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps: expected a non-negative int, got "
+                             f"{self.warmup_steps!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr: expected a positive number, got {self.lr!r}")
+
+
+def lr_factor(step: int, config: TrainConfig) -> float:
+    """Multiplier of ``config.lr`` at optimizer step ``step`` (0-based)."""
+    s = step + 1
+    if config.warmup_steps and s <= config.warmup_steps:
+        return s / config.warmup_steps
+    if config.schedule == "constant":
+        return 1.0
+    if config.schedule == "inverse_sqrt":
+        return math.sqrt(max(config.warmup_steps, 1) / s)
+    span = max(1, config.max_steps - config.warmup_steps)
+    done = min(1.0, (s - config.warmup_steps) / span)
+    return 0.5 * (1 + math.cos(math.pi * done))
+
+
+@dataclass
+class TrainResult:
+    """How a run ended: ``stopped`` in "max_steps", "early_stopping", "time_budget", "signal"."""
+
+    step: int
+    stopped: str
+    best: float | None
+    history: list[dict] = field(default_factory=list)
+
+
+def _rng_state() -> dict:
+    return {"torch": torch.get_rng_state().tolist(), "python": _jsonable(random.getstate())}
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    random.setstate(_tupled(state["python"]))
+
+
+def _jsonable(x):
+    return [_jsonable(v) for v in x] if isinstance(x, (tuple, list)) else x
+
+
+def _tupled(x):
+    return tuple(_tupled(v) for v in x) if isinstance(x, list) else x
+
+
+class Trainer:
+    """Train ``model`` on ``task``, checkpointing into ``out_dir`` (see the module docstring)."""
+
+    def __init__(self, model: torch.nn.Module, task: Task, config: TrainConfig,
+                 out_dir: str | Path):
+        self.model, self.task, self.config = model, task, config
+        self.out_dir = Path(out_dir)
+        decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+        no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": config.weight_decay},
+             {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
+        self.step = 0
+        self.epoch = 0
+        self.batch_in_epoch = 0
+        self.best: float | None = None
+        self.bad_evals = 0
+        self.history: list[dict] = []
+        self._signal: int | None = None
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.out_dir / "checkpoint"
+
+    # ------------------------------------------------------------------ state
+
+    def _trainer_state(self) -> dict:
+        return {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+                "best": self.best, "bad_evals": self.bad_evals, "history": self.history,
+                "train_config": asdict(self.config), "rng": _rng_state()}
+
+    def save(self) -> Path:
+        path = save_checkpoint(self.checkpoint_dir, model=self.model, config=self.task.config(),
+                               vocab=self.task.vocab(), optimizer=self.optimizer,
+                               trainer_state=self._trainer_state())
+        log.info("checkpoint saved at step %d: %s", self.step, path)
+        return path
+
+    def resume(self) -> None:
+        """Continue from ``out_dir/checkpoint``."""
+        ck = load_checkpoint(self.checkpoint_dir)
+        if ck.optimizer_state is None or ck.trainer_state is None:
+            raise CheckpointError(f"{ck.path}: has no optimizer/trainer state to resume from")
+        ck.load_model(self.model)
+        self.optimizer.load_state_dict(ck.optimizer_state)
+        st = ck.trainer_state
+        self.step, self.epoch, self.batch_in_epoch = st["step"], st["epoch"], st["batch_in_epoch"]
+        self.best, self.bad_evals, self.history = st["best"], st["bad_evals"], st["history"]
+        _set_rng_state(st["rng"])
+
+    # ------------------------------------------------------------------ loop
+
+    def _on_signal(self, signum, frame) -> None:
+        self._signal = signum
+
+    def _batches(self):
+        """Batches from the current position on, epoch after epoch."""
+        while True:
+            for i, batch in enumerate(self.task.batches(self.epoch)):
+                if i < self.batch_in_epoch:
+                    continue  # done before a resume
+                self.batch_in_epoch = i + 1
+                yield batch
+            self.epoch += 1
+            self.batch_in_epoch = 0
+
+    def _validate(self) -> bool:
+        """Evaluate, record, keep the best; returns True when early stopping says stop."""
+        self.model.eval()
+        with torch.no_grad():
+            metrics = self.task.evaluate(self.model)
+        self.model.train()
+        if self.config.metric not in metrics:
+            raise KeyError(f"metric: the task's evaluate() returned {sorted(metrics)}, "
+                           f"not {self.config.metric!r}")
+        self.history.append({"step": self.step, **metrics})
+        value = metrics[self.config.metric]
+        if self.best is None or value > self.best:
+            self.best, self.bad_evals = value, 0
+        else:
+            self.bad_evals += 1
+        log.info("step %d: %s", self.step, ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
+        return self.config.patience is not None and self.bad_evals >= self.config.patience
+
+    def fit(self) -> TrainResult:
+        cfg = self.config
+        if self.step == 0:
+            torch.manual_seed(cfg.seed)
+            random.seed(cfg.seed)
+        handlers = {}
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                handlers[sig] = signal.signal(sig, self._on_signal)
+        except ValueError:  # not the main thread: no signal handling
+            handlers = {}
+        start = time.monotonic()
+        stopped = "max_steps"
+        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not cfg.progress,
+                   desc="train", dynamic_ncols=True)
+        tokens_seen, t_last = 0, time.monotonic()
+        saved_at = None
+        self.model.train()
+        batches = self._batches()
+        try:
+            while self.step < cfg.max_steps:
+                batch = next(batches)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = cfg.lr * lr_factor(self.step, cfg)
+                loss, tokens = self.task.loss(self.model, batch)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"step {self.step}: loss is {loss.item()}")
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.clip_norm:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_norm)
+                self.optimizer.step()
+                self.step += 1
+                tokens_seen += tokens
+                now = time.monotonic()
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss.item():.4f}",
+                                tok_s=f"{tokens_seen / max(now - t_last, 1e-9):.0f}")
+                if now - t_last > 5:
+                    tokens_seen, t_last = 0, now
+                if self.step % cfg.eval_every == 0 and self._validate():
+                    stopped = "early_stopping"
+                    break
+                if self._signal is not None:
+                    stopped = "signal"
+                    break
+                if cfg.time_budget_s is not None and now - start > cfg.time_budget_s:
+                    stopped = "time_budget"
+                    break
+                if self.step % cfg.checkpoint_every == 0:
+                    self.save()
+                    saved_at = self.step
+        finally:
+            bar.close()
+            for sig, old in handlers.items():
+                signal.signal(sig, old)
+        if saved_at != self.step:
+            self.save()
+        return TrainResult(self.step, stopped, self.best, self.history)
