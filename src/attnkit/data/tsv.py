@@ -1,0 +1,55 @@
+"""The user's own parallel text: UTF-8 ``source<TAB>target`` lines."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+__all__ = ["DataError", "read_tsv"]
+
+log = logging.getLogger("attnkit")
+
+
+class DataError(ValueError):
+    """Bad input data, with the file and line it came from."""
+
+
+def read_tsv(path: str | Path, *, skip_bad_lines: bool = False) -> list[tuple[str, str]]:
+    """Read ``source<TAB>target`` pairs.
+
+    A line without exactly one tab, with an empty side, or that is not valid UTF-8 raises a
+    :class:`DataError` naming the file and line, or with ``skip_bad_lines`` is skipped and
+    counted in one warning. Blank lines are ignored.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+    pairs, bad = [], []
+    for n, line in enumerate(raw.split(b"\n"), start=1):
+        line = line.rstrip(b"\r")
+        if not line.strip():
+            continue
+        problem = None
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problem = f"not valid UTF-8 (byte {exc.start})"
+        else:
+            parts = text.split("\t")
+            if len(parts) != 2:
+                problem = f"expected source<TAB>target, found {len(parts) - 1} tabs"
+            elif not parts[0].strip() or not parts[1].strip():
+                problem = "empty " + ("source" if not parts[0].strip() else "target")
+        if problem is None:
+            pairs.append((parts[0], parts[1]))
+        elif skip_bad_lines:
+            bad.append(n)
+        else:
+            raise DataError(f"{path}:{n}: {problem}")
+    if bad:
+        log.warning("%s: skipped %d bad lines (first at line %d)", path, len(bad), bad[0])
+    if not pairs:
+        raise DataError(f"{path}: no usable source<TAB>target lines")
+    return pairs

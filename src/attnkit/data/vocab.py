@@ -1,0 +1,92 @@
+"""Character vocabularies and padding."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+import torch
+
+__all__ = ["CharVocab", "pad_batch", "PAD", "BOS", "EOS", "UNK"]
+
+log = logging.getLogger("attnkit")
+
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
+SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
+
+
+class CharVocab:
+    """Characters to ids, with ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, ``<unk>`` = 3.
+
+    A task tag such as ``<fr>`` at the start of a text is one token when ``tags`` lists it.
+
+    Example:
+        >>> v = CharVocab.build(["<fr> deux", "12"], tags=["<fr>"])
+        >>> v.decode(v.encode("<fr> deux"))
+        '<fr> deux'
+    """
+
+    def __init__(self, symbols: Sequence[str], tags: Sequence[str] = ()):
+        self.symbols = list(SPECIALS) + [s for s in symbols if s not in SPECIALS]
+        self.index = {s: i for i, s in enumerate(self.symbols)}
+        self.tags = sorted(tags, key=len, reverse=True)
+        self._warned = False
+
+    @classmethod
+    def build(cls, texts: Iterable[str], tags: Sequence[str] = ()) -> CharVocab:
+        chars = set()
+        for text in texts:
+            chars.update(cls._split(text, tags))
+        return cls(sorted(chars - set(tags)) + sorted(tags), tags)
+
+    @staticmethod
+    def _split(text: str, tags: Sequence[str]) -> list[str]:
+        for tag in sorted(tags, key=len, reverse=True):
+            if text.startswith(tag):
+                return [tag] + list(text[len(tag):])
+        return list(text)
+
+    def __len__(self) -> int:
+        return len(self.symbols)
+
+    def encode(self, text: str, *, bos: bool = False, eos: bool = False) -> list[int]:
+        """Ids of ``text``; unseen characters become ``<unk>`` (with one warning per vocab)."""
+        ids = [self.index.get(s, UNK) for s in self._split(text, self.tags)]
+        if UNK in ids and not self._warned:
+            unseen = sorted({s for s in self._split(text, self.tags) if s not in self.index})
+            log.warning("characters unseen in training map to <unk>: %s (further ones are not "
+                        "reported)", "".join(unseen))
+            self._warned = True
+        return ([BOS] if bos else []) + ids + ([EOS] if eos else [])
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids`` up to the first ``<eos>``; ``<pad>``/``<bos>`` dropped."""
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == EOS:
+                break
+            if i in (PAD, BOS):
+                continue
+            out.append(self.symbols[i] if 0 <= i < len(self.symbols) else SPECIALS[UNK])
+        return "".join(out)
+
+    def to_json(self) -> dict:
+        return {"type": "char", "symbols": self.symbols[len(SPECIALS):], "tags": self.tags}
+
+    @classmethod
+    def from_json(cls, data: dict) -> CharVocab:
+        if not isinstance(data, dict) or data.get("type") != "char":
+            raise ValueError(f"vocab: expected a character vocabulary, got {str(data)[:80]!r}")
+        return cls(data["symbols"], data.get("tags", ()))
+
+
+def pad_batch(seqs: Sequence[Sequence[int]], pad: int = PAD) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(tokens (B, T), lengths (B,))`` with ``T`` the longest sequence, padded with ``pad``."""
+    if not seqs:
+        raise ValueError("seqs: expected at least one sequence")
+    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+    out = torch.full((len(seqs), int(lengths.max())), pad, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.as_tensor(list(s), dtype=torch.long)
+    return out, lengths
