@@ -1,0 +1,5 @@
+"""Models built on the attention core, one file each."""
+
+from attnkit.models.seq2seq import KINDS, Encoder, Seq2Seq
+
+__all__ = ["KINDS", "Encoder", "Seq2Seq"]
