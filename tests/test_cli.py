@@ -41,7 +41,7 @@ def test_demo_help(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: attnkit demo")
-    for option in ("--out", "--seed", "--steps"):
+    for option in ("--out", "--seed", "--budget", "--n-train"):
         assert option in out
 
 
@@ -54,16 +54,16 @@ def test_no_command_prints_help_and_returns_2(capsys):
 
 def test_unknown_command_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["train"])
+        main(["fly"])
     assert exc.value.code == 2
-    assert "invalid choice: 'train'" in capsys.readouterr().err
+    assert "invalid choice: 'fly'" in capsys.readouterr().err
 
 
 def test_bad_option_value_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["demo", "--steps", "many"])
+        main(["demo", "--budget", "many"])
     assert exc.value.code == 2
-    assert "--steps" in capsys.readouterr().err
+    assert "--budget" in capsys.readouterr().err
 
 
 def test_module_entry_point_exits_with_main_status():
@@ -77,17 +77,20 @@ def test_module_entry_point_exits_with_main_status():
 
 def test_demo_writes_the_pngs_it_prints(tmp_path, capsys):
     out_dir = tmp_path / "demo"
-    assert main(["demo", "--out", str(out_dir), "--steps", "30"]) == 0
+    assert main(["demo", "--out", str(out_dir), "--budget", "3", "--n-train", "500"]) == 0
     out = capsys.readouterr().out
 
     written = [Path(p) for p in re.findall(r"^\s*wrote (.+?)\s*$", out, flags=re.MULTILINE)]
-    assert sorted(p.name for p in written) == ["reversal.png", "self_attention_window.png"]
+    assert sorted(p.name for p in written) == ["self_attention_window.png", "translation_0.png",
+                                                "translation_1.png"]
     for path in written:
         assert path.parent == out_dir
         data = path.read_bytes()
         assert data[:8] == PNG_MAGIC
         assert len(data) > 1000
-    assert sorted(out_dir.iterdir()) == sorted(written)
+    assert sorted(p for p in out_dir.iterdir() if p.suffix == ".png") == sorted(written)
+    assert (out_dir / "translate" / "checkpoint" / "model.safetensors").exists()
+    assert re.search(r"held-out \(300 unseen pairs\): exact match \d+\.\d%", out)
 
     # The score tour: one line per score, rows summing to 1 and no weight on padding.
     for score in SCORES:

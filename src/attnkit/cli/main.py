@@ -8,7 +8,9 @@ import sys
 
 from attnkit._version import __version__
 from attnkit import bench
-from attnkit.cli import demo
+from attnkit.cli import demo, translate
+from attnkit.data import DataError
+from attnkit.train import CheckpointError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +22,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log attention path choices")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo.add_parser(sub)
+    train = sub.add_parser("train", help="train a model (a sub-command per task)")
+    train_sub = train.add_subparsers(dest="task", metavar="TASK", required=True)
+    translate.add_train_parser(train_sub)
+    translate.add_translate_parser(sub)
+    translate.add_eval_parser(sub)
     bench.add_parser(sub)
     return parser
 
@@ -33,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return args.run(args)
+    try:
+        return args.run(args)
+    except (CheckpointError, DataError) as exc:  # bad input files: a message, not a traceback
+        print(f"attnkit: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

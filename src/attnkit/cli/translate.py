@@ -1,0 +1,184 @@
+"""``attnkit train translate``, ``attnkit translate`` and ``attnkit eval``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import torch
+
+from attnkit.data import CharVocab, generate_pairs, read_tsv
+from attnkit.plot import plot_attention
+from attnkit.tasks.translation import TranslationTask, build_model, metrics, translate
+from attnkit.train import CheckpointError, TrainConfig, Trainer, load_checkpoint
+
+log = logging.getLogger("attnkit")
+
+
+def add_train_parser(train_sub) -> None:
+    p = train_sub.add_parser("translate", help="train a seq2seq translator",
+                             description="Train on your TSV files or on the built-in "
+                             "numbers/dates task.")
+    data = p.add_argument_group("data")
+    data.add_argument("--train", type=Path, help="TSV of source<TAB>target (else built-in)")
+    data.add_argument("--valid", type=Path, help="TSV for validation (with --train)")
+    data.add_argument("--skip-bad-lines", action="store_true")
+    data.add_argument("--tasks", default="numbers,dates", help="built-in tasks (default both)")
+    data.add_argument("--direction", choices=("forward", "reverse"), default="forward")
+    data.add_argument("--n-train", type=int, default=20000)
+    data.add_argument("--n-valid", type=int, default=300)
+    model = p.add_argument_group("model")
+    model.add_argument("--model", choices=("bahdanau", "luong", "none"), default="bahdanau")
+    model.add_argument("--score", choices=("dot", "general", "additive"), default="general",
+                       help="Luong's attention score")
+    model.add_argument("--input-feeding", action="store_true", help="Luong: input feeding")
+    model.add_argument("--emb", type=int, default=64)
+    model.add_argument("--hidden", type=int, default=128)
+    model.add_argument("--dropout", type=float, default=0.0)
+    train = p.add_argument_group("training")
+    train.add_argument("--out", type=Path, required=True, help="run folder (checkpoint, plots)")
+    train.add_argument("--resume", action="store_true", help="continue the run in --out")
+    train.add_argument("--steps", type=int, default=20000)
+    train.add_argument("--time-budget", type=float, help="seconds; stop and save after this")
+    train.add_argument("--batch-size", type=int, default=64)
+    train.add_argument("--lr", type=float, default=3e-3)
+    train.add_argument("--warmup", type=int, default=100)
+    train.add_argument("--label-smoothing", type=float, default=0.1)
+    train.add_argument("--teacher-forcing", type=float, default=1.0)
+    train.add_argument("--eval-every", type=int, default=200)
+    train.add_argument("--checkpoint-every", type=int, default=200)
+    train.add_argument("--patience", type=int, help="early stopping: validations w/o gain")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--no-progress", action="store_true")
+    train.add_argument("--plot", type=int, default=3, help="heat-maps of N validation examples")
+    p.set_defaults(run=run_train)
+
+
+def _pairs(args):
+    if args.train:
+        train = read_tsv(args.train, skip_bad_lines=args.skip_bad_lines)
+        valid = read_tsv(args.valid, skip_bad_lines=args.skip_bad_lines) if args.valid else []
+        return train, valid
+    tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
+    kw = dict(seed=args.seed, tasks=tasks, direction=args.direction)
+    return (generate_pairs(args.n_train, split="train", **kw),
+            generate_pairs(args.n_valid, split="valid", **kw))
+
+
+def run_train(args) -> int:
+    torch.manual_seed(args.seed)
+    train, valid = _pairs(args)
+    if not valid:
+        valid = train[: min(300, len(train))]
+        log.warning("no --valid file: validating on the first %d training pairs", len(valid))
+    model_config = dict(kind=args.model, emb=args.emb, hidden=args.hidden, score=args.score,
+                        input_feeding=args.input_feeding, dropout=args.dropout)
+    task_kw = dict(model_config=model_config, batch_size=args.batch_size, seed=args.seed,
+                   label_smoothing=args.label_smoothing, teacher_forcing=args.teacher_forcing)
+    if args.resume:
+        ck = load_checkpoint(args.out / "checkpoint")
+        task = TranslationTask(train, valid, src_vocab=CharVocab.from_json(ck.vocab["src"]),
+                               tgt_vocab=CharVocab.from_json(ck.vocab["tgt"]),
+                               **{**task_kw, "model_config": _model_kwargs(ck.config)})
+    else:
+        task = TranslationTask(train, valid, **task_kw)
+    model = task.build_model()
+    cfg = TrainConfig(max_steps=args.steps, lr=args.lr, warmup_steps=args.warmup,
+                      eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
+                      patience=args.patience, time_budget_s=args.time_budget, seed=args.seed,
+                      progress=not args.no_progress)
+    trainer = Trainer(model, task, cfg, args.out)
+    if args.resume:
+        trainer.resume()
+    result = trainer.fit()
+    final = task.evaluate(model)
+    print(f"stopped after {result.step} steps ({result.stopped}); held-out: "
+          + ", ".join(f"{k} {v:.4f}" for k, v in final.items()))
+    _samples_and_plots(model, task, args.out, args.plot)
+    (args.out / "history.json").write_text(json.dumps(result.history, indent=1))
+    return 0
+
+
+def _model_kwargs(config: dict) -> dict:
+    return {k: v for k, v in config["model"].items() if k not in ("src_vocab", "tgt_vocab")}
+
+
+def _samples_and_plots(model, task, out: Path, n_plots: int) -> None:
+    sources = [s for s, _ in task.valid[: max(n_plots, 5)]]
+    outs, raws = translate(model, task.src_vocab, task.tgt_vocab, sources)
+    for (s, t), o in zip(task.valid, outs):
+        print(f"  {s}  ->  {o}" + ("" if o == t else f"   (reference: {t})"))
+    hyp = raws[0]
+    for i in range(min(n_plots, len(sources))):
+        _plot(hyp, i, sources[i], outs[i], task.src_vocab, out / f"attention_{i}.png")
+
+
+def _plot(hyp, i, source, output, src_vocab, path):
+    if hyp.weights is None:
+        return
+    src_labels = src_vocab._split(source, src_vocab.tags)
+    out_labels = list(output) + ["</s>"]
+    n = min(int(hyp.lengths[i]), len(out_labels))
+    path = plot_attention(hyp.weights[i, :n, : len(src_labels)], src_labels, out_labels[:n],
+                          path, title=f"{source}  ->  {output}")
+    print(f"  wrote {path}")
+
+
+def _load(checkpoint: Path):
+    ck = load_checkpoint(checkpoint)
+    if ck.config.get("task") != "translate" or not ck.vocab:
+        raise CheckpointError(f"{checkpoint}: not a translation checkpoint "
+                              f"(task {ck.config.get('task')!r})")
+    model = build_model(ck.config["model"])
+    ck.load_model(model)
+    return model, CharVocab.from_json(ck.vocab["src"]), CharVocab.from_json(ck.vocab["tgt"])
+
+
+def add_translate_parser(sub) -> None:
+    p = sub.add_parser("translate", help="translate text with a trained checkpoint")
+    p.add_argument("--checkpoint", type=Path, required=True)
+    p.add_argument("text", nargs="*", help="sentences (or use --file)")
+    p.add_argument("--file", type=Path, help="one sentence per line")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--plot", type=Path, help="folder for one attention heat-map per sentence")
+    p.set_defaults(run=run_translate)
+
+
+def run_translate(args) -> int:
+    model, src_vocab, tgt_vocab = _load(args.checkpoint)
+    texts = list(args.text)
+    if args.file:
+        texts += [line for line in args.file.read_text(encoding="utf-8").splitlines() if line]
+    if not texts:
+        print("attnkit translate: give sentences or --file", file=sys.stderr)
+        return 2
+    outs, raws = translate(model, src_vocab, tgt_vocab, texts, beam=args.beam)
+    for o in outs:
+        print(o)
+    if args.plot:
+        offset = 0
+        for hyp in raws:
+            for i in range(hyp.tokens.shape[0]):
+                _plot(hyp, i, texts[offset + i], outs[offset + i], src_vocab,
+                      args.plot / f"attention_{offset + i}.png")
+            offset += hyp.tokens.shape[0]
+    return 0
+
+
+def add_eval_parser(sub) -> None:
+    p = sub.add_parser("eval", help="score a translation checkpoint on a TSV file")
+    p.add_argument("--checkpoint", type=Path, required=True)
+    p.add_argument("--data", type=Path, required=True, help="TSV of source<TAB>reference")
+    p.add_argument("--beam", type=int, default=1)
+    p.add_argument("--skip-bad-lines", action="store_true")
+    p.set_defaults(run=run_eval)
+
+
+def run_eval(args) -> int:
+    model, src_vocab, tgt_vocab = _load(args.checkpoint)
+    pairs = read_tsv(args.data, skip_bad_lines=args.skip_bad_lines)
+    outs, _ = translate(model, src_vocab, tgt_vocab, [s for s, _ in pairs], beam=args.beam)
+    print(json.dumps(metrics(outs, [t for _, t in pairs]), indent=1))
+    return 0

@@ -1,0 +1,1 @@
+"""Tasks: the glue between a data source, a model and the shared training loop."""

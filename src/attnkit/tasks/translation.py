@@ -1,0 +1,132 @@
+"""Translation as a :class:`attnkit.train.Task`: batching, masked loss, held-out metrics.
+
+Sources and targets are character sequences (:class:`attnkit.data.CharVocab`); the model is a
+:class:`attnkit.models.Seq2Seq` built from a JSON config, so a checkpoint alone rebuilds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jiwer
+import sacrebleu
+import torch
+import torch.nn.functional as F
+
+from attnkit.data import CharVocab, pad_batch
+from attnkit.data.vocab import BOS, EOS, PAD
+from attnkit.decoding import Hypotheses, beam_search, greedy
+from attnkit.models import Seq2Seq
+
+__all__ = ["TranslationTask", "build_model", "translate", "metrics"]
+
+
+def build_model(config: dict) -> Seq2Seq:
+    """A :class:`Seq2Seq` from its saved config (``src_vocab``, ``tgt_vocab``, ``kind``...)."""
+    return Seq2Seq(**config)
+
+
+def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """Exact match, character error rate (jiwer) and BLEU (sacrebleu, character-level)."""
+    exact = sum(h == r for h, r in zip(hypotheses, references)) / max(1, len(references))
+    cer = jiwer.cer(list(references), [h if h else " " for h in hypotheses])
+    bleu = sacrebleu.corpus_bleu(list(hypotheses), [list(references)], tokenize="char").score
+    return {"accuracy": exact, "cer": float(cer), "bleu": bleu}
+
+
+def _encode_batch(vocab: CharVocab, texts: Sequence[str], device=None):
+    tokens, lengths = pad_batch([vocab.encode(t) or [PAD] for t in texts])
+    return tokens.to(device), lengths.to(device)
+
+
+@torch.no_grad()
+def translate(model: Seq2Seq, src_vocab: CharVocab, tgt_vocab: CharVocab, texts: Sequence[str],
+              *, beam: int = 1, max_len_ratio: float = 3.0, max_len_extra: int = 10,
+              batch_size: int = 128) -> tuple[list[str], list[Hypotheses]]:
+    """Decode ``texts``; returns the outputs and, per batch, the raw hypotheses (tokens and
+    attention weights for plots). Output length is capped at
+    ``ceil(max_len_ratio * source length) + max_len_extra``."""
+    model.eval()
+    outs, raws = [], []
+    for i in range(0, len(texts), batch_size):
+        chunk = texts[i : i + batch_size]
+        src, src_len = _encode_batch(src_vocab, chunk)
+        limit = (src_len.float() * max_len_ratio).ceil().long() + max_len_extra
+        state = model.start(src, src_len)
+        kw = dict(batch_size=len(chunk), bos=BOS, eos=EOS, pad=PAD, max_len=limit)
+        hyp = greedy(model.step, state, **kw) if beam == 1 else beam_search(
+            model.step, state, beam_size=beam, **kw)
+        outs += [tgt_vocab.decode(row) for row in hyp.tokens]
+        raws.append(hyp)
+    return outs, raws
+
+
+class TranslationTask:
+    """Batches, loss and metrics for (source, target) text pairs.
+
+    Args:
+        train, valid: lists of (source, target).
+        model_config: kwargs of :class:`Seq2Seq` except the vocabulary sizes.
+        batch_size: sentences per batch (batches group similar lengths).
+        label_smoothing: of the masked cross-entropy.
+        teacher_forcing: probability of feeding the reference token (1.0: always).
+        max_valid: validation sentences decoded at each evaluation.
+    """
+
+    def __init__(self, train: Sequence[tuple[str, str]], valid: Sequence[tuple[str, str]], *,
+                 model_config: dict, src_vocab: CharVocab | None = None,
+                 tgt_vocab: CharVocab | None = None, batch_size: int = 64, seed: int = 0,
+                 label_smoothing: float = 0.1, teacher_forcing: float = 1.0,
+                 max_valid: int = 500):
+        if not train:
+            raise ValueError("train: expected at least one (source, target) pair")
+        tags = sorted({s.split(" ", 1)[0] for s, _ in train if s.startswith("<")})
+        self.src_vocab = src_vocab or CharVocab.build([s for s, _ in train], tags=tags)
+        self.tgt_vocab = tgt_vocab or CharVocab.build([t for _, t in train])
+        self.train, self.valid = list(train), list(valid)[:max_valid]
+        self.batch_size, self.seed = batch_size, seed
+        self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
+        self.model_config = {**model_config, "src_vocab": len(self.src_vocab),
+                             "tgt_vocab": len(self.tgt_vocab)}
+        self._src = [self.src_vocab.encode(s) for s, _ in self.train]
+        self._tgt = [self.tgt_vocab.encode(t) for _, t in self.train]
+
+    def build_model(self) -> Seq2Seq:
+        return build_model(self.model_config)
+
+    def batches(self, epoch: int):
+        """Shuffled (seeded by epoch) batches of similar source lengths."""
+        g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        order = torch.randperm(len(self.train), generator=g).tolist()
+        pool = 50 * self.batch_size  # sort within pools: little padding, still random
+        batches = []
+        for p in range(0, len(order), pool):
+            chunk = sorted(order[p : p + pool], key=lambda i: len(self._src[i]))
+            batches += [chunk[i : i + self.batch_size]
+                        for i in range(0, len(chunk), self.batch_size)]
+        for j in torch.randperm(len(batches), generator=g).tolist():
+            yield self._collate(batches[j])
+
+    def _collate(self, idx: list[int]) -> dict:
+        src, src_len = pad_batch([self._src[i] or [PAD] for i in idx])
+        tgt, _ = pad_batch([[BOS] + self._tgt[i] + [EOS] for i in idx])
+        return {"src": src, "src_len": src_len, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
+
+    def loss(self, model: Seq2Seq, batch: dict) -> tuple[torch.Tensor, int]:
+        logits, _ = model(batch["src"], batch["src_len"], batch["tgt_in"],
+                          teacher_forcing=self.teacher_forcing)
+        target = batch["tgt_out"]
+        loss = F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD,
+                               label_smoothing=self.label_smoothing)
+        return loss, int((target != PAD).sum())
+
+    def evaluate(self, model: Seq2Seq) -> dict[str, float]:
+        sources = [s for s, _ in self.valid]
+        outs, _ = translate(model, self.src_vocab, self.tgt_vocab, sources)
+        return metrics(outs, [t for _, t in self.valid])
+
+    def config(self) -> dict:
+        return {"task": "translate", "model": self.model_config}
+
+    def vocab(self) -> dict:
+        return {"src": self.src_vocab.to_json(), "tgt": self.tgt_vocab.to_json()}

@@ -1,0 +1,44 @@
+"""train translate -> translate -> eval, end to end on tiny data, and bad files."""
+
+import json
+import re
+
+from attnkit.cli.main import main
+
+
+def test_train_translate_eval_and_resume(tmp_path, capsys):
+    tsv = tmp_path / "pairs.tsv"
+    pairs = [(f"<en> {w}", str(n)) for n, w in enumerate(["zero", "one", "two", "three", "four",
+                                                           "five", "six", "seven"])]
+    tsv.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    out = tmp_path / "run"
+    args = ["train", "translate", "--train", str(tsv), "--valid", str(tsv), "--out", str(out),
+            "--steps", "60", "--eval-every", "30", "--checkpoint-every", "30", "--batch-size",
+            "8", "--lr", "1e-2", "--warmup", "5", "--hidden", "32", "--emb", "16",
+            "--no-progress", "--plot", "2"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"stopped after 60 steps \(max_steps\); held-out: accuracy", text)
+    assert (out / "attention_0.png").exists() and (out / "history.json").exists()
+    assert main(args[:-2] + ["--steps", "90", "--resume"]) == 0
+    assert "stopped after 90 steps" in capsys.readouterr().out
+    ck = str(out / "checkpoint")
+    assert main(["translate", "--checkpoint", ck, "<en> three", "<en> seven", "--beam", "2",
+                 "--plot", str(tmp_path / "plots")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len([ln for ln in lines if not ln.startswith("  wrote")]) == 2
+    assert (tmp_path / "plots" / "attention_1.png").exists()
+    assert main(["eval", "--checkpoint", ck, "--data", str(tsv)]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert set(scores) == {"accuracy", "cer", "bleu"} and 0 <= scores["cer"]
+
+
+def test_bad_files_give_messages_not_tracebacks(tmp_path, capsys):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("one 1\n", encoding="utf-8")
+    assert main(["train", "translate", "--train", str(bad), "--out", str(tmp_path / "r")]) == 2
+    assert "bad.tsv:1: expected source<TAB>target" in capsys.readouterr().err
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "config.json").write_text("{}")
+    assert main(["translate", "--checkpoint", str(tmp_path / "ck"), "x"]) == 2
+    assert "not an attnkit checkpoint" in capsys.readouterr().err
