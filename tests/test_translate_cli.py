@@ -42,3 +42,27 @@ def test_bad_files_give_messages_not_tracebacks(tmp_path, capsys):
     (tmp_path / "ck" / "config.json").write_text("{}")
     assert main(["translate", "--checkpoint", str(tmp_path / "ck"), "x"]) == 2
     assert "not an attnkit checkpoint" in capsys.readouterr().err
+
+
+def test_cli_refuses_to_overwrite_a_run_and_bad_arguments(tmp_path, capsys):
+    import pytest
+
+    (tmp_path / "run" / "checkpoint").mkdir(parents=True)
+    assert main(["train", "translate", "--out", str(tmp_path / "run"), "--n-train", "10"]) == 2
+    assert "already holds a checkpoint; pass --resume" in capsys.readouterr().err
+    for bad in (["--tasks", "poems"], ["--steps", "0"], ["--batch-size", "-1"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["train", "translate", "--out", str(tmp_path / "x"), *bad])
+        assert exc.value.code == 2
+    assert "invalid positive int value: '-1'" in capsys.readouterr().err
+
+
+def test_reverse_outputs_have_room_for_the_longest_targets():
+    from attnkit.data import generate_pairs
+    from attnkit.tasks.translation import TranslationTask
+
+    train = generate_pairs(2000, seed=0, direction="reverse")
+    task = TranslationTask(train, train[:10], model_config={"kind": "none"})
+    longest = max(len(t) for _, t in train)
+    shortest_source = min(len(task.src_vocab.encode(s)) for s, _ in train)
+    assert 3 * shortest_source + task.max_len_extra >= longest + 1  # + EOS

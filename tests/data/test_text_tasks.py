@@ -115,3 +115,12 @@ def test_read_tsv_reports_file_and_line(tmp_path, caplog):
     assert "skipped 2 bad lines (first at line 2)" in caplog.text
     with pytest.raises(DataError, match="missing.tsv: cannot read"):
         read_tsv(tmp_path / "missing.tsv")
+
+
+def test_read_tsv_drops_a_byte_order_mark_and_reports_tab_only_lines(tmp_path):
+    f = tmp_path / "bom.tsv"
+    f.write_bytes("\ufeff<fr> un\t1\n".encode("utf-8"))
+    assert read_tsv(f) == [("<fr> un", "1")]
+    f.write_bytes(b"un\t1\n\t\n")
+    with pytest.raises(DataError, match=r"bom.tsv:2: empty source"):
+        read_tsv(f)

@@ -238,3 +238,22 @@ def test_every_returned_hypothesis_scores_what_the_model_says(eos_bias):
             seq = out.tokens[i, j, :n].tolist()
             assert EOS not in seq[:-1] and all(t == PAD for t in out.tokens[i, j, n:].tolist())
             assert abs(_score_sequence(model, one, seq) - float(out.scores[i, j])) < 1e-4
+
+
+def test_unfinished_outputs_never_emit_pad_or_bos():
+    """Even when the model prefers them (label smoothing gives them mass), they are skipped."""
+    vocab = 5
+
+    def step(tokens, state):
+        lp = torch.log_softmax(torch.tensor([[5.0, 4.0, -1.0, 1.0, 0.5]]), -1)
+        return lp.expand(tokens.shape[0], vocab), state, None
+
+    state = torch.zeros(2, 1)
+    for out in (greedy(step, state, batch_size=2, bos=BOS, eos=EOS, max_len=4),
+                beam_search(step, state, batch_size=2, beam_size=3, bos=BOS, eos=EOS, max_len=4),
+                sample(step, state, batch_size=2, bos=BOS, eos=EOS, max_len=4,
+                       generator=torch.Generator().manual_seed(0))):
+        for row, n in zip(out.tokens, out.lengths):
+            assert (row[:n] >= 2).all() and (row[n:] == PAD).all(), out.tokens
+    g = greedy(step, state, batch_size=2, bos=BOS, eos=EOS, max_len=4)
+    assert (g.tokens == 3).all()  # the best token that is neither pad nor bos

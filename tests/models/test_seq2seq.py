@@ -71,3 +71,8 @@ def test_decoders_run_on_the_models_step_and_teacher_forcing_ratio_trains():
 def test_unknown_kind_is_refused():
     with pytest.raises(ValueError, match="^kind: expected one of bahdanau, luong, none, got 'x'"):
         Seq2Seq(5, 5, kind="x")
+
+
+def test_luong_takes_only_its_scores():
+    with pytest.raises(ValueError, match="^score: Luong attention takes dot, general or additive"):
+        Seq2Seq(5, 5, kind="luong", score="location")

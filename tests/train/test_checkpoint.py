@@ -117,3 +117,26 @@ def test_a_pickle_in_place_of_the_weights_is_refused_not_run(tmp_path):
     torch.save({"x": torch.zeros(1)}, path / "model.safetensors")  # a pickle archive
     with pytest.raises(CheckpointError, match="not a readable safetensors"):
         load_checkpoint(path)
+
+
+def test_a_save_cut_between_its_renames_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    model = Tiny()
+    save_checkpoint(tmp_path / "ck", model=model, config={"n": 1})
+    real = ckpt_mod.os.replace
+    calls = []
+
+    def flaky(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:  # the new checkpoint's rename into place
+            raise OSError("power cut")
+        return real(src, dst)
+
+    monkeypatch.setattr(ckpt_mod.os, "replace", flaky)
+    with pytest.raises(OSError, match="power cut"):
+        save_checkpoint(tmp_path / "ck", model=model, config={"n": 2})
+    monkeypatch.undo()
+    assert load_checkpoint(tmp_path / "ck").config == {"n": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+    # A crash right between the renames leaves only the moved-aside copy: it is read.
+    real(tmp_path / "ck", tmp_path / ".ck.old")
+    assert load_checkpoint(tmp_path / "ck").config == {"n": 1}

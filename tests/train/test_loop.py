@@ -120,8 +120,26 @@ def test_schedules():
     assert [round(lr_factor(s, cfg), 3) for s in (0, 4, 9)] == [0.1, 0.5, 1.0]
     assert lr_factor(39, cfg) == pytest.approx(0.5)  # inverse sqrt: sqrt(10 / 40)
     cos = _cfg(max_steps=110, warmup_steps=10, schedule="cosine")
-    assert lr_factor(59, cos) == pytest.approx(0.5) and lr_factor(109, cos) == pytest.approx(0.0)
+    assert lr_factor(10, cos) == pytest.approx(1.0) and lr_factor(60, cos) == pytest.approx(0.5)
+    assert 0 < lr_factor(109, cos) < 1e-3  # the last step still learns
+    assert lr_factor(110, cos) == pytest.approx(0.0)
     with pytest.raises(ValueError, match="^schedule: expected constant, inverse_sqrt or cosine"):
         TrainConfig(schedule="linear")
     with pytest.raises(ValueError, match="^max_steps: expected a positive int, got 0"):
         TrainConfig(max_steps=0)
+
+
+def test_resume_refuses_other_settings(tmp_path):
+    from attnkit.train import CheckpointError
+
+    torch.manual_seed(0)
+    Trainer(Reverse(), ReverseTask(), _cfg(max_steps=5), tmp_path).fit()
+    trainer = Trainer(Reverse(), ReverseTask(), _cfg(max_steps=10, lr=1.0), tmp_path)
+    with pytest.raises(CheckpointError, match=r"saved with other training settings \(lr=0.03\)"):
+        trainer.resume()
+    other = ReverseTask(vocab=5)
+    with pytest.raises(CheckpointError, match=r"saved for another task set-up \(differs in "
+                                              r"vocab\)"):
+        Trainer(Reverse(vocab=5), other, _cfg(max_steps=10), tmp_path).resume()
+    with pytest.raises(ValueError, match="^patience: expected a positive int or None, got 0"):
+        TrainConfig(patience=0)

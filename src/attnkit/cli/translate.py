@@ -9,12 +9,32 @@ from pathlib import Path
 
 import torch
 
-from attnkit.data import CharVocab, generate_pairs, read_tsv
+from attnkit.data import CharVocab, DataError, generate_pairs, read_tsv
 from attnkit.plot import plot_attention
 from attnkit.tasks.translation import TranslationTask, build_model, metrics, translate
 from attnkit.train import CheckpointError, TrainConfig, Trainer, load_checkpoint
 
 log = logging.getLogger("attnkit")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+positive_int.__name__ = "positive int"  # argparse names the type in its error
+
+
+def task_list(text: str) -> tuple[str, ...]:
+    tasks = tuple(t.strip() for t in text.split(",") if t.strip())
+    if not tasks or any(t not in ("numbers", "dates") for t in tasks):
+        raise ValueError(text)
+    return tasks
+
+
+task_list.__name__ = "task list (numbers,dates)"
 
 
 def add_train_parser(train_sub) -> None:
@@ -25,10 +45,11 @@ def add_train_parser(train_sub) -> None:
     data.add_argument("--train", type=Path, help="TSV of source<TAB>target (else built-in)")
     data.add_argument("--valid", type=Path, help="TSV for validation (with --train)")
     data.add_argument("--skip-bad-lines", action="store_true")
-    data.add_argument("--tasks", default="numbers,dates", help="built-in tasks (default both)")
+    data.add_argument("--tasks", type=task_list, default=("numbers", "dates"),
+                      help="built-in tasks, comma-separated (default numbers,dates)")
     data.add_argument("--direction", choices=("forward", "reverse"), default="forward")
-    data.add_argument("--n-train", type=int, default=20000)
-    data.add_argument("--n-valid", type=int, default=300)
+    data.add_argument("--n-train", type=positive_int, default=20000)
+    data.add_argument("--n-valid", type=positive_int, default=300)
     model = p.add_argument_group("model")
     model.add_argument("--model", choices=("bahdanau", "luong", "none"), default="bahdanau")
     model.add_argument("--score", choices=("dot", "general", "additive"), default="general",
@@ -40,16 +61,16 @@ def add_train_parser(train_sub) -> None:
     train = p.add_argument_group("training")
     train.add_argument("--out", type=Path, required=True, help="run folder (checkpoint, plots)")
     train.add_argument("--resume", action="store_true", help="continue the run in --out")
-    train.add_argument("--steps", type=int, default=20000)
+    train.add_argument("--steps", type=positive_int, default=20000)
     train.add_argument("--time-budget", type=float, help="seconds; stop and save after this")
-    train.add_argument("--batch-size", type=int, default=64)
+    train.add_argument("--batch-size", type=positive_int, default=64)
     train.add_argument("--lr", type=float, default=3e-3)
     train.add_argument("--warmup", type=int, default=100)
     train.add_argument("--label-smoothing", type=float, default=0.1)
     train.add_argument("--teacher-forcing", type=float, default=1.0)
-    train.add_argument("--eval-every", type=int, default=200)
-    train.add_argument("--checkpoint-every", type=int, default=200)
-    train.add_argument("--patience", type=int, help="early stopping: validations w/o gain")
+    train.add_argument("--eval-every", type=positive_int, default=200)
+    train.add_argument("--checkpoint-every", type=positive_int, default=200)
+    train.add_argument("--patience", type=positive_int, help="early stopping: validations w/o gain")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--no-progress", action="store_true")
     train.add_argument("--plot", type=int, default=3, help="heat-maps of N validation examples")
@@ -61,8 +82,7 @@ def _pairs(args):
         train = read_tsv(args.train, skip_bad_lines=args.skip_bad_lines)
         valid = read_tsv(args.valid, skip_bad_lines=args.skip_bad_lines) if args.valid else []
         return train, valid
-    tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
-    kw = dict(seed=args.seed, tasks=tasks, direction=args.direction)
+    kw = dict(seed=args.seed, tasks=args.tasks, direction=args.direction)
     return (generate_pairs(args.n_train, split="train", **kw),
             generate_pairs(args.n_valid, split="valid", **kw))
 
@@ -75,10 +95,18 @@ def run_train(args) -> int:
         log.warning("no --valid file: validating on the first %d training pairs", len(valid))
     model_config = dict(kind=args.model, emb=args.emb, hidden=args.hidden, score=args.score,
                         input_feeding=args.input_feeding, dropout=args.dropout)
+    data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
+            {"built_in": list(args.tasks), "direction": args.direction, "n_train": args.n_train,
+             "n_valid": args.n_valid})
     task_kw = dict(model_config=model_config, batch_size=args.batch_size, seed=args.seed,
-                   label_smoothing=args.label_smoothing, teacher_forcing=args.teacher_forcing)
+                   label_smoothing=args.label_smoothing, teacher_forcing=args.teacher_forcing,
+                   data=data)
+    existing = args.out / "checkpoint"
+    if existing.exists() and not args.resume:
+        raise CheckpointError(f"{existing}: already holds a checkpoint; pass --resume to "
+                              "continue it, or choose another --out")
     if args.resume:
-        ck = load_checkpoint(args.out / "checkpoint")
+        ck = _load_checkpoint_of_task(existing)
         task = TranslationTask(train, valid, src_vocab=CharVocab.from_json(ck.vocab["src"]),
                                tgt_vocab=CharVocab.from_json(ck.vocab["tgt"]),
                                **{**task_kw, "model_config": _model_kwargs(ck.config)})
@@ -93,7 +121,7 @@ def run_train(args) -> int:
     if args.resume:
         trainer.resume()
     result = trainer.fit()
-    final = task.evaluate(model)
+    final = task.evaluate(model)  # on the whole validation set, after the last step
     print(f"stopped after {result.step} steps ({result.stopped}); held-out: "
           + ", ".join(f"{k} {v:.4f}" for k, v in final.items()))
     _samples_and_plots(model, task, args.out, args.plot)
@@ -107,12 +135,21 @@ def _model_kwargs(config: dict) -> dict:
 
 def _samples_and_plots(model, task, out: Path, n_plots: int) -> None:
     sources = [s for s, _ in task.valid[: max(n_plots, 5)]]
-    outs, raws = translate(model, task.src_vocab, task.tgt_vocab, sources)
-    for (s, t), o in zip(task.valid, outs):
+    outs, raws = translate(model, task.src_vocab, task.tgt_vocab, sources,
+                           max_len_extra=task.max_len_extra)
+    for (s, t), o in list(zip(task.valid, outs))[:5]:
         print(f"  {s}  ->  {o}" + ("" if o == t else f"   (reference: {t})"))
-    hyp = raws[0]
-    for i in range(min(n_plots, len(sources))):
-        _plot(hyp, i, sources[i], outs[i], task.src_vocab, out / f"attention_{i}.png")
+    _plot_all(raws, sources[:n_plots], outs, task.src_vocab, out)
+
+
+def _plot_all(raws, sources, outs, src_vocab, folder: Path) -> None:
+    offset = 0
+    for hyp in raws:
+        for i in range(hyp.tokens.shape[0]):
+            if offset + i < len(sources):
+                _plot(hyp, i, sources[offset + i], outs[offset + i], src_vocab,
+                      folder / f"attention_{offset + i}.png")
+        offset += hyp.tokens.shape[0]
 
 
 def _plot(hyp, i, source, output, src_vocab, path):
@@ -126,14 +163,20 @@ def _plot(hyp, i, source, output, src_vocab, path):
     print(f"  wrote {path}")
 
 
-def _load(checkpoint: Path):
+def _load_checkpoint_of_task(checkpoint: Path):
     ck = load_checkpoint(checkpoint)
-    if ck.config.get("task") != "translate" or not ck.vocab:
+    if ck.config.get("task") != "translate" or not ck.vocab or "model" not in ck.config:
         raise CheckpointError(f"{checkpoint}: not a translation checkpoint "
                               f"(task {ck.config.get('task')!r})")
+    return ck
+
+
+def _load(checkpoint: Path):
+    ck = _load_checkpoint_of_task(checkpoint)
     model = build_model(ck.config["model"])
     ck.load_model(model)
-    return model, CharVocab.from_json(ck.vocab["src"]), CharVocab.from_json(ck.vocab["tgt"])
+    vocabs = CharVocab.from_json(ck.vocab["src"]), CharVocab.from_json(ck.vocab["tgt"])
+    return model, *vocabs, ck.config.get("max_len_extra", 10)
 
 
 def add_translate_parser(sub) -> None:
@@ -141,29 +184,29 @@ def add_translate_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("text", nargs="*", help="sentences (or use --file)")
     p.add_argument("--file", type=Path, help="one sentence per line")
-    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--beam", type=positive_int, default=5)
     p.add_argument("--plot", type=Path, help="folder for one attention heat-map per sentence")
     p.set_defaults(run=run_translate)
 
 
 def run_translate(args) -> int:
-    model, src_vocab, tgt_vocab = _load(args.checkpoint)
+    model, src_vocab, tgt_vocab, extra = _load(args.checkpoint)
     texts = list(args.text)
     if args.file:
-        texts += [line for line in args.file.read_text(encoding="utf-8").splitlines() if line]
+        try:
+            lines = args.file.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DataError(f"{args.file}: cannot read as UTF-8 text ({exc})") from None
+        texts += [line for line in lines if line.strip()]
     if not texts:
         print("attnkit translate: give sentences or --file", file=sys.stderr)
         return 2
-    outs, raws = translate(model, src_vocab, tgt_vocab, texts, beam=args.beam)
+    outs, raws = translate(model, src_vocab, tgt_vocab, texts, beam=args.beam,
+                           max_len_extra=extra)
     for o in outs:
         print(o)
     if args.plot:
-        offset = 0
-        for hyp in raws:
-            for i in range(hyp.tokens.shape[0]):
-                _plot(hyp, i, texts[offset + i], outs[offset + i], src_vocab,
-                      args.plot / f"attention_{offset + i}.png")
-            offset += hyp.tokens.shape[0]
+        _plot_all(raws, texts, outs, src_vocab, args.plot)
     return 0
 
 
@@ -171,14 +214,15 @@ def add_eval_parser(sub) -> None:
     p = sub.add_parser("eval", help="score a translation checkpoint on a TSV file")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("--data", type=Path, required=True, help="TSV of source<TAB>reference")
-    p.add_argument("--beam", type=int, default=1)
+    p.add_argument("--beam", type=positive_int, default=1)
     p.add_argument("--skip-bad-lines", action="store_true")
     p.set_defaults(run=run_eval)
 
 
 def run_eval(args) -> int:
-    model, src_vocab, tgt_vocab = _load(args.checkpoint)
+    model, src_vocab, tgt_vocab, extra = _load(args.checkpoint)
     pairs = read_tsv(args.data, skip_bad_lines=args.skip_bad_lines)
-    outs, _ = translate(model, src_vocab, tgt_vocab, [s for s, _ in pairs], beam=args.beam)
+    outs, _ = translate(model, src_vocab, tgt_vocab, [s for s, _ in pairs], beam=args.beam,
+                        max_len_extra=extra)
     print(json.dumps(metrics(outs, [t for _, t in pairs]), indent=1))
     return 0

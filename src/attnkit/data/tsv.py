@@ -19,17 +19,19 @@ def read_tsv(path: str | Path, *, skip_bad_lines: bool = False) -> list[tuple[st
 
     A line without exactly one tab, with an empty side, or that is not valid UTF-8 raises a
     :class:`DataError` naming the file and line, or with ``skip_bad_lines`` is skipped and
-    counted in one warning. Blank lines are ignored.
+    counted in one warning. Blank lines (no tab) are ignored; a UTF-8 byte-order mark is dropped.
     """
     path = Path(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]  # a UTF-8 byte-order mark is not part of the first source
     pairs, bad = [], []
     for n, line in enumerate(raw.split(b"\n"), start=1):
         line = line.rstrip(b"\r")
-        if not line.strip():
+        if not line.strip() and b"\t" not in line:
             continue
         problem = None
         try:

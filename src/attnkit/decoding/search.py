@@ -15,7 +15,8 @@ A model exposes one decoder step::
 (hypothesis ``b * K + k`` belongs to example ``b``). Beam search reorders the state along dim 0
 with ``index_select`` after every step, so the step function never sees beams as such.
 
-All three return a :class:`Hypotheses`; tokens after an example's EOS are ``pad``.
+All three return a :class:`Hypotheses`; tokens after an example's EOS are ``pad``. No output
+ever emits ``pad`` or ``bos``.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def _run(step: StepFn, state, *, batch_size, bos, eos, pad, max_len, device, cho
     for t in range(int(limit.max())):
         log_probs, state, w = step(tokens, state)
         _check_log_probs(log_probs, batch_size)
-        tokens = choose(log_probs)
+        tokens = choose(_never(log_probs, pad, bos))
         score = score + torch.where(done, 0.0, log_probs.gather(1, tokens[:, None])[:, 0].float())
         tokens = tokens.masked_fill(done, pad)
         out.append(tokens)
@@ -106,6 +107,13 @@ def _run(step: StepFn, state, *, batch_size, bos, eos, pad, max_len, device, cho
     toks = torch.stack(out, dim=1)  # (B, T)
     lengths = _lengths(toks, eos, pad)
     return Hypotheses(toks, lengths, score, torch.stack(weights, dim=1) if weights else None)
+
+
+def _never(log_probs: torch.Tensor, *tokens: int) -> torch.Tensor:
+    """``log_probs`` with ``tokens`` (pad, bos) made impossible: an output never emits them."""
+    out = log_probs.clone()
+    out[:, list(tokens)] = float("-inf")
+    return out
 
 
 def _lengths(tokens: torch.Tensor, eos: int, pad: int) -> torch.Tensor:
@@ -224,7 +232,7 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
         log_probs, state, w = step(tokens, state)
         _check_log_probs(log_probs, n)
         vocab = log_probs.shape[-1]
-        log_probs = log_probs.float()
+        log_probs = _never(log_probs.float(), pad, bos)
         if no_repeat_ngram:
             log_probs = log_probs.masked_fill(_ngram_ban(hyps, no_repeat_ngram, vocab),
                                               float("-inf"))

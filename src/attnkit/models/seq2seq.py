@@ -73,6 +73,9 @@ class Seq2Seq(nn.Module):
         super().__init__()
         if kind not in KINDS:
             raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+        if kind == "luong" and score not in ("dot", "general", "additive"):
+            raise ValueError(f"score: Luong attention takes dot, general or additive, "
+                             f"got {score!r}")
         self.kind, self.input_feeding = kind, input_feeding and kind == "luong"
         self.encoder = Encoder(src_vocab, emb, hidden, dropout=dropout)
         enc = 2 * hidden

@@ -6,6 +6,7 @@ Sources and targets are character sequences (:class:`attnkit.data.CharVocab`); t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import jiwer
@@ -34,6 +35,9 @@ def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, f
     return {"accuracy": exact, "cer": float(cer), "bleu": bleu}
 
 
+TAG = re.compile(r"^<[\w:-]+>$")
+
+
 def _encode_batch(vocab: CharVocab, texts: Sequence[str], device=None):
     tokens, lengths = pad_batch([vocab.encode(t) or [PAD] for t in texts])
     return tokens.to(device), lengths.to(device)
@@ -45,15 +49,20 @@ def translate(model: Seq2Seq, src_vocab: CharVocab, tgt_vocab: CharVocab, texts:
               batch_size: int = 128) -> tuple[list[str], list[Hypotheses]]:
     """Decode ``texts``; returns the outputs and, per batch, the raw hypotheses (tokens and
     attention weights for plots). Output length is capped at
-    ``ceil(max_len_ratio * source length) + max_len_extra``."""
+    ``ceil(max_len_ratio * source length) + max_len_extra`` tokens (EOS included); pass
+    ``max_len_extra`` from the longest training target when outputs can be much longer than
+    their sources (:attr:`TranslationTask.max_len_extra`)."""
+    if not isinstance(beam, int) or beam < 1:
+        raise ValueError(f"beam: expected a positive int, got {beam!r}")
     model.eval()
+    device = next(model.parameters()).device
     outs, raws = [], []
     for i in range(0, len(texts), batch_size):
         chunk = texts[i : i + batch_size]
-        src, src_len = _encode_batch(src_vocab, chunk)
+        src, src_len = _encode_batch(src_vocab, chunk, device)
         limit = (src_len.float() * max_len_ratio).ceil().long() + max_len_extra
         state = model.start(src, src_len)
-        kw = dict(batch_size=len(chunk), bos=BOS, eos=EOS, pad=PAD, max_len=limit)
+        kw = dict(batch_size=len(chunk), bos=BOS, eos=EOS, pad=PAD, max_len=limit, device=device)
         hyp = greedy(model.step, state, **kw) if beam == 1 else beam_search(
             model.step, state, beam_size=beam, **kw)
         outs += [tgt_vocab.decode(row) for row in hyp.tokens]
@@ -77,10 +86,12 @@ class TranslationTask:
                  model_config: dict, src_vocab: CharVocab | None = None,
                  tgt_vocab: CharVocab | None = None, batch_size: int = 64, seed: int = 0,
                  label_smoothing: float = 0.1, teacher_forcing: float = 1.0,
-                 max_valid: int = 500):
+                 max_valid: int = 500, data: dict | None = None):
         if not train:
             raise ValueError("train: expected at least one (source, target) pair")
-        tags = sorted({s.split(" ", 1)[0] for s, _ in train if s.startswith("<")})
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
+        tags = sorted({tag for s, _ in train if TAG.match(tag := s.split(" ", 1)[0])})
         self.src_vocab = src_vocab or CharVocab.build([s for s, _ in train], tags=tags)
         self.tgt_vocab = tgt_vocab or CharVocab.build([t for _, t in train])
         self.train, self.valid = list(train), list(valid)[:max_valid]
@@ -88,6 +99,9 @@ class TranslationTask:
         self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
         self.model_config = {**model_config, "src_vocab": len(self.src_vocab),
                              "tgt_vocab": len(self.tgt_vocab)}
+        self.data = data or {}
+        # Room for the longest training target whatever the source length (digits -> words).
+        self.max_len_extra = 10 + int(1.5 * max(len(t) for _, t in self.train))
         self._src = [self.src_vocab.encode(s) for s, _ in self.train]
         self._tgt = [self.tgt_vocab.encode(t) for _, t in self.train]
 
@@ -122,11 +136,16 @@ class TranslationTask:
 
     def evaluate(self, model: Seq2Seq) -> dict[str, float]:
         sources = [s for s, _ in self.valid]
-        outs, _ = translate(model, self.src_vocab, self.tgt_vocab, sources)
+        outs, _ = translate(model, self.src_vocab, self.tgt_vocab, sources,
+                            max_len_extra=self.max_len_extra)
         return metrics(outs, [t for _, t in self.valid])
 
     def config(self) -> dict:
-        return {"task": "translate", "model": self.model_config}
+        return {"task": "translate", "model": self.model_config,
+                "max_len_extra": self.max_len_extra, "data": self.data,
+                "batching": {"batch_size": self.batch_size, "seed": self.seed,
+                             "label_smoothing": self.label_smoothing,
+                             "teacher_forcing": self.teacher_forcing}}
 
     def vocab(self) -> dict:
         return {"src": self.src_vocab.to_json(), "tgt": self.tgt_vocab.to_json()}

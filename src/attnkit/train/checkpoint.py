@@ -11,7 +11,9 @@ A checkpoint is a directory::
 
 Nothing is unpickled when loading, so a checkpoint from an untrusted source cannot run code.
 Writing is atomic: the files go to a temporary directory beside the target, which then replaces
-the target by renames, so an interrupted save leaves the previous checkpoint intact.
+the target by two renames (the old one moved aside first); an interrupted save leaves the
+previous checkpoint readable, in place or, between the renames, beside it (which
+:func:`load_checkpoint` falls back to).
 """
 
 from __future__ import annotations
@@ -134,19 +136,43 @@ def save_checkpoint(
         for f in tmp.iterdir():  # on disk before the rename makes it visible
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-        old = None
-        if directory.exists():
-            old = directory.with_name(f".{directory.name}.old")
-            if old.exists():
-                shutil.rmtree(old)
-            os.replace(directory, old)
-        os.replace(tmp, directory)
-        if old is not None:
-            shutil.rmtree(old)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    old = _old(directory)
+    if directory.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(directory, old)
+    try:
+        os.replace(tmp, directory)
+    except BaseException:
+        if old.exists() and not directory.exists():
+            os.replace(old, directory)  # put the previous checkpoint back
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_dir(directory.parent)
+    if old.exists():
+        shutil.rmtree(old)
     return directory
+
+
+def _old(directory: Path) -> Path:
+    """Where the previous checkpoint waits during the swap (read if the swap was cut short)."""
+    return directory.with_name(f".{directory.name}.old")
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _read_json(path: Path, required: bool = True):
@@ -177,6 +203,8 @@ def load_checkpoint(directory: str | Path) -> Checkpoint:
             or version.
     """
     directory = Path(directory)
+    if not directory.is_dir() and _old(directory).is_dir():
+        directory = _old(directory)  # a save was interrupted between its two renames
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: no such checkpoint directory")
     head = _read_json(directory / "config.json")

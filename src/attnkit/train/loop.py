@@ -85,6 +85,11 @@ class TrainConfig:
                              f"{self.warmup_steps!r}")
         if not self.lr > 0:
             raise ValueError(f"lr: expected a positive number, got {self.lr!r}")
+        if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 1):
+            raise ValueError(f"patience: expected a positive int or None, got {self.patience!r}")
+        if self.time_budget_s is not None and not self.time_budget_s > 0:
+            raise ValueError(f"time_budget_s: expected a positive number, got "
+                             f"{self.time_budget_s!r}")
 
 
 def lr_factor(step: int, config: TrainConfig) -> float:
@@ -97,7 +102,7 @@ def lr_factor(step: int, config: TrainConfig) -> float:
     if config.schedule == "inverse_sqrt":
         return math.sqrt(max(config.warmup_steps, 1) / s)
     span = max(1, config.max_steps - config.warmup_steps)
-    done = min(1.0, (s - config.warmup_steps) / span)
+    done = min(1.0, (s - config.warmup_steps - 1) / span)  # the last step still learns
     return 0.5 * (1 + math.cos(math.pi * done))
 
 
@@ -171,6 +176,22 @@ class Trainer:
         ck = load_checkpoint(self.checkpoint_dir)
         if ck.optimizer_state is None or ck.trainer_state is None:
             raise CheckpointError(f"{ck.path}: has no optimizer/trainer state to resume from")
+        if ck.config != self.task.config():
+            changed = sorted(k for k in set(ck.config) | set(self.task.config())
+                             if ck.config.get(k) != self.task.config().get(k))
+            raise CheckpointError(f"{ck.path}: saved for another task set-up (differs in "
+                                  f"{', '.join(changed)}); resuming would not continue that run")
+        saved = ck.trainer_state.get("train_config", {})
+        free = {"max_steps", "time_budget_s", "progress", "patience", "eval_every",
+                "checkpoint_every"}
+        changed = sorted(k for k, v in asdict(self.config).items()
+                         if k not in free and k in saved and saved[k] != v)
+        if changed:
+            raise CheckpointError(f"{ck.path}: saved with other training settings "
+                                  f"({', '.join(f'{k}={saved[k]!r}' for k in changed)})")
+        if self.config.schedule == "cosine" and saved.get("max_steps") != self.config.max_steps:
+            log.warning("resuming a cosine schedule with max_steps %s (was %s): the learning "
+                        "rate curve changes", self.config.max_steps, saved.get("max_steps"))
         ck.load_model(self.model)
         self.optimizer.load_state_dict(ck.optimizer_state)
         st = ck.trainer_state
