@@ -1,0 +1,87 @@
+"""Accuracy by source length, with and without attention (Bahdanau et al. 2015, Fig. 2).
+
+Trains a Bahdanau model and the no-attention baseline on the same built-in data for the same
+time budget, then measures held-out exact match per source-length bucket; writes a table
+(Markdown, printed), JSON and a plot.
+
+    python benchmarks/length_curve.py --budget 200 --out docs/length_curve
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from attnkit.data import generate_pairs
+from attnkit.tasks.translation import TranslationTask, translate
+from attnkit.train import TrainConfig, Trainer
+
+BUCKETS = [(0, 20), (20, 30), (30, 40), (40, 50), (50, 60), (60, 80), (80, 200)]
+
+
+def train_and_score(kind: str, train, test, budget: float, out: Path) -> dict:
+    torch.manual_seed(0)
+    task = TranslationTask(train, test[:300], model_config=dict(kind=kind, emb=64, hidden=128),
+                           batch_size=64)
+    model = task.build_model()
+    cfg = TrainConfig(max_steps=10**6, lr=3e-3, warmup_steps=100, eval_every=10**6,
+                      checkpoint_every=10**6, time_budget_s=budget, progress=False)
+    result = Trainer(model, task, cfg, out / kind).fit()
+    outs, _ = translate(model, task.src_vocab, task.tgt_vocab, [s for s, _ in test],
+                        max_len_extra=task.max_len_extra)
+    rows = {}
+    for lo, hi in BUCKETS:
+        hits = [o == t for (s, t), o in zip(test, outs) if lo <= len(s) < hi]
+        if hits:
+            rows[f"{lo}-{hi - 1}"] = {"n": len(hits), "accuracy": sum(hits) / len(hits)}
+    return {"kind": kind, "steps": result.step, "buckets": rows,
+            "overall": sum(o == t for (_, t), o in zip(test, outs)) / len(test)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--budget", type=float, default=200.0, help="training seconds per model")
+    p.add_argument("--out", type=Path, default=Path("docs/length_curve"))
+    p.add_argument("--n-train", type=int, default=20000)
+    p.add_argument("--n-test", type=int, default=2000)
+    args = p.parse_args()
+    train = generate_pairs(args.n_train, split="train", tasks=("numbers",))
+    test = generate_pairs(args.n_test, split="test", tasks=("numbers",))
+    runs = Path("/tmp/attnkit-length-curve")
+    results = [train_and_score(k, train, test, args.budget, runs) for k in ("bahdanau", "none")]
+    print(f"| source length (chars) | n | {' | '.join(r['kind'] for r in results)} |")
+    print("|---|---|" + "---|" * len(results))
+    for bucket in results[0]["buckets"]:
+        n = results[0]["buckets"][bucket]["n"]
+        accs = " | ".join(f"{r['buckets'][bucket]['accuracy']:.3f}" for r in results)
+        print(f"| {bucket} | {n} | {accs} |")
+    print("| all | " + str(len(test)) + " | "
+          + " | ".join(f"{r['overall']:.3f} ({r['steps']} steps)" for r in results) + " |")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(
+        {"budget_s": args.budget, "n_train": args.n_train, "results": results}, indent=1))
+    fig = Figure(figsize=(6, 4))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    for r in results:
+        labels = list(r["buckets"])
+        ax.plot(range(len(labels)), [r["buckets"][b]["accuracy"] for b in labels], marker="o",
+                label="with attention (Bahdanau)" if r["kind"] == "bahdanau" else "no attention")
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels)
+    ax.set_xlabel("source length (characters)")
+    ax.set_ylabel("held-out exact match")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"numbers -> digits, {args.budget:.0f} s of CPU training each")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(args.out.with_suffix(".png"), dpi=110)
+
+
+if __name__ == "__main__":
+    main()
