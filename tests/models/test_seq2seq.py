@@ -25,10 +25,14 @@ def _batch(seed=0, b=3, s=7, t=5, vocab=11):
     return src, src_len, tgt_in
 
 
+def _model(cfg):
+    torch.manual_seed(0)
+    return Seq2Seq(11, 13, emb=8, hidden=12, **cfg).eval()
+
+
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "-".join(map(str, c.values())))
 def test_forward_equals_step_by_step(cfg):
-    torch.manual_seed(0)
-    model = Seq2Seq(11, 13, emb=8, hidden=12, **cfg).eval()
+    model = _model(cfg)
     src, src_len, tgt_in = _batch()
     logits, weights = model(src, src_len, tgt_in)
     state = model.start(src, src_len)
@@ -42,12 +46,11 @@ def test_forward_equals_step_by_step(cfg):
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "-".join(map(str, c.values())))
 def test_source_padding_changes_nothing(cfg):
-    torch.manual_seed(0)
-    model = Seq2Seq(11, 13, emb=8, hidden=12, **cfg).eval()
+    model = _model(cfg)
     src, src_len, tgt_in = _batch()
     logits, _ = model(src, src_len, tgt_in)
     longer = torch.cat([src, torch.zeros(3, 4, dtype=torch.long)], dim=1)
-    logits2, w2 = model(longer, src_len, tgt_in)
+    logits2, _ = model(longer, src_len, tgt_in)
     torch.testing.assert_close(logits2, logits, atol=1e-5, rtol=1e-5)
     one, _ = model(src[1:2, :4], src_len[1:2], tgt_in[1:2])
     torch.testing.assert_close(one[0], logits[1], atol=1e-5, rtol=1e-5)

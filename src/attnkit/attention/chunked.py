@@ -318,7 +318,7 @@ class _RecomputedScores(torch.autograd.Function):
         qf, kf, *rest = ctx.saved_tensors
         extra = rest[0] if ctx.has_extra else None
         score, (bq, bk) = ctx.score, ctx.blocks
-        tq, tk = qf.shape[2], kf.shape[2]
+        tq = qf.shape[2]
         acc_t = ds.dtype
         dq = torch.zeros(qf.shape, dtype=acc_t, device=qf.device)
         dk = torch.zeros(kf.shape, dtype=acc_t, device=kf.device)

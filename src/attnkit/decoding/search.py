@@ -21,7 +21,6 @@ ever emits ``pad`` or ``bos``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
