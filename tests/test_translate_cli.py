@@ -66,3 +66,35 @@ def test_reverse_outputs_have_room_for_the_longest_targets():
     longest = max(len(t) for _, t in train)
     shortest_source = min(len(task.src_vocab.encode(s)) for s, _ in train)
     assert 3 * shortest_source + task.max_len_extra >= longest + 1  # + EOS
+
+
+def test_transformer_with_scheduled_sampling_then_sampled_outputs(tmp_path, capsys):
+    tsv = tmp_path / "pairs.tsv"
+    words = ["zero", "one", "two", "three", "four", "five", "six", "seven"]
+    tsv.write_text("".join(f"<en> {w}\t{n}\n" for n, w in enumerate(words)), encoding="utf-8")
+    out = tmp_path / "run"
+    assert main(["train", "translate", "--model", "transformer", "--train", str(tsv), "--out",
+                 str(out), "--steps", "40", "--eval-every", "20", "--batch-size", "8",
+                 "--hidden", "32", "--heads", "2", "--layers", "1", "--teacher-forcing", "1.0",
+                 "--teacher-forcing-end", "0.7", "--teacher-forcing-steps", "30",
+                 "--no-progress", "--plot", "1"]) == 0
+    assert "stopped after 40 steps" in capsys.readouterr().out
+    assert (out / "attention_0.png").exists()
+    config = json.loads((out / "checkpoint" / "config.json").read_text())["config"]
+    assert config["model"]["kind"] == "transformer"
+    assert config["batching"]["teacher_forcing"] == {"start": 1.0, "end": 0.7, "steps": 30,
+                                                     "shape": "linear"}
+    ck = str(out / "checkpoint")
+    assert main(["translate", "--checkpoint", ck, "<en> three", "--sample", "4",
+                 "--temperature", "1.5", "--seed", "3"]) == 0
+    first = capsys.readouterr().out.splitlines()
+    assert len(first) == 4
+    assert main(["translate", "--checkpoint", ck, "<en> three", "--sample", "4",
+                 "--temperature", "1.5", "--seed", "3"]) == 0
+    assert capsys.readouterr().out.splitlines() == first  # seeded
+    assert main(["translate", "--checkpoint", ck, "<en> three", "--sample", "2",
+                 "--top-p", "1.5"]) == 2
+    assert "top_p: expected a probability in (0, 1]" in capsys.readouterr().err
+    assert main(["train", "translate", "--train", str(tsv), "--out", str(tmp_path / "r2"),
+                 "--teacher-forcing-end", "1.2"]) == 2
+    assert "teacher forcing end: expected a probability in [0, 1]" in capsys.readouterr().err

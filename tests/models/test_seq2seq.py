@@ -5,6 +5,7 @@ import torch
 
 from attnkit.decoding import beam_search, greedy
 from attnkit.models import Seq2Seq
+from tests.models.toy import toy_batch
 
 CONFIGS = [
     dict(kind="bahdanau"),
@@ -15,16 +16,6 @@ CONFIGS = [
 ]
 
 
-def _batch(seed=0, b=3, s=7, t=5, vocab=11):
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, vocab, (b, s), generator=g)
-    src_len = torch.tensor([7, 4, 1])[:b]
-    src = src.masked_fill(torch.arange(s) >= src_len[:, None], 0)
-    tgt_in = torch.randint(4, vocab, (b, t), generator=g)
-    tgt_in[:, 0] = 1
-    return src, src_len, tgt_in
-
-
 def _model(cfg):
     torch.manual_seed(0)
     return Seq2Seq(11, 13, emb=8, hidden=12, **cfg).eval()
@@ -33,7 +24,7 @@ def _model(cfg):
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "-".join(map(str, c.values())))
 def test_forward_equals_step_by_step(cfg):
     model = _model(cfg)
-    src, src_len, tgt_in = _batch()
+    src, src_len, tgt_in = toy_batch()
     logits, weights = model(src, src_len, tgt_in)
     state = model.start(src, src_len)
     for t in range(tgt_in.shape[1]):
@@ -47,7 +38,7 @@ def test_forward_equals_step_by_step(cfg):
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "-".join(map(str, c.values())))
 def test_source_padding_changes_nothing(cfg):
     model = _model(cfg)
-    src, src_len, tgt_in = _batch()
+    src, src_len, tgt_in = toy_batch()
     logits, _ = model(src, src_len, tgt_in)
     longer = torch.cat([src, torch.zeros(3, 4, dtype=torch.long)], dim=1)
     logits2, _ = model(longer, src_len, tgt_in)
@@ -59,7 +50,7 @@ def test_source_padding_changes_nothing(cfg):
 def test_decoders_run_on_the_models_step_and_teacher_forcing_ratio_trains():
     torch.manual_seed(0)
     model = Seq2Seq(11, 13, emb=8, hidden=12, kind="bahdanau")
-    src, src_len, tgt_in = _batch()
+    src, src_len, tgt_in = toy_batch()
     state = model.start(src, src_len)
     g = greedy(model.step, state, batch_size=3, bos=1, eos=2, max_len=6)
     b = beam_search(model.step, state, batch_size=3, beam_size=1, bos=1, eos=2, max_len=6)

@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from attnkit import Attention
-from attnkit.train import checkpoint as ckpt_mod
 from attnkit.train import CheckpointError, load_checkpoint, save_checkpoint
+from attnkit.train import checkpoint as ckpt_mod
 
 
 class Tiny(nn.Module):

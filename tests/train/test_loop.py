@@ -38,7 +38,7 @@ class ReverseTask:
         for _ in range(self.n):
             yield torch.randint(0, self.v, (16, self.t), generator=g)
 
-    def loss(self, model, x):
+    def loss(self, model, x, step):
         logits = model(x)
         return nn.functional.cross_entropy(logits.flatten(0, 1), x.flip(1).flatten()), x.numel()
 
@@ -92,11 +92,11 @@ def test_signal_saves_a_checkpoint_and_stops(tmp_path):
     original = task.loss
     calls = []
 
-    def loss(model, batch):
+    def loss(model, batch, step):
         calls.append(1)
         if len(calls) == 4:
             signal.raise_signal(signal.SIGTERM)
-        return original(model, batch)
+        return original(model, batch, step)
 
     task.loss = loss
     result = Trainer(Reverse(), task, _cfg(max_steps=50), tmp_path).fit()

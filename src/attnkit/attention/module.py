@@ -250,6 +250,36 @@ class Attention(nn.Module):
         v = self._split_heads(value, self.v_proj if multi else None)  # (B, H, Tk, dv)
         return Memory(key, value, self.score.prepare_key(k), v, self)
 
+    def extend(self, memory: Memory | None, key: torch.Tensor,
+               value: torch.Tensor | None = None) -> Memory:
+        """Append keys ``(B, Tn, Dk)`` and values ``(B, Tn, Dv)`` to a prepared ``memory``.
+
+        The key/value cache of incremental decoding: a decoder's self-attention prepares only
+        the new step's keys and values and attends over everything so far. ``memory=None``
+        starts a new one. Equals :meth:`prepare` on the concatenated keys and values.
+
+        Example:
+            >>> attn = Attention(8, heads=2)
+            >>> keys = torch.randn(2, 3, 8)
+            >>> cache = None
+            >>> for t in range(3):
+            ...     cache = attn.extend(cache, keys[:, t : t + 1])
+            >>> cache.key_features.shape  # (B, H, Tk, F)
+            torch.Size([2, 2, 3, 4])
+        """
+        new = self.prepare(key, value)
+        if memory is None:
+            return new
+        if memory.owner is not self:
+            raise ValueError("memory: this Memory was prepared by another Attention module")
+        if memory.key.shape[0] != key.shape[0]:
+            raise ValueError(f"key: expected batch size {memory.key.shape[0]} (the memory's), "
+                             f"got {describe(key)}")
+        return Memory(torch.cat([memory.key, new.key], dim=1),
+                      torch.cat([memory.value, new.value], dim=1),
+                      torch.cat([memory.key_features, new.key_features], dim=2),
+                      torch.cat([memory.values, new.values], dim=2), self)
+
     def forward(
         self,
         query: torch.Tensor,

@@ -5,7 +5,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnkit.attention._checks import check_int_tensor, check_positive_int, check_tensor, describe
+from attnkit.attention._checks import (
+    check_int_tensor,
+    check_positive_int,
+    check_tensor,
+    describe,
+)
 from attnkit.attention.core import AttentionOutput
 from attnkit.attention.masks import lengths_to_mask
 from attnkit.attention.module import Attention

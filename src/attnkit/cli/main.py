@@ -6,8 +6,8 @@ import argparse
 import logging
 import sys
 
-from attnkit._version import __version__
 from attnkit import bench
+from attnkit._version import __version__
 from attnkit.cli import demo, translate
 from attnkit.data import DataError
 from attnkit.train import CheckpointError
@@ -42,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.run(args)
-    except (CheckpointError, DataError) as exc:  # bad input files: a message, not a traceback
+    except (CheckpointError, DataError, ValueError) as exc:  # bad files or settings: a message
+        if args.verbose:
+            raise
         print(f"attnkit: {exc}", file=sys.stderr)
         return 2
 

@@ -12,7 +12,13 @@ import torch
 from attnkit.data import CharVocab, DataError, generate_pairs, read_tsv
 from attnkit.plot import plot_attention
 from attnkit.tasks.translation import TranslationTask, build_model, metrics, translate
-from attnkit.train import CheckpointError, TrainConfig, Trainer, load_checkpoint
+from attnkit.train import (
+    CheckpointError,
+    TeacherForcing,
+    TrainConfig,
+    Trainer,
+    load_checkpoint,
+)
 
 log = logging.getLogger("attnkit")
 
@@ -51,13 +57,21 @@ def add_train_parser(train_sub) -> None:
     data.add_argument("--n-train", type=positive_int, default=20000)
     data.add_argument("--n-valid", type=positive_int, default=300)
     model = p.add_argument_group("model")
-    model.add_argument("--model", choices=("bahdanau", "luong", "none"), default="bahdanau")
+    model.add_argument("--model", choices=("bahdanau", "luong", "transformer", "none"),
+                       default="bahdanau")
     model.add_argument("--score", choices=("dot", "general", "additive"), default="general",
                        help="Luong's attention score")
     model.add_argument("--input-feeding", action="store_true", help="Luong: input feeding")
-    model.add_argument("--emb", type=int, default=64)
-    model.add_argument("--hidden", type=int, default=128)
-    model.add_argument("--dropout", type=float, default=0.0)
+    model.add_argument("--emb", type=positive_int, default=64, help="RNN models: embedding size")
+    model.add_argument("--hidden", type=positive_int, default=128,
+                       help="RNN hidden size; the Transformer's d_model")
+    model.add_argument("--heads", type=positive_int, default=4, help="Transformer: heads")
+    model.add_argument("--layers", type=positive_int, default=2,
+                       help="Transformer: encoder and decoder layers")
+    model.add_argument("--ff", type=positive_int, help="Transformer: feed-forward size "
+                       "(default 4 * hidden)")
+    model.add_argument("--dropout", type=float, default=None,
+                       help="default 0.0 for RNN models, 0.1 for the Transformer")
     train = p.add_argument_group("training")
     train.add_argument("--out", type=Path, required=True, help="run folder (checkpoint, plots)")
     train.add_argument("--resume", action="store_true", help="continue the run in --out")
@@ -67,7 +81,14 @@ def add_train_parser(train_sub) -> None:
     train.add_argument("--lr", type=float, default=3e-3)
     train.add_argument("--warmup", type=int, default=100)
     train.add_argument("--label-smoothing", type=float, default=0.1)
-    train.add_argument("--teacher-forcing", type=float, default=1.0)
+    train.add_argument("--teacher-forcing", type=float, default=1.0,
+                       help="probability of feeding the reference token (at the start)")
+    train.add_argument("--teacher-forcing-end", type=float,
+                       help="scheduled sampling: the probability reached after "
+                       "--teacher-forcing-steps (default: constant)")
+    train.add_argument("--teacher-forcing-steps", type=positive_int, default=10000)
+    train.add_argument("--teacher-forcing-shape", choices=("linear", "inverse_sigmoid"),
+                       default="linear")
     train.add_argument("--eval-every", type=positive_int, default=200)
     train.add_argument("--checkpoint-every", type=positive_int, default=200)
     train.add_argument("--patience", type=positive_int, help="early stopping: validations w/o gain")
@@ -93,13 +114,15 @@ def run_train(args) -> int:
     if not valid:
         valid = train[: min(300, len(train))]
         log.warning("no --valid file: validating on the first %d training pairs", len(valid))
-    model_config = dict(kind=args.model, emb=args.emb, hidden=args.hidden, score=args.score,
-                        input_feeding=args.input_feeding, dropout=args.dropout)
+    model_config = _model_config(args)
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
             {"built_in": list(args.tasks), "direction": args.direction, "n_train": args.n_train,
              "n_valid": args.n_valid})
     task_kw = dict(model_config=model_config, batch_size=args.batch_size, seed=args.seed,
-                   label_smoothing=args.label_smoothing, teacher_forcing=args.teacher_forcing,
+                   label_smoothing=args.label_smoothing,
+                   teacher_forcing=TeacherForcing(args.teacher_forcing, args.teacher_forcing_end,
+                                                  args.teacher_forcing_steps,
+                                                  args.teacher_forcing_shape),
                    data=data)
     existing = args.out / "checkpoint"
     if existing.exists() and not args.resume:
@@ -127,6 +150,15 @@ def run_train(args) -> int:
     _samples_and_plots(model, task, args.out, args.plot)
     (args.out / "history.json").write_text(json.dumps(result.history, indent=1))
     return 0
+
+
+def _model_config(args) -> dict:
+    if args.model == "transformer":
+        dropout = 0.1 if args.dropout is None else args.dropout
+        return dict(kind="transformer", d_model=args.hidden, heads=args.heads,
+                    layers=args.layers, ff=args.ff, dropout=dropout)
+    return dict(kind=args.model, emb=args.emb, hidden=args.hidden, score=args.score,
+                input_feeding=args.input_feeding, dropout=args.dropout or 0.0)
 
 
 def _model_kwargs(config: dict) -> dict:
@@ -185,6 +217,13 @@ def add_translate_parser(sub) -> None:
     p.add_argument("text", nargs="*", help="sentences (or use --file)")
     p.add_argument("--file", type=Path, help="one sentence per line")
     p.add_argument("--beam", type=positive_int, default=5)
+    sampling = p.add_argument_group("sampling (instead of beam search)")
+    sampling.add_argument("--sample", type=positive_int, metavar="N",
+                          help="draw N random outputs per sentence (one line each)")
+    sampling.add_argument("--temperature", type=float, default=1.0)
+    sampling.add_argument("--top-k", type=positive_int)
+    sampling.add_argument("--top-p", type=float)
+    sampling.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", type=Path, help="folder for one attention heat-map per sentence")
     p.set_defaults(run=run_translate)
 
@@ -201,8 +240,15 @@ def run_translate(args) -> int:
     if not texts:
         print("attnkit translate: give sentences or --file", file=sys.stderr)
         return 2
-    outs, raws = translate(model, src_vocab, tgt_vocab, texts, beam=args.beam,
-                           max_len_extra=extra)
+    if args.sample:
+        texts = [t for t in texts for _ in range(args.sample)]
+        sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                        generator=torch.Generator().manual_seed(args.seed))
+        outs, raws = translate(model, src_vocab, tgt_vocab, texts, sampling=sampling,
+                               max_len_extra=extra)
+    else:
+        outs, raws = translate(model, src_vocab, tgt_vocab, texts, beam=args.beam,
+                               max_len_extra=extra)
     for o in outs:
         print(o)
     if args.plot:

@@ -1,5 +1,11 @@
 """Decoding shared by every model: greedy, sampling and batched beam search over a step function."""
 
-from attnkit.decoding.search import Hypotheses, beam_search, greedy, length_penalty, sample
+from attnkit.decoding.search import (
+    Hypotheses,
+    beam_search,
+    greedy,
+    length_penalty,
+    sample,
+)
 
 __all__ = ["Hypotheses", "beam_search", "greedy", "length_penalty", "sample"]

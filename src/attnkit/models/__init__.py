@@ -1,5 +1,6 @@
 """Models built on the attention core, one file each."""
 
 from attnkit.models.seq2seq import KINDS, Encoder, Seq2Seq
+from attnkit.models.transformer import Transformer, sinusoids
 
-__all__ = ["KINDS", "Encoder", "Seq2Seq"]
+__all__ = ["KINDS", "Encoder", "Seq2Seq", "Transformer", "sinusoids"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import asdict
 
 import jiwer
 import sacrebleu
@@ -16,15 +17,17 @@ import torch.nn.functional as F
 
 from attnkit.data import CharVocab, pad_batch
 from attnkit.data.vocab import BOS, EOS, PAD
-from attnkit.decoding import Hypotheses, beam_search, greedy
-from attnkit.models import Seq2Seq
+from attnkit.decoding import Hypotheses, beam_search, greedy, sample
+from attnkit.models import Seq2Seq, Transformer
+from attnkit.train.teacher_forcing import TeacherForcing
 
 __all__ = ["TranslationTask", "build_model", "translate", "metrics"]
 
 
-def build_model(config: dict) -> Seq2Seq:
-    """A :class:`Seq2Seq` from its saved config (``src_vocab``, ``tgt_vocab``, ``kind``...)."""
-    return Seq2Seq(**config)
+def build_model(config: dict) -> Seq2Seq | Transformer:
+    """The model of a saved config (``src_vocab``, ``tgt_vocab``, ``kind``...): a
+    :class:`Transformer` for ``kind="transformer"``, else a :class:`Seq2Seq`."""
+    return (Transformer if config.get("kind") == "transformer" else Seq2Seq)(**config)
 
 
 def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
@@ -44,16 +47,23 @@ def _encode_batch(vocab: CharVocab, texts: Sequence[str], device=None):
 
 
 @torch.no_grad()
-def translate(model: Seq2Seq, src_vocab: CharVocab, tgt_vocab: CharVocab, texts: Sequence[str],
-              *, beam: int = 1, max_len_ratio: float = 3.0, max_len_extra: int = 10,
+def translate(model: Seq2Seq | Transformer, src_vocab: CharVocab, tgt_vocab: CharVocab,
+              texts: Sequence[str], *, beam: int = 1, sampling: dict | None = None,
+              max_len_ratio: float = 3.0, max_len_extra: int = 10,
               batch_size: int = 128) -> tuple[list[str], list[Hypotheses]]:
     """Decode ``texts``; returns the outputs and, per batch, the raw hypotheses (tokens and
-    attention weights for plots). Output length is capped at
+    attention weights for plots).
+
+    Greedy for ``beam=1``, batched beam search for ``beam > 1``, or random sampling with
+    ``sampling`` = keyword arguments of :func:`attnkit.decoding.sample` (``temperature``,
+    ``top_k``, ``top_p``, ``generator``). Output length is capped at
     ``ceil(max_len_ratio * source length) + max_len_extra`` tokens (EOS included); pass
     ``max_len_extra`` from the longest training target when outputs can be much longer than
     their sources (:attr:`TranslationTask.max_len_extra`)."""
     if not isinstance(beam, int) or beam < 1:
         raise ValueError(f"beam: expected a positive int, got {beam!r}")
+    if sampling is not None and beam > 1:
+        raise ValueError(f"sampling: draws one token at a time, not with beam={beam}")
     model.eval()
     device = next(model.parameters()).device
     outs, raws = [], []
@@ -63,8 +73,12 @@ def translate(model: Seq2Seq, src_vocab: CharVocab, tgt_vocab: CharVocab, texts:
         limit = (src_len.float() * max_len_ratio).ceil().long() + max_len_extra
         state = model.start(src, src_len)
         kw = dict(batch_size=len(chunk), bos=BOS, eos=EOS, pad=PAD, max_len=limit, device=device)
-        hyp = greedy(model.step, state, **kw) if beam == 1 else beam_search(
-            model.step, state, beam_size=beam, **kw)
+        if sampling is not None:
+            hyp = sample(model.step, state, **kw, **sampling)
+        elif beam == 1:
+            hyp = greedy(model.step, state, **kw)
+        else:
+            hyp = beam_search(model.step, state, beam_size=beam, **kw)
         outs += [tgt_vocab.decode(row) for row in hyp.tokens]
         raws.append(hyp)
     return outs, raws
@@ -75,17 +89,20 @@ class TranslationTask:
 
     Args:
         train, valid: lists of (source, target).
-        model_config: kwargs of :class:`Seq2Seq` except the vocabulary sizes.
+        model_config: kwargs of :class:`Seq2Seq` or :class:`Transformer` (``kind``) except
+            the vocabulary sizes.
         batch_size: sentences per batch (batches group similar lengths).
         label_smoothing: of the masked cross-entropy.
-        teacher_forcing: probability of feeding the reference token (1.0: always).
+        teacher_forcing: probability of feeding the reference token (1.0: always), or a
+            :class:`attnkit.train.TeacherForcing` schedule over training steps.
         max_valid: validation sentences decoded at each evaluation.
     """
 
     def __init__(self, train: Sequence[tuple[str, str]], valid: Sequence[tuple[str, str]], *,
                  model_config: dict, src_vocab: CharVocab | None = None,
                  tgt_vocab: CharVocab | None = None, batch_size: int = 64, seed: int = 0,
-                 label_smoothing: float = 0.1, teacher_forcing: float = 1.0,
+                 label_smoothing: float = 0.1,
+                 teacher_forcing: float | TeacherForcing = 1.0,
                  max_valid: int = 500, data: dict | None = None):
         if not train:
             raise ValueError("train: expected at least one (source, target) pair")
@@ -96,6 +113,8 @@ class TranslationTask:
         self.tgt_vocab = tgt_vocab or CharVocab.build([t for _, t in train])
         self.train, self.valid = list(train), list(valid)[:max_valid]
         self.batch_size, self.seed = batch_size, seed
+        if not isinstance(teacher_forcing, TeacherForcing):
+            teacher_forcing = TeacherForcing(start=teacher_forcing)
         self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
         self.model_config = {**model_config, "src_vocab": len(self.src_vocab),
                              "tgt_vocab": len(self.tgt_vocab)}
@@ -105,7 +124,7 @@ class TranslationTask:
         self._src = [self.src_vocab.encode(s) for s, _ in self.train]
         self._tgt = [self.tgt_vocab.encode(t) for _, t in self.train]
 
-    def build_model(self) -> Seq2Seq:
+    def build_model(self) -> Seq2Seq | Transformer:
         return build_model(self.model_config)
 
     def batches(self, epoch: int):
@@ -126,15 +145,16 @@ class TranslationTask:
         tgt, _ = pad_batch([[BOS] + self._tgt[i] + [EOS] for i in idx])
         return {"src": src, "src_len": src_len, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
 
-    def loss(self, model: Seq2Seq, batch: dict) -> tuple[torch.Tensor, int]:
+    def loss(self, model: Seq2Seq | Transformer, batch: dict,
+             step: int = 0) -> tuple[torch.Tensor, int]:
         logits, _ = model(batch["src"], batch["src_len"], batch["tgt_in"],
-                          teacher_forcing=self.teacher_forcing)
+                          teacher_forcing=self.teacher_forcing.ratio(step))
         target = batch["tgt_out"]
         loss = F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD,
                                label_smoothing=self.label_smoothing)
         return loss, int((target != PAD).sum())
 
-    def evaluate(self, model: Seq2Seq) -> dict[str, float]:
+    def evaluate(self, model: Seq2Seq | Transformer) -> dict[str, float]:
         sources = [s for s, _ in self.valid]
         outs, _ = translate(model, self.src_vocab, self.tgt_vocab, sources,
                             max_len_extra=self.max_len_extra)
@@ -145,7 +165,7 @@ class TranslationTask:
                 "max_len_extra": self.max_len_extra, "data": self.data,
                 "batching": {"batch_size": self.batch_size, "seed": self.seed,
                              "label_smoothing": self.label_smoothing,
-                             "teacher_forcing": self.teacher_forcing}}
+                             "teacher_forcing": asdict(self.teacher_forcing)}}
 
     def vocab(self) -> dict:
         return {"src": self.src_vocab.to_json(), "tgt": self.tgt_vocab.to_json()}

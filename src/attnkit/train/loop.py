@@ -9,7 +9,8 @@ A task is any object with::
 
     batches(epoch: int) -> Iterable[batch]   # the same batches for the same epoch: seed any
                                              # shuffling with the epoch, not the global RNG
-    loss(model, batch) -> (loss: Tensor, tokens: int)   # mean loss, and the tokens it covers
+    loss(model, batch, step) -> (loss: Tensor, tokens: int)   # mean loss and the tokens it
+                                             # covers; step: the optimizer step (schedules)
     evaluate(model) -> dict[str, float]      # validation metrics, including `metric` below
     config() -> dict                          # saved in checkpoints (JSON values)
     vocab() -> JSON value or None             # saved in checkpoints
@@ -42,7 +43,7 @@ log = logging.getLogger("attnkit")
 
 class Task(Protocol):
     def batches(self, epoch: int): ...
-    def loss(self, model: torch.nn.Module, batch) -> tuple[torch.Tensor, int]: ...
+    def loss(self, model: torch.nn.Module, batch, step: int) -> tuple[torch.Tensor, int]: ...
     def evaluate(self, model: torch.nn.Module) -> dict[str, float]: ...
     def config(self) -> dict: ...
     def vocab(self) -> Any: ...
@@ -257,7 +258,7 @@ class Trainer:
                 batch = next(batches)
                 for group in self.optimizer.param_groups:
                     group["lr"] = cfg.lr * lr_factor(self.step, cfg)
-                loss, tokens = self.task.loss(self.model, batch)
+                loss, tokens = self.task.loss(self.model, batch, self.step)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"step {self.step}: loss is {loss.item()}")
                 self.optimizer.zero_grad(set_to_none=True)
