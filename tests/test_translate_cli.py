@@ -68,7 +68,7 @@ def test_reverse_outputs_have_room_for_the_longest_targets():
     assert 3 * shortest_source + task.max_len_extra >= longest + 1  # + EOS
 
 
-def test_transformer_with_scheduled_sampling_then_sampled_outputs(tmp_path, capsys):
+def test_transformer_with_subwords_and_scheduled_sampling_then_sampled_outputs(tmp_path, capsys):
     tsv = tmp_path / "pairs.tsv"
     words = ["zero", "one", "two", "three", "four", "five", "six", "seven"]
     tsv.write_text("".join(f"<en> {w}\t{n}\n" for n, w in enumerate(words)), encoding="utf-8")
@@ -77,11 +77,13 @@ def test_transformer_with_scheduled_sampling_then_sampled_outputs(tmp_path, caps
                  str(out), "--steps", "40", "--eval-every", "20", "--batch-size", "8",
                  "--hidden", "32", "--heads", "2", "--layers", "1", "--teacher-forcing", "1.0",
                  "--teacher-forcing-end", "0.7", "--teacher-forcing-steps", "30",
-                 "--no-progress", "--plot", "1"]) == 0
+                 "--vocab", "bpe", "--vocab-size", "40", "--no-progress", "--plot", "1"]) == 0
     assert "stopped after 40 steps" in capsys.readouterr().out
     assert (out / "attention_0.png").exists()
     config = json.loads((out / "checkpoint" / "config.json").read_text())["config"]
     assert config["model"]["kind"] == "transformer"
+    vocab = json.loads((out / "checkpoint" / "vocab.json").read_text())
+    assert vocab["src"]["type"] == vocab["tgt"]["type"] == "sentencepiece"
     assert config["batching"]["teacher_forcing"] == {"start": 1.0, "end": 0.7, "steps": 30,
                                                      "shape": "linear"}
     ck = str(out / "checkpoint")

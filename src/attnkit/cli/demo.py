@@ -9,7 +9,7 @@ import torch
 
 from attnkit import SCORES, Attention, SelfAttention, plot_attention
 from attnkit.data import generate_pairs
-from attnkit.tasks.translation import TranslationTask, translate
+from attnkit.tasks.translation import TranslationTask, plot_translation, translate
 from attnkit.train import TrainConfig, Trainer
 
 
@@ -59,16 +59,8 @@ def translation(out_dir: Path, budget_s: float, n_train: int, seed: int) -> list
                            max_len_extra=task.max_len_extra)
     for (s, t), o in zip(valid, outs):
         print(f"   {s}  ->  {o}" + ("" if o == t else f"   (reference: {t})"))
-    paths = []
-    hyp = raws[0]
-    for i in range(2):
-        src_labels = task.src_vocab._split(sources[i], task.src_vocab.tags)
-        out_labels = list(outs[i]) + ["</s>"]
-        n = min(int(hyp.lengths[i]), len(out_labels))
-        paths.append(plot_attention(hyp.weights[i, :n, : len(src_labels)], src_labels,
-                                    out_labels[:n], out_dir / f"translation_{i}.png",
-                                    title=f"{sources[i]}  ->  {outs[i]}"))
-    return paths
+    return [plot_translation(raws[0], i, sources[i], task.src_vocab, task.tgt_vocab,
+                             out_dir / f"translation_{i}.png") for i in range(2)]
 
 
 def long_sequence(out_dir: Path) -> Path:

@@ -9,9 +9,14 @@ from pathlib import Path
 
 import torch
 
-from attnkit.data import CharVocab, DataError, generate_pairs, read_tsv
-from attnkit.plot import plot_attention
-from attnkit.tasks.translation import TranslationTask, build_model, metrics, translate
+from attnkit.data import DataError, generate_pairs, load_vocab, read_tsv
+from attnkit.tasks.translation import (
+    TranslationTask,
+    build_model,
+    metrics,
+    plot_translation,
+    translate,
+)
 from attnkit.train import (
     CheckpointError,
     TeacherForcing,
@@ -56,6 +61,10 @@ def add_train_parser(train_sub) -> None:
     data.add_argument("--direction", choices=("forward", "reverse"), default="forward")
     data.add_argument("--n-train", type=positive_int, default=20000)
     data.add_argument("--n-valid", type=positive_int, default=300)
+    data.add_argument("--vocab", choices=("char", "unigram", "bpe"), default="char",
+                      help="characters, or SentencePiece subwords trained on --train")
+    data.add_argument("--vocab-size", type=positive_int, default=1000,
+                      help="SentencePiece: pieces at most")
     model = p.add_argument_group("model")
     model.add_argument("--model", choices=("bahdanau", "luong", "transformer", "none"),
                        default="bahdanau")
@@ -119,6 +128,7 @@ def run_train(args) -> int:
             {"built_in": list(args.tasks), "direction": args.direction, "n_train": args.n_train,
              "n_valid": args.n_valid})
     task_kw = dict(model_config=model_config, batch_size=args.batch_size, seed=args.seed,
+                   vocab=args.vocab, vocab_size=args.vocab_size,
                    label_smoothing=args.label_smoothing,
                    teacher_forcing=TeacherForcing(args.teacher_forcing, args.teacher_forcing_end,
                                                   args.teacher_forcing_steps,
@@ -130,8 +140,8 @@ def run_train(args) -> int:
                               "continue it, or choose another --out")
     if args.resume:
         ck = _load_checkpoint_of_task(existing)
-        task = TranslationTask(train, valid, src_vocab=CharVocab.from_json(ck.vocab["src"]),
-                               tgt_vocab=CharVocab.from_json(ck.vocab["tgt"]),
+        task = TranslationTask(train, valid, src_vocab=load_vocab(ck.vocab["src"]),
+                               tgt_vocab=load_vocab(ck.vocab["tgt"]),
                                **{**task_kw, "model_config": _model_kwargs(ck.config)})
     else:
         task = TranslationTask(train, valid, **task_kw)
@@ -171,28 +181,23 @@ def _samples_and_plots(model, task, out: Path, n_plots: int) -> None:
                            max_len_extra=task.max_len_extra)
     for (s, t), o in list(zip(task.valid, outs))[:5]:
         print(f"  {s}  ->  {o}" + ("" if o == t else f"   (reference: {t})"))
-    _plot_all(raws, sources[:n_plots], outs, task.src_vocab, out)
+    _plot_all(raws, sources[:n_plots], task.src_vocab, task.tgt_vocab, out)
 
 
-def _plot_all(raws, sources, outs, src_vocab, folder: Path) -> None:
+def _plot_all(raws, sources, src_vocab, tgt_vocab, folder: Path) -> None:
     offset = 0
     for hyp in raws:
         for i in range(hyp.tokens.shape[0]):
             if offset + i < len(sources):
-                _plot(hyp, i, sources[offset + i], outs[offset + i], src_vocab,
+                _plot(hyp, i, sources[offset + i], src_vocab, tgt_vocab,
                       folder / f"attention_{offset + i}.png")
         offset += hyp.tokens.shape[0]
 
 
-def _plot(hyp, i, source, output, src_vocab, path):
-    if hyp.weights is None:
-        return
-    src_labels = src_vocab._split(source, src_vocab.tags)
-    out_labels = list(output) + ["</s>"]
-    n = min(int(hyp.lengths[i]), len(out_labels))
-    path = plot_attention(hyp.weights[i, :n, : len(src_labels)], src_labels, out_labels[:n],
-                          path, title=f"{source}  ->  {output}")
-    print(f"  wrote {path}")
+def _plot(hyp, i, source, src_vocab, tgt_vocab, path):
+    path = plot_translation(hyp, i, source, src_vocab, tgt_vocab, path)
+    if path is not None:
+        print(f"  wrote {path}")
 
 
 def _load_checkpoint_of_task(checkpoint: Path):
@@ -207,7 +212,7 @@ def _load(checkpoint: Path):
     ck = _load_checkpoint_of_task(checkpoint)
     model = build_model(ck.config["model"])
     ck.load_model(model)
-    vocabs = CharVocab.from_json(ck.vocab["src"]), CharVocab.from_json(ck.vocab["tgt"])
+    vocabs = load_vocab(ck.vocab["src"]), load_vocab(ck.vocab["tgt"])
     return model, *vocabs, ck.config.get("max_len_extra", 10)
 
 
@@ -252,7 +257,7 @@ def run_translate(args) -> int:
     for o in outs:
         print(o)
     if args.plot:
-        _plot_all(raws, texts, outs, src_vocab, args.plot)
+        _plot_all(raws, texts, src_vocab, tgt_vocab, args.plot)
     return 0
 
 

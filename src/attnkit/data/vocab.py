@@ -7,12 +7,23 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-__all__ = ["CharVocab", "pad_batch", "PAD", "BOS", "EOS", "UNK"]
+__all__ = ["BOS", "EOS", "PAD", "UNK", "CharVocab", "build_vocab", "load_vocab", "pad_batch"]
 
 log = logging.getLogger("attnkit")
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
+
+
+def content_ids(ids: Iterable[int]) -> list[int]:
+    """``ids`` as ints up to the first ``<eos>``, without ``<pad>`` and ``<bos>``."""
+    out = []
+    for i in map(int, ids):
+        if i == EOS:
+            break
+        if i not in (PAD, BOS):
+            out.append(i)
+    return out
 
 
 class CharVocab:
@@ -59,17 +70,18 @@ class CharVocab:
             self._warned = True
         return ([BOS] if bos else []) + ids + ([EOS] if eos else [])
 
+    def piece(self, i: int) -> str:
+        """The symbol of id ``i`` (for plot labels)."""
+        i = int(i)
+        return self.symbols[i] if 0 <= i < len(self.symbols) else SPECIALS[UNK]
+
+    def pieces(self, text: str) -> list[str]:
+        """The symbols ``text`` is split into (one per encoded id; a tag is one)."""
+        return self._split(text, self.tags)
+
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ``ids`` up to the first ``<eos>``; ``<pad>``/``<bos>`` dropped."""
-        out = []
-        for i in ids:
-            i = int(i)
-            if i == EOS:
-                break
-            if i in (PAD, BOS):
-                continue
-            out.append(self.symbols[i] if 0 <= i < len(self.symbols) else SPECIALS[UNK])
-        return "".join(out)
+        return "".join(self.piece(i) for i in content_ids(ids))
 
     def to_json(self) -> dict:
         return {"type": "char", "symbols": self.symbols[len(SPECIALS):], "tags": self.tags}
@@ -79,6 +91,28 @@ class CharVocab:
         if not isinstance(data, dict) or data.get("type") != "char":
             raise ValueError(f"vocab: expected a character vocabulary, got {str(data)[:80]!r}")
         return cls(data["symbols"], data.get("tags", ()))
+
+
+def build_vocab(texts: Sequence[str], *, kind: str = "char", size: int = 1000,
+                tags: Sequence[str] = ()):
+    """A :class:`CharVocab` (``kind="char"``) or a SentencePiece
+    :class:`attnkit.data.SubwordVocab` (``"unigram"`` or ``"bpe"``, at most ``size`` pieces)."""
+    if kind == "char":
+        return CharVocab.build(texts, tags=tags)
+    if kind in ("unigram", "bpe"):
+        from attnkit.data.subword import SubwordVocab
+
+        return SubwordVocab.build(texts, size=size, model_type=kind, tags=tags)
+    raise ValueError(f"kind: expected char, unigram or bpe, got {kind!r}")
+
+
+def load_vocab(data: dict):
+    """The vocabulary saved by ``to_json()``: character or SentencePiece."""
+    if isinstance(data, dict) and data.get("type") == "sentencepiece":
+        from attnkit.data.subword import SubwordVocab
+
+        return SubwordVocab.from_json(data)
+    return CharVocab.from_json(data)
 
 
 def pad_batch(seqs: Sequence[Sequence[int]], pad: int = PAD) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,7 +1,9 @@
 """Translation as a :class:`attnkit.train.Task`: batching, masked loss, held-out metrics.
 
-Sources and targets are character sequences (:class:`attnkit.data.CharVocab`); the model is a
-:class:`attnkit.models.Seq2Seq` built from a JSON config, so a checkpoint alone rebuilds it.
+Sources and targets are character sequences (:class:`attnkit.data.CharVocab`) or SentencePiece
+subwords (:class:`attnkit.data.SubwordVocab`); the model is a :class:`attnkit.models.Seq2Seq`
+or :class:`attnkit.models.Transformer` built from a JSON config, so a checkpoint alone
+rebuilds it.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ import sacrebleu
 import torch
 import torch.nn.functional as F
 
-from attnkit.data import CharVocab, pad_batch
+from attnkit.data import CharVocab, SubwordVocab, build_vocab, pad_batch
 from attnkit.data.vocab import BOS, EOS, PAD
 from attnkit.decoding import Hypotheses, beam_search, greedy, sample
 from attnkit.models import Seq2Seq, Transformer
+from attnkit.plot import plot_attention
 from attnkit.train.teacher_forcing import TeacherForcing
 
-__all__ = ["TranslationTask", "build_model", "translate", "metrics"]
+__all__ = ["TranslationTask", "build_model", "metrics", "plot_translation", "translate"]
 
 
 def build_model(config: dict) -> Seq2Seq | Transformer:
@@ -41,13 +44,14 @@ def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, f
 TAG = re.compile(r"^<[\w:-]+>$")
 
 
-def _encode_batch(vocab: CharVocab, texts: Sequence[str], device=None):
+def _encode_batch(vocab: CharVocab | SubwordVocab, texts: Sequence[str], device=None):
     tokens, lengths = pad_batch([vocab.encode(t) or [PAD] for t in texts])
     return tokens.to(device), lengths.to(device)
 
 
 @torch.no_grad()
-def translate(model: Seq2Seq | Transformer, src_vocab: CharVocab, tgt_vocab: CharVocab,
+def translate(model: Seq2Seq | Transformer, src_vocab: CharVocab | SubwordVocab,
+              tgt_vocab: CharVocab | SubwordVocab,
               texts: Sequence[str], *, beam: int = 1, sampling: dict | None = None,
               max_len_ratio: float = 3.0, max_len_extra: int = 10,
               batch_size: int = 128) -> tuple[list[str], list[Hypotheses]]:
@@ -84,6 +88,22 @@ def translate(model: Seq2Seq | Transformer, src_vocab: CharVocab, tgt_vocab: Cha
     return outs, raws
 
 
+def plot_translation(hyp: Hypotheses, i: int, source: str, src_vocab, tgt_vocab, path):
+    """Heat-map of example ``i`` of decoded ``hyp``: output pieces (EOS included) against the
+    pieces of ``source``. Returns the path written, or None when the model has no attention."""
+    if hyp.weights is None:
+        return None
+    src_labels = src_vocab.pieces(source)
+    n = int(hyp.lengths[i])
+    out_labels = [tgt_vocab.piece(t) for t in hyp.tokens[i, :n]]
+    output = tgt_vocab.decode(hyp.tokens[i])
+    return plot_attention(hyp.weights[i, :n, : len(src_labels)], src_labels, out_labels, path,
+                          title=f"{source}  ->  {output}")
+
+
+Vocab = CharVocab | SubwordVocab
+
+
 class TranslationTask:
     """Batches, loss and metrics for (source, target) text pairs.
 
@@ -95,12 +115,15 @@ class TranslationTask:
         label_smoothing: of the masked cross-entropy.
         teacher_forcing: probability of feeding the reference token (1.0: always), or a
             :class:`attnkit.train.TeacherForcing` schedule over training steps.
+        vocab, vocab_size: vocabularies built from ``train`` when not given: ``"char"``, or
+            SentencePiece ``"unigram"`` / ``"bpe"`` with at most ``vocab_size`` pieces.
         max_valid: validation sentences decoded at each evaluation.
     """
 
     def __init__(self, train: Sequence[tuple[str, str]], valid: Sequence[tuple[str, str]], *,
-                 model_config: dict, src_vocab: CharVocab | None = None,
-                 tgt_vocab: CharVocab | None = None, batch_size: int = 64, seed: int = 0,
+                 model_config: dict, src_vocab: Vocab | None = None,
+                 tgt_vocab: Vocab | None = None, vocab: str = "char", vocab_size: int = 1000,
+                 batch_size: int = 64, seed: int = 0,
                  label_smoothing: float = 0.1,
                  teacher_forcing: float | TeacherForcing = 1.0,
                  max_valid: int = 500, data: dict | None = None):
@@ -109,8 +132,10 @@ class TranslationTask:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
         tags = sorted({tag for s, _ in train if TAG.match(tag := s.split(" ", 1)[0])})
-        self.src_vocab = src_vocab or CharVocab.build([s for s, _ in train], tags=tags)
-        self.tgt_vocab = tgt_vocab or CharVocab.build([t for _, t in train])
+        self.src_vocab = src_vocab or build_vocab([s for s, _ in train], kind=vocab,
+                                                  size=vocab_size, tags=tags)
+        self.tgt_vocab = tgt_vocab or build_vocab([t for _, t in train], kind=vocab,
+                                                  size=vocab_size)
         self.train, self.valid = list(train), list(valid)[:max_valid]
         self.batch_size, self.seed = batch_size, seed
         if not isinstance(teacher_forcing, TeacherForcing):

@@ -1,0 +1,109 @@
+"""SentencePiece subword vocabularies (unigram or BPE), trained on the user's text.
+
+The trained model is kept in memory and saved inside the checkpoint's vocabulary JSON (base64),
+so a checkpoint alone decodes. Special ids match :class:`attnkit.data.CharVocab`: ``<pad>`` = 0,
+``<bos>`` = 1, ``<eos>`` = 2, ``<unk>`` = 3. Text is kept as is (no Unicode normalisation, no
+whitespace folding), so ``decode(encode(text)) == text`` for text made of seen characters.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import logging
+from collections.abc import Iterable, Sequence
+
+import sentencepiece as spm
+
+from attnkit.data.vocab import BOS, EOS, PAD, UNK, content_ids
+
+__all__ = ["SubwordVocab"]
+
+log = logging.getLogger("attnkit")
+
+MODEL_TYPES = ("unigram", "bpe")
+
+
+class SubwordVocab:
+    """A SentencePiece model as a vocabulary (same interface as :class:`CharVocab`).
+
+    Example:
+        >>> texts = ["<fr> vingt-trois", "<fr> vingt-quatre", "<en> twenty-three"] * 20
+        >>> v = SubwordVocab.build(texts, size=40, tags=["<fr>", "<en>"])
+        >>> v.decode(v.encode("<fr> vingt-quatre"))
+        '<fr> vingt-quatre'
+        >>> v.pieces("<fr> vingt")[0]
+        '<fr>'
+    """
+
+    def __init__(self, model: bytes):
+        self.model = bytes(model)
+        self.sp = spm.SentencePieceProcessor(model_proto=self.model)
+        if [self.sp.pad_id(), self.sp.bos_id(), self.sp.eos_id(), self.sp.unk_id()] != [
+                PAD, BOS, EOS, UNK]:
+            raise ValueError("model: expected a SentencePiece model with pad=0, bos=1, eos=2, "
+                             f"unk=3, got pad={self.sp.pad_id()}, bos={self.sp.bos_id()}, "
+                             f"eos={self.sp.eos_id()}, unk={self.sp.unk_id()}")
+        self._warned = False
+
+    @classmethod
+    def build(cls, texts: Iterable[str], *, size: int = 1000, model_type: str = "unigram",
+              tags: Sequence[str] = ()) -> SubwordVocab:
+        """Train on ``texts`` with at most ``size`` pieces (fewer when the text has fewer);
+        every character of the text is kept (coverage 1.0) and each tag is one piece."""
+        if not isinstance(size, int) or isinstance(size, bool) or size < 8:
+            raise ValueError(f"size: expected an int >= 8, got {size!r}")
+        if model_type not in MODEL_TYPES:
+            raise ValueError(f"model_type: expected one of {', '.join(MODEL_TYPES)}, "
+                             f"got {model_type!r}")
+        texts = [t for t in texts if t]
+        if not texts:
+            raise ValueError("texts: expected at least one non-empty text")
+        needed = len(set().union(*map(set, texts))) + 4 + len(tags)
+        if size < needed:
+            raise ValueError(f"size: expected at least {needed} (the texts' distinct characters, "
+                             f"4 specials and the tags; every character is kept), got {size}")
+        out = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(texts), model_writer=out, vocab_size=size,
+            model_type=model_type, character_coverage=1.0, hard_vocab_limit=False,
+            pad_id=PAD, bos_id=BOS, eos_id=EOS, unk_id=UNK, user_defined_symbols=list(tags),
+            normalization_rule_name="identity", add_dummy_prefix=False,
+            remove_extra_whitespaces=False, split_digits=True, num_threads=1,
+            max_sentence_length=1 << 16, minloglevel=2)
+        return cls(out.getvalue())
+
+    def __len__(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, text: str, *, bos: bool = False, eos: bool = False) -> list[int]:
+        """Ids of ``text``; unseen characters become ``<unk>`` (with one warning per vocab)."""
+        ids = self.sp.encode(text)
+        if UNK in ids and not self._warned:
+            log.warning("characters unseen in training map to <unk> in %r (further ones are not "
+                        "reported)", text[:80])
+            self._warned = True
+        return ([BOS] if bos else []) + ids + ([EOS] if eos else [])
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids`` up to the first ``<eos>``; ``<pad>``/``<bos>`` dropped."""
+        return self.sp.decode([i if 0 <= i < len(self) else UNK for i in content_ids(ids)])
+
+    def piece(self, i: int) -> str:
+        """The piece of id ``i`` (for plot labels)."""
+        i = int(i)
+        return self.sp.id_to_piece(i) if 0 <= i < len(self) else self.sp.id_to_piece(UNK)
+
+    def pieces(self, text: str) -> list[str]:
+        """The pieces ``text`` is split into (one per encoded id)."""
+        return [self.piece(i) for i in self.sp.encode(text)]
+
+    def to_json(self) -> dict:
+        return {"type": "sentencepiece", "model": base64.b64encode(self.model).decode("ascii")}
+
+    @classmethod
+    def from_json(cls, data: dict) -> SubwordVocab:
+        if not isinstance(data, dict) or data.get("type") != "sentencepiece":
+            raise ValueError(f"vocab: expected a SentencePiece vocabulary, got "
+                             f"{str(data)[:80]!r}")
+        return cls(base64.b64decode(data["model"]))

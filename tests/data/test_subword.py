@@ -1,0 +1,51 @@
+"""SentencePiece vocabularies: special ids, exact round trips, JSON, tags, errors."""
+
+import pytest
+
+from attnkit.data import SubwordVocab, build_vocab, generate_pairs, load_vocab
+from attnkit.data.vocab import BOS, EOS, PAD, UNK
+
+PAIRS = generate_pairs(600, seed=1)
+
+
+@pytest.mark.parametrize("kind", ["unigram", "bpe"])
+def test_round_trip_specials_and_json(kind):
+    sources = [s for s, _ in PAIRS]
+    tags = sorted({s.split(" ", 1)[0] for s in sources})
+    v = build_vocab(sources, kind=kind, size=700, tags=tags)
+    assert isinstance(v, SubwordVocab) and 300 < len(v) <= 700
+    assert [v.piece(i) for i in (PAD, BOS, EOS, UNK)] == ["<pad>", "<s>", "</s>", "<unk>"]
+    for s in sources[:50]:
+        ids = v.encode(s, bos=True, eos=True)
+        assert ids[0] == BOS and ids[-1] == EOS and UNK not in ids
+        assert v.decode(ids + [7, 9]) == s  # stops at EOS
+        assert v.pieces(s)[0] == s.split(" ", 1)[0]  # the tag is one piece
+        assert len(v.pieces(s)) == len(ids) - 2
+    assert sum(len(v.encode(s)) for s in sources) < 0.7 * sum(len(s) for s in sources)
+    again = load_vocab(v.to_json())
+    assert again.encode(sources[0]) == v.encode(sources[0]) and len(again) == len(v)
+
+
+def test_unseen_characters_map_to_unk_with_one_warning(caplog):
+    v = SubwordVocab.build(["abc abc", "cab"] * 10, size=20)
+    with caplog.at_level("WARNING", logger="attnkit"):
+        assert UNK in v.encode("abz") and UNK in v.encode("zzz")
+    assert len(caplog.records) == 1 and "unseen" in caplog.records[0].message
+
+
+def test_training_is_deterministic():
+    texts = [t for _, t in PAIRS]
+    assert SubwordVocab.build(texts, size=100).model == SubwordVocab.build(texts, size=100).model
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: SubwordVocab.build(["abc"], size=4), "size: expected an int >= 8, got 4"),
+    (lambda: SubwordVocab.build(["abcdefgh"], size=10), "size: expected at least 12 .*got 10"),
+    (lambda: SubwordVocab.build(["abc"], model_type="word"), "model_type: expected one of"),
+    (lambda: SubwordVocab.build(["", ""]), "texts: expected at least one non-empty text"),
+    (lambda: build_vocab(["abc"], kind="wordpiece"), "kind: expected char, unigram or bpe"),
+    (lambda: SubwordVocab.from_json({"type": "char"}), "expected a SentencePiece vocabulary"),
+])
+def test_bad_input_names_the_argument(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
