@@ -1,6 +1,7 @@
 """Models built on the attention core, one file each."""
 
+from attnkit.models.decoder import AttentionDecoder
 from attnkit.models.seq2seq import KINDS, Encoder, Seq2Seq
 from attnkit.models.transformer import Transformer, sinusoids
 
-__all__ = ["KINDS", "Encoder", "Seq2Seq", "Transformer", "sinusoids"]
+__all__ = ["KINDS", "AttentionDecoder", "Encoder", "Seq2Seq", "Transformer", "sinusoids"]

@@ -24,6 +24,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnkit.attention import Attention
+from attnkit.models.unroll import unroll
 
 __all__ = ["Encoder", "Seq2Seq", "KINDS"]
 
@@ -156,20 +157,8 @@ class Seq2Seq(nn.Module):
         state = self.start(src, src_len)
         if self.kind == "luong" and not self.input_feeding and teacher_forcing >= 1.0:
             return self._luong_all_at_once(tgt_in, state)
-        logits, weights = [], []
-        tokens = tgt_in[:, 0]
-        for t in range(tgt_in.shape[1]):
-            step_logits, state, w = self._step(tokens, state)
-            logits.append(step_logits)
-            weights.append(w)
-            if t + 1 < tgt_in.shape[1]:
-                tokens = tgt_in[:, t + 1]
-                if teacher_forcing < 1.0:
-                    own = torch.rand(tokens.shape, generator=generator, device=tokens.device)
-                    use_own = (own >= teacher_forcing) & (tokens != 0)
-                    tokens = torch.where(use_own, step_logits.argmax(-1), tokens)
-        weights = None if weights[0] is None else torch.stack(weights, dim=1)
-        return torch.stack(logits, dim=1), weights
+        return unroll(self._step, state, tgt_in, teacher_forcing=teacher_forcing,
+                      generator=generator)
 
     def _luong_all_at_once(self, tgt_in, state):
         y = self.dropout(self.embed(tgt_in))  # (B, T, emb)

@@ -1,0 +1,151 @@
+"""An RNN decoder that attends over an encoder's output at every step.
+
+The attention decoder of Listen-Attend-Spell (Chan et al. 2016) and of attention-based text
+recognisers: at output step ``i``, with embedding ``y_{i-1}`` and the previous context
+``c_{i-1}``,
+
+    s_i = RNNCells([y_{i-1}; c_{i-1}], s_{i-1})
+    c_i, a_i = attention(s_i, keys, values)           # a_i: (S,) weights over the memory
+    logits_i = W_2 tanh(W_1 [s_i; c_i])
+
+Shapes: ``S`` memory steps, ``E`` memory features, ``T`` output steps, ``V`` vocabulary,
+``H`` hidden size. The memory's key (and value) projections are made once per sequence
+(:meth:`attnkit.Attention.prepare`); the location-aware score gets the previous step's
+weights. The decoder exposes ``start(memory, lengths) -> state`` and
+``step(tokens, state) -> (log_probs, state, weights)`` for :mod:`attnkit.decoding`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnkit.attention import Attention
+from attnkit.attention._checks import check_positive_int, check_probability
+from attnkit.models.unroll import unroll
+
+__all__ = ["AttentionDecoder"]
+
+CELLS = {"lstm": nn.LSTMCell, "gru": nn.GRUCell}
+SAME_SIZE_SCORES = ("dot", "scaled_dot", "cosine")
+
+
+class AttentionDecoder(nn.Module):
+    """Token decoder of LSTM/GRU cells with attention over a memory at every step.
+
+    Args:
+        vocab: ``V`` output tokens (id 0 is padding).
+        memory_dim: ``E``, features of the memory (the encoder output).
+        hidden: ``H`` of every cell; emb: token embedding size.
+        score: any :class:`attnkit.Attention` score; ``"location"`` is Chorowski et al.'s
+            location-aware score (previous weights convolved).
+        cell: ``"lstm"`` or ``"gru"``; layers: stacked cells.
+        key_value_dim: project the memory to keys and values of this size (LAS's
+            ``phi``/``psi``); default: keys = values = memory.
+        attn_dim: additive/location hidden size (default ``H``).
+        dropout: on embeddings and before the output layer.
+
+    Shape:
+        - ``forward(memory (B, S, E), lengths (B,), tgt_in (B, T))`` -> logits ``(B, T, V)``,
+          weights ``(B, T, S)``.
+        - ``step(tokens (N,), state)`` -> log-probs ``(N, V)``, state, weights ``(N, S)``.
+
+    Example:
+        >>> dec = AttentionDecoder(12, 20, hidden=16, emb=8, score="location")
+        >>> memory, lengths = torch.randn(2, 30, 20), torch.tensor([30, 17])
+        >>> logits, weights = dec(memory, lengths, torch.ones(2, 5, dtype=torch.long))
+        >>> logits.shape, weights.shape
+        (torch.Size([2, 5, 12]), torch.Size([2, 5, 30]))
+    """
+
+    def __init__(self, vocab: int, memory_dim: int, *, hidden: int = 256, emb: int = 64,
+                 score: str = "additive", cell: str = "lstm", layers: int = 1,
+                 key_value_dim: int | None = None, attn_dim: int | None = None,
+                 dropout: float = 0.0):
+        super().__init__()
+        check_positive_int("vocab", vocab)
+        check_positive_int("memory_dim", memory_dim)
+        check_positive_int("hidden", hidden)
+        check_positive_int("emb", emb)
+        check_positive_int("layers", layers)
+        check_probability("dropout", dropout)
+        if cell not in CELLS:
+            raise ValueError(f"cell: expected one of {', '.join(CELLS)}, got {cell!r}")
+        self.cell_kind, self.hidden = cell, hidden
+        kv = memory_dim
+        if key_value_dim is not None:
+            kv = check_positive_int("key_value_dim", key_value_dim)
+            self.key_proj, self.value_proj = nn.Linear(memory_dim, kv), nn.Linear(memory_dim, kv)
+        self.key_value_dim = key_value_dim
+        if score in SAME_SIZE_SCORES and hidden != kv:
+            self.query_proj = nn.Linear(hidden, kv, bias=False)  # dot scores need Dq == Dk
+        query_dim = kv if score in SAME_SIZE_SCORES else hidden
+        extra = {"attn_dim": attn_dim or hidden} if score in ("additive", "location") else {}
+        self.attention = Attention(query_dim, kv, kv, score=score, **extra)
+        self.embed = nn.Embedding(vocab, emb, padding_idx=0)
+        self.cells = nn.ModuleList(CELLS[cell](emb + kv if i == 0 else hidden, hidden)
+                                   for i in range(layers))
+        self.out = nn.Sequential(nn.Linear(hidden + kv, hidden), nn.Tanh(), nn.Dropout(dropout),
+                                 nn.Linear(hidden, vocab))
+        self.drop = nn.Dropout(dropout)
+        self.context_dim = kv
+
+    # ------------------------------------------------------------------ decoding interface
+
+    def start(self, memory: torch.Tensor, lengths: torch.Tensor) -> dict:
+        """The state before the first step: memory ``(B, S, E)`` prepared once, zero cells."""
+        if self.key_value_dim is not None:
+            prepared = self.attention.prepare(self.key_proj(memory), self.value_proj(memory))
+        else:
+            prepared = self.attention.prepare(memory)
+        b = memory.shape[0]
+        zeros = memory.new_zeros(b, self.hidden)
+        state = {"memory": prepared, "lengths": lengths.to(memory.device),
+                 "h": [zeros] * len(self.cells), "ctx": memory.new_zeros(b, self.context_dim)}
+        if self.cell_kind == "lstm":
+            state["c"] = [zeros] * len(self.cells)
+        if self.attention.score.needs_prev:
+            state["weights"] = None
+        return state
+
+    def step(self, tokens: torch.Tensor, state: dict):
+        """One output step: tokens ``(N,)`` -> log-probs ``(N, V)``, state, weights ``(N, S)``."""
+        logits, state, weights = self._step(tokens, state)
+        return F.log_softmax(logits, dim=-1), state, weights
+
+    def _step(self, tokens, state):
+        x = torch.cat([self.drop(self.embed(tokens)), state["ctx"]], dim=-1)
+        hs, cs = [], []
+        for i, cell in enumerate(self.cells):
+            if self.cell_kind == "lstm":
+                h, c = cell(x, (state["h"][i], state["c"][i]))
+                cs.append(c)
+            else:
+                h = cell(x, state["h"][i])
+            hs.append(h)
+            x = h
+        query = self.query_proj(h) if hasattr(self, "query_proj") else h
+        extra = {}
+        if "weights" in state and state["weights"] is not None:
+            extra["prev_weights"] = state["weights"]
+        ctx, weights = self.attention(query, state["memory"], key_lengths=state["lengths"],
+                                      need_weights=True, **extra)
+        new = {**state, "h": hs, "ctx": ctx}
+        if cs:
+            new["c"] = cs
+        if "weights" in state:
+            new["weights"] = weights
+        return self.out(self.drop(torch.cat([h, ctx], dim=-1))), new, weights
+
+    # ------------------------------------------------------------------ training
+
+    def forward(self, memory: torch.Tensor, lengths: torch.Tensor, tgt_in: torch.Tensor, *,
+                teacher_forcing: float = 1.0, generator: torch.Generator | None = None):
+        """Logits ``(B, T, V)`` and weights ``(B, T, S)``; ``tgt_in`` ``(B, T)`` starts with BOS.
+
+        With ``teacher_forcing < 1`` each example feeds back its own greedy prediction at a step
+        with probability ``1 - teacher_forcing`` (scheduled sampling).
+        """
+        return unroll(self._step, self.start(memory, lengths), tgt_in,
+                      teacher_forcing=teacher_forcing, generator=generator)
