@@ -12,7 +12,7 @@ import torch
 from attnkit.data import CharVocab, DataError, generate_pairs, read_tsv
 from attnkit.plot import plot_attention
 from attnkit.tasks.translation import TranslationTask, build_model, metrics, translate
-from attnkit.train import CheckpointError, TrainConfig, Trainer, load_checkpoint
+from attnkit.train import CheckpointError, TrainConfig, Trainer, distributed, load_checkpoint
 
 log = logging.getLogger("attnkit")
 
@@ -121,6 +121,8 @@ def run_train(args) -> int:
     if args.resume:
         trainer.resume()
     result = trainer.fit()
+    if not distributed.is_main():
+        return 0  # under torchrun, rank 0 reports and writes the files
     final = task.evaluate(model)  # on the whole validation set, after the last step
     print(f"stopped after {result.step} steps ({result.stopped}); held-out: "
           + ", ".join(f"{k} {v:.4f}" for k, v in final.items()))
