@@ -6,8 +6,8 @@ import argparse
 import logging
 import sys
 
-from attnkit._version import __version__
 from attnkit import bench
+from attnkit._version import __version__
 from attnkit.cli import demo, translate
 from attnkit.data import DataError
 from attnkit.train import CheckpointError, distributed

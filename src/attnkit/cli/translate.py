@@ -12,7 +12,13 @@ import torch
 from attnkit.data import CharVocab, DataError, generate_pairs, read_tsv
 from attnkit.plot import plot_attention
 from attnkit.tasks.translation import TranslationTask, build_model, metrics, translate
-from attnkit.train import CheckpointError, TrainConfig, Trainer, distributed, load_checkpoint
+from attnkit.train import (
+    CheckpointError,
+    TrainConfig,
+    Trainer,
+    distributed,
+    load_checkpoint,
+)
 
 log = logging.getLogger("attnkit")
 

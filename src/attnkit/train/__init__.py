@@ -2,8 +2,12 @@
 multi-process (torchrun) set-up in :mod:`attnkit.train.distributed`."""
 
 from attnkit.train import distributed
-
-from attnkit.train.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+from attnkit.train.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+)
 from attnkit.train.loop import Task, TrainConfig, Trainer, TrainResult, lr_factor
 
 __all__ = [
@@ -13,6 +17,7 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "Trainer",
+    "distributed",
     "load_checkpoint",
     "lr_factor",
     "save_checkpoint",
