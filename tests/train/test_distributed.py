@@ -62,7 +62,8 @@ def _torchrun(args: list[str], cwd: Path) -> str:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
            "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
            "-m", "attnkit.cli.main", *args]
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60, env=env, cwd=cwd)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60, env=env,
+                          cwd=cwd)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return proc.stdout
 
@@ -85,11 +86,14 @@ def test_two_processes_average_gradients_stop_together_and_resume(tmp_path):
     tsv = tmp_path / "pairs.tsv"
     tsv.write_text("".join(f"{s}\t{t}\n" for s, t in PAIRS), encoding="utf-8")
     run = tmp_path / "run"
+    # Luong's general score: no additive kernels to compile in each process; no dropout.
     args = ["train", "translate", "--train", str(tsv), "--valid", str(tsv), "--out", str(run),
-            "--batch-size", "4", "--model", "luong", "--hidden", "16", "--emb", "8", "--lr", "1e-2", "--warmup", "2",
-            "--eval-every", "1000000", "--checkpoint-every", "1000000", "--no-progress"]
+            "--batch-size", "4", "--model", "luong", "--hidden", "16", "--emb", "8",
+            "--lr", "1e-2", "--warmup", "2", "--eval-every", "1000000",
+            "--checkpoint-every", "1000000", "--no-progress"]
     # The time budget is rank 0's clock: both processes must stop after the same step.
-    out = _torchrun(args + ["--steps", "100000", "--time-budget", "0.5", "--plot", "1"], tmp_path)
+    out = _torchrun(args + ["--steps", "100000", "--time-budget", "0.5", "--plot", "1"],
+                    tmp_path)
     reports = [ln for ln in out.splitlines() if ln.startswith("stopped after")]
     assert len(reports) == 1 and "(time_budget)" in reports[0], out  # rank 0 alone reports
     assert (run / "history.json").exists() and (run / "attention_0.png").exists()

@@ -239,8 +239,8 @@ class Trainer:
         self.best, self.bad_evals, self.history = st["best"], st["bad_evals"], st["history"]
         rngs = st.get("rng_by_rank", [st["rng"]])
         if len(rngs) != self._world:
-            log.warning("resuming a %d-process run with %d processes: the batches continue from the "
-                        "same place, the random streams of new processes start from the seed",
+            log.warning("resuming a %d-process run with %d processes: the batches continue from "
+                        "the same place, the random streams of new processes start from the seed",
                         len(rngs), self._world)
         if self._rank < len(rngs):
             _set_rng_state(rngs[self._rank])
