@@ -10,7 +10,7 @@ from attnkit import bench
 from attnkit._version import __version__
 from attnkit.cli import demo, translate
 from attnkit.data import DataError
-from attnkit.train import CheckpointError
+from attnkit.train import CheckpointError, distributed
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.verbose:
         logging.getLogger("attnkit").setLevel(logging.DEBUG)
+    if not distributed.is_main():  # under torchrun, rank 0 logs for every process
+        logging.getLogger("attnkit").setLevel(logging.ERROR)
     if args.command is None:
         parser.print_help()
         return 2

@@ -22,6 +22,7 @@ from attnkit.train import (
     TeacherForcing,
     TrainConfig,
     Trainer,
+    distributed,
     load_checkpoint,
 )
 
@@ -154,6 +155,8 @@ def run_train(args) -> int:
     if args.resume:
         trainer.resume()
     result = trainer.fit()
+    if not distributed.is_main():
+        return 0  # under torchrun, rank 0 reports and writes the files
     final = task.evaluate(model)  # on the whole validation set, after the last step
     print(f"stopped after {result.step} steps ({result.stopped}); held-out: "
           + ", ".join(f"{k} {v:.4f}" for k, v in final.items()))

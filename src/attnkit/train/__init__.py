@@ -1,5 +1,7 @@
-"""Training shared by every task: the loop, its schedule and the checkpoint format."""
+"""Training shared by every task: the loop, its schedule, the checkpoint format and the
+multi-process (torchrun) set-up in :mod:`attnkit.train.distributed`."""
 
+from attnkit.train import distributed
 from attnkit.train.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -17,6 +19,7 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "Trainer",
+    "distributed",
     "load_checkpoint",
     "lr_factor",
     "save_checkpoint",

@@ -18,6 +18,27 @@ A task is any object with::
 Resuming restores the weights, the optimizer, the schedule position, the RNG states and the
 position in the epoch (the epoch's batches are regenerated and the done ones skipped), so a run
 stopped and resumed ends with the same weights as one that ran straight through.
+
+Several processes (data parallel)::
+
+    torchrun --nproc_per_node=N -m attnkit.cli.main train translate ...   # or your own script
+
+Launched by torchrun (``WORLD_SIZE > 1``; see :mod:`attnkit.train.distributed`), :meth:`Trainer.fit`
+joins the process group (gloo on CPU; nccl when the model is on ``cuda:LOCAL_RANK``), wraps the
+model in ``DistributedDataParallel`` and gives every process its own share of each epoch: at
+each step process ``r`` of ``W`` takes batch ``p + r`` of ``task.batches(epoch)``, where ``p``
+counts the batches the earlier steps of the epoch used (``W`` per step; an epoch's last
+``< W`` batches are left out). The gradients are averaged over the processes, so one step of
+``W`` processes equals one step of a single process whose loss is the mean of the ``W`` batches'
+mean losses; ``max_steps`` and the schedule count optimizer steps, as alone. The position in the
+epoch is saved as that batch count, so a run resumes exactly with the same number of processes
+and at the same place with another number. Only rank 0 shows progress (the loss averaged and
+the tokens/s summed over the processes), validates and writes checkpoints, which hold the
+unwrapped model's weights in the single-process format; early stopping, the time budget (rank
+0's clock) and a signal to any process stop every process after the same step. The process
+group is ended when :meth:`Trainer.fit` returns. Differences from a single process: the task's
+``loss`` receives the wrapped model and must call it (DDP hooks into ``forward``), and
+dropout draws differ per process (each process's RNG is seeded with ``seed + rank`` and saved).
 """
 
 from __future__ import annotations
@@ -32,8 +53,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from attnkit.train import distributed
 from attnkit.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 __all__ = ["Task", "TrainConfig", "TrainResult", "Trainer", "lr_factor"]
@@ -126,6 +149,11 @@ def _set_rng_state(state: dict) -> None:
     random.setstate(_tupled(state["python"]))
 
 
+def _seed(seed: int) -> None:
+    torch.manual_seed(seed)
+    random.seed(seed)
+
+
 def _jsonable(x):
     return [_jsonable(v) for v in x] if isinstance(x, (tuple, list)) else x
 
@@ -135,7 +163,11 @@ def _tupled(x):
 
 
 class Trainer:
-    """Train ``model`` on ``task``, checkpointing into ``out_dir`` (see the module docstring)."""
+    """Train ``model`` on ``task``, checkpointing into ``out_dir`` (see the module docstring).
+
+    Under torchrun every process builds the same Trainer and calls :meth:`resume` and
+    :meth:`fit`; the :class:`TrainResult` of processes other than rank 0 has no history or best.
+    """
 
     def __init__(self, model: torch.nn.Module, task: Task, config: TrainConfig,
                  out_dir: str | Path):
@@ -153,6 +185,7 @@ class Trainer:
         self.bad_evals = 0
         self.history: list[dict] = []
         self._signal: int | None = None
+        self._rank, self._world = distributed.rank(), distributed.world_size()
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -160,17 +193,24 @@ class Trainer:
 
     # ------------------------------------------------------------------ state
 
-    def _trainer_state(self) -> dict:
-        return {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-                "best": self.best, "bad_evals": self.bad_evals, "history": self.history,
-                "train_config": asdict(self.config), "rng": _rng_state()}
+    def _trainer_state(self, rngs: list[dict]) -> dict:
+        state = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+                 "best": self.best, "bad_evals": self.bad_evals, "history": self.history,
+                 "train_config": asdict(self.config), "rng": rngs[0]}
+        if self._world > 1:
+            state["rng_by_rank"] = rngs
+        return state
 
     def save(self) -> Path:
-        path = save_checkpoint(self.checkpoint_dir, model=self.model, config=self.task.config(),
-                               vocab=self.task.vocab(), optimizer=self.optimizer,
-                               trainer_state=self._trainer_state())
-        log.info("checkpoint saved at step %d: %s", self.step, path)
-        return path
+        """Write ``out_dir/checkpoint``. Under torchrun every process must call it (their RNG
+        states are gathered); rank 0 writes, and every process gets the path back."""
+        rngs = distributed.all_gather(_rng_state())
+        if self._rank == 0:
+            save_checkpoint(self.checkpoint_dir, model=self.model, config=self.task.config(),
+                            vocab=self.task.vocab(), optimizer=self.optimizer,
+                            trainer_state=self._trainer_state(rngs))
+            log.info("checkpoint saved at step %d: %s", self.step, self.checkpoint_dir)
+        return self.checkpoint_dir
 
     def resume(self) -> None:
         """Continue from ``out_dir/checkpoint``."""
@@ -198,7 +238,15 @@ class Trainer:
         st = ck.trainer_state
         self.step, self.epoch, self.batch_in_epoch = st["step"], st["epoch"], st["batch_in_epoch"]
         self.best, self.bad_evals, self.history = st["best"], st["bad_evals"], st["history"]
-        _set_rng_state(st["rng"])
+        rngs = st.get("rng_by_rank", [st["rng"]])
+        if len(rngs) != self._world:
+            log.warning("resuming a %d-process run with %d processes: the batches continue from "
+                        "the same place, the random streams of new processes start from the seed",
+                        len(rngs), self._world)
+        if self._rank < len(rngs):
+            _set_rng_state(rngs[self._rank])
+        else:
+            _seed(self.config.seed + self._rank)
 
     # ------------------------------------------------------------------ loop
 
@@ -206,13 +254,22 @@ class Trainer:
         self._signal = signum
 
     def _batches(self):
-        """Batches from the current position on, epoch after epoch."""
+        """This process's batches from the current position on, epoch after epoch: of each
+        group of ``world`` consecutive batches, the one at its rank."""
         while True:
+            start, mine, n = self.batch_in_epoch, None, 0
             for i, batch in enumerate(self.task.batches(self.epoch)):
-                if i < self.batch_in_epoch:
+                n = i + 1
+                if i < start:
                     continue  # done before a resume
-                self.batch_in_epoch = i + 1
-                yield batch
+                if (i - start) % self._world == self._rank:
+                    mine = batch
+                if (i - start) % self._world == self._world - 1:
+                    self.batch_in_epoch = i + 1
+                    yield mine
+            if start == 0 and n < self._world:
+                raise ValueError(f"task.batches({self.epoch}): expected at least {self._world} "
+                                 f"batches (one per process), got {n}")
             self.epoch += 1
             self.batch_in_epoch = 0
 
@@ -235,10 +292,23 @@ class Trainer:
         return self.config.patience is not None and self.bad_evals >= self.config.patience
 
     def fit(self) -> TrainResult:
+        """Train up to ``config.max_steps`` (see the module docstring for several processes)."""
+        device = next(self.model.parameters()).device
+        owned = distributed.setup(device)
+        try:
+            return self._fit(device)
+        finally:
+            distributed.shutdown(owned)
+
+    def _fit(self, device: torch.device) -> TrainResult:
         cfg = self.config
         if self.step == 0:
-            torch.manual_seed(cfg.seed)
-            random.seed(cfg.seed)
+            _seed(cfg.seed + self._rank)
+        main = self._rank == 0
+        net = self.model
+        if self._world > 1:
+            net = DistributedDataParallel(
+                self.model, device_ids=[device.index] if device.type == "cuda" else None)
         handlers = {}
         try:
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -247,7 +317,7 @@ class Trainer:
             handlers = {}
         start = time.monotonic()
         stopped = "max_steps"
-        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not cfg.progress,
+        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not (cfg.progress and main),
                    desc="train", dynamic_ncols=True)
         tokens_seen, t_last = 0, time.monotonic()
         saved_at = None
@@ -258,29 +328,34 @@ class Trainer:
                 batch = next(batches)
                 for group in self.optimizer.param_groups:
                     group["lr"] = cfg.lr * lr_factor(self.step, cfg)
-                loss, tokens = self.task.loss(self.model, batch, self.step)
+                loss, tokens = self.task.loss(net, batch, self.step)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"step {self.step}: loss is {loss.item()}")
                 self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                loss.backward()  # several processes: DDP averages the gradients here
                 if cfg.clip_norm:
                     torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_norm)
                 self.optimizer.step()
                 self.step += 1
-                tokens_seen += tokens
                 now = time.monotonic()
+                # Rank 0 alone validates and keeps the clock; one sum tells every process.
+                early = main and self.step % cfg.eval_every == 0 and self._validate()
+                late = main and cfg.time_budget_s is not None and now - start > cfg.time_budget_s
+                loss_sum, tokens, early, signalled, late = distributed.sum_across(
+                    [loss.item(), tokens, early, self._signal is not None, late], device)
+                tokens_seen += tokens
                 bar.update(1)
-                bar.set_postfix(loss=f"{loss.item():.4f}",
+                bar.set_postfix(loss=f"{loss_sum / self._world:.4f}",
                                 tok_s=f"{tokens_seen / max(now - t_last, 1e-9):.0f}")
                 if now - t_last > 5:
                     tokens_seen, t_last = 0, now
-                if self.step % cfg.eval_every == 0 and self._validate():
+                if early:
                     stopped = "early_stopping"
                     break
-                if self._signal is not None:
+                if signalled:
                     stopped = "signal"
                     break
-                if cfg.time_budget_s is not None and now - start > cfg.time_budget_s:
+                if late:
                     stopped = "time_budget"
                     break
                 if self.step % cfg.checkpoint_every == 0:
@@ -292,4 +367,5 @@ class Trainer:
                 signal.signal(sig, old)
         if saved_at != self.step:
             self.save()
+        distributed.barrier()  # every process returns once the checkpoint is written
         return TrainResult(self.step, stopped, self.best, self.history)
