@@ -114,7 +114,7 @@ def available_fonts() -> dict[str, list[Path]]:
     return {split: list(paths) for split, paths in _fonts_by_split().items()}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _words() -> tuple[str, ...]:
     text = (Path(__file__).with_name("words_en.txt")).read_text(encoding="utf-8")
     return tuple(w for w in text.split("\n") if w and not w.startswith("#"))
@@ -253,8 +253,9 @@ def generate_lines(
 def load_line_image(path: str | Path) -> torch.Tensor:
     """Read a line image as grayscale, scaled to height 32 keeping its aspect ratio.
 
-    Colour is converted to luminance, transparency is laid over white, and 16-bit images are
-    scaled from ``[0, 65535]``. An unreadable file or one with no pixels raises a
+    Colour is converted to luminance, transparency is laid over white, and integer images (mode
+    ``"I"`` or ``"I;16"``: 16-bit PNG or TIFF) are scaled from ``[0, 65535]``. An unreadable
+    file, a floating-point image, or one that would be 0 px wide at height 32 raises a
     :class:`DataError` naming the file.
 
     Shape:
@@ -266,25 +267,23 @@ def load_line_image(path: str | Path) -> torch.Tensor:
             image.load()
     except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
         raise DataError(f"{path}: cannot read image ({exc})") from None
-    if image.width == 0 or image.height == 0:
-        raise DataError(f"{path}: empty image ({image.width} x {image.height} pixels)")
     if image.mode.startswith("I"):  # "I", "I;16", "I;16B", ...: 16-bit grayscale
         pixels = np.asarray(image, dtype=np.float32) / 65535.0
     elif image.mode == "F":
         raise DataError(f"{path}: unsupported image mode 'F' (floating point); expected "
                         f"8- or 16-bit grayscale or colour")
     else:
-        if "A" in image.mode or "transparency" in image.info:
+        if image.has_transparency_data:
             white = Image.new("RGBA", image.size, (255, 255, 255, 255))
             image = Image.alpha_composite(white, image.convert("RGBA"))
         pixels = np.asarray(image.convert("L"), dtype=np.float32) / 255.0
-    pixels = np.clip(pixels, 0.0, 1.0)
-    if pixels.shape[0] != HEIGHT:
-        width = round(pixels.shape[1] * HEIGHT / pixels.shape[0])
-        if width == 0:
-            raise DataError(f"{path}: {pixels.shape[1]} x {pixels.shape[0]} pixels is 0 px wide "
-                            f"at height {HEIGHT}")
-        pixels = np.asarray(Image.fromarray(pixels, "F").resize((width, HEIGHT), Image.BILINEAR))
+    pixels = np.clip(pixels, 0.0, 1.0)  # (h, w)
+    width = round(image.width * HEIGHT / image.height) if image.height else 0
+    if width == 0:
+        raise DataError(f"{path}: {image.width} x {image.height} pixels is 0 px wide at height "
+                        f"{HEIGHT}")
+    if image.height != HEIGHT:
+        pixels = np.array(Image.fromarray(pixels, "F").resize((width, HEIGHT), Image.BILINEAR))
     return torch.from_numpy(np.ascontiguousarray(pixels, dtype=np.float32))
 
 
