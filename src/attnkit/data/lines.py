@@ -345,7 +345,7 @@ def write_line_folder(lines: Sequence[tuple[torch.Tensor, str]], folder: str | P
             raise ValueError(f"lines[{i}]: expected an image (H, W), got shape "
                              f"{tuple(image.shape)}")
         name = f"{i:06d}.png"
-        pixels = (image.clamp(0, 1) * 255).round().to(torch.uint8).numpy()
+        pixels = np.round(np.clip(image.detach().cpu().numpy(), 0, 1) * 255).astype(np.uint8)
         Image.fromarray(pixels, "L").save(folder / name, compress_level=1)
         rows.append(f"{name}\t{text}\n")
     tsv = folder / "labels.tsv"
