@@ -1,0 +1,376 @@
+"""Text-line images for OCR: built-in rendered lines and the user's own folder of images.
+
+Every line image is a float tensor ``(32, W)`` in ``[0, 1]`` (1 = white paper, dark ink),
+32 pixels high and as wide as its text needs (about 12 px per character at the usual sizes, so a
+200-character line is 2,000-3,000 px wide).
+
+**Built-in lines** (:func:`generate_lines`) are 5-200 characters of :data:`ALPHABET`: common
+English words (SCOWL size 10, shipped as ``words_en.txt``), numbers, codes and punctuation,
+rendered with Pillow in a random font and size, then lightly rotated, blurred, noised and given a
+random paper and ink shade. Example ``index`` of ``split`` draws everything from its own seed,
+derived from ``(seed, split, index)``, so the same arguments give the same text and image on the
+same machine (pixels may differ across Pillow/FreeType versions). A text belongs to one split only,
+chosen by a hash of the text (as in :mod:`attnkit.data.text_tasks`), so splits never share a text.
+
+**Fonts** are found at run time: matplotlib's DejaVu fonts (always there) and, when installed,
+Debian's fonts-liberation and fonts-freefont-ttf. Fonts missing any character of
+:data:`ALPHABET` are left out. The held-out files are listed in :data:`HELD_OUT_FONTS`; every
+other font found is a training font:
+
+* valid: DejaVuSerif-Italic, LiberationSerif-Italic, LiberationSansNarrow-Bold, FreeSerifBold,
+  FreeMonoOblique;
+* test: DejaVuSans-BoldOblique, LiberationSans-BoldItalic, LiberationMono-Regular, FreeSans,
+  FreeSerifBoldItalic.
+
+**The user's lines** are a folder of images and a ``filename<TAB>text`` TSV
+(:func:`read_line_folder`); :func:`write_line_folder` writes generated lines in that form once, to
+reuse them as a cache.
+
+Labels go through :class:`~attnkit.data.vocab.CharVocab`; for CTC its ``<pad>`` id 0 serves as
+the blank:
+
+    >>> from attnkit.data import CharVocab
+    >>> vocab = CharVocab(ALPHABET)
+    >>> vocab.decode(vocab.encode("Total: 12.50 (net)"))
+    'Total: 12.50 (net)'
+"""
+
+from __future__ import annotations
+
+import functools
+import string
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw, ImageFilter, ImageFont, UnidentifiedImageError
+
+from attnkit.data.text_tasks import SPLITS, split_of
+from attnkit.data.tsv import DataError, read_tsv_rows
+
+__all__ = [
+    "ALPHABET",
+    "HEIGHT",
+    "HELD_OUT_FONTS",
+    "available_fonts",
+    "generate_lines",
+    "load_line_image",
+    "pad_images",
+    "read_line_folder",
+    "render_line",
+    "write_line_folder",
+]
+
+HEIGHT = 32
+ALPHABET = string.ascii_letters + string.digits + string.punctuation + " "
+HELD_OUT_FONTS = {
+    "valid": ("DejaVuSerif-Italic.ttf", "LiberationSerif-Italic.ttf",
+              "LiberationSansNarrow-Bold.ttf", "FreeSerifBold.ttf", "FreeMonoOblique.ttf"),
+    "test": ("DejaVuSans-BoldOblique.ttf", "LiberationSans-BoldItalic.ttf",
+             "LiberationMono-Regular.ttf", "FreeSans.ttf", "FreeSerifBoldItalic.ttf"),
+}
+FONT_DIRS = (
+    Path("/usr/share/fonts/truetype/liberation"),
+    Path("/usr/share/fonts/truetype/liberation2"),
+    Path("/usr/share/fonts/truetype/freefont"),
+)
+SIZES = (18, 36)  # font sizes drawn from, in pixels, before scaling the line to HEIGHT
+PUNCT_AFTER = ",.;:!?"
+PAIRS = ('""', "()", "''", "[]")
+
+
+def _font_files() -> list[Path]:
+    """DejaVu from matplotlib, then the Debian font folders that exist, one file per name."""
+    import matplotlib
+
+    found = {}
+    mpl = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
+    for path in [*sorted(mpl.glob("DejaVu*.ttf")),
+                 *(p for d in FONT_DIRS if d.is_dir() for p in sorted(d.glob("*.ttf")))]:
+        found.setdefault(path.name, path)
+    return list(found.values())
+
+
+def _covers_alphabet(path: Path) -> bool:
+    from matplotlib.ft2font import FT2Font
+
+    font = FT2Font(str(path))
+    return all(font.get_char_index(ord(c)) for c in ALPHABET)
+
+
+@functools.lru_cache(maxsize=1)
+def _fonts_by_split() -> dict[str, tuple[Path, ...]]:
+    usable = [p for p in _font_files() if _covers_alphabet(p)]
+    held = {name for names in HELD_OUT_FONTS.values() for name in names}
+    out = {split: tuple(p for p in usable if p.name in names)
+           for split, names in HELD_OUT_FONTS.items()}
+    out["train"] = tuple(p for p in usable if p.name not in held)
+    return {split: out[split] for split in SPLITS}
+
+
+def available_fonts() -> dict[str, list[Path]]:
+    """The font files of each split (``train``, ``valid``, ``test``) on this machine."""
+    return {split: list(paths) for split, paths in _fonts_by_split().items()}
+
+
+@functools.cache
+def _words() -> tuple[str, ...]:
+    text = (Path(__file__).with_name("words_en.txt")).read_text(encoding="utf-8")
+    return tuple(w for w in text.split("\n") if w and not w.startswith("#"))
+
+
+def _token(rng: np.random.Generator) -> str:
+    """One word, number, code or punctuation mark, as it could appear in running text."""
+    kind = rng.random()
+    if kind < 0.76:
+        word = _words()[rng.integers(len(_words()))]
+        case = rng.random()
+        word = word.capitalize() if case < 0.15 else word.upper() if case < 0.2 else word
+        shape = rng.random()
+        if shape < 0.15:
+            return word + PUNCT_AFTER[rng.integers(len(PUNCT_AFTER))]
+        if shape < 0.18:
+            pair = PAIRS[rng.integers(len(PAIRS))]
+            return pair[0] + word + pair[1]
+        return word
+    if kind < 0.88:
+        value = int(rng.integers(10 ** int(rng.integers(1, 7))))
+        form = rng.random()
+        if form < 0.15:
+            return f"{value:,}"
+        if form < 0.3:
+            return f"{value / 100:.2f}"
+        if form < 0.4:
+            return f"{value % 100}%"
+        if form < 0.5:
+            return f"{value % 24:02d}:{value % 60:02d}"
+        return str(value)
+    if kind < 0.95:
+        chars = string.ascii_uppercase + string.digits + "-/#"
+        return "".join(chars[i] for i in rng.integers(len(chars), size=int(rng.integers(2, 9))))
+    return string.punctuation[rng.integers(len(string.punctuation))]
+
+
+def _random_text(rng: np.random.Generator, n_chars: int) -> str:
+    """Exactly ``n_chars`` characters of :data:`ALPHABET`, single spaces, none at either end."""
+    tokens, length = [], -1
+    while length < n_chars:
+        tokens.append(_token(rng))
+        length += len(tokens[-1]) + 1
+    text = " ".join(tokens)[:n_chars]
+    if text.endswith(" "):
+        text = text[:-1] + string.ascii_lowercase[rng.integers(26)]
+    return text
+
+
+@functools.lru_cache(maxsize=256)
+def _font(path: str, size: int) -> ImageFont.FreeTypeFont:
+    return ImageFont.truetype(path, size)
+
+
+def render_line(text: str, *, font: str | Path, size: int,
+                rng: np.random.Generator) -> Image.Image:
+    """Render one line of ``text`` as a grayscale image ``HEIGHT`` (32) pixels high.
+
+    The text is drawn at ``size`` pixels in ``font`` with random margins, rotated by a small angle
+    (smaller for longer lines, so the ends stay inside the line), blurred, scaled to height 32
+    keeping the aspect ratio, shaded (paper 0.6-1.0, ink 0.0-0.4) and given Gaussian noise. All
+    randomness comes from ``rng``.
+
+    Shape:
+        returns a mode ``"L"`` image of size ``(W, 32)`` (PIL's ``(width, height)``), ``W >= 1``.
+    """
+    if not text or "\n" in text or "\t" in text:
+        raise ValueError(f"text: expected one non-empty line without tabs, got {text!r}")
+    if not isinstance(size, int) or size < 4:
+        raise ValueError(f"size: expected an int of at least 4 pixels, got {size!r}")
+    face = _font(str(font), size)
+    ascent, descent = face.getmetrics()
+    pad_top, pad_bottom = (int(v) for v in rng.integers(0, size // 4 + 1, size=2))
+    pad_x = int(rng.integers(2, size + 1))
+    width = int(np.ceil(face.getlength(text))) + 2 * pad_x
+    height = ascent + descent + pad_top + pad_bottom
+    ink = Image.new("L", (width, height), 0)  # ink coverage: 255 where the glyphs are
+    ImageDraw.Draw(ink).text((pad_x, pad_top), text, font=face, fill=255)
+    max_angle = min(2.0, np.degrees(np.arctan(0.1 * height / width)))
+    ink = ink.rotate(float(rng.uniform(-max_angle, max_angle)), resample=Image.BILINEAR)
+    ink = ink.filter(ImageFilter.GaussianBlur(float(rng.uniform(0.0, 0.05 * size))))
+    ink = ink.resize((max(1, round(width * HEIGHT / height)), HEIGHT), Image.BILINEAR)
+    paper, dark = rng.uniform(0.6, 1.0), rng.uniform(0.0, 0.4)
+    cover = np.asarray(ink, dtype=np.float32) / 255.0
+    pixels = paper + (dark - paper) * cover  # (32, W)
+    pixels += rng.normal(0.0, rng.uniform(0.0, 0.06), size=pixels.shape)
+    return Image.fromarray(np.round(np.clip(pixels, 0.0, 1.0) * 255).astype(np.uint8), "L")
+
+
+def _to_tensor(image: Image.Image) -> torch.Tensor:
+    """``(32, W)`` float32 in [0, 1] from an 8-bit grayscale image."""
+    return torch.from_numpy(np.asarray(image, dtype=np.float32) / 255.0)
+
+
+def generate_lines(
+    n: int,
+    *,
+    split: str = "train",
+    seed: int = 0,
+    min_chars: int = 5,
+    max_chars: int = 200,
+) -> list[tuple[torch.Tensor, str]]:
+    """``n`` rendered lines of ``split`` as ``(image (32, W), text)``, the same for the same args.
+
+    Text lengths are uniform in ``[min_chars, max_chars]``; font (from :func:`available_fonts`
+    for ``split``) and size are drawn per line. Lines can repeat a text only within a split.
+
+    Shape:
+        each image is a float32 tensor ``(32, W)`` in ``[0, 1]``, ``W`` growing with the text.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"n: expected a non-negative int, got {n!r}")
+    if not 1 <= min_chars <= max_chars:
+        raise ValueError(f"min_chars, max_chars: expected 1 <= min_chars <= max_chars, "
+                         f"got {min_chars} and {max_chars}")
+    fonts = _fonts_by_split()[split]
+    if not fonts:
+        raise DataError(f"split {split!r}: none of its fonts {HELD_OUT_FONTS.get(split)} "
+                        f"is installed")
+    split_id = list(SPLITS).index(split)
+    lines = []
+    for index in range(n):
+        rng = np.random.default_rng([seed, split_id, index])
+        n_chars = int(rng.integers(min_chars, max_chars + 1))
+        text = _random_text(rng, n_chars)
+        while split_of(text) != split:
+            text = _random_text(rng, n_chars)
+        font = fonts[rng.integers(len(fonts))]
+        size = int(rng.integers(SIZES[0], SIZES[1] + 1))
+        lines.append((_to_tensor(render_line(text, font=font, size=size, rng=rng)), text))
+    return lines
+
+
+def load_line_image(path: str | Path) -> torch.Tensor:
+    """Read a line image as grayscale, scaled to height 32 keeping its aspect ratio.
+
+    Colour is converted to luminance, transparency is laid over white, and integer images (mode
+    ``"I"`` or ``"I;16"``: 16-bit PNG or TIFF) are scaled from ``[0, 65535]``. An unreadable
+    file, a floating-point image, or one that would be 0 px wide at height 32 raises a
+    :class:`DataError` naming the file.
+
+    Shape:
+        returns a float32 tensor ``(32, W)`` in ``[0, 1]``.
+    """
+    path = Path(path)
+    try:
+        with Image.open(path) as image:
+            image.load()
+    except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
+        raise DataError(f"{path}: cannot read image ({exc})") from None
+    if image.mode.startswith("I"):  # "I", "I;16", "I;16B", ...: 16-bit grayscale
+        pixels = np.asarray(image, dtype=np.float32) / 65535.0
+    elif image.mode == "F":
+        raise DataError(f"{path}: unsupported image mode 'F' (floating point); expected "
+                        f"8- or 16-bit grayscale or colour")
+    else:
+        if image.has_transparency_data:
+            white = Image.new("RGBA", image.size, (255, 255, 255, 255))
+            image = Image.alpha_composite(white, image.convert("RGBA"))
+        pixels = np.asarray(image.convert("L"), dtype=np.float32) / 255.0
+    pixels = np.clip(pixels, 0.0, 1.0)  # (h, w)
+    width = round(image.width * HEIGHT / image.height) if image.height else 0
+    if width == 0:
+        raise DataError(f"{path}: {image.width} x {image.height} pixels is 0 px wide at height "
+                        f"{HEIGHT}")
+    if image.height != HEIGHT:
+        pixels = np.array(Image.fromarray(pixels, "F").resize((width, HEIGHT), Image.BILINEAR))
+    return torch.from_numpy(np.ascontiguousarray(pixels, dtype=np.float32))
+
+
+def read_line_folder(
+    folder: str | Path,
+    tsv: str | Path,
+    *,
+    alphabet: str | None = None,
+) -> list[tuple[torch.Tensor, str]]:
+    """The user's lines: ``(image (32, W), text)`` for each ``filename<TAB>text`` line of ``tsv``.
+
+    File names are relative to ``folder``. Images are read with :func:`load_line_image`. A bad
+    TSV line, a missing or unreadable image raises a :class:`DataError` naming the TSV file and
+    line. With ``alphabet``, labels using other characters raise one :class:`DataError` that
+    lists those characters and the lines they are on.
+
+    Shape:
+        each image is a float32 tensor ``(32, W)`` in ``[0, 1]``.
+    """
+    folder, tsv = Path(folder), Path(tsv)
+    if not folder.is_dir():
+        raise DataError(f"{folder}: not a folder of line images")
+    rows = read_tsv_rows(tsv, columns=("filename", "text"))
+    if alphabet is not None:
+        allowed = set(alphabet)
+        unknown = {n: sorted(set(text) - allowed) for n, _, text in rows if set(text) - allowed}
+        if unknown:
+            chars = "".join(sorted(set().union(*unknown.values())))
+            where = ", ".join(f"{n} ({''.join(c)!r})" for n, c in list(unknown.items())[:5])
+            raise DataError(f"{tsv}: {len(unknown)} labels use characters outside the alphabet "
+                            f"{chars!r}, on lines {where}"
+                            + (" and more" if len(unknown) > 5 else ""))
+    lines = []
+    for n, name, text in rows:
+        path = folder / name.strip()
+        if not path.is_file():
+            raise DataError(f"{tsv}:{n}: image {name.strip()!r} not found in {folder}")
+        try:
+            lines.append((load_line_image(path), text))
+        except DataError as exc:
+            raise DataError(f"{tsv}:{n}: {exc}") from None
+    return lines
+
+
+def write_line_folder(lines: Sequence[tuple[torch.Tensor, str]], folder: str | Path) -> Path:
+    """Write ``(image (H, W), text)`` lines as ``folder/000000.png ...`` and ``labels.tsv``.
+
+    Images are stored as 8-bit grayscale PNG, so lines from :func:`generate_lines` read back
+    unchanged with :func:`read_line_folder`. Returns the TSV's path.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i, (image, text) in enumerate(lines):
+        if not text or "\t" in text or "\n" in text or "\r" in text:
+            raise ValueError(f"lines[{i}]: text must be one non-empty line without tabs, "
+                             f"got {text!r}")
+        if image.dim() != 2:
+            raise ValueError(f"lines[{i}]: expected an image (H, W), got shape "
+                             f"{tuple(image.shape)}")
+        name = f"{i:06d}.png"
+        pixels = np.round(np.clip(image.detach().cpu().numpy(), 0, 1) * 255).astype(np.uint8)
+        Image.fromarray(pixels, "L").save(folder / name, compress_level=1)
+        rows.append(f"{name}\t{text}\n")
+    tsv = folder / "labels.tsv"
+    tsv.write_text("".join(rows), encoding="utf-8")
+    return tsv
+
+
+def pad_images(images: Sequence[torch.Tensor], *, fill: float = 1.0,
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Batch line images of one height, padded on the right with ``fill`` (white paper).
+
+    Shape:
+        images: ``B`` tensors ``(H, W_b)``;
+        returns ``(batch (B, 1, H, Wmax), widths (B,))`` with ``widths`` as ``torch.long``.
+    """
+    if not images:
+        raise ValueError("images: expected at least one image")
+    height = images[0].shape[0]
+    for i, image in enumerate(images):
+        if image.dim() != 2 or image.shape[0] != height or image.shape[1] == 0:
+            raise ValueError(f"images[{i}]: expected shape (H, W) with W >= 1 and H as in "
+                             f"images[0] ({height}), got {tuple(image.shape)}")
+    widths = torch.tensor([image.shape[1] for image in images], dtype=torch.long)
+    batch = torch.full((len(images), 1, height, int(widths.max())), fill,
+                       dtype=images[0].dtype)  # (B, 1, H, Wmax)
+    for i, image in enumerate(images):
+        batch[i, 0, :, : image.shape[1]] = image
+    return batch, widths

@@ -1,0 +1,260 @@
+"""Text-line images: generation, held-out fonts, the user's folder reader and batching."""
+
+import struct
+import zlib
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from attnkit.data import (
+    ALPHABET,
+    CharVocab,
+    DataError,
+    available_fonts,
+    generate_lines,
+    load_line_image,
+    pad_images,
+    read_line_folder,
+    render_line,
+    write_line_folder,
+)
+from attnkit.data import lines as lines_module
+from attnkit.data.vocab import UNK
+
+
+@pytest.fixture(scope="module")
+def train_lines():
+    return generate_lines(60, seed=7)
+
+
+def test_lines_are_32_high_and_as_wide_as_their_text(train_lines):
+    for image, text in train_lines:
+        assert image.dtype == torch.float32 and image.shape[0] == 32
+        assert 0.0 <= float(image.min()) and float(image.max()) <= 1.0
+        assert 5 <= len(text) <= 200
+        assert 5 <= image.shape[1] / len(text) <= 30  # px per character
+    widths = np.array([image.shape[1] for image, _ in train_lines])
+    lengths = np.array([len(text) for _, text in train_lines])
+    assert np.corrcoef(widths, lengths)[0, 1] > 0.8
+    for image, text in generate_lines(4, seed=1, min_chars=200, max_chars=200):
+        assert len(text) == 200 and image.shape[1] >= 1500
+
+
+def test_lines_have_ink_on_paper(train_lines):
+    for image, _ in train_lines:
+        low, high = np.quantile(image.numpy(), [0.01, 0.9])
+        assert high - low > 0.2
+
+
+def test_generation_is_deterministic_per_seed_and_index(train_lines):
+    again = generate_lines(60, seed=7)
+    assert [t for _, t in again] == [t for _, t in train_lines]
+    assert all(torch.equal(a, b) for (a, _), (b, _) in zip(again, train_lines))
+    other = generate_lines(60, seed=8)
+    assert len({t for _, t in other} & {t for _, t in train_lines}) == 0
+    # example i does not depend on how many are generated
+    assert generate_lines(3, seed=7)[2][1] == train_lines[2][1]
+
+
+def test_texts_look_like_text_and_round_trip_through_char_vocab(train_lines):
+    vocab = CharVocab(ALPHABET)
+    words = set(lines_module._words())
+    for _, text in train_lines:
+        assert set(text) <= set(ALPHABET)
+        assert text == text.strip() and "  " not in text
+        ids = vocab.encode(text, eos=True)
+        assert UNK not in ids and vocab.decode(ids) == text
+    tokens = [w for _, t in train_lines for w in t.split()[:-1]]
+    assert sum(w.strip(",.;:!?\"'()[]").lower() in words for w in tokens) > 0.6 * len(tokens)
+    assert any(c.isdigit() for _, t in train_lines for c in t)
+    assert any(c.isupper() for _, t in train_lines for c in t)
+
+
+def test_splits_share_no_text_and_no_font(monkeypatch):
+    used = []
+
+    def recording_render(text, *, font, size, rng):
+        used.append(font)
+        return Image.new("L", (len(text), 32), 255)
+
+    monkeypatch.setattr(lines_module, "render_line", recording_render)
+    fonts = available_fonts()
+    texts = {}
+    for split in ("train", "valid", "test"):
+        used.clear()
+        texts[split] = {t for _, t in generate_lines(400, split=split, min_chars=5, max_chars=6)}
+        assert set(used) <= set(fonts[split]) and len(set(used)) > 1
+    assert not texts["train"] & texts["valid"] and not texts["train"] & texts["test"]
+    assert not texts["valid"] & texts["test"]
+    assert not set(fonts["train"]) & set(fonts["valid"])
+    assert not set(fonts["train"]) & set(fonts["test"])
+    assert not set(fonts["valid"]) & set(fonts["test"])
+
+
+def test_matplotlib_dejavu_alone_serves_every_split(monkeypatch):
+    monkeypatch.setattr(lines_module, "FONT_DIRS", ())
+    lines_module._fonts_by_split.cache_clear()
+    try:
+        fonts = available_fonts()
+        assert all(fonts[split] for split in ("train", "valid", "test"))
+        assert all(p.name.startswith("DejaVu") for paths in fonts.values() for p in paths)
+        assert not any("Display" in p.name for paths in fonts.values() for p in paths)
+        image, text = generate_lines(1, split="test", seed=2)[0]
+        assert image.shape[0] == 32 and text
+    finally:
+        lines_module._fonts_by_split.cache_clear()
+
+
+def test_render_line_checks_its_arguments():
+    font = available_fonts()["train"][0]
+    rng = np.random.default_rng(0)
+    image = render_line("Hello, world 42!", font=font, size=24, rng=rng)
+    assert image.mode == "L" and image.height == 32 and image.width > 100
+    with pytest.raises(ValueError, match="text: expected one non-empty line"):
+        render_line("", font=font, size=24, rng=rng)
+    with pytest.raises(ValueError, match="text: expected one non-empty line"):
+        render_line("two\nlines", font=font, size=24, rng=rng)
+    with pytest.raises(ValueError, match="size: expected an int of at least 4 pixels, got 2"):
+        render_line("x", font=font, size=2, rng=rng)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"split": "dev"}, "split: expected one of train, valid, test, got 'dev'"),
+        ({"min_chars": 0}, "got 0 and 200"),
+        ({"min_chars": 20, "max_chars": 10}, "got 20 and 10"),
+    ],
+)
+def test_generate_lines_rejects_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        generate_lines(1, **kwargs)
+
+
+def test_written_lines_read_back_unchanged(tmp_path, train_lines):
+    tsv = write_line_folder(train_lines[:10], tmp_path / "cache")
+    back = read_line_folder(tmp_path / "cache", tsv, alphabet=ALPHABET)
+    assert [t for _, t in back] == [t for _, t in train_lines[:10]]
+    assert all(torch.equal(a, b) for (a, _), (b, _) in zip(back, train_lines))
+    with pytest.raises(ValueError, match=r"lines\[1\]: text must be one non-empty line"):
+        write_line_folder([train_lines[0], (train_lines[1][0], "a\tb")], tmp_path / "x")
+
+
+def _folder(tmp_path, tsv_text):
+    """A folder with a good 10x32 line image ``good.png`` and the TSV ``labels.tsv``."""
+    Image.new("L", (10, 32), 200).save(tmp_path / "good.png")
+    (tmp_path / "labels.tsv").write_text(tsv_text, encoding="utf-8")
+    return tmp_path, tmp_path / "labels.tsv"
+
+
+def _zero_width_png() -> bytes:
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(
+            ">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 0, 32, 8, 0, 0, 0, 0)  # width 0, height 32, 8-bit gray
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b""))
+            + chunk(b"IEND", b""))
+
+
+def test_reader_names_the_tsv_line_of_every_bad_image(tmp_path):
+    folder, tsv = _folder(tmp_path, "good.png\tok\nmissing.png\tgone\n")
+    with pytest.raises(DataError, match=r"labels.tsv:2: image 'missing.png' not found"):
+        read_line_folder(folder, tsv)
+
+    (folder / "corrupt.png").write_bytes(b"not an image at all")
+    tsv.write_text("good.png\tok\n\ncorrupt.png\tbad\n")
+    with pytest.raises(DataError, match=r"labels.tsv:3: .*corrupt.png: cannot read image"):
+        read_line_folder(folder, tsv)
+
+    Image.new("L", (400, 32), 0).save(folder / "cut.png")
+    (folder / "cut.png").write_bytes((folder / "cut.png").read_bytes()[:60])
+    tsv.write_text("cut.png\ttruncated\n")
+    with pytest.raises(DataError, match=r"labels.tsv:1: .*cut.png: cannot read image"):
+        read_line_folder(folder, tsv)
+
+    (folder / "zero.png").write_bytes(_zero_width_png())
+    tsv.write_text("good.png\tok\nzero.png\tempty\n")
+    with pytest.raises(DataError, match=r"labels.tsv:2: .*zero.png: cannot read image"):
+        read_line_folder(folder, tsv)
+
+    Image.new("L", (1, 1000), 0).save(folder / "thin.png")
+    tsv.write_text("thin.png\tthin\n")
+    with pytest.raises(DataError, match=r"labels.tsv:1: .*thin.png: 1 x 1000 pixels is 0 px wide"):
+        read_line_folder(folder, tsv)
+
+    Image.new("F", (20, 32), 0.5).save(folder / "float.tif")
+    tsv.write_text("float.tif\tfloat\n")
+    with pytest.raises(DataError, match=r"labels.tsv:1: .*float.tif: unsupported image mode 'F'"):
+        read_line_folder(folder, tsv)
+
+
+@pytest.mark.parametrize(
+    ("tsv_text", "match"),
+    [
+        ("good.png\tok\ngood.png ok\n", r"labels.tsv:2: expected filename<TAB>text, found 0 tabs"),
+        ("good.png\tok\n\tno name\n", r"labels.tsv:2: empty filename"),
+        ("good.png\t \n", r"labels.tsv:1: empty text"),
+        ("", r"labels.tsv: no usable filename<TAB>text lines"),
+    ],
+)
+def test_reader_names_bad_tsv_lines(tmp_path, tsv_text, match):
+    folder, tsv = _folder(tmp_path, tsv_text)
+    with pytest.raises(DataError, match=match):
+        read_line_folder(folder, tsv)
+
+
+def test_reader_reports_every_label_outside_the_alphabet(tmp_path):
+    folder, tsv = _folder(tmp_path, "good.png\tcafé\ngood.png\tfine\ngood.png\t5 €\n")
+    with pytest.raises(DataError, match=r"labels.tsv: 2 labels use characters outside the "
+                                        r"alphabet 'é€', on lines 1 \('é'\), 3 \('€'\)"):
+        read_line_folder(folder, tsv, alphabet=ALPHABET)
+    assert [t for _, t in read_line_folder(folder, tsv)] == ["café", "fine", "5 €"]
+    with pytest.raises(DataError, match="nowhere: not a folder"):
+        read_line_folder(tmp_path / "nowhere", tsv)
+
+
+def test_colour_alpha_16_bit_and_tall_images_are_converted(tmp_path):
+    Image.new("RGB", (8, 32), (255, 0, 0)).save(tmp_path / "red.png")
+    red = load_line_image(tmp_path / "red.png")
+    assert red.shape == (32, 8) and torch.allclose(red, torch.full_like(red, 76 / 255))
+
+    rgba = Image.new("RGBA", (8, 32), (0, 0, 0, 255))
+    rgba.paste((0, 0, 0, 0), (4, 0, 8, 32))  # right half fully transparent
+    rgba.save(tmp_path / "alpha.png")
+    alpha = load_line_image(tmp_path / "alpha.png")
+    assert torch.all(alpha[:, :4] == 0.0) and torch.all(alpha[:, 4:] == 1.0)
+
+    deep = np.full((32, 6), 65535, dtype=np.uint16)
+    deep[:, :3] = 32768
+    Image.fromarray(deep).save(tmp_path / "deep.png")
+    assert Image.open(tmp_path / "deep.png").mode.startswith("I")
+    wide = load_line_image(tmp_path / "deep.png")
+    assert torch.allclose(wide[:, :3], torch.tensor(32768 / 65535)) and torch.all(wide[:, 3:] == 1)
+
+    tall = np.zeros((64, 100), dtype=np.uint8)
+    tall[:, 50:] = 255
+    Image.fromarray(tall).save(tmp_path / "tall.png")
+    half = load_line_image(tmp_path / "tall.png")
+    assert half.shape == (32, 50)
+    assert torch.all(half[:, :24] == 0.0) and torch.all(half[:, 26:] == 1.0)
+
+
+def test_pad_images_pads_with_the_background_and_returns_widths():
+    a, b = torch.rand(32, 5), torch.rand(32, 3)
+    batch, widths = pad_images([a, b])
+    assert batch.shape == (2, 1, 32, 5) and widths.tolist() == [5, 3]
+    assert widths.dtype == torch.long
+    assert torch.equal(batch[0, 0], a) and torch.equal(batch[1, 0, :, :3], b)
+    assert torch.all(batch[1, 0, :, 3:] == 1.0)
+    dark, _ = pad_images([b, a], fill=0.0)
+    assert torch.all(dark[0, 0, :, 3:] == 0.0)
+    with pytest.raises(ValueError, match="images: expected at least one image"):
+        pad_images([])
+    with pytest.raises(ValueError, match=r"images\[1\]: expected shape \(H, W\) with W >= 1 and "
+                                         r"H as in images\[0\] \(32\), got \(16, 3\)"):
+        pad_images([a, torch.rand(16, 3)])
+    with pytest.raises(ValueError, match=r"images\[0\]: .* got \(1, 32, 5\)"):
+        pad_images([a[None]])
