@@ -12,6 +12,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev]'
+	@# the built-in speech data runs the espeak-ng CLI; installing it needs apt-get and root
+	command -v espeak-ng >/dev/null || { command -v apt-get >/dev/null && \
+		(apt-get update -qq && apt-get install -y -qq espeak-ng) ; } || \
+		echo "warning: espeak-ng not installed (apt-get install espeak-ng); speech tests skip"
 	touch $(STAMP)
 
 install: $(STAMP)
