@@ -76,6 +76,8 @@ def test_splits_share_no_voice_and_no_speed():
         assert not variants[a] & variants[b]
     assert variants["train"] == set(SPLITS["train"].variants)
     assert {u.voice.partition("+")[0] for u in plans["train"]} == set(ACCENTS)
+    same_text = sum(a.transcript == b.transcript for a, b in zip(plans["valid"], plans["test"]))
+    assert same_text < 10  # the split is part of each example's seed, not only its voice pool
     assert min(speeds["train"]) < min(speeds["valid"]) and max(speeds["test"]) < max(
         speeds["train"])  # held-out speeds lie inside the training range
 
