@@ -12,6 +12,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev]'
+	@# system packages for the built-in data: espeak-ng (speech), more fonts (text lines)
+	@missing=""; command -v espeak-ng >/dev/null || missing="espeak-ng"; \
+	[ -d /usr/share/fonts/truetype/liberation ] || missing="$$missing fonts-liberation"; \
+	[ -d /usr/share/fonts/truetype/freefont ] || missing="$$missing fonts-freefont-ttf"; \
+	if [ -n "$$missing" ]; then \
+	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && apt-get install -y -qq $$missing) || \
+	      echo "warning: apt-get install $$missing failed"; \
+	  else echo "warning: not installed: $$missing (apt-get install $$missing)"; fi; \
+	fi
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,6 +1,14 @@
-"""Data: vocabularies, the built-in task generators (text pairs, text-line images) and readers
-for the user's own files."""
+"""Data: vocabularies, the built-in task generators (text pairs, text-line images, synthesised
+speech), audio features and readers for the user's own files."""
 
+from attnkit.data.audio import (
+    log_mel,
+    mel_filterbank,
+    normalize_features,
+    pad_features,
+    read_wav,
+    resample,
+)
 from attnkit.data.lines import (
     ALPHABET,
     available_fonts,
@@ -10,6 +18,14 @@ from attnkit.data.lines import (
     read_line_folder,
     render_line,
     write_line_folder,
+)
+from attnkit.data.speech import (
+    SpeechSet,
+    Utterance,
+    plan_utterances,
+    read_manifest,
+    speech_dataset,
+    synthesize,
 )
 from attnkit.data.subword import SubwordVocab
 from attnkit.data.text_tasks import DATE_LOCALES, NUMBER_LANGUAGES, generate_pairs
@@ -22,17 +38,29 @@ __all__ = [
     "NUMBER_LANGUAGES",
     "CharVocab",
     "DataError",
+    "SpeechSet",
     "SubwordVocab",
+    "Utterance",
     "available_fonts",
     "build_vocab",
     "generate_lines",
     "generate_pairs",
     "load_line_image",
     "load_vocab",
+    "log_mel",
+    "mel_filterbank",
+    "normalize_features",
     "pad_batch",
+    "pad_features",
     "pad_images",
+    "plan_utterances",
     "read_line_folder",
+    "read_manifest",
     "read_tsv",
+    "read_wav",
     "render_line",
+    "resample",
+    "speech_dataset",
+    "synthesize",
     "write_line_folder",
 ]

@@ -1,0 +1,234 @@
+"""Audio: 16-bit PCM WAV reading, resampling, log-mel features and padding.
+
+The model rate is :data:`SAMPLE_RATE` (16 kHz); features are 80-bin log-mel frames with a 25 ms
+Hann window every 10 ms. The mel filterbank is the Slaney one (mel scale linear below 1 kHz and
+logarithmic above, each triangle scaled to unit area), the same as ``librosa.filters.mel``'s
+default.
+
+Example:
+    >>> t = torch.arange(16000) / 16000
+    >>> log_mel(torch.sin(2 * torch.pi * 440 * t)).shape
+    torch.Size([101, 80])
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Sequence
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.signal import resample_poly
+
+from attnkit.data.tsv import DataError
+
+__all__ = [
+    "N_MELS",
+    "SAMPLE_RATE",
+    "log_mel",
+    "mel_filterbank",
+    "normalize_features",
+    "pad_features",
+    "parse_wav",
+    "read_wav",
+    "resample",
+]
+
+SAMPLE_RATE = 16000
+N_MELS = 80
+WINDOW_S = 0.025
+HOP_S = 0.010
+LOG_FLOOR = 1e-6  # added to mel power before the log: digital silence stays finite
+# Data-chunk sizes that mean "unknown, read to the end" (streamed WAVs such as espeak-ng --stdout)
+_STREAMING_SIZES = (0, 0xFFFFFFFF)
+_STREAMING_MIN = 0x7FFF0000
+_PCM, _EXTENSIBLE = 1, 0xFFFE
+_FORMAT_NAMES = {3: "IEEE float", 6: "A-law", 7: "mu-law", 0x55: "MP3", 2: "ADPCM"}
+
+
+def parse_wav(data: bytes, *, source: str) -> tuple[torch.Tensor, int]:
+    """Samples and sample rate of a 16-bit PCM WAV held in ``data``; ``source`` names it in errors.
+
+    The RIFF chunks are walked one by one, so chunks other than ``fmt `` and ``data`` are skipped.
+    A ``data`` size of 0, 0xFFFFFFFF or at least 0x7FFF0000 (written by streaming tools such as
+    ``espeak-ng --stdout``, which cannot seek back to fix the header) means everything after the
+    chunk header; any other size larger than the bytes present means a truncated file. Several
+    channels are averaged to one.
+
+    Returns:
+        ``(samples (N,) float32 in [-1, 1), sample_rate)``.
+
+    Raises:
+        DataError: naming ``source``: not RIFF/WAVE, not PCM (float, compressed), not 16-bit,
+            no ``fmt `` or ``data`` chunk, truncated, or no samples.
+    """
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise DataError(f"{source}: not a RIFF/WAVE file (starts with {data[:12]!r})")
+    fmt, pos = None, 12
+    while pos + 8 <= len(data):
+        chunk_id, size = data[pos:pos + 4], struct.unpack_from("<I", data, pos + 4)[0]
+        body = pos + 8
+        if chunk_id == b"fmt ":
+            fmt = _parse_fmt(data[body:body + size], source)
+        elif chunk_id == b"data":
+            if fmt is None:
+                raise DataError(f"{source}: 'data' chunk before the 'fmt ' chunk")
+            streaming = size in _STREAMING_SIZES or size >= _STREAMING_MIN
+            if not streaming and body + size > len(data):
+                raise DataError(f"{source}: truncated: 'data' chunk declares {size} bytes, "
+                                f"{len(data) - body} present")
+            return _decode_pcm(data[body:] if streaming else data[body:body + size], fmt, source)
+        pos = body + size + (size & 1)  # chunks are padded to an even size
+    missing = "'fmt '" if fmt is None else "'data'"
+    raise DataError(f"{source}: no {missing} chunk (file truncated or not a WAV)")
+
+
+def _parse_fmt(body: bytes, source: str) -> tuple[int, int]:
+    """``(channels, sample_rate)`` from a ``fmt `` chunk, which must describe 16-bit PCM."""
+    if len(body) < 16:
+        raise DataError(f"{source}: truncated 'fmt ' chunk ({len(body)} bytes, expected >= 16)")
+    tag, channels, rate, _, _, bits = struct.unpack_from("<HHIIHH", body)
+    if tag == _EXTENSIBLE and len(body) >= 26:
+        tag = struct.unpack_from("<H", body, 24)[0]  # the sub-format GUID starts with the tag
+    if tag != _PCM:
+        name = _FORMAT_NAMES.get(tag, "unknown")
+        raise DataError(f"{source}: expected PCM audio (format tag 1), got format tag {tag} "
+                        f"({name})")
+    if bits != 16:
+        raise DataError(f"{source}: expected 16-bit PCM, got {bits}-bit")
+    if channels < 1 or rate < 1:
+        raise DataError(f"{source}: bad 'fmt ' chunk ({channels} channels, {rate} Hz)")
+    return channels, rate
+
+
+def _decode_pcm(raw: bytes, fmt: tuple[int, int], source: str) -> tuple[torch.Tensor, int]:
+    channels, rate = fmt
+    frame = 2 * channels
+    if len(raw) % frame:
+        raise DataError(f"{source}: truncated: {len(raw)} data bytes is not a whole number of "
+                        f"{frame}-byte frames")
+    if not raw:
+        raise DataError(f"{source}: no samples")
+    pcm = np.frombuffer(raw, dtype="<i2").reshape(-1, channels)  # (N, C)
+    samples = pcm.astype(np.float32).mean(axis=1) / 32768.0  # (N,)
+    return torch.from_numpy(samples), rate
+
+
+def read_wav(path: str | Path) -> tuple[torch.Tensor, int]:
+    """Samples ``(N,)`` float32 and sample rate of a 16-bit PCM WAV file (see :func:`parse_wav`).
+
+    Raises:
+        DataError: naming the file, when it cannot be read or is not a usable WAV.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+    return parse_wav(data, source=str(path))
+
+
+def resample(samples: torch.Tensor, orig_rate: int, new_rate: int = SAMPLE_RATE) -> torch.Tensor:
+    """``samples (N,)`` at ``orig_rate`` Hz resampled to ``new_rate`` Hz: ``(ceil(N * new / orig),)``.
+
+    Polyphase filtering with a Kaiser-windowed sinc (``scipy.signal.resample_poly``); returns
+    float32. Equal rates return the samples unchanged.
+    """
+    for name, rate in (("orig_rate", orig_rate), ("new_rate", new_rate)):
+        if not isinstance(rate, int) or rate < 1:
+            raise ValueError(f"{name}: expected a positive int, got {rate!r}")
+    if samples.dim() != 1:
+        raise ValueError(f"samples: expected shape (N,), got {tuple(samples.shape)}")
+    if orig_rate == new_rate:
+        return samples
+    ratio = Fraction(new_rate, orig_rate)
+    out = resample_poly(samples.numpy(), ratio.numerator, ratio.denominator)
+    return torch.from_numpy(out.astype(np.float32))
+
+
+def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
+    """Slaney mel scale: 3 mels per 200 Hz below 1 kHz, logarithmic (27 mels per 6.4x) above."""
+    hz = np.asarray(hz, dtype=np.float64)
+    log_step = math.log(6.4) / 27.0
+    return np.where(hz < 1000.0, hz * 3.0 / 200.0,
+                    15.0 + np.log(np.maximum(hz, 1000.0) / 1000.0) / log_step)
+
+
+def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
+    mel = np.asarray(mel, dtype=np.float64)
+    log_step = math.log(6.4) / 27.0
+    return np.where(mel < 15.0, mel * 200.0 / 3.0,
+                    1000.0 * np.exp(log_step * (np.maximum(mel, 15.0) - 15.0)))
+
+
+def mel_filterbank(*, n_fft: int, sample_rate: int = SAMPLE_RATE, n_mels: int = N_MELS,
+                   f_min: float = 0.0, f_max: float | None = None) -> torch.Tensor:
+    """Slaney-normalised triangular mel filters, ``(n_mels, n_fft // 2 + 1)`` float32.
+
+    Filter ``m`` rises from centre ``m - 1`` to centre ``m`` and falls to centre ``m + 1``, the
+    ``n_mels + 2`` centres spaced evenly on the mel scale from ``f_min`` to ``f_max`` (default
+    the Nyquist frequency); each filter is scaled by ``2 / (upper edge - lower edge)`` in Hz.
+    Equals ``librosa.filters.mel(sr=sample_rate, n_fft=n_fft, n_mels=n_mels)``.
+    """
+    f_max = sample_rate / 2 if f_max is None else f_max
+    if not 0 <= f_min < f_max <= sample_rate / 2:
+        raise ValueError(f"f_min, f_max: expected 0 <= f_min < f_max <= {sample_rate / 2}, "
+                         f"got {f_min}, {f_max}")
+    if n_mels < 1 or n_fft < 2:
+        raise ValueError(f"n_mels, n_fft: expected >= 1 and >= 2, got {n_mels}, {n_fft}")
+    fft_hz = np.linspace(0.0, sample_rate / 2, n_fft // 2 + 1)  # (K,)
+    edges = _mel_to_hz(np.linspace(_hz_to_mel(f_min), _hz_to_mel(f_max), n_mels + 2))  # (M+2,)
+    widths = np.diff(edges)  # (M+1,)
+    offsets = edges[:, None] - fft_hz[None, :]  # (M+2, K)
+    rising = -offsets[:-2] / widths[:-1, None]  # (M, K)
+    falling = offsets[2:] / widths[1:, None]  # (M, K)
+    weights = np.maximum(0.0, np.minimum(rising, falling))  # (M, K)
+    weights *= (2.0 / (edges[2:] - edges[:-2]))[:, None]
+    return torch.from_numpy(weights.astype(np.float32))
+
+
+def log_mel(samples: torch.Tensor, *, sample_rate: int = SAMPLE_RATE, n_mels: int = N_MELS,
+            normalize: bool = False) -> torch.Tensor:
+    """Log-mel features of ``samples (N,)``: ``(T, n_mels)`` float32, ``T = 1 + N // hop``.
+
+    A 25 ms Hann window every 10 ms (400 / 160 samples at 16 kHz), zero-padded to the next power
+    of two for the FFT, frames centred on ``t * hop`` (the signal is reflect-padded at both ends);
+    ``log(mel power + 1e-6)``. With ``normalize`` each mel bin is shifted and scaled to zero
+    mean and unit variance over the utterance.
+    """
+    if samples.dim() != 1 or samples.numel() == 0:
+        raise ValueError(f"samples: expected a non-empty (N,) tensor, got {tuple(samples.shape)}")
+    win = round(WINDOW_S * sample_rate)
+    hop = round(HOP_S * sample_rate)
+    n_fft = 1 << (win - 1).bit_length()
+    samples = samples.float()
+    pad_mode = "reflect" if samples.numel() > n_fft // 2 else "constant"
+    spec = torch.stft(samples, n_fft, hop_length=hop, win_length=win,
+                      window=torch.hann_window(win), center=True, pad_mode=pad_mode,
+                      return_complex=True)  # (K, T)
+    power = spec.real.square() + spec.imag.square()  # (K, T)
+    fbank = mel_filterbank(n_fft=n_fft, sample_rate=sample_rate, n_mels=n_mels)  # (M, K)
+    feats = torch.log(fbank @ power + LOG_FLOOR).T.contiguous()  # (T, M)
+    return normalize_features(feats) if normalize else feats
+
+
+def normalize_features(features: torch.Tensor) -> torch.Tensor:
+    """Per-utterance normalisation: each column of ``features (T, F)`` to zero mean, unit variance."""
+    if features.dim() != 2:
+        raise ValueError(f"features: expected shape (T, F), got {tuple(features.shape)}")
+    return (features - features.mean(0)) / (features.std(0, unbiased=False) + 1e-5)
+
+
+def pad_features(features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad ``B`` feature matrices ``(T_i, F)`` with zeros: ``(padded (B, Tmax, F), lengths (B,))``."""
+    if not features:
+        raise ValueError("features: expected at least one (T, F) tensor")
+    dims = {tuple(f.shape[1:]) for f in features}
+    if any(f.dim() != 2 for f in features) or len(dims) != 1:
+        shapes = sorted({tuple(f.shape) for f in features})[:4]
+        raise ValueError(f"features: expected (T_i, F) tensors with one F, got shapes {shapes}")
+    lengths = torch.tensor([f.shape[0] for f in features], dtype=torch.long)
+    return torch.nn.utils.rnn.pad_sequence(list(features), batch_first=True), lengths

@@ -1,0 +1,322 @@
+"""Speech for the Listen, Attend and Spell task: utterances synthesised offline, and the user's own.
+
+Built-in utterances are spoken by the ``espeak-ng`` command-line tool (bit-reproducible, unlike
+its library), resampled from 22,050 Hz to 16 kHz and turned into 80-bin log-mel features.
+Three kinds of content:
+
+* **digits**: ``"4 0 7 2"`` read digit by digit, transcript ``"four zero seven two"``;
+* **numbers**: ``"4072"`` read as a number, transcript ``"four thousand and seventy two"``
+  (num2words' British English, hyphens and commas turned into spaces);
+* **sentences**: 3 to 8 words from a list of common English words shipped with attnkit.
+
+Transcript convention: lower-case ``a``-``z`` and single spaces only, numbers always spelled out
+in words, and the transcript is exactly the text espeak-ng is given, so the audio says what the
+target says. The written form (``"4 0 7 2"``, ``"4072"``) is kept as :attr:`Utterance.text`.
+
+Splits hold out speakers and speaking rates: every split uses the same accents (:data:`ACCENTS`)
+but its own voice variants and its own speed band (:data:`SPLITS`), so valid and test voices and
+speeds are never seen in training. Each example is drawn from a generator seeded by
+``(seed, split, index)``. Features are cached on disk, keyed by a hash of the settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from attnkit.data.audio import (
+    N_MELS,
+    SAMPLE_RATE,
+    log_mel,
+    normalize_features,
+    parse_wav,
+    read_wav,
+    resample,
+)
+from attnkit.data.tsv import DataError, read_tsv
+
+__all__ = [
+    "ACCENTS",
+    "KINDS",
+    "SPLITS",
+    "SpeechSet",
+    "Utterance",
+    "plan_utterances",
+    "read_manifest",
+    "speech_dataset",
+    "synthesize",
+]
+
+log = logging.getLogger("attnkit")
+
+KINDS = ("digits", "numbers", "sentences")
+# espeak-ng voices whose "+variant" suffix takes effect ("en-gb+m1" silently ignores it; "en" is
+# the same British voice and honours it)
+ACCENTS = ("en", "en-us", "en-gb-x-rp", "en-gb-scotland", "en-029", "en-us-nyc",
+           "en-gb-x-gbclan", "en-gb-x-gbcwmd")
+
+
+@dataclass(frozen=True)
+class SplitSpeakers:
+    """The voice variants (``""`` = the accent's own voice) and speed bands of one split."""
+
+    variants: tuple[str, ...]
+    speeds: tuple[range, ...]  # words per minute, espeak-ng's -s
+
+
+SPLITS = {
+    "train": SplitSpeakers(("", "m1", "m2", "m3", "m4", "m8", "f1", "f2", "f3"),
+                           (range(120, 150), range(171, 201))),
+    "valid": SplitSpeakers(("m5", "f4"), (range(150, 160),)),
+    "test": SplitSpeakers(("m6", "m7", "f5"), (range(160, 171),)),
+}
+PITCHES = range(30, 71)  # espeak-ng's -p, 0-99 with 50 the voice's default
+ESPEAK_RATE = 22050
+CACHE_VERSION = 1  # bump when a change to this module changes the examples or features
+_DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """One synthesised utterance: what is said, by which voice, and how.
+
+    ``voice`` is an espeak-ng voice such as ``"en-us+f3"``; ``speed`` in words per minute;
+    ``pitch`` 0-99; ``noise_snr_db`` the signal-to-noise ratio of added white noise (``None``:
+    clean), drawn with ``noise_seed``.
+    """
+
+    kind: str
+    text: str
+    transcript: str
+    voice: str
+    speed: int
+    pitch: int
+    noise_snr_db: float | None
+    noise_seed: int
+
+
+@dataclass(frozen=True)
+class SpeechSet:
+    """Features and transcripts: ``features[i]`` is ``(T_i, 80)`` float32, its transcript
+    ``transcripts[i]``, and ``origins[i]`` says where it came from (the voice and settings, or the
+    WAV path). Batch with :func:`attnkit.data.pad_features`."""
+
+    features: list[torch.Tensor]
+    transcripts: list[str]
+    origins: list[str]
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+
+@functools.cache
+def _words() -> tuple[str, ...]:
+    text = resources.files("attnkit.data").joinpath("spoken_words_en.txt").read_text("utf-8")
+    return tuple(text.split())
+
+
+def _spoken_number(value: int) -> str:
+    from num2words import num2words
+
+    return re.sub(r"[-,\s]+", " ", num2words(value, lang="en")).strip()
+
+
+def _content(kind: str, rng: random.Random) -> tuple[str, str]:
+    """``(written text, transcript)`` of one example of ``kind``."""
+    if kind == "digits":
+        digits = [rng.randrange(10) for _ in range(rng.randint(3, 8))]
+        return " ".join(map(str, digits)), " ".join(_DIGITS[d] for d in digits)
+    if kind == "numbers":
+        n_digits = rng.randint(1, 6)  # lengths spread evenly: 1 to 6 digits
+        value = rng.randrange(10 ** (n_digits - 1) if n_digits > 1 else 0, 10**n_digits)
+        return str(value), _spoken_number(value)
+    sentence = " ".join(rng.choices(_words(), k=rng.randint(3, 8)))
+    return sentence, sentence
+
+
+def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
+                    kinds: tuple[str, ...] = KINDS,
+                    noise_snr_db: tuple[float, float] | None = None) -> list[Utterance]:
+    """The ``n`` utterances of ``split`` (text, voice, speed, pitch, noise), without audio.
+
+    Example ``i`` depends only on ``(seed, split, i)`` and the other arguments, so a longer
+    plan starts with a shorter one. ``noise_snr_db=(low, high)`` adds white noise at an SNR
+    drawn uniformly from that range in dB.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
+    if not kinds or any(k not in KINDS for k in kinds):
+        raise ValueError(f"kinds: expected a non-empty subset of {KINDS}, got {kinds!r}")
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"n: expected a non-negative int, got {n!r}")
+    if noise_snr_db is not None and not (len(noise_snr_db) == 2
+                                         and noise_snr_db[0] <= noise_snr_db[1]):
+        raise ValueError(f"noise_snr_db: expected None or (low, high) with low <= high, "
+                         f"got {noise_snr_db!r}")
+    speakers = SPLITS[split]
+    speeds = [s for band in speakers.speeds for s in band]
+    out = []
+    for i in range(n):
+        rng = random.Random(f"speech-{seed}-{split}-{i}")
+        kind = rng.choice(kinds)
+        text, transcript = _content(kind, rng)
+        variant = rng.choice(speakers.variants)
+        voice = rng.choice(ACCENTS) + (f"+{variant}" if variant else "")
+        snr = None if noise_snr_db is None else round(rng.uniform(*noise_snr_db), 2)
+        out.append(Utterance(kind, text, transcript, voice, rng.choice(speeds),
+                             rng.choice(PITCHES), snr, rng.getrandbits(63)))
+    return out
+
+
+def _espeak() -> str:
+    exe = shutil.which("espeak-ng")
+    if exe is None:
+        raise RuntimeError("espeak-ng: command not found; the built-in speech data needs it. "
+                           "Install it with `apt-get install espeak-ng` (Debian/Ubuntu) or your "
+                           "system's package manager, or train on your own WAVs via a manifest.")
+    return exe
+
+
+def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
+               pitch: int = 50) -> tuple[torch.Tensor, int]:
+    """Speak ``text`` with the espeak-ng CLI: ``(samples (N,) float32, 22050)``.
+
+    The same arguments give the same samples, bit for bit.
+
+    Raises:
+        RuntimeError: espeak-ng is not installed (the message says how to install it) or fails
+            (for example an unknown ``voice``).
+    """
+    cmd = [_espeak(), "--stdout", "-v", voice, "-s", str(speed), "-p", str(pitch), text]
+    proc = subprocess.run(cmd, capture_output=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"espeak-ng -v {voice} -s {speed} -p {pitch} failed with exit code "
+                           f"{proc.returncode}: {proc.stderr.decode(errors='replace').strip()}")
+    return parse_wav(proc.stdout, source=f"espeak-ng -v {voice} output for {text!r}")
+
+
+def _describe(u: Utterance) -> str:
+    noise = "" if u.noise_snr_db is None else f" snr={u.noise_snr_db}dB"
+    return f"espeak-ng {u.voice} s={u.speed} p={u.pitch}{noise}"
+
+
+def _features(u: Utterance) -> torch.Tensor:
+    """Raw log-mel features ``(T, 80)`` of one planned utterance."""
+    samples, rate = synthesize(u.transcript, voice=u.voice, speed=u.speed, pitch=u.pitch)
+    samples = resample(samples, rate, SAMPLE_RATE)  # (N,)
+    if u.noise_snr_db is not None:
+        rms = float(samples.square().mean().sqrt())
+        noise = np.random.default_rng(u.noise_seed).standard_normal(samples.numel())
+        samples = samples + torch.from_numpy(noise.astype(np.float32)) * (
+            rms / 10 ** (u.noise_snr_db / 20))
+    return log_mel(samples)
+
+
+def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
+                   cache_dir: str | Path, kinds: tuple[str, ...] = KINDS,
+                   noise_snr_db: tuple[float, float] | None = None, normalize: bool = False,
+                   workers: int = 2) -> SpeechSet:
+    """``n`` synthesised utterances of ``split`` as log-mel features, cached under ``cache_dir``.
+
+    The first call synthesises with ``workers`` espeak-ng processes at a time and writes
+    ``cache_dir/<split>-<n>-<hash of the settings>/`` (``features.safetensors`` and
+    ``index.json``); a later call with the same settings loads it without running espeak-ng.
+    The cache holds raw log-mels; ``normalize`` (zero mean, unit variance per mel bin over each
+    utterance) is applied when loading.
+
+    Shape:
+        ``features[i]``: ``(T_i, 80)``, ``T_i = 1 + samples_i // 160`` at 16 kHz.
+    """
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers: expected a positive int, got {workers!r}")
+    plan = plan_utterances(n, split=split, seed=seed, kinds=kinds, noise_snr_db=noise_snr_db)
+    settings = {"version": CACHE_VERSION, "n": n, "split": split, "seed": seed,
+                "kinds": list(kinds), "noise_snr_db": noise_snr_db, "sample_rate": SAMPLE_RATE,
+                "n_mels": N_MELS,
+                "words": hashlib.sha256(" ".join(_words()).encode()).hexdigest()[:16]}
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    folder = Path(cache_dir) / f"{split}-{n}-{key}"
+    if not (folder / "index.json").exists():
+        _write_cache(folder, plan, settings, workers)
+    feats = _read_cache(folder, n)
+    if normalize:
+        feats = [normalize_features(f) for f in feats]
+    return SpeechSet(feats, [u.transcript for u in plan], [_describe(u) for u in plan])
+
+
+def _write_cache(folder: Path, plan: list[Utterance], settings: dict, workers: int) -> None:
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        feats = list(pool.map(_features, plan))
+    elapsed = time.perf_counter() - start
+    log.info("synthesised %d utterances in %.1f s (%.1f utterances/s)", len(plan), elapsed,
+             len(plan) / max(elapsed, 1e-9))
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    lengths = torch.tensor([f.shape[0] for f in feats], dtype=torch.long)
+    stacked = torch.cat(feats) if feats else torch.zeros(0, N_MELS)
+    save_file({"features": stacked, "lengths": lengths}, str(tmp / "features.safetensors"))
+    espeak_version = subprocess.run([_espeak(), "--version"], capture_output=True,
+                                    text=True, check=False).stdout.strip()
+    index = {"settings": settings, "espeak_ng": espeak_version,
+             "utterances": [dataclasses.asdict(u) for u in plan]}
+    (tmp / "index.json").write_text(json.dumps(index, indent=1), encoding="utf-8")
+    try:
+        os.replace(tmp, folder)
+    except OSError:  # another process wrote the same cache first; theirs is identical
+        shutil.rmtree(tmp)
+
+
+def _read_cache(folder: Path, n: int) -> list[torch.Tensor]:
+    path = folder / "features.safetensors"
+    try:
+        tensors = load_file(str(path))
+        stacked, lengths = tensors["features"], tensors["lengths"]
+    except (OSError, KeyError, SafetensorError) as exc:
+        raise DataError(f"{path}: unreadable speech cache ({exc}); delete {folder} to rebuild "
+                        "it") from None
+    if len(lengths) != n or int(lengths.sum()) != stacked.shape[0]:
+        raise DataError(f"{path}: speech cache holds {len(lengths)} utterances, expected {n}; "
+                        f"delete {folder} to rebuild it")
+    return list(torch.split(stacked, lengths.tolist()))
+
+
+def read_manifest(path: str | Path, *, normalize: bool = False) -> SpeechSet:
+    """The user's own speech: a UTF-8 manifest of ``wav_path<TAB>transcript`` lines.
+
+    WAV paths are relative to the manifest's folder; each file is a 16-bit PCM WAV at any rate
+    and channel count (channels are averaged), resampled to 16 kHz. Transcripts are used as
+    written.
+
+    Raises:
+        DataError: naming the manifest (and line) or the WAV file that is missing or unusable.
+    """
+    path = Path(path)
+    pairs = read_tsv(path)
+    feats, transcripts, origins = [], [], []
+    for wav, transcript in pairs:
+        wav_path = path.parent / wav
+        samples, rate = read_wav(wav_path)
+        feats.append(log_mel(resample(samples, rate, SAMPLE_RATE), normalize=normalize))
+        transcripts.append(transcript)
+        origins.append(str(wav_path))
+    return SpeechSet(feats, transcripts, origins)

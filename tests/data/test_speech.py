@@ -1,0 +1,238 @@
+"""Synthesised speech (espeak-ng), the split design, the feature cache and manifests."""
+
+import json
+import math
+import re
+import shutil
+import subprocess
+import wave
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from num2words import num2words
+
+from attnkit.data import (
+    DataError,
+    SpeechSet,
+    log_mel,
+    mel_filterbank,
+    plan_utterances,
+    read_manifest,
+    resample,
+    speech,
+    speech_dataset,
+    synthesize,
+)
+from attnkit.data.speech import ACCENTS, SPLITS
+
+needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None,
+                                  reason="espeak-ng not installed (apt-get install espeak-ng)")
+TRANSCRIPT = re.compile(r"[a-z]+( [a-z]+)*")
+DIGITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+
+
+def test_plan_is_deterministic_and_prefix_stable():
+    plan = plan_utterances(200, seed=5)
+    assert plan == plan_utterances(200, seed=5)
+    assert plan[:50] == plan_utterances(50, seed=5)
+    assert plan != plan_utterances(200, seed=6)
+    assert len({u.transcript for u in plan}) > 190
+
+
+def test_transcript_conventions():
+    plan = plan_utterances(600, seed=1)
+    kinds = Counter(u.kind for u in plan)
+    assert set(kinds) == {"digits", "numbers", "sentences"} and min(kinds.values()) > 150
+    words = set(speech._words())
+    for u in plan:
+        assert TRANSCRIPT.fullmatch(u.transcript), u
+        if u.kind == "digits":
+            assert u.transcript == " ".join(DIGITS[int(d)] for d in u.text.split())
+            assert 3 <= len(u.text.split()) <= 8
+        elif u.kind == "numbers":
+            assert u.text.isdigit() and len(u.text) <= 6
+            spelled = num2words(int(u.text), lang="en").replace("-", " ").replace(",", " ")
+            assert u.transcript == " ".join(spelled.split())
+        else:
+            assert u.text == u.transcript and set(u.transcript.split()) <= words
+    assert plan_utterances(1, seed=0, kinds=("numbers",))[0].kind == "numbers"
+
+
+def test_numbers_are_spelled_with_spaces_only():
+    assert speech._spoken_number(4072) == "four thousand and seventy two"
+    assert speech._spoken_number(120034) == "one hundred and twenty thousand and thirty four"
+    assert speech._spoken_number(0) == "zero"
+
+
+def test_splits_share_no_voice_and_no_speed():
+    plans = {s: plan_utterances(300, split=s, seed=0) for s in SPLITS}
+    voices = {s: {u.voice for u in p} for s, p in plans.items()}
+    speeds = {s: {u.speed for u in p} for s, p in plans.items()}
+    variants = {s: {u.voice.partition("+")[2] for u in p} for s, p in plans.items()}
+    for a, b in [("train", "valid"), ("train", "test"), ("valid", "test")]:
+        assert not voices[a] & voices[b] and not speeds[a] & speeds[b]
+        assert not variants[a] & variants[b]
+    assert variants["train"] == set(SPLITS["train"].variants)
+    assert {u.voice.partition("+")[0] for u in plans["train"]} == set(ACCENTS)
+    same_text = sum(a.transcript == b.transcript for a, b in zip(plans["valid"], plans["test"]))
+    assert same_text < 10  # the split is part of each example's seed, not only its voice pool
+    assert min(speeds["train"]) < min(speeds["valid"]) and max(speeds["test"]) < max(
+        speeds["train"])  # held-out speeds lie inside the training range
+
+
+def test_noise_settings_are_drawn_per_example():
+    plan = plan_utterances(50, split="valid", noise_snr_db=(5.0, 20.0))
+    assert all(5.0 <= u.noise_snr_db <= 20.0 for u in plan)
+    assert len({u.noise_seed for u in plan}) == 50
+    assert all(u.noise_snr_db is None for u in plan_utterances(5, split="valid"))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"split": "dev"}, "split: expected one of train, valid, test, got 'dev'"),
+    ({"kinds": ("poems",)}, "kinds: expected a non-empty subset"),
+    ({"noise_snr_db": (20, 5)}, r"noise_snr_db: expected None or \(low, high\)"),
+])
+def test_plan_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        plan_utterances(3, **kwargs)
+
+
+def test_missing_espeak_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(speech.shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeError, match=r"espeak-ng: command not found.*apt-get install "
+                                           r"espeak-ng"):
+        synthesize("hello")
+
+
+@needs_espeak
+def test_espeak_stdout_header_has_bogus_sizes_and_is_parsed():
+    raw = subprocess.run(["espeak-ng", "--stdout", "-v", "en-us", "-s", "160", "-p", "50", "one two"],
+                         capture_output=True, check=True).stdout
+    riff_size, data_size = int.from_bytes(raw[4:8], "little"), int.from_bytes(raw[40:44], "little")
+    assert raw[36:40] == b"data" and data_size > len(raw) and riff_size > len(raw)
+    samples, rate = synthesize("one two", voice="en-us")
+    assert rate == 22050 and samples.numel() == (len(raw) - 44) // 2
+    assert torch.equal(samples, torch.from_numpy(
+        np.frombuffer(raw[44:], "<i2").astype(np.float32) / 32768))
+
+
+@needs_espeak
+def test_synthesis_is_bit_reproducible_and_follows_settings():
+    a, _ = synthesize("four zero seven two", voice="en-gb-x-rp+f3", speed=150, pitch=40)
+    b, _ = synthesize("four zero seven two", voice="en-gb-x-rp+f3", speed=150, pitch=40)
+    assert torch.equal(a, b) and float(a.abs().max()) > 0.05
+    slower, _ = synthesize("four zero seven two", voice="en-gb-x-rp+f3", speed=120, pitch=40)
+    assert slower.numel() > a.numel() * 1.1
+
+
+@needs_espeak
+def test_every_voice_sounds_different():
+    """Catches voices that silently ignore their variant (espeak-ng's en-gb+m1 is en-gb)."""
+    variants = [v for split in SPLITS.values() for v in split.variants]
+    seen = {}
+    for accent in ACCENTS:
+        for variant in variants:
+            voice = accent + (f"+{variant}" if variant else "")
+            samples, _ = synthesize("hello there, it is half past four", voice=voice)
+            seen.setdefault(samples.numpy().tobytes(), []).append(voice)
+    assert [v for v in seen.values() if len(v) > 1] == []
+
+
+@needs_espeak
+def test_unknown_voice_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="espeak-ng -v xx-nowhere .* failed"):
+        synthesize("hi", voice="xx-nowhere")
+
+
+@needs_espeak
+def test_dataset_is_cached_and_reused(tmp_path, monkeypatch):
+    data = speech_dataset(6, split="test", seed=2, cache_dir=tmp_path)
+    plan = plan_utterances(6, split="test", seed=2)
+    assert isinstance(data, SpeechSet) and len(data) == 6
+    assert data.transcripts == [u.transcript for u in plan]
+    assert data.origins[0] == f"espeak-ng {plan[0].voice} s={plan[0].speed} p={plan[0].pitch}"
+    audio, rate = synthesize(plan[0].transcript, voice=plan[0].voice, speed=plan[0].speed,
+                             pitch=plan[0].pitch)
+    assert rate == 22050
+    assert data.features[0].shape == (1 + math.ceil(audio.numel() * 320 / 441) // 160, 80)
+    (folder,) = tmp_path.iterdir()
+    index = json.loads((folder / "index.json").read_text())
+    assert index["utterances"][3]["voice"] == plan[3].voice
+
+    def no_espeak(*args, **kwargs):
+        raise AssertionError("espeak-ng was run although the cache holds these settings")
+
+    monkeypatch.setattr(speech, "synthesize", no_espeak)
+    again = speech_dataset(6, split="test", seed=2, cache_dir=tmp_path)
+    assert all(torch.equal(a, b) for a, b in zip(data.features, again.features))
+    normed = speech_dataset(6, split="test", seed=2, cache_dir=tmp_path, normalize=True)
+    assert torch.allclose(normed.features[1].mean(0), torch.zeros(80), atol=1e-4)
+    with pytest.raises(AssertionError, match="espeak-ng was run"):
+        speech_dataset(6, split="test", seed=3, cache_dir=tmp_path)  # a new setting, a new cache
+
+
+@needs_espeak
+def test_noise_is_seeded_and_at_the_drawn_level(tmp_path):
+    clean = speech_dataset(2, split="valid", cache_dir=tmp_path / "a", kinds=("digits",))
+    noisy = speech_dataset(2, split="valid", cache_dir=tmp_path / "a", kinds=("digits",),
+                           noise_snr_db=(0.0, 0.0))
+    again = speech_dataset(2, split="valid", cache_dir=tmp_path / "b", kinds=("digits",),
+                           noise_snr_db=(0.0, 0.0), workers=1)
+    assert clean.transcripts == noisy.transcripts
+    assert all(torch.equal(a, b) for a, b in zip(noisy.features, again.features))
+    # at 0 dB the noise fills the silences: the quietest frames get much louder
+    assert float(noisy.features[0].mean(1).min()) > float(clean.features[0].mean(1).min()) + 3
+
+
+def test_corrupt_cache_names_the_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(speech, "_features", lambda u: torch.zeros(3, 80))
+    monkeypatch.setattr(speech, "_espeak", lambda: "true")
+    speech_dataset(2, cache_dir=tmp_path)
+    (folder,) = tmp_path.iterdir()
+    (folder / "features.safetensors").write_bytes(b"garbage")
+    with pytest.raises(DataError, match=re.escape(str(folder / "features.safetensors"))):
+        speech_dataset(2, cache_dir=tmp_path)
+
+
+def write_wav(path, pcm, rate, channels=1):
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(np.asarray(pcm, dtype="<i2").tobytes())
+
+
+def test_manifest_reads_resamples_and_downmixes(tmp_path):
+    t = np.arange(8000) / 8000
+    tone = (8000 * np.sin(2 * np.pi * 500 * t)).astype(np.int16)  # 1 s at 8 kHz
+    (tmp_path / "audio").mkdir()
+    write_wav(tmp_path / "audio" / "a.wav", tone, 8000)
+    write_wav(tmp_path / "b.wav", np.stack([tone, tone], 1).reshape(-1), 8000, channels=2)
+    (tmp_path / "list.tsv").write_text("audio/a.wav\tfive hundred\nb.wav\tstereo\n")
+    data = read_manifest(tmp_path / "list.tsv")
+    assert data.transcripts == ["five hundred", "stereo"]
+    assert data.origins == [str(tmp_path / "audio" / "a.wav"), str(tmp_path / "b.wav")]
+    assert data.features[0].shape == (101, 80)  # resampled to 16 kHz: 1 + 16000 // 160 frames
+    assert torch.allclose(data.features[0], data.features[1])
+    expected = log_mel(resample(torch.from_numpy(tone.astype(np.float32) / 32768), 8000))
+    assert torch.equal(data.features[0], expected)
+    peak_filter = mel_filterbank(n_fft=512)[int(data.features[0].mean(0).argmax())]
+    assert abs(float(peak_filter.argmax()) * 16000 / 512 - 500) < 60  # the tone is at 500 Hz
+    normed = read_manifest(tmp_path / "list.tsv", normalize=True)
+    assert torch.allclose(normed.features[0].mean(0), torch.zeros(80), atol=1e-4)
+
+
+def test_manifest_errors_name_the_file(tmp_path):
+    (tmp_path / "list.tsv").write_text("missing.wav\thello\n")
+    with pytest.raises(DataError, match=re.escape(str(tmp_path / "missing.wav"))):
+        read_manifest(tmp_path / "list.tsv")
+    (tmp_path / "bad.tsv").write_text("no tab here\n")
+    with pytest.raises(DataError, match=re.escape(str(tmp_path / "bad.tsv")) + ":1"):
+        read_manifest(tmp_path / "bad.tsv")
+    (tmp_path / "float.wav").write_bytes(b"RIFF\x24\0\0\0WAVEfmt \x10\0\0\0\x03\0\x01\0"
+                                         b"\x80\x3e\0\0\0\xfa\0\0\x04\0\x20\0data\0\0\0\0")
+    (tmp_path / "f.tsv").write_text("float.wav\thello\n")
+    with pytest.raises(DataError, match=re.escape(str(tmp_path / "float.wav")) + ".*IEEE float"):
+        read_manifest(tmp_path / "f.tsv")
