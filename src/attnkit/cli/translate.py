@@ -9,6 +9,14 @@ from pathlib import Path
 
 import torch
 
+from attnkit.cli.common import (
+    add_training_args,
+    existing_run,
+    load_task_checkpoint,
+    positive_int,
+    teacher_forcing,
+    train_and_report,
+)
 from attnkit.data import DataError, generate_pairs, load_vocab, read_tsv
 from attnkit.tasks.translation import (
     TranslationTask,
@@ -17,26 +25,8 @@ from attnkit.tasks.translation import (
     plot_translation,
     translate,
 )
-from attnkit.train import (
-    CheckpointError,
-    TeacherForcing,
-    TrainConfig,
-    Trainer,
-    distributed,
-    load_checkpoint,
-)
 
 log = logging.getLogger("attnkit")
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
-
-
-positive_int.__name__ = "positive int"  # argparse names the type in its error
 
 
 def task_list(text: str) -> tuple[str, ...]:
@@ -82,29 +72,7 @@ def add_train_parser(train_sub) -> None:
                        "(default 4 * hidden)")
     model.add_argument("--dropout", type=float, default=None,
                        help="default 0.0 for RNN models, 0.1 for the Transformer")
-    train = p.add_argument_group("training")
-    train.add_argument("--out", type=Path, required=True, help="run folder (checkpoint, plots)")
-    train.add_argument("--resume", action="store_true", help="continue the run in --out")
-    train.add_argument("--steps", type=positive_int, default=20000)
-    train.add_argument("--time-budget", type=float, help="seconds; stop and save after this")
-    train.add_argument("--batch-size", type=positive_int, default=64)
-    train.add_argument("--lr", type=float, default=3e-3)
-    train.add_argument("--warmup", type=int, default=100)
-    train.add_argument("--label-smoothing", type=float, default=0.1)
-    train.add_argument("--teacher-forcing", type=float, default=1.0,
-                       help="probability of feeding the reference token (at the start)")
-    train.add_argument("--teacher-forcing-end", type=float,
-                       help="scheduled sampling: the probability reached after "
-                       "--teacher-forcing-steps (default: constant)")
-    train.add_argument("--teacher-forcing-steps", type=positive_int, default=10000)
-    train.add_argument("--teacher-forcing-shape", choices=("linear", "inverse_sigmoid"),
-                       default="linear")
-    train.add_argument("--eval-every", type=positive_int, default=200)
-    train.add_argument("--checkpoint-every", type=positive_int, default=200)
-    train.add_argument("--patience", type=positive_int, help="early stopping: validations w/o gain")
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--no-progress", action="store_true")
-    train.add_argument("--plot", type=int, default=3, help="heat-maps of N validation examples")
+    add_training_args(p)
     p.set_defaults(run=run_train)
 
 
@@ -130,38 +98,18 @@ def run_train(args) -> int:
              "n_valid": args.n_valid})
     task_kw = dict(model_config=model_config, batch_size=args.batch_size, seed=args.seed,
                    vocab=args.vocab, vocab_size=args.vocab_size,
-                   label_smoothing=args.label_smoothing,
-                   teacher_forcing=TeacherForcing(args.teacher_forcing, args.teacher_forcing_end,
-                                                  args.teacher_forcing_steps,
-                                                  args.teacher_forcing_shape),
+                   label_smoothing=args.label_smoothing, teacher_forcing=teacher_forcing(args),
                    data=data)
-    existing = args.out / "checkpoint"
-    if existing.exists() and not args.resume:
-        raise CheckpointError(f"{existing}: already holds a checkpoint; pass --resume to "
-                              "continue it, or choose another --out")
-    if args.resume:
-        ck = _load_checkpoint_of_task(existing)
+    ck = existing_run(args, "translate")
+    if ck is not None:
         task = TranslationTask(train, valid, src_vocab=load_vocab(ck.vocab["src"]),
                                tgt_vocab=load_vocab(ck.vocab["tgt"]),
                                **{**task_kw, "model_config": _model_kwargs(ck.config)})
     else:
         task = TranslationTask(train, valid, **task_kw)
     model = task.build_model()
-    cfg = TrainConfig(max_steps=args.steps, lr=args.lr, warmup_steps=args.warmup,
-                      eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
-                      patience=args.patience, time_budget_s=args.time_budget, seed=args.seed,
-                      progress=not args.no_progress)
-    trainer = Trainer(model, task, cfg, args.out)
-    if args.resume:
-        trainer.resume()
-    result = trainer.fit()
-    if not distributed.is_main():
-        return 0  # under torchrun, rank 0 reports and writes the files
-    final = task.evaluate(model)  # on the whole validation set, after the last step
-    print(f"stopped after {result.step} steps ({result.stopped}); held-out: "
-          + ", ".join(f"{k} {v:.4f}" for k, v in final.items()))
-    _samples_and_plots(model, task, args.out, args.plot)
-    (args.out / "history.json").write_text(json.dumps(result.history, indent=1))
+    if train_and_report(model, task, args) is not None:
+        _samples_and_plots(model, task, args.out, args.plot)
     return 0
 
 
@@ -203,16 +151,8 @@ def _plot(hyp, i, source, src_vocab, tgt_vocab, path):
         print(f"  wrote {path}")
 
 
-def _load_checkpoint_of_task(checkpoint: Path):
-    ck = load_checkpoint(checkpoint)
-    if ck.config.get("task") != "translate" or not ck.vocab or "model" not in ck.config:
-        raise CheckpointError(f"{checkpoint}: not a translation checkpoint "
-                              f"(task {ck.config.get('task')!r})")
-    return ck
-
-
 def _load(checkpoint: Path):
-    ck = _load_checkpoint_of_task(checkpoint)
+    ck = load_task_checkpoint(checkpoint, "translate")
     model = build_model(ck.config["model"])
     ck.load_model(model)
     vocabs = load_vocab(ck.vocab["src"]), load_vocab(ck.vocab["tgt"])

@@ -1,0 +1,110 @@
+"""What every task's command line shares: argument types, the training options, the run.
+
+Each task adds its own data and model options, builds its task object and model, and hands
+them to :func:`train_and_report`; the training options, the refusal to overwrite a run, the
+resume, the final held-out report and ``history.json`` are the same for every task.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from attnkit.train import (
+    Checkpoint,
+    CheckpointError,
+    TeacherForcing,
+    TrainConfig,
+    Trainer,
+    TrainResult,
+    distributed,
+    load_checkpoint,
+)
+
+__all__ = ["add_training_args", "existing_run", "load_task_checkpoint", "positive_int",
+           "teacher_forcing", "train_and_report"]
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+positive_int.__name__ = "positive int"  # argparse names the type in its error
+
+
+def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float = 3e-3,
+                      eval_every: int = 200, label_smoothing: float = 0.1) -> None:
+    """The "training" option group, with per-task defaults."""
+    train = p.add_argument_group("training")
+    train.add_argument("--out", type=Path, required=True, help="run folder (checkpoint, plots)")
+    train.add_argument("--resume", action="store_true", help="continue the run in --out")
+    train.add_argument("--steps", type=positive_int, default=steps)
+    train.add_argument("--time-budget", type=float, help="seconds; stop and save after this")
+    train.add_argument("--batch-size", type=positive_int, default=batch_size)
+    train.add_argument("--lr", type=float, default=lr)
+    train.add_argument("--warmup", type=int, default=100)
+    train.add_argument("--label-smoothing", type=float, default=label_smoothing)
+    train.add_argument("--teacher-forcing", type=float, default=1.0,
+                       help="probability of feeding the reference token (at the start)")
+    train.add_argument("--teacher-forcing-end", type=float,
+                       help="scheduled sampling: the probability reached after "
+                       "--teacher-forcing-steps (default: constant)")
+    train.add_argument("--teacher-forcing-steps", type=positive_int, default=10000)
+    train.add_argument("--teacher-forcing-shape", choices=("linear", "inverse_sigmoid"),
+                       default="linear")
+    train.add_argument("--eval-every", type=positive_int, default=eval_every)
+    train.add_argument("--checkpoint-every", type=positive_int, default=eval_every)
+    train.add_argument("--patience", type=positive_int, help="early stopping: validations w/o gain")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--no-progress", action="store_true")
+    train.add_argument("--plot", type=int, default=3, help="pictures of N validation examples")
+
+
+def teacher_forcing(args) -> TeacherForcing:
+    """The schedule given by the ``--teacher-forcing*`` options."""
+    return TeacherForcing(args.teacher_forcing, args.teacher_forcing_end,
+                          args.teacher_forcing_steps, args.teacher_forcing_shape)
+
+
+def load_task_checkpoint(directory: Path, task: str) -> Checkpoint:
+    """A checkpoint written by a run of ``task`` (``config["task"]``), with its vocabulary
+    and model config; anything else is a :class:`CheckpointError` naming the folder."""
+    ck = load_checkpoint(directory)
+    if ck.config.get("task") != task or not ck.vocab or "model" not in ck.config:
+        raise CheckpointError(f"{directory}: not a {task} checkpoint "
+                              f"(task {ck.config.get('task')!r})")
+    return ck
+
+
+def existing_run(args, task: str) -> Checkpoint | None:
+    """The ``task`` checkpoint to resume (``--resume``), None for a new run; refuses to
+    overwrite a run."""
+    existing = args.out / "checkpoint"
+    if existing.exists() and not args.resume:
+        raise CheckpointError(f"{existing}: already holds a checkpoint; pass --resume to "
+                              "continue it, or choose another --out")
+    return load_task_checkpoint(existing, task) if args.resume else None
+
+
+def train_and_report(model, task, args) -> TrainResult | None:
+    """Train (resuming with ``--resume``), print the held-out scores and write
+    ``history.json``. Returns None on the other processes of a torchrun job, which leave
+    reporting to rank 0."""
+    cfg = TrainConfig(max_steps=args.steps, lr=args.lr, warmup_steps=args.warmup,
+                      eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
+                      patience=args.patience, time_budget_s=args.time_budget, seed=args.seed,
+                      progress=not args.no_progress)
+    trainer = Trainer(model, task, cfg, args.out)
+    if args.resume:
+        trainer.resume()
+    result = trainer.fit()
+    if not distributed.is_main():
+        return None
+    final = task.evaluate(model)  # on the whole validation set, after the last step
+    print(f"stopped after {result.step} steps ({result.stopped}); held-out: "
+          + ", ".join(f"{k} {v:.4f}" for k, v in final.items()))
+    (args.out / "history.json").write_text(json.dumps(result.history, indent=1))
+    return result
