@@ -163,3 +163,23 @@ def test_rejects_weights_that_are_not_2d(tmp_path, weights, shape):
     with pytest.raises(ValueError, match=rf"^weights: expected a 2-D \(Tq, Tk\) array, got shape {shape}"):
         plot_attention(weights, None, None, tmp_path / "bad.png")
     assert not (tmp_path / "bad.png").exists()
+
+
+def test_plot_alignment_over_an_image_and_a_spectrogram(tmp_path):
+    from attnkit.plot import plot_alignment
+
+    weights = torch.softmax(torch.randn(5, 20), -1)
+    png = plot_alignment(weights, torch.rand(32, 160), list("abcde"), tmp_path / "a" / "x.png",
+                         steps=18, marked=[0, 4], title="abcde")
+    assert png.exists() and png.read_bytes()[:4] == b"\x89PNG"
+    spec = plot_alignment(weights, torch.randn(80, 300), None, tmp_path / "s.png",
+                          origin="lower")
+    assert spec.exists()
+    with pytest.raises(ValueError, match="labels: expected 5 labels"):
+        plot_alignment(weights, torch.rand(32, 160), list("abc"), tmp_path / "y.png")
+    with pytest.raises(ValueError, match=r"marked: expected output positions in \[0, 5\)"):
+        plot_alignment(weights, torch.rand(32, 160), None, tmp_path / "y.png", marked=[7])
+    with pytest.raises(ValueError, match=r"x_len: expected an int in \[1, 20\], got 21"):
+        plot_alignment(weights, torch.rand(32, 160), None, tmp_path / "y.png", steps=21)
+    with pytest.raises(ValueError, match="background: expected a 2-D"):
+        plot_alignment(weights, torch.rand(1, 32, 160), None, tmp_path / "y.png")

@@ -8,17 +8,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["plot_attention"]
+__all__ = ["plot_alignment", "plot_attention"]
 
 
-def _as_2d_array(weights) -> np.ndarray:
-    if isinstance(weights, torch.Tensor):
-        weights = weights.detach().float().cpu().numpy()
-    arr = np.asarray(weights, dtype=np.float32)
+def _as_2d_array(x, name: str = "weights", dims: str = "(Tq, Tk)") -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        x = x.detach().float().cpu().numpy()
+    arr = np.asarray(x, dtype=np.float32)
     if arr.ndim != 2:
-        raise ValueError(f"weights: expected a 2-D (Tq, Tk) array, got shape {arr.shape}")
+        raise ValueError(f"{name}: expected a 2-D {dims} array, got shape {arr.shape}")
     if not np.isfinite(arr).all():
-        raise ValueError(f"weights: expected finite values, got {int((~np.isfinite(arr)).sum())} "
+        raise ValueError(f"{name}: expected finite values, got {int((~np.isfinite(arr)).sum())} "
                          "NaN or infinite entries")
     return arr
 
@@ -78,6 +78,89 @@ def plot_attention(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+    return path
+
+
+def plot_alignment(
+    weights,
+    background,
+    labels: Sequence[str] | None,
+    path: str | Path,
+    *,
+    steps: int | None = None,
+    marked: Sequence[int] | None = None,
+    title: str | None = None,
+    origin: str = "upper",
+) -> Path:
+    """Attention of output tokens over the input they were read from, drawn on that input.
+
+    The top panel shows ``background`` (a text-line image, or a spectrogram with
+    ``origin="lower"``) with the weights of the ``marked`` output tokens drawn over the
+    columns they attend to, each labelled at its peak; the bottom panel is the full
+    ``(tokens, steps)`` heat-map stretched to the same x axis. Attention step ``j`` of
+    ``steps`` covers columns ``[j * W / steps, (j + 1) * W / steps)`` of the background.
+
+    Args:
+        weights: ``(Tq, S)`` tensor or array: one example's weights over ``S`` encoder steps.
+        background: ``(Hb, W)``: the image (values in [0, 1], 1 = paper) or ``(F, W)`` features.
+        labels: the ``Tq`` output tokens (or None).
+        steps: the example's true number of encoder steps (default ``S``).
+        marked: output positions drawn over the background (default: up to 8 spread evenly).
+        origin: ``"upper"`` for images, ``"lower"`` for spectrograms.
+
+    Returns:
+        The path written.
+    """
+    arr = _as_2d_array(weights)
+    tq, s_all = arr.shape
+    steps = _crop_len("x", None, steps, s_all)
+    arr = arr[:, :steps]
+    if labels is not None and len(labels) != tq:
+        raise ValueError(f"labels: expected {tq} labels (one per output token), got {len(labels)}")
+    bg = _as_2d_array(background, "background", "(H, W)")
+    if marked is None:
+        marked = sorted(set(np.linspace(0, tq - 1, min(tq, 8)).round().astype(int).tolist()))
+    bad = [m for m in marked if not 0 <= m < tq]
+    if bad:
+        raise ValueError(f"marked: expected output positions in [0, {tq}), got {bad}")
+
+    from matplotlib import colormaps
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    h, w = bg.shape
+    fig = Figure(figsize=(min(max(6.0, w / 60), 40.0), 2.5 + min(0.2 * tq, 12.0)))
+    FigureCanvasAgg(fig)
+    top, bottom = fig.subplots(2, 1, sharex=True,
+                               gridspec_kw={"height_ratios": [1.2, max(1.0, 0.12 * tq)]})
+    top.imshow(bg, cmap="gray" if origin == "upper" else "magma", aspect="auto",
+               origin=origin, extent=(0, w, 0, h) if origin == "lower" else (0, w, h, 0))
+    centres = (np.arange(steps) + 0.5) * w / steps  # column of each encoder step
+    colours = colormaps["tab10"]
+    for k, m in enumerate(marked):
+        row = arr[m] / max(float(arr[m].max()), 1e-9)
+        colour = colours(k % 10)
+        lo, hi = (h, h - row * h) if origin == "upper" else (0, row * h)
+        top.fill_between(centres, lo, hi, color=colour, alpha=0.35, step="mid")
+        peak = centres[int(arr[m].argmax())]
+        text = labels[m] if labels is not None else str(m)
+        top.annotate(str(text), (peak, h * (0.1 if origin == "upper" else 0.9)), color=colour,
+                     ha="center", fontsize=10, fontweight="bold")
+    top.set_yticks([])
+    top.set_xlim(0, w)
+    bottom.imshow(arr, aspect="auto", cmap="viridis", extent=(0, w, tq, 0),
+                  vmin=0.0, vmax=max(float(arr.max()), 1e-6))
+    if labels is not None and tq <= 120:
+        bottom.set_yticks(np.arange(tq) + 0.5)
+        bottom.set_yticklabels([str(t) for t in labels])
+    bottom.set_xlabel(f"input columns ({steps} attention steps)")
+    bottom.set_ylabel("output")
+    if title:
+        top.set_title(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
     return path
 
 
