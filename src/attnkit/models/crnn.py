@@ -1,0 +1,181 @@
+"""Text-line recognition: the CRNN of seed 000, with attention between RNN1 and RNN2.
+
+    image (B, 1, 32, W) -> CNN -> (B, T, C) with T = W // 2 -> RNN1 (BiLSTM)
+        -> [SelfAttention: every step attends over the line, or a window of it]
+        -> RNN2 (BiLSTM) -> (B, T, 2H) -> head
+
+Heads: ``"ctc"`` (per-step character scores, blank = id 0, Graves et al. 2006) or
+``"attention"`` (an :class:`attnkit.models.AttentionDecoder` reading the line character by
+character with additive attention over the ``T`` steps; greedy or beam decoding).
+
+Padding never changes a line's output: images are inverted (paper 0, ink 1) so padding is
+blank paper, and the CNN's features past each line's width are zeroed after every block, so a
+valid column sees exactly what it would see without the padding (in eval mode; batch norm's
+batch statistics in training mode see the whole batch). The RNNs run on packed sequences and
+the attention masks by lengths.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from attnkit.attention import SelfAttention
+from attnkit.attention._checks import check_positive_int, check_probability
+from attnkit.data.vocab import BOS, EOS, PAD
+from attnkit.models.decoder import AttentionDecoder
+
+__all__ = ["CRNN", "ctc_greedy"]
+
+HEADS = ("ctc", "attention")
+ATTENTION = (None, "global", "window")
+
+
+def _block(c_in: int, c_out: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out),
+                         nn.ReLU(inplace=True))
+
+
+class _BiLSTM(nn.Module):
+    def __init__(self, d_in: int, hidden: int):
+        super().__init__()
+        self.rnn = nn.LSTM(d_in, hidden, batch_first=True, bidirectional=True)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """``(B, T, D)`` -> ``(B, T, 2H)``, zero past each length."""
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        out, _ = self.rnn(packed)
+        return pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])[0]
+
+
+class CRNN(nn.Module):
+    """Convolutions, two bidirectional LSTMs and, optionally, attention between them.
+
+    Args:
+        vocab: ``V`` output ids (:class:`attnkit.data.CharVocab`; id 0 is the CTC blank).
+        channels: the five conv blocks' channels; heights 32 -> 16 -> 8 -> 4 -> 2 -> 1, width
+            halved once (``T = W // 2`` steps: 12.5 px per character gives ~6 steps each).
+        hidden: ``H`` per direction of both LSTMs.
+        attention: None (plain CRNN), ``"global"`` or ``"window"`` (``window`` steps each side).
+        score, heads: of the :class:`attnkit.SelfAttention` layer (default scaled dot
+            product, served by the fused kernel: no ``(T, T)`` tensor kept for backward).
+        head: ``"ctc"`` or ``"attention"``; dec_hidden: the attention decoder's size.
+        dropout: before the head.
+        kind: always ``"crnn"`` (names the model in a saved config).
+
+    Shape:
+        - ``encode(images (B, 1, 32, W), widths (B,))`` -> features ``(B, T, 2H)``, steps
+          ``(B,)`` with ``T = W // 2``.
+        - ``forward(images, widths)`` (CTC) -> log-probs ``(B, T, V)``, steps ``(B,)``;
+          ``forward(images, widths, tgt_in (B, L))`` (attention) -> logits ``(B, L, V)``,
+          weights ``(B, L, T)``.
+
+    Example:
+        >>> model = CRNN(10, channels=(4, 4, 8, 8, 8), hidden=8, attention="window",
+        ...              window=5).eval()
+        >>> log_probs, steps = model(torch.rand(2, 1, 32, 60), torch.tensor([60, 41]))
+        >>> log_probs.shape, steps.tolist()
+        (torch.Size([2, 30, 10]), [30, 20])
+    """
+
+    def __init__(self, vocab: int, *, channels: tuple[int, ...] = (32, 64, 128, 128, 128),
+                 hidden: int = 128, attention: str | None = None, score: str = "scaled_dot",
+                 heads: int = 1, window: int = 32, head: str = "ctc", dec_hidden: int = 128,
+                 dropout: float = 0.1, kind: str = "crnn"):
+        super().__init__()
+        if kind != "crnn":
+            raise ValueError(f"kind: expected 'crnn', got {kind!r}")
+        check_positive_int("vocab", vocab)
+        check_positive_int("hidden", hidden)
+        check_probability("dropout", dropout)
+        channels = tuple(channels)
+        if len(channels) != 5 or not all(isinstance(c, int) and c > 0 for c in channels):
+            raise ValueError(f"channels: expected 5 positive ints, got {channels!r}")
+        if attention not in ATTENTION:
+            raise ValueError(f"attention: expected None, 'global' or 'window', got {attention!r}")
+        if head not in HEADS:
+            raise ValueError(f"head: expected one of {', '.join(HEADS)}, got {head!r}")
+        self.head_kind = head
+        ins = (1, *channels[:-1])
+        self.blocks = nn.ModuleList(_block(a, b) for a, b in zip(ins, channels))
+        self.pools = nn.ModuleList([nn.MaxPool2d((2, 2))] + [nn.MaxPool2d((2, 1))] * 4)
+        self.rnn1 = _BiLSTM(channels[-1], hidden)
+        self.attention = None
+        if attention is not None:
+            win = None if attention == "global" else (check_positive_int("window", window),) * 2
+            self.attention = SelfAttention(2 * hidden, score=score, heads=heads, window=win,
+                                           combine="residual")
+        self.rnn2 = _BiLSTM(2 * hidden, hidden)
+        self.drop = nn.Dropout(dropout)
+        if head == "ctc":
+            self.classifier = nn.Linear(2 * hidden, vocab)
+        else:
+            self.decoder = AttentionDecoder(vocab, 2 * hidden, hidden=dec_hidden, emb=64,
+                                            score="additive", dropout=dropout)
+
+    def encode(self, images: torch.Tensor, widths: torch.Tensor):
+        """Features ``(B, T, 2H)`` and steps ``(B,)`` of padded line images."""
+        if images.dim() != 4 or images.shape[1] != 1 or images.shape[2] != 32:
+            raise ValueError(f"images: expected (B, 1, 32, W), got {tuple(images.shape)}")
+        if widths.shape != images.shape[:1]:
+            raise ValueError(f"widths: expected shape ({images.shape[0]},), got "
+                             f"{tuple(widths.shape)}")
+        if int(widths.min()) < 2 or int(widths.max()) > images.shape[3]:
+            raise ValueError(f"widths: expected values in [2, {images.shape[3]}] (the padded "
+                             f"width), got {widths.tolist()}")
+        x = 1.0 - images  # paper 0, ink 1: padding is blank paper
+        w = widths.to(images.device)
+        cols = torch.arange(images.shape[3], device=images.device)
+        x = x * (cols < w[:, None])[:, None, None, :]
+        for i, (block, pool) in enumerate(zip(self.blocks, self.pools)):
+            x = pool(block(x))
+            if i == 0:
+                w = w // 2
+            cols = torch.arange(x.shape[3], device=x.device)
+            x = x * (cols < w[:, None])[:, None, None, :]  # (B, C, H, T): zero past the line
+        feats = x.squeeze(2).transpose(1, 2)  # (B, T, C)
+        h = self.rnn1(feats, w)  # (B, T, 2H)
+        if self.attention is not None:
+            h = self.attention(h, w)  # every step sees the line (or its window)
+        return self.drop(self.rnn2(h, w)), w
+
+    def forward(self, images: torch.Tensor, widths: torch.Tensor,
+                tgt_in: torch.Tensor | None = None, *, teacher_forcing: float = 1.0,
+                generator: torch.Generator | None = None):
+        """CTC: ``(log_probs (B, T, V), steps (B,))``; attention head: ``(logits, weights)``
+        for the teacher-forced ``tgt_in`` (see the class docstring)."""
+        feats, steps = self.encode(images, widths)
+        if self.head_kind == "ctc":
+            return F.log_softmax(self.classifier(feats), dim=-1), steps
+        if tgt_in is None:
+            raise ValueError("tgt_in: the attention head needs the target input (BOS + text)")
+        return self.decoder(feats, steps, tgt_in, teacher_forcing=teacher_forcing,
+                            generator=generator)
+
+    # ------------------------------------------------------------------ decoding interface
+
+    def start(self, images: torch.Tensor, widths: torch.Tensor) -> dict:
+        """Attention head: encode and return the decoder's state."""
+        feats, steps = self.encode(images, widths)
+        return self.decoder.start(feats, steps)
+
+    def step(self, tokens: torch.Tensor, state: dict):
+        """Attention head: tokens ``(N,)`` -> log-probs ``(N, V)``, state, weights ``(N, T)``."""
+        return self.decoder.step(tokens, state)
+
+
+def ctc_greedy(log_probs: torch.Tensor, steps: torch.Tensor) -> list[list[int]]:
+    """Best-path CTC decoding: the most likely id per step, repeats merged, blanks (0) and
+    the other specials (BOS, EOS) dropped. ``log_probs`` ``(B, T, V)``, ``steps`` ``(B,)``."""
+    best = log_probs.argmax(-1)  # (B, T)
+    out = []
+    for row, n in zip(best.tolist(), steps.tolist()):
+        ids, prev = [], PAD
+        for i in row[:n]:
+            if i != prev and i not in (PAD, BOS, EOS):
+                ids.append(i)
+            prev = i
+        out.append(ids)
+    return out

@@ -1,0 +1,95 @@
+"""CRNN: output lengths, padding changes nothing, attention between the RNNs, both heads."""
+
+import pytest
+import torch
+
+from attnkit.decoding import beam_search, greedy
+from attnkit.models import CRNN, ctc_greedy
+
+SMALL = dict(channels=(4, 4, 8, 8, 8), hidden=8, dropout=0.0)
+
+
+def _lines(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    images = torch.rand(3, 1, 32, 70, generator=g)
+    widths = torch.tensor([70, 45, 9])
+    return images, widths
+
+
+@pytest.mark.parametrize("attention", [None, "global", "window"])
+def test_padding_changes_nothing_and_steps_are_half_the_width(attention):
+    torch.manual_seed(0)
+    model = CRNN(12, attention=attention, window=4, **SMALL).double().eval()
+    images, widths = _lines()
+    images = images.double()
+    log_probs, steps = model(images, widths)
+    assert log_probs.shape == (3, 35, 12) and steps.tolist() == [35, 22, 4]
+    for b in range(3):
+        w = int(widths[b])
+        alone, _ = model(images[b : b + 1, :, :, :w], widths[b : b + 1])
+        torch.testing.assert_close(alone[0], log_probs[b, : w // 2])
+    # what lies beyond a line's width (here: noise) is never seen
+    noisy = images.clone()
+    noisy[1, :, :, 45:] = torch.rand(1, 32, 25, dtype=torch.float64)
+    torch.testing.assert_close(model(noisy, widths)[0][1, :22], log_probs[1, :22])
+
+
+def test_attention_layer_sits_between_the_rnns_and_gets_gradients():
+    torch.manual_seed(0)
+    model = CRNN(12, attention="global", **SMALL)
+    images, widths = _lines()
+    log_probs, steps = model(images, widths)
+    targets = torch.tensor([[5, 6, 7], [5, 5, 8], [9, 0, 0]])
+    loss = torch.nn.functional.ctc_loss(log_probs.transpose(0, 1), targets, steps,
+                                        torch.tensor([3, 3, 1]))
+    loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0
+               for p in model.attention.parameters())
+
+
+def test_ctc_greedy_merges_repeats_and_drops_blanks():
+    lp = torch.full((2, 6, 8), -10.0)
+    for b, row in enumerate([[5, 5, 0, 5, 6, 6], [0, 7, 1, 7, 7, 4]]):
+        lp[b, torch.arange(6), torch.tensor(row)] = 0.0
+    assert ctc_greedy(lp, torch.tensor([6, 5])) == [[5, 5, 6], [7, 7]]
+
+
+def test_attention_head_steps_and_decoders():
+    torch.manual_seed(0)
+    model = CRNN(12, head="attention", dec_hidden=10, **SMALL).double().eval()
+    images, widths = _lines()
+    images = images.double()
+    tgt_in = torch.tensor([[1, 5, 6], [1, 7, 7], [1, 8, 0]])
+    logits, weights = model(images, widths, tgt_in)
+    assert logits.shape == (3, 3, 12) and weights.shape == (3, 3, 35)
+    assert weights[2, :, 4:].abs().max() == 0
+    state = model.start(images, widths)
+    lp, state, w = model.step(tgt_in[:, 0], state)
+    torch.testing.assert_close(lp, logits[:, 0].log_softmax(-1))
+    kw = dict(batch_size=3, bos=1, eos=2, pad=0, max_len=5)
+    g = greedy(model.step, model.start(images, widths), **kw)
+    b1 = beam_search(model.step, model.start(images, widths), beam_size=1, **kw)
+    assert torch.equal(g.tokens, b1.tokens)
+    with pytest.raises(ValueError, match="tgt_in: the attention head needs"):
+        model(images, widths)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda m: m(torch.rand(2, 3, 32, 20), torch.tensor([20, 20])), r"images: expected \(B, 1, 32, W\)"),
+    (lambda m: m(torch.rand(2, 1, 32, 20), torch.tensor([20])), r"widths: expected shape \(2,\)"),
+    (lambda m: m(torch.rand(2, 1, 32, 20), torch.tensor([21, 5])), r"widths: expected values in \[2, 20\]"),
+])
+def test_bad_input_names_the_argument(call, match):
+    with pytest.raises(ValueError, match=match):
+        call(CRNN(12, **SMALL))
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(channels=(4, 4)), "channels: expected 5 positive ints"),
+    (dict(attention="local"), "attention: expected None, 'global' or 'window'"),
+    (dict(head="rnnt"), "head: expected one of ctc, attention"),
+    (dict(kind="seq2seq"), "kind: expected 'crnn'"),
+])
+def test_bad_settings_name_the_argument(kw, match):
+    with pytest.raises(ValueError, match=match):
+        CRNN(12, **(SMALL | kw))
