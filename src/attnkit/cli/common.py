@@ -89,14 +89,14 @@ def existing_run(args, task: str) -> Checkpoint | None:
     return load_task_checkpoint(existing, task) if args.resume else None
 
 
-def train_and_report(model, task, args) -> TrainResult | None:
+def train_and_report(model, task, args, *, metric: str = "accuracy") -> TrainResult | None:
     """Train (resuming with ``--resume``), print the held-out scores and write
-    ``history.json``. Returns None on the other processes of a torchrun job, which leave
-    reporting to rank 0."""
+    ``history.json``. ``metric``: the validation metric early stopping maximises. Returns None
+    on the other processes of a torchrun job, which leave reporting to rank 0."""
     cfg = TrainConfig(max_steps=args.steps, lr=args.lr, warmup_steps=args.warmup,
                       eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
                       patience=args.patience, time_budget_s=args.time_budget, seed=args.seed,
-                      progress=not args.no_progress)
+                      progress=not args.no_progress, metric=metric)
     trainer = Trainer(model, task, cfg, args.out)
     if args.resume:
         trainer.resume()

@@ -117,6 +117,20 @@ class CRNN(nn.Module):
 
     def encode(self, images: torch.Tensor, widths: torch.Tensor):
         """Features ``(B, T, 2H)`` and steps ``(B,)`` of padded line images."""
+        h, steps = self._rnn1(images, widths)
+        if self.attention is not None:
+            h = self.attention(h, steps)  # every step sees the line (or its window)
+        return self.drop(self.rnn2(h, steps)), steps
+
+    def attention_weights(self, images: torch.Tensor, widths: torch.Tensor) -> torch.Tensor:
+        """The self-attention layer's weights ``(B, T, T)`` (mean over heads), for pictures."""
+        if self.attention is None:
+            raise ValueError("attention: this CRNN has no attention layer")
+        h, steps = self._rnn1(images, widths)
+        weights = self.attention.with_weights(h, steps).weights
+        return weights.mean(1) if weights.dim() == 4 else weights
+
+    def _rnn1(self, images: torch.Tensor, widths: torch.Tensor):
         if images.dim() != 4 or images.shape[1] != 1 or images.shape[2] != 32:
             raise ValueError(f"images: expected (B, 1, 32, W), got {tuple(images.shape)}")
         if widths.shape != images.shape[:1]:
@@ -136,10 +150,7 @@ class CRNN(nn.Module):
             cols = torch.arange(x.shape[3], device=x.device)
             x = x * (cols < w[:, None])[:, None, None, :]  # (B, C, H, T): zero past the line
         feats = x.squeeze(2).transpose(1, 2)  # (B, T, C)
-        h = self.rnn1(feats, w)  # (B, T, 2H)
-        if self.attention is not None:
-            h = self.attention(h, w)  # every step sees the line (or its window)
-        return self.drop(self.rnn2(h, w)), w
+        return self.rnn1(feats, w), w  # (B, T, 2H), (B,)
 
     def forward(self, images: torch.Tensor, widths: torch.Tensor,
                 tgt_in: torch.Tensor | None = None, *, teacher_forcing: float = 1.0,

@@ -1,0 +1,166 @@
+"""``attnkit train ocr`` and ``attnkit read``: text-line recognition."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from attnkit.cli.common import (
+    add_training_args,
+    existing_run,
+    load_task_checkpoint,
+    positive_int,
+    teacher_forcing,
+    train_and_report,
+)
+from attnkit.data import (
+    ALPHABET,
+    CharVocab,
+    generate_lines,
+    load_line_image,
+    read_line_folder,
+    write_line_folder,
+)
+from attnkit.plot import plot_attention
+from attnkit.tasks.ocr import OcrTask, build_model, plot_line, recognise
+
+log = logging.getLogger("attnkit")
+
+
+def channel_list(text: str) -> tuple[int, ...]:
+    values = tuple(int(c) for c in text.split(","))
+    if len(values) != 5 or min(values) < 1:
+        raise ValueError(text)
+    return values
+
+
+channel_list.__name__ = "five positive ints (e.g. 32,64,128,128,128)"
+
+
+def add_train_parser(train_sub) -> None:
+    p = train_sub.add_parser("ocr", help="train a text-line recogniser (CRNN)",
+                             description="Train on your folder of line images (labels.tsv of "
+                             "filename<TAB>text) or on built-in rendered lines.")
+    data = p.add_argument_group("data")
+    data.add_argument("--train", type=Path, help="folder with line images and a labels TSV")
+    data.add_argument("--valid", type=Path, help="validation folder (with --train)")
+    data.add_argument("--labels", default="labels.tsv", help="the TSV's name in each folder")
+    data.add_argument("--n-train", type=positive_int, default=20000)
+    data.add_argument("--n-valid", type=positive_int, default=300)
+    data.add_argument("--min-chars", type=positive_int, default=5)
+    data.add_argument("--max-chars", type=positive_int, default=200,
+                      help="longest built-in training line (validation: 5-200)")
+    data.add_argument("--cache-dir", type=Path,
+                      help="keep rendered built-in lines here (default: OUT/lines)")
+    model = p.add_argument_group("model")
+    model.add_argument("--attention", choices=("none", "global", "window"), default="window",
+                       help="the attention layer between RNN1 and RNN2")
+    model.add_argument("--window", type=positive_int, default=32, help="steps each side")
+    model.add_argument("--score", choices=("dot", "scaled_dot", "general", "additive",
+                                           "cosine"), default="scaled_dot")
+    model.add_argument("--heads", type=positive_int, default=1)
+    model.add_argument("--head", choices=("ctc", "attention"), default="ctc")
+    model.add_argument("--channels", type=channel_list, default=(32, 64, 128, 128, 128))
+    model.add_argument("--hidden", type=positive_int, default=128)
+    model.add_argument("--dec-hidden", type=positive_int, default=128)
+    model.add_argument("--dropout", type=float, default=0.1)
+    add_training_args(p, steps=20000, batch_size=32, lr=1e-3, eval_every=500,
+                      label_smoothing=0.0)
+    p.set_defaults(run=run_train)
+
+
+def _built_in(args, split: str, n: int, min_chars: int, max_chars: int):
+    cache = (args.cache_dir or args.out / "lines") / (
+        f"{split}-{n}-seed{args.seed}-{min_chars}-{max_chars}")
+    if (cache / "labels.tsv").exists():
+        return read_line_folder(cache, cache / "labels.tsv")
+    log.info("rendering %d %s lines into %s", n, split, cache)
+    lines = generate_lines(n, split=split, seed=args.seed, min_chars=min_chars,
+                           max_chars=max_chars)
+    write_line_folder(lines, cache)
+    return read_line_folder(cache, cache / "labels.tsv")  # what later runs will read
+
+
+def _lines(args):
+    if args.train:
+        train = read_line_folder(args.train, args.train / args.labels, alphabet=ALPHABET)
+        valid = (read_line_folder(args.valid, args.valid / args.labels, alphabet=ALPHABET)
+                 if args.valid else [])
+        return train, valid
+    return (_built_in(args, "train", args.n_train, args.min_chars, args.max_chars),
+            _built_in(args, "valid", args.n_valid, 5, 200))
+
+
+def run_train(args) -> int:
+    torch.manual_seed(args.seed)
+    ck = existing_run(args, "ocr")
+    train, valid = _lines(args)
+    if not valid:
+        valid = train[: min(300, len(train))]
+        log.warning("no --valid folder: validating on the first %d training lines", len(valid))
+    model_config = dict(channels=list(args.channels), hidden=args.hidden,
+                        attention=None if args.attention == "none" else args.attention,
+                        window=args.window, score=args.score, heads=args.heads, head=args.head,
+                        dec_hidden=args.dec_hidden, dropout=args.dropout)
+    if ck is not None:
+        model_config = {k: v for k, v in ck.config["model"].items() if k != "vocab"}
+    data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
+            {"built_in": "lines", "n_train": args.n_train, "n_valid": args.n_valid,
+             "min_chars": args.min_chars, "max_chars": args.max_chars})
+    task = OcrTask(train, valid, model_config=model_config, batch_size=args.batch_size,
+                   seed=args.seed, label_smoothing=args.label_smoothing,
+                   teacher_forcing=teacher_forcing(args), data=data,
+                   vocab=CharVocab.from_json(ck.vocab) if ck is not None else None)
+    model = task.build_model()
+    if train_and_report(model, task, args, metric="char_accuracy") is not None:
+        _samples_and_pictures(model, task.chars, task.valid, args.out, args.plot)
+    return 0
+
+
+def _samples_and_pictures(model, chars, lines, out: Path, n_plots: int) -> None:
+    shown = lines[: max(n_plots, 5)]
+    texts, weights, steps = recognise(model, chars, [image for image, _ in shown])
+    for (_, ref), text in list(zip(shown, texts))[:5]:
+        print(f"  {text}" + ("" if text == ref else f"   (reference: {ref})"))
+    _pictures(model, [image for image, _ in shown[:n_plots]], texts, weights, steps, out)
+
+
+def _pictures(model, images, texts, weights, steps, out: Path) -> None:
+    eos = model.head_kind == "attention"
+    for i, image in enumerate(images):
+        path = plot_line(image, texts[i], weights[i], steps[i], out / f"line_{i}.png", eos=eos)
+        if path is not None:
+            print(f"  wrote {path}")
+        if model.attention is not None:
+            w = image.shape[1]
+            att = model.attention_weights(image[None, None], torch.tensor([w]))[0]
+            path = plot_attention(att, None, None, out / f"self_attention_{i}.png",
+                                  title=f"self-attention between RNN1 and RNN2: {texts[i][:60]}",
+                                  x_title="step (keys)", y_title="step (queries)")
+            print(f"  wrote {path}")
+
+
+def add_read_parser(sub) -> None:
+    p = sub.add_parser("read", help="read text-line images with a trained OCR checkpoint")
+    p.add_argument("--checkpoint", type=Path, required=True)
+    p.add_argument("images", nargs="+", type=Path, help="line images (any size: scaled to 32 px)")
+    p.add_argument("--beam", type=positive_int, default=1, help="attention head: beam width")
+    p.add_argument("--plot", type=Path, help="folder for one picture per image")
+    p.set_defaults(run=run_read)
+
+
+def run_read(args) -> int:
+    ck = load_task_checkpoint(args.checkpoint, "ocr")
+    model = build_model(ck.config["model"])
+    ck.load_model(model)
+    chars = CharVocab.from_json(ck.vocab)
+    images = [load_line_image(path) for path in args.images]
+    texts, weights, steps = recognise(model, chars, images, beam=args.beam)
+    for text in texts:
+        print(text)
+    if args.plot:
+        with torch.no_grad():
+            _pictures(model, images, texts, weights, steps, args.plot)
+    return 0

@@ -1,0 +1,224 @@
+"""Text-line recognition as a :class:`attnkit.train.Task`: batching, CTC or attention loss,
+character error rate and line accuracy, pictures of where the model looks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import jiwer
+import torch
+import torch.nn.functional as F
+
+from attnkit.data import ALPHABET, CharVocab, DataError, pad_images
+from attnkit.data.vocab import BOS, EOS, PAD, pad_batch
+from attnkit.decoding import beam_search, greedy
+from attnkit.models import CRNN, ctc_greedy
+from attnkit.plot import plot_alignment
+from attnkit.train.teacher_forcing import TeacherForcing
+
+__all__ = ["OcrTask", "build_model", "line_metrics", "plot_line", "recognise"]
+
+Line = tuple[torch.Tensor, str]  # (image (32, W) in [0, 1], text)
+
+
+def build_model(config: dict) -> CRNN:
+    """A :class:`CRNN` from its saved config."""
+    return CRNN(**config)
+
+
+def line_metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """Character error rate (jiwer), ``char_accuracy = 1 - CER`` and exact line accuracy."""
+    cer = float(jiwer.cer(list(references), [h if h else " " for h in hypotheses]))
+    exact = sum(h == r for h, r in zip(hypotheses, references)) / max(1, len(references))
+    return {"cer": cer, "char_accuracy": 1.0 - cer, "line_accuracy": exact}
+
+
+def _ctc_steps_needed(ids: Sequence[int]) -> int:
+    """CTC needs one step per label plus a blank between repeated labels."""
+    return len(ids) + sum(a == b for a, b in zip(ids, ids[1:]))
+
+
+def _check_lines(lines: Sequence[Line], vocab: CharVocab, name: str, ctc: bool) -> None:
+    bad_chars, too_long = {}, []
+    for i, (image, text) in enumerate(lines):
+        if image.dim() != 2 or image.shape[0] != 32 or image.shape[1] < 2:
+            raise DataError(f"{name}[{i}]: expected a (32, W) image with W >= 2, got "
+                            f"{tuple(image.shape)}")
+        if not text:
+            raise DataError(f"{name}[{i}]: empty text")
+        unknown = {c for c in text if c not in vocab.index}
+        if unknown:
+            bad_chars.setdefault("".join(sorted(unknown)), i)
+        elif ctc and _ctc_steps_needed(vocab.encode(text)) > image.shape[1] // 2:
+            too_long.append(i)
+    if bad_chars:
+        chars = "".join(sorted(set("".join(bad_chars))))
+        raise DataError(f"{name}: characters outside the alphabet: {chars!r} (first in line "
+                        f"{min(bad_chars.values())}); add them to the alphabet or fix the labels")
+    if too_long:
+        i = too_long[0]
+        raise DataError(
+            f"{name}: {len(too_long)} line(s) have more characters than the CTC head has steps "
+            f"(W // 2), e.g. line {i}: {lines[i][1][:40]!r} needs "
+            f"{_ctc_steps_needed(vocab.encode(lines[i][1]))} steps, its image is "
+            f"{lines[i][0].shape[1]} px wide ({lines[i][0].shape[1] // 2} steps)")
+
+
+@torch.no_grad()
+def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *, beam: int = 1,
+              batch_size: int = 32):
+    """Read line images ``(32, W)``; returns the texts and, per line, the weights of each
+    output character over the ``T`` steps (``(len + 1, T)`` with EOS for the attention head;
+    for CTC with an attention layer, the self-attention rows of the steps where each character
+    was emitted; else None) and the line's steps."""
+    if not isinstance(beam, int) or beam < 1:
+        raise ValueError(f"beam: expected a positive int, got {beam!r}")
+    model.eval()
+    device = next(model.parameters()).device
+    texts, weights, steps_out = [], [], []
+    order = sorted(range(len(images)), key=lambda i: images[i].shape[1])  # little padding
+    results = {}
+    for s in range(0, len(order), batch_size):
+        idx = order[s : s + batch_size]
+        batch, widths = pad_images([images[i] for i in idx])
+        batch, widths = batch.to(device), widths.to(device)
+        if model.head_kind == "ctc":
+            log_probs, steps = model(batch, widths)
+            ids = ctc_greedy(log_probs, steps)
+            emitted = _emission_steps(log_probs, steps)
+            att = model.attention_weights(batch, widths) if model.attention is not None else None
+            for j, i in enumerate(idx):
+                w = None if att is None or not emitted[j] else att[j, emitted[j]]
+                results[i] = (vocab.decode(ids[j]), w, int(steps[j]))
+        else:
+            state = model.start(batch, widths)
+            steps = state["lengths"]
+            kw = dict(batch_size=len(idx), bos=BOS, eos=EOS, pad=PAD, max_len=steps // 2 + 2,
+                      device=device)
+            hyp = (greedy(model.step, state, **kw) if beam == 1 else
+                   beam_search(model.step, state, beam_size=beam, **kw))
+            for j, i in enumerate(idx):
+                n = int(hyp.lengths[j])
+                results[i] = (vocab.decode(hyp.tokens[j]), hyp.weights[j, :n], int(steps[j]))
+    for i in range(len(images)):
+        text, w, n = results[i]
+        texts.append(text)
+        weights.append(w)
+        steps_out.append(n)
+    return texts, weights, steps_out
+
+
+def _emission_steps(log_probs: torch.Tensor, steps: torch.Tensor) -> list[list[int]]:
+    """The step at which CTC's best path emits each character."""
+    best = log_probs.argmax(-1).tolist()
+    out = []
+    for row, n in zip(best, steps.tolist()):
+        at, prev = [], PAD
+        for t, i in enumerate(row[:n]):
+            if i != prev and i not in (PAD, BOS, EOS):
+                at.append(t)
+            prev = i
+        out.append(at)
+    return out
+
+
+def plot_line(image: torch.Tensor, text: str, weights, steps: int, path: str | Path, *,
+              eos: bool) -> Path | None:
+    """The line image with each output character's attention over its columns (see
+    :func:`recognise`); None when the model gives no weights."""
+    if weights is None:
+        return None
+    labels = list(text) + (["<eos>"] if eos else [])
+    labels = labels[: weights.shape[0]]
+    return plot_alignment(weights[: len(labels)], image, labels, path, steps=steps,
+                          title=text or "(empty)")
+
+
+class OcrTask:
+    """Batches, loss and metrics for ``(image (32, W), text)`` lines.
+
+    Args:
+        train, valid: lists of ``(image, text)``; every character must be in ``vocab``, and
+            with the CTC head every line needs ``W // 2`` steps for its characters (checked
+            up front: a :class:`DataError` names the line, never a crash inside CTC).
+        model_config: kwargs of :class:`CRNN`.
+        vocab: the characters (kept as ``chars``); default ``CharVocab(ALPHABET)``.
+        batch_size: lines per batch (batches group similar widths).
+        label_smoothing, teacher_forcing: attention head only.
+        max_valid: validation lines read at each evaluation.
+    """
+
+    def __init__(self, train: Sequence[Line], valid: Sequence[Line], *, model_config: dict,
+                 vocab: CharVocab | None = None, batch_size: int = 32, seed: int = 0,
+                 label_smoothing: float = 0.0, teacher_forcing: float | TeacherForcing = 1.0,
+                 max_valid: int = 300, data: dict | None = None):
+        if not train:
+            raise ValueError("train: expected at least one (image, text) line")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
+        self.chars = vocab or CharVocab(list(ALPHABET))
+        self.model_config = {**model_config, "vocab": len(self.chars)}
+        self.ctc = self.model_config.get("head", "ctc") == "ctc"
+        self.train, self.valid = list(train), list(valid)[:max_valid]
+        _check_lines(self.train, self.chars, "train", self.ctc)
+        _check_lines(self.valid, self.chars, "valid", self.ctc)
+        if not isinstance(teacher_forcing, TeacherForcing):
+            teacher_forcing = TeacherForcing(start=teacher_forcing)
+        self.batch_size, self.seed = batch_size, seed
+        self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
+        self.data = data or {}
+        self._ids = [self.chars.encode(t) for _, t in self.train]
+
+    def build_model(self) -> CRNN:
+        return build_model(self.model_config)
+
+    def batches(self, epoch: int):
+        """Shuffled (seeded by epoch) batches of similar widths."""
+        g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        order = torch.randperm(len(self.train), generator=g).tolist()
+        pool = 20 * self.batch_size
+        batches = []
+        for p in range(0, len(order), pool):
+            chunk = sorted(order[p : p + pool], key=lambda i: self.train[i][0].shape[1])
+            batches += [chunk[i : i + self.batch_size]
+                        for i in range(0, len(chunk), self.batch_size)]
+        for j in torch.randperm(len(batches), generator=g).tolist():
+            yield self._collate(batches[j])
+
+    def _collate(self, idx: list[int]) -> dict:
+        images, widths = pad_images([self.train[i][0] for i in idx])
+        batch = {"images": images, "widths": widths}
+        if self.ctc:
+            batch["targets"], batch["target_lengths"] = pad_batch([self._ids[i] for i in idx])
+        else:
+            tgt, _ = pad_batch([[BOS] + self._ids[i] + [EOS] for i in idx])
+            batch["tgt_in"], batch["tgt_out"] = tgt[:, :-1], tgt[:, 1:]
+        return batch
+
+    def loss(self, model: CRNN, batch: dict, step: int = 0) -> tuple[torch.Tensor, int]:
+        if self.ctc:
+            log_probs, steps = model(batch["images"], batch["widths"])
+            loss = F.ctc_loss(log_probs.transpose(0, 1), batch["targets"], steps,
+                              batch["target_lengths"], blank=PAD)
+            return loss, int(batch["target_lengths"].sum())
+        logits, _ = model(batch["images"], batch["widths"], batch["tgt_in"],
+                          teacher_forcing=self.teacher_forcing.ratio(step))
+        target = batch["tgt_out"]
+        loss = F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD,
+                               label_smoothing=self.label_smoothing)
+        return loss, int((target != PAD).sum())
+
+    def evaluate(self, model: CRNN) -> dict[str, float]:
+        texts, _, _ = recognise(model, self.chars, [image for image, _ in self.valid])
+        return line_metrics(texts, [t for _, t in self.valid])
+
+    def config(self) -> dict:
+        return {"task": "ocr", "model": self.model_config, "data": self.data,
+                "batching": {"batch_size": self.batch_size, "seed": self.seed,
+                             "label_smoothing": self.label_smoothing,
+                             "teacher_forcing": asdict(self.teacher_forcing)}}
+
+    def vocab(self) -> dict:
+        return self.chars.to_json()
