@@ -11,8 +11,9 @@ character with additive attention over the ``T`` steps; greedy or beam decoding)
 Padding never changes a line's output: images are inverted (paper 0, ink 1) so padding is
 blank paper, and the CNN's features past each line's width are zeroed after every block, so a
 valid column sees exactly what it would see without the padding (in eval mode; batch norm's
-batch statistics in training mode see the whole batch). The RNNs run on packed sequences and
-the attention masks by lengths.
+batch statistics in training mode see the whole batch). The RNNs are
+:class:`attnkit.models.rnn.BiRNN` (padding-proof without packed sequences, which are many
+times slower on CPU) and the attention masks by lengths.
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnkit.attention import SelfAttention
 from attnkit.attention._checks import check_positive_int, check_probability
 from attnkit.data.vocab import BOS, EOS, PAD
 from attnkit.models.decoder import AttentionDecoder
+from attnkit.models.rnn import BiRNN
 
 __all__ = ["CRNN", "ctc_greedy"]
 
@@ -36,18 +37,6 @@ ATTENTION = (None, "global", "window")
 def _block(c_in: int, c_out: int) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out),
                          nn.ReLU(inplace=True))
-
-
-class _BiLSTM(nn.Module):
-    def __init__(self, d_in: int, hidden: int):
-        super().__init__()
-        self.rnn = nn.LSTM(d_in, hidden, batch_first=True, bidirectional=True)
-
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """``(B, T, D)`` -> ``(B, T, 2H)``, zero past each length."""
-        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        out, _ = self.rnn(packed)
-        return pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])[0]
 
 
 class CRNN(nn.Module):
@@ -101,13 +90,13 @@ class CRNN(nn.Module):
         ins = (1, *channels[:-1])
         self.blocks = nn.ModuleList(_block(a, b) for a, b in zip(ins, channels))
         self.pools = nn.ModuleList([nn.MaxPool2d((2, 2))] + [nn.MaxPool2d((2, 1))] * 4)
-        self.rnn1 = _BiLSTM(channels[-1], hidden)
+        self.rnn1 = BiRNN(channels[-1], hidden)
         self.attention = None
         if attention is not None:
             win = None if attention == "global" else (check_positive_int("window", window),) * 2
             self.attention = SelfAttention(2 * hidden, score=score, heads=heads, window=win,
                                            combine="residual")
-        self.rnn2 = _BiLSTM(2 * hidden, hidden)
+        self.rnn2 = BiRNN(2 * hidden, hidden)
         self.drop = nn.Dropout(dropout)
         if head == "ctc":
             self.classifier = nn.Linear(2 * hidden, vocab)

@@ -1,0 +1,50 @@
+"""BiRNN equals a bidirectional nn.LSTM/GRU on packed sequences, without packing."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from attnkit.models.rnn import BiRNN, reverse_within_lengths
+
+
+def _packed_reference(bi: BiRNN, kind: str, x, lengths):
+    ref = {"lstm": nn.LSTM, "gru": nn.GRU}[kind](x.shape[2], bi.fwd.hidden_size,
+                                                 batch_first=True, bidirectional=True).double()
+    with torch.no_grad():
+        for name, p in bi.fwd.named_parameters():
+            getattr(ref, name).copy_(p)
+            getattr(ref, name + "_reverse").copy_(getattr(bi.bwd, name))
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    return pad_packed_sequence(ref(packed)[0], batch_first=True, total_length=x.shape[1])[0]
+
+
+@settings(deadline=None, max_examples=15)
+@given(kind=st.sampled_from(["lstm", "gru"]), b=st.integers(1, 4), t=st.integers(1, 9),
+       seed=st.integers(0, 2**16), data=st.data())
+def test_equals_packed_bidirectional_rnn(kind, b, t, seed, data):
+    torch.manual_seed(seed)
+    lengths = torch.tensor(data.draw(st.lists(st.integers(1, t), min_size=b, max_size=b)))
+    bi = BiRNN(3, 4, kind=kind).double()
+    x = torch.randn(b, t, 3, dtype=torch.float64)
+    torch.testing.assert_close(bi(x, lengths), _packed_reference(bi, kind, x, lengths))
+
+
+def test_gradients_never_reach_padding_and_match_packing():
+    torch.manual_seed(0)
+    bi = BiRNN(3, 4).double()
+    x = torch.randn(3, 7, 3, dtype=torch.float64, requires_grad=True)
+    lengths = torch.tensor([7, 4, 1])
+    bi(x, lengths).square().sum().backward()
+    assert x.grad[1, 4:].abs().max() == 0 and x.grad[2, 1:].abs().max() == 0
+    torch.autograd.gradcheck(lambda inp: bi(inp, lengths), (x,))
+
+
+def test_reverse_within_lengths_and_bad_kind():
+    x = torch.arange(8.0).reshape(2, 4, 1)
+    out = reverse_within_lengths(x, torch.tensor([4, 2]))
+    assert out[:, :, 0].tolist() == [[3, 2, 1, 0], [5, 4, 6, 7]]
+    with pytest.raises(ValueError, match="kind: expected one of lstm, gru, got 'rnn'"):
+        BiRNN(3, 4, kind="rnn")
