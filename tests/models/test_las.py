@@ -68,14 +68,14 @@ def test_bad_shapes_name_the_argument():
         _model().start(torch.randn(1, 9, F_DIM), torch.tensor([12]))
 
 
-def test_ctc_head_gives_log_probs_over_listener_steps():
+def test_ctc_head_gives_four_label_distributions_per_listener_step():
     model = _model(ctc=True)
     x, lengths = torch.randn(2, 50, F_DIM), torch.tensor([50, 33])
     logits, _, (log_probs, steps) = model(x, lengths, torch.ones(2, 3, dtype=torch.long),
                                           with_ctc=True)
-    assert logits.shape == (2, 3, V) and log_probs.shape == (6, 2, V)
-    assert steps.tolist() == [6, 4]
-    torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(6, 2))
+    assert logits.shape == (2, 3, V) and log_probs.shape == (24, 2, V)  # 4 per listener step
+    assert steps.tolist() == [24, 16]
+    torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(24, 2))
     loss = F.ctc_loss(log_probs, torch.tensor([[4, 5], [6, 0]]), steps, torch.tensor([2, 1]))
     assert torch.isfinite(loss)
     with pytest.raises(ValueError, match="with_ctc: this model was built without a CTC head"):

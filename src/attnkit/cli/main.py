@@ -8,7 +8,7 @@ import sys
 
 from attnkit import bench
 from attnkit._version import __version__
-from attnkit.cli import demo, translate
+from attnkit.cli import asr, demo, translate
 from attnkit.data import DataError
 from attnkit.train import CheckpointError, distributed
 
@@ -25,8 +25,10 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train a model (a sub-command per task)")
     train_sub = train.add_subparsers(dest="task", metavar="TASK", required=True)
     translate.add_train_parser(train_sub)
+    asr.add_train_parser(train_sub)
     translate.add_translate_parser(sub)
     translate.add_eval_parser(sub)
+    asr.add_transcribe_parser(sub)
     bench.add_parser(sub)
     return parser
 

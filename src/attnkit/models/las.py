@@ -12,8 +12,11 @@ vocabulary.
 * **Speller**: :class:`attnkit.models.AttentionDecoder` over the listener output, with key and
   value projections (LAS's ``phi``/``psi``), the context fed with the embedding, and (by
   default) Chorowski et al.'s location-aware score through attnkit's one-step path.
-* **CTC head** (optional): a linear layer on the listener output for a CTC auxiliary loss;
-  the CTC blank is the padding id 0, never a transcript character.
+* **CTC head** (optional): a linear layer on the listener output for a CTC auxiliary loss,
+  giving :data:`CTC_LABELS_PER_STEP` label distributions per listener step (one per 20 ms):
+  one per 80 ms step would be fewer than the characters of ordinary speech (12-17 a second),
+  and CTC cannot emit more labels than it has frames. The CTC blank is the padding id 0, never
+  a transcript character.
 * **Speller as a language model** (seed 003's pre-training trick): :meth:`LAS.language_model`
   runs the speller on text alone, with the context held at zero and no attention, so it can
   be trained on transcripts before joint training; the listener is not used.
@@ -33,6 +36,7 @@ __all__ = ["LAS", "Listener", "build_las"]
 
 HALVINGS = 3
 MIN_FRAMES = 2**HALVINGS  # frames needed to keep one listener step after the halvings
+CTC_LABELS_PER_STEP = 4
 
 
 def _bilstm(x: torch.Tensor, lengths: torch.Tensor, lstm: nn.LSTM) -> torch.Tensor:
@@ -149,7 +153,8 @@ class LAS(nn.Module):
         self.speller = AttentionDecoder(vocab, self.listener.output_dim, hidden=hidden, emb=emb,
                                         score=score, layers=layers, key_value_dim=key_value_dim,
                                         attn_dim=attn_dim, dropout=dropout)
-        self.ctc_head = nn.Linear(self.listener.output_dim, vocab) if ctc else None
+        self.ctc_head = (nn.Linear(self.listener.output_dim, CTC_LABELS_PER_STEP * vocab)
+                         if ctc else None)
 
     # ------------------------------------------------------------------ decoding interface
 
@@ -171,8 +176,9 @@ class LAS(nn.Module):
 
         With ``teacher_forcing < 1`` each example feeds back its own greedy prediction at a
         step with probability ``1 - teacher_forcing``. With ``with_ctc`` (the model needs
-        ``ctc=True``) a third item ``(ctc_log_probs (S, B, V), listener lengths (B,))`` is
-        returned, in the layout of :func:`torch.nn.functional.ctc_loss`.
+        ``ctc=True``) a third item ``(ctc_log_probs (4S, B, V), ctc_lengths (B,))`` is
+        returned, in the layout of :func:`torch.nn.functional.ctc_loss`: the 4 label
+        distributions of listener step ``j`` are CTC frames ``4j`` to ``4j + 3``.
         """
         if with_ctc and self.ctc_head is None:
             raise ValueError("with_ctc: this model was built without a CTC head (ctc=False)")
@@ -181,8 +187,10 @@ class LAS(nn.Module):
                                        teacher_forcing=teacher_forcing, generator=generator)
         if not with_ctc:
             return logits, weights
-        ctc = F.log_softmax(self.ctc_head(memory), dim=-1).transpose(0, 1)  # (S, B, V)
-        return logits, weights, (ctc, mem_lengths)
+        b, s = memory.shape[:2]
+        ctc = self.ctc_head(memory).reshape(b, CTC_LABELS_PER_STEP * s, -1)  # (B, 4S, V)
+        ctc = F.log_softmax(ctc, dim=-1).transpose(0, 1)  # (4S, B, V)
+        return logits, weights, (ctc, CTC_LABELS_PER_STEP * mem_lengths)
 
     def language_model(self, tgt_in: torch.Tensor) -> torch.Tensor:
         """The speller alone as a character LM: logits ``(B, U, V)`` of ``tgt_in (B, U)``.
