@@ -8,6 +8,8 @@ from attnkit.models import LAS, Listener
 
 F_DIM, V = 6, 9
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def _model(**kw):
     torch.manual_seed(0)

@@ -8,6 +8,8 @@ from attnkit.tasks.speech import SpeechTask, metrics, transcribe
 
 WORDS = ["one two", "three", "four five six", "seven", "eight nine", "zero one"]
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def _set(n, seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -19,7 +21,7 @@ def _set(n, seed=0):
 
 def _task(**kw):
     torch.manual_seed(0)
-    config = dict(listener_hidden=8, hidden=16, emb=8, key_value_dim=8)
+    config = {"listener_hidden": 8, "hidden": 16, "emb": 8, "key_value_dim": 8}
     return SpeechTask(_set(10), _set(3, seed=1), model_config=config, batch_size=4, **kw)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from attnkit.attention.scores import SCORES
 from attnkit.cli.common import (
     add_training_args,
     existing_run,
@@ -15,8 +16,14 @@ from attnkit.cli.common import (
     teacher_forcing,
     train_and_report,
 )
-from attnkit.attention.scores import SCORES
-from attnkit.data import DataError, SpeechSet, load_vocab, log_mel, read_manifest, read_wav
+from attnkit.data import (
+    DataError,
+    SpeechSet,
+    load_vocab,
+    log_mel,
+    read_manifest,
+    read_wav,
+)
 from attnkit.data import resample as resample_audio
 from attnkit.data.audio import SAMPLE_RATE
 from attnkit.data.speech import KINDS, speech_dataset
@@ -86,8 +93,8 @@ def _speech(args) -> tuple[SpeechSet, SpeechSet]:
         n = min(100, len(train))
         log.warning("no --valid manifest: validating on the first %d training utterances", n)
         return train, SpeechSet(train.features[:n], train.transcripts[:n], train.origins[:n])
-    kw = dict(seed=args.seed, cache_dir=args.cache_dir.expanduser(), kinds=args.kinds,
-              normalize=True, workers=args.workers)
+    kw = {"seed": args.seed, "cache_dir": args.cache_dir.expanduser(), "kinds": args.kinds,
+          "normalize": True, "workers": args.workers}
     return (speech_dataset(args.n_train, split="train", **kw),
             speech_dataset(args.n_valid, split="valid", **kw))
 
@@ -101,10 +108,10 @@ def run_train(args) -> int:
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
             {"built_in": list(args.kinds), "n_train": args.n_train, "n_valid": args.n_valid,
              "normalize": True})
-    task_kw = dict(model_config={k: getattr(args, k) for k in MODEL_OPTIONS},
-                   batch_size=args.batch_size, seed=args.seed,
-                   label_smoothing=args.label_smoothing, teacher_forcing=teacher_forcing(args),
-                   ctc_weight=args.ctc_weight, data=data)
+    task_kw = {"model_config": {k: getattr(args, k) for k in MODEL_OPTIONS},
+               "batch_size": args.batch_size, "seed": args.seed,
+               "label_smoothing": args.label_smoothing, "teacher_forcing": teacher_forcing(args),
+               "ctc_weight": args.ctc_weight, "data": data}
     ck = existing_run(args, "asr")
     if ck is not None:
         saved = {k: v for k, v in ck.config["model"].items() if k in MODEL_OPTIONS}

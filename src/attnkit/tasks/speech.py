@@ -65,8 +65,8 @@ def transcribe(model: LAS, vocab: CharVocab, features: Sequence[torch.Tensor], *
         x, lengths = x.to(device), lengths.to(device)
         limit = (lengths.float() * CHARS_PER_FRAME).ceil().long() + EXTRA_CHARS
         state = model.start(x, lengths)
-        kw = dict(batch_size=len(lengths), bos=BOS, eos=EOS, pad=PAD, max_len=limit,
-                  device=device)
+        kw = {"batch_size": len(lengths), "bos": BOS, "eos": EOS, "pad": PAD, "max_len": limit,
+              "device": device}
         if sampling is not None:
             hyp = sample(model.step, state, **kw, **sampling)
         elif beam == 1:
