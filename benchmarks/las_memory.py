@@ -34,7 +34,7 @@ from attnkit.bench import PeakRSS, _trim, machine
 from attnkit.models import LAS
 
 BATCH, STEPS, FEATURES = 16, 25, 80
-CASES = [("las", 1600), ("las", 3200), ("attention", 1600)]
+CASES = [("las", 1600), ("attention", 1600)]
 IMPLS = ("attnkit", "usual")
 
 
