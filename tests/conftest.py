@@ -1,5 +1,7 @@
 import os
 
+import pytest
+import torch
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -11,3 +13,13 @@ settings.register_profile(
 )
 settings.register_profile("dev", deadline=None, max_examples=100)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for tests of tiny recurrent models: their many small ops spend most of
+    their time in OpenMP hand-offs between threads when the machine is loaded."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -8,7 +8,7 @@ import sys
 
 from attnkit import bench
 from attnkit._version import __version__
-from attnkit.cli import demo, ocr, translate
+from attnkit.cli import asr, demo, ocr, translate
 from attnkit.data import DataError
 from attnkit.train import CheckpointError, distributed
 
@@ -26,9 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
     train_sub = train.add_subparsers(dest="task", metavar="TASK", required=True)
     translate.add_train_parser(train_sub)
     ocr.add_train_parser(train_sub)
+    asr.add_train_parser(train_sub)
     translate.add_translate_parser(sub)
     translate.add_eval_parser(sub)
     ocr.add_read_parser(sub)
+    asr.add_transcribe_parser(sub)
     bench.add_parser(sub)
     return parser
 

@@ -2,8 +2,9 @@
 
 from attnkit.models.crnn import CRNN, ctc_greedy
 from attnkit.models.decoder import AttentionDecoder
+from attnkit.models.las import LAS, Listener
 from attnkit.models.seq2seq import KINDS, Encoder, Seq2Seq
 from attnkit.models.transformer import Transformer, sinusoids
 
-__all__ = ["CRNN", "KINDS", "AttentionDecoder", "Encoder", "Seq2Seq", "Transformer",
-           "ctc_greedy", "sinusoids"]
+__all__ = ["CRNN", "KINDS", "LAS", "AttentionDecoder", "Encoder", "Listener", "Seq2Seq",
+           "Transformer", "ctc_greedy", "sinusoids"]

@@ -50,6 +50,7 @@ class AttentionDecoder(nn.Module):
         - ``forward(memory (B, S, E), lengths (B,), tgt_in (B, T))`` -> logits ``(B, T, V)``,
           weights ``(B, T, S)``.
         - ``step(tokens (N,), state)`` -> log-probs ``(N, V)``, state, weights ``(N, S)``.
+        - ``language_model(tgt_in (B, T))`` -> logits ``(B, T, V)`` without a memory.
 
     Example:
         >>> dec = AttentionDecoder(12, 20, hidden=16, emb=8, score="location")
@@ -99,14 +100,20 @@ class AttentionDecoder(nn.Module):
             prepared = self.attention.prepare(self.key_proj(memory), self.value_proj(memory))
         else:
             prepared = self.attention.prepare(memory)
-        b = memory.shape[0]
-        zeros = memory.new_zeros(b, self.hidden)
-        state = {"memory": prepared, "lengths": lengths.to(memory.device),
-                 "h": [zeros] * len(self.cells), "ctx": memory.new_zeros(b, self.context_dim)}
-        if self.cell_kind == "lstm":
-            state["c"] = [zeros] * len(self.cells)
+        state = {**self._zero_state(memory), "memory": prepared,
+                 "lengths": lengths.to(memory.device)}
         if self.attention.score.needs_prev:
             state["weights"] = None
+        return state
+
+    def _zero_state(self, like: torch.Tensor) -> dict:
+        """Zero cells and context for a batch of ``like.shape[0]``, on ``like``'s device."""
+        b = like.shape[0]
+        zeros = torch.zeros(b, self.hidden, dtype=self.embed.weight.dtype, device=like.device)
+        state = {"memory": None, "h": [zeros] * len(self.cells),
+                 "ctx": zeros.new_zeros(b, self.context_dim)}
+        if self.cell_kind == "lstm":
+            state["c"] = [zeros] * len(self.cells)
         return state
 
     def step(self, tokens: torch.Tensor, state: dict):
@@ -125,15 +132,18 @@ class AttentionDecoder(nn.Module):
                 h = cell(x, state["h"][i])
             hs.append(h)
             x = h
+        new = {**state, "h": hs}
+        if cs:
+            new["c"] = cs
+        if state["memory"] is None:  # language-model mode: the context stays zero
+            return self.out(self.drop(torch.cat([h, state["ctx"]], dim=-1))), new, None
         query = self.query_proj(h) if hasattr(self, "query_proj") else h
         extra = {}
         if "weights" in state and state["weights"] is not None:
             extra["prev_weights"] = state["weights"]
         ctx, weights = self.attention(query, state["memory"], key_lengths=state["lengths"],
                                       need_weights=True, **extra)
-        new = {**state, "h": hs, "ctx": ctx}
-        if cs:
-            new["c"] = cs
+        new["ctx"] = ctx
         if "weights" in state:
             new["weights"] = weights
         return self.out(self.drop(torch.cat([h, ctx], dim=-1))), new, weights
@@ -149,3 +159,13 @@ class AttentionDecoder(nn.Module):
         """
         return unroll(self._step, self.start(memory, lengths), tgt_in,
                       teacher_forcing=teacher_forcing, generator=generator)
+
+    def language_model(self, tgt_in: torch.Tensor) -> torch.Tensor:
+        """The decoder on text alone, a character language model: logits ``(B, T, V)`` of
+        ``tgt_in (B, T)``.
+
+        The context fed with each embedding is zero and nothing is attended: only the embedding,
+        the cells and the output layer are used (LAS's speller pre-training). Teacher-forced.
+        """
+        logits, _ = unroll(self._step, self._zero_state(tgt_in), tgt_in)
+        return logits

@@ -16,6 +16,7 @@ from attnkit.data.vocab import BOS, EOS, PAD, pad_batch
 from attnkit.decoding import beam_search, greedy
 from attnkit.models import CRNN, ctc_greedy
 from attnkit.plot import plot_alignment
+from attnkit.tasks.batching import length_batches
 from attnkit.train.teacher_forcing import TeacherForcing
 
 __all__ = ["OcrTask", "build_model", "line_metrics", "plot_line", "recognise"]
@@ -176,16 +177,9 @@ class OcrTask:
 
     def batches(self, epoch: int):
         """Shuffled (seeded by epoch) batches of similar widths."""
-        g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-        order = torch.randperm(len(self.train), generator=g).tolist()
-        pool = 20 * self.batch_size
-        batches = []
-        for p in range(0, len(order), pool):
-            chunk = sorted(order[p : p + pool], key=lambda i: self.train[i][0].shape[1])
-            batches += [chunk[i : i + self.batch_size]
-                        for i in range(0, len(chunk), self.batch_size)]
-        for j in torch.randperm(len(batches), generator=g).tolist():
-            yield self._collate(batches[j])
+        widths = [image.shape[1] for image, _ in self.train]
+        for idx in length_batches(widths, self.batch_size, seed=self.seed, epoch=epoch):
+            yield self._collate(idx)
 
     def _collate(self, idx: list[int]) -> dict:
         images, widths = pad_images([self.train[i][0] for i in idx])

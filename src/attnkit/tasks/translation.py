@@ -22,6 +22,7 @@ from attnkit.data.vocab import BOS, EOS, PAD
 from attnkit.decoding import Hypotheses, beam_search, greedy, sample
 from attnkit.models import Seq2Seq, Transformer
 from attnkit.plot import plot_attention
+from attnkit.tasks.batching import length_batches
 from attnkit.train.teacher_forcing import TeacherForcing
 
 __all__ = ["TranslationTask", "build_model", "metrics", "plot_translation", "translate"]
@@ -154,16 +155,9 @@ class TranslationTask:
 
     def batches(self, epoch: int):
         """Shuffled (seeded by epoch) batches of similar source lengths."""
-        g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-        order = torch.randperm(len(self.train), generator=g).tolist()
-        pool = 50 * self.batch_size  # sort within pools: little padding, still random
-        batches = []
-        for p in range(0, len(order), pool):
-            chunk = sorted(order[p : p + pool], key=lambda i: len(self._src[i]))
-            batches += [chunk[i : i + self.batch_size]
-                        for i in range(0, len(chunk), self.batch_size)]
-        for j in torch.randperm(len(batches), generator=g).tolist():
-            yield self._collate(batches[j])
+        lengths = [len(s) for s in self._src]
+        for idx in length_batches(lengths, self.batch_size, seed=self.seed, epoch=epoch):
+            yield self._collate(idx)
 
     def _collate(self, idx: list[int]) -> dict:
         src, src_len = pad_batch([self._src[i] or [PAD] for i in idx])

@@ -1,0 +1,186 @@
+"""``attnkit train asr`` and ``attnkit transcribe``: Listen, Attend and Spell on speech."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from attnkit.attention.scores import SCORES
+from attnkit.cli.common import (
+    add_training_args,
+    existing_run,
+    load_task_checkpoint,
+    positive_int,
+    teacher_forcing,
+    train_and_report,
+)
+from attnkit.data import (
+    DataError,
+    SpeechSet,
+    load_vocab,
+    log_mel,
+    read_manifest,
+    read_wav,
+)
+from attnkit.data import resample as resample_audio
+from attnkit.data.audio import SAMPLE_RATE
+from attnkit.data.speech import KINDS, speech_dataset
+from attnkit.models.las import MIN_FRAMES, build_las
+from attnkit.tasks.speech import SpeechTask, plot_transcription, transcribe
+
+log = logging.getLogger("attnkit")
+
+DEFAULT_CACHE = Path("~/.cache/attnkit/speech")
+MODEL_OPTIONS = ("listener_hidden", "hidden", "emb", "layers", "score", "key_value_dim",
+                 "attn_dim", "dropout")
+
+
+def kind_list(text: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    if not kinds or any(k not in KINDS for k in kinds):
+        raise ValueError(text)
+    return kinds
+
+
+kind_list.__name__ = "kind list (digits,numbers,sentences)"
+
+
+def add_train_parser(train_sub) -> None:
+    p = train_sub.add_parser("asr", help="train a Listen-Attend-Spell speech recogniser",
+                             description="Train on your WAVs (manifests of wav_path<TAB>"
+                             "transcript) or on built-in speech synthesised with espeak-ng.")
+    data = p.add_argument_group("data")
+    data.add_argument("--train", type=Path, help="manifest of wav_path<TAB>transcript "
+                      "(else built-in speech)")
+    data.add_argument("--valid", type=Path, help="manifest for validation (with --train)")
+    data.add_argument("--kinds", type=kind_list, default=("digits", "numbers"),
+                      help="built-in utterances, comma-separated (default digits,numbers)")
+    data.add_argument("--n-train", type=positive_int, default=4000)
+    data.add_argument("--n-valid", type=positive_int, default=200)
+    data.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
+                      help=f"built-in speech features are cached here (default {DEFAULT_CACHE})")
+    data.add_argument("--workers", type=positive_int, default=2,
+                      help="espeak-ng processes at a time when synthesising")
+    model = p.add_argument_group("model")
+    model.add_argument("--listener-hidden", type=positive_int, default=128,
+                       help="per direction of the listener's BiLSTMs")
+    model.add_argument("--hidden", type=positive_int, default=256, help="speller LSTMCell size")
+    model.add_argument("--emb", type=positive_int, default=64, help="character embedding size")
+    model.add_argument("--layers", type=int, choices=(1, 2), default=1,
+                       help="speller LSTMCells")
+    model.add_argument("--score", choices=SCORES, default="location",
+                       help="the speller's attention score (default location)")
+    model.add_argument("--key-value-dim", type=positive_int, default=128)
+    model.add_argument("--attn-dim", type=positive_int, help="additive/location attention size "
+                       "(default --hidden)")
+    model.add_argument("--dropout", type=float, default=0.0)
+    model.add_argument("--ctc-weight", type=float, default=0.0,
+                       help="w in (1 - w) * cross-entropy + w * CTC (0: no CTC head)")
+    model.add_argument("--pretrain-lm-steps", type=int, default=0, metavar="N",
+                       help="first train the speller alone as a character LM on the training "
+                       "transcripts for N steps (new runs only)")
+    add_training_args(p, batch_size=32, lr=1e-3)
+    p.set_defaults(run=run_train)
+
+
+def _speech(args) -> tuple[SpeechSet, SpeechSet]:
+    if args.train:
+        train = read_manifest(args.train, normalize=True)
+        if args.valid:
+            return train, read_manifest(args.valid, normalize=True)
+        n = min(100, len(train))
+        log.warning("no --valid manifest: validating on the first %d training utterances", n)
+        return train, SpeechSet(train.features[:n], train.transcripts[:n], train.origins[:n])
+    kw = {"seed": args.seed, "cache_dir": args.cache_dir.expanduser(), "kinds": args.kinds,
+          "normalize": True, "workers": args.workers}
+    return (speech_dataset(args.n_train, split="train", **kw),
+            speech_dataset(args.n_valid, split="valid", **kw))
+
+
+def run_train(args) -> int:
+    if args.pretrain_lm_steps < 0:
+        raise ValueError(f"--pretrain-lm-steps: expected a non-negative int, got "
+                         f"{args.pretrain_lm_steps}")
+    torch.manual_seed(args.seed)
+    train, valid = _speech(args)
+    data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
+            {"built_in": list(args.kinds), "n_train": args.n_train, "n_valid": args.n_valid,
+             "normalize": True})
+    task_kw = {"model_config": {k: getattr(args, k) for k in MODEL_OPTIONS},
+               "batch_size": args.batch_size, "seed": args.seed,
+               "label_smoothing": args.label_smoothing, "teacher_forcing": teacher_forcing(args),
+               "ctc_weight": args.ctc_weight, "data": data}
+    ck = existing_run(args, "asr")
+    if ck is not None:
+        saved = {k: v for k, v in ck.config["model"].items() if k in MODEL_OPTIONS}
+        task = SpeechTask(train, valid, vocab=load_vocab(ck.vocab),
+                          **{**task_kw, "model_config": saved})
+    else:
+        task = SpeechTask(train, valid, **task_kw)
+    model = task.build_model()
+    if ck is None and args.pretrain_lm_steps:
+        losses = task.pretrain_speller(model, args.pretrain_lm_steps, lr=args.lr)
+        print(f"speller pre-trained as a language model for {len(losses)} steps: loss "
+              f"{losses[0]:.3f} -> {losses[-1]:.3f}")
+    if train_and_report(model, task, args) is not None:
+        _samples_and_plots(model, task, args.out, args.plot)
+    return 0
+
+
+def _samples_and_plots(model, task: SpeechTask, out: Path, n_plots: int) -> None:
+    features = task.valid.features[: max(n_plots, 5)]
+    outs, raws = transcribe(model, task.char_vocab, features)
+    for ref, hyp in list(zip(task.valid.transcripts, outs))[:5]:
+        print(f"  {hyp}" + ("" if hyp == ref else f"   (reference: {ref})"))
+    _plot_all(raws, features[:n_plots], task.char_vocab, out)
+
+
+def _plot_all(raws, features, vocab, folder: Path) -> None:
+    offset = 0
+    for hyp in raws:
+        for i in range(hyp.tokens.shape[0]):
+            if offset + i < len(features):
+                path = plot_transcription(hyp, i, features[offset + i], vocab,
+                                          folder / f"alignment_{offset + i}.png")
+                print(f"  wrote {path}")
+        offset += hyp.tokens.shape[0]
+
+
+def add_transcribe_parser(sub) -> None:
+    p = sub.add_parser("transcribe", help="transcribe WAV files with a trained asr checkpoint")
+    p.add_argument("--checkpoint", type=Path, required=True)
+    p.add_argument("wav", type=Path, nargs="+", help="16-bit PCM WAV files (any rate)")
+    p.add_argument("--beam", type=positive_int, default=5)
+    p.add_argument("--plot", type=Path, help="folder for one alignment picture per file")
+    p.set_defaults(run=run_transcribe)
+
+
+def wav_features(path: Path) -> torch.Tensor:
+    """Normalised log-mel features ``(T, 80)`` of a WAV file, as in training.
+
+    Raises:
+        DataError: naming the file: unreadable, not 16-bit PCM, or shorter than 80 ms.
+    """
+    samples, rate = read_wav(path)
+    features = log_mel(resample_audio(samples, rate, SAMPLE_RATE), normalize=True)
+    if features.shape[0] < MIN_FRAMES:
+        raise DataError(f"{path}: {features.shape[0]} feature frames "
+                        f"({samples.numel() / rate * 1000:.0f} ms of audio); the recogniser "
+                        f"needs at least {MIN_FRAMES} (80 ms)")
+    return features
+
+
+def run_transcribe(args) -> int:
+    ck = load_task_checkpoint(args.checkpoint, "asr")
+    model = build_las(ck.config["model"])
+    ck.load_model(model)
+    vocab = load_vocab(ck.vocab)
+    features = [wav_features(path) for path in args.wav]
+    outs, raws = transcribe(model, vocab, features, beam=args.beam)
+    for text in outs:
+        print(text)
+    if args.plot:
+        _plot_all(raws, features, vocab, args.plot)
+    return 0

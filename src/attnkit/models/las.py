@@ -1,0 +1,197 @@
+"""Listen, Attend and Spell (Chan et al. 2016): a pyramidal BiLSTM listener and an attending speller.
+
+Shapes: ``B`` batch, ``T`` feature frames, ``F`` features per frame (80 log-mels), ``S = T // 8``
+listener steps, ``L`` listener hidden size (outputs ``2L``), ``U`` output characters, ``V``
+vocabulary.
+
+* **Listener**: a BiLSTM over the frames, then 3 pyramidal BiLSTM layers; each concatenates
+  frames ``2j`` and ``2j + 1`` (halving the time axis, doubling the features) before its BiLSTM.
+  An odd length drops its last frame at that halving: length ``n`` becomes ``n // 2``, so a
+  pair never mixes a frame with padding. Every BiLSTM is a :class:`attnkit.models.rnn.BiRNN`
+  (equal to a packed bidirectional LSTM, without packing's CPU cost), so padding never reaches
+  the backward direction, and outputs past each length are zero.
+* **Speller**: :class:`attnkit.models.AttentionDecoder` over the listener output, with key and
+  value projections (LAS's ``phi``/``psi``), the context fed with the embedding, and (by
+  default) Chorowski et al.'s location-aware score through attnkit's one-step path.
+* **CTC head** (optional): a linear layer on the listener output for a CTC auxiliary loss,
+  giving :data:`CTC_LABELS_PER_STEP` label distributions per listener step (one per 20 ms):
+  one per 80 ms step would be fewer than the characters of ordinary speech (12-17 a second),
+  and CTC cannot emit more labels than it has frames. The CTC blank is the padding id 0, never
+  a transcript character.
+* **Speller as a language model** (seed 003's pre-training trick): :meth:`LAS.language_model`
+  runs the speller on text alone, with the context held at zero and no attention, so it can
+  be trained on transcripts before joint training; the listener is not used.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnkit.attention._checks import check_positive_int, check_probability
+from attnkit.models.decoder import AttentionDecoder
+from attnkit.models.rnn import BiRNN
+
+__all__ = ["LAS", "Listener", "build_las"]
+
+HALVINGS = 3
+MIN_FRAMES = 2**HALVINGS  # frames needed to keep one listener step after the halvings
+CTC_LABELS_PER_STEP = 4
+
+
+class Listener(nn.Module):
+    """Pyramidal BiLSTM encoder: ``T`` frames in, ``T // 8`` steps out.
+
+    Args:
+        features: ``F``, input features per frame.
+        hidden: ``L``, hidden size of each direction of every BiLSTM (outputs ``2L``).
+        dropout: between layers.
+
+    Shape:
+        ``forward(features (B, T, F), lengths (B,))`` -> ``(outputs (B, T // 8, 2L),
+        lengths (B,))``; output lengths are ``n // 2 // 2 // 2 = n // 8`` (an odd length drops
+        its last frame at each halving) and outputs past them are zero.
+
+    Raises:
+        ValueError: ``lengths`` holds an utterance shorter than 8 frames (it would have no
+            step left after the halvings), or lengths outside ``[1, T]``.
+
+    Example:
+        >>> out, lengths = Listener(80, 16)(torch.randn(2, 50, 80), torch.tensor([50, 17]))
+        >>> out.shape, lengths.tolist()
+        (torch.Size([2, 6, 32]), [6, 2])
+    """
+
+    def __init__(self, features: int, hidden: int = 256, *, dropout: float = 0.0):
+        super().__init__()
+        check_positive_int("features", features)
+        check_positive_int("hidden", hidden)
+        check_probability("dropout", dropout)
+        self.features, self.hidden = features, hidden
+        self.first = BiRNN(features, hidden)
+        self.pyramid = nn.ModuleList(BiRNN(4 * hidden, hidden) for _ in range(HALVINGS))
+        self.drop = nn.Dropout(dropout)
+
+    @property
+    def output_dim(self) -> int:
+        return 2 * self.hidden
+
+    def check_lengths(self, lengths: torch.Tensor, frames: int) -> None:
+        """Raise a ValueError naming ``lengths`` unless every length is in ``[8, frames]``."""
+        if lengths.dim() != 1 or lengths.numel() == 0:
+            raise ValueError(f"lengths: expected shape (B,), got {tuple(lengths.shape)}")
+        short = lengths < MIN_FRAMES
+        if bool(short.any()):
+            raise ValueError(
+                f"lengths: utterances need at least {MIN_FRAMES} frames ({MIN_FRAMES * 10} ms) "
+                f"for the listener's {HALVINGS} halvings, got {lengths[short].tolist()} at "
+                f"batch positions {short.nonzero().flatten().tolist()}")
+        if int(lengths.max()) > frames:
+            raise ValueError(f"lengths: expected at most {frames} (the padded frames), got "
+                             f"{int(lengths.max())}")
+
+    def forward(self, features: torch.Tensor, lengths: torch.Tensor):
+        if features.dim() != 3 or features.shape[-1] != self.features:
+            raise ValueError(f"features: expected shape (B, T, {self.features}), got "
+                             f"{tuple(features.shape)}")
+        self.check_lengths(lengths, features.shape[1])
+        lengths = lengths.to(features.device)
+        x = self.first(features, lengths)  # (B, T, 2L)
+        for lstm in self.pyramid:
+            b, t, d = x.shape
+            x = x[:, : t - t % 2].reshape(b, t // 2, 2 * d)  # (B, T/2, 4L): frames 2j, 2j+1
+            lengths = lengths // 2
+            x = lstm(self.drop(x), lengths)  # (B, T/2, 2L)
+        return x, lengths
+
+
+class LAS(nn.Module):
+    """Listen, Attend and Spell: :class:`Listener` + :class:`AttentionDecoder` speller.
+
+    Args:
+        vocab: ``V`` output characters (id 0 padding, also the CTC blank).
+        features: ``F`` per frame (80 log-mels).
+        listener_hidden: ``L`` per direction of the listener's BiLSTMs.
+        hidden: the speller's LSTMCell size; emb: its character embedding size.
+        layers: the speller's stacked LSTMCells (1 or 2 in the paper).
+        score: the speller's attention score ("location", "additive", "dot"...).
+        key_value_dim: size of the key and value projections of the listener output.
+        attn_dim: additive/location attention size (default ``hidden``).
+        ctc: add a CTC head on the listener output (see :meth:`forward`).
+        dropout: in the listener (between layers) and the speller.
+
+    Shape:
+        - ``forward(features (B, T, F), lengths (B,), tgt_in (B, U))`` -> logits
+          ``(B, U, V)``, weights ``(B, U, S)``; ``S = T // 8``.
+        - ``start(features, lengths)`` -> state; ``step(tokens (N,), state)`` -> log-probs
+          ``(N, V)``, state, weights ``(N, S)``.
+
+    Example:
+        >>> model = LAS(10, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8)
+        >>> logits, w = model(torch.randn(2, 40, 8), torch.tensor([40, 24]),
+        ...                   torch.ones(2, 5, dtype=torch.long))
+        >>> logits.shape, w.shape
+        (torch.Size([2, 5, 10]), torch.Size([2, 5, 5]))
+    """
+
+    def __init__(self, vocab: int, *, features: int = 80, listener_hidden: int = 256,
+                 hidden: int = 256, emb: int = 64, layers: int = 1, score: str = "location",
+                 key_value_dim: int = 128, attn_dim: int | None = None, ctc: bool = False,
+                 dropout: float = 0.0):
+        super().__init__()
+        check_positive_int("vocab", vocab)
+        self.listener = Listener(features, listener_hidden, dropout=dropout)
+        self.speller = AttentionDecoder(vocab, self.listener.output_dim, hidden=hidden, emb=emb,
+                                        score=score, layers=layers, key_value_dim=key_value_dim,
+                                        attn_dim=attn_dim, dropout=dropout)
+        self.ctc_head = (nn.Linear(self.listener.output_dim, CTC_LABELS_PER_STEP * vocab)
+                         if ctc else None)
+
+    # ------------------------------------------------------------------ decoding interface
+
+    def start(self, features: torch.Tensor, lengths: torch.Tensor) -> dict:
+        """Listen; returns the speller's state before the first character."""
+        memory, mem_lengths = self.listener(features, lengths)
+        return self.speller.start(memory, mem_lengths)
+
+    def step(self, tokens: torch.Tensor, state: dict):
+        """One character: tokens ``(N,)`` -> log-probs ``(N, V)``, state, weights ``(N, S)``."""
+        return self.speller.step(tokens, state)
+
+    # ------------------------------------------------------------------ training
+
+    def forward(self, features: torch.Tensor, lengths: torch.Tensor, tgt_in: torch.Tensor, *,
+                teacher_forcing: float = 1.0, generator: torch.Generator | None = None,
+                with_ctc: bool = False):
+        """Logits ``(B, U, V)`` and weights ``(B, U, S)``; ``tgt_in`` ``(B, U)`` starts with BOS.
+
+        With ``teacher_forcing < 1`` each example feeds back its own greedy prediction at a
+        step with probability ``1 - teacher_forcing``. With ``with_ctc`` (the model needs
+        ``ctc=True``) a third item ``(ctc_log_probs (4S, B, V), ctc_lengths (B,))`` is
+        returned, in the layout of :func:`torch.nn.functional.ctc_loss`: the 4 label
+        distributions of listener step ``j`` are CTC frames ``4j`` to ``4j + 3``.
+        """
+        if with_ctc and self.ctc_head is None:
+            raise ValueError("with_ctc: this model was built without a CTC head (ctc=False)")
+        memory, mem_lengths = self.listener(features, lengths)  # (B, S, 2L), (B,)
+        logits, weights = self.speller(memory, mem_lengths, tgt_in,
+                                       teacher_forcing=teacher_forcing, generator=generator)
+        if not with_ctc:
+            return logits, weights
+        b, s = memory.shape[:2]
+        ctc = self.ctc_head(memory).reshape(b, CTC_LABELS_PER_STEP * s, -1)  # (B, 4S, V)
+        ctc = F.log_softmax(ctc, dim=-1).transpose(0, 1)  # (4S, B, V)
+        return logits, weights, (ctc, CTC_LABELS_PER_STEP * mem_lengths)
+
+    def language_model(self, tgt_in: torch.Tensor) -> torch.Tensor:
+        """The speller alone as a character LM: logits ``(B, U, V)`` of ``tgt_in (B, U)``.
+
+        The context fed with each embedding is zero and nothing is attended; only the
+        embedding, the LSTMCells and the output layer are used (and get gradients).
+        """
+        return self.speller.language_model(tgt_in)
+
+def build_las(config: dict) -> LAS:
+    """The model of a saved config: :class:`LAS` keyword arguments plus ``vocab``."""
+    return LAS(**config)

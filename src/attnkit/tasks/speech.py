@@ -1,0 +1,219 @@
+"""Speech recognition as a :class:`attnkit.train.Task`: Listen, Attend and Spell on log-mels.
+
+Utterances are :class:`attnkit.data.SpeechSet` features ``(T, 80)`` (built-in espeak-ng speech
+or the user's WAVs), normalised per utterance; transcripts are character sequences
+(:class:`attnkit.data.CharVocab`). The model is a :class:`attnkit.models.LAS` built from a JSON
+config, so a checkpoint alone rebuilds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import jiwer
+import torch
+import torch.nn.functional as F
+
+from attnkit.data import CharVocab, DataError, SpeechSet, pad_batch, pad_features
+from attnkit.data.vocab import BOS, EOS, PAD
+from attnkit.decoding import Hypotheses, beam_search, greedy, sample
+from attnkit.models.las import HALVINGS, LAS, MIN_FRAMES, build_las
+from attnkit.plot import plot_alignment
+from attnkit.tasks.batching import length_batches
+from attnkit.train.teacher_forcing import TeacherForcing
+
+__all__ = ["SpeechTask", "metrics", "plot_transcription", "transcribe"]
+
+# Output length cap: characters per feature frame (fast speech is ~0.17 at 10 ms), plus a margin.
+CHARS_PER_FRAME = 0.3
+EXTRA_CHARS = 10
+
+
+def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """Character and word error rates (jiwer) and ``accuracy = 1 - cer``, the character
+    accuracy that training maximises (it is negative when the CER exceeds 1)."""
+    hyps = [h if h.strip() else " " for h in hypotheses]  # jiwer rejects empty hypotheses
+    cer = float(jiwer.cer(list(references), hyps))
+    return {"cer": cer, "wer": float(jiwer.wer(list(references), hyps)), "accuracy": 1.0 - cer}
+
+
+@torch.no_grad()
+def transcribe(model: LAS, vocab: CharVocab, features: Sequence[torch.Tensor], *, beam: int = 1,
+               sampling: dict | None = None,
+               batch_size: int = 32) -> tuple[list[str], list[Hypotheses]]:
+    """Transcripts of the utterances ``features[i]`` ``(T_i, F)``, and per batch the raw
+    hypotheses (tokens and attention weights for plots).
+
+    Greedy for ``beam=1``, batched beam search for ``beam > 1``, or random sampling with
+    ``sampling`` = keyword arguments of :func:`attnkit.decoding.sample`. An output has at most
+    ``ceil(0.3 * T_i) + 10`` characters (EOS included).
+
+    Raises:
+        ValueError: ``beam`` not a positive int, or an utterance shorter than 8 frames.
+    """
+    if not isinstance(beam, int) or beam < 1:
+        raise ValueError(f"beam: expected a positive int, got {beam!r}")
+    if sampling is not None and beam > 1:
+        raise ValueError(f"sampling: draws one character at a time, not with beam={beam}")
+    model.eval()
+    device = next(model.parameters()).device
+    texts, raws = [], []
+    for i in range(0, len(features), batch_size):
+        x, lengths = pad_features(features[i : i + batch_size])  # (B, T, F), (B,)
+        x, lengths = x.to(device), lengths.to(device)
+        limit = (lengths.float() * CHARS_PER_FRAME).ceil().long() + EXTRA_CHARS
+        state = model.start(x, lengths)
+        kw = {"batch_size": len(lengths), "bos": BOS, "eos": EOS, "pad": PAD, "max_len": limit,
+              "device": device}
+        if sampling is not None:
+            hyp = sample(model.step, state, **kw, **sampling)
+        elif beam == 1:
+            hyp = greedy(model.step, state, **kw)
+        else:
+            hyp = beam_search(model.step, state, beam_size=beam, **kw)
+        texts += [vocab.decode(row) for row in hyp.tokens]
+        raws.append(hyp)
+    return texts, raws
+
+
+def plot_transcription(hyp: Hypotheses, i: int, features: torch.Tensor, vocab: CharVocab,
+                       path: str | Path, *, title: str | None = None) -> Path:
+    """Alignment of example ``i`` of ``hyp``: its characters (EOS included) over the
+    spectrogram ``features (T, F)``, one listener step per 8 frames."""
+    steps = features.shape[0] // MIN_FRAMES
+    n = int(hyp.lengths[i])
+    labels = [vocab.piece(t) for t in hyp.tokens[i, :n]]
+    background = features[: steps * MIN_FRAMES].T  # (F, 8 S): the frames the steps cover
+    return plot_alignment(hyp.weights[i, :n, :steps], background, labels, path, steps=steps,
+                          origin="lower", title=title or vocab.decode(hyp.tokens[i]))
+
+
+class SpeechTask:
+    """Batches, loss and metrics for (features, transcript) utterances.
+
+    Args:
+        train, valid: :class:`attnkit.data.SpeechSet` (features ``(T_i, F)``).
+        model_config: :class:`attnkit.models.LAS` keyword arguments except ``vocab``,
+            ``features`` and ``ctc`` (set from the data and ``ctc_weight``).
+        vocab: characters (default: built from the training transcripts).
+        batch_size: utterances per batch (batches group similar lengths).
+        label_smoothing: of the masked cross-entropy.
+        teacher_forcing: probability of feeding the reference character, or a
+            :class:`attnkit.train.TeacherForcing` schedule over training steps.
+        ctc_weight: ``w`` in ``loss = (1 - w) * cross-entropy + w * CTC`` (0: no CTC head).
+        max_valid: validation utterances decoded at each evaluation.
+
+    Raises:
+        DataError: an utterance shorter than 8 frames (80 ms), named by its origin.
+    """
+
+    def __init__(self, train: SpeechSet, valid: SpeechSet, *, model_config: dict,
+                 vocab: CharVocab | None = None, batch_size: int = 32, seed: int = 0,
+                 label_smoothing: float = 0.1, teacher_forcing: float | TeacherForcing = 1.0,
+                 ctc_weight: float = 0.0, max_valid: int = 300, data: dict | None = None):
+        if len(train) == 0:
+            raise ValueError("train: expected at least one utterance")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
+        if not 0.0 <= ctc_weight <= 1.0:
+            raise ValueError(f"ctc_weight: expected a number in [0, 1], got {ctc_weight!r}")
+        for s in (train, valid):
+            for f, origin in zip(s.features, s.origins):
+                if f.shape[0] < MIN_FRAMES:
+                    raise DataError(f"{origin}: {f.shape[0]} feature frames; the listener's "
+                                    f"{HALVINGS} halvings need at least {MIN_FRAMES}")
+        self.train = train
+        n_valid = min(len(valid), max_valid)
+        self.valid = SpeechSet(valid.features[:n_valid], valid.transcripts[:n_valid],
+                               valid.origins[:n_valid])
+        self.char_vocab = vocab or CharVocab.build(train.transcripts)
+        self.batch_size, self.seed = batch_size, seed
+        if not isinstance(teacher_forcing, TeacherForcing):
+            teacher_forcing = TeacherForcing(start=teacher_forcing)
+        self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
+        self.ctc_weight = ctc_weight
+        self.model_config = {**model_config, "vocab": len(self.char_vocab),
+                             "features": train.features[0].shape[1], "ctc": ctc_weight > 0}
+        self.data = data or {}
+        self._text = [self.char_vocab.encode(t) for t in train.transcripts]
+
+    def build_model(self) -> LAS:
+        return build_las(self.model_config)
+
+    def batches(self, epoch: int):
+        """Shuffled (seeded by epoch) batches of similar utterance lengths."""
+        lengths = [f.shape[0] for f in self.train.features]
+        for idx in length_batches(lengths, self.batch_size, seed=self.seed, epoch=epoch):
+            yield self._collate(idx)
+
+    def _text_batch(self, idx: list[int]) -> dict:
+        tgt, _ = pad_batch([[BOS] + self._text[i] + [EOS] for i in idx])
+        chars, char_lengths = pad_batch([self._text[i] for i in idx])
+        return {"tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:], "chars": chars,
+                "char_lengths": char_lengths}
+
+    def _collate(self, idx: list[int]) -> dict:
+        features, lengths = pad_features([self.train.features[i] for i in idx])
+        return {"features": features, "lengths": lengths, **self._text_batch(idx)}
+
+    def _cross_entropy(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD,
+                               label_smoothing=self.label_smoothing)
+
+    def loss(self, model: LAS, batch: dict, step: int = 0) -> tuple[torch.Tensor, int]:
+        out = model(batch["features"], batch["lengths"], batch["tgt_in"],
+                    teacher_forcing=self.teacher_forcing.ratio(step),
+                    with_ctc=self.ctc_weight > 0)
+        target = batch["tgt_out"]
+        loss = self._cross_entropy(out[0], target)
+        if self.ctc_weight > 0:
+            log_probs, listener_lengths = out[2]  # (S, B, V), (B,)
+            ctc = F.ctc_loss(log_probs, batch["chars"], listener_lengths, batch["char_lengths"],
+                             blank=PAD, zero_infinity=True)
+            loss = (1 - self.ctc_weight) * loss + self.ctc_weight * ctc
+        return loss, int((target != PAD).sum())
+
+    def pretrain_speller(self, model: LAS, steps: int, *, lr: float = 3e-3) -> list[float]:
+        """Train ``model``'s speller as a character language model on the training transcripts
+        for ``steps`` Adam steps (batches drawn with ``seed``); returns the losses.
+
+        The context is zero and nothing is attended (:meth:`LAS.language_model`), so only the
+        speller's embedding, cells and output layer change; the listener is untouched.
+        """
+        if not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"steps: expected a non-negative int, got {steps!r}")
+        model.train()
+        params = [p for m in (model.speller.embed, model.speller.cells, model.speller.out)
+                  for p in m.parameters()]
+        optimizer = torch.optim.Adam(params, lr=lr)
+        g = torch.Generator().manual_seed(self.seed)
+        device = next(model.parameters()).device
+        losses = []
+        for _ in range(steps):
+            idx = torch.randint(len(self._text), (self.batch_size,), generator=g).tolist()
+            batch = self._text_batch(idx)
+            logits = model.language_model(batch["tgt_in"].to(device))
+            loss = self._cross_entropy(logits, batch["tgt_out"].to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    def evaluate(self, model: LAS) -> dict[str, float]:
+        outs, _ = transcribe(model, self.char_vocab, self.valid.features)
+        return metrics(outs, self.valid.transcripts)
+
+    def config(self) -> dict:
+        return {"task": "asr", "model": self.model_config, "data": self.data,
+                "batching": {"batch_size": self.batch_size, "seed": self.seed,
+                             "label_smoothing": self.label_smoothing,
+                             "ctc_weight": self.ctc_weight,
+                             "teacher_forcing": asdict(self.teacher_forcing)}}
+
+    def vocab(self) -> dict:
+        return self.char_vocab.to_json()
+

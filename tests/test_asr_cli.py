@@ -1,0 +1,95 @@
+"""train asr -> transcribe, end to end on tiny data; resume; bad WAVs named in messages."""
+
+import math
+import re
+import shutil
+import struct
+import wave
+
+import pytest
+
+from attnkit.cli.main import main
+
+TINY = ["--listener-hidden", "8", "--hidden", "16", "--emb", "8", "--key-value-dim", "8",
+        "--batch-size", "4", "--lr", "1e-2", "--warmup", "2", "--no-progress"]
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _write_wav(path, seconds, freq, rate=8000, channels=1):
+    n = int(seconds * rate)
+    frames = b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * freq * i / rate)))
+                      * channels for i in range(n))
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(frames)
+
+
+def test_manifest_training_transcribe_resume_and_bad_wavs(tmp_path, capsys):
+    words = ["one", "two", "three", "four", "five", "six"]
+    for i, _ in enumerate(words):
+        _write_wav(tmp_path / f"w{i}.wav", 0.2 + 0.05 * i, 200 + 150 * i, channels=1 + i % 2)
+    manifest = tmp_path / "train.tsv"
+    manifest.write_text("".join(f"w{i}.wav\t{w}\n" for i, w in enumerate(words)))
+    out = tmp_path / "run"
+    args = ["train", "asr", "--train", str(manifest), "--valid", str(manifest), "--out",
+            str(out), "--steps", "6", "--eval-every", "3", "--checkpoint-every", "3",
+            "--plot", "1", *TINY]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"stopped after 6 steps \(max_steps\); held-out: cer [\d.]+, wer", text)
+    assert (out / "alignment_0.png").exists() and (out / "history.json").exists()
+    assert main(args + ["--steps", "9", "--resume"]) == 0
+    assert "stopped after 9 steps" in capsys.readouterr().out
+
+    ck = str(out / "checkpoint")
+    plots = tmp_path / "plots"
+    assert main(["transcribe", "--checkpoint", ck, str(tmp_path / "w0.wav"),
+                 str(tmp_path / "w3.wav"), "--beam", "2", "--plot", str(plots)]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith("  wrote")]
+    assert len(lines) == 2 and (plots / "alignment_1.png").exists()
+
+    (tmp_path / "text.wav").write_text("not audio")
+    _write_wav(tmp_path / "short.wav", 0.05, 300)
+    for name, message in [("text.wav", "not a RIFF/WAVE file"),
+                          ("missing.wav", "cannot read"),
+                          ("short.wav", (r"6 feature frames \(50 ms of audio\); the recogniser "
+                                         r"needs at least 8"))]:
+        assert main(["transcribe", "--checkpoint", ck, str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert re.search(rf"^attnkit: .*{name}: {message}", err), err
+
+
+def test_bad_arguments_give_usage_errors(tmp_path, capsys):
+    for bad in (["--kinds", "poems"], ["--layers", "3"], ["--score", "nope"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["train", "asr", "--out", str(tmp_path / "x"), *bad])
+        assert exc.value.code == 2
+    assert main(["train", "asr", "--out", str(tmp_path / "x"), "--pretrain-lm-steps", "-1"]) == 2
+    assert "--pretrain-lm-steps: expected a non-negative int, got -1" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng")
+def test_built_in_speech_with_lm_pretraining_and_ctc(tmp_path, capsys):
+    from attnkit.data import synthesize
+
+    out = tmp_path / "run"
+    assert main(["train", "asr", "--out", str(out), "--cache-dir", str(tmp_path / "cache"),
+                 "--n-train", "4", "--n-valid", "1", "--kinds", "digits", "--steps", "3",
+                 "--eval-every", "3", "--plot", "1", "--pretrain-lm-steps", "3",
+                 "--ctc-weight", "0.3", *TINY]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"speller pre-trained as a language model for 3 steps: loss [\d.]+ -> ", text)
+    assert "stopped after 3 steps" in text and (out / "alignment_0.png").exists()
+    samples, rate = synthesize("seven two", voice="en-us", speed=150)
+    with wave.open(str(tmp_path / "say.wav"), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"".join(struct.pack("<h", int(s * 32767)) for s in samples.tolist()))
+    assert main(["transcribe", "--checkpoint", str(out / "checkpoint"),
+                 str(tmp_path / "say.wav"), "--beam", "1"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
