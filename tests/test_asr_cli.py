@@ -51,6 +51,12 @@ def test_manifest_training_transcribe_resume_and_bad_wavs(tmp_path, capsys):
                  str(tmp_path / "w3.wav"), "--beam", "2", "--plot", str(plots)]) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith("  wrote")]
     assert len(lines) == 2 and (plots / "alignment_1.png").exists()
+    sample = ["transcribe", "--checkpoint", ck, str(tmp_path / "w0.wav"), "--sample", "3",
+              "--temperature", "2.0", "--seed", "5"]
+    assert main(sample) == 0
+    drawn = capsys.readouterr().out.splitlines()
+    assert len(drawn) == 3
+    assert main(sample) == 0 and capsys.readouterr().out.splitlines() == drawn  # seeded
 
     (tmp_path / "text.wav").write_text("not audio")
     _write_wav(tmp_path / "short.wav", 0.05, 300)

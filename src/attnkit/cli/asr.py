@@ -9,10 +9,12 @@ import torch
 
 from attnkit.attention.scores import SCORES
 from attnkit.cli.common import (
+    add_sampling_args,
     add_training_args,
     existing_run,
     load_task_checkpoint,
     positive_int,
+    sampling,
     teacher_forcing,
     train_and_report,
 )
@@ -153,6 +155,7 @@ def add_transcribe_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("wav", type=Path, nargs="+", help="16-bit PCM WAV files (any rate)")
     p.add_argument("--beam", type=positive_int, default=5)
+    add_sampling_args(p)
     p.add_argument("--plot", type=Path, help="folder for one alignment picture per file")
     p.set_defaults(run=run_transcribe)
 
@@ -178,7 +181,11 @@ def run_transcribe(args) -> int:
     ck.load_model(model)
     vocab = load_vocab(ck.vocab)
     features = [wav_features(path) for path in args.wav]
-    outs, raws = transcribe(model, vocab, features, beam=args.beam)
+    if args.sample:
+        features = [f for f in features for _ in range(args.sample)]
+        outs, raws = transcribe(model, vocab, features, sampling=sampling(args))
+    else:
+        outs, raws = transcribe(model, vocab, features, beam=args.beam)
     for text in outs:
         print(text)
     if args.plot:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
+
 from attnkit.train import (
     Checkpoint,
     CheckpointError,
@@ -21,8 +23,8 @@ from attnkit.train import (
     load_checkpoint,
 )
 
-__all__ = ["add_training_args", "existing_run", "load_task_checkpoint", "positive_int",
-           "teacher_forcing", "train_and_report"]
+__all__ = ["add_sampling_args", "add_training_args", "existing_run", "load_task_checkpoint",
+           "positive_int", "sampling", "teacher_forcing", "train_and_report"]
 
 
 def positive_int(text: str) -> int:
@@ -61,6 +63,25 @@ def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float 
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--no-progress", action="store_true")
     train.add_argument("--plot", type=int, default=3, help="pictures of N validation examples")
+
+
+def add_sampling_args(p) -> None:
+    """Random decoding options (instead of beam search) for a decoding command."""
+    group = p.add_argument_group("sampling (instead of beam search)")
+    group.add_argument("--sample", type=positive_int, metavar="N",
+                       help="draw N random outputs per input (one line each)")
+    group.add_argument("--temperature", type=float, default=1.0)
+    group.add_argument("--top-k", type=positive_int)
+    group.add_argument("--top-p", type=float)
+    group.add_argument("--seed", type=int, default=0)
+
+
+def sampling(args) -> dict | None:
+    """Keyword arguments of :func:`attnkit.decoding.sample` from ``--sample ...``, or None."""
+    if not args.sample:
+        return None
+    return {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
+            "generator": torch.Generator().manual_seed(args.seed)}
 
 
 def teacher_forcing(args) -> TeacherForcing:

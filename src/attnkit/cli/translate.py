@@ -10,10 +10,12 @@ from pathlib import Path
 import torch
 
 from attnkit.cli.common import (
+    add_sampling_args,
     add_training_args,
     existing_run,
     load_task_checkpoint,
     positive_int,
+    sampling,
     teacher_forcing,
     train_and_report,
 )
@@ -165,13 +167,7 @@ def add_translate_parser(sub) -> None:
     p.add_argument("text", nargs="*", help="sentences (or use --file)")
     p.add_argument("--file", type=Path, help="one sentence per line")
     p.add_argument("--beam", type=positive_int, default=5)
-    sampling = p.add_argument_group("sampling (instead of beam search)")
-    sampling.add_argument("--sample", type=positive_int, metavar="N",
-                          help="draw N random outputs per sentence (one line each)")
-    sampling.add_argument("--temperature", type=float, default=1.0)
-    sampling.add_argument("--top-k", type=positive_int)
-    sampling.add_argument("--top-p", type=float)
-    sampling.add_argument("--seed", type=int, default=0)
+    add_sampling_args(p)
     p.add_argument("--plot", type=Path, help="folder for one attention heat-map per sentence")
     p.set_defaults(run=run_translate)
 
@@ -190,9 +186,7 @@ def run_translate(args) -> int:
         return 2
     if args.sample:
         texts = [t for t in texts for _ in range(args.sample)]
-        sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                        generator=torch.Generator().manual_seed(args.seed))
-        outs, raws = translate(model, src_vocab, tgt_vocab, texts, sampling=sampling,
+        outs, raws = translate(model, src_vocab, tgt_vocab, texts, sampling=sampling(args),
                                max_len_extra=extra)
     else:
         outs, raws = translate(model, src_vocab, tgt_vocab, texts, beam=args.beam,
