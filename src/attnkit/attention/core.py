@@ -25,6 +25,7 @@ from attnkit.attention.masks import aligned_positions, lengths_to_mask
 from attnkit.attention.reference import reference_attention, weigh
 from attnkit.attention.scores import Score
 from attnkit.attention.sdpa import sdpa_attention
+from attnkit.attention.step import GradSink, additive_step
 
 
 class AttentionOutput(NamedTuple):
@@ -51,6 +52,8 @@ class Memory(NamedTuple):
         key: ``(B, Tk, Dk)`` as given; value: ``(B, Tk, Dv)`` as given.
         key_features: ``(B, H, Tk, F)`` prepared keys; values: ``(B, H, Tk, Dv')`` per head.
         owner: the module that prepared them (only it can use them).
+        sink: where one-query additive steps sum their key/value gradients, or None
+            (:mod:`attnkit.attention.step`).
     """
 
     key: torch.Tensor
@@ -58,6 +61,7 @@ class Memory(NamedTuple):
     key_features: torch.Tensor
     values: torch.Tensor
     owner: torch.nn.Module
+    sink: GradSink | None = None
 
 
 @dataclass
@@ -202,6 +206,7 @@ def plan_call(impl: str, score: Score, call: Call, *, heads: int, need_weights: 
         device=call.query.device,
         dtype=call.query.dtype,
         sdpa_mask_elements=0 if lay.pure_causal else lay.mask_elements(b, tq),
+        plain_keys=lay.q_pos is None,
     )
 
 
@@ -217,6 +222,7 @@ def run(
     dropout_p: float,
     need_weights: bool,
     kf: torch.Tensor | None = None,
+    sink: GradSink | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, Plan]:
     """Score, mask, softmax and weight the values on per-head tensors.
 
@@ -225,6 +231,7 @@ def run(
         v: ``(B, H, Tk, Dv)``; kf: keys already prepared by the score, ``(B, H, Tk, F)``.
         call: the validated call (its layout says which keys each query may see).
         prev: previous weights ``(B, H, Tq, Tk)`` for the location score, else ``None``.
+        sink: the prepared memory's gradient sink (used by the one-query step), or None.
 
     Returns:
         ``context (B, H, Tq, Dv)``, ``weights (B, H, Tq, Tk)`` or ``None``, and the plan taken.
@@ -241,6 +248,9 @@ def run(
     if plan.impl == "sdpa":
         context = sdpa_attention(qf, kf, v, call.mask(), scale=score.scale, dropout_p=dropout_p)
         return context, None, plan
+    if plan.step:
+        context, weights = additive_step(qf, kf, v, score.v, call.mask(), sink)
+        return context, (weights if need_weights else None), plan
     if plan.impl == "chunked" and not need_weights:
         context = chunked_attention(qf, kf, v, score, call.layout, extra=extra,
                                     dropout_p=dropout_p, compiled=plan.compiled)

@@ -13,6 +13,8 @@ sdpa           ``F.scaled_dot_product_attention`` on prepared features (dot fami
 chunked        blocks with online softmax, scores recomputed in backward; with a window or
                causal mask only the band's key blocks run (banded local attention). When
                weights are needed, the ``(Tq, Tk)`` scores are built block by block instead.
+               One additive query per row (a decoder step) on CPU, once the kernels are
+               compiled: one fused kernel per pass (:mod:`attnkit.attention.step`).
 =============  ==============================================================================
 """
 
@@ -41,12 +43,14 @@ SDPA_MASK_LIMIT = 1 << 26
 class Plan:
     """The path an attention call takes: ``impl`` in :data:`IMPLS` (never "auto"), and why.
 
-    ``compiled`` says whether the chunked path uses the score's compiled kernels.
+    ``compiled`` says whether the chunked path uses the score's compiled kernels; ``step``
+    whether it runs as the fused one-query step (:func:`attnkit.attention.step.additive_step`).
     """
 
     impl: str
     reason: str
     compiled: bool = False
+    step: bool = False
 
 
 def _sdpa_blocker(score: Score, need_weights: bool) -> str | None:
@@ -93,11 +97,13 @@ def choose_impl(
     device: torch.device | None = None,
     dtype: torch.dtype | None = None,
     sdpa_mask_elements: int = 0,
+    plain_keys: bool = False,
 ) -> Plan:
     """Resolve ``impl`` for one call of shape ``(B, H, Tq, Tk)``.
 
     ``sdpa_mask_elements`` is the size of the boolean mask SDPA would need (0: none, or SDPA's
-    own causal mask).
+    own causal mask); ``plain_keys``: each query may see every valid key (no causal mask, no
+    window).
 
     Raises:
         ValueError: ``impl`` is unknown, or the forced path cannot compute this call.
@@ -136,5 +142,10 @@ def choose_impl(
         plan = _chunked(score, shape, dtype, window,
                         f"score {score.name!r}: online softmax over key blocks; backward "
                         "recomputes the scores (keeps them when Tq <= key features)")
+    if (plan.compiled and score.name == "additive" and shape[2] == 1 and plain_keys
+            and dropout_p == 0 and dtype == torch.float32 and on_cpu):
+        plan = Plan("chunked", f"{plan.reason}; one query per row: fused step kernel, weights "
+                    "kept for backward, key/value gradients summed in place over a prepared "
+                    "Memory's steps", compiled=True, step=True)
     log.debug("attention path %s: %s", plan.impl, plan.reason)
     return plan

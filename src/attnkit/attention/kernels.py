@@ -33,6 +33,7 @@ __all__ = [
     "additive_scores",
     "compile_status",
     "exp_tanh",
+    "run_compiled",
     "want_compiled",
     "warm_up",
 ]
@@ -97,7 +98,12 @@ class _Compiler:
     def run(self, name, fn, *args):
         if self.failure is None:
             if name not in self.fns:
-                self.fns[name] = torch.compile(fn, dynamic=True)
+                # dynamic_threads: the C++ code always has an OpenMP loop and leaves the thread
+                # count to the runtime. Otherwise it is fixed at compile time, and Inductor's on-disk cache hands code compiled
+                # under OMP_NUM_THREADS=1 to later processes with more threads (measured: the
+                # one-query kernels then ran on one core).
+                self.fns[name] = torch.compile(fn, dynamic=True,
+                                               options={"cpp.dynamic_threads": True})
             try:
                 out = self.fns[name](*args)
                 self.ready = True
@@ -114,6 +120,12 @@ class _Compiler:
 
 
 _COMPILER = _Compiler()
+
+
+def run_compiled(name: str, fn, *args):
+    """``fn(*args)`` compiled (once per ``name``), or its eager version if compiling fails.
+    ``fn(q, k, *rest, tanh=...)`` takes ``q (B, H, bq, A)`` and ``k (B, H, bk, A)`` first."""
+    return _COMPILER.run(name, fn, *args)
 
 
 def _in_pieces(fn, q, k, *rest):
@@ -145,7 +157,7 @@ def want_compiled(work: int, dtype: torch.dtype) -> bool:
 
 def warm_up(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> str:
     """Compile the additive kernels now (for ``dtype`` on ``device``), including the variants
-    for one-query blocks. Returns :func:`compile_status`."""
+    for one-query blocks and the fused decoder step. Returns :func:`compile_status`."""
     for b, h, bq, bk in ((2, 2, 3, 5), (2, 1, 1, 5), (2, 2, 1, 5), (1, 1, 3, 5)):
         g = torch.Generator().manual_seed(0)
         q, k = (torch.randn(b, h, n, 8, generator=g).to(device, dtype) for n in (bq, bk))
@@ -153,7 +165,26 @@ def warm_up(dtype: torch.dtype = torch.float32, device: str | torch.device = "cp
         grad = torch.randn(b, h, bq, bk, generator=g).to(device, dtype)
         additive_scores(q, k, v, compiled=True)
         additive_backward(q, k, v, grad, compiled=True)
+    if dtype == torch.float32 and torch.device(device).type == "cpu":
+        _warm_up_steps()
     return compile_status()
+
+
+def _warm_up_steps() -> None:
+    """The fused one-query step (:mod:`attnkit.attention.step`): forward with and without a
+    mask, backward into a sink and to autograd, for one head and for several."""
+    from attnkit.attention import step  # it builds on this module
+
+    g = torch.Generator().manual_seed(0)
+    for h in (1, 2):
+        kf0, v0 = (torch.randn(2, h, 5, 8, generator=g, requires_grad=True) for _ in range(2))
+        va = torch.randn(h, 8, generator=g)
+        mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2]).view(2, 1, 1, 5)
+        for m, use_sink in ((mask, True), (None, False)):
+            kf, v, sink = step.collect(kf0, v0) if use_sink else (kf0, v0, None)
+            q = torch.randn(2, h, 1, 8, generator=g, requires_grad=True)
+            out, _ = step.additive_step(q, kf, v, va, m, sink, compiled=True)
+            out.sum().backward()
 
 
 def _upcast(*xs):

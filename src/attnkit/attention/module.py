@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attnkit.attention import step
 from attnkit.attention._checks import (
     check_positive_int,
     check_probability,
@@ -248,7 +249,12 @@ class Attention(nn.Module):
         multi = self.heads > 1
         k = self._split_heads(key, self.k_proj if multi else None)  # (B, H, Tk, dk)
         v = self._split_heads(value, self.v_proj if multi else None)  # (B, H, Tk, dv)
-        return Memory(key, value, self.score.prepare_key(k), v, self)
+        kf = self.score.prepare_key(k)  # (B, H, Tk, F)
+        sink = None
+        if (self.score.name == "additive" and kf.device.type == "cpu" and step.sink_supported()
+                and torch.is_grad_enabled() and (kf.requires_grad or v.requires_grad)):
+            kf, v, sink = step.collect(kf, v)  # one-query steps sum their gradients there
+        return Memory(key, value, kf, v, self, sink)
 
     def extend(self, memory: Memory | None, key: torch.Tensor,
                value: torch.Tensor | None = None) -> Memory:
@@ -331,6 +337,7 @@ class Attention(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             need_weights=need_weights or self.score.needs_prev,
             kf=kf,
+            sink=None if memory is None else memory.sink,
         )
         b, _, tq, _ = context.shape
         if multi:

@@ -1,0 +1,217 @@
+"""The fused one-query additive step: equal to the reference, and its in-place gradient sums
+are right across decoder steps, partial backward passes and repeated passes."""
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from attnkit import Attention
+from attnkit.attention import kernels, step
+
+COMPILED = kernels.warm_up() == "available"
+needs_compiler = pytest.mark.skipif(not COMPILED, reason=f"no compiled kernels: "
+                                    f"{kernels.compile_status()}")
+
+
+def _inputs(b=3, h=2, tk=7, a=5, d=4, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, h, 1, a, generator=g, dtype=dtype, requires_grad=True)
+    kf = torch.randn(b, h, tk, a, generator=g, dtype=dtype, requires_grad=True)
+    v = torch.randn(b, h, tk, d, generator=g, dtype=dtype, requires_grad=True)
+    va = torch.randn(h, a, generator=g, dtype=dtype, requires_grad=True)
+    return q, kf, v, va
+
+
+def _equation(q, kf, v, va, mask):
+    """The textbook formula with autograd, a row with no key -> zeros."""
+    s = torch.einsum("bhqka,ha->bhqk", torch.tanh(q.unsqueeze(-2) + kf.unsqueeze(-3)), va)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    p = torch.nan_to_num(torch.softmax(s, -1), nan=0.0)
+    return p @ v, p
+
+
+MASK = torch.tensor([[True] * 7, [True] * 4 + [False] * 3, [False] * 7]).view(3, 1, 1, 7)
+
+
+@pytest.mark.parametrize("mask", [None, MASK], ids=["no-mask", "lengths-7-4-0"])
+@pytest.mark.parametrize("use_weights", [False, True], ids=["context", "context+weights"])
+def test_step_equals_the_equation_with_gradients(mask, use_weights):
+    q, kf, v, va = _inputs()
+    g = torch.Generator().manual_seed(1)
+    w_out, w_p = torch.randn(3, 2, 1, 4, generator=g), torch.randn(3, 2, 1, 7, generator=g)
+
+    def loss(out, p):
+        return (out * w_out).sum() + ((p * w_p).sum() if use_weights else 0)
+
+    out, p = step.additive_step(q, kf, v, va, mask, compiled=False)
+    ref_out, ref_p = _equation(q, kf, v, va, mask)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(p, ref_p)
+    got = torch.autograd.grad(loss(out, p), [q, kf, v, va])
+    want = torch.autograd.grad(loss(ref_out, ref_p), [q, kf, v, va])
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    if mask is not None:  # the row with no key: zero output, zero and finite gradients
+        assert torch.equal(out[2], torch.zeros_like(out[2])) and p[2].abs().sum() == 0
+        assert got[0][2].abs().sum() == 0 and torch.isfinite(got[0]).all()
+
+
+@pytest.mark.parametrize("use_sink", [False, True], ids=["autograd", "sink"])
+def test_gradcheck_step(use_sink):
+    q, kf, v, va = _inputs(b=2, h=2, tk=4, a=3, d=2)
+    mask = torch.tensor([[True] * 4, [True, True, False, False]]).view(2, 1, 1, 4)
+
+    def f(q, kf, v, va):
+        sink = None
+        if use_sink:
+            kf, v, sink = step.collect(kf, v)
+        out1, p1 = step.additive_step(q, kf, v, va, mask, sink, compiled=False)
+        out2, _ = step.additive_step(q * 0.5, kf, v, va, mask, sink, compiled=False)
+        return out1 + 2 * out2, p1  # two steps over one memory, and the weights
+
+    assert torch.autograd.gradcheck(f, (q, kf, v, va))
+
+
+def _decoder_run(attn, enc, queries, lengths, *, need_weights=False):
+    memory = attn.prepare(enc)
+    outs = [attn(q, memory, key_lengths=lengths, need_weights=need_weights) for q in queries]
+    ctx = torch.stack([o.context for o in outs])
+    weights = torch.stack([o.weights for o in outs]) if need_weights else None
+    return ctx, weights
+
+
+def _decoder_case(heads=1, b=4, tk=80, d=128, steps=5, seed=0):
+    # big enough (B * H * Tk * A >= kernels.WARM_MIN_WORK) for auto to use the compiled step
+    torch.manual_seed(seed)
+    attn = Attention(d, score="additive", heads=heads)
+    ref = Attention(d, score="additive", heads=heads, impl="reference")
+    ref.load_state_dict(attn.state_dict())
+    enc = torch.randn(b, tk, d, requires_grad=True)
+    queries = torch.randn(steps, b, d, requires_grad=True)
+    lengths = torch.tensor([tk, 1, tk - 3, 0][:b])
+    return attn, ref, enc, queries, lengths
+
+
+def _train_step(module, enc, queries, lengths, loss_fn, need_weights=False):
+    """Context, weights and the gradients of enc, queries and the module's parameters."""
+    for t in [enc, queries, *module.parameters()]:
+        t.grad = None
+    ctx, weights = _decoder_run(module, enc, queries, lengths, need_weights=need_weights)
+    loss_fn(ctx, weights).backward()
+    grads = [t.grad.clone() for t in [enc, queries, *module.parameters()]]
+    return ctx.detach(), weights, grads
+
+
+@needs_compiler
+@pytest.mark.parametrize("heads", [1, 2])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_decoder_steps_take_the_fused_path_and_equal_the_reference(heads, need_weights):
+    attn, ref, enc, queries, lengths = _decoder_case(heads)
+    assert attn.prepare(enc).sink is not None
+    plan = attn.plan(queries[0], enc, key_lengths=lengths, need_weights=need_weights)
+    assert plan.step and "fused step kernel" in plan.reason
+    w = torch.randn(5, 4, heads, 80).squeeze(2)  # (steps, B, [H,] Tk)
+
+    def loss(ctx, weights):
+        return ctx.square().sum() + ((weights * w).sum() if need_weights else 0)
+
+    got_ctx, got_w, got = _train_step(attn, enc, queries, lengths, loss, need_weights)
+    ctx, weights, want = _train_step(ref, enc, queries, lengths, loss, need_weights)
+    torch.testing.assert_close(got_ctx, ctx, atol=1e-5, rtol=1e-5)
+    if need_weights:
+        torch.testing.assert_close(got_w, weights, atol=1e-5, rtol=1e-5)
+    assert got_ctx[:, 3].abs().sum() == 0  # length 0: zero context
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def _squared_context_case():
+    """A decoder case, and the reference gradients of sum(context^2) (enc, queries, params);
+    the gradients of enc and queries are cleared afterwards."""
+    attn, ref, enc, queries, lengths = _decoder_case()
+    _, _, want = _train_step(ref, enc, queries, lengths, lambda ctx, w: ctx.square().sum())
+    enc.grad = queries.grad = None
+    return attn, enc, queries, lengths, want
+
+
+@needs_compiler
+def test_a_partial_backward_leaves_nothing_for_the_next_pass():
+    attn, enc, queries, lengths, want = _squared_context_case()
+    memory = attn.prepare(enc)
+    ctx = torch.stack([attn(q, memory, key_lengths=lengths).context for q in queries])
+    # Gradient of the queries only: the steps run backward, the memory's node does not.
+    (dq,) = torch.autograd.grad(ctx.square().sum(), [queries], retain_graph=True)
+    torch.testing.assert_close(dq, want[1], atol=1e-4, rtol=1e-4)
+    assert enc.grad is None
+    # A later full pass over the same graph sees only its own gradients, twice -> doubled.
+    ctx.square().sum().backward(retain_graph=True)
+    torch.testing.assert_close(enc.grad, want[0], atol=1e-4, rtol=1e-4)
+    ctx.square().sum().backward()
+    torch.testing.assert_close(enc.grad, 2 * want[0], atol=2e-4, rtol=1e-4)
+
+
+@needs_compiler
+def test_steps_on_both_paths_over_one_memory(monkeypatch):
+    """Kernels becoming ready mid-sequence: early steps take the general path (gradients through
+    autograd), later ones the fused step (gradients into the sink); the memory adds both."""
+    attn, enc, queries, lengths, want = _squared_context_case()
+    memory = attn.prepare(enc)
+    outs = []
+    for i, q in enumerate(queries):
+        monkeypatch.setattr(kernels._COMPILER, "ready", i >= 2)
+        assert attn.plan(q, enc, key_lengths=lengths).step == (i >= 2)
+        outs.append(attn(q, memory, key_lengths=lengths).context)
+    torch.stack(outs).square().sum().backward()
+    got = [enc.grad, queries.grad, *[p.grad for p in attn.parameters()]]
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_no_sink_without_gradients_or_for_other_scores():
+    enc = torch.randn(2, 9, 8, requires_grad=True)
+    attn = Attention(8, score="additive")
+    with torch.no_grad():
+        assert attn.prepare(enc).sink is None
+    assert attn.prepare(enc.detach()).sink is not None  # the key projection learns
+    assert attn.requires_grad_(False).prepare(enc.detach()).sink is None
+    assert Attention(8, score="general").prepare(enc).sink is None
+    assert Attention(8, score="location").prepare(enc).sink is None
+
+
+@needs_compiler
+def test_no_fused_step_where_it_does_not_apply():
+    x = torch.randn(4, 128)
+    enc = torch.randn(4, 80, 128)
+    assert Attention(128, score="additive").plan(x, enc).step
+    assert not Attention(128, score="additive", dropout=0.1).plan(x, enc).step
+    assert not Attention(128, score="additive", impl="reference").plan(x, enc).step
+    windowed = Attention(128, score="additive", window=(3, 3))
+    assert not windowed.plan(x, enc, positions=torch.zeros(4, dtype=torch.long)).step
+    assert not Attention(128, score="additive").plan(x[:, None].expand(4, 2, 128), enc).step
+    assert not Attention(128, score="additive").double().plan(x.double(), enc.double()).step
+
+
+@needs_compiler
+@given(b=st.integers(1, 4), heads=st.sampled_from([1, 2]), tk=st.integers(40, 130),
+       seed=st.integers(0, 2**16))
+def test_fused_step_equals_reference_on_random_shapes(b, heads, tk, seed):
+    torch.manual_seed(seed)
+    attn = Attention(128, score="additive", heads=heads)
+    ref = Attention(128, score="additive", heads=heads, impl="reference")
+    ref.load_state_dict(attn.state_dict())
+    enc = torch.randn(b, tk, 128, requires_grad=True)
+    queries = torch.randn(3, b, 128, requires_grad=True)
+    lengths = torch.randint(0, tk + 1, (b,))
+
+    def loss(ctx, weights):
+        return (ctx * torch.linspace(-1, 1, 128)).sum()
+
+    got_ctx, _, got = _train_step(attn, enc, queries, lengths, loss)
+    ctx, _, want = _train_step(ref, enc, queries, lengths, loss)
+    assert attn.plan(queries[0], enc, key_lengths=lengths).step == (
+        b * tk * 128 >= kernels.WARM_MIN_WORK)
+    torch.testing.assert_close(got_ctx, ctx, atol=1e-5, rtol=1e-5)
+    for a, b_ in zip(got, want):
+        torch.testing.assert_close(a, b_, atol=1e-4, rtol=1e-4)
