@@ -30,7 +30,8 @@ def build_model(config: dict) -> CRNN:
 
 
 def line_metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-    """Character error rate (jiwer), ``char_accuracy = 1 - CER`` and exact line accuracy."""
+    """Character error rate (jiwer), ``char_accuracy = 1 - CER`` (below 0 when the outputs
+    hold more errors than the references hold characters) and exact line accuracy."""
     cer = float(jiwer.cer(list(references), [h if h else " " for h in hypotheses]))
     exact = sum(h == r for h, r in zip(hypotheses, references)) / max(1, len(references))
     return {"cer": cer, "char_accuracy": 1.0 - cer, "line_accuracy": exact}
