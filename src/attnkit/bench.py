@@ -22,8 +22,8 @@ stay resident and hide the measured run's peak. Allocation itself is left as it 
 are those of an ordinary process.
 
 ``decoder`` cases time 100 one-query steps over the same encoder states; ``auto`` compiles the
-additive kernels ahead with :func:`attnkit.attention.kernels.warm_up` (what a training loop does
-once), ``auto-eager`` runs with ``ATTNKIT_COMPILE=0``.
+additive kernels ahead with :func:`attnkit.attention.kernels.warm_up` (what a long training run
+should call once), ``auto-eager`` runs with ``ATTNKIT_COMPILE=0``.
 """
 
 from __future__ import annotations
