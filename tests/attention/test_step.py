@@ -215,3 +215,25 @@ def test_fused_step_equals_reference_on_random_shapes(b, heads, tk, seed):
     torch.testing.assert_close(got_ctx, ctx, atol=1e-5, rtol=1e-5)
     for a, b_ in zip(got, want):
         torch.testing.assert_close(a, b_, atol=1e-4, rtol=1e-4)
+
+
+@needs_compiler
+def test_a_reordered_memory_sends_its_gradients_through_autograd():
+    """Beam search reorders a Memory's tensors (the sink object comes along); steps over the
+    copy must not add into the original's sink."""
+    from torch.utils._pytree import tree_map
+
+    attn, ref, enc, queries, lengths = _decoder_case()
+    index = torch.tensor([2, 0, 0, 1])
+    for module in (attn, ref):
+        memory = tree_map(lambda x: x.index_select(0, index) if isinstance(x, torch.Tensor)
+                          else x, module.prepare(enc))
+        ctx = torch.stack([module(q, memory, key_lengths=lengths[index]).context
+                           for q in queries])
+        enc.grad = None
+        ctx.square().sum().backward()
+        if module is attn:
+            assert memory.sink is not None and not memory.sink.serves(memory.key_features,
+                                                                       memory.values)
+            got = enc.grad.clone()
+    torch.testing.assert_close(got, enc.grad, atol=1e-4, rtol=1e-4)

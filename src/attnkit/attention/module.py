@@ -325,6 +325,9 @@ class Attention(nn.Module):
             kf = None
         else:
             k, v, kf = None, memory.values, memory.key_features
+        sink = None if memory is None else memory.sink
+        if sink is not None and not sink.serves(kf, v):
+            sink = None  # the memory's tensors were replaced (e.g. reordered by beam search)
         prev = self._check_prev(prev_weights, call)
         context, weights, _ = run(
             q,
@@ -337,7 +340,7 @@ class Attention(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             need_weights=need_weights or self.score.needs_prev,
             kf=kf,
-            sink=None if memory is None else memory.sink,
+            sink=sink,
         )
         b, _, tq, _ = context.shape
         if multi:

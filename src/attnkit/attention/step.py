@@ -27,6 +27,8 @@ float64 ``gradcheck`` included).
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from attnkit.attention import kernels
@@ -42,12 +44,18 @@ def sink_supported() -> bool:
 class GradSink:
     """Key and value gradients of many steps over one prepared memory, summed in place."""
 
-    __slots__ = ("task", "key", "value")
+    __slots__ = ("task", "key", "value", "_inputs")
 
     def __init__(self):
         self.task: int | None = None
         self.key: torch.Tensor | None = None
         self.value: torch.Tensor | None = None
+        self._inputs: tuple = ()
+
+    def serves(self, kf: torch.Tensor, v: torch.Tensor) -> bool:
+        """Whether ``kf`` and ``v`` are the tensors this sink collects for (not, say, a copy
+        reordered by beam search, whose gradients must go through autograd)."""
+        return len(self._inputs) == 2 and self._inputs[0]() is kf and self._inputs[1]() is v
 
     def buffers(self, kf: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Zeroed buffers shaped like ``kf`` and ``v`` at the first step of a backward pass,
@@ -90,6 +98,7 @@ def collect(kf: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     """``(kf, v)`` routed through a new :class:`GradSink`, for steps that sum into it."""
     sink = GradSink()
     kf, v = _Collect.apply(sink, kf, v)
+    sink._inputs = (weakref.ref(kf), weakref.ref(v))
     return kf, v, sink
 
 
