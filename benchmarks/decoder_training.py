@@ -1,0 +1,100 @@
+"""Training-step time of attnkit's additive-attention decoders, with the kernels compiled ahead
+(``attnkit.attention.kernels.warm_up``: decoder steps take the fused path) and without.
+
+Each (model, mode) runs in a fresh process: a few warm-up steps, then the median of the timed
+ones. Models: the Bahdanau translator at the CLI's default size on sentence-length inputs, and
+the CRNN's attention-decoder head on 800 px lines (400 encoder steps, 40 characters).
+
+    python benchmarks/decoder_training.py --json docs/decoder_training.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+import torch
+
+
+def build(name: str):
+    """Model, a training step's inputs, and the vocabulary size."""
+    torch.manual_seed(0)
+    if name == "bahdanau":
+        from attnkit.models import Seq2Seq
+
+        v, b, s, t = 60, 64, 30, 30
+        model = Seq2Seq(v, v, kind="bahdanau", emb=64, hidden=128)
+        src = torch.randint(4, v, (b, s))
+        src_len = torch.randint(s // 2, s + 1, (b,))
+        src_len[0] = s
+        tgt = torch.randint(4, v, (b, t + 1))
+        return model, (src, src_len, tgt[:, :-1]), tgt[:, 1:], v
+    from attnkit.models import CRNN
+
+    v, b, w, t = 80, 32, 800, 40
+    model = CRNN(v, head="attention", attention=None, hidden=128)
+    tgt = torch.randint(4, v, (b, t + 1))
+    return model, (torch.randn(b, 1, 32, w), torch.full((b,), w), tgt[:, :-1]), tgt[:, 1:], v
+
+
+def worker(name: str, warm: bool, steps: int) -> dict:
+    from attnkit.attention import kernels
+
+    compile_s = 0.0
+    if warm:
+        start = time.perf_counter()
+        kernels.warm_up()
+        compile_s = time.perf_counter() - start
+    model, inputs, target, v = build(name)
+    opt = torch.optim.AdamW(model.parameters(), 1e-3)
+
+    def step():
+        logits = model(*inputs)[0]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, v), target.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    for _ in range(2):
+        step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return {"model": name, "warm": warm, "step_s": times[len(times) // 2],
+            "compile_s": compile_s, "threads": torch.get_num_threads()}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=9, help="timed steps per case")
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--worker", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker[0], args.worker[1] == "warm", args.steps)))
+        return
+    rows = []
+    for name in ("bahdanau", "crnn-attention-head"):
+        for mode in ("cold", "warm"):
+            out = subprocess.run([sys.executable, __file__, "--steps", str(args.steps),
+                                  "--worker", name, mode], check=True, capture_output=True,
+                                 text=True).stdout
+            rows.append(json.loads(out.strip().splitlines()[-1]))
+    print("| model | eager step s | warmed-up step s | ratio | compile s |")
+    print("|---|---|---|---|---|")
+    for cold, warm in zip(rows[::2], rows[1::2]):
+        print(f"| {cold['model']} | {cold['step_s']:.3f} | {warm['step_s']:.3f} | "
+              f"{warm['step_s'] / cold['step_s']:.2f} | {warm['compile_s']:.1f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"torch": torch.__version__, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
