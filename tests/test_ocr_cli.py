@@ -39,7 +39,8 @@ def test_attention_head_trains_and_reads_with_beam(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", "ocr", "--train", str(folder), "--out", str(out), "--steps", "2",
                  "--eval-every", "2", "--head", "attention", "--attention", "none",
-                 "--dec-hidden", "8", "--teacher-forcing-end", "0.5", "--plot", "1",
+                 "--dec-hidden", "8", "--teacher-forcing-end", "0.5", "--ctc-weight", "0.3",
+                 "--plot", "1",
                  *TINY]) == 0
     assert (out / "line_0.png").exists()
     capsys.readouterr()

@@ -93,3 +93,19 @@ def test_bad_input_names_the_argument(call, match):
 def test_bad_settings_name_the_argument(kw, match):
     with pytest.raises(ValueError, match=match):
         CRNN(12, **(SMALL | kw))
+
+
+def test_auxiliary_ctc_head_of_the_attention_head():
+    torch.manual_seed(0)
+    model = CRNN(12, head="attention", dec_hidden=10, ctc=True, **SMALL).eval()
+    images, widths = _lines()
+    tgt_in = torch.tensor([[1, 5, 6], [1, 7, 7], [1, 8, 0]])
+    logits, weights, (log_probs, steps) = model(images, widths, tgt_in, with_ctc=True)
+    plain = model(images, widths, tgt_in)
+    assert len(plain) == 2 and torch.equal(plain[0], logits)
+    assert log_probs.shape == (3, 35, 12) and steps.tolist() == [35, 22, 4]
+    torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(3, 35))
+    with pytest.raises(ValueError, match="with_ctc: this model was built without a CTC head"):
+        CRNN(12, head="attention", **SMALL)(images, widths, tgt_in, with_ctc=True)
+    with pytest.raises(ValueError, match="ctc: an auxiliary CTC head is for head='attention'"):
+        CRNN(12, head="ctc", ctc=True, **SMALL)

@@ -65,6 +65,9 @@ def add_train_parser(train_sub) -> None:
     model.add_argument("--channels", type=channel_list, default=(32, 64, 128, 128, 128))
     model.add_argument("--hidden", type=positive_int, default=128)
     model.add_argument("--dec-hidden", type=positive_int, default=128)
+    model.add_argument("--ctc-weight", type=float, default=0.0,
+                       help="attention head: w in (1 - w) * cross-entropy + w * CTC of an "
+                            "auxiliary CTC head (0: none)")
     model.add_argument("--dropout", type=float, default=0.1)
     add_training_args(p, steps=20000, batch_size=32, lr=1e-3, eval_every=500,
                       label_smoothing=0.0)
@@ -111,7 +114,7 @@ def run_train(args) -> int:
              "min_chars": args.min_chars, "max_chars": args.max_chars})
     task = OcrTask(train, valid, model_config=model_config, batch_size=args.batch_size,
                    seed=args.seed, label_smoothing=args.label_smoothing,
-                   teacher_forcing=teacher_forcing(args), data=data,
+                   teacher_forcing=teacher_forcing(args), ctc_weight=args.ctc_weight, data=data,
                    vocab=CharVocab.from_json(ck.vocab) if ck is not None else None)
     model = task.build_model()
     if train_and_report(model, task, args, metric="char_accuracy") is not None:

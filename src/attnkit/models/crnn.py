@@ -52,6 +52,9 @@ class CRNN(nn.Module):
             product, served by the fused kernel: no ``(T, T)`` tensor kept for backward).
         head: ``"ctc"`` or ``"attention"``; dec_hidden: the attention decoder's size.
         dropout: before the head.
+        ctc: with ``head="attention"``, also a CTC classifier on the same features, trained
+            alongside (joint CTC-attention: helps the decoder's alignment form; decoding still
+            uses the attention decoder).
         kind: always ``"crnn"`` (names the model in a saved config).
 
     Shape:
@@ -72,7 +75,7 @@ class CRNN(nn.Module):
     def __init__(self, vocab: int, *, channels: tuple[int, ...] = (32, 64, 128, 128, 128),
                  hidden: int = 128, attention: str | None = None, score: str = "scaled_dot",
                  heads: int = 1, window: int = 32, head: str = "ctc", dec_hidden: int = 128,
-                 dropout: float = 0.1, kind: str = "crnn"):
+                 dropout: float = 0.1, ctc: bool = False, kind: str = "crnn"):
         super().__init__()
         if kind != "crnn":
             raise ValueError(f"kind: expected 'crnn', got {kind!r}")
@@ -98,9 +101,13 @@ class CRNN(nn.Module):
                                            combine="residual")
         self.rnn2 = BiRNN(2 * hidden, hidden)
         self.drop = nn.Dropout(dropout)
-        if head == "ctc":
+        if ctc and head == "ctc":
+            raise ValueError("ctc: an auxiliary CTC head is for head='attention' (the CTC head "
+                             "is already CTC)")
+        self.aux_ctc = bool(ctc)
+        if head == "ctc" or ctc:
             self.classifier = nn.Linear(2 * hidden, vocab)
-        else:
+        if head == "attention":
             self.decoder = AttentionDecoder(vocab, 2 * hidden, hidden=dec_hidden, emb=64,
                                             score="additive", dropout=dropout)
 
@@ -143,16 +150,23 @@ class CRNN(nn.Module):
 
     def forward(self, images: torch.Tensor, widths: torch.Tensor,
                 tgt_in: torch.Tensor | None = None, *, teacher_forcing: float = 1.0,
-                generator: torch.Generator | None = None):
+                generator: torch.Generator | None = None, with_ctc: bool = False):
         """CTC: ``(log_probs (B, T, V), steps (B,))``; attention head: ``(logits, weights)``
-        for the teacher-forced ``tgt_in`` (see the class docstring)."""
+        for the teacher-forced ``tgt_in`` (see the class docstring), and with ``with_ctc``
+        (the model needs ``ctc=True``) a third item ``(log_probs (B, T, V), steps (B,))`` from
+        the auxiliary CTC head on the same features."""
         feats, steps = self.encode(images, widths)
         if self.head_kind == "ctc":
             return F.log_softmax(self.classifier(feats), dim=-1), steps
         if tgt_in is None:
             raise ValueError("tgt_in: the attention head needs the target input (BOS + text)")
-        return self.decoder(feats, steps, tgt_in, teacher_forcing=teacher_forcing,
-                            generator=generator)
+        if with_ctc and not self.aux_ctc:
+            raise ValueError("with_ctc: this model was built without a CTC head (ctc=False)")
+        logits, weights = self.decoder(feats, steps, tgt_in, teacher_forcing=teacher_forcing,
+                                       generator=generator)
+        if not with_ctc:
+            return logits, weights
+        return logits, weights, (F.log_softmax(self.classifier(feats), dim=-1), steps)
 
     # ------------------------------------------------------------------ decoding interface
 

@@ -149,23 +149,33 @@ class OcrTask:
         vocab: the characters (kept as ``chars``); default ``CharVocab(ALPHABET)``.
         batch_size: lines per batch (batches group similar widths).
         label_smoothing, teacher_forcing: attention head only.
+        ctc_weight: attention head only: ``w`` in ``loss = (1 - w) * cross-entropy + w * CTC``
+            of an auxiliary CTC head (0: none; sets the model's ``ctc``).
         max_valid: validation lines read at each evaluation.
     """
 
     def __init__(self, train: Sequence[Line], valid: Sequence[Line], *, model_config: dict,
                  vocab: CharVocab | None = None, batch_size: int = 32, seed: int = 0,
                  label_smoothing: float = 0.0, teacher_forcing: float | TeacherForcing = 1.0,
-                 max_valid: int = 300, data: dict | None = None):
+                 ctc_weight: float = 0.0, max_valid: int = 300, data: dict | None = None):
         if not train:
             raise ValueError("train: expected at least one (image, text) line")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
+        if not (isinstance(ctc_weight, (int, float)) and 0.0 <= ctc_weight <= 1.0):
+            raise ValueError(f"ctc_weight: expected a number in [0, 1], got {ctc_weight!r}")
         self.chars = vocab or CharVocab(list(ALPHABET))
         self.model_config = {**model_config, "vocab": len(self.chars)}
         self.ctc = self.model_config.get("head", "ctc") == "ctc"
+        if ctc_weight > 0 and self.ctc:
+            raise ValueError("ctc_weight: only for the attention head (the CTC head is CTC)")
+        self.ctc_weight = float(ctc_weight)
+        if self.ctc_weight > 0:
+            self.model_config["ctc"] = True
         self.train, self.valid = list(train), list(valid)[:max_valid]
-        _check_lines(self.train, self.chars, "train", self.ctc)
-        _check_lines(self.valid, self.chars, "valid", self.ctc)
+        with_ctc = self.ctc or self.ctc_weight > 0
+        _check_lines(self.train, self.chars, "train", with_ctc)
+        _check_lines(self.valid, self.chars, "valid", with_ctc)
         if not isinstance(teacher_forcing, TeacherForcing):
             teacher_forcing = TeacherForcing(start=teacher_forcing)
         self.batch_size, self.seed = batch_size, seed
@@ -185,9 +195,9 @@ class OcrTask:
     def _collate(self, idx: list[int]) -> dict:
         images, widths = pad_images([self.train[i][0] for i in idx])
         batch = {"images": images, "widths": widths}
-        if self.ctc:
+        if self.ctc or self.ctc_weight > 0:
             batch["targets"], batch["target_lengths"] = pad_batch([self._ids[i] for i in idx])
-        else:
+        if not self.ctc:
             tgt, _ = pad_batch([[BOS] + self._ids[i] + [EOS] for i in idx])
             batch["tgt_in"], batch["tgt_out"] = tgt[:, :-1], tgt[:, 1:]
         return batch
@@ -198,11 +208,17 @@ class OcrTask:
             loss = F.ctc_loss(log_probs.transpose(0, 1), batch["targets"], steps,
                               batch["target_lengths"], blank=PAD)
             return loss, int(batch["target_lengths"].sum())
-        logits, _ = model(batch["images"], batch["widths"], batch["tgt_in"],
-                          teacher_forcing=self.teacher_forcing.ratio(step))
+        out = model(batch["images"], batch["widths"], batch["tgt_in"],
+                    teacher_forcing=self.teacher_forcing.ratio(step),
+                    with_ctc=self.ctc_weight > 0)
         target = batch["tgt_out"]
-        loss = F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD,
+        loss = F.cross_entropy(out[0].flatten(0, 1), target.flatten(), ignore_index=PAD,
                                label_smoothing=self.label_smoothing)
+        if self.ctc_weight > 0:
+            log_probs, steps = out[2]
+            ctc = F.ctc_loss(log_probs.transpose(0, 1), batch["targets"], steps,
+                             batch["target_lengths"], blank=PAD)
+            loss = (1 - self.ctc_weight) * loss + self.ctc_weight * ctc
         return loss, int((target != PAD).sum())
 
     def evaluate(self, model: CRNN) -> dict[str, float]:
@@ -213,6 +229,7 @@ class OcrTask:
         return {"task": "ocr", "model": self.model_config, "data": self.data,
                 "batching": {"batch_size": self.batch_size, "seed": self.seed,
                              "label_smoothing": self.label_smoothing,
+                             **({"ctc_weight": self.ctc_weight} if self.ctc_weight else {}),
                              "teacher_forcing": asdict(self.teacher_forcing)}}
 
     def vocab(self) -> dict:
