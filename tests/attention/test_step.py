@@ -23,9 +23,13 @@ def _inputs(b=3, h=2, tk=7, a=5, d=4, dtype=torch.float64, seed=0):
     return q, kf, v, va
 
 
-def _equation(q, kf, v, va, mask):
+def _equation(q, kf, v, va, mask, location=None):
     """The textbook formula with autograd, a row with no key -> zeros."""
-    s = torch.einsum("bhqka,ha->bhqk", torch.tanh(q.unsqueeze(-2) + kf.unsqueeze(-3)), va)
+    pre = q.unsqueeze(-2) + kf.unsqueeze(-3)  # (B, H, 1, Tk, A)
+    if location is not None:
+        f, lw = location
+        pre = pre + torch.einsum("bhkf,hfa->bhka", f, lw).unsqueeze(2)
+    s = torch.einsum("bhqka,ha->bhqk", torch.tanh(pre), va)
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf"))
     p = torch.nan_to_num(torch.softmax(s, -1), nan=0.0)
@@ -35,22 +39,31 @@ def _equation(q, kf, v, va, mask):
 MASK = torch.tensor([[True] * 7, [True] * 4 + [False] * 3, [False] * 7]).view(3, 1, 1, 7)
 
 
+def _location(b=3, h=2, tk=7, a=5, filters=3, dtype=torch.float64):
+    g = torch.Generator().manual_seed(5)
+    return (torch.randn(b, h, tk, filters, generator=g, dtype=dtype, requires_grad=True),
+            torch.randn(h, filters, a, generator=g, dtype=dtype, requires_grad=True))
+
+
 @pytest.mark.parametrize("mask", [None, MASK], ids=["no-mask", "lengths-7-4-0"])
 @pytest.mark.parametrize("use_weights", [False, True], ids=["context", "context+weights"])
-def test_step_equals_the_equation_with_gradients(mask, use_weights):
+@pytest.mark.parametrize("score", ["additive", "location"])
+def test_step_equals_the_equation_with_gradients(mask, use_weights, score):
     q, kf, v, va = _inputs()
+    location = _location() if score == "location" else None
     g = torch.Generator().manual_seed(1)
     w_out, w_p = torch.randn(3, 2, 1, 4, generator=g), torch.randn(3, 2, 1, 7, generator=g)
 
     def loss(out, p):
         return (out * w_out).sum() + ((p * w_p).sum() if use_weights else 0)
 
-    out, p = step.additive_step(q, kf, v, va, mask, compiled=False)
-    ref_out, ref_p = _equation(q, kf, v, va, mask)
+    out, p = step.additive_step(q, kf, v, va, mask, location=location, compiled=False)
+    ref_out, ref_p = _equation(q, kf, v, va, mask, location)
     torch.testing.assert_close(out, ref_out)
     torch.testing.assert_close(p, ref_p)
-    got = torch.autograd.grad(loss(out, p), [q, kf, v, va])
-    want = torch.autograd.grad(loss(ref_out, ref_p), [q, kf, v, va])
+    inputs = [q, kf, v, va, *(location or ())]
+    got = torch.autograd.grad(loss(out, p), inputs)
+    want = torch.autograd.grad(loss(ref_out, ref_p), inputs)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
     if mask is not None:  # the row with no key: zero output, zero and finite gradients
@@ -59,34 +72,43 @@ def test_step_equals_the_equation_with_gradients(mask, use_weights):
 
 
 @pytest.mark.parametrize("use_sink", [False, True], ids=["autograd", "sink"])
-def test_gradcheck_step(use_sink):
+@pytest.mark.parametrize("score", ["additive", "location"])
+def test_gradcheck_step(use_sink, score):
     q, kf, v, va = _inputs(b=2, h=2, tk=4, a=3, d=2)
     mask = torch.tensor([[True] * 4, [True, True, False, False]]).view(2, 1, 1, 4)
+    loc = _location(b=2, h=2, tk=4, a=3, filters=2) if score == "location" else ()
 
-    def f(q, kf, v, va):
+    def f(q, kf, v, va, *loc):
         sink = None
         if use_sink:
             kf, v, sink = step.collect(kf, v)
-        out1, p1 = step.additive_step(q, kf, v, va, mask, sink, compiled=False)
-        out2, _ = step.additive_step(q * 0.5, kf, v, va, mask, sink, compiled=False)
+        location = tuple(loc) or None
+        out1, p1 = step.additive_step(q, kf, v, va, mask, sink, location, compiled=False)
+        out2, _ = step.additive_step(q * 0.5, kf, v, va, mask, sink, location, compiled=False)
         return out1 + 2 * out2, p1  # two steps over one memory, and the weights
 
-    assert torch.autograd.gradcheck(f, (q, kf, v, va))
+    assert torch.autograd.gradcheck(f, (q, kf, v, va, *loc))
 
 
 def _decoder_run(attn, enc, queries, lengths, *, need_weights=False):
+    """Steps over one prepared memory; the location score gets each step's previous weights
+    (so gradients also run through the weights from step to step)."""
     memory = attn.prepare(enc)
-    outs = [attn(q, memory, key_lengths=lengths, need_weights=need_weights) for q in queries]
+    outs, prev = [], None
+    for q in queries:
+        outs.append(attn(q, memory, key_lengths=lengths, need_weights=need_weights,
+                         prev_weights=prev))
+        prev = outs[-1].weights if attn.score.needs_prev else None
     ctx = torch.stack([o.context for o in outs])
     weights = torch.stack([o.weights for o in outs]) if need_weights else None
     return ctx, weights
 
 
-def _decoder_case(heads=1, b=4, tk=80, d=128, steps=5, seed=0):
+def _decoder_case(heads=1, b=4, tk=80, d=128, steps=5, seed=0, score="additive"):
     # big enough (B * H * Tk * A >= kernels.WARM_MIN_WORK) for auto to use the compiled step
     torch.manual_seed(seed)
-    attn = Attention(d, score="additive", heads=heads)
-    ref = Attention(d, score="additive", heads=heads, impl="reference")
+    attn = Attention(d, score=score, heads=heads)
+    ref = Attention(d, score=score, heads=heads, impl="reference")
     ref.load_state_dict(attn.state_dict())
     enc = torch.randn(b, tk, d, requires_grad=True)
     queries = torch.randn(steps, b, d, requires_grad=True)
@@ -107,8 +129,9 @@ def _train_step(module, enc, queries, lengths, loss_fn, need_weights=False):
 @needs_compiler
 @pytest.mark.parametrize("heads", [1, 2])
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_decoder_steps_take_the_fused_path_and_equal_the_reference(heads, need_weights):
-    attn, ref, enc, queries, lengths = _decoder_case(heads)
+@pytest.mark.parametrize("score", ["additive", "location"])
+def test_decoder_steps_take_the_fused_path_and_equal_the_reference(heads, need_weights, score):
+    attn, ref, enc, queries, lengths = _decoder_case(heads, score=score)
     assert attn.prepare(enc).sink is not None
     plan = attn.plan(queries[0], enc, key_lengths=lengths, need_weights=need_weights)
     assert plan.step and "fused step kernel" in plan.reason
@@ -169,7 +192,7 @@ def test_steps_on_both_paths_over_one_memory(monkeypatch):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
-def test_no_sink_without_gradients_or_for_other_scores():
+def test_no_sink_without_gradients_or_for_dot_scores():
     enc = torch.randn(2, 9, 8, requires_grad=True)
     attn = Attention(8, score="additive")
     with torch.no_grad():
@@ -177,7 +200,7 @@ def test_no_sink_without_gradients_or_for_other_scores():
     assert attn.prepare(enc.detach()).sink is not None  # the key projection learns
     assert attn.requires_grad_(False).prepare(enc.detach()).sink is None
     assert Attention(8, score="general").prepare(enc).sink is None
-    assert Attention(8, score="location").prepare(enc).sink is None
+    assert Attention(8, score="location").prepare(enc).sink is not None
 
 
 @needs_compiler

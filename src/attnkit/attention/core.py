@@ -249,7 +249,8 @@ def run(
         context = sdpa_attention(qf, kf, v, call.mask(), scale=score.scale, dropout_p=dropout_p)
         return context, None, plan
     if plan.step:
-        context, weights = additive_step(qf, kf, v, score.v, call.mask(), sink)
+        location = None if extra is None else (extra[:, :, 0], score.w_loc)  # f (B, H, Tk, F)
+        context, weights = additive_step(qf, kf, v, score.v, call.mask(), sink, location)
         return context, (weights if need_weights else None), plan
     if plan.impl == "chunked" and not need_weights:
         context = chunked_attention(qf, kf, v, score, call.layout, extra=extra,

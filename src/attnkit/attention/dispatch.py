@@ -13,8 +13,8 @@ sdpa           ``F.scaled_dot_product_attention`` on prepared features (dot fami
 chunked        blocks with online softmax, scores recomputed in backward; with a window or
                causal mask only the band's key blocks run (banded local attention). When
                weights are needed, the ``(Tq, Tk)`` scores are built block by block instead.
-               One additive query per row (a decoder step) on CPU, once the kernels are
-               compiled: one fused kernel per pass (:mod:`attnkit.attention.step`).
+               One additive or location query per row (a decoder step) on CPU, once the
+               kernels are compiled: one fused kernel per pass (:mod:`attnkit.attention.step`).
 =============  ==============================================================================
 """
 
@@ -33,6 +33,9 @@ __all__ = ["IMPLS", "Plan", "choose_impl"]
 IMPLS = ("auto", "reference", "sdpa", "chunked")
 
 log = logging.getLogger("attnkit")
+
+# Scores with a fused one-query step (:mod:`attnkit.attention.step`).
+STEP_SCORES = ("additive", "location")
 
 # Largest boolean mask (elements) handed to SDPA; beyond it a masked call goes to "chunked",
 # which builds its mask one block at a time.
@@ -142,10 +145,12 @@ def choose_impl(
         plan = _chunked(score, shape, dtype, window,
                         f"score {score.name!r}: online softmax over key blocks; backward "
                         "recomputes the scores (keeps them when Tq <= key features)")
-    if (plan.compiled and score.name == "additive" and shape[2] == 1 and plain_keys
-            and dropout_p == 0 and dtype == torch.float32 and on_cpu):
-        plan = Plan("chunked", f"{plan.reason}; one query per row: fused step kernel, weights "
-                    "kept for backward, key/value gradients summed in place over a prepared "
-                    "Memory's steps", compiled=True, step=True)
+    if (impl in ("auto", "chunked") and score.name in STEP_SCORES and shape[2] == 1
+            and plain_keys and dropout_p == 0 and dtype == torch.float32 and on_cpu
+            and kernels.want_compiled(shape[0] * shape[1] * tk * score.v.shape[-1], dtype)):
+        plan = Plan("chunked", f"score {score.name!r}, one query per row (a decoder step), "
+                    "compiled kernels: fused step kernel, weights kept for backward, key/value "
+                    "gradients summed in place over a prepared Memory's steps",
+                    compiled=True, step=True)
     log.debug("attention path %s: %s", plan.impl, plan.reason)
     return plan

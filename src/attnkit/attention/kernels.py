@@ -172,7 +172,8 @@ def warm_up(dtype: torch.dtype = torch.float32, device: str | torch.device = "cp
 
 def _warm_up_steps() -> None:
     """The fused one-query step (:mod:`attnkit.attention.step`): forward with and without a
-    mask, backward into a sink and to autograd, for one head and for several."""
+    mask, backward into a sink and to autograd, the location score's variant (gradients through
+    the weights too), for one head and for several."""
     from attnkit.attention import step  # it builds on this module
 
     g = torch.Generator().manual_seed(0)
@@ -180,11 +181,14 @@ def _warm_up_steps() -> None:
         kf0, v0 = (torch.randn(2, h, 5, 8, generator=g, requires_grad=True) for _ in range(2))
         va = torch.randn(h, 8, generator=g)
         mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2]).view(2, 1, 1, 5)
-        for m, use_sink in ((mask, True), (None, False)):
+        f = torch.randn(2, h, 5, 3, generator=g, requires_grad=True)
+        lw = torch.randn(h, 3, 8, generator=g, requires_grad=True)
+        for m, use_sink, location in ((mask, True, None), (None, False, None),
+                                      (mask, True, (f, lw))):
             kf, v, sink = step.collect(kf0, v0) if use_sink else (kf0, v0, None)
             q = torch.randn(2, h, 1, 8, generator=g, requires_grad=True)
-            out, _ = step.additive_step(q, kf, v, va, m, sink, compiled=True)
-            out.sum().backward()
+            out, p = step.additive_step(q, kf, v, va, m, sink, location, compiled=True)
+            (out.sum() + (0 if location is None else p.square().sum())).backward()
 
 
 def _upcast(*xs):

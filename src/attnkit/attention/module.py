@@ -22,7 +22,7 @@ from attnkit.attention.core import (
     plan_call,
     run,
 )
-from attnkit.attention.dispatch import IMPLS, Plan
+from attnkit.attention.dispatch import IMPLS, STEP_SCORES, Plan
 from attnkit.attention.scores import SCORES, CosineScore, make_score
 
 __all__ = ["Attention", "attention"]
@@ -251,7 +251,7 @@ class Attention(nn.Module):
         v = self._split_heads(value, self.v_proj if multi else None)  # (B, H, Tk, dv)
         kf = self.score.prepare_key(k)  # (B, H, Tk, F)
         sink = None
-        if (self.score.name == "additive" and kf.device.type == "cpu" and step.sink_supported()
+        if (self.score.name in STEP_SCORES and kf.device.type == "cpu" and step.sink_supported()
                 and torch.is_grad_enabled() and (kf.requires_grad or v.requires_grad)):
             kf, v, sink = step.collect(kf, v)  # one-query steps sum their gradients there
         return Memory(key, value, kf, v, self, sink)

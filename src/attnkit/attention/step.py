@@ -1,4 +1,5 @@
-"""One-query additive attention (an RNN decoder step) as one fused kernel per pass.
+"""One-query additive or location-aware attention (an RNN decoder step), one fused kernel
+per pass.
 
 A decoder attends with one query per step over the same prepared keys ``kf (B, H, Tk, A)`` and
 values ``v (B, H, Tk, D)``. The general chunked path serves such a call too, but spends most of
@@ -102,10 +103,17 @@ def collect(kf: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return kf, v, sink
 
 
-def _forward(q, kf, va, v, mask, tanh=kernels.exp_tanh):
+def _pre(q, kf, f, lw):
+    """``q + k_j`` ``(B, H, Tk, A)``, plus the location term ``f_j L`` when ``f`` is given."""
+    pre = q + kf
+    return pre if f is None else pre + f @ lw
+
+
+def _forward(q, kf, va, v, mask, f, lw, tanh=kernels.exp_tanh):
     """``q (B, H, 1, A)``, ``kf (B, H, Tk, A)``, ``va (H, A)``, ``v (B, H, Tk, D)``,
-    ``mask (B or 1, 1, 1, Tk)`` or None -> ``context (B, H, 1, D)``, ``weights (B, H, 1, Tk)``."""
-    s = (tanh(q + kf) * va[:, None, :]).sum(-1).unsqueeze(2)  # (B, H, 1, Tk)
+    ``mask (B or 1, 1, 1, Tk)`` or None, location features ``f (B, H, Tk, F)`` and ``lw (H, F,
+    A)`` or None -> ``context (B, H, 1, D)``, ``weights (B, H, 1, Tk)``."""
+    s = (tanh(_pre(q, kf, f, lw)) * va[:, None, :]).sum(-1).unsqueeze(2)  # (B, H, 1, Tk)
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf"))
     m = s.amax(-1, keepdim=True)
@@ -125,24 +133,30 @@ def _score_grad(p, v, out, dout, dw):
     return p * (g - (p * g).sum(-1, keepdim=True))
 
 
-def _backward(q, kf, va, v, p, out, dout, dw, tanh=kernels.exp_tanh):
-    """``(d q (B, H, 1, A), d kf (B, H, Tk, A), d va per batch row (B, H, A), d v (B, H, Tk, D))``."""
+def _pair_grads(q, kf, va, v, p, out, dout, dw, f, lw, tanh):
     ds = _score_grad(p, v, out, dout, dw).transpose(-1, -2)  # (B, H, Tk, 1)
-    t = tanh(q + kf)  # (B, H, Tk, A), recomputed
-    gt = (1 - t * t) * ds
-    dk = gt * va[:, None, :]
-    return dk.sum(2, keepdim=True), dk, (t * ds).sum(2), p.transpose(-1, -2) * dout
+    t = tanh(_pre(q, kf, f, lw))  # (B, H, Tk, A), recomputed
+    dk = (1 - t * t) * ds * va[:, None, :]  # also the gradient of the location term
+    loc = (None, None)
+    if f is not None:  # d f (B, H, Tk, F), d lw (H, F, A)
+        loc = (dk @ lw.transpose(-1, -2), (f.transpose(-1, -2) @ dk).sum(0))
+    return dk, (t * ds).sum(2), loc
 
 
-def _backward_into(q, kf, va, v, p, out, dout, dw, key_sum, value_sum, tanh=kernels.exp_tanh):
+def _backward(q, kf, va, v, p, out, dout, dw, f, lw, tanh=kernels.exp_tanh):
+    """``d q (B, H, 1, A)``, ``d kf (B, H, Tk, A)``, ``d va`` per batch row ``(B, H, A)``,
+    ``d v (B, H, Tk, D)``, ``d f (B, H, Tk, F)`` and ``d lw (H, F, A)`` (None without ``f``)."""
+    dk, dva, (df, dlw) = _pair_grads(q, kf, va, v, p, out, dout, dw, f, lw, tanh)
+    return dk.sum(2, keepdim=True), dk, dva, p.transpose(-1, -2) * dout, df, dlw
+
+
+def _backward_into(q, kf, va, v, p, out, dout, dw, f, lw, key_sum, value_sum,
+                   tanh=kernels.exp_tanh):
     """As :func:`_backward`, adding ``d kf`` and ``d v`` into ``key_sum`` and ``value_sum``."""
-    ds = _score_grad(p, v, out, dout, dw).transpose(-1, -2)  # (B, H, Tk, 1)
-    t = tanh(q + kf)
-    gt = (1 - t * t) * ds
-    dk = gt * va[:, None, :]
+    dk, dva, (df, dlw) = _pair_grads(q, kf, va, v, p, out, dout, dw, f, lw, tanh)
     key_sum.add_(dk)
     value_sum.add_(p.transpose(-1, -2) * dout)
-    return dk.sum(2, keepdim=True), (t * ds).sum(2)
+    return dk.sum(2, keepdim=True), dva, df, dlw
 
 
 def _run(name, fn, compiled, *args):
@@ -153,29 +167,29 @@ def _run(name, fn, compiled, *args):
 
 class _AdditiveStep(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, kf, v, va, mask, sink, compiled):
-        out, p = _run("step_forward", _forward, compiled, q, kf, va, v, mask)
-        ctx.save_for_backward(q, kf, va, v, p, out)
+    def forward(ctx, q, kf, v, va, mask, sink, compiled, f, lw):
+        out, p = _run("step_forward", _forward, compiled, q, kf, va, v, mask, f, lw)
+        ctx.save_for_backward(q, kf, va, v, p, out, f, lw)
         ctx.sink, ctx.compiled = sink, compiled
         ctx.set_materialize_grads(False)
         return out, p
 
     @staticmethod
     def backward(ctx, dout, dw):
-        q, kf, va, v, p, out = ctx.saved_tensors
+        q, kf, va, v, p, out, f, lw = ctx.saved_tensors
         if dout is None and dw is None:
-            return (None,) * 7
+            return (None,) * 9
         if dout is None:
             dout = torch.zeros_like(out)
-        args = (q, kf, va, v, p, out, dout, dw)
+        args = (q, kf, va, v, p, out, dout, dw, f, lw)
         if ctx.sink is not None and (ctx.needs_input_grad[1] or ctx.needs_input_grad[2]):
             key_sum, value_sum = ctx.sink.buffers(kf, v)
-            dq, dva = _run("step_backward_into", _backward_into, ctx.compiled, *args,
-                           key_sum, value_sum)
+            dq, dva, df, dlw = _run("step_backward_into", _backward_into, ctx.compiled, *args,
+                                    key_sum, value_sum)
             dk = dv = None
         else:
-            dq, dk, dva, dv = _run("step_backward", _backward, ctx.compiled, *args)
-        return dq, dk, dv, dva.sum(0), None, None, None
+            dq, dk, dva, dv, df, dlw = _run("step_backward", _backward, ctx.compiled, *args)
+        return dq, dk, dv, dva.sum(0), None, None, None, df, dlw
 
 
 def additive_step(
@@ -185,20 +199,24 @@ def additive_step(
     va: torch.Tensor,
     mask: torch.Tensor | None = None,
     sink: GradSink | None = None,
+    location: tuple[torch.Tensor, torch.Tensor] | None = None,
     *,
     compiled: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Additive attention of one query per row.
+    """Additive (or location-aware) attention of one query per row.
 
     Args:
         q: prepared query ``(B, H, 1, A)``; kf: prepared keys ``(B, H, Tk, A)``;
         v: values ``(B, H, Tk, D)``; va: the score's ``v`` ``(H, A)``;
         mask: ``(B or 1, 1, 1, Tk)`` bool, True = may attend, or None;
         sink: where to sum the key and value gradients (from :func:`collect`), or None.
+        location: the location score's features ``f (B, H, Tk, F)`` and weight ``L (H, F,
+            A)``: ``e_j = va . tanh(q + k_j + f_j L)`` (Chorowski et al. 2015), or None.
         compiled: use the compiled kernels (else plain PyTorch with ``torch.tanh``).
 
     Returns:
         ``context (B, H, 1, D)`` and ``weights (B, H, 1, Tk)``; a row with no allowed key gets
         zeros in both, and zero gradients.
     """
-    return _AdditiveStep.apply(q, kf, v, va, mask, sink, compiled)
+    f, lw = (None, None) if location is None else location
+    return _AdditiveStep.apply(q, kf, v, va, mask, sink, compiled, f, lw)
