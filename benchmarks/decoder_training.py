@@ -2,8 +2,9 @@
 (``attnkit.attention.kernels.warm_up``: decoder steps take the fused path) and without.
 
 Each (model, mode) runs in a fresh process: a few warm-up steps, then the median of the timed
-ones. Models: the Bahdanau translator at the CLI's default size on sentence-length inputs, and
-the CRNN's attention-decoder head on 800 px lines (400 encoder steps, 40 characters).
+ones. Models: the Bahdanau translator at the CLI's default size on sentence-length inputs, the
+CRNN's attention-decoder head on 800 px lines (400 encoder steps, 40 characters), and LAS with
+the location-aware score on 8 s of audio (800 frames, 100 listener steps, 60 characters).
 
     python benchmarks/decoder_training.py --json docs/decoder_training.json
 """
@@ -32,6 +33,14 @@ def build(name: str):
         src_len[0] = s
         tgt = torch.randint(4, v, (b, t + 1))
         return model, (src, src_len, tgt[:, :-1]), tgt[:, 1:], v
+    if name == "las-location":
+        from attnkit.models import LAS
+
+        v, b, frames, u = 30, 16, 800, 60
+        model = LAS(v, score="location", listener_hidden=128, hidden=256)
+        tgt = torch.randint(4, v, (b, u + 1))
+        return model, (torch.randn(b, frames, 80), torch.full((b,), frames), tgt[:, :-1]), \
+            tgt[:, 1:], v
     from attnkit.models import CRNN
 
     v, b, w, t = 80, 32, 800, 40
@@ -80,7 +89,7 @@ def main() -> None:
         print(json.dumps(worker(args.worker[0], args.worker[1] == "warm", args.steps)))
         return
     rows = []
-    for name in ("bahdanau", "crnn-attention-head"):
+    for name in ("bahdanau", "crnn-attention-head", "las-location"):
         for mode in ("cold", "warm"):
             out = subprocess.run([sys.executable, __file__, "--steps", str(args.steps),
                                   "--worker", name, mode], check=True, capture_output=True,
