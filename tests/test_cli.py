@@ -113,9 +113,9 @@ def test_long_runs_of_additive_models_compile_the_kernels_first(monkeypatch):
     assert common.warm_up_kernels(additive, 20000, None) >= 0 and len(calls) == 1
     assert common.warm_up_kernels(additive, 20000, 1800.0) >= 0 and len(calls) == 2
     common.warm_up_kernels(torch.nn.Sequential(Attention(8, score="location")), 5000, None)
-    assert len(calls) == 3
+    assert len(calls) == 2  # LAS's location score: measured no faster, not worth compiling
     common.warm_up_kernels(additive, 20000, 150.0)  # the demo's budget: not worth compiling
     common.warm_up_kernels(additive, 50, None)
     common.warm_up_kernels(general, 20000, None)
     common.warm_up_kernels(additive.double(), 20000, None)
-    assert len(calls) == 3
+    assert len(calls) == 2

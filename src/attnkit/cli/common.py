@@ -15,7 +15,6 @@ from pathlib import Path
 import torch
 
 from attnkit.attention import Attention, kernels
-from attnkit.attention.dispatch import STEP_SCORES
 from attnkit.train import (
     Checkpoint,
     CheckpointError,
@@ -125,11 +124,12 @@ LONG_RUN_S = 600
 
 def warm_up_kernels(model: torch.nn.Module, steps: int, time_budget: float | None) -> float:
     """Compile the additive attention kernels before a long CPU run of a model that has an
-    additive or location-aware :class:`~attnkit.Attention` (decoder steps then take the fused
-    path). Returns the
+    additive :class:`~attnkit.Attention` (decoder steps then take the fused path). Returns the
     seconds it took (0 when not done)."""
     long_run = steps >= LONG_RUN_STEPS and (time_budget is None or time_budget >= LONG_RUN_S)
-    additive = any(isinstance(m, Attention) and m.score.name in STEP_SCORES
+    # Only the additive score: with the location score (LAS) the fused step measured no faster
+    # at the whole-model level (docs/benchmarks.md), so compiling would only cost time.
+    additive = any(isinstance(m, Attention) and m.score.name == "additive"
                    for m in model.modules())
     param = next(model.parameters(), None)
     if not (long_run and additive and param is not None and param.device.type == "cpu"
