@@ -52,7 +52,7 @@ class Memory(NamedTuple):
         key: ``(B, Tk, Dk)`` as given; value: ``(B, Tk, Dv)`` as given.
         key_features: ``(B, H, Tk, F)`` prepared keys; values: ``(B, H, Tk, Dv')`` per head.
         owner: the module that prepared them (only it can use them).
-        sink: where one-query additive steps sum their key/value gradients, or None
+        sink: where one-query additive or location steps sum their key/value gradients, or None
             (:mod:`attnkit.attention.step`).
     """
 
