@@ -116,8 +116,8 @@ def existing_run(args, task: str) -> Checkpoint | None:
 log = logging.getLogger("attnkit")
 
 # A run at least this long (steps, and seconds of budget if one is set) compiles the additive
-# attention kernels first: ~7-25 s once (cache-dependent); the Bahdanau translator's training steps then measured
-# ~10% faster (benchmarks/decoder_training.py, docs/benchmarks.md).
+# attention kernels first: ~7-25 s once (cache-dependent); the Bahdanau translator's
+# training steps then measured ~10% faster (benchmarks/decoder_training.py, docs/benchmarks.md).
 LONG_RUN_STEPS = 2000
 LONG_RUN_S = 600
 
