@@ -1,17 +1,23 @@
-"""The fused one-query additive step: equal to the reference, and its in-place gradient sums
-are right across decoder steps, partial backward passes and repeated passes."""
+"""The one-query additive step (C++ kernel and plain PyTorch): equal to the equation and the
+reference, and its in-place gradient sums are right across decoder steps, partial backward
+passes and repeated passes."""
+
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnkit import Attention
-from attnkit.attention import kernels, step
+from attnkit.attention import native, step
 
-COMPILED = kernels.warm_up() == "available"
-needs_compiler = pytest.mark.skipif(not COMPILED, reason=f"no compiled kernels: "
-                                    f"{kernels.compile_status()}")
+needs_native = pytest.mark.skipif(not native.available(),
+                                  reason=f"no C++ step kernel: {native.status()}")
+PATHS = [False, pytest.param(True, marks=needs_native)]
 
 
 def _inputs(b=3, h=2, tk=7, a=5, d=4, dtype=torch.float64, seed=0):
@@ -45,10 +51,11 @@ def _location(b=3, h=2, tk=7, a=5, filters=3, dtype=torch.float64):
             torch.randn(h, filters, a, generator=g, dtype=dtype, requires_grad=True))
 
 
+@pytest.mark.parametrize("native_kernel", PATHS, ids=["torch", "native"])
 @pytest.mark.parametrize("mask", [None, MASK], ids=["no-mask", "lengths-7-4-0"])
 @pytest.mark.parametrize("use_weights", [False, True], ids=["context", "context+weights"])
 @pytest.mark.parametrize("score", ["additive", "location"])
-def test_step_equals_the_equation_with_gradients(mask, use_weights, score):
+def test_step_equals_the_equation_with_gradients(mask, use_weights, score, native_kernel):
     q, kf, v, va = _inputs()
     location = _location() if score == "location" else None
     g = torch.Generator().manual_seed(1)
@@ -57,7 +64,7 @@ def test_step_equals_the_equation_with_gradients(mask, use_weights, score):
     def loss(out, p):
         return (out * w_out).sum() + ((p * w_p).sum() if use_weights else 0)
 
-    out, p = step.additive_step(q, kf, v, va, mask, location=location, compiled=False)
+    out, p = step.additive_step(q, kf, v, va, mask, location=location, native=native_kernel)
     ref_out, ref_p = _equation(q, kf, v, va, mask, location)
     torch.testing.assert_close(out, ref_out)
     torch.testing.assert_close(p, ref_p)
@@ -71,9 +78,10 @@ def test_step_equals_the_equation_with_gradients(mask, use_weights, score):
         assert got[0][2].abs().sum() == 0 and torch.isfinite(got[0]).all()
 
 
+@pytest.mark.parametrize("native_kernel", PATHS, ids=["torch", "native"])
 @pytest.mark.parametrize("use_sink", [False, True], ids=["autograd", "sink"])
 @pytest.mark.parametrize("score", ["additive", "location"])
-def test_gradcheck_step(use_sink, score):
+def test_gradcheck_step(use_sink, score, native_kernel):
     q, kf, v, va = _inputs(b=2, h=2, tk=4, a=3, d=2)
     mask = torch.tensor([[True] * 4, [True, True, False, False]]).view(2, 1, 1, 4)
     loc = _location(b=2, h=2, tk=4, a=3, filters=2) if score == "location" else ()
@@ -83,8 +91,10 @@ def test_gradcheck_step(use_sink, score):
         if use_sink:
             kf, v, sink = step.collect(kf, v)
         location = tuple(loc) or None
-        out1, p1 = step.additive_step(q, kf, v, va, mask, sink, location, compiled=False)
-        out2, _ = step.additive_step(q * 0.5, kf, v, va, mask, sink, location, compiled=False)
+        out1, p1 = step.additive_step(q, kf, v, va, mask, sink, location,
+                                      native=native_kernel)
+        out2, _ = step.additive_step(q * 0.5, kf, v, va, mask, sink, location,
+                                     native=native_kernel)
         return out1 + 2 * out2, p1  # two steps over one memory, and the weights
 
     assert torch.autograd.gradcheck(f, (q, kf, v, va, *loc))
@@ -105,7 +115,7 @@ def _decoder_run(attn, enc, queries, lengths, *, need_weights=False):
 
 
 def _decoder_case(heads=1, b=4, tk=80, d=128, steps=5, seed=0, score="additive"):
-    # big enough (B * H * Tk * A >= kernels.WARM_MIN_WORK) for auto to use the compiled step
+    # Tk spans two of the kernel's 64-key blocks, the second one partly
     torch.manual_seed(seed)
     attn = Attention(d, score=score, heads=heads)
     ref = Attention(d, score=score, heads=heads, impl="reference")
@@ -126,7 +136,7 @@ def _train_step(module, enc, queries, lengths, loss_fn, need_weights=False):
     return ctx.detach(), weights, grads
 
 
-@needs_compiler
+@needs_native
 @pytest.mark.parametrize("heads", [1, 2])
 @pytest.mark.parametrize("need_weights", [False, True])
 @pytest.mark.parametrize("score", ["additive", "location"])
@@ -134,7 +144,7 @@ def test_decoder_steps_take_the_fused_path_and_equal_the_reference(heads, need_w
     attn, ref, enc, queries, lengths = _decoder_case(heads, score=score)
     assert attn.prepare(enc).sink is not None
     plan = attn.plan(queries[0], enc, key_lengths=lengths, need_weights=need_weights)
-    assert plan.step and "fused step kernel" in plan.reason
+    assert plan.step and "C++ step kernel" in plan.reason
     w = torch.randn(5, 4, heads, 80).squeeze(2)  # (steps, B, [H,] Tk)
 
     def loss(ctx, weights):
@@ -159,7 +169,7 @@ def _squared_context_case():
     return attn, enc, queries, lengths, want
 
 
-@needs_compiler
+@needs_native
 def test_a_partial_backward_leaves_nothing_for_the_next_pass():
     attn, enc, queries, lengths, want = _squared_context_case()
     memory = attn.prepare(enc)
@@ -175,15 +185,15 @@ def test_a_partial_backward_leaves_nothing_for_the_next_pass():
     torch.testing.assert_close(enc.grad, 2 * want[0], atol=2e-4, rtol=1e-4)
 
 
-@needs_compiler
+@needs_native
 def test_steps_on_both_paths_over_one_memory(monkeypatch):
-    """Kernels becoming ready mid-sequence: early steps take the general path (gradients through
-    autograd), later ones the fused step (gradients into the sink); the memory adds both."""
+    """Early steps on the general path (gradients through autograd), later ones on the C++
+    step (gradients into the sink): the memory adds both."""
     attn, enc, queries, lengths, want = _squared_context_case()
     memory = attn.prepare(enc)
     outs = []
     for i, q in enumerate(queries):
-        monkeypatch.setattr(kernels._COMPILER, "ready", i >= 2)
+        monkeypatch.setattr(native, "available", lambda i=i: i >= 2)
         assert attn.plan(q, enc, key_lengths=lengths).step == (i >= 2)
         outs.append(attn(q, memory, key_lengths=lengths).context)
     torch.stack(outs).square().sum().backward()
@@ -203,7 +213,7 @@ def test_no_sink_without_gradients_or_for_dot_scores():
     assert Attention(8, score="location").prepare(enc).sink is not None
 
 
-@needs_compiler
+@needs_native
 def test_no_fused_step_where_it_does_not_apply():
     x = torch.randn(4, 128)
     enc = torch.randn(4, 80, 128)
@@ -216,31 +226,34 @@ def test_no_fused_step_where_it_does_not_apply():
     assert not Attention(128, score="additive").double().plan(x.double(), enc.double()).step
 
 
-@needs_compiler
-@given(b=st.integers(1, 4), heads=st.sampled_from([1, 2]), tk=st.integers(40, 130),
-       seed=st.integers(0, 2**16))
-def test_fused_step_equals_reference_on_random_shapes(b, heads, tk, seed):
+@needs_native
+@settings(max_examples=40, deadline=None)
+@given(b=st.integers(1, 4), heads=st.sampled_from([1, 2, 3]), tk=st.integers(1, 150),
+       d=st.sampled_from([6, 24, 128]), seed=st.integers(0, 2**16))
+def test_native_step_equals_reference_on_random_shapes(b, heads, tk, d, seed):
+    """Key counts within, at and across the kernel's 64-key blocks; head splits hand the kernel
+    strided keys and values; random lengths, 0 included."""
     torch.manual_seed(seed)
-    attn = Attention(128, score="additive", heads=heads)
-    ref = Attention(128, score="additive", heads=heads, impl="reference")
+    attn = Attention(d, score="additive", heads=heads, head_dim=4 if heads > 1 else None)
+    ref = Attention(d, score="additive", heads=heads, head_dim=4 if heads > 1 else None,
+                    impl="reference")
     ref.load_state_dict(attn.state_dict())
-    enc = torch.randn(b, tk, 128, requires_grad=True)
-    queries = torch.randn(3, b, 128, requires_grad=True)
+    enc = torch.randn(b, tk, d, requires_grad=True)
+    queries = torch.randn(3, b, d, requires_grad=True)
     lengths = torch.randint(0, tk + 1, (b,))
 
     def loss(ctx, weights):
-        return (ctx * torch.linspace(-1, 1, 128)).sum()
+        return (ctx * torch.linspace(-1, 1, d)).sum()
 
     got_ctx, _, got = _train_step(attn, enc, queries, lengths, loss)
     ctx, _, want = _train_step(ref, enc, queries, lengths, loss)
-    assert attn.plan(queries[0], enc, key_lengths=lengths).step == (
-        b * tk * 128 >= kernels.WARM_MIN_WORK)
+    assert attn.plan(queries[0], enc, key_lengths=lengths).step
     torch.testing.assert_close(got_ctx, ctx, atol=1e-5, rtol=1e-5)
     for a, b_ in zip(got, want):
         torch.testing.assert_close(a, b_, atol=1e-4, rtol=1e-4)
 
 
-@needs_compiler
+@needs_native
 def test_a_reordered_memory_sends_its_gradients_through_autograd():
     """Beam search reorders a Memory's tensors (the sink object comes along); steps over the
     copy must not add into the original's sink."""
@@ -260,3 +273,75 @@ def test_a_reordered_memory_sends_its_gradients_through_autograd():
                                                                        memory.values)
             got = enc.grad.clone()
     torch.testing.assert_close(got, enc.grad, atol=1e-4, rtol=1e-4)
+
+
+@needs_native
+def test_native_tanh_is_accurate_and_saturates():
+    """The kernel's float tanh against tanh in float64: absolute error over the whole range,
+    relative error down to tiny values, infinities saturate, NaN stays NaN."""
+    tiny = torch.logspace(-30, 0, 3001)
+    x = torch.cat([torch.linspace(-12, 12, 200_001), tiny, -tiny,
+                   torch.tensor([-1e30, 1e30, 88.0, -88.0])])
+    y = torch.empty_like(x)
+    native.library().attnkit_tanh_f32(x.data_ptr(), y.data_ptr(), x.numel())
+    want = torch.tanh(x.double())
+    assert (y.double() - want).abs().max() < 2.4e-7
+    assert ((y.double() - want).abs() / want.abs()).max() < 4e-7
+    special = torch.tensor([float("inf"), float("-inf"), 0.0, float("nan")])
+    out = torch.empty_like(special)
+    native.library().attnkit_tanh_f32(special.data_ptr(), out.data_ptr(), 4)
+    assert out[:3].tolist() == [1.0, -1.0, 0.0] and out[3].isnan()
+
+
+@needs_native
+@pytest.mark.parametrize("use_weights", [False, True], ids=["context", "context+weights"])
+@pytest.mark.parametrize("score", ["additive", "location"])
+def test_native_float32_step_within_float32_error_of_the_equation(use_weights, score):
+    """float32 through the kernel, judged against the equation in float64 and bounded by the
+    error of the plain PyTorch step in float32."""
+    b, h, tk, a, d = 3, 2, 200, 32, 16
+    q, kf, v, va = _inputs(b, h, tk, a, d, dtype=torch.float64, seed=3)
+    loc = _location(b, h, tk, a) if score == "location" else None
+    mask = (torch.arange(tk) < torch.tensor([tk, 130, 0])[:, None]).view(b, 1, 1, tk)
+    g = torch.Generator().manual_seed(2)
+    w_out, w_p = torch.randn(b, h, 1, d, generator=g), torch.randn(b, h, 1, tk, generator=g)
+    leaves64 = [q, kf, v, va, *(loc or ())]
+
+    def run(leaves, native_kernel):
+        q, kf, v, va, *loc = leaves
+        out, p = step.additive_step(q, kf, v, va, mask, location=tuple(loc) or None,
+                                    native=native_kernel)
+        loss = (out * w_out.to(out)).sum() + ((p * w_p.to(p)).sum() if use_weights else 0)
+        return [out, p, *torch.autograd.grad(loss, leaves)]
+
+    want = run(leaves64, False)
+    leaves32 = [x.detach().float().requires_grad_() for x in leaves64]
+    got, plain = run(leaves32, True), run(leaves32, False)
+    for g_, p_, w_ in zip(got, plain, want):
+        err, plain_err = (g_.double() - w_).abs().max(), (p_.double() - w_).abs().max()
+        assert err <= 4 * plain_err + 1e-6, (err, plain_err)
+
+
+def test_without_a_compiler_steps_run_in_plain_pytorch_and_say_why(tmp_path):
+    """No C++ compiler: the plan names the reason and the results still equal the reference."""
+    code = textwrap.dedent("""
+        import torch
+        from attnkit import Attention
+        from attnkit.attention import native
+        torch.manual_seed(0)
+        attn = Attention(16, score="additive")
+        ref = Attention(16, score="additive", impl="reference")
+        ref.load_state_dict(attn.state_dict())
+        enc, q = torch.randn(2, 9, 16), torch.randn(2, 16)
+        plan = attn.plan(q, enc)
+        assert not plan.step and "no C++ compiler found (CXX=" in plan.reason, plan.reason
+        assert native.status().startswith("no C++ compiler found")
+        torch.testing.assert_close(attn(q, attn.prepare(enc)).context, ref(q, enc).context)
+        print("ok")
+    """)
+    env = dict(os.environ, CXX=str(tmp_path / "no-such-compiler"),
+               ATTNKIT_CACHE_DIR=str(tmp_path / "cache"))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    assert not (tmp_path / "cache").exists()

@@ -13,8 +13,9 @@ sdpa           ``F.scaled_dot_product_attention`` on prepared features (dot fami
 chunked        blocks with online softmax, scores recomputed in backward; with a window or
                causal mask only the band's key blocks run (banded local attention). When
                weights are needed, the ``(Tq, Tk)`` scores are built block by block instead.
-               One additive or location query per row (a decoder step) on CPU, once the
-               kernels are compiled: one fused kernel per pass (:mod:`attnkit.attention.step`).
+               One additive or location query per row (a decoder step) on CPU in float32:
+               one C++ kernel per pass (:mod:`attnkit.attention.step`), when the machine's
+               C++ compiler could build it (:mod:`attnkit.attention.native`).
 =============  ==============================================================================
 """
 
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnkit.attention import kernels
+from attnkit.attention import kernels, native
 from attnkit.attention.scores import Score
 
 __all__ = ["IMPLS", "Plan", "choose_impl"]
@@ -47,7 +48,7 @@ class Plan:
     """The path an attention call takes: ``impl`` in :data:`IMPLS` (never "auto"), and why.
 
     ``compiled`` says whether the chunked path uses the score's compiled kernels; ``step``
-    whether it runs as the fused one-query step (:func:`attnkit.attention.step.additive_step`).
+    whether it runs as the one-query C++ step (:func:`attnkit.attention.step.additive_step`).
     """
 
     impl: str
@@ -146,11 +147,13 @@ def choose_impl(
                         f"score {score.name!r}: online softmax over key blocks; backward "
                         "recomputes the scores (keeps them when Tq <= key features)")
     if (impl in ("auto", "chunked") and score.name in STEP_SCORES and shape[2] == 1
-            and plain_keys and dropout_p == 0 and dtype == torch.float32 and on_cpu
-            and kernels.want_compiled(shape[0] * shape[1] * tk * score.v.shape[-1], dtype)):
-        plan = Plan("chunked", f"score {score.name!r}, one query per row (a decoder step), "
-                    "compiled kernels: fused step kernel, weights kept for backward, key/value "
-                    "gradients summed in place over a prepared Memory's steps",
-                    compiled=True, step=True)
+            and plain_keys and dropout_p == 0 and dtype == torch.float32 and on_cpu):
+        if native.available():
+            plan = Plan("chunked", f"score {score.name!r}, one query per row (a decoder step): "
+                        "C++ step kernel, weights kept for backward, key/value gradients summed "
+                        "in place over a prepared Memory's steps", step=True)
+        else:
+            plan = Plan(plan.impl, f"{plan.reason}; no C++ step kernel ({native.status()})",
+                        plan.compiled)
     log.debug("attention path %s: %s", plan.impl, plan.reason)
     return plan

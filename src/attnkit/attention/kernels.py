@@ -9,10 +9,10 @@ bound by ``tanh``. Two implementations of each block operation:
   ``tanh`` and is exact to float32 rounding in absolute terms (``|error| < 2.4e-7``, tested). Each
   backward reduction is its own kernel: fused into one, Inductor ran ~5x slower here.
 
-Compiling takes seconds once per process (and again for new dtypes, or for size-1 dims such as a
-one-query decoder step), so a call uses the compiled kernels when it is big enough to pay for
-that, or when they are already compiled (:func:`want_compiled`); :func:`warm_up` compiles them
-ahead, e.g. before training an RNN decoder whose single steps are each too small. If compiling
+Compiling takes seconds once per process (and again for new dtypes, or for size-1 dims such as
+one-query blocks), so a call uses the compiled kernels when it is big enough to pay for that, or
+when they are already compiled (:func:`want_compiled`); :func:`warm_up` compiles them ahead.
+(RNN decoder steps have a C++ kernel of their own: :mod:`attnkit.attention.step`.) If compiling
 fails (no C++ compiler, unsupported platform) the eager code runs and :func:`compile_status` says
 why. ``ATTNKIT_COMPILE=0`` turns compiling off.
 
@@ -157,7 +157,7 @@ def want_compiled(work: int, dtype: torch.dtype) -> bool:
 
 def warm_up(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> str:
     """Compile the additive kernels now (for ``dtype`` on ``device``), including the variants
-    for one-query blocks and the fused decoder step. Returns :func:`compile_status`."""
+    for one-query blocks. Returns :func:`compile_status`."""
     for b, h, bq, bk in ((2, 2, 3, 5), (2, 1, 1, 5), (2, 2, 1, 5), (1, 1, 3, 5)):
         g = torch.Generator().manual_seed(0)
         q, k = (torch.randn(b, h, n, 8, generator=g).to(device, dtype) for n in (bq, bk))
@@ -165,30 +165,7 @@ def warm_up(dtype: torch.dtype = torch.float32, device: str | torch.device = "cp
         grad = torch.randn(b, h, bq, bk, generator=g).to(device, dtype)
         additive_scores(q, k, v, compiled=True)
         additive_backward(q, k, v, grad, compiled=True)
-    if dtype == torch.float32 and torch.device(device).type == "cpu":
-        _warm_up_steps()
     return compile_status()
-
-
-def _warm_up_steps() -> None:
-    """The fused one-query step (:mod:`attnkit.attention.step`): forward with and without a
-    mask, backward into a sink and to autograd, the location score's variant (gradients through
-    the weights too), for one head and for several."""
-    from attnkit.attention import step  # it builds on this module
-
-    g = torch.Generator().manual_seed(0)
-    for h in (1, 2):
-        kf0, v0 = (torch.randn(2, h, 5, 8, generator=g, requires_grad=True) for _ in range(2))
-        va = torch.randn(h, 8, generator=g)
-        mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2]).view(2, 1, 1, 5)
-        f = torch.randn(2, h, 5, 3, generator=g, requires_grad=True)
-        lw = torch.randn(h, 3, 8, generator=g, requires_grad=True)
-        for m, use_sink, location in ((mask, True, None), (None, False, None),
-                                      (mask, True, (f, lw))):
-            kf, v, sink = step.collect(kf0, v0) if use_sink else (kf0, v0, None)
-            q = torch.randn(2, h, 1, 8, generator=g, requires_grad=True)
-            out, p = step.additive_step(q, kf, v, va, m, sink, location, compiled=True)
-            (out.sum() + (0 if location is None else p.square().sum())).backward()
 
 
 def _upcast(*xs):

@@ -1,5 +1,4 @@
-"""One-query additive or location-aware attention (an RNN decoder step), one fused kernel
-per pass.
+"""One-query additive or location-aware attention (an RNN decoder step), one kernel per pass.
 
 A decoder attends with one query per step over the same prepared keys ``kf (B, H, Tk, A)`` and
 values ``v (B, H, Tk, D)``. The general chunked path serves such a call too, but spends most of
@@ -7,13 +6,14 @@ its time on per-call work around small kernels: online-softmax bookkeeping, sepa
 softmax and weighting ops in forward, and in backward an outer product for the values' gradient
 and autograd adding each step's ``(B, H, Tk, A)`` key gradient into the total. Here:
 
-* forward is one compiled graph: scores ``v_a . tanh(q + k_j)``, mask, softmax, context; the
-  weights ``p (B, H, 1, Tk)`` are kept for backward (they are no bigger than the scores) and
-  returned, so asking for them costs nothing;
-* backward is one compiled graph that recomputes ``tanh(q + k_j)`` (never stored: that is the
-  ``O(Tk * A)`` per step that autograd would keep) and, for a :class:`GradSink` from a prepared
-  ``Memory``, adds the key and value gradients **in place** into one buffer per backward pass
-  instead of handing each step's gradients to autograd to sum.
+* forward is one C++ kernel (``csrc/step.cpp``, built by :mod:`attnkit.attention.native`):
+  scores ``v_a . tanh(q + k_j)``, mask, softmax, context; the weights ``p (B, H, 1, Tk)`` are
+  kept for backward (they are no bigger than the scores) and returned, so asking for them costs
+  nothing;
+* backward is one kernel that recomputes ``tanh(q + k_j)`` (never stored: that is the
+  ``O(Tk * A)`` per step that autograd would keep), skips keys whose weight is zero, and, for a
+  :class:`GradSink` from a prepared ``Memory``, adds the key and value gradients **in place**
+  into one buffer per backward pass instead of handing each step's gradients to autograd to sum.
 
 The sink is tied to the backward pass that filled it (``torch._C._current_graph_task_id``):
 a pass that stops before reaching the memory (``torch.autograd.grad`` of the queries only)
@@ -21,9 +21,8 @@ leaves nothing behind that a later pass would pick up, and ``retain_graph`` pass
 afresh. Without a sink (or when it cannot be used) the step returns its key and value gradients
 to autograd as usual.
 
-:func:`additive_step` runs the compiled kernels when ``compiled=True`` (the eager fallback of
-:mod:`attnkit.attention.kernels` if compiling fails) and plain PyTorch otherwise (used by tests,
-float64 ``gradcheck`` included).
+:func:`additive_step` runs the C++ kernel when ``native=True`` and plain PyTorch otherwise: the
+reference the kernel is tested against (float64 ``gradcheck`` runs both).
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ import weakref
 
 import torch
 
-from attnkit.attention import kernels
+from attnkit.attention import native as _native
 
 __all__ = ["GradSink", "additive_step", "collect", "sink_supported"]
 
@@ -59,11 +58,13 @@ class GradSink:
         return len(self._inputs) == 2 and self._inputs[0]() is kf and self._inputs[1]() is v
 
     def buffers(self, kf: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Zeroed buffers shaped like ``kf`` and ``v`` at the first step of a backward pass,
-        the same buffers for the pass's later steps."""
+        """Zeroed contiguous buffers shaped like ``kf`` and ``v`` at the first step of a
+        backward pass, the same buffers for the pass's later steps."""
         task = torch._C._current_graph_task_id()
         if self.task != task:
-            self.task, self.key, self.value = task, torch.zeros_like(kf), torch.zeros_like(v)
+            self.task = task
+            self.key = torch.zeros(kf.shape, dtype=kf.dtype, device=kf.device)
+            self.value = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
         return self.key, self.value
 
     def take(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -109,11 +110,11 @@ def _pre(q, kf, f, lw):
     return pre if f is None else pre + f @ lw
 
 
-def _forward(q, kf, va, v, mask, f, lw, tanh=kernels.exp_tanh):
+def _forward(q, kf, va, v, mask, f, lw):
     """``q (B, H, 1, A)``, ``kf (B, H, Tk, A)``, ``va (H, A)``, ``v (B, H, Tk, D)``,
     ``mask (B or 1, 1, 1, Tk)`` or None, location features ``f (B, H, Tk, F)`` and ``lw (H, F,
     A)`` or None -> ``context (B, H, 1, D)``, ``weights (B, H, 1, Tk)``."""
-    s = (tanh(_pre(q, kf, f, lw)) * va[:, None, :]).sum(-1).unsqueeze(2)  # (B, H, 1, Tk)
+    s = (torch.tanh(_pre(q, kf, f, lw)) * va[:, None, :]).sum(-1).unsqueeze(2)  # (B, H, 1, Tk)
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf"))
     m = s.amax(-1, keepdim=True)
@@ -133,44 +134,82 @@ def _score_grad(p, v, out, dout, dw):
     return p * (g - (p * g).sum(-1, keepdim=True))
 
 
-def _pair_grads(q, kf, va, v, p, out, dout, dw, f, lw, tanh):
-    ds = _score_grad(p, v, out, dout, dw).transpose(-1, -2)  # (B, H, Tk, 1)
-    t = tanh(_pre(q, kf, f, lw))  # (B, H, Tk, A), recomputed
-    dk = (1 - t * t) * ds * va[:, None, :]  # also the gradient of the location term
-    loc = (None, None)
-    if f is not None:  # d f (B, H, Tk, F), d lw (H, F, A)
-        loc = (dk @ lw.transpose(-1, -2), (f.transpose(-1, -2) @ dk).sum(0))
-    return dk, (t * ds).sum(2), loc
+def _location_grads(dk, f, lw):
+    """``d f (B, H, Tk, F)`` and ``d lw (H, F, A)`` from ``d kf``, which is also the gradient
+    of the location term ``f L``."""
+    return dk @ lw.transpose(-1, -2), (f.transpose(-1, -2) @ dk).sum(0)
 
 
-def _backward(q, kf, va, v, p, out, dout, dw, f, lw, tanh=kernels.exp_tanh):
+def _backward(q, kf, va, v, p, out, dout, dw, f, lw):
     """``d q (B, H, 1, A)``, ``d kf (B, H, Tk, A)``, ``d va`` per batch row ``(B, H, A)``,
     ``d v (B, H, Tk, D)``, ``d f (B, H, Tk, F)`` and ``d lw (H, F, A)`` (None without ``f``)."""
-    dk, dva, (df, dlw) = _pair_grads(q, kf, va, v, p, out, dout, dw, f, lw, tanh)
-    return dk.sum(2, keepdim=True), dk, dva, p.transpose(-1, -2) * dout, df, dlw
+    ds = _score_grad(p, v, out, dout, dw).transpose(-1, -2)  # (B, H, Tk, 1)
+    t = torch.tanh(_pre(q, kf, f, lw))  # (B, H, Tk, A), recomputed
+    dk = (1 - t * t) * ds * va[:, None, :]
+    df, dlw = (None, None) if f is None else _location_grads(dk, f, lw)
+    return dk.sum(2, keepdim=True), dk, (t * ds).sum(2), p.transpose(-1, -2) * dout, df, dlw
 
 
-def _backward_into(q, kf, va, v, p, out, dout, dw, f, lw, key_sum, value_sum,
-                   tanh=kernels.exp_tanh):
-    """As :func:`_backward`, adding ``d kf`` and ``d v`` into ``key_sum`` and ``value_sum``."""
-    dk, dva, (df, dlw) = _pair_grads(q, kf, va, v, p, out, dout, dw, f, lw, tanh)
-    key_sum.add_(dk)
-    value_sum.add_(p.transpose(-1, -2) * dout)
-    return dk.sum(2, keepdim=True), dva, df, dlw
+def _rows(x):
+    """``x`` with a contiguous last dimension (the kernel takes the other strides as given)."""
+    return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _run(name, fn, compiled, *args):
-    if compiled:
-        return kernels.run_compiled(name, fn, *args)
-    return fn(*args, tanh=torch.tanh)
+def _kernel(name, dtype):
+    suffix = "f64" if dtype == torch.float64 else "f32"
+    return getattr(_native.library(), f"attnkit_step_{name}_{suffix}")
+
+
+def _native_forward(q, kf, va, v, mask, f, lw):
+    """:func:`_forward` in one C++ kernel (float32 or float64)."""
+    b, h, tk, a = kf.shape
+    q, va, kf, v = q.contiguous(), va.contiguous(), _rows(kf), _rows(v)
+    extra = None if f is None else (f @ lw).contiguous()  # (B, H, Tk, A)
+    out = q.new_empty(b, h, 1, v.shape[-1])
+    p = q.new_empty(b, h, 1, tk)
+    m_sb = m_sj = 0
+    if mask is not None:  # (B or 1, 1, 1, Tk)
+        m_sb, m_sj = (mask.stride(0) if mask.shape[0] > 1 else 0), mask.stride(3)
+    _kernel("forward", q.dtype)(
+        b, h, tk, a, v.shape[-1], q.data_ptr(), kf.data_ptr(), *kf.stride()[:3],
+        va.data_ptr(), v.data_ptr(), *v.stride()[:3],
+        None if mask is None else mask.data_ptr(), m_sb, m_sj,
+        None if extra is None else extra.data_ptr(), out.data_ptr(), p.data_ptr(),
+        torch.get_num_threads())
+    return out, p
+
+
+def _native_backward(q, kf, va, v, p, out, dout, dw, f, lw, sums=None):
+    """:func:`_backward` in one C++ kernel; with ``sums`` (the sink's key and value buffers,
+    contiguous) the key and value gradients are added into them and returned as None."""
+    b, h, tk, a = kf.shape
+    q, va, kf, v, dout = q.contiguous(), va.contiguous(), _rows(kf), _rows(v), dout.contiguous()
+    dw = None if dw is None else dw.contiguous()
+    extra = None if f is None else (f @ lw).contiguous()  # (B, H, Tk, A)
+    into = sums is not None and f is None  # location needs d kf on its own for d f and d lw
+    dk, dv = sums if into else (kf.new_empty(b, h, tk, a), v.new_empty(b, h, tk, v.shape[-1]))
+    dq, dva = q.new_empty(b, h, 1, a), q.new_empty(b, h, a)
+    _kernel("backward", q.dtype)(
+        b, h, tk, a, v.shape[-1], q.data_ptr(), kf.data_ptr(), *kf.stride()[:3],
+        va.data_ptr(), v.data_ptr(), *v.stride()[:3],
+        None if extra is None else extra.data_ptr(), p.data_ptr(), dout.data_ptr(),
+        None if dw is None else dw.data_ptr(), dq.data_ptr(), dk.data_ptr(),
+        dva.data_ptr(), dv.data_ptr(), int(into), torch.get_num_threads())
+    df, dlw = (None, None) if f is None else _location_grads(dk, f, lw)
+    if sums is not None and not into:
+        sums[0].add_(dk)
+        sums[1].add_(dv)
+    if sums is not None:
+        dk = dv = None
+    return dq, dk, dva, dv, df, dlw
 
 
 class _AdditiveStep(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, kf, v, va, mask, sink, compiled, f, lw):
-        out, p = _run("step_forward", _forward, compiled, q, kf, va, v, mask, f, lw)
+    def forward(ctx, q, kf, v, va, mask, sink, native, f, lw):
+        out, p = (_native_forward if native else _forward)(q, kf, va, v, mask, f, lw)
         ctx.save_for_backward(q, kf, va, v, p, out, f, lw)
-        ctx.sink, ctx.compiled = sink, compiled
+        ctx.sink, ctx.native = sink, native
         ctx.set_materialize_grads(False)
         return out, p
 
@@ -182,13 +221,17 @@ class _AdditiveStep(torch.autograd.Function):
         if dout is None:
             dout = torch.zeros_like(out)
         args = (q, kf, va, v, p, out, dout, dw, f, lw)
+        sums = None
         if ctx.sink is not None and (ctx.needs_input_grad[1] or ctx.needs_input_grad[2]):
-            key_sum, value_sum = ctx.sink.buffers(kf, v)
-            dq, dva, df, dlw = _run("step_backward_into", _backward_into, ctx.compiled, *args,
-                                    key_sum, value_sum)
-            dk = dv = None
+            sums = ctx.sink.buffers(kf, v)
+        if ctx.native:
+            dq, dk, dva, dv, df, dlw = _native_backward(*args, sums=sums)
         else:
-            dq, dk, dva, dv, df, dlw = _run("step_backward", _backward, ctx.compiled, *args)
+            dq, dk, dva, dv, df, dlw = _backward(*args)
+            if sums is not None:
+                sums[0].add_(dk)
+                sums[1].add_(dv)
+                dk = dv = None
         return dq, dk, dv, dva.sum(0), None, None, None, df, dlw
 
 
@@ -201,7 +244,7 @@ def additive_step(
     sink: GradSink | None = None,
     location: tuple[torch.Tensor, torch.Tensor] | None = None,
     *,
-    compiled: bool = True,
+    native: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Additive (or location-aware) attention of one query per row.
 
@@ -212,11 +255,12 @@ def additive_step(
         sink: where to sum the key and value gradients (from :func:`collect`), or None.
         location: the location score's features ``f (B, H, Tk, F)`` and weight ``L (H, F,
             A)``: ``e_j = va . tanh(q + k_j + f_j L)`` (Chorowski et al. 2015), or None.
-        compiled: use the compiled kernels (else plain PyTorch with ``torch.tanh``).
+        native: run the C++ kernel (float32 or float64; :func:`attnkit.attention.native.available`
+            must be true), else plain PyTorch.
 
     Returns:
         ``context (B, H, 1, D)`` and ``weights (B, H, 1, Tk)``; a row with no allowed key gets
         zeros in both, and zero gradients.
     """
     f, lw = (None, None) if location is None else location
-    return _AdditiveStep.apply(q, kf, v, va, mask, sink, compiled, f, lw)
+    return _AdditiveStep.apply(q, kf, v, va, mask, sink, native, f, lw)

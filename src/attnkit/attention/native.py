@@ -1,0 +1,170 @@
+"""The C++ decoder-step kernel (``csrc/step.cpp``): built once per machine, loaded with ctypes.
+
+A decoder step is a small call (one query over ``Tk`` keys) made hundreds of times per
+sequence, so what it costs besides its arithmetic matters as much as the arithmetic itself. The
+kernel is plain C++ with OpenMP and no PyTorch headers: the machine's C++ compiler builds it in
+about a second with ``-O3 -march=native``, the shared library is cached (keyed by the source,
+the flags, the compiler and the CPU), and a call goes straight from Python to the kernel through
+ctypes, with nothing of ``torch.compile``'s guards and wrappers in between. OpenMP comes from
+the runtime PyTorch has loaded already (same library name), so the two share one thread pool.
+
+If there is no compiler or the build fails, :func:`status` says why and attention runs in
+plain PyTorch. ``ATTNKIT_COMPILE=0`` turns the kernel off (as it does the compiled additive
+kernels); ``CXX`` picks the compiler; ``ATTNKIT_CACHE_DIR`` the cache directory (default
+``$XDG_CACHE_HOME/attnkit`` or ``~/.cache/attnkit``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+__all__ = ["SOURCE", "available", "library", "status"]
+
+log = logging.getLogger("attnkit")
+
+SOURCE = Path(__file__).with_name("csrc") / "step.cpp"
+
+# Tried in turn: the last drops what a compiler may not know (-march=native, OpenMP).
+_FLAGS = (
+    ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math"),
+    ("-O3", "-fno-math-errno", "-fno-trapping-math"),
+)
+_COMMON = ("-std=c++17", "-shared", "-fPIC")
+
+_i64, _int, _ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
+_FORWARD_ARGS = [_i64] * 5 + [_ptr, _ptr, _i64, _i64, _i64, _ptr, _ptr, _i64, _i64, _i64,
+                              _ptr, _i64, _i64, _ptr, _ptr, _ptr, _int]
+_BACKWARD_ARGS = [_i64] * 5 + [_ptr, _ptr, _i64, _i64, _i64, _ptr, _ptr, _i64, _i64, _i64,
+                               _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _int, _int]
+
+
+class _Native:
+    def __init__(self):
+        self.lib: ctypes.CDLL | None = None
+        self.failure: str | None = None
+        self.tried = False
+
+    def load(self) -> ctypes.CDLL | None:
+        if not self.tried:
+            self.tried = True
+            try:
+                self.lib = _load()
+            except _Unavailable as exc:
+                self.failure = str(exc)[:1000]
+                log.warning("attnkit: C++ step kernel unavailable, decoder steps run in plain "
+                            "PyTorch (%s)", self.failure)
+        return self.lib
+
+
+class _Unavailable(Exception):
+    pass
+
+
+_NATIVE = _Native()
+
+
+def library() -> ctypes.CDLL | None:
+    """The loaded kernel library (built on first use), or None if it cannot be had."""
+    return _NATIVE.load()
+
+
+def available() -> bool:
+    """Whether the C++ step kernel can run (builds it on the first call)."""
+    return _NATIVE.load() is not None
+
+
+def status() -> str:
+    """``"available"`` or why the C++ step kernel is not used (builds it on the first call)."""
+    return "available" if available() else _NATIVE.failure
+
+
+def _compiler() -> str:
+    if os.environ.get("ATTNKIT_COMPILE", "1") == "0":
+        raise _Unavailable("disabled by ATTNKIT_COMPILE=0")
+    name = os.environ.get("CXX")
+    found = shutil.which(name) if name else (shutil.which("c++") or shutil.which("g++")
+                                             or shutil.which("clang++"))
+    if found is None:
+        tried = f"CXX={name}" if name else "c++, g++, clang++"
+        raise _Unavailable(f"no C++ compiler found ({tried} not on PATH)")
+    return found
+
+
+def _cache_dir() -> Path:
+    if os.environ.get("ATTNKIT_CACHE_DIR"):
+        return Path(os.environ["ATTNKIT_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "attnkit"
+
+
+def _cpu() -> str:
+    """What -march=native compiles for: the CPU's model and feature flags."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [ln for ln in f if ln.startswith(("model name", "flags", "Features"))]
+        return "".join(sorted(set(lines)))
+    except OSError:
+        return platform.processor() or platform.machine()
+
+
+def _load() -> ctypes.CDLL:
+    cxx = _compiler()
+    try:
+        version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
+                                 timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise _Unavailable(f"{cxx} --version failed: {exc}") from exc
+    source = SOURCE.read_bytes()
+    errors = []
+    for flags in _FLAGS:
+        key = hashlib.sha256(b"\0".join([source, " ".join(flags + _COMMON).encode(),
+                                         cxx.encode(), version.encode(), _cpu().encode()]))
+        path = _cache_dir() / f"step-{key.hexdigest()[:16]}.so"
+        if not path.exists():
+            try:
+                _build(cxx, flags, path)
+            except _Unavailable as exc:
+                errors.append(str(exc))
+                continue
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as exc:
+            errors.append(f"loading {path} failed: {exc}")
+            continue
+        for dtype in ("f32", "f64"):
+            getattr(lib, f"attnkit_step_forward_{dtype}").argtypes = _FORWARD_ARGS
+            getattr(lib, f"attnkit_step_backward_{dtype}").argtypes = _BACKWARD_ARGS
+        lib.attnkit_tanh_f32.argtypes = [_ptr, _ptr, _i64]
+        return lib
+    raise _Unavailable("; ".join(errors))
+
+
+def _build(cxx: str, flags: tuple[str, ...], path: Path) -> None:
+    """Compile into a temporary file next to ``path``, then move it there (atomic: processes
+    building at once, e.g. under torchrun, never load a half-written library)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+        os.close(fd)
+    except OSError as exc:
+        raise _Unavailable(f"cache directory {path.parent} is not writable: {exc}") from exc
+    cmd = [cxx, *flags, *_COMMON, str(SOURCE), "-o", tmp]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise _Unavailable(f"`{' '.join(cmd)}` failed: {done.stderr.strip()[-400:]}")
+        os.replace(tmp, path)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise _Unavailable(f"`{' '.join(cmd)}` failed: {exc}") from exc
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    log.info("attnkit: built the C++ step kernel: %s", path)
