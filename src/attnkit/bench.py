@@ -21,9 +21,9 @@ Before each measured phase the worker asks glibc to return freed memory to the s
 stay resident and hide the measured run's peak. Allocation itself is left as it is, so timings
 are those of an ordinary process.
 
-``decoder`` cases time 100 one-query steps over the same encoder states; ``auto`` compiles the
-additive kernels ahead with :func:`attnkit.attention.kernels.warm_up` (what a long training run
-should call once), ``auto-eager`` runs with ``ATTNKIT_COMPILE=0``.
+``decoder`` cases time 100 one-query steps over the same encoder states: ``auto`` takes the C++
+step kernel (:mod:`attnkit.attention.step`; built before the measured runs), ``auto-eager``
+runs with ``ATTNKIT_COMPILE=0`` (plain PyTorch).
 """
 
 from __future__ import annotations
@@ -92,6 +92,7 @@ class Result:
     command: str = ""  # the command line that measured this row
     date: str = ""
     commit: str = ""  # attnkit's git commit (+ "-dirty" with uncommitted changes to its code)
+    machine: str = ""  # CPU, cores, torch and threads (see machine())
 
 
 # --------------------------------------------------------------------------- implementations
@@ -298,10 +299,6 @@ def run_worker(case: Case, reps: int, budget_s: float) -> Result:
     """Measure one case in this process."""
     fwd, leaves, attn, work = build(case)
     res = Result(asdict(case), case.name, case.impl)
-    if case.group == "decoder" and case.impl == "auto":
-        from attnkit.attention import kernels
-
-        kernels.warm_up()
     if attn is not None:
         probe = leaves[-1] if case.group == "decoder" else leaves[0]
         query = probe[0] if case.group == "decoder" else probe
@@ -506,19 +503,18 @@ def write_report(results: list[Result], json_path: Path, md_path: Path) -> None:
     json_path.write_text(json.dumps([asdict(r) for r in results], indent=1))
     runs = {}
     for r in results:
-        runs.setdefault((r.command, r.date, r.commit), []).append(r.case["group"])
-    commands = [f"- `{cmd}` ({date}, commit {commit or '?'}): groups "
-                f"{', '.join(dict.fromkeys(groups))}"
-                for (cmd, date, commit), groups in runs.items()]
+        runs.setdefault((r.command, r.date, r.commit, r.machine), []).append(r.case["group"])
+    commands = [f"- `{cmd}` ({date}, commit {commit or '?'}, {where or 'machine not recorded'}): "
+                f"groups {', '.join(dict.fromkeys(groups))}"
+                for (cmd, date, commit, where), groups in runs.items()]
     notes = ""
     if md_path.exists() and NOTES_MARK in md_path.read_text():
         notes = md_path.read_text().split(NOTES_MARK, 1)[1]
     body = [
         "# Benchmarks",
         "",
-        f"Machine: {machine()}.",
-        "",
-        f"Produced by (raw data in `{json_path.name}`):",
+        f"Produced by (raw data in `{json_path.name}`; compare rows measured on the same "
+        "machine only):",
         "",
         *commands,
         "",
@@ -572,6 +568,7 @@ def main_cli(args) -> int:
     json_path = Path(args.json)
     for r in results:
         r.command, r.date, r.commit = command, time.strftime("%Y-%m-%d"), _commit()
+        r.machine = machine()
     if args.group and json_path.exists():  # re-measured groups replace theirs in the report
         old = [Result(**r) for r in json.loads(json_path.read_text())]
         order = [c.group for c in suite()]
