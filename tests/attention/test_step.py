@@ -68,6 +68,10 @@ def test_step_equals_the_equation_with_gradients(mask, use_weights, score, nativ
     ref_out, ref_p = _equation(q, kf, v, va, mask, location)
     torch.testing.assert_close(out, ref_out)
     torch.testing.assert_close(p, ref_p)
+    with torch.no_grad():  # decoding: no autograd node, same numbers
+        out_ng, p_ng = step.additive_step(q, kf, v, va, mask, location=location,
+                                          native=native_kernel)
+    assert out_ng.grad_fn is None and torch.equal(out_ng, out) and torch.equal(p_ng, p)
     inputs = [q, kf, v, va, *(location or ())]
     got = torch.autograd.grad(loss(out, p), inputs)
     want = torch.autograd.grad(loss(ref_out, ref_p), inputs)

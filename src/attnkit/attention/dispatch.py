@@ -114,9 +114,17 @@ def choose_impl(
     """
     if impl not in IMPLS:
         raise ValueError(f"impl: expected one of {', '.join(IMPLS)}, got {impl!r}")
+    on_cpu = device is None or torch.device(device).type == "cpu"
+    step = (impl in ("auto", "chunked") and score.name in STEP_SCORES and shape[2] == 1
+            and plain_keys and dropout_p == 0 and dtype == torch.float32 and on_cpu)
+    if step and native.available():  # decided first: a decoder makes this call at every step
+        plan = Plan("chunked", f"score {score.name!r}, one query per row (a decoder step): "
+                    "C++ step kernel, weights kept for backward, key/value gradients summed "
+                    "in place over a prepared Memory's steps", step=True)
+        log.debug("attention path %s: %s", plan.impl, plan.reason)
+        return plan
     blocker = _sdpa_blocker(score, need_weights)
     tk = shape[3]
-    on_cpu = device is None or torch.device(device).type == "cpu"
     if impl == "reference":
         plan = Plan("reference", "impl='reference' was requested")
     elif impl == "sdpa":
@@ -146,14 +154,8 @@ def choose_impl(
         plan = _chunked(score, shape, dtype, window,
                         f"score {score.name!r}: online softmax over key blocks; backward "
                         "recomputes the scores (keeps them when Tq <= key features)")
-    if (impl in ("auto", "chunked") and score.name in STEP_SCORES and shape[2] == 1
-            and plain_keys and dropout_p == 0 and dtype == torch.float32 and on_cpu):
-        if native.available():
-            plan = Plan("chunked", f"score {score.name!r}, one query per row (a decoder step): "
-                        "C++ step kernel, weights kept for backward, key/value gradients summed "
-                        "in place over a prepared Memory's steps", step=True)
-        else:
-            plan = Plan(plan.impl, f"{plan.reason}; no C++ step kernel ({native.status()})",
-                        plan.compiled)
+    if step:
+        plan = Plan(plan.impl, f"{plan.reason}; no C++ step kernel ({native.status()})",
+                    plan.compiled)
     log.debug("attention path %s: %s", plan.impl, plan.reason)
     return plan

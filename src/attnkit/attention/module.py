@@ -212,8 +212,10 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         return proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)  # (B, H, T, d)
 
-    def _check_params_dtype(self, x: torch.Tensor, name: str = "query") -> None:
-        p = next(self.parameters(), None)
+    def _check_params_dtype(self, x: torch.Tensor, name: str = "query",
+                            p: torch.Tensor | None = None) -> None:
+        """``x`` has the dtype of the parameters (``p``: one of them, else looked up)."""
+        p = next(self.parameters(), None) if p is None else p
         if p is not None and p.dtype != x.dtype:
             raise TypeError(
                 f"{name}: dtype {x.dtype} differs from the module's parameters ({p.dtype}); "
@@ -299,13 +301,13 @@ class Attention(nn.Module):
         need_weights: bool = False,
     ) -> AttentionOutput:
         memory = None
+        p = next(self.parameters(), None)
         if isinstance(key, Memory):
             memory = key
             if memory.owner is not self:
                 raise ValueError("key: this Memory was prepared by another Attention module")
             if value is not None:
                 raise ValueError("value: the values are already in the prepared Memory")
-            p = next(self.parameters(), None)
             if p is not None and (memory.key_features.dtype, memory.key_features.device) != (
                 p.dtype, p.device
             ):
@@ -316,7 +318,7 @@ class Attention(nn.Module):
                 )
             key, value = memory.key, memory.value
         call = self._check(query, key, value, key_lengths, key_mask, positions)
-        self._check_params_dtype(query)
+        self._check_params_dtype(query, p=p)
         multi = self.heads > 1
         q = self._split_heads(call.query, self.q_proj if multi else None)  # (B, H, Tq, dq)
         if memory is None:

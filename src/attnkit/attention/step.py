@@ -263,4 +263,7 @@ def additive_step(
         zeros in both, and zero gradients.
     """
     f, lw = (None, None) if location is None else location
+    if not (torch.is_grad_enabled() and any(
+            x is not None and x.requires_grad for x in (q, kf, v, va, f, lw))):
+        return (_native_forward if native else _forward)(q, kf, va, v, mask, f, lw)  # decoding
     return _AdditiveStep.apply(q, kf, v, va, mask, sink, native, f, lw)
