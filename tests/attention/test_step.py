@@ -349,3 +349,24 @@ def test_without_a_compiler_steps_run_in_plain_pytorch_and_say_why(tmp_path):
                           timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_compiler_without_march_native_gets_the_next_flags(tmp_path, monkeypatch):
+    """The build drops flags the compiler rejects and still gives a working kernel."""
+    import shutil
+
+    real = shutil.which("g++") or shutil.which("c++")
+    if real is None:
+        pytest.skip("no C++ compiler")
+    fussy = tmp_path / "fussy-c++"
+    fussy.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = -march=native ] && '
+                     f'{{ echo "unknown -march=native" >&2; exit 1; }}; done\nexec {real} "$@"\n')
+    fussy.chmod(0o755)
+    monkeypatch.setenv("CXX", str(fussy))
+    monkeypatch.setenv("ATTNKIT_CACHE_DIR", str(tmp_path / "cache"))
+    lib = native._load()
+    x = torch.tensor([0.5, -2.0])
+    y = torch.empty_like(x)
+    lib.attnkit_tanh_f32(x.data_ptr(), y.data_ptr(), 2)
+    torch.testing.assert_close(y, torch.tanh(x))
+    assert len(list((tmp_path / "cache").glob("step-*.so"))) == 1
