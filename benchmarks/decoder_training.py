@@ -1,5 +1,7 @@
-"""Training-step time of attnkit's additive-attention decoders, with the kernels compiled ahead
-(``attnkit.attention.kernels.warm_up``: decoder steps take the fused path) and without.
+"""Training-step time of attnkit's additive-attention decoders in three modes: plain PyTorch
+(``ATTNKIT_COMPILE=0``), the default (decoder steps on the C++ step kernel), and the default
+after ``attnkit.attention.kernels.warm_up()`` (the Inductor kernels compiled ahead, as
+``attnkit train`` does for long runs).
 
 Each (model, mode) runs in a fresh process: a few warm-up steps, then the median of the timed
 ones. Models: the Bahdanau translator at the CLI's default size on sentence-length inputs, the
@@ -13,11 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
 
 import torch
+
+from attnkit.bench import machine
 
 
 def build(name: str):
@@ -49,11 +54,14 @@ def build(name: str):
     return model, (torch.randn(b, 1, 32, w), torch.full((b,), w), tgt[:, :-1]), tgt[:, 1:], v
 
 
-def worker(name: str, warm: bool, steps: int) -> dict:
+MODES = ("plain", "default", "warm")
+
+
+def worker(name: str, mode: str, steps: int) -> dict:
     from attnkit.attention import kernels
 
     compile_s = 0.0
-    if warm:
+    if mode == "warm":
         start = time.perf_counter()
         kernels.warm_up()
         compile_s = time.perf_counter() - start
@@ -75,7 +83,7 @@ def worker(name: str, warm: bool, steps: int) -> dict:
         step()
         times.append(time.perf_counter() - start)
     times.sort()
-    return {"model": name, "warm": warm, "step_s": times[len(times) // 2],
+    return {"model": name, "mode": mode, "step_s": times[len(times) // 2],
             "compile_s": compile_s, "threads": torch.get_num_threads()}
 
 
@@ -86,23 +94,27 @@ def main() -> None:
     p.add_argument("--worker", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker[0], args.worker[1] == "warm", args.steps)))
+        print(json.dumps(worker(args.worker[0], args.worker[1], args.steps)))
         return
     rows = []
     for name in ("bahdanau", "crnn-attention-head", "las-location"):
-        for mode in ("cold", "warm"):
+        for mode in MODES:
+            env = dict(os.environ, **({"ATTNKIT_COMPILE": "0"} if mode == "plain" else {}))
             out = subprocess.run([sys.executable, __file__, "--steps", str(args.steps),
                                   "--worker", name, mode], check=True, capture_output=True,
-                                 text=True).stdout
+                                 text=True, env=env).stdout
             rows.append(json.loads(out.strip().splitlines()[-1]))
-    print("| model | eager step s | warmed-up step s | ratio | compile s |")
+    print("| model | plain PyTorch step s | default step s | after warm_up() step s | "
+          "compile s |")
     print("|---|---|---|---|---|")
-    for cold, warm in zip(rows[::2], rows[1::2]):
-        print(f"| {cold['model']} | {cold['step_s']:.3f} | {warm['step_s']:.3f} | "
-              f"{warm['step_s'] / cold['step_s']:.2f} | {warm['compile_s']:.1f} |")
+    for plain, default, warm in zip(rows[::3], rows[1::3], rows[2::3]):
+        print(f"| {plain['model']} | {plain['step_s']:.3f} | {default['step_s']:.3f} "
+              f"({default['step_s'] / plain['step_s']:.2f}x) | {warm['step_s']:.3f} "
+              f"({warm['step_s'] / plain['step_s']:.2f}x) | {warm['compile_s']:.1f} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"torch": torch.__version__, "rows": rows}, f, indent=1)
+            json.dump({"torch": torch.__version__, "machine": machine(), "rows": rows}, f,
+                      indent=1)
 
 
 if __name__ == "__main__":
