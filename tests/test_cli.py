@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 import attnkit
 from attnkit import SCORES
@@ -99,23 +98,3 @@ def test_demo_writes_the_pngs_it_prints(tmp_path, capsys):
         assert line is not None, f"no demo line for score {score!r}"
         assert "row sums 1.0000..1.0000" in line.group(0)
         assert "weight on padding 0.0" in line.group(0)
-
-
-def test_long_runs_of_additive_models_compile_the_kernels_first(monkeypatch):
-    from attnkit import Attention
-    from attnkit.attention import kernels
-    from attnkit.cli import common
-
-    calls = []
-    monkeypatch.setattr(kernels, "warm_up", lambda: calls.append(1) or "available")
-    additive = torch.nn.Sequential(Attention(8, score="additive"))
-    general = torch.nn.Sequential(Attention(8, score="general"))
-    assert common.warm_up_kernels(additive, 20000, None) >= 0 and len(calls) == 1
-    assert common.warm_up_kernels(additive, 20000, 1800.0) >= 0 and len(calls) == 2
-    common.warm_up_kernels(torch.nn.Sequential(Attention(8, score="location")), 5000, None)
-    assert len(calls) == 2  # LAS's location score: measured no faster, not worth compiling
-    common.warm_up_kernels(additive, 20000, 150.0)  # the demo's budget: not worth compiling
-    common.warm_up_kernels(additive, 50, None)
-    common.warm_up_kernels(general, 20000, None)
-    common.warm_up_kernels(additive.double(), 20000, None)
-    assert len(calls) == 2

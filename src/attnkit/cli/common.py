@@ -8,13 +8,10 @@ resume, the final held-out report and ``history.json`` are the same for every ta
 from __future__ import annotations
 
 import json
-import logging
-import time
 from pathlib import Path
 
 import torch
 
-from attnkit.attention import Attention, kernels
 from attnkit.train import (
     Checkpoint,
     CheckpointError,
@@ -113,50 +110,13 @@ def existing_run(args, task: str) -> Checkpoint | None:
     return load_task_checkpoint(existing, task) if args.resume else None
 
 
-log = logging.getLogger("attnkit")
-
-# A run at least this long (steps, and seconds of budget if one is set) compiles the additive
-# attention kernels first: ~7-25 s once (cache-dependent); the Bahdanau translator's
-# training steps then measured ~10% faster (benchmarks/decoder_training.py, docs/benchmarks.md).
-LONG_RUN_STEPS = 2000
-LONG_RUN_S = 600
-
-
-def warm_up_kernels(model: torch.nn.Module, steps: int, time_budget: float | None) -> float:
-    """Compile the additive attention kernels before a long CPU run of a model that has an
-    additive :class:`~attnkit.Attention` (decoder steps then take the fused path). Returns the
-    seconds it took (0 when not done)."""
-    long_run = steps >= LONG_RUN_STEPS and (time_budget is None or time_budget >= LONG_RUN_S)
-    # Only the additive score: with the location score (LAS) the fused step measured no faster
-    # at the whole-model level (docs/benchmarks.md), so compiling would only cost time.
-    additive = any(isinstance(m, Attention) and m.score.name == "additive"
-                   for m in model.modules())
-    param = next(model.parameters(), None)
-    if not (long_run and additive and param is not None and param.device.type == "cpu"
-            and param.dtype == torch.float32):
-        return 0.0
-    start = time.monotonic()
-    log.info("compiling the additive attention kernels (once per process)")
-    status = kernels.warm_up()
-    if status != "available":
-        log.info("compiled kernels unavailable, eager code runs: %s", status)
-    return time.monotonic() - start
-
-
 def train_and_report(model, task, args, *, metric: str = "accuracy") -> TrainResult | None:
     """Train (resuming with ``--resume``), print the held-out scores and write
     ``history.json``. ``metric``: the validation metric early stopping maximises. Returns None
-    on the other processes of a torchrun job, which leave reporting to rank 0.
-
-    A long run first compiles the additive attention kernels (:func:`warm_up_kernels`); that
-    time counts against ``--time-budget``."""
-    budget = args.time_budget
-    spent = warm_up_kernels(model, args.steps, budget)
-    if budget is not None:
-        budget = max(budget - spent, 1e-3)
+    on the other processes of a torchrun job, which leave reporting to rank 0."""
     cfg = TrainConfig(max_steps=args.steps, lr=args.lr, warmup_steps=args.warmup,
                       eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
-                      patience=args.patience, time_budget_s=budget, seed=args.seed,
+                      patience=args.patience, time_budget_s=args.time_budget, seed=args.seed,
                       progress=not args.no_progress, metric=metric)
     trainer = Trainer(model, task, cfg, args.out)
     if args.resume:
