@@ -24,6 +24,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 __all__ = ["SOURCE", "available", "library", "status"]
@@ -56,17 +57,24 @@ class _Native:
         self.lib: ctypes.CDLL | None = None
         self.failure: str | None = None
         self.tried = False
+        self._lock = threading.Lock()
 
     def load(self) -> ctypes.CDLL | None:
         if not self.tried:
-            self.tried = True
-            try:
-                self.lib = _load()
-            except _Unavailable as exc:
-                self.failure = str(exc)[:1000]
-                log.warning("attnkit: C++ step kernel unavailable, decoder steps run in plain "
-                            "PyTorch (%s)", self.failure)
+            with self._lock:  # threads asking at once: one build
+                if not self.tried:
+                    self._try()
         return self.lib
+
+    def _try(self) -> None:
+        try:
+            self.lib = _load()
+        except _Unavailable as exc:
+            self.failure = str(exc)[:1000]
+            disabled = os.environ.get("ATTNKIT_COMPILE", "1") == "0"
+            log.log(logging.INFO if disabled else logging.WARNING, "attnkit: C++ step kernel "
+                    "unavailable, decoder steps run in plain PyTorch (%s)", self.failure)
+        self.tried = True
 
 
 class _Unavailable(Exception):
