@@ -179,29 +179,23 @@ def _native_forward(q, kf, va, v, mask, f, lw):
     return out, p
 
 
-def _native_backward(q, kf, va, v, p, out, dout, dw, f, lw, sums=None):
+def _native_backward(q, kf, va, v, p, dout, dw, f, lw, sums=None):
     """:func:`_backward` in one C++ kernel; with ``sums`` (the sink's key and value buffers,
     contiguous) the key and value gradients are added into them and returned as None."""
     b, h, tk, a = kf.shape
     q, va, kf, v, dout = q.contiguous(), va.contiguous(), _rows(kf), _rows(v), dout.contiguous()
     dw = None if dw is None else dw.contiguous()
     extra = None if f is None else (f @ lw).contiguous()  # (B, H, Tk, A)
-    into = sums is not None and f is None  # location needs d kf on its own for d f and d lw
-    dk, dv = sums if into else (kf.new_empty(b, h, tk, a), v.new_empty(b, h, tk, v.shape[-1]))
+    dk, dv = sums if sums is not None else (kf.new_empty(b, h, tk, a),
+                                            v.new_empty(b, h, tk, v.shape[-1]))
     dq, dva = q.new_empty(b, h, 1, a), q.new_empty(b, h, a)
     _kernel("backward", q.dtype)(
         b, h, tk, a, v.shape[-1], q.data_ptr(), kf.data_ptr(), *kf.stride()[:3],
         va.data_ptr(), v.data_ptr(), *v.stride()[:3],
         None if extra is None else extra.data_ptr(), p.data_ptr(), dout.data_ptr(),
         None if dw is None else dw.data_ptr(), dq.data_ptr(), dk.data_ptr(),
-        dva.data_ptr(), dv.data_ptr(), int(into), torch.get_num_threads())
-    df, dlw = (None, None) if f is None else _location_grads(dk, f, lw)
-    if sums is not None and not into:
-        sums[0].add_(dk)
-        sums[1].add_(dv)
-    if sums is not None:
-        dk = dv = None
-    return dq, dk, dva, dv, df, dlw
+        dva.data_ptr(), dv.data_ptr(), int(sums is not None), torch.get_num_threads())
+    return (dq, None, dva, None) if sums is not None else (dq, dk, dva, dv)
 
 
 class _AdditiveStep(torch.autograd.Function):
@@ -220,18 +214,21 @@ class _AdditiveStep(torch.autograd.Function):
             return (None,) * 9
         if dout is None:
             dout = torch.zeros_like(out)
-        args = (q, kf, va, v, p, out, dout, dw, f, lw)
         sums = None
         if ctx.sink is not None and (ctx.needs_input_grad[1] or ctx.needs_input_grad[2]):
             sums = ctx.sink.buffers(kf, v)
-        if ctx.native:
-            dq, dk, dva, dv, df, dlw = _native_backward(*args, sums=sums)
+        df = dlw = None
+        if ctx.native and f is None:  # the kernel adds into the sums itself
+            dq, dk, dva, dv = _native_backward(q, kf, va, v, p, dout, dw, f, lw, sums)
+        elif ctx.native:  # location: d kf is needed on its own, for d f and d lw
+            dq, dk, dva, dv = _native_backward(q, kf, va, v, p, dout, dw, f, lw)
+            df, dlw = _location_grads(dk, f, lw)
         else:
-            dq, dk, dva, dv, df, dlw = _backward(*args)
-            if sums is not None:
-                sums[0].add_(dk)
-                sums[1].add_(dv)
-                dk = dv = None
+            dq, dk, dva, dv, df, dlw = _backward(q, kf, va, v, p, out, dout, dw, f, lw)
+        if sums is not None and dk is not None:
+            sums[0].add_(dk)
+            sums[1].add_(dv)
+            dk = dv = None
         return dq, dk, dv, dva.sum(0), None, None, None, df, dlw
 
 
