@@ -370,3 +370,100 @@ def test_a_compiler_without_march_native_gets_the_next_flags(tmp_path, monkeypat
     lib.attnkit_tanh_f32(x.data_ptr(), y.data_ptr(), 2)
     torch.testing.assert_close(y, torch.tanh(x))
     assert len(list((tmp_path / "cache").glob("step-*.so"))) == 1
+
+
+@needs_native
+def test_under_cpu_autocast_steps_avoid_the_kernel_and_equal_the_reference():
+    """bfloat16 autocast makes the prepared query bfloat16: the float32 kernel must not run."""
+    torch.manual_seed(0)
+    attn = Attention(16, score="additive")
+    ref = Attention(16, score="additive", impl="reference")
+    ref.load_state_dict(attn.state_dict())
+    enc, q = torch.randn(2, 9, 16), torch.randn(2, 16)
+    memory = attn.prepare(enc.requires_grad_())  # prepared outside autocast, used inside
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert "CPU autocast is on" in attn.plan(q, enc).reason
+        got = attn(q, enc, need_weights=True)
+        got_memory = attn(q, memory).context
+        want = ref(q, enc, need_weights=True)
+    torch.testing.assert_close(got.context.float(), want.context.float(), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(got.weights.float(), want.weights.float(), atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(got_memory.float(), want.context.float(), atol=2e-2, rtol=2e-2)
+    got_memory.float().sum().backward()
+    assert torch.isfinite(enc.grad).all() and enc.grad.abs().sum() > 0
+
+
+@needs_native
+def test_the_kernel_refuses_inputs_it_cannot_read():
+    q, kf, v, va = (x.detach() for x in _inputs(dtype=torch.float32))
+    with pytest.raises(TypeError, match=r"^kf: expected torch.float32 on cpu \(the query's\), "
+                                        r"got torch.bfloat16"):
+        step.additive_step(q, kf.bfloat16(), v, va)
+    with pytest.raises(TypeError, match=r"^q: the C\+\+ step takes float32 or float64"):
+        step.additive_step(q.half(), kf.half(), v.half(), va.half())
+    with pytest.raises(ValueError, match=r"^q: expected shape \(3, 2, 1, 5\), got \(3, 2, 2, 5\)"):
+        step.additive_step(q.expand(3, 2, 2, 5), kf, v, va)
+    per_head = torch.ones(3, 2, 1, 7, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"^mask: expected a bool tensor \(3 or 1, 1, 1, 7\)"):
+        step.additive_step(q, kf, v, va, per_head)
+
+
+@pytest.mark.parametrize("native_kernel", PATHS, ids=["torch", "native"])
+def test_nan_in_a_row_comes_out_as_nan_like_the_reference(native_kernel):
+    """A diverged decoder state must show (NaN), not turn into a row with no keys (zeros)."""
+    q, kf, v, va = (x.detach() for x in _inputs())
+    q = q.clone()
+    q[0, 0, 0, 0] = float("nan")  # every score of row (0, 0) is NaN
+    kf = kf.clone()
+    kf[1, 0, 3, 0] = float("nan")  # one score of row (1, 0) is NaN
+    out, p = step.additive_step(q, kf, v, va, MASK, native=native_kernel)
+    ref_out, ref_p = step._forward(q, kf, va, v, MASK, None, None)
+    assert out[0, 0].isnan().all() and p[0, 0].isnan().all()
+    assert out[1, 0].isnan().all() and p[1, 0].isnan().all()
+    torch.testing.assert_close(out, ref_out, equal_nan=True)
+    torch.testing.assert_close(p, ref_p, equal_nan=True)
+    assert torch.equal(out[2], torch.zeros_like(out[2]))  # no key allowed: zeros, as before
+
+
+@needs_native
+@pytest.mark.parametrize("score", ["additive", "location"])
+def test_second_derivatives_through_decoder_steps_equal_the_reference(score):
+    """create_graph=True: the steps' gradients can be differentiated again (gradient penalty)."""
+    attn, ref, enc, queries, lengths = _decoder_case(b=3, tk=70, d=16, steps=3, score=score)
+    lengths = lengths[:3]
+    got = []
+    for module in (attn, ref):
+        enc.grad = None
+        ctx, _ = _decoder_run(module, enc, queries[:, :3], lengths)
+        (g,) = torch.autograd.grad(ctx.square().sum(), [enc], create_graph=True)
+        (g.square().sum() + ctx.sum()).backward()
+        got.append(enc.grad.clone())
+    assert got[1].abs().sum() > 0
+    torch.testing.assert_close(got[0], got[1], atol=1e-4, rtol=1e-4)
+
+
+def test_an_unexpected_build_error_falls_back_to_plain_pytorch(monkeypatch):
+    def boom():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(native, "_load", boom)
+    fresh = native._Native()
+    assert fresh.load() is None and fresh.load() is None
+    assert fresh.failure == "RuntimeError: Could not determine home directory."
+
+
+@needs_native
+def test_a_damaged_cached_library_is_built_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNKIT_CACHE_DIR", str(tmp_path / "first"))
+    native._load()
+    (built,) = (tmp_path / "first").glob("step-*.so")
+    assert built.stat().st_mode & 0o777 == 0o755  # readable by every user of a shared cache
+    damaged = tmp_path / "second" / built.name
+    damaged.parent.mkdir()
+    damaged.write_bytes(b"")  # what a crash mid-write could have left
+    monkeypatch.setenv("ATTNKIT_CACHE_DIR", str(tmp_path / "second"))
+    lib = native._load()
+    assert damaged.stat().st_size > 0
+    x, y = torch.tensor([0.25]), torch.empty(1)
+    lib.attnkit_tanh_f32(x.data_ptr(), y.data_ptr(), 1)
+    torch.testing.assert_close(y, torch.tanh(x))

@@ -53,7 +53,10 @@ class Memory(NamedTuple):
         key_features: ``(B, H, Tk, F)`` prepared keys; values: ``(B, H, Tk, Dv')`` per head.
         owner: the module that prepared them (only it can use them).
         sink: where one-query additive or location steps sum their key/value gradients, or None
-            (:mod:`attnkit.attention.step`).
+            (:mod:`attnkit.attention.step`). With a sink, the steps' gradients reach ``key``,
+            ``value`` and the parameters but are not seen as gradients of ``key_features`` and
+            ``values`` themselves (``torch.autograd.grad`` of them, hooks or ``retain_grad``
+            on them): ask for those of ``key`` / ``value`` instead.
     """
 
     key: torch.Tensor

@@ -117,7 +117,12 @@ def choose_impl(
     on_cpu = device is None or torch.device(device).type == "cpu"
     step = (impl in ("auto", "chunked") and score.name in STEP_SCORES and shape[2] == 1
             and plain_keys and dropout_p == 0 and dtype == torch.float32 and on_cpu)
-    if step and native.available():  # decided first: a decoder makes this call at every step
+    no_step = None  # why a decoder step does not take the C++ kernel
+    if step and torch.is_autocast_enabled("cpu"):
+        no_step = "CPU autocast is on (the C++ step kernel is float32 only)"
+    elif step and not native.available():
+        no_step = f"no C++ step kernel ({native.status()})"
+    elif step:  # decided first: a decoder makes this call at every step
         plan = Plan("chunked", f"score {score.name!r}, one query per row (a decoder step): "
                     "C++ step kernel, weights kept for backward, key/value gradients summed "
                     "in place over a prepared Memory's steps", step=True)
@@ -154,8 +159,7 @@ def choose_impl(
         plan = _chunked(score, shape, dtype, window,
                         f"score {score.name!r}: online softmax over key blocks; backward "
                         "recomputes the scores (keeps them when Tq <= key features)")
-    if step:
-        plan = Plan(plan.impl, f"{plan.reason}; no C++ step kernel ({native.status()})",
-                    plan.compiled)
+    if no_step is not None:
+        plan = Plan(plan.impl, f"{plan.reason}; {no_step}", plan.compiled)
     log.debug("attention path %s: %s", plan.impl, plan.reason)
     return plan

@@ -69,8 +69,9 @@ class _Native:
     def _try(self) -> None:
         try:
             self.lib = _load()
-        except _Unavailable as exc:
-            self.failure = str(exc)[:1000]
+        except Exception as exc:  # whatever goes wrong, attention still runs, in plain PyTorch
+            self.failure = (str(exc) if isinstance(exc, _Unavailable)
+                            else f"{type(exc).__name__}: {exc}")[:1000]
             disabled = os.environ.get("ATTNKIT_COMPILE", "1") == "0"
             log.log(logging.INFO if disabled else logging.WARNING, "attnkit: C++ step kernel "
                     "unavailable, decoder steps run in plain PyTorch (%s)", self.failure)
@@ -141,16 +142,10 @@ def _load() -> ctypes.CDLL:
         key = hashlib.sha256(b"\0".join([source, " ".join(flags + _COMMON).encode(),
                                          cxx.encode(), version.encode(), cpu.encode()]))
         path = _cache_dir() / f"step-{key.hexdigest()[:16]}.so"
-        if not path.exists():
-            try:
-                _build(cxx, flags, path)
-            except _Unavailable as exc:
-                errors.append(str(exc))
-                continue
         try:
-            lib = ctypes.CDLL(str(path))
-        except OSError as exc:
-            errors.append(f"loading {path} failed: {exc}")
+            lib = _open(cxx, flags, path)
+        except _Unavailable as exc:
+            errors.append(str(exc))
             continue
         for dtype in ("f32", "f64"):
             getattr(lib, f"attnkit_step_forward_{dtype}").argtypes = _FORWARD_ARGS
@@ -158,6 +153,21 @@ def _load() -> ctypes.CDLL:
         lib.attnkit_tanh_f32.argtypes = [_ptr, _ptr, _i64]
         return lib
     raise _Unavailable("; ".join(errors))
+
+
+def _open(cxx: str, flags: tuple[str, ...], path: Path) -> ctypes.CDLL:
+    """The library at ``path``, built first if missing; a cached file that does not load (a
+    damaged cache) is built again once."""
+    if path.exists():
+        try:
+            return ctypes.CDLL(str(path))
+        except OSError as exc:
+            log.warning("attnkit: rebuilding %s, it did not load: %s", path, exc)
+    _build(cxx, flags, path)
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError as exc:
+        raise _Unavailable(f"loading {path} failed: {exc}") from exc
 
 
 def _build(cxx: str, flags: tuple[str, ...], path: Path) -> None:
@@ -174,6 +184,9 @@ def _build(cxx: str, flags: tuple[str, ...], path: Path) -> None:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             raise _Unavailable(f"`{' '.join(cmd)}` failed: {done.stderr.strip()[-400:]}")
+        with open(tmp, "rb") as f:  # on disk before it is renamed: never a truncated library
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o755)  # mkstemp makes it private; a shared cache serves every user
         os.replace(tmp, path)
     except (OSError, subprocess.SubprocessError) as exc:
         raise _Unavailable(f"`{' '.join(cmd)}` failed: {exc}") from exc

@@ -155,6 +155,48 @@ def _rows(x):
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
+def _check_native(q, kf, v, va, mask, f, lw):
+    """The kernel reads raw memory: every tensor on the CPU, in one dtype (float32 or float64),
+    shaped as it assumes. Raises TypeError / ValueError naming the tensor otherwise."""
+    d = q.dtype
+    if (d in (torch.float32, torch.float64) and kf.dim() == 4 and v.dim() == 4
+            and kf.dtype == d and v.dtype == d and va.dtype == d
+            and q.is_cpu and kf.is_cpu and v.is_cpu and va.is_cpu
+            and q.shape == (*kf.shape[:2], 1, kf.shape[3]) and v.shape[:3] == kf.shape[:3]
+            and va.shape == (kf.shape[1], kf.shape[3])
+            and (mask is None or (mask.dtype == torch.bool and mask.is_cpu and mask.dim() == 4
+                                  and mask.shape[0] in (1, kf.shape[0])
+                                  and mask.shape[1:] == (1, 1, kf.shape[2])))
+            and f is None):
+        return  # the common case, checked in one go; the rest says what is wrong
+    _explain_native(q, kf, v, va, mask, f, lw)
+
+
+def _explain_native(q, kf, v, va, mask, f, lw):
+    if kf.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"kf, v: expected (B, H, Tk, A) and (B, H, Tk, D), got "
+                         f"{tuple(kf.shape)} and {tuple(v.shape)}")
+    b, h, tk, a = kf.shape
+    if q.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"q: the C++ step takes float32 or float64, got {q.dtype}")
+    want = {"q": (q, (b, h, 1, a)), "kf": (kf, None), "v": (v, (b, h, tk, v.shape[-1])),
+            "va": (va, (h, a))}
+    if f is not None:
+        want["f"] = (f, (b, h, tk, f.shape[-1]))
+        want["lw"] = (lw, (h, f.shape[-1], a))
+    for name, (x, shape) in want.items():
+        if x.dtype != q.dtype or x.device.type != "cpu":
+            raise TypeError(f"{name}: expected {q.dtype} on cpu (the query's), got {x.dtype} "
+                            f"on {x.device}")
+        if shape is not None and tuple(x.shape) != shape:
+            raise ValueError(f"{name}: expected shape {shape}, got {tuple(x.shape)}")
+    if mask is not None and (mask.dtype != torch.bool or mask.device.type != "cpu"
+                             or mask.dim() != 4 or mask.shape[0] not in (1, b)
+                             or tuple(mask.shape[1:]) != (1, 1, tk)):
+        raise ValueError(f"mask: expected a bool tensor ({b} or 1, 1, 1, {tk}) on cpu, got "
+                         f"{mask.dtype} {tuple(mask.shape)} on {mask.device}")
+
+
 def _kernel(name, dtype):
     suffix = "f64" if dtype == torch.float64 else "f32"
     return getattr(_native.library(), f"attnkit_step_{name}_{suffix}")
@@ -162,6 +204,7 @@ def _kernel(name, dtype):
 
 def _native_forward(q, kf, va, v, mask, f, lw):
     """:func:`_forward` in one C++ kernel (float32 or float64)."""
+    _check_native(q, kf, v, va, mask, f, lw)
     b, h, tk, a = kf.shape
     q, va, kf, v = q.contiguous(), va.contiguous(), _rows(kf), _rows(v)
     extra = None if f is None else (f @ lw).contiguous()  # (B, H, Tk, A)
@@ -182,6 +225,12 @@ def _native_forward(q, kf, va, v, mask, f, lw):
 def _native_backward(q, kf, va, v, p, dout, dw, f, lw, sums=None):
     """:func:`_backward` in one C++ kernel; with ``sums`` (the sink's key and value buffers,
     contiguous) the key and value gradients are added into them and returned as None."""
+    _check_native(q, kf, v, va, None, f, lw)
+    for name, x, shape in (("dout", dout, (*q.shape[:3], v.shape[-1])),
+                           ("dw", dw, (*q.shape[:3], kf.shape[2]))):
+        if x is not None and (x.dtype != q.dtype or tuple(x.shape) != shape):
+            raise ValueError(f"{name}: expected {q.dtype} {shape}, got {x.dtype} "
+                             f"{tuple(x.shape)}")
     b, h, tk, a = kf.shape
     q, va, kf, v, dout = q.contiguous(), va.contiguous(), _rows(kf), _rows(v), dout.contiguous()
     dw = None if dw is None else dw.contiguous()
@@ -203,7 +252,7 @@ class _AdditiveStep(torch.autograd.Function):
     def forward(ctx, q, kf, v, va, mask, sink, native, f, lw):
         out, p = (_native_forward if native else _forward)(q, kf, va, v, mask, f, lw)
         ctx.save_for_backward(q, kf, va, v, p, out, f, lw)
-        ctx.sink, ctx.native = sink, native
+        ctx.sink, ctx.native, ctx.mask = sink, native, mask
         ctx.set_materialize_grads(False)
         return out, p
 
@@ -214,6 +263,10 @@ class _AdditiveStep(torch.autograd.Function):
             return (None,) * 9
         if dout is None:
             dout = torch.zeros_like(out)
+        if torch.is_grad_enabled():  # create_graph: gradients that can be differentiated again
+            out, p = _forward(q, kf, va, v, ctx.mask, f, lw)  # plain PyTorch, with a graph
+            dq, dk, dva, dv, df, dlw = _backward(q, kf, va, v, p, out, dout, dw, f, lw)
+            return dq, dk, dv, dva.sum(0), None, None, None, df, dlw
         sums = None
         if ctx.sink is not None and (ctx.needs_input_grad[1] or ctx.needs_input_grad[2]):
             sums = ctx.sink.buffers(kf, v)

@@ -39,7 +39,9 @@ inline float fast_tanh(float x) {
   e = e * r + 1.0f / 6.0f;
   e = e * r + 0.5f;
   e = e * r * r + r;  // e^r - 1
-  const float scale = __builtin_bit_cast(float, (static_cast<int32_t>(n) + 127) << 23);
+  const float n_int = n == n ? n : 0.0f;  // NaN in: r is NaN and so is the result
+  const float scale =
+      __builtin_bit_cast(float, static_cast<uint32_t>(static_cast<int32_t>(n_int) + 127) << 23);
   const float m = scale * e + (scale - 1.0f);
   return m / (m + 2.0f);
 }
@@ -48,6 +50,7 @@ inline float fast_tanh(float x) {
 inline double fast_tanh(double x) { return std::tanh(x); }
 
 constexpr int64_t kBlock = 64;  // keys per parallel work item
+constexpr int64_t kSerialWork = 1 << 15;  // (key, feature) pairs below which one thread runs
 
 inline int64_t blocks(int64_t tk) { return (tk + kBlock - 1) / kBlock; }
 
@@ -58,8 +61,9 @@ void forward(int64_t B, int64_t H, int64_t Tk, int64_t A, int64_t D, const T* q,
              const T* extra, T* out, T* p, int threads) {
   const int64_t nb = blocks(Tk);
   const T neg_inf = -INFINITY;
+  const bool parallel = B * H * Tk * A >= kSerialWork;
   // Scores s_j = va . tanh(q + k_j [+ extra_j]) into p, a block of keys per work item.
-#pragma omp parallel for collapse(2) num_threads(threads) schedule(static)
+#pragma omp parallel for collapse(2) num_threads(threads) schedule(static) if (parallel)
   for (int64_t bh = 0; bh < B * H; ++bh) {
     for (int64_t blk = 0; blk < nb; ++blk) {
       const int64_t b = bh / H, h = bh % H;
@@ -87,15 +91,19 @@ void forward(int64_t B, int64_t H, int64_t Tk, int64_t A, int64_t D, const T* q,
     }
   }
   // Softmax over the keys and the weighted sum of the values, a row per work item.
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
   for (int64_t bh = 0; bh < B * H; ++bh) {
     const int64_t b = bh / H, h = bh % H;
     T* pr = p + bh * Tk;
     T* o = out + bh * D;
     for (int64_t d = 0; d < D; ++d) o[d] = 0;
     T m = neg_inf;
-    for (int64_t j = 0; j < Tk; ++j) m = std::max(m, pr[j]);
-    if (m == neg_inf) {  // no key to attend to
+    bool any = false;  // a key that may be attended to (a NaN score counts: NaN propagates)
+    for (int64_t j = 0; j < Tk; ++j) {
+      any = any || pr[j] != neg_inf;
+      m = std::max(m, pr[j]);
+    }
+    if (!any) {  // no key to attend to
       for (int64_t j = 0; j < Tk; ++j) pr[j] = 0;
       continue;
     }
@@ -127,11 +135,12 @@ void backward(int64_t B, int64_t H, int64_t Tk, int64_t A, int64_t D, const T* q
               int64_t v_sh, int64_t v_sj, const T* extra, const T* p, const T* dout,
               const T* dw, T* dq, T* dk, T* dva, T* dv, int accumulate, int threads) {
   const int64_t nb = blocks(Tk);
+  const bool parallel = B * H * Tk * A >= kSerialWork;
   std::vector<T> ds(B * H * Tk);               // d score_j
   std::vector<T> partial(B * H * nb * 2 * A);  // per work item: its sums for dq and dva
   // d s_j = p_j (g_j - sum_i p_i g_i), g_j = dout . v_j (+ dw_j). The sum is taken over these
   // g_j (not as dout . out, equal in exact arithmetic): then a row with one key gets exactly 0.
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
   for (int64_t bh = 0; bh < B * H; ++bh) {
     const int64_t b = bh / H, h = bh % H;
     const T* pr = p + bh * Tk;
@@ -153,7 +162,7 @@ void backward(int64_t B, int64_t H, int64_t Tk, int64_t A, int64_t D, const T* q
     for (int64_t j = 0; j < Tk; ++j) dsr[j] = pr[j] * (dsr[j] - c);
   }
   // Per key: d k_j = (1 - t_j^2) ds_j va, d v_j = p_j dout; dq sums d k_j, dva sums t_j ds_j.
-#pragma omp parallel for collapse(2) num_threads(threads) schedule(static)
+#pragma omp parallel for collapse(2) num_threads(threads) schedule(static) if (parallel)
   for (int64_t bh = 0; bh < B * H; ++bh) {
     for (int64_t blk = 0; blk < nb; ++blk) {
       const int64_t b = bh / H, h = bh % H;
