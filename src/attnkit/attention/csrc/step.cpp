@@ -29,8 +29,9 @@ inline float fast_tanh(float x) {
   float y = 2.0f * x;
   y = y > 87.0f ? 87.0f : y;
   y = y < -87.0f ? -87.0f : y;
-  const float shift = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to integer
-  const float n = (y * 1.44269504088896341f + shift) - shift;
+  const float shift = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer, kept in the
+  const float rounded = y * 1.44269504088896341f + shift;  // low mantissa bits
+  const float n = rounded - shift;
   const float r = y - n * 0.693145751953125f - n * 1.42860682030941723e-6f;  // ln 2, two parts
   float e = 1.0f / 5040.0f;
   e = e * r + 1.0f / 720.0f;
@@ -39,9 +40,10 @@ inline float fast_tanh(float x) {
   e = e * r + 1.0f / 6.0f;
   e = e * r + 0.5f;
   e = e * r * r + r;  // e^r - 1
-  const float n_int = n == n ? n : 0.0f;  // NaN in: r is NaN and so is the result
-  const float scale =
-      __builtin_bit_cast(float, static_cast<uint32_t>(static_cast<int32_t>(n_int) + 127) << 23);
+  // 2^n from the integer in `rounded`'s bits (unsigned arithmetic: defined for a NaN too)
+  const uint32_t n_bits =
+      __builtin_bit_cast(uint32_t, rounded) - __builtin_bit_cast(uint32_t, shift);
+  const float scale = __builtin_bit_cast(float, (n_bits + 127u) << 23);
   const float m = scale * e + (scale - 1.0f);
   return m / (m + 2.0f);
 }
