@@ -57,6 +57,13 @@ class Plan:
     step: bool = False
 
 
+def _cpu_autocast() -> bool:
+    try:
+        return torch.is_autocast_enabled("cpu")
+    except TypeError:  # a torch whose is_autocast_enabled takes no device type
+        return torch.is_autocast_cpu_enabled()
+
+
 def _sdpa_blocker(score: Score, need_weights: bool) -> str | None:
     if not score.dot_family:
         return f"score {score.name!r} is not a dot product of prepared features"
@@ -118,7 +125,7 @@ def choose_impl(
     step = (impl in ("auto", "chunked") and score.name in STEP_SCORES and shape[2] == 1
             and plain_keys and dropout_p == 0 and dtype == torch.float32 and on_cpu)
     no_step = None  # why a decoder step does not take the C++ kernel
-    if step and torch.is_autocast_enabled("cpu"):
+    if step and _cpu_autocast():
         no_step = "CPU autocast is on (the C++ step kernel is float32 only)"
     elif step and not native.available():
         no_step = f"no C++ step kernel ({native.status()})"
