@@ -45,6 +45,7 @@ def _flag_sets(cpu: str) -> list[tuple[str, ...]]:
         sets.insert(0, ("-march=native", "-mprefer-vector-width=512", "-fopenmp"))
     return sets
 
+
 _i64, _int, _ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
 _FORWARD_ARGS = [_i64] * 5 + [_ptr, _ptr, _i64, _i64, _i64, _ptr, _ptr, _i64, _i64, _i64,
                               _ptr, _i64, _i64, _ptr, _ptr, _ptr, _int]
