@@ -135,9 +135,9 @@ def test_window_skips_key_blocks_outside_the_band():
     seen = []
     original = score.block_scores
 
-    def spy(qf, kf, extra=None, *, compiled=False):
+    def spy(qf, kf, extra=None, *, kernel="eager"):
         seen.append(qf.shape[2] * kf.shape[2])
-        return original(qf, kf, extra, compiled=compiled)
+        return original(qf, kf, extra, kernel=kernel)
 
     score.block_scores = spy
     qf, kf, v = torch.randn(1, 1, t, 4), torch.randn(1, 1, t, 4), torch.randn(1, 1, t, 3)

@@ -37,17 +37,17 @@ def test_compiled_kernels_equal_eager_kernels():
     q, k, v, grad = _block()
     eager_s = kernels.additive_scores(q, k, v)
     eager_g = kernels.additive_backward(q, k, v, grad)
-    fast_s = kernels.additive_scores(q, k, v, compiled=True)
-    fast_g = kernels.additive_backward(q, k, v, grad, compiled=True)
+    fast_s = kernels.additive_scores(q, k, v, kernel="compiled")
+    fast_g = kernels.additive_backward(q, k, v, grad, kernel="compiled")
     torch.testing.assert_close(fast_s, eager_s, atol=2e-5, rtol=1e-5)
     for a, b in zip(fast_g, eager_g):
         torch.testing.assert_close(a, b, atol=5e-5, rtol=1e-5)
     # Other shapes, the one-query block (a decoder step) included.
     for bq in (3, 1):
         q, k, v, grad = _block(b=1, h=2, bq=bq, bk=11, a=8)
-        torch.testing.assert_close(kernels.additive_scores(q, k, v, compiled=True),
+        torch.testing.assert_close(kernels.additive_scores(q, k, v, kernel="compiled"),
                                    kernels.additive_scores(q, k, v), atol=2e-5, rtol=1e-5)
-        for a, b in zip(kernels.additive_backward(q, k, v, grad, compiled=True),
+        for a, b in zip(kernels.additive_backward(q, k, v, grad, kernel="compiled"),
                         kernels.additive_backward(q, k, v, grad)):
             torch.testing.assert_close(a, b, atol=5e-5, rtol=1e-5)
     # Compiling works on a machine with a C++ compiler; where it fails, the eager fallback ran

@@ -113,9 +113,10 @@ class KeyLayout:
         return mask
 
 
-def _default_blocks(qf, kf, score: Score, compiled: bool) -> tuple[int, int]:
-    pair = 1 if score.dot_family or compiled else qf.shape[-1]  # eager pair tensor: x A
-    return block_sizes(qf.shape[0] * qf.shape[1], qf.shape[2], kf.shape[2], pair, fused=compiled)
+def _default_blocks(qf, kf, score: Score, kernel: str) -> tuple[int, int]:
+    fused = kernel != "eager"
+    pair = 1 if score.dot_family or fused else qf.shape[-1]  # eager pair tensor: x A
+    return block_sizes(qf.shape[0] * qf.shape[1], qf.shape[2], kf.shape[2], pair, fused=fused)
 
 
 def _add_param_grads(total: list, grads) -> None:
@@ -136,7 +137,7 @@ def _keep_mask(shape, p, seed, block, device):
 
 class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, layout, score, blocks, dropout_p, seed, compiled, qf, kf, v, extra, *params):
+    def forward(ctx, layout, score, blocks, dropout_p, seed, kernel, qf, kf, v, extra, *params):
         b, h, tq, _ = qf.shape
         acc_t = torch.float32 if qf.dtype in _LOW else qf.dtype
         bq, bk = blocks
@@ -159,7 +160,7 @@ class _ChunkedAttention(torch.autograd.Function):
             for k0 in range(k_lo, k_hi, bk):
                 k1 = min(k0 + bk, k_hi)
                 s = score.block_scores(
-                    qb, kf[:, :, k0:k1], _slice_extra(extra, q0, q1, k0, k1), compiled=compiled
+                    qb, kf[:, :, k0:k1], _slice_extra(extra, q0, q1, k0, k1), kernel=kernel
                 ).to(acc_t)  # (B, H, bq, bk)
                 mask = layout.block_mask(q0, q1, k0, k1)
                 if mask is not None:
@@ -182,7 +183,7 @@ class _ChunkedAttention(torch.autograd.Function):
             lse[:, :, q0:q1] = torch.where(has_key, m + torch.log(l), float("inf"))
         out = out.to(v.dtype)
         ctx.layout, ctx.score, ctx.blocks = layout, score, blocks
-        ctx.dropout_p, ctx.seed, ctx.compiled = dropout_p, seed, compiled
+        ctx.dropout_p, ctx.seed, ctx.kernel = dropout_p, seed, kernel
         ctx.has_extra, ctx.kept = extra is not None, kept is not None
         ctx.save_for_backward(qf, kf, v, out, lse, *(() if extra is None else (extra,)),
                               *(() if kept is None else (kept,)))
@@ -216,24 +217,34 @@ class _ChunkedAttention(torch.autograd.Function):
             for k0 in range(k_lo, k_hi, bk):
                 k1 = min(k0 + bk, k_hi)
                 kb, eb = kf[:, :, k0:k1], _slice_extra(extra, q0, q1, k0, k1)
-                if kept is not None:  # masked entries were stored as -inf
-                    p = torch.exp(kept[:, :, q0:q1, k0:k1] - lse_b)
-                else:
-                    s = score.block_scores(qb, kb, eb, compiled=ctx.compiled).to(acc_t)
-                    p = torch.exp(s - lse_b)  # (B, H, bq, bk); rows with no key: exp(-inf) = 0
-                    mask = layout.block_mask(q0, q1, k0, k1)
-                    if mask is not None:
-                        p = p.masked_fill(~mask, 0.0)
                 vb = v[:, :, k0:k1].to(acc_t)
                 dp = dob @ vb.transpose(-1, -2)  # (B, H, bq, bk)
-                if p_drop > 0:
-                    keep = _keep_mask(p.shape, p_drop, ctx.seed, block, p.device) / (1 - p_drop)
-                    gv = (p * keep).transpose(-1, -2) @ dob
-                    dp = dp * keep
+                fused = None
+                if kept is None and p_drop == 0 and eb is None:  # one pass, if the score can
+                    fused = score.block_attention_backward(
+                        qb, kb, lse_b[..., 0], dp - delta_b, layout.block_mask(q0, q1, k0, k1),
+                        kernel=ctx.kernel)
+                if fused is not None:
+                    p, gq, gk, gp = fused
+                    ge, gv = None, p.transpose(-1, -2) @ dob
                 else:
-                    gv = p.transpose(-1, -2) @ dob
-                ds = p * (dp - delta_b)
-                gq, gk, ge, gp = score.block_backward(qb, kb, eb, ds, compiled=ctx.compiled)
+                    if kept is not None:  # masked entries were stored as -inf
+                        p = torch.exp(kept[:, :, q0:q1, k0:k1] - lse_b)
+                    else:
+                        s = score.block_scores(qb, kb, eb, kernel=ctx.kernel).to(acc_t)
+                        p = torch.exp(s - lse_b)  # (B, H, bq, bk); no key: exp(-inf) = 0
+                        mask = layout.block_mask(q0, q1, k0, k1)
+                        if mask is not None:
+                            p = p.masked_fill(~mask, 0.0)
+                    if p_drop > 0:
+                        keep = _keep_mask(p.shape, p_drop, ctx.seed, block, p.device)
+                        keep = keep / (1 - p_drop)
+                        gv = (p * keep).transpose(-1, -2) @ dob
+                        dp = dp * keep
+                    else:
+                        gv = p.transpose(-1, -2) @ dob
+                    ds = p * (dp - delta_b)
+                    gq, gk, ge, gp = score.block_backward(qb, kb, eb, ds, kernel=ctx.kernel)
                 dq[:, :, q0:q1] += gq
                 if once and (k0, k1) == (0, layout.tk):
                     dk, dv = gk, gv
@@ -262,7 +273,7 @@ def chunked_attention(
     extra: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     seed: int | None = None,
-    compiled: bool = False,
+    kernel: str = "eager",
     blocks: tuple[int, int] | None = None,
 ) -> torch.Tensor:
     """``softmax(score(q, k)) @ v`` without the ``(Tq, Tk)`` matrix, scores recomputed in backward.
@@ -275,24 +286,25 @@ def chunked_attention(
         extra: per-pair features ``(B, H, Tq, Tk, E)`` (location score) or None.
         dropout_p: dropout on the weights; ``seed`` fixes its masks (drawn from torch's global
             generator when None).
-        compiled: use the score's compiled kernels where it has them.
+        kernel: the score's block kernels (:data:`attnkit.attention.kernels.KERNELS`), for
+            scores that have several.
         blocks: ``(block_q, block_k)``; chosen from the shapes when None.
 
     Returns:
         ``context (B, H, Tq, Dv)``.
     """
-    blocks = blocks or _default_blocks(qf, kf, score, compiled)
+    blocks = blocks or _default_blocks(qf, kf, score, kernel)
     if dropout_p > 0 and seed is None:
         seed = int(torch.randint(0, 2**62, (1,)))
     return _ChunkedAttention.apply(
-        layout, score, blocks, dropout_p, seed or 0, compiled, qf, kf, value, extra,
+        layout, score, blocks, dropout_p, seed or 0, kernel, qf, kf, value, extra,
         *score.pairwise_params(),
     )
 
 
 class _RecomputedScores(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, layout, score, blocks, compiled, qf, kf, extra, *params):
+    def forward(ctx, layout, score, blocks, kernel, qf, kf, extra, *params):
         b, h, tq, _ = qf.shape
         tk = kf.shape[2]
         acc_t = torch.float32 if qf.dtype in _LOW else qf.dtype
@@ -306,9 +318,9 @@ class _RecomputedScores(torch.autograd.Function):
                 k1 = min(k0 + bk, k_hi)
                 s[:, :, q0:q1, k0:k1] = score.block_scores(
                     qf[:, :, q0:q1], kf[:, :, k0:k1], _slice_extra(extra, q0, q1, k0, k1),
-                    compiled=compiled,
+                    kernel=kernel,
                 )
-        ctx.layout, ctx.score, ctx.blocks, ctx.compiled = layout, score, blocks, compiled
+        ctx.layout, ctx.score, ctx.blocks, ctx.kernel = layout, score, blocks, kernel
         ctx.has_extra = extra is not None
         ctx.save_for_backward(qf, kf, *(() if extra is None else (extra,)))
         return s
@@ -331,7 +343,7 @@ class _RecomputedScores(torch.autograd.Function):
                 k1 = min(k0 + bk, k_hi)
                 gq, gk, ge, gp = score.block_backward(
                     qf[:, :, q0:q1], kf[:, :, k0:k1], _slice_extra(extra, q0, q1, k0, k1),
-                    ds[:, :, q0:q1, k0:k1].contiguous(), compiled=ctx.compiled,
+                    ds[:, :, q0:q1, k0:k1].contiguous(), kernel=ctx.kernel,
                 )
                 dq[:, :, q0:q1] += gq
                 dk[:, :, k0:k1] += gk
@@ -350,12 +362,12 @@ def recomputed_scores(
     layout: KeyLayout,
     *,
     extra: torch.Tensor | None = None,
-    compiled: bool = False,
+    kernel: str = "eager",
     blocks: tuple[int, int] | None = None,
 ) -> torch.Tensor:
     """Scores ``(B, H, Tq, Tk)`` (float32 for low precision) whose backward recomputes the pair
     tensor block by block instead of keeping it. Blocks outside ``layout``'s band are not
     computed (they are 0; mask them)."""
-    blocks = blocks or _default_blocks(qf, kf, score, compiled)
-    return _RecomputedScores.apply(layout, score, blocks, compiled, qf, kf, extra,
+    blocks = blocks or _default_blocks(qf, kf, score, kernel)
+    return _RecomputedScores.apply(layout, score, blocks, kernel, qf, kf, extra,
                                    *score.pairwise_params())

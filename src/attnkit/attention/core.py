@@ -257,11 +257,10 @@ def run(
         return context, (weights if need_weights else None), plan
     if plan.impl == "chunked" and not need_weights:
         context = chunked_attention(qf, kf, v, score, call.layout, extra=extra,
-                                    dropout_p=dropout_p, compiled=plan.compiled)
+                                    dropout_p=dropout_p, kernel=plan.kernel)
         return context, None, plan
     if plan.impl == "chunked":
-        scores = recomputed_scores(qf, kf, score, call.layout, extra=extra,
-                                   compiled=plan.compiled)
+        scores = recomputed_scores(qf, kf, score, call.layout, extra=extra, kernel=plan.kernel)
         context, weights = weigh(scores, v, call.mask(), dropout_p)
         return context, weights, plan
     context, weights = reference_attention(qf, kf, v, score, call.mask(), extra=extra,

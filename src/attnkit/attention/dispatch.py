@@ -13,9 +13,10 @@ sdpa           ``F.scaled_dot_product_attention`` on prepared features (dot fami
 chunked        blocks with online softmax, scores recomputed in backward; with a window or
                causal mask only the band's key blocks run (banded local attention). When
                weights are needed, the ``(Tq, Tk)`` scores are built block by block instead.
-               One additive or location query per row (a decoder step) on CPU in float32:
-               one C++ kernel per pass (:mod:`attnkit.attention.step`), when the machine's
-               C++ compiler could build it (:mod:`attnkit.attention.native`).
+               Additive scores on CPU run C++ block kernels (:mod:`attnkit.attention.kernels`),
+               one additive or location query per row (a decoder step) in float32 one C++
+               kernel per pass (:mod:`attnkit.attention.step`), when the machine's C++
+               compiler could build them (:mod:`attnkit.attention.native`).
 =============  ==============================================================================
 """
 
@@ -47,13 +48,14 @@ SDPA_MASK_LIMIT = 1 << 26
 class Plan:
     """The path an attention call takes: ``impl`` in :data:`IMPLS` (never "auto"), and why.
 
-    ``compiled`` says whether the chunked path uses the score's compiled kernels; ``step``
-    whether it runs as the one-query C++ step (:func:`attnkit.attention.step.additive_step`).
+    ``kernel`` names the additive score's block kernels on the chunked path
+    (:data:`attnkit.attention.kernels.KERNELS`); ``step`` says whether the call runs as the
+    one-query C++ step (:func:`attnkit.attention.step.additive_step`).
     """
 
     impl: str
     reason: str
-    compiled: bool = False
+    kernel: str = "eager"
     step: bool = False
 
 
@@ -76,14 +78,19 @@ def _narrow_band(window, tk: int) -> bool:
     return window is not None and 2 * (window[0] + window[1] + 1) <= tk
 
 
-def _chunked(score: Score, shape, dtype, window, reason: str) -> Plan:
+def _chunked(score: Score, shape, dtype, window, on_cpu: bool, reason: str) -> Plan:
     b, h, tq, tk = shape
     if score.name != "additive":
         return Plan("chunked", reason)
+    dtype = dtype or torch.float32
+    if on_cpu and dtype != torch.float64 and native.available():
+        return Plan("chunked", f"{reason}; C++ additive block kernels (backward in one pass)",
+                    "native")
     keys = tk if window is None else min(tk, window[0] + window[1] + 1)  # keys per query
     work = b * h * tq * keys * score.v.shape[-1]
-    dtype = dtype or torch.float32
     compiled = kernels.want_compiled(work, dtype)
+    no_native = ("" if not on_cpu or dtype == torch.float64
+                 else f"; no C++ kernels ({native.status()})")
     if compiled and work < kernels.COMPILE_MIN_WORK:
         kernel = "compiled additive kernels (already compiled in this process)"
     elif compiled:
@@ -94,7 +101,7 @@ def _chunked(score: Score, shape, dtype, window, reason: str) -> Plan:
         kernel = f"eager additive kernels ({kernels.compile_status()})"
     else:
         kernel = "eager additive kernels (too small to pay for compiling)"
-    return Plan("chunked", f"{reason}; {kernel}", compiled)
+    return Plan("chunked", f"{reason}; {kernel}{no_native}", "compiled" if compiled else "eager")
 
 
 def choose_impl(
@@ -128,7 +135,8 @@ def choose_impl(
     if step and _cpu_autocast():
         no_step = "CPU autocast is on (the C++ step kernel is float32 only)"
     elif step and not native.available():
-        no_step = f"no C++ step kernel ({native.status()})"
+        # the additive score's plan says so already (it has block kernels too)
+        no_step = "" if score.name == "additive" else f"no C++ step kernel ({native.status()})"
     elif step:  # decided first: a decoder makes this call at every step
         plan = Plan("chunked", f"score {score.name!r}, one query per row (a decoder step): "
                     "C++ step kernel, weights kept for backward, key/value gradients summed "
@@ -144,15 +152,15 @@ def choose_impl(
             raise ValueError(f"impl='sdpa' cannot serve this call: {blocker}")
         plan = Plan("sdpa", "impl='sdpa' was requested")
     elif impl == "chunked":
-        plan = _chunked(score, shape, dtype, window, "impl='chunked' was requested")
+        plan = _chunked(score, shape, dtype, window, on_cpu, "impl='chunked' was requested")
     elif need_weights and score.dot_family:
         plan = Plan("reference", "weights requested: they are the (Tq, Tk) score matrix anyway")
     elif need_weights:
-        plan = _chunked(score, shape, dtype, window,
+        plan = _chunked(score, shape, dtype, window, on_cpu,
                         "weights requested: (Tq, Tk) scores built block by block, the "
                         "(Tq, Tk, A) pair tensor recomputed in backward")
     elif _narrow_band(window, tk):
-        plan = _chunked(score, shape, dtype, window,
+        plan = _chunked(score, shape, dtype, window, on_cpu,
                         f"window {window} over {tk} keys: banded blocks, "
                         "O(Tq * window) work and memory")
     elif blocker is None and dropout_p > 0 and on_cpu:
@@ -163,10 +171,10 @@ def choose_impl(
     elif blocker is None:
         plan = Plan("sdpa", f"score {score.name!r} without weights: fused SDPA kernel")
     else:
-        plan = _chunked(score, shape, dtype, window,
+        plan = _chunked(score, shape, dtype, window, on_cpu,
                         f"score {score.name!r}: online softmax over key blocks; backward "
                         "recomputes the scores (keeps them when Tq <= key features)")
-    if no_step is not None:
-        plan = Plan(plan.impl, f"{plan.reason}; {no_step}", plan.compiled)
+    if no_step:
+        plan = Plan(plan.impl, f"{plan.reason}; {no_step}", plan.kernel)
     log.debug("attention path %s: %s", plan.impl, plan.reason)
     return plan

@@ -1,13 +1,19 @@
 """Fused kernels for one block of the additive score ``s_ij = sum_a v_a tanh(q_ia + k_ja)``.
 
 The pair tensor ``(B, H, bq, bk, A)`` is the whole cost of additive attention, and its speed is
-bound by ``tanh``. Two implementations of each block operation:
+bound by ``tanh``. Three implementations of each block operation, named by ``kernel``:
 
-* **eager**: plain PyTorch (``torch.tanh``); materialises the block's pair tensor once;
-* **compiled**: the same math through ``torch.compile`` (Inductor's C++/OpenMP code on CPU,
+* ``"eager"``: plain PyTorch (``torch.tanh``); materialises the block's pair tensor once;
+* ``"native"`` (CPU): the C++ kernels of ``csrc/blocks.cpp`` (built by
+  :mod:`attnkit.attention.native`): no pair tensor, a rational tanh (``csrc/tanh.h``), and a
+  backward that computes all three gradients in one pass over the pairs;
+  :func:`additive_attention_backward` goes further, from the context's gradient to the score
+  inputs in one pass, so backward computes each ``tanh`` once instead of twice;
+* ``"compiled"``: the same math through ``torch.compile`` (Inductor's C++/OpenMP code on CPU,
   Triton on GPU) with ``tanh(x) = 1 - 2 / (exp(2x) + 1)``, which vectorises far better than
   ``tanh`` and is exact to float32 rounding in absolute terms (``|error| < 2.4e-7``, tested). Each
-  backward reduction is its own kernel: fused into one, Inductor ran ~5x slower here.
+  backward reduction is its own kernel: fused into one, Inductor ran ~5x slower here. Used on
+  GPU, and on CPU when the C++ kernels cannot be built.
 
 Compiling takes seconds once per process (and again for new dtypes, or for size-1 dims such as
 one-query blocks), so a call uses the compiled kernels when it is big enough to pay for that, or
@@ -27,8 +33,12 @@ import os
 
 import torch
 
+from attnkit.attention import native
+
 __all__ = [
     "COMPILE_MIN_WORK",
+    "KERNELS",
+    "additive_attention_backward",
     "additive_backward",
     "additive_scores",
     "compile_status",
@@ -48,6 +58,8 @@ WARM_MIN_WORK = 1 << 15
 _EAGER_PAIR_BUDGET = 1 << 23
 
 _LOW = (torch.float16, torch.bfloat16)
+
+KERNELS = ("eager", "native", "compiled")
 
 
 def exp_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -163,8 +175,8 @@ def warm_up(dtype: torch.dtype = torch.float32, device: str | torch.device = "cp
         q, k = (torch.randn(b, h, n, 8, generator=g).to(device, dtype) for n in (bq, bk))
         v = torch.randn(h, 8, generator=g).to(device, dtype)
         grad = torch.randn(b, h, bq, bk, generator=g).to(device, dtype)
-        additive_scores(q, k, v, compiled=True)
-        additive_backward(q, k, v, grad, compiled=True)
+        additive_scores(q, k, v, kernel="compiled")
+        additive_backward(q, k, v, grad, kernel="compiled")
     return compile_status()
 
 
@@ -172,21 +184,25 @@ def _upcast(*xs):
     return [x.float() if x.dtype in _LOW else x for x in xs]
 
 
-def additive_scores(q, k, v, *, compiled: bool = False) -> torch.Tensor:
+def additive_scores(q, k, v, *, kernel: str = "eager") -> torch.Tensor:
     """``s (B, H, bq, bk)``, in float32 for low-precision inputs."""
     q, k, v = _upcast(q, k, v)
-    if compiled:
+    if kernel == "native":
+        return _native_scores(q, k, v)
+    if kernel == "compiled":
         return _COMPILER.run("scores", _scores, q, k, v)
     return torch.einsum("bhqka,ha->bhqk", torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3)), v)
 
 
-def additive_backward(q, k, v, grad, *, compiled: bool = False):
+def additive_backward(q, k, v, grad, *, kernel: str = "eager"):
     """Gradients ``(d q (B, H, bq, A), d k (B, H, bk, A), d v (H, A))`` of ``sum(grad * s)``."""
     q, k, v, grad = _upcast(q, k, v, grad)
-    if compiled and q.shape[2] == 1:
+    if kernel == "native":
+        return _native_backward(q, k, v, grad)
+    if kernel == "compiled" and q.shape[2] == 1:
         dq, dk, dv = _COMPILER.run("one_query", _one_query_grads, q, k, v, grad)
         return dq, dk, dv.sum((0, 2))
-    if compiled:
+    if kernel == "compiled":
         gt = grad.transpose(-1, -2).contiguous()  # (B, H, bk, bq)
         dq = _COMPILER.run("row_grad", _row_grad, q, k, v, grad)
         dk = _COMPILER.run("row_grad", _row_grad, k, q, v, gt)
@@ -199,3 +215,94 @@ def additive_backward(q, k, v, grad, *, compiled: bool = False):
     dq = torch.einsum("bhqka,bhqk->bhqa", u, grad) * vh
     dk = torch.einsum("bhqka,bhqk->bhka", u, grad) * vh
     return dq, dk, dv
+
+
+def additive_attention_backward(q, k, v, lse, dpd, mask=None):
+    """A block's backward from the context's gradient, in one pass (C++ kernel, CPU only).
+
+    With ``s = additive_scores(q, k, v)`` and ``p = exp(s - lse)`` (0 where ``mask`` is False):
+    ``ds = p * dpd``, and the gradients of ``sum(ds * s)``, each ``tanh`` computed once.
+
+    Args:
+        q ``(B, H, bq, A)``, k ``(B, H, bk, A)``, v ``(H, A)``: the score's inputs.
+        lse: ``(B, H, bq)`` the rows' log-sum-exp (``+inf`` for a row with no key).
+        dpd: ``(B, H, bq, bk)`` ``d loss / d p`` minus the row's ``sum_j p_j d loss / d p_j``.
+        mask: bool, broadcastable to ``(B, 1, bq, bk)`` (True = may attend), or None.
+
+    Returns:
+        ``p (B, H, bq, bk)`` (for the values' gradient ``p^T @ dout``), ``d q``, ``d k``,
+        ``d v (H, A)``; float32 for low-precision inputs.
+    """
+    q, k, v, lse, dpd = _upcast(q, k, v, lse, dpd)
+    b, h, tq, a = q.shape
+    tk = k.shape[2]
+    _check_native(q=q, k=k, v=v, lse=lse, dpd=dpd)
+    lse, dpd = lse.contiguous(), dpd.contiguous()
+    p = torch.empty(b, h, tq, tk, dtype=q.dtype)
+    dq, dk, dv = torch.empty_like(q, memory_format=torch.contiguous_format), _new_k(k), _new_v(v)
+    m_ptr, m_strides = None, (0, 0, 0)
+    if mask is not None:
+        mask = mask.expand(mask.shape[0], 1, tq, tk).view(torch.uint8)
+        m_ptr, m_strides = mask.data_ptr(), (mask.stride(0), mask.stride(2), mask.stride(3))
+    _native_fn("attention_backward", q.dtype)(
+        b, h, tq, tk, a, *_strided(q), *_strided(k), v.data_ptr(), lse.data_ptr(),
+        dpd.data_ptr(), m_ptr, *m_strides, p.data_ptr(), dq.data_ptr(), dk.data_ptr(),
+        dv.data_ptr(), torch.get_num_threads())
+    return p, dq, dk, dv
+
+
+def _native_scores(q, k, v):
+    _check_native(q=q, k=k, v=v)
+    b, h, tq, a = q.shape
+    s = torch.empty(b, h, tq, k.shape[2], dtype=q.dtype)
+    _native_fn("scores", q.dtype)(b, h, tq, k.shape[2], a, *_strided(q), *_strided(k),
+                                  v.data_ptr(), s.data_ptr(), torch.get_num_threads())
+    return s
+
+
+def _native_backward(q, k, v, grad):
+    _check_native(q=q, k=k, v=v, grad=grad)
+    grad = grad.contiguous()
+    b, h, tq, a = q.shape
+    dq, dk, dv = torch.empty_like(q, memory_format=torch.contiguous_format), _new_k(k), _new_v(v)
+    _native_fn("backward", q.dtype)(b, h, tq, k.shape[2], a, *_strided(q), *_strided(k),
+                                    v.data_ptr(), grad.data_ptr(), dq.data_ptr(), dk.data_ptr(),
+                                    dv.data_ptr(), torch.get_num_threads())
+    return dq, dk, dv
+
+
+def _new_k(k):
+    return torch.empty(k.shape, dtype=k.dtype)
+
+
+def _new_v(v):
+    return torch.empty(v.shape, dtype=v.dtype)
+
+
+def _strided(x):
+    """Pointer and the first three strides of a 4-d tensor (its last dim must be contiguous)."""
+    return (x.data_ptr(), x.stride(0), x.stride(1), x.stride(2))
+
+
+def _native_fn(name, dtype):
+    suffix = "f32" if dtype == torch.float32 else "f64"
+    return getattr(native.library(), f"attnkit_additive_{name}_{suffix}")
+
+
+def _check_native(**tensors):
+    """What the C++ block kernels read: CPU, float32 or float64 alike, features contiguous, no
+    empty dims (and ``v`` contiguous)."""
+    if native.library() is None:
+        raise RuntimeError(f"kernel='native': the C++ kernels are unavailable ({native.status()})")
+    dtype = tensors["q"].dtype
+    for name, x in tensors.items():
+        if x.device.type != "cpu" or x.dtype != dtype or dtype not in (torch.float32,
+                                                                        torch.float64):
+            raise ValueError(f"kernel='native': {name} must be a CPU float32 or float64 tensor "
+                             f"like q ({dtype}), got {x.dtype} on {x.device}")
+    for name in ("q", "k"):
+        if tensors[name].stride(-1) != 1:
+            raise ValueError(f"kernel='native': {name} must have a contiguous last dim, got "
+                             f"strides {tuple(tensors[name].stride())}")
+    if not tensors["v"].is_contiguous():
+        raise ValueError("kernel='native': v (H, A) must be contiguous")

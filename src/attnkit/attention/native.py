@@ -1,17 +1,22 @@
-"""The C++ decoder-step kernel (``csrc/step.cpp``): built once per machine, loaded with ctypes.
+"""The C++ additive-attention kernels (``csrc/``): built once per machine, loaded with ctypes.
 
-A decoder step is a small call (one query over ``Tk`` keys) made hundreds of times per
-sequence, so what it costs besides its arithmetic matters as much as the arithmetic itself. The
-kernel is plain C++ with OpenMP and no PyTorch headers: the machine's C++ compiler builds it in
-about a second with ``-O3 -march=native``, the shared library is cached (keyed by the source,
-the flags, the compiler and the CPU), and a call goes straight from Python to the kernel through
-ctypes, with nothing of ``torch.compile``'s guards and wrappers in between. OpenMP comes from
-the runtime PyTorch has loaded already (same library name), so the two share one thread pool.
+Two kernels share one library and one tanh (``csrc/tanh.h``):
+
+* ``step.cpp``: the decoder step (one query over ``Tk`` keys), a small call made hundreds of
+  times per sequence, so what it costs besides its arithmetic matters as much as the arithmetic;
+* ``blocks.cpp``: the chunked path's blocks of queries and keys, scores and a one-pass backward.
+
+They are plain C++ with OpenMP and no PyTorch headers: the machine's C++ compiler builds them
+in about two seconds with ``-O3 -march=native``, the shared library is cached (keyed by the
+sources, the flags, the compiler and the CPU), and a call goes straight from Python to the
+kernel through ctypes, with nothing of ``torch.compile``'s guards and wrappers in between.
+OpenMP comes from the runtime PyTorch has loaded already (same library name), so the two share
+one thread pool.
 
 If there is no compiler or the build fails, :func:`status` says why and attention runs in
-plain PyTorch. ``ATTNKIT_COMPILE=0`` turns the kernel off (as it does the compiled additive
-kernels); ``CXX`` picks the compiler; ``ATTNKIT_CACHE_DIR`` the cache directory (default
-``$XDG_CACHE_HOME/attnkit`` or ``~/.cache/attnkit``).
+plain PyTorch (or ``torch.compile``'s kernels). ``ATTNKIT_COMPILE=0`` turns the kernels off (as
+it does the compiled additive kernels); ``CXX`` picks the compiler; ``ATTNKIT_CACHE_DIR`` the
+cache directory (default ``$XDG_CACHE_HOME/attnkit`` or ``~/.cache/attnkit``).
 """
 
 from __future__ import annotations
@@ -27,13 +32,16 @@ import tempfile
 import threading
 from pathlib import Path
 
-__all__ = ["SOURCE", "available", "library", "status"]
+__all__ = ["SOURCES", "available", "library", "status"]
 
 log = logging.getLogger("attnkit")
 
-SOURCE = Path(__file__).with_name("csrc") / "step.cpp"
+_CSRC = Path(__file__).with_name("csrc")
+SOURCES = (_CSRC / "step.cpp", _CSRC / "blocks.cpp")
+_HEADERS = (_CSRC / "tanh.h",)
 
-_COMMON = ("-std=c++17", "-shared", "-fPIC", "-O3", "-fno-math-errno", "-fno-trapping-math")
+_COMMON = ("-std=c++17", "-shared", "-fPIC", "-O3", "-fno-math-errno", "-fno-trapping-math",
+           "-ffp-contract=fast")
 
 
 def _flag_sets(cpu: str) -> list[tuple[str, ...]]:
@@ -51,6 +59,9 @@ _FORWARD_ARGS = [_i64] * 5 + [_ptr, _ptr, _i64, _i64, _i64, _ptr, _ptr, _i64, _i
                               _ptr, _i64, _i64, _ptr, _ptr, _ptr, _int]
 _BACKWARD_ARGS = [_i64] * 5 + [_ptr, _ptr, _i64, _i64, _i64, _ptr, _ptr, _i64, _i64, _i64,
                                _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _int, _int]
+_BLOCK_IN = [_i64] * 5 + [_ptr, _i64, _i64, _i64, _ptr, _i64, _i64, _i64, _ptr]
+_BLOCK_SCORES_ARGS = _BLOCK_IN + [_ptr, _int]
+_BLOCK_BACKWARD_ARGS = _BLOCK_IN + [_ptr, _ptr, _ptr, _ptr, _int]
 
 
 class _Native:
@@ -74,8 +85,9 @@ class _Native:
             self.failure = (str(exc) if isinstance(exc, _Unavailable)
                             else f"{type(exc).__name__}: {exc}")[:1000]
             disabled = os.environ.get("ATTNKIT_COMPILE", "1") == "0"
-            log.log(logging.INFO if disabled else logging.WARNING, "attnkit: C++ step kernel "
-                    "unavailable, decoder steps run in plain PyTorch (%s)", self.failure)
+            log.log(logging.INFO if disabled else logging.WARNING, "attnkit: C++ additive "
+                    "kernels unavailable, additive attention runs without them (%s)",
+                    self.failure)
         self.tried = True
 
 
@@ -92,12 +104,12 @@ def library() -> ctypes.CDLL | None:
 
 
 def available() -> bool:
-    """Whether the C++ step kernel can run (builds it on the first call)."""
+    """Whether the C++ kernels can run (builds them on the first call)."""
     return _NATIVE.load() is not None
 
 
 def status() -> str:
-    """``"available"`` or why the C++ step kernel is not used (builds it on the first call)."""
+    """``"available"`` or why the C++ kernels are not used (builds them on the first call)."""
     return "available" if available() else _NATIVE.failure
 
 
@@ -137,12 +149,12 @@ def _load() -> ctypes.CDLL:
                                  timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         raise _Unavailable(f"{cxx} --version failed: {exc}") from exc
-    source, cpu = SOURCE.read_bytes(), _cpu()
+    source, cpu = b"\0".join(f.read_bytes() for f in SOURCES + _HEADERS), _cpu()
     errors = []
     for flags in _flag_sets(cpu):
         key = hashlib.sha256(b"\0".join([source, " ".join(flags + _COMMON).encode(),
                                          cxx.encode(), version.encode(), cpu.encode()]))
-        path = _cache_dir() / f"step-{key.hexdigest()[:16]}.so"
+        path = _cache_dir() / f"kernels-{key.hexdigest()[:16]}.so"
         try:
             lib = _open(cxx, flags, path)
         except _Unavailable as exc:
@@ -151,6 +163,8 @@ def _load() -> ctypes.CDLL:
         for dtype in ("f32", "f64"):
             getattr(lib, f"attnkit_step_forward_{dtype}").argtypes = _FORWARD_ARGS
             getattr(lib, f"attnkit_step_backward_{dtype}").argtypes = _BACKWARD_ARGS
+            getattr(lib, f"attnkit_additive_scores_{dtype}").argtypes = _BLOCK_SCORES_ARGS
+            getattr(lib, f"attnkit_additive_backward_{dtype}").argtypes = _BLOCK_BACKWARD_ARGS
         lib.attnkit_tanh_f32.argtypes = [_ptr, _ptr, _i64]
         return lib
     raise _Unavailable("; ".join(errors))
@@ -180,7 +194,7 @@ def _build(cxx: str, flags: tuple[str, ...], path: Path) -> None:
         os.close(fd)
     except OSError as exc:
         raise _Unavailable(f"cache directory {path.parent} is not writable: {exc}") from exc
-    cmd = [cxx, *flags, *_COMMON, str(SOURCE), "-o", tmp]
+    cmd = [cxx, *flags, *_COMMON, *map(str, SOURCES), "-o", tmp]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
@@ -194,4 +208,4 @@ def _build(cxx: str, flags: tuple[str, ...], path: Path) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    log.info("attnkit: built the C++ step kernel (%s): %s", " ".join(flags), path)
+    log.info("attnkit: built the C++ additive kernels (%s): %s", " ".join(flags), path)

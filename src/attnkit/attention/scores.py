@@ -94,13 +94,14 @@ class Score(nn.Module):
         """The parameters ``pairwise`` reads (their gradients come from ``block_backward``)."""
         return ()
 
-    def block_scores(self, qf, kf, extra=None, *, compiled: bool = False) -> torch.Tensor:
+    def block_scores(self, qf, kf, extra=None, *, kernel: str = "eager") -> torch.Tensor:
         """Scores of one block, ``(B, H, bq, bk)``, without recording autograd history
-        (float32 for float16/bfloat16 inputs, as in the reference path)."""
+        (float32 for float16/bfloat16 inputs, as in the reference path). ``kernel`` names the
+        implementation (:data:`attnkit.attention.kernels.KERNELS`) for scores that have several."""
         with torch.no_grad():
             return self.pairwise(*_upcast(qf, kf, extra))
 
-    def block_backward(self, qf, kf, extra, grad_scores, *, compiled: bool = False):
+    def block_backward(self, qf, kf, extra, grad_scores, *, kernel: str = "eager"):
         """Gradients of ``sum(grad_scores * pairwise(qf, kf, extra))`` for one block.
 
         Args:
@@ -124,6 +125,22 @@ class Score(nn.Module):
         de = grads.pop(0) if e is not None else None
         dparams = tuple(grads.pop(0) if p.requires_grad else None for p in params)
         return dq, dk, de, dparams
+
+    def block_attention_backward(self, qf, kf, lse, dpd, mask, *, kernel: str = "eager"):
+        """One block's backward from the context's gradient in one fused pass, or None when
+        this score has no such kernel (the caller then recomputes the block's scores and calls
+        :meth:`block_backward`).
+
+        Args:
+            qf: ``(B, H, bq, F)``; kf: ``(B, H, bk, F)``; lse: ``(B, H, bq)`` log-sum-exp of
+                the rows' scores; dpd: ``(B, H, bq, bk)`` ``d loss / d p - delta`` (``delta``:
+                the row's ``sum_j p_j d loss / d p_j``); mask: bool ``(B|1, 1, bq|1, bk)`` or
+                None.
+
+        Returns:
+            ``(p (B, H, bq, bk), d_qf, d_kf, d_params)``, ``p`` the block's weights.
+        """
+        return None
 
 
 class DotScore(Score):
@@ -202,13 +219,20 @@ class AdditiveScore(Score):
     def pairwise_params(self):
         return (self.v,)
 
-    def block_scores(self, qf, kf, extra=None, *, compiled=False):
-        return kernels.additive_scores(qf, kf, self.v.detach().to(qf.dtype), compiled=compiled)
+    def block_scores(self, qf, kf, extra=None, *, kernel="eager"):
+        return kernels.additive_scores(qf, kf, self.v.detach().to(qf.dtype), kernel=kernel)
 
-    def block_backward(self, qf, kf, extra, grad_scores, *, compiled=False):
+    def block_backward(self, qf, kf, extra, grad_scores, *, kernel="eager"):
         v = self.v.detach().to(qf.dtype)
-        dq, dk, dv = kernels.additive_backward(qf, kf, v, grad_scores, compiled=compiled)
+        dq, dk, dv = kernels.additive_backward(qf, kf, v, grad_scores, kernel=kernel)
         return dq, dk, None, (dv.to(self.v.dtype) if self.v.requires_grad else None,)
+
+    def block_attention_backward(self, qf, kf, lse, dpd, mask, *, kernel="eager"):
+        if kernel != "native":
+            return None
+        v = self.v.detach().to(qf.dtype)
+        p, dq, dk, dv = kernels.additive_attention_backward(qf, kf, v, lse, dpd, mask)
+        return p, dq, dk, (dv.to(self.v.dtype) if self.v.requires_grad else None,)
 
 
 class LocationScore(AdditiveScore):
@@ -251,6 +275,7 @@ class LocationScore(AdditiveScore):
     # The location term is not separable in (i, j): use the generic recompute-and-autograd path.
     block_scores = Score.block_scores
     block_backward = Score.block_backward
+    block_attention_backward = Score.block_attention_backward
 
 
 def make_score(

@@ -18,38 +18,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "tanh.h"
+
 namespace {
 
-// tanh(x) = m / (m + 2) with m = expm1(2x) = 2^n (e^r - 1) + (2^n - 1), n = round(2x / ln 2),
-// |r| <= ln2 / 2, e^r - 1 by its Taylor series to r^7 (relative error < 6e-9). Accurate in
-// relative terms near 0 too (1 - 2 / (e^2x + 1) is not: errors of 1e-7 on tiny values add up
-// in the gradient sums). Branch-free, so the compiler vectorises the loops that call it. The
-// clamps keep 2^n representable and let NaN through.
-inline float fast_tanh(float x) {
-  float y = 2.0f * x;
-  y = y > 87.0f ? 87.0f : y;
-  y = y < -87.0f ? -87.0f : y;
-  const float shift = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer, kept in the
-  const float rounded = y * 1.44269504088896341f + shift;  // low mantissa bits
-  const float n = rounded - shift;
-  const float r = y - n * 0.693145751953125f - n * 1.42860682030941723e-6f;  // ln 2, two parts
-  float e = 1.0f / 5040.0f;
-  e = e * r + 1.0f / 720.0f;
-  e = e * r + 1.0f / 120.0f;
-  e = e * r + 1.0f / 24.0f;
-  e = e * r + 1.0f / 6.0f;
-  e = e * r + 0.5f;
-  e = e * r * r + r;  // e^r - 1
-  // 2^n from the integer in `rounded`'s bits (unsigned arithmetic: defined for a NaN too)
-  const uint32_t n_bits =
-      __builtin_bit_cast(uint32_t, rounded) - __builtin_bit_cast(uint32_t, shift);
-  const float scale = __builtin_bit_cast(float, (n_bits + 127u) << 23);
-  const float m = scale * e + (scale - 1.0f);
-  return m / (m + 2.0f);
-}
-
-// float64 is for gradcheck: exact tanh, speed does not matter.
-inline double fast_tanh(double x) { return std::tanh(x); }
+using attnkit::fast_tanh;
 
 constexpr int64_t kBlock = 64;  // keys per parallel work item
 constexpr int64_t kSerialWork = 1 << 15;  // (key, feature) pairs below which one thread runs
