@@ -7,9 +7,11 @@ Two custom autograd functions, for every score type (they call the score's ``blo
   runs over blocks of keys (running max ``m``, normaliser ``l`` and context accumulator), so
   neither the ``(Tq, Tk)`` scores nor the ``(Tq, Tk, A)`` pair tensor of additive attention ever
   exists. Saved for backward: the inputs, the output and the log-sum-exp ``(B, H, Tq)``. Backward
-  recomputes each block's scores (FlashAttention-2's recurrence) — except when there are no
-  more queries than key features (``Tq <= F``, e.g. a decoder step): then the ``(Tq, Tk)``
-  scores are no bigger than the keys and are kept instead. With a window or causal mask,
+  recomputes each block's scores (FlashAttention-2's recurrence) — in one fused pass with the
+  gradients when the score has a kernel for it (:meth:`Score.block_attention_backward`: the
+  additive score on CPU), else as a pass of its own — except when there are no more queries
+  than key features (``Tq <= F``, e.g. a decoder step): then the ``(Tq, Tk)`` scores are no
+  bigger than the keys and are kept instead. With a window or causal mask,
   key blocks outside the band are skipped, so local attention costs ``O(Tq * (left + right))``.
 * :func:`recomputed_scores` (weights needed, e.g. the location score's state): the full scores
   ``(B, H, Tq, Tk)`` computed block by block; backward recomputes the pair tensor block by block,

@@ -306,3 +306,14 @@ def _check_native(**tensors):
                              f"strides {tuple(tensors[name].stride())}")
     if not tensors["v"].is_contiguous():
         raise ValueError("kernel='native': v (H, A) must be contiguous")
+    q, k = tensors["q"], tensors["k"]
+    if q.dim() != 4 or k.dim() != 4:
+        raise ValueError(f"kernel='native': q and k must be 4-d (B, H, T, A), got "
+                         f"{tuple(q.shape)} and {tuple(k.shape)}")
+    (b, h, tq, a), tk = q.shape, k.shape[2]
+    expected = {"k": (b, h, tk, a), "v": (h, a), "grad": (b, h, tq, tk), "lse": (b, h, tq),
+                "dpd": (b, h, tq, tk)}
+    for name, x in tensors.items():
+        if name in expected and tuple(x.shape) != expected[name]:
+            raise ValueError(f"kernel='native': {name} must have shape {expected[name]} (from q "
+                             f"{tuple(q.shape)} and k), got {tuple(x.shape)}")

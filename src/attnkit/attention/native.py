@@ -62,6 +62,8 @@ _BACKWARD_ARGS = [_i64] * 5 + [_ptr, _ptr, _i64, _i64, _i64, _ptr, _ptr, _i64, _
 _BLOCK_IN = [_i64] * 5 + [_ptr, _i64, _i64, _i64, _ptr, _i64, _i64, _i64, _ptr]
 _BLOCK_SCORES_ARGS = _BLOCK_IN + [_ptr, _int]
 _BLOCK_BACKWARD_ARGS = _BLOCK_IN + [_ptr, _ptr, _ptr, _ptr, _int]
+_ATTENTION_BACKWARD_ARGS = _BLOCK_IN + [_ptr, _ptr, _ptr, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr,
+                                        _int]
 
 
 class _Native:
@@ -165,6 +167,8 @@ def _load() -> ctypes.CDLL:
             getattr(lib, f"attnkit_step_backward_{dtype}").argtypes = _BACKWARD_ARGS
             getattr(lib, f"attnkit_additive_scores_{dtype}").argtypes = _BLOCK_SCORES_ARGS
             getattr(lib, f"attnkit_additive_backward_{dtype}").argtypes = _BLOCK_BACKWARD_ARGS
+            getattr(lib, f"attnkit_additive_attention_backward_{dtype}").argtypes = (
+                _ATTENTION_BACKWARD_ARGS)
         lib.attnkit_tanh_f32.argtypes = [_ptr, _ptr, _i64]
         return lib
     raise _Unavailable("; ".join(errors))
