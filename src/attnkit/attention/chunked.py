@@ -39,18 +39,25 @@ _LOW = (torch.float16, torch.bfloat16)
 
 # Budget, in elements, for one block's transient tensors.
 _SCORE_BLOCK = 1 << 21  # (B, H, bq, bk) scores
+# The C++ additive kernels tile the block themselves and run as fast on small blocks; a
+# smaller budget keeps the half-dozen (B, H, bq, bk) transients of a block at ~2 MiB each, so
+# extra memory grows linearly in T from short sequences on (measured: with 1 << 21 it grew
+# x2.55 per doubling from T=256 to 800, the blocks filling up).
+_NATIVE_SCORE_BLOCK = 1 << 19
 _PAIR_BLOCK = 1 << 23  # (B, H, bq, bk, A) eager pair tensor (32 MiB in float32)
 
 
-def block_sizes(bh: int, tq: int, tk: int, pair_dim: int, *, fused: bool) -> tuple[int, int]:
+def block_sizes(bh: int, tq: int, tk: int, pair_dim: int, *, fused: bool,
+                score_budget: int = _SCORE_BLOCK) -> tuple[int, int]:
     """Query and key block sizes for ``B*H = bh`` rows, keeping transients within budget.
 
     ``pair_dim`` is ``A`` for scores that build a pair tensor eagerly, 1 otherwise (fused
-    kernels and dot products only hold the block's scores).
+    kernels and dot products only hold the block's scores); ``score_budget`` bounds the
+    elements of one block's scores.
     """
     per_pair = 1 if fused else pair_dim
     bk = max(1, min(tk, 1024))
-    budget = min(_SCORE_BLOCK, _PAIR_BLOCK // per_pair)
+    budget = min(score_budget, _PAIR_BLOCK // per_pair)
     bq = max(1, min(tq, budget // (bh * bk)))
     if bq < 16 and tq > bq:  # very long rows: smaller key blocks rather than 1-query blocks
         bk = max(1, min(tk, max(16, budget // (bh * 16))))
@@ -118,7 +125,9 @@ class KeyLayout:
 def _default_blocks(qf, kf, score: Score, kernel: str) -> tuple[int, int]:
     fused = kernel != "eager"
     pair = 1 if score.dot_family or fused else qf.shape[-1]  # eager pair tensor: x A
-    return block_sizes(qf.shape[0] * qf.shape[1], qf.shape[2], kf.shape[2], pair, fused=fused)
+    budget = _NATIVE_SCORE_BLOCK if kernel == "native" else _SCORE_BLOCK
+    return block_sizes(qf.shape[0] * qf.shape[1], qf.shape[2], kf.shape[2], pair, fused=fused,
+                       score_budget=budget)
 
 
 def _add_param_grads(total: list, grads) -> None:

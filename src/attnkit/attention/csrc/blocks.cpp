@@ -187,15 +187,20 @@ void attention_backward(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t A,
           const T* dpd_r = dpd + (bh * Tq + i) * Tk;
           T* pr = p + (bh * Tq + i) * Tk;
           T* __restrict dqr = my_dq + i * A;
+          if (lse_i == INFINITY) {  // no key for this query
+            std::fill(pr + j0, pr + j1, T(0));
+            continue;
+          }
           bool any = false;
           for (int64_t j = j0; j < j1; ++j) {
+            T* __restrict tr = t_tile.data() + (j - j0) * A;
             ds[j - j0] = 0;
-            if ((mask && !mask[b * m_sb + i * m_si + j * m_sj]) || lse_i == INFINITY) {
+            if (mask && !mask[b * m_sb + i * m_si + j * m_sj]) {
               pr[j] = 0;
+              std::fill(tr, tr + A, T(0));  // read below (times ds = 0): no stale NaN
               continue;
             }
             const T* __restrict kr = k + b * k_sb + h * k_sh + j * k_sj;
-            T* __restrict tr = t_tile.data() + (j - j0) * A;
             T s = 0;
 #pragma omp simd reduction(+ : s)
             for (int64_t a = 0; a < A; ++a) {
@@ -209,7 +214,34 @@ void attention_backward(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t A,
             any = any || ds[j - j0] != 0;
           }
           if (!any) continue;
-          for (int64_t j = j0; j < j1; ++j) {
+          // Four keys at a time: their dq and dva terms are summed before touching memory.
+          int64_t j = j0;
+          for (; j + 4 <= j1; j += 4) {
+            const T* g = ds + (j - j0);
+            if (g[0] == 0 && g[1] == 0 && g[2] == 0 && g[3] == 0) continue;
+            const T g0 = g[0], g1 = g[1], g2 = g[2], g3 = g[3];
+            const T* __restrict t0 = t_tile.data() + (j - j0) * A;
+            const T* __restrict t1 = t0 + A;
+            const T* __restrict t2 = t1 + A;
+            const T* __restrict t3 = t2 + A;
+            T* __restrict k0 = dk_tile + (j - j0) * A;
+            T* __restrict k1 = k0 + A;
+            T* __restrict k2 = k1 + A;
+            T* __restrict k3 = k2 + A;
+#pragma omp simd
+            for (int64_t a = 0; a < A; ++a) {
+              const T tg0 = t0[a] * g0, tg1 = t1[a] * g1, tg2 = t2[a] * g2, tg3 = t3[a] * g3;
+              const T w0 = g0 - tg0 * t0[a], w1 = g1 - tg1 * t1[a];
+              const T w2 = g2 - tg2 * t2[a], w3 = g3 - tg3 * t3[a];
+              k0[a] += w0;
+              k1[a] += w1;
+              k2[a] += w2;
+              k3[a] += w3;
+              dqr[a] += (w0 + w1) + (w2 + w3);
+              my_dva[a] += (tg0 + tg1) + (tg2 + tg3);
+            }
+          }
+          for (; j < j1; ++j) {
             const T g = ds[j - j0];
             if (g == 0) continue;
             const T* __restrict tr = t_tile.data() + (j - j0) * A;
