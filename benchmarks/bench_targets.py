@@ -22,6 +22,7 @@ TARGETS = [
     ("additive", "B=8 T=800 ", ("naive", "auto")),
     ("additive", "B=8 T=256 ", ("auto",)),
     ("additive", "B=8 T=2048 ", ("auto",)),
+    ("additive", "B=1 T=16384 ", ("auto",)),
     ("local", "T=4096 ", ("auto",)),
     ("local", "T=65536 ", ("auto",)),
 ]
@@ -32,9 +33,11 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--budget-s", type=float, default=600.0, help="time limit per case")
     p.add_argument("--json", help="write the rows and the machine here")
+    p.add_argument("--match", help="only the cases whose name contains this")
     args = p.parse_args()
     cases = [c for c in suite(False) for group, name, impls in TARGETS
-             if c.group == group and name in c.name + " " and c.impl in impls]
+             if c.group == group and name in c.name + " " and c.impl in impls
+             and (args.match is None or args.match in c.name)]
     print(HEADER)
     results = run_suite(cases, args.reps, args.budget_s, log=lambda s: print(s, flush=True))
     print("\n".join(figures(results)))
