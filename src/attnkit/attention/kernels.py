@@ -239,7 +239,7 @@ def additive_attention_backward(q, k, v, lse, dpd, mask=None):
     _check_native(q=q, k=k, v=v, lse=lse, dpd=dpd)
     lse, dpd = lse.contiguous(), dpd.contiguous()
     p = torch.empty(b, h, tq, tk, dtype=q.dtype)
-    dq, dk, dv = torch.empty_like(q, memory_format=torch.contiguous_format), _new_k(k), _new_v(v)
+    dq, dk, dv = (torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v))
     m_ptr, m_strides = None, (0, 0, 0)
     if mask is not None:
         mask = mask.expand(mask.shape[0], 1, tq, tk).view(torch.uint8)
@@ -264,19 +264,11 @@ def _native_backward(q, k, v, grad):
     _check_native(q=q, k=k, v=v, grad=grad)
     grad = grad.contiguous()
     b, h, tq, a = q.shape
-    dq, dk, dv = torch.empty_like(q, memory_format=torch.contiguous_format), _new_k(k), _new_v(v)
+    dq, dk, dv = (torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v))
     _native_fn("backward", q.dtype)(b, h, tq, k.shape[2], a, *_strided(q), *_strided(k),
                                     v.data_ptr(), grad.data_ptr(), dq.data_ptr(), dk.data_ptr(),
                                     dv.data_ptr(), torch.get_num_threads())
     return dq, dk, dv
-
-
-def _new_k(k):
-    return torch.empty(k.shape, dtype=k.dtype)
-
-
-def _new_v(v):
-    return torch.empty(v.shape, dtype=v.dtype)
 
 
 def _strided(x):
