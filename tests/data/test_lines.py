@@ -21,7 +21,7 @@ from attnkit.data import (
     write_line_folder,
 )
 from attnkit.data import lines as lines_module
-from attnkit.data.vocab import UNK
+from attnkit.tokens import UNK
 
 
 @pytest.fixture(scope="module")

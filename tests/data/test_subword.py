@@ -3,7 +3,7 @@
 import pytest
 
 from attnkit.data import SubwordVocab, build_vocab, generate_pairs, load_vocab
-from attnkit.data.vocab import BOS, EOS, PAD, UNK
+from attnkit.tokens import BOS, EOS, PAD, UNK
 
 PAIRS = generate_pairs(600, seed=1)
 

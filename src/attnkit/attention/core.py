@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from attnkit.attention._checks import (
+from attnkit.checks import (
     check_int_tensor,
     check_size,
     check_tensor,

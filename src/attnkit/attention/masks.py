@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from attnkit.attention._checks import check_int_tensor, describe
+from attnkit.checks import check_int_tensor, describe
 
 __all__ = ["lengths_to_mask", "aligned_positions", "band_mask"]
 

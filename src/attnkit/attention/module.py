@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from attnkit.attention import step
-from attnkit.attention._checks import (
+from attnkit.checks import (
     check_positive_int,
     check_probability,
     check_size,

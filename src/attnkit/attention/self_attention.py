@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnkit.attention._checks import (
+from attnkit.checks import (
     check_int_tensor,
     check_positive_int,
     check_tensor,

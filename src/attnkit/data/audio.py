@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from scipy.signal import resample_poly
 
-from attnkit.data.tsv import DataError
+from attnkit.errors import DataError
 
 __all__ = [
     "N_MELS",

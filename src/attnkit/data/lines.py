@@ -47,7 +47,8 @@ import torch
 from PIL import Image, ImageDraw, ImageFilter, ImageFont, UnidentifiedImageError
 
 from attnkit.data.text_tasks import SPLITS, split_of
-from attnkit.data.tsv import DataError, read_tsv_rows
+from attnkit.data.tsv import read_tsv_rows
+from attnkit.errors import DataError
 
 __all__ = [
     "ALPHABET",

@@ -52,7 +52,8 @@ from attnkit.data.audio import (
     read_wav,
     resample,
 )
-from attnkit.data.tsv import DataError, read_tsv
+from attnkit.data.tsv import read_tsv
+from attnkit.errors import DataError
 
 __all__ = [
     "ACCENTS",

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 
 import sentencepiece as spm
 
-from attnkit.data.vocab import BOS, EOS, PAD, UNK, content_ids
+from attnkit.tokens import BOS, EOS, PAD, UNK, content_ids
 
 __all__ = ["SubwordVocab"]
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-__all__ = ["DataError", "read_tsv", "read_tsv_rows"]
+from attnkit.errors import DataError
+
+__all__ = ["read_tsv", "read_tsv_rows"]
 
 log = logging.getLogger("attnkit")
-
-
-class DataError(ValueError):
-    """Bad input data, with the file and line it came from."""
 
 
 def read_tsv(path: str | Path, *, skip_bad_lines: bool = False) -> list[tuple[str, str]]:

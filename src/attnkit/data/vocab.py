@@ -7,23 +7,12 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-__all__ = ["BOS", "EOS", "PAD", "UNK", "CharVocab", "build_vocab", "load_vocab", "pad_batch"]
+from attnkit.data.subword import SubwordVocab
+from attnkit.tokens import BOS, EOS, PAD, SPECIALS, UNK, content_ids
+
+__all__ = ["CharVocab", "build_vocab", "load_vocab", "pad_batch"]
 
 log = logging.getLogger("attnkit")
-
-PAD, BOS, EOS, UNK = 0, 1, 2, 3
-SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
-
-
-def content_ids(ids: Iterable[int]) -> list[int]:
-    """``ids`` as ints up to the first ``<eos>``, without ``<pad>`` and ``<bos>``."""
-    out = []
-    for i in map(int, ids):
-        if i == EOS:
-            break
-        if i not in (PAD, BOS):
-            out.append(i)
-    return out
 
 
 class CharVocab:
@@ -100,8 +89,6 @@ def build_vocab(texts: Sequence[str], *, kind: str = "char", size: int = 1000,
     if kind == "char":
         return CharVocab.build(texts, tags=tags)
     if kind in ("unigram", "bpe"):
-        from attnkit.data.subword import SubwordVocab
-
         return SubwordVocab.build(texts, size=size, model_type=kind, tags=tags)
     raise ValueError(f"kind: expected char, unigram or bpe, got {kind!r}")
 
@@ -109,8 +96,6 @@ def build_vocab(texts: Sequence[str], *, kind: str = "char", size: int = 1000,
 def load_vocab(data: dict):
     """The vocabulary saved by ``to_json()``: character or SentencePiece."""
     if isinstance(data, dict) and data.get("type") == "sentencepiece":
-        from attnkit.data.subword import SubwordVocab
-
         return SubwordVocab.from_json(data)
     return CharVocab.from_json(data)
 

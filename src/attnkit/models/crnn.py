@@ -23,10 +23,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnkit.attention import SelfAttention
-from attnkit.attention._checks import check_positive_int, check_probability
-from attnkit.data.vocab import BOS, EOS, PAD
+from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.decoder import AttentionDecoder
 from attnkit.models.rnn import BiRNN
+from attnkit.tokens import BOS, EOS, PAD
 
 __all__ = ["CRNN", "ctc_greedy"]
 

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnkit.attention import Attention
-from attnkit.attention._checks import check_positive_int, check_probability
+from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.unroll import unroll
 
 __all__ = ["AttentionDecoder"]

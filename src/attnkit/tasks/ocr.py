@@ -11,12 +11,12 @@ import jiwer
 import torch
 import torch.nn.functional as F
 
-from attnkit.data import ALPHABET, CharVocab, DataError, pad_images
-from attnkit.data.vocab import BOS, EOS, PAD, pad_batch
+from attnkit.data import ALPHABET, CharVocab, DataError, pad_batch, pad_images
 from attnkit.decoding import beam_search, greedy
 from attnkit.models import CRNN, ctc_greedy
 from attnkit.plot import plot_alignment
 from attnkit.tasks.batching import length_batches
+from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train.teacher_forcing import TeacherForcing
 
 __all__ = ["OcrTask", "build_model", "line_metrics", "plot_line", "recognise"]

@@ -17,11 +17,11 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.data import CharVocab, DataError, SpeechSet, pad_batch, pad_features
-from attnkit.data.vocab import BOS, EOS, PAD
 from attnkit.decoding import Hypotheses, beam_search, greedy, sample
 from attnkit.models.las import HALVINGS, LAS, MIN_FRAMES, build_las
 from attnkit.plot import plot_alignment
 from attnkit.tasks.batching import length_batches
+from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train.teacher_forcing import TeacherForcing
 
 __all__ = ["SpeechTask", "metrics", "plot_transcription", "transcribe"]

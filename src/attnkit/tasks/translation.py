@@ -18,11 +18,11 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.data import CharVocab, SubwordVocab, build_vocab, pad_batch
-from attnkit.data.vocab import BOS, EOS, PAD
 from attnkit.decoding import Hypotheses, beam_search, greedy, sample
 from attnkit.models import Seq2Seq, Transformer
 from attnkit.plot import plot_attention
 from attnkit.tasks.batching import length_batches
+from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train.teacher_forcing import TeacherForcing
 
 __all__ = ["TranslationTask", "build_model", "metrics", "plot_translation", "translate"]
