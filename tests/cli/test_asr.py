@@ -1,5 +1,6 @@
 """train asr -> transcribe, end to end on tiny data; resume; bad WAVs named in messages."""
 
+import json
 import math
 import re
 import shutil
@@ -88,8 +89,10 @@ def test_built_in_speech_with_lm_pretraining_and_ctc(tmp_path, capsys):
                  "--eval-every", "3", "--plot", "1", "--pretrain-lm-steps", "3",
                  "--ctc-weight", "0.3", *TINY]) == 0
     text = capsys.readouterr().out
-    assert re.search(r"speller pre-trained as a language model for 3 steps: loss [\d.]+ -> ", text)
+    assert re.search(r"speller pre-trained as a language model for 3 steps \(max_steps\); "
+                     r"held-out next character: accuracy [\d.]+, loss [\d.]+", text)
     assert "stopped after 3 steps" in text and (out / "alignment_0.png").exists()
+    assert (out / "speller-lm" / "checkpoint" / "trainer.json").exists()
     samples, rate = synthesize("seven two", voice="en-us", speed=150)
     with wave.open(str(tmp_path / "say.wav"), "wb") as w:
         w.setnchannels(1)
@@ -99,3 +102,27 @@ def test_built_in_speech_with_lm_pretraining_and_ctc(tmp_path, capsys):
     assert main(["transcribe", "--checkpoint", str(out / "checkpoint"),
                  str(tmp_path / "say.wav"), "--beam", "1"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+def test_speller_pretraining_is_a_run_that_resumes_and_is_never_overwritten(tmp_path, capsys):
+    words = ["one", "two", "three", "four"]
+    for i, _ in enumerate(words):
+        _write_wav(tmp_path / f"w{i}.wav", 0.2 + 0.05 * i, 200 + 150 * i)
+    manifest = tmp_path / "train.tsv"
+    manifest.write_text("".join(f"w{i}.wav\t{w}\n" for i, w in enumerate(words)))
+    out = tmp_path / "run"
+    args = ["train", "asr", "--train", str(manifest), "--valid", str(manifest), "--out",
+            str(out), "--steps", "2", "--eval-every", "2", "--plot", "0", *TINY]
+    assert main(args + ["--pretrain-lm-steps", "4"]) == 0
+    assert "pre-trained as a language model for 4 steps" in capsys.readouterr().out
+    lm = json.loads((out / "speller-lm" / "checkpoint" / "trainer.json").read_text())
+    assert lm["step"] == 4
+    shutil.rmtree(out / "checkpoint")  # as if stopped between the pre-training and the run
+    assert main(args + ["--pretrain-lm-steps", "6"]) == 2
+    assert "speller-lm/checkpoint: already holds a checkpoint" in capsys.readouterr().err
+    assert main(args + ["--pretrain-lm-steps", "6", "--resume"]) == 0
+    text = capsys.readouterr().out
+    assert "pre-trained as a language model for 6 steps" in text and "stopped after 2 steps" in text
+    assert main(args + ["--pretrain-lm-steps", "6", "--steps", "3", "--resume"]) == 0
+    text = capsys.readouterr().out  # the run resumes; its pre-training is done
+    assert "pre-trained" not in text and "stopped after 3 steps" in text

@@ -81,7 +81,7 @@ def test_transformer_with_subwords_and_scheduled_sampling_then_sampled_outputs(t
     assert "stopped after 40 steps" in capsys.readouterr().out
     assert (out / "attention_0.png").exists()
     config = json.loads((out / "checkpoint" / "config.json").read_text())["config"]
-    assert config["model"]["kind"] == "transformer"
+    assert config["model"]["name"] == "transformer"
     vocab = json.loads((out / "checkpoint" / "vocab.json").read_text())
     assert vocab["src"]["type"] == vocab["tgt"]["type"] == "sentencepiece"
     assert config["batching"]["teacher_forcing"] == {"start": 1.0, "end": 0.7, "steps": 30,

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnkit.decoding import beam_search, greedy
-from attnkit.models import CRNN, ctc_greedy
+from attnkit.models import CRNN
 
 SMALL = dict(channels=(4, 4, 8, 8, 8), hidden=8, dropout=0.0)
 
@@ -47,13 +47,6 @@ def test_attention_layer_sits_between_the_rnns_and_gets_gradients():
                for p in model.attention.parameters())
 
 
-def test_ctc_greedy_merges_repeats_and_drops_blanks():
-    lp = torch.full((2, 6, 8), -10.0)
-    for b, row in enumerate([[5, 5, 0, 5, 6, 6], [0, 7, 1, 7, 7, 4]]):
-        lp[b, torch.arange(6), torch.tensor(row)] = 0.0
-    assert ctc_greedy(lp, torch.tensor([6, 5])) == [[5, 5, 6], [7, 7]]
-
-
 def test_attention_head_steps_and_decoders():
     torch.manual_seed(0)
     model = CRNN(12, head="attention", dec_hidden=10, **SMALL).double().eval()
@@ -88,7 +81,6 @@ def test_bad_input_names_the_argument(call, match):
     (dict(channels=(4, 4)), "channels: expected 5 positive ints"),
     (dict(attention="local"), "attention: expected None, 'global' or 'window'"),
     (dict(head="rnnt"), "head: expected one of ctc, attention"),
-    (dict(kind="seq2seq"), "kind: expected 'crnn'"),
 ])
 def test_bad_settings_name_the_argument(kw, match):
     with pytest.raises(ValueError, match=match):

@@ -116,7 +116,6 @@ def test_scheduled_sampling_and_training_reduce_the_loss():
     (dict(d_model=9, heads=1), "d_model: expected an even size"),
     (dict(layers=0), "layers: expected a positive int"),
     (dict(dropout=1.0), "dropout: expected a probability"),
-    (dict(kind="luong"), "kind: expected 'transformer'"),
 ])
 def test_bad_settings_name_the_argument(kw, match):
     with pytest.raises(ValueError, match=match):

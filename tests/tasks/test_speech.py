@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from attnkit.data import DataError, SpeechSet
-from attnkit.tasks.speech import SpeechTask, metrics, transcribe
+from attnkit.decoding import Decoding
+from attnkit.tasks.speech import SpeechTask, SpellerPretraining, metrics, transcribe
+from attnkit.train import TrainConfig, Trainer
 
 WORDS = ["one two", "three", "four five six", "seven", "eight nine", "zero one"]
 
@@ -47,15 +49,31 @@ def test_loss_with_ctc_is_finite_and_counts_target_characters():
     assert model.ctc_head.weight.grad.abs().sum() > 0
 
 
-def test_pretraining_the_speller_leaves_the_listener_untouched():
+def test_pretraining_the_speller_trains_it_alone_through_the_trainer(tmp_path):
     task = _task()
     model = task.build_model()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    losses = task.pretrain_speller(model, 40, lr=1e-2)
-    assert len(losses) == 40 and sum(losses[-5:]) < sum(losses[:5])
+    pre = SpellerPretraining(task)
+    first = pre.evaluate(model)
+    config = TrainConfig(max_steps=40, lr=1e-2, warmup_steps=5, eval_every=20,
+                         checkpoint_every=20, progress=False)
+    result = Trainer(model, pre, config, tmp_path).fit()
+    assert result.step == 40 and [h["step"] for h in result.history] == [20, 40]
+    assert result.history[-1]["loss"] < first["loss"]
+    assert result.history[-1]["accuracy"] > first["accuracy"]
     for name, p in model.named_parameters():
         changed = not torch.equal(before[name], p)
         assert changed == name.startswith(("speller.embed", "speller.cells", "speller.out")), name
+    assert (tmp_path / "checkpoint").is_dir()
+    assert pre.config()["task"] == "asr-speller-lm" and pre.vocab() == task.vocab()
+
+
+def test_pretraining_batches_cover_every_transcript_once_per_epoch():
+    pre = SpellerPretraining(_task())
+    batches = list(pre.batches(0))
+    assert sum(len(b["tgt_in"]) for b in batches) == 10
+    assert [b["tgt_in"].tolist() for b in batches] == [b["tgt_in"].tolist()
+                                                        for b in pre.batches(0)]
 
 
 def test_metrics_and_evaluation():
@@ -71,11 +89,13 @@ def test_transcribe_beam_one_is_greedy_and_weights_cover_listener_steps():
     model = task.build_model()
     feats = task.valid.features
     greedy, raws = transcribe(model, task.char_vocab, feats)
-    beam, _ = transcribe(model, task.char_vocab, feats, beam=1)
+    one_beam = Decoding(beam=1, length_penalty=0.5)  # beam search with one hypothesis
+    assert one_beam.method == "beam"
+    beam, _ = transcribe(model, task.char_vocab, feats, decoding=one_beam)
     assert greedy == beam and len(greedy) == 3
     assert raws[0].weights.shape[-1] == max(f.shape[0] for f in feats) // 8
     with pytest.raises(ValueError, match="beam: expected a positive int, got 0"):
-        transcribe(model, task.char_vocab, feats, beam=0)
+        transcribe(model, task.char_vocab, feats, decoding=Decoding(beam=0))
 
 
 def test_bad_settings_and_short_utterances_are_named():

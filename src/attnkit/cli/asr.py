@@ -9,14 +9,15 @@ import torch
 
 from attnkit.attention.scores import SCORES
 from attnkit.cli.common import (
-    add_sampling_args,
+    add_decoding_args,
     add_training_args,
+    decoding,
     existing_run,
-    load_task_checkpoint,
+    load_task_model,
     positive_int,
-    sampling,
     teacher_forcing,
     train_and_report,
+    training_config,
 )
 from attnkit.data import (
     DataError,
@@ -29,12 +30,14 @@ from attnkit.data import (
 from attnkit.data import resample as resample_audio
 from attnkit.data.audio import SAMPLE_RATE
 from attnkit.data.speech import KINDS, speech_dataset
-from attnkit.models.las import MIN_FRAMES, build_las
-from attnkit.tasks.speech import SpeechTask, plot_transcription, transcribe
+from attnkit.models.las import MIN_FRAMES
+from attnkit.tasks.speech import SpeechTask, SpellerPretraining, plot_transcription, transcribe
+from attnkit.train import Trainer, distributed
 
 log = logging.getLogger("attnkit")
 
 DEFAULT_CACHE = Path("~/.cache/attnkit/speech")
+PRETRAIN_DIR = "speller-lm"  # the speller's pre-training run, inside --out
 MODEL_OPTIONS = ("listener_hidden", "hidden", "emb", "layers", "score", "key_value_dim",
                  "attn_dim", "dropout")
 
@@ -82,7 +85,8 @@ def add_train_parser(train_sub) -> None:
                        help="w in (1 - w) * cross-entropy + w * CTC (0: no CTC head)")
     model.add_argument("--pretrain-lm-steps", type=int, default=0, metavar="N",
                        help="first train the speller alone as a character LM on the training "
-                       "transcripts for N steps (new runs only)")
+                       f"transcripts for N steps (checkpointed in OUT/{PRETRAIN_DIR}; "
+                       "single process)")
     add_training_args(p, batch_size=32, lr=1e-3)
     p.set_defaults(run=run_train)
 
@@ -105,30 +109,43 @@ def run_train(args) -> int:
     if args.pretrain_lm_steps < 0:
         raise ValueError(f"--pretrain-lm-steps: expected a non-negative int, got "
                          f"{args.pretrain_lm_steps}")
+    if args.pretrain_lm_steps and distributed.world_size() > 1:
+        raise ValueError("--pretrain-lm-steps: the speller's pre-training runs in one process; "
+                         "pre-train without torchrun, then --resume under torchrun")
     torch.manual_seed(args.seed)
+    pretrain_dir = args.out / PRETRAIN_DIR
+    ck = existing_run(args, "asr", pending=pretrain_dir if args.pretrain_lm_steps else None)
     train, valid = _speech(args)
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
             {"built_in": list(args.kinds), "n_train": args.n_train, "n_valid": args.n_valid,
              "normalize": True})
-    task_kw = {"model_config": {k: getattr(args, k) for k in MODEL_OPTIONS},
-               "batch_size": args.batch_size, "seed": args.seed,
-               "label_smoothing": args.label_smoothing, "teacher_forcing": teacher_forcing(args),
-               "ctc_weight": args.ctc_weight, "data": data}
-    ck = existing_run(args, "asr")
-    if ck is not None:
-        saved = {k: v for k, v in ck.config["model"].items() if k in MODEL_OPTIONS}
-        task = SpeechTask(train, valid, vocab=load_vocab(ck.vocab),
-                          **{**task_kw, "model_config": saved})
-    else:
-        task = SpeechTask(train, valid, **task_kw)
+    model_config = ck.config["model"] if ck is not None else {
+        "name": "las", **{k: getattr(args, k) for k in MODEL_OPTIONS}}
+    task = SpeechTask(train, valid, model_config=model_config, batch_size=args.batch_size,
+                      seed=args.seed, label_smoothing=args.label_smoothing,
+                      teacher_forcing=teacher_forcing(args), ctc_weight=args.ctc_weight,
+                      data=data, vocab=load_vocab(ck.vocab) if ck is not None else None)
     model = task.build_model()
     if ck is None and args.pretrain_lm_steps:
-        losses = task.pretrain_speller(model, args.pretrain_lm_steps, lr=args.lr)
-        print(f"speller pre-trained as a language model for {len(losses)} steps: loss "
-              f"{losses[0]:.3f} -> {losses[-1]:.3f}")
+        _pretrain_speller(model, task, args, pretrain_dir)
     if train_and_report(model, task, args) is not None:
         _samples_and_plots(model, task, args.out, args.plot)
     return 0
+
+
+def _pretrain_speller(model, task: SpeechTask, args, folder: Path) -> None:
+    """Train the speller alone as a language model for ``--pretrain-lm-steps`` steps (in
+    ``folder``; an interrupted pre-training resumes with ``--resume``)."""
+    config = training_config(args, max_steps=args.pretrain_lm_steps,
+                             warmup=min(args.warmup, args.pretrain_lm_steps - 1))
+    trainer = Trainer(model, SpellerPretraining(task), config, folder)
+    if args.resume and (folder / "checkpoint").exists():
+        trainer.resume()
+    result = trainer.fit()
+    scores = ", ".join(f"{k} {v:.4f}" for k, v in result.history[-1].items() if k != "step") \
+        if result.history else "no validation"
+    print(f"speller pre-trained as a language model for {result.step} steps "
+          f"({result.stopped}); held-out next character: {scores}")
 
 
 def _samples_and_plots(model, task: SpeechTask, out: Path, n_plots: int) -> None:
@@ -154,8 +171,7 @@ def add_transcribe_parser(sub) -> None:
     p = sub.add_parser("transcribe", help="transcribe WAV files with a trained asr checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("wav", type=Path, nargs="+", help="16-bit PCM WAV files (any rate)")
-    p.add_argument("--beam", type=positive_int, default=5)
-    add_sampling_args(p)
+    add_decoding_args(p, beam=5)
     p.add_argument("--plot", type=Path, help="folder for one alignment picture per file")
     p.set_defaults(run=run_transcribe)
 
@@ -176,16 +192,12 @@ def wav_features(path: Path) -> torch.Tensor:
 
 
 def run_transcribe(args) -> int:
-    ck = load_task_checkpoint(args.checkpoint, "asr")
-    model = build_las(ck.config["model"])
-    ck.load_model(model)
+    model, ck = load_task_model(args.checkpoint, "asr")
     vocab = load_vocab(ck.vocab)
     features = [wav_features(path) for path in args.wav]
     if args.sample:
         features = [f for f in features for _ in range(args.sample)]
-        outs, raws = transcribe(model, vocab, features, sampling=sampling(args))
-    else:
-        outs, raws = transcribe(model, vocab, features, beam=args.beam)
+    outs, raws = transcribe(model, vocab, features, decoding=decoding(args))
     for text in outs:
         print(text)
     if args.plot:

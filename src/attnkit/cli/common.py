@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-
+from attnkit.decoding import Decoding
+from attnkit.models import build_model
 from attnkit.train import (
     Checkpoint,
     CheckpointError,
@@ -23,8 +23,9 @@ from attnkit.train import (
     load_checkpoint,
 )
 
-__all__ = ["add_sampling_args", "add_training_args", "existing_run", "load_task_checkpoint",
-           "positive_int", "sampling", "teacher_forcing", "train_and_report"]
+__all__ = ["add_decoding_args", "add_training_args", "decoding", "existing_run",
+           "load_task_checkpoint", "load_task_model", "positive_int", "teacher_forcing",
+           "train_and_report", "training_config"]
 
 
 def positive_int(text: str) -> int:
@@ -65,8 +66,12 @@ def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float 
     train.add_argument("--plot", type=int, default=3, help="pictures of N validation examples")
 
 
-def add_sampling_args(p) -> None:
-    """Random decoding options (instead of beam search) for a decoding command."""
+def add_decoding_args(p, *, beam: int = 1, sampling: bool = True) -> None:
+    """The decoding options of a decoding command (``beam``: its default width)."""
+    p.add_argument("--beam", type=positive_int, default=beam, help=f"beam width (default {beam}; "
+                   "1: greedy)")
+    if not sampling:
+        return
     group = p.add_argument_group("sampling (instead of beam search)")
     group.add_argument("--sample", type=positive_int, metavar="N",
                        help="draw N random outputs per input (one line each)")
@@ -76,12 +81,13 @@ def add_sampling_args(p) -> None:
     group.add_argument("--seed", type=int, default=0)
 
 
-def sampling(args) -> dict | None:
-    """Keyword arguments of :func:`attnkit.decoding.sample` from ``--sample ...``, or None."""
-    if not args.sample:
-        return None
-    return {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
-            "generator": torch.Generator().manual_seed(args.seed)}
+def decoding(args) -> Decoding:
+    """The :class:`attnkit.decoding.Decoding` that the options of :func:`add_decoding_args`
+    ask for."""
+    if getattr(args, "sample", None):
+        return Decoding(sample=True, temperature=args.temperature, top_k=args.top_k,
+                        top_p=args.top_p, seed=args.seed)
+    return Decoding(beam=args.beam)
 
 
 def teacher_forcing(args) -> TeacherForcing:
@@ -100,26 +106,51 @@ def load_task_checkpoint(directory: Path, task: str) -> Checkpoint:
     return ck
 
 
-def existing_run(args, task: str) -> Checkpoint | None:
+def load_task_model(directory: Path, task: str):
+    """The model of a ``task`` checkpoint, built by the registry with its weights loaded, and
+    the checkpoint (for the vocabulary and the task's settings)."""
+    ck = load_task_checkpoint(directory, task)
+    model = build_model(ck.config["model"])
+    ck.load_model(model)
+    return model, ck
+
+
+def existing_run(args, task: str, *, pending: Path | None = None) -> Checkpoint | None:
     """The ``task`` checkpoint to resume (``--resume``), None for a new run; refuses to
-    overwrite a run."""
+    overwrite a run.
+
+    ``pending``: the folder of a run that comes before the main one (a pre-training): it is
+    not overwritten either, and ``--resume`` with its checkpoint but none of the main run's
+    gives None (the pre-training resumes, then the main run starts).
+    """
     existing = args.out / "checkpoint"
-    if existing.exists() and not args.resume:
-        raise CheckpointError(f"{existing}: already holds a checkpoint; pass --resume to "
-                              "continue it, or choose another --out")
-    return load_task_checkpoint(existing, task) if args.resume else None
+    for path in (existing, pending / "checkpoint" if pending else None):
+        if path is not None and path.exists() and not args.resume:
+            raise CheckpointError(f"{path}: already holds a checkpoint; pass --resume to "
+                                  "continue it, or choose another --out")
+    if not args.resume or (pending is not None and not existing.exists()
+                           and (pending / "checkpoint").exists()):
+        return None
+    return load_task_checkpoint(existing, task)
+
+
+def training_config(args, **overrides) -> TrainConfig:
+    """The :class:`attnkit.train.TrainConfig` of the training options (``overrides``: fields
+    to set otherwise, and ``warmup`` for ``warmup_steps``)."""
+    warmup = overrides.pop("warmup", args.warmup)
+    settings = dict(max_steps=args.steps, lr=args.lr, warmup_steps=warmup,
+                    eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
+                    patience=args.patience, time_budget_s=args.time_budget, seed=args.seed,
+                    progress=not args.no_progress)
+    return TrainConfig(**{**settings, **overrides})
 
 
 def train_and_report(model, task, args, *, metric: str = "accuracy") -> TrainResult | None:
     """Train (resuming with ``--resume``), print the held-out scores and write
     ``history.json``. ``metric``: the validation metric early stopping maximises. Returns None
     on the other processes of a torchrun job, which leave reporting to rank 0."""
-    cfg = TrainConfig(max_steps=args.steps, lr=args.lr, warmup_steps=args.warmup,
-                      eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
-                      patience=args.patience, time_budget_s=args.time_budget, seed=args.seed,
-                      progress=not args.no_progress, metric=metric)
-    trainer = Trainer(model, task, cfg, args.out)
-    if args.resume:
+    trainer = Trainer(model, task, training_config(args, metric=metric), args.out)
+    if args.resume and trainer.checkpoint_dir.exists():  # else a pre-training was resumed
         trainer.resume()
     result = trainer.fit()
     if not distributed.is_main():

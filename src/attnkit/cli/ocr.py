@@ -8,9 +8,11 @@ from pathlib import Path
 import torch
 
 from attnkit.cli.common import (
+    add_decoding_args,
     add_training_args,
+    decoding,
     existing_run,
-    load_task_checkpoint,
+    load_task_model,
     positive_int,
     teacher_forcing,
     train_and_report,
@@ -24,7 +26,7 @@ from attnkit.data import (
     write_line_folder,
 )
 from attnkit.plot import plot_attention
-from attnkit.tasks.ocr import OcrTask, build_model, plot_line, recognise
+from attnkit.tasks.ocr import OcrTask, plot_line, recognise
 
 log = logging.getLogger("attnkit")
 
@@ -103,12 +105,11 @@ def run_train(args) -> int:
     if not valid:
         valid = train[: min(300, len(train))]
         log.warning("no --valid folder: validating on the first %d training lines", len(valid))
-    model_config = dict(channels=list(args.channels), hidden=args.hidden,
-                        attention=None if args.attention == "none" else args.attention,
-                        window=args.window, score=args.score, heads=args.heads, head=args.head,
-                        dec_hidden=args.dec_hidden, dropout=args.dropout)
-    if ck is not None:
-        model_config = {k: v for k, v in ck.config["model"].items() if k != "vocab"}
+    model_config = ck.config["model"] if ck is not None else dict(
+        name="crnn", channels=list(args.channels), hidden=args.hidden,
+        attention=None if args.attention == "none" else args.attention, window=args.window,
+        score=args.score, heads=args.heads, head=args.head, dec_hidden=args.dec_hidden,
+        dropout=args.dropout)
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
             {"built_in": "lines", "n_train": args.n_train, "n_valid": args.n_valid,
              "min_chars": args.min_chars, "max_chars": args.max_chars})
@@ -149,18 +150,16 @@ def add_read_parser(sub) -> None:
     p = sub.add_parser("read", help="read text-line images with a trained OCR checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("images", nargs="+", type=Path, help="line images (any size: scaled to 32 px)")
-    p.add_argument("--beam", type=positive_int, default=1, help="attention head: beam width")
+    add_decoding_args(p, beam=1, sampling=False)
     p.add_argument("--plot", type=Path, help="folder for one picture per image")
     p.set_defaults(run=run_read)
 
 
 def run_read(args) -> int:
-    ck = load_task_checkpoint(args.checkpoint, "ocr")
-    model = build_model(ck.config["model"])
-    ck.load_model(model)
+    model, ck = load_task_model(args.checkpoint, "ocr")
     chars = CharVocab.from_json(ck.vocab)
     images = [load_line_image(path) for path in args.images]
-    texts, weights, steps = recognise(model, chars, images, beam=args.beam)
+    texts, weights, steps = recognise(model, chars, images, decoding=decoding(args))
     for text in texts:
         print(text)
     if args.plot:

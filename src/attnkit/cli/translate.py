@@ -10,23 +10,17 @@ from pathlib import Path
 import torch
 
 from attnkit.cli.common import (
-    add_sampling_args,
+    add_decoding_args,
     add_training_args,
+    decoding,
     existing_run,
-    load_task_checkpoint,
+    load_task_model,
     positive_int,
-    sampling,
     teacher_forcing,
     train_and_report,
 )
 from attnkit.data import DataError, generate_pairs, load_vocab, read_tsv
-from attnkit.tasks.translation import (
-    TranslationTask,
-    build_model,
-    metrics,
-    plot_translation,
-    translate,
-)
+from attnkit.tasks.translation import TranslationTask, metrics, plot_translation, translate
 
 log = logging.getLogger("attnkit")
 
@@ -90,25 +84,23 @@ def _pairs(args):
 
 def run_train(args) -> int:
     torch.manual_seed(args.seed)
+    ck = existing_run(args, "translate")
     train, valid = _pairs(args)
     if not valid:
         valid = train[: min(300, len(train))]
         log.warning("no --valid file: validating on the first %d training pairs", len(valid))
-    model_config = _model_config(args)
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
             {"built_in": list(args.tasks), "direction": args.direction, "n_train": args.n_train,
              "n_valid": args.n_valid})
-    task_kw = dict(model_config=model_config, batch_size=args.batch_size, seed=args.seed,
+    task_kw = dict(model_config=ck.config["model"] if ck else _model_config(args),
+                   batch_size=args.batch_size, seed=args.seed,
                    vocab=args.vocab, vocab_size=args.vocab_size,
                    label_smoothing=args.label_smoothing, teacher_forcing=teacher_forcing(args),
                    data=data)
-    ck = existing_run(args, "translate")
     if ck is not None:
-        task = TranslationTask(train, valid, src_vocab=load_vocab(ck.vocab["src"]),
-                               tgt_vocab=load_vocab(ck.vocab["tgt"]),
-                               **{**task_kw, "model_config": _model_kwargs(ck.config)})
-    else:
-        task = TranslationTask(train, valid, **task_kw)
+        task_kw.update(src_vocab=load_vocab(ck.vocab["src"]),
+                       tgt_vocab=load_vocab(ck.vocab["tgt"]))
+    task = TranslationTask(train, valid, **task_kw)
     model = task.build_model()
     if train_and_report(model, task, args) is not None:
         _samples_and_plots(model, task, args.out, args.plot)
@@ -118,14 +110,10 @@ def run_train(args) -> int:
 def _model_config(args) -> dict:
     if args.model == "transformer":
         dropout = 0.1 if args.dropout is None else args.dropout
-        return dict(kind="transformer", d_model=args.hidden, heads=args.heads,
+        return dict(name="transformer", d_model=args.hidden, heads=args.heads,
                     layers=args.layers, ff=args.ff, dropout=dropout)
-    return dict(kind=args.model, emb=args.emb, hidden=args.hidden, score=args.score,
-                input_feeding=args.input_feeding, dropout=args.dropout or 0.0)
-
-
-def _model_kwargs(config: dict) -> dict:
-    return {k: v for k, v in config["model"].items() if k not in ("src_vocab", "tgt_vocab")}
+    return dict(name="seq2seq", kind=args.model, emb=args.emb, hidden=args.hidden,
+                score=args.score, input_feeding=args.input_feeding, dropout=args.dropout or 0.0)
 
 
 def _samples_and_plots(model, task, out: Path, n_plots: int) -> None:
@@ -154,9 +142,7 @@ def _plot(hyp, i, source, src_vocab, tgt_vocab, path):
 
 
 def _load(checkpoint: Path):
-    ck = load_task_checkpoint(checkpoint, "translate")
-    model = build_model(ck.config["model"])
-    ck.load_model(model)
+    model, ck = load_task_model(checkpoint, "translate")
     vocabs = load_vocab(ck.vocab["src"]), load_vocab(ck.vocab["tgt"])
     return model, *vocabs, ck.config.get("max_len_extra", 10)
 
@@ -166,8 +152,7 @@ def add_translate_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("text", nargs="*", help="sentences (or use --file)")
     p.add_argument("--file", type=Path, help="one sentence per line")
-    p.add_argument("--beam", type=positive_int, default=5)
-    add_sampling_args(p)
+    add_decoding_args(p, beam=5)
     p.add_argument("--plot", type=Path, help="folder for one attention heat-map per sentence")
     p.set_defaults(run=run_translate)
 
@@ -186,11 +171,8 @@ def run_translate(args) -> int:
         return 2
     if args.sample:
         texts = [t for t in texts for _ in range(args.sample)]
-        outs, raws = translate(model, src_vocab, tgt_vocab, texts, sampling=sampling(args),
-                               max_len_extra=extra)
-    else:
-        outs, raws = translate(model, src_vocab, tgt_vocab, texts, beam=args.beam,
-                               max_len_extra=extra)
+    outs, raws = translate(model, src_vocab, tgt_vocab, texts, decoding=decoding(args),
+                           max_len_extra=extra)
     for o in outs:
         print(o)
     if args.plot:
@@ -202,7 +184,7 @@ def add_eval_parser(sub) -> None:
     p = sub.add_parser("eval", help="score a translation checkpoint on a TSV file")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("--data", type=Path, required=True, help="TSV of source<TAB>reference")
-    p.add_argument("--beam", type=positive_int, default=1)
+    add_decoding_args(p, beam=1, sampling=False)
     p.add_argument("--skip-bad-lines", action="store_true")
     p.set_defaults(run=run_eval)
 
@@ -210,7 +192,7 @@ def add_eval_parser(sub) -> None:
 def run_eval(args) -> int:
     model, src_vocab, tgt_vocab, extra = _load(args.checkpoint)
     pairs = read_tsv(args.data, skip_bad_lines=args.skip_bad_lines)
-    outs, _ = translate(model, src_vocab, tgt_vocab, [s for s, _ in pairs], beam=args.beam,
-                        max_len_extra=extra)
+    outs, _ = translate(model, src_vocab, tgt_vocab, [s for s, _ in pairs],
+                        decoding=decoding(args), max_len_extra=extra)
     print(json.dumps(metrics(outs, [t for _, t in pairs]), indent=1))
     return 0

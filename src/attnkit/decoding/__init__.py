@@ -1,5 +1,8 @@
-"""Decoding shared by every model: greedy, sampling and batched beam search over a step function."""
+"""Decoding shared by every model: :func:`decode` (greedy, batched beam search or sampling,
+as a :class:`Decoding` says) over any model's step function, and best-path CTC decoding."""
 
+from attnkit.decoding.ctc import CTCPaths, ctc_greedy
+from attnkit.decoding.decode import Decoding, decode
 from attnkit.decoding.search import (
     Hypotheses,
     beam_search,
@@ -8,4 +11,5 @@ from attnkit.decoding.search import (
     sample,
 )
 
-__all__ = ["Hypotheses", "beam_search", "greedy", "length_penalty", "sample"]
+__all__ = ["CTCPaths", "Decoding", "Hypotheses", "beam_search", "ctc_greedy", "decode", "greedy",
+           "length_penalty", "sample"]

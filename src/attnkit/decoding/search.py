@@ -49,6 +49,12 @@ class Hypotheses(NamedTuple):
     scores: torch.Tensor
     weights: torch.Tensor | None
 
+    def best(self) -> Hypotheses:
+        """The first of the ``n_best`` hypotheses of each example (itself without that dim)."""
+        if self.lengths.dim() == 1:
+            return self
+        return Hypotheses(*(None if x is None else x[:, 0] for x in self))
+
 
 def length_penalty(lengths: torch.Tensor, alpha: float) -> torch.Tensor:
     """Wu et al. (2016): ``((5 + |Y|) / 6) ** alpha``; scores are divided by it."""
@@ -273,6 +279,4 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
         None if weights is None else weights.index_select(0, pick).reshape(
             b, n_best, *weights.shape[1:]),
     )
-    if n_best == 1:
-        out = Hypotheses(*(None if x is None else x[:, 0] for x in out))
-    return out
+    return out.best() if n_best == 1 else out

@@ -25,10 +25,10 @@ from torch import nn
 from attnkit.attention import SelfAttention
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.decoder import AttentionDecoder
+from attnkit.models.registry import Model
 from attnkit.models.rnn import BiRNN
-from attnkit.tokens import BOS, EOS, PAD
 
-__all__ = ["CRNN", "ctc_greedy"]
+__all__ = ["CRNN"]
 
 HEADS = ("ctc", "attention")
 ATTENTION = (None, "global", "window")
@@ -39,7 +39,7 @@ def _block(c_in: int, c_out: int) -> nn.Sequential:
                          nn.ReLU(inplace=True))
 
 
-class CRNN(nn.Module):
+class CRNN(Model, name="crnn"):
     """Convolutions, two bidirectional LSTMs and, optionally, attention between them.
 
     Args:
@@ -55,7 +55,6 @@ class CRNN(nn.Module):
         ctc: with ``head="attention"``, also a CTC classifier on the same features, trained
             alongside (joint CTC-attention: helps the decoder's alignment form; decoding still
             uses the attention decoder).
-        kind: always ``"crnn"`` (names the model in a saved config).
 
     Shape:
         - ``encode(images (B, 1, 32, W), widths (B,))`` -> features ``(B, T, 2H)``, steps
@@ -75,10 +74,8 @@ class CRNN(nn.Module):
     def __init__(self, vocab: int, *, channels: tuple[int, ...] = (32, 64, 128, 128, 128),
                  hidden: int = 128, attention: str | None = None, score: str = "scaled_dot",
                  heads: int = 1, window: int = 32, head: str = "ctc", dec_hidden: int = 128,
-                 dropout: float = 0.1, ctc: bool = False, kind: str = "crnn"):
+                 dropout: float = 0.1, ctc: bool = False):
         super().__init__()
-        if kind != "crnn":
-            raise ValueError(f"kind: expected 'crnn', got {kind!r}")
         check_positive_int("vocab", vocab)
         check_positive_int("hidden", hidden)
         check_probability("dropout", dropout)
@@ -111,6 +108,12 @@ class CRNN(nn.Module):
             self.decoder = AttentionDecoder(vocab, 2 * hidden, hidden=dec_hidden, emb=64,
                                             score="additive", dropout=dropout)
 
+    @staticmethod
+    def steps(widths: torch.Tensor) -> torch.Tensor:
+        """Steps ``T`` ``(B,)`` of lines ``widths`` ``(B,)`` px wide: the CNN halves the width
+        once."""
+        return widths // 2
+
     def encode(self, images: torch.Tensor, widths: torch.Tensor):
         """Features ``(B, T, 2H)`` and steps ``(B,)`` of padded line images."""
         h, steps = self._rnn1(images, widths)
@@ -142,7 +145,7 @@ class CRNN(nn.Module):
         for i, (block, pool) in enumerate(zip(self.blocks, self.pools)):
             x = pool(block(x))
             if i == 0:
-                w = w // 2
+                w = self.steps(w)
             cols = torch.arange(x.shape[3], device=x.device)
             x = x * (cols < w[:, None])[:, None, None, :]  # (B, C, H, T): zero past the line
         feats = x.squeeze(2).transpose(1, 2)  # (B, T, C)
@@ -179,17 +182,3 @@ class CRNN(nn.Module):
         """Attention head: tokens ``(N,)`` -> log-probs ``(N, V)``, state, weights ``(N, T)``."""
         return self.decoder.step(tokens, state)
 
-
-def ctc_greedy(log_probs: torch.Tensor, steps: torch.Tensor) -> list[list[int]]:
-    """Best-path CTC decoding: the most likely id per step, repeats merged, blanks (0) and
-    the other specials (BOS, EOS) dropped. ``log_probs`` ``(B, T, V)``, ``steps`` ``(B,)``."""
-    best = log_probs.argmax(-1)  # (B, T)
-    out = []
-    for row, n in zip(best.tolist(), steps.tolist()):
-        ids, prev = [], PAD
-        for i in row[:n]:
-            if i != prev and i not in (PAD, BOS, EOS):
-                ids.append(i)
-            prev = i
-        out.append(ids)
-    return out

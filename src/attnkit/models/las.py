@@ -31,9 +31,10 @@ from torch import nn
 
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.decoder import AttentionDecoder
+from attnkit.models.registry import Model
 from attnkit.models.rnn import BiRNN
 
-__all__ = ["LAS", "Listener", "build_las"]
+__all__ = ["LAS", "Listener"]
 
 HALVINGS = 3
 MIN_FRAMES = 2**HALVINGS  # frames needed to keep one listener step after the halvings
@@ -106,7 +107,7 @@ class Listener(nn.Module):
         return x, lengths
 
 
-class LAS(nn.Module):
+class LAS(Model, name="las"):
     """Listen, Attend and Spell: :class:`Listener` + :class:`AttentionDecoder` speller.
 
     Args:
@@ -191,7 +192,3 @@ class LAS(nn.Module):
         embedding, the LSTMCells and the output layer are used (and get gradients).
         """
         return self.speller.language_model(tgt_in)
-
-def build_las(config: dict) -> LAS:
-    """The model of a saved config: :class:`LAS` keyword arguments plus ``vocab``."""
-    return LAS(**config)

@@ -28,6 +28,7 @@ from torch import nn
 
 from attnkit.attention import Attention
 from attnkit.checks import check_positive_int, check_probability
+from attnkit.models.registry import Model
 
 __all__ = ["Transformer", "sinusoids"]
 
@@ -97,7 +98,7 @@ class _DecoderLayer(nn.Module):
         return y + self.drop(self.ff(self.norm3(y))), cache, weights
 
 
-class Transformer(nn.Module):
+class Transformer(Model, name="transformer"):
     """Transformer encoder-decoder for token sequences.
 
     Args:
@@ -106,7 +107,6 @@ class Transformer(nn.Module):
         layers: encoder layers; dec_layers: decoder layers (default ``layers``).
         ff: feed-forward hidden size (default ``4 * D``).
         dropout: on embeddings, sub-layer outputs, attention weights and the feed-forward.
-        kind: always ``"transformer"`` (kept so a saved config names its model).
 
     Shape:
         - ``forward(src (B, S), src_len (B,), tgt_in (B, T))`` -> logits ``(B, T, V)`` and,
@@ -124,10 +124,8 @@ class Transformer(nn.Module):
 
     def __init__(self, src_vocab: int, tgt_vocab: int, *, d_model: int = 128, heads: int = 4,
                  layers: int = 2, dec_layers: int | None = None, ff: int | None = None,
-                 dropout: float = 0.1, kind: str = "transformer"):
+                 dropout: float = 0.1):
         super().__init__()
-        if kind != "transformer":
-            raise ValueError(f"kind: expected 'transformer', got {kind!r}")
         check_positive_int("d_model", d_model)
         check_positive_int("heads", heads)
         check_positive_int("layers", layers)
@@ -139,7 +137,7 @@ class Transformer(nn.Module):
         dec_layers = layers if dec_layers is None else check_positive_int("dec_layers",
                                                                           dec_layers)
         ff = 4 * d_model if ff is None else check_positive_int("ff", ff)
-        self.kind, self.d_model = kind, d_model
+        self.d_model = d_model
         self.src_embed = nn.Embedding(src_vocab, d_model, padding_idx=0)
         self.tgt_embed = nn.Embedding(tgt_vocab, d_model, padding_idx=0)
         self.encoder = nn.ModuleList(_EncoderLayer(d_model, heads, ff, dropout)

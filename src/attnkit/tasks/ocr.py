@@ -12,21 +12,16 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.data import ALPHABET, CharVocab, DataError, pad_batch, pad_images
-from attnkit.decoding import beam_search, greedy
-from attnkit.models import CRNN, ctc_greedy
+from attnkit.decoding import Decoding, ctc_greedy, decode
+from attnkit.models import CRNN, build_model
 from attnkit.plot import plot_alignment
 from attnkit.tasks.batching import length_batches
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train.teacher_forcing import TeacherForcing
 
-__all__ = ["OcrTask", "build_model", "line_metrics", "plot_line", "recognise"]
+__all__ = ["OcrTask", "line_metrics", "plot_line", "recognise"]
 
 Line = tuple[torch.Tensor, str]  # (image (32, W) in [0, 1], text)
-
-
-def build_model(config: dict) -> CRNN:
-    """A :class:`CRNN` from its saved config."""
-    return CRNN(**config)
 
 
 def line_metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
@@ -69,16 +64,22 @@ def _check_lines(lines: Sequence[Line], vocab: CharVocab, name: str, ctc: bool) 
 
 
 @torch.no_grad()
-def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *, beam: int = 1,
-              batch_size: int = 32):
+def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
+              decoding: Decoding | None = None, batch_size: int = 32):
     """Read line images ``(32, W)``; returns the texts and, per line, the weights of each
     output character over the ``T`` steps (``(len + 1, T)`` with EOS for the attention head;
     for CTC with an attention layer, the self-attention rows of the steps where each character
-    was emitted; else None) and the line's steps."""
-    if not isinstance(beam, int) or beam < 1:
-        raise ValueError(f"beam: expected a positive int, got {beam!r}")
+    was emitted; else None) and the line's steps.
+
+    The attention head decodes as ``decoding`` says (default greedy); the CTC head takes the
+    best path, so it refuses any other ``decoding``."""
+    decoding = decoding or Decoding()
+    if model.head_kind == "ctc" and decoding.method != "greedy":
+        raise ValueError(f"decoding: the CTC head reads the best path only, not "
+                         f"{decoding.method} (beam={decoding.beam})")
     model.eval()
     device = next(model.parameters()).device
+    generator = decoding.generator(device)
     texts, weights, steps_out = [], [], []
     order = sorted(range(len(images)), key=lambda i: images[i].shape[1])  # little padding
     results = {}
@@ -88,19 +89,16 @@ def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *, 
         batch, widths = batch.to(device), widths.to(device)
         if model.head_kind == "ctc":
             log_probs, steps = model(batch, widths)
-            ids = ctc_greedy(log_probs, steps)
-            emitted = _emission_steps(log_probs, steps)
+            paths = ctc_greedy(log_probs, steps)
             att = model.attention_weights(batch, widths) if model.attention is not None else None
             for j, i in enumerate(idx):
-                w = None if att is None or not emitted[j] else att[j, emitted[j]]
-                results[i] = (vocab.decode(ids[j]), w, int(steps[j]))
+                emitted = paths.steps[j]
+                w = None if att is None or not emitted else att[j, emitted]
+                results[i] = (vocab.decode(paths.ids[j]), w, int(steps[j]))
         else:
-            state = model.start(batch, widths)
-            steps = state["lengths"]
-            kw = dict(batch_size=len(idx), bos=BOS, eos=EOS, pad=PAD, max_len=steps // 2 + 2,
-                      device=device)
-            hyp = (greedy(model.step, state, **kw) if beam == 1 else
-                   beam_search(model.step, state, beam_size=beam, **kw))
+            steps = model.steps(widths)
+            hyp = decode(model, batch, widths, max_len=steps // 2 + 2, decoding=decoding,
+                         generator=generator).best()
             for j, i in enumerate(idx):
                 n = int(hyp.lengths[j])
                 results[i] = (vocab.decode(hyp.tokens[j]), hyp.weights[j, :n], int(steps[j]))
@@ -110,20 +108,6 @@ def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *, 
         weights.append(w)
         steps_out.append(n)
     return texts, weights, steps_out
-
-
-def _emission_steps(log_probs: torch.Tensor, steps: torch.Tensor) -> list[list[int]]:
-    """The step at which CTC's best path emits each character."""
-    best = log_probs.argmax(-1).tolist()
-    out = []
-    for row, n in zip(best, steps.tolist()):
-        at, prev = [], PAD
-        for t, i in enumerate(row[:n]):
-            if i != prev and i not in (PAD, BOS, EOS):
-                at.append(t)
-            prev = i
-        out.append(at)
-    return out
 
 
 def plot_line(image: torch.Tensor, text: str, weights, steps: int, path: str | Path, *,
@@ -145,7 +129,8 @@ class OcrTask:
         train, valid: lists of ``(image, text)``; every character must be in ``vocab``, and
             with the CTC head every line needs ``W // 2`` steps for its characters (checked
             up front: a :class:`DataError` names the line, never a crash inside CTC).
-        model_config: kwargs of :class:`CRNN`.
+        model_config: the model's registry config (``name`` defaults to ``"crnn"``); ``vocab``
+            is set from the characters.
         vocab: the characters (kept as ``chars``); default ``CharVocab(ALPHABET)``.
         batch_size: lines per batch (batches group similar widths).
         label_smoothing, teacher_forcing: attention head only.
@@ -165,7 +150,7 @@ class OcrTask:
         if not (isinstance(ctc_weight, (int, float)) and 0.0 <= ctc_weight <= 1.0):
             raise ValueError(f"ctc_weight: expected a number in [0, 1], got {ctc_weight!r}")
         self.chars = vocab or CharVocab(list(ALPHABET))
-        self.model_config = {**model_config, "vocab": len(self.chars)}
+        self.model_config = {"name": "crnn", **model_config, "vocab": len(self.chars)}
         self.ctc = self.model_config.get("head", "ctc") == "ctc"
         if ctc_weight > 0 and self.ctc:
             raise ValueError("ctc_weight: only for the attention head (the CTC head is CTC)")

@@ -2,8 +2,12 @@
 
 Utterances are :class:`attnkit.data.SpeechSet` features ``(T, 80)`` (built-in espeak-ng speech
 or the user's WAVs), normalised per utterance; transcripts are character sequences
-(:class:`attnkit.data.CharVocab`). The model is a :class:`attnkit.models.LAS` built from a JSON
-config, so a checkpoint alone rebuilds it.
+(:class:`attnkit.data.CharVocab`). The model is a :class:`attnkit.models.LAS` built by the
+model registry from its config (``{"name": "las", ...}``), so a checkpoint alone rebuilds it.
+
+:class:`SpellerPretraining` is the task of training the speller alone as a character language
+model on the transcripts first (seed 003's pre-training), run by the same
+:class:`attnkit.train.Trainer` (checkpoints, resume).
 """
 
 from __future__ import annotations
@@ -17,14 +21,15 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.data import CharVocab, DataError, SpeechSet, pad_batch, pad_features
-from attnkit.decoding import Hypotheses, beam_search, greedy, sample
-from attnkit.models.las import HALVINGS, LAS, MIN_FRAMES, build_las
+from attnkit.decoding import Decoding, Hypotheses, decode
+from attnkit.models import LAS, build_model
+from attnkit.models.las import HALVINGS, MIN_FRAMES
 from attnkit.plot import plot_alignment
 from attnkit.tasks.batching import length_batches
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train.teacher_forcing import TeacherForcing
 
-__all__ = ["SpeechTask", "metrics", "plot_transcription", "transcribe"]
+__all__ = ["SpeechTask", "SpellerPretraining", "metrics", "plot_transcription", "transcribe"]
 
 # Output length cap: characters per feature frame (fast speech is ~0.17 at 10 ms), plus a margin.
 CHARS_PER_FRAME = 0.3
@@ -40,40 +45,27 @@ def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, f
 
 
 @torch.no_grad()
-def transcribe(model: LAS, vocab: CharVocab, features: Sequence[torch.Tensor], *, beam: int = 1,
-               sampling: dict | None = None,
+def transcribe(model: LAS, vocab: CharVocab, features: Sequence[torch.Tensor], *,
+               decoding: Decoding | None = None,
                batch_size: int = 32) -> tuple[list[str], list[Hypotheses]]:
-    """Transcripts of the utterances ``features[i]`` ``(T_i, F)``, and per batch the raw
-    hypotheses (tokens and attention weights for plots).
-
-    Greedy for ``beam=1``, batched beam search for ``beam > 1``, or random sampling with
-    ``sampling`` = keyword arguments of :func:`attnkit.decoding.sample`. An output has at most
-    ``ceil(0.3 * T_i) + 10`` characters (EOS included).
+    """Transcripts of the utterances ``features[i]`` ``(T_i, F)`` decoded as ``decoding``
+    says (default greedy), and per batch the raw hypotheses (tokens and attention weights for
+    plots). An output has at most ``ceil(0.3 * T_i) + 10`` characters (EOS included).
 
     Raises:
-        ValueError: ``beam`` not a positive int, or an utterance shorter than 8 frames.
+        ValueError: an utterance shorter than 8 frames.
     """
-    if not isinstance(beam, int) or beam < 1:
-        raise ValueError(f"beam: expected a positive int, got {beam!r}")
-    if sampling is not None and beam > 1:
-        raise ValueError(f"sampling: draws one character at a time, not with beam={beam}")
+    decoding = decoding or Decoding()
     model.eval()
     device = next(model.parameters()).device
+    generator = decoding.generator(device)
     texts, raws = [], []
     for i in range(0, len(features), batch_size):
         x, lengths = pad_features(features[i : i + batch_size])  # (B, T, F), (B,)
         x, lengths = x.to(device), lengths.to(device)
         limit = (lengths.float() * CHARS_PER_FRAME).ceil().long() + EXTRA_CHARS
-        state = model.start(x, lengths)
-        kw = {"batch_size": len(lengths), "bos": BOS, "eos": EOS, "pad": PAD, "max_len": limit,
-              "device": device}
-        if sampling is not None:
-            hyp = sample(model.step, state, **kw, **sampling)
-        elif beam == 1:
-            hyp = greedy(model.step, state, **kw)
-        else:
-            hyp = beam_search(model.step, state, beam_size=beam, **kw)
-        texts += [vocab.decode(row) for row in hyp.tokens]
+        hyp = decode(model, x, lengths, max_len=limit, decoding=decoding, generator=generator)
+        texts += [vocab.decode(row) for row in hyp.best().tokens]
         raws.append(hyp)
     return texts, raws
 
@@ -82,6 +74,7 @@ def plot_transcription(hyp: Hypotheses, i: int, features: torch.Tensor, vocab: C
                        path: str | Path, *, title: str | None = None) -> Path:
     """Alignment of example ``i`` of ``hyp``: its characters (EOS included) over the
     spectrogram ``features (T, F)``, one listener step per 8 frames."""
+    hyp = hyp.best()
     steps = features.shape[0] // MIN_FRAMES
     n = int(hyp.lengths[i])
     labels = [vocab.piece(t) for t in hyp.tokens[i, :n]]
@@ -95,8 +88,8 @@ class SpeechTask:
 
     Args:
         train, valid: :class:`attnkit.data.SpeechSet` (features ``(T_i, F)``).
-        model_config: :class:`attnkit.models.LAS` keyword arguments except ``vocab``,
-            ``features`` and ``ctc`` (set from the data and ``ctc_weight``).
+        model_config: the model's registry config (``name`` defaults to ``"las"``); ``vocab``,
+            ``features`` and ``ctc`` are set from the data and ``ctc_weight``.
         vocab: characters (default: built from the training transcripts).
         batch_size: utterances per batch (batches group similar lengths).
         label_smoothing: of the masked cross-entropy.
@@ -134,13 +127,13 @@ class SpeechTask:
             teacher_forcing = TeacherForcing(start=teacher_forcing)
         self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
         self.ctc_weight = ctc_weight
-        self.model_config = {**model_config, "vocab": len(self.char_vocab),
+        self.model_config = {"name": "las", **model_config, "vocab": len(self.char_vocab),
                              "features": train.features[0].shape[1], "ctc": ctc_weight > 0}
         self.data = data or {}
-        self._text = [self.char_vocab.encode(t) for t in train.transcripts]
+        self.transcript_ids = [self.char_vocab.encode(t) for t in train.transcripts]
 
     def build_model(self) -> LAS:
-        return build_las(self.model_config)
+        return build_model(self.model_config)
 
     def batches(self, epoch: int):
         """Shuffled (seeded by epoch) batches of similar utterance lengths."""
@@ -148,17 +141,21 @@ class SpeechTask:
         for idx in length_batches(lengths, self.batch_size, seed=self.seed, epoch=epoch):
             yield self._collate(idx)
 
-    def _text_batch(self, idx: list[int]) -> dict:
-        tgt, _ = pad_batch([[BOS] + self._text[i] + [EOS] for i in idx])
-        chars, char_lengths = pad_batch([self._text[i] for i in idx])
+    def text_batch(self, idx: list[int]) -> dict:
+        """Transcripts ``idx`` as ``tgt_in``/``tgt_out`` ``(B, U)`` (BOS/EOS added) and
+        ``chars``/``char_lengths`` (CTC targets)."""
+        tgt, _ = pad_batch([[BOS] + self.transcript_ids[i] + [EOS] for i in idx])
+        chars, char_lengths = pad_batch([self.transcript_ids[i] for i in idx])
         return {"tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:], "chars": chars,
                 "char_lengths": char_lengths}
 
     def _collate(self, idx: list[int]) -> dict:
         features, lengths = pad_features([self.train.features[i] for i in idx])
-        return {"features": features, "lengths": lengths, **self._text_batch(idx)}
+        return {"features": features, "lengths": lengths, **self.text_batch(idx)}
 
-    def _cross_entropy(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    def cross_entropy(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Mean label-smoothed cross-entropy of ``logits (B, U, V)`` over the non-padding
+        ``target (B, U)``."""
         return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD,
                                label_smoothing=self.label_smoothing)
 
@@ -167,41 +164,13 @@ class SpeechTask:
                     teacher_forcing=self.teacher_forcing.ratio(step),
                     with_ctc=self.ctc_weight > 0)
         target = batch["tgt_out"]
-        loss = self._cross_entropy(out[0], target)
+        loss = self.cross_entropy(out[0], target)
         if self.ctc_weight > 0:
             log_probs, listener_lengths = out[2]  # (S, B, V), (B,)
             ctc = F.ctc_loss(log_probs, batch["chars"], listener_lengths, batch["char_lengths"],
                              blank=PAD, zero_infinity=True)
             loss = (1 - self.ctc_weight) * loss + self.ctc_weight * ctc
         return loss, int((target != PAD).sum())
-
-    def pretrain_speller(self, model: LAS, steps: int, *, lr: float = 3e-3) -> list[float]:
-        """Train ``model``'s speller as a character language model on the training transcripts
-        for ``steps`` Adam steps (batches drawn with ``seed``); returns the losses.
-
-        The context is zero and nothing is attended (:meth:`LAS.language_model`), so only the
-        speller's embedding, cells and output layer change; the listener is untouched.
-        """
-        if not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"steps: expected a non-negative int, got {steps!r}")
-        model.train()
-        params = [p for m in (model.speller.embed, model.speller.cells, model.speller.out)
-                  for p in m.parameters()]
-        optimizer = torch.optim.Adam(params, lr=lr)
-        g = torch.Generator().manual_seed(self.seed)
-        device = next(model.parameters()).device
-        losses = []
-        for _ in range(steps):
-            idx = torch.randint(len(self._text), (self.batch_size,), generator=g).tolist()
-            batch = self._text_batch(idx)
-            logits = model.language_model(batch["tgt_in"].to(device))
-            loss = self._cross_entropy(logits, batch["tgt_out"].to(device))
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            optimizer.step()
-            losses.append(loss.item())
-        return losses
 
     def evaluate(self, model: LAS) -> dict[str, float]:
         outs, _ = transcribe(model, self.char_vocab, self.valid.features)
@@ -217,3 +186,50 @@ class SpeechTask:
     def vocab(self) -> dict:
         return self.char_vocab.to_json()
 
+
+class SpellerPretraining:
+    """The speller of a LAS model trained alone as a character language model on the
+    transcripts of a :class:`SpeechTask` (seed 003's pre-training), as a task for
+    :class:`attnkit.train.Trainer`.
+
+    The context is zero and nothing is attended (:meth:`attnkit.models.LAS.language_model`),
+    so only the speller's embedding, cells and output layer get gradients; the listener and
+    the attention are untouched. Validation: next-character ``accuracy`` and ``loss`` on the
+    validation transcripts, teacher-forced. Batches group transcripts of similar length.
+    Single process only: the language model is not the model's ``forward``, which
+    ``DistributedDataParallel`` needs.
+    """
+
+    def __init__(self, task: SpeechTask):
+        self.task = task
+        self._valid = [task.char_vocab.encode(t) for t in task.valid.transcripts]
+
+    def batches(self, epoch: int):
+        """Shuffled (seeded by epoch) batches of transcripts of similar length."""
+        lengths = [len(t) for t in self.task.transcript_ids]
+        for idx in length_batches(lengths, self.task.batch_size, seed=self.task.seed,
+                                  epoch=epoch):
+            yield self.task.text_batch(idx)
+
+    def loss(self, model: LAS, batch: dict, step: int = 0) -> tuple[torch.Tensor, int]:
+        logits = model.language_model(batch["tgt_in"])
+        target = batch["tgt_out"]
+        return self.task.cross_entropy(logits, target), int((target != PAD).sum())
+
+    @torch.no_grad()
+    def evaluate(self, model: LAS) -> dict[str, float]:
+        device = next(model.parameters()).device
+        tgt, _ = pad_batch([[BOS] + ids + [EOS] for ids in self._valid])
+        tgt = tgt.to(device)
+        logits = model.language_model(tgt[:, :-1])
+        target = tgt[:, 1:]
+        real = target != PAD
+        correct = (logits.argmax(-1) == target) & real
+        loss = F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD)
+        return {"accuracy": float(correct.sum() / real.sum()), "loss": float(loss)}
+
+    def config(self) -> dict:
+        return {**self.task.config(), "task": "asr-speller-lm"}
+
+    def vocab(self) -> dict:
+        return self.task.vocab()

@@ -2,8 +2,8 @@
 
 Sources and targets are character sequences (:class:`attnkit.data.CharVocab`) or SentencePiece
 subwords (:class:`attnkit.data.SubwordVocab`); the model is a :class:`attnkit.models.Seq2Seq`
-or :class:`attnkit.models.Transformer` built from a JSON config, so a checkpoint alone
-rebuilds it.
+or :class:`attnkit.models.Transformer` built by the model registry from its config
+(``{"name": "seq2seq" | "transformer", ...}``), so a checkpoint alone rebuilds it.
 """
 
 from __future__ import annotations
@@ -18,20 +18,14 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.data import CharVocab, SubwordVocab, build_vocab, pad_batch
-from attnkit.decoding import Hypotheses, beam_search, greedy, sample
-from attnkit.models import Seq2Seq, Transformer
+from attnkit.decoding import Decoding, Hypotheses, decode
+from attnkit.models import Seq2Seq, Transformer, build_model
 from attnkit.plot import plot_attention
 from attnkit.tasks.batching import length_batches
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train.teacher_forcing import TeacherForcing
 
-__all__ = ["TranslationTask", "build_model", "metrics", "plot_translation", "translate"]
-
-
-def build_model(config: dict) -> Seq2Seq | Transformer:
-    """The model of a saved config (``src_vocab``, ``tgt_vocab``, ``kind``...): a
-    :class:`Transformer` for ``kind="transformer"``, else a :class:`Seq2Seq`."""
-    return (Transformer if config.get("kind") == "transformer" else Seq2Seq)(**config)
+__all__ = ["TranslationTask", "metrics", "plot_translation", "translate"]
 
 
 def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
@@ -53,38 +47,25 @@ def _encode_batch(vocab: CharVocab | SubwordVocab, texts: Sequence[str], device=
 @torch.no_grad()
 def translate(model: Seq2Seq | Transformer, src_vocab: CharVocab | SubwordVocab,
               tgt_vocab: CharVocab | SubwordVocab,
-              texts: Sequence[str], *, beam: int = 1, sampling: dict | None = None,
+              texts: Sequence[str], *, decoding: Decoding | None = None,
               max_len_ratio: float = 3.0, max_len_extra: int = 10,
               batch_size: int = 128) -> tuple[list[str], list[Hypotheses]]:
-    """Decode ``texts``; returns the outputs and, per batch, the raw hypotheses (tokens and
-    attention weights for plots).
-
-    Greedy for ``beam=1``, batched beam search for ``beam > 1``, or random sampling with
-    ``sampling`` = keyword arguments of :func:`attnkit.decoding.sample` (``temperature``,
-    ``top_k``, ``top_p``, ``generator``). Output length is capped at
+    """Decode ``texts`` as ``decoding`` says (default greedy); returns the outputs (the best
+    hypothesis of each) and, per batch, the raw hypotheses (tokens and attention weights for
+    plots, all ``n_best``). Output length is capped at
     ``ceil(max_len_ratio * source length) + max_len_extra`` tokens (EOS included); pass
     ``max_len_extra`` from the longest training target when outputs can be much longer than
     their sources (:attr:`TranslationTask.max_len_extra`)."""
-    if not isinstance(beam, int) or beam < 1:
-        raise ValueError(f"beam: expected a positive int, got {beam!r}")
-    if sampling is not None and beam > 1:
-        raise ValueError(f"sampling: draws one token at a time, not with beam={beam}")
+    decoding = decoding or Decoding()
     model.eval()
     device = next(model.parameters()).device
+    generator = decoding.generator(device)
     outs, raws = [], []
     for i in range(0, len(texts), batch_size):
-        chunk = texts[i : i + batch_size]
-        src, src_len = _encode_batch(src_vocab, chunk, device)
+        src, src_len = _encode_batch(src_vocab, texts[i : i + batch_size], device)
         limit = (src_len.float() * max_len_ratio).ceil().long() + max_len_extra
-        state = model.start(src, src_len)
-        kw = dict(batch_size=len(chunk), bos=BOS, eos=EOS, pad=PAD, max_len=limit, device=device)
-        if sampling is not None:
-            hyp = sample(model.step, state, **kw, **sampling)
-        elif beam == 1:
-            hyp = greedy(model.step, state, **kw)
-        else:
-            hyp = beam_search(model.step, state, beam_size=beam, **kw)
-        outs += [tgt_vocab.decode(row) for row in hyp.tokens]
+        hyp = decode(model, src, src_len, max_len=limit, decoding=decoding, generator=generator)
+        outs += [tgt_vocab.decode(row) for row in hyp.best().tokens]
         raws.append(hyp)
     return outs, raws
 
@@ -92,6 +73,7 @@ def translate(model: Seq2Seq | Transformer, src_vocab: CharVocab | SubwordVocab,
 def plot_translation(hyp: Hypotheses, i: int, source: str, src_vocab, tgt_vocab, path):
     """Heat-map of example ``i`` of decoded ``hyp``: output pieces (EOS included) against the
     pieces of ``source``. Returns the path written, or None when the model has no attention."""
+    hyp = hyp.best()
     if hyp.weights is None:
         return None
     src_labels = src_vocab.pieces(source)
@@ -110,8 +92,8 @@ class TranslationTask:
 
     Args:
         train, valid: lists of (source, target).
-        model_config: kwargs of :class:`Seq2Seq` or :class:`Transformer` (``kind``) except
-            the vocabulary sizes.
+        model_config: the model's registry config: ``name`` ``"seq2seq"`` (the default) or
+            ``"transformer"``, and its arguments; the vocabulary sizes are set from the data.
         batch_size: sentences per batch (batches group similar lengths).
         label_smoothing: of the masked cross-entropy.
         teacher_forcing: probability of feeding the reference token (1.0: always), or a
@@ -142,7 +124,7 @@ class TranslationTask:
         if not isinstance(teacher_forcing, TeacherForcing):
             teacher_forcing = TeacherForcing(start=teacher_forcing)
         self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
-        self.model_config = {**model_config, "src_vocab": len(self.src_vocab),
+        self.model_config = {"name": "seq2seq", **model_config, "src_vocab": len(self.src_vocab),
                              "tgt_vocab": len(self.tgt_vocab)}
         self.data = data or {}
         # Room for the longest training target whatever the source length (digits -> words).

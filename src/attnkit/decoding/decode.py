@@ -1,0 +1,117 @@
+"""The one way every task decodes a model: :class:`Decoding` says how, :func:`decode` does it.
+
+A model for decoding has ``start(inputs, lengths) -> state`` and
+``step(tokens, state) -> (log_probs, state, weights)`` (see :mod:`attnkit.decoding.search`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnkit.decoding.search import Hypotheses, beam_search, greedy, sample
+from attnkit.tokens import BOS, EOS, PAD
+
+__all__ = ["Decoding", "decode"]
+
+
+def _check(name: str, value, ok: bool, expected: str) -> None:
+    if not ok:
+        raise ValueError(f"{name}: expected {expected}, got {value!r}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How outputs are chosen.
+
+    Greedy by default; ``beam > 1`` (or any beam option) runs batched beam search, ranked by
+    ``log P / lp(|Y|) + cp`` with Wu et al. (2016)'s ``length_penalty`` (alpha) and
+    ``coverage_penalty`` (beta), ``no_repeat_ngram`` forbidding repeated n-grams and ``n_best``
+    hypotheses per input; ``sample=True`` draws each token from the model's distribution
+    (``temperature``, ``top_k``, nucleus ``top_p``; ``seed`` makes the draws repeatable).
+
+    Example:
+        >>> Decoding(beam=5, length_penalty=0.6).method
+        'beam'
+        >>> Decoding(sample=True, beam=4)
+        Traceback (most recent call last):
+        ...
+        ValueError: sample: draws one token at a time, not with beam=4
+    """
+
+    beam: int = 1
+    length_penalty: float = 0.0
+    coverage_penalty: float = 0.0
+    no_repeat_ngram: int = 0
+    n_best: int = 1
+    sample: bool = False
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+
+    def __post_init__(self):
+        _check("beam", self.beam, _is_int(self.beam) and self.beam >= 1, "a positive int")
+        _check("n_best", self.n_best, _is_int(self.n_best) and 1 <= self.n_best <= self.beam,
+               f"an int in [1, beam={self.beam}]")
+        _check("no_repeat_ngram", self.no_repeat_ngram,
+               _is_int(self.no_repeat_ngram) and self.no_repeat_ngram >= 0, "a non-negative int")
+        for name in ("length_penalty", "coverage_penalty"):
+            value = getattr(self, name)
+            _check(name, value, isinstance(value, (int, float)) and value >= 0,
+                   "a non-negative number")
+        if self.sample and self._beam_options():
+            raise ValueError(f"sample: draws one token at a time, not with beam={self.beam}"
+                             + ("" if self.beam > 1 else " and beam options"))
+
+    def _beam_options(self) -> bool:
+        beam_only = (self.length_penalty, self.coverage_penalty, self.no_repeat_ngram)
+        return self.beam > 1 or any(beam_only)
+
+    @property
+    def method(self) -> str:
+        """``"greedy"``, ``"beam"`` or ``"sample"``."""
+        if self.sample:
+            return "sample"
+        return "beam" if self._beam_options() else "greedy"
+
+    def generator(self, device) -> torch.Generator | None:
+        """A generator seeded with ``seed`` on ``device`` (None without a seed): make one per
+        decoding run and pass it to every :func:`decode` call of the run."""
+        if self.seed is None:
+            return None
+        return torch.Generator(device=device).manual_seed(self.seed)
+
+
+def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
+           decoding: Decoding | None = None, generator: torch.Generator | None = None,
+           bos: int = BOS, eos: int = EOS, pad: int = PAD) -> Hypotheses:
+    """Decode a batch: ``model.start(inputs, lengths)``, then the steps ``decoding`` asks for.
+
+    Args:
+        model: anything with ``start`` and ``step`` (every attnkit decoder model).
+        inputs, lengths: the batch as ``model.start`` takes it (``B`` examples), on the
+            model's device.
+        max_len: output tokens at most (EOS included): an int or ``(B,)`` per example.
+        decoding: how (default greedy); generator: the random draws of ``sample``.
+
+    Returns:
+        :class:`Hypotheses` (with an ``n_best`` dim when ``decoding.n_best > 1``).
+    """
+    decoding = decoding or Decoding()
+    state = model.start(inputs, lengths)
+    kw = {"batch_size": int(lengths.shape[0]), "bos": bos, "eos": eos, "pad": pad,
+          "max_len": max_len, "device": lengths.device}
+    if decoding.method == "sample":
+        return sample(model.step, state, temperature=decoding.temperature, top_k=decoding.top_k,
+                      top_p=decoding.top_p, generator=generator, **kw)
+    if decoding.method == "greedy":
+        return greedy(model.step, state, **kw)
+    return beam_search(model.step, state, beam_size=decoding.beam, alpha=decoding.length_penalty,
+                       beta=decoding.coverage_penalty, no_repeat_ngram=decoding.no_repeat_ngram,
+                       n_best=decoding.n_best, **kw)

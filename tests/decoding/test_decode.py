@@ -1,0 +1,60 @@
+"""The decoding front door: one Decoding, one decode() for every model."""
+
+import pytest
+import torch
+
+from attnkit.decoding import Decoding, beam_search, decode, greedy, sample
+from attnkit.models import Seq2Seq
+from tests.models.toy import toy_batch
+
+
+def _model():
+    torch.manual_seed(0)
+    return Seq2Seq(11, 13, emb=8, hidden=12, kind="bahdanau").eval()
+
+
+def _direct(model, src, src_len, fn, **kw):
+    return fn(model.step, model.start(src, src_len), batch_size=3, bos=1, eos=2, pad=0,
+              max_len=6, **kw)
+
+
+@torch.no_grad()
+def test_each_method_is_the_search_it_names():
+    model = _model()
+    src, src_len, _ = toy_batch()
+    got = decode(model, src, src_len, max_len=6)
+    assert torch.equal(got.tokens, _direct(model, src, src_len, greedy).tokens)
+    options = Decoding(beam=3, length_penalty=0.6, no_repeat_ngram=2, n_best=2)
+    got = decode(model, src, src_len, max_len=6, decoding=options)
+    want = _direct(model, src, src_len, beam_search, beam_size=3, alpha=0.6, no_repeat_ngram=2,
+                   n_best=2)
+    assert got.tokens.shape[:2] == (3, 2) and torch.equal(got.tokens, want.tokens)
+    assert torch.equal(got.best().tokens, want.tokens[:, 0])
+    drawn = Decoding(sample=True, temperature=1.5, top_k=5, seed=3)
+    got = decode(model, src, src_len, max_len=6, decoding=drawn,
+                 generator=drawn.generator("cpu"))
+    want = _direct(model, src, src_len, sample, temperature=1.5, top_k=5,
+                   generator=torch.Generator().manual_seed(3))
+    assert torch.equal(got.tokens, want.tokens)
+
+
+def test_methods_and_generators():
+    assert Decoding().method == "greedy" and Decoding(beam=2).method == "beam"
+    assert Decoding(no_repeat_ngram=3).method == "beam"  # beam search of one hypothesis
+    assert Decoding(sample=True).method == "sample" and Decoding().generator("cpu") is None
+    a, b = Decoding(seed=1).generator("cpu"), Decoding(seed=1).generator("cpu")
+    assert torch.equal(torch.rand(3, generator=a), torch.rand(3, generator=b))
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(beam=0), "beam: expected a positive int, got 0"),
+    (dict(beam=2.0), "beam: expected a positive int, got 2.0"),
+    (dict(beam=2, n_best=3), r"n_best: expected an int in \[1, beam=2\], got 3"),
+    (dict(no_repeat_ngram=-1), "no_repeat_ngram: expected a non-negative int, got -1"),
+    (dict(length_penalty=-0.1), "length_penalty: expected a non-negative number, got -0.1"),
+    (dict(sample=True, beam=4), "sample: draws one token at a time, not with beam=4"),
+    (dict(sample=True, coverage_penalty=0.2), "sample: .* not with beam=1 and beam options"),
+])
+def test_bad_options_name_the_argument(kw, match):
+    with pytest.raises(ValueError, match=match):
+        Decoding(**kw)

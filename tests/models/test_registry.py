@@ -1,0 +1,66 @@
+"""The model registry: every model rebuilt from its config, with the same weights' shapes."""
+
+import json
+
+import pytest
+import torch
+
+from attnkit.models import CRNN, LAS, MODELS, Seq2Seq, Transformer, build_model, model_config
+from attnkit.models.registry import Model
+
+BUILT = [
+    lambda: Seq2Seq(11, 13, kind="luong", score="dot", emb=8, hidden=12),
+    lambda: Seq2Seq(11, 13, kind="none", emb=8, hidden=12),
+    lambda: Transformer(10, 12, d_model=16, heads=2, layers=1),
+    lambda: CRNN(12, channels=(4, 4, 8, 8, 8), hidden=8, attention="window", window=3),
+    lambda: LAS(10, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8),
+]
+
+
+def test_every_model_is_registered_by_its_name():
+    assert {"seq2seq", "transformer", "crnn", "las"} <= set(MODELS)
+    assert MODELS["las"] is LAS and LAS.model_name == "las"
+
+
+@pytest.mark.parametrize("make", BUILT, ids=lambda m: m().model_name)
+def test_config_round_trips_through_json_and_rebuilds_the_same_model(make):
+    model = make()
+    config = json.loads(json.dumps(model_config(model)))  # as a checkpoint stores it
+    rebuilt = build_model(config)
+    assert type(rebuilt) is type(model)
+    assert model_config(rebuilt) == config
+    assert {k: v.shape for k, v in rebuilt.state_dict().items()} == \
+        {k: v.shape for k, v in model.state_dict().items()}
+    rebuilt.load_state_dict(model.state_dict())
+
+
+def test_config_records_defaults_and_positional_arguments():
+    config = model_config(Seq2Seq(11, 13, hidden=12))
+    assert config["name"] == "seq2seq"
+    assert config["src_vocab"] == 11 and config["tgt_vocab"] == 13 and config["hidden"] == 12
+    assert config["kind"] == "bahdanau" and config["emb"] == 64  # defaults recorded
+    assert model_config(CRNN(12, channels=(4, 4, 8, 8, 8)))["channels"] == [4, 4, 8, 8, 8]
+
+
+@pytest.mark.parametrize("config, match", [
+    ([], "model config: expected a dict, got list"),
+    ({"kind": "bahdanau"}, "model config: 'name' must be one of crnn, las, seq2seq, "
+                           "transformer, got None"),
+    ({"name": "gpt"}, "'name' must be one of .*got 'gpt'"),
+    ({"name": "seq2seq", "src_vocab": 5, "tgt_vocab": 5, "hiden": 3, "x": 1},
+     "model config: seq2seq takes no argument hiden, x"),
+])
+def test_bad_configs_are_refused_naming_what_is_wrong(config, match):
+    with pytest.raises(ValueError, match=match):
+        build_model(config)
+
+
+def test_config_of_an_unregistered_module_is_refused():
+    with pytest.raises(TypeError, match="model: expected a model of the registry .*got Linear"):
+        model_config(torch.nn.Linear(2, 2))
+
+
+def test_a_name_is_registered_once():
+    with pytest.raises(ValueError, match="name: a model named 'crnn' is already registered"):
+        class Other(Model, name="crnn"):
+            pass
