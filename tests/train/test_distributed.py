@@ -15,7 +15,8 @@ import pytest
 import torch
 
 import attnkit
-from attnkit.tasks.translation import TranslationTask, build_model
+from attnkit.models import build_model
+from attnkit.tasks.translation import TranslationTask
 from attnkit.train import TrainConfig, Trainer, distributed, load_checkpoint
 from tests.train.test_loop import Reverse, ReverseTask
 
