@@ -19,53 +19,18 @@ Usage: ``python benchmarks/las_memory.py [--time-budget 60] [--json docs/las_mem
 from __future__ import annotations
 
 import sys
-from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from attnkit.models import LAS
 
 import harness
+from plain import UsualLocationAttention
 
 BATCH, STEPS, FEATURES = 16, 25, 80
 CASES = [("las", 1600), ("attention", 1600)]
 IMPLS = ("attnkit", "usual")
-
-
-class UsualLocationAttention(nn.Module):
-    """Location-aware attention written the usual way: one step, plain autograd.
-
-    ``prepare(keys (B, S, Dk), values (B, S, Dv))`` once, then per step
-    ``(query (B, Dq), memory, key_lengths (B,), prev_weights (B, S) | None)`` ->
-    ``(context (B, Dv), weights (B, S))``.
-    """
-
-    score = SimpleNamespace(needs_prev=True)  # what AttentionDecoder.start asks
-
-    def __init__(self, query_dim, key_dim, attn_dim, filters=10, kernel=31):
-        super().__init__()
-        self.w_query = nn.Linear(query_dim, attn_dim)
-        self.w_key = nn.Linear(key_dim, attn_dim, bias=False)
-        self.conv = nn.Conv1d(1, filters, kernel, padding=kernel // 2, bias=False)
-        self.w_loc = nn.Linear(filters, attn_dim, bias=False)
-        self.v = nn.Linear(attn_dim, 1, bias=False)
-
-    def prepare(self, keys, values):
-        return self.w_key(keys), values  # (B, S, A), (B, S, Dv)
-
-    def forward(self, query, memory, *, key_lengths, need_weights=True, prev_weights=None):
-        keys, values = memory
-        b, s, _ = keys.shape
-        if prev_weights is None:
-            prev_weights = keys.new_zeros(b, s)
-        f = self.conv(prev_weights[:, None]).transpose(1, 2)  # (B, S, filters)
-        pre = self.w_query(query)[:, None] + keys + self.w_loc(f)  # (B, S, A): kept per step
-        energy = self.v(torch.tanh(pre)).squeeze(-1)  # (B, S)
-        valid = torch.arange(s, device=keys.device)[None] < key_lengths[:, None]
-        weights = torch.softmax(energy.masked_fill(~valid, torch.finfo(energy.dtype).min), -1)
-        return torch.bmm(weights[:, None], values).squeeze(1), weights  # (B, Dv), (B, S)
 
 
 def build(level: str, size: int, impl: str):

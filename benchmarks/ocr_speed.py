@@ -18,45 +18,16 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from attnkit.attention import SelfAttention
 from attnkit.models import CRNN
 
 import harness
+from plain import SeedLoop, SeedMatrix
 
 CASES = ("none", "attnkit-global", "attnkit-window32", "loop (Approach 1)",
          "matrix (Approach 2.1)")
 B, WIDTH, HIDDEN, VOCAB = 32, 1600, 256, 100
-
-
-class SeedLoop(nn.Module):
-    """Approach 1: one query at a time, the loop the seed found 12x slower."""
-
-    def __init__(self, d: int):
-        super().__init__()
-        self.w = nn.Linear(d, d, bias=False)
-        self.combine = nn.Linear(2 * d, d)
-
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        keys = self.w(x)  # (B, T, D): general score x_t W x_s^T
-        pad = torch.arange(x.shape[1]) >= lengths[:, None]  # (B, T)
-        out = []
-        for t in range(x.shape[1]):
-            scores = keys.bmm(x[:, t, :, None]).squeeze(2).masked_fill(pad, float("-inf"))
-            ctx = scores.softmax(-1)[:, None].bmm(x).squeeze(1)  # (B, D)
-            out.append(torch.tanh(self.combine(torch.cat([x[:, t], ctx], -1))))
-        return torch.stack(out, 1)
-
-
-class SeedMatrix(SeedLoop):
-    """Approach 2.1: the whole (B, T, T) score matrix through autograd."""
-
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        pad = torch.arange(x.shape[1]) >= lengths[:, None]
-        scores = x.bmm(self.w(x).transpose(1, 2)).masked_fill(pad[:, None], float("-inf"))
-        ctx = scores.softmax(-1).bmm(x)  # (B, T, D)
-        return torch.tanh(self.combine(torch.cat([x, ctx], -1)))
 
 
 def build(case: str) -> CRNN:

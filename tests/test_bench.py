@@ -1,4 +1,5 @@
-"""The benchmark harness (benchmarks/harness.py): fresh processes, time budget, reports."""
+"""The benchmarks: the harness (fresh processes, time budget, reports), the attention report,
+and the plain models of models_vs_plain.py (the same models as attnkit's, every row runs)."""
 
 import json
 import os
@@ -9,12 +10,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnkit.models import Seq2Seq
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 if str(BENCHMARKS) not in sys.path:
     sys.path.append(str(BENCHMARKS))
 
 import attention  # noqa: E402  (benchmarks/attention.py)
 import harness  # noqa: E402
+import models_vs_plain  # noqa: E402
+import plain  # noqa: E402
 
 
 # ---------------------------------------------------------------- run in the fresh process
@@ -160,3 +165,75 @@ def test_attention_case_measured_in_a_fresh_process():
     assert result.name == "self B=1 T=8 D=4"
     assert result.train_s > 0 and result.forward_s > 0
     assert result.train_mb >= 0 and result.plan
+
+
+# ---------------------------------------------------------------- models_vs_plain.py
+
+
+def _batch(b=3, s=7, t=5, vocab=11, full=False):
+    gen = torch.Generator().manual_seed(0)
+    src_len = torch.full((b,), s) if full else models_vs_plain.lengths(gen, b, s)
+    src = models_vs_plain.tokens(gen, src_len, s, vocab)
+    tgt_in, _ = models_vs_plain.teacher_forced(gen, b, t, vocab)
+    return src, src_len, tgt_in
+
+
+def test_plain_luong_is_attnkits_luong_written_as_a_loop():
+    torch.manual_seed(0)
+    ours = Seq2Seq(11, 11, kind="luong", score="general", input_feeding=True, emb=4, hidden=6)
+    theirs = plain.PlainLuong(11, 11, emb=4, hidden=6)
+    mine = ours.state_dict()
+    weights = {k: v for k, v in mine.items() if k.split(".")[0] in ("encoder", "embed", "init")}
+    weights["w_a.weight"] = mine["attention.score.weight"][0].T  # h^T W_a h_s
+    for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+        weights[f"cell.{name}"] = mine[f"rnn.{name}_l0"]
+    for a, b in (("combine", "w_c"), ("out", "w_s")):
+        weights[f"{b}.weight"], weights[f"{b}.bias"] = mine[f"{a}.weight"], mine[f"{a}.bias"]
+    theirs.load_state_dict(weights)
+    src, src_len, tgt_in = _batch()
+    assert src_len.min() < src_len.max()  # padding present, masked on both sides
+    torch.testing.assert_close(theirs(src, src_len, tgt_in), ours(src, src_len, tgt_in)[0])
+
+
+def test_seed_bahdanau_is_attnkits_bahdanau_on_unpadded_batches():
+    torch.manual_seed(0)
+    ours = Seq2Seq(11, 11, kind="bahdanau", emb=4, hidden=6)
+    theirs = plain.SeedBahdanau(11, 11, emb=4, hidden=6)
+    mine = ours.state_dict()
+    weights = {k.replace("encoder.rnn.", "encoder.gru."): v for k, v in mine.items()
+               if k.startswith("encoder.")}
+    w_init = mine["init.weight"]  # (H, 2H) over [forward; backward], the seed's [backward; forward]
+    weights["encoder.fc.weight"] = torch.cat([w_init[:, 6:], w_init[:, :6]], dim=1)
+    weights["encoder.fc.bias"] = mine["init.bias"]
+    weights["decoder.embedding.weight"] = mine["embed.weight"]
+    score = ours.attention.score  # v^T tanh(W s + U h): the seed's fc1 on [s; h], no bias
+    weights["decoder.attention.fc1.weight"] = torch.cat([score.w_query[0].T, score.w_key[0].T], 1)
+    weights["decoder.attention.fc1.bias"] = torch.zeros(6)
+    weights["decoder.attention.fc2.weight"] = score.v.detach()
+    weights["decoder.attention.fc2.bias"] = torch.zeros(1)
+    for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+        weights[f"decoder.gru.{name}_l0"] = mine[f"cell.{name}"]
+    weights["decoder.fc.weight"], weights["decoder.fc.bias"] = mine["out.weight"], mine["out.bias"]
+    theirs.load_state_dict(weights)
+    src, src_len, tgt_in = _batch(full=True)
+    torch.testing.assert_close(theirs(src, tgt_in), ours(src, src_len, tgt_in)[0])
+
+
+def test_every_models_vs_plain_row_trains_on_its_smoke_shape(one_thread):
+    for row in models_vs_plain.rows_of(smoke=True):
+        out = models_vs_plain.measure(row["family"], row["impl"], row["size"], reps=1,
+                                      time_budget=60)
+        assert out["step_s"] > 0 and out["params"] > 0, row["name"]
+    families = {r["family"] for r in models_vs_plain.rows_of(smoke=False)}
+    assert families == {"bahdanau", "luong", "las", "crnn"}
+
+
+def test_models_vs_plain_smoke_rows_in_fresh_processes(tmp_path, capsys):
+    out = tmp_path / "rows.json"
+    assert models_vs_plain.main(["--smoke", "--match", "luong", "--threads", "1",
+                                 "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["impl"] for r in rows] == ["plain", "attnkit"]
+    assert all(r["status"] == "ok" and r["threads"] == 1 for r in rows)
+    assert rows[1]["time_ratio"] == rows[1]["step_s"] / rows[0]["step_s"]
+    assert "| luong | B=2 S=6 T=4 | attnkit |" in capsys.readouterr().out
