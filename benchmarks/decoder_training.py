@@ -3,26 +3,23 @@
 after ``attnkit.attention.kernels.warm_up()`` (the Inductor kernels compiled ahead, as
 ``attnkit train`` does for long runs).
 
-Each (model, mode) runs in a fresh process: a few warm-up steps, then the median of the timed
-ones. Models: the Bahdanau translator at the CLI's default size on sentence-length inputs, the
-CRNN's attention-decoder head on 800 px lines (400 encoder steps, 40 characters), and LAS with
-the location-aware score on 8 s of audio (800 frames, 100 listener steps, 60 characters).
+Each (model, mode) runs in a fresh process (:mod:`harness`): two warm-up steps, then the median
+of the timed ones (an AdamW step included). Models: the Bahdanau translator at the CLI's default
+size on sentence-length inputs, the CRNN's attention-decoder head on 800 px lines (400 encoder
+steps, 40 characters), and LAS with the location-aware score on 8 s of audio (800 frames, 100
+listener steps, 60 characters).
 
     python benchmarks/decoder_training.py --json docs/decoder_training.json
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import subprocess
 import sys
 import time
 
 import torch
 
-from attnkit.bench import machine
+import harness
 
 
 def build(name: str):
@@ -55,9 +52,11 @@ def build(name: str):
 
 
 MODES = ("plain", "default", "warm")
+MODELS = ("bahdanau", "crnn-attention-head", "las-location")
 
 
-def worker(name: str, mode: str, steps: int) -> dict:
+def measure(name: str, mode: str, steps: int, time_budget: float) -> dict:
+    """One (model, mode) in this process (the fresh process of :func:`harness.run`)."""
     from attnkit.attention import kernels
 
     compile_s = 0.0
@@ -75,47 +74,47 @@ def worker(name: str, mode: str, steps: int) -> dict:
         loss.backward()
         opt.step()
 
-    for _ in range(2):
-        step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    times.sort()
-    return {"model": name, "mode": mode, "step_s": times[len(times) // 2],
-            "compile_s": compile_s, "threads": torch.get_num_threads()}
+    timing = harness.timed(step, reps=steps, time_budget=time_budget / 2, warmup=2)
+    return {"model": name, "mode": mode, "step_s": timing.median, "train_mb": timing.extra_mb,
+            "steps": len(timing.times), "compile_s": compile_s,
+            "threads": torch.get_num_threads()}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv=None) -> int:
+    p = harness.parser(__doc__.split("\n\n")[0], time_budget=600.0)
     p.add_argument("--steps", type=int, default=9, help="timed steps per case")
-    p.add_argument("--json", help="write the results here")
-    p.add_argument("--worker", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.worker:
-        print(json.dumps(worker(args.worker[0], args.worker[1], args.steps)))
-        return
-    rows = []
-    for name in ("bahdanau", "crnn-attention-head", "las-location"):
+    args = p.parse_args(argv)
+    rows = {}
+    for name in MODELS:
         for mode in MODES:
-            env = dict(os.environ, **({"ATTNKIT_COMPILE": "0"} if mode == "plain" else {}))
-            out = subprocess.run([sys.executable, __file__, "--steps", str(args.steps),
-                                  "--worker", name, mode], check=True, capture_output=True,
-                                 text=True, env=env).stdout
-            rows.append(json.loads(out.strip().splitlines()[-1]))
-    print("| model | plain PyTorch step s | default step s | after warm_up() step s | "
-          "compile s |")
-    print("|---|---|---|---|---|")
-    for plain, default, warm in zip(rows[::3], rows[1::3], rows[2::3]):
-        print(f"| {plain['model']} | {plain['step_s']:.3f} | {default['step_s']:.3f} "
-              f"({default['step_s'] / plain['step_s']:.2f}x) | {warm['step_s']:.3f} "
-              f"({warm['step_s'] / plain['step_s']:.2f}x) | {warm['compile_s']:.1f} |")
+            if args.match is not None and args.match not in f"{name} {mode}":
+                continue
+            env = {"ATTNKIT_COMPILE": "0"} if mode == "plain" else None
+            rows[name, mode] = {"model": name, "mode": mode, **harness.run(
+                measure, {"name": name, "mode": mode, "steps": args.steps,
+                          "time_budget": args.time_budget},
+                time_budget=args.time_budget, env=env, threads=args.threads)}
+    print(harness.table_header(["model", "plain PyTorch step s", "default step s",
+                                "after warm_up() step s", "compile s"]))
+    for name in MODELS:
+        plain, default, warm = (rows.get((name, mode), {}) for mode in MODES)
+        if not (plain or default or warm):
+            continue
+        print(harness.table_row([name, _step(plain), _step(default, plain), _step(warm, plain),
+                                 f"{warm['compile_s']:.1f}" if "compile_s" in warm else ""]))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"torch": torch.__version__, "machine": machine(), "rows": rows}, f,
-                      indent=1)
+        harness.write_json(args.json, list(rows.values()), steps=args.steps)
+    return 0
+
+
+def _step(row: dict, plain: dict | None = None) -> str:
+    """A row's step time, with its ratio to plain PyTorch's; or why it has none."""
+    if row.get("status") != "ok":
+        return f"{row['status']}: {row['note']}" if row else ""
+    ratio = (f" ({row['step_s'] / plain['step_s']:.2f}x)"
+             if plain and plain.get("status") == "ok" else "")
+    return f"{row['step_s']:.3f}{ratio}"
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

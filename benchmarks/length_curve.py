@@ -1,16 +1,15 @@
 """Accuracy by source length, with and without attention (Bahdanau et al. 2015, Fig. 2).
 
 Trains a Bahdanau model and the no-attention baseline on the same built-in data for the same
-time budget, then measures held-out exact match per source-length bucket; writes a table
-(Markdown, printed), JSON and a plot.
+time budget, each in a fresh process (:mod:`harness`), then measures held-out exact match per
+source-length bucket; writes a table (Markdown, printed), JSON and a plot.
 
-    python benchmarks/length_curve.py --budget 200 --out docs/length_curve
+    python benchmarks/length_curve.py --time-budget 200 --out docs/length_curve
 """
 
 from __future__ import annotations
 
-import argparse
-import json
+import sys
 from pathlib import Path
 
 import torch
@@ -21,17 +20,22 @@ from attnkit.data import generate_pairs
 from attnkit.tasks.translation import TranslationTask, translate
 from attnkit.train import TrainConfig, Trainer
 
+import harness
+
 BUCKETS = [(0, 20), (20, 30), (30, 40), (40, 50), (50, 60), (60, 80), (80, 200)]
 
 
-def train_and_score(kind: str, train, test, budget: float, out: Path) -> dict:
+def train_and_score(kind: str, n_train: int, n_test: int, time_budget: float, out: str) -> dict:
+    """Train ``kind`` for ``time_budget`` seconds, then its exact match per length bucket."""
+    train = generate_pairs(n_train, split="train", tasks=("numbers",))
+    test = generate_pairs(n_test, split="test", tasks=("numbers",))
     torch.manual_seed(0)
     task = TranslationTask(train, test[:300], model_config=dict(kind=kind, emb=64, hidden=128),
                            batch_size=64)
     model = task.build_model()
     cfg = TrainConfig(max_steps=10**6, lr=3e-3, warmup_steps=100, eval_every=10**6,
-                      checkpoint_every=10**6, time_budget_s=budget, progress=False)
-    result = Trainer(model, task, cfg, out / kind).fit()
+                      checkpoint_every=10**6, time_budget_s=time_budget, progress=False)
+    result = Trainer(model, task, cfg, Path(out) / kind).fit()
     outs, _ = translate(model, task.src_vocab, task.tgt_vocab, [s for s, _ in test],
                         max_len_extra=task.max_len_extra)
     rows = {}
@@ -43,28 +47,34 @@ def train_and_score(kind: str, train, test, budget: float, out: Path) -> dict:
             "overall": sum(o == t for (_, t), o in zip(test, outs)) / len(test)}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--budget", type=float, default=200.0, help="training seconds per model")
-    p.add_argument("--out", type=Path, default=Path("docs/length_curve"))
+def main(argv=None) -> int:
+    p = harness.parser(__doc__.splitlines()[0], time_budget=200.0,
+                       time_budget_help="training seconds per model")
+    p.add_argument("--out", type=Path, default=Path("docs/length_curve"),
+                   help="the JSON and the plot, without suffix (--json: the JSON elsewhere)")
     p.add_argument("--n-train", type=int, default=20000)
     p.add_argument("--n-test", type=int, default=2000)
-    args = p.parse_args()
-    train = generate_pairs(args.n_train, split="train", tasks=("numbers",))
-    test = generate_pairs(args.n_test, split="test", tasks=("numbers",))
-    runs = Path("/tmp/attnkit-length-curve")
-    results = [train_and_score(k, train, test, args.budget, runs) for k in ("bahdanau", "none")]
-    print(f"| source length (chars) | n | {' | '.join(r['kind'] for r in results)} |")
-    print("|---|---|" + "---|" * len(results))
+    args = p.parse_args(argv)
+    results = []
+    for kind in ("bahdanau", "none"):
+        if args.match is not None and args.match not in kind:
+            continue
+        row = harness.run(train_and_score, {
+            "kind": kind, "n_train": args.n_train, "n_test": args.n_test,
+            "time_budget": args.time_budget, "out": "/tmp/attnkit-length-curve"},
+            time_budget=None, threads=args.threads)
+        if row["status"] != "ok":
+            raise SystemExit(f"length_curve: {kind}: {row['status']}: {row['note']}")
+        results.append(row)
+    print(harness.table_header(["source length (chars)", "n", *(r["kind"] for r in results)]))
     for bucket in results[0]["buckets"]:
         n = results[0]["buckets"][bucket]["n"]
-        accs = " | ".join(f"{r['buckets'][bucket]['accuracy']:.3f}" for r in results)
-        print(f"| {bucket} | {n} | {accs} |")
-    print("| all | " + str(len(test)) + " | "
-          + " | ".join(f"{r['overall']:.3f} ({r['steps']} steps)" for r in results) + " |")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(
-        {"budget_s": args.budget, "n_train": args.n_train, "results": results}, indent=1))
+        print(harness.table_row([bucket, n, *(f"{r['buckets'][bucket]['accuracy']:.3f}"
+                                              for r in results)]))
+    print(harness.table_row(["all", args.n_test, *(f"{r['overall']:.3f} ({r['steps']} steps)"
+                                                   for r in results)]))
+    harness.write_json(args.json or args.out.with_suffix(".json"), results,
+                       time_budget_s=args.time_budget, n_train=args.n_train)
     fig = Figure(figsize=(6, 4))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
@@ -77,11 +87,12 @@ def main() -> None:
     ax.set_xlabel("source length (characters)")
     ax.set_ylabel("held-out exact match")
     ax.set_ylim(0, 1.02)
-    ax.set_title(f"numbers -> digits, {args.budget:.0f} s of CPU training each")
+    ax.set_title(f"numbers -> digits, {args.time_budget:.0f} s of CPU training each")
     ax.legend()
     fig.tight_layout()
     fig.savefig(args.out.with_suffix(".png"), dpi=110)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -7,60 +7,27 @@ loss: one training step (forward, backward) of the CRNN without attention, and w
 attention layer (general score ``x_t W x_s^T``, output ``tanh(W_c [x_t; c_t])``) written four
 ways: attnkit ``SelfAttention`` over the whole line and over a window of 32 steps each side,
 the seed's Approach 1 (a Python loop over the 800 steps) and Approach 2.1 (the full ``(B, T, T)``
-matrix through autograd). Each case runs in a fresh process; time is the median of the steps
-after one warm-up, memory the peak resident memory during them minus that before them.
+matrix through autograd). Each case runs in a fresh process (:mod:`harness`); time is the median
+of the steps after one warm-up, memory the peak resident memory during them minus that before
+them.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import subprocess
 import sys
-import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from attnkit.attention import SelfAttention
-from attnkit.bench import PeakRSS, machine
 from attnkit.models import CRNN
+
+import harness
+from plain import SeedLoop, SeedMatrix
 
 CASES = ("none", "attnkit-global", "attnkit-window32", "loop (Approach 1)",
          "matrix (Approach 2.1)")
 B, WIDTH, HIDDEN, VOCAB = 32, 1600, 256, 100
-
-
-class SeedLoop(nn.Module):
-    """Approach 1: one query at a time, the loop the seed found 12x slower."""
-
-    def __init__(self, d: int):
-        super().__init__()
-        self.w = nn.Linear(d, d, bias=False)
-        self.combine = nn.Linear(2 * d, d)
-
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        keys = self.w(x)  # (B, T, D): general score x_t W x_s^T
-        pad = torch.arange(x.shape[1]) >= lengths[:, None]  # (B, T)
-        out = []
-        for t in range(x.shape[1]):
-            scores = keys.bmm(x[:, t, :, None]).squeeze(2).masked_fill(pad, float("-inf"))
-            ctx = scores.softmax(-1)[:, None].bmm(x).squeeze(1)  # (B, D)
-            out.append(torch.tanh(self.combine(torch.cat([x[:, t], ctx], -1))))
-        return torch.stack(out, 1)
-
-
-class SeedMatrix(SeedLoop):
-    """Approach 2.1: the whole (B, T, T) score matrix through autograd."""
-
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        pad = torch.arange(x.shape[1]) >= lengths[:, None]
-        scores = x.bmm(self.w(x).transpose(1, 2)).masked_fill(pad[:, None], float("-inf"))
-        ctx = scores.softmax(-1).bmm(x)  # (B, T, D)
-        return torch.tanh(self.combine(torch.cat([x, ctx], -1)))
 
 
 def build(case: str) -> CRNN:
@@ -78,7 +45,8 @@ def build(case: str) -> CRNN:
     return model
 
 
-def run_case(case: str, reps: int, budget_s: float) -> dict:
+def measure(case: str, reps: int, time_budget: float) -> dict:
+    """One case in this process (the fresh process of :func:`harness.run`)."""
     torch.manual_seed(0)
     model = build(case)
     images = torch.rand(B, 1, 32, WIDTH)
@@ -93,55 +61,35 @@ def run_case(case: str, reps: int, budget_s: float) -> dict:
         model.zero_grad(set_to_none=True)
         loss.backward()
 
-    step()  # warm-up
-    times = []
-    start = time.perf_counter()
-    with PeakRSS() as mem:
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - t0)
-            if time.perf_counter() - start > budget_s:
-                break
-    return {"case": case, "step_s": statistics.median(times), "reps": len(times),
-            "extra_mib": mem.extra_mb}
+    timing = harness.timed(step, reps=reps, time_budget=time_budget / 2)
+    return {"step_s": timing.median, "reps": len(timing.times), "extra_mib": timing.extra_mb}
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--time-budget", type=float, default=120.0, help="seconds per case")
-    p.add_argument("--json", type=Path)
-    p.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)  # one case, in a worker
+    p = harness.parser(__doc__.split("\n\n")[0], time_budget=600.0, reps=3)
     args = p.parse_args(argv)
-    if args.case:
-        print(json.dumps(run_case(args.case, args.reps, args.time_budget)))
-        return 0
     rows = []
     for case in CASES:
-        cmd = [sys.executable, __file__, "--case", case, "--reps", str(args.reps),
-               "--time-budget", str(args.time_budget)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode:
-            print(f"{case}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
-            rows.append({"case": case, "error": proc.stderr.strip().splitlines()[-1:]})
+        if args.match is not None and args.match not in case:
             continue
-        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        rows.append({"case": case, **harness.run(
+            measure, {"case": case, "reps": args.reps, "time_budget": args.time_budget},
+            time_budget=args.time_budget, threads=args.threads)})
         print(f"done: {rows[-1]}", file=sys.stderr)
-    base = next(r["step_s"] for r in rows if r["case"] == "none" and "step_s" in r)
+    base = next((r["step_s"] for r in rows if r["case"] == "none" and r["status"] == "ok"), None)
     print(f"CRNN B={B}, {WIDTH} px -> {WIDTH // 2} steps, hidden {HIDDEN}, CTC; "
           f"one training step (forward + backward)\n")
-    print("| attention between RNN1 and RNN2 | step (s) | x CRNN without | extra MiB | steps |")
-    print("|---|---:|---:|---:|---:|")
+    print(harness.table_header(["attention between RNN1 and RNN2", "step (s)", "x CRNN without",
+                                "extra MiB", "steps"]))
     for r in rows:
-        if "step_s" not in r:
-            print(f"| {r['case']} | failed | | | |")
+        if r["status"] != "ok":
+            print(harness.table_row([r["case"], f"{r['status']}: {r['note']}", "", "", ""]))
             continue
-        print(f"| {r['case']} | {r['step_s']:.2f} | {r['step_s'] / base:.2f} | "
-              f"{r['extra_mib']:.0f} | {r['reps']} |")
+        ratio = f"{r['step_s'] / base:.2f}" if base else ""
+        print(harness.table_row([r["case"], f"{r['step_s']:.2f}", ratio, f"{r['extra_mib']:.0f}",
+                                 r["reps"]]))
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine(), "batch": B, "width": WIDTH,
-                                         "hidden": HIDDEN, "rows": rows}, indent=1))
+        harness.write_json(args.json, rows, batch=B, width=WIDTH, hidden=HIDDEN)
     return 0
 
 

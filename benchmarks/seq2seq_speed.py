@@ -3,67 +3,68 @@ sentence at a time. Prints a Markdown table and writes JSON.
 
     python benchmarks/seq2seq_speed.py --json docs/seq2seq_speed.json
 
-Both sides of each comparison compute the same thing with the same (untrained) weights; timing is
-the median of ``--reps`` runs after one warm-up.
+Both sides of each comparison compute the same thing with the same (untrained) weights (checked
+before timing); each side runs in a fresh process (:mod:`harness`), its time the median of
+``--reps`` runs after one warm-up.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import time
-from pathlib import Path
+import sys
 
 import torch
+import torch.nn.functional as F
 
 from attnkit.decoding import beam_search
 from attnkit.models import Seq2Seq
 
+import harness
 
-def _median_time(fn, reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+# comparison -> (attnkit side, baseline side)
+SIDES = {"luong": ("vectorised", "per-step loop"), "beam": ("batched", "one sentence at a time")}
+LUONG = dict(batch=64, src_len=40, tgt_len=30)
+BEAM = dict(batch=64, src_len=30, max_len=30, beam_size=5)
+TARGETS = {"luong": 3.0, "beam": 5.0}
 
 
-def luong_step(batch: int, src_len: int, tgt_len: int, reps: int) -> dict:
+def luong_step(side: str, reps: int, time_budget: float, batch: int, src_len: int,
+               tgt_len: int) -> dict:
+    """A teacher-forced training step (forward + backward) of Luong's model without input
+    feeding: one GRU call and one attention call for all steps, or the usual per-step loop
+    through the public ``step`` (same math)."""
     torch.manual_seed(0)
     model = Seq2Seq(60, 60, kind="luong", score="general", emb=64, hidden=256)
     src = torch.randint(4, 60, (batch, src_len))
     lengths = torch.full((batch,), src_len)
     tgt = torch.randint(4, 60, (batch, tgt_len))
 
-    def vectorised():
-        logits, _ = model(src, lengths, tgt)  # one GRU call, one attention call for all steps
-        logits.logsumexp(-1).mean().backward()
+    def vectorised(n=batch):
+        logits, _ = model(src[:n], lengths[:n], tgt[:n])
+        return F.log_softmax(logits, -1)  # (B, T, V)
 
-    def loop():
-        state = model.start(src, lengths)
+    def loop(n=batch):
+        state = model.start(src[:n], lengths[:n])
         out = []
-        for t in range(tgt_len):  # the usual per-step decoder loop, same math
-            logits, state, _ = model._step(tgt[:, t], state)
-            out.append(logits)
-        torch.stack(out, 1).logsumexp(-1).mean().backward()
+        for t in range(tgt_len):
+            log_probs, state, _ = model.step(tgt[:n, t], state)
+            out.append(log_probs)
+        return torch.stack(out, 1)  # (B, T, V)
 
     with torch.no_grad():  # same function: check before timing
-        a, _ = model(src[:2], lengths[:2], tgt[:2])
-        state, b = model.start(src[:2], lengths[:2]), []
-        for t in range(tgt_len):
-            logits, state, _ = model._step(tgt[:2, t], state)
-            b.append(logits)
-        assert torch.allclose(a, torch.stack(b, 1), atol=1e-4)
-    v, lp = _median_time(vectorised, reps), _median_time(loop, reps)
-    return {"case": f"Luong (general, no input feeding) training step, B={batch}, S={src_len}, "
-                    f"T={tgt_len}, hidden 256", "attnkit_s": v, "baseline_s": lp,
-            "baseline": "per-step loop", "speedup": lp / v, "target": 3.0}
+        if not torch.allclose(vectorised(2), loop(2), atol=1e-4):
+            raise AssertionError("the vectorised step and the loop differ")
+    forward = vectorised if side == "vectorised" else loop
+
+    def step():
+        F.nll_loss(forward().flatten(0, 1), tgt.flatten()).backward()
+
+    return {"s": harness.timed(step, reps=reps, time_budget=time_budget / 2).median}
 
 
-def beam(batch: int, src_len: int, max_len: int, beam_size: int, reps: int) -> dict:
+def beam(side: str, reps: int, time_budget: float, batch: int, src_len: int, max_len: int,
+         beam_size: int) -> dict:
+    """Beam search over a batch of sentences at once, or one sentence at a time; the
+    one-at-a-time side also says whether both give the same tokens."""
     torch.manual_seed(0)
     model = Seq2Seq(60, 60, kind="bahdanau", emb=64, hidden=128).eval()
     src = torch.randint(4, 60, (batch, src_len))
@@ -79,31 +80,57 @@ def beam(batch: int, src_len: int, max_len: int, beam_size: int, reps: int) -> d
         return [beam_search(model.step, model.start(src[i : i + 1], lengths[i : i + 1]),
                             batch_size=1, **kw) for i in range(batch)]
 
-    together, alone = batched(), one_by_one()
-    same = all(torch.equal(together.tokens[i, : alone[i].tokens.shape[1]], alone[i].tokens[0])
-               for i in range(batch))
-    b, s = _median_time(batched, reps), _median_time(one_by_one, reps)
-    return {"case": f"beam search (beam {beam_size}), {batch} sentences, S={src_len}, "
-                    f"max_len={max_len}", "attnkit_s": b, "baseline_s": s,
-            "baseline": "one sentence at a time", "speedup": s / b, "target": 5.0,
-            "same_outputs": same}
+    row = {}
+    if side == "one sentence at a time":
+        together, alone = batched(), one_by_one()
+        row["same_outputs"] = all(
+            torch.equal(together.tokens[i, : alone[i].tokens.shape[1]], alone[i].tokens[0])
+            for i in range(batch))
+    run = batched if side == "batched" else one_by_one
+    return {**row, "s": harness.timed(run, reps=reps, time_budget=time_budget / 2).median}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--json", type=Path, default=Path("docs/seq2seq_speed.json"))
-    args = p.parse_args()
-    rows = [luong_step(64, 40, 30, args.reps), beam(64, 30, 30, 5, args.reps)]
-    print("| case | attnkit s | baseline | baseline s | speed-up | target |")
-    print("|---|---|---|---|---|---|")
+def main(argv=None) -> int:
+    p = harness.parser(__doc__.splitlines()[0], time_budget=600.0,
+                       json_path="docs/seq2seq_speed.json", reps=3)
+    args = p.parse_args(argv)
+    names = {"luong": (f"Luong (general, no input feeding) training step, B={LUONG['batch']}, "
+                       f"S={LUONG['src_len']}, T={LUONG['tgt_len']}, hidden 256"),
+             "beam": (f"beam search (beam {BEAM['beam_size']}), {BEAM['batch']} sentences, "
+                      f"S={BEAM['src_len']}, max_len={BEAM['max_len']}")}
+    rows = []
+    for kind, (fn, sizes) in {"luong": (luong_step, LUONG), "beam": (beam, BEAM)}.items():
+        if args.match is not None and args.match not in names[kind]:
+            continue
+        ours, theirs = (harness.run(fn, {"side": side, "reps": args.reps,
+                                         "time_budget": args.time_budget, **sizes},
+                                    time_budget=args.time_budget, threads=args.threads)
+                        for side in SIDES[kind])
+        row = {"case": names[kind], "baseline": SIDES[kind][1], "target": TARGETS[kind]}
+        failed = next((r for r in (ours, theirs) if r["status"] != "ok"), None)
+        if failed:
+            row.update(status=failed["status"], note=failed["note"])
+        else:
+            row.update(status="ok", attnkit_s=ours["s"], baseline_s=theirs["s"],
+                       speedup=theirs["s"] / ours["s"])
+            if "same_outputs" in theirs:
+                row["same_outputs"] = theirs["same_outputs"]
+        rows.append(row)
+    print(harness.table_header(["case", "attnkit s", "baseline", "baseline s", "speed-up",
+                                "target"]))
     for r in rows:
+        if r["status"] != "ok":
+            print(harness.table_row([r["case"], f"{r['status']}: {r['note']}", r["baseline"],
+                                     "", "", ""]))
+            continue
         verdict = "reached" if r["speedup"] >= r["target"] else "missed"
-        print(f"| {r['case']} | {r['attnkit_s']:.3f} | {r['baseline']} | {r['baseline_s']:.3f} | "
-              f"{r['speedup']:.1f}x | >= {r['target']:.0f}x: {verdict} |")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(rows, indent=1))
+        print(harness.table_row([r["case"], f"{r['attnkit_s']:.3f}", r["baseline"],
+                                 f"{r['baseline_s']:.3f}", f"{r['speedup']:.1f}x",
+                                 f">= {r['target']:.0f}x: {verdict}"]))
+    if args.json:
+        harness.write_json(args.json, rows)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

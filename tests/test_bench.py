@@ -1,22 +1,142 @@
-"""The benchmark report: which machine measured which rows, and hand-written notes kept."""
+"""The benchmarks: the harness (fresh processes, time budget, reports), the attention report,
+and the plain models of models_vs_plain.py (the same models as attnkit's, every row runs)."""
 
-from attnkit.bench import NOTES_MARK, Case, Result, write_report
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnkit.models import Seq2Seq
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+if str(BENCHMARKS) not in sys.path:
+    sys.path.append(str(BENCHMARKS))
+
+import attention  # noqa: E402  (benchmarks/attention.py)
+import harness  # noqa: E402
+import models_vs_plain  # noqa: E402
+import plain  # noqa: E402
+
+
+# ---------------------------------------------------------------- run in the fresh process
+
+
+def holds_memory(mib: int) -> dict:
+    """A step that keeps ``mib`` MiB resident for 50 ms."""
+
+    def step():
+        x = torch.ones(mib * 2**18)  # float32: mib MiB, every page written
+        time.sleep(0.05)
+        del x
+
+    timing = harness.timed(step, reps=2, time_budget=60.0)
+    return {"s": timing.median, "extra_mb": timing.extra_mb, "runs": len(timing.times),
+            "pid": os.getpid(), "threads": torch.get_num_threads()}
+
+
+def sleeps(seconds: float) -> dict:
+    time.sleep(seconds)
+    return {"slept": seconds}
+
+
+def fails(message: str) -> dict:
+    raise ValueError(message)
+
+
+def test_a_case_runs_in_a_fresh_process_and_gives_time_and_memory():
+    row = harness.run(holds_memory, {"mib": 64}, time_budget=120, threads=1)
+    assert row["status"] == "ok"
+    assert row["pid"] != os.getpid()
+    assert row["threads"] == 1
+    assert row["runs"] == 2
+    assert row["s"] > 0
+    assert 48 < row["extra_mb"] < 200  # the 64 MiB step seen by the sampler, nothing stuck
+
+
+def test_the_time_budget_stops_a_slow_case():
+    start = time.perf_counter()
+    row = harness.run(sleeps, {"seconds": 600}, time_budget=3)
+    assert row == {"status": "timeout", "note": "over the 3 s budget"}
+    assert time.perf_counter() - start < 300  # stopped, not waited for
+
+
+def test_a_failing_case_gives_its_last_error_line():
+    row = harness.run(fails, {"message": "the case broke"}, time_budget=120)
+    assert row["status"] == "error"
+    assert row["note"] == "ValueError: the case broke"
+
+
+def test_a_case_that_would_not_fit_in_free_memory_is_skipped_without_running():
+    row = harness.run(fails, {"message": "ran"}, time_budget=120, need_bytes=2**60)
+    assert row["status"] == "skipped"
+    assert row["note"].startswith("needs ~1073741824 GiB")
+
+
+def test_only_module_level_functions_can_run():
+    def local():
+        return {}
+
+    with pytest.raises(ValueError, match="fn: expected a module-level function"):
+        harness.run(local, {}, time_budget=10)
+
+
+def test_timed_stops_repeating_after_the_budget():
+    timing = harness.timed(lambda: time.sleep(0.02), reps=1000, time_budget=0.01, warmup=0)
+    assert timing.times and len(timing.times) == 1
+
+
+# ---------------------------------------------------------------- what measured it, reports
+
+
+def test_machine_names_cpu_cores_and_torch():
+    text = harness.machine()
+    assert f"{os.cpu_count()} cores" in text
+    assert f"torch {torch.__version__}" in text
+
+
+def test_write_json_records_the_machine_commit_and_command(tmp_path):
+    path = tmp_path / "out" / "rows.json"
+    harness.write_json(path, [{"case": "a", "s": 1.0}], batch=8)
+    data = json.loads(path.read_text())
+    assert data["rows"] == [{"case": "a", "s": 1.0}]
+    assert data["batch"] == 8
+    assert data["machine"] == harness.machine()
+    assert set(data) >= {"commit", "date", "command"}
+
+
+def test_markdown_table_cells():
+    assert harness.table_header(["a", "b"]) == "| a | b |\n|---|---|"
+    assert harness.table_row(["x", "", 3]) == "| x | | 3 |"
+
+
+def test_markdown_report_keeps_the_notes_below_the_mark(tmp_path):
+    md = tmp_path / "report.md"
+    harness.write_markdown(md, ["# first"])
+    assert md.read_text() == f"# first\n{harness.NOTES_MARK}\n"
+    md.write_text(md.read_text() + "Hand-written analysis.\n")
+    harness.write_markdown(md, ["# second", "table"])
+    assert md.read_text() == f"# second\ntable\n{harness.NOTES_MARK}\nHand-written analysis.\n"
 
 
 def _result(group, impl, machine, train_s):
-    case = Case(group, impl, b=8, t=800, steps=100 if group == "decoder" else 0)
-    return Result(case.__dict__, case.name, impl, train_s=train_s, forward_s=train_s / 3,
-                  train_mb=10.0, forward_mb=1.0, command=f"attnkit bench --group {group}",
-                  date="2026-11-22", commit="abc1234", machine=machine)
+    case = attention.Case(group, impl, b=8, t=800, steps=100 if group == "decoder" else 0)
+    return attention.Result(case.__dict__, case.name, impl, train_s=train_s,
+                            forward_s=train_s / 3, train_mb=10.0, forward_mb=1.0,
+                            command=f"attnkit bench --group {group}", date="2026-11-22",
+                            commit="abc1234", machine=machine)
 
 
-def test_report_names_the_machine_of_each_run_and_keeps_the_notes(tmp_path):
+def test_attention_report_names_the_machine_of_each_run_and_keeps_the_notes(tmp_path):
     md, js = tmp_path / "b.md", tmp_path / "b.json"
-    md.write_text(f"old report\n{NOTES_MARK}\nHand-written analysis.\n")
+    md.write_text(f"old report\n{harness.NOTES_MARK}\nHand-written analysis.\n")
     results = [_result("self", "auto", "CPU one; 2 cores", 0.3),
                _result("decoder", "loop", "CPU two; 2 cores", 0.9),
                _result("decoder", "auto", "CPU two; 2 cores", 0.6)]
-    write_report(results, js, md)
+    attention.write_report(results, js, md)
     text = md.read_text()
     assert "- `attnkit bench --group self` (2026-11-22, commit abc1234, CPU one; 2 cores): " \
            "groups self" in text
@@ -24,5 +144,96 @@ def test_report_names_the_machine_of_each_run_and_keeps_the_notes(tmp_path):
            "groups decoder" in text
     assert "Additive decoder, 100 steps over Tk=800: memory 10 vs 10 MiB, time 0.60 vs 0.90 s" \
            in text
-    assert text.endswith(f"{NOTES_MARK}\nHand-written analysis.\n")
+    assert text.endswith(f"{harness.NOTES_MARK}\nHand-written analysis.\n")
     assert "old report" not in text
+    assert [r["name"] for r in json.loads(js.read_text())] == [r.name for r in results]
+
+
+def test_attention_targets_select_the_issue_cases_without_slow_baselines():
+    targets = [c for c in attention.suite() if attention.is_target(c)]
+    assert {c.group for c in targets} == {"self", "mha", "additive", "local"}
+    assert not any(c.impl == "loop" and c.group != "self" for c in targets)
+    assert any(c.name.startswith("additive B=1 T=16384") for c in targets)
+
+
+def test_attention_case_measured_in_a_fresh_process():
+    case = attention.Case("self", "auto", b=1, t=8, d=4)
+    row = harness.run(attention.measure, {"case": case.__dict__, "reps": 1, "time_budget": 60},
+                      time_budget=300)
+    assert row["status"] == "ok"
+    result = attention.Result(**row)
+    assert result.name == "self B=1 T=8 D=4"
+    assert result.train_s > 0 and result.forward_s > 0
+    assert result.train_mb >= 0 and result.plan
+
+
+# ---------------------------------------------------------------- models_vs_plain.py
+
+
+def _batch(b=3, s=7, t=5, vocab=11, full=False):
+    gen = torch.Generator().manual_seed(0)
+    src_len = torch.full((b,), s) if full else models_vs_plain.lengths(gen, b, s)
+    src = models_vs_plain.tokens(gen, src_len, s, vocab)
+    tgt_in, _ = models_vs_plain.teacher_forced(gen, b, t, vocab)
+    return src, src_len, tgt_in
+
+
+def test_plain_luong_is_attnkits_luong_written_as_a_loop():
+    torch.manual_seed(0)
+    ours = Seq2Seq(11, 11, kind="luong", score="general", input_feeding=True, emb=4, hidden=6)
+    theirs = plain.PlainLuong(11, 11, emb=4, hidden=6)
+    mine = ours.state_dict()
+    weights = {k: v for k, v in mine.items() if k.split(".")[0] in ("encoder", "embed", "init")}
+    weights["w_a.weight"] = mine["attention.score.weight"][0].T  # h^T W_a h_s
+    for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+        weights[f"cell.{name}"] = mine[f"rnn.{name}_l0"]
+    for a, b in (("combine", "w_c"), ("out", "w_s")):
+        weights[f"{b}.weight"], weights[f"{b}.bias"] = mine[f"{a}.weight"], mine[f"{a}.bias"]
+    theirs.load_state_dict(weights)
+    src, src_len, tgt_in = _batch()
+    assert src_len.min() < src_len.max()  # padding present, masked on both sides
+    torch.testing.assert_close(theirs(src, src_len, tgt_in), ours(src, src_len, tgt_in)[0])
+
+
+def test_seed_bahdanau_is_attnkits_bahdanau_on_unpadded_batches():
+    torch.manual_seed(0)
+    ours = Seq2Seq(11, 11, kind="bahdanau", emb=4, hidden=6)
+    theirs = plain.SeedBahdanau(11, 11, emb=4, hidden=6)
+    mine = ours.state_dict()
+    weights = {k.replace("encoder.rnn.", "encoder.gru."): v for k, v in mine.items()
+               if k.startswith("encoder.")}
+    w_init = mine["init.weight"]  # (H, 2H) over [forward; backward], the seed's [backward; forward]
+    weights["encoder.fc.weight"] = torch.cat([w_init[:, 6:], w_init[:, :6]], dim=1)
+    weights["encoder.fc.bias"] = mine["init.bias"]
+    weights["decoder.embedding.weight"] = mine["embed.weight"]
+    score = ours.attention.score  # v^T tanh(W s + U h): the seed's fc1 on [s; h], no bias
+    weights["decoder.attention.fc1.weight"] = torch.cat([score.w_query[0].T, score.w_key[0].T], 1)
+    weights["decoder.attention.fc1.bias"] = torch.zeros(6)
+    weights["decoder.attention.fc2.weight"] = score.v.detach()
+    weights["decoder.attention.fc2.bias"] = torch.zeros(1)
+    for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+        weights[f"decoder.gru.{name}_l0"] = mine[f"cell.{name}"]
+    weights["decoder.fc.weight"], weights["decoder.fc.bias"] = mine["out.weight"], mine["out.bias"]
+    theirs.load_state_dict(weights)
+    src, src_len, tgt_in = _batch(full=True)
+    torch.testing.assert_close(theirs(src, tgt_in), ours(src, src_len, tgt_in)[0])
+
+
+def test_every_models_vs_plain_row_trains_on_its_smoke_shape(one_thread):
+    for row in models_vs_plain.rows_of(smoke=True):
+        out = models_vs_plain.measure(row["family"], row["impl"], row["size"], reps=1,
+                                      time_budget=60)
+        assert out["step_s"] > 0 and out["params"] > 0, row["name"]
+    families = {r["family"] for r in models_vs_plain.rows_of(smoke=False)}
+    assert families == {"bahdanau", "luong", "las", "crnn"}
+
+
+def test_models_vs_plain_smoke_rows_in_fresh_processes(tmp_path, capsys):
+    out = tmp_path / "rows.json"
+    assert models_vs_plain.main(["--smoke", "--match", "luong", "--threads", "1",
+                                 "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["impl"] for r in rows] == ["plain", "attnkit"]
+    assert all(r["status"] == "ok" and r["threads"] == 1 for r in rows)
+    assert rows[1]["time_ratio"] == rows[1]["step_s"] / rows[0]["step_s"]
+    assert "| luong | B=2 S=6 T=4 | attnkit |" in capsys.readouterr().out

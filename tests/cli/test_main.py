@@ -41,7 +41,7 @@ def test_demo_help(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: attnkit demo")
-    for option in ("--out", "--seed", "--budget", "--n-train"):
+    for option in ("--out", "--seed", "--time-budget", "--n-train"):
         assert option in out
 
 
@@ -61,9 +61,9 @@ def test_unknown_command_is_a_usage_error(capsys):
 
 def test_bad_option_value_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["demo", "--budget", "many"])
+        main(["demo", "--time-budget", "many"])
     assert exc.value.code == 2
-    assert "--budget" in capsys.readouterr().err
+    assert "--time-budget" in capsys.readouterr().err
 
 
 def test_module_entry_point_exits_with_main_status():
@@ -77,7 +77,7 @@ def test_module_entry_point_exits_with_main_status():
 
 def test_demo_writes_the_pngs_it_prints(tmp_path, capsys):
     out_dir = tmp_path / "demo"
-    assert main(["demo", "--out", str(out_dir), "--budget", "3", "--n-train", "500"]) == 0
+    assert main(["demo", "--out", str(out_dir), "--time-budget", "3", "--n-train", "500"]) == 0
     out = capsys.readouterr().out
 
     written = [Path(p) for p in re.findall(r"^\s*wrote (.+?)\s*$", out, flags=re.MULTILINE)]

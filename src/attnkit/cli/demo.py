@@ -18,7 +18,7 @@ def add_parser(sub) -> None:
                        "a few minutes on built-in data")
     p.add_argument("--out", default="demo-out", help="folder for the heat-maps (default demo-out)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--budget", type=float, default=150.0,
+    p.add_argument("--time-budget", type=float, default=150.0,
                    help="seconds of translation training (default 150)")
     p.add_argument("--n-train", type=int, default=20000, help="built-in training pairs")
     p.set_defaults(run=run)
@@ -85,7 +85,7 @@ def run(args) -> int:
     torch.manual_seed(args.seed)
     out_dir = Path(args.out)
     tour_scores()
-    paths = translation(out_dir, args.budget, args.n_train, args.seed)
+    paths = translation(out_dir, args.time_budget, args.n_train, args.seed)
     paths.append(long_sequence(out_dir))
     for p in paths:
         print(f"   wrote {p}")

@@ -6,9 +6,8 @@ import argparse
 import logging
 import sys
 
-from attnkit import bench
 from attnkit._version import __version__
-from attnkit.cli import asr, demo, ocr, translate
+from attnkit.cli import asr, bench, demo, ocr, translate
 from attnkit.data import DataError
 from attnkit.train import CheckpointError, distributed
 

@@ -1,10 +1,9 @@
 """Attention benchmarks: median time and peak extra memory, each case in a fresh process.
 
-``attnkit bench`` runs every (case, implementation) pair in its own subprocess so that memory is
-measured from a clean process: after one warm-up run (which also compiles kernels), a sampling
-thread records the resident set size (RSS) while the measured runs execute, and the peak minus
-the RSS just before is reported as *extra memory*. Forward is timed under ``torch.no_grad()``
-(inference); "train" is forward + backward.
+``attnkit bench`` (or ``python benchmarks/attention.py``, same options) runs every (case,
+implementation) pair in its own process through :mod:`harness`: after one warm-up run (which
+also compiles kernels), the measured runs' median time and peak extra resident memory are
+reported. Forward is timed under ``torch.no_grad()`` (inference); "train" is forward + backward.
 
 Implementations compared (not every case has every one):
 
@@ -16,27 +15,21 @@ Implementations compared (not every case has every one):
 A baseline whose estimated memory exceeds the free memory is skipped and says so; a run longer
 than the per-case time budget is stopped and reported as such.
 
-Before each measured phase the worker asks glibc to return freed memory to the system
-(``malloc_trim``): glibc keeps blocks freed during the warm-up in its heap, which would otherwise
-stay resident and hide the measured run's peak. Allocation itself is left as it is, so timings
-are those of an ordinary process.
-
 ``decoder`` cases time 100 one-query steps over the same encoder states: ``auto`` takes the C++
 step kernel (:mod:`attnkit.attention.step`; built before the measured runs), ``auto-eager``
 runs with ``ATTNKIT_COMPILE=0`` (plain PyTorch).
+
+``--targets`` runs only the cases behind issue 3's targets (:data:`TARGETS`), without the slow
+baselines: a quicker check on another machine than the full suite (hours on a slow CPU). A
+selection (``--targets`` or ``--match``) is printed, and written only to the ``--json`` given,
+never merged into the report.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
-import os
-import platform
-import statistics
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,7 +38,9 @@ import torch
 import torch.nn.functional as F
 
 from attnkit import Attention
+from attnkit.cli.bench import add_options
 
+import harness
 
 @dataclass
 class Case:
@@ -209,13 +204,6 @@ def _attnkit_impl(impl: str) -> str:
     return impl if impl in ("reference", "chunked", "auto") else "auto"  # auto-eager too
 
 
-def _env(case: Case) -> dict:
-    env = dict(os.environ)
-    if case.impl == "auto-eager":
-        env["ATTNKIT_COMPILE"] = "0"
-    return env
-
-
 def _band(t: int, window) -> torch.Tensor:
     i = torch.arange(t)
     return (i[None, :] >= i[:, None] - window[0]) & (i[None, :] <= i[:, None] + window[1])
@@ -243,60 +231,11 @@ def estimate_bytes(case: Case) -> int:
 # --------------------------------------------------------------------------- measuring
 
 
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-class PeakRSS:
-    """Samples RSS every millisecond in a thread; ``peak - start`` is the extra memory."""
-
-    def __enter__(self):
-        self.start = self.peak = _rss()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, _rss())
-            time.sleep(0.001)
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, _rss())
-
-    @property
-    def extra_mb(self) -> float:
-        return (self.peak - self.start) / 2**20
-
-
-def _trim() -> None:
-    """Return memory freed so far to the system (glibc only; a no-op elsewhere)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def _measure(fn, reps: int, budget_s: float) -> tuple[list[float], float]:
-    times = []
-    _trim()
-    with PeakRSS() as mem:
-        start = time.perf_counter()
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-            if time.perf_counter() - start > budget_s / 3:
-                break
-    return times, mem.extra_mb
-
-
-def run_worker(case: Case, reps: int, budget_s: float) -> Result:
-    """Measure one case in this process."""
+def measure(case: dict, reps: int, time_budget: float) -> dict:
+    """Measure one case in this process (the fresh process of :func:`harness.run`)."""
+    if case.get("window") is not None:
+        case = {**case, "window": tuple(case["window"])}  # JSON made it a list
+    case = Case(**case)
     fwd, leaves, attn, work = build(case)
     res = Result(asdict(case), case.name, case.impl)
     if attn is not None:
@@ -317,14 +256,15 @@ def run_worker(case: Case, reps: int, budget_s: float) -> Result:
             p.grad = None
 
     train()  # warm-up: first-call allocations, kernel compilation
-    t_train, mb_train = _measure(train, reps, budget_s)
-    t_fwd, mb_fwd = _measure(forward, reps, budget_s)
-    res.forward_s, res.forward_mb = statistics.median(t_fwd), mb_fwd
-    res.train_s, res.train_mb = statistics.median(t_train), mb_train
-    res.reps = [t_fwd, t_train]
+    # a third of the budget each: warm-up, training, forward
+    t_train = harness.timed(train, reps=reps, time_budget=time_budget / 3, warmup=0)
+    t_fwd = harness.timed(forward, reps=reps, time_budget=time_budget / 3, warmup=0)
+    res.forward_s, res.forward_mb = t_fwd.median, t_fwd.extra_mb
+    res.train_s, res.train_mb = t_train.median, t_train.extra_mb
+    res.reps = [t_fwd.times, t_train.times]
     if work:
         res.rate = work / res.train_s / 1e9
-    return res
+    return asdict(res)
 
 
 # --------------------------------------------------------------------------- the suite
@@ -351,36 +291,37 @@ def suite(quick: bool = False) -> list[Case]:
     return cases
 
 
-def _available_bytes() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
+# (group, name fragment, implementations): the cases behind issue 3's figures
+TARGETS = [
+    ("self", "B=32 T=800 ", ("loop", "auto")),
+    ("mha", "T=2048 ", ("auto", "sdpa")),
+    ("additive", "B=8 T=800 ", ("naive", "auto")),
+    ("additive", "B=8 T=256 ", ("auto",)),
+    ("additive", "B=8 T=2048 ", ("auto",)),
+    ("additive", "B=1 T=16384 ", ("auto",)),
+    ("local", "T=4096 ", ("auto",)),
+    ("local", "T=65536 ", ("auto",)),
+]
 
 
-def run_suite(cases: list[Case], reps: int, budget_s: float, log=print) -> list[Result]:
+def is_target(case: Case) -> bool:
+    return any(case.group == group and name in case.name + " " and case.impl in impls
+               for group, name, impls in TARGETS)
+
+
+def run_suite(cases: list[Case], reps: int, time_budget: float, log=print) -> list[Result]:
+    """Each case in a fresh process; a row per case, logged as it comes."""
     results = []
     for case in cases:
-        need = estimate_bytes(case)
-        free = _available_bytes()
-        if need > 0.8 * free:
-            res = Result(asdict(case), case.name, case.impl, status="skipped",
-                         note=f"needs ~{need / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free")
+        env = {"ATTNKIT_COMPILE": "0"} if case.impl == "auto-eager" else None
+        row = harness.run(measure, {"case": asdict(case), "reps": reps,
+                                    "time_budget": time_budget},
+                          time_budget=time_budget, need_bytes=estimate_bytes(case), env=env)
+        if row["status"] == "ok":
+            res = Result(**row)
         else:
-            cmd = [sys.executable, "-m", "attnkit.bench", "--worker", json.dumps(asdict(case)),
-                   "--reps", str(reps), "--budget-s", str(budget_s)]
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=budget_s,
-                                      env=_env(case))
-                if proc.returncode == 0:
-                    res = Result(**json.loads(proc.stdout.strip().splitlines()[-1]))
-                else:
-                    tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
-                    res = Result(asdict(case), case.name, case.impl, status="error", note=tail)
-            except subprocess.TimeoutExpired:
-                res = Result(asdict(case), case.name, case.impl, status="timeout",
-                             note=f"over the {budget_s:.0f} s budget")
+            res = Result(asdict(case), case.name, case.impl, status=row["status"],
+                         note=row["note"])
         results.append(res)
         log(_row(res))
     return results
@@ -395,14 +336,14 @@ def _fmt(x, spec):
 
 def _row(r: Result) -> str:
     if r.status != "ok":
-        return f"| {r.name} | {r.impl} | {r.status}: {r.note} | | | | | |"
-    return (f"| {r.name} | {r.impl} | {_fmt(r.forward_s, '.3f')} | {_fmt(r.forward_mb, '.0f')} | "
-            f"{_fmt(r.train_s, '.3f')} | {_fmt(r.train_mb, '.0f')} | {_fmt(r.rate, '.2f')} | "
-            f"{r.plan} |")
+        return harness.table_row([r.name, r.impl, f"{r.status}: {r.note}", "", "", "", "", ""])
+    return harness.table_row([r.name, r.impl, _fmt(r.forward_s, ".3f"), _fmt(r.forward_mb, ".0f"),
+                              _fmt(r.train_s, ".3f"), _fmt(r.train_mb, ".0f"),
+                              _fmt(r.rate, ".2f"), r.plan])
 
 
-HEADER = ("| case | impl | forward s | forward extra MiB | train s | train extra MiB | "
-          "G elem/s | attnkit path |\n|---|---|---|---|---|---|---|---|")
+HEADER = harness.table_header(["case", "impl", "forward s", "forward extra MiB", "train s",
+                               "train extra MiB", "G elem/s", "attnkit path"])
 
 
 def _find(results, name_prefix, impl):
@@ -472,33 +413,9 @@ def figures(results: list[Result]) -> list[str]:
     return lines
 
 
-def _commit() -> str:
-    here = Path(__file__).resolve().parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
-                                str(here)], cwd=here, capture_output=True, text=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-    return head + ("-dirty" if dirty else "")
-
-
-def machine() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return (f"{cpu}; {os.cpu_count()} cores, torch {torch.__version__} with "
-            f"{torch.get_num_threads()} threads, Python {platform.python_version()}")
-
-
 def write_report(results: list[Result], json_path: Path, md_path: Path) -> None:
+    """The rows as JSON at ``json_path``; the Markdown report (commands, targets, table) at
+    ``md_path``, keeping its hand-written notes."""
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps([asdict(r) for r in results], indent=1))
     runs = {}
@@ -507,9 +424,6 @@ def write_report(results: list[Result], json_path: Path, md_path: Path) -> None:
     commands = [f"- `{cmd}` ({date}, commit {commit or '?'}, {where or 'machine not recorded'}): "
                 f"groups {', '.join(dict.fromkeys(groups))}"
                 for (cmd, date, commit, where), groups in runs.items()]
-    notes = ""
-    if md_path.exists() and NOTES_MARK in md_path.read_text():
-        notes = md_path.read_text().split(NOTES_MARK, 1)[1]
     body = [
         "# Benchmarks",
         "",
@@ -533,65 +447,43 @@ def write_report(results: list[Result], json_path: Path, md_path: Path) -> None:
         HEADER,
         *[_row(r) for r in results],
         "",
-        NOTES_MARK + notes.rstrip("\n"),
-        "",
     ]
-    md_path.write_text("\n".join(body))
+    harness.write_markdown(md_path, body)
 
 
-# Text below this line in the Markdown report is written by hand and kept when it is rewritten.
-NOTES_MARK = "<!-- notes: hand-written below; kept when the report is regenerated -->"
+DEFAULT_JSON, DEFAULT_MARKDOWN = "docs/benchmarks.json", "docs/benchmarks.md"
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="benchmark attention paths (time and peak memory)")
-    _options(p)
-    p.set_defaults(run=main_cli)
-
-
-def _options(p) -> None:
-    p.add_argument("--quick", action="store_true", help="small cases only (a few minutes)")
-    p.add_argument("--group", action="append", help="only these groups (self, mha, additive, "
-                   "local, decoder); repeatable; their rows replace those already in --json")
-    p.add_argument("--reps", type=int, default=3, help="measured repetitions (median)")
-    p.add_argument("--budget-s", type=float, default=600.0,
-                   help="time limit per case, seconds (default 600)")
-    p.add_argument("--json", default="docs/benchmarks.json")
-    p.add_argument("--markdown", default="docs/benchmarks.md")
-
-
-def main_cli(args) -> int:
-    cases = [c for c in suite(args.quick) if not args.group or c.group in args.group]
+def main(args: argparse.Namespace) -> int:
+    """Run the cases ``args`` select (the options of :func:`attnkit.cli.bench.add_options`)."""
+    cases = [c for c in suite(args.quick and not args.targets)
+             if (not args.group or c.group in args.group)
+             and (not args.targets or is_target(c))
+             and (args.match is None or args.match in c.name)]
     print(HEADER)
-    results = run_suite(cases, args.reps, args.budget_s, log=lambda s: print(s, flush=True))
-    command = "attnkit bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "attnkit bench"
-    json_path = Path(args.json)
+    results = run_suite(cases, args.reps, args.time_budget, log=lambda s: print(s, flush=True))
+    command = getattr(args, "invocation", None) or harness.command()
+    date, commit, machine = time.strftime("%Y-%m-%d"), harness.commit(), harness.machine()
     for r in results:
-        r.command, r.date, r.commit = command, time.strftime("%Y-%m-%d"), _commit()
-        r.machine = machine()
+        r.command, r.date, r.commit, r.machine = command, date, commit, machine
+    if args.targets or args.match is not None:  # a selection: never merged into the report
+        print("\n".join(figures(results)))
+        if args.json:
+            Path(args.json).write_text(json.dumps(
+                {"machine": machine, "rows": [asdict(r) for r in results]}, indent=1))
+        return 0
+    json_path = Path(args.json or DEFAULT_JSON)
     if args.group and json_path.exists():  # re-measured groups replace theirs in the report
         old = [Result(**r) for r in json.loads(json_path.read_text())]
         order = [c.group for c in suite()]
         results = sorted([r for r in old if r.case["group"] not in args.group] + results,
                          key=lambda r: order.index(r.case["group"]))
-    write_report(results, json_path, Path(args.markdown))
+    write_report(results, json_path, Path(args.markdown or DEFAULT_MARKDOWN))
     print("\n".join(figures(results)))
     return 0
 
 
-def _worker_main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m attnkit.bench")
-    p.add_argument("--worker", required=True, help="a Case as JSON")
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--budget-s", type=float, default=600.0)
-    args = p.parse_args(argv)
-    spec = json.loads(args.worker)
-    if spec.get("window") is not None:
-        spec["window"] = tuple(spec["window"])
-    result = run_worker(Case(**spec), args.reps, args.budget_s)
-    print(json.dumps(asdict(result)))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(_worker_main())
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_options(parser)
+    sys.exit(main(parser.parse_args()))

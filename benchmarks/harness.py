@@ -1,0 +1,293 @@
+"""The benchmark harness: each case in a fresh process, its time and peak memory, the machine.
+
+Every script in ``benchmarks/`` measures through this module.
+
+* :func:`run` calls a module-level function of a benchmark script in a fresh Python process
+  (``python benchmarks/harness.py FILE FUNCTION KWARGS-JSON``), so that memory is measured
+  from a clean process, and returns the dict that function returns with ``status: "ok"``, or a
+  row saying why not: ``skipped`` (its estimated memory would not fit in the free memory),
+  ``timeout`` (still running after the time budget: the process is stopped) or ``error`` (the
+  last line of its stderr).
+* Inside that process, :func:`timed` runs a step after its warm-up (first-call allocations,
+  kernel compilation) and returns the times of the measured runs and their *extra memory*: a
+  thread samples the resident set size (RSS) every millisecond (:class:`PeakRSS`), and the peak
+  minus the RSS just before is reported. Before the measured runs, glibc is asked to return
+  freed memory to the system (:func:`trim`): it keeps blocks freed during the warm-up in its
+  heap, which would otherwise stay resident and hide the measured runs' peak. Allocation itself
+  is left as it is, so timings are those of an ordinary process.
+* :func:`machine`, :func:`commit` and :func:`command` say what measured a row;
+  :func:`write_json` writes rows with them; :func:`table_header` / :func:`table_row` print
+  Markdown tables; :func:`write_markdown` rewrites a report and keeps the hand-written notes
+  below :data:`NOTES_MARK`.
+
+A script's ``--time-budget`` is the time budget of one case (one process). Its measured loop
+stops repeating early enough to leave room for building and warm-up (:func:`timed` is given a
+fraction of the budget).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib.util
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import attnkit
+
+# Text below this line in a Markdown report is written by hand and kept when it is rewritten.
+NOTES_MARK = "<!-- notes: hand-written below; kept when the report is regenerated -->"
+
+
+# --------------------------------------------------------------------------- in the fresh process
+
+
+def rss() -> int:
+    """This process's resident set size, bytes."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class PeakRSS:
+    """Samples RSS every millisecond in a thread; ``peak - start`` is the extra memory."""
+
+    def __enter__(self):
+        self.start = self.peak = rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss())
+            time.sleep(0.001)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss())
+
+    @property
+    def extra_mb(self) -> float:
+        return (self.peak - self.start) / 2**20
+
+
+def trim() -> None:
+    """Return memory freed so far to the system (glibc only; a no-op elsewhere)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+@dataclass
+class Timing:
+    """Seconds of each measured run and the peak extra memory (MiB) during them."""
+
+    times: list[float]
+    extra_mb: float
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+
+def timed(step, *, reps: int, time_budget: float, warmup: int = 1) -> Timing:
+    """Run ``step()`` ``warmup`` times, then up to ``reps`` times under :class:`PeakRSS`,
+    stopping after the run that ends past ``time_budget`` seconds (at least one run)."""
+    for _ in range(warmup):
+        step()
+    trim()
+    times = []
+    with PeakRSS() as mem:
+        start = time.perf_counter()
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t0)
+            if time.perf_counter() - start > time_budget:
+                break
+    return Timing(times, mem.extra_mb)
+
+
+# --------------------------------------------------------------------------- the parent process
+
+
+def available_bytes() -> int:
+    """MemAvailable of /proc/meminfo (0 where there is none)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def run(fn, kwargs: dict, *, time_budget: float | None, need_bytes: int = 0,
+        env: dict | None = None, threads: int | None = None) -> dict:
+    """``fn(**kwargs)`` in a fresh process; its dict with ``status: "ok"``, or a failure row.
+
+    Args:
+        fn: a module-level function of a script file, returning a JSON-serialisable dict.
+        kwargs: its keyword arguments (JSON-serialisable).
+        time_budget: seconds before the process is stopped (None: no limit).
+        need_bytes: estimated peak memory; the case is skipped when it exceeds 80% of the
+            free memory.
+        env: variables added to the process's environment.
+        threads: ``torch.set_num_threads`` in the process (None: torch's default).
+
+    Returns:
+        The function's dict with ``status`` "ok", or ``{"status": "skipped" | "timeout" |
+        "error", "note": why}``.
+    """
+    if fn.__qualname__ != fn.__name__:
+        raise ValueError(f"fn: expected a module-level function, got {fn.__qualname__!r}")
+    free = available_bytes()
+    if need_bytes > 0.8 * free:
+        return {"status": "skipped",
+                "note": f"needs ~{need_bytes / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free"}
+    cmd = [sys.executable, str(Path(__file__).resolve()), fn.__code__.co_filename, fn.__name__,
+           json.dumps(kwargs)]
+    if threads is not None:
+        cmd += ["--threads", str(threads)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=time_budget,
+                              env={**os.environ, **(env or {})})
+    except subprocess.TimeoutExpired:
+        return {"status": "timeout", "note": f"over the {time_budget:.0f} s budget"}
+    if proc.returncode != 0:
+        return {"status": "error", "note": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+    return {"status": "ok", **json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
+def _worker(argv: list[str]) -> int:
+    """The fresh process of :func:`run`: import the script, call the function, print JSON."""
+    p = argparse.ArgumentParser(prog="python benchmarks/harness.py")
+    p.add_argument("file")
+    p.add_argument("function")
+    p.add_argument("kwargs", help="the keyword arguments as JSON")
+    p.add_argument("--threads", type=int)
+    args = p.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    spec = importlib.util.spec_from_file_location(Path(args.file).stem, args.file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    row = getattr(module, args.function)(**json.loads(args.kwargs))
+    print(json.dumps(row))
+    return 0
+
+
+def select(names: list[str], match: str | None) -> list[int]:
+    """Indices of the names containing ``match`` (all when it is None)."""
+    return [i for i, name in enumerate(names) if match is None or match in name]
+
+
+def parser(description: str, *, time_budget: float, json_path: str | None = None,
+           reps: int | None = None,
+           time_budget_help: str = "seconds per case; its process is stopped after"
+           ) -> argparse.ArgumentParser:
+    """A script's argument parser with the options every benchmark shares: ``--time-budget``
+    (seconds per case), ``--json``, ``--match`` (rows whose name contains it), ``--threads``
+    and, with a default given, ``--reps``."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--time-budget", type=float, default=time_budget,
+                   help=f"{time_budget_help} (default {time_budget:g})")
+    p.add_argument("--json", type=Path, default=json_path,
+                   help=f"write the rows here (default {json_path or 'none'})")
+    p.add_argument("--match", help="only the rows whose name contains this")
+    p.add_argument("--threads", type=int, help="torch threads per case (default: torch's)")
+    if reps is not None:
+        p.add_argument("--reps", type=int, default=reps,
+                       help=f"measured repetitions, median reported (default {reps})")
+    return p
+
+
+# --------------------------------------------------------------------------- what measured it
+
+
+def machine() -> str:
+    """CPU model, cores, torch version and threads, Python version."""
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return (f"{cpu}; {os.cpu_count()} cores, torch {torch.__version__} with "
+            f"{torch.get_num_threads()} threads, Python {platform.python_version()}")
+
+
+def commit() -> str:
+    """The checkout's git commit, + "-dirty" with uncommitted changes to attnkit or the
+    benchmarks ("" outside a git checkout)."""
+    here = Path(__file__).resolve().parent
+    code = [str(Path(attnkit.__file__).resolve().parent), str(here)]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                *code], cwd=here, capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return head + ("-dirty" if dirty else "")
+
+
+def command() -> str:
+    """This process's command line, as a user would type it."""
+    return shlex.join(["python", *sys.argv])
+
+
+# --------------------------------------------------------------------------- reports
+
+
+def table_header(columns: list[str]) -> str:
+    """The first two lines of a Markdown table."""
+    return "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns)
+
+
+def table_row(cells: list) -> str:
+    """One Markdown table row (empty cells as ``| |``)."""
+    return "|" + "".join(f" {c} |" if c != "" else " |" for c in cells)
+
+
+def write_json(path: Path, rows: list[dict], **settings) -> None:
+    """``{"machine", "commit", "date", "command", **settings, "rows"}`` as JSON at ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"machine": machine(), "commit": commit(),
+                                "date": time.strftime("%Y-%m-%d"), "command": command(),
+                                **settings, "rows": rows}, indent=1))
+
+
+def write_markdown(path: Path, lines: list[str]) -> None:
+    """Write ``lines`` then :data:`NOTES_MARK` and the notes below it in the file already
+    at ``path`` (none when there is no file or no mark)."""
+    path = Path(path)
+    notes = ""
+    if path.exists() and NOTES_MARK in path.read_text():
+        notes = path.read_text().split(NOTES_MARK, 1)[1]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join([*lines, NOTES_MARK + notes.rstrip("\n"), ""]))
+
+
+if __name__ == "__main__":
+    sys.exit(_worker(sys.argv[1:]))

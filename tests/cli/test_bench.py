@@ -1,0 +1,38 @@
+"""``attnkit bench``: the options, and the benchmarks/ script of a source checkout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attnkit.cli import bench
+from attnkit.cli.main import main
+
+
+def test_bench_help_spells_the_time_budget_one_way(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for option in ("--quick", "--group", "--targets", "--match", "--reps", "--time-budget",
+                   "--json", "--markdown"):
+        assert option in out
+    assert "--budget-s" not in out
+
+
+def test_bench_outside_a_source_checkout_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(bench, "candidates", lambda: [tmp_path / "benchmarks"])
+    assert main(["bench", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("attnkit bench: benchmarks/attention.py not found")
+
+
+def test_bench_runs_the_checkout_script(tmp_path, capsys):
+    """A selection that matches no case runs the script end to end without measuring."""
+    out_json = tmp_path / "rows.json"
+    assert main(["bench", "--match", "no such case", "--json", str(out_json)]) == 0
+    assert capsys.readouterr().out.startswith("| case | impl | forward s |")
+    data = json.loads(out_json.read_text())
+    assert data["rows"] == [] and "cores" in data["machine"]
