@@ -178,17 +178,30 @@ def _batch(b=3, s=7, t=5, vocab=11, full=False):
     return src, src_len, tgt_in
 
 
+def _packed_gru_names(mine, prefix):
+    """attnkit's one-layer BiRNN encoder weights under a bidirectional ``nn.GRU``'s names."""
+    out = {}
+    for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+        out[f"{prefix}.{name}_l0"] = mine[f"encoder.rnns.0.fwd.{name}_l0"]
+        out[f"{prefix}.{name}_l0_reverse"] = mine[f"encoder.rnns.0.bwd.{name}_l0"]
+    return out
+
+
 def test_plain_luong_is_attnkits_luong_written_as_a_loop():
     torch.manual_seed(0)
     ours = Seq2Seq(11, 11, kind="luong", score="general", input_feeding=True, emb=4, hidden=6)
     theirs = plain.PlainLuong(11, 11, emb=4, hidden=6)
     mine = ours.state_dict()
-    weights = {k: v for k, v in mine.items() if k.split(".")[0] in ("encoder", "embed", "init")}
-    weights["w_a.weight"] = mine["attention.score.weight"][0].T  # h^T W_a h_s
+    weights = _packed_gru_names(mine, "encoder.rnn")
+    weights["encoder.embed.weight"] = mine["encoder.embed.weight"]
+    for name in ("embed.weight", "init.weight", "init.bias"):
+        weights[name] = mine[f"decoder.{name}"]
+    weights["w_a.weight"] = mine["decoder.attention.score.weight"][0].T  # h^T W_a h_s
     for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
-        weights[f"cell.{name}"] = mine[f"rnn.{name}_l0"]
+        weights[f"cell.{name}"] = mine[f"decoder.rnn.{name}_l0"]
     for a, b in (("combine", "w_c"), ("out", "w_s")):
-        weights[f"{b}.weight"], weights[f"{b}.bias"] = mine[f"{a}.weight"], mine[f"{a}.bias"]
+        weights[f"{b}.weight"] = mine[f"decoder.{a}.weight"]
+        weights[f"{b}.bias"] = mine[f"decoder.{a}.bias"]
     theirs.load_state_dict(weights)
     src, src_len, tgt_in = _batch()
     assert src_len.min() < src_len.max()  # padding present, masked on both sides
@@ -200,20 +213,21 @@ def test_seed_bahdanau_is_attnkits_bahdanau_on_unpadded_batches():
     ours = Seq2Seq(11, 11, kind="bahdanau", emb=4, hidden=6)
     theirs = plain.SeedBahdanau(11, 11, emb=4, hidden=6)
     mine = ours.state_dict()
-    weights = {k.replace("encoder.rnn.", "encoder.gru."): v for k, v in mine.items()
-               if k.startswith("encoder.")}
-    w_init = mine["init.weight"]  # (H, 2H) over [forward; backward], the seed's [backward; forward]
+    weights = _packed_gru_names(mine, "encoder.gru")
+    weights["encoder.embed.weight"] = mine["encoder.embed.weight"]
+    w_init = mine["decoder.init.weight"]  # (H, 2H) over [forward; backward], the seed's reverse
     weights["encoder.fc.weight"] = torch.cat([w_init[:, 6:], w_init[:, :6]], dim=1)
-    weights["encoder.fc.bias"] = mine["init.bias"]
-    weights["decoder.embedding.weight"] = mine["embed.weight"]
-    score = ours.attention.score  # v^T tanh(W s + U h): the seed's fc1 on [s; h], no bias
+    weights["encoder.fc.bias"] = mine["decoder.init.bias"]
+    weights["decoder.embedding.weight"] = mine["decoder.embed.weight"]
+    score = ours.decoder.attention.score  # v^T tanh(W s + U h): the seed's fc1 on [s; h]
     weights["decoder.attention.fc1.weight"] = torch.cat([score.w_query[0].T, score.w_key[0].T], 1)
     weights["decoder.attention.fc1.bias"] = torch.zeros(6)
     weights["decoder.attention.fc2.weight"] = score.v.detach()
     weights["decoder.attention.fc2.bias"] = torch.zeros(1)
     for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
-        weights[f"decoder.gru.{name}_l0"] = mine[f"cell.{name}"]
-    weights["decoder.fc.weight"], weights["decoder.fc.bias"] = mine["out.weight"], mine["out.bias"]
+        weights[f"decoder.gru.{name}_l0"] = mine[f"decoder.cell.{name}"]
+    weights["decoder.fc.weight"] = mine["decoder.out.weight"]
+    weights["decoder.fc.bias"] = mine["decoder.out.bias"]
     theirs.load_state_dict(weights)
     src, src_len, tgt_in = _batch(full=True)
     torch.testing.assert_close(theirs(src, tgt_in), ours(src, src_len, tgt_in)[0])

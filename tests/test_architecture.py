@@ -1,0 +1,118 @@
+"""The package's shape: parts import only the parts below them, no circles, no private names
+across parts (docs/architecture.md)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "attnkit"
+BASE = {"tokens", "errors", "checks", "_version"}  # shared by every part
+ALLOWED = {  # part -> the parts it may import (besides itself and BASE)
+    "attention": set(),
+    "data": set(),
+    "decoding": set(),
+    "train": set(),
+    "plot": set(),
+    "models": {"attention"},
+    "tasks": {"data", "models", "decoding", "train", "plot"},
+    "cli": {"attention", "data", "models", "decoding", "train", "plot", "tasks", "__init__"},
+    "__init__": {"attention", "plot"},
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _imports(path: Path, package: str = ""):
+    """(imported module, imported names) of every import statement, lazy ones included;
+    ``package``: the package that relative imports start from."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, []
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([module] if module else []))
+            yield module, [a.name for a in node.names]
+
+
+def _graph():
+    graph = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = _module_name(path)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        graph[name] = [(m, names) for m, names in _imports(path, package)
+                       if m == "attnkit" or m.startswith("attnkit.")]
+    return graph
+
+
+def test_every_part_imports_only_the_parts_below_it():
+    wrong, graph = [], _graph()
+    for module, imports in graph.items():
+        part = _part(module)
+        for target, names in imports:
+            # `from attnkit import X`: a part when X is one, else the package's re-exports
+            targets = {_part(target)} if target != "attnkit" else {
+                _part(f"attnkit.{n}") if f"attnkit.{n}" in graph else "__init__" for n in names}
+            for t in targets - {part} - BASE:
+                if part in BASE or t not in ALLOWED.get(part, set()):
+                    wrong.append(f"{module} -> {target}")
+    assert wrong == []
+
+
+def test_no_import_circles():
+    graph = _graph()
+    edges = {m: {t if t in graph else t.rpartition(".")[0] for t, names in imports} |
+             {f"{t}.{n}" for t, names in imports for n in names if f"{t}.{n}" in graph}
+             for m, imports in graph.items()}
+    assert len(graph) > 40 and sum(map(len, edges.values())) > 80  # the walk sees the package
+    state, cycles = {}, []
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in edges.get(node, ()):
+            if nxt == node or nxt not in graph or _is_package_of(nxt, node):
+                continue
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for m in graph:
+        if m not in state:
+            visit(m, [m])
+    assert cycles == []
+
+
+def _is_package_of(package: str, module: str) -> bool:
+    """``package/__init__.py`` re-exports its modules: importing it is not a circle."""
+    return module.startswith(package + ".")
+
+
+@pytest.mark.parametrize("folder", ["src/attnkit", "benchmarks"])
+def test_no_private_name_is_imported_across_parts(folder):
+    wrong = []
+    for path in (ROOT / folder).rglob("*.py"):
+        module = _module_name(path) if folder == "src/attnkit" else f"benchmarks.{path.stem}"
+        for target, names in _imports(path):
+            if not target.startswith("attnkit"):
+                continue
+            same_part = folder == "src/attnkit" and _part(target) == _part(module)
+            private = [n for n in names if n.startswith("_") and n != "__version__"]
+            private_module = any(p.startswith("_") and p != "_version"
+                                 for p in target.split("."))
+            if not same_part and (private or private_module):
+                wrong.append(f"{module}: from {target} import {', '.join(names)}")
+    assert wrong == []
