@@ -2,7 +2,7 @@
 
 The public entry points (:class:`attnkit.Attention`, :func:`attnkit.attention`,
 :class:`attnkit.SelfAttention`) validate their inputs here, describe which keys each query may see
-(a :class:`~attnkit.attention.chunked.KeyLayout`; **True = may attend**; the path that needs a
+(a :class:`~attnkit.attention.masks.KeyLayout`; **True = may attend**; the path that needs a
 mask builds it, whole or per block) and hand per-head tensors ``(B, H, T, D)`` to the chosen path.
 """
 
@@ -19,9 +19,9 @@ from attnkit.checks import (
     check_tensor,
     describe,
 )
-from attnkit.attention.chunked import KeyLayout, chunked_attention, recomputed_scores
+from attnkit.attention.chunked import chunked_attention, recomputed_scores
 from attnkit.attention.dispatch import Plan, choose_impl
-from attnkit.attention.masks import aligned_positions, lengths_to_mask
+from attnkit.attention.masks import KeyLayout, aligned_positions, lengths_to_mask
 from attnkit.attention.reference import reference_attention, weigh
 from attnkit.attention.scores import Score
 from attnkit.attention.sdpa import sdpa_attention
