@@ -29,11 +29,10 @@ from __future__ import annotations
 import torch
 
 from attnkit.attention.masks import KeyLayout
+from attnkit.attention.precision import compute_dtype
 from attnkit.attention.scores import Score
 
 __all__ = ["chunked_attention", "recomputed_scores", "block_sizes"]
-
-_LOW = (torch.float16, torch.bfloat16)
 
 # Budget, in elements, for one block's transient tensors.
 _SCORE_BLOCK = 1 << 21  # (B, H, bq, bk) scores
@@ -91,7 +90,7 @@ class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, layout, score, blocks, dropout_p, seed, kernel, qf, kf, v, extra, *params):
         b, h, tq, _ = qf.shape
-        acc_t = torch.float32 if qf.dtype in _LOW else qf.dtype
+        acc_t = compute_dtype(qf.dtype)
         bq, bk = blocks
         out = torch.zeros(b, h, tq, v.shape[-1], dtype=acc_t, device=qf.device)
         lse = torch.full((b, h, tq), float("inf"), dtype=acc_t, device=qf.device)
@@ -259,7 +258,7 @@ class _RecomputedScores(torch.autograd.Function):
     def forward(ctx, layout, score, blocks, kernel, qf, kf, extra, *params):
         b, h, tq, _ = qf.shape
         tk = kf.shape[2]
-        acc_t = torch.float32 if qf.dtype in _LOW else qf.dtype
+        acc_t = compute_dtype(qf.dtype)
         bq, bk = blocks
         # Blocks outside the band stay 0: the caller's mask hides them.
         s = torch.zeros(b, h, tq, tk, dtype=acc_t, device=qf.device)

@@ -34,6 +34,7 @@ import os
 import torch
 
 from attnkit.attention import native
+from attnkit.attention.precision import upcast
 
 __all__ = [
     "COMPILE_MIN_WORK",
@@ -56,8 +57,6 @@ COMPILE_MIN_WORK = 1 << 27
 WARM_MIN_WORK = 1 << 15
 # Largest pair tensor (elements) the eager fallback builds at once.
 _EAGER_PAIR_BUDGET = 1 << 23
-
-_LOW = (torch.float16, torch.bfloat16)
 
 KERNELS = ("eager", "native", "compiled")
 
@@ -180,13 +179,9 @@ def warm_up(dtype: torch.dtype = torch.float32, device: str | torch.device = "cp
     return compile_status()
 
 
-def _upcast(*xs):
-    return [x.float() if x.dtype in _LOW else x for x in xs]
-
-
 def additive_scores(q, k, v, *, kernel: str = "eager") -> torch.Tensor:
     """``s (B, H, bq, bk)``, in float32 for low-precision inputs."""
-    q, k, v = _upcast(q, k, v)
+    q, k, v = upcast(q, k, v)
     if kernel == "native":
         return _native_scores(q, k, v)
     if kernel == "compiled":
@@ -196,7 +191,7 @@ def additive_scores(q, k, v, *, kernel: str = "eager") -> torch.Tensor:
 
 def additive_backward(q, k, v, grad, *, kernel: str = "eager"):
     """Gradients ``(d q (B, H, bq, A), d k (B, H, bk, A), d v (H, A))`` of ``sum(grad * s)``."""
-    q, k, v, grad = _upcast(q, k, v, grad)
+    q, k, v, grad = upcast(q, k, v, grad)
     if kernel == "native":
         return _native_backward(q, k, v, grad)
     if kernel == "compiled" and q.shape[2] == 1:
@@ -233,7 +228,7 @@ def additive_attention_backward(q, k, v, lse, dpd, mask=None):
         ``p (B, H, bq, bk)`` (for the values' gradient ``p^T @ dout``), ``d q``, ``d k``,
         ``d v (H, A)``; float32 for low-precision inputs.
     """
-    q, k, v, lse, dpd = _upcast(q, k, v, lse, dpd)
+    q, k, v, lse, dpd = upcast(q, k, v, lse, dpd)
     b, h, tq, a = q.shape
     tk = k.shape[2]
     _check_native(q=q, k=k, v=v, lse=lse, dpd=dpd)
