@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnkit import Attention
-from attnkit.attention import native, step
+from attnkit.attention import bindings, native, step
 
 needs_native = pytest.mark.skipif(not native.available(),
                                   reason=f"no C++ step kernel: {native.status()}")
@@ -287,14 +287,12 @@ def test_native_tanh_is_accurate_and_saturates():
     tiny = torch.logspace(-30, 0, 3001)
     x = torch.cat([torch.linspace(-12, 12, 200_001), tiny, -tiny,
                    torch.tensor([-1e30, 1e30, 88.0, -88.0])])
-    y = torch.empty_like(x)
-    native.library().attnkit_tanh_f32(x.data_ptr(), y.data_ptr(), x.numel())
+    y = bindings.tanh(x)
     want = torch.tanh(x.double())
     assert (y.double() - want).abs().max() < 3.5e-7
     assert ((y.double() - want).abs() / want.abs()).max() < 3.5e-7
     special = torch.tensor([float("inf"), float("-inf"), 0.0, float("nan")])
-    out = torch.empty_like(special)
-    native.library().attnkit_tanh_f32(special.data_ptr(), out.data_ptr(), 4)
+    out = bindings.tanh(special)
     assert out[:3].tolist() == [1.0, -1.0, 0.0] and out[3].isnan()
 
 
@@ -365,11 +363,8 @@ def test_a_compiler_without_march_native_gets_the_next_flags(tmp_path, monkeypat
     fussy.chmod(0o755)
     monkeypatch.setenv("CXX", str(fussy))
     monkeypatch.setenv("ATTNKIT_CACHE_DIR", str(tmp_path / "cache"))
-    lib = native._load()
     x = torch.tensor([0.5, -2.0])
-    y = torch.empty_like(x)
-    lib.attnkit_tanh_f32(x.data_ptr(), y.data_ptr(), 2)
-    torch.testing.assert_close(y, torch.tanh(x))
+    torch.testing.assert_close(bindings.tanh(x, lib=native._load()), torch.tanh(x))
     assert len(list((tmp_path / "cache").glob("kernels-*.so"))) == 1
 
 
@@ -465,6 +460,5 @@ def test_a_damaged_cached_library_is_built_again(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNKIT_CACHE_DIR", str(tmp_path / "second"))
     lib = native._load()
     assert damaged.stat().st_size > 0
-    x, y = torch.tensor([0.25]), torch.empty(1)
-    lib.attnkit_tanh_f32(x.data_ptr(), y.data_ptr(), 1)
-    torch.testing.assert_close(y, torch.tanh(x))
+    x = torch.tensor([0.25])
+    torch.testing.assert_close(bindings.tanh(x, lib=lib), torch.tanh(x))

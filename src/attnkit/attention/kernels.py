@@ -4,8 +4,8 @@ The pair tensor ``(B, H, bq, bk, A)`` is the whole cost of additive attention, a
 bound by ``tanh``. Three implementations of each block operation, named by ``kernel``:
 
 * ``"eager"``: plain PyTorch (``torch.tanh``); materialises the block's pair tensor once;
-* ``"native"`` (CPU): the C++ kernels of ``csrc/blocks.cpp`` (built by
-  :mod:`attnkit.attention.native`): no pair tensor, a rational tanh (``csrc/tanh.h``), and a
+* ``"native"`` (CPU): the C++ kernels of ``csrc/blocks.cpp`` (called through
+  :mod:`attnkit.attention.bindings`): no pair tensor, a rational tanh (``csrc/tanh.h``), and a
   backward that computes all three gradients in one pass over the pairs;
   :func:`additive_attention_backward` goes further, from the context's gradient to the score
   inputs in one pass, so backward computes each ``tanh`` once instead of twice;
@@ -33,7 +33,7 @@ import os
 
 import torch
 
-from attnkit.attention import native
+from attnkit.attention import bindings
 from attnkit.attention.precision import upcast
 
 __all__ = [
@@ -183,7 +183,7 @@ def additive_scores(q, k, v, *, kernel: str = "eager") -> torch.Tensor:
     """``s (B, H, bq, bk)``, in float32 for low-precision inputs."""
     q, k, v = upcast(q, k, v)
     if kernel == "native":
-        return _native_scores(q, k, v)
+        return bindings.block_scores(q, k, v)
     if kernel == "compiled":
         return _COMPILER.run("scores", _scores, q, k, v)
     return torch.einsum("bhqka,ha->bhqk", torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3)), v)
@@ -193,7 +193,7 @@ def additive_backward(q, k, v, grad, *, kernel: str = "eager"):
     """Gradients ``(d q (B, H, bq, A), d k (B, H, bk, A), d v (H, A))`` of ``sum(grad * s)``."""
     q, k, v, grad = upcast(q, k, v, grad)
     if kernel == "native":
-        return _native_backward(q, k, v, grad)
+        return bindings.block_backward(q, k, v, grad)
     if kernel == "compiled" and q.shape[2] == 1:
         dq, dk, dv = _COMPILER.run("one_query", _one_query_grads, q, k, v, grad)
         return dq, dk, dv.sum((0, 2))
@@ -228,79 +228,4 @@ def additive_attention_backward(q, k, v, lse, dpd, mask=None):
         ``p (B, H, bq, bk)`` (for the values' gradient ``p^T @ dout``), ``d q``, ``d k``,
         ``d v (H, A)``; float32 for low-precision inputs.
     """
-    q, k, v, lse, dpd = upcast(q, k, v, lse, dpd)
-    b, h, tq, a = q.shape
-    tk = k.shape[2]
-    _check_native(q=q, k=k, v=v, lse=lse, dpd=dpd)
-    lse, dpd = lse.contiguous(), dpd.contiguous()
-    p = torch.empty(b, h, tq, tk, dtype=q.dtype)
-    dq, dk, dv = (torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v))
-    m_ptr, m_strides = None, (0, 0, 0)
-    if mask is not None:
-        mask = mask.expand(mask.shape[0], 1, tq, tk).view(torch.uint8)
-        m_ptr, m_strides = mask.data_ptr(), (mask.stride(0), mask.stride(2), mask.stride(3))
-    _native_fn("attention_backward", q.dtype)(
-        b, h, tq, tk, a, *_strided(q), *_strided(k), v.data_ptr(), lse.data_ptr(),
-        dpd.data_ptr(), m_ptr, *m_strides, p.data_ptr(), dq.data_ptr(), dk.data_ptr(),
-        dv.data_ptr(), torch.get_num_threads())
-    return p, dq, dk, dv
-
-
-def _native_scores(q, k, v):
-    _check_native(q=q, k=k, v=v)
-    b, h, tq, a = q.shape
-    s = torch.empty(b, h, tq, k.shape[2], dtype=q.dtype)
-    _native_fn("scores", q.dtype)(b, h, tq, k.shape[2], a, *_strided(q), *_strided(k),
-                                  v.data_ptr(), s.data_ptr(), torch.get_num_threads())
-    return s
-
-
-def _native_backward(q, k, v, grad):
-    _check_native(q=q, k=k, v=v, grad=grad)
-    grad = grad.contiguous()
-    b, h, tq, a = q.shape
-    dq, dk, dv = (torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v))
-    _native_fn("backward", q.dtype)(b, h, tq, k.shape[2], a, *_strided(q), *_strided(k),
-                                    v.data_ptr(), grad.data_ptr(), dq.data_ptr(), dk.data_ptr(),
-                                    dv.data_ptr(), torch.get_num_threads())
-    return dq, dk, dv
-
-
-def _strided(x):
-    """Pointer and the first three strides of a 4-d tensor (its last dim must be contiguous)."""
-    return (x.data_ptr(), x.stride(0), x.stride(1), x.stride(2))
-
-
-def _native_fn(name, dtype):
-    suffix = "f32" if dtype == torch.float32 else "f64"
-    return getattr(native.library(), f"attnkit_additive_{name}_{suffix}")
-
-
-def _check_native(**tensors):
-    """What the C++ block kernels read: CPU, float32 or float64 alike, features contiguous, no
-    empty dims (and ``v`` contiguous)."""
-    if native.library() is None:
-        raise RuntimeError(f"kernel='native': the C++ kernels are unavailable ({native.status()})")
-    dtype = tensors["q"].dtype
-    for name, x in tensors.items():
-        if x.device.type != "cpu" or x.dtype != dtype or dtype not in (torch.float32,
-                                                                        torch.float64):
-            raise ValueError(f"kernel='native': {name} must be a CPU float32 or float64 tensor "
-                             f"like q ({dtype}), got {x.dtype} on {x.device}")
-    for name in ("q", "k"):
-        if tensors[name].stride(-1) != 1:
-            raise ValueError(f"kernel='native': {name} must have a contiguous last dim, got "
-                             f"strides {tuple(tensors[name].stride())}")
-    if not tensors["v"].is_contiguous():
-        raise ValueError("kernel='native': v (H, A) must be contiguous")
-    q, k = tensors["q"], tensors["k"]
-    if q.dim() != 4 or k.dim() != 4:
-        raise ValueError(f"kernel='native': q and k must be 4-d (B, H, T, A), got "
-                         f"{tuple(q.shape)} and {tuple(k.shape)}")
-    (b, h, tq, a), tk = q.shape, k.shape[2]
-    expected = {"k": (b, h, tk, a), "v": (h, a), "grad": (b, h, tq, tk), "lse": (b, h, tq),
-                "dpd": (b, h, tq, tk)}
-    for name, x in tensors.items():
-        if name in expected and tuple(x.shape) != expected[name]:
-            raise ValueError(f"kernel='native': {name} must have shape {expected[name]} (from q "
-                             f"{tuple(q.shape)} and k), got {tuple(x.shape)}")
+    return bindings.block_attention_backward(*upcast(q, k, v, lse, dpd), mask)
