@@ -31,7 +31,7 @@ CONSTRUCTOR_ERRORS = [
     # unknown score / impl
     (dict(score="bahdanau"), ValueError, r"^score: expected one of dot, scaled_dot, .*got 'bahdanau'"),
     (dict(score=None), ValueError, r"^score: expected one of .*got None"),
-    (dict(impl="flash"), ValueError, r"^impl: expected one of auto, reference, sdpa, chunked, got 'flash'"),
+    (dict(impl="flash"), ValueError, r"^impl: expected one of auto, reference, sdpa, chunked, step, got 'flash'"),
     # heads / head_dim
     (dict(heads=3), ValueError, r"^heads: 3 does not divide query_dim=8; pass head_dim"),
     (dict(heads=5), ValueError, r"^heads: 5 does not divide query_dim=8"),
@@ -296,6 +296,13 @@ def test_sdpa_with_a_non_dot_score_is_refused_at_construction(score):
         Attention(D, score=score, impl="sdpa")
 
 
+@pytest.mark.parametrize("score", ["dot", "scaled_dot", "general", "cosine"])
+def test_step_with_a_score_without_a_step_kernel_is_refused_at_construction(score):
+    with pytest.raises(ValueError, match=rf"^impl: 'step' computes the additive and location "
+                                         rf"scores only, not score='{score}'"):
+        Attention(D, score=score, impl="step")
+
+
 @pytest.mark.parametrize(
     "kwargs, call, exc, match",
     [c[1:] for c in FORWARD_ERRORS],
@@ -395,9 +402,12 @@ def test_functional_unknown_score_has_no_module_hint():
 FUNCTIONAL_ERRORS = [
     ("dropout_p 1", dict(dropout_p=1.0), ValueError, r"^dropout_p: expected a probability in \[0, 1\), got 1\.0"),
     ("dropout_p < 0", dict(dropout_p=-0.5), ValueError, r"^dropout_p: expected a probability in \[0, 1\), got -0\.5"),
-    ("impl", dict(impl="flash"), ValueError, r"^impl: expected one of auto, reference, sdpa, chunked, got 'flash'"),
+    ("impl", dict(impl="flash"), ValueError, r"^impl: expected one of auto, reference, sdpa, chunked, step, got 'flash'"),
     ("sdpa weights", dict(impl="sdpa", need_weights=True), ValueError,
      r"^impl='sdpa' cannot serve this call: need_weights=True"),
+    ("step dot score", dict(impl="step"), ValueError,
+     r"^impl='step' cannot serve this call: score 'scaled_dot' has no step kernel \(only additive "
+     r"and location\)"),
     ("window", dict(window=(2, -1)), ValueError, r"^window: expected non-negative sizes"),
     ("window type", dict(window=2), TypeError, r"^window: expected a pair of ints"),
     ("key_lengths", dict(key_lengths=torch.tensor([1.0, 2.0])), TypeError, r"^key_lengths: expected an integer tensor"),

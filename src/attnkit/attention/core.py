@@ -251,7 +251,7 @@ def run(
     if plan.impl == "sdpa":
         context = sdpa_attention(qf, kf, v, call.mask(), scale=score.scale, dropout_p=dropout_p)
         return context, None, plan
-    if plan.step:
+    if plan.impl == "step":
         location = None if extra is None else (extra[:, :, 0], score.w_loc)  # f (B, H, Tk, F)
         context, weights = additive_step(qf, kf, v, score.v, call.mask(), sink, location)
         return context, (weights if need_weights else None), plan

@@ -53,10 +53,11 @@ class Attention(nn.Module):
         dropout: dropout probability on the weights (training only; returned weights are
             before dropout).
         impl: ``"auto"`` (fastest path that serves the call; see :meth:`plan`), ``"reference"``
-            (plain full-matrix math), ``"sdpa"`` (fused dot-product kernel, dot family only) or
+            (plain full-matrix math), ``"sdpa"`` (fused dot-product kernel, dot family only),
             ``"chunked"`` (blocks with online softmax and scores recomputed in backward: no
-            ``(Tq, Tk)`` or ``(Tq, Tk, A)`` tensor; banded for windows). See
-            :mod:`attnkit.attention.dispatch`.
+            ``(Tq, Tk)`` or ``(Tq, Tk, A)`` tensor; banded for windows) or ``"step"`` (the C++
+            decoder-step kernel: additive/location, one float32 CPU query per row, key padding
+            only). See :mod:`attnkit.attention.dispatch`.
         location_filters: ``F``, conv filters of the location score (default 10).
         location_kernel: ``K``, odd conv width of the location score (default 31).
 
@@ -158,6 +159,11 @@ class Attention(nn.Module):
             raise ValueError(
                 f"impl: 'sdpa' computes dot-product scores only, not score={score!r}; "
                 "use impl='auto'"
+            )
+        if impl == "step" and self.score.name not in STEP_SCORES:
+            raise ValueError(
+                f"impl: 'step' computes the {' and '.join(STEP_SCORES)} scores only, not "
+                f"score={score!r}; use impl='auto'"
             )
 
     def extra_repr(self) -> str:
