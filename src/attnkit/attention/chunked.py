@@ -38,8 +38,9 @@ __all__ = ["chunked_attention", "recomputed_scores", "block_sizes"]
 _SCORE_BLOCK = 1 << 21  # (B, H, bq, bk) scores
 # The C++ additive kernels tile the block themselves and run as fast on small blocks; a
 # smaller budget keeps the half-dozen (B, H, bq, bk) transients of a block at ~2 MiB each, so
-# extra memory grows linearly in T from short sequences on (measured: with 1 << 21 it grew
-# x2.55 per doubling from T=256 to 800, the blocks filling up).
+# extra memory grows linearly in T from short sequences on. (With 1 << 21 the blocks keep
+# filling up to T ~ 800, and memory grows x2.55 per doubling of T from 256 to 800:
+# docs/benchmarks.md.)
 _NATIVE_SCORE_BLOCK = 1 << 19
 _PAIR_BLOCK = 1 << 23  # (B, H, bq, bk, A) eager pair tensor (32 MiB in float32)
 

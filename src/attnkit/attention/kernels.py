@@ -12,8 +12,8 @@ bound by ``tanh``. Three implementations of each block operation, named by ``ker
 * ``"compiled"``: the same math through ``torch.compile`` (Inductor's C++/OpenMP code on CPU,
   Triton on GPU) with ``tanh(x) = 1 - 2 / (exp(2x) + 1)``, which vectorises far better than
   ``tanh`` and is exact to float32 rounding in absolute terms (``|error| < 2.4e-7``, tested). Each
-  backward reduction is its own kernel: fused into one, Inductor ran ~5x slower here. Used on
-  GPU, and on CPU when the C++ kernels cannot be built.
+  backward reduction is its own kernel: Inductor's code for all of them fused into one runs
+  about 5x slower on CPU. Used on GPU, and on CPU when the C++ kernels cannot be built.
 
 Compiling takes seconds once per process (and again for new dtypes, or for size-1 dims such as
 one-query blocks), so a call uses the compiled kernels when it is big enough to pay for that, or
@@ -110,9 +110,9 @@ class _Compiler:
         if self.failure is None:
             if name not in self.fns:
                 # dynamic_threads: the C++ code always has an OpenMP loop and leaves the thread
-                # count to the runtime. Otherwise it is fixed at compile time, and Inductor's on-disk cache hands code compiled
-                # under OMP_NUM_THREADS=1 to later processes with more threads (measured: the
-                # one-query kernels then ran on one core).
+                # count to the runtime. Otherwise the count is fixed at compile time, and
+                # Inductor's on-disk cache hands code compiled under OMP_NUM_THREADS=1 to later
+                # processes with more threads, which then run it on one core.
                 self.fns[name] = torch.compile(fn, dynamic=True,
                                                options={"cpp.dynamic_threads": True})
             try:

@@ -47,8 +47,8 @@ _COMMON = ("-std=c++17", "-shared", "-fPIC", "-O3", "-fno-math-errno", "-fno-tra
 
 def _flag_sets(cpu: str) -> list[tuple[str, ...]]:
     """Flags tried in turn, each dropping what a compiler may not know. With AVX-512, 512-bit
-    vectors are asked for first (gcc's tuning keeps 256-bit ones on most such CPUs; Inductor's
-    code for them is 512-bit) -- not measured here: no AVX-512 machine was at hand."""
+    vectors are asked for first: gcc's tuning keeps 256-bit ones on most such CPUs, and
+    Inductor's code for them is 512-bit. (Untimed on AVX-512 hardware.)"""
     sets = [("-march=native", "-fopenmp"), ("-fopenmp",), ()]
     if "avx512f" in cpu.split():
         sets.insert(0, ("-march=native", "-mprefer-vector-width=512", "-fopenmp"))

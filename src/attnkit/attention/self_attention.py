@@ -1,4 +1,4 @@
-"""A self-attention layer that drops in between two RNN layers (seed 000's CRNN)."""
+"""A self-attention layer that drops in between two RNN layers, e.g. of a CRNN."""
 
 from __future__ import annotations
 
@@ -23,9 +23,8 @@ COMBINES = ("concat", "residual")
 class SelfAttention(nn.Module):
     """Every step of a sequence attends over the whole (or a window of the) same sequence.
 
-    With ``combine="concat"`` (default) the output is Luong's attentional state
-    ``out_t = tanh(W [x_t; c_t])``, the layer of seed 000's Approach 1 computed for all steps at
-    once; with ``combine="residual"`` it is ``LayerNorm(x_t + W c_t)``. Steps beyond a
+    With ``combine="concat"`` (default) the output is the attentional hidden state of Luong et
+    al. 2015 (eq. 5), ``out_t = tanh(W [x_t; c_t])``, computed for all steps at once; with ``combine="residual"`` it is ``LayerNorm(x_t + W c_t)``. Steps beyond a
     sequence's length are neither attended to nor output (their output is zero).
 
     Args:

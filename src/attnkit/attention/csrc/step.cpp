@@ -1,7 +1,8 @@
 // One-query additive attention (an RNN decoder step): forward and backward in one pass each.
 //
-// Built once per machine by attnkit/attention/native.py and called through ctypes; the math is
-// that of attnkit/attention/step.py (_forward, _backward), which the tests compare it with.
+// Built once per machine by attnkit/attention/native.py and called through ctypes by the
+// wrappers of attnkit/attention/bindings.py; the math is that of attnkit/attention/step.py
+// (_forward, _backward), which the tests compare it with.
 //
 // Shapes (BH = B * H rows; a row is one query of one head of one batch element):
 //   q     (B, H, 1, A)   prepared query, contiguous
