@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from attnkit import Attention, SelfAttention, attention, lengths_to_mask
+from attnkit.attention import native
 
 B, TQ, TK, D = 2, 4, 5, 8
 
@@ -548,3 +549,24 @@ def test_self_attention_valid_combines_and_padding():
     out = SelfAttention(8, 8, combine="residual")(x, lengths)
     assert out.shape == (B, 6, 8)
     assert out[1, 2:].eq(0).all()
+
+
+def test_prepare_validates_values_and_dtypes():
+    attn = Attention(8, 8, 6, score="additive")
+    key = torch.randn(2, 5, 8)
+    with pytest.raises(ValueError, match=r"^value: expected batch size B \(from key\) = 2"):
+        attn.prepare(key, torch.randn(3, 5, 6))
+    with pytest.raises(ValueError, match=r"^value: expected Tk \(from key\) = 5"):
+        attn.prepare(key, torch.randn(2, 7, 6))
+    with pytest.raises(ValueError, match=r"^value \(defaults to key\): expected feature size "
+                                         r"value_dim = 6"):
+        attn.prepare(key)
+    with pytest.raises(TypeError, match=r"^key: dtype torch.float64 differs from the module's"):
+        attn.prepare(key.double(), torch.randn(2, 5, 6).double())
+    memory = attn.prepare(key, torch.randn(2, 5, 6))
+    q = torch.randn(2, 8)
+    assert attn.plan(q, memory).impl == ("step" if native.available() else "chunked")
+    attn.double()
+    with pytest.raises(ValueError, match="^key: the Memory was prepared for torch.float32.*"
+                                         "prepare it again"):
+        attn(q.double(), memory)
