@@ -541,6 +541,24 @@ def test_self_attention_constructor_rejects(args, kwargs, match):
         SelfAttention(*args, **kwargs)
 
 
+@pytest.mark.parametrize("kwargs", [dict(location_kernel=3), dict(key_dim=4), dict(bogus=1)])
+def test_self_attention_refuses_arguments_it_does_not_pass_on(kwargs):
+    (name,) = kwargs
+    with pytest.raises(TypeError, match=rf"^{name}: not an argument of SelfAttention \(it passes "
+                                        r"on attn_dim, heads, head_dim, window, causal, dropout, "
+                                        r"impl to Attention\)"):
+        SelfAttention(8, **kwargs)
+
+
+def test_self_attention_passes_its_attention_arguments_on():
+    layer = SelfAttention(8, score="additive", attn_dim=6, heads=2, head_dim=3, window=(1, 2),
+                          causal=True, dropout=0.25, impl="chunked")
+    attn = layer.attention
+    assert (attn.score.name, attn.score.v.shape, attn.heads, attn.head_dim) == (
+        "additive", (2, 6), 2, 3)
+    assert (attn.window, attn.causal, attn.dropout, attn.impl) == ((1, 2), True, 0.25, "chunked")
+
+
 def test_self_attention_valid_combines_and_padding():
     x, lengths = _x(), torch.tensor([6, 2])
     out = SelfAttention(8, 5)(x, lengths)

@@ -146,15 +146,9 @@ class Attention(nn.Module):
             dq = dk = head_dim
         else:
             dq, dk = self.query_dim, self.key_dim
-        self.score = make_score(
-            score,
-            heads=heads,
-            query_dim=dq,
-            key_dim=dk,
-            attn_dim=attn_dim,
-            location_filters=location_filters,
-            location_kernel=location_kernel,
-        )
+        self.score = make_score(score, heads=heads, query_dim=dq, key_dim=dk, attn_dim=attn_dim,
+                                location_filters=location_filters,
+                                location_kernel=location_kernel)
         if impl == "sdpa" and not self.score.dot_family:
             raise ValueError(
                 f"impl: 'sdpa' computes dot-product scores only, not score={score!r}; "
@@ -198,19 +192,9 @@ class Attention(nn.Module):
         )
 
     def _check(self, query, key, value, key_lengths, key_mask, positions):
-        return check_call(
-            query,
-            key,
-            value,
-            query_dim=self.query_dim,
-            key_dim=self.key_dim,
-            value_dim=self.value_dim,
-            key_lengths=key_lengths,
-            key_mask=key_mask,
-            positions=positions,
-            causal=self.causal,
-            window=self.window,
-        )
+        return check_call(query, key, value, query_dim=self.query_dim, key_dim=self.key_dim,
+                          value_dim=self.value_dim, key_lengths=key_lengths, key_mask=key_mask,
+                          positions=positions, causal=self.causal, window=self.window)
 
     def _split_heads(self, x: torch.Tensor, proj: nn.Module | None) -> torch.Tensor:
         if proj is None:
@@ -430,19 +414,10 @@ def attention(
         )
     check_probability("dropout_p", dropout_p)
     window = check_window(window)
-    call = check_call(
-        query,
-        key,
-        value,
-        query_dim=None,
-        key_dim=query.shape[-1] if isinstance(query, torch.Tensor) else None,
-        value_dim=None,
-        key_lengths=key_lengths,
-        key_mask=key_mask,
-        positions=positions,
-        causal=causal,
-        window=window,
-    )
+    key_dim = query.shape[-1] if isinstance(query, torch.Tensor) else None
+    call = check_call(query, key, value, query_dim=None, key_dim=key_dim, value_dim=None,
+                      key_lengths=key_lengths, key_mask=key_mask, positions=positions,
+                      causal=causal, window=window)
     if score == "cosine":
         sc = CosineScore(1, learnable=False).to(query.device)
     else:
