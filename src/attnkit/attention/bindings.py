@@ -89,7 +89,7 @@ def _ptr_of(x: torch.Tensor | None) -> int | None:
 
 def _strided(x: torch.Tensor) -> tuple[int, int, int, int]:
     """Pointer and the first three strides of a 4-d tensor (its last dim must be contiguous)."""
-    return (x.data_ptr(), x.stride(0), x.stride(1), x.stride(2))
+    return (x.data_ptr(), *x.stride()[:3])
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
