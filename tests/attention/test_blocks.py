@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from attnkit import Attention
 from attnkit.attention import kernels, native
-from attnkit.attention.chunked import KeyLayout, chunked_attention, recomputed_scores
+from attnkit.attention.chunked import chunked_attention, recomputed_scores
+from attnkit.attention.masks import KeyLayout
 from attnkit.attention.scores import make_score
 
 needs_native = pytest.mark.skipif(not native.available(),

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from attnkit import SCORES, Attention
 from attnkit.attention import chunked as chunked_mod
-from attnkit.attention.chunked import KeyLayout, chunked_attention, recomputed_scores
+from attnkit.attention.chunked import chunked_attention, recomputed_scores
+from attnkit.attention.masks import KeyLayout
 from attnkit.attention.scores import make_score
 
 

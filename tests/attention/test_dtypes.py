@@ -39,3 +39,16 @@ def test_float16_scores_beyond_float16_range_do_not_overflow(impl):
     out = attn(q, k, v, key_lengths=torch.tensor([4]))
     assert torch.isfinite(out.context).all()
     torch.testing.assert_close(out.context, torch.full((1, 3, 2), 1.5, dtype=torch.float16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("score", ["dot", "general", "additive"])
+def test_chunked_low_precision_scores_do_not_overflow(dtype, score):
+    torch.manual_seed(0)
+    q = (torch.randn(1, 8, 16) * 100).to(dtype)
+    k = (torch.randn(1, 8, 16) * 100).to(dtype)
+    attn = Attention(16, score=score, window=(1, 1), impl="chunked").to(dtype)
+    out = attn(q, k).context
+    assert torch.isfinite(out).all()
+    attn.impl = "reference"
+    torch.testing.assert_close(out, attn(q, k).context, atol=0.05 * 100, rtol=0.02)

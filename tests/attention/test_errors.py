@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from attnkit import Attention, SelfAttention, attention, lengths_to_mask
+from attnkit.attention import native
 
 B, TQ, TK, D = 2, 4, 5, 8
 
@@ -31,7 +32,7 @@ CONSTRUCTOR_ERRORS = [
     # unknown score / impl
     (dict(score="bahdanau"), ValueError, r"^score: expected one of dot, scaled_dot, .*got 'bahdanau'"),
     (dict(score=None), ValueError, r"^score: expected one of .*got None"),
-    (dict(impl="flash"), ValueError, r"^impl: expected one of auto, reference, sdpa, chunked, got 'flash'"),
+    (dict(impl="flash"), ValueError, r"^impl: expected one of auto, reference, sdpa, chunked, step, got 'flash'"),
     # heads / head_dim
     (dict(heads=3), ValueError, r"^heads: 3 does not divide query_dim=8; pass head_dim"),
     (dict(heads=5), ValueError, r"^heads: 5 does not divide query_dim=8"),
@@ -296,6 +297,13 @@ def test_sdpa_with_a_non_dot_score_is_refused_at_construction(score):
         Attention(D, score=score, impl="sdpa")
 
 
+@pytest.mark.parametrize("score", ["dot", "scaled_dot", "general", "cosine"])
+def test_step_with_a_score_without_a_step_kernel_is_refused_at_construction(score):
+    with pytest.raises(ValueError, match=rf"^impl: 'step' computes the additive and location "
+                                         rf"scores only, not score='{score}'"):
+        Attention(D, score=score, impl="step")
+
+
 @pytest.mark.parametrize(
     "kwargs, call, exc, match",
     [c[1:] for c in FORWARD_ERRORS],
@@ -395,9 +403,12 @@ def test_functional_unknown_score_has_no_module_hint():
 FUNCTIONAL_ERRORS = [
     ("dropout_p 1", dict(dropout_p=1.0), ValueError, r"^dropout_p: expected a probability in \[0, 1\), got 1\.0"),
     ("dropout_p < 0", dict(dropout_p=-0.5), ValueError, r"^dropout_p: expected a probability in \[0, 1\), got -0\.5"),
-    ("impl", dict(impl="flash"), ValueError, r"^impl: expected one of auto, reference, sdpa, chunked, got 'flash'"),
+    ("impl", dict(impl="flash"), ValueError, r"^impl: expected one of auto, reference, sdpa, chunked, step, got 'flash'"),
     ("sdpa weights", dict(impl="sdpa", need_weights=True), ValueError,
      r"^impl='sdpa' cannot serve this call: need_weights=True"),
+    ("step dot score", dict(impl="step"), ValueError,
+     r"^impl='step' cannot serve this call: score 'scaled_dot' has no step kernel \(only additive "
+     r"and location\)"),
     ("window", dict(window=(2, -1)), ValueError, r"^window: expected non-negative sizes"),
     ("window type", dict(window=2), TypeError, r"^window: expected a pair of ints"),
     ("key_lengths", dict(key_lengths=torch.tensor([1.0, 2.0])), TypeError, r"^key_lengths: expected an integer tensor"),
@@ -530,6 +541,24 @@ def test_self_attention_constructor_rejects(args, kwargs, match):
         SelfAttention(*args, **kwargs)
 
 
+@pytest.mark.parametrize("kwargs", [dict(location_kernel=3), dict(key_dim=4), dict(bogus=1)])
+def test_self_attention_refuses_arguments_it_does_not_pass_on(kwargs):
+    (name,) = kwargs
+    with pytest.raises(TypeError, match=rf"^{name}: not an argument of SelfAttention \(it passes "
+                                        r"on attn_dim, heads, head_dim, window, causal, dropout, "
+                                        r"impl to Attention\)"):
+        SelfAttention(8, **kwargs)
+
+
+def test_self_attention_passes_its_attention_arguments_on():
+    layer = SelfAttention(8, score="additive", attn_dim=6, heads=2, head_dim=3, window=(1, 2),
+                          causal=True, dropout=0.25, impl="chunked")
+    attn = layer.attention
+    assert (attn.score.name, attn.score.v.shape, attn.heads, attn.head_dim) == (
+        "additive", (2, 6), 2, 3)
+    assert (attn.window, attn.causal, attn.dropout, attn.impl) == ((1, 2), True, 0.25, "chunked")
+
+
 def test_self_attention_valid_combines_and_padding():
     x, lengths = _x(), torch.tensor([6, 2])
     out = SelfAttention(8, 5)(x, lengths)
@@ -538,3 +567,24 @@ def test_self_attention_valid_combines_and_padding():
     out = SelfAttention(8, 8, combine="residual")(x, lengths)
     assert out.shape == (B, 6, 8)
     assert out[1, 2:].eq(0).all()
+
+
+def test_prepare_validates_values_and_dtypes():
+    attn = Attention(8, 8, 6, score="additive")
+    key = torch.randn(2, 5, 8)
+    with pytest.raises(ValueError, match=r"^value: expected batch size B \(from key\) = 2"):
+        attn.prepare(key, torch.randn(3, 5, 6))
+    with pytest.raises(ValueError, match=r"^value: expected Tk \(from key\) = 5"):
+        attn.prepare(key, torch.randn(2, 7, 6))
+    with pytest.raises(ValueError, match=r"^value \(defaults to key\): expected feature size "
+                                         r"value_dim = 6"):
+        attn.prepare(key)
+    with pytest.raises(TypeError, match=r"^key: dtype torch.float64 differs from the module's"):
+        attn.prepare(key.double(), torch.randn(2, 5, 6).double())
+    memory = attn.prepare(key, torch.randn(2, 5, 6))
+    q = torch.randn(2, 8)
+    assert attn.plan(q, memory).impl == ("step" if native.available() else "chunked")
+    attn.double()
+    with pytest.raises(ValueError, match="^key: the Memory was prepared for torch.float32.*"
+                                         "prepare it again"):
+        attn(q.double(), memory)

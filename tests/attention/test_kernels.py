@@ -1,4 +1,5 @@
-"""Additive block kernels: the compiled versions equal the eager ones."""
+"""Additive block kernels: the compiled versions equal the eager ones, and the eager fallback
+split into pieces equals it whole."""
 
 import torch
 
@@ -53,3 +54,14 @@ def test_compiled_kernels_equal_eager_kernels():
     # Compiling works on a machine with a C++ compiler; where it fails, the eager fallback ran
     # above and the reason is reported.
     assert kernels.compile_status() == "available" or "failed" in kernels.compile_status()
+
+
+def test_eager_fallback_splits_blocks_sized_for_fused_kernels(monkeypatch):
+    monkeypatch.setattr(kernels, "_EAGER_PAIR_BUDGET", 64)
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 1, 9, 4, generator=g), torch.randn(2, 1, 5, 4, generator=g)
+    v, grad = torch.randn(1, 4, generator=g), torch.randn(2, 1, 9, 5, generator=g)
+    whole = kernels._scores(q, k, v, tanh=torch.tanh)
+    torch.testing.assert_close(kernels._in_pieces(kernels._scores, q, k, v), whole)
+    torch.testing.assert_close(kernels._in_pieces(kernels._row_grad, q, k, v, grad),
+                               kernels._row_grad(q, k, v, grad, tanh=torch.tanh))

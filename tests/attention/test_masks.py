@@ -56,3 +56,14 @@ def test_dropout_is_seeded_and_off_in_eval():
     c = attn(q, k).context
     assert (a - c).abs().max() > 1e-3
     torch.testing.assert_close(c, attn(q, k).context)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.int32])
+def test_positions_of_any_integer_dtype_give_the_same_mask(dtype):
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 4, 8), torch.randn(1, 6, 8)
+    pos = torch.tensor([[0, 1, 2, 3]])
+    ref = attention(q, k, window=(2, 2), positions=pos, need_weights=True).weights
+    got = attention(q, k, window=(2, 2), positions=pos.to(dtype), need_weights=True).weights
+    torch.testing.assert_close(got, ref)
+    assert (ref[0, 0, :3] > 0).all()

@@ -123,3 +123,14 @@ def test_location_weights_chain_from_step_to_step():
     a = attn(q, key, prev_weights=torch.eye(7)[[0, 6]]).weights
     b = attn(q, key, prev_weights=torch.eye(7)[[6, 0]]).weights
     assert (a - b).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("impl", ["reference", "chunked", "auto"])
+@pytest.mark.parametrize("score", SCORES)
+def test_no_keys_at_all_gives_zeros(impl, score):
+    attn = Attention(8, score=score, impl=impl)
+    q = torch.randn(2, 3, 8, requires_grad=True)
+    out = attn(q, torch.randn(2, 0, 8))
+    assert out.context.shape == (2, 3, 8) and out.context.abs().max() == 0
+    out.context.sum().backward()
+    assert q.grad.abs().max() == 0

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnkit import Attention
-from attnkit.attention import native, step
+from attnkit.attention import bindings, native, step
 
 needs_native = pytest.mark.skipif(not native.available(),
                                   reason=f"no C++ step kernel: {native.status()}")
@@ -148,7 +148,7 @@ def test_decoder_steps_take_the_fused_path_and_equal_the_reference(heads, need_w
     attn, ref, enc, queries, lengths = _decoder_case(heads, score=score)
     assert attn.prepare(enc).sink is not None
     plan = attn.plan(queries[0], enc, key_lengths=lengths, need_weights=need_weights)
-    assert plan.step and "C++ step kernel" in plan.reason
+    assert plan.impl == "step" and plan.kernel == "native" and "C++ step kernel" in plan.reason
     w = torch.randn(5, 4, heads, 80).squeeze(2)  # (steps, B, [H,] Tk)
 
     def loss(ctx, weights):
@@ -198,7 +198,7 @@ def test_steps_on_both_paths_over_one_memory(monkeypatch):
     outs = []
     for i, q in enumerate(queries):
         monkeypatch.setattr(native, "available", lambda i=i: i >= 2)
-        assert attn.plan(q, enc, key_lengths=lengths).step == (i >= 2)
+        assert (attn.plan(q, enc, key_lengths=lengths).impl == "step") == (i >= 2)
         outs.append(attn(q, memory, key_lengths=lengths).context)
     torch.stack(outs).square().sum().backward()
     got = [enc.grad, queries.grad, *[p.grad for p in attn.parameters()]]
@@ -221,13 +221,45 @@ def test_no_sink_without_gradients_or_for_dot_scores():
 def test_no_fused_step_where_it_does_not_apply():
     x = torch.randn(4, 128)
     enc = torch.randn(4, 80, 128)
-    assert Attention(128, score="additive").plan(x, enc).step
-    assert not Attention(128, score="additive", dropout=0.1).plan(x, enc).step
-    assert not Attention(128, score="additive", impl="reference").plan(x, enc).step
+    assert Attention(128, score="additive").plan(x, enc).impl == "step"
+    assert Attention(128, score="additive", dropout=0.1).plan(x, enc).impl == "chunked"
+    assert Attention(128, score="additive", impl="reference").plan(x, enc).impl == "reference"
+    assert Attention(128, score="additive", impl="chunked").plan(x, enc).impl == "chunked"
     windowed = Attention(128, score="additive", window=(3, 3))
-    assert not windowed.plan(x, enc, positions=torch.zeros(4, dtype=torch.long)).step
-    assert not Attention(128, score="additive").plan(x[:, None].expand(4, 2, 128), enc).step
-    assert not Attention(128, score="additive").double().plan(x.double(), enc.double()).step
+    assert windowed.plan(x, enc, positions=torch.zeros(4, dtype=torch.long)).impl == "chunked"
+    two = x[:, None].expand(4, 2, 128)
+    assert Attention(128, score="additive").plan(two, enc).impl == "chunked"
+    assert Attention(128, score="additive").double().plan(x.double(), enc.double()).impl == (
+        "chunked")
+
+
+@needs_native
+def test_impl_step_forces_the_step_kernel_or_says_why_it_cannot():
+    torch.manual_seed(0)
+    x, enc = torch.randn(4, 16), torch.randn(4, 30, 16)
+    attn = Attention(16, score="location", impl="step")
+    plan = attn.plan(x, enc)
+    assert (plan.impl, plan.kernel, plan.reason) == ("step", "native", "impl='step' was requested")
+    ref = Attention(16, score="location", impl="reference")
+    ref.load_state_dict(attn.state_dict())
+    torch.testing.assert_close(attn(x, enc).context, ref(x, enc).context, atol=1e-5, rtol=1e-5)
+    cases = [
+        (dict(), (x[:, None].expand(4, 2, 16), enc), {},
+         r"2 queries per row; the step kernel takes one"),
+        (dict(dropout=0.1), (x, enc), {}, r"dropout on the weights"),
+        (dict(window=(2, 2)), (x, enc), dict(positions=torch.zeros(4, dtype=torch.long)),
+         r"a causal mask or window; the step kernel takes key padding only"),
+        (dict(), (x.double(), enc.double()), {},
+         r"dtype torch.float64; the step kernel takes float32"),
+    ]
+    for kwargs, args, call_kw, why in cases:
+        module = Attention(16, score="additive", impl="step", **kwargs)
+        module = module.double() if args[0].dtype == torch.float64 else module
+        with pytest.raises(ValueError, match=rf"^impl='step' cannot serve this call: {why}"):
+            module.plan(*args, **call_kw)
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(
+            ValueError, match=r"^impl='step' cannot serve this call: CPU autocast is on"):
+        Attention(16, score="additive", impl="step").plan(x, enc)
 
 
 @needs_native
@@ -251,7 +283,7 @@ def test_native_step_equals_reference_on_random_shapes(b, heads, tk, d, seed):
 
     got_ctx, _, got = _train_step(attn, enc, queries, lengths, loss)
     ctx, _, want = _train_step(ref, enc, queries, lengths, loss)
-    assert attn.plan(queries[0], enc, key_lengths=lengths).step
+    assert attn.plan(queries[0], enc, key_lengths=lengths).impl == "step"
     torch.testing.assert_close(got_ctx, ctx, atol=1e-5, rtol=1e-5)
     for a, b_ in zip(got, want):
         torch.testing.assert_close(a, b_, atol=1e-4, rtol=1e-4)
@@ -287,14 +319,12 @@ def test_native_tanh_is_accurate_and_saturates():
     tiny = torch.logspace(-30, 0, 3001)
     x = torch.cat([torch.linspace(-12, 12, 200_001), tiny, -tiny,
                    torch.tensor([-1e30, 1e30, 88.0, -88.0])])
-    y = torch.empty_like(x)
-    native.library().attnkit_tanh_f32(x.data_ptr(), y.data_ptr(), x.numel())
+    y = bindings.tanh(x)
     want = torch.tanh(x.double())
     assert (y.double() - want).abs().max() < 3.5e-7
     assert ((y.double() - want).abs() / want.abs()).max() < 3.5e-7
     special = torch.tensor([float("inf"), float("-inf"), 0.0, float("nan")])
-    out = torch.empty_like(special)
-    native.library().attnkit_tanh_f32(special.data_ptr(), out.data_ptr(), 4)
+    out = bindings.tanh(special)
     assert out[:3].tolist() == [1.0, -1.0, 0.0] and out[3].isnan()
 
 
@@ -339,7 +369,7 @@ def test_without_a_compiler_steps_run_in_plain_pytorch_and_say_why(tmp_path):
         ref.load_state_dict(attn.state_dict())
         enc, q = torch.randn(2, 9, 16), torch.randn(2, 16)
         plan = attn.plan(q, enc)
-        assert not plan.step and "no C++ compiler found (CXX=" in plan.reason, plan.reason
+        assert plan.impl == "chunked" and "no C++ compiler found (CXX=" in plan.reason, plan.reason
         assert native.status().startswith("no C++ compiler found")
         torch.testing.assert_close(attn(q, attn.prepare(enc)).context, ref(q, enc).context)
         print("ok")
@@ -365,11 +395,8 @@ def test_a_compiler_without_march_native_gets_the_next_flags(tmp_path, monkeypat
     fussy.chmod(0o755)
     monkeypatch.setenv("CXX", str(fussy))
     monkeypatch.setenv("ATTNKIT_CACHE_DIR", str(tmp_path / "cache"))
-    lib = native._load()
     x = torch.tensor([0.5, -2.0])
-    y = torch.empty_like(x)
-    lib.attnkit_tanh_f32(x.data_ptr(), y.data_ptr(), 2)
-    torch.testing.assert_close(y, torch.tanh(x))
+    torch.testing.assert_close(bindings.tanh(x, lib=native._load()), torch.tanh(x))
     assert len(list((tmp_path / "cache").glob("kernels-*.so"))) == 1
 
 
@@ -465,6 +492,5 @@ def test_a_damaged_cached_library_is_built_again(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNKIT_CACHE_DIR", str(tmp_path / "second"))
     lib = native._load()
     assert damaged.stat().st_size > 0
-    x, y = torch.tensor([0.25]), torch.empty(1)
-    lib.attnkit_tanh_f32(x.data_ptr(), y.data_ptr(), 1)
-    torch.testing.assert_close(y, torch.tanh(x))
+    x = torch.tensor([0.25])
+    torch.testing.assert_close(bindings.tanh(x, lib=lib), torch.tanh(x))

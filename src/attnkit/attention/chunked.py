@@ -26,23 +26,21 @@ are reproducible under ``torch.manual_seed``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from attnkit.attention.masks import band_mask
+from attnkit.attention.masks import KeyLayout
+from attnkit.attention.precision import compute_dtype
 from attnkit.attention.scores import Score
 
-__all__ = ["KeyLayout", "chunked_attention", "recomputed_scores", "block_sizes"]
-
-_LOW = (torch.float16, torch.bfloat16)
+__all__ = ["chunked_attention", "recomputed_scores", "block_sizes"]
 
 # Budget, in elements, for one block's transient tensors.
 _SCORE_BLOCK = 1 << 21  # (B, H, bq, bk) scores
 # The C++ additive kernels tile the block themselves and run as fast on small blocks; a
 # smaller budget keeps the half-dozen (B, H, bq, bk) transients of a block at ~2 MiB each, so
-# extra memory grows linearly in T from short sequences on (measured: with 1 << 21 it grew
-# x2.55 per doubling from T=256 to 800, the blocks filling up).
+# extra memory grows linearly in T from short sequences on. (With 1 << 21 the blocks keep
+# filling up to T ~ 800, and memory grows x2.55 per doubling of T from 256 to 800:
+# docs/benchmarks.md.)
 _NATIVE_SCORE_BLOCK = 1 << 19
 _PAIR_BLOCK = 1 << 23  # (B, H, bq, bk, A) eager pair tensor (32 MiB in float32)
 
@@ -63,63 +61,6 @@ def block_sizes(bh: int, tq: int, tk: int, pair_dim: int, *, fused: bool,
         bk = max(1, min(tk, max(16, budget // (bh * 16))))
         bq = max(1, min(tq, budget // (bh * bk)))
     return bq, bk
-
-
-@dataclass(frozen=True)
-class KeyLayout:
-    """Which keys each query may attend to, without materialising ``(B, Tq, Tk)``.
-
-    Attributes:
-        key_valid: ``(B, Tk)`` bool (True = may attend) or None.
-        q_pos: ``(B or 1, Tq)`` aligned key position of each query, or None (no band).
-        causal, window: the band restrictions (see :mod:`attnkit.attention.masks`).
-        tk: number of keys.
-    """
-
-    key_valid: torch.Tensor | None
-    q_pos: torch.Tensor | None
-    causal: bool
-    window: tuple[int, int] | None
-    tk: int
-
-    def key_range(self, q0: int, q1: int) -> tuple[int, int]:
-        """Keys ``[k0, k1)`` that queries ``q0..q1-1`` can see (the band's hull)."""
-        if self.q_pos is None or (not self.causal and self.window is None):
-            return 0, self.tk
-        block = self.q_pos[:, q0:q1]
-        lo, hi = 0, self.tk
-        if self.window is not None:
-            lo = max(lo, int(block.min()) - self.window[0])
-            hi = min(hi, int(block.max()) + self.window[1] + 1)
-        if self.causal:
-            hi = min(hi, int(block.max()) + 1)
-        return lo, max(lo, hi)
-
-    @property
-    def pure_causal(self) -> bool:
-        """Only the default causal band (``j <= i`` with ``Tq == Tk``): SDPA's ``is_causal``."""
-        return (self.causal and self.window is None and self.key_valid is None
-                and self.q_pos is not None and self.q_pos.shape == (1, self.tk)
-                and bool((self.q_pos[0] == torch.arange(self.tk, device=self.q_pos.device)).all()))
-
-    def mask_elements(self, b: int, tq: int) -> int:
-        """Elements of the smallest broadcastable mask, ``(B|1, 1, Tq|1, Tk)``."""
-        rows = b if (self.key_valid is not None or
-                     (self.q_pos is not None and self.q_pos.shape[0] > 1)) else 1
-        return rows * (tq if self.q_pos is not None else 1) * self.tk
-
-    def block_mask(self, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor | None:
-        """``(B or 1, 1, bq, bk)`` bool, True = may attend, or None when all may."""
-        mask = None
-        if self.key_valid is not None:
-            mask = self.key_valid[:, None, None, k0:k1]  # (B, 1, 1, bk)
-        if self.q_pos is not None:
-            idx = torch.arange(k0, k1, device=self.q_pos.device)
-            band = band_mask(self.q_pos[:, q0:q1], idx, causal=self.causal, window=self.window)
-            if band is not None:
-                band = band[:, None]  # (B or 1, 1, bq, bk)
-                mask = band if mask is None else mask & band
-        return mask
 
 
 def _default_blocks(qf, kf, score: Score, kernel: str) -> tuple[int, int]:
@@ -150,7 +91,7 @@ class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, layout, score, blocks, dropout_p, seed, kernel, qf, kf, v, extra, *params):
         b, h, tq, _ = qf.shape
-        acc_t = torch.float32 if qf.dtype in _LOW else qf.dtype
+        acc_t = compute_dtype(qf.dtype)
         bq, bk = blocks
         out = torch.zeros(b, h, tq, v.shape[-1], dtype=acc_t, device=qf.device)
         lse = torch.full((b, h, tq), float("inf"), dtype=acc_t, device=qf.device)
@@ -318,7 +259,7 @@ class _RecomputedScores(torch.autograd.Function):
     def forward(ctx, layout, score, blocks, kernel, qf, kf, extra, *params):
         b, h, tq, _ = qf.shape
         tk = kf.shape[2]
-        acc_t = torch.float32 if qf.dtype in _LOW else qf.dtype
+        acc_t = compute_dtype(qf.dtype)
         bq, bk = blocks
         # Blocks outside the band stay 0: the caller's mask hides them.
         s = torch.zeros(b, h, tq, tk, dtype=acc_t, device=qf.device)

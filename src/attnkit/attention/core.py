@@ -2,7 +2,7 @@
 
 The public entry points (:class:`attnkit.Attention`, :func:`attnkit.attention`,
 :class:`attnkit.SelfAttention`) validate their inputs here, describe which keys each query may see
-(a :class:`~attnkit.attention.chunked.KeyLayout`; **True = may attend**; the path that needs a
+(a :class:`~attnkit.attention.masks.KeyLayout`; **True = may attend**; the path that needs a
 mask builds it, whole or per block) and hand per-head tensors ``(B, H, T, D)`` to the chosen path.
 """
 
@@ -19,9 +19,9 @@ from attnkit.checks import (
     check_tensor,
     describe,
 )
-from attnkit.attention.chunked import KeyLayout, chunked_attention, recomputed_scores
+from attnkit.attention.chunked import chunked_attention, recomputed_scores
 from attnkit.attention.dispatch import Plan, choose_impl
-from attnkit.attention.masks import aligned_positions, lengths_to_mask
+from attnkit.attention.masks import KeyLayout, aligned_positions, lengths_to_mask
 from attnkit.attention.reference import reference_attention, weigh
 from attnkit.attention.scores import Score
 from attnkit.attention.sdpa import sdpa_attention
@@ -251,7 +251,7 @@ def run(
     if plan.impl == "sdpa":
         context = sdpa_attention(qf, kf, v, call.mask(), scale=score.scale, dropout_p=dropout_p)
         return context, None, plan
-    if plan.step:
+    if plan.impl == "step":
         location = None if extra is None else (extra[:, :, 0], score.w_loc)  # f (B, H, Tk, F)
         context, weights = additive_step(qf, kf, v, score.v, call.mask(), sink, location)
         return context, (weights if need_weights else None), plan

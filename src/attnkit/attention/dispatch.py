@@ -13,17 +13,17 @@ sdpa           ``F.scaled_dot_product_attention`` on prepared features (dot fami
 chunked        blocks with online softmax, scores recomputed in backward; with a window or
                causal mask only the band's key blocks run (banded local attention). When
                weights are needed, the ``(Tq, Tk)`` scores are built block by block instead.
-               Additive scores on CPU run C++ block kernels (:mod:`attnkit.attention.kernels`),
-               one additive or location query per row (a decoder step) in float32 one C++
-               kernel per pass (:mod:`attnkit.attention.step`), when the machine's C++
-               compiler could build them (:mod:`attnkit.attention.native`).
+               Additive scores on CPU run C++ block kernels (:mod:`attnkit.attention.kernels`)
+               when the machine's C++ compiler could build them (:mod:`attnkit.attention.native`).
+step           one additive or location query per row (a decoder step), float32 on CPU, key
+               padding only: one C++ kernel per pass (:mod:`attnkit.attention.step`)
 =============  ==============================================================================
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -32,11 +32,11 @@ from attnkit.attention.scores import Score
 
 __all__ = ["IMPLS", "Plan", "choose_impl"]
 
-IMPLS = ("auto", "reference", "sdpa", "chunked")
+IMPLS = ("auto", "reference", "sdpa", "chunked", "step")
 
 log = logging.getLogger("attnkit")
 
-# Scores with a fused one-query step (:mod:`attnkit.attention.step`).
+# Scores with a one-query C++ step kernel (:mod:`attnkit.attention.step`).
 STEP_SCORES = ("additive", "location")
 
 # Largest boolean mask (elements) handed to SDPA; beyond it a masked call goes to "chunked",
@@ -48,15 +48,14 @@ SDPA_MASK_LIMIT = 1 << 26
 class Plan:
     """The path an attention call takes: ``impl`` in :data:`IMPLS` (never "auto"), and why.
 
-    ``kernel`` names the additive score's block kernels on the chunked path
-    (:data:`attnkit.attention.kernels.KERNELS`); ``step`` says whether the call runs as the
-    one-query C++ step (:func:`attnkit.attention.step.additive_step`).
+    ``kernel`` (:data:`attnkit.attention.kernels.KERNELS`) names what computes the additive
+    score: on the chunked path its block kernels, on the step path always ``"native"`` (the
+    C++ step kernel, :func:`attnkit.attention.step.additive_step`); ``"eager"`` elsewhere.
     """
 
     impl: str
     reason: str
     kernel: str = "eager"
-    step: bool = False
 
 
 def _cpu_autocast() -> bool:
@@ -71,6 +70,33 @@ def _sdpa_blocker(score: Score, need_weights: bool) -> str | None:
         return f"score {score.name!r} is not a dot product of prepared features"
     if need_weights:
         return "need_weights=True: SDPA does not return the attention weights"
+    return None
+
+
+def _not_a_step(score: Score, shape, plain_keys: bool, dropout_p: float, dtype,
+                on_cpu: bool) -> str | None:
+    """Why a call is not one the C++ step kernel computes, or None."""
+    if score.name not in STEP_SCORES:
+        return f"score {score.name!r} has no step kernel (only {' and '.join(STEP_SCORES)})"
+    if shape[2] != 1:
+        return f"{shape[2]} queries per row; the step kernel takes one (a decoder step)"
+    if not plain_keys:
+        return "a causal mask or window; the step kernel takes key padding only"
+    if dropout_p > 0:
+        return "dropout on the weights; the step kernel has none"
+    if not on_cpu:
+        return "not on CPU; the step kernel runs on CPU"
+    if dtype != torch.float32:
+        return f"dtype {dtype}; the step kernel takes float32"
+    return None
+
+
+def _no_step_kernel() -> str | None:
+    """Why the C++ step kernel cannot run now, or None."""
+    if _cpu_autocast():
+        return "CPU autocast is on (the C++ step kernel is float32 only)"
+    if not native.available():
+        return f"no C++ step kernel ({native.status()})"
     return None
 
 
@@ -129,20 +155,19 @@ def choose_impl(
     if impl not in IMPLS:
         raise ValueError(f"impl: expected one of {', '.join(IMPLS)}, got {impl!r}")
     on_cpu = device is None or torch.device(device).type == "cpu"
-    step = (impl in ("auto", "chunked") and score.name in STEP_SCORES and shape[2] == 1
-            and plain_keys and dropout_p == 0 and dtype == torch.float32 and on_cpu)
-    no_step = None  # why a decoder step does not take the C++ kernel
-    if step and _cpu_autocast():
-        no_step = "CPU autocast is on (the C++ step kernel is float32 only)"
-    elif step and not native.available():
-        # the additive score's plan says so already (it has block kernels too)
-        no_step = "" if score.name == "additive" else f"no C++ step kernel ({native.status()})"
-    elif step:  # decided first: a decoder makes this call at every step
-        plan = Plan("chunked", f"score {score.name!r}, one query per row (a decoder step): "
-                    "C++ step kernel, weights kept for backward, key/value gradients summed "
-                    "in place over a prepared Memory's steps", step=True)
-        log.debug("attention path %s: %s", plan.impl, plan.reason)
-        return plan
+    no_step = None  # why a decoder step does not take the step kernel (said by "auto")
+    if impl in ("auto", "step"):  # decided first: a decoder makes this call at every step
+        not_a_step = _not_a_step(score, shape, plain_keys, dropout_p, dtype, on_cpu)
+        why = not_a_step or _no_step_kernel()
+        if impl == "step" and why:
+            raise ValueError(f"impl='step' cannot serve this call: {why}")
+        if why is None:
+            return _chosen(Plan("step", "impl='step' was requested" if impl == "step" else
+                                f"score {score.name!r}, one query per row (a decoder step): "
+                                "C++ step kernel, weights kept for backward, key/value "
+                                "gradients summed in place over a prepared Memory's steps",
+                                "native"))
+        no_step = None if not_a_step else why
     blocker = _sdpa_blocker(score, need_weights)
     tk = shape[3]
     if impl == "reference":
@@ -174,7 +199,12 @@ def choose_impl(
         plan = _chunked(score, shape, dtype, window, on_cpu,
                         f"score {score.name!r}: online softmax over key blocks; backward "
                         "recomputes the scores (keeps them when Tq <= key features)")
-    if no_step:
-        plan = Plan(plan.impl, f"{plan.reason}; {no_step}", plan.kernel)
+    # (an additive plan names missing C++ kernels already: the block kernels share a library)
+    if no_step and (score.name != "additive" or native.available()):
+        plan = replace(plan, reason=f"{plan.reason}; {no_step}")
+    return _chosen(plan)
+
+
+def _chosen(plan: Plan) -> Plan:
     log.debug("attention path %s: %s", plan.impl, plan.reason)
     return plan

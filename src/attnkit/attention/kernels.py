@@ -4,16 +4,16 @@ The pair tensor ``(B, H, bq, bk, A)`` is the whole cost of additive attention, a
 bound by ``tanh``. Three implementations of each block operation, named by ``kernel``:
 
 * ``"eager"``: plain PyTorch (``torch.tanh``); materialises the block's pair tensor once;
-* ``"native"`` (CPU): the C++ kernels of ``csrc/blocks.cpp`` (built by
-  :mod:`attnkit.attention.native`): no pair tensor, a rational tanh (``csrc/tanh.h``), and a
+* ``"native"`` (CPU): the C++ kernels of ``csrc/blocks.cpp`` (called through
+  :mod:`attnkit.attention.bindings`): no pair tensor, a rational tanh (``csrc/tanh.h``), and a
   backward that computes all three gradients in one pass over the pairs;
   :func:`additive_attention_backward` goes further, from the context's gradient to the score
   inputs in one pass, so backward computes each ``tanh`` once instead of twice;
 * ``"compiled"``: the same math through ``torch.compile`` (Inductor's C++/OpenMP code on CPU,
   Triton on GPU) with ``tanh(x) = 1 - 2 / (exp(2x) + 1)``, which vectorises far better than
   ``tanh`` and is exact to float32 rounding in absolute terms (``|error| < 2.4e-7``, tested). Each
-  backward reduction is its own kernel: fused into one, Inductor ran ~5x slower here. Used on
-  GPU, and on CPU when the C++ kernels cannot be built.
+  backward reduction is its own kernel: Inductor's code for all of them fused into one runs
+  about 5x slower on CPU. Used on GPU, and on CPU when the C++ kernels cannot be built.
 
 Compiling takes seconds once per process (and again for new dtypes, or for size-1 dims such as
 one-query blocks), so a call uses the compiled kernels when it is big enough to pay for that, or
@@ -33,7 +33,8 @@ import os
 
 import torch
 
-from attnkit.attention import native
+from attnkit.attention import bindings
+from attnkit.attention.precision import upcast
 
 __all__ = [
     "COMPILE_MIN_WORK",
@@ -56,8 +57,6 @@ COMPILE_MIN_WORK = 1 << 27
 WARM_MIN_WORK = 1 << 15
 # Largest pair tensor (elements) the eager fallback builds at once.
 _EAGER_PAIR_BUDGET = 1 << 23
-
-_LOW = (torch.float16, torch.bfloat16)
 
 KERNELS = ("eager", "native", "compiled")
 
@@ -111,9 +110,9 @@ class _Compiler:
         if self.failure is None:
             if name not in self.fns:
                 # dynamic_threads: the C++ code always has an OpenMP loop and leaves the thread
-                # count to the runtime. Otherwise it is fixed at compile time, and Inductor's on-disk cache hands code compiled
-                # under OMP_NUM_THREADS=1 to later processes with more threads (measured: the
-                # one-query kernels then ran on one core).
+                # count to the runtime. Otherwise the count is fixed at compile time, and
+                # Inductor's on-disk cache hands code compiled under OMP_NUM_THREADS=1 to later
+                # processes with more threads, which then run it on one core.
                 self.fns[name] = torch.compile(fn, dynamic=True,
                                                options={"cpp.dynamic_threads": True})
             try:
@@ -180,15 +179,11 @@ def warm_up(dtype: torch.dtype = torch.float32, device: str | torch.device = "cp
     return compile_status()
 
 
-def _upcast(*xs):
-    return [x.float() if x.dtype in _LOW else x for x in xs]
-
-
 def additive_scores(q, k, v, *, kernel: str = "eager") -> torch.Tensor:
     """``s (B, H, bq, bk)``, in float32 for low-precision inputs."""
-    q, k, v = _upcast(q, k, v)
+    q, k, v = upcast(q, k, v)
     if kernel == "native":
-        return _native_scores(q, k, v)
+        return bindings.block_scores(q, k, v)
     if kernel == "compiled":
         return _COMPILER.run("scores", _scores, q, k, v)
     return torch.einsum("bhqka,ha->bhqk", torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3)), v)
@@ -196,9 +191,9 @@ def additive_scores(q, k, v, *, kernel: str = "eager") -> torch.Tensor:
 
 def additive_backward(q, k, v, grad, *, kernel: str = "eager"):
     """Gradients ``(d q (B, H, bq, A), d k (B, H, bk, A), d v (H, A))`` of ``sum(grad * s)``."""
-    q, k, v, grad = _upcast(q, k, v, grad)
+    q, k, v, grad = upcast(q, k, v, grad)
     if kernel == "native":
-        return _native_backward(q, k, v, grad)
+        return bindings.block_backward(q, k, v, grad)
     if kernel == "compiled" and q.shape[2] == 1:
         dq, dk, dv = _COMPILER.run("one_query", _one_query_grads, q, k, v, grad)
         return dq, dk, dv.sum((0, 2))
@@ -233,79 +228,4 @@ def additive_attention_backward(q, k, v, lse, dpd, mask=None):
         ``p (B, H, bq, bk)`` (for the values' gradient ``p^T @ dout``), ``d q``, ``d k``,
         ``d v (H, A)``; float32 for low-precision inputs.
     """
-    q, k, v, lse, dpd = _upcast(q, k, v, lse, dpd)
-    b, h, tq, a = q.shape
-    tk = k.shape[2]
-    _check_native(q=q, k=k, v=v, lse=lse, dpd=dpd)
-    lse, dpd = lse.contiguous(), dpd.contiguous()
-    p = torch.empty(b, h, tq, tk, dtype=q.dtype)
-    dq, dk, dv = (torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v))
-    m_ptr, m_strides = None, (0, 0, 0)
-    if mask is not None:
-        mask = mask.expand(mask.shape[0], 1, tq, tk).view(torch.uint8)
-        m_ptr, m_strides = mask.data_ptr(), (mask.stride(0), mask.stride(2), mask.stride(3))
-    _native_fn("attention_backward", q.dtype)(
-        b, h, tq, tk, a, *_strided(q), *_strided(k), v.data_ptr(), lse.data_ptr(),
-        dpd.data_ptr(), m_ptr, *m_strides, p.data_ptr(), dq.data_ptr(), dk.data_ptr(),
-        dv.data_ptr(), torch.get_num_threads())
-    return p, dq, dk, dv
-
-
-def _native_scores(q, k, v):
-    _check_native(q=q, k=k, v=v)
-    b, h, tq, a = q.shape
-    s = torch.empty(b, h, tq, k.shape[2], dtype=q.dtype)
-    _native_fn("scores", q.dtype)(b, h, tq, k.shape[2], a, *_strided(q), *_strided(k),
-                                  v.data_ptr(), s.data_ptr(), torch.get_num_threads())
-    return s
-
-
-def _native_backward(q, k, v, grad):
-    _check_native(q=q, k=k, v=v, grad=grad)
-    grad = grad.contiguous()
-    b, h, tq, a = q.shape
-    dq, dk, dv = (torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v))
-    _native_fn("backward", q.dtype)(b, h, tq, k.shape[2], a, *_strided(q), *_strided(k),
-                                    v.data_ptr(), grad.data_ptr(), dq.data_ptr(), dk.data_ptr(),
-                                    dv.data_ptr(), torch.get_num_threads())
-    return dq, dk, dv
-
-
-def _strided(x):
-    """Pointer and the first three strides of a 4-d tensor (its last dim must be contiguous)."""
-    return (x.data_ptr(), x.stride(0), x.stride(1), x.stride(2))
-
-
-def _native_fn(name, dtype):
-    suffix = "f32" if dtype == torch.float32 else "f64"
-    return getattr(native.library(), f"attnkit_additive_{name}_{suffix}")
-
-
-def _check_native(**tensors):
-    """What the C++ block kernels read: CPU, float32 or float64 alike, features contiguous, no
-    empty dims (and ``v`` contiguous)."""
-    if native.library() is None:
-        raise RuntimeError(f"kernel='native': the C++ kernels are unavailable ({native.status()})")
-    dtype = tensors["q"].dtype
-    for name, x in tensors.items():
-        if x.device.type != "cpu" or x.dtype != dtype or dtype not in (torch.float32,
-                                                                        torch.float64):
-            raise ValueError(f"kernel='native': {name} must be a CPU float32 or float64 tensor "
-                             f"like q ({dtype}), got {x.dtype} on {x.device}")
-    for name in ("q", "k"):
-        if tensors[name].stride(-1) != 1:
-            raise ValueError(f"kernel='native': {name} must have a contiguous last dim, got "
-                             f"strides {tuple(tensors[name].stride())}")
-    if not tensors["v"].is_contiguous():
-        raise ValueError("kernel='native': v (H, A) must be contiguous")
-    q, k = tensors["q"], tensors["k"]
-    if q.dim() != 4 or k.dim() != 4:
-        raise ValueError(f"kernel='native': q and k must be 4-d (B, H, T, A), got "
-                         f"{tuple(q.shape)} and {tuple(k.shape)}")
-    (b, h, tq, a), tk = q.shape, k.shape[2]
-    expected = {"k": (b, h, tk, a), "v": (h, a), "grad": (b, h, tq, tk), "lse": (b, h, tq),
-                "dpd": (b, h, tq, tk)}
-    for name, x in tensors.items():
-        if name in expected and tuple(x.shape) != expected[name]:
-            raise ValueError(f"kernel='native': {name} must have shape {expected[name]} (from q "
-                             f"{tuple(q.shape)} and k), got {tuple(x.shape)}")
+    return bindings.block_attention_backward(*upcast(q, k, v, lse, dpd), mask)

@@ -11,15 +11,21 @@ Three kinds of restriction combine with a logical AND:
 
 ``c_i`` is the key position aligned with query ``i``: ``(i * Tk) // Tq`` by default (``i`` when
 ``Tq == Tk``), or the caller's ``positions`` (e.g. the index of a decoder step).
+
+:class:`KeyLayout` holds these restrictions for one call without building a ``(B, Tq, Tk)`` mask:
+it is the mask model of every path, each building from it what it needs (the whole mask, one
+block's mask, or the band of keys a block of queries can see).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from attnkit.checks import check_int_tensor, describe
 
-__all__ = ["lengths_to_mask", "aligned_positions", "band_mask"]
+__all__ = ["KeyLayout", "lengths_to_mask", "aligned_positions", "band_mask"]
 
 
 def lengths_to_mask(
@@ -91,3 +97,60 @@ def band_mask(
     if causal:
         keep &= j <= c
     return keep
+
+
+@dataclass(frozen=True)
+class KeyLayout:
+    """Which keys each query may attend to, without materialising ``(B, Tq, Tk)``.
+
+    Attributes:
+        key_valid: ``(B, Tk)`` bool (True = may attend) or None.
+        q_pos: ``(B or 1, Tq)`` aligned key position of each query, or None (no band).
+        causal, window: the band restrictions (see the module docstring).
+        tk: number of keys.
+    """
+
+    key_valid: torch.Tensor | None
+    q_pos: torch.Tensor | None
+    causal: bool
+    window: tuple[int, int] | None
+    tk: int
+
+    def key_range(self, q0: int, q1: int) -> tuple[int, int]:
+        """Keys ``[k0, k1)`` that queries ``q0..q1-1`` can see (the band's hull)."""
+        if self.q_pos is None or (not self.causal and self.window is None):
+            return 0, self.tk
+        block = self.q_pos[:, q0:q1]
+        lo, hi = 0, self.tk
+        if self.window is not None:
+            lo = max(lo, int(block.min()) - self.window[0])
+            hi = min(hi, int(block.max()) + self.window[1] + 1)
+        if self.causal:
+            hi = min(hi, int(block.max()) + 1)
+        return lo, max(lo, hi)
+
+    @property
+    def pure_causal(self) -> bool:
+        """Only the default causal band (``j <= i`` with ``Tq == Tk``): SDPA's ``is_causal``."""
+        return (self.causal and self.window is None and self.key_valid is None
+                and self.q_pos is not None and self.q_pos.shape == (1, self.tk)
+                and bool((self.q_pos[0] == torch.arange(self.tk, device=self.q_pos.device)).all()))
+
+    def mask_elements(self, b: int, tq: int) -> int:
+        """Elements of the smallest broadcastable mask, ``(B|1, 1, Tq|1, Tk)``."""
+        rows = b if (self.key_valid is not None or
+                     (self.q_pos is not None and self.q_pos.shape[0] > 1)) else 1
+        return rows * (tq if self.q_pos is not None else 1) * self.tk
+
+    def block_mask(self, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor | None:
+        """``(B or 1, 1, bq, bk)`` bool, True = may attend, or None when all may."""
+        mask = None
+        if self.key_valid is not None:
+            mask = self.key_valid[:, None, None, k0:k1]  # (B, 1, 1, bk)
+        if self.q_pos is not None:
+            idx = torch.arange(k0, k1, device=self.q_pos.device)
+            band = band_mask(self.q_pos[:, q0:q1], idx, causal=self.causal, window=self.window)
+            if band is not None:
+                band = band[:, None]  # (B or 1, 1, bq, bk)
+                mask = band if mask is None else mask & band
+        return mask

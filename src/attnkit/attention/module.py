@@ -53,10 +53,11 @@ class Attention(nn.Module):
         dropout: dropout probability on the weights (training only; returned weights are
             before dropout).
         impl: ``"auto"`` (fastest path that serves the call; see :meth:`plan`), ``"reference"``
-            (plain full-matrix math), ``"sdpa"`` (fused dot-product kernel, dot family only) or
+            (plain full-matrix math), ``"sdpa"`` (fused dot-product kernel, dot family only),
             ``"chunked"`` (blocks with online softmax and scores recomputed in backward: no
-            ``(Tq, Tk)`` or ``(Tq, Tk, A)`` tensor; banded for windows). See
-            :mod:`attnkit.attention.dispatch`.
+            ``(Tq, Tk)`` or ``(Tq, Tk, A)`` tensor; banded for windows) or ``"step"`` (the C++
+            decoder-step kernel: additive/location, one float32 CPU query per row, key padding
+            only). See :mod:`attnkit.attention.dispatch`.
         location_filters: ``F``, conv filters of the location score (default 10).
         location_kernel: ``K``, odd conv width of the location score (default 31).
 
@@ -145,19 +146,18 @@ class Attention(nn.Module):
             dq = dk = head_dim
         else:
             dq, dk = self.query_dim, self.key_dim
-        self.score = make_score(
-            score,
-            heads=heads,
-            query_dim=dq,
-            key_dim=dk,
-            attn_dim=attn_dim,
-            location_filters=location_filters,
-            location_kernel=location_kernel,
-        )
+        self.score = make_score(score, heads=heads, query_dim=dq, key_dim=dk, attn_dim=attn_dim,
+                                location_filters=location_filters,
+                                location_kernel=location_kernel)
         if impl == "sdpa" and not self.score.dot_family:
             raise ValueError(
                 f"impl: 'sdpa' computes dot-product scores only, not score={score!r}; "
                 "use impl='auto'"
+            )
+        if impl == "step" and self.score.name not in STEP_SCORES:
+            raise ValueError(
+                f"impl: 'step' computes the {' and '.join(STEP_SCORES)} scores only, not "
+                f"score={score!r}; use impl='auto'"
             )
 
     def extra_repr(self) -> str:
@@ -192,19 +192,9 @@ class Attention(nn.Module):
         )
 
     def _check(self, query, key, value, key_lengths, key_mask, positions):
-        return check_call(
-            query,
-            key,
-            value,
-            query_dim=self.query_dim,
-            key_dim=self.key_dim,
-            value_dim=self.value_dim,
-            key_lengths=key_lengths,
-            key_mask=key_mask,
-            positions=positions,
-            causal=self.causal,
-            window=self.window,
-        )
+        return check_call(query, key, value, query_dim=self.query_dim, key_dim=self.key_dim,
+                          value_dim=self.value_dim, key_lengths=key_lengths, key_mask=key_mask,
+                          positions=positions, causal=self.causal, window=self.window)
 
     def _split_heads(self, x: torch.Tensor, proj: nn.Module | None) -> torch.Tensor:
         if proj is None:
@@ -424,19 +414,10 @@ def attention(
         )
     check_probability("dropout_p", dropout_p)
     window = check_window(window)
-    call = check_call(
-        query,
-        key,
-        value,
-        query_dim=None,
-        key_dim=query.shape[-1] if isinstance(query, torch.Tensor) else None,
-        value_dim=None,
-        key_lengths=key_lengths,
-        key_mask=key_mask,
-        positions=positions,
-        causal=causal,
-        window=window,
-    )
+    key_dim = query.shape[-1] if isinstance(query, torch.Tensor) else None
+    call = check_call(query, key, value, query_dim=None, key_dim=key_dim, value_dim=None,
+                      key_lengths=key_lengths, key_mask=key_mask, positions=positions,
+                      causal=causal, window=window)
     if score == "cosine":
         sc = CosineScore(1, learnable=False).to(query.device)
     else:

@@ -1,4 +1,4 @@
-"""The C++ additive-attention kernels (``csrc/``): built once per machine, loaded with ctypes.
+"""Building and loading the C++ additive-attention kernels (``csrc/``), once per machine.
 
 Two kernels share one library and one tanh (``csrc/tanh.h``):
 
@@ -9,7 +9,8 @@ Two kernels share one library and one tanh (``csrc/tanh.h``):
 They are plain C++ with OpenMP and no PyTorch headers: the machine's C++ compiler builds them
 in about two seconds with ``-O3 -march=native``, the shared library is cached (keyed by the
 sources, the flags, the compiler and the CPU), and a call goes straight from Python to the
-kernel through ctypes, with nothing of ``torch.compile``'s guards and wrappers in between.
+kernel through ctypes (:mod:`attnkit.attention.bindings`: the signatures and a checked wrapper
+per kernel), with nothing of ``torch.compile``'s guards and wrappers in between.
 OpenMP comes from the runtime PyTorch has loaded already (same library name), so the two share
 one thread pool.
 
@@ -46,24 +47,12 @@ _COMMON = ("-std=c++17", "-shared", "-fPIC", "-O3", "-fno-math-errno", "-fno-tra
 
 def _flag_sets(cpu: str) -> list[tuple[str, ...]]:
     """Flags tried in turn, each dropping what a compiler may not know. With AVX-512, 512-bit
-    vectors are asked for first (gcc's tuning keeps 256-bit ones on most such CPUs; Inductor's
-    code for them is 512-bit) -- not measured here: no AVX-512 machine was at hand."""
+    vectors are asked for first: gcc's tuning keeps 256-bit ones on most such CPUs, and
+    Inductor's code for them is 512-bit. (Untimed on AVX-512 hardware.)"""
     sets = [("-march=native", "-fopenmp"), ("-fopenmp",), ()]
     if "avx512f" in cpu.split():
         sets.insert(0, ("-march=native", "-mprefer-vector-width=512", "-fopenmp"))
     return sets
-
-
-_i64, _int, _ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
-_FORWARD_ARGS = [_i64] * 5 + [_ptr, _ptr, _i64, _i64, _i64, _ptr, _ptr, _i64, _i64, _i64,
-                              _ptr, _i64, _i64, _ptr, _ptr, _ptr, _int]
-_BACKWARD_ARGS = [_i64] * 5 + [_ptr, _ptr, _i64, _i64, _i64, _ptr, _ptr, _i64, _i64, _i64,
-                               _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _int, _int]
-_BLOCK_IN = [_i64] * 5 + [_ptr, _i64, _i64, _i64, _ptr, _i64, _i64, _i64, _ptr]
-_BLOCK_SCORES_ARGS = _BLOCK_IN + [_ptr, _int]
-_BLOCK_BACKWARD_ARGS = _BLOCK_IN + [_ptr, _ptr, _ptr, _ptr, _int]
-_ATTENTION_BACKWARD_ARGS = _BLOCK_IN + [_ptr, _ptr, _ptr, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr,
-                                        _int]
 
 
 class _Native:
@@ -162,14 +151,6 @@ def _load() -> ctypes.CDLL:
         except _Unavailable as exc:
             errors.append(str(exc))
             continue
-        for dtype in ("f32", "f64"):
-            getattr(lib, f"attnkit_step_forward_{dtype}").argtypes = _FORWARD_ARGS
-            getattr(lib, f"attnkit_step_backward_{dtype}").argtypes = _BACKWARD_ARGS
-            getattr(lib, f"attnkit_additive_scores_{dtype}").argtypes = _BLOCK_SCORES_ARGS
-            getattr(lib, f"attnkit_additive_backward_{dtype}").argtypes = _BLOCK_BACKWARD_ARGS
-            getattr(lib, f"attnkit_additive_attention_backward_{dtype}").argtypes = (
-                _ATTENTION_BACKWARD_ARGS)
-        lib.attnkit_tanh_f32.argtypes = [_ptr, _ptr, _i64]
         return lib
     raise _Unavailable("; ".join(errors))
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from attnkit.attention.precision import compute_dtype, upcast
 from attnkit.attention.scores import Score
 
 __all__ = ["reference_attention", "masked_softmax", "weigh"]
-
-_LOW = (torch.float16, torch.bfloat16)
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -27,8 +26,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
         Weights in float32 (float64 for float64 scores). A row with no allowed key is all zeros,
         and its gradient is zero, never NaN.
     """
-    if scores.dtype in _LOW:
-        scores = scores.float()
+    scores = scores.to(compute_dtype(scores.dtype))
     if mask is None:
         return torch.softmax(scores, dim=-1)
     scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
@@ -61,9 +59,7 @@ def reference_attention(
         dtype of ``value``. For float16/bfloat16 inputs the scores and the softmax are computed
         in float32.
     """
-    if qf.dtype in _LOW:  # scores and softmax in float32: float16 dot products overflow easily
-        qf, kf = qf.float(), kf.float()
-        extra = None if extra is None else extra.float()
+    qf, kf, extra = upcast(qf, kf, extra)  # scores and softmax in float32 for float16/bfloat16
     scores = score.pairwise(qf, kf, extra)  # (B, H, Tq, Tk)
     return weigh(scores, value, mask, dropout_p)
 

@@ -40,16 +40,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnkit.attention import kernels
+from attnkit.attention.precision import upcast
 
 __all__ = ["SCORES", "Score", "make_score"]
 
 SCORES = ("dot", "scaled_dot", "general", "additive", "cosine", "location")
-
-
-def _upcast(*xs):
-    """float16/bfloat16 tensors to float32 (scores overflow float16 easily); others unchanged."""
-    return [x.float() if x is not None and x.dtype in (torch.float16, torch.bfloat16) else x
-            for x in xs]
 
 
 def _uniform(shape: tuple[int, ...], fan_in: int) -> nn.Parameter:
@@ -99,7 +94,7 @@ class Score(nn.Module):
         (float32 for float16/bfloat16 inputs, as in the reference path). ``kernel`` names the
         implementation (:data:`attnkit.attention.kernels.KERNELS`) for scores that have several."""
         with torch.no_grad():
-            return self.pairwise(*_upcast(qf, kf, extra))
+            return self.pairwise(*upcast(qf, kf, extra))
 
     def block_backward(self, qf, kf, extra, grad_scores, *, kernel: str = "eager"):
         """Gradients of ``sum(grad_scores * pairwise(qf, kf, extra))`` for one block.
@@ -113,7 +108,7 @@ class Score(nn.Module):
             :meth:`pairwise_params` (None for a parameter that does not require grad).
         """
         params = self.pairwise_params()
-        qf, kf, extra = _upcast(qf, kf, extra)
+        qf, kf, extra = upcast(qf, kf, extra)
         with torch.enable_grad():
             q = qf.detach().requires_grad_()
             k = kf.detach().requires_grad_()

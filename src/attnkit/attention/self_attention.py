@@ -1,4 +1,4 @@
-"""A self-attention layer that drops in between two RNN layers (seed 000's CRNN)."""
+"""A self-attention layer that drops in between two RNN layers, e.g. of a CRNN."""
 
 from __future__ import annotations
 
@@ -15,24 +15,28 @@ from attnkit.attention.core import AttentionOutput
 from attnkit.attention.masks import lengths_to_mask
 from attnkit.attention.module import Attention
 
-__all__ = ["SelfAttention"]
+__all__ = ["ATTENTION_ARGS", "SelfAttention"]
 
 COMBINES = ("concat", "residual")
+# The keyword arguments SelfAttention passes on to its Attention.
+ATTENTION_ARGS = ("attn_dim", "heads", "head_dim", "window", "causal", "dropout", "impl")
 
 
 class SelfAttention(nn.Module):
     """Every step of a sequence attends over the whole (or a window of the) same sequence.
 
-    With ``combine="concat"`` (default) the output is Luong's attentional state
-    ``out_t = tanh(W [x_t; c_t])``, the layer of seed 000's Approach 1 computed for all steps at
-    once; with ``combine="residual"`` it is ``LayerNorm(x_t + W c_t)``. Steps beyond a
-    sequence's length are neither attended to nor output (their output is zero).
+    With ``combine="concat"`` (default) the output is the attentional hidden state of Luong et
+    al. 2015 (eq. 5), ``out_t = tanh(W [x_t; c_t])``, computed for all steps at once; with
+    ``combine="residual"`` it is ``LayerNorm(x_t + W c_t)``. Steps beyond a sequence's length
+    are neither attended to nor output (their output is zero).
 
     Args:
         dim: ``D``, input feature size (e.g. ``2 * hidden`` of a bidirectional RNN1).
         out_dim: ``D_out``, output feature size (default ``D``; must be ``D`` for "residual").
-        score, attn_dim, heads, head_dim, window, causal, dropout, impl: as for
-            :class:`attnkit.Attention` (default score "general", the seed's bilinear ``x W x^T``).
+        score: as for :class:`attnkit.Attention`; default ``"general"``, Luong's bilinear
+            ``x_i^T W x_j``.
+        attn_dim, heads, head_dim, window, causal, dropout, impl: keyword arguments passed on to
+            :class:`attnkit.Attention` (:data:`ATTENTION_ARGS`), with its defaults.
         combine: ``"concat"`` or ``"residual"``.
         batch_first: inputs are ``(B, T, D)`` if True (default), ``(T, B, D)`` (the ``nn.LSTM``
             default) if False; outputs follow the same layout.
@@ -59,17 +63,15 @@ class SelfAttention(nn.Module):
         out_dim: int | None = None,
         *,
         score: str = "general",
-        attn_dim: int | None = None,
-        heads: int = 1,
-        head_dim: int | None = None,
-        window: tuple[int, int] | None = None,
-        causal: bool = False,
-        dropout: float = 0.0,
         combine: str = "concat",
         batch_first: bool = True,
-        impl: str = "auto",
+        **attention,
     ):
         super().__init__()
+        for name in attention:
+            if name not in ATTENTION_ARGS:
+                raise TypeError(f"{name}: not an argument of SelfAttention (it passes on "
+                                f"{', '.join(ATTENTION_ARGS)} to Attention)")
         self.dim = check_positive_int("dim", dim)
         self.out_dim = dim if out_dim is None else check_positive_int("out_dim", out_dim)
         if combine not in COMBINES:
@@ -81,17 +83,7 @@ class SelfAttention(nn.Module):
             )
         self.combine = combine
         self.batch_first = batch_first
-        self.attention = Attention(
-            dim,
-            score=score,
-            attn_dim=attn_dim,
-            heads=heads,
-            head_dim=head_dim,
-            window=window,
-            causal=causal,
-            dropout=dropout,
-            impl=impl,
-        )
+        self.attention = Attention(dim, score=score, **attention)
         if combine == "concat":
             self.proj = nn.Linear(2 * dim, self.out_dim)
         else:

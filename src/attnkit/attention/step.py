@@ -6,7 +6,7 @@ its time on per-call work around small kernels: online-softmax bookkeeping, sepa
 softmax and weighting ops in forward, and in backward an outer product for the values' gradient
 and autograd adding each step's ``(B, H, Tk, A)`` key gradient into the total. Here:
 
-* forward is one C++ kernel (``csrc/step.cpp``, built by :mod:`attnkit.attention.native`):
+* forward is one C++ kernel (``csrc/step.cpp``, through :mod:`attnkit.attention.bindings`):
   scores ``v_a . tanh(q + k_j)``, mask, softmax, context; the weights ``p (B, H, 1, Tk)`` are
   kept for backward (they are no bigger than the scores) and returned, so asking for them costs
   nothing;
@@ -31,7 +31,7 @@ import weakref
 
 import torch
 
-from attnkit.attention import native as _native
+from attnkit.attention import bindings
 
 __all__ = ["GradSink", "additive_step", "collect", "sink_supported"]
 
@@ -150,107 +150,10 @@ def _backward(q, kf, va, v, p, out, dout, dw, f, lw):
     return dk.sum(2, keepdim=True), dk, (t * ds).sum(2), p.transpose(-1, -2) * dout, df, dlw
 
 
-def _rows(x):
-    """``x`` with a contiguous last dimension (the kernel takes the other strides as given)."""
-    return x if x.stride(-1) == 1 else x.contiguous()
-
-
-def _check_native(q, kf, v, va, mask, f, lw):
-    """The kernel reads raw memory: every tensor on the CPU, in one dtype (float32 or float64),
-    shaped as it assumes. Raises TypeError / ValueError naming the tensor otherwise."""
-    d = q.dtype
-    if (d in (torch.float32, torch.float64) and kf.dim() == 4 and v.dim() == 4
-            and kf.dtype == d and v.dtype == d and va.dtype == d
-            and q.is_cpu and kf.is_cpu and v.is_cpu and va.is_cpu
-            and q.shape == (*kf.shape[:2], 1, kf.shape[3]) and v.shape[:3] == kf.shape[:3]
-            and va.shape == (kf.shape[1], kf.shape[3])
-            and (mask is None or (mask.dtype == torch.bool and mask.is_cpu and mask.dim() == 4
-                                  and mask.shape[0] in (1, kf.shape[0])
-                                  and mask.shape[1:] == (1, 1, kf.shape[2])))
-            and f is None):
-        return  # the common case, checked in one go; the rest says what is wrong
-    _explain_native(q, kf, v, va, mask, f, lw)
-
-
-def _explain_native(q, kf, v, va, mask, f, lw):
-    if kf.dim() != 4 or v.dim() != 4:
-        raise ValueError(f"kf, v: expected (B, H, Tk, A) and (B, H, Tk, D), got "
-                         f"{tuple(kf.shape)} and {tuple(v.shape)}")
-    b, h, tk, a = kf.shape
-    if q.dtype not in (torch.float32, torch.float64):
-        raise TypeError(f"q: the C++ step takes float32 or float64, got {q.dtype}")
-    want = {"q": (q, (b, h, 1, a)), "kf": (kf, None), "v": (v, (b, h, tk, v.shape[-1])),
-            "va": (va, (h, a))}
-    if f is not None:
-        want["f"] = (f, (b, h, tk, f.shape[-1]))
-        want["lw"] = (lw, (h, f.shape[-1], a))
-    for name, (x, shape) in want.items():
-        if x.dtype != q.dtype or x.device.type != "cpu":
-            raise TypeError(f"{name}: expected {q.dtype} on cpu (the query's), got {x.dtype} "
-                            f"on {x.device}")
-        if shape is not None and tuple(x.shape) != shape:
-            raise ValueError(f"{name}: expected shape {shape}, got {tuple(x.shape)}")
-    if mask is not None and (mask.dtype != torch.bool or mask.device.type != "cpu"
-                             or mask.dim() != 4 or mask.shape[0] not in (1, b)
-                             or tuple(mask.shape[1:]) != (1, 1, tk)):
-        raise ValueError(f"mask: expected a bool tensor ({b} or 1, 1, 1, {tk}) on cpu, got "
-                         f"{mask.dtype} {tuple(mask.shape)} on {mask.device}")
-
-
-def _kernel(name, dtype):
-    suffix = "f64" if dtype == torch.float64 else "f32"
-    return getattr(_native.library(), f"attnkit_step_{name}_{suffix}")
-
-
-def _native_forward(q, kf, va, v, mask, f, lw):
-    """:func:`_forward` in one C++ kernel (float32 or float64)."""
-    _check_native(q, kf, v, va, mask, f, lw)
-    b, h, tk, a = kf.shape
-    q, va, kf, v = q.contiguous(), va.contiguous(), _rows(kf), _rows(v)
-    extra = None if f is None else (f @ lw).contiguous()  # (B, H, Tk, A)
-    out = q.new_empty(b, h, 1, v.shape[-1])
-    p = q.new_empty(b, h, 1, tk)
-    m_sb = m_sj = 0
-    if mask is not None:  # (B or 1, 1, 1, Tk)
-        m_sb, m_sj = (mask.stride(0) if mask.shape[0] > 1 else 0), mask.stride(3)
-    _kernel("forward", q.dtype)(
-        b, h, tk, a, v.shape[-1], q.data_ptr(), kf.data_ptr(), *kf.stride()[:3],
-        va.data_ptr(), v.data_ptr(), *v.stride()[:3],
-        None if mask is None else mask.data_ptr(), m_sb, m_sj,
-        None if extra is None else extra.data_ptr(), out.data_ptr(), p.data_ptr(),
-        torch.get_num_threads())
-    return out, p
-
-
-def _native_backward(q, kf, va, v, p, dout, dw, f, lw, sums=None):
-    """:func:`_backward` in one C++ kernel; with ``sums`` (the sink's key and value buffers,
-    contiguous) the key and value gradients are added into them and returned as None."""
-    _check_native(q, kf, v, va, None, f, lw)
-    for name, x, shape in (("dout", dout, (*q.shape[:3], v.shape[-1])),
-                           ("dw", dw, (*q.shape[:3], kf.shape[2]))):
-        if x is not None and (x.dtype != q.dtype or tuple(x.shape) != shape):
-            raise ValueError(f"{name}: expected {q.dtype} {shape}, got {x.dtype} "
-                             f"{tuple(x.shape)}")
-    b, h, tk, a = kf.shape
-    q, va, kf, v, dout = q.contiguous(), va.contiguous(), _rows(kf), _rows(v), dout.contiguous()
-    dw = None if dw is None else dw.contiguous()
-    extra = None if f is None else (f @ lw).contiguous()  # (B, H, Tk, A)
-    dk, dv = sums if sums is not None else (kf.new_empty(b, h, tk, a),
-                                            v.new_empty(b, h, tk, v.shape[-1]))
-    dq, dva = q.new_empty(b, h, 1, a), q.new_empty(b, h, a)
-    _kernel("backward", q.dtype)(
-        b, h, tk, a, v.shape[-1], q.data_ptr(), kf.data_ptr(), *kf.stride()[:3],
-        va.data_ptr(), v.data_ptr(), *v.stride()[:3],
-        None if extra is None else extra.data_ptr(), p.data_ptr(), dout.data_ptr(),
-        None if dw is None else dw.data_ptr(), dq.data_ptr(), dk.data_ptr(),
-        dva.data_ptr(), dv.data_ptr(), int(sums is not None), torch.get_num_threads())
-    return (dq, None, dva, None) if sums is not None else (dq, dk, dva, dv)
-
-
 class _AdditiveStep(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, kf, v, va, mask, sink, native, f, lw):
-        out, p = (_native_forward if native else _forward)(q, kf, va, v, mask, f, lw)
+        out, p = (bindings.step_forward if native else _forward)(q, kf, va, v, mask, f, lw)
         ctx.save_for_backward(q, kf, va, v, p, out, f, lw)
         ctx.sink, ctx.native, ctx.mask = sink, native, mask
         ctx.set_materialize_grads(False)
@@ -272,9 +175,9 @@ class _AdditiveStep(torch.autograd.Function):
             sums = ctx.sink.buffers(kf, v)
         df = dlw = None
         if ctx.native and f is None:  # the kernel adds into the sums itself
-            dq, dk, dva, dv = _native_backward(q, kf, va, v, p, dout, dw, f, lw, sums)
+            dq, dk, dva, dv = bindings.step_backward(q, kf, va, v, p, dout, dw, f, lw, sums)
         elif ctx.native:  # location: d kf is needed on its own, for d f and d lw
-            dq, dk, dva, dv = _native_backward(q, kf, va, v, p, dout, dw, f, lw)
+            dq, dk, dva, dv = bindings.step_backward(q, kf, va, v, p, dout, dw, f, lw)
             df, dlw = _location_grads(dk, f, lw)
         else:
             dq, dk, dva, dv, df, dlw = _backward(q, kf, va, v, p, out, dout, dw, f, lw)
@@ -315,5 +218,6 @@ def additive_step(
     f, lw = (None, None) if location is None else location
     if not (torch.is_grad_enabled() and any(
             x is not None and x.requires_grad for x in (q, kf, v, va, f, lw))):
-        return (_native_forward if native else _forward)(q, kf, va, v, mask, f, lw)  # decoding
+        run = bindings.step_forward if native else _forward
+        return run(q, kf, va, v, mask, f, lw)  # decoding: no autograd node
     return _AdditiveStep.apply(q, kf, v, va, mask, sink, native, f, lw)

@@ -1,8 +1,9 @@
 // Additive scores for a block of queries and a block of keys (the chunked path's inner step):
 // s_ij = sum_a va_a tanh(q_ia + k_ja), and its gradients in one pass over the pairs.
 //
-// Built with step.cpp by attnkit/attention/native.py and called through ctypes; the math is
-// that of attnkit/attention/kernels.py's eager code, which the tests compare it with.
+// Built with step.cpp by attnkit/attention/native.py and called through ctypes by the wrappers
+// of attnkit/attention/bindings.py; the math is that of attnkit/attention/kernels.py's eager
+// code, which the tests compare it with.
 //
 // Shapes (BH = B * H rows of queries or keys):
 //   q    (B, H, Tq, A)  strides (q_sb, q_sh, q_si), last dim contiguous
@@ -28,7 +29,7 @@ namespace {
 using attnkit::fast_tanh;
 
 constexpr int64_t kTile = 32;  // keys per work item: a tile of k and of dk stays in L1
-constexpr int64_t kSerialWork = 1 << 15;  // (query, key, feature) triples below which one thread runs
+constexpr int64_t kSerialWork = 1 << 15;  // (query, key, feature) triples: fewer run on one thread
 
 inline int64_t tiles(int64_t tk) { return (tk + kTile - 1) / kTile; }
 

@@ -1,7 +1,8 @@
 // One-query additive attention (an RNN decoder step): forward and backward in one pass each.
 //
-// Built once per machine by attnkit/attention/native.py and called through ctypes; the math is
-// that of attnkit/attention/step.py (_forward, _backward), which the tests compare it with.
+// Built once per machine by attnkit/attention/native.py and called through ctypes by the
+// wrappers of attnkit/attention/bindings.py; the math is that of attnkit/attention/step.py
+// (_forward, _backward), which the tests compare it with.
 //
 // Shapes (BH = B * H rows; a row is one query of one head of one batch element):
 //   q     (B, H, 1, A)   prepared query, contiguous
@@ -29,42 +30,52 @@ constexpr int64_t kSerialWork = 1 << 15;  // (key, feature) pairs below which on
 
 inline int64_t blocks(int64_t tk) { return (tk + kBlock - 1) / kBlock; }
 
+// body(b, h, blk, j0, j1) for every row (b, h) and every block blk of keys j0..j1-1: the work
+// items of the passes over keys, shared out over the threads when `parallel`.
+template <typename Body>
+inline void for_key_blocks(int64_t B, int64_t H, int64_t Tk, bool parallel, int threads,
+                           Body body) {
+  const int64_t nb = blocks(Tk);
+#pragma omp parallel for collapse(2) num_threads(threads) schedule(static) if (parallel)
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    for (int64_t blk = 0; blk < nb; ++blk) {
+      body(bh / H, bh % H, blk, blk * kBlock, std::min(Tk, (blk + 1) * kBlock));
+    }
+  }
+}
+
 template <typename T>
 void forward(int64_t B, int64_t H, int64_t Tk, int64_t A, int64_t D, const T* q, const T* k,
              int64_t k_sb, int64_t k_sh, int64_t k_sj, const T* va, const T* v, int64_t v_sb,
              int64_t v_sh, int64_t v_sj, const uint8_t* mask, int64_t m_sb, int64_t m_sj,
              const T* extra, T* out, T* p, int threads) {
-  const int64_t nb = blocks(Tk);
   const T neg_inf = -INFINITY;
   const bool parallel = B * H * Tk * A >= kSerialWork;
   // Scores s_j = va . tanh(q + k_j [+ extra_j]) into p, a block of keys per work item.
-#pragma omp parallel for collapse(2) num_threads(threads) schedule(static) if (parallel)
-  for (int64_t bh = 0; bh < B * H; ++bh) {
-    for (int64_t blk = 0; blk < nb; ++blk) {
-      const int64_t b = bh / H, h = bh % H;
-      const T* qr = q + bh * A;
-      const T* var = va + h * A;
-      T* pr = p + bh * Tk;
-      const int64_t end = std::min(Tk, (blk + 1) * kBlock);
-      for (int64_t j = blk * kBlock; j < end; ++j) {
-        if (mask && !mask[b * m_sb + j * m_sj]) {
-          pr[j] = neg_inf;
-          continue;
-        }
-        const T* kr = k + b * k_sb + h * k_sh + j * k_sj;
-        T s = 0;
-        if (extra) {
-          const T* er = extra + (bh * Tk + j) * A;
-#pragma omp simd reduction(+ : s)
-          for (int64_t a = 0; a < A; ++a) s += var[a] * fast_tanh(qr[a] + kr[a] + er[a]);
-        } else {
-#pragma omp simd reduction(+ : s)
-          for (int64_t a = 0; a < A; ++a) s += var[a] * fast_tanh(qr[a] + kr[a]);
-        }
-        pr[j] = s;
+  for_key_blocks(B, H, Tk, parallel, threads, [&](int64_t b, int64_t h, int64_t, int64_t j0,
+                                                  int64_t j1) {
+    const int64_t bh = b * H + h;
+    const T* qr = q + bh * A;
+    const T* var = va + h * A;
+    T* pr = p + bh * Tk;
+    for (int64_t j = j0; j < j1; ++j) {
+      if (mask && !mask[b * m_sb + j * m_sj]) {
+        pr[j] = neg_inf;
+        continue;
       }
+      const T* kr = k + b * k_sb + h * k_sh + j * k_sj;
+      T s = 0;
+      if (extra) {
+        const T* er = extra + (bh * Tk + j) * A;
+#pragma omp simd reduction(+ : s)
+        for (int64_t a = 0; a < A; ++a) s += var[a] * fast_tanh(qr[a] + kr[a] + er[a]);
+      } else {
+#pragma omp simd reduction(+ : s)
+        for (int64_t a = 0; a < A; ++a) s += var[a] * fast_tanh(qr[a] + kr[a]);
+      }
+      pr[j] = s;
     }
-  }
+  });
   // Softmax over the keys and the weighted sum of the values, a row per work item.
 #pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
   for (int64_t bh = 0; bh < B * H; ++bh) {
@@ -137,47 +148,44 @@ void backward(int64_t B, int64_t H, int64_t Tk, int64_t A, int64_t D, const T* q
     for (int64_t j = 0; j < Tk; ++j) dsr[j] = pr[j] * (dsr[j] - c);
   }
   // Per key: d k_j = (1 - t_j^2) ds_j va, d v_j = p_j dout; dq sums d k_j, dva sums t_j ds_j.
-#pragma omp parallel for collapse(2) num_threads(threads) schedule(static) if (parallel)
-  for (int64_t bh = 0; bh < B * H; ++bh) {
-    for (int64_t blk = 0; blk < nb; ++blk) {
-      const int64_t b = bh / H, h = bh % H;
-      const T* qr = q + bh * A;
-      const T* var = va + h * A;
-      const T* pr = p + bh * Tk;
-      const T* gout = dout + bh * D;
-      const T* dsr = ds.data() + bh * Tk;
-      T* gq = partial.data() + (bh * nb + blk) * 2 * A;
-      T* gva = gq + A;
-      for (int64_t a = 0; a < A; ++a) gq[a] = gva[a] = 0;
-      const int64_t end = std::min(Tk, (blk + 1) * kBlock);
-      for (int64_t j = blk * kBlock; j < end; ++j) {
-        const T pj = pr[j], sj = dsr[j];
-        T* dvr = dv + (bh * Tk + j) * D;
-        if (!accumulate) {
+  for_key_blocks(B, H, Tk, parallel, threads, [&](int64_t b, int64_t h, int64_t blk,
+                                                  int64_t j0, int64_t j1) {
+    const int64_t bh = b * H + h;
+    const T* qr = q + bh * A;
+    const T* var = va + h * A;
+    const T* pr = p + bh * Tk;
+    const T* gout = dout + bh * D;
+    const T* dsr = ds.data() + bh * Tk;
+    T* gq = partial.data() + (bh * nb + blk) * 2 * A;
+    T* gva = gq + A;
+    for (int64_t a = 0; a < A; ++a) gq[a] = gva[a] = 0;
+    for (int64_t j = j0; j < j1; ++j) {
+      const T pj = pr[j], sj = dsr[j];
+      T* dvr = dv + (bh * Tk + j) * D;
+      if (!accumulate) {
 #pragma omp simd
-          for (int64_t d = 0; d < D; ++d) dvr[d] = pj * gout[d];
-        } else if (pj != 0) {
+        for (int64_t d = 0; d < D; ++d) dvr[d] = pj * gout[d];
+      } else if (pj != 0) {
 #pragma omp simd
-          for (int64_t d = 0; d < D; ++d) dvr[d] += pj * gout[d];
-        }
-        T* dkr = dk + (bh * Tk + j) * A;
-        if (sj == 0) {
-          if (!accumulate) std::fill(dkr, dkr + A, T(0));
-          continue;
-        }
-        const T* kr = k + b * k_sb + h * k_sh + j * k_sj;
-        const T* er = extra ? extra + (bh * Tk + j) * A : nullptr;
+        for (int64_t d = 0; d < D; ++d) dvr[d] += pj * gout[d];
+      }
+      T* dkr = dk + (bh * Tk + j) * A;
+      if (sj == 0) {
+        if (!accumulate) std::fill(dkr, dkr + A, T(0));
+        continue;
+      }
+      const T* kr = k + b * k_sb + h * k_sh + j * k_sj;
+      const T* er = extra ? extra + (bh * Tk + j) * A : nullptr;
 #pragma omp simd
-        for (int64_t a = 0; a < A; ++a) {
-          const T t = fast_tanh(qr[a] + kr[a] + (er ? er[a] : T(0)));
-          const T g = (1 - t * t) * sj * var[a];
-          dkr[a] = accumulate ? dkr[a] + g : g;
-          gq[a] += g;
-          gva[a] += t * sj;
-        }
+      for (int64_t a = 0; a < A; ++a) {
+        const T t = fast_tanh(qr[a] + kr[a] + (er ? er[a] : T(0)));
+        const T g = (1 - t * t) * sj * var[a];
+        dkr[a] = accumulate ? dkr[a] + g : g;
+        gq[a] += g;
+        gva[a] += t * sj;
       }
     }
-  }
+  });
   for (int64_t bh = 0; bh < B * H; ++bh) {
     T* dqr = dq + bh * A;
     T* dvar = dva + bh * A;

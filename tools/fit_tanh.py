@@ -1,4 +1,5 @@
-"""Fit the rational tanh of ``tanh.h``: ``tanh(x) ~ x P(x^2) / Q(x^2)`` on ``[0, 9]``.
+"""Fit the rational tanh of ``src/attnkit/attention/csrc/tanh.h``: ``tanh(x) ~ x P(x^2) / Q(x^2)``
+on ``[0, 9]``.
 
 Minimises the largest *relative* error (so tiny arguments stay accurate: gradient sums add many
 of them) by Loeb's iteration: each round solves the linearised minimax problem
@@ -7,7 +8,8 @@ with ``f(s) = tanh(sqrt s) / sqrt s`` and ``Q(0) = 1``, in a Chebyshev basis for
 Then it prints the coefficients (monomials in ``s = x^2``, for Horner's rule) and the error of
 evaluating them in float32 with fused multiply-adds, as the kernels do.
 
-Run once by hand (``python fit_tanh.py``), not at build time; needs scipy and mpmath.
+Run by hand (``python tools/fit_tanh.py``), never at build time: it needs mpmath, which attnkit
+does not depend on.
 """
 
 from __future__ import annotations
