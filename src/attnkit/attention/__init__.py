@@ -6,6 +6,7 @@ from attnkit.attention.masks import lengths_to_mask
 from attnkit.attention.module import Attention, attention
 from attnkit.attention.scores import SCORES
 from attnkit.attention.self_attention import SelfAttention
+from attnkit.attention.tracing import export_mode, exporting
 
 __all__ = [
     "IMPLS",
@@ -16,5 +17,7 @@ __all__ = [
     "Plan",
     "SelfAttention",
     "attention",
+    "export_mode",
+    "exporting",
     "lengths_to_mask",
 ]

@@ -18,6 +18,11 @@ chunked        blocks with online softmax, scores recomputed in backward; with a
 step           one additive or location query per row (a decoder step), float32 on CPU, key
                padding only: one C++ kernel per pass (:mod:`attnkit.attention.step`)
 =============  ==============================================================================
+
+While a call is exported (:func:`attnkit.attention.tracing.exporting`), every ``impl`` takes
+the reference path: plain PyTorch operations that exporters record, where the other paths read
+tensor values in Python (chunked: which key blocks a band needs) or call C++ kernels through
+ctypes (step, chunked).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import torch
 
 from attnkit.attention import kernels, native
 from attnkit.attention.scores import Score
+from attnkit.attention.tracing import exporting
 
 __all__ = ["IMPLS", "Plan", "choose_impl"]
 
@@ -154,6 +160,9 @@ def choose_impl(
     """
     if impl not in IMPLS:
         raise ValueError(f"impl: expected one of {', '.join(IMPLS)}, got {impl!r}")
+    if exporting():
+        return _chosen(Plan("reference", f"export mode (impl={impl!r}): the reference path "
+                            "records as plain PyTorch operations"))
     on_cpu = device is None or torch.device(device).type == "cpu"
     no_step = None  # why a decoder step does not take the step kernel (said by "auto")
     if impl in ("auto", "step"):  # decided first: a decoder makes this call at every step

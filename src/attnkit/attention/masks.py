@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attnkit.attention.tracing import exporting
 from attnkit.checks import check_int_tensor, describe
 
 __all__ = ["KeyLayout", "lengths_to_mask", "aligned_positions", "band_mask"]
@@ -35,7 +36,8 @@ def lengths_to_mask(
 
     Args:
         lengths: integer tensor ``(B,)``; each ``0 <= lengths[b] <= max_len``.
-        max_len: ``T``, the padded length; defaults to ``lengths.max()``.
+        max_len: ``T``, the padded length; defaults to ``lengths.max()`` (required while
+            exporting, which reads no tensor value: see :mod:`attnkit.attention.tracing`).
         name: the argument name used in error messages.
 
     Returns:
@@ -47,6 +49,11 @@ def lengths_to_mask(
                 [ True,  True,  True, False]])
     """
     check_int_tensor(name, lengths, ndim=1)
+    if exporting():  # the values are not checked: reading them would freeze the graph
+        if max_len is None:
+            raise ValueError(f"max_len: required while exporting (the default reads "
+                             f"{name}.max()), got None")
+        return torch.arange(max_len, device=lengths.device) < lengths[:, None]
     lo, hi = (int(lengths.min()), int(lengths.max())) if lengths.numel() else (0, 0)
     if max_len is None:
         if lo < 0:
@@ -89,13 +96,15 @@ def band_mask(
         return None
     c = q_pos[..., :, None]  # (..., Tq, 1)
     j = k_idx  # (Tk,)
-    keep = torch.ones(c.shape[:-1] + j.shape, dtype=torch.bool, device=j.device)
+    rules = []  # each (..., Tq, Tk); combined out of place, which exporters record
     if window is not None:
         left, right = window
-        keep &= j >= c - left
-        keep &= j <= c + right
+        rules += [j >= c - left, j <= c + right]
     if causal:
-        keep &= j <= c
+        rules.append(j <= c)
+    keep = rules[0]
+    for rule in rules[1:]:
+        keep = keep & rule
     return keep
 
 
@@ -131,8 +140,9 @@ class KeyLayout:
 
     @property
     def pure_causal(self) -> bool:
-        """Only the default causal band (``j <= i`` with ``Tq == Tk``): SDPA's ``is_causal``."""
-        return (self.causal and self.window is None and self.key_valid is None
+        """Only the default causal band (``j <= i`` with ``Tq == Tk``): SDPA's ``is_causal``.
+        Never while exporting, which takes the reference path and reads no tensor value."""
+        return (not exporting() and self.causal and self.window is None and self.key_valid is None
                 and self.q_pos is not None and self.q_pos.shape == (1, self.tk)
                 and bool((self.q_pos[0] == torch.arange(self.tk, device=self.q_pos.device)).all()))
 

@@ -24,6 +24,7 @@ from attnkit.attention.core import (
 )
 from attnkit.attention.dispatch import IMPLS, STEP_SCORES, Plan
 from attnkit.attention.scores import SCORES, CosineScore, make_score
+from attnkit.attention.tracing import exporting
 
 __all__ = ["Attention", "attention"]
 
@@ -244,7 +245,8 @@ class Attention(nn.Module):
         kf = self.score.prepare_key(k)  # (B, H, Tk, F)
         sink = None
         if (self.score.name in STEP_SCORES and kf.device.type == "cpu" and step.sink_supported()
-                and torch.is_grad_enabled() and (kf.requires_grad or v.requires_grad)):
+                and torch.is_grad_enabled() and (kf.requires_grad or v.requires_grad)
+                and not exporting()):
             kf, v, sink = step.collect(kf, v)  # one-query steps sum their gradients there
         return Memory(key, value, kf, v, self, sink)
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import Attention
+from attnkit.attention import Attention, lengths_to_mask
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.unroll import unroll
 
@@ -102,8 +102,9 @@ class AttentionDecoder(nn.Module):
             prepared = self.attention.prepare(memory)
         state = {**self._zero_state(memory), "memory": prepared,
                  "lengths": lengths.to(memory.device)}
-        if self.attention.score.needs_prev:
-            state["weights"] = None
+        if self.attention.score.needs_prev:  # "previous" weights of the first step: uniform
+            valid = lengths_to_mask(state["lengths"], memory.shape[1]).to(memory.dtype)  # (B, S)
+            state["weights"] = valid / valid.sum(-1, keepdim=True).clamp(min=1)
         return state
 
     def _zero_state(self, like: torch.Tensor) -> dict:
@@ -138,9 +139,7 @@ class AttentionDecoder(nn.Module):
         if state["memory"] is None:  # language-model mode: the context stays zero
             return self.out(self.drop(torch.cat([h, state["ctx"]], dim=-1))), new, None
         query = self.query_proj(h) if hasattr(self, "query_proj") else h
-        extra = {}
-        if "weights" in state and state["weights"] is not None:
-            extra["prev_weights"] = state["weights"]
+        extra = {"prev_weights": state["weights"]} if "weights" in state else {}
         ctx, weights = self.attention(query, state["memory"], key_lengths=state["lengths"],
                                       need_weights=True, **extra)
         new["ctx"] = ctx

@@ -170,10 +170,13 @@ class Transformer(Model, name="transformer"):
     # ------------------------------------------------------------------ decoding interface
 
     def start(self, src: torch.Tensor, src_len: torch.Tensor) -> dict:
-        """Encode; returns the decoder state (tensors with batch first)."""
+        """Encode; returns the decoder state (tensors with batch first): per decoder layer
+        the prepared encoder output and an empty self-attention cache (no keys yet), so every
+        step takes and returns the same tensors."""
         enc = self.encode(src, src_len)
         return {"memory": [layer.cross_attn.prepare(enc) for layer in self.decoder],
-                "cache": [None] * len(self.decoder), "src_len": src_len.to(src.device),
+                "cache": [layer.self_attn.prepare(enc[:, :0]) for layer in self.decoder],
+                "src_len": src_len.to(src.device),
                 "t": torch.zeros(src.shape[0], dtype=torch.long, device=src.device)}
 
     def step(self, tokens: torch.Tensor, state: dict):
