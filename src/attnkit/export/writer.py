@@ -1,0 +1,220 @@
+"""Write a model's ONNX graphs and the JSON that says how to run them.
+
+:func:`export_onnx` traces the graphs of :mod:`attnkit.export.graphs` with PyTorch's
+TorchScript-based ONNX exporter (``torch.onnx.export(..., dynamo=False)``) inside
+:func:`attnkit.attention.export_mode`, so every attention call takes the reference path.
+
+Why that exporter (torch 2.13): it writes ``nn.GRU`` / ``nn.LSTM`` as ONNX ``GRU`` / ``LSTM``
+nodes whose sequence axis stays dynamic, and exports a small model in well under a second. The
+``torch.export``-based one (``dynamo=True``, with onnxscript 0.7.2) fixed the sequence length
+of a bidirectional GRU's output at the example's (onnxruntime then refuses other lengths:
+"invalid expand shape") and takes about 9 s per graph. The attention modules trace with
+``torch.export`` as well (tested), so the choice is the recurrent layers'.
+
+The axes of every state tensor are found by running the model eagerly on examples of two
+batch sizes and lengths (the dims that change are ``B`` and ``S``) and for two decoder steps
+(the dims that grow are ``T``); the step graph is traced on the state after two steps.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from attnkit.attention import export_mode
+from attnkit.export.graphs import (AXES, CTCGraph, EncoderGraph, StepGraph, model_inputs,
+                                   next_name)
+from attnkit.export.state import flatten
+from attnkit.models import CRNN, model_config
+from attnkit.tokens import BOS, EOS, PAD
+
+__all__ = ["DEFAULT_OPSET", "ENCODER_FILE", "EXPORTER", "JSON_FILE", "OPSETS", "STEP_FILE",
+           "export_graph", "export_onnx"]
+
+OPSETS = (17, 18)  # tested with onnxruntime 1.31; 17 is the first with LayerNormalization
+DEFAULT_OPSET = 17
+EXPORTER = "torch.onnx.export(dynamo=False): the TorchScript-based exporter"
+ENCODER_FILE, STEP_FILE, JSON_FILE = "encoder.onnx", "decoder_step.onnx", "attnkit.json"
+FORMAT, VERSION = "attnkit-onnx", 1
+
+
+def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: dict,
+                max_len: dict | None = None, opset: int = DEFAULT_OPSET) -> dict:
+    """Write ``out/encoder.onnx``, ``out/decoder_step.onnx`` (token decoders) and
+    ``out/attnkit.json``; returns the JSON's content.
+
+    Args:
+        model: a model of the registry (see :func:`attnkit.export.graphs.model_inputs`).
+        task: the checkpoint's task, written to the JSON.
+        vocab: the vocabularies (``{"src": ..., "tgt": ...}``, each as ``to_json()`` gives).
+        max_len: the output length limit of a token decoder: ``{"input": the encoder input
+            or output holding a length per example, "ratio": r, "extra": e, "rounding":
+            "ceil" | "floor"}`` for ``rounding(r * length) + e`` tokens, EOS included
+            (ignored for a CTC model).
+        opset: the ONNX opset, one of :data:`OPSETS`.
+
+    The files appear in ``out`` only once all of them are written: on an error nothing is
+    left there. Needs the ``onnx`` package (the ``export`` extra) to read the graphs back.
+    """
+    if opset not in OPSETS:
+        raise ValueError(f"opset: expected one of {', '.join(map(str, OPSETS))}, got {opset!r}")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out: expected a folder, got the file {out}")
+    inputs = model_inputs(model)
+    ctc = isinstance(model, CRNN) and model.head_kind == "ctc"
+    if not ctc and max_len is None:
+        raise ValueError("max_len: a token decoder needs its output length limit, got None")
+    tmp = Path(tempfile.mkdtemp(prefix="attnkit-export-"))
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), export_mode():
+            graphs = (_export_ctc(model, inputs, tmp, opset) if ctc else
+                      _export_decoder(model, inputs, tmp, opset))
+        meta = {"format": FORMAT, "version": VERSION, "task": task,
+                "model": model_config(model), "opset": opset, "exporter": EXPORTER,
+                "torch": torch.__version__, "axes": AXES, **graphs, "vocab": vocab,
+                "decoding": (_ctc_decoding() if ctc else _greedy_decoding(max_len))}
+        (tmp / JSON_FILE).write_text(json.dumps(meta, indent=1))
+        out.mkdir(parents=True, exist_ok=True)
+        for path in tmp.iterdir():
+            shutil.move(path, out / path.name)
+    finally:
+        model.train(training)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return meta
+
+
+def _greedy_decoding(max_len: dict) -> dict:
+    return {"method": "greedy", "bos": BOS, "eos": EOS, "pad": PAD, "never_emit": [PAD, BOS],
+            "max_len": max_len,
+            "rule": "tokens = bos for every example; at each step feed tokens and the state, "
+                    "take the argmax of log_probs over the ids not in never_emit, replace the "
+                    "state entries the step returns (state[i].next), and stop an example at eos "
+                    "or after max_len tokens (eos included); finished examples are fed pad"}
+
+
+def _ctc_decoding() -> dict:
+    return {"method": "ctc_best_path", "blank": PAD, "drop": [BOS, EOS],
+            "log_probs": "log_probs", "lengths": "steps",
+            "rule": "per example, the argmax id of each of its first lengths[b] steps; merge "
+                    "repeated ids, then remove blank and the ids in drop"}
+
+
+class Port(NamedTuple):
+    """One input or output of a graph: its name, an example tensor, its dynamic dims
+    ``{dim: axis name}`` and what it means (None: a state tensor)."""
+
+    name: str
+    example: torch.Tensor
+    axes: dict
+    meaning: str | None = None
+
+    def json(self) -> dict:
+        shape = [self.axes.get(d, size) for d, size in enumerate(self.example.shape)]
+        out = {"name": self.name, "dtype": str(self.example.dtype).removeprefix("torch."),
+               "shape": shape}
+        return {**out, "meaning": self.meaning} if self.meaning else out
+
+
+def _write(module, inputs: list[Port], outputs: list[Port], path: Path, opset: int) -> dict:
+    """Export ``module`` with these ports; its JSON entry (the inputs the graph kept)."""
+    ports = [*inputs, *outputs]
+    export_graph(module, [p.example for p in inputs], path, [p.name for p in inputs],
+                 [p.name for p in outputs], [p.axes for p in ports], opset)
+    kept = _graph_inputs(path)  # the exporter drops the inputs a graph never reads
+    return {"file": path.name, "inputs": [p.json() for p in inputs if p.name in kept],
+            "outputs": [p.json() for p in outputs]}
+
+
+def _input_ports(inputs, example) -> list[Port]:
+    return [Port(n, x, {d: a for d, a in enumerate(shape) if isinstance(a, str)}, m)
+            for n, x, shape, m in zip(inputs.names, example, inputs.shapes, inputs.meanings)]
+
+
+def _export_ctc(model: CRNN, inputs, folder: Path, opset: int) -> dict:
+    example = inputs.example(2, 40)
+    log_probs, steps = model(*example)
+    outputs = [Port("log_probs", log_probs, {0: "B", 1: "S"},
+                    "log-probabilities of each encoder step, blank = 0"),
+               Port("steps", steps, {0: "B"}, "valid encoder steps of each example")]
+    return {"encoder": _write(CTCGraph(model), _input_ports(inputs, example), outputs,
+                              folder / ENCODER_FILE, opset)}
+
+
+def _export_decoder(model, inputs, folder: Path, opset: int) -> dict:
+    small, wide = inputs.example(2, 24), inputs.example(3, 40, seed=1)
+    state0 = model.start(*small)
+    start, wide_start = flatten(state0), flatten(model.start(*wide))
+    names = list(start)
+    axes = {n: _changed(start[n], wide_start[n], "S") for n in names}
+    bos = torch.full((2,), BOS, dtype=torch.long)
+    log_probs, first, weights = model.step(bos, state0)
+    _, second, _ = model.step(bos, first)
+    flat1, flat2 = flatten(first), flatten(second)
+    changed = [n for n in names if flat1[n] is not start[n]]
+    for n in names:  # state that grows with every step: the Transformer's cache
+        axes[n].update(_changed(flat1[n], flat2[n], "T", batch=False))
+    encoder = _write(EncoderGraph(model, names), _input_ports(inputs, small),
+                     [Port(n, start[n], axes[n]) for n in names], folder / ENCODER_FILE, opset)
+
+    outputs = [Port("log_probs", log_probs, {0: "B"}, "log-probabilities of the next token")]
+    if weights is not None:
+        outputs.append(Port("weights", weights, {0: "B", 1: "S"},
+                            "the step's attention weights over the encoder steps"))
+    outputs += [Port(next_name(n), flat1[n], {d: "T+1" if a == "T" else a
+                                              for d, a in axes[n].items()}, f"the new {n}")
+                for n in changed]
+    # traced on the state after two steps: no axis of size 0 or 1 but the batch's
+    inputs = [Port("tokens", bos, {0: "B"}, "the previous output token of each example"),
+              *(Port(n, flat2[n], axes[n]) for n in names)]
+    step = _write(StepGraph(model, second, names, changed, weights is not None), inputs,
+                  outputs, folder / STEP_FILE, opset)
+    return {"encoder": encoder, "decoder_step": step,
+            "state": [{"name": n, "next": next_name(n) if n in changed else None}
+                      for n in names]}
+
+
+def _changed(a: torch.Tensor, b: torch.Tensor, axis: str, *, batch: bool = True) -> dict:
+    """``{dim: name}`` of the dims where ``a`` and ``b`` differ: dim 0 is ``B`` when ``batch``,
+    any other ``axis``."""
+    return {d: ("B" if d == 0 and batch else axis)
+            for d, (x, y) in enumerate(zip(a.shape, b.shape)) if x != y}
+
+
+def _graph_inputs(path: Path) -> set[str]:
+    import onnx  # the export extra (pyproject.toml); only here, to read a graph back
+
+    return {i.name for i in onnx.load(str(path), load_external_data=False).graph.input}
+
+
+def export_graph(module: torch.nn.Module, args, path: str | Path, input_names, output_names,
+                 axes, opset: int = DEFAULT_OPSET) -> None:
+    """Trace ``module(*args)`` in eval mode to the ONNX file ``path`` with the exporter and
+    settings of :func:`export_onnx`; ``axes``: per input, then per output, ``{dim: name}`` of
+    its dynamic dims.
+
+    Leaves ``module`` in eval mode: the exporter restores the mode the module had, which its
+    children then take, so the module is put in eval mode first.
+    """
+    module.eval()
+    with torch.no_grad(), export_mode(), warnings.catch_warnings():
+        # The TorchScript-based exporter is deprecated in favour of dynamo=True (see above).
+        warnings.simplefilter("ignore", DeprecationWarning)
+        # Shape checks compare traced sizes (they hold for the example); the parity tests
+        # run the graphs on other batch sizes, lengths and padding.
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", "Constant folding", UserWarning)
+        # The GRU/LSTM nodes start from zeros of the batch's size (tested at other sizes).
+        warnings.filterwarnings("ignore", "Exporting a model to ONNX with a batch_size",
+                                UserWarning)
+        torch.onnx.export(module, tuple(args), str(path), dynamo=False, opset_version=opset,
+                          input_names=list(input_names), output_names=list(output_names),
+                          dynamic_axes=dict(zip([*input_names, *output_names], axes)))
