@@ -1,5 +1,6 @@
 # `make demo` and `make test` work on a fresh machine: they create .venv, install the CPU build of
-# torch 2.13.0 first (a plain `torch` requirement would pull a multi-GB CUDA build), then attnkit.
+# torch 2.13.0 first (a plain `torch` requirement would pull a multi-GB CUDA build), then attnkit
+# with its test tools and the export extra (onnx, onnxruntime: neither asks for torch).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -11,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,export]'
 	@# system packages for the built-in data: espeak-ng (speech), more fonts (text lines)
 	@missing=""; command -v espeak-ng >/dev/null || missing="espeak-ng"; \
 	[ -d /usr/share/fonts/truetype/liberation ] || missing="$$missing fonts-liberation"; \

@@ -7,7 +7,7 @@ import logging
 import sys
 
 from attnkit._version import __version__
-from attnkit.cli import asr, bench, demo, ocr, translate
+from attnkit.cli import asr, bench, demo, export, ocr, translate
 from attnkit.data import DataError
 from attnkit.train import CheckpointError, distributed
 
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_eval_parser(sub)
     ocr.add_read_parser(sub)
     asr.add_transcribe_parser(sub)
+    export.add_parser(sub)
     bench.add_parser(sub)
     return parser
 

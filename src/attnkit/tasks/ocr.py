@@ -19,7 +19,10 @@ from attnkit.tasks.batching import length_batches
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train.teacher_forcing import TeacherForcing
 
-__all__ = ["OcrTask", "line_metrics", "plot_line", "recognise"]
+# The attention head reads at most one character per two encoder steps, + 2 (EOS included).
+STEPS_PER_CHAR, EXTRA_CHARS = 2, 2
+
+__all__ = ["EXTRA_CHARS", "STEPS_PER_CHAR", "OcrTask", "line_metrics", "plot_line", "recognise"]
 
 Line = tuple[torch.Tensor, str]  # (image (32, W) in [0, 1], text)
 
@@ -97,7 +100,8 @@ def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
                 results[i] = (vocab.decode(paths.ids[j]), w, int(steps[j]))
         else:
             steps = model.steps(widths)
-            hyp = decode(model, batch, widths, max_len=steps // 2 + 2, decoding=decoding,
+            limit = steps // STEPS_PER_CHAR + EXTRA_CHARS
+            hyp = decode(model, batch, widths, max_len=limit, decoding=decoding,
                          generator=generator).best()
             for j, i in enumerate(idx):
                 n = int(hyp.lengths[j])

@@ -25,7 +25,7 @@ from attnkit.tasks.batching import length_batches
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train.teacher_forcing import TeacherForcing
 
-__all__ = ["TranslationTask", "metrics", "plot_translation", "translate"]
+__all__ = ["MAX_LEN_RATIO", "TranslationTask", "metrics", "plot_translation", "translate"]
 
 
 def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
@@ -37,6 +37,8 @@ def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, f
 
 
 TAG = re.compile(r"^<[\w:-]+>$")
+# Output tokens at most: ceil(MAX_LEN_RATIO * source tokens) + the task's max_len_extra.
+MAX_LEN_RATIO = 3.0
 
 
 def _encode_batch(vocab: CharVocab | SubwordVocab, texts: Sequence[str], device=None):
@@ -48,7 +50,7 @@ def _encode_batch(vocab: CharVocab | SubwordVocab, texts: Sequence[str], device=
 def translate(model: Seq2Seq | Transformer, src_vocab: CharVocab | SubwordVocab,
               tgt_vocab: CharVocab | SubwordVocab,
               texts: Sequence[str], *, decoding: Decoding | None = None,
-              max_len_ratio: float = 3.0, max_len_extra: int = 10,
+              max_len_ratio: float = MAX_LEN_RATIO, max_len_extra: int = 10,
               batch_size: int = 128) -> tuple[list[str], list[Hypotheses]]:
     """Decode ``texts`` as ``decoding`` says (default greedy); returns the outputs (the best
     hypothesis of each) and, per batch, the raw hypotheses (tokens and attention weights for

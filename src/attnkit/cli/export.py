@@ -1,0 +1,66 @@
+"""``attnkit export``: a checkpoint's model as ONNX graphs plus the JSON that decodes with them
+(docs/deploy.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from attnkit.cli.common import load_task_model
+from attnkit.export import DEFAULT_OPSET, OPSETS, export_onnx
+from attnkit.tasks import ocr, speech, translation
+from attnkit.train import CheckpointError, load_checkpoint
+
+FORMATS = ("onnx",)
+TASKS = ("translate", "ocr", "asr")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("export", help="export a checkpoint to ONNX for inference outside Python",
+                       description="Write the model's encoder and one decoder step (a CTC "
+                       "model: its encoder and classifier) as ONNX graphs, and attnkit.json: "
+                       "the vocabulary, the special ids, the length limit and what each graph "
+                       "input and output means.")
+    p.add_argument("--checkpoint", type=Path, required=True, help="a run's checkpoint folder")
+    p.add_argument("--format", default="onnx", help=f"one of {', '.join(FORMATS)} (default onnx)")
+    p.add_argument("--opset", type=int, default=DEFAULT_OPSET,
+                   help=f"ONNX opset, one of {', '.join(map(str, OPSETS))} (default "
+                   f"{DEFAULT_OPSET})")
+    p.add_argument("--out", type=Path, required=True, help="folder for the files (created)")
+    p.set_defaults(run=run_export)
+
+
+def run_export(args) -> int:
+    if args.format not in FORMATS:
+        raise ValueError(f"format: expected one of {', '.join(FORMATS)}, got {args.format!r}")
+    if args.opset not in OPSETS:
+        raise ValueError(f"opset: expected one of {', '.join(map(str, OPSETS))}, "
+                         f"got {args.opset}")
+    if args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"out: expected a folder (new or existing), got the file {args.out}")
+    task = load_checkpoint(args.checkpoint).config.get("task")
+    if task not in TASKS:
+        raise CheckpointError(f"{args.checkpoint}: a checkpoint of task {task!r} cannot be "
+                              f"exported; expected one of {', '.join(TASKS)}")
+    if importlib.util.find_spec("onnx") is None:
+        raise ValueError("format: 'onnx' needs the onnx package: pip install 'attnkit[export]'")
+    model, ck = load_task_model(args.checkpoint, task)
+    if task == "translate":
+        vocab = {"src": ck.vocab["src"], "tgt": ck.vocab["tgt"]}
+        max_len = {"input": "src_len", "ratio": translation.MAX_LEN_RATIO,
+                   "extra": ck.config.get("max_len_extra", 10), "rounding": "ceil"}
+    elif task == "asr":
+        vocab = {"tgt": ck.vocab}
+        max_len = {"input": "lengths", "ratio": speech.CHARS_PER_FRAME,
+                   "extra": speech.EXTRA_CHARS, "rounding": "ceil"}
+    else:  # the attention head's limit is on the encoder steps, the decoder state's lengths
+        vocab = {"tgt": ck.vocab}
+        max_len = {"input": "state.lengths", "ratio": 1 / ocr.STEPS_PER_CHAR,
+                   "extra": ocr.EXTRA_CHARS, "rounding": "floor"}
+    meta = export_onnx(model, args.out, task=task, vocab=vocab, max_len=max_len,
+                       opset=args.opset)
+    files = [meta["encoder"]["file"]] + ([meta["decoder_step"]["file"]]
+                                         if "decoder_step" in meta else []) + ["attnkit.json"]
+    print(f"wrote {', '.join(str(args.out / f) for f in files)} (ONNX opset {args.opset}, "
+          f"{meta['decoding']['method']} decoding)")
+    return 0

@@ -1,0 +1,144 @@
+"""attnkit export: train a tiny model with the CLI, export it, run the graphs with
+onnxruntime; the docs/deploy.md example decodes like `attnkit translate`; bad input."""
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnkit.cli.main import main
+from attnkit.data import CharVocab
+from attnkit.models import CRNN, LAS, model_config
+from attnkit.train import save_checkpoint
+
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed: "
+                          "pip install 'attnkit[export]'")
+
+DEPLOY = Path(__file__).resolve().parents[2] / "docs" / "deploy.md"
+WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven"]
+
+
+def _train(tmp_path, capsys, *model_args) -> Path:
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("".join(f"<en> {n}\t{w}\n" for n, w in enumerate(WORDS)), encoding="utf-8")
+    out = tmp_path / "run"
+    assert main(["train", "translate", "--train", str(tsv), "--out", str(out), "--steps", "3",
+                 "--eval-every", "3", "--batch-size", "8", "--hidden", "16", "--emb", "8",
+                 "--no-progress", "--plot", "0", *model_args]) == 0
+    capsys.readouterr()
+    return out / "checkpoint"
+
+
+def test_the_deploy_example_decodes_like_attnkit_translate(tmp_path, monkeypatch, capsys,
+                                                           one_thread):
+    checkpoint = _train(tmp_path, capsys)
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", "--checkpoint", str(checkpoint), "--out", "numbers-onnx"]) == 0
+    assert re.match(r"wrote numbers-onnx/encoder.onnx, numbers-onnx/decoder_step.onnx, "
+                    r"numbers-onnx/attnkit.json \(ONNX opset 17, greedy decoding\)",
+                    capsys.readouterr().out)
+    meta = json.loads(Path("numbers-onnx/attnkit.json").read_text())
+    assert meta["task"] == "translate" and meta["decoding"]["max_len"]["ratio"] == 3.0
+    assert meta["decoding"]["max_len"]["extra"] == 10 + int(1.5 * 5)  # longest target: 5
+    block = re.search(r"```python\n(.*?)```", DEPLOY.read_text(), flags=re.S).group(1)
+    namespace = {}
+    exec(compile(block, "docs/deploy.md", "exec"), namespace)
+    printed = capsys.readouterr().out
+    assert main(["translate", "--checkpoint", str(checkpoint), "--beam", "1",
+                 namespace["text"]]) == 0
+    assert printed == capsys.readouterr().out
+    assert namespace["out"]  # it decoded tokens (an untrained model: up to the limit)
+
+
+def test_a_transformer_exports_at_opset_18_and_its_graphs_equal_pytorch(tmp_path, capsys,
+                                                                        one_thread):
+    from attnkit.cli.common import load_task_model
+    from attnkit.export.state import flatten
+
+    checkpoint = _train(tmp_path, capsys, "--model", "transformer", "--heads", "2", "--layers", "1")
+    out = tmp_path / "onnx"
+    assert main(["export", "--checkpoint", str(checkpoint), "--opset", "18", "--out",
+                 str(out)]) == 0
+    meta = json.loads((out / "attnkit.json").read_text())
+    assert (meta["opset"], meta["model"]["name"]) == (18, "transformer")
+    model, _ = load_task_model(checkpoint, "translate")
+    model.eval()
+    src, src_len = torch.tensor([[4, 5, 6, 7], [5, 6, 0, 0]]), torch.tensor([4, 2])
+    encoder = ort.InferenceSession(str(out / "encoder.onnx"))
+    step = ort.InferenceSession(str(out / "decoder_step.onnx"))
+    values = encoder.run(None, {"src": src.numpy(), "src_len": src_len.numpy()})
+    state = {o.name: v for o, v in zip(encoder.get_outputs(), values)}
+    tokens = torch.tensor([1, 1])
+    with torch.no_grad():
+        want = model.start(src, src_len)
+        for _ in range(3):
+            log_probs, want, _ = model.step(tokens, want)
+            feed = {i.name: state[i.name] for i in step.get_inputs() if i.name != "tokens"}
+            got = dict(zip([o.name for o in step.get_outputs()],
+                           step.run(None, {"tokens": tokens.numpy(), **feed})))
+            np.testing.assert_allclose(got["log_probs"], log_probs.numpy(), atol=1e-4)
+            state.update({s["name"]: got[s["next"]] for s in meta["state"] if s["next"]})
+            tokens = log_probs.argmax(-1)
+    for name, tensor in flatten(want).items():
+        np.testing.assert_allclose(state[name], tensor.numpy(), atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["ocr-ctc", "ocr-attention", "asr"])
+def test_ocr_and_speech_checkpoints_export_with_their_tasks_rules(kind, tmp_path, capsys):
+    torch.manual_seed(0)
+    vocab = CharVocab(list("abc "))
+    if kind == "asr":
+        model = LAS(len(vocab), features=8, listener_hidden=8, hidden=16, emb=8,
+                    key_value_dim=8)
+    else:
+        model = CRNN(len(vocab), channels=(4, 4, 8, 8, 8), hidden=8,
+                     head="ctc" if kind == "ocr-ctc" else "attention", dec_hidden=16)
+    task = kind.split("-")[0]
+    save_checkpoint(tmp_path / "ck", model=model,
+                    config={"task": task, "model": model_config(model)}, vocab=vocab.to_json())
+    assert main(["export", "--checkpoint", str(tmp_path / "ck"), "--out",
+                 str(tmp_path / "onnx")]) == 0
+    meta = json.loads((tmp_path / "onnx" / "attnkit.json").read_text())
+    assert meta["vocab"] == {"tgt": vocab.to_json()} and meta["task"] == task
+    rules = {"ocr-ctc": None,
+             "ocr-attention": {"input": "state.lengths", "ratio": 0.5, "extra": 2,
+                               "rounding": "floor"},
+             "asr": {"input": "lengths", "ratio": 0.3, "extra": 10, "rounding": "ceil"}}
+    assert meta["decoding"].get("max_len") == rules[kind]
+    assert (meta["decoding"]["method"] == "ctc_best_path") == (kind == "ocr-ctc")
+    if kind == "ocr-attention":  # the rule names a tensor the encoder outputs
+        assert "state.lengths" in [o["name"] for o in meta["encoder"]["outputs"]]
+
+
+def test_bad_input_gives_one_line_errors_and_writes_nothing(tmp_path, capsys):
+    vocab = CharVocab(list("ab"))
+    model = CRNN(len(vocab), channels=(4, 4, 8, 8, 8), hidden=8)
+    good = tmp_path / "ck"
+    save_checkpoint(good, model=model, config={"task": "ocr", "model": model_config(model)},
+                    vocab=vocab.to_json())
+    save_checkpoint(tmp_path / "lm", model=model,
+                    config={"task": "asr-speller-lm", "model": model_config(model)},
+                    vocab=vocab.to_json())
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "out"
+    cases = [
+        (["--checkpoint", str(good), "--format", "tflite", "--out", str(out)],
+         "format: expected one of onnx, got 'tflite'"),
+        (["--checkpoint", str(good), "--opset", "16", "--out", str(out)],
+         "opset: expected one of 17, 18, got 16"),
+        (["--checkpoint", str(tmp_path / "missing"), "--out", str(out)],
+         "missing: no such checkpoint directory"),
+        (["--checkpoint", str(tmp_path / "lm"), "--out", str(out)],
+         "a checkpoint of task 'asr-speller-lm' cannot be exported; expected one of "
+         "translate, ocr, asr"),
+        (["--checkpoint", str(good), "--out", str(tmp_path / "file")],
+         "out: expected a folder (new or existing), got the file"),
+    ]
+    for args, message in cases:
+        assert main(["export", *args]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    assert not out.exists() and (tmp_path / "file").read_text() == ""
