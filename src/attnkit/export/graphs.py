@@ -69,7 +69,8 @@ def model_inputs(model: nn.Module) -> Inputs:
     config = model_config(model)
     if isinstance(model, (Seq2Seq, Transformer)):
         return Inputs(("src", "src_len"), (("B", "L"), ("B",)), ("int64", "int64"),
-                      ("source token ids, padded with 0", "source tokens of each example"), 4, config["src_vocab"])
+                      ("source token ids, padded with 0", "source tokens of each example"),
+                      4, config["src_vocab"])
     if isinstance(model, LAS):
         return Inputs(("features", "lengths"), (("B", "L", config["features"]), ("B",)),
                       ("float32", "int64"),
