@@ -20,6 +20,7 @@ import attention  # noqa: E402  (benchmarks/attention.py)
 import harness  # noqa: E402
 import models_vs_plain  # noqa: E402
 import plain  # noqa: E402
+import profile_models  # noqa: E402
 
 
 # ---------------------------------------------------------------- run in the fresh process
@@ -251,3 +252,11 @@ def test_models_vs_plain_smoke_rows_in_fresh_processes(tmp_path, capsys):
     assert all(r["status"] == "ok" and r["threads"] == 1 for r in rows)
     assert rows[1]["time_ratio"] == rows[1]["step_s"] / rows[0]["step_s"]
     assert "| luong | B=2 S=6 T=4 | attnkit |" in capsys.readouterr().out
+
+
+def test_profile_models_lists_the_top_ops_of_a_step(one_thread):
+    out = profile_models.top_ops("bahdanau", "attnkit", [2, 6, 4], top=5)
+    assert len(out["ops"]) == 5 and out["total_s"] > 0
+    shares = [op["share"] for op in out["ops"]]
+    assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1
+    assert set(profile_models.CASES) == {r["family"] for r in models_vs_plain.rows_of(False)}
