@@ -52,6 +52,19 @@ def _uniform(shape: tuple[int, ...], fan_in: int) -> nn.Parameter:
     return nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
 
 
+def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Per-head projection ``x (B, H, T, D) @ w (H, D, A)`` -> ``(B, H, T, A)``.
+
+    One matrix product per head over all ``B * T`` rows, so the gradient of ``w`` is
+    ``x^T dy`` per head; the broadcast ``x @ w`` would instead form one ``(D, A)`` product per
+    example and sum the ``B`` of them (per decoder step, for a query).
+    """
+    b, h, t, d = x.shape
+    if h == 1:
+        return (x.reshape(b * t, d) @ w[0]).view(b, 1, t, w.shape[-1])
+    return torch.einsum("bhtd,hda->bhta", x, w)
+
+
 class Score(nn.Module):
     """Base class. Subclasses implement the paper's equation; see the module docstring.
 
@@ -164,7 +177,7 @@ class GeneralScore(Score):
         self.weight = _uniform((heads, query_dim, key_dim), query_dim)  # W: (H, Dq, Dk)
 
     def prepare_query(self, q):
-        return q @ self.weight  # (B, H, Tq, Dk)
+        return project(q, self.weight)  # (B, H, Tq, Dk)
 
 
 class CosineScore(Score):
@@ -202,10 +215,10 @@ class AdditiveScore(Score):
         self.v = _uniform((heads, attn_dim), attn_dim)  # v: (H, A)
 
     def prepare_query(self, q):
-        return q @ self.w_query  # (B, H, Tq, A)
+        return project(q, self.w_query)  # (B, H, Tq, A)
 
     def prepare_key(self, k):
-        return k @ self.w_key  # (B, H, Tk, A)
+        return project(k, self.w_key)  # (B, H, Tk, A)
 
     def pairwise(self, qf, kf, extra=None):
         pre = qf.unsqueeze(-2) + kf.unsqueeze(-3)  # (B, H, Tq, Tk, A)
@@ -249,7 +262,7 @@ class LocationScore(AdditiveScore):
         self.bias = nn.Parameter(torch.zeros(heads, attn_dim))  # b: (H, A)
 
     def prepare_query(self, q):
-        return q @ self.w_query + self.bias[:, None, :]  # (B, H, Tq, A)
+        return project(q, self.w_query) + self.bias[:, None, :]  # (B, H, Tq, A)
 
     def prepare_extra(self, prev):
         """Location features ``f (B, H, Tq, Tk, F)`` from the previous weights (B, H, Tq, Tk)."""
