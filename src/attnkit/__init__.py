@@ -17,16 +17,5 @@ from attnkit.attention import (
 )
 from attnkit.plot import plot_attention
 
-__all__ = [
-    "IMPLS",
-    "SCORES",
-    "Attention",
-    "AttentionOutput",
-    "Memory",
-    "Plan",
-    "SelfAttention",
-    "__version__",
-    "attention",
-    "lengths_to_mask",
-    "plot_attention",
-]
+__all__ = ["IMPLS", "SCORES", "Attention", "AttentionOutput", "Memory", "Plan", "SelfAttention",
+           "__version__", "attention", "lengths_to_mask", "plot_attention"]

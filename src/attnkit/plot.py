@@ -74,11 +74,7 @@ def plot_attention(
     ax.set_ylabel(y_title)
     if title:
         ax.set_title(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
+    return _save(fig, path, dpi=110)
 
 
 def plot_alignment(
@@ -157,10 +153,15 @@ def plot_alignment(
     bottom.set_ylabel("output")
     if title:
         top.set_title(title)
+    return _save(fig, path, dpi=100)
+
+
+def _save(fig, path: str | Path, *, dpi: int) -> Path:
+    """Lay out ``fig`` and write it to ``path`` (its folder made if needed)."""
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=dpi)
     return path
 
 
