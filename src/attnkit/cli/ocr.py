@@ -22,6 +22,7 @@ from attnkit.data import (
     CharVocab,
     generate_lines,
     load_line_image,
+    pad_images,
     read_line_folder,
     write_line_folder,
 )
@@ -82,9 +83,8 @@ def _built_in(args, split: str, n: int, min_chars: int, max_chars: int):
     if (cache / "labels.tsv").exists():
         return read_line_folder(cache, cache / "labels.tsv")
     log.info("rendering %d %s lines into %s", n, split, cache)
-    lines = generate_lines(n, split=split, seed=args.seed, min_chars=min_chars,
-                           max_chars=max_chars)
-    write_line_folder(lines, cache)
+    write_line_folder(generate_lines(n, split=split, seed=args.seed, min_chars=min_chars,
+                                     max_chars=max_chars), cache)  # freed before reading
     return read_line_folder(cache, cache / "labels.tsv")  # what later runs will read
 
 
@@ -138,8 +138,9 @@ def _pictures(model, images, texts, weights, steps, out: Path) -> None:
         if path is not None:
             print(f"  wrote {path}")
         if model.attention is not None:
-            w = image.shape[1]
-            att = model.attention_weights(image[None, None], torch.tensor([w]))[0]
+            device = next(model.parameters()).device
+            batch, widths = pad_images([image])  # (1, 1, 32, W), (1,)
+            att = model.attention_weights(batch.to(device), widths.to(device))[0]
             path = plot_attention(att, None, None, out / f"self_attention_{i}.png",
                                   title=f"self-attention between RNN1 and RNN2: {texts[i][:60]}",
                                   x_title="step (keys)", y_title="step (queries)")

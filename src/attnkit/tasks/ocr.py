@@ -21,7 +21,7 @@ from attnkit.train.teacher_forcing import TeacherForcing
 
 __all__ = ["OcrTask", "line_metrics", "plot_line", "recognise"]
 
-Line = tuple[torch.Tensor, str]  # (image (32, W) in [0, 1], text)
+Line = tuple[torch.Tensor, str]  # (image (32, W): uint8 gray levels, or float in [0, 1], text)
 
 
 def line_metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
@@ -118,7 +118,8 @@ def plot_line(image: torch.Tensor, text: str, weights, steps: int, path: str | P
         return None
     labels = list(text) + (["<eos>"] if eos else [])
     labels = labels[: weights.shape[0]]
-    return plot_alignment(weights[: len(labels)], image, labels, path, steps=steps,
+    background = pad_images([image])[0][0, 0]  # (32, W) in [0, 1]
+    return plot_alignment(weights[: len(labels)], background, labels, path, steps=steps,
                           title=text or "(empty)")
 
 
