@@ -17,7 +17,7 @@ from attnkit.models import CRNN, build_model
 from attnkit.plot import plot_alignment
 from attnkit.tasks.batching import length_batches
 from attnkit.tokens import BOS, EOS, PAD
-from attnkit.train.teacher_forcing import TeacherForcing
+from attnkit.train import Batches, TeacherForcing
 
 __all__ = ["OcrTask", "line_metrics", "plot_line", "recognise"]
 
@@ -172,11 +172,12 @@ class OcrTask:
     def build_model(self) -> CRNN:
         return build_model(self.model_config)
 
-    def batches(self, epoch: int):
-        """Shuffled (seeded by epoch) batches of similar widths."""
+    def batches(self, epoch: int) -> Batches:
+        """Shuffled (seeded by epoch) batches of similar widths, built when indexed (images
+        float32 in [0, 1])."""
         widths = [image.shape[1] for image, _ in self.train]
-        for idx in length_batches(widths, self.batch_size, seed=self.seed, epoch=epoch):
-            yield self._collate(idx)
+        return Batches(length_batches(widths, self.batch_size, seed=self.seed, epoch=epoch),
+                       self._collate)
 
     def _collate(self, idx: list[int]) -> dict:
         images, widths = pad_images([self.train[i][0] for i in idx])
