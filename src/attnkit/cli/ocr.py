@@ -9,6 +9,7 @@ import torch
 
 from attnkit.cli.common import (
     add_decoding_args,
+    add_device_arg,
     add_training_args,
     decoding,
     existing_run,
@@ -117,7 +118,7 @@ def run_train(args) -> int:
                    seed=args.seed, label_smoothing=args.label_smoothing,
                    teacher_forcing=teacher_forcing(args), ctc_weight=args.ctc_weight, data=data,
                    vocab=CharVocab.from_json(ck.vocab) if ck is not None else None)
-    model = task.build_model()
+    model = task.build_model().to(args.device)
     if train_and_report(model, task, args, metric="char_accuracy") is not None:
         _samples_and_pictures(model, task.chars, task.valid, args.out, args.plot)
     return 0
@@ -152,12 +153,13 @@ def add_read_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("images", nargs="+", type=Path, help="line images (any size: scaled to 32 px)")
     add_decoding_args(p, beam=1, sampling=False)
+    add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one picture per image")
     p.set_defaults(run=run_read)
 
 
 def run_read(args) -> int:
-    model, ck = load_task_model(args.checkpoint, "ocr")
+    model, ck = load_task_model(args.checkpoint, "ocr", args.device)
     chars = CharVocab.from_json(ck.vocab)
     images = [load_line_image(path) for path in args.images]
     texts, weights, steps = recognise(model, chars, images, decoding=decoding(args))
