@@ -257,9 +257,8 @@ def test_impl_step_forces_the_step_kernel_or_says_why_it_cannot():
         module = module.double() if args[0].dtype == torch.float64 else module
         with pytest.raises(ValueError, match=rf"^impl='step' cannot serve this call: {why}"):
             module.plan(*args, **call_kw)
-    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(
-            ValueError, match=r"^impl='step' cannot serve this call: CPU autocast is on"):
-        Attention(16, score="additive", impl="step").plan(x, enc)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # inputs taken in float32
+        assert Attention(16, score="additive", impl="step").plan(x.bfloat16(), enc).impl == "step"
 
 
 @needs_native
@@ -401,24 +400,33 @@ def test_a_compiler_without_march_native_gets_the_next_flags(tmp_path, monkeypat
 
 
 @needs_native
-def test_under_cpu_autocast_steps_avoid_the_kernel_and_equal_the_reference():
-    """bfloat16 autocast makes the prepared query bfloat16: the float32 kernel must not run."""
+def test_under_cpu_autocast_steps_run_the_kernel_in_float32_and_equal_the_reference():
+    """bfloat16 autocast hands over a bfloat16 query (a linear layer's output) and float32
+    keys: attention takes both in float32, so the float32 kernel serves the step and its
+    results equal the reference's outside autocast to float32 rounding."""
     torch.manual_seed(0)
     attn = Attention(16, score="additive")
     ref = Attention(16, score="additive", impl="reference")
     ref.load_state_dict(attn.state_dict())
-    enc, q = torch.randn(2, 9, 16), torch.randn(2, 16)
-    memory = attn.prepare(enc.requires_grad_())  # prepared outside autocast, used inside
+    enc = torch.randn(2, 9, 16, requires_grad=True)
+    q = torch.randn(2, 16).bfloat16()
+    want = ref(q.float(), enc, need_weights=True)
+    memory = attn.prepare(enc)  # prepared outside autocast, used inside
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert "CPU autocast is on" in attn.plan(q, enc).reason
+        plan = attn.plan(q, enc)
+        assert (plan.impl, plan.kernel) == ("step", "native"), plan.reason
         got = attn(q, enc, need_weights=True)
         got_memory = attn(q, memory).context
-        want = ref(q, enc, need_weights=True)
-    torch.testing.assert_close(got.context.float(), want.context.float(), atol=2e-2, rtol=2e-2)
-    torch.testing.assert_close(got.weights.float(), want.weights.float(), atol=1e-2, rtol=1e-2)
-    torch.testing.assert_close(got_memory.float(), want.context.float(), atol=2e-2, rtol=2e-2)
-    got_memory.float().sum().backward()
-    assert torch.isfinite(enc.grad).all() and enc.grad.abs().sum() > 0
+        inside = attn(q, attn.prepare(enc)).context  # prepared inside autocast
+    assert got.context.dtype == got.weights.dtype == got_memory.dtype == torch.float32
+    for context in (got.context, got_memory, inside):
+        torch.testing.assert_close(context, want.context, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.weights, want.weights, atol=1e-5, rtol=1e-5)
+    (got_memory.sum() + inside.sum()).backward()
+    grad = enc.grad.clone()
+    enc.grad = None
+    (2 * want.context.sum()).backward()
+    torch.testing.assert_close(grad, enc.grad, atol=1e-5, rtol=1e-5)
 
 
 @needs_native

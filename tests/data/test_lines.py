@@ -31,8 +31,7 @@ def train_lines():
 
 def test_lines_are_32_high_and_as_wide_as_their_text(train_lines):
     for image, text in train_lines:
-        assert image.dtype == torch.float32 and image.shape[0] == 32
-        assert 0.0 <= float(image.min()) and float(image.max()) <= 1.0
+        assert image.dtype == torch.uint8 and image.shape[0] == 32  # kept in 8 bits
         assert 5 <= len(text) <= 200
         assert 5 <= image.shape[1] / len(text) <= 30  # px per character
     widths = np.array([image.shape[1] for image, _ in train_lines])
@@ -44,7 +43,7 @@ def test_lines_are_32_high_and_as_wide_as_their_text(train_lines):
 
 def test_lines_have_ink_on_paper(train_lines):
     for image, _ in train_lines:
-        low, high = np.quantile(image.numpy(), [0.01, 0.9])
+        low, high = np.quantile(image.numpy() / 255, [0.01, 0.9])
         assert high - low > 0.2
 
 
@@ -219,27 +218,27 @@ def test_reader_reports_every_label_outside_the_alphabet(tmp_path):
 def test_colour_alpha_16_bit_and_tall_images_are_converted(tmp_path):
     Image.new("RGB", (8, 32), (255, 0, 0)).save(tmp_path / "red.png")
     red = load_line_image(tmp_path / "red.png")
-    assert red.shape == (32, 8) and torch.allclose(red, torch.full_like(red, 76 / 255))
+    assert red.shape == (32, 8) and red.dtype == torch.uint8 and torch.all(red == 76)
 
     rgba = Image.new("RGBA", (8, 32), (0, 0, 0, 255))
     rgba.paste((0, 0, 0, 0), (4, 0, 8, 32))  # right half fully transparent
     rgba.save(tmp_path / "alpha.png")
     alpha = load_line_image(tmp_path / "alpha.png")
-    assert torch.all(alpha[:, :4] == 0.0) and torch.all(alpha[:, 4:] == 1.0)
+    assert torch.all(alpha[:, :4] == 0) and torch.all(alpha[:, 4:] == 255)
 
     deep = np.full((32, 6), 65535, dtype=np.uint16)
     deep[:, :3] = 32768
     Image.fromarray(deep).save(tmp_path / "deep.png")
     assert Image.open(tmp_path / "deep.png").mode.startswith("I")
     wide = load_line_image(tmp_path / "deep.png")
-    assert torch.allclose(wide[:, :3], torch.tensor(32768 / 65535)) and torch.all(wide[:, 3:] == 1)
+    assert torch.all(wide[:, :3] == 128) and torch.all(wide[:, 3:] == 255)  # 8 bits kept
 
     tall = np.zeros((64, 100), dtype=np.uint8)
     tall[:, 50:] = 255
     Image.fromarray(tall).save(tmp_path / "tall.png")
     half = load_line_image(tmp_path / "tall.png")
     assert half.shape == (32, 50)
-    assert torch.all(half[:, :24] == 0.0) and torch.all(half[:, 26:] == 1.0)
+    assert torch.all(half[:, :24] == 0) and torch.all(half[:, 26:] == 255)
 
 
 def test_pad_images_pads_with_the_background_and_returns_widths():
@@ -258,3 +257,18 @@ def test_pad_images_pads_with_the_background_and_returns_widths():
         pad_images([a, torch.rand(16, 3)])
     with pytest.raises(ValueError, match=r"images\[0\]: .* got \(1, 32, 5\)"):
         pad_images([a[None]])
+    with pytest.raises(ValueError, match=r"^images\[1\]: expected dtype torch.float32 \(as "
+                                         r"images\[0\]\), got torch.uint8"):
+        pad_images([a, torch.zeros(32, 3, dtype=torch.uint8)])
+
+
+def test_pad_images_turns_8_bit_lines_into_float_per_batch():
+    a = torch.randint(0, 256, (32, 5), dtype=torch.uint8)
+    b = torch.randint(0, 256, (32, 3), dtype=torch.uint8)
+    batch, widths = pad_images([a, b])
+    assert batch.dtype == torch.float32 and widths.tolist() == [5, 3]
+    assert torch.equal(batch[0, 0], a.float() / 255) and torch.equal(batch[1, 0, :, :3],
+                                                                     b.float() / 255)
+    assert torch.all(batch[1, 0, :, 3:] == 1.0)
+    dark, _ = pad_images([b, a], fill=0.0)
+    assert torch.all(dark[0, 0, :, 3:] == 0.0)

@@ -18,6 +18,7 @@ from attnkit.data import (
     SpeechSet,
     log_mel,
     mel_filterbank,
+    pad_features,
     plan_utterances,
     read_manifest,
     resample,
@@ -168,7 +169,8 @@ def test_dataset_is_cached_and_reused(tmp_path, monkeypatch):
     again = speech_dataset(6, split="test", seed=2, cache_dir=tmp_path)
     assert all(torch.equal(a, b) for a, b in zip(data.features, again.features))
     normed = speech_dataset(6, split="test", seed=2, cache_dir=tmp_path, normalize=True)
-    assert torch.allclose(normed.features[1].mean(0), torch.zeros(80), atol=1e-4)
+    assert data.features[1].dtype == normed.features[1].dtype == torch.float16
+    assert torch.allclose(normed.features[1].float().mean(0), torch.zeros(80), atol=1e-3)
     with pytest.raises(AssertionError, match="espeak-ng was run"):
         speech_dataset(6, split="test", seed=3, cache_dir=tmp_path)  # a new setting, a new cache
 
@@ -217,11 +219,17 @@ def test_manifest_reads_resamples_and_downmixes(tmp_path):
     assert data.features[0].shape == (101, 80)  # resampled to 16 kHz: 1 + 16000 // 160 frames
     assert torch.allclose(data.features[0], data.features[1])
     expected = log_mel(resample(torch.from_numpy(tone.astype(np.float32) / 32768), 8000))
-    assert torch.equal(data.features[0], expected)
+    assert data.features[0].dtype == torch.float16  # kept in half the memory
+    assert torch.equal(data.features[0], expected.half())
+    # float16 rounds each value to 11 significant bits, and a batch is float32 again
+    error = (data.features[0].float() - expected).abs() / expected.abs()
+    assert 0 < float(error.max()) <= 2**-11
+    batch, lengths = pad_features(data.features)
+    assert batch.dtype == torch.float32 and torch.equal(batch[0], data.features[0].float())
     peak_filter = mel_filterbank(n_fft=512)[int(data.features[0].mean(0).argmax())]
     assert abs(float(peak_filter.argmax()) * 16000 / 512 - 500) < 60  # the tone is at 500 Hz
     normed = read_manifest(tmp_path / "list.tsv", normalize=True)
-    assert torch.allclose(normed.features[0].mean(0), torch.zeros(80), atol=1e-4)
+    assert torch.allclose(normed.features[0].float().mean(0), torch.zeros(80), atol=1e-3)
 
 
 def test_manifest_errors_name_the_file(tmp_path):

@@ -22,7 +22,7 @@ def test_ctc_weight_mixes_the_two_losses(lines):
     assert tasks[0.5].config()["batching"]["ctc_weight"] == 0.5
     torch.manual_seed(0)
     model = tasks[0.5].build_model()
-    batch = next(tasks[0.5].batches(0))
+    batch = tasks[0.5].batches(0)[0]
     assert {"targets", "target_lengths", "tgt_in", "tgt_out"} <= set(batch)
     ce, n = tasks[0.0].loss(model, batch)
     ctc, _ = tasks[1.0].loss(model, batch)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnkit.data import DataError, SpeechSet
+from attnkit.data import DataError, SpeechSet, pad_features
 from attnkit.decoding import Decoding
 from attnkit.tasks.speech import SpeechTask, SpellerPretraining, metrics, transcribe
 from attnkit.train import TrainConfig, Trainer
@@ -104,3 +104,19 @@ def test_bad_settings_and_short_utterances_are_named():
         SpeechTask(short, short, model_config={})
     with pytest.raises(ValueError, match="ctc_weight: expected a number in \\[0, 1\\], got 2"):
         SpeechTask(_set(2), _set(2), model_config={}, ctc_weight=2)
+
+
+def test_float16_feature_storage_changes_the_model_by_rounding_only():
+    """A SpeechSet keeps features in float16; batches are float32 again. On normalised
+    features (unit variance) the rounding moves the model's log-probabilities by < 1e-4."""
+    task = _task()
+    model = task.build_model().eval()
+    full = _set(4)  # float32, unit variance like normalised log-mels
+    stored = [f.half() for f in full.features]
+    (x32, lengths), (x16, _) = pad_features(full.features), pad_features(stored)
+    assert x16.dtype == torch.float32 and 0 < float((x32 - x16).abs().max()) <= 2**-11 * 8
+    tgt = task.text_batch([0, 1, 2, 3])["tgt_in"]
+    with torch.no_grad():
+        lp32 = model(x32, lengths, tgt)[0].log_softmax(-1)
+        lp16 = model(x16, lengths, tgt)[0].log_softmax(-1)
+    assert float((lp32 - lp16).abs().max()) < 1e-4

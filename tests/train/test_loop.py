@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from attnkit import Attention
-from attnkit.train import TrainConfig, Trainer, load_checkpoint, lr_factor
+from attnkit.train import Batches, TrainConfig, Trainer, load_checkpoint, lr_factor
 
 
 class Reverse(nn.Module):
@@ -143,3 +143,146 @@ def test_resume_refuses_other_settings(tmp_path):
         Trainer(Reverse(vocab=5), other, _cfg(max_steps=10), tmp_path).resume()
     with pytest.raises(ValueError, match="^patience: expected a positive int or None, got 0"):
         TrainConfig(patience=0)
+
+
+class IndexedReverseTask(ReverseTask):
+    """ReverseTask whose epochs are :class:`Batches`: batch ``i`` built from its own seed when
+    indexed (by a DataLoader worker when asked)."""
+
+    def batches(self, epoch):
+        return Batches([1000 * epoch + i for i in range(self.n)], self.make)
+
+    def make(self, seed):
+        g = torch.Generator().manual_seed(seed)
+        return {"x": torch.randint(0, self.v, (16, self.t), generator=g)}
+
+    def loss(self, model, batch, step):
+        return super().loss(model, batch["x"], step)
+
+
+def test_dataloader_workers_resume_exactly(tmp_path):
+    """Worker processes build the batches; the order, the position in the epoch and the
+    global RNG (dropout) are those of building them here, straight or stopped and resumed."""
+    def run(out, steps, workers, resume=False, seed=0):
+        torch.manual_seed(seed)
+        model = Reverse()
+        trainer = Trainer(model, IndexedReverseTask(), _cfg(max_steps=steps,
+                                                            data_workers=workers), out)
+        if resume:
+            trainer.resume()
+        trainer.fit()
+        return model.state_dict()
+
+    here = run(tmp_path / "a", 20, 0)
+    workers = run(tmp_path / "b", 20, 2)
+    run(tmp_path / "c", 12, 2)
+    resumed = run(tmp_path / "c", 20, 2, resume=True, seed=5)
+    for name, value in here.items():
+        assert torch.equal(value, workers[name]), name
+        assert torch.equal(value, resumed[name]), name
+    # not vacuous: other batches end elsewhere
+    other = Reverse()
+    Trainer(other, ReverseTask(), _cfg(max_steps=20), tmp_path / "d").fit()
+    assert any(not torch.equal(v, other.state_dict()[k]) for k, v in here.items())
+
+
+def test_workers_need_batches_that_can_be_indexed(tmp_path):
+    trainer = Trainer(Reverse(), ReverseTask(), _cfg(data_workers=2), tmp_path)
+    with pytest.raises(ValueError, match=r"^workers: 2 data workers need task.batches\(epoch\) "
+                                         r"to be a sequence \(len and indexing\), got generator"):
+        trainer.fit()
+    with pytest.raises(ValueError, match=r"^data_workers: expected a non-negative int, got -1"):
+        TrainConfig(data_workers=-1)
+
+
+class Watched(ReverseTask):
+    """Records whether the loss and the evaluation ran under CPU autocast."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = set()
+
+    def loss(self, model, x, step):
+        self.seen.add(("loss", torch.is_autocast_enabled("cpu")))
+        return super().loss(model, x, step)
+
+    def evaluate(self, model):
+        self.seen.add(("evaluate", torch.is_autocast_enabled("cpu")))
+        return super().evaluate(model)
+
+
+def test_bf16_autocast_on_cpu_trains_and_keeps_float32_weights(tmp_path):
+    torch.manual_seed(0)
+    task, model = Watched(), Reverse()
+    result = Trainer(model, task, _cfg(max_steps=60, precision="bf16", eval_every=30),
+                     tmp_path / "bf16").fit()
+    assert task.seen == {("loss", True), ("evaluate", True)}
+    assert result.history[-1]["accuracy"] > 0.5  # it learns (chance: 1/6)
+    ck = load_checkpoint(tmp_path / "bf16" / "checkpoint")
+    assert {v.dtype for v in ck.model_state.values()} == {torch.float32}
+    assert {v.dtype for s in ck.optimizer_state["state"].values() for v in s.values()
+            if v.dim()} == {torch.float32}
+    assert ck.trainer_state["train_config"]["precision"] == "bf16"
+    assert "scaler" not in ck.trainer_state
+    torch.manual_seed(0)
+    fp32 = Reverse()
+    Trainer(fp32, ReverseTask(), _cfg(max_steps=60, eval_every=30), tmp_path / "fp32").fit()
+    gap = max((a - b).abs().max().item() for a, b in zip(model.state_dict().values(),
+                                                           fp32.state_dict().values()))
+    assert 0 < gap < 0.5  # bfloat16 rounding, not another run
+
+
+def test_a_run_resumes_in_another_precision(tmp_path, caplog):
+    torch.manual_seed(0)
+    Trainer(Reverse(), ReverseTask(), _cfg(max_steps=5), tmp_path).fit()
+    trainer = Trainer(Reverse(), ReverseTask(), _cfg(max_steps=10, precision="bf16"), tmp_path)
+    with caplog.at_level("INFO", logger="attnkit"):
+        trainer.resume()
+    assert "resuming a fp32 run in bf16" in caplog.text
+    assert trainer.fit().step == 10
+    ck = load_checkpoint(tmp_path / "checkpoint")
+    assert ck.trainer_state["train_config"]["precision"] == "bf16"
+    with pytest.raises(ValueError, match=r"^precision: expected one of fp32, bf16, fp16, got "
+                                         r"'half'"):
+        TrainConfig(precision="half")
+    with pytest.raises(ValueError, match=r"^precision: fp16 trains on CUDA only"):
+        Trainer(Reverse(), ReverseTask(), _cfg(precision="fp16"), tmp_path)
+
+
+def test_fp16_loss_scaling_skips_overflowing_steps_and_resumes_its_scale(tmp_path, monkeypatch):
+    """The fp16 path on CPU (torch runs float16 autocast and GradScaler there; the CLI allows
+    fp16 on CUDA only): a scale that overflows the float16 gradients skips the step and
+    halves; the scale is saved and restored, so a resumed run equals a straight one."""
+    from attnkit.train import loop
+
+    monkeypatch.setattr(loop, "check_precision", lambda precision, device: None)
+
+    def trainer(out, steps, seed=0):
+        torch.manual_seed(seed)
+        t = Trainer(Reverse(), ReverseTask(), _cfg(max_steps=steps, precision="fp16"), out)
+        t.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**24)  # overflows float16
+        return t
+
+    first = trainer(tmp_path / "a", 1)
+    before = {k: v.clone() for k, v in first.model.state_dict().items()}
+    first.fit()
+    assert first.scaler.get_scale() == 2.0**23  # skipped: the weights did not move
+    assert all(torch.equal(v, first.model.state_dict()[k]) for k, v in before.items())
+
+    straight = trainer(tmp_path / "b", 30)
+    straight.fit()
+    scale = straight.scaler.get_scale()
+    assert scale < 2.0**23 and straight.history[-1]["accuracy"] > 0.3
+    ck = load_checkpoint(tmp_path / "b" / "checkpoint")
+    assert ck.trainer_state["scaler"]["scale"] == scale
+    assert {v.dtype for v in ck.model_state.values()} == {torch.float32}
+
+    trainer(tmp_path / "c", 12).fit()
+    resumed = Trainer(Reverse(), ReverseTask(), _cfg(max_steps=30, precision="fp16"),
+                      tmp_path / "c")
+    resumed.resume()
+    assert resumed.scaler.get_scale() != 2.0**16  # the saved scale, not the default
+    resumed.fit()
+    assert resumed.scaler.get_scale() == scale
+    for name, value in straight.model.state_dict().items():
+        assert torch.equal(value, resumed.model.state_dict()[name]), name

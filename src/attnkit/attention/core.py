@@ -22,6 +22,7 @@ from attnkit.checks import (
 from attnkit.attention.chunked import chunked_attention, recomputed_scores
 from attnkit.attention.dispatch import Plan, choose_impl
 from attnkit.attention.masks import KeyLayout, aligned_positions, lengths_to_mask
+from attnkit.attention.precision import autocast_enabled, no_autocast, upcast
 from attnkit.attention.reference import reference_attention, weigh
 from attnkit.attention.scores import Score
 from attnkit.attention.sdpa import sdpa_attention
@@ -238,7 +239,15 @@ def run(
 
     Returns:
         ``context (B, H, Tq, Dv)``, ``weights (B, H, Tq, Tk)`` or ``None``, and the plan taken.
+
+    Under ``torch.autocast`` everything here runs with autocast off, on float32 tensors
+    (:mod:`attnkit.attention.precision`).
     """
+    if autocast_enabled(q.device):
+        with no_autocast(q.device):
+            q, k, v, kf, prev = upcast(q, k, v, kf, prev)
+            return run(q, k, v, score, call, prev=prev, impl=impl, dropout_p=dropout_p,
+                       need_weights=need_weights, kf=kf, sink=sink)
     plan = plan_call(impl, score, call, heads=q.shape[1], need_weights=need_weights,
                      dropout_p=dropout_p)
     qf = score.prepare_query(q)  # (B, H, Tq, F)

@@ -64,13 +64,6 @@ class Plan:
     kernel: str = "eager"
 
 
-def _cpu_autocast() -> bool:
-    try:
-        return torch.is_autocast_enabled("cpu")
-    except TypeError:  # a torch whose is_autocast_enabled takes no device type
-        return torch.is_autocast_cpu_enabled()
-
-
 def _sdpa_blocker(score: Score, need_weights: bool) -> str | None:
     if not score.dot_family:
         return f"score {score.name!r} is not a dot product of prepared features"
@@ -99,8 +92,6 @@ def _not_a_step(score: Score, shape, plain_keys: bool, dropout_p: float, dtype,
 
 def _no_step_kernel() -> str | None:
     """Why the C++ step kernel cannot run now, or None."""
-    if _cpu_autocast():
-        return "CPU autocast is on (the C++ step kernel is float32 only)"
     if not native.available():
         return f"no C++ step kernel ({native.status()})"
     return None

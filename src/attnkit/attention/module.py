@@ -23,6 +23,7 @@ from attnkit.attention.core import (
     run,
 )
 from attnkit.attention.dispatch import IMPLS, STEP_SCORES, Plan
+from attnkit.attention.precision import autocast_enabled, no_autocast, upcast
 from attnkit.attention.scores import SCORES, CosineScore, make_score
 from attnkit.attention.tracing import exporting
 
@@ -182,6 +183,7 @@ class Attention(nn.Module):
         value = None
         if isinstance(key, Memory):
             key, value = key.key, key.value
+        query, key, value = _autocast_inputs(query, key, value)
         call = self._check(query, key, value, key_lengths, None, positions)
         return plan_call(
             self.impl,
@@ -228,6 +230,7 @@ class Attention(nn.Module):
         """
         check_tensor("key", key, ndim=3)
         check_size("key", key, 2, self.key_dim, "feature size key_dim")
+        key, value = _autocast_inputs(key, value)
         value_name = "value"
         if value is None:
             value, value_name = key, "value (defaults to key)"
@@ -242,7 +245,10 @@ class Attention(nn.Module):
         multi = self.heads > 1
         k = self._split_heads(key, self.k_proj if multi else None)  # (B, H, Tk, dk)
         v = self._split_heads(value, self.v_proj if multi else None)  # (B, H, Tk, dv)
-        kf = self.score.prepare_key(k)  # (B, H, Tk, F)
+        if autocast_enabled(k.device):  # projected under autocast; the rest in float32
+            k, v = upcast(k, v)
+        with no_autocast(k.device):
+            kf = self.score.prepare_key(k)  # (B, H, Tk, F)
         sink = None
         if (self.score.name in STEP_SCORES and kf.device.type == "cpu" and step.sink_supported()
                 and torch.is_grad_enabled() and (kf.requires_grad or v.requires_grad)
@@ -309,6 +315,9 @@ class Attention(nn.Module):
                     "prepare it again"
                 )
             key, value = memory.key, memory.value
+        query, key, value = _autocast_inputs(query, key, value)
+        if prev_weights is not None and isinstance(query, torch.Tensor):
+            prev_weights = _autocast_inputs(query, prev_weights)[1]
         call = self._check(query, key, value, key_lengths, key_mask, positions)
         self._check_params_dtype(query, p=p)
         multi = self.heads > 1
@@ -379,6 +388,16 @@ class Attention(nn.Module):
         return prev_weights.reshape(b, self.heads, tq, tk)
 
 
+def _autocast_inputs(first, *others):
+    """Under ``torch.autocast`` for ``first``'s device, the float16/bfloat16 tensors among
+    ``first, *others`` in float32 (autocast hands over mixed dtypes; attention computes in
+    float32, :mod:`attnkit.attention.precision`); else all as given."""
+    xs = (first, *others)
+    if not isinstance(first, torch.Tensor) or not autocast_enabled(first.device):
+        return xs
+    return tuple(upcast(x)[0] if isinstance(x, torch.Tensor) else x for x in xs)
+
+
 _FUNCTIONAL_SCORES = ("dot", "scaled_dot", "cosine")
 
 
@@ -416,6 +435,7 @@ def attention(
         )
     check_probability("dropout_p", dropout_p)
     window = check_window(window)
+    query, key, value = _autocast_inputs(query, key, value)
     key_dim = query.shape[-1] if isinstance(query, torch.Tensor) else None
     call = check_call(query, key, value, query_dim=None, key_dim=key_dim, value_dim=None,
                       key_lengths=key_lengths, key_mask=key_mask, positions=positions,

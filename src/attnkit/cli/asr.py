@@ -10,6 +10,7 @@ import torch
 from attnkit.attention.scores import SCORES
 from attnkit.cli.common import (
     add_decoding_args,
+    add_device_arg,
     add_training_args,
     decoding,
     existing_run,
@@ -125,7 +126,7 @@ def run_train(args) -> int:
                       seed=args.seed, label_smoothing=args.label_smoothing,
                       teacher_forcing=teacher_forcing(args), ctc_weight=args.ctc_weight,
                       data=data, vocab=load_vocab(ck.vocab) if ck is not None else None)
-    model = task.build_model()
+    model = task.build_model().to(args.device)
     if ck is None and args.pretrain_lm_steps:
         _pretrain_speller(model, task, args, pretrain_dir)
     if train_and_report(model, task, args) is not None:
@@ -172,6 +173,7 @@ def add_transcribe_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("wav", type=Path, nargs="+", help="16-bit PCM WAV files (any rate)")
     add_decoding_args(p, beam=5)
+    add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one alignment picture per file")
     p.set_defaults(run=run_transcribe)
 
@@ -192,7 +194,7 @@ def wav_features(path: Path) -> torch.Tensor:
 
 
 def run_transcribe(args) -> int:
-    model, ck = load_task_model(args.checkpoint, "asr")
+    model, ck = load_task_model(args.checkpoint, "asr", args.device)
     vocab = load_vocab(ck.vocab)
     features = [wav_features(path) for path in args.wav]
     if args.sample:

@@ -2,7 +2,9 @@
 
 Each task adds its own data and model options, builds its task object and model, and hands
 them to :func:`train_and_report`; the training options, the refusal to overwrite a run, the
-resume, the final held-out report and ``history.json`` are the same for every task.
+resume, the final held-out report and ``history.json`` are the same for every task. ``--device``
+(every command that runs a model) and ``--precision`` are checked by :func:`resolve_run_options`
+before a command reads or writes anything.
 """
 
 from __future__ import annotations
@@ -10,22 +12,30 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
+
 from attnkit.decoding import Decoding
 from attnkit.models import build_model
 from attnkit.train import (
+    PRECISIONS,
     Checkpoint,
     CheckpointError,
     TeacherForcing,
     TrainConfig,
     Trainer,
     TrainResult,
+    check_precision,
     distributed,
     load_checkpoint,
+    resolve_device,
 )
 
-__all__ = ["add_decoding_args", "add_training_args", "decoding", "existing_run",
-           "load_task_checkpoint", "load_task_model", "positive_int", "teacher_forcing",
-           "train_and_report", "training_config"]
+__all__ = ["add_decoding_args", "add_device_arg", "add_training_args", "decoding",
+           "existing_run", "load_task_checkpoint", "load_task_model", "non_negative_int",
+           "positive_int", "resolve_run_options", "teacher_forcing", "train_and_report",
+           "training_config"]
+
+CUDA_DATA_WORKERS = 2  # --workers-data on a GPU when not given (0 on CPU)
 
 
 def positive_int(text: str) -> int:
@@ -36,6 +46,37 @@ def positive_int(text: str) -> int:
 
 
 positive_int.__name__ = "positive int"  # argparse names the type in its error
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+non_negative_int.__name__ = "non-negative int"
+
+
+def add_device_arg(p) -> None:
+    """``--device``: where the model runs (checked by :func:`resolve_run_options`)."""
+    p.add_argument("--device", default="auto",
+                   help="auto (CUDA when available, else CPU), cpu, cuda or cuda:N")
+
+
+def resolve_run_options(args) -> None:
+    """``args.device`` as a :class:`torch.device`, ``--precision`` checked against it and
+    ``--workers-data`` defaulted (0 on CPU, 2 on CUDA), for the commands that have them.
+
+    Raises:
+        ValueError: naming a device this machine lacks or a precision it cannot train in.
+    """
+    if hasattr(args, "device"):
+        args.device = resolve_device(args.device)
+    if hasattr(args, "precision"):
+        check_precision(args.precision, args.device)
+    if hasattr(args, "workers_data") and args.workers_data is None:
+        args.workers_data = CUDA_DATA_WORKERS if args.device.type == "cuda" else 0
 
 
 def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float = 3e-3,
@@ -62,6 +103,13 @@ def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float 
     train.add_argument("--checkpoint-every", type=positive_int, default=eval_every)
     train.add_argument("--patience", type=positive_int, help="early stopping: validations w/o gain")
     train.add_argument("--seed", type=int, default=0)
+    add_device_arg(train)
+    train.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                       help="bf16: bfloat16 autocast (CPU, recent GPUs); fp16: float16 autocast "
+                       "with loss scaling (CUDA); weights stay float32")
+    train.add_argument("--workers-data", type=non_negative_int, metavar="N",
+                       help="processes building batches (default 0 on CPU, "
+                       f"{CUDA_DATA_WORKERS} on CUDA)")
     train.add_argument("--no-progress", action="store_true")
     train.add_argument("--plot", type=int, default=3, help="pictures of N validation examples")
 
@@ -106,13 +154,13 @@ def load_task_checkpoint(directory: Path, task: str) -> Checkpoint:
     return ck
 
 
-def load_task_model(directory: Path, task: str):
-    """The model of a ``task`` checkpoint, built by the registry with its weights loaded, and
-    the checkpoint (for the vocabulary and the task's settings)."""
+def load_task_model(directory: Path, task: str, device: torch.device | str = "cpu"):
+    """The model of a ``task`` checkpoint, built by the registry with its weights loaded, on
+    ``device``, and the checkpoint (for the vocabulary and the task's settings)."""
     ck = load_task_checkpoint(directory, task)
     model = build_model(ck.config["model"])
     ck.load_model(model)
-    return model, ck
+    return model.to(device), ck
 
 
 def existing_run(args, task: str, *, pending: Path | None = None) -> Checkpoint | None:
@@ -141,21 +189,23 @@ def training_config(args, **overrides) -> TrainConfig:
     settings = dict(max_steps=args.steps, lr=args.lr, warmup_steps=warmup,
                     eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
                     patience=args.patience, time_budget_s=args.time_budget, seed=args.seed,
-                    progress=not args.no_progress)
+                    progress=not args.no_progress, precision=args.precision,
+                    data_workers=args.workers_data)
     return TrainConfig(**{**settings, **overrides})
 
 
 def train_and_report(model, task, args, *, metric: str = "accuracy") -> TrainResult | None:
-    """Train (resuming with ``--resume``), print the held-out scores and write
-    ``history.json``. ``metric``: the validation metric early stopping maximises. Returns None
-    on the other processes of a torchrun job, which leave reporting to rank 0."""
+    """Train (resuming with ``--resume``), print the held-out scores (computed as validation
+    is: in the training precision) and write ``history.json``. ``model``: on ``args.device``.
+    ``metric``: the validation metric early stopping maximises. Returns None on the other
+    processes of a torchrun job, which leave reporting to rank 0."""
     trainer = Trainer(model, task, training_config(args, metric=metric), args.out)
     if args.resume and trainer.checkpoint_dir.exists():  # else a pre-training was resumed
         trainer.resume()
     result = trainer.fit()
     if not distributed.is_main():
         return None
-    final = task.evaluate(model)  # on the whole validation set, after the last step
+    final = trainer.evaluate()  # on the whole validation set, after the last step
     print(f"stopped after {result.step} steps ({result.stopped}); held-out: "
           + ", ".join(f"{k} {v:.4f}" for k, v in final.items()))
     (args.out / "history.json").write_text(json.dumps(result.history, indent=1))

@@ -8,6 +8,7 @@ import sys
 
 from attnkit._version import __version__
 from attnkit.cli import asr, bench, demo, export, ocr, translate
+from attnkit.cli.common import resolve_run_options
 from attnkit.data import DataError
 from attnkit.train import CheckpointError, distributed
 
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        resolve_run_options(args)  # before anything is read or written
         return args.run(args)
     except (CheckpointError, DataError, ValueError) as exc:  # bad files or settings: a message
         if args.verbose:

@@ -9,6 +9,7 @@ import torch
 
 from attnkit.cli.common import (
     add_decoding_args,
+    add_device_arg,
     add_training_args,
     decoding,
     existing_run,
@@ -22,6 +23,7 @@ from attnkit.data import (
     CharVocab,
     generate_lines,
     load_line_image,
+    pad_images,
     read_line_folder,
     write_line_folder,
 )
@@ -82,9 +84,8 @@ def _built_in(args, split: str, n: int, min_chars: int, max_chars: int):
     if (cache / "labels.tsv").exists():
         return read_line_folder(cache, cache / "labels.tsv")
     log.info("rendering %d %s lines into %s", n, split, cache)
-    lines = generate_lines(n, split=split, seed=args.seed, min_chars=min_chars,
-                           max_chars=max_chars)
-    write_line_folder(lines, cache)
+    write_line_folder(generate_lines(n, split=split, seed=args.seed, min_chars=min_chars,
+                                     max_chars=max_chars), cache)  # freed before reading
     return read_line_folder(cache, cache / "labels.tsv")  # what later runs will read
 
 
@@ -117,7 +118,7 @@ def run_train(args) -> int:
                    seed=args.seed, label_smoothing=args.label_smoothing,
                    teacher_forcing=teacher_forcing(args), ctc_weight=args.ctc_weight, data=data,
                    vocab=CharVocab.from_json(ck.vocab) if ck is not None else None)
-    model = task.build_model()
+    model = task.build_model().to(args.device)
     if train_and_report(model, task, args, metric="char_accuracy") is not None:
         _samples_and_pictures(model, task.chars, task.valid, args.out, args.plot)
     return 0
@@ -138,8 +139,9 @@ def _pictures(model, images, texts, weights, steps, out: Path) -> None:
         if path is not None:
             print(f"  wrote {path}")
         if model.attention is not None:
-            w = image.shape[1]
-            att = model.attention_weights(image[None, None], torch.tensor([w]))[0]
+            device = next(model.parameters()).device
+            batch, widths = pad_images([image])  # (1, 1, 32, W), (1,)
+            att = model.attention_weights(batch.to(device), widths.to(device))[0]
             path = plot_attention(att, None, None, out / f"self_attention_{i}.png",
                                   title=f"self-attention between RNN1 and RNN2: {texts[i][:60]}",
                                   x_title="step (keys)", y_title="step (queries)")
@@ -151,12 +153,13 @@ def add_read_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("images", nargs="+", type=Path, help="line images (any size: scaled to 32 px)")
     add_decoding_args(p, beam=1, sampling=False)
+    add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one picture per image")
     p.set_defaults(run=run_read)
 
 
 def run_read(args) -> int:
-    model, ck = load_task_model(args.checkpoint, "ocr")
+    model, ck = load_task_model(args.checkpoint, "ocr", args.device)
     chars = CharVocab.from_json(ck.vocab)
     images = [load_line_image(path) for path in args.images]
     texts, weights, steps = recognise(model, chars, images, decoding=decoding(args))

@@ -11,6 +11,7 @@ import torch
 
 from attnkit.cli.common import (
     add_decoding_args,
+    add_device_arg,
     add_training_args,
     decoding,
     existing_run,
@@ -101,7 +102,7 @@ def run_train(args) -> int:
         task_kw.update(src_vocab=load_vocab(ck.vocab["src"]),
                        tgt_vocab=load_vocab(ck.vocab["tgt"]))
     task = TranslationTask(train, valid, **task_kw)
-    model = task.build_model()
+    model = task.build_model().to(args.device)
     if train_and_report(model, task, args) is not None:
         _samples_and_plots(model, task, args.out, args.plot)
     return 0
@@ -141,8 +142,8 @@ def _plot(hyp, i, source, src_vocab, tgt_vocab, path):
         print(f"  wrote {path}")
 
 
-def _load(checkpoint: Path):
-    model, ck = load_task_model(checkpoint, "translate")
+def _load(checkpoint: Path, device):
+    model, ck = load_task_model(checkpoint, "translate", device)
     vocabs = load_vocab(ck.vocab["src"]), load_vocab(ck.vocab["tgt"])
     return model, *vocabs, ck.config.get("max_len_extra", 10)
 
@@ -153,12 +154,13 @@ def add_translate_parser(sub) -> None:
     p.add_argument("text", nargs="*", help="sentences (or use --file)")
     p.add_argument("--file", type=Path, help="one sentence per line")
     add_decoding_args(p, beam=5)
+    add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one attention heat-map per sentence")
     p.set_defaults(run=run_translate)
 
 
 def run_translate(args) -> int:
-    model, src_vocab, tgt_vocab, extra = _load(args.checkpoint)
+    model, src_vocab, tgt_vocab, extra = _load(args.checkpoint, args.device)
     texts = list(args.text)
     if args.file:
         try:
@@ -185,12 +187,13 @@ def add_eval_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("--data", type=Path, required=True, help="TSV of source<TAB>reference")
     add_decoding_args(p, beam=1, sampling=False)
+    add_device_arg(p)
     p.add_argument("--skip-bad-lines", action="store_true")
     p.set_defaults(run=run_eval)
 
 
 def run_eval(args) -> int:
-    model, src_vocab, tgt_vocab, extra = _load(args.checkpoint)
+    model, src_vocab, tgt_vocab, extra = _load(args.checkpoint, args.device)
     pairs = read_tsv(args.data, skip_bad_lines=args.skip_bad_lines)
     outs, _ = translate(model, src_vocab, tgt_vocab, [s for s, _ in pairs],
                         decoding=decoding(args), max_len_extra=extra)

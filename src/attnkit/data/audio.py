@@ -223,7 +223,10 @@ def normalize_features(features: torch.Tensor) -> torch.Tensor:
 
 
 def pad_features(features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad ``B`` feature matrices ``(T_i, F)`` with zeros: ``(padded (B, Tmax, F), lengths (B,))``."""
+    """Pad ``B`` feature matrices ``(T_i, F)`` with zeros: ``(padded (B, Tmax, F), lengths (B,))``.
+
+    float16/bfloat16 features (as a :class:`~attnkit.data.SpeechSet` keeps them) come out as
+    float32; other dtypes as given."""
     if not features:
         raise ValueError("features: expected at least one (T, F) tensor")
     dims = {tuple(f.shape[1:]) for f in features}
@@ -231,4 +234,7 @@ def pad_features(features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.
         shapes = sorted({tuple(f.shape) for f in features})[:4]
         raise ValueError(f"features: expected (T_i, F) tensors with one F, got shapes {shapes}")
     lengths = torch.tensor([f.shape[0] for f in features], dtype=torch.long)
-    return torch.nn.utils.rnn.pad_sequence(list(features), batch_first=True), lengths
+    padded = torch.nn.utils.rnn.pad_sequence(list(features), batch_first=True)  # (B, Tmax, F)
+    if padded.dtype in (torch.float16, torch.bfloat16):
+        padded = padded.float()
+    return padded, lengths

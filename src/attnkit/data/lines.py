@@ -1,8 +1,9 @@
 """Text-line images for OCR: built-in rendered lines and the user's own folder of images.
 
-Every line image is a float tensor ``(32, W)`` in ``[0, 1]`` (1 = white paper, dark ink),
-32 pixels high and as wide as its text needs (about 12 px per character at the usual sizes, so a
-200-character line is 2,000-3,000 px wide).
+Every line image is a ``torch.uint8`` tensor ``(32, W)`` of gray levels 0-255 (255 = white
+paper, dark ink), 32 pixels high and as wide as its text needs (about 12 px per character at the
+usual sizes, so a 200-character line is 2,000-3,000 px wide). Lines are kept in 8 bits, a
+quarter of float32's memory; :func:`pad_images` makes a batch of them float32 in ``[0, 1]``.
 
 **Built-in lines** (:func:`generate_lines`) are 5-200 characters of :data:`ALPHABET`: common
 English words (SCOWL size 10, shipped as ``words_en.txt``), numbers, codes and punctuation,
@@ -206,8 +207,8 @@ def render_line(text: str, *, font: str | Path, size: int,
 
 
 def _to_tensor(image: Image.Image) -> torch.Tensor:
-    """``(32, W)`` float32 in [0, 1] from an 8-bit grayscale image."""
-    return torch.from_numpy(np.asarray(image, dtype=np.float32) / 255.0)
+    """``(32, W)`` uint8 from an 8-bit grayscale image."""
+    return torch.from_numpy(np.array(image, dtype=np.uint8))
 
 
 def generate_lines(
@@ -224,7 +225,7 @@ def generate_lines(
     for ``split``) and size are drawn per line. Lines can repeat a text only within a split.
 
     Shape:
-        each image is a float32 tensor ``(32, W)`` in ``[0, 1]``, ``W`` growing with the text.
+        each image is a uint8 tensor ``(32, W)``, ``W`` growing with the text.
     """
     if split not in SPLITS:
         raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
@@ -255,12 +256,12 @@ def load_line_image(path: str | Path) -> torch.Tensor:
     """Read a line image as grayscale, scaled to height 32 keeping its aspect ratio.
 
     Colour is converted to luminance, transparency is laid over white, and integer images (mode
-    ``"I"`` or ``"I;16"``: 16-bit PNG or TIFF) are scaled from ``[0, 65535]``. An unreadable
-    file, a floating-point image, or one that would be 0 px wide at height 32 raises a
-    :class:`DataError` naming the file.
+    ``"I"`` or ``"I;16"``: 16-bit PNG or TIFF) are scaled from ``[0, 65535]``; the result is
+    rounded to 8 bits, as every line is kept. An unreadable file, a floating-point image, or one
+    that would be 0 px wide at height 32 raises a :class:`DataError` naming the file.
 
     Shape:
-        returns a float32 tensor ``(32, W)`` in ``[0, 1]``.
+        returns a uint8 tensor ``(32, W)``.
     """
     path = Path(path)
     try:
@@ -285,7 +286,7 @@ def load_line_image(path: str | Path) -> torch.Tensor:
                         f"{HEIGHT}")
     if image.height != HEIGHT:
         pixels = np.array(Image.fromarray(pixels, "F").resize((width, HEIGHT), Image.BILINEAR))
-    return torch.from_numpy(np.ascontiguousarray(pixels, dtype=np.float32))
+    return torch.from_numpy(np.round(pixels * 255.0).astype(np.uint8))  # (32, W)
 
 
 def read_line_folder(
@@ -302,7 +303,7 @@ def read_line_folder(
     lists those characters and the lines they are on.
 
     Shape:
-        each image is a float32 tensor ``(32, W)`` in ``[0, 1]``.
+        each image is a uint8 tensor ``(32, W)``.
     """
     folder, tsv = Path(folder), Path(tsv)
     if not folder.is_dir():
@@ -332,8 +333,9 @@ def read_line_folder(
 def write_line_folder(lines: Sequence[tuple[torch.Tensor, str]], folder: str | Path) -> Path:
     """Write ``(image (H, W), text)`` lines as ``folder/000000.png ...`` and ``labels.tsv``.
 
-    Images are stored as 8-bit grayscale PNG, so lines from :func:`generate_lines` read back
-    unchanged with :func:`read_line_folder`. Returns the TSV's path.
+    Images (uint8, or float in ``[0, 1]``) are stored as 8-bit grayscale PNG, so lines from
+    :func:`generate_lines` read back unchanged with :func:`read_line_folder`. Returns the TSV's
+    path.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -346,7 +348,9 @@ def write_line_folder(lines: Sequence[tuple[torch.Tensor, str]], folder: str | P
             raise ValueError(f"lines[{i}]: expected an image (H, W), got shape "
                              f"{tuple(image.shape)}")
         name = f"{i:06d}.png"
-        pixels = np.round(np.clip(image.detach().cpu().numpy(), 0, 1) * 255).astype(np.uint8)
+        pixels = image.detach().cpu().numpy()
+        if image.dtype != torch.uint8:
+            pixels = np.round(np.clip(pixels, 0, 1) * 255).astype(np.uint8)
         Image.fromarray(pixels, "L").save(folder / name, compress_level=1)
         rows.append(f"{name}\t{text}\n")
     tsv = folder / "labels.tsv"
@@ -358,20 +362,27 @@ def pad_images(images: Sequence[torch.Tensor], *, fill: float = 1.0,
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """Batch line images of one height, padded on the right with ``fill`` (white paper).
 
+    uint8 images (gray levels 0-255, as lines are kept) come out as float32 in ``[0, 1]``;
+    float images keep their values and dtype. All images share one dtype.
+
     Shape:
         images: ``B`` tensors ``(H, W_b)``;
         returns ``(batch (B, 1, H, Wmax), widths (B,))`` with ``widths`` as ``torch.long``.
     """
     if not images:
         raise ValueError("images: expected at least one image")
-    height = images[0].shape[0]
+    height, dtype = images[0].shape[0], images[0].dtype
     for i, image in enumerate(images):
         if image.dim() != 2 or image.shape[0] != height or image.shape[1] == 0:
             raise ValueError(f"images[{i}]: expected shape (H, W) with W >= 1 and H as in "
                              f"images[0] ({height}), got {tuple(image.shape)}")
+        if image.dtype != dtype:
+            raise ValueError(f"images[{i}]: expected dtype {dtype} (as images[0]), got "
+                             f"{image.dtype}")
     widths = torch.tensor([image.shape[1] for image in images], dtype=torch.long)
-    batch = torch.full((len(images), 1, height, int(widths.max())), fill,
-                       dtype=images[0].dtype)  # (B, 1, H, Wmax)
+    gray = dtype == torch.uint8
+    batch = torch.full((len(images), 1, height, int(widths.max())),
+                       round(fill * 255) if gray else fill, dtype=dtype)  # (B, 1, H, Wmax)
     for i, image in enumerate(images):
         batch[i, 0, :, : image.shape[1]] = image
-    return batch, widths
+    return (batch.float().div_(255.0) if gray else batch), widths

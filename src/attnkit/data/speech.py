@@ -17,6 +17,11 @@ Splits hold out speakers and speaking rates: every split uses the same accents (
 but its own voice variants and its own speed band (:data:`SPLITS`), so valid and test voices and
 speeds are never seen in training. Each example is drawn from a generator seeded by
 ``(seed, split, index)``. Features are cached on disk, keyed by a hash of the settings.
+
+In memory a :class:`SpeechSet` keeps its features in float16 (:data:`FEATURE_DTYPE`), half of
+float32's memory; :func:`attnkit.data.pad_features` makes each batch float32 again. float16
+keeps 11 significant bits: a relative rounding error of at most ``2**-11`` per value, far below
+the features' own variation (``tests/data/test_speech.py`` bounds its effect on a model).
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from attnkit.errors import DataError
 
 __all__ = [
     "ACCENTS",
+    "FEATURE_DTYPE",
     "KINDS",
     "SPLITS",
     "SpeechSet",
@@ -92,6 +98,7 @@ SPLITS = {
 }
 PITCHES = range(30, 71)  # espeak-ng's -p, 0-99 with 50 the voice's default
 ESPEAK_RATE = 22050
+FEATURE_DTYPE = torch.float16  # how a SpeechSet keeps its features in memory
 CACHE_VERSION = 1  # bump when a change to this module changes the examples or features
 _DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
@@ -117,7 +124,8 @@ class Utterance:
 
 @dataclass(frozen=True)
 class SpeechSet:
-    """Features and transcripts: ``features[i]`` is ``(T_i, 80)`` float32, its transcript
+    """Features and transcripts: ``features[i]`` is ``(T_i, 80)`` float16
+    (:data:`FEATURE_DTYPE`), its transcript
     ``transcripts[i]``, and ``origins[i]`` says where it came from (the voice and settings, or the
     WAV path). Batch with :func:`attnkit.data.pad_features`."""
 
@@ -241,8 +249,9 @@ def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
     The first call synthesises with ``workers`` espeak-ng processes at a time and writes
     ``cache_dir/<split>-<n>-<hash of the settings>/`` (``features.safetensors`` and
     ``index.json``); a later call with the same settings loads it without running espeak-ng.
-    The cache holds raw log-mels; ``normalize`` (zero mean, unit variance per mel bin over each
-    utterance) is applied when loading.
+    The cache holds raw float32 log-mels; ``normalize`` (zero mean, unit variance per mel bin
+    over each utterance) is applied in float32 when loading, then the features are kept in
+    :data:`FEATURE_DTYPE`.
 
     Shape:
         ``features[i]``: ``(T_i, 80)``, ``T_i = 1 + samples_i // 160`` at 16 kHz.
@@ -259,8 +268,7 @@ def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
     if not (folder / "index.json").exists():
         _write_cache(folder, plan, settings, workers)
     feats = _read_cache(folder, n)
-    if normalize:
-        feats = [normalize_features(f) for f in feats]
+    feats = [(normalize_features(f) if normalize else f).to(FEATURE_DTYPE) for f in feats]
     return SpeechSet(feats, [u.transcript for u in plan], [_describe(u) for u in plan])
 
 
@@ -306,7 +314,7 @@ def read_manifest(path: str | Path, *, normalize: bool = False) -> SpeechSet:
 
     WAV paths are relative to the manifest's folder; each file is a 16-bit PCM WAV at any rate
     and channel count (channels are averaged), resampled to 16 kHz. Transcripts are used as
-    written.
+    written. Features are computed in float32 and kept in :data:`FEATURE_DTYPE`.
 
     Raises:
         DataError: naming the manifest (and line) or the WAV file that is missing or unusable.
@@ -317,7 +325,8 @@ def read_manifest(path: str | Path, *, normalize: bool = False) -> SpeechSet:
     for wav, transcript in pairs:
         wav_path = path.parent / wav
         samples, rate = read_wav(wav_path)
-        feats.append(log_mel(resample(samples, rate, SAMPLE_RATE), normalize=normalize))
+        features = log_mel(resample(samples, rate, SAMPLE_RATE), normalize=normalize)
+        feats.append(features.to(FEATURE_DTYPE))
         transcripts.append(transcript)
         origins.append(str(wav_path))
     return SpeechSet(feats, transcripts, origins)

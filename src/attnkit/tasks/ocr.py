@@ -17,14 +17,14 @@ from attnkit.models import CRNN, build_model
 from attnkit.plot import plot_alignment
 from attnkit.tasks.batching import length_batches
 from attnkit.tokens import BOS, EOS, PAD
-from attnkit.train.teacher_forcing import TeacherForcing
+from attnkit.train import Batches, TeacherForcing
 
 # The attention head reads at most one character per two encoder steps, + 2 (EOS included).
 STEPS_PER_CHAR, EXTRA_CHARS = 2, 2
 
 __all__ = ["EXTRA_CHARS", "STEPS_PER_CHAR", "OcrTask", "line_metrics", "plot_line", "recognise"]
 
-Line = tuple[torch.Tensor, str]  # (image (32, W) in [0, 1], text)
+Line = tuple[torch.Tensor, str]  # (image (32, W): uint8 gray levels, or float in [0, 1], text)
 
 
 def line_metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
@@ -122,7 +122,8 @@ def plot_line(image: torch.Tensor, text: str, weights, steps: int, path: str | P
         return None
     labels = list(text) + (["<eos>"] if eos else [])
     labels = labels[: weights.shape[0]]
-    return plot_alignment(weights[: len(labels)], image, labels, path, steps=steps,
+    background = pad_images([image])[0][0, 0]  # (32, W) in [0, 1]
+    return plot_alignment(weights[: len(labels)], background, labels, path, steps=steps,
                           title=text or "(empty)")
 
 
@@ -175,11 +176,12 @@ class OcrTask:
     def build_model(self) -> CRNN:
         return build_model(self.model_config)
 
-    def batches(self, epoch: int):
-        """Shuffled (seeded by epoch) batches of similar widths."""
+    def batches(self, epoch: int) -> Batches:
+        """Shuffled (seeded by epoch) batches of similar widths, built when indexed (images
+        float32 in [0, 1])."""
         widths = [image.shape[1] for image, _ in self.train]
-        for idx in length_batches(widths, self.batch_size, seed=self.seed, epoch=epoch):
-            yield self._collate(idx)
+        return Batches(length_batches(widths, self.batch_size, seed=self.seed, epoch=epoch),
+                       self._collate)
 
     def _collate(self, idx: list[int]) -> dict:
         images, widths = pad_images([self.train[i][0] for i in idx])

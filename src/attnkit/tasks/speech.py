@@ -27,7 +27,7 @@ from attnkit.models.las import HALVINGS, MIN_FRAMES
 from attnkit.plot import plot_alignment
 from attnkit.tasks.batching import length_batches
 from attnkit.tokens import BOS, EOS, PAD
-from attnkit.train.teacher_forcing import TeacherForcing
+from attnkit.train import Batches, TeacherForcing
 
 __all__ = ["SpeechTask", "SpellerPretraining", "metrics", "plot_transcription", "transcribe"]
 
@@ -135,11 +135,12 @@ class SpeechTask:
     def build_model(self) -> LAS:
         return build_model(self.model_config)
 
-    def batches(self, epoch: int):
-        """Shuffled (seeded by epoch) batches of similar utterance lengths."""
+    def batches(self, epoch: int) -> Batches:
+        """Shuffled (seeded by epoch) batches of similar utterance lengths, built when indexed
+        (features float32)."""
         lengths = [f.shape[0] for f in self.train.features]
-        for idx in length_batches(lengths, self.batch_size, seed=self.seed, epoch=epoch):
-            yield self._collate(idx)
+        return Batches(length_batches(lengths, self.batch_size, seed=self.seed, epoch=epoch),
+                       self._collate)
 
     def text_batch(self, idx: list[int]) -> dict:
         """Transcripts ``idx`` as ``tgt_in``/``tgt_out`` ``(B, U)`` (BOS/EOS added) and
@@ -204,12 +205,12 @@ class SpellerPretraining:
         self.task = task
         self._valid = [task.char_vocab.encode(t) for t in task.valid.transcripts]
 
-    def batches(self, epoch: int):
-        """Shuffled (seeded by epoch) batches of transcripts of similar length."""
+    def batches(self, epoch: int) -> Batches:
+        """Shuffled (seeded by epoch) batches of transcripts of similar length, built when
+        indexed."""
         lengths = [len(t) for t in self.task.transcript_ids]
-        for idx in length_batches(lengths, self.task.batch_size, seed=self.task.seed,
-                                  epoch=epoch):
-            yield self.task.text_batch(idx)
+        return Batches(length_batches(lengths, self.task.batch_size, seed=self.task.seed,
+                                      epoch=epoch), self.task.text_batch)
 
     def loss(self, model: LAS, batch: dict, step: int = 0) -> tuple[torch.Tensor, int]:
         logits = model.language_model(batch["tgt_in"])

@@ -23,7 +23,7 @@ from attnkit.models import Seq2Seq, Transformer, build_model
 from attnkit.plot import plot_attention
 from attnkit.tasks.batching import length_batches
 from attnkit.tokens import BOS, EOS, PAD
-from attnkit.train.teacher_forcing import TeacherForcing
+from attnkit.train import Batches, TeacherForcing
 
 __all__ = ["MAX_LEN_RATIO", "TranslationTask", "metrics", "plot_translation", "translate"]
 
@@ -137,11 +137,11 @@ class TranslationTask:
     def build_model(self) -> Seq2Seq | Transformer:
         return build_model(self.model_config)
 
-    def batches(self, epoch: int):
-        """Shuffled (seeded by epoch) batches of similar source lengths."""
+    def batches(self, epoch: int) -> Batches:
+        """Shuffled (seeded by epoch) batches of similar source lengths, built when indexed."""
         lengths = [len(s) for s in self._src]
-        for idx in length_batches(lengths, self.batch_size, seed=self.seed, epoch=epoch):
-            yield self._collate(idx)
+        return Batches(length_batches(lengths, self.batch_size, seed=self.seed, epoch=epoch),
+                       self._collate)
 
     def _collate(self, idx: list[int]) -> dict:
         src, src_len = pad_batch([self._src[i] or [PAD] for i in idx])

@@ -1,5 +1,6 @@
-"""Training shared by every task: the loop, its schedule, the checkpoint format and the
-multi-process (torchrun) set-up in :mod:`attnkit.train.distributed`."""
+"""Training shared by every task: the loop, its schedule, the checkpoint format, the device and
+precision (:mod:`attnkit.train.device`), the batches' way in (:mod:`attnkit.train.loader`) and
+the multi-process (torchrun) set-up in :mod:`attnkit.train.distributed`."""
 
 from attnkit.train import distributed
 from attnkit.train.checkpoint import (
@@ -8,10 +9,20 @@ from attnkit.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from attnkit.train.device import (
+    PRECISIONS,
+    autocast,
+    check_precision,
+    resolve_device,
+    to_device,
+)
+from attnkit.train.loader import Batches
 from attnkit.train.loop import Task, TrainConfig, Trainer, TrainResult, lr_factor
 from attnkit.train.teacher_forcing import TeacherForcing
 
 __all__ = [
+    "PRECISIONS",
+    "Batches",
     "Checkpoint",
     "CheckpointError",
     "Task",
@@ -19,8 +30,12 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "Trainer",
+    "autocast",
+    "check_precision",
     "distributed",
     "load_checkpoint",
     "lr_factor",
+    "resolve_device",
     "save_checkpoint",
+    "to_device",
 ]

@@ -12,14 +12,17 @@ printing and writing results to one process.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["all_gather", "barrier", "is_main", "rank", "setup", "shutdown", "sum_across",
-           "world_size"]
+__all__ = ["all_gather", "barrier", "is_main", "local_rank", "rank", "setup", "shutdown",
+           "sum_across", "world_size"]
+
+log = logging.getLogger("attnkit")
 
 
 def _env_int(name: str, default: int) -> int:
@@ -52,6 +55,12 @@ def rank() -> int:
     return r
 
 
+def local_rank() -> int:
+    """This process's index on its machine (``LOCAL_RANK``, 0 when training alone): the GPU
+    it takes, ``cuda:LOCAL_RANK``."""
+    return _env_int("LOCAL_RANK", 0)
+
+
 def is_main() -> bool:
     """True in the process that prints, validates and writes files (rank 0)."""
     return rank() == 0
@@ -71,13 +80,14 @@ def setup(device: torch.device) -> bool:
         raise RuntimeError("WORLD_SIZE > 1 but this PyTorch build has no torch.distributed")
     backend = "gloo"
     if device.type == "cuda":
-        local = _env_int("LOCAL_RANK", 0)
+        local = local_rank()
         if device.index is not None and device.index != local:
             raise ValueError(f"model device: expected cuda:{local} (LOCAL_RANK={local}: one GPU "
                              f"per process), got {device}")
         torch.cuda.set_device(local)
         backend = "nccl"
     dist.init_process_group(backend=backend, rank=rank(), world_size=world_size())
+    log.info("joined a process group of %d (%s) on %s", world_size(), backend, device)
     return True
 
 

@@ -8,16 +8,32 @@ resumption.
 A task is any object with::
 
     batches(epoch: int) -> Iterable[batch]   # the same batches for the same epoch: seed any
-                                             # shuffling with the epoch, not the global RNG
+                                             # shuffling with the epoch, not the global RNG;
+                                             # a Batches (a sequence) builds only the batches
+                                             # used, in DataLoader workers when asked
     loss(model, batch, step) -> (loss: Tensor, tokens: int)   # mean loss and the tokens it
                                              # covers; step: the optimizer step (schedules)
     evaluate(model) -> dict[str, float]      # validation metrics, including `metric` below
     config() -> dict                          # saved in checkpoints (JSON values)
     vocab() -> JSON value or None             # saved in checkpoints
 
-Resuming restores the weights, the optimizer, the schedule position, the RNG states and the
-position in the epoch (the epoch's batches are regenerated and the done ones skipped), so a run
-stopped and resumed ends with the same weights as one that ran straight through.
+A batch is a tensor or a dict, list or tuple of them, built on the CPU; the Trainer moves it to
+the model's device (:func:`attnkit.train.device.to_device`). The model trains where it is (move
+it first: ``model.to(device)``); batches come through a ``DataLoader``
+(:mod:`attnkit.train.loader`: ``data_workers`` worker processes, pinned memory on CUDA).
+
+``precision`` ``"bf16"`` or ``"fp16"`` computes the task's loss, validation and decoding under
+``torch.autocast`` (:mod:`attnkit.train.device`); the backward pass runs outside it. The
+weights, the optimizer state and the checkpoints stay float32; fp16 scales the loss with a
+``torch.amp.GradScaler`` (a step whose gradients overflow is skipped and the scale lowered),
+whose state the checkpoint keeps.
+
+Resuming restores the weights, the optimizer, the schedule position, the RNG states, the loss
+scale and the position in the epoch (the epoch's batches are regenerated and the done ones
+skipped), so a run stopped and resumed ends with the same weights as one that ran straight
+through. A run may resume on another device, with another number of data workers, and in
+another precision (the weights are float32 in every precision; a loss scale is kept only from
+fp16 to fp16): the steps after the resume then compute as the new settings say.
 
 Several processes (data parallel)::
 
@@ -58,6 +74,8 @@ from tqdm.auto import tqdm
 
 from attnkit.train import distributed
 from attnkit.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from attnkit.train.device import PRECISIONS, autocast, check_precision, to_device
+from attnkit.train.loader import EpochLoader
 
 __all__ = ["Task", "TrainConfig", "TrainResult", "Trainer", "lr_factor"]
 
@@ -80,6 +98,9 @@ class TrainConfig:
     warm-up. ``metric``: the validation metric to maximise (``"-loss"`` style names are not
     special: return the value to maximise). ``patience``: stop after this many validations
     without improvement (None: never). ``time_budget_s``: stop (and save) after this long.
+    ``precision``: ``"fp32"``, ``"bf16"`` or ``"fp16"`` (see the module docstring; the model's
+    device must support it). ``data_workers``: ``DataLoader`` worker processes building batches
+    (0: in the training process). A resumed run may change ``precision`` and ``data_workers``.
     """
 
     max_steps: int = 1000
@@ -95,6 +116,8 @@ class TrainConfig:
     time_budget_s: float | None = None
     seed: int = 0
     progress: bool = True
+    precision: str = "fp32"
+    data_workers: int = 0
 
     def __post_init__(self):
         if self.schedule not in ("constant", "inverse_sqrt", "cosine"):
@@ -114,6 +137,12 @@ class TrainConfig:
         if self.time_budget_s is not None and not self.time_budget_s > 0:
             raise ValueError(f"time_budget_s: expected a positive number, got "
                              f"{self.time_budget_s!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got "
+                             f"{self.precision!r}")
+        if not isinstance(self.data_workers, int) or self.data_workers < 0:
+            raise ValueError(f"data_workers: expected a non-negative int, got "
+                             f"{self.data_workers!r}")
 
 
 def lr_factor(step: int, config: TrainConfig) -> float:
@@ -167,12 +196,18 @@ class Trainer:
 
     Under torchrun every process builds the same Trainer and calls :meth:`resume` and
     :meth:`fit`; the :class:`TrainResult` of processes other than rank 0 has no history or best.
+
+    Raises:
+        ValueError: ``config.precision`` that the model's device cannot train in.
     """
 
     def __init__(self, model: torch.nn.Module, task: Task, config: TrainConfig,
                  out_dir: str | Path):
         self.model, self.task, self.config = model, task, config
         self.out_dir = Path(out_dir)
+        self.device = next(model.parameters()).device
+        check_precision(config.precision, self.device)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.precision == "fp16")
         decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
         no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
         self.optimizer = torch.optim.AdamW(
@@ -197,6 +232,8 @@ class Trainer:
         state = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                  "best": self.best, "bad_evals": self.bad_evals, "history": self.history,
                  "train_config": asdict(self.config), "rng": rngs[0]}
+        if self.scaler.is_enabled():
+            state["scaler"] = self.scaler.state_dict()
         if self._world > 1:
             state["rng_by_rank"] = rngs
         return state
@@ -224,7 +261,7 @@ class Trainer:
                                   f"{', '.join(changed)}); resuming would not continue that run")
         saved = ck.trainer_state.get("train_config", {})
         free = {"max_steps", "time_budget_s", "progress", "patience", "eval_every",
-                "checkpoint_every"}
+                "checkpoint_every", "precision", "data_workers"}
         changed = sorted(k for k, v in asdict(self.config).items()
                          if k not in free and k in saved and saved[k] != v)
         if changed:
@@ -233,9 +270,14 @@ class Trainer:
         if self.config.schedule == "cosine" and saved.get("max_steps") != self.config.max_steps:
             log.warning("resuming a cosine schedule with max_steps %s (was %s): the learning "
                         "rate curve changes", self.config.max_steps, saved.get("max_steps"))
+        if saved.get("precision", "fp32") != self.config.precision:
+            log.info("resuming a %s run in %s", saved.get("precision", "fp32"),
+                     self.config.precision)
         ck.load_model(self.model)
         self.optimizer.load_state_dict(ck.optimizer_state)
         st = ck.trainer_state
+        if self.scaler.is_enabled() and "scaler" in st:
+            self.scaler.load_state_dict(st["scaler"])
         self.step, self.epoch, self.batch_in_epoch = st["step"], st["epoch"], st["batch_in_epoch"]
         self.best, self.bad_evals, self.history = st["best"], st["bad_evals"], st["history"]
         rngs = st.get("rng_by_rank", [st["rng"]])
@@ -255,30 +297,33 @@ class Trainer:
 
     def _batches(self):
         """This process's batches from the current position on, epoch after epoch: of each
-        group of ``world`` consecutive batches, the one at its rank."""
+        group of ``world`` consecutive batches, the one at its rank (:mod:`.loader`)."""
         while True:
-            start, mine, n = self.batch_in_epoch, None, 0
-            for i, batch in enumerate(self.task.batches(self.epoch)):
-                n = i + 1
-                if i < start:
-                    continue  # done before a resume
-                if (i - start) % self._world == self._rank:
-                    mine = batch
-                if (i - start) % self._world == self._world - 1:
-                    self.batch_in_epoch = i + 1
-                    yield mine
-            if start == 0 and n < self._world:
+            start = self.batch_in_epoch
+            loader = EpochLoader(self.task.batches(self.epoch), start=start, rank=self._rank,
+                                 world=self._world, workers=self.config.data_workers,
+                                 pin_memory=self.device.type == "cuda")
+            for k, batch in enumerate(loader):
+                self.batch_in_epoch = start + (k + 1) * self._world
+                yield batch
+            if start == 0 and loader.total < self._world:
                 raise ValueError(f"task.batches({self.epoch}): expected at least {self._world} "
-                                 f"batches (one per process), got {n}")
+                                 f"batches (one per process), got {loader.total}")
             self.epoch += 1
             self.batch_in_epoch = 0
 
-    def _validate(self) -> bool:
-        """Evaluate, record, keep the best; returns True when early stopping says stop."""
+    def evaluate(self) -> dict[str, float]:
+        """The task's validation metrics: the model in eval mode, without gradients, under the
+        training precision's autocast."""
         self.model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), autocast(self.device, self.config.precision):
             metrics = self.task.evaluate(self.model)
         self.model.train()
+        return metrics
+
+    def _validate(self) -> bool:
+        """Evaluate, record, keep the best; returns True when early stopping says stop."""
+        metrics = self.evaluate()
         if self.config.metric not in metrics:
             raise KeyError(f"metric: the task's evaluate() returned {sorted(metrics)}, "
                            f"not {self.config.metric!r}")
@@ -293,10 +338,9 @@ class Trainer:
 
     def fit(self) -> TrainResult:
         """Train up to ``config.max_steps`` (see the module docstring for several processes)."""
-        device = next(self.model.parameters()).device
-        owned = distributed.setup(device)
+        owned = distributed.setup(self.device)
         try:
-            return self._fit(device)
+            return self._fit(self.device)
         finally:
             distributed.shutdown(owned)
 
@@ -325,17 +369,22 @@ class Trainer:
         batches = self._batches()
         try:
             while self.step < cfg.max_steps:
-                batch = next(batches)
+                batch = to_device(next(batches), device, non_blocking=device.type == "cuda")
                 for group in self.optimizer.param_groups:
                     group["lr"] = cfg.lr * lr_factor(self.step, cfg)
-                loss, tokens = self.task.loss(net, batch, self.step)
+                with autocast(device, cfg.precision):
+                    loss, tokens = self.task.loss(net, batch, self.step)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"step {self.step}: loss is {loss.item()}")
                 self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()  # several processes: DDP averages the gradients here
+                # fp16: the loss scaled up, the gradients unscaled before clipping; without a
+                # scaler (fp32, bf16) each call below is the plain step
+                self.scaler.scale(loss).backward()  # several processes: DDP averages here
                 if cfg.clip_norm:
+                    self.scaler.unscale_(self.optimizer)
                     torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_norm)
-                self.optimizer.step()
+                self.scaler.step(self.optimizer)  # fp16: skipped when a gradient overflowed
+                self.scaler.update()
                 self.step += 1
                 now = time.monotonic()
                 # Rank 0 alone validates and keeps the clock; one sum tells every process.
@@ -362,6 +411,7 @@ class Trainer:
                     self.save()
                     saved_at = self.step
         finally:
+            batches.close()  # ends the DataLoader's workers
             bar.close()
             for sig, old in handlers.items():
                 signal.signal(sig, old)
