@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnkit.decoding import Decoding, beam_search, decode, greedy, sample
+from attnkit.decoding import Decoding, beam_search, decode, decode_batches, greedy, sample
 from attnkit.models import Seq2Seq
 from tests.models.toy import toy_batch
 
@@ -58,3 +58,28 @@ def test_methods_and_generators():
 def test_bad_options_name_the_argument(kw, match):
     with pytest.raises(ValueError, match=match):
         Decoding(**kw)
+
+
+@torch.no_grad()
+def test_decode_batches_decodes_every_item_in_order_with_one_generator():
+    model = _model()
+    src, src_len, _ = toy_batch()
+    items = list(range(3))
+    seen = []
+
+    def collate(chunk):
+        seen.append(list(chunk))
+        return src[chunk], src_len[chunk]
+
+    drawn = Decoding(sample=True, seed=7)
+    batches = list(decode_batches(model, items, collate, max_len=lambda n: n + 2,
+                                  decoding=drawn, batch_size=2))
+    assert seen == [[0, 1], [2]] and [list(c) for c, _ in batches] == [[0, 1], [2]]
+    assert not model.training
+    g = drawn.generator("cpu")  # one generator across the batches: the same draws as in one go
+    first = decode(model, src[:2], src_len[:2], max_len=src_len[:2] + 2, decoding=drawn,
+                   generator=g)
+    second = decode(model, src[2:], src_len[2:], max_len=src_len[2:] + 2, decoding=drawn,
+                    generator=g)
+    assert torch.equal(batches[0][1].tokens, first.tokens)
+    assert torch.equal(batches[1][1].tokens, second.tokens)

@@ -8,18 +8,7 @@ from pathlib import Path
 import torch
 
 from attnkit.attention.scores import SCORES
-from attnkit.cli.common import (
-    add_decoding_args,
-    add_device_arg,
-    add_training_args,
-    decoding,
-    existing_run,
-    load_task_model,
-    positive_int,
-    teacher_forcing,
-    train_and_report,
-    training_config,
-)
+from attnkit.cli import common
 from attnkit.data import (
     DataError,
     SpeechSet,
@@ -38,48 +27,36 @@ from attnkit.train import Trainer, distributed
 log = logging.getLogger("attnkit")
 
 DEFAULT_CACHE = Path("~/.cache/attnkit/speech")
+DESCRIPTION = ("Train on your WAVs (manifests of wav_path<TAB>transcript) or on built-in speech "
+               "synthesised with espeak-ng.")
 PRETRAIN_DIR = "speller-lm"  # the speller's pre-training run, inside --out
 MODEL_OPTIONS = ("listener_hidden", "hidden", "emb", "layers", "score", "key_value_dim",
                  "attn_dim", "dropout")
 
 
-def kind_list(text: str) -> tuple[str, ...]:
-    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    if not kinds or any(k not in KINDS for k in kinds):
-        raise ValueError(text)
-    return kinds
-
-
-kind_list.__name__ = "kind list (digits,numbers,sentences)"
-
-
 def add_train_parser(train_sub) -> None:
-    p = train_sub.add_parser("asr", help="train a Listen-Attend-Spell speech recogniser",
-                             description="Train on your WAVs (manifests of wav_path<TAB>"
-                             "transcript) or on built-in speech synthesised with espeak-ng.")
-    data = p.add_argument_group("data")
-    data.add_argument("--train", type=Path, help="manifest of wav_path<TAB>transcript "
-                      "(else built-in speech)")
-    data.add_argument("--valid", type=Path, help="manifest for validation (with --train)")
-    data.add_argument("--kinds", type=kind_list, default=("digits", "numbers"),
+    p, data = common.add_task_parser(
+        train_sub, "asr", help="train a Listen-Attend-Spell speech recogniser",
+        description=DESCRIPTION, files="manifest of wav_path<TAB>transcript",
+        valid="a manifest", n_train=4000, n_valid=200)
+    data.add_argument("--kinds", type=common.choice_list(KINDS, "kind list"),
+                      default=("digits", "numbers"),
                       help="built-in utterances, comma-separated (default digits,numbers)")
-    data.add_argument("--n-train", type=positive_int, default=4000)
-    data.add_argument("--n-valid", type=positive_int, default=200)
     data.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
                       help=f"built-in speech features are cached here (default {DEFAULT_CACHE})")
-    data.add_argument("--workers", type=positive_int, default=2,
+    data.add_argument("--workers", type=common.positive_int, default=2,
                       help="espeak-ng processes at a time when synthesising")
     model = p.add_argument_group("model")
-    model.add_argument("--listener-hidden", type=positive_int, default=128,
+    model.add_argument("--listener-hidden", type=common.positive_int, default=128,
                        help="per direction of the listener's BiLSTMs")
-    model.add_argument("--hidden", type=positive_int, default=256, help="speller LSTMCell size")
-    model.add_argument("--emb", type=positive_int, default=64, help="character embedding size")
+    model.add_argument("--hidden", type=common.positive_int, default=256, help="speller LSTMCell size")
+    model.add_argument("--emb", type=common.positive_int, default=64, help="character embedding size")
     model.add_argument("--layers", type=int, choices=(1, 2), default=1,
                        help="speller LSTMCells")
     model.add_argument("--score", choices=SCORES, default="location",
                        help="the speller's attention score (default location)")
-    model.add_argument("--key-value-dim", type=positive_int, default=128)
-    model.add_argument("--attn-dim", type=positive_int, help="additive/location attention size "
+    model.add_argument("--key-value-dim", type=common.positive_int, default=128)
+    model.add_argument("--attn-dim", type=common.positive_int, help="additive/location attention size "
                        "(default --hidden)")
     model.add_argument("--dropout", type=float, default=0.0)
     model.add_argument("--ctc-weight", type=float, default=0.0,
@@ -88,7 +65,7 @@ def add_train_parser(train_sub) -> None:
                        help="first train the speller alone as a character LM on the training "
                        f"transcripts for N steps (checkpointed in OUT/{PRETRAIN_DIR}; "
                        "single process)")
-    add_training_args(p, batch_size=32, lr=1e-3)
+    common.add_training_args(p, batch_size=32, lr=1e-3)
     p.set_defaults(run=run_train)
 
 
@@ -115,7 +92,7 @@ def run_train(args) -> int:
                          "pre-train without torchrun, then --resume under torchrun")
     torch.manual_seed(args.seed)
     pretrain_dir = args.out / PRETRAIN_DIR
-    ck = existing_run(args, "asr", pending=pretrain_dir if args.pretrain_lm_steps else None)
+    ck = common.existing_run(args, "asr", pending=pretrain_dir if args.pretrain_lm_steps else None)
     train, valid = _speech(args)
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
             {"built_in": list(args.kinds), "n_train": args.n_train, "n_valid": args.n_valid,
@@ -124,12 +101,12 @@ def run_train(args) -> int:
         "name": "las", **{k: getattr(args, k) for k in MODEL_OPTIONS}}
     task = SpeechTask(train, valid, model_config=model_config, batch_size=args.batch_size,
                       seed=args.seed, label_smoothing=args.label_smoothing,
-                      teacher_forcing=teacher_forcing(args), ctc_weight=args.ctc_weight,
+                      teacher_forcing=common.teacher_forcing(args), ctc_weight=args.ctc_weight,
                       data=data, vocab=load_vocab(ck.vocab) if ck is not None else None)
     model = task.build_model().to(args.device)
     if ck is None and args.pretrain_lm_steps:
         _pretrain_speller(model, task, args, pretrain_dir)
-    if train_and_report(model, task, args) is not None:
+    if common.train_and_report(model, task, args) is not None:
         _samples_and_plots(model, task, args.out, args.plot)
     return 0
 
@@ -137,7 +114,7 @@ def run_train(args) -> int:
 def _pretrain_speller(model, task: SpeechTask, args, folder: Path) -> None:
     """Train the speller alone as a language model for ``--pretrain-lm-steps`` steps (in
     ``folder``; an interrupted pre-training resumes with ``--resume``)."""
-    config = training_config(args, max_steps=args.pretrain_lm_steps,
+    config = common.training_config(args, max_steps=args.pretrain_lm_steps,
                              warmup=min(args.warmup, args.pretrain_lm_steps - 1))
     trainer = Trainer(model, SpellerPretraining(task), config, folder)
     if args.resume and (folder / "checkpoint").exists():
@@ -172,8 +149,8 @@ def add_transcribe_parser(sub) -> None:
     p = sub.add_parser("transcribe", help="transcribe WAV files with a trained asr checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("wav", type=Path, nargs="+", help="16-bit PCM WAV files (any rate)")
-    add_decoding_args(p, beam=5)
-    add_device_arg(p)
+    common.add_decoding_args(p, beam=5)
+    common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one alignment picture per file")
     p.set_defaults(run=run_transcribe)
 
@@ -194,12 +171,12 @@ def wav_features(path: Path) -> torch.Tensor:
 
 
 def run_transcribe(args) -> int:
-    model, ck = load_task_model(args.checkpoint, "asr", args.device)
+    model, ck = common.load_task_model(args.checkpoint, "asr", args.device)
     vocab = load_vocab(ck.vocab)
     features = [wav_features(path) for path in args.wav]
     if args.sample:
         features = [f for f in features for _ in range(args.sample)]
-    outs, raws = transcribe(model, vocab, features, decoding=decoding(args))
+    outs, raws = transcribe(model, vocab, features, decoding=common.decoding(args))
     for text in outs:
         print(text)
     if args.plot:

@@ -10,6 +10,7 @@ before a command reads or writes anything.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import torch
@@ -30,10 +31,12 @@ from attnkit.train import (
     resolve_device,
 )
 
-__all__ = ["add_decoding_args", "add_device_arg", "add_training_args", "decoding",
-           "existing_run", "load_task_checkpoint", "load_task_model", "non_negative_int",
-           "positive_int", "resolve_run_options", "teacher_forcing", "train_and_report",
-           "training_config"]
+log = logging.getLogger("attnkit")
+
+__all__ = ["add_decoding_args", "add_device_arg", "add_task_parser", "add_training_args",
+           "choice_list", "decoding", "existing_run", "held_out", "load_task_checkpoint", "load_task_model",
+           "non_negative_int", "positive_int", "resolve_run_options", "teacher_forcing",
+           "train_and_report", "training_config"]
 
 CUDA_DATA_WORKERS = 2  # --workers-data on a GPU when not given (0 on CPU)
 
@@ -46,6 +49,45 @@ def positive_int(text: str) -> int:
 
 
 positive_int.__name__ = "positive int"  # argparse names the type in its error
+
+
+def choice_list(choices: tuple[str, ...], what: str):
+    """An argparse type: comma-separated names, each one of ``choices``."""
+    def parse(text: str) -> tuple[str, ...]:
+        values = tuple(v.strip() for v in text.split(",") if v.strip())
+        if not values or any(v not in choices for v in values):
+            raise ValueError(text)
+        return values
+
+    parse.__name__ = f"{what} ({','.join(choices)})"
+    return parse
+
+
+def held_out(train: list, valid: list, what: str, *, n: int = 300) -> list:
+    """``valid``, or when it is empty the first ``n`` training examples (``what``), with a
+    warning: a run without validation data validates on what it trains on."""
+    if valid:
+        return valid
+    log.warning("no validation data: validating on the first %d training %s",
+                min(n, len(train)), what)
+    return train[:n]
+
+
+def add_task_parser(train_sub, name: str, *, help: str, description: str, files: str,
+                    valid: str, n_train: int, n_valid: int):
+    """The ``attnkit train NAME`` parser and its "data" group, holding what every task has:
+    ``--train`` / ``--valid`` (the user's data: ``files`` and ``valid`` describe them) and
+    the sizes of the built-in data (``--n-train``, ``--n-valid``). Returns both; the task adds
+    its own options."""
+    p = train_sub.add_parser(name, help=help, description=description)
+    data = p.add_argument_group("data")
+    data.add_argument("--train", type=Path, help=f"{files} (else built-in data)")
+    data.add_argument("--valid", type=Path, help=f"{valid} for validation (with --train)")
+    data.add_argument("--n-train", type=positive_int, default=n_train,
+                      help="built-in training examples")
+    data.add_argument("--n-valid", type=positive_int, default=n_valid,
+                      help="built-in validation examples")
+    return p, data
 
 
 def non_negative_int(text: str) -> int:

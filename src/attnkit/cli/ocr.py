@@ -7,17 +7,7 @@ from pathlib import Path
 
 import torch
 
-from attnkit.cli.common import (
-    add_decoding_args,
-    add_device_arg,
-    add_training_args,
-    decoding,
-    existing_run,
-    load_task_model,
-    positive_int,
-    teacher_forcing,
-    train_and_report,
-)
+from attnkit.cli import common
 from attnkit.data import (
     ALPHABET,
     CharVocab,
@@ -32,6 +22,9 @@ from attnkit.tasks.ocr import OcrTask, plot_line, recognise
 
 log = logging.getLogger("attnkit")
 
+DESCRIPTION = ("Train on your folder of line images (labels.tsv of filename<TAB>text) or on "
+               "built-in rendered lines.")
+
 
 def channel_list(text: str) -> tuple[int, ...]:
     values = tuple(int(c) for c in text.split(","))
@@ -44,36 +37,32 @@ channel_list.__name__ = "five positive ints (e.g. 32,64,128,128,128)"
 
 
 def add_train_parser(train_sub) -> None:
-    p = train_sub.add_parser("ocr", help="train a text-line recogniser (CRNN)",
-                             description="Train on your folder of line images (labels.tsv of "
-                             "filename<TAB>text) or on built-in rendered lines.")
-    data = p.add_argument_group("data")
-    data.add_argument("--train", type=Path, help="folder with line images and a labels TSV")
-    data.add_argument("--valid", type=Path, help="validation folder (with --train)")
+    p, data = common.add_task_parser(
+        train_sub, "ocr", help="train a text-line recogniser (CRNN)", description=DESCRIPTION,
+        files="folder with line images and a labels TSV", valid="a folder", n_train=20000,
+        n_valid=300)
     data.add_argument("--labels", default="labels.tsv", help="the TSV's name in each folder")
-    data.add_argument("--n-train", type=positive_int, default=20000)
-    data.add_argument("--n-valid", type=positive_int, default=300)
-    data.add_argument("--min-chars", type=positive_int, default=5)
-    data.add_argument("--max-chars", type=positive_int, default=200,
+    data.add_argument("--min-chars", type=common.positive_int, default=5)
+    data.add_argument("--max-chars", type=common.positive_int, default=200,
                       help="longest built-in training line (validation: 5-200)")
     data.add_argument("--cache-dir", type=Path,
                       help="keep rendered built-in lines here (default: OUT/lines)")
     model = p.add_argument_group("model")
     model.add_argument("--attention", choices=("none", "global", "window"), default="window",
                        help="the attention layer between RNN1 and RNN2")
-    model.add_argument("--window", type=positive_int, default=32, help="steps each side")
+    model.add_argument("--window", type=common.positive_int, default=32, help="steps each side")
     model.add_argument("--score", choices=("dot", "scaled_dot", "general", "additive",
                                            "cosine"), default="scaled_dot")
-    model.add_argument("--heads", type=positive_int, default=1)
+    model.add_argument("--heads", type=common.positive_int, default=1)
     model.add_argument("--head", choices=("ctc", "attention"), default="ctc")
     model.add_argument("--channels", type=channel_list, default=(32, 64, 128, 128, 128))
-    model.add_argument("--hidden", type=positive_int, default=128)
-    model.add_argument("--dec-hidden", type=positive_int, default=128)
+    model.add_argument("--hidden", type=common.positive_int, default=128)
+    model.add_argument("--dec-hidden", type=common.positive_int, default=128)
     model.add_argument("--ctc-weight", type=float, default=0.0,
                        help="attention head: w in (1 - w) * cross-entropy + w * CTC of an "
                             "auxiliary CTC head (0: none)")
     model.add_argument("--dropout", type=float, default=0.1)
-    add_training_args(p, steps=20000, batch_size=32, lr=1e-3, eval_every=500,
+    common.add_training_args(p, steps=20000, batch_size=32, lr=1e-3, eval_every=500,
                       label_smoothing=0.0)
     p.set_defaults(run=run_train)
 
@@ -101,11 +90,9 @@ def _lines(args):
 
 def run_train(args) -> int:
     torch.manual_seed(args.seed)
-    ck = existing_run(args, "ocr")
+    ck = common.existing_run(args, "ocr")
     train, valid = _lines(args)
-    if not valid:
-        valid = train[: min(300, len(train))]
-        log.warning("no --valid folder: validating on the first %d training lines", len(valid))
+    valid = common.held_out(train, valid, "lines")
     model_config = ck.config["model"] if ck is not None else dict(
         name="crnn", channels=list(args.channels), hidden=args.hidden,
         attention=None if args.attention == "none" else args.attention, window=args.window,
@@ -116,10 +103,10 @@ def run_train(args) -> int:
              "min_chars": args.min_chars, "max_chars": args.max_chars})
     task = OcrTask(train, valid, model_config=model_config, batch_size=args.batch_size,
                    seed=args.seed, label_smoothing=args.label_smoothing,
-                   teacher_forcing=teacher_forcing(args), ctc_weight=args.ctc_weight, data=data,
+                   teacher_forcing=common.teacher_forcing(args), ctc_weight=args.ctc_weight, data=data,
                    vocab=CharVocab.from_json(ck.vocab) if ck is not None else None)
     model = task.build_model().to(args.device)
-    if train_and_report(model, task, args, metric="char_accuracy") is not None:
+    if common.train_and_report(model, task, args, metric="char_accuracy") is not None:
         _samples_and_pictures(model, task.chars, task.valid, args.out, args.plot)
     return 0
 
@@ -152,17 +139,17 @@ def add_read_parser(sub) -> None:
     p = sub.add_parser("read", help="read text-line images with a trained OCR checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("images", nargs="+", type=Path, help="line images (any size: scaled to 32 px)")
-    add_decoding_args(p, beam=1, sampling=False)
-    add_device_arg(p)
+    common.add_decoding_args(p, beam=1, sampling=False)
+    common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one picture per image")
     p.set_defaults(run=run_read)
 
 
 def run_read(args) -> int:
-    model, ck = load_task_model(args.checkpoint, "ocr", args.device)
+    model, ck = common.load_task_model(args.checkpoint, "ocr", args.device)
     chars = CharVocab.from_json(ck.vocab)
     images = [load_line_image(path) for path in args.images]
-    texts, weights, steps = recognise(model, chars, images, decoding=decoding(args))
+    texts, weights, steps = recognise(model, chars, images, decoding=common.decoding(args))
     for text in texts:
         print(text)
     if args.plot:

@@ -3,55 +3,30 @@
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from pathlib import Path
 
 import torch
 
-from attnkit.cli.common import (
-    add_decoding_args,
-    add_device_arg,
-    add_training_args,
-    decoding,
-    existing_run,
-    load_task_model,
-    positive_int,
-    teacher_forcing,
-    train_and_report,
-)
+from attnkit.cli import common
 from attnkit.data import DataError, generate_pairs, load_vocab, read_tsv
 from attnkit.tasks.translation import TranslationTask, metrics, plot_translation, translate
 
-log = logging.getLogger("attnkit")
-
-
-def task_list(text: str) -> tuple[str, ...]:
-    tasks = tuple(t.strip() for t in text.split(",") if t.strip())
-    if not tasks or any(t not in ("numbers", "dates") for t in tasks):
-        raise ValueError(text)
-    return tasks
-
-
-task_list.__name__ = "task list (numbers,dates)"
 
 
 def add_train_parser(train_sub) -> None:
-    p = train_sub.add_parser("translate", help="train a seq2seq translator",
-                             description="Train on your TSV files or on the built-in "
-                             "numbers/dates task.")
-    data = p.add_argument_group("data")
-    data.add_argument("--train", type=Path, help="TSV of source<TAB>target (else built-in)")
-    data.add_argument("--valid", type=Path, help="TSV for validation (with --train)")
+    p, data = common.add_task_parser(
+        train_sub, "translate", help="train a seq2seq translator",
+        description="Train on your TSV files or on the built-in numbers/dates task.",
+        files="TSV of source<TAB>target", valid="a TSV", n_train=20000, n_valid=300)
     data.add_argument("--skip-bad-lines", action="store_true")
-    data.add_argument("--tasks", type=task_list, default=("numbers", "dates"),
+    data.add_argument("--tasks", type=common.choice_list(("numbers", "dates"), "task list"),
+                      default=("numbers", "dates"),
                       help="built-in tasks, comma-separated (default numbers,dates)")
     data.add_argument("--direction", choices=("forward", "reverse"), default="forward")
-    data.add_argument("--n-train", type=positive_int, default=20000)
-    data.add_argument("--n-valid", type=positive_int, default=300)
     data.add_argument("--vocab", choices=("char", "unigram", "bpe"), default="char",
                       help="characters, or SentencePiece subwords trained on --train")
-    data.add_argument("--vocab-size", type=positive_int, default=1000,
+    data.add_argument("--vocab-size", type=common.positive_int, default=1000,
                       help="SentencePiece: pieces at most")
     model = p.add_argument_group("model")
     model.add_argument("--model", choices=("bahdanau", "luong", "transformer", "none"),
@@ -59,17 +34,17 @@ def add_train_parser(train_sub) -> None:
     model.add_argument("--score", choices=("dot", "general", "additive"), default="general",
                        help="Luong's attention score")
     model.add_argument("--input-feeding", action="store_true", help="Luong: input feeding")
-    model.add_argument("--emb", type=positive_int, default=64, help="RNN models: embedding size")
-    model.add_argument("--hidden", type=positive_int, default=128,
+    model.add_argument("--emb", type=common.positive_int, default=64, help="RNN models: embedding size")
+    model.add_argument("--hidden", type=common.positive_int, default=128,
                        help="RNN hidden size; the Transformer's d_model")
-    model.add_argument("--heads", type=positive_int, default=4, help="Transformer: heads")
-    model.add_argument("--layers", type=positive_int, default=2,
+    model.add_argument("--heads", type=common.positive_int, default=4, help="Transformer: heads")
+    model.add_argument("--layers", type=common.positive_int, default=2,
                        help="Transformer: encoder and decoder layers")
-    model.add_argument("--ff", type=positive_int, help="Transformer: feed-forward size "
+    model.add_argument("--ff", type=common.positive_int, help="Transformer: feed-forward size "
                        "(default 4 * hidden)")
     model.add_argument("--dropout", type=float, default=None,
                        help="default 0.0 for RNN models, 0.1 for the Transformer")
-    add_training_args(p)
+    common.add_training_args(p)
     p.set_defaults(run=run_train)
 
 
@@ -85,25 +60,23 @@ def _pairs(args):
 
 def run_train(args) -> int:
     torch.manual_seed(args.seed)
-    ck = existing_run(args, "translate")
+    ck = common.existing_run(args, "translate")
     train, valid = _pairs(args)
-    if not valid:
-        valid = train[: min(300, len(train))]
-        log.warning("no --valid file: validating on the first %d training pairs", len(valid))
+    valid = common.held_out(train, valid, "pairs")
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
             {"built_in": list(args.tasks), "direction": args.direction, "n_train": args.n_train,
              "n_valid": args.n_valid})
     task_kw = dict(model_config=ck.config["model"] if ck else _model_config(args),
                    batch_size=args.batch_size, seed=args.seed,
                    vocab=args.vocab, vocab_size=args.vocab_size,
-                   label_smoothing=args.label_smoothing, teacher_forcing=teacher_forcing(args),
+                   label_smoothing=args.label_smoothing, teacher_forcing=common.teacher_forcing(args),
                    data=data)
     if ck is not None:
         task_kw.update(src_vocab=load_vocab(ck.vocab["src"]),
                        tgt_vocab=load_vocab(ck.vocab["tgt"]))
     task = TranslationTask(train, valid, **task_kw)
     model = task.build_model().to(args.device)
-    if train_and_report(model, task, args) is not None:
+    if common.train_and_report(model, task, args) is not None:
         _samples_and_plots(model, task, args.out, args.plot)
     return 0
 
@@ -143,7 +116,7 @@ def _plot(hyp, i, source, src_vocab, tgt_vocab, path):
 
 
 def _load(checkpoint: Path, device):
-    model, ck = load_task_model(checkpoint, "translate", device)
+    model, ck = common.load_task_model(checkpoint, "translate", device)
     vocabs = load_vocab(ck.vocab["src"]), load_vocab(ck.vocab["tgt"])
     return model, *vocabs, ck.config.get("max_len_extra", 10)
 
@@ -153,8 +126,8 @@ def add_translate_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("text", nargs="*", help="sentences (or use --file)")
     p.add_argument("--file", type=Path, help="one sentence per line")
-    add_decoding_args(p, beam=5)
-    add_device_arg(p)
+    common.add_decoding_args(p, beam=5)
+    common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one attention heat-map per sentence")
     p.set_defaults(run=run_translate)
 
@@ -173,7 +146,7 @@ def run_translate(args) -> int:
         return 2
     if args.sample:
         texts = [t for t in texts for _ in range(args.sample)]
-    outs, raws = translate(model, src_vocab, tgt_vocab, texts, decoding=decoding(args),
+    outs, raws = translate(model, src_vocab, tgt_vocab, texts, decoding=common.decoding(args),
                            max_len_extra=extra)
     for o in outs:
         print(o)
@@ -186,8 +159,8 @@ def add_eval_parser(sub) -> None:
     p = sub.add_parser("eval", help="score a translation checkpoint on a TSV file")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("--data", type=Path, required=True, help="TSV of source<TAB>reference")
-    add_decoding_args(p, beam=1, sampling=False)
-    add_device_arg(p)
+    common.add_decoding_args(p, beam=1, sampling=False)
+    common.add_device_arg(p)
     p.add_argument("--skip-bad-lines", action="store_true")
     p.set_defaults(run=run_eval)
 
@@ -196,6 +169,6 @@ def run_eval(args) -> int:
     model, src_vocab, tgt_vocab, extra = _load(args.checkpoint, args.device)
     pairs = read_tsv(args.data, skip_bad_lines=args.skip_bad_lines)
     outs, _ = translate(model, src_vocab, tgt_vocab, [s for s, _ in pairs],
-                        decoding=decoding(args), max_len_extra=extra)
+                        decoding=common.decoding(args), max_len_extra=extra)
     print(json.dumps(metrics(outs, [t for _, t in pairs]), indent=1))
     return 0

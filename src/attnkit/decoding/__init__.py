@@ -2,7 +2,7 @@
 as a :class:`Decoding` says) over any model's step function, and best-path CTC decoding."""
 
 from attnkit.decoding.ctc import CTCPaths, ctc_greedy
-from attnkit.decoding.decode import Decoding, decode
+from attnkit.decoding.decode import Decoding, decode, decode_batches
 from attnkit.decoding.search import (
     Hypotheses,
     beam_search,
@@ -11,5 +11,5 @@ from attnkit.decoding.search import (
     sample,
 )
 
-__all__ = ["CTCPaths", "Decoding", "Hypotheses", "beam_search", "ctc_greedy", "decode", "greedy",
+__all__ = ["CTCPaths", "Decoding", "Hypotheses", "beam_search", "ctc_greedy", "decode", "decode_batches", "greedy",
            "length_penalty", "sample"]

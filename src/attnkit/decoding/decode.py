@@ -6,6 +6,7 @@ A model for decoding has ``start(inputs, lengths) -> state`` and
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -13,7 +14,7 @@ import torch
 from attnkit.decoding.search import Hypotheses, beam_search, greedy, sample
 from attnkit.tokens import BOS, EOS, PAD
 
-__all__ = ["Decoding", "decode"]
+__all__ = ["Decoding", "decode", "decode_batches"]
 
 
 def _check(name: str, value, ok: bool, expected: str) -> None:
@@ -115,3 +116,28 @@ def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
     return beam_search(model.step, state, beam_size=decoding.beam, alpha=decoding.length_penalty,
                        beta=decoding.coverage_penalty, no_repeat_ngram=decoding.no_repeat_ngram,
                        n_best=decoding.n_best, **kw)
+
+
+def decode_batches(model, items: Sequence, collate: Callable, *, max_len: Callable,
+                   decoding: Decoding | None = None,
+                   batch_size: int = 32) -> Iterator[tuple[Sequence, Hypotheses]]:
+    """Decode ``items`` in batches of ``batch_size``, in order, with the model in eval mode.
+
+    Args:
+        collate: ``collate(chunk) -> (inputs, lengths)`` as ``model.start`` takes them; they
+            are moved to the model's device.
+        max_len: ``max_len(lengths) -> int | (B,)``, the output length limit of a batch.
+        decoding: how (default greedy); one generator (``decoding.seed``) serves every batch.
+
+    Yields:
+        Each batch's items and their :class:`Hypotheses`.
+    """
+    decoding = decoding or Decoding()
+    model.eval()
+    device = next(model.parameters()).device
+    generator = decoding.generator(device)
+    for i in range(0, len(items), batch_size):
+        chunk = items[i : i + batch_size]
+        inputs, lengths = (x.to(device) for x in collate(chunk))
+        yield chunk, decode(model, inputs, lengths, max_len=max_len(lengths),
+                            decoding=decoding, generator=generator)

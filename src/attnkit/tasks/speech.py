@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.data import CharVocab, DataError, SpeechSet, pad_batch, pad_features
-from attnkit.decoding import Decoding, Hypotheses, decode
+from attnkit.decoding import Decoding, Hypotheses, decode_batches
 from attnkit.models import LAS, build_model
 from attnkit.models.las import HALVINGS, MIN_FRAMES
 from attnkit.plot import plot_alignment
@@ -55,16 +55,11 @@ def transcribe(model: LAS, vocab: CharVocab, features: Sequence[torch.Tensor], *
     Raises:
         ValueError: an utterance shorter than 8 frames.
     """
-    decoding = decoding or Decoding()
-    model.eval()
-    device = next(model.parameters()).device
-    generator = decoding.generator(device)
     texts, raws = [], []
-    for i in range(0, len(features), batch_size):
-        x, lengths = pad_features(features[i : i + batch_size])  # (B, T, F), (B,)
-        x, lengths = x.to(device), lengths.to(device)
-        limit = (lengths.float() * CHARS_PER_FRAME).ceil().long() + EXTRA_CHARS
-        hyp = decode(model, x, lengths, max_len=limit, decoding=decoding, generator=generator)
+    for _, hyp in decode_batches(
+            model, features, pad_features,  # (B, T, F), (B,)
+            max_len=lambda n: (n.float() * CHARS_PER_FRAME).ceil().long() + EXTRA_CHARS,
+            decoding=decoding, batch_size=batch_size):
         texts += [vocab.decode(row) for row in hyp.best().tokens]
         raws.append(hyp)
     return texts, raws

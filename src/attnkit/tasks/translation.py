@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.data import CharVocab, SubwordVocab, build_vocab, pad_batch
-from attnkit.decoding import Decoding, Hypotheses, decode
+from attnkit.decoding import Decoding, Hypotheses, decode_batches
 from attnkit.models import Seq2Seq, Transformer, build_model
 from attnkit.plot import plot_attention
 from attnkit.tasks.batching import length_batches
@@ -41,9 +41,8 @@ TAG = re.compile(r"^<[\w:-]+>$")
 MAX_LEN_RATIO = 3.0
 
 
-def _encode_batch(vocab: CharVocab | SubwordVocab, texts: Sequence[str], device=None):
-    tokens, lengths = pad_batch([vocab.encode(t) or [PAD] for t in texts])
-    return tokens.to(device), lengths.to(device)
+def _encode_batch(vocab: CharVocab | SubwordVocab, texts: Sequence[str]):
+    return pad_batch([vocab.encode(t) or [PAD] for t in texts])  # (B, S), (B,)
 
 
 @torch.no_grad()
@@ -58,15 +57,11 @@ def translate(model: Seq2Seq | Transformer, src_vocab: CharVocab | SubwordVocab,
     ``ceil(max_len_ratio * source length) + max_len_extra`` tokens (EOS included); pass
     ``max_len_extra`` from the longest training target when outputs can be much longer than
     their sources (:attr:`TranslationTask.max_len_extra`)."""
-    decoding = decoding or Decoding()
-    model.eval()
-    device = next(model.parameters()).device
-    generator = decoding.generator(device)
     outs, raws = [], []
-    for i in range(0, len(texts), batch_size):
-        src, src_len = _encode_batch(src_vocab, texts[i : i + batch_size], device)
-        limit = (src_len.float() * max_len_ratio).ceil().long() + max_len_extra
-        hyp = decode(model, src, src_len, max_len=limit, decoding=decoding, generator=generator)
+    for _, hyp in decode_batches(
+            model, texts, lambda chunk: _encode_batch(src_vocab, chunk),
+            max_len=lambda n: (n.float() * max_len_ratio).ceil().long() + max_len_extra,
+            decoding=decoding, batch_size=batch_size):
         outs += [tgt_vocab.decode(row) for row in hyp.best().tokens]
         raws.append(hyp)
     return outs, raws
