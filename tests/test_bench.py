@@ -260,3 +260,11 @@ def test_profile_models_lists_the_top_ops_of_a_step(one_thread):
     shares = [op["share"] for op in out["ops"]]
     assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1
     assert set(profile_models.CASES) == {r["family"] for r in models_vs_plain.rows_of(False)}
+
+
+def test_task_steps_times_each_tasks_default_model(one_thread):
+    import task_steps
+
+    out = task_steps.step_cpu_time("translate", reps=1)
+    assert out["step_cpu_s"] > 0 and len(out["times"]) == 1
+    assert task_steps.TASKS == ("translate", "asr", "ocr")

@@ -1,0 +1,100 @@
+"""One training step of each built-in task's default model, on a batch of its usual shape.
+
+The time to reach a task's target is its number of steps (fixed for a seed: the training curve
+does not depend on the speed) times the time of a step, so this is what a speed change does to
+the time to quality. Each task runs in a fresh process (:mod:`harness`); the figure is the CPU
+time of one step (forward + backward + AdamW), the minimum over ``--reps`` after two warm-up
+steps: CPU time, unlike wall time, does not count the time other processes hold the cores.
+
+    python benchmarks/task_steps.py --threads 1
+    PYTHONPATH=<another checkout>/src python benchmarks/task_steps.py --threads 1   # compare
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from attnkit.models import CRNN, LAS, Seq2Seq
+
+import harness
+
+TASKS = ("translate", "asr", "ocr")
+
+
+def _lengths(gen: torch.Generator, b: int, n: int) -> torch.Tensor:
+    out = torch.randint(n // 2, n + 1, (b,), generator=gen)
+    out[0] = n
+    return out
+
+
+def _loss_of(task: str, gen: torch.Generator):
+    """The task's default model and the loss of one batch of its usual shape."""
+    if task == "translate":  # `attnkit train translate` defaults; numbers/dates lengths
+        model = Seq2Seq(60, 15, kind="bahdanau", emb=64, hidden=128)
+        b, s, t = 64, 25, 12
+        src_len = _lengths(gen, b, s)
+        src = torch.randint(4, 60, (b, s), generator=gen) * (torch.arange(s) < src_len[:, None])
+        tgt = torch.randint(4, 15, (b, t + 1), generator=gen)
+        return model, lambda: F.cross_entropy(
+            model(src, src_len, tgt[:, :-1])[0].flatten(0, 1), tgt[:, 1:].flatten())
+    if task == "asr":  # `attnkit train asr` defaults; digits/numbers utterance lengths
+        model = LAS(30, features=80, listener_hidden=128, hidden=256, emb=64, key_value_dim=128,
+                    score="location")
+        b, frames, u = 32, 200, 20
+        lengths = _lengths(gen, b, frames)
+        features = torch.randn(b, frames, 80, generator=gen)
+        tgt = torch.randint(4, 30, (b, u + 1), generator=gen)
+        return model, lambda: F.cross_entropy(
+            model(features, lengths, tgt[:, :-1])[0].flatten(0, 1), tgt[:, 1:].flatten())
+    model = CRNN(100, hidden=128, attention="window", window=32)  # `attnkit train ocr` defaults
+    b, w = 32, 600
+    widths, images = _lengths(gen, b, w), torch.rand(b, 1, 32, w, generator=gen)
+    chars = _lengths(gen, b, w // 25)
+    targets = torch.randint(4, 100, (b, w // 25), generator=gen)
+
+    def ctc():
+        log_probs, steps = model(images, widths)  # (B, T, V), (B,)
+        return F.ctc_loss(log_probs.transpose(0, 1), targets, steps, chars, zero_infinity=True)
+    return model, ctc
+
+
+def step_cpu_time(task: str, reps: int) -> dict:
+    """In a fresh process: the minimum CPU time of a training step of ``task``'s model."""
+    torch.manual_seed(0)
+    model, loss_of = _loss_of(task, torch.Generator().manual_seed(0))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    times = []
+    for i in range(reps + 2):
+        start = time.process_time()
+        opt.zero_grad(set_to_none=True)
+        loss_of().backward()
+        opt.step()
+        if i >= 2:
+            times.append(time.process_time() - start)
+    return {"step_cpu_s": min(times), "times": times, "threads": torch.get_num_threads()}
+
+
+def main(argv=None) -> int:
+    p = harness.parser(__doc__.split("\n\n")[0], time_budget=600.0, reps=8)
+    args = p.parse_args(argv)
+    rows = []
+    print(harness.table_header(["task", "step CPU s (min)", "threads"]))
+    for i in harness.select(list(TASKS), args.match):
+        out = harness.run(step_cpu_time, {"task": TASKS[i], "reps": args.reps},
+                          time_budget=args.time_budget, threads=args.threads)
+        rows.append({"task": TASKS[i], **out})
+        cells = ([f"{out['step_cpu_s']:.4f}", out["threads"]] if out["status"] == "ok"
+                 else [out["status"], out.get("note", "")])
+        print(harness.table_row([TASKS[i], *cells]))
+    if args.json:
+        harness.write_json(args.json, rows, reps=args.reps)
+    print(f"\n{harness.machine()}, commit {harness.commit()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
