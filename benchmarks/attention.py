@@ -19,8 +19,8 @@ than the per-case time budget is stopped and reported as such.
 step kernel (:mod:`attnkit.attention.step`; built before the measured runs), ``auto-eager``
 runs with ``ATTNKIT_COMPILE=0`` (plain PyTorch).
 
-``--targets`` runs only the cases behind issue 3's targets (:data:`TARGETS`), without the slow
-baselines: a quicker check on another machine than the full suite (hours on a slow CPU). A
+``--targets`` runs only the cases behind the long-sequence targets (:data:`TARGETS`), without
+the slow baselines: a quicker check on another machine than the full suite (hours on a slow CPU). A
 selection (``--targets`` or ``--match``) is printed, and written only to the ``--json`` given,
 never merged into the report.
 """
@@ -291,7 +291,7 @@ def suite(quick: bool = False) -> list[Case]:
     return cases
 
 
-# (group, name fragment, implementations): the cases behind issue 3's figures
+# (group, name fragment, implementations): the cases behind the long-sequence targets
 TARGETS = [
     ("self", "B=32 T=800 ", ("loop", "auto")),
     ("mha", "T=2048 ", ("auto", "sdpa")),
@@ -354,7 +354,7 @@ def _find(results, name_prefix, impl):
 
 
 def figures(results: list[Result]) -> list[str]:
-    """The issue's targets, each marked reached / missed / not measured."""
+    """The long-sequence targets, each marked reached / missed / not measured."""
     lines = []
 
     def verdict(ok):

@@ -25,7 +25,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--group", action="append", help="only these groups (self, mha, additive, "
                    "local, decoder); repeatable; their rows replace those already in --json")
     p.add_argument("--targets", action="store_true",
-                   help="only the cases behind issue 3's targets (no slow baselines)")
+                   help="only the cases behind the long-sequence targets of docs/benchmarks.md "
+                   "(no slow baselines)")
     p.add_argument("--match", help="only the cases whose name contains this")
     p.add_argument("--reps", type=int, default=3, help="measured repetitions (median)")
     p.add_argument("--time-budget", type=float, default=600.0,
