@@ -222,16 +222,27 @@ def parser(description: str, *, time_budget: float, json_path: str | None = None
 
 
 def machine() -> str:
-    """CPU model, cores, torch version and threads, Python version."""
-    cpu = platform.processor() or "?"
+    """CPU model (with its family and widest vector unit: one model name covers several
+    generations), cores, torch version and threads, Python version."""
+    cpu, family, flags = platform.processor() or "?", "", set()
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
+                key, _, value = (part.strip() for part in line.partition(":"))
+                if key == "model name":
+                    cpu = value
+                elif key == "cpu family":
+                    family = f"family {value}"
+                elif key == "flags":
+                    flags = set(value.split())
                     break
     except OSError:
         pass
+    vector = next((v for v, flag in (("AVX-512", "avx512f"), ("AVX2", "avx2")) if flag in flags),
+                  "")
+    details = ", ".join(x for x in (family, vector) if x)
+    if details:
+        cpu += f" ({details})"
     return (f"{cpu}; {os.cpu_count()} cores, torch {torch.__version__} with "
             f"{torch.get_num_threads()} threads, Python {platform.python_version()}")
 
