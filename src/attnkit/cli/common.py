@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from attnkit.decoding import Decoding
-from attnkit.models import build_model
+from attnkit.models import build_model, legacy
 from attnkit.train import (
     PRECISIONS,
     Checkpoint,
@@ -34,9 +34,9 @@ from attnkit.train import (
 log = logging.getLogger("attnkit")
 
 __all__ = ["add_decoding_args", "add_device_arg", "add_task_parser", "add_training_args",
-           "choice_list", "decoding", "existing_run", "held_out", "load_task_checkpoint", "load_task_model",
-           "non_negative_int", "positive_int", "resolve_run_options", "teacher_forcing",
-           "train_and_report", "training_config"]
+           "choice_list", "decoding", "existing_run", "held_out", "load_task_checkpoint",
+           "load_task_model", "non_negative_int", "positive_int", "resolve_run_options",
+           "teacher_forcing", "train_and_report", "training_config"]
 
 CUDA_DATA_WORKERS = 2  # --workers-data on a GPU when not given (0 on CPU)
 
@@ -198,9 +198,11 @@ def load_task_checkpoint(directory: Path, task: str) -> Checkpoint:
 
 def load_task_model(directory: Path, task: str, device: torch.device | str = "cpu"):
     """The model of a ``task`` checkpoint, built by the registry with its weights loaded, on
-    ``device``, and the checkpoint (for the vocabulary and the task's settings)."""
+    ``device``, and the checkpoint (for the vocabulary and the task's settings). Checkpoints
+    of attnkit 0.1 load too (:mod:`attnkit.models.legacy`)."""
     ck = load_task_checkpoint(directory, task)
-    model = build_model(ck.config["model"])
+    config, ck.model_state = legacy.upgrade(ck.config["model"], ck.model_state)
+    model = build_model(config)
     ck.load_model(model)
     return model.to(device), ck
 
