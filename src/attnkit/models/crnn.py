@@ -1,4 +1,4 @@
-"""Text-line recognition: the CRNN of seed 000, with attention between RNN1 and RNN2.
+"""Text-line recognition: a CRNN (Shi et al. 2015) with attention between RNN1 and RNN2.
 
     image (B, 1, 32, W) -> CNN -> (B, T, C) with T = W // 2 -> RNN1 (BiLSTM)
         -> [SelfAttention: every step attends over the line, or a window of it]

@@ -18,9 +18,9 @@ vocabulary.
   one per 80 ms step would be fewer than the characters of ordinary speech (12-17 a second),
   and CTC cannot emit more labels than it has frames. The CTC blank is the padding id 0, never
   a transcript character.
-* **Speller as a language model** (seed 003's pre-training trick): :meth:`LAS.language_model`
-  runs the speller on text alone, with the context held at zero and no attention, so it can
-  be trained on transcripts before joint training; the listener is not used.
+* **Speller as a language model**: :meth:`LAS.language_model` runs the speller on text
+  alone, with the context held at zero and no attention, so it can be trained on transcripts
+  before joint training; the listener is not used.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ or the user's WAVs), normalised per utterance; transcripts are character sequenc
 model registry from its config (``{"name": "las", ...}``), so a checkpoint alone rebuilds it.
 
 :class:`SpellerPretraining` is the task of training the speller alone as a character language
-model on the transcripts first (seed 003's pre-training), run by the same
-:class:`attnkit.train.Trainer` (checkpoints, resume).
+model on the transcripts first, run by the same :class:`attnkit.train.Trainer` (checkpoints,
+resume).
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ class SpeechTask:
 
 class SpellerPretraining:
     """The speller of a LAS model trained alone as a character language model on the
-    transcripts of a :class:`SpeechTask` (seed 003's pre-training), as a task for
+    transcripts of a :class:`SpeechTask`, before it learns to attend, as a task for
     :class:`attnkit.train.Trainer`.
 
     The context is zero and nothing is attended (:meth:`attnkit.models.LAS.language_model`),
