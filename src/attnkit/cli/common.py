@@ -41,14 +41,20 @@ __all__ = ["add_decoding_args", "add_device_arg", "add_task_parser", "add_traini
 CUDA_DATA_WORKERS = 2  # --workers-data on a GPU when not given (0 on CPU)
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
+def int_at_least(minimum: int, name: str):
+    """An argparse type: an int >= ``minimum``; argparse names it ``name`` in its error."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise ValueError(text)
+        return value
+
+    parse.__name__ = name
+    return parse
 
 
-positive_int.__name__ = "positive int"  # argparse names the type in its error
+positive_int = int_at_least(1, "positive int")
+non_negative_int = int_at_least(0, "non-negative int")
 
 
 def choice_list(choices: tuple[str, ...], what: str):
@@ -88,16 +94,6 @@ def add_task_parser(train_sub, name: str, *, help: str, description: str, files:
     data.add_argument("--n-valid", type=positive_int, default=n_valid,
                       help="built-in validation examples")
     return p, data
-
-
-def non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError(text)
-    return value
-
-
-non_negative_int.__name__ = "non-negative int"
 
 
 def add_device_arg(p) -> None:
