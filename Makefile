@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench models clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,5 +36,15 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/attnkit bench
 
+# The built-in models (docs/models.md), each trained from its recipe in build/models/NAME and
+# exported for inference into the package. Hours on a 2-core CPU; not part of demo or test.
+MODELS := translate:translate-dates ocr:ocr-lines asr:asr-digits
+models: $(STAMP)
+	@set -e; for pair in $(MODELS); do task=$${pair%%:*}; name=$${pair#*:}; \
+	  $(VENV)/bin/attnkit train $$task --recipe $$name --out build/models/$$name --no-progress; \
+	  $(VENV)/bin/attnkit export --format checkpoint --checkpoint build/models/$$name/checkpoint \
+	    --out src/attnkit/pretrained/$$name; \
+	done
+
 clean:
-	rm -rf $(VENV) demo-out .pytest_cache .hypothesis
+	rm -rf $(VENV) demo-out build .pytest_cache .hypothesis

@@ -18,6 +18,7 @@ from attnkit.data import (
     pad_features,
     read_wav,
     resample,
+    write_wav,
 )
 from attnkit.data.audio import _hz_to_mel, _mel_to_hz, parse_wav
 
@@ -234,3 +235,13 @@ def test_pad_features():
         pad_features([a, torch.ones(3, 5)])
     with pytest.raises(ValueError, match="at least one"):
         pad_features([])
+
+
+def test_write_wav_reads_back_within_one_quantisation_step(tmp_path):
+    samples = torch.linspace(-1.5, 1.5, 1001)  # beyond [-1, 1]: clipped
+    write_wav(tmp_path / "a.wav", samples, 22050)
+    back, rate = read_wav(tmp_path / "a.wav")
+    assert rate == 22050 and back.shape == samples.shape
+    assert (back - samples.clamp(-1, 1)).abs().max() <= 1 / 32768
+    with pytest.raises(ValueError, match=r"samples: expected shape \(N,\), got \(2, 3\)"):
+        write_wav(tmp_path / "b.wav", torch.zeros(2, 3), 16000)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from attnkit.cli import recipes
 from attnkit.decoding import Decoding
 from attnkit.models import build_model, legacy
 from attnkit.train import (
@@ -86,6 +87,7 @@ def add_task_parser(train_sub, name: str, *, help: str, description: str, files:
     the sizes of the built-in data (``--n-train``, ``--n-valid``). Returns both; the task adds
     its own options."""
     p = train_sub.add_parser(name, help=help, description=description)
+    recipes.add_recipe_arg(p, name)
     data = p.add_argument_group("data")
     data.add_argument("--train", type=Path, help=f"{files} (else built-in data)")
     data.add_argument("--valid", type=Path, help=f"{valid} for validation (with --train)")

@@ -1,14 +1,26 @@
-"""``attnkit demo``: a short tour of the attention API on built-in data."""
+"""``attnkit demo``: a short tour of the attention API on built-in data, and of the built-in
+models on inputs generated on the spot."""
 
 from __future__ import annotations
 
+import shlex
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import torch
 
 from attnkit import SCORES, Attention, SelfAttention, plot_attention
-from attnkit.data import generate_pairs
+from attnkit.data import (
+    generate_lines,
+    generate_pairs,
+    plan_utterances,
+    synthesize,
+    write_line_folder,
+    write_wav,
+)
 from attnkit.tasks.translation import TranslationTask, plot_translation, translate
 from attnkit.train import TrainConfig, Trainer
 
@@ -81,6 +93,44 @@ def long_sequence(out_dir: Path) -> Path:
                           x_title="step (keys)", y_title="step (queries)")
 
 
+def _command(argv: list[str], truths: list[str]) -> None:
+    """Run ``attnkit ARGV`` in a new process, as a user would, and print each output line
+    beside what it should be."""
+    print("   $ attnkit " + shlex.join(map(str, argv)))
+    proc = subprocess.run([sys.executable, "-m", "attnkit.cli.main", *map(str, argv)],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        print(f"   failed (exit {proc.returncode}): {proc.stderr.strip()}")
+        return
+    for out, truth in zip(proc.stdout.splitlines(), truths):
+        print(f"   {out}" + ("   (exact)" if out == truth else f"   (truth: {truth})"))
+
+
+def builtin_models(out_dir: Path, seed: int) -> None:
+    """``attnkit translate``, ``read`` and ``transcribe`` with the shipped models
+    (docs/models.md) on held-out pairs, and on text lines rendered and speech synthesised now
+    in fonts and voices held out of their training."""
+    print("4. The built-in models on held-out inputs made now (fonts and voices they were not "
+          "trained on)")
+    pairs = generate_pairs(3, split="valid", seed=seed + 1)
+    _command(["translate", "--checkpoint", "builtin:translate-dates", *[s for s, _ in pairs]],
+             [t for _, t in pairs])
+    lines = generate_lines(3, split="valid", seed=seed + 1, min_chars=10, max_chars=40)
+    write_line_folder(lines, out_dir / "lines")
+    _command(["read", "--checkpoint", "builtin:ocr-lines",
+              *sorted((out_dir / "lines").glob("*.png"))], [text for _, text in lines])
+    if shutil.which("espeak-ng") is None:
+        print("   (espeak-ng is not installed: no speech to transcribe; apt-get install espeak-ng)")
+        return
+    (out_dir / "speech").mkdir(parents=True, exist_ok=True)
+    plan = plan_utterances(3, split="valid", seed=seed + 1, kinds=("digits", "numbers"))
+    wavs = [write_wav(out_dir / "speech" / f"{i}.wav",
+                      *synthesize(u.transcript, voice=u.voice, speed=u.speed, pitch=u.pitch))
+            for i, u in enumerate(plan)]
+    _command(["transcribe", "--checkpoint", "builtin:asr-digits", *wavs],
+             [u.transcript for u in plan])
+
+
 def run(args) -> int:
     torch.manual_seed(args.seed)
     out_dir = Path(args.out)
@@ -89,4 +139,5 @@ def run(args) -> int:
     paths.append(long_sequence(out_dir))
     for p in paths:
         print(f"   wrote {p}")
+    builtin_models(out_dir, args.seed)
     return 0

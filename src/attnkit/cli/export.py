@@ -1,5 +1,5 @@
 """``attnkit export``: a checkpoint's model as ONNX graphs plus the JSON that decodes with them
-(docs/deploy.md)."""
+(docs/deploy.md), or as a checkpoint for inference only (the built-in models, docs/models.md)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,20 @@ from pathlib import Path
 from attnkit.cli.common import load_task_model
 from attnkit.export import DEFAULT_OPSET, OPSETS, export_onnx
 from attnkit.tasks import ocr, speech, translation
-from attnkit.train import CheckpointError, load_checkpoint
+from attnkit.train import CheckpointError, load_checkpoint, save_checkpoint
 
-FORMATS = ("onnx",)
+FORMATS = ("onnx", "checkpoint")
 TASKS = ("translate", "ocr", "asr")
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("export", help="export a checkpoint to ONNX for inference outside Python",
-                       description="Write the model's encoder and one decoder step (a CTC "
-                       "model: its encoder and classifier) as ONNX graphs, and attnkit.json: "
+                       description="onnx: write the model's encoder and one decoder step (a "
+                       "CTC model: its encoder and classifier) as ONNX graphs, and attnkit.json: "
                        "the vocabulary, the special ids, the length limit and what each graph "
-                       "input and output means.")
+                       "input and output means. checkpoint: write a checkpoint for inference "
+                       "only (the model's weights, its settings and vocabulary; no optimizer or "
+                       "trainer state), as the built-in models are shipped.")
     p.add_argument("--checkpoint", type=Path, required=True, help="a run's checkpoint folder")
     p.add_argument("--format", default="onnx", help=f"one of {', '.join(FORMATS)} (default onnx)")
     p.add_argument("--opset", type=int, default=DEFAULT_OPSET,
@@ -42,6 +44,12 @@ def run_export(args) -> int:
     if task not in TASKS:
         raise CheckpointError(f"{args.checkpoint}: a checkpoint of task {task!r} cannot be "
                               f"exported; expected one of {', '.join(TASKS)}")
+    if args.format == "checkpoint":
+        model, ck = load_task_model(args.checkpoint, task)
+        save_checkpoint(args.out, model=model, config=ck.config, vocab=ck.vocab)
+        size = sum(f.stat().st_size for f in args.out.iterdir()) / 2**20
+        print(f"wrote {args.out} (a {task} checkpoint for inference, {size:.1f} MiB)")
+        return 0
     if importlib.util.find_spec("onnx") is None:
         raise ValueError("format: 'onnx' needs the onnx package: pip install 'attnkit[export]'")
     model, ck = load_task_model(args.checkpoint, task)

@@ -7,7 +7,7 @@ import logging
 import sys
 
 from attnkit._version import __version__
-from attnkit.cli import asr, bench, demo, export, ocr, translate
+from attnkit.cli import asr, bench, demo, export, ocr, recipes, translate
 from attnkit.cli.common import resolve_run_options
 from attnkit.data import DataError
 from attnkit.train import CheckpointError, distributed
@@ -38,7 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    if getattr(args, "recipe", None):
+        args = parser.parse_args(recipes.expand(argv, args.recipe))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.verbose:
         logging.getLogger("attnkit").setLevel(logging.DEBUG)

@@ -8,6 +8,7 @@ from attnkit.data.audio import (
     pad_features,
     read_wav,
     resample,
+    write_wav,
 )
 from attnkit.data.lines import (
     ALPHABET,
@@ -64,4 +65,5 @@ __all__ = [
     "speech_dataset",
     "synthesize",
     "write_line_folder",
+    "write_wav",
 ]

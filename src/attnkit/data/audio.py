@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import struct
+import wave
 from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
@@ -35,6 +36,7 @@ __all__ = [
     "parse_wav",
     "read_wav",
     "resample",
+    "write_wav",
 ]
 
 SAMPLE_RATE = 16000
@@ -129,6 +131,21 @@ def read_wav(path: str | Path) -> tuple[torch.Tensor, int]:
     except OSError as exc:
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
     return parse_wav(data, source=str(path))
+
+
+def write_wav(path: str | Path, samples: torch.Tensor, rate: int) -> Path:
+    """Write ``samples (N,)`` (float in ``[-1, 1]``, clipped) as a mono 16-bit PCM WAV file at
+    ``rate`` Hz; :func:`read_wav` reads it back to within one quantisation step."""
+    if samples.dim() != 1:
+        raise ValueError(f"samples: expected shape (N,), got {tuple(samples.shape)}")
+    pcm = (samples.detach().float() * 32768).round().clamp(-32768, 32767).to(torch.int16)
+    path = Path(path)
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm.numpy().astype("<i2").tobytes())
+    return path
 
 
 def resample(samples: torch.Tensor, orig_rate: int, new_rate: int = SAMPLE_RATE) -> torch.Tensor:

@@ -6,6 +6,7 @@ from attnkit.train import distributed
 from attnkit.train.checkpoint import (
     Checkpoint,
     CheckpointError,
+    builtin_checkpoints,
     load_checkpoint,
     save_checkpoint,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "TrainResult",
     "Trainer",
     "autocast",
+    "builtin_checkpoints",
     "check_precision",
     "distributed",
     "load_checkpoint",

@@ -30,9 +30,14 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-__all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint"]
+__all__ = ["BUILTIN", "Checkpoint", "CheckpointError", "builtin_checkpoints", "load_checkpoint",
+           "resolve_checkpoint", "save_checkpoint"]
 
 FORMAT, VERSION = "attnkit-checkpoint", 1
+
+BUILTIN = "builtin:"
+"""The prefix that names a checkpoint shipped in the package (``builtin:ocr-lines``)."""
+PRETRAINED = Path(__file__).resolve().parents[1] / "pretrained"
 
 
 class CheckpointError(ValueError):
@@ -195,14 +200,39 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
 
 
+def builtin_checkpoints() -> dict[str, Path]:
+    """The checkpoints shipped in the package (docs/models.md), by name: their folders."""
+    if not PRETRAINED.is_dir():
+        return {}
+    return {d.name: d for d in sorted(PRETRAINED.iterdir()) if (d / "config.json").is_file()}
+
+
+def resolve_checkpoint(directory: str | Path) -> Path:
+    """The folder of a checkpoint: ``directory`` itself, or for ``builtin:NAME`` the shipped
+    checkpoint of that name.
+
+    Raises:
+        CheckpointError: an unknown builtin name (the message lists the shipped ones).
+    """
+    text = str(directory)
+    if not text.startswith(BUILTIN):
+        return Path(directory)
+    name, shipped = text[len(BUILTIN):], builtin_checkpoints()
+    if name not in shipped:
+        raise CheckpointError(f"checkpoint: no built-in model {name!r}; expected one of "
+                              + (", ".join(BUILTIN + n for n in shipped) or "(none shipped)"))
+    return shipped[name]
+
+
 def load_checkpoint(directory: str | Path) -> Checkpoint:
-    """Read a checkpoint written by :func:`save_checkpoint` (no pickle involved).
+    """Read a checkpoint written by :func:`save_checkpoint` (no pickle involved): a folder, or
+    ``builtin:NAME`` for one shipped in the package (:func:`builtin_checkpoints`).
 
     Raises:
         CheckpointError: missing directory or file, corrupt JSON or safetensors, another format
-            or version.
+            or version, an unknown builtin name.
     """
-    directory = Path(directory)
+    directory = resolve_checkpoint(directory)
     if not directory.is_dir() and _old(directory).is_dir():
         directory = _old(directory)  # a save was interrupted between its two renames
     if not directory.is_dir():

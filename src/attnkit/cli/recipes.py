@@ -1,0 +1,51 @@
+"""``attnkit train TASK --recipe NAME``: the named sets of training options that produce the
+built-in models (docs/models.md).
+
+A recipe is shorthand for its options, placed right after ``train TASK``: any option written
+on the command line as well wins over the recipe's value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """``task``: the ``attnkit train`` sub-command; ``options``: its command-line options."""
+
+    task: str
+    options: tuple[str, ...]
+
+
+RECIPES = {
+    "translate-dates": Recipe("translate", (
+        "--n-train", "50000", "--n-valid", "1000", "--steps", "10000",
+        "--eval-every", "1000", "--checkpoint-every", "1000")),
+    "ocr-lines": Recipe("ocr", (
+        "--n-train", "20000", "--n-valid", "300", "--max-chars", "80",
+        "--attention", "window", "--window", "32", "--hidden", "128",
+        "--batch-size", "32", "--lr", "1e-3", "--steps", "1000", "--eval-every", "250")),
+    "asr-digits": Recipe("asr", (
+        "--kinds", "digits,numbers", "--n-train", "6000", "--n-valid", "200",
+        "--listener-hidden", "128", "--hidden", "256", "--key-value-dim", "128",
+        "--batch-size", "32", "--lr", "1e-3", "--pretrain-lm-steps", "300",
+        "--ctc-weight", "0.2", "--teacher-forcing", "1.0", "--teacher-forcing-end", "0.8",
+        "--teacher-forcing-steps", "4000", "--steps", "2500", "--eval-every", "250",
+        "--checkpoint-every", "250")),
+}
+
+
+def add_recipe_arg(p, task: str) -> None:
+    """``--recipe``, offering the recipes of ``task``."""
+    names = [n for n, r in RECIPES.items() if r.task == task]
+    p.add_argument("--recipe", choices=names,
+                   help="the options that trained the built-in model of that name "
+                   "(docs/models.md); options given here as well win")
+
+
+def expand(argv: list[str], name: str) -> list[str]:
+    """``argv`` (an ``attnkit train TASK ... --recipe NAME ...`` command line) with the options
+    of recipe ``name`` inserted right after ``TASK``."""
+    at = argv.index("train") + 2
+    return argv[:at] + list(RECIPES[name].options) + argv[at:]
