@@ -1,9 +1,10 @@
 """The training loop shared by every task.
 
 A task supplies what differs between tasks; the :class:`Trainer` does the rest: AdamW with a
-warm-up/decay schedule, gradient clipping, a tqdm progress bar with loss and tokens/s, periodic
-validation, early stopping, checkpoints (periodic, at the end, and on SIGINT/SIGTERM) and exact
-resumption.
+warm-up/decay schedule, gradient clipping, progress with loss and tokens/s (a bar on a terminal,
+log lines elsewhere: :mod:`attnkit.train.progress`), periodic validation, early stopping,
+checkpoints (periodic, at the end, and on SIGINT/SIGTERM), exact resumption and TensorBoard
+event files in the run folder.
 
 A task is any object with::
 
@@ -70,12 +71,12 @@ from typing import Any, Protocol
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
-from tqdm.auto import tqdm
 
 from attnkit.train import distributed
 from attnkit.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from attnkit.train.device import PRECISIONS, autocast, check_precision, to_device
 from attnkit.train.loader import EpochLoader
+from attnkit.train.progress import Progress
 
 __all__ = ["Task", "TrainConfig", "TrainResult", "Trainer", "lr_factor"]
 
@@ -361,9 +362,8 @@ class Trainer:
             handlers = {}
         start = time.monotonic()
         stopped = "max_steps"
-        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not (cfg.progress and main),
-                   desc="train", dynamic_ncols=True)
-        tokens_seen, t_last = 0, time.monotonic()
+        progress = Progress(max_steps=cfg.max_steps, step=self.step,
+                            time_budget_s=cfg.time_budget_s, enabled=cfg.progress and main)
         saved_at = None
         self.model.train()
         batches = self._batches()
@@ -392,12 +392,7 @@ class Trainer:
                 late = main and cfg.time_budget_s is not None and now - start > cfg.time_budget_s
                 loss_sum, tokens, early, signalled, late = distributed.sum_across(
                     [loss.item(), tokens, early, self._signal is not None, late], device)
-                tokens_seen += tokens
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss_sum / self._world:.4f}",
-                                tok_s=f"{tokens_seen / max(now - t_last, 1e-9):.0f}")
-                if now - t_last > 5:
-                    tokens_seen, t_last = 0, now
+                progress.update(self.step, loss_sum / self._world, tokens)
                 if early:
                     stopped = "early_stopping"
                     break
@@ -412,7 +407,7 @@ class Trainer:
                     saved_at = self.step
         finally:
             batches.close()  # ends the DataLoader's workers
-            bar.close()
+            progress.close()
             for sig, old in handlers.items():
                 signal.signal(sig, old)
         if saved_at != self.step:
