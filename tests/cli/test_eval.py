@@ -6,6 +6,7 @@ import re
 
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from attnkit.cli.main import main
 from attnkit.data import generate_lines, write_line_folder
@@ -68,6 +69,16 @@ def test_eval_scores_every_task_from_its_checkpoint(runs, capsys):
     table = capsys.readouterr().out.splitlines()
     assert re.match(r".*asr/checkpoint \(asr\) on .*speech.tsv: 4 examples, greedy$", table[0])
     assert [line.split()[0] for line in table[1:]] == ["CER", "WER", "exact"]
+
+
+def test_training_runs_write_tensorboard_events_with_attention_pictures(runs):
+    for task, pictures in (("nd", 2), ("ocr", 2), ("asr", 2)):
+        events = EventAccumulator(str(runs["root"] / task))
+        events.Reload()
+        tags = events.Tags()
+        assert {"train/loss", "train/lr", "train/tokens_per_s"} <= set(tags["scalars"])
+        assert any(tag.startswith("valid/") for tag in tags["scalars"])
+        assert tags["images"] == [f"attention/example_{i}" for i in range(pictures)], task
 
 
 @pytest.mark.usefixtures("one_thread")

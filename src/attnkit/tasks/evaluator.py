@@ -29,7 +29,7 @@ from attnkit.errors import DataError
 from attnkit.tasks import metrics as scores
 
 __all__ = ["EVALUATORS", "Evaluation", "Evaluator", "Example", "Output", "evaluate",
-           "evaluator_for", "texts_of"]
+           "evaluator_for", "pictures", "texts_of"]
 
 
 @dataclass(frozen=True)
@@ -153,3 +153,12 @@ def evaluate(evaluator: Evaluator, path: Path, decoding: Decoding | None = None)
     outputs = evaluator.decode([e.input for e in examples], decoding)
     metrics = evaluator.score([o.text for o in outputs], [e.reference for e in examples])
     return Evaluation(examples, outputs, metrics)
+
+
+def pictures(evaluator: Evaluator, inputs: Sequence, folder: Path) -> list[Path]:
+    """Decode ``inputs`` greedily and picture each best output's attention as
+    ``folder/example_{i}.png``; returns the paths written (none for a model without
+    attention). A task's ``pictures(model, folder, n)`` for TensorBoard calls it."""
+    outputs = evaluator.decode(inputs)
+    paths = [o.draw(Path(folder) / f"example_{i}.png") for i, o in enumerate(outputs)]
+    return [path for path in paths if path is not None]

@@ -19,7 +19,7 @@ from attnkit.models import CRNN, build_model
 from attnkit.plot import plot_alignment
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
-from attnkit.tasks.evaluator import Evaluator, Example, Output, texts_of
+from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, texts_of
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
@@ -236,6 +236,10 @@ class OcrTask:
     def evaluate(self, model: CRNN) -> dict[str, float]:
         texts, _, _ = recognise(model, self.chars, [image for image, _ in self.valid])
         return line_metrics(texts, [t for _, t in self.valid])
+
+    def pictures(self, model, folder: Path, n: int) -> list[Path]:
+        """Attention pictures of the first ``n`` validation examples in ``folder``."""
+        return pictures(OcrEvaluator(model, self.config(), self.vocab()), [image for image, _ in self.valid[:n]], folder)
 
     def config(self) -> dict:
         return {"task": "ocr", "model": self.model_config, "data": self.data,

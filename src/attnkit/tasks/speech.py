@@ -35,7 +35,7 @@ from attnkit.models.las import HALVINGS, MIN_FRAMES
 from attnkit.plot import plot_alignment
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
-from attnkit.tasks.evaluator import Evaluator, Example, Output, texts_of
+from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, texts_of
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
@@ -186,6 +186,10 @@ class SpeechTask:
     def evaluate(self, model: LAS) -> dict[str, float]:
         outs, _ = transcribe(model, self.char_vocab, self.valid.features)
         return metrics(outs, self.valid.transcripts)
+
+    def pictures(self, model, folder: Path, n: int) -> list[Path]:
+        """Attention pictures of the first ``n`` validation examples in ``folder``."""
+        return pictures(SpeechEvaluator(model, self.config(), self.vocab()), self.valid.features[:n], folder)
 
     def config(self) -> dict:
         return {"task": "asr", "model": self.model_config, "data": self.data,

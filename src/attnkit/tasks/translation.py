@@ -12,6 +12,7 @@ import functools
 import re
 from collections.abc import Sequence
 from dataclasses import asdict
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +24,7 @@ from attnkit.models import Seq2Seq, Transformer, build_model
 from attnkit.plot import plot_attention
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
-from attnkit.tasks.evaluator import Evaluator, Example, Output, texts_of
+from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, texts_of
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
@@ -161,6 +162,10 @@ class TranslationTask:
         outs, _ = translate(model, self.src_vocab, self.tgt_vocab, sources,
                             max_len_extra=self.max_len_extra)
         return metrics(outs, [t for _, t in self.valid])
+
+    def pictures(self, model, folder: Path, n: int) -> list[Path]:
+        """Attention pictures of the first ``n`` validation examples in ``folder``."""
+        return pictures(TranslationEvaluator(model, self.config(), self.vocab()), [source for source, _ in self.valid[:n]], folder)
 
     def config(self) -> dict:
         return {"task": "translate", "model": self.model_config,

@@ -18,6 +18,14 @@ A task is any object with::
     config() -> dict                          # saved in checkpoints (JSON values)
     vocab() -> JSON value or None             # saved in checkpoints
 
+and optionally::
+
+    pictures(model, folder, n) -> list[Path] # PNG pictures of the attention on n validation
+                                             # examples, written in folder, for TensorBoard
+
+Rank 0 writes TensorBoard event files into the run folder (:mod:`attnkit.train.events`): the
+loss, learning rate and tokens/s of every step, the metrics and pictures of every validation.
+
 A batch is a tensor or a dict, list or tuple of them, built on the CPU; the Trainer moves it to
 the model's device (:func:`attnkit.train.device.to_device`). The model trains where it is (move
 it first: ``model.to(device)``); batches come through a ``DataLoader``
@@ -64,6 +72,7 @@ import logging
 import math
 import random
 import signal
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -75,12 +84,15 @@ from torch.nn.parallel import DistributedDataParallel
 from attnkit.train import distributed
 from attnkit.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from attnkit.train.device import PRECISIONS, autocast, check_precision, to_device
+from attnkit.train.events import Events
 from attnkit.train.loader import EpochLoader
 from attnkit.train.progress import Progress
 
 __all__ = ["Task", "TrainConfig", "TrainResult", "Trainer", "lr_factor"]
 
 log = logging.getLogger("attnkit")
+
+PICTURES = 2  # validation examples pictured for TensorBoard at each validation
 
 
 class Task(Protocol):
@@ -316,15 +328,29 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """The task's validation metrics: the model in eval mode, without gradients, under the
         training precision's autocast."""
+        return self._evaluating(self.task.evaluate)
+
+    def _evaluating(self, fn, *args):
+        """``fn(model, *args)`` with the model in eval mode, without gradients, under the
+        training precision's autocast."""
         self.model.eval()
         with torch.no_grad(), autocast(self.device, self.config.precision):
-            metrics = self.task.evaluate(self.model)
+            out = fn(self.model, *args)
         self.model.train()
-        return metrics
+        return out
 
-    def _validate(self) -> bool:
+    def _record(self, events: Events, metrics: dict[str, float]) -> None:
+        """The validation's metrics and the task's attention pictures, as TensorBoard events."""
+        events.scalars(self.step, {f"valid/{k}": v for k, v in metrics.items()})
+        if hasattr(self.task, "pictures"):
+            with tempfile.TemporaryDirectory() as folder:
+                events.pictures(self.step, self._evaluating(self.task.pictures, Path(folder),
+                                                            PICTURES))
+
+    def _validate(self, events: Events) -> bool:
         """Evaluate, record, keep the best; returns True when early stopping says stop."""
         metrics = self.evaluate()
+        self._record(events, metrics)
         if self.config.metric not in metrics:
             raise KeyError(f"metric: the task's evaluate() returned {sorted(metrics)}, "
                            f"not {self.config.metric!r}")
@@ -364,6 +390,7 @@ class Trainer:
         stopped = "max_steps"
         progress = Progress(max_steps=cfg.max_steps, step=self.step,
                             time_budget_s=cfg.time_budget_s, enabled=cfg.progress and main)
+        events = Events(self.out_dir, self.step) if main else None
         saved_at = None
         self.model.train()
         batches = self._batches()
@@ -388,11 +415,15 @@ class Trainer:
                 self.step += 1
                 now = time.monotonic()
                 # Rank 0 alone validates and keeps the clock; one sum tells every process.
-                early = main and self.step % cfg.eval_every == 0 and self._validate()
+                early = main and self.step % cfg.eval_every == 0 and self._validate(events)
                 late = main and cfg.time_budget_s is not None and now - start > cfg.time_budget_s
                 loss_sum, tokens, early, signalled, late = distributed.sum_across(
                     [loss.item(), tokens, early, self._signal is not None, late], device)
                 progress.update(self.step, loss_sum / self._world, tokens)
+                if main:
+                    events.scalars(self.step, {
+                        "train/loss": loss_sum / self._world, "train/tokens_per_s":
+                        progress.tokens_per_s, "train/lr": self.optimizer.param_groups[0]["lr"]})
                 if early:
                     stopped = "early_stopping"
                     break
@@ -408,6 +439,8 @@ class Trainer:
         finally:
             batches.close()  # ends the DataLoader's workers
             progress.close()
+            if main:
+                events.close()
             for sig, old in handlers.items():
                 signal.signal(sig, old)
         if saved_at != self.step:
