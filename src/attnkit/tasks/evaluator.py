@@ -80,17 +80,8 @@ class Evaluator(ABC):
 
     def __init_subclass__(cls, *, task: str | None = None, **kwargs):
         super().__init_subclass__(**kwargs)
-        if task is None:
-            return
-        if task in EVALUATORS:
-            raise ValueError(f"task: an evaluator for {task!r} is already registered "
-                             f"({EVALUATORS[task].__qualname__})")
-        unknown = [m for m in cls.metrics if m not in scores.METRICS]
-        if unknown:
-            raise ValueError(f"metrics: expected names among {', '.join(scores.METRICS)}, "
-                             f"got {unknown}")
-        cls.task = task
-        EVALUATORS[task] = cls
+        if task is not None:
+            _register(cls, task)
 
     def __init__(self, model, config: dict, vocab):
         self.model, self.config = model, config
@@ -107,6 +98,19 @@ class Evaluator(ABC):
     def score(self, hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
         """:attr:`metrics` of ``hypotheses`` against ``references``."""
         return scores.score(self.metrics, hypotheses, references)
+
+
+def _register(cls: type[Evaluator], task: str) -> None:
+    """``EVALUATORS[task] = cls``, refusing a second evaluator of a task and unknown metrics."""
+    unknown = [m for m in cls.metrics if m not in scores.METRICS]
+    if unknown:
+        raise ValueError(f"metrics: expected names among {', '.join(scores.METRICS)}, "
+                         f"got {unknown}")
+    if task in EVALUATORS:
+        raise ValueError(f"task: an evaluator for {task!r} is already registered "
+                         f"({EVALUATORS[task].__qualname__})")
+    cls.task = task
+    EVALUATORS[task] = cls
 
 
 def evaluator_for(task: str) -> type[Evaluator]:
