@@ -58,7 +58,7 @@ def run(args) -> int:
     for rank, i in enumerate(result.worst(args.worst) if args.plot else [], start=1):
         example, output = result.examples[i], result.outputs[i]
         path = output.draw(args.plot / f"worst_{rank}.png",
-                           title=f"{output.text}  (reference: {example.reference})")
+                           title=f"{output.text!r}  (reference: {example.reference!r})")
         worst.append({"origin": example.origin, "reference": example.reference,
                       "output": output.text, "cer": example_cer(output.text, example.reference),
                       "picture": None if path is None else str(path)})
