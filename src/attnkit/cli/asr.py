@@ -171,14 +171,11 @@ def wav_features(path: Path) -> torch.Tensor:
 
 
 def run_transcribe(args) -> int:
-    model, ck = common.load_task_model(args.checkpoint, "asr", args.device)
-    vocab = load_vocab(ck.vocab)
-    features = [wav_features(path) for path in args.wav]
-    if args.sample:
-        features = [f for f in features for _ in range(args.sample)]
-    outs, raws = transcribe(model, vocab, features, decoding=common.decoding(args))
-    for text in outs:
-        print(text)
+    decoding = common.decoding(args)
+    evaluator = common.load_evaluator(args.checkpoint, args.device, "asr")
+    outputs = evaluator.decode([wav_features(path) for path in args.wav], decoding)
+    common.print_outputs(outputs, args)
     if args.plot:
-        _plot_all(raws, features, vocab, args.plot)
+        for i, output in enumerate(outputs):
+            print(f"  wrote {output.draw(args.plot / f'alignment_{i}.png')}")
     return 0
