@@ -8,7 +8,8 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from attnkit.cli.main import main
+from attnkit.cli import common
+from attnkit.cli.main import build_parser, main
 from attnkit.data import generate_lines, write_line_folder
 from tests.cli.test_asr import TINY as ASR_TINY
 from tests.cli.test_asr import _write_wav
@@ -127,6 +128,18 @@ def test_decoding_options_mean_the_same_on_every_command(runs, capsys):
     beam = _eval(capsys, "--checkpoint", ck, "--data", str(runs["tsv"]), "--beam", "3",
                  "--coverage-penalty", "0.2", "--max-len", "4")
     assert beam["decoding"]["beam"] == 3 and beam["decoding"]["max_len"] == 4
+
+
+@pytest.mark.parametrize("command, beam, length_penalty", [
+    (["translate"], 5, 1.0), (["translate", "--beam", "1"], 1, 0.0),
+    (["translate", "--beam", "3", "--length-penalty", "0"], 3, 0.0),
+    (["eval", "--data", "x.tsv"], 1, 0.0), (["eval", "--data", "x.tsv", "--beam", "4"], 4, 1.0),
+])
+def test_a_beam_normalises_by_length_unless_told_otherwise(command, beam, length_penalty):
+    args = build_parser().parse_args([*command, "--checkpoint", "ck"])
+    chosen = common.decoding(args)
+    assert (chosen.beam, chosen.length_penalty) == (beam, length_penalty)
+    assert chosen.method == ("greedy" if beam == 1 else "beam")
 
 
 @pytest.mark.parametrize("command, message", [

@@ -10,7 +10,14 @@ import torch
 from attnkit.cli import recipes
 from attnkit.cli.common import load_task_model
 from attnkit.cli.main import build_parser, main
-from attnkit.data import generate_lines, generate_pairs, load_vocab, speech_dataset
+from attnkit.data import (
+    generate_lines,
+    generate_pairs,
+    load_vocab,
+    speech_dataset,
+    synthesize,
+    write_wav,
+)
 from attnkit.tasks import ocr, speech, translation
 from attnkit.train import builtin_checkpoints, load_checkpoint
 
@@ -58,6 +65,16 @@ def test_asr_digits_on_fresh_utterances_in_test_voices(tmp_path, one_thread):
     texts, _ = speech.transcribe(model, load_vocab(ck.vocab), data.features)
     scores = speech.metrics(texts, data.transcripts)
     assert scores["cer"] <= 0.04, scores
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None,
+                    reason="espeak-ng not installed (apt-get install espeak-ng)")
+def test_transcribe_with_its_default_beam_reads_a_long_number_whole(tmp_path, capsys,
+                                                                    one_thread):
+    text = "one hundred and eighty four thousand and eighty nine"  # a beam ranking by plain
+    wav = write_wav(tmp_path / "n.wav", *synthesize(text, voice="en-us+m6", speed=165))
+    assert main(["transcribe", "--checkpoint", "builtin:asr-digits", str(wav)]) == 0
+    assert capsys.readouterr().out == text + "\n"  # log P stopped after "one"
 
 
 def test_the_cli_reads_with_a_builtin_model(tmp_path, capsys, one_thread):

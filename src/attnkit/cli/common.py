@@ -166,7 +166,12 @@ def non_negative_float(text: str) -> float:
 
 non_negative_float.__name__ = "non-negative number"
 
-BEAM_OPTIONS = (("--length-penalty", "length_penalty", 0.0),
+# Beam search ranks by log P / ((5 + |Y|) / 6) ** alpha: with alpha 0 a beam prefers outputs
+# that end early (a LAS model trained with label smoothing stops after the first word on some
+# numbers, which greedy decoding reads whole), with alpha 1 it ranks like greedy or better
+# (docs/models.md).
+DEFAULT_LENGTH_PENALTY = 1.0
+BEAM_OPTIONS = (("--length-penalty", "length_penalty", None),
                 ("--coverage-penalty", "coverage_penalty", 0.0),
                 ("--no-repeat-ngram", "no_repeat_ngram", 0), ("--n-best", "n_best", 1))
 SAMPLING_OPTIONS = ("--pick", "--temperature", "--top-k", "--top-p", "--seed")
@@ -179,9 +184,10 @@ def add_decoding_args(p, *, beam: int = 1) -> None:
     group = p.add_argument_group("decoding (beam search, or sampling with --sample)")
     group.add_argument("--beam", type=positive_int, metavar="K",
                        help=f"beam width (default {beam}; 1: greedy)")
-    group.add_argument("--length-penalty", type=non_negative_float, default=0.0,
-                       metavar="ALPHA", help="beam search ranks by log P / ((5 + |Y|) / 6) ** "
-                       "ALPHA (Wu et al. 2016; default 0: plain log P)")
+    group.add_argument("--length-penalty", type=non_negative_float, metavar="ALPHA",
+                       help="beam search ranks by log P / ((5 + |Y|) / 6) ** ALPHA (Wu et al. "
+                       f"2016; default {DEFAULT_LENGTH_PENALTY:g} with a beam, 0: plain log P, "
+                       "which favours short outputs)")
     group.add_argument("--coverage-penalty", type=non_negative_float, default=0.0,
                        metavar="BETA", help="beam search adds BETA * sum_j log(min(attention "
                        "on input j, 1)) (Wu et al. 2016; default 0)")
@@ -222,7 +228,9 @@ def decoding(args) -> Decoding:
         beam = args.beam or args.default_beam
         if args.n_best > beam:
             raise ValueError(f"--n-best: expected at most --beam ({beam}), got {args.n_best}")
-        return Decoding(beam=beam, length_penalty=args.length_penalty,
+        length_penalty = (args.length_penalty if args.length_penalty is not None
+                          else DEFAULT_LENGTH_PENALTY if beam > 1 else 0.0)
+        return Decoding(beam=beam, length_penalty=length_penalty,
                         coverage_penalty=args.coverage_penalty,
                         no_repeat_ngram=args.no_repeat_ngram, n_best=args.n_best,
                         max_len=args.max_len)
