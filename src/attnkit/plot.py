@@ -7,8 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image
 
-__all__ = ["plot_alignment", "plot_attention"]
+__all__ = ["plot_alignment", "plot_attention", "plot_image_attention"]
 
 
 def _as_2d_array(x, name: str = "weights", dims: str = "(Tq, Tk)") -> np.ndarray:
@@ -153,6 +154,82 @@ def plot_alignment(
     bottom.set_ylabel("output")
     if title:
         top.set_title(title)
+    return _save(fig, path, dpi=100)
+
+
+def plot_image_attention(
+    image,
+    maps,
+    labels: Sequence[str],
+    path: str | Path,
+    *,
+    title: str | None = None,
+    columns: int = 6,
+) -> Path:
+    """Attention over an image, one panel per map: the image first, then for each output
+    (a caption's words, a question's hops) the image lit by its weights over the grid of
+    image cells, upsampled (bilinear) to the image: bright where the output looked, dark
+    elsewhere, labelled (as in the figures of Xu et al. 2015).
+
+    Args:
+        image: ``(3, H, W)`` or ``(H, W, 3)`` tensor or array, uint8 or float in ``[0, 1]``.
+        maps: ``(N, h, w)``: the weights of ``N`` outputs over an ``h x w`` grid of cells
+            (row-major over the image, as :class:`attnkit.models.grid.GridEncoder` orders
+            them); each map is scaled to its own peak.
+        labels: the ``N`` outputs.
+        columns: panels per row.
+
+    Returns:
+        The path written.
+    """
+    if isinstance(image, torch.Tensor):
+        image = image.detach().cpu().numpy()
+    pixels = np.asarray(image)
+    if pixels.ndim == 3 and pixels.shape[0] == 3 and pixels.shape[-1] != 3:
+        pixels = pixels.transpose(1, 2, 0)  # (H, W, 3)
+    if pixels.ndim != 3 or pixels.shape[-1] != 3:
+        raise ValueError(f"image: expected a (3, H, W) or (H, W, 3) RGB image, got shape "
+                         f"{pixels.shape}")
+    pixels = pixels.astype(np.float32) / (255.0 if pixels.dtype == np.uint8 else 1.0)
+    if isinstance(maps, torch.Tensor):
+        maps = maps.detach().float().cpu().numpy()
+    maps = np.asarray(maps, dtype=np.float32)
+    if maps.ndim != 3:
+        raise ValueError(f"maps: expected a 3-D (N, h, w) array, got shape {maps.shape}")
+    if not np.isfinite(maps).all():
+        raise ValueError(f"maps: expected finite values, got {int((~np.isfinite(maps)).sum())} "
+                         "NaN or infinite entries")
+    if len(labels) != maps.shape[0]:
+        raise ValueError(f"labels: expected {maps.shape[0]} labels (one per map), got "
+                         f"{len(labels)}")
+    if not isinstance(columns, int) or columns < 1:
+        raise ValueError(f"columns: expected a positive int, got {columns!r}")
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    h, w = pixels.shape[:2]
+    panels = len(labels) + 1
+    cols = min(columns, panels)
+    rows = -(-panels // cols)
+    fig = Figure(figsize=(2.0 * cols, 2.1 * rows + (0.4 if title else 0.0)))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for k, ax in enumerate(axes):
+        ax.set_axis_off()
+        if k >= panels:
+            continue
+        if k == 0:
+            ax.imshow(pixels, extent=(0, w, h, 0), interpolation="nearest")
+            ax.set_title("image", fontsize=9)
+            continue
+        grid = maps[k - 1] / max(float(maps[k - 1].max()), 1e-9)  # (h, w), peak 1
+        up = np.asarray(Image.fromarray(grid, "F").resize((w, h), Image.BILINEAR))  # (H, W)
+        ax.imshow(pixels * (0.15 + 0.85 * up[..., None]), extent=(0, w, h, 0),
+                  interpolation="nearest")
+        ax.set_title(str(labels[k - 1]), fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=10)
     return _save(fig, path, dpi=100)
 
 
