@@ -1,0 +1,112 @@
+"""``attnkit train caption`` and ``attnkit caption``: image captioning (Show-Attend-Tell)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from attnkit.cli import common, images
+from attnkit.data import WordVocab, load_image, read_caption_folder
+from attnkit.data.images import CAPTIONS
+from attnkit.tasks.captioning import CaptionTask, caption_images, plot_caption
+
+DESCRIPTION = ("Train on your folder of images (captions.tsv of filename<TAB>caption, several "
+               "lines per image allowed) or on built-in scenes of coloured shapes.")
+
+
+def add_train_parser(train_sub) -> None:
+    p, data = common.add_task_parser(
+        train_sub, "caption", help="train an image captioner (Show-Attend-Tell)",
+        description=DESCRIPTION, files="folder with images and a captions TSV",
+        valid="a folder", n_train=10000, n_valid=300)
+    data.add_argument("--captions", default=CAPTIONS, help="the TSV's name in each folder")
+    model = p.add_argument_group("model")
+    images.add_image_args(data, model)
+    model.add_argument("--attention", choices=("soft", "hard", "none"), default="soft",
+                       help="soft (deterministic), hard (a sampled cell, REINFORCE) or none "
+                       "(the mean of the grid)")
+    model.add_argument("--no-gate", action="store_true", help="no gating scalar beta")
+    model.add_argument("--hidden", type=common.positive_int, default=256, help="LSTM size")
+    model.add_argument("--emb", type=common.positive_int, default=128)
+    model.add_argument("--attn-dim", type=common.positive_int, default=128)
+    model.add_argument("--dropout", type=float, default=0.1)
+    model.add_argument("--doubly-stochastic", type=float, default=1.0, metavar="LAMBDA",
+                       help="weight of sum_i (1 - sum_t alpha_ti)^2 (0: none)")
+    model.add_argument("--entropy-weight", type=float, default=0.01,
+                       help="hard attention: the entropy bonus")
+    common.add_training_args(p, steps=20000, batch_size=32, lr=1e-3, eval_every=500,
+                             label_smoothing=0.0)
+    p.set_defaults(run=run_train)
+
+
+def _data(args, size: int):
+    if args.train:
+        train = read_caption_folder(args.train, args.train / args.captions, size=size)
+        valid = (read_caption_folder(args.valid, args.valid / args.captions, size=size)
+                 if args.valid else [])
+        return train, valid
+    return images.built_in_scenes(args, size)
+
+
+def run_train(args) -> int:
+    torch.manual_seed(args.seed)
+    ck = common.existing_run(args, "caption")
+    model_config = ck.config["model"] if ck is not None else dict(
+        name="captioner", image_size=args.image_size, channels=list(args.channels),
+        hidden=args.hidden, emb=args.emb, attn_dim=args.attn_dim, attention=args.attention,
+        gate=not args.no_gate, dropout=args.dropout)
+    train, valid = _data(args, model_config["image_size"])
+    valid = common.held_out(train, valid, "images")
+    data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
+            images.scene_data(args))
+    task = CaptionTask(train, valid, model_config=model_config, batch_size=args.batch_size,
+                       seed=args.seed, label_smoothing=args.label_smoothing,
+                       teacher_forcing=common.teacher_forcing(args),
+                       doubly_stochastic=args.doubly_stochastic,
+                       entropy_weight=args.entropy_weight, data=data,
+                       vocab=WordVocab.from_json(ck.vocab) if ck is not None else None)
+    model = task.build_model().to(args.device)
+    if common.train_and_report(model, task, args, metric="bleu") is not None:
+        shown = task.valid[: max(args.plot, 5)]
+        captions = caption_images(model, task.words, [item.image for item in shown],
+                                  max_words=task.max_words)
+        for item, caption in list(zip(shown, captions))[:5]:
+            print(f"  {caption.texts[0]}" + ("" if caption.texts[0] in item.captions else
+                                             f"   (reference: {item.captions[0]})"))
+        _pictures([item.image for item in shown[: args.plot]], captions, args.out)
+    return 0
+
+
+def _pictures(pictures, captions, folder: Path) -> None:
+    for i, (image, caption) in enumerate(zip(pictures, captions)):
+        path = plot_caption(image, caption, folder / f"caption_{i}.png")
+        if path is not None:
+            print(f"  wrote {path}")
+
+
+def add_caption_parser(sub) -> None:
+    p = sub.add_parser("caption", help="caption images with a trained captioning checkpoint")
+    p.add_argument("--checkpoint", type=Path, required=True)
+    p.add_argument("images", nargs="+", type=Path,
+                   help="image files (any size and mode: resized to the model's image size)")
+    common.add_decoding_args(p, beam=1)
+    common.add_device_arg(p)
+    p.add_argument("--plot", type=Path, help="folder for one picture per caption: the "
+                   "attention of each word over the image")
+    p.set_defaults(run=run_caption)
+
+
+def run_caption(args) -> int:
+    model, ck = common.load_task_model(args.checkpoint, "caption", args.device)
+    vocab = WordVocab.from_json(ck.vocab)
+    pictures = [load_image(path, ck.config["model"]["image_size"]) for path in args.images]
+    if args.sample:
+        pictures = [image for image in pictures for _ in range(args.sample)]
+    captions = caption_images(model, vocab, pictures, max_words=ck.config["max_words"],
+                              decoding=common.decoding(args))
+    for caption in captions:
+        print(caption.texts[0])
+    if args.plot:
+        _pictures(pictures, captions, args.plot)
+    return 0
