@@ -12,12 +12,14 @@ from PIL import Image
 __all__ = ["plot_alignment", "plot_attention", "plot_image_attention"]
 
 
-def _as_2d_array(x, name: str = "weights", dims: str = "(Tq, Tk)") -> np.ndarray:
+def _as_array(x, name: str = "weights", dims: str = "(Tq, Tk)") -> np.ndarray:
+    """``x`` as a float32 array with as many dims as ``dims`` names, all finite."""
     if isinstance(x, torch.Tensor):
         x = x.detach().float().cpu().numpy()
     arr = np.asarray(x, dtype=np.float32)
-    if arr.ndim != 2:
-        raise ValueError(f"{name}: expected a 2-D {dims} array, got shape {arr.shape}")
+    ndim = dims.count(",") + 1
+    if arr.ndim != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-D {dims} array, got shape {arr.shape}")
     if not np.isfinite(arr).all():
         raise ValueError(f"{name}: expected finite values, got {int((~np.isfinite(arr)).sum())} "
                          "NaN or infinite entries")
@@ -49,7 +51,7 @@ def plot_attention(
     Returns:
         The path written.
     """
-    arr = _as_2d_array(weights)
+    arr = _as_array(weights)
     tq, tk = arr.shape
     x_len = _crop_len("x", x_labels, x_len, tk)
     y_len = _crop_len("y", y_labels, y_len, tq)
@@ -108,13 +110,13 @@ def plot_alignment(
     Returns:
         The path written.
     """
-    arr = _as_2d_array(weights)
+    arr = _as_array(weights)
     tq, s_all = arr.shape
     steps = _crop_len("x", None, steps, s_all)
     arr = arr[:, :steps]
     if labels is not None and len(labels) != tq:
         raise ValueError(f"labels: expected {tq} labels (one per output token), got {len(labels)}")
-    bg = _as_2d_array(background, "background", "(H, W)")
+    bg = _as_array(background, "background", "(H, W)")
     if marked is None:
         marked = sorted(set(np.linspace(0, tq - 1, min(tq, 8)).round().astype(int).tolist()))
     bad = [m for m in marked if not 0 <= m < tq]
@@ -191,14 +193,7 @@ def plot_image_attention(
         raise ValueError(f"image: expected a (3, H, W) or (H, W, 3) RGB image, got shape "
                          f"{pixels.shape}")
     pixels = pixels.astype(np.float32) / (255.0 if pixels.dtype == np.uint8 else 1.0)
-    if isinstance(maps, torch.Tensor):
-        maps = maps.detach().float().cpu().numpy()
-    maps = np.asarray(maps, dtype=np.float32)
-    if maps.ndim != 3:
-        raise ValueError(f"maps: expected a 3-D (N, h, w) array, got shape {maps.shape}")
-    if not np.isfinite(maps).all():
-        raise ValueError(f"maps: expected finite values, got {int((~np.isfinite(maps)).sum())} "
-                         "NaN or infinite entries")
+    maps = _as_array(maps, "maps", "(N, h, w)")
     if len(labels) != maps.shape[0]:
         raise ValueError(f"labels: expected {maps.shape[0]} labels (one per map), got "
                          f"{len(labels)}")

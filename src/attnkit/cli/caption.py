@@ -16,13 +16,9 @@ DESCRIPTION = ("Train on your folder of images (captions.tsv of filename<TAB>cap
 
 
 def add_train_parser(train_sub) -> None:
-    p, data = common.add_task_parser(
+    p, model = images.add_train_parser(
         train_sub, "caption", help="train an image captioner (Show-Attend-Tell)",
-        description=DESCRIPTION, files="folder with images and a captions TSV",
-        valid="a folder", n_train=10000, n_valid=300)
-    data.add_argument("--captions", default=CAPTIONS, help="the TSV's name in each folder")
-    model = p.add_argument_group("model")
-    images.add_image_args(data, model)
+        description=DESCRIPTION, tsv=CAPTIONS)
     model.add_argument("--attention", choices=("soft", "hard", "none"), default="soft",
                        help="soft (deterministic), hard (a sampled cell, REINFORCE) or none "
                        "(the mean of the grid)")
@@ -40,15 +36,6 @@ def add_train_parser(train_sub) -> None:
     p.set_defaults(run=run_train)
 
 
-def _data(args, size: int):
-    if args.train:
-        train = read_caption_folder(args.train, args.train / args.captions, size=size)
-        valid = (read_caption_folder(args.valid, args.valid / args.captions, size=size)
-                 if args.valid else [])
-        return train, valid
-    return images.built_in_scenes(args, size)
-
-
 def run_train(args) -> int:
     torch.manual_seed(args.seed)
     ck = common.existing_run(args, "caption")
@@ -56,15 +43,15 @@ def run_train(args) -> int:
         name="captioner", image_size=args.image_size, channels=list(args.channels),
         hidden=args.hidden, emb=args.emb, attn_dim=args.attn_dim, attention=args.attention,
         gate=not args.no_gate, dropout=args.dropout)
-    train, valid = _data(args, model_config["image_size"])
-    valid = common.held_out(train, valid, "images")
-    data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
-            images.scene_data(args))
+    size = model_config["image_size"]
+    train, valid = (images.user_data(args, size, read_caption_folder) if args.train else
+                    images.built_in_scenes(args, size))
+    valid = common.held_out(train, valid or [], "images")
     task = CaptionTask(train, valid, model_config=model_config, batch_size=args.batch_size,
                        seed=args.seed, label_smoothing=args.label_smoothing,
                        teacher_forcing=common.teacher_forcing(args),
                        doubly_stochastic=args.doubly_stochastic,
-                       entropy_weight=args.entropy_weight, data=data,
+                       entropy_weight=args.entropy_weight, data=images.data_config(args),
                        vocab=WordVocab.from_json(ck.vocab) if ck is not None else None)
     model = task.build_model().to(args.device)
     if common.train_and_report(model, task, args, metric="bleu") is not None:
@@ -79,10 +66,8 @@ def run_train(args) -> int:
 
 
 def _pictures(pictures, captions, folder: Path) -> None:
-    for i, (image, caption) in enumerate(zip(pictures, captions)):
-        path = plot_caption(image, caption, folder / f"caption_{i}.png")
-        if path is not None:
-            print(f"  wrote {path}")
+    images.write_pictures(plot_caption(image, caption, folder / f"caption_{i}.png")
+                          for i, (image, caption) in enumerate(zip(pictures, captions)))
 
 
 def add_caption_parser(sub) -> None:

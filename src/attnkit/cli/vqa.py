@@ -19,13 +19,9 @@ DESCRIPTION = ("Train on your folder of images (questions.tsv of filename<TAB>qu
 
 
 def add_train_parser(train_sub) -> None:
-    p, data = common.add_task_parser(
+    p, model = images.add_train_parser(
         train_sub, "vqa", help="train a visual question answerer (stacked attention network)",
-        description=DESCRIPTION, files="folder with images and a questions TSV",
-        valid="a folder", n_train=10000, n_valid=300)
-    data.add_argument("--questions", default=QUESTIONS, help="the TSV's name in each folder")
-    model = p.add_argument_group("model")
-    images.add_image_args(data, model)
+        description=DESCRIPTION, tsv=QUESTIONS)
     model.add_argument("--model", choices=("san", "none"), default="san",
                        help="san: stacked attention; none: CNN and LSTM features concatenated")
     model.add_argument("--hops", type=common.positive_int, default=2, help="san: attention hops")
@@ -41,10 +37,7 @@ def add_train_parser(train_sub) -> None:
 
 def _data(args, size: int):
     if args.train:
-        train = read_question_folder(args.train, args.train / args.questions, size=size)
-        valid = (read_question_folder(args.valid, args.valid / args.questions, size=size)
-                 if args.valid else ([], []))
-        return train, valid
+        return images.user_data(args, size, read_question_folder)
     train, valid = images.built_in_scenes(args, size)
     return question_set(train, "train"), question_set(valid, "valid")
 
@@ -57,10 +50,8 @@ def run_train(args) -> int:
         hops=args.hops, emb=args.emb, hidden=args.hidden, attn_dim=args.attn_dim,
         dropout=args.dropout)
     train, valid = _data(args, model_config["image_size"])
-    if not valid[1]:
+    if valid is None:
         valid = (train[0], common.held_out(train[1], [], "questions"))
-    data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
-            images.scene_data(args))
     words = answers = None
     if ck is not None:
         words, answers = WordVocab.from_json(ck.vocab["words"]), ck.vocab["answers"]
@@ -68,7 +59,7 @@ def run_train(args) -> int:
         answers = ANSWERS
     task = VqaTask(train, valid, model_config=model_config, words=words, answers=answers,
                    batch_size=args.batch_size, seed=args.seed,
-                   label_smoothing=args.label_smoothing, data=data)
+                   label_smoothing=args.label_smoothing, data=images.data_config(args))
     model = task.build_model().to(args.device)
     if common.train_and_report(model, task, args) is not None:
         pictures, questions = task.valid
@@ -84,10 +75,8 @@ def run_train(args) -> int:
 
 
 def _pictures(asked, found, folder: Path) -> None:
-    for i, ((image, question), answer) in enumerate(zip(asked, found)):
-        path = plot_answer(image, question, answer, folder / f"answer_{i}.png")
-        if path is not None:
-            print(f"  wrote {path}")
+    images.write_pictures(plot_answer(image, question, answer, folder / f"answer_{i}.png")
+                          for i, ((image, question), answer) in enumerate(zip(asked, found)))
 
 
 def add_ask_parser(sub) -> None:
