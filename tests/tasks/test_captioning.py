@@ -139,3 +139,12 @@ def test_images_of_another_size_or_without_captions_are_named(scenes):
     empty = CaptionedImage(scenes[0].image, (), "y.png")
     with pytest.raises(DataError, match=r"train\[0\]: expected non-empty captions"):
         CaptionTask([empty], [], model_config=MODEL)
+
+
+def test_pictures_of_validation_images(scenes, tmp_path):
+    soft = CaptionTask(scenes, scenes[:3], model_config=MODEL)
+    paths = soft.pictures(soft.build_model(), tmp_path, 2)
+    assert [p.name for p in paths] == ["caption_0.png", "caption_1.png"]
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths)
+    none = CaptionTask(scenes, scenes[:3], model_config={**MODEL, "attention": "none"})
+    assert none.pictures(none.build_model(), tmp_path / "none", 2) == []

@@ -95,3 +95,11 @@ def test_bad_data_is_named(data):
         VqaTask((small, train[1][:1]), valid, model_config=MODEL)
     with pytest.raises(ValueError, match="train: expected at least one question"):
         VqaTask((train[0], []), valid, model_config=MODEL)
+
+
+def test_pictures_of_validation_questions(data, tmp_path):
+    san = VqaTask(*data, model_config=MODEL)
+    paths = san.pictures(san.build_model(), tmp_path, 3)
+    assert [p.name for p in paths] == ["answer_0.png", "answer_1.png", "answer_2.png"]
+    none = VqaTask(*data, model_config={**MODEL, "kind": "none"})
+    assert none.pictures(none.build_model(), tmp_path / "none", 3) == []

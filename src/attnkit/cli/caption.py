@@ -9,7 +9,7 @@ import torch
 from attnkit.cli import common, images
 from attnkit.data import WordVocab, load_image, read_caption_folder
 from attnkit.data.images import CAPTIONS
-from attnkit.tasks.captioning import CaptionTask, caption_images, plot_caption
+from attnkit.tasks.captioning import CaptionTask, caption_images, plot_captions
 
 DESCRIPTION = ("Train on your folder of images (captions.tsv of filename<TAB>caption, several "
                "lines per image allowed) or on built-in scenes of coloured shapes.")
@@ -61,13 +61,9 @@ def run_train(args) -> int:
         for item, caption in list(zip(shown, captions))[:5]:
             print(f"  {caption.texts[0]}" + ("" if caption.texts[0] in item.captions else
                                              f"   (reference: {item.captions[0]})"))
-        _pictures([item.image for item in shown[: args.plot]], captions, args.out)
+        images.say_written(plot_captions([item.image for item in shown[: args.plot]], captions,
+                                         args.out))
     return 0
-
-
-def _pictures(pictures, captions, folder: Path) -> None:
-    images.write_pictures(plot_caption(image, caption, folder / f"caption_{i}.png")
-                          for i, (image, caption) in enumerate(zip(pictures, captions)))
 
 
 def add_caption_parser(sub) -> None:
@@ -83,15 +79,13 @@ def add_caption_parser(sub) -> None:
 
 
 def run_caption(args) -> int:
+    decoding = common.decoding(args)
     model, ck = common.load_task_model(args.checkpoint, "caption", args.device)
     vocab = WordVocab.from_json(ck.vocab)
     pictures = [load_image(path, ck.config["model"]["image_size"]) for path in args.images]
-    if args.sample:
-        pictures = [image for image in pictures for _ in range(args.sample)]
     captions = caption_images(model, vocab, pictures, max_words=ck.config["max_words"],
-                              decoding=common.decoding(args))
-    for caption in captions:
-        print(caption.texts[0])
+                              decoding=decoding)
+    common.print_outputs(captions, args)
     if args.plot:
-        _pictures(pictures, captions, args.plot)
+        images.say_written(plot_captions(pictures, captions, args.plot))
     return 0

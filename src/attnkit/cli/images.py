@@ -70,9 +70,7 @@ def data_config(args) -> dict:
             "min_objects": args.min_objects, "max_objects": args.max_objects}
 
 
-def write_pictures(drawn) -> None:
-    """Say where each picture went: ``drawn`` yields paths, or None where a model has no
-    attention to draw."""
-    for path in drawn:
-        if path is not None:
-            print(f"  wrote {path}")
+def say_written(paths) -> None:
+    """Say where each picture went."""
+    for path in paths:
+        print(f"  wrote {path}")

@@ -11,7 +11,7 @@ from attnkit.cli import common, images
 from attnkit.data import DataError, WordVocab, load_image, question_set, read_question_folder
 from attnkit.data.images import QUESTIONS
 from attnkit.data.scenes import ANSWERS
-from attnkit.tasks.vqa import VqaTask, answer_questions, plot_answer
+from attnkit.tasks.vqa import VqaTask, answer_questions, plot_answers
 from attnkit.tokens import SPECIALS
 
 DESCRIPTION = ("Train on your folder of images (questions.tsv of filename<TAB>question<TAB>"
@@ -69,14 +69,9 @@ def run_train(args) -> int:
         for q, a in list(zip(shown, found))[:5]:
             print(f"  {q.question}  ->  {a.answer}"
                   + ("" if a.answer == q.answer else f"   (reference: {q.answer})"))
-        _pictures([(pictures[q.image], q.question) for q in shown[: args.plot]], found,
-                  args.out)
+        asked = [(pictures[q.image], q.question) for q in shown[: args.plot]]
+        images.say_written(plot_answers(asked, found, args.out))
     return 0
-
-
-def _pictures(asked, found, folder: Path) -> None:
-    images.write_pictures(plot_answer(image, question, answer, folder / f"answer_{i}.png")
-                          for i, ((image, question), answer) in enumerate(zip(asked, found)))
 
 
 def add_ask_parser(sub) -> None:
@@ -108,5 +103,5 @@ def run_ask(args) -> int:
     for answer in found:
         print(answer.answer)
     if args.plot:
-        _pictures(asked, found, args.plot)
+        images.say_written(plot_answers(asked, found, args.plot))
     return 0

@@ -34,15 +34,15 @@ from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
 __all__ = ["Caption", "CaptionTask", "attention_on_objects", "caption_images", "caption_metrics",
-           "check_images", "plot_caption", "scene_metrics"]
+           "check_images", "plot_caption", "plot_captions", "scene_metrics"]
 
 EXTRA_WORDS = 5  # decoded captions may be this much longer than the longest training caption
 
 
 class Caption(NamedTuple):
-    """One image's captions, best first (one, or beam search's n-best, or sampled ones), and
-    the attention ``weights`` ``(n, L)`` of the best one's ``n`` words (EOS included) over
-    the grid's ``L`` cells (None without attention)."""
+    """One image's captions, best first (one, or beam search's n-best, or the sampled ones
+    ranked by model score), and the attention ``weights`` ``(n, L)`` of the best one's ``n``
+    words (EOS included) over the grid's ``L`` cells (None without attention)."""
 
     texts: list[str]
     weights: torch.Tensor | None
@@ -161,6 +161,15 @@ def plot_caption(image: torch.Tensor, caption: Caption, path: str | Path, *,
     return plot_image_attention(image, maps, labels, path, title=title or caption.texts[0])
 
 
+def plot_captions(images: Sequence[torch.Tensor], captions: Sequence[Caption],
+                  folder: str | Path) -> list[Path]:
+    """:func:`plot_caption` of each image as ``folder/caption_<i>.png``; the paths written
+    (none for a model without attention)."""
+    drawn = (plot_caption(image, caption, Path(folder) / f"caption_{i}.png")
+             for i, (image, caption) in enumerate(zip(images, captions)))
+    return [path for path in drawn if path is not None]
+
+
 class CaptionTask:
     """Batches, loss and metrics for captioned images.
 
@@ -257,6 +266,12 @@ class CaptionTask:
         if self.valid and all(isinstance(item, Scene) for item in self.valid):
             metrics.update(scene_metrics(self.valid, captions))
         return metrics
+
+    def pictures(self, model: Captioner, folder: Path, n: int) -> list[Path]:
+        """Attention pictures of the first ``n`` validation images in ``folder``."""
+        images = [item.image for item in self.valid[:n]]
+        return plot_captions(images, caption_images(model, self.words, images,
+                                                    max_words=self.max_words), folder)
 
     def config(self) -> dict:
         return {"task": "caption", "model": self.model_config, "data": self.data,

@@ -27,7 +27,7 @@ from attnkit.tasks.batching import length_batches
 from attnkit.train import Batches
 
 __all__ = ["Answer", "VqaTask", "answer_questions", "check_questions", "plot_answer",
-           "vqa_metrics"]
+           "plot_answers", "vqa_metrics"]
 
 QuestionSet = tuple[Sequence[torch.Tensor], Sequence[ImageQuestion]]
 
@@ -121,6 +121,15 @@ def plot_answer(image: torch.Tensor, question: str, answer: Answer, path: str | 
                                 title=f"{question} -> {answer.answer}")
 
 
+def plot_answers(asked: Sequence[tuple[torch.Tensor, str]], answers: Sequence[Answer],
+                 folder: str | Path) -> list[Path]:
+    """:func:`plot_answer` of each ``(image, question)`` as ``folder/answer_<i>.png``; the paths
+    written (none for a model without attention)."""
+    drawn = (plot_answer(image, question, answer, Path(folder) / f"answer_{i}.png")
+             for i, ((image, question), answer) in enumerate(zip(asked, answers)))
+    return [path for path in drawn if path is not None]
+
+
 class VqaTask:
     """Batches, loss and metrics for questions about images.
 
@@ -192,6 +201,13 @@ class VqaTask:
                                  [(images[q.image], q.question) for q in questions])
         return vqa_metrics([a.answer for a in found], [q.answer for q in questions],
                            [q.type for q in questions])
+
+    def pictures(self, model: VQA, folder: Path, n: int) -> list[Path]:
+        """Attention pictures of the first ``n`` validation questions in ``folder``."""
+        images, questions = self.valid
+        asked = [(images[q.image], q.question) for q in questions[:n]]
+        return plot_answers(asked, answer_questions(model, self.words, self.answers, asked),
+                            folder)
 
     def config(self) -> dict:
         return {"task": "vqa", "model": self.model_config, "data": self.data,
