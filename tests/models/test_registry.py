@@ -5,7 +5,17 @@ import json
 import pytest
 import torch
 
-from attnkit.models import CRNN, LAS, MODELS, Seq2Seq, Transformer, build_model, model_config
+from attnkit.models import (
+    CRNN,
+    LAS,
+    MODELS,
+    VQA,
+    Captioner,
+    Seq2Seq,
+    Transformer,
+    build_model,
+    model_config,
+)
 from attnkit.models.registry import Model
 
 BUILT = [
@@ -14,11 +24,15 @@ BUILT = [
     lambda: Transformer(10, 12, d_model=16, heads=2, layers=1),
     lambda: CRNN(12, channels=(4, 4, 8, 8, 8), hidden=8, attention="window", window=3),
     lambda: LAS(10, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8),
+    lambda: Captioner(9, image_size=16, channels=(4, 8), hidden=8, emb=8, attn_dim=8,
+                      attention="hard"),
+    lambda: VQA(9, 5, image_size=16, channels=(4, 8), emb=8, hidden=8, attn_dim=8, hops=3),
+    lambda: VQA(9, 5, image_size=16, channels=(4, 8), emb=8, hidden=8, kind="none"),
 ]
 
 
 def test_every_model_is_registered_by_its_name():
-    assert {"seq2seq", "transformer", "crnn", "las"} <= set(MODELS)
+    assert {"seq2seq", "transformer", "crnn", "las", "captioner", "vqa"} <= set(MODELS)
     assert MODELS["las"] is LAS and LAS.model_name == "las"
 
 
@@ -44,8 +58,8 @@ def test_config_records_defaults_and_positional_arguments():
 
 @pytest.mark.parametrize("config, match", [
     ([], "model config: expected a dict, got list"),
-    ({"kind": "bahdanau"}, "model config: 'name' must be one of crnn, las, seq2seq, "
-                           "transformer, got None"),
+    ({"kind": "bahdanau"}, "model config: 'name' must be one of captioner, crnn, las, seq2seq, "
+                           "transformer, vqa, got None"),
     ({"name": "gpt"}, "'name' must be one of .*got 'gpt'"),
     ({"name": "seq2seq", "src_vocab": 5, "tgt_vocab": 5, "hiden": 3, "x": 1},
      "model config: seq2seq takes no argument hiden, x"),
