@@ -123,6 +123,8 @@ class LAS(Model, name="las"):
         attn_dim: additive/location attention size (default ``hidden``).
         ctc: add a CTC head on the listener output (see :meth:`forward`).
         dropout: in the listener (between layers) and the speller.
+        alignment, alignment_options: the speller's alignment (``"softmax"`` of the score, or
+            monotonic, MoChA, local-p, GMM: :class:`attnkit.models.AttentionDecoder`).
 
     Shape:
         - ``forward(features (B, T, F), lengths (B,), tgt_in (B, U))`` -> logits
@@ -141,13 +143,16 @@ class LAS(Model, name="las"):
     def __init__(self, vocab: int, *, features: int = 80, listener_hidden: int = 256,
                  hidden: int = 256, emb: int = 64, layers: int = 1, score: str = "location",
                  key_value_dim: int = 128, attn_dim: int | None = None, ctc: bool = False,
-                 dropout: float = 0.0):
+                 dropout: float = 0.0, alignment: str = "softmax",
+                 alignment_options: dict | None = None):
         super().__init__()
         check_positive_int("vocab", vocab)
         self.listener = Listener(features, listener_hidden, dropout=dropout)
         self.speller = AttentionDecoder(vocab, self.listener.output_dim, hidden=hidden, emb=emb,
                                         score=score, layers=layers, key_value_dim=key_value_dim,
-                                        attn_dim=attn_dim, dropout=dropout)
+                                        attn_dim=attn_dim, dropout=dropout,
+                                        alignment=alignment,
+                                        alignment_options=alignment_options)
         self.ctc_head = (nn.Linear(self.listener.output_dim, CTC_LABELS_PER_STEP * vocab)
                          if ctc else None)
 
