@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attnkit.decoding.ctc_prefix import joint_decode
 from attnkit.decoding.search import Hypotheses, beam_search, greedy, sample
 from attnkit.tokens import BOS, EOS, PAD
 
@@ -33,7 +34,11 @@ class Decoding:
     Greedy by default; ``beam > 1`` (or any beam option) runs batched beam search, ranked by
     ``log P / lp(|Y|) + cp`` with Wu et al. (2016)'s ``length_penalty`` (alpha) and
     ``coverage_penalty`` (beta), ``no_repeat_ngram`` forbidding repeated n-grams and ``n_best``
-    hypotheses per input; ``sample=True`` draws each token from the model's distribution
+    hypotheses per input. ``ctc_weight`` (lambda in [0, 1]) adds the CTC prefix scores of the
+    model's CTC head to the beam's scores and lets CTC decide where outputs end (joint
+    CTC/attention decoding, :mod:`attnkit.decoding.ctc_prefix`); ``lm_weight`` adds a language
+    model's log-probabilities (shallow fusion; :func:`decode` takes the model). ``sample=True``
+    draws each token from the model's distribution
     (``temperature``, ``top_k``, nucleus ``top_p``; ``seed`` makes the draws repeatable).
 
     Example:
@@ -55,6 +60,8 @@ class Decoding:
     top_k: int | None = None
     top_p: float | None = None
     seed: int | None = None
+    ctc_weight: float = 0.0
+    lm_weight: float = 0.0
 
     def __post_init__(self):
         _check("beam", self.beam, _is_int(self.beam) and self.beam >= 1, "a positive int")
@@ -66,12 +73,17 @@ class Decoding:
             value = getattr(self, name)
             _check(name, value, isinstance(value, (int, float)) and value >= 0,
                    "a non-negative number")
+        _check("ctc_weight", self.ctc_weight, isinstance(self.ctc_weight, (int, float))
+               and 0 <= self.ctc_weight <= 1, "a number in [0, 1]")
+        _check("lm_weight", self.lm_weight, isinstance(self.lm_weight, (int, float))
+               and self.lm_weight >= 0, "a non-negative number")
         if self.sample and self._beam_options():
             raise ValueError(f"sample: draws one token at a time, not with beam={self.beam}"
                              + ("" if self.beam > 1 else " and beam options"))
 
     def _beam_options(self) -> bool:
-        beam_only = (self.length_penalty, self.coverage_penalty, self.no_repeat_ngram)
+        beam_only = (self.length_penalty, self.coverage_penalty, self.no_repeat_ngram,
+                     self.ctc_weight, self.lm_weight)
         return self.beam > 1 or any(beam_only)
 
     @property
@@ -91,7 +103,7 @@ class Decoding:
 
 def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
            decoding: Decoding | None = None, generator: torch.Generator | None = None,
-           bos: int = BOS, eos: int = EOS, pad: int = PAD) -> Hypotheses:
+           bos: int = BOS, eos: int = EOS, pad: int = PAD, lm=None) -> Hypotheses:
     """Decode a batch: ``model.start(inputs, lengths)``, then the steps ``decoding`` asks for.
 
     Args:
@@ -100,14 +112,22 @@ def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
             model's device.
         max_len: output tokens at most (EOS included): an int or ``(B,)`` per example.
         decoding: how (default greedy); generator: the random draws of ``sample``.
+        lm: the language model of ``decoding.lm_weight`` (``start(B, device) -> state``,
+            ``step(tokens, state)`` like a decoder's).
 
     Returns:
         :class:`Hypotheses` (with an ``n_best`` dim when ``decoding.n_best > 1``).
     """
     decoding = decoding or Decoding()
-    state = model.start(inputs, lengths)
     kw = {"batch_size": int(lengths.shape[0]), "bos": bos, "eos": eos, "pad": pad,
           "max_len": max_len, "device": lengths.device}
+    if decoding.ctc_weight or decoding.lm_weight:
+        return joint_decode(model, inputs, lengths, beam=decoding.beam,
+                            ctc_weight=decoding.ctc_weight, lm=lm, lm_weight=decoding.lm_weight,
+                            alpha=decoding.length_penalty, beta=decoding.coverage_penalty,
+                            no_repeat_ngram=decoding.no_repeat_ngram, n_best=decoding.n_best,
+                            **kw)
+    state = model.start(inputs, lengths)
     if decoding.method == "sample":
         return sample(model.step, state, temperature=decoding.temperature, top_k=decoding.top_k,
                       top_p=decoding.top_p, generator=generator, **kw)

@@ -192,3 +192,19 @@ class CRNN(Model, name="crnn"):
         """Attention head: tokens ``(N,)`` -> log-probs ``(N, V)``, state, weights ``(N, T)``."""
         return self.decoder.step(tokens, state)
 
+    @property
+    def has_ctc(self) -> bool:
+        """True for the attention head with an auxiliary CTC head (joint CTC/attention
+        decoding can score with it)."""
+        return self.head_kind == "attention" and self.aux_ctc
+
+    def start_joint(self, images: torch.Tensor, widths: torch.Tensor):
+        """Encode once: the decoder's state, the CTC head's log-probs ``(B, T, V)`` and steps
+        ``(B,)`` (for :mod:`attnkit.decoding.ctc_prefix`)."""
+        if not self.has_ctc:
+            raise ValueError("model: joint decoding needs the attention head with an auxiliary "
+                             f"CTC head (ctc=True), got head={self.head_kind!r}, "
+                             f"ctc={self.aux_ctc}")
+        feats, steps = self.encode(images, widths)
+        return self.decoder.start(feats, steps), F.log_softmax(self.classifier(feats), -1), steps
+

@@ -167,6 +167,26 @@ class LAS(Model, name="las"):
         """One character: tokens ``(N,)`` -> log-probs ``(N, V)``, state, weights ``(N, S)``."""
         return self.speller.step(tokens, state)
 
+    @property
+    def has_ctc(self) -> bool:
+        """True with a CTC head (joint CTC/attention decoding can score with it)."""
+        return self.ctc_head is not None
+
+    def start_joint(self, features: torch.Tensor, lengths: torch.Tensor):
+        """Listen once: the speller's state, the CTC head's log-probs ``(B, 4S, V)`` and its
+        frames ``(B,)`` (for :mod:`attnkit.decoding.ctc_prefix`)."""
+        if not self.has_ctc:
+            raise ValueError("model: this LAS was built without a CTC head (ctc=False)")
+        memory, mem_lengths = self.listener(features, lengths)
+        log_probs, ctc_lengths = self._ctc(memory, mem_lengths)
+        return self.speller.start(memory, mem_lengths), log_probs, ctc_lengths
+
+    def _ctc(self, memory: torch.Tensor, mem_lengths: torch.Tensor):
+        """CTC log-probs ``(B, 4S, V)``: listener step ``j`` gives frames ``4j .. 4j + 3``."""
+        b, s = memory.shape[:2]
+        ctc = self.ctc_head(memory).reshape(b, CTC_LABELS_PER_STEP * s, -1)  # (B, 4S, V)
+        return F.log_softmax(ctc, dim=-1), CTC_LABELS_PER_STEP * mem_lengths
+
     # ------------------------------------------------------------------ training
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor, tgt_in: torch.Tensor, *,
@@ -187,10 +207,8 @@ class LAS(Model, name="las"):
                                        teacher_forcing=teacher_forcing, generator=generator)
         if not with_ctc:
             return logits, weights
-        b, s = memory.shape[:2]
-        ctc = self.ctc_head(memory).reshape(b, CTC_LABELS_PER_STEP * s, -1)  # (B, 4S, V)
-        ctc = F.log_softmax(ctc, dim=-1).transpose(0, 1)  # (4S, B, V)
-        return logits, weights, (ctc, CTC_LABELS_PER_STEP * mem_lengths)
+        log_probs, ctc_lengths = self._ctc(memory, mem_lengths)
+        return logits, weights, (log_probs.transpose(0, 1), ctc_lengths)  # (4S, B, V)
 
     def language_model(self, tgt_in: torch.Tensor) -> torch.Tensor:
         """The speller alone as a character LM: logits ``(B, U, V)`` of ``tgt_in (B, U)``.
