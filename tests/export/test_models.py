@@ -193,7 +193,7 @@ def test_export_refuses_bad_arguments_and_writes_nothing(tmp_path):
                                          "got Linear"):
         export_onnx(torch.nn.Linear(2, 2), out, task="t", vocab={}, max_len=MAX_LEN)
     aligned = LAS(10, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8,
-                  score="additive", alignment="monotonic")
+                  alignment="monotonic")
     with pytest.raises(ValueError, match="model: its decoder's monotonic alignment is not "
                                          "exported"):
         export_onnx(aligned, out, task="t", vocab={}, max_len=MAX_LEN)

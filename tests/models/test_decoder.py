@@ -90,7 +90,6 @@ def test_greedy_and_beam_run_on_the_step():
     (dict(key_value_dim=0), "key_value_dim: expected a positive int"),
     (dict(score="bilinear"), "score"),
     (dict(alignment="ctc"), "alignment: expected one of softmax, "),
-    (dict(alignment="gmm", score="dot"), "score: alignment 'gmm' has its own energy"),
     (dict(alignment_options={"chunk": 2}), "alignment_options: only for an alignment other"),
     (dict(alignment="gmm", alignment_options={"chunk": 2}),
      "alignment_options: {'chunk': 2} do not fit alignment 'gmm'"),

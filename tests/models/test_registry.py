@@ -15,7 +15,7 @@ BUILT = [
     lambda: CRNN(12, channels=(4, 4, 8, 8, 8), hidden=8, attention="window", window=3),
     lambda: LAS(10, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8),
     lambda: LAS(10, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8,
-                score="additive", alignment="mocha", alignment_options={"chunk": 3}),
+                alignment="mocha", alignment_options={"chunk": 3}),
     lambda: CRNN(12, channels=(4, 4, 8, 8, 8), hidden=8, head="attention", ctc=True,
                  dec_score="location", dec_alignment="softmax"),
 ]

@@ -32,7 +32,7 @@ __all__ = ["ALIGNMENT_CHOICES", "AttentionDecoder"]
 CELLS = {"lstm": nn.LSTMCell, "gru": nn.GRUCell}
 SAME_SIZE_SCORES = ("dot", "scaled_dot", "cosine")
 ALIGNMENT_CHOICES = ("softmax", *ALIGNMENTS)
-OWN_ENERGY = ("monotonic", "mocha", "gmm")  # alignments that read no `score`
+SCORED = ("softmax", "local_p")  # the attentions that read `score`
 
 
 class AttentionDecoder(nn.Module):
@@ -49,8 +49,9 @@ class AttentionDecoder(nn.Module):
             ``phi``/``psi``); default: keys = values = memory.
         attn_dim: additive/location (and monotonic/MoChA energy) hidden size (default ``H``).
         alignment: ``"softmax"`` (the score's softmax, :class:`attnkit.Attention`) or one of
-            :data:`attnkit.attention.ALIGNMENTS`; ``score`` is local-p's content score, and
-            must stay ``"additive"`` for monotonic, MoChA and GMM (their own energies).
+            :data:`attnkit.attention.ALIGNMENTS`. ``score`` is the softmax's and local-p's
+            content score; monotonic, MoChA and GMM compute their own energies and do not
+            read it.
         alignment_options: keyword arguments of the alignment module (e.g. ``{"chunk": 4}``
             for MoChA, ``{"half_width": 8}`` for local-p, ``{"components": 5}`` for GMM).
         dropout: on embeddings and before the output layer.
@@ -89,9 +90,13 @@ class AttentionDecoder(nn.Module):
             kv = check_positive_int("key_value_dim", key_value_dim)
             self.key_proj, self.value_proj = nn.Linear(memory_dim, kv), nn.Linear(memory_dim, kv)
         self.key_value_dim = key_value_dim
-        if score in SAME_SIZE_SCORES and hidden != kv:
+        if alignment not in ALIGNMENT_CHOICES:
+            raise ValueError(f"alignment: expected one of {', '.join(ALIGNMENT_CHOICES)}, "
+                             f"got {alignment!r}")
+        same_size = score in SAME_SIZE_SCORES and alignment in SCORED
+        if same_size and hidden != kv:
             self.query_proj = nn.Linear(hidden, kv, bias=False)  # dot scores need Dq == Dk
-        query_dim = kv if score in SAME_SIZE_SCORES else hidden
+        query_dim = kv if same_size else hidden
         self.attention = _attention(alignment, alignment_options, query_dim, kv, score,
                                     attn_dim or hidden)
         self.aligned = alignment != "softmax"
@@ -196,9 +201,6 @@ def _attention(alignment: str, options: dict | None, query_dim: int, kv: int, sc
                attn_dim: int) -> nn.Module:
     """The decoder's attention: :class:`attnkit.Attention` with ``score`` for ``"softmax"``,
     else the alignment module with ``options``."""
-    if alignment not in ALIGNMENT_CHOICES:
-        raise ValueError(f"alignment: expected one of {', '.join(ALIGNMENT_CHOICES)}, "
-                         f"got {alignment!r}")
     options = dict(options or {})
     if alignment == "softmax":
         if options:
@@ -206,9 +208,6 @@ def _attention(alignment: str, options: dict | None, query_dim: int, kv: int, sc
                              f"got {options!r}")
         extra = {"attn_dim": attn_dim} if score in ("additive", "location") else {}
         return Attention(query_dim, kv, kv, score=score, **extra)
-    if alignment in OWN_ENERGY and score != "additive":
-        raise ValueError(f"score: alignment {alignment!r} has its own energy; leave score at "
-                         f"'additive', got {score!r}")
     if alignment in ("monotonic", "mocha"):
         options.setdefault("attn_dim", attn_dim)
     if alignment == "local_p":
