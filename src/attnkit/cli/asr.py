@@ -9,6 +9,12 @@ import torch
 
 from attnkit.attention.scores import SCORES
 from attnkit.cli import common
+from attnkit.cli.alignment import (
+    add_alignment_args,
+    add_joint_args,
+    alignment_config,
+    joint_decoding,
+)
 from attnkit.data import (
     DataError,
     SpeechSet,
@@ -54,7 +60,9 @@ def add_train_parser(train_sub) -> None:
     model.add_argument("--layers", type=int, choices=(1, 2), default=1,
                        help="speller LSTMCells")
     model.add_argument("--score", choices=SCORES, default="location",
-                       help="the speller's attention score (default location)")
+                       help="the speller's attention score (default location; softmax and "
+                            "local_p alignments)")
+    add_alignment_args(model)
     model.add_argument("--key-value-dim", type=common.positive_int, default=128)
     model.add_argument("--attn-dim", type=common.positive_int, help="additive/location attention size "
                        "(default --hidden)")
@@ -98,7 +106,8 @@ def run_train(args) -> int:
             {"built_in": list(args.kinds), "n_train": args.n_train, "n_valid": args.n_valid,
              "normalize": True})
     model_config = ck.config["model"] if ck is not None else {
-        "name": "las", **{k: getattr(args, k) for k in MODEL_OPTIONS}}
+        "name": "las", **{k: getattr(args, k) for k in MODEL_OPTIONS},
+        **alignment_config(args)}
     task = SpeechTask(train, valid, model_config=model_config, batch_size=args.batch_size,
                       seed=args.seed, label_smoothing=args.label_smoothing,
                       teacher_forcing=common.teacher_forcing(args), ctc_weight=args.ctc_weight,
@@ -150,6 +159,7 @@ def add_transcribe_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("wav", type=Path, nargs="+", help="16-bit PCM WAV files (any rate)")
     common.add_decoding_args(p, beam=5)
+    add_joint_args(p)
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one alignment picture per file")
     p.set_defaults(run=run_transcribe)
@@ -176,7 +186,8 @@ def run_transcribe(args) -> int:
     features = [wav_features(path) for path in args.wav]
     if args.sample:
         features = [f for f in features for _ in range(args.sample)]
-    outs, raws = transcribe(model, vocab, features, decoding=common.decoding(args))
+    outs, raws = transcribe(model, vocab, features,
+                            decoding=joint_decoding(args, common.decoding(args)))
     for text in outs:
         print(text)
     if args.plot:
