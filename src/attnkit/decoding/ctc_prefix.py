@@ -33,11 +33,27 @@ import torch
 from attnkit.decoding.search import beam_search
 from attnkit.tokens import BOS, EOS, PAD
 
+# The smallest log-probability a frame gives a label (frames past an input's end give every
+# label this): -inf would make the scans' cumulative sums -inf and their differences NaN. A
+# score below LOG_FLOOR / 2 went through such a frame: it is reported as -inf.
+LOG_FLOOR = -1e10
+
 __all__ = ["CTCPrefixScorer", "joint_decode", "joint_step", "prefix_scores_loop"]
 
 
-def _lse(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.logaddexp(a, b)
+def _impossible(scores: torch.Tensor) -> torch.Tensor:
+    """``scores`` with those that needed a frame past the input's end as -inf."""
+    return scores.masked_fill(scores < LOG_FLOOR / 2, -math.inf)
+
+
+def _linear_scan(first: torch.Tensor, add: torch.Tensor, mul: torch.Tensor) -> torch.Tensor:
+    """``y[0] = first``, ``y[t] = (y[t-1] + add[t-1]) * mul[t-1]`` for ``t >= 1``, in log space
+    (``add``, ``mul`` ``(L, ...)`` log values; returns ``(L + 1, ...)``), without a loop:
+    ``y[t] = M[t] + logcumsumexp(first, add[0] - M[0], ..., add[t-1] - M[t-1])`` with ``M`` the
+    cumulative sums of ``mul`` (``M[0] = 0``)."""
+    m = torch.cat([torch.zeros_like(first)[None], mul.cumsum(0)])  # (L + 1, ...)
+    terms = torch.cat([first[None], add - m[:-1]])  # (L + 1, ...)
+    return m + torch.logcumsumexp(terms, 0)
 
 
 class CTCPrefixScorer:
@@ -66,9 +82,9 @@ class CTCPrefixScorer:
             raise ValueError(f"lengths: expected shape ({log_probs.shape[0]},), got "
                              f"{tuple(lengths.shape)}")
         b, t, v = log_probs.shape
-        x = log_probs.float()
+        x = log_probs.double().clamp(min=LOG_FLOOR)
         past = torch.arange(t, device=x.device)[None, :] >= lengths.to(x.device)[:, None]
-        x = x.masked_fill(past[..., None], -math.inf)
+        x = x.masked_fill(past[..., None], LOG_FLOOR)
         x[..., blank] = x[..., blank].masked_fill(past, 0.0)  # past the end: blank, surely
         self.x, self.blank, self.eos = x, blank, eos
 
@@ -77,18 +93,24 @@ class CTCPrefixScorer:
         as beam search repeats a state)."""
         b, t, _ = self.x.shape
         example = torch.arange(b, device=self.x.device).repeat_interleave(copies)
-        r = torch.full((b * copies, t, 2), -math.inf, device=self.x.device)
+        r = torch.full((b * copies, t, 2), -math.inf, dtype=self.x.dtype, device=self.x.device)
         r[..., 1] = self.x[example, :, self.blank].cumsum(-1)  # only blanks so far
-        return {"example": example, "r": r, "psi": torch.zeros(b * copies, device=r.device),
+        return {"example": example, "r": r, "psi": r.new_zeros(b * copies),
                 "length": torch.zeros(b * copies, dtype=torch.long, device=r.device),
                 "last": torch.full((b * copies,), -1, dtype=torch.long, device=r.device)}
 
     def end_scores(self, state: dict) -> torch.Tensor:
         """``log psi(g + eos)`` ``(N,)``: the probability that the labels are exactly ``g``."""
-        return torch.logsumexp(state["r"][:, -1], -1)
+        return _impossible(torch.logsumexp(state["r"][:, -1], -1))
 
     def extend(self, state: dict, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Prefix scores of ``g + c`` for the labels ``tokens`` ``(N, C)`` of each hypothesis.
+
+        The forward variables follow ``r_n[t] = (r_n[t-1] + phi[t-1]) x_c[t]`` and
+        ``r_b[t] = (r_b[t-1] + r_n[t-1]) x_blank[t]`` (in probabilities): first-order linear
+        recurrences, each solved for every frame at once as a cumulative sum of log-probs and
+        a ``logcumsumexp`` (in float64), so a step costs a few tensor operations over
+        ``(T, N, C)`` rather than a loop over the frames.
 
         Returns:
             ``psi`` ``(N, C)`` and the forward variables ``r`` ``(N, C, T, 2)`` of each
@@ -98,24 +120,22 @@ class CTCPrefixScorer:
         t_all = self.x.shape[1]
         example, r_prev = state["example"], state["r"].transpose(0, 1)  # (T, N, 2)
         xc = self.x[example[:, None], :, tokens].permute(2, 0, 1)  # (T, N, C)
-        xb = self.x[example, :, self.blank].transpose(0, 1)  # (T, N)
+        xb = self.x[example, :, self.blank].transpose(0, 1)[..., None]  # (T, N, 1)
         total = torch.logsumexp(r_prev, -1)  # (T, N): gamma_t(g)
         # phi_t: paths of g that may be followed by c at t + 1 (after a blank if c repeats g's
         # last label)
         same = tokens == state["last"][:, None]  # (N, C)
         phi = torch.where(same[None], r_prev[..., 1, None], total[..., None])  # (T, N, C)
-        r = torch.full((t_all, n, c, 2), -math.inf, device=self.x.device)
+        r = torch.full((t_all, n, c, 2), -math.inf, dtype=self.x.dtype, device=self.x.device)
         empty = state["length"] == 0  # (N,)
         r[0, :, :, 0] = torch.where(empty[:, None], xc[0], -math.inf)
-        start = max(int(state["length"].min()), 1)
-        if start > t_all:  # every prefix is already longer than the input allows
+        lo = max(int(state["length"].min()), 1) - 1  # no prefix of g's length ends earlier
+        if lo >= t_all:  # every prefix is already longer than the input allows
             return r[0, :, :, 0].clone(), r.permute(1, 2, 0, 3)
-        psi = r[start - 1, :, :, 0].clone()
-        for t in range(start, t_all):
-            r[t, :, :, 0] = _lse(r[t - 1, :, :, 0], phi[t - 1]) + xc[t]
-            r[t, :, :, 1] = _lse(r[t - 1, :, :, 0], r[t - 1, :, :, 1]) + xb[t, :, None]
-            psi = _lse(psi, phi[t - 1] + xc[t])
-        return psi, r.permute(1, 2, 0, 3)
+        r[lo:, ..., 0] = _linear_scan(r[lo, ..., 0], phi[lo:-1], xc[lo + 1 :])
+        r[lo:, ..., 1] = _linear_scan(r[lo, ..., 1], r[lo:-1, ..., 0], xb[lo + 1 :].expand(-1, -1, c))
+        psi = torch.logsumexp(torch.cat([r[lo, None, ..., 0], phi[lo:-1] + xc[lo + 1 :]]), 0)
+        return _impossible(psi), r.permute(1, 2, 0, 3)
 
     @staticmethod
     def advance(state: dict, tokens: torch.Tensor, psi: torch.Tensor,
@@ -159,8 +179,8 @@ def joint_step(step, scorer: CTCPrefixScorer | None, *, ctc_weight: float, pre_b
             end = scorer.end_scores(ctc)[:, None]
             end_gain = torch.where(torch.isfinite(prev), end - prev, -math.inf)
             ctc_scores = torch.full_like(scores, -math.inf)
-            ctc_scores.scatter_(1, cand, gain)
-            ctc_scores[:, eos : eos + 1] = end_gain
+            ctc_scores.scatter_(1, cand, gain.to(ctc_scores.dtype))
+            ctc_scores[:, eos : eos + 1] = end_gain.to(ctc_scores.dtype)
             scores = (1 - ctc_weight) * scores + ctc_weight * ctc_scores
             new["ctc"] = {**ctc, "cand": cand, "cand_psi": psi, "cand_r": r}
         if lm_step is not None:
