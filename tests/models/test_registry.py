@@ -5,7 +5,16 @@ import json
 import pytest
 import torch
 
-from attnkit.models import CRNN, LAS, MODELS, Seq2Seq, Transformer, build_model, model_config
+from attnkit.models import (
+    CRNN,
+    LAS,
+    MODELS,
+    CharLM,
+    Seq2Seq,
+    Transformer,
+    build_model,
+    model_config,
+)
 from attnkit.models.registry import Model
 
 BUILT = [
@@ -18,6 +27,7 @@ BUILT = [
                 alignment="mocha", alignment_options={"chunk": 3}),
     lambda: CRNN(12, channels=(4, 4, 8, 8, 8), hidden=8, head="attention", ctc=True,
                  dec_score="location", dec_alignment="softmax"),
+    lambda: CharLM(10, emb=4, hidden=8, layers=2),
 ]
 
 
@@ -48,7 +58,7 @@ def test_config_records_defaults_and_positional_arguments():
 
 @pytest.mark.parametrize("config, match", [
     ([], "model config: expected a dict, got list"),
-    ({"kind": "bahdanau"}, "model config: 'name' must be one of crnn, las, seq2seq, "
+    ({"kind": "bahdanau"}, "model config: 'name' must be one of char_lm, crnn, las, seq2seq, "
                            "transformer, got None"),
     ({"name": "gpt"}, "'name' must be one of .*got 'gpt'"),
     ({"name": "seq2seq", "src_vocab": 5, "tgt_vocab": 5, "hiden": 3, "x": 1},

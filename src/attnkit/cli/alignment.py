@@ -1,9 +1,10 @@
 """The options of attention decoders' alignments (``train ocr``, ``train asr``) and of joint
-CTC/attention decoding (``read``, ``transcribe``)."""
+CTC/attention decoding with shallow fusion (``read``, ``transcribe``)."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from attnkit.cli.common import non_negative_int, positive_int
 from attnkit.decoding import Decoding
@@ -54,15 +55,29 @@ def alignment_config(args) -> dict:
 
 
 def add_joint_args(p) -> None:
-    """``--ctc-weight``: joint CTC/attention decoding."""
+    """``--ctc-weight``: joint CTC/attention decoding; ``--lm``, ``--lm-weight``: shallow
+    fusion of a character LM (``attnkit train lm``)."""
     group = p.add_argument_group("joint CTC/attention decoding (models trained with a CTC "
                                  "weight)")
     group.add_argument("--ctc-weight", type=float, default=0.0, metavar="LAMBDA",
                        help="rank beam hypotheses by (1 - LAMBDA) log p_attention + LAMBDA "
                             "log p_CTC, with the end decided by CTC (default 0: attention "
                             "alone)")
+    group.add_argument("--lm", type=Path, metavar="CHECKPOINT",
+                       help="a character LM trained with `attnkit train lm --vocab-from` this "
+                            "recogniser")
+    group.add_argument("--lm-weight", type=float, default=0.0, metavar="BETA",
+                       help="add BETA log p_LM to each token's score (shallow fusion; needs "
+                            "--lm)")
 
 
 def joint_decoding(args, decoding: Decoding) -> Decoding:
-    """``decoding`` with the ``--ctc-weight`` of :func:`add_joint_args`."""
-    return dataclasses.replace(decoding, ctc_weight=args.ctc_weight)
+    """``decoding`` with the ``--ctc-weight`` and ``--lm-weight`` of :func:`add_joint_args`.
+
+    Raises:
+        ValueError: ``--lm`` without ``--lm-weight`` or the reverse.
+    """
+    if (args.lm is None) != (args.lm_weight == 0):
+        raise ValueError("--lm, --lm-weight: give both (a language model and its weight) or "
+                         "neither")
+    return dataclasses.replace(decoding, ctc_weight=args.ctc_weight, lm_weight=args.lm_weight)

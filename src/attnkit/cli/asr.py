@@ -9,6 +9,7 @@ import torch
 
 from attnkit.attention.scores import SCORES
 from attnkit.cli import common
+from attnkit.cli.lm import load_lm
 from attnkit.cli.alignment import (
     add_alignment_args,
     add_joint_args,
@@ -186,8 +187,9 @@ def run_transcribe(args) -> int:
     features = [wav_features(path) for path in args.wav]
     if args.sample:
         features = [f for f in features for _ in range(args.sample)]
-    outs, raws = transcribe(model, vocab, features,
-                            decoding=joint_decoding(args, common.decoding(args)))
+    decoding = joint_decoding(args, common.decoding(args))
+    lm = load_lm(args.lm, ck.vocab, args.device)
+    outs, raws = transcribe(model, vocab, features, decoding=decoding, lm=lm)
     for text in outs:
         print(text)
     if args.plot:

@@ -9,6 +9,7 @@ import torch
 
 from attnkit.attention import SCORES
 from attnkit.cli import common
+from attnkit.cli.lm import load_lm
 from attnkit.cli.alignment import (
     add_alignment_args,
     add_joint_args,
@@ -172,8 +173,9 @@ def run_read(args) -> int:
     model, ck = common.load_task_model(args.checkpoint, "ocr", args.device)
     chars = CharVocab.from_json(ck.vocab)
     images = [load_line_image(path) for path in args.images]
-    texts, weights, steps = recognise(model, chars, images,
-                                      decoding=joint_decoding(args, common.decoding(args)))
+    decoding = joint_decoding(args, common.decoding(args))
+    lm = load_lm(args.lm, ck.vocab, args.device)
+    texts, weights, steps = recognise(model, chars, images, decoding=decoding, lm=lm)
     for text in texts:
         print(text)
     if args.plot:

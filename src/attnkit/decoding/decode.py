@@ -139,8 +139,8 @@ def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
 
 
 def decode_batches(model, items: Sequence, collate: Callable, *, max_len: Callable,
-                   decoding: Decoding | None = None,
-                   batch_size: int = 32) -> Iterator[tuple[Sequence, Hypotheses]]:
+                   decoding: Decoding | None = None, batch_size: int = 32,
+                   lm=None) -> Iterator[tuple[Sequence, Hypotheses]]:
     """Decode ``items`` in batches of ``batch_size``, in order, with the model in eval mode.
 
     Args:
@@ -148,6 +148,7 @@ def decode_batches(model, items: Sequence, collate: Callable, *, max_len: Callab
             are moved to the model's device.
         max_len: ``max_len(lengths) -> int | (B,)``, the output length limit of a batch.
         decoding: how (default greedy); one generator (``decoding.seed``) serves every batch.
+        lm: the language model of ``decoding.lm_weight`` (see :func:`decode`).
 
     Yields:
         Each batch's items and their :class:`Hypotheses`.
@@ -160,4 +161,4 @@ def decode_batches(model, items: Sequence, collate: Callable, *, max_len: Callab
         chunk = items[i : i + batch_size]
         inputs, lengths = (x.to(device) for x in collate(chunk))
         yield chunk, decode(model, inputs, lengths, max_len=max_len(lengths),
-                            decoding=decoding, generator=generator)
+                            decoding=decoding, generator=generator, lm=lm)

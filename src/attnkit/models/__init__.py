@@ -1,6 +1,7 @@
 """Models built on the attention core, one file each, and the registry that builds any of
 them from its saved config."""
 
+from attnkit.models.char_lm import CharLM
 from attnkit.models.crnn import CRNN
 from attnkit.models.decoder import AttentionDecoder
 from attnkit.models.las import LAS, Listener
@@ -8,5 +9,5 @@ from attnkit.models.registry import MODELS, build_model, model_config
 from attnkit.models.seq2seq import KINDS, Encoder, Seq2Seq
 from attnkit.models.transformer import Transformer, sinusoids
 
-__all__ = ["CRNN", "KINDS", "LAS", "MODELS", "AttentionDecoder", "Encoder", "Listener", "Seq2Seq",
+__all__ = ["CRNN", "KINDS", "CharLM", "LAS", "MODELS", "AttentionDecoder", "Encoder", "Listener", "Seq2Seq",
            "Transformer", "build_model", "model_config", "sinusoids"]

@@ -68,14 +68,15 @@ def _check_lines(lines: Sequence[Line], vocab: CharVocab, name: str, ctc: bool) 
 
 @torch.no_grad()
 def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
-              decoding: Decoding | None = None, batch_size: int = 32):
+              decoding: Decoding | None = None, batch_size: int = 32, lm=None):
     """Read line images ``(32, W)``; returns the texts and, per line, the weights of each
     output character over the ``T`` steps (``(len + 1, T)`` with EOS for the attention head;
     for CTC with an attention layer, the self-attention rows of the steps where each character
     was emitted; else None) and the line's steps.
 
-    The attention head decodes as ``decoding`` says (default greedy); the CTC head takes the
-    best path, so it refuses any other ``decoding``."""
+    The attention head decodes as ``decoding`` says (default greedy; ``lm``: the language
+    model of ``decoding.lm_weight``); the CTC head takes the best path, so it refuses any other
+    ``decoding``."""
     decoding = decoding or Decoding()
     if model.head_kind == "ctc" and decoding.method != "greedy":
         raise ValueError(f"decoding: the CTC head reads the best path only, not "
@@ -102,7 +103,7 @@ def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
             steps = model.steps(widths)
             limit = steps // STEPS_PER_CHAR + EXTRA_CHARS
             hyp = decode(model, batch, widths, max_len=limit, decoding=decoding,
-                         generator=generator).best()
+                         generator=generator, lm=lm).best()
             for j, i in enumerate(idx):
                 n = int(hyp.lengths[j])
                 results[i] = (vocab.decode(hyp.tokens[j]), hyp.weights[j, :n], int(steps[j]))
