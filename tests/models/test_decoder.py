@@ -97,3 +97,19 @@ def test_greedy_and_beam_run_on_the_step():
 def test_bad_settings_name_the_argument(kw, match):
     with pytest.raises(ValueError, match=match):
         AttentionDecoder(9, 6, **kw)
+
+
+@pytest.mark.parametrize("cfg", ALIGNED, ids=lambda c: c["alignment"])
+def test_outputs_longer_than_the_input_give_finite_losses(cfg):
+    """Ten output steps over two memory steps (one of them masked): the monotonic mass runs off
+    the end and later steps read nothing; loss and gradients stay finite."""
+    torch.manual_seed(0)
+    dec = AttentionDecoder(9, 6, hidden=12, emb=5, **cfg).double().train()
+    memory = torch.randn(2, 2, 6, dtype=torch.float64, requires_grad=True)
+    tgt_in = torch.randint(3, 9, (2, 10))
+    logits, weights = dec(memory, torch.tensor([2, 1]), tgt_in)
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tgt_in.flatten())
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(weights).all()
+    assert torch.isfinite(memory.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in dec.parameters() if p.grad is not None)
