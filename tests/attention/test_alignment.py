@@ -118,12 +118,13 @@ def test_steps_equal_all_at_once(name, mode):
 
 
 @pytest.mark.parametrize("name", sorted(ALIGNMENTS))
-def test_padding_changes_nothing_and_empty_rows_are_zero(name):
+def test_padding_changes_nothing_even_nan_and_empty_rows_are_zero(name):
     fast, _ = _pair(name, 2, "soft" if name in MONOTONIC else "train")
     q, k, v, _ = _inputs(2, 3, 5, 2)
     lengths = torch.tensor([5, 0])
-    padded_k = torch.cat([k, 1e3 * torch.randn(2, 4, 3, dtype=F64)], 1)
-    padded_v = torch.cat([v, 1e3 * torch.randn(2, 4, 5, dtype=F64)], 1)
+    garbage = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e30], dtype=F64)
+    padded_k = torch.cat([k, garbage[None, :, None].expand(2, 4, 3)], 1)  # NaN, inf, huge
+    padded_v = torch.cat([v, garbage[None, :, None].expand(2, 4, 5)], 1)
     short = fast(q[:1], k[:1], v[:1])
     long = fast(q, padded_k, padded_v, key_lengths=lengths)
     torch.testing.assert_close(long.context[:1], short.context)
@@ -374,3 +375,21 @@ def test_values_default_to_keys_and_memory_equals_tensors(name):
     b = attn(q, attn.prepare(k, k))
     torch.testing.assert_close(a.context, b.context)
     torch.testing.assert_close(a.context, a.weights @ k)
+
+
+def test_a_memory_with_nan_padding_still_gives_finite_outputs():
+    fast, _ = _pair("mocha", 7, "soft")
+    q, k, v, _ = _inputs(2, 3, 5, 7)
+    k, v = k.detach().clone(), v.detach().clone()
+    k[1, 3:], v[1, 3:] = float("nan"), float("inf")
+    out = fast(q, fast.prepare(k, v), key_lengths=torch.tensor([5, 3]))
+    assert torch.isfinite(out.context).all() and torch.isfinite(out.weights).all()
+    assert out.weights[1, :, 3:].eq(0).all()
+
+
+def test_inputs_that_are_not_tensors_are_named():
+    attn = make_alignment("gmm", 4, 3)
+    with pytest.raises(TypeError, match="query: expected a torch.Tensor, got list"):
+        attn([1.0], torch.randn(2, 5, 3))
+    with pytest.raises(TypeError, match="key: expected a torch.Tensor, got str"):
+        attn(torch.randn(2, 4), "keys")

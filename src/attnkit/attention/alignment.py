@@ -43,7 +43,7 @@ from torch import nn
 
 from attnkit.attention.core import Memory, check_call
 from attnkit.attention.precision import autocast_enabled, no_autocast, upcast
-from attnkit.checks import check_positive_int, check_size, check_tensor, describe
+from attnkit.checks import check_positive_int, check_size, check_tensor, check_values, describe
 
 __all__ = ["ALIGNMENTS", "ALIGN_IMPLS", "AlignedOutput", "Alignment", "make_alignment"]
 
@@ -142,17 +142,8 @@ class Alignment(nn.Module):
         the result as ``key`` (and no ``value``)."""
         check_tensor("key", key, ndim=3)
         check_size("key", key, 2, self.key_dim, "feature size key_dim")
-        value_name = "value"
-        if value is None:
-            value, value_name = key, "value (defaults to key)"
-        check_tensor(value_name, value, ndim=3)
-        check_size(value_name, value, 0, key.shape[0], "batch size B (from key)")
-        check_size(value_name, value, 1, key.shape[1], "Tk (from key)")
-        check_size(value_name, value, 2, self.value_dim, "feature size value_dim")
-        if value.dtype != key.dtype:
-            raise TypeError(f"{value_name}: expected dtype {key.dtype} (the key's), "
-                            f"got {describe(value)}")
         key, value = _compute_inputs(key, value)
+        value, _ = check_values(key, value, self.value_dim)
         with no_autocast(key.device):
             kf = self.prepare_key(key)  # (B, Tk, F)
         return Memory(key, value, kf.unsqueeze(1), value.unsqueeze(1), self)
@@ -165,33 +156,40 @@ class Alignment(nn.Module):
         :class:`Memory` from :meth:`prepare`); ``prev_state`` defaults to
         :meth:`initial_state`. ``need_weights`` is accepted for the call of
         :class:`attnkit.Attention`; the weights are always returned."""
+        memory = None
         if isinstance(key, Memory):
             if key.owner is not self:
                 raise ValueError("key: this Memory was prepared by another module")
             if value is not None:
                 raise ValueError("value: the values are already in the prepared Memory")
-            memory = key
-        else:
-            check_tensor("key", key, ndim=3)
-            memory = self.prepare(key, value)
-        query = _compute_inputs(query)[0]
-        call = check_call(query, memory.key, memory.value, query_dim=self.query_dim,
-                          key_dim=self.key_dim, value_dim=self.value_dim,
-                          key_lengths=key_lengths, key_mask=key_mask, positions=None,
-                          causal=False, window=None)
-        b, tk = memory.key.shape[:2]
+            memory, key, value = key, key.key, key.value
+        query, key, value = _compute_inputs(query, key, value)
+        call = check_call(query, key, value, query_dim=self.query_dim, key_dim=self.key_dim,
+                          value_dim=self.value_dim, key_lengths=key_lengths, key_mask=key_mask,
+                          positions=None, causal=False, window=None)
+        b, tk = call.key.shape[:2]
         valid = call.layout.key_valid
         if valid is None:
-            valid = torch.ones(b, tk, dtype=torch.bool, device=memory.key.device)
+            valid = torch.ones(b, tk, dtype=torch.bool, device=call.key.device)
+        # Padding never contributes, even NaN or inf: zeroed (with zero gradients) before use.
+        # Keys given as tensors are zeroed before they are projected; a Memory's projections
+        # were made without the masks, so NaN in its padding still reaches the gradients of
+        # the projection weights (zero the padding before prepare()).
+        padding = ~valid[..., None]  # (B, Tk, 1)
+        if memory is None:
+            memory = self.prepare(call.key.masked_fill(padding, 0.0),
+                                  call.value.masked_fill(padding, 0.0))
         state = self._check_state(prev_state, memory)
+        kf = memory.key_features[:, 0].masked_fill(padding, 0.0)  # (B, Tk, F)
+        values = memory.values[:, 0].masked_fill(padding, 0.0)  # (B, Tk, Dv)
         with no_autocast(query.device):
-            q = call.query.to(memory.key_features.dtype)  # (B, Tq, Dq)
+            q = call.query.to(kf.dtype)  # (B, Tq, Dq)
             if tk == 0:  # no key: nothing to read, and nothing moves
                 weights = q.new_zeros(b, q.shape[1], 0)
             else:
-                weights, state = self.align(q, memory.key_features[:, 0], valid, state)
+                weights, state = self.align(q, kf, valid, state)
             weights = weights.masked_fill(~valid[:, None, :], 0.0)  # (B, Tq, Tk)
-            context = weights.to(memory.values.dtype) @ memory.values[:, 0]  # (B, Tq, Dv)
+            context = weights.to(values.dtype) @ values  # (B, Tq, Dv)
         if call.one_step:
             context, weights = context[:, 0], weights[:, 0]  # (B, Dv), (B, Tk)
         return AlignedOutput(context, weights, state)
@@ -216,9 +214,11 @@ class Alignment(nn.Module):
         return state.to(memory.key_features.dtype)
 
 
-def _compute_inputs(*xs: torch.Tensor) -> list[torch.Tensor]:
-    """Under autocast, float16/bfloat16 tensors in float32 (alignments compute in float32)."""
-    if autocast_enabled(xs[0].device):
+def _compute_inputs(*xs: torch.Tensor | None) -> list[torch.Tensor | None]:
+    """Under autocast, float16/bfloat16 tensors in float32 (alignments compute in float32);
+    anything else as given (the checks name what is not a tensor)."""
+    if all(isinstance(x, torch.Tensor) or x is None for x in xs) and \
+            isinstance(xs[0], torch.Tensor) and autocast_enabled(xs[0].device):
         return upcast(*xs)
     return list(xs)
 
