@@ -93,10 +93,14 @@ def train(task: str, method: str, out: Path, args) -> float:
     else:
         options = ["--cache-dir", str(out / "speech"), *(ASR_TINY if args.tiny else ASR_COMMON),
                    *ASR_METHODS[method]]
-    command = [sys.executable, "-m", "attnkit.cli.main", "train", task, "--out", str(folder),
-               *options]
-    if args.time_budget:
-        command += ["--time-budget", str(args.time_budget)]
+    return _run(["train", task, "--out", str(folder), *options, "--time-budget",
+                 str(args.time_budget)], folder)
+
+
+def _run(arguments: list[str], folder: Path) -> float:
+    """``attnkit ARGUMENTS`` in a fresh process (resuming the run in ``folder`` if there is
+    one); returns the seconds it took."""
+    command = [sys.executable, "-m", "attnkit.cli.main", *arguments]
     if (folder / "checkpoint").exists():
         command.append("--resume")
     start = time.perf_counter()
@@ -135,15 +139,10 @@ def train_lm(out: Path, args) -> float:
     text = out / "transcripts.txt"
     text.write_text("".join(t + "\n" for t in speech.transcripts), encoding="utf-8")
     folder = out / LM
-    command = [sys.executable, "-m", "attnkit.cli.main", "train", "lm", "--text", str(text),
-               "--vocab-from", str(out / next(iter(ASR_METHODS)) / "checkpoint"),
-               "--out", str(folder), *(LM_TINY if tiny else LM_OPTIONS),
-               "--time-budget", str(min(args.time_budget, 600))]
-    if (folder / "checkpoint").exists():
-        command.append("--resume")
-    start = time.perf_counter()
-    subprocess.run(command, check=True)
-    return time.perf_counter() - start
+    return _run(["train", "lm", "--text", str(text), "--vocab-from",
+                 str(out / next(iter(ASR_METHODS)) / "checkpoint"), "--out", str(folder),
+                 *(LM_TINY if tiny else LM_OPTIONS), "--time-budget",
+                 str(min(args.time_budget, 600))], folder)
 
 
 @torch.no_grad()

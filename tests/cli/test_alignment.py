@@ -8,6 +8,8 @@ import pytest
 from attnkit.cli.alignment import add_alignment_args, alignment_config
 from attnkit.cli.main import main
 from attnkit.data import generate_lines, write_line_folder
+from tests.cli.test_asr import TINY as ASR_TINY
+from tests.cli.test_asr import word_manifest
 
 TINY = ["--channels", "4,4,8,8,8", "--hidden", "8", "--dec-hidden", "8", "--batch-size", "4",
         "--no-progress", "--attention", "none", "--plot", "1"]
@@ -59,13 +61,7 @@ def test_alignment_config_of_each_alignment():
 
 
 def test_asr_with_monotonic_attention_transcribes_with_joint_decoding(tmp_path, capsys):
-    from tests.cli.test_asr import TINY as ASR_TINY, _write_wav
-
-    words = ["one", "two", "three", "four"]
-    for i, _ in enumerate(words):
-        _write_wav(tmp_path / f"w{i}.wav", 0.25 + 0.05 * i, 200 + 150 * i)
-    manifest = tmp_path / "train.tsv"
-    manifest.write_text("".join(f"w{i}.wav\t{w}\n" for i, w in enumerate(words)))
+    manifest = word_manifest(tmp_path, start=0.25)
     out = tmp_path / "run"
     assert main(["train", "asr", "--train", str(manifest), "--valid", str(manifest), "--out",
                  str(out), "--steps", "2", "--eval-every", "2", "--plot", "1", "--alignment",

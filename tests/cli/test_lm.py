@@ -4,9 +4,7 @@ import pytest
 
 from attnkit.cli.main import main
 from attnkit.data import generate_lines, write_line_folder
-
-TINY = ["--channels", "4,4,8,8,8", "--hidden", "8", "--dec-hidden", "8", "--batch-size", "4",
-        "--no-progress", "--attention", "none", "--plot", "0"]
+from tests.cli.test_alignment import TINY
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -296,10 +296,10 @@ class MonotonicAttention(Alignment, name="monotonic"):
             found = stops >= 0
             state = torch.zeros_like(state)
             state[found, stops[found]] = 1.0
-            weights.append(self.hard_weights(state, stops, query[:, i], qf[:, i], kf, valid))
+            weights.append(self.hard_weights(state, stops, query[:, i], kf, valid))
         return torch.stack(weights, 1), state  # (B, Tq, Tk), (B, Tk)
 
-    def hard_weights(self, alpha, stops, query, qf, kf, valid):
+    def hard_weights(self, alpha, stops, query, kf, valid):
         """The weights of the context at inference: the one-hot stop itself."""
         return alpha
 
@@ -391,7 +391,7 @@ class MoChA(MonotonicAttention, name="mocha"):
                                        kf[..., self.mono_dim :])  # (B, Tq, Tk)
         return chunkwise_weights(alpha, u, valid[:, None, :], self.chunk)
 
-    def hard_weights(self, alpha, stops, query, qf, kf, valid):
+    def hard_weights(self, alpha, stops, query, kf, valid):
         """Softmax of the chunk energies over the allowed keys ``t - w + 1 .. t``."""
         found = stops >= 0
         idx = stops.clamp(min=0)[:, None] - torch.arange(self.chunk - 1, -1, -1,
