@@ -89,9 +89,10 @@ def test_bf16_on_cpu_with_data_workers_then_every_verb_on_cpu(tmp_path, capsys, 
     assert "stopped after 40 steps" in capsys.readouterr().out
     ck = str(out / "checkpoint")
     assert main(["translate", "--checkpoint", ck, "--device", "cpu", "<en> two"]) == 0
-    assert main(["eval", "--checkpoint", ck, "--data", str(tsv), "--device", "auto"]) == 0
-    assert set(json.loads(capsys.readouterr().out.split("\n", 1)[1])) == {"accuracy", "cer",
-                                                                           "bleu"}
+    assert main(["eval", "--checkpoint", ck, "--data", str(tsv), "--device", "auto",
+                 "--json"]) == 0
+    assert set(json.loads(capsys.readouterr().out.split("\n", 1)[1])["metrics"]) == {
+        "exact", "cer", "bleu", "chrf"}
 
 
 @needs_cuda

@@ -126,7 +126,7 @@ def test_bad_input_gives_one_line_errors_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "out"
     cases = [
         (["--checkpoint", str(good), "--format", "tflite", "--out", str(out)],
-         "format: expected one of onnx, got 'tflite'"),
+         "format: expected one of onnx, checkpoint, got 'tflite'"),
         (["--checkpoint", str(good), "--opset", "16", "--out", str(out)],
          "opset: expected one of 17, 18, got 16"),
         (["--checkpoint", str(tmp_path / "missing"), "--out", str(out)],

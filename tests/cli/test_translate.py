@@ -28,9 +28,9 @@ def test_train_translate_eval_and_resume(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len([ln for ln in lines if not ln.startswith("  wrote")]) == 2
     assert (tmp_path / "plots" / "attention_1.png").exists()
-    assert main(["eval", "--checkpoint", ck, "--data", str(tsv)]) == 0
-    scores = json.loads(capsys.readouterr().out)
-    assert set(scores) == {"accuracy", "cer", "bleu"} and 0 <= scores["cer"]
+    assert main(["eval", "--checkpoint", ck, "--data", str(tsv), "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)["metrics"]
+    assert set(scores) == {"exact", "cer", "bleu", "chrf"} and 0 <= scores["cer"]
 
 
 def test_bad_files_give_messages_not_tracebacks(tmp_path, capsys):

@@ -83,3 +83,45 @@ def test_decode_batches_decodes_every_item_in_order_with_one_generator():
                     generator=g)
     assert torch.equal(batches[0][1].tokens, first.tokens)
     assert torch.equal(batches[1][1].tokens, second.tokens)
+
+
+@torch.no_grad()
+def test_samples_are_the_draws_of_a_repeated_batch_ranked_by_model_score():
+    model = _model()
+    src, src_len, _ = toy_batch()
+    drawn = Decoding(sample=True, samples=4, temperature=2.0, seed=11)
+    got = decode(model, src, src_len, max_len=6, decoding=drawn,
+                 generator=drawn.generator("cpu"))
+    assert got.tokens.shape[:2] == (3, 4) and got.scores.shape == (3, 4)
+    repeated = torch.arange(3).repeat_interleave(4)
+    plain = sample(model.step, model.start(src[repeated], src_len[repeated]), batch_size=12,
+                   bos=1, eos=2, pad=0, max_len=6, temperature=2.0,
+                   generator=torch.Generator().manual_seed(11))
+    for b in range(3):  # the same draws, each example's best (highest log-probability) first
+        mine = plain.scores[4 * b : 4 * b + 4]
+        assert torch.allclose(got.scores[b], mine.sort(descending=True).values, atol=1e-5)
+        assert torch.equal(got.best().tokens[b], plain.tokens[4 * b + int(mine.argmax())])
+        assert len({tuple(t.tolist()) for t in got.tokens[b]}) > 1  # not one draw four times
+    assert got.weights.shape[:2] == (3, 4)
+
+
+@torch.no_grad()
+def test_max_len_replaces_the_callers_limit():
+    model = _model()
+    src, src_len, _ = toy_batch()
+    for decoding in (Decoding(max_len=2), Decoding(beam=2, max_len=2),
+                     Decoding(sample=True, samples=2, seed=0, max_len=2)):
+        got = decode(model, src, src_len, max_len=6, decoding=decoding)
+        assert got.tokens.shape[-1] <= 2 and int(got.lengths.max()) <= 2
+    longer = decode(model, src, src_len, max_len=1, decoding=Decoding(max_len=6))
+    assert longer.tokens.shape[-1] > 1
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(samples=3), "samples: expected 1 without sample=True, else a positive int, got 3"),
+    (dict(sample=True, samples=0), "samples: expected .*, got 0"),
+    (dict(max_len=0), "max_len: expected None or a positive int, got 0"),
+])
+def test_bad_sampling_and_length_options_name_the_argument(kw, match):
+    with pytest.raises(ValueError, match=match):
+        Decoding(**kw)

@@ -216,6 +216,7 @@ def test_beam_search_rejects_bad_arguments(kwargs, match):
     (dict(temperature=0), r"^temperature: expected a positive number"),
     (dict(top_k=0), r"^top_k: expected a positive int"),
     (dict(top_p=1.5), r"^top_p: expected a probability in \(0, 1\]"),
+    (dict(num_samples=0), r"^num_samples: expected a positive int, got 0"),
 ])
 def test_sample_rejects_bad_arguments(kwargs, match):
     model = ToyModel()
@@ -239,6 +240,20 @@ def test_every_returned_hypothesis_scores_what_the_model_says(eos_bias):
             assert EOS not in seq[:-1] and all(t == PAD for t in out.tokens[i, j, n:].tolist())
             assert abs(_score_sequence(model, one, seq) - float(out.scores[i, j])) < 1e-4
 
+
+def test_several_samples_per_example_are_ranked_by_what_the_model_says():
+    model = ToyModel(vocab=6, seed=11)
+    state = model.init(3, seed=12)
+    out = sample(model.step, state, batch_size=3, bos=BOS, eos=EOS, max_len=7, num_samples=5,
+                 temperature=2.0, generator=torch.Generator().manual_seed(4))
+    assert out.tokens.shape[:2] == (3, 5) and out.weights.shape[:2] == (3, 5)
+    for i in range(3):
+        one = (state[0][i : i + 1], state[1][i : i + 1])
+        scores = [_score_sequence(model, one, out.tokens[i, j, : int(out.lengths[i, j])].tolist())
+                  for j in range(5)]
+        assert scores == pytest.approx(out.scores[i].tolist(), abs=1e-4)
+        assert scores == sorted(scores, reverse=True) and len(set(scores)) > 1
+    assert torch.equal(out.best().tokens, out.tokens[:, 0])
 
 def test_unfinished_outputs_never_emit_pad_or_bos():
     """Even when the model prefers them (label smoothing gives them mass), they are skipped."""

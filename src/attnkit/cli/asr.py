@@ -9,13 +9,13 @@ import torch
 
 from attnkit.attention.scores import SCORES
 from attnkit.cli import common
-from attnkit.cli.lm import load_lm
 from attnkit.cli.alignment import (
     add_alignment_args,
     add_joint_args,
     alignment_config,
     joint_decoding,
 )
+from attnkit.cli.lm import load_lm
 from attnkit.data import (
     DataError,
     SpeechSet,
@@ -182,16 +182,12 @@ def wav_features(path: Path) -> torch.Tensor:
 
 
 def run_transcribe(args) -> int:
-    model, ck = common.load_task_model(args.checkpoint, "asr", args.device)
-    vocab = load_vocab(ck.vocab)
-    features = [wav_features(path) for path in args.wav]
-    if args.sample:
-        features = [f for f in features for _ in range(args.sample)]
     decoding = joint_decoding(args, common.decoding(args))
-    lm = load_lm(args.lm, ck.vocab, args.device)
-    outs, raws = transcribe(model, vocab, features, decoding=decoding, lm=lm)
-    for text in outs:
-        print(text)
+    evaluator = common.load_evaluator(args.checkpoint, args.device, "asr")
+    evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
+    outputs = evaluator.decode([wav_features(path) for path in args.wav], decoding)
+    common.print_outputs(outputs, args)
     if args.plot:
-        _plot_all(raws, features, vocab, args.plot)
+        for i, output in enumerate(outputs):
+            print(f"  wrote {output.draw(args.plot / f'alignment_{i}.png')}")
     return 0

@@ -18,6 +18,7 @@ import torch
 from attnkit.cli import recipes
 from attnkit.decoding import Decoding
 from attnkit.models import build_model, legacy
+from attnkit.tasks import EVALUATORS, evaluator_for
 from attnkit.train import (
     PRECISIONS,
     Checkpoint,
@@ -35,9 +36,10 @@ from attnkit.train import (
 log = logging.getLogger("attnkit")
 
 __all__ = ["add_decoding_args", "add_device_arg", "add_task_parser", "add_training_args",
-           "choice_list", "decoding", "existing_run", "held_out", "load_task_checkpoint",
-           "load_task_model", "non_negative_int", "positive_int", "resolve_run_options",
-           "teacher_forcing", "train_and_report", "training_config"]
+           "choice_list", "decoding", "existing_run", "held_out", "load_evaluator",
+           "load_task_checkpoint", "load_task_model", "non_negative_float", "non_negative_int",
+           "positive_int", "print_outputs", "resolve_run_options", "teacher_forcing",
+           "train_and_report", "training_config"]
 
 CUDA_DATA_WORKERS = 2  # --workers-data on a GPU when not given (0 on CPU)
 
@@ -154,28 +156,118 @@ def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float 
     train.add_argument("--plot", type=int, default=3, help="pictures of N validation examples")
 
 
-def add_decoding_args(p, *, beam: int = 1, sampling: bool = True) -> None:
-    """The decoding options of a decoding command (``beam``: its default width)."""
-    p.add_argument("--beam", type=positive_int, default=beam, help=f"beam width (default {beam}; "
-                   "1: greedy)")
-    if not sampling:
-        return
-    group = p.add_argument_group("sampling (instead of beam search)")
+def non_negative_float(text: str) -> float:
+    """An argparse type: a finite float >= 0."""
+    value = float(text)
+    if not 0.0 <= value < float("inf"):
+        raise ValueError(text)
+    return value
+
+
+non_negative_float.__name__ = "non-negative number"
+
+# Beam search ranks by log P / ((5 + |Y|) / 6) ** alpha: with alpha 0 a beam prefers outputs
+# that end early (a LAS model trained with label smoothing stops after the first word on some
+# numbers, which greedy decoding reads whole), with alpha 1 it ranks like greedy or better
+# (docs/models.md).
+DEFAULT_LENGTH_PENALTY = 1.0
+BEAM_OPTIONS = (("--length-penalty", "length_penalty", None),
+                ("--coverage-penalty", "coverage_penalty", 0.0),
+                ("--no-repeat-ngram", "no_repeat_ngram", 0), ("--n-best", "n_best", 1))
+SAMPLING_OPTIONS = ("--pick", "--temperature", "--top-k", "--top-p", "--seed")
+
+
+def add_decoding_args(p, *, beam: int = 1) -> None:
+    """The decoding options, the same on every command that decodes (README: "Decoding
+    options"). ``beam``: the command's beam width when neither ``--beam`` nor ``--sample`` is
+    given. :func:`decoding` turns them into a :class:`attnkit.decoding.Decoding`."""
+    group = p.add_argument_group("decoding (beam search, or sampling with --sample)")
+    group.add_argument("--beam", type=positive_int, metavar="K",
+                       help=f"beam width (default {beam}; 1: greedy)")
+    group.add_argument("--length-penalty", type=non_negative_float, metavar="ALPHA",
+                       help="beam search ranks by log P / ((5 + |Y|) / 6) ** ALPHA (Wu et al. "
+                       f"2016; default {DEFAULT_LENGTH_PENALTY:g} with a beam, 0: plain log P, "
+                       "which favours short outputs)")
+    group.add_argument("--coverage-penalty", type=non_negative_float, default=0.0,
+                       metavar="BETA", help="beam search adds BETA * sum_j log(min(attention "
+                       "on input j, 1)) (Wu et al. 2016; default 0)")
+    group.add_argument("--no-repeat-ngram", type=non_negative_int, default=0, metavar="N",
+                       help="beam search never repeats an N-gram of output tokens (0: off)")
+    group.add_argument("--n-best", type=positive_int, default=1, metavar="K",
+                       help="print the K best beam hypotheses of each input, best first "
+                       "(K <= --beam)")
+    group.add_argument("--max-len", type=positive_int, metavar="N",
+                       help="output tokens at most, EOS included (default: the task's limit "
+                       "from each input's length)")
     group.add_argument("--sample", type=positive_int, metavar="N",
-                       help="draw N random outputs per input (one line each)")
-    group.add_argument("--temperature", type=float, default=1.0)
-    group.add_argument("--top-k", type=positive_int)
-    group.add_argument("--top-p", type=float)
-    group.add_argument("--seed", type=int, default=0)
+                       help="draw N outputs per input from the model instead of beam search")
+    group.add_argument("--pick", choices=("all", "best"),
+                       help="with --sample: print all N draws, the most probable first (all, "
+                       "the default), or only the one the model scores highest (best)")
+    group.add_argument("--temperature", type=float, help="with --sample (default 1.0)")
+    group.add_argument("--top-k", type=positive_int, help="with --sample: the K most probable "
+                       "tokens only")
+    group.add_argument("--top-p", type=float, help="with --sample: nucleus sampling")
+    group.add_argument("--seed", type=int, help="with --sample: the draws' seed (default 0)")
+    p.set_defaults(default_beam=beam)
 
 
 def decoding(args) -> Decoding:
     """The :class:`attnkit.decoding.Decoding` that the options of :func:`add_decoding_args`
-    ask for."""
-    if getattr(args, "sample", None):
-        return Decoding(sample=True, temperature=args.temperature, top_k=args.top_k,
-                        top_p=args.top_p, seed=args.seed)
-    return Decoding(beam=args.beam)
+    ask for.
+
+    Raises:
+        ValueError: naming the option: a beam search option with ``--sample``, a sampling
+            option without it, or ``--n-best`` above the beam width.
+    """
+    if args.sample is None:
+        given = [opt for opt in SAMPLING_OPTIONS if getattr(args, opt[2:].replace("-", "_"))
+                 is not None]
+        if given:
+            raise ValueError(f"{given[0]}: a sampling option; it needs --sample N")
+        beam = args.beam or args.default_beam
+        if args.n_best > beam:
+            raise ValueError(f"--n-best: expected at most --beam ({beam}), got {args.n_best}")
+        length_penalty = (args.length_penalty if args.length_penalty is not None
+                          else DEFAULT_LENGTH_PENALTY if beam > 1 else 0.0)
+        return Decoding(beam=beam, length_penalty=length_penalty,
+                        coverage_penalty=args.coverage_penalty,
+                        no_repeat_ngram=args.no_repeat_ngram, n_best=args.n_best,
+                        max_len=args.max_len)
+    given = (["--beam"] if args.beam is not None else []) + [
+        opt for opt, name, default in BEAM_OPTIONS if getattr(args, name) != default]
+    if given:
+        raise ValueError(f"{given[0]}: a beam search option; --sample N draws outputs instead "
+                         f"of searching, give one or the other")
+    return Decoding(sample=True, samples=args.sample,
+                    temperature=1.0 if args.temperature is None else args.temperature,
+                    top_k=args.top_k, top_p=args.top_p,
+                    seed=0 if args.seed is None else args.seed, max_len=args.max_len)
+
+
+def print_outputs(outputs, args) -> None:
+    """Print each input's outputs (:class:`attnkit.tasks.evaluator.Output`), one a line: all of
+    them (the n-best, or the ``--sample`` draws, best first), or with ``--pick best`` the best
+    alone."""
+    for output in outputs:
+        for text in output.texts[:1] if args.pick == "best" else output.texts:
+            print(text)
+
+
+def load_evaluator(directory: Path, device: torch.device | str = "cpu", task: str | None = None):
+    """The :class:`attnkit.tasks.evaluator.Evaluator` of a checkpoint, its model on ``device``:
+    of ``task`` (any other task's checkpoint is refused), or of the task the checkpoint names.
+
+    Raises:
+        CheckpointError: naming the folder, when no evaluator is registered for its task.
+    """
+    if task is None:
+        task = load_checkpoint(directory).config.get("task")
+        if task not in EVALUATORS:
+            raise CheckpointError(f"{directory}: a checkpoint of task {task!r}; expected one of "
+                                  f"{', '.join(sorted(EVALUATORS))}")
+    model, ck = load_task_model(directory, task, device)
+    return evaluator_for(task)(model, ck.config, ck.vocab)
 
 
 def teacher_forcing(args) -> TeacherForcing:

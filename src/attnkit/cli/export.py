@@ -48,7 +48,7 @@ def run_export(args) -> int:
         model, ck = load_task_model(args.checkpoint, task)
         save_checkpoint(args.out, model=model, config=ck.config, vocab=ck.vocab)
         size = sum(f.stat().st_size for f in args.out.iterdir()) / 2**20
-        print(f"wrote {args.out} (a {task} checkpoint for inference, {size:.1f} MiB)")
+        print(f"wrote {args.out} (an inference checkpoint of task {task}, {size:.1f} MiB)")
         return 0
     if importlib.util.find_spec("onnx") is None:
         raise ValueError("format: 'onnx' needs the onnx package: pip install 'attnkit[export]'")

@@ -7,7 +7,7 @@ import logging
 import sys
 
 from attnkit._version import __version__
-from attnkit.cli import asr, bench, demo, export, lm, ocr, recipes, translate
+from attnkit.cli import asr, bench, demo, evaluate, export, lm, ocr, recipes, translate
 from attnkit.cli.common import resolve_run_options
 from attnkit.data import DataError
 from attnkit.train import CheckpointError, distributed
@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     asr.add_train_parser(train_sub)
     lm.add_train_parser(train_sub)
     translate.add_translate_parser(sub)
-    translate.add_eval_parser(sub)
+    evaluate.add_parser(sub)
     ocr.add_read_parser(sub)
     asr.add_transcribe_parser(sub)
     export.add_parser(sub)

@@ -9,13 +9,13 @@ import torch
 
 from attnkit.attention import SCORES
 from attnkit.cli import common
-from attnkit.cli.lm import load_lm
 from attnkit.cli.alignment import (
     add_alignment_args,
     add_joint_args,
     alignment_config,
     joint_decoding,
 )
+from attnkit.cli.lm import load_lm
 from attnkit.data import (
     ALPHABET,
     CharVocab,
@@ -148,21 +148,27 @@ def _pictures(model, images, texts, weights, steps, out: Path) -> None:
         path = plot_line(image, texts[i], weights[i], steps[i], out / f"line_{i}.png", eos=eos)
         if path is not None:
             print(f"  wrote {path}")
-        if model.attention is not None:
-            device = next(model.parameters()).device
-            batch, widths = pad_images([image])  # (1, 1, 32, W), (1,)
-            att = model.attention_weights(batch.to(device), widths.to(device))[0]
-            path = plot_attention(att, None, None, out / f"self_attention_{i}.png",
-                                  title=f"self-attention between RNN1 and RNN2: {texts[i][:60]}",
-                                  x_title="step (keys)", y_title="step (queries)")
-            print(f"  wrote {path}")
+        _self_attention_picture(model, image, texts[i], out / f"self_attention_{i}.png")
+
+
+def _self_attention_picture(model, image, text: str, path: Path) -> None:
+    """The heat-map of the self-attention layer between RNN1 and RNN2 (if the model has one)."""
+    if model.attention is None:
+        return
+    device = next(model.parameters()).device
+    batch, widths = pad_images([image])  # (1, 1, 32, W), (1,)
+    att = model.attention_weights(batch.to(device), widths.to(device))[0]
+    path = plot_attention(att, None, None, path,
+                          title=f"self-attention between RNN1 and RNN2: {text[:60]}",
+                          x_title="step (keys)", y_title="step (queries)")
+    print(f"  wrote {path}")
 
 
 def add_read_parser(sub) -> None:
     p = sub.add_parser("read", help="read text-line images with a trained OCR checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("images", nargs="+", type=Path, help="line images (any size: scaled to 32 px)")
-    common.add_decoding_args(p, beam=1, sampling=False)
+    common.add_decoding_args(p, beam=1)
     add_joint_args(p)
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one picture per image")
@@ -170,15 +176,18 @@ def add_read_parser(sub) -> None:
 
 
 def run_read(args) -> int:
-    model, ck = common.load_task_model(args.checkpoint, "ocr", args.device)
-    chars = CharVocab.from_json(ck.vocab)
-    images = [load_line_image(path) for path in args.images]
     decoding = joint_decoding(args, common.decoding(args))
-    lm = load_lm(args.lm, ck.vocab, args.device)
-    texts, weights, steps = recognise(model, chars, images, decoding=decoding, lm=lm)
-    for text in texts:
-        print(text)
+    evaluator = common.load_evaluator(args.checkpoint, args.device, "ocr")
+    images = [load_line_image(path) for path in args.images]
+    evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
+    outputs = evaluator.decode(images, decoding)
+    common.print_outputs(outputs, args)
     if args.plot:
         with torch.no_grad():
-            _pictures(model, images, texts, weights, steps, args.plot)
+            for i, (image, output) in enumerate(zip(images, outputs)):
+                path = output.draw(args.plot / f"line_{i}.png")
+                if path is not None:
+                    print(f"  wrote {path}")
+                _self_attention_picture(evaluator.model, image, output.text,
+                                        args.plot / f"self_attention_{i}.png")
     return 0

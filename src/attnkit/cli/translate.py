@@ -1,8 +1,7 @@
-"""``attnkit train translate``, ``attnkit translate`` and ``attnkit eval``."""
+"""``attnkit train translate`` and ``attnkit translate``."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import torch
 
 from attnkit.cli import common
 from attnkit.data import DataError, generate_pairs, load_vocab, read_tsv
-from attnkit.tasks.translation import TranslationTask, metrics, plot_translation, translate
+from attnkit.tasks.translation import TranslationTask, plot_translation, translate
 
 
 
@@ -115,12 +114,6 @@ def _plot(hyp, i, source, src_vocab, tgt_vocab, path):
         print(f"  wrote {path}")
 
 
-def _load(checkpoint: Path, device):
-    model, ck = common.load_task_model(checkpoint, "translate", device)
-    vocabs = load_vocab(ck.vocab["src"]), load_vocab(ck.vocab["tgt"])
-    return model, *vocabs, ck.config.get("max_len_extra", 10)
-
-
 def add_translate_parser(sub) -> None:
     p = sub.add_parser("translate", help="translate text with a trained checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
@@ -133,7 +126,8 @@ def add_translate_parser(sub) -> None:
 
 
 def run_translate(args) -> int:
-    model, src_vocab, tgt_vocab, extra = _load(args.checkpoint, args.device)
+    decoding = common.decoding(args)
+    evaluator = common.load_evaluator(args.checkpoint, args.device, "translate")
     texts = list(args.text)
     if args.file:
         try:
@@ -144,31 +138,11 @@ def run_translate(args) -> int:
     if not texts:
         print("attnkit translate: give sentences or --file", file=sys.stderr)
         return 2
-    if args.sample:
-        texts = [t for t in texts for _ in range(args.sample)]
-    outs, raws = translate(model, src_vocab, tgt_vocab, texts, decoding=common.decoding(args),
-                           max_len_extra=extra)
-    for o in outs:
-        print(o)
+    outputs = evaluator.decode(texts, decoding)
+    common.print_outputs(outputs, args)
     if args.plot:
-        _plot_all(raws, texts, src_vocab, tgt_vocab, args.plot)
-    return 0
-
-
-def add_eval_parser(sub) -> None:
-    p = sub.add_parser("eval", help="score a translation checkpoint on a TSV file")
-    p.add_argument("--checkpoint", type=Path, required=True)
-    p.add_argument("--data", type=Path, required=True, help="TSV of source<TAB>reference")
-    common.add_decoding_args(p, beam=1, sampling=False)
-    common.add_device_arg(p)
-    p.add_argument("--skip-bad-lines", action="store_true")
-    p.set_defaults(run=run_eval)
-
-
-def run_eval(args) -> int:
-    model, src_vocab, tgt_vocab, extra = _load(args.checkpoint, args.device)
-    pairs = read_tsv(args.data, skip_bad_lines=args.skip_bad_lines)
-    outs, _ = translate(model, src_vocab, tgt_vocab, [s for s, _ in pairs],
-                        decoding=common.decoding(args), max_len_extra=extra)
-    print(json.dumps(metrics(outs, [t for _, t in pairs]), indent=1))
+        for i, output in enumerate(outputs):
+            path = output.draw(args.plot / f"attention_{i}.png")
+            if path is not None:
+                print(f"  wrote {path}")
     return 0

@@ -38,8 +38,11 @@ class Decoding:
     model's CTC head to the beam's scores and lets CTC decide where outputs end (joint
     CTC/attention decoding, :mod:`attnkit.decoding.ctc_prefix`); ``lm_weight`` adds a language
     model's log-probabilities (shallow fusion; :func:`decode` takes the model). ``sample=True``
-    draws each token from the model's distribution
-    (``temperature``, ``top_k``, nucleus ``top_p``; ``seed`` makes the draws repeatable).
+    draws each token from the model's distribution (``temperature``, ``top_k``, nucleus
+    ``top_p``; ``seed`` makes the draws repeatable), ``samples`` outputs per input ranked by
+    their log-probability under the model (the best first: random search keeps it).
+    ``max_len``: output tokens at most (EOS included) for every input, instead of the limit the
+    caller derives from each input's length.
 
     Example:
         >>> Decoding(beam=5, length_penalty=0.6).method
@@ -60,6 +63,8 @@ class Decoding:
     top_k: int | None = None
     top_p: float | None = None
     seed: int | None = None
+    samples: int = 1
+    max_len: int | None = None
     ctc_weight: float = 0.0
     lm_weight: float = 0.0
 
@@ -73,6 +78,10 @@ class Decoding:
             value = getattr(self, name)
             _check(name, value, isinstance(value, (int, float)) and value >= 0,
                    "a non-negative number")
+        _check("samples", self.samples, _is_int(self.samples) and self.samples >= 1
+               and (self.sample or self.samples == 1), "1 without sample=True, else a positive int")
+        _check("max_len", self.max_len, self.max_len is None
+               or (_is_int(self.max_len) and self.max_len >= 1), "None or a positive int")
         _check("ctc_weight", self.ctc_weight, isinstance(self.ctc_weight, (int, float))
                and 0 <= self.ctc_weight <= 1, "a number in [0, 1]")
         _check("lm_weight", self.lm_weight, isinstance(self.lm_weight, (int, float))
@@ -110,17 +119,20 @@ def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
         model: anything with ``start`` and ``step`` (every attnkit decoder model).
         inputs, lengths: the batch as ``model.start`` takes it (``B`` examples), on the
             model's device.
-        max_len: output tokens at most (EOS included): an int or ``(B,)`` per example.
+        max_len: output tokens at most (EOS included): an int or ``(B,)`` per example;
+            ``decoding.max_len``, when set, replaces it.
         decoding: how (default greedy); generator: the random draws of ``sample``.
         lm: the language model of ``decoding.lm_weight`` (``start(B, device) -> state``,
             ``step(tokens, state)`` like a decoder's).
 
     Returns:
-        :class:`Hypotheses` (with an ``n_best`` dim when ``decoding.n_best > 1``).
+        :class:`Hypotheses` (with an ``n_best`` dim when ``decoding.n_best > 1`` or
+        ``decoding.samples > 1``).
     """
     decoding = decoding or Decoding()
     kw = {"batch_size": int(lengths.shape[0]), "bos": bos, "eos": eos, "pad": pad,
-          "max_len": max_len, "device": lengths.device}
+          "max_len": max_len if decoding.max_len is None else decoding.max_len,
+          "device": lengths.device}
     if decoding.ctc_weight or decoding.lm_weight:
         return joint_decode(model, inputs, lengths, beam=decoding.beam,
                             ctc_weight=decoding.ctc_weight, lm=lm, lm_weight=decoding.lm_weight,
@@ -130,7 +142,8 @@ def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
     state = model.start(inputs, lengths)
     if decoding.method == "sample":
         return sample(model.step, state, temperature=decoding.temperature, top_k=decoding.top_k,
-                      top_p=decoding.top_p, generator=generator, **kw)
+                      top_p=decoding.top_p, num_samples=decoding.samples, generator=generator,
+                      **kw)
     if decoding.method == "greedy":
         return greedy(model.step, state, **kw)
     return beam_search(model.step, state, beam_size=decoding.beam, alpha=decoding.length_penalty,

@@ -33,7 +33,8 @@ StepFn = Callable[[torch.Tensor, Any], tuple[torch.Tensor, Any, torch.Tensor | N
 
 
 class Hypotheses(NamedTuple):
-    """Decoded outputs.
+    """Decoded outputs. The ``n_best`` dim, when there is one, holds beam search's ``n_best``
+    hypotheses or sampling's ``num_samples`` draws of each example, best first.
 
     Attributes:
         tokens: ``(B, T)`` (``(B, n_best, T)`` for ``n_best > 1``), EOS included, then ``pad``.
@@ -145,17 +146,32 @@ def greedy(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
 
 def sample(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
            pad: int = 0, temperature: float = 1.0, top_k: int | None = None,
-           top_p: float | None = None, generator: torch.Generator | None = None,
-           device=None) -> Hypotheses:
+           top_p: float | None = None, num_samples: int = 1,
+           generator: torch.Generator | None = None, device=None) -> Hypotheses:
     """Random decoding: tokens drawn from ``softmax(log_probs / temperature)``, restricted to
     the ``top_k`` most probable and/or the smallest set whose probability reaches ``top_p``
-    (nucleus sampling). Scores are the log-probabilities of the drawn tokens under the model."""
+    (nucleus sampling). Scores are the log-probabilities of the drawn tokens under the model.
+
+    ``num_samples = S > 1`` draws ``S`` outputs per example (the state is repeated ``S`` times,
+    example-major, as beam search does) and returns them with an n-best dim ranked by score,
+    best first: ``.best()`` keeps the draw the model finds most probable."""
     if not isinstance(temperature, (int, float)) or not temperature > 0:
         raise ValueError(f"temperature: expected a positive number, got {temperature!r}")
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k: expected a positive int, got {top_k!r}")
     if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
         raise ValueError(f"top_p: expected a probability in (0, 1], got {top_p!r}")
+    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
+        raise ValueError(f"num_samples: expected a positive int, got {num_samples!r}")
+    if num_samples > 1:
+        _check_common(batch_size, bos, eos, pad)
+        s = num_samples
+        limit = _max_lengths(max_len, batch_size, device).repeat_interleave(s)  # (B * S,)
+        state = _reorder(state, torch.arange(batch_size, device=device).repeat_interleave(s))
+        drawn = sample(step, state, batch_size=batch_size * s, bos=bos, eos=eos, pad=pad,
+                       max_len=limit, temperature=temperature, top_k=top_k, top_p=top_p,
+                       generator=generator, device=device)
+        return _ranked(drawn, batch_size, s)
 
     def choose(log_probs):
         logits = log_probs.float() / temperature
@@ -172,6 +188,14 @@ def sample(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
 
     return _run(step, state, batch_size=batch_size, bos=bos, eos=eos, pad=pad, max_len=max_len,
                 device=device, choose=choose)
+
+
+def _ranked(hyp: Hypotheses, b: int, s: int) -> Hypotheses:
+    """``B * S`` example-major hypotheses as ``(B, S, ...)``, each example's ranked by score."""
+    order = hyp.scores.reshape(b, s).argsort(dim=-1, descending=True, stable=True)  # (B, S)
+    pick = ((torch.arange(b, device=order.device) * s)[:, None] + order).reshape(-1)
+    return Hypotheses(*(None if x is None else
+                        x.index_select(0, pick).reshape(b, s, *x.shape[1:]) for x in hyp))
 
 
 def _reorder(state, index: torch.Tensor):

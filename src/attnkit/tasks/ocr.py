@@ -3,26 +3,32 @@ character error rate and line accuracy, pictures of where the model looks."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import NamedTuple
 
-import jiwer
 import torch
 import torch.nn.functional as F
 
-from attnkit.data import ALPHABET, CharVocab, DataError, pad_batch, pad_images
+from attnkit.data import ALPHABET, CharVocab, DataError, pad_batch, pad_images, read_line_folder
+from attnkit.data.tsv import read_tsv_rows
 from attnkit.decoding import Decoding, ctc_greedy, decode
 from attnkit.models import CRNN, build_model
 from attnkit.plot import plot_alignment
+from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
+from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, texts_of
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
+LABELS = "labels.tsv"  # a folder's labels, as attnkit train ocr --labels defaults
 # The attention head reads at most one character per two encoder steps, + 2 (EOS included).
 STEPS_PER_CHAR, EXTRA_CHARS = 2, 2
 
-__all__ = ["EXTRA_CHARS", "STEPS_PER_CHAR", "OcrTask", "line_metrics", "plot_line", "recognise"]
+__all__ = ["EXTRA_CHARS", "STEPS_PER_CHAR", "OcrEvaluator", "OcrTask", "Reading", "line_metrics",
+           "plot_line", "read_lines", "recognise"]
 
 Line = tuple[torch.Tensor, str]  # (image (32, W): uint8 gray levels, or float in [0, 1], text)
 
@@ -30,9 +36,9 @@ Line = tuple[torch.Tensor, str]  # (image (32, W): uint8 gray levels, or float i
 def line_metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
     """Character error rate (jiwer), ``char_accuracy = 1 - CER`` (below 0 when the outputs
     hold more errors than the references hold characters) and exact line accuracy."""
-    cer = float(jiwer.cer(list(references), [h if h else " " for h in hypotheses]))
-    exact = sum(h == r for h, r in zip(hypotheses, references)) / max(1, len(references))
-    return {"cer": cer, "char_accuracy": 1.0 - cer, "line_accuracy": exact}
+    cer = scores.cer(hypotheses, references)
+    return {"cer": cer, "char_accuracy": 1.0 - cer,
+            "line_accuracy": scores.exact_match(hypotheses, references)}
 
 
 def _ctc_steps_needed(ids: Sequence[int]) -> int:
@@ -66,25 +72,35 @@ def _check_lines(lines: Sequence[Line], vocab: CharVocab, name: str, ctc: bool) 
             f"{lines[i][0].shape[1]} px wide ({lines[i][0].shape[1] // 2} steps)")
 
 
+class Reading(NamedTuple):
+    """One line read by :func:`read_lines`: its texts, best first (one, or the n-best or
+    sampled outputs of the attention head), the attention ``weights`` of the best one's
+    characters over the line's ``steps`` (see :func:`recognise`)."""
+
+    texts: list[str]
+    weights: torch.Tensor | None
+    steps: int
+
+
 @torch.no_grad()
-def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
-              decoding: Decoding | None = None, batch_size: int = 32, lm=None):
-    """Read line images ``(32, W)``; returns the texts and, per line, the weights of each
-    output character over the ``T`` steps (``(len + 1, T)`` with EOS for the attention head;
-    for CTC with an attention layer, the self-attention rows of the steps where each character
-    was emitted; else None) and the line's steps.
+def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
+               decoding: Decoding | None = None, batch_size: int = 32,
+               lm=None) -> list[Reading]:
+    """Read line images ``(32, W)``: one :class:`Reading` per image, in order.
 
     The attention head decodes as ``decoding`` says (default greedy; ``lm``: the language
     model of ``decoding.lm_weight``); the CTC head takes the best path, so it refuses any other
-    ``decoding``."""
+    ``decoding``, and a ``decoding.max_len``."""
     decoding = decoding or Decoding()
     if model.head_kind == "ctc" and decoding.method != "greedy":
         raise ValueError(f"decoding: the CTC head reads the best path only, not "
                          f"{decoding.method} (beam={decoding.beam})")
+    if model.head_kind == "ctc" and decoding.max_len is not None:
+        raise ValueError(f"decoding: the CTC head's output length is set by the line's steps, "
+                         f"not max_len={decoding.max_len}")
     model.eval()
     device = next(model.parameters()).device
     generator = decoding.generator(device)
-    texts, weights, steps_out = [], [], []
     order = sorted(range(len(images)), key=lambda i: images[i].shape[1])  # little padding
     results = {}
     for s in range(0, len(order), batch_size):
@@ -98,34 +114,40 @@ def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
             for j, i in enumerate(idx):
                 emitted = paths.steps[j]
                 w = None if att is None or not emitted else att[j, emitted]
-                results[i] = (vocab.decode(paths.ids[j]), w, int(steps[j]))
+                results[i] = Reading([vocab.decode(paths.ids[j])], w, int(steps[j]))
         else:
             steps = model.steps(widths)
             limit = steps // STEPS_PER_CHAR + EXTRA_CHARS
             hyp = decode(model, batch, widths, max_len=limit, decoding=decoding,
-                         generator=generator, lm=lm).best()
-            for j, i in enumerate(idx):
-                n = int(hyp.lengths[j])
-                results[i] = (vocab.decode(hyp.tokens[j]), hyp.weights[j, :n], int(steps[j]))
-    for i in range(len(images)):
-        text, w, n = results[i]
-        texts.append(text)
-        weights.append(w)
-        steps_out.append(n)
-    return texts, weights, steps_out
+                         generator=generator, lm=lm)
+            best = hyp.best()
+            for j, (i, texts) in enumerate(zip(idx, texts_of(hyp, vocab))):
+                n = int(best.lengths[j])
+                results[i] = Reading(texts, best.weights[j, :n], int(steps[j]))
+    return [results[i] for i in range(len(images))]
+
+
+def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
+              decoding: Decoding | None = None, batch_size: int = 32, lm=None):
+    """Read line images ``(32, W)``; returns the texts and, per line, the weights of each
+    output character over the ``T`` steps (``(len + 1, T)`` with EOS for the attention head;
+    for CTC with an attention layer, the self-attention rows of the steps where each character
+    was emitted; else None) and the line's steps. Decoding as in :func:`read_lines`."""
+    found = read_lines(model, vocab, images, decoding=decoding, batch_size=batch_size, lm=lm)
+    return [r.texts[0] for r in found], [r.weights for r in found], [r.steps for r in found]
 
 
 def plot_line(image: torch.Tensor, text: str, weights, steps: int, path: str | Path, *,
-              eos: bool) -> Path | None:
+              eos: bool, title: str | None = None) -> Path | None:
     """The line image with each output character's attention over its columns (see
-    :func:`recognise`); None when the model gives no weights."""
+    :func:`recognise`; ``title`` default: the text); None when the model gives no weights."""
     if weights is None:
         return None
     labels = list(text) + (["<eos>"] if eos else [])
     labels = labels[: weights.shape[0]]
     background = pad_images([image])[0][0, 0]  # (32, W) in [0, 1]
     return plot_alignment(weights[: len(labels)], background, labels, path, steps=steps,
-                          title=text or "(empty)")
+                          title=title or text or "(empty)")
 
 
 class OcrTask:
@@ -217,6 +239,10 @@ class OcrTask:
         texts, _, _ = recognise(model, self.chars, [image for image, _ in self.valid])
         return line_metrics(texts, [t for _, t in self.valid])
 
+    def pictures(self, model, folder: Path, n: int) -> list[Path]:
+        """Attention pictures of the first ``n`` validation examples in ``folder``."""
+        return pictures(OcrEvaluator(model, self.config(), self.vocab()), [image for image, _ in self.valid[:n]], folder)
+
     def config(self) -> dict:
         return {"task": "ocr", "model": self.model_config, "data": self.data,
                 "batching": {"batch_size": self.batch_size, "seed": self.seed,
@@ -226,3 +252,32 @@ class OcrTask:
 
     def vocab(self) -> dict:
         return self.chars.to_json()
+
+
+class OcrEvaluator(Evaluator, task="ocr"):
+    """An OCR checkpoint's model and characters: reads line images and folders of labelled
+    lines (:mod:`attnkit.tasks.evaluator`)."""
+
+    data = "a folder of line images with labels.tsv (filename<TAB>text), or that TSV"
+    metrics = ("cer", "wer", "exact")
+
+    def __init__(self, model: CRNN, config: dict, vocab: dict):
+        super().__init__(model, config, vocab)
+        self.chars = CharVocab.from_json(vocab)
+
+    def read(self, path) -> list[Example]:
+        path = Path(path)
+        folder, tsv = (path, path / LABELS) if path.is_dir() else (path.parent, path)
+        if not tsv.is_file():
+            raise DataError(f"{tsv}: not found")
+        names = [name.strip() for _, name, _ in read_tsv_rows(tsv, columns=("filename", "text"))]
+        return [Example(image, text, str(folder / name))
+                for name, (image, text) in zip(names, read_line_folder(folder, tsv))]
+
+    def decode(self, inputs: Sequence[torch.Tensor],
+               decoding: Decoding | None = None) -> list[Output]:
+        eos = self.model.head_kind == "attention"
+        return [Output(r.texts, functools.partial(plot_line, image, r.texts[0], r.weights,
+                                                  r.steps, eos=eos))
+                for image, r in zip(inputs, read_lines(self.model, self.chars, inputs,
+                                                       decoding=decoding, lm=self.lm))]

@@ -12,24 +12,35 @@ resume).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-import jiwer
 import torch
 import torch.nn.functional as F
 
-from attnkit.data import CharVocab, DataError, SpeechSet, pad_batch, pad_features
+from attnkit.data import (
+    CharVocab,
+    DataError,
+    SpeechSet,
+    load_vocab,
+    pad_batch,
+    pad_features,
+    read_manifest,
+)
 from attnkit.decoding import Decoding, Hypotheses, decode_batches
 from attnkit.models import LAS, build_model
 from attnkit.models.las import HALVINGS, MIN_FRAMES
 from attnkit.plot import plot_alignment
+from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
+from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, texts_of
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
-__all__ = ["SpeechTask", "SpellerPretraining", "metrics", "plot_transcription", "transcribe"]
+__all__ = ["SpeechEvaluator", "SpeechTask", "SpellerPretraining", "metrics", "plot_transcription",
+           "transcribe"]
 
 # Output length cap: characters per feature frame (fast speech is ~0.17 at 10 ms), plus a margin.
 CHARS_PER_FRAME = 0.3
@@ -39,9 +50,16 @@ EXTRA_CHARS = 10
 def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
     """Character and word error rates (jiwer) and ``accuracy = 1 - cer``, the character
     accuracy that training maximises (it is negative when the CER exceeds 1)."""
-    hyps = [h if h.strip() else " " for h in hypotheses]  # jiwer rejects empty hypotheses
-    cer = float(jiwer.cer(list(references), hyps))
-    return {"cer": cer, "wer": float(jiwer.wer(list(references), hyps)), "accuracy": 1.0 - cer}
+    cer = scores.cer(hypotheses, references)
+    return {"cer": cer, "wer": scores.wer(hypotheses, references), "accuracy": 1.0 - cer}
+
+
+def check_frames(utterances: SpeechSet) -> None:
+    """Raises a :class:`DataError` naming the first utterance shorter than 8 frames (80 ms)."""
+    for f, origin in zip(utterances.features, utterances.origins):
+        if f.shape[0] < MIN_FRAMES:
+            raise DataError(f"{origin}: {f.shape[0]} feature frames; the listener's "
+                            f"{HALVINGS} halvings need at least {MIN_FRAMES}")
 
 
 @torch.no_grad()
@@ -109,10 +127,7 @@ class SpeechTask:
         if not 0.0 <= ctc_weight <= 1.0:
             raise ValueError(f"ctc_weight: expected a number in [0, 1], got {ctc_weight!r}")
         for s in (train, valid):
-            for f, origin in zip(s.features, s.origins):
-                if f.shape[0] < MIN_FRAMES:
-                    raise DataError(f"{origin}: {f.shape[0]} feature frames; the listener's "
-                                    f"{HALVINGS} halvings need at least {MIN_FRAMES}")
+            check_frames(s)
         self.train = train
         n_valid = min(len(valid), max_valid)
         self.valid = SpeechSet(valid.features[:n_valid], valid.transcripts[:n_valid],
@@ -173,6 +188,10 @@ class SpeechTask:
         outs, _ = transcribe(model, self.char_vocab, self.valid.features)
         return metrics(outs, self.valid.transcripts)
 
+    def pictures(self, model, folder: Path, n: int) -> list[Path]:
+        """Attention pictures of the first ``n`` validation examples in ``folder``."""
+        return pictures(SpeechEvaluator(model, self.config(), self.vocab()), self.valid.features[:n], folder)
+
     def config(self) -> dict:
         return {"task": "asr", "model": self.model_config, "data": self.data,
                 "batching": {"batch_size": self.batch_size, "seed": self.seed,
@@ -230,3 +249,33 @@ class SpellerPretraining:
 
     def vocab(self) -> dict:
         return self.task.vocab()
+
+
+class SpeechEvaluator(Evaluator, task="asr"):
+    """A speech checkpoint's model and characters: transcribes log-mel features and reads
+    manifests of labelled WAVs (:mod:`attnkit.tasks.evaluator`)."""
+
+    data = "a manifest of wav_path<TAB>transcript lines (paths relative to it)"
+    metrics = ("cer", "wer", "exact")
+
+    def __init__(self, model: LAS, config: dict, vocab: dict):
+        super().__init__(model, config, vocab)
+        self.char_vocab = load_vocab(vocab)
+
+    def read(self, path) -> list[Example]:
+        utterances = read_manifest(path, normalize=True)
+        check_frames(utterances)
+        return [Example(f, t, o) for f, t, o in
+                zip(utterances.features, utterances.transcripts, utterances.origins)]
+
+    def decode(self, inputs: Sequence[torch.Tensor],
+               decoding: Decoding | None = None) -> list[Output]:
+        _, raws = transcribe(self.model, self.char_vocab, inputs, decoding=decoding,
+                             lm=self.lm)
+        outputs = []
+        for hyp in raws:
+            for i, texts in enumerate(texts_of(hyp, self.char_vocab)):
+                features = inputs[len(outputs)]
+                outputs.append(Output(texts, functools.partial(
+                    plot_transcription, hyp, i, features, self.char_vocab)))
+        return outputs

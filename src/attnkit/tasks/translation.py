@@ -8,32 +8,35 @@ or :class:`attnkit.models.Transformer` built by the model registry from its conf
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import asdict
+from pathlib import Path
 
-import jiwer
-import sacrebleu
 import torch
 import torch.nn.functional as F
 
-from attnkit.data import CharVocab, SubwordVocab, build_vocab, pad_batch
+from attnkit.data import CharVocab, SubwordVocab, build_vocab, load_vocab, pad_batch
+from attnkit.data.tsv import read_tsv_rows
 from attnkit.decoding import Decoding, Hypotheses, decode_batches
 from attnkit.models import Seq2Seq, Transformer, build_model
 from attnkit.plot import plot_attention
+from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
+from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, texts_of
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
-__all__ = ["MAX_LEN_RATIO", "TranslationTask", "metrics", "plot_translation", "translate"]
+__all__ = ["MAX_LEN_RATIO", "TranslationEvaluator", "TranslationTask", "metrics",
+           "plot_translation", "translate"]
 
 
 def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-    """Exact match, character error rate (jiwer) and BLEU (sacrebleu, character-level)."""
-    exact = sum(h == r for h, r in zip(hypotheses, references)) / max(1, len(references))
-    cer = jiwer.cer(list(references), [h if h else " " for h in hypotheses])
-    bleu = sacrebleu.corpus_bleu(list(hypotheses), [list(references)], tokenize="char").score
-    return {"accuracy": exact, "cer": float(cer), "bleu": bleu}
+    """Validation: ``accuracy`` (exact match), character error rate and BLEU over characters
+    (:mod:`attnkit.tasks.metrics`)."""
+    return {"accuracy": scores.exact_match(hypotheses, references),
+            "cer": scores.cer(hypotheses, references), "bleu": scores.bleu(hypotheses, references)}
 
 
 TAG = re.compile(r"^<[\w:-]+>$")
@@ -67,9 +70,11 @@ def translate(model: Seq2Seq | Transformer, src_vocab: CharVocab | SubwordVocab,
     return outs, raws
 
 
-def plot_translation(hyp: Hypotheses, i: int, source: str, src_vocab, tgt_vocab, path):
+def plot_translation(hyp: Hypotheses, i: int, source: str, src_vocab, tgt_vocab, path, *,
+                     title: str | None = None):
     """Heat-map of example ``i`` of decoded ``hyp``: output pieces (EOS included) against the
-    pieces of ``source``. Returns the path written, or None when the model has no attention."""
+    pieces of ``source`` (``title`` default: source -> output). Returns the path written, or
+    None when the model has no attention."""
     hyp = hyp.best()
     if hyp.weights is None:
         return None
@@ -78,7 +83,7 @@ def plot_translation(hyp: Hypotheses, i: int, source: str, src_vocab, tgt_vocab,
     out_labels = [tgt_vocab.piece(t) for t in hyp.tokens[i, :n]]
     output = tgt_vocab.decode(hyp.tokens[i])
     return plot_attention(hyp.weights[i, :n, : len(src_labels)], src_labels, out_labels, path,
-                          title=f"{source}  ->  {output}")
+                          title=title or f"{source}  ->  {output}")
 
 
 Vocab = CharVocab | SubwordVocab
@@ -158,6 +163,10 @@ class TranslationTask:
                             max_len_extra=self.max_len_extra)
         return metrics(outs, [t for _, t in self.valid])
 
+    def pictures(self, model, folder: Path, n: int) -> list[Path]:
+        """Attention pictures of the first ``n`` validation examples in ``folder``."""
+        return pictures(TranslationEvaluator(model, self.config(), self.vocab()), [source for source, _ in self.valid[:n]], folder)
+
     def config(self) -> dict:
         return {"task": "translate", "model": self.model_config,
                 "max_len_extra": self.max_len_extra, "data": self.data,
@@ -167,3 +176,31 @@ class TranslationTask:
 
     def vocab(self) -> dict:
         return {"src": self.src_vocab.to_json(), "tgt": self.tgt_vocab.to_json()}
+
+
+class TranslationEvaluator(Evaluator, task="translate"):
+    """A translation checkpoint's model and vocabularies: decodes source texts and reads
+    ``source<TAB>reference`` TSV files (:mod:`attnkit.tasks.evaluator`)."""
+
+    data = "a TSV of source<TAB>reference lines"
+    metrics = ("exact", "cer", "bleu", "chrf")
+
+    def __init__(self, model: Seq2Seq | Transformer, config: dict, vocab: dict):
+        super().__init__(model, config, vocab)
+        self.src_vocab, self.tgt_vocab = load_vocab(vocab["src"]), load_vocab(vocab["tgt"])
+        self.max_len_extra = config.get("max_len_extra", 10)
+
+    def read(self, path) -> list[Example]:
+        return [Example(source, reference, f"{path}:{n}")
+                for n, source, reference in read_tsv_rows(path, columns=("source", "reference"))]
+
+    def decode(self, inputs: Sequence[str], decoding: Decoding | None = None) -> list[Output]:
+        _, raws = translate(self.model, self.src_vocab, self.tgt_vocab, inputs,
+                            decoding=decoding, max_len_extra=self.max_len_extra)
+        outputs = []
+        for hyp in raws:
+            for i, texts in enumerate(texts_of(hyp, self.tgt_vocab)):
+                source = inputs[len(outputs)]
+                outputs.append(Output(texts, functools.partial(
+                    plot_translation, hyp, i, source, self.src_vocab, self.tgt_vocab)))
+        return outputs

@@ -1,9 +1,10 @@
 """The training loop shared by every task.
 
 A task supplies what differs between tasks; the :class:`Trainer` does the rest: AdamW with a
-warm-up/decay schedule, gradient clipping, a tqdm progress bar with loss and tokens/s, periodic
-validation, early stopping, checkpoints (periodic, at the end, and on SIGINT/SIGTERM) and exact
-resumption.
+warm-up/decay schedule, gradient clipping, progress with loss and tokens/s (a bar on a terminal,
+log lines elsewhere: :mod:`attnkit.train.progress`), periodic validation, early stopping,
+checkpoints (periodic, at the end, and on SIGINT/SIGTERM), exact resumption and TensorBoard
+event files in the run folder.
 
 A task is any object with::
 
@@ -16,6 +17,14 @@ A task is any object with::
     evaluate(model) -> dict[str, float]      # validation metrics, including `metric` below
     config() -> dict                          # saved in checkpoints (JSON values)
     vocab() -> JSON value or None             # saved in checkpoints
+
+and optionally::
+
+    pictures(model, folder, n) -> list[Path] # PNG pictures of the attention on n validation
+                                             # examples, written in folder, for TensorBoard
+
+Rank 0 writes TensorBoard event files into the run folder (:mod:`attnkit.train.events`): the
+loss, learning rate and tokens/s of every step, the metrics and pictures of every validation.
 
 A batch is a tensor or a dict, list or tuple of them, built on the CPU; the Trainer moves it to
 the model's device (:func:`attnkit.train.device.to_device`). The model trains where it is (move
@@ -63,6 +72,7 @@ import logging
 import math
 import random
 import signal
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -70,16 +80,19 @@ from typing import Any, Protocol
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
-from tqdm.auto import tqdm
 
 from attnkit.train import distributed
 from attnkit.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from attnkit.train.device import PRECISIONS, autocast, check_precision, to_device
+from attnkit.train.events import Events
 from attnkit.train.loader import EpochLoader
+from attnkit.train.progress import Progress
 
 __all__ = ["Task", "TrainConfig", "TrainResult", "Trainer", "lr_factor"]
 
 log = logging.getLogger("attnkit")
+
+PICTURES = 2  # validation examples pictured for TensorBoard at each validation
 
 
 class Task(Protocol):
@@ -315,15 +328,29 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """The task's validation metrics: the model in eval mode, without gradients, under the
         training precision's autocast."""
+        return self._evaluating(self.task.evaluate)
+
+    def _evaluating(self, fn, *args):
+        """``fn(model, *args)`` with the model in eval mode, without gradients, under the
+        training precision's autocast."""
         self.model.eval()
         with torch.no_grad(), autocast(self.device, self.config.precision):
-            metrics = self.task.evaluate(self.model)
+            out = fn(self.model, *args)
         self.model.train()
-        return metrics
+        return out
 
-    def _validate(self) -> bool:
+    def _record(self, events: Events, metrics: dict[str, float]) -> None:
+        """The validation's metrics and the task's attention pictures, as TensorBoard events."""
+        events.scalars(self.step, {f"valid/{k}": v for k, v in metrics.items()})
+        if hasattr(self.task, "pictures"):
+            with tempfile.TemporaryDirectory() as folder:
+                events.pictures(self.step, self._evaluating(self.task.pictures, Path(folder),
+                                                            PICTURES))
+
+    def _validate(self, events: Events) -> bool:
         """Evaluate, record, keep the best; returns True when early stopping says stop."""
         metrics = self.evaluate()
+        self._record(events, metrics)
         if self.config.metric not in metrics:
             raise KeyError(f"metric: the task's evaluate() returned {sorted(metrics)}, "
                            f"not {self.config.metric!r}")
@@ -361,9 +388,9 @@ class Trainer:
             handlers = {}
         start = time.monotonic()
         stopped = "max_steps"
-        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not (cfg.progress and main),
-                   desc="train", dynamic_ncols=True)
-        tokens_seen, t_last = 0, time.monotonic()
+        progress = Progress(max_steps=cfg.max_steps, step=self.step,
+                            time_budget_s=cfg.time_budget_s, enabled=cfg.progress and main)
+        events = Events(self.out_dir, self.step) if main else None
         saved_at = None
         self.model.train()
         batches = self._batches()
@@ -388,16 +415,15 @@ class Trainer:
                 self.step += 1
                 now = time.monotonic()
                 # Rank 0 alone validates and keeps the clock; one sum tells every process.
-                early = main and self.step % cfg.eval_every == 0 and self._validate()
+                early = main and self.step % cfg.eval_every == 0 and self._validate(events)
                 late = main and cfg.time_budget_s is not None and now - start > cfg.time_budget_s
                 loss_sum, tokens, early, signalled, late = distributed.sum_across(
                     [loss.item(), tokens, early, self._signal is not None, late], device)
-                tokens_seen += tokens
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss_sum / self._world:.4f}",
-                                tok_s=f"{tokens_seen / max(now - t_last, 1e-9):.0f}")
-                if now - t_last > 5:
-                    tokens_seen, t_last = 0, now
+                progress.update(self.step, loss_sum / self._world, tokens)
+                if main:
+                    events.scalars(self.step, {
+                        "train/loss": loss_sum / self._world, "train/tokens_per_s":
+                        progress.tokens_per_s, "train/lr": self.optimizer.param_groups[0]["lr"]})
                 if early:
                     stopped = "early_stopping"
                     break
@@ -412,7 +438,9 @@ class Trainer:
                     saved_at = self.step
         finally:
             batches.close()  # ends the DataLoader's workers
-            bar.close()
+            progress.close()
+            if main:
+                events.close()
             for sig, old in handlers.items():
                 signal.signal(sig, old)
         if saved_at != self.step:

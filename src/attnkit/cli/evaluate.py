@@ -1,0 +1,85 @@
+"""``attnkit eval``: score a checkpoint of any task on labelled data.
+
+The task comes from the checkpoint; its :class:`attnkit.tasks.evaluator.Evaluator` reads the
+data, decodes and scores, so a new task needs no change here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, fields
+from pathlib import Path
+
+from attnkit.cli import common
+from attnkit.cli.alignment import add_joint_args, joint_decoding
+from attnkit.cli.lm import load_lm
+from attnkit.decoding import Decoding
+from attnkit.tasks import EVALUATORS, evaluate
+from attnkit.tasks.metrics import LABELS, example_cer
+
+
+def add_parser(sub) -> None:
+    formats = "; ".join(f"{name}: {cls.data}" for name, cls in sorted(EVALUATORS.items()))
+    p = sub.add_parser("eval", help="score a checkpoint of any task on labelled data",
+                       description="Decode labelled data with a checkpoint and print its "
+                       "scores. The task is the checkpoint's.")
+    p.add_argument("--checkpoint", type=Path, required=True)
+    p.add_argument("--data", type=Path, required=True, help=f"labelled data ({formats})")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--plot", type=Path, metavar="DIR",
+                   help="pictures of the attention of the worst examples (by CER) in DIR")
+    p.add_argument("--worst", type=common.positive_int, default=5, metavar="N",
+                   help="examples pictured with --plot (default 5)")
+    common.add_decoding_args(p, beam=1)
+    add_joint_args(p)
+    common.add_device_arg(p)
+    p.set_defaults(run=run)
+
+
+def _one_output(args) -> None:
+    """eval scores one output per input: the n-best lists and all-draws options are refused."""
+    if args.n_best > 1:
+        raise ValueError(f"--n-best: eval scores one output per input, got {args.n_best}")
+    if args.sample is not None and args.pick != "best":
+        raise ValueError("--sample: eval scores one output per input; add --pick best to keep "
+                         "the draw the model scores highest")
+
+
+def describe(decoding: Decoding) -> str:
+    """The settings that differ from greedy decoding, e.g. ``beam=5, length_penalty=0.6``."""
+    changed = [f"{f.name}={getattr(decoding, f.name)}" for f in fields(decoding)
+               if getattr(decoding, f.name) != f.default]
+    return ", ".join(changed) or "greedy"
+
+
+def run(args) -> int:
+    decoding = joint_decoding(args, common.decoding(args))
+    _one_output(args)
+    evaluator = common.load_evaluator(args.checkpoint, args.device)
+    evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
+    result = evaluate(evaluator, args.data, decoding)
+    worst = []
+    for rank, i in enumerate(result.worst(args.worst) if args.plot else [], start=1):
+        example, output = result.examples[i], result.outputs[i]
+        path = output.draw(args.plot / f"worst_{rank}.png",
+                           title=f"{output.text!r}  (reference: {example.reference!r})")
+        worst.append({"origin": example.origin, "reference": example.reference,
+                      "output": output.text, "cer": example_cer(output.text, example.reference),
+                      "picture": None if path is None else str(path)})
+    if args.json:
+        print(json.dumps({"task": evaluator.task, "checkpoint": str(args.checkpoint),
+                          "data": str(args.data), "examples": len(result.examples),
+                          "decoding": asdict(decoding), "metrics": result.metrics,
+                          **({"worst": worst} if args.plot else {})}, indent=1))
+        return 0
+    print(f"{args.checkpoint} ({evaluator.task}) on {args.data}: {len(result.examples)} "
+          f"examples, {describe(decoding)}")
+    width = max(len(LABELS[name]) for name in result.metrics)
+    for name, value in result.metrics.items():
+        print(f"  {LABELS[name]:<{width}}  {value:.4f}")
+    if worst:
+        print(f"worst {len(worst)} by CER:")
+    for w in worst:
+        print(f"  {w['cer']:.3f}  {w['origin']}: {w['output']!r} (reference {w['reference']!r})"
+              + (f"  -> {w['picture']}" if w["picture"] else "  (no attention to draw)"))
+    return 0

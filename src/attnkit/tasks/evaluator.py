@@ -1,0 +1,171 @@
+"""A trained model of any task, as the command line uses it: decode inputs (every hypothesis
+and a picture of the best), read labelled data, score outputs against references.
+
+A task joins by subclassing :class:`Evaluator` with the name its checkpoints carry in
+``config["task"]``, in its own module (imported by ``attnkit/tasks/__init__.py``)::
+
+    class TranslationEvaluator(Evaluator, task="translate"):
+        data = "a TSV of source<TAB>reference lines"
+        metrics = ("exact", "cer", "bleu", "chrf")      # names in tasks.metrics.METRICS
+
+        def __init__(self, model, config, vocab): ...   # the checkpoint's config and vocab
+        def read(self, path) -> list[Example]: ...      # labelled data, DataError if unfit
+        def decode(self, inputs, decoding=None) -> list[Output]: ...
+
+``attnkit eval`` then scores checkpoints of that task with no change to the command line:
+:func:`evaluator_for` finds the class by name and :func:`evaluate` decodes and scores.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from attnkit.decoding import Decoding, Hypotheses
+from attnkit.errors import DataError
+from attnkit.tasks import metrics as scores
+
+__all__ = ["EVALUATORS", "Evaluation", "Evaluator", "Example", "Output", "evaluate",
+           "evaluator_for", "pictures", "texts_of"]
+
+
+@dataclass(frozen=True)
+class Example:
+    """One labelled input: ``input`` as the task's :meth:`Evaluator.decode` takes it (a source
+    text, a line image ``(32, W)``, log-mel features ``(T, F)``), its ``reference`` text, and
+    ``origin``, where it came from (a file, or ``file:line``)."""
+
+    input: Any
+    reference: str
+    origin: str
+
+
+@dataclass(frozen=True)
+class Output:
+    """One input's outputs, best first: one text, or beam search's n-best, or sampling's draws
+    ranked by model score. ``draw(path, title=None)`` pictures the best one's attention over
+    its input and returns the path, or None when the model has no attention to draw."""
+
+    texts: list[str]
+    draw: Callable[..., Path | None]
+
+    @property
+    def text(self) -> str:
+        return self.texts[0]
+
+
+def texts_of(hyp: Hypotheses, vocab) -> list[list[str]]:
+    """Each example's decoded texts, best first, from ``hyp`` with or without an n-best dim."""
+    tokens = hyp.tokens if hyp.lengths.dim() == 2 else hyp.tokens[:, None]  # (B, K, T)
+    return [[vocab.decode(row) for row in rows] for rows in tokens]
+
+
+EVALUATORS: dict[str, type[Evaluator]] = {}
+
+
+class Evaluator(ABC):
+    """A trained ``model`` of one task with its checkpoint's ``config`` and ``vocab`` (JSON).
+    ``lm``: the language model that decodings with ``lm_weight`` fuse (shallow fusion), None
+    until it is set.
+
+    Class attributes: ``task`` (the registered name), ``data`` (what labelled data looks
+    like, for help texts and errors) and ``metrics`` (names in
+    :data:`attnkit.tasks.metrics.METRICS`, in the order they are reported).
+    """
+
+    task: ClassVar[str]
+    data: ClassVar[str]
+    metrics: ClassVar[tuple[str, ...]]
+
+    def __init_subclass__(cls, *, task: str | None = None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if task is not None:
+            _register(cls, task)
+
+    def __init__(self, model, config: dict, vocab):
+        self.model, self.config, self.vocab = model, config, vocab
+        self.lm = None
+
+    @abstractmethod
+    def read(self, path: Path) -> list[Example]:
+        """The labelled examples in ``path``; a :class:`DataError` naming the file when it
+        cannot be read as :attr:`data`."""
+
+    @abstractmethod
+    def decode(self, inputs: Sequence, decoding: Decoding | None = None) -> list[Output]:
+        """One :class:`Output` per input, in order, decoded as ``decoding`` says."""
+
+    def score(self, hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+        """:attr:`metrics` of ``hypotheses`` against ``references``."""
+        return scores.score(self.metrics, hypotheses, references)
+
+
+def _register(cls: type[Evaluator], task: str) -> None:
+    """``EVALUATORS[task] = cls``, refusing a second evaluator of a task and unknown metrics."""
+    unknown = [m for m in cls.metrics if m not in scores.METRICS]
+    if unknown:
+        raise ValueError(f"metrics: expected names among {', '.join(scores.METRICS)}, "
+                         f"got {unknown}")
+    if task in EVALUATORS:
+        raise ValueError(f"task: an evaluator for {task!r} is already registered "
+                         f"({EVALUATORS[task].__qualname__})")
+    cls.task = task
+    EVALUATORS[task] = cls
+
+
+def evaluator_for(task: str) -> type[Evaluator]:
+    """The evaluator registered for checkpoints of ``task``.
+
+    Raises:
+        ValueError: naming the task and the registered ones.
+    """
+    if task not in EVALUATORS:
+        raise ValueError(f"task: expected one of {', '.join(sorted(EVALUATORS))}, got {task!r}")
+    return EVALUATORS[task]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The result of :func:`evaluate`: the examples, their outputs and the scores."""
+
+    examples: list[Example]
+    outputs: list[Output]
+    metrics: dict[str, float]
+
+    def worst(self, n: int) -> list[int]:
+        """Indices of the ``n`` examples with the highest character error rate, worst first
+        (ties in data order)."""
+        errors = [scores.example_cer(o.text, e.reference)
+                  for e, o in zip(self.examples, self.outputs)]
+        return sorted(range(len(errors)), key=lambda i: -errors[i])[:n]
+
+
+def evaluate(evaluator: Evaluator, path: Path, decoding: Decoding | None = None) -> Evaluation:
+    """Read the labelled data in ``path``, decode its inputs and score the best outputs.
+
+    Raises:
+        DataError: ``path`` does not hold :attr:`Evaluator.data` (the message says what a
+            checkpoint of this task is scored on) or holds no example.
+    """
+    expected = f"a checkpoint of task {evaluator.task!r} is scored on {evaluator.data}"
+    try:
+        examples = evaluator.read(path)
+    except DataError as exc:
+        raise DataError(f"{exc} ({expected})") from None
+    if not examples:
+        raise DataError(f"{path}: no labelled examples ({expected})")
+    outputs = evaluator.decode([e.input for e in examples], decoding)
+    metrics = evaluator.score([o.text for o in outputs], [e.reference for e in examples])
+    return Evaluation(examples, outputs, metrics)
+
+
+def pictures(evaluator: Evaluator, inputs: Sequence, folder: Path) -> list[Path]:
+    """Decode ``inputs`` greedily and picture each best output's attention as
+    ``folder/example_{i}.png``; returns the paths written (none for a model without
+    attention). A task's ``pictures(model, folder, n)`` for TensorBoard calls it."""
+    outputs = evaluator.decode(inputs)
+    paths = [o.draw(Path(folder) / f"example_{i}.png") for i, o in enumerate(outputs)]
+    return [path for path in paths if path is not None]

@@ -1,0 +1,146 @@
+"""The built-in models: each loads by name and reaches its figure on a fresh sample of the test
+split (fonts, voices and pairs never used in training or validation); the recipes that made
+them; ``attnkit export --format checkpoint``; bad names."""
+
+import shutil
+
+import pytest
+import torch
+
+from attnkit.cli import recipes
+from attnkit.cli.common import load_task_model
+from attnkit.cli.main import build_parser, main
+from attnkit.data import (
+    generate_lines,
+    generate_pairs,
+    load_vocab,
+    speech_dataset,
+    synthesize,
+    write_wav,
+)
+from attnkit.tasks import ocr, speech, translation
+from attnkit.train import builtin_checkpoints, load_checkpoint
+
+SHIPPED = {"translate-dates": "translate", "ocr-lines": "ocr", "asr-digits": "asr"}
+MiB = 2 ** 20
+
+
+def test_every_model_is_shipped_within_its_size_limits():
+    shipped = builtin_checkpoints()
+    assert set(shipped) == set(SHIPPED)
+    sizes = {name: sum(f.stat().st_size for f in folder.iterdir())
+             for name, folder in shipped.items()}
+    assert all(size <= 15 * MiB for size in sizes.values()), sizes
+    assert sum(sizes.values()) <= 40 * MiB, sizes
+    for name, folder in shipped.items():
+        assert sorted(f.name for f in folder.iterdir()) == [
+            "config.json", "model.safetensors", "vocab.json"], name
+        assert load_checkpoint(f"builtin:{name}").config["task"] == SHIPPED[name]
+
+
+def test_translate_dates_on_fresh_test_pairs(one_thread):
+    model, ck = load_task_model("builtin:translate-dates", "translate")
+    pairs = generate_pairs(100, split="test", seed=1)
+    outs, _ = translation.translate(model, load_vocab(ck.vocab["src"]),
+                                    load_vocab(ck.vocab["tgt"]), [s for s, _ in pairs],
+                                    max_len_extra=ck.config["max_len_extra"])
+    scores = translation.metrics(outs, [t for _, t in pairs])
+    assert scores["accuracy"] >= 0.95, scores
+
+
+def test_ocr_lines_on_fresh_lines_in_test_fonts(one_thread):
+    model, ck = load_task_model("builtin:ocr-lines", "ocr")
+    lines = generate_lines(20, split="test", seed=1, min_chars=5, max_chars=80)
+    texts, _, _ = ocr.recognise(model, load_vocab(ck.vocab), [image for image, _ in lines])
+    scores = ocr.line_metrics(texts, [text for _, text in lines])
+    assert scores["cer"] <= 0.04, scores
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None,
+                    reason="espeak-ng not installed (apt-get install espeak-ng)")
+def test_asr_digits_on_fresh_utterances_in_test_voices(tmp_path, one_thread):
+    model, ck = load_task_model("builtin:asr-digits", "asr")
+    data = speech_dataset(20, split="test", seed=1, cache_dir=tmp_path,
+                          kinds=("digits", "numbers"), normalize=True)
+    texts, _ = speech.transcribe(model, load_vocab(ck.vocab), data.features)
+    scores = speech.metrics(texts, data.transcripts)
+    assert scores["cer"] <= 0.04, scores
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None,
+                    reason="espeak-ng not installed (apt-get install espeak-ng)")
+def test_transcribe_with_its_default_beam_reads_a_long_number_whole(tmp_path, capsys,
+                                                                    one_thread):
+    text = "one hundred and eighty four thousand and eighty nine"  # a beam ranking by plain
+    wav = write_wav(tmp_path / "n.wav", *synthesize(text, voice="en-us+m6", speed=165))
+    assert main(["transcribe", "--checkpoint", "builtin:asr-digits", str(wav)]) == 0
+    assert capsys.readouterr().out == text + "\n"  # log P stopped after "one"
+
+
+def test_the_cli_reads_with_a_builtin_model(tmp_path, capsys, one_thread):
+    (image, text), = generate_lines(1, split="test", seed=2, min_chars=8, max_chars=8)
+    path = tmp_path / "line.png"
+    from PIL import Image
+    Image.fromarray(image.numpy(), "L").save(path)
+    assert main(["read", "--checkpoint", "builtin:ocr-lines", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == text
+
+
+def test_an_unknown_builtin_name_is_a_one_line_error_listing_the_shipped_ones(capsys):
+    assert main(["translate", "--checkpoint", "builtin:klingon", "one"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("attnkit: checkpoint: no built-in model 'klingon'; expected one of "
+                   "builtin:asr-digits, builtin:ocr-lines, builtin:translate-dates\n")
+
+
+def test_a_builtin_model_of_another_task_is_refused(tmp_path, capsys):
+    assert main(["transcribe", "--checkpoint", "builtin:translate-dates",
+                 str(tmp_path / "x.wav")]) == 2
+    assert "not a asr checkpoint (task 'translate')" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", list(recipes.RECIPES))
+def test_a_recipe_is_its_options_and_the_command_line_wins(name):
+    task = recipes.RECIPES[name].task
+    parser = build_parser()
+    argv = ["train", task, "--out", "run", "--recipe", name, "--seed", "7"]
+    args = parser.parse_args(recipes.expand(argv, name))
+    spelled = parser.parse_args(["train", task, *recipes.RECIPES[name].options, "--out", "run",
+                                 "--seed", "7"])
+    assert vars(args) == {**vars(spelled), "recipe": name}
+    won = parser.parse_args(recipes.expand(argv + ["--steps", "3"], name))
+    assert won.steps == 3 and spelled.steps != 3
+
+
+def test_a_recipe_of_another_task_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "ocr", "--out", "run", "--recipe", "translate-dates"])
+    assert exit_.value.code == 2
+    assert "--recipe: invalid choice: 'translate-dates'" in (
+        capsys.readouterr().err)
+
+
+def test_export_checkpoint_keeps_what_inference_needs_and_decodes_the_same(tmp_path, capsys,
+                                                                           one_thread):
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("".join(f"<en> {n}\tw{n}\n" for n in range(8)), encoding="utf-8")
+    run = tmp_path / "run"
+    assert main(["train", "translate", "--train", str(tsv), "--out", str(run), "--steps", "3",
+                 "--eval-every", "3", "--batch-size", "8", "--hidden", "16", "--emb", "8",
+                 "--no-progress", "--plot", "0"]) == 0
+    slim = tmp_path / "slim"
+    capsys.readouterr()
+    assert main(["export", "--format", "checkpoint", "--checkpoint", str(run / "checkpoint"),
+                 "--out", str(slim)]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {slim} (an inference checkpoint of "
+                                              "task translate, ")
+    assert sorted(f.name for f in slim.iterdir()) == [
+        "config.json", "model.safetensors", "vocab.json"]
+    full, small = load_checkpoint(run / "checkpoint"), load_checkpoint(slim)
+    assert small.config == full.config and small.vocab == full.vocab
+    assert all(torch.equal(full.model_state[k], v) for k, v in small.model_state.items())
+    outputs = []
+    for folder in (run / "checkpoint", slim):
+        assert main(["translate", "--checkpoint", str(folder), "<en> 3", "<en> 5"]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]

@@ -1,0 +1,73 @@
+"""Evaluators: a new task scores its checkpoints through ``attnkit eval`` by registering one;
+the shared metrics."""
+
+import json
+
+import pytest
+
+from attnkit.cli.main import main
+from attnkit.data import read_tsv
+from attnkit.models import Seq2Seq, model_config
+from attnkit.tasks import EVALUATORS, Evaluator, evaluator_for
+from attnkit.tasks.evaluator import Example, Output
+from attnkit.tasks.metrics import METRICS, example_cer, score
+from attnkit.train import save_checkpoint
+
+
+@pytest.fixture
+def upper_task():
+    """A task whose 'model' writes its input in capitals, registered for the test only."""
+
+    class Upper(Evaluator, task="test-upper"):
+        data = "a TSV of text<TAB>capitals"
+        metrics = ("exact", "cer")
+
+        def read(self, path):
+            return [Example(a, b, f"{path}:{n}") for n, (a, b) in enumerate(read_tsv(path), 1)]
+
+        def decode(self, inputs, decoding=None):
+            return [Output([text.upper()], lambda path, title=None: None) for text in inputs]
+
+    yield Upper
+    del EVALUATORS["test-upper"]
+
+
+def test_a_registered_task_is_scored_by_attnkit_eval_unchanged(upper_task, tmp_path, capsys):
+    assert evaluator_for("test-upper") is upper_task
+    ck = save_checkpoint(tmp_path / "ck", model=Seq2Seq(5, 5, emb=4, hidden=4),
+                         config={"task": "test-upper",
+                                 "model": model_config(Seq2Seq(5, 5, emb=4, hidden=4))},
+                         vocab={"unused": True})
+    data = tmp_path / "data.tsv"
+    data.write_text("abc\tABC\nxyz\tXYy\n")
+    assert main(["eval", "--checkpoint", str(ck), "--data", str(data), "--json", "--plot",
+                 str(tmp_path / "pics"), "--worst", "1"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["metrics"] == {"exact": 0.5, "cer": pytest.approx(1 / 6)}
+    assert got["worst"] == [{"origin": f"{data}:2", "reference": "XYy", "output": "XYZ",
+                             "cer": pytest.approx(1 / 3), "picture": None}]
+
+
+def test_registration_errors_name_the_problem(upper_task):
+    with pytest.raises(ValueError, match="task: an evaluator for 'test-upper' is already"):
+        type("Again", (upper_task,), {}, task="test-upper")
+    with pytest.raises(ValueError, match=r"metrics: expected names among exact, cer, wer, "
+                                         r"bleu, chrf, got \['rouge'\]"):
+        type("Rouge", (upper_task,), {"metrics": ("rouge",)}, task="test-rouge")
+    with pytest.raises(ValueError, match=r"task: expected one of asr, ocr, .*translate, "
+                                         r"got 'poems'"):
+        evaluator_for("poems")
+
+
+def test_metrics_on_known_values():
+    hyps, refs = ["the cat sat", "", "a dog"], ["the cat sat", "on", "a dot"]
+    got = score(list(METRICS), hyps, refs)
+    assert got["exact"] == pytest.approx(1 / 3)
+    assert got["cer"] == pytest.approx((0 + 2 + 1) / (11 + 2 + 5))  # corpus: edits / chars
+    assert got["wer"] == pytest.approx((0 + 1 + 1) / (3 + 1 + 2))
+    assert score(("bleu", "chrf"), refs, refs) == pytest.approx({"bleu": 100.0, "chrf": 100.0})
+    assert example_cer("a dog", "a dot") == pytest.approx(1 / 5)
+    with pytest.raises(ValueError, match=r"names: expected metrics among .*, got \['f1'\]"):
+        score(["f1"], hyps, refs)
+    with pytest.raises(ValueError, match=r"hypotheses: expected one per reference \(3\), got 2"):
+        score(["cer"], hyps[:2], refs)

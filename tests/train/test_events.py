@@ -1,0 +1,52 @@
+"""TensorBoard event files: every run writes its scalars and pictures, read back with
+tensorboard's own event reader."""
+
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from attnkit.plot import plot_attention
+from attnkit.train import Trainer
+from tests.train.test_loop import Reverse, ReverseTask, _cfg
+
+
+class PicturedReverse(ReverseTask):
+    def pictures(self, model, folder, n):
+        weights = torch.softmax(torch.randn(n, 5, 5), -1)
+        return [plot_attention(w, None, None, folder / f"reverse_{i}.png")
+                for i, w in enumerate(weights)]
+
+
+def _events(folder):
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0, "images": 0})
+    events.Reload()
+    return events
+
+
+def test_a_run_writes_losses_rates_metrics_and_pictures(tmp_path):
+    torch.manual_seed(0)
+    result = Trainer(Reverse(), PicturedReverse(), _cfg(max_steps=12, eval_every=5),
+                     tmp_path).fit()
+    events = _events(tmp_path)
+    tags = events.Tags()
+    assert {"train/loss", "train/lr", "train/tokens_per_s", "valid/accuracy"} <= set(
+        tags["scalars"])
+    assert [e.step for e in events.Scalars("train/loss")] == list(range(1, 13))
+    assert [e.value for e in events.Scalars("valid/accuracy")] == [
+        h["accuracy"] for h in result.history]
+    assert [e.step for e in events.Scalars("valid/accuracy")] == [5, 10]
+    lrs = [e.value for e in events.Scalars("train/lr")]
+    assert lrs[0] < lrs[2] and abs(lrs[2] - 3e-2) < 1e-9  # warm-up over 3 steps, then decay
+    assert all(e.value > 0 for e in events.Scalars("train/tokens_per_s"))
+    assert set(tags["images"]) == {"attention/reverse_0", "attention/reverse_1"}
+    image = events.Images("attention/reverse_0")
+    assert [e.step for e in image] == [5, 10] and image[0].width > 50
+
+
+def test_a_resumed_run_continues_its_curves(tmp_path):
+    torch.manual_seed(0)
+    Trainer(Reverse(), ReverseTask(), _cfg(max_steps=8), tmp_path).fit()
+    trainer = Trainer(Reverse(), ReverseTask(), _cfg(max_steps=14), tmp_path)
+    trainer.resume()
+    trainer.fit()
+    steps = [e.step for e in _events(tmp_path).Scalars("train/loss")]
+    assert steps == list(range(1, 15))
