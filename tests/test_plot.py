@@ -183,3 +183,39 @@ def test_plot_alignment_over_an_image_and_a_spectrogram(tmp_path):
         plot_alignment(weights, torch.rand(32, 160), None, tmp_path / "y.png", steps=21)
     with pytest.raises(ValueError, match="background: expected a 2-D"):
         plot_alignment(weights, torch.rand(1, 32, 160), None, tmp_path / "y.png")
+
+
+def test_plot_image_attention_lights_where_each_output_looked(tmp_path, drawn):
+    from attnkit.plot import plot_image_attention
+
+    image = torch.full((3, 16, 16), 200, dtype=torch.uint8)  # (3, H, W)
+    maps = torch.zeros(2, 4, 4)
+    maps[0, 0, 0] = 1.0  # looks at the top-left cell
+    maps[1, 3, 3] = 0.5  # at the bottom-right cell
+    path = plot_image_attention(image, maps, ["red", "circle"], tmp_path / "a" / "cap.png",
+                                title="a red circle", columns=2)
+    _assert_png(path)
+    assert len(drawn) == 3  # the image, then one panel per word
+    np.testing.assert_allclose(drawn[0][1], np.full((16, 16, 3), 200 / 255), rtol=1e-6)
+    first, second = drawn[1][1], drawn[2][1]  # (H, W, 3): the image lit by the map
+    assert first[1, 1, 0] > 0.6 and first[14, 14, 0] < 0.2
+    assert second[14, 14, 0] > 0.6 and second[1, 1, 0] < 0.2  # each map to its own peak
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(image=np.zeros((4, 4))), r"image: expected a \(3, H, W\) or \(H, W, 3\) RGB image, "
+                                   r"got shape \(4, 4\)"),
+    (dict(maps=np.zeros((4, 4))), r"maps: expected a 3-D \(N, h, w\) array, got shape \(4, 4\)"),
+    (dict(maps=np.full((2, 2, 2), np.nan)), "maps: expected finite values, got 8 NaN"),
+    (dict(labels=["x"]), r"labels: expected 2 labels \(one per map\), got 1"),
+    (dict(columns=0), "columns: expected a positive int, got 0"),
+])
+def test_plot_image_attention_rejects_bad_input(tmp_path, kwargs, match):
+    from attnkit.plot import plot_image_attention
+
+    args = {"image": np.zeros((8, 8, 3), np.uint8), "maps": np.ones((2, 2, 2)),
+            "labels": ["a", "b"], **kwargs}
+    columns = args.pop("columns", 6)
+    with pytest.raises(ValueError, match=match):
+        plot_image_attention(args["image"], args["maps"], args["labels"], tmp_path / "x.png",
+                             columns=columns)

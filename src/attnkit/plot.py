@@ -7,16 +7,19 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image
 
-__all__ = ["plot_alignment", "plot_attention"]
+__all__ = ["plot_alignment", "plot_attention", "plot_image_attention"]
 
 
-def _as_2d_array(x, name: str = "weights", dims: str = "(Tq, Tk)") -> np.ndarray:
+def _as_array(x, name: str = "weights", dims: str = "(Tq, Tk)") -> np.ndarray:
+    """``x`` as a float32 array with as many dims as ``dims`` names, all finite."""
     if isinstance(x, torch.Tensor):
         x = x.detach().float().cpu().numpy()
     arr = np.asarray(x, dtype=np.float32)
-    if arr.ndim != 2:
-        raise ValueError(f"{name}: expected a 2-D {dims} array, got shape {arr.shape}")
+    ndim = dims.count(",") + 1
+    if arr.ndim != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-D {dims} array, got shape {arr.shape}")
     if not np.isfinite(arr).all():
         raise ValueError(f"{name}: expected finite values, got {int((~np.isfinite(arr)).sum())} "
                          "NaN or infinite entries")
@@ -48,7 +51,7 @@ def plot_attention(
     Returns:
         The path written.
     """
-    arr = _as_2d_array(weights)
+    arr = _as_array(weights)
     tq, tk = arr.shape
     x_len = _crop_len("x", x_labels, x_len, tk)
     y_len = _crop_len("y", y_labels, y_len, tq)
@@ -107,13 +110,13 @@ def plot_alignment(
     Returns:
         The path written.
     """
-    arr = _as_2d_array(weights)
+    arr = _as_array(weights)
     tq, s_all = arr.shape
     steps = _crop_len("x", None, steps, s_all)
     arr = arr[:, :steps]
     if labels is not None and len(labels) != tq:
         raise ValueError(f"labels: expected {tq} labels (one per output token), got {len(labels)}")
-    bg = _as_2d_array(background, "background", "(H, W)")
+    bg = _as_array(background, "background", "(H, W)")
     if marked is None:
         marked = sorted(set(np.linspace(0, tq - 1, min(tq, 8)).round().astype(int).tolist()))
     bad = [m for m in marked if not 0 <= m < tq]
@@ -153,6 +156,75 @@ def plot_alignment(
     bottom.set_ylabel("output")
     if title:
         top.set_title(title)
+    return _save(fig, path, dpi=100)
+
+
+def plot_image_attention(
+    image,
+    maps,
+    labels: Sequence[str],
+    path: str | Path,
+    *,
+    title: str | None = None,
+    columns: int = 6,
+) -> Path:
+    """Attention over an image, one panel per map: the image first, then for each output
+    (a caption's words, a question's hops) the image lit by its weights over the grid of
+    image cells, upsampled (bilinear) to the image: bright where the output looked, dark
+    elsewhere, labelled (as in the figures of Xu et al. 2015).
+
+    Args:
+        image: ``(3, H, W)`` or ``(H, W, 3)`` tensor or array, uint8 or float in ``[0, 1]``.
+        maps: ``(N, h, w)``: the weights of ``N`` outputs over an ``h x w`` grid of cells
+            (row-major over the image, as :class:`attnkit.models.grid.GridEncoder` orders
+            them); each map is scaled to its own peak.
+        labels: the ``N`` outputs.
+        columns: panels per row.
+
+    Returns:
+        The path written.
+    """
+    if isinstance(image, torch.Tensor):
+        image = image.detach().cpu().numpy()
+    pixels = np.asarray(image)
+    if pixels.ndim == 3 and pixels.shape[0] == 3 and pixels.shape[-1] != 3:
+        pixels = pixels.transpose(1, 2, 0)  # (H, W, 3)
+    if pixels.ndim != 3 or pixels.shape[-1] != 3:
+        raise ValueError(f"image: expected a (3, H, W) or (H, W, 3) RGB image, got shape "
+                         f"{pixels.shape}")
+    pixels = pixels.astype(np.float32) / (255.0 if pixels.dtype == np.uint8 else 1.0)
+    maps = _as_array(maps, "maps", "(N, h, w)")
+    if len(labels) != maps.shape[0]:
+        raise ValueError(f"labels: expected {maps.shape[0]} labels (one per map), got "
+                         f"{len(labels)}")
+    if not isinstance(columns, int) or columns < 1:
+        raise ValueError(f"columns: expected a positive int, got {columns!r}")
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    h, w = pixels.shape[:2]
+    panels = len(labels) + 1
+    cols = min(columns, panels)
+    rows = -(-panels // cols)
+    fig = Figure(figsize=(2.0 * cols, 2.1 * rows + (0.4 if title else 0.0)))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for k, ax in enumerate(axes):
+        ax.set_axis_off()
+        if k >= panels:
+            continue
+        if k == 0:
+            ax.imshow(pixels, extent=(0, w, h, 0), interpolation="nearest")
+            ax.set_title("image", fontsize=9)
+            continue
+        grid = maps[k - 1] / max(float(maps[k - 1].max()), 1e-9)  # (h, w), peak 1
+        up = np.asarray(Image.fromarray(grid, "F").resize((w, h), Image.BILINEAR))  # (H, W)
+        ax.imshow(pixels * (0.15 + 0.85 * up[..., None]), extent=(0, w, h, 0),
+                  interpolation="nearest")
+        ax.set_title(str(labels[k - 1]), fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=10)
     return _save(fig, path, dpi=100)
 
 

@@ -9,6 +9,8 @@ from attnkit.models import (
     CRNN,
     LAS,
     MODELS,
+    VQA,
+    Captioner,
     CharLM,
     Seq2Seq,
     Transformer,
@@ -28,11 +30,15 @@ BUILT = [
     lambda: CRNN(12, channels=(4, 4, 8, 8, 8), hidden=8, head="attention", ctc=True,
                  dec_score="location", dec_alignment="softmax"),
     lambda: CharLM(10, emb=4, hidden=8, layers=2),
+    lambda: Captioner(9, image_size=16, channels=(4, 8), hidden=8, emb=8, attn_dim=8,
+                      attention="hard"),
+    lambda: VQA(9, 5, image_size=16, channels=(4, 8), emb=8, hidden=8, attn_dim=8, hops=3),
+    lambda: VQA(9, 5, image_size=16, channels=(4, 8), emb=8, hidden=8, kind="none"),
 ]
 
 
 def test_every_model_is_registered_by_its_name():
-    assert {"seq2seq", "transformer", "crnn", "las"} <= set(MODELS)
+    assert {"seq2seq", "transformer", "crnn", "las", "captioner", "vqa"} <= set(MODELS)
     assert MODELS["las"] is LAS and LAS.model_name == "las"
 
 
@@ -58,8 +64,8 @@ def test_config_records_defaults_and_positional_arguments():
 
 @pytest.mark.parametrize("config, match", [
     ([], "model config: expected a dict, got list"),
-    ({"kind": "bahdanau"}, "model config: 'name' must be one of char_lm, crnn, las, seq2seq, "
-                           "transformer, got None"),
+    ({"kind": "bahdanau"}, "model config: 'name' must be one of captioner, char_lm, crnn, las, "
+                           "seq2seq, transformer, vqa, got None"),
     ({"name": "gpt"}, "'name' must be one of .*got 'gpt'"),
     ({"name": "seq2seq", "src_vocab": 5, "tgt_vocab": 5, "hiden": 3, "x": 1},
      "model config: seq2seq takes no argument hiden, x"),

@@ -1,5 +1,6 @@
 """Data: vocabularies, the built-in task generators (text pairs, text-line images, synthesised
-speech), audio features and readers for the user's own files."""
+speech, scenes with captions and questions), audio features and readers for the user's own
+files."""
 
 from attnkit.data.audio import (
     log_mel,
@@ -9,6 +10,16 @@ from attnkit.data.audio import (
     read_wav,
     resample,
     write_wav,
+)
+from attnkit.data.images import (
+    CaptionedImage,
+    ImageQuestion,
+    load_image,
+    read_caption_folder,
+    read_question_folder,
+    stack_images,
+    write_caption_folder,
+    write_question_folder,
 )
 from attnkit.data.lines import (
     ALPHABET,
@@ -20,6 +31,7 @@ from attnkit.data.lines import (
     render_line,
     write_line_folder,
 )
+from attnkit.data.scenes import Scene, captioned_images, generate_scenes, question_set
 from attnkit.data.speech import (
     SpeechSet,
     Utterance,
@@ -31,22 +43,29 @@ from attnkit.data.speech import (
 from attnkit.data.subword import SubwordVocab
 from attnkit.data.text_tasks import DATE_LOCALES, NUMBER_LANGUAGES, generate_pairs
 from attnkit.data.tsv import read_tsv
-from attnkit.data.vocab import CharVocab, build_vocab, load_vocab, pad_batch
+from attnkit.data.vocab import CharVocab, WordVocab, build_vocab, load_vocab, pad_batch
 from attnkit.errors import DataError
 
 __all__ = [
     "ALPHABET",
     "DATE_LOCALES",
     "NUMBER_LANGUAGES",
+    "CaptionedImage",
     "CharVocab",
     "DataError",
+    "ImageQuestion",
+    "Scene",
     "SpeechSet",
     "SubwordVocab",
     "Utterance",
+    "WordVocab",
     "available_fonts",
     "build_vocab",
+    "captioned_images",
     "generate_lines",
     "generate_pairs",
+    "generate_scenes",
+    "load_image",
     "load_line_image",
     "load_vocab",
     "log_mel",
@@ -56,14 +75,20 @@ __all__ = [
     "pad_features",
     "pad_images",
     "plan_utterances",
+    "question_set",
+    "read_caption_folder",
     "read_line_folder",
     "read_manifest",
+    "read_question_folder",
     "read_tsv",
     "read_wav",
     "render_line",
     "resample",
     "speech_dataset",
+    "stack_images",
     "synthesize",
+    "write_caption_folder",
     "write_line_folder",
+    "write_question_folder",
     "write_wav",
 ]

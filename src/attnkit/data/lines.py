@@ -45,8 +45,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, ImageDraw, ImageFilter, ImageFont, UnidentifiedImageError
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
+from attnkit.data.images import read_pixels
 from attnkit.data.text_tasks import SPLITS, split_of
 from attnkit.data.tsv import read_tsv_rows
 from attnkit.errors import DataError
@@ -263,28 +264,13 @@ def load_line_image(path: str | Path) -> torch.Tensor:
     Shape:
         returns a uint8 tensor ``(32, W)``.
     """
-    path = Path(path)
-    try:
-        with Image.open(path) as image:
-            image.load()
-    except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
-        raise DataError(f"{path}: cannot read image ({exc})") from None
-    if image.mode.startswith("I"):  # "I", "I;16", "I;16B", ...: 16-bit grayscale
-        pixels = np.asarray(image, dtype=np.float32) / 65535.0
-    elif image.mode == "F":
-        raise DataError(f"{path}: unsupported image mode 'F' (floating point); expected "
-                        f"8- or 16-bit grayscale or colour")
-    else:
-        if image.has_transparency_data:
-            white = Image.new("RGBA", image.size, (255, 255, 255, 255))
-            image = Image.alpha_composite(white, image.convert("RGBA"))
-        pixels = np.asarray(image.convert("L"), dtype=np.float32) / 255.0
-    pixels = np.clip(pixels, 0.0, 1.0)  # (h, w)
-    width = round(image.width * HEIGHT / image.height) if image.height else 0
+    pixels = read_pixels(path, colour=False)  # (h, w) in [0, 1]
+    height, width = pixels.shape
+    width = round(width * HEIGHT / height) if height else 0
     if width == 0:
-        raise DataError(f"{path}: {image.width} x {image.height} pixels is 0 px wide at height "
+        raise DataError(f"{path}: {pixels.shape[1]} x {height} pixels is 0 px wide at height "
                         f"{HEIGHT}")
-    if image.height != HEIGHT:
+    if height != HEIGHT:
         pixels = np.array(Image.fromarray(pixels, "F").resize((width, HEIGHT), Image.BILINEAR))
     return torch.from_numpy(np.round(pixels * 255.0).astype(np.uint8))  # (32, W)
 

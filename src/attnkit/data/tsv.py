@@ -1,4 +1,5 @@
-"""The user's own parallel text: UTF-8 ``source<TAB>target`` lines."""
+"""The user's own tab-separated files: UTF-8 ``source<TAB>target`` lines, or any fixed number
+of columns (``filename<TAB>text``, ``filename<TAB>question<TAB>answer``)."""
 
 from __future__ import annotations
 
@@ -25,12 +26,13 @@ def read_tsv(path: str | Path, *, skip_bad_lines: bool = False) -> list[tuple[st
 def read_tsv_rows(
     path: str | Path,
     *,
-    columns: tuple[str, str] = ("source", "target"),
+    columns: tuple[str, ...] = ("source", "target"),
     skip_bad_lines: bool = False,
-) -> list[tuple[int, str, str]]:
-    """``(line number, first, second)`` for each usable line, checked as in :func:`read_tsv`.
+) -> list[tuple]:
+    """``(line number, *fields)`` for each usable line, checked as in :func:`read_tsv`: one
+    field per name in ``columns``, none empty.
 
-    ``columns`` names the two sides in error messages (``"expected filename<TAB>text"``).
+    ``columns`` names the fields in error messages (``"expected filename<TAB>text"``).
     """
     path = Path(path)
     try:
@@ -39,6 +41,7 @@ def read_tsv_rows(
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]  # a UTF-8 byte-order mark is not part of the first source
+    layout = "<TAB>".join(columns)
     rows, bad = [], []
     for n, line in enumerate(raw.split(b"\n"), start=1):
         line = line.rstrip(b"\r")
@@ -51,12 +54,13 @@ def read_tsv_rows(
             problem = f"not valid UTF-8 (byte {exc.start})"
         else:
             parts = text.split("\t")
-            if len(parts) != 2:
-                problem = f"expected {columns[0]}<TAB>{columns[1]}, found {len(parts) - 1} tabs"
-            elif not parts[0].strip() or not parts[1].strip():
-                problem = "empty " + (columns[0] if not parts[0].strip() else columns[1])
+            empty = [c for c, part in zip(columns, parts) if not part.strip()]
+            if len(parts) != len(columns):
+                problem = f"expected {layout}, found {len(parts) - 1} tabs"
+            elif empty:
+                problem = "empty " + empty[0]
         if problem is None:
-            rows.append((n, parts[0], parts[1]))
+            rows.append((n, *parts))
         elif skip_bad_lines:
             bad.append(n)
         else:
@@ -64,5 +68,5 @@ def read_tsv_rows(
     if bad:
         log.warning("%s: skipped %d bad lines (first at line %d)", path, len(bad), bad[0])
     if not rows:
-        raise DataError(f"{path}: no usable {columns[0]}<TAB>{columns[1]} lines")
+        raise DataError(f"{path}: no usable {layout} lines")
     return rows

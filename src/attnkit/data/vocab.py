@@ -1,8 +1,9 @@
-"""Character vocabularies and padding."""
+"""Character and word vocabularies, and padding."""
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -10,7 +11,7 @@ import torch
 from attnkit.data.subword import SubwordVocab
 from attnkit.tokens import BOS, EOS, PAD, SPECIALS, UNK, content_ids
 
-__all__ = ["CharVocab", "build_vocab", "load_vocab", "pad_batch"]
+__all__ = ["CharVocab", "WordVocab", "build_vocab", "load_vocab", "pad_batch", "words"]
 
 log = logging.getLogger("attnkit")
 
@@ -82,6 +83,72 @@ class CharVocab:
         return cls(data["symbols"], data.get("tags", ()))
 
 
+def words(text: str) -> list[str]:
+    """``text`` lower-cased and split into words and punctuation marks.
+
+    Example:
+        >>> words("Where is the red circle?")
+        ['where', 'is', 'the', 'red', 'circle', '?']
+    """
+    return re.findall(r"[^\W_]+|[^\w\s]|_", text.lower())
+
+
+class WordVocab:
+    """Words (see :func:`words`) to ids, with ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2,
+    ``<unk>`` = 3; decoded texts are the words joined by spaces.
+
+    Example:
+        >>> v = WordVocab.build(["a red circle", "a blue square ."])
+        >>> v.decode(v.encode("A red square."))
+        'a red square .'
+        >>> v.unknown("a green circle")
+        ['green']
+    """
+
+    def __init__(self, symbols: Sequence[str]):
+        self.symbols = list(SPECIALS) + [s for s in symbols if s not in SPECIALS]
+        self.index = {s: i for i, s in enumerate(self.symbols)}
+
+    @classmethod
+    def build(cls, texts: Iterable[str]) -> WordVocab:
+        return cls(sorted({w for text in texts for w in words(text)}))
+
+    def __len__(self) -> int:
+        return len(self.symbols)
+
+    def unknown(self, text: str) -> list[str]:
+        """The words of ``text`` outside the vocabulary, in order, each once."""
+        return list(dict.fromkeys(w for w in words(text) if w not in self.index))
+
+    def encode(self, text: str, *, bos: bool = False, eos: bool = False) -> list[int]:
+        """Ids of the words of ``text``; unknown words become ``<unk>``."""
+        ids = [self.index.get(w, UNK) for w in words(text)]
+        return ([BOS] if bos else []) + ids + ([EOS] if eos else [])
+
+    def piece(self, i: int) -> str:
+        """The word of id ``i`` (for plot labels)."""
+        i = int(i)
+        return self.symbols[i] if 0 <= i < len(self.symbols) else SPECIALS[UNK]
+
+    def pieces(self, text: str) -> list[str]:
+        """The words ``text`` is split into (one per encoded id)."""
+        return words(text)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Words of ``ids`` up to the first ``<eos>``, joined by spaces; ``<pad>``/``<bos>``
+        dropped."""
+        return " ".join(self.piece(i) for i in content_ids(ids))
+
+    def to_json(self) -> dict:
+        return {"type": "word", "symbols": self.symbols[len(SPECIALS):]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> WordVocab:
+        if not isinstance(data, dict) or data.get("type") != "word":
+            raise ValueError(f"vocab: expected a word vocabulary, got {str(data)[:80]!r}")
+        return cls(data["symbols"])
+
+
 def build_vocab(texts: Sequence[str], *, kind: str = "char", size: int = 1000,
                 tags: Sequence[str] = ()):
     """A :class:`CharVocab` (``kind="char"``) or a SentencePiece
@@ -94,9 +161,11 @@ def build_vocab(texts: Sequence[str], *, kind: str = "char", size: int = 1000,
 
 
 def load_vocab(data: dict):
-    """The vocabulary saved by ``to_json()``: character or SentencePiece."""
+    """The vocabulary saved by ``to_json()``: character, word or SentencePiece."""
     if isinstance(data, dict) and data.get("type") == "sentencepiece":
         return SubwordVocab.from_json(data)
+    if isinstance(data, dict) and data.get("type") == "word":
+        return WordVocab.from_json(data)
     return CharVocab.from_json(data)
 
 

@@ -11,7 +11,9 @@ def unroll(step, state, tgt_in: torch.Tensor, *, teacher_forcing: float = 1.0,
            generator: torch.Generator | None = None):
     """Run ``step(tokens (B,), state) -> (logits (B, V), state, weights (B, S) | None)`` over
     ``tgt_in`` ``(B, T)`` (which starts with BOS); returns logits ``(B, T, V)`` and weights
-    ``(B, T, S)`` (None when the step gives none).
+    ``(B, T, S)`` (None when the step gives none). A step may give a dict of ``(B, ...)``
+    tensors instead of weights (weights and what else it computes): each comes back stacked,
+    ``(B, T, ...)``.
 
     With ``teacher_forcing < 1`` each example feeds back its own greedy prediction at a step
     with probability ``1 - teacher_forcing`` (scheduled sampling, Bengio et al. 2015); padding
@@ -29,5 +31,8 @@ def unroll(step, state, tgt_in: torch.Tensor, *, teacher_forcing: float = 1.0,
                 own = torch.rand(tokens.shape, generator=generator, device=tokens.device)
                 use_own = (own >= teacher_forcing) & (tokens != 0)
                 tokens = torch.where(use_own, step_logits.argmax(-1), tokens)
+    if isinstance(weights[0], dict):
+        return torch.stack(logits, dim=1), {k: torch.stack([w[k] for w in weights], dim=1)
+                                            for k in weights[0]}
     weights = None if weights[0] is None else torch.stack(weights, dim=1)
     return torch.stack(logits, dim=1), weights

@@ -1,0 +1,148 @@
+"""Captioning and visual question answering on built-in scenes: with and without attention.
+
+Each model trains for ``--time-budget`` seconds on the same built-in training scenes, in a
+fresh process (:mod:`harness`), then is scored on ``--n-test`` scenes of two splits: ``test``
+(like the training scenes) and ``heldout`` (every scene shows a colour-shape pair no training
+scene has; the captions and questions are about those objects):
+
+* captioning (greedy): BLEU-4 (sacrebleu, against each scene's 5 references), the share of
+  captions whose every stated fact is true of the scene, and the share of object-naming words
+  whose attention peak falls on that object; runs: soft attention with the doubly stochastic
+  term (lambda 1) and without it (lambda 0), hard attention (REINFORCE), and no attention
+  (the mean-pooled grid);
+* VQA: accuracy per question type, non-relational and relational; runs: the stacked attention
+  network (2 hops) and the baseline without attention (CNN and LSTM features concatenated).
+
+Prints Markdown tables, writes JSON and one attention picture per model.
+
+    python benchmarks/visual_tasks.py --time-budget 600 --json docs/visual_tasks.json
+    python benchmarks/visual_tasks.py --match vqa --time-budget 900      # one figure
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from attnkit.data import generate_scenes, question_set
+from attnkit.data.scenes import ANSWERS, QUESTION_TYPES
+from attnkit.tasks.captioning import (
+    CaptionTask,
+    caption_images,
+    caption_metrics,
+    plot_caption,
+    scene_metrics,
+)
+from attnkit.tasks.vqa import VqaTask, answer_questions, plot_answer, vqa_metrics
+from attnkit.train import TrainConfig, Trainer
+
+import harness
+
+GRID = dict(image_size=64, channels=[32, 64, 128])
+RUNS = {  # name: (task, model config, task options)
+    "caption-soft": ("caption", dict(attention="soft"), dict(doubly_stochastic=1.0)),
+    "caption-soft-no-ds": ("caption", dict(attention="soft"), dict(doubly_stochastic=0.0)),
+    "caption-hard": ("caption", dict(attention="hard"), dict(doubly_stochastic=1.0)),
+    "caption-none": ("caption", dict(attention="none"), dict(doubly_stochastic=0.0)),
+    "vqa-san": ("vqa", dict(kind="san", hops=2), {}),
+    "vqa-none": ("vqa", dict(kind="none"), {}),
+}
+SPLITS = ("test", "heldout")
+
+
+def train_and_score(name: str, n_train: int, n_valid: int, n_test: int, time_budget: float,
+                    out: str) -> dict:
+    """Train run ``name`` for ``time_budget`` seconds, then score it on each of :data:`SPLITS`."""
+    task_name, model, options = RUNS[name]
+    torch.manual_seed(0)
+    train = generate_scenes(n_train, split="train", size=GRID["image_size"])
+    valid = generate_scenes(n_valid, split="valid", size=GRID["image_size"])
+    if task_name == "caption":
+        task = CaptionTask(train, valid, model_config={**GRID, **model, "dropout": 0.1},
+                           batch_size=32, **options)
+    else:
+        task = VqaTask(question_set(train), question_set(valid), answers=ANSWERS,
+                       model_config={**GRID, **model, "dropout": 0.1}, batch_size=64)
+    net = task.build_model()
+    cfg = TrainConfig(max_steps=10**7, lr=1e-3, warmup_steps=100, eval_every=10**7,
+                      checkpoint_every=10**7, time_budget_s=time_budget, progress=False,
+                      metric="bleu" if task_name == "caption" else "accuracy")
+    result = Trainer(net, task, cfg, Path(out) / name).fit()
+    row = {"name": name, "task": task_name, "steps": result.step,
+           "parameters": sum(p.numel() for p in net.parameters())}
+    for split in SPLITS:
+        scenes = generate_scenes(n_test, split=split, size=GRID["image_size"])
+        picture = Path(out) / f"{name}_{split}.png"
+        if task_name == "caption":
+            captions = caption_images(net, task.words, [s.image for s in scenes],
+                                      max_words=task.max_words)
+            row[split] = {**caption_metrics([c.texts[0] for c in captions],
+                                            [s.captions for s in scenes]),
+                          **scene_metrics(scenes, captions)}
+            drawn = plot_caption(scenes[0].image, captions[0], picture)
+        else:
+            images, questions = question_set(scenes, split)
+            found = answer_questions(net, task.words, task.answers,
+                                     [(images[q.image], q.question) for q in questions])
+            row[split] = vqa_metrics([a.answer for a in found], [q.answer for q in questions],
+                                     [q.type for q in questions])
+            drawn = plot_answer(images[questions[0].image], questions[0].question, found[0],
+                                picture)
+        row[split]["picture"] = None if drawn is None else str(drawn)
+    return row
+
+
+def _cell(row: dict, split: str, key: str, scale: float = 1.0) -> str:
+    value = row.get(split, {}).get(key)
+    return "" if value is None else f"{value * scale:.1f}"
+
+
+def main(argv=None) -> int:
+    p = harness.parser(__doc__.splitlines()[0], time_budget=600.0,
+                       time_budget_help="training seconds per model")
+    p.add_argument("--n-train", type=int, default=10000, help="training scenes")
+    p.add_argument("--n-valid", type=int, default=300, help="validation scenes")
+    p.add_argument("--n-test", type=int, default=1000, help="scenes per scored split")
+    p.add_argument("--out", type=Path, default=Path("/tmp/attnkit-visual-tasks"),
+                   help="run folders and pictures")
+    args = p.parse_args(argv)
+    rows = []
+    for name in RUNS:
+        if args.match is not None and args.match not in name:
+            continue
+        row = harness.run(train_and_score, {
+            "name": name, "n_train": args.n_train, "n_valid": args.n_valid,
+            "n_test": args.n_test, "time_budget": args.time_budget, "out": str(args.out)},
+            time_budget=None, threads=args.threads)
+        if row["status"] != "ok":
+            raise SystemExit(f"visual_tasks: {name}: {row['status']}: {row['note']}")
+        rows.append(row)
+    captions = [r for r in rows if r["task"] == "caption"]
+    if captions:
+        print(harness.table_header(["model", "steps", *(f"{s} {m}" for s in SPLITS for m in (
+            "BLEU-4", "true captions %", "attention on object %"))]))
+        for r in captions:
+            print(harness.table_row([r["name"], r["steps"], *(
+                cell for s in SPLITS for cell in (_cell(r, s, "bleu"),
+                                                  _cell(r, s, "true_captions", 100),
+                                                  _cell(r, s, "attention_on_object", 100)))]))
+    answers = [r for r in rows if r["task"] == "vqa"]
+    if answers:
+        print()
+        print(harness.table_header(["question type (accuracy %)", *(
+            f"{r['name']} {s}" for s in SPLITS for r in answers)]))
+        for kind in (*QUESTION_TYPES, "non_relational", "relational", None):
+            key = f"accuracy_{kind}" if kind else "accuracy"
+            print(harness.table_row([kind or "all", *(_cell(r, s, key, 100) for s in SPLITS
+                                                      for r in answers)]))
+        print(harness.table_row(["steps", *(r["steps"] for _ in SPLITS for r in answers)]))
+    if args.json:
+        harness.write_json(args.json, rows, time_budget_s=args.time_budget,
+                           n_train=args.n_train, n_test=args.n_test)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

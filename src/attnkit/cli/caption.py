@@ -1,0 +1,91 @@
+"""``attnkit train caption`` and ``attnkit caption``: image captioning (Show-Attend-Tell)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from attnkit.cli import common, images
+from attnkit.data import WordVocab, load_image, read_caption_folder
+from attnkit.data.images import CAPTIONS
+from attnkit.tasks.captioning import CaptionTask, caption_images, plot_captions
+
+DESCRIPTION = ("Train on your folder of images (captions.tsv of filename<TAB>caption, several "
+               "lines per image allowed) or on built-in scenes of coloured shapes.")
+
+
+def add_train_parser(train_sub) -> None:
+    p, model = images.add_train_parser(
+        train_sub, "caption", help="train an image captioner (Show-Attend-Tell)",
+        description=DESCRIPTION, tsv=CAPTIONS)
+    model.add_argument("--attention", choices=("soft", "hard", "none"), default="soft",
+                       help="soft (deterministic), hard (a sampled cell, REINFORCE) or none "
+                       "(the mean of the grid)")
+    model.add_argument("--no-gate", action="store_true", help="no gating scalar beta")
+    model.add_argument("--hidden", type=common.positive_int, default=256, help="LSTM size")
+    model.add_argument("--emb", type=common.positive_int, default=128)
+    model.add_argument("--attn-dim", type=common.positive_int, default=128)
+    model.add_argument("--dropout", type=float, default=0.1)
+    model.add_argument("--doubly-stochastic", type=float, default=1.0, metavar="LAMBDA",
+                       help="weight of sum_i (1 - sum_t alpha_ti)^2 (0: none)")
+    model.add_argument("--entropy-weight", type=float, default=0.01,
+                       help="hard attention: the entropy bonus")
+    common.add_training_args(p, steps=20000, batch_size=32, lr=1e-3, eval_every=500,
+                             label_smoothing=0.0)
+    p.set_defaults(run=run_train)
+
+
+def run_train(args) -> int:
+    torch.manual_seed(args.seed)
+    ck = common.existing_run(args, "caption")
+    model_config = ck.config["model"] if ck is not None else dict(
+        name="captioner", image_size=args.image_size, channels=list(args.channels),
+        hidden=args.hidden, emb=args.emb, attn_dim=args.attn_dim, attention=args.attention,
+        gate=not args.no_gate, dropout=args.dropout)
+    size = model_config["image_size"]
+    train, valid = (images.user_data(args, size, read_caption_folder) if args.train else
+                    images.built_in_scenes(args, size))
+    valid = common.held_out(train, valid or [], "images")
+    task = CaptionTask(train, valid, model_config=model_config, batch_size=args.batch_size,
+                       seed=args.seed, label_smoothing=args.label_smoothing,
+                       teacher_forcing=common.teacher_forcing(args),
+                       doubly_stochastic=args.doubly_stochastic,
+                       entropy_weight=args.entropy_weight, data=images.data_config(args),
+                       vocab=WordVocab.from_json(ck.vocab) if ck is not None else None)
+    model = task.build_model().to(args.device)
+    if common.train_and_report(model, task, args, metric="bleu") is not None:
+        shown = task.valid[: max(args.plot, 5)]
+        captions = caption_images(model, task.words, [item.image for item in shown],
+                                  max_words=task.max_words)
+        for item, caption in list(zip(shown, captions))[:5]:
+            print(f"  {caption.texts[0]}" + ("" if caption.texts[0] in item.captions else
+                                             f"   (reference: {item.captions[0]})"))
+        images.say_written(plot_captions([item.image for item in shown[: args.plot]], captions,
+                                         args.out))
+    return 0
+
+
+def add_caption_parser(sub) -> None:
+    p = sub.add_parser("caption", help="caption images with a trained captioning checkpoint")
+    p.add_argument("--checkpoint", type=Path, required=True)
+    p.add_argument("images", nargs="+", type=Path,
+                   help="image files (any size and mode: resized to the model's image size)")
+    common.add_decoding_args(p, beam=1)
+    common.add_device_arg(p)
+    p.add_argument("--plot", type=Path, help="folder for one picture per caption: the "
+                   "attention of each word over the image")
+    p.set_defaults(run=run_caption)
+
+
+def run_caption(args) -> int:
+    decoding = common.decoding(args)
+    model, ck = common.load_task_model(args.checkpoint, "caption", args.device)
+    vocab = WordVocab.from_json(ck.vocab)
+    pictures = [load_image(path, ck.config["model"]["image_size"]) for path in args.images]
+    captions = caption_images(model, vocab, pictures, max_words=ck.config["max_words"],
+                              decoding=decoding)
+    common.print_outputs(captions, args)
+    if args.plot:
+        images.say_written(plot_captions(pictures, captions, args.plot))
+    return 0

@@ -1,0 +1,107 @@
+"""``attnkit train vqa`` and ``attnkit ask``: visual question answering (stacked attention
+networks, or the baseline without attention)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from attnkit.cli import common, images
+from attnkit.data import DataError, WordVocab, load_image, question_set, read_question_folder
+from attnkit.data.images import QUESTIONS
+from attnkit.data.scenes import ANSWERS
+from attnkit.tasks.vqa import VqaTask, answer_questions, plot_answers
+from attnkit.tokens import SPECIALS
+
+DESCRIPTION = ("Train on your folder of images (questions.tsv of filename<TAB>question<TAB>"
+               "answer) or on built-in scenes of coloured shapes with typed questions.")
+
+
+def add_train_parser(train_sub) -> None:
+    p, model = images.add_train_parser(
+        train_sub, "vqa", help="train a visual question answerer (stacked attention network)",
+        description=DESCRIPTION, tsv=QUESTIONS)
+    model.add_argument("--model", choices=("san", "none"), default="san",
+                       help="san: stacked attention; none: CNN and LSTM features concatenated")
+    model.add_argument("--hops", type=common.positive_int, default=2, help="san: attention hops")
+    model.add_argument("--emb", type=common.positive_int, default=64)
+    model.add_argument("--hidden", type=common.positive_int, default=128,
+                       help="question BiLSTM size per direction")
+    model.add_argument("--attn-dim", type=common.positive_int, default=128)
+    model.add_argument("--dropout", type=float, default=0.1)
+    common.add_training_args(p, steps=20000, batch_size=64, lr=1e-3, eval_every=500,
+                             label_smoothing=0.0)
+    p.set_defaults(run=run_train)
+
+
+def _data(args, size: int):
+    if args.train:
+        return images.user_data(args, size, read_question_folder)
+    train, valid = images.built_in_scenes(args, size)
+    return question_set(train, "train"), question_set(valid, "valid")
+
+
+def run_train(args) -> int:
+    torch.manual_seed(args.seed)
+    ck = common.existing_run(args, "vqa")
+    model_config = ck.config["model"] if ck is not None else dict(
+        name="vqa", image_size=args.image_size, channels=list(args.channels), kind=args.model,
+        hops=args.hops, emb=args.emb, hidden=args.hidden, attn_dim=args.attn_dim,
+        dropout=args.dropout)
+    train, valid = _data(args, model_config["image_size"])
+    if valid is None:
+        valid = (train[0], common.held_out(train[1], [], "questions"))
+    words = answers = None
+    if ck is not None:
+        words, answers = WordVocab.from_json(ck.vocab["words"]), ck.vocab["answers"]
+    elif not args.train:
+        answers = ANSWERS
+    task = VqaTask(train, valid, model_config=model_config, words=words, answers=answers,
+                   batch_size=args.batch_size, seed=args.seed,
+                   label_smoothing=args.label_smoothing, data=images.data_config(args))
+    model = task.build_model().to(args.device)
+    if common.train_and_report(model, task, args) is not None:
+        pictures, questions = task.valid
+        shown = questions[: max(args.plot, 5)]
+        found = answer_questions(model, task.words, task.answers,
+                                 [(pictures[q.image], q.question) for q in shown])
+        for q, a in list(zip(shown, found))[:5]:
+            print(f"  {q.question}  ->  {a.answer}"
+                  + ("" if a.answer == q.answer else f"   (reference: {q.answer})"))
+        asked = [(pictures[q.image], q.question) for q in shown[: args.plot]]
+        images.say_written(plot_answers(asked, found, args.out))
+    return 0
+
+
+def add_ask_parser(sub) -> None:
+    p = sub.add_parser("ask", help="ask questions about an image with a trained VQA checkpoint")
+    p.add_argument("--checkpoint", type=Path, required=True)
+    p.add_argument("image", type=Path,
+                   help="an image file (any size and mode: resized to the model's image size)")
+    p.add_argument("questions", nargs="+", metavar="question")
+    common.add_device_arg(p)
+    p.add_argument("--plot", type=Path, help="folder for one picture per question: the "
+                   "attention of each hop over the image")
+    p.set_defaults(run=run_ask)
+
+
+def run_ask(args) -> int:
+    model, ck = common.load_task_model(args.checkpoint, "vqa", args.device)
+    words, answers = WordVocab.from_json(ck.vocab["words"]), ck.vocab["answers"]
+    known = words.symbols[len(SPECIALS):]
+    for question in args.questions:
+        unknown = words.unknown(question)
+        if unknown or not words.encode(question):
+            problem = (f"words this model never saw: {', '.join(map(repr, unknown))}"
+                       if unknown else "no words")
+            raise DataError(f"question {question!r}: {problem} (it knows {len(known)}: "
+                            f"{' '.join(known[:40])}{' ...' if len(known) > 40 else ''})")
+    image = load_image(args.image, ck.config["model"]["image_size"])
+    asked = [(image, question) for question in args.questions]
+    found = answer_questions(model, words, answers, asked)
+    for answer in found:
+        print(answer.answer)
+    if args.plot:
+        images.say_written(plot_answers(asked, found, args.plot))
+    return 0

@@ -1,0 +1,231 @@
+"""Image files of any size and mode, and the user's folders of images with captions or
+questions.
+
+Every picture of a scene is kept as a ``torch.uint8`` tensor ``(3, S, S)`` (RGB, ``S`` pixels
+square, the model's ``image_size``): a quarter of float32's memory; :func:`stack_images` makes a
+batch of them float32 in ``[0, 1]``.
+
+**Reading a file** (:func:`read_pixels`, :func:`load_image`): palette, greyscale, CMYK and
+other 8-bit modes are converted to RGB (or luminance), transparency is laid over white, and
+16-bit greyscale (mode ``"I;16"``, ``"I"``) is scaled from ``[0, 65535]``; an image of another
+shape than ``S x S`` is resized to it (bilinear, not keeping the aspect ratio). An unreadable,
+empty or non-image file, or a floating-point image, raises a :class:`DataError` naming the file.
+
+**The user's folders**: images plus
+
+* ``captions.tsv``: ``filename<TAB>caption`` lines, several lines per image allowed
+  (:func:`read_caption_folder`);
+* ``questions.tsv``: ``filename<TAB>question<TAB>answer`` lines (:func:`read_question_folder`).
+
+File names are relative to the folder. A bad line, a missing or unreadable image raises a
+:class:`DataError` naming the TSV file and line. :func:`write_caption_folder` and
+:func:`write_question_folder` write data in these forms (e.g. built-in scenes, to inspect or
+reuse them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+
+from attnkit.data.tsv import read_tsv_rows
+from attnkit.errors import DataError
+
+__all__ = ["CAPTIONS", "QUESTIONS", "CaptionedImage", "ImageQuestion", "load_image",
+           "read_caption_folder", "read_pixels", "read_question_folder", "stack_images",
+           "write_caption_folder", "write_question_folder"]
+
+CAPTIONS, QUESTIONS = "captions.tsv", "questions.tsv"  # a folder's data files, by default
+
+
+class CaptionedImage(NamedTuple):
+    """An image ``(3, S, S)`` uint8 with its reference captions, and where it came from."""
+
+    image: torch.Tensor
+    captions: tuple[str, ...]
+    origin: str
+
+
+class ImageQuestion(NamedTuple):
+    """A question about image number ``image`` of a list of images, its answer and its type
+    (a :data:`attnkit.data.scenes.QUESTION_TYPES` name for built-in scenes; ``"user"`` for
+    the user's questions), and where it came from."""
+
+    image: int
+    question: str
+    answer: str
+    type: str
+    origin: str
+
+
+def read_pixels(path: str | Path, *, colour: bool) -> np.ndarray:
+    """An image file's pixels as float32 in ``[0, 1]``: ``(H, W, 3)`` RGB with ``colour``,
+    else ``(H, W)`` luminance (see the module docstring for the modes read).
+
+    Raises:
+        DataError: naming the file, when it cannot be read as an image or holds floats.
+    """
+    path = Path(path)
+    try:
+        with Image.open(path) as image:
+            image.load()
+    except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
+        raise DataError(f"{path}: cannot read image ({exc})") from None
+    if image.mode == "F":
+        raise DataError(f"{path}: unsupported image mode 'F' (floating point); expected "
+                        f"8- or 16-bit greyscale or colour")
+    if image.mode.startswith("I"):  # "I", "I;16", "I;16B", ...: 16-bit greyscale
+        grey = np.clip(np.asarray(image, dtype=np.float32) / 65535.0, 0.0, 1.0)  # (H, W)
+        return np.repeat(grey[..., None], 3, axis=-1) if colour else grey
+    if image.has_transparency_data:
+        white = Image.new("RGBA", image.size, (255, 255, 255, 255))
+        image = Image.alpha_composite(white, image.convert("RGBA"))
+    return np.asarray(image.convert("RGB" if colour else "L"), dtype=np.float32) / 255.0
+
+
+def load_image(path: str | Path, size: int) -> torch.Tensor:
+    """An image file as RGB ``(3, size, size)`` uint8, resized to ``size`` x ``size``.
+
+    Raises:
+        DataError: naming the file (see :func:`read_pixels`).
+    """
+    pixels = np.round(read_pixels(path, colour=True) * 255.0).astype(np.uint8)  # (H, W, 3)
+    image = Image.fromarray(pixels, "RGB")
+    if image.size != (size, size):
+        image = image.resize((size, size), Image.BILINEAR)
+    return torch.from_numpy(np.array(image, dtype=np.uint8)).permute(2, 0, 1).contiguous()
+
+
+def stack_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
+    """A batch ``(B, 3, S, S)`` float32 in ``[0, 1]`` of uint8 images ``(3, S, S)`` of one size.
+
+    Raises:
+        ValueError: no image, or one of another shape or dtype than ``images[0]``.
+    """
+    if not images:
+        raise ValueError("images: expected at least one image")
+    shape = tuple(images[0].shape)
+    for i, image in enumerate(images):
+        if image.dtype != torch.uint8 or tuple(image.shape) != shape or len(shape) != 3:
+            raise ValueError(f"images[{i}]: expected a uint8 (3, S, S) tensor shaped like "
+                             f"images[0] {shape}, got {image.dtype} {tuple(image.shape)}")
+    return torch.stack(list(images)).float().div_(255.0)
+
+
+def _folder_images(folder: Path, tsv: Path, rows: list[tuple],
+                   size: int) -> dict[str, torch.Tensor]:
+    """Each image named in ``rows`` (``(line, filename, ...)``), read once."""
+    if not folder.is_dir():
+        raise DataError(f"{folder}: not a folder of images")
+    images = {}
+    for n, name, *_ in rows:
+        name = name.strip()
+        if name in images:
+            continue
+        path = folder / name
+        if not path.is_file():
+            raise DataError(f"{tsv}:{n}: image {name!r} not found in {folder}")
+        try:
+            images[name] = load_image(path, size)
+        except DataError as exc:
+            raise DataError(f"{tsv}:{n}: {exc}") from None
+    return images
+
+
+def read_caption_folder(folder: str | Path, tsv: str | Path | None = None, *,
+                        size: int) -> list[CaptionedImage]:
+    """The user's captioned images: one :class:`CaptionedImage` per image named in ``tsv``
+    (default ``folder/captions.tsv``; ``filename<TAB>caption`` lines, several per image), in
+    the order of their first line; images resized to ``size`` (see :func:`load_image`).
+
+    Raises:
+        DataError: naming the TSV file and line (a bad or empty line, a missing or unreadable
+            image).
+    """
+    folder = Path(folder)
+    tsv = Path(tsv) if tsv is not None else folder / CAPTIONS
+    rows = read_tsv_rows(tsv, columns=("filename", "caption"))
+    images = _folder_images(folder, tsv, rows, size)
+    captions: dict[str, list[str]] = {}
+    for _, name, caption in rows:
+        captions.setdefault(name.strip(), []).append(caption.strip())
+    return [CaptionedImage(images[name], tuple(texts), f"{folder / name}")
+            for name, texts in captions.items()]
+
+
+def read_question_folder(folder: str | Path, tsv: str | Path | None = None, *,
+                         size: int) -> tuple[list[torch.Tensor], list[ImageQuestion]]:
+    """The user's questions: the images ``(3, size, size)`` uint8 (each once, in the order of
+    their first line) and one :class:`ImageQuestion` (type ``"user"``, origin ``file:line``)
+    per ``filename<TAB>question<TAB>answer`` line of ``tsv`` (default
+    ``folder/questions.tsv``).
+
+    Raises:
+        DataError: naming the TSV file and line (a bad or empty field, a missing or unreadable
+            image).
+    """
+    folder = Path(folder)
+    tsv = Path(tsv) if tsv is not None else folder / QUESTIONS
+    rows = read_tsv_rows(tsv, columns=("filename", "question", "answer"))
+    images = _folder_images(folder, tsv, rows, size)
+    index = {name: i for i, name in enumerate(images)}
+    questions = [ImageQuestion(index[name.strip()], question.strip(), answer.strip(), "user",
+                               f"{tsv}:{n}") for n, name, question, answer in rows]
+    return list(images.values()), questions
+
+
+def _check_field(where: str, text: str) -> None:
+    if not text.strip() or "\t" in text or "\n" in text or "\r" in text:
+        raise ValueError(f"{where}: expected one non-empty line without tabs, got {text!r}")
+
+
+def _write_images(images: Sequence[torch.Tensor], folder: Path) -> list[str]:
+    """Save ``(3, S, S)`` uint8 images as ``folder/000000.png ...``; returns their names."""
+    folder.mkdir(parents=True, exist_ok=True)
+    names = []
+    for i, image in enumerate(images):
+        if image.dtype != torch.uint8 or image.dim() != 3 or image.shape[0] != 3:
+            raise ValueError(f"images[{i}]: expected a uint8 (3, H, W) tensor, got "
+                             f"{image.dtype} {tuple(image.shape)}")
+        names.append(f"{i:06d}.png")
+        Image.fromarray(image.permute(1, 2, 0).numpy(), "RGB").save(folder / names[-1],
+                                                                    compress_level=1)
+    return names
+
+
+def write_caption_folder(items: Sequence, folder: str | Path) -> Path:
+    """Write items with ``.image`` ``(3, S, S)`` uint8 and ``.captions`` (a
+    :class:`CaptionedImage` or a built-in :class:`attnkit.data.scenes.Scene`) as
+    ``folder/000000.png ...`` and ``captions.tsv``; returns the TSV's path."""
+    folder = Path(folder)
+    for i, item in enumerate(items):
+        for caption in item.captions:
+            _check_field(f"items[{i}].captions", caption)
+    names = _write_images([item.image for item in items], folder)
+    tsv = folder / CAPTIONS
+    tsv.write_text("".join(f"{name}\t{caption}\n" for name, item in zip(names, items)
+                           for caption in item.captions), encoding="utf-8")
+    return tsv
+
+
+def write_question_folder(images: Sequence[torch.Tensor], questions: Sequence[ImageQuestion],
+                          folder: str | Path) -> Path:
+    """Write ``images`` and their ``questions`` as ``folder/000000.png ...`` and
+    ``questions.tsv`` (types are not written); returns the TSV's path."""
+    folder = Path(folder)
+    for i, q in enumerate(questions):
+        if not 0 <= q.image < len(images):
+            raise ValueError(f"questions[{i}].image: expected an index in [0, {len(images)}), "
+                             f"got {q.image}")
+        _check_field(f"questions[{i}].question", q.question)
+        _check_field(f"questions[{i}].answer", q.answer)
+    names = _write_images(images, folder)
+    tsv = folder / QUESTIONS
+    tsv.write_text("".join(f"{names[q.image]}\t{q.question}\t{q.answer}\n" for q in questions),
+                   encoding="utf-8")
+    return tsv

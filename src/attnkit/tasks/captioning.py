@@ -1,0 +1,287 @@
+"""Image captioning as a :class:`attnkit.train.Task`: batching, the Show-Attend-Tell loss,
+caption metrics, pictures of where each word looked.
+
+Examples are anything with ``.image`` (``(3, S, S)`` uint8) and ``.captions`` (reference
+texts): the user's :class:`attnkit.data.CaptionedImage` or a built-in
+:class:`attnkit.data.Scene`, which also lets the scores check what a caption says against the
+scene (:func:`scene_metrics`).
+
+What scoring needs, as plain functions: :func:`caption_images` (decode), :func:`caption_metrics`
+(BLEU-4 and chrF against every reference, exact match), :func:`scene_metrics` (true captions,
+attention on the named objects); :func:`attnkit.data.read_caption_folder` reads labelled data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import sacrebleu
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+from attnkit.data import DataError, Scene, WordVocab, pad_batch, stack_images
+from attnkit.data.scenes import caption_is_true, matching_objects, object_masks, parse_caption
+from attnkit.decoding import Decoding, decode
+from attnkit.models import Captioner, build_model, doubly_stochastic
+from attnkit.plot import plot_image_attention
+from attnkit.tasks.batching import length_batches
+from attnkit.tokens import BOS, EOS, PAD
+from attnkit.train import Batches, TeacherForcing
+
+__all__ = ["Caption", "CaptionTask", "attention_on_objects", "caption_images", "caption_metrics",
+           "check_images", "plot_caption", "plot_captions", "scene_metrics"]
+
+EXTRA_WORDS = 5  # decoded captions may be this much longer than the longest training caption
+
+
+class Caption(NamedTuple):
+    """One image's captions, best first (one, or beam search's n-best, or the sampled ones
+    ranked by model score), and the attention ``weights`` ``(n, L)`` of the best one's ``n``
+    words (EOS included) over the grid's ``L`` cells (None without attention)."""
+
+    texts: list[str]
+    weights: torch.Tensor | None
+
+
+def check_images(items: Sequence, name: str, size: int) -> None:
+    """Every ``items[i].image`` is ``(3, size, size)`` uint8 and has a caption; else a
+    :class:`DataError` naming the item."""
+    for i, item in enumerate(items):
+        image = item.image
+        if image.dtype != torch.uint8 or tuple(image.shape) != (3, size, size):
+            raise DataError(f"{name}[{i}]: expected a uint8 image (3, {size}, {size}) (the "
+                            f"model's image_size), got {image.dtype} {tuple(image.shape)}")
+        if not item.captions or not all(c.strip() for c in item.captions):
+            raise DataError(f"{name}[{i}]: expected non-empty captions, got {item.captions!r}")
+
+
+@torch.no_grad()
+def caption_images(model: Captioner, vocab: WordVocab, images: Sequence[torch.Tensor], *,
+                   max_words: int, decoding: Decoding | None = None,
+                   batch_size: int = 32) -> list[Caption]:
+    """Caption images ``(3, S, S)`` uint8, decoded as ``decoding`` says (default greedy), at
+    most ``max_words`` words each: one :class:`Caption` per image, in order."""
+    decoding = decoding or Decoding()
+    model.eval()
+    device = next(model.parameters()).device
+    generator = decoding.generator(device)
+    out = []
+    for s in range(0, len(images), batch_size):
+        batch = stack_images(images[s : s + batch_size]).to(device)
+        lengths = torch.full((len(batch),), model.cells, device=device)
+        hyp = decode(model, batch, lengths, max_len=max_words, decoding=decoding,
+                     generator=generator)
+        tokens = hyp.tokens if hyp.lengths.dim() == 2 else hyp.tokens[:, None]  # (B, K, T)
+        best = hyp.best()
+        for j in range(len(batch)):
+            n = int(best.lengths[j])
+            weights = None if best.weights is None else best.weights[j, :n].cpu()
+            out.append(Caption([vocab.decode(row) for row in tokens[j]], weights))
+    return out
+
+
+def caption_metrics(hypotheses: Sequence[str],
+                    references: Sequence[Sequence[str]]) -> dict[str, float]:
+    """Corpus BLEU-4 and chrF (sacrebleu, 0-100) of one caption per image against all of its
+    references (images may have different numbers of them), and ``exact``: the share of
+    captions equal to one of their references."""
+    if len(hypotheses) != len(references) or not references:
+        raise ValueError(f"hypotheses: expected one per image with references "
+                         f"({len(references)}), got {len(hypotheses)}")
+    streams = [[refs[k] if k < len(refs) else None for refs in references]
+               for k in range(max(len(refs) for refs in references))]
+    hyps = list(hypotheses)
+    return {"bleu": float(sacrebleu.corpus_bleu(hyps, streams).score),
+            "chrf": float(sacrebleu.corpus_chrf(hyps, streams).score),
+            "exact": sum(h in refs for h, refs in zip(hyps, references)) / len(hyps)}
+
+
+def attention_on_objects(scene: Scene, caption: str, weights: torch.Tensor) -> tuple[int, int]:
+    """``(hits, words)``: of a caption's words that name an object of the scene (the size,
+    colour and shape words of a noun phrase that matches an object), how many were generated
+    while the attention's peak cell overlapped the pixels of an object that phrase matches.
+
+    Shape:
+        weights ``(n, L)``: one row per word of ``caption`` (and EOS), ``L`` cells of a
+        square grid over the image.
+    """
+    fact = parse_caption(caption)
+    if fact is None:
+        return 0, 0
+    side = round(weights.shape[1] ** 0.5)
+    cell = scene.size / side
+    masks = None
+    hits = words = 0
+    for phrase in (fact.subject, fact.other):
+        if phrase is None:
+            continue
+        objects = matching_objects(scene.objects, phrase)
+        if not objects:
+            continue
+        masks = object_masks(scene) if masks is None else masks
+        named = masks[objects].any(0)  # (S, S)
+        for t in range(phrase.start + 1, phrase.end):  # the words after "a"
+            row, col = divmod(int(weights[t].argmax()), side)
+            box = named[int(row * cell):int(np.ceil((row + 1) * cell)),
+                        int(col * cell):int(np.ceil((col + 1) * cell))]
+            hits += bool(box.any())
+            words += 1
+    return hits, words
+
+
+def scene_metrics(scenes: Sequence[Scene], captions: Sequence[Caption]) -> dict[str, float]:
+    """``true_captions``: the share of captions whose every stated fact is true of their scene
+    (:func:`attnkit.data.scenes.caption_is_true`); with attention weights,
+    ``attention_on_object``: the share of words naming an object whose attention peak falls
+    on that object (:func:`attention_on_objects`)."""
+    texts = [c.texts[0] for c in captions]
+    out = {"true_captions": sum(caption_is_true(s.objects, t, size=s.size)
+                                for s, t in zip(scenes, texts)) / max(1, len(texts))}
+    if captions and captions[0].weights is not None:
+        counts = [attention_on_objects(s, t, c.weights) for s, t, c in zip(scenes, texts, captions)]
+        words = sum(n for _, n in counts)
+        out["attention_on_object"] = sum(h for h, _ in counts) / words if words else 0.0
+    return out
+
+
+def plot_caption(image: torch.Tensor, caption: Caption, path: str | Path, *,
+                 title: str | None = None) -> Path | None:
+    """The image, then each word of the best caption (and EOS) with its attention over the
+    image; None when the model has no attention."""
+    if caption.weights is None:
+        return None
+    labels = (caption.texts[0].split() + ["<eos>"])[: caption.weights.shape[0]]
+    side = round(caption.weights.shape[1] ** 0.5)
+    maps = caption.weights[: len(labels)].reshape(len(labels), side, side)
+    return plot_image_attention(image, maps, labels, path, title=title or caption.texts[0])
+
+
+def plot_captions(images: Sequence[torch.Tensor], captions: Sequence[Caption],
+                  folder: str | Path) -> list[Path]:
+    """:func:`plot_caption` of each image as ``folder/caption_<i>.png``; the paths written
+    (none for a model without attention)."""
+    drawn = (plot_caption(image, caption, Path(folder) / f"caption_{i}.png")
+             for i, (image, caption) in enumerate(zip(images, captions)))
+    return [path for path in drawn if path is not None]
+
+
+class CaptionTask:
+    """Batches, loss and metrics for captioned images.
+
+    Args:
+        train, valid: items with ``.image`` ``(3, S, S)`` uint8 (``S``: the model's
+            ``image_size``) and ``.captions``; each caption of a training image is one example.
+            Built-in :class:`attnkit.data.Scene` items in ``valid`` are also scored by
+            :func:`scene_metrics`.
+        model_config: the model's registry config (``name`` defaults to ``"captioner"``);
+            ``vocab`` is set from the words.
+        vocab: the words; default: those of the training captions.
+        batch_size: captions per batch (batches group similar lengths).
+        doubly_stochastic: ``lambda`` of the attention penalty (0: none). The loss is Xu et
+            al.'s ``sum -log p(y) + lambda * sum_i (1 - sum_t alpha_ti)^2`` over the batch's
+            captions, divided by its words (so ``lambda`` weighs as in the paper).
+        entropy_weight, baseline_decay: hard attention's REINFORCE
+            (:meth:`attnkit.models.Captioner.reinforce`).
+        max_valid: validation images captioned at each evaluation.
+    """
+
+    def __init__(self, train: Sequence, valid: Sequence, *, model_config: dict,
+                 vocab: WordVocab | None = None, batch_size: int = 32, seed: int = 0,
+                 label_smoothing: float = 0.0, teacher_forcing: float | TeacherForcing = 1.0,
+                 doubly_stochastic: float = 1.0, entropy_weight: float = 0.01,
+                 baseline_decay: float = 0.9, max_valid: int = 300, data: dict | None = None):
+        if not train:
+            raise ValueError("train: expected at least one captioned image")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
+        for name, value in (("doubly_stochastic", doubly_stochastic),
+                            ("entropy_weight", entropy_weight)):
+            if not (isinstance(value, (int, float)) and value >= 0):
+                raise ValueError(f"{name}: expected a non-negative number, got {value!r}")
+        if not (isinstance(baseline_decay, (int, float)) and 0 <= baseline_decay < 1):
+            raise ValueError(f"baseline_decay: expected a number in [0, 1), got "
+                             f"{baseline_decay!r}")
+        self.words = vocab or WordVocab.build(c for item in train for c in item.captions)
+        self.model_config = {"name": "captioner", **model_config, "vocab": len(self.words)}
+        size = self.model_config.get("image_size", 64)
+        self.train, self.valid = list(train), list(valid)[:max_valid]
+        check_images(self.train, "train", size)
+        check_images(self.valid, "valid", size)
+        self.pairs = [(i, self.words.encode(c)) for i, item in enumerate(self.train)
+                      for c in item.captions]
+        self.max_words = max(len(ids) for _, ids in self.pairs) + EXTRA_WORDS
+        if not isinstance(teacher_forcing, TeacherForcing):
+            teacher_forcing = TeacherForcing(start=teacher_forcing)
+        self.batch_size, self.seed = batch_size, seed
+        self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
+        self.doubly_stochastic = float(doubly_stochastic)
+        self.entropy_weight, self.baseline_decay = float(entropy_weight), float(baseline_decay)
+        self.data = data or {}
+
+    def build_model(self) -> Captioner:
+        return build_model(self.model_config)
+
+    def batches(self, epoch: int) -> Batches:
+        """Shuffled (seeded by epoch) batches of captions of similar lengths, built when
+        indexed (images float32 in [0, 1])."""
+        lengths = [len(ids) for _, ids in self.pairs]
+        return Batches(length_batches(lengths, self.batch_size, seed=self.seed, epoch=epoch),
+                       self._collate)
+
+    def _collate(self, idx: list[int]) -> dict:
+        images = stack_images([self.train[self.pairs[i][0]].image for i in idx])
+        tgt, _ = pad_batch([[BOS] + self.pairs[i][1] + [EOS] for i in idx])
+        return {"images": images, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
+
+    def loss(self, model, batch: dict, step: int = 0) -> tuple[torch.Tensor, int]:
+        out = model(batch["images"], batch["tgt_in"],
+                    teacher_forcing=self.teacher_forcing.ratio(step))
+        target = batch["tgt_out"]
+        mask = target != PAD  # (B, T)
+        nll = F.cross_entropy(out.logits.flatten(0, 1), target.flatten(), ignore_index=PAD,
+                              reduction="none", label_smoothing=self.label_smoothing)
+        total = nll.sum()
+        if out.weights is not None and self.doubly_stochastic > 0:
+            total = total + self.doubly_stochastic * doubly_stochastic(out.weights, mask).sum()
+        if out.location_log_probs is not None:
+            core = model.module if isinstance(model, DistributedDataParallel) else model
+            log_likelihood = -F.cross_entropy(out.logits.transpose(1, 2), target,
+                                              ignore_index=PAD, reduction="none").sum(1)
+            total = total + core.reinforce(log_likelihood, out, mask,
+                                           entropy_weight=self.entropy_weight,
+                                           decay=self.baseline_decay).sum()
+        tokens = int(mask.sum())
+        return total / max(1, tokens), tokens
+
+    def evaluate(self, model: Captioner) -> dict[str, float]:
+        captions = caption_images(model, self.words, [item.image for item in self.valid],
+                                  max_words=self.max_words)
+        metrics = caption_metrics([c.texts[0] for c in captions],
+                                  [item.captions for item in self.valid])
+        if self.valid and all(isinstance(item, Scene) for item in self.valid):
+            metrics.update(scene_metrics(self.valid, captions))
+        return metrics
+
+    def pictures(self, model: Captioner, folder: Path, n: int) -> list[Path]:
+        """Attention pictures of the first ``n`` validation images in ``folder``."""
+        images = [item.image for item in self.valid[:n]]
+        return plot_captions(images, caption_images(model, self.words, images,
+                                                    max_words=self.max_words), folder)
+
+    def config(self) -> dict:
+        return {"task": "caption", "model": self.model_config, "data": self.data,
+                "max_words": self.max_words,
+                "batching": {"batch_size": self.batch_size, "seed": self.seed,
+                             "label_smoothing": self.label_smoothing,
+                             "teacher_forcing": asdict(self.teacher_forcing)},
+                "loss": {"doubly_stochastic": self.doubly_stochastic,
+                         "entropy_weight": self.entropy_weight,
+                         "baseline_decay": self.baseline_decay}}
+
+    def vocab(self) -> dict:
+        return self.words.to_json()

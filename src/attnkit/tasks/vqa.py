@@ -1,0 +1,218 @@
+"""Visual question answering as a :class:`attnkit.train.Task`: batching, the answer
+classifier's loss, accuracy by question type, pictures of each attention hop.
+
+Data is a list of images ``(3, S, S)`` uint8 and a list of
+:class:`attnkit.data.ImageQuestion` (which image, question, answer, type), as
+:func:`attnkit.data.read_question_folder` reads the user's and
+:func:`attnkit.data.question_set` makes the built-in ones.
+
+What scoring needs, as plain functions: :func:`answer_questions` (predict),
+:func:`vqa_metrics` (accuracy overall, per question type, relational and not).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from attnkit.data import DataError, ImageQuestion, WordVocab, pad_batch, stack_images
+from attnkit.data.scenes import RELATIONAL
+from attnkit.models import VQA, build_model
+from attnkit.plot import plot_image_attention
+from attnkit.tasks.batching import length_batches
+from attnkit.train import Batches
+
+__all__ = ["Answer", "VqaTask", "answer_questions", "check_questions", "plot_answer",
+           "plot_answers", "vqa_metrics"]
+
+QuestionSet = tuple[Sequence[torch.Tensor], Sequence[ImageQuestion]]
+
+
+class Answer(NamedTuple):
+    """The predicted answer, its probability, and each hop's attention ``weights`` ``(K, L)``
+    over the grid's ``L`` cells (None for a model without attention)."""
+
+    answer: str
+    probability: float
+    weights: torch.Tensor | None
+
+
+def check_questions(data: QuestionSet, name: str, size: int) -> None:
+    """Images ``(3, size, size)`` uint8, and questions naming one of them; else a
+    :class:`DataError` naming the image or the question's origin."""
+    images, questions = data
+    for i, image in enumerate(images):
+        if image.dtype != torch.uint8 or tuple(image.shape) != (3, size, size):
+            raise DataError(f"{name} image {i}: expected a uint8 image (3, {size}, {size}) (the "
+                            f"model's image_size), got {image.dtype} {tuple(image.shape)}")
+    for q in questions:
+        if not 0 <= q.image < len(images):
+            raise DataError(f"{q.origin}: image {q.image} is not one of the {len(images)} "
+                            f"{name} images")
+        if not q.question.strip() or not q.answer.strip():
+            raise DataError(f"{q.origin}: empty question or answer")
+
+
+@torch.no_grad()
+def answer_questions(model: VQA, words: WordVocab, answers: Sequence[str],
+                     asked: Sequence[tuple[torch.Tensor, str]], *,
+                     batch_size: int = 64) -> list[Answer]:
+    """Answer ``(image (3, S, S) uint8, question)`` pairs: one :class:`Answer` each, in order.
+    Words of a question outside ``words`` count as ``<unk>``; a question without words is a
+    ``ValueError`` naming it."""
+    ids = [words.encode(q) for _, q in asked]
+    empty = [i for i, x in enumerate(ids) if not x]
+    if empty:
+        raise ValueError(f"asked[{empty[0]}]: expected a question with words, got "
+                         f"{asked[empty[0]][1]!r}")
+    model.eval()
+    device = next(model.parameters()).device
+    out = []
+    for s in range(0, len(asked), batch_size):
+        chunk = asked[s : s + batch_size]
+        tokens, lengths = pad_batch(ids[s : s + batch_size])
+        result = model(stack_images([image for image, _ in chunk]).to(device),
+                       tokens.to(device), lengths.to(device))
+        probs = result.logits.float().softmax(-1)
+        best = probs.argmax(-1)
+        for j in range(len(chunk)):
+            weights = None if result.weights is None else result.weights[j].cpu()
+            out.append(Answer(answers[int(best[j])], float(probs[j, best[j]]), weights))
+    return out
+
+
+def vqa_metrics(predicted: Sequence[str], answers: Sequence[str],
+                types: Sequence[str]) -> dict[str, float]:
+    """``accuracy`` over all questions, ``accuracy_<type>`` for each question type, and when
+    the types include built-in relational ones (:data:`attnkit.data.scenes.RELATIONAL`),
+    ``accuracy_relational`` and ``accuracy_non_relational``."""
+    if not len(predicted) == len(answers) == len(types) or not answers:
+        raise ValueError(f"predicted, answers, types: expected one each per question, got "
+                         f"{len(predicted)}, {len(answers)} and {len(types)}")
+    right = [p == a for p, a in zip(predicted, answers)]
+
+    def share(keep) -> float:
+        picked = [r for r, t in zip(right, types) if keep(t)]
+        return sum(picked) / len(picked)
+
+    out = {"accuracy": sum(right) / len(right)}
+    for kind in sorted(set(types)):
+        out[f"accuracy_{kind}"] = share(lambda t, kind=kind: t == kind)
+    if any(t in RELATIONAL for t in types):
+        out["accuracy_relational"] = share(lambda t: t in RELATIONAL)
+        if not all(t in RELATIONAL for t in types):
+            out["accuracy_non_relational"] = share(lambda t: t not in RELATIONAL)
+    return out
+
+
+def plot_answer(image: torch.Tensor, question: str, answer: Answer, path: str | Path,
+                ) -> Path | None:
+    """The image, then each hop's attention over it; None for a model without attention."""
+    if answer.weights is None:
+        return None
+    hops, cells = answer.weights.shape
+    side = round(cells ** 0.5)
+    return plot_image_attention(image, answer.weights.reshape(hops, side, side),
+                                [f"hop {k + 1}" for k in range(hops)], path,
+                                title=f"{question} -> {answer.answer}")
+
+
+def plot_answers(asked: Sequence[tuple[torch.Tensor, str]], answers: Sequence[Answer],
+                 folder: str | Path) -> list[Path]:
+    """:func:`plot_answer` of each ``(image, question)`` as ``folder/answer_<i>.png``; the paths
+    written (none for a model without attention)."""
+    drawn = (plot_answer(image, question, answer, Path(folder) / f"answer_{i}.png")
+             for i, ((image, question), answer) in enumerate(zip(asked, answers)))
+    return [path for path in drawn if path is not None]
+
+
+class VqaTask:
+    """Batches, loss and metrics for questions about images.
+
+    Args:
+        train, valid: ``(images, questions)``: images ``(3, S, S)`` uint8 (``S``: the model's
+            ``image_size``) and :class:`attnkit.data.ImageQuestion` about them.
+        model_config: the model's registry config (``name`` defaults to ``"vqa"``); ``words``
+            and ``answers`` are set from the vocabularies.
+        words: the question words (default: those of the training questions).
+        answers: the answer classes (default: the training answers, sorted); a validation
+            answer outside them is never predicted.
+        batch_size: questions per batch.
+        max_valid: validation questions answered at each evaluation.
+    """
+
+    def __init__(self, train: QuestionSet, valid: QuestionSet, *, model_config: dict,
+                 words: WordVocab | None = None, answers: Sequence[str] | None = None,
+                 batch_size: int = 64, seed: int = 0, label_smoothing: float = 0.0,
+                 max_valid: int = 1000, data: dict | None = None):
+        if not train[1]:
+            raise ValueError("train: expected at least one question")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
+        self.words = words or WordVocab.build(q.question for q in train[1])
+        self.answers = list(answers or sorted({q.answer for q in train[1]}))
+        self.answer_ids = {a: i for i, a in enumerate(self.answers)}
+        unknown = sorted({q.answer for q in train[1]} - set(self.answers))
+        if unknown:
+            raise DataError(f"train: answers outside the model's answers: {unknown[:10]}")
+        self.model_config = {"name": "vqa", **model_config, "words": len(self.words),
+                             "answers": len(self.answers)}
+        size = self.model_config.get("image_size", 64)
+        check_questions(train, "train", size)
+        check_questions(valid, "valid", size)
+        self.images, self.questions = list(train[0]), list(train[1])
+        self.valid = (list(valid[0]), list(valid[1])[:max_valid])
+        self._ids = [self.words.encode(q.question) for q in self.questions]
+        empty = [q.origin for q, ids in zip(self.questions, self._ids) if not ids]
+        if empty:
+            raise DataError(f"{empty[0]}: a question without words")
+        self.batch_size, self.seed, self.label_smoothing = batch_size, seed, label_smoothing
+        self.data = data or {}
+
+    def build_model(self) -> VQA:
+        return build_model(self.model_config)
+
+    def batches(self, epoch: int) -> Batches:
+        """Shuffled (seeded by epoch) batches of questions of similar lengths, built when
+        indexed (images float32 in [0, 1])."""
+        lengths = [len(ids) for ids in self._ids]
+        return Batches(length_batches(lengths, self.batch_size, seed=self.seed, epoch=epoch),
+                       self._collate)
+
+    def _collate(self, idx: list[int]) -> dict:
+        tokens, lengths = pad_batch([self._ids[i] for i in idx])
+        return {"images": stack_images([self.images[self.questions[i].image] for i in idx]),
+                "questions": tokens, "lengths": lengths,
+                "answers": torch.tensor([self.answer_ids[self.questions[i].answer]
+                                         for i in idx])}
+
+    def loss(self, model, batch: dict, step: int = 0) -> tuple[torch.Tensor, int]:
+        out = model(batch["images"], batch["questions"], batch["lengths"])
+        loss = F.cross_entropy(out.logits, batch["answers"], label_smoothing=self.label_smoothing)
+        return loss, len(batch["answers"])
+
+    def evaluate(self, model: VQA) -> dict[str, float]:
+        images, questions = self.valid
+        found = answer_questions(model, self.words, self.answers,
+                                 [(images[q.image], q.question) for q in questions])
+        return vqa_metrics([a.answer for a in found], [q.answer for q in questions],
+                           [q.type for q in questions])
+
+    def pictures(self, model: VQA, folder: Path, n: int) -> list[Path]:
+        """Attention pictures of the first ``n`` validation questions in ``folder``."""
+        images, questions = self.valid
+        asked = [(images[q.image], q.question) for q in questions[:n]]
+        return plot_answers(asked, answer_questions(model, self.words, self.answers, asked),
+                            folder)
+
+    def config(self) -> dict:
+        return {"task": "vqa", "model": self.model_config, "data": self.data,
+                "batching": {"batch_size": self.batch_size, "seed": self.seed,
+                             "label_smoothing": self.label_smoothing}}
+
+    def vocab(self) -> dict:
+        return {"words": self.words.to_json(), "answers": self.answers}

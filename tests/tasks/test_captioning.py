@@ -1,0 +1,150 @@
+"""CaptionTask: the loss is Xu et al.'s objective, the metrics score what they say, the
+attention check finds the named object, and a few steps of training lower the loss."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnkit.data import CaptionedImage, DataError, generate_scenes
+from attnkit.data.scenes import Scene, SceneObject, render
+from attnkit.models import doubly_stochastic
+from attnkit.tasks.captioning import (
+    Caption,
+    CaptionTask,
+    attention_on_objects,
+    caption_images,
+    caption_metrics,
+    scene_metrics,
+)
+from attnkit.tokens import PAD
+from attnkit.train import TrainConfig, Trainer
+
+MODEL = dict(image_size=32, channels=(4, 8), hidden=16, emb=8, attn_dim=8)
+
+
+@pytest.fixture(scope="module")
+def scenes():
+    return generate_scenes(8, seed=2, size=32, max_objects=4)
+
+
+def test_loss_is_nll_plus_lambda_times_the_penalty_per_word(scenes):
+    task = CaptionTask(scenes, scenes[:2], model_config=MODEL, doubly_stochastic=0.5,
+                       batch_size=4)
+    torch.manual_seed(0)
+    model = task.build_model()
+    batch = task.batches(0)[0]
+    loss, words = task.loss(model, batch)
+    torch.manual_seed(0)
+    out = model(batch["images"], batch["tgt_in"])
+    mask = batch["tgt_out"] != PAD
+    nll = F.cross_entropy(out.logits.transpose(1, 2), batch["tgt_out"], ignore_index=PAD,
+                          reduction="sum")
+    expected = (nll + 0.5 * doubly_stochastic(out.weights, mask).sum()) / mask.sum()
+    assert words == int(mask.sum()) and words > 4 * 4
+    torch.testing.assert_close(loss, expected)
+    plain = CaptionTask(scenes, scenes[:2], model_config=MODEL, doubly_stochastic=0.0,
+                        batch_size=4)
+    torch.testing.assert_close(plain.loss(model, batch)[0], nll / mask.sum())
+
+
+def test_hard_attention_adds_reinforce_and_moves_the_baseline(scenes):
+    task = CaptionTask(scenes, scenes[:2], model_config={**MODEL, "attention": "hard"},
+                       batch_size=4)
+    torch.manual_seed(0)
+    model = task.build_model()
+    loss, _ = task.loss(model, task.batches(0)[0])
+    loss.backward()
+    assert bool(model.baseline_set) and float(model.baseline) < 0  # a mean log-likelihood
+    score = model.attention.score
+    assert score.v.grad is not None and score.v.grad.abs().sum() > 0  # where to look learns
+
+
+def test_caption_metrics():
+    refs = [("a red circle at the top", "a red circle above a blue square"), ("a b c d",)]
+    perfect = caption_metrics(["a red circle above a blue square", "a b c d"], refs)
+    assert perfect == {"bleu": pytest.approx(100.0), "chrf": pytest.approx(100.0),
+                       "exact": 1.0}
+    worse = caption_metrics(["a red circle above a square", "x y"], refs)
+    assert 0 < worse["bleu"] < 100 and worse["exact"] == 0.0
+    with pytest.raises(ValueError, match=r"hypotheses: expected one per image with references "
+                                         r"\(2\), got 1"):
+        caption_metrics(["x"], refs)
+
+
+def test_attention_on_the_named_objects():
+    objects = (SceneObject("circle", "red", "small", 12.0, 12.0, 3.0),  # in cell (1, 1)
+               SceneObject("square", "blue", "large", 28.0, 28.0, 3.0))  # in cell (3, 3)
+    scene = Scene(objects, render(objects, 32), (), ())
+    caption = "a small red circle left of a blue square"  # words 1-3 and 7-8 name objects
+    weights = torch.full((10, 16), 0.01)  # (words + EOS, a 4 x 4 grid of 8 px cells)
+    weights[:, 5] = 1.0  # every word looks at the red circle
+    assert attention_on_objects(scene, caption, weights) == (3, 5)
+    weights[7:9, 15] = 2.0  # "blue square" looks at the blue square
+    assert attention_on_objects(scene, caption, weights) == (5, 5)
+    weights[1:4, 0] = 3.0  # "small red circle" looks at an empty corner
+    assert attention_on_objects(scene, caption, weights) == (2, 5)
+    assert attention_on_objects(scene, "a green circle at the top", weights) == (0, 0)
+    assert attention_on_objects(scene, "not a caption", weights) == (0, 0)
+    metrics = scene_metrics([scene, scene], [Caption([caption], weights),
+                                             Caption(["a red circle right of a blue square"],
+                                                     weights)])
+    assert metrics == {"true_captions": 0.5, "attention_on_object": pytest.approx(3 / 9)}
+    assert scene_metrics([scene], [Caption([caption], None)]) == {"true_captions": 1.0}
+
+
+def test_a_few_steps_lower_the_loss_and_evaluate_reports_everything(scenes, tmp_path,
+                                                                    one_thread):
+    task = CaptionTask(scenes, scenes[:3], model_config=MODEL, batch_size=8,
+                       doubly_stochastic=0.0)
+    torch.manual_seed(0)
+    model = task.build_model()
+    before = task.loss(model.eval(), task.batches(0)[0])[0].item()
+    Trainer(model, task, TrainConfig(max_steps=15, lr=2e-2, warmup_steps=0, eval_every=100,
+                                     checkpoint_every=100, progress=False, metric="bleu"),
+            tmp_path).fit()
+    after = task.loss(model.eval(), task.batches(0)[0])[0].item()
+    assert after < before - 0.3
+    metrics = task.evaluate(model)
+    assert set(metrics) == {"bleu", "chrf", "exact", "true_captions", "attention_on_object"}
+    captions = caption_images(model, task.words, [s.image for s in scenes[:2]], max_words=4)
+    assert all(len(c.texts[0].split()) <= 4 and c.weights.shape[1] == 64 for c in captions)
+
+
+def test_config_and_vocab(scenes):
+    task = CaptionTask(scenes, scenes[:2], model_config={**MODEL, "attention": "none"},
+                       doubly_stochastic=0.0)
+    config = task.config()
+    assert config["task"] == "caption" and config["model"]["name"] == "captioner"
+    assert config["model"]["vocab"] == len(task.words) and config["max_words"] > 8
+    assert config["loss"]["doubly_stochastic"] == 0.0
+    assert task.vocab()["type"] == "word"
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(doubly_stochastic=-1), "doubly_stochastic: expected a non-negative number, got -1"),
+    (dict(baseline_decay=1.0), r"baseline_decay: expected a number in \[0, 1\), got 1.0"),
+    (dict(batch_size=0), "batch_size: expected a positive int, got 0"),
+])
+def test_bad_settings(scenes, kw, match):
+    with pytest.raises(ValueError, match=match):
+        CaptionTask(scenes, scenes[:2], model_config=MODEL, **kw)
+
+
+def test_images_of_another_size_or_without_captions_are_named(scenes):
+    small = CaptionedImage(torch.zeros(3, 16, 16, dtype=torch.uint8), ("a b",), "x.png")
+    with pytest.raises(DataError, match=r"valid\[1\]: expected a uint8 image \(3, 32, 32\) "
+                                        r"\(the model's image_size\), got torch.uint8 "
+                                        r"\(3, 16, 16\)"):
+        CaptionTask(scenes, [scenes[0], small], model_config=MODEL)
+    empty = CaptionedImage(scenes[0].image, (), "y.png")
+    with pytest.raises(DataError, match=r"train\[0\]: expected non-empty captions"):
+        CaptionTask([empty], [], model_config=MODEL)
+
+
+def test_pictures_of_validation_images(scenes, tmp_path):
+    soft = CaptionTask(scenes, scenes[:3], model_config=MODEL)
+    paths = soft.pictures(soft.build_model(), tmp_path, 2)
+    assert [p.name for p in paths] == ["caption_0.png", "caption_1.png"]
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths)
+    none = CaptionTask(scenes, scenes[:3], model_config={**MODEL, "attention": "none"})
+    assert none.pictures(none.build_model(), tmp_path / "none", 2) == []

@@ -1,0 +1,105 @@
+"""VqaTask: batches of questions with their images, the answer loss, accuracy per question
+type, answering, and the data it refuses."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnkit.data import DataError, ImageQuestion, generate_scenes, question_set
+from attnkit.data.scenes import ANSWERS
+from attnkit.tasks.vqa import VqaTask, answer_questions, vqa_metrics
+from attnkit.train import TrainConfig, Trainer
+
+MODEL = dict(image_size=32, channels=(4, 8), emb=8, hidden=8, attn_dim=8)
+
+
+@pytest.fixture(scope="module")
+def data():
+    scenes = generate_scenes(10, seed=3, size=32, max_objects=4)
+    return question_set(scenes[:8], "train"), question_set(scenes[8:], "valid")
+
+
+def test_batches_pair_each_question_with_its_image_and_answer(data):
+    train, valid = data
+    task = VqaTask(train, valid, model_config=MODEL, answers=ANSWERS, batch_size=5)
+    batches = task.batches(0)
+    assert sum(len(b["answers"]) for b in batches) == len(train[1])
+    batch = batches[0]
+    first = next(q for q in train[1] if task.words.decode(batch["questions"][0]) == q.question)
+    assert torch.equal(batch["images"][0], train[0][first.image].float() / 255)
+    assert task.answers[int(batch["answers"][0])] == first.answer
+    torch.manual_seed(0)
+    model = task.build_model()
+    loss, n = task.loss(model, batch)
+    out = model(batch["images"], batch["questions"], batch["lengths"])
+    torch.testing.assert_close(loss, F.cross_entropy(out.logits, batch["answers"]))
+    assert n == 5 and task.model_config["answers"] == len(ANSWERS)
+
+
+def test_vqa_metrics_per_type_and_relational():
+    metrics = vqa_metrics(["yes", "2", "red", "no"], ["yes", "3", "red", "yes"],
+                          ["exist", "count", "closest", "left_of"])
+    assert metrics == {"accuracy": 0.5, "accuracy_closest": 1.0, "accuracy_count": 0.0,
+                       "accuracy_exist": 1.0, "accuracy_left_of": 0.0,
+                       "accuracy_relational": 0.5, "accuracy_non_relational": 0.5}
+    assert vqa_metrics(["a"], ["a"], ["user"]) == {"accuracy": 1.0, "accuracy_user": 1.0}
+    with pytest.raises(ValueError, match="predicted, answers, types: expected one each per "
+                                         "question, got 1, 2 and 2"):
+        vqa_metrics(["a"], ["a", "b"], ["x", "y"])
+
+
+def test_training_fits_the_questions_and_evaluate_reports_every_type(data, tmp_path,
+                                                                     one_thread):
+    train, valid = data
+    task = VqaTask(train, valid, model_config=MODEL, batch_size=100)  # one batch: them all
+    torch.manual_seed(0)
+    model = task.build_model()
+    batch = task.batches(0)[0]
+    before = task.loss(model.eval(), batch)[0].item()
+    Trainer(model, task, TrainConfig(max_steps=20, lr=1e-2, warmup_steps=0, eval_every=100,
+                                     schedule="constant", checkpoint_every=100, progress=False),
+            tmp_path).fit()
+    assert task.loss(model.eval(), batch)[0].item() < before - 0.5
+    metrics = task.evaluate(model)
+    types = {q.type for q in valid[1]}
+    assert {f"accuracy_{t}" for t in types} | {"accuracy", "accuracy_relational",
+                                               "accuracy_non_relational"} == set(metrics)
+    found = answer_questions(model, task.words, task.answers,
+                             [(valid[0][0], "Does the image contain a purple dog?")])
+    assert found[0].answer in task.answers and 0 < found[0].probability <= 1
+    assert found[0].weights.shape == (2, 64)
+    with pytest.raises(ValueError, match=r"asked\[0\]: expected a question with words, got ' '"):
+        answer_questions(model, task.words, task.answers, [(valid[0][0], " ")])
+
+
+def test_config_and_vocab(data):
+    task = VqaTask(*data, model_config={**MODEL, "kind": "none"})
+    config = task.config()
+    assert config["task"] == "vqa" and config["model"]["name"] == "vqa"
+    assert config["model"]["kind"] == "none"
+    vocab = task.vocab()
+    assert vocab["words"]["type"] == "word" and vocab["answers"] == task.answers
+    assert task.answers == sorted({q.answer for q in data[0][1]})
+
+
+def test_bad_data_is_named(data):
+    train, valid = data
+    stray = ImageQuestion(5, "what ?", "x", "user", "q.tsv:3")
+    with pytest.raises(DataError, match=r"q.tsv:3: image 5 is not one of the 2 valid images"):
+        VqaTask(train, (valid[0], [stray]), model_config=MODEL)
+    with pytest.raises(DataError, match=r"train: answers outside the model's answers: \['yes'\]"):
+        VqaTask(train, valid, model_config=MODEL,
+                answers=[a for a in ANSWERS if a != "yes"])
+    small = [torch.zeros(3, 16, 16, dtype=torch.uint8)]
+    with pytest.raises(DataError, match=r"train image 0: expected a uint8 image \(3, 32, 32\)"):
+        VqaTask((small, train[1][:1]), valid, model_config=MODEL)
+    with pytest.raises(ValueError, match="train: expected at least one question"):
+        VqaTask((train[0], []), valid, model_config=MODEL)
+
+
+def test_pictures_of_validation_questions(data, tmp_path):
+    san = VqaTask(*data, model_config=MODEL)
+    paths = san.pictures(san.build_model(), tmp_path, 3)
+    assert [p.name for p in paths] == ["answer_0.png", "answer_1.png", "answer_2.png"]
+    none = VqaTask(*data, model_config={**MODEL, "kind": "none"})
+    assert none.pictures(none.build_model(), tmp_path / "none", 3) == []
