@@ -42,6 +42,22 @@ def check_size(name: str, x: torch.Tensor, dim: int, expected: int, what: str) -
         )
 
 
+def check_values(key: torch.Tensor, value, value_dim: int) -> tuple[torch.Tensor, str]:
+    """Values ``(B, Tk, Dv)`` for the checked keys ``key`` ``(B, Tk, Dk)`` (``value`` None:
+    the keys), and the name errors give them."""
+    value_name = "value"
+    if value is None:
+        value, value_name = key, "value (defaults to key)"
+    check_tensor(value_name, value, ndim=3)
+    check_size(value_name, value, 0, key.shape[0], "batch size B (from key)")
+    check_size(value_name, value, 1, key.shape[1], "Tk (from key)")
+    check_size(value_name, value, 2, value_dim, "feature size value_dim")
+    if value.dtype != key.dtype:
+        raise TypeError(f"{value_name}: expected dtype {key.dtype} (the key's), "
+                        f"got {describe(value)}")
+    return value, value_name
+
+
 def check_window(window) -> tuple[int, int] | None:
     if window is None:
         return None

@@ -104,12 +104,18 @@ def test_built_in_speech_with_lm_pretraining_and_ctc(tmp_path, capsys):
     assert len(capsys.readouterr().out.splitlines()) == 1
 
 
-def test_speller_pretraining_is_a_run_that_resumes_and_is_never_overwritten(tmp_path, capsys):
+def word_manifest(folder, start=0.2):
+    """Four tones of ``start`` seconds and more, as a manifest of the words one to four."""
     words = ["one", "two", "three", "four"]
     for i, _ in enumerate(words):
-        _write_wav(tmp_path / f"w{i}.wav", 0.2 + 0.05 * i, 200 + 150 * i)
-    manifest = tmp_path / "train.tsv"
+        _write_wav(folder / f"w{i}.wav", start + 0.05 * i, 200 + 150 * i)
+    manifest = folder / "train.tsv"
     manifest.write_text("".join(f"w{i}.wav\t{w}\n" for i, w in enumerate(words)))
+    return manifest
+
+
+def test_speller_pretraining_is_a_run_that_resumes_and_is_never_overwritten(tmp_path, capsys):
+    manifest = word_manifest(tmp_path)
     out = tmp_path / "run"
     args = ["train", "asr", "--train", str(manifest), "--valid", str(manifest), "--out",
             str(out), "--steps", "2", "--eval-every", "2", "--plot", "0", *TINY]

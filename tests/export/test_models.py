@@ -192,6 +192,11 @@ def test_export_refuses_bad_arguments_and_writes_nothing(tmp_path):
     with pytest.raises(ValueError, match="model: expected Seq2Seq, Transformer, LAS or CRNN, "
                                          "got Linear"):
         export_onnx(torch.nn.Linear(2, 2), out, task="t", vocab={}, max_len=MAX_LEN)
+    aligned = LAS(10, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8,
+                  alignment="monotonic")
+    with pytest.raises(ValueError, match="model: its decoder's monotonic alignment is not "
+                                         "exported"):
+        export_onnx(aligned, out, task="t", vocab={}, max_len=MAX_LEN)
     assert not out.exists() and model.training
     export_onnx(model, out, task="t", vocab={}, max_len=MAX_LEN, opset=18)
     assert model.training  # the export leaves the model's mode as it was

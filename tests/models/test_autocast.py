@@ -28,6 +28,9 @@ MODELS = {
                            head="attention", dec_hidden=8, ctc=True, dropout=0.0),
     "las-location": dict(name="las", vocab=10, features=6, listener_hidden=8, hidden=16, emb=8,
                          key_value_dim=8, score="location", ctc=True),
+    "las-mocha": dict(name="las", vocab=10, features=6, listener_hidden=8, hidden=16, emb=8,
+                      key_value_dim=8, alignment="mocha",
+                      alignment_options={"noise": 0.0, "chunk": 2}),
 }
 
 

@@ -81,6 +81,9 @@ def test_bad_input_names_the_argument(call, match):
     (dict(channels=(4, 4)), "channels: expected 5 positive ints"),
     (dict(attention="local"), "attention: expected None, 'global' or 'window'"),
     (dict(head="rnnt"), "head: expected one of ctc, attention"),
+    (dict(dec_alignment="monotonic"), "dec_score, dec_alignment, dec_alignment_options: only "
+                                      "for head='attention'"),
+    (dict(head="attention", dec_alignment="mono"), "alignment: expected one of softmax"),
 ])
 def test_bad_settings_name_the_argument(kw, match):
     with pytest.raises(ValueError, match=match):

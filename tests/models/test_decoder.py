@@ -12,7 +12,12 @@ CONFIGS = [
     dict(score="dot", key_value_dim=10, layers=2),
     dict(score="general"),
     dict(score="scaled_dot"),
+    dict(alignment="monotonic", alignment_options={"noise": 0.0, "inference": "soft"}),
+    dict(alignment="mocha", alignment_options={"noise": 0.0, "chunk": 3, "inference": "soft"}),
+    dict(alignment="local_p", score="general", alignment_options={"half_width": 3}),
+    dict(alignment="gmm", cell="gru", alignment_options={"components": 2}),
 ]
+ALIGNED = [c for c in CONFIGS if "alignment" in c]
 
 
 def _setup(cfg, seed=0):
@@ -51,6 +56,24 @@ def test_gradients_reach_the_memory_and_every_parameter():
     assert all(p.grad is not None for n, p in dec.named_parameters() if "embed" not in n)
 
 
+@pytest.mark.parametrize("cfg", ALIGNED, ids=lambda c: c["alignment"])
+def test_alignments_decode_hard_and_keep_their_state(cfg):
+    cfg = {**cfg, "alignment_options": {**cfg["alignment_options"], "inference": "hard"}} \
+        if cfg["alignment"] in ("monotonic", "mocha") else cfg
+    dec, memory, lengths, _ = _setup(cfg)
+    kw = dict(batch_size=3, bos=1, eos=2, pad=0, max_len=6)
+    g = greedy(dec.step, dec.start(memory, lengths), **kw)
+    b1 = beam_search(dec.step, dec.start(memory, lengths), beam_size=1, **kw)
+    assert torch.equal(g.tokens, b1.tokens)
+    b3 = beam_search(dec.step, dec.start(memory, lengths), beam_size=3, **kw)
+    assert torch.isfinite(b3.scores).all() and b3.weights[1, :, 5:].eq(0).all()
+    if cfg["alignment"] in ("monotonic", "mocha"):  # hard: each step's weights sum to 1 or 0
+        sums = g.weights.sum(-1)
+        assert torch.all((sums - 1).abs().lt(1e-9) | sums.eq(0))
+        stops = [w.nonzero()[:, -1].tolist() for w in dec.start(memory, lengths)["align"]]
+        assert stops == [[0], [0], [0]]
+
+
 def test_greedy_and_beam_run_on_the_step():
     dec, memory, lengths, _ = _setup(dict(score="location"))
     kw = dict(batch_size=3, bos=1, eos=2, pad=0, max_len=6)
@@ -66,7 +89,27 @@ def test_greedy_and_beam_run_on_the_step():
     (dict(layers=0), "layers: expected a positive int"),
     (dict(key_value_dim=0), "key_value_dim: expected a positive int"),
     (dict(score="bilinear"), "score"),
+    (dict(alignment="ctc"), "alignment: expected one of softmax, "),
+    (dict(alignment_options={"chunk": 2}), "alignment_options: only for an alignment other"),
+    (dict(alignment="gmm", alignment_options={"chunk": 2}),
+     "alignment_options: {'chunk': 2} do not fit alignment 'gmm'"),
 ])
 def test_bad_settings_name_the_argument(kw, match):
     with pytest.raises(ValueError, match=match):
         AttentionDecoder(9, 6, **kw)
+
+
+@pytest.mark.parametrize("cfg", ALIGNED, ids=lambda c: c["alignment"])
+def test_outputs_longer_than_the_input_give_finite_losses(cfg):
+    """Ten output steps over two memory steps (one of them masked): the monotonic mass runs off
+    the end and later steps read nothing; loss and gradients stay finite."""
+    torch.manual_seed(0)
+    dec = AttentionDecoder(9, 6, hidden=12, emb=5, **cfg).double().train()
+    memory = torch.randn(2, 2, 6, dtype=torch.float64, requires_grad=True)
+    tgt_in = torch.randint(3, 9, (2, 10))
+    logits, weights = dec(memory, torch.tensor([2, 1]), tgt_in)
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tgt_in.flatten())
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(weights).all()
+    assert torch.isfinite(memory.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in dec.parameters() if p.grad is not None)

@@ -11,6 +11,7 @@ from attnkit.models import (
     MODELS,
     VQA,
     Captioner,
+    CharLM,
     Seq2Seq,
     Transformer,
     build_model,
@@ -24,6 +25,11 @@ BUILT = [
     lambda: Transformer(10, 12, d_model=16, heads=2, layers=1),
     lambda: CRNN(12, channels=(4, 4, 8, 8, 8), hidden=8, attention="window", window=3),
     lambda: LAS(10, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8),
+    lambda: LAS(10, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8,
+                alignment="mocha", alignment_options={"chunk": 3}),
+    lambda: CRNN(12, channels=(4, 4, 8, 8, 8), hidden=8, head="attention", ctc=True,
+                 dec_score="location", dec_alignment="softmax"),
+    lambda: CharLM(10, emb=4, hidden=8, layers=2),
     lambda: Captioner(9, image_size=16, channels=(4, 8), hidden=8, emb=8, attn_dim=8,
                       attention="hard"),
     lambda: VQA(9, 5, image_size=16, channels=(4, 8), emb=8, hidden=8, attn_dim=8, hops=3),
@@ -58,8 +64,8 @@ def test_config_records_defaults_and_positional_arguments():
 
 @pytest.mark.parametrize("config, match", [
     ([], "model config: expected a dict, got list"),
-    ({"kind": "bahdanau"}, "model config: 'name' must be one of captioner, crnn, las, seq2seq, "
-                           "transformer, vqa, got None"),
+    ({"kind": "bahdanau"}, "model config: 'name' must be one of captioner, char_lm, crnn, las, "
+                           "seq2seq, transformer, vqa, got None"),
     ({"name": "gpt"}, "'name' must be one of .*got 'gpt'"),
     ({"name": "seq2seq", "src_vocab": 5, "tgt_vocab": 5, "hiden": 3, "x": 1},
      "model config: seq2seq takes no argument hiden, x"),

@@ -11,6 +11,7 @@ from attnkit.checks import (
     check_probability,
     check_size,
     check_tensor,
+    check_values,
     check_window,
     describe,
 )
@@ -231,16 +232,7 @@ class Attention(nn.Module):
         check_tensor("key", key, ndim=3)
         check_size("key", key, 2, self.key_dim, "feature size key_dim")
         key, value = _autocast_inputs(key, value)
-        value_name = "value"
-        if value is None:
-            value, value_name = key, "value (defaults to key)"
-        check_tensor(value_name, value, ndim=3)
-        check_size(value_name, value, 0, key.shape[0], "batch size B (from key)")
-        check_size(value_name, value, 1, key.shape[1], "Tk (from key)")
-        check_size(value_name, value, 2, self.value_dim, "feature size value_dim")
-        if value.dtype != key.dtype:
-            raise TypeError(f"{value_name}: expected dtype {key.dtype} (the key's), "
-                            f"got {describe(value)}")
+        value, _ = check_values(key, value, self.value_dim)
         self._check_params_dtype(key, "key")
         multi = self.heads > 1
         k = self._split_heads(key, self.k_proj if multi else None)  # (B, H, Tk, dk)

@@ -9,6 +9,13 @@ import torch
 
 from attnkit.attention.scores import SCORES
 from attnkit.cli import common
+from attnkit.cli.alignment import (
+    add_alignment_args,
+    add_joint_args,
+    alignment_config,
+    joint_decoding,
+)
+from attnkit.cli.lm import load_lm
 from attnkit.data import (
     DataError,
     SpeechSet,
@@ -54,7 +61,9 @@ def add_train_parser(train_sub) -> None:
     model.add_argument("--layers", type=int, choices=(1, 2), default=1,
                        help="speller LSTMCells")
     model.add_argument("--score", choices=SCORES, default="location",
-                       help="the speller's attention score (default location)")
+                       help="the speller's attention score (default location; softmax and "
+                            "local_p alignments)")
+    add_alignment_args(model)
     model.add_argument("--key-value-dim", type=common.positive_int, default=128)
     model.add_argument("--attn-dim", type=common.positive_int, help="additive/location attention size "
                        "(default --hidden)")
@@ -98,7 +107,8 @@ def run_train(args) -> int:
             {"built_in": list(args.kinds), "n_train": args.n_train, "n_valid": args.n_valid,
              "normalize": True})
     model_config = ck.config["model"] if ck is not None else {
-        "name": "las", **{k: getattr(args, k) for k in MODEL_OPTIONS}}
+        "name": "las", **{k: getattr(args, k) for k in MODEL_OPTIONS},
+        **alignment_config(args)}
     task = SpeechTask(train, valid, model_config=model_config, batch_size=args.batch_size,
                       seed=args.seed, label_smoothing=args.label_smoothing,
                       teacher_forcing=common.teacher_forcing(args), ctc_weight=args.ctc_weight,
@@ -150,6 +160,7 @@ def add_transcribe_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("wav", type=Path, nargs="+", help="16-bit PCM WAV files (any rate)")
     common.add_decoding_args(p, beam=5)
+    add_joint_args(p)
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one alignment picture per file")
     p.set_defaults(run=run_transcribe)
@@ -171,8 +182,9 @@ def wav_features(path: Path) -> torch.Tensor:
 
 
 def run_transcribe(args) -> int:
-    decoding = common.decoding(args)
+    decoding = joint_decoding(args, common.decoding(args))
     evaluator = common.load_evaluator(args.checkpoint, args.device, "asr")
+    evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
     outputs = evaluator.decode([wav_features(path) for path in args.wav], decoding)
     common.print_outputs(outputs, args)
     if args.plot:

@@ -11,6 +11,8 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from attnkit.cli import common
+from attnkit.cli.alignment import add_joint_args, joint_decoding
+from attnkit.cli.lm import load_lm
 from attnkit.decoding import Decoding
 from attnkit.tasks import EVALUATORS, evaluate
 from attnkit.tasks.metrics import LABELS, example_cer
@@ -29,6 +31,7 @@ def add_parser(sub) -> None:
     p.add_argument("--worst", type=common.positive_int, default=5, metavar="N",
                    help="examples pictured with --plot (default 5)")
     common.add_decoding_args(p, beam=1)
+    add_joint_args(p)
     common.add_device_arg(p)
     p.set_defaults(run=run)
 
@@ -50,9 +53,10 @@ def describe(decoding: Decoding) -> str:
 
 
 def run(args) -> int:
-    decoding = common.decoding(args)
+    decoding = joint_decoding(args, common.decoding(args))
     _one_output(args)
     evaluator = common.load_evaluator(args.checkpoint, args.device)
+    evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
     result = evaluate(evaluator, args.data, decoding)
     worst = []
     for rank, i in enumerate(result.worst(args.worst) if args.plot else [], start=1):

@@ -7,7 +7,19 @@ import logging
 import sys
 
 from attnkit._version import __version__
-from attnkit.cli import asr, bench, caption, demo, evaluate, export, ocr, recipes, translate, vqa
+from attnkit.cli import (
+    asr,
+    bench,
+    caption,
+    demo,
+    evaluate,
+    export,
+    lm,
+    ocr,
+    recipes,
+    translate,
+    vqa,
+)
 from attnkit.cli.common import resolve_run_options
 from attnkit.data import DataError
 from attnkit.train import CheckpointError, distributed
@@ -29,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     asr.add_train_parser(train_sub)
     caption.add_train_parser(train_sub)
     vqa.add_train_parser(train_sub)
+    lm.add_train_parser(train_sub)
     translate.add_translate_parser(sub)
     evaluate.add_parser(sub)
     ocr.add_read_parser(sub)

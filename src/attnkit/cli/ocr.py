@@ -7,7 +7,15 @@ from pathlib import Path
 
 import torch
 
+from attnkit.attention import SCORES
 from attnkit.cli import common
+from attnkit.cli.alignment import (
+    add_alignment_args,
+    add_joint_args,
+    alignment_config,
+    joint_decoding,
+)
+from attnkit.cli.lm import load_lm
 from attnkit.data import (
     ALPHABET,
     CharVocab,
@@ -58,6 +66,9 @@ def add_train_parser(train_sub) -> None:
     model.add_argument("--channels", type=channel_list, default=(32, 64, 128, 128, 128))
     model.add_argument("--hidden", type=common.positive_int, default=128)
     model.add_argument("--dec-hidden", type=common.positive_int, default=128)
+    model.add_argument("--dec-score", choices=SCORES, default="additive",
+                       help="attention head: its score (softmax and local_p alignments)")
+    add_alignment_args(model)
     model.add_argument("--ctc-weight", type=float, default=0.0,
                        help="attention head: w in (1 - w) * cross-entropy + w * CTC of an "
                             "auxiliary CTC head (0: none)")
@@ -97,7 +108,7 @@ def run_train(args) -> int:
         name="crnn", channels=list(args.channels), hidden=args.hidden,
         attention=None if args.attention == "none" else args.attention, window=args.window,
         score=args.score, heads=args.heads, head=args.head, dec_hidden=args.dec_hidden,
-        dropout=args.dropout)
+        dropout=args.dropout, **_decoder_config(args))
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
             {"built_in": "lines", "n_train": args.n_train, "n_valid": args.n_valid,
              "min_chars": args.min_chars, "max_chars": args.max_chars})
@@ -109,6 +120,18 @@ def run_train(args) -> int:
     if common.train_and_report(model, task, args, metric="char_accuracy") is not None:
         _samples_and_pictures(model, task.chars, task.valid, args.out, args.plot)
     return 0
+
+
+def _decoder_config(args) -> dict:
+    """The attention head's score and alignment (nothing for the CTC head)."""
+    if args.head == "attention":
+        config = alignment_config(args)
+        return {"dec_score": args.dec_score, "dec_alignment": config["alignment"],
+                "dec_alignment_options": config["alignment_options"]}
+    if args.dec_score != "additive" or args.alignment != "softmax":
+        raise ValueError("--dec-score, --alignment: options of --head attention (the CTC head "
+                         "has no decoder)")
+    return {}
 
 
 def _samples_and_pictures(model, chars, lines, out: Path, n_plots: int) -> None:
@@ -146,15 +169,17 @@ def add_read_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("images", nargs="+", type=Path, help="line images (any size: scaled to 32 px)")
     common.add_decoding_args(p, beam=1)
+    add_joint_args(p)
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one picture per image")
     p.set_defaults(run=run_read)
 
 
 def run_read(args) -> int:
-    decoding = common.decoding(args)
+    decoding = joint_decoding(args, common.decoding(args))
     evaluator = common.load_evaluator(args.checkpoint, args.device, "ocr")
     images = [load_line_image(path) for path in args.images]
+    evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
     outputs = evaluator.decode(images, decoding)
     common.print_outputs(outputs, args)
     if args.plot:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attnkit.decoding.ctc_prefix import joint_decode
 from attnkit.decoding.search import Hypotheses, beam_search, greedy, sample
 from attnkit.tokens import BOS, EOS, PAD
 
@@ -33,11 +34,15 @@ class Decoding:
     Greedy by default; ``beam > 1`` (or any beam option) runs batched beam search, ranked by
     ``log P / lp(|Y|) + cp`` with Wu et al. (2016)'s ``length_penalty`` (alpha) and
     ``coverage_penalty`` (beta), ``no_repeat_ngram`` forbidding repeated n-grams and ``n_best``
-    hypotheses per input; ``sample=True`` draws each token from the model's distribution
-    (``temperature``, ``top_k``, nucleus ``top_p``; ``seed`` makes the draws repeatable),
-    ``samples`` outputs per input ranked by their log-probability under the model (the best
-    first: random search keeps it). ``max_len``: output tokens at most (EOS included) for
-    every input, instead of the limit the caller derives from each input's length.
+    hypotheses per input. ``ctc_weight`` (lambda in [0, 1]) adds the CTC prefix scores of the
+    model's CTC head to the beam's scores and lets CTC decide where outputs end (joint
+    CTC/attention decoding, :mod:`attnkit.decoding.ctc_prefix`); ``lm_weight`` adds a language
+    model's log-probabilities (shallow fusion; :func:`decode` takes the model). ``sample=True``
+    draws each token from the model's distribution (``temperature``, ``top_k``, nucleus
+    ``top_p``; ``seed`` makes the draws repeatable), ``samples`` outputs per input ranked by
+    their log-probability under the model (the best first: random search keeps it).
+    ``max_len``: output tokens at most (EOS included) for every input, instead of the limit the
+    caller derives from each input's length.
 
     Example:
         >>> Decoding(beam=5, length_penalty=0.6).method
@@ -60,6 +65,8 @@ class Decoding:
     seed: int | None = None
     samples: int = 1
     max_len: int | None = None
+    ctc_weight: float = 0.0
+    lm_weight: float = 0.0
 
     def __post_init__(self):
         _check("beam", self.beam, _is_int(self.beam) and self.beam >= 1, "a positive int")
@@ -75,12 +82,17 @@ class Decoding:
                and (self.sample or self.samples == 1), "1 without sample=True, else a positive int")
         _check("max_len", self.max_len, self.max_len is None
                or (_is_int(self.max_len) and self.max_len >= 1), "None or a positive int")
+        _check("ctc_weight", self.ctc_weight, isinstance(self.ctc_weight, (int, float))
+               and 0 <= self.ctc_weight <= 1, "a number in [0, 1]")
+        _check("lm_weight", self.lm_weight, isinstance(self.lm_weight, (int, float))
+               and self.lm_weight >= 0, "a non-negative number")
         if self.sample and self._beam_options():
             raise ValueError(f"sample: draws one token at a time, not with beam={self.beam}"
                              + ("" if self.beam > 1 else " and beam options"))
 
     def _beam_options(self) -> bool:
-        beam_only = (self.length_penalty, self.coverage_penalty, self.no_repeat_ngram)
+        beam_only = (self.length_penalty, self.coverage_penalty, self.no_repeat_ngram,
+                     self.ctc_weight, self.lm_weight)
         return self.beam > 1 or any(beam_only)
 
     @property
@@ -100,7 +112,7 @@ class Decoding:
 
 def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
            decoding: Decoding | None = None, generator: torch.Generator | None = None,
-           bos: int = BOS, eos: int = EOS, pad: int = PAD) -> Hypotheses:
+           bos: int = BOS, eos: int = EOS, pad: int = PAD, lm=None) -> Hypotheses:
     """Decode a batch: ``model.start(inputs, lengths)``, then the steps ``decoding`` asks for.
 
     Args:
@@ -110,16 +122,24 @@ def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
         max_len: output tokens at most (EOS included): an int or ``(B,)`` per example;
             ``decoding.max_len``, when set, replaces it.
         decoding: how (default greedy); generator: the random draws of ``sample``.
+        lm: the language model of ``decoding.lm_weight`` (``start(B, device) -> state``,
+            ``step(tokens, state)`` like a decoder's).
 
     Returns:
         :class:`Hypotheses` (with an ``n_best`` dim when ``decoding.n_best > 1`` or
         ``decoding.samples > 1``).
     """
     decoding = decoding or Decoding()
-    state = model.start(inputs, lengths)
     kw = {"batch_size": int(lengths.shape[0]), "bos": bos, "eos": eos, "pad": pad,
           "max_len": max_len if decoding.max_len is None else decoding.max_len,
           "device": lengths.device}
+    if decoding.ctc_weight or decoding.lm_weight:
+        return joint_decode(model, inputs, lengths, beam=decoding.beam,
+                            ctc_weight=decoding.ctc_weight, lm=lm, lm_weight=decoding.lm_weight,
+                            alpha=decoding.length_penalty, beta=decoding.coverage_penalty,
+                            no_repeat_ngram=decoding.no_repeat_ngram, n_best=decoding.n_best,
+                            **kw)
+    state = model.start(inputs, lengths)
     if decoding.method == "sample":
         return sample(model.step, state, temperature=decoding.temperature, top_k=decoding.top_k,
                       top_p=decoding.top_p, num_samples=decoding.samples, generator=generator,
@@ -132,8 +152,8 @@ def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
 
 
 def decode_batches(model, items: Sequence, collate: Callable, *, max_len: Callable,
-                   decoding: Decoding | None = None,
-                   batch_size: int = 32) -> Iterator[tuple[Sequence, Hypotheses]]:
+                   decoding: Decoding | None = None, batch_size: int = 32,
+                   lm=None) -> Iterator[tuple[Sequence, Hypotheses]]:
     """Decode ``items`` in batches of ``batch_size``, in order, with the model in eval mode.
 
     Args:
@@ -141,6 +161,7 @@ def decode_batches(model, items: Sequence, collate: Callable, *, max_len: Callab
             are moved to the model's device.
         max_len: ``max_len(lengths) -> int | (B,)``, the output length limit of a batch.
         decoding: how (default greedy); one generator (``decoding.seed``) serves every batch.
+        lm: the language model of ``decoding.lm_weight`` (see :func:`decode`).
 
     Yields:
         Each batch's items and their :class:`Hypotheses`.
@@ -153,4 +174,4 @@ def decode_batches(model, items: Sequence, collate: Callable, *, max_len: Callab
         chunk = items[i : i + batch_size]
         inputs, lengths = (x.to(device) for x in collate(chunk))
         yield chunk, decode(model, inputs, lengths, max_len=max_len(lengths),
-                            decoding=decoding, generator=generator)
+                            decoding=decoding, generator=generator, lm=lm)

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import torch
 
-from attnkit.attention import export_mode
+from attnkit.attention import Alignment, export_mode
 from attnkit.export.graphs import (AXES, CTCGraph, EncoderGraph, StepGraph, model_inputs,
                                    next_name)
 from attnkit.export.state import flatten
@@ -67,6 +67,11 @@ def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: di
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: expected a folder, got the file {out}")
+    aligned = sorted({m.name for m in model.modules() if isinstance(m, Alignment)})
+    if aligned:
+        raise ValueError(f"model: its decoder's {', '.join(aligned)} alignment is not "
+                         "exported (its hard decoding scans a number of keys that depends on "
+                         "the input); export a softmax-attention model")
     inputs = model_inputs(model)
     ctc = isinstance(model, CRNN) and model.head_kind == "ctc"
     if not ctc and max_len is None:

@@ -2,6 +2,7 @@
 them from its saved config."""
 
 from attnkit.models.captioner import Captioner, CaptionOutput, doubly_stochastic
+from attnkit.models.char_lm import CharLM
 from attnkit.models.crnn import CRNN
 from attnkit.models.decoder import AttentionDecoder
 from attnkit.models.grid import GridEncoder
@@ -12,5 +13,5 @@ from attnkit.models.transformer import Transformer, sinusoids
 from attnkit.models.vqa import VQA, VQAOutput
 
 __all__ = ["CRNN", "KINDS", "LAS", "MODELS", "VQA", "AttentionDecoder", "CaptionOutput",
-           "Captioner", "Encoder", "GridEncoder", "Listener", "Seq2Seq", "Transformer",
+           "Captioner", "CharLM", "Encoder", "GridEncoder", "Listener", "Seq2Seq", "Transformer",
            "VQAOutput", "build_model", "doubly_stochastic", "model_config", "sinusoids"]

@@ -51,6 +51,9 @@ class CRNN(Model, name="crnn"):
         score, heads: of the :class:`attnkit.SelfAttention` layer (default scaled dot
             product, served by the fused kernel: no ``(T, T)`` tensor kept for backward).
         head: ``"ctc"`` or ``"attention"``; dec_hidden: the attention decoder's size.
+        dec_score, dec_alignment, dec_alignment_options: the attention decoder's score and
+            alignment (:class:`attnkit.models.AttentionDecoder`; default the additive score's
+            softmax).
         dropout: before the head.
         ctc: with ``head="attention"``, also a CTC classifier on the same features, trained
             alongside (joint CTC-attention: helps the decoder's alignment form; decoding still
@@ -74,7 +77,8 @@ class CRNN(Model, name="crnn"):
     def __init__(self, vocab: int, *, channels: tuple[int, ...] = (32, 64, 128, 128, 128),
                  hidden: int = 128, attention: str | None = None, score: str = "scaled_dot",
                  heads: int = 1, window: int = 32, head: str = "ctc", dec_hidden: int = 128,
-                 dropout: float = 0.1, ctc: bool = False):
+                 dropout: float = 0.1, ctc: bool = False, dec_score: str = "additive",
+                 dec_alignment: str = "softmax", dec_alignment_options: dict | None = None):
         super().__init__()
         check_positive_int("vocab", vocab)
         check_positive_int("hidden", hidden)
@@ -102,11 +106,17 @@ class CRNN(Model, name="crnn"):
             raise ValueError("ctc: an auxiliary CTC head is for head='attention' (the CTC head "
                              "is already CTC)")
         self.aux_ctc = bool(ctc)
+        if head == "ctc" and (dec_score, dec_alignment, dec_alignment_options) != (
+                "additive", "softmax", None):
+            raise ValueError("dec_score, dec_alignment, dec_alignment_options: only for "
+                             "head='attention' (the CTC head has no decoder)")
         if head == "ctc" or ctc:
             self.classifier = nn.Linear(2 * hidden, vocab)
         if head == "attention":
             self.decoder = AttentionDecoder(vocab, 2 * hidden, hidden=dec_hidden, emb=64,
-                                            score="additive", dropout=dropout)
+                                            score=dec_score, dropout=dropout,
+                                            alignment=dec_alignment,
+                                            alignment_options=dec_alignment_options)
 
     @staticmethod
     def steps(widths: torch.Tensor) -> torch.Tensor:
@@ -181,4 +191,20 @@ class CRNN(Model, name="crnn"):
     def step(self, tokens: torch.Tensor, state: dict):
         """Attention head: tokens ``(N,)`` -> log-probs ``(N, V)``, state, weights ``(N, T)``."""
         return self.decoder.step(tokens, state)
+
+    @property
+    def has_ctc(self) -> bool:
+        """True for the attention head with an auxiliary CTC head (joint CTC/attention
+        decoding can score with it)."""
+        return self.head_kind == "attention" and self.aux_ctc
+
+    def start_joint(self, images: torch.Tensor, widths: torch.Tensor):
+        """Encode once: the decoder's state, the CTC head's log-probs ``(B, T, V)`` and steps
+        ``(B,)`` (for :mod:`attnkit.decoding.ctc_prefix`)."""
+        if not self.has_ctc:
+            raise ValueError("model: joint decoding needs the attention head with an auxiliary "
+                             f"CTC head (ctc=True), got head={self.head_kind!r}, "
+                             f"ctc={self.aux_ctc}")
+        feats, steps = self.encode(images, widths)
+        return self.decoder.start(feats, steps), F.log_softmax(self.classifier(feats), -1), steps
 

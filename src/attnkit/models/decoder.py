@@ -11,7 +11,9 @@ recognisers: at output step ``i``, with embedding ``y_{i-1}`` and the previous c
 Shapes: ``S`` memory steps, ``E`` memory features, ``T`` output steps, ``V`` vocabulary,
 ``H`` hidden size. The memory's key (and value) projections are made once per sequence
 (:meth:`attnkit.Attention.prepare`); the location-aware score gets the previous step's
-weights. The decoder exposes ``start(memory, lengths) -> state`` and
+weights. With an ``alignment`` (monotonic, MoChA, local-p, GMM:
+:mod:`attnkit.attention.alignment`) the attention is that module instead of a softmax, and its
+state (``state["align"]``) goes from step to step the same way. The decoder exposes ``start(memory, lengths) -> state`` and
 ``step(tokens, state) -> (log_probs, state, weights)`` for :mod:`attnkit.decoding`.
 """
 
@@ -21,14 +23,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import Attention, lengths_to_mask
+from attnkit.attention import ALIGNMENTS, Attention, lengths_to_mask, make_alignment
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.unroll import unroll
 
-__all__ = ["AttentionDecoder"]
+__all__ = ["ALIGNMENT_CHOICES", "AttentionDecoder"]
 
 CELLS = {"lstm": nn.LSTMCell, "gru": nn.GRUCell}
 SAME_SIZE_SCORES = ("dot", "scaled_dot", "cosine")
+ALIGNMENT_CHOICES = ("softmax", *ALIGNMENTS)
+SCORED = ("softmax", "local_p")  # the attentions that read `score`
 
 
 class AttentionDecoder(nn.Module):
@@ -43,7 +47,13 @@ class AttentionDecoder(nn.Module):
         cell: ``"lstm"`` or ``"gru"``; layers: stacked cells.
         key_value_dim: project the memory to keys and values of this size (LAS's
             ``phi``/``psi``); default: keys = values = memory.
-        attn_dim: additive/location hidden size (default ``H``).
+        attn_dim: additive/location (and monotonic/MoChA energy) hidden size (default ``H``).
+        alignment: ``"softmax"`` (the score's softmax, :class:`attnkit.Attention`) or one of
+            :data:`attnkit.attention.ALIGNMENTS`. ``score`` is the softmax's and local-p's
+            content score; monotonic, MoChA and GMM compute their own energies and do not
+            read it.
+        alignment_options: keyword arguments of the alignment module (e.g. ``{"chunk": 4}``
+            for MoChA, ``{"half_width": 8}`` for local-p, ``{"components": 5}`` for GMM).
         dropout: on embeddings and before the output layer.
 
     Shape:
@@ -63,7 +73,8 @@ class AttentionDecoder(nn.Module):
     def __init__(self, vocab: int, memory_dim: int, *, hidden: int = 256, emb: int = 64,
                  score: str = "additive", cell: str = "lstm", layers: int = 1,
                  key_value_dim: int | None = None, attn_dim: int | None = None,
-                 dropout: float = 0.0):
+                 dropout: float = 0.0, alignment: str = "softmax",
+                 alignment_options: dict | None = None):
         super().__init__()
         check_positive_int("vocab", vocab)
         check_positive_int("memory_dim", memory_dim)
@@ -79,11 +90,16 @@ class AttentionDecoder(nn.Module):
             kv = check_positive_int("key_value_dim", key_value_dim)
             self.key_proj, self.value_proj = nn.Linear(memory_dim, kv), nn.Linear(memory_dim, kv)
         self.key_value_dim = key_value_dim
-        if score in SAME_SIZE_SCORES and hidden != kv:
+        if alignment not in ALIGNMENT_CHOICES:
+            raise ValueError(f"alignment: expected one of {', '.join(ALIGNMENT_CHOICES)}, "
+                             f"got {alignment!r}")
+        same_size = score in SAME_SIZE_SCORES and alignment in SCORED
+        if same_size and hidden != kv:
             self.query_proj = nn.Linear(hidden, kv, bias=False)  # dot scores need Dq == Dk
-        query_dim = kv if score in SAME_SIZE_SCORES else hidden
-        extra = {"attn_dim": attn_dim or hidden} if score in ("additive", "location") else {}
-        self.attention = Attention(query_dim, kv, kv, score=score, **extra)
+        query_dim = kv if same_size else hidden
+        self.attention = _attention(alignment, alignment_options, query_dim, kv, score,
+                                    attn_dim or hidden)
+        self.aligned = alignment != "softmax"
         self.embed = nn.Embedding(vocab, emb, padding_idx=0)
         self.cells = nn.ModuleList(CELLS[cell](emb + kv if i == 0 else hidden, hidden)
                                    for i in range(layers))
@@ -102,7 +118,11 @@ class AttentionDecoder(nn.Module):
             prepared = self.attention.prepare(memory)
         state = {**self._zero_state(memory), "memory": prepared,
                  "lengths": lengths.to(memory.device)}
-        if self.attention.score.needs_prev:  # "previous" weights of the first step: uniform
+        if self.aligned:
+            align = self.attention.initial_state(prepared)
+            if align is not None:
+                state["align"] = align
+        elif self.attention.score.needs_prev:  # "previous" weights of the first step: uniform
             valid = lengths_to_mask(state["lengths"], memory.shape[1]).to(memory.dtype)  # (B, S)
             state["weights"] = valid / valid.sum(-1, keepdim=True).clamp(min=1)
         return state
@@ -139,9 +159,16 @@ class AttentionDecoder(nn.Module):
         if state["memory"] is None:  # language-model mode: the context stays zero
             return self.out(self.drop(torch.cat([h, state["ctx"]], dim=-1))), new, None
         query = self.query_proj(h) if hasattr(self, "query_proj") else h
-        extra = {"prev_weights": state["weights"]} if "weights" in state else {}
-        ctx, weights = self.attention(query, state["memory"], key_lengths=state["lengths"],
-                                      need_weights=True, **extra)
+        if self.aligned:
+            ctx, weights, align = self.attention(query, state["memory"],
+                                                 key_lengths=state["lengths"],
+                                                 prev_state=state.get("align"))
+            if align is not None:
+                new["align"] = align
+        else:
+            extra = {"prev_weights": state["weights"]} if "weights" in state else {}
+            ctx, weights = self.attention(query, state["memory"], key_lengths=state["lengths"],
+                                          need_weights=True, **extra)
         new["ctx"] = ctx
         if "weights" in state:
             new["weights"] = weights
@@ -168,3 +195,27 @@ class AttentionDecoder(nn.Module):
         """
         logits, _ = unroll(self._step, self._zero_state(tgt_in), tgt_in)
         return logits
+
+
+def _attention(alignment: str, options: dict | None, query_dim: int, kv: int, score: str,
+               attn_dim: int) -> nn.Module:
+    """The decoder's attention: :class:`attnkit.Attention` with ``score`` for ``"softmax"``,
+    else the alignment module with ``options``."""
+    options = dict(options or {})
+    if alignment == "softmax":
+        if options:
+            raise ValueError(f"alignment_options: only for an alignment other than 'softmax', "
+                             f"got {options!r}")
+        extra = {"attn_dim": attn_dim} if score in ("additive", "location") else {}
+        return Attention(query_dim, kv, kv, score=score, **extra)
+    if alignment in ("monotonic", "mocha"):
+        options.setdefault("attn_dim", attn_dim)
+    if alignment == "local_p":
+        options.setdefault("score", score)
+        if score == "additive":
+            options.setdefault("attn_dim", attn_dim)
+    try:
+        return make_alignment(alignment, query_dim, kv, kv, **options)
+    except TypeError as e:
+        raise ValueError(f"alignment_options: {options!r} do not fit alignment "
+                         f"{alignment!r} ({e})") from None

@@ -123,6 +123,8 @@ class LAS(Model, name="las"):
         attn_dim: additive/location attention size (default ``hidden``).
         ctc: add a CTC head on the listener output (see :meth:`forward`).
         dropout: in the listener (between layers) and the speller.
+        alignment, alignment_options: the speller's alignment (``"softmax"`` of the score, or
+            monotonic, MoChA, local-p, GMM: :class:`attnkit.models.AttentionDecoder`).
 
     Shape:
         - ``forward(features (B, T, F), lengths (B,), tgt_in (B, U))`` -> logits
@@ -141,13 +143,16 @@ class LAS(Model, name="las"):
     def __init__(self, vocab: int, *, features: int = 80, listener_hidden: int = 256,
                  hidden: int = 256, emb: int = 64, layers: int = 1, score: str = "location",
                  key_value_dim: int = 128, attn_dim: int | None = None, ctc: bool = False,
-                 dropout: float = 0.0):
+                 dropout: float = 0.0, alignment: str = "softmax",
+                 alignment_options: dict | None = None):
         super().__init__()
         check_positive_int("vocab", vocab)
         self.listener = Listener(features, listener_hidden, dropout=dropout)
         self.speller = AttentionDecoder(vocab, self.listener.output_dim, hidden=hidden, emb=emb,
                                         score=score, layers=layers, key_value_dim=key_value_dim,
-                                        attn_dim=attn_dim, dropout=dropout)
+                                        attn_dim=attn_dim, dropout=dropout,
+                                        alignment=alignment,
+                                        alignment_options=alignment_options)
         self.ctc_head = (nn.Linear(self.listener.output_dim, CTC_LABELS_PER_STEP * vocab)
                          if ctc else None)
 
@@ -161,6 +166,26 @@ class LAS(Model, name="las"):
     def step(self, tokens: torch.Tensor, state: dict):
         """One character: tokens ``(N,)`` -> log-probs ``(N, V)``, state, weights ``(N, S)``."""
         return self.speller.step(tokens, state)
+
+    @property
+    def has_ctc(self) -> bool:
+        """True with a CTC head (joint CTC/attention decoding can score with it)."""
+        return self.ctc_head is not None
+
+    def start_joint(self, features: torch.Tensor, lengths: torch.Tensor):
+        """Listen once: the speller's state, the CTC head's log-probs ``(B, 4S, V)`` and its
+        frames ``(B,)`` (for :mod:`attnkit.decoding.ctc_prefix`)."""
+        if not self.has_ctc:
+            raise ValueError("model: this LAS was built without a CTC head (ctc=False)")
+        memory, mem_lengths = self.listener(features, lengths)
+        log_probs, ctc_lengths = self._ctc(memory, mem_lengths)
+        return self.speller.start(memory, mem_lengths), log_probs, ctc_lengths
+
+    def _ctc(self, memory: torch.Tensor, mem_lengths: torch.Tensor):
+        """CTC log-probs ``(B, 4S, V)``: listener step ``j`` gives frames ``4j .. 4j + 3``."""
+        b, s = memory.shape[:2]
+        ctc = self.ctc_head(memory).reshape(b, CTC_LABELS_PER_STEP * s, -1)  # (B, 4S, V)
+        return F.log_softmax(ctc, dim=-1), CTC_LABELS_PER_STEP * mem_lengths
 
     # ------------------------------------------------------------------ training
 
@@ -182,10 +207,8 @@ class LAS(Model, name="las"):
                                        teacher_forcing=teacher_forcing, generator=generator)
         if not with_ctc:
             return logits, weights
-        b, s = memory.shape[:2]
-        ctc = self.ctc_head(memory).reshape(b, CTC_LABELS_PER_STEP * s, -1)  # (B, 4S, V)
-        ctc = F.log_softmax(ctc, dim=-1).transpose(0, 1)  # (4S, B, V)
-        return logits, weights, (ctc, CTC_LABELS_PER_STEP * mem_lengths)
+        log_probs, ctc_lengths = self._ctc(memory, mem_lengths)
+        return logits, weights, (log_probs.transpose(0, 1), ctc_lengths)  # (4S, B, V)
 
     def language_model(self, tgt_in: torch.Tensor) -> torch.Tensor:
         """The speller alone as a character LM: logits ``(B, U, V)`` of ``tgt_in (B, U)``.

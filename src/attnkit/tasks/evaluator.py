@@ -68,6 +68,8 @@ EVALUATORS: dict[str, type[Evaluator]] = {}
 
 class Evaluator(ABC):
     """A trained ``model`` of one task with its checkpoint's ``config`` and ``vocab`` (JSON).
+    ``lm``: the language model that decodings with ``lm_weight`` fuse (shallow fusion), None
+    until it is set.
 
     Class attributes: ``task`` (the registered name), ``data`` (what labelled data looks
     like, for help texts and errors) and ``metrics`` (names in
@@ -84,7 +86,8 @@ class Evaluator(ABC):
             _register(cls, task)
 
     def __init__(self, model, config: dict, vocab):
-        self.model, self.config = model, config
+        self.model, self.config, self.vocab = model, config, vocab
+        self.lm = None
 
     @abstractmethod
     def read(self, path: Path) -> list[Example]:

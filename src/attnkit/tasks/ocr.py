@@ -84,11 +84,13 @@ class Reading(NamedTuple):
 
 @torch.no_grad()
 def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
-               decoding: Decoding | None = None, batch_size: int = 32) -> list[Reading]:
+               decoding: Decoding | None = None, batch_size: int = 32,
+               lm=None) -> list[Reading]:
     """Read line images ``(32, W)``: one :class:`Reading` per image, in order.
 
-    The attention head decodes as ``decoding`` says (default greedy); the CTC head takes the
-    best path, so it refuses any other ``decoding``, and a ``decoding.max_len``."""
+    The attention head decodes as ``decoding`` says (default greedy; ``lm``: the language
+    model of ``decoding.lm_weight``); the CTC head takes the best path, so it refuses any other
+    ``decoding``, and a ``decoding.max_len``."""
     decoding = decoding or Decoding()
     if model.head_kind == "ctc" and decoding.method != "greedy":
         raise ValueError(f"decoding: the CTC head reads the best path only, not "
@@ -117,7 +119,7 @@ def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
             steps = model.steps(widths)
             limit = steps // STEPS_PER_CHAR + EXTRA_CHARS
             hyp = decode(model, batch, widths, max_len=limit, decoding=decoding,
-                         generator=generator)
+                         generator=generator, lm=lm)
             best = hyp.best()
             for j, (i, texts) in enumerate(zip(idx, texts_of(hyp, vocab))):
                 n = int(best.lengths[j])
@@ -126,12 +128,12 @@ def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
 
 
 def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
-              decoding: Decoding | None = None, batch_size: int = 32):
+              decoding: Decoding | None = None, batch_size: int = 32, lm=None):
     """Read line images ``(32, W)``; returns the texts and, per line, the weights of each
     output character over the ``T`` steps (``(len + 1, T)`` with EOS for the attention head;
     for CTC with an attention layer, the self-attention rows of the steps where each character
     was emitted; else None) and the line's steps. Decoding as in :func:`read_lines`."""
-    found = read_lines(model, vocab, images, decoding=decoding, batch_size=batch_size)
+    found = read_lines(model, vocab, images, decoding=decoding, batch_size=batch_size, lm=lm)
     return [r.texts[0] for r in found], [r.weights for r in found], [r.steps for r in found]
 
 
@@ -278,4 +280,4 @@ class OcrEvaluator(Evaluator, task="ocr"):
         return [Output(r.texts, functools.partial(plot_line, image, r.texts[0], r.weights,
                                                   r.steps, eos=eos))
                 for image, r in zip(inputs, read_lines(self.model, self.chars, inputs,
-                                                       decoding=decoding))]
+                                                       decoding=decoding, lm=self.lm))]

@@ -64,11 +64,12 @@ def check_frames(utterances: SpeechSet) -> None:
 
 @torch.no_grad()
 def transcribe(model: LAS, vocab: CharVocab, features: Sequence[torch.Tensor], *,
-               decoding: Decoding | None = None,
-               batch_size: int = 32) -> tuple[list[str], list[Hypotheses]]:
+               decoding: Decoding | None = None, batch_size: int = 32,
+               lm=None) -> tuple[list[str], list[Hypotheses]]:
     """Transcripts of the utterances ``features[i]`` ``(T_i, F)`` decoded as ``decoding``
-    says (default greedy), and per batch the raw hypotheses (tokens and attention weights for
-    plots). An output has at most ``ceil(0.3 * T_i) + 10`` characters (EOS included).
+    says (default greedy; ``lm``: the language model of ``decoding.lm_weight``), and per batch
+    the raw hypotheses (tokens and attention weights for plots). An output has at most
+    ``ceil(0.3 * T_i) + 10`` characters (EOS included).
 
     Raises:
         ValueError: an utterance shorter than 8 frames.
@@ -77,7 +78,7 @@ def transcribe(model: LAS, vocab: CharVocab, features: Sequence[torch.Tensor], *
     for _, hyp in decode_batches(
             model, features, pad_features,  # (B, T, F), (B,)
             max_len=lambda n: (n.float() * CHARS_PER_FRAME).ceil().long() + EXTRA_CHARS,
-            decoding=decoding, batch_size=batch_size):
+            decoding=decoding, batch_size=batch_size, lm=lm):
         texts += [vocab.decode(row) for row in hyp.best().tokens]
         raws.append(hyp)
     return texts, raws
@@ -269,7 +270,8 @@ class SpeechEvaluator(Evaluator, task="asr"):
 
     def decode(self, inputs: Sequence[torch.Tensor],
                decoding: Decoding | None = None) -> list[Output]:
-        _, raws = transcribe(self.model, self.char_vocab, inputs, decoding=decoding)
+        _, raws = transcribe(self.model, self.char_vocab, inputs, decoding=decoding,
+                             lm=self.lm)
         outputs = []
         for hyp in raws:
             for i, texts in enumerate(texts_of(hyp, self.char_vocab)):

@@ -1,0 +1,95 @@
+"""``attnkit train lm``: a character language model on a recogniser's transcripts, and
+loading it for shallow fusion (``read`` / ``transcribe --lm``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from attnkit.cli import common
+from attnkit.data import CharVocab, DataError, load_vocab
+from attnkit.tasks.lm import CharLMTask
+from attnkit.train import load_checkpoint
+
+__all__ = ["add_train_parser", "load_lm"]
+
+
+def add_train_parser(train_sub) -> None:
+    p = train_sub.add_parser(
+        "lm", help="train a character language model for shallow fusion",
+        description="Train on transcripts (one per line) with the characters of a trained "
+                    "recogniser, for `read` / `transcribe --lm`.")
+    data = p.add_argument_group("data")
+    data.add_argument("--text", type=Path, required=True,
+                      help="UTF-8 transcripts, one per line (blank lines are skipped)")
+    data.add_argument("--valid", type=Path, help="validation transcripts (default: the first "
+                      "300 training lines)")
+    data.add_argument("--vocab-from", type=Path, required=True, metavar="CHECKPOINT",
+                      help="the recogniser whose characters the LM uses")
+    model = p.add_argument_group("model")
+    model.add_argument("--emb", type=common.positive_int, default=64)
+    model.add_argument("--hidden", type=common.positive_int, default=256)
+    model.add_argument("--layers", type=common.positive_int, default=1)
+    model.add_argument("--dropout", type=float, default=0.1)
+    common.add_training_args(p, steps=5000, batch_size=64, lr=3e-3, eval_every=250,
+                             label_smoothing=0.0)
+    p.set_defaults(run=run_train)
+
+
+def _texts(path: Path) -> tuple[list[str], list[str]]:
+    """Non-blank lines and their names (``path:line``)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot read UTF-8 text ({exc})") from None
+    kept = [(f"{path}:{i}", line) for i, line in enumerate(lines, 1) if line.strip()]
+    if not kept:
+        raise DataError(f"{path}: no transcript (every line is blank)")
+    return [line for _, line in kept], [name for name, _ in kept]
+
+
+def _recogniser_chars(path: Path) -> CharVocab:
+    vocab = load_vocab(load_checkpoint(path).vocab or {})
+    if not isinstance(vocab, CharVocab):
+        raise ValueError(f"--vocab-from: {path} has a subword vocabulary; a character LM "
+                         "needs a character recogniser (ocr, asr)")
+    return vocab
+
+
+def run_train(args) -> int:
+    torch.manual_seed(args.seed)
+    ck = common.existing_run(args, "lm")
+    chars = CharVocab.from_json(ck.vocab) if ck is not None else _recogniser_chars(args.vocab_from)
+    train, train_names = _texts(args.text)
+    if args.valid:
+        valid, valid_names = _texts(args.valid)
+    else:
+        valid = common.held_out(train, [], "transcripts")
+        valid_names = train_names[: len(valid)]
+    model_config = ck.config["model"] if ck is not None else {
+        "name": "char_lm", "emb": args.emb, "hidden": args.hidden, "layers": args.layers,
+        "dropout": args.dropout}
+    task = CharLMTask(train, valid, vocab=chars, model_config=model_config,
+                      batch_size=args.batch_size, seed=args.seed,
+                      origins=(train_names, valid_names),
+                      data={"text": str(args.text), "vocab_from": str(args.vocab_from)})
+    model = task.build_model().to(args.device)
+    common.train_and_report(model, task, args)
+    return 0
+
+
+def load_lm(path: Path | None, vocab: dict, device) -> torch.nn.Module | None:
+    """The LM of ``--lm`` (None without it) on ``device``, checked to read the recogniser's
+    characters ``vocab``.
+
+    Raises:
+        ValueError: naming ``--lm`` when its characters are not the recogniser's.
+    """
+    if path is None:
+        return None
+    lm, ck = common.load_task_model(path, "lm", device)
+    if ck.vocab != vocab:
+        raise ValueError(f"--lm: {path} reads other characters than the recogniser; train it "
+                         "with --vocab-from the recogniser's checkpoint")
+    return lm.eval()

@@ -1,0 +1,38 @@
+"""train lm on a recogniser's characters, then read with shallow fusion; bad use is refused."""
+
+import pytest
+
+from attnkit.cli.main import main
+from attnkit.data import generate_lines, write_line_folder
+from tests.cli.test_alignment import TINY
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_train_lm_and_read_with_it(tmp_path, capsys):
+    folder = write_line_folder(generate_lines(4, seed=2, max_chars=8), tmp_path / "lines").parent
+    ocr = tmp_path / "ocr"
+    assert main(["train", "ocr", "--train", str(folder), "--out", str(ocr), "--steps", "1",
+                 "--head", "attention", "--ctc-weight", "0.3", *TINY]) == 0
+    text = tmp_path / "transcripts.txt"
+    text.write_text("".join(line.split("\t")[1] + "\n\n" for line in
+                            (folder / "labels.tsv").read_text().splitlines()))
+    lm = tmp_path / "lm"
+    assert main(["train", "lm", "--text", str(text), "--vocab-from", str(ocr / "checkpoint"),
+                 "--out", str(lm), "--steps", "3", "--eval-every", "3", "--hidden", "8",
+                 "--emb", "4", "--batch-size", "2", "--no-progress"]) == 0
+    assert "held-out: accuracy" in capsys.readouterr().out
+    image = str(folder / "000000.png")
+    read = ["read", "--checkpoint", str(ocr / "checkpoint"), image]
+    assert main(read + ["--beam", "2", "--ctc-weight", "0.5", "--lm", str(lm / "checkpoint"),
+                        "--lm-weight", "0.3"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+    assert main(read + ["--lm", str(lm / "checkpoint")]) == 2
+    assert "--lm, --lm-weight: give both" in capsys.readouterr().err
+    assert main(read + ["--lm", str(ocr / "checkpoint"), "--lm-weight", "0.3"]) == 2
+    assert "not a lm checkpoint" in capsys.readouterr().err
+    bad = tmp_path / "bad.txt"
+    bad.write_text("fine\n\u2603 snow\n")
+    assert main(["train", "lm", "--text", str(bad), "--vocab-from", str(ocr / "checkpoint"),
+                 "--out", str(tmp_path / "lm2"), "--no-progress"]) == 2
+    assert "bad.txt:2: characters outside the recogniser's alphabet" in capsys.readouterr().err

@@ -1,0 +1,191 @@
+"""Joint CTC/attention decoding: the prefix scores against their definition, CTC deciding the
+end, exhaustive search with CTC alone, the models' CTC heads, and bad input."""
+
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+
+from attnkit.decoding import CTCPrefixScorer, Decoding, decode
+from attnkit.decoding.ctc_prefix import prefix_scores_loop
+from attnkit.models import CRNN, LAS
+
+PAD, BOS, EOS = 0, 1, 2  # the blank is the padding id
+
+
+def _ctc_log_prob(log_probs, labels):
+    """log p_ctc(labels | log_probs (T, V)), from PyTorch's CTC loss."""
+    if not labels:
+        return float(log_probs[:, PAD].sum())
+    return -float(F.ctc_loss(log_probs[:, None], torch.tensor([labels]),
+                             torch.tensor([log_probs.shape[0]]), torch.tensor([len(labels)]),
+                             blank=PAD, reduction="sum"))
+
+
+@given(st.integers(1, 3), st.integers(1, 9), st.integers(4, 6), st.integers(0, 2**16))
+def test_prefix_scores_equal_their_definition(b, t, v, seed):
+    g = torch.Generator().manual_seed(seed)
+    log_probs = (2 * torch.randn(b, t, v, generator=g)).log_softmax(-1)
+    lengths = torch.randint(1, t + 1, (b,), generator=g)
+    scorer = CTCPrefixScorer(log_probs, lengths, eos=EOS)
+    state, prefixes = scorer.initial_state(), [[] for _ in range(b)]
+    for _ in range(4):
+        cand = torch.randint(3, v, (b, 3), generator=g)
+        psi, r = scorer.extend(state, cand)
+        end = scorer.end_scores(state)
+        for n in range(b):
+            x = log_probs[n, : lengths[n]]
+            want_end = _ctc_log_prob(x.double(), prefixes[n])
+            assert math.isclose(float(end[n]), want_end, rel_tol=1e-4, abs_tol=1e-4) or \
+                want_end == float(end[n]) == -math.inf
+            for c in range(3):
+                want = prefix_scores_loop(x, prefixes[n] + [int(cand[n, c])])
+                got = float(psi[n, c])
+                assert (got == want == -math.inf) or math.isclose(got, want, rel_tol=1e-4,
+                                                                  abs_tol=1e-4)
+        pick = torch.randint(0, 3, (b,), generator=g)
+        rows = torch.arange(b)
+        state = scorer.advance(state, cand[rows, pick], psi[rows, pick], r[rows, pick])
+        for n in range(b):
+            prefixes[n].append(int(cand[n, pick[n]]))
+
+
+def test_a_prefix_longer_than_the_input_scores_minus_infinity_not_nan():
+    log_probs = torch.randn(1, 2, 5).log_softmax(-1)
+    scorer = CTCPrefixScorer(log_probs, torch.tensor([2]), eos=EOS)
+    state = scorer.initial_state()
+    for token in (3, 3):  # "3 3" needs a blank between: 3 frames
+        psi, r = scorer.extend(state, torch.tensor([[token]]))
+        state = scorer.advance(state, torch.tensor([token]), psi[:, 0], r[:, 0])
+    assert float(state["psi"][0]) == -math.inf
+    assert not torch.isnan(scorer.extend(state, torch.tensor([[4]]))[0]).any()
+
+
+class Fake:
+    """A 'model' whose attention decoder always says ``attention`` and whose CTC head says
+    ``ctc`` (B, T, V)."""
+
+    has_ctc = True
+
+    def __init__(self, attention, ctc):
+        self.attention, self.ctc = attention.log_softmax(-1), ctc.log_softmax(-1)
+
+    def start(self, inputs, lengths):
+        return {"n": torch.zeros(len(lengths))}
+
+    def start_joint(self, inputs, lengths):
+        return self.start(inputs, lengths), self.ctc, lengths
+
+    def step(self, tokens, state):
+        return self.attention.expand(len(tokens), -1), state, None
+
+
+def _peaked(labels, t, v):
+    """CTC outputs that spell ``labels`` (with blanks around them) over ``t`` frames."""
+    path = [PAD] * t
+    for i, c in enumerate(labels):
+        path[1 + 2 * i] = c
+    return 6.0 * F.one_hot(torch.tensor(path), v).float()[None]
+
+
+def test_ctc_decides_the_end_where_attention_alone_loops():
+    """An attention decoder that prefers token 3 forever loops to max_len; with CTC (which reads
+    '3 4') the joint search reads '3 4' and stops."""
+    v, t = 6, 8
+    attention = torch.tensor([-9.0, -9.0, 0.0, 2.0, 1.0, -1.0])  # EOS third: loops on 3
+    model = Fake(attention, _peaked([3, 4], t, v))
+    lengths = torch.tensor([t])
+    alone = decode(model, None, lengths, max_len=10, decoding=Decoding(beam=3))
+    assert alone.tokens[0].tolist() == [3] * 10
+    joint = decode(model, None, lengths, max_len=10, decoding=Decoding(beam=3, ctc_weight=0.5))
+    assert joint.tokens[0, : int(joint.lengths[0])].tolist() == [3, 4, EOS]
+
+
+def test_ctc_alone_with_a_wide_beam_is_exhaustive_search():
+    g = torch.Generator().manual_seed(0)
+    v, t = 5, 4
+    ctc = torch.randn(1, t, v, generator=g)
+    model = Fake(torch.zeros(v), ctc)
+    labels = [3, 4]
+    candidates = [list(s) for n in range(0, 4) for s in itertools.product(labels, repeat=n)]
+    best = max(candidates, key=lambda s: _ctc_log_prob(model.ctc[0].double(), s))
+    got = decode(model, None, torch.tensor([t]), max_len=6,
+                 decoding=Decoding(beam=16, ctc_weight=1.0))
+    assert got.tokens[0, : int(got.lengths[0]) - 1].tolist() == best
+    assert math.isclose(float(got.scores[0]), _ctc_log_prob(model.ctc[0].double(), best),
+                        rel_tol=1e-4)
+
+
+def test_ctc_weight_zero_is_plain_beam_search():
+    model = Fake(torch.tensor([-9.0, -9.0, -0.5, 0.0, -1.0]), torch.randn(1, 5, 5))
+    plain = decode(model, None, torch.tensor([5]), max_len=4, decoding=Decoding(beam=2))
+    assert Decoding(beam=2, ctc_weight=0.0).method == "beam"
+    assert torch.equal(plain.tokens, decode(model, None, torch.tensor([5]), max_len=4,
+                                            decoding=Decoding(beam=2, ctc_weight=0.0)).tokens)
+
+
+class Unigram:
+    """A language model that always says ``log_probs``."""
+
+    def __init__(self, log_probs):
+        self.log_probs = log_probs
+
+    def start(self, batch_size, device):
+        return {"n": torch.zeros(batch_size)}
+
+    def step(self, tokens, state):
+        return self.log_probs.expand(len(tokens), -1), state, None
+
+
+def test_shallow_fusion_adds_the_language_model():
+    model = Fake(torch.tensor([-9.0, -9.0, -5.0, 0.0, -0.2]), torch.randn(1, 5, 5))
+    lm = Unigram(torch.tensor([-9.0, -9.0, -5.0, -5.0, 0.0]))
+    alone = decode(model, None, torch.tensor([5]), max_len=3, decoding=Decoding(beam=2))
+    got = decode(model, None, torch.tensor([5]), max_len=3, lm=lm,
+                 decoding=Decoding(beam=2, lm_weight=1.0))
+    assert alone.tokens[0].tolist() == [3, 3, 3] and got.tokens[0].tolist() == [4, 4, 4]
+    with pytest.raises(ValueError, match="lm: lm_weight=1.0 needs a language model, got None"):
+        decode(model, None, torch.tensor([5]), max_len=3, decoding=Decoding(lm_weight=1.0))
+
+
+@pytest.mark.parametrize("make, inputs, lengths", [
+    (lambda: CRNN(12, channels=(4, 4, 8, 8, 8), hidden=8, head="attention", ctc=True,
+                  dec_hidden=16),
+     torch.rand(2, 1, 32, 40), torch.tensor([40, 24])),
+    (lambda: LAS(12, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8,
+                 ctc=True), torch.randn(2, 40, 8), torch.tensor([40, 24])),
+], ids=["crnn", "las"])
+@torch.no_grad()
+def test_joint_decoding_runs_on_the_models_ctc_heads(make, inputs, lengths, one_thread):
+    torch.manual_seed(0)
+    model = make().eval()
+    state, log_probs, frames = model.start_joint(inputs, lengths)
+    got = decode(model, inputs, lengths, max_len=30,
+                 decoding=Decoding(beam=3, ctc_weight=0.4, n_best=2))
+    assert got.tokens.shape[:2] == (2, 2) and torch.isfinite(got.scores[:, 0]).all()
+    assert (got.lengths[:, 0] <= frames + 1).all()  # CTC bounds the output length
+    one = decode(model, inputs, lengths, max_len=30, decoding=Decoding(ctc_weight=0.4))
+    assert one.tokens.shape[0] == 2
+
+
+def test_models_without_a_ctc_head_are_refused():
+    model = CRNN(12, channels=(4, 4, 8, 8, 8), hidden=8, head="attention").eval()
+    with pytest.raises(ValueError, match="ctc_weight: CRNN has no CTC head to score with"):
+        decode(model, torch.rand(1, 1, 32, 20), torch.tensor([20]), max_len=5,
+               decoding=Decoding(ctc_weight=0.3))
+    with pytest.raises(ValueError, match="model: joint decoding needs the attention head"):
+        model.start_joint(torch.rand(1, 1, 32, 20), torch.tensor([20]))
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(ctc_weight=1.5), r"ctc_weight: expected a number in \[0, 1\], got 1.5"),
+    (dict(lm_weight=-1), "lm_weight: expected a non-negative number, got -1"),
+    (dict(sample=True, ctc_weight=0.3), "sample: draws one token at a time"),
+])
+def test_bad_options(kw, match):
+    with pytest.raises(ValueError, match=match):
+        Decoding(**kw)
