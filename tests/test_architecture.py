@@ -21,6 +21,7 @@ ALLOWED = {  # part -> the parts it may import (besides itself and BASE)
     "cli": {"attention", "data", "models", "decoding", "train", "plot", "tasks", "export",
             "__init__"},
     "__init__": {"attention", "plot"},
+    "__main__": {"cli"},  # python -m attnkit: the command line, above everything
 }
 
 
