@@ -201,6 +201,8 @@ function weightsOf(ex, hyp, map) {
   return decoded.get(key);
 }
 
+const shown = (tok) => (tok === " " ? "\u2423" : tok);  // an open box for a space
+
 function colour(v) {  // white -> dark red
   return [255 - 80 * v, 255 - 235 * v, 255 - 235 * v];
 }
@@ -236,12 +238,12 @@ function draw() {
   ctx.fillStyle = "#222"; ctx.font = "11px monospace"; ctx.textBaseline = "middle";
   if (rowH >= 9) {
     ctx.textAlign = "right";
-    hyp.tokens.forEach((tok, i) => ctx.fillText(tok, MARGIN.left - 4, MARGIN.top + (i + 0.5) * rowH));
+    hyp.tokens.forEach((tok, i) => ctx.fillText(shown(tok), MARGIN.left - 4, MARGIN.top + (i + 0.5) * rowH));
   }
   if (view.cell >= 9) {
     ex.source.forEach((tok, j) => {
       ctx.save(); ctx.translate(MARGIN.left + (j + 0.5) * view.cell, MARGIN.top - 4);
-      ctx.rotate(-Math.PI / 2); ctx.textAlign = "left"; ctx.fillText(tok, 0, 0); ctx.restore();
+      ctx.rotate(-Math.PI / 2); ctx.textAlign = "left"; ctx.fillText(shown(tok), 0, 0); ctx.restore();
     });
   }
   ctx.strokeStyle = "#06c"; ctx.lineWidth = 2;

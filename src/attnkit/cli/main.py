@@ -7,7 +7,8 @@ import logging
 import sys
 
 from attnkit._version import __version__
-from attnkit.cli import asr, bench, caption, demo, evaluate, export, ocr, recipes, translate, vqa
+from attnkit.cli import (asr, bench, caption, demo, evaluate, explore, export, ocr, recipes,
+                         translate, vqa)
 from attnkit.cli.common import resolve_run_options
 from attnkit.data import DataError
 from attnkit.train import CheckpointError, distributed
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     vqa.add_train_parser(train_sub)
     translate.add_translate_parser(sub)
     evaluate.add_parser(sub)
+    explore.add_parser(sub)
     ocr.add_read_parser(sub)
     asr.add_transcribe_parser(sub)
     caption.add_caption_parser(sub)
