@@ -20,8 +20,8 @@ ALLOWED = {  # part -> the parts it may import (besides itself and BASE)
     "models": {"attention"},
     "tasks": {"data", "models", "decoding", "train", "plot", "explore"},
     "export": {"attention", "models"},
-    "cli": {"attention", "data", "models", "decoding", "train", "plot", "tasks", "export", "explore",
-            "__init__"},
+    "cli": {"attention", "data", "models", "decoding", "train", "plot", "tasks", "export",
+            "explore", "__init__"},
     "__init__": {"attention", "plot", "doctor"},
 }
 

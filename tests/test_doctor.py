@@ -161,3 +161,11 @@ def test_bad_inputs_are_named(inputs):
         doctor(Dot(), (inputs[0][:, :1], inputs[1], inputs[2]))
     with pytest.raises(ValueError, match="expected B >= 2"):
         doctor(Dot(), tuple(t[:1] for t in inputs))
+
+
+def test_a_call_adapts_another_signature_torchs_multihead_attention_nans_on_empty_rows(inputs):
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    report = doctor(mha, inputs, call=lambda m, q, k, v, mask: m(q, k, v,
+                                                                 key_padding_mask=~mask))
+    assert report.failed() == ["empty_rows"]

@@ -238,12 +238,14 @@ function draw() {
   ctx.fillStyle = "#222"; ctx.font = "11px monospace"; ctx.textBaseline = "middle";
   if (rowH >= 9) {
     ctx.textAlign = "right";
-    hyp.tokens.forEach((tok, i) => ctx.fillText(shown(tok), MARGIN.left - 4, MARGIN.top + (i + 0.5) * rowH));
+    hyp.tokens.forEach((tok, i) =>
+      ctx.fillText(shown(tok), MARGIN.left - 4, MARGIN.top + (i + 0.5) * rowH));
   }
   if (view.cell >= 9) {
     ex.source.forEach((tok, j) => {
       ctx.save(); ctx.translate(MARGIN.left + (j + 0.5) * view.cell, MARGIN.top - 4);
-      ctx.rotate(-Math.PI / 2); ctx.textAlign = "left"; ctx.fillText(shown(tok), 0, 0); ctx.restore();
+      ctx.rotate(-Math.PI / 2); ctx.textAlign = "left"; ctx.fillText(shown(tok), 0, 0);
+      ctx.restore();
     });
   }
   ctx.strokeStyle = "#06c"; ctx.lineWidth = 2;
@@ -292,7 +294,9 @@ function nbest() {
     const off = paint(thumb, weightsOf(view.ex, k, map), hyp.tokens.length, ex.source.length);
     thumb.width = off.width; thumb.height = off.height; thumb.getContext("2d").drawImage(off, 0, 0);
     div.append(head, text, thumb);
-    div.addEventListener("click", () => { view.hyp = k; view.step = 0; showMaps(); nbest(); draw(); });
+    div.addEventListener("click", () => {
+      view.hyp = k; view.step = 0; showMaps(); nbest(); draw();
+    });
     box.appendChild(div);
   });
 }

@@ -149,8 +149,8 @@ def _transcriptions(ev: SpeechEvaluator, inputs: Sequence[torch.Tensor],
                     for tokens, score, weights in found]
             frames = [f"{j * MIN_FRAMES}-{(j + 1) * MIN_FRAMES - 1}" for j in range(steps)]
             spectrogram = features[: steps * MIN_FRAMES].T.flip(0)  # (F, 8 S), low bands last
-            examples.append(Example(frames, hyps, text=f"{features.shape[0]} frames ({MIN_FRAMES} a step)",
-                                    image=spectrogram))
+            text = f"{features.shape[0]} frames ({MIN_FRAMES} a step)"
+            examples.append(Example(frames, hyps, text=text, image=spectrogram))
     return examples
 
 
