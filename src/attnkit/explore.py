@@ -195,7 +195,7 @@ function weightsOf(ex, hyp, map) {
                                   (c) => c.charCodeAt(0));
     const dv = new DataView(bytes.buffer), w = new Float32Array(bytes.length / 2);
     for (let i = 0; i < w.length; i++) w[i] = dv.getUint16(2 * i, true) / 65535;
-    if (decoded.size > 64) decoded.clear();
+    if (decoded.size > 64) decoded.clear();  // bounds the memory of long sessions
     decoded.set(key, w);
   }
   return decoded.get(key);
@@ -207,7 +207,7 @@ function colour(v) {  // white -> dark red
   return [255 - 80 * v, 255 - 235 * v, 255 - 235 * v];
 }
 
-function paint(canvas, w, t, s) {  // one pixel per cell on an offscreen canvas
+function paint(w, t, s) {  // one pixel per cell on an offscreen canvas
   const off = document.createElement("canvas");
   off.width = Math.max(s, 1); off.height = Math.max(t, 1);
   const ctx = off.getContext("2d"), img = ctx.createImageData(off.width, off.height);
@@ -234,7 +234,7 @@ function draw() {
   const ctx = canvas.getContext("2d");
   ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, canvas.width, canvas.height);
   ctx.imageSmoothingEnabled = false;
-  ctx.drawImage(paint(canvas, w, t, s), MARGIN.left, MARGIN.top, s * view.cell, t * rowH);
+  ctx.drawImage(paint(w, t, s), MARGIN.left, MARGIN.top, s * view.cell, t * rowH);
   ctx.fillStyle = "#222"; ctx.font = "11px monospace"; ctx.textBaseline = "middle";
   if (rowH >= 9) {
     ctx.textAlign = "right";
@@ -291,7 +291,7 @@ function nbest() {
     text.textContent = hyp.tokens.join(" ");
     const thumb = document.createElement("canvas");
     const map = Math.min(view.map, hyp.maps.length - 1);
-    const off = paint(thumb, weightsOf(view.ex, k, map), hyp.tokens.length, ex.source.length);
+    const off = paint(weightsOf(view.ex, k, map), hyp.tokens.length, ex.source.length);
     thumb.width = off.width; thumb.height = off.height; thumb.getContext("2d").drawImage(off, 0, 0);
     div.append(head, text, thumb);
     div.addEventListener("click", () => {
