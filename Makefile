@@ -13,10 +13,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev,export]'
-	@# system packages for the built-in data: espeak-ng (speech), more fonts (text lines)
+	@# system packages for the built-in data: espeak-ng (speech), more fonts (text lines);
+	@# headless Chromium and its driver for the explorer page's browser tests
 	@missing=""; command -v espeak-ng >/dev/null || missing="espeak-ng"; \
 	[ -d /usr/share/fonts/truetype/liberation ] || missing="$$missing fonts-liberation"; \
 	[ -d /usr/share/fonts/truetype/freefont ] || missing="$$missing fonts-freefont-ttf"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
 	    (apt-get update -qq && apt-get install -y -qq $$missing) || \

@@ -15,7 +15,8 @@ from attnkit.attention import (
     attention,
     lengths_to_mask,
 )
+from attnkit.doctor import doctor
 from attnkit.plot import plot_attention
 
 __all__ = ["IMPLS", "SCORES", "Attention", "AttentionOutput", "Memory", "Plan", "SelfAttention",
-           "__version__", "attention", "lengths_to_mask", "plot_attention"]
+           "__version__", "attention", "doctor", "lengths_to_mask", "plot_attention"]

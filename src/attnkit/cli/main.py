@@ -13,6 +13,7 @@ from attnkit.cli import (
     caption,
     demo,
     evaluate,
+    explore,
     export,
     lm,
     ocr,
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     lm.add_train_parser(train_sub)
     translate.add_translate_parser(sub)
     evaluate.add_parser(sub)
+    explore.add_parser(sub)
     ocr.add_read_parser(sub)
     asr.add_transcribe_parser(sub)
     caption.add_caption_parser(sub)

@@ -1,0 +1,354 @@
+"""The alignment explorer: one self-contained HTML page of decoded examples and their attention.
+
+Per example the page shows the input (its text, and a line image or spectrogram under the
+keys), the n-best hypotheses side by side with their scores, the attention of the chosen one as
+a heat-map with the weight under the pointer, one map per layer and head where the model has
+several, and a token-by-token step through the alignment. Nothing is fetched: the script, the
+style and the images (PNG data URIs) are inline, and the weights travel as 16-bit fixed point
+(``round(w * 65535)``, base64), decoded in the browser only for the example on show. Heat-maps
+are drawn on a ``<canvas>`` one pixel per cell and scaled, so 800-step inputs and hundreds of
+examples stay responsive.
+
+Example:
+    >>> import numpy as np
+    >>> hyp = Hypothesis(["a", "b"], {"attention": np.full((2, 3), 1 / 3)}, score=-0.5)
+    >>> page = explorer_html([Example(["x", "y", "z"], [hyp], text="x y z")])
+    >>> page.startswith("<!DOCTYPE html>") and "http" not in page.split("<script")[0]
+    True
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+__all__ = ["Example", "Hypothesis", "explorer_html", "write_explorer"]
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One output: its ``tokens`` (``T`` labels, EOS included when it was decoded), its
+    attention ``maps`` (name -> weights ``(T, S)``, e.g. ``{"attention": w}`` or
+    ``{"layer 1 / head 2": w, ...}``) and its model ``score`` (None when there is none)."""
+
+    tokens: Sequence[str]
+    maps: Mapping[str, object]
+    score: float | None = None
+
+
+@dataclass(frozen=True)
+class Example:
+    """One input: the labels of its ``S`` keys (``source``), its ``hypotheses`` best first,
+    a ``name``, the input as ``text``, an optional ``reference`` and an optional ``image``
+    ``(height, width)`` (a line image, or a spectrogram with its lowest band in the last row)
+    drawn under the keys, its width spread over the ``S`` columns."""
+
+    source: Sequence[str]
+    hypotheses: Sequence[Hypothesis]
+    name: str = ""
+    text: str = ""
+    reference: str | None = None
+    image: object = field(default=None, repr=False)
+
+
+def _array(x, name: str, shape: tuple[int, int] | None = None) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        x = x.detach().float().cpu().numpy()
+    arr = np.asarray(x, dtype=np.float32)
+    if arr.ndim != 2 or (shape is not None and arr.shape != shape):
+        expected = f"shape {shape}" if shape is not None else "a 2-D array"
+        raise ValueError(f"{name}: expected {expected}, got shape {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name}: expected finite values, got "
+                         f"{int((~np.isfinite(arr)).sum())} NaN or infinite entries")
+    return arr
+
+
+def _weights(w, name: str, shape: tuple[int, int]) -> str:
+    """Weights ``(T, S)`` in [0, 1] as base64 of little-endian uint16 ``round(w * 65535)``."""
+    arr = _array(w, name, shape)
+    fixed = np.round(np.clip(arr, 0.0, 1.0) * 65535).astype("<u2")
+    return base64.b64encode(fixed.tobytes()).decode("ascii")
+
+
+def _png(image, name: str) -> str:
+    """A grey-scale PNG data URI of ``image`` ``(height, width)``, scaled to its range."""
+    arr = _array(image, name)
+    lo, hi = float(arr.min()), float(arr.max())
+    grey = ((arr - lo) / (hi - lo if hi > lo else 1.0) * 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(grey).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _example_json(n: int, ex: Example) -> dict:
+    where = f"examples[{n}]"
+    if not ex.hypotheses:
+        raise ValueError(f"{where}.hypotheses: expected at least one, got none")
+    hyps = []
+    for k, hyp in enumerate(ex.hypotheses):
+        if not hyp.maps:
+            raise ValueError(f"{where}.hypotheses[{k}].maps: expected at least one map, got none")
+        shape = (len(hyp.tokens), len(ex.source))
+        hyps.append({"tokens": [str(t) for t in hyp.tokens],
+                     "score": None if hyp.score is None else float(hyp.score),
+                     "maps": [{"name": str(name),
+                               "w": _weights(w, f"{where}.hypotheses[{k}].maps[{name!r}]",
+                                             shape)}
+                              for name, w in hyp.maps.items()]})
+    return {"name": ex.name or f"example {n + 1}", "text": ex.text, "reference": ex.reference,
+            "source": [str(s) for s in ex.source], "hyps": hyps,
+            "image": None if ex.image is None else _png(ex.image, f"{where}.image")}
+
+
+def explorer_html(examples: Sequence[Example], *, title: str = "attnkit explore") -> str:
+    """The explorer page of ``examples`` as one HTML string.
+
+    Raises:
+        ValueError: no example, an example without hypotheses or maps, or a map whose shape
+            is not ``(len(tokens), len(source))`` or holds NaN, naming the example and map.
+    """
+    if not examples:
+        raise ValueError("examples: expected at least one example, got none")
+    data = {"title": title, "examples": [_example_json(n, ex) for n, ex in enumerate(examples)]}
+    # "<" escaped so that no string in the data can close the <script> element
+    payload = json.dumps(data, ensure_ascii=False).replace("<", "\\u003c")
+    return (_PAGE.replace("__TITLE__", html.escape(title))
+            .replace("__STYLE__", _STYLE).replace("__SCRIPT__", _SCRIPT)
+            .replace("__DATA__", payload))
+
+
+def write_explorer(examples: Sequence[Example], path: str | Path, *,
+                   title: str = "attnkit explore") -> Path:
+    """Write :func:`explorer_html` to ``path`` (folders created); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(explorer_html(examples, title=title), encoding="utf-8")
+    return path
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>__TITLE__</title>
+<style>__STYLE__</style></head>
+<body>
+<header><h1>__TITLE__</h1>
+<label>example <select id="example"></select></label>
+<button id="prev-example">&larr;</button><button id="next-example">&rarr;</button>
+<label>map <select id="map"></select></label>
+</header>
+<section id="input"><h2>input</h2><div id="text"></div><div id="reference"></div></section>
+<section><h2>hypotheses</h2><div id="nbest"></div></section>
+<section><h2>attention</h2>
+<div id="plot"><canvas id="heatmap"></canvas><img id="image" alt="input"></div>
+<div id="tip" role="status"></div>
+</section>
+<section><h2>step through</h2>
+<button id="step-prev">&larr;</button>
+<input id="step" type="range" min="0" max="0" value="0">
+<button id="step-next">&rarr;</button>
+<div id="step-text"></div><canvas id="stepbar" height="40"></canvas>
+</section>
+<script id="data" type="application/json">__DATA__</script>
+<script>__SCRIPT__</script>
+</body></html>
+"""
+
+_STYLE = """
+body { font: 14px system-ui, sans-serif; margin: 1em; color: #222; background: #fff; }
+header { display: flex; gap: 1em; align-items: center; flex-wrap: wrap; }
+h1 { font-size: 18px; margin: 0; } h2 { font-size: 15px; margin: 1em 0 0.3em; }
+#text, #reference { font-family: monospace; white-space: pre-wrap; overflow-wrap: anywhere; }
+#nbest { display: flex; gap: 0.8em; flex-wrap: wrap; }
+.hyp { border: 1px solid #bbb; padding: 0.4em; cursor: pointer; max-width: 260px; }
+.hyp.chosen { border: 2px solid #c33; }
+.hyp canvas { display: block; width: 240px; height: 90px; image-rendering: pixelated; }
+.hyp .text { font-family: monospace; overflow-wrap: anywhere; }
+#plot { position: relative; overflow: auto; max-height: 80vh; }
+#heatmap { image-rendering: pixelated; display: block; }
+#image { display: none; image-rendering: pixelated; height: 64px; }
+#tip { font-family: monospace; min-height: 1.4em; }
+#step { width: 50%; } #step-text { font-family: monospace; overflow-wrap: anywhere; }
+#step-text b { background: #fd6; } #stepbar { display: block; }
+"""
+
+_SCRIPT = r"""
+"use strict";
+const DATA = JSON.parse(document.getElementById("data").textContent);
+const $ = (id) => document.getElementById(id);
+const MARGIN = { left: 90, top: 70 };
+const view = { ex: 0, hyp: 0, map: 0, step: 0, cell: 1, weights: null, t: 0, s: 0 };
+const decoded = new Map();
+
+function weightsOf(ex, hyp, map) {
+  const key = ex + "/" + hyp + "/" + map;
+  if (!decoded.has(key)) {
+    const bytes = Uint8Array.from(atob(DATA.examples[ex].hyps[hyp].maps[map].w),
+                                  (c) => c.charCodeAt(0));
+    const dv = new DataView(bytes.buffer), w = new Float32Array(bytes.length / 2);
+    for (let i = 0; i < w.length; i++) w[i] = dv.getUint16(2 * i, true) / 65535;
+    if (decoded.size > 64) decoded.clear();  // bounds the memory of long sessions
+    decoded.set(key, w);
+  }
+  return decoded.get(key);
+}
+
+const shown = (tok) => (tok === " " ? "\u2423" : tok);  // an open box for a space
+
+function colour(v) {  // white -> dark red
+  return [255 - 80 * v, 255 - 235 * v, 255 - 235 * v];
+}
+
+function paint(w, t, s) {  // one pixel per cell on an offscreen canvas
+  const off = document.createElement("canvas");
+  off.width = Math.max(s, 1); off.height = Math.max(t, 1);
+  const ctx = off.getContext("2d"), img = ctx.createImageData(off.width, off.height);
+  for (let i = 0; i < t * s; i++) {
+    const c = colour(w[i]);
+    img.data[4 * i] = c[0]; img.data[4 * i + 1] = c[1]; img.data[4 * i + 2] = c[2];
+    img.data[4 * i + 3] = 255;
+  }
+  ctx.putImageData(img, 0, 0);
+  return off;
+}
+
+function draw() {
+  const ex = DATA.examples[view.ex], hyp = ex.hyps[view.hyp];
+  const t = hyp.tokens.length, s = ex.source.length;
+  const w = weightsOf(view.ex, view.hyp, view.map);
+  Object.assign(view, { weights: w, t: t, s: s });
+  const width = Math.max(300, Math.min(1400, window.innerWidth - 60) - MARGIN.left);
+  view.cell = Math.max(1, Math.min(24, Math.floor(width / Math.max(s, 1))));
+  const rowH = Math.max(view.cell, Math.min(24, Math.floor(600 / Math.max(t, 1))));
+  view.rowH = rowH;
+  const canvas = $("heatmap");
+  canvas.width = MARGIN.left + s * view.cell; canvas.height = MARGIN.top + t * rowH;
+  const ctx = canvas.getContext("2d");
+  ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, canvas.width, canvas.height);
+  ctx.imageSmoothingEnabled = false;
+  ctx.drawImage(paint(w, t, s), MARGIN.left, MARGIN.top, s * view.cell, t * rowH);
+  ctx.fillStyle = "#222"; ctx.font = "11px monospace"; ctx.textBaseline = "middle";
+  if (rowH >= 9) {
+    ctx.textAlign = "right";
+    hyp.tokens.forEach((tok, i) =>
+      ctx.fillText(shown(tok), MARGIN.left - 4, MARGIN.top + (i + 0.5) * rowH));
+  }
+  if (view.cell >= 9) {
+    ex.source.forEach((tok, j) => {
+      ctx.save(); ctx.translate(MARGIN.left + (j + 0.5) * view.cell, MARGIN.top - 4);
+      ctx.rotate(-Math.PI / 2); ctx.textAlign = "left"; ctx.fillText(shown(tok), 0, 0);
+      ctx.restore();
+    });
+  }
+  ctx.strokeStyle = "#06c"; ctx.lineWidth = 2;
+  ctx.strokeRect(MARGIN.left, MARGIN.top + view.step * rowH, s * view.cell, rowH);
+  const image = $("image");
+  if (ex.image) {
+    image.src = ex.image; image.style.display = "block";
+    image.style.marginLeft = MARGIN.left + "px"; image.style.width = s * view.cell + "px";
+  } else image.style.display = "none";
+  drawStep();
+}
+
+function drawStep() {
+  const ex = DATA.examples[view.ex], hyp = ex.hyps[view.hyp], t = view.step, s = view.s;
+  $("step").max = String(Math.max(hyp.tokens.length - 1, 0)); $("step").value = String(t);
+  const text = $("step-text"); text.textContent = "";
+  hyp.tokens.forEach((tok, i) => {
+    const el = document.createElement(i === t ? "b" : "span");
+    el.textContent = tok + " "; text.appendChild(el);
+  });
+  const row = view.weights.subarray(t * s, (t + 1) * s);
+  let best = 0; row.forEach((v, j) => { if (v > row[best]) best = j; });
+  text.appendChild(document.createTextNode(
+    "  \u2192 " + (ex.source[best] === undefined ? "" : JSON.stringify(ex.source[best])) +
+    " (" + (row[best] || 0).toFixed(4) + ")"));
+  const bar = $("stepbar"); bar.width = MARGIN.left + s * view.cell;
+  const ctx = bar.getContext("2d"); ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, bar.width, 40);
+  ctx.fillStyle = "#c33";
+  row.forEach((v, j) => ctx.fillRect(MARGIN.left + j * view.cell, 40 - 38 * v,
+                                     Math.max(view.cell - (view.cell > 2), 1), 38 * v));
+}
+
+function nbest() {
+  const ex = DATA.examples[view.ex], box = $("nbest");
+  box.textContent = "";
+  ex.hyps.forEach((hyp, k) => {
+    const div = document.createElement("div");
+    div.className = "hyp" + (k === view.hyp ? " chosen" : "");
+    div.dataset.rank = String(k + 1);
+    const head = document.createElement("div");
+    head.textContent = "#" + (k + 1) + (hyp.score === null ? "" : " score " + hyp.score.toFixed(4));
+    const text = document.createElement("div"); text.className = "text";
+    text.textContent = hyp.tokens.join(" ");
+    const thumb = document.createElement("canvas");
+    const map = Math.min(view.map, hyp.maps.length - 1);
+    const off = paint(weightsOf(view.ex, k, map), hyp.tokens.length, ex.source.length);
+    thumb.width = off.width; thumb.height = off.height; thumb.getContext("2d").drawImage(off, 0, 0);
+    div.append(head, text, thumb);
+    div.addEventListener("click", () => {
+      view.hyp = k; view.step = 0; showMaps(); nbest(); draw();
+    });
+    box.appendChild(div);
+  });
+}
+
+function showMaps() {
+  const maps = DATA.examples[view.ex].hyps[view.hyp].maps, sel = $("map");
+  const name = sel.options.length ? sel.options[sel.selectedIndex].text : null;
+  sel.textContent = "";
+  maps.forEach((m, i) => sel.add(new Option(m.name, String(i))));
+  const keep = maps.findIndex((m) => m.name === name);
+  view.map = keep >= 0 ? keep : 0; sel.value = String(view.map);
+}
+
+function showExample(n) {
+  const ex = DATA.examples[n];
+  Object.assign(view, { ex: n, hyp: 0, step: 0 });
+  $("example").value = String(n);
+  $("text").textContent = ex.text || ex.source.join(" ");
+  $("reference").textContent = ex.reference === null ? "" : "reference: " + ex.reference;
+  showMaps(); nbest(); draw();
+}
+
+function hover(event) {
+  const rect = $("heatmap").getBoundingClientRect();
+  const j = Math.floor((event.clientX - rect.left - MARGIN.left) / view.cell);
+  const i = Math.floor((event.clientY - rect.top - MARGIN.top) / view.rowH);
+  if (i < 0 || j < 0 || i >= view.t || j >= view.s) { $("tip").textContent = ""; return; }
+  const ex = DATA.examples[view.ex], w = view.weights[i * view.s + j];
+  $("tip").textContent = "output " + i + " " + JSON.stringify(ex.hyps[view.hyp].tokens[i]) +
+    " \u00b7 input " + j + " " + JSON.stringify(ex.source[j]) + " \u00b7 weight " + w.toFixed(4);
+}
+
+function setStep(t) {
+  view.step = Math.max(0, Math.min(t, view.t - 1)); draw();
+}
+
+DATA.examples.forEach((ex, n) => $("example").add(new Option(ex.name, String(n))));
+$("example").addEventListener("change", (e) => showExample(Number(e.target.value)));
+$("prev-example").addEventListener("click", () => showExample(Math.max(view.ex - 1, 0)));
+$("next-example").addEventListener("click",
+  () => showExample(Math.min(view.ex + 1, DATA.examples.length - 1)));
+$("map").addEventListener("change", (e) => { view.map = Number(e.target.value); nbest(); draw(); });
+$("heatmap").addEventListener("mousemove", hover);
+$("heatmap").addEventListener("click", (e) => { hover(e); setStep(
+  Math.floor((e.clientY - $("heatmap").getBoundingClientRect().top - MARGIN.top) / view.rowH)); });
+$("step").addEventListener("input", (e) => setStep(Number(e.target.value)));
+$("step-prev").addEventListener("click", () => setStep(view.step - 1));
+$("step-next").addEventListener("click", () => setStep(view.step + 1));
+document.addEventListener("keydown", (e) => {
+  if (e.target.tagName === "SELECT" || e.target.tagName === "INPUT") return;
+  if (e.key === "ArrowDown") setStep(view.step + 1);
+  if (e.key === "ArrowUp") setStep(view.step - 1);
+});
+showExample(0);
+"""

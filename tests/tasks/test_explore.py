@@ -1,0 +1,57 @@
+"""The explorer's examples from each task's evaluator: hypotheses, scores and maps as decoding
+gave them; a Transformer's maps per layer and head, replayed through its own steps."""
+
+import pytest
+import torch
+
+from attnkit.data import CharVocab
+from attnkit.decoding import Decoding
+from attnkit.models import Seq2Seq, Transformer
+from attnkit.tasks.evaluator import evaluator_for
+from attnkit.tasks.explore import explore_examples
+from attnkit.tasks.translation import translate
+
+CHARS = CharVocab("abcdef ")
+
+
+def _evaluator(model):
+    vocab = {"src": CHARS.to_json(), "tgt": CHARS.to_json()}
+    return evaluator_for("translate")(model.eval(), {"task": "translate"}, vocab)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_transformer_gives_every_layer_and_head_and_its_mean_matches_decoding():
+    torch.manual_seed(0)
+    model = Transformer(len(CHARS), len(CHARS), d_model=16, heads=2, layers=2, ff=32)
+    ev, sources = _evaluator(model), ["abc", "fed cab"]
+    decoding = Decoding(beam=3, n_best=3)
+    examples = explore_examples(ev, sources, decoding, names=["one", "two"])
+    _, raws = translate(model, CHARS, CHARS, sources, decoding=decoding)
+    assert [e.name for e in examples] == ["one", "two"]
+    for b, (ex, source) in enumerate(zip(examples, sources)):
+        assert list(ex.source) == list(source) and ex.text == source
+        assert [h.score for h in ex.hypotheses] == pytest.approx(raws[0].scores[b].tolist())
+        for k, hyp in enumerate(ex.hypotheses):
+            assert list(hyp.maps) == ["mean of heads, last layer"] + [
+                f"layer {i} / head {h}" for i in (1, 2) for h in (1, 2)]
+            n = len(hyp.tokens)
+            assert n == int(raws[0].lengths[b, k])
+            decoded = hyp.maps["mean of heads, last layer"]
+            assert torch.allclose(decoded, raws[0].weights[b, k, :n, : len(source)])
+            replayed = (hyp.maps["layer 2 / head 1"] + hyp.maps["layer 2 / head 2"]) / 2
+            assert torch.allclose(replayed, decoded, atol=1e-5)
+            first = hyp.maps["layer 1 / head 1"]
+            assert first.shape == (n, len(source)) and not torch.allclose(first, decoded)
+            assert torch.allclose(first.sum(-1), torch.ones(n), atol=1e-5)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_an_rnn_gives_one_map_and_a_model_without_attention_is_refused():
+    torch.manual_seed(0)
+    model = Seq2Seq(len(CHARS), len(CHARS), emb=8, hidden=16)
+    [ex] = explore_examples(_evaluator(model), ["abc"], references=["cba"])
+    assert ex.reference == "cba" and len(ex.hypotheses) == 1
+    assert list(ex.hypotheses[0].maps) == ["attention"]
+    plain = Seq2Seq(len(CHARS), len(CHARS), emb=8, hidden=16, kind="none")
+    with pytest.raises(ValueError, match="checkpoint: its Seq2Seq model has no attention"):
+        explore_examples(_evaluator(plain), ["abc"])

@@ -1,0 +1,171 @@
+"""The attention doctor passes attnkit's modules and finds each bug of the buggy fixtures, the
+seeds' own among them (shared/seeds: 000's softmax over queries, 002's unmasked padding, 004's
+query-independent score)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import attnkit
+from attnkit.doctor import CHECKS, assert_healthy, doctor
+
+
+@pytest.fixture
+def inputs():
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(3, 4, 8, generator=g), torch.randn(3, 6, 8, generator=g),
+            torch.randn(3, 6, 8, generator=g))
+
+
+class Dot(nn.Module):
+    """A correct user module; the subclasses each put one classic bug in it."""
+
+    def __init__(self, dim: int = 8):
+        super().__init__()
+        self.w = nn.Linear(dim, dim, bias=False)
+
+    def scores(self, query, key):
+        return self.w(query) @ key.transpose(1, 2) / key.shape[-1] ** 0.5  # (B, Tq, Tk)
+
+    def mask(self, scores, key_mask):
+        return scores.masked_fill(~key_mask[:, None, :], torch.finfo(scores.dtype).min)
+
+    def normalise(self, scores):
+        return torch.softmax(scores, dim=-1)
+
+    def forward(self, query, key, value, key_mask):
+        weights = self.normalise(self.mask(self.scores(query, key), key_mask))
+        weights = weights * key_mask.any(-1)[:, None, None]  # rows with no key: zero weights
+        return weights @ value, weights
+
+
+class SoftmaxOverQueries(Dot):
+    """Seed 000's loop version: F.softmax(scores, dim=1) on (bs, seq, seq) scores."""
+
+    def normalise(self, scores):
+        return F.softmax(scores, dim=1)
+
+
+class NoMask(Dot):
+    """Seed 002's attention: padded encoder steps are scored like the others."""
+
+    def mask(self, scores, key_mask):
+        return scores
+
+
+class InvertedMask(Dot):
+    """Reads True as 'masked' (torch.nn.MultiheadAttention's polarity)."""
+
+    def mask(self, scores, key_mask):
+        return scores.masked_fill(key_mask[:, None, :], torch.finfo(scores.dtype).min)
+
+
+class NegInf(Dot):
+    """-inf fills: an example with no key gives NaN."""
+
+    def mask(self, scores, key_mask):
+        return scores.masked_fill(~key_mask[:, None, :], float("-inf"))
+
+    def forward(self, query, key, value, key_mask):
+        weights = self.normalise(self.mask(self.scores(query, key), key_mask))
+        return weights @ value, weights
+
+
+class ConcatScore(Dot):
+    """Seed 004's decoder: e_j = w^T [s; h_j], whose query term the softmax cancels."""
+
+    def __init__(self, dim: int = 8):
+        super().__init__(dim)
+        self.attn = nn.Linear(2 * dim, 1)
+
+    def scores(self, query, key):
+        b, tq, tk = query.shape[0], query.shape[1], key.shape[1]
+        pair = torch.cat([query[:, :, None].expand(b, tq, tk, -1),
+                          key[:, None].expand(b, tq, tk, -1)], dim=-1)
+        return self.attn(pair).squeeze(-1)  # (B, Tq, Tk)
+
+
+class ByPosition(Dot):
+    """Adds a bias by key index: not permutation equivariant."""
+
+    def scores(self, query, key):
+        return super().scores(query, key) + 3 * torch.arange(key.shape[1], dtype=query.dtype)
+
+
+class NaiveSoftmax(Dot):
+    """exp() without subtracting the row's max: overflows in float16."""
+
+    def normalise(self, scores):
+        e = scores.exp()
+        return e / e.sum(-1, keepdim=True)
+
+    def mask(self, scores, key_mask):
+        return scores.masked_fill(~key_mask[:, None, :], -1e4)
+
+
+@pytest.mark.parametrize("module", [
+    attnkit.Attention(8, score="dot"), attnkit.Attention(8, score="scaled_dot", heads=2),
+    attnkit.Attention(8, score="additive"), attnkit.Attention(8, score="general"),
+    attnkit.Attention(8, score="cosine"), attnkit.Attention(8, score="additive", impl="chunked"),
+    Dot()], ids=lambda m: getattr(m, "score", m).__class__.__name__)
+def test_attnkits_modules_and_a_correct_user_module_pass_every_check(module, inputs):
+    torch.manual_seed(0)
+    report = assert_healthy(module.eval(), inputs)
+    assert [f.check for f in report.findings] == list(CHECKS)
+    assert [f.verdict for f in report.findings if f.check != "low_precision"] == ["pass"] * 6
+
+
+@pytest.mark.parametrize("bug, failed", [
+    (SoftmaxOverQueries, "sums_to_one_over_keys"),
+    (NoMask, "mask_polarity"), (NoMask, "padding_invariance"),
+    (InvertedMask, "mask_polarity"), (InvertedMask, "padding_invariance"),
+    (NegInf, "empty_rows"),
+    (ConcatScore, "query_dependence"),
+    (ByPosition, "key_permutation"),
+    (NaiveSoftmax, "low_precision"),
+])
+def test_each_bug_is_found_with_a_fix(bug, failed, inputs):
+    torch.manual_seed(0)
+    report = doctor(bug(), inputs)
+    assert not report.ok
+    assert report[failed].verdict == "fail" and report[failed].fix
+    assert failed in str(report)
+
+
+def test_the_inverted_mask_is_named_as_such(inputs):
+    torch.manual_seed(0)
+    assert "other way round" in doctor(InvertedMask(), inputs)["mask_polarity"].detail
+
+
+def test_each_bug_fails_only_its_own_checks(inputs):
+    torch.manual_seed(0)
+    assert doctor(SoftmaxOverQueries(), inputs).failed()[0] == "sums_to_one_over_keys"
+    assert doctor(ConcatScore(), inputs).failed() == ["query_dependence"]
+    assert doctor(NegInf(), inputs).failed() == ["empty_rows"]
+    assert doctor(ByPosition(), inputs).failed() == ["key_permutation"]
+
+
+def test_assert_healthy_raises_with_the_report_and_allows_named_checks(inputs):
+    with pytest.raises(AssertionError, match="key_permutation failed"):
+        assert_healthy(ByPosition(), inputs)
+    assert_healthy(ByPosition(), inputs, allow=("key_permutation",))
+    with pytest.raises(ValueError, match="allow: expected names among"):
+        assert_healthy(Dot(), inputs, allow=("nope",))
+
+
+def test_bad_inputs_are_named(inputs):
+    with pytest.raises(ValueError, match=r"example_inputs: expected \(query"):
+        doctor(Dot(), inputs[:2])
+    with pytest.raises(ValueError, match="expected Tq >= 2"):
+        doctor(Dot(), (inputs[0][:, :1], inputs[1], inputs[2]))
+    with pytest.raises(ValueError, match="expected B >= 2"):
+        doctor(Dot(), tuple(t[:1] for t in inputs))
+
+
+def test_a_call_adapts_another_signature_torchs_multihead_attention_nans_on_empty_rows(inputs):
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    report = doctor(mha, inputs, call=lambda m, q, k, v, mask: m(q, k, v,
+                                                                 key_padding_mask=~mask))
+    assert report.failed() == ["empty_rows"]

@@ -1,0 +1,181 @@
+"""The explorer page: the builder's data and errors, then the page in headless Chromium (loads
+without console errors, hover shows a cell's weight, switching head changes the picture, the
+screenshot is not blank; 800 steps and 200 examples stay quick to switch)."""
+
+import base64
+import io
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from attnkit.explore import Example, Hypothesis, explorer_html, write_explorer
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _example(t=3, s=4, heads=2, seed=0, image=False, n_best=2):
+    rng = np.random.default_rng(seed)
+    hyps = [Hypothesis([f"y{i}" for i in range(t)],
+                       {f"layer 1 / head {h + 1}": _softmax(rng.normal(size=(t, s)) * 3)
+                        for h in range(heads)}, score=-1.0 - k)
+            for k in range(n_best)]
+    return Example([f"x{j}" for j in range(s)], hyps, name=f"ex{seed}", text="x y z",
+                   reference="ref </script> <b>", image=rng.random((8, 2 * s)) if image else None)
+
+
+def _data(page: str) -> dict:
+    raw = re.search(r'<script id="data" type="application/json">(.*?)</script>', page, re.S)
+    return json.loads(raw.group(1))
+
+
+def test_the_page_holds_every_example_and_is_self_contained():
+    page = explorer_html([_example(image=True), _example(seed=1)], title="t <1>")
+    assert "<title>t &lt;1&gt;</title>" in page
+    assert not re.search(r"(src|href)=\"(https?:)?//", page)  # nothing fetched
+    data = _data(page)
+    assert [e["name"] for e in data["examples"]] == ["ex0", "ex1"]
+    assert data["examples"][0]["reference"] == "ref </script> <b>"
+    assert data["examples"][0]["image"].startswith("data:image/png;base64,")
+    assert data["examples"][1]["image"] is None
+    hyps = data["examples"][0]["hyps"]
+    assert [h["score"] for h in hyps] == [-1.0, -2.0]
+    assert [m["name"] for m in hyps[0]["maps"]] == ["layer 1 / head 1", "layer 1 / head 2"]
+
+
+def test_weights_round_trip_within_fixed_point():
+    ex = _example()
+    packed = _data(explorer_html([ex]))["examples"][0]["hyps"][1]["maps"][1]["w"]
+    w = np.frombuffer(base64.b64decode(packed), "<u2").reshape(3, 4) / 65535
+    want = np.asarray(ex.hypotheses[1].maps["layer 1 / head 2"])
+    assert np.abs(w - want).max() <= 0.5 / 65535 + 1e-7
+
+
+def test_the_image_keeps_its_orientation():
+    image = np.zeros((4, 6)); image[0] = 1.0  # top row bright
+    uri = _data(explorer_html([Example(["a"], [Hypothesis(["b"], {"m": [[1.0]]})],
+                                       image=image)]))["examples"][0]["image"]
+    png = np.asarray(Image.open(io.BytesIO(base64.b64decode(uri.split(",")[1]))))
+    assert png[0].min() == 255 and png[1:].max() == 0
+
+
+def test_write_explorer_creates_folders(tmp_path):
+    path = write_explorer([_example()], tmp_path / "a" / "page.html")
+    assert path.read_text().startswith("<!DOCTYPE html>")
+
+
+@pytest.mark.parametrize("examples, match", [
+    ([], "examples: expected at least one example"),
+    ([Example(["a"], [])], r"examples\[0\].hypotheses: expected at least one"),
+    ([Example(["a"], [Hypothesis(["b"], {})])], r"maps: expected at least one map"),
+    ([Example(["a", "b"], [Hypothesis(["c"], {"m": np.ones((1, 3))})])],
+     r"examples\[0\].hypotheses\[0\].maps\['m'\]: expected shape \(1, 2\), got shape \(1, 3\)"),
+    ([Example(["a"], [Hypothesis(["c"], {"m": [[float("nan")]]})])],
+     "expected finite values, got 1 NaN"),
+])
+def test_bad_examples_are_named(examples, match):
+    with pytest.raises(ValueError, match=match):
+        explorer_html(examples)
+
+
+# --- in a real browser -------------------------------------------------------------------
+
+def _browser():
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed "
+                                    "(pip install selenium)")
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (chromium and driver):
+        pytest.skip("headless Chromium is not installed (apt-get install chromium "
+                    "chromium-driver; `make install` does it as root)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1280,1600"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    from selenium.webdriver.chrome.service import Service
+    return webdriver.Chrome(options=options, service=Service(driver))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    driver = _browser()
+    yield driver
+    driver.quit()
+
+
+def _open(browser, tmp_path, examples):
+    path = write_explorer(examples, tmp_path / "explore.html")
+    browser.get(path.as_uri())
+    return browser
+
+
+def _errors(browser):
+    return [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def _hover(browser, x, y):
+    from selenium.webdriver.common.action_chains import ActionChains
+    canvas = browser.find_element("id", "heatmap")
+    ActionChains(browser).move_to_element_with_offset(
+        canvas, x - canvas.size["width"] // 2, y - canvas.size["height"] // 2).perform()
+    return browser.find_element("id", "tip").text
+
+
+def test_the_page_loads_hovers_switches_heads_and_is_not_blank(browser, tmp_path):
+    ex = _example(t=5, s=6, heads=3, image=True)
+    _open(browser, tmp_path, [ex, _example(seed=1)])
+    assert _errors(browser) == []
+    cell = browser.execute_script("return [view.cell, view.rowH]")
+    # the centre of output 2, input 3 (the plot's margins: 90 px left, 70 px top)
+    tip = _hover(browser, 90 + int(3.5 * cell[0]), 70 + int(2.5 * cell[1]))
+    want = float(np.asarray(ex.hypotheses[0].maps["layer 1 / head 1"])[2, 3])
+    assert tip.startswith('output 2 "y2" · input 3 "x3" · weight ')
+    assert abs(float(tip.rsplit(" ", 1)[1]) - want) < 1e-4
+
+    picture = browser.execute_script("return document.getElementById('heatmap').toDataURL()")
+    from selenium.webdriver.support.ui import Select
+    Select(browser.find_element("id", "map")).select_by_visible_text("layer 1 / head 2")
+    assert browser.execute_script(
+        "return document.getElementById('heatmap').toDataURL()") != picture
+    tip = _hover(browser, 90 + int(3.5 * cell[0]), 70 + int(2.5 * cell[1]))
+    want = float(np.asarray(ex.hypotheses[0].maps["layer 1 / head 2"])[2, 3])
+    assert abs(float(tip.rsplit(" ", 1)[1]) - want) < 1e-4
+
+    shot = np.asarray(Image.open(io.BytesIO(browser.get_screenshot_as_png())).convert("L"))
+    assert shot.std() > 10 and len(np.unique(shot)) > 20
+    assert _errors(browser) == []
+
+
+def test_the_nbest_the_step_and_the_examples_follow_the_controls(browser, tmp_path):
+    _open(browser, tmp_path, [_example(t=4, s=5), _example(seed=1, t=2, s=3)])
+    hyps = browser.find_elements("css selector", "#nbest .hyp")
+    assert [h.text.splitlines()[0] for h in hyps] == ["#1 score -1.0000", "#2 score -2.0000"]
+    hyps[1].click()
+    assert browser.execute_script("return view.hyp") == 1
+    browser.find_element("id", "step-next").click()
+    browser.find_element("id", "step-next").click()
+    assert browser.find_element("css selector", "#step-text b").text == "y2"
+    browser.find_element("id", "next-example").click()
+    assert browser.execute_script("return [view.ex, view.hyp, view.step, view.t, view.s]") == \
+        [1, 0, 0, 2, 3]
+    assert _errors(browser) == []
+
+
+def test_800_steps_and_200_examples_stay_responsive(browser, tmp_path):
+    rng = np.random.default_rng(0)
+    big = Example([str(j) for j in range(800)], [Hypothesis(
+        [str(i) for i in range(60)], {"attention": _softmax(rng.normal(size=(60, 800)))})])
+    _open(browser, tmp_path, [big] + [_example(seed=i) for i in range(199)])
+    # switching examples (decoding and drawing 800 x 60 cells) completes well inside the
+    # script timeout; one canvas, not a DOM node per cell
+    browser.set_script_timeout(10)
+    assert browser.execute_script("showExample(199); showExample(0); return view.s") == 800
+    assert len(browser.find_elements("css selector", "#plot *")) == 2
+    assert _errors(browser) == []
