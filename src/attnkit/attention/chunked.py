@@ -54,6 +54,7 @@ def block_sizes(bh: int, tq: int, tk: int, pair_dim: int, *, fused: bool,
     elements of one block's scores.
     """
     per_pair = 1 if fused else pair_dim
+    bh = max(bh, 1)  # an empty batch: any blocks do
     bk = max(1, min(tk, 1024))
     budget = min(score_budget, _PAIR_BLOCK // per_pair)
     bq = max(1, min(tq, budget // (bh * bk)))

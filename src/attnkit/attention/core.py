@@ -21,12 +21,13 @@ from attnkit.checks import (
 )
 from attnkit.attention.chunked import chunked_attention, recomputed_scores
 from attnkit.attention.dispatch import Plan, choose_impl
-from attnkit.attention.masks import KeyLayout, aligned_positions, lengths_to_mask
+from attnkit.attention.masks import KeyLayout, aligned_positions, lengths_to_mask, zero_padding
 from attnkit.attention.precision import autocast_enabled, no_autocast, upcast
-from attnkit.attention.reference import reference_attention, weigh
+from attnkit.attention.reference import fits_in_memory, reference_attention, weigh
 from attnkit.attention.scores import Score
 from attnkit.attention.sdpa import sdpa_attention
 from attnkit.attention.step import GradSink, additive_step
+from attnkit.attention.tracing import values_readable
 
 
 class AttentionOutput(NamedTuple):
@@ -58,6 +59,10 @@ class Memory(NamedTuple):
             ``value`` and the parameters but are not seen as gradients of ``key_features`` and
             ``values`` themselves (``torch.autograd.grad`` of them, hooks or ``retain_grad``
             on them): ask for those of ``key`` / ``value`` instead.
+        finite: ``key_features`` and ``values`` hold no NaN or inf (checked by ``prepare``).
+            Otherwise each call with padding zeroes the padded ones, which ``prepare`` could
+            not know: padding then reaches no output, but NaN padding still reaches the
+            gradients of the score's key parameters (``0 * NaN``).
     """
 
     key: torch.Tensor
@@ -66,6 +71,7 @@ class Memory(NamedTuple):
     values: torch.Tensor
     owner: torch.nn.Module
     sink: GradSink | None = None
+    finite: bool = False
 
 
 @dataclass
@@ -81,6 +87,15 @@ class Call:
     @property
     def masked(self) -> bool:
         return self.layout.key_valid is not None or self.layout.q_pos is not None
+
+    def inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``key (B, Tk, Dk)`` and ``value (B, Tk, Dv)`` to compute with: padded keys and values
+        are zeros, so padding reaches no score, sum or gradient, whatever it holds."""
+        valid = self.layout.key_valid
+        if valid is None:
+            return self.key, self.value
+        key = zero_padding(self.key, valid[..., None])  # (B, Tk, Dk)
+        return key, (key if self.value is self.key else zero_padding(self.value, valid[..., None]))
 
     def mask(self) -> torch.Tensor | None:
         """The smallest broadcastable mask ``(B or 1, 1, Tq or 1, Tk)``, True = may attend."""
@@ -171,7 +186,12 @@ def check_call(
         want = (b,) if one_step else (b, tq)
         if tuple(positions.shape) != want:
             raise ValueError(f"positions: expected shape {want}, got {describe(positions)}")
-        q_pos = positions.to(key.device, torch.long).reshape(b, tq)  # (B, Tq); no wrap-around
+        if values_readable(positions) and positions.numel():
+            lo, hi = (int(x) for x in torch.aminmax(positions))
+            if lo < 0 or hi > max(tk - 1, 0):
+                raise ValueError(f"positions: expected key positions in [0, {max(tk - 1, 0)}] "
+                                 f"(Tk = {tk}), got min {lo} and max {hi}")
+        q_pos = positions.to(key.device, torch.long).reshape(b, tq)  # (B, Tq)
     elif causal or window is not None:
         if one_step:
             raise ValueError(
@@ -181,6 +201,28 @@ def check_call(
         q_pos = aligned_positions(tq, tk, key.device)[None]  # (1, Tq)
     layout = KeyLayout(key_valid, q_pos, causal, window, tk)
     return Call(q, key, value, one_step, layout)
+
+
+def finish(call: Call, context: torch.Tensor, weights: torch.Tensor | None) -> AttentionOutput:
+    """The call's result from ``context (B, Tq, Dv)`` and ``weights (B, [H,] Tq, Tk)`` or None.
+
+    A query holding NaN or inf gets a NaN row of context and of weights, whatever the path
+    (SDPA's fused kernels would give it zeros, the others NaN or, through a saturated score, a
+    finite row). A one-step query loses its ``Tq``.
+    """
+    # s - s: 0 for a finite query, NaN for one holding NaN or inf (summed in the dtype scores
+    # are computed in: a sum of finite values overflows only far beyond what any score
+    # survives). Added: masked_fill is slower on CPU.
+    with torch.no_grad():
+        s = upcast(call.query)[0].sum(-1, keepdim=True)  # (B, Tq, 1)
+        poison = (s - s).to(context.dtype)
+    context = context + poison
+    if weights is not None:
+        weights = weights + (poison if weights.dim() == 3 else poison[:, None])
+    if call.one_step:
+        context = context[:, 0]  # (B, Dv)
+        weights = None if weights is None else weights.select(-2, 0)  # (B, [H,] Tk)
+    return AttentionOutput(context, weights)
 
 
 def initial_weights(call: Call, heads: int) -> torch.Tensor:
@@ -272,6 +314,7 @@ def run(
         scores = recomputed_scores(qf, kf, score, call.layout, extra=extra, kernel=plan.kernel)
         context, weights = weigh(scores, v, call.mask(), dropout_p)
         return context, weights, plan
-    context, weights = reference_attention(qf, kf, v, score, call.mask(), extra=extra,
-                                           dropout_p=dropout_p)
+    with fits_in_memory(score, qf, kf.shape[2], need_weights):
+        context, weights = reference_attention(qf, kf, v, score, call.mask(), extra=extra,
+                                               dropout_p=dropout_p)
     return context, (weights if need_weights else None), plan

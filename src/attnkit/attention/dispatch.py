@@ -22,7 +22,8 @@ step           one additive or location query per row (a decoder step), float32 
 While a call is exported (:func:`attnkit.attention.tracing.exporting`), every ``impl`` takes
 the reference path: plain PyTorch operations that exporters record, where the other paths read
 tensor values in Python (chunked: which key blocks a band needs) or call C++ kernels through
-ctypes (step, chunked).
+ctypes (step, chunked). So does a call on meta tensors, which have shapes and no values: it
+gives the output's shapes.
 """
 
 from __future__ import annotations
@@ -154,7 +155,11 @@ def choose_impl(
     if exporting():
         return _chosen(Plan("reference", f"export mode (impl={impl!r}): the reference path "
                             "records as plain PyTorch operations"))
-    on_cpu = device is None or torch.device(device).type == "cpu"
+    device_type = "cpu" if device is None else torch.device(device).type
+    if device_type == "meta":
+        return _chosen(Plan("reference", f"meta tensors (impl={impl!r}): shapes only, through "
+                            "the reference path's plain PyTorch operations"))
+    on_cpu = device_type == "cpu"
     no_step = None  # why a decoder step does not take the step kernel (said by "auto")
     if impl in ("auto", "step"):  # decided first: a decoder makes this call at every step
         not_a_step = _not_a_step(score, shape, plain_keys, dropout_p, dtype, on_cpu)

@@ -19,14 +19,16 @@ from attnkit.attention.core import (
     AttentionOutput,
     Memory,
     check_call,
+    finish,
     initial_weights,
     plan_call,
     run,
 )
 from attnkit.attention.dispatch import IMPLS, STEP_SCORES, Plan
+from attnkit.attention.masks import zero_padding
 from attnkit.attention.precision import autocast_enabled, no_autocast, upcast
 from attnkit.attention.scores import SCORES, CosineScore, make_score
-from attnkit.attention.tracing import exporting
+from attnkit.attention.tracing import exporting, values_readable
 
 __all__ = ["Attention", "attention"]
 
@@ -71,9 +73,10 @@ class Attention(nn.Module):
         key_lengths: ``(B,)`` ints: keys ``>= key_lengths[b]`` are padding.
         key_mask: ``(B, Tk)`` bool, **True = may attend**. ANDed with ``key_lengths``.
         prev_weights: ``score="location"`` only: the previous step's weights, shaped like the
-            returned weights; default uniform over the allowed keys.
+            returned weights (finite); default uniform over the allowed keys.
         positions: the aligned key position ``c_i`` of each query for ``causal``/``window``:
-            ``(B,)`` for a one-step query (required there), ``(B, Tq)`` otherwise.
+            ``(B,)`` for a one-step query (required there), ``(B, Tq)`` otherwise; each in
+            ``[0, Tk - 1]``.
         need_weights: also return the weights. Always on for ``score="location"``, whose
             weights are the next step's ``prev_weights``.
 
@@ -83,7 +86,9 @@ class Attention(nn.Module):
           one-step query.
 
     Masks never make NaN: a query with no allowed key gets zero context (after the output
-    projection too), zero weights and zero gradients.
+    projection too), zero weights and zero gradients. Padded keys and values (``key_lengths``,
+    ``key_mask``) reach no output and no gradient, whatever they hold (NaN, inf); a query
+    holding NaN or inf gets a NaN row of context and weights, on every path.
 
     Example:
         >>> attn = Attention(16, score="additive", attn_dim=32)
@@ -241,12 +246,15 @@ class Attention(nn.Module):
             k, v = upcast(k, v)
         with no_autocast(k.device):
             kf = self.score.prepare_key(k)  # (B, H, Tk, F)
+        with torch.no_grad():  # x - x: 0 where x is finite, NaN (nonzero) where not
+            finite = (values_readable(kf) and not bool((kf - kf).any())
+                      and not bool((v - v).any()))
         sink = None
         if (self.score.name in STEP_SCORES and kf.device.type == "cpu" and step.sink_supported()
                 and torch.is_grad_enabled() and (kf.requires_grad or v.requires_grad)
                 and not exporting()):
             kf, v, sink = step.collect(kf, v)  # one-query steps sum their gradients there
-        return Memory(key, value, kf, v, self, sink)
+        return Memory(key, value, kf, v, self, sink, finite)
 
     def extend(self, memory: Memory | None, key: torch.Tensor,
                value: torch.Tensor | None = None) -> Memory:
@@ -276,7 +284,8 @@ class Attention(nn.Module):
         return Memory(torch.cat([memory.key, new.key], dim=1),
                       torch.cat([memory.value, new.value], dim=1),
                       torch.cat([memory.key_features, new.key_features], dim=2),
-                      torch.cat([memory.values, new.values], dim=2), self)
+                      torch.cat([memory.values, new.values], dim=2), self,
+                      finite=memory.finite and new.finite)
 
     def forward(
         self,
@@ -315,14 +324,18 @@ class Attention(nn.Module):
         multi = self.heads > 1
         q = self._split_heads(call.query, self.q_proj if multi else None)  # (B, H, Tq, dq)
         if memory is None:
-            k = self._split_heads(call.key, self.k_proj if multi else None)  # (B, H, Tk, dk)
-            v = self._split_heads(call.value, self.v_proj if multi else None)  # (B, H, Tk, dv)
+            key, value = call.inputs()
+            k = self._split_heads(key, self.k_proj if multi else None)  # (B, H, Tk, dk)
+            v = self._split_heads(value, self.v_proj if multi else None)  # (B, H, Tk, dv)
             kf = None
         else:
             k, v, kf = None, memory.values, memory.key_features
+            if call.layout.key_valid is not None and not memory.finite:  # NaN or inf somewhere
+                keep = call.layout.key_valid[:, None, :, None]  # (B, 1, Tk, 1)
+                kf, v = zero_padding(kf, keep), zero_padding(v, keep)
         sink = None if memory is None else memory.sink
         if sink is not None and not sink.serves(kf, v):
-            sink = None  # the memory's tensors were replaced (e.g. reordered by beam search)
+            sink = None  # the memory's tensors were replaced (reordered by beam search, zeroed)
         prev = self._check_prev(prev_weights, call)
         context, weights, _ = run(
             q,
@@ -337,19 +350,16 @@ class Attention(nn.Module):
             kf=kf,
             sink=sink,
         )
-        b, _, tq, _ = context.shape
+        b, h, tq, dv = context.shape
         if multi:
-            context = self.out_proj(context.transpose(1, 2).reshape(b, tq, -1))  # (B, Tq, Dv)
+            context = self.out_proj(context.transpose(1, 2).reshape(b, tq, h * dv))  # (B, Tq, Dv)
             empty = call.empty_queries()  # (B or 1, Tq)
             if empty is not None:  # a query with no key gets zero context, not the bias
                 context = context.masked_fill(empty[..., None], 0.0)
         else:
             context = context[:, 0]  # (B, Tq, Dv)
             weights = None if weights is None else weights[:, 0]  # (B, Tq, Tk)
-        if call.one_step:
-            context = context[:, 0]  # (B, Dv)
-            weights = None if weights is None else weights.select(-2, 0)  # (B, [H,] Tk)
-        return AttentionOutput(context, weights)
+        return finish(call, context, weights)
 
     def _check_prev(self, prev_weights, call) -> torch.Tensor | None:
         """Validate ``prev_weights`` and bring it to ``(B, H, Tq, Tk)``."""
@@ -377,6 +387,11 @@ class Attention(nn.Module):
             raise TypeError(
                 f"prev_weights: expected dtype {call.query.dtype}, got {describe(prev_weights)}"
             )
+        if values_readable(prev_weights):
+            bad = int((~torch.isfinite(prev_weights)).sum())
+            if bad:
+                raise ValueError(f"prev_weights: expected finite weights, got {bad} NaN or "
+                                 f"infinite values ({describe(prev_weights)})")
         return prev_weights.reshape(b, self.heads, tq, tk)
 
 
@@ -436,10 +451,11 @@ def attention(
         sc = CosineScore(1, learnable=False).to(query.device)
     else:
         sc = make_score(score, heads=1, query_dim=query.shape[-1], key_dim=key.shape[-1], attn_dim=None)
+    key, value = call.inputs()
     context, weights, _ = run(
         call.query.unsqueeze(1),
-        call.key.unsqueeze(1),
-        call.value.unsqueeze(1),
+        key.unsqueeze(1),
+        value.unsqueeze(1),
         sc,
         call,
         prev=None,
@@ -449,7 +465,4 @@ def attention(
     )
     context = context[:, 0]  # (B, Tq, Dv)
     weights = None if weights is None else weights[:, 0]  # (B, Tq, Tk)
-    if call.one_step:
-        context = context[:, 0]
-        weights = None if weights is None else weights[:, 0]
-    return AttentionOutput(context, weights)
+    return finish(call, context, weights)

@@ -14,6 +14,14 @@ per kernel), with nothing of ``torch.compile``'s guards and wrappers in between.
 OpenMP comes from the runtime PyTorch has loaded already (same library name), so the two share
 one thread pool.
 
+Loading a library runs its code, so the cache is trusted only when no one else can write to it:
+the cache directory and its files must belong to the user running attnkit and must not be
+writable by group or others (the directory is created with mode 0700), and the SHA-256 of the
+library, recorded next to it at build time (``kernels-<key>.so.sha256``), must match before it
+is loaded. A cache that fails the first check is refused: :func:`status` says why (a warning is
+logged) and attention runs without the kernels. A library that fails the second (damaged, or
+cached by an attnkit that recorded no hash) is built again.
+
 If there is no compiler or the build fails, :func:`status` says why and attention runs in
 plain PyTorch (or ``torch.compile``'s kernels). ``ATTNKIT_COMPILE=0`` turns the kernels off (as
 it does the compiled additive kernels); ``CXX`` picks the compiler; ``ATTNKIT_CACHE_DIR`` the
@@ -86,6 +94,14 @@ class _Unavailable(Exception):
     pass
 
 
+class _Damaged(_Unavailable):
+    """A cached library that is not what was built: built again."""
+
+
+class _Refused(_Unavailable):
+    """A cache that others could have written to: nothing in it is loaded or built."""
+
+
 _NATIVE = _Native()
 
 
@@ -141,13 +157,16 @@ def _load() -> ctypes.CDLL:
     except (OSError, subprocess.SubprocessError) as exc:
         raise _Unavailable(f"{cxx} --version failed: {exc}") from exc
     source, cpu = b"\0".join(f.read_bytes() for f in SOURCES + _HEADERS), _cpu()
+    cache = _private_cache_dir()
     errors = []
     for flags in _flag_sets(cpu):
         key = hashlib.sha256(b"\0".join([source, " ".join(flags + _COMMON).encode(),
                                          cxx.encode(), version.encode(), cpu.encode()]))
-        path = _cache_dir() / f"kernels-{key.hexdigest()[:16]}.so"
+        path = cache / f"kernels-{key.hexdigest()[:16]}.so"
         try:
             lib = _open(cxx, flags, path)
+        except _Refused:
+            raise
         except _Unavailable as exc:
             errors.append(str(exc))
             continue
@@ -155,27 +174,78 @@ def _load() -> ctypes.CDLL:
     raise _Unavailable("; ".join(errors))
 
 
-def _open(cxx: str, flags: tuple[str, ...], path: Path) -> ctypes.CDLL:
-    """The library at ``path``, built first if missing; a cached file that does not load (a
-    damaged cache) is built again once."""
-    if path.exists():
-        try:
-            return ctypes.CDLL(str(path))
-        except OSError as exc:
-            log.warning("attnkit: rebuilding %s, it did not load: %s", path, exc)
-    _build(cxx, flags, path)
+def _private_cache_dir() -> Path:
+    """The cache directory, created private (0700) if missing; refused unless it is private."""
+    cache = _cache_dir()
+    try:
+        cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _Unavailable(f"cache directory {cache} cannot be created: {exc}") from exc
+    _check_private(cache, "cache directory")
+    return cache
+
+
+def _check_private(path: Path, what: str) -> None:
+    """Refuse ``path`` unless this user owns it and neither group nor others may write to it."""
+    st = path.stat()
+    if st.st_uid != os.getuid():
+        raise _Refused(f"{what} {path} belongs to uid {st.st_uid}, not to this user (uid "
+                       f"{os.getuid()}): refusing to load compiled code from it; set "
+                       "ATTNKIT_CACHE_DIR to a directory of your own")
+    if st.st_mode & 0o022:
+        raise _Refused(f"{what} {path} is writable by group or others (mode "
+                       f"{st.st_mode & 0o777:o}): refusing to load compiled code from it; "
+                       f"`chmod go-w {path}` or set ATTNKIT_CACHE_DIR")
+
+
+def _digest_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def _verified(path: Path) -> ctypes.CDLL:
+    """The library at ``path``, loaded once its SHA-256 matches the one recorded at build time.
+    (The directory is private, checked first: no one else can replace the file between the
+    check and the load.)
+
+    Raises:
+        _Refused: the file or its recorded hash is not private to this user.
+        _Damaged: no hash recorded, a different hash, or a library that does not load.
+    """
+    digest = _digest_path(path)
+    _check_private(path, "cached library")
+    if not digest.exists():
+        raise _Damaged(f"no content hash recorded for {path}")
+    _check_private(digest, "recorded hash")
+    recorded = digest.read_text().strip()
+    actual = hashlib.sha256(path.read_bytes()).hexdigest()
+    if actual != recorded:
+        raise _Damaged(f"the content hash of {path} ({actual[:16]}...) is not the one recorded "
+                       f"at build time ({recorded[:16]}...)")
     try:
         return ctypes.CDLL(str(path))
     except OSError as exc:
-        raise _Unavailable(f"loading {path} failed: {exc}") from exc
+        raise _Damaged(f"loading {path} failed: {exc}") from exc
+
+
+def _open(cxx: str, flags: tuple[str, ...], path: Path) -> ctypes.CDLL:
+    """The library at ``path``, built first if missing; a cached file that is damaged (another
+    hash than recorded, or one that does not load) is built again once."""
+    if path.exists():
+        try:
+            return _verified(path)
+        except _Damaged as exc:
+            log.warning("attnkit: rebuilding the C++ kernels: %s", exc)
+    _build(cxx, flags, path)
+    return _verified(path)
 
 
 def _build(cxx: str, flags: tuple[str, ...], path: Path) -> None:
     """Compile into a temporary file next to ``path``, then move it there (atomic: processes
     building at once, e.g. under torchrun, never load a half-written library)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+        os.close(fd)
+        fd, tmp_digest = tempfile.mkstemp(suffix=".sha256", dir=path.parent)
         os.close(fd)
     except OSError as exc:
         raise _Unavailable(f"cache directory {path.parent} is not writable: {exc}") from exc
@@ -185,12 +255,21 @@ def _build(cxx: str, flags: tuple[str, ...], path: Path) -> None:
         if done.returncode != 0:
             raise _Unavailable(f"`{' '.join(cmd)}` failed: {done.stderr.strip()[-400:]}")
         with open(tmp, "rb") as f:  # on disk before it is renamed: never a truncated library
+            digest = hashlib.sha256(f.read()).hexdigest()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o755)  # mkstemp makes it private; a shared cache serves every user
+        os.chmod(tmp, 0o700)  # the linker's mode follows the umask: private, like the hash
+        with open(tmp_digest, "w") as f:
+            f.write(digest + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        # The hash first: a process between the two renames finds no library, or one whose
+        # hash it can check.
+        os.replace(tmp_digest, _digest_path(path))
         os.replace(tmp, path)
     except (OSError, subprocess.SubprocessError) as exc:
         raise _Unavailable(f"`{' '.join(cmd)}` failed: {exc}") from exc
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for name in (tmp, tmp_digest):
+            if os.path.exists(name):
+                os.unlink(name)
     log.info("attnkit: built the C++ additive kernels (%s): %s", " ".join(flags), path)

@@ -2,17 +2,102 @@
 
 It materialises the scores ``(B, H, Tq, Tk)`` (and, for additive/location scores, the pair tensor
 ``(B, H, Tq, Tk, A)``), so it is for correctness and small inputs, not for long sequences.
+:func:`fits_in_memory` refuses a call whose tensors cannot fit, saying how much it needs and
+which path would do.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 
 from attnkit.attention.precision import compute_dtype, upcast
 from attnkit.attention.scores import Score
+from attnkit.attention.tracing import values_readable
 
-__all__ = ["reference_attention", "masked_softmax", "weigh"]
+__all__ = ["available_memory", "fits_in_memory", "reference_attention", "masked_softmax", "weigh"]
+
+# Calls needing less than this (bytes) are not checked against the free memory.
+_CHECK_FROM = 1 << 26
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes that can still be allocated on ``device``, or None where unknown: a CUDA device's
+    free memory plus what PyTorch's allocator holds unused; for the CPU, what Linux reports as
+    available (``MemAvailable``)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+@contextmanager
+def fits_in_memory(score: Score, qf: torch.Tensor, tk: int, need_weights: bool) -> Iterator[None]:
+    """Around a reference call on prepared queries ``qf (B, H, Tq, F)`` and ``Tk`` keys: a
+    ``MemoryError`` before anything is allocated when its two largest tensors (scores and
+    weights, or the pair tensor and its ``tanh``) need more than the device has free, and in
+    place of an allocation failure. Both say what the call needs and which path would fit.
+    Nothing is checked while exporting (the sizes may be symbolic) or on the meta device."""
+    if not values_readable(qf):
+        yield
+        return
+    b, h, tq, f = qf.shape
+    itemsize = torch.finfo(compute_dtype(qf.dtype)).bits // 8
+    need = 2 * b * h * tq * tk * (1 if score.dot_family else f) * itemsize
+    free = available_memory(qf.device) if need >= _CHECK_FROM else None
+    if free is not None and need > free:
+        tensors, advice = _too_big(score, qf, tk, need_weights)
+        raise MemoryError(f"impl='reference': this call needs at least {tensors}, more than the "
+                          f"{_size(free)} available on {qf.device}; {advice}")
+    try:
+        yield
+    except RuntimeError as exc:  # torch.OutOfMemoryError is one
+        if not (isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in str(exc)):
+            raise
+        tensors, advice = _too_big(score, qf, tk, need_weights)
+        reason = str(exc).strip().splitlines()[0][:300]
+        raise MemoryError(f"impl='reference': allocating at least {tensors} failed ({reason}); "
+                          f"{advice}") from exc
+
+
+def _too_big(score: Score, qf: torch.Tensor, tk: int, need_weights: bool) -> tuple[str, str]:
+    """For :func:`fits_in_memory`'s messages: the tensors the call needs, and the path that
+    would fit."""
+    b, h, tq, f = qf.shape
+    dtype = compute_dtype(qf.dtype)
+    itemsize = torch.finfo(dtype).bits // 8
+    dims, shape = "(B, H, Tq, Tk)", (b, h, tq, tk)
+    if not score.dot_family:
+        dims, shape = "(B, H, Tq, Tk, A)", shape + (f,)
+    tensors = (f"{_size(2 * math.prod(shape) * itemsize)} for two {dims} = {shape} "
+               f"{str(dtype).removeprefix('torch.')} tensors")
+    scores = b * h * tq * tk * itemsize
+    if not need_weights:
+        advice = ("impl='sdpa' or 'chunked' never build them" if score.dot_family
+                  else "impl='chunked' works in blocks of a few MiB")
+    elif score.dot_family:
+        advice = (f"the weights alone take {_size(scores)}: pass need_weights=False "
+                  "(then SDPA or chunked never build them)")
+    else:
+        advice = f"impl='chunked' keeps only the (B, H, Tq, Tk) scores, about {_size(2 * scores)}"
+    return tensors, advice
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

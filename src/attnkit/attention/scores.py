@@ -270,7 +270,7 @@ class LocationScore(AdditiveScore):
         if tk == 0:  # no keys: conv1d refuses an empty input
             return prev.new_zeros(b, h, tq, 0, self.conv.out_channels)
         f = self.conv(prev.reshape(b * h * tq, 1, tk))  # (B*H*Tq, F, Tk)
-        return f.reshape(b, h, tq, -1, tk).transpose(-1, -2)  # (B, H, Tq, Tk, F)
+        return f.reshape(b, h, tq, self.conv.out_channels, tk).transpose(-1, -2)  # (B,H,Tq,Tk,F)
 
     def pairwise(self, qf, kf, extra=None):
         loc = torch.einsum("bhqkf,hfa->bhqka", extra, self.w_loc.to(qf.dtype))  # (B,H,Tq,Tk,A)

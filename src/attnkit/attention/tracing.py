@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ["export_mode", "exporting"]
+__all__ = ["export_mode", "exporting", "values_readable"]
 
 _depth = 0  # open export_mode() blocks
 
@@ -50,3 +50,9 @@ def exporting() -> bool:
     """Whether attention calls are being exported: inside :func:`export_mode`, or while
     :func:`torch.jit.trace` or :func:`torch.export.export` records them."""
     return _depth > 0 or torch.jit.is_tracing() or torch.compiler.is_exporting()
+
+
+def values_readable(x: torch.Tensor) -> bool:
+    """Whether a check may read the values of ``x``: not while exporting (the graph would freeze
+    them), and not on the meta device (its tensors have shapes and no values)."""
+    return not exporting() and x.device.type != "meta"
