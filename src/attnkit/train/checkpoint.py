@@ -10,15 +10,21 @@ A checkpoint is a directory::
     trainer.json          step, epoch, best score, RNG states, scheduler... (optional)
 
 Nothing is unpickled when loading, so a checkpoint from an untrusted source cannot run code.
-Writing is atomic: the files go to a temporary directory beside the target, which then replaces
-the target by two renames (the old one moved aside first); an interrupted save leaves the
-previous checkpoint readable, in place or, between the renames, beside it (which
-:func:`load_checkpoint` falls back to).
+Writing is atomic. The files of ``checkpoint`` go to a temporary directory beside it
+(``.checkpoint.<random>``), which is renamed ``.checkpoint.new`` once every file is on disk;
+then the previous checkpoint is renamed ``.checkpoint.old``, ``.checkpoint.new`` becomes
+``checkpoint`` and ``.checkpoint.old`` is deleted. Whatever deletes a directory renames it to a
+temporary name first, so ``checkpoint``, ``.checkpoint.new`` and ``.checkpoint.old`` are always
+complete, and a save cut short at any point (a crash, a SIGKILL, a power cut) leaves at least
+one of them. :func:`load_checkpoint` reads the newest (``.new``, then the checkpoint itself,
+then ``.old``); :func:`recover_checkpoint` puts it back in place and deletes the temporary
+directories of saves that were killed (run before a run writes into a folder again).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -30,7 +36,10 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-__all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint"]
+__all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "recover_checkpoint",
+           "save_checkpoint"]
+
+log = logging.getLogger("attnkit")
 
 FORMAT, VERSION = "attnkit-checkpoint", 1
 
@@ -139,27 +148,76 @@ def save_checkpoint(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    old = _old(directory)
+    _replace(tmp, _new(directory), directory)  # complete: from here on a cut keeps it
     if directory.exists():
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(directory, old)
-    try:
-        os.replace(tmp, directory)
-    except BaseException:
-        if old.exists() and not directory.exists():
-            os.replace(old, directory)  # put the previous checkpoint back
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        _replace(directory, _old(directory), directory)
+    os.replace(_new(directory), directory)
     _fsync_dir(directory.parent)
-    if old.exists():
-        shutil.rmtree(old)
+    _delete(_old(directory), directory)
     return directory
 
 
+def _new(directory: Path) -> Path:
+    """The complete new checkpoint, before it replaces the previous one."""
+    return directory.with_name(f".{directory.name}.new")
+
+
 def _old(directory: Path) -> Path:
-    """Where the previous checkpoint waits during the swap (read if the swap was cut short)."""
+    """The previous checkpoint, moved aside while the new one takes its place."""
     return directory.with_name(f".{directory.name}.old")
+
+
+def _copies(directory: Path) -> list[Path]:
+    """The complete copies of a checkpoint that exist, newest first."""
+    return [p for p in (_new(directory), directory, _old(directory)) if p.is_dir()]
+
+
+def _temporary(directory: Path) -> list[Path]:
+    """Directories left by saves of ``directory`` that were killed before they finished."""
+    keep = {_new(directory).name, _old(directory).name}
+    return sorted(p for p in directory.parent.glob(f".{directory.name}.*")
+                  if p.is_dir() and p.name not in keep)
+
+
+def _delete(path: Path, directory: Path) -> None:
+    """Remove ``path``, a copy of checkpoint ``directory``: renamed to a temporary name first,
+    so that no complete copy is ever seen half deleted (:func:`recover_checkpoint` finishes a
+    removal cut short)."""
+    if not path.exists():
+        return
+    doomed = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    os.replace(path, doomed)  # over the empty directory that mkdtemp made
+    shutil.rmtree(doomed)
+
+
+def _replace(src: Path, dst: Path, directory: Path) -> None:
+    """Move ``src`` to ``dst`` (copies of checkpoint ``directory``), deleting what ``dst``
+    held."""
+    _delete(dst, directory)
+    os.replace(src, dst)
+
+
+def recover_checkpoint(directory: str | Path) -> Path | None:
+    """Finish what an interrupted save left at ``directory``: the newest complete copy
+    (``.new``, the checkpoint, ``.old``) becomes the checkpoint, the others and the temporary
+    directories of killed saves are deleted. Returns the checkpoint's path, or None when
+    there is none. Call it only where no other process is saving into the same folder."""
+    directory = Path(directory)
+    if not directory.parent.is_dir():
+        return None
+    for tmp in _temporary(directory):
+        log.info("removing %s, left by a save that was cut short", tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+    copies = _copies(directory)
+    if not copies:
+        return None
+    if copies[0] != directory:
+        log.warning("%s: restored from %s (a save was cut short)", directory, copies[0].name)
+        _replace(copies[0], directory, directory)
+        _fsync_dir(directory.parent)
+    for stale in (_new(directory), _old(directory)):
+        _delete(stale, directory)
+    return directory
 
 
 def _fsync_dir(path: Path) -> None:
@@ -196,15 +254,16 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 def load_checkpoint(directory: str | Path) -> Checkpoint:
-    """Read a checkpoint written by :func:`save_checkpoint` (no pickle involved).
+    """Read a checkpoint written by :func:`save_checkpoint` (no pickle involved): the newest
+    complete copy, when a save was cut short (see the module docstring).
 
     Raises:
         CheckpointError: missing directory or file, corrupt JSON or safetensors, another format
             or version.
     """
     directory = Path(directory)
-    if not directory.is_dir() and _old(directory).is_dir():
-        directory = _old(directory)  # a save was interrupted between its two renames
+    copies = _copies(directory)
+    directory = copies[0] if copies else directory  # the newest, if a save was cut short
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: no such checkpoint directory")
     head = _read_json(directory / "config.json")
