@@ -20,7 +20,10 @@ def test_train_read_and_resume(tmp_path, capsys):
     assert re.search(r"stopped after 4 steps \(max_steps\); held-out: cer [\d.]+, "
                      r"char_accuracy", text)
     assert (out / "line_0.png").exists() and (out / "self_attention_0.png").exists()
-    assert main(args[:-len(TINY) - 2] + ["--steps", "6", "--resume", *TINY[4:]]) == 0
+    assert main(args[:-len(TINY) - 2] + ["--steps", "6", "--resume", *TINY[4:]]) == 2
+    assert ("saved with other model settings (--channels [4, 4, 8, 8, 8] saved, [32, 64, 128, "
+            "128, 128] given; --hidden 8 saved, 128 given)") in capsys.readouterr().err
+    assert main(args[:-len(TINY) - 2] + ["--steps", "6", "--resume", *TINY]) == 0
     assert "stopped after 6 steps" in capsys.readouterr().out
     rgb = tmp_path / "colour.png"
     Image.open(folder / "000000.png").convert("RGB").resize((200, 64)).save(rgb)

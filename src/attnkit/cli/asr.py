@@ -58,8 +58,8 @@ def add_train_parser(train_sub) -> None:
     model.add_argument("--key-value-dim", type=common.positive_int, default=128)
     model.add_argument("--attn-dim", type=common.positive_int, help="additive/location attention size "
                        "(default --hidden)")
-    model.add_argument("--dropout", type=float, default=0.0)
-    model.add_argument("--ctc-weight", type=float, default=0.0,
+    model.add_argument("--dropout", type=common.proportion, default=0.0)
+    model.add_argument("--ctc-weight", type=common.probability, default=0.0,
                        help="w in (1 - w) * cross-entropy + w * CTC (0: no CTC head)")
     model.add_argument("--pretrain-lm-steps", type=int, default=0, metavar="N",
                        help="first train the speller alone as a character LM on the training "
@@ -92,13 +92,14 @@ def run_train(args) -> int:
                          "pre-train without torchrun, then --resume under torchrun")
     torch.manual_seed(args.seed)
     pretrain_dir = args.out / PRETRAIN_DIR
-    ck = common.existing_run(args, "asr", pending=pretrain_dir if args.pretrain_lm_steps else None)
+    wanted = {"name": "las", **{k: getattr(args, k) for k in MODEL_OPTIONS}}
+    ck = common.existing_run(args, "asr", pending=pretrain_dir if args.pretrain_lm_steps else None,
+                             model=wanted)
     train, valid = _speech(args)
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
             {"built_in": list(args.kinds), "n_train": args.n_train, "n_valid": args.n_valid,
              "normalize": True})
-    model_config = ck.config["model"] if ck is not None else {
-        "name": "las", **{k: getattr(args, k) for k in MODEL_OPTIONS}}
+    model_config = ck.config["model"] if ck is not None else wanted
     task = SpeechTask(train, valid, model_config=model_config, batch_size=args.batch_size,
                       seed=args.seed, label_smoothing=args.label_smoothing,
                       teacher_forcing=common.teacher_forcing(args), ctc_weight=args.ctc_weight,
@@ -120,6 +121,7 @@ def _pretrain_speller(model, task: SpeechTask, args, folder: Path) -> None:
     if args.resume and (folder / "checkpoint").exists():
         trainer.resume()
     result = trainer.fit()
+    common.stop_if_signalled(result, trainer.checkpoint_dir)
     scores = ", ".join(f"{k} {v:.4f}" for k, v in result.history[-1].items() if k != "step") \
         if result.history else "no validation"
     print(f"speller pre-trained as a language model for {result.step} steps "

@@ -58,10 +58,10 @@ def add_train_parser(train_sub) -> None:
     model.add_argument("--channels", type=channel_list, default=(32, 64, 128, 128, 128))
     model.add_argument("--hidden", type=common.positive_int, default=128)
     model.add_argument("--dec-hidden", type=common.positive_int, default=128)
-    model.add_argument("--ctc-weight", type=float, default=0.0,
+    model.add_argument("--ctc-weight", type=common.probability, default=0.0,
                        help="attention head: w in (1 - w) * cross-entropy + w * CTC of an "
                             "auxiliary CTC head (0: none)")
-    model.add_argument("--dropout", type=float, default=0.1)
+    model.add_argument("--dropout", type=common.proportion, default=0.1)
     common.add_training_args(p, steps=20000, batch_size=32, lr=1e-3, eval_every=500,
                       label_smoothing=0.0)
     p.set_defaults(run=run_train)
@@ -90,14 +90,15 @@ def _lines(args):
 
 def run_train(args) -> int:
     torch.manual_seed(args.seed)
-    ck = common.existing_run(args, "ocr")
-    train, valid = _lines(args)
-    valid = common.held_out(train, valid, "lines")
-    model_config = ck.config["model"] if ck is not None else dict(
+    wanted = dict(
         name="crnn", channels=list(args.channels), hidden=args.hidden,
         attention=None if args.attention == "none" else args.attention, window=args.window,
         score=args.score, heads=args.heads, head=args.head, dec_hidden=args.dec_hidden,
         dropout=args.dropout)
+    ck = common.existing_run(args, "ocr", model=wanted)
+    train, valid = _lines(args)
+    valid = common.held_out(train, valid, "lines")
+    model_config = ck.config["model"] if ck is not None else wanted
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
             {"built_in": "lines", "n_train": args.n_train, "n_valid": args.n_valid,
              "min_chars": args.min_chars, "max_chars": args.max_chars})

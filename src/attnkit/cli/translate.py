@@ -12,6 +12,8 @@ from attnkit.cli import common
 from attnkit.data import DataError, generate_pairs, load_vocab, read_tsv
 from attnkit.tasks.translation import TranslationTask, metrics, plot_translation, translate
 
+# The option of each model config key not named after it (see common.existing_run).
+OPTIONS = {"name": "--model", "kind": "--model", "d_model": "--hidden"}
 
 
 def add_train_parser(train_sub) -> None:
@@ -42,7 +44,7 @@ def add_train_parser(train_sub) -> None:
                        help="Transformer: encoder and decoder layers")
     model.add_argument("--ff", type=common.positive_int, help="Transformer: feed-forward size "
                        "(default 4 * hidden)")
-    model.add_argument("--dropout", type=float, default=None,
+    model.add_argument("--dropout", type=common.proportion, default=None,
                        help="default 0.0 for RNN models, 0.1 for the Transformer")
     common.add_training_args(p)
     p.set_defaults(run=run_train)
@@ -60,7 +62,7 @@ def _pairs(args):
 
 def run_train(args) -> int:
     torch.manual_seed(args.seed)
-    ck = common.existing_run(args, "translate")
+    ck = common.existing_run(args, "translate", model=_model_config(args), options=OPTIONS)
     train, valid = _pairs(args)
     valid = common.held_out(train, valid, "pairs")
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
