@@ -29,13 +29,14 @@ from attnkit.data.speech import (
 )
 from attnkit.data.subword import SubwordVocab
 from attnkit.data.text_tasks import DATE_LOCALES, NUMBER_LANGUAGES, generate_pairs
-from attnkit.data.tsv import read_tsv
+from attnkit.data.tsv import MAX_CHARS, read_tsv
 from attnkit.data.vocab import CharVocab, build_vocab, load_vocab, pad_batch
 from attnkit.errors import DataError
 
 __all__ = [
     "ALPHABET",
     "DATE_LOCALES",
+    "MAX_CHARS",
     "NUMBER_LANGUAGES",
     "CharVocab",
     "DataError",

@@ -37,11 +37,13 @@ EXTRA_CHARS = 10
 
 
 def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-    """Character and word error rates (jiwer) and ``accuracy = 1 - cer``, the character
-    accuracy that training maximises (it is negative when the CER exceeds 1)."""
+    """Character and word error rates (jiwer) and ``"1-cer"``, which training maximises (the
+    CER minimised). It is not an accuracy: the CER exceeds 1, and ``1-cer`` is negative,
+    when the outputs hold more errors than the references hold characters (an untrained
+    model's long outputs)."""
     hyps = [h if h.strip() else " " for h in hypotheses]  # jiwer rejects empty hypotheses
     cer = float(jiwer.cer(list(references), hyps))
-    return {"cer": cer, "wer": float(jiwer.wer(list(references), hyps)), "accuracy": 1.0 - cer}
+    return {"cer": cer, "wer": float(jiwer.wer(list(references), hyps)), "1-cer": 1.0 - cer}
 
 
 @torch.no_grad()

@@ -17,7 +17,7 @@ import sacrebleu
 import torch
 import torch.nn.functional as F
 
-from attnkit.data import CharVocab, SubwordVocab, build_vocab, pad_batch
+from attnkit.data import MAX_CHARS, CharVocab, SubwordVocab, build_vocab, pad_batch
 from attnkit.decoding import Decoding, Hypotheses, decode_batches
 from attnkit.models import Seq2Seq, Transformer, build_model
 from attnkit.plot import plot_attention
@@ -25,7 +25,8 @@ from attnkit.tasks.batching import length_batches
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
-__all__ = ["MAX_LEN_RATIO", "TranslationTask", "metrics", "plot_translation", "translate"]
+__all__ = ["MAX_LEN_RATIO", "MAX_OUTPUT_TOKENS", "TranslationTask", "metrics", "plot_translation",
+           "translate"]
 
 
 def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
@@ -37,8 +38,10 @@ def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, f
 
 
 TAG = re.compile(r"^<[\w:-]+>$")
-# Output tokens at most: ceil(MAX_LEN_RATIO * source tokens) + the task's max_len_extra.
+# Output tokens at most: ceil(MAX_LEN_RATIO * source tokens) + the task's max_len_extra, and
+# never more than MAX_OUTPUT_TOKENS.
 MAX_LEN_RATIO = 3.0
+MAX_OUTPUT_TOKENS = 10_000
 
 
 def _encode_batch(vocab: CharVocab | SubwordVocab, texts: Sequence[str]):
@@ -50,17 +53,28 @@ def translate(model: Seq2Seq | Transformer, src_vocab: CharVocab | SubwordVocab,
               tgt_vocab: CharVocab | SubwordVocab,
               texts: Sequence[str], *, decoding: Decoding | None = None,
               max_len_ratio: float = MAX_LEN_RATIO, max_len_extra: int = 10,
+              max_chars: int | None = MAX_CHARS,
               batch_size: int = 128) -> tuple[list[str], list[Hypotheses]]:
     """Decode ``texts`` as ``decoding`` says (default greedy); returns the outputs (the best
     hypothesis of each) and, per batch, the raw hypotheses (tokens and attention weights for
     plots, all ``n_best``). Output length is capped at
-    ``ceil(max_len_ratio * source length) + max_len_extra`` tokens (EOS included); pass
-    ``max_len_extra`` from the longest training target when outputs can be much longer than
-    their sources (:attr:`TranslationTask.max_len_extra`)."""
+    ``ceil(max_len_ratio * source length) + max_len_extra`` tokens (EOS included), and at
+    :data:`MAX_OUTPUT_TOKENS`; pass ``max_len_extra`` from the longest training target when
+    outputs can be much longer than their sources (:attr:`TranslationTask.max_len_extra`).
+
+    Raises:
+        ValueError: a text longer than ``max_chars`` characters (None: no limit; the default
+            is the longest line :func:`attnkit.data.read_tsv` reads).
+    """
+    for i, text in enumerate(texts):
+        if max_chars is not None and len(text) > max_chars:
+            raise ValueError(f"texts[{i}]: {len(text)} characters, more than max_chars="
+                             f"{max_chars} ({text[:40]!r}...)")
     outs, raws = [], []
     for _, hyp in decode_batches(
             model, texts, lambda chunk: _encode_batch(src_vocab, chunk),
-            max_len=lambda n: (n.float() * max_len_ratio).ceil().long() + max_len_extra,
+            max_len=lambda n: ((n.float() * max_len_ratio).ceil().long() + max_len_extra
+                               ).clamp(max=MAX_OUTPUT_TOKENS),
             decoding=decoding, batch_size=batch_size):
         outs += [tgt_vocab.decode(row) for row in hyp.best().tokens]
         raws.append(hyp)
@@ -155,7 +169,7 @@ class TranslationTask:
     def evaluate(self, model: Seq2Seq | Transformer) -> dict[str, float]:
         sources = [s for s, _ in self.valid]
         outs, _ = translate(model, self.src_vocab, self.tgt_vocab, sources,
-                            max_len_extra=self.max_len_extra)
+                            max_len_extra=self.max_len_extra, max_chars=None)
         return metrics(outs, [t for _, t in self.valid])
 
     def config(self) -> dict:
