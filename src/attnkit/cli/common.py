@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 
 from attnkit.decoding import Decoding
-from attnkit.models import build_model, legacy
+from attnkit.data import load_vocab
+from attnkit.models import build_model, legacy, model_shapes
 from attnkit.train import (
     PRECISIONS,
     Checkpoint,
@@ -285,23 +286,52 @@ def teacher_forcing(args) -> TeacherForcing:
 
 
 def load_task_checkpoint(directory: Path, task: str) -> Checkpoint:
-    """A checkpoint written by a run of ``task`` (``config["task"]``), with its vocabulary
-    and model config; anything else is a :class:`CheckpointError` naming the folder."""
+    """A checkpoint written by a run of ``task`` (``config["task"]``), with its model config
+    and its vocabularies, each readable and as long as the model's config says (a shorter
+    one would turn the model's outputs into ``<unk>``); anything else is a
+    :class:`CheckpointError` naming the folder or the file."""
     ck = load_checkpoint(directory)
-    if ck.config.get("task") != task or not ck.vocab or "model" not in ck.config:
+    if ck.config.get("task") != task or not isinstance(ck.config.get("model"), dict):
         raise CheckpointError(f"{directory}: not a {task} checkpoint "
                               f"(task {ck.config.get('task')!r})")
+    if ck.vocab is None:
+        raise CheckpointError(f"{ck.path / 'vocab.json'}: missing (a {task} checkpoint keeps "
+                              "its vocabulary there)")
+    single = isinstance(ck.vocab, dict) and "type" in ck.vocab
+    vocabs = {"": ck.vocab} if single else ck.vocab if isinstance(ck.vocab, dict) else {"": None}
+    for name, data in vocabs.items():
+        try:
+            size = len(load_vocab(data))
+        except ValueError as exc:
+            raise CheckpointError(f"{ck.path / 'vocab.json'}: {exc}") from None
+        key = f"{name}_vocab" if name else "vocab"  # its size in the model config
+        expected = ck.config["model"].get(key)  # not an int: refused by load_task_model
+        if isinstance(expected, int) and expected != size:
+            raise CheckpointError(f"{ck.path}: the {name + ' ' if name else ''}vocabulary has "
+                                  f"{size} entries, the model's config says {key}={expected!r}")
     return ck
 
 
 def load_task_model(directory: Path, task: str, device: torch.device | str = "cpu"):
     """The model of a ``task`` checkpoint, built by the registry with its weights loaded, on
     ``device``, and the checkpoint (for the vocabulary and the task's settings). Checkpoints
-    of attnkit 0.1 load too (:mod:`attnkit.models.legacy`)."""
+    of attnkit 0.1 load too (:mod:`attnkit.models.legacy`).
+
+    Nothing is built before the checkpoint has been checked (:func:`load_task_checkpoint`),
+    its model config's types and values (:func:`attnkit.models.check_config`) and the shapes
+    it implies against those of the weights (:func:`attnkit.models.model_shapes`, on the
+    ``meta`` device), so a config asking for a huge model is refused, not allocated; weights
+    holding NaN or infinity are refused too.
+    """
     ck = load_task_checkpoint(directory, task)
     config, ck.model_state = legacy.upgrade(ck.config["model"], ck.model_state)
+    try:
+        shapes = model_shapes(config)
+    except ValueError as exc:
+        raise CheckpointError(f"{ck.path / 'config.json'}: {exc}") from None
+    ck.check_shapes(shapes)
     model = build_model(config)
-    ck.load_model(model)
+    ck.load_model(model)  # refuses NaN or infinite weights
     return model.to(device), ck
 
 

@@ -11,6 +11,7 @@ import torch
 from attnkit.cli import common
 from attnkit.data import MAX_CHARS, DataError, generate_pairs, load_vocab, read_tsv
 from attnkit.tasks.translation import TranslationTask, metrics, plot_translation, translate
+from attnkit.train import CheckpointError
 
 # The option of each model config key not named after it (see common.existing_run).
 OPTIONS = {"name": "--model", "kind": "--model", "d_model": "--hidden"}
@@ -129,7 +130,11 @@ def _plot(hyp, i, source, src_vocab, tgt_vocab, path):
 def _load(checkpoint: Path, device):
     model, ck = common.load_task_model(checkpoint, "translate", device)
     vocabs = load_vocab(ck.vocab["src"]), load_vocab(ck.vocab["tgt"])
-    return model, *vocabs, ck.config.get("max_len_extra", 10)
+    extra = ck.config.get("max_len_extra", 10)
+    if not isinstance(extra, int) or isinstance(extra, bool) or extra < 0:
+        raise CheckpointError(f"{ck.path / 'config.json'}: max_len_extra: expected a "
+                              f"non-negative int, got {extra!r}")
+    return model, *vocabs, extra
 
 
 def add_translate_parser(sub) -> None:

@@ -67,24 +67,38 @@ class Checkpoint:
     optimizer_state: dict | None = None
     trainer_state: dict | None = None
 
-    def load_model(self, model: torch.nn.Module) -> None:
-        """Load the weights into ``model``, with an error that lists every mismatch."""
-        own = model.state_dict()
-        missing = sorted(set(own) - set(self.model_state))
-        unexpected = sorted(set(self.model_state) - set(own))
-        shapes = [f"{k}: checkpoint {tuple(self.model_state[k].shape)}, model {tuple(v.shape)}"
-                  for k, v in own.items()
-                  if k in self.model_state and self.model_state[k].shape != v.shape]
-        if missing or unexpected or shapes:
+    def check_shapes(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        """Check that the weights are those of a model whose state dict has ``shapes``
+        (names and shapes), with an error that lists every mismatch."""
+        missing = sorted(set(shapes) - set(self.model_state))
+        unexpected = sorted(set(self.model_state) - set(shapes))
+        wrong = [f"{k}: checkpoint {tuple(self.model_state[k].shape)}, model {tuple(v)}"
+                 for k, v in shapes.items()
+                 if k in self.model_state and tuple(self.model_state[k].shape) != tuple(v)]
+        if missing or unexpected or wrong:
             parts = []
             if missing:
                 parts.append(f"missing {', '.join(missing[:10])}")
             if unexpected:
                 parts.append(f"unexpected {', '.join(unexpected[:10])}")
-            if shapes:
-                parts.append("shape mismatch " + "; ".join(shapes[:10]))
+            if wrong:
+                parts.append("shape mismatch " + "; ".join(wrong[:10]))
             raise CheckpointError(f"{self.path}: the weights do not fit this model: "
                                   + " | ".join(parts))
+
+    def check_finite(self) -> None:
+        """Refuse weights holding NaN or infinity (they would decode garbage)."""
+        bad = [k for k, v in self.model_state.items()
+               if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        if bad:
+            raise CheckpointError(f"{self.path}: {len(bad)} weight tensors hold NaN or infinite "
+                                  f"values ({', '.join(bad[:5])}{', ...' if len(bad) > 5 else ''})")
+
+    def load_model(self, model: torch.nn.Module) -> None:
+        """Load the weights into ``model``: they must fit it (:meth:`check_shapes`) and be
+        finite (:meth:`check_finite`)."""
+        self.check_shapes({k: tuple(v.shape) for k, v in model.state_dict().items()})
+        self.check_finite()
         model.load_state_dict(self.model_state)
 
 
@@ -273,15 +287,28 @@ def load_checkpoint(directory: str | Path) -> Checkpoint:
     if head.get("version") != VERSION:
         raise CheckpointError(f"{directory}: checkpoint version {head.get('version')!r} is not "
                               f"supported by this attnkit (reads version {VERSION})")
+    config = head.get("config", {})
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{directory / 'config.json'}: 'config' must be a JSON object, "
+                              f"got {type(config).__name__}")
     optimizer_state = None
     if (directory / "optimizer.json").exists():
-        optimizer_state = _unflatten_optimizer(_read_tensors(directory / "optimizer.safetensors"),
-                                               _read_json(directory / "optimizer.json"))
+        tensors = _read_tensors(directory / "optimizer.safetensors")
+        plain = _read_json(directory / "optimizer.json")
+        try:
+            optimizer_state = _unflatten_optimizer(tensors, plain)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CheckpointError(f"{directory}: optimizer state not in the attnkit layout "
+                                  f"({type(exc).__name__}: {exc})") from None
+    trainer_state = _read_json(directory / "trainer.json", required=False)
+    if trainer_state is not None and not isinstance(trainer_state, dict):
+        raise CheckpointError(f"{directory / 'trainer.json'}: must be a JSON object, got "
+                              f"{type(trainer_state).__name__}")
     return Checkpoint(
         path=directory,
-        config=head.get("config", {}),
+        config=config,
         model_state=_read_tensors(directory / "model.safetensors"),
         vocab=_read_json(directory / "vocab.json", required=False),
         optimizer_state=optimizer_state,
-        trainer_state=_read_json(directory / "trainer.json", required=False),
+        trainer_state=trainer_state,
     )
