@@ -83,3 +83,14 @@ def test_decode_batches_decodes_every_item_in_order_with_one_generator():
                     generator=g)
     assert torch.equal(batches[0][1].tokens, first.tokens)
     assert torch.equal(batches[1][1].tokens, second.tokens)
+
+
+@torch.no_grad()
+def test_attention_weights_are_kept_only_when_asked_for():
+    model = _model()
+    src, src_len, _ = toy_batch()
+    for decoding in (Decoding(), Decoding(beam=3)):
+        lean = decode(model, src, src_len, max_len=6, decoding=decoding)
+        kept = decode(model, src, src_len, max_len=6, decoding=decoding, weights=True)
+        assert lean.weights is None and kept.weights.shape[:2] == kept.tokens.shape
+        assert torch.equal(lean.tokens, kept.tokens)

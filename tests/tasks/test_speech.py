@@ -94,7 +94,7 @@ def test_transcribe_beam_one_is_greedy_and_weights_cover_listener_steps():
     task = _task()
     model = task.build_model()
     feats = task.valid.features
-    greedy, raws = transcribe(model, task.char_vocab, feats)
+    greedy, raws = transcribe(model, task.char_vocab, feats, weights=True)
     one_beam = Decoding(beam=1, length_penalty=0.5)  # beam search with one hypothesis
     assert one_beam.method == "beam"
     beam, _ = transcribe(model, task.char_vocab, feats, decoding=one_beam)

@@ -130,7 +130,7 @@ def _pretrain_speller(model, task: SpeechTask, args, folder: Path) -> None:
 
 def _samples_and_plots(model, task: SpeechTask, out: Path, n_plots: int) -> None:
     features = task.valid.features[: max(n_plots, 5)]
-    outs, raws = transcribe(model, task.char_vocab, features)
+    outs, raws = transcribe(model, task.char_vocab, features, weights=n_plots > 0)
     for ref, hyp in list(zip(task.valid.transcripts, outs))[:5]:
         print(f"  {hyp}" + ("" if hyp == ref else f"   (reference: {ref})"))
     _plot_all(raws, features[:n_plots], task.char_vocab, out)
@@ -178,7 +178,8 @@ def run_transcribe(args) -> int:
     features = [wav_features(path) for path in args.wav]
     if args.sample:
         features = [f for f in features for _ in range(args.sample)]
-    outs, raws = transcribe(model, vocab, features, decoding=common.decoding(args))
+    outs, raws = transcribe(model, vocab, features, decoding=common.decoding(args),
+                            weights=args.plot is not None)
     for text in outs:
         print(text)
     if args.plot:

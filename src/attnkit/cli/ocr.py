@@ -114,7 +114,8 @@ def run_train(args) -> int:
 
 def _samples_and_pictures(model, chars, lines, out: Path, n_plots: int) -> None:
     shown = lines[: max(n_plots, 5)]
-    texts, weights, steps = recognise(model, chars, [image for image, _ in shown])
+    texts, weights, steps = recognise(model, chars, [image for image, _ in shown],
+                                      weights=n_plots > 0)
     for (_, ref), text in list(zip(shown, texts))[:5]:
         print(f"  {text}" + ("" if text == ref else f"   (reference: {ref})"))
     _pictures(model, [image for image, _ in shown[:n_plots]], texts, weights, steps, out)
@@ -150,7 +151,8 @@ def run_read(args) -> int:
     model, ck = common.load_task_model(args.checkpoint, "ocr", args.device)
     chars = CharVocab.from_json(ck.vocab)
     images = [load_line_image(path) for path in args.images]
-    texts, weights, steps = recognise(model, chars, images, decoding=common.decoding(args))
+    texts, weights, steps = recognise(model, chars, images, decoding=common.decoding(args),
+                                      weights=args.plot is not None)
     for text in texts:
         print(text)
     if args.plot:

@@ -105,7 +105,8 @@ def _model_config(args) -> dict:
 def _samples_and_plots(model, task, out: Path, n_plots: int) -> None:
     sources = [s for s, _ in task.valid[: max(n_plots, 5)]]
     outs, raws = translate(model, task.src_vocab, task.tgt_vocab, sources,
-                           max_len_extra=task.max_len_extra, max_chars=None)
+                           max_len_extra=task.max_len_extra, max_chars=None,
+                           weights=n_plots > 0)
     for (s, t), o in list(zip(task.valid, outs))[:5]:
         print(f"  {s}  ->  {o}" + ("" if o == t else f"   (reference: {t})"))
     _plot_all(raws, sources[:n_plots], task.src_vocab, task.tgt_vocab, out)
@@ -160,7 +161,8 @@ def run_translate(args) -> int:
     if args.sample:
         texts = [t for t in texts for _ in range(args.sample)]
     outs, raws = translate(model, src_vocab, tgt_vocab, texts, decoding=common.decoding(args),
-                           max_len_extra=extra, max_chars=args.max_chars)
+                           max_len_extra=extra, max_chars=args.max_chars,
+                           weights=args.plot is not None)
     for o in outs:
         print(o)
     if args.plot:

@@ -68,11 +68,11 @@ def _check_lines(lines: Sequence[Line], vocab: CharVocab, name: str, ctc: bool) 
 
 @torch.no_grad()
 def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
-              decoding: Decoding | None = None, batch_size: int = 32):
+              decoding: Decoding | None = None, weights: bool = False, batch_size: int = 32):
     """Read line images ``(32, W)``; returns the texts and, per line, the weights of each
-    output character over the ``T`` steps (``(len + 1, T)`` with EOS for the attention head;
-    for CTC with an attention layer, the self-attention rows of the steps where each character
-    was emitted; else None) and the line's steps.
+    output character over the ``T`` steps (with ``weights``: ``(len + 1, T)`` with EOS for
+    the attention head; for CTC with an attention layer, the self-attention rows of the steps
+    where each character was emitted; else None) and the line's steps.
 
     The attention head decodes as ``decoding`` says (default greedy); the CTC head takes the
     best path, so it refuses any other ``decoding``."""
@@ -83,7 +83,7 @@ def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
     model.eval()
     device = next(model.parameters()).device
     generator = decoding.generator(device)
-    texts, weights, steps_out = [], [], []
+    texts, alignments, steps_out = [], [], []
     order = sorted(range(len(images)), key=lambda i: images[i].shape[1])  # little padding
     results = {}
     for s in range(0, len(order), batch_size):
@@ -93,7 +93,8 @@ def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
         if model.head_kind == "ctc":
             log_probs, steps = model(batch, widths)
             paths = ctc_greedy(log_probs, steps)
-            att = model.attention_weights(batch, widths) if model.attention is not None else None
+            att = (model.attention_weights(batch, widths)
+                   if weights and model.attention is not None else None)
             for j, i in enumerate(idx):
                 emitted = paths.steps[j]
                 w = None if att is None or not emitted else att[j, emitted]
@@ -102,16 +103,17 @@ def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
             steps = model.steps(widths)
             limit = steps // STEPS_PER_CHAR + EXTRA_CHARS
             hyp = decode(model, batch, widths, max_len=limit, decoding=decoding,
-                         generator=generator).best()
+                         generator=generator, weights=weights).best()
             for j, i in enumerate(idx):
                 n = int(hyp.lengths[j])
-                results[i] = (vocab.decode(hyp.tokens[j]), hyp.weights[j, :n], int(steps[j]))
+                w = None if hyp.weights is None else hyp.weights[j, :n]
+                results[i] = (vocab.decode(hyp.tokens[j]), w, int(steps[j]))
     for i in range(len(images)):
         text, w, n = results[i]
         texts.append(text)
-        weights.append(w)
+        alignments.append(w)
         steps_out.append(n)
-    return texts, weights, steps_out
+    return texts, alignments, steps_out
 
 
 def plot_line(image: torch.Tensor, text: str, weights, steps: int, path: str | Path, *,

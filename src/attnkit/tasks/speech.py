@@ -48,11 +48,12 @@ def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, f
 
 @torch.no_grad()
 def transcribe(model: LAS, vocab: CharVocab, features: Sequence[torch.Tensor], *,
-               decoding: Decoding | None = None,
+               decoding: Decoding | None = None, weights: bool = False,
                batch_size: int = 32) -> tuple[list[str], list[Hypotheses]]:
     """Transcripts of the utterances ``features[i]`` ``(T_i, F)`` decoded as ``decoding``
-    says (default greedy), and per batch the raw hypotheses (tokens and attention weights for
-    plots). An output has at most ``ceil(0.3 * T_i) + 10`` characters (EOS included).
+    says (default greedy), and per batch the raw hypotheses (tokens, and with ``weights`` the
+    attention weights for plots). An output has at most ``ceil(0.3 * T_i) + 10`` characters
+    (EOS included).
 
     Raises:
         ValueError: an utterance shorter than 8 frames.
@@ -61,7 +62,7 @@ def transcribe(model: LAS, vocab: CharVocab, features: Sequence[torch.Tensor], *
     for _, hyp in decode_batches(
             model, features, pad_features,  # (B, T, F), (B,)
             max_len=lambda n: (n.float() * CHARS_PER_FRAME).ceil().long() + EXTRA_CHARS,
-            decoding=decoding, batch_size=batch_size):
+            decoding=decoding, batch_size=batch_size, weights=weights):
         texts += [vocab.decode(row) for row in hyp.best().tokens]
         raws.append(hyp)
     return texts, raws
@@ -69,8 +70,8 @@ def transcribe(model: LAS, vocab: CharVocab, features: Sequence[torch.Tensor], *
 
 def plot_transcription(hyp: Hypotheses, i: int, features: torch.Tensor, vocab: CharVocab,
                        path: str | Path, *, title: str | None = None) -> Path:
-    """Alignment of example ``i`` of ``hyp``: its characters (EOS included) over the
-    spectrogram ``features (T, F)``, one listener step per 8 frames."""
+    """Alignment of example ``i`` of ``hyp`` (decoded with ``weights``): its characters (EOS
+    included) over the spectrogram ``features (T, F)``, one listener step per 8 frames."""
     hyp = hyp.best()
     steps = features.shape[0] // MIN_FRAMES
     n = int(hyp.lengths[i])

@@ -53,11 +53,11 @@ def translate(model: Seq2Seq | Transformer, src_vocab: CharVocab | SubwordVocab,
               tgt_vocab: CharVocab | SubwordVocab,
               texts: Sequence[str], *, decoding: Decoding | None = None,
               max_len_ratio: float = MAX_LEN_RATIO, max_len_extra: int = 10,
-              max_chars: int | None = MAX_CHARS,
+              max_chars: int | None = MAX_CHARS, weights: bool = False,
               batch_size: int = 128) -> tuple[list[str], list[Hypotheses]]:
     """Decode ``texts`` as ``decoding`` says (default greedy); returns the outputs (the best
-    hypothesis of each) and, per batch, the raw hypotheses (tokens and attention weights for
-    plots, all ``n_best``). Output length is capped at
+    hypothesis of each) and, per batch, the raw hypotheses (tokens, all ``n_best``, and with
+    ``weights`` the attention weights for plots). Output length is capped at
     ``ceil(max_len_ratio * source length) + max_len_extra`` tokens (EOS included), and at
     :data:`MAX_OUTPUT_TOKENS`; pass ``max_len_extra`` from the longest training target when
     outputs can be much longer than their sources (:attr:`TranslationTask.max_len_extra`).
@@ -75,7 +75,7 @@ def translate(model: Seq2Seq | Transformer, src_vocab: CharVocab | SubwordVocab,
             model, texts, lambda chunk: _encode_batch(src_vocab, chunk),
             max_len=lambda n: ((n.float() * max_len_ratio).ceil().long() + max_len_extra
                                ).clamp(max=MAX_OUTPUT_TOKENS),
-            decoding=decoding, batch_size=batch_size):
+            decoding=decoding, batch_size=batch_size, weights=weights):
         outs += [tgt_vocab.decode(row) for row in hyp.best().tokens]
         raws.append(hyp)
     return outs, raws
@@ -83,7 +83,8 @@ def translate(model: Seq2Seq | Transformer, src_vocab: CharVocab | SubwordVocab,
 
 def plot_translation(hyp: Hypotheses, i: int, source: str, src_vocab, tgt_vocab, path):
     """Heat-map of example ``i`` of decoded ``hyp``: output pieces (EOS included) against the
-    pieces of ``source``. Returns the path written, or None when the model has no attention."""
+    pieces of ``source``. Returns the path written, or None when the model has no attention
+    (or ``hyp`` was decoded without ``weights``)."""
     hyp = hyp.best()
     if hyp.weights is None:
         return None
