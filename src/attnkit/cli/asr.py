@@ -18,7 +18,7 @@ from attnkit.data import (
     read_wav,
 )
 from attnkit.data import resample as resample_audio
-from attnkit.data.audio import SAMPLE_RATE
+from attnkit.data.audio import MAX_SECONDS, SAMPLE_RATE
 from attnkit.data.speech import KINDS, speech_dataset
 from attnkit.models.las import MIN_FRAMES
 from attnkit.tasks.speech import SpeechTask, SpellerPretraining, plot_transcription, transcribe
@@ -46,6 +46,7 @@ def add_train_parser(train_sub) -> None:
                       help=f"built-in speech features are cached here (default {DEFAULT_CACHE})")
     data.add_argument("--workers", type=common.positive_int, default=2,
                       help="espeak-ng processes at a time when synthesising")
+    add_max_seconds_arg(data)
     model = p.add_argument_group("model")
     model.add_argument("--listener-hidden", type=common.positive_int, default=128,
                        help="per direction of the listener's BiLSTMs")
@@ -69,11 +70,18 @@ def add_train_parser(train_sub) -> None:
     p.set_defaults(run=run_train)
 
 
+def add_max_seconds_arg(p) -> None:
+    """``--max-seconds``: the longest audio file read."""
+    p.add_argument("--max-seconds", type=common.positive_float, default=MAX_SECONDS,
+                   help=f"longest audio file, in seconds (default {MAX_SECONDS:g}): a longer "
+                   "one is refused")
+
+
 def _speech(args) -> tuple[SpeechSet, SpeechSet]:
     if args.train:
-        train = read_manifest(args.train, normalize=True)
+        train = read_manifest(args.train, normalize=True, max_seconds=args.max_seconds)
         if args.valid:
-            return train, read_manifest(args.valid, normalize=True)
+            return train, read_manifest(args.valid, normalize=True, max_seconds=args.max_seconds)
         n = min(100, len(train))
         log.warning("no --valid manifest: validating on the first %d training utterances", n)
         return train, SpeechSet(train.features[:n], train.transcripts[:n], train.origins[:n])
@@ -151,19 +159,21 @@ def add_transcribe_parser(sub) -> None:
     p = sub.add_parser("transcribe", help="transcribe WAV files with a trained asr checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("wav", type=Path, nargs="+", help="16-bit PCM WAV files (any rate)")
+    add_max_seconds_arg(p)
     common.add_decoding_args(p, beam=5)
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one alignment picture per file")
     p.set_defaults(run=run_transcribe)
 
 
-def wav_features(path: Path) -> torch.Tensor:
+def wav_features(path: Path, max_seconds: float | None = MAX_SECONDS) -> torch.Tensor:
     """Normalised log-mel features ``(T, 80)`` of a WAV file, as in training.
 
     Raises:
-        DataError: naming the file: unreadable, not 16-bit PCM, or shorter than 80 ms.
+        DataError: naming the file: unreadable, not 16-bit PCM, shorter than 80 ms or longer
+            than ``max_seconds``.
     """
-    samples, rate = read_wav(path)
+    samples, rate = read_wav(path, max_seconds=max_seconds)
     features = log_mel(resample_audio(samples, rate, SAMPLE_RATE), normalize=True)
     if features.shape[0] < MIN_FRAMES:
         raise DataError(f"{path}: {features.shape[0]} feature frames "
@@ -173,9 +183,9 @@ def wav_features(path: Path) -> torch.Tensor:
 
 
 def run_transcribe(args) -> int:
+    features = [wav_features(path, args.max_seconds) for path in args.wav]
     model, ck = common.load_task_model(args.checkpoint, "asr", args.device)
     vocab = load_vocab(ck.vocab)
-    features = [wav_features(path) for path in args.wav]
     if args.sample:
         features = [f for f in features for _ in range(args.sample)]
     outs, raws = transcribe(model, vocab, features, decoding=common.decoding(args),

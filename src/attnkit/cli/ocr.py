@@ -10,6 +10,7 @@ import torch
 from attnkit.cli import common
 from attnkit.data import (
     ALPHABET,
+    MAX_WIDTH,
     CharVocab,
     generate_lines,
     load_line_image,
@@ -47,6 +48,7 @@ def add_train_parser(train_sub) -> None:
                       help="longest built-in training line (validation: 5-200)")
     data.add_argument("--cache-dir", type=Path,
                       help="keep rendered built-in lines here (default: OUT/lines)")
+    add_max_width_arg(data)
     model = p.add_argument_group("model")
     model.add_argument("--attention", choices=("none", "global", "window"), default="window",
                        help="the attention layer between RNN1 and RNN2")
@@ -78,11 +80,18 @@ def _built_in(args, split: str, n: int, min_chars: int, max_chars: int):
     return read_line_folder(cache, cache / "labels.tsv")  # what later runs will read
 
 
+def add_max_width_arg(p) -> None:
+    """``--max-width``: the widest line image read, in pixels at height 32."""
+    p.add_argument("--max-width", type=common.positive_int, default=MAX_WIDTH,
+                   help=f"widest line, in pixels at height 32 (default {MAX_WIDTH}): a wider "
+                   "image is refused")
+
+
 def _lines(args):
     if args.train:
-        train = read_line_folder(args.train, args.train / args.labels, alphabet=ALPHABET)
-        valid = (read_line_folder(args.valid, args.valid / args.labels, alphabet=ALPHABET)
-                 if args.valid else [])
+        read = dict(alphabet=ALPHABET, max_width=args.max_width)
+        train = read_line_folder(args.train, args.train / args.labels, **read)
+        valid = read_line_folder(args.valid, args.valid / args.labels, **read) if args.valid else []
         return train, valid
     return (_built_in(args, "train", args.n_train, args.min_chars, args.max_chars),
             _built_in(args, "valid", args.n_valid, 5, 200))
@@ -141,6 +150,7 @@ def add_read_parser(sub) -> None:
     p = sub.add_parser("read", help="read text-line images with a trained OCR checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("images", nargs="+", type=Path, help="line images (any size: scaled to 32 px)")
+    add_max_width_arg(p)
     common.add_decoding_args(p, beam=1, sampling=False)
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one picture per image")
@@ -148,9 +158,9 @@ def add_read_parser(sub) -> None:
 
 
 def run_read(args) -> int:
+    images = [load_line_image(path, max_width=args.max_width) for path in args.images]
     model, ck = common.load_task_model(args.checkpoint, "ocr", args.device)
     chars = CharVocab.from_json(ck.vocab)
-    images = [load_line_image(path) for path in args.images]
     texts, weights, steps = recognise(model, chars, images, decoding=common.decoding(args),
                                       weights=args.plot is not None)
     for text in texts:

@@ -11,6 +11,7 @@ from attnkit.data.audio import (
 )
 from attnkit.data.lines import (
     ALPHABET,
+    MAX_WIDTH,
     available_fonts,
     generate_lines,
     load_line_image,
@@ -37,6 +38,7 @@ __all__ = [
     "ALPHABET",
     "DATE_LOCALES",
     "MAX_CHARS",
+    "MAX_WIDTH",
     "NUMBER_LANGUAGES",
     "CharVocab",
     "DataError",

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import string
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -55,6 +56,7 @@ __all__ = [
     "ALPHABET",
     "HEIGHT",
     "HELD_OUT_FONTS",
+    "MAX_WIDTH",
     "available_fonts",
     "generate_lines",
     "load_line_image",
@@ -65,6 +67,9 @@ __all__ = [
 ]
 
 HEIGHT = 32
+# Widest line read by default, in pixels at HEIGHT (about 800 characters): the work of the
+# CNN, the RNNs and the attention grows with the width.
+MAX_WIDTH = 10_000
 ALPHABET = string.ascii_letters + string.digits + string.punctuation + " "
 HELD_OUT_FONTS = {
     "valid": ("DejaVuSerif-Italic.ttf", "LiberationSerif-Italic.ttf",
@@ -252,21 +257,32 @@ def generate_lines(
     return lines
 
 
-def load_line_image(path: str | Path) -> torch.Tensor:
+def load_line_image(path: str | Path, *, max_width: int | None = MAX_WIDTH) -> torch.Tensor:
     """Read a line image as grayscale, scaled to height 32 keeping its aspect ratio.
 
     Colour is converted to luminance, transparency is laid over white, and integer images (mode
     ``"I"`` or ``"I;16"``: 16-bit PNG or TIFF) are scaled from ``[0, 65535]``; the result is
-    rounded to 8 bits, as every line is kept. An unreadable file, a floating-point image, or one
-    that would be 0 px wide at height 32 raises a :class:`DataError` naming the file.
+    rounded to 8 bits, as every line is kept. An unreadable file, a floating-point image, one
+    that would be 0 px wide or more than ``max_width`` px wide at height 32 (None: no limit),
+    or one of more pixels than Pillow's ``Image.MAX_IMAGE_PIXELS`` (a decompression bomb)
+    raises a :class:`DataError` naming the file; the sizes are read from the file's header,
+    before its pixels are decoded.
 
     Shape:
         returns a uint8 tensor ``(32, W)``.
     """
     path = Path(path)
     try:
-        with Image.open(path) as image:
-            image.load()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as image:
+                _check_size(image, path, max_width)
+                image.load()
+    except DataError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise DataError(f"{path}: more pixels than Pillow reads safely "
+                        f"({Image.MAX_IMAGE_PIXELS:,}): not a line image") from None
     except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
         raise DataError(f"{path}: cannot read image ({exc})") from None
     if image.mode.startswith("I"):  # "I", "I;16", "I;16B", ...: 16-bit grayscale
@@ -289,15 +305,24 @@ def load_line_image(path: str | Path) -> torch.Tensor:
     return torch.from_numpy(np.round(pixels * 255.0).astype(np.uint8))  # (32, W)
 
 
+def _check_size(image: Image.Image, path: Path, max_width: int | None) -> None:
+    width = round(image.width * HEIGHT / image.height) if image.height else 0
+    if max_width is not None and width > max_width:
+        raise DataError(f"{path}: {image.width} x {image.height} pixels is {width} px wide at "
+                        f"height {HEIGHT}, more than max_width={max_width}")
+
+
 def read_line_folder(
     folder: str | Path,
     tsv: str | Path,
     *,
     alphabet: str | None = None,
+    max_width: int | None = MAX_WIDTH,
 ) -> list[tuple[torch.Tensor, str]]:
     """The user's lines: ``(image (32, W), text)`` for each ``filename<TAB>text`` line of ``tsv``.
 
-    File names are relative to ``folder``. Images are read with :func:`load_line_image`. A bad
+    File names are relative to ``folder``. Images are read with :func:`load_line_image` (at
+    most ``max_width`` px wide at height 32). A bad
     TSV line, a missing or unreadable image raises a :class:`DataError` naming the TSV file and
     line. With ``alphabet``, labels using other characters raise one :class:`DataError` that
     lists those characters and the lines they are on.
@@ -324,7 +349,7 @@ def read_line_folder(
         if not path.is_file():
             raise DataError(f"{tsv}:{n}: image {name.strip()!r} not found in {folder}")
         try:
-            lines.append((load_line_image(path), text))
+            lines.append((load_line_image(path, max_width=max_width), text))
         except DataError as exc:
             raise DataError(f"{tsv}:{n}: {exc}") from None
     return lines
