@@ -115,6 +115,8 @@ def test_a_vocabulary_shorter_than_the_model_output_is_refused(checkpoint, capsy
     _edit_json(checkpoint / "vocab.json", lambda d: d["tgt"].update(symbols="0123"))
     _refused(checkpoint, capsys, "vocab.json: vocab: 'symbols' must be a list of non-empty "
                                  "strings")
+    _edit_json(checkpoint / "vocab.json", lambda d: d["tgt"].update(symbols=list("01234566")))
+    _refused(checkpoint, capsys, "vocab.json: vocab: 'symbols' lists a symbol twice")
 
 
 def test_non_finite_weights_are_refused(checkpoint, capsys):

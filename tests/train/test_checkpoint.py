@@ -171,3 +171,22 @@ def test_recover_restores_the_moved_aside_copy_and_removes_killed_saves(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
     assert load_checkpoint(tmp_path / "ck").config == {"n": 1}
     assert ckpt_mod.recover_checkpoint(tmp_path / "none") is None
+
+
+def test_malformed_config_optimizer_or_trainer_files_are_named(tmp_path):
+    model = Tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    _train(model, opt, 1, seed=0)
+    path = save_checkpoint(tmp_path / "ck", model=model, config={}, optimizer=opt,
+                           trainer_state={"step": 1})
+    (path / "optimizer.json").write_text(json.dumps({"state": [1, 2]}))
+    with pytest.raises(CheckpointError, match=r"ck: optimizer state not in the attnkit layout"):
+        load_checkpoint(path)
+    (path / "optimizer.json").unlink()
+    (path / "trainer.json").write_text("[1]")
+    with pytest.raises(CheckpointError, match=r"trainer.json: must be a JSON object, got list"):
+        load_checkpoint(path)
+    (path / "config.json").write_text(json.dumps({"format": "attnkit-checkpoint", "version": 1,
+                                                  "config": "seq2seq"}))
+    with pytest.raises(CheckpointError, match=r"config.json: 'config' must be a JSON object"):
+        load_checkpoint(path)
