@@ -11,23 +11,10 @@ from safetensors.torch import load_file, save_file
 
 from attnkit.cli.main import main
 
-WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven"]
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("foreign")
-    tsv = folder / "pairs.tsv"
-    tsv.write_text("".join(f"<en> {w}\t{n}\n" for n, w in enumerate(WORDS)), encoding="utf-8")
-    assert main(["train", "translate", "--train", str(tsv), "--out", str(folder / "run"),
-                 "--steps", "2", "--batch-size", "4", "--hidden", "8", "--emb", "8",
-                 "--no-progress", "--plot", "0"]) == 0
-    return folder / "run" / "checkpoint"
-
 
 @pytest.fixture
-def checkpoint(trained, tmp_path):
-    return shutil.copytree(trained, tmp_path / "checkpoint")
+def checkpoint(tiny_translator, tmp_path):
+    return shutil.copytree(tiny_translator, tmp_path / "checkpoint")
 
 
 def _edit_json(path, edit):

@@ -2,42 +2,28 @@
 
 import logging
 
-import pytest
-
 from attnkit.cli.main import main
 
-WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven"]
 
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("translate")
-    tsv = folder / "pairs.tsv"
-    tsv.write_text("".join(f"<en> {w}\t{n}\n" for n, w in enumerate(WORDS)), encoding="utf-8")
-    assert main(["train", "translate", "--train", str(tsv), "--out", str(folder / "run"),
-                 "--steps", "2", "--batch-size", "4", "--hidden", "8", "--emb", "8",
-                 "--no-progress", "--plot", "0"]) == 0
-    return folder / "run" / "checkpoint"
-
-
-def test_a_byte_order_mark_in_the_file_is_not_part_of_the_first_sentence(checkpoint, tmp_path,
-                                                                          capsys, caplog):
+def test_a_byte_order_mark_in_the_file_is_not_part_of_the_first_sentence(tiny_translator,
+                                                                          tmp_path, capsys,
+                                                                          caplog):
     f = tmp_path / "in.txt"
     f.write_bytes("\ufeff<en> three\n<en> three\n".encode("utf-8"))
     capsys.readouterr()
     with caplog.at_level(logging.WARNING, logger="attnkit"):
-        assert main(["translate", "--checkpoint", str(checkpoint), "--file", str(f),
+        assert main(["translate", "--checkpoint", str(tiny_translator), "--file", str(f),
                      "--beam", "1"]) == 0
     first, second = capsys.readouterr().out.splitlines()
     assert first == second
     assert "<unk>" not in caplog.text
 
 
-def test_a_sentence_longer_than_the_limit_is_refused_at_once(checkpoint, capsys):
-    assert main(["translate", "--checkpoint", str(checkpoint), "<en> " + "x" * 100_000]) == 2
+def test_a_sentence_longer_than_the_limit_is_refused_at_once(tiny_translator, capsys):
+    assert main(["translate", "--checkpoint", str(tiny_translator), "<en> " + "x" * 100_000]) == 2
     err = capsys.readouterr().err
     assert "texts[0]: 100005 characters, more than max_chars=1000" in err
-    assert main(["translate", "--checkpoint", str(checkpoint), "--max-chars", "100",
+    assert main(["translate", "--checkpoint", str(tiny_translator), "--max-chars", "100",
                  "<en> " + "x" * 100]) == 2
     assert "more than max_chars=100" in capsys.readouterr().err
 
