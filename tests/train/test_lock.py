@@ -42,3 +42,12 @@ def test_a_folder_that_cannot_be_made_is_named(tmp_path):
                                          r"directory\)"):
         with lock_folder(tmp_path / "file" / "run"):
             pass
+
+
+def test_a_folder_made_for_a_run_that_wrote_nothing_is_removed(tmp_path):
+    with lock_folder(tmp_path / "empty"):
+        pass
+    assert not (tmp_path / "empty").exists()
+    with lock_folder(tmp_path / "used") as folder:
+        (folder / "history.json").write_text("[]")
+    assert sorted(p.name for p in (tmp_path / "used").iterdir()) == ["history.json"]

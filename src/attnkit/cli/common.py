@@ -16,13 +16,13 @@ import logging
 import math
 import os
 import signal
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 
-from attnkit.decoding import Decoding
 from attnkit.data import load_vocab
+from attnkit.decoding import Decoding
 from attnkit.models import build_model, legacy, model_shapes
 from attnkit.train import (
     PRECISIONS,
@@ -44,10 +44,10 @@ log = logging.getLogger("attnkit")
 
 __all__ = ["Interrupted", "add_decoding_args", "add_device_arg", "add_task_parser",
            "add_training_args", "check_arguments", "choice_list", "decoding",
-           "existing_run", "float_in", "held_out", "load_task_checkpoint", "load_task_model",
-           "locked_run_folder", "non_negative_int", "positive_float", "positive_int",
-           "probability", "proportion", "resolve_run_options", "teacher_forcing",
-           "train_and_report", "training_config"]
+           "existing_run", "float_in", "held_out", "is_training", "load_task_checkpoint",
+           "load_task_model", "locked_run_folder", "non_negative_int", "positive_float",
+           "positive_int", "probability", "proportion", "resolve_run_options",
+           "stop_if_signalled", "teacher_forcing", "train_and_report", "training_config"]
 
 CUDA_DATA_WORKERS = 2  # --workers-data on a GPU when not given (0 on CPU)
 

@@ -60,13 +60,15 @@ def _open_locked(path: Path) -> int:
 
 @contextmanager
 def lock_folder(folder: str | Path) -> Iterator[Path]:
-    """Hold ``folder``'s lock (creating the folder) until the block ends; yields the folder.
+    """Hold ``folder``'s lock until the block ends; yields the folder. A folder that this
+    creates is removed again if it is still empty at the end (a run that failed to start).
 
     Raises:
         FolderBusy: another live process holds it (its pid in the message).
         ValueError: the folder cannot be created or written (naming it and why).
     """
     folder = Path(folder)
+    created = not folder.exists()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd = _open_locked(folder / LOCK_FILE)
@@ -85,3 +87,6 @@ def lock_folder(folder: str | Path) -> Iterator[Path]:
         with suppress(FileNotFoundError):  # before the lock goes: no one takes a doomed file
             os.unlink(folder / LOCK_FILE)
         os.close(fd)
+        if created:
+            with suppress(OSError):  # not empty: the run wrote something
+                folder.rmdir()
