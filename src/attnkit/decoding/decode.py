@@ -100,7 +100,7 @@ class Decoding:
 
 def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
            decoding: Decoding | None = None, generator: torch.Generator | None = None,
-           bos: int = BOS, eos: int = EOS, pad: int = PAD) -> Hypotheses:
+           bos: int = BOS, eos: int = EOS, pad: int = PAD, weights: bool = False) -> Hypotheses:
     """Decode a batch: ``model.start(inputs, lengths)``, then the steps ``decoding`` asks for.
 
     Args:
@@ -110,6 +110,8 @@ def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
         max_len: output tokens at most (EOS included): an int or ``(B,)`` per example;
             ``decoding.max_len``, when set, replaces it.
         decoding: how (default greedy); generator: the random draws of ``sample``.
+        weights: keep every step's attention weights (for pictures; else
+            ``Hypotheses.weights`` is None).
 
     Returns:
         :class:`Hypotheses` (with an ``n_best`` dim when ``decoding.n_best > 1`` or
@@ -119,7 +121,7 @@ def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
     state = model.start(inputs, lengths)
     kw = {"batch_size": int(lengths.shape[0]), "bos": bos, "eos": eos, "pad": pad,
           "max_len": max_len if decoding.max_len is None else decoding.max_len,
-          "device": lengths.device}
+          "device": lengths.device, "weights": weights}
     if decoding.method == "sample":
         return sample(model.step, state, temperature=decoding.temperature, top_k=decoding.top_k,
                       top_p=decoding.top_p, num_samples=decoding.samples, generator=generator,
@@ -132,8 +134,8 @@ def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
 
 
 def decode_batches(model, items: Sequence, collate: Callable, *, max_len: Callable,
-                   decoding: Decoding | None = None,
-                   batch_size: int = 32) -> Iterator[tuple[Sequence, Hypotheses]]:
+                   decoding: Decoding | None = None, batch_size: int = 32,
+                   weights: bool = False) -> Iterator[tuple[Sequence, Hypotheses]]:
     """Decode ``items`` in batches of ``batch_size``, in order, with the model in eval mode.
 
     Args:
@@ -141,6 +143,7 @@ def decode_batches(model, items: Sequence, collate: Callable, *, max_len: Callab
             are moved to the model's device.
         max_len: ``max_len(lengths) -> int | (B,)``, the output length limit of a batch.
         decoding: how (default greedy); one generator (``decoding.seed``) serves every batch.
+        weights: keep the attention weights (see :func:`decode`).
 
     Yields:
         Each batch's items and their :class:`Hypotheses`.
@@ -153,4 +156,4 @@ def decode_batches(model, items: Sequence, collate: Callable, *, max_len: Callab
         chunk = items[i : i + batch_size]
         inputs, lengths = (x.to(device) for x in collate(chunk))
         yield chunk, decode(model, inputs, lengths, max_len=max_len(lengths),
-                            decoding=decoding, generator=generator)
+                            decoding=decoding, generator=generator, weights=weights)
