@@ -77,7 +77,7 @@ def train_and_score(name: str, n_train: int, n_valid: int, n_test: int, time_bud
         picture = Path(out) / f"{name}_{split}.png"
         if task_name == "caption":
             captions = caption_images(net, task.words, [s.image for s in scenes],
-                                      max_words=task.max_words)
+                                      max_words=task.max_words, weights=True)
             row[split] = {**caption_metrics([c.texts[0] for c in captions],
                                             [s.captions for s in scenes]),
                           **scene_metrics(scenes, captions)}

@@ -132,3 +132,16 @@ def test_speller_pretraining_is_a_run_that_resumes_and_is_never_overwritten(tmp_
     assert main(args + ["--pretrain-lm-steps", "6", "--steps", "3", "--resume"]) == 0
     text = capsys.readouterr().out  # the run resumes; its pre-training is done
     assert "pre-trained" not in text and "stopped after 3 steps" in text
+
+
+def test_a_recording_longer_than_the_limit_is_refused_before_loading_anything(tmp_path, capsys):
+    wav = tmp_path / "ten_minutes.wav"  # a 10-minute recording, scaled down with the limit
+    with wave.open(str(wav), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(8000)
+        w.writeframes(bytes(2 * 8000 * 2))  # 2 s of silence
+    assert main(["transcribe", "--checkpoint", str(tmp_path / "none"), str(wav),
+                 "--max-seconds", "1"]) == 2
+    assert capsys.readouterr().err == (f"attnkit: {wav}: 2.0 s of audio, more than "
+                                       "max_seconds=1; cut it into utterances\n")

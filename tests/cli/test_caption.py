@@ -25,6 +25,8 @@ def test_train_caption_resume_on_built_in_scenes(tmp_path, capsys):
     assert main([*args[:args.index("--steps")], "--steps", "3", "--resume",
                  *args[args.index("--eval-every"):]]) == 0
     assert "stopped after 3 steps" in capsys.readouterr().out
+    assert main([*args, "--resume", "--hidden", "16"]) == 2
+    assert "--hidden 8 saved, 16 given" in capsys.readouterr().err
     scene = tmp_path / "scene.png"
     Image.fromarray(generate_scenes(1, seed=9)[0].image.permute(1, 2, 0).numpy()).save(scene)
     assert main(["caption", "--checkpoint", str(out / "checkpoint"), str(scene), str(scene),

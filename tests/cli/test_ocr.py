@@ -6,6 +6,7 @@ from PIL import Image
 
 from attnkit.cli.main import main
 from attnkit.data import generate_lines, write_line_folder
+from tests.data.images import png_header
 
 TINY = ["--channels", "4,4,8,8,8", "--hidden", "8", "--batch-size", "4", "--no-progress"]
 
@@ -20,7 +21,10 @@ def test_train_read_and_resume(tmp_path, capsys):
     assert re.search(r"stopped after 4 steps \(max_steps\); held-out: cer [\d.]+, "
                      r"char_accuracy", text)
     assert (out / "line_0.png").exists() and (out / "self_attention_0.png").exists()
-    assert main(args[:-len(TINY) - 2] + ["--steps", "6", "--resume", *TINY[4:]]) == 0
+    assert main(args[:-len(TINY) - 2] + ["--steps", "6", "--resume", *TINY[4:]]) == 2
+    assert ("saved with other model settings (--channels [4, 4, 8, 8, 8] saved, [32, 64, 128, "
+            "128, 128] given; --hidden 8 saved, 128 given)") in capsys.readouterr().err
+    assert main(args[:-len(TINY) - 2] + ["--steps", "6", "--resume", *TINY]) == 0
     assert "stopped after 6 steps" in capsys.readouterr().out
     rgb = tmp_path / "colour.png"
     Image.open(folder / "000000.png").convert("RGB").resize((200, 64)).save(rgb)
@@ -62,3 +66,12 @@ def test_bad_input_gives_messages(tmp_path, capsys):
     ck.mkdir()
     assert main(["read", "--checkpoint", str(ck), str(folder / "000000.png")]) == 2
     assert "an attnkit checkpoint?" in capsys.readouterr().err
+
+
+def test_an_image_too_wide_or_too_large_is_refused_before_loading_anything(tmp_path, capsys):
+    for name, size, message in (("wide.png", (200_000, 32), "more than max_width=10000"),
+                                ("bomb.png", (30_000, 30_000), "more pixels than Pillow")):
+        (tmp_path / name).write_bytes(png_header(*size))
+        assert main(["read", "--checkpoint", str(tmp_path / "none"), str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1

@@ -94,6 +94,7 @@ def test_an_unknown_builtin_name_is_a_one_line_error_listing_the_shipped_ones(ca
 
 
 def test_a_builtin_model_of_another_task_is_refused(tmp_path, capsys):
+    write_wav(tmp_path / "x.wav", torch.zeros(8000), 16000)  # read before the checkpoint
     assert main(["transcribe", "--checkpoint", "builtin:translate-dates",
                  str(tmp_path / "x.wav")]) == 2
     assert "not a asr checkpoint (task 'translate')" in capsys.readouterr().err

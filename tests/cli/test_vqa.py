@@ -25,6 +25,8 @@ def test_train_vqa_resume_and_ask(tmp_path, capsys):
     assert main([*args[:args.index("--steps")], "--steps", "3", "--resume",
                  *args[args.index("--eval-every"):]]) == 0
     assert "stopped after 3 steps" in capsys.readouterr().out
+    assert main([*args, "--resume", "--hops", "2", "--model", "none"]) == 2
+    assert "--model 'san' saved, 'none' given; --hops 3 saved, 2 given" in capsys.readouterr().err
     image = tmp_path / "scene.jpg"
     Image.fromarray(generate_scenes(1, seed=9)[0].image.permute(1, 2, 0).numpy()).save(image)
     assert main(["ask", "--checkpoint", str(out / "checkpoint"), str(image),

@@ -245,3 +245,17 @@ def test_write_wav_reads_back_within_one_quantisation_step(tmp_path):
     assert (back - samples.clamp(-1, 1)).abs().max() <= 1 / 32768
     with pytest.raises(ValueError, match=r"samples: expected shape \(N,\), got \(2, 3\)"):
         write_wav(tmp_path / "b.wav", torch.zeros(2, 3), 16000)
+
+
+@pytest.mark.parametrize("size", [None, 0xFFFFFFFF])
+def test_audio_longer_than_the_limit_is_refused_before_decoding(tmp_path, size):
+    silence = bytes(2 * 8000 * 3)  # 3 s of 16-bit silence at 8 kHz
+    data = riff(pcm_fmt(rate=8000), silence, data_size=size)
+    with pytest.raises(DataError, match=r"^long: 3.0 s of audio, more than max_seconds=2.5; "
+                                        r"cut it into utterances$"):
+        parse_wav(data, source="long", max_seconds=2.5)
+    assert parse_wav(data, source="long")[0].numel() == 8000 * 3
+    path = tmp_path / "long.wav"
+    path.write_bytes(data)
+    with pytest.raises(DataError, match=r"long.wav: 3.0 s of audio, more than max_seconds=1"):
+        read_wav(path, max_seconds=1)

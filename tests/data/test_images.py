@@ -18,6 +18,7 @@ from attnkit.data import (
     write_question_folder,
 )
 from attnkit.data.images import read_pixels
+from tests.data.images import png_header
 
 
 def _save(path, array, mode=None):
@@ -60,6 +61,21 @@ def test_unreadable_files_name_the_file(tmp_path):
                         ("float.tiff", "unsupported image mode 'F'")):
         with pytest.raises(DataError, match=f"{name}: {match}"):
             load_image(tmp_path / name, 16)
+
+
+def test_huge_images_are_refused_from_their_header(tmp_path):
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(png_header(30_000, 30_000))
+    with pytest.raises(DataError, match=r"bomb.png: more pixels than Pillow reads safely"):
+        load_image(bomb, 64)
+    wide = tmp_path / "wide.png"
+    wide.write_bytes(png_header(500, 20))
+
+    def refuse(path, width, height):
+        raise DataError(f"{path}: {width} x {height}")
+
+    with pytest.raises(DataError, match=r"wide.png: 500 x 20$"):
+        read_pixels(wide, colour=False, check_size=refuse)
 
 
 def test_stack_images_to_float_and_refuses_mixed_shapes():

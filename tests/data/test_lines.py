@@ -1,8 +1,5 @@
 """Text-line images: generation, held-out fonts, the user's folder reader and batching."""
 
-import struct
-import zlib
-
 import numpy as np
 import pytest
 import torch
@@ -22,6 +19,7 @@ from attnkit.data import (
 )
 from attnkit.data import lines as lines_module
 from attnkit.tokens import UNK
+from tests.data.images import png_header
 
 
 @pytest.fixture(scope="module")
@@ -148,16 +146,6 @@ def _folder(tmp_path, tsv_text):
     return tmp_path, tmp_path / "labels.tsv"
 
 
-def _zero_width_png() -> bytes:
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(
-            ">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", 0, 32, 8, 0, 0, 0, 0)  # width 0, height 32, 8-bit gray
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b""))
-            + chunk(b"IEND", b""))
-
-
 def test_reader_names_the_tsv_line_of_every_bad_image(tmp_path):
     folder, tsv = _folder(tmp_path, "good.png\tok\nmissing.png\tgone\n")
     with pytest.raises(DataError, match=r"labels.tsv:2: image 'missing.png' not found"):
@@ -174,7 +162,7 @@ def test_reader_names_the_tsv_line_of_every_bad_image(tmp_path):
     with pytest.raises(DataError, match=r"labels.tsv:1: .*cut.png: cannot read image"):
         read_line_folder(folder, tsv)
 
-    (folder / "zero.png").write_bytes(_zero_width_png())
+    (folder / "zero.png").write_bytes(png_header(0, 32))
     tsv.write_text("good.png\tok\nzero.png\tempty\n")
     with pytest.raises(DataError, match=r"labels.tsv:2: .*zero.png: cannot read image"):
         read_line_folder(folder, tsv)
@@ -272,3 +260,23 @@ def test_pad_images_turns_8_bit_lines_into_float_per_batch():
     assert torch.all(batch[1, 0, :, 3:] == 1.0)
     dark, _ = pad_images([b, a], fill=0.0)
     assert torch.all(dark[0, 0, :, 3:] == 0.0)
+
+
+
+def test_huge_images_are_refused_from_their_header(tmp_path):
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(png_header(30_000, 30_000))  # Pillow's DecompressionBombError
+    with pytest.raises(DataError, match=r"bomb.png: more pixels than Pillow reads safely "
+                                        r"\(89,478,485\)"):
+        load_line_image(bomb)
+    tall = tmp_path / "tall.png"
+    tall.write_bytes(png_header(9_500, 9_500))  # Pillow's DecompressionBombWarning
+    with pytest.raises(DataError, match="tall.png: more pixels than Pillow reads safely"):
+        load_line_image(tall)
+    wide = tmp_path / "wide.png"
+    wide.write_bytes(png_header(200_000, 32))
+    with pytest.raises(DataError, match=r"^[^:]*wide.png: 200000 x 32 pixels is 200000 px wide "
+                                        r"at height 32, more than max_width=10000$"):
+        load_line_image(wide)
+    with pytest.raises(DataError, match=r"wide.png: 200000 x 32 .* more than max_width=50"):
+        load_line_image(tmp_path / "wide.png", max_width=50)

@@ -32,7 +32,7 @@ def test_each_method_is_the_search_it_names():
     assert torch.equal(got.best().tokens, want.tokens[:, 0])
     drawn = Decoding(sample=True, temperature=1.5, top_k=5, seed=3)
     got = decode(model, src, src_len, max_len=6, decoding=drawn,
-                 generator=drawn.generator("cpu"))
+                 generator=drawn.generator("cpu"), weights=True)
     want = _direct(model, src, src_len, sample, temperature=1.5, top_k=5,
                    generator=torch.Generator().manual_seed(3))
     assert torch.equal(got.tokens, want.tokens)
@@ -91,7 +91,7 @@ def test_samples_are_the_draws_of_a_repeated_batch_ranked_by_model_score():
     src, src_len, _ = toy_batch()
     drawn = Decoding(sample=True, samples=4, temperature=2.0, seed=11)
     got = decode(model, src, src_len, max_len=6, decoding=drawn,
-                 generator=drawn.generator("cpu"))
+                 generator=drawn.generator("cpu"), weights=True)
     assert got.tokens.shape[:2] == (3, 4) and got.scores.shape == (3, 4)
     repeated = torch.arange(3).repeat_interleave(4)
     plain = sample(model.step, model.start(src[repeated], src_len[repeated]), batch_size=12,
@@ -125,3 +125,14 @@ def test_max_len_replaces_the_callers_limit():
 def test_bad_sampling_and_length_options_name_the_argument(kw, match):
     with pytest.raises(ValueError, match=match):
         Decoding(**kw)
+
+
+@torch.no_grad()
+def test_attention_weights_are_kept_only_when_asked_for():
+    model = _model()
+    src, src_len, _ = toy_batch()
+    for decoding in (Decoding(), Decoding(beam=3)):
+        lean = decode(model, src, src_len, max_len=6, decoding=decoding)
+        kept = decode(model, src, src_len, max_len=6, decoding=decoding, weights=True)
+        assert lean.weights is None and kept.weights.shape[:2] == kept.tokens.shape
+        assert torch.equal(lean.tokens, kept.tokens)

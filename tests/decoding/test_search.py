@@ -272,3 +272,49 @@ def test_unfinished_outputs_never_emit_pad_or_bos():
             assert (row[:n] >= 2).all() and (row[n:] == PAD).all(), out.tokens
     g = greedy(step, state, batch_size=2, bos=BOS, eos=EOS, max_len=4)
     assert (g.tokens == 3).all()  # the best token that is neither pad nor bos
+
+
+def _trimmed(hyp):
+    """Tokens and weights without the trailing all-pad steps (a search that stops earlier
+    returns fewer of them)."""
+    t = int(hyp.lengths.max())
+    return hyp.tokens[..., :t], None if hyp.weights is None else hyp.weights[..., :t, :]
+
+
+@pytest.mark.parametrize("alpha, beta, n_best, eos_bias, sooner", [
+    (0.0, 0.0, 1, 1.0, True), (0.6, 0.0, 2, 0.5, True), (0.0, 0.5, 1, 2.0, True),
+    (1.0, 0.3, 3, 0.0, False),  # a weak bound: lp(40) lets live hypotheses hope to the end
+])
+def test_beam_search_stops_when_finished_hypotheses_cannot_be_beaten_with_the_same_result(
+        monkeypatch, alpha, beta, n_best, eos_bias, sooner):
+    from attnkit.decoding import search
+
+    model = ToyModel(vocab=6, seed=3, eos_bias=eos_bias)
+    kw = dict(batch_size=5, beam_size=4, bos=BOS, eos=EOS, max_len=torch.tensor(
+        [40, 3, 25, 40, 12]), alpha=alpha, beta=beta, n_best=n_best)
+    calls = []
+
+    def counted(tokens, state):
+        calls.append(1)
+        return model.step(tokens, state)
+
+    early = beam_search(counted, model.init(5), **kw)
+    steps_early = len(calls)
+    monkeypatch.setattr(search, "_settled",
+                        lambda rank, scores, *a: torch.zeros(scores.shape[0], dtype=torch.bool))
+    full = beam_search(counted, model.init(5), **kw)
+    assert (steps_early < len(calls) - steps_early) == sooner
+    for a, b in zip(_trimmed(early), _trimmed(full)):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(early.lengths, full.lengths)
+    torch.testing.assert_close(early.scores, full.scores)
+
+
+def test_weights_are_kept_only_when_asked_for():
+    model = ToyModel(seed=2)
+    kw = dict(batch_size=3, bos=BOS, eos=EOS, max_len=6)
+    for search_fn, extra in ((greedy, {}), (beam_search, {"beam_size": 3, "beta": 0.4})):
+        kept = search_fn(model.step, model.init(3), **kw, **extra)
+        lean = search_fn(model.step, model.init(3), **kw, **extra, weights=False)
+        assert kept.weights is not None and lean.weights is None
+        assert torch.equal(kept.tokens, lean.tokens)  # the coverage penalty still counts

@@ -103,12 +103,13 @@ def test_teacher_forcing_equals_the_steps(attention):
 def test_decoding_greedy_beam_and_sampling(attention):
     model = _model(attention=attention)
     images, lengths = _images(), torch.full((3,), model.cells)
-    greedy = decode(model, images, lengths, max_len=6)
+    greedy = decode(model, images, lengths, max_len=6, weights=True)
     beam1 = decode(model, images, lengths, max_len=6, decoding=Decoding(beam=1, n_best=1,
                                                                          length_penalty=0.0,
                                                                          no_repeat_ngram=0))
     beam = decode(model, images, lengths, max_len=6, decoding=Decoding(beam=3))
-    drawn = decode(model, images, lengths, max_len=6, decoding=Decoding(sample=True, seed=0))
+    drawn = decode(model, images, lengths, max_len=6, decoding=Decoding(sample=True, seed=0),
+                   weights=True)
     assert torch.equal(greedy.tokens, beam1.tokens)
     assert greedy.weights.shape == (3, greedy.tokens.shape[1], model.cells)
     assert beam.tokens.shape[0] == 3 and drawn.weights is not None

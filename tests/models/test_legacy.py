@@ -37,8 +37,9 @@ def test_an_old_seq2seq_checkpoint_loads_with_the_same_outputs(tmp_path):
     (folder / "config.json").write_text(json.dumps(
         {"format": "attnkit-checkpoint", "version": 1,
          "config": {"task": "translate", "model": old_config}}))
-    (folder / "vocab.json").write_text(json.dumps({"src": {"type": "char", "symbols": []},
-                                                   "tgt": {"type": "char", "symbols": []}}))
+    (folder / "vocab.json").write_text(json.dumps(  # 4 specials + 7 and 9 characters
+        {"src": {"type": "char", "symbols": list("abcdefg")},
+         "tgt": {"type": "char", "symbols": list("abcdefghi")}}))
     loaded, ck = load_task_model(folder, "translate")
     src, src_len, tgt_in = toy_batch()
     with torch.no_grad():

@@ -16,6 +16,7 @@ from attnkit.models import (
     Transformer,
     build_model,
     model_config,
+    model_shapes,
 )
 from attnkit.models.registry import Model
 
@@ -69,10 +70,30 @@ def test_config_records_defaults_and_positional_arguments():
     ({"name": "gpt"}, "'name' must be one of .*got 'gpt'"),
     ({"name": "seq2seq", "src_vocab": 5, "tgt_vocab": 5, "hiden": 3, "x": 1},
      "model config: seq2seq takes no argument hiden, x"),
+    ({"name": "seq2seq", "src_vocab": 5}, "model config: seq2seq needs tgt_vocab"),
+    ({"name": "crnn", "vocab": 5, "channels": [4, "4"]},
+     r"model config: channels: expected a list of int, got \[4, '4'\] \(list\)"),
+    ({"name": "las", "vocab": 5, "attn_dim": 2.5},
+     r"model config: attn_dim: expected int or null, got 2.5 \(float\)"),
+    ({"name": "las", "vocab": 5, "dropout": float("inf")},
+     r"model config: dropout: expected float, got inf \(float\)"),
+    ({"name": "las", "vocab": True}, r"model config: vocab: expected int, got True \(bool\)"),
 ])
 def test_bad_configs_are_refused_naming_what_is_wrong(config, match):
     with pytest.raises(ValueError, match=match):
         build_model(config)
+
+
+def test_shapes_come_from_the_meta_device_whatever_the_sizes():
+    small = Seq2Seq(3, 7, emb=5, hidden=4)
+    assert model_shapes(model_config(small)) == {k: tuple(v.shape)
+                                                  for k, v in small.state_dict().items()}
+    huge = model_shapes({"name": "seq2seq", "src_vocab": 10**9, "tgt_vocab": 7, "emb": 10**6,
+                         "hidden": 4})
+    assert huge["encoder.embed.weight"] == (10**9, 10**6)  # 4 PB of float32: never allocated
+    with pytest.raises(ValueError, match=r"model config: crnn cannot be built from it: "
+                                         r"window: expected a positive int, got 0"):
+        model_shapes({"name": "crnn", "vocab": 5, "attention": "window", "window": 0})
 
 
 def test_config_of_an_unregistered_module_is_refused():

@@ -106,7 +106,8 @@ def test_a_few_steps_lower_the_loss_and_evaluate_reports_everything(scenes, tmp_
     assert after < before - 0.3
     metrics = task.evaluate(model)
     assert set(metrics) == {"bleu", "chrf", "exact", "true_captions", "attention_on_object"}
-    captions = caption_images(model, task.words, [s.image for s in scenes[:2]], max_words=4)
+    captions = caption_images(model, task.words, [s.image for s in scenes[:2]], max_words=4,
+                              weights=True)
     assert all(len(c.texts[0].split()) <= 4 and c.weights.shape[1] == 64 for c in captions)
 
 

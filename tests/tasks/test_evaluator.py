@@ -25,7 +25,7 @@ def upper_task():
         def read(self, path):
             return [Example(a, b, f"{path}:{n}") for n, (a, b) in enumerate(read_tsv(path), 1)]
 
-        def decode(self, inputs, decoding=None):
+        def decode(self, inputs, decoding=None, *, weights=False):
             return [Output([text.upper()], lambda path, title=None: None) for text in inputs]
 
     yield Upper

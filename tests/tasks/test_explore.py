@@ -26,7 +26,7 @@ def test_a_transformer_gives_every_layer_and_head_and_its_mean_matches_decoding(
     ev, sources = _evaluator(model), ["abc", "fed cab"]
     decoding = Decoding(beam=3, n_best=3)
     examples = explore_examples(ev, sources, decoding, names=["one", "two"])
-    _, raws = translate(model, CHARS, CHARS, sources, decoding=decoding)
+    _, raws = translate(model, CHARS, CHARS, sources, decoding=decoding, weights=True)
     assert [e.name for e in examples] == ["one", "two"]
     for b, (ex, source) in enumerate(zip(examples, sources)):
         assert list(ex.source) == list(source) and ex.text == source

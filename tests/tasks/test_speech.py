@@ -77,18 +77,24 @@ def test_pretraining_batches_cover_every_transcript_once_per_epoch():
 
 
 def test_metrics_and_evaluation():
-    assert metrics(["one two"], ["one two"]) == {"cer": 0.0, "wer": 0.0, "accuracy": 1.0}
+    assert metrics(["one two"], ["one two"]) == {"cer": 0.0, "wer": 0.0, "1-cer": 1.0}
     scores = metrics(["one tw", ""], ["one two", "six"])
-    assert scores["cer"] == pytest.approx(4 / 10) and scores["accuracy"] == pytest.approx(0.6)
+    assert scores["cer"] == pytest.approx(4 / 10) and scores["1-cer"] == pytest.approx(0.6)
     task = _task()
-    assert set(task.evaluate(task.build_model())) == {"cer", "wer", "accuracy"}
+    assert set(task.evaluate(task.build_model())) == {"cer", "wer", "1-cer"}
+
+
+def test_no_metric_is_called_an_accuracy_when_it_can_be_negative():
+    scores = metrics(["one one one one one one"], ["one"])  # 20 insertions, 3 characters
+    assert scores["cer"] > 1 and scores["1-cer"] < 0
+    assert not any("accuracy" in name for name in scores)
 
 
 def test_transcribe_beam_one_is_greedy_and_weights_cover_listener_steps():
     task = _task()
     model = task.build_model()
     feats = task.valid.features
-    greedy, raws = transcribe(model, task.char_vocab, feats)
+    greedy, raws = transcribe(model, task.char_vocab, feats, weights=True)
     one_beam = Decoding(beam=1, length_penalty=0.5)  # beam search with one hypothesis
     assert one_beam.method == "beam"
     beam, _ = transcribe(model, task.char_vocab, feats, decoding=one_beam)

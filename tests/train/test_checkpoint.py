@@ -119,24 +119,74 @@ def test_a_pickle_in_place_of_the_weights_is_refused_not_run(tmp_path):
         load_checkpoint(path)
 
 
-def test_a_save_cut_between_its_renames_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+class Killed(BaseException):
+    """The process dying at this point: nothing after it runs (no ``except`` catches it)."""
+
+
+def test_a_save_killed_at_any_point_leaves_a_complete_checkpoint(tmp_path, monkeypatch):
+    """Kill the second save before each of its renames and deletions in turn: the newest
+    complete copy is read, and recover_checkpoint puts it in place and deletes the rest."""
     model = Tiny()
-    save_checkpoint(tmp_path / "ck", model=model, config={"n": 1})
-    real = ckpt_mod.os.replace
-    calls = []
+    cut = 0
+    while True:
+        cut += 1
+        folder = tmp_path / f"cut{cut}"
+        save_checkpoint(folder / "ck", model=model, config={"n": 1})
+        calls = []
 
-    def flaky(src, dst):
-        calls.append(dst)
-        if len(calls) == 2:  # the new checkpoint's rename into place
-            raise OSError("power cut")
-        return real(src, dst)
+        def killed_at(real):
+            def op(*args, **kwargs):
+                calls.append(args)
+                if len(calls) == cut:
+                    raise Killed
+                return real(*args, **kwargs)
+            return op
 
-    monkeypatch.setattr(ckpt_mod.os, "replace", flaky)
-    with pytest.raises(OSError, match="power cut"):
-        save_checkpoint(tmp_path / "ck", model=model, config={"n": 2})
-    monkeypatch.undo()
+        monkeypatch.setattr(ckpt_mod.os, "replace", killed_at(ckpt_mod.os.replace))
+        monkeypatch.setattr(ckpt_mod.shutil, "rmtree", killed_at(ckpt_mod.shutil.rmtree))
+        try:
+            save_checkpoint(folder / "ck", model=model, config={"n": 2})
+            finished = True
+        except Killed:
+            finished = False
+        monkeypatch.undo()
+        read = load_checkpoint(folder / "ck").config["n"]
+        assert read == 2 or not finished
+        assert ckpt_mod.recover_checkpoint(folder / "ck") == folder / "ck"
+        assert sorted(p.name for p in folder.iterdir()) == ["ck"], cut
+        assert load_checkpoint(folder / "ck").config["n"] == read
+        if finished:
+            break
+    assert cut > 4  # every rename and deletion of the swap was cut once
+
+
+def test_recover_restores_the_moved_aside_copy_and_removes_killed_saves(tmp_path):
+    save_checkpoint(tmp_path / "ck", model=Tiny(), config={"n": 1})
+    (tmp_path / "ck").rename(tmp_path / ".ck.old")  # killed between the renames
+    partial = tmp_path / ".ck.k2j4h6g8"  # a save killed while writing its files
+    partial.mkdir()
+    (partial / "config.json").write_text("{")
     assert load_checkpoint(tmp_path / "ck").config == {"n": 1}
+    assert ckpt_mod.recover_checkpoint(tmp_path / "ck") == tmp_path / "ck"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
-    # A crash right between the renames leaves only the moved-aside copy: it is read.
-    real(tmp_path / "ck", tmp_path / ".ck.old")
     assert load_checkpoint(tmp_path / "ck").config == {"n": 1}
+    assert ckpt_mod.recover_checkpoint(tmp_path / "none") is None
+
+
+def test_malformed_config_optimizer_or_trainer_files_are_named(tmp_path):
+    model = Tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    _train(model, opt, 1, seed=0)
+    path = save_checkpoint(tmp_path / "ck", model=model, config={}, optimizer=opt,
+                           trainer_state={"step": 1})
+    (path / "optimizer.json").write_text(json.dumps({"state": [1, 2]}))
+    with pytest.raises(CheckpointError, match=r"ck: optimizer state not in the attnkit layout"):
+        load_checkpoint(path)
+    (path / "optimizer.json").unlink()
+    (path / "trainer.json").write_text("[1]")
+    with pytest.raises(CheckpointError, match=r"trainer.json: must be a JSON object, got list"):
+        load_checkpoint(path)
+    (path / "config.json").write_text(json.dumps({"format": "attnkit-checkpoint", "version": 1,
+                                                  "config": "seq2seq"}))
+    with pytest.raises(CheckpointError, match=r"config.json: 'config' must be a JSON object"):
+        load_checkpoint(path)

@@ -100,7 +100,7 @@ def test_signal_saves_a_checkpoint_and_stops(tmp_path):
 
     task.loss = loss
     result = Trainer(Reverse(), task, _cfg(max_steps=50), tmp_path).fit()
-    assert result.stopped == "signal" and result.step == 4
+    assert result.stopped == "signal" and result.step == 4 and result.signal == signal.SIGTERM
     assert load_checkpoint(tmp_path / "checkpoint").trainer_state["step"] == 4
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handler restored
 
@@ -139,7 +139,7 @@ def test_resume_refuses_other_settings(tmp_path):
         trainer.resume()
     other = ReverseTask(vocab=5)
     with pytest.raises(CheckpointError, match=r"saved for another task set-up \(differs in "
-                                              r"vocab\)"):
+                                              r"vocab: 6 saved, 5 now\)"):
         Trainer(Reverse(vocab=5), other, _cfg(max_steps=10), tmp_path).resume()
     with pytest.raises(ValueError, match="^patience: expected a positive int or None, got 0"):
         TrainConfig(patience=0)

@@ -25,7 +25,7 @@ from attnkit.data import (
     read_wav,
 )
 from attnkit.data import resample as resample_audio
-from attnkit.data.audio import SAMPLE_RATE
+from attnkit.data.audio import MAX_SECONDS, SAMPLE_RATE
 from attnkit.data.speech import KINDS, speech_dataset
 from attnkit.models.las import MIN_FRAMES
 from attnkit.tasks.speech import SpeechTask, SpellerPretraining, plot_transcription, transcribe
@@ -53,6 +53,7 @@ def add_train_parser(train_sub) -> None:
                       help=f"built-in speech features are cached here (default {DEFAULT_CACHE})")
     data.add_argument("--workers", type=common.positive_int, default=2,
                       help="espeak-ng processes at a time when synthesising")
+    add_max_seconds_arg(data)
     model = p.add_argument_group("model")
     model.add_argument("--listener-hidden", type=common.positive_int, default=128,
                        help="per direction of the listener's BiLSTMs")
@@ -67,8 +68,8 @@ def add_train_parser(train_sub) -> None:
     model.add_argument("--key-value-dim", type=common.positive_int, default=128)
     model.add_argument("--attn-dim", type=common.positive_int, help="additive/location attention size "
                        "(default --hidden)")
-    model.add_argument("--dropout", type=float, default=0.0)
-    model.add_argument("--ctc-weight", type=float, default=0.0,
+    model.add_argument("--dropout", type=common.proportion, default=0.0)
+    model.add_argument("--ctc-weight", type=common.probability, default=0.0,
                        help="w in (1 - w) * cross-entropy + w * CTC (0: no CTC head)")
     model.add_argument("--pretrain-lm-steps", type=int, default=0, metavar="N",
                        help="first train the speller alone as a character LM on the training "
@@ -78,11 +79,18 @@ def add_train_parser(train_sub) -> None:
     p.set_defaults(run=run_train)
 
 
+def add_max_seconds_arg(p) -> None:
+    """``--max-seconds``: the longest audio file read."""
+    p.add_argument("--max-seconds", type=common.positive_float, default=MAX_SECONDS,
+                   help=f"longest audio file, in seconds (default {MAX_SECONDS:g}): a longer "
+                   "one is refused")
+
+
 def _speech(args) -> tuple[SpeechSet, SpeechSet]:
     if args.train:
-        train = read_manifest(args.train, normalize=True)
+        train = read_manifest(args.train, normalize=True, max_seconds=args.max_seconds)
         if args.valid:
-            return train, read_manifest(args.valid, normalize=True)
+            return train, read_manifest(args.valid, normalize=True, max_seconds=args.max_seconds)
         n = min(100, len(train))
         log.warning("no --valid manifest: validating on the first %d training utterances", n)
         return train, SpeechSet(train.features[:n], train.transcripts[:n], train.origins[:n])
@@ -101,14 +109,15 @@ def run_train(args) -> int:
                          "pre-train without torchrun, then --resume under torchrun")
     torch.manual_seed(args.seed)
     pretrain_dir = args.out / PRETRAIN_DIR
-    ck = common.existing_run(args, "asr", pending=pretrain_dir if args.pretrain_lm_steps else None)
+    wanted = {"name": "las", **{k: getattr(args, k) for k in MODEL_OPTIONS},
+              **alignment_config(args)}
+    ck = common.existing_run(args, "asr", pending=pretrain_dir if args.pretrain_lm_steps else None,
+                             model=wanted)
     train, valid = _speech(args)
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
             {"built_in": list(args.kinds), "n_train": args.n_train, "n_valid": args.n_valid,
              "normalize": True})
-    model_config = ck.config["model"] if ck is not None else {
-        "name": "las", **{k: getattr(args, k) for k in MODEL_OPTIONS},
-        **alignment_config(args)}
+    model_config = ck.config["model"] if ck is not None else wanted
     task = SpeechTask(train, valid, model_config=model_config, batch_size=args.batch_size,
                       seed=args.seed, label_smoothing=args.label_smoothing,
                       teacher_forcing=common.teacher_forcing(args), ctc_weight=args.ctc_weight,
@@ -116,7 +125,7 @@ def run_train(args) -> int:
     model = task.build_model().to(args.device)
     if ck is None and args.pretrain_lm_steps:
         _pretrain_speller(model, task, args, pretrain_dir)
-    if common.train_and_report(model, task, args) is not None:
+    if common.train_and_report(model, task, args, metric="1-cer") is not None:
         _samples_and_plots(model, task, args.out, args.plot)
     return 0
 
@@ -130,6 +139,7 @@ def _pretrain_speller(model, task: SpeechTask, args, folder: Path) -> None:
     if args.resume and (folder / "checkpoint").exists():
         trainer.resume()
     result = trainer.fit()
+    common.stop_if_signalled(result, trainer.checkpoint_dir)
     scores = ", ".join(f"{k} {v:.4f}" for k, v in result.history[-1].items() if k != "step") \
         if result.history else "no validation"
     print(f"speller pre-trained as a language model for {result.step} steps "
@@ -138,7 +148,7 @@ def _pretrain_speller(model, task: SpeechTask, args, folder: Path) -> None:
 
 def _samples_and_plots(model, task: SpeechTask, out: Path, n_plots: int) -> None:
     features = task.valid.features[: max(n_plots, 5)]
-    outs, raws = transcribe(model, task.char_vocab, features)
+    outs, raws = transcribe(model, task.char_vocab, features, weights=n_plots > 0)
     for ref, hyp in list(zip(task.valid.transcripts, outs))[:5]:
         print(f"  {hyp}" + ("" if hyp == ref else f"   (reference: {ref})"))
     _plot_all(raws, features[:n_plots], task.char_vocab, out)
@@ -159,6 +169,7 @@ def add_transcribe_parser(sub) -> None:
     p = sub.add_parser("transcribe", help="transcribe WAV files with a trained asr checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("wav", type=Path, nargs="+", help="16-bit PCM WAV files (any rate)")
+    add_max_seconds_arg(p)
     common.add_decoding_args(p, beam=5)
     add_joint_args(p)
     common.add_device_arg(p)
@@ -166,13 +177,14 @@ def add_transcribe_parser(sub) -> None:
     p.set_defaults(run=run_transcribe)
 
 
-def wav_features(path: Path) -> torch.Tensor:
+def wav_features(path: Path, max_seconds: float | None = MAX_SECONDS) -> torch.Tensor:
     """Normalised log-mel features ``(T, 80)`` of a WAV file, as in training.
 
     Raises:
-        DataError: naming the file: unreadable, not 16-bit PCM, or shorter than 80 ms.
+        DataError: naming the file: unreadable, not 16-bit PCM, shorter than 80 ms or longer
+            than ``max_seconds``.
     """
-    samples, rate = read_wav(path)
+    samples, rate = read_wav(path, max_seconds=max_seconds)
     features = log_mel(resample_audio(samples, rate, SAMPLE_RATE), normalize=True)
     if features.shape[0] < MIN_FRAMES:
         raise DataError(f"{path}: {features.shape[0]} feature frames "
@@ -183,9 +195,10 @@ def wav_features(path: Path) -> torch.Tensor:
 
 def run_transcribe(args) -> int:
     decoding = joint_decoding(args, common.decoding(args))
+    features = [wav_features(path, args.max_seconds) for path in args.wav]
     evaluator = common.load_evaluator(args.checkpoint, args.device, "asr")
     evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
-    outputs = evaluator.decode([wav_features(path) for path in args.wav], decoding)
+    outputs = evaluator.decode(features, decoding, weights=args.plot is not None)
     common.print_outputs(outputs, args)
     if args.plot:
         for i, output in enumerate(outputs):

@@ -26,10 +26,10 @@ def add_train_parser(train_sub) -> None:
     model.add_argument("--hidden", type=common.positive_int, default=256, help="LSTM size")
     model.add_argument("--emb", type=common.positive_int, default=128)
     model.add_argument("--attn-dim", type=common.positive_int, default=128)
-    model.add_argument("--dropout", type=float, default=0.1)
-    model.add_argument("--doubly-stochastic", type=float, default=1.0, metavar="LAMBDA",
-                       help="weight of sum_i (1 - sum_t alpha_ti)^2 (0: none)")
-    model.add_argument("--entropy-weight", type=float, default=0.01,
+    model.add_argument("--dropout", type=common.proportion, default=0.1)
+    model.add_argument("--doubly-stochastic", type=common.non_negative_float, default=1.0,
+                       metavar="LAMBDA", help="weight of sum_i (1 - sum_t alpha_ti)^2 (0: none)")
+    model.add_argument("--entropy-weight", type=common.non_negative_float, default=0.01,
                        help="hard attention: the entropy bonus")
     common.add_training_args(p, steps=20000, batch_size=32, lr=1e-3, eval_every=500,
                              label_smoothing=0.0)
@@ -38,11 +38,12 @@ def add_train_parser(train_sub) -> None:
 
 def run_train(args) -> int:
     torch.manual_seed(args.seed)
-    ck = common.existing_run(args, "caption")
-    model_config = ck.config["model"] if ck is not None else dict(
+    wanted = dict(
         name="captioner", image_size=args.image_size, channels=list(args.channels),
         hidden=args.hidden, emb=args.emb, attn_dim=args.attn_dim, attention=args.attention,
         gate=not args.no_gate, dropout=args.dropout)
+    ck = common.existing_run(args, "caption", model=wanted, options={"gate": "--no-gate"})
+    model_config = ck.config["model"] if ck is not None else wanted
     size = model_config["image_size"]
     train, valid = (images.user_data(args, size, read_caption_folder) if args.train else
                     images.built_in_scenes(args, size))
@@ -57,7 +58,7 @@ def run_train(args) -> int:
     if common.train_and_report(model, task, args, metric="bleu") is not None:
         shown = task.valid[: max(args.plot, 5)]
         captions = caption_images(model, task.words, [item.image for item in shown],
-                                  max_words=task.max_words)
+                                  max_words=task.max_words, weights=args.plot > 0)
         for item, caption in list(zip(shown, captions))[:5]:
             print(f"  {caption.texts[0]}" + ("" if caption.texts[0] in item.captions else
                                              f"   (reference: {item.captions[0]})"))
@@ -84,7 +85,7 @@ def run_caption(args) -> int:
     vocab = WordVocab.from_json(ck.vocab)
     pictures = [load_image(path, ck.config["model"]["image_size"]) for path in args.images]
     captions = caption_images(model, vocab, pictures, max_words=ck.config["max_words"],
-                              decoding=decoding)
+                              decoding=decoding, weights=args.plot is not None)
     common.print_outputs(captions, args)
     if args.plot:
         images.say_written(plot_captions(pictures, captions, args.plot))

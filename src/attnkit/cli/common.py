@@ -3,21 +3,28 @@
 Each task adds its own data and model options, builds its task object and model, and hands
 them to :func:`train_and_report`; the training options, the refusal to overwrite a run, the
 resume, the final held-out report and ``history.json`` are the same for every task. ``--device``
-(every command that runs a model) and ``--precision`` are checked by :func:`resolve_run_options`
-before a command reads or writes anything.
+(every command that runs a model) and ``--precision`` are checked by :func:`resolve_run_options`,
+and the folders a command writes (``--out``, ``--plot DIR``) by :func:`check_arguments`,
+before a command reads or writes anything. A training command holds the lock of its ``--out``
+(:func:`locked_run_folder`) from start to end.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import os
+import signal
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 
 from attnkit.cli import recipes
+from attnkit.data import load_vocab
 from attnkit.decoding import Decoding
-from attnkit.models import build_model, legacy
+from attnkit.models import build_model, legacy, model_shapes
 from attnkit.tasks import EVALUATORS, evaluator_for
 from attnkit.train import (
     PRECISIONS,
@@ -30,16 +37,20 @@ from attnkit.train import (
     check_precision,
     distributed,
     load_checkpoint,
+    lock_folder,
+    recover_checkpoint,
     resolve_device,
 )
 
 log = logging.getLogger("attnkit")
 
-__all__ = ["add_decoding_args", "add_device_arg", "add_task_parser", "add_training_args",
-           "choice_list", "decoding", "existing_run", "held_out", "load_evaluator",
-           "load_task_checkpoint", "load_task_model", "non_negative_float", "non_negative_int",
-           "positive_int", "print_outputs", "resolve_run_options", "teacher_forcing",
-           "train_and_report", "training_config"]
+__all__ = ["Interrupted", "add_decoding_args", "add_device_arg", "add_task_parser",
+           "add_training_args", "check_arguments", "choice_list", "decoding", "existing_run",
+           "float_in", "held_out", "is_training", "load_evaluator", "load_task_checkpoint",
+           "load_task_model", "locked_run_folder", "non_negative_float", "non_negative_int",
+           "positive_float", "positive_int", "print_outputs", "probability", "proportion",
+           "resolve_run_options", "stop_if_signalled", "teacher_forcing", "train_and_report",
+           "training_config"]
 
 CUDA_DATA_WORKERS = 2  # --workers-data on a GPU when not given (0 on CPU)
 
@@ -58,6 +69,27 @@ def int_at_least(minimum: int, name: str):
 
 positive_int = int_at_least(1, "positive int")
 non_negative_int = int_at_least(0, "non-negative int")
+
+
+def float_in(low: float, high: float, name: str, *, low_included: bool = True,
+             high_included: bool = True):
+    """An argparse type: a finite float between ``low`` and ``high`` (each included unless
+    told; ``high`` may be infinite); argparse names it ``name`` in its error."""
+    def parse(text: str) -> float:
+        value = float(text)
+        if not (math.isfinite(value) and low <= value <= high) or (
+                value == low and not low_included) or (value == high and not high_included):
+            raise ValueError(text)
+        return value
+
+    parse.__name__ = name
+    return parse
+
+
+probability = float_in(0.0, 1.0, "probability in [0, 1]")
+proportion = float_in(0.0, 1.0, "number in [0, 1)", high_included=False)  # dropout, smoothing
+positive_float = float_in(0.0, math.inf, "positive number", low_included=False)
+non_negative_float = float_in(0.0, math.inf, "non-negative number")
 
 
 def choice_list(choices: tuple[str, ...], what: str):
@@ -121,6 +153,76 @@ def resolve_run_options(args) -> None:
         args.workers_data = CUDA_DATA_WORKERS if args.device.type == "cuda" else 0
 
 
+def _check_folder(path: Path, option: str) -> None:
+    """Refuse a folder option naming a file, or a folder that could not be created in the
+    first existing folder above it (a file on the way, no write permission)."""
+    if path.exists():
+        if not path.is_dir():
+            raise ValueError(f"{option}: {path} is a file, not a folder")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(f"{option}: {path}: no permission to write in it")
+        return
+    above = next(p for p in path.absolute().parents if p.exists())
+    if not above.is_dir():
+        raise ValueError(f"{option}: cannot create {path}: {above} is a file")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise ValueError(f"{option}: cannot create {path}: no permission to write in {above}")
+
+
+def check_arguments(args) -> None:
+    """The checks argparse cannot make, before any work: ``--valid`` only with ``--train``;
+    a run folder ``--out`` (training) or a picture folder ``--plot DIR`` must not name a file
+    and must be possible to create.
+
+    Raises:
+        ValueError: naming the option, the path and why.
+    """
+    if getattr(args, "valid", None) is not None and getattr(args, "train", None) is None:
+        raise ValueError("--valid: only with --train (the built-in data has its own "
+                         "validation split)")
+    if is_training(args):
+        _check_folder(args.out, "--out")
+    if isinstance(getattr(args, "plot", None), Path):
+        _check_folder(args.plot, "--plot")
+
+
+def is_training(args) -> bool:
+    """Whether ``args`` are those of a training command (:func:`add_training_args`)."""
+    return isinstance(getattr(args, "out", None), Path) and hasattr(args, "resume")
+
+
+def locked_run_folder(args):
+    """A context holding the lock of a training command's ``--out`` (only the main process of
+    a torchrun job takes it); a no-op for other commands.
+
+    Raises:
+        attnkit.train.FolderBusy: another live attnkit process trains in it.
+    """
+    if not is_training(args) or not distributed.is_main():
+        return nullcontext()
+    return lock_folder(args.out)
+
+
+class Interrupted(Exception):
+    """A run stopped by SIGINT or SIGTERM after saving its checkpoint; ``exit_code`` is
+    ``128 + signal`` (130, 143), as a shell reports a process ended by that signal."""
+
+    def __init__(self, signum: int, message: str):
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+def stop_if_signalled(result: TrainResult, checkpoint: Path) -> None:
+    """Raise :class:`Interrupted` when a signal stopped the run of ``result`` (its checkpoint
+    saved in ``checkpoint``): the command ends there, with the signal's exit code."""
+    if result.stopped != "signal":
+        return
+    signum = result.signal or signal.SIGTERM  # another process of a torchrun job got it
+    raise Interrupted(signum, f"stopped by {signal.Signals(signum).name} after {result.step} "
+                              f"steps; the checkpoint is saved in {checkpoint}: continue with "
+                              "--resume")
+
+
 def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float = 3e-3,
                       eval_every: int = 200, label_smoothing: float = 0.1) -> None:
     """The "training" option group, with per-task defaults."""
@@ -128,11 +230,12 @@ def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float 
     train.add_argument("--out", type=Path, required=True, help="run folder (checkpoint, plots)")
     train.add_argument("--resume", action="store_true", help="continue the run in --out")
     train.add_argument("--steps", type=positive_int, default=steps)
-    train.add_argument("--time-budget", type=float, help="seconds; stop and save after this")
+    train.add_argument("--time-budget", type=positive_float,
+                       help="seconds; stop and save after this")
     train.add_argument("--batch-size", type=positive_int, default=batch_size)
-    train.add_argument("--lr", type=float, default=lr)
-    train.add_argument("--warmup", type=int, default=100)
-    train.add_argument("--label-smoothing", type=float, default=label_smoothing)
+    train.add_argument("--lr", type=positive_float, default=lr)
+    train.add_argument("--warmup", type=non_negative_int, default=100)
+    train.add_argument("--label-smoothing", type=proportion, default=label_smoothing)
     train.add_argument("--teacher-forcing", type=float, default=1.0,
                        help="probability of feeding the reference token (at the start)")
     train.add_argument("--teacher-forcing-end", type=float,
@@ -153,18 +256,9 @@ def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float 
                        help="processes building batches (default 0 on CPU, "
                        f"{CUDA_DATA_WORKERS} on CUDA)")
     train.add_argument("--no-progress", action="store_true")
-    train.add_argument("--plot", type=int, default=3, help="pictures of N validation examples")
+    train.add_argument("--plot", type=non_negative_int, default=3,
+                       help="pictures of N validation examples")
 
-
-def non_negative_float(text: str) -> float:
-    """An argparse type: a finite float >= 0."""
-    value = float(text)
-    if not 0.0 <= value < float("inf"):
-        raise ValueError(text)
-    return value
-
-
-non_negative_float.__name__ = "non-negative number"
 
 # Beam search ranks by log P / ((5 + |Y|) / 6) ** alpha: with alpha 0 a beam prefers outputs
 # that end early (a LAS model trained with label smoothing stops after the first word on some
@@ -259,7 +353,8 @@ def load_evaluator(directory: Path, device: torch.device | str = "cpu", task: st
     of ``task`` (any other task's checkpoint is refused), or of the task the checkpoint names.
 
     Raises:
-        CheckpointError: naming the folder, when no evaluator is registered for its task.
+        CheckpointError: naming the folder, when no evaluator is registered for its task, or
+            ``config.json`` when the evaluator refuses a task setting in it.
     """
     if task is None:
         task = load_checkpoint(directory).config.get("task")
@@ -267,7 +362,10 @@ def load_evaluator(directory: Path, device: torch.device | str = "cpu", task: st
             raise CheckpointError(f"{directory}: a checkpoint of task {task!r}; expected one of "
                                   f"{', '.join(sorted(EVALUATORS))}")
     model, ck = load_task_model(directory, task, device)
-    return evaluator_for(task)(model, ck.config, ck.vocab)
+    try:
+        return evaluator_for(task)(model, ck.config, ck.vocab)
+    except ValueError as exc:
+        raise CheckpointError(f"{ck.path / 'config.json'}: {exc}") from None
 
 
 def teacher_forcing(args) -> TeacherForcing:
@@ -277,43 +375,107 @@ def teacher_forcing(args) -> TeacherForcing:
 
 
 def load_task_checkpoint(directory: Path, task: str) -> Checkpoint:
-    """A checkpoint written by a run of ``task`` (``config["task"]``), with its vocabulary
-    and model config; anything else is a :class:`CheckpointError` naming the folder."""
+    """A checkpoint written by a run of ``task`` (``config["task"]``), with its model config
+    and its vocabularies, each readable and as long as the model's config says (a shorter
+    one would turn the model's outputs into ``<unk>``); anything else is a
+    :class:`CheckpointError` naming the folder or the file.
+
+    ``vocab.json`` holds one vocabulary, sized by the model config's ``vocab``, or several by
+    name, each sized by ``NAME_vocab`` (``src_vocab``) or ``NAME`` (VQA's ``words``, and its
+    ``answers``: a list of class names); an entry the model config does not size is the
+    task's own and is not checked here."""
     ck = load_checkpoint(directory)
-    if ck.config.get("task") != task or not ck.vocab or "model" not in ck.config:
+    if ck.config.get("task") != task or not isinstance(ck.config.get("model"), dict):
         raise CheckpointError(f"{directory}: not a {task} checkpoint "
                               f"(task {ck.config.get('task')!r})")
+    if ck.vocab is None:
+        raise CheckpointError(f"{ck.path / 'vocab.json'}: missing (a {task} checkpoint keeps "
+                              "its vocabulary there)")
+    single = isinstance(ck.vocab, dict) and "type" in ck.vocab
+    vocabs = {"": ck.vocab} if single else ck.vocab if isinstance(ck.vocab, dict) else {"": None}
+    model = ck.config["model"]
+    for name, data in vocabs.items():
+        key = next((k for k in (f"{name}_vocab", name) if k in model), None) if name else "vocab"
+        if key is None:
+            continue
+        try:
+            size = len(data) if isinstance(data, list) else len(load_vocab(data))
+        except ValueError as exc:
+            raise CheckpointError(f"{ck.path / 'vocab.json'}: {exc}") from None
+        expected = model.get(key)  # not an int: refused by load_task_model
+        if isinstance(expected, int) and expected != size:
+            raise CheckpointError(f"{ck.path}: the {name + ' ' if name else ''}vocabulary has "
+                                  f"{size} entries, the model's config says {key}={expected!r}")
     return ck
 
 
 def load_task_model(directory: Path, task: str, device: torch.device | str = "cpu"):
     """The model of a ``task`` checkpoint, built by the registry with its weights loaded, on
     ``device``, and the checkpoint (for the vocabulary and the task's settings). Checkpoints
-    of attnkit 0.1 load too (:mod:`attnkit.models.legacy`)."""
+    of attnkit 0.1 load too (:mod:`attnkit.models.legacy`).
+
+    Nothing is built before the checkpoint has been checked (:func:`load_task_checkpoint`),
+    its model config's types and values (:func:`attnkit.models.check_config`) and the shapes
+    it implies against those of the weights (:func:`attnkit.models.model_shapes`, on the
+    ``meta`` device), so a config asking for a huge model is refused, not allocated; weights
+    holding NaN or infinity are refused too.
+    """
     ck = load_task_checkpoint(directory, task)
     config, ck.model_state = legacy.upgrade(ck.config["model"], ck.model_state)
+    try:
+        shapes = model_shapes(config)
+    except ValueError as exc:
+        raise CheckpointError(f"{ck.path / 'config.json'}: {exc}") from None
+    ck.check_shapes(shapes)
     model = build_model(config)
-    ck.load_model(model)
+    ck.load_model(model)  # refuses NaN or infinite weights
     return model.to(device), ck
 
 
-def existing_run(args, task: str, *, pending: Path | None = None) -> Checkpoint | None:
+def existing_run(args, task: str, *, pending: Path | None = None, model: dict | None = None,
+                 options: dict[str, str] | None = None) -> Checkpoint | None:
     """The ``task`` checkpoint to resume (``--resume``), None for a new run; refuses to
-    overwrite a run.
+    overwrite a run, and to resume one with other model settings.
 
-    ``pending``: the folder of a run that comes before the main one (a pre-training): it is
-    not overwritten either, and ``--resume`` with its checkpoint but none of the main run's
-    gives None (the pre-training resumes, then the main run starts).
+    First the checkpoints are recovered from saves that were cut short
+    (:func:`attnkit.train.recover_checkpoint`: a checkpoint left aside or half replaced is
+    put back, the temporary copies of killed saves deleted), so that a cut-short save counts
+    as a checkpoint here too. ``pending``: the folder of a run that comes before the main one
+    (a pre-training): it is not overwritten either, and ``--resume`` with its checkpoint but
+    none of the main run's gives None (the pre-training resumes, then the main run starts).
+    ``model``: the model config the options ask for; with ``--resume``, each of its keys must
+    equal the checkpoint's ``config["model"]``, else a :class:`CheckpointError` names the
+    options (``options``: the option of a config key, by default ``--key-with-dashes``).
     """
     existing = args.out / "checkpoint"
-    for path in (existing, pending / "checkpoint" if pending else None):
-        if path is not None and path.exists() and not args.resume:
+    paths = [existing] + ([pending / "checkpoint"] if pending else [])
+    if distributed.is_main():  # the one process that writes (and holds the lock)
+        for path in paths:
+            recover_checkpoint(path)
+    for path in paths:
+        if path.exists() and not args.resume:
             raise CheckpointError(f"{path}: already holds a checkpoint; pass --resume to "
                                   "continue it, or choose another --out")
     if not args.resume or (pending is not None and not existing.exists()
                            and (pending / "checkpoint").exists()):
         return None
-    return load_task_checkpoint(existing, task)
+    ck = load_task_checkpoint(existing, task)
+    if model is not None:
+        _check_same_model(ck, model, options or {})
+    return ck
+
+
+def _check_same_model(ck: Checkpoint, model: dict, options: dict[str, str]) -> None:
+    saved = ck.config["model"]
+    changed = {}
+    for key, value in model.items():
+        if saved.get(key) != value:
+            option = options.get(key, "--" + key.replace("_", "-"))
+            changed.setdefault(option, f"{option} {saved.get(key)!r} saved, {value!r} given")
+    if changed:
+        raise CheckpointError(f"{ck.path}: saved with other model settings "
+                              f"({'; '.join(changed.values())}); resume with the settings it "
+                              "was started with, or start a new run in another --out")
 
 
 def training_config(args, **overrides) -> TrainConfig:
@@ -332,11 +494,16 @@ def train_and_report(model, task, args, *, metric: str = "accuracy") -> TrainRes
     """Train (resuming with ``--resume``), print the held-out scores (computed as validation
     is: in the training precision) and write ``history.json``. ``model``: on ``args.device``.
     ``metric``: the validation metric early stopping maximises. Returns None on the other
-    processes of a torchrun job, which leave reporting to rank 0."""
+    processes of a torchrun job, which leave reporting to rank 0.
+
+    Raises:
+        Interrupted: SIGINT or SIGTERM stopped the training (the checkpoint is saved).
+    """
     trainer = Trainer(model, task, training_config(args, metric=metric), args.out)
     if args.resume and trainer.checkpoint_dir.exists():  # else a pre-training was resumed
         trainer.resume()
     result = trainer.fit()
+    stop_if_signalled(result, trainer.checkpoint_dir)
     if not distributed.is_main():
         return None
     final = trainer.evaluate()  # on the whole validation set, after the last step

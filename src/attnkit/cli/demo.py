@@ -68,7 +68,7 @@ def translation(out_dir: Path, budget_s: float, n_train: int, seed: int) -> list
           f"{scores['accuracy']:.1%}, character error rate {scores['cer']:.2%}")
     sources = [s for s, _ in valid[:6]]
     outs, raws = translate(model, task.src_vocab, task.tgt_vocab, sources,
-                           max_len_extra=task.max_len_extra)
+                           max_len_extra=task.max_len_extra, weights=True)
     for (s, t), o in zip(valid, outs):
         print(f"   {s}  ->  {o}" + ("" if o == t else f"   (reference: {t})"))
     return [plot_translation(raws[0], i, sources[i], task.src_vocab, task.tgt_vocab,

@@ -57,7 +57,7 @@ def run(args) -> int:
     _one_output(args)
     evaluator = common.load_evaluator(args.checkpoint, args.device)
     evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
-    result = evaluate(evaluator, args.data, decoding)
+    result = evaluate(evaluator, args.data, decoding, weights=args.plot is not None)
     worst = []
     for rank, i in enumerate(result.worst(args.worst) if args.plot else [], start=1):
         example, output = result.examples[i], result.outputs[i]

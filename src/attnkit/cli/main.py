@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
 from attnkit._version import __version__
@@ -21,7 +22,12 @@ from attnkit.cli import (
     translate,
     vqa,
 )
-from attnkit.cli.common import resolve_run_options
+from attnkit.cli.common import (
+    Interrupted,
+    check_arguments,
+    locked_run_folder,
+    resolve_run_options,
+)
 from attnkit.data import DataError
 from attnkit.train import CheckpointError, distributed
 
@@ -71,7 +77,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         resolve_run_options(args)  # before anything is read or written
-        return args.run(args)
+        check_arguments(args)
+        with locked_run_folder(args):
+            return args.run(args)
+    except Interrupted as exc:  # SIGINT/SIGTERM during training: saved, then stopped
+        print(f"attnkit: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:  # Ctrl-C outside the training loop (reading, building)
+        print("attnkit: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     except (CheckpointError, DataError, ValueError) as exc:  # bad files or settings: a message
         if args.verbose:
             raise

@@ -18,6 +18,7 @@ from attnkit.cli.alignment import (
 from attnkit.cli.lm import load_lm
 from attnkit.data import (
     ALPHABET,
+    MAX_WIDTH,
     CharVocab,
     generate_lines,
     load_line_image,
@@ -55,6 +56,7 @@ def add_train_parser(train_sub) -> None:
                       help="longest built-in training line (validation: 5-200)")
     data.add_argument("--cache-dir", type=Path,
                       help="keep rendered built-in lines here (default: OUT/lines)")
+    add_max_width_arg(data)
     model = p.add_argument_group("model")
     model.add_argument("--attention", choices=("none", "global", "window"), default="window",
                        help="the attention layer between RNN1 and RNN2")
@@ -69,10 +71,10 @@ def add_train_parser(train_sub) -> None:
     model.add_argument("--dec-score", choices=SCORES, default="additive",
                        help="attention head: its score (softmax and local_p alignments)")
     add_alignment_args(model)
-    model.add_argument("--ctc-weight", type=float, default=0.0,
+    model.add_argument("--ctc-weight", type=common.probability, default=0.0,
                        help="attention head: w in (1 - w) * cross-entropy + w * CTC of an "
                             "auxiliary CTC head (0: none)")
-    model.add_argument("--dropout", type=float, default=0.1)
+    model.add_argument("--dropout", type=common.proportion, default=0.1)
     common.add_training_args(p, steps=20000, batch_size=32, lr=1e-3, eval_every=500,
                       label_smoothing=0.0)
     p.set_defaults(run=run_train)
@@ -89,11 +91,18 @@ def _built_in(args, split: str, n: int, min_chars: int, max_chars: int):
     return read_line_folder(cache, cache / "labels.tsv")  # what later runs will read
 
 
+def add_max_width_arg(p) -> None:
+    """``--max-width``: the widest line image read, in pixels at height 32."""
+    p.add_argument("--max-width", type=common.positive_int, default=MAX_WIDTH,
+                   help=f"widest line, in pixels at height 32 (default {MAX_WIDTH}): a wider "
+                   "image is refused")
+
+
 def _lines(args):
     if args.train:
-        train = read_line_folder(args.train, args.train / args.labels, alphabet=ALPHABET)
-        valid = (read_line_folder(args.valid, args.valid / args.labels, alphabet=ALPHABET)
-                 if args.valid else [])
+        read = dict(alphabet=ALPHABET, max_width=args.max_width)
+        train = read_line_folder(args.train, args.train / args.labels, **read)
+        valid = read_line_folder(args.valid, args.valid / args.labels, **read) if args.valid else []
         return train, valid
     return (_built_in(args, "train", args.n_train, args.min_chars, args.max_chars),
             _built_in(args, "valid", args.n_valid, 5, 200))
@@ -101,14 +110,15 @@ def _lines(args):
 
 def run_train(args) -> int:
     torch.manual_seed(args.seed)
-    ck = common.existing_run(args, "ocr")
-    train, valid = _lines(args)
-    valid = common.held_out(train, valid, "lines")
-    model_config = ck.config["model"] if ck is not None else dict(
+    wanted = dict(
         name="crnn", channels=list(args.channels), hidden=args.hidden,
         attention=None if args.attention == "none" else args.attention, window=args.window,
         score=args.score, heads=args.heads, head=args.head, dec_hidden=args.dec_hidden,
         dropout=args.dropout, **_decoder_config(args))
+    ck = common.existing_run(args, "ocr", model=wanted)
+    train, valid = _lines(args)
+    valid = common.held_out(train, valid, "lines")
+    model_config = ck.config["model"] if ck is not None else wanted
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
             {"built_in": "lines", "n_train": args.n_train, "n_valid": args.n_valid,
              "min_chars": args.min_chars, "max_chars": args.max_chars})
@@ -136,7 +146,8 @@ def _decoder_config(args) -> dict:
 
 def _samples_and_pictures(model, chars, lines, out: Path, n_plots: int) -> None:
     shown = lines[: max(n_plots, 5)]
-    texts, weights, steps = recognise(model, chars, [image for image, _ in shown])
+    texts, weights, steps = recognise(model, chars, [image for image, _ in shown],
+                                      weights=n_plots > 0)
     for (_, ref), text in list(zip(shown, texts))[:5]:
         print(f"  {text}" + ("" if text == ref else f"   (reference: {ref})"))
     _pictures(model, [image for image, _ in shown[:n_plots]], texts, weights, steps, out)
@@ -168,6 +179,7 @@ def add_read_parser(sub) -> None:
     p = sub.add_parser("read", help="read text-line images with a trained OCR checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("images", nargs="+", type=Path, help="line images (any size: scaled to 32 px)")
+    add_max_width_arg(p)
     common.add_decoding_args(p, beam=1)
     add_joint_args(p)
     common.add_device_arg(p)
@@ -177,10 +189,10 @@ def add_read_parser(sub) -> None:
 
 def run_read(args) -> int:
     decoding = joint_decoding(args, common.decoding(args))
+    images = [load_line_image(path, max_width=args.max_width) for path in args.images]
     evaluator = common.load_evaluator(args.checkpoint, args.device, "ocr")
-    images = [load_line_image(path) for path in args.images]
     evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
-    outputs = evaluator.decode(images, decoding)
+    outputs = evaluator.decode(images, decoding, weights=args.plot is not None)
     common.print_outputs(outputs, args)
     if args.plot:
         with torch.no_grad():

@@ -8,9 +8,11 @@ from pathlib import Path
 import torch
 
 from attnkit.cli import common
-from attnkit.data import DataError, generate_pairs, load_vocab, read_tsv
+from attnkit.data import MAX_CHARS, DataError, generate_pairs, load_vocab, read_tsv
 from attnkit.tasks.translation import TranslationTask, plot_translation, translate
 
+# The option of each model config key not named after it (see common.existing_run).
+OPTIONS = {"name": "--model", "kind": "--model", "d_model": "--hidden"}
 
 
 def add_train_parser(train_sub) -> None:
@@ -19,6 +21,7 @@ def add_train_parser(train_sub) -> None:
         description="Train on your TSV files or on the built-in numbers/dates task.",
         files="TSV of source<TAB>target", valid="a TSV", n_train=20000, n_valid=300)
     data.add_argument("--skip-bad-lines", action="store_true")
+    add_max_chars_arg(data)
     data.add_argument("--tasks", type=common.choice_list(("numbers", "dates"), "task list"),
                       default=("numbers", "dates"),
                       help="built-in tasks, comma-separated (default numbers,dates)")
@@ -41,16 +44,24 @@ def add_train_parser(train_sub) -> None:
                        help="Transformer: encoder and decoder layers")
     model.add_argument("--ff", type=common.positive_int, help="Transformer: feed-forward size "
                        "(default 4 * hidden)")
-    model.add_argument("--dropout", type=float, default=None,
+    model.add_argument("--dropout", type=common.proportion, default=None,
                        help="default 0.0 for RNN models, 0.1 for the Transformer")
     common.add_training_args(p)
     p.set_defaults(run=run_train)
 
 
+def add_max_chars_arg(p) -> None:
+    """``--max-chars``: the longest sentence (and training target) read, in characters."""
+    p.add_argument("--max-chars", type=common.positive_int, default=MAX_CHARS,
+                   help=f"longest sentence, in characters (default {MAX_CHARS}): a longer "
+                   "line is a bad line")
+
+
 def _pairs(args):
     if args.train:
-        train = read_tsv(args.train, skip_bad_lines=args.skip_bad_lines)
-        valid = read_tsv(args.valid, skip_bad_lines=args.skip_bad_lines) if args.valid else []
+        read = dict(skip_bad_lines=args.skip_bad_lines, max_chars=args.max_chars)
+        train = read_tsv(args.train, **read)
+        valid = read_tsv(args.valid, **read) if args.valid else []
         return train, valid
     kw = dict(seed=args.seed, tasks=args.tasks, direction=args.direction)
     return (generate_pairs(args.n_train, split="train", **kw),
@@ -59,7 +70,7 @@ def _pairs(args):
 
 def run_train(args) -> int:
     torch.manual_seed(args.seed)
-    ck = common.existing_run(args, "translate")
+    ck = common.existing_run(args, "translate", model=_model_config(args), options=OPTIONS)
     train, valid = _pairs(args)
     valid = common.held_out(train, valid, "pairs")
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
@@ -92,7 +103,8 @@ def _model_config(args) -> dict:
 def _samples_and_plots(model, task, out: Path, n_plots: int) -> None:
     sources = [s for s, _ in task.valid[: max(n_plots, 5)]]
     outs, raws = translate(model, task.src_vocab, task.tgt_vocab, sources,
-                           max_len_extra=task.max_len_extra)
+                           max_len_extra=task.max_len_extra, max_chars=None,
+                           weights=n_plots > 0)
     for (s, t), o in list(zip(task.valid, outs))[:5]:
         print(f"  {s}  ->  {o}" + ("" if o == t else f"   (reference: {t})"))
     _plot_all(raws, sources[:n_plots], task.src_vocab, task.tgt_vocab, out)
@@ -119,6 +131,7 @@ def add_translate_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("text", nargs="*", help="sentences (or use --file)")
     p.add_argument("--file", type=Path, help="one sentence per line")
+    add_max_chars_arg(p)
     common.add_decoding_args(p, beam=5)
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one attention heat-map per sentence")
@@ -127,18 +140,15 @@ def add_translate_parser(sub) -> None:
 
 def run_translate(args) -> int:
     decoding = common.decoding(args)
-    evaluator = common.load_evaluator(args.checkpoint, args.device, "translate")
     texts = list(args.text)
     if args.file:
-        try:
-            lines = args.file.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise DataError(f"{args.file}: cannot read as UTF-8 text ({exc})") from None
-        texts += [line for line in lines if line.strip()]
+        texts += _sentences(args.file)
     if not texts:
         print("attnkit translate: give sentences or --file", file=sys.stderr)
         return 2
-    outputs = evaluator.decode(texts, decoding)
+    evaluator = common.load_evaluator(args.checkpoint, args.device, "translate")
+    evaluator.max_chars = args.max_chars
+    outputs = evaluator.decode(texts, decoding, weights=args.plot is not None)
     common.print_outputs(outputs, args)
     if args.plot:
         for i, output in enumerate(outputs):
@@ -146,3 +156,12 @@ def run_translate(args) -> int:
             if path is not None:
                 print(f"  wrote {path}")
     return 0
+
+
+def _sentences(path: Path) -> list[str]:
+    """The non-blank lines of a UTF-8 file (a byte-order mark is not part of the first)."""
+    try:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot read as UTF-8 text ({exc})") from None
+    return [line for line in lines if line.strip()]

@@ -29,7 +29,7 @@ def add_train_parser(train_sub) -> None:
     model.add_argument("--hidden", type=common.positive_int, default=128,
                        help="question BiLSTM size per direction")
     model.add_argument("--attn-dim", type=common.positive_int, default=128)
-    model.add_argument("--dropout", type=float, default=0.1)
+    model.add_argument("--dropout", type=common.proportion, default=0.1)
     common.add_training_args(p, steps=20000, batch_size=64, lr=1e-3, eval_every=500,
                              label_smoothing=0.0)
     p.set_defaults(run=run_train)
@@ -44,11 +44,12 @@ def _data(args, size: int):
 
 def run_train(args) -> int:
     torch.manual_seed(args.seed)
-    ck = common.existing_run(args, "vqa")
-    model_config = ck.config["model"] if ck is not None else dict(
+    wanted = dict(
         name="vqa", image_size=args.image_size, channels=list(args.channels), kind=args.model,
         hops=args.hops, emb=args.emb, hidden=args.hidden, attn_dim=args.attn_dim,
         dropout=args.dropout)
+    ck = common.existing_run(args, "vqa", model=wanted, options={"kind": "--model"})
+    model_config = ck.config["model"] if ck is not None else wanted
     train, valid = _data(args, model_config["image_size"])
     if valid is None:
         valid = (train[0], common.held_out(train[1], [], "questions"))

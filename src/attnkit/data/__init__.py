@@ -23,6 +23,7 @@ from attnkit.data.images import (
 )
 from attnkit.data.lines import (
     ALPHABET,
+    MAX_WIDTH,
     available_fonts,
     generate_lines,
     load_line_image,
@@ -42,13 +43,15 @@ from attnkit.data.speech import (
 )
 from attnkit.data.subword import SubwordVocab
 from attnkit.data.text_tasks import DATE_LOCALES, NUMBER_LANGUAGES, generate_pairs
-from attnkit.data.tsv import read_tsv
+from attnkit.data.tsv import MAX_CHARS, read_tsv
 from attnkit.data.vocab import CharVocab, WordVocab, build_vocab, load_vocab, pad_batch
 from attnkit.errors import DataError
 
 __all__ = [
     "ALPHABET",
     "DATE_LOCALES",
+    "MAX_CHARS",
+    "MAX_WIDTH",
     "NUMBER_LANGUAGES",
     "CaptionedImage",
     "CharVocab",

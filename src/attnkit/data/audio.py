@@ -27,6 +27,7 @@ from scipy.signal import resample_poly
 from attnkit.errors import DataError
 
 __all__ = [
+    "MAX_SECONDS",
     "N_MELS",
     "SAMPLE_RATE",
     "log_mel",
@@ -41,6 +42,9 @@ __all__ = [
 
 SAMPLE_RATE = 16000
 N_MELS = 80
+# Longest audio read by default: an utterance, not a recording (the listener and the decoder's
+# output cap grow with the length; a 10-minute file would decode for many minutes).
+MAX_SECONDS = 60.0
 WINDOW_S = 0.025
 HOP_S = 0.010
 LOG_FLOOR = 1e-6  # added to mel power before the log: digital silence stays finite
@@ -51,21 +55,24 @@ _PCM, _EXTENSIBLE = 1, 0xFFFE
 _FORMAT_NAMES = {3: "IEEE float", 6: "A-law", 7: "mu-law", 0x55: "MP3", 2: "ADPCM"}
 
 
-def parse_wav(data: bytes, *, source: str) -> tuple[torch.Tensor, int]:
+def parse_wav(data: bytes, *, source: str,
+              max_seconds: float | None = None) -> tuple[torch.Tensor, int]:
     """Samples and sample rate of a 16-bit PCM WAV held in ``data``; ``source`` names it in errors.
 
     The RIFF chunks are walked one by one, so chunks other than ``fmt `` and ``data`` are skipped.
     A ``data`` size of 0, 0xFFFFFFFF or at least 0x7FFF0000 (written by streaming tools such as
     ``espeak-ng --stdout``, which cannot seek back to fix the header) means everything after the
     chunk header; any other size larger than the bytes present means a truncated file. Several
-    channels are averaged to one.
+    channels are averaged to one. Audio longer than ``max_seconds`` (None: no limit) is refused
+    from the header, before its samples are decoded.
 
     Returns:
         ``(samples (N,) float32 in [-1, 1), sample_rate)``.
 
     Raises:
         DataError: naming ``source``: not RIFF/WAVE, not PCM (float, compressed), not 16-bit,
-            no ``fmt `` or ``data`` chunk, truncated, or no samples.
+            no ``fmt `` or ``data`` chunk, truncated, no samples, or longer than
+            ``max_seconds``.
     """
     if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
         raise DataError(f"{source}: not a RIFF/WAVE file (starts with {data[:12]!r})")
@@ -82,7 +89,9 @@ def parse_wav(data: bytes, *, source: str) -> tuple[torch.Tensor, int]:
             if not streaming and body + size > len(data):
                 raise DataError(f"{source}: truncated: 'data' chunk declares {size} bytes, "
                                 f"{len(data) - body} present")
-            return _decode_pcm(data[body:] if streaming else data[body:body + size], fmt, source)
+            raw = data[body:] if streaming else data[body:body + size]
+            _check_duration(len(raw), fmt, source, max_seconds)
+            return _decode_pcm(raw, fmt, source)
         pos = body + size + (size & 1)  # chunks are padded to an even size
     missing = "'fmt '" if fmt is None else "'data'"
     raise DataError(f"{source}: no {missing} chunk (file truncated or not a WAV)")
@@ -106,6 +115,15 @@ def _parse_fmt(body: bytes, source: str) -> tuple[int, int]:
     return channels, rate
 
 
+def _check_duration(n_bytes: int, fmt: tuple[int, int], source: str,
+                    max_seconds: float | None) -> None:
+    channels, rate = fmt
+    seconds = n_bytes / (2 * channels * rate)
+    if max_seconds is not None and seconds > max_seconds:
+        raise DataError(f"{source}: {seconds:.1f} s of audio, more than max_seconds="
+                        f"{max_seconds:g}; cut it into utterances")
+
+
 def _decode_pcm(raw: bytes, fmt: tuple[int, int], source: str) -> tuple[torch.Tensor, int]:
     channels, rate = fmt
     frame = 2 * channels
@@ -119,18 +137,21 @@ def _decode_pcm(raw: bytes, fmt: tuple[int, int], source: str) -> tuple[torch.Te
     return torch.from_numpy(samples), rate
 
 
-def read_wav(path: str | Path) -> tuple[torch.Tensor, int]:
-    """Samples ``(N,)`` float32 and sample rate of a 16-bit PCM WAV file (see :func:`parse_wav`).
+def read_wav(path: str | Path, *,
+             max_seconds: float | None = MAX_SECONDS) -> tuple[torch.Tensor, int]:
+    """Samples ``(N,)`` float32 and sample rate of a 16-bit PCM WAV file (see :func:`parse_wav`),
+    at most ``max_seconds`` long (None: no limit).
 
     Raises:
-        DataError: naming the file, when it cannot be read or is not a usable WAV.
+        DataError: naming the file, when it cannot be read, is not a usable WAV or is longer
+            than ``max_seconds``.
     """
     path = Path(path)
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
-    return parse_wav(data, source=str(path))
+    return parse_wav(data, source=str(path), max_seconds=max_seconds)
 
 
 def write_wav(path: str | Path, samples: torch.Tensor, rate: int) -> Path:

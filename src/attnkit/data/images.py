@@ -9,7 +9,9 @@ batch of them float32 in ``[0, 1]``.
 other 8-bit modes are converted to RGB (or luminance), transparency is laid over white, and
 16-bit greyscale (mode ``"I;16"``, ``"I"``) is scaled from ``[0, 65535]``; an image of another
 shape than ``S x S`` is resized to it (bilinear, not keeping the aspect ratio). An unreadable,
-empty or non-image file, or a floating-point image, raises a :class:`DataError` naming the file.
+empty or non-image file, a floating-point image, or one of more pixels than Pillow's
+``Image.MAX_IMAGE_PIXELS`` (a decompression bomb, refused from its header) raises a
+:class:`DataError` naming the file.
 
 **The user's folders**: images plus
 
@@ -25,7 +27,8 @@ reuse them).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -63,17 +66,32 @@ class ImageQuestion(NamedTuple):
     origin: str
 
 
-def read_pixels(path: str | Path, *, colour: bool) -> np.ndarray:
+def read_pixels(path: str | Path, *, colour: bool,
+                check_size: Callable[[Path, int, int], None] | None = None) -> np.ndarray:
     """An image file's pixels as float32 in ``[0, 1]``: ``(H, W, 3)`` RGB with ``colour``,
     else ``(H, W)`` luminance (see the module docstring for the modes read).
 
+    ``check_size(path, W, H)``, when given, is called with the sizes from the file's header
+    before its pixels are decoded, and raises a :class:`DataError` to refuse them.
+
     Raises:
-        DataError: naming the file, when it cannot be read as an image or holds floats.
+        DataError: naming the file, when it cannot be read as an image, holds floats, has more
+            pixels than Pillow's ``Image.MAX_IMAGE_PIXELS`` (a decompression bomb), or is
+            refused by ``check_size``.
     """
     path = Path(path)
     try:
-        with Image.open(path) as image:
-            image.load()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as image:
+                if check_size is not None:
+                    check_size(path, image.width, image.height)
+                image.load()
+    except DataError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise DataError(f"{path}: more pixels than Pillow reads safely "
+                        f"({Image.MAX_IMAGE_PIXELS:,})") from None
     except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
         raise DataError(f"{path}: cannot read image ({exc})") from None
     if image.mode == "F":

@@ -56,6 +56,7 @@ __all__ = [
     "ALPHABET",
     "HEIGHT",
     "HELD_OUT_FONTS",
+    "MAX_WIDTH",
     "available_fonts",
     "generate_lines",
     "load_line_image",
@@ -66,6 +67,9 @@ __all__ = [
 ]
 
 HEIGHT = 32
+# Widest line read by default, in pixels at HEIGHT (about 800 characters): the work of the
+# CNN, the RNNs and the attention grows with the width.
+MAX_WIDTH = 10_000
 ALPHABET = string.ascii_letters + string.digits + string.punctuation + " "
 HELD_OUT_FONTS = {
     "valid": ("DejaVuSerif-Italic.ttf", "LiberationSerif-Italic.ttf",
@@ -253,18 +257,22 @@ def generate_lines(
     return lines
 
 
-def load_line_image(path: str | Path) -> torch.Tensor:
+def load_line_image(path: str | Path, *, max_width: int | None = MAX_WIDTH) -> torch.Tensor:
     """Read a line image as grayscale, scaled to height 32 keeping its aspect ratio.
 
     Colour is converted to luminance, transparency is laid over white, and integer images (mode
     ``"I"`` or ``"I;16"``: 16-bit PNG or TIFF) are scaled from ``[0, 65535]``; the result is
-    rounded to 8 bits, as every line is kept. An unreadable file, a floating-point image, or one
-    that would be 0 px wide at height 32 raises a :class:`DataError` naming the file.
+    rounded to 8 bits, as every line is kept. An unreadable file, a floating-point image, one
+    that would be 0 px wide or more than ``max_width`` px wide at height 32 (None: no limit),
+    or one of more pixels than Pillow's ``Image.MAX_IMAGE_PIXELS`` (a decompression bomb)
+    raises a :class:`DataError` naming the file; the sizes are read from the file's header,
+    before its pixels are decoded.
 
     Shape:
         returns a uint8 tensor ``(32, W)``.
     """
-    pixels = read_pixels(path, colour=False)  # (h, w) in [0, 1]
+    pixels = read_pixels(path, colour=False,  # (h, w) in [0, 1]
+                         check_size=functools.partial(_check_size, max_width=max_width))
     height, width = pixels.shape
     width = round(width * HEIGHT / height) if height else 0
     if width == 0:
@@ -275,15 +283,24 @@ def load_line_image(path: str | Path) -> torch.Tensor:
     return torch.from_numpy(np.round(pixels * 255.0).astype(np.uint8))  # (32, W)
 
 
+def _check_size(path: Path, width: int, height: int, *, max_width: int | None) -> None:
+    scaled = round(width * HEIGHT / height) if height else 0
+    if max_width is not None and scaled > max_width:
+        raise DataError(f"{path}: {width} x {height} pixels is {scaled} px wide at "
+                        f"height {HEIGHT}, more than max_width={max_width}")
+
+
 def read_line_folder(
     folder: str | Path,
     tsv: str | Path,
     *,
     alphabet: str | None = None,
+    max_width: int | None = MAX_WIDTH,
 ) -> list[tuple[torch.Tensor, str]]:
     """The user's lines: ``(image (32, W), text)`` for each ``filename<TAB>text`` line of ``tsv``.
 
-    File names are relative to ``folder``. Images are read with :func:`load_line_image`. A bad
+    File names are relative to ``folder``. Images are read with :func:`load_line_image` (at
+    most ``max_width`` px wide at height 32). A bad
     TSV line, a missing or unreadable image raises a :class:`DataError` naming the TSV file and
     line. With ``alphabet``, labels using other characters raise one :class:`DataError` that
     lists those characters and the lines they are on.
@@ -310,7 +327,7 @@ def read_line_folder(
         if not path.is_file():
             raise DataError(f"{tsv}:{n}: image {name.strip()!r} not found in {folder}")
         try:
-            lines.append((load_line_image(path), text))
+            lines.append((load_line_image(path, max_width=max_width), text))
         except DataError as exc:
             raise DataError(f"{tsv}:{n}: {exc}") from None
     return lines

@@ -49,6 +49,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from attnkit.data.audio import (
+    MAX_SECONDS,
     N_MELS,
     SAMPLE_RATE,
     log_mel,
@@ -309,12 +310,14 @@ def _read_cache(folder: Path, n: int) -> list[torch.Tensor]:
     return list(torch.split(stacked, lengths.tolist()))
 
 
-def read_manifest(path: str | Path, *, normalize: bool = False) -> SpeechSet:
+def read_manifest(path: str | Path, *, normalize: bool = False,
+                  max_seconds: float | None = MAX_SECONDS) -> SpeechSet:
     """The user's own speech: a UTF-8 manifest of ``wav_path<TAB>transcript`` lines.
 
     WAV paths are relative to the manifest's folder; each file is a 16-bit PCM WAV at any rate
-    and channel count (channels are averaged), resampled to 16 kHz. Transcripts are used as
-    written. Features are computed in float32 and kept in :data:`FEATURE_DTYPE`.
+    and channel count (channels are averaged), resampled to 16 kHz, at most ``max_seconds``
+    long. Transcripts are used as written. Features are computed in float32 and kept in
+    :data:`FEATURE_DTYPE`.
 
     Raises:
         DataError: naming the manifest (and line) or the WAV file that is missing or unusable.
@@ -324,7 +327,7 @@ def read_manifest(path: str | Path, *, normalize: bool = False) -> SpeechSet:
     feats, transcripts, origins = [], [], []
     for wav, transcript in pairs:
         wav_path = path.parent / wav
-        samples, rate = read_wav(wav_path)
+        samples, rate = read_wav(wav_path, max_seconds=max_seconds)
         features = log_mel(resample(samples, rate, SAMPLE_RATE), normalize=normalize)
         feats.append(features.to(FEATURE_DTYPE))
         transcripts.append(transcript)

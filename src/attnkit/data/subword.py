@@ -38,7 +38,14 @@ class SubwordVocab:
 
     def __init__(self, model: bytes):
         self.model = bytes(model)
-        self.sp = spm.SentencePieceProcessor(model_proto=self.model)
+        try:
+            self.sp = spm.SentencePieceProcessor(model_proto=self.model)
+        except RuntimeError:
+            raise ValueError(f"model: not a SentencePiece model ({len(self.model)} bytes that "
+                             "do not parse)") from None
+        if self.sp.get_piece_size() <= UNK:
+            raise ValueError(f"model: expected a SentencePiece model with the 4 special pieces, "
+                             f"got {self.sp.get_piece_size()} pieces")
         if [self.sp.pad_id(), self.sp.bos_id(), self.sp.eos_id(), self.sp.unk_id()] != [
                 PAD, BOS, EOS, UNK]:
             raise ValueError("model: expected a SentencePiece model with pad=0, bos=1, eos=2, "
@@ -106,4 +113,9 @@ class SubwordVocab:
         if not isinstance(data, dict) or data.get("type") != "sentencepiece":
             raise ValueError(f"vocab: expected a SentencePiece vocabulary, got "
                              f"{str(data)[:80]!r}")
-        return cls(base64.b64decode(data["model"]))
+        try:
+            model = base64.b64decode(data.get("model"), validate=True)
+        except (TypeError, ValueError):
+            raise ValueError("vocab: 'model' must be a base64 string (the SentencePiece "
+                             "model)") from None
+        return cls(model)

@@ -78,8 +78,21 @@ class CharVocab:
 
     @classmethod
     def from_json(cls, data: dict) -> CharVocab:
+        """The vocabulary ``to_json()`` wrote.
+
+        Raises:
+            ValueError: not a character vocabulary, or ``symbols`` / ``tags`` not lists of
+                distinct non-empty strings.
+        """
         if not isinstance(data, dict) or data.get("type") != "char":
             raise ValueError(f"vocab: expected a character vocabulary, got {str(data)[:80]!r}")
+        for key in ("symbols", "tags"):
+            value = data.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
+                raise ValueError(f"vocab: {key!r} must be a list of non-empty strings, got "
+                                 f"{str(value)[:80]}")
+            if len(set(value)) != len(value):
+                raise ValueError(f"vocab: {key!r} lists a symbol twice")
         return cls(data["symbols"], data.get("tags", ()))
 
 

@@ -112,7 +112,8 @@ class Decoding:
 
 def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
            decoding: Decoding | None = None, generator: torch.Generator | None = None,
-           bos: int = BOS, eos: int = EOS, pad: int = PAD, lm=None) -> Hypotheses:
+           bos: int = BOS, eos: int = EOS, pad: int = PAD, lm=None,
+           weights: bool = False) -> Hypotheses:
     """Decode a batch: ``model.start(inputs, lengths)``, then the steps ``decoding`` asks for.
 
     Args:
@@ -124,6 +125,8 @@ def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
         decoding: how (default greedy); generator: the random draws of ``sample``.
         lm: the language model of ``decoding.lm_weight`` (``start(B, device) -> state``,
             ``step(tokens, state)`` like a decoder's).
+        weights: keep every step's attention weights (for pictures; else
+            ``Hypotheses.weights`` is None).
 
     Returns:
         :class:`Hypotheses` (with an ``n_best`` dim when ``decoding.n_best > 1`` or
@@ -132,7 +135,7 @@ def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
     decoding = decoding or Decoding()
     kw = {"batch_size": int(lengths.shape[0]), "bos": bos, "eos": eos, "pad": pad,
           "max_len": max_len if decoding.max_len is None else decoding.max_len,
-          "device": lengths.device}
+          "device": lengths.device, "weights": weights}
     if decoding.ctc_weight or decoding.lm_weight:
         return joint_decode(model, inputs, lengths, beam=decoding.beam,
                             ctc_weight=decoding.ctc_weight, lm=lm, lm_weight=decoding.lm_weight,
@@ -153,7 +156,7 @@ def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
 
 def decode_batches(model, items: Sequence, collate: Callable, *, max_len: Callable,
                    decoding: Decoding | None = None, batch_size: int = 32,
-                   lm=None) -> Iterator[tuple[Sequence, Hypotheses]]:
+                   lm=None, weights: bool = False) -> Iterator[tuple[Sequence, Hypotheses]]:
     """Decode ``items`` in batches of ``batch_size``, in order, with the model in eval mode.
 
     Args:
@@ -162,6 +165,7 @@ def decode_batches(model, items: Sequence, collate: Callable, *, max_len: Callab
         max_len: ``max_len(lengths) -> int | (B,)``, the output length limit of a batch.
         decoding: how (default greedy); one generator (``decoding.seed``) serves every batch.
         lm: the language model of ``decoding.lm_weight`` (see :func:`decode`).
+        weights: keep the attention weights (see :func:`decode`).
 
     Yields:
         Each batch's items and their :class:`Hypotheses`.
@@ -174,4 +178,4 @@ def decode_batches(model, items: Sequence, collate: Callable, *, max_len: Callab
         chunk = items[i : i + batch_size]
         inputs, lengths = (x.to(device) for x in collate(chunk))
         yield chunk, decode(model, inputs, lengths, max_len=max_len(lengths),
-                            decoding=decoding, generator=generator, lm=lm)
+                            decoding=decoding, generator=generator, lm=lm, weights=weights)

@@ -16,7 +16,9 @@ A model exposes one decoder step::
 with ``index_select`` after every step, so the step function never sees beams as such.
 
 All three return a :class:`Hypotheses`; tokens after an example's EOS are ``pad``. No output
-ever emits ``pad`` or ``bos``.
+ever emits ``pad`` or ``bos``. The weights of every step are kept only with ``weights=True``
+(``(B, T, Tk)`` floats: gigabytes for long inputs and outputs); without, ``Hypotheses.weights``
+is None.
 """
 
 from __future__ import annotations
@@ -91,7 +93,8 @@ def _check_log_probs(log_probs: torch.Tensor, n: int) -> None:
                          f"{tuple(log_probs.shape)}")
 
 
-def _run(step: StepFn, state, *, batch_size, bos, eos, pad, max_len, device, choose):
+def _run(step: StepFn, state, *, batch_size, bos, eos, pad, max_len, device, choose,
+         keep_weights):
     """Shared loop of greedy decoding and sampling: ``choose(log_probs) -> tokens (B,)``."""
     _check_common(batch_size, bos, eos, pad)
     limit = _max_lengths(max_len, batch_size, device)
@@ -105,7 +108,7 @@ def _run(step: StepFn, state, *, batch_size, bos, eos, pad, max_len, device, cho
         score = score + torch.where(done, 0.0, log_probs.gather(1, tokens[:, None])[:, 0].float())
         tokens = tokens.masked_fill(done, pad)
         out.append(tokens)
-        if w is not None:
+        if w is not None and keep_weights:
             weights.append(w.masked_fill(done[:, None], 0.0))
         done = done | (tokens == eos) | (t + 1 >= limit)
         if bool(done.all()):
@@ -131,7 +134,7 @@ def _lengths(tokens: torch.Tensor, eos: int, pad: int) -> torch.Tensor:
 
 
 def greedy(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
-           pad: int = 0, device=None) -> Hypotheses:
+           pad: int = 0, device=None, weights: bool = True) -> Hypotheses:
     """Most probable token at every step.
 
     Args:
@@ -139,18 +142,21 @@ def greedy(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
         batch_size: ``B``. bos, eos, pad: token ids.
         max_len: output tokens at most, an int or ``(B,)`` per example (e.g. from a
             length ratio of the source).
+        weights: keep every step's attention weights (else ``Hypotheses.weights`` is None).
     """
     return _run(step, state, batch_size=batch_size, bos=bos, eos=eos, pad=pad, max_len=max_len,
-                device=device, choose=lambda lp: lp.argmax(-1))
+                device=device, choose=lambda lp: lp.argmax(-1), keep_weights=weights)
 
 
 def sample(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
            pad: int = 0, temperature: float = 1.0, top_k: int | None = None,
            top_p: float | None = None, num_samples: int = 1,
-           generator: torch.Generator | None = None, device=None) -> Hypotheses:
+           generator: torch.Generator | None = None, device=None,
+           weights: bool = True) -> Hypotheses:
     """Random decoding: tokens drawn from ``softmax(log_probs / temperature)``, restricted to
     the ``top_k`` most probable and/or the smallest set whose probability reaches ``top_p``
     (nucleus sampling). Scores are the log-probabilities of the drawn tokens under the model.
+    ``weights``: as for :func:`greedy`.
 
     ``num_samples = S > 1`` draws ``S`` outputs per example (the state is repeated ``S`` times,
     example-major, as beam search does) and returns them with an n-best dim ranked by score,
@@ -170,7 +176,7 @@ def sample(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
         state = _reorder(state, torch.arange(batch_size, device=device).repeat_interleave(s))
         drawn = sample(step, state, batch_size=batch_size * s, bos=bos, eos=eos, pad=pad,
                        max_len=limit, temperature=temperature, top_k=top_k, top_p=top_p,
-                       generator=generator, device=device)
+                       generator=generator, device=device, weights=weights)
         return _ranked(drawn, batch_size, s)
 
     def choose(log_probs):
@@ -187,7 +193,7 @@ def sample(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
         return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
     return _run(step, state, batch_size=batch_size, bos=bos, eos=eos, pad=pad, max_len=max_len,
-                device=device, choose=choose)
+                device=device, choose=choose, keep_weights=weights)
 
 
 def _ranked(hyp: Hypotheses, b: int, s: int) -> Hypotheses:
@@ -218,13 +224,41 @@ def _ngram_ban(hyps: torch.Tensor, n: int, vocab: int) -> torch.Tensor:
     return banned[:, :vocab]
 
 
+def _rank(scores: torch.Tensor, hyps: torch.Tensor, coverage: torch.Tensor | None, eos: int,
+          pad: int, alpha: float, beta: float) -> torch.Tensor:
+    """``(N,)`` Wu et al.'s ``log P / lp(|Y|) + cp`` of the hypotheses ``hyps (N, t)`` with
+    cumulative ``scores (B, K)``; NaN as -inf."""
+    rank = scores.reshape(-1) / length_penalty(_lengths(hyps, eos, pad), alpha)
+    if beta and coverage is not None:
+        attended = coverage > 0
+        cp = torch.log(coverage.clamp(max=1.0).where(attended, torch.ones_like(coverage)))
+        rank = rank + beta * cp.sum(-1)
+    return rank.masked_fill(torch.isnan(rank), float("-inf"))
+
+
+def _settled(rank: torch.Tensor, scores: torch.Tensor, done: torch.Tensor, limit: torch.Tensor,
+             alpha: float, n_best: int) -> torch.Tensor:
+    """``(B,)`` examples whose ``n_best`` finished hypotheses can no longer be beaten: a live
+    hypothesis's score only falls, its length penalty grows at most to ``lp(max_len)`` and the
+    coverage penalty is never above 0, so its rank stays below ``score / lp(max_len)``."""
+    b, k = scores.shape
+    finished = rank.masked_fill(~done, float("-inf")).reshape(b, k)
+    kth = finished.topk(n_best, dim=-1).values[:, -1]  # (B,)
+    best_live = (scores.reshape(-1) / length_penalty(limit, alpha)).masked_fill(
+        done, float("-inf")).reshape(b, k).amax(-1)  # (B,)
+    return kth > best_live
+
+
 def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: int, eos: int,
                 max_len, pad: int = 0, alpha: float = 0.0, beta: float = 0.0,
-                no_repeat_ngram: int = 0, n_best: int = 1, device=None) -> Hypotheses:
+                no_repeat_ngram: int = 0, n_best: int = 1, device=None,
+                weights: bool = True) -> Hypotheses:
     """Batched beam search: all ``B * K`` hypotheses advance as one tensor.
 
     Hypotheses are extended by cumulative log-probability; a hypothesis that emits EOS (or
-    reaches its example's ``max_len``) is frozen with its score. At the end each example's ``K``
+    reaches its example's ``max_len``) is frozen with its score, and an example stops as soon
+    as no live hypothesis can outrank its ``n_best`` finished ones (so the search ends at EOS,
+    not at ``max_len``, with the result of running on). At the end each example's ``K``
     hypotheses are ranked by Wu et al. (2016)'s ``log P / lp(|Y|) + cp``, with
     ``lp = ((5 + |Y|) / 6) ** alpha`` and coverage penalty
     ``cp = beta * sum_j log(min(sum_i a_ij, 1))`` over the source positions ``j`` that were
@@ -234,6 +268,8 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
         state: the initial state for ``B`` examples; it is repeated ``K`` times (example-major).
         beam_size: ``K``. no_repeat_ngram: forbid repeating any n-gram of this size (0: off).
         n_best: hypotheses returned per example (<= ``K``).
+        weights: keep every step's attention weights of each hypothesis (else
+            ``Hypotheses.weights`` is None; the coverage penalty sums them all the same).
 
     With ``K = 1`` this is greedy decoding; with ``K`` at least the number of possible
     outputs it is exhaustive search (both tested).
@@ -254,7 +290,7 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
     scores[:, 1:] = float("-inf")  # all beams start identical: keep one
     done = torch.zeros(n, dtype=torch.bool, device=device)
     hyps = torch.empty(n, 0, dtype=torch.long, device=device)
-    weights = None
+    kept = None  # (N, t, Tk): every step's weights, with weights=True
     coverage = None
     base = (torch.arange(b, device=device) * k)[:, None]  # (B, 1)
     for t in range(int(limit.max())):
@@ -277,22 +313,20 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
         state = _reorder(state, parent)
         was_done = done.index_select(0, parent)
         hyps = torch.cat([hyps.index_select(0, parent), tokens[:, None]], dim=1)
-        if w is not None:
+        if w is not None and (weights or beta):
             w = w.float().index_select(0, parent).masked_fill(was_done[:, None], 0.0)
-            weights = w[:, None] if weights is None else torch.cat(
-                [weights.index_select(0, parent), w[:, None]], dim=1)
+            if weights:
+                kept = w[:, None] if kept is None else torch.cat(
+                    [kept.index_select(0, parent), w[:, None]], dim=1)
             coverage = w if coverage is None else coverage.index_select(0, parent) + w
         done = was_done | (tokens == eos) | (t + 1 >= limit)
+        done = done | _settled(_rank(scores, hyps, coverage, eos, pad, alpha, beta), scores,
+                               done, limit, alpha, n_best).repeat_interleave(k)
         if bool(done.all()):
             break
 
     lengths = _lengths(hyps, eos, pad)  # (N,)
-    rank = scores.reshape(n) / length_penalty(lengths, alpha)
-    if beta and coverage is not None:
-        attended = coverage > 0
-        cp = torch.log(coverage.clamp(max=1.0).where(attended, torch.ones_like(coverage)))
-        rank = rank + beta * cp.sum(-1)
-    rank = rank.masked_fill(torch.isnan(rank), float("-inf")).reshape(b, k)
+    rank = _rank(scores, hyps, coverage, eos, pad, alpha, beta).reshape(b, k)
     best = rank.topk(n_best, dim=-1).indices  # (B, n_best)
     pick = (base + best).reshape(-1)
     out_tokens = hyps.index_select(0, pick).reshape(b, n_best, -1)
@@ -300,7 +334,6 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
         out_tokens,
         lengths.index_select(0, pick).reshape(b, n_best),
         rank.gather(1, best),
-        None if weights is None else weights.index_select(0, pick).reshape(
-            b, n_best, *weights.shape[1:]),
+        None if kept is None else kept.index_select(0, pick).reshape(b, n_best, *kept.shape[1:]),
     )
     return out.best() if n_best == 1 else out

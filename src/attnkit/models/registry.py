@@ -23,11 +23,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
+import types
+import typing
 from typing import ClassVar
 
+import torch
 from torch import nn
 
-__all__ = ["MODELS", "Model", "build_model", "model_config"]
+__all__ = ["MODELS", "Model", "build_model", "check_config", "model_config", "model_shapes"]
 
 MODELS: dict[str, type[Model]] = {}
 
@@ -83,23 +87,90 @@ def model_config(model: nn.Module) -> dict:
     return {"name": model.model_name, **arguments}
 
 
-def build_model(config: dict) -> Model:
-    """The model a config describes: ``{"name": <registered name>, **constructor arguments}``.
+def _type_name(kind) -> str:
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(k) for k in typing.get_args(kind))
+    if typing.get_origin(kind) is tuple:
+        return f"a list of {_type_name(typing.get_args(kind)[0])}"
+    return "null" if kind is type(None) else kind.__name__
+
+
+def _fits(value, kind) -> bool:
+    """Whether the JSON value ``value`` is one of annotation ``kind`` (int, float, str, bool,
+    None, ``X | Y``, ``tuple[X, ...]`` as a JSON list); floats must be finite."""
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return any(_fits(value, k) for k in typing.get_args(kind))
+    if typing.get_origin(kind) is tuple:
+        item = typing.get_args(kind)[0]
+        return isinstance(value, (list, tuple)) and all(_fits(v, item) for v in value)
+    if kind is type(None):
+        return value is None
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+            math.isfinite(value)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def check_config(config: dict) -> tuple[type[Model], dict]:
+    """The model class and constructor arguments of ``config``, checked without building
+    anything: a registered name, no unknown argument, every required one, and each of the
+    type its constructor declares (ints, finite floats, strings, booleans, None, lists).
 
     Raises:
-        ValueError: the config is not a dict, names no registered model, or holds an argument
-            the model does not take (named in the message).
+        ValueError: naming the argument, what it should be and what it is.
     """
     if not isinstance(config, dict):
         raise ValueError(f"model config: expected a dict, got {type(config).__name__}")
     name = config.get("name")
-    if name not in MODELS:
+    if not isinstance(name, str) or name not in MODELS:
         raise ValueError(f"model config: 'name' must be one of {', '.join(sorted(MODELS))}, "
                          f"got {name!r}")
     cls = MODELS[name]
     arguments = {k: v for k, v in config.items() if k != "name"}
     parameters = inspect.signature(cls).parameters
-    unknown = sorted(set(arguments) - set(parameters))
+    unknown = sorted(set(arguments) - set(parameters), key=str)
     if unknown:
-        raise ValueError(f"model config: {name} takes no argument {', '.join(unknown)}")
+        raise ValueError(f"model config: {name} takes no argument {', '.join(map(str, unknown))}")
+    missing = [k for k, p in parameters.items() if p.default is p.empty and k not in arguments]
+    if missing:
+        raise ValueError(f"model config: {name} needs {', '.join(missing)}")
+    hints = typing.get_type_hints(cls.__init__)
+    for key, value in arguments.items():
+        if key in hints and not _fits(value, hints[key]):
+            raise ValueError(f"model config: {key}: expected {_type_name(hints[key])}, got "
+                             f"{str(value)[:40] if isinstance(value, list) else repr(value)[:40]}"
+                             f" ({type(value).__name__})")
+    return cls, arguments
+
+
+def build_model(config: dict) -> Model:
+    """The model a config describes: ``{"name": <registered name>, **constructor arguments}``.
+
+    Raises:
+        ValueError: the config is not a dict, names no registered model, or holds an argument
+            the model does not take or of another type (named in the message).
+    """
+    cls, arguments = check_config(config)
     return cls(**arguments)
+
+
+def model_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+    """The shape of every tensor of the state dict of the model ``config`` describes, found
+    by building it on the ``meta`` device: no memory is taken, whatever sizes it asks for, so
+    a checkpoint's config can be checked against its weights before the model is built.
+
+    Raises:
+        ValueError: a config :func:`build_model` refuses, or that the model's constructor
+            refuses (its error, first line).
+    """
+    cls, arguments = check_config(config)
+    try:
+        with torch.device("meta"):
+            model = cls(**arguments)
+    except (ValueError, TypeError, RuntimeError, OverflowError, RecursionError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"model config: {cls.model_name} cannot be built from it: "
+                         f"{reason}") from None
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}

@@ -42,7 +42,8 @@ EXTRA_WORDS = 5  # decoded captions may be this much longer than the longest tra
 class Caption(NamedTuple):
     """One image's captions, best first (one, or beam search's n-best, or the sampled ones
     ranked by model score), and the attention ``weights`` ``(n, L)`` of the best one's ``n``
-    words (EOS included) over the grid's ``L`` cells (None without attention)."""
+    words (EOS included) over the grid's ``L`` cells (None without attention, or when decoded
+    without ``weights``)."""
 
     texts: list[str]
     weights: torch.Tensor | None
@@ -62,10 +63,11 @@ def check_images(items: Sequence, name: str, size: int) -> None:
 
 @torch.no_grad()
 def caption_images(model: Captioner, vocab: WordVocab, images: Sequence[torch.Tensor], *,
-                   max_words: int, decoding: Decoding | None = None,
+                   max_words: int, decoding: Decoding | None = None, weights: bool = False,
                    batch_size: int = 32) -> list[Caption]:
     """Caption images ``(3, S, S)`` uint8, decoded as ``decoding`` says (default greedy), at
-    most ``max_words`` words each: one :class:`Caption` per image, in order."""
+    most ``max_words`` words each: one :class:`Caption` per image, in order; its attention
+    weights only with ``weights`` (for pictures and :func:`scene_metrics`)."""
     decoding = decoding or Decoding()
     model.eval()
     device = next(model.parameters()).device
@@ -75,7 +77,7 @@ def caption_images(model: Captioner, vocab: WordVocab, images: Sequence[torch.Te
         batch = stack_images(images[s : s + batch_size]).to(device)
         lengths = torch.full((len(batch),), model.cells, device=device)
         hyp = decode(model, batch, lengths, max_len=max_words, decoding=decoding,
-                     generator=generator)
+                     generator=generator, weights=weights)
         tokens = hyp.tokens if hyp.lengths.dim() == 2 else hyp.tokens[:, None]  # (B, K, T)
         best = hyp.best()
         for j in range(len(batch)):
@@ -259,11 +261,12 @@ class CaptionTask:
         return total / max(1, tokens), tokens
 
     def evaluate(self, model: Captioner) -> dict[str, float]:
+        scenes = bool(self.valid) and all(isinstance(item, Scene) for item in self.valid)
         captions = caption_images(model, self.words, [item.image for item in self.valid],
-                                  max_words=self.max_words)
+                                  max_words=self.max_words, weights=scenes)
         metrics = caption_metrics([c.texts[0] for c in captions],
                                   [item.captions for item in self.valid])
-        if self.valid and all(isinstance(item, Scene) for item in self.valid):
+        if scenes:
             metrics.update(scene_metrics(self.valid, captions))
         return metrics
 
@@ -271,7 +274,8 @@ class CaptionTask:
         """Attention pictures of the first ``n`` validation images in ``folder``."""
         images = [item.image for item in self.valid[:n]]
         return plot_captions(images, caption_images(model, self.words, images,
-                                                    max_words=self.max_words), folder)
+                                                    max_words=self.max_words, weights=True),
+                             folder)
 
     def config(self) -> dict:
         return {"task": "caption", "model": self.model_config, "data": self.data,

@@ -10,7 +10,7 @@ A task joins by subclassing :class:`Evaluator` with the name its checkpoints car
 
         def __init__(self, model, config, vocab): ...   # the checkpoint's config and vocab
         def read(self, path) -> list[Example]: ...      # labelled data, DataError if unfit
-        def decode(self, inputs, decoding=None) -> list[Output]: ...
+        def decode(self, inputs, decoding=None, *, weights=False) -> list[Output]: ...
 
 ``attnkit eval`` then scores checkpoints of that task with no change to the command line:
 :func:`evaluator_for` finds the class by name and :func:`evaluate` decodes and scores.
@@ -47,7 +47,8 @@ class Example:
 class Output:
     """One input's outputs, best first: one text, or beam search's n-best, or sampling's draws
     ranked by model score. ``draw(path, title=None)`` pictures the best one's attention over
-    its input and returns the path, or None when the model has no attention to draw."""
+    its input and returns the path, or None when the model has no attention to draw or the
+    input was decoded without ``weights``."""
 
     texts: list[str]
     draw: Callable[..., Path | None]
@@ -95,8 +96,10 @@ class Evaluator(ABC):
         cannot be read as :attr:`data`."""
 
     @abstractmethod
-    def decode(self, inputs: Sequence, decoding: Decoding | None = None) -> list[Output]:
-        """One :class:`Output` per input, in order, decoded as ``decoding`` says."""
+    def decode(self, inputs: Sequence, decoding: Decoding | None = None, *,
+               weights: bool = False) -> list[Output]:
+        """One :class:`Output` per input, in order, decoded as ``decoding`` says; the
+        attention weights its ``draw`` pictures are kept only with ``weights``."""
 
     def score(self, hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
         """:attr:`metrics` of ``hypotheses`` against ``references``."""
@@ -143,8 +146,10 @@ class Evaluation:
         return sorted(range(len(errors)), key=lambda i: -errors[i])[:n]
 
 
-def evaluate(evaluator: Evaluator, path: Path, decoding: Decoding | None = None) -> Evaluation:
-    """Read the labelled data in ``path``, decode its inputs and score the best outputs.
+def evaluate(evaluator: Evaluator, path: Path, decoding: Decoding | None = None, *,
+             weights: bool = False) -> Evaluation:
+    """Read the labelled data in ``path``, decode its inputs and score the best outputs
+    (keeping the attention weights for pictures with ``weights``).
 
     Raises:
         DataError: ``path`` does not hold :attr:`Evaluator.data` (the message says what a
@@ -157,7 +162,7 @@ def evaluate(evaluator: Evaluator, path: Path, decoding: Decoding | None = None)
         raise DataError(f"{exc} ({expected})") from None
     if not examples:
         raise DataError(f"{path}: no labelled examples ({expected})")
-    outputs = evaluator.decode([e.input for e in examples], decoding)
+    outputs = evaluator.decode([e.input for e in examples], decoding, weights=weights)
     metrics = evaluator.score([o.text for o in outputs], [e.reference for e in examples])
     return Evaluation(examples, outputs, metrics)
 
@@ -166,6 +171,6 @@ def pictures(evaluator: Evaluator, inputs: Sequence, folder: Path) -> list[Path]
     """Decode ``inputs`` greedily and picture each best output's attention as
     ``folder/example_{i}.png``; returns the paths written (none for a model without
     attention). A task's ``pictures(model, folder, n)`` for TensorBoard calls it."""
-    outputs = evaluator.decode(inputs)
+    outputs = evaluator.decode(inputs, weights=True)
     paths = [o.draw(Path(folder) / f"example_{i}.png") for i, o in enumerate(outputs)]
     return [path for path in paths if path is not None]

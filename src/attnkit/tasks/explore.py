@@ -73,7 +73,7 @@ def _hypotheses(hyp: Hypotheses, i: int, steps: int) -> list[tuple[list[int], fl
 
 def _translations(ev: TranslationEvaluator, inputs: Sequence[str], decoding) -> list[Example]:
     _, raws = translate(ev.model, ev.src_vocab, ev.tgt_vocab, inputs, decoding=decoding,
-                        max_len_extra=ev.max_len_extra)
+                        max_len_extra=ev.max_len_extra, weights=True)
     examples = []
     for hyp in raws:
         for i in range(hyp.tokens.shape[0]):
@@ -135,7 +135,7 @@ def _transformer_heads(model: Transformer, source: list[int],
 
 def _transcriptions(ev: SpeechEvaluator, inputs: Sequence[torch.Tensor],
                     decoding) -> list[Example]:
-    _, raws = transcribe(ev.model, ev.char_vocab, inputs, decoding=decoding)
+    _, raws = transcribe(ev.model, ev.char_vocab, inputs, decoding=decoding, weights=True)
     examples = []
     for hyp in raws:
         for i in range(hyp.tokens.shape[0]):
@@ -158,7 +158,7 @@ def _readings(ev: OcrEvaluator, inputs: Sequence[torch.Tensor], decoding) -> lis
     eos = ev.model.head_kind == "attention"
     examples = []
     for image, reading in zip(inputs, read_lines(ev.model, ev.chars, inputs,
-                                                 decoding=decoding)):
+                                                 decoding=decoding, weights=True)):
         if ev.model.attention is None and not eos:
             raise _no_attention(ev)
         # the CTC head gives no weights when it emits nothing

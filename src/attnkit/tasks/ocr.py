@@ -84,9 +84,10 @@ class Reading(NamedTuple):
 
 @torch.no_grad()
 def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
-               decoding: Decoding | None = None, batch_size: int = 32,
-               lm=None) -> list[Reading]:
-    """Read line images ``(32, W)``: one :class:`Reading` per image, in order.
+               decoding: Decoding | None = None, weights: bool = False,
+               batch_size: int = 32, lm=None) -> list[Reading]:
+    """Read line images ``(32, W)``: one :class:`Reading` per image, in order; its
+    ``weights`` only with ``weights`` (else None).
 
     The attention head decodes as ``decoding`` says (default greedy; ``lm``: the language
     model of ``decoding.lm_weight``); the CTC head takes the best path, so it refuses any other
@@ -110,7 +111,8 @@ def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
         if model.head_kind == "ctc":
             log_probs, steps = model(batch, widths)
             paths = ctc_greedy(log_probs, steps)
-            att = model.attention_weights(batch, widths) if model.attention is not None else None
+            att = (model.attention_weights(batch, widths)
+                   if weights and model.attention is not None else None)
             for j, i in enumerate(idx):
                 emitted = paths.steps[j]
                 w = None if att is None or not emitted else att[j, emitted]
@@ -119,21 +121,25 @@ def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
             steps = model.steps(widths)
             limit = steps // STEPS_PER_CHAR + EXTRA_CHARS
             hyp = decode(model, batch, widths, max_len=limit, decoding=decoding,
-                         generator=generator, lm=lm)
+                         generator=generator, lm=lm, weights=weights)
             best = hyp.best()
             for j, (i, texts) in enumerate(zip(idx, texts_of(hyp, vocab))):
                 n = int(best.lengths[j])
-                results[i] = Reading(texts, best.weights[j, :n], int(steps[j]))
+                w = None if best.weights is None else best.weights[j, :n]
+                results[i] = Reading(texts, w, int(steps[j]))
     return [results[i] for i in range(len(images))]
 
 
 def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
-              decoding: Decoding | None = None, batch_size: int = 32, lm=None):
+              decoding: Decoding | None = None, weights: bool = False, batch_size: int = 32,
+              lm=None):
     """Read line images ``(32, W)``; returns the texts and, per line, the weights of each
-    output character over the ``T`` steps (``(len + 1, T)`` with EOS for the attention head;
-    for CTC with an attention layer, the self-attention rows of the steps where each character
-    was emitted; else None) and the line's steps. Decoding as in :func:`read_lines`."""
-    found = read_lines(model, vocab, images, decoding=decoding, batch_size=batch_size, lm=lm)
+    output character over the ``T`` steps (with ``weights``: ``(len + 1, T)`` with EOS for
+    the attention head; for CTC with an attention layer, the self-attention rows of the steps
+    where each character was emitted; else None) and the line's steps. Decoding as in
+    :func:`read_lines`."""
+    found = read_lines(model, vocab, images, decoding=decoding, weights=weights,
+                       batch_size=batch_size, lm=lm)
     return [r.texts[0] for r in found], [r.weights for r in found], [r.steps for r in found]
 
 
@@ -274,10 +280,11 @@ class OcrEvaluator(Evaluator, task="ocr"):
         return [Example(image, text, str(folder / name))
                 for name, (image, text) in zip(names, read_line_folder(folder, tsv))]
 
-    def decode(self, inputs: Sequence[torch.Tensor],
-               decoding: Decoding | None = None) -> list[Output]:
+    def decode(self, inputs: Sequence[torch.Tensor], decoding: Decoding | None = None, *,
+               weights: bool = False) -> list[Output]:
         eos = self.model.head_kind == "attention"
         return [Output(r.texts, functools.partial(plot_line, image, r.texts[0], r.weights,
                                                   r.steps, eos=eos))
                 for image, r in zip(inputs, read_lines(self.model, self.chars, inputs,
-                                                       decoding=decoding, lm=self.lm))]
+                                                       decoding=decoding, lm=self.lm,
+                                                       weights=weights))]

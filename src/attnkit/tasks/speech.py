@@ -48,10 +48,12 @@ EXTRA_CHARS = 10
 
 
 def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-    """Character and word error rates (jiwer) and ``accuracy = 1 - cer``, the character
-    accuracy that training maximises (it is negative when the CER exceeds 1)."""
+    """Character and word error rates (jiwer) and ``"1-cer"``, which training maximises (the
+    CER minimised). It is not an accuracy: the CER exceeds 1, and ``1-cer`` is negative,
+    when the outputs hold more errors than the references hold characters (an untrained
+    model's long outputs)."""
     cer = scores.cer(hypotheses, references)
-    return {"cer": cer, "wer": scores.wer(hypotheses, references), "accuracy": 1.0 - cer}
+    return {"cer": cer, "wer": scores.wer(hypotheses, references), "1-cer": 1.0 - cer}
 
 
 def check_frames(utterances: SpeechSet) -> None:
@@ -64,12 +66,12 @@ def check_frames(utterances: SpeechSet) -> None:
 
 @torch.no_grad()
 def transcribe(model: LAS, vocab: CharVocab, features: Sequence[torch.Tensor], *,
-               decoding: Decoding | None = None, batch_size: int = 32,
-               lm=None) -> tuple[list[str], list[Hypotheses]]:
+               decoding: Decoding | None = None, weights: bool = False,
+               batch_size: int = 32, lm=None) -> tuple[list[str], list[Hypotheses]]:
     """Transcripts of the utterances ``features[i]`` ``(T_i, F)`` decoded as ``decoding``
     says (default greedy; ``lm``: the language model of ``decoding.lm_weight``), and per batch
-    the raw hypotheses (tokens and attention weights for plots). An output has at most
-    ``ceil(0.3 * T_i) + 10`` characters (EOS included).
+    the raw hypotheses (tokens, and with ``weights`` the attention weights for plots). An
+    output has at most ``ceil(0.3 * T_i) + 10`` characters (EOS included).
 
     Raises:
         ValueError: an utterance shorter than 8 frames.
@@ -78,17 +80,20 @@ def transcribe(model: LAS, vocab: CharVocab, features: Sequence[torch.Tensor], *
     for _, hyp in decode_batches(
             model, features, pad_features,  # (B, T, F), (B,)
             max_len=lambda n: (n.float() * CHARS_PER_FRAME).ceil().long() + EXTRA_CHARS,
-            decoding=decoding, batch_size=batch_size, lm=lm):
+            decoding=decoding, batch_size=batch_size, lm=lm, weights=weights):
         texts += [vocab.decode(row) for row in hyp.best().tokens]
         raws.append(hyp)
     return texts, raws
 
 
 def plot_transcription(hyp: Hypotheses, i: int, features: torch.Tensor, vocab: CharVocab,
-                       path: str | Path, *, title: str | None = None) -> Path:
+                       path: str | Path, *, title: str | None = None) -> Path | None:
     """Alignment of example ``i`` of ``hyp``: its characters (EOS included) over the
-    spectrogram ``features (T, F)``, one listener step per 8 frames."""
+    spectrogram ``features (T, F)``, one listener step per 8 frames; None when ``hyp`` was
+    decoded without ``weights``."""
     hyp = hyp.best()
+    if hyp.weights is None:
+        return None
     steps = features.shape[0] // MIN_FRAMES
     n = int(hyp.lengths[i])
     labels = [vocab.piece(t) for t in hyp.tokens[i, :n]]
@@ -268,10 +273,10 @@ class SpeechEvaluator(Evaluator, task="asr"):
         return [Example(f, t, o) for f, t, o in
                 zip(utterances.features, utterances.transcripts, utterances.origins)]
 
-    def decode(self, inputs: Sequence[torch.Tensor],
-               decoding: Decoding | None = None) -> list[Output]:
+    def decode(self, inputs: Sequence[torch.Tensor], decoding: Decoding | None = None, *,
+               weights: bool = False) -> list[Output]:
         _, raws = transcribe(self.model, self.char_vocab, inputs, decoding=decoding,
-                             lm=self.lm)
+                             lm=self.lm, weights=weights)
         outputs = []
         for hyp in raws:
             for i, texts in enumerate(texts_of(hyp, self.char_vocab)):

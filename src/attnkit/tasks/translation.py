@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from attnkit.data import CharVocab, SubwordVocab, build_vocab, load_vocab, pad_batch
+from attnkit.data import MAX_CHARS, CharVocab, SubwordVocab, build_vocab, load_vocab, pad_batch
 from attnkit.data.tsv import read_tsv_rows
 from attnkit.decoding import Decoding, Hypotheses, decode_batches
 from attnkit.models import Seq2Seq, Transformer, build_model
@@ -28,8 +28,8 @@ from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, texts_
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
-__all__ = ["MAX_LEN_RATIO", "TranslationEvaluator", "TranslationTask", "metrics",
-           "plot_translation", "translate"]
+__all__ = ["MAX_LEN_RATIO", "MAX_OUTPUT_TOKENS", "TranslationEvaluator", "TranslationTask",
+           "metrics", "plot_translation", "translate"]
 
 
 def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
@@ -40,8 +40,10 @@ def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, f
 
 
 TAG = re.compile(r"^<[\w:-]+>$")
-# Output tokens at most: ceil(MAX_LEN_RATIO * source tokens) + the task's max_len_extra.
+# Output tokens at most: ceil(MAX_LEN_RATIO * source tokens) + the task's max_len_extra, and
+# never more than MAX_OUTPUT_TOKENS.
 MAX_LEN_RATIO = 3.0
+MAX_OUTPUT_TOKENS = 10_000
 
 
 def _encode_batch(vocab: CharVocab | SubwordVocab, texts: Sequence[str]):
@@ -53,18 +55,29 @@ def translate(model: Seq2Seq | Transformer, src_vocab: CharVocab | SubwordVocab,
               tgt_vocab: CharVocab | SubwordVocab,
               texts: Sequence[str], *, decoding: Decoding | None = None,
               max_len_ratio: float = MAX_LEN_RATIO, max_len_extra: int = 10,
+              max_chars: int | None = MAX_CHARS, weights: bool = False,
               batch_size: int = 128) -> tuple[list[str], list[Hypotheses]]:
     """Decode ``texts`` as ``decoding`` says (default greedy); returns the outputs (the best
-    hypothesis of each) and, per batch, the raw hypotheses (tokens and attention weights for
-    plots, all ``n_best``). Output length is capped at
-    ``ceil(max_len_ratio * source length) + max_len_extra`` tokens (EOS included); pass
-    ``max_len_extra`` from the longest training target when outputs can be much longer than
-    their sources (:attr:`TranslationTask.max_len_extra`)."""
+    hypothesis of each) and, per batch, the raw hypotheses (tokens, all ``n_best``, and with
+    ``weights`` the attention weights for plots). Output length is capped at
+    ``ceil(max_len_ratio * source length) + max_len_extra`` tokens (EOS included), and at
+    :data:`MAX_OUTPUT_TOKENS`; pass ``max_len_extra`` from the longest training target when
+    outputs can be much longer than their sources (:attr:`TranslationTask.max_len_extra`).
+
+    Raises:
+        ValueError: a text longer than ``max_chars`` characters (None: no limit; the default
+            is the longest line :func:`attnkit.data.read_tsv` reads).
+    """
+    for i, text in enumerate(texts):
+        if max_chars is not None and len(text) > max_chars:
+            raise ValueError(f"texts[{i}]: {len(text)} characters, more than max_chars="
+                             f"{max_chars} ({text[:40]!r}...)")
     outs, raws = [], []
     for _, hyp in decode_batches(
             model, texts, lambda chunk: _encode_batch(src_vocab, chunk),
-            max_len=lambda n: (n.float() * max_len_ratio).ceil().long() + max_len_extra,
-            decoding=decoding, batch_size=batch_size):
+            max_len=lambda n: ((n.float() * max_len_ratio).ceil().long() + max_len_extra
+                               ).clamp(max=MAX_OUTPUT_TOKENS),
+            decoding=decoding, batch_size=batch_size, weights=weights):
         outs += [tgt_vocab.decode(row) for row in hyp.best().tokens]
         raws.append(hyp)
     return outs, raws
@@ -74,7 +87,7 @@ def plot_translation(hyp: Hypotheses, i: int, source: str, src_vocab, tgt_vocab,
                      title: str | None = None):
     """Heat-map of example ``i`` of decoded ``hyp``: output pieces (EOS included) against the
     pieces of ``source`` (``title`` default: source -> output). Returns the path written, or
-    None when the model has no attention."""
+    None when the model has no attention (or ``hyp`` was decoded without ``weights``)."""
     hyp = hyp.best()
     if hyp.weights is None:
         return None
@@ -160,12 +173,14 @@ class TranslationTask:
     def evaluate(self, model: Seq2Seq | Transformer) -> dict[str, float]:
         sources = [s for s, _ in self.valid]
         outs, _ = translate(model, self.src_vocab, self.tgt_vocab, sources,
-                            max_len_extra=self.max_len_extra)
+                            max_len_extra=self.max_len_extra, max_chars=None)
         return metrics(outs, [t for _, t in self.valid])
 
     def pictures(self, model, folder: Path, n: int) -> list[Path]:
         """Attention pictures of the first ``n`` validation examples in ``folder``."""
-        return pictures(TranslationEvaluator(model, self.config(), self.vocab()), [source for source, _ in self.valid[:n]], folder)
+        evaluator = TranslationEvaluator(model, self.config(), self.vocab())
+        evaluator.max_chars = None  # validation sources were read with their own limit
+        return pictures(evaluator, [source for source, _ in self.valid[:n]], folder)
 
     def config(self) -> dict:
         return {"task": "translate", "model": self.model_config,
@@ -184,19 +199,27 @@ class TranslationEvaluator(Evaluator, task="translate"):
 
     data = "a TSV of source<TAB>reference lines"
     metrics = ("exact", "cer", "bleu", "chrf")
+    # The longest source read and decoded, in characters (None: no limit).
+    max_chars: int | None = MAX_CHARS
 
     def __init__(self, model: Seq2Seq | Transformer, config: dict, vocab: dict):
         super().__init__(model, config, vocab)
         self.src_vocab, self.tgt_vocab = load_vocab(vocab["src"]), load_vocab(vocab["tgt"])
-        self.max_len_extra = config.get("max_len_extra", 10)
+        extra = config.get("max_len_extra", 10)
+        if not isinstance(extra, int) or isinstance(extra, bool) or extra < 0:
+            raise ValueError(f"max_len_extra: expected a non-negative int, got {extra!r}")
+        self.max_len_extra = extra
 
     def read(self, path) -> list[Example]:
         return [Example(source, reference, f"{path}:{n}")
-                for n, source, reference in read_tsv_rows(path, columns=("source", "reference"))]
+                for n, source, reference in read_tsv_rows(path, columns=("source", "reference"),
+                                                           max_chars=self.max_chars)]
 
-    def decode(self, inputs: Sequence[str], decoding: Decoding | None = None) -> list[Output]:
+    def decode(self, inputs: Sequence[str], decoding: Decoding | None = None, *,
+               weights: bool = False) -> list[Output]:
         _, raws = translate(self.model, self.src_vocab, self.tgt_vocab, inputs,
-                            decoding=decoding, max_len_extra=self.max_len_extra)
+                            decoding=decoding, max_len_extra=self.max_len_extra,
+                            max_chars=self.max_chars, weights=weights)
         outputs = []
         for hyp in raws:
             for i, texts in enumerate(texts_of(hyp, self.tgt_vocab)):

@@ -1,6 +1,7 @@
 """Training shared by every task: the loop, its schedule, the checkpoint format, the device and
-precision (:mod:`attnkit.train.device`), the batches' way in (:mod:`attnkit.train.loader`) and
-the multi-process (torchrun) set-up in :mod:`attnkit.train.distributed`."""
+precision (:mod:`attnkit.train.device`), the batches' way in (:mod:`attnkit.train.loader`), the
+multi-process (torchrun) set-up in :mod:`attnkit.train.distributed` and the lock that keeps one
+process at a time in a run folder (:mod:`attnkit.train.lock`)."""
 
 from attnkit.train import distributed
 from attnkit.train.checkpoint import (
@@ -8,6 +9,7 @@ from attnkit.train.checkpoint import (
     CheckpointError,
     builtin_checkpoints,
     load_checkpoint,
+    recover_checkpoint,
     save_checkpoint,
 )
 from attnkit.train.device import (
@@ -18,6 +20,7 @@ from attnkit.train.device import (
     to_device,
 )
 from attnkit.train.loader import Batches
+from attnkit.train.lock import FolderBusy, lock_folder
 from attnkit.train.loop import Task, TrainConfig, Trainer, TrainResult, lr_factor
 from attnkit.train.teacher_forcing import TeacherForcing
 
@@ -26,6 +29,7 @@ __all__ = [
     "Batches",
     "Checkpoint",
     "CheckpointError",
+    "FolderBusy",
     "Task",
     "TeacherForcing",
     "TrainConfig",
@@ -36,7 +40,9 @@ __all__ = [
     "check_precision",
     "distributed",
     "load_checkpoint",
+    "lock_folder",
     "lr_factor",
+    "recover_checkpoint",
     "resolve_device",
     "save_checkpoint",
     "to_device",

@@ -10,15 +10,21 @@ A checkpoint is a directory::
     trainer.json          step, epoch, best score, RNG states, scheduler... (optional)
 
 Nothing is unpickled when loading, so a checkpoint from an untrusted source cannot run code.
-Writing is atomic: the files go to a temporary directory beside the target, which then replaces
-the target by two renames (the old one moved aside first); an interrupted save leaves the
-previous checkpoint readable, in place or, between the renames, beside it (which
-:func:`load_checkpoint` falls back to).
+Writing is atomic. The files of ``checkpoint`` go to a temporary directory beside it
+(``.checkpoint.<random>``), which is renamed ``.checkpoint.new`` once every file is on disk;
+then the previous checkpoint is renamed ``.checkpoint.old``, ``.checkpoint.new`` becomes
+``checkpoint`` and ``.checkpoint.old`` is deleted. Whatever deletes a directory renames it to a
+temporary name first, so ``checkpoint``, ``.checkpoint.new`` and ``.checkpoint.old`` are always
+complete, and a save cut short at any point (a crash, a SIGKILL, a power cut) leaves at least
+one of them. :func:`load_checkpoint` reads the newest (``.new``, then the checkpoint itself,
+then ``.old``); :func:`recover_checkpoint` puts it back in place and deletes the temporary
+directories of saves that were killed (run before a run writes into a folder again).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -31,7 +37,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 __all__ = ["BUILTIN", "Checkpoint", "CheckpointError", "builtin_checkpoints", "load_checkpoint",
-           "resolve_checkpoint", "save_checkpoint"]
+           "recover_checkpoint", "resolve_checkpoint", "save_checkpoint"]
+
+log = logging.getLogger("attnkit")
 
 FORMAT, VERSION = "attnkit-checkpoint", 1
 
@@ -63,24 +71,38 @@ class Checkpoint:
     optimizer_state: dict | None = None
     trainer_state: dict | None = None
 
-    def load_model(self, model: torch.nn.Module) -> None:
-        """Load the weights into ``model``, with an error that lists every mismatch."""
-        own = model.state_dict()
-        missing = sorted(set(own) - set(self.model_state))
-        unexpected = sorted(set(self.model_state) - set(own))
-        shapes = [f"{k}: checkpoint {tuple(self.model_state[k].shape)}, model {tuple(v.shape)}"
-                  for k, v in own.items()
-                  if k in self.model_state and self.model_state[k].shape != v.shape]
-        if missing or unexpected or shapes:
+    def check_shapes(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        """Check that the weights are those of a model whose state dict has ``shapes``
+        (names and shapes), with an error that lists every mismatch."""
+        missing = sorted(set(shapes) - set(self.model_state))
+        unexpected = sorted(set(self.model_state) - set(shapes))
+        wrong = [f"{k}: checkpoint {tuple(self.model_state[k].shape)}, model {tuple(v)}"
+                 for k, v in shapes.items()
+                 if k in self.model_state and tuple(self.model_state[k].shape) != tuple(v)]
+        if missing or unexpected or wrong:
             parts = []
             if missing:
                 parts.append(f"missing {', '.join(missing[:10])}")
             if unexpected:
                 parts.append(f"unexpected {', '.join(unexpected[:10])}")
-            if shapes:
-                parts.append("shape mismatch " + "; ".join(shapes[:10]))
+            if wrong:
+                parts.append("shape mismatch " + "; ".join(wrong[:10]))
             raise CheckpointError(f"{self.path}: the weights do not fit this model: "
                                   + " | ".join(parts))
+
+    def check_finite(self) -> None:
+        """Refuse weights holding NaN or infinity (they would decode garbage)."""
+        bad = [k for k, v in self.model_state.items()
+               if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        if bad:
+            raise CheckpointError(f"{self.path}: {len(bad)} weight tensors hold NaN or infinite "
+                                  f"values ({', '.join(bad[:5])}{', ...' if len(bad) > 5 else ''})")
+
+    def load_model(self, model: torch.nn.Module) -> None:
+        """Load the weights into ``model``: they must fit it (:meth:`check_shapes`) and be
+        finite (:meth:`check_finite`)."""
+        self.check_shapes({k: tuple(v.shape) for k, v in model.state_dict().items()})
+        self.check_finite()
         model.load_state_dict(self.model_state)
 
 
@@ -144,27 +166,76 @@ def save_checkpoint(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    old = _old(directory)
+    _replace(tmp, _new(directory), directory)  # complete: from here on a cut keeps it
     if directory.exists():
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(directory, old)
-    try:
-        os.replace(tmp, directory)
-    except BaseException:
-        if old.exists() and not directory.exists():
-            os.replace(old, directory)  # put the previous checkpoint back
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        _replace(directory, _old(directory), directory)
+    os.replace(_new(directory), directory)
     _fsync_dir(directory.parent)
-    if old.exists():
-        shutil.rmtree(old)
+    _delete(_old(directory), directory)
     return directory
 
 
+def _new(directory: Path) -> Path:
+    """The complete new checkpoint, before it replaces the previous one."""
+    return directory.with_name(f".{directory.name}.new")
+
+
 def _old(directory: Path) -> Path:
-    """Where the previous checkpoint waits during the swap (read if the swap was cut short)."""
+    """The previous checkpoint, moved aside while the new one takes its place."""
     return directory.with_name(f".{directory.name}.old")
+
+
+def _copies(directory: Path) -> list[Path]:
+    """The complete copies of a checkpoint that exist, newest first."""
+    return [p for p in (_new(directory), directory, _old(directory)) if p.is_dir()]
+
+
+def _temporary(directory: Path) -> list[Path]:
+    """Directories left by saves of ``directory`` that were killed before they finished."""
+    keep = {_new(directory).name, _old(directory).name}
+    return sorted(p for p in directory.parent.glob(f".{directory.name}.*")
+                  if p.is_dir() and p.name not in keep)
+
+
+def _delete(path: Path, directory: Path) -> None:
+    """Remove ``path``, a copy of checkpoint ``directory``: renamed to a temporary name first,
+    so that no complete copy is ever seen half deleted (:func:`recover_checkpoint` finishes a
+    removal cut short)."""
+    if not path.exists():
+        return
+    doomed = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    os.replace(path, doomed)  # over the empty directory that mkdtemp made
+    shutil.rmtree(doomed)
+
+
+def _replace(src: Path, dst: Path, directory: Path) -> None:
+    """Move ``src`` to ``dst`` (copies of checkpoint ``directory``), deleting what ``dst``
+    held."""
+    _delete(dst, directory)
+    os.replace(src, dst)
+
+
+def recover_checkpoint(directory: str | Path) -> Path | None:
+    """Finish what an interrupted save left at ``directory``: the newest complete copy
+    (``.new``, the checkpoint, ``.old``) becomes the checkpoint, the others and the temporary
+    directories of killed saves are deleted. Returns the checkpoint's path, or None when
+    there is none. Call it only where no other process is saving into the same folder."""
+    directory = Path(directory)
+    if not directory.parent.is_dir():
+        return None
+    for tmp in _temporary(directory):
+        log.info("removing %s, left by a save that was cut short", tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+    copies = _copies(directory)
+    if not copies:
+        return None
+    if copies[0] != directory:
+        log.warning("%s: restored from %s (a save was cut short)", directory, copies[0].name)
+        _replace(copies[0], directory, directory)
+        _fsync_dir(directory.parent)
+    for stale in (_new(directory), _old(directory)):
+        _delete(stale, directory)
+    return directory
 
 
 def _fsync_dir(path: Path) -> None:
@@ -226,15 +297,16 @@ def resolve_checkpoint(directory: str | Path) -> Path:
 
 def load_checkpoint(directory: str | Path) -> Checkpoint:
     """Read a checkpoint written by :func:`save_checkpoint` (no pickle involved): a folder, or
-    ``builtin:NAME`` for one shipped in the package (:func:`builtin_checkpoints`).
+    ``builtin:NAME`` for one shipped in the package (:func:`builtin_checkpoints`); of a folder,
+    the newest complete copy, when a save was cut short (see the module docstring).
 
     Raises:
         CheckpointError: missing directory or file, corrupt JSON or safetensors, another format
             or version, an unknown builtin name.
     """
     directory = resolve_checkpoint(directory)
-    if not directory.is_dir() and _old(directory).is_dir():
-        directory = _old(directory)  # a save was interrupted between its two renames
+    copies = _copies(directory)
+    directory = copies[0] if copies else directory  # the newest, if a save was cut short
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: no such checkpoint directory")
     head = _read_json(directory / "config.json")
@@ -244,15 +316,28 @@ def load_checkpoint(directory: str | Path) -> Checkpoint:
     if head.get("version") != VERSION:
         raise CheckpointError(f"{directory}: checkpoint version {head.get('version')!r} is not "
                               f"supported by this attnkit (reads version {VERSION})")
+    config = head.get("config", {})
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{directory / 'config.json'}: 'config' must be a JSON object, "
+                              f"got {type(config).__name__}")
     optimizer_state = None
     if (directory / "optimizer.json").exists():
-        optimizer_state = _unflatten_optimizer(_read_tensors(directory / "optimizer.safetensors"),
-                                               _read_json(directory / "optimizer.json"))
+        tensors = _read_tensors(directory / "optimizer.safetensors")
+        plain = _read_json(directory / "optimizer.json")
+        try:
+            optimizer_state = _unflatten_optimizer(tensors, plain)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CheckpointError(f"{directory}: optimizer state not in the attnkit layout "
+                                  f"({type(exc).__name__}: {exc})") from None
+    trainer_state = _read_json(directory / "trainer.json", required=False)
+    if trainer_state is not None and not isinstance(trainer_state, dict):
+        raise CheckpointError(f"{directory / 'trainer.json'}: must be a JSON object, got "
+                              f"{type(trainer_state).__name__}")
     return Checkpoint(
         path=directory,
-        config=head.get("config", {}),
+        config=config,
         model_state=_read_tensors(directory / "model.safetensors"),
         vocab=_read_json(directory / "vocab.json", required=False),
         optimizer_state=optimizer_state,
-        trainer_state=_read_json(directory / "trainer.json", required=False),
+        trainer_state=trainer_state,
     )

@@ -174,12 +174,15 @@ def lr_factor(step: int, config: TrainConfig) -> float:
 
 @dataclass
 class TrainResult:
-    """How a run ended: ``stopped`` in "max_steps", "early_stopping", "time_budget", "signal"."""
+    """How a run ended: ``stopped`` in "max_steps", "early_stopping", "time_budget", "signal";
+    ``signal``: the number of the signal (SIGINT, SIGTERM) that stopped this process, if one
+    did."""
 
     step: int
     stopped: str
     best: float | None
     history: list[dict] = field(default_factory=list)
+    signal: int | None = None
 
 
 def _rng_state() -> dict:
@@ -202,6 +205,18 @@ def _jsonable(x):
 
 def _tupled(x):
     return tuple(_tupled(v) for v in x) if isinstance(x, list) else x
+
+
+def _differences(saved: dict, now: dict, prefix: str = "") -> list[str]:
+    """``"key: saved value, now value"`` for each (dotted, nested) key whose values differ."""
+    out = []
+    for key in sorted(set(saved) | set(now), key=str):
+        a, b = saved.get(key), now.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {a!r} saved, {b!r} now")
+    return out
 
 
 class Trainer:
@@ -267,11 +282,10 @@ class Trainer:
         ck = load_checkpoint(self.checkpoint_dir)
         if ck.optimizer_state is None or ck.trainer_state is None:
             raise CheckpointError(f"{ck.path}: has no optimizer/trainer state to resume from")
-        if ck.config != self.task.config():
-            changed = sorted(k for k in set(ck.config) | set(self.task.config())
-                             if ck.config.get(k) != self.task.config().get(k))
+        changed = _differences(ck.config, self.task.config())
+        if changed:
             raise CheckpointError(f"{ck.path}: saved for another task set-up (differs in "
-                                  f"{', '.join(changed)}); resuming would not continue that run")
+                                  f"{'; '.join(changed)}); resuming would not continue that run")
         saved = ck.trainer_state.get("train_config", {})
         free = {"max_steps", "time_budget_s", "progress", "patience", "eval_every",
                 "checkpoint_every", "precision", "data_workers"}
@@ -446,4 +460,4 @@ class Trainer:
         if saved_at != self.step:
             self.save()
         distributed.barrier()  # every process returns once the checkpoint is written
-        return TrainResult(self.step, stopped, self.best, self.history)
+        return TrainResult(self.step, stopped, self.best, self.history, self._signal)

@@ -1,0 +1,34 @@
+"""Option values that would train on nonsense or end in a traceback: refused up front."""
+
+import pytest
+
+from attnkit.cli.main import main
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--label-smoothing", "-0.5", "invalid number in [0, 1) value: '-0.5'"),
+    ("--label-smoothing", "2", "invalid number in [0, 1) value: '2'"),
+    ("--lr", "inf", "invalid positive number value: 'inf'"),
+    ("--lr", "nan", "invalid positive number value: 'nan'"),
+    ("--lr", "0", "invalid positive number value: '0'"),
+    ("--plot", "-1", "invalid non-negative int value: '-1'"),
+    ("--warmup", "-5", "invalid non-negative int value: '-5'"),
+    ("--time-budget", "-1", "invalid positive number value: '-1'"),
+    ("--dropout", "1.5", "invalid number in [0, 1) value: '1.5'"),
+])
+def test_out_of_range_training_options_are_usage_errors(tmp_path, capsys, option, value,
+                                                        message):
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "translate", "--out", str(tmp_path / "r"), option, value])
+    assert exc.value.code == 2
+    assert f"argument {option}: {message}" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("task", ["translate", "ocr", "asr"])
+def test_valid_without_train_is_refused(tmp_path, capsys, task):
+    assert main(["train", task, "--valid", str(tmp_path / "v"), "--out",
+                 str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err == ("attnkit: --valid: only with --train (the built-in data "
+                                       "has its own validation split)\n")
+    assert not (tmp_path / "r").exists()

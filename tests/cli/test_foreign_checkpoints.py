@@ -1,0 +1,127 @@
+"""Checkpoints from elsewhere: every bad config, vocabulary or weight file is one line of error,
+found before anything is built."""
+
+import base64
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from attnkit.cli.main import main
+
+
+@pytest.fixture
+def checkpoint(tiny_translator, tmp_path):
+    return shutil.copytree(tiny_translator, tmp_path / "checkpoint")
+
+
+def _edit_json(path, edit):
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def _refused(checkpoint, capsys, message):
+    assert main(["translate", "--checkpoint", str(checkpoint), "<en> one"]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.startswith("attnkit: ") and err.count("\n") == 1, err  # one line, no traceback
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("hidden", 1e9, "hidden: expected int, got 1000000000.0 (float)"),
+    ("hidden", "128", "hidden: expected int, got '128' (str)"),
+    ("hidden", [8], "hidden: expected int, got [8] (list)"),
+    ("dropout", [0.1], "dropout: expected float, got [0.1] (list)"),
+    ("kind", 3, "kind: expected str, got 3 (int)"),
+    ("src_vocab", 11.5, "src_vocab: expected int, got 11.5 (float)"),
+    ("input_feeding", "yes", "input_feeding: expected bool, got 'yes' (str)"),
+    ("attn_dim", {"a": 1}, "attn_dim: expected int or null, got {'a': 1} (dict)"),
+    ("kind", "gpt", "seq2seq cannot be built from it: kind: expected one of"),
+    ("name", "gpt", "'name' must be one of captioner, char_lm, crnn, las, seq2seq, transformer, vqa, "
+                     "got 'gpt'"),
+    ("hiden", 8, "seq2seq takes no argument hiden"),
+])
+def test_bad_model_config_values_are_named(checkpoint, capsys, key, value, message):
+    _edit_json(checkpoint / "config.json", lambda d: d["config"]["model"].update({key: value}))
+    _refused(checkpoint, capsys, message)
+
+
+@pytest.mark.parametrize("key, value", [("hidden", 10**9), ("emb", 10**9), ("hidden", -3)])
+def test_a_config_asking_for_a_huge_model_is_refused_without_building_it(
+        checkpoint, capsys, monkeypatch, key, value):
+    def no_build(config):
+        raise AssertionError("the model was built")
+
+    monkeypatch.setattr("attnkit.cli.common.build_model", no_build)
+    _edit_json(checkpoint / "config.json", lambda d: d["config"]["model"].update({key: value}))
+    assert main(["translate", "--checkpoint", str(checkpoint), "<en> one"]) == 2
+    err = capsys.readouterr().err
+    assert "config.json: model config: seq2seq cannot be built" in err or \
+        "the weights do not fit this model" in err
+    assert err.count("\n") == 1
+
+
+def test_a_vocabulary_size_beyond_the_weights_is_refused(checkpoint, capsys):
+    def huge(d):
+        d["config"]["model"]["tgt_vocab"] = 10**10
+
+    _edit_json(checkpoint / "config.json", huge)
+    _refused(checkpoint, capsys, "the tgt vocabulary has 12 entries, the model's config says "
+                                 "tgt_vocab=10000000000")
+
+
+def test_weights_of_other_shapes_are_listed(checkpoint, capsys):
+    state = load_file(str(checkpoint / "model.safetensors"))
+    state["decoder.out.weight"] = torch.zeros(3, 3)
+    save_file(state, str(checkpoint / "model.safetensors"))
+    _refused(checkpoint, capsys, "shape mismatch decoder.out.weight: checkpoint (3, 3)")
+
+
+def test_a_task_setting_of_the_wrong_type_is_named(checkpoint, capsys):
+    _edit_json(checkpoint / "config.json", lambda d: d["config"].update(max_len_extra=1e12))
+    _refused(checkpoint, capsys, "max_len_extra: expected a non-negative int, got "
+                                 "1000000000000.0")
+
+
+def test_a_garbage_sentencepiece_model_is_refused(checkpoint, capsys):
+    garbage = base64.b64encode(b"\x0a\x05hello not a model").decode()
+    _edit_json(checkpoint / "vocab.json",
+               lambda d: d.update(src={"type": "sentencepiece", "model": garbage}))
+    _refused(checkpoint, capsys, "vocab.json: model: not a SentencePiece model")
+    _edit_json(checkpoint / "vocab.json",
+               lambda d: d.update(src={"type": "sentencepiece", "model": "not base64!"}))
+    _refused(checkpoint, capsys, "vocab.json: vocab: 'model' must be a base64 string")
+
+
+def test_a_vocabulary_shorter_than_the_model_output_is_refused(checkpoint, capsys):
+    _edit_json(checkpoint / "vocab.json", lambda d: d["tgt"]["symbols"].pop())
+    _refused(checkpoint, capsys, "the tgt vocabulary has 11 entries, the model's config says "
+                                 "tgt_vocab=12")
+    _edit_json(checkpoint / "vocab.json", lambda d: d["tgt"].update(symbols="0123"))
+    _refused(checkpoint, capsys, "vocab.json: vocab: 'symbols' must be a list of non-empty "
+                                 "strings")
+    _edit_json(checkpoint / "vocab.json", lambda d: d["tgt"].update(symbols=list("01234566")))
+    _refused(checkpoint, capsys, "vocab.json: vocab: 'symbols' lists a symbol twice")
+
+
+def test_non_finite_weights_are_refused(checkpoint, capsys):
+    state = load_file(str(checkpoint / "model.safetensors"))
+    state["decoder.out.bias"] = torch.full_like(state["decoder.out.bias"], float("nan"))
+    save_file(state, str(checkpoint / "model.safetensors"))
+    _refused(checkpoint, capsys, "1 weight tensors hold NaN or infinite values "
+                                 "(decoder.out.bias)")
+
+
+def test_a_missing_vocabulary_is_reported_as_missing(checkpoint, capsys):
+    (checkpoint / "vocab.json").unlink()
+    _refused(checkpoint, capsys, "vocab.json: missing (a translate checkpoint keeps its "
+                                 "vocabulary there)")
+
+
+@pytest.mark.parametrize("config", [[1, 2], {"task": "translate", "model": "seq2seq"}])
+def test_configs_of_the_wrong_shape_are_refused(checkpoint, capsys, config):
+    _edit_json(checkpoint / "config.json", lambda d: d.update(config=config))
+    _refused(checkpoint, capsys, "checkpoint")

@@ -1,0 +1,124 @@
+"""Run folders: nothing lost to a cut-short save, a second run, a wrong path or a signal."""
+
+import signal
+
+import pytest
+
+from attnkit.cli import translate as translate_cli
+from attnkit.cli.main import main
+from attnkit.tasks.translation import TranslationTask
+from attnkit.train import load_checkpoint, lock_folder
+from attnkit.train.lock import LOCK_FILE
+
+WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven"]
+TINY = ["--steps", "2", "--eval-every", "2", "--batch-size", "4", "--hidden", "8", "--emb", "8",
+        "--no-progress", "--plot", "0"]
+
+
+@pytest.fixture
+def tsv(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"<en> {w}\t{n}\n" for n, w in enumerate(WORDS)), encoding="utf-8")
+    return path
+
+
+def _train(tsv, out, *extra):
+    return main(["train", "translate", "--train", str(tsv), "--out", str(out), *TINY, *extra])
+
+
+def test_a_checkpoint_left_aside_by_a_cut_save_is_neither_overwritten_nor_lost(tsv, tmp_path,
+                                                                             capsys):
+    out = tmp_path / "run"
+    assert _train(tsv, out) == 0
+    (out / "checkpoint").rename(out / ".checkpoint.old")  # killed between the two renames
+    (out / ".checkpoint.x7f3k2q9").mkdir()  # a save killed while writing
+    (out / ".checkpoint.x7f3k2q9" / "model.safetensors").write_bytes(b"half")
+    capsys.readouterr()
+    assert _train(tsv, out) == 2
+    assert "run/checkpoint: already holds a checkpoint; pass --resume" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".checkpoint")) == []
+    assert _train(tsv, out, "--steps", "3", "--resume") == 0  # the later --steps wins
+    assert load_checkpoint(out / "checkpoint").trainer_state["step"] == 3
+
+
+@pytest.mark.parametrize("option, value, named", [
+    ("--hidden", "16", "--hidden 8 saved, 16 given"),
+    ("--model", "luong", "--model 'bahdanau' saved, 'luong' given"),
+    ("--dropout", "0.3", "--dropout 0.0 saved, 0.3 given"),
+])
+def test_resume_refuses_changed_model_settings_by_name(tsv, tmp_path, capsys, option, value,
+                                                       named):
+    out = tmp_path / "run"
+    assert _train(tsv, out) == 0
+    capsys.readouterr()
+    assert _train(tsv, out, "--resume", option, value) == 2
+    err = capsys.readouterr().err
+    assert f"saved with other model settings ({named})" in err
+    assert err.count("\n") == 1  # one line, no traceback
+
+
+def test_a_changed_task_setting_is_named_with_both_values(tsv, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _train(tsv, out) == 0
+    capsys.readouterr()
+    assert _train(tsv, out, "--resume", "--label-smoothing", "0.2") == 2
+    assert "differs in batching.label_smoothing: 0.1 saved, 0.2 now" in capsys.readouterr().err
+
+
+def test_a_run_folder_in_use_is_refused_naming_the_process(tsv, tmp_path, capsys):
+    with lock_folder(tmp_path / "run"):
+        assert _train(tsv, tmp_path / "run") == 2
+        assert "in use by another attnkit process (pid" in capsys.readouterr().err
+    assert _train(tsv, tmp_path / "run") == 0
+    assert not (tmp_path / "run" / LOCK_FILE).exists()
+
+
+def test_out_and_plot_naming_files_are_refused_before_any_work(tsv, tmp_path, capsys,
+                                                               monkeypatch):
+    def no_work(*args, **kwargs):
+        raise AssertionError("the data was read")
+
+    monkeypatch.setattr(translate_cli, "read_tsv", no_work)
+    monkeypatch.setattr(translate_cli.common, "load_task_model", no_work)
+    (tmp_path / "file").write_text("keep me")
+    assert _train(tsv, tmp_path / "file") == 2
+    assert f"--out: {tmp_path / 'file'} is a file, not a folder" in capsys.readouterr().err
+    assert _train(tsv, tmp_path / "file" / "run") == 2
+    assert f"{tmp_path / 'file'} is a file" in capsys.readouterr().err
+    assert main(["translate", "--checkpoint", str(tmp_path / "ck"), "x", "--plot",
+                 str(tmp_path / "file")]) == 2
+    assert "--plot: " in capsys.readouterr().err
+    assert (tmp_path / "file").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_saves_then_exits_with_its_code(tsv, tmp_path, capsys, monkeypatch, signum,
+                                                 code):
+    loss, calls = TranslationTask.loss, []
+
+    def signalled(self, model, batch, step=0):
+        calls.append(step)
+        if len(calls) == 2:
+            signal.raise_signal(signum)
+        return loss(self, model, batch, step)
+
+    monkeypatch.setattr(TranslationTask, "loss", signalled)
+    out = tmp_path / "run"
+    assert _train(tsv, out, "--steps", "50") == code
+    err = capsys.readouterr().err
+    assert f"stopped by {signal.Signals(signum).name} after 2 steps; the checkpoint is saved" in err
+    assert "Traceback" not in err
+    assert load_checkpoint(out / "checkpoint").trainer_state["step"] == 2
+    assert not (out / "history.json").exists()  # stopped: no final evaluation
+
+
+def test_ctrl_c_before_training_stops_cleanly(tsv, tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(translate_cli, "read_tsv", interrupted)
+    assert _train(tsv, tmp_path / "run") == 130
+    assert capsys.readouterr().err == "attnkit: interrupted\n"
+    assert not (tmp_path / "run" / LOCK_FILE).exists()
+    assert not (tmp_path / "run" / "checkpoint").exists()
+
