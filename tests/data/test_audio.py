@@ -86,14 +86,55 @@ def test_extensible_pcm_is_read():
     assert samples.numel() == RAMP.size
 
 
+def _encode(x: np.ndarray, tag: int, bits: int) -> bytes:
+    """``x`` (floats in [-1, 1)) as the data bytes of a WAV of that format, written the
+    obvious way (independently of the reader)."""
+    if tag == 3:
+        return x.astype("<f4" if bits == 32 else "<f8").tobytes()
+    ints = np.round(x * 2 ** (bits - 1)).astype(np.int64)
+    if bits == 8:
+        return (ints + 128).astype("u1").tobytes()
+    if bits == 24:
+        return b"".join(int(v).to_bytes(3, "little", signed=True) for v in ints)
+    return ints.astype(f"<i{bits // 8}").tobytes()
+
+
+@pytest.mark.parametrize("tag, bits", [(1, 8), (1, 24), (1, 32), (3, 32), (3, 64)])
+@pytest.mark.parametrize("extensible", [False, True])
+def test_other_sample_formats_are_converted_and_said_so(tag, bits, extensible, caplog):
+    x = RAMP.astype(np.float64) / 32768  # (200,) in [-1, 1)
+    fmt = pcm_fmt(bits=bits, tag=0xFFFE if extensible else tag)
+    if extensible:
+        fmt += struct.pack("<HHIH", 22, bits, 4, tag) + bytes(14)
+    with caplog.at_level("INFO", logger="attnkit"):
+        samples, rate = parse_wav(riff(fmt, _encode(x, tag, bits)), source="in.wav")
+    assert rate == 16000 and samples.dtype == torch.float32
+    step = 2.0 ** -(bits - 1) if tag == 1 else 1e-7
+    assert np.abs(samples.numpy() - x).max() <= step
+    kind = "float" if tag == 3 else "PCM"
+    assert f"in.wav: {bits}-bit {kind} samples converted to float" in caplog.text
+
+
+def test_stereo_24_bit_is_averaged_and_its_duration_checked_from_the_header():
+    left, right = RAMP / 32768, -RAMP / 65536
+    frames = np.stack([left, right], axis=1).reshape(-1)  # (2N,) interleaved
+    data = riff(pcm_fmt(channels=2, bits=24), _encode(frames, 1, 24))
+    samples, _ = parse_wav(data, source="s")
+    assert np.abs(samples.numpy() - (left + right) / 2).max() <= 2.0 ** -23
+    with pytest.raises(DataError, match=r"s: 0.0 s of audio, more than max_seconds=0.001"):
+        parse_wav(data, source="s", max_seconds=0.001)
+
+
 BAD_WAVS = {
     "empty file": (b"", "not a RIFF/WAVE file"),
     "text": (b"hello, this is not audio at all", "not a RIFF/WAVE file"),
-    "float": (riff(pcm_fmt(tag=3, bits=32), bytes(8)), r"format tag 3 \(IEEE float\)"),
+    "float16": (riff(pcm_fmt(tag=3, bits=16), bytes(8)), r"got 16-bit float"),
+    "12-bit": (riff(pcm_fmt(bits=12), bytes(8)), r"expected 8, 16, 24 or 32-bit PCM or 32 "
+                                                 r"or 64-bit float, got 12-bit PCM"),
+    "a-law": (riff(pcm_fmt(tag=6, bits=8), bytes(8)), r"format tag 6 \(A-law\)"),
     "mp3": (riff(pcm_fmt(tag=0x55), bytes(8)), r"format tag 85 \(MP3\)"),
-    "extensible float": (riff(pcm_fmt(tag=0xFFFE) + struct.pack("<HHIH", 22, 16, 4, 3)
-                              + bytes(14), bytes(8)), "format tag 3"),
-    "8-bit": (riff(pcm_fmt(bits=8), bytes(8)), "expected 16-bit PCM, got 8-bit"),
+    "extensible mu-law": (riff(pcm_fmt(tag=0xFFFE) + struct.pack("<HHIH", 22, 16, 4, 7)
+                               + bytes(14), bytes(8)), r"format tag 7 \(mu-law\)"),
     "no samples": (riff(pcm_fmt(), b""), "no samples"),
     "truncated data": (riff(pcm_fmt(), bytes(100), data_size=400),
                        "truncated: 'data' chunk declares 400 bytes, 100 present"),

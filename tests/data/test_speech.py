@@ -239,8 +239,8 @@ def test_manifest_errors_name_the_file(tmp_path):
     (tmp_path / "bad.tsv").write_text("no tab here\n")
     with pytest.raises(DataError, match=re.escape(str(tmp_path / "bad.tsv")) + ":1"):
         read_manifest(tmp_path / "bad.tsv")
-    (tmp_path / "float.wav").write_bytes(b"RIFF\x24\0\0\0WAVEfmt \x10\0\0\0\x03\0\x01\0"
+    (tmp_path / "mulaw.wav").write_bytes(b"RIFF\x24\0\0\0WAVEfmt \x10\0\0\0\x07\0\x01\0"
                                          b"\x80\x3e\0\0\0\xfa\0\0\x04\0\x20\0data\0\0\0\0")
-    (tmp_path / "f.tsv").write_text("float.wav\thello\n")
-    with pytest.raises(DataError, match=re.escape(str(tmp_path / "float.wav")) + ".*IEEE float"):
+    (tmp_path / "f.tsv").write_text("mulaw.wav\thello\n")
+    with pytest.raises(DataError, match=re.escape(str(tmp_path / "mulaw.wav")) + ".*mu-law"):
         read_manifest(tmp_path / "f.tsv")

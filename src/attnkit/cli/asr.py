@@ -168,7 +168,7 @@ def _plot_all(raws, features, vocab, folder: Path) -> None:
 def add_transcribe_parser(sub) -> None:
     p = sub.add_parser("transcribe", help="transcribe WAV files with a trained asr checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
-    p.add_argument("wav", type=Path, nargs="+", help="16-bit PCM WAV files (any rate)")
+    p.add_argument("wav", type=Path, nargs="+", help="WAV files (PCM of 8-32 bits or float, any rate)")
     add_max_seconds_arg(p)
     common.add_decoding_args(p, beam=5)
     add_joint_args(p)
@@ -181,7 +181,7 @@ def wav_features(path: Path, max_seconds: float | None = MAX_SECONDS) -> torch.T
     """Normalised log-mel features ``(T, 80)`` of a WAV file, as in training.
 
     Raises:
-        DataError: naming the file: unreadable, not 16-bit PCM, shorter than 80 ms or longer
+        DataError: naming the file: unreadable, compressed, shorter than 80 ms or longer
             than ``max_seconds``.
     """
     samples, rate = read_wav(path, max_seconds=max_seconds)

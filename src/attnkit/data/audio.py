@@ -1,4 +1,4 @@
-"""Audio: 16-bit PCM WAV reading, resampling, log-mel features and padding.
+"""Audio: WAV reading (PCM of 8-32 bits, float), resampling, log-mel features and padding.
 
 The model rate is :data:`SAMPLE_RATE` (16 kHz); features are 80-bin log-mel frames with a 25 ms
 Hann window every 10 ms. The mel filterbank is the Slaney one (mel scale linear below 1 kHz and
@@ -13,10 +13,12 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import math
 import struct
 import wave
 from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
@@ -25,6 +27,8 @@ import torch
 from scipy.signal import resample_poly
 
 from attnkit.errors import DataError
+
+log = logging.getLogger("attnkit")
 
 __all__ = [
     "MAX_SECONDS",
@@ -51,13 +55,40 @@ LOG_FLOOR = 1e-6  # added to mel power before the log: digital silence stays fin
 # Data-chunk sizes that mean "unknown, read to the end" (streamed WAVs such as espeak-ng --stdout)
 _STREAMING_SIZES = (0, 0xFFFFFFFF)
 _STREAMING_MIN = 0x7FFF0000
-_PCM, _EXTENSIBLE = 1, 0xFFFE
-_FORMAT_NAMES = {3: "IEEE float", 6: "A-law", 7: "mu-law", 0x55: "MP3", 2: "ADPCM"}
+_PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
+_FORMAT_NAMES = {6: "A-law", 7: "mu-law", 0x55: "MP3", 2: "ADPCM"}
+# Sample encodings read, by (format tag, bits): numpy dtype of one sample (24-bit: 3 bytes,
+# assembled by hand), and the full scale that maps it to [-1, 1).
+_ENCODINGS = {(_PCM, 8): ("u1", 128.0), (_PCM, 16): ("<i2", 32768.0),
+              (_PCM, 24): (None, 2.0 ** 23), (_PCM, 32): ("<i4", 2.0 ** 31),
+              (_FLOAT, 32): ("<f4", 1.0), (_FLOAT, 64): ("<f8", 1.0)}
+
+
+@dataclass(frozen=True)
+class _Format:
+    """What a ``fmt `` chunk says: channels, sample rate, format tag (PCM or float), bits."""
+
+    channels: int
+    rate: int
+    tag: int
+    bits: int
+
+    @property
+    def frame_bytes(self) -> int:
+        return self.channels * self.bits // 8
+
+    def describe(self) -> str:
+        return f"{self.bits}-bit {'float' if self.tag == _FLOAT else 'PCM'}"
 
 
 def parse_wav(data: bytes, *, source: str,
               max_seconds: float | None = None) -> tuple[torch.Tensor, int]:
-    """Samples and sample rate of a 16-bit PCM WAV held in ``data``; ``source`` names it in errors.
+    """Samples and sample rate of a WAV held in ``data``; ``source`` names it in errors.
+
+    Integer PCM of 8 (unsigned), 16, 24 or 32 bits and IEEE float of 32 or 64 bits are read
+    (plain or ``WAVE_FORMAT_EXTENSIBLE``) and scaled to float32 in ``[-1, 1)``; anything but
+    16-bit PCM is logged at INFO as converted. Compressed formats (A-law, mu-law, ADPCM, MP3)
+    are refused.
 
     The RIFF chunks are walked one by one, so chunks other than ``fmt `` and ``data`` are skipped.
     A ``data`` size of 0, 0xFFFFFFFF or at least 0x7FFF0000 (written by streaming tools such as
@@ -70,7 +101,7 @@ def parse_wav(data: bytes, *, source: str,
         ``(samples (N,) float32 in [-1, 1), sample_rate)``.
 
     Raises:
-        DataError: naming ``source``: not RIFF/WAVE, not PCM (float, compressed), not 16-bit,
+        DataError: naming ``source``: not RIFF/WAVE, compressed, a sample size not listed above,
             no ``fmt `` or ``data`` chunk, truncated, no samples, or longer than
             ``max_seconds``.
     """
@@ -97,50 +128,60 @@ def parse_wav(data: bytes, *, source: str,
     raise DataError(f"{source}: no {missing} chunk (file truncated or not a WAV)")
 
 
-def _parse_fmt(body: bytes, source: str) -> tuple[int, int]:
-    """``(channels, sample_rate)`` from a ``fmt `` chunk, which must describe 16-bit PCM."""
+def _parse_fmt(body: bytes, source: str) -> _Format:
+    """The :class:`_Format` of a ``fmt `` chunk, which must describe PCM or float samples of a
+    size in ``_ENCODINGS``."""
     if len(body) < 16:
         raise DataError(f"{source}: truncated 'fmt ' chunk ({len(body)} bytes, expected >= 16)")
     tag, channels, rate, _, _, bits = struct.unpack_from("<HHIIHH", body)
     if tag == _EXTENSIBLE and len(body) >= 26:
         tag = struct.unpack_from("<H", body, 24)[0]  # the sub-format GUID starts with the tag
-    if tag != _PCM:
+    if tag not in (_PCM, _FLOAT):
         name = _FORMAT_NAMES.get(tag, "unknown")
-        raise DataError(f"{source}: expected PCM audio (format tag 1), got format tag {tag} "
-                        f"({name})")
-    if bits != 16:
-        raise DataError(f"{source}: expected 16-bit PCM, got {bits}-bit")
+        raise DataError(f"{source}: expected PCM or float audio (format tag 1 or 3), got "
+                        f"format tag {tag} ({name})")
+    if (tag, bits) not in _ENCODINGS:
+        raise DataError(f"{source}: expected 8, 16, 24 or 32-bit PCM or 32 or 64-bit float, "
+                        f"got {bits}-bit {'float' if tag == _FLOAT else 'PCM'}")
     if channels < 1 or rate < 1:
         raise DataError(f"{source}: bad 'fmt ' chunk ({channels} channels, {rate} Hz)")
-    return channels, rate
+    return _Format(channels, rate, tag, bits)
 
 
-def _check_duration(n_bytes: int, fmt: tuple[int, int], source: str,
+def _check_duration(n_bytes: int, fmt: _Format, source: str,
                     max_seconds: float | None) -> None:
-    channels, rate = fmt
-    seconds = n_bytes / (2 * channels * rate)
+    seconds = n_bytes / (fmt.frame_bytes * fmt.rate)
     if max_seconds is not None and seconds > max_seconds:
         raise DataError(f"{source}: {seconds:.1f} s of audio, more than max_seconds="
                         f"{max_seconds:g}; cut it into utterances")
 
 
-def _decode_pcm(raw: bytes, fmt: tuple[int, int], source: str) -> tuple[torch.Tensor, int]:
-    channels, rate = fmt
-    frame = 2 * channels
+def _decode_pcm(raw: bytes, fmt: _Format, source: str) -> tuple[torch.Tensor, int]:
+    frame = fmt.frame_bytes
     if len(raw) % frame:
         raise DataError(f"{source}: truncated: {len(raw)} data bytes is not a whole number of "
                         f"{frame}-byte frames")
     if not raw:
         raise DataError(f"{source}: no samples")
-    pcm = np.frombuffer(raw, dtype="<i2").reshape(-1, channels)  # (N, C)
-    samples = pcm.astype(np.float32).mean(axis=1) / 32768.0  # (N,)
-    return torch.from_numpy(samples), rate
+    dtype, scale = _ENCODINGS[(fmt.tag, fmt.bits)]
+    if dtype is None:  # 24-bit: three little-endian bytes, sign-extended through int32
+        b = np.frombuffer(raw, dtype="u1").reshape(-1, 3).astype(np.int32)  # (N * C, 3)
+        values = (b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)) << 8 >> 8
+    else:
+        values = np.frombuffer(raw, dtype=dtype)
+    values = values.astype(np.float64)
+    if fmt.bits == 8:
+        values = values - 128.0  # 8-bit PCM is unsigned, silence at 128
+    samples = (values.reshape(-1, fmt.channels).mean(axis=1) / scale).astype(np.float32)  # (N,)
+    if (fmt.tag, fmt.bits) != (_PCM, 16):
+        log.info("%s: %s samples converted to float", source, fmt.describe())
+    return torch.from_numpy(samples), fmt.rate
 
 
 def read_wav(path: str | Path, *,
              max_seconds: float | None = MAX_SECONDS) -> tuple[torch.Tensor, int]:
-    """Samples ``(N,)`` float32 and sample rate of a 16-bit PCM WAV file (see :func:`parse_wav`),
-    at most ``max_seconds`` long (None: no limit).
+    """Samples ``(N,)`` float32 and sample rate of a WAV file, PCM or float (see
+    :func:`parse_wav`), at most ``max_seconds`` long (None: no limit).
 
     Raises:
         DataError: naming the file, when it cannot be read, is not a usable WAV or is longer

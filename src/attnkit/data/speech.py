@@ -314,8 +314,8 @@ def read_manifest(path: str | Path, *, normalize: bool = False,
                   max_seconds: float | None = MAX_SECONDS) -> SpeechSet:
     """The user's own speech: a UTF-8 manifest of ``wav_path<TAB>transcript`` lines.
 
-    WAV paths are relative to the manifest's folder; each file is a 16-bit PCM WAV at any rate
-    and channel count (channels are averaged), resampled to 16 kHz, at most ``max_seconds``
+    WAV paths are relative to the manifest's folder; each file is a PCM (8-32 bits) or float
+    WAV at any rate and channel count (channels are averaged), resampled to 16 kHz, at most ``max_seconds``
     long. Transcripts are used as written. Features are computed in float32 and kept in
     :data:`FEATURE_DTYPE`.
 
