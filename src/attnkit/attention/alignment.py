@@ -36,6 +36,7 @@ Shapes: ``B`` batch, ``Tq`` queries (output steps), ``Tk`` keys, ``Dq``/``Dk``/`
 
 from __future__ import annotations
 
+import abc
 from typing import NamedTuple
 
 import torch
@@ -67,7 +68,7 @@ class AlignedOutput(NamedTuple):
     state: torch.Tensor | None
 
 
-class Alignment(nn.Module):
+class Alignment(nn.Module, abc.ABC):
     """Base class of the alignment modules (see the module docstring).
 
     Subclasses register with ``class M(Alignment, name="...")`` and implement
@@ -127,13 +128,13 @@ class Alignment(nn.Module):
             return self.align_loop(query, kf, valid, state)
         return self.align_fast(query, kf, valid, state)
 
+    @abc.abstractmethod
     def align_fast(self, query, kf, valid, state):
         """The vectorised path of :meth:`align`."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def align_loop(self, query, kf, valid, state):
         """The loop-by-loop reference of :meth:`align`."""
-        raise NotImplementedError
 
     # ------------------------------------------------------------------ the shared call
 
