@@ -293,6 +293,10 @@ def add_decoding_args(p, *, beam: int = 1) -> None:
     group.add_argument("--max-len", type=positive_int, metavar="N",
                        help="output tokens at most, EOS included (default: the task's limit "
                        "from each input's length)")
+    group.add_argument("--no-loop-stop", action="store_true",
+                       help="decode an output that loops (repeats a unit of tokens while its "
+                       "attention stands still) to the length limit; by default it stops "
+                       "there, with a warning")
     group.add_argument("--sample", type=positive_int, metavar="N",
                        help="draw N outputs per input from the model instead of beam search")
     group.add_argument("--pick", choices=("all", "best"),
@@ -327,7 +331,7 @@ def decoding(args) -> Decoding:
         return Decoding(beam=beam, length_penalty=length_penalty,
                         coverage_penalty=args.coverage_penalty,
                         no_repeat_ngram=args.no_repeat_ngram, n_best=args.n_best,
-                        max_len=args.max_len)
+                        max_len=args.max_len, loop_stop=not args.no_loop_stop)
     given = (["--beam"] if args.beam is not None else []) + [
         opt for opt, name, default in BEAM_OPTIONS if getattr(args, name) != default]
     if given:
@@ -336,7 +340,8 @@ def decoding(args) -> Decoding:
     return Decoding(sample=True, samples=args.sample,
                     temperature=1.0 if args.temperature is None else args.temperature,
                     top_k=args.top_k, top_p=args.top_p,
-                    seed=0 if args.seed is None else args.seed, max_len=args.max_len)
+                    seed=0 if args.seed is None else args.seed, max_len=args.max_len,
+                    loop_stop=not args.no_loop_stop)
 
 
 def print_outputs(outputs, args) -> None:
