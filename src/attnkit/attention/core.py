@@ -21,7 +21,13 @@ from attnkit.checks import (
 )
 from attnkit.attention.chunked import chunked_attention, recomputed_scores
 from attnkit.attention.dispatch import Plan, choose_impl
-from attnkit.attention.masks import KeyLayout, aligned_positions, lengths_to_mask, zero_padding
+from attnkit.attention.masks import (
+    KeyLayout,
+    aligned_positions,
+    lengths_to_mask,
+    non_finite_keys,
+    zero_padding,
+)
 from attnkit.attention.precision import autocast_enabled, no_autocast, upcast
 from attnkit.attention.reference import fits_in_memory, reference_attention, weigh
 from attnkit.attention.scores import Score
@@ -59,10 +65,12 @@ class Memory(NamedTuple):
             ``value`` and the parameters but are not seen as gradients of ``key_features`` and
             ``values`` themselves (``torch.autograd.grad`` of them, hooks or ``retain_grad``
             on them): ask for those of ``key`` / ``value`` instead.
-        finite: ``key_features`` and ``values`` hold no NaN or inf (checked by ``prepare``).
-            Otherwise each call with padding zeroes the padded ones, which ``prepare`` could
-            not know: padding then reaches no output, but NaN padding still reaches the
-            gradients of the score's key parameters (``0 * NaN``).
+        checked: ``prepare`` read ``key`` and ``value`` (not while exporting, nor on meta
+            tensors). Keys whose key or value held NaN or inf were then zeroed before any
+            projection (padding among them: neither outputs nor gradients see it); an
+            unchecked Memory's padding is zeroed at each call instead.
+        bad: ``(B, Tk)`` bool, those zeroed keys, or None when there was none: a query that
+            may attend to one of them gets a NaN row, as if it had read the NaN.
     """
 
     key: torch.Tensor
@@ -71,7 +79,13 @@ class Memory(NamedTuple):
     values: torch.Tensor
     owner: torch.nn.Module
     sink: GradSink | None = None
-    finite: bool = False
+    checked: bool = False
+    bad: torch.Tensor | None = None
+
+    @property
+    def finite(self) -> bool:
+        """``prepare`` found no NaN or inf in the keys and values."""
+        return self.checked and self.bad is None
 
 
 @dataclass
@@ -88,14 +102,27 @@ class Call:
     def masked(self) -> bool:
         return self.layout.key_valid is not None or self.layout.q_pos is not None
 
-    def inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``key (B, Tk, Dk)`` and ``value (B, Tk, Dv)`` to compute with: padded keys and values
-        are zeros, so padding reaches no score, sum or gradient, whatever it holds."""
+    def inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """``key (B, Tk, Dk)`` and ``value (B, Tk, Dv)`` to compute with, and the keys holding
+        NaN or inf that :func:`finish` must pass on, ``(B, Tk)`` bool or None.
+
+        Padded keys and values are zeros, so padding reaches no score, sum or gradient,
+        whatever it holds. Under a causal or window band, keys holding NaN or inf are zeros
+        too, so that they reach no query outside their band (``0 * NaN`` in the weighted sum,
+        on every path), and they are returned for :func:`finish` to give the queries that may
+        see them a NaN row. Without a band every query may see every valid key: its NaN
+        reaches each of them as computed.
+        """
         valid = self.layout.key_valid
-        if valid is None:
-            return self.key, self.value
-        key = zero_padding(self.key, valid[..., None])  # (B, Tk, Dk)
-        return key, (key if self.value is self.key else zero_padding(self.value, valid[..., None]))
+        bad = None
+        if self.layout.q_pos is not None:
+            bad = non_finite_keys(self.key, self.value, valid)  # one pass when all are finite
+        keep = valid if bad is None else ~bad if valid is None else valid & ~bad  # (B, Tk)
+        if keep is None:
+            return self.key, self.value, None
+        key = zero_padding(self.key, keep[..., None])  # (B, Tk, Dk)
+        value = key if self.value is self.key else zero_padding(self.value, keep[..., None])
+        return key, value, bad
 
     def mask(self) -> torch.Tensor | None:
         """The smallest broadcastable mask ``(B or 1, 1, Tq or 1, Tk)``, True = may attend."""
@@ -104,15 +131,20 @@ class Call:
 
     def empty_queries(self) -> torch.Tensor | None:
         """``(B or 1, Tq)`` bool: queries with no key to attend to, in O(B * (Tq + Tk))."""
-        if not self.masked:
-            return None
+        return self.seen() <= 0 if self.masked else None
+
+    def seen(self, keys: torch.Tensor | None = None) -> torch.Tensor:
+        """``(B or 1, Tq)``: how many keys each query may attend to, of those that ``keys``
+        ``(B, Tk)`` marks (default: all), in O(B * (Tq + Tk))."""
         lay, tq = self.layout, self.query.shape[1]
         valid = lay.key_valid
+        if keys is not None:
+            valid = keys if valid is None else valid & keys
         if valid is None:
             valid = torch.ones(1, lay.tk, dtype=torch.bool, device=self.key.device)
         counts = torch.nn.functional.pad(valid.long().cumsum(-1), (1, 0))  # (B|1, Tk + 1)
         if lay.q_pos is None:
-            return counts[:, -1:].expand(-1, tq) == 0
+            return counts[:, -1:].expand(-1, tq)
         lo = torch.zeros_like(lay.q_pos)
         hi = torch.full_like(lay.q_pos, lay.tk)
         if lay.window is not None:
@@ -124,7 +156,7 @@ class Call:
         lo = lo.clamp(0, lay.tk).expand(n, tq)
         hi = hi.clamp(0, lay.tk).expand(n, tq)
         counts = counts.expand(n, -1)
-        return counts.gather(1, hi) - counts.gather(1, lo) <= 0
+        return counts.gather(1, hi) - counts.gather(1, lo)
 
 
 def check_call(
@@ -203,12 +235,15 @@ def check_call(
     return Call(q, key, value, one_step, layout)
 
 
-def finish(call: Call, context: torch.Tensor, weights: torch.Tensor | None) -> AttentionOutput:
+def finish(call: Call, context: torch.Tensor, weights: torch.Tensor | None,
+           bad: torch.Tensor | None = None) -> AttentionOutput:
     """The call's result from ``context (B, Tq, Dv)`` and ``weights (B, [H,] Tq, Tk)`` or None.
 
     A query holding NaN or inf gets a NaN row of context and of weights, whatever the path
     (SDPA's fused kernels would give it zeros, the others NaN or, through a saturated score, a
-    finite row). A one-step query loses its ``Tq``.
+    finite row), and so does a query that may attend to one of the ``bad`` keys ``(B, Tk)``
+    (keys that held NaN or inf, zeroed before use: :meth:`Call.inputs`, :class:`Memory`).
+    A one-step query loses its ``Tq``.
     """
     # s - s: 0 for a finite query, NaN for one holding NaN or inf (summed in the dtype scores
     # are computed in: a sum of finite values overflows only far beyond what any score
@@ -216,6 +251,9 @@ def finish(call: Call, context: torch.Tensor, weights: torch.Tensor | None) -> A
     with torch.no_grad():
         s = upcast(call.query)[0].sum(-1, keepdim=True)  # (B, Tq, 1)
         poison = (s - s).to(context.dtype)
+        if bad is not None:
+            sees = call.seen(bad) > 0  # (B or 1, Tq)
+            poison = poison + torch.where(sees, float("nan"), 0.0)[..., None].to(context.dtype)
     context = context + poison
     if weights is not None:
         weights = weights + (poison if weights.dim() == 3 else poison[:, None])

@@ -25,7 +25,7 @@ from attnkit.attention.core import (
     run,
 )
 from attnkit.attention.dispatch import IMPLS, STEP_SCORES, Plan
-from attnkit.attention.masks import zero_padding
+from attnkit.attention.masks import non_finite_keys, zero_padding
 from attnkit.attention.precision import autocast_enabled, no_autocast, upcast
 from attnkit.attention.scores import SCORES, CosineScore, make_score
 from attnkit.attention.tracing import exporting, values_readable
@@ -239,6 +239,14 @@ class Attention(nn.Module):
         key, value = _autocast_inputs(key, value)
         value, _ = check_values(key, value, self.value_dim)
         self._check_params_dtype(key, "key")
+        memory_key, memory_value = key, value  # as given
+        # Keys holding NaN or inf (padding, often) are zeroed before any projection, so that
+        # no gradient sees them (0 * NaN in a projection's backward); calls pass them on.
+        checked, bad = values_readable(key), non_finite_keys(key, value)
+        if bad is not None:
+            keep = ~bad[..., None]  # (B, Tk, 1)
+            key, value = zero_padding(key, keep), (value if value is key
+                                                   else zero_padding(value, keep))
         multi = self.heads > 1
         k = self._split_heads(key, self.k_proj if multi else None)  # (B, H, Tk, dk)
         v = self._split_heads(value, self.v_proj if multi else None)  # (B, H, Tk, dv)
@@ -246,15 +254,12 @@ class Attention(nn.Module):
             k, v = upcast(k, v)
         with no_autocast(k.device):
             kf = self.score.prepare_key(k)  # (B, H, Tk, F)
-        with torch.no_grad():  # x - x: 0 where x is finite, NaN (nonzero) where not
-            finite = (values_readable(kf) and not bool((kf - kf).any())
-                      and not bool((v - v).any()))
         sink = None
         if (self.score.name in STEP_SCORES and kf.device.type == "cpu" and step.sink_supported()
                 and torch.is_grad_enabled() and (kf.requires_grad or v.requires_grad)
                 and not exporting()):
             kf, v, sink = step.collect(kf, v)  # one-query steps sum their gradients there
-        return Memory(key, value, kf, v, self, sink, finite)
+        return Memory(memory_key, memory_value, kf, v, self, sink, checked, bad)
 
     def extend(self, memory: Memory | None, key: torch.Tensor,
                value: torch.Tensor | None = None) -> Memory:
@@ -281,11 +286,15 @@ class Attention(nn.Module):
         if memory.key.shape[0] != key.shape[0]:
             raise ValueError(f"key: expected batch size {memory.key.shape[0]} (the memory's), "
                              f"got {describe(key)}")
+        bad = None
+        if memory.bad is not None or new.bad is not None:
+            bad = torch.cat([torch.zeros(x.key.shape[:2], dtype=torch.bool, device=key.device)
+                             if x.bad is None else x.bad for x in (memory, new)], dim=1)
         return Memory(torch.cat([memory.key, new.key], dim=1),
                       torch.cat([memory.value, new.value], dim=1),
                       torch.cat([memory.key_features, new.key_features], dim=2),
                       torch.cat([memory.values, new.values], dim=2), self,
-                      finite=memory.finite and new.finite)
+                      checked=memory.checked and new.checked, bad=bad)
 
     def forward(
         self,
@@ -324,13 +333,13 @@ class Attention(nn.Module):
         multi = self.heads > 1
         q = self._split_heads(call.query, self.q_proj if multi else None)  # (B, H, Tq, dq)
         if memory is None:
-            key, value = call.inputs()
+            key, value, bad = call.inputs()
             k = self._split_heads(key, self.k_proj if multi else None)  # (B, H, Tk, dk)
             v = self._split_heads(value, self.v_proj if multi else None)  # (B, H, Tk, dv)
             kf = None
         else:
-            k, v, kf = None, memory.values, memory.key_features
-            if call.layout.key_valid is not None and not memory.finite:  # NaN or inf somewhere
+            k, v, kf, bad = None, memory.values, memory.key_features, memory.bad
+            if call.layout.key_valid is not None and not memory.checked:  # while exporting
                 keep = call.layout.key_valid[:, None, :, None]  # (B, 1, Tk, 1)
                 kf, v = zero_padding(kf, keep), zero_padding(v, keep)
         sink = None if memory is None else memory.sink
@@ -359,7 +368,7 @@ class Attention(nn.Module):
         else:
             context = context[:, 0]  # (B, Tq, Dv)
             weights = None if weights is None else weights[:, 0]  # (B, Tq, Tk)
-        return finish(call, context, weights)
+        return finish(call, context, weights, bad)
 
     def _check_prev(self, prev_weights, call) -> torch.Tensor | None:
         """Validate ``prev_weights`` and bring it to ``(B, H, Tq, Tk)``."""
@@ -451,7 +460,7 @@ def attention(
         sc = CosineScore(1, learnable=False).to(query.device)
     else:
         sc = make_score(score, heads=1, query_dim=query.shape[-1], key_dim=key.shape[-1], attn_dim=None)
-    key, value = call.inputs()
+    key, value, bad = call.inputs()
     context, weights, _ = run(
         call.query.unsqueeze(1),
         key.unsqueeze(1),
@@ -465,4 +474,4 @@ def attention(
     )
     context = context[:, 0]  # (B, Tq, Dv)
     weights = None if weights is None else weights[:, 0]  # (B, Tq, Tk)
-    return finish(call, context, weights)
+    return finish(call, context, weights, bad)
