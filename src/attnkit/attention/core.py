@@ -26,7 +26,7 @@ from attnkit.attention.precision import autocast_enabled, no_autocast, upcast
 from attnkit.attention.reference import fits_in_memory, reference_attention, weigh
 from attnkit.attention.scores import Score
 from attnkit.attention.sdpa import sdpa_attention
-from attnkit.attention.step import GradSink, additive_step
+from attnkit.attention.step import GradSink, additive_step, dot_step
 from attnkit.attention.tracing import values_readable
 
 
@@ -54,7 +54,7 @@ class Memory(NamedTuple):
         key: ``(B, Tk, Dk)`` as given; value: ``(B, Tk, Dv)`` as given.
         key_features: ``(B, H, Tk, F)`` prepared keys; values: ``(B, H, Tk, Dv')`` per head.
         owner: the module that prepared them (only it can use them).
-        sink: where one-query additive or location steps sum their key/value gradients, or None
+        sink: where one-query steps (every score) sum their key/value gradients, or None
             (:mod:`attnkit.attention.step`). With a sink, the steps' gradients reach ``key``,
             ``value`` and the parameters but are not seen as gradients of ``key_features`` and
             ``values`` themselves (``torch.autograd.grad`` of them, hooks or ``retain_grad``
@@ -302,6 +302,9 @@ def run(
     if plan.impl == "sdpa":
         context = sdpa_attention(qf, kf, v, call.mask(), scale=score.scale, dropout_p=dropout_p)
         return context, None, plan
+    if plan.impl == "step" and score.dot_family:
+        context, weights = dot_step(qf, kf, v, score.scale, call.mask(), sink)
+        return context, (weights if need_weights else None), plan
     if plan.impl == "step":
         location = None if extra is None else (extra[:, :, 0], score.w_loc)  # f (B, H, Tk, F)
         context, weights = additive_step(qf, kf, v, score.v, call.mask(), sink, location)

@@ -162,11 +162,6 @@ class Attention(nn.Module):
                 f"impl: 'sdpa' computes dot-product scores only, not score={score!r}; "
                 "use impl='auto'"
             )
-        if impl == "step" and self.score.name not in STEP_SCORES:
-            raise ValueError(
-                f"impl: 'step' computes the {' and '.join(STEP_SCORES)} scores only, not "
-                f"score={score!r}; use impl='auto'"
-            )
 
     def extra_repr(self) -> str:
         return (
@@ -250,7 +245,8 @@ class Attention(nn.Module):
             finite = (values_readable(kf) and not bool((kf - kf).any())
                       and not bool((v - v).any()))
         sink = None
-        if (self.score.name in STEP_SCORES and kf.device.type == "cpu" and step.sink_supported()
+        if ((self.score.name in STEP_SCORES or self.score.dot_family)
+                and kf.device.type == "cpu" and step.sink_supported()
                 and torch.is_grad_enabled() and (kf.requires_grad or v.requires_grad)
                 and not exporting()):
             kf, v, sink = step.collect(kf, v)  # one-query steps sum their gradients there

@@ -112,8 +112,9 @@ void forward(int64_t B, int64_t H, int64_t Tk, int64_t A, int64_t D, const T* q,
 
 // Gradients of a loss with d out (B, H, 1, D) and d p (B, H, 1, Tk) (dw, or null):
 //   dq (B, H, 1, A); dva (B, H, A) per row (the caller sums over B);
-//   dk (B, H, Tk, A) and dv (B, H, Tk, D), contiguous: written, or added to when `accumulate`
-//   (the sum over a prepared memory's decoder steps).
+//   dk (B, H, Tk, A), contiguous: written, or added to when `accumulate` (the sum over a
+//   prepared memory's decoder steps); dv (B, H, Tk, D), contiguous, written, or null (the
+//   caller sums the values' outer products over the steps itself).
 // tanh(q + k_j) is recomputed, never stored; keys with zero weight cost nothing.
 template <typename T>
 void backward(int64_t B, int64_t H, int64_t Tk, int64_t A, int64_t D, const T* q, const T* k,
@@ -161,13 +162,10 @@ void backward(int64_t B, int64_t H, int64_t Tk, int64_t A, int64_t D, const T* q
     for (int64_t a = 0; a < A; ++a) gq[a] = gva[a] = 0;
     for (int64_t j = j0; j < j1; ++j) {
       const T pj = pr[j], sj = dsr[j];
-      T* dvr = dv + (bh * Tk + j) * D;
-      if (!accumulate) {
+      if (dv) {
+        T* dvr = dv + (bh * Tk + j) * D;
 #pragma omp simd
         for (int64_t d = 0; d < D; ++d) dvr[d] = pj * gout[d];
-      } else if (pj != 0) {
-#pragma omp simd
-        for (int64_t d = 0; d < D; ++d) dvr[d] += pj * gout[d];
       }
       T* dkr = dk + (bh * Tk + j) * A;
       if (sj == 0) {
