@@ -297,6 +297,96 @@ def test_sdpa_with_a_non_dot_score_is_refused_at_construction(score):
         Attention(D, score=score, impl="sdpa")
 
 
+@pytest.mark.parametrize(
+    "kwargs, call, exc, match",
+    [c[1:] for c in FORWARD_ERRORS],
+    ids=[c[0] for c in FORWARD_ERRORS],
+)
+def test_forward_rejects(kwargs, call, exc, match):
+    attn = Attention(D, **kwargs)
+    query, key = _inputs()
+    with pytest.raises(exc, match=match):
+        call(attn, query, key)
+
+
+def test_plan_reports_the_same_sdpa_errors():
+    query, key = _inputs()
+    with pytest.raises(ValueError, match=r"^impl='sdpa' cannot serve this call: need_weights=True"):
+        Attention(D, impl="sdpa").plan(query, key, need_weights=True)
+    # Without those blockers the forced path is taken.
+    assert Attention(D, impl="sdpa").plan(query, key).impl == "sdpa"
+
+
+def test_reference_path_serves_what_sdpa_refuses():
+    query, key = _inputs()
+    lengths = torch.tensor([5, 2])
+    out = Attention(D, score="additive", impl="reference")(
+        query, key, key_lengths=lengths, need_weights=True
+    )
+    torch.testing.assert_close(out.weights.sum(-1), torch.ones(B, TQ))
+    assert out.weights[1, :, 2:].eq(0).all()
+
+
+def test_valid_key_lengths_and_mask_at_the_bounds():
+    """0 and Tk are valid lengths; an all-masked row gives zero weights, not an error or NaN."""
+    query, key = _inputs()
+    attn = Attention(D, impl="reference")
+    out = attn(query, key, key_lengths=torch.tensor([TK, 0]), need_weights=True)
+    torch.testing.assert_close(out.weights[0].sum(-1), torch.ones(TQ))
+    assert out.weights[1].eq(0).all()
+    assert out.context[1].eq(0).all()
+    mask = torch.tensor([[True, False, True, False, True]] * B)
+    out = attn(query, key, key_mask=mask, need_weights=True)
+    assert out.weights[..., ~mask[0]].eq(0).all()
+    torch.testing.assert_close(out.weights.sum(-1), torch.ones(B, TQ))
+
+
+def test_location_accepts_prev_weights_of_the_right_shape():
+    query, key = _inputs()
+    attn = Attention(D, score="location", location_kernel=3)
+    first = attn(query[:, 0], key)
+    # The returned weights are exactly what the next step accepts.
+    second = attn(query[:, 1], key, prev_weights=first.weights)
+    assert second.weights.shape == (B, TK)
+    torch.testing.assert_close(second.weights.sum(-1), torch.ones(B))
+
+
+def test_one_step_with_positions_is_accepted_and_masks():
+    query, key = _inputs()
+    attn = Attention(D, causal=True, impl="reference")
+    out = attn(query[:, 0], key, positions=torch.tensor([0, 2]), need_weights=True)
+    assert out.weights.shape == (B, TK)
+    assert out.weights[0, 1:].eq(0).all()
+    torch.testing.assert_close(out.weights[0, 0], torch.tensor(1.0))
+    assert out.weights[1, 3:].eq(0).all()
+    torch.testing.assert_close(out.weights.sum(-1), torch.ones(B))
+
+
+def test_dtype_error_goes_away_after_converting_the_module():
+    query, key = _inputs(torch.float64)
+    attn = Attention(D, score="general")
+    with pytest.raises(TypeError, match=re.escape("attn.to(torch.float64)")):
+        attn(query, key)
+    out = attn.to(torch.float64)(query, key)
+    assert out.context.dtype == torch.float64
+
+
+# --------------------------------------------------------------------------------------------
+# functional attention
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("score", ["general", "additive", "location"])
+def test_functional_rejects_scores_with_parameters_and_points_to_the_module(score):
+    query, key = _inputs()
+    with pytest.raises(
+        ValueError,
+        match=rf"^score: expected one of dot, scaled_dot, cosine, got '{score}' "
+        r"\(it has parameters: use attnkit.Attention\)",
+    ):
+        attention(query, key, score=score)
+
+
 def test_functional_unknown_score_has_no_module_hint():
     query, key = _inputs()
     with pytest.raises(ValueError, match=r"^score: expected one of dot, scaled_dot, cosine, got 'bogus'$"):
