@@ -97,6 +97,13 @@ class Call:
         key = zero_padding(self.key, valid[..., None])  # (B, Tk, Dk)
         return key, (key if self.value is self.key else zero_padding(self.value, valid[..., None]))
 
+    def previous(self, prev: torch.Tensor) -> torch.Tensor:
+        """The location score's previous weights ``(B, H, Tq, Tk)`` with zeros on padded keys:
+        its conv reads each key's neighbours, so weight left on padding (a caller's stale or
+        uniform state) would move the scores of the valid keys beside it."""
+        valid = self.layout.key_valid
+        return prev if valid is None else prev.masked_fill(~valid[:, None, None, :], 0)
+
     def mask(self) -> torch.Tensor | None:
         """The smallest broadcastable mask ``(B or 1, 1, Tq or 1, Tk)``, True = may attend."""
         tq = self.query.shape[1]
@@ -294,7 +301,7 @@ def run(
                      dropout_p=dropout_p)
     qf = score.prepare_query(q)  # (B, H, Tq, F)
     kf = score.prepare_key(k) if kf is None else kf  # (B, H, Tk, F)
-    extra = score.prepare_extra(prev) if prev is not None else None
+    extra = score.prepare_extra(call.previous(prev)) if prev is not None else None
     if plan.impl == "sdpa" and call.layout.pure_causal:
         context = sdpa_attention(qf, kf, v, None, scale=score.scale, dropout_p=dropout_p,
                                  is_causal=True)
