@@ -1,11 +1,14 @@
-"""OcrTask: the joint CTC-attention loss and its settings."""
+"""OcrTask: the joint CTC-attention loss and its settings; read_lines' self-attention maps."""
 
 import pytest
 import torch
 
+from attnkit.data import ALPHABET, CharVocab, pad_images
 from attnkit.data.lines import generate_lines
-from attnkit.tasks.ocr import OcrTask
+from attnkit.models import CRNN
+from attnkit.tasks.ocr import OcrTask, read_lines
 
+CHARS = CharVocab(list(ALPHABET))
 MODEL = dict(channels=(4, 4, 8, 8, 8), hidden=8, dropout=0.0, head="attention", dec_hidden=8)
 
 
@@ -41,3 +44,38 @@ def test_ctc_weight_mixes_the_two_losses(lines):
 def test_bad_ctc_weight(lines, kw, match):
     with pytest.raises(ValueError, match=match):
         OcrTask(lines, lines[:2], **{"model_config": MODEL, **kw})
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("head, heads", [("ctc", 1), ("ctc", 2), ("attention", 2)])
+def test_the_self_attention_maps_come_from_the_reading_pass_and_only_when_asked(
+        lines, head, heads):
+    torch.manual_seed(0)
+    model = CRNN(len(CHARS), channels=(4, 4, 8, 8, 8), hidden=8, attention="window", window=3,
+                 score="scaled_dot", heads=heads, head=head, dec_hidden=8).eval()
+    images = [image for image, _ in lines[:3]]
+    calls = []  # (need_weights asked, weights returned) of every self-attention call
+    model.attention.attention.register_forward_hook(
+        lambda m, args, kwargs, out: calls.append((kwargs["need_weights"], out.weights)),
+        with_kwargs=True)
+    plain = read_lines(model, CHARS, images)
+    assert all(r.self_attention is None for r in plain)
+    assert [asked for asked, _ in calls] == [False] and calls[0][1] is None  # one batch
+    calls.clear()
+    readings = read_lines(model, CHARS, images, weights=True)
+    assert [r.texts for r in readings] == [r.texts for r in plain]
+    assert len(calls) == 1 and calls[0][0]  # one encoding of the batch, asked for weights
+    seen = []  # the self-attention layer's inputs (RNN1's output, steps) of one line
+    model.attention.register_forward_hook(lambda m, args, out: seen.append(args))
+    for image, r in zip(images, readings):
+        seen.clear()
+        model.encode(*pad_images([image]))
+        want = model.attention.with_weights(*seen[0]).weights[0]  # ([H,] T, T)
+        want = want if heads > 1 else want[None]
+        assert r.self_attention.shape == (heads, r.steps, r.steps)
+        torch.testing.assert_close(r.self_attention, want, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(r.self_attention.sum(-1), torch.ones(heads, r.steps))
+        if head == "ctc":  # the characters' rows: the self-attention where each was emitted
+            assert r.weights.shape == (len(r.texts[0]), r.steps)
+        else:  # the decoder's weights, over the batch's padded steps
+            assert (r.weights[:, r.steps:] == 0).all()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import nn
 
@@ -356,6 +359,41 @@ class Attention(nn.Module):
             context = context[:, 0]  # (B, Tq, Dv)
             weights = None if weights is None else weights[:, 0]  # (B, Tq, Tk)
         return finish(call, context, weights)
+
+    @contextmanager
+    def recording_weights(self) -> Iterator[list[torch.Tensor]]:
+        """A context in which every call of this module computes its weights (as with
+        ``need_weights=True``) and appends them to the list it yields, in call order: the
+        weights of a layer inside a model, with no change to the model's code. Outside it
+        nothing is kept, and calls without ``need_weights`` take the paths that keep no
+        ``(Tq, Tk)`` tensor.
+
+        Shape:
+            each entry: as :attr:`AttentionOutput.weights`, ``(B, Tq, Tk)`` or
+            ``(B, H, Tq, Tk)`` (no ``Tq`` for a one-step query).
+
+        Example:
+            >>> layer = Attention(8)
+            >>> with layer.recording_weights() as found:
+            ...     context = layer(torch.randn(2, 3, 8), torch.randn(2, 5, 8)).context
+            >>> [tuple(w.shape) for w in found]
+            [(2, 3, 5)]
+        """
+        found: list[torch.Tensor] = []
+
+        def ask(module, args, kwargs):
+            return args, {**kwargs, "need_weights": True}
+
+        def keep(module, args, kwargs, out):
+            found.append(out.weights)
+
+        hooks = (self.register_forward_pre_hook(ask, with_kwargs=True),
+                 self.register_forward_hook(keep, with_kwargs=True))
+        try:
+            yield found
+        finally:
+            for hook in hooks:
+                hook.remove()
 
     def _check_prev(self, prev_weights, call) -> torch.Tensor | None:
         """Validate ``prev_weights`` and bring it to ``(B, H, Tq, Tk)``."""

@@ -22,12 +22,10 @@ from attnkit.data import (
     CharVocab,
     generate_lines,
     load_line_image,
-    pad_images,
     read_line_folder,
     write_line_folder,
 )
-from attnkit.plot import plot_attention
-from attnkit.tasks.ocr import OcrTask, plot_line, recognise
+from attnkit.tasks.ocr import OcrTask, plot_line, read_lines
 
 log = logging.getLogger("attnkit")
 
@@ -146,33 +144,16 @@ def _decoder_config(args) -> dict:
 
 def _samples_and_pictures(model, chars, lines, out: Path, n_plots: int) -> None:
     shown = lines[: max(n_plots, 5)]
-    texts, weights, steps = recognise(model, chars, [image for image, _ in shown],
-                                      weights=n_plots > 0)
-    for (_, ref), text in list(zip(shown, texts))[:5]:
+    readings = read_lines(model, chars, [image for image, _ in shown], weights=n_plots > 0)
+    for (_, ref), reading in list(zip(shown, readings))[:5]:
+        text = reading.texts[0]
         print(f"  {text}" + ("" if text == ref else f"   (reference: {ref})"))
-    _pictures(model, [image for image, _ in shown[:n_plots]], texts, weights, steps, out)
-
-
-def _pictures(model, images, texts, weights, steps, out: Path) -> None:
     eos = model.head_kind == "attention"
-    for i, image in enumerate(images):
-        path = plot_line(image, texts[i], weights[i], steps[i], out / f"line_{i}.png", eos=eos)
+    for i, ((image, _), r) in enumerate(zip(shown[:n_plots], readings)):
+        path = plot_line(image, r.texts[0], r.weights, r.steps, out / f"line_{i}.png", eos=eos,
+                         self_attention=r.self_attention)
         if path is not None:
             print(f"  wrote {path}")
-        _self_attention_picture(model, image, texts[i], out / f"self_attention_{i}.png")
-
-
-def _self_attention_picture(model, image, text: str, path: Path) -> None:
-    """The heat-map of the self-attention layer between RNN1 and RNN2 (if the model has one)."""
-    if model.attention is None:
-        return
-    device = next(model.parameters()).device
-    batch, widths = pad_images([image])  # (1, 1, 32, W), (1,)
-    att = model.attention_weights(batch.to(device), widths.to(device))[0]
-    path = plot_attention(att, None, None, path,
-                          title=f"self-attention between RNN1 and RNN2: {text[:60]}",
-                          x_title="step (keys)", y_title="step (queries)")
-    print(f"  wrote {path}")
 
 
 def add_read_parser(sub) -> None:
@@ -195,11 +176,8 @@ def run_read(args) -> int:
     outputs = evaluator.decode(images, decoding, weights=args.plot is not None)
     common.print_outputs(outputs, args)
     if args.plot:
-        with torch.no_grad():
-            for i, (image, output) in enumerate(zip(images, outputs)):
-                path = output.draw(args.plot / f"line_{i}.png")
-                if path is not None:
-                    print(f"  wrote {path}")
-                _self_attention_picture(evaluator.model, image, output.text,
-                                        args.plot / f"self_attention_{i}.png")
+        for i, output in enumerate(outputs):
+            path = output.draw(args.plot / f"line_{i}.png")
+            if path is not None:
+                print(f"  wrote {path}")
     return 0

@@ -11,6 +11,7 @@ self-attention at the emitted steps).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import ExitStack
 
 import torch
 
@@ -106,26 +107,15 @@ def _transformer_heads(model: Transformer, source: list[int],
     for n, hyp in enumerate(hypotheses):
         tokens[n, : len(hyp)] = torch.tensor(hyp, device=device)
     inputs = torch.cat([torch.full((k, 1), BOS, device=device), tokens[:, :-1]], dim=1)
-    recorded = {i: [] for i in range(len(model.decoder))}  # layer -> [(K, H, S) per step]
-
-    def ask(module, args, kwargs):
-        return args, {**kwargs, "need_weights": True}
-
-    def keep(i):
-        return lambda module, args, kwargs, out: recorded[i].append(out.weights)
-
-    hooks = [h for i, layer in enumerate(model.decoder) for h in (
-        layer.cross_attn.register_forward_pre_hook(ask, with_kwargs=True),
-        layer.cross_attn.register_forward_hook(keep(i), with_kwargs=True))]
-    try:
+    with ExitStack() as stack:
+        # layer -> [(K, H, S) per step]
+        recorded = [stack.enter_context(layer.cross_attn.recording_weights())
+                    for layer in model.decoder]
         state = model.start(src, torch.full((k,), len(source), device=device))
         for t in range(t_max):
             _, state, _ = model.step(inputs[:, t], state)
-    finally:
-        for h in hooks:
-            h.remove()
     maps = [{} for _ in range(k)]
-    for i, steps in recorded.items():
+    for i, steps in enumerate(recorded):
         weights = torch.stack(steps, dim=2)  # (K, H, T, S)
         for n, hyp in enumerate(hypotheses):
             for h in range(weights.shape[1]):

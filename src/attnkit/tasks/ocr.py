@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import NamedTuple
@@ -75,11 +76,14 @@ def _check_lines(lines: Sequence[Line], vocab: CharVocab, name: str, ctc: bool) 
 class Reading(NamedTuple):
     """One line read by :func:`read_lines`: its texts, best first (one, or the n-best or
     sampled outputs of the attention head), the attention ``weights`` of the best one's
-    characters over the line's ``steps`` (see :func:`recognise`)."""
+    characters over the line's ``steps`` (see :func:`recognise`) and the ``self_attention``
+    ``(H, T, T)`` of the model's layer between its RNNs over the line's ``T`` steps (queries,
+    keys; ``H = 1`` for one head), None without ``weights`` or without that layer."""
 
     texts: list[str]
     weights: torch.Tensor | None
     steps: int
+    self_attention: torch.Tensor | None = None
 
 
 @torch.no_grad()
@@ -87,7 +91,8 @@ def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
                decoding: Decoding | None = None, weights: bool = False,
                batch_size: int = 32, lm=None) -> list[Reading]:
     """Read line images ``(32, W)``: one :class:`Reading` per image, in order; its
-    ``weights`` only with ``weights`` (else None).
+    ``weights`` and ``self_attention`` only with ``weights`` (else None), recorded in the pass
+    that reads the lines.
 
     The attention head decodes as ``decoding`` says (default greedy; ``lm``: the language
     model of ``decoding.lm_weight``); the CTC head takes the best path, so it refuses any other
@@ -108,25 +113,31 @@ def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
         idx = order[s : s + batch_size]
         batch, widths = pad_images([images[i] for i in idx])
         batch, widths = batch.to(device), widths.to(device)
+        recording = weights and model.attention is not None
+        with model.attention.recording_weights() if recording else nullcontext([]) as found:
+            if model.head_kind == "ctc":
+                log_probs, steps = model(batch, widths)
+            else:
+                steps = model.steps(widths)
+                hyp = decode(model, batch, widths, max_len=steps // STEPS_PER_CHAR + EXTRA_CHARS,
+                             decoding=decoding, generator=generator, lm=lm, weights=weights)
+        # the one encoding of the batch: (B, T, T), or (B, H, T, T) with heads
+        att = (found[0] if found[0].dim() == 4 else found[0][:, None]) if found else None
         if model.head_kind == "ctc":
-            log_probs, steps = model(batch, widths)
             paths = ctc_greedy(log_probs, steps)
-            att = (model.attention_weights(batch, widths)
-                   if weights and model.attention is not None else None)
             for j, i in enumerate(idx):
-                emitted = paths.steps[j]
-                w = None if att is None or not emitted else att[j, emitted]
-                results[i] = Reading([vocab.decode(paths.ids[j])], w, int(steps[j]))
+                n = int(steps[j])
+                own = None if att is None else att[j, :, :n, :n]  # (H, T, T)
+                # the CTC head's characters: the self-attention rows where each was emitted
+                w = None if own is None else own.mean(0)[paths.steps[j]]
+                results[i] = Reading([vocab.decode(paths.ids[j])], w, n, own)
         else:
-            steps = model.steps(widths)
-            limit = steps // STEPS_PER_CHAR + EXTRA_CHARS
-            hyp = decode(model, batch, widths, max_len=limit, decoding=decoding,
-                         generator=generator, lm=lm, weights=weights)
             best = hyp.best()
             for j, (i, texts) in enumerate(zip(idx, texts_of(hyp, vocab))):
-                n = int(best.lengths[j])
+                n, length = int(best.lengths[j]), int(steps[j])
                 w = None if best.weights is None else best.weights[j, :n]
-                results[i] = Reading(texts, w, int(steps[j]))
+                own = None if att is None else att[j, :, :length, :length]  # (H, T, T)
+                results[i] = Reading(texts, w, length, own)
     return [results[i] for i in range(len(images))]
 
 
@@ -144,15 +155,20 @@ def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
 
 
 def plot_line(image: torch.Tensor, text: str, weights, steps: int, path: str | Path, *,
-              eos: bool, title: str | None = None) -> Path | None:
+              eos: bool, self_attention: torch.Tensor | None = None,
+              title: str | None = None) -> Path | None:
     """The line image with each output character's attention over its columns (see
-    :func:`recognise`; ``title`` default: the text); None when the model gives no weights."""
+    :func:`recognise`) and, given the ``self_attention`` ``(H, T, T)`` of a :class:`Reading`,
+    its mean over heads as a heat-map under the image (``title`` default: the text); None
+    when the model gives no weights."""
     if weights is None:
         return None
     labels = list(text) + (["<eos>"] if eos else [])
     labels = labels[: weights.shape[0]]
     background = pad_images([image])[0][0, 0]  # (32, W) in [0, 1]
     return plot_alignment(weights[: len(labels)], background, labels, path, steps=steps,
+                          self_attention=None if self_attention is None
+                          else self_attention.mean(0),
                           title=title or text or "(empty)")
 
 
@@ -284,7 +300,8 @@ class OcrEvaluator(Evaluator, task="ocr"):
                weights: bool = False) -> list[Output]:
         eos = self.model.head_kind == "attention"
         return [Output(r.texts, functools.partial(plot_line, image, r.texts[0], r.weights,
-                                                  r.steps, eos=eos))
+                                                  r.steps, eos=eos,
+                                                  self_attention=r.self_attention))
                 for image, r in zip(inputs, read_lines(self.model, self.chars, inputs,
                                                        decoding=decoding, lm=self.lm,
                                                        weights=weights))]
