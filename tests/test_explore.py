@@ -49,12 +49,47 @@ def test_the_page_holds_every_example_and_is_self_contained():
     assert [m["name"] for m in hyps[0]["maps"]] == ["layer 1 / head 1", "layer 1 / head 2"]
 
 
+def _unpack(packed: str, t: int, s: int) -> np.ndarray:
+    """The page's weights: (first column, count) per row as uint32, then the values as uint16."""
+    raw = base64.b64decode(packed)
+    header = np.frombuffer(raw[: 8 * t], "<u4").reshape(t, 2)
+    values = np.frombuffer(raw[8 * t:], "<u2")
+    w, at = np.zeros((t, s)), 0
+    for i, (first, count) in enumerate(header):
+        w[i, first : first + count] = values[at : at + count] / 65535
+        at += count
+    assert at == len(values)
+    return w
+
+
 def test_weights_round_trip_within_fixed_point():
     ex = _example()
     packed = _data(explorer_html([ex]))["examples"][0]["hyps"][1]["maps"][1]["w"]
-    w = np.frombuffer(base64.b64decode(packed), "<u2").reshape(3, 4) / 65535
     want = np.asarray(ex.hypotheses[1].maps["layer 1 / head 2"])
-    assert np.abs(w - want).max() <= 0.5 / 65535 + 1e-7
+    assert np.abs(_unpack(packed, 3, 4) - want).max() <= 0.5 / 65535 + 1e-7
+
+
+def test_a_band_costs_its_width_and_rows_of_zeros_nothing():
+    band = np.zeros((800, 800))
+    for i in range(800):
+        lo, hi = max(i - 32, 0), min(i + 33, 800)
+        band[i, lo:hi] = 1.0 / (hi - lo)
+    band[5] = 0.0  # a row with no weight (a query with no key)
+    ex = Example([str(j) for j in range(800)], [Hypothesis(["a"], {"m": np.ones((1, 800)) / 800})],
+                 input_maps={"encoder self-attention": band})
+    packed = _data(explorer_html([ex]))["examples"][0]["inputMaps"][0]["w"]
+    assert len(base64.b64decode(packed)) == 8 * 800 + 2 * (int((band > 0).sum()))
+    assert np.abs(_unpack(packed, 800, 800) - band).max() <= 0.5 / 65535 + 1e-7
+
+
+def test_input_maps_follow_the_hypotheses_maps():
+    rng = np.random.default_rng(0)
+    own = _softmax(rng.normal(size=(4, 4)))
+    ex = Example(list("abcd"), [Hypothesis(["y"], {"m": np.full((1, 4), 0.25)})],
+                 input_maps={"encoder self-attention": own})
+    [data] = _data(explorer_html([ex]))["examples"]
+    assert [m["name"] for m in data["inputMaps"]] == ["encoder self-attention"]
+    assert np.abs(_unpack(data["inputMaps"][0]["w"], 4, 4) - own).max() <= 0.5 / 65535 + 1e-7
 
 
 def test_the_image_keeps_its_orientation():
@@ -78,6 +113,9 @@ def test_write_explorer_creates_folders(tmp_path):
      r"examples\[0\].hypotheses\[0\].maps\['m'\]: expected shape \(1, 2\), got shape \(1, 3\)"),
     ([Example(["a"], [Hypothesis(["c"], {"m": [[float("nan")]]})])],
      "expected finite values, got 1 NaN"),
+    ([Example(["a", "b"], [Hypothesis(["c"], {"m": np.ones((1, 2)) / 2})],
+              input_maps={"self": np.ones((1, 2))})],
+     r"examples\[0\].input_maps\['self'\]: expected shape \(2, 2\), got shape \(1, 2\)"),
 ])
 def test_bad_examples_are_named(examples, match):
     with pytest.raises(ValueError, match=match):
@@ -165,6 +203,33 @@ def test_the_nbest_the_step_and_the_examples_follow_the_controls(browser, tmp_pa
     browser.find_element("id", "next-example").click()
     assert browser.execute_script("return [view.ex, view.hyp, view.step, view.t, view.s]") == \
         [1, 0, 0, 2, 3]
+    assert _errors(browser) == []
+
+
+def test_an_input_map_is_a_choice_of_the_map_menu_with_the_input_as_rows(browser, tmp_path):
+    rng = np.random.default_rng(1)
+    own = _softmax(rng.normal(size=(6, 6)) * 3)
+    ex = _example(t=3, s=6, heads=1)
+    ex = Example(ex.source, ex.hypotheses, name="e", input_maps={"encoder self-attention": own})
+    _open(browser, tmp_path, [ex])
+    from selenium.webdriver.support.ui import Select
+    menu = Select(browser.find_element("id", "map"))
+    assert [o.text for o in menu.options] == ["layer 1 / head 1", "encoder self-attention"]
+    browser.find_element("id", "step-next").click()
+    browser.find_element("id", "step-next").click()  # the last of the 3 output tokens
+    menu.select_by_visible_text("encoder self-attention")
+    assert browser.execute_script("return [view.t, view.s, view.step]") == [6, 6, 2]
+    cell = browser.execute_script("return [view.cell, view.rowH]")
+    tip = _hover(browser, 90 + int(1.5 * cell[0]), 70 + int(4.5 * cell[1]))
+    assert tip.startswith('query 4 "x4" · input 1 "x1" · weight ')
+    assert abs(float(tip.rsplit(" ", 1)[1]) - own[4, 1]) < 1e-4
+    for _ in range(5):
+        browser.find_element("id", "step-next").click()
+    assert browser.find_element("css selector", "#step-text b").text == "x5"  # input rows
+    thumbs = browser.find_elements("css selector", "#nbest .hyp canvas")
+    assert [t.get_attribute("height") for t in thumbs] == ["3", "3"]  # the hypotheses' own
+    menu.select_by_visible_text("layer 1 / head 1")
+    assert browser.execute_script("return [view.t, view.step]") == [3, 2]  # back in range
     assert _errors(browser) == []
 
 

@@ -3,11 +3,13 @@
 Per example the page shows the input (its text, and a line image or spectrogram under the
 keys), the n-best hypotheses side by side with their scores, the attention of the chosen one as
 a heat-map with the weight under the pointer, one map per layer and head where the model has
-several, and a token-by-token step through the alignment. Nothing is fetched: the script, the
-style and the images (PNG data URIs) are inline, and the weights travel as 16-bit fixed point
-(``round(w * 65535)``, base64), decoded in the browser only for the example on show. Heat-maps
-are drawn on a ``<canvas>`` one pixel per cell and scaled, so 800-step inputs and hundreds of
-examples stay responsive.
+several, the input's maps over itself (an encoder's self-attention) beside them, and a
+token-by-token step through the alignment. Nothing is fetched: the script, the style and the
+images (PNG data URIs) are inline, and the weights travel as 16-bit fixed point
+(``round(w * 65535)``, base64), each row from its first to its last non-zero value (a window's
+band costs its width, not the input's), decoded in the browser only for the example on show.
+Heat-maps are drawn on a ``<canvas>`` one pixel per cell and scaled, so 800-step inputs and
+hundreds of examples stay responsive.
 
 Example:
     >>> import numpy as np
@@ -50,7 +52,9 @@ class Example:
     """One input: the labels of its ``S`` keys (``source``), its ``hypotheses`` best first,
     a ``name``, the input as ``text``, an optional ``reference`` and an optional ``image``
     ``(height, width)`` (a line image, or a spectrogram with its lowest band in the last row)
-    drawn under the keys, its width spread over the ``S`` columns."""
+    drawn under the keys, its width spread over the ``S`` columns. ``input_maps``: maps of
+    the input over itself (name -> weights ``(S, S)``, queries down, e.g. ``{"encoder
+    self-attention": w}``), offered after every hypothesis's maps."""
 
     source: Sequence[str]
     hypotheses: Sequence[Hypothesis]
@@ -58,6 +62,7 @@ class Example:
     text: str = ""
     reference: str | None = None
     image: object = field(default=None, repr=False)
+    input_maps: Mapping[str, object] = field(default_factory=dict, repr=False)
 
 
 def _array(x, name: str, shape: tuple[int, int] | None = None) -> np.ndarray:
@@ -74,10 +79,19 @@ def _array(x, name: str, shape: tuple[int, int] | None = None) -> np.ndarray:
 
 
 def _weights(w, name: str, shape: tuple[int, int]) -> str:
-    """Weights ``(T, S)`` in [0, 1] as base64 of little-endian uint16 ``round(w * 65535)``."""
+    """Weights ``(T, S)`` in [0, 1] as base64 of ``round(w * 65535)`` row by row from each
+    row's first to its last non-zero value: ``T`` pairs (first column, count) as
+    little-endian uint32, then the rows' values as little-endian uint16."""
     arr = _array(w, name, shape)
-    fixed = np.round(np.clip(arr, 0.0, 1.0) * 65535).astype("<u2")
-    return base64.b64encode(fixed.tobytes()).decode("ascii")
+    fixed = np.round(np.clip(arr, 0.0, 1.0) * 65535).astype("<u2")  # (T, S)
+    nonzero = fixed != 0
+    seen = nonzero.any(1)
+    first = np.where(seen, nonzero.argmax(1), 0)
+    end = np.where(seen, shape[1] - nonzero[:, ::-1].argmax(1), 0)
+    cols = np.arange(shape[1])
+    kept = fixed[(cols >= first[:, None]) & (cols < end[:, None])]  # row-major: row by row
+    header = np.stack([first, end - first], axis=1).astype("<u4")  # (T, 2)
+    return base64.b64encode(header.tobytes() + kept.tobytes()).decode("ascii")
 
 
 def _png(image, name: str) -> str:
@@ -105,8 +119,12 @@ def _example_json(n: int, ex: Example) -> dict:
                                "w": _weights(w, f"{where}.hypotheses[{k}].maps[{name!r}]",
                                              shape)}
                               for name, w in hyp.maps.items()]})
+    square = (len(ex.source), len(ex.source))
     return {"name": ex.name or f"example {n + 1}", "text": ex.text, "reference": ex.reference,
             "source": [str(s) for s in ex.source], "hyps": hyps,
+            "inputMaps": [{"name": str(name),
+                           "w": _weights(w, f"{where}.input_maps[{name!r}]", square)}
+                          for name, w in ex.input_maps.items()],
             "image": None if ex.image is None else _png(ex.image, f"{where}.image")}
 
 
@@ -115,7 +133,8 @@ def explorer_html(examples: Sequence[Example], *, title: str = "attnkit explore"
 
     Raises:
         ValueError: no example, an example without hypotheses or maps, or a map whose shape
-            is not ``(len(tokens), len(source))`` or holds NaN, naming the example and map.
+            is not ``(len(tokens), len(source))`` (an input map: ``(len(source),
+            len(source))``) or holds NaN, naming the example and map.
     """
     if not examples:
         raise ValueError("examples: expected at least one example, got none")
@@ -188,13 +207,25 @@ const MARGIN = { left: 90, top: 70 };
 const view = { ex: 0, hyp: 0, map: 0, step: 0, cell: 1, weights: null, t: 0, s: 0 };
 const decoded = new Map();
 
-function weightsOf(ex, hyp, map) {
+// a hypothesis's maps (rows: its tokens), then the input's maps over itself (rows: the input)
+const mapsOf = (ex, hyp) =>
+  DATA.examples[ex].hyps[hyp].maps.concat(DATA.examples[ex].inputMaps);
+const isInputMap = (ex, hyp, map) => map >= DATA.examples[ex].hyps[hyp].maps.length;
+const rowsOf = (ex, hyp, map) =>
+  isInputMap(ex, hyp, map) ? DATA.examples[ex].source : DATA.examples[ex].hyps[hyp].tokens;
+
+function weightsOf(ex, hyp, map) {  // (rows, S) from (first, count) per row, then the values
   const key = ex + "/" + hyp + "/" + map;
   if (!decoded.has(key)) {
-    const bytes = Uint8Array.from(atob(DATA.examples[ex].hyps[hyp].maps[map].w),
-                                  (c) => c.charCodeAt(0));
-    const dv = new DataView(bytes.buffer), w = new Float32Array(bytes.length / 2);
-    for (let i = 0; i < w.length; i++) w[i] = dv.getUint16(2 * i, true) / 65535;
+    const bytes = Uint8Array.from(atob(mapsOf(ex, hyp)[map].w), (c) => c.charCodeAt(0));
+    const t = rowsOf(ex, hyp, map).length, s = DATA.examples[ex].source.length;
+    const dv = new DataView(bytes.buffer), w = new Float32Array(t * s);
+    for (let i = 0, at = 8 * t; i < t; i++) {
+      const first = dv.getUint32(8 * i, true), count = dv.getUint32(8 * i + 4, true);
+      for (let j = 0; j < count; j++, at += 2) {
+        w[i * s + first + j] = dv.getUint16(at, true) / 65535;
+      }
+    }
     if (decoded.size > 64) decoded.clear();  // bounds the memory of long sessions
     decoded.set(key, w);
   }
@@ -221,9 +252,10 @@ function paint(w, t, s) {  // one pixel per cell on an offscreen canvas
 }
 
 function draw() {
-  const ex = DATA.examples[view.ex], hyp = ex.hyps[view.hyp];
-  const t = hyp.tokens.length, s = ex.source.length;
+  const ex = DATA.examples[view.ex], rows = rowsOf(view.ex, view.hyp, view.map);
+  const t = rows.length, s = ex.source.length;
   const w = weightsOf(view.ex, view.hyp, view.map);
+  view.step = Math.min(view.step, Math.max(t - 1, 0));  // a map with fewer rows
   Object.assign(view, { weights: w, t: t, s: s });
   const width = Math.max(300, Math.min(1400, window.innerWidth - 60) - MARGIN.left);
   view.cell = Math.max(1, Math.min(24, Math.floor(width / Math.max(s, 1))));
@@ -238,7 +270,7 @@ function draw() {
   ctx.fillStyle = "#222"; ctx.font = "11px monospace"; ctx.textBaseline = "middle";
   if (rowH >= 9) {
     ctx.textAlign = "right";
-    hyp.tokens.forEach((tok, i) =>
+    rows.forEach((tok, i) =>
       ctx.fillText(shown(tok), MARGIN.left - 4, MARGIN.top + (i + 0.5) * rowH));
   }
   if (view.cell >= 9) {
@@ -259,10 +291,11 @@ function draw() {
 }
 
 function drawStep() {
-  const ex = DATA.examples[view.ex], hyp = ex.hyps[view.hyp], t = view.step, s = view.s;
-  $("step").max = String(Math.max(hyp.tokens.length - 1, 0)); $("step").value = String(t);
+  const ex = DATA.examples[view.ex], rows = rowsOf(view.ex, view.hyp, view.map);
+  const t = view.step, s = view.s;
+  $("step").max = String(Math.max(rows.length - 1, 0)); $("step").value = String(t);
   const text = $("step-text"); text.textContent = "";
-  hyp.tokens.forEach((tok, i) => {
+  rows.forEach((tok, i) => {
     const el = document.createElement(i === t ? "b" : "span");
     el.textContent = tok + " "; text.appendChild(el);
   });
@@ -290,7 +323,7 @@ function nbest() {
     const text = document.createElement("div"); text.className = "text";
     text.textContent = hyp.tokens.join(" ");
     const thumb = document.createElement("canvas");
-    const map = Math.min(view.map, hyp.maps.length - 1);
+    const map = view.map < hyp.maps.length ? view.map : 0;  // its own map, not the input's
     const off = paint(weightsOf(view.ex, k, map), hyp.tokens.length, ex.source.length);
     thumb.width = off.width; thumb.height = off.height; thumb.getContext("2d").drawImage(off, 0, 0);
     div.append(head, text, thumb);
@@ -302,7 +335,7 @@ function nbest() {
 }
 
 function showMaps() {
-  const maps = DATA.examples[view.ex].hyps[view.hyp].maps, sel = $("map");
+  const maps = mapsOf(view.ex, view.hyp), sel = $("map");
   const name = sel.options.length ? sel.options[sel.selectedIndex].text : null;
   sel.textContent = "";
   maps.forEach((m, i) => sel.add(new Option(m.name, String(i))));
@@ -325,8 +358,10 @@ function hover(event) {
   const i = Math.floor((event.clientY - rect.top - MARGIN.top) / view.rowH);
   if (i < 0 || j < 0 || i >= view.t || j >= view.s) { $("tip").textContent = ""; return; }
   const ex = DATA.examples[view.ex], w = view.weights[i * view.s + j];
-  $("tip").textContent = "output " + i + " " + JSON.stringify(ex.hyps[view.hyp].tokens[i]) +
-    " \u00b7 input " + j + " " + JSON.stringify(ex.source[j]) + " \u00b7 weight " + w.toFixed(4);
+  const rows = rowsOf(view.ex, view.hyp, view.map);
+  $("tip").textContent = (isInputMap(view.ex, view.hyp, view.map) ? "query " : "output ") + i +
+    " " + JSON.stringify(rows[i]) + " \u00b7 input " + j + " " + JSON.stringify(ex.source[j]) +
+    " \u00b7 weight " + w.toFixed(4);
 }
 
 function setStep(t) {
