@@ -1,14 +1,16 @@
 """The explorer's examples from each task's evaluator: hypotheses, scores and maps as decoding
-gave them; a Transformer's maps per layer and head, replayed through its own steps."""
+gave them; a Transformer's maps per layer and head, replayed through its own steps; a CRNN's
+self-attention per head over the line."""
 
 import pytest
 import torch
 
-from attnkit.data import CharVocab
+from attnkit.data import ALPHABET, CharVocab, generate_lines
 from attnkit.decoding import Decoding
-from attnkit.models import Seq2Seq, Transformer
+from attnkit.models import CRNN, Seq2Seq, Transformer
 from attnkit.tasks.evaluator import evaluator_for
-from attnkit.tasks.explore import explore_examples
+from attnkit.tasks.explore import examples_of, explore_examples
+from attnkit.tasks.ocr import read_lines
 from attnkit.tasks.translation import translate
 
 CHARS = CharVocab("abcdef ")
@@ -55,3 +57,42 @@ def test_an_rnn_gives_one_map_and_a_model_without_attention_is_refused():
     plain = Seq2Seq(len(CHARS), len(CHARS), emb=8, hidden=16, kind="none")
     with pytest.raises(ValueError, match="checkpoint: its Seq2Seq model has no attention"):
         explore_examples(_evaluator(plain), ["abc"])
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("head", ["ctc", "attention"])
+def test_a_crnn_gives_its_self_attention_per_head_beside_the_reading(head):
+    torch.manual_seed(0)
+    chars = CharVocab(list(ALPHABET))
+    model = CRNN(len(chars), channels=(4, 4, 8, 8, 8), hidden=8, attention="window", window=3,
+                 heads=2, head=head, dec_hidden=8).eval()
+    ev = evaluator_for("ocr")(model, {"task": "ocr"}, chars.to_json())
+    images = [image for image, _ in generate_lines(2, seed=1, max_chars=6)]
+    examples = explore_examples(ev, images, names=["a", "b"], references=["r", None])
+    readings = read_lines(model, chars, images, weights=True)
+    for ex, image, reading in zip(examples, images, readings):
+        assert len(ex.source) == reading.steps == image.shape[1] // 2
+        assert list(ex.input_maps) == ["encoder self-attention", "encoder self-attention / head 1",
+                                       "encoder self-attention / head 2"]
+        torch.testing.assert_close(ex.input_maps["encoder self-attention / head 2"],
+                                   reading.self_attention[1])
+        torch.testing.assert_close(ex.input_maps["encoder self-attention"],
+                                   reading.self_attention.mean(0))
+        [hyp] = ex.hypotheses
+        assert list(hyp.maps) == ["attention"] and ex.image is image
+    assert [(e.name, e.reference) for e in examples] == [("a", "r"), ("b", None)]
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_outputs_without_weights_and_a_crnn_without_attention_are_refused():
+    torch.manual_seed(0)
+    outputs = _evaluator(Seq2Seq(len(CHARS), len(CHARS), emb=8, hidden=16)).decode(["abc"])
+    assert outputs[0].explore is None  # decoded without weights
+    with pytest.raises(ValueError, match="outputs: expected outputs decoded with weights=True"):
+        examples_of(outputs)
+    chars = CharVocab(list(ALPHABET))
+    plain = CRNN(len(chars), channels=(4, 4, 8, 8, 8), hidden=8).eval()
+    ev = evaluator_for("ocr")(plain, {"task": "ocr"}, chars.to_json())
+    images = [image for image, _ in generate_lines(1, seed=1, max_chars=6)]
+    with pytest.raises(ValueError, match="checkpoint: its CRNN model has no attention"):
+        explore_examples(ev, images)

@@ -174,6 +174,7 @@ def add_transcribe_parser(sub) -> None:
     add_joint_args(p)
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one alignment picture per file")
+    common.add_html_arg(p)
     p.set_defaults(run=run_transcribe)
 
 
@@ -198,9 +199,10 @@ def run_transcribe(args) -> int:
     features = [wav_features(path, args.max_seconds) for path in args.wav]
     evaluator = common.load_evaluator(args.checkpoint, args.device, "asr")
     evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
-    outputs = evaluator.decode(features, decoding, weights=args.plot is not None)
+    outputs = evaluator.decode(features, decoding, weights=common.wants_weights(args))
     common.print_outputs(outputs, args)
     if args.plot:
         for i, output in enumerate(outputs):
             print(f"  wrote {output.draw(args.plot / f'alignment_{i}.png')}")
+    common.write_html(args, outputs, names=[str(p) for p in args.wav])
     return 0

@@ -4,8 +4,8 @@ Each task adds its own data and model options, builds its task object and model,
 them to :func:`train_and_report`; the training options, the refusal to overwrite a run, the
 resume, the final held-out report and ``history.json`` are the same for every task. ``--device``
 (every command that runs a model) and ``--precision`` are checked by :func:`resolve_run_options`,
-and the folders a command writes (``--out``, ``--plot DIR``) by :func:`check_arguments`,
-before a command reads or writes anything. A training command holds the lock of its ``--out``
+and the folders and pages a command writes (``--out``, ``--plot DIR``, ``--html PAGE``) by
+:func:`check_arguments`, before a command reads or writes anything. A training command holds the lock of its ``--out``
 (:func:`locked_run_folder`) from start to end.
 """
 
@@ -24,8 +24,10 @@ import torch
 from attnkit.cli import recipes
 from attnkit.data import load_vocab
 from attnkit.decoding import Decoding
+from attnkit.explore import write_explorer
 from attnkit.models import build_model, legacy, model_shapes
 from attnkit.tasks import EVALUATORS, evaluator_for
+from attnkit.tasks.explore import examples_of
 from attnkit.train import (
     PRECISIONS,
     Checkpoint,
@@ -44,13 +46,13 @@ from attnkit.train import (
 
 log = logging.getLogger("attnkit")
 
-__all__ = ["Interrupted", "add_decoding_args", "add_device_arg", "add_task_parser",
-           "add_training_args", "check_arguments", "choice_list", "decoding", "existing_run",
-           "float_in", "held_out", "is_training", "load_evaluator", "load_task_checkpoint",
-           "load_task_model", "locked_run_folder", "non_negative_float", "non_negative_int",
-           "positive_float", "positive_int", "print_outputs", "probability", "proportion",
-           "resolve_run_options", "stop_if_signalled", "teacher_forcing", "train_and_report",
-           "training_config"]
+__all__ = ["Interrupted", "add_decoding_args", "add_device_arg", "add_html_arg",
+           "add_task_parser", "add_training_args", "check_arguments", "choice_list", "decoding",
+           "existing_run", "float_in", "held_out", "is_training", "load_evaluator",
+           "load_task_checkpoint", "load_task_model", "locked_run_folder", "non_negative_float",
+           "non_negative_int", "positive_float", "positive_int", "print_outputs", "probability",
+           "proportion", "resolve_run_options", "stop_if_signalled", "teacher_forcing",
+           "train_and_report", "training_config", "wants_weights", "write_html"]
 
 CUDA_DATA_WORKERS = 2  # --workers-data on a GPU when not given (0 on CPU)
 
@@ -169,10 +171,23 @@ def _check_folder(path: Path, option: str) -> None:
         raise ValueError(f"{option}: cannot create {path}: no permission to write in {above}")
 
 
+def _check_page(path: Path, option: str) -> None:
+    """Refuse a page option naming a folder or a file that cannot be written, or a page whose
+    folder could not be created."""
+    if path.is_dir():
+        raise ValueError(f"{option}: {path} is a folder, not a file")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"{option}: {path}: no permission to write it")
+        return
+    _check_folder(path.parent, option)
+
+
 def check_arguments(args) -> None:
     """The checks argparse cannot make, before any work: ``--valid`` only with ``--train``;
     a run folder ``--out`` (training) or a picture folder ``--plot DIR`` must not name a file
-    and must be possible to create.
+    and must be possible to create; an explorer page (``--html PAGE``, ``explore --out``)
+    must not name a folder and must be possible to write.
 
     Raises:
         ValueError: naming the option, the path and why.
@@ -184,6 +199,10 @@ def check_arguments(args) -> None:
         _check_folder(args.out, "--out")
     if isinstance(getattr(args, "plot", None), Path):
         _check_folder(args.plot, "--plot")
+    if isinstance(getattr(args, "html", None), Path):
+        _check_page(args.html, "--html")
+    if getattr(args, "command", None) == "explore":
+        _check_page(args.out, "--out")
 
 
 def is_training(args) -> bool:
@@ -337,6 +356,35 @@ def decoding(args) -> Decoding:
                     temperature=1.0 if args.temperature is None else args.temperature,
                     top_k=args.top_k, top_p=args.top_p,
                     seed=0 if args.seed is None else args.seed, max_len=args.max_len)
+
+
+def add_html_arg(p) -> None:
+    """``--html PAGE``: the alignment explorer page of the outputs just decoded
+    (:func:`write_html`)."""
+    p.add_argument("--html", type=Path, metavar="PAGE",
+                   help="write the alignment explorer page of these outputs (as attnkit "
+                   "explore does): one self-contained HTML file")
+
+
+def wants_weights(args) -> bool:
+    """Whether a decoding command draws or explores its outputs (``--plot``, ``--html``): only
+    then does decoding keep the attention weights."""
+    return getattr(args, "plot", None) is not None or getattr(args, "html", None) is not None
+
+
+def write_html(args, outputs, *, names: list[str], references: list[str] | None = None,
+               report: bool = True) -> Path | None:
+    """With ``--html PAGE``: write the explorer page of ``outputs`` (an evaluator's, decoded
+    with ``weights=True``), each example named by ``names`` (with its ``references`` when
+    given), and with ``report`` print where; returns the page, or None without ``--html``."""
+    if args.html is None:
+        return None
+    examples = examples_of(outputs, names=names, references=references)
+    path = write_explorer(examples, args.html,
+                          title=f"attnkit {args.command}: {args.checkpoint}")
+    if report:
+        print(f"  wrote {path} ({len(examples)} examples)")
+    return path
 
 
 def print_outputs(outputs, args) -> None:

@@ -30,6 +30,7 @@ def add_parser(sub) -> None:
                    help="pictures of the attention of the worst examples (by CER) in DIR")
     p.add_argument("--worst", type=common.positive_int, default=5, metavar="N",
                    help="examples pictured with --plot (default 5)")
+    common.add_html_arg(p)
     common.add_decoding_args(p, beam=1)
     add_joint_args(p)
     common.add_device_arg(p)
@@ -57,7 +58,9 @@ def run(args) -> int:
     _one_output(args)
     evaluator = common.load_evaluator(args.checkpoint, args.device)
     evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
-    result = evaluate(evaluator, args.data, decoding, weights=args.plot is not None)
+    result = evaluate(evaluator, args.data, decoding, weights=common.wants_weights(args))
+    page = common.write_html(args, result.outputs, names=[e.origin for e in result.examples],
+                             references=[e.reference for e in result.examples], report=False)
     worst = []
     for rank, i in enumerate(result.worst(args.worst) if args.plot else [], start=1):
         example, output = result.examples[i], result.outputs[i]
@@ -70,7 +73,8 @@ def run(args) -> int:
         print(json.dumps({"task": evaluator.task, "checkpoint": str(args.checkpoint),
                           "data": str(args.data), "examples": len(result.examples),
                           "decoding": asdict(decoding), "metrics": result.metrics,
-                          **({"worst": worst} if args.plot else {})}, indent=1))
+                          **({"worst": worst} if args.plot else {}),
+                          **({"html": str(page)} if page else {})}, indent=1))
         return 0
     print(f"{args.checkpoint} ({evaluator.task}) on {args.data}: {len(result.examples)} "
           f"examples, {describe(decoding)}")
@@ -82,4 +86,6 @@ def run(args) -> int:
     for w in worst:
         print(f"  {w['cer']:.3f}  {w['origin']}: {w['output']!r} (reference {w['reference']!r})"
               + (f"  -> {w['picture']}" if w["picture"] else "  (no attention to draw)"))
+    if page:
+        print(f"explorer page of the {len(result.examples)} examples: {page}")
     return 0

@@ -165,6 +165,7 @@ def add_read_parser(sub) -> None:
     add_joint_args(p)
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one picture per image")
+    common.add_html_arg(p)
     p.set_defaults(run=run_read)
 
 
@@ -173,11 +174,12 @@ def run_read(args) -> int:
     images = [load_line_image(path, max_width=args.max_width) for path in args.images]
     evaluator = common.load_evaluator(args.checkpoint, args.device, "ocr")
     evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
-    outputs = evaluator.decode(images, decoding, weights=args.plot is not None)
+    outputs = evaluator.decode(images, decoding, weights=common.wants_weights(args))
     common.print_outputs(outputs, args)
     if args.plot:
         for i, output in enumerate(outputs):
             path = output.draw(args.plot / f"line_{i}.png")
             if path is not None:
                 print(f"  wrote {path}")
+    common.write_html(args, outputs, names=[str(p) for p in args.images])
     return 0

@@ -48,10 +48,14 @@ class Output:
     """One input's outputs, best first: one text, or beam search's n-best, or sampling's draws
     ranked by model score. ``draw(path, title=None)`` pictures the best one's attention over
     its input and returns the path, or None when the model has no attention to draw or the
-    input was decoded without ``weights``."""
+    input was decoded without ``weights``. ``explore(name="", reference=None)`` gives the
+    explorer's :class:`attnkit.explore.Example` of this input, every output with its
+    attention (:mod:`attnkit.tasks.explore`); None for a task without an explorer, or when
+    decoded without ``weights``."""
 
     texts: list[str]
     draw: Callable[..., Path | None]
+    explore: Callable[..., Any] | None = None
 
     @property
     def text(self) -> str:
@@ -99,7 +103,8 @@ class Evaluator(ABC):
     def decode(self, inputs: Sequence, decoding: Decoding | None = None, *,
                weights: bool = False) -> list[Output]:
         """One :class:`Output` per input, in order, decoded as ``decoding`` says; the
-        attention weights its ``draw`` pictures are kept only with ``weights``."""
+        attention weights its ``draw`` pictures and its ``explore`` shows are kept only with
+        ``weights``."""
 
     def score(self, hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
         """:attr:`metrics` of ``hypotheses`` against ``references``."""

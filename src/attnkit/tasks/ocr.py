@@ -21,6 +21,7 @@ from attnkit.plot import plot_alignment
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, texts_of
+from attnkit.tasks.explore import line_example
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
@@ -301,7 +302,9 @@ class OcrEvaluator(Evaluator, task="ocr"):
         eos = self.model.head_kind == "attention"
         return [Output(r.texts, functools.partial(plot_line, image, r.texts[0], r.weights,
                                                   r.steps, eos=eos,
-                                                  self_attention=r.self_attention))
+                                                  self_attention=r.self_attention),
+                       functools.partial(line_example, self.model, image, r) if weights
+                       else None)
                 for image, r in zip(inputs, read_lines(self.model, self.chars, inputs,
                                                        decoding=decoding, lm=self.lm,
                                                        weights=weights))]

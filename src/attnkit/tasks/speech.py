@@ -36,6 +36,7 @@ from attnkit.plot import plot_alignment
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, texts_of
+from attnkit.tasks.explore import speech_example
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
@@ -281,6 +282,9 @@ class SpeechEvaluator(Evaluator, task="asr"):
         for hyp in raws:
             for i, texts in enumerate(texts_of(hyp, self.char_vocab)):
                 features = inputs[len(outputs)]
-                outputs.append(Output(texts, functools.partial(
-                    plot_transcription, hyp, i, features, self.char_vocab)))
+                outputs.append(Output(
+                    texts, functools.partial(plot_transcription, hyp, i, features,
+                                             self.char_vocab),
+                    functools.partial(speech_example, self.model, hyp, i, features,
+                                      self.char_vocab) if weights else None))
         return outputs
