@@ -5,8 +5,8 @@ them to :func:`train_and_report`; the training options, the refusal to overwrite
 resume, the final held-out report and ``history.json`` are the same for every task. ``--device``
 (every command that runs a model) and ``--precision`` are checked by :func:`resolve_run_options`,
 and the folders and pages a command writes (``--out``, ``--plot DIR``, ``--html PAGE``) by
-:func:`check_arguments`, before a command reads or writes anything. A training command holds the lock of its ``--out``
-(:func:`locked_run_folder`) from start to end.
+:func:`check_arguments`, before a command reads or writes anything. A training command holds
+the lock of its ``--out`` (:func:`locked_run_folder`) from start to end.
 """
 
 from __future__ import annotations

@@ -154,7 +154,7 @@ class Evaluation:
 def evaluate(evaluator: Evaluator, path: Path, decoding: Decoding | None = None, *,
              weights: bool = False) -> Evaluation:
     """Read the labelled data in ``path``, decode its inputs and score the best outputs
-    (keeping the attention weights for pictures with ``weights``).
+    (keeping the attention weights for pictures and the explorer with ``weights``).
 
     Raises:
         DataError: ``path`` does not hold :attr:`Evaluator.data` (the message says what a

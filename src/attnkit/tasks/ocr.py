@@ -122,8 +122,9 @@ def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
                 steps = model.steps(widths)
                 hyp = decode(model, batch, widths, max_len=steps // STEPS_PER_CHAR + EXTRA_CHARS,
                              decoding=decoding, generator=generator, lm=lm, weights=weights)
-        # the one encoding of the batch: (B, T, T), or (B, H, T, T) with heads
-        att = (found[0] if found[0].dim() == 4 else found[0][:, None]) if found else None
+        att = None
+        if found:  # the batch's one encoding: (B, T, T), or (B, H, T, T) with heads
+            att = found[0] if found[0].dim() == 4 else found[0][:, None]  # (B, H, T, T)
         if model.head_kind == "ctc":
             paths = ctc_greedy(log_probs, steps)
             for j, i in enumerate(idx):
