@@ -5,11 +5,14 @@ Translation and speech give every hypothesis (beam's n-best, sampling's draws) w
 score and attention; a Transformer also gives every decoder layer's cross-attention per head,
 recorded by replaying each hypothesis through the model's own ``step``. OCR gives the best
 reading with its attention over the line's columns (the attention head; the CTC head's
-self-attention at the emitted steps).
+self-attention at the emitted steps). Image captioning gives every caption with its words'
+attention over the image's grid of cells, VQA the answer with each hop's attention over it:
+the page draws those maps over the picture.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -18,9 +21,11 @@ from attnkit.decoding import Decoding, Hypotheses
 from attnkit.explore import Example, Hypothesis
 from attnkit.models import Transformer
 from attnkit.models.las import MIN_FRAMES
+from attnkit.tasks.captioning import CaptionEvaluator, decode_images
 from attnkit.tasks.ocr import OcrEvaluator, read_lines
 from attnkit.tasks.speech import SpeechEvaluator, transcribe
 from attnkit.tasks.translation import TranslationEvaluator, translate
+from attnkit.tasks.vqa import VqaEvaluator
 from attnkit.tokens import BOS, PAD
 
 __all__ = ["explore_examples"]
@@ -28,10 +33,12 @@ __all__ = ["explore_examples"]
 
 def explore_examples(evaluator, inputs: Sequence, decoding: Decoding | None = None, *,
                      names: Sequence[str] | None = None,
-                     references: Sequence[str | None] | None = None) -> list[Example]:
-    """Decode ``inputs`` with ``evaluator`` (a translation, OCR or speech
-    :class:`~attnkit.tasks.evaluator.Evaluator`) and return one explorer example each, with
-    ``names`` and ``references`` when given.
+                     references: Sequence[str | Sequence[str] | None] | None = None,
+                     ) -> list[Example]:
+    """Decode ``inputs`` with ``evaluator`` (a translation, OCR, speech, captioning or VQA
+    :class:`~attnkit.tasks.evaluator.Evaluator`; inputs as its ``decode`` takes them) and
+    return one explorer example each, with ``names`` and ``references`` (a text, or several)
+    when given.
 
     Raises:
         ValueError: the evaluator's task has no explorer, or its model has no attention.
@@ -42,13 +49,18 @@ def explore_examples(evaluator, inputs: Sequence, decoding: Decoding | None = No
         examples = _transcriptions(evaluator, inputs, decoding)
     elif isinstance(evaluator, OcrEvaluator):
         examples = _readings(evaluator, inputs, decoding)
+    elif isinstance(evaluator, CaptionEvaluator):
+        examples = _captions(evaluator, inputs, decoding)
+    elif isinstance(evaluator, VqaEvaluator):
+        examples = _answers(evaluator, inputs, decoding)
     else:
-        raise ValueError(f"evaluator: expected a translate, ocr or asr checkpoint's, got task "
-                         f"{evaluator.task!r}")
+        raise ValueError(f"evaluator: expected a translate, ocr, asr, caption or vqa "
+                         f"checkpoint's, got task {evaluator.task!r}")
     names = names or [""] * len(examples)
     references = references or [None] * len(examples)
     return [Example(ex.source, ex.hypotheses, name=name, text=ex.text, reference=ref,
-                    image=ex.image) for ex, name, ref in zip(examples, names, references)]
+                    image=ex.image, grid=ex.grid)
+            for ex, name, ref in zip(examples, names, references)]
 
 
 def _no_attention(evaluator) -> ValueError:
@@ -170,4 +182,47 @@ def _readings(ev: OcrEvaluator, inputs: Sequence[torch.Tensor], decoding) -> lis
         hyp = Hypothesis(labels, {"attention": weights[: len(labels), : reading.steps]})
         examples.append(Example(columns, [hyp], image=image,
                                 text=f"line image {tuple(image.shape)}, columns per step"))
+    return examples
+
+
+def _cells(side: int) -> list[str]:
+    """The labels of a ``side x side`` grid's cells, row-major."""
+    return [f"({r},{c})" for r in range(side) for c in range(side)]
+
+
+def _picture(image: torch.Tensor) -> torch.Tensor:
+    """An image ``(3, S, S)`` as the page draws it: ``(S, S, 3)``."""
+    return image.permute(1, 2, 0)
+
+
+def _captions(ev: CaptionEvaluator, inputs: Sequence[torch.Tensor], decoding) -> list[Example]:
+    side = ev.model.encoder.side
+    examples = []
+    for hyp in decode_images(ev.model, inputs, max_words=ev.max_words, decoding=decoding,
+                             weights=True):
+        for i in range(hyp.tokens.shape[0]):
+            image = inputs[len(examples)]
+            found = _hypotheses(hyp, i, side * side)
+            if not found:
+                raise _no_attention(ev)
+            hyps = [Hypothesis([ev.words.piece(t) for t in tokens], {"attention": weights},
+                               score) for tokens, score, weights in found]
+            examples.append(Example(_cells(side), hyps, image=_picture(image), grid=(side, side),
+                                    text=f"image {ev.image_size} x {ev.image_size} px, a "
+                                    f"{side} x {side} grid of cells"))
+    return examples
+
+
+def _answers(ev: VqaEvaluator, inputs: Sequence[tuple[torch.Tensor, str]],
+             decoding) -> list[Example]:
+    side = ev.model.encoder.side
+    examples = []
+    for (image, question), answer in zip(inputs, ev.answer(inputs, decoding)):
+        if answer.weights is None:
+            raise _no_attention(ev)
+        hops = [f"hop {k + 1}" for k in range(answer.weights.shape[0])]
+        hyp = Hypothesis(hops, {"attention": answer.weights}, math.log(answer.probability),
+                         text=answer.answer)
+        examples.append(Example(_cells(side), [hyp], image=_picture(image), grid=(side, side),
+                                text=question))
     return examples
