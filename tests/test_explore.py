@@ -244,3 +244,110 @@ def test_800_steps_and_200_examples_stay_responsive(browser, tmp_path):
     assert browser.execute_script("showExample(199); showExample(0); return view.s") == 800
     assert len(browser.find_elements("css selector", "#plot *")) == 2
     assert _errors(browser) == []
+
+
+# --- a grid of cells over a picture (captioning, VQA) ------------------------------------
+
+def _grid_example(rows=4, cols=4, peaks=((1, 2), (3, 0), (0, 0)), height=48, width=48):
+    """Outputs each looking at one cell (``peaks``, row and column) of a rows x cols grid
+    over a white picture, a little weight on every other cell."""
+    maps = np.full((len(peaks), rows * cols), 0.2 / (rows * cols - 1))
+    for t, (r, c) in enumerate(peaks):
+        maps[t, r * cols + c] = 0.8
+    picture = np.full((height, width, 3), 255, np.uint8)
+    source = [f"({r},{c})" for r in range(rows) for c in range(cols)]
+    hyp = Hypothesis([f"w{t}" for t in range(len(peaks))], {"attention": maps}, score=-0.7,
+                     text="the answer")
+    return Example(source, [hyp], name="grid", text="a question ?", reference=("a", "b"),
+                   image=picture, grid=(rows, cols))
+
+
+def test_a_grid_example_carries_its_picture_in_colour():
+    picture = np.zeros((6, 4, 3), np.uint8)
+    picture[0, 0] = (255, 0, 0)  # the top left pixel red
+    ex = _grid_example()
+    data = _data(explorer_html([Example(ex.source, ex.hypotheses, image=picture, grid=(4, 4),
+                                        reference=["a", "b"])]))["examples"][0]
+    assert data["image"] is None and data["reference"] == ["a", "b"]
+    assert data["hyps"][0]["text"] == "the answer"
+    grid = data["grid"]
+    assert (grid["rows"], grid["cols"], grid["aspect"]) == (4, 4, 1.5)
+    png = np.asarray(Image.open(io.BytesIO(base64.b64decode(grid["image"].split(",")[1]))))
+    assert png.shape == (6, 4, 3) and tuple(png[0, 0]) == (255, 0, 0) and png[1:].max() == 0
+    floats = _data(explorer_html([Example(ex.source, ex.hypotheses, image=picture / 255.0,
+                                          grid=(4, 4))]))["examples"][0]["grid"]["image"]
+    assert floats == grid["image"]
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(grid=(4, 3)), r"examples\[0\].grid: expected \(rows, cols\) of positive ints with rows "
+                        r"\* cols = len\(source\) = 16, got \(4, 3\)"),
+    (dict(image=None), r"examples\[0\].image: expected the picture the grid lies over"),
+    (dict(image=np.zeros((8, 8))), r"examples\[0\].image: expected an RGB picture "
+                                   r"\(height, width, 3\) for a grid, got shape \(8, 8\)"),
+])
+def test_bad_grids_are_named(change, match):
+    ex = _grid_example()
+    fields = dict(source=ex.source, hypotheses=ex.hypotheses, image=ex.image, grid=ex.grid)
+    with pytest.raises(ValueError, match=match):
+        explorer_html([Example(**{**fields, **change})])
+
+
+def _cell_centre(element, rows, cols, r, c):
+    return (int((c + 0.5) * element.size["width"] / cols),
+            int((r + 0.5) * element.size["height"] / rows))
+
+
+def _brightness(browser, element, rows, cols):
+    """The grey level at each cell's centre in a screenshot of ``element``, (rows, cols)."""
+    shot = np.asarray(Image.open(io.BytesIO(element.screenshot_as_png)).convert("L"))
+    scale = shot.shape[1] / element.size["width"]  # device pixels per CSS pixel
+    out = np.zeros((rows, cols))
+    for r in range(rows):
+        for c in range(cols):
+            x, y = _cell_centre(element, rows, cols, r, c)
+            out[r, c] = shot[int(y * scale), int(x * scale)]
+    return out
+
+
+def _hover_photo(browser, element, x, y):
+    from selenium.webdriver.common.action_chains import ActionChains
+    ActionChains(browser).move_to_element_with_offset(
+        element, x - element.size["width"] // 2, y - element.size["height"] // 2).perform()
+    return browser.find_element("id", "photo-tip").text
+
+
+def test_the_picture_is_lit_where_each_output_looked_and_steps_with_it(browser, tmp_path):
+    ex = _grid_example(height=48, width=72)
+    _open(browser, tmp_path, [ex, _example(seed=1)])
+    assert _errors(browser) == []
+    photo = browser.find_element("id", "photo")
+    assert photo.is_displayed() and photo.size["height"] == round(photo.size["width"] * 48 / 72)
+    assert not browser.find_element("id", "image").is_displayed()  # no strip under the keys
+    lit = _brightness(browser, photo, 4, 4)
+    assert np.unravel_index(lit.argmax(), lit.shape) == (1, 2) and lit.max() - lit.min() > 100
+    tip = _hover_photo(browser, photo, *_cell_centre(photo, 4, 4, 1, 2))
+    assert tip == 'output 0 "w0" · cell row 1 col 2 · weight 0.8000'
+    tip = _hover_photo(browser, photo, *_cell_centre(photo, 4, 4, 2, 3))
+    assert float(tip.rsplit(" ", 1)[1]) == pytest.approx(0.2 / 15, abs=1e-4)
+
+    browser.find_element("id", "step-next").click()  # the next output looks elsewhere
+    lit = _brightness(browser, photo, 4, 4)
+    assert np.unravel_index(lit.argmax(), lit.shape) == (3, 0)
+    assert _hover_photo(browser, photo, *_cell_centre(photo, 4, 4, 3, 0)).startswith(
+        'output 1 "w1" · cell row 3 col 0 · weight 0.8000')
+    panels = browser.find_elements("css selector", "#panels .panel")
+    assert [p.text for p in panels] == ["w0", "w1", "w2"]
+    assert [p.get_attribute("class") for p in panels] == ["panel", "panel now", "panel"]
+    panels[2].click()
+    assert browser.execute_script("return view.step") == 2
+    lit = _brightness(browser, panels[0].find_element("css selector", ".photo"), 4, 4)
+    assert np.unravel_index(lit.argmax(), lit.shape) == (1, 2)  # each panel its own output's
+
+    assert browser.find_element("css selector", "#nbest .hyp .text").text == "the answer"
+    assert browser.find_element("id", "reference").text == "references:\na\nb"
+    shot = np.asarray(Image.open(io.BytesIO(browser.get_screenshot_as_png())).convert("L"))
+    assert shot.std() > 10 and len(np.unique(shot)) > 20
+    browser.find_element("id", "next-example").click()  # an example without a grid
+    assert not browser.find_element("id", "over").is_displayed()
+    assert _errors(browser) == []

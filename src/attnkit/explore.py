@@ -4,7 +4,10 @@ Per example the page shows the input (its text, and a line image or spectrogram 
 keys), the n-best hypotheses side by side with their scores, the attention of the chosen one as
 a heat-map with the weight under the pointer, one map per layer and head where the model has
 several, the input's maps over itself (an encoder's self-attention) beside them, and a
-token-by-token step through the alignment. Nothing is fetched: the script, the style and the
+token-by-token step through the alignment. When the keys are the cells of a grid over a
+picture (an image captioner's or a VQA model's), the page also draws the picture with the
+attention of the output on show laid over it (the weight of the cell under the pointer
+printed), and one small panel per output. Nothing is fetched: the script, the style and the
 images (PNG data URIs) are inline, and the weights travel as 16-bit fixed point
 (``round(w * 65535)``, base64), each row from its first to its last non-zero value (a window's
 band costs its width, not the input's), decoded in the browser only for the example on show.
@@ -40,28 +43,39 @@ __all__ = ["Example", "Hypothesis", "explorer_html", "write_explorer"]
 class Hypothesis:
     """One output: its ``tokens`` (``T`` labels, EOS included when it was decoded), its
     attention ``maps`` (name -> weights ``(T, S)``, e.g. ``{"attention": w}`` or
-    ``{"layer 1 / head 2": w, ...}``) and its model ``score`` (None when there is none)."""
+    ``{"layer 1 / head 2": w, ...}``), its model ``score`` (None when there is none) and, when
+    the tokens are not the output itself, its ``text`` (a VQA model's answer, whose ``T``
+    rows are the attention hops)."""
 
     tokens: Sequence[str]
     maps: Mapping[str, object]
     score: float | None = None
+    text: str | None = None
 
 
 @dataclass(frozen=True)
 class Example:
     """One input: the labels of its ``S`` keys (``source``), its ``hypotheses`` best first,
-    a ``name``, the input as ``text``, an optional ``reference`` and an optional ``image``
-    ``(height, width)`` (a line image, or a spectrogram with its lowest band in the last row)
-    drawn under the keys, its width spread over the ``S`` columns. ``input_maps``: maps of
-    the input over itself (name -> weights ``(S, S)``, queries down, e.g. ``{"encoder
-    self-attention": w}``), offered after every hypothesis's maps."""
+    a ``name``, the input as ``text``, an optional ``reference`` (or several) and an optional
+    ``image``; ``input_maps``: maps of the input over itself (name -> weights ``(S, S)``,
+    queries down, e.g. ``{"encoder self-attention": w}``), offered after every hypothesis's
+    maps.
+
+    Without ``grid``, the image is ``(height, width)`` (a line image, or a spectrogram with
+    its lowest band in the last row), drawn under the keys, its width spread over the ``S``
+    columns. With ``grid = (rows, cols)``, the keys are the ``rows * cols = S`` cells of a
+    grid over the image (row-major, as :class:`attnkit.models.grid.GridEncoder` orders
+    them), an RGB picture ``(height, width, 3)`` (uint8, or float in ``[0, 1]``) over which
+    the page draws each output's map.
+    """
 
     source: Sequence[str]
     hypotheses: Sequence[Hypothesis]
     name: str = ""
     text: str = ""
-    reference: str | None = None
+    reference: str | Sequence[str] | None = None
     image: object = field(default=None, repr=False)
+    grid: tuple[int, int] | None = None
     input_maps: Mapping[str, object] = field(default_factory=dict, repr=False)
 
 
@@ -94,14 +108,46 @@ def _weights(w, name: str, shape: tuple[int, int]) -> str:
     return base64.b64encode(header.tobytes() + kept.tobytes()).decode("ascii")
 
 
+def _data_uri(pixels: np.ndarray) -> str:
+    """A PNG data URI of uint8 ``pixels`` ``(height, width)`` or ``(height, width, 3)``."""
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
 def _png(image, name: str) -> str:
     """A grey-scale PNG data URI of ``image`` ``(height, width)``, scaled to its range."""
     arr = _array(image, name)
     lo, hi = float(arr.min()), float(arr.max())
-    grey = ((arr - lo) / (hi - lo if hi > lo else 1.0) * 255).astype(np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(grey).save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    return _data_uri(((arr - lo) / (hi - lo if hi > lo else 1.0) * 255).astype(np.uint8))
+
+
+def _rgb_png(image, name: str) -> tuple[str, float]:
+    """A PNG data URI of an RGB ``image`` ``(height, width, 3)`` (uint8, or float in
+    ``[0, 1]``) and its aspect ratio ``height / width``."""
+    if isinstance(image, torch.Tensor):
+        image = image.detach().cpu().numpy()
+    arr = np.asarray(image)
+    if arr.ndim != 3 or arr.shape[-1] != 3 or 0 in arr.shape:
+        raise ValueError(f"{name}: expected an RGB picture (height, width, 3) for a grid, got "
+                         f"shape {arr.shape}")
+    if arr.dtype != np.uint8:
+        arr = _array(arr.reshape(arr.shape[0], -1), name).reshape(arr.shape)
+        arr = np.round(np.clip(arr, 0.0, 1.0) * 255).astype(np.uint8)
+    return _data_uri(arr), arr.shape[0] / arr.shape[1]
+
+
+def _grid(ex: Example, where: str) -> dict:
+    """The page's ``grid`` entry of an example with one: its rows, columns, picture and
+    aspect ratio."""
+    rows, cols = ex.grid
+    if not all(isinstance(n, int) and n > 0 for n in ex.grid) or rows * cols != len(ex.source):
+        raise ValueError(f"{where}.grid: expected (rows, cols) of positive ints with rows * "
+                         f"cols = len(source) = {len(ex.source)}, got {ex.grid!r}")
+    if ex.image is None:
+        raise ValueError(f"{where}.image: expected the picture the grid lies over, got None")
+    uri, aspect = _rgb_png(ex.image, f"{where}.image")
+    return {"rows": rows, "cols": cols, "image": uri, "aspect": aspect}
 
 
 def _example_json(n: int, ex: Example) -> dict:
@@ -115,17 +161,21 @@ def _example_json(n: int, ex: Example) -> dict:
         shape = (len(hyp.tokens), len(ex.source))
         hyps.append({"tokens": [str(t) for t in hyp.tokens],
                      "score": None if hyp.score is None else float(hyp.score),
+                     "text": None if hyp.text is None else str(hyp.text),
                      "maps": [{"name": str(name),
                                "w": _weights(w, f"{where}.hypotheses[{k}].maps[{name!r}]",
                                              shape)}
                               for name, w in hyp.maps.items()]})
+    reference = (ex.reference if ex.reference is None or isinstance(ex.reference, str)
+                 else [str(r) for r in ex.reference])
+    grid = None if ex.grid is None else _grid(ex, where)
     square = (len(ex.source), len(ex.source))
-    return {"name": ex.name or f"example {n + 1}", "text": ex.text, "reference": ex.reference,
-            "source": [str(s) for s in ex.source], "hyps": hyps,
+    return {"name": ex.name or f"example {n + 1}", "text": ex.text, "reference": reference,
+            "source": [str(s) for s in ex.source], "hyps": hyps, "grid": grid,
             "inputMaps": [{"name": str(name),
                            "w": _weights(w, f"{where}.input_maps[{name!r}]", square)}
                           for name, w in ex.input_maps.items()],
-            "image": None if ex.image is None else _png(ex.image, f"{where}.image")}
+            "image": None if ex.image is None or grid else _png(ex.image, f"{where}.image")}
 
 
 def explorer_html(examples: Sequence[Example], *, title: str = "attnkit explore") -> str:
@@ -176,6 +226,11 @@ _PAGE = """<!DOCTYPE html>
 <button id="step-next">&rarr;</button>
 <div id="step-text"></div><canvas id="stepbar" height="40"></canvas>
 </section>
+<section id="over"><h2>attention over the image</h2>
+<div class="photo" id="photo"><img alt="input"><canvas id="overlay"></canvas></div>
+<div id="photo-tip" role="status"></div>
+<div id="panels"></div>
+</section>
 <script id="data" type="application/json">__DATA__</script>
 <script>__SCRIPT__</script>
 </body></html>
@@ -197,6 +252,15 @@ h1 { font-size: 18px; margin: 0; } h2 { font-size: 15px; margin: 1em 0 0.3em; }
 #tip { font-family: monospace; min-height: 1.4em; }
 #step { width: 50%; } #step-text { font-family: monospace; overflow-wrap: anywhere; }
 #step-text b { background: #fd6; } #stepbar { display: block; }
+#over { display: none; }
+.photo { position: relative; }
+.photo img, .photo canvas { position: absolute; left: 0; top: 0; width: 100%; height: 100%; }
+.photo img { image-rendering: pixelated; }
+#photo { width: 384px; cursor: crosshair; }
+#photo-tip { font-family: monospace; min-height: 1.4em; }
+#panels { display: flex; flex-wrap: wrap; gap: 0.5em; }
+.panel { width: 112px; cursor: pointer; font-family: monospace; text-align: center; }
+.panel .photo { width: 112px; } .panel.now { outline: 2px solid #06c; }
 """
 
 _SCRIPT = r"""
@@ -288,6 +352,52 @@ function draw() {
     image.style.marginLeft = MARGIN.left + "px"; image.style.width = s * view.cell + "px";
   } else image.style.display = "none";
   drawStep();
+  drawOver();
+}
+
+function shade(canvas, w, t, grid) {  // one pixel per cell: dark where output t did not look
+  const n = grid.rows * grid.cols, row = w.subarray(t * n, (t + 1) * n);
+  canvas.width = grid.cols; canvas.height = grid.rows;
+  const ctx = canvas.getContext("2d"), img = ctx.createImageData(grid.cols, grid.rows);
+  let peak = 0; row.forEach((v) => { if (v > peak) peak = v; });
+  for (let j = 0; j < n; j++) img.data[4 * j + 3] = Math.round(204 * (1 - (peak > 0 ? row[j] / peak : 0)));
+  ctx.putImageData(img, 0, 0);
+}
+
+function photo(box, grid) {  // the picture, as tall as its aspect ratio says
+  box.querySelector("img").src = grid.image;
+  box.style.height = Math.round(box.getBoundingClientRect().width * grid.aspect) + "px";
+}
+
+function drawOver() {  // the picture lit by the attention of the output on show, and a panel per output
+  const ex = DATA.examples[view.ex], grid = ex.grid, hyp = ex.hyps[view.hyp];
+  $("over").style.display = grid ? "block" : "none";
+  if (!grid) return;
+  photo($("photo"), grid); shade($("overlay"), view.weights, view.step, grid);
+  const box = $("panels"), key = view.ex + "/" + view.hyp + "/" + view.map;
+  if (box.dataset.key !== key) {
+    box.dataset.key = key; box.textContent = "";
+    hyp.tokens.forEach((tok, i) => {
+      const panel = document.createElement("div"); panel.className = "panel";
+      const pic = document.createElement("div"); pic.className = "photo";
+      pic.append(document.createElement("img"), document.createElement("canvas"));
+      const label = document.createElement("div"); label.textContent = shown(tok);
+      panel.append(pic, label); box.appendChild(panel);
+      photo(pic, grid); shade(pic.querySelector("canvas"), view.weights, i, grid);
+      panel.addEventListener("click", () => setStep(i));
+    });
+  }
+  box.querySelectorAll(".panel").forEach((p, i) => p.classList.toggle("now", i === view.step));
+}
+
+function hoverPhoto(event) {
+  const ex = DATA.examples[view.ex], grid = ex.grid, rect = $("overlay").getBoundingClientRect();
+  const c = Math.floor((event.clientX - rect.left) / rect.width * grid.cols);
+  const r = Math.floor((event.clientY - rect.top) / rect.height * grid.rows);
+  if (r < 0 || c < 0 || r >= grid.rows || c >= grid.cols) { $("photo-tip").textContent = ""; return; }
+  const t = view.step, w = view.weights[t * view.s + r * grid.cols + c];
+  $("photo-tip").textContent = "output " + t + " " + JSON.stringify(ex.hyps[view.hyp].tokens[t]) +
+    " \u00b7 cell row " + r + " col " + c + " \u00b7 weight " + w.toFixed(4);
 }
 
 function drawStep() {
@@ -321,7 +431,7 @@ function nbest() {
     const head = document.createElement("div");
     head.textContent = "#" + (k + 1) + (hyp.score === null ? "" : " score " + hyp.score.toFixed(4));
     const text = document.createElement("div"); text.className = "text";
-    text.textContent = hyp.tokens.join(" ");
+    text.textContent = hyp.text === null ? hyp.tokens.join(" ") : hyp.text;
     const thumb = document.createElement("canvas");
     const map = view.map < hyp.maps.length ? view.map : 0;  // its own map, not the input's
     const off = paint(weightsOf(view.ex, k, map), hyp.tokens.length, ex.source.length);
@@ -348,7 +458,8 @@ function showExample(n) {
   Object.assign(view, { ex: n, hyp: 0, step: 0 });
   $("example").value = String(n);
   $("text").textContent = ex.text || ex.source.join(" ");
-  $("reference").textContent = ex.reference === null ? "" : "reference: " + ex.reference;
+  $("reference").textContent = ex.reference === null ? "" : Array.isArray(ex.reference) ?
+    "references:\n" + ex.reference.join("\n") : "reference: " + ex.reference;
   showMaps(); nbest(); draw();
 }
 
@@ -375,6 +486,7 @@ $("next-example").addEventListener("click",
   () => showExample(Math.min(view.ex + 1, DATA.examples.length - 1)));
 $("map").addEventListener("change", (e) => { view.map = Number(e.target.value); nbest(); draw(); });
 $("heatmap").addEventListener("mousemove", hover);
+$("overlay").addEventListener("mousemove", hoverPhoto);
 $("heatmap").addEventListener("click", (e) => { hover(e); setStep(
   Math.floor((e.clientY - $("heatmap").getBoundingClientRect().top - MARGIN.top) / view.rowH)); });
 $("step").addEventListener("input", (e) => setStep(Number(e.target.value)));

@@ -1,6 +1,6 @@
-"""attnkit explore on the built-in checkpoints of every task, from INPUTs and from --data, and
-its usage errors; --html on translate, read, transcribe and eval: the same page from the
-outputs they decode (in headless Chromium too)."""
+"""attnkit explore on the built-in checkpoints of every task and on tiny captioning and VQA
+checkpoints, from INPUTs and from --data, and its usage errors; --html on translate, read,
+transcribe and eval: the same page from the outputs they decode (in headless Chromium too)."""
 
 import io
 import json
@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from attnkit.cli.main import main
-from attnkit.data import generate_lines, write_line_folder
+from attnkit.data import generate_lines, generate_scenes, write_caption_folder, write_line_folder
 from attnkit.tasks.ocr import OcrEvaluator
 from attnkit.tasks.translation import TranslationEvaluator
 from tests.cli.test_asr import _write_wav
@@ -194,3 +194,63 @@ def test_a_page_written_by_read_works_in_a_browser(tmp_path, capsys):
         assert _errors(browser) == []
     finally:
         browser.quit()
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_captions_and_answers_show_their_picture_under_a_grid(tiny_captioner, tiny_vqa,
+                                                               tmp_path, capsys):
+    scenes = generate_scenes(2, seed=6, size=32, max_objects=4)
+    pictures = write_caption_folder(scenes, tmp_path / "pics").parent
+    out = tmp_path / "captions.html"
+    assert main(["explore", "--checkpoint", str(tiny_captioner), str(pictures / "000000.png"),
+                 "--beam", "2", "--n-best", "2", "--out", str(out)]) == 0
+    [ex] = _page(out)["examples"]
+    assert ex["name"] == str(pictures / "000000.png")
+    assert ex["grid"]["rows"] == ex["grid"]["cols"] == 8 and ex["grid"]["aspect"] == 1.0
+    assert ex["grid"]["image"].startswith("data:image/png;base64,") and ex["image"] is None
+    assert ex["source"][:2] == ["(0,0)", "(0,1)"] and len(ex["source"]) == 64
+    assert len(ex["hyps"]) == 2 and ex["hyps"][0]["score"] >= ex["hyps"][1]["score"]
+    capsys.readouterr()
+    assert main(["caption", "--checkpoint", str(tiny_captioner), str(pictures / "000000.png"),
+                 "--beam", "2", "--n-best", "2"]) == 0  # the same captions, best first
+    assert capsys.readouterr().out.splitlines() == [
+        " ".join(t for t in hyp["tokens"] if t != "<eos>") for hyp in ex["hyps"]]
+    assert main(["explore", "--checkpoint", str(tiny_captioner), "--data", str(pictures),
+                 "--limit", "1", "--out", str(out)]) == 0
+    [ex] = _page(out)["examples"]
+    assert ex["reference"] == list(scenes[0].captions)
+    image = tmp_path / "scene.jpg"
+    Image.fromarray(scenes[1].image.permute(1, 2, 0).numpy()).save(image)
+    assert main(["explore", "--checkpoint", str(tiny_vqa), str(image),
+                 "how many circles are in the image ?", "is the red circle left of the blue "
+                 "square ?", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.endswith("(2 examples)\n")
+    first = _page(out)["examples"][0]
+    assert first["name"] == first["text"] == "how many circles are in the image ?"
+    [hyp] = first["hyps"]
+    assert hyp["tokens"] == ["hop 1", "hop 2"] and hyp["text"] and hyp["score"] <= 0
+    assert main(["explore", "--checkpoint", str(tiny_vqa), "--data", "scenes:test", "--limit",
+                 "3", "--out", str(out)]) == 0
+    assert [e["name"] for e in _page(out)["examples"]] == ["test[0].0", "test[0].1", "test[0].2"]
+    assert main(["explore", "--checkpoint", str(tiny_vqa), str(image), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == ("attnkit: INPUT: a vqa checkpoint takes an image file, "
+                                       "then questions about it, got 1 INPUT\n")
+    assert main(["explore", "--checkpoint", str(tiny_vqa), str(image), "what ?", "--beam", "2",
+                 "--out", str(out)]) == 2
+    assert "decoding: a VQA model answers with its most probable class" in \
+        capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_eval_html_of_captions_and_answers_is_explores_page(tiny_captioner, tiny_vqa, tmp_path,
+                                                             capsys):
+    for checkpoint in (tiny_captioner, tiny_vqa):
+        data = ["--data", "scenes:test", "--limit", "2"]
+        assert main(["eval", "--checkpoint", str(checkpoint), *data, "--html",
+                     str(tmp_path / "eval.html")]) == 0
+        assert main(["explore", "--checkpoint", str(checkpoint), *data, "--out",
+                     str(tmp_path / "explore.html")]) == 0
+        examples = _page(tmp_path / "eval.html")["examples"]
+        assert len(examples) == 2 and examples[0]["grid"]["rows"] == 8
+        assert examples == _page(tmp_path / "explore.html")["examples"]
+    capsys.readouterr()

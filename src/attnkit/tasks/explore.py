@@ -8,11 +8,14 @@ score and attention; a Transformer also gives every decoder layer's cross-attent
 recorded by replaying each hypothesis through the model's own ``step``. OCR gives the best
 reading with its attention over the line's columns (the attention head; the CTC head's
 self-attention at the emitted steps) and the self-attention layer's map over the line, per
-head.
+head. Image captioning gives every caption with its words' attention over the image's grid of
+cells, VQA the answer with each hop's attention over it: the page draws those maps over the
+picture.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from contextlib import ExitStack
 
@@ -24,18 +27,19 @@ from attnkit.models import Transformer
 from attnkit.models.las import MIN_FRAMES
 from attnkit.tokens import BOS, PAD
 
-__all__ = ["examples_of", "explore_examples", "line_example", "speech_example",
-           "translation_example"]
+__all__ = ["answer_example", "caption_example", "examples_of", "explore_examples",
+           "line_example", "speech_example", "translation_example"]
 
 SELF_ATTENTION = "encoder self-attention"  # the name of a CRNN's self-attention map
 
 
 def explore_examples(evaluator, inputs: Sequence, decoding: Decoding | None = None, *,
                      names: Sequence[str] | None = None,
-                     references: Sequence[str | None] | None = None) -> list[Example]:
-    """Decode ``inputs`` with ``evaluator`` (a translation, OCR or speech
-    :class:`~attnkit.tasks.evaluator.Evaluator`) keeping the weights, and return one explorer
-    example each (:func:`examples_of`).
+                     references: Sequence[str | Sequence[str] | None] | None = None,
+                     ) -> list[Example]:
+    """Decode ``inputs`` with ``evaluator`` (a translation, OCR, speech, captioning or VQA
+    :class:`~attnkit.tasks.evaluator.Evaluator`; inputs as its ``decode`` takes them) keeping
+    the weights, and return one explorer example each (:func:`examples_of`).
 
     Raises:
         ValueError: the evaluator's task has no explorer, or its model has no attention.
@@ -45,9 +49,10 @@ def explore_examples(evaluator, inputs: Sequence, decoding: Decoding | None = No
 
 
 def examples_of(outputs: Sequence, *, names: Sequence[str] | None = None,
-                references: Sequence[str | None] | None = None) -> list[Example]:
+                references: Sequence[str | Sequence[str] | None] | None = None,
+                ) -> list[Example]:
     """The explorer examples of ``outputs`` as an evaluator's ``decode(..., weights=True)``
-    gave them, with ``names`` and ``references`` when given.
+    gave them, with ``names`` and ``references`` (a text, or several) when given.
 
     Raises:
         ValueError: outputs of a task without an explorer or decoded without weights, or of
@@ -55,7 +60,7 @@ def examples_of(outputs: Sequence, *, names: Sequence[str] | None = None,
     """
     if any(o.explore is None for o in outputs):
         raise ValueError("outputs: expected outputs decoded with weights=True by a translate, "
-                         "ocr or asr checkpoint's evaluator")
+                         "ocr, asr, caption or vqa checkpoint's evaluator")
     names = names or [""] * len(outputs)
     references = references or [None] * len(outputs)
     return [o.explore(name=name, reference=ref)
@@ -168,3 +173,44 @@ def line_example(model, image: torch.Tensor, reading, *, name: str = "",
     return Example(columns, [hyp], name=name, reference=reference, image=image,
                    text=f"line image {tuple(image.shape)}, columns per step",
                    input_maps=input_maps)
+
+
+def _cells(side: int) -> list[str]:
+    """The labels of a ``side x side`` grid's cells, row-major."""
+    return [f"({r},{c})" for r in range(side) for c in range(side)]
+
+
+def _picture(image: torch.Tensor) -> torch.Tensor:
+    """An image ``(3, S, S)`` as the page draws it: ``(S, S, 3)``."""
+    return image.permute(1, 2, 0)
+
+
+def caption_example(model, hyp: Hypotheses, i: int, image: torch.Tensor, words, *,
+                    name: str = "", reference: str | Sequence[str] | None = None) -> Example:
+    """Example ``i`` of the decoded batch ``hyp``: every caption of ``image`` ``(3, S, S)``
+    with its words' attention over the captioner's grid of cells, drawn over the picture."""
+    side = model.encoder.side
+    found = _hypotheses(hyp, i, side * side)
+    if not found:
+        raise _no_attention(model)
+    hyps = [Hypothesis([words.piece(t) for t in tokens], {"attention": weights}, score)
+            for tokens, score, weights in found]
+    size = image.shape[-1]
+    return Example(_cells(side), hyps, name=name, reference=reference, image=_picture(image),
+                   grid=(side, side),
+                   text=f"image {size} x {size} px, a {side} x {side} grid of cells")
+
+
+def answer_example(model, image: torch.Tensor, question: str, answer, *, name: str = "",
+                   reference: str | None = None) -> Example:
+    """The ``answer`` (an :class:`attnkit.tasks.vqa.Answer`) to ``question`` about ``image``
+    ``(3, S, S)``: each hop's attention over the model's grid of cells, drawn over the
+    picture."""
+    if answer.weights is None:
+        raise _no_attention(model)
+    side = model.encoder.side
+    hops = [f"hop {k + 1}" for k in range(answer.weights.shape[0])]
+    hyp = Hypothesis(hops, {"attention": answer.weights}, math.log(answer.probability),
+                     text=answer.answer)
+    return Example(_cells(side), [hyp], name=name, reference=reference, image=_picture(image),
+                   grid=(side, side), text=question)
