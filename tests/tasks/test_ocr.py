@@ -1,11 +1,12 @@
-"""OcrTask: the joint CTC-attention loss and its settings; read_lines' self-attention maps."""
+"""OcrTask: the joint CTC-attention loss, the guided attention loss and their settings;
+read_lines' self-attention maps."""
 
 import pytest
 import torch
 
 from attnkit.data import ALPHABET, CharVocab, pad_images
 from attnkit.data.lines import generate_lines
-from attnkit.models import CRNN
+from attnkit.models import CRNN, guided_attention_loss
 from attnkit.tasks.ocr import OcrTask, read_lines
 
 CHARS = CharVocab(list(ALPHABET))
@@ -40,6 +41,9 @@ def test_ctc_weight_mixes_the_two_losses(lines):
     (dict(ctc_weight=1.5), r"ctc_weight: expected a number in \[0, 1\], got 1.5"),
     (dict(ctc_weight=0.3, model_config={**MODEL, "head": "ctc"}),
      "ctc_weight: only for the attention head"),
+    (dict(guided_attention=-1.0), "guided_attention: expected a non-negative number, got -1.0"),
+    (dict(guided_attention=1.0, model_config={**MODEL, "head": "ctc"}),
+     "guided_attention: only for the attention head"),
 ])
 def test_bad_ctc_weight(lines, kw, match):
     with pytest.raises(ValueError, match=match):
@@ -79,3 +83,20 @@ def test_the_self_attention_maps_come_from_the_reading_pass_and_only_when_asked(
             assert r.weights.shape == (len(r.texts[0]), r.steps)
         else:  # the decoder's weights, over the batch's padded steps
             assert (r.weights[:, r.steps:] == 0).all()
+
+
+def test_guided_attention_adds_its_loss(lines):
+    plain = OcrTask(lines, lines[:2], model_config=MODEL)
+    guided = OcrTask(lines, lines[:2], model_config=MODEL, guided_attention=2.0)
+    assert guided.config()["batching"]["guided_attention"] == 2.0
+    assert "guided_attention" not in plain.config()["batching"]
+    torch.manual_seed(0)
+    model = plain.build_model()
+    batch = plain.batches(0)[0]
+    ce, _ = plain.loss(model, batch)
+    total, _ = guided.loss(model, batch)
+    _, weights = model(batch["images"], batch["widths"], batch["tgt_in"])
+    want = guided_attention_loss(weights, (batch["tgt_out"] != 0).sum(1),
+                                 model.steps(batch["widths"]))
+    torch.testing.assert_close(total, ce + 2.0 * want)
+    assert want > 0

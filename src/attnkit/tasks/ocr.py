@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from attnkit.data import ALPHABET, CharVocab, DataError, pad_batch, pad_images, read_line_folder
 from attnkit.data.tsv import read_tsv_rows
 from attnkit.decoding import Decoding, ctc_greedy, decode
-from attnkit.models import CRNN, build_model
+from attnkit.models import CRNN, build_model, guided_attention_loss
 from attnkit.plot import plot_alignment
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
@@ -188,13 +188,16 @@ class OcrTask:
         label_smoothing, teacher_forcing: attention head only.
         ctc_weight: attention head only: ``w`` in ``loss = (1 - w) * cross-entropy + w * CTC``
             of an auxiliary CTC head (0: none; sets the model's ``ctc``).
+        guided_attention: attention head only: the weight of
+            :func:`attnkit.models.guided_attention_loss` added to the loss (0: none).
         max_valid: validation lines read at each evaluation.
     """
 
     def __init__(self, train: Sequence[Line], valid: Sequence[Line], *, model_config: dict,
                  vocab: CharVocab | None = None, batch_size: int = 32, seed: int = 0,
                  label_smoothing: float = 0.0, teacher_forcing: float | TeacherForcing = 1.0,
-                 ctc_weight: float = 0.0, max_valid: int = 300, data: dict | None = None):
+                 ctc_weight: float = 0.0, guided_attention: float = 0.0, max_valid: int = 300,
+                 data: dict | None = None):
         if not train:
             raise ValueError("train: expected at least one (image, text) line")
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -207,6 +210,14 @@ class OcrTask:
         if ctc_weight > 0 and self.ctc:
             raise ValueError("ctc_weight: only for the attention head (the CTC head is CTC)")
         self.ctc_weight = float(ctc_weight)
+        if not (isinstance(guided_attention, (int, float)) and 0.0 <= guided_attention
+                < float("inf")):
+            raise ValueError(f"guided_attention: expected a non-negative number, got "
+                             f"{guided_attention!r}")
+        if guided_attention > 0 and self.ctc:
+            raise ValueError("guided_attention: only for the attention head (CTC has no "
+                             "attention weights)")
+        self.guided_attention = float(guided_attention)
         if self.ctc_weight > 0:
             self.model_config["ctc"] = True
         self.train, self.valid = list(train), list(valid)[:max_valid]
@@ -257,6 +268,10 @@ class OcrTask:
             ctc = F.ctc_loss(log_probs.transpose(0, 1), batch["targets"], steps,
                              batch["target_lengths"], blank=PAD)
             loss = (1 - self.ctc_weight) * loss + self.ctc_weight * ctc
+        if self.guided_attention > 0:
+            steps = model.steps(batch["widths"])
+            loss = loss + self.guided_attention * guided_attention_loss(
+                out[1], (target != PAD).sum(1), steps)
         return loss, int((target != PAD).sum())
 
     def evaluate(self, model: CRNN) -> dict[str, float]:
@@ -272,6 +287,8 @@ class OcrTask:
                 "batching": {"batch_size": self.batch_size, "seed": self.seed,
                              "label_smoothing": self.label_smoothing,
                              **({"ctc_weight": self.ctc_weight} if self.ctc_weight else {}),
+                             **({"guided_attention": self.guided_attention}
+                                if self.guided_attention else {}),
                              "teacher_forcing": asdict(self.teacher_forcing)}}
 
     def vocab(self) -> dict:
