@@ -180,7 +180,7 @@ def add_read_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("images", nargs="+", type=Path, help="line images (any size: scaled to 32 px)")
     add_max_width_arg(p)
-    common.add_decoding_args(p, beam=1)
+    common.add_decoding_args(p, beam=common.TASK_BEAM["ocr"])
     add_joint_args(p)
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one picture per image")
