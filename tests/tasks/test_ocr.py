@@ -1,8 +1,9 @@
-"""OcrTask: the joint CTC-attention loss and its settings."""
+"""OcrTask: the joint CTC-attention loss and its settings; lines read from disk."""
 
 import pytest
 import torch
 
+from attnkit.data import DataError, read_line_folder, write_line_folder
 from attnkit.data.lines import generate_lines
 from attnkit.tasks.ocr import OcrTask
 
@@ -41,3 +42,20 @@ def test_ctc_weight_mixes_the_two_losses(lines):
 def test_bad_ctc_weight(lines, kw, match):
     with pytest.raises(ValueError, match=match):
         OcrTask(lines, lines[:2], **{"model_config": MODEL, **kw})
+
+
+def test_lines_of_a_folder_are_read_per_batch_and_batch_as_in_memory(lines, tmp_path):
+    tsv = write_line_folder(lines, tmp_path / "lines")
+    on_disk = read_line_folder(tmp_path / "lines", tsv)
+    ctc = {**MODEL, "head": "ctc"}
+    in_memory = OcrTask(lines, lines[:2], model_config=ctc, batch_size=2)
+    task = OcrTask(on_disk, on_disk[:2], model_config=ctc, batch_size=2)
+    assert task.train is on_disk  # not copied into memory
+    for a, b in zip(in_memory.batches(1), task.batches(1), strict=True):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    batches = task.batches(0)
+    for path in (tmp_path / "lines").glob("*.png"):
+        path.write_bytes(b"gone")
+    with pytest.raises(DataError, match="cannot read image"):
+        batches[0]  # the images are read when the batch is built
+    assert len(task.evaluate(task.build_model())) == 3  # validation lines were read up front

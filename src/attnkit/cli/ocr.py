@@ -20,7 +20,7 @@ from attnkit.data import (
     ALPHABET,
     MAX_WIDTH,
     CharVocab,
-    generate_lines,
+    iter_lines,
     load_line_image,
     pad_images,
     read_line_folder,
@@ -86,8 +86,8 @@ def _built_in(args, split: str, n: int, min_chars: int, max_chars: int):
     if (cache / "labels.tsv").exists():
         return read_line_folder(cache, cache / "labels.tsv")
     log.info("rendering %d %s lines into %s", n, split, cache)
-    write_line_folder(generate_lines(n, split=split, seed=args.seed, min_chars=min_chars,
-                                     max_chars=max_chars), cache)  # freed before reading
+    write_line_folder(iter_lines(n, split=split, seed=args.seed, min_chars=min_chars,
+                                 max_chars=max_chars), cache)  # one line in memory at a time
     return read_line_folder(cache, cache / "labels.tsv")  # what later runs will read
 
 
