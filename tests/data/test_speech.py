@@ -15,6 +15,7 @@ from num2words import num2words
 
 from attnkit.data import (
     DataError,
+    FeaturesOnDisk,
     SpeechSet,
     log_mel,
     mel_filterbank,
@@ -158,6 +159,11 @@ def test_dataset_is_cached_and_reused(tmp_path, monkeypatch):
                              pitch=plan[0].pitch)
     assert rate == 22050
     assert data.features[0].shape == (1 + math.ceil(audio.numel() * 320 / 441) // 160, 80)
+    # read from the cache's rows when indexed: each utterance's own features
+    assert isinstance(data.features, FeaturesOnDisk)
+    assert data.frames == [f.shape[0] for f in data.features]
+    assert torch.equal(data.features[4], speech._features(plan[4]).to(torch.float16))
+    assert torch.equal(data.head(5).features[4], data.features[4])
     (folder,) = tmp_path.iterdir()
     index = json.loads((folder / "index.json").read_text())
     assert index["utterances"][3]["voice"] == plan[3].voice

@@ -93,7 +93,7 @@ def _speech(args) -> tuple[SpeechSet, SpeechSet]:
             return train, read_manifest(args.valid, normalize=True, max_seconds=args.max_seconds)
         n = min(100, len(train))
         log.warning("no --valid manifest: validating on the first %d training utterances", n)
-        return train, SpeechSet(train.features[:n], train.transcripts[:n], train.origins[:n])
+        return train, train.head(n)
     kw = {"seed": args.seed, "cache_dir": args.cache_dir.expanduser(), "kinds": args.kinds,
           "normalize": True, "workers": args.workers}
     return (speech_dataset(args.n_train, split="train", **kw),

@@ -5,6 +5,7 @@ files."""
 from attnkit.data.audio import (
     log_mel,
     mel_filterbank,
+    n_frames,
     normalize_features,
     pad_features,
     read_wav,
@@ -36,6 +37,7 @@ from attnkit.data.lines import (
 )
 from attnkit.data.scenes import Scene, captioned_images, generate_scenes, question_set
 from attnkit.data.speech import (
+    FeaturesOnDisk,
     SpeechSet,
     Utterance,
     plan_utterances,
@@ -58,6 +60,7 @@ __all__ = [
     "CaptionedImage",
     "CharVocab",
     "DataError",
+    "FeaturesOnDisk",
     "ImageQuestion",
     "LineFolder",
     "Scene",
@@ -77,6 +80,7 @@ __all__ = [
     "load_vocab",
     "log_mel",
     "mel_filterbank",
+    "n_frames",
     "normalize_features",
     "pad_batch",
     "pad_features",

@@ -36,6 +36,7 @@ __all__ = [
     "SAMPLE_RATE",
     "log_mel",
     "mel_filterbank",
+    "n_frames",
     "normalize_features",
     "pad_features",
     "parse_wav",
@@ -292,6 +293,13 @@ def log_mel(samples: torch.Tensor, *, sample_rate: int = SAMPLE_RATE, n_mels: in
     fbank = mel_filterbank(n_fft=n_fft, sample_rate=sample_rate, n_mels=n_mels)  # (M, K)
     feats = torch.log(fbank @ power + LOG_FLOOR).T.contiguous()  # (T, M)
     return normalize_features(feats) if normalize else feats
+
+
+def n_frames(n_samples: int, rate: int) -> int:
+    """The log-mel frames of ``n_samples`` samples at ``rate`` Hz: ``T`` of
+    ``log_mel(resample(samples, rate))``, without computing them."""
+    resampled = -(-n_samples * SAMPLE_RATE // rate)  # ceil: resample's output length
+    return 1 + resampled // round(HOP_S * SAMPLE_RATE)
 
 
 def normalize_features(features: torch.Tensor) -> torch.Tensor:
