@@ -3,12 +3,9 @@ other batch sizes and lengths with padding, and the exported runner (numpy and t
 decodes through onnxruntime as attnkit does: greedy, beam search with its options, sampling's
 restrictions, CTC best path."""
 
-import ast
 import importlib.util
 import json
 import math
-
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -215,17 +212,6 @@ def test_the_runner_samples_from_the_model_s_restricted_distribution(exported, o
     for outputs, top2 in zip(drawn, log_probs.topk(2).indices.tolist()):
         first = {out[0] if out else 2 for out in outputs}  # an empty output: EOS drawn
         assert first == set(top2)  # only the two most probable, both drawn in 40 draws
-
-
-def test_the_runner_imports_nothing_of_attnkit_or_torch():
-    runner = Path(__file__).resolve().parents[2] / "src" / "attnkit" / "export" / "runner.py"
-    imported = set()
-    for node in ast.walk(ast.parse(runner.read_text())):
-        if isinstance(node, ast.Import):
-            imported |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            imported.add(node.module)
-    assert imported == {"__future__", "base64", "numpy", "sentencepiece"}
 
 
 def test_the_json_names_every_graph_input_and_output(exported):

@@ -106,6 +106,23 @@ def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: di
     return meta
 
 
+# Per method of a token decoder: the Decoding fields written to the JSON, and in words how
+# each step's tokens are chosen.
+METHODS = {
+    "greedy": ((), "take the argmax of log_probs over the ids not in never_emit; finished "
+               "examples are fed pad"),
+    "beam": (("beam", "length_penalty", "coverage_penalty", "no_repeat_ngram", "n_best"),
+             "keep the beam best hypotheses by summed log_probs (ids in never_emit excluded; "
+             "rows repeated beam times per example), ranked at the end by log P / ((5 + "
+             "length) / 6) ** length_penalty + coverage_penalty * sum_j log(min(attention on "
+             "j, 1)); n_best outputs per example"),
+    "sample": (("temperature", "top_k", "top_p", "seed", "samples"),
+               "draw each token from softmax(log_probs / temperature) over the top_k most "
+               "probable ids and the smallest set reaching probability top_p (ids in "
+               "never_emit excluded); samples outputs per example, ranked by summed log_probs"),
+}
+
+
 def decoding_json(decoding: Decoding | None, max_len: dict | None, *, ctc: bool) -> dict:
     """attnkit.json's ``decoding``: for a token decoder, the special ids, the length limit
     ``max_len`` (see :func:`export_onnx`) and the settings of ``decoding``'s method (default
@@ -121,29 +138,14 @@ def decoding_json(decoding: Decoding | None, max_len: dict | None, *, ctc: bool)
     if decoding.ctc_weight or decoding.lm_weight:
         raise ValueError(f"decoding: joint CTC/language-model decoding is not exported, got "
                          f"ctc_weight={decoding.ctc_weight}, lm_weight={decoding.lm_weight}")
-    method = decoding.method
-    common = {"method": method, "bos": BOS, "eos": EOS, "pad": PAD, "never_emit": [PAD, BOS],
-              "max_len": max_len, "max_tokens": decoding.max_len}
-    rule = ("tokens = bos for every example; at each step feed tokens and the state, replace "
-            "the state entries the step returns (state[i].next) and ")
-    stop = ("; an output stops at eos or after max_tokens tokens (eos included; when null, "
-            "after the max_len rule's)")
-    if method == "beam":
-        names = ("beam", "length_penalty", "coverage_penalty", "no_repeat_ngram", "n_best")
-        return {**common, **{n: getattr(decoding, n) for n in names},
-                "rule": rule + "keep the beam best hypotheses by summed log_probs (ids in "
-                "never_emit excluded; rows repeated beam times per example), ranked at the end "
-                "by log P / ((5 + length) / 6) ** length_penalty + coverage_penalty * sum_j "
-                "log(min(attention on j, 1)); n_best outputs per example" + stop}
-    if method == "sample":
-        names = ("temperature", "top_k", "top_p", "seed", "samples")
-        return {**common, **{n: getattr(decoding, n) for n in names},
-                "rule": rule + "draw each token from softmax(log_probs / temperature) over the "
-                "top_k most probable ids and the smallest set reaching probability top_p (ids "
-                "in never_emit excluded); samples outputs per example, ranked by summed "
-                "log_probs" + stop}
-    return {**common, "rule": rule + "take the argmax of log_probs over the ids not in "
-            "never_emit; finished examples are fed pad" + stop}
+    names, how = METHODS[decoding.method]
+    return {"method": decoding.method, "bos": BOS, "eos": EOS, "pad": PAD,
+            "never_emit": [PAD, BOS], "max_len": max_len, "max_tokens": decoding.max_len,
+            **{n: getattr(decoding, n) for n in names},
+            "rule": "tokens = bos for every example; at each step feed tokens and the state, "
+                    "replace the state entries the step returns (state[i].next) and " + how +
+                    "; an output stops at eos or after max_tokens tokens (eos included; when "
+                    "null, after the max_len rule's)"}
 
 
 def _ctc_decoding(decoding: Decoding | None) -> dict:
