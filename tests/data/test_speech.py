@@ -250,3 +250,19 @@ def test_manifest_errors_name_the_file(tmp_path):
     (tmp_path / "f.tsv").write_text("mulaw.wav\thello\n")
     with pytest.raises(DataError, match=re.escape(str(tmp_path / "mulaw.wav")) + ".*mu-law"):
         read_manifest(tmp_path / "f.tsv")
+
+
+def test_features_on_disk_are_sliced_without_reading_and_read_once_per_batch():
+    reads = []
+
+    class Counted(FeaturesOnDisk):
+        def read(self, record):
+            reads.append(record)
+            return torch.full((record, 80), float(record))
+
+    features = Counted([3, 5, 4], [3, 5, 4], normalize=False)
+    part = features[1:]
+    assert isinstance(part, Counted) and part.frames == [5, 4] and reads == []
+    batch, lengths = pad_features(part)
+    assert reads == [5, 4] and lengths.tolist() == [5, 4]
+    assert batch.dtype == torch.float32 and float(batch[1, 3, 0]) == 4.0  # float16 on the way

@@ -313,7 +313,9 @@ def pad_features(features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.
     """Pad ``B`` feature matrices ``(T_i, F)`` with zeros: ``(padded (B, Tmax, F), lengths (B,))``.
 
     float16/bfloat16 features (as a :class:`~attnkit.data.SpeechSet` keeps them) come out as
-    float32; other dtypes as given."""
+    float32; other dtypes as given. ``features`` is read once (it may be
+    :class:`~attnkit.data.FeaturesOnDisk`)."""
+    features = list(features)
     if not features:
         raise ValueError("features: expected at least one (T, F) tensor")
     dims = {tuple(f.shape[1:]) for f in features}
