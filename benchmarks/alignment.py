@@ -164,7 +164,8 @@ def evaluate_asr(method: str, out: Path, utterances: int, seed: int, tiny: bool)
     rows = []
     for joined in JOINED:
         n = len(speech.features) // joined * joined
-        features = [torch.cat(speech.features[i : i + joined]) for i in range(0, n, joined)]
+        features = [torch.cat(list(speech.features[i : i + joined]))
+                    for i in range(0, n, joined)]
         refs = [" ".join(speech.transcripts[i : i + joined]) for i in range(0, n, joined)]
         for name, decoding in readings.items():
             for inference in (("hard", "soft") if method == "monotonic" else ("",)):

@@ -1,10 +1,11 @@
 """OcrTask: the joint CTC-attention loss, the guided attention loss and their settings;
-read_lines' self-attention maps."""
+lines read from disk; read_lines' self-attention maps."""
 
 import pytest
 import torch
 
-from attnkit.data import ALPHABET, CharVocab, pad_images
+from attnkit.data import (ALPHABET, CharVocab, DataError, pad_images, read_line_folder,
+                          write_line_folder)
 from attnkit.data.lines import generate_lines
 from attnkit.models import CRNN, guided_attention_loss
 from attnkit.tasks.ocr import OcrTask, read_lines
@@ -100,3 +101,20 @@ def test_guided_attention_adds_its_loss(lines):
                                  model.steps(batch["widths"]))
     torch.testing.assert_close(total, ce + 2.0 * want)
     assert want > 0
+
+
+def test_lines_of_a_folder_are_read_per_batch_and_batch_as_in_memory(lines, tmp_path):
+    tsv = write_line_folder(lines, tmp_path / "lines")
+    on_disk = read_line_folder(tmp_path / "lines", tsv)
+    ctc = {**MODEL, "head": "ctc"}
+    in_memory = OcrTask(lines, lines[:2], model_config=ctc, batch_size=2)
+    task = OcrTask(on_disk, on_disk[:2], model_config=ctc, batch_size=2)
+    assert task.train is on_disk  # not copied into memory
+    for a, b in zip(in_memory.batches(1), task.batches(1), strict=True):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    batches = task.batches(0)
+    for path in (tmp_path / "lines").glob("*.png"):
+        path.write_bytes(b"gone")
+    with pytest.raises(DataError, match="cannot read image"):
+        batches[0]  # the images are read when the batch is built
+    assert len(task.evaluate(task.build_model())) == 3  # validation lines were read up front

@@ -93,7 +93,7 @@ def _speech(args) -> tuple[SpeechSet, SpeechSet]:
             return train, read_manifest(args.valid, normalize=True, max_seconds=args.max_seconds)
         n = min(100, len(train))
         log.warning("no --valid manifest: validating on the first %d training utterances", n)
-        return train, SpeechSet(train.features[:n], train.transcripts[:n], train.origins[:n])
+        return train, train.head(n)
     kw = {"seed": args.seed, "cache_dir": args.cache_dir.expanduser(), "kinds": args.kinds,
           "normalize": True, "workers": args.workers}
     return (speech_dataset(args.n_train, split="train", **kw),
@@ -170,7 +170,7 @@ def add_transcribe_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("wav", type=Path, nargs="+", help="WAV files (PCM of 8-32 bits or float, any rate)")
     add_max_seconds_arg(p)
-    common.add_decoding_args(p, beam=5)
+    common.add_decoding_args(p, beam=common.TASK_BEAM["asr"])
     add_joint_args(p)
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one alignment picture per file")

@@ -284,19 +284,24 @@ def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float 
 # numbers, which greedy decoding reads whole), with alpha 1 it ranks like greedy or better
 # (docs/models.md).
 DEFAULT_LENGTH_PENALTY = 1.0
+TASK_BEAM = {"translate": 5, "asr": 5, "ocr": 1}  # each task's beam width by default
 BEAM_OPTIONS = (("--length-penalty", "length_penalty", None),
                 ("--coverage-penalty", "coverage_penalty", 0.0),
                 ("--no-repeat-ngram", "no_repeat_ngram", 0), ("--n-best", "n_best", 1))
 SAMPLING_OPTIONS = ("--pick", "--temperature", "--top-k", "--top-p", "--seed")
 
 
-def add_decoding_args(p, *, beam: int = 1) -> None:
+def add_decoding_args(p, *, beam: int | None = 1, pick: bool = True) -> None:
     """The decoding options, the same on every command that decodes (README: "Decoding
     options"). ``beam``: the command's beam width when neither ``--beam`` nor ``--sample`` is
-    given. :func:`decoding` turns them into a :class:`attnkit.decoding.Decoding`."""
+    given (None: the checkpoint's task's, :data:`TASK_BEAM`, which the command sets as
+    ``args.default_beam``); ``pick``: offer ``--pick`` (what is printed of the samples).
+    :func:`decoding` turns them into a :class:`attnkit.decoding.Decoding`."""
     group = p.add_argument_group("decoding (beam search, or sampling with --sample)")
+    default = (f"{beam}" if beam is not None else "the task's: " + ", ".join(
+        f"{task} {k}" for task, k in TASK_BEAM.items()))
     group.add_argument("--beam", type=positive_int, metavar="K",
-                       help=f"beam width (default {beam}; 1: greedy)")
+                       help=f"beam width (default {default}; 1: greedy)")
     group.add_argument("--length-penalty", type=non_negative_float, metavar="ALPHA",
                        help="beam search ranks by log P / ((5 + |Y|) / 6) ** ALPHA (Wu et al. "
                        f"2016; default {DEFAULT_LENGTH_PENALTY:g} with a beam, 0: plain log P, "
@@ -314,15 +319,16 @@ def add_decoding_args(p, *, beam: int = 1) -> None:
                        "from each input's length)")
     group.add_argument("--sample", type=positive_int, metavar="N",
                        help="draw N outputs per input from the model instead of beam search")
-    group.add_argument("--pick", choices=("all", "best"),
-                       help="with --sample: print all N draws, the most probable first (all, "
-                       "the default), or only the one the model scores highest (best)")
+    if pick:
+        group.add_argument("--pick", choices=("all", "best"),
+                           help="with --sample: print all N draws, the most probable first "
+                           "(all, the default), or only the one the model scores highest (best)")
     group.add_argument("--temperature", type=float, help="with --sample (default 1.0)")
     group.add_argument("--top-k", type=positive_int, help="with --sample: the K most probable "
                        "tokens only")
     group.add_argument("--top-p", type=float, help="with --sample: nucleus sampling")
     group.add_argument("--seed", type=int, help="with --sample: the draws' seed (default 0)")
-    p.set_defaults(default_beam=beam)
+    p.set_defaults(default_beam=beam, **({} if pick else {"pick": None}))
 
 
 def decoding(args) -> Decoding:

@@ -20,7 +20,7 @@ from attnkit.data import (
     ALPHABET,
     MAX_WIDTH,
     CharVocab,
-    generate_lines,
+    iter_lines,
     load_line_image,
     read_line_folder,
     write_line_folder,
@@ -88,8 +88,8 @@ def _built_in(args, split: str, n: int, min_chars: int, max_chars: int):
     if (cache / "labels.tsv").exists():
         return read_line_folder(cache, cache / "labels.tsv")
     log.info("rendering %d %s lines into %s", n, split, cache)
-    write_line_folder(generate_lines(n, split=split, seed=args.seed, min_chars=min_chars,
-                                     max_chars=max_chars), cache)  # freed before reading
+    write_line_folder(iter_lines(n, split=split, seed=args.seed, min_chars=min_chars,
+                                 max_chars=max_chars), cache)  # one line in memory at a time
     return read_line_folder(cache, cache / "labels.tsv")  # what later runs will read
 
 
@@ -166,7 +166,7 @@ def add_read_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("images", nargs="+", type=Path, help="line images (any size: scaled to 32 px)")
     add_max_width_arg(p)
-    common.add_decoding_args(p, beam=1)
+    common.add_decoding_args(p, beam=common.TASK_BEAM["ocr"])
     add_joint_args(p)
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one picture per image")

@@ -132,7 +132,7 @@ def add_translate_parser(sub) -> None:
     p.add_argument("text", nargs="*", help="sentences (or use --file)")
     p.add_argument("--file", type=Path, help="one sentence per line")
     add_max_chars_arg(p)
-    common.add_decoding_args(p, beam=5)
+    common.add_decoding_args(p, beam=common.TASK_BEAM["translate"])
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one attention heat-map per sentence")
     common.add_html_arg(p)

@@ -13,8 +13,15 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from attnkit.data import ALPHABET, CharVocab, DataError, pad_batch, pad_images, read_line_folder
-from attnkit.data.tsv import read_tsv_rows
+from attnkit.data import (
+    ALPHABET,
+    CharVocab,
+    DataError,
+    LineFolder,
+    pad_batch,
+    pad_images,
+    read_line_folder,
+)
 from attnkit.decoding import Decoding, ctc_greedy, decode
 from attnkit.models import CRNN, build_model, guided_attention_loss
 from attnkit.plot import plot_alignment
@@ -48,18 +55,30 @@ def _ctc_steps_needed(ids: Sequence[int]) -> int:
     return len(ids) + sum(a == b for a, b in zip(ids, ids[1:]))
 
 
-def _check_lines(lines: Sequence[Line], vocab: CharVocab, name: str, ctc: bool) -> None:
-    bad_chars, too_long = {}, []
-    for i, (image, text) in enumerate(lines):
-        if image.dim() != 2 or image.shape[0] != 32 or image.shape[1] < 2:
+def _sizes(lines: Sequence[Line], name: str) -> tuple[list[int], list[str]]:
+    """The lines' widths and texts; a :class:`LineFolder`'s without decoding its images."""
+    if isinstance(lines, LineFolder):
+        return lines.widths, lines.texts
+    for i, (image, _) in enumerate(lines):
+        if image.dim() != 2 or image.shape[0] != 32:
             raise DataError(f"{name}[{i}]: expected a (32, W) image with W >= 2, got "
                             f"{tuple(image.shape)}")
+    return [image.shape[1] for image, _ in lines], [text for _, text in lines]
+
+
+def _check_lines(widths: Sequence[int], texts: Sequence[str], vocab: CharVocab, name: str,
+                 ctc: bool) -> None:
+    bad_chars, too_long = {}, []
+    for i, (width, text) in enumerate(zip(widths, texts)):
+        if width < 2:
+            raise DataError(f"{name}[{i}]: expected a (32, W) image with W >= 2, got "
+                            f"{(32, width)}")
         if not text:
             raise DataError(f"{name}[{i}]: empty text")
         unknown = {c for c in text if c not in vocab.index}
         if unknown:
             bad_chars.setdefault("".join(sorted(unknown)), i)
-        elif ctc and _ctc_steps_needed(vocab.encode(text)) > image.shape[1] // 2:
+        elif ctc and _ctc_steps_needed(vocab.encode(text)) > width // 2:
             too_long.append(i)
     if bad_chars:
         chars = "".join(sorted(set("".join(bad_chars))))
@@ -69,9 +88,9 @@ def _check_lines(lines: Sequence[Line], vocab: CharVocab, name: str, ctc: bool) 
         i = too_long[0]
         raise DataError(
             f"{name}: {len(too_long)} line(s) have more characters than the CTC head has steps "
-            f"(W // 2), e.g. line {i}: {lines[i][1][:40]!r} needs "
-            f"{_ctc_steps_needed(vocab.encode(lines[i][1]))} steps, its image is "
-            f"{lines[i][0].shape[1]} px wide ({lines[i][0].shape[1] // 2} steps)")
+            f"(W // 2), e.g. line {i}: {texts[i][:40]!r} needs "
+            f"{_ctc_steps_needed(vocab.encode(texts[i]))} steps, its image is "
+            f"{widths[i]} px wide ({widths[i] // 2} steps)")
 
 
 class Reading(NamedTuple):
@@ -178,9 +197,12 @@ class OcrTask:
     """Batches, loss and metrics for ``(image (32, W), text)`` lines.
 
     Args:
-        train, valid: lists of ``(image, text)``; every character must be in ``vocab``, and
-            with the CTC head every line needs ``W // 2`` steps for its characters (checked
-            up front: a :class:`DataError` names the line, never a crash inside CTC).
+        train, valid: sequences of ``(image, text)``: lists, or :class:`attnkit.data.LineFolder`
+            (images read from disk when a batch needs them, so memory does not grow with the
+            training lines; the first ``max_valid`` validation lines are read once). Every
+            character must be in ``vocab``, and with the CTC head every line needs ``W // 2``
+            steps for its characters (checked up front: a :class:`DataError` names the line,
+            never a crash inside CTC).
         model_config: the model's registry config (``name`` defaults to ``"crnn"``); ``vocab``
             is set from the characters.
         vocab: the characters (kept as ``chars``); default ``CharVocab(ALPHABET)``.
@@ -220,34 +242,34 @@ class OcrTask:
         self.guided_attention = float(guided_attention)
         if self.ctc_weight > 0:
             self.model_config["ctc"] = True
-        self.train, self.valid = list(train), list(valid)[:max_valid]
+        self.train, self.valid = train, list(valid[:max_valid])
         with_ctc = self.ctc or self.ctc_weight > 0
-        _check_lines(self.train, self.chars, "train", with_ctc)
-        _check_lines(self.valid, self.chars, "valid", with_ctc)
+        self._widths, self._texts = _sizes(train, "train")
+        _check_lines(self._widths, self._texts, self.chars, "train", with_ctc)
+        _check_lines(*_sizes(self.valid, "valid"), self.chars, "valid", with_ctc)
         if not isinstance(teacher_forcing, TeacherForcing):
             teacher_forcing = TeacherForcing(start=teacher_forcing)
         self.batch_size, self.seed = batch_size, seed
         self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
         self.data = data or {}
-        self._ids = [self.chars.encode(t) for _, t in self.train]
 
     def build_model(self) -> CRNN:
         return build_model(self.model_config)
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of similar widths, built when indexed (images
-        float32 in [0, 1])."""
-        widths = [image.shape[1] for image, _ in self.train]
-        return Batches(length_batches(widths, self.batch_size, seed=self.seed, epoch=epoch),
-                       self._collate)
+        read and made float32 in [0, 1] then)."""
+        return Batches(length_batches(self._widths, self.batch_size, seed=self.seed,
+                                      epoch=epoch), self._collate)
 
     def _collate(self, idx: list[int]) -> dict:
         images, widths = pad_images([self.train[i][0] for i in idx])
         batch = {"images": images, "widths": widths}
+        ids = [self.chars.encode(self._texts[i]) for i in idx]
         if self.ctc or self.ctc_weight > 0:
-            batch["targets"], batch["target_lengths"] = pad_batch([self._ids[i] for i in idx])
+            batch["targets"], batch["target_lengths"] = pad_batch(ids)
         if not self.ctc:
-            tgt, _ = pad_batch([[BOS] + self._ids[i] + [EOS] for i in idx])
+            tgt, _ = pad_batch([[BOS] + seq + [EOS] for seq in ids])
             batch["tgt_in"], batch["tgt_out"] = tgt[:, :-1], tgt[:, 1:]
         return batch
 
@@ -311,9 +333,8 @@ class OcrEvaluator(Evaluator, task="ocr"):
         folder, tsv = (path, path / LABELS) if path.is_dir() else (path.parent, path)
         if not tsv.is_file():
             raise DataError(f"{tsv}: not found")
-        names = [name.strip() for _, name, _ in read_tsv_rows(tsv, columns=("filename", "text"))]
-        return [Example(image, text, str(folder / name))
-                for name, (image, text) in zip(names, read_line_folder(folder, tsv))]
+        lines = read_line_folder(folder, tsv)
+        return [Example(image, text, str(lines.path(i))) for i, (image, text) in enumerate(lines)]
 
     def decode(self, inputs: Sequence[torch.Tensor], decoding: Decoding | None = None, *,
                weights: bool = False) -> list[Output]:
