@@ -8,7 +8,7 @@ from attnkit.data import (ALPHABET, CharVocab, DataError, pad_images, read_line_
                           write_line_folder)
 from attnkit.data.lines import generate_lines
 from attnkit.models import CRNN, guided_attention_loss
-from attnkit.tasks.ocr import OcrTask, read_lines
+from attnkit.tasks.ocr import OcrTask, plot_line, read_lines
 
 CHARS = CharVocab(list(ALPHABET))
 MODEL = dict(channels=(4, 4, 8, 8, 8), hidden=8, dropout=0.0, head="attention", dec_hidden=8)
@@ -118,3 +118,19 @@ def test_lines_of_a_folder_are_read_per_batch_and_batch_as_in_memory(lines, tmp_
     with pytest.raises(DataError, match="cannot read image"):
         batches[0]  # the images are read when the batch is built
     assert len(task.evaluate(task.build_model())) == 3  # validation lines were read up front
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_pictures_of_lines_read_in_one_batch_of_several_widths(lines, tmp_path):
+    """The attention head's weights span the batch's padded steps; each line's picture, with
+    its self-attention map, is cropped to the line's own steps."""
+    torch.manual_seed(0)
+    model = CRNN(len(CHARS), channels=(4, 4, 8, 8, 8), hidden=8, attention="window", window=3,
+                 head="attention", dec_hidden=8).eval()
+    images = [image for image, _ in lines[:4]]
+    assert len({image.shape[1] for image in images}) > 1
+    readings = read_lines(model, CHARS, images, weights=True)
+    for i, (image, r) in enumerate(zip(images, readings)):
+        path = plot_line(image, r.texts[0], r.weights, r.steps, tmp_path / f"{i}.png", eos=True,
+                         self_attention=r.self_attention)
+        assert path.stat().st_size > 0

@@ -187,7 +187,8 @@ def plot_line(image: torch.Tensor, text: str, weights, steps: int, path: str | P
     labels = list(text) + (["<eos>"] if eos else [])
     labels = labels[: weights.shape[0]]
     background = pad_images([image])[0][0, 0]  # (32, W) in [0, 1]
-    return plot_alignment(weights[: len(labels)], background, labels, path, steps=steps,
+    # (the attention head's weights span the batch's padded steps; the line has `steps`)
+    return plot_alignment(weights[: len(labels), :steps], background, labels, path, steps=steps,
                           self_attention=None if self_attention is None
                           else self_attention.mean(0),
                           title=title or text or "(empty)")
