@@ -32,7 +32,7 @@ from attnkit.attention.precision import autocast_enabled, no_autocast, upcast
 from attnkit.attention.reference import fits_in_memory, reference_attention, weigh
 from attnkit.attention.scores import Score
 from attnkit.attention.sdpa import sdpa_attention
-from attnkit.attention.step import GradSink, additive_step
+from attnkit.attention.step import GradSink, additive_step, dot_step
 from attnkit.attention.tracing import values_readable
 
 
@@ -60,7 +60,7 @@ class Memory(NamedTuple):
         key: ``(B, Tk, Dk)`` as given; value: ``(B, Tk, Dv)`` as given.
         key_features: ``(B, H, Tk, F)`` prepared keys; values: ``(B, H, Tk, Dv')`` per head.
         owner: the module that prepared them (only it can use them).
-        sink: where one-query additive or location steps sum their key/value gradients, or None
+        sink: where one-query steps (every score) sum their key/value gradients, or None
             (:mod:`attnkit.attention.step`). With a sink, the steps' gradients reach ``key``,
             ``value`` and the parameters but are not seen as gradients of ``key_features`` and
             ``values`` themselves (``torch.autograd.grad`` of them, hooks or ``retain_grad``
@@ -123,6 +123,13 @@ class Call:
         key = zero_padding(self.key, keep[..., None])  # (B, Tk, Dk)
         value = key if self.value is self.key else zero_padding(self.value, keep[..., None])
         return key, value, bad
+
+    def previous(self, prev: torch.Tensor) -> torch.Tensor:
+        """The location score's previous weights ``(B, H, Tq, Tk)`` with zeros on padded keys:
+        its conv reads each key's neighbours, so weight left on padding (a caller's stale or
+        uniform state) would move the scores of the valid keys beside it."""
+        valid = self.layout.key_valid
+        return prev if valid is None else prev.masked_fill(~valid[:, None, None, :], 0)
 
     def mask(self) -> torch.Tensor | None:
         """The smallest broadcastable mask ``(B or 1, 1, Tq or 1, Tk)``, True = may attend."""
@@ -332,7 +339,7 @@ def run(
                      dropout_p=dropout_p)
     qf = score.prepare_query(q)  # (B, H, Tq, F)
     kf = score.prepare_key(k) if kf is None else kf  # (B, H, Tk, F)
-    extra = score.prepare_extra(prev) if prev is not None else None
+    extra = score.prepare_extra(call.previous(prev)) if prev is not None else None
     if plan.impl == "sdpa" and call.layout.pure_causal:
         context = sdpa_attention(qf, kf, v, None, scale=score.scale, dropout_p=dropout_p,
                                  is_causal=True)
@@ -340,6 +347,9 @@ def run(
     if plan.impl == "sdpa":
         context = sdpa_attention(qf, kf, v, call.mask(), scale=score.scale, dropout_p=dropout_p)
         return context, None, plan
+    if plan.impl == "step" and score.dot_family:
+        context, weights = dot_step(qf, kf, v, score.scale, call.mask(), sink)
+        return context, (weights if need_weights else None), plan
     if plan.impl == "step":
         location = None if extra is None else (extra[:, :, 0], score.w_loc)  # f (B, H, Tk, F)
         context, weights = additive_step(qf, kf, v, score.v, call.mask(), sink, location)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import nn
 
@@ -162,11 +165,6 @@ class Attention(nn.Module):
                 f"impl: 'sdpa' computes dot-product scores only, not score={score!r}; "
                 "use impl='auto'"
             )
-        if impl == "step" and self.score.name not in STEP_SCORES:
-            raise ValueError(
-                f"impl: 'step' computes the {' and '.join(STEP_SCORES)} scores only, not "
-                f"score={score!r}; use impl='auto'"
-            )
 
     def extra_repr(self) -> str:
         return (
@@ -255,7 +253,8 @@ class Attention(nn.Module):
         with no_autocast(k.device):
             kf = self.score.prepare_key(k)  # (B, H, Tk, F)
         sink = None
-        if (self.score.name in STEP_SCORES and kf.device.type == "cpu" and step.sink_supported()
+        if ((self.score.name in STEP_SCORES or self.score.dot_family)
+                and kf.device.type == "cpu" and step.sink_supported()
                 and torch.is_grad_enabled() and (kf.requires_grad or v.requires_grad)
                 and not exporting()):
             kf, v, sink = step.collect(kf, v)  # one-query steps sum their gradients there
@@ -369,6 +368,41 @@ class Attention(nn.Module):
             context = context[:, 0]  # (B, Tq, Dv)
             weights = None if weights is None else weights[:, 0]  # (B, Tq, Tk)
         return finish(call, context, weights, bad)
+
+    @contextmanager
+    def recording_weights(self) -> Iterator[list[torch.Tensor]]:
+        """A context in which every call of this module computes its weights (as with
+        ``need_weights=True``) and appends them to the list it yields, in call order: the
+        weights of a layer inside a model, with no change to the model's code. Outside it
+        nothing is kept, and calls without ``need_weights`` take the paths that keep no
+        ``(Tq, Tk)`` tensor.
+
+        Shape:
+            each entry: as :attr:`AttentionOutput.weights`, ``(B, Tq, Tk)`` or
+            ``(B, H, Tq, Tk)`` (no ``Tq`` for a one-step query).
+
+        Example:
+            >>> layer = Attention(8)
+            >>> with layer.recording_weights() as found:
+            ...     context = layer(torch.randn(2, 3, 8), torch.randn(2, 5, 8)).context
+            >>> [tuple(w.shape) for w in found]
+            [(2, 3, 5)]
+        """
+        found: list[torch.Tensor] = []
+
+        def ask(module, args, kwargs):
+            return args, {**kwargs, "need_weights": True}
+
+        def keep(module, args, kwargs, out):
+            found.append(out.weights)
+
+        hooks = (self.register_forward_pre_hook(ask, with_kwargs=True),
+                 self.register_forward_hook(keep, with_kwargs=True))
+        try:
+            yield found
+        finally:
+            for hook in hooks:
+                hook.remove()
 
     def _check_prev(self, prev_weights, call) -> torch.Tensor | None:
         """Validate ``prev_weights`` and bring it to ``(B, H, Tq, Tk)``."""

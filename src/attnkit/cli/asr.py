@@ -93,7 +93,7 @@ def _speech(args) -> tuple[SpeechSet, SpeechSet]:
             return train, read_manifest(args.valid, normalize=True, max_seconds=args.max_seconds)
         n = min(100, len(train))
         log.warning("no --valid manifest: validating on the first %d training utterances", n)
-        return train, SpeechSet(train.features[:n], train.transcripts[:n], train.origins[:n])
+        return train, train.head(n)
     kw = {"seed": args.seed, "cache_dir": args.cache_dir.expanduser(), "kinds": args.kinds,
           "normalize": True, "workers": args.workers}
     return (speech_dataset(args.n_train, split="train", **kw),
@@ -170,10 +170,11 @@ def add_transcribe_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("wav", type=Path, nargs="+", help="WAV files (PCM of 8-32 bits or float, any rate)")
     add_max_seconds_arg(p)
-    common.add_decoding_args(p, beam=5)
+    common.add_decoding_args(p, beam=common.TASK_BEAM["asr"])
     add_joint_args(p)
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one alignment picture per file")
+    common.add_html_arg(p)
     p.set_defaults(run=run_transcribe)
 
 
@@ -198,9 +199,10 @@ def run_transcribe(args) -> int:
     features = [wav_features(path, args.max_seconds) for path in args.wav]
     evaluator = common.load_evaluator(args.checkpoint, args.device, "asr")
     evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
-    outputs = evaluator.decode(features, decoding, weights=args.plot is not None)
+    outputs = evaluator.decode(features, decoding, weights=common.wants_weights(args))
     common.print_outputs(outputs, args)
     if args.plot:
         for i, output in enumerate(outputs):
             print(f"  wrote {output.draw(args.plot / f'alignment_{i}.png')}")
+    common.write_html(args, outputs, names=[str(p) for p in args.wav])
     return 0

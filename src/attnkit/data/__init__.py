@@ -5,6 +5,7 @@ files."""
 from attnkit.data.audio import (
     log_mel,
     mel_filterbank,
+    n_frames,
     normalize_features,
     pad_features,
     read_wav,
@@ -24,8 +25,10 @@ from attnkit.data.images import (
 from attnkit.data.lines import (
     ALPHABET,
     MAX_WIDTH,
+    LineFolder,
     available_fonts,
     generate_lines,
+    iter_lines,
     load_line_image,
     pad_images,
     read_line_folder,
@@ -34,6 +37,7 @@ from attnkit.data.lines import (
 )
 from attnkit.data.scenes import Scene, captioned_images, generate_scenes, question_set
 from attnkit.data.speech import (
+    FeaturesOnDisk,
     SpeechSet,
     Utterance,
     plan_utterances,
@@ -56,7 +60,9 @@ __all__ = [
     "CaptionedImage",
     "CharVocab",
     "DataError",
+    "FeaturesOnDisk",
     "ImageQuestion",
+    "LineFolder",
     "Scene",
     "SpeechSet",
     "SubwordVocab",
@@ -68,11 +74,13 @@ __all__ = [
     "generate_lines",
     "generate_pairs",
     "generate_scenes",
+    "iter_lines",
     "load_image",
     "load_line_image",
     "load_vocab",
     "log_mel",
     "mel_filterbank",
+    "n_frames",
     "normalize_features",
     "pad_batch",
     "pad_features",

@@ -36,6 +36,7 @@ __all__ = [
     "SAMPLE_RATE",
     "log_mel",
     "mel_filterbank",
+    "n_frames",
     "normalize_features",
     "pad_features",
     "parse_wav",
@@ -294,6 +295,13 @@ def log_mel(samples: torch.Tensor, *, sample_rate: int = SAMPLE_RATE, n_mels: in
     return normalize_features(feats) if normalize else feats
 
 
+def n_frames(n_samples: int, rate: int) -> int:
+    """The log-mel frames of ``n_samples`` samples at ``rate`` Hz: ``T`` of
+    ``log_mel(resample(samples, rate))``, without computing them."""
+    resampled = -(-n_samples * SAMPLE_RATE // rate)  # ceil: resample's output length
+    return 1 + resampled // round(HOP_S * SAMPLE_RATE)
+
+
 def normalize_features(features: torch.Tensor) -> torch.Tensor:
     """Per-utterance normalisation: each column of ``features (T, F)`` to zero mean, unit variance."""
     if features.dim() != 2:
@@ -305,7 +313,9 @@ def pad_features(features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.
     """Pad ``B`` feature matrices ``(T_i, F)`` with zeros: ``(padded (B, Tmax, F), lengths (B,))``.
 
     float16/bfloat16 features (as a :class:`~attnkit.data.SpeechSet` keeps them) come out as
-    float32; other dtypes as given."""
+    float32; other dtypes as given. ``features`` is read once (it may be
+    :class:`~attnkit.data.FeaturesOnDisk`)."""
+    features = list(features)
     if not features:
         raise ValueError("features: expected at least one (T, F) tensor")
     dims = {tuple(f.shape[1:]) for f in features}

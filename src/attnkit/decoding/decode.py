@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -102,6 +102,18 @@ class Decoding:
         beam_only = (self.length_penalty, self.coverage_penalty, self.no_repeat_ngram,
                      self.ctc_weight, self.lm_weight)
         return self.beam > 1 or any(beam_only)
+
+    def describe(self) -> str:
+        """The settings that differ from greedy decoding, e.g. ``beam=5, length_penalty=0.6``
+        (``greedy`` when none does).
+
+        Example:
+            >>> Decoding(beam=5, length_penalty=0.6).describe()
+            'beam=5, length_penalty=0.6'
+        """
+        changed = [f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                   if getattr(self, f.name) != f.default]
+        return ", ".join(changed) or "greedy"
 
     @property
     def method(self) -> str:

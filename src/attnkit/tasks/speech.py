@@ -36,6 +36,7 @@ from attnkit.plot import plot_alignment
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, texts_of
+from attnkit.tasks.explore import speech_example
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
@@ -58,9 +59,9 @@ def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, f
 
 def check_frames(utterances: SpeechSet) -> None:
     """Raises a :class:`DataError` naming the first utterance shorter than 8 frames (80 ms)."""
-    for f, origin in zip(utterances.features, utterances.origins):
-        if f.shape[0] < MIN_FRAMES:
-            raise DataError(f"{origin}: {f.shape[0]} feature frames; the listener's "
+    for frames, origin in zip(utterances.frames, utterances.origins):
+        if frames < MIN_FRAMES:
+            raise DataError(f"{origin}: {frames} feature frames; the listener's "
                             f"{HALVINGS} halvings need at least {MIN_FRAMES}")
 
 
@@ -106,7 +107,10 @@ class SpeechTask:
     """Batches, loss and metrics for (features, transcript) utterances.
 
     Args:
-        train, valid: :class:`attnkit.data.SpeechSet` (features ``(T_i, F)``).
+        train, valid: :class:`attnkit.data.SpeechSet` (features ``(T_i, F)``); features on
+            disk (:class:`attnkit.data.FeaturesOnDisk`) are read when a batch needs them, so
+            memory does not grow with the training utterances; the first ``max_valid``
+            validation utterances are read once.
         model_config: the model's registry config (``name`` defaults to ``"las"``); ``vocab``,
             ``features`` and ``ctc`` are set from the data and ``ctc_weight``.
         vocab: characters (default: built from the training transcripts).
@@ -134,9 +138,8 @@ class SpeechTask:
         for s in (train, valid):
             check_frames(s)
         self.train = train
-        n_valid = min(len(valid), max_valid)
-        self.valid = SpeechSet(valid.features[:n_valid], valid.transcripts[:n_valid],
-                               valid.origins[:n_valid])
+        valid = valid.head(max_valid)
+        self.valid = SpeechSet(list(valid.features), valid.transcripts, valid.origins)
         self.char_vocab = vocab or CharVocab.build(train.transcripts)
         self.batch_size, self.seed = batch_size, seed
         if not isinstance(teacher_forcing, TeacherForcing):
@@ -153,10 +156,9 @@ class SpeechTask:
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of similar utterance lengths, built when indexed
-        (features float32)."""
-        lengths = [f.shape[0] for f in self.train.features]
-        return Batches(length_batches(lengths, self.batch_size, seed=self.seed, epoch=epoch),
-                       self._collate)
+        (features read and made float32 then)."""
+        return Batches(length_batches(self.train.frames, self.batch_size, seed=self.seed,
+                                      epoch=epoch), self._collate)
 
     def text_batch(self, idx: list[int]) -> dict:
         """Transcripts ``idx`` as ``tgt_in``/``tgt_out`` ``(B, U)`` (BOS/EOS added) and
@@ -281,6 +283,9 @@ class SpeechEvaluator(Evaluator, task="asr"):
         for hyp in raws:
             for i, texts in enumerate(texts_of(hyp, self.char_vocab)):
                 features = inputs[len(outputs)]
-                outputs.append(Output(texts, functools.partial(
-                    plot_transcription, hyp, i, features, self.char_vocab)))
+                outputs.append(Output(
+                    texts, functools.partial(plot_transcription, hyp, i, features,
+                                             self.char_vocab),
+                    functools.partial(speech_example, self.model, hyp, i, features,
+                                      self.char_vocab) if weights else None))
         return outputs
