@@ -18,6 +18,7 @@ from attnkit.cli import (
     export,
     lm,
     ocr,
+    plan,
     recipes,
     translate,
     vqa,
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     vqa.add_ask_parser(sub)
     export.add_parser(sub)
     bench.add_parser(sub)
+    plan.add_parser(sub)
     return parser
 
 
