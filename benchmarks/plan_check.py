@@ -41,8 +41,8 @@ SELF = dict(query_is_key=True, value_is_key=True)
 
 # (name, Attention arguments, call sizes, paths); the names of docs/benchmarks.md's groups
 CASES = [
-    ("self B=32 T=800 D=256", dict(query_dim=256, score="dot"), dict(batch=32, queries=800,
-                                                                     **SELF), ("reference", "auto")),
+    ("self B=32 T=800 D=256", dict(query_dim=256, score="dot"),
+     dict(batch=32, queries=800, **SELF), ("reference", "auto")),
     ("mha B=8 T=800 H=4,d=64", dict(query_dim=256, heads=4), dict(batch=8, queries=800, **SELF),
      ("reference", "auto")),
     ("mha B=8 T=2048 H=4,d=64", dict(query_dim=256, heads=4), dict(batch=8, queries=2048,
@@ -121,7 +121,8 @@ def measure(module: dict, call: dict, impl: str) -> dict:
 def _cells(r: dict) -> list:
     if r["status"] != "ok":
         return [r["case"], r["impl"], f"{r['status']}: {r['note']}"] + [""] * 6
-    cells = [r["case"], r["path"] if r["path"].startswith(r["impl"]) else f"{r['impl']}: {r['path']}"]
+    path = r["path"] if r["path"].startswith(r["impl"]) else f"{r['impl']}: {r['path']}"
+    cells = [r["case"], path]
     for mode in ("forward", "train"):
         m = r[mode]
         ratio = m["predicted_mib"] / m["measured_mib"]

@@ -64,19 +64,20 @@ def block_sizes(bh: int, tq: int, tk: int, pair_dim: int, *, fused: bool,
     return bq, bk
 
 
-def default_blocks(bh: int, tq: int, tk: int, features: int, score: Score,
+def default_blocks(bh: int, tq: int, tk: int, features: int, *, dot_family: bool,
                    kernel: str) -> tuple[int, int]:
     """The blocks :func:`chunked_attention` and :func:`recomputed_scores` use for ``B*H = bh``
-    rows of ``tq`` queries over ``tk`` keys with ``features`` prepared features (``F``)."""
+    rows of ``tq`` queries over ``tk`` keys with ``features`` prepared features (``F``), for
+    a score of the dot family or not, on ``kernel``."""
     fused = kernel != "eager"
-    pair = 1 if score.dot_family or fused else features  # eager pair tensor: x A
+    pair = 1 if dot_family or fused else features  # eager pair tensor: x A
     budget = _NATIVE_SCORE_BLOCK if kernel == "native" else _SCORE_BLOCK
     return block_sizes(bh, tq, tk, pair, fused=fused, score_budget=budget)
 
 
 def _default_blocks(qf, kf, score: Score, kernel: str) -> tuple[int, int]:
     return default_blocks(qf.shape[0] * qf.shape[1], qf.shape[2], kf.shape[2], qf.shape[-1],
-                          score, kernel)
+                          dot_family=score.dot_family, kernel=kernel)
 
 
 def _add_param_grads(total: list, grads) -> None:

@@ -454,13 +454,10 @@ def _run(c: _Call, plan: Plan, *, train: bool) -> int:
     led.drop("projected", "zeroed")  # what no backward reads
     if not _saves_context(c, plan):
         led.drop("context")
-    if multi:  # backward of the zeroing and out_proj, or of context[:, 0]
-        if c.masked:
-            led.spike(out)
-        led.new("d_context", c.q(c.hv))
-        led.drop("merged")
-    else:
-        led.new("d_context", c.q(c.hv))
+    if multi and c.masked:  # backward of the zeroing
+        led.spike(out)
+    led.new("d_context", c.q(c.hv))  # backward of out_proj, or of context[:, 0]
+    led.drop("merged")
     path_backward()
     led.drop("d_context", "context")
     prepare_backward()
@@ -476,7 +473,6 @@ def _saves_context(c: _Call, plan: Plan) -> bool:
 def _prepare(led: _Ledger, c: _Call, train: bool) -> Callable[[], None]:
     """``score.prepare_query`` / ``prepare_key`` / ``prepare_extra`` (:func:`core.run`); returns
     the backward from the features' gradients (``d_qf``, ``d_kf``, ``d_v``) to the inputs'."""
-    s = c.shape
     Q, K = c.q(c.f, it=True), c.k(c.f, it=True)
     if c.score == "cosine":
         led.new("q_unit", c.q(c.hq, it=True))  # F.normalize(q)
@@ -648,7 +644,7 @@ def _softmax_and_sum_backward(led: _Ledger, c: _Call) -> None:
     S = c.scores
     led.new("d_weights", S // c.it * c.io)
     led.new("d_v", c.k(c.hv))
-    led.drop("v_copy")
+    led.drop("v_copy", "d_context")  # released with the matrix product's backward node
     if c.masked or c.dropout > 0 or c.io < c.it:  # the matrix product's saved weights
         led.drop("dropped" if c.dropout > 0 else "weights")
     if c.dropout > 0:
@@ -716,7 +712,7 @@ def _pure_causal(c: _Call) -> bool:
 def _chunked(led: _Ledger, c: _Call, plan: Plan, train: bool) -> Callable[[], None]:
     """:mod:`chunked`: blocks of queries and keys with an online softmax, or with the weights
     asked for, the whole scores built block by block (then :func:`_softmax_and_sum`)."""
-    bq, bk = default_blocks(c.b * c.h, c.tq, c.tk, c.f, _Kind(c.dot), plan.kernel)
+    bq, bk = default_blocks(c.b * c.h, c.tq, c.tk, c.f, dot_family=c.dot, kernel=plan.kernel)
     largest, pair = _block_elements(c, bq, bk)
     rows = c.b * c.h
     Sb, Sp = rows * largest * c.it, rows * (pair - largest) * c.it  # a block, the one before
@@ -846,13 +842,6 @@ def _key_range(c: _Call, q0: int, q1: int) -> tuple[int, int]:
 
 def _nothing() -> None:
     """The backward of a forward-only replay."""
-
-
-class _Kind:
-    """What :func:`chunked.default_blocks` reads of a score."""
-
-    def __init__(self, dot_family: bool):
-        self.dot_family = dot_family
 
 
 def _step(led: _Ledger, c: _Call, plan: Plan, train: bool) -> Callable[[], None]:
