@@ -529,6 +529,7 @@ def _input_grads(led: _Ledger, c: _Call) -> None:
             led.drop(f"d_{x}_merged")
         else:
             led.rename(f"d_{x}", f"grad_{x}")
+        led.drop({"k": "key_in", "v": "value_in"}.get(x, ""))  # released by its user's node
         if x != "q" and s.key_padding:  # zero_padding's backward: grad * keep
             led.new(f"grad_{x}_kept", sizes[x])
             led.drop(f"grad_{x}")
