@@ -731,7 +731,9 @@ def _chunked(led: _Ledger, c: _Call, plan: Plan, train: bool) -> Callable[[], No
         copies = (Qb, Kb) if multi else ()
         scoring = copies + ((Sb,) if c.scale else ())
         back = copies + (Sb,) + ((Sb,) if c.scale else ())  # s, (unscaled or d unscaled)
-    else:  # C++ or compiled kernels: their outputs only
+    elif plan.kernel == "compiled":  # kernels writing their outputs; backward: ds transposed
+        scoring, back = (), (Sb,)
+    else:  # the C++ kernels write their outputs only
         scoring = back = ()
     low = c.io < c.it
     if low:  # each block's q and k (and v) upcast to float32
