@@ -21,7 +21,7 @@ SCORES = ("dot", "scaled_dot", "general", "additive", "cosine", "location")
 DOT = ("dot", "scaled_dot", "general", "cosine")
 
 # (module arguments, call sizes): every path and score, with heads, padding, bands, weights,
-# one-step queries, self-attention and three dtypes
+# one-step queries, self-attention, three dtypes and dropout
 CASES = (
     [(dict(score=s, impl=i), {}) for s in SCORES for i in ("reference", "chunked")]
     + [(dict(score=s, impl="sdpa"), {}) for s in DOT]
@@ -49,6 +49,10 @@ CASES = (
         (dict(score="scaled_dot", impl="reference"), dict(dtype=torch.float64)),
         (dict(score="additive", impl="reference"), dict(dtype=torch.bfloat16)),
         (dict(score="scaled_dot", impl="sdpa"), dict(dtype=torch.bfloat16)),
+        (dict(score="scaled_dot", impl="reference", dropout=0.1), dict(training=True)),
+        (dict(score="scaled_dot", impl="auto", dropout=0.1), dict(training=True)),
+        (dict(score="scaled_dot", impl="sdpa", dropout=0.1), dict(training=True)),
+        (dict(score="additive", impl="chunked", dropout=0.1), dict(training=True)),
     ]
 )
 

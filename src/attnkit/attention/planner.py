@@ -628,7 +628,8 @@ def _softmax_and_sum(led: _Ledger, c: _Call, train: bool) -> None:
         if not train:
             led.drop("softmax")
     low = S // c.it * c.io
-    if c.dropout > 0:
+    if c.dropout > 0:  # F.dropout: its mask drawn in float, kept as bool
+        led.spike(S)
         led.new("drop_mask", S // c.it)
         led.new("dropped", low)
     if c.h > 1:
@@ -670,7 +671,14 @@ def _softmax_and_sum_backward(led: _Ledger, c: _Call) -> None:
 
 def _sdpa(led: _Ledger, c: _Call, plan: Plan, train: bool) -> Callable[[], None]:
     """:func:`sdpa.sdpa_attention`: PyTorch's fused kernel (on CPU, its flash kernel with a
-    per-thread buffer of a block of scores)."""
+    per-thread buffer of a block of scores; with dropout, its full-matrix math path)."""
+    if c.dropout > 0 and c.shape.device == "cpu":  # q and k scaled, then the reference's work
+        led.new("q_scaled", c.q(c.hq, it=True))
+        led.new("k_scaled", c.k(c.hk, it=True))
+        backward = _reference(led, c, plan, train)
+        if not train:
+            led.drop("q_scaled", "k_scaled")
+        return backward
     threads = torch.get_num_threads() if c.shape.device == "cpu" else 0
     q_split = min(c.tq, 256 if c.tq >= 768 else 64 if c.tq >= 192 else 32)
     kv_split = min(512, c.tk)
@@ -767,7 +775,8 @@ def _chunked(led: _Ledger, c: _Call, plan: Plan, train: bool) -> Callable[[], No
     # p = exp(s - m) (the previous p still alive), then acc * corr + p @ v
     led.spike(Sp, Sp, Sb, *scoring)
     led.spike(Sp, Sb, Sb, Sb)
-    led.spike(Sb, Sb, Ob, Ob, Ob, *((Vb,) if multi or low else ()))
+    dropping = (Sb, Sb // c.it) if c.dropout > 0 else ()  # the block's keep mask, p * keep
+    led.spike(Sb, Sb, Ob, Ob, Ob, *dropping, *((Vb,) if multi or low else ()))
     led.drop("acc")
     if low:  # out.to(v.dtype)
         led.new("context", c.q(c.hv))
@@ -797,7 +806,7 @@ def _chunked(led: _Ledger, c: _Call, plan: Plan, train: bool) -> Callable[[], No
             led.spike(*copies, *before, Sp, Sp, Sp, Sp, Sb)
             led.spike(*copies, *before, Sp, Sp, Sp, Sb, Sb, *scoring)
             led.spike(*copies, *before, Sp, Sp, Sb, Sb, Sb, Sb)
-            led.spike(*copies, *before, Sb, Sb, Sb, Sb, Vb, Qb, Kb, *back)
+            led.spike(*copies, *before, Sb, Sb, Sb, Sb, Vb, Qb, Kb, *back, *dropping)
         led.drop("kept", "d_extra", "dout_float")
         if low:  # the gradients back in the inputs' dtype
             for name, nbytes in (("d_qf", c.q(c.f)), ("d_kf", c.k(c.f)), ("d_v", c.k(c.hv))):
