@@ -63,18 +63,18 @@ def test_the_deploy_example_decodes_like_attnkit_translate(options, tmp_path, mo
     assert meta["decoding"]["max_len"]["extra"] == 10 + int(1.5 * 5)  # longest target: 5
     namespace = _run_deploy_example(monkeypatch, capsys)
     printed = capsys.readouterr().out
-    assert main(["translate", "--checkpoint", str(checkpoint), "--no-loop-stop", *options,
+    assert main(["translate", "--checkpoint", str(checkpoint), *options,
                  namespace["text"]]) == 0
     assert printed == capsys.readouterr().out
     assert printed.count("\n") == (3 if "--n-best" in options else 1)
-    assert namespace["out"]  # it decoded tokens (an untrained model: up to the limit)
+    assert namespace["out"]  # it decoded tokens (an untrained model: to a loop or the limit)
 
 
 def test_the_task_s_decoding_is_written_by_default_and_options_change_it(tmp_path, capsys,
                                                                          one_thread):
     checkpoint = _train(tmp_path, capsys)
     settings = {}
-    for name, options in {"default": [], "greedy": ["--beam", "1"],
+    for name, options in {"default": [], "greedy": ["--beam", "1", "--no-loop-stop"],
                           "sample": ["--sample", "2", "--top-k", "3", "--temperature", "0.5"]
                           }.items():
         assert main(["export", "--checkpoint", str(checkpoint), "--out",
@@ -85,6 +85,7 @@ def test_the_task_s_decoding_is_written_by_default_and_options_change_it(tmp_pat
                                                 "max_tokens")} == {
         "method": "beam", "beam": 5, "length_penalty": 1.0, "n_best": 1, "max_tokens": None}
     assert settings["greedy"]["method"] == "greedy" and "beam" not in settings["greedy"]
+    assert [settings[name]["loop_stop"] for name in settings] == [True, False, True]
     assert {k: settings["sample"][k] for k in ("method", "samples", "top_k", "top_p",
                                                "temperature", "seed")} == {
         "method": "sample", "samples": 2, "top_k": 3, "top_p": None, "temperature": 0.5,
@@ -180,6 +181,8 @@ def test_bad_input_gives_one_line_errors_and_writes_nothing(tmp_path, capsys):
          "decoding: a CTC model decodes by best path only, not beam (beam=3"),
         (["--checkpoint", str(good), "--format", "checkpoint", "--top-k", "2", "--sample", "2",
           "--out", str(out)], "--sample: a decoding option, written by --format onnx only"),
+        (["--checkpoint", str(good), "--format", "checkpoint", "--no-loop-stop", "--out",
+          str(out)], "--no-loop-stop: a decoding option, written by --format onnx only"),
         (["--checkpoint", str(good), "--top-k", "2", "--out", str(out)],
          "--top-k: a sampling option; it needs --sample N"),
     ]

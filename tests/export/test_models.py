@@ -1,7 +1,7 @@
 """Every model family exported: onnxruntime's encoder and decoder steps equal PyTorch's on
 other batch sizes and lengths with padding, and the exported runner (numpy and the JSON only)
 decodes through onnxruntime as attnkit does: greedy, beam search with its options, sampling's
-restrictions, CTC best path."""
+restrictions, the stop of an output that loops, CTC best path."""
 
 import dataclasses
 import importlib.util
@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from attnkit.decoding import Decoding, ctc_greedy, decode
+from attnkit.decoding.loops import MIN_SPAN, REPEATS
 from attnkit.models import CRNN, LAS, Seq2Seq, Transformer
-from attnkit.tokens import content_ids
+from attnkit.tokens import BOS, content_ids
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed: "
                           "pip install 'attnkit[export]'")
@@ -50,17 +51,12 @@ LENGTHS = {"las": (41, [41, 33, 8]), "crnn-ctc": (37, [37, 20, 2]),
 class Exported:
     """A model, its export and onnxruntime sessions."""
 
-    def __init__(self, name, folder):
-        torch.manual_seed(0)
-        self.model = MODELS[name]().eval()
-        if name in BIAS:
-            parameter, token, shift = BIAS[name]
-            with torch.no_grad():
-                self.model.get_parameter(parameter)[token] += shift
-        self.meta = export_onnx(self.model, folder, task="test", vocab={},
-                                max_len=RULES.get(name, MAX_LEN))
+    def __init__(self, model, folder, max_len):
+        self.model = model.eval()
+        self.meta = export_onnx(self.model, folder, task="test", vocab={}, max_len=max_len)
         assert json.loads((folder / JSON_FILE).read_text()) == self.meta
-        spec = importlib.util.spec_from_file_location(f"runner_{name}", folder / RUNNER_FILE)
+        spec = importlib.util.spec_from_file_location(f"runner_{folder.name}",
+                                                      folder / RUNNER_FILE)
         self.runner = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(self.runner)  # the copy written next to the graphs
         self.encoder = ort.InferenceSession(str(folder / self.meta["encoder"]["file"]))
@@ -80,11 +76,20 @@ class Exported:
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
+    """``exported(name)``: the model ``MODELS[name]`` (``LOOPING[name]``: made to loop),
+    exported once per module."""
     cache = {}
 
     def get(name):
         if name not in cache:
-            cache[name] = Exported(name, tmp_path_factory.mktemp(name))
+            torch.manual_seed(0)
+            model = LOOPING[name]() if name in LOOPING else MODELS[name]()
+            if name in BIAS:
+                parameter, token, shift = BIAS[name]
+                with torch.no_grad():
+                    model.get_parameter(parameter)[token] += shift
+            cache[name] = Exported(model, tmp_path_factory.mktemp(name),
+                                   RULES.get(name, MAX_LEN))
         return cache[name]
 
     return get
@@ -146,9 +151,7 @@ def attnkit_decode(e: Exported, x, lengths, decoding: Decoding | None) -> list:
         limit = scaled.long() + rule["extra"]
         if rule["at_most"] is not None:
             limit = limit.clamp(max=rule["at_most"])
-        # the runner has no loop check: it decodes a looping output to its limit
-        hyp = decode(e.model, x, lengths, max_len=limit,
-                     decoding=dataclasses.replace(decoding, loop_stop=False))
+        hyp = decode(e.model, x, lengths, max_len=limit, decoding=decoding)
     tokens = hyp.tokens if hyp.tokens.dim() == 3 else hyp.tokens[:, None]  # (B, n, T)
     return [[content_ids(row) for row in example] for example in tokens.tolist()]
 
@@ -217,6 +220,47 @@ def test_the_runner_samples_from_the_model_s_restricted_distribution(exported, o
         assert first == set(top2)  # only the two most probable, both drawn in 40 draws
 
 
+def looping(kind: str) -> Seq2Seq:
+    """A Seq2Seq that emits 8 7 8 7 ... whatever its input: each token is chosen by the
+    previous one's embedding alone (ties broken by a bias growing with the id). Its additive
+    attention has no query weights, so its weights depend on the keys alone and stand still."""
+    model = Seq2Seq(20, 22, kind=kind, emb=8, hidden=16)
+    with torch.no_grad():
+        decoder = model.decoder
+        decoder.embed.weight[[BOS, 7]] = torch.eye(8)[0]
+        decoder.embed.weight[8] = torch.eye(8)[1]
+        decoder.out.weight.zero_()  # its input: [h; (context;) embedding of the last token]
+        decoder.out.weight[8, -8] = decoder.out.weight[7, -7] = 20.0
+        decoder.out.bias.copy_(torch.arange(22) * 0.01)
+        if kind == "bahdanau":
+            decoder.attention.score.w_query.zero_()
+    return model
+
+
+LOOPING = {"looping": lambda: looping("bahdanau"), "looping-blind": lambda: looping("none")}
+LOOP_DECODINGS = {"greedy": Decoding(max_len=30),
+                  "beam": Decoding(beam=3, length_penalty=1.0, n_best=2, max_len=30),
+                  "sample": Decoding(sample=True, top_k=1, samples=2, max_len=30)}
+
+
+@pytest.mark.parametrize("how", list(LOOP_DECODINGS))
+def test_the_runner_stops_an_output_that_loops_where_attnkit_does(how, exported, one_thread):
+    e = exported("looping")
+    x, lengths = model_inputs(e.model).example(2, 9, seed=11)
+    stop = 2 + max((REPEATS - 1) * 2, MIN_SPAN)  # the unit of 2 tokens, then its still repeats
+    for decoding, size in ((LOOP_DECODINGS[how], stop),
+                           (dataclasses.replace(LOOP_DECODINGS[how], loop_stop=False), 30)):
+        want = attnkit_decode(e, x, lengths, decoding)
+        assert runner_decode(e, x, lengths, decoding) == want
+        assert [outputs[0] for outputs in want] == [[8, 7] * (size // 2)] * 2
+        assert {len(o) for outputs in want for o in outputs} == {size}  # all stopped there
+    # the same loop, without attention weights: never stopped
+    blind = exported("looping-blind")
+    want = attnkit_decode(blind, x, lengths, LOOP_DECODINGS[how])
+    assert runner_decode(blind, x, lengths, LOOP_DECODINGS[how]) == want
+    assert {len(o) for outputs in want for o in outputs} == {30}
+
+
 def test_the_json_names_every_graph_input_and_output(exported):
     meta = exported("bahdanau").meta
     assert [i["name"] for i in meta["encoder"]["inputs"]] == ["src", "src_len"]
@@ -230,7 +274,9 @@ def test_the_json_names_every_graph_input_and_output(exported):
     assert meta["encoder"]["outputs"][2]["shape"] == ["B", 1, "S", 16]  # (B, H, S, A)
     assert meta["decoding"] | {"rule": ""} == {
         "method": "greedy", "bos": 1, "eos": 2, "pad": 0, "never_emit": [0, 1],
-        "max_len": MAX_LEN, "max_tokens": None, "rule": ""}
+        "max_len": MAX_LEN, "max_tokens": None, "loop_stop": True,
+        "loop": {"max_period": 64, "repeats": 3, "min_span": 16, "tolerance": 0.5}, "rule": ""}
+    assert meta["version"] == 3
     assert (meta["opset"], meta["model"]["name"]) == (17, "seq2seq")
     # a step that never reads an entry does not take it (the no-attention model's lengths)
     plain = exported("none").meta

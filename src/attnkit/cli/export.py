@@ -93,4 +93,4 @@ def _decoding_options(args) -> list[str]:
     given = [opt for opt in ("--beam", "--max-len", "--sample", *common.SAMPLING_OPTIONS)
              if getattr(args, opt[2:].replace("-", "_")) is not None]
     return given + [opt for opt, name, default in common.BEAM_OPTIONS
-                    if getattr(args, name) != default]
+                    if getattr(args, name) != default] + ["--no-loop-stop"] * args.no_loop_stop

@@ -13,11 +13,13 @@ folder on ``sys.path`` (docs/deploy.md)::
 with its ``run(None, feed) -> list of arrays``); a CTC model has none (pass None, and the
 encoder's outputs as ``state``). :func:`decode` decodes as ``meta["decoding"]`` says: greedy,
 beam search (beam, length and coverage penalties, no repeated n-grams, n-best) or sampling
-(temperature, top-k, top-p, seed, samples), with the task's output length limit; or CTC best
-path. Greedy decoding and beam search give the tokens ``attnkit`` gives (the same rules; the
-log-probabilities of onnxruntime and PyTorch differ by about 1e-6, which can reorder two
-hypotheses that score within that of each other). Sampling draws from the same distribution
-with numpy's generator, so its draws are not those of ``attnkit --sample``.
+(temperature, top-k, top-p, seed, samples), with the task's output length limit and, unless
+``loop_stop`` is false, attnkit's stop of an output that loops (a unit of tokens repeated while
+the attention's centre stands still; a warning is logged); or CTC best path. Greedy decoding
+and beam search give the tokens ``attnkit`` gives (the same rules; the log-probabilities of
+onnxruntime and PyTorch differ by about 1e-6, which can reorder two hypotheses that score
+within that of each other). Sampling draws from the same distribution with numpy's
+generator, so its draws are not those of ``attnkit --sample``.
 
 Arrays: ``B`` examples; ``N`` rows fed to the step (``B``, ``B * beam`` or ``B * samples``,
 example-major: row ``b * K + k`` belongs to example ``b``); ``V`` the output vocabulary.
@@ -26,6 +28,7 @@ example-major: row ``b * K + k`` belongs to example ``b``); ``V`` the output voc
 from __future__ import annotations
 
 import base64
+import logging
 
 import numpy as np
 
@@ -33,6 +36,8 @@ __all__ = ["SPECIALS", "Vocab", "decode"]
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")  # ids 0-3 of every vocabulary
 PAD, BOS, EOS, UNK = range(4)
+
+log = logging.getLogger(__name__)
 
 
 class Vocab:
@@ -74,7 +79,9 @@ class Vocab:
 
 def decode(step, state: dict, meta: dict, inputs: dict | None = None) -> list[list[list[int]]]:
     """Decode a batch as ``meta["decoding"]`` says; per example, its outputs (one; the n-best
-    of beam search or the samples, best first) as lists of token ids without ``<eos>``.
+    of beam search or the samples, best first) as lists of token ids without ``<eos>``. When
+    outputs were stopped because they looped, a warning is logged (on the module's logger,
+    ``attnkit_runner`` for the copy).
 
     Args:
         step: the decoder step's session (None for a CTC model).
@@ -89,17 +96,33 @@ def decode(step, state: dict, meta: dict, inputs: dict | None = None) -> list[li
     state = {s["name"]: state[s["name"]] for s in meta["state"]}
     run = _Step(step, meta)
     if d["method"] == "beam":
-        return _beam_search(run, state, limit, d)
-    if d["method"] == "sample":
+        tokens, looped, rows = _beam_search(run, state, limit, d)
+    elif d["method"] == "sample":
         rng = np.random.default_rng(d["seed"])
         k = d["samples"]
         state = {name: np.repeat(x, k, axis=0) for name, x in state.items()}
-        tokens, scores = _run(run, state, np.repeat(limit, k), d,
-                              lambda lp: _draw(lp, d, rng))
+        tokens, scores, looped = _run(run, state, np.repeat(limit, k), d,
+                                      lambda lp: _draw(lp, d, rng))
         order = np.argsort(-scores.reshape(-1, k), axis=1, kind="stable")  # (B, samples)
-        return [[_content(tokens[b * k + j], d) for j in row] for b, row in enumerate(order)]
-    tokens, _ = _run(run, state, limit, d, lambda lp: lp.argmax(-1))
-    return [[_content(row, d)] for row in tokens]
+        rows = np.arange(len(limit))[:, None] * k + order
+    else:
+        tokens, _, looped = _run(run, state, limit, d, lambda lp: lp.argmax(-1))
+        rows = np.arange(len(limit))[:, None]
+    return _outputs(tokens, looped, rows, d)
+
+
+def _outputs(tokens: np.ndarray, looped: np.ndarray, rows: np.ndarray,
+             d: dict) -> list[list[list[int]]]:
+    """Per example, the contents of its rows ``rows (B, n)`` of ``tokens (N, T)``, as
+    :func:`decode` returns them; logs a warning when some of them were stopped as loops
+    (``looped (N,)``)."""
+    sizes = [len(_content(tokens[i], d)) for i in rows.reshape(-1) if looped[i]]
+    if sizes:
+        log.warning("%d of %d outputs stopped after %s tokens: each repeated a unit of tokens "
+                    "while its attention stood still (a loop); loop_stop false in "
+                    "attnkit.json's decoding (attnkit export --no-loop-stop) decodes them to "
+                    "the length limit", len(sizes), rows.size, ", ".join(map(str, sizes)))
+    return [[_content(tokens[i], d) for i in row] for row in rows]
 
 
 class _Step:
@@ -140,23 +163,62 @@ def _never(log_probs: np.ndarray, d: dict) -> np.ndarray:
 
 def _run(step, state: dict, limit: np.ndarray, d: dict, choose):
     """Greedy decoding and sampling: ``choose(log_probs (N, V)) -> tokens (N,)`` at each step
-    until every row has emitted EOS or reached its limit. Returns ``tokens (N, T)`` (``pad``
-    after EOS) and the summed log-probabilities ``(N,)``."""
+    until every row has emitted EOS, reached its limit or looped. Returns ``tokens (N, T)``
+    (``pad`` after the end), the summed log-probabilities ``(N,)`` and ``(N,)`` bool: the rows
+    stopped because they looped."""
     n = len(limit)
     tokens = np.full(n, d["bos"], dtype=np.int64)
     done = np.zeros(n, dtype=bool)
+    looped = np.zeros(n, dtype=bool)
+    loops = _start_loops(n, d)
     scores = np.zeros(n, dtype=np.float32)
     out = []
     for t in range(int(limit.max())):
-        log_probs, state, _ = step(tokens, state)
+        log_probs, state, w = step(tokens, state)
         tokens = choose(_never(log_probs, d))
         scores += np.where(done, 0.0, log_probs[np.arange(n), tokens]).astype(np.float32)
         tokens = np.where(done, d["pad"], tokens)
         out.append(tokens)
-        done |= (tokens == d["eos"]) | (t + 1 >= limit)
+        if loops is not None:
+            loops, now = _loop_step(loops, tokens, w, d)
+            looped |= now & ~done & (tokens != d["eos"])
+        done |= (tokens == d["eos"]) | (t + 1 >= limit) | looped
         if done.all():
             break
-    return np.stack(out, 1), scores
+    return np.stack(out, 1), scores, looped
+
+
+def _start_loops(n: int, d: dict) -> tuple | None:
+    """The loop check's state of ``n`` rows that have emitted nothing (None without
+    ``loop_stop``): their last ``P = loop.max_period`` tokens, the latest first (-1: none
+    yet), the attention's centres at those steps (NaN: no weights), and for each period
+    ``p = 1..P`` the steps in a row up to the last that repeated the token and the centre of
+    ``p`` steps before; each ``(N, P)``."""
+    if not d["loop_stop"]:
+        return None
+    p = d["loop"]["max_period"]
+    return (np.full((n, p), -1, dtype=np.int64), np.full((n, p), np.nan, dtype=np.float32),
+            np.zeros((n, p), dtype=np.int64))
+
+
+def _loop_step(loops: tuple, tokens: np.ndarray, weights: np.ndarray | None, d: dict):
+    """Add one step to the loop check: ``tokens (N,)`` emitted with the attention
+    ``weights (N, S)`` (or None). Returns the new state and ``(N,)`` bool: the rows that loop,
+    whose last ``max((repeats - 1) * p, min_span)`` steps each repeated the token of ``p``
+    steps before with the attention's centre ``sum_j j * weights[j]`` within ``tolerance`` of
+    the centre then, for some period ``p``."""
+    last, centres, runs = loops
+    c = d["loop"]
+    if weights is None:
+        centre = np.full(len(tokens), np.nan, dtype=np.float32)
+    else:
+        centre = weights.astype(np.float32) @ np.arange(weights.shape[-1], dtype=np.float32)
+    still = (last == tokens[:, None]) & (np.abs(centres - centre[:, None]) <= c["tolerance"])
+    runs = np.where(still, runs + 1, 0)  # NaN centres are never still
+    spans = np.maximum((c["repeats"] - 1) * np.arange(1, c["max_period"] + 1), c["min_span"])
+    loops = (np.concatenate([tokens[:, None], last[:, :-1]], 1),
+             np.concatenate([centre[:, None], centres[:, :-1]], 1), runs)
+    return loops, (runs >= spans).any(-1)
 
 
 def _draw(log_probs: np.ndarray, d: dict, rng: np.random.Generator) -> np.ndarray:
@@ -222,10 +284,13 @@ def _top(x: np.ndarray, k: int):
     return np.take_along_axis(x, idx, -1), idx
 
 
-def _beam_search(step, state: dict, limit: np.ndarray, d: dict) -> list[list[list[int]]]:
+def _beam_search(step, state: dict, limit: np.ndarray, d: dict):
     """Batched beam search as attnkit's ``beam_search``: hypotheses extended by cumulative
-    log-probability, frozen at EOS or their limit, an example stopped when no live hypothesis
-    can outrank its ``n_best`` finished ones, the finished ranked by :func:`_rank`."""
+    log-probability, frozen at EOS, their limit or when they loop (an example's live
+    hypotheses all stop when its leading one loops), an example stopped when no live
+    hypothesis can outrank its ``n_best`` finished ones, the finished ranked by :func:`_rank`.
+    Returns the hypotheses ``(N, T)``, ``(N,)`` bool: those stopped as loops, and the rows of
+    each example's ``n_best`` ``(B, n_best)``, best first."""
     b, k, n_best, alpha = len(limit), d["beam"], d["n_best"], d["length_penalty"]
     n = b * k
     limit = np.repeat(limit, k)  # (N,)
@@ -236,6 +301,8 @@ def _beam_search(step, state: dict, limit: np.ndarray, d: dict) -> list[list[lis
     done = np.zeros(n, dtype=bool)
     hyps = np.zeros((n, 0), dtype=np.int64)
     coverage = None
+    looped = np.zeros(n, dtype=bool)
+    loops = _start_loops(n, d)
     base = (np.arange(b) * k)[:, None]  # (B, 1)
     for t in range(int(limit.max())):
         log_probs, state, w = step(tokens, state)
@@ -251,10 +318,20 @@ def _beam_search(step, state: dict, limit: np.ndarray, d: dict) -> list[list[lis
         state = {name: x[parent] for name, x in state.items()}
         was_done = done[parent]
         hyps = np.concatenate([hyps[parent], tokens[:, None]], axis=1)
-        if w is not None and d["coverage_penalty"]:
+        if w is not None:
             w = np.where(was_done[:, None], 0.0, w[parent]).astype(np.float32)
-            coverage = w if coverage is None else coverage[parent] + w
-        done = was_done | (tokens == d["eos"]) | (t + 1 >= limit)
+            if d["coverage_penalty"]:
+                coverage = w if coverage is None else coverage[parent] + w
+        if loops is not None:
+            loops, now = _loop_step(tuple(x[parent] for x in loops), tokens, w, d)
+            live = ~was_done & (tokens != d["eos"])
+            now &= live
+            # When an example's leading live hypothesis loops, its other live ones are
+            # variants of the loop (or worse): the example stops.
+            lead = np.where(live.reshape(b, k), scores, -np.inf).argmax(-1)  # (B,)
+            now |= np.repeat(now.reshape(b, k)[np.arange(b), lead], k) & live
+            looped = looped[parent] | now
+        done = was_done | (tokens == d["eos"]) | (t + 1 >= limit) | looped
         rank = _rank(scores, hyps, coverage, d).reshape(b, k)
         kth = np.sort(np.where(done.reshape(b, k), rank, -np.inf), axis=-1)[:, k - n_best]
         with np.errstate(invalid="ignore"):
@@ -264,7 +341,7 @@ def _beam_search(step, state: dict, limit: np.ndarray, d: dict) -> list[list[lis
         if done.all():
             break
     _, best = _top(_rank(scores, hyps, coverage, d).reshape(b, k), n_best)  # (B, n_best)
-    return [[_content(hyps[base[i, 0] + j], d) for j in row] for i, row in enumerate(best)]
+    return hyps, looped, base + best
 
 
 def _content(tokens, d: dict) -> list[int]:

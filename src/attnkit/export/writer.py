@@ -29,6 +29,7 @@ import torch
 
 from attnkit.attention import Alignment, export_mode
 from attnkit.decoding import Decoding
+from attnkit.decoding.loops import MAX_PERIOD, MIN_SPAN, REPEATS, TOLERANCE
 from attnkit.export.graphs import (AXES, CTCGraph, EncoderGraph, StepGraph, model_inputs,
                                    next_name)
 from attnkit.export.state import flatten
@@ -43,7 +44,7 @@ DEFAULT_OPSET = 17
 EXPORTER = "torch.onnx.export(dynamo=False): the TorchScript-based exporter"
 ENCODER_FILE, STEP_FILE, JSON_FILE = "encoder.onnx", "decoder_step.onnx", "attnkit.json"
 RUNNER_FILE = "attnkit_runner.py"  # a copy of attnkit/export/runner.py: numpy only
-FORMAT, VERSION = "attnkit-onnx", 2
+FORMAT, VERSION = "attnkit-onnx", 3
 
 
 def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: dict,
@@ -123,6 +124,16 @@ METHODS = {
 }
 
 
+# How an output that loops stops (attnkit.decoding.loops), in words.
+LOOP_RULE = (
+    "with loop_stop, where it loops: for some period p <= loop.max_period, each of its last "
+    "max((loop.repeats - 1) * p, loop.min_span) tokens equals the token p steps before, with "
+    "the attention's centre sum_j j * weights[j] within loop.tolerance of the centre then (a "
+    "step without weights never counts); it ends there without eos. In beam search such a "
+    "hypothesis is frozen, and when it is its example's live hypothesis with the highest "
+    "summed log_probs, all that example's live hypotheses stop")
+
+
 def decoding_json(decoding: Decoding | None, max_len: dict | None, *, ctc: bool) -> dict:
     """attnkit.json's ``decoding``: for a token decoder, the special ids, the length limit
     ``max_len`` (see :func:`export_onnx`) and the settings of ``decoding``'s method (default
@@ -141,12 +152,13 @@ def decoding_json(decoding: Decoding | None, max_len: dict | None, *, ctc: bool)
     names, how = METHODS[decoding.method]
     return {"method": decoding.method, "bos": BOS, "eos": EOS, "pad": PAD,
             "never_emit": [PAD, BOS], "max_len": max_len, "max_tokens": decoding.max_len,
-            **{n: getattr(decoding, n) for n in names},
+            **{n: getattr(decoding, n) for n in names}, "loop_stop": decoding.loop_stop,
+            "loop": {"max_period": MAX_PERIOD, "repeats": REPEATS, "min_span": MIN_SPAN,
+                     "tolerance": TOLERANCE},
             "rule": "tokens = bos for every example; at each step feed tokens and the state, "
                     "replace the state entries the step returns (state[i].next) and " + how +
                     "; an output stops at eos or after max_tokens tokens (eos included; when "
-                    "null, after the max_len rule's), whether or not it loops (attnkit's own "
-                    "decoding stops an output that loops, unless told not to)"}
+                    "null, after the max_len rule's), or " + LOOP_RULE}
 
 
 def _ctc_decoding(decoding: Decoding | None) -> dict:
