@@ -113,3 +113,20 @@ def test_outputs_longer_than_the_input_give_finite_losses(cfg):
     assert torch.isfinite(loss) and torch.isfinite(weights).all()
     assert torch.isfinite(memory.grad).all()
     assert all(torch.isfinite(p.grad).all() for p in dec.parameters() if p.grad is not None)
+
+
+def test_a_growing_memory_only_with_a_hard_monotonic_alignment():
+    dec, memory, _, tgt_in = _setup(dict(alignment="mocha", alignment_options={"chunk": 2}))
+    assert dec.streams
+    grown = dec.extend(dec.extend(None, memory[:1, :4]), memory[:1, 4:])
+    whole = dec.start(memory[:1], torch.tensor([11]))
+    assert grown["lengths"].tolist() == [11]
+    torch.testing.assert_close(grown["memory"].key_features, whole["memory"].key_features)
+    torch.testing.assert_close(grown["memory"].values, whole["memory"].values)
+    torch.testing.assert_close(dec.step(tgt_in[:1, 0], grown)[0], dec.step(tgt_in[:1, 0], whole)[0])
+    for cfg in (dict(score="location"), ALIGNED[2]):
+        other, *_ = _setup(cfg)
+        assert not other.streams
+        with pytest.raises(ValueError, match="alignment: a growing memory needs a hard "
+                                             r"monotonic alignment \('monotonic' or 'mocha'\)"):
+            other.extend(None, memory)

@@ -19,6 +19,7 @@ from attnkit.attention.core import (
     AttentionOutput,
     Memory,
     check_call,
+    extend_memory,
     finish,
     initial_weights,
     plan_call,
@@ -273,19 +274,7 @@ class Attention(nn.Module):
             >>> cache.key_features.shape  # (B, H, Tk, F)
             torch.Size([2, 2, 3, 4])
         """
-        new = self.prepare(key, value)
-        if memory is None:
-            return new
-        if memory.owner is not self:
-            raise ValueError("memory: this Memory was prepared by another Attention module")
-        if memory.key.shape[0] != key.shape[0]:
-            raise ValueError(f"key: expected batch size {memory.key.shape[0]} (the memory's), "
-                             f"got {describe(key)}")
-        return Memory(torch.cat([memory.key, new.key], dim=1),
-                      torch.cat([memory.value, new.value], dim=1),
-                      torch.cat([memory.key_features, new.key_features], dim=2),
-                      torch.cat([memory.values, new.values], dim=2), self,
-                      finite=memory.finite and new.finite)
+        return extend_memory(memory, self.prepare(key, value), self)
 
     def forward(
         self,

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnkit.cli import common
-from attnkit.cli.asr import wav_features
 from attnkit.data import load_line_image
 from attnkit.explore import write_explorer
 from attnkit.tasks.explore import explore_examples
+from attnkit.tasks.speech import wav_samples
 
 INPUTS = {"translate": "source texts", "ocr": "line image files", "asr": "WAV files"}
 
@@ -35,11 +35,11 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _read_inputs(task: str, inputs: list[str]) -> list:
-    if task == "ocr":
+def _read_inputs(evaluator, inputs: list[str]) -> list:
+    if evaluator.task == "ocr":
         return [load_line_image(Path(p)) for p in inputs]
-    if task == "asr":
-        return [wav_features(Path(p)) for p in inputs]
+    if evaluator.task == "asr":
+        return [evaluator.features(wav_samples(Path(p))) for p in inputs]
     return list(inputs)
 
 
@@ -60,7 +60,7 @@ def run(args) -> int:
                                     names=[e.origin for e in labelled],
                                     references=[e.reference for e in labelled])
     else:
-        examples = explore_examples(evaluator, _read_inputs(evaluator.task, args.inputs),
+        examples = explore_examples(evaluator, _read_inputs(evaluator, args.inputs),
                                     decoding, names=list(args.inputs))
     path = write_explorer(examples, args.out,
                           title=f"attnkit explore: {args.checkpoint} ({evaluator.task})")

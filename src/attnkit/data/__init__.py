@@ -3,7 +3,10 @@ speech, scenes with captions and questions), audio features and readers for the 
 files."""
 
 from attnkit.data.audio import (
+    MelStream,
+    feature_statistics,
     log_mel,
+    log_mel_stream,
     mel_filterbank,
     normalize_features,
     pad_features,
@@ -57,6 +60,7 @@ __all__ = [
     "CharVocab",
     "DataError",
     "ImageQuestion",
+    "MelStream",
     "Scene",
     "SpeechSet",
     "SubwordVocab",
@@ -65,6 +69,7 @@ __all__ = [
     "available_fonts",
     "build_vocab",
     "captioned_images",
+    "feature_statistics",
     "generate_lines",
     "generate_pairs",
     "generate_scenes",
@@ -72,6 +77,7 @@ __all__ = [
     "load_line_image",
     "load_vocab",
     "log_mel",
+    "log_mel_stream",
     "mel_filterbank",
     "normalize_features",
     "pad_batch",
