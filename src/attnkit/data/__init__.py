@@ -43,6 +43,7 @@ from attnkit.data.speech import (
     read_manifest,
     speech_dataset,
     synthesize,
+    utterance_audio,
 )
 from attnkit.data.subword import SubwordVocab
 from attnkit.data.text_tasks import DATE_LOCALES, NUMBER_LANGUAGES, generate_pairs
@@ -96,6 +97,7 @@ __all__ = [
     "speech_dataset",
     "stack_images",
     "synthesize",
+    "utterance_audio",
     "write_caption_folder",
     "write_line_folder",
     "write_question_folder",

@@ -15,8 +15,9 @@ vocabulary.
   unidirectional LSTMs, so listener step ``j`` depends on frames ``< 8 (j + 1)`` only, and the
   features are normalised with per-bin statistics of the training data stored in the model:
   nothing reads ahead, which is what transcribing while the audio arrives needs (the
-  unidirectional encoders of the online recognisers of Raffel et al. 2017 and Chiu & Raffel
-  2018). With a hard monotonic or MoChA speller the model streams (:meth:`LAS.stream_listen`,
+  unidirectional LSTM encoder of Chiu et al. 2018's streaming LAS; a bounded look-ahead, as
+  the latency-controlled BiLSTM of Fan et al. 2018, would trade latency for accuracy). With
+  a hard monotonic or MoChA speller the model streams (:meth:`LAS.stream_listen`,
   :meth:`LAS.stream_step`).
 * **Speller**: :class:`attnkit.models.AttentionDecoder` over the listener output, with key and
   value projections (LAS's ``phi``/``psi``), the context fed with the embedding, and (by
@@ -76,6 +77,14 @@ def check_features(features: torch.Tensor, size: int) -> None:
                          f"{tuple(features.shape)}")
 
 
+def listener_settings(features: int, hidden: int, dropout: float) -> tuple[int, int, nn.Module]:
+    """A listener's checked ``features`` and ``hidden``, and its dropout between layers."""
+    check_positive_int("features", features)
+    check_positive_int("hidden", hidden)
+    check_probability("dropout", dropout)
+    return features, hidden, nn.Dropout(dropout)
+
+
 def halve(x: torch.Tensor) -> torch.Tensor:
     """Frames ``2j`` and ``2j + 1`` side by side: ``(B, T, D) -> (B, T // 2, 2D)``; an odd
     last frame is dropped."""
@@ -108,13 +117,9 @@ class Listener(nn.Module):
 
     def __init__(self, features: int, hidden: int = 256, *, dropout: float = 0.0):
         super().__init__()
-        check_positive_int("features", features)
-        check_positive_int("hidden", hidden)
-        check_probability("dropout", dropout)
-        self.features, self.hidden = features, hidden
+        self.features, self.hidden, self.drop = listener_settings(features, hidden, dropout)
         self.first = BiRNN(features, hidden)
         self.pyramid = nn.ModuleList(BiRNN(4 * hidden, hidden) for _ in range(HALVINGS))
-        self.drop = nn.Dropout(dropout)
 
     @property
     def output_dim(self) -> int:
@@ -172,14 +177,10 @@ class CausalListener(nn.Module):
 
     def __init__(self, features: int, hidden: int = 256, *, dropout: float = 0.0):
         super().__init__()
-        check_positive_int("features", features)
-        check_positive_int("hidden", hidden)
-        check_probability("dropout", dropout)
-        self.features, self.hidden = features, hidden
+        self.features, self.hidden, self.drop = listener_settings(features, hidden, dropout)
         self.first = nn.LSTM(features, hidden, batch_first=True)
         self.pyramid = nn.ModuleList(nn.LSTM(2 * hidden, hidden, batch_first=True)
                                      for _ in range(HALVINGS))
-        self.drop = nn.Dropout(dropout)
         self.register_buffer("feature_mean", torch.zeros(features))
         self.register_buffer("feature_std", torch.ones(features))
 
