@@ -28,12 +28,14 @@ MODELS = {
     "transformer": lambda: Transformer(20, 22, d_model=16, heads=2, layers=2, ff=32),
     "las": lambda: LAS(12, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8,
                        layers=2),
+    "las-uni": lambda: LAS(12, features=8, listener_hidden=8, hidden=16, emb=8,
+                           key_value_dim=8, listener="uni"),
     "crnn-ctc": lambda: CRNN(10, channels=(4, 4, 8, 8, 8), hidden=8, attention="window",
                              window=3),
     "crnn-attention": lambda: CRNN(10, channels=(4, 4, 8, 8, 8), hidden=8,
                                    attention="global", head="attention", dec_hidden=16),
 }
-LENGTHS = {"las": (41, [41, 33, 8]), "crnn-ctc": (37, [37, 20, 2]),
+LENGTHS = {"las": (41, [41, 33, 8]), "las-uni": (41, [41, 33, 8]), "crnn-ctc": (37, [37, 20, 2]),
            "crnn-attention": (37, [37, 20, 2])}  # (L, lengths) of the parity inputs
 
 
