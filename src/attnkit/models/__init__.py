@@ -13,6 +13,6 @@ from attnkit.models.transformer import Transformer, sinusoids
 from attnkit.models.vqa import VQA, VQAOutput
 
 __all__ = ["CRNN", "KINDS", "LAS", "MODELS", "VQA", "AttentionDecoder", "CaptionOutput",
-           "Captioner", "CausalListener", "CharLM", "Encoder", "GridEncoder", "Listener", "Seq2Seq", "Transformer",
-           "VQAOutput", "build_model", "check_config", "doubly_stochastic", "model_config",
-           "model_shapes", "sinusoids"]
+           "Captioner", "CausalListener", "CharLM", "Encoder", "GridEncoder", "Listener",
+           "Seq2Seq", "Transformer", "VQAOutput", "build_model", "check_config",
+           "doubly_stochastic", "model_config", "model_shapes", "sinusoids"]

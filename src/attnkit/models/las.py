@@ -193,7 +193,8 @@ class CausalListener(nn.Module):
         (``std`` floored at 1e-5)."""
         for name, value in (("mean", mean), ("std", std)):
             if not isinstance(value, torch.Tensor) or value.shape != (self.features,):
-                got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                got = (tuple(value.shape) if isinstance(value, torch.Tensor)
+                       else type(value).__name__)
                 raise ValueError(f"{name}: expected shape ({self.features},), got {got}")
             if not bool(torch.isfinite(value).all()):
                 raise ValueError(f"{name}: expected finite values, got {value.tolist()[:4]}...")

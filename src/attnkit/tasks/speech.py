@@ -118,8 +118,9 @@ def wav_samples(path: str | Path, *, max_seconds: float | None = MAX_SECONDS) ->
     samples = resample(samples, rate, SAMPLE_RATE)
     frames = frame_count(samples.numel())
     if frames < MIN_FRAMES:
-        raise DataError(f"{path}: {frames} feature frames ({samples.numel() / SAMPLE_RATE * 1000:.0f}"
-                        f" ms of audio); the recogniser needs at least {MIN_FRAMES} (80 ms)")
+        ms = samples.numel() / SAMPLE_RATE * 1000
+        raise DataError(f"{path}: {frames} feature frames ({ms:.0f} ms of audio); the "
+                        f"recogniser needs at least {MIN_FRAMES} (80 ms)")
     return samples
 
 
