@@ -15,7 +15,9 @@ transcribe --beam 1``) and once per ``--chunk-ms`` as ``attnkit transcribe --str
   the previous one is done (a queue); from the CPU times (an unloaded core) and from the
   wall-clock times (this machine as loaded as it was). Characters whose attention found no
   stop are printed with the last chunk and are left out of the delays;
-* the final delay: from the end of the audio to the last character;
+* the final delay: from the end of the audio to the last character; and from the end of the
+  speech (the last frame within 40 dB of the loudest; espeak-ng leaves some silence after
+  it) to the last character printed, the delay a speaker waits for the end of a transcript;
 * the share of characters printed before the audio ended.
 
     python benchmarks/streaming.py --checkpoint RUN/checkpoint --n 200 --chunk-ms 80,200,400 \\
@@ -27,6 +29,7 @@ are streamed in turn, every chunk size each, until it is spent; the rows say how
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -35,12 +38,15 @@ from pathlib import Path
 import torch
 
 from attnkit.cli.common import load_evaluator
-from attnkit.data import plan_utterances, utterance_audio
+from attnkit.data import log_mel, plan_utterances, utterance_audio
+from attnkit.data.audio import HOP_S, WINDOW_S
 from attnkit.data.speech import KINDS
 from attnkit.decoding import Decoding
 from attnkit.tasks.speech import metrics, transcribe_stream
 
 import harness
+
+SPEECH_DB = 40.0  # frames this far below the loudest one count as silence
 
 
 def emission_times(chunks, clock: str) -> list[float]:
@@ -75,10 +81,18 @@ def pair(stats: dict | None, first: str, second: str, digits: int) -> str:
     return "-" if stats is None else f"{stats[first]:.{digits}f} / {stats[second]:.{digits}f}"
 
 
+def speech_end_s(features: torch.Tensor) -> float:
+    """Where the speech of an utterance ends, in seconds: the end of the window of the last
+    frame of raw log-mels ``(T, 80)`` whose power is within 40 dB of the loudest frame's."""
+    power = features.logsumexp(-1)  # (T,) log of each frame's mel power
+    loud = (power >= power.max() - SPEECH_DB * math.log(10) / 10).nonzero()
+    return (int(loud[-1]) * HOP_S + WINDOW_S / 2) if len(loud) else 0.0
+
+
 def stream_row(chunk_ms: float, streamed: list[list], offline: list[str],
-               references: list[str]) -> dict:
+               references: list[str], speech_end: list[float]) -> dict:
     """The figures of one chunk size over the utterances streamed (``streamed[i]``: the
-    chunks of utterance ``i``)."""
+    chunks of utterance ``i``, whose speech ends at ``speech_end[i]`` seconds)."""
     n = len(streamed)
     texts = ["".join(c.text for c in chunks) for chunks in streamed]
     per_chunk = [c for chunks in streamed for c in chunks]
@@ -92,18 +106,21 @@ def stream_row(chunk_ms: float, streamed: list[list], offline: list[str],
         seconds = [getattr(c, key) for c in per_chunk]
         row[f"{clock}_ms_per_chunk"] = summary(seconds, 1000)
         row[f"{clock}_real_time_factor"] = sum(seconds) / audio_s
-        delays, final = [], []
-        for chunks in streamed:
+        delays, final, last = [], [], []
+        for chunks, end in zip(streamed, speech_end):
             printed = emission_times(chunks, clock)
             delays += [at - heard for c, at in zip(chunks, printed) for heard in c.heard_s
                        if heard is not None]
             final.append(printed[-1] - chunks[-1].end_s)
+            last += [at - end for c, at in zip(chunks, printed) if c.text][-1:]
         row[f"{clock}_char_delay_ms"] = summary(delays, 1000)
         row[f"{clock}_final_delay_ms"] = summary(final, 1000)
+        row[f"{clock}_last_char_after_speech_ms"] = summary(last, 1000)
     chars = sum(len(c.heard_s) for c in per_chunk)
     early = sum(len(c.heard_s) for chunks in streamed for c in chunks[:-1])
     row["chars_before_audio_end"] = early / max(chars, 1)
-    row["chars_without_stop"] = sum(h is None for c in per_chunk for h in c.heard_s) / max(chars, 1)
+    row["chars_without_stop"] = (sum(h is None for c in per_chunk for h in c.heard_s)
+                                 / max(chars, 1))
     return row
 
 
@@ -132,6 +149,7 @@ def main() -> int:
     audio = [utterance_audio(u) for u in plan]
     references = [u.transcript for u in plan]
     outputs = evaluator.decode([evaluator.features(a) for a in audio], Decoding())
+    speech_end = [speech_end_s(log_mel(a)) for a in audio]
     offline = [o.text for o in outputs]
 
     streamed = {ms: [] for ms in sizes}
@@ -142,7 +160,7 @@ def main() -> int:
         for ms in sizes:
             streamed[ms].append(list(transcribe_stream(evaluator.model, evaluator.char_vocab,
                                                        samples, chunk_ms=ms)))
-    rows = [stream_row(ms, streamed[ms], offline, references) for ms in sizes]
+    rows = [stream_row(ms, streamed[ms], offline, references, speech_end) for ms in sizes]
 
     print(f"{args.checkpoint}: {len(audio)} validation utterances ({', '.join(kinds)}), "
           f"offline greedy CER {metrics(offline, references)['cer']:.4f}")
@@ -152,6 +170,7 @@ def main() -> int:
                                 "char delay CPU, ms (median / p95)",
                                 "char delay wall, ms (median / p95)",
                                 "final delay, ms (CPU / wall)",
+                                "last char after speech end, ms (CPU median / p95)",
                                 "printed before the end"]))
     for r in rows:
         print(harness.table_row([
@@ -164,6 +183,7 @@ def main() -> int:
             pair(r["wall_char_delay_ms"], "median", "p95", 0),
             pair({"cpu": r["cpu_final_delay_ms"]["mean"],
                   "wall": r["wall_final_delay_ms"]["mean"]}, "cpu", "wall", 0),
+            pair(r["cpu_last_char_after_speech_ms"], "median", "p95", 0),
             f"{100 * r['chars_before_audio_end']:.0f}%"]))
     if args.json:
         harness.write_json(args.json, rows, checkpoint=str(args.checkpoint), n=len(audio),

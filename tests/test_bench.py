@@ -283,7 +283,7 @@ def test_streamed_characters_are_printed_after_their_chunk_and_the_ones_before()
               StreamedChunk(2, 0.5, "bc", [0.42, None], 0.02, 0.02)]
     assert streaming.emission_times(chunks, "wall") == pytest.approx([0.25, 0.7, 0.72])
     assert streaming.emission_times(chunks, "cpu") == pytest.approx([0.21, 0.42, 0.52])
-    row = streaming.stream_row(200.0, [chunks], ["abc"], ["abd"])
+    row = streaming.stream_row(200.0, [chunks], ["abc"], ["abd"], [0.3])
     assert row["cer_offline"] == row["cer_streaming"] == pytest.approx(1 / 3)
     assert row["equal_to_offline"] == 1 and row["chunks"] == 3
     assert row["wall_char_delay_ms"]["max"] == pytest.approx(1000 * (0.72 - 0.42))
@@ -292,3 +292,7 @@ def test_streamed_characters_are_printed_after_their_chunk_and_the_ones_before()
     assert row["chars_before_audio_end"] == pytest.approx(1 / 3)
     assert row["chars_without_stop"] == pytest.approx(1 / 3)
     assert row["wall_real_time_factor"] == pytest.approx(0.37 / 0.5)
+    assert row["cpu_last_char_after_speech_ms"]["max"] == pytest.approx(1000 * (0.52 - 0.3))
+    loud = torch.full((50, 80), -13.0)
+    loud[10:31] = 0.0  # frames 10 to 30 loud: the speech ends at 0.3 s + half a window
+    assert streaming.speech_end_s(loud) == pytest.approx(0.3125)

@@ -1,6 +1,8 @@
 """SpeechTask: batches, loss (with CTC), metrics, transcription and speller pre-training;
 streaming transcription."""
 
+import time
+
 import pytest
 import torch
 
@@ -197,3 +199,14 @@ def test_a_causal_listener_is_trained_on_raw_log_mels_with_their_statistics():
     torch.testing.assert_close(model.listener.feature_std, std)
     assert not SpeechEvaluator(model, task.config(), task.vocab()).normalize
     assert SpeechEvaluator(_task().build_model(), task.config(), task.vocab()).normalize
+
+
+def test_in_real_time_each_chunk_waits_for_its_audio():
+    vocab = CharVocab.build(["abcdef"])
+    model = streaming_las(vocab=len(vocab))
+    audio = _noise(0.6, 2)
+    start = time.perf_counter()
+    chunks = list(transcribe_stream(model, vocab, audio, chunk_ms=150, realtime=True))
+    assert time.perf_counter() - start >= 0.6  # the last chunk waited for the end of the audio
+    assert "".join(c.text for c in chunks) == "".join(
+        c.text for c in transcribe_stream(model, vocab, audio, chunk_ms=150))

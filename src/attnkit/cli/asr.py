@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -198,8 +197,8 @@ def add_transcribe_parser(sub) -> None:
                         help=f"with --stream: milliseconds of audio per chunk (default "
                              f"{DEFAULT_CHUNK_MS:g})")
     stream.add_argument("--realtime", action="store_true",
-                        help="with --stream: wait for each chunk as if it were being "
-                             "recorded (sleep until its audio would have arrived)")
+                        help="with --stream: process each chunk only once its audio would "
+                             "have been recorded (sleep until then)")
     p.set_defaults(run=run_transcribe)
 
 
@@ -240,11 +239,10 @@ def run_stream(args) -> int:
                          f"with `{STREAM_HELP}`") from None
     chunk_ms = args.chunk_ms or DEFAULT_CHUNK_MS
     for path, samples in zip(args.wav, audio):
-        start, chunks = time.perf_counter(), []
+        chunks = []
         for chunk in transcribe_stream(evaluator.model, evaluator.char_vocab, samples,
-                                       chunk_ms=chunk_ms, max_len=decoding.max_len):
-            if args.realtime:
-                time.sleep(max(0.0, start + chunk.end_s - time.perf_counter()))
+                                       chunk_ms=chunk_ms, max_len=decoding.max_len,
+                                       realtime=args.realtime):
             print(chunk.text, end="", flush=True)
             chunks.append(chunk)
         print()

@@ -149,13 +149,15 @@ class StreamedChunk(NamedTuple):
 
 
 def transcribe_stream(model: LAS, vocab: CharVocab, samples: torch.Tensor, *,
-                      chunk_ms: float = 200.0,
-                      max_len: int | None = None) -> Iterator[StreamedChunk]:
+                      chunk_ms: float = 200.0, max_len: int | None = None,
+                      realtime: bool = False) -> Iterator[StreamedChunk]:
     """Transcribe ``samples (N,)`` (16 kHz) as if they arrived ``chunk_ms`` at a time: after
     each chunk, the characters greedy decoding has decided (:func:`attnkit.decoding.stream_feed`
     over :func:`attnkit.data.log_mel_stream` frames). Together they are :func:`transcribe`'s
     greedy transcript of the whole utterance (``max_len``: its output limit, EOS included;
-    default ``ceil(0.3 T) + 10`` of the utterance's ``T`` frames).
+    default ``ceil(0.3 T) + 10`` of the utterance's ``T`` frames). With ``realtime`` each
+    chunk is processed only once its audio would have been recorded, counting from the
+    first chunk's processing (a sleep, not counted in its times).
 
     Raises:
         ValueError: a model that cannot stream (the message says what it lacks), ``chunk_ms``
@@ -175,9 +177,12 @@ def transcribe_stream(model: LAS, vocab: CharVocab, samples: torch.Tensor, *,
         return max_len or int(max_chars(torch.tensor([frames]))[0])
 
     mel, state = None, stream_start(model, device=device)
+    started = time.perf_counter()
     for index, start in enumerate(range(0, n, step)):
-        begin, begin_cpu = time.perf_counter(), time.thread_time()
         end = min(n, start + step)
+        if realtime:
+            time.sleep(max(0.0, started + end / SAMPLE_RATE - time.perf_counter()))
+        begin, begin_cpu = time.perf_counter(), time.thread_time()
         frames, mel = log_mel_stream(samples[start:end], mel, final=end == n)  # (t, F)
         with torch.no_grad():
             state, emitted = stream_feed(model, state, frames[None].to(device),
