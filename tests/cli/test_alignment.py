@@ -58,6 +58,12 @@ def test_alignment_config_of_each_alignment():
         "alignment": "mocha", "alignment_options": {"chunk": 3, "noise": 0.5}}
     assert alignment_config(p.parse_args(["--alignment", "local_p", "--half-width", "4"])) == {
         "alignment": "local_p", "alignment_options": {"half_width": 4}}
+    assert alignment_config(p.parse_args(["--alignment", "monotonic", "--energy-offset",
+                                          "0"])) == {
+        "alignment": "monotonic", "alignment_options": {"r_init": 0.0}}
+    with pytest.raises(ValueError, match="--energy-offset: an option of --alignment monotonic "
+                                         "or mocha, got --alignment gmm"):
+        alignment_config(p.parse_args(["--alignment", "gmm", "--energy-offset", "-1"]))
 
 
 def test_asr_with_monotonic_attention_transcribes_with_joint_decoding(tmp_path, capsys):
