@@ -293,6 +293,8 @@ def test_streamed_characters_are_printed_after_their_chunk_and_the_ones_before()
     assert row["chars_without_stop"] == pytest.approx(1 / 3)
     assert row["wall_real_time_factor"] == pytest.approx(0.37 / 0.5)
     assert row["cpu_last_char_after_speech_ms"]["max"] == pytest.approx(1000 * (0.52 - 0.3))
+    assert row["cpu_char_delay_correct_prefix_ms"]["max"] == pytest.approx(1000 * 0.1)  # "ab"
+    assert streaming.common_prefix("abc", "abd") == 2 and streaming.common_prefix("ab", "abc") == 2
     loud = torch.full((50, 80), -13.0)
     loud[10:31] = 0.0  # frames 10 to 30 loud: the speech ends at 0.3 s + half a window
     assert streaming.speech_end_s(loud) == pytest.approx(0.3125)
