@@ -23,6 +23,8 @@ hard one.
     python benchmarks/alignment.py --out runs/alignment --time-budget 2550 --json docs/alignment.json
     python benchmarks/alignment.py --task asr --out runs/alignment-asr --time-budget 2550 \
         --json docs/alignment_asr.json
+    python benchmarks/alignment.py --out runs/alignment-guided --guided-attention 1 \
+        --json docs/alignment_guided.json
     python benchmarks/alignment.py --out runs/alignment --skip-training --json docs/alignment.json
     python benchmarks/alignment.py --out /tmp/align-smoke --tiny   # checks the script, minutes
 
@@ -93,6 +95,8 @@ def train(task: str, method: str, out: Path, args) -> float:
     else:
         options = ["--cache-dir", str(out / "speech"), *(ASR_TINY if args.tiny else ASR_COMMON),
                    *ASR_METHODS[method]]
+    if task == "ocr" and method != "ctc" and args.guided_attention:
+        options += ["--guided-attention", str(args.guided_attention)]
     return _run(["train", task, "--out", str(folder), *options, "--time-budget",
                  str(args.time_budget)], folder)
 
@@ -160,7 +164,8 @@ def evaluate_asr(method: str, out: Path, utterances: int, seed: int, tiny: bool)
     rows = []
     for joined in JOINED:
         n = len(speech.features) // joined * joined
-        features = [torch.cat(speech.features[i : i + joined]) for i in range(0, n, joined)]
+        features = [torch.cat(list(speech.features[i : i + joined]))
+                    for i in range(0, n, joined)]
         refs = [" ".join(speech.transcripts[i : i + joined]) for i in range(0, n, joined)]
         for name, decoding in readings.items():
             for inference in (("hard", "soft") if method == "monotonic" else ("",)):
@@ -183,6 +188,8 @@ def main() -> None:
                    help="training seconds of each run (default 2550: 45 minutes with rendering "
                         "and the final evaluation)")
     p.add_argument("--match", help="only the methods whose name contains this")
+    p.add_argument("--guided-attention", type=float, default=0.0,
+                   help="ocr: the attention heads' guided attention loss weight (0: none)")
     p.add_argument("--lines", type=int, default=60,
                    help="held-out lines per length bucket (ocr), utterances (asr)")
     p.add_argument("--skip-training", action="store_true", help="evaluate the runs in --out")

@@ -13,6 +13,10 @@ scene has; the captions and questions are about those objects):
 * VQA: accuracy per question type, non-relational and relational; runs: the stacked attention
   network (2 hops) and the baseline without attention (CNN and LSTM features concatenated).
 
+The scores are those of ``attnkit eval`` (the tasks' evaluators, ``score_examples``): with the
+default ``--n-test 1000``, ``attnkit eval --checkpoint OUT/RUN/checkpoint --data scenes:test``
+prints the same figures for a run's checkpoint (the last one saved).
+
 Prints Markdown tables, writes JSON and one attention picture per model.
 
     python benchmarks/visual_tasks.py --time-budget 600 --json docs/visual_tasks.json
@@ -28,14 +32,9 @@ import torch
 
 from attnkit.data import generate_scenes, question_set
 from attnkit.data.scenes import ANSWERS, QUESTION_TYPES
-from attnkit.tasks.captioning import (
-    CaptionTask,
-    caption_images,
-    caption_metrics,
-    plot_caption,
-    scene_metrics,
-)
-from attnkit.tasks.vqa import VqaTask, answer_questions, plot_answer, vqa_metrics
+from attnkit.tasks.captioning import CaptionEvaluator, CaptionTask, caption_examples
+from attnkit.tasks.evaluator import score_examples
+from attnkit.tasks.vqa import VqaEvaluator, VqaTask, question_examples
 from attnkit.train import TrainConfig, Trainer
 
 import harness
@@ -68,29 +67,19 @@ def train_and_score(name: str, n_train: int, n_valid: int, n_test: int, time_bud
     net = task.build_model()
     cfg = TrainConfig(max_steps=10**7, lr=1e-3, warmup_steps=100, eval_every=10**7,
                       checkpoint_every=10**7, time_budget_s=time_budget, progress=False,
-                      metric="bleu" if task_name == "caption" else "accuracy")
+                      metric="bleu4" if task_name == "caption" else "accuracy")
     result = Trainer(net, task, cfg, Path(out) / name).fit()
     row = {"name": name, "task": task_name, "steps": result.step,
            "parameters": sum(p.numel() for p in net.parameters())}
+    evaluator = (CaptionEvaluator if task_name == "caption" else VqaEvaluator)(
+        net, task.config(), task.vocab())
     for split in SPLITS:
         scenes = generate_scenes(n_test, split=split, size=GRID["image_size"])
-        picture = Path(out) / f"{name}_{split}.png"
-        if task_name == "caption":
-            captions = caption_images(net, task.words, [s.image for s in scenes],
-                                      max_words=task.max_words, weights=True)
-            row[split] = {**caption_metrics([c.texts[0] for c in captions],
-                                            [s.captions for s in scenes]),
-                          **scene_metrics(scenes, captions)}
-            drawn = plot_caption(scenes[0].image, captions[0], picture)
-        else:
-            images, questions = question_set(scenes, split)
-            found = answer_questions(net, task.words, task.answers,
-                                     [(images[q.image], q.question) for q in questions])
-            row[split] = vqa_metrics([a.answer for a in found], [q.answer for q in questions],
-                                     [q.type for q in questions])
-            drawn = plot_answer(images[questions[0].image], questions[0].question, found[0],
-                                picture)
-        row[split]["picture"] = None if drawn is None else str(drawn)
+        examples = (caption_examples(scenes, split) if task_name == "caption" else
+                    question_examples(*question_set(scenes, split)))
+        result = score_examples(evaluator, examples, weights=True)
+        drawn = result.outputs[0].draw(Path(out) / f"{name}_{split}.png")
+        row[split] = {**result.metrics, "picture": None if drawn is None else str(drawn)}
     return row
 
 
@@ -125,7 +114,7 @@ def main(argv=None) -> int:
             "BLEU-4", "true captions %", "attention on object %"))]))
         for r in captions:
             print(harness.table_row([r["name"], r["steps"], *(
-                cell for s in SPLITS for cell in (_cell(r, s, "bleu"),
+                cell for s in SPLITS for cell in (_cell(r, s, "bleu4"),
                                                   _cell(r, s, "true_captions", 100),
                                                   _cell(r, s, "attention_on_object", 100)))]))
     answers = [r for r in rows if r["task"] == "vqa"]

@@ -113,7 +113,8 @@ def test_attnkits_modules_and_a_correct_user_module_pass_every_check(module, inp
     torch.manual_seed(0)
     report = assert_healthy(module.eval(), inputs)
     assert [f.check for f in report.findings] == list(CHECKS)
-    assert [f.verdict for f in report.findings if f.check != "low_precision"] == ["pass"] * 6
+    assert [f.verdict for f in report.findings[:6]] == ["pass"] * 6
+    assert report["location_state"].verdict == "skip"
 
 
 @pytest.mark.parametrize("bug, failed", [
@@ -161,6 +162,79 @@ def test_bad_inputs_are_named(inputs):
         doctor(Dot(), (inputs[0][:, :1], inputs[1], inputs[2]))
     with pytest.raises(ValueError, match="expected B >= 2"):
         doctor(Dot(), tuple(t[:1] for t in inputs))
+
+
+class Location(Dot):
+    """A correct location-aware module (Chorowski et al. 2015): f = conv(prev),
+    e_ij = v^T tanh(W q_i + U k_j + L f_ij); the subclasses each put one bug in it."""
+
+    def __init__(self, dim: int = 8, filters: int = 4, kernel: int = 3):
+        super().__init__(dim)
+        self.conv = nn.Conv1d(1, filters, kernel, padding=kernel // 2, bias=False)
+        self.q, self.k = nn.Linear(dim, dim), nn.Linear(dim, dim, bias=False)
+        self.loc, self.v = nn.Linear(filters, dim, bias=False), nn.Linear(dim, 1, bias=False)
+
+    def previous(self, prev, key_mask):
+        return prev.masked_fill(~key_mask[:, None, :], 0)
+
+    def forward(self, query, key, value, key_mask, prev_weights):
+        b, tq, tk = prev_weights.shape
+        prev = self.previous(prev_weights, key_mask).reshape(b * tq, 1, tk)
+        f = self.conv(prev).reshape(b, tq, -1, tk).transpose(2, 3)  # (B, Tq, Tk, F)
+        pre = self.q(query)[:, :, None] + self.k(key)[:, None] + self.loc(f)  # (B, Tq, Tk, D)
+        scores = self.v(torch.tanh(pre)).squeeze(-1)  # (B, Tq, Tk)
+        weights = self.normalise(self.mask(scores, key_mask)) * key_mask.any(-1)[:, None, None]
+        return weights @ value, weights
+
+
+class LeakyLocation(Location):
+    """The conv reads the previous weights of padded keys."""
+
+    def previous(self, prev, key_mask):
+        return prev
+
+
+class DeafLocation(Location):
+    """Takes the previous weights and never uses them."""
+
+    def previous(self, prev, key_mask):
+        return torch.zeros_like(prev)
+
+
+@pytest.mark.parametrize("module, location", [
+    (attnkit.Attention(8, score="location"), None),
+    (attnkit.Attention(8, score="location", heads=2, location_kernel=3), None),
+    (attnkit.Attention(8, score="location", impl="chunked"), None),
+    (Location(), True)], ids=["attnkit", "attnkit-heads", "attnkit-chunked", "user"])
+def test_location_modules_get_their_state_and_pass(module, location, inputs):
+    torch.manual_seed(0)
+    report = assert_healthy(module.eval(), inputs, location=location)
+    assert report["location_state"].verdict == "pass"
+    assert report["key_permutation"].verdict == "skip"
+    assert "order matters by design" in report["key_permutation"].detail
+    assert [f.verdict for f in report.findings[:5]] == ["pass"] * 5
+
+
+def test_a_location_conv_that_reads_padding_is_caught_with_its_fix(inputs):
+    torch.manual_seed(0)
+    report = doctor(LeakyLocation(), inputs, location=True)
+    assert report.failed() == ["location_state"]
+    finding = report["location_state"]
+    assert "weight on padded keys in the previous weights moved the context" in finding.detail
+    assert "prev.masked_fill(~key_mask[:, None, :], 0)" in finding.fix
+
+
+def test_previous_weights_that_never_reach_the_score_are_caught(inputs):
+    torch.manual_seed(0)
+    report = doctor(DeafLocation(), inputs, location=True)
+    assert report.failed() == ["location_state"]
+    assert "same for any previous weights" in report["location_state"].detail
+    assert "conv(prev_weights)" in report["location_state"].fix
+
+
+def test_location_must_be_a_bool(inputs):
+    with pytest.raises(ValueError, match="location: expected None, True or False, got 'yes'"):
+        doctor(Location(), inputs, location="yes")
 
 
 def test_a_call_adapts_another_signature_torchs_multihead_attention_nans_on_empty_rows(inputs):

@@ -185,6 +185,30 @@ def test_plot_alignment_over_an_image_and_a_spectrogram(tmp_path):
         plot_alignment(weights, torch.rand(1, 32, 160), None, tmp_path / "y.png")
 
 
+def test_plot_alignment_draws_the_self_attention_under_the_image(tmp_path, drawn):
+    from attnkit.plot import plot_alignment
+
+    weights = torch.softmax(torch.randn(3, 10), -1)
+    own = torch.softmax(torch.randn(10, 10), -1)
+    path = plot_alignment(weights, torch.rand(32, 80), list("abc"), tmp_path / "x.png", steps=8,
+                          self_attention=own)
+    _assert_png(path)
+    image, self_map, outputs = drawn  # top to bottom
+    assert image[1].shape == (32, 80)
+    np.testing.assert_allclose(self_map[1], own[:8, :8].numpy())
+    np.testing.assert_allclose(outputs[1], weights[:, :8].numpy())
+    assert self_map[0].get_position().y0 > outputs[0].get_position().y0
+    assert self_map[0].get_position().y1 < image[0].get_position().y0 + 1e-6
+    drawn.clear()  # no output token (a CTC head that read nothing): image and self-attention
+    plot_alignment(torch.zeros(0, 10), torch.rand(32, 80), [], tmp_path / "y.png",
+                   self_attention=own)
+    assert [a[1].shape for a in drawn] == [(32, 80), (10, 10)]
+    with pytest.raises(ValueError, match=r"self_attention: expected shape \(10, 10\) \(the "
+                                         r"weights' S steps\), got \(9, 9\)"):
+        plot_alignment(weights, torch.rand(32, 80), None, tmp_path / "z.png",
+                       self_attention=own[:9, :9])
+
+
 def test_plot_image_attention_lights_where_each_output_looked(tmp_path, drawn):
     from attnkit.plot import plot_image_attention
 

@@ -47,4 +47,6 @@ def test_readme_shows_every_command():
 def test_readme_command_parses(command):
     args = build_parser().parse_args(command)
     if hasattr(args, "default_beam"):
+        if args.default_beam is None:  # export: the checkpoint's task's, known when it is read
+            args.default_beam = common.TASK_BEAM["translate"]
         common.decoding(args)

@@ -1,22 +1,59 @@
 """attnkit: correct, fast, memory-light attention for PyTorch sequence models.
 
 Mask convention everywhere: a boolean mask is **True where a query may attend**.
+
+The names below are imported from their modules on first use (PEP 562), so that importing
+``attnkit`` (and its command line's entry point, which must answer a Ctrl-C at any moment)
+does not load PyTorch before it is needed.
 """
 
+import importlib as _importlib
+import sys as _sys
+import types as _types
+
 from attnkit._version import __version__
-from attnkit.attention import (
-    IMPLS,
-    SCORES,
-    Attention,
-    AttentionOutput,
-    Memory,
-    Plan,
-    SelfAttention,
-    attention,
-    lengths_to_mask,
-)
-from attnkit.doctor import doctor
-from attnkit.plot import plot_attention
+
+_EXPORTS = {
+    "IMPLS": "attnkit.attention",
+    "SCORES": "attnkit.attention",
+    "Attention": "attnkit.attention",
+    "AttentionOutput": "attnkit.attention",
+    "Memory": "attnkit.attention",
+    "Plan": "attnkit.attention",
+    "SelfAttention": "attnkit.attention",
+    "attention": "attnkit.attention",
+    "lengths_to_mask": "attnkit.attention",
+    "doctor": "attnkit.doctor",
+    "plot_attention": "attnkit.plot",
+}
 
 __all__ = ["IMPLS", "SCORES", "Attention", "AttentionOutput", "Memory", "Plan", "SelfAttention",
            "__version__", "attention", "doctor", "lengths_to_mask", "plot_attention"]
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'attnkit' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(_types.ModuleType):
+    """The ``attnkit`` module. Python binds each submodule, once imported, to the attribute
+    of its name on the package; ``attnkit.attention`` and ``attnkit.doctor`` name functions
+    (``from attnkit import attention``), which those bindings would replace by the modules of
+    the same names: the functions are kept."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if (name in _EXPORTS and isinstance(value, _types.ModuleType)
+                and value.__name__ == f"{__name__}.{name}"):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package

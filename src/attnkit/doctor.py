@@ -11,9 +11,15 @@ A module is called as ``call(module, query, key, value, key_mask) -> (context, w
 - ``key_mask (B, Tk)`` bool, **True where a query may attend** (attnkit's one polarity);
 - ``context (B, Tq, Dv)``, ``weights (B, Tq, Tk)`` or ``(B, H, Tq, Tk)``.
 
-The default ``call`` serves :class:`attnkit.Attention` (``key_mask=``, ``need_weights=True``)
-and any module whose ``forward(query, key, value, key_mask)`` returns ``(context, weights)``;
-pass your own ``call`` to adapt another signature.
+A location-aware module (``location=True``; attnkit's ``score="location"`` by default) also
+takes its location state: ``call(module, query, key, value, key_mask, prev_weights)`` with
+``prev_weights (B, Tq, Tk)``, the previous step's weights as a decoder passes them (each row
+sums to 1 over its valid keys, 0 on padded ones), or a cumulative state built from them.
+
+The default ``call`` serves :class:`attnkit.Attention` (``key_mask=``, ``prev_weights=``,
+``need_weights=True``) and any module whose ``forward(query, key, value, key_mask)`` (location:
+``forward(query, key, value, key_mask, prev_weights)``) returns ``(context, weights)``; pass
+your own ``call`` to adapt another signature.
 
 Example:
     >>> import torch, attnkit
@@ -35,7 +41,7 @@ from attnkit.attention import Attention
 __all__ = ["CHECKS", "Finding", "Report", "assert_healthy", "doctor"]
 
 CHECKS = ("sums_to_one_over_keys", "mask_polarity", "padding_invariance", "empty_rows",
-          "query_dependence", "key_permutation", "low_precision")
+          "query_dependence", "key_permutation", "low_precision", "location_state")
 
 
 @dataclass(frozen=True)
@@ -79,12 +85,17 @@ class Report:
         return "\n".join(lines)
 
 
-def default_call(module, query, key, value, key_mask):
-    """``(context, weights)`` of ``module`` on one call (see the module docstring)."""
+def default_call(module, query, key, value, key_mask, prev_weights=None):
+    """``(context, weights)`` of ``module`` on one call (see the module docstring); an
+    :class:`attnkit.Attention` with heads gets ``prev_weights`` repeated for every head."""
     if isinstance(module, Attention):
-        out = module(query, key, value, key_mask=key_mask, need_weights=True)
+        if prev_weights is not None and module.heads > 1:
+            prev_weights = prev_weights[:, None].expand(-1, module.heads, -1, -1)
+        out = module(query, key, value, key_mask=key_mask, prev_weights=prev_weights,
+                     need_weights=True)
         return out.context, out.weights
-    return tuple(module(query, key, value, key_mask))
+    extra = () if prev_weights is None else (prev_weights,)
+    return tuple(module(query, key, value, key_mask, *extra))
 
 
 def _check_inputs(example_inputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -124,10 +135,11 @@ def _close(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
 
 class _Probe:
     """The module and the inputs every check varies: the last key of every example but the
-    first (and half the keys of the last, when there are 4 or more) is padding."""
+    first (and half the keys of the last, when there are 4 or more) is padding. A location
+    module gets previous weights that follow the mask of each call (:meth:`state`)."""
 
-    def __init__(self, module, call, query, key, value):
-        self.module, self.call = module, call
+    def __init__(self, module, call, query, key, value, location: bool):
+        self.module, self.call, self.location = module, call, location
         self.query, self.key, self.value = query, key, value
         b, tk = key.shape[:2]
         valid = torch.ones(b, tk, dtype=torch.bool)
@@ -135,13 +147,29 @@ class _Probe:
         if tk >= 4:
             valid[-1, tk // 2:] = False
         self.mask = valid  # (B, Tk)
+        self.logits = torch.randn(b, query.shape[1], tk) * 2  # (B, Tq, Tk): of the state
 
-    def run(self, query=None, key=None, value=None, mask=None):
+    def state(self, mask: torch.Tensor, logits: torch.Tensor | None = None) -> torch.Tensor:
+        """Previous weights ``(B, Tq, Tk)``: a softmax of ``logits`` over each row's valid keys
+        in ``mask`` (B, Tk), 0 on the others and on rows with none."""
+        logits = self.logits if logits is None else logits
+        w = logits.masked_fill(~mask[:, None, :], torch.finfo(logits.dtype).min).softmax(-1)
+        return w * mask.any(-1)[:, None, None]
+
+    def invoke(self, module, query, key, value, mask, state=None):
+        """One call of ``module``; a location module gets ``state`` (default: :meth:`state`
+        of ``mask``) in the query's dtype."""
+        if not self.location:
+            return self.call(module, query, key, value, mask)
+        state = self.state(mask) if state is None else state
+        return self.call(module, query, key, value, mask, state.to(query.dtype))
+
+    def run(self, query=None, key=None, value=None, mask=None, state=None):
         with torch.no_grad():
-            return self.call(self.module, self.query if query is None else query,
-                             self.key if key is None else key,
-                             self.value if value is None else value,
-                             self.mask if mask is None else mask)
+            return self.invoke(self.module, self.query if query is None else query,
+                               self.key if key is None else key,
+                               self.value if value is None else value,
+                               self.mask if mask is None else mask, state)
 
 
 def _sums(p: _Probe) -> Finding:
@@ -205,7 +233,7 @@ def _empty(p: _Probe) -> Finding:
     module = copy.deepcopy(p.module)
     q, k, v = (t.clone().requires_grad_(True) for t in (p.query, p.key, p.value))
     try:
-        ctx, _ = p.call(module, q, k, v, mask)
+        ctx, _ = p.invoke(module, q, k, v, mask)
         ctx.float().sum().backward()
     except RuntimeError as exc:
         return Finding("empty_rows", "fail", f"a row with no allowed key raised: {exc}",
@@ -237,6 +265,10 @@ def _query(p: _Probe) -> Finding:
 
 
 def _permutation(p: _Probe) -> Finding:
+    if p.location:
+        return Finding("key_permutation", "skip",
+                       "a location-aware score reads the previous weights of each key's "
+                       "neighbours: key order matters by design")
     full = torch.ones_like(p.mask)
     ctx, _ = p.run(mask=full)
     perm = torch.randperm(p.key.shape[1], generator=torch.Generator().manual_seed(0))
@@ -261,7 +293,8 @@ def _precision(p: _Probe, dtypes) -> Finding:
         module = copy.deepcopy(p.module).to(dtype)
         try:
             with torch.no_grad():
-                ctx, _ = p.call(module, q.to(dtype), p.key.to(dtype), p.value.to(dtype), p.mask)
+                ctx, _ = p.invoke(module, q.to(dtype), p.key.to(dtype), p.value.to(dtype),
+                                  p.mask)
         except RuntimeError as exc:
             return Finding("low_precision", "skip", f"{dtype} is not served here: {exc}")
         err = float((ctx.float() - ref.float()).abs().max())
@@ -275,8 +308,36 @@ def _precision(p: _Probe, dtypes) -> Finding:
     return Finding("low_precision", "pass", "; ".join(seen))
 
 
+def _location(p: _Probe) -> Finding:
+    if not p.location:
+        return Finding("location_state", "skip", "the module takes no location state (pass "
+                       "location=True for one that takes previous weights)")
+    ctx, w = p.run()
+    state = p.state(p.mask)
+    padded = ~p.mask[:, None, :]  # (B, 1, Tk)
+    stale, _ = p.run(state=torch.where(padded, 1 + torch.rand_like(state), state))
+    if not _close(stale.float(), ctx.float(), 1e-4):
+        return Finding("location_state", "fail",
+                       f"weight on padded keys in the previous weights moved the context by "
+                       f"up to {float((stale - ctx).abs().max()):.3g}: the location features "
+                       "read padding (a conv reads each key's neighbours)",
+                       "zero the previous weights of padded keys before the location conv: "
+                       "prev = prev.masked_fill(~key_mask[:, None, :], 0)")
+    _, other = p.run(state=p.state(p.mask, torch.randn_like(p.logits) * 4))
+    if _close(other.float(), w.float(), 1e-5):
+        return Finding("location_state", "fail",
+                       "the weights are the same for any previous weights: the location "
+                       "state does not reach the score",
+                       "feed the previous weights to the score: f = conv(prev_weights), "
+                       "e_ij = v^T tanh(W q_i + U k_j + L f_ij + b) (Chorowski et al. 2015)")
+    return Finding("location_state", "pass",
+                   "previous weights on padded keys change nothing, and the weights follow "
+                   "the previous weights (each row summing to 1 over its valid keys)")
+
+
 def doctor(module, example_inputs, *, call: Callable | None = None,
-           dtypes=(torch.float16, torch.bfloat16), seed: int = 0) -> Report:
+           location: bool | None = None, dtypes=(torch.float16, torch.bfloat16),
+           seed: int = 0) -> Report:
     """Probe ``module`` with ``example_inputs`` and report on every check of :data:`CHECKS`.
 
     Args:
@@ -284,25 +345,33 @@ def doctor(module, example_inputs, *, call: Callable | None = None,
             work on copies); put it in eval mode if it has dropout.
         example_inputs: ``(query (B, Tq, Dq), key (B, Tk, Dk), value (B, Tk, Dv))`` with
             ``B >= 2``, ``Tq >= 2``, ``Tk >= 2``; the doctor makes its own key masks.
-        call: ``call(module, query, key, value, key_mask) -> (context, weights)`` (default:
-            see the module docstring).
+        call: ``call(module, query, key, value, key_mask) -> (context, weights)``, with
+            ``prev_weights`` after ``key_mask`` for a location module (default: see the module
+            docstring).
+        location: whether the module takes a location state (previous weights): then every
+            call passes one, ``key_permutation`` is skipped and ``location_state`` checks it.
+            Default: True for an :class:`attnkit.Attention` with ``score="location"``.
         dtypes: the low-precision dtypes tried on large scores.
         seed: seeds the random variations.
 
     Shape:
-        key_mask ``(B, Tk)`` True where a query may attend; weights ``(B, Tq, Tk)`` or
-        ``(B, H, Tq, Tk)``.
+        key_mask ``(B, Tk)`` True where a query may attend; prev_weights ``(B, Tq, Tk)``;
+        weights ``(B, Tq, Tk)`` or ``(B, H, Tq, Tk)``.
     """
     query, key, value = _check_inputs(example_inputs)
+    if location not in (None, True, False):
+        raise ValueError(f"location: expected None, True or False, got {location!r}")
     if query.shape[0] < 2:
         raise ValueError(f"example_inputs: expected B >= 2 (one example is left unpadded), "
                          f"got B={query.shape[0]}")
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
-        p = _Probe(module, call or default_call, query, key, value)
+        if location is None:
+            location = isinstance(module, Attention) and module.score.needs_prev
+        p = _Probe(module, call or default_call, query, key, value, bool(location))
         findings = [_sums(p), _polarity(p), _padding(p), _empty(p), _query(p),
-                    _permutation(p), _precision(p, dtypes)]
+                    _permutation(p), _precision(p, dtypes), _location(p)]
     finally:
         torch.random.set_rng_state(generator_state)
     return Report(findings)

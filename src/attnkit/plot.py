@@ -90,14 +90,18 @@ def plot_alignment(
     marked: Sequence[int] | None = None,
     title: str | None = None,
     origin: str = "upper",
+    self_attention=None,
 ) -> Path:
     """Attention of output tokens over the input they were read from, drawn on that input.
 
     The top panel shows ``background`` (a text-line image, or a spectrogram with
     ``origin="lower"``) with the weights of the ``marked`` output tokens drawn over the
     columns they attend to, each labelled at its peak; the bottom panel is the full
-    ``(tokens, steps)`` heat-map stretched to the same x axis. Attention step ``j`` of
-    ``steps`` covers columns ``[j * W / steps, (j + 1) * W / steps)`` of the background.
+    ``(tokens, steps)`` heat-map stretched to the same x axis (left out when there is no
+    token). Attention step ``j`` of ``steps`` covers columns
+    ``[j * W / steps, (j + 1) * W / steps)`` of the background. ``self_attention`` adds a
+    panel under the background: the input's attention over itself, queries down and keys
+    across on the same x axis.
 
     Args:
         weights: ``(Tq, S)`` tensor or array: one example's weights over ``S`` encoder steps.
@@ -106,6 +110,8 @@ def plot_alignment(
         steps: the example's true number of encoder steps (default ``S``).
         marked: output positions drawn over the background (default: up to 8 spread evenly).
         origin: ``"upper"`` for images, ``"lower"`` for spectrograms.
+        self_attention: ``(S, S)`` tensor or array (e.g. a CRNN's self-attention layer between
+            its RNNs, mean over heads), cropped to ``steps``; or None.
 
     Returns:
         The path written.
@@ -114,6 +120,13 @@ def plot_alignment(
     tq, s_all = arr.shape
     steps = _crop_len("x", None, steps, s_all)
     arr = arr[:, :steps]
+    own = None
+    if self_attention is not None:
+        own = _as_array(self_attention, "self_attention", "(S, S)")
+        if own.shape != (s_all, s_all):
+            raise ValueError(f"self_attention: expected shape ({s_all}, {s_all}) (the "
+                             f"weights' S steps), got {own.shape}")
+        own = own[:steps, :steps]
     if labels is not None and len(labels) != tq:
         raise ValueError(f"labels: expected {tq} labels (one per output token), got {len(labels)}")
     bg = _as_array(background, "background", "(H, W)")
@@ -128,10 +141,13 @@ def plot_alignment(
     from matplotlib.figure import Figure
 
     h, w = bg.shape
-    fig = Figure(figsize=(min(max(6.0, w / 60), 40.0), 2.5 + min(0.2 * tq, 12.0)))
+    ratios = [1.2] + ([2.5] if own is not None else []) + ([max(1.0, 0.12 * tq)] if tq else [])
+    fig = Figure(figsize=(min(max(6.0, w / 60), 40.0), 2.5 + min(0.2 * tq, 12.0)
+                          + (3.0 if own is not None else 0.0)))
     FigureCanvasAgg(fig)
-    top, bottom = fig.subplots(2, 1, sharex=True,
-                               gridspec_kw={"height_ratios": [1.2, max(1.0, 0.12 * tq)]})
+    axes = list(fig.subplots(len(ratios), 1, sharex=True, squeeze=False,
+                             gridspec_kw={"height_ratios": ratios})[:, 0])
+    top = axes[0]
     top.imshow(bg, cmap="gray" if origin == "upper" else "magma", aspect="auto",
                origin=origin, extent=(0, w, 0, h) if origin == "lower" else (0, w, h, 0))
     centres = (np.arange(steps) + 0.5) * w / steps  # column of each encoder step
@@ -147,13 +163,18 @@ def plot_alignment(
                      ha="center", fontsize=10, fontweight="bold")
     top.set_yticks([])
     top.set_xlim(0, w)
-    bottom.imshow(arr, aspect="auto", cmap="viridis", extent=(0, w, tq, 0),
-                  vmin=0.0, vmax=max(float(arr.max()), 1e-6))
-    if labels is not None and tq <= 120:
-        bottom.set_yticks(np.arange(tq) + 0.5)
-        bottom.set_yticklabels([str(t) for t in labels])
-    bottom.set_xlabel(f"input columns ({steps} attention steps)")
-    bottom.set_ylabel("output")
+    if own is not None:
+        axes[1].imshow(own, aspect="auto", cmap="viridis", extent=(0, w, steps, 0),
+                       vmin=0.0, vmax=max(float(own.max()), 1e-6))
+        axes[1].set_ylabel("self-attention\n(query step)")
+    if tq:
+        axes[-1].imshow(arr, aspect="auto", cmap="viridis", extent=(0, w, tq, 0),
+                        vmin=0.0, vmax=max(float(arr.max()), 1e-6))
+        axes[-1].set_ylabel("output")
+    if labels is not None and 0 < tq <= 120:
+        axes[-1].set_yticks(np.arange(tq) + 0.5)
+        axes[-1].set_yticklabels([str(t) for t in labels])
+    axes[-1].set_xlabel(f"input columns ({steps} attention steps)")
     if title:
         top.set_title(title)
     return _save(fig, path, dpi=100)

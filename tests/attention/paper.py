@@ -32,8 +32,9 @@ def _score_one(score, h: int, q: torch.Tensor, k: torch.Tensor, loc: torch.Tenso
     raise AssertionError(name)
 
 
-def _location_features(score, prev_row: torch.Tensor) -> torch.Tensor:
-    """f_j = sum_m filter[c, m] * alpha_{j + m - K//2} (zero outside), shape (Tk, F)."""
+def _location_features(score, prev_row: torch.Tensor, length: int) -> torch.Tensor:
+    """f_j = sum_m filter[c, m] * alpha_{j + m - K//2}, zero outside the sequence's ``length``
+    frames (the keys past it are padding), shape (Tk, F)."""
     filt = score.conv.weight[:, 0, :]  # (F, K)
     n_f, kernel = filt.shape
     tk = len(prev_row)
@@ -42,16 +43,18 @@ def _location_features(score, prev_row: torch.Tensor) -> torch.Tensor:
         for c in range(n_f):
             for m in range(kernel):
                 src = j + m - kernel // 2
-                if 0 <= src < tk:
+                if 0 <= src < length:
                     f[j, c] += filt[c, m] * prev_row[src]
     return f
 
 
 @torch.no_grad()
-def paper_attention(attn, query, key, value, allowed, prev=None):
+def paper_attention(attn, query, key, value, allowed, prev=None, length=None):
     """One example. query (Tq, Dq), key (Tk, Dk), value (Tk, Dv), allowed (Tq, Tk) bool,
-    prev (H, Tq, Tk) or None. Returns context (Tq, Dv) and weights (H, Tq, Tk)."""
+    prev (H, Tq, Tk) or None, length: the example's keys before its padding (default Tk).
+    Returns context (Tq, Dv) and weights (H, Tq, Tk)."""
     tq, tk = query.shape[0], key.shape[0]
+    length = tk if length is None else length
     heads = attn.heads
     if heads > 1:
         d = attn.head_dim
@@ -65,7 +68,8 @@ def paper_attention(attn, query, key, value, allowed, prev=None):
     for h in range(heads):
         ctx_h = torch.zeros(tq, vs[h].shape[1], dtype=query.dtype)
         for i in range(tq):
-            loc = _location_features(attn.score, prev[h, i]) if prev is not None else None
+            loc = (_location_features(attn.score, prev[h, i], length) if prev is not None
+                   else None)
             e = {
                 j: _score_one(attn.score, h, qs[h][i], ks[h][j], None if loc is None else loc[j])
                 for j in range(tk)

@@ -388,14 +388,42 @@ def test_values_default_to_keys_and_memory_equals_tensors(name):
     torch.testing.assert_close(a.context, a.weights @ k)
 
 
-def test_a_memory_with_nan_padding_still_gives_finite_outputs():
-    fast, _ = _pair("mocha", 7, "soft")
+@pytest.mark.parametrize("name", sorted(ALIGNMENTS))
+def test_nan_padding_of_a_memory_reaches_no_output_and_no_gradient(name):
+    """prepare() zeroes keys holding NaN or inf before its projection: the gradients of every
+    parameter are those of zero padding."""
+    fast, _ = _pair(name, 7, "soft" if name in MONOTONIC else "train")
     q, k, v, _ = _inputs(2, 3, 5, 7)
-    k, v = k.detach().clone(), v.detach().clone()
-    k[1, 3:], v[1, 3:] = float("nan"), float("inf")
+    results = []
+    for fill in (0.0, float("nan")):
+        pk, pv = k.detach().clone(), v.detach().clone()
+        pk[1, 3:], pv[1, 3:] = fill, (float("inf") if fill else 0.0)
+        pk.requires_grad_(), pv.requires_grad_()
+        torch.manual_seed(0)
+        out = fast(q, fast.prepare(pk, pv), key_lengths=torch.tensor([5, 3]))
+        grads = torch.autograd.grad(out.context.square().sum(), [q, pk, pv] +
+                                    list(fast.parameters()), allow_unused=True)
+        results.append((out, grads))
+    (clean, clean_grads), (out, grads) = results
+    assert torch.isfinite(out.context).all() and out.weights[1, :, 3:].eq(0).all()
+    torch.testing.assert_close(out.context, clean.context)
+    torch.testing.assert_close(out.weights, clean.weights)
+    for got, want in zip(grads, clean_grads):
+        assert (got is None) == (want is None)
+        if got is not None:
+            assert torch.isfinite(got).all()
+            torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("name", sorted(ALIGNMENTS))
+def test_nan_in_a_real_key_of_a_memory_gives_nan_rows(name):
+    fast, _ = _pair(name, 7, "soft" if name in MONOTONIC else "train")
+    q, k, v, _ = _inputs(2, 3, 5, 7)
+    k = k.detach().clone()
+    k[1, 2] = float("nan")  # a key every query of batch row 1 may see
     out = fast(q, fast.prepare(k, v), key_lengths=torch.tensor([5, 3]))
-    assert torch.isfinite(out.context).all() and torch.isfinite(out.weights).all()
-    assert out.weights[1, :, 3:].eq(0).all()
+    assert out.context[1].isnan().all() and out.weights[1].isnan().all()
+    assert torch.isfinite(out.context[0]).all()
 
 
 def test_inputs_that_are_not_tensors_are_named():

@@ -297,13 +297,6 @@ def test_sdpa_with_a_non_dot_score_is_refused_at_construction(score):
         Attention(D, score=score, impl="sdpa")
 
 
-@pytest.mark.parametrize("score", ["dot", "scaled_dot", "general", "cosine"])
-def test_step_with_a_score_without_a_step_kernel_is_refused_at_construction(score):
-    with pytest.raises(ValueError, match=rf"^impl: 'step' computes the additive and location "
-                                         rf"scores only, not score='{score}'"):
-        Attention(D, score=score, impl="step")
-
-
 @pytest.mark.parametrize(
     "kwargs, call, exc, match",
     [c[1:] for c in FORWARD_ERRORS],
@@ -406,9 +399,8 @@ FUNCTIONAL_ERRORS = [
     ("impl", dict(impl="flash"), ValueError, r"^impl: expected one of auto, reference, sdpa, chunked, step, got 'flash'"),
     ("sdpa weights", dict(impl="sdpa", need_weights=True), ValueError,
      r"^impl='sdpa' cannot serve this call: need_weights=True"),
-    ("step dot score", dict(impl="step"), ValueError,
-     r"^impl='step' cannot serve this call: score 'scaled_dot' has no step kernel \(only additive "
-     r"and location\)"),
+    ("step many queries", dict(impl="step"), ValueError,
+     rf"^impl='step' cannot serve this call: {TQ} queries per row; the step takes one"),
     ("window", dict(window=(2, -1)), ValueError, r"^window: expected non-negative sizes"),
     ("window type", dict(window=2), TypeError, r"^window: expected a pair of ints"),
     ("key_lengths", dict(key_lengths=torch.tensor([1.0, 2.0])), TypeError, r"^key_lengths: expected an integer tensor"),

@@ -61,6 +61,21 @@ def test_padding_beyond_the_length_changes_nothing(c):
     torch.testing.assert_close(out2.weights[..., : c["tk"]], out.weights)
 
 
+@given(cases(scores=("location",)), st.sampled_from(["reference", "chunked"]), st.booleans())
+def test_previous_weights_on_padded_keys_change_nothing(c, impl, one_step):
+    attn, q, k, v, lengths = _build(c, impl=impl)
+    if one_step:
+        q = q[:, 0]
+    shape = (c["b"],) + ((c["heads"],) if c["heads"] > 1 else ()) + (
+        () if one_step else (c["tq"],)) + (c["tk"],)
+    prev = torch.rand(shape, dtype=q.dtype)
+    out = attn(q, k, v, key_lengths=lengths, prev_weights=prev)
+    padded = ~lengths_to_mask(lengths, c["tk"]).reshape(c["b"], *[1] * (prev.dim() - 2), -1)
+    stale = torch.where(padded, 50 * torch.rand(shape, dtype=q.dtype), prev)
+    torch.testing.assert_close(attn(q, k, v, key_lengths=lengths, prev_weights=stale).context,
+                               out.context)
+
+
 @given(cases(scores=("dot", "scaled_dot", "general", "additive", "cosine")))
 def test_permuting_keys_permutes_weights(c):
     attn, q, k, v, _ = _build(c)

@@ -18,6 +18,7 @@ import torch
 
 from attnkit import Attention, attention
 from attnkit.attention import export_mode, native, reference
+from attnkit.attention.core import check_call
 from attnkit.attention.masks import zero_padding
 
 NAN, INF = float("nan"), float("inf")
@@ -116,11 +117,15 @@ PADDING = [dict(key_lengths=torch.tensor([3, 5])),
 
 
 @pytest.mark.parametrize("fill", [NAN, INF, -INF])
-@pytest.mark.parametrize("padding", PADDING, ids=["key_lengths", "key_mask"])
+@pytest.mark.parametrize("padding, prepared", [(PADDING[0], False), (PADDING[1], False),
+                                               (PADDING[0], True)],
+                         ids=["key_lengths", "key_mask", "key_lengths-memory"])
 @pytest.mark.parametrize("heads", [1, 2])
 @pytest.mark.parametrize("score, impl, one_step", PATHS)
 def test_padding_never_reaches_the_output_or_the_gradients(score, impl, one_step, heads,
-                                                           padding, fill):
+                                                           padding, prepared, fill):
+    """Given as tensors, or prepared as a Memory (whose projections are made before any call
+    says which keys are padding): the gradients of every parameter are those of zeros."""
     attn = _module(score, impl, heads)
     query, key, value = _inputs(one_step)
     need = _weights_wanted(attn)
@@ -129,7 +134,10 @@ def test_padding_never_reaches_the_output_or_the_gradients(score, impl, one_step
         q = query.clone().requires_grad_()
         k, v = k.requires_grad_(), v.requires_grad_()
         attn.zero_grad()
-        out = attn(q, k, v, need_weights=need, **padding)
+        if prepared:
+            out = attn(q, attn.prepare(k, v), need_weights=need, **padding)
+        else:
+            out = attn(q, k, v, need_weights=need, **padding)
         loss = out.context.square().sum() + (0 if out.weights is None else out.weights.sum())
         loss.backward()
         grads = [q.grad, k.grad[1], v.grad[1], k.grad[0, :3], v.grad[0, :3]]
@@ -142,6 +150,7 @@ def test_padding_never_reaches_the_output_or_the_gradients(score, impl, one_step
         torch.testing.assert_close(out.weights, clean.weights)
     assert len(grads) == len(clean_grads)
     for got, want in zip(grads, clean_grads):
+        assert got.isfinite().all()
         torch.testing.assert_close(got, want)
 
 
@@ -161,32 +170,23 @@ def test_zero_padding_clears_padded_entries_and_keeps_the_others_bit_for_bit(dty
         assert torch.equal(zero_padding(x, keep).isnan(), y.isnan())
 
 
-def test_prepare_says_whether_the_memory_is_finite():
+def test_prepare_says_which_keys_held_nan_or_inf():
     attn = _module("additive", "auto", heads=2)
     _, key, value = _inputs(False)
-    assert attn.prepare(key, value).finite
-    assert not attn.prepare(*_padded(key, value, NAN)).finite
-    assert not attn.prepare(*_padded(key, value, INF)).finite
+    memory = attn.prepare(key, value)
+    assert memory.checked and memory.bad is None and memory.finite
+    for fill in (NAN, INF):
+        memory = attn.prepare(*_padded(key, value, fill))
+        assert memory.checked and not memory.finite
+        assert memory.bad.tolist() == [[False] * 3 + [True] * 2, [False] * 5]
+        assert memory.key_features.isfinite().all() and memory.values.isfinite().all()
+        assert memory.key[0, 3:].isnan().all() or memory.key[0, 3:].isinf().all()  # as given
     cache = attn.extend(attn.prepare(key, value), key)
-    assert cache.finite and not attn.extend(cache, _padded(key, value, NAN)[0]).finite
-    assert not attn.to("meta").prepare(key.to("meta")).finite  # no values to check
-
-
-@pytest.mark.parametrize("fill", [NAN, INF])
-@pytest.mark.parametrize("score, impl, one_step", PATHS)
-def test_padding_of_a_prepared_memory_never_reaches_the_output(score, impl, one_step, fill):
-    attn = _module(score, impl)
-    query, key, value = _inputs(one_step)
-    lengths = torch.tensor([3, 5])
-    need = _weights_wanted(attn)
-    clean = attn(query, attn.prepare(*_padded(key, value, 0.0)), key_lengths=lengths,
-                 need_weights=need)
-    out = attn(query, attn.prepare(*_padded(key, value, fill)), key_lengths=lengths,
-               need_weights=need)
-    assert out.context.isfinite().all()
-    torch.testing.assert_close(out.context, clean.context)
-    if out.weights is not None:
-        torch.testing.assert_close(out.weights, clean.weights)
+    assert cache.finite
+    cache = attn.extend(cache, _padded(key, value, NAN)[0])
+    assert cache.bad.tolist() == [[False] * 13 + [True] * 2, [False] * 15]
+    meta = attn.to("meta").prepare(key.to("meta"))  # no values to check
+    assert not meta.checked and meta.bad is None and not meta.finite
 
 
 def test_garbage_padding_with_a_causal_window_and_positions():
@@ -199,6 +199,85 @@ def test_garbage_padding_with_a_causal_window_and_positions():
                for fill in (0.0, NAN)]
         assert got[1].isfinite().all(), impl
         torch.testing.assert_close(got[1], got[0])
+
+
+# --------------------------------------------------------------------------------------------
+# NaN in a key that a causal or window band hides from some queries
+# --------------------------------------------------------------------------------------------
+
+# Full queries: (B, TQ) queries centred on keys 0, 1, 3 with a window of one key each side see
+# keys 0-1, 0-2 and 2-4. One-step queries: at positions (1, 3) they see keys 0-2 and 2-4. (The
+# C++ step kernel takes no band: "auto" serves these one-step calls on the other paths.)
+def _banded(attn, query, key, value, prepared):
+    positions = torch.tensor([1, 3]) if query.dim() == 2 else None
+    if prepared:
+        return attn(query, attn.prepare(key, value), positions=positions,
+                    need_weights=_weights_wanted(attn))
+    return attn(query, key, value, positions=positions, need_weights=_weights_wanted(attn))
+
+
+@pytest.mark.parametrize("fill", [NAN, INF])
+@pytest.mark.parametrize("prepared", [False, True], ids=["tensors", "memory"])
+@pytest.mark.parametrize("heads", [1, 2])
+@pytest.mark.parametrize("score, impl, one_step", [p for p in PATHS if p[1] != "step"])
+def test_a_key_a_query_cannot_see_never_reaches_it(score, impl, one_step, heads, prepared,
+                                                   fill):
+    """Key 4 holds ``fill`` (key and value; in batch row 0, and for one-step queries in both
+    rows): the queries whose window excludes it get what they get when it holds zeros,
+    gradients too; those that may see it get NaN rows."""
+    torch.manual_seed(0)
+    attn = Attention(D, score=score, impl=impl, heads=heads, window=(1, 1))
+    query, key, value = _inputs(one_step)
+    rows = slice(0, 2) if one_step else 0
+    hidden = (slice(0, 1),) if one_step else (slice(0, 1), slice(0, 2))  # cannot see key 4
+    sees = 1 if one_step else (0, 2)  # may see it
+    results = []
+    for bad in (0.0, fill):
+        q = query.clone().requires_grad_()
+        k, v = key.clone(), value.clone()
+        k[rows, 4], v[rows, 4] = bad, bad
+        k.requires_grad_(), v.requires_grad_()
+        attn.zero_grad()
+        out = _banded(attn, q, k, v, prepared)
+        out.context[hidden].square().sum().backward()  # the rows that cannot see key 4
+        grads = [q.grad, k.grad[:, :4], v.grad[:, :4], k.grad[1], v.grad[1]]
+        grads += [p.grad for p in attn.parameters() if p.grad is not None]
+        results.append((out, grads))
+    (clean, clean_grads), (out, grads) = results
+    assert out.context[sees].isnan().all()
+    if out.weights is not None:
+        w, w_clean = (x if one_step or heads == 1 else x.movedim(1, 2)  # (B, Tq, H, Tk)
+                      for x in (out.weights, clean.weights))
+        assert w[sees].isnan().all()
+        torch.testing.assert_close(w[hidden], w_clean[hidden])
+    torch.testing.assert_close(out.context[hidden], clean.context[hidden])
+    if not one_step:
+        torch.testing.assert_close(out.context[1], clean.context[1])  # the other batch row
+    for got, want in zip(grads, clean_grads):
+        assert got.isfinite().all()
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("impl", ["reference", "sdpa", "chunked", "auto"])
+def test_a_later_key_holding_nan_reaches_no_earlier_query_of_a_causal_call(impl):
+    """Causal self-attention (``Tq == Tk``: SDPA's ``is_causal`` path): NaN at position 3
+    reaches queries 3 and 4 only."""
+    x = torch.randn(B, TK, D, generator=torch.Generator().manual_seed(2))
+    bad = x.clone()
+    bad[0, 3, 1] = NAN
+    clean = attention(x, x, causal=True, impl=impl).context
+    out = attention(bad, bad, causal=True, impl=impl).context
+    torch.testing.assert_close(out[0, :3], clean[0, :3])
+    torch.testing.assert_close(out[1], clean[1])
+    assert out[0, 3:].isnan().all()
+
+
+def test_a_finite_banded_call_checks_its_keys_once_and_changes_nothing():
+    query, key, value = _inputs(False)
+    call = check_call(query, key, value, query_dim=None, key_dim=None, value_dim=None,
+                      key_lengths=None, key_mask=None, positions=None, causal=True, window=None)
+    k, v, bad = call.inputs()
+    assert k is key and v is value and bad is None  # no copy when every key is finite
 
 
 # --------------------------------------------------------------------------------------------

@@ -61,3 +61,23 @@ def test_drops_in_between_two_lstms_and_trains():
     y.sum().backward()
     assert y.shape == (30, 2, 8)
     assert attn.attention.score.weight.grad.abs().max() > 0
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_recording_weights_gives_each_calls_weights_and_leaves_nothing_behind(heads):
+    torch.manual_seed(0)
+    layer = SelfAttention(8, heads=heads, window=(2, 2)).eval()
+    x, lengths = torch.randn(2, 7, 8), torch.tensor([7, 4])
+    want = layer.with_weights(x, lengths).weights  # (B, [H,] T, T)
+    with layer.recording_weights() as found:
+        y = layer(x, lengths)
+        layer(x[:1, :5])
+    torch.testing.assert_close(y, layer(x, lengths))
+    assert [w.shape for w in found] == [want.shape, want[:1, ..., :5, :5].shape]
+    torch.testing.assert_close(found[0], want)
+    inner = layer.attention
+    assert not inner._forward_hooks and not inner._forward_pre_hooks
+    with pytest.raises(RuntimeError, match="stop"), layer.recording_weights() as found:
+        raise RuntimeError("stop")
+    assert not inner._forward_hooks and not inner._forward_pre_hooks
+    assert layer.attention(x, x, key_lengths=lengths).weights is None  # not asked: none

@@ -145,10 +145,16 @@ def _train_step(module, enc, queries, lengths, loss_fn, need_weights=False):
 @pytest.mark.parametrize("need_weights", [False, True])
 @pytest.mark.parametrize("score", ["additive", "location"])
 def test_decoder_steps_take_the_fused_path_and_equal_the_reference(heads, need_weights, score):
+    plan = _steps_match_the_reference(heads, need_weights, score, grad_tol=1e-4)
+    assert plan.impl == "step" and plan.kernel == "native" and "C++ step kernel" in plan.reason
+
+
+def _steps_match_the_reference(heads, need_weights, score, grad_tol):
+    """Five decoder steps over one prepared memory against the reference path: contexts,
+    weights and every gradient. Returns the plan of the steps."""
     attn, ref, enc, queries, lengths = _decoder_case(heads, score=score)
     assert attn.prepare(enc).sink is not None
     plan = attn.plan(queries[0], enc, key_lengths=lengths, need_weights=need_weights)
-    assert plan.impl == "step" and plan.kernel == "native" and "C++ step kernel" in plan.reason
     w = torch.randn(5, 4, heads, 80).squeeze(2)  # (steps, B, [H,] Tk)
 
     def loss(ctx, weights):
@@ -161,7 +167,8 @@ def test_decoder_steps_take_the_fused_path_and_equal_the_reference(heads, need_w
         torch.testing.assert_close(got_w, weights, atol=1e-5, rtol=1e-5)
     assert got_ctx[:, 3].abs().sum() == 0  # length 0: zero context
     for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(a, b, atol=grad_tol, rtol=grad_tol)
+    return plan
 
 
 def _squared_context_case():
@@ -206,15 +213,100 @@ def test_steps_on_both_paths_over_one_memory(monkeypatch):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
-def test_no_sink_without_gradients_or_for_dot_scores():
+def test_no_sink_without_gradients():
     enc = torch.randn(2, 9, 8, requires_grad=True)
     attn = Attention(8, score="additive")
     with torch.no_grad():
         assert attn.prepare(enc).sink is None
     assert attn.prepare(enc.detach()).sink is not None  # the key projection learns
     assert attn.requires_grad_(False).prepare(enc.detach()).sink is None
-    assert Attention(8, score="general").prepare(enc).sink is None
+    assert Attention(8, score="general").prepare(enc).sink is not None
+    assert Attention(8, score="dot").prepare(enc.detach()).sink is None  # nothing learns keys
     assert Attention(8, score="location").prepare(enc).sink is not None
+
+
+# -- the dot family's one-query step ------------------------------------------------------
+
+DOT_SCORES = ["dot", "scaled_dot", "general", "cosine"]
+
+
+def _dot_equation(qf, kf, v, scale, mask):
+    s = (qf.unsqueeze(-2) * kf.unsqueeze(-3)).sum(-1) * scale  # (B, H, 1, Tk)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    p = torch.nan_to_num(torch.softmax(s, -1), nan=0.0)
+    return p @ v, p
+
+
+@pytest.mark.parametrize("use_sink", [False, True], ids=["autograd", "sink"])
+@pytest.mark.parametrize("mask", [None, MASK], ids=["no-mask", "lengths-7-4-0"])
+def test_dot_step_equals_the_equation_and_passes_gradcheck(mask, use_sink):
+    q, kf, v, _ = _inputs()
+    w = torch.randn(3, 2, 1, 7, dtype=torch.float64)
+
+    def f(q, kf, v, step_fn):
+        sink = None
+        if use_sink and step_fn is step.dot_step:
+            kf, v, sink = step.collect(kf, v)
+        args = (sink,) if step_fn is step.dot_step else ()
+        out1, p1 = step_fn(q, kf, v, 0.7, mask, *args)
+        out2, p2 = step_fn(q * 0.5 + 1, kf, v, 0.7, mask, *args)
+        return out1 + 2 * out2, p1 * w + p2  # two steps over one memory, and the weights
+
+    got, want = f(q, kf, v, step.dot_step), f(q, kf, v, _dot_equation)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    grads = torch.autograd.grad(got[0].square().sum() + got[1].sum(), (q, kf, v))
+    wants = torch.autograd.grad(want[0].square().sum() + want[1].sum(), (q, kf, v))
+    for a, b in zip(grads, wants):
+        torch.testing.assert_close(a, b)
+    assert torch.autograd.gradcheck(lambda *x: f(*x, step.dot_step), (q, kf, v))
+    assert torch.autograd.gradgradcheck(lambda *x: f(*x, step.dot_step)[0], (q, kf, v))
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("score", DOT_SCORES)
+def test_dot_decoder_steps_take_the_step_and_equal_the_reference(heads, need_weights, score):
+    # float32 gradients summed in another order; the unscaled dot scores are sharp
+    plan = _steps_match_the_reference(heads, need_weights, score, grad_tol=1e-3)
+    assert (plan.impl, plan.kernel) == ("step", "eager") and "once per sequence" in plan.reason
+
+
+@settings(max_examples=25, deadline=None)
+@given(b=st.integers(1, 3), heads=st.sampled_from([1, 2]), tk=st.integers(1, 20),
+       steps=st.integers(1, 4), score=st.sampled_from(DOT_SCORES),
+       dtype=st.sampled_from([torch.float32, torch.float64]), seed=st.integers(0, 2**16))
+def test_dot_steps_over_a_memory_match_the_reference_on_random_shapes(b, heads, tk, steps,
+                                                                      score, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    attn = Attention(8, score=score, heads=heads).to(dtype)
+    ref = Attention(8, score=score, heads=heads, impl="reference").to(dtype)
+    ref.load_state_dict(attn.state_dict())
+    enc = torch.randn(b, tk, 8, generator=g, dtype=dtype, requires_grad=True)
+    queries = torch.randn(steps, b, 8, generator=g, dtype=dtype, requires_grad=True)
+    lengths = torch.randint(0, tk + 1, (b,), generator=g)
+    assert attn.plan(queries[0], enc, key_lengths=lengths).impl == "step"
+
+    def loss(ctx, weights):
+        return (ctx * torch.linspace(-1, 1, ctx.numel(), dtype=dtype).view_as(ctx)).sum()
+
+    got_ctx, _, got = _train_step(attn, enc, queries, lengths, loss)
+    ctx, _, want = _train_step(ref, enc, queries, lengths, loss)
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else {}
+    torch.testing.assert_close(got_ctx, ctx, **tol)
+    for a, b_ in zip(got, want):
+        torch.testing.assert_close(a, b_, **tol)
+
+
+def test_dot_step_is_not_taken_where_it_does_not_apply():
+    x, enc = torch.randn(4, 16), torch.randn(4, 30, 16)
+    assert Attention(16, score="general").plan(x, enc).impl == "step"
+    assert Attention(16, score="general", dropout=0.1).plan(x, enc).impl != "step"
+    assert Attention(16, score="general").plan(x[:, None].expand(4, 2, 16), enc).impl != "step"
+    assert Attention(16, score="general").half().plan(x.half(), enc.half()).impl != "step"
+    with pytest.raises(ValueError, match="^impl='step' cannot serve this call: 2 queries per row"):
+        Attention(16, score="dot", impl="step")(x[:, None].expand(4, 2, 16), enc)
 
 
 @needs_native
@@ -245,12 +337,12 @@ def test_impl_step_forces_the_step_kernel_or_says_why_it_cannot():
     torch.testing.assert_close(attn(x, enc).context, ref(x, enc).context, atol=1e-5, rtol=1e-5)
     cases = [
         (dict(), (x[:, None].expand(4, 2, 16), enc), {},
-         r"2 queries per row; the step kernel takes one"),
+         r"2 queries per row; the step takes one"),
         (dict(dropout=0.1), (x, enc), {}, r"dropout on the weights"),
         (dict(window=(2, 2)), (x, enc), dict(positions=torch.zeros(4, dtype=torch.long)),
-         r"a causal mask or window; the step kernel takes key padding only"),
+         r"a causal mask or window; the step takes key padding only"),
         (dict(), (x.double(), enc.double()), {},
-         r"dtype torch.float64; the step kernel takes float32"),
+         r"dtype torch.float64; the step takes torch.float32"),
     ]
     for kwargs, args, call_kw, why in cases:
         module = Attention(16, score="additive", impl="step", **kwargs)

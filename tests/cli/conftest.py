@@ -16,3 +16,27 @@ def tiny_translator(tmp_path_factory):
                  "--steps", "2", "--batch-size", "4", "--hidden", "8", "--emb", "8",
                  "--no-progress", "--plot", "0"]) == 0
     return folder / "run" / "checkpoint"
+
+
+IMAGE_TINY = ["--image-size", "32", "--channels", "4,8", "--hidden", "8", "--emb", "8",
+              "--attn-dim", "8", "--no-progress", "--plot", "0", "--max-objects", "4"]
+
+
+@pytest.fixture(scope="session")
+def tiny_captioner(tmp_path_factory):
+    """A caption checkpoint (soft attention, 32 px images, an 8 x 8 grid) trained for 2 steps
+    on 6 built-in scenes of 3-4 objects; copy it before changing it."""
+    folder = tmp_path_factory.mktemp("tiny_captioner")
+    assert main(["train", "caption", "--out", str(folder / "run"), "--n-train", "6",
+                 "--n-valid", "2", "--steps", "2", "--batch-size", "4", *IMAGE_TINY]) == 0
+    return folder / "run" / "checkpoint"
+
+
+@pytest.fixture(scope="session")
+def tiny_vqa(tmp_path_factory):
+    """A VQA checkpoint (stacked attention, 2 hops, 32 px images) trained for 2 steps on the
+    questions of 6 built-in scenes of 3-4 objects; copy it before changing it."""
+    folder = tmp_path_factory.mktemp("tiny_vqa")
+    assert main(["train", "vqa", "--out", str(folder / "run"), "--n-train", "6", "--n-valid",
+                 "2", "--steps", "2", "--batch-size", "8", *IMAGE_TINY]) == 0
+    return folder / "run" / "checkpoint"

@@ -1,5 +1,6 @@
-"""attnkit eval on checkpoints of every task, and the decoding options shared by translate,
-read, transcribe and eval."""
+"""attnkit eval on checkpoints of every task (captions and answers on built-in scene splits and
+the user's folders too), and the decoding options shared by translate, read, transcribe and
+eval."""
 
 import json
 import re
@@ -10,7 +11,15 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from attnkit.cli import common
 from attnkit.cli.main import build_parser, main
-from attnkit.data import generate_lines, write_line_folder
+from attnkit.data import (
+    generate_lines,
+    generate_scenes,
+    question_set,
+    write_caption_folder,
+    write_line_folder,
+    write_question_folder,
+)
+from attnkit.tasks.evaluator import score_examples
 from tests.cli.test_asr import TINY as ASR_TINY
 from tests.cli.test_asr import _write_wav
 from tests.cli.test_ocr import TINY as OCR_TINY
@@ -189,3 +198,58 @@ def test_data_that_does_not_fit_the_checkpoint_is_named(runs, capsys, tmp_path):
     assert main(["read", "--checkpoint", runs["ocr"], str(runs["lines"] / "000000.png"),
                  "--max-len", "3"]) == 2
     assert "the CTC head's output length is set by the line's steps" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_eval_scores_captions_on_built_in_splits_and_the_users_folder(tiny_captioner, capsys,
+                                                                      tmp_path):
+    ck = str(tiny_captioner)
+    got = _eval(capsys, "--checkpoint", ck, "--data", "scenes:heldout", "--limit", "6")
+    assert got["task"] == "caption" and got["examples"] == 6
+    assert list(got["metrics"]) == ["bleu4", "chrf", "exact", "true_captions",
+                                    "attention_on_object"]
+    evaluator = common.load_evaluator(tiny_captioner)  # the figures come from the evaluator
+    assert got["metrics"] == score_examples(evaluator,
+                                            evaluator.read("scenes:heldout")[:6]).metrics
+    scenes = generate_scenes(3, seed=4, size=32, max_objects=4)
+    tsv = write_caption_folder(scenes, tmp_path / "pics")
+    for data in (tsv.parent, tsv):
+        got = _eval(capsys, "--checkpoint", ck, "--data", str(data), "--beam", "3", "--plot",
+                    str(tmp_path / "worst"), "--worst", "2")
+        assert got["examples"] == 3 and got["decoding"]["beam"] == 3
+        assert list(got["metrics"]) == ["bleu4", "chrf", "exact"]
+        assert [w["picture"] for w in got["worst"]] == [
+            str(tmp_path / "worst" / f"worst_{rank}.png") for rank in (1, 2)]
+        for w in got["worst"]:
+            origin = next(s for s, name in zip(scenes, ("000000", "000001", "000002"))
+                          if w["origin"].endswith(f"{name}.png"))
+            assert w["reference"] in origin.captions  # the closest of its references
+    assert (tmp_path / "worst" / "worst_2.png").read_bytes()[:4] == b"\x89PNG"
+    assert main(["eval", "--checkpoint", ck, "--data", "scenes:test", "--limit", "2"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].endswith("(caption) on scenes:test: 2 examples, greedy")
+    assert [line.split("  ")[1] for line in table[1:]] == [
+        "BLEU-4 (words)", "chrF", "exact match", "true captions", "attention on object"]
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_eval_scores_answers_by_question_type(tiny_vqa, capsys, tmp_path):
+    ck = str(tiny_vqa)
+    got = _eval(capsys, "--checkpoint", ck, "--data", "scenes:test", "--limit", "40", "--plot",
+                str(tmp_path / "worst"), "--worst", "1")
+    assert got["task"] == "vqa" and got["examples"] == 40
+    metrics = got["metrics"]
+    assert list(metrics)[0] == "accuracy" and {"accuracy_exist", "accuracy_count",
+                                               "accuracy_relational"} <= set(metrics)
+    [worst] = got["worst"]
+    assert worst["cer"] > 0 and (tmp_path / "worst" / "worst_1.png").exists()  # a wrong answer
+    images, questions = question_set(generate_scenes(2, seed=5, size=32, max_objects=4))
+    tsv = write_question_folder(images, questions, tmp_path / "qs")
+    assert main(["eval", "--checkpoint", ck, "--data", str(tsv.parent)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].endswith(f"(vqa) on {tsv.parent}: {len(questions)} examples, greedy")
+    assert [line.split("  ")[1] for line in table[1:]] == ["accuracy", "accuracy, user"]
+    assert main(["eval", "--checkpoint", ck, "--data", str(tsv), "--beam", "3"]) == 2
+    assert capsys.readouterr().err == (
+        "attnkit: decoding: a VQA model answers with its most probable class; decoding options "
+        "do not apply, got beam=3, length_penalty=1.0\n")

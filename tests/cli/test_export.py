@@ -3,6 +3,7 @@ onnxruntime; the docs/deploy.md example decodes like `attnkit translate`; bad in
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -32,25 +33,62 @@ def _train(tmp_path, capsys, *model_args) -> Path:
     return out / "checkpoint"
 
 
-def test_the_deploy_example_decodes_like_attnkit_translate(tmp_path, monkeypatch, capsys,
-                                                           one_thread):
+def _run_deploy_example(monkeypatch, capsys) -> dict:
+    """Run the docs/deploy.md example in the current folder; its variables."""
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the example adds the export's folder
+    monkeypatch.delitem(sys.modules, "attnkit_runner", raising=False)
+    block = re.search(r"```python\n(.*?)```", DEPLOY.read_text(), flags=re.S).group(1)
+    assert len([line for line in block.splitlines() if line.strip()]) <= 15
+    namespace = {}
+    exec(compile(block, "docs/deploy.md", "exec"), namespace)
+    sys.modules.pop("attnkit_runner", None)
+    return namespace
+
+
+@pytest.mark.parametrize("options", [[], ["--beam", "1"], ["--beam", "3", "--n-best", "3"],
+                                     ["--beam", "4", "--length-penalty", "0",
+                                      "--no-repeat-ngram", "2", "--coverage-penalty", "0.5"],
+                                     ["--max-len", "4"]])
+def test_the_deploy_example_decodes_like_attnkit_translate(options, tmp_path, monkeypatch,
+                                                           capsys, one_thread):
     checkpoint = _train(tmp_path, capsys)
     monkeypatch.chdir(tmp_path)
-    assert main(["export", "--checkpoint", str(checkpoint), "--out", "numbers-onnx"]) == 0
+    assert main(["export", "--checkpoint", str(checkpoint), "--out", "numbers-onnx",
+                 *options]) == 0
     assert re.match(r"wrote numbers-onnx/encoder.onnx, numbers-onnx/decoder_step.onnx, "
-                    r"numbers-onnx/attnkit.json \(ONNX opset 17, greedy decoding\)",
-                    capsys.readouterr().out)
+                    r"numbers-onnx/attnkit.json, numbers-onnx/attnkit_runner.py \(ONNX opset "
+                    r"17; decoding: ", capsys.readouterr().out)
     meta = json.loads(Path("numbers-onnx/attnkit.json").read_text())
     assert meta["task"] == "translate" and meta["decoding"]["max_len"]["ratio"] == 3.0
     assert meta["decoding"]["max_len"]["extra"] == 10 + int(1.5 * 5)  # longest target: 5
-    block = re.search(r"```python\n(.*?)```", DEPLOY.read_text(), flags=re.S).group(1)
-    namespace = {}
-    exec(compile(block, "docs/deploy.md", "exec"), namespace)
+    namespace = _run_deploy_example(monkeypatch, capsys)
     printed = capsys.readouterr().out
-    assert main(["translate", "--checkpoint", str(checkpoint), "--beam", "1",
+    assert main(["translate", "--checkpoint", str(checkpoint), "--no-loop-stop", *options,
                  namespace["text"]]) == 0
     assert printed == capsys.readouterr().out
+    assert printed.count("\n") == (3 if "--n-best" in options else 1)
     assert namespace["out"]  # it decoded tokens (an untrained model: up to the limit)
+
+
+def test_the_task_s_decoding_is_written_by_default_and_options_change_it(tmp_path, capsys,
+                                                                         one_thread):
+    checkpoint = _train(tmp_path, capsys)
+    settings = {}
+    for name, options in {"default": [], "greedy": ["--beam", "1"],
+                          "sample": ["--sample", "2", "--top-k", "3", "--temperature", "0.5"]
+                          }.items():
+        assert main(["export", "--checkpoint", str(checkpoint), "--out",
+                     str(tmp_path / name), *options]) == 0
+        settings[name] = json.loads((tmp_path / name / "attnkit.json").read_text())["decoding"]
+    assert "decoding: beam=5, length_penalty=1.0)" in capsys.readouterr().out
+    assert {k: settings["default"][k] for k in ("method", "beam", "length_penalty", "n_best",
+                                                "max_tokens")} == {
+        "method": "beam", "beam": 5, "length_penalty": 1.0, "n_best": 1, "max_tokens": None}
+    assert settings["greedy"]["method"] == "greedy" and "beam" not in settings["greedy"]
+    assert {k: settings["sample"][k] for k in ("method", "samples", "top_k", "top_p",
+                                               "temperature", "seed")} == {
+        "method": "sample", "samples": 2, "top_k": 3, "top_p": None, "temperature": 0.5,
+        "seed": 0}
 
 
 def test_a_transformer_exports_at_opset_18_and_its_graphs_equal_pytorch(tmp_path, capsys,
@@ -105,10 +143,12 @@ def test_ocr_and_speech_checkpoints_export_with_their_tasks_rules(kind, tmp_path
     assert meta["vocab"] == {"tgt": vocab.to_json()} and meta["task"] == task
     rules = {"ocr-ctc": None,
              "ocr-attention": {"input": "state.lengths", "ratio": 0.5, "extra": 2,
-                               "rounding": "floor"},
-             "asr": {"input": "lengths", "ratio": 0.3, "extra": 10, "rounding": "ceil"}}
+                               "rounding": "floor", "at_most": None},
+             "asr": {"input": "lengths", "ratio": 0.3, "extra": 10, "rounding": "ceil",
+                     "at_most": None}}
     assert meta["decoding"].get("max_len") == rules[kind]
-    assert (meta["decoding"]["method"] == "ctc_best_path") == (kind == "ocr-ctc")
+    methods = {"ocr-ctc": "ctc_best_path", "ocr-attention": "greedy", "asr": "beam"}
+    assert meta["decoding"]["method"] == methods[kind]  # what read and transcribe do
     if kind == "ocr-attention":  # the rule names a tensor the encoder outputs
         assert "state.lengths" in [o["name"] for o in meta["encoder"]["outputs"]]
 
@@ -136,6 +176,12 @@ def test_bad_input_gives_one_line_errors_and_writes_nothing(tmp_path, capsys):
          "translate, ocr, asr"),
         (["--checkpoint", str(good), "--out", str(tmp_path / "file")],
          "out: expected a folder (new or existing), got the file"),
+        (["--checkpoint", str(good), "--beam", "3", "--out", str(out)],
+         "decoding: a CTC model decodes by best path only, not beam (beam=3"),
+        (["--checkpoint", str(good), "--format", "checkpoint", "--top-k", "2", "--sample", "2",
+          "--out", str(out)], "--sample: a decoding option, written by --format onnx only"),
+        (["--checkpoint", str(good), "--top-k", "2", "--out", str(out)],
+         "--top-k: a sampling option; it needs --sample N"),
     ]
     for args, message in cases:
         assert main(["export", *args]) == 2

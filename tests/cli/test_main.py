@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -73,6 +78,86 @@ def test_module_entry_point_exits_with_main_status():
     )
     assert proc.returncode == 2
     assert proc.stdout.startswith("usage: attnkit")
+
+
+# Installed by the subprocesses below (sitecustomize runs at start-up): holds the first import of
+# torch until the test, told by the file $READY, sends its SIGINT, which arrives in the sleep.
+HOLD_TORCH = """
+import os, sys, time
+
+class HoldTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            sys.meta_path.remove(self)
+            open(os.environ["READY"], "w").close()
+            time.sleep(120)
+        return None
+
+sys.meta_path.insert(0, HoldTorch())
+"""
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _console_script() -> str:
+    """What pip's ``attnkit`` script runs: the entry point pyproject.toml declares."""
+    target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["attnkit"]
+    module, function = target.split(":")
+    return f"import sys\nfrom {module} import {function}\nsys.exit({function}())"
+
+
+def _interrupted_while_torch_loads(tmp_path, *command) -> subprocess.CompletedProcess:
+    """Run ``python *command`` and send it SIGINT while it imports torch."""
+    (tmp_path / "sitecustomize.py").write_text(HOLD_TORCH)
+    ready = tmp_path / "ready"
+    path = [str(tmp_path), str(Path(attnkit.__file__).parents[1]), os.environ.get("PYTHONPATH")]
+    env = {**os.environ, "READY": str(ready), "PYTHONPATH": os.pathsep.join(filter(None, path))}
+    proc = subprocess.Popen([sys.executable, *command], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "torch was never imported"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize("entry", ["console script", "python -m attnkit"])
+def test_ctrl_c_while_pytorch_loads_is_one_line_and_status_130(tmp_path, entry):
+    command = ["-c", _console_script()] if entry == "console script" else ["-m", "attnkit"]
+    proc = _interrupted_while_torch_loads(tmp_path, *command, "translate", "--help")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "attnkit: interrupted\n")
+
+
+def test_ctrl_c_while_the_library_loads_pytorch_stays_a_keyboard_interrupt(tmp_path):
+    """A library user's Ctrl-C is theirs to handle (an interactive session must not exit)."""
+    code = "import attnkit\ntry:\n    attnkit.Attention\nexcept KeyboardInterrupt:\n" \
+           "    print('caught')"
+    proc = _interrupted_while_torch_loads(tmp_path, "-c", code)
+    assert (proc.returncode, proc.stdout) == (0, "caught\n")
+
+
+def test_importing_attnkit_and_its_entry_point_loads_no_torch():
+    code = ("import sys, attnkit, attnkit.cli.main\n"
+            "assert 'torch' not in sys.modules, 'torch'\n"
+            "print(attnkit.__version__, attnkit.Attention.__name__, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stdout == f"{attnkit.__version__} Attention True\n", proc.stderr
+
+
+def test_the_package_names_resolve_whatever_was_imported_first():
+    """``attnkit.attention`` and ``attnkit.doctor`` are functions, as the package documents,
+    even though modules of those names are imported by then."""
+    modules = [importlib.import_module(f"attnkit.{name}") for name in ("attention", "doctor")]
+    from attnkit import attention, doctor
+
+    assert attention is attnkit.attention is modules[0].attention
+    assert doctor is attnkit.doctor is modules[1].doctor
+    assert set(attnkit.__all__) <= set(dir(attnkit))
+    with pytest.raises(AttributeError, match=r"^module 'attnkit' has no attribute 'nope'$"):
+        attnkit.nope  # noqa: B018
 
 
 def test_demo_writes_the_pngs_it_prints(tmp_path, capsys):

@@ -16,6 +16,7 @@ from attnkit.data import (
     log_mel,
     log_mel_stream,
     mel_filterbank,
+    n_frames,
     normalize_features,
     pad_features,
     read_wav,
@@ -359,3 +360,10 @@ def test_audio_longer_than_the_limit_is_refused_before_decoding(tmp_path, size):
     path.write_bytes(data)
     with pytest.raises(DataError, match=r"long.wav: 3.0 s of audio, more than max_seconds=1"):
         read_wav(path, max_seconds=1)
+
+
+@pytest.mark.parametrize("rate", [8000, 16000, 22050, 44100, 48000])
+@pytest.mark.parametrize("n", [1, 159, 160, 441, 22051, 48001])
+def test_n_frames_is_the_frame_count_of_the_resampled_log_mels(rate, n):
+    samples = torch.linspace(-0.5, 0.5, n)
+    assert n_frames(n, rate) == log_mel(resample(samples, rate)).shape[0]

@@ -1,5 +1,7 @@
 """Text-line images: generation, held-out fonts, the user's folder reader and batching."""
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -9,8 +11,10 @@ from attnkit.data import (
     ALPHABET,
     CharVocab,
     DataError,
+    LineFolder,
     available_fonts,
     generate_lines,
+    iter_lines,
     load_line_image,
     pad_images,
     read_line_folder,
@@ -137,6 +141,30 @@ def test_written_lines_read_back_unchanged(tmp_path, train_lines):
     assert all(torch.equal(a, b) for (a, _), (b, _) in zip(back, train_lines))
     with pytest.raises(ValueError, match=r"lines\[1\]: text must be one non-empty line"):
         write_line_folder([train_lines[0], (train_lines[1][0], "a\tb")], tmp_path / "x")
+
+
+def test_a_folder_of_lines_is_read_from_disk_when_indexed(tmp_path, train_lines):
+    tsv = write_line_folder(iter(train_lines[:12]), tmp_path / "cache")  # any iterable
+    lines = read_line_folder(tmp_path / "cache", tsv)
+    assert isinstance(lines, LineFolder) and len(lines) == 12
+    assert lines.widths == [image.shape[1] for image, _ in train_lines[:12]]
+    assert lines.texts == [text for _, text in train_lines[:12]]
+    # it holds names, widths and texts, not images: a few hundred bytes a line
+    assert len(pickle.dumps(lines)) < 12 * 400 < sum(image.numel() for image, _ in lines)
+    part = lines[3:5]
+    assert isinstance(part, LineFolder) and part.texts == lines.texts[3:5]
+    assert torch.equal(part[1][0], train_lines[4][0]) and part.path(1) == lines.path(4)
+    (tmp_path / "cache" / "000004.png").write_bytes(b"overwritten after the folder was read")
+    with pytest.raises(DataError, match="000004.png: cannot read image"):
+        lines[4]  # read now, not before
+
+
+def test_iter_lines_renders_generate_lines_one_at_a_time(train_lines):
+    many = iter_lines(10**9, seed=7)  # nothing rendered yet
+    first = [next(many) for _ in range(3)]
+    assert all(torch.equal(a, b) and s == t for (a, s), (b, t) in zip(first, train_lines))
+    with pytest.raises(ValueError, match="n: expected a non-negative int, got -1"):
+        iter_lines(-1)  # checked on the call
 
 
 def _folder(tmp_path, tsv_text):

@@ -15,6 +15,7 @@ from num2words import num2words
 
 from attnkit.data import (
     DataError,
+    FeaturesOnDisk,
     SpeechSet,
     log_mel,
     mel_filterbank,
@@ -158,6 +159,11 @@ def test_dataset_is_cached_and_reused(tmp_path, monkeypatch):
                              pitch=plan[0].pitch)
     assert rate == 22050
     assert data.features[0].shape == (1 + math.ceil(audio.numel() * 320 / 441) // 160, 80)
+    # read from the cache's rows when indexed: each utterance's own features
+    assert isinstance(data.features, FeaturesOnDisk)
+    assert data.frames == [f.shape[0] for f in data.features]
+    assert torch.equal(data.features[4], speech._features(plan[4]).to(torch.float16))
+    assert torch.equal(data.head(5).features[4], data.features[4])
     (folder,) = tmp_path.iterdir()
     index = json.loads((folder / "index.json").read_text())
     assert index["utterances"][3]["voice"] == plan[3].voice
@@ -244,3 +250,19 @@ def test_manifest_errors_name_the_file(tmp_path):
     (tmp_path / "f.tsv").write_text("mulaw.wav\thello\n")
     with pytest.raises(DataError, match=re.escape(str(tmp_path / "mulaw.wav")) + ".*mu-law"):
         read_manifest(tmp_path / "f.tsv")
+
+
+def test_features_on_disk_are_sliced_without_reading_and_read_once_per_batch():
+    reads = []
+
+    class Counted(FeaturesOnDisk):
+        def read(self, record):
+            reads.append(record)
+            return torch.full((record, 80), float(record))
+
+    features = Counted([3, 5, 4], [3, 5, 4], normalize=False)
+    part = features[1:]
+    assert isinstance(part, Counted) and part.frames == [5, 4] and reads == []
+    batch, lengths = pad_features(part)
+    assert reads == [5, 4] and lengths.tolist() == [5, 4]
+    assert batch.dtype == torch.float32 and float(batch[1, 3, 0]) == 4.0  # float16 on the way

@@ -10,8 +10,12 @@ V = 9
 
 
 class Reader:
-    """A streaming model whose step ``i`` reads input frame ``3 i + 2`` (a token id) and emits
-    it, or EOS past the input's end: it waits for that frame while the input arrives."""
+    """A streaming model whose step ``i`` reads input frame ``stride * i + 2`` (a token id) and
+    emits it, or EOS past the input's end: it waits for that frame while the input arrives.
+    With ``stride=0`` it reads one frame for ever: an output that loops."""
+
+    def __init__(self, stride=3):
+        self.stride = stride
 
     def start(self, inputs):
         return {"seen": inputs[0, :, 0], "i": torch.zeros(1, dtype=torch.long)}
@@ -23,7 +27,7 @@ class Reader:
         return {**state, "seen": torch.cat([state["seen"], inputs[0, :, 0]])}
 
     def stream_step(self, tokens, state, *, final):
-        at = 3 * int(state["i"]) + 2
+        at = self.stride * int(state["i"]) + 2
         seen = state["seen"]
         if at >= len(seen) and not final:
             return None
@@ -43,18 +47,24 @@ def _frames(n, seed=0):
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 5, 16, 100])
-@pytest.mark.parametrize("n, cap", [(31, None), (31, 6), (40, 20)])
-def test_streaming_emits_greedys_tokens_as_soon_as_they_are_read(chunk, n, cap):
-    model, x = Reader(), _frames(n)
+@pytest.mark.parametrize("n, cap, stride, loop_stop", [
+    (31, None, 3, True), (31, 6, 3, True), (40, 20, 3, True),
+    (40, 30, 0, True), (40, 30, 0, False)])  # an output that loops: stopped, or not
+def test_streaming_emits_greedys_tokens_as_soon_as_they_are_read(chunk, n, cap, stride,
+                                                                  loop_stop):
+    model, x = Reader(stride), _frames(n)
     max_len = (lambda frames: frames // 3 + 2) if cap is None else (lambda frames: cap)
-    hyp = greedy(model.step, model.start(x), batch_size=1, bos=BOS, eos=EOS, max_len=max_len(n))
+    hyp = greedy(model.step, model.start(x), batch_size=1, bos=BOS, eos=EOS, max_len=max_len(n),
+                 loop_stop=loop_stop)
     offline = hyp.tokens[0, : int(hyp.lengths[0])].tolist()
-    state, tokens = stream_start(model), []
+    if stride == 0:  # 17 copies of one token from a still attention make a loop
+        assert len(offline) == (17 if loop_stop else 30)
+    state, tokens = stream_start(model, loop_stop=loop_stop), []
     for start in range(0, n, chunk):
         end = min(n, start + chunk)
         state, emitted = stream_feed(model, state, x[:, start:end], final=False, max_len=max_len)
         for e in emitted:  # each token as soon as its frame and the limit let it, not later
-            assert e.reach == 3 * len(tokens) + 3 and e.reach <= end
+            assert e.reach == stride * len(tokens) + 3 and e.reach <= end
             assert e.reach > start or len(tokens) + 1 > max_len(start)
             tokens.append(e.token)
     state, emitted = stream_feed(model, state, x[:, :0], final=True, max_len=max_len)

@@ -1,25 +1,35 @@
 """Every model family exported: onnxruntime's encoder and decoder steps equal PyTorch's on
-other batch sizes and lengths with padding, and greedy decoding through onnxruntime (numpy and
-the JSON only) gives attnkit's tokens."""
+other batch sizes and lengths with padding, and the exported runner (numpy and the JSON only)
+decodes through onnxruntime as attnkit does: greedy, beam search with its options, sampling's
+restrictions, CTC best path."""
 
+import dataclasses
+import importlib.util
 import json
+import math
 
 import numpy as np
 import pytest
 import torch
 
-from attnkit.decoding import decode
+from attnkit.decoding import Decoding, ctc_greedy, decode
 from attnkit.models import CRNN, LAS, Seq2Seq, Transformer
+from attnkit.tokens import content_ids
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed: "
                           "pip install 'attnkit[export]'")
 
-from attnkit.export import JSON_FILE, export_onnx  # noqa: E402
+from attnkit.export import JSON_FILE, RUNNER_FILE, decoding_json, export_onnx  # noqa: E402
 from attnkit.export.graphs import model_inputs  # noqa: E402
 from attnkit.export.state import flatten  # noqa: E402
 
 TOL = 1e-4  # float32
-MAX_LEN = {"input": "src_len", "ratio": 1.5, "extra": 3, "rounding": "ceil"}
+# The output length limits: translation's capped to exercise "at_most"
+MAX_LEN = {"input": "src_len", "ratio": 1.5, "extra": 3, "rounding": "ceil", "at_most": 14}
+RULES = {"las": {"input": "lengths", "ratio": 0.3, "extra": 2, "rounding": "ceil",
+                 "at_most": None},
+         "crnn-attention": {"input": "state.lengths", "ratio": 0.5, "extra": 2,
+                            "rounding": "floor", "at_most": None}}
 MODELS = {
     "bahdanau": lambda: Seq2Seq(20, 22, kind="bahdanau", emb=8, hidden=16),
     "luong": lambda: Seq2Seq(20, 22, kind="luong", score="general", input_feeding=True, emb=8,
@@ -45,13 +55,16 @@ class Exported:
     def __init__(self, name, folder):
         torch.manual_seed(0)
         self.model = MODELS[name]().eval()
-        if name in EOS_BIAS:
+        if name in BIAS:
+            parameter, token, shift = BIAS[name]
             with torch.no_grad():
-                model = self.model
-                (model.out_bias if name == "transformer" else model.decoder.out.bias)[2] += \
-                    EOS_BIAS[name]
-        self.meta = export_onnx(self.model, folder, task="test", vocab={}, max_len=MAX_LEN)
+                self.model.get_parameter(parameter)[token] += shift
+        self.meta = export_onnx(self.model, folder, task="test", vocab={},
+                                max_len=RULES.get(name, MAX_LEN))
         assert json.loads((folder / JSON_FILE).read_text()) == self.meta
+        spec = importlib.util.spec_from_file_location(f"runner_{name}", folder / RUNNER_FILE)
+        self.runner = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(self.runner)  # the copy written next to the graphs
         self.encoder = ort.InferenceSession(str(folder / self.meta["encoder"]["file"]))
         step = self.meta.get("decoder_step")
         self.step = step and ort.InferenceSession(str(folder / step["file"]))
@@ -113,46 +126,97 @@ def test_encoder_and_decoder_steps_equal_pytorch(name, exported, one_thread):
     assert {s["name"] for s in e.meta["state"]} == set(flatten(want_state))
 
 
-def ort_greedy(e: Exported, x, lengths) -> np.ndarray:
-    """Greedy decoding as the JSON describes it, with numpy and onnxruntime only."""
-    d = e.meta["decoding"]
-    state = e.encode(x, lengths)
-    rule = d["max_len"]
-    length = {"src_len": lengths.numpy(), **state}[rule["input"]]
-    limit = getattr(np, rule["rounding"])(rule["ratio"] * length).astype(np.int64) + rule["extra"]
-    tokens = np.full(len(limit), d["bos"])
-    done = np.zeros(len(limit), dtype=bool)
-    out = []
-    for t in range(limit.max()):
-        res = e.run_step(tokens, state)
-        log_probs = res["log_probs"].copy()
-        log_probs[:, d["never_emit"]] = -np.inf
-        tokens = np.where(done, d["pad"], log_probs.argmax(-1))
-        out.append(tokens)
-        done |= (tokens == d["eos"]) | (t + 1 >= limit)
-        state.update({s["name"]: res[s["next"]] for s in e.meta["state"] if s["next"]})
-        if done.all():
-            break
-    return np.stack(out, 1)
+def runner_decode(e: Exported, x, lengths, decoding: Decoding | None) -> list:
+    """The runner's outputs for ``decoding`` (written into the JSON as the export writes it)."""
+    rule = e.meta["decoding"].get("max_len")
+    meta = {**e.meta, "decoding": decoding_json(decoding, rule, ctc=e.step is None)}
+    return e.runner.decode(e.step, e.encode(x, lengths), meta,
+                           dict(zip([i["name"] for i in e.meta["encoder"]["inputs"]],
+                                    (x.numpy(), lengths.numpy()))))
 
 
-# A bias towards EOS (set before the export) so that greedy decoding of the randomly
-# initialised models stops some examples at EOS, at different steps, and others at max_len.
-EOS_BIAS = {"bahdanau": 0.3, "luong": 0.4, "transformer": 0.0}
-
-
-@pytest.mark.parametrize("name", list(EOS_BIAS))
-def test_greedy_decoding_through_onnxruntime_gives_attnkits_tokens(name, exported, one_thread):
-    e = exported(name)
-    x, lengths = model_inputs(e.model).example(4, 9, seed=11)
-    limit = (lengths.float() * MAX_LEN["ratio"]).ceil().long() + MAX_LEN["extra"]
+def attnkit_decode(e: Exported, x, lengths, decoding: Decoding | None) -> list:
+    """attnkit's outputs, as lists of ids per example (its n-best or samples, best first), the
+    length limit computed by the JSON's rule in PyTorch."""
     with torch.no_grad():
-        want = decode(e.model, x, lengths, max_len=limit)
-    got = ort_greedy(e, x, lengths)
-    np.testing.assert_array_equal(got, want.tokens.numpy())
-    stops = want.lengths.tolist()
-    assert len(set(stops)) > 1 and any(n < int(m) for n, m in zip(stops, limit))
-    assert any(n == int(m) for n, m in zip(stops, limit))
+        if e.step is None:
+            return [[ids] for ids in ctc_greedy(*e.model(x, lengths)).ids]
+        rule = e.meta["decoding"]["max_len"]
+        values = {e.meta["encoder"]["inputs"][1]["name"]: lengths,
+                  **flatten(e.model.start(x, lengths))}
+        scaled = getattr(torch, rule["rounding"])(values[rule["input"]].float() * rule["ratio"])
+        limit = scaled.long() + rule["extra"]
+        if rule["at_most"] is not None:
+            limit = limit.clamp(max=rule["at_most"])
+        # the runner has no loop check: it decodes a looping output to its limit
+        hyp = decode(e.model, x, lengths, max_len=limit,
+                     decoding=dataclasses.replace(decoding, loop_stop=False))
+    tokens = hyp.tokens if hyp.tokens.dim() == 3 else hyp.tokens[:, None]  # (B, n, T)
+    return [[content_ids(row) for row in example] for example in tokens.tolist()]
+
+
+# Output biases shifted before the export: towards EOS, so that decoding the randomly
+# initialised translation models stops some examples at EOS, at different steps, and others
+# at their limit (the Transformer does without); away from the blank, so that the CTC model
+# emits ids.
+BIAS = {"bahdanau": ("decoder.out.bias", 2, 0.3), "luong": ("decoder.out.bias", 2, 0.4),
+        "crnn-ctc": ("classifier.bias", 0, -3.0)}
+STOPS = ("bahdanau", "luong", "transformer")
+DECODERS = [name for name in MODELS if name != "crnn-ctc"]
+DECODINGS = {
+    "greedy": Decoding(),
+    "beam": Decoding(beam=3, length_penalty=0.6),
+    "beam-options": Decoding(beam=4, length_penalty=1.0, coverage_penalty=0.4,
+                             no_repeat_ngram=2, n_best=3),
+    "beam-max-len": Decoding(beam=2, max_len=5),
+}
+
+
+@pytest.mark.parametrize("how", list(DECODINGS))
+@pytest.mark.parametrize("name", DECODERS)
+def test_the_runner_decodes_through_onnxruntime_as_attnkit_does(name, how, exported,
+                                                                one_thread):
+    e = exported(name)
+    if name in LENGTHS:
+        length, lengths = LENGTHS[name]
+        x, lengths = model_inputs(e.model).example(3, length, seed=11)[0], torch.tensor(lengths)
+    else:
+        x, lengths = model_inputs(e.model).example(4, 9, seed=11)
+    want = attnkit_decode(e, x, lengths, DECODINGS[how])
+    assert runner_decode(e, x, lengths, DECODINGS[how]) == want
+    assert [len(outputs) for outputs in want] == [DECODINGS[how].n_best] * len(lengths)
+    if name in STOPS and how == "greedy":  # some examples stop at EOS, others at the limit
+        limits = [min(math.ceil(1.5 * n) + 3, 14) for n in lengths.tolist()]
+        stops = [len(outputs[0]) for outputs in want]
+        assert any(n < m for n, m in zip(stops, limits)) and 14 in stops
+        assert any(n == m for n, m in zip(stops, limits))
+
+
+def test_the_runner_reads_the_ctc_best_path(exported, one_thread):
+    e = exported("crnn-ctc")
+    x, _ = model_inputs(e.model).example(3, 37, seed=3)
+    lengths = torch.tensor([37, 20, 2])
+    want = attnkit_decode(e, x, lengths, None)
+    assert runner_decode(e, x, lengths, None) == want and any(o[0] for o in want)
+
+
+def test_the_runner_samples_from_the_model_s_restricted_distribution(exported, one_thread):
+    e = exported("bahdanau")
+    x, lengths = model_inputs(e.model).example(2, 9, seed=5)
+    greedy = runner_decode(e, x, lengths, Decoding())
+    for narrow in (Decoding(sample=True, top_k=1, samples=2),
+                   Decoding(sample=True, top_p=1e-6, temperature=2.0)):
+        outputs = runner_decode(e, x, lengths, narrow)
+        assert outputs == [[g[0]] * narrow.samples for g in greedy]
+    wide = Decoding(sample=True, top_k=2, samples=40, max_len=1, seed=3)
+    drawn = runner_decode(e, x, lengths, wide)
+    assert drawn == runner_decode(e, x, lengths, wide)  # seeded: the same draws
+    with torch.no_grad():
+        log_probs, _, _ = e.model.step(torch.tensor([1, 1]), e.model.start(x, lengths))
+    log_probs[:, :2] = -float("inf")  # never pad or bos
+    for outputs, top2 in zip(drawn, log_probs.topk(2).indices.tolist()):
+        first = {out[0] if out else 2 for out in outputs}  # an empty output: EOS drawn
+        assert first == set(top2)  # only the two most probable, both drawn in 40 draws
 
 
 def test_the_json_names_every_graph_input_and_output(exported):
@@ -168,7 +232,7 @@ def test_the_json_names_every_graph_input_and_output(exported):
     assert meta["encoder"]["outputs"][2]["shape"] == ["B", 1, "S", 16]  # (B, H, S, A)
     assert meta["decoding"] | {"rule": ""} == {
         "method": "greedy", "bos": 1, "eos": 2, "pad": 0, "never_emit": [0, 1],
-        "max_len": MAX_LEN, "rule": ""}
+        "max_len": MAX_LEN, "max_tokens": None, "rule": ""}
     assert (meta["opset"], meta["model"]["name"]) == (17, "seq2seq")
     # a step that never reads an entry does not take it (the no-attention model's lengths)
     plain = exported("none").meta
@@ -202,5 +266,5 @@ def test_export_refuses_bad_arguments_and_writes_nothing(tmp_path):
     assert not out.exists() and model.training
     export_onnx(model, out, task="t", vocab={}, max_len=MAX_LEN, opset=18)
     assert model.training  # the export leaves the model's mode as it was
-    assert sorted(p.name for p in out.iterdir()) == ["attnkit.json", "decoder_step.onnx",
-                                                     "encoder.onnx"]
+    assert sorted(p.name for p in out.iterdir()) == ["attnkit.json", "attnkit_runner.py",
+                                                     "decoder_step.onnx", "encoder.onnx"]

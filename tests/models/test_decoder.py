@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnkit.decoding import beam_search, greedy
-from attnkit.models import AttentionDecoder
+from attnkit.models import AttentionDecoder, guided_attention_loss
 
 CONFIGS = [
     dict(score="additive"),
@@ -113,6 +113,31 @@ def test_outputs_longer_than_the_input_give_finite_losses(cfg):
     assert torch.isfinite(loss) and torch.isfinite(weights).all()
     assert torch.isfinite(memory.grad).all()
     assert all(torch.isfinite(p.grad).all() for p in dec.parameters() if p.grad is not None)
+
+
+def test_guided_attention_loss_is_zero_on_the_diagonal_and_ignores_padding():
+    """Weights on the diagonal cost ~0, off it up to 1 per output; padded outputs and inputs
+    cost nothing, whatever they hold; the gradient is finite."""
+    n, s = 4, 8
+    diagonal = torch.zeros(2, 6, 10)
+    for i in range(n):  # output i of 4 at input steps 2i, 2i + 1 of 8
+        diagonal[:, i, 2 * i : 2 * i + 2] = 0.5
+    lengths_out, lengths_in = torch.tensor([n, n]), torch.tensor([s, s])
+    near = guided_attention_loss(diagonal, lengths_out, lengths_in)
+    assert near < 0.05  # each half-weight 1/16 of the line off the diagonal: 0.048
+    corner = torch.zeros(2, 6, 10)
+    corner[:, :n, s - 1] = 1.0  # every output on the last input step
+    far = guided_attention_loss(corner, lengths_out, lengths_in)
+    assert 0.5 < far < 1.0
+    noisy = diagonal.clone()
+    noisy[:, n:] = 7.0  # padded outputs
+    noisy[:, :, s:] = 7.0  # padded inputs
+    torch.testing.assert_close(guided_attention_loss(noisy, lengths_out, lengths_in), near)
+    weights = torch.softmax(torch.randn(2, 6, 10), -1).requires_grad_()
+    guided_attention_loss(weights, torch.tensor([6, 3]), torch.tensor([10, 5])).backward()
+    assert torch.isfinite(weights.grad).all() and weights.grad[1, 3:].eq(0).all()
+    with pytest.raises(ValueError, match=r"^weights: expected \(B, T, S\), got \(6, 10\)"):
+        guided_attention_loss(weights[0], lengths_out, lengths_in)
 
 
 def test_a_growing_memory_only_with_a_hard_monotonic_alignment():

@@ -10,7 +10,7 @@ from attnkit.data import read_tsv
 from attnkit.models import Seq2Seq, model_config
 from attnkit.tasks import EVALUATORS, Evaluator, evaluator_for
 from attnkit.tasks.evaluator import Example, Output
-from attnkit.tasks.metrics import METRICS, example_cer, score
+from attnkit.tasks.metrics import METRICS, closest_reference, example_cer, score
 from attnkit.train import save_checkpoint
 
 
@@ -52,10 +52,10 @@ def test_registration_errors_name_the_problem(upper_task):
     with pytest.raises(ValueError, match="task: an evaluator for 'test-upper' is already"):
         type("Again", (upper_task,), {}, task="test-upper")
     with pytest.raises(ValueError, match=r"metrics: expected names among exact, cer, wer, "
-                                         r"bleu, chrf, got \['rouge'\]"):
+                                         r"bleu, bleu4, chrf, got \['rouge'\]"):
         type("Rouge", (upper_task,), {"metrics": ("rouge",)}, task="test-rouge")
-    with pytest.raises(ValueError, match=r"task: expected one of asr, ocr, .*translate, "
-                                         r"got 'poems'"):
+    with pytest.raises(ValueError, match=r"task: expected one of asr, caption, ocr, .*translate, "
+                                         r"vqa, got 'poems'"):
         evaluator_for("poems")
 
 
@@ -71,3 +71,19 @@ def test_metrics_on_known_values():
         score(["f1"], hyps, refs)
     with pytest.raises(ValueError, match=r"hypotheses: expected one per reference \(3\), got 2"):
         score(["cer"], hyps[:2], refs)
+
+
+def test_metrics_against_several_references():
+    hyps = ["a red circle", "a blue square at the top"]
+    refs = [("a red circle", "a circle"), ("a blue square at the left", "a blue square at the top",
+                                           "a square")]  # examples with 2 and 3 references
+    got = score(("exact", "bleu4", "chrf"), hyps, refs)
+    assert got == pytest.approx({"exact": 1.0, "bleu4": 100.0, "chrf": 100.0})
+    one = score(("exact", "bleu4", "chrf"), hyps, [r[0] for r in refs])  # the first alone
+    assert one["exact"] == 0.5 and one["bleu4"] < 100 and one["chrf"] < 100
+    assert score(("bleu4",), ["a b c d"], ["a b c d"]) == pytest.approx({"bleu4": 100.0})
+    assert closest_reference("a blue square at the tip", refs[1]) == "a blue square at the top"
+    assert example_cer("a blue square at the tip", refs[1]) == pytest.approx(1 / 24)
+    with pytest.raises(ValueError, match=r"references\[1\]: cer scores against one reference "
+                                         r"text, got 3"):
+        score(["cer"], hyps, ["a red circle", refs[1]])

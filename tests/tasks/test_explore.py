@@ -1,15 +1,22 @@
 """The explorer's examples from each task's evaluator: hypotheses, scores and maps as decoding
-gave them; a Transformer's maps per layer and head, replayed through its own steps."""
+gave them; a Transformer's maps per layer and head, replayed through its own steps; a CRNN's
+self-attention per head over the line; captions and VQA answers with their maps over the
+image's grid."""
+
+import math
 
 import pytest
 import torch
 
-from attnkit.data import CharVocab
+from attnkit.data import ALPHABET, CharVocab, generate_lines, generate_scenes, question_set
 from attnkit.decoding import Decoding
-from attnkit.models import Seq2Seq, Transformer
+from attnkit.models import CRNN, Seq2Seq, Transformer
+from attnkit.tasks.captioning import CaptionTask, caption_images
 from attnkit.tasks.evaluator import evaluator_for
-from attnkit.tasks.explore import explore_examples
+from attnkit.tasks.explore import examples_of, explore_examples
+from attnkit.tasks.ocr import read_lines
 from attnkit.tasks.translation import translate
+from attnkit.tasks.vqa import VqaTask
 
 CHARS = CharVocab("abcdef ")
 
@@ -55,3 +62,92 @@ def test_an_rnn_gives_one_map_and_a_model_without_attention_is_refused():
     plain = Seq2Seq(len(CHARS), len(CHARS), emb=8, hidden=16, kind="none")
     with pytest.raises(ValueError, match="checkpoint: its Seq2Seq model has no attention"):
         explore_examples(_evaluator(plain), ["abc"])
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("head", ["ctc", "attention"])
+def test_a_crnn_gives_its_self_attention_per_head_beside_the_reading(head):
+    torch.manual_seed(0)
+    chars = CharVocab(list(ALPHABET))
+    model = CRNN(len(chars), channels=(4, 4, 8, 8, 8), hidden=8, attention="window", window=3,
+                 heads=2, head=head, dec_hidden=8).eval()
+    ev = evaluator_for("ocr")(model, {"task": "ocr"}, chars.to_json())
+    images = [image for image, _ in generate_lines(2, seed=1, max_chars=6)]
+    examples = explore_examples(ev, images, names=["a", "b"], references=["r", None])
+    readings = read_lines(model, chars, images, weights=True)
+    for ex, image, reading in zip(examples, images, readings):
+        assert len(ex.source) == reading.steps == image.shape[1] // 2
+        assert list(ex.input_maps) == ["encoder self-attention", "encoder self-attention / head 1",
+                                       "encoder self-attention / head 2"]
+        torch.testing.assert_close(ex.input_maps["encoder self-attention / head 2"],
+                                   reading.self_attention[1])
+        torch.testing.assert_close(ex.input_maps["encoder self-attention"],
+                                   reading.self_attention.mean(0))
+        [hyp] = ex.hypotheses
+        assert list(hyp.maps) == ["attention"] and ex.image is image
+    assert [(e.name, e.reference) for e in examples] == [("a", "r"), ("b", None)]
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_outputs_without_weights_and_a_crnn_without_attention_are_refused():
+    torch.manual_seed(0)
+    outputs = _evaluator(Seq2Seq(len(CHARS), len(CHARS), emb=8, hidden=16)).decode(["abc"])
+    assert outputs[0].explore is None  # decoded without weights
+    with pytest.raises(ValueError, match="outputs: expected outputs decoded with weights=True"):
+        examples_of(outputs)
+    chars = CharVocab(list(ALPHABET))
+    plain = CRNN(len(chars), channels=(4, 4, 8, 8, 8), hidden=8).eval()
+    ev = evaluator_for("ocr")(plain, {"task": "ocr"}, chars.to_json())
+    images = [image for image, _ in generate_lines(1, seed=1, max_chars=6)]
+    with pytest.raises(ValueError, match="checkpoint: its CRNN model has no attention"):
+        explore_examples(ev, images)
+
+
+MODEL = dict(image_size=32, channels=(4, 8), hidden=8, emb=8, attn_dim=8)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_captioner_gives_every_caption_with_its_words_maps_over_the_grid():
+    scenes = generate_scenes(3, seed=1, size=32, max_objects=4)
+    task = CaptionTask(scenes, scenes, model_config=MODEL)
+    torch.manual_seed(0)
+    model = task.build_model()
+    ev = evaluator_for("caption")(model, task.config(), task.vocab())
+    images = [s.image for s in scenes[:2]]
+    decoding = Decoding(beam=3, n_best=2)
+    examples = explore_examples(ev, images, decoding, references=[s.captions for s in scenes])
+    captions = caption_images(model, task.words, images, max_words=task.max_words,
+                              decoding=decoding, weights=True)
+    for ex, image, caption, scene in zip(examples, images, captions, scenes):
+        assert ex.grid == (8, 8) and len(ex.source) == 64 and ex.reference == scene.captions
+        assert torch.equal(ex.image, image.permute(1, 2, 0))
+        assert [" ".join(h.tokens[:-1]) if h.tokens[-1] == "<eos>" else " ".join(h.tokens)
+                for h in ex.hypotheses] == caption.texts
+        best = ex.hypotheses[0].maps["attention"]
+        assert torch.allclose(best, caption.weights) and best.shape == (len(best), 64)
+        assert ex.hypotheses[0].score >= ex.hypotheses[1].score
+    none = CaptionTask(scenes, scenes, model_config={**MODEL, "attention": "none"})
+    plain = evaluator_for("caption")(none.build_model(), none.config(), none.vocab())
+    with pytest.raises(ValueError, match="checkpoint: its Captioner model has no attention"):
+        explore_examples(plain, images)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_vqa_model_gives_its_answer_with_each_hops_map():
+    images, questions = question_set(generate_scenes(2, seed=1, size=32, max_objects=4))
+    task = VqaTask((images, questions), (images, questions), model_config={**MODEL, "hops": 3})
+    torch.manual_seed(0)
+    ev = evaluator_for("vqa")(task.build_model(), task.config(), task.vocab())
+    asked = [(images[q.image], q.question) for q in questions[:3]]
+    examples = explore_examples(ev, asked)
+    for ex, (image, question), answer in zip(examples, asked, ev.answer(asked)):
+        [hyp] = ex.hypotheses
+        assert ex.text == question and ex.grid == (8, 8)
+        assert list(hyp.tokens) == ["hop 1", "hop 2", "hop 3"] and hyp.text == answer.answer
+        assert hyp.score == pytest.approx(math.log(answer.probability))
+        assert torch.equal(hyp.maps["attention"], answer.weights)
+    none = VqaTask((images, questions), (images, questions), model_config={**MODEL,
+                                                                           "kind": "none"})
+    plain = evaluator_for("vqa")(none.build_model(), none.config(), none.vocab())
+    with pytest.raises(ValueError, match="checkpoint: its VQA model has no attention"):
+        explore_examples(plain, asked)

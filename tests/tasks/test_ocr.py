@@ -1,11 +1,16 @@
-"""OcrTask: the joint CTC-attention loss and its settings."""
+"""OcrTask: the joint CTC-attention loss, the guided attention loss and their settings;
+lines read from disk; read_lines' self-attention maps."""
 
 import pytest
 import torch
 
+from attnkit.data import (ALPHABET, CharVocab, DataError, pad_images, read_line_folder,
+                          write_line_folder)
 from attnkit.data.lines import generate_lines
-from attnkit.tasks.ocr import OcrTask
+from attnkit.models import CRNN, guided_attention_loss
+from attnkit.tasks.ocr import OcrTask, plot_line, read_lines
 
+CHARS = CharVocab(list(ALPHABET))
 MODEL = dict(channels=(4, 4, 8, 8, 8), hidden=8, dropout=0.0, head="attention", dec_hidden=8)
 
 
@@ -37,7 +42,95 @@ def test_ctc_weight_mixes_the_two_losses(lines):
     (dict(ctc_weight=1.5), r"ctc_weight: expected a number in \[0, 1\], got 1.5"),
     (dict(ctc_weight=0.3, model_config={**MODEL, "head": "ctc"}),
      "ctc_weight: only for the attention head"),
+    (dict(guided_attention=-1.0), "guided_attention: expected a non-negative number, got -1.0"),
+    (dict(guided_attention=1.0, model_config={**MODEL, "head": "ctc"}),
+     "guided_attention: only for the attention head"),
 ])
 def test_bad_ctc_weight(lines, kw, match):
     with pytest.raises(ValueError, match=match):
         OcrTask(lines, lines[:2], **{"model_config": MODEL, **kw})
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("head, heads", [("ctc", 1), ("ctc", 2), ("attention", 2)])
+def test_the_self_attention_maps_come_from_the_reading_pass_and_only_when_asked(
+        lines, head, heads):
+    torch.manual_seed(0)
+    model = CRNN(len(CHARS), channels=(4, 4, 8, 8, 8), hidden=8, attention="window", window=3,
+                 score="scaled_dot", heads=heads, head=head, dec_hidden=8).eval()
+    images = [image for image, _ in lines[:3]]
+    calls = []  # (need_weights asked, weights returned) of every self-attention call
+    model.attention.attention.register_forward_hook(
+        lambda m, args, kwargs, out: calls.append((kwargs["need_weights"], out.weights)),
+        with_kwargs=True)
+    plain = read_lines(model, CHARS, images)
+    assert all(r.self_attention is None for r in plain)
+    assert [asked for asked, _ in calls] == [False] and calls[0][1] is None  # one batch
+    calls.clear()
+    readings = read_lines(model, CHARS, images, weights=True)
+    assert [r.texts for r in readings] == [r.texts for r in plain]
+    assert len(calls) == 1 and calls[0][0]  # one encoding of the batch, asked for weights
+    seen = []  # the self-attention layer's inputs (RNN1's output, steps) of one line
+    model.attention.register_forward_hook(lambda m, args, out: seen.append(args))
+    for image, r in zip(images, readings):
+        seen.clear()
+        model.encode(*pad_images([image]))
+        want = model.attention.with_weights(*seen[0]).weights[0]  # ([H,] T, T)
+        want = want if heads > 1 else want[None]
+        assert r.self_attention.shape == (heads, r.steps, r.steps)
+        torch.testing.assert_close(r.self_attention, want, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(r.self_attention.sum(-1), torch.ones(heads, r.steps))
+        if head == "ctc":  # the characters' rows: the self-attention where each was emitted
+            assert r.weights.shape == (len(r.texts[0]), r.steps)
+        else:  # the decoder's weights, over the batch's padded steps
+            assert (r.weights[:, r.steps:] == 0).all()
+
+
+def test_guided_attention_adds_its_loss(lines):
+    plain = OcrTask(lines, lines[:2], model_config=MODEL)
+    guided = OcrTask(lines, lines[:2], model_config=MODEL, guided_attention=2.0)
+    assert guided.config()["batching"]["guided_attention"] == 2.0
+    assert "guided_attention" not in plain.config()["batching"]
+    torch.manual_seed(0)
+    model = plain.build_model()
+    batch = plain.batches(0)[0]
+    ce, _ = plain.loss(model, batch)
+    total, _ = guided.loss(model, batch)
+    _, weights = model(batch["images"], batch["widths"], batch["tgt_in"])
+    want = guided_attention_loss(weights, (batch["tgt_out"] != 0).sum(1),
+                                 model.steps(batch["widths"]))
+    torch.testing.assert_close(total, ce + 2.0 * want)
+    assert want > 0
+
+
+def test_lines_of_a_folder_are_read_per_batch_and_batch_as_in_memory(lines, tmp_path):
+    tsv = write_line_folder(lines, tmp_path / "lines")
+    on_disk = read_line_folder(tmp_path / "lines", tsv)
+    ctc = {**MODEL, "head": "ctc"}
+    in_memory = OcrTask(lines, lines[:2], model_config=ctc, batch_size=2)
+    task = OcrTask(on_disk, on_disk[:2], model_config=ctc, batch_size=2)
+    assert task.train is on_disk  # not copied into memory
+    for a, b in zip(in_memory.batches(1), task.batches(1), strict=True):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    batches = task.batches(0)
+    for path in (tmp_path / "lines").glob("*.png"):
+        path.write_bytes(b"gone")
+    with pytest.raises(DataError, match="cannot read image"):
+        batches[0]  # the images are read when the batch is built
+    assert len(task.evaluate(task.build_model())) == 3  # validation lines were read up front
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_pictures_of_lines_read_in_one_batch_of_several_widths(lines, tmp_path):
+    """The attention head's weights span the batch's padded steps; each line's picture, with
+    its self-attention map, is cropped to the line's own steps."""
+    torch.manual_seed(0)
+    model = CRNN(len(CHARS), channels=(4, 4, 8, 8, 8), hidden=8, attention="window", window=3,
+                 head="attention", dec_hidden=8).eval()
+    images = [image for image, _ in lines[:4]]
+    assert len({image.shape[1] for image in images}) > 1
+    readings = read_lines(model, CHARS, images, weights=True)
+    for i, (image, r) in enumerate(zip(images, readings)):
+        path = plot_line(image, r.texts[0], r.weights, r.steps, tmp_path / f"{i}.png", eos=True,
+                         self_attention=r.self_attention)
+        assert path.stat().st_size > 0

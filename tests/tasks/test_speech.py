@@ -6,7 +6,17 @@ import time
 import pytest
 import torch
 
-from attnkit.data import CharVocab, DataError, SpeechSet, feature_statistics, log_mel, pad_features
+from attnkit.data import (
+    CharVocab,
+    DataError,
+    FeaturesOnDisk,
+    SpeechSet,
+    feature_statistics,
+    log_mel,
+    pad_features,
+    read_manifest,
+    write_wav,
+)
 from attnkit.decoding import Decoding
 from attnkit.tasks.speech import (
     SpeechEvaluator,
@@ -137,6 +147,31 @@ def test_float16_feature_storage_changes_the_model_by_rounding_only():
         lp32 = model(x32, lengths, tgt)[0].log_softmax(-1)
         lp16 = model(x16, lengths, tgt)[0].log_softmax(-1)
     assert float((lp32 - lp16).abs().max()) < 1e-4
+
+
+def test_features_on_disk_are_read_per_batch_and_batch_as_in_memory(tmp_path):
+    rate = 8000
+    g = torch.Generator().manual_seed(0)
+    lines = []
+    for i in range(6):
+        samples = 0.1 * torch.randn(int(torch.randint(800, 2400, (1,), generator=g)), generator=g)
+        write_wav(tmp_path / f"{i}.wav", samples, rate)
+        lines.append(f"{i}.wav\t{WORDS[i]}\n")
+    (tmp_path / "list.tsv").write_text("".join(lines))
+    on_disk = read_manifest(tmp_path / "list.tsv", normalize=True)
+    assert isinstance(on_disk.features, FeaturesOnDisk)
+    assert on_disk.frames == [f.shape[0] for f in on_disk.features]
+    in_memory = SpeechSet(list(on_disk.features), on_disk.transcripts, on_disk.origins)
+    config = {"listener_hidden": 8, "hidden": 16, "emb": 8, "key_value_dim": 8}
+    tasks = [SpeechTask(data, data.head(2), model_config=config, batch_size=2)
+             for data in (in_memory, on_disk)]
+    assert tasks[1].train.features is on_disk.features  # not copied into memory
+    for a, b in zip(tasks[0].batches(0), tasks[1].batches(0), strict=True):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    batches = tasks[1].batches(0)
+    (tmp_path / "0.wav").write_bytes(b"gone")
+    with pytest.raises(DataError, match="0.wav: not a RIFF/WAVE file"):
+        [batches[i] for i in range(len(batches))]  # read when a batch needs it
 
 
 # ---------------------------------------------------------------- streaming

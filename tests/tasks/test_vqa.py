@@ -1,13 +1,30 @@
 """VqaTask: batches of questions with their images, the answer loss, accuracy per question
-type, answering, and the data it refuses."""
+type, answering, and the data it refuses; the evaluator reads built-in scenes and the user's
+folders and scores what validation scores."""
+
+import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from attnkit.data import DataError, ImageQuestion, generate_scenes, question_set
+from attnkit.data import (
+    DataError,
+    ImageQuestion,
+    generate_scenes,
+    question_set,
+    write_question_folder,
+)
 from attnkit.data.scenes import ANSWERS
-from attnkit.tasks.vqa import VqaTask, answer_questions, vqa_metrics
+from attnkit.decoding import Decoding
+from attnkit.tasks.evaluator import score_examples
+from attnkit.tasks.vqa import (
+    VqaEvaluator,
+    VqaTask,
+    answer_questions,
+    question_examples,
+    vqa_metrics,
+)
 from attnkit.train import TrainConfig, Trainer
 
 MODEL = dict(image_size=32, channels=(4, 8), emb=8, hidden=8, attn_dim=8)
@@ -64,6 +81,14 @@ def test_training_fits_the_questions_and_evaluate_reports_every_type(data, tmp_p
     types = {q.type for q in valid[1]}
     assert {f"accuracy_{t}" for t in types} | {"accuracy", "accuracy_relational",
                                                "accuracy_non_relational"} == set(metrics)
+    evaluator = VqaEvaluator(model, task.config(), task.vocab())
+    result = score_examples(evaluator, question_examples(*valid))
+    assert result.metrics == metrics  # validation is the evaluator's score
+    asked = [(valid[0][q.image], q.question) for q in valid[1]]
+    assert [o.text for o in result.outputs] == [
+        a.answer for a in answer_questions(model, task.words, task.answers, asked)]
+    assert result.metrics == vqa_metrics([o.text for o in result.outputs],
+                                         [q.answer for q in valid[1]], [q.type for q in valid[1]])
     found = answer_questions(model, task.words, task.answers,
                              [(valid[0][0], "Does the image contain a purple dog?")])
     assert found[0].answer in task.answers and 0 < found[0].probability <= 1
@@ -103,3 +128,30 @@ def test_pictures_of_validation_questions(data, tmp_path):
     assert [p.name for p in paths] == ["answer_0.png", "answer_1.png", "answer_2.png"]
     none = VqaTask(*data, model_config={**MODEL, "kind": "none"})
     assert none.pictures(none.build_model(), tmp_path / "none", 3) == []
+
+
+def test_the_evaluator_reads_built_in_splits_and_the_users_folder(data, tmp_path):
+    task = VqaTask(*data, model_config=MODEL, answers=ANSWERS)
+    ev = VqaEvaluator(task.build_model(), task.config(), task.vocab())
+    held = ev.read("scenes:heldout")
+    scenes = generate_scenes(2, split="heldout", size=32)
+    first = [q for q in question_set(scenes, "heldout")[1] if q.image == 0]
+    assert [(e.input[1], e.reference, e.annotation, e.origin) for e in held[: len(first)]] == \
+        [(q.question, q.answer, q.type, q.origin) for q in first]
+    assert torch.equal(held[0].input[0], scenes[0].image)
+    with pytest.raises(DataError, match="scenes:valid: expected built-in scenes"):
+        ev.read("scenes:valid")
+    tsv = write_question_folder(*data[1], tmp_path / "qs")
+    for path in (tsv.parent, tsv):
+        examples = ev.read(path)
+        assert [e.origin for e in examples] == [f"{tsv}:{n + 1}" for n in range(len(data[1][1]))]
+        assert {e.annotation for e in examples} == {"user"}
+    result = score_examples(ev, examples)
+    assert list(result.metrics) == ["accuracy", "accuracy_user"]
+    assert ev.label("accuracy_user") == "accuracy, user" and ev.label("accuracy") == "accuracy"
+    answers = ev.answer([e.input for e in examples[:2]])
+    assert [a.answer for a in answers] == [o.text for o in result.outputs[:2]]
+    assert math.isclose(sum(answers[0].weights[0].tolist()), 1.0, rel_tol=1e-5)
+    with pytest.raises(ValueError, match="decoding: a VQA model answers with its most probable "
+                                         "class; decoding options do not apply, got beam=3"):
+        ev.decode([examples[0].input], Decoding(beam=3))

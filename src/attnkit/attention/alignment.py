@@ -44,7 +44,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnkit.attention.core import Memory, check_call, extend_memory
+from attnkit.attention.masks import non_finite_keys, zero_padding
 from attnkit.attention.precision import autocast_enabled, no_autocast, upcast
+from attnkit.attention.tracing import values_readable
 from attnkit.checks import check_positive_int, check_size, check_tensor, check_values, describe
 
 __all__ = ["ALIGNMENTS", "ALIGN_IMPLS", "AlignedOutput", "Alignment", "make_alignment"]
@@ -149,9 +151,16 @@ class Alignment(nn.Module, abc.ABC):
         check_size("key", key, 2, self.key_dim, "feature size key_dim")
         key, value = _compute_inputs(key, value)
         value, _ = check_values(key, value, self.value_dim)
+        # As Attention.prepare: keys holding NaN or inf are zeroed before the projection.
+        checked, bad = values_readable(key), non_finite_keys(key, value)
+        given = key, value
+        if bad is not None:
+            keep = ~bad[..., None]  # (B, Tk, 1)
+            key, value = zero_padding(key, keep), zero_padding(value, keep)
         with no_autocast(key.device):
             kf = self.prepare_key(key)  # (B, Tk, F)
-        return Memory(key, value, kf.unsqueeze(1), value.unsqueeze(1), self)
+        return Memory(*given, kf.unsqueeze(1), value.unsqueeze(1), self, checked=checked,
+                      bad=bad)
 
     def extend(self, memory: Memory | None, key: torch.Tensor,
                value: torch.Tensor | None = None) -> Memory:
@@ -191,10 +200,8 @@ class Alignment(nn.Module, abc.ABC):
         valid = call.layout.key_valid
         if valid is None:
             valid = torch.ones(b, tk, dtype=torch.bool, device=call.key.device)
-        # Padding never contributes, even NaN or inf: zeroed (with zero gradients) before use.
-        # Keys given as tensors are zeroed before they are projected; a Memory's projections
-        # were made without the masks, so NaN in its padding still reaches the gradients of
-        # the projection weights (zero the padding before prepare()).
+        # Padding never contributes, even NaN or inf: zeroed (with zero gradients) before use,
+        # here for keys given as tensors, by prepare() for the NaN or inf in a Memory.
         padding = ~valid[..., None]  # (B, Tk, 1)
         if memory is None:
             memory = self.prepare(call.key.masked_fill(padding, 0.0),
@@ -210,6 +217,10 @@ class Alignment(nn.Module, abc.ABC):
                 weights, state = self.align(q, kf, valid, state)
             weights = weights.masked_fill(~valid[:, None, :], 0.0)  # (B, Tq, Tk)
             context = weights.to(values.dtype) @ values  # (B, Tq, Dv)
+        if memory.bad is not None:  # a key that held NaN or inf reaches every query: NaN rows
+            poison = torch.where((memory.bad & valid).any(-1), float("nan"), 0.0)  # (B,)
+            poison = poison.to(context.dtype)[:, None, None]
+            context, weights = context + poison, weights + poison
         if call.one_step:
             context, weights = context[:, 0], weights[:, 0]  # (B, Dv), (B, Tk)
         return AlignedOutput(context, weights, state)

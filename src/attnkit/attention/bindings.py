@@ -256,13 +256,15 @@ def step_forward(q, kf, va, v, mask=None, f=None, lw=None):
     return out, p
 
 
-def step_backward(q, kf, va, v, p, dout, dw=None, f=None, lw=None, sums=None):
+def step_backward(q, kf, va, v, p, dout, dw=None, f=None, lw=None, *, key_sum=None,
+                  values=True):
     """Gradients of a step from those of its context ``dout (B, H, 1, D)`` and weights
     ``dw (B, H, 1, Tk)`` (or None), ``tanh`` recomputed, keys of zero weight skipped.
 
     ``p`` is :func:`step_forward`'s weights. Returns ``d q (B, H, 1, A)``, ``d kf``,
-    ``d va`` per batch row ``(B, H, A)``, ``d v``. With ``sums`` (contiguous buffers shaped like
-    ``kf`` and ``v``) the key and value gradients are added into them and returned as None.
+    ``d va`` per batch row ``(B, H, A)``, ``d v`` (None unless ``values``). With ``key_sum`` (a
+    contiguous buffer shaped like ``kf``) the key gradient is added into it and returned as
+    None, and the value gradient is not computed.
     """
     fn = _function("step_backward", q.dtype)
     _check_step(q, kf, v, va, None, f, lw)
@@ -275,14 +277,15 @@ def step_backward(q, kf, va, v, p, dout, dw=None, f=None, lw=None, sums=None):
     q, va, kf, v, dout = q.contiguous(), va.contiguous(), _rows(kf), _rows(v), dout.contiguous()
     dw = None if dw is None else dw.contiguous()
     extra = None if f is None else (f @ lw).contiguous()  # (B, H, Tk, A)
-    dk, dv = sums if sums is not None else (kf.new_empty(b, h, tk, a),
-                                            v.new_empty(b, h, tk, v.shape[-1]))
+    values = values and key_sum is None
+    dk = kf.new_empty(b, h, tk, a) if key_sum is None else key_sum
+    dv = v.new_empty(b, h, tk, v.shape[-1]) if values else None
     dq, dva = q.new_empty(b, h, 1, a), q.new_empty(b, h, a)
     fn(b, h, tk, a, v.shape[-1], q.data_ptr(), *_strided(kf), va.data_ptr(), *_strided(v),
        _ptr_of(extra), p.data_ptr(), dout.data_ptr(), _ptr_of(dw), dq.data_ptr(),
-       dk.data_ptr(), dva.data_ptr(), dv.data_ptr(), int(sums is not None),
+       dk.data_ptr(), dva.data_ptr(), _ptr_of(dv), int(key_sum is not None),
        torch.get_num_threads())
-    return (dq, None, dva, None) if sums is not None else (dq, dk, dva, dv)
+    return dq, (dk if key_sum is None else None), dva, dv
 
 
 # -- tanh (csrc/tanh.h) ---------------------------------------------------------------------

@@ -21,12 +21,18 @@ from attnkit.checks import (
 )
 from attnkit.attention.chunked import chunked_attention, recomputed_scores
 from attnkit.attention.dispatch import Plan, choose_impl
-from attnkit.attention.masks import KeyLayout, aligned_positions, lengths_to_mask, zero_padding
+from attnkit.attention.masks import (
+    KeyLayout,
+    aligned_positions,
+    lengths_to_mask,
+    non_finite_keys,
+    zero_padding,
+)
 from attnkit.attention.precision import autocast_enabled, no_autocast, upcast
 from attnkit.attention.reference import fits_in_memory, reference_attention, weigh
 from attnkit.attention.scores import Score
 from attnkit.attention.sdpa import sdpa_attention
-from attnkit.attention.step import GradSink, additive_step
+from attnkit.attention.step import GradSink, additive_step, dot_step
 from attnkit.attention.tracing import values_readable
 
 
@@ -54,15 +60,17 @@ class Memory(NamedTuple):
         key: ``(B, Tk, Dk)`` as given; value: ``(B, Tk, Dv)`` as given.
         key_features: ``(B, H, Tk, F)`` prepared keys; values: ``(B, H, Tk, Dv')`` per head.
         owner: the module that prepared them (only it can use them).
-        sink: where one-query additive or location steps sum their key/value gradients, or None
+        sink: where one-query steps (every score) sum their key/value gradients, or None
             (:mod:`attnkit.attention.step`). With a sink, the steps' gradients reach ``key``,
             ``value`` and the parameters but are not seen as gradients of ``key_features`` and
             ``values`` themselves (``torch.autograd.grad`` of them, hooks or ``retain_grad``
             on them): ask for those of ``key`` / ``value`` instead.
-        finite: ``key_features`` and ``values`` hold no NaN or inf (checked by ``prepare``).
-            Otherwise each call with padding zeroes the padded ones, which ``prepare`` could
-            not know: padding then reaches no output, but NaN padding still reaches the
-            gradients of the score's key parameters (``0 * NaN``).
+        checked: ``prepare`` read ``key`` and ``value`` (not while exporting, nor on meta
+            tensors). Keys whose key or value held NaN or inf were then zeroed before any
+            projection (padding among them: neither outputs nor gradients see it); an
+            unchecked Memory's padding is zeroed at each call instead.
+        bad: ``(B, Tk)`` bool, those zeroed keys, or None when there was none: a query that
+            may attend to one of them gets a NaN row, as if it had read the NaN.
     """
 
     key: torch.Tensor
@@ -71,7 +79,13 @@ class Memory(NamedTuple):
     values: torch.Tensor
     owner: torch.nn.Module
     sink: GradSink | None = None
-    finite: bool = False
+    checked: bool = False
+    bad: torch.Tensor | None = None
+
+    @property
+    def finite(self) -> bool:
+        """``prepare`` found no NaN or inf in the keys and values."""
+        return self.checked and self.bad is None
 
 
 def extend_memory(memory: Memory | None, new: Memory, owner: torch.nn.Module) -> Memory:
@@ -90,11 +104,15 @@ def extend_memory(memory: Memory | None, new: Memory, owner: torch.nn.Module) ->
     if memory.key.shape[0] != new.key.shape[0]:
         raise ValueError(f"key: expected batch size {memory.key.shape[0]} (the memory's), "
                          f"got {describe(new.key)}")
+    bad = None
+    if memory.bad is not None or new.bad is not None:
+        bad = torch.cat([torch.zeros(x.key.shape[:2], dtype=torch.bool, device=x.key.device)
+                         if x.bad is None else x.bad for x in (memory, new)], dim=1)
     return Memory(torch.cat([memory.key, new.key], dim=1),
                   torch.cat([memory.value, new.value], dim=1),
                   torch.cat([memory.key_features, new.key_features], dim=2),
                   torch.cat([memory.values, new.values], dim=2), owner,
-                  finite=memory.finite and new.finite)
+                  checked=memory.checked and new.checked, bad=bad)
 
 
 @dataclass
@@ -111,14 +129,34 @@ class Call:
     def masked(self) -> bool:
         return self.layout.key_valid is not None or self.layout.q_pos is not None
 
-    def inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``key (B, Tk, Dk)`` and ``value (B, Tk, Dv)`` to compute with: padded keys and values
-        are zeros, so padding reaches no score, sum or gradient, whatever it holds."""
+    def inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """``key (B, Tk, Dk)`` and ``value (B, Tk, Dv)`` to compute with, and the keys holding
+        NaN or inf that :func:`finish` must pass on, ``(B, Tk)`` bool or None.
+
+        Padded keys and values are zeros, so padding reaches no score, sum or gradient,
+        whatever it holds. Under a causal or window band, keys holding NaN or inf are zeros
+        too, so that they reach no query outside their band (``0 * NaN`` in the weighted sum,
+        on every path), and they are returned for :func:`finish` to give the queries that may
+        see them a NaN row. Without a band every query may see every valid key: its NaN
+        reaches each of them as computed.
+        """
         valid = self.layout.key_valid
-        if valid is None:
-            return self.key, self.value
-        key = zero_padding(self.key, valid[..., None])  # (B, Tk, Dk)
-        return key, (key if self.value is self.key else zero_padding(self.value, valid[..., None]))
+        bad = None
+        if self.layout.q_pos is not None:
+            bad = non_finite_keys(self.key, self.value, valid)  # one pass when all are finite
+        keep = valid if bad is None else ~bad if valid is None else valid & ~bad  # (B, Tk)
+        if keep is None:
+            return self.key, self.value, None
+        key = zero_padding(self.key, keep[..., None])  # (B, Tk, Dk)
+        value = key if self.value is self.key else zero_padding(self.value, keep[..., None])
+        return key, value, bad
+
+    def previous(self, prev: torch.Tensor) -> torch.Tensor:
+        """The location score's previous weights ``(B, H, Tq, Tk)`` with zeros on padded keys:
+        its conv reads each key's neighbours, so weight left on padding (a caller's stale or
+        uniform state) would move the scores of the valid keys beside it."""
+        valid = self.layout.key_valid
+        return prev if valid is None else prev.masked_fill(~valid[:, None, None, :], 0)
 
     def mask(self) -> torch.Tensor | None:
         """The smallest broadcastable mask ``(B or 1, 1, Tq or 1, Tk)``, True = may attend."""
@@ -127,15 +165,20 @@ class Call:
 
     def empty_queries(self) -> torch.Tensor | None:
         """``(B or 1, Tq)`` bool: queries with no key to attend to, in O(B * (Tq + Tk))."""
-        if not self.masked:
-            return None
+        return self.seen() <= 0 if self.masked else None
+
+    def seen(self, keys: torch.Tensor | None = None) -> torch.Tensor:
+        """``(B or 1, Tq)``: how many keys each query may attend to, of those that ``keys``
+        ``(B, Tk)`` marks (default: all), in O(B * (Tq + Tk))."""
         lay, tq = self.layout, self.query.shape[1]
         valid = lay.key_valid
+        if keys is not None:
+            valid = keys if valid is None else valid & keys
         if valid is None:
             valid = torch.ones(1, lay.tk, dtype=torch.bool, device=self.key.device)
         counts = torch.nn.functional.pad(valid.long().cumsum(-1), (1, 0))  # (B|1, Tk + 1)
         if lay.q_pos is None:
-            return counts[:, -1:].expand(-1, tq) == 0
+            return counts[:, -1:].expand(-1, tq)
         lo = torch.zeros_like(lay.q_pos)
         hi = torch.full_like(lay.q_pos, lay.tk)
         if lay.window is not None:
@@ -147,7 +190,7 @@ class Call:
         lo = lo.clamp(0, lay.tk).expand(n, tq)
         hi = hi.clamp(0, lay.tk).expand(n, tq)
         counts = counts.expand(n, -1)
-        return counts.gather(1, hi) - counts.gather(1, lo) <= 0
+        return counts.gather(1, hi) - counts.gather(1, lo)
 
 
 def check_call(
@@ -226,12 +269,15 @@ def check_call(
     return Call(q, key, value, one_step, layout)
 
 
-def finish(call: Call, context: torch.Tensor, weights: torch.Tensor | None) -> AttentionOutput:
+def finish(call: Call, context: torch.Tensor, weights: torch.Tensor | None,
+           bad: torch.Tensor | None = None) -> AttentionOutput:
     """The call's result from ``context (B, Tq, Dv)`` and ``weights (B, [H,] Tq, Tk)`` or None.
 
     A query holding NaN or inf gets a NaN row of context and of weights, whatever the path
     (SDPA's fused kernels would give it zeros, the others NaN or, through a saturated score, a
-    finite row). A one-step query loses its ``Tq``.
+    finite row), and so does a query that may attend to one of the ``bad`` keys ``(B, Tk)``
+    (keys that held NaN or inf, zeroed before use: :meth:`Call.inputs`, :class:`Memory`).
+    A one-step query loses its ``Tq``.
     """
     # s - s: 0 for a finite query, NaN for one holding NaN or inf (summed in the dtype scores
     # are computed in: a sum of finite values overflows only far beyond what any score
@@ -239,6 +285,9 @@ def finish(call: Call, context: torch.Tensor, weights: torch.Tensor | None) -> A
     with torch.no_grad():
         s = upcast(call.query)[0].sum(-1, keepdim=True)  # (B, Tq, 1)
         poison = (s - s).to(context.dtype)
+        if bad is not None:
+            sees = call.seen(bad) > 0  # (B or 1, Tq)
+            poison = poison + torch.where(sees, float("nan"), 0.0)[..., None].to(context.dtype)
     context = context + poison
     if weights is not None:
         weights = weights + (poison if weights.dim() == 3 else poison[:, None])
@@ -317,7 +366,7 @@ def run(
                      dropout_p=dropout_p)
     qf = score.prepare_query(q)  # (B, H, Tq, F)
     kf = score.prepare_key(k) if kf is None else kf  # (B, H, Tk, F)
-    extra = score.prepare_extra(prev) if prev is not None else None
+    extra = score.prepare_extra(call.previous(prev)) if prev is not None else None
     if plan.impl == "sdpa" and call.layout.pure_causal:
         context = sdpa_attention(qf, kf, v, None, scale=score.scale, dropout_p=dropout_p,
                                  is_causal=True)
@@ -325,6 +374,9 @@ def run(
     if plan.impl == "sdpa":
         context = sdpa_attention(qf, kf, v, call.mask(), scale=score.scale, dropout_p=dropout_p)
         return context, None, plan
+    if plan.impl == "step" and score.dot_family:
+        context, weights = dot_step(qf, kf, v, score.scale, call.mask(), sink)
+        return context, (weights if need_weights else None), plan
     if plan.impl == "step":
         location = None if extra is None else (extra[:, :, 0], score.w_loc)  # f (B, H, Tk, F)
         context, weights = additive_step(qf, kf, v, score.v, call.mask(), sink, location)

@@ -43,7 +43,8 @@ IMPLS = ("auto", "reference", "sdpa", "chunked", "step")
 
 log = logging.getLogger("attnkit")
 
-# Scores with a one-query C++ step kernel (:mod:`attnkit.attention.step`).
+# Scores with a one-query C++ step kernel (:mod:`attnkit.attention.step`); the dot family's
+# one-query step is a few matrix products (:func:`attnkit.attention.step.dot_step`).
 STEP_SCORES = ("additive", "location")
 
 # Largest boolean mask (elements) handed to SDPA; beyond it a masked call goes to "chunked",
@@ -75,27 +76,42 @@ def _sdpa_blocker(score: Score, need_weights: bool) -> str | None:
 
 def _not_a_step(score: Score, shape, plain_keys: bool, dropout_p: float, dtype,
                 on_cpu: bool) -> str | None:
-    """Why a call is not one the C++ step kernel computes, or None."""
-    if score.name not in STEP_SCORES:
-        return f"score {score.name!r} has no step kernel (only {' and '.join(STEP_SCORES)})"
+    """Why a call is not one the one-query step computes, or None."""
+    if score.name not in STEP_SCORES and not score.dot_family:
+        return f"score {score.name!r} has no one-query step"
     if shape[2] != 1:
-        return f"{shape[2]} queries per row; the step kernel takes one (a decoder step)"
+        return f"{shape[2]} queries per row; the step takes one (a decoder step)"
     if not plain_keys:
-        return "a causal mask or window; the step kernel takes key padding only"
+        return "a causal mask or window; the step takes key padding only"
     if dropout_p > 0:
-        return "dropout on the weights; the step kernel has none"
+        return "dropout on the weights; the step has none"
     if not on_cpu:
-        return "not on CPU; the step kernel runs on CPU"
-    if dtype != torch.float32:
-        return f"dtype {dtype}; the step kernel takes float32"
+        return "not on CPU; the step runs on CPU"
+    dtypes = (torch.float32,) if score.name in STEP_SCORES else (torch.float32, torch.float64)
+    if dtype not in dtypes:
+        return f"dtype {dtype}; the step takes {' or '.join(map(str, dtypes))}"
     return None
 
 
-def _no_step_kernel() -> str | None:
-    """Why the C++ step kernel cannot run now, or None."""
-    if not native.available():
+def _no_step_kernel(score: Score) -> str | None:
+    """Why the step of ``score`` cannot run now (its C++ kernel is missing), or None."""
+    if score.name in STEP_SCORES and not native.available():
         return f"no C++ step kernel ({native.status()})"
     return None
+
+
+def _step_plan(score: Score, requested: bool) -> Plan:
+    if requested:
+        reason = "impl='step' was requested"
+    elif score.name in STEP_SCORES:
+        reason = (f"score {score.name!r}, one query per row (a decoder step): C++ step kernel, "
+                  "weights kept for backward, key/value gradients summed over a prepared "
+                  "Memory's steps")
+    else:
+        reason = (f"score {score.name!r}, one query per row (a decoder step): weights kept for "
+                  "backward, key/value gradients summed once per sequence over a prepared "
+                  "Memory's steps")
+    return Plan("step", reason, "native" if score.name in STEP_SCORES else "eager")
 
 
 def _narrow_band(window, tk: int) -> bool:
@@ -163,15 +179,11 @@ def choose_impl(
     no_step = None  # why a decoder step does not take the step kernel (said by "auto")
     if impl in ("auto", "step"):  # decided first: a decoder makes this call at every step
         not_a_step = _not_a_step(score, shape, plain_keys, dropout_p, dtype, on_cpu)
-        why = not_a_step or _no_step_kernel()
+        why = not_a_step or _no_step_kernel(score)
         if impl == "step" and why:
             raise ValueError(f"impl='step' cannot serve this call: {why}")
         if why is None:
-            return _chosen(Plan("step", "impl='step' was requested" if impl == "step" else
-                                f"score {score.name!r}, one query per row (a decoder step): "
-                                "C++ step kernel, weights kept for backward, key/value "
-                                "gradients summed in place over a prepared Memory's steps",
-                                "native"))
+            return _chosen(_step_plan(score, impl == "step"))
         no_step = None if not_a_step else why
     blocker = _sdpa_blocker(score, need_weights)
     tk = shape[3]

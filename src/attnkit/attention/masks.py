@@ -26,7 +26,8 @@ import torch
 from attnkit.attention.tracing import exporting, values_readable
 from attnkit.checks import check_int_tensor, describe
 
-__all__ = ["KeyLayout", "lengths_to_mask", "aligned_positions", "band_mask", "zero_padding"]
+__all__ = ["KeyLayout", "lengths_to_mask", "aligned_positions", "band_mask", "non_finite_keys",
+           "zero_padding"]
 
 
 def lengths_to_mask(
@@ -103,6 +104,29 @@ def zero_padding(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     if exporting():  # exporters record torch.where, not a custom autograd function
         return torch.where(keep, x, 0)
     return _ZeroPadding.apply(x, keep)
+
+
+def non_finite_keys(key: torch.Tensor, value: torch.Tensor,
+                    valid: torch.Tensor | None = None) -> torch.Tensor | None:
+    """``(B, Tk)`` bool: the keys whose key or value holds NaN or inf (among the ``valid`` ones,
+    ``(B, Tk)``, when given), or None when there is none, or when values cannot be read
+    (:func:`~attnkit.attention.tracing.values_readable`). When all are finite this costs one
+    sum over each of ``key (B, Tk, Dk)`` and ``value (B, Tk, Dv)``: NaN or inf makes the sum
+    NaN or inf (an overflowing sum of finite values only leads to the exact check).
+    """
+    if not values_readable(key):
+        return None
+    tensors = (key,) if value is key else (key, value)
+    with torch.no_grad():
+        sums = [x.sum(dtype=torch.promote_types(x.dtype, torch.float32)) for x in tensors]
+        if all(bool(torch.isfinite(total)) for total in sums):
+            return None
+        bad = ~torch.isfinite(tensors[0]).all(-1)
+        for x in tensors[1:]:
+            bad = bad | ~torch.isfinite(x).all(-1)
+        if valid is not None:
+            bad = bad & valid
+    return bad if bool(bad.any()) else None
 
 
 def aligned_positions(tq: int, tk: int, device: torch.device | None = None) -> torch.Tensor:

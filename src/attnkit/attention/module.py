@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import nn
 
@@ -26,7 +29,7 @@ from attnkit.attention.core import (
     run,
 )
 from attnkit.attention.dispatch import IMPLS, STEP_SCORES, Plan
-from attnkit.attention.masks import zero_padding
+from attnkit.attention.masks import non_finite_keys, zero_padding
 from attnkit.attention.precision import autocast_enabled, no_autocast, upcast
 from attnkit.attention.scores import SCORES, CosineScore, make_score
 from attnkit.attention.tracing import exporting, values_readable
@@ -163,11 +166,6 @@ class Attention(nn.Module):
                 f"impl: 'sdpa' computes dot-product scores only, not score={score!r}; "
                 "use impl='auto'"
             )
-        if impl == "step" and self.score.name not in STEP_SCORES:
-            raise ValueError(
-                f"impl: 'step' computes the {' and '.join(STEP_SCORES)} scores only, not "
-                f"score={score!r}; use impl='auto'"
-            )
 
     def extra_repr(self) -> str:
         return (
@@ -240,6 +238,14 @@ class Attention(nn.Module):
         key, value = _autocast_inputs(key, value)
         value, _ = check_values(key, value, self.value_dim)
         self._check_params_dtype(key, "key")
+        memory_key, memory_value = key, value  # as given
+        # Keys holding NaN or inf (padding, often) are zeroed before any projection, so that
+        # no gradient sees them (0 * NaN in a projection's backward); calls pass them on.
+        checked, bad = values_readable(key), non_finite_keys(key, value)
+        if bad is not None:
+            keep = ~bad[..., None]  # (B, Tk, 1)
+            key, value = zero_padding(key, keep), (value if value is key
+                                                   else zero_padding(value, keep))
         multi = self.heads > 1
         k = self._split_heads(key, self.k_proj if multi else None)  # (B, H, Tk, dk)
         v = self._split_heads(value, self.v_proj if multi else None)  # (B, H, Tk, dv)
@@ -247,15 +253,13 @@ class Attention(nn.Module):
             k, v = upcast(k, v)
         with no_autocast(k.device):
             kf = self.score.prepare_key(k)  # (B, H, Tk, F)
-        with torch.no_grad():  # x - x: 0 where x is finite, NaN (nonzero) where not
-            finite = (values_readable(kf) and not bool((kf - kf).any())
-                      and not bool((v - v).any()))
         sink = None
-        if (self.score.name in STEP_SCORES and kf.device.type == "cpu" and step.sink_supported()
+        if ((self.score.name in STEP_SCORES or self.score.dot_family)
+                and kf.device.type == "cpu" and step.sink_supported()
                 and torch.is_grad_enabled() and (kf.requires_grad or v.requires_grad)
                 and not exporting()):
             kf, v, sink = step.collect(kf, v)  # one-query steps sum their gradients there
-        return Memory(key, value, kf, v, self, sink, finite)
+        return Memory(memory_key, memory_value, kf, v, self, sink, checked, bad)
 
     def extend(self, memory: Memory | None, key: torch.Tensor,
                value: torch.Tensor | None = None) -> Memory:
@@ -313,13 +317,13 @@ class Attention(nn.Module):
         multi = self.heads > 1
         q = self._split_heads(call.query, self.q_proj if multi else None)  # (B, H, Tq, dq)
         if memory is None:
-            key, value = call.inputs()
+            key, value, bad = call.inputs()
             k = self._split_heads(key, self.k_proj if multi else None)  # (B, H, Tk, dk)
             v = self._split_heads(value, self.v_proj if multi else None)  # (B, H, Tk, dv)
             kf = None
         else:
-            k, v, kf = None, memory.values, memory.key_features
-            if call.layout.key_valid is not None and not memory.finite:  # NaN or inf somewhere
+            k, v, kf, bad = None, memory.values, memory.key_features, memory.bad
+            if call.layout.key_valid is not None and not memory.checked:  # while exporting
                 keep = call.layout.key_valid[:, None, :, None]  # (B, 1, Tk, 1)
                 kf, v = zero_padding(kf, keep), zero_padding(v, keep)
         sink = None if memory is None else memory.sink
@@ -348,7 +352,42 @@ class Attention(nn.Module):
         else:
             context = context[:, 0]  # (B, Tq, Dv)
             weights = None if weights is None else weights[:, 0]  # (B, Tq, Tk)
-        return finish(call, context, weights)
+        return finish(call, context, weights, bad)
+
+    @contextmanager
+    def recording_weights(self) -> Iterator[list[torch.Tensor]]:
+        """A context in which every call of this module computes its weights (as with
+        ``need_weights=True``) and appends them to the list it yields, in call order: the
+        weights of a layer inside a model, with no change to the model's code. Outside it
+        nothing is kept, and calls without ``need_weights`` take the paths that keep no
+        ``(Tq, Tk)`` tensor.
+
+        Shape:
+            each entry: as :attr:`AttentionOutput.weights`, ``(B, Tq, Tk)`` or
+            ``(B, H, Tq, Tk)`` (no ``Tq`` for a one-step query).
+
+        Example:
+            >>> layer = Attention(8)
+            >>> with layer.recording_weights() as found:
+            ...     context = layer(torch.randn(2, 3, 8), torch.randn(2, 5, 8)).context
+            >>> [tuple(w.shape) for w in found]
+            [(2, 3, 5)]
+        """
+        found: list[torch.Tensor] = []
+
+        def ask(module, args, kwargs):
+            return args, {**kwargs, "need_weights": True}
+
+        def keep(module, args, kwargs, out):
+            found.append(out.weights)
+
+        hooks = (self.register_forward_pre_hook(ask, with_kwargs=True),
+                 self.register_forward_hook(keep, with_kwargs=True))
+        try:
+            yield found
+        finally:
+            for hook in hooks:
+                hook.remove()
 
     def _check_prev(self, prev_weights, call) -> torch.Tensor | None:
         """Validate ``prev_weights`` and bring it to ``(B, H, Tq, Tk)``."""
@@ -440,7 +479,7 @@ def attention(
         sc = CosineScore(1, learnable=False).to(query.device)
     else:
         sc = make_score(score, heads=1, query_dim=query.shape[-1], key_dim=key.shape[-1], attn_dim=None)
-    key, value = call.inputs()
+    key, value, bad = call.inputs()
     context, weights, _ = run(
         call.query.unsqueeze(1),
         key.unsqueeze(1),
@@ -454,4 +493,4 @@ def attention(
     )
     context = context[:, 0]  # (B, Tq, Dv)
     weights = None if weights is None else weights[:, 0]  # (B, Tq, Tk)
-    return finish(call, context, weights)
+    return finish(call, context, weights, bad)

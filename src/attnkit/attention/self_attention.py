@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 import torch
 from torch import nn
 
@@ -93,6 +95,12 @@ class SelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """``(B, T, D) -> (B, T, D_out)`` (time-major if ``batch_first=False``)."""
         return self.with_weights(x, lengths, need_weights=False).context
+
+    def recording_weights(self) -> AbstractContextManager[list[torch.Tensor]]:
+        """A context in which every call records its weights ``(B, [H,] T, T)`` in the list it
+        yields (:meth:`attnkit.Attention.recording_weights`): a model's self-attention maps
+        from the pass that computes its outputs, and none kept outside it."""
+        return self.attention.recording_weights()
 
     def with_weights(
         self, x: torch.Tensor, lengths: torch.Tensor | None = None, *, need_weights: bool = True

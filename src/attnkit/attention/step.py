@@ -1,4 +1,6 @@
-"""One-query additive or location-aware attention (an RNN decoder step), one kernel per pass.
+"""One-query attention (an RNN decoder step): additive or location-aware in one C++ kernel per
+pass, the dot-product family in a few matrix products, key/value gradients summed once per
+sequence.
 
 A decoder attends with one query per step over the same prepared keys ``kf (B, H, Tk, A)`` and
 values ``v (B, H, Tk, D)``. The general chunked path serves such a call too, but spends most of
@@ -12,8 +14,15 @@ and autograd adding each step's ``(B, H, Tk, A)`` key gradient into the total. H
   nothing;
 * backward is one kernel that recomputes ``tanh(q + k_j)`` (never stored: that is the
   ``O(Tk * A)`` per step that autograd would keep), skips keys whose weight is zero, and, for a
-  :class:`GradSink` from a prepared ``Memory``, adds the key and value gradients **in place**
-  into one buffer per backward pass instead of handing each step's gradients to autograd to sum.
+  :class:`GradSink` from a prepared ``Memory``, adds the key gradients **in place** into one
+  buffer per backward pass instead of handing each step's gradients to autograd to sum.
+
+The gradients that are outer products, ``d v = p^T d out`` (every score) and ``d kf = ds^T qf``
+(the dot family, :func:`dot_step`), are not formed per step at all: each step leaves its two
+factors in the sink, and the memory's node forms the sum over the ``T`` steps as one batched
+product ``P^T G`` of ``(T, Tk)`` by ``(T, D)`` matrices, instead of ``T`` rank-one updates of a
+``(Tk, D)`` buffer (memory-bound: at ``Tk = 400, D = 512`` that is 800 KB read and written per
+row and step).
 
 The sink is tied to the backward pass that filled it (``torch._C._current_graph_task_id``):
 a pass that stops before reaching the memory (``torch.autograd.grad`` of the queries only)
@@ -33,7 +42,7 @@ import torch
 
 from attnkit.attention import bindings
 
-__all__ = ["GradSink", "additive_step", "collect", "sink_supported"]
+__all__ = ["GradSink", "additive_step", "collect", "dot_step", "sink_supported"]
 
 
 def sink_supported() -> bool:
@@ -42,14 +51,15 @@ def sink_supported() -> bool:
 
 
 class GradSink:
-    """Key and value gradients of many steps over one prepared memory, summed in place."""
+    """Key and value gradients of many steps over one prepared memory: dense per-step terms
+    added in place, outer-product terms kept as factors and summed in one product."""
 
-    __slots__ = ("task", "key", "value", "_inputs")
+    __slots__ = ("task", "key", "factors", "_inputs")
 
     def __init__(self):
         self.task: int | None = None
         self.key: torch.Tensor | None = None
-        self.value: torch.Tensor | None = None
+        self.factors: dict[str, tuple[list, list]] = {}
         self._inputs: tuple = ()
 
     def serves(self, kf: torch.Tensor, v: torch.Tensor) -> bool:
@@ -57,21 +67,43 @@ class GradSink:
         reordered by beam search, whose gradients must go through autograd)."""
         return len(self._inputs) == 2 and self._inputs[0]() is kf and self._inputs[1]() is v
 
-    def buffers(self, kf: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Zeroed contiguous buffers shaped like ``kf`` and ``v`` at the first step of a
-        backward pass, the same buffers for the pass's later steps."""
+    def _begin(self) -> None:
+        """Forget what an earlier backward pass left (one that never reached the memory)."""
         task = torch._C._current_graph_task_id()
         if self.task != task:
-            self.task = task
+            self.task, self.key, self.factors = task, None, {}
+
+    def key_buffer(self, kf: torch.Tensor) -> torch.Tensor:
+        """A zeroed contiguous buffer shaped like ``kf`` at the first step of a backward pass
+        that asks for it, the same buffer for the pass's later steps."""
+        self._begin()
+        if self.key is None:
             self.key = torch.zeros(kf.shape, dtype=kf.dtype, device=kf.device)
-            self.value = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
-        return self.key, self.value
+        return self.key
+
+    def add_outer(self, which: str, left: torch.Tensor, right: torch.Tensor) -> None:
+        """Add ``left^T right`` to the ``which`` ("key" or "value") gradient, later: ``left``
+        ``(B, H, 1, Tk)``, ``right`` ``(B, H, 1, X)`` with ``X`` the key features or the
+        values' size."""
+        self._begin()
+        lefts, rights = self.factors.setdefault(which, ([], []))
+        lefts.append(left)
+        rights.append(right)
+
+    def _outer_sum(self, which: str) -> torch.Tensor | None:
+        if which not in self.factors:
+            return None
+        lefts, rights = self.factors[which]
+        return torch.cat(lefts, 2).transpose(-1, -2) @ torch.cat(rights, 2)  # (B, H, Tk, X)
 
     def take(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """This pass's sums (``None`` if no step of this pass added to them); empties the sink."""
-        current = self.task is not None and self.task == torch._C._current_graph_task_id()
-        key, value = (self.key, self.value) if current else (None, None)
-        self.task = self.key = self.value = None
+        """This pass's key and value gradients (``None`` where no step of this pass added to
+        them); empties the sink."""
+        key = value = None
+        if self.task is not None and self.task == torch._C._current_graph_task_id():
+            key = _add(self.key, self._outer_sum("key"))
+            value = self._outer_sum("value")
+        self.task, self.key, self.factors = None, None, {}
         return key, value
 
 
@@ -115,14 +147,21 @@ def _forward(q, kf, va, v, mask, f, lw):
     ``mask (B or 1, 1, 1, Tk)`` or None, location features ``f (B, H, Tk, F)`` and ``lw (H, F,
     A)`` or None -> ``context (B, H, 1, D)``, ``weights (B, H, 1, Tk)``."""
     s = (torch.tanh(_pre(q, kf, f, lw)) * va[:, None, :]).sum(-1).unsqueeze(2)  # (B, H, 1, Tk)
+    p = _softmax(s, mask)
+    return (p.transpose(-1, -2) * v).sum(-2, keepdim=True), p
+
+
+def _softmax(s: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Weights ``(B, H, 1, Tk)`` of scores ``s``; a row with no allowed key gets zeros."""
+    if s.shape[-1] == 0:
+        return torch.zeros_like(s)
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf"))
     m = s.amax(-1, keepdim=True)
-    m = torch.where(m == float("-inf"), 0.0, m)  # a row with no key: weights 0, context 0
+    m = torch.where(m == float("-inf"), 0.0, m)
     e = torch.exp(s - m)
     total = e.sum(-1, keepdim=True)
-    p = e / torch.where(total > 0, total, 1.0)
-    return (p.transpose(-1, -2) * v).sum(-2, keepdim=True), p
+    return e / torch.where(total > 0, total, 1.0)
 
 
 def _score_grad(p, v, out, dout, dw):
@@ -140,14 +179,16 @@ def _location_grads(dk, f, lw):
     return dk @ lw.transpose(-1, -2), (f.transpose(-1, -2) @ dk).sum(0)
 
 
-def _backward(q, kf, va, v, p, out, dout, dw, f, lw):
+def _backward(q, kf, va, v, p, out, dout, dw, f, lw, values=True):
     """``d q (B, H, 1, A)``, ``d kf (B, H, Tk, A)``, ``d va`` per batch row ``(B, H, A)``,
-    ``d v (B, H, Tk, D)``, ``d f (B, H, Tk, F)`` and ``d lw (H, F, A)`` (None without ``f``)."""
+    ``d v (B, H, Tk, D)`` (None unless ``values``), ``d f (B, H, Tk, F)`` and ``d lw (H, F, A)``
+    (None without ``f``)."""
     ds = _score_grad(p, v, out, dout, dw).transpose(-1, -2)  # (B, H, Tk, 1)
     t = torch.tanh(_pre(q, kf, f, lw))  # (B, H, Tk, A), recomputed
     dk = (1 - t * t) * ds * va[:, None, :]
     df, dlw = (None, None) if f is None else _location_grads(dk, f, lw)
-    return dk.sum(2, keepdim=True), dk, (t * ds).sum(2), p.transpose(-1, -2) * dout, df, dlw
+    dv = p.transpose(-1, -2) * dout if values else None
+    return dk.sum(2, keepdim=True), dk, (t * ds).sum(2), dv, df, dlw
 
 
 class _AdditiveStep(torch.autograd.Function):
@@ -170,21 +211,25 @@ class _AdditiveStep(torch.autograd.Function):
             out, p = _forward(q, kf, va, v, ctx.mask, f, lw)  # plain PyTorch, with a graph
             dq, dk, dva, dv, df, dlw = _backward(q, kf, va, v, p, out, dout, dw, f, lw)
             return dq, dk, dv, dva.sum(0), None, None, None, df, dlw
-        sums = None
-        if ctx.sink is not None and (ctx.needs_input_grad[1] or ctx.needs_input_grad[2]):
-            sums = ctx.sink.buffers(kf, v)
+        sink = ctx.sink if ctx.needs_input_grad[1] or ctx.needs_input_grad[2] else None
         df = dlw = None
-        if ctx.native and f is None:  # the kernel adds into the sums itself
-            dq, dk, dva, dv = bindings.step_backward(q, kf, va, v, p, dout, dw, f, lw, sums)
-        elif ctx.native:  # location: d kf is needed on its own, for d f and d lw
-            dq, dk, dva, dv = bindings.step_backward(q, kf, va, v, p, dout, dw, f, lw)
-            df, dlw = _location_grads(dk, f, lw)
-        else:
-            dq, dk, dva, dv, df, dlw = _backward(q, kf, va, v, p, out, dout, dw, f, lw)
-        if sums is not None and dk is not None:
-            sums[0].add_(dk)
-            sums[1].add_(dv)
+        if ctx.native and f is None and sink is not None:  # the kernel adds d kf in place
+            dq, _, dva, _ = bindings.step_backward(q, kf, va, v, p, dout, dw, f, lw,
+                                                   key_sum=sink.key_buffer(kf))
             dk = dv = None
+        elif ctx.native:
+            dq, dk, dva, dv = bindings.step_backward(q, kf, va, v, p, dout, dw, f, lw,
+                                                     values=sink is None)
+            if f is not None:  # location: d kf is needed on its own, for d f and d lw
+                df, dlw = _location_grads(dk, f, lw)
+        else:
+            dq, dk, dva, dv, df, dlw = _backward(q, kf, va, v, p, out, dout, dw, f, lw,
+                                                 values=sink is None)
+        if sink is not None:
+            if dk is not None:
+                sink.key_buffer(kf).add_(dk)
+                dk = None
+            sink.add_outer("value", p, dout)
         return dq, dk, dv, dva.sum(0), None, None, None, df, dlw
 
 
@@ -221,3 +266,76 @@ def additive_step(
         run = bindings.step_forward if native else _forward
         return run(q, kf, va, v, mask, f, lw)  # decoding: no autograd node
     return _AdditiveStep.apply(q, kf, v, va, mask, sink, native, f, lw)
+
+
+def _dot_forward(qf, kf, v, scale, mask):
+    """``qf (B, H, 1, F)``, ``kf (B, H, Tk, F)``, ``v (B, H, Tk, D)`` -> ``context (B, H, 1,
+    D)``, ``weights (B, H, 1, Tk)`` of the scores ``scale * qf . kf_j``."""
+    p = _softmax((qf @ kf.transpose(-1, -2)) * scale, mask)
+    return p @ v, p
+
+
+def _dot_backward(qf, kf, v, scale, p, dout, dw):
+    """``scale * d s`` ``(B, H, 1, Tk)`` and ``d qf`` ``(B, H, 1, F)``; the key and value
+    gradients are the outer products ``(scale * d s)^T qf`` and ``p^T dout``."""
+    g = dout @ v.transpose(-1, -2)  # (B, H, 1, Tk): d loss / d p through the context
+    if dw is not None:
+        g = g + dw
+    ds = p * (g - (p * g).sum(-1, keepdim=True)) * scale
+    return ds, ds @ kf
+
+
+class _DotStep(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, qf, kf, v, scale, mask, sink):
+        out, p = _dot_forward(qf, kf, v, scale, mask)
+        ctx.save_for_backward(qf, kf, v, p)
+        ctx.scale, ctx.mask, ctx.sink = scale, mask, sink
+        ctx.set_materialize_grads(False)
+        return out, p
+
+    @staticmethod
+    def backward(ctx, dout, dw):
+        qf, kf, v, p = ctx.saved_tensors
+        if dout is None and dw is None:
+            return (None,) * 6
+        if torch.is_grad_enabled():  # create_graph: recompute with a graph to differentiate
+            out, p = _dot_forward(qf, kf, v, ctx.scale, ctx.mask)
+        if dout is None:
+            dout = torch.zeros(p.shape[:-1] + v.shape[-1:], dtype=p.dtype, device=p.device)
+        ds, dq = _dot_backward(qf, kf, v, ctx.scale, p, dout, dw)
+        sink = ctx.sink
+        if sink is None or torch.is_grad_enabled() or not (
+                ctx.needs_input_grad[1] or ctx.needs_input_grad[2]):
+            return (dq, ds.transpose(-1, -2) @ qf, p.transpose(-1, -2) @ dout, None, None,
+                    None)
+        sink.add_outer("key", ds, qf)
+        sink.add_outer("value", p, dout)
+        return dq, None, None, None, None, None
+
+
+def dot_step(
+    qf: torch.Tensor,
+    kf: torch.Tensor,
+    v: torch.Tensor,
+    scale: float = 1.0,
+    mask: torch.Tensor | None = None,
+    sink: GradSink | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dot-product attention of one query per row (the dot, scaled dot, general and cosine
+    scores, on features their :class:`~attnkit.attention.scores.Score` prepared).
+
+    Args:
+        qf: prepared query ``(B, H, 1, F)``; kf: prepared keys ``(B, H, Tk, F)``;
+        v: values ``(B, H, Tk, D)``; scale: the scores are ``scale * qf . kf_j``;
+        mask: ``(B or 1, 1, 1, Tk)`` bool, True = may attend, or None;
+        sink: where the steps' key and value gradients are summed (from :func:`collect`), or
+            None (autograd sums them).
+
+    Returns:
+        ``context (B, H, 1, D)`` and ``weights (B, H, 1, Tk)``; a row with no allowed key gets
+        zeros in both, and zero gradients.
+    """
+    if not (torch.is_grad_enabled() and any(x.requires_grad for x in (qf, kf, v))):
+        return _dot_forward(qf, kf, v, scale, mask)  # decoding: no autograd node
+    return _DotStep.apply(qf, kf, v, scale, mask, sink)

@@ -105,7 +105,7 @@ def _speech(args, normalize: bool) -> tuple[SpeechSet, SpeechSet]:
                                         max_seconds=args.max_seconds)
         n = min(100, len(train))
         log.warning("no --valid manifest: validating on the first %d training utterances", n)
-        return train, SpeechSet(train.features[:n], train.transcripts[:n], train.origins[:n])
+        return train, train.head(n)
     kw = {"seed": args.seed, "cache_dir": args.cache_dir.expanduser(), "kinds": args.kinds,
           "normalize": normalize, "workers": args.workers}
     return (speech_dataset(args.n_train, split="train", **kw),
@@ -183,10 +183,11 @@ def add_transcribe_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("wav", type=Path, nargs="+", help="WAV files (PCM of 8-32 bits or float, any rate)")
     add_max_seconds_arg(p)
-    common.add_decoding_args(p, beam=5)
+    common.add_decoding_args(p, beam=common.TASK_BEAM["asr"])
     add_joint_args(p)
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one alignment picture per file")
+    common.add_html_arg(p)
     stream = p.add_argument_group("streaming (a model trained with --listener uni and "
                                   "--alignment monotonic or mocha)")
     stream.add_argument("--stream", action="store_true",
@@ -213,11 +214,12 @@ def run_transcribe(args) -> int:
     evaluator = common.load_evaluator(args.checkpoint, args.device, "asr")
     features = [evaluator.features(samples) for samples in audio]
     evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
-    outputs = evaluator.decode(features, decoding, weights=args.plot is not None)
+    outputs = evaluator.decode(features, decoding, weights=common.wants_weights(args))
     common.print_outputs(outputs, args)
     if args.plot:
         for i, output in enumerate(outputs):
             print(f"  wrote {output.draw(args.plot / f'alignment_{i}.png')}")
+    common.write_html(args, outputs, names=[str(p) for p in args.wav])
     return 0
 
 
@@ -226,9 +228,10 @@ def run_stream(args) -> int:
     emitted, one line per file; a latency line per file on stderr."""
     args.default_beam = 1
     decoding = joint_decoding(args, common.decoding(args))
-    if decoding != Decoding(max_len=decoding.max_len) or args.plot:
+    greedy = Decoding(max_len=decoding.max_len, loop_stop=decoding.loop_stop)
+    if decoding != greedy or common.wants_weights(args):
         raise ValueError("--stream: decodes greedily as the audio arrives; --beam, --sample, "
-                         "--ctc-weight, --lm and --plot do not apply")
+                         "--ctc-weight, --lm, --plot and --html do not apply")
     audio = [wav_samples(path, max_seconds=args.max_seconds) for path in args.wav]
     evaluator = common.load_evaluator(args.checkpoint, args.device, "asr")
     try:
@@ -242,7 +245,7 @@ def run_stream(args) -> int:
         chunks = []
         for chunk in transcribe_stream(evaluator.model, evaluator.char_vocab, samples,
                                        chunk_ms=chunk_ms, max_len=decoding.max_len,
-                                       realtime=args.realtime):
+                                       loop_stop=decoding.loop_stop, realtime=args.realtime):
             print(chunk.text, end="", flush=True)
             chunks.append(chunk)
         print()

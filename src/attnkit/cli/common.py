@@ -4,9 +4,9 @@ Each task adds its own data and model options, builds its task object and model,
 them to :func:`train_and_report`; the training options, the refusal to overwrite a run, the
 resume, the final held-out report and ``history.json`` are the same for every task. ``--device``
 (every command that runs a model) and ``--precision`` are checked by :func:`resolve_run_options`,
-and the folders a command writes (``--out``, ``--plot DIR``) by :func:`check_arguments`,
-before a command reads or writes anything. A training command holds the lock of its ``--out``
-(:func:`locked_run_folder`) from start to end.
+and the folders and pages a command writes (``--out``, ``--plot DIR``, ``--html PAGE``) by
+:func:`check_arguments`, before a command reads or writes anything. A training command holds
+the lock of its ``--out`` (:func:`locked_run_folder`) from start to end.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ import torch
 from attnkit.cli import recipes
 from attnkit.data import load_vocab
 from attnkit.decoding import Decoding
+from attnkit.explore import write_explorer
 from attnkit.models import build_model, legacy, model_shapes
 from attnkit.tasks import EVALUATORS, evaluator_for
+from attnkit.tasks.explore import examples_of
 from attnkit.train import (
     PRECISIONS,
     Checkpoint,
@@ -44,13 +46,13 @@ from attnkit.train import (
 
 log = logging.getLogger("attnkit")
 
-__all__ = ["Interrupted", "add_decoding_args", "add_device_arg", "add_task_parser",
-           "add_training_args", "check_arguments", "choice_list", "decoding", "existing_run",
-           "float_in", "held_out", "is_training", "load_evaluator", "load_task_checkpoint",
-           "load_task_model", "locked_run_folder", "non_negative_float", "non_negative_int",
-           "positive_float", "positive_int", "print_outputs", "probability", "proportion",
-           "resolve_run_options", "stop_if_signalled", "teacher_forcing", "train_and_report",
-           "training_config"]
+__all__ = ["Interrupted", "add_decoding_args", "add_device_arg", "add_html_arg",
+           "add_task_parser", "add_training_args", "check_arguments", "choice_list", "decoding",
+           "existing_run", "float_in", "held_out", "is_training", "load_evaluator",
+           "load_task_checkpoint", "load_task_model", "locked_run_folder", "non_negative_float",
+           "non_negative_int", "positive_float", "positive_int", "print_outputs", "probability",
+           "proportion", "resolve_run_options", "stop_if_signalled", "teacher_forcing",
+           "train_and_report", "training_config", "wants_weights", "write_html"]
 
 CUDA_DATA_WORKERS = 2  # --workers-data on a GPU when not given (0 on CPU)
 
@@ -169,10 +171,23 @@ def _check_folder(path: Path, option: str) -> None:
         raise ValueError(f"{option}: cannot create {path}: no permission to write in {above}")
 
 
+def _check_page(path: Path, option: str) -> None:
+    """Refuse a page option naming a folder or a file that cannot be written, or a page whose
+    folder could not be created."""
+    if path.is_dir():
+        raise ValueError(f"{option}: {path} is a folder, not a file")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"{option}: {path}: no permission to write it")
+        return
+    _check_folder(path.parent, option)
+
+
 def check_arguments(args) -> None:
     """The checks argparse cannot make, before any work: ``--valid`` only with ``--train``;
     a run folder ``--out`` (training) or a picture folder ``--plot DIR`` must not name a file
-    and must be possible to create.
+    and must be possible to create; an explorer page (``--html PAGE``, ``explore --out``)
+    must not name a folder and must be possible to write.
 
     Raises:
         ValueError: naming the option, the path and why.
@@ -184,6 +199,10 @@ def check_arguments(args) -> None:
         _check_folder(args.out, "--out")
     if isinstance(getattr(args, "plot", None), Path):
         _check_folder(args.plot, "--plot")
+    if isinstance(getattr(args, "html", None), Path):
+        _check_page(args.html, "--html")
+    if getattr(args, "command", None) == "explore":
+        _check_page(args.out, "--out")
 
 
 def is_training(args) -> bool:
@@ -265,19 +284,24 @@ def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float 
 # numbers, which greedy decoding reads whole), with alpha 1 it ranks like greedy or better
 # (docs/models.md).
 DEFAULT_LENGTH_PENALTY = 1.0
+TASK_BEAM = {"translate": 5, "asr": 5, "ocr": 1}  # each task's beam width by default
 BEAM_OPTIONS = (("--length-penalty", "length_penalty", None),
                 ("--coverage-penalty", "coverage_penalty", 0.0),
                 ("--no-repeat-ngram", "no_repeat_ngram", 0), ("--n-best", "n_best", 1))
 SAMPLING_OPTIONS = ("--pick", "--temperature", "--top-k", "--top-p", "--seed")
 
 
-def add_decoding_args(p, *, beam: int = 1) -> None:
+def add_decoding_args(p, *, beam: int | None = 1, pick: bool = True) -> None:
     """The decoding options, the same on every command that decodes (README: "Decoding
     options"). ``beam``: the command's beam width when neither ``--beam`` nor ``--sample`` is
-    given. :func:`decoding` turns them into a :class:`attnkit.decoding.Decoding`."""
+    given (None: the checkpoint's task's, :data:`TASK_BEAM`, which the command sets as
+    ``args.default_beam``); ``pick``: offer ``--pick`` (what is printed of the samples).
+    :func:`decoding` turns them into a :class:`attnkit.decoding.Decoding`."""
     group = p.add_argument_group("decoding (beam search, or sampling with --sample)")
+    default = (f"{beam}" if beam is not None else "the task's: " + ", ".join(
+        f"{task} {k}" for task, k in TASK_BEAM.items()))
     group.add_argument("--beam", type=positive_int, metavar="K",
-                       help=f"beam width (default {beam}; 1: greedy)")
+                       help=f"beam width (default {default}; 1: greedy)")
     group.add_argument("--length-penalty", type=non_negative_float, metavar="ALPHA",
                        help="beam search ranks by log P / ((5 + |Y|) / 6) ** ALPHA (Wu et al. "
                        f"2016; default {DEFAULT_LENGTH_PENALTY:g} with a beam, 0: plain log P, "
@@ -293,17 +317,22 @@ def add_decoding_args(p, *, beam: int = 1) -> None:
     group.add_argument("--max-len", type=positive_int, metavar="N",
                        help="output tokens at most, EOS included (default: the task's limit "
                        "from each input's length)")
+    group.add_argument("--no-loop-stop", action="store_true",
+                       help="decode an output that loops (repeats a unit of tokens while its "
+                       "attention stands still) to the length limit; by default it stops "
+                       "there, with a warning")
     group.add_argument("--sample", type=positive_int, metavar="N",
                        help="draw N outputs per input from the model instead of beam search")
-    group.add_argument("--pick", choices=("all", "best"),
-                       help="with --sample: print all N draws, the most probable first (all, "
-                       "the default), or only the one the model scores highest (best)")
+    if pick:
+        group.add_argument("--pick", choices=("all", "best"),
+                           help="with --sample: print all N draws, the most probable first "
+                           "(all, the default), or only the one the model scores highest (best)")
     group.add_argument("--temperature", type=float, help="with --sample (default 1.0)")
     group.add_argument("--top-k", type=positive_int, help="with --sample: the K most probable "
                        "tokens only")
     group.add_argument("--top-p", type=float, help="with --sample: nucleus sampling")
     group.add_argument("--seed", type=int, help="with --sample: the draws' seed (default 0)")
-    p.set_defaults(default_beam=beam)
+    p.set_defaults(default_beam=beam, **({} if pick else {"pick": None}))
 
 
 def decoding(args) -> Decoding:
@@ -327,7 +356,7 @@ def decoding(args) -> Decoding:
         return Decoding(beam=beam, length_penalty=length_penalty,
                         coverage_penalty=args.coverage_penalty,
                         no_repeat_ngram=args.no_repeat_ngram, n_best=args.n_best,
-                        max_len=args.max_len)
+                        max_len=args.max_len, loop_stop=not args.no_loop_stop)
     given = (["--beam"] if args.beam is not None else []) + [
         opt for opt, name, default in BEAM_OPTIONS if getattr(args, name) != default]
     if given:
@@ -336,7 +365,37 @@ def decoding(args) -> Decoding:
     return Decoding(sample=True, samples=args.sample,
                     temperature=1.0 if args.temperature is None else args.temperature,
                     top_k=args.top_k, top_p=args.top_p,
-                    seed=0 if args.seed is None else args.seed, max_len=args.max_len)
+                    seed=0 if args.seed is None else args.seed, max_len=args.max_len,
+                    loop_stop=not args.no_loop_stop)
+
+
+def add_html_arg(p) -> None:
+    """``--html PAGE``: the alignment explorer page of the outputs just decoded
+    (:func:`write_html`)."""
+    p.add_argument("--html", type=Path, metavar="PAGE",
+                   help="write the alignment explorer page of these outputs (as attnkit "
+                   "explore does): one self-contained HTML file")
+
+
+def wants_weights(args) -> bool:
+    """Whether a decoding command draws or explores its outputs (``--plot``, ``--html``): only
+    then does decoding keep the attention weights."""
+    return getattr(args, "plot", None) is not None or getattr(args, "html", None) is not None
+
+
+def write_html(args, outputs, *, names: list[str], references: list[str] | None = None,
+               report: bool = True) -> Path | None:
+    """With ``--html PAGE``: write the explorer page of ``outputs`` (an evaluator's, decoded
+    with ``weights=True``), each example named by ``names`` (with its ``references`` when
+    given), and with ``report`` print where; returns the page, or None without ``--html``."""
+    if args.html is None:
+        return None
+    examples = examples_of(outputs, names=names, references=references)
+    path = write_explorer(examples, args.html,
+                          title=f"attnkit {args.command}: {args.checkpoint}")
+    if report:
+        print(f"  wrote {path} ({len(examples)} examples)")
+    return path
 
 
 def print_outputs(outputs, args) -> None:

@@ -7,15 +7,14 @@ data, decodes and scores, so a new task needs no change here.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 
 from attnkit.cli import common
 from attnkit.cli.alignment import add_joint_args, joint_decoding
 from attnkit.cli.lm import load_lm
-from attnkit.decoding import Decoding
 from attnkit.tasks import EVALUATORS, evaluate
-from attnkit.tasks.metrics import LABELS, example_cer
+from attnkit.tasks.metrics import closest_reference, example_cer
 
 
 def add_parser(sub) -> None:
@@ -26,10 +25,14 @@ def add_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("--data", type=Path, required=True, help=f"labelled data ({formats})")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--limit", type=common.positive_int, metavar="N",
+                   help="score the first N examples of --data only")
     p.add_argument("--plot", type=Path, metavar="DIR",
-                   help="pictures of the attention of the worst examples (by CER) in DIR")
+                   help="pictures of the attention of the worst examples (by CER against "
+                   "the closest reference) in DIR")
     p.add_argument("--worst", type=common.positive_int, default=5, metavar="N",
                    help="examples pictured with --plot (default 5)")
+    common.add_html_arg(p)
     common.add_decoding_args(p, beam=1)
     add_joint_args(p)
     common.add_device_arg(p)
@@ -45,41 +48,41 @@ def _one_output(args) -> None:
                          "the draw the model scores highest")
 
 
-def describe(decoding: Decoding) -> str:
-    """The settings that differ from greedy decoding, e.g. ``beam=5, length_penalty=0.6``."""
-    changed = [f"{f.name}={getattr(decoding, f.name)}" for f in fields(decoding)
-               if getattr(decoding, f.name) != f.default]
-    return ", ".join(changed) or "greedy"
-
-
 def run(args) -> int:
     decoding = joint_decoding(args, common.decoding(args))
     _one_output(args)
     evaluator = common.load_evaluator(args.checkpoint, args.device)
     evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
-    result = evaluate(evaluator, args.data, decoding, weights=args.plot is not None)
+    result = evaluate(evaluator, args.data, decoding, weights=common.wants_weights(args),
+                      limit=args.limit)
+    page = common.write_html(args, result.outputs, names=[e.origin for e in result.examples],
+                             references=[e.reference for e in result.examples], report=False)
     worst = []
     for rank, i in enumerate(result.worst(args.worst) if args.plot else [], start=1):
         example, output = result.examples[i], result.outputs[i]
+        reference = closest_reference(output.text, example.reference)
         path = output.draw(args.plot / f"worst_{rank}.png",
-                           title=f"{output.text!r}  (reference: {example.reference!r})")
-        worst.append({"origin": example.origin, "reference": example.reference,
-                      "output": output.text, "cer": example_cer(output.text, example.reference),
+                           title=f"{output.text!r}  (reference: {reference!r})")
+        worst.append({"origin": example.origin, "reference": reference,
+                      "output": output.text, "cer": example_cer(output.text, reference),
                       "picture": None if path is None else str(path)})
     if args.json:
         print(json.dumps({"task": evaluator.task, "checkpoint": str(args.checkpoint),
                           "data": str(args.data), "examples": len(result.examples),
                           "decoding": asdict(decoding), "metrics": result.metrics,
-                          **({"worst": worst} if args.plot else {})}, indent=1))
+                          **({"worst": worst} if args.plot else {}),
+                          **({"html": str(page)} if page else {})}, indent=1))
         return 0
     print(f"{args.checkpoint} ({evaluator.task}) on {args.data}: {len(result.examples)} "
-          f"examples, {describe(decoding)}")
-    width = max(len(LABELS[name]) for name in result.metrics)
+          f"examples, {decoding.describe()}")
+    width = max(len(evaluator.label(name)) for name in result.metrics)
     for name, value in result.metrics.items():
-        print(f"  {LABELS[name]:<{width}}  {value:.4f}")
+        print(f"  {evaluator.label(name):<{width}}  {value:.4f}")
     if worst:
         print(f"worst {len(worst)} by CER:")
     for w in worst:
         print(f"  {w['cer']:.3f}  {w['origin']}: {w['output']!r} (reference {w['reference']!r})"
               + (f"  -> {w['picture']}" if w["picture"] else "  (no attention to draw)"))
+    if page:
+        print(f"explorer page of the {len(result.examples)} examples: {page}")
     return 0

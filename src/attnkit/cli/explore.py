@@ -6,12 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnkit.cli import common
-from attnkit.data import load_line_image
+from attnkit.cli.vqa import check_words
+from attnkit.data import load_image, load_line_image
 from attnkit.explore import write_explorer
 from attnkit.tasks.explore import explore_examples
 from attnkit.tasks.speech import wav_samples
 
-INPUTS = {"translate": "source texts", "ocr": "line image files", "asr": "WAV files"}
+INPUTS = {"translate": "source texts", "ocr": "line image files", "asr": "WAV files",
+          "caption": "image files", "vqa": "an image file, then questions about it"}
 
 
 def add_parser(sub) -> None:
@@ -35,12 +37,22 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _read_inputs(evaluator, inputs: list[str]) -> list:
+def _read_inputs(evaluator, inputs: list[str]) -> tuple[list, list[str]]:
+    """The INPUTs as the evaluator's ``decode`` takes them, and their names."""
     if evaluator.task == "ocr":
-        return [load_line_image(Path(p)) for p in inputs]
+        return [load_line_image(Path(p)) for p in inputs], inputs
     if evaluator.task == "asr":
-        return [evaluator.features(wav_samples(Path(p))) for p in inputs]
-    return list(inputs)
+        return [evaluator.features(wav_samples(Path(p))) for p in inputs], inputs
+    if evaluator.task == "caption":
+        return [load_image(Path(p), evaluator.image_size) for p in inputs], inputs
+    if evaluator.task == "vqa":
+        if len(inputs) < 2:
+            raise ValueError(f"INPUT: a vqa checkpoint takes an image file, then questions "
+                             f"about it, got {len(inputs)} INPUT")
+        check_words(evaluator.words, inputs[1:])
+        image = load_image(Path(inputs[0]), evaluator.image_size)
+        return [(image, q) for q in inputs[1:]], inputs[1:]
+    return inputs, inputs
 
 
 def run(args) -> int:
@@ -60,8 +72,8 @@ def run(args) -> int:
                                     names=[e.origin for e in labelled],
                                     references=[e.reference for e in labelled])
     else:
-        examples = explore_examples(evaluator, _read_inputs(evaluator, args.inputs),
-                                    decoding, names=list(args.inputs))
+        inputs, names = _read_inputs(evaluator, list(args.inputs))
+        examples = explore_examples(evaluator, inputs, decoding, names=names)
     path = write_explorer(examples, args.out,
                           title=f"attnkit explore: {args.checkpoint} ({evaluator.task})")
     print(f"wrote {path} ({len(examples)} examples)")

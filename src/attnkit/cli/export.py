@@ -6,8 +6,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from attnkit.cli.common import load_task_model
-from attnkit.export import DEFAULT_OPSET, OPSETS, export_onnx
+from attnkit.cli import common
+from attnkit.export import DEFAULT_OPSET, OPSETS, RUNNER_FILE, export_onnx
 from attnkit.tasks import ocr, speech, translation
 from attnkit.train import CheckpointError, load_checkpoint, save_checkpoint
 
@@ -18,9 +18,12 @@ TASKS = ("translate", "ocr", "asr")
 def add_parser(sub) -> None:
     p = sub.add_parser("export", help="export a checkpoint to ONNX for inference outside Python",
                        description="onnx: write the model's encoder and one decoder step (a "
-                       "CTC model: its encoder and classifier) as ONNX graphs, and attnkit.json: "
-                       "the vocabulary, the special ids, the length limit and what each graph "
-                       "input and output means. checkpoint: write a checkpoint for inference "
+                       "CTC model: its encoder and classifier) as ONNX graphs; attnkit.json: "
+                       "the vocabulary, the special ids, the length limit, the decoding settings "
+                       "(the decoding options below; default: the task's, as attnkit "
+                       "translate, read and transcribe decode) and what each graph input and "
+                       f"output means; and {RUNNER_FILE}, which decodes with them using numpy "
+                       "only. checkpoint: write a checkpoint for inference "
                        "only (the model's weights, its settings and vocabulary; no optimizer or "
                        "trainer state), as the built-in models are shipped.")
     p.add_argument("--checkpoint", type=Path, required=True, help="a run's checkpoint folder")
@@ -29,6 +32,7 @@ def add_parser(sub) -> None:
                    help=f"ONNX opset, one of {', '.join(map(str, OPSETS))} (default "
                    f"{DEFAULT_OPSET})")
     p.add_argument("--out", type=Path, required=True, help="folder for the files (created)")
+    common.add_decoding_args(p, beam=None, pick=False)
     p.set_defaults(run=run_export)
 
 
@@ -44,31 +48,49 @@ def run_export(args) -> int:
     if task not in TASKS:
         raise CheckpointError(f"{args.checkpoint}: a checkpoint of task {task!r} cannot be "
                               f"exported; expected one of {', '.join(TASKS)}")
+    args.default_beam = common.TASK_BEAM[task]
+    decoding = common.decoding(args)
     if args.format == "checkpoint":
-        model, ck = load_task_model(args.checkpoint, task)
+        given = _decoding_options(args)
+        if given:
+            raise ValueError(f"{given[0]}: a decoding option, written by --format onnx only "
+                             "(a checkpoint decodes as the command that reads it is told)")
+        model, ck = common.load_task_model(args.checkpoint, task)
         save_checkpoint(args.out, model=model, config=ck.config, vocab=ck.vocab)
         size = sum(f.stat().st_size for f in args.out.iterdir()) / 2**20
         print(f"wrote {args.out} (an inference checkpoint of task {task}, {size:.1f} MiB)")
         return 0
     if importlib.util.find_spec("onnx") is None:
         raise ValueError("format: 'onnx' needs the onnx package: pip install 'attnkit[export]'")
-    model, ck = load_task_model(args.checkpoint, task)
+    model, ck = common.load_task_model(args.checkpoint, task)
     if task == "translate":
         vocab = {"src": ck.vocab["src"], "tgt": ck.vocab["tgt"]}
         max_len = {"input": "src_len", "ratio": translation.MAX_LEN_RATIO,
-                   "extra": ck.config.get("max_len_extra", 10), "rounding": "ceil"}
+                   "extra": ck.config.get("max_len_extra", 10), "rounding": "ceil",
+                   "at_most": translation.MAX_OUTPUT_TOKENS}
     elif task == "asr":
         vocab = {"tgt": ck.vocab}
         max_len = {"input": "lengths", "ratio": speech.CHARS_PER_FRAME,
-                   "extra": speech.EXTRA_CHARS, "rounding": "ceil"}
+                   "extra": speech.EXTRA_CHARS, "rounding": "ceil", "at_most": None}
     else:  # the attention head's limit is on the encoder steps, the decoder state's lengths
         vocab = {"tgt": ck.vocab}
         max_len = {"input": "state.lengths", "ratio": 1 / ocr.STEPS_PER_CHAR,
-                   "extra": ocr.EXTRA_CHARS, "rounding": "floor"}
+                   "extra": ocr.EXTRA_CHARS, "rounding": "floor", "at_most": None}
     meta = export_onnx(model, args.out, task=task, vocab=vocab, max_len=max_len,
-                       opset=args.opset)
+                       decoding=decoding, opset=args.opset)
     files = [meta["encoder"]["file"]] + ([meta["decoder_step"]["file"]]
-                                         if "decoder_step" in meta else []) + ["attnkit.json"]
-    print(f"wrote {', '.join(str(args.out / f) for f in files)} (ONNX opset {args.opset}, "
-          f"{meta['decoding']['method']} decoding)")
+                                         if "decoder_step" in meta else []) + [
+        "attnkit.json", RUNNER_FILE]
+    method = ("CTC best path" if meta["decoding"]["method"] == "ctc_best_path" else
+              decoding.describe())
+    print(f"wrote {', '.join(str(args.out / f) for f in files)} (ONNX opset {args.opset}; "
+          f"decoding: {method})")
     return 0
+
+
+def _decoding_options(args) -> list[str]:
+    """The decoding options given on the command line."""
+    given = [opt for opt in ("--beam", "--max-len", "--sample", *common.SAMPLING_OPTIONS)
+             if getattr(args, opt[2:].replace("-", "_")) is not None]
+    return given + [opt for opt, name, default in common.BEAM_OPTIONS
+                    if getattr(args, name) != default]

@@ -1,4 +1,9 @@
-"""``attnkit`` entry point."""
+"""``attnkit`` entry point.
+
+Importing this module loads nothing heavy: :func:`main` imports PyTorch and the sub-commands
+inside the ``try`` that turns a Ctrl-C into one line and exit status 130, so a Ctrl-C in the
+first seconds of a command, while PyTorch loads, ends it the same way.
+"""
 
 from __future__ import annotations
 
@@ -8,31 +13,23 @@ import signal
 import sys
 
 from attnkit._version import __version__
-from attnkit.cli import (
-    asr,
-    bench,
-    caption,
-    demo,
-    evaluate,
-    explore,
-    export,
-    lm,
-    ocr,
-    recipes,
-    translate,
-    vqa,
-)
-from attnkit.cli.common import (
-    Interrupted,
-    check_arguments,
-    locked_run_folder,
-    resolve_run_options,
-)
-from attnkit.data import DataError
-from attnkit.train import CheckpointError, distributed
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from attnkit.cli import (
+        asr,
+        bench,
+        caption,
+        demo,
+        evaluate,
+        explore,
+        export,
+        lm,
+        ocr,
+        translate,
+        vqa,
+    )
+
     parser = argparse.ArgumentParser(
         prog="attnkit",
         description="Correct, fast, memory-light attention for PyTorch sequence models.",
@@ -62,6 +59,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:  # Ctrl-C outside the training loop (importing, reading, building)
+        print("attnkit: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+
+
+def _run(argv: list[str] | None) -> int:
+    from attnkit.cli import recipes
+    from attnkit.cli.common import (
+        Interrupted,
+        check_arguments,
+        locked_run_folder,
+        resolve_run_options,
+    )
+    from attnkit.data import DataError
+    from attnkit.train import CheckpointError, distributed
+
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
@@ -83,9 +98,6 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted as exc:  # SIGINT/SIGTERM during training: saved, then stopped
         print(f"attnkit: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:  # Ctrl-C outside the training loop (reading, building)
-        print("attnkit: interrupted", file=sys.stderr)
-        return 128 + signal.SIGINT
     except (CheckpointError, DataError, ValueError) as exc:  # bad files or settings: a message
         if args.verbose:
             raise

@@ -20,14 +20,12 @@ from attnkit.data import (
     ALPHABET,
     MAX_WIDTH,
     CharVocab,
-    generate_lines,
+    iter_lines,
     load_line_image,
-    pad_images,
     read_line_folder,
     write_line_folder,
 )
-from attnkit.plot import plot_attention
-from attnkit.tasks.ocr import OcrTask, plot_line, recognise
+from attnkit.tasks.ocr import OcrTask, plot_line, read_lines
 
 log = logging.getLogger("attnkit")
 
@@ -74,6 +72,10 @@ def add_train_parser(train_sub) -> None:
     model.add_argument("--ctc-weight", type=common.probability, default=0.0,
                        help="attention head: w in (1 - w) * cross-entropy + w * CTC of an "
                             "auxiliary CTC head (0: none)")
+    model.add_argument("--guided-attention", type=common.non_negative_float, default=0.0,
+                       help="attention head: weight of the guided attention loss (Tachibana "
+                            "et al. 2017: attention far from the diagonal of the line costs; "
+                            "0: none)")
     model.add_argument("--dropout", type=common.proportion, default=0.1)
     common.add_training_args(p, steps=20000, batch_size=32, lr=1e-3, eval_every=500,
                       label_smoothing=0.0)
@@ -86,8 +88,8 @@ def _built_in(args, split: str, n: int, min_chars: int, max_chars: int):
     if (cache / "labels.tsv").exists():
         return read_line_folder(cache, cache / "labels.tsv")
     log.info("rendering %d %s lines into %s", n, split, cache)
-    write_line_folder(generate_lines(n, split=split, seed=args.seed, min_chars=min_chars,
-                                     max_chars=max_chars), cache)  # freed before reading
+    write_line_folder(iter_lines(n, split=split, seed=args.seed, min_chars=min_chars,
+                                 max_chars=max_chars), cache)  # one line in memory at a time
     return read_line_folder(cache, cache / "labels.tsv")  # what later runs will read
 
 
@@ -124,7 +126,8 @@ def run_train(args) -> int:
              "min_chars": args.min_chars, "max_chars": args.max_chars})
     task = OcrTask(train, valid, model_config=model_config, batch_size=args.batch_size,
                    seed=args.seed, label_smoothing=args.label_smoothing,
-                   teacher_forcing=common.teacher_forcing(args), ctc_weight=args.ctc_weight, data=data,
+                   teacher_forcing=common.teacher_forcing(args), ctc_weight=args.ctc_weight,
+                   guided_attention=args.guided_attention, data=data,
                    vocab=CharVocab.from_json(ck.vocab) if ck is not None else None)
     model = task.build_model().to(args.device)
     if common.train_and_report(model, task, args, metric="char_accuracy") is not None:
@@ -146,33 +149,16 @@ def _decoder_config(args) -> dict:
 
 def _samples_and_pictures(model, chars, lines, out: Path, n_plots: int) -> None:
     shown = lines[: max(n_plots, 5)]
-    texts, weights, steps = recognise(model, chars, [image for image, _ in shown],
-                                      weights=n_plots > 0)
-    for (_, ref), text in list(zip(shown, texts))[:5]:
+    readings = read_lines(model, chars, [image for image, _ in shown], weights=n_plots > 0)
+    for (_, ref), reading in list(zip(shown, readings))[:5]:
+        text = reading.texts[0]
         print(f"  {text}" + ("" if text == ref else f"   (reference: {ref})"))
-    _pictures(model, [image for image, _ in shown[:n_plots]], texts, weights, steps, out)
-
-
-def _pictures(model, images, texts, weights, steps, out: Path) -> None:
     eos = model.head_kind == "attention"
-    for i, image in enumerate(images):
-        path = plot_line(image, texts[i], weights[i], steps[i], out / f"line_{i}.png", eos=eos)
+    for i, ((image, _), r) in enumerate(zip(shown[:n_plots], readings)):
+        path = plot_line(image, r.texts[0], r.weights, r.steps, out / f"line_{i}.png", eos=eos,
+                         self_attention=r.self_attention)
         if path is not None:
             print(f"  wrote {path}")
-        _self_attention_picture(model, image, texts[i], out / f"self_attention_{i}.png")
-
-
-def _self_attention_picture(model, image, text: str, path: Path) -> None:
-    """The heat-map of the self-attention layer between RNN1 and RNN2 (if the model has one)."""
-    if model.attention is None:
-        return
-    device = next(model.parameters()).device
-    batch, widths = pad_images([image])  # (1, 1, 32, W), (1,)
-    att = model.attention_weights(batch.to(device), widths.to(device))[0]
-    path = plot_attention(att, None, None, path,
-                          title=f"self-attention between RNN1 and RNN2: {text[:60]}",
-                          x_title="step (keys)", y_title="step (queries)")
-    print(f"  wrote {path}")
 
 
 def add_read_parser(sub) -> None:
@@ -180,10 +166,11 @@ def add_read_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("images", nargs="+", type=Path, help="line images (any size: scaled to 32 px)")
     add_max_width_arg(p)
-    common.add_decoding_args(p, beam=1)
+    common.add_decoding_args(p, beam=common.TASK_BEAM["ocr"])
     add_joint_args(p)
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one picture per image")
+    common.add_html_arg(p)
     p.set_defaults(run=run_read)
 
 
@@ -192,14 +179,12 @@ def run_read(args) -> int:
     images = [load_line_image(path, max_width=args.max_width) for path in args.images]
     evaluator = common.load_evaluator(args.checkpoint, args.device, "ocr")
     evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
-    outputs = evaluator.decode(images, decoding, weights=args.plot is not None)
+    outputs = evaluator.decode(images, decoding, weights=common.wants_weights(args))
     common.print_outputs(outputs, args)
     if args.plot:
-        with torch.no_grad():
-            for i, (image, output) in enumerate(zip(images, outputs)):
-                path = output.draw(args.plot / f"line_{i}.png")
-                if path is not None:
-                    print(f"  wrote {path}")
-                _self_attention_picture(evaluator.model, image, output.text,
-                                        args.plot / f"self_attention_{i}.png")
+        for i, output in enumerate(outputs):
+            path = output.draw(args.plot / f"line_{i}.png")
+            if path is not None:
+                print(f"  wrote {path}")
+    common.write_html(args, outputs, names=[str(p) for p in args.images])
     return 0

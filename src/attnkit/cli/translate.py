@@ -132,9 +132,10 @@ def add_translate_parser(sub) -> None:
     p.add_argument("text", nargs="*", help="sentences (or use --file)")
     p.add_argument("--file", type=Path, help="one sentence per line")
     add_max_chars_arg(p)
-    common.add_decoding_args(p, beam=5)
+    common.add_decoding_args(p, beam=common.TASK_BEAM["translate"])
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one attention heat-map per sentence")
+    common.add_html_arg(p)
     p.set_defaults(run=run_translate)
 
 
@@ -148,13 +149,14 @@ def run_translate(args) -> int:
         return 2
     evaluator = common.load_evaluator(args.checkpoint, args.device, "translate")
     evaluator.max_chars = args.max_chars
-    outputs = evaluator.decode(texts, decoding, weights=args.plot is not None)
+    outputs = evaluator.decode(texts, decoding, weights=common.wants_weights(args))
     common.print_outputs(outputs, args)
     if args.plot:
         for i, output in enumerate(outputs):
             path = output.draw(args.plot / f"attention_{i}.png")
             if path is not None:
                 print(f"  wrote {path}")
+    common.write_html(args, outputs, names=texts)
     return 0
 
 

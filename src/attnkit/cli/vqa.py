@@ -87,17 +87,23 @@ def add_ask_parser(sub) -> None:
     p.set_defaults(run=run_ask)
 
 
-def run_ask(args) -> int:
-    model, ck = common.load_task_model(args.checkpoint, "vqa", args.device)
-    words, answers = WordVocab.from_json(ck.vocab["words"]), ck.vocab["answers"]
+def check_words(words: WordVocab, questions) -> None:
+    """Refuse a question asked on the command line that holds words the model never saw, or
+    no word: a :class:`DataError` naming them and listing the words the model knows."""
     known = words.symbols[len(SPECIALS):]
-    for question in args.questions:
+    for question in questions:
         unknown = words.unknown(question)
         if unknown or not words.encode(question):
             problem = (f"words this model never saw: {', '.join(map(repr, unknown))}"
                        if unknown else "no words")
             raise DataError(f"question {question!r}: {problem} (it knows {len(known)}: "
                             f"{' '.join(known[:40])}{' ...' if len(known) > 40 else ''})")
+
+
+def run_ask(args) -> int:
+    model, ck = common.load_task_model(args.checkpoint, "vqa", args.device)
+    words, answers = WordVocab.from_json(ck.vocab["words"]), ck.vocab["answers"]
+    check_words(words, args.questions)
     image = load_image(args.image, ck.config["model"]["image_size"])
     asked = [(image, question) for question in args.questions]
     found = answer_questions(model, words, answers, asked)

@@ -42,6 +42,7 @@ __all__ = [
     "log_mel",
     "log_mel_stream",
     "mel_filterbank",
+    "n_frames",
     "normalize_features",
     "pad_features",
     "parse_wav",
@@ -347,6 +348,13 @@ def log_mel(samples: torch.Tensor, *, sample_rate: int = SAMPLE_RATE, n_mels: in
     return normalize_features(feats) if normalize else feats
 
 
+def n_frames(n_samples: int, rate: int) -> int:
+    """The log-mel frames of ``n_samples`` samples at ``rate`` Hz: ``T`` of
+    ``log_mel(resample(samples, rate))``, without computing them."""
+    resampled = -(-n_samples * SAMPLE_RATE // rate)  # ceil: resample's output length
+    return frame_count(resampled)
+
+
 class MelStream(NamedTuple):
     """What :func:`log_mel_stream` keeps between chunks: the samples still needed
     (``known``, from sample ``offset`` on), the samples received and the frames given out."""
@@ -436,7 +444,9 @@ def pad_features(features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.
     """Pad ``B`` feature matrices ``(T_i, F)`` with zeros: ``(padded (B, Tmax, F), lengths (B,))``.
 
     float16/bfloat16 features (as a :class:`~attnkit.data.SpeechSet` keeps them) come out as
-    float32; other dtypes as given."""
+    float32; other dtypes as given. ``features`` is read once (it may be
+    :class:`~attnkit.data.FeaturesOnDisk`)."""
+    features = list(features)
     if not features:
         raise ValueError("features: expected at least one (T, F) tensor")
     dims = {tuple(f.shape[1:]) for f in features}

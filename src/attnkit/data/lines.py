@@ -2,8 +2,10 @@
 
 Every line image is a ``torch.uint8`` tensor ``(32, W)`` of gray levels 0-255 (255 = white
 paper, dark ink), 32 pixels high and as wide as its text needs (about 12 px per character at the
-usual sizes, so a 200-character line is 2,000-3,000 px wide). Lines are kept in 8 bits, a
-quarter of float32's memory; :func:`pad_images` makes a batch of them float32 in ``[0, 1]``.
+usual sizes, so a 200-character line is 2,000-3,000 px wide). :func:`pad_images` makes a batch
+of them float32 in ``[0, 1]``. A folder of lines is read as a :class:`LineFolder`, whose images
+stay on disk until indexed: memory holds their names, widths and texts only, however many lines
+there are.
 
 **Built-in lines** (:func:`generate_lines`) are 5-200 characters of :data:`ALPHABET`: common
 English words (SCOWL size 10, shipped as ``words_en.txt``), numbers, codes and punctuation,
@@ -25,7 +27,8 @@ other font found is a training font:
 
 **The user's lines** are a folder of images and a ``filename<TAB>text`` TSV
 (:func:`read_line_folder`); :func:`write_line_folder` writes generated lines in that form once, to
-reuse them as a cache.
+reuse them as a cache (:func:`iter_lines` renders them one at a time, so a large cache is written
+without holding its images).
 
 Labels go through :class:`~attnkit.data.vocab.CharVocab`; for CTC its ``<pad>`` id 0 serves as
 the blank:
@@ -40,7 +43,7 @@ from __future__ import annotations
 
 import functools
 import string
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -57,8 +60,10 @@ __all__ = [
     "HEIGHT",
     "HELD_OUT_FONTS",
     "MAX_WIDTH",
+    "LineFolder",
     "available_fonts",
     "generate_lines",
+    "iter_lines",
     "load_line_image",
     "pad_images",
     "read_line_folder",
@@ -232,6 +237,17 @@ def generate_lines(
     Shape:
         each image is a uint8 tensor ``(32, W)``, ``W`` growing with the text.
     """
+    return list(iter_lines(n, split=split, seed=seed, min_chars=min_chars, max_chars=max_chars))
+
+
+def iter_lines(n: int, *, split: str = "train", seed: int = 0, min_chars: int = 5,
+               max_chars: int = 200) -> Iterator[tuple[torch.Tensor, str]]:
+    """The lines of :func:`generate_lines`, rendered one at a time as they are iterated.
+
+    Raises (on the call, before any line is rendered):
+        ValueError: a bad ``split``, ``n`` or character range.
+        DataError: none of the split's fonts is installed.
+    """
     if split not in SPLITS:
         raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
     if not isinstance(n, int) or n < 0:
@@ -243,8 +259,12 @@ def generate_lines(
     if not fonts:
         raise DataError(f"split {split!r}: none of its fonts {HELD_OUT_FONTS.get(split)} "
                         f"is installed")
+    return _render(n, split, seed, min_chars, max_chars, fonts)
+
+
+def _render(n: int, split: str, seed: int, min_chars: int, max_chars: int,
+            fonts: Sequence[Path]) -> Iterator[tuple[torch.Tensor, str]]:
     split_id = list(SPLITS).index(split)
-    lines = []
     for index in range(n):
         rng = np.random.default_rng([seed, split_id, index])
         n_chars = int(rng.integers(min_chars, max_chars + 1))
@@ -253,8 +273,7 @@ def generate_lines(
             text = _random_text(rng, n_chars)
         font = fonts[rng.integers(len(fonts))]
         size = int(rng.integers(SIZES[0], SIZES[1] + 1))
-        lines.append((_to_tensor(render_line(text, font=font, size=size, rng=rng)), text))
-    return lines
+        yield _to_tensor(render_line(text, font=font, size=size, rng=rng)), text
 
 
 def load_line_image(path: str | Path, *, max_width: int | None = MAX_WIDTH) -> torch.Tensor:
@@ -290,20 +309,62 @@ def _check_size(path: Path, width: int, height: int, *, max_width: int | None) -
                         f"height {HEIGHT}, more than max_width={max_width}")
 
 
+class LineFolder(Sequence):
+    """Labelled line images in a folder, each read from disk when indexed.
+
+    ``lines[i]`` is ``(image (32, W_i) uint8, text)``, the image decoded then by
+    :func:`load_line_image`; so memory holds the lines' file names, widths and texts (a few
+    hundred bytes a line), not their images, and a training batch decodes only its own lines
+    (in the DataLoader's worker processes with ``--workers-data``). ``widths`` and ``texts``
+    are known without decoding an image. A slice is a :class:`LineFolder` of those lines.
+    Made by :func:`read_line_folder`, which has read and checked every image once.
+
+    Shape:
+        ``lines[i][0]``: a uint8 tensor ``(32, widths[i])``.
+    """
+
+    def __init__(self, folder: Path, rows: Sequence[tuple[str, int, str]], *,
+                 max_width: int | None):
+        self.folder, self.rows, self.max_width = Path(folder), rows, max_width
+
+    @property
+    def widths(self) -> list[int]:
+        return [width for _, width, _ in self.rows]
+
+    @property
+    def texts(self) -> list[str]:
+        return [text for _, _, text in self.rows]
+
+    def path(self, i: int) -> Path:
+        """The image file of line ``i``."""
+        return self.folder / self.rows[i][0]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return LineFolder(self.folder, self.rows[i], max_width=self.max_width)
+        name, _, text = self.rows[i]
+        return load_line_image(self.folder / name, max_width=self.max_width), text
+
+
 def read_line_folder(
     folder: str | Path,
     tsv: str | Path,
     *,
     alphabet: str | None = None,
     max_width: int | None = MAX_WIDTH,
-) -> list[tuple[torch.Tensor, str]]:
-    """The user's lines: ``(image (32, W), text)`` for each ``filename<TAB>text`` line of ``tsv``.
+) -> LineFolder:
+    """The user's lines: ``(image (32, W), text)`` for each ``filename<TAB>text`` line of
+    ``tsv``, as a :class:`LineFolder` (each image read when indexed).
 
-    File names are relative to ``folder``. Images are read with :func:`load_line_image` (at
-    most ``max_width`` px wide at height 32). A bad
-    TSV line, a missing or unreadable image raises a :class:`DataError` naming the TSV file and
-    line. With ``alphabet``, labels using other characters raise one :class:`DataError` that
-    lists those characters and the lines they are on.
+    File names are relative to ``folder``. Every image is read here once, with
+    :func:`load_line_image` (at most ``max_width`` px wide at height 32), to check it and learn
+    its width, and dropped: it is read again when its line is indexed. A bad TSV line, a
+    missing or unreadable image raises a :class:`DataError` naming the TSV file and line. With
+    ``alphabet``, labels using other characters raise one :class:`DataError` that lists those
+    characters and the lines they are on.
 
     Shape:
         each image is a uint8 tensor ``(32, W)``.
@@ -323,18 +384,21 @@ def read_line_folder(
                             + (" and more" if len(unknown) > 5 else ""))
     lines = []
     for n, name, text in rows:
-        path = folder / name.strip()
+        name = name.strip()
+        path = folder / name
         if not path.is_file():
-            raise DataError(f"{tsv}:{n}: image {name.strip()!r} not found in {folder}")
+            raise DataError(f"{tsv}:{n}: image {name!r} not found in {folder}")
         try:
-            lines.append((load_line_image(path, max_width=max_width), text))
+            width = load_line_image(path, max_width=max_width).shape[1]
         except DataError as exc:
             raise DataError(f"{tsv}:{n}: {exc}") from None
-    return lines
+        lines.append((name, width, text))
+    return LineFolder(folder, lines, max_width=max_width)
 
 
-def write_line_folder(lines: Sequence[tuple[torch.Tensor, str]], folder: str | Path) -> Path:
-    """Write ``(image (H, W), text)`` lines as ``folder/000000.png ...`` and ``labels.tsv``.
+def write_line_folder(lines: Iterable[tuple[torch.Tensor, str]], folder: str | Path) -> Path:
+    """Write ``(image (H, W), text)`` lines as ``folder/000000.png ...`` and ``labels.tsv``
+    (written last), one line at a time (``lines`` may be :func:`iter_lines`).
 
     Images (uint8, or float in ``[0, 1]``) are stored as 8-bit grayscale PNG, so lines from
     :func:`generate_lines` read back unchanged with :func:`read_line_folder`. Returns the TSV's

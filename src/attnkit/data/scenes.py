@@ -30,7 +30,9 @@ pairs of :data:`HELD_OUT` (red triangles, green circles, blue squares); every ``
 shows at least one of them, and its captions and questions are about those objects where they
 can be, so a model scored on it meets attribute combinations it never saw. Scene ``index`` of
 ``split`` draws everything from its own seed, derived from ``(seed, split, index)``: the same
-arguments give the same scenes.
+arguments give the same scenes. ``attnkit eval --data scenes:test`` (or ``scenes:heldout``)
+scores a checkpoint on the first :data:`SCORED_SCENES` scenes of that split with seed 0
+(:func:`scored_scenes`).
 
 Example:
     >>> scene = generate_scenes(1, seed=0)[0]
@@ -45,7 +47,7 @@ Example:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -54,11 +56,13 @@ import torch
 from PIL import Image, ImageDraw
 
 from attnkit.data.images import CaptionedImage, ImageQuestion
+from attnkit.errors import DataError
 
 __all__ = ["ANSWERS", "COLOURS", "HELD_OUT", "QUESTION_TYPES", "REGIONS", "RELATIONAL",
-           "SHAPES", "SIZES", "SPLITS", "Fact", "NounPhrase", "Scene", "SceneObject",
-           "SceneQuestion", "caption_is_true", "captioned_images", "generate_scenes",
-           "matching_objects", "object_masks", "parse_caption", "question_set", "region_of", "render"]
+           "SCORED", "SCORED_SCENES", "SCORED_SPLITS", "SHAPES", "SIZES", "SPLITS", "Fact",
+           "NounPhrase", "Scene", "SceneObject", "SceneQuestion", "caption_is_true",
+           "captioned_images", "generate_scenes", "matching_objects", "object_masks",
+           "parse_caption", "question_set", "region_of", "render", "scored_scenes"]
 
 COLOURS = {"red": (220, 40, 40), "green": (40, 160, 60), "blue": (40, 80, 220),
            "yellow": (230, 195, 20), "purple": (140, 60, 190), "grey": (120, 120, 120)}
@@ -66,6 +70,7 @@ SHAPES = ("circle", "square", "triangle")
 SIZES = ("small", "large")
 HELD_OUT = (("red", "triangle"), ("green", "circle"), ("blue", "square"))
 SPLITS = ("train", "valid", "test", "heldout")
+SCORED, SCORED_SPLITS, SCORED_SCENES = "scenes:", ("test", "heldout"), 1000  # scenes:test
 REGIONS = (("top left", "top", "top right"), ("left", "centre", "right"),
            ("bottom left", "bottom", "bottom right"))
 RELATIONS = ("left of", "right of", "above", "below")
@@ -460,3 +465,25 @@ def question_set(scenes: Sequence[Scene], split: str = "scene",
     questions = [ImageQuestion(i, q.question, q.answer, q.type, f"{split}[{i}].{k}")
                  for i, s in enumerate(scenes) for k, q in enumerate(s.questions)]
     return [s.image for s in scenes], questions
+
+
+def scored_scenes(data, *, size: int, trained_on: Mapping | None = None,
+                  ) -> tuple[str, list[Scene]] | None:
+    """The built-in data ``data`` names, as ``attnkit eval --data`` reads it: for
+    ``scenes:test`` or ``scenes:heldout``, the split and its first :data:`SCORED_SCENES`
+    scenes (seed 0) of ``size`` pixels, with as many objects as ``trained_on`` (a
+    checkpoint's data settings) says its model saw (``min_objects``, ``max_objects``; by
+    default 3 to 8); None for any other ``data`` (a path).
+
+    Raises:
+        DataError: ``scenes:`` followed by another split.
+    """
+    text = str(data)
+    if not text.startswith(SCORED):
+        return None
+    split = text[len(SCORED):]
+    if split not in SCORED_SPLITS:
+        raise DataError(f"{text}: expected built-in scenes "
+                        f"{' or '.join(SCORED + s for s in SCORED_SPLITS)}")
+    counts = {k: v for k, v in (trained_on or {}).items() if k in ("min_objects", "max_objects")}
+    return split, generate_scenes(SCORED_SCENES, split=split, size=size, **counts)

@@ -18,14 +18,20 @@ but its own voice variants and its own speed band (:data:`SPLITS`), so valid and
 speeds are never seen in training. Each example is drawn from a generator seeded by
 ``(seed, split, index)``. Features are cached on disk, keyed by a hash of the settings.
 
-In memory a :class:`SpeechSet` keeps its features in float16 (:data:`FEATURE_DTYPE`), half of
-float32's memory; :func:`attnkit.data.pad_features` makes each batch float32 again. float16
-keeps 11 significant bits: a relative rounding error of at most ``2**-11`` per value, far below
-the features' own variation (``tests/data/test_speech.py`` bounds its effect on a model).
+A :class:`SpeechSet` of built-in speech or of a manifest holds its features on disk
+(:class:`FeaturesOnDisk`: the cache's rows, or the WAV files), each utterance's read when
+indexed, so memory does not grow with the number of utterances. Features come out in float16
+(:data:`FEATURE_DTYPE`), half of float32's memory for those a caller keeps (validation sets,
+``attnkit eval``'s examples); :func:`attnkit.data.pad_features` makes each batch float32
+again. float16 keeps 11 significant bits: a relative rounding error of at most ``2**-11`` per
+value, far below the features' own variation (``tests/data/test_speech.py`` bounds its effect
+on a model).
 """
 
 from __future__ import annotations
 
+import abc
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -38,6 +44,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
@@ -45,14 +52,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 from attnkit.data.audio import (
     MAX_SECONDS,
     N_MELS,
     SAMPLE_RATE,
     log_mel,
+    n_frames,
     normalize_features,
     parse_wav,
     read_wav,
@@ -65,6 +73,7 @@ __all__ = [
     "ACCENTS",
     "FEATURE_DTYPE",
     "KINDS",
+    "FeaturesOnDisk",
     "SPLITS",
     "SpeechSet",
     "Utterance",
@@ -124,19 +133,89 @@ class Utterance:
     noise_seed: int
 
 
+class FeaturesOnDisk(Sequence, abc.ABC):
+    """Log-mel features read from disk when indexed: ``features[i]`` is ``(T_i, 80)``
+    (:data:`FEATURE_DTYPE`, normalised per utterance with ``normalize``), and
+    ``frames[i] = T_i`` is known without reading it.
+
+    Memory holds one small record per utterance, not its features, so a training set may be
+    larger than memory; a training batch reads its own utterances (in the DataLoader's worker
+    processes with ``--workers-data``). A slice is the same kind of sequence over those
+    utterances. A subclass writes :meth:`read`, the raw float32 features of one record.
+    """
+
+    def __init__(self, records: Sequence, frames: Sequence[int], *, normalize: bool):
+        self.records, self.frames, self.normalize = records, frames, normalize
+
+    @abc.abstractmethod
+    def read(self, record) -> torch.Tensor:
+        """The raw features ``(T, 80)`` float32 of one record."""
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            part = copy.copy(self)
+            part.records, part.frames = self.records[i], self.frames[i]
+            return part
+        features = self.read(self.records[i])
+        return (normalize_features(features) if self.normalize else features).to(FEATURE_DTYPE)
+
+
+class _CachedFeatures(FeaturesOnDisk):
+    """Utterances of a built-in cache: records are their ``(first, last + 1)`` rows in
+    ``features.safetensors``, read through safetensors' memory map (the file mapped only while
+    one utterance is read)."""
+
+    def __init__(self, path: Path, rows: Sequence[tuple[int, int]], *, normalize: bool):
+        super().__init__(rows, [stop - start for start, stop in rows], normalize=normalize)
+        self.path = path
+
+    def read(self, record) -> torch.Tensor:
+        start, stop = record
+        with safe_open(str(self.path), framework="pt") as f:
+            return f.get_slice("features")[start:stop]
+
+
+class _WavFeatures(FeaturesOnDisk):
+    """Utterances of a manifest: records are WAV paths, read and turned into log-mels (16 kHz)
+    when indexed."""
+
+    def __init__(self, paths: Sequence[str], frames: Sequence[int], *, normalize: bool,
+                 max_seconds: float | None):
+        super().__init__(paths, frames, normalize=normalize)
+        self.max_seconds = max_seconds
+
+    def read(self, record) -> torch.Tensor:
+        samples, rate = read_wav(record, max_seconds=self.max_seconds)
+        return log_mel(resample(samples, rate, SAMPLE_RATE))
+
+
 @dataclass(frozen=True)
 class SpeechSet:
     """Features and transcripts: ``features[i]`` is ``(T_i, 80)`` float16
-    (:data:`FEATURE_DTYPE`), its transcript
-    ``transcripts[i]``, and ``origins[i]`` says where it came from (the voice and settings, or the
-    WAV path). Batch with :func:`attnkit.data.pad_features`."""
+    (:data:`FEATURE_DTYPE`; a list, or :class:`FeaturesOnDisk` read when indexed), its
+    transcript ``transcripts[i]``, and ``origins[i]`` says where it came from (the voice and
+    settings, or the WAV path). Batch with :func:`attnkit.data.pad_features`."""
 
-    features: list[torch.Tensor]
+    features: Sequence[torch.Tensor]
     transcripts: list[str]
     origins: list[str]
 
     def __len__(self) -> int:
         return len(self.features)
+
+    @property
+    def frames(self) -> list[int]:
+        """``T_i`` of every utterance (features on disk are not read for it)."""
+        if isinstance(self.features, FeaturesOnDisk):
+            return list(self.features.frames)
+        return [f.shape[0] for f in self.features]
+
+    def head(self, n: int) -> SpeechSet:
+        """The first ``n`` utterances."""
+        return SpeechSet(self.features[:n], self.transcripts[:n], self.origins[:n])
 
 
 @functools.cache
@@ -256,9 +335,10 @@ def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
 
     The first call synthesises with ``workers`` espeak-ng processes at a time and writes
     ``cache_dir/<split>-<n>-<hash of the settings>/`` (``features.safetensors`` and
-    ``index.json``); a later call with the same settings loads it without running espeak-ng.
-    The cache holds raw float32 log-mels; ``normalize`` (zero mean, unit variance per mel bin
-    over each utterance) is applied in float32 when loading, then the features are kept in
+    ``index.json``); a later call with the same settings reads it without running espeak-ng.
+    The cache holds raw float32 log-mels, read one utterance at a time when indexed
+    (:class:`FeaturesOnDisk`); ``normalize`` (zero mean, unit variance per mel bin over each
+    utterance) is applied in float32 then, and the features come out in
     :data:`FEATURE_DTYPE`.
 
     Shape:
@@ -275,9 +355,8 @@ def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
     folder = Path(cache_dir) / f"{split}-{n}-{key}"
     if not (folder / "index.json").exists():
         _write_cache(folder, plan, settings, workers)
-    feats = _read_cache(folder, n)
-    feats = [(normalize_features(f) if normalize else f).to(FEATURE_DTYPE) for f in feats]
-    return SpeechSet(feats, [u.transcript for u in plan], [_describe(u) for u in plan])
+    return SpeechSet(_read_cache(folder, n, normalize), [u.transcript for u in plan],
+                     [_describe(u) for u in plan])
 
 
 def _write_cache(folder: Path, plan: list[Utterance], settings: dict, workers: int) -> None:
@@ -303,18 +382,19 @@ def _write_cache(folder: Path, plan: list[Utterance], settings: dict, workers: i
         shutil.rmtree(tmp)
 
 
-def _read_cache(folder: Path, n: int) -> list[torch.Tensor]:
+def _read_cache(folder: Path, n: int, normalize: bool) -> _CachedFeatures:
     path = folder / "features.safetensors"
     try:
-        tensors = load_file(str(path))
-        stacked, lengths = tensors["features"], tensors["lengths"]
+        with safe_open(str(path), framework="pt") as f:
+            rows, lengths = f.get_slice("features").get_shape()[0], f.get_tensor("lengths")
     except (OSError, KeyError, SafetensorError) as exc:
         raise DataError(f"{path}: unreadable speech cache ({exc}); delete {folder} to rebuild "
                         "it") from None
-    if len(lengths) != n or int(lengths.sum()) != stacked.shape[0]:
+    if len(lengths) != n or int(lengths.sum()) != rows:
         raise DataError(f"{path}: speech cache holds {len(lengths)} utterances, expected {n}; "
                         f"delete {folder} to rebuild it")
-    return list(torch.split(stacked, lengths.tolist()))
+    ends = lengths.cumsum(0).tolist()
+    return _CachedFeatures(path, list(zip([0, *ends[:-1]], ends)), normalize=normalize)
 
 
 def read_manifest(path: str | Path, *, normalize: bool = False,
@@ -322,21 +402,22 @@ def read_manifest(path: str | Path, *, normalize: bool = False,
     """The user's own speech: a UTF-8 manifest of ``wav_path<TAB>transcript`` lines.
 
     WAV paths are relative to the manifest's folder; each file is a PCM (8-32 bits) or float
-    WAV at any rate and channel count (channels are averaged), resampled to 16 kHz, at most ``max_seconds``
-    long. Transcripts are used as written. Features are computed in float32 and kept in
-    :data:`FEATURE_DTYPE`.
+    WAV at any rate and channel count (channels are averaged), resampled to 16 kHz, at most
+    ``max_seconds`` long. Transcripts are used as written. Every file is read and checked here;
+    its features are computed when indexed (:class:`FeaturesOnDisk`), in float32, and come out
+    in :data:`FEATURE_DTYPE`.
 
     Raises:
         DataError: naming the manifest (and line) or the WAV file that is missing or unusable.
     """
     path = Path(path)
     pairs = read_tsv(path)
-    feats, transcripts, origins = [], [], []
+    paths, frames, transcripts = [], [], []
     for wav, transcript in pairs:
         wav_path = path.parent / wav
         samples, rate = read_wav(wav_path, max_seconds=max_seconds)
-        features = log_mel(resample(samples, rate, SAMPLE_RATE), normalize=normalize)
-        feats.append(features.to(FEATURE_DTYPE))
+        paths.append(str(wav_path))
+        frames.append(n_frames(samples.numel(), rate))
         transcripts.append(transcript)
-        origins.append(str(wav_path))
-    return SpeechSet(feats, transcripts, origins)
+    features = _WavFeatures(paths, frames, normalize=normalize, max_seconds=max_seconds)
+    return SpeechSet(features, transcripts, list(paths))

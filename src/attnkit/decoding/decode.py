@@ -6,8 +6,9 @@ A model for decoding has ``start(inputs, lengths) -> state`` and
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -16,6 +17,8 @@ from attnkit.decoding.search import Hypotheses, beam_search, greedy, sample
 from attnkit.tokens import BOS, EOS, PAD
 
 __all__ = ["Decoding", "decode", "decode_batches"]
+
+log = logging.getLogger(__name__)
 
 
 def _check(name: str, value, ok: bool, expected: str) -> None:
@@ -42,7 +45,10 @@ class Decoding:
     ``top_p``; ``seed`` makes the draws repeatable), ``samples`` outputs per input ranked by
     their log-probability under the model (the best first: random search keeps it).
     ``max_len``: output tokens at most (EOS included) for every input, instead of the limit the
-    caller derives from each input's length.
+    caller derives from each input's length. ``loop_stop`` (on by default) ends an output that
+    loops, repeating a unit of tokens while its attention stands still
+    (:mod:`attnkit.decoding.loops`), and :func:`decode` logs a warning; False decodes it to
+    the length limit.
 
     Example:
         >>> Decoding(beam=5, length_penalty=0.6).method
@@ -67,6 +73,7 @@ class Decoding:
     max_len: int | None = None
     ctc_weight: float = 0.0
     lm_weight: float = 0.0
+    loop_stop: bool = True
 
     def __post_init__(self):
         _check("beam", self.beam, _is_int(self.beam) and self.beam >= 1, "a positive int")
@@ -86,6 +93,7 @@ class Decoding:
                and 0 <= self.ctc_weight <= 1, "a number in [0, 1]")
         _check("lm_weight", self.lm_weight, isinstance(self.lm_weight, (int, float))
                and self.lm_weight >= 0, "a non-negative number")
+        _check("loop_stop", self.loop_stop, isinstance(self.loop_stop, bool), "a bool")
         if self.sample and self._beam_options():
             raise ValueError(f"sample: draws one token at a time, not with beam={self.beam}"
                              + ("" if self.beam > 1 else " and beam options"))
@@ -94,6 +102,18 @@ class Decoding:
         beam_only = (self.length_penalty, self.coverage_penalty, self.no_repeat_ngram,
                      self.ctc_weight, self.lm_weight)
         return self.beam > 1 or any(beam_only)
+
+    def describe(self) -> str:
+        """The settings that differ from greedy decoding, e.g. ``beam=5, length_penalty=0.6``
+        (``greedy`` when none does).
+
+        Example:
+            >>> Decoding(beam=5, length_penalty=0.6).describe()
+            'beam=5, length_penalty=0.6'
+        """
+        changed = [f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                   if getattr(self, f.name) != f.default]
+        return ", ".join(changed) or "greedy"
 
     @property
     def method(self) -> str:
@@ -130,28 +150,43 @@ def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
 
     Returns:
         :class:`Hypotheses` (with an ``n_best`` dim when ``decoding.n_best > 1`` or
-        ``decoding.samples > 1``).
+        ``decoding.samples > 1``). When outputs were stopped because they looped, a warning
+        is logged and ``Hypotheses.looped`` marks them.
     """
     decoding = decoding or Decoding()
     kw = {"batch_size": int(lengths.shape[0]), "bos": bos, "eos": eos, "pad": pad,
           "max_len": max_len if decoding.max_len is None else decoding.max_len,
-          "device": lengths.device, "weights": weights}
+          "device": lengths.device, "weights": weights, "loop_stop": decoding.loop_stop}
     if decoding.ctc_weight or decoding.lm_weight:
-        return joint_decode(model, inputs, lengths, beam=decoding.beam,
-                            ctc_weight=decoding.ctc_weight, lm=lm, lm_weight=decoding.lm_weight,
-                            alpha=decoding.length_penalty, beta=decoding.coverage_penalty,
-                            no_repeat_ngram=decoding.no_repeat_ngram, n_best=decoding.n_best,
-                            **kw)
-    state = model.start(inputs, lengths)
-    if decoding.method == "sample":
-        return sample(model.step, state, temperature=decoding.temperature, top_k=decoding.top_k,
-                      top_p=decoding.top_p, num_samples=decoding.samples, generator=generator,
-                      **kw)
-    if decoding.method == "greedy":
-        return greedy(model.step, state, **kw)
-    return beam_search(model.step, state, beam_size=decoding.beam, alpha=decoding.length_penalty,
-                       beta=decoding.coverage_penalty, no_repeat_ngram=decoding.no_repeat_ngram,
-                       n_best=decoding.n_best, **kw)
+        hyp = joint_decode(model, inputs, lengths, beam=decoding.beam,
+                           ctc_weight=decoding.ctc_weight, lm=lm, lm_weight=decoding.lm_weight,
+                           alpha=decoding.length_penalty, beta=decoding.coverage_penalty,
+                           no_repeat_ngram=decoding.no_repeat_ngram, n_best=decoding.n_best,
+                           **kw)
+    elif decoding.method == "sample":
+        hyp = sample(model.step, model.start(inputs, lengths), temperature=decoding.temperature,
+                     top_k=decoding.top_k, top_p=decoding.top_p, num_samples=decoding.samples,
+                     generator=generator, **kw)
+    elif decoding.method == "greedy":
+        hyp = greedy(model.step, model.start(inputs, lengths), **kw)
+    else:
+        hyp = beam_search(model.step, model.start(inputs, lengths), beam_size=decoding.beam,
+                          alpha=decoding.length_penalty, beta=decoding.coverage_penalty,
+                          no_repeat_ngram=decoding.no_repeat_ngram, n_best=decoding.n_best,
+                          **kw)
+    _warn_loops(hyp)
+    return hyp
+
+
+def _warn_loops(hyp: Hypotheses) -> None:
+    """Log how many outputs of a batch were stopped because they looped, and where."""
+    if hyp.looped is None or not bool(hyp.looped.any()):
+        return
+    sizes = hyp.lengths[hyp.looped].tolist()
+    log.warning("%d of %d outputs stopped after %s tokens: each repeated a unit of tokens "
+                "while its attention stood still (a loop); loop_stop=False (--no-loop-stop) "
+                "decodes them to the length limit", len(sizes), hyp.looped.numel(),
+                ", ".join(map(str, sizes)))
 
 
 def decode_batches(model, items: Sequence, collate: Callable, *, max_len: Callable,

@@ -19,6 +19,10 @@ All three return a :class:`Hypotheses`; tokens after an example's EOS are ``pad`
 ever emits ``pad`` or ``bos``. The weights of every step are kept only with ``weights=True``
 (``(B, T, Tk)`` floats: gigabytes for long inputs and outputs); without, ``Hypotheses.weights``
 is None.
+
+All three stop a hypothesis that loops (``loop_stop=True``, the default): one that keeps
+repeating a unit of tokens while its attention stands still (:mod:`attnkit.decoding.loops`)
+ends there, without EOS, as if it had reached ``max_len``, and ``Hypotheses.looped`` says so.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from typing import Any, NamedTuple
 
 import torch
 from torch.utils._pytree import tree_map
+
+from attnkit.decoding.loops import loop_step, start_loops
 
 __all__ = ["Hypotheses", "beam_search", "greedy", "sample", "length_penalty"]
 
@@ -44,13 +50,16 @@ class Hypotheses(NamedTuple):
         scores: ``(B,)`` (or ``(B, n_best)``): summed log-probability, or for beam search the
             ranking score (length-normalised, with coverage penalty).
         weights: ``(B, T, Tk)`` (or ``(B, n_best, T, Tk)``) attention of every output step, or
-            None when the step function returns none.
+            None when the step function returns none or they were not asked for.
+        looped: ``(B,)`` (or ``(B, n_best)``) bool: the hypotheses stopped because they
+            looped (they end without EOS), or None when they were not checked.
     """
 
     tokens: torch.Tensor
     lengths: torch.Tensor
     scores: torch.Tensor
     weights: torch.Tensor | None
+    looped: torch.Tensor | None = None
 
     def best(self) -> Hypotheses:
         """The first of the ``n_best`` hypotheses of each example (itself without that dim)."""
@@ -94,12 +103,14 @@ def _check_log_probs(log_probs: torch.Tensor, n: int) -> None:
 
 
 def _run(step: StepFn, state, *, batch_size, bos, eos, pad, max_len, device, choose,
-         keep_weights):
+         keep_weights, loop_stop):
     """Shared loop of greedy decoding and sampling: ``choose(log_probs) -> tokens (B,)``."""
     _check_common(batch_size, bos, eos, pad)
     limit = _max_lengths(max_len, batch_size, device)
     tokens = torch.full((batch_size,), bos, dtype=torch.long, device=device)
     done = torch.zeros(batch_size, dtype=torch.bool, device=device)
+    looped = torch.zeros(batch_size, dtype=torch.bool, device=device)
+    loops = start_loops(batch_size, device) if loop_stop else None
     out, weights, score = [], [], torch.zeros(batch_size, device=device)
     for t in range(int(limit.max())):
         log_probs, state, w = step(tokens, state)
@@ -110,12 +121,16 @@ def _run(step: StepFn, state, *, batch_size, bos, eos, pad, max_len, device, cho
         out.append(tokens)
         if w is not None and keep_weights:
             weights.append(w.masked_fill(done[:, None], 0.0))
-        done = done | (tokens == eos) | (t + 1 >= limit)
+        if loops is not None:
+            loops, loops_now = loop_step(loops, tokens, w)
+            looped = looped | (loops_now & ~done & (tokens != eos))
+        done = done | (tokens == eos) | (t + 1 >= limit) | looped
         if bool(done.all()):
             break
     toks = torch.stack(out, dim=1)  # (B, T)
     lengths = _lengths(toks, eos, pad)
-    return Hypotheses(toks, lengths, score, torch.stack(weights, dim=1) if weights else None)
+    return Hypotheses(toks, lengths, score, torch.stack(weights, dim=1) if weights else None,
+                      looped if loop_stop else None)
 
 
 def _never(log_probs: torch.Tensor, *tokens: int) -> torch.Tensor:
@@ -134,7 +149,7 @@ def _lengths(tokens: torch.Tensor, eos: int, pad: int) -> torch.Tensor:
 
 
 def greedy(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
-           pad: int = 0, device=None, weights: bool = True) -> Hypotheses:
+           pad: int = 0, device=None, weights: bool = True, loop_stop: bool = True) -> Hypotheses:
     """Most probable token at every step.
 
     Args:
@@ -143,20 +158,23 @@ def greedy(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
         max_len: output tokens at most, an int or ``(B,)`` per example (e.g. from a
             length ratio of the source).
         weights: keep every step's attention weights (else ``Hypotheses.weights`` is None).
+        loop_stop: stop a hypothesis that loops (see the module docstring); False decodes it
+            to ``max_len`` and leaves ``Hypotheses.looped`` None.
     """
     return _run(step, state, batch_size=batch_size, bos=bos, eos=eos, pad=pad, max_len=max_len,
-                device=device, choose=lambda lp: lp.argmax(-1), keep_weights=weights)
+                device=device, choose=lambda lp: lp.argmax(-1), keep_weights=weights,
+                loop_stop=loop_stop)
 
 
 def sample(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
            pad: int = 0, temperature: float = 1.0, top_k: int | None = None,
            top_p: float | None = None, num_samples: int = 1,
            generator: torch.Generator | None = None, device=None,
-           weights: bool = True) -> Hypotheses:
+           weights: bool = True, loop_stop: bool = True) -> Hypotheses:
     """Random decoding: tokens drawn from ``softmax(log_probs / temperature)``, restricted to
     the ``top_k`` most probable and/or the smallest set whose probability reaches ``top_p``
     (nucleus sampling). Scores are the log-probabilities of the drawn tokens under the model.
-    ``weights``: as for :func:`greedy`.
+    ``weights``, ``loop_stop``: as for :func:`greedy`.
 
     ``num_samples = S > 1`` draws ``S`` outputs per example (the state is repeated ``S`` times,
     example-major, as beam search does) and returns them with an n-best dim ranked by score,
@@ -176,7 +194,8 @@ def sample(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
         state = _reorder(state, torch.arange(batch_size, device=device).repeat_interleave(s))
         drawn = sample(step, state, batch_size=batch_size * s, bos=bos, eos=eos, pad=pad,
                        max_len=limit, temperature=temperature, top_k=top_k, top_p=top_p,
-                       generator=generator, device=device, weights=weights)
+                       generator=generator, device=device, weights=weights,
+                       loop_stop=loop_stop)
         return _ranked(drawn, batch_size, s)
 
     def choose(log_probs):
@@ -193,7 +212,7 @@ def sample(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
         return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
     return _run(step, state, batch_size=batch_size, bos=bos, eos=eos, pad=pad, max_len=max_len,
-                device=device, choose=choose, keep_weights=weights)
+                device=device, choose=choose, keep_weights=weights, loop_stop=loop_stop)
 
 
 def _ranked(hyp: Hypotheses, b: int, s: int) -> Hypotheses:
@@ -252,11 +271,12 @@ def _settled(rank: torch.Tensor, scores: torch.Tensor, done: torch.Tensor, limit
 def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: int, eos: int,
                 max_len, pad: int = 0, alpha: float = 0.0, beta: float = 0.0,
                 no_repeat_ngram: int = 0, n_best: int = 1, device=None,
-                weights: bool = True) -> Hypotheses:
+                weights: bool = True, loop_stop: bool = True) -> Hypotheses:
     """Batched beam search: all ``B * K`` hypotheses advance as one tensor.
 
     Hypotheses are extended by cumulative log-probability; a hypothesis that emits EOS (or
-    reaches its example's ``max_len``) is frozen with its score, and an example stops as soon
+    reaches its example's ``max_len``, or loops: then, if it leads its example's live
+    hypotheses, they all stop) is frozen with its score, and an example stops as soon
     as no live hypothesis can outrank its ``n_best`` finished ones (so the search ends at EOS,
     not at ``max_len``, with the result of running on). At the end each example's ``K``
     hypotheses are ranked by Wu et al. (2016)'s ``log P / lp(|Y|) + cp``, with
@@ -270,6 +290,7 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
         n_best: hypotheses returned per example (<= ``K``).
         weights: keep every step's attention weights of each hypothesis (else
             ``Hypotheses.weights`` is None; the coverage penalty sums them all the same).
+        loop_stop: freeze a hypothesis that loops, as for :func:`greedy`.
 
     With ``K = 1`` this is greedy decoding; with ``K`` at least the number of possible
     outputs it is exhaustive search (both tested).
@@ -292,6 +313,8 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
     hyps = torch.empty(n, 0, dtype=torch.long, device=device)
     kept = None  # (N, t, Tk): every step's weights, with weights=True
     coverage = None
+    looped = torch.zeros(n, dtype=torch.bool, device=device)
+    loops = start_loops(n, device) if loop_stop else None
     base = (torch.arange(b, device=device) * k)[:, None]  # (B, 1)
     for t in range(int(limit.max())):
         log_probs, state, w = step(tokens, state)
@@ -313,13 +336,23 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
         state = _reorder(state, parent)
         was_done = done.index_select(0, parent)
         hyps = torch.cat([hyps.index_select(0, parent), tokens[:, None]], dim=1)
-        if w is not None and (weights or beta):
+        if w is not None and (weights or beta or loop_stop):
             w = w.float().index_select(0, parent).masked_fill(was_done[:, None], 0.0)
             if weights:
                 kept = w[:, None] if kept is None else torch.cat(
                     [kept.index_select(0, parent), w[:, None]], dim=1)
             coverage = w if coverage is None else coverage.index_select(0, parent) + w
-        done = was_done | (tokens == eos) | (t + 1 >= limit)
+        if loops is not None:
+            loops, loops_now = loop_step(_reorder(loops, parent), tokens, w)
+            live = ~was_done & (tokens != eos)
+            loops_now = loops_now & live
+            # When an example's leading live hypothesis loops, its other live ones are
+            # variants of the loop (or worse): the example stops.
+            lead = scores.masked_fill(~live.reshape(b, k), float("-inf")).argmax(-1)  # (B,)
+            stop = loops_now.reshape(b, k).gather(1, lead[:, None])  # (B, 1)
+            loops_now = loops_now | (stop.expand(b, k).reshape(n) & live)
+            looped = looped.index_select(0, parent) | loops_now
+        done = was_done | (tokens == eos) | (t + 1 >= limit) | looped
         done = done | _settled(_rank(scores, hyps, coverage, eos, pad, alpha, beta), scores,
                                done, limit, alpha, n_best).repeat_interleave(k)
         if bool(done.all()):
@@ -335,5 +368,6 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
         lengths.index_select(0, pick).reshape(b, n_best),
         rank.gather(1, best),
         None if kept is None else kept.index_select(0, pick).reshape(b, n_best, *kept.shape[1:]),
+        looped.index_select(0, pick).reshape(b, n_best) if loop_stop else None,
     )
     return out.best() if n_best == 1 else out

@@ -11,8 +11,10 @@ where ``stream_step`` is the decoder step over the input listened to so far, or 
 it depends on input that has not arrived (with ``final=True``, after the last frames, it is
 never None). :func:`stream_feed` takes every step it can after each piece of input, in the
 order greedy decoding (:func:`attnkit.decoding.greedy`) takes them over the whole input, and
-stops where greedy would: at EOS or at ``max_len`` tokens. Its tokens, concatenated, are the
-greedy output of the whole input, EOS excluded (tested in ``tests/decoding/test_stream.py``).
+stops where greedy would: at EOS, at ``max_len`` tokens, or (``loop_stop``, as greedy's) at
+the token with which the output loops (:mod:`attnkit.decoding.loops`). Its tokens,
+concatenated, are the greedy output of the whole input, EOS excluded (tested in
+``tests/decoding/test_stream.py``).
 One example at a time (batch 1). Each token comes with how far into the input its attention
 read (:class:`Emitted`), for measuring how long after that input it was emitted.
 """
@@ -24,6 +26,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from attnkit.decoding.loops import LoopState, loop_step, start_loops
 from attnkit.decoding.search import _never
 from attnkit.tokens import BOS, EOS, PAD
 
@@ -46,7 +49,9 @@ class StreamState(NamedTuple):
         token: ``(1,)`` the last token taken (BOS at first), the next step's input.
         steps: decoder steps taken (tokens emitted, and EOS once ``done``).
         frames: input frames listened to.
-        done: EOS was taken or ``max_len`` reached: nothing more will be emitted.
+        done: EOS was taken, ``max_len`` reached or the output looped: nothing more will be
+            emitted.
+        loops: the loop check's state (None: outputs are not checked for loops).
     """
 
     model: Any
@@ -54,12 +59,15 @@ class StreamState(NamedTuple):
     steps: int
     frames: int
     done: bool
+    loops: LoopState | None
 
 
-def stream_start(model, *, device=None, bos: int = BOS) -> StreamState:
-    """The state of a streaming decode of ``model`` before any input."""
+def stream_start(model, *, device=None, bos: int = BOS, loop_stop: bool = True) -> StreamState:
+    """The state of a streaming decode of ``model`` before any input; ``loop_stop``: stop an
+    output that loops, as greedy decoding does by default."""
     token = torch.full((1,), bos, dtype=torch.long, device=device)
-    return StreamState(model.stream_start(), token, 0, 0, False)
+    loops = start_loops(1, device) if loop_stop else None
+    return StreamState(model.stream_start(), token, 0, 0, False, loops)
 
 
 def stream_feed(model, state: StreamState, inputs: torch.Tensor, *, final: bool,
@@ -84,7 +92,7 @@ def stream_feed(model, state: StreamState, inputs: torch.Tensor, *, final: bool,
         return state, []
     model_state = model.stream_listen(inputs, state.model)
     token, steps, frames = state.token, state.steps, state.frames + inputs.shape[1]
-    emitted, done = [], False
+    loops, emitted, done = state.loops, [], False
     while True:
         if steps >= max_len(frames):
             done = final
@@ -100,4 +108,9 @@ def stream_feed(model, state: StreamState, inputs: torch.Tensor, *, final: bool,
             break
         read = weights[0].nonzero()  # (n, 1): the input steps read
         emitted.append(Emitted(int(token), int(read[-1]) + 1 if len(read) else 0))
-    return StreamState(model_state, token, steps, frames, done), emitted
+        if loops is not None:
+            loops, looped = loop_step(loops, token, weights)
+            if bool(looped[0]):  # greedy ends the output with this token
+                done = True
+                break
+    return StreamState(model_state, token, steps, frames, done, loops), emitted

@@ -1,8 +1,10 @@
-"""Export to ONNX: a model's encoder and one decoder step as graphs, and a JSON that says how
-to decode with them (:func:`export_onnx`; ``attnkit export``; docs/deploy.md)."""
+"""Export to ONNX: a model's encoder and one decoder step as graphs, a JSON that says how to
+decode with them, and a numpy-only runner that does (:func:`export_onnx`; ``attnkit export``;
+docs/deploy.md)."""
 
 from attnkit.export.writer import (DEFAULT_OPSET, ENCODER_FILE, EXPORTER, JSON_FILE, OPSETS,
-                                   STEP_FILE, export_graph, export_onnx)
+                                   RUNNER_FILE, STEP_FILE, decoding_json, export_graph,
+                                   export_onnx)
 
-__all__ = ["DEFAULT_OPSET", "ENCODER_FILE", "EXPORTER", "JSON_FILE", "OPSETS", "STEP_FILE",
-           "export_graph", "export_onnx"]
+__all__ = ["DEFAULT_OPSET", "ENCODER_FILE", "EXPORTER", "JSON_FILE", "OPSETS", "RUNNER_FILE",
+           "STEP_FILE", "decoding_json", "export_graph", "export_onnx"]

@@ -28,26 +28,29 @@ from typing import NamedTuple
 import torch
 
 from attnkit.attention import Alignment, export_mode
+from attnkit.decoding import Decoding
 from attnkit.export.graphs import (AXES, CTCGraph, EncoderGraph, StepGraph, model_inputs,
                                    next_name)
 from attnkit.export.state import flatten
 from attnkit.models import CRNN, model_config
 from attnkit.tokens import BOS, EOS, PAD
 
-__all__ = ["DEFAULT_OPSET", "ENCODER_FILE", "EXPORTER", "JSON_FILE", "OPSETS", "STEP_FILE",
-           "export_graph", "export_onnx"]
+__all__ = ["DEFAULT_OPSET", "ENCODER_FILE", "EXPORTER", "JSON_FILE", "OPSETS", "RUNNER_FILE",
+           "STEP_FILE", "decoding_json", "export_graph", "export_onnx"]
 
 OPSETS = (17, 18)  # tested with onnxruntime 1.31; 17 is the first with LayerNormalization
 DEFAULT_OPSET = 17
 EXPORTER = "torch.onnx.export(dynamo=False): the TorchScript-based exporter"
 ENCODER_FILE, STEP_FILE, JSON_FILE = "encoder.onnx", "decoder_step.onnx", "attnkit.json"
-FORMAT, VERSION = "attnkit-onnx", 1
+RUNNER_FILE = "attnkit_runner.py"  # a copy of attnkit/export/runner.py: numpy only
+FORMAT, VERSION = "attnkit-onnx", 2
 
 
 def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: dict,
-                max_len: dict | None = None, opset: int = DEFAULT_OPSET) -> dict:
-    """Write ``out/encoder.onnx``, ``out/decoder_step.onnx`` (token decoders) and
-    ``out/attnkit.json``; returns the JSON's content.
+                max_len: dict | None = None, decoding: Decoding | None = None,
+                opset: int = DEFAULT_OPSET) -> dict:
+    """Write ``out/encoder.onnx``, ``out/decoder_step.onnx`` (token decoders),
+    ``out/attnkit.json`` and ``out/attnkit_runner.py``; returns the JSON's content.
 
     Args:
         model: a model of the registry (see :func:`attnkit.export.graphs.model_inputs`).
@@ -55,8 +58,12 @@ def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: di
         vocab: the vocabularies (``{"src": ..., "tgt": ...}``, each as ``to_json()`` gives).
         max_len: the output length limit of a token decoder: ``{"input": the encoder input
             or output holding a length per example, "ratio": r, "extra": e, "rounding":
-            "ceil" | "floor"}`` for ``rounding(r * length) + e`` tokens, EOS included
-            (ignored for a CTC model).
+            "ceil" | "floor", "at_most": a cap or None}`` for
+            ``min(rounding(r * length) + e, at_most)`` tokens, EOS included (ignored for a
+            CTC model).
+        decoding: how a token decoder decodes (default greedy): greedy, beam search or
+            sampling with their settings, written to the JSON for the runner; joint CTC or
+            language-model decoding is not exported. A CTC model takes the best path only.
         opset: the ONNX opset, one of :data:`OPSETS`.
 
     The files appear in ``out`` only once all of them are written: on an error nothing is
@@ -76,6 +83,7 @@ def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: di
     ctc = isinstance(model, CRNN) and model.head_kind == "ctc"
     if not ctc and max_len is None:
         raise ValueError("max_len: a token decoder needs its output length limit, got None")
+    settings = decoding_json(decoding, max_len, ctc=ctc)
     tmp = Path(tempfile.mkdtemp(prefix="attnkit-export-"))
     training = model.training
     model.eval()
@@ -86,8 +94,9 @@ def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: di
         meta = {"format": FORMAT, "version": VERSION, "task": task,
                 "model": model_config(model), "opset": opset, "exporter": EXPORTER,
                 "torch": torch.__version__, "axes": AXES, **graphs, "vocab": vocab,
-                "decoding": (_ctc_decoding() if ctc else _greedy_decoding(max_len))}
+                "decoding": settings, "runner": RUNNER_FILE}
         (tmp / JSON_FILE).write_text(json.dumps(meta, indent=1))
+        shutil.copyfile(Path(__file__).with_name("runner.py"), tmp / RUNNER_FILE)
         out.mkdir(parents=True, exist_ok=True)
         for path in tmp.iterdir():
             shutil.move(path, out / path.name)
@@ -97,16 +106,53 @@ def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: di
     return meta
 
 
-def _greedy_decoding(max_len: dict) -> dict:
-    return {"method": "greedy", "bos": BOS, "eos": EOS, "pad": PAD, "never_emit": [PAD, BOS],
-            "max_len": max_len,
+# Per method of a token decoder: the Decoding fields written to the JSON, and in words how
+# each step's tokens are chosen.
+METHODS = {
+    "greedy": ((), "take the argmax of log_probs over the ids not in never_emit; finished "
+               "examples are fed pad"),
+    "beam": (("beam", "length_penalty", "coverage_penalty", "no_repeat_ngram", "n_best"),
+             "keep the beam best hypotheses by summed log_probs (ids in never_emit excluded; "
+             "rows repeated beam times per example), ranked at the end by log P / ((5 + "
+             "length) / 6) ** length_penalty + coverage_penalty * sum_j log(min(attention on "
+             "j, 1)); n_best outputs per example"),
+    "sample": (("temperature", "top_k", "top_p", "seed", "samples"),
+               "draw each token from softmax(log_probs / temperature) over the top_k most "
+               "probable ids and the smallest set reaching probability top_p (ids in "
+               "never_emit excluded); samples outputs per example, ranked by summed log_probs"),
+}
+
+
+def decoding_json(decoding: Decoding | None, max_len: dict | None, *, ctc: bool) -> dict:
+    """attnkit.json's ``decoding``: for a token decoder, the special ids, the length limit
+    ``max_len`` (see :func:`export_onnx`) and the settings of ``decoding``'s method (default
+    greedy); for a CTC model (``ctc``), best path.
+
+    Raises:
+        ValueError: joint CTC/language-model decoding, or a CTC model asked for another
+            method or a ``max_len``.
+    """
+    if ctc:
+        return _ctc_decoding(decoding)
+    decoding = decoding or Decoding()
+    if decoding.ctc_weight or decoding.lm_weight:
+        raise ValueError(f"decoding: joint CTC/language-model decoding is not exported, got "
+                         f"ctc_weight={decoding.ctc_weight}, lm_weight={decoding.lm_weight}")
+    names, how = METHODS[decoding.method]
+    return {"method": decoding.method, "bos": BOS, "eos": EOS, "pad": PAD,
+            "never_emit": [PAD, BOS], "max_len": max_len, "max_tokens": decoding.max_len,
+            **{n: getattr(decoding, n) for n in names},
             "rule": "tokens = bos for every example; at each step feed tokens and the state, "
-                    "take the argmax of log_probs over the ids not in never_emit, replace the "
-                    "state entries the step returns (state[i].next), and stop an example at eos "
-                    "or after max_len tokens (eos included); finished examples are fed pad"}
+                    "replace the state entries the step returns (state[i].next) and " + how +
+                    "; an output stops at eos or after max_tokens tokens (eos included; when "
+                    "null, after the max_len rule's), whether or not it loops (attnkit's own "
+                    "decoding stops an output that loops, unless told not to)"}
 
 
-def _ctc_decoding() -> dict:
+def _ctc_decoding(decoding: Decoding | None) -> dict:
+    if decoding is not None and (decoding.method != "greedy" or decoding.max_len is not None):
+        raise ValueError(f"decoding: a CTC model decodes by best path only, not "
+                         f"{decoding.method} (beam={decoding.beam}, max_len={decoding.max_len})")
     return {"method": "ctc_best_path", "blank": PAD, "drop": [BOS, EOS],
             "log_probs": "log_probs", "lengths": "steps",
             "rule": "per example, the argmax id of each of its first lengths[b] steps; merge "

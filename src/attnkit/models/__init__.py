@@ -4,7 +4,7 @@ them from its saved config."""
 from attnkit.models.captioner import Captioner, CaptionOutput, doubly_stochastic
 from attnkit.models.char_lm import CharLM
 from attnkit.models.crnn import CRNN
-from attnkit.models.decoder import AttentionDecoder
+from attnkit.models.decoder import AttentionDecoder, guided_attention_loss
 from attnkit.models.grid import GridEncoder
 from attnkit.models.las import LAS, CausalListener, Listener
 from attnkit.models.registry import MODELS, build_model, check_config, model_config, model_shapes
@@ -15,4 +15,5 @@ from attnkit.models.vqa import VQA, VQAOutput
 __all__ = ["CRNN", "KINDS", "LAS", "MODELS", "VQA", "AttentionDecoder", "CaptionOutput",
            "Captioner", "CausalListener", "CharLM", "Encoder", "GridEncoder", "Listener",
            "Seq2Seq", "Transformer", "VQAOutput", "build_model", "check_config",
-           "doubly_stochastic", "model_config", "model_shapes", "sinusoids"]
+           "doubly_stochastic", "guided_attention_loss", "model_config", "model_shapes",
+           "sinusoids"]

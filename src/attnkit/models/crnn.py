@@ -49,7 +49,9 @@ class CRNN(Model, name="crnn"):
         hidden: ``H`` per direction of both LSTMs.
         attention: None (plain CRNN), ``"global"`` or ``"window"`` (``window`` steps each side).
         score, heads: of the :class:`attnkit.SelfAttention` layer (default scaled dot
-            product, served by the fused kernel: no ``(T, T)`` tensor kept for backward).
+            product, served by the fused kernel: no ``(T, T)`` tensor kept for backward). Its
+            weights ``(B, [H,] T, T)`` are computed only inside
+            ``model.attention.recording_weights()``, from the pass that reads the lines.
         head: ``"ctc"`` or ``"attention"``; dec_hidden: the attention decoder's size.
         dec_score, dec_alignment, dec_alignment_options: the attention decoder's score and
             alignment (:class:`attnkit.models.AttentionDecoder`; default the additive score's
@@ -130,14 +132,6 @@ class CRNN(Model, name="crnn"):
         if self.attention is not None:
             h = self.attention(h, steps)  # every step sees the line (or its window)
         return self.drop(self.rnn2(h, steps)), steps
-
-    def attention_weights(self, images: torch.Tensor, widths: torch.Tensor) -> torch.Tensor:
-        """The self-attention layer's weights ``(B, T, T)`` (mean over heads), for pictures."""
-        if self.attention is None:
-            raise ValueError("attention: this CRNN has no attention layer")
-        h, steps = self._rnn1(images, widths)
-        weights = self.attention.with_weights(h, steps).weights
-        return weights.mean(1) if weights.dim() == 4 else weights
 
     def _rnn1(self, images: torch.Tensor, widths: torch.Tensor):
         if images.dim() != 4 or images.shape[1] != 1 or images.shape[2] != 32:

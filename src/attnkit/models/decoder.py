@@ -27,7 +27,7 @@ from attnkit.attention import ALIGNMENTS, Attention, lengths_to_mask, make_align
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.unroll import unroll
 
-__all__ = ["ALIGNMENT_CHOICES", "AttentionDecoder"]
+__all__ = ["ALIGNMENT_CHOICES", "AttentionDecoder", "guided_attention_loss"]
 
 CELLS = {"lstm": nn.LSTMCell, "gru": nn.GRUCell}
 SAME_SIZE_SCORES = ("dot", "scaled_dot", "cosine")
@@ -229,6 +229,42 @@ class AttentionDecoder(nn.Module):
         """
         logits, _ = unroll(self._step, self._zero_state(tgt_in), tgt_in)
         return logits
+
+
+def guided_attention_loss(weights: torch.Tensor, output_lengths: torch.Tensor,
+                          input_lengths: torch.Tensor, sigma: float = 0.2) -> torch.Tensor:
+    """Guided attention (Tachibana et al. 2017): weight far from the diagonal costs.
+
+    Output ``n`` of ``N`` and input step ``t`` of ``S`` are at the relative positions
+    ``(n + 1/2) / N`` and ``(t + 1/2) / S``; a weight there costs
+    ``1 - exp(-(n/N - t/S)^2 / (2 sigma^2))``. For a left-to-right reading (a text line, an
+    utterance) the alignment lies near that diagonal, and the penalty leads a decoder to it in
+    the first hundreds of steps, where softmax attention over long inputs otherwise stays
+    diffuse and the decoder loops.
+
+    Args:
+        weights: ``(B, T, S)`` attention weights of the teacher-forced outputs.
+        output_lengths: ``(B,)`` outputs per row (EOS included); input_lengths: ``(B,)``.
+        sigma: the width of the cost-free band, as a share of the lengths.
+
+    Returns:
+        The cost per output (each row of weights sums to at most 1, so it is in ``[0, 1]``),
+        averaged over the valid outputs.
+    """
+    if weights.dim() != 3:
+        raise ValueError(f"weights: expected (B, T, S), got {tuple(weights.shape)}")
+    if not sigma > 0:
+        raise ValueError(f"sigma: expected a positive number, got {sigma!r}")
+    b, t, s = weights.shape
+    n_out = output_lengths.to(weights.device, weights.dtype).clamp(min=1)[:, None, None]
+    n_in = input_lengths.to(weights.device, weights.dtype).clamp(min=1)[:, None, None]
+    rows = torch.arange(t, device=weights.device, dtype=weights.dtype)[None, :, None]
+    cols = torch.arange(s, device=weights.device, dtype=weights.dtype)[None, None, :]
+    gap = (rows + 0.5) / n_out - (cols + 0.5) / n_in  # (B, T, S)
+    cost = 1 - torch.exp(-gap.square() / (2 * sigma**2))
+    valid = (rows < n_out) & (cols < n_in)
+    total = (weights * cost).masked_fill(~valid, 0.0).sum()
+    return total / (rows < n_out).sum().clamp(min=1)
 
 
 def _attention(alignment: str, options: dict | None, query_dim: int, kv: int, score: str,

@@ -1,40 +1,59 @@
 """Image captioning as a :class:`attnkit.train.Task`: batching, the Show-Attend-Tell loss,
-caption metrics, pictures of where each word looked.
+caption scores, pictures of where each word looked; and :class:`CaptionEvaluator`, a
+checkpoint as ``attnkit eval``, ``caption`` and ``explore`` use it.
 
-Examples are anything with ``.image`` (``(3, S, S)`` uint8) and ``.captions`` (reference
-texts): the user's :class:`attnkit.data.CaptionedImage` or a built-in
+Captioned images are anything with ``.image`` (``(3, S, S)`` uint8) and ``.captions``
+(reference texts): the user's :class:`attnkit.data.CaptionedImage` or a built-in
 :class:`attnkit.data.Scene`, which also lets the scores check what a caption says against the
 scene (:func:`scene_metrics`).
 
-What scoring needs, as plain functions: :func:`caption_images` (decode), :func:`caption_metrics`
-(BLEU-4 and chrF against every reference, exact match), :func:`scene_metrics` (true captions,
-attention on the named objects); :func:`attnkit.data.read_caption_folder` reads labelled data.
+The scores, in one place for validation, ``attnkit eval`` and the benchmarks
+(:meth:`CaptionEvaluator.score`): BLEU-4, chrF and exact match against every reference of an
+image (:mod:`attnkit.tasks.metrics`), and on built-in scenes the share of true captions and of
+object words whose attention peak falls on the object (:func:`scene_metrics`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-import sacrebleu
 import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from attnkit.data import DataError, Scene, WordVocab, pad_batch, stack_images
-from attnkit.data.scenes import caption_is_true, matching_objects, object_masks, parse_caption
-from attnkit.decoding import Decoding, decode
+from attnkit.data import (
+    DataError,
+    Scene,
+    WordVocab,
+    pad_batch,
+    read_caption_folder,
+    stack_images,
+)
+from attnkit.data.images import CAPTIONS
+from attnkit.data.scenes import (
+    caption_is_true,
+    matching_objects,
+    object_masks,
+    parse_caption,
+    scored_scenes,
+)
+from attnkit.decoding import Decoding, Hypotheses, decode_batches
 from attnkit.models import Captioner, build_model, doubly_stochastic
 from attnkit.plot import plot_image_attention
 from attnkit.tasks.batching import length_batches
+from attnkit.tasks.evaluator import Evaluator, Example, Output, score_examples
+from attnkit.tasks.explore import caption_example
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
-__all__ = ["Caption", "CaptionTask", "attention_on_objects", "caption_images", "caption_metrics",
-           "check_images", "plot_caption", "plot_captions", "scene_metrics"]
+__all__ = ["Caption", "CaptionEvaluator", "CaptionOutput", "CaptionTask", "attention_on_objects",
+           "caption_examples", "caption_images", "check_images", "decode_images", "plot_caption",
+           "plot_captions", "scene_metrics"]
 
 EXTRA_WORDS = 5  # decoded captions may be this much longer than the longest training caption
 
@@ -62,45 +81,41 @@ def check_images(items: Sequence, name: str, size: int) -> None:
 
 
 @torch.no_grad()
+def decode_images(model: Captioner, images: Sequence[torch.Tensor], *, max_words: int,
+                  decoding: Decoding | None = None, weights: bool = False,
+                  batch_size: int = 32) -> list[Hypotheses]:
+    """Decode images ``(3, S, S)`` uint8 as ``decoding`` says (default greedy), at most
+    ``max_words`` words each (EOS included): per batch of ``batch_size`` images, in order, the
+    :class:`attnkit.decoding.Hypotheses` (every hypothesis with its score; the attention
+    weights ``(n, L)`` over the grid's ``L`` cells only with ``weights``)."""
+    return [hyp for _, hyp in decode_batches(
+        model, images, lambda chunk: (stack_images(chunk), torch.full((len(chunk),), model.cells)),
+        max_len=lambda lengths: max_words, decoding=decoding, batch_size=batch_size,
+        weights=weights)]
+
+
 def caption_images(model: Captioner, vocab: WordVocab, images: Sequence[torch.Tensor], *,
                    max_words: int, decoding: Decoding | None = None, weights: bool = False,
                    batch_size: int = 32) -> list[Caption]:
-    """Caption images ``(3, S, S)`` uint8, decoded as ``decoding`` says (default greedy), at
-    most ``max_words`` words each: one :class:`Caption` per image, in order; its attention
-    weights only with ``weights`` (for pictures and :func:`scene_metrics`)."""
-    decoding = decoding or Decoding()
-    model.eval()
-    device = next(model.parameters()).device
-    generator = decoding.generator(device)
+    """Caption images ``(3, S, S)`` uint8 (:func:`decode_images`): one :class:`Caption` per
+    image, in order; its attention weights only with ``weights`` (for pictures and
+    :func:`scene_metrics`)."""
+    return [caption for hyp in decode_images(model, images, max_words=max_words,
+                                             decoding=decoding, weights=weights,
+                                             batch_size=batch_size)
+            for caption in _captions(hyp, vocab)]
+
+
+def _captions(hyp: Hypotheses, vocab: WordVocab) -> list[Caption]:
+    """The :class:`Caption` of each image of a decoded batch ``hyp``."""
+    tokens = hyp.tokens if hyp.lengths.dim() == 2 else hyp.tokens[:, None]  # (B, K, T)
+    best = hyp.best()
     out = []
-    for s in range(0, len(images), batch_size):
-        batch = stack_images(images[s : s + batch_size]).to(device)
-        lengths = torch.full((len(batch),), model.cells, device=device)
-        hyp = decode(model, batch, lengths, max_len=max_words, decoding=decoding,
-                     generator=generator, weights=weights)
-        tokens = hyp.tokens if hyp.lengths.dim() == 2 else hyp.tokens[:, None]  # (B, K, T)
-        best = hyp.best()
-        for j in range(len(batch)):
-            n = int(best.lengths[j])
-            weights = None if best.weights is None else best.weights[j, :n].cpu()
-            out.append(Caption([vocab.decode(row) for row in tokens[j]], weights))
+    for j in range(tokens.shape[0]):
+        n = int(best.lengths[j])
+        kept = None if best.weights is None else best.weights[j, :n].cpu()  # (n, L)
+        out.append(Caption([vocab.decode(row) for row in tokens[j]], kept))
     return out
-
-
-def caption_metrics(hypotheses: Sequence[str],
-                    references: Sequence[Sequence[str]]) -> dict[str, float]:
-    """Corpus BLEU-4 and chrF (sacrebleu, 0-100) of one caption per image against all of its
-    references (images may have different numbers of them), and ``exact``: the share of
-    captions equal to one of their references."""
-    if len(hypotheses) != len(references) or not references:
-        raise ValueError(f"hypotheses: expected one per image with references "
-                         f"({len(references)}), got {len(hypotheses)}")
-    streams = [[refs[k] if k < len(refs) else None for refs in references]
-               for k in range(max(len(refs) for refs in references))]
-    hyps = list(hypotheses)
-    return {"bleu": float(sacrebleu.corpus_bleu(hyps, streams).score),
-            "chrf": float(sacrebleu.corpus_chrf(hyps, streams).score),
-            "exact": sum(h in refs for h, refs in zip(hyps, references)) / len(hyps)}
 
 
 def attention_on_objects(scene: Scene, caption: str, weights: torch.Tensor) -> tuple[int, int]:
@@ -136,16 +151,20 @@ def attention_on_objects(scene: Scene, caption: str, weights: torch.Tensor) -> t
     return hits, words
 
 
-def scene_metrics(scenes: Sequence[Scene], captions: Sequence[Caption]) -> dict[str, float]:
-    """``true_captions``: the share of captions whose every stated fact is true of their scene
-    (:func:`attnkit.data.scenes.caption_is_true`); with attention weights,
+def scene_metrics(scenes: Sequence[Scene], captions: Sequence[str],
+                  weights: Sequence[torch.Tensor | None] | None = None) -> dict[str, float]:
+    """``true_captions``: the share of ``captions`` (one per scene) whose every stated fact is
+    true of their scene (:func:`attnkit.data.scenes.caption_is_true`); with their attention
+    ``weights`` (``(n, L)`` each, as :class:`Caption` holds them; None without attention),
     ``attention_on_object``: the share of words naming an object whose attention peak falls
     on that object (:func:`attention_on_objects`)."""
-    texts = [c.texts[0] for c in captions]
+    if len(captions) != len(scenes) or (weights is not None and len(weights) != len(scenes)):
+        raise ValueError(f"captions, weights: expected one per scene ({len(scenes)}), got "
+                         f"{len(captions)} and {'none' if weights is None else len(weights)}")
     out = {"true_captions": sum(caption_is_true(s.objects, t, size=s.size)
-                                for s, t in zip(scenes, texts)) / max(1, len(texts))}
-    if captions and captions[0].weights is not None:
-        counts = [attention_on_objects(s, t, c.weights) for s, t, c in zip(scenes, texts, captions)]
+                                for s, t in zip(scenes, captions)) / max(1, len(captions))}
+    if weights is not None and all(w is not None for w in weights):
+        counts = [attention_on_objects(s, t, w) for s, t, w in zip(scenes, captions, weights)]
         words = sum(n for _, n in counts)
         out["attention_on_object"] = sum(h for h, _ in counts) / words if words else 0.0
     return out
@@ -261,14 +280,9 @@ class CaptionTask:
         return total / max(1, tokens), tokens
 
     def evaluate(self, model: Captioner) -> dict[str, float]:
-        scenes = bool(self.valid) and all(isinstance(item, Scene) for item in self.valid)
-        captions = caption_images(model, self.words, [item.image for item in self.valid],
-                                  max_words=self.max_words, weights=scenes)
-        metrics = caption_metrics([c.texts[0] for c in captions],
-                                  [item.captions for item in self.valid])
-        if scenes:
-            metrics.update(scene_metrics(self.valid, captions))
-        return metrics
+        """:meth:`CaptionEvaluator.score` of greedy captions of the validation images."""
+        evaluator = CaptionEvaluator(model, self.config(), self.vocab())
+        return score_examples(evaluator, caption_examples(self.valid, "valid")).metrics
 
     def pictures(self, model: Captioner, folder: Path, n: int) -> list[Path]:
         """Attention pictures of the first ``n`` validation images in ``folder``."""
@@ -289,3 +303,77 @@ class CaptionTask:
 
     def vocab(self) -> dict:
         return self.words.to_json()
+
+
+def caption_examples(items: Sequence, split: str = "scene") -> list[Example]:
+    """Captioned images as labelled examples (every caption a reference): a built-in
+    :class:`attnkit.data.Scene`, named ``split[i]``, with the scene as the annotation its
+    captions are checked against (:func:`scene_metrics`); the user's
+    :class:`attnkit.data.CaptionedImage` named by its file."""
+    return [Example(item.image, tuple(item.captions), f"{split}[{i}]", item)
+            if isinstance(item, Scene) else Example(item.image, tuple(item.captions), item.origin)
+            for i, item in enumerate(items)]
+
+
+@dataclass(frozen=True)
+class CaptionOutput(Output):
+    """An image's captions, best first, as :class:`attnkit.tasks.evaluator.Output` holds
+    them, and the attention ``weights`` ``(n, L)`` of the best one's words (EOS included)
+    over the grid's ``L`` cells, which :func:`scene_metrics` scores (None for a model without
+    attention)."""
+
+    weights: torch.Tensor | None = None
+
+
+class CaptionEvaluator(Evaluator, task="caption"):
+    """A captioning checkpoint's model and words: captions images and scores captions against
+    every reference of an image; on built-in scenes (``scenes:test``, ``scenes:heldout``, or
+    validation scenes) also the share of true captions and the attention check
+    (:func:`scene_metrics`)."""
+
+    data = (f"a folder of images with {CAPTIONS} (filename<TAB>caption, several lines per "
+            "image), that TSV, or built-in scenes: scenes:test or scenes:heldout")
+    metrics = ("bleu4", "chrf", "exact")
+    labels = {"true_captions": "true captions", "attention_on_object": "attention on object"}
+    scores_attention = True
+
+    def __init__(self, model: Captioner, config: dict, vocab: dict):
+        super().__init__(model, config, vocab)
+        self.words = WordVocab.from_json(vocab)
+        self.image_size = model.encoder.image_size  # S: every image is resized to it
+        self.max_words = config.get("max_words")
+        if not isinstance(self.max_words, int) or isinstance(self.max_words, bool) or \
+                self.max_words < 1:
+            raise ValueError(f"max_words: expected a positive int, got {self.max_words!r}")
+
+    def read(self, path) -> list[Example]:
+        scored = scored_scenes(path, size=self.image_size, trained_on=self.config.get("data"))
+        if scored is not None:
+            return caption_examples(scored[1], scored[0])
+        path = Path(path)
+        folder, tsv = (path, path / CAPTIONS) if path.is_dir() else (path.parent, path)
+        return caption_examples(read_caption_folder(folder, tsv, size=self.image_size))
+
+    def decode(self, inputs: Sequence[torch.Tensor], decoding: Decoding | None = None, *,
+               weights: bool = False) -> list[CaptionOutput]:
+        outputs = []
+        for hyp in decode_images(self.model, inputs, max_words=self.max_words,
+                                 decoding=decoding, weights=weights):
+            for i, c in enumerate(_captions(hyp, self.words)):
+                image = inputs[len(outputs)]
+                outputs.append(CaptionOutput(
+                    c.texts, partial(plot_caption, image, c),
+                    partial(caption_example, self.model, hyp, i, image, self.words)
+                    if weights else None, weights=c.weights))
+        return outputs
+
+    def score(self, examples: Sequence[Example],
+              outputs: Sequence[CaptionOutput]) -> dict[str, float]:
+        """BLEU-4, chrF and exact match against every reference; with built-in scenes as the
+        examples' annotations, :func:`scene_metrics` too."""
+        out = super().score(examples, outputs)
+        scenes = [e.annotation for e in examples]
+        if scenes and all(isinstance(scene, Scene) for scene in scenes):
+            out.update(scene_metrics(scenes, [o.text for o in outputs],
+                                     [o.weights for o in outputs]))
+        return out

@@ -14,6 +14,13 @@ A task joins by subclassing :class:`Evaluator` with the name its checkpoints car
 
 ``attnkit eval`` then scores checkpoints of that task with no change to the command line:
 :func:`evaluator_for` finds the class by name and :func:`evaluate` decodes and scores.
+
+A task whose scores need more than one reference text per output (several captions of an
+image: give ``Example.reference`` as a tuple and use metrics of
+:data:`~attnkit.tasks.metrics.MULTI_REFERENCE`), or more than texts (a scene's objects, a
+question's type: ``Example.annotation``; the attention weights: ``scores_attention = True``
+and its own :class:`Output`), extends :meth:`Evaluator.score` and names its own scores in
+``labels``.
 """
 
 from __future__ import annotations
@@ -27,20 +34,25 @@ from typing import Any, ClassVar
 from attnkit.decoding import Decoding, Hypotheses
 from attnkit.errors import DataError
 from attnkit.tasks import metrics as scores
+from attnkit.tasks.metrics import Reference
 
 __all__ = ["EVALUATORS", "Evaluation", "Evaluator", "Example", "Output", "evaluate",
-           "evaluator_for", "pictures", "texts_of"]
+           "evaluator_for", "pictures", "score_examples", "texts_of"]
 
 
 @dataclass(frozen=True)
 class Example:
     """One labelled input: ``input`` as the task's :meth:`Evaluator.decode` takes it (a source
-    text, a line image ``(32, W)``, log-mel features ``(T, F)``), its ``reference`` text, and
-    ``origin``, where it came from (a file, or ``file:line``)."""
+    text, a line image ``(32, W)``, log-mel features ``(T, F)``, an image ``(3, S, S)``, an
+    image and a question), its ``reference`` text (or several, a tuple: an image's captions),
+    ``origin``, where it came from (a file, ``file:line``, or ``split[index]``), and
+    ``annotation``, what else the task's scores know of it (a built-in scene, a question's
+    type; None when nothing)."""
 
     input: Any
-    reference: str
+    reference: Reference
     origin: str
+    annotation: Any = None
 
 
 @dataclass(frozen=True)
@@ -48,10 +60,14 @@ class Output:
     """One input's outputs, best first: one text, or beam search's n-best, or sampling's draws
     ranked by model score. ``draw(path, title=None)`` pictures the best one's attention over
     its input and returns the path, or None when the model has no attention to draw or the
-    input was decoded without ``weights``."""
+    input was decoded without ``weights``. ``explore(name="", reference=None)`` gives the
+    explorer's :class:`attnkit.explore.Example` of this input, every output with its
+    attention (:mod:`attnkit.tasks.explore`); None for a task without an explorer, or when
+    decoded without ``weights``."""
 
     texts: list[str]
     draw: Callable[..., Path | None]
+    explore: Callable[..., Any] | None = None
 
     @property
     def text(self) -> str:
@@ -73,13 +89,18 @@ class Evaluator(ABC):
     until it is set.
 
     Class attributes: ``task`` (the registered name), ``data`` (what labelled data looks
-    like, for help texts and errors) and ``metrics`` (names in
-    :data:`attnkit.tasks.metrics.METRICS`, in the order they are reported).
+    like, for help texts and errors), ``metrics`` (names in
+    :data:`attnkit.tasks.metrics.METRICS`: the text metrics :meth:`score` reports first, in
+    this order), ``labels`` (how to print the names of the task's own scores, which
+    :meth:`score` adds after them) and ``scores_attention`` (True when :meth:`score` reads
+    the outputs' attention weights, so that :func:`score_examples` keeps them).
     """
 
     task: ClassVar[str]
     data: ClassVar[str]
     metrics: ClassVar[tuple[str, ...]]
+    labels: ClassVar[dict[str, str]] = {}
+    scores_attention: ClassVar[bool] = False
 
     def __init_subclass__(cls, *, task: str | None = None, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -99,11 +120,19 @@ class Evaluator(ABC):
     def decode(self, inputs: Sequence, decoding: Decoding | None = None, *,
                weights: bool = False) -> list[Output]:
         """One :class:`Output` per input, in order, decoded as ``decoding`` says; the
-        attention weights its ``draw`` pictures are kept only with ``weights``."""
+        attention weights its ``draw`` pictures and its ``explore`` shows are kept only with
+        ``weights``."""
 
-    def score(self, hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-        """:attr:`metrics` of ``hypotheses`` against ``references``."""
-        return scores.score(self.metrics, hypotheses, references)
+    def score(self, examples: Sequence[Example], outputs: Sequence[Output]) -> dict[str, float]:
+        """The scores of the best ``outputs`` of ``examples`` (one each, in order): the
+        :attr:`metrics` against the references. A task with scores of its own adds them
+        here."""
+        return scores.score(self.metrics, [o.text for o in outputs],
+                            [e.reference for e in examples])
+
+    def label(self, name: str) -> str:
+        """How a table prints the score ``name``."""
+        return self.labels.get(name) or scores.LABELS.get(name, name)
 
 
 def _register(cls: type[Evaluator], task: str) -> None:
@@ -139,17 +168,29 @@ class Evaluation:
     metrics: dict[str, float]
 
     def worst(self, n: int) -> list[int]:
-        """Indices of the ``n`` examples with the highest character error rate, worst first
-        (ties in data order)."""
+        """Indices of the ``n`` examples with the highest character error rate against their
+        closest reference, worst first (ties in data order)."""
         errors = [scores.example_cer(o.text, e.reference)
                   for e, o in zip(self.examples, self.outputs)]
         return sorted(range(len(errors)), key=lambda i: -errors[i])[:n]
 
 
-def evaluate(evaluator: Evaluator, path: Path, decoding: Decoding | None = None, *,
-             weights: bool = False) -> Evaluation:
-    """Read the labelled data in ``path``, decode its inputs and score the best outputs
-    (keeping the attention weights for pictures with ``weights``).
+def score_examples(evaluator: Evaluator, examples: Sequence[Example],
+                   decoding: Decoding | None = None, *, weights: bool = False) -> Evaluation:
+    """Decode the inputs of ``examples`` and score the best outputs (what ``attnkit eval``,
+    a task's validation and the benchmarks report), keeping the attention weights for
+    pictures and the explorer with ``weights`` (and always for an evaluator that scores
+    them)."""
+    outputs = evaluator.decode([e.input for e in examples], decoding,
+                               weights=weights or evaluator.scores_attention)
+    return Evaluation(list(examples), outputs, evaluator.score(examples, outputs))
+
+
+def evaluate(evaluator: Evaluator, path: Path | str, decoding: Decoding | None = None, *,
+             weights: bool = False, limit: int | None = None) -> Evaluation:
+    """Read the labelled data in ``path`` (a file or folder, or a name the evaluator knows,
+    such as ``scenes:test``; its first ``limit`` examples, or all), decode its inputs and
+    score the best outputs (:func:`score_examples`).
 
     Raises:
         DataError: ``path`` does not hold :attr:`Evaluator.data` (the message says what a
@@ -157,14 +198,12 @@ def evaluate(evaluator: Evaluator, path: Path, decoding: Decoding | None = None,
     """
     expected = f"a checkpoint of task {evaluator.task!r} is scored on {evaluator.data}"
     try:
-        examples = evaluator.read(path)
+        examples = evaluator.read(path)[:limit]
     except DataError as exc:
         raise DataError(f"{exc} ({expected})") from None
     if not examples:
         raise DataError(f"{path}: no labelled examples ({expected})")
-    outputs = evaluator.decode([e.input for e in examples], decoding, weights=weights)
-    metrics = evaluator.score([o.text for o in outputs], [e.reference for e in examples])
-    return Evaluation(examples, outputs, metrics)
+    return score_examples(evaluator, examples, decoding, weights=weights)
 
 
 def pictures(evaluator: Evaluator, inputs: Sequence, folder: Path) -> list[Path]:

@@ -1,10 +1,18 @@
 """Scores of output texts against reference texts, one function each, shared by every task's
 validation and by ``attnkit eval``: exact match, character and word error rates (jiwer),
-BLEU and chrF (sacrebleu).
+BLEU over characters, BLEU-4 over words and chrF (sacrebleu).
+
+A reference is one text, or for the metrics that take several (exact match, BLEU-4, chrF:
+:data:`MULTI_REFERENCE`) a tuple of texts, e.g. an image's captions; examples may have
+different numbers of them.
 
 Example:
     >>> score(("exact", "cer"), ["abc", "abd"], ["abc", "abc"])
     {'exact': 0.5, 'cer': 0.16666666666666666}
+    >>> got = score(("exact", "bleu4"), ["a red circle at the top"],
+    ...             [("a red circle above a square", "a red circle at the top")])
+    >>> got["exact"], round(got["bleu4"], 6)
+    (1.0, 100.0)
 """
 
 from __future__ import annotations
@@ -14,59 +22,98 @@ from collections.abc import Callable, Sequence
 import jiwer
 import sacrebleu
 
-__all__ = ["LABELS", "METRICS", "bleu", "cer", "chrf", "example_cer", "exact_match", "score",
-           "wer"]
+__all__ = ["LABELS", "METRICS", "MULTI_REFERENCE", "Reference", "bleu", "bleu4", "cer", "chrf",
+           "closest_reference", "example_cer", "exact_match", "score", "wer"]
+
+Reference = str | Sequence[str]  # one reference text, or several
+
+
+def _several(reference: Reference) -> tuple[str, ...]:
+    return (reference,) if isinstance(reference, str) else tuple(reference)
+
+
+def _one_each(references: Sequence[Reference], metric: str) -> list[str]:
+    """``references`` as one text each; a ``ValueError`` for an example with several."""
+    for i, ref in enumerate(references):
+        if not isinstance(ref, str):
+            raise ValueError(f"references[{i}]: {metric} scores against one reference text, got "
+                             f"{len(ref)}")
+    return list(references)
+
+
+def _streams(references: Sequence[Reference]) -> list[list[str | None]]:
+    """sacrebleu's reference streams: stream ``k`` holds each example's ``k``-th reference
+    (None where an example has fewer)."""
+    refs = [_several(r) for r in references]
+    return [[r[k] if k < len(r) else None for r in refs] for k in range(max(map(len, refs), default=1))]
 
 
 def _hypotheses(hypotheses: Sequence[str]) -> list[str]:
     return [h if h.strip() else " " for h in hypotheses]  # older jiwer rejects empty outputs
 
 
-def exact_match(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-    """The fraction of outputs equal to their reference."""
-    return sum(h == r for h, r in zip(hypotheses, references)) / max(1, len(references))
+def exact_match(hypotheses: Sequence[str], references: Sequence[Reference]) -> float:
+    """The fraction of outputs equal to their reference (to one of them)."""
+    return (sum(h in _several(r) for h, r in zip(hypotheses, references))
+            / max(1, len(references)))
 
 
 def cer(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     """Character error rate: character edits over reference characters, whole corpus (jiwer);
     above 1 when the outputs hold more errors than the references hold characters."""
-    return float(jiwer.cer(list(references), _hypotheses(hypotheses)))
+    return float(jiwer.cer(_one_each(references, "cer"), _hypotheses(hypotheses)))
 
 
 def wer(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     """Word error rate: word edits over reference words, whole corpus (jiwer)."""
-    return float(jiwer.wer(list(references), _hypotheses(hypotheses)))
+    return float(jiwer.wer(_one_each(references, "wer"), _hypotheses(hypotheses)))
 
 
 def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     """Corpus BLEU (sacrebleu, 0-100) over characters (``tokenize="char"``): meaningful for
     outputs of a few words, such as digits and dates, and in any script."""
-    return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)],
+    return float(sacrebleu.corpus_bleu(list(hypotheses), [_one_each(references, "bleu")],
                                        tokenize="char").score)
 
 
-def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-    """Corpus chrF (sacrebleu, 0-100): the F-score of character n-grams."""
-    return float(sacrebleu.corpus_chrf(list(hypotheses), [list(references)]).score)
+def bleu4(hypotheses: Sequence[str], references: Sequence[Reference]) -> float:
+    """Corpus BLEU-4 (sacrebleu, 0-100) over words (its ``13a`` tokenizer), against every
+    reference of each output: the captioning figure of Xu et al. (2015)."""
+    return float(sacrebleu.corpus_bleu(list(hypotheses), _streams(references)).score)
 
 
-def example_cer(hypothesis: str, reference: str) -> float:
-    """One output's character error rate (how ``attnkit eval`` ranks its worst examples)."""
-    return cer([hypothesis], [reference])
+def chrf(hypotheses: Sequence[str], references: Sequence[Reference]) -> float:
+    """Corpus chrF (sacrebleu, 0-100): the F-score of character n-grams, against every
+    reference of each output."""
+    return float(sacrebleu.corpus_chrf(list(hypotheses), _streams(references)).score)
 
 
-METRICS: dict[str, Callable[[Sequence[str], Sequence[str]], float]] = {
-    "exact": exact_match, "cer": cer, "wer": wer, "bleu": bleu, "chrf": chrf}
+def closest_reference(hypothesis: str, reference: Reference) -> str:
+    """Of one output's references, the one with the lowest character error rate against it
+    (the first of equals)."""
+    return min(_several(reference), key=lambda r: cer([hypothesis], [r]))
+
+
+def example_cer(hypothesis: str, reference: Reference) -> float:
+    """One output's character error rate against its closest reference (how ``attnkit eval``
+    ranks its worst examples)."""
+    return cer([hypothesis], [closest_reference(hypothesis, reference)])
+
+
+METRICS: dict[str, Callable[[Sequence[str], Sequence[Reference]], float]] = {
+    "exact": exact_match, "cer": cer, "wer": wer, "bleu": bleu, "bleu4": bleu4, "chrf": chrf}
+MULTI_REFERENCE = ("exact", "bleu4", "chrf")  # the metrics that take several references
 LABELS = {"exact": "exact match", "cer": "CER", "wer": "WER", "bleu": "BLEU (characters)",
-          "chrf": "chrF"}
+          "bleu4": "BLEU-4 (words)", "chrf": "chrF"}
 
 
 def score(names: Sequence[str], hypotheses: Sequence[str],
-          references: Sequence[str]) -> dict[str, float]:
+          references: Sequence[Reference]) -> dict[str, float]:
     """``{name: METRICS[name](hypotheses, references)}`` for each of ``names``.
 
     Raises:
-        ValueError: a name that is not in :data:`METRICS`, or lists of different lengths.
+        ValueError: a name that is not in :data:`METRICS`, lists of different lengths, or
+            several references of one example for a metric outside :data:`MULTI_REFERENCE`.
     """
     unknown = [n for n in names if n not in METRICS]
     if unknown:

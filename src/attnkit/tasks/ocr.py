@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import NamedTuple
@@ -12,14 +13,22 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from attnkit.data import ALPHABET, CharVocab, DataError, pad_batch, pad_images, read_line_folder
-from attnkit.data.tsv import read_tsv_rows
+from attnkit.data import (
+    ALPHABET,
+    CharVocab,
+    DataError,
+    LineFolder,
+    pad_batch,
+    pad_images,
+    read_line_folder,
+)
 from attnkit.decoding import Decoding, ctc_greedy, decode
-from attnkit.models import CRNN, build_model
+from attnkit.models import CRNN, build_model, guided_attention_loss
 from attnkit.plot import plot_alignment
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, texts_of
+from attnkit.tasks.explore import line_example
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
@@ -46,18 +55,30 @@ def _ctc_steps_needed(ids: Sequence[int]) -> int:
     return len(ids) + sum(a == b for a, b in zip(ids, ids[1:]))
 
 
-def _check_lines(lines: Sequence[Line], vocab: CharVocab, name: str, ctc: bool) -> None:
-    bad_chars, too_long = {}, []
-    for i, (image, text) in enumerate(lines):
-        if image.dim() != 2 or image.shape[0] != 32 or image.shape[1] < 2:
+def _sizes(lines: Sequence[Line], name: str) -> tuple[list[int], list[str]]:
+    """The lines' widths and texts; a :class:`LineFolder`'s without decoding its images."""
+    if isinstance(lines, LineFolder):
+        return lines.widths, lines.texts
+    for i, (image, _) in enumerate(lines):
+        if image.dim() != 2 or image.shape[0] != 32:
             raise DataError(f"{name}[{i}]: expected a (32, W) image with W >= 2, got "
                             f"{tuple(image.shape)}")
+    return [image.shape[1] for image, _ in lines], [text for _, text in lines]
+
+
+def _check_lines(widths: Sequence[int], texts: Sequence[str], vocab: CharVocab, name: str,
+                 ctc: bool) -> None:
+    bad_chars, too_long = {}, []
+    for i, (width, text) in enumerate(zip(widths, texts)):
+        if width < 2:
+            raise DataError(f"{name}[{i}]: expected a (32, W) image with W >= 2, got "
+                            f"{(32, width)}")
         if not text:
             raise DataError(f"{name}[{i}]: empty text")
         unknown = {c for c in text if c not in vocab.index}
         if unknown:
             bad_chars.setdefault("".join(sorted(unknown)), i)
-        elif ctc and _ctc_steps_needed(vocab.encode(text)) > image.shape[1] // 2:
+        elif ctc and _ctc_steps_needed(vocab.encode(text)) > width // 2:
             too_long.append(i)
     if bad_chars:
         chars = "".join(sorted(set("".join(bad_chars))))
@@ -67,19 +88,22 @@ def _check_lines(lines: Sequence[Line], vocab: CharVocab, name: str, ctc: bool) 
         i = too_long[0]
         raise DataError(
             f"{name}: {len(too_long)} line(s) have more characters than the CTC head has steps "
-            f"(W // 2), e.g. line {i}: {lines[i][1][:40]!r} needs "
-            f"{_ctc_steps_needed(vocab.encode(lines[i][1]))} steps, its image is "
-            f"{lines[i][0].shape[1]} px wide ({lines[i][0].shape[1] // 2} steps)")
+            f"(W // 2), e.g. line {i}: {texts[i][:40]!r} needs "
+            f"{_ctc_steps_needed(vocab.encode(texts[i]))} steps, its image is "
+            f"{widths[i]} px wide ({widths[i] // 2} steps)")
 
 
 class Reading(NamedTuple):
     """One line read by :func:`read_lines`: its texts, best first (one, or the n-best or
     sampled outputs of the attention head), the attention ``weights`` of the best one's
-    characters over the line's ``steps`` (see :func:`recognise`)."""
+    characters over the line's ``steps`` (see :func:`recognise`) and the ``self_attention``
+    ``(H, T, T)`` of the model's layer between its RNNs over the line's ``T`` steps (queries,
+    keys; ``H = 1`` for one head), None without ``weights`` or without that layer."""
 
     texts: list[str]
     weights: torch.Tensor | None
     steps: int
+    self_attention: torch.Tensor | None = None
 
 
 @torch.no_grad()
@@ -87,7 +111,8 @@ def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
                decoding: Decoding | None = None, weights: bool = False,
                batch_size: int = 32, lm=None) -> list[Reading]:
     """Read line images ``(32, W)``: one :class:`Reading` per image, in order; its
-    ``weights`` only with ``weights`` (else None).
+    ``weights`` and ``self_attention`` only with ``weights`` (else None), recorded in the pass
+    that reads the lines.
 
     The attention head decodes as ``decoding`` says (default greedy; ``lm``: the language
     model of ``decoding.lm_weight``); the CTC head takes the best path, so it refuses any other
@@ -108,25 +133,32 @@ def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
         idx = order[s : s + batch_size]
         batch, widths = pad_images([images[i] for i in idx])
         batch, widths = batch.to(device), widths.to(device)
+        recording = weights and model.attention is not None
+        with model.attention.recording_weights() if recording else nullcontext([]) as found:
+            if model.head_kind == "ctc":
+                log_probs, steps = model(batch, widths)
+            else:
+                steps = model.steps(widths)
+                hyp = decode(model, batch, widths, max_len=steps // STEPS_PER_CHAR + EXTRA_CHARS,
+                             decoding=decoding, generator=generator, lm=lm, weights=weights)
+        att = None
+        if found:  # the batch's one encoding: (B, T, T), or (B, H, T, T) with heads
+            att = found[0] if found[0].dim() == 4 else found[0][:, None]  # (B, H, T, T)
         if model.head_kind == "ctc":
-            log_probs, steps = model(batch, widths)
             paths = ctc_greedy(log_probs, steps)
-            att = (model.attention_weights(batch, widths)
-                   if weights and model.attention is not None else None)
             for j, i in enumerate(idx):
-                emitted = paths.steps[j]
-                w = None if att is None or not emitted else att[j, emitted]
-                results[i] = Reading([vocab.decode(paths.ids[j])], w, int(steps[j]))
+                n = int(steps[j])
+                own = None if att is None else att[j, :, :n, :n]  # (H, T, T)
+                # the CTC head's characters: the self-attention rows where each was emitted
+                w = None if own is None else own.mean(0)[paths.steps[j]]
+                results[i] = Reading([vocab.decode(paths.ids[j])], w, n, own)
         else:
-            steps = model.steps(widths)
-            limit = steps // STEPS_PER_CHAR + EXTRA_CHARS
-            hyp = decode(model, batch, widths, max_len=limit, decoding=decoding,
-                         generator=generator, lm=lm, weights=weights)
             best = hyp.best()
             for j, (i, texts) in enumerate(zip(idx, texts_of(hyp, vocab))):
-                n = int(best.lengths[j])
+                n, length = int(best.lengths[j]), int(steps[j])
                 w = None if best.weights is None else best.weights[j, :n]
-                results[i] = Reading(texts, w, int(steps[j]))
+                own = None if att is None else att[j, :, :length, :length]  # (H, T, T)
+                results[i] = Reading(texts, w, length, own)
     return [results[i] for i in range(len(images))]
 
 
@@ -144,15 +176,21 @@ def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
 
 
 def plot_line(image: torch.Tensor, text: str, weights, steps: int, path: str | Path, *,
-              eos: bool, title: str | None = None) -> Path | None:
+              eos: bool, self_attention: torch.Tensor | None = None,
+              title: str | None = None) -> Path | None:
     """The line image with each output character's attention over its columns (see
-    :func:`recognise`; ``title`` default: the text); None when the model gives no weights."""
+    :func:`recognise`) and, given the ``self_attention`` ``(H, T, T)`` of a :class:`Reading`,
+    its mean over heads as a heat-map under the image (``title`` default: the text); None
+    when the model gives no weights."""
     if weights is None:
         return None
     labels = list(text) + (["<eos>"] if eos else [])
     labels = labels[: weights.shape[0]]
     background = pad_images([image])[0][0, 0]  # (32, W) in [0, 1]
-    return plot_alignment(weights[: len(labels)], background, labels, path, steps=steps,
+    # (the attention head's weights span the batch's padded steps; the line has `steps`)
+    return plot_alignment(weights[: len(labels), :steps], background, labels, path, steps=steps,
+                          self_attention=None if self_attention is None
+                          else self_attention.mean(0),
                           title=title or text or "(empty)")
 
 
@@ -160,9 +198,12 @@ class OcrTask:
     """Batches, loss and metrics for ``(image (32, W), text)`` lines.
 
     Args:
-        train, valid: lists of ``(image, text)``; every character must be in ``vocab``, and
-            with the CTC head every line needs ``W // 2`` steps for its characters (checked
-            up front: a :class:`DataError` names the line, never a crash inside CTC).
+        train, valid: sequences of ``(image, text)``: lists, or :class:`attnkit.data.LineFolder`
+            (images read from disk when a batch needs them, so memory does not grow with the
+            training lines; the first ``max_valid`` validation lines are read once). Every
+            character must be in ``vocab``, and with the CTC head every line needs ``W // 2``
+            steps for its characters (checked up front: a :class:`DataError` names the line,
+            never a crash inside CTC).
         model_config: the model's registry config (``name`` defaults to ``"crnn"``); ``vocab``
             is set from the characters.
         vocab: the characters (kept as ``chars``); default ``CharVocab(ALPHABET)``.
@@ -170,13 +211,16 @@ class OcrTask:
         label_smoothing, teacher_forcing: attention head only.
         ctc_weight: attention head only: ``w`` in ``loss = (1 - w) * cross-entropy + w * CTC``
             of an auxiliary CTC head (0: none; sets the model's ``ctc``).
+        guided_attention: attention head only: the weight of
+            :func:`attnkit.models.guided_attention_loss` added to the loss (0: none).
         max_valid: validation lines read at each evaluation.
     """
 
     def __init__(self, train: Sequence[Line], valid: Sequence[Line], *, model_config: dict,
                  vocab: CharVocab | None = None, batch_size: int = 32, seed: int = 0,
                  label_smoothing: float = 0.0, teacher_forcing: float | TeacherForcing = 1.0,
-                 ctc_weight: float = 0.0, max_valid: int = 300, data: dict | None = None):
+                 ctc_weight: float = 0.0, guided_attention: float = 0.0, max_valid: int = 300,
+                 data: dict | None = None):
         if not train:
             raise ValueError("train: expected at least one (image, text) line")
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -189,36 +233,44 @@ class OcrTask:
         if ctc_weight > 0 and self.ctc:
             raise ValueError("ctc_weight: only for the attention head (the CTC head is CTC)")
         self.ctc_weight = float(ctc_weight)
+        if not (isinstance(guided_attention, (int, float)) and 0.0 <= guided_attention
+                < float("inf")):
+            raise ValueError(f"guided_attention: expected a non-negative number, got "
+                             f"{guided_attention!r}")
+        if guided_attention > 0 and self.ctc:
+            raise ValueError("guided_attention: only for the attention head (CTC has no "
+                             "attention weights)")
+        self.guided_attention = float(guided_attention)
         if self.ctc_weight > 0:
             self.model_config["ctc"] = True
-        self.train, self.valid = list(train), list(valid)[:max_valid]
+        self.train, self.valid = train, list(valid[:max_valid])
         with_ctc = self.ctc or self.ctc_weight > 0
-        _check_lines(self.train, self.chars, "train", with_ctc)
-        _check_lines(self.valid, self.chars, "valid", with_ctc)
+        self._widths, self._texts = _sizes(train, "train")
+        _check_lines(self._widths, self._texts, self.chars, "train", with_ctc)
+        _check_lines(*_sizes(self.valid, "valid"), self.chars, "valid", with_ctc)
         if not isinstance(teacher_forcing, TeacherForcing):
             teacher_forcing = TeacherForcing(start=teacher_forcing)
         self.batch_size, self.seed = batch_size, seed
         self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
         self.data = data or {}
-        self._ids = [self.chars.encode(t) for _, t in self.train]
 
     def build_model(self) -> CRNN:
         return build_model(self.model_config)
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of similar widths, built when indexed (images
-        float32 in [0, 1])."""
-        widths = [image.shape[1] for image, _ in self.train]
-        return Batches(length_batches(widths, self.batch_size, seed=self.seed, epoch=epoch),
-                       self._collate)
+        read and made float32 in [0, 1] then)."""
+        return Batches(length_batches(self._widths, self.batch_size, seed=self.seed,
+                                      epoch=epoch), self._collate)
 
     def _collate(self, idx: list[int]) -> dict:
         images, widths = pad_images([self.train[i][0] for i in idx])
         batch = {"images": images, "widths": widths}
+        ids = [self.chars.encode(self._texts[i]) for i in idx]
         if self.ctc or self.ctc_weight > 0:
-            batch["targets"], batch["target_lengths"] = pad_batch([self._ids[i] for i in idx])
+            batch["targets"], batch["target_lengths"] = pad_batch(ids)
         if not self.ctc:
-            tgt, _ = pad_batch([[BOS] + self._ids[i] + [EOS] for i in idx])
+            tgt, _ = pad_batch([[BOS] + seq + [EOS] for seq in ids])
             batch["tgt_in"], batch["tgt_out"] = tgt[:, :-1], tgt[:, 1:]
         return batch
 
@@ -239,6 +291,10 @@ class OcrTask:
             ctc = F.ctc_loss(log_probs.transpose(0, 1), batch["targets"], steps,
                              batch["target_lengths"], blank=PAD)
             loss = (1 - self.ctc_weight) * loss + self.ctc_weight * ctc
+        if self.guided_attention > 0:
+            steps = model.steps(batch["widths"])
+            loss = loss + self.guided_attention * guided_attention_loss(
+                out[1], (target != PAD).sum(1), steps)
         return loss, int((target != PAD).sum())
 
     def evaluate(self, model: CRNN) -> dict[str, float]:
@@ -254,6 +310,8 @@ class OcrTask:
                 "batching": {"batch_size": self.batch_size, "seed": self.seed,
                              "label_smoothing": self.label_smoothing,
                              **({"ctc_weight": self.ctc_weight} if self.ctc_weight else {}),
+                             **({"guided_attention": self.guided_attention}
+                                if self.guided_attention else {}),
                              "teacher_forcing": asdict(self.teacher_forcing)}}
 
     def vocab(self) -> dict:
@@ -276,15 +334,17 @@ class OcrEvaluator(Evaluator, task="ocr"):
         folder, tsv = (path, path / LABELS) if path.is_dir() else (path.parent, path)
         if not tsv.is_file():
             raise DataError(f"{tsv}: not found")
-        names = [name.strip() for _, name, _ in read_tsv_rows(tsv, columns=("filename", "text"))]
-        return [Example(image, text, str(folder / name))
-                for name, (image, text) in zip(names, read_line_folder(folder, tsv))]
+        lines = read_line_folder(folder, tsv)
+        return [Example(image, text, str(lines.path(i))) for i, (image, text) in enumerate(lines)]
 
     def decode(self, inputs: Sequence[torch.Tensor], decoding: Decoding | None = None, *,
                weights: bool = False) -> list[Output]:
         eos = self.model.head_kind == "attention"
         return [Output(r.texts, functools.partial(plot_line, image, r.texts[0], r.weights,
-                                                  r.steps, eos=eos))
+                                                  r.steps, eos=eos,
+                                                  self_attention=r.self_attention),
+                       functools.partial(line_example, self.model, image, r) if weights
+                       else None)
                 for image, r in zip(inputs, read_lines(self.model, self.chars, inputs,
                                                        decoding=decoding, lm=self.lm,
                                                        weights=weights))]

@@ -51,6 +51,7 @@ from attnkit.plot import plot_alignment
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, texts_of
+from attnkit.tasks.explore import speech_example
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
@@ -79,9 +80,9 @@ def max_chars(frames: torch.Tensor) -> torch.Tensor:
 
 def check_frames(utterances: SpeechSet) -> None:
     """Raises a :class:`DataError` naming the first utterance shorter than 8 frames (80 ms)."""
-    for f, origin in zip(utterances.features, utterances.origins):
-        if f.shape[0] < MIN_FRAMES:
-            raise DataError(f"{origin}: {f.shape[0]} feature frames; the listener's "
+    for frames, origin in zip(utterances.frames, utterances.origins):
+        if frames < MIN_FRAMES:
+            raise DataError(f"{origin}: {frames} feature frames; the listener's "
                             f"{HALVINGS} halvings need at least {MIN_FRAMES}")
 
 
@@ -150,12 +151,13 @@ class StreamedChunk(NamedTuple):
 
 def transcribe_stream(model: LAS, vocab: CharVocab, samples: torch.Tensor, *,
                       chunk_ms: float = 200.0, max_len: int | None = None,
-                      realtime: bool = False) -> Iterator[StreamedChunk]:
+                      loop_stop: bool = True, realtime: bool = False) -> Iterator[StreamedChunk]:
     """Transcribe ``samples (N,)`` (16 kHz) as if they arrived ``chunk_ms`` at a time: after
     each chunk, the characters greedy decoding has decided (:func:`attnkit.decoding.stream_feed`
     over :func:`attnkit.data.log_mel_stream` frames). Together they are :func:`transcribe`'s
     greedy transcript of the whole utterance (``max_len``: its output limit, EOS included;
-    default ``ceil(0.3 T) + 10`` of the utterance's ``T`` frames). With ``realtime`` each
+    default ``ceil(0.3 T) + 10`` of the utterance's ``T`` frames; ``loop_stop``: as
+    :class:`attnkit.decoding.Decoding`'s, stop an output that loops). With ``realtime`` each
     chunk is processed only once its audio would have been recorded, counting from the
     first chunk's processing (a sleep, not counted in its times).
 
@@ -176,7 +178,7 @@ def transcribe_stream(model: LAS, vocab: CharVocab, samples: torch.Tensor, *,
     def limit(frames: int) -> int:
         return max_len or int(max_chars(torch.tensor([frames]))[0])
 
-    mel, state = None, stream_start(model, device=device)
+    mel, state = None, stream_start(model, device=device, loop_stop=loop_stop)
     started = time.perf_counter()
     for index, start in enumerate(range(0, n, step)):
         end = min(n, start + step)
@@ -213,7 +215,10 @@ class SpeechTask:
     """Batches, loss and metrics for (features, transcript) utterances.
 
     Args:
-        train, valid: :class:`attnkit.data.SpeechSet` (features ``(T_i, F)``).
+        train, valid: :class:`attnkit.data.SpeechSet` (features ``(T_i, F)``); features on
+            disk (:class:`attnkit.data.FeaturesOnDisk`) are read when a batch needs them, so
+            memory does not grow with the training utterances; the first ``max_valid``
+            validation utterances are read once.
         model_config: the model's registry config (``name`` defaults to ``"las"``); ``vocab``,
             ``features`` and ``ctc`` are set from the data and ``ctc_weight``.
         vocab: characters (default: built from the training transcripts).
@@ -241,9 +246,8 @@ class SpeechTask:
         for s in (train, valid):
             check_frames(s)
         self.train = train
-        n_valid = min(len(valid), max_valid)
-        self.valid = SpeechSet(valid.features[:n_valid], valid.transcripts[:n_valid],
-                               valid.origins[:n_valid])
+        valid = valid.head(max_valid)
+        self.valid = SpeechSet(list(valid.features), valid.transcripts, valid.origins)
         self.char_vocab = vocab or CharVocab.build(train.transcripts)
         self.batch_size, self.seed = batch_size, seed
         if not isinstance(teacher_forcing, TeacherForcing):
@@ -266,10 +270,9 @@ class SpeechTask:
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of similar utterance lengths, built when indexed
-        (features float32)."""
-        lengths = [f.shape[0] for f in self.train.features]
-        return Batches(length_batches(lengths, self.batch_size, seed=self.seed, epoch=epoch),
-                       self._collate)
+        (features read and made float32 then)."""
+        return Batches(length_batches(self.train.frames, self.batch_size, seed=self.seed,
+                                      epoch=epoch), self._collate)
 
     def text_batch(self, idx: list[int]) -> dict:
         """Transcripts ``idx`` as ``tgt_in``/``tgt_out`` ``(B, U)`` (BOS/EOS added) and
@@ -404,6 +407,9 @@ class SpeechEvaluator(Evaluator, task="asr"):
         for hyp in raws:
             for i, texts in enumerate(texts_of(hyp, self.char_vocab)):
                 features = inputs[len(outputs)]
-                outputs.append(Output(texts, functools.partial(
-                    plot_transcription, hyp, i, features, self.char_vocab)))
+                outputs.append(Output(
+                    texts, functools.partial(plot_transcription, hyp, i, features,
+                                             self.char_vocab),
+                    functools.partial(speech_example, self.model, hyp, i, features,
+                                      self.char_vocab) if weights else None))
         return outputs

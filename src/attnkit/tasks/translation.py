@@ -25,6 +25,7 @@ from attnkit.plot import plot_attention
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, texts_of
+from attnkit.tasks.explore import translation_example
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
@@ -224,6 +225,9 @@ class TranslationEvaluator(Evaluator, task="translate"):
         for hyp in raws:
             for i, texts in enumerate(texts_of(hyp, self.tgt_vocab)):
                 source = inputs[len(outputs)]
-                outputs.append(Output(texts, functools.partial(
-                    plot_translation, hyp, i, source, self.src_vocab, self.tgt_vocab)))
+                vocabs = (self.src_vocab, self.tgt_vocab)
+                outputs.append(Output(
+                    texts, functools.partial(plot_translation, hyp, i, source, *vocabs),
+                    functools.partial(translation_example, self.model, hyp, i, source, *vocabs)
+                    if weights else None))
         return outputs

@@ -1,33 +1,48 @@
 """Visual question answering as a :class:`attnkit.train.Task`: batching, the answer
-classifier's loss, accuracy by question type, pictures of each attention hop.
+classifier's loss, accuracy by question type, pictures of each attention hop; and
+:class:`VqaEvaluator`, a checkpoint as ``attnkit eval`` and ``explore`` use it.
 
 Data is a list of images ``(3, S, S)`` uint8 and a list of
 :class:`attnkit.data.ImageQuestion` (which image, question, answer, type), as
 :func:`attnkit.data.read_question_folder` reads the user's and
 :func:`attnkit.data.question_set` makes the built-in ones.
 
-What scoring needs, as plain functions: :func:`answer_questions` (predict),
-:func:`vqa_metrics` (accuracy overall, per question type, relational and not).
+The scores, in one place for validation, ``attnkit eval`` and the benchmarks
+(:meth:`VqaEvaluator.score`): :func:`vqa_metrics`, accuracy overall, per question type,
+relational and not. Words of a question that the model never saw count as ``<unk>``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from attnkit.data import DataError, ImageQuestion, WordVocab, pad_batch, stack_images
-from attnkit.data.scenes import RELATIONAL
+from attnkit.data import (
+    DataError,
+    ImageQuestion,
+    WordVocab,
+    pad_batch,
+    question_set,
+    read_question_folder,
+    stack_images,
+)
+from attnkit.data.images import QUESTIONS
+from attnkit.data.scenes import QUESTION_TYPES, RELATIONAL, scored_scenes
+from attnkit.decoding import Decoding
 from attnkit.models import VQA, build_model
 from attnkit.plot import plot_image_attention
 from attnkit.tasks.batching import length_batches
+from attnkit.tasks.evaluator import Evaluator, Example, Output, score_examples
+from attnkit.tasks.explore import answer_example
 from attnkit.train import Batches
 
-__all__ = ["Answer", "VqaTask", "answer_questions", "check_questions", "plot_answer",
-           "plot_answers", "vqa_metrics"]
+__all__ = ["Answer", "VqaEvaluator", "VqaTask", "answer_questions", "check_questions",
+           "plot_answer", "plot_answers", "question_examples", "vqa_metrics"]
 
 QuestionSet = tuple[Sequence[torch.Tensor], Sequence[ImageQuestion]]
 
@@ -109,16 +124,17 @@ def vqa_metrics(predicted: Sequence[str], answers: Sequence[str],
     return out
 
 
-def plot_answer(image: torch.Tensor, question: str, answer: Answer, path: str | Path,
-                ) -> Path | None:
-    """The image, then each hop's attention over it; None for a model without attention."""
+def plot_answer(image: torch.Tensor, question: str, answer: Answer, path: str | Path, *,
+                title: str | None = None) -> Path | None:
+    """The image, then each hop's attention over it (``title`` default: question -> answer);
+    None for a model without attention."""
     if answer.weights is None:
         return None
     hops, cells = answer.weights.shape
     side = round(cells ** 0.5)
     return plot_image_attention(image, answer.weights.reshape(hops, side, side),
                                 [f"hop {k + 1}" for k in range(hops)], path,
-                                title=f"{question} -> {answer.answer}")
+                                title=title or f"{question} -> {answer.answer}")
 
 
 def plot_answers(asked: Sequence[tuple[torch.Tensor, str]], answers: Sequence[Answer],
@@ -196,11 +212,9 @@ class VqaTask:
         return loss, len(batch["answers"])
 
     def evaluate(self, model: VQA) -> dict[str, float]:
-        images, questions = self.valid
-        found = answer_questions(model, self.words, self.answers,
-                                 [(images[q.image], q.question) for q in questions])
-        return vqa_metrics([a.answer for a in found], [q.answer for q in questions],
-                           [q.type for q in questions])
+        """:meth:`VqaEvaluator.score` of the answers to the validation questions."""
+        evaluator = VqaEvaluator(model, self.config(), self.vocab())
+        return score_examples(evaluator, question_examples(*self.valid)).metrics
 
     def pictures(self, model: VQA, folder: Path, n: int) -> list[Path]:
         """Attention pictures of the first ``n`` validation questions in ``folder``."""
@@ -216,3 +230,64 @@ class VqaTask:
 
     def vocab(self) -> dict:
         return {"words": self.words.to_json(), "answers": self.answers}
+
+
+def question_examples(images: Sequence[torch.Tensor],
+                      questions: Sequence[ImageQuestion]) -> list[Example]:
+    """Questions about ``images`` as labelled examples: the input ``(image, question)``, the
+    answer as the reference and the question's type as the annotation
+    (:func:`vqa_metrics` scores per type)."""
+    return [Example((images[q.image], q.question), q.answer, q.origin, q.type) for q in questions]
+
+
+class VqaEvaluator(Evaluator, task="vqa"):
+    """A VQA checkpoint's model, question words and answers: answers ``(image, question)``
+    pairs and scores accuracy overall and per question type (:func:`vqa_metrics`); the user's
+    questions are all of type ``user``."""
+
+    data = (f"a folder of images with {QUESTIONS} (filename<TAB>question<TAB>answer), that "
+            "TSV, or built-in scenes: scenes:test or scenes:heldout")
+    metrics = ()  # accuracy per question type instead of text metrics: see score
+    labels = {"accuracy_relational": "accuracy, relational",
+              "accuracy_non_relational": "accuracy, non-relational",
+              **{f"accuracy_{t}": f"accuracy, {t}" for t in (*QUESTION_TYPES, "user")}}
+
+    def __init__(self, model: VQA, config: dict, vocab: dict):
+        super().__init__(model, config, vocab)
+        self.words, self.answers = WordVocab.from_json(vocab["words"]), list(vocab["answers"])
+        self.image_size = model.encoder.image_size  # S: every image is resized to it
+
+    def read(self, path) -> list[Example]:
+        scored = scored_scenes(path, size=self.image_size, trained_on=self.config.get("data"))
+        if scored is not None:
+            return question_examples(*question_set(scored[1], scored[0]))
+        path = Path(path)
+        folder, tsv = (path, path / QUESTIONS) if path.is_dir() else (path.parent, path)
+        return question_examples(*read_question_folder(folder, tsv, size=self.image_size))
+
+    def answer(self, inputs: Sequence[tuple[torch.Tensor, str]],
+               decoding: Decoding | None = None) -> list[Answer]:
+        """The :class:`Answer` to each ``(image (3, S, S) uint8, question)``: the most
+        probable class, its probability and each hop's attention.
+
+        Raises:
+            ValueError: ``decoding`` other than greedy: an answer is one class, not decoded
+                token by token.
+        """
+        if decoding is not None and decoding != Decoding():
+            raise ValueError(f"decoding: a VQA model answers with its most probable class; "
+                             f"decoding options do not apply, got {decoding.describe()}")
+        return answer_questions(self.model, self.words, self.answers, inputs)
+
+    def decode(self, inputs: Sequence[tuple[torch.Tensor, str]],
+               decoding: Decoding | None = None, *, weights: bool = False) -> list[Output]:
+        """:meth:`answer`, each drawn and explored with its hops' attention (the weights are
+        small: always kept)."""
+        return [Output([a.answer], partial(plot_answer, image, question, a),
+                       partial(answer_example, self.model, image, question, a))
+                for (image, question), a in zip(inputs, self.answer(inputs, decoding))]
+
+    def score(self, examples: Sequence[Example], outputs: Sequence[Output]) -> dict[str, float]:
+        """:func:`vqa_metrics` of the answers, with the examples' annotations as the types."""
+        return vqa_metrics([o.text for o in outputs], [e.reference for e in examples],
+                           [e.annotation for e in examples])

@@ -110,10 +110,39 @@ void forward(int64_t B, int64_t H, int64_t Tk, int64_t A, int64_t D, const T* q,
   }
 }
 
+// One key's d k_j = (1 - t^2) ds_j va (t = tanh(q + k_j [+ extra_j]), recomputed), written
+// or added to dkr, and its terms of dq and dva added to gq and gva. The branches are taken
+// outside the loop over features, which then vectorises (a branch inside it did not).
+template <typename T, bool kExtra>
+inline void key_grads(int64_t A, const T* __restrict qr, const T* __restrict kr,
+                      const T* __restrict er, const T* __restrict var, T sj, int accumulate,
+                      T* __restrict dkr, T* __restrict gq, T* __restrict gva) {
+  if (accumulate) {
+#pragma omp simd
+    for (int64_t a = 0; a < A; ++a) {
+      const T t = fast_tanh(qr[a] + kr[a] + (kExtra ? er[a] : T(0)));
+      const T g = (1 - t * t) * sj * var[a];
+      dkr[a] += g;
+      gq[a] += g;
+      gva[a] += t * sj;
+    }
+  } else {
+#pragma omp simd
+    for (int64_t a = 0; a < A; ++a) {
+      const T t = fast_tanh(qr[a] + kr[a] + (kExtra ? er[a] : T(0)));
+      const T g = (1 - t * t) * sj * var[a];
+      dkr[a] = g;
+      gq[a] += g;
+      gva[a] += t * sj;
+    }
+  }
+}
+
 // Gradients of a loss with d out (B, H, 1, D) and d p (B, H, 1, Tk) (dw, or null):
 //   dq (B, H, 1, A); dva (B, H, A) per row (the caller sums over B);
-//   dk (B, H, Tk, A) and dv (B, H, Tk, D), contiguous: written, or added to when `accumulate`
-//   (the sum over a prepared memory's decoder steps).
+//   dk (B, H, Tk, A), contiguous: written, or added to when `accumulate` (the sum over a
+//   prepared memory's decoder steps); dv (B, H, Tk, D), contiguous, written, or null (the
+//   caller sums the values' outer products over the steps itself).
 // tanh(q + k_j) is recomputed, never stored; keys with zero weight cost nothing.
 template <typename T>
 void backward(int64_t B, int64_t H, int64_t Tk, int64_t A, int64_t D, const T* q, const T* k,
@@ -161,13 +190,10 @@ void backward(int64_t B, int64_t H, int64_t Tk, int64_t A, int64_t D, const T* q
     for (int64_t a = 0; a < A; ++a) gq[a] = gva[a] = 0;
     for (int64_t j = j0; j < j1; ++j) {
       const T pj = pr[j], sj = dsr[j];
-      T* dvr = dv + (bh * Tk + j) * D;
-      if (!accumulate) {
+      if (dv) {
+        T* dvr = dv + (bh * Tk + j) * D;
 #pragma omp simd
         for (int64_t d = 0; d < D; ++d) dvr[d] = pj * gout[d];
-      } else if (pj != 0) {
-#pragma omp simd
-        for (int64_t d = 0; d < D; ++d) dvr[d] += pj * gout[d];
       }
       T* dkr = dk + (bh * Tk + j) * A;
       if (sj == 0) {
@@ -175,14 +201,11 @@ void backward(int64_t B, int64_t H, int64_t Tk, int64_t A, int64_t D, const T* q
         continue;
       }
       const T* kr = k + b * k_sb + h * k_sh + j * k_sj;
-      const T* er = extra ? extra + (bh * Tk + j) * A : nullptr;
-#pragma omp simd
-      for (int64_t a = 0; a < A; ++a) {
-        const T t = fast_tanh(qr[a] + kr[a] + (er ? er[a] : T(0)));
-        const T g = (1 - t * t) * sj * var[a];
-        dkr[a] = accumulate ? dkr[a] + g : g;
-        gq[a] += g;
-        gva[a] += t * sj;
+      if (extra) {
+        key_grads<T, true>(A, qr, kr, extra + (bh * Tk + j) * A, var, sj, accumulate, dkr, gq,
+                           gva);
+      } else {
+        key_grads<T, false>(A, qr, kr, nullptr, var, sj, accumulate, dkr, gq, gva);
       }
     }
   });

@@ -1,0 +1,293 @@
+"""Decode with a model that ``attnkit export`` wrote: numpy only, no attnkit, no PyTorch.
+
+``attnkit export`` copies this file next to the graphs as ``attnkit_runner.py``; with the
+folder on ``sys.path`` (docs/deploy.md)::
+
+    meta = json.load(open("FOLDER/attnkit.json"))
+    src = Vocab(meta["vocab"]["src"])            # text <-> token ids (a task tag is one id)
+    feed = {"src": ..., "src_len": ...}          # the encoder's inputs
+    state = dict(zip(encoder_output_names, encoder.run(None, feed)))
+    outputs = decode(step, state, meta, feed)    # per example: its outputs, best first
+
+``step`` is the decoder step graph's session (``onnxruntime.InferenceSession``, or anything
+with its ``run(None, feed) -> list of arrays``); a CTC model has none (pass None, and the
+encoder's outputs as ``state``). :func:`decode` decodes as ``meta["decoding"]`` says: greedy,
+beam search (beam, length and coverage penalties, no repeated n-grams, n-best) or sampling
+(temperature, top-k, top-p, seed, samples), with the task's output length limit; or CTC best
+path. Greedy decoding and beam search give the tokens ``attnkit`` gives (the same rules; the
+log-probabilities of onnxruntime and PyTorch differ by about 1e-6, which can reorder two
+hypotheses that score within that of each other). Sampling draws from the same distribution
+with numpy's generator, so its draws are not those of ``attnkit --sample``.
+
+Arrays: ``B`` examples; ``N`` rows fed to the step (``B``, ``B * beam`` or ``B * samples``,
+example-major: row ``b * K + k`` belongs to example ``b``); ``V`` the output vocabulary.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+
+__all__ = ["SPECIALS", "Vocab", "decode"]
+
+SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")  # ids 0-3 of every vocabulary
+PAD, BOS, EOS, UNK = range(4)
+
+
+class Vocab:
+    """Text to token ids and back, for a vocabulary of attnkit.json (``meta["vocab"]``):
+    characters (``symbols`` are ids 4...; a text starting with one of ``tags`` encodes it as
+    one id) or SentencePiece (needs the ``sentencepiece`` package)."""
+
+    def __init__(self, data: dict):
+        self.type = data.get("type")
+        if self.type == "char":
+            self.symbols = [*SPECIALS, *data["symbols"]]
+            self.index = {s: i for i, s in enumerate(self.symbols)}
+            self.tags = sorted(data.get("tags", []), key=len, reverse=True)
+        elif self.type == "sentencepiece":
+            import sentencepiece
+
+            self.sp = sentencepiece.SentencePieceProcessor(
+                model_proto=base64.b64decode(data["model"]))
+        else:
+            raise ValueError(f"vocab: expected type 'char' or 'sentencepiece', got {self.type!r}")
+
+    def encode(self, text: str) -> list[int]:
+        """The ids of ``text`` (characters outside the vocabulary: ``<unk>``, id 3)."""
+        if self.type == "sentencepiece":
+            return self.sp.encode(text)
+        tag = next((t for t in self.tags if text.startswith(t)), "")
+        pieces = [tag] * bool(tag) + list(text[len(tag):])
+        return [self.index.get(p, UNK) for p in pieces]
+
+    def decode(self, ids) -> str:
+        """The text of ``ids`` up to the first ``<eos>``, without ``<pad>`` and ``<bos>``."""
+        ids = [int(i) for i in ids]
+        ids = [i for i in ids[: ids.index(EOS) if EOS in ids else len(ids)] if i not in (PAD, BOS)]
+        if self.type == "sentencepiece":
+            return self.sp.decode([i if 0 <= i < self.sp.get_piece_size() else UNK for i in ids])
+        return "".join(self.symbols[i] if 0 <= i < len(self.symbols) else SPECIALS[UNK]
+                       for i in ids)
+
+
+def decode(step, state: dict, meta: dict, inputs: dict | None = None) -> list[list[list[int]]]:
+    """Decode a batch as ``meta["decoding"]`` says; per example, its outputs (one; the n-best
+    of beam search or the samples, best first) as lists of token ids without ``<eos>``.
+
+    Args:
+        step: the decoder step's session (None for a CTC model).
+        state: the encoder's outputs by name (``(B, ...)`` arrays).
+        meta: attnkit.json.
+        inputs: the encoder's inputs by name (the length limit may read one).
+    """
+    d = meta["decoding"]
+    if d["method"] == "ctc_best_path":
+        return [[ids] for ids in _best_path(state[d["log_probs"]], state[d["lengths"]], d)]
+    limit = _limit(d, {**(inputs or {}), **state})  # (B,)
+    state = {s["name"]: state[s["name"]] for s in meta["state"]}
+    run = _Step(step, meta)
+    if d["method"] == "beam":
+        return _beam_search(run, state, limit, d)
+    if d["method"] == "sample":
+        rng = np.random.default_rng(d["seed"])
+        k = d["samples"]
+        state = {name: np.repeat(x, k, axis=0) for name, x in state.items()}
+        tokens, scores = _run(run, state, np.repeat(limit, k), d,
+                              lambda lp: _draw(lp, d, rng))
+        order = np.argsort(-scores.reshape(-1, k), axis=1, kind="stable")  # (B, samples)
+        return [[_content(tokens[b * k + j], d) for j in row] for b, row in enumerate(order)]
+    tokens, _ = _run(run, state, limit, d, lambda lp: lp.argmax(-1))
+    return [[_content(row, d)] for row in tokens]
+
+
+class _Step:
+    """One decoder step: ``(tokens (N,), state) -> (log_probs (N, V), state, weights (N, S)
+    or None)``, the state entries the step changes replaced by its ``next.*`` outputs."""
+
+    def __init__(self, session, meta: dict):
+        self.session = session
+        self.inputs = [i["name"] for i in meta["decoder_step"]["inputs"]]
+        self.outputs = [o["name"] for o in meta["decoder_step"]["outputs"]]
+        self.next = {s["name"]: s["next"] for s in meta["state"] if s["next"]}
+
+    def __call__(self, tokens: np.ndarray, state: dict):
+        feed = {n: tokens.astype(np.int64) if n == "tokens" else state[n] for n in self.inputs}
+        out = dict(zip(self.outputs, self.session.run(None, feed)))
+        state = {**state, **{name: out[n] for name, n in self.next.items()}}
+        return out["log_probs"].astype(np.float32), state, out.get("weights")
+
+
+def _limit(d: dict, values: dict) -> np.ndarray:
+    """``(B,)`` output tokens at most (EOS included): ``max_tokens``, or the task's rule
+    ``rounding(ratio * length) + extra`` (computed in float32, as attnkit does), at most
+    ``at_most``."""
+    rule = d["max_len"]
+    length = np.asarray(values[rule["input"]])
+    if d.get("max_tokens") is not None:
+        return np.full(length.shape, d["max_tokens"], dtype=np.int64)
+    scaled = getattr(np, rule["rounding"])(length.astype(np.float32) * np.float32(rule["ratio"]))
+    limit = scaled.astype(np.int64) + rule["extra"]
+    return limit if rule.get("at_most") is None else np.minimum(limit, rule["at_most"])
+
+
+def _never(log_probs: np.ndarray, d: dict) -> np.ndarray:
+    out = log_probs.copy()
+    out[:, d["never_emit"]] = -np.inf
+    return out
+
+
+def _run(step, state: dict, limit: np.ndarray, d: dict, choose):
+    """Greedy decoding and sampling: ``choose(log_probs (N, V)) -> tokens (N,)`` at each step
+    until every row has emitted EOS or reached its limit. Returns ``tokens (N, T)`` (``pad``
+    after EOS) and the summed log-probabilities ``(N,)``."""
+    n = len(limit)
+    tokens = np.full(n, d["bos"], dtype=np.int64)
+    done = np.zeros(n, dtype=bool)
+    scores = np.zeros(n, dtype=np.float32)
+    out = []
+    for t in range(int(limit.max())):
+        log_probs, state, _ = step(tokens, state)
+        tokens = choose(_never(log_probs, d))
+        scores += np.where(done, 0.0, log_probs[np.arange(n), tokens]).astype(np.float32)
+        tokens = np.where(done, d["pad"], tokens)
+        out.append(tokens)
+        done |= (tokens == d["eos"]) | (t + 1 >= limit)
+        if done.all():
+            break
+    return np.stack(out, 1), scores
+
+
+def _draw(log_probs: np.ndarray, d: dict, rng: np.random.Generator) -> np.ndarray:
+    """One token per row from ``softmax(log_probs / temperature)``, restricted to the
+    ``top_k`` most probable and to the smallest set whose probability reaches ``top_p``."""
+    logits = log_probs / np.float32(d["temperature"])  # (N, V)
+    if d["top_k"] is not None and d["top_k"] < logits.shape[-1]:
+        kth = np.sort(logits, axis=-1)[:, -d["top_k"]][:, None]
+        logits = np.where(logits < kth, -np.inf, logits)
+    if d["top_p"] is not None and d["top_p"] < 1:
+        order = np.argsort(-logits, axis=-1, kind="stable")
+        ranked = np.take_along_axis(logits, order, -1)
+        probs = _softmax(ranked)
+        ranked[np.cumsum(probs, -1) - probs >= d["top_p"]] = -np.inf  # mass before the token
+        np.put_along_axis(logits, order, ranked, -1)
+    probs = _softmax(logits.astype(np.float64))
+    return np.array([rng.choice(len(p), p=p) for p in probs], dtype=np.int64)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _lengths(tokens: np.ndarray, d: dict) -> np.ndarray:
+    """``(N,)`` tokens up to and including the first EOS (all non-pad tokens without one)."""
+    is_eos = tokens == d["eos"]
+    first = np.where(is_eos.any(-1), is_eos.argmax(-1) + 1, tokens.shape[-1])
+    return np.minimum(first, np.maximum((tokens != d["pad"]).sum(-1), 1))
+
+
+def _length_penalty(lengths: np.ndarray, alpha: float) -> np.ndarray:
+    """Wu et al. (2016): ``((5 + |Y|) / 6) ** alpha``."""
+    return ((np.float32(5) + lengths.astype(np.float32)) / np.float32(6)) ** np.float32(alpha)
+
+
+def _rank(scores, hyps, coverage, d) -> np.ndarray:
+    """``(N,)`` ``log P / lp(|Y|) + beta * sum_j log(min(coverage_j, 1))`` over the attended
+    inputs ``j``; NaN as -inf."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rank = scores.reshape(-1) / _length_penalty(_lengths(hyps, d), d["length_penalty"])
+        if d["coverage_penalty"] and coverage is not None:
+            attended = np.where(coverage > 0, np.minimum(coverage, 1.0), 1.0)
+            rank = rank + np.float32(d["coverage_penalty"]) * np.log(attended).sum(-1)
+    return np.where(np.isnan(rank), -np.inf, rank).astype(np.float32)
+
+
+def _ngram_ban(hyps: np.ndarray, n: int, vocab: int) -> np.ndarray:
+    """``(N, V)`` bool: the tokens that would repeat an n-gram already in each hypothesis."""
+    banned = np.zeros((len(hyps), vocab), dtype=bool)
+    t = hyps.shape[1]
+    for row, hyp in zip(banned, hyps):
+        prefix = tuple(hyp[t - n + 1:]) if n > 1 else ()
+        for s in range(t - n + 1):
+            if tuple(hyp[s:s + n - 1]) == prefix:
+                row[hyp[s + n - 1]] = True
+    return banned
+
+
+def _top(x: np.ndarray, k: int):
+    """The ``k`` largest values of each row and their indices, largest first."""
+    idx = np.argsort(-x, axis=-1, kind="stable")[:, :k]
+    return np.take_along_axis(x, idx, -1), idx
+
+
+def _beam_search(step, state: dict, limit: np.ndarray, d: dict) -> list[list[list[int]]]:
+    """Batched beam search as attnkit's ``beam_search``: hypotheses extended by cumulative
+    log-probability, frozen at EOS or their limit, an example stopped when no live hypothesis
+    can outrank its ``n_best`` finished ones, the finished ranked by :func:`_rank`."""
+    b, k, n_best, alpha = len(limit), d["beam"], d["n_best"], d["length_penalty"]
+    n = b * k
+    limit = np.repeat(limit, k)  # (N,)
+    state = {name: np.repeat(x, k, axis=0) for name, x in state.items()}
+    tokens = np.full(n, d["bos"], dtype=np.int64)
+    scores = np.zeros((b, k), dtype=np.float32)
+    scores[:, 1:] = -np.inf  # all beams start identical: keep one
+    done = np.zeros(n, dtype=bool)
+    hyps = np.zeros((n, 0), dtype=np.int64)
+    coverage = None
+    base = (np.arange(b) * k)[:, None]  # (B, 1)
+    for t in range(int(limit.max())):
+        log_probs, state, w = step(tokens, state)
+        vocab = log_probs.shape[-1]
+        log_probs = _never(log_probs, d)
+        if d["no_repeat_ngram"]:
+            log_probs[_ngram_ban(hyps, d["no_repeat_ngram"], vocab)] = -np.inf
+        log_probs[done] = -np.inf  # a finished hypothesis continues only with pad, at no cost
+        log_probs[done, d["pad"]] = 0.0
+        top, idx = _top((scores.reshape(n, 1) + log_probs).reshape(b, k * vocab), k)
+        parent = (base + idx // vocab).reshape(n)
+        tokens, scores = (idx % vocab).reshape(n), top
+        state = {name: x[parent] for name, x in state.items()}
+        was_done = done[parent]
+        hyps = np.concatenate([hyps[parent], tokens[:, None]], axis=1)
+        if w is not None and d["coverage_penalty"]:
+            w = np.where(was_done[:, None], 0.0, w[parent]).astype(np.float32)
+            coverage = w if coverage is None else coverage[parent] + w
+        done = was_done | (tokens == d["eos"]) | (t + 1 >= limit)
+        rank = _rank(scores, hyps, coverage, d).reshape(b, k)
+        kth = np.sort(np.where(done.reshape(b, k), rank, -np.inf), axis=-1)[:, k - n_best]
+        with np.errstate(invalid="ignore"):
+            live = scores / _length_penalty(limit.reshape(b, k), alpha)
+        best_live = np.where(done.reshape(b, k), -np.inf, live).max(-1)
+        done |= np.repeat(kth > best_live, k)
+        if done.all():
+            break
+    _, best = _top(_rank(scores, hyps, coverage, d).reshape(b, k), n_best)  # (B, n_best)
+    return [[_content(hyps[base[i, 0] + j], d) for j in row] for i, row in enumerate(best)]
+
+
+def _content(tokens, d: dict) -> list[int]:
+    """A row's token ids before its first EOS, without pad."""
+    out = []
+    for i in map(int, tokens):
+        if i == d["eos"]:
+            break
+        if i != d["pad"]:
+            out.append(i)
+    return out
+
+
+def _best_path(log_probs: np.ndarray, lengths: np.ndarray, d: dict) -> list[list[int]]:
+    """CTC best path: per example the argmax id of each of its steps, repeats merged, the
+    blank and the ids in ``drop`` removed."""
+    skip = {d["blank"], *d["drop"]}
+    out = []
+    for row, n in zip(log_probs.argmax(-1), lengths):
+        ids, prev = [], d["blank"]
+        for i in map(int, row[:int(n)]):
+            if i != prev and i not in skip:
+                ids.append(i)
+            prev = i
+        out.append(ids)
+    return out
