@@ -26,8 +26,8 @@ from attnkit.export.state import flatten  # noqa: E402
 TOL = 1e-4  # float32
 # The output length limits: translation's capped to exercise "at_most"
 MAX_LEN = {"input": "src_len", "ratio": 1.5, "extra": 3, "rounding": "ceil", "at_most": 14}
-RULES = {"las": {"input": "lengths", "ratio": 0.3, "extra": 2, "rounding": "ceil",
-                 "at_most": None},
+LAS_RULE = {"input": "lengths", "ratio": 0.3, "extra": 2, "rounding": "ceil", "at_most": None}
+RULES = {"las": LAS_RULE, "las-uni": LAS_RULE,
          "crnn-attention": {"input": "state.lengths", "ratio": 0.5, "extra": 2,
                             "rounding": "floor", "at_most": None}}
 MODELS = {
@@ -45,7 +45,8 @@ MODELS = {
     "crnn-attention": lambda: CRNN(10, channels=(4, 4, 8, 8, 8), hidden=8,
                                    attention="global", head="attention", dec_hidden=16),
 }
-LENGTHS = {"las": (41, [41, 33, 8]), "las-uni": (41, [41, 33, 8]), "crnn-ctc": (37, [37, 20, 2]),
+LENGTHS = {"las": (41, [41, 33, 8]), "las-uni": (41, [41, 33, 8]),
+           "crnn-ctc": (37, [37, 20, 2]),
            "crnn-attention": (37, [37, 20, 2])}  # (L, lengths) of the parity inputs
 
 
