@@ -87,3 +87,11 @@ def test_inputs_of_another_batch_size_are_refused():
     with pytest.raises(ValueError, match=r"inputs: expected shape \(1, t, ...\), got \(2, 3, 1\)"):
         stream_feed(Reader(), stream_start(Reader()), torch.zeros(2, 3, 1), final=True,
                     max_len=lambda f: 3)
+
+
+def test_a_loop_stopped_while_streaming_is_logged_as_decode_logs_it(caplog):
+    model, x = Reader(stride=0), _frames(10)
+    state, emitted = stream_feed(model, stream_start(model), x, final=False,
+                                 max_len=lambda frames: 30)
+    assert state.done and len(emitted) == 17
+    assert "1 of 1 outputs stopped after 17 tokens: each repeated a unit" in caplog.text

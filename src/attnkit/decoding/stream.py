@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from attnkit.decoding.decode import warn_loops
 from attnkit.decoding.loops import LoopState, loop_step, start_loops
 from attnkit.decoding.search import _never
 from attnkit.tokens import BOS, EOS, PAD
@@ -111,6 +112,7 @@ def stream_feed(model, state: StreamState, inputs: torch.Tensor, *, final: bool,
         if loops is not None:
             loops, looped = loop_step(loops, token, weights)
             if bool(looped[0]):  # greedy ends the output with this token
+                warn_loops([steps], 1)
                 done = True
                 break
     return StreamState(model_state, token, steps, frames, done, loops), emitted
