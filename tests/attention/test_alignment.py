@@ -447,7 +447,8 @@ def test_an_extended_memory_equals_the_memory_of_all_keys(name):
     whole = attn.prepare(k, v)
     for grown, full in zip(memory[:4], whole[:4]):  # key, value, key_features, values
         torch.testing.assert_close(grown, full)
-    with pytest.raises(ValueError, match="memory: this Memory was prepared by another module"):
+    with pytest.raises(ValueError, match=f"memory: this Memory was prepared by another "
+                                         f"{type(attn).__name__} module"):
         attn.extend(make_alignment(name, 4, 3, 5).prepare(k, v), k, v)
     with pytest.raises(ValueError, match=r"key: expected batch size 2 \(the memory's\)"):
         attn.extend(whole, k[:1], v[:1])

@@ -99,8 +99,8 @@ def extend_memory(memory: Memory | None, new: Memory, owner: torch.nn.Module) ->
     if memory is None:
         return new
     if memory.owner is not owner:
-        raise ValueError(f"memory: this Memory was prepared by another module, not this "
-                         f"{type(owner).__name__}")
+        raise ValueError(f"memory: this Memory was prepared by another "
+                         f"{type(owner).__name__} module")
     if memory.key.shape[0] != new.key.shape[0]:
         raise ValueError(f"key: expected batch size {memory.key.shape[0]} (the memory's), "
                          f"got {describe(new.key)}")
