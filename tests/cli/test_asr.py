@@ -114,6 +114,16 @@ def word_manifest(folder, start=0.2):
     return manifest
 
 
+def train_tiny(folder, *options, start=0.2):
+    """``attnkit train asr`` with :data:`TINY` and ``options`` on :func:`word_manifest`
+    (``start``), in ``folder / "run"`` (returned); no pictures unless ``options`` ask."""
+    manifest = word_manifest(folder, start=start)
+    out = folder / "run"
+    assert main(["train", "asr", "--train", str(manifest), "--valid", str(manifest), "--out",
+                 str(out), "--plot", "0", *TINY, *options]) == 0
+    return out
+
+
 def test_speller_pretraining_is_a_run_that_resumes_and_is_never_overwritten(tmp_path, capsys):
     manifest = word_manifest(tmp_path)
     out = tmp_path / "run"
@@ -148,11 +158,8 @@ def test_a_recording_longer_than_the_limit_is_refused_before_loading_anything(tm
 
 
 def test_a_streaming_model_transcribes_as_the_audio_arrives(tmp_path, capsys):
-    manifest = word_manifest(tmp_path, start=0.6)
-    out = tmp_path / "run"
-    assert main(["train", "asr", "--train", str(manifest), "--valid", str(manifest), "--out",
-                 str(out), "--steps", "3", "--eval-every", "3", "--plot", "0", "--listener",
-                 "uni", "--alignment", "monotonic", *TINY]) == 0
+    out = train_tiny(tmp_path, "--steps", "3", "--eval-every", "3", "--listener", "uni",
+                     "--alignment", "monotonic", start=0.6)
     capsys.readouterr()
     ck = out / "checkpoint"
     config = json.loads((ck / "config.json").read_text())["config"]["model"]
@@ -174,10 +181,7 @@ def test_a_streaming_model_transcribes_as_the_audio_arrives(tmp_path, capsys):
 
 
 def test_streaming_refuses_models_and_options_it_cannot_serve(tmp_path, capsys):
-    manifest = word_manifest(tmp_path)
-    out = tmp_path / "run"
-    assert main(["train", "asr", "--train", str(manifest), "--valid", str(manifest), "--out",
-                 str(out), "--steps", "1", "--eval-every", "1", "--plot", "0", *TINY]) == 0
+    out = train_tiny(tmp_path, "--steps", "1", "--eval-every", "1")
     capsys.readouterr()
     ck, wav = str(out / "checkpoint"), str(tmp_path / "w0.wav")
     assert main(["transcribe", "--checkpoint", ck, wav, "--stream"]) == 2
