@@ -83,18 +83,22 @@ def _layout(b, tq, tk, lengths=None, causal=False, window=None):
     return KeyLayout(key_valid, q_pos, causal, window, tk)
 
 
-@pytest.mark.parametrize("band", [{}, {"causal": True}, {"window": (1, 2)}],
-                         ids=["full", "causal", "window"])
-def test_gradcheck_chunked_attention_through_the_fused_backward(band):
+@pytest.mark.parametrize("band, lengths", [
+    ({}, [6, 0]), ({"causal": True}, [6, 0]), ({"window": (1, 2)}, [6, 0]),
+    ({"causal": True}, None), ({"window": (1, 2)}, None),
+], ids=["full", "causal", "window", "causal-one-mask", "window-one-mask"])
+def test_gradcheck_chunked_attention_through_the_fused_backward(band, lengths):
     """float64 gradcheck of the chunked function on the native kernels: more queries than
-    features, so backward takes the one-pass kernel (scores not kept); a fully masked row."""
+    features, so backward takes the one-pass kernel (scores not kept); a fully masked row;
+    without key lengths, one band mask (1, 1, bq, bk) for every example of the batch."""
     torch.manual_seed(0)
     score = make_score("additive", heads=2, query_dim=3, key_dim=3, attn_dim=3).double()
-    b, tq, tk = 2, 7, 6
+    b, tq, tk = 3, 7, 6
     qf = torch.randn(b, 2, tq, 3, dtype=torch.float64, requires_grad=True)
     kf = torch.randn(b, 2, tk, 3, dtype=torch.float64, requires_grad=True)
     v = torch.randn(b, 2, tk, 2, dtype=torch.float64, requires_grad=True)
-    layout = _layout(b, tq, tk, torch.tensor([6, 0]), **band)
+    layout = _layout(b, tq, tk, None if lengths is None else torch.tensor([*lengths, 4]),
+                     **band)
     calls = []
     fused = score.block_attention_backward
     score.block_attention_backward = lambda *a, **kw: calls.append(1) or fused(*a, **kw)

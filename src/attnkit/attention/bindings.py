@@ -174,8 +174,8 @@ def block_attention_backward(q, k, v, lse, dpd, mask=None):
     p = torch.empty(b, h, tq, tk, dtype=q.dtype)
     dq, dk, dv = _written_like(q, k, v)
     m_strides = (0, 0, 0)
-    if mask is not None:  # broadcastable to (B, 1, bq, bk)
-        mask = mask.expand(mask.shape[0], 1, tq, tk).view(torch.uint8)
+    if mask is not None:  # broadcastable to (B, 1, bq, bk): one mask for all gets stride 0
+        mask = mask.expand(b, 1, tq, tk).view(torch.uint8)
         m_strides = (mask.stride(0), mask.stride(2), mask.stride(3))
     fn(b, h, tq, tk, a, *_strided(q), *_strided(k), v.data_ptr(), lse.data_ptr(),
        dpd.data_ptr(), _ptr_of(mask), *m_strides, p.data_ptr(), dq.data_ptr(), dk.data_ptr(),

@@ -32,7 +32,7 @@ from attnkit.attention.masks import KeyLayout
 from attnkit.attention.precision import compute_dtype
 from attnkit.attention.scores import Score
 
-__all__ = ["chunked_attention", "recomputed_scores", "block_sizes"]
+__all__ = ["block_sizes", "chunked_attention", "default_blocks", "recomputed_scores"]
 
 # Budget, in elements, for one block's transient tensors.
 _SCORE_BLOCK = 1 << 21  # (B, H, bq, bk) scores
@@ -64,12 +64,20 @@ def block_sizes(bh: int, tq: int, tk: int, pair_dim: int, *, fused: bool,
     return bq, bk
 
 
-def _default_blocks(qf, kf, score: Score, kernel: str) -> tuple[int, int]:
+def default_blocks(bh: int, tq: int, tk: int, features: int, *, dot_family: bool,
+                   kernel: str) -> tuple[int, int]:
+    """The blocks :func:`chunked_attention` and :func:`recomputed_scores` use for ``B*H = bh``
+    rows of ``tq`` queries over ``tk`` keys with ``features`` prepared features (``F``), for
+    a score of the dot family or not, on ``kernel``."""
     fused = kernel != "eager"
-    pair = 1 if score.dot_family or fused else qf.shape[-1]  # eager pair tensor: x A
+    pair = 1 if dot_family or fused else features  # eager pair tensor: x A
     budget = _NATIVE_SCORE_BLOCK if kernel == "native" else _SCORE_BLOCK
-    return block_sizes(qf.shape[0] * qf.shape[1], qf.shape[2], kf.shape[2], pair, fused=fused,
-                       score_budget=budget)
+    return block_sizes(bh, tq, tk, pair, fused=fused, score_budget=budget)
+
+
+def _default_blocks(qf, kf, score: Score, kernel: str) -> tuple[int, int]:
+    return default_blocks(qf.shape[0] * qf.shape[1], qf.shape[2], kf.shape[2], qf.shape[-1],
+                          dot_family=score.dot_family, kernel=kernel)
 
 
 def _add_param_grads(total: list, grads) -> None:

@@ -59,11 +59,22 @@ class Plan:
     ``kernel`` (:data:`attnkit.attention.kernels.KERNELS`) names what computes the additive
     score: on the chunked path its block kernels, on the step path always ``"native"`` (the
     C++ step kernel, :func:`attnkit.attention.step.additive_step`); ``"eager"`` elsewhere.
+
+    ``estimates`` holds, when asked for (:meth:`attnkit.Attention.plan` with
+    ``estimate=True``), one :class:`attnkit.attention.planner.PathEstimate` per path: the
+    predicted peak memory of each; :attr:`predicted` is that of the path taken.
     """
 
     impl: str
     reason: str
     kernel: str = "eager"
+    estimates: tuple = ()
+
+    @property
+    def predicted(self):
+        """The :class:`~attnkit.attention.planner.PathEstimate` of ``impl`` (None without
+        estimates)."""
+        return next((e for e in self.estimates if e.impl == self.impl), None)
 
 
 def _sdpa_blocker(score: Score, need_weights: bool) -> str | None:

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from attnkit.attention import step
+from attnkit.attention import planner, step
 from attnkit.checks import (
     check_positive_int,
     check_probability,
@@ -178,18 +178,41 @@ class Attention(nn.Module):
         self,
         query: torch.Tensor,
         key: torch.Tensor | Memory,
+        value: torch.Tensor | None = None,
         *,
         need_weights: bool = False,
         key_lengths: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
+        estimate: bool = False,
     ) -> Plan:
         """The path a call with these inputs would take, and why (no attention is computed).
-        ``key`` may be a tensor ``(B, Tk, Dk)`` or a :class:`Memory`."""
-        value = None
-        if isinstance(key, Memory):
-            key, value = key.key, key.value
+
+        ``query``, ``key`` (a tensor ``(B, Tk, Dk)`` or a :class:`Memory`), ``value`` and the
+        keyword arguments are those of the call. With ``estimate=True`` the plan's
+        ``estimates`` predict the peak extra memory of the forward pass and of forward +
+        backward on every path, from the tensors each allocates (``plan.predicted``: the
+        path taken; :mod:`attnkit.attention.planner`, docs/tools.md). Over a
+        :class:`Memory` the estimate counts preparing its keys and values too.
+
+        Example:
+            >>> attn = Attention(128, score="additive")
+            >>> q = torch.randn(8, 800, 128)
+            >>> plan = attn.plan(q, q, estimate=True)
+            >>> plan.impl, plan.predicted.train_bytes < 2**26
+            ('chunked', True)
+        """
+        memory = key if isinstance(key, Memory) else None
+        if memory is not None:
+            key, value = memory.key, memory.value
         query, key, value = _autocast_inputs(query, key, value)
         call = self._check(query, key, value, key_lengths, None, positions)
+        if estimate:
+            return planner.estimate(self, planner.CallShape(
+                batch=call.query.shape[0], queries=call.query.shape[1], keys=call.key.shape[1],
+                dtype=call.query.dtype, device=str(call.query.device), one_step=call.one_step,
+                key_padding=key_lengths is not None, positions=positions is not None,
+                need_weights=need_weights, value_is_key=value is None or value is key,
+                query_is_key=query is key, training=self.training))
         return plan_call(
             self.impl,
             self.score,

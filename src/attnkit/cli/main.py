@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         export,
         lm,
         ocr,
+        plan,
         translate,
         vqa,
     )
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     vqa.add_ask_parser(sub)
     export.add_parser(sub)
     bench.add_parser(sub)
+    plan.add_parser(sub)
     return parser
 
 
