@@ -1,5 +1,6 @@
 """The benchmarks: the harness (fresh processes, time budget, reports), the attention report,
-and the plain models of models_vs_plain.py (the same models as attnkit's, every row runs)."""
+the plain models of models_vs_plain.py (the same models as attnkit's, every row runs), and the
+streaming figures' arithmetic."""
 
 import json
 import os
@@ -21,6 +22,7 @@ import harness  # noqa: E402
 import models_vs_plain  # noqa: E402
 import plain  # noqa: E402
 import profile_models  # noqa: E402
+import streaming  # noqa: E402
 
 
 # ---------------------------------------------------------------- run in the fresh process
@@ -268,3 +270,31 @@ def test_task_steps_times_each_tasks_default_model(one_thread):
     out = task_steps.step_cpu_time("translate", reps=1)
     assert out["step_cpu_s"] > 0 and len(out["times"]) == 1
     assert task_steps.TASKS == ("translate", "asr", "ocr")
+
+
+# ---------------------------------------------------------------- streaming.py
+
+
+def test_streamed_characters_are_printed_after_their_chunk_and_the_ones_before():
+    from attnkit.tasks.speech import StreamedChunk
+
+    chunks = [StreamedChunk(0, 0.2, "a", [0.15], 0.05, 0.01),
+              StreamedChunk(1, 0.4, "", [], 0.30, 0.02),  # slower than real time: a queue
+              StreamedChunk(2, 0.5, "bc", [0.42, None], 0.02, 0.02)]
+    assert streaming.emission_times(chunks, "wall") == pytest.approx([0.25, 0.7, 0.72])
+    assert streaming.emission_times(chunks, "cpu") == pytest.approx([0.21, 0.42, 0.52])
+    row = streaming.stream_row(200.0, [chunks], ["abc"], ["abd"], [0.3])
+    assert row["cer_offline"] == row["cer_streaming"] == pytest.approx(1 / 3)
+    assert row["equal_to_offline"] == 1 and row["chunks"] == 3
+    assert row["wall_char_delay_ms"]["max"] == pytest.approx(1000 * (0.72 - 0.42))
+    assert row["cpu_char_delay_ms"]["median"] == pytest.approx(80.0)  # of 60 and 100 ms
+    assert row["cpu_final_delay_ms"]["mean"] == pytest.approx(20.0)
+    assert row["chars_before_audio_end"] == pytest.approx(1 / 3)
+    assert row["chars_without_stop"] == pytest.approx(1 / 3)
+    assert row["wall_real_time_factor"] == pytest.approx(0.37 / 0.5)
+    assert row["cpu_last_char_after_speech_ms"]["max"] == pytest.approx(1000 * (0.52 - 0.3))
+    assert row["cpu_char_delay_correct_prefix_ms"]["max"] == pytest.approx(1000 * 0.1)  # "ab"
+    assert streaming.common_prefix("abc", "abd") == 2 and streaming.common_prefix("ab", "abc") == 2
+    loud = torch.full((50, 80), -13.0)
+    loud[10:31] = 0.0  # frames 10 to 30 loud: the speech ends at 0.3 s + half a window
+    assert streaming.speech_end_s(loud) == pytest.approx(0.3125)

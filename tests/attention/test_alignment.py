@@ -306,8 +306,19 @@ def _toy(seed, steps=300):
     return embed, attn, batch
 
 
-def test_expected_alignment_and_hard_decoding_agree_on_a_trained_toy(one_thread):
-    embed, attn, batch = _toy(0)
+@pytest.fixture(scope="module")
+def trained_toy():
+    """The toy of :func:`_toy` trained once (one torch thread) for the tests that read it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield _toy(0)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_expected_alignment_and_hard_decoding_agree_on_a_trained_toy(trained_toy):
+    embed, attn, batch = trained_toy
     keys, picks, queries = batch(200)
     attn.eval()
     with torch.no_grad():
@@ -421,3 +432,66 @@ def test_inputs_that_are_not_tensors_are_named():
         attn([1.0], torch.randn(2, 5, 3))
     with pytest.raises(TypeError, match="key: expected a torch.Tensor, got str"):
         attn(torch.randn(2, 4), "keys")
+
+
+# ---------------------------------------------------------------- a memory that grows
+
+
+@pytest.mark.parametrize("name", sorted(ALIGNMENTS))
+def test_an_extended_memory_equals_the_memory_of_all_keys(name):
+    attn = make_alignment(name, 4, 3, 5)
+    k, v = torch.randn(2, 9, 3), torch.randn(2, 9, 5)
+    memory = None
+    for a, b in [(0, 4), (4, 5), (5, 9)]:
+        memory = attn.extend(memory, k[:, a:b], v[:, a:b])
+    whole = attn.prepare(k, v)
+    for grown, full in zip(memory[:4], whole[:4]):  # key, value, key_features, values
+        torch.testing.assert_close(grown, full)
+    with pytest.raises(ValueError, match=f"memory: this Memory was prepared by another "
+                                         f"{type(attn).__name__} module"):
+        attn.extend(make_alignment(name, 4, 3, 5).prepare(k, v), k, v)
+    with pytest.raises(ValueError, match=r"key: expected batch size 2 \(the memory's\)"):
+        attn.extend(whole, k[:1], v[:1])
+
+
+def test_only_hard_monotonic_alignments_stream_and_their_state_grows_with_zeros():
+    assert MonotonicAttention(4).streaming and MoChA(4).streaming
+    assert not MonotonicAttention(4, inference="soft").streaming
+    assert not any(make_alignment(n, 4).streaming for n in ("local_p", "gmm"))
+    state = torch.tensor([[0.0, 1.0, 0.0]])
+    grown = MoChA(4).extend_state(state, 5)
+    assert torch.equal(grown, torch.tensor([[0.0, 1.0, 0.0, 0.0, 0.0]]))
+    gmm = make_alignment("gmm", 4, components=2)
+    kappa = torch.ones(1, 2)
+    assert gmm.extend_state(kappa, 9) is kappa and make_alignment("local_p", 4).extend_state(
+        None, 9) is None
+
+
+def test_a_hard_step_over_the_keys_so_far_stops_where_it_does_over_all_keys(trained_toy):
+    """The trained toy, its keys given one at a time: a step that finds its stop among the
+    keys so far stops where it stops over all of them; one that finds none has zero weights
+    and is taken again once more keys are in."""
+    embed, attn, batch = trained_toy
+    torch.manual_seed(1)
+    keys, _, queries = batch(20)
+    attn.eval()
+    with torch.no_grad():
+        k, q = embed(keys), embed(queries)
+        full = attn(q, k).weights  # (B, Tq, Tk)
+        tq, tk, waited = q.shape[1], k.shape[1], 0
+        for row in range(20):
+            memory, state, i = None, None, 0
+            for a in range(tk):
+                memory = attn.extend(memory, k[row:row + 1, a:a + 1])
+                state = attn.initial_state(memory) if state is None else \
+                    attn.extend_state(state, a + 1)
+                while i < tq:
+                    out = attn(q[row:row + 1, i], memory, prev_state=state)
+                    if out.weights.sum() == 0:  # no stop among the keys so far
+                        waited += 1
+                        break
+                    torch.testing.assert_close(out.weights[0], full[row, i, : a + 1])
+                    assert full[row, i, a + 1:].eq(0).all()
+                    state, i = out.state, i + 1
+            assert full[row, i:].eq(0).all()  # a step not taken found no stop over all keys
+    assert waited >= 20 * tq // 2  # most steps waited for their key

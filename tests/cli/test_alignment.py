@@ -8,8 +8,7 @@ import pytest
 from attnkit.cli.alignment import add_alignment_args, alignment_config
 from attnkit.cli.main import main
 from attnkit.data import generate_lines, write_line_folder
-from tests.cli.test_asr import TINY as ASR_TINY
-from tests.cli.test_asr import word_manifest
+from tests.cli.test_asr import train_tiny
 
 TINY = ["--channels", "4,4,8,8,8", "--hidden", "8", "--dec-hidden", "8", "--batch-size", "4",
         "--no-progress", "--attention", "none", "--plot", "1"]
@@ -58,14 +57,17 @@ def test_alignment_config_of_each_alignment():
         "alignment": "mocha", "alignment_options": {"chunk": 3, "noise": 0.5}}
     assert alignment_config(p.parse_args(["--alignment", "local_p", "--half-width", "4"])) == {
         "alignment": "local_p", "alignment_options": {"half_width": 4}}
+    assert alignment_config(p.parse_args(["--alignment", "monotonic", "--energy-offset",
+                                          "0"])) == {
+        "alignment": "monotonic", "alignment_options": {"r_init": 0.0}}
+    with pytest.raises(ValueError, match="--energy-offset: an option of --alignment monotonic "
+                                         "or mocha, got --alignment gmm"):
+        alignment_config(p.parse_args(["--alignment", "gmm", "--energy-offset", "-1"]))
 
 
 def test_asr_with_monotonic_attention_transcribes_with_joint_decoding(tmp_path, capsys):
-    manifest = word_manifest(tmp_path, start=0.25)
-    out = tmp_path / "run"
-    assert main(["train", "asr", "--train", str(manifest), "--valid", str(manifest), "--out",
-                 str(out), "--steps", "2", "--eval-every", "2", "--plot", "1", "--alignment",
-                 "monotonic", "--ctc-weight", "0.3", *ASR_TINY]) == 0
+    out = train_tiny(tmp_path, "--steps", "2", "--eval-every", "2", "--plot", "1",
+                     "--alignment", "monotonic", "--ctc-weight", "0.3", start=0.25)
     assert (out / "alignment_0.png").exists()
     capsys.readouterr()
     assert main(["transcribe", "--checkpoint", str(out / "checkpoint"), "--beam", "2",

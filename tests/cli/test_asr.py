@@ -114,6 +114,16 @@ def word_manifest(folder, start=0.2):
     return manifest
 
 
+def train_tiny(folder, *options, start=0.2):
+    """``attnkit train asr`` with :data:`TINY` and ``options`` on :func:`word_manifest`
+    (``start``), in ``folder / "run"`` (returned); no pictures unless ``options`` ask."""
+    manifest = word_manifest(folder, start=start)
+    out = folder / "run"
+    assert main(["train", "asr", "--train", str(manifest), "--valid", str(manifest), "--out",
+                 str(out), "--plot", "0", *TINY, *options]) == 0
+    return out
+
+
 def test_speller_pretraining_is_a_run_that_resumes_and_is_never_overwritten(tmp_path, capsys):
     manifest = word_manifest(tmp_path)
     out = tmp_path / "run"
@@ -145,3 +155,44 @@ def test_a_recording_longer_than_the_limit_is_refused_before_loading_anything(tm
                  "--max-seconds", "1"]) == 2
     assert capsys.readouterr().err == (f"attnkit: {wav}: 2.0 s of audio, more than "
                                        "max_seconds=1; cut it into utterances\n")
+
+
+def test_a_streaming_model_transcribes_as_the_audio_arrives(tmp_path, capsys):
+    out = train_tiny(tmp_path, "--steps", "3", "--eval-every", "3", "--listener", "uni",
+                     "--alignment", "monotonic", start=0.6)
+    capsys.readouterr()
+    ck = out / "checkpoint"
+    config = json.loads((ck / "config.json").read_text())["config"]["model"]
+    assert config["listener"] == "uni" and config["alignment"] == "monotonic"
+    wavs = [str(tmp_path / f"w{i}.wav") for i in range(4)]
+    assert main(["transcribe", "--checkpoint", str(ck), *wavs, "--beam", "1"]) == 0
+    offline = capsys.readouterr().out
+    for chunk in ("30", "200"):
+        assert main(["transcribe", "--checkpoint", str(ck), *wavs, "--stream",
+                     "--chunk-ms", chunk]) == 0
+        streamed = capsys.readouterr()
+        assert streamed.out == offline
+        latency = streamed.err.splitlines()
+        assert len(latency) == 4 and re.match(
+            rf"^{re.escape(wavs[0])}: 0.60 s of audio in \d+ chunks of {chunk} ms; compute per "
+            r"chunk [\d.]+ ms mean, [\d.]+ ms max$", latency[0])
+    assert main(["transcribe", "--checkpoint", str(ck), wavs[0], "--stream", "--realtime"]) == 0
+    assert capsys.readouterr().out == offline.splitlines(keepends=True)[0]
+
+
+def test_streaming_refuses_models_and_options_it_cannot_serve(tmp_path, capsys):
+    out = train_tiny(tmp_path, "--steps", "1", "--eval-every", "1")
+    capsys.readouterr()
+    ck, wav = str(out / "checkpoint"), str(tmp_path / "w0.wav")
+    assert main(["transcribe", "--checkpoint", ck, wav, "--stream"]) == 2
+    assert capsys.readouterr().err == (
+        f"attnkit: --stream: {ck} cannot stream (streaming needs a unidirectional listener "
+        "(listener 'uni', got 'bi') and a hard monotonic alignment ('monotonic' or 'mocha', "
+        "got 'softmax')); train one with `attnkit train asr --listener uni --alignment "
+        "monotonic (or mocha)`\n")
+    for extra, message in [(["--stream", "--beam", "4"], "--stream: decodes greedily"),
+                           (["--stream", "--ctc-weight", "0.5"], "--stream: decodes greedily"),
+                           (["--chunk-ms", "50"], "--chunk-ms: an option of --stream"),
+                           (["--realtime"], "--realtime: an option of --stream")]:
+        assert main(["transcribe", "--checkpoint", ck, wav, *extra]) == 2
+        assert capsys.readouterr().err.startswith(f"attnkit: {message}")

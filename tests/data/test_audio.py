@@ -12,7 +12,9 @@ import torch
 
 from attnkit.data import (
     DataError,
+    feature_statistics,
     log_mel,
+    log_mel_stream,
     mel_filterbank,
     n_frames,
     normalize_features,
@@ -21,7 +23,7 @@ from attnkit.data import (
     resample,
     write_wav,
 )
-from attnkit.data.audio import _hz_to_mel, _mel_to_hz, parse_wav
+from attnkit.data.audio import _hz_to_mel, _mel_to_hz, frame_count, parse_wav, samples_needed
 
 
 def wav_bytes(pcm: np.ndarray, rate: int, channels: int = 1) -> bytes:
@@ -256,6 +258,63 @@ def test_log_mel_frames_and_spectral_peak():
     assert log_mel(torch.zeros(8000)).shape == (51, 80)
     assert torch.isfinite(log_mel(torch.zeros(8000))).all()  # silence stays finite
     assert log_mel(sine(440.0, 22050), sample_rate=22050).shape == (101, 80)
+
+
+@pytest.mark.parametrize("n", [1, 200, 256, 257, 1000, 16000, 16161])
+def test_log_mel_is_torch_stft_centred_with_reflection(n):
+    """The frames are those of ``torch.stft(center=True)`` (reflect-padded; zero-padded when
+    the signal is too short to reflect), bit for bit."""
+    samples = torch.randn(n, generator=torch.Generator().manual_seed(n))
+    spec = torch.stft(samples, 512, hop_length=160, win_length=400, window=torch.hann_window(400),
+                      center=True, pad_mode="reflect" if n > 256 else "constant",
+                      return_complex=True)  # (K, T)
+    power = spec.real.square() + spec.imag.square()
+    expected = torch.log(mel_filterbank(n_fft=512) @ power + 1e-6).T
+    assert torch.equal(log_mel(samples), expected) and len(expected) == frame_count(n)
+
+
+@pytest.mark.parametrize("n, chunk", [(300, 1), (1000, 1), (1000, 7), (16000, 160),
+                                      (16161, 161), (16161, 3200), (35555, 3200),
+                                      (35555, 100000)])
+def test_streamed_frames_are_the_frames_of_the_whole_signal(n, chunk):
+    samples = torch.randn(n, generator=torch.Generator().manual_seed(n))
+    state, parts = None, []
+    for start in range(0, n, chunk):
+        frames, state = log_mel_stream(samples[start:start + chunk], state)
+        parts.append(frames)
+        received = min(n, start + chunk)  # a frame as soon as its window is in, not before
+        given = sum(len(p) for p in parts)
+        assert samples_needed(given) <= received < samples_needed(given + 1)
+        assert len(state.known) < 512 + 257  # only the samples still needed are kept
+    frames, _ = log_mel_stream(samples[:0], state, final=True)  # the last ones, reflected
+    streamed = torch.cat(parts + [frames])
+    # equal up to float32 rounding: the matrix products run over other numbers of frames
+    torch.testing.assert_close(streamed, log_mel(samples), rtol=0, atol=1e-5)
+
+
+def test_a_stream_in_one_final_chunk_is_log_mel_and_bad_calls_are_named():
+    samples = torch.randn(4000, generator=torch.Generator().manual_seed(0))
+    frames, state = log_mel_stream(samples, final=True)
+    assert torch.equal(frames, log_mel(samples))
+    with pytest.raises(ValueError, match="state: the stream has ended"):
+        log_mel_stream(samples, state)
+    with pytest.raises(ValueError, match=r"chunk: expected shape \(n,\), got \(2, 3\)"):
+        log_mel_stream(torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="chunk: the stream ended with no samples"):
+        log_mel_stream(torch.zeros(0), final=True)
+
+
+def test_feature_statistics_are_those_of_all_frames_together():
+    g = torch.Generator().manual_seed(0)
+    feats = [3 + 2 * torch.randn(n, 5, generator=g) for n in (7, 1, 30)]
+    mean, std = feature_statistics([f.half() for f in feats])
+    every = torch.cat([f.half().float() for f in feats])
+    torch.testing.assert_close(mean, every.mean(0))
+    torch.testing.assert_close(std, every.std(0, unbiased=False))
+    with pytest.raises(ValueError, match="one F, got shapes"):
+        feature_statistics([torch.zeros(3, 5), torch.zeros(3, 4)])
+    with pytest.raises(ValueError, match="features: expected at least one frame"):
+        feature_statistics([torch.zeros(0, 5)])
 
 
 def test_normalization_gives_zero_mean_unit_variance_per_bin():

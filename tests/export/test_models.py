@@ -27,8 +27,8 @@ from attnkit.export.state import flatten  # noqa: E402
 TOL = 1e-4  # float32
 # The output length limits: translation's capped to exercise "at_most"
 MAX_LEN = {"input": "src_len", "ratio": 1.5, "extra": 3, "rounding": "ceil", "at_most": 14}
-RULES = {"las": {"input": "lengths", "ratio": 0.3, "extra": 2, "rounding": "ceil",
-                 "at_most": None},
+LAS_RULE = {"input": "lengths", "ratio": 0.3, "extra": 2, "rounding": "ceil", "at_most": None}
+RULES = {"las": LAS_RULE, "las-uni": LAS_RULE,
          "crnn-attention": {"input": "state.lengths", "ratio": 0.5, "extra": 2,
                             "rounding": "floor", "at_most": None}}
 MODELS = {
@@ -39,12 +39,15 @@ MODELS = {
     "transformer": lambda: Transformer(20, 22, d_model=16, heads=2, layers=2, ff=32),
     "las": lambda: LAS(12, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8,
                        layers=2),
+    "las-uni": lambda: LAS(12, features=8, listener_hidden=8, hidden=16, emb=8,
+                           key_value_dim=8, listener="uni"),
     "crnn-ctc": lambda: CRNN(10, channels=(4, 4, 8, 8, 8), hidden=8, attention="window",
                              window=3),
     "crnn-attention": lambda: CRNN(10, channels=(4, 4, 8, 8, 8), hidden=8,
                                    attention="global", head="attention", dec_hidden=16),
 }
-LENGTHS = {"las": (41, [41, 33, 8]), "crnn-ctc": (37, [37, 20, 2]),
+LENGTHS = {"las": (41, [41, 33, 8]), "las-uni": (41, [41, 33, 8]),
+           "crnn-ctc": (37, [37, 20, 2]),
            "crnn-attention": (37, [37, 20, 2])}  # (L, lengths) of the parity inputs
 
 

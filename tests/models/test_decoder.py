@@ -138,3 +138,20 @@ def test_guided_attention_loss_is_zero_on_the_diagonal_and_ignores_padding():
     assert torch.isfinite(weights.grad).all() and weights.grad[1, 3:].eq(0).all()
     with pytest.raises(ValueError, match=r"^weights: expected \(B, T, S\), got \(6, 10\)"):
         guided_attention_loss(weights[0], lengths_out, lengths_in)
+
+
+def test_a_growing_memory_only_with_a_hard_monotonic_alignment():
+    dec, memory, _, tgt_in = _setup(dict(alignment="mocha", alignment_options={"chunk": 2}))
+    assert dec.streams
+    grown = dec.extend(dec.extend(None, memory[:1, :4]), memory[:1, 4:])
+    whole = dec.start(memory[:1], torch.tensor([11]))
+    assert grown["lengths"].tolist() == [11]
+    torch.testing.assert_close(grown["memory"].key_features, whole["memory"].key_features)
+    torch.testing.assert_close(grown["memory"].values, whole["memory"].values)
+    torch.testing.assert_close(dec.step(tgt_in[:1, 0], grown)[0], dec.step(tgt_in[:1, 0], whole)[0])
+    for cfg in (dict(score="location"), ALIGNED[2]):
+        other, *_ = _setup(cfg)
+        assert not other.streams
+        with pytest.raises(ValueError, match="alignment: a growing memory needs a hard "
+                                             r"monotonic alignment \('monotonic' or 'mocha'\)"):
+            other.extend(None, memory)

@@ -1,10 +1,12 @@
-"""Listen, Attend and Spell: the pyramid's lengths and masking, step = forward, CTC, LM mode."""
+"""Listen, Attend and Spell: the pyramid's lengths and masking, step = forward, CTC, LM mode; the
+causal listener and streaming."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from attnkit.models import LAS, Listener
+from attnkit.models import LAS, CausalListener, Listener
+from tests.models.toy import streaming_las
 
 F_DIM, V = 6, 9
 
@@ -95,3 +97,102 @@ def test_language_model_mode_uses_only_the_speller():
             "speller.out.3.weight"} <= used
     assert not [n for n in used if not n.startswith(("speller.embed", "speller.cells",
                                                      "speller.out"))]
+
+
+# ---------------------------------------------------------------- the causal listener, streaming
+
+
+def test_causal_listener_streams_what_it_encodes_at_once():
+    torch.manual_seed(3)
+    listener = CausalListener(F_DIM, 7).eval()
+    x, lengths = torch.randn(2, 70, F_DIM), torch.tensor([70, 45])
+    out, out_len = listener(x, lengths)
+    assert out.shape == (2, 8, 7) and out_len.tolist() == [8, 5] and out[1, 5:].eq(0).all()
+    state, parts = listener.stream_start(), []
+    for a, b in [(0, 5), (5, 6), (6, 22), (22, 22), (22, 39), (39, 70)]:  # odd and empty chunks
+        steps, state = listener.stream(x[:, a:b], state)
+        assert steps.shape[1] == b // 8 - sum(p.shape[1] for p in parts)  # each step once in
+        parts.append(steps)
+    torch.testing.assert_close(torch.cat(parts, 1)[0], out[0], rtol=0, atol=1e-6)
+    # the second row streamed alone to its own length: the same as in the padded batch
+    alone, _ = listener.stream(x[1:, :45], listener.stream_start())
+    torch.testing.assert_close(alone[0], out[1, :5], rtol=0, atol=1e-6)
+
+
+def test_causal_listener_never_reads_ahead():
+    torch.manual_seed(4)
+    listener = CausalListener(F_DIM, 5).eval()
+    x = torch.randn(1, 64, F_DIM)
+    later = x.clone()
+    later[:, 24:] = 100 * torch.randn(1, 40, F_DIM)  # frames of listener steps 3 and on
+    out, _ = listener(x, torch.tensor([64]))
+    changed, _ = listener(later, torch.tensor([64]))
+    assert torch.equal(out[:, :3], changed[:, :3]) and not torch.equal(out[:, 3], changed[:, 3])
+
+
+def test_causal_listener_normalises_with_the_statistics_it_stores():
+    torch.manual_seed(5)
+    listener = CausalListener(F_DIM, 5).eval()
+    x = 3 + 2 * torch.randn(1, 40, F_DIM)
+    plain, _ = listener((x - 3) / 2, torch.tensor([40]))
+    listener.set_statistics(torch.full((F_DIM,), 3.0), torch.full((F_DIM,), 2.0))
+    torch.testing.assert_close(listener(x, torch.tensor([40]))[0], plain)
+    model = LAS(V, features=F_DIM, listener_hidden=5, hidden=8, emb=4, listener="uni")
+    assert model.normalises_input and not _model().normalises_input
+    assert {"listener.feature_mean", "listener.feature_std"} <= set(model.state_dict())
+    assert "listener.feature_mean" not in _model().state_dict()
+    with pytest.raises(ValueError, match=r"std: expected shape \(6,\), got \(5,\)"):
+        listener.set_statistics(torch.zeros(F_DIM), torch.ones(5))
+    with pytest.raises(ValueError, match="mean: expected finite values"):
+        listener.set_statistics(torch.full((F_DIM,), float("nan")), torch.ones(F_DIM))
+
+
+@pytest.mark.parametrize("kw, missing", [
+    ({}, r"a unidirectional listener \(listener 'uni', got 'bi'\) and a hard monotonic "
+         r"alignment \('monotonic' or 'mocha', got 'softmax'\)"),
+    ({"listener": "uni"}, r"a hard monotonic alignment .* got 'softmax'\)$"),
+    ({"alignment": "mocha"}, r"a unidirectional listener \(listener 'uni', got 'bi'\)$"),
+    ({"listener": "uni", "alignment": "monotonic",
+      "alignment_options": {"inference": "soft"}}, r"a hard monotonic alignment .* got "
+                                                   r"'monotonic'\)$"),
+    ({"listener": "uni", "alignment": "gmm"}, r"a hard monotonic alignment .* got 'gmm'\)$"),
+])
+def test_models_that_cannot_stream_say_what_they_lack(kw, missing):
+    model = _model(**kw)
+    with pytest.raises(ValueError, match=f"^model: streaming needs {missing}"):
+        model.stream_start()
+    with pytest.raises(ValueError, match="listener: expected one of bi, uni, got 'tri'"):
+        _model(listener="tri")
+
+
+@pytest.mark.parametrize("alignment", ["monotonic", "mocha"])
+def test_streamed_steps_equal_steps_over_the_whole_utterance(alignment):
+    model = streaming_las(alignment, features=F_DIM, vocab=V)
+    x = torch.randn(1, 301, F_DIM, generator=torch.Generator().manual_seed(6))
+    tokens = torch.randint(3, V, (40,), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        whole = model.start(x, torch.tensor([301]))
+        expected = []
+        for t in tokens:
+            log_probs, whole, w = model.step(t[None], whole)
+            expected.append((log_probs, w))
+        state, i, early = model.stream_start(), 0, 0
+        for start in range(0, 301, 13):
+            state = model.stream_listen(x[:, start:start + 13], state)
+            while i < len(tokens) and (out := model.stream_step(tokens[i:i + 1], state,
+                                                                final=False)) is not None:
+                log_probs, state, w = out
+                s = w.shape[-1]  # the listener steps so far
+                assert s == min(301, start + 13) // 8 and expected[i][1][:, s:].eq(0).all()
+                torch.testing.assert_close(log_probs, expected[i][0], rtol=0, atol=1e-5)
+                torch.testing.assert_close(w, expected[i][1][:, :s], rtol=0, atol=1e-5)
+                i, early = i + 1, early + (start + 13 < 301)
+        while i < len(tokens):  # after the last frame: steps with no stop read nothing
+            log_probs, state, w = model.stream_step(tokens[i:i + 1], state, final=True)
+            torch.testing.assert_close(log_probs, expected[i][0], rtol=0, atol=1e-5)
+            assert w.eq(0).all() and expected[i][1].eq(0).all()
+            i += 1
+    assert early >= 10  # most steps were decided before the audio ended
+    with pytest.raises(ValueError, match="features: utterances need at least 8 frames"):
+        model.stream_step(tokens[:1], model.stream_listen(x[:, :7], model.stream_start()),
+                          final=True)

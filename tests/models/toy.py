@@ -1,4 +1,7 @@
-"""A toy batch shared by the model tests: three sources of lengths 7, 4 and 1."""
+"""Toys shared by the model tests: a batch of three sources of lengths 7, 4 and 1, and a
+random-weight LAS that streams with moving monotonic stops."""
+
+import math
 
 import torch
 
@@ -12,3 +15,49 @@ def toy_batch(seed=0, b=3, s=7, t=5, vocab=11):
     tgt_in = torch.randint(4, vocab, (b, t), generator=g)
     tgt_in[:, 0] = 1
     return src, src_len, tgt_in
+
+
+def streaming_las(alignment="monotonic", *, features=80, vocab=9, seed=0):
+    """A random-weight :class:`attnkit.models.LAS` that streams (causal listener, hard
+    ``alignment``), built so that its monotonic stops move forward: one listener unit counts
+    listener steps (``h_j = tanh(0.02 (j + 1))``: its LSTM gates saturated open, its cell adding
+    a constant), one speller unit counts output steps (``tanh(0.05 (i + 1))``), and the energy
+    is ``5 tanh(50 (key count - query count)) - 1``, so step ``i`` stops at the first listener
+    step whose count exceeds its own, about ``2.5 (i + 1)``, and at none once the output count
+    passes the input's. The rest of the weights are random; EOS and UNK are never the best
+    token, so it writes until its length limit."""
+    from attnkit.models import LAS
+    from attnkit.tokens import EOS, UNK
+
+    torch.manual_seed(seed)
+    options = {"chunk": 3} if alignment == "mocha" else None
+    model = LAS(vocab, features=features, listener_hidden=12, hidden=16, emb=6, key_value_dim=8,
+                listener="uni", alignment=alignment, alignment_options=options).eval()
+    with torch.no_grad():
+        _count(model.listener.pyramid[-1], 12, 0.02)
+        _count(model.speller.cells[0], 16, 0.05)
+        model.speller.key_proj.weight[0] = 0.0
+        model.speller.key_proj.weight[0, 0] = 1.0  # key feature 0: the listener's count
+        model.speller.key_proj.bias[0] = 0.0
+        energy = model.speller.attention.energy
+        energy.w_key.zero_()
+        energy.w_key[0, 0] = 50.0
+        energy.w_query.zero_()
+        energy.w_query[0, 0] = -50.0  # query feature 0: the speller's count
+        energy.bias.zero_()
+        energy.v.zero_()
+        energy.v[0] = 1.0
+        energy.gain.fill_(5.0)
+        energy.offset.fill_(-1.0)
+        model.speller.out[3].bias[[EOS, UNK]] = -100.0
+    return model
+
+
+def _count(rnn, hidden, step):
+    """Make unit 0 of an ``nn.LSTM`` (one layer) or ``nn.LSTMCell`` count its steps: its
+    input, forget and output gates open whatever the input, its cell adding ``step``."""
+    suffix = "_l0" if isinstance(rnn, torch.nn.LSTM) else ""
+    getattr(rnn, f"weight_ih{suffix}")[0::hidden] = 0.0  # the gate rows of unit 0: i, f, g, o
+    getattr(rnn, f"weight_hh{suffix}")[0::hidden] = 0.0
+    getattr(rnn, f"bias_hh{suffix}")[0::hidden] = 0.0
+    getattr(rnn, f"bias_ih{suffix}")[0::hidden] = torch.tensor([30.0, 30.0, math.atanh(step), 30.0])

@@ -1,19 +1,33 @@
-"""SpeechTask: batches, loss (with CTC), metrics, transcription and speller pre-training."""
+"""SpeechTask: batches, loss (with CTC), metrics, transcription and speller pre-training;
+streaming transcription."""
+
+import time
 
 import pytest
 import torch
 
 from attnkit.data import (
+    CharVocab,
     DataError,
     FeaturesOnDisk,
     SpeechSet,
+    feature_statistics,
+    log_mel,
     pad_features,
     read_manifest,
     write_wav,
 )
 from attnkit.decoding import Decoding
-from attnkit.tasks.speech import SpeechTask, SpellerPretraining, metrics, transcribe
+from attnkit.tasks.speech import (
+    SpeechEvaluator,
+    SpeechTask,
+    SpellerPretraining,
+    metrics,
+    transcribe,
+    transcribe_stream,
+)
 from attnkit.train import TrainConfig, Trainer
+from tests.models.toy import streaming_las
 
 WORDS = ["one two", "three", "four five six", "seven", "eight nine", "zero one"]
 
@@ -158,3 +172,76 @@ def test_features_on_disk_are_read_per_batch_and_batch_as_in_memory(tmp_path):
     (tmp_path / "0.wav").write_bytes(b"gone")
     with pytest.raises(DataError, match="0.wav: not a RIFF/WAVE file"):
         [batches[i] for i in range(len(batches))]  # read when a batch needs it
+
+
+# ---------------------------------------------------------------- streaming
+
+
+def _noise(seconds, seed):
+    """White noise whose loudness changes every 50 ms, at 16 kHz."""
+    g = torch.Generator().manual_seed(seed)
+    n = int(16000 * seconds)
+    loudness = torch.rand(int(20 * seconds) + 1, generator=g).repeat_interleave(800)[:n]
+    return 0.3 * loudness * torch.randn(n, generator=g)
+
+
+@pytest.mark.parametrize("alignment", ["monotonic", "mocha"])
+def test_streaming_transcribes_what_greedy_decoding_of_the_whole_audio_does(alignment):
+    vocab = CharVocab.build(["abcdef"])
+    model = streaming_las(alignment, vocab=len(vocab))
+    for seed, seconds in [(0, 2.0), (1, 1.37)]:
+        audio = _noise(seconds, seed)
+        features = log_mel(audio)
+        model.listener.set_statistics(*feature_statistics([features]))
+        (offline,), _ = transcribe(model, vocab, [features])
+        assert len(offline) > 20
+        for chunk_ms in (20, 45, 200, 5000):
+            chunks = list(transcribe_stream(model, vocab, audio, chunk_ms=chunk_ms))
+            assert "".join(c.text for c in chunks) == offline
+            assert len(chunks) == -(-len(audio) // round(chunk_ms * 16))
+            assert [c.end_s for c in chunks[-1:]] == [len(audio) / 16000]
+            heard = [h for c in chunks for h in c.heard_s if h is not None]
+            assert heard == sorted(heard) and len(heard) >= 4 * seconds  # the stops move on
+            for c in chunks:  # nothing is emitted before the audio it read has arrived
+                assert len(c.heard_s) == len(c.text)
+                assert all(h <= c.end_s for h in c.heard_s if h is not None)
+            if chunk_ms == 45:  # and the characters with a stop come out while it arrives
+                early = [h for c in chunks[:-1] for h in c.heard_s]
+                assert None not in early and len(early) >= len(heard) - 2
+
+
+def test_a_model_that_cannot_stream_and_bad_chunks_are_refused():
+    vocab = CharVocab.build(["abc"])
+    task = _task()
+    with pytest.raises(ValueError, match="model: streaming needs a unidirectional listener"):
+        next(transcribe_stream(task.build_model(), vocab, _noise(1.0, 0)))
+    model = streaming_las(vocab=len(vocab))
+    with pytest.raises(ValueError, match="chunk_ms: expected a positive number, got 0"):
+        next(transcribe_stream(model, vocab, _noise(1.0, 0), chunk_ms=0))
+    with pytest.raises(ValueError, match=r"samples: expected \(N,\) samples of at least 8 "
+                                         r"feature frames \(80 ms\), got \(1100,\)"):
+        next(transcribe_stream(model, vocab, torch.zeros(1100)))
+
+
+def test_a_causal_listener_is_trained_on_raw_log_mels_with_their_statistics():
+    config = {"listener_hidden": 8, "hidden": 16, "emb": 8, "key_value_dim": 8,
+              "listener": "uni", "alignment": "monotonic"}
+    train = _set(10)
+    task = SpeechTask(train, _set(3, seed=1), model_config=config, batch_size=4)
+    model = task.build_model()
+    mean, std = feature_statistics(train.features)
+    torch.testing.assert_close(model.listener.feature_mean, mean)
+    torch.testing.assert_close(model.listener.feature_std, std)
+    assert not SpeechEvaluator(model, task.config(), task.vocab()).normalize
+    assert SpeechEvaluator(_task().build_model(), task.config(), task.vocab()).normalize
+
+
+def test_in_real_time_each_chunk_waits_for_its_audio():
+    vocab = CharVocab.build(["abcdef"])
+    model = streaming_las(vocab=len(vocab))
+    audio = _noise(0.6, 2)
+    start = time.perf_counter()
+    chunks = list(transcribe_stream(model, vocab, audio, chunk_ms=150, realtime=True))
+    assert time.perf_counter() - start >= 0.6  # the last chunk waited for the end of the audio
+    assert "".join(c.text for c in chunks) == "".join(
+        c.text for c in transcribe_stream(model, vocab, audio, chunk_ms=150))

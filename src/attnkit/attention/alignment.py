@@ -40,9 +40,10 @@ import abc
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention.core import Memory, check_call
+from attnkit.attention.core import Memory, check_call, extend_memory
 from attnkit.attention.masks import non_finite_keys, zero_padding
 from attnkit.attention.precision import autocast_enabled, no_autocast, upcast
 from attnkit.attention.tracing import values_readable
@@ -84,6 +85,9 @@ class Alignment(nn.Module, abc.ABC):
     """
 
     name = ""
+    #: True when an output step reads no key after the one it stops at, so that keys may
+    #: still be arriving while it decodes (:meth:`extend`); see :class:`MonotonicAttention`.
+    streaming = False
 
     def __init_subclass__(cls, *, name: str | None = None, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -157,6 +161,21 @@ class Alignment(nn.Module, abc.ABC):
             kf = self.prepare_key(key)  # (B, Tk, F)
         return Memory(*given, kf.unsqueeze(1), value.unsqueeze(1), self, checked=checked,
                       bad=bad)
+
+    def extend(self, memory: Memory | None, key: torch.Tensor,
+               value: torch.Tensor | None = None) -> Memory:
+        """Append keys ``(B, Tn, Dk)`` and values ``(B, Tn, Dv)`` to a prepared ``memory``
+        (``None``: start one): equals :meth:`prepare` of the concatenated keys and values.
+        The state of the steps so far follows with :meth:`extend_state`."""
+        return extend_memory(memory, self.prepare(key, value), self)
+
+    def extend_state(self, state: torch.Tensor | None, tk: int) -> torch.Tensor | None:
+        """``state`` for a memory grown to ``tk`` keys: a state over the keys ``(B, Tk')``
+        gets zeros for the new ones (no alignment mass on them); any other is unchanged."""
+        size = self.state_size(tk)
+        if state is None or size is None or state.shape[-1] == size:
+            return state
+        return F.pad(state, (0, size - state.shape[-1]))
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | Memory,
                 value: torch.Tensor | None = None, *, key_lengths: torch.Tensor | None = None,

@@ -88,6 +88,33 @@ class Memory(NamedTuple):
         return self.checked and self.bad is None
 
 
+def extend_memory(memory: Memory | None, new: Memory, owner: torch.nn.Module) -> Memory:
+    """``memory`` with the keys and values of ``new`` appended along ``Tk``; both prepared by
+    ``owner`` (``memory=None``: ``new`` itself). Equals preparing the concatenated keys and
+    values at once.
+
+    Raises:
+        ValueError: ``memory`` prepared by another module, or of another batch size.
+    """
+    if memory is None:
+        return new
+    if memory.owner is not owner:
+        raise ValueError(f"memory: this Memory was prepared by another "
+                         f"{type(owner).__name__} module")
+    if memory.key.shape[0] != new.key.shape[0]:
+        raise ValueError(f"key: expected batch size {memory.key.shape[0]} (the memory's), "
+                         f"got {describe(new.key)}")
+    bad = None
+    if memory.bad is not None or new.bad is not None:
+        bad = torch.cat([torch.zeros(x.key.shape[:2], dtype=torch.bool, device=x.key.device)
+                         if x.bad is None else x.bad for x in (memory, new)], dim=1)
+    return Memory(torch.cat([memory.key, new.key], dim=1),
+                  torch.cat([memory.value, new.value], dim=1),
+                  torch.cat([memory.key_features, new.key_features], dim=2),
+                  torch.cat([memory.values, new.values], dim=2), owner,
+                  checked=memory.checked and new.checked, bad=bad)
+
+
 @dataclass
 class Call:
     """A validated attention call: 3-D query, key and value, and what each query may see."""

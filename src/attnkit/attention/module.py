@@ -22,6 +22,7 @@ from attnkit.attention.core import (
     AttentionOutput,
     Memory,
     check_call,
+    extend_memory,
     finish,
     initial_weights,
     plan_call,
@@ -300,23 +301,7 @@ class Attention(nn.Module):
             >>> cache.key_features.shape  # (B, H, Tk, F)
             torch.Size([2, 2, 3, 4])
         """
-        new = self.prepare(key, value)
-        if memory is None:
-            return new
-        if memory.owner is not self:
-            raise ValueError("memory: this Memory was prepared by another Attention module")
-        if memory.key.shape[0] != key.shape[0]:
-            raise ValueError(f"key: expected batch size {memory.key.shape[0]} (the memory's), "
-                             f"got {describe(key)}")
-        bad = None
-        if memory.bad is not None or new.bad is not None:
-            bad = torch.cat([torch.zeros(x.key.shape[:2], dtype=torch.bool, device=key.device)
-                             if x.bad is None else x.bad for x in (memory, new)], dim=1)
-        return Memory(torch.cat([memory.key, new.key], dim=1),
-                      torch.cat([memory.value, new.value], dim=1),
-                      torch.cat([memory.key_features, new.key_features], dim=2),
-                      torch.cat([memory.values, new.values], dim=2), self,
-                      checked=memory.checked and new.checked, bad=bad)
+        return extend_memory(memory, self.prepare(key, value), self)
 
     def forward(
         self,

@@ -241,6 +241,14 @@ class MonotonicAttention(Alignment, name="monotonic"):
         self.energy = Energy(self.query_dim, self.key_dim, a, normalised=True, r_init=r_init)
 
     @property
+    def streaming(self) -> bool:
+        """True with ``inference="hard"``: a step scans from the previous stop and reads no
+        key after its own, so it is decided as soon as the keys up to its stop are there. A
+        step that finds no stop among the keys of a memory still growing (:meth:`extend`) is
+        run again once more keys have come."""
+        return self.inference == "hard"
+
+    @property
     def hard(self) -> bool:
         """True when calls stop discretely: eval mode with ``inference="hard"``."""
         return not self.training and self.inference == "hard"

@@ -16,7 +16,8 @@ __all__ = ["add_alignment_args", "add_joint_args", "alignment_config", "joint_de
 ALIGNMENT_OPTIONS = {"chunk": (("mocha",), "chunk"),
                      "half_width": (("local_p",), "half_width"),
                      "components": (("gmm",), "components"),
-                     "energy_noise": (("monotonic", "mocha"), "noise")}
+                     "energy_noise": (("monotonic", "mocha"), "noise"),
+                     "energy_offset": (("monotonic", "mocha"), "r_init")}
 
 
 def add_alignment_args(group) -> None:
@@ -34,6 +35,10 @@ def add_alignment_args(group) -> None:
     group.add_argument("--energy-noise", type=float, metavar="STD",
                        help="monotonic, mocha: std of the noise on the energies in training "
                             "(default 1)")
+    group.add_argument("--energy-offset", type=float, metavar="R",
+                       help="monotonic, mocha: the energies' initial offset r (default -4: "
+                            "stop probabilities of 0.02 at first, for many keys per output; "
+                            "0 gives 0.5, about one listener step per character)")
 
 
 def alignment_config(args) -> dict:

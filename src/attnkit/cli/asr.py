@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 import torch
@@ -16,19 +17,19 @@ from attnkit.cli.alignment import (
     joint_decoding,
 )
 from attnkit.cli.lm import load_lm
-from attnkit.data import (
-    DataError,
-    SpeechSet,
-    load_vocab,
-    log_mel,
-    read_manifest,
-    read_wav,
-)
-from attnkit.data import resample as resample_audio
-from attnkit.data.audio import MAX_SECONDS, SAMPLE_RATE
+from attnkit.data import SpeechSet, load_vocab, read_manifest
+from attnkit.data.audio import MAX_SECONDS
 from attnkit.data.speech import KINDS, speech_dataset
-from attnkit.models.las import MIN_FRAMES
-from attnkit.tasks.speech import SpeechTask, SpellerPretraining, plot_transcription, transcribe
+from attnkit.decoding import Decoding
+from attnkit.models.las import LISTENERS
+from attnkit.tasks.speech import (
+    SpeechTask,
+    SpellerPretraining,
+    plot_transcription,
+    transcribe,
+    transcribe_stream,
+    wav_samples,
+)
 from attnkit.train import Trainer, distributed
 
 log = logging.getLogger("attnkit")
@@ -37,8 +38,10 @@ DEFAULT_CACHE = Path("~/.cache/attnkit/speech")
 DESCRIPTION = ("Train on your WAVs (manifests of wav_path<TAB>transcript) or on built-in speech "
                "synthesised with espeak-ng.")
 PRETRAIN_DIR = "speller-lm"  # the speller's pre-training run, inside --out
-MODEL_OPTIONS = ("listener_hidden", "hidden", "emb", "layers", "score", "key_value_dim",
-                 "attn_dim", "dropout")
+MODEL_OPTIONS = ("listener", "listener_hidden", "hidden", "emb", "layers", "score",
+                 "key_value_dim", "attn_dim", "dropout")
+STREAM_HELP = "attnkit train asr --listener uni --alignment monotonic (or mocha)"
+DEFAULT_CHUNK_MS = 200.0
 
 
 def add_train_parser(train_sub) -> None:
@@ -55,8 +58,14 @@ def add_train_parser(train_sub) -> None:
                       help="espeak-ng processes at a time when synthesising")
     add_max_seconds_arg(data)
     model = p.add_argument_group("model")
+    model.add_argument("--listener", choices=LISTENERS, default="bi",
+                       help="bi: pyramidal BiLSTMs over features normalised per utterance "
+                            "(default); uni: unidirectional LSTMs over log-mels normalised "
+                            "with the training data's statistics (stored in the checkpoint), "
+                            "which with --alignment monotonic or mocha can transcribe while "
+                            "the audio arrives (transcribe --stream)")
     model.add_argument("--listener-hidden", type=common.positive_int, default=128,
-                       help="per direction of the listener's BiLSTMs")
+                       help="per direction of the listener's BiLSTMs (uni: of its LSTMs)")
     model.add_argument("--hidden", type=common.positive_int, default=256, help="speller LSTMCell size")
     model.add_argument("--emb", type=common.positive_int, default=64, help="character embedding size")
     model.add_argument("--layers", type=int, choices=(1, 2), default=1,
@@ -86,16 +95,19 @@ def add_max_seconds_arg(p) -> None:
                    "one is refused")
 
 
-def _speech(args) -> tuple[SpeechSet, SpeechSet]:
+def _speech(args, normalize: bool) -> tuple[SpeechSet, SpeechSet]:
+    """The training and validation utterances, normalised per utterance with ``normalize``
+    (else raw log-mels, for a listener that normalises them itself)."""
     if args.train:
-        train = read_manifest(args.train, normalize=True, max_seconds=args.max_seconds)
+        train = read_manifest(args.train, normalize=normalize, max_seconds=args.max_seconds)
         if args.valid:
-            return train, read_manifest(args.valid, normalize=True, max_seconds=args.max_seconds)
+            return train, read_manifest(args.valid, normalize=normalize,
+                                        max_seconds=args.max_seconds)
         n = min(100, len(train))
         log.warning("no --valid manifest: validating on the first %d training utterances", n)
         return train, train.head(n)
     kw = {"seed": args.seed, "cache_dir": args.cache_dir.expanduser(), "kinds": args.kinds,
-          "normalize": True, "workers": args.workers}
+          "normalize": normalize, "workers": args.workers}
     return (speech_dataset(args.n_train, split="train", **kw),
             speech_dataset(args.n_valid, split="valid", **kw))
 
@@ -113,11 +125,12 @@ def run_train(args) -> int:
               **alignment_config(args)}
     ck = common.existing_run(args, "asr", pending=pretrain_dir if args.pretrain_lm_steps else None,
                              model=wanted)
-    train, valid = _speech(args)
+    model_config = ck.config["model"] if ck is not None else wanted
+    per_utterance = model_config.get("listener", "bi") == "bi"
+    train, valid = _speech(args, per_utterance)
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
             {"built_in": list(args.kinds), "n_train": args.n_train, "n_valid": args.n_valid,
-             "normalize": True})
-    model_config = ck.config["model"] if ck is not None else wanted
+             "normalize": per_utterance})
     task = SpeechTask(train, valid, model_config=model_config, batch_size=args.batch_size,
                       seed=args.seed, label_smoothing=args.label_smoothing,
                       teacher_forcing=common.teacher_forcing(args), ctc_weight=args.ctc_weight,
@@ -175,29 +188,31 @@ def add_transcribe_parser(sub) -> None:
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one alignment picture per file")
     common.add_html_arg(p)
+    stream = p.add_argument_group("streaming (a model trained with --listener uni and "
+                                  "--alignment monotonic or mocha)")
+    stream.add_argument("--stream", action="store_true",
+                        help="feed each file's audio in chunks and print every character as "
+                             "soon as it is decided (greedy: the same transcript as "
+                             "--beam 1); the latency goes to stderr")
+    stream.add_argument("--chunk-ms", type=common.positive_float, metavar="MS",
+                        help=f"with --stream: milliseconds of audio per chunk (default "
+                             f"{DEFAULT_CHUNK_MS:g})")
+    stream.add_argument("--realtime", action="store_true",
+                        help="with --stream: process each chunk only once its audio would "
+                             "have been recorded (sleep until then)")
     p.set_defaults(run=run_transcribe)
 
 
-def wav_features(path: Path, max_seconds: float | None = MAX_SECONDS) -> torch.Tensor:
-    """Normalised log-mel features ``(T, 80)`` of a WAV file, as in training.
-
-    Raises:
-        DataError: naming the file: unreadable, compressed, shorter than 80 ms or longer
-            than ``max_seconds``.
-    """
-    samples, rate = read_wav(path, max_seconds=max_seconds)
-    features = log_mel(resample_audio(samples, rate, SAMPLE_RATE), normalize=True)
-    if features.shape[0] < MIN_FRAMES:
-        raise DataError(f"{path}: {features.shape[0]} feature frames "
-                        f"({samples.numel() / rate * 1000:.0f} ms of audio); the recogniser "
-                        f"needs at least {MIN_FRAMES} (80 ms)")
-    return features
-
-
 def run_transcribe(args) -> int:
+    if args.stream:
+        return run_stream(args)
+    if args.chunk_ms is not None or args.realtime:
+        raise ValueError(f"{'--chunk-ms' if args.chunk_ms is not None else '--realtime'}: an "
+                         "option of --stream")
     decoding = joint_decoding(args, common.decoding(args))
-    features = [wav_features(path, args.max_seconds) for path in args.wav]
+    audio = [wav_samples(path, max_seconds=args.max_seconds) for path in args.wav]
     evaluator = common.load_evaluator(args.checkpoint, args.device, "asr")
+    features = [evaluator.features(samples) for samples in audio]
     evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
     outputs = evaluator.decode(features, decoding, weights=common.wants_weights(args))
     common.print_outputs(outputs, args)
@@ -205,4 +220,37 @@ def run_transcribe(args) -> int:
         for i, output in enumerate(outputs):
             print(f"  wrote {output.draw(args.plot / f'alignment_{i}.png')}")
     common.write_html(args, outputs, names=[str(p) for p in args.wav])
+    return 0
+
+
+def run_stream(args) -> int:
+    """``transcribe --stream``: each file chunk by chunk, its characters printed as they are
+    emitted, one line per file; a latency line per file on stderr."""
+    args.default_beam = 1
+    decoding = joint_decoding(args, common.decoding(args))
+    greedy = Decoding(max_len=decoding.max_len, loop_stop=decoding.loop_stop)
+    if decoding != greedy or common.wants_weights(args):
+        raise ValueError("--stream: decodes greedily as the audio arrives; --beam, --sample, "
+                         "--ctc-weight, --lm, --plot and --html do not apply")
+    audio = [wav_samples(path, max_seconds=args.max_seconds) for path in args.wav]
+    evaluator = common.load_evaluator(args.checkpoint, args.device, "asr")
+    try:
+        evaluator.model.check_streaming()
+    except ValueError as exc:
+        missing = str(exc).removeprefix("model: ")
+        raise ValueError(f"--stream: {args.checkpoint} cannot stream ({missing}); train one "
+                         f"with `{STREAM_HELP}`") from None
+    chunk_ms = args.chunk_ms or DEFAULT_CHUNK_MS
+    for path, samples in zip(args.wav, audio):
+        chunks = []
+        for chunk in transcribe_stream(evaluator.model, evaluator.char_vocab, samples,
+                                       chunk_ms=chunk_ms, max_len=decoding.max_len,
+                                       loop_stop=decoding.loop_stop, realtime=args.realtime):
+            print(chunk.text, end="", flush=True)
+            chunks.append(chunk)
+        print()
+        compute = [c.compute_s * 1000 for c in chunks]
+        print(f"{path}: {chunks[-1].end_s:.2f} s of audio in {len(chunks)} chunks of "
+              f"{chunk_ms:g} ms; compute per chunk {sum(compute) / len(compute):.1f} ms "
+              f"mean, {max(compute):.1f} ms max", file=sys.stderr)
     return 0

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnkit.cli import common
-from attnkit.cli.asr import wav_features
 from attnkit.cli.vqa import check_words
 from attnkit.data import load_image, load_line_image
 from attnkit.explore import write_explorer
 from attnkit.tasks.explore import explore_examples
+from attnkit.tasks.speech import wav_samples
 
 INPUTS = {"translate": "source texts", "ocr": "line image files", "asr": "WAV files",
           "caption": "image files", "vqa": "an image file, then questions about it"}
@@ -42,7 +42,7 @@ def _read_inputs(evaluator, inputs: list[str]) -> tuple[list, list[str]]:
     if evaluator.task == "ocr":
         return [load_line_image(Path(p)) for p in inputs], inputs
     if evaluator.task == "asr":
-        return [wav_features(Path(p)) for p in inputs], inputs
+        return [evaluator.features(wav_samples(Path(p))) for p in inputs], inputs
     if evaluator.task == "caption":
         return [load_image(Path(p), evaluator.image_size) for p in inputs], inputs
     if evaluator.task == "vqa":

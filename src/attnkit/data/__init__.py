@@ -3,7 +3,10 @@ speech, scenes with captions and questions), audio features and readers for the 
 files."""
 
 from attnkit.data.audio import (
+    MelStream,
+    feature_statistics,
     log_mel,
+    log_mel_stream,
     mel_filterbank,
     n_frames,
     normalize_features,
@@ -44,6 +47,7 @@ from attnkit.data.speech import (
     read_manifest,
     speech_dataset,
     synthesize,
+    utterance_audio,
 )
 from attnkit.data.subword import SubwordVocab
 from attnkit.data.text_tasks import DATE_LOCALES, NUMBER_LANGUAGES, generate_pairs
@@ -63,6 +67,7 @@ __all__ = [
     "FeaturesOnDisk",
     "ImageQuestion",
     "LineFolder",
+    "MelStream",
     "Scene",
     "SpeechSet",
     "SubwordVocab",
@@ -71,6 +76,7 @@ __all__ = [
     "available_fonts",
     "build_vocab",
     "captioned_images",
+    "feature_statistics",
     "generate_lines",
     "generate_pairs",
     "generate_scenes",
@@ -79,6 +85,7 @@ __all__ = [
     "load_line_image",
     "load_vocab",
     "log_mel",
+    "log_mel_stream",
     "mel_filterbank",
     "n_frames",
     "normalize_features",
@@ -98,6 +105,7 @@ __all__ = [
     "speech_dataset",
     "stack_images",
     "synthesize",
+    "utterance_audio",
     "write_caption_folder",
     "write_line_folder",
     "write_question_folder",

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import struct
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -32,9 +34,13 @@ log = logging.getLogger("attnkit")
 
 __all__ = [
     "MAX_SECONDS",
+    "MelStream",
     "N_MELS",
     "SAMPLE_RATE",
+    "feature_statistics",
+    "frame_count",
     "log_mel",
+    "log_mel_stream",
     "mel_filterbank",
     "n_frames",
     "normalize_features",
@@ -42,6 +48,7 @@ __all__ = [
     "parse_wav",
     "read_wav",
     "resample",
+    "samples_needed",
     "write_wav",
 ]
 
@@ -270,6 +277,57 @@ def mel_filterbank(*, n_fft: int, sample_rate: int = SAMPLE_RATE, n_mels: int = 
     return torch.from_numpy(weights.astype(np.float32))
 
 
+def _framing(sample_rate: int) -> tuple[int, int, int]:
+    """``(window, hop, n_fft)`` in samples: 25 ms, 10 ms, the next power of two >= window."""
+    win = round(WINDOW_S * sample_rate)
+    return win, round(HOP_S * sample_rate), 1 << (win - 1).bit_length()
+
+
+def frame_count(samples: int, sample_rate: int = SAMPLE_RATE) -> int:
+    """Frames :func:`log_mel` makes of ``samples`` samples: ``1 + samples // hop``."""
+    return 1 + samples // _framing(sample_rate)[1]
+
+
+def samples_needed(frames: int, sample_rate: int = SAMPLE_RATE) -> int:
+    """Samples :func:`log_mel_stream` needs before it gives out ``frames`` frames (before the
+    final chunk): the window of the last one ends ``n_fft / 2`` past its centre (0 for none)."""
+    _, hop, n_fft = _framing(sample_rate)
+    return 0 if frames < 1 else (frames - 1) * hop + n_fft // 2 + 1
+
+
+@functools.lru_cache(maxsize=8)
+def _filters(n_fft: int, sample_rate: int, n_mels: int) -> torch.Tensor:
+    """The mel filterbank of :func:`mel_filterbank`, made once per setting (read-only)."""
+    return mel_filterbank(n_fft=n_fft, sample_rate=sample_rate, n_mels=n_mels)
+
+
+def _centred(known: torch.Tensor, offset: int, total: int, start: int, stop: int,
+             half: int) -> torch.Tensor:
+    """Samples ``start .. stop - 1`` of a ``total``-sample signal padded by ``half`` samples
+    at each end, from ``known = signal[offset : offset + len(known)]``: reflected at the ends
+    (``pad_mode="reflect"`` of :func:`torch.stft`) when the signal is longer than ``half``,
+    zeros otherwise."""
+    j = torch.arange(start - half, stop - half)  # positions in the signal
+    if total > half:
+        j = j.abs()
+        j = torch.where(j >= total, 2 * (total - 1) - j, j)
+        return known[j - offset]
+    inside = (j >= 0) & (j < total)
+    return torch.where(inside, known[j.clamp(0, total - 1) - offset], 0.0)
+
+
+def _log_mel_frames(padded: torch.Tensor, sample_rate: int, n_mels: int) -> torch.Tensor:
+    """``log(mel power + 1e-6)`` ``(T, n_mels)`` of the frames of a centre-padded segment
+    ``(hop * (T - 1) + n_fft,)``: frame ``t`` is ``padded[t * hop : t * hop + n_fft]``."""
+    win, hop, n_fft = _framing(sample_rate)
+    spec = torch.stft(padded, n_fft, hop_length=hop, win_length=win,
+                      window=torch.hann_window(win), center=False,
+                      return_complex=True)  # (K, T)
+    power = spec.real.square() + spec.imag.square()  # (K, T)
+    fbank = _filters(n_fft, sample_rate, n_mels)  # (M, K)
+    return torch.log(fbank @ power + LOG_FLOOR).T.contiguous()  # (T, M)
+
+
 def log_mel(samples: torch.Tensor, *, sample_rate: int = SAMPLE_RATE, n_mels: int = N_MELS,
             normalize: bool = False) -> torch.Tensor:
     """Log-mel features of ``samples (N,)``: ``(T, n_mels)`` float32, ``T = 1 + N // hop``.
@@ -277,21 +335,16 @@ def log_mel(samples: torch.Tensor, *, sample_rate: int = SAMPLE_RATE, n_mels: in
     A 25 ms Hann window every 10 ms (400 / 160 samples at 16 kHz), zero-padded to the next power
     of two for the FFT, frames centred on ``t * hop`` (the signal is reflect-padded at both ends);
     ``log(mel power + 1e-6)``. With ``normalize`` each mel bin is shifted and scaled to zero
-    mean and unit variance over the utterance.
+    mean and unit variance over the utterance. :func:`log_mel_stream` computes the same frames
+    from the samples as they arrive.
     """
     if samples.dim() != 1 or samples.numel() == 0:
         raise ValueError(f"samples: expected a non-empty (N,) tensor, got {tuple(samples.shape)}")
-    win = round(WINDOW_S * sample_rate)
-    hop = round(HOP_S * sample_rate)
-    n_fft = 1 << (win - 1).bit_length()
-    samples = samples.float()
-    pad_mode = "reflect" if samples.numel() > n_fft // 2 else "constant"
-    spec = torch.stft(samples, n_fft, hop_length=hop, win_length=win,
-                      window=torch.hann_window(win), center=True, pad_mode=pad_mode,
-                      return_complex=True)  # (K, T)
-    power = spec.real.square() + spec.imag.square()  # (K, T)
-    fbank = mel_filterbank(n_fft=n_fft, sample_rate=sample_rate, n_mels=n_mels)  # (M, K)
-    feats = torch.log(fbank @ power + LOG_FLOOR).T.contiguous()  # (T, M)
+    _, hop, n_fft = _framing(sample_rate)
+    n = samples.numel()
+    frames = frame_count(n, sample_rate)
+    padded = _centred(samples.float(), 0, n, 0, hop * (frames - 1) + n_fft, n_fft // 2)
+    feats = _log_mel_frames(padded, sample_rate, n_mels)
     return normalize_features(feats) if normalize else feats
 
 
@@ -299,7 +352,67 @@ def n_frames(n_samples: int, rate: int) -> int:
     """The log-mel frames of ``n_samples`` samples at ``rate`` Hz: ``T`` of
     ``log_mel(resample(samples, rate))``, without computing them."""
     resampled = -(-n_samples * SAMPLE_RATE // rate)  # ceil: resample's output length
-    return 1 + resampled // round(HOP_S * SAMPLE_RATE)
+    return frame_count(resampled)
+
+
+class MelStream(NamedTuple):
+    """What :func:`log_mel_stream` keeps between chunks: the samples still needed
+    (``known``, from sample ``offset`` on), the samples received and the frames given out."""
+
+    known: torch.Tensor
+    offset: int
+    received: int
+    frames: int
+
+
+def log_mel_stream(chunk: torch.Tensor, state: MelStream | None = None, *, final: bool = False,
+                   sample_rate: int = SAMPLE_RATE,
+                   n_mels: int = N_MELS) -> tuple[torch.Tensor, MelStream]:
+    """The raw :func:`log_mel` frames of a signal that arrives ``chunk`` by ``chunk``.
+
+    Each call returns the frames whose window now lies within the samples received (frame
+    ``t`` needs the samples up to ``t * hop + n_fft / 2``: 16 ms past its centre at 16 kHz);
+    the call with ``final=True`` returns the rest, the last ones reflect-padded as
+    :func:`log_mel` pads them. Concatenated, the frames of all calls are :func:`log_mel`
+    ``(samples)`` of the whole signal (unnormalised). Between calls only the samples from
+    ``n_fft`` before the next frame on are kept.
+
+    Args:
+        chunk: ``(n,)`` the next samples (may be empty); state: what the previous call
+            returned, None for the first chunk.
+
+    Returns:
+        ``(frames (t, n_mels) float32, state)``.
+
+    Raises:
+        ValueError: ``chunk`` not 1-D, a state after the final chunk, or a final call with no
+            sample at all.
+    """
+    if chunk.dim() != 1:
+        raise ValueError(f"chunk: expected shape (n,), got {tuple(chunk.shape)}")
+    if state is None:
+        state = MelStream(chunk.new_zeros(0, dtype=torch.float32), 0, 0, 0)
+    if state.frames < 0:
+        raise ValueError("state: the stream has ended (a final chunk was given)")
+    _, hop, n_fft = _framing(sample_rate)
+    half = n_fft // 2
+    known = torch.cat([state.known, chunk.float()])
+    received = state.received + chunk.numel()
+    if final:
+        if received == 0:
+            raise ValueError("chunk: the stream ended with no samples")
+        end = frame_count(received, sample_rate)
+    else:  # a frame's window is all received samples (and the left reflection is known)
+        end = (received - half - 1) // hop + 1 if received > half else 0
+    frames = known.new_zeros(0, n_mels)
+    if end > state.frames:
+        padded = _centred(known, state.offset, received, state.frames * hop,
+                          hop * (end - 1) + n_fft, half)
+        frames = _log_mel_frames(padded, sample_rate, n_mels)  # (end - state.frames, M)
+    if final:
+        return frames, MelStream(known[:0], received, received, -1)
+    offset = max(0, end * hop - n_fft)  # the reflection at the end reaches back this far
+    return frames, MelStream(known[offset - state.offset:], offset, received, end)
 
 
 def normalize_features(features: torch.Tensor) -> torch.Tensor:
@@ -307,6 +420,24 @@ def normalize_features(features: torch.Tensor) -> torch.Tensor:
     if features.dim() != 2:
         raise ValueError(f"features: expected shape (T, F), got {tuple(features.shape)}")
     return (features - features.mean(0)) / (features.std(0, unbiased=False) + 1e-5)
+
+
+def feature_statistics(features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and standard deviation ``(F,)`` float32 of each column over every frame of
+    ``features[i]`` ``(T_i, F)`` (summed in float64): fixed statistics to normalise any
+    utterance with, frame by frame (a streaming model's, unlike :func:`normalize_features`).
+    """
+    if not features or any(f.dim() != 2 for f in features) or \
+            len({f.shape[1] for f in features}) != 1:
+        shapes = sorted({tuple(f.shape) for f in features})[:4]
+        raise ValueError(f"features: expected (T_i, F) tensors with one F, got shapes {shapes}")
+    total = sum(f.shape[0] for f in features)
+    if total == 0:
+        raise ValueError("features: expected at least one frame, got none")
+    sums = sum(f.double().sum(0) for f in features)  # (F,)
+    mean = sums / total
+    squares = sum((f.double() - mean).square().sum(0) for f in features)  # (F,)
+    return mean.float(), (squares / total).sqrt().float()
 
 
 def pad_features(features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

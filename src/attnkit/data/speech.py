@@ -81,6 +81,7 @@ __all__ = [
     "read_manifest",
     "speech_dataset",
     "synthesize",
+    "utterance_audio",
 ]
 
 log = logging.getLogger("attnkit")
@@ -308,8 +309,9 @@ def _describe(u: Utterance) -> str:
     return f"espeak-ng {u.voice} s={u.speed} p={u.pitch}{noise}"
 
 
-def _features(u: Utterance) -> torch.Tensor:
-    """Raw log-mel features ``(T, 80)`` of one planned utterance."""
+def utterance_audio(u: Utterance) -> torch.Tensor:
+    """The samples ``(N,)`` of one planned utterance at 16 kHz, noise added: what its cached
+    features are the log-mels of (synthesised again: the cache holds features only)."""
     samples, rate = synthesize(u.transcript, voice=u.voice, speed=u.speed, pitch=u.pitch)
     samples = resample(samples, rate, SAMPLE_RATE)  # (N,)
     if u.noise_snr_db is not None:
@@ -317,7 +319,12 @@ def _features(u: Utterance) -> torch.Tensor:
         noise = np.random.default_rng(u.noise_seed).standard_normal(samples.numel())
         samples = samples + torch.from_numpy(noise.astype(np.float32)) * (
             rms / 10 ** (u.noise_snr_db / 20))
-    return log_mel(samples)
+    return samples
+
+
+def _features(u: Utterance) -> torch.Tensor:
+    """Raw log-mel features ``(T, 80)`` of one planned utterance."""
+    return log_mel(utterance_audio(u))
 
 
 def speech_dataset(n: int, *, split: str = "train", seed: int = 0,

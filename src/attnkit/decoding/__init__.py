@@ -1,6 +1,7 @@
 """Decoding shared by every model: :func:`decode` (greedy, batched beam search or sampling,
 as a :class:`Decoding` says) over any model's step function, joint CTC/attention beam search
-with shallow fusion of a language model, and best-path CTC decoding."""
+with shallow fusion of a language model, best-path CTC decoding, and greedy decoding while
+the input arrives (:func:`stream_feed`)."""
 
 from attnkit.decoding.ctc import CTCPaths, ctc_greedy
 from attnkit.decoding.ctc_prefix import CTCPrefixScorer, joint_decode
@@ -12,6 +13,8 @@ from attnkit.decoding.search import (
     length_penalty,
     sample,
 )
+from attnkit.decoding.stream import Emitted, StreamState, stream_feed, stream_start
 
-__all__ = ["CTCPaths", "CTCPrefixScorer", "Decoding", "Hypotheses", "beam_search", "ctc_greedy",
-           "decode", "decode_batches", "greedy", "joint_decode", "length_penalty", "sample"]
+__all__ = ["CTCPaths", "CTCPrefixScorer", "Decoding", "Emitted", "Hypotheses", "StreamState",
+           "beam_search", "ctc_greedy", "decode", "decode_batches", "greedy", "joint_decode",
+           "length_penalty", "sample", "stream_feed", "stream_start"]

@@ -182,11 +182,15 @@ def _warn_loops(hyp: Hypotheses) -> None:
     """Log how many outputs of a batch were stopped because they looped, and where."""
     if hyp.looped is None or not bool(hyp.looped.any()):
         return
-    sizes = hyp.lengths[hyp.looped].tolist()
+    warn_loops(hyp.lengths[hyp.looped].tolist(), hyp.looped.numel())
+
+
+def warn_loops(sizes: list[int], total: int) -> None:
+    """Log that ``len(sizes)`` of ``total`` outputs were stopped because they looped, after
+    ``sizes`` tokens each (EOS-free)."""
     log.warning("%d of %d outputs stopped after %s tokens: each repeated a unit of tokens "
                 "while its attention stood still (a loop); loop_stop=False (--no-loop-stop) "
-                "decodes them to the length limit", len(sizes), hyp.looped.numel(),
-                ", ".join(map(str, sizes)))
+                "decodes them to the length limit", len(sizes), total, ", ".join(map(str, sizes)))
 
 
 def decode_batches(model, items: Sequence, collate: Callable, *, max_len: Callable,

@@ -74,7 +74,10 @@ def model_inputs(model: nn.Module) -> Inputs:
     if isinstance(model, LAS):
         return Inputs(("features", "lengths"), (("B", "L", config["features"]), ("B",)),
                       ("float32", "int64"),
-                      ("log-mel frames, padded with zeros", "frames of each example (>= 8)"),
+                      ("raw log-mel frames (the encoder normalises them), padded with zeros"
+                       if model.normalises_input else
+                       "log-mel frames normalised per utterance, padded with zeros",
+                       "frames of each example (>= 8)"),
                       -1.0, 1.0)
     return Inputs(("images", "widths"), (("B", 1, 32, "L"), ("B",)), ("float32", "int64"),
                   ("line images in [0, 1] (paper 1, ink 0), padded on the right",

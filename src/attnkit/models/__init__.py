@@ -6,13 +6,14 @@ from attnkit.models.char_lm import CharLM
 from attnkit.models.crnn import CRNN
 from attnkit.models.decoder import AttentionDecoder, guided_attention_loss
 from attnkit.models.grid import GridEncoder
-from attnkit.models.las import LAS, Listener
+from attnkit.models.las import LAS, CausalListener, Listener
 from attnkit.models.registry import MODELS, build_model, check_config, model_config, model_shapes
 from attnkit.models.seq2seq import KINDS, Encoder, Seq2Seq
 from attnkit.models.transformer import Transformer, sinusoids
 from attnkit.models.vqa import VQA, VQAOutput
 
 __all__ = ["CRNN", "KINDS", "LAS", "MODELS", "VQA", "AttentionDecoder", "CaptionOutput",
-           "Captioner", "CharLM", "Encoder", "GridEncoder", "Listener", "Seq2Seq", "Transformer",
-           "VQAOutput", "build_model", "check_config", "doubly_stochastic", "guided_attention_loss",
-           "model_config", "model_shapes", "sinusoids"]
+           "Captioner", "CausalListener", "CharLM", "Encoder", "GridEncoder", "Listener",
+           "Seq2Seq", "Transformer", "VQAOutput", "build_model", "check_config",
+           "doubly_stochastic", "guided_attention_loss", "model_config", "model_shapes",
+           "sinusoids"]

@@ -100,6 +100,7 @@ class AttentionDecoder(nn.Module):
         self.attention = _attention(alignment, alignment_options, query_dim, kv, score,
                                     attn_dim or hidden)
         self.aligned = alignment != "softmax"
+        self.alignment_name = alignment
         self.embed = nn.Embedding(vocab, emb, padding_idx=0)
         self.cells = nn.ModuleList(CELLS[cell](emb + kv if i == 0 else hidden, hidden)
                                    for i in range(layers))
@@ -110,12 +111,15 @@ class AttentionDecoder(nn.Module):
 
     # ------------------------------------------------------------------ decoding interface
 
+    def _keys_values(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The keys and values (None: the keys) the attention reads from ``memory``."""
+        if self.key_value_dim is not None:
+            return self.key_proj(memory), self.value_proj(memory)
+        return memory, None
+
     def start(self, memory: torch.Tensor, lengths: torch.Tensor) -> dict:
         """The state before the first step: memory ``(B, S, E)`` prepared once, zero cells."""
-        if self.key_value_dim is not None:
-            prepared = self.attention.prepare(self.key_proj(memory), self.value_proj(memory))
-        else:
-            prepared = self.attention.prepare(memory)
+        prepared = self.attention.prepare(*self._keys_values(memory))
         state = {**self._zero_state(memory), "memory": prepared,
                  "lengths": lengths.to(memory.device)}
         if self.aligned:
@@ -126,6 +130,36 @@ class AttentionDecoder(nn.Module):
             valid = lengths_to_mask(state["lengths"], memory.shape[1]).to(memory.dtype)  # (B, S)
             state["weights"] = valid / valid.sum(-1, keepdim=True).clamp(min=1)
         return state
+
+    @property
+    def streams(self) -> bool:
+        """True when the memory may still be growing while decoding (:meth:`extend`): the
+        alignment reads no key past its hard stop (monotonic or MoChA, hard inference)."""
+        return self.aligned and self.attention.streaming
+
+    def extend(self, state: dict | None, memory: torch.Tensor) -> dict:
+        """``state`` (of :meth:`start` or of a step) over its memory grown by ``memory``
+        ``(B, Sn, E)``, the same ``Sn`` steps for every row (``state=None``: :meth:`start`
+        over them). The new steps are prepared and appended; the alignment has no mass on
+        them. A step over the grown memory equals a step over the whole memory when its stop
+        is among the steps so far; a step that finds none attends to nothing (its weights are
+        zero), and the caller may wait for more steps and run it again.
+
+        Raises:
+            ValueError: an alignment that is not :attr:`streams`.
+        """
+        if not self.streams:
+            raise ValueError(f"alignment: a growing memory needs a hard monotonic alignment "
+                             f"('monotonic' or 'mocha'), got {self.alignment_name!r}")
+        if state is None:
+            lengths = torch.full((memory.shape[0],), memory.shape[1], dtype=torch.long,
+                                 device=memory.device)
+            return self.start(memory, lengths)
+        prepared = self.attention.extend(state["memory"], *self._keys_values(memory))
+        grown = {**state, "memory": prepared, "lengths": state["lengths"] + memory.shape[1]}
+        if "align" in state:
+            grown["align"] = self.attention.extend_state(state["align"], prepared.key.shape[1])
+        return grown
 
     def _zero_state(self, like: torch.Tensor) -> dict:
         """Zero cells and context for a batch of ``like.shape[0]``, on ``like``'s device."""

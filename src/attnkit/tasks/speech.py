@@ -1,21 +1,30 @@
 """Speech recognition as a :class:`attnkit.train.Task`: Listen, Attend and Spell on log-mels.
 
 Utterances are :class:`attnkit.data.SpeechSet` features ``(T, 80)`` (built-in espeak-ng speech
-or the user's WAVs), normalised per utterance; transcripts are character sequences
-(:class:`attnkit.data.CharVocab`). The model is a :class:`attnkit.models.LAS` built by the
+or the user's WAVs): normalised per utterance for a model with a bidirectional listener, raw
+log-mels for one with a causal listener, which normalises them with statistics of the training
+data stored in it (:attr:`attnkit.models.LAS.normalises_input`); transcripts are character
+sequences (:class:`attnkit.data.CharVocab`). The model is a :class:`attnkit.models.LAS` built by the
 model registry from its config (``{"name": "las", ...}``), so a checkpoint alone rebuilds it.
 
 :class:`SpellerPretraining` is the task of training the speller alone as a character language
 model on the transcripts first, run by the same :class:`attnkit.train.Trainer` (checkpoints,
 resume).
+
+:func:`transcribe_stream` transcribes audio chunk by chunk with a model that streams
+(:meth:`attnkit.models.LAS.check_streaming`), emitting each character as soon as its hard
+monotonic attention has stopped within the audio so far: the same characters as
+:func:`transcribe` greedily over the whole utterance.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -24,12 +33,18 @@ from attnkit.data import (
     CharVocab,
     DataError,
     SpeechSet,
+    feature_statistics,
     load_vocab,
+    log_mel,
+    log_mel_stream,
     pad_batch,
     pad_features,
     read_manifest,
+    read_wav,
+    resample,
 )
-from attnkit.decoding import Decoding, Hypotheses, decode_batches
+from attnkit.data.audio import MAX_SECONDS, SAMPLE_RATE, frame_count, samples_needed
+from attnkit.decoding import Decoding, Hypotheses, decode_batches, stream_feed, stream_start
 from attnkit.models import LAS, build_model
 from attnkit.models.las import HALVINGS, MIN_FRAMES
 from attnkit.plot import plot_alignment
@@ -40,8 +55,8 @@ from attnkit.tasks.explore import speech_example
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
-__all__ = ["SpeechEvaluator", "SpeechTask", "SpellerPretraining", "metrics", "plot_transcription",
-           "transcribe"]
+__all__ = ["SpeechEvaluator", "SpeechTask", "SpellerPretraining", "StreamedChunk", "max_chars",
+           "metrics", "plot_transcription", "transcribe", "transcribe_stream", "wav_samples"]
 
 # Output length cap: characters per feature frame (fast speech is ~0.17 at 10 ms), plus a margin.
 CHARS_PER_FRAME = 0.3
@@ -55,6 +70,12 @@ def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, f
     model's long outputs)."""
     cer = scores.cer(hypotheses, references)
     return {"cer": cer, "wer": scores.wer(hypotheses, references), "1-cer": 1.0 - cer}
+
+
+def max_chars(frames: torch.Tensor) -> torch.Tensor:
+    """The output limit, EOS included, of utterances of ``frames (B,)`` feature frames:
+    ``ceil(0.3 T) + 10``."""
+    return (frames.float() * CHARS_PER_FRAME).ceil().long() + EXTRA_CHARS
 
 
 def check_frames(utterances: SpeechSet) -> None:
@@ -80,11 +101,98 @@ def transcribe(model: LAS, vocab: CharVocab, features: Sequence[torch.Tensor], *
     texts, raws = [], []
     for _, hyp in decode_batches(
             model, features, pad_features,  # (B, T, F), (B,)
-            max_len=lambda n: (n.float() * CHARS_PER_FRAME).ceil().long() + EXTRA_CHARS,
+            max_len=max_chars,
             decoding=decoding, batch_size=batch_size, lm=lm, weights=weights):
         texts += [vocab.decode(row) for row in hyp.best().tokens]
         raws.append(hyp)
     return texts, raws
+
+
+def wav_samples(path: str | Path, *, max_seconds: float | None = MAX_SECONDS) -> torch.Tensor:
+    """The samples ``(N,)`` of a WAV file at the model rate (16 kHz).
+
+    Raises:
+        DataError: naming the file: unreadable, compressed, longer than ``max_seconds``, or
+            shorter than the 8 feature frames (80 ms) a recogniser needs.
+    """
+    samples, rate = read_wav(path, max_seconds=max_seconds)
+    samples = resample(samples, rate, SAMPLE_RATE)
+    frames = frame_count(samples.numel())
+    if frames < MIN_FRAMES:
+        ms = samples.numel() / SAMPLE_RATE * 1000
+        raise DataError(f"{path}: {frames} feature frames ({ms:.0f} ms of audio); the "
+                        f"recogniser needs at least {MIN_FRAMES} (80 ms)")
+    return samples
+
+
+class StreamedChunk(NamedTuple):
+    """What :func:`transcribe_stream` did with one chunk of audio.
+
+    Attributes:
+        index: the chunk's number, from 0.
+        end_s: the audio received with it, in seconds from the start.
+        text: the characters emitted after it (possibly none).
+        heard_s: for each character of ``text``, the audio its attention read up to: the end
+            of the window of the last frame of the listener step it stopped at (at most the
+            audio's length), in seconds from the start; None for a character whose attention
+            found no stop (read nothing).
+        compute_s: the wall-clock seconds spent on the chunk (features, listener, speller).
+        cpu_s: the CPU seconds this thread spent on it (on a machine that other work also
+            loads, wall-clock time includes the waits for a core).
+    """
+
+    index: int
+    end_s: float
+    text: str
+    heard_s: list[float | None]
+    compute_s: float
+    cpu_s: float
+
+
+def transcribe_stream(model: LAS, vocab: CharVocab, samples: torch.Tensor, *,
+                      chunk_ms: float = 200.0, max_len: int | None = None,
+                      loop_stop: bool = True, realtime: bool = False) -> Iterator[StreamedChunk]:
+    """Transcribe ``samples (N,)`` (16 kHz) as if they arrived ``chunk_ms`` at a time: after
+    each chunk, the characters greedy decoding has decided (:func:`attnkit.decoding.stream_feed`
+    over :func:`attnkit.data.log_mel_stream` frames). Together they are :func:`transcribe`'s
+    greedy transcript of the whole utterance (``max_len``: its output limit, EOS included;
+    default ``ceil(0.3 T) + 10`` of the utterance's ``T`` frames; ``loop_stop``: as
+    :class:`attnkit.decoding.Decoding`'s, stop an output that loops). With ``realtime`` each
+    chunk is processed only once its audio would have been recorded, counting from the
+    first chunk's processing (a sleep, not counted in its times).
+
+    Raises:
+        ValueError: a model that cannot stream (the message says what it lacks), ``chunk_ms``
+            not positive, or audio shorter than 8 frames (80 ms).
+    """
+    if not isinstance(chunk_ms, (int, float)) or isinstance(chunk_ms, bool) or chunk_ms <= 0:
+        raise ValueError(f"chunk_ms: expected a positive number, got {chunk_ms!r}")
+    if samples.dim() != 1 or frame_count(samples.numel()) < MIN_FRAMES:
+        raise ValueError(f"samples: expected (N,) samples of at least {MIN_FRAMES} feature "
+                         f"frames (80 ms), got {tuple(samples.shape)}")
+    model.eval()
+    device = next(model.parameters()).device
+    step = max(1, round(chunk_ms * SAMPLE_RATE / 1000))
+    n = samples.numel()
+
+    def limit(frames: int) -> int:
+        return max_len or int(max_chars(torch.tensor([frames]))[0])
+
+    mel, state = None, stream_start(model, device=device, loop_stop=loop_stop)
+    started = time.perf_counter()
+    for index, start in enumerate(range(0, n, step)):
+        end = min(n, start + step)
+        if realtime:
+            time.sleep(max(0.0, started + end / SAMPLE_RATE - time.perf_counter()))
+        begin, begin_cpu = time.perf_counter(), time.thread_time()
+        frames, mel = log_mel_stream(samples[start:end], mel, final=end == n)  # (t, F)
+        with torch.no_grad():
+            state, emitted = stream_feed(model, state, frames[None].to(device),
+                                         final=end == n, max_len=limit)
+        heard = [min(n, samples_needed(e.reach * MIN_FRAMES)) / SAMPLE_RATE if e.reach else None
+                 for e in emitted]
+        yield StreamedChunk(index, end / SAMPLE_RATE, vocab.decode(e.token for e in emitted),
+                            heard, time.perf_counter() - begin, time.thread_time() - begin_cpu)
 
 
 def plot_transcription(hyp: Hypotheses, i: int, features: torch.Tensor, vocab: CharVocab,
@@ -152,7 +260,13 @@ class SpeechTask:
         self.transcript_ids = [self.char_vocab.encode(t) for t in train.transcripts]
 
     def build_model(self) -> LAS:
-        return build_model(self.model_config)
+        """The model of :attr:`model_config`; one that normalises its input
+        (:attr:`attnkit.models.LAS.normalises_input`) stores the statistics of the training
+        features, each mel bin's mean and std over all frames."""
+        model = build_model(self.model_config)
+        if model.normalises_input:
+            model.listener.set_statistics(*feature_statistics(self.train.features))
+        return model
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of similar utterance lengths, built when indexed
@@ -269,8 +383,18 @@ class SpeechEvaluator(Evaluator, task="asr"):
         super().__init__(model, config, vocab)
         self.char_vocab = load_vocab(vocab)
 
+    @property
+    def normalize(self) -> bool:
+        """Whether the model takes features normalised per utterance (else raw log-mels)."""
+        return not self.model.normalises_input
+
+    def features(self, samples: torch.Tensor) -> torch.Tensor:
+        """The log-mel features ``(T, 80)`` of ``samples (N,)`` (16 kHz, :func:`wav_samples`)
+        as the model takes them."""
+        return log_mel(samples, normalize=self.normalize)
+
     def read(self, path) -> list[Example]:
-        utterances = read_manifest(path, normalize=True)
+        utterances = read_manifest(path, normalize=self.normalize)
         check_frames(utterances)
         return [Example(f, t, o) for f, t, o in
                 zip(utterances.features, utterances.transcripts, utterances.origins)]
