@@ -32,3 +32,26 @@ def test_valid_without_train_is_refused(tmp_path, capsys, task):
     assert capsys.readouterr().err == ("attnkit: --valid: only with --train (the built-in data "
                                        "has its own validation split)\n")
     assert not (tmp_path / "r").exists()
+
+
+def test_schedule_option_reaches_the_trainer():
+    from attnkit.cli.common import training_config
+    from attnkit.cli.main import build_parser
+    from attnkit.train import lr_factor
+
+    args = build_parser().parse_args(["train", "translate", "--out", "r", "--steps", "50",
+                                      "--warmup", "5", "--schedule", "cosine"])
+    config = training_config(args, data_workers=0)  # the command resolves the default
+    assert config.schedule == "cosine"
+    assert lr_factor(4, config) == 1.0 and lr_factor(49, config) < 1e-2
+    default = training_config(build_parser().parse_args(["train", "ocr", "--out", "r"]),
+                              data_workers=0)
+    assert default.schedule == "inverse_sqrt"
+
+
+def test_unknown_schedule_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "asr", "--out", str(tmp_path / "r"), "--schedule", "linear"])
+    assert exc.value.code == 2
+    assert "argument --schedule: invalid choice: 'linear'" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

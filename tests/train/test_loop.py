@@ -123,7 +123,7 @@ def test_schedules():
     assert lr_factor(10, cos) == pytest.approx(1.0) and lr_factor(60, cos) == pytest.approx(0.5)
     assert 0 < lr_factor(109, cos) < 1e-3  # the last step still learns
     assert lr_factor(110, cos) == pytest.approx(0.0)
-    with pytest.raises(ValueError, match="^schedule: expected constant, inverse_sqrt or cosine"):
+    with pytest.raises(ValueError, match="^schedule: expected one of constant, inverse_sqrt, cosine"):
         TrainConfig(schedule="linear")
     with pytest.raises(ValueError, match="^max_steps: expected a positive int, got 0"):
         TrainConfig(max_steps=0)

@@ -30,6 +30,7 @@ from attnkit.tasks import EVALUATORS, evaluator_for
 from attnkit.tasks.explore import examples_of
 from attnkit.train import (
     PRECISIONS,
+    SCHEDULES,
     Checkpoint,
     CheckpointError,
     TeacherForcing,
@@ -253,7 +254,11 @@ def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float 
                        help="seconds; stop and save after this")
     train.add_argument("--batch-size", type=positive_int, default=batch_size)
     train.add_argument("--lr", type=positive_float, default=lr)
-    train.add_argument("--warmup", type=non_negative_int, default=100)
+    train.add_argument("--warmup", type=non_negative_int, default=100,
+                       help="steps of linear learning-rate warm-up")
+    train.add_argument("--schedule", choices=SCHEDULES, default="inverse_sqrt",
+                       help="the learning rate after the warm-up: constant, inverse_sqrt "
+                       "(lr * sqrt(warmup / step)) or cosine (down to 0 at --steps)")
     train.add_argument("--label-smoothing", type=proportion, default=label_smoothing)
     train.add_argument("--teacher-forcing", type=float, default=1.0,
                        help="probability of feeding the reference token (at the start)")
@@ -541,7 +546,7 @@ def training_config(args, **overrides) -> TrainConfig:
     """The :class:`attnkit.train.TrainConfig` of the training options (``overrides``: fields
     to set otherwise, and ``warmup`` for ``warmup_steps``)."""
     warmup = overrides.pop("warmup", args.warmup)
-    settings = dict(max_steps=args.steps, lr=args.lr, warmup_steps=warmup,
+    settings = dict(max_steps=args.steps, lr=args.lr, warmup_steps=warmup, schedule=args.schedule,
                     eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
                     patience=args.patience, time_budget_s=args.time_budget, seed=args.seed,
                     progress=not args.no_progress, precision=args.precision,

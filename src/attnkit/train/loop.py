@@ -88,7 +88,9 @@ from attnkit.train.events import Events
 from attnkit.train.loader import EpochLoader
 from attnkit.train.progress import Progress
 
-__all__ = ["Task", "TrainConfig", "TrainResult", "Trainer", "lr_factor"]
+__all__ = ["SCHEDULES", "Task", "TrainConfig", "TrainResult", "Trainer", "lr_factor"]
+
+SCHEDULES = ("constant", "inverse_sqrt", "cosine")  # TrainConfig.schedule, see lr_factor
 
 log = logging.getLogger("attnkit")
 
@@ -133,8 +135,8 @@ class TrainConfig:
     data_workers: int = 0
 
     def __post_init__(self):
-        if self.schedule not in ("constant", "inverse_sqrt", "cosine"):
-            raise ValueError(f"schedule: expected constant, inverse_sqrt or cosine, "
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule: expected one of {', '.join(SCHEDULES)}, "
                              f"got {self.schedule!r}")
         for name in ("max_steps", "eval_every", "checkpoint_every"):
             value = getattr(self, name)
