@@ -34,10 +34,20 @@ class Dot(nn.Module):
     def normalise(self, scores):
         return torch.softmax(scores, dim=-1)
 
+    def zero(self, key, value, key_mask):
+        return zero_padding(key, value, key_mask)
+
     def forward(self, query, key, value, key_mask):
+        key, value = self.zero(key, value, key_mask)
         weights = self.normalise(self.mask(self.scores(query, key), key_mask))
         weights = weights * key_mask.any(-1)[:, None, None]  # rows with no key: zero weights
         return weights @ value, weights
+
+
+def zero_padding(key, value, key_mask):
+    """Padded keys and values zeroed: a weight of 0 times NaN padding is NaN."""
+    pad = ~key_mask[..., None]  # (B, Tk, 1)
+    return key.masked_fill(pad, 0), value.masked_fill(pad, 0)
 
 
 class SoftmaxOverQueries(Dot):
@@ -53,12 +63,18 @@ class NoMask(Dot):
     def mask(self, scores, key_mask):
         return scores
 
+    def zero(self, key, value, key_mask):
+        return key, value
+
 
 class InvertedMask(Dot):
     """Reads True as 'masked' (torch.nn.MultiheadAttention's polarity)."""
 
     def mask(self, scores, key_mask):
         return scores.masked_fill(key_mask[:, None, :], torch.finfo(scores.dtype).min)
+
+    def zero(self, key, value, key_mask):
+        return zero_padding(key, value, ~key_mask)
 
 
 class NegInf(Dot):
@@ -68,6 +84,7 @@ class NegInf(Dot):
         return scores.masked_fill(~key_mask[:, None, :], float("-inf"))
 
     def forward(self, query, key, value, key_mask):
+        key, value = self.zero(key, value, key_mask)
         weights = self.normalise(self.mask(self.scores(query, key), key_mask))
         return weights @ value, weights
 
@@ -183,6 +200,9 @@ class Location(Dot):
 
     def forward(self, query, key, value, key_mask, prev_weights):
         b, tq, tk = prev_weights.shape
+        if tk == 0:
+            raise ValueError("key: expected Tk >= 1 (the conv reads neighbours), got 0")
+        key, value = zero_padding(key, value, key_mask)
         prev = self.previous(prev_weights, key_mask).reshape(b * tq, 1, tk)
         f = self.conv(prev).reshape(b, tq, -1, tk).transpose(2, 3)  # (B, Tq, Tk, F)
         pre = self.q(query)[:, :, None] + self.k(key)[:, None] + self.loc(f)  # (B, Tq, Tk, D)
@@ -241,9 +261,10 @@ def test_location_must_be_a_bool(inputs):
         doctor(Location(), inputs, location="yes")
 
 
-def test_a_call_adapts_another_signature_torchs_multihead_attention_nans_on_empty_rows(inputs):
+def test_a_call_adapts_another_signature_torchs_multihead_attention_nans_on_empty_rows_and_nan_padding(
+        inputs):
     torch.manual_seed(0)
     mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()
     report = doctor(mha, inputs, call=lambda m, q, k, v, mask: m(q, k, v,
                                                                  key_padding_mask=~mask))
-    assert report.failed() == ["empty_rows"]
+    assert report.failed() == ["empty_rows", "nan_padding"]

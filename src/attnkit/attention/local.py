@@ -67,6 +67,9 @@ class LocalPAttention(Alignment, name="local_p"):
         (True, True)
     """
 
+    #: A softmax over the window times a Gaussian of at most 1.
+    weight_sums = "at_most_one"
+
     def __init__(self, query_dim: int, key_dim: int | None = None, value_dim: int | None = None,
                  *, score: str = "general", attn_dim: int | None = None, half_width: int = 10,
                  impl: str = "fast"):
@@ -158,6 +161,9 @@ class GMMAttention(Alignment, name="gmm"):
         >>> out.weights.shape, out.state.shape, bool((out.state > 0).all())
         (torch.Size([2, 4, 10]), torch.Size([2, 3]), True)
     """
+
+    #: A mixture of unnormalised Gaussians (Graves 2013).
+    weight_sums = "unnormalised"
 
     def __init__(self, query_dim: int, key_dim: int | None = None, value_dim: int | None = None,
                  *, components: int = 5, impl: str = "fast"):
