@@ -119,21 +119,21 @@ class Output(NamedTuple):
     state: torch.Tensor | None
 
 
-def default_call(module, query, key, value, key_mask, state=None) -> tuple:
-    """``(context, weights)`` of ``module`` on one call, ``(context, weights, state)`` for an
-    alignment module (see the module docstring): ``state`` is a location module's previous
-    weights (an :class:`attnkit.Attention` with heads gets them repeated for every head) or a
-    stateful module's state (``None``: its initial state)."""
+def default_call(module, query, key, value, key_mask, *state) -> tuple:
+    """``(context, weights)`` of ``module`` on one call, ``(context, weights, state)`` for a
+    module with state (see the module docstring): ``state``, when given, is a location
+    module's previous weights (an :class:`attnkit.Attention` with heads gets them repeated for
+    every head) or a stateful module's state (``None``: its initial state)."""
+    prev = state[0] if state else None
     if isinstance(module, Attention):
-        if state is not None and module.heads > 1:
-            state = state[:, None].expand(-1, module.heads, -1, -1)
-        out = module(query, key, value, key_mask=key_mask, prev_weights=state,
+        if prev is not None and module.heads > 1:
+            prev = prev[:, None].expand(-1, module.heads, -1, -1)
+        out = module(query, key, value, key_mask=key_mask, prev_weights=prev,
                      need_weights=True)
         return out.context, out.weights
     if isinstance(module, Alignment):
-        return tuple(module(query, key, value, key_mask=key_mask, prev_state=state))
-    extra = () if state is None else (state,)
-    return tuple(module(query, key, value, key_mask, *extra))
+        return tuple(module(query, key, value, key_mask=key_mask, prev_state=prev))
+    return tuple(module(query, key, value, key_mask, *state))
 
 
 def _check_inputs(example_inputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -388,10 +388,11 @@ def _query(p: _Probe) -> Finding:
     w2 = p.run(query=torch.randn_like(p.query) * 3).weights.float()
     if not _close(w2, w, 1e-5):
         return Finding("query_dependence", "pass", "the weights change with the query")
-    if not (w.any() or w2.any()):
+    if bool(((w == 0) | (w == 1)).all()):
         return Finding("query_dependence", "skip",
-                       "the module put no weight on any key with either query (a hard "
-                       "monotonic reader that never stops): nothing to compare")
+                       "the weights are hard stops (0 or 1, or none at all: a monotonic "
+                       "reader that never stops) that these queries do not move: query "
+                       "dependence not seen")
     return Finding("query_dependence", "fail",
                    "the weights are the same for any query: the score's query term is a "
                    "constant per row, which the softmax over keys cancels",
@@ -427,23 +428,28 @@ def _precision(p: _Probe, dtypes) -> Finding:
     # unnormalised weights (exp of the query's projection), whose answer itself would overflow.
     scale = 1.0 if _unnormalised(p) else 32.0
     q = p.query * scale
-    ref = p.run(query=q).context
+    ref, ref_weights = p.run(query=q)[:2]
     seen = []
     for dtype in (*dtypes, "autocast"):
         try:
             with torch.no_grad():
                 if dtype == "autocast":  # the training set-up: float32 module, bf16 autocast
                     with torch.autocast(q.device.type, dtype=torch.bfloat16):
-                        ctx = p.invoke(p.module, q, p.key, p.value, p.mask).context
+                        ctx, w = p.invoke(p.module, q, p.key, p.value, p.mask)[:2]
                     dtype = "bfloat16 autocast"
                 else:
                     module = copy.deepcopy(p.module).to(dtype)
-                    ctx = p.invoke(module, q.to(dtype), p.key.to(dtype), p.value.to(dtype),
-                                   p.mask).context
+                    ctx, w = p.invoke(module, q.to(dtype), p.key.to(dtype), p.value.to(dtype),
+                                      p.mask)[:2]
         except RuntimeError as exc:
             return Finding("low_precision", "skip", f"{dtype} is not served here: {exc}")
         err = float((ctx.float() - ref.float()).abs().max())
-        if not torch.isfinite(ctx).all() or err > 0.05 * (1 + float(ref.abs().max())):
+        finite = bool(torch.isfinite(ctx).all() and torch.isfinite(w).all())
+        if finite and p.stateful and not torch.equal(w != 0, ref_weights != 0):
+            seen.append(f"{dtype}: not compared, a discrete choice (a hard stop, the key "
+                        "nearest a centre) moved under rounding")
+            continue
+        if not finite or err > 0.05 * (1 + float(ref.abs().max())):
             return Finding("low_precision", "fail",
                            f"in {dtype} (query times {scale:g}) the context is off by {err:.3g} "
                            "(or not finite)",
@@ -621,10 +627,14 @@ def _state_threading(p: _Probe) -> Finding:
         s = states[i]
         if not s.dtype.is_floating_point:
             continue
-        nudged = s + torch.rand_like(s) * (1 + s.abs())
-        other = p.run(query=p.query[:, i:i + 1], key=key, value=value, state=nudged)
-        reached = reached or not _close(other.weights.float(), steps[i].weights.float(), 1e-5)
-        seen = seen or bool(other.weights.any())
+        # Other states of the same shape and scale: the reversed state, and random ones (a
+        # one-hot state nudged a little still starts a hard scan at the same key).
+        scale = 1 + float(s.abs().max())
+        for other_state in [s.flip(-1)] + [torch.rand_like(s) * scale for _ in range(3)]:
+            other = p.run(query=p.query[:, i:i + 1], key=key, value=value, state=other_state)
+            reached = reached or not _close(other.weights.float(), steps[i].weights.float(),
+                                            1e-5)
+            seen = seen or bool(other.weights.any())
     if not seen:
         return Finding("state_threading", "pass", f"one step at a time ({over}) equals the "
                        "whole sequence; the module put no weight on any key (a hard monotonic "
