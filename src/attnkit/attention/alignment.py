@@ -80,9 +80,9 @@ class AlignedOutput(NamedTuple):
 class Alignment(nn.Module, abc.ABC):
     """Base class of the alignment modules (see the module docstring).
 
-    Subclasses register with ``class M(Alignment, name="...")`` and implement
+    Subclasses register with ``class M(Alignment, name="...")``, implement
     :meth:`prepare_key`, :meth:`initial_state`, :meth:`state_size` and :meth:`align` (both
-    implementations, chosen by ``self.impl``).
+    implementations, chosen by ``self.impl``) and declare :attr:`weight_sums`.
 
     Args:
         query_dim: ``Dq``; key_dim: ``Dk`` (default ``Dq``); value_dim: ``Dv`` (default
