@@ -342,6 +342,18 @@ def test_weights_can_be_plotted(name, tmp_path):
     assert path.stat().st_size > 0
 
 
+def test_local_p_with_half_width_0_reads_the_key_nearest_its_centre():
+    """A window of ``|j - p| <= 0`` around a real centre holds no key: every query read
+    nothing. With ``D = 0`` the window is the key nearest the centre, on both paths."""
+    fast, loop = _pair("local_p", 4, half_width=0)
+    q, k, v, _ = _inputs(2, 3, 6, 4)
+    out = fast(q, k, v)
+    nearest = fast.centres(q, torch.ones(2, 6, dtype=torch.bool)).round().long()  # (B, Tq)
+    assert (out.weights > 0).sum(-1).eq(1).all()
+    assert out.weights.argmax(-1).eq(nearest).all()
+    torch.testing.assert_close(out.weights, loop(q, k, v).weights)
+
+
 # ---------------------------------------------------------------- bad input
 
 

@@ -1,7 +1,13 @@
 """Attention: masks, scores, paths (reference, SDPA) and the modules built on them, and the
 alignment modules (monotonic, MoChA, local-p, GMM) called the same way."""
 
-from attnkit.attention.alignment import ALIGNMENTS, AlignedOutput, Alignment, make_alignment
+from attnkit.attention.alignment import (
+    ALIGNMENTS,
+    WEIGHT_SUMS,
+    AlignedOutput,
+    Alignment,
+    make_alignment,
+)
 from attnkit.attention.core import AttentionOutput, Memory
 from attnkit.attention.dispatch import IMPLS, Plan
 from attnkit.attention.local import GMMAttention, LocalPAttention
@@ -16,6 +22,7 @@ __all__ = [
     "ALIGNMENTS",
     "IMPLS",
     "SCORES",
+    "WEIGHT_SUMS",
     "AlignedOutput",
     "Alignment",
     "Attention",

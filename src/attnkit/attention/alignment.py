@@ -49,9 +49,15 @@ from attnkit.attention.precision import autocast_enabled, no_autocast, upcast
 from attnkit.attention.tracing import values_readable
 from attnkit.checks import check_positive_int, check_size, check_tensor, check_values, describe
 
-__all__ = ["ALIGNMENTS", "ALIGN_IMPLS", "AlignedOutput", "Alignment", "make_alignment"]
+__all__ = ["ALIGNMENTS", "ALIGN_IMPLS", "WEIGHT_SUMS", "AlignedOutput", "Alignment",
+           "make_alignment"]
 
 ALIGN_IMPLS = ("fast", "loop")
+#: What each row of an alignment's weights sums to over the keys (``Alignment.weight_sums``):
+#: ``"one"``; ``"at_most_one"`` (more than 0 and at most 1 where a key may be attended);
+#: ``"non_increasing"`` (at most 1, and at most the previous output step's sum: the rest is
+#: the chance of having read past the last key); ``"unnormalised"`` (any sum, weights >= 0).
+WEIGHT_SUMS = ("one", "at_most_one", "non_increasing", "unnormalised")
 ALIGNMENTS: dict[str, type[Alignment]] = {}
 
 
@@ -74,9 +80,9 @@ class AlignedOutput(NamedTuple):
 class Alignment(nn.Module, abc.ABC):
     """Base class of the alignment modules (see the module docstring).
 
-    Subclasses register with ``class M(Alignment, name="...")`` and implement
+    Subclasses register with ``class M(Alignment, name="...")``, implement
     :meth:`prepare_key`, :meth:`initial_state`, :meth:`state_size` and :meth:`align` (both
-    implementations, chosen by ``self.impl``).
+    implementations, chosen by ``self.impl``) and declare :attr:`weight_sums`.
 
     Args:
         query_dim: ``Dq``; key_dim: ``Dk`` (default ``Dq``); value_dim: ``Dv`` (default
@@ -85,6 +91,8 @@ class Alignment(nn.Module, abc.ABC):
     """
 
     name = ""
+    #: What each row of the weights sums to, one of :data:`WEIGHT_SUMS` (the doctor checks it).
+    weight_sums = "one"
     #: True when an output step reads no key after the one it stops at, so that keys may
     #: still be arriving while it decodes (:meth:`extend`); see :class:`MonotonicAttention`.
     streaming = False

@@ -5,9 +5,11 @@
 ``D`` of it with any content score of :mod:`attnkit.attention.scores`, and weighs the softmax of
 those scores by a Gaussian around the centre:
 
-    a_ij = softmax_{|j - p_i| <= D}(score(q_i, k_j)) * exp(-(j - p_i)^2 / (2 sigma^2)),
-    sigma = D / 2
+    a_ij = softmax_{|j - p_i| <= max(D, 1/2)}(score(q_i, k_j)) * exp(-(j - p_i)^2 / (2 sigma^2)),
+    sigma = max(D, 1) / 2
 
+(with ``D = 0`` the window is the key nearest the real-valued centre, where ``|j - p_i| <= 0``
+would hold none).
 The window is discrete, so gradients reach ``p_i`` through the Gaussian (as in the paper). It
 has no state: every step predicts its centre afresh. ``S`` is the position after the last
 allowed key.
@@ -50,7 +52,8 @@ class LocalPAttention(Alignment, name="local_p"):
             default ``"general"``).
         attn_dim: hidden size of the centre predictor ``W_p`` (default ``Dq``), and of an
             additive score.
-        half_width: ``D``, keys each side of the centre (``sigma = D / 2``).
+        half_width: ``D``, keys each side of the centre (``sigma = max(D, 1) / 2``; with
+            ``D = 0`` the key nearest the centre).
         impl: ``"fast"`` or ``"loop"``.
 
     Shape:
@@ -63,6 +66,9 @@ class LocalPAttention(Alignment, name="local_p"):
         >>> bool((out.weights > 0).sum(-1).le(5).all()), out.state is None
         (True, True)
     """
+
+    #: A softmax over the window times a Gaussian of at most 1.
+    weight_sums = "at_most_one"
 
     def __init__(self, query_dim: int, key_dim: int | None = None, value_dim: int | None = None,
                  *, score: str = "general", attn_dim: int | None = None, half_width: int = 10,
@@ -88,6 +94,12 @@ class LocalPAttention(Alignment, name="local_p"):
     def sigma(self) -> float:
         return max(self.half_width, 1) / 2
 
+    @property
+    def radius(self) -> float:
+        """The window's reach around the centre: ``D``, and 1/2 for ``D = 0`` (the nearest
+        key)."""
+        return max(self.half_width, 0.5)
+
     def prepare_key(self, key):
         return self.score.prepare_key(key[:, None])[:, 0]  # (B, Tk, F)
 
@@ -104,7 +116,7 @@ class LocalPAttention(Alignment, name="local_p"):
         scores = self.score.pairwise(qf, kf[:, None])[:, 0]  # (B, Tq, Tk)
         p = self.centres(query, valid)  # (B, Tq)
         dist = torch.arange(kf.shape[1], device=kf.device, dtype=query.dtype) - p[..., None]
-        inside = valid[:, None, :] & (dist.abs() <= self.half_width)  # (B, Tq, Tk)
+        inside = valid[:, None, :] & (dist.abs() <= self.radius)  # (B, Tq, Tk)
         gauss = torch.exp(-dist.square() / (2 * self.sigma**2))
         return masked_softmax(scores, inside).to(query.dtype) * gauss, None
 
@@ -117,7 +129,7 @@ class LocalPAttention(Alignment, name="local_p"):
                 q = query[n, i]
                 p = last * torch.sigmoid(torch.dot(self.v_centre, torch.tanh(q @ self.w_centre)))
                 qf = self.score.prepare_query(q.view(1, 1, 1, -1))
-                window = [j for j in range(tk) if valid[n, j] and abs(j - p.item()) <= self.half_width]
+                window = [j for j in range(tk) if valid[n, j] and abs(j - p.item()) <= self.radius]
                 e = {j: self.score.pairwise(qf, kf[n, j].view(1, 1, 1, -1)).view(()) for j in window}
                 if not e:
                     continue
@@ -149,6 +161,9 @@ class GMMAttention(Alignment, name="gmm"):
         >>> out.weights.shape, out.state.shape, bool((out.state > 0).all())
         (torch.Size([2, 4, 10]), torch.Size([2, 3]), True)
     """
+
+    #: A mixture of unnormalised Gaussians (Graves 2013).
+    weight_sums = "unnormalised"
 
     def __init__(self, query_dim: int, key_dim: int | None = None, value_dim: int | None = None,
                  *, components: int = 5, impl: str = "fast"):

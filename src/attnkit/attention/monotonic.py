@@ -226,6 +226,11 @@ class MonotonicAttention(Alignment, name="monotonic"):
         True
     """
 
+    #: Each step's alpha sums to what the previous one left minus the chance of reading past
+    #: the last key; MoChA's beta spreads each alpha_ij over its chunk, keeping its sum. A
+    #: hard stop sums to 1, and to 0 for good once no key stops it.
+    weight_sums = "non_increasing"
+
     def __init__(self, query_dim: int, key_dim: int | None = None, value_dim: int | None = None,
                  *, attn_dim: int | None = None, noise: float = 1.0, r_init: float = -4.0,
                  inference: str = "hard", block: int = 8, impl: str = "fast"):
