@@ -8,6 +8,7 @@ steps: CPU time, unlike wall time, does not count the time other processes hold 
 
     python benchmarks/task_steps.py --threads 1
     PYTHONPATH=<another checkout>/src python benchmarks/task_steps.py --threads 1   # compare
+    python benchmarks/task_steps.py --threads 1 --precision bf16      # bfloat16 autocast
 """
 
 from __future__ import annotations
@@ -62,8 +63,9 @@ def _loss_of(task: str, gen: torch.Generator):
     return model, ctc
 
 
-def step_cpu_time(task: str, reps: int) -> dict:
-    """In a fresh process: the minimum CPU time of a training step of ``task``'s model."""
+def step_cpu_time(task: str, reps: int, precision: str = "fp32") -> dict:
+    """In a fresh process: the minimum CPU time of a training step of ``task``'s model;
+    ``precision`` "bf16": the forward under bfloat16 autocast, as ``--precision bf16`` trains."""
     torch.manual_seed(0)
     model, loss_of = _loss_of(task, torch.Generator().manual_seed(0))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -71,7 +73,9 @@ def step_cpu_time(task: str, reps: int) -> dict:
     for i in range(reps + 2):
         start = time.process_time()
         opt.zero_grad(set_to_none=True)
-        loss_of().backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = loss_of()
+        loss.backward()
         opt.step()
         if i >= 2:
             times.append(time.process_time() - start)
@@ -80,18 +84,20 @@ def step_cpu_time(task: str, reps: int) -> dict:
 
 def main(argv=None) -> int:
     p = harness.parser(__doc__.split("\n\n")[0], time_budget=600.0, reps=8)
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     args = p.parse_args(argv)
     rows = []
     print(harness.table_header(["task", "step CPU s (min)", "threads"]))
     for i in harness.select(list(TASKS), args.match):
-        out = harness.run(step_cpu_time, {"task": TASKS[i], "reps": args.reps},
+        out = harness.run(step_cpu_time, {"task": TASKS[i], "reps": args.reps,
+                                                "precision": args.precision},
                           time_budget=args.time_budget, threads=args.threads)
         rows.append({"task": TASKS[i], **out})
         cells = ([f"{out['step_cpu_s']:.4f}", out["threads"]] if out["status"] == "ok"
                  else [out["status"], out.get("note", "")])
         print(harness.table_row([TASKS[i], *cells]))
     if args.json:
-        harness.write_json(args.json, rows, reps=args.reps)
+        harness.write_json(args.json, rows, reps=args.reps, precision=args.precision)
     print(f"\n{harness.machine()}, commit {harness.commit()}")
     return 0
 
