@@ -20,7 +20,10 @@ transcribe --beam 1``) and once per ``--chunk-ms`` as ``attnkit transcribe --str
 * the final delay: from the end of the audio to the last character; and from the end of the
   speech (the last frame within 40 dB of the loudest; espeak-ng leaves some silence after
   it) to the last character printed, the delay a speaker waits for the end of a transcript;
-* the share of characters printed before the audio ended.
+* the share of characters printed before the audio ended;
+* how far hard decoding is from the expected alignment training used, teacher-forced on the
+  references (:func:`alignment_stats`), and the CER of greedy decoding with the expected
+  (soft) alignment, which reads the whole utterance and does not stream.
 
     python benchmarks/streaming.py --checkpoint RUN/checkpoint --n 200 --chunk-ms 80,200,400 \\
         --time-budget 900 --json docs/streaming.json
@@ -39,12 +42,14 @@ from pathlib import Path
 
 import torch
 
+from attnkit.attention.monotonic import expected_alignment
 from attnkit.cli.common import load_evaluator
-from attnkit.data import log_mel, plan_utterances, utterance_audio
+from attnkit.data import log_mel, pad_features, plan_utterances, utterance_audio
 from attnkit.data.audio import HOP_S, WINDOW_S
 from attnkit.data.speech import KINDS
 from attnkit.decoding import Decoding
 from attnkit.tasks.speech import metrics, transcribe_stream
+from attnkit.tokens import BOS, EOS, PAD
 
 import harness
 
@@ -134,6 +139,91 @@ def stream_row(chunk_ms: float, streamed: list[list], offline: list[str],
     return row
 
 
+def stop_records(energy: torch.Tensor, alpha: torch.Tensor, hard: torch.Tensor,
+                 steps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per output step, where the expected alignment ``alpha`` peaks, how saturated the stop
+    probability ``p = sigmoid(energy)`` is and whether hard decoding stops there.
+
+    Args:
+        energy, alpha: ``(B, U, S)`` energies and expected alignments of teacher-forced steps.
+        hard: ``(B, U)`` the key each step's hard scan stopped at (-1: none), on the same
+            teacher-forced inputs.
+        steps: ``(B, U)`` bool, the steps to count (not padding).
+
+    Returns:
+        ``p`` at each counted step's peak ``argmax alpha`` ``(N,)``; for each counted step
+        whose peak is past the previous step's, whether ``p`` at the previous peak is
+        ``>= 1/2`` ``(M,)`` (a hard scan starting there stops at once, and the character is
+        repeated); for each counted step, whether its hard stop is the peak ``(N,)``.
+    """
+    p = torch.sigmoid(energy.double())
+    peak = alpha.argmax(-1)  # (B, U)
+    before = torch.cat([torch.zeros_like(peak[:, :1]), peak[:, :-1]], 1)  # the previous peak
+    moved = steps & (peak > before)
+    return (p.gather(2, peak[..., None])[..., 0][steps],
+            p.gather(2, before[..., None])[..., 0][moved] >= 0.5, (hard == peak)[steps])
+
+
+def stop_figures(at_peak: torch.Tensor, again: torch.Tensor, at_stop: torch.Tensor) -> dict:
+    """The summary of :func:`stop_records` (concatenated over batches): the 5/25/50/75/95%
+    quantiles of ``p`` at the peaks, the share of those between 0.1 and 0.9, the share of
+    moving steps a hard scan would stop again at the previous peak, and of steps whose hard
+    stop is the peak."""
+    q = torch.tensor([0.05, 0.25, 0.5, 0.75, 0.95], dtype=at_peak.dtype)
+    return {"steps": len(at_peak), "p_at_peak": [round(x, 3) for x in at_peak.quantile(q).tolist()],
+            "peak_p_between_0.1_and_0.9": float(((at_peak > 0.1) & (at_peak < 0.9))
+                                                .double().mean()),
+            "moved_steps": len(again),
+            "stops_again": float(again.double().mean()) if len(again) else 0.0,
+            "hard_stop_at_peak": float(at_stop.double().mean())}
+
+
+@torch.no_grad()
+def alignment_stats(model, vocab, features: list[torch.Tensor], references: list[str], *,
+                    batch_size: int = 50) -> dict:
+    """:func:`stop_figures` of a monotonic or MoChA LAS ``model`` (in eval mode)
+    teacher-forced on ``references``: the energies its expected (soft) pass computes (recorded
+    by wrapping its attention's ``monotonic_energies``; no noise in eval mode), the expected
+    alignments recomputed from them, and the stops of its hard pass (the last key its weights
+    reach: the one-hot stop, or the end of MoChA's chunk)."""
+    attention = model.speller.attention
+    inference, energies, recorded = attention.inference, attention.monotonic_energies, []
+
+    def record(query, kf):
+        recorded.append(energies(query, kf))  # (B, 1, S): the decoder calls one step at a time
+        return recorded[-1]
+
+    records = []
+    attention.monotonic_energies = record
+    try:
+        for s in range(0, len(features), batch_size):
+            f, lengths = pad_features(features[s : s + batch_size])  # (B, T, F), (B,)
+            ids = [[BOS] + vocab.encode(t) + [EOS] for t in references[s : s + batch_size]]
+            tgt = torch.full((len(ids), max(map(len, ids))), PAD)
+            for b, row in enumerate(ids):
+                tgt[b, : len(row)] = torch.tensor(row)
+            recorded.clear()
+            attention.inference = "soft"
+            model(f, lengths, tgt[:, :-1])
+            energy = torch.cat(recorded, 1)  # (B, U, S)
+            attention.inference = "hard"
+            _, weights = model(f, lengths, tgt[:, :-1])  # (B, U, S)
+            _, keys = model.listener(f, lengths)  # (B,) listener steps
+            valid = torch.arange(energy.shape[-1]) < keys[:, None]  # (B, S)
+            state, alphas = attention.initial_state(energy[:, 0]), []
+            for i in range(energy.shape[1]):
+                state = expected_alignment(energy[:, i], state, valid)
+                alphas.append(state)
+            reached = weights > 0
+            last = weights.shape[-1] - 1 - reached.flip(-1).to(torch.int8).argmax(-1)  # (B, U)
+            records.append(stop_records(energy, torch.stack(alphas, 1),
+                                        torch.where(reached.any(-1), last, -1), tgt[:, 1:] != PAD))
+    finally:
+        del attention.monotonic_energies  # the method again
+        attention.inference = inference
+    return stop_figures(*(torch.cat(r) for r in zip(*records)))
+
+
 def main() -> int:
     p = harness.parser("Streaming transcription: CER offline vs streaming, compute per chunk "
                        "and emission delay on the built-in validation speech.",
@@ -158,9 +248,14 @@ def main() -> int:
     plan = plan_utterances(args.n, split="valid", seed=args.seed, kinds=kinds)
     audio = [utterance_audio(u) for u in plan]
     references = [u.transcript for u in plan]
-    outputs = evaluator.decode([evaluator.features(a) for a in audio], Decoding())
+    features = [evaluator.features(a) for a in audio]
+    offline = [o.text for o in evaluator.decode(features, Decoding())]
     speech_end = [speech_end_s(log_mel(a)) for a in audio]
-    offline = [o.text for o in outputs]
+    attention = evaluator.model.speller.attention
+    attention.inference = "soft"
+    soft = [o.text for o in evaluator.decode(features, Decoding())]
+    attention.inference = "hard"  # what streaming reads (check_streaming: it was)
+    stops = alignment_stats(evaluator.model, evaluator.char_vocab, features, references)
 
     streamed = {ms: [] for ms in sizes}
     deadline = time.perf_counter() + args.time_budget
@@ -173,7 +268,14 @@ def main() -> int:
     rows = [stream_row(ms, streamed[ms], offline, references, speech_end) for ms in sizes]
 
     print(f"{args.checkpoint}: {len(audio)} validation utterances ({', '.join(kinds)}), "
-          f"offline greedy CER {metrics(offline, references)['cer']:.4f}")
+          f"offline greedy CER {metrics(offline, references)['cer']:.4f} (hard), "
+          f"{metrics(soft, references)['cer']:.4f} (soft: expected alignment, not streamable)")
+    print(f"teacher-forced, {stops['steps']} steps: p at the expected alignment's peak "
+          f"(5/25/50/75/95%) {stops['p_at_peak']}, between 0.1 and 0.9: "
+          f"{100 * stops['peak_p_between_0.1_and_0.9']:.1f}%; hard stop at the peak: "
+          f"{100 * stops['hard_stop_at_peak']:.1f}%; p >= 0.5 at the previous peak (the hard "
+          f"scan stops again): {100 * stops['stops_again']:.1f}% of {stops['moved_steps']} "
+          "steps that move on")
     print(harness.table_header(["chunk", "utterances", "CER offline / streaming",
                                 "= offline", "CPU ms per chunk (mean / p95)",
                                 "wall ms per chunk (mean / p95)",
@@ -200,6 +302,7 @@ def main() -> int:
     if args.json:
         harness.write_json(args.json, rows, checkpoint=str(args.checkpoint), n=len(audio),
                            kinds=list(kinds), cer_offline=metrics(offline, references)["cer"],
+                           cer_soft=metrics(soft, references)["cer"], stops=stops,
                            load_average=list(os.getloadavg()))
     print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0

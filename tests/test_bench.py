@@ -298,3 +298,38 @@ def test_streamed_characters_are_printed_after_their_chunk_and_the_ones_before()
     loud = torch.full((50, 80), -13.0)
     loud[10:31] = 0.0  # frames 10 to 30 loud: the speech ends at 0.3 s + half a window
     assert streaming.speech_end_s(loud) == pytest.approx(0.3125)
+
+
+def test_stop_records_find_the_peaks_their_probabilities_and_repeated_stops():
+    p = torch.tensor([[[0.95, 0.1, 0.1, 0.1],
+                       [0.7, 0.2, 0.6, 0.3],  # moves to key 2; p at key 0 >= 1/2: stops again
+                       [0.1, 0.1, 0.8, 0.4],  # stays at key 2: not counted as moving
+                       [0.9, 0.9, 0.9, 0.9]]]).double()  # padding
+    alpha = torch.tensor([[[1.0, 0, 0, 0], [0, 0.2, 0.7, 0.1], [0, 0, 0.6, 0.4],
+                           [0, 0, 0, 1.0]]])
+    hard = torch.tensor([[0, 0, 2, 3]])
+    steps = torch.tensor([[True, True, True, False]])
+    at_peak, again, at_stop = streaming.stop_records(torch.logit(p), alpha, hard, steps)
+    assert at_peak.tolist() == pytest.approx([0.95, 0.6, 0.8])
+    assert again.tolist() == [True] and at_stop.tolist() == [True, False, True]
+    figures = streaming.stop_figures(at_peak, again, at_stop)
+    assert figures["p_at_peak"][2] == pytest.approx(0.8)  # the median
+    assert figures["peak_p_between_0.1_and_0.9"] == pytest.approx(2 / 3)
+    assert figures["stops_again"] == 1.0 and figures["moved_steps"] == 1
+    assert figures["hard_stop_at_peak"] == pytest.approx(2 / 3) and figures["steps"] == 3
+
+
+@pytest.mark.parametrize("alignment", ["monotonic", "mocha"])
+def test_alignment_stats_of_a_saturated_model_stop_at_the_peaks(alignment):
+    from attnkit.data import CharVocab
+    from tests.models.toy import streaming_las
+
+    vocab = CharVocab.build(["abcdef"])
+    model = streaming_las(alignment, vocab=len(vocab))  # its stops: p >= 0.78, the rest ~0
+    attention = model.speller.attention
+    features = [torch.randn(160, 80), torch.randn(200, 80)]  # 20 and 25 listener steps
+    stats = streaming.alignment_stats(model, vocab, features, ["abc", "fed"], batch_size=1)
+    assert stats["steps"] == 8 and stats["hard_stop_at_peak"] == 1.0
+    assert stats["stops_again"] == 0.0 and stats["moved_steps"] == 8  # the first from key 0
+    assert 0.5 < stats["p_at_peak"][0] < stats["p_at_peak"][4] < 1
+    assert attention.inference == "hard" and "monotonic_energies" not in vars(attention)
