@@ -342,6 +342,17 @@ def _padding(p: _Probe) -> Finding:
                    "of padded keys before the softmax (an alignment: their probabilities)")
 
 
+def _non_finite(out, grads) -> list[str]:
+    """Which of a call's outputs (context, weights, state) and ``grads`` hold NaN or inf."""
+    bad = [name for name, t in (("the context", out.context), ("the weights", out.weights),
+                                ("the state", out.state))
+           if isinstance(t, torch.Tensor) and t.dtype.is_floating_point
+           and not torch.isfinite(t).all()]
+    if not all(torch.isfinite(g).all() for g in grads):
+        bad.append("the gradients")
+    return bad
+
+
 def _empty(p: _Probe) -> Finding:
     mask = p.mask.clone()
     mask[-1] = False
@@ -351,12 +362,7 @@ def _empty(p: _Probe) -> Finding:
         return Finding("empty_rows", "fail", f"a row with no allowed key raised: {exc}",
                        "fill masked scores with torch.finfo(dtype).min, not -inf, and give "
                        "rows with no key zero weights")
-    bad = [name for name, t in (("the context", out.context), ("the weights", out.weights),
-                                ("the state", out.state))
-           if isinstance(t, torch.Tensor) and t.dtype.is_floating_point
-           and not torch.isfinite(t).all()]
-    if not all(torch.isfinite(g).all() for g in grads):
-        bad.append("the gradients")
+    bad = _non_finite(out, grads)
     if bad:
         return Finding("empty_rows", "fail",
                        f"an example whose keys are all masked gives NaN/inf in {' and '.join(bad)}",
@@ -672,12 +678,7 @@ def _saturation(p: _Probe, scale: float = 50.0) -> Finding:
         except RuntimeError as exc:
             return Finding("saturation", "fail", f"with the parameters times {factor:g} the "
                            f"call raised: {exc}", "")
-        bad = [name for name, t in (("the context", out.context), ("the weights", out.weights),
-                                    ("the state", out.state))
-               if isinstance(t, torch.Tensor) and t.dtype.is_floating_point
-               and not torch.isfinite(t).all()]
-        if not all(torch.isfinite(g).all() for g in grads):
-            bad.append("the gradients")
+        bad = _non_finite(out, grads)
         if bad:
             return Finding("saturation", "fail",
                            f"with the parameters times {factor:g} (scores and energies of tens "
