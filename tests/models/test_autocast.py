@@ -75,3 +75,22 @@ def test_bf16_autocast_stays_near_float32_and_trains_in_float32(name):
             steps = model.steps(lengths) if name == "crnn-attention" else lengths
             hyp = decode(model, x, lengths, max_len=steps // 2 + 2)
         assert hyp.tokens.shape[0] == B
+
+
+@pytest.mark.parametrize("config", [
+    dict(name="vqa", words=12, answers=5, image_size=16, channels=[4, 8], emb=8, hidden=8,
+         attn_dim=8),
+    dict(name="char_lm", vocab=10, emb=8, hidden=16, layers=2),
+], ids=["vqa", "char-lm"])
+def test_models_reading_embeddings_with_an_lstm_train_under_bf16_autocast(config):
+    torch.manual_seed(0)
+    model = build_model(config)
+    words = torch.randint(1, 10, (B, S))
+    inputs = ((torch.rand(B, 3, 16, 16), words, torch.tensor([9, 6, 4]))
+              if config["name"] == "vqa" else (words,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(*inputs)
+    logits = out.logits if config["name"] == "vqa" else out
+    assert torch.isfinite(logits).all()
+    logits.float().sum().backward()
+    assert all(p.grad is None or p.grad.dtype == torch.float32 for p in model.parameters())

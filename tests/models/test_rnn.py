@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from attnkit.models.rnn import BiRNN, reverse_within_lengths
+from attnkit.models.rnn import LSTM, BiRNN, reverse_within_lengths
 
 
 def _packed_reference(bi: BiRNN, kind: str, x, lengths):
@@ -48,3 +48,28 @@ def test_reverse_within_lengths_and_bad_kind():
     assert out[:, :, 0].tolist() == [[3, 2, 1, 0], [5, 4, 6, 7]]
     with pytest.raises(ValueError, match="kind: expected one of lstm, gru, got 'rnn'"):
         BiRNN(3, 4, kind="rnn")
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_float32_inputs_run_under_bf16_autocast_near_float32(kind):
+    # oneDNN's LSTM refuses a float32 input under CPU bf16 autocast on CPUs without native
+    # bfloat16 (AVX2); the models' LSTM casts it, as autocast would.
+    torch.manual_seed(0)
+    rnn = BiRNN(6, 8, kind=kind)
+    x, lengths = torch.randn(3, 10, 6), torch.tensor([10, 7, 3])
+    want = rnn(x, lengths)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = rnn(x, lengths)
+    assert float((got.float() - want).abs().max()) < 0.05
+    got.float().sum().backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in rnn.parameters())
+
+
+def test_lstm_is_nn_lstm_with_the_same_weights_and_outputs():
+    torch.manual_seed(0)
+    plain = torch.nn.LSTM(4, 5, 2, batch_first=True)
+    ours = LSTM(4, 5, 2, batch_first=True)
+    ours.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 7, 4)
+    assert isinstance(ours, torch.nn.LSTM)
+    assert torch.equal(ours(x)[0], plain(x)[0])

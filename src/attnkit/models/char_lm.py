@@ -14,6 +14,7 @@ from torch import nn
 
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.registry import Model
+from attnkit.models.rnn import LSTM
 
 __all__ = ["CharLM"]
 
@@ -45,7 +46,7 @@ class CharLM(Model, name="char_lm"):
         self.layers = check_positive_int("layers", layers)
         check_probability("dropout", dropout)
         self.embed = nn.Embedding(vocab, emb, padding_idx=0)
-        self.rnn = nn.LSTM(emb, hidden, layers, batch_first=True,
+        self.rnn = LSTM(emb, hidden, layers, batch_first=True,
                            dropout=dropout if layers > 1 else 0.0)
         self.drop = nn.Dropout(dropout)
         self.out = nn.Linear(hidden, vocab)

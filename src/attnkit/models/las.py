@@ -44,7 +44,7 @@ from attnkit.attention import exporting
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.decoder import AttentionDecoder
 from attnkit.models.registry import Model
-from attnkit.models.rnn import BiRNN
+from attnkit.models.rnn import LSTM, BiRNN
 
 __all__ = ["LISTENERS", "LAS", "CausalListener", "LASStream", "Listener", "ListenerStream"]
 
@@ -178,8 +178,8 @@ class CausalListener(nn.Module):
     def __init__(self, features: int, hidden: int = 256, *, dropout: float = 0.0):
         super().__init__()
         self.features, self.hidden, self.drop = listener_settings(features, hidden, dropout)
-        self.first = nn.LSTM(features, hidden, batch_first=True)
-        self.pyramid = nn.ModuleList(nn.LSTM(2 * hidden, hidden, batch_first=True)
+        self.first = LSTM(features, hidden, batch_first=True)
+        self.pyramid = nn.ModuleList(LSTM(2 * hidden, hidden, batch_first=True)
                                      for _ in range(HALVINGS))
         self.register_buffer("feature_mean", torch.zeros(features))
         self.register_buffer("feature_std", torch.ones(features))

@@ -5,6 +5,9 @@ direction, but on CPU it is 10-50x slower than the same LSTM on a padded tensor 
 torch 2.13: ``docs/ocr.md``). :class:`BiRNN` runs two one-directional RNNs on padded tensors
 instead: the forward one as is (padding comes after every valid step, so it never reaches them),
 the backward one on each sequence reversed within its own length, its output reversed back.
+
+Every LSTM of the models is :class:`LSTM`, an ``nn.LSTM`` that also runs under CPU bfloat16
+autocast on CPUs without native bfloat16 instructions (below).
 """
 
 from __future__ import annotations
@@ -12,9 +15,32 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["BiRNN", "reverse_within_lengths"]
+from attnkit.attention.precision import autocast_enabled
 
-RNNS = {"lstm": nn.LSTM, "gru": nn.GRU}
+__all__ = ["LSTM", "BiRNN", "reverse_within_lengths"]
+
+
+class LSTM(nn.LSTM):
+    """``nn.LSTM`` (same arguments, weights and outputs) that takes a float32 input under
+    ``torch.autocast`` on any CPU.
+
+    Under CPU bfloat16 autocast, torch 2.13's oneDNN LSTM fails ("could not create a primitive
+    descriptor for the LSTM forward propagation primitive") when its input is float32 on a CPU
+    without AVX-512 BF16 (an AVX2 AMD EPYC, measured), and runs when the input is already
+    bfloat16. A float32 input (features, an embedding's output) is therefore cast to autocast's
+    dtype first, as autocast itself would cast it; the LSTM's outputs are those of autocast.
+
+    Shape: as ``nn.LSTM``.
+    """
+
+    def forward(self, input, hx=None):
+        if isinstance(input, torch.Tensor) and input.dtype == torch.float32 \
+                and autocast_enabled(input.device):
+            input = input.to(torch.get_autocast_dtype(input.device.type))
+        return super().forward(input, hx)
+
+
+RNNS = {"lstm": LSTM, "gru": nn.GRU}
 
 
 def reverse_within_lengths(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
