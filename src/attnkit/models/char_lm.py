@@ -47,7 +47,7 @@ class CharLM(Model, name="char_lm"):
         check_probability("dropout", dropout)
         self.embed = nn.Embedding(vocab, emb, padding_idx=0)
         self.rnn = LSTM(emb, hidden, layers, batch_first=True,
-                           dropout=dropout if layers > 1 else 0.0)
+                        dropout=dropout if layers > 1 else 0.0)
         self.drop = nn.Dropout(dropout)
         self.out = nn.Linear(hidden, vocab)
 
