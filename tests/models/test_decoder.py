@@ -140,6 +140,16 @@ def test_guided_attention_loss_is_zero_on_the_diagonal_and_ignores_padding():
         guided_attention_loss(weights[0], lengths_out, lengths_in)
 
 
+def test_guided_attention_loss_of_bfloat16_weights_is_computed_in_float32():
+    """Positions past 256 are not integers in bfloat16: the cost is computed in float32."""
+    weights = torch.softmax(torch.randn(2, 5, 600), -1)
+    lengths_out, lengths_in = torch.tensor([5, 4]), torch.tensor([600, 517])
+    half = guided_attention_loss(weights.bfloat16(), lengths_out, lengths_in)
+    want = guided_attention_loss(weights.bfloat16().float(), lengths_out, lengths_in)
+    assert half.dtype == torch.float32
+    torch.testing.assert_close(half, want)
+
+
 def test_a_growing_memory_only_with_a_hard_monotonic_alignment():
     dec, memory, _, tgt_in = _setup(dict(alignment="mocha", alignment_options={"chunk": 2}))
     assert dec.streams

@@ -18,6 +18,7 @@ from attnkit.data import (
     write_wav,
 )
 from attnkit.decoding import Decoding
+from attnkit.models import guided_attention_loss
 from attnkit.tasks.speech import (
     SpeechEvaluator,
     SpeechTask,
@@ -68,6 +69,26 @@ def test_loss_with_ctc_is_finite_and_counts_target_characters():
     assert torch.isfinite(loss) and tokens == int((batch["tgt_out"] != 0).sum())
     loss.backward()
     assert model.ctc_head.weight.grad.abs().sum() > 0
+
+
+def test_guided_attention_adds_its_loss_over_the_listener_steps():
+    plain, guided = _task(), _task(guided_attention=2.0)
+    assert guided.config()["batching"]["guided_attention"] == 2.0
+    assert "guided_attention" not in plain.config()["batching"]
+    torch.manual_seed(0)
+    model = plain.build_model()
+    batch = next(iter(plain.batches(0)))
+    ce, _ = plain.loss(model, batch)
+    total, _ = guided.loss(model, batch)
+    _, weights = model(batch["features"], batch["lengths"], batch["tgt_in"])
+    steps = model.steps(batch["lengths"])
+    memory, listened = model.listener(batch["features"], batch["lengths"])
+    assert steps.tolist() == listened.tolist() and weights.shape[-1] == memory.shape[1]
+    want = guided_attention_loss(weights, (batch["tgt_out"] != 0).sum(1), steps)
+    torch.testing.assert_close(total, ce + 2.0 * want)
+    assert want > 0
+    total.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
 def test_pretraining_the_speller_trains_it_alone_through_the_trainer(tmp_path):
@@ -131,6 +152,9 @@ def test_bad_settings_and_short_utterances_are_named():
         SpeechTask(short, short, model_config={})
     with pytest.raises(ValueError, match="ctc_weight: expected a number in \\[0, 1\\], got 2"):
         SpeechTask(_set(2), _set(2), model_config={}, ctc_weight=2)
+    with pytest.raises(ValueError, match="guided_attention: expected a non-negative number, "
+                                         "got -1"):
+        SpeechTask(_set(2), _set(2), model_config={}, guided_attention=-1)
 
 
 def test_float16_feature_storage_changes_the_model_by_rounding_only():

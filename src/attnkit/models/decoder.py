@@ -256,10 +256,13 @@ def guided_attention_loss(weights: torch.Tensor, output_lengths: torch.Tensor,
     if not sigma > 0:
         raise ValueError(f"sigma: expected a positive number, got {sigma!r}")
     b, t, s = weights.shape
-    n_out = output_lengths.to(weights.device, weights.dtype).clamp(min=1)[:, None, None]
-    n_in = input_lengths.to(weights.device, weights.dtype).clamp(min=1)[:, None, None]
-    rows = torch.arange(t, device=weights.device, dtype=weights.dtype)[None, :, None]
-    cols = torch.arange(s, device=weights.device, dtype=weights.dtype)[None, None, :]
+    # positions in float32 at least: bfloat16 holds integers exactly only up to 256
+    dtype = torch.promote_types(weights.dtype, torch.float32)
+    weights = weights.to(dtype)
+    n_out = output_lengths.to(weights.device, dtype).clamp(min=1)[:, None, None]
+    n_in = input_lengths.to(weights.device, dtype).clamp(min=1)[:, None, None]
+    rows = torch.arange(t, device=weights.device, dtype=dtype)[None, :, None]
+    cols = torch.arange(s, device=weights.device, dtype=dtype)[None, None, :]
     gap = (rows + 0.5) / n_out - (cols + 0.5) / n_in  # (B, T, S)
     cost = 1 - torch.exp(-gap.square() / (2 * sigma**2))
     valid = (rows < n_out) & (cols < n_in)

@@ -393,6 +393,12 @@ class LAS(Model, name="las"):
         log_probs, ctc_lengths = self._ctc(memory, mem_lengths)
         return self.speller.start(memory, mem_lengths), log_probs, ctc_lengths
 
+    @staticmethod
+    def steps(lengths: torch.Tensor) -> torch.Tensor:
+        """Listener steps ``S`` ``(B,)`` of utterances of ``lengths`` ``(B,)`` frames: the
+        listener halves them 3 times (``n // 8``)."""
+        return lengths // MIN_FRAMES
+
     def _ctc(self, memory: torch.Tensor, mem_lengths: torch.Tensor):
         """CTC log-probs ``(B, 4S, V)``: listener step ``j`` gives frames ``4j .. 4j + 3``."""
         b, s = memory.shape[:2]

@@ -45,7 +45,7 @@ from attnkit.data import (
 )
 from attnkit.data.audio import MAX_SECONDS, SAMPLE_RATE, frame_count, samples_needed
 from attnkit.decoding import Decoding, Hypotheses, decode_batches, stream_feed, stream_start
-from attnkit.models import LAS, build_model
+from attnkit.models import LAS, build_model, guided_attention_loss
 from attnkit.models.las import HALVINGS, MIN_FRAMES
 from attnkit.plot import plot_alignment
 from attnkit.tasks import metrics as scores
@@ -227,6 +227,9 @@ class SpeechTask:
         teacher_forcing: probability of feeding the reference character, or a
             :class:`attnkit.train.TeacherForcing` schedule over training steps.
         ctc_weight: ``w`` in ``loss = (1 - w) * cross-entropy + w * CTC`` (0: no CTC head).
+        guided_attention: the weight of :func:`attnkit.models.guided_attention_loss` added
+            to the loss (0: none): the speller's attention is led to the diagonal of
+            (character, listener step) early in training.
         max_valid: validation utterances decoded at each evaluation.
 
     Raises:
@@ -236,13 +239,18 @@ class SpeechTask:
     def __init__(self, train: SpeechSet, valid: SpeechSet, *, model_config: dict,
                  vocab: CharVocab | None = None, batch_size: int = 32, seed: int = 0,
                  label_smoothing: float = 0.1, teacher_forcing: float | TeacherForcing = 1.0,
-                 ctc_weight: float = 0.0, max_valid: int = 300, data: dict | None = None):
+                 ctc_weight: float = 0.0, guided_attention: float = 0.0, max_valid: int = 300,
+                 data: dict | None = None):
         if len(train) == 0:
             raise ValueError("train: expected at least one utterance")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
         if not 0.0 <= ctc_weight <= 1.0:
             raise ValueError(f"ctc_weight: expected a number in [0, 1], got {ctc_weight!r}")
+        if not (isinstance(guided_attention, (int, float)) and 0.0 <= guided_attention
+                < float("inf")):
+            raise ValueError(f"guided_attention: expected a non-negative number, got "
+                             f"{guided_attention!r}")
         for s in (train, valid):
             check_frames(s)
         self.train = train
@@ -254,6 +262,7 @@ class SpeechTask:
             teacher_forcing = TeacherForcing(start=teacher_forcing)
         self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
         self.ctc_weight = ctc_weight
+        self.guided_attention = float(guided_attention)
         self.model_config = {"name": "las", **model_config, "vocab": len(self.char_vocab),
                              "features": train.features[0].shape[1], "ctc": ctc_weight > 0}
         self.data = data or {}
@@ -303,6 +312,9 @@ class SpeechTask:
             ctc = F.ctc_loss(log_probs, batch["chars"], listener_lengths, batch["char_lengths"],
                              blank=PAD, zero_infinity=True)
             loss = (1 - self.ctc_weight) * loss + self.ctc_weight * ctc
+        if self.guided_attention > 0:
+            loss = loss + self.guided_attention * guided_attention_loss(
+                out[1], (target != PAD).sum(1), model.steps(batch["lengths"]))
         return loss, int((target != PAD).sum())
 
     def evaluate(self, model: LAS) -> dict[str, float]:
@@ -318,6 +330,8 @@ class SpeechTask:
                 "batching": {"batch_size": self.batch_size, "seed": self.seed,
                              "label_smoothing": self.label_smoothing,
                              "ctc_weight": self.ctc_weight,
+                             **({"guided_attention": self.guided_attention}
+                                if self.guided_attention else {}),
                              "teacher_forcing": asdict(self.teacher_forcing)}}
 
     def vocab(self) -> dict:
