@@ -23,6 +23,12 @@ runs with ``ATTNKIT_COMPILE=0`` (plain PyTorch).
 the slow baselines: a quicker check on another machine than the full suite (hours on a slow CPU). A
 selection (``--targets`` or ``--match``) is printed, and written only to the ``--json`` given,
 never merged into the report.
+
+``--device cuda`` (or ``cuda:N``) runs the cases on a GPU: each run is timed to the end of its
+kernels (``torch.cuda.synchronize``) and its memory is the peak of CUDA's allocator, not the
+resident memory; its rows are, like a selection, written only to the ``--json`` given:
+
+    attnkit bench --targets --device cuda --json gpu.json
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from attnkit import Attention
+from attnkit.train import resolve_device
 from attnkit.cli.bench import add_options
 
 import harness
@@ -87,7 +94,8 @@ class Result:
     command: str = ""  # the command line that measured this row
     date: str = ""
     commit: str = ""  # attnkit's git commit (+ "-dirty" with uncommitted changes to its code)
-    machine: str = ""  # CPU, cores, torch and threads (see machine())
+    machine: str = ""  # CPU, cores, torch and threads (see machine()), the GPU
+    device: str = "cpu"  # where it ran; on a GPU the MiB are CUDA allocator peaks
 
 
 # --------------------------------------------------------------------------- implementations
@@ -112,30 +120,30 @@ def _additive_pairs(qf, kf, v_a):
     return torch.tanh(qf.unsqueeze(-2) + kf.unsqueeze(-3)) @ v_a  # (B, Tq, Tk)
 
 
-def build(case: Case):
+def build(case: Case, device: torch.device | str = "cpu"):
     """Returns (forward function of no arguments -> output, parameters and inputs with grad,
-    attnkit module or None, work in (q, k, A) elements)."""
+    attnkit module or None, work in (q, k, A) elements), on ``device``."""
     torch.manual_seed(0)
     b, t, d = case.b, case.t, case.d
     g = case.group
     if g in ("self", "local"):
         score = "dot" if g == "self" else "scaled_dot"
-        x = torch.randn(b, t, d, requires_grad=True)
-        attn = Attention(d, score=score, window=case.window, impl=_attnkit_impl(case.impl))
+        x = torch.randn(b, t, d, device=device, requires_grad=True)
+        attn = Attention(d, score=score, window=case.window, impl=_attnkit_impl(case.impl)).to(device)
         if case.impl == "loop":
             return lambda: _loop_dot(x, x, x), [x], None, 0
         if case.impl == "naive":
             return lambda: _naive_dot(x, x, x), [x], None, 0
         if case.impl == "sdpa":
-            mask = _band(t, case.window) if case.window else None
+            mask = _band(t, case.window).to(device) if case.window else None
             scale = 1.0 if g == "self" else None
             x4 = x[:, None]  # (B, 1, T, D): SDPA's fused CPU kernels want 4-D inputs
             return (lambda: F.scaled_dot_product_attention(x4, x4, x4, attn_mask=mask,
                                                            scale=scale)[:, 0], [x], None, 0)
         return lambda: attn(x, x).context, [x], attn, 0
     if g == "mha":
-        x = torch.randn(b, t, d, requires_grad=True)
-        attn = Attention(d, score="scaled_dot", heads=case.heads, impl=_attnkit_impl(case.impl))
+        x = torch.randn(b, t, d, device=device, requires_grad=True)
+        attn = Attention(d, score="scaled_dot", heads=case.heads, impl=_attnkit_impl(case.impl)).to(device)
         h, hd = case.heads, d // case.heads
 
         def heads(proj):  # contiguous, so the loop's per-step matmuls copy nothing
@@ -154,8 +162,8 @@ def build(case: Case):
                 q, k, v, scale=1.0)), [x], None, 0)
         return lambda: attn(x, x).context, [x], attn, 0
     if g == "additive":
-        x = torch.randn(b, t, case.a, requires_grad=True)
-        attn = Attention(case.a, score="additive", attn_dim=case.a, impl=_attnkit_impl(case.impl))
+        x = torch.randn(b, t, case.a, device=device, requires_grad=True)
+        attn = Attention(case.a, score="additive", attn_dim=case.a, impl=_attnkit_impl(case.impl)).to(device)
         sc = attn.score
         work = b * t * t * case.a
 
@@ -178,9 +186,9 @@ def build(case: Case):
             return naive, [x], None, work
         return lambda: attn(x, x).context, [x], attn, work
     if g == "decoder":
-        enc = torch.randn(b, t, case.a, requires_grad=True)
-        queries = torch.randn(case.steps, b, case.a, requires_grad=True)
-        attn = Attention(case.a, score="additive", attn_dim=case.a, impl=_attnkit_impl(case.impl))
+        enc = torch.randn(b, t, case.a, device=device, requires_grad=True)
+        queries = torch.randn(case.steps, b, case.a, device=device, requires_grad=True)
+        attn = Attention(case.a, score="additive", attn_dim=case.a, impl=_attnkit_impl(case.impl)).to(device)
         sc = attn.score
         work = b * case.steps * t * case.a
         if case.impl == "loop":
@@ -231,12 +239,13 @@ def estimate_bytes(case: Case) -> int:
 # --------------------------------------------------------------------------- measuring
 
 
-def measure(case: dict, reps: int, time_budget: float) -> dict:
-    """Measure one case in this process (the fresh process of :func:`harness.run`)."""
+def measure(case: dict, reps: int, time_budget: float, device: str = "cpu") -> dict:
+    """Measure one case in this process (the fresh process of :func:`harness.run`), on
+    ``device``."""
     if case.get("window") is not None:
         case = {**case, "window": tuple(case["window"])}  # JSON made it a list
     case = Case(**case)
-    fwd, leaves, attn, work = build(case)
+    fwd, leaves, attn, work = build(case, device)
     res = Result(asdict(case), case.name, case.impl)
     if attn is not None:
         probe = leaves[-1] if case.group == "decoder" else leaves[0]
@@ -257,8 +266,10 @@ def measure(case: dict, reps: int, time_budget: float) -> dict:
 
     train()  # warm-up: first-call allocations, kernel compilation
     # a third of the budget each: warm-up, training, forward
-    t_train = harness.timed(train, reps=reps, time_budget=time_budget / 3, warmup=0)
-    t_fwd = harness.timed(forward, reps=reps, time_budget=time_budget / 3, warmup=0)
+    t_train = harness.timed(train, reps=reps, time_budget=time_budget / 3, warmup=0,
+                            device=device)
+    t_fwd = harness.timed(forward, reps=reps, time_budget=time_budget / 3, warmup=0,
+                          device=device)
     res.forward_s, res.forward_mb = t_fwd.median, t_fwd.extra_mb
     res.train_s, res.train_mb = t_train.median, t_train.extra_mb
     res.reps = [t_fwd.times, t_train.times]
@@ -309,19 +320,22 @@ def is_target(case: Case) -> bool:
                for group, name, impls in TARGETS)
 
 
-def run_suite(cases: list[Case], reps: int, time_budget: float, log=print) -> list[Result]:
-    """Each case in a fresh process; a row per case, logged as it comes."""
+def run_suite(cases: list[Case], reps: int, time_budget: float, log=print,
+              device: str = "cpu") -> list[Result]:
+    """Each case in a fresh process on ``device``; a row per case, logged as it comes."""
     results = []
     for case in cases:
         env = {"ATTNKIT_COMPILE": "0"} if case.impl == "auto-eager" else None
         row = harness.run(measure, {"case": asdict(case), "reps": reps,
-                                    "time_budget": time_budget},
-                          time_budget=time_budget, need_bytes=estimate_bytes(case), env=env)
+                                    "time_budget": time_budget, "device": device},
+                          time_budget=time_budget, env=env,
+                          need_bytes=estimate_bytes(case) if device == "cpu" else 0)
         if row["status"] == "ok":
             res = Result(**row)
         else:
             res = Result(asdict(case), case.name, case.impl, status=row["status"],
                          note=row["note"])
+        res.device = device
         results.append(res)
         log(_row(res))
     return results
@@ -460,13 +474,20 @@ def main(args: argparse.Namespace) -> int:
              if (not args.group or c.group in args.group)
              and (not args.targets or is_target(c))
              and (args.match is None or args.match in c.name)]
+    try:
+        device = str(resolve_device(str(args.device)))
+    except ValueError as e:
+        print(f"attnkit bench: {e}", file=sys.stderr)
+        return 2
     print(HEADER)
-    results = run_suite(cases, args.reps, args.time_budget, log=lambda s: print(s, flush=True))
+    results = run_suite(cases, args.reps, args.time_budget, log=lambda s: print(s, flush=True),
+                        device=device)
     command = getattr(args, "invocation", None) or harness.command()
-    date, commit, machine = time.strftime("%Y-%m-%d"), harness.commit(), harness.machine()
+    date, commit, machine = time.strftime("%Y-%m-%d"), harness.commit(), harness.machine(device)
     for r in results:
         r.command, r.date, r.commit, r.machine = command, date, commit, machine
-    if args.targets or args.match is not None:  # a selection: never merged into the report
+    # a selection, or another device than the report's CPU: never merged into the report
+    if args.targets or args.match is not None or device != "cpu":
         print("\n".join(figures(results)))
         if args.json:
             Path(args.json).write_text(json.dumps(

@@ -14,7 +14,10 @@ Every script in ``benchmarks/`` measures through this module.
   minus the RSS just before is reported. Before the measured runs, glibc is asked to return
   freed memory to the system (:func:`trim`): it keeps blocks freed during the warm-up in its
   heap, which would otherwise stay resident and hide the measured runs' peak. Allocation itself
-  is left as it is, so timings are those of an ordinary process.
+  is left as it is, so timings are those of an ordinary process. On a CUDA device
+  (``timed(..., device=...)``) each run ends with ``torch.cuda.synchronize`` (kernels run
+  asynchronously: the clock must wait for them) and the extra memory is the peak of CUDA's
+  allocator (``torch.cuda.max_memory_allocated``) above what was allocated before the runs.
 * :func:`machine`, :func:`commit` and :func:`command` say what measured a row;
   :func:`write_json` writes rows with them; :func:`table_header` / :func:`table_row` print
   Markdown tables; :func:`write_markdown` rewrites a report and keeps the hand-written notes
@@ -45,6 +48,7 @@ from pathlib import Path
 import torch
 
 import attnkit
+from attnkit.train import resolve_device
 
 # Text below this line in a Markdown report is written by hand and kept when it is rewritten.
 NOTES_MARK = "<!-- notes: hand-written below; kept when the report is regenerated -->"
@@ -94,32 +98,65 @@ def trim() -> None:
 
 @dataclass
 class Timing:
-    """Seconds of each measured run and the peak extra memory (MiB) during them."""
+    """Seconds of each measured run and the peak extra memory (MiB) during them: resident
+    memory (``memory="rss"``) or, on a GPU, CUDA's allocator (``memory="cuda"``)."""
 
     times: list[float]
     extra_mb: float
+    memory: str = "rss"
 
     @property
     def median(self) -> float:
         return statistics.median(self.times)
 
 
-def timed(step, *, reps: int, time_budget: float, warmup: int = 1) -> Timing:
-    """Run ``step()`` ``warmup`` times, then up to ``reps`` times under :class:`PeakRSS`,
-    stopping after the run that ends past ``time_budget`` seconds (at least one run)."""
-    for _ in range(warmup):
+class PeakCUDA:
+    """The peak of CUDA's allocator on ``device`` above what was allocated on entering."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def __enter__(self):
+        torch.cuda.synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self.start = torch.cuda.memory_allocated(self.device)
+        return self
+
+    def __exit__(self, *exc):
+        torch.cuda.synchronize(self.device)
+        self.peak = torch.cuda.max_memory_allocated(self.device)
+
+    @property
+    def extra_mb(self) -> float:
+        return (self.peak - self.start) / 2**20
+
+
+def timed(step, *, reps: int, time_budget: float, warmup: int = 1,
+          device: torch.device | str = "cpu") -> Timing:
+    """Run ``step()`` ``warmup`` times, then up to ``reps`` times under :class:`PeakRSS` (on a
+    CUDA ``device``: :class:`PeakCUDA`, each run timed to its kernels' end), stopping after the
+    run that ends past ``time_budget`` seconds (at least one run)."""
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+
+    def run():
         step()
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        run()
     trim()
     times = []
-    with PeakRSS() as mem:
+    with PeakCUDA(device) if cuda else PeakRSS() as mem:
         start = time.perf_counter()
         for _ in range(reps):
             t0 = time.perf_counter()
-            step()
+            run()
             times.append(time.perf_counter() - t0)
             if time.perf_counter() - start > time_budget:
                 break
-    return Timing(times, mem.extra_mb)
+    return Timing(times, mem.extra_mb, "cuda" if cuda else "rss")
 
 
 # --------------------------------------------------------------------------- the parent process
@@ -198,13 +235,29 @@ def select(names: list[str], match: str | None) -> list[int]:
     return [i for i, name in enumerate(names) if match is None or match in name]
 
 
+def device_arg(text: str) -> str:
+    """``--device``: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` as the device it names on this
+    machine (:func:`attnkit.train.resolve_device`: a GPU it lacks is refused in one line)."""
+    try:
+        return str(resolve_device(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("device: ")) from None
+
+
+def add_device_arg(p: argparse.ArgumentParser) -> None:
+    """``--device`` (default cpu), see :func:`device_arg`."""
+    p.add_argument("--device", type=device_arg, default="cpu",
+                   help="cpu (default), cuda, cuda:N or auto: where the cases run")
+
+
 def parser(description: str, *, time_budget: float, json_path: str | None = None,
-           reps: int | None = None,
+           reps: int | None = None, device: bool = False,
            time_budget_help: str = "seconds per case; its process is stopped after"
            ) -> argparse.ArgumentParser:
     """A script's argument parser with the options every benchmark shares: ``--time-budget``
-    (seconds per case), ``--json``, ``--match`` (rows whose name contains it), ``--threads``
-    and, with a default given, ``--reps``."""
+    (seconds per case), ``--json``, ``--match`` (rows whose name contains it), ``--threads``,
+    with a default given ``--reps``, and with ``device`` the ``--device`` of
+    :func:`add_device_arg`."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--time-budget", type=float, default=time_budget,
                    help=f"{time_budget_help} (default {time_budget:g})")
@@ -215,15 +268,18 @@ def parser(description: str, *, time_budget: float, json_path: str | None = None
     if reps is not None:
         p.add_argument("--reps", type=int, default=reps,
                        help=f"measured repetitions, median reported (default {reps})")
+    if device:
+        add_device_arg(p)
     return p
 
 
 # --------------------------------------------------------------------------- what measured it
 
 
-def machine() -> str:
+def machine(device: torch.device | str = "cpu") -> str:
     """CPU model (with its family and widest vector unit: one model name covers several
-    generations), cores, torch version and threads, Python version."""
+    generations), cores, torch version and threads, Python version; and the GPU of a CUDA
+    ``device`` (its name, memory and CUDA version)."""
     cpu, family, flags = platform.processor() or "?", "", set()
     try:
         with open("/proc/cpuinfo") as f:
@@ -243,8 +299,14 @@ def machine() -> str:
     details = ", ".join(x for x in (family, vector) if x)
     if details:
         cpu += f" ({details})"
-    return (f"{cpu}; {os.cpu_count()} cores, torch {torch.__version__} with "
+    text = (f"{cpu}; {os.cpu_count()} cores, torch {torch.__version__} with "
             f"{torch.get_num_threads()} threads, Python {platform.python_version()}")
+    device = torch.device(device)
+    if device.type == "cuda":
+        gpu = torch.cuda.get_device_properties(device)
+        text += (f"; GPU {device}: {gpu.name}, {gpu.total_memory / 2**30:.0f} GiB, "
+                 f"CUDA {torch.version.cuda}")
+    return text
 
 
 def commit() -> str:
@@ -280,13 +342,14 @@ def table_row(cells: list) -> str:
     return "|" + "".join(f" {c} |" if c != "" else " |" for c in cells)
 
 
-def write_json(path: Path, rows: list[dict], **settings) -> None:
-    """``{"machine", "commit", "date", "command", **settings, "rows"}`` as JSON at ``path``."""
+def write_json(path: Path, rows: list[dict], *, device: str = "cpu", **settings) -> None:
+    """``{"machine", "commit", "date", "command", "device", **settings, "rows"}`` as JSON at
+    ``path`` (the machine with the GPU of a CUDA ``device``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"machine": machine(), "commit": commit(),
+    path.write_text(json.dumps({"machine": machine(device), "commit": commit(),
                                 "date": time.strftime("%Y-%m-%d"), "command": command(),
-                                **settings, "rows": rows}, indent=1))
+                                "device": str(device), **settings, "rows": rows}, indent=1))
 
 
 def write_markdown(path: Path, lines: list[str]) -> None:

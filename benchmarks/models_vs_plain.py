@@ -21,6 +21,10 @@ example full), target lengths likewise; token ids in ``[4, V)``.
 
     python benchmarks/models_vs_plain.py --json docs/models_vs_plain.json
     python benchmarks/models_vs_plain.py --smoke   # every row on tiny shapes: does it run
+    python benchmarks/models_vs_plain.py --match bahdanau --device cuda   # on a GPU
+
+On a GPU (``--device cuda``) the extra memory is the peak of CUDA's allocator, not the
+resident memory, and no row is skipped for the host's free memory.
 """
 
 from __future__ import annotations
@@ -73,15 +77,22 @@ def teacher_forced(gen: torch.Generator, b: int, t: int, vocab: int):
     return torch.cat([torch.ones(b, 1, dtype=torch.long), out[:, :-1]], 1), out
 
 
-def build(family: str, impl: str, shape: tuple):
-    """The model and a function of it giving the loss of one batch (seeded data)."""
+def build(family: str, impl: str, shape: tuple, device: torch.device | str = "cpu"):
+    """The model and a function of it giving the loss of one batch (seeded data, drawn on
+    the CPU and moved to ``device``, the same on every device); the model is built on the
+    CPU (move it to ``device``)."""
     gen = torch.Generator().manual_seed(1)
     torch.manual_seed(0)
+
+    def on(*tensors):
+        return (x.to(device) for x in tensors)
+
     if family in ("bahdanau", "luong"):
         b, s, t = shape
         src_len = lengths(gen, b, s)
         src = tokens(gen, src_len, s, V_TEXT)
         tgt_in, tgt_out = teacher_forced(gen, b, t, V_TEXT)
+        src_len, src, tgt_in, tgt_out = on(src_len, src, tgt_in, tgt_out)
         if impl == "attnkit":
             extra = {"score": "general", "input_feeding": True} if family == "luong" else {}
             model = Seq2Seq(V_TEXT, V_TEXT, kind=family, emb=E, hidden=H, **extra)
@@ -105,6 +116,7 @@ def build(family: str, impl: str, shape: tuple):
         frames = lengths(gen, b, t)
         features = torch.randn(b, t, FEATURES, generator=gen)
         tgt_in, tgt_out = teacher_forced(gen, b, u, V_CHARS)
+        frames, features, tgt_in, tgt_out = on(frames, features, tgt_in, tgt_out)
         if impl == "attnkit":
             model = LAS(V_CHARS, features=FEATURES, score="location", **LAS_SIZES)
 
@@ -122,6 +134,7 @@ def build(family: str, impl: str, shape: tuple):
     images = torch.rand(b, 1, 32, w, generator=gen)
     chars = lengths(gen, b, w // 25)
     targets = tokens(gen, chars, w // 25, V_TEXT)
+    widths, images, chars, targets = on(widths, images, chars, targets)
     if impl == "plain":
         model = plain.SeedCRNN(V_TEXT, hidden=CRNN_HIDDEN)
     else:
@@ -151,9 +164,11 @@ def estimate_bytes(family: str, impl: str, shape: tuple) -> int:
     return 0
 
 
-def measure(family: str, impl: str, shape: list, reps: int, time_budget: float) -> dict:
-    """One row in this process (the fresh process of :func:`harness.run`)."""
-    model, loss_of = build(family, impl, tuple(shape))
+def measure(family: str, impl: str, shape: list, reps: int, time_budget: float,
+            device: str = "cpu") -> dict:
+    """One row in this process (the fresh process of :func:`harness.run`), on ``device``."""
+    model, loss_of = build(family, impl, tuple(shape), device)
+    model.to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
     def step():
@@ -161,8 +176,9 @@ def measure(family: str, impl: str, shape: list, reps: int, time_budget: float) 
         loss_of(model).backward()
         opt.step()
 
-    timing = harness.timed(step, reps=reps, time_budget=time_budget / 2)
-    return {"step_s": timing.median, "train_mb": timing.extra_mb, "times": timing.times,
+    timing = harness.timed(step, reps=reps, time_budget=time_budget / 2, device=device)
+    return {"step_s": timing.median, "train_mb": timing.extra_mb, "memory": timing.memory,
+            "times": timing.times,
             "params": sum(p.numel() for p in model.parameters()),
             "threads": torch.get_num_threads()}
 
@@ -179,7 +195,7 @@ def rows_of(smoke: bool) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    p = harness.parser(__doc__.split("\n\n")[0], time_budget=900.0, reps=5)
+    p = harness.parser(__doc__.split("\n\n")[0], time_budget=900.0, reps=5, device=True)
     p.add_argument("--smoke", action="store_true",
                    help="every row on a tiny shape, one measured step: checks that all run")
     args = p.parse_args(argv)
@@ -191,9 +207,10 @@ def main(argv=None) -> int:
     for row in rows:
         row.update(harness.run(
             measure, {"family": row["family"], "impl": row["impl"], "shape": row["size"],
-                      "reps": reps, "time_budget": args.time_budget},
+                      "reps": reps, "time_budget": args.time_budget, "device": args.device},
             time_budget=args.time_budget, threads=args.threads,
-            need_bytes=estimate_bytes(row["family"], row["impl"], tuple(row["size"]))))
+            need_bytes=(estimate_bytes(row["family"], row["impl"], tuple(row["size"]))
+                        if args.device == "cpu" else 0)))
         if row["impl"] == "plain":
             plain_rows[row["family"], row["shape"]] = row
         base = plain_rows.get((row["family"], row["shape"]))
@@ -202,7 +219,7 @@ def main(argv=None) -> int:
             row["memory_ratio"] = row["train_mb"] / max(base["train_mb"], 1e-9)
         print(table_row(row), flush=True)
     if args.json:
-        harness.write_json(args.json, rows, reps=reps, smoke=args.smoke)
+        harness.write_json(args.json, rows, device=args.device, reps=reps, smoke=args.smoke)
     return 0
 
 

@@ -92,6 +92,38 @@ def test_timed_stops_repeating_after_the_budget():
     assert timing.times and len(timing.times) == 1
 
 
+def test_timed_on_the_cpu_reports_resident_memory():
+    timing = harness.timed(lambda: torch.ones(2**20), reps=2, time_budget=60, device="cpu")
+    assert timing.memory == "rss" and len(timing.times) == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_timed_on_a_gpu_waits_for_the_kernels_and_reports_the_allocator_peak():
+    def step():
+        x = torch.ones(64 * 2**18, device="cuda")  # 64 MiB
+        torch.cuda._sleep(10**7)  # kernels still running when step() returns
+        del x
+
+    timing = harness.timed(step, reps=2, time_budget=60, device="cuda")
+    assert timing.memory == "cuda"
+    assert 63 < timing.extra_mb < 80
+    assert min(timing.times) > 1e-3  # the sleep kernel was waited for
+
+
+def test_device_option_names_the_device_or_refuses_in_one_line(capsys):
+    p = harness.parser("x", time_budget=1.0, device=True)
+    assert p.parse_args([]).device == "cpu"
+    assert p.parse_args(["--device", "cpu"]).device == "cpu"
+    with pytest.raises(SystemExit):
+        p.parse_args(["--device", "gpu"])
+    assert "expected auto, cpu, cuda or cuda:N, got 'gpu'" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit):
+            p.parse_args(["--device", "cuda"])
+        assert "argument --device: " in capsys.readouterr().err
+    assert "--device" not in harness.parser("x", time_budget=1.0).format_help()
+
+
 # ---------------------------------------------------------------- what measured it, reports
 
 
@@ -108,6 +140,7 @@ def test_write_json_records_the_machine_commit_and_command(tmp_path):
     assert data["rows"] == [{"case": "a", "s": 1.0}]
     assert data["batch"] == 8
     assert data["machine"] == harness.machine()
+    assert data["device"] == "cpu" and "GPU" not in data["machine"]
     assert set(data) >= {"commit", "date", "command"}
 
 
@@ -248,12 +281,23 @@ def test_every_models_vs_plain_row_trains_on_its_smoke_shape(one_thread):
 def test_models_vs_plain_smoke_rows_in_fresh_processes(tmp_path, capsys):
     out = tmp_path / "rows.json"
     assert models_vs_plain.main(["--smoke", "--match", "luong", "--threads", "1",
-                                 "--json", str(out)]) == 0
-    rows = json.loads(out.read_text())["rows"]
+                                 "--device", "cpu", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    rows = data["rows"]
+    assert data["device"] == "cpu"
     assert [r["impl"] for r in rows] == ["plain", "attnkit"]
-    assert all(r["status"] == "ok" and r["threads"] == 1 for r in rows)
+    assert all(r["status"] == "ok" and r["threads"] == 1 and r["memory"] == "rss"
+               for r in rows)
     assert rows[1]["time_ratio"] == rows[1]["step_s"] / rows[0]["step_s"]
     assert "| luong | B=2 S=6 T=4 | attnkit |" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_every_models_vs_plain_row_trains_on_a_gpu():
+    for row in models_vs_plain.rows_of(smoke=True):
+        out = models_vs_plain.measure(row["family"], row["impl"], row["size"], reps=1,
+                                      time_budget=60, device="cuda")
+        assert out["step_s"] > 0 and out["memory"] == "cuda", row["name"]
 
 
 def test_profile_models_lists_the_top_ops_of_a_step(one_thread):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from attnkit.cli import bench
 from attnkit.cli.main import main
@@ -16,7 +17,7 @@ def test_bench_help_spells_the_time_budget_one_way(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     for option in ("--quick", "--group", "--targets", "--match", "--reps", "--time-budget",
-                   "--json", "--markdown"):
+                   "--json", "--markdown", "--device"):
         assert option in out
     assert "--budget-s" not in out
 
@@ -36,3 +37,24 @@ def test_bench_runs_the_checkout_script(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("| case | impl | forward s |")
     data = json.loads(out_json.read_text())
     assert data["rows"] == [] and "cores" in data["machine"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_bench_on_a_gpu_this_machine_lacks_is_a_one_line_error(tmp_path, capsys):
+    out_json = tmp_path / "rows.json"
+    assert main(["bench", "--match", "additive B=8 T=256", "--device", "cuda",
+                 "--json", str(out_json)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("attnkit")
+    assert "device: 'cuda' needs CUDA" in err and not out_json.exists()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_bench_on_the_gpu_times_a_case_there(tmp_path):
+    out_json = tmp_path / "rows.json"
+    assert main(["bench", "--match", "additive B=8 T=256 A=128", "--device", "cuda",
+                 "--reps", "2", "--json", str(out_json)]) == 0
+    data = json.loads(out_json.read_text())
+    assert data["rows"] and all(r["status"] == "ok" and r["device"] == "cuda:0"
+                                for r in data["rows"])
+    assert "GPU cuda:0" in data["machine"]

@@ -31,10 +31,15 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reps", type=int, default=3, help="measured repetitions (median)")
     p.add_argument("--time-budget", type=float, default=600.0,
                    help="seconds per case; its process is stopped after (default 600)")
-    p.add_argument("--json", help="rows as JSON (default docs/benchmarks.json; with --targets "
-                   "or --match, written only where given, never merged into the report)")
+    p.add_argument("--json", help="rows as JSON (default docs/benchmarks.json; with --targets, "
+                   "--match or a GPU --device, written only where given, never merged into "
+                   "the report)")
     p.add_argument("--markdown", help="the report (default docs/benchmarks.md; not written "
-                   "with --targets or --match)")
+                   "with --targets, --match or a --device other than cpu)")
+    p.add_argument("--device", default="cpu",
+                   help="cpu (default), cuda, cuda:N or auto: where the cases run; on a GPU "
+                   "each step is timed to its kernels' end and memory is CUDA's allocator "
+                   "peak, and the rows go to --json only")
 
 
 def add_parser(sub) -> None:
