@@ -60,6 +60,20 @@ def test_batches_are_seeded_by_epoch_and_cover_every_utterance():
     assert (batch["tgt_in"][:, 0] == 1).all()  # BOS
 
 
+def test_sortagrad_epochs_take_the_shortest_utterances_first():
+    task = _task(sortagrad=1)
+    first = [b["lengths"].tolist() for b in task.batches(0)]
+    frames = sorted(f.shape[0] for f in task.train.features)
+    assert [n for b in first for n in sorted(b)] == frames  # every utterance, shortest first
+    assert task.config()["batching"]["sortagrad"] == 1
+    assert [b["lengths"].tolist() for b in task.batches(1)] == [
+        b["lengths"].tolist() for b in _task().batches(1)]  # then shuffled as without it
+    assert "sortagrad" not in _task().config()["batching"]
+    with pytest.raises(ValueError, match="sortagrad: expected a non-negative int \\(epochs\\), "
+                                         "got -1"):
+        _task(sortagrad=-1)
+
+
 def test_loss_with_ctc_is_finite_and_counts_target_characters():
     task = _task(ctc_weight=0.5)
     model = task.build_model()

@@ -84,6 +84,9 @@ def add_train_parser(train_sub) -> None:
                        help="weight of the guided attention loss (Tachibana et al. 2017: "
                             "attention far from the diagonal of (character, listener step) "
                             "costs; 0: none)")
+    model.add_argument("--sortagrad", type=common.non_negative_int, default=0, metavar="N",
+                       help="the first N epochs take their batches shortest first (SortaGrad, "
+                            "Amodei et al. 2016; 0: shuffled)")
     model.add_argument("--pretrain-lm-steps", type=int, default=0, metavar="N",
                        help="first train the speller alone as a character LM on the training "
                        f"transcripts for N steps (checkpointed in OUT/{PRETRAIN_DIR}; "
@@ -138,7 +141,8 @@ def run_train(args) -> int:
     task = SpeechTask(train, valid, model_config=model_config, batch_size=args.batch_size,
                       seed=args.seed, label_smoothing=args.label_smoothing,
                       teacher_forcing=common.teacher_forcing(args), ctc_weight=args.ctc_weight,
-                      guided_attention=args.guided_attention, data=data, vocab=load_vocab(ck.vocab) if ck is not None else None)
+                      guided_attention=args.guided_attention, sortagrad=args.sortagrad,
+                      data=data, vocab=load_vocab(ck.vocab) if ck is not None else None)
     model = task.build_model().to(args.device)
     if ck is None and args.pretrain_lm_steps:
         _pretrain_speller(model, task, args, pretrain_dir)

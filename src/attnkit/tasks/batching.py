@@ -10,12 +10,24 @@ __all__ = ["length_batches"]
 
 
 def length_batches(lengths: Sequence[int], batch_size: int, *, seed: int,
-                   epoch: int) -> list[list[int]]:
+                   epoch: int, ascending: bool = False) -> list[list[int]]:
     """Indices of ``lengths`` in batches of ``batch_size``, shuffled (seeded by ``seed`` and
     ``epoch``), each batch drawn from one pool of ``50 * batch_size`` examples sorted by length,
-    so batches hold similar lengths (little padding) and their order stays random."""
+    so batches hold similar lengths (little padding) and their order stays random.
+
+    ``ascending``: instead, every example sorted by length (ties in a seeded random order) and
+    the batches taken shortest first: SortaGrad's curriculum (Amodei et al. 2016), for a first
+    epoch in which an attention decoder learns to align on short inputs first.
+
+    Example:
+        >>> length_batches([5, 1, 4, 2, 3], 2, seed=0, epoch=0, ascending=True)
+        [[1, 3], [4, 2], [0]]
+    """
     g = torch.Generator().manual_seed(seed * 100_003 + epoch)
     order = torch.randperm(len(lengths), generator=g).tolist()
+    if ascending:
+        order.sort(key=lambda i: lengths[i])
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     pool = 50 * batch_size
     batches = []
     for p in range(0, len(order), pool):

@@ -230,6 +230,9 @@ class SpeechTask:
         guided_attention: the weight of :func:`attnkit.models.guided_attention_loss` added
             to the loss (0: none): the speller's attention is led to the diagonal of
             (character, listener step) early in training.
+        sortagrad: the first ``sortagrad`` epochs take their batches shortest first
+            (SortaGrad, Amodei et al. 2016: the attention learns to align on short utterances
+            before long ones); 0: every epoch shuffled.
         max_valid: validation utterances decoded at each evaluation.
 
     Raises:
@@ -239,8 +242,8 @@ class SpeechTask:
     def __init__(self, train: SpeechSet, valid: SpeechSet, *, model_config: dict,
                  vocab: CharVocab | None = None, batch_size: int = 32, seed: int = 0,
                  label_smoothing: float = 0.1, teacher_forcing: float | TeacherForcing = 1.0,
-                 ctc_weight: float = 0.0, guided_attention: float = 0.0, max_valid: int = 300,
-                 data: dict | None = None):
+                 ctc_weight: float = 0.0, guided_attention: float = 0.0, sortagrad: int = 0,
+                 max_valid: int = 300, data: dict | None = None):
         if len(train) == 0:
             raise ValueError("train: expected at least one utterance")
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -251,6 +254,8 @@ class SpeechTask:
                 < float("inf")):
             raise ValueError(f"guided_attention: expected a non-negative number, got "
                              f"{guided_attention!r}")
+        if not (isinstance(sortagrad, int) and not isinstance(sortagrad, bool) and sortagrad >= 0):
+            raise ValueError(f"sortagrad: expected a non-negative int (epochs), got {sortagrad!r}")
         for s in (train, valid):
             check_frames(s)
         self.train = train
@@ -263,6 +268,7 @@ class SpeechTask:
         self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
         self.ctc_weight = ctc_weight
         self.guided_attention = float(guided_attention)
+        self.sortagrad = sortagrad
         self.model_config = {"name": "las", **model_config, "vocab": len(self.char_vocab),
                              "features": train.features[0].shape[1], "ctc": ctc_weight > 0}
         self.data = data or {}
@@ -278,10 +284,12 @@ class SpeechTask:
         return model
 
     def batches(self, epoch: int) -> Batches:
-        """Shuffled (seeded by epoch) batches of similar utterance lengths, built when indexed
-        (features read and made float32 then)."""
+        """Shuffled (seeded by epoch) batches of similar utterance lengths, shortest first in
+        the first ``sortagrad`` epochs, built when indexed (features read and made float32
+        then)."""
         return Batches(length_batches(self.train.frames, self.batch_size, seed=self.seed,
-                                      epoch=epoch), self._collate)
+                                      epoch=epoch, ascending=epoch < self.sortagrad),
+                       self._collate)
 
     def text_batch(self, idx: list[int]) -> dict:
         """Transcripts ``idx`` as ``tgt_in``/``tgt_out`` ``(B, U)`` (BOS/EOS added) and
@@ -332,6 +340,7 @@ class SpeechTask:
                              "ctc_weight": self.ctc_weight,
                              **({"guided_attention": self.guided_attention}
                                 if self.guided_attention else {}),
+                             **({"sortagrad": self.sortagrad} if self.sortagrad else {}),
                              "teacher_forcing": asdict(self.teacher_forcing)}}
 
     def vocab(self) -> dict:
