@@ -593,3 +593,15 @@ def test_a_damaged_cached_library_is_built_again(tmp_path, monkeypatch):
     assert damaged.stat().st_size > 0
     x = torch.tensor([0.25])
     torch.testing.assert_close(bindings.tanh(x, lib=lib), torch.tanh(x))
+
+
+@pytest.mark.parametrize("heads", [1, 3])
+def test_the_location_term_is_the_broadcast_product(heads):
+    g = torch.Generator().manual_seed(heads)
+    f = torch.randn(4, heads, 7, 5, generator=g, dtype=torch.float64)
+    lw = torch.randn(heads, 5, 6, generator=g, dtype=torch.float64)
+    out = bindings.location_term(f, lw)
+    assert out.shape == (4, heads, 7, 6) and out.is_contiguous()
+    torch.testing.assert_close(out, f @ lw)
+    torch.autograd.gradcheck(bindings.location_term,
+                             (f.requires_grad_(), lw.requires_grad_()))

@@ -50,6 +50,20 @@ def test_reverse_within_lengths_and_bad_kind():
         BiRNN(3, 4, kind="rnn")
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_reverse_within_lengths_is_the_loop_over_each_sequence(seed):
+    g = torch.Generator().manual_seed(seed)
+    b, t = int(torch.randint(1, 5, (1,), generator=g)), int(torch.randint(1, 9, (1,), generator=g))
+    x = torch.randn(t, b, 3, 2, generator=g, dtype=torch.float64).transpose(0, 1)  # strided
+    lengths = torch.randint(1, t + 1, (b,), generator=g)
+    want = x.clone()
+    for i, n in enumerate(lengths.tolist()):
+        want[i, :n] = x[i, :n].flip(0)
+    assert torch.equal(reverse_within_lengths(x, lengths), want)
+    torch.autograd.gradcheck(lambda inp: reverse_within_lengths(inp, lengths),
+                             (x.detach().requires_grad_(),))
+
+
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_float32_inputs_run_under_bf16_autocast_near_float32(kind):
     # oneDNN's LSTM refuses a float32 input under CPU bf16 autocast on CPUs without native

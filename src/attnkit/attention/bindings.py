@@ -31,6 +31,7 @@ __all__ = [
     "block_backward",
     "block_scores",
     "declare",
+    "location_term",
     "step_backward",
     "step_forward",
     "tanh",
@@ -228,6 +229,18 @@ def _explain_step(q, kf, v, va, mask, f, lw):
                          f"{mask.dtype} {tuple(mask.shape)} on {mask.device}")
 
 
+def location_term(f: torch.Tensor, lw: torch.Tensor) -> torch.Tensor:
+    """The location score's term ``f_j L``: ``f (B, H, Tk, F)``, ``lw (H, F, A)`` ->
+    ``(B, H, Tk, A)`` (contiguous), one matrix product per head over all ``B * Tk`` rows (the
+    broadcast ``f @ lw`` runs ``B * H`` small ones, ~1.4x slower at B=32, Tk=48, F=10,
+    A=256)."""
+    b, h, tk, nf = f.shape
+    if h == 1:
+        return (f.reshape(b * tk, nf) @ lw[0]).view(b, 1, tk, lw.shape[-1])
+    rows = f.transpose(0, 1).reshape(h, b * tk, nf) @ lw  # (H, B * Tk, A)
+    return rows.view(h, b, tk, lw.shape[-1]).transpose(0, 1).contiguous()
+
+
 def step_forward(q, kf, va, v, mask=None, f=None, lw=None):
     """Additive attention of one query per row: scores ``va . tanh(q + k_j [+ f_j lw])``, mask,
     softmax and context in one kernel.
@@ -244,7 +257,7 @@ def step_forward(q, kf, va, v, mask=None, f=None, lw=None):
     _check_step(q, kf, v, va, mask, f, lw)
     b, h, tk, a = kf.shape
     q, va, kf, v = q.contiguous(), va.contiguous(), _rows(kf), _rows(v)
-    extra = None if f is None else (f @ lw).contiguous()  # (B, H, Tk, A)
+    extra = None if f is None else location_term(f, lw)  # (B, H, Tk, A)
     out = q.new_empty(b, h, 1, v.shape[-1])
     p = q.new_empty(b, h, 1, tk)
     m_sb = m_sj = 0
@@ -276,7 +289,7 @@ def step_backward(q, kf, va, v, p, dout, dw=None, f=None, lw=None, *, key_sum=No
     b, h, tk, a = kf.shape
     q, va, kf, v, dout = q.contiguous(), va.contiguous(), _rows(kf), _rows(v), dout.contiguous()
     dw = None if dw is None else dw.contiguous()
-    extra = None if f is None else (f @ lw).contiguous()  # (B, H, Tk, A)
+    extra = None if f is None else location_term(f, lw)  # (B, H, Tk, A)
     values = values and key_sum is None
     dk = kf.new_empty(b, h, tk, a) if key_sum is None else key_sum
     dv = v.new_empty(b, h, tk, v.shape[-1]) if values else None

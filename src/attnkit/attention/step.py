@@ -139,7 +139,7 @@ def collect(kf: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 def _pre(q, kf, f, lw):
     """``q + k_j`` ``(B, H, Tk, A)``, plus the location term ``f_j L`` when ``f`` is given."""
     pre = q + kf
-    return pre if f is None else pre + f @ lw
+    return pre if f is None else pre + bindings.location_term(f, lw)
 
 
 def _forward(q, kf, va, v, mask, f, lw):
