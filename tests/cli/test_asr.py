@@ -87,8 +87,11 @@ def test_built_in_speech_with_lm_pretraining_and_ctc(tmp_path, capsys):
     assert main(["train", "asr", "--out", str(out), "--cache-dir", str(tmp_path / "cache"),
                  "--n-train", "4", "--n-valid", "1", "--kinds", "digits", "--steps", "3",
                  "--eval-every", "3", "--plot", "1", "--pretrain-lm-steps", "3",
-                 "--ctc-weight", "0.3", *TINY]) == 0
+                 "--ctc-weight", "0.3", "--guided-attention", "0.5", "--sortagrad", "1",
+                 *TINY]) == 0
     text = capsys.readouterr().out
+    batching = json.loads((out / "checkpoint" / "config.json").read_text())["config"]["batching"]
+    assert batching["guided_attention"] == 0.5 and batching["sortagrad"] == 1
     assert re.search(r"speller pre-trained as a language model for 3 steps \(max_steps\); "
                      r"held-out next character: accuracy [\d.]+, loss [\d.]+", text)
     assert "stopped after 3 steps" in text and (out / "alignment_0.png").exists()
