@@ -83,6 +83,13 @@ def check_probability(name: str, value) -> float:
     return float(value)
 
 
+def check_non_negative(name: str, value) -> float:
+    """``value`` as a float when it is a finite number >= 0 (a loss weight, say)."""
+    if not (isinstance(value, (int, float)) and 0.0 <= value < float("inf")):
+        raise ValueError(f"{name}: expected a non-negative number, got {value!r}")
+    return float(value)
+
+
 def check_positive_int(name: str, value) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name}: expected a positive int, got {value!r}")

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from attnkit.checks import check_non_negative
 from attnkit.data import (
     ALPHABET,
     CharVocab,
@@ -233,14 +234,11 @@ class OcrTask:
         if ctc_weight > 0 and self.ctc:
             raise ValueError("ctc_weight: only for the attention head (the CTC head is CTC)")
         self.ctc_weight = float(ctc_weight)
-        if not (isinstance(guided_attention, (int, float)) and 0.0 <= guided_attention
-                < float("inf")):
-            raise ValueError(f"guided_attention: expected a non-negative number, got "
-                             f"{guided_attention!r}")
+        guided_attention = check_non_negative("guided_attention", guided_attention)
         if guided_attention > 0 and self.ctc:
             raise ValueError("guided_attention: only for the attention head (CTC has no "
                              "attention weights)")
-        self.guided_attention = float(guided_attention)
+        self.guided_attention = guided_attention
         if self.ctc_weight > 0:
             self.model_config["ctc"] = True
         self.train, self.valid = train, list(valid[:max_valid])

@@ -29,6 +29,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from attnkit.checks import check_non_negative
 from attnkit.data import (
     CharVocab,
     DataError,
@@ -250,10 +251,6 @@ class SpeechTask:
             raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
         if not 0.0 <= ctc_weight <= 1.0:
             raise ValueError(f"ctc_weight: expected a number in [0, 1], got {ctc_weight!r}")
-        if not (isinstance(guided_attention, (int, float)) and 0.0 <= guided_attention
-                < float("inf")):
-            raise ValueError(f"guided_attention: expected a non-negative number, got "
-                             f"{guided_attention!r}")
         if not (isinstance(sortagrad, int) and not isinstance(sortagrad, bool) and sortagrad >= 0):
             raise ValueError(f"sortagrad: expected a non-negative int (epochs), got {sortagrad!r}")
         for s in (train, valid):
@@ -267,7 +264,7 @@ class SpeechTask:
             teacher_forcing = TeacherForcing(start=teacher_forcing)
         self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
         self.ctc_weight = ctc_weight
-        self.guided_attention = float(guided_attention)
+        self.guided_attention = check_non_negative("guided_attention", guided_attention)
         self.sortagrad = sortagrad
         self.model_config = {"name": "las", **model_config, "vocab": len(self.char_vocab),
                              "features": train.features[0].shape[1], "ctc": ctc_weight > 0}
