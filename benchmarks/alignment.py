@@ -8,7 +8,7 @@ characters) with ``attnkit train ocr`` and the same ``--time-budget``, then read
 * ``ctc``: the CTC head (docs/ocr.md's recipe);
 * ``additive``, ``location``: the attention head with a softmax of the additive / location
   score; ``monotonic``, ``mocha``: with monotonic / MoChA attention (hard decoding);
-  each attention head is trained with an auxiliary CTC loss (``--ctc-weight 0.3``) and read
+  each attention head is trained with an auxiliary CTC loss (``--ctc-weight``, 0.3) and read
   greedily by attention alone and by joint CTC/attention beam search (``--ctc-weight 0.5``,
   beam 4).
 
@@ -27,9 +27,12 @@ hard one.
         --json docs/alignment_guided.json
     python benchmarks/alignment.py --out runs/alignment --skip-training --json docs/alignment.json
     python benchmarks/alignment.py --out /tmp/align-smoke --tiny   # checks the script, minutes
+    python benchmarks/alignment.py --out runs/alignment-bf16 --ctc-weight 0.5 \
+        --json docs/alignment_bf16.json -- --precision bf16 --sortagrad 1
 
-Each training runs in its own process (``python -m attnkit.cli.main``); ``--time-budget`` is each run's
-training budget in seconds. Runs already in ``--out`` are resumed where they stopped.
+Each training runs in its own process (``python -m attnkit.cli.main``); ``--time-budget`` is each
+run's training budget in seconds; the options after ``--`` are added to every run's. Runs
+already in ``--out`` are resumed where they stopped.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ COMMON = ["--n-train", "20000", "--n-valid", "300", "--max-chars", "80", "--atte
 TINY = ["--n-train", "64", "--n-valid", "8", "--max-chars", "12", "--channels", "4,4,8,8,8",
         "--hidden", "8", "--dec-hidden", "8", "--batch-size", "8", "--steps", "4",
         "--eval-every", "2", "--plot", "0", "--no-progress"]
-ATTENTION = ["--head", "attention", "--ctc-weight", "0.3"]
+ATTENTION = ["--head", "attention"]  # with --ctc-weight (the auxiliary CTC loss's weight)
 METHODS = {
     "ctc": ["--head", "ctc"],
     "additive": ATTENTION + ["--dec-score", "additive"],
@@ -95,8 +98,11 @@ def train(task: str, method: str, out: Path, args) -> float:
     else:
         options = ["--cache-dir", str(out / "speech"), *(ASR_TINY if args.tiny else ASR_COMMON),
                    *ASR_METHODS[method]]
-    if task == "ocr" and method != "ctc" and args.guided_attention:
-        options += ["--guided-attention", str(args.guided_attention)]
+    if task == "ocr" and method != "ctc":
+        options += ["--ctc-weight", str(args.ctc_weight)]
+        if args.guided_attention:
+            options += ["--guided-attention", str(args.guided_attention)]
+    options += args.options
     return _run(["train", task, "--out", str(folder), *options, "--time-budget",
                  str(args.time_budget)], folder)
 
@@ -190,6 +196,8 @@ def main() -> None:
     p.add_argument("--match", help="only the methods whose name contains this")
     p.add_argument("--guided-attention", type=float, default=0.0,
                    help="ocr: the attention heads' guided attention loss weight (0: none)")
+    p.add_argument("--ctc-weight", type=float, default=0.3,
+                   help="ocr: the attention heads' auxiliary CTC loss weight (default 0.3)")
     p.add_argument("--lines", type=int, default=60,
                    help="held-out lines per length bucket (ocr), utterances (asr)")
     p.add_argument("--skip-training", action="store_true", help="evaluate the runs in --out")
@@ -197,7 +205,11 @@ def main() -> None:
                    help="a tiny model and data: checks the script, measures nothing")
     p.add_argument("--seed", type=int, default=10)
     p.add_argument("--json", type=Path)
+    p.add_argument("options", nargs=argparse.REMAINDER,
+                   help="-- then options added to every training run's `attnkit train`, e.g. "
+                        "-- --precision bf16 --sortagrad 1")
     args = p.parse_args()
+    args.options = args.options[1:] if args.options[:1] == ["--"] else args.options
     methods = [m for m in (METHODS if args.task == "ocr" else ASR_METHODS)
                if not args.match or args.match in m]
     trained = {}
@@ -216,6 +228,7 @@ def main() -> None:
                                  args.tiny)
         for row in found:
             row["training_seconds"] = trained.get(method)
+            row["options"] = args.options
         rows += found
     columns = (["method", "reading", "chars"] if args.task == "ocr" else
                ["method", "reading", "inference", "joined"])

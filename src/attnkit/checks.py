@@ -90,6 +90,15 @@ def check_non_negative(name: str, value) -> float:
     return float(value)
 
 
+def check_non_negative_int(name: str, value, unit: str = "") -> int:
+    """``value`` when it is an int >= 0 (not a bool); ``unit`` names what it counts in the
+    message, e.g. "epochs"."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        what = f" ({unit})" if unit else ""
+        raise ValueError(f"{name}: expected a non-negative int{what}, got {value!r}")
+    return value
+
+
 def check_positive_int(name: str, value) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name}: expected a positive int, got {value!r}")

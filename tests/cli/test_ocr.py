@@ -1,5 +1,6 @@
 """train ocr -> read, end to end on a handful of tiny lines; bad input gives messages."""
 
+import json
 import re
 
 from PIL import Image
@@ -44,9 +45,11 @@ def test_attention_head_trains_and_reads_with_beam(tmp_path, capsys):
     assert main(["train", "ocr", "--train", str(folder), "--out", str(out), "--steps", "2",
                  "--eval-every", "2", "--head", "attention", "--attention", "none",
                  "--dec-hidden", "8", "--teacher-forcing-end", "0.5", "--ctc-weight", "0.3",
-                 "--plot", "1",
+                 "--sortagrad", "1", "--plot", "1",
                  *TINY]) == 0
     assert (out / "line_0.png").exists()
+    batching = json.loads((out / "checkpoint" / "config.json").read_text())["config"]["batching"]
+    assert batching["sortagrad"] == 1 and batching["ctc_weight"] == 0.3
     capsys.readouterr()
     assert main(["read", "--checkpoint", str(out / "checkpoint"), "--beam", "3",
                  str(folder / "000000.png")]) == 0

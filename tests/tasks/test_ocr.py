@@ -134,3 +134,18 @@ def test_pictures_of_lines_read_in_one_batch_of_several_widths(lines, tmp_path):
         path = plot_line(image, r.texts[0], r.weights, r.steps, tmp_path / f"{i}.png", eos=True,
                          self_attention=r.self_attention)
         assert path.stat().st_size > 0
+
+
+def test_sortagrad_epochs_take_the_narrowest_lines_first(lines):
+    task = OcrTask(lines, lines[:2], model_config=MODEL, batch_size=3, sortagrad=1)
+    first = [b["widths"].tolist() for b in task.batches(0)]
+    assert [w for b in first for w in sorted(b)] == sorted(
+        image.shape[-1] for image, _ in lines)  # every line, narrowest first
+    assert task.config()["batching"]["sortagrad"] == 1
+    plain = OcrTask(lines, lines[:2], model_config=MODEL, batch_size=3)
+    assert [b["widths"].tolist() for b in task.batches(1)] == [
+        b["widths"].tolist() for b in plain.batches(1)]  # then shuffled as without it
+    assert "sortagrad" not in plain.config()["batching"]
+    with pytest.raises(ValueError, match=r"sortagrad: expected a non-negative int \(epochs\), "
+                                         "got True"):
+        OcrTask(lines, lines[:2], model_config=MODEL, sortagrad=True)

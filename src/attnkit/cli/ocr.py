@@ -76,6 +76,9 @@ def add_train_parser(train_sub) -> None:
                        help="attention head: weight of the guided attention loss (Tachibana "
                             "et al. 2017: attention far from the diagonal of the line costs; "
                             "0: none)")
+    model.add_argument("--sortagrad", type=common.non_negative_int, default=0, metavar="N",
+                       help="the first N epochs take their batches narrowest first (SortaGrad, "
+                            "Amodei et al. 2016; 0: shuffled)")
     model.add_argument("--dropout", type=common.proportion, default=0.1)
     common.add_training_args(p, steps=20000, batch_size=32, lr=1e-3, eval_every=500,
                       label_smoothing=0.0)
@@ -127,7 +130,7 @@ def run_train(args) -> int:
     task = OcrTask(train, valid, model_config=model_config, batch_size=args.batch_size,
                    seed=args.seed, label_smoothing=args.label_smoothing,
                    teacher_forcing=common.teacher_forcing(args), ctc_weight=args.ctc_weight,
-                   guided_attention=args.guided_attention, data=data,
+                   guided_attention=args.guided_attention, sortagrad=args.sortagrad, data=data,
                    vocab=CharVocab.from_json(ck.vocab) if ck is not None else None)
     model = task.build_model().to(args.device)
     if common.train_and_report(model, task, args, metric="char_accuracy") is not None:

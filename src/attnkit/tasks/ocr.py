@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from attnkit.checks import check_non_negative
+from attnkit.checks import check_non_negative, check_non_negative_int
 from attnkit.data import (
     ALPHABET,
     CharVocab,
@@ -214,14 +214,17 @@ class OcrTask:
             of an auxiliary CTC head (0: none; sets the model's ``ctc``).
         guided_attention: attention head only: the weight of
             :func:`attnkit.models.guided_attention_loss` added to the loss (0: none).
+        sortagrad: the first ``sortagrad`` epochs take their batches narrowest first
+            (SortaGrad, Amodei et al. 2016: the model learns to read, and the attention head to
+            align, on short lines before long ones); 0: every epoch shuffled.
         max_valid: validation lines read at each evaluation.
     """
 
     def __init__(self, train: Sequence[Line], valid: Sequence[Line], *, model_config: dict,
                  vocab: CharVocab | None = None, batch_size: int = 32, seed: int = 0,
                  label_smoothing: float = 0.0, teacher_forcing: float | TeacherForcing = 1.0,
-                 ctc_weight: float = 0.0, guided_attention: float = 0.0, max_valid: int = 300,
-                 data: dict | None = None):
+                 ctc_weight: float = 0.0, guided_attention: float = 0.0, sortagrad: int = 0,
+                 max_valid: int = 300, data: dict | None = None):
         if not train:
             raise ValueError("train: expected at least one (image, text) line")
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -239,6 +242,7 @@ class OcrTask:
             raise ValueError("guided_attention: only for the attention head (CTC has no "
                              "attention weights)")
         self.guided_attention = guided_attention
+        self.sortagrad = check_non_negative_int("sortagrad", sortagrad, "epochs")
         if self.ctc_weight > 0:
             self.model_config["ctc"] = True
         self.train, self.valid = train, list(valid[:max_valid])
@@ -256,10 +260,12 @@ class OcrTask:
         return build_model(self.model_config)
 
     def batches(self, epoch: int) -> Batches:
-        """Shuffled (seeded by epoch) batches of similar widths, built when indexed (images
-        read and made float32 in [0, 1] then)."""
+        """Shuffled (seeded by epoch) batches of similar widths, narrowest first in the first
+        ``sortagrad`` epochs, built when indexed (images read and made float32 in [0, 1]
+        then)."""
         return Batches(length_batches(self._widths, self.batch_size, seed=self.seed,
-                                      epoch=epoch), self._collate)
+                                      epoch=epoch, ascending=epoch < self.sortagrad),
+                       self._collate)
 
     def _collate(self, idx: list[int]) -> dict:
         images, widths = pad_images([self.train[i][0] for i in idx])
@@ -310,6 +316,7 @@ class OcrTask:
                              **({"ctc_weight": self.ctc_weight} if self.ctc_weight else {}),
                              **({"guided_attention": self.guided_attention}
                                 if self.guided_attention else {}),
+                             **({"sortagrad": self.sortagrad} if self.sortagrad else {}),
                              "teacher_forcing": asdict(self.teacher_forcing)}}
 
     def vocab(self) -> dict:

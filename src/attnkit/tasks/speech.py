@@ -29,7 +29,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from attnkit.checks import check_non_negative
+from attnkit.checks import check_non_negative, check_non_negative_int
 from attnkit.data import (
     CharVocab,
     DataError,
@@ -251,8 +251,6 @@ class SpeechTask:
             raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
         if not 0.0 <= ctc_weight <= 1.0:
             raise ValueError(f"ctc_weight: expected a number in [0, 1], got {ctc_weight!r}")
-        if not (isinstance(sortagrad, int) and not isinstance(sortagrad, bool) and sortagrad >= 0):
-            raise ValueError(f"sortagrad: expected a non-negative int (epochs), got {sortagrad!r}")
         for s in (train, valid):
             check_frames(s)
         self.train = train
@@ -265,7 +263,7 @@ class SpeechTask:
         self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
         self.ctc_weight = ctc_weight
         self.guided_attention = check_non_negative("guided_attention", guided_attention)
-        self.sortagrad = sortagrad
+        self.sortagrad = check_non_negative_int("sortagrad", sortagrad, "epochs")
         self.model_config = {"name": "las", **model_config, "vocab": len(self.char_vocab),
                              "features": train.features[0].shape[1], "ctc": ctc_weight > 0}
         self.data = data or {}
