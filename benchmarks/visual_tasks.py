@@ -11,7 +11,8 @@ scene has; the captions and questions are about those objects):
   term (lambda 1) and without it (lambda 0), hard attention (REINFORCE), and no attention
   (the mean-pooled grid);
 * VQA: accuracy per question type, non-relational and relational; runs: the stacked attention
-  network (2 hops) and the baseline without attention (CNN and LSTM features concatenated).
+  network (2 hops), the same with the relational reader (``kind="relational"``, 2 hops) and
+  the baseline without attention (CNN and LSTM features concatenated).
 
 The scores are those of ``attnkit eval`` (the tasks' evaluators, ``score_examples``): with the
 default ``--n-test 1000``, ``attnkit eval --checkpoint OUT/RUN/checkpoint --data scenes:test``
@@ -46,6 +47,7 @@ RUNS = {  # name: (task, model config, task options)
     "caption-hard": ("caption", dict(attention="hard"), dict(doubly_stochastic=1.0)),
     "caption-none": ("caption", dict(attention="none"), dict(doubly_stochastic=0.0)),
     "vqa-san": ("vqa", dict(kind="san", hops=2), {}),
+    "vqa-relational": ("vqa", dict(kind="relational", hops=2), {}),
     "vqa-none": ("vqa", dict(kind="none"), {}),
 }
 SPLITS = ("test", "heldout")

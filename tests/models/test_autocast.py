@@ -80,8 +80,10 @@ def test_bf16_autocast_stays_near_float32_and_trains_in_float32(name):
 @pytest.mark.parametrize("config", [
     dict(name="vqa", words=12, answers=5, image_size=16, channels=[4, 8], emb=8, hidden=8,
          attn_dim=8),
+    dict(name="vqa", words=12, answers=5, image_size=16, channels=[4, 8], emb=8, hidden=8,
+         attn_dim=8, kind="relational"),
     dict(name="char_lm", vocab=10, emb=8, hidden=16, layers=2),
-], ids=["vqa", "char-lm"])
+], ids=["vqa", "vqa-relational", "char-lm"])
 def test_models_reading_embeddings_with_an_lstm_train_under_bf16_autocast(config):
     torch.manual_seed(0)
     model = build_model(config)

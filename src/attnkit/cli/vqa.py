@@ -11,6 +11,7 @@ from attnkit.cli import common, images
 from attnkit.data import DataError, WordVocab, load_image, question_set, read_question_folder
 from attnkit.data.images import QUESTIONS
 from attnkit.data.scenes import ANSWERS
+from attnkit.models.vqa import KINDS
 from attnkit.tasks.vqa import VqaTask, answer_questions, plot_answers
 from attnkit.tokens import SPECIALS
 
@@ -22,9 +23,12 @@ def add_train_parser(train_sub) -> None:
     p, model = images.add_train_parser(
         train_sub, "vqa", help="train a visual question answerer (stacked attention network)",
         description=DESCRIPTION, tsv=QUESTIONS)
-    model.add_argument("--model", choices=("san", "none"), default="san",
-                       help="san: stacked attention; none: CNN and LSTM features concatenated")
-    model.add_argument("--hops", type=common.positive_int, default=2, help="san: attention hops")
+    model.add_argument("--model", choices=KINDS, default="san",
+                       help="san: stacked attention; relational: stacked attention whose hops "
+                            "see where the previous hop looked, with presence gates that "
+                            "count; none: CNN and LSTM features concatenated")
+    model.add_argument("--hops", type=common.positive_int, default=2,
+                       help="san, relational: attention hops")
     model.add_argument("--emb", type=common.positive_int, default=64)
     model.add_argument("--hidden", type=common.positive_int, default=128,
                        help="question BiLSTM size per direction")

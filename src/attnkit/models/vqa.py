@@ -1,5 +1,6 @@
-"""Visual question answering: a stacked attention network (Yang et al. 2016), and a baseline
-without attention, over the same image grid and question encoder.
+"""Visual question answering: a stacked attention network (Yang et al. 2016), the same with a
+relational reader, and a baseline without attention, over the same image grid and question
+encoder.
 
     image (B, 3, S, S) -> GridEncoder -> a (B, L, D) -> v_i = tanh(W_I a_i + b_I)   (B, L, 2H)
     question (B, T) -> embeddings -> BiRNN -> u_0 = [forward state at the last word;
@@ -9,6 +10,13 @@ without attention, over the same image grid and question encoder.
                                                        p_k = softmax_i(w_k . tanh(W_k u + U_k v_i))
                 u_k = u_{k-1} + c_k                    the refined query
             answer scores = W_u u_K
+    "relational": the hops of "san", where hop k > 1 scores each cell with its offset from
+            where hop k - 1 looked appended to its key, [v_i; x_i - X_{k-1}; |x_i - X_{k-1}|^2]
+            (X_k = sum_i p_ki x_i, x_i the cell's centre), so that a hop can look at what is
+            closest to, farthest from, left of or above the object of the previous hop; a
+            presence gate g_i = sigmoid(w_g . tanh(W_g u_0 + U_g v_i)) per cell (unnormalised:
+            it can count, which a softmax cannot); and an MLP answers from
+            [u_0; c_1; X_1; ...; c_K; X_K; sum_i g_i; max_i g_i]
     "none": the grid flattened (each cell reduced to a few features, so that where things are
             is kept, as in the CNN+MLP baseline of Santoro et al. 2017) and concatenated with
             u_0 -> MLP -> answer scores
@@ -33,7 +41,7 @@ from attnkit.tokens import PAD
 
 __all__ = ["KINDS", "VQA", "VQAOutput"]
 
-KINDS = ("san", "none")
+KINDS = ("san", "relational", "none")
 
 
 class VQAOutput(NamedTuple):
@@ -45,17 +53,18 @@ class VQAOutput(NamedTuple):
 
 
 class VQA(Model, name="vqa"):
-    """A stacked attention network, or the baseline without attention (see the module
-    docstring).
+    """A stacked attention network, the same with a relational reader, or the baseline
+    without attention (see the module docstring).
 
     Args:
         words: question vocabulary size (:class:`attnkit.data.WordVocab`; id 0 is padding).
         answers: ``A``, the answer classes.
         image_size, channels: the grid encoder's (:class:`attnkit.models.grid.GridEncoder`).
-        kind: ``"san"`` or ``"none"``; hops: ``K`` attention hops of ``"san"`` (2 in the paper).
+        kind: ``"san"``, ``"relational"`` or ``"none"``; hops: ``K`` attention hops of
+            ``"san"`` and ``"relational"`` (2 in the paper).
         emb: word embeddings; hidden: ``H`` per direction of the question's BiLSTM (the
             query, the image regions and the answer layer have ``2H`` features);
-            attn_dim: the additive score's hidden size.
+            attn_dim: the additive scores' (and the presence gate's) hidden size.
         cell_features: ``"none"``: features kept per grid cell before flattening.
         dropout: before the answer layer.
 
@@ -82,19 +91,29 @@ class VQA(Model, name="vqa"):
         check_probability("dropout", dropout)
         if kind not in KINDS:
             raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
-        if kind == "san":
+        if kind != "none":
             check_positive_int("hops", hops)
-        self.kind, self.hops = kind, hops if kind == "san" else 0
+        self.kind, self.hops = kind, hops if kind != "none" else 0
         self.encoder = GridEncoder(image_size, tuple(channels))
         d = 2 * hidden
         self.embed = nn.Embedding(words, emb, padding_idx=PAD)
         self.rnn = BiRNN(emb, hidden)
         self.hidden = hidden
-        if kind == "san":
+        if kind != "none":
             self.regions = nn.Sequential(nn.Linear(self.encoder.dim, d), nn.Tanh())
-            self.attention = nn.ModuleList(Attention(d, d, d, score="additive", attn_dim=attn_dim)
-                                           for _ in range(hops))
+            extra = 3 if kind == "relational" else 0  # hop k > 1: the offset and its square
+            self.attention = nn.ModuleList(
+                Attention(d, d + (extra if k else 0), d, score="additive", attn_dim=attn_dim)
+                for k in range(hops))
+        if kind == "san":
             self.answer = nn.Sequential(nn.Dropout(dropout), nn.Linear(d, answers))
+        elif kind == "relational":
+            self.gate_query = nn.Linear(d, attn_dim)
+            self.gate_key = nn.Linear(d, attn_dim, bias=False)
+            self.gate = nn.Linear(attn_dim, 1)
+            read = d + hops * (d + 2) + 2
+            self.answer = nn.Sequential(nn.Linear(read, d), nn.ReLU(), nn.Dropout(dropout),
+                                        nn.Linear(d, answers))
         else:
             self.cells = nn.Linear(self.encoder.dim, cell_features)
             flat = self.encoder.side ** 2 * cell_features
@@ -121,9 +140,29 @@ class VQA(Model, name="vqa"):
             flat = self.cells(grid).flatten(1)  # (B, L * cell_features)
             return VQAOutput(self.answer(torch.cat([flat, u], dim=-1)), None)
         regions = self.regions(grid)  # (B, L, 2H)
+        if self.kind == "relational":
+            return self._relational(u, regions)
         weights = []
         for attention in self.attention:
             context, p = attention(u, regions, need_weights=True)  # (B, 2H), (B, L)
             u = u + context
             weights.append(p)
         return VQAOutput(self.answer(u), torch.stack(weights, dim=1))  # (B, A), (B, K, L)
+
+    def _relational(self, u: torch.Tensor, regions: torch.Tensor) -> VQAOutput:
+        """The relational reader of query ``u_0 (B, 2H)`` over ``regions (B, L, 2H)``."""
+        centres = self.encoder.coords.to(regions.dtype)  # (L, 2)
+        gates = torch.sigmoid(self.gate(torch.tanh(
+            self.gate_query(u)[:, None] + self.gate_key(regions)))).squeeze(-1)  # (B, L)
+        read, weights, key = [u], [], regions
+        for attention in self.attention:
+            context, p = attention(u, key, regions, need_weights=True)  # (B, 2H), (B, L)
+            where = p @ centres  # (B, 2): X_k, where the hop looked
+            offset = centres - where[:, None]  # (B, L, 2)
+            key = torch.cat([regions, offset, offset.square().sum(-1, keepdim=True)], dim=-1)
+            u = u + context
+            read += [context, where]
+            weights.append(p)
+        read += [gates.sum(1, keepdim=True), gates.amax(1, keepdim=True)]
+        return VQAOutput(self.answer(torch.cat(read, dim=-1)),  # (B, A)
+                         torch.stack(weights, dim=1))  # (B, K, L)
