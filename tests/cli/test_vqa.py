@@ -47,6 +47,21 @@ def test_train_vqa_resume_and_ask(tmp_path, capsys):
     assert "empty.png: cannot read image" in capsys.readouterr().err
 
 
+def test_the_relational_model_trains_and_draws_each_hop(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "vqa", "--out", str(out), "--n-train", "6", "--n-valid", "2",
+                 "--steps", "2", "--eval-every", "2", "--model", "relational", "--plot", "1",
+                 "--max-objects", "4", *TINY]) == 0
+    assert "stopped after 2 steps" in capsys.readouterr().out
+    image = tmp_path / "scene.png"
+    Image.fromarray(generate_scenes(1, seed=4)[0].image.permute(1, 2, 0).numpy()).save(image)
+    assert main(["ask", "--checkpoint", str(out / "checkpoint"), str(image),
+                 "what colour is the object closest to the red square ?", "--plot",
+                 str(tmp_path / "pics")]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2  # the answer, the picture written
+    assert (tmp_path / "pics" / "answer_0.png").exists()
+
+
 def test_the_users_folder_and_the_baseline(tmp_path, capsys):
     images, questions = question_set(generate_scenes(3, seed=2, size=32, max_objects=4))
     folder = write_question_folder(images, questions, tmp_path / "data").parent
