@@ -84,8 +84,10 @@ def check_probability(name: str, value) -> float:
 
 
 def check_non_negative(name: str, value) -> float:
-    """``value`` as a float when it is a finite number >= 0 (a loss weight, say)."""
-    if not (isinstance(value, (int, float)) and 0.0 <= value < float("inf")):
+    """``value`` as a float when it is a finite number >= 0 (a loss weight, say; not a
+    bool)."""
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and 0.0 <= value < float("inf")):
         raise ValueError(f"{name}: expected a non-negative number, got {value!r}")
     return float(value)
 

@@ -366,8 +366,10 @@ def test_errors_name_the_argument():
         attn(torch.randn(2, 4), k, prev_state=torch.zeros(2, 4))
     with pytest.raises(ValueError, match="prev_state: alignment 'local_p' has no state"):
         make_alignment("local_p", 4, 3)(torch.randn(2, 4), k, prev_state=torch.zeros(2, 5))
-    with pytest.raises(ValueError, match="noise: expected a non-negative number"):
-        MonotonicAttention(4, noise=-1)
+    for noise in (-1, float("inf"), True):
+        with pytest.raises(ValueError, match=f"noise: expected a non-negative number, got "
+                                             f"{noise!r}"):
+            MonotonicAttention(4, noise=noise)
     with pytest.raises(ValueError, match="inference: expected one of hard, soft"):
         MonotonicAttention(4, inference="greedy")
     with pytest.raises(ValueError, match="impl: expected one of fast, loop"):

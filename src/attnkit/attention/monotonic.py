@@ -41,7 +41,7 @@ from torch import nn
 
 from attnkit.attention.alignment import Alignment, keys_of
 from attnkit.attention.core import Memory
-from attnkit.checks import check_positive_int
+from attnkit.checks import check_non_negative, check_positive_int
 
 __all__ = ["MoChA", "MonotonicAttention", "chunkwise_weights", "expected_alignment",
            "hard_stops"]
@@ -236,8 +236,7 @@ class MonotonicAttention(Alignment, name="monotonic"):
                  inference: str = "hard", block: int = 8, impl: str = "fast"):
         super().__init__(query_dim, key_dim, value_dim, impl=impl)
         a = self.key_dim if attn_dim is None else check_positive_int("attn_dim", attn_dim)
-        if not isinstance(noise, (int, float)) or isinstance(noise, bool) or noise < 0:
-            raise ValueError(f"noise: expected a non-negative number, got {noise!r}")
+        noise = check_non_negative("noise", noise)
         if inference not in INFERENCE:
             raise ValueError(f"inference: expected one of {', '.join(INFERENCE)}, "
                              f"got {inference!r}")

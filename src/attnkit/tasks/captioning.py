@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
+from attnkit.checks import check_non_negative
 from attnkit.data import (
     DataError,
     Scene,
@@ -220,10 +221,8 @@ class CaptionTask:
             raise ValueError("train: expected at least one captioned image")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
-        for name, value in (("doubly_stochastic", doubly_stochastic),
-                            ("entropy_weight", entropy_weight)):
-            if not (isinstance(value, (int, float)) and value >= 0):
-                raise ValueError(f"{name}: expected a non-negative number, got {value!r}")
+        doubly_stochastic = check_non_negative("doubly_stochastic", doubly_stochastic)
+        entropy_weight = check_non_negative("entropy_weight", entropy_weight)
         if not (isinstance(baseline_decay, (int, float)) and 0 <= baseline_decay < 1):
             raise ValueError(f"baseline_decay: expected a number in [0, 1), got "
                              f"{baseline_decay!r}")
