@@ -59,7 +59,7 @@ def test_the_relational_reader_is_its_equations(hops):
             p = torch.softmax(h @ score.v[0], -1)  # (B, L)
             torch.testing.assert_close(out.weights[:, k], p, atol=1e-6, rtol=1e-5)
             context = (p[..., None] * v).sum(1)
-            where = torch.stack([sum(p[:, i, None] * centres[i] for i in range(side ** 2))])[0]
+            where = sum(p[:, i, None] * centres[i] for i in range(side ** 2))  # (B, 2)
             rel = torch.stack([torch.stack([
                 torch.cat([c - where[b], ((c - where[b]) ** 2).sum()[None]])
                 for c in centres]) for b in range(3)])  # (B, L, 3)
