@@ -54,9 +54,11 @@ SPLITS = ("test", "heldout")
 
 
 def train_and_score(name: str, n_train: int, n_valid: int, n_test: int, time_budget: float,
-                    out: str, eval_every: int | None = None) -> dict:
+                    out: str, eval_every: int | None = None, precision: str = "fp32",
+                    lr: float = 1e-3) -> dict:
     """Train run ``name`` for ``time_budget`` seconds (validating every ``eval_every`` steps:
-    the row's ``curve``; None: never), then score it on each of :data:`SPLITS`."""
+    the row's ``curve``; None: never) in ``precision`` at learning rate ``lr``, then score it
+    on each of :data:`SPLITS`."""
     task_name, model, options = RUNS[name]
     torch.manual_seed(0)
     train = generate_scenes(n_train, split="train", size=GRID["image_size"])
@@ -68,12 +70,13 @@ def train_and_score(name: str, n_train: int, n_valid: int, n_test: int, time_bud
         task = VqaTask(question_set(train), question_set(valid), answers=ANSWERS,
                        model_config={**GRID, **model, "dropout": 0.1}, batch_size=64)
     net = task.build_model()
-    cfg = TrainConfig(max_steps=10**7, lr=1e-3, warmup_steps=100, eval_every=eval_every or 10**7,
+    cfg = TrainConfig(max_steps=10**7, lr=lr, precision=precision, warmup_steps=100, eval_every=eval_every or 10**7,
                       checkpoint_every=10**7, time_budget_s=time_budget, progress=False,
                       metric="bleu4" if task_name == "caption" else "accuracy")
     result = Trainer(net, task, cfg, Path(out) / name).fit()
     row = {"name": name, "task": task_name, "steps": result.step, "curve": result.history,
-           "parameters": sum(p.numel() for p in net.parameters())}
+           "parameters": sum(p.numel() for p in net.parameters()), "precision": precision,
+           "lr": lr}
     evaluator = (CaptionEvaluator if task_name == "caption" else VqaEvaluator)(
         net, task.config(), task.vocab())
     for split in SPLITS:
@@ -99,6 +102,9 @@ def main(argv=None) -> int:
     p.add_argument("--n-test", type=int, default=1000, help="scenes per scored split")
     p.add_argument("--eval-every", type=int, help="validate every N steps (the JSON rows' "
                    "curve; default: never), on the --n-valid scenes, inside the time budget")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="training precision (bf16: autocast, as `attnkit train --precision`)")
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
     p.add_argument("--out", type=Path, default=Path("/tmp/attnkit-visual-tasks"),
                    help="run folders and pictures")
     args = p.parse_args(argv)
@@ -109,7 +115,7 @@ def main(argv=None) -> int:
         row = harness.run(train_and_score, {
             "name": name, "n_train": args.n_train, "n_valid": args.n_valid,
             "n_test": args.n_test, "time_budget": args.time_budget, "out": str(args.out),
-            "eval_every": args.eval_every},
+            "eval_every": args.eval_every, "precision": args.precision, "lr": args.lr},
             time_budget=None, threads=args.threads)
         if row["status"] != "ok":
             raise SystemExit(f"visual_tasks: {name}: {row['status']}: {row['note']}")

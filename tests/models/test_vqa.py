@@ -41,50 +41,79 @@ def test_each_hop_is_the_papers_equations(hops):
     torch.testing.assert_close(out.logits, expected, atol=1e-5, rtol=1e-5)
 
 
+def _additive(score, query, key):
+    """The additive score's weights ``(B, Tk)`` of ``query (B, Dq)`` over ``key (B, Tk, Dk)``,
+    written out (Bahdanau et al. 2015)."""
+    return torch.tanh((query @ score.w_query[0])[:, None] + key @ score.w_key[0]) @ score.v[0]
+
+
 @pytest.mark.parametrize("hops", [1, 2, 3])
 def test_the_relational_reader_is_its_equations(hops):
     model = _model(kind="relational", hops=hops)
     images, questions, lengths = _inputs()
     with torch.no_grad():
         out = model(images, questions, lengths)
-        v = torch.tanh(model.regions[0](model.encoder(images)))  # (B, L, 2H)
-        u0 = u = model.question(questions, lengths)  # (B, 2H)
+        a = model.encoder(images)  # (B, L, D)
+        v = torch.tanh(model.regions[0](a))  # (B, L, 2H)
+        u0 = model.question(questions, lengths)  # (B, 2H)
+        h = model.rnn(model.embed(questions), lengths)  # (B, T, 2H)
         side = 4  # 16 px, two halvings
         centres = torch.tensor([[-1 + 2 * col / (side - 1), -1 + 2 * row / (side - 1)]
                                 for row in range(side) for col in range(side)])  # (L, 2)
+        pos = centres + torch.tanh(model.offset(a)) / (side - 1)  # (B, L, 2)
+        padded = torch.arange(questions.shape[1]) >= lengths[:, None]  # (B, T)
         read, key = [u0], v
-        for k, attention in enumerate(model.attention):
-            score = attention.score
-            h = torch.tanh((u @ score.w_query[0])[:, None] + key @ score.w_key[0])
-            p = torch.softmax(h @ score.v[0], -1)  # (B, L)
+        for k in range(hops):
+            words = torch.softmax(_additive(model.control[k].score, u0, h)
+                                  .masked_fill(padded, float("-inf")), -1)  # (B, T)
+            assert (words[padded] == 0).all()
+            query = torch.cat([(words[..., None] * h).sum(1), u0], -1)  # [q_k; u_0]
+            p = torch.softmax(_additive(model.attention[k].score, query, key), -1)  # (B, L)
             torch.testing.assert_close(out.weights[:, k], p, atol=1e-6, rtol=1e-5)
-            context = (p[..., None] * v).sum(1)
-            where = sum(p[:, i, None] * centres[i] for i in range(side ** 2))  # (B, 2)
+            g = torch.sigmoid(model.gate[k](torch.tanh(
+                model.gate_query[k](query)[:, None] + model.gate_key[k](key)))).squeeze(-1)
+            where = sum(p[:, i, None] * pos[:, i] for i in range(side ** 2))  # (B, 2): X_k
+            gated = (sum(g[:, i, None] * pos[:, i] for i in range(side ** 2))
+                     / (g.sum(1, keepdim=True) + 1e-3))  # (B, 2): G_k
+            read += [(p[..., None] * v).sum(1), where, gated, g.sum(1, keepdim=True),
+                     g.max(1, keepdim=True).values]
             rel = torch.stack([torch.stack([
-                torch.cat([c - where[b], ((c - where[b]) ** 2).sum()[None]])
-                for c in centres]) for b in range(3)])  # (B, L, 3)
-            key = torch.cat([v, rel], -1)
-            u = u + context
-            read += [context, where]
-        g = torch.sigmoid(model.gate(torch.tanh(model.gate_query(u0)[:, None]
-                                                + model.gate_key(v)))).squeeze(-1)
-        expected = model.answer(torch.cat(read + [g.sum(1, keepdim=True),
-                                                  g.max(1, keepdim=True).values], -1))
+                torch.cat([pos[b, i] - where[b], ((pos[b, i] - where[b]) ** 2).sum()[None],
+                           g[b, i, None]]) for i in range(side ** 2)]) for b in range(3)])
+            key = torch.cat([v, rel], -1)  # (B, L, 2H + 4)
+        expected = model.answer(torch.cat(read, -1))
     assert out.weights.shape == (3, hops, 16)
     torch.testing.assert_close(out.logits, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_relational_positions_move_within_their_cells():
+    """``p_i`` is the cell's centre moved by at most half the spacing of the centres (1/3
+    on a 4 x 4 grid): the answer layer reads ``X_1`` over the moved centres."""
+    model = _model(kind="relational", hops=1)
+    images, questions, lengths = _inputs()
+    seen = []
+    model.answer.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    d = 2 * TINY["hidden"]
+    with torch.no_grad():
+        model.offset.weight.zero_()
+        for bias, shift in ((100.0, 1 / 3), (-100.0, -1 / 3), (0.0, 0.0)):
+            model.offset.bias.fill_(bias)
+            out = model(images, questions, lengths)
+            expected = out.weights[:, 0] @ (model.encoder.coords + shift)  # (B, 2)
+            torch.testing.assert_close(seen[-1][:, 2 * d : 2 * d + 2], expected)
 
 
 def test_the_relational_gates_are_unnormalised_and_counted():
     """Each cell's presence gate is its own sigmoid (no softmax over cells): all open, the
     answer layer reads the number of cells and 1; all shut, 0 and 0."""
-    model = _model(kind="relational")
+    model = _model(kind="relational", hops=1)
     images, questions, lengths = _inputs()
     seen = []
     model.answer.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
     with torch.no_grad():
-        model.gate.weight.zero_()
+        model.gate[0].weight.zero_()
         for bias, count, peak in ((50.0, 16.0, 1.0), (-50.0, 0.0, 0.0)):
-            model.gate.bias.fill_(bias)
+            model.gate[0].bias.fill_(bias)
             model(images, questions, lengths)
             torch.testing.assert_close(seen[-1][:, -2:], torch.tensor([[count, peak]] * 3))
 
@@ -122,8 +151,9 @@ def test_relational_gradients_reach_every_part():
     model = _model(kind="relational", hops=2).train()
     images, questions, lengths = _inputs()
     model(images, questions, lengths).logits.sum().backward()
-    for part in (model.encoder, model.embed, model.rnn, model.regions, model.attention,
-                 model.gate_query, model.gate_key, model.gate, model.answer):
+    for part in (model.encoder, model.embed, model.rnn, model.regions, model.control,
+                 model.attention, model.offset, model.gate_query, model.gate_key, model.gate,
+                 model.answer):
         assert all(p.grad is not None and p.grad.abs().sum() > 0
                    for p in part.parameters() if p.requires_grad), part
 
@@ -148,3 +178,20 @@ def test_bad_inputs():
         model(images, questions.float(), lengths)
     with pytest.raises(ValueError, match=r"images: expected shape \(B, 3, 16, 16\)"):
         model(images[:, :1], questions, lengths)
+
+
+@pytest.mark.parametrize("kind", ["san", "relational", "none"])
+def test_questions_share_their_images_encoding(kind):
+    """``image_index`` answers each question about its image, as one image per question."""
+    model = _model(kind=kind)
+    images, questions, lengths = _inputs()
+    index = torch.tensor([1, 0, 1])
+    with torch.no_grad():
+        shared = model(images[:2], questions, lengths, index)
+        each = model(images[index], questions, lengths)
+    torch.testing.assert_close(shared.logits, each.logits)
+    with pytest.raises(ValueError, match=r"image_index: expected 3 indices in \[0, 2\), got "
+                                         r"\[1, 0, 2\]"):
+        model(images[:2], questions, lengths, torch.tensor([1, 0, 2]))
+    with pytest.raises(ValueError, match=r"images: expected one per question \(3\), got 2"):
+        model(images[:2], questions, lengths)

@@ -37,20 +37,36 @@ def data():
 
 
 def test_batches_pair_each_question_with_its_image_and_answer(data):
+    """Each batch holds the questions about whole images (every image once), each question
+    paired through ``image_index`` with its image and with its answer; the loss is the
+    cross-entropy of the answers, the same as with one image per question."""
     train, valid = data
     task = VqaTask(train, valid, model_config=MODEL, answers=ANSWERS, batch_size=5)
     batches = task.batches(0)
+    assert sorted(len(b["answers"]) for b in batches)[1] >= 5  # all but the last: 5 or more
     assert sum(len(b["answers"]) for b in batches) == len(train[1])
+    by_text = {}
+    for q in train[1]:
+        by_text.setdefault(q.question, []).append(q)
+    seen_images = []
+    for batch in batches:
+        images = batch["images"]
+        assert len({bytes(i.numpy()) for i in images}) == len(images)  # each image once
+        for j, row in enumerate(batch["questions"]):
+            text = task.words.decode(row[: int(batch["lengths"][j])])
+            image = images[int(batch["image_index"][j])]
+            assert any(torch.equal(image, train[0][q.image].float() / 255)
+                       and task.answers[int(batch["answers"][j])] == q.answer
+                       for q in by_text[text]), text
+        seen_images.append(len(images))
+    assert sum(seen_images) == len(train[0])  # every image in one batch only
     batch = batches[0]
-    first = next(q for q in train[1] if task.words.decode(batch["questions"][0]) == q.question)
-    assert torch.equal(batch["images"][0], train[0][first.image].float() / 255)
-    assert task.answers[int(batch["answers"][0])] == first.answer
     torch.manual_seed(0)
-    model = task.build_model()
+    model = task.build_model().eval()  # batch norm: the same statistics both ways
     loss, n = task.loss(model, batch)
-    out = model(batch["images"], batch["questions"], batch["lengths"])
+    out = model(batch["images"][batch["image_index"]], batch["questions"], batch["lengths"])
     torch.testing.assert_close(loss, F.cross_entropy(out.logits, batch["answers"]))
-    assert n == 5 and task.model_config["answers"] == len(ANSWERS)
+    assert n == len(batch["answers"]) and task.model_config["answers"] == len(ANSWERS)
 
 
 def test_vqa_metrics_per_type_and_relational():

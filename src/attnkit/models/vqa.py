@@ -10,13 +10,23 @@ encoder.
                                                        p_k = softmax_i(w_k . tanh(W_k u + U_k v_i))
                 u_k = u_{k-1} + c_k                    the refined query
             answer scores = W_u u_K
-    "relational": the hops of "san", where hop k > 1 scores each cell with its offset from
-            where hop k - 1 looked appended to its key, [v_i; x_i - X_{k-1}; |x_i - X_{k-1}|^2]
-            (X_k = sum_i p_ki x_i, x_i the cell's centre), so that a hop can look at what is
-            closest to, farthest from, left of or above the object of the previous hop; a
-            presence gate g_i = sigmoid(w_g . tanh(W_g u_0 + U_g v_i)) per cell (unnormalised:
-            it can count, which a softmax cannot); and an MLP answers from
-            [u_0; c_1; X_1; ...; c_K; X_K; sum_i g_i; max_i g_i]
+    "relational": hops that each read their own part of the question and see where the
+            previous hop looked. Hop k:
+              q_k = sum_t a_kt h_t, a_k = attention_k over the question's word states h
+                    (B, T, 2H), queried by u_0 (additive score): which words name this
+                    hop's object;
+              key_i = v_i for k = 1; [v_i; p_i - X_{k-1}; |p_i - X_{k-1}|^2; g_{k-1,i}]
+                    for k > 1, where p_i = x_i + tanh(W_p a_i) / (side - 1) is the cell's
+                    centre x_i moved within its cell by what the cell sees (a position finer
+                    than the grid), X_k = sum_i p_ki p_i where hop k looked, and g the gates:
+                    so that hop k can pick what is closest to, farthest from, left of or
+                    above hop k - 1's object, and not that object itself;
+              c_k, p_k = attention over the cells queried by [q_k; u_0], keyed by key_i,
+                    valued by v_i (additive score);
+              g_ki = sigmoid(w_k . tanh(W_k [q_k; u_0] + U_k key_i) + b_k), a presence
+                    gate per cell (unnormalised: it can count, which a softmax cannot);
+            and an MLP answers from [u_0; c_k; X_k; G_k; sum_i g_ki; max_i g_ki for each
+            k], with G_k = sum_i g_ki p_i / (sum_i g_ki + 1e-3) where the open gates are
     "none": the grid flattened (each cell reduced to a few features, so that where things are
             is kept, as in the CNN+MLP baseline of Santoro et al. 2017) and concatenated with
             u_0 -> MLP -> answer scores
@@ -42,6 +52,7 @@ from attnkit.tokens import PAD
 __all__ = ["KINDS", "VQA", "VQAOutput"]
 
 KINDS = ("san", "relational", "none")
+RELATION = 4  # a relational key's extra features: offset (2), squared distance, gate
 
 
 class VQAOutput(NamedTuple):
@@ -69,7 +80,10 @@ class VQA(Model, name="vqa"):
         dropout: before the answer layer.
 
     Shape:
-        ``forward(images (B, 3, S, S), questions (B, T), lengths (B,))`` -> :class:`VQAOutput`.
+        ``forward(images (B, 3, S, S), questions (B, T), lengths (B,))`` -> :class:`VQAOutput`;
+        or ``forward(images (N, 3, S, S), questions, lengths, image_index (B,))``: question
+        ``b`` is about image ``image_index[b]``, and each of the ``N`` images is encoded once
+        however many questions ask about it.
 
     Example:
         >>> model = VQA(10, 5, image_size=16, channels=(4, 8), emb=8, hidden=8, attn_dim=8)
@@ -101,17 +115,23 @@ class VQA(Model, name="vqa"):
         self.hidden = hidden
         if kind != "none":
             self.regions = nn.Sequential(nn.Linear(self.encoder.dim, d), nn.Tanh())
-            extra = 3 if kind == "relational" else 0  # hop k > 1: the offset and its square
+        if kind == "san":
             self.attention = nn.ModuleList(
-                Attention(d, d + (extra if k else 0), d, score="additive", attn_dim=attn_dim)
-                for k in range(hops))
+                Attention(d, d, d, score="additive", attn_dim=attn_dim) for _ in range(hops))
+        elif kind == "relational":
+            extra = (0,) + (RELATION,) * (hops - 1)  # hop k > 1 keys: offset, distance, gate
+            self.control = nn.ModuleList(
+                Attention(d, d, d, score="additive", attn_dim=attn_dim) for _ in range(hops))
+            self.attention = nn.ModuleList(
+                Attention(2 * d, d + e, d, score="additive", attn_dim=attn_dim) for e in extra)
+            self.gate_query = nn.ModuleList(nn.Linear(2 * d, attn_dim) for _ in range(hops))
+            self.gate_key = nn.ModuleList(nn.Linear(d + e, attn_dim, bias=False) for e in extra)
+            self.gate = nn.ModuleList(nn.Linear(attn_dim, 1) for _ in range(hops))
+            self.offset = nn.Linear(self.encoder.dim, 2)
         if kind == "san":
             self.answer = nn.Sequential(nn.Dropout(dropout), nn.Linear(d, answers))
         elif kind == "relational":
-            self.gate_query = nn.Linear(d, attn_dim)
-            self.gate_key = nn.Linear(d, attn_dim, bias=False)
-            self.gate = nn.Linear(attn_dim, 1)
-            read = d + hops * (d + 2) + 2
+            read = d + hops * (d + 6)
             self.answer = nn.Sequential(nn.Linear(read, d), nn.ReLU(), nn.Dropout(dropout),
                                         nn.Linear(d, answers))
         else:
@@ -122,6 +142,11 @@ class VQA(Model, name="vqa"):
 
     def question(self, questions: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """``u_0`` ``(B, 2H)`` of questions ``(B, T)`` with ``lengths`` ``(B,)``."""
+        return self._read_question(questions, lengths)[1]
+
+    def _read_question(self, questions: torch.Tensor, lengths: torch.Tensor,
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The word states ``h (B, T, 2H)`` and ``u_0 (B, 2H)``."""
         check_int_tensor("questions", questions, ndim=2)
         check_int_tensor("lengths", lengths, ndim=1)
         if lengths.shape[0] != questions.shape[0] or int(lengths.min()) < 1 \
@@ -130,18 +155,30 @@ class VQA(Model, name="vqa"):
                              f"{questions.shape[1]}], got {lengths.tolist()}")
         states = self.rnn(self.embed(questions), lengths)  # (B, T, 2H)
         last = states[torch.arange(len(lengths)), lengths.to(states.device) - 1, :self.hidden]
-        return torch.cat([last, states[:, 0, self.hidden:]], dim=-1)  # (B, 2H)
+        return states, torch.cat([last, states[:, 0, self.hidden:]], dim=-1)
 
-    def forward(self, images: torch.Tensor, questions: torch.Tensor,
-                lengths: torch.Tensor) -> VQAOutput:
-        grid = self.encoder(images)  # (B, L, D)
-        u = self.question(questions, lengths)  # (B, 2H)
+    def forward(self, images: torch.Tensor, questions: torch.Tensor, lengths: torch.Tensor,
+                image_index: torch.Tensor | None = None) -> VQAOutput:
+        states, u = self._read_question(questions, lengths)  # (B, T, 2H), (B, 2H)
+        grid = self.encoder(images)  # (N, L, D)
+        b, n = questions.shape[0], images.shape[0]
+        if image_index is None:
+            if n != b:
+                raise ValueError(f"images: expected one per question ({b}), got {n}; or pass "
+                                 "image_index")
+        else:
+            check_int_tensor("image_index", image_index, ndim=1)
+            if image_index.shape[0] != b or (b and (int(image_index.min()) < 0
+                                                   or int(image_index.max()) >= n)):
+                raise ValueError(f"image_index: expected {b} indices in [0, {n}), got "
+                                 f"{image_index.tolist()}")
+            grid = grid[image_index]  # (B, L, D): each image encoded once
         if self.kind == "none":
             flat = self.cells(grid).flatten(1)  # (B, L * cell_features)
             return VQAOutput(self.answer(torch.cat([flat, u], dim=-1)), None)
         regions = self.regions(grid)  # (B, L, 2H)
         if self.kind == "relational":
-            return self._relational(u, regions)
+            return self._relational(grid, regions, states, u, lengths)
         weights = []
         for attention in self.attention:
             context, p = attention(u, regions, need_weights=True)  # (B, 2H), (B, L)
@@ -149,20 +186,27 @@ class VQA(Model, name="vqa"):
             weights.append(p)
         return VQAOutput(self.answer(u), torch.stack(weights, dim=1))  # (B, A), (B, K, L)
 
-    def _relational(self, u: torch.Tensor, regions: torch.Tensor) -> VQAOutput:
-        """The relational reader of query ``u_0 (B, 2H)`` over ``regions (B, L, 2H)``."""
-        centres = self.encoder.coords.to(regions.dtype)  # (L, 2)
-        gates = torch.sigmoid(self.gate(torch.tanh(
-            self.gate_query(u)[:, None] + self.gate_key(regions)))).squeeze(-1)  # (B, L)
+    def _relational(self, grid: torch.Tensor, regions: torch.Tensor, states: torch.Tensor,
+                    u: torch.Tensor, lengths: torch.Tensor) -> VQAOutput:
+        """The relational reader over the ``grid (B, L, D)``, its ``regions (B, L, 2H)``,
+        the question's word ``states (B, T, 2H)`` with ``lengths (B,)`` and ``u_0 (B, 2H)``."""
+        cell = 1.0 / (self.encoder.side - 1) if self.encoder.side > 1 else 1.0
+        positions = (self.encoder.coords.to(grid.dtype)
+                     + cell * torch.tanh(self.offset(grid)))  # (B, L, 2): p_i
         read, weights, key = [u], [], regions
-        for attention in self.attention:
-            context, p = attention(u, key, regions, need_weights=True)  # (B, 2H), (B, L)
-            where = p @ centres  # (B, 2): X_k, where the hop looked
-            offset = centres - where[:, None]  # (B, L, 2)
-            key = torch.cat([regions, offset, offset.square().sum(-1, keepdim=True)], dim=-1)
-            u = u + context
-            read += [context, where]
+        for k, attention in enumerate(self.attention):
+            q, _ = self.control[k](u, states, key_lengths=lengths)  # (B, 2H)
+            query = torch.cat([q, u], dim=-1)  # (B, 4H)
+            context, p = attention(query, key, regions, need_weights=True)  # (B, 2H), (B, L)
+            gates = torch.sigmoid(self.gate[k](torch.tanh(
+                self.gate_query[k](query)[:, None] + self.gate_key[k](key)))).squeeze(-1)
+            where = (p[:, :, None] * positions).sum(1)  # (B, 2): X_k
+            opened = gates.sum(1, keepdim=True)  # (B, 1)
+            gated = (gates[:, :, None] * positions).sum(1) / (opened + 1e-3)  # (B, 2): G_k
+            read += [context, where, gated, opened, gates.amax(1, keepdim=True)]
             weights.append(p)
-        read += [gates.sum(1, keepdim=True), gates.amax(1, keepdim=True)]
+            offset = positions - where[:, None]  # (B, L, 2)
+            key = torch.cat([regions, offset, offset.square().sum(-1, keepdim=True),
+                             gates[:, :, None]], dim=-1)  # (B, L, 2H + RELATION)
         return VQAOutput(self.answer(torch.cat(read, dim=-1)),  # (B, A)
                          torch.stack(weights, dim=1))  # (B, K, L)

@@ -1,4 +1,5 @@
-"""Shuffled batches of similar lengths, the same for the same (seed, epoch)."""
+"""Shuffled batches of similar lengths, or of whole groups, the same for the same (seed,
+epoch)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["length_batches"]
+__all__ = ["group_batches", "length_batches"]
 
 
 def length_batches(lengths: Sequence[int], batch_size: int, *, seed: int,
@@ -34,3 +35,28 @@ def length_batches(lengths: Sequence[int], batch_size: int, *, seed: int,
         chunk = sorted(order[p : p + pool], key=lambda i: lengths[i])
         batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
     return [batches[j] for j in torch.randperm(len(batches), generator=g).tolist()]
+
+
+def group_batches(groups: Sequence[int], batch_size: int, *, seed: int,
+                  epoch: int) -> list[list[int]]:
+    """Indices of ``groups`` (each example's group id, e.g. the image a question is about) in
+    batches of whole groups: the groups shuffled (seeded by ``seed`` and ``epoch``) and taken
+    in turn until a batch holds ``batch_size`` examples or more (the last batch: what is
+    left), so that what a group shares (the image) is computed once per batch.
+
+    Example:
+        >>> group_batches([0, 0, 1, 2, 2, 2], 3, seed=0, epoch=0)
+        [[3, 4, 5], [0, 1, 2]]
+    """
+    members: dict[int, list[int]] = {}
+    for i, group in enumerate(groups):
+        members.setdefault(group, []).append(i)
+    g = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    order = list(members)
+    batches, batch = [], []
+    for j in torch.randperm(len(order), generator=g).tolist():
+        batch += members[order[j]]
+        if len(batch) >= batch_size:
+            batches.append(batch)
+            batch = []
+    return batches + ([batch] if batch else [])

@@ -36,7 +36,7 @@ from attnkit.data.scenes import QUESTION_TYPES, RELATIONAL, scored_scenes
 from attnkit.decoding import Decoding
 from attnkit.models import VQA, build_model
 from attnkit.plot import plot_image_attention
-from attnkit.tasks.batching import length_batches
+from attnkit.tasks.batching import group_batches
 from attnkit.tasks.evaluator import Evaluator, Example, Output, score_examples
 from attnkit.tasks.explore import answer_example
 from attnkit.train import Batches
@@ -157,7 +157,8 @@ class VqaTask:
         words: the question words (default: those of the training questions).
         answers: the answer classes (default: the training answers, sorted); a validation
             answer outside them is never predicted.
-        batch_size: questions per batch.
+        batch_size: questions per batch (the questions about whole images: this many or a
+            few more; the last batch of an epoch fewer).
         max_valid: validation questions answered at each evaluation.
     """
 
@@ -193,21 +194,27 @@ class VqaTask:
         return build_model(self.model_config)
 
     def batches(self, epoch: int) -> Batches:
-        """Shuffled (seeded by epoch) batches of questions of similar lengths, built when
-        indexed (images float32 in [0, 1])."""
-        lengths = [len(ids) for ids in self._ids]
-        return Batches(length_batches(lengths, self.batch_size, seed=self.seed, epoch=epoch),
+        """Shuffled (seeded by epoch) batches of the questions about whole images, each image
+        in a batch once and encoded once for all its questions, built when indexed (images
+        float32 in [0, 1])."""
+        groups = [q.image for q in self.questions]
+        return Batches(group_batches(groups, self.batch_size, seed=self.seed, epoch=epoch),
                        self._collate)
 
     def _collate(self, idx: list[int]) -> dict:
         tokens, lengths = pad_batch([self._ids[i] for i in idx])
-        return {"images": stack_images([self.images[self.questions[i].image] for i in idx]),
+        asked = [self.questions[i].image for i in idx]
+        images = list(dict.fromkeys(asked))  # each image once, in order of first question
+        index = {image: k for k, image in enumerate(images)}
+        return {"images": stack_images([self.images[i] for i in images]),
+                "image_index": torch.tensor([index[i] for i in asked]),
                 "questions": tokens, "lengths": lengths,
                 "answers": torch.tensor([self.answer_ids[self.questions[i].answer]
                                          for i in idx])}
 
     def loss(self, model, batch: dict, step: int = 0) -> tuple[torch.Tensor, int]:
-        out = model(batch["images"], batch["questions"], batch["lengths"])
+        out = model(batch["images"], batch["questions"], batch["lengths"],
+                    batch["image_index"])
         loss = F.cross_entropy(out.logits, batch["answers"], label_smoothing=self.label_smoothing)
         return loss, len(batch["answers"])
 
