@@ -15,18 +15,19 @@ encoder.
               q_k = sum_t a_kt h_t, a_k = attention_k over the question's word states h
                     (B, T, 2H), queried by u_0 (additive score): which words name this
                     hop's object;
-              key_i = v_i for k = 1; [v_i; p_i - X_{k-1}; |p_i - X_{k-1}|^2; g_{k-1,i}]
-                    for k > 1, where p_i = x_i + tanh(W_p a_i) / (side - 1) is the cell's
-                    centre x_i moved within its cell by what the cell sees (a position finer
-                    than the grid), X_k = sum_i p_ki p_i where hop k looked, and g the gates:
-                    so that hop k can pick what is closest to, farthest from, left of or
-                    above hop k - 1's object, and not that object itself;
+              key_i = v_i for k = 1, and for k > 1
+                    [v_i; r_i - X_{k-1}; |r_i - X_{k-1}|^2; g_{k-1,i}], where
+                    r_i = x_i + tanh(W_r a_i) / (side - 1) is the cell's centre x_i moved
+                    within its cell by what the cell sees (a position finer than the grid),
+                    X_k = sum_i p_ki r_i is where hop k looked and g
+                    are its gates: so that hop k can pick what is closest to, farthest from,
+                    left of or above hop k - 1's object, and not that object itself;
               c_k, p_k = attention over the cells queried by [q_k; u_0], keyed by key_i,
                     valued by v_i (additive score);
               g_ki = sigmoid(w_k . tanh(W_k [q_k; u_0] + U_k key_i) + b_k), a presence
                     gate per cell (unnormalised: it can count, which a softmax cannot);
             and an MLP answers from [u_0; c_k; X_k; G_k; sum_i g_ki; max_i g_ki for each
-            k], with G_k = sum_i g_ki p_i / (sum_i g_ki + 1e-3) where the open gates are
+            k], G_k = sum_i g_ki r_i / (sum_i g_ki + 1e-3) being where the open gates are.
     "none": the grid flattened (each cell reduced to a few features, so that where things are
             is kept, as in the CNN+MLP baseline of Santoro et al. 2017) and concatenated with
             u_0 -> MLP -> answer scores
@@ -119,7 +120,7 @@ class VQA(Model, name="vqa"):
             self.attention = nn.ModuleList(
                 Attention(d, d, d, score="additive", attn_dim=attn_dim) for _ in range(hops))
         elif kind == "relational":
-            extra = (0,) + (RELATION,) * (hops - 1)  # hop k > 1 keys: offset, distance, gate
+            extra = (0,) + (RELATION,) * (hops - 1)  # hop k > 1 keys: see _relational
             self.control = nn.ModuleList(
                 Attention(d, d, d, score="additive", attn_dim=attn_dim) for _ in range(hops))
             self.attention = nn.ModuleList(
@@ -192,7 +193,7 @@ class VQA(Model, name="vqa"):
         the question's word ``states (B, T, 2H)`` with ``lengths (B,)`` and ``u_0 (B, 2H)``."""
         cell = 1.0 / (self.encoder.side - 1) if self.encoder.side > 1 else 1.0
         positions = (self.encoder.coords.to(grid.dtype)
-                     + cell * torch.tanh(self.offset(grid)))  # (B, L, 2): p_i
+                     + cell * torch.tanh(self.offset(grid)))  # (B, L, 2): r_i
         read, weights, key = [u], [], regions
         for k, attention in enumerate(self.attention):
             q, _ = self.control[k](u, states, key_lengths=lengths)  # (B, 2H)
