@@ -105,6 +105,12 @@ def _console_script() -> str:
     return f"import sys\nfrom {module} import {function}\nsys.exit({function}())"
 
 
+def _sigint_at_its_default() -> None:
+    """A terminal's Ctrl-C reaches a program with SIGINT at its default, also when the tests
+    were started with SIGINT ignored (``pytest &`` in a script), which Python would inherit."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupted_while_torch_loads(tmp_path, *command) -> subprocess.CompletedProcess:
     """Run ``python *command`` and send it SIGINT while it imports torch."""
     (tmp_path / "sitecustomize.py").write_text(HOLD_TORCH)
@@ -112,7 +118,8 @@ def _interrupted_while_torch_loads(tmp_path, *command) -> subprocess.CompletedPr
     path = [str(tmp_path), str(Path(attnkit.__file__).parents[1]), os.environ.get("PYTHONPATH")]
     env = {**os.environ, "READY": str(ready), "PYTHONPATH": os.pathsep.join(filter(None, path))}
     proc = subprocess.Popen([sys.executable, *command], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_sigint_at_its_default)
     deadline = time.monotonic() + 120
     while not ready.exists():
         assert proc.poll() is None, proc.communicate()
