@@ -13,7 +13,7 @@ characters) with ``attnkit train ocr`` and the same ``--time-budget``, then read
   beam 4).
 
 ``--task asr`` trains LAS (docs/speech.md's recipe, CTC weight 0.2) with the softmax of the
-location score and with monotonic attention, and transcribes the built-in validation speech,
+location score and with monotonic attention (energy offset 0, training noise 2), and transcribes the built-in validation speech,
 alone and as 2 and 4 utterances joined end to end (inputs 2x and 4x longer than any training
 utterance): greedy by attention alone, beam 4, joint CTC/attention (beam 4, ``--ctc-weight
 0.5``), joint with a character LM trained on the training transcripts (``attnkit train lm``,
@@ -82,7 +82,11 @@ ASR_TINY = ["--kinds", "digits", "--n-train", "16", "--n-valid", "4", "--listene
             "--hidden", "16", "--emb", "8", "--key-value-dim", "8", "--batch-size", "4",
             "--ctc-weight", "0.2", "--steps", "2", "--eval-every", "2", "--plot", "0",
             "--no-progress"]
-ASR_METHODS = {"location": [], "monotonic": ["--alignment", "monotonic"]}
+# monotonic: energies start at 0 (p_choose 0.5), and noise of std 2 on them in training
+# (Raffel et al. 2017) pushes p_choose to 0 or 1, which hard decoding needs (docs/alignment.md,
+# "Streaming transcription")
+MONOTONIC_ASR = ["--alignment", "monotonic", "--energy-offset", "0", "--energy-noise", "2"]
+ASR_METHODS = {"location": [], "monotonic": MONOTONIC_ASR}
 JOINED = (1, 2, 4)  # utterances joined end to end
 LM = "lm"  # the character LM's run folder, trained on the ASR runs' training transcripts
 LM_OPTIONS = ["--hidden", "256", "--steps", "3000", "--eval-every", "500", "--no-progress"]
