@@ -119,6 +119,7 @@ class VQA(Model, name="vqa"):
         if kind == "san":
             self.attention = nn.ModuleList(
                 Attention(d, d, d, score="additive", attn_dim=attn_dim) for _ in range(hops))
+            self.answer = nn.Sequential(nn.Dropout(dropout), nn.Linear(d, answers))
         elif kind == "relational":
             extra = (0,) + (RELATION,) * (hops - 1)  # hop k > 1 keys: see _relational
             self.control = nn.ModuleList(
@@ -129,10 +130,7 @@ class VQA(Model, name="vqa"):
             self.gate_key = nn.ModuleList(nn.Linear(d + e, attn_dim, bias=False) for e in extra)
             self.gate = nn.ModuleList(nn.Linear(attn_dim, 1) for _ in range(hops))
             self.offset = nn.Linear(self.encoder.dim, 2)
-        if kind == "san":
-            self.answer = nn.Sequential(nn.Dropout(dropout), nn.Linear(d, answers))
-        elif kind == "relational":
-            read = d + hops * (d + 6)
+            read = d + hops * (d + 6)  # u_0, then c_k, X_k, G_k, sum g, max g of each hop
             self.answer = nn.Sequential(nn.Linear(read, d), nn.ReLU(), nn.Dropout(dropout),
                                         nn.Linear(d, answers))
         else:
