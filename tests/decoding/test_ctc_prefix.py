@@ -17,6 +17,11 @@ from attnkit.models import CRNN, LAS
 PAD, BOS, EOS = 0, 1, 2  # the blank is the padding id
 
 
+def plain_beam(k, **kw):
+    """Beam search ranked by plain log P (no length penalty): scores are log-probabilities."""
+    return Decoding(beam=k, length_penalty=0.0, **kw)
+
+
 def _ctc_log_prob(log_probs, labels):
     """log p_ctc(labels | log_probs (T, V)), from PyTorch's CTC loss."""
     if not labels:
@@ -99,9 +104,9 @@ def test_ctc_decides_the_end_where_attention_alone_loops():
     attention = torch.tensor([-9.0, -9.0, 0.0, 2.0, 1.0, -1.0])  # EOS third: loops on 3
     model = Fake(attention, _peaked([3, 4], t, v))
     lengths = torch.tensor([t])
-    alone = decode(model, None, lengths, max_len=10, decoding=Decoding(beam=3))
+    alone = decode(model, None, lengths, max_len=10, decoding=plain_beam(3))
     assert alone.tokens[0].tolist() == [3] * 10
-    joint = decode(model, None, lengths, max_len=10, decoding=Decoding(beam=3, ctc_weight=0.5))
+    joint = decode(model, None, lengths, max_len=10, decoding=plain_beam(3, ctc_weight=0.5))
     assert joint.tokens[0, : int(joint.lengths[0])].tolist() == [3, 4, EOS]
 
 
@@ -114,7 +119,7 @@ def test_ctc_alone_with_a_wide_beam_is_exhaustive_search():
     candidates = [list(s) for n in range(0, 4) for s in itertools.product(labels, repeat=n)]
     best = max(candidates, key=lambda s: _ctc_log_prob(model.ctc[0].double(), s))
     got = decode(model, None, torch.tensor([t]), max_len=6,
-                 decoding=Decoding(beam=16, ctc_weight=1.0))
+                 decoding=plain_beam(16, ctc_weight=1.0))
     assert got.tokens[0, : int(got.lengths[0]) - 1].tolist() == best
     assert math.isclose(float(got.scores[0]), _ctc_log_prob(model.ctc[0].double(), best),
                         rel_tol=1e-4)
@@ -122,10 +127,10 @@ def test_ctc_alone_with_a_wide_beam_is_exhaustive_search():
 
 def test_ctc_weight_zero_is_plain_beam_search():
     model = Fake(torch.tensor([-9.0, -9.0, -0.5, 0.0, -1.0]), torch.randn(1, 5, 5))
-    plain = decode(model, None, torch.tensor([5]), max_len=4, decoding=Decoding(beam=2))
-    assert Decoding(beam=2, ctc_weight=0.0).method == "beam"
+    plain = decode(model, None, torch.tensor([5]), max_len=4, decoding=plain_beam(2))
+    assert plain_beam(2, ctc_weight=0.0).method == "beam"
     assert torch.equal(plain.tokens, decode(model, None, torch.tensor([5]), max_len=4,
-                                            decoding=Decoding(beam=2, ctc_weight=0.0)).tokens)
+                                            decoding=plain_beam(2, ctc_weight=0.0)).tokens)
 
 
 class Unigram:
@@ -144,9 +149,9 @@ class Unigram:
 def test_shallow_fusion_adds_the_language_model():
     model = Fake(torch.tensor([-9.0, -9.0, -5.0, 0.0, -0.2]), torch.randn(1, 5, 5))
     lm = Unigram(torch.tensor([-9.0, -9.0, -5.0, -5.0, 0.0]))
-    alone = decode(model, None, torch.tensor([5]), max_len=3, decoding=Decoding(beam=2))
+    alone = decode(model, None, torch.tensor([5]), max_len=3, decoding=plain_beam(2))
     got = decode(model, None, torch.tensor([5]), max_len=3, lm=lm,
-                 decoding=Decoding(beam=2, lm_weight=1.0))
+                 decoding=plain_beam(2, lm_weight=1.0))
     assert alone.tokens[0].tolist() == [3, 3, 3] and got.tokens[0].tolist() == [4, 4, 4]
     with pytest.raises(ValueError, match="lm: lm_weight=1.0 needs a language model, got None"):
         decode(model, None, torch.tensor([5]), max_len=3, decoding=Decoding(lm_weight=1.0))
@@ -165,7 +170,7 @@ def test_joint_decoding_runs_on_the_models_ctc_heads(make, inputs, lengths, one_
     model = make().eval()
     state, log_probs, frames = model.start_joint(inputs, lengths)
     got = decode(model, inputs, lengths, max_len=30,
-                 decoding=Decoding(beam=3, ctc_weight=0.4, n_best=2))
+                 decoding=plain_beam(3, ctc_weight=0.4, n_best=2))
     assert got.tokens.shape[:2] == (2, 2) and torch.isfinite(got.scores[:, 0]).all()
     assert (got.lengths[:, 0] <= frames + 1).all()  # CTC bounds the output length
     one = decode(model, inputs, lengths, max_len=30, decoding=Decoding(ctc_weight=0.4))

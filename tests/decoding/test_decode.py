@@ -3,7 +3,15 @@
 import pytest
 import torch
 
-from attnkit.decoding import Decoding, beam_search, decode, decode_batches, greedy, sample
+from attnkit.decoding import (
+    DEFAULT_LENGTH_PENALTY,
+    Decoding,
+    beam_search,
+    decode,
+    decode_batches,
+    greedy,
+    sample,
+)
 from attnkit.models import Seq2Seq
 from tests.models.toy import toy_batch
 
@@ -41,6 +49,17 @@ def test_each_method_is_the_search_it_names():
 def test_methods_and_generators():
     assert Decoding().method == "greedy" and Decoding(beam=2).method == "beam"
     assert Decoding(no_repeat_ngram=3).method == "beam"  # beam search of one hypothesis
+    assert Decoding(no_repeat_ngram=3).length_penalty == 0.0
+
+
+def test_a_beam_normalises_by_length_unless_told_otherwise():
+    assert Decoding(beam=4).length_penalty == DEFAULT_LENGTH_PENALTY == 1.0
+    assert Decoding(beam=4) == Decoding(beam=4, length_penalty=1.0)
+    assert Decoding(beam=4, length_penalty=0.0).length_penalty == 0.0
+    assert Decoding().length_penalty == 0.0 and Decoding().method == "greedy"
+    assert Decoding(beam=4).describe() == "beam=4, length_penalty=1.0"
+    assert Decoding(beam=4, length_penalty=0.0).describe() == "beam=4"
+    assert Decoding(length_penalty=0.5).describe() == "length_penalty=0.5"
     assert Decoding(sample=True).method == "sample" and Decoding().generator("cpu") is None
     a, b = Decoding(seed=1).generator("cpu"), Decoding(seed=1).generator("cpu")
     assert torch.equal(torch.rand(3, generator=a), torch.rand(3, generator=b))

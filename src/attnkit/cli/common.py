@@ -23,7 +23,7 @@ import torch
 
 from attnkit.cli import recipes
 from attnkit.data import load_vocab
-from attnkit.decoding import Decoding
+from attnkit.decoding import DEFAULT_LENGTH_PENALTY, Decoding
 from attnkit.explore import write_explorer
 from attnkit.models import build_model, legacy, model_shapes
 from attnkit.tasks import EVALUATORS, evaluator_for
@@ -284,11 +284,6 @@ def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float 
                        help="pictures of N validation examples")
 
 
-# Beam search ranks by log P / ((5 + |Y|) / 6) ** alpha: with alpha 0 a beam prefers outputs
-# that end early (a LAS model trained with label smoothing stops after the first word on some
-# numbers, which greedy decoding reads whole), with alpha 1 it ranks like greedy or better
-# (docs/models.md).
-DEFAULT_LENGTH_PENALTY = 1.0
 TASK_BEAM = {"translate": 5, "asr": 5, "ocr": 1}  # each task's beam width by default
 BEAM_OPTIONS = (("--length-penalty", "length_penalty", None),
                 ("--coverage-penalty", "coverage_penalty", 0.0),
@@ -356,9 +351,7 @@ def decoding(args) -> Decoding:
         beam = args.beam or args.default_beam
         if args.n_best > beam:
             raise ValueError(f"--n-best: expected at most --beam ({beam}), got {args.n_best}")
-        length_penalty = (args.length_penalty if args.length_penalty is not None
-                          else DEFAULT_LENGTH_PENALTY if beam > 1 else 0.0)
-        return Decoding(beam=beam, length_penalty=length_penalty,
+        return Decoding(beam=beam, length_penalty=args.length_penalty,
                         coverage_penalty=args.coverage_penalty,
                         no_repeat_ngram=args.no_repeat_ngram, n_best=args.n_best,
                         max_len=args.max_len, loop_stop=not args.no_loop_stop)

@@ -16,7 +16,14 @@ from attnkit.decoding.ctc_prefix import joint_decode
 from attnkit.decoding.search import Hypotheses, beam_search, greedy, sample
 from attnkit.tokens import BOS, EOS, PAD
 
-__all__ = ["Decoding", "decode", "decode_batches"]
+__all__ = ["DEFAULT_LENGTH_PENALTY", "Decoding", "decode", "decode_batches"]
+
+# Beam search ranks by log P / ((5 + |Y|) / 6) ** alpha. With alpha 0 a beam prefers outputs
+# that end early: a LAS model trained with label smoothing stops after the first word on some
+# numbers, which greedy decoding reads whole, and an attention-only ASR beam ranks "EOS first"
+# above the transcript (docs/models.md, docs/alignment.md); with alpha 1 it ranks like greedy
+# or better.
+DEFAULT_LENGTH_PENALTY = 1.0
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +42,8 @@ class Decoding:
     """How outputs are chosen.
 
     Greedy by default; ``beam > 1`` (or any beam option) runs batched beam search, ranked by
-    ``log P / lp(|Y|) + cp`` with Wu et al. (2016)'s ``length_penalty`` (alpha) and
+    ``log P / lp(|Y|) + cp`` with Wu et al. (2016)'s ``length_penalty`` (alpha; None, the
+    default, is :data:`DEFAULT_LENGTH_PENALTY` with ``beam > 1`` and 0 otherwise) and
     ``coverage_penalty`` (beta), ``no_repeat_ngram`` forbidding repeated n-grams and ``n_best``
     hypotheses per input. ``ctc_weight`` (lambda in [0, 1]) adds the CTC prefix scores of the
     model's CTC head to the beam's scores and lets CTC decide where outputs end (joint
@@ -53,6 +61,8 @@ class Decoding:
     Example:
         >>> Decoding(beam=5, length_penalty=0.6).method
         'beam'
+        >>> Decoding(beam=5).length_penalty, Decoding().length_penalty
+        (1.0, 0.0)
         >>> Decoding(sample=True, beam=4)
         Traceback (most recent call last):
         ...
@@ -60,7 +70,7 @@ class Decoding:
     """
 
     beam: int = 1
-    length_penalty: float = 0.0
+    length_penalty: float | None = None
     coverage_penalty: float = 0.0
     no_repeat_ngram: int = 0
     n_best: int = 1
@@ -77,6 +87,9 @@ class Decoding:
 
     def __post_init__(self):
         _check("beam", self.beam, _is_int(self.beam) and self.beam >= 1, "a positive int")
+        if self.length_penalty is None:
+            object.__setattr__(self, "length_penalty",
+                               DEFAULT_LENGTH_PENALTY if self.beam > 1 else 0.0)
         _check("n_best", self.n_best, _is_int(self.n_best) and 1 <= self.n_best <= self.beam,
                f"an int in [1, beam={self.beam}]")
         _check("no_repeat_ngram", self.no_repeat_ngram,
@@ -110,9 +123,13 @@ class Decoding:
         Example:
             >>> Decoding(beam=5, length_penalty=0.6).describe()
             'beam=5, length_penalty=0.6'
+            >>> Decoding(beam=5).describe()
+            'beam=5, length_penalty=1.0'
         """
-        changed = [f"{f.name}={getattr(self, f.name)}" for f in fields(self)
-                   if getattr(self, f.name) != f.default]
+        default = {f.name: f.default for f in fields(self)}
+        default["length_penalty"] = 0.0
+        changed = [f"{name}={getattr(self, name)}" for name in default
+                   if getattr(self, name) != default[name]]
         return ", ".join(changed) or "greedy"
 
     @property
