@@ -150,6 +150,9 @@ class CRNN(Model, name="crnn"):
             x = pool(block(x))
             if i == 0:
                 w = self.steps(w)
+                # Channels-last (NHWC) from here on: oneDNN's preferred layout on CPU, and
+                # the final (B, C, 1, T) map is then already (B, T, C) in memory.
+                x = x.contiguous(memory_format=torch.channels_last)
             cols = torch.arange(x.shape[3], device=x.device)
             x = x * (cols < w[:, None])[:, None, None, :]  # (B, C, H, T): zero past the line
         feats = x.squeeze(2).transpose(1, 2)  # (B, T, C)
