@@ -5,7 +5,9 @@ fresh process (:mod:`harness`), then is scored on ``--n-test`` scenes of two spl
 (like the training scenes) and ``heldout`` (every scene shows a colour-shape pair no training
 scene has; the captions and questions are about those objects):
 
-* captioning (greedy): BLEU-4 (sacrebleu, against each scene's 5 references), the share of
+* captioning, greedy and with ``attnkit caption``'s default beam search (beam 5, length penalty
+  1: the ``SPLIT_beam5`` keys of the JSON rows): BLEU-4 (sacrebleu, against each scene's 5
+  references), the share of
   captions whose every stated fact is true of the scene, and the share of object-naming words
   whose attention peak falls on that object; runs: soft attention with the doubly stochastic
   term (lambda 1) and without it (lambda 0), hard attention (REINFORCE), and no attention
@@ -31,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from attnkit.decoding import Decoding
 from attnkit.data import generate_scenes, question_set
 from attnkit.data.scenes import ANSWERS, QUESTION_TYPES
 from attnkit.tasks.captioning import CaptionEvaluator, CaptionTask, caption_examples
@@ -51,6 +54,7 @@ RUNS = {  # name: (task, model config, task options)
     "vqa-none": ("vqa", dict(kind="none"), {}),
 }
 SPLITS = ("test", "heldout")
+CAPTION_BEAM = Decoding(beam=5)  # attnkit caption's default
 
 
 def train_and_score(name: str, n_train: int, n_valid: int, n_test: int, time_budget: float,
@@ -86,6 +90,8 @@ def train_and_score(name: str, n_train: int, n_valid: int, n_test: int, time_bud
         result = score_examples(evaluator, examples, weights=True)
         drawn = result.outputs[0].draw(Path(out) / f"{name}_{split}.png")
         row[split] = {**result.metrics, "picture": None if drawn is None else str(drawn)}
+        if task_name == "caption":
+            row[f"{split}_beam5"] = score_examples(evaluator, examples, CAPTION_BEAM).metrics
     return row
 
 
@@ -122,13 +128,16 @@ def main(argv=None) -> int:
         rows.append(row)
     captions = [r for r in rows if r["task"] == "caption"]
     if captions:
-        print(harness.table_header(["model", "steps", *(f"{s} {m}" for s in SPLITS for m in (
-            "BLEU-4", "true captions %", "attention on object %"))]))
+        print(harness.table_header(["model", "decoding", "steps", *(
+            f"{s} {m}" for s in SPLITS for m in (
+                "BLEU-4", "true captions %", "attention on object %"))]))
         for r in captions:
-            print(harness.table_row([r["name"], r["steps"], *(
-                cell for s in SPLITS for cell in (_cell(r, s, "bleu4"),
-                                                  _cell(r, s, "true_captions", 100),
-                                                  _cell(r, s, "attention_on_object", 100)))]))
+            for decoding, suffix in (("greedy", ""), ("beam 5", "_beam5")):
+                print(harness.table_row([r["name"], decoding, r["steps"], *(
+                    cell for s in SPLITS for cell in (
+                        _cell(r, s + suffix, "bleu4"),
+                        _cell(r, s + suffix, "true_captions", 100),
+                        _cell(r, s + suffix, "attention_on_object", 100)))]))
     answers = [r for r in rows if r["task"] == "vqa"]
     if answers:
         print()

@@ -6,8 +6,10 @@ import re
 import numpy as np
 from PIL import Image
 
-from attnkit.cli.main import main
+from attnkit.cli import common
+from attnkit.cli.main import build_parser, main
 from attnkit.data import generate_scenes, write_caption_folder
+from attnkit.decoding import Decoding
 
 TINY = ["--image-size", "32", "--channels", "4,8", "--hidden", "8", "--emb", "8",
         "--attn-dim", "8", "--batch-size", "4", "--no-progress"]
@@ -37,6 +39,14 @@ def test_train_caption_resume_on_built_in_scenes(tmp_path, capsys):
     assert main(["caption", "--checkpoint", str(out / "checkpoint"), str(scene),
                  "--sample", "3", "--seed", "1"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 3
+
+
+def test_caption_searches_a_beam_of_5_by_default():
+    def decoding_of(*options):
+        return common.decoding(build_parser().parse_args(["caption", "--checkpoint", "run",
+                                                          "a.png", *options]))
+    assert decoding_of() == Decoding(beam=5, length_penalty=1.0)
+    assert decoding_of("--beam", "1") == Decoding()
 
 
 def test_the_users_folder_and_images_of_any_mode(tmp_path, capsys, caplog):

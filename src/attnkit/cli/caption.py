@@ -72,7 +72,7 @@ def add_caption_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("images", nargs="+", type=Path,
                    help="image files (any size and mode: resized to the model's image size)")
-    common.add_decoding_args(p, beam=1)
+    common.add_decoding_args(p, beam=common.TASK_BEAM["caption"])
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one picture per caption: the "
                    "attention of each word over the image")

@@ -284,7 +284,7 @@ def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float 
                        help="pictures of N validation examples")
 
 
-TASK_BEAM = {"translate": 5, "asr": 5, "ocr": 1}  # each task's beam width by default
+TASK_BEAM = {"translate": 5, "asr": 5, "ocr": 1, "caption": 5}  # each task's default width
 BEAM_OPTIONS = (("--length-penalty", "length_penalty", None),
                 ("--coverage-penalty", "coverage_penalty", 0.0),
                 ("--no-repeat-ngram", "no_repeat_ngram", 0), ("--n-best", "n_best", 1))
