@@ -115,9 +115,10 @@ def main(argv=None) -> int:
                    help="run folders and pictures")
     args = p.parse_args(argv)
     rows = []
-    for name in RUNS:
-        if args.match is not None and args.match not in name:
-            continue
+    # --match NAME: that run alone when NAME is one (caption-soft is part of caption-soft-no-ds)
+    names = [args.match] if args.match in RUNS else [
+        name for name in RUNS if args.match is None or args.match in name]
+    for name in names:
         row = harness.run(train_and_score, {
             "name": name, "n_train": args.n_train, "n_valid": args.n_valid,
             "n_test": args.n_test, "time_budget": args.time_budget, "out": str(args.out),
