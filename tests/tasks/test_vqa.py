@@ -101,8 +101,13 @@ def test_training_fits_the_questions_and_evaluate_reports_every_type(data, tmp_p
     result = score_examples(evaluator, question_examples(*valid))
     assert result.metrics == metrics  # validation is the evaluator's score
     asked = [(valid[0][q.image], q.question) for q in valid[1]]
-    assert [o.text for o in result.outputs] == [
-        a.answer for a in answer_questions(model, task.words, task.answers, asked)]
+    shared = answer_questions(model, task.words, task.answers, asked, batch_size=7)
+    assert [o.text for o in result.outputs] == [a.answer for a in shared]
+    alone = answer_questions(model, task.words, task.answers,  # every image a distinct tensor
+                             [(image.clone(), q) for image, q in asked], batch_size=7)
+    for a, b in zip(shared, alone, strict=True):
+        assert a.answer == b.answer and math.isclose(a.probability, b.probability, rel_tol=1e-5)
+        assert torch.allclose(a.weights, b.weights, atol=1e-6)
     assert result.metrics == vqa_metrics([o.text for o in result.outputs],
                                          [q.answer for q in valid[1]], [q.type for q in valid[1]])
     found = answer_questions(model, task.words, task.answers,

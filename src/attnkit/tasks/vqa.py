@@ -78,7 +78,8 @@ def answer_questions(model: VQA, words: WordVocab, answers: Sequence[str],
                      batch_size: int = 64) -> list[Answer]:
     """Answer ``(image (3, S, S) uint8, question)`` pairs: one :class:`Answer` each, in order.
     Words of a question outside ``words`` count as ``<unk>``; a question without words is a
-    ``ValueError`` naming it."""
+    ``ValueError`` naming it. Questions of a batch that share an image tensor (the same
+    object, as the questions of one scene do) share its encoding."""
     ids = [words.encode(q) for _, q in asked]
     empty = [i for i, x in enumerate(ids) if not x]
     if empty:
@@ -90,8 +91,11 @@ def answer_questions(model: VQA, words: WordVocab, answers: Sequence[str],
     for s in range(0, len(asked), batch_size):
         chunk = asked[s : s + batch_size]
         tokens, lengths = pad_batch(ids[s : s + batch_size])
-        result = model(stack_images([image for image, _ in chunk]).to(device),
-                       tokens.to(device), lengths.to(device))
+        slot: dict[int, int] = {}  # id(image) -> its row among the chunk's distinct images
+        index = [slot.setdefault(id(image), len(slot)) for image, _ in chunk]
+        distinct = list({id(image): image for image, _ in chunk}.values())
+        result = model(stack_images(distinct).to(device), tokens.to(device),
+                       lengths.to(device), torch.tensor(index, device=device))
         probs = result.logits.float().softmax(-1)
         best = probs.argmax(-1)
         for j in range(len(chunk)):
