@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from attnkit.models.rnn import LSTM, BiRNN, reverse_within_lengths
+from attnkit.models.rnn import LSTM, BiRNN, reverse_within_lengths, segment_plan
 
 
 def _packed_reference(bi: BiRNN, kind: str, x, lengths):
@@ -87,3 +87,59 @@ def test_lstm_is_nn_lstm_with_the_same_weights_and_outputs():
     x = torch.randn(2, 7, 4)
     assert isinstance(ours, torch.nn.LSTM)
     assert torch.equal(ours(x)[0], plain(x)[0])
+
+
+@settings(deadline=None, max_examples=25)
+@given(kind=st.sampled_from(["lstm", "gru"]), segments=st.integers(2, 5), b=st.integers(1, 9),
+       t=st.integers(1, 12), seed=st.integers(0, 2**16), data=st.data())
+def test_segmented_run_equals_the_padded_one_forward_and_backward(kind, segments, b, t, seed,
+                                                                  data):
+    torch.manual_seed(seed)
+    lengths = torch.tensor(data.draw(st.lists(st.integers(0, t), min_size=b, max_size=b)))
+    padded = BiRNN(3, 4, kind=kind, segments=1).double()
+    segmented = BiRNN(3, 4, kind=kind, segments=segments).double()
+    segmented.load_state_dict(padded.state_dict())
+    x = torch.randn(b, t, 3, dtype=torch.float64, requires_grad=True)
+    want, got = padded(x, lengths), segmented(x, lengths)
+    torch.testing.assert_close(got, want)
+    grad = torch.randn_like(want)
+    torch.testing.assert_close(torch.autograd.grad(got, [x, *segmented.parameters()], grad),
+                               torch.autograd.grad(want, [x, *padded.parameters()], grad))
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_segmented_run_gradcheck_over_several_segments(kind):
+    torch.manual_seed(0)
+    lengths = torch.tensor([3, 9, 5, 1, 7, 9, 2])
+    order, ends, rows = segment_plan(lengths, 4)
+    assert len(ends) > 2  # the case runs several segments
+    bi = BiRNN(2, 3, kind=kind).double()
+    x = torch.randn(7, 10, 2, dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(lambda inp: bi(inp, lengths), (x,))
+    torch.testing.assert_close(bi(x, lengths), _packed_reference(bi, kind, x, lengths))
+
+
+@settings(deadline=None, max_examples=50)
+@given(sizes=st.lists(st.integers(0, 50), min_size=1, max_size=40), segments=st.integers(1, 6))
+def test_segment_plan_covers_every_step_of_every_row(sizes, segments):
+    lengths = torch.tensor(sizes)
+    order, ends, rows = segment_plan(lengths, segments)
+    ordered = lengths[order].tolist()
+    assert ordered == sorted(sizes, reverse=True)
+    assert ends == sorted(set(ends)) and (ends[-1] if ends else 0) == max(sizes)
+    for start, end, n in zip([0, *ends], ends, rows):
+        assert n >= sum(size > start for size in sizes)  # every row still inside runs
+        assert all(size > start for size in ordered[:n])  # and only those, or one segment
+    assert rows == sorted(rows, reverse=True)
+    work = sum(n * (end - start) for start, end, n in zip([0, *ends], ends, rows))
+    assert work <= len(sizes) * max(sizes)
+
+
+def test_segment_plan_runs_uniform_lengths_in_one_call():
+    order, ends, rows = segment_plan(torch.tensor([6, 6, 5, 6]))
+    assert (ends, rows) == ([6], [4])
+
+
+def test_bad_segments_are_refused():
+    with pytest.raises(ValueError, match="segments: expected a positive int, got 0"):
+        BiRNN(3, 4, segments=0)
