@@ -2,6 +2,8 @@
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnkit.decoding import beam_search, greedy
 from attnkit.models import CRNN
@@ -32,6 +34,47 @@ def test_padding_changes_nothing_and_steps_are_half_the_width(attention):
     noisy = images.clone()
     noisy[1, :, :, 45:] = torch.rand(1, 32, 25, dtype=torch.float64)
     torch.testing.assert_close(model(noisy, widths)[0][1, :22], log_probs[1, :22])
+
+
+def _random_batch_norm(model):
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-1, 1)
+            m.running_var.uniform_(0.5, 2)
+            m.weight.data.uniform_(-2, 2)
+            m.bias.data.uniform_(-1, 1)
+
+
+@settings(deadline=None, max_examples=20)
+@given(b=st.integers(1, 5), width=st.integers(2, 50), seed=st.integers(0, 2**16), data=st.data())
+def test_packed_cnn_equals_the_padded_cnn_in_eval_mode(b, width, seed, data):
+    # The packed CNN (CPU) puts the lines side by side; the padded one is the reference (and
+    # the path taken while exporting). Features and parameter gradients are the same.
+    torch.manual_seed(seed)
+    model = CRNN(12, **SMALL).double().eval()
+    _random_batch_norm(model)
+    widths = torch.tensor(data.draw(st.lists(st.integers(2, width), min_size=b, max_size=b)))
+    x = torch.rand(b, 1, 32, width, dtype=torch.float64)
+    got, want = model._cnn_packed(x, widths), model._cnn_padded(x, widths)
+    torch.testing.assert_close(got, want)
+    grad = torch.randn_like(want)
+    params = list(model.blocks.parameters())
+    torch.testing.assert_close(torch.autograd.grad(got, params, grad),
+                               torch.autograd.grad(want, params, grad))
+
+
+def test_packed_cnn_gradcheck_and_training_statistics_ignore_the_padded_width():
+    torch.manual_seed(0)
+    model = CRNN(12, channels=(2, 2, 3, 3, 3), hidden=4).double()
+    images, widths = _lines()
+    x = images.double()[:, :, :, :20]
+    w = torch.tensor([20, 11, 7])
+    torch.autograd.gradcheck(lambda inp: model._cnn_packed(inp, w), (x.requires_grad_(),))
+    # In training, batch norm's statistics are over the lines, not the padded batch: the same
+    # lines padded to twice the width give the same features (the padded CNN's differ).
+    wider = torch.cat([x.detach(), torch.rand(3, 1, 32, 20, dtype=torch.float64)], dim=3)
+    torch.testing.assert_close(model._cnn_packed(wider, w)[:, :10], model._cnn_packed(x, w))
+    assert not torch.allclose(model._cnn_padded(wider, w)[:, :10], model._cnn_padded(x, w))
 
 
 def test_attention_layer_sits_between_the_rnns_and_gets_gradients():

@@ -10,10 +10,14 @@ character with additive attention over the ``T`` steps; greedy or beam decoding)
 
 Padding never changes a line's output: images are inverted (paper 0, ink 1) so padding is
 blank paper, and the CNN's features past each line's width are zeroed after every block, so a
-valid column sees exactly what it would see without the padding (in eval mode; batch norm's
-batch statistics in training mode see the whole batch). The RNNs are
+valid column sees exactly what it would see without the padding. On CPU the CNN also does no
+work on the padding: it runs on the lines side by side in one image, at least two blank
+columns apart (``_cnn_packed``; the padded batch is the reference, and the path taken on CUDA
+and while exporting). Batch norm's training statistics are then over the lines, not the padded batch, so
+in training too the padded width changes nothing. The RNNs are
 :class:`attnkit.models.rnn.BiRNN` (padding-proof without packed sequences, which are many
-times slower on CPU) and the attention masks by lengths.
+times slower on CPU, and on CPU skipping most of the padding's steps) and the attention masks
+by lengths.
 """
 
 from __future__ import annotations
@@ -32,6 +36,20 @@ __all__ = ["CRNN"]
 
 HEADS = ("ctc", "attention")
 ATTENTION = (None, "global", "window")
+
+
+class _ChannelsLast(torch.autograd.Function):
+    """``x.contiguous(memory_format=torch.channels_last)`` whose backward hands back a
+    contiguous (NCHW) gradient: the layers before it stay in NCHW in the backward pass too,
+    instead of converting their full-resolution gradients to and from channels-last."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.contiguous(memory_format=torch.channels_last)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.contiguous()
 
 
 def _block(c_in: int, c_out: int) -> nn.Sequential:
@@ -142,10 +160,19 @@ class CRNN(Model, name="crnn"):
         if not exporting() and (int(widths.min()) < 2 or int(widths.max()) > images.shape[3]):
             raise ValueError(f"widths: expected values in [2, {images.shape[3]}] (the padded "
                              f"width), got {widths.tolist()}")
-        x = 1.0 - images  # paper 0, ink 1: padding is blank paper
         w = widths.to(images.device)
-        cols = torch.arange(images.shape[3], device=images.device)
-        x = x * (cols < w[:, None])[:, None, None, :]
+        if images.device.type == "cpu" and not exporting() and not torch.compiler.is_compiling():
+            feats = self._cnn_packed(1.0 - images, w)
+        else:
+            feats = self._cnn_padded(1.0 - images, w)
+        steps = self.steps(w)
+        return self.rnn1(feats, steps), steps  # (B, T, 2H), (B,)
+
+    def _cnn_padded(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """The CNN over the padded batch ``x`` ``(B, 1, 32, W)`` (paper 0, ink 1) of lines
+        ``w`` ``(B,)`` px wide: features ``(B, T, C)``, zero past each line."""
+        cols = torch.arange(x.shape[3], device=x.device)
+        x = x * (cols < w[:, None])[:, None, None, :]  # padding is blank paper
         for i, (block, pool) in enumerate(zip(self.blocks, self.pools)):
             x = pool(block(x))
             if i == 0:
@@ -155,8 +182,38 @@ class CRNN(Model, name="crnn"):
                 x = x.contiguous(memory_format=torch.channels_last)
             cols = torch.arange(x.shape[3], device=x.device)
             x = x * (cols < w[:, None])[:, None, None, :]  # (B, C, H, T): zero past the line
-        feats = x.squeeze(2).transpose(1, 2)  # (B, T, C)
-        return self.rnn1(feats, w), w  # (B, T, 2H), (B,)
+        return x.squeeze(2).transpose(1, 2)  # (B, T, C)
+
+    def _cnn_packed(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """:meth:`_cnn_padded` without the padding's work: the lines side by side in one image
+        ``(1, 1, 32, L)``, each in a slot of its width rounded up to even plus two blank
+        columns, so every convolution sees blank paper past a line, as in the padded batch, and
+        the width-halving pool pairs the same columns. The slots' blank columns are zeroed
+        after every block. Same features as the padded CNN in eval mode; in training, batch
+        norm's statistics are over the lines and their blank columns, not the whole padded
+        batch."""
+        b, width = x.shape[0], x.shape[3]
+        slots = 2 * ((w + 1) // 2) + 2  # (B,): even, so slots stay aligned through the pool
+        starts = slots.cumsum(0) - slots  # (B,)
+        owner = torch.repeat_interleave(torch.arange(b, device=x.device), slots)  # (L,)
+        col = torch.arange(owner.shape[0], device=x.device) - starts[owner]  # within its line
+        source = torch.where(col < w[owner], owner * width + col, b * width)  # b * W: blank
+        flat = torch.cat([x.permute(1, 2, 0, 3).reshape(32, b * width), x.new_zeros(32, 1)], 1)
+        x = flat.index_select(1, source)[None, None]  # (1, 1, 32, L)
+        steps = self.steps(w)
+        half = torch.div(starts, 2, rounding_mode="floor")
+        inside = (col[::2] // 2 < steps[owner[::2]]).to(x.dtype)  # (L / 2,): a line's step
+        for i, (block, pool) in enumerate(zip(self.blocks, self.pools)):
+            x = pool(block(x))
+            if i == 0:
+                x = _ChannelsLast.apply(x)
+            x = x * inside  # (1, C, H, L / 2): blank between the lines
+        t = x.shape[3]
+        rows = x.permute(0, 2, 3, 1).reshape(t, -1)  # (L / 2, C): a view of the NHWC map
+        rows = torch.cat([rows, rows.new_zeros(1, rows.shape[1])])
+        step = torch.arange(width // 2, device=x.device)  # (T,)
+        index = torch.where(step < steps[:, None], half[:, None] + step, t)  # (B, T)
+        return rows.index_select(0, index.flatten()).view(b, width // 2, -1)  # (B, T, C)
 
     def forward(self, images: torch.Tensor, widths: torch.Tensor,
                 tgt_in: torch.Tensor | None = None, *, teacher_forcing: float = 1.0,
