@@ -13,8 +13,8 @@ blank paper, and the CNN's features past each line's width are zeroed after ever
 valid column sees exactly what it would see without the padding. On CPU the CNN also does no
 work on the padding: it runs on the lines side by side in one image, at least two blank
 columns apart (``_cnn_packed``; the padded batch is the reference, and the path taken on CUDA
-and while exporting). Batch norm's training statistics are then over the lines, not the padded batch, so
-in training too the padded width changes nothing. The RNNs are
+and while exporting). Batch norm's training statistics are then over the lines, not the padded
+batch, so in training too the padded width changes nothing. The RNNs are
 :class:`attnkit.models.rnn.BiRNN` (padding-proof without packed sequences, which are many
 times slower on CPU, and on CPU skipping most of the padding's steps) and the attention masks
 by lengths.
