@@ -2,9 +2,12 @@
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from attnkit import SelfAttention
+from attnkit.attention.self_attention import length_groups
 
 
 @pytest.mark.parametrize("combine", ["concat", "residual"])
@@ -81,3 +84,39 @@ def test_recording_weights_gives_each_calls_weights_and_leaves_nothing_behind(he
         raise RuntimeError("stop")
     assert not inner._forward_hooks and not inner._forward_pre_hooks
     assert layer.attention(x, x, key_lengths=lengths).weights is None  # not asked: none
+
+
+@settings(deadline=None, max_examples=30)
+@given(b=st.integers(1, 9), t=st.integers(1, 12), heads=st.sampled_from([1, 2]),
+       score=st.sampled_from(["general", "scaled_dot", "additive"]),
+       combine=st.sampled_from(["concat", "residual"]),
+       window=st.sampled_from([None, (2, 1)]), causal=st.booleans(),
+       dtype=st.sampled_from([torch.float32, torch.float64]), seed=st.integers(0, 2**16),
+       data=st.data())
+def test_groups_of_similar_length_equal_one_padded_pass(b, t, heads, score, combine, window,
+                                                        causal, dtype, seed, data):
+    # layer(x, lengths) attends in length groups on CPU; with_weights takes one padded pass.
+    torch.manual_seed(seed)
+    lengths = torch.tensor(data.draw(st.lists(st.integers(0, t), min_size=b, max_size=b)))
+    layer = SelfAttention(4, score=score, combine=combine, heads=heads, window=window,
+                          causal=causal).to(dtype)
+    x = torch.randn(b, t, 4, dtype=dtype, requires_grad=True)
+    got, want = layer(x, lengths), layer.with_weights(x, lengths).context
+    tol = dict(atol=1e-5, rtol=1e-4) if dtype == torch.float32 else {}
+    torch.testing.assert_close(got, want, **tol)
+    grad = torch.randn_like(want)
+    params = [x, *layer.parameters()]
+    torch.testing.assert_close(torch.autograd.grad(got, params, grad),
+                               torch.autograd.grad(want, params, grad), **tol)
+
+
+def test_groups_gradcheck_and_their_plan():
+    torch.manual_seed(0)
+    lengths = torch.tensor([2, 9, 5, 0, 7, 9, 3, 1])
+    order, runs = length_groups(lengths, 9)
+    assert lengths[order].tolist() == [9, 9, 7, 5, 3, 2, 1, 0]
+    assert runs == [(2, 9), (2, 7), (2, 3), (2, 1)]
+    assert length_groups(torch.tensor([9, 9, 8]), 9) is None  # too little to save
+    layer = SelfAttention(3, combine="residual").double()
+    x = torch.randn(8, 9, 3, dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(lambda inp: layer(inp, lengths), (x,))

@@ -65,7 +65,8 @@ def test_the_self_attention_maps_come_from_the_reading_pass_and_only_when_asked(
         with_kwargs=True)
     plain = read_lines(model, CHARS, images)
     assert all(r.self_attention is None for r in plain)
-    assert [asked for asked, _ in calls] == [False] and calls[0][1] is None  # one batch
+    # one batch, no weights (on CPU the layer attends its rows in groups of similar length)
+    assert calls and all(not asked and weights is None for asked, weights in calls)
     calls.clear()
     readings = read_lines(model, CHARS, images, weights=True)
     assert [r.texts for r in readings] == [r.texts for r in plain]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from attnkit.checks import (
@@ -16,12 +18,38 @@ from attnkit.checks import (
 from attnkit.attention.core import AttentionOutput
 from attnkit.attention.masks import lengths_to_mask
 from attnkit.attention.module import Attention
+from attnkit.attention.tracing import exporting
 
-__all__ = ["ATTENTION_ARGS", "SelfAttention"]
+__all__ = ["ATTENTION_ARGS", "SelfAttention", "length_groups"]
 
 COMBINES = ("concat", "residual")
 # The keyword arguments SelfAttention passes on to its Attention.
 ATTENTION_ARGS = ("attn_dim", "heads", "head_dim", "window", "causal", "dropout", "impl")
+
+
+def length_groups(lengths: torch.Tensor, t: int, groups: int = 4):
+    """Rows of a self-attention batch in groups of similar length, to attend within each
+    group's longest length instead of the padded ``T``.
+
+    The rows go by decreasing length (``order`` ``(B,)``) and split into up to ``groups`` runs
+    of about ``B / groups`` rows; a run attends over its first row's length. Returns ``order``
+    and the runs as ``(rows, length)`` pairs (runs of zero length are left out: their output is
+    zero), or None when that saves less than a tenth of the padded ``B T^2`` work or every
+    length is 0.
+
+    Example:
+        >>> order, runs = length_groups(torch.tensor([10, 3, 9, 4]), 10, groups=2)
+        >>> order.tolist(), runs
+        ([0, 2, 3, 1], [(2, 10), (2, 4)])
+    """
+    ordered, order = lengths.sort(descending=True, stable=True)
+    sizes = ordered.tolist()
+    b = len(sizes)
+    starts = sorted({(b * j) // groups for j in range(groups)} | {b})
+    runs = [(stop - start, sizes[start]) for start, stop in zip(starts, starts[1:])]
+    if not sizes or sizes[0] == 0 or sum(n * length**2 for n, length in runs) > 0.9 * b * t**2:
+        return None  # (all of length 0: the padded pass gives zeros with gradients)
+    return order, [(n, length) for n, length in runs if length > 0]
 
 
 class SelfAttention(nn.Module):
@@ -30,7 +58,10 @@ class SelfAttention(nn.Module):
     With ``combine="concat"`` (default) the output is the attentional hidden state of Luong et
     al. 2015 (eq. 5), ``out_t = tanh(W [x_t; c_t])``, computed for all steps at once; with
     ``combine="residual"`` it is ``LayerNorm(x_t + W c_t)``. Steps beyond a sequence's length
-    are neither attended to nor output (their output is zero).
+    are neither attended to nor output (their output is zero). On CPU, with ``lengths`` and
+    without weights, the rows are attended in groups of similar length, each within its
+    longest length (:func:`length_groups`): the same outputs without the padding's share of
+    the ``T^2`` work.
 
     Args:
         dim: ``D``, input feature size (e.g. ``2 * hidden`` of a bidirectional RNN1).
@@ -91,16 +122,23 @@ class SelfAttention(nn.Module):
         else:
             self.proj = nn.Linear(dim, dim)
             self.norm = nn.LayerNorm(dim)
+        self.recording = 0  # open recording_weights() blocks: every call then takes one pass
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """``(B, T, D) -> (B, T, D_out)`` (time-major if ``batch_first=False``)."""
         return self.with_weights(x, lengths, need_weights=False).context
 
-    def recording_weights(self) -> AbstractContextManager[list[torch.Tensor]]:
+    @contextmanager
+    def recording_weights(self) -> Iterator[list[torch.Tensor]]:
         """A context in which every call records its weights ``(B, [H,] T, T)`` in the list it
         yields (:meth:`attnkit.Attention.recording_weights`): a model's self-attention maps
         from the pass that computes its outputs, and none kept outside it."""
-        return self.attention.recording_weights()
+        self.recording += 1
+        try:
+            with self.attention.recording_weights() as found:
+                yield found
+        finally:
+            self.recording -= 1
 
     def with_weights(
         self, x: torch.Tensor, lengths: torch.Tensor | None = None, *, need_weights: bool = True
@@ -117,14 +155,41 @@ class SelfAttention(nn.Module):
             if lengths.shape[0] != b:
                 raise ValueError(f"lengths: expected shape ({b},) (batch size), got {describe(lengths)}")
             lengths_to_mask(lengths, t)  # validates the values, naming "lengths"
+        groups = None
+        if (lengths is not None and not need_weights and not self.recording
+                and x.device.type == "cpu" and not exporting()
+                and not torch.compiler.is_compiling()):
+            groups = length_groups(lengths.to(x.device), t)
+        if groups is None:
+            out, weights = self._attend(x, lengths, need_weights)
+        else:
+            out, weights = self._grouped(x, lengths.to(x.device), *groups), None
+        if not self.batch_first:
+            out = out.transpose(0, 1)  # (T, B, D_out)
+        return AttentionOutput(out, weights)
+
+    def _attend(self, x: torch.Tensor, lengths: torch.Tensor | None, need_weights: bool):
+        """Attention and the combination over the padded ``x`` ``(B, T, D)``."""
         context, weights = self.attention(x, x, key_lengths=lengths, need_weights=need_weights)
         if self.combine == "concat":
             out = torch.tanh(self.proj(torch.cat([x, context], dim=-1)))  # (B, T, D_out)
         else:
             out = self.norm(x + self.proj(context))  # (B, T, D)
         if lengths is not None:
-            valid = lengths_to_mask(lengths.to(x.device), t)  # (B, T)
+            valid = lengths_to_mask(lengths.to(x.device), x.shape[1])  # (B, T)
             out = out * valid[..., None].to(out.dtype)
-        if not self.batch_first:
-            out = out.transpose(0, 1)  # (T, B, D_out)
-        return AttentionOutput(out, weights)
+        return out, weights
+
+    def _grouped(self, x: torch.Tensor, lengths: torch.Tensor, order: torch.Tensor,
+                 runs: list[tuple[int, int]]) -> torch.Tensor:
+        """:meth:`_attend` on the rows of each of :func:`length_groups`' runs, cropped to its
+        length, padded back and put in the input's row order: ``(B, T, D_out)``."""
+        b, t = x.shape[:2]
+        split = [n for n, _ in runs] + [b - sum(n for n, _ in runs)]  # and the rows of length 0
+        parts = x.index_select(0, order).split(split)  # split, not sliced: no full-size gradients
+        sizes = lengths[order].split(split)
+        outs = [F.pad(self._attend(part[:, :length], size, False)[0], (0, 0, 0, t - length))
+                for part, size, (_, length) in zip(parts, sizes, runs)]
+        out = torch.cat(outs, 0)
+        out = F.pad(out, (0, 0, 0, 0, 0, b - out.shape[0]))  # rows of length 0: zero
+        return out.index_select(0, order.argsort())
