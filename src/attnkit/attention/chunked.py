@@ -65,19 +65,26 @@ def block_sizes(bh: int, tq: int, tk: int, pair_dim: int, *, fused: bool,
 
 
 def default_blocks(bh: int, tq: int, tk: int, features: int, *, dot_family: bool,
-                   kernel: str) -> tuple[int, int]:
+                   kernel: str, window: tuple[int, int] | None = None) -> tuple[int, int]:
     """The blocks :func:`chunked_attention` and :func:`recomputed_scores` use for ``B*H = bh``
     rows of ``tq`` queries over ``tk`` keys with ``features`` prepared features (``F``), for
-    a score of the dot family or not, on ``kernel``."""
+    a score of the dot family or not, on ``kernel``. With a ``window``, blocks of about the
+    band's width (at most ``band`` queries by ``2 band`` keys, ``band = left + right + 1``, and
+    no fewer than 32 by 64), so the key blocks outside every query's band are skipped: one
+    block of the whole ``(Tq, Tk)`` would cost the full attention."""
     fused = kernel != "eager"
     pair = 1 if dot_family or fused else features  # eager pair tensor: x A
     budget = _NATIVE_SCORE_BLOCK if kernel == "native" else _SCORE_BLOCK
-    return block_sizes(bh, tq, tk, pair, fused=fused, score_budget=budget)
+    bq, bk = block_sizes(bh, tq, tk, pair, fused=fused, score_budget=budget)
+    if window is not None:
+        band = window[0] + window[1] + 1
+        bq, bk = min(bq, max(32, band)), min(bk, max(64, 2 * band))
+    return bq, bk
 
 
-def _default_blocks(qf, kf, score: Score, kernel: str) -> tuple[int, int]:
+def _default_blocks(qf, kf, score: Score, kernel: str, layout: KeyLayout) -> tuple[int, int]:
     return default_blocks(qf.shape[0] * qf.shape[1], qf.shape[2], kf.shape[2], qf.shape[-1],
-                          dot_family=score.dot_family, kernel=kernel)
+                          dot_family=score.dot_family, kernel=kernel, window=layout.window)
 
 
 def _add_param_grads(total: list, grads) -> None:
@@ -254,7 +261,7 @@ def chunked_attention(
     Returns:
         ``context (B, H, Tq, Dv)``.
     """
-    blocks = blocks or _default_blocks(qf, kf, score, kernel)
+    blocks = blocks or _default_blocks(qf, kf, score, kernel, layout)
     if dropout_p > 0 and seed is None:
         seed = int(torch.randint(0, 2**62, (1,)))
     return _ChunkedAttention.apply(
@@ -329,6 +336,6 @@ def recomputed_scores(
     """Scores ``(B, H, Tq, Tk)`` (float32 for low precision) whose backward recomputes the pair
     tensor block by block instead of keeping it. Blocks outside ``layout``'s band are not
     computed (they are 0; mask them)."""
-    blocks = blocks or _default_blocks(qf, kf, score, kernel)
+    blocks = blocks or _default_blocks(qf, kf, score, kernel, layout)
     return _RecomputedScores.apply(layout, score, blocks, kernel, qf, kf, extra,
                                    *score.pairwise_params())

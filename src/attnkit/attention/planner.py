@@ -721,7 +721,8 @@ def _pure_causal(c: _Call) -> bool:
 def _chunked(led: _Ledger, c: _Call, plan: Plan, train: bool) -> Callable[[], None]:
     """:mod:`chunked`: blocks of queries and keys with an online softmax, or with the weights
     asked for, the whole scores built block by block (then :func:`_softmax_and_sum`)."""
-    bq, bk = default_blocks(c.b * c.h, c.tq, c.tk, c.f, dot_family=c.dot, kernel=plan.kernel)
+    bq, bk = default_blocks(c.b * c.h, c.tq, c.tk, c.f, dot_family=c.dot, kernel=plan.kernel,
+                            window=c.window)
     largest, pair = _block_elements(c, bq, bk)
     rows = c.b * c.h
     Sb, Sp = rows * largest * c.it, rows * (pair - largest) * c.it  # a block, the one before
