@@ -5,6 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attnkit.attention import export_mode
 from attnkit.decoding import beam_search, greedy
 from attnkit.models import CRNN
 
@@ -75,6 +76,34 @@ def test_packed_cnn_gradcheck_and_training_statistics_ignore_the_padded_width():
     wider = torch.cat([x.detach(), torch.rand(3, 1, 32, 20, dtype=torch.float64)], dim=3)
     torch.testing.assert_close(model._cnn_packed(wider, w)[:, :10], model._cnn_packed(x, w))
     assert not torch.allclose(model._cnn_padded(wider, w)[:, :10], model._cnn_padded(x, w))
+
+
+@pytest.mark.parametrize("attention", [None, "global", "window"])
+def test_the_padding_skipping_paths_equal_the_padded_model(attention):
+    # On CPU the model sorts the lines longest first, packs the CNN, runs the BiRNNs in time
+    # segments and the attention in length groups; export mode takes the padded reference
+    # path everywhere. Eval mode (batch norm's running statistics): the same outputs and
+    # gradients.
+    torch.manual_seed(0)
+    model = CRNN(12, attention=attention, window=4, **SMALL).double().eval()
+    _random_batch_norm(model)
+    images = torch.rand(6, 1, 32, 60, dtype=torch.float64)
+    widths = torch.tensor([31, 60, 2, 44, 60, 17])
+    got, steps = model(images, widths)
+    with export_mode():
+        want, want_steps = model(images, widths)
+    assert torch.equal(steps, want_steps)
+    torch.testing.assert_close(got, want)
+    grad = torch.randn_like(want)
+    params = list(model.parameters())
+    with export_mode():
+        want_grads = torch.autograd.grad(model(images, widths)[0], params, grad,
+                                         allow_unused=True)
+    got_grads = torch.autograd.grad(model(images, widths)[0], params, grad, allow_unused=True)
+    for g, w in zip(got_grads, want_grads):
+        assert (g is None) == (w is None)
+        if g is not None:
+            torch.testing.assert_close(g, w)
 
 
 def test_attention_layer_sits_between_the_rnns_and_gets_gradients():

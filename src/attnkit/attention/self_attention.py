@@ -186,10 +186,12 @@ class SelfAttention(nn.Module):
         length, padded back and put in the input's row order: ``(B, T, D_out)``."""
         b, t = x.shape[:2]
         split = [n for n, _ in runs] + [b - sum(n for n, _ in runs)]  # and the rows of length 0
-        parts = x.index_select(0, order).split(split)  # split, not sliced: no full-size gradients
+        identity = bool(lengths[order].equal(lengths))  # already sorted: no row copies
+        ordered = x if identity else x.index_select(0, order)
+        parts = ordered.split(split)  # split, not sliced: no full-size gradients
         sizes = lengths[order].split(split)
         outs = [F.pad(self._attend(part[:, :length], size, False)[0], (0, 0, 0, t - length))
                 for part, size, (_, length) in zip(parts, sizes, runs)]
         out = torch.cat(outs, 0)
         out = F.pad(out, (0, 0, 0, 0, 0, b - out.shape[0]))  # rows of length 0: zero
-        return out.index_select(0, order.argsort())
+        return out if identity else out.index_select(0, order.argsort())

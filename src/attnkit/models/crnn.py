@@ -146,12 +146,6 @@ class CRNN(Model, name="crnn"):
 
     def encode(self, images: torch.Tensor, widths: torch.Tensor):
         """Features ``(B, T, 2H)`` and steps ``(B,)`` of padded line images."""
-        h, steps = self._rnn1(images, widths)
-        if self.attention is not None:
-            h = self.attention(h, steps)  # every step sees the line (or its window)
-        return self.drop(self.rnn2(h, steps)), steps
-
-    def _rnn1(self, images: torch.Tensor, widths: torch.Tensor):
         if images.dim() != 4 or images.shape[1] != 1 or images.shape[2] != 32:
             raise ValueError(f"images: expected (B, 1, 32, W), got {tuple(images.shape)}")
         if widths.shape != images.shape[:1]:
@@ -161,12 +155,27 @@ class CRNN(Model, name="crnn"):
             raise ValueError(f"widths: expected values in [2, {images.shape[3]}] (the padded "
                              f"width), got {widths.tolist()}")
         w = widths.to(images.device)
-        if images.device.type == "cpu" and not exporting() and not torch.compiler.is_compiling():
-            feats = self._cnn_packed(1.0 - images, w)
-        else:
-            feats = self._cnn_padded(1.0 - images, w)
+        packed = (images.device.type == "cpu" and not exporting()
+                  and not torch.compiler.is_compiling())
+        # longest first (the BiRNNs and the attention then copy no rows), unless the layer's
+        # weights are being recorded: they are read in the batch's row order
+        recording = self.attention is not None and self.attention.recording
+        order = w.argsort(descending=True, stable=True) if packed and not recording else None
+        if order is not None and bool(w[order].equal(w)):
+            order = None  # already longest first
+        if order is not None:
+            images, w = images.index_select(0, order), w[order]
+        x = 1.0 - images  # paper 0, ink 1: padding is blank paper
+        h = self._cnn_packed(x, w) if packed else self._cnn_padded(x, w)  # (B, T, C)
         steps = self.steps(w)
-        return self.rnn1(feats, steps), steps  # (B, T, 2H), (B,)
+        h = self.rnn1(h, steps)
+        if self.attention is not None:
+            h = self.attention(h, steps)  # every step sees the line (or its window)
+        feats = self.drop(self.rnn2(h, steps))  # (B, T, 2H)
+        if order is not None:
+            back = order.argsort()
+            feats, steps = feats.index_select(0, back), steps[back]
+        return feats, steps
 
     def _cnn_padded(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """The CNN over the padded batch ``x`` ``(B, 1, 32, W)`` (paper 0, ink 1) of lines

@@ -167,11 +167,13 @@ class BiRNN(nn.Module):
                    ends: list[int], rows: list[int]) -> torch.Tensor:
         t, longest = x.shape[1], ends[-1]
         ordered = lengths[order]  # (B,), decreasing
-        xs = x.index_select(0, order)[:, :longest]  # (B, T', D), rows by decreasing length
+        identity = bool(ordered.equal(lengths))  # already sorted: no row copies
+        xs = (x if identity else x.index_select(0, order))[:, :longest]  # (B, T', D)
         forward = _run_segments(self.fwd, xs, ends, rows)
         backward = _run_segments(self.bwd, reverse_within_lengths(xs, ordered), ends, rows)
         backward = reverse_within_lengths(backward, ordered)
         valid = torch.arange(longest, device=x.device) < ordered[:, None]  # (B, T')
         out = torch.cat([forward, backward], dim=-1) * valid[..., None].to(forward.dtype)
-        out = out.index_select(0, order.argsort())  # back to the input's row order
+        if not identity:
+            out = out.index_select(0, order.argsort())  # back to the input's row order
         return F.pad(out, (0, 0, 0, t - longest))
