@@ -190,8 +190,11 @@ class SelfAttention(nn.Module):
         ordered = x if identity else x.index_select(0, order)
         parts = ordered.split(split)  # split, not sliced: no full-size gradients
         sizes = lengths[order].split(split)
-        outs = [F.pad(self._attend(part[:, :length], size, False)[0], (0, 0, 0, t - length))
-                for part, size, (_, length) in zip(parts, sizes, runs)]
+        outs = []
+        for part, size, (_, length) in zip(parts, sizes, runs):
+            out = self._attend(part[:, :length], size, False)[0]
+            outs.append(out if length == t else F.pad(out, (0, 0, 0, t - length)))
         out = torch.cat(outs, 0)
-        out = F.pad(out, (0, 0, 0, 0, 0, b - out.shape[0]))  # rows of length 0: zero
+        if out.shape[0] < b:  # rows of length 0: zero
+            out = F.pad(out, (0, 0, 0, 0, 0, b - out.shape[0]))
         return out if identity else out.index_select(0, order.argsort())

@@ -114,7 +114,7 @@ def _run_segments(rnn: nn.Module, x: torch.Tensor, ends: list[int],
         if state is not None:  # the rows still running are the first n
             state = tuple(s[:, :n] for s in state) if isinstance(state, tuple) else state[:, :n]
         y, state = rnn(chunk[:n], state)
-        outs.append(F.pad(y, (0, 0, 0, 0, 0, x.shape[0] - n)))
+        outs.append(y if n == x.shape[0] else F.pad(y, (0, 0, 0, 0, 0, x.shape[0] - n)))
     return outs[0] if len(outs) == 1 else torch.cat(outs, 1)
 
 
@@ -176,4 +176,4 @@ class BiRNN(nn.Module):
         out = torch.cat([forward, backward], dim=-1) * valid[..., None].to(forward.dtype)
         if not identity:
             out = out.index_select(0, order.argsort())  # back to the input's row order
-        return F.pad(out, (0, 0, 0, t - longest))
+        return out if longest == t else F.pad(out, (0, 0, 0, t - longest))  # F.pad always copies
