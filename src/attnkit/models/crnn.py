@@ -211,7 +211,7 @@ class CRNN(Model, name="crnn"):
         x = flat.index_select(1, source)[None, None]  # (1, 1, 32, L)
         steps = self.steps(w)
         half = torch.div(starts, 2, rounding_mode="floor")
-        inside = (col[::2] // 2 < steps[owner[::2]]).to(x.dtype)  # (L / 2,): a line's step
+        inside = col[::2] // 2 < steps[owner[::2]]  # (L / 2,) bool (keeps autocast's dtype)
         for i, (block, pool) in enumerate(zip(self.blocks, self.pools)):
             x = pool(block(x))
             if i == 0:
