@@ -216,7 +216,8 @@ class CRNN(Model, name="crnn"):
             x = pool(block(x))
             if i == 0:
                 x = _ChannelsLast.apply(x)
-            x = x * inside  # (1, C, H, L / 2): blank between the lines
+            x = x.mul_(inside)  # (1, C, H, L / 2): blank between the lines (in place: the
+            # pool keeps its indices for backward, not its output)
         t = x.shape[3]
         rows = x.permute(0, 2, 3, 1).reshape(t, -1)  # (L / 2, C): a view of the NHWC map
         rows = torch.cat([rows, rows.new_zeros(1, rows.shape[1])])

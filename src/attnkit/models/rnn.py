@@ -173,7 +173,8 @@ class BiRNN(nn.Module):
         backward = _run_segments(self.bwd, reverse_within_lengths(xs, ordered), ends, rows)
         backward = reverse_within_lengths(backward, ordered)
         valid = torch.arange(longest, device=x.device) < ordered[:, None]  # (B, T')
-        out = torch.cat([forward, backward], dim=-1) * valid[..., None].to(forward.dtype)
+        out = torch.cat([forward, backward], dim=-1)  # a new tensor: zeroed in place
+        out = out.masked_fill_(~valid[..., None], 0.0)
         if not identity:
             out = out.index_select(0, order.argsort())  # back to the input's row order
         return out if longest == t else F.pad(out, (0, 0, 0, t - longest))  # F.pad always copies
