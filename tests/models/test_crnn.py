@@ -5,9 +5,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnkit.attention import export_mode
 from attnkit.decoding import beam_search, greedy
 from attnkit.models import CRNN
+from tests.models.toy import assert_skipping_padding_changes_nothing
 
 SMALL = dict(channels=(4, 4, 8, 8, 8), hidden=8, dropout=0.0)
 
@@ -81,29 +81,15 @@ def test_packed_cnn_gradcheck_and_training_statistics_ignore_the_padded_width():
 @pytest.mark.parametrize("attention", [None, "global", "window"])
 def test_the_padding_skipping_paths_equal_the_padded_model(attention):
     # On CPU the model sorts the lines longest first, packs the CNN, runs the BiRNNs in time
-    # segments and the attention in length groups; export mode takes the padded reference
-    # path everywhere. Eval mode (batch norm's running statistics): the same outputs and
-    # gradients.
+    # segments and the attention in length groups. Eval mode (batch norm's running
+    # statistics): the same outputs and gradients as the padded model.
     torch.manual_seed(0)
     model = CRNN(12, attention=attention, window=4, **SMALL).double().eval()
     _random_batch_norm(model)
     images = torch.rand(6, 1, 32, 60, dtype=torch.float64)
     widths = torch.tensor([31, 60, 2, 44, 60, 17])
-    got, steps = model(images, widths)
-    with export_mode():
-        want, want_steps = model(images, widths)
-    assert torch.equal(steps, want_steps)
-    torch.testing.assert_close(got, want)
-    grad = torch.randn_like(want)
-    params = list(model.parameters())
-    with export_mode():
-        want_grads = torch.autograd.grad(model(images, widths)[0], params, grad,
-                                         allow_unused=True)
-    got_grads = torch.autograd.grad(model(images, widths)[0], params, grad, allow_unused=True)
-    for g, w in zip(got_grads, want_grads):
-        assert (g is None) == (w is None)
-        if g is not None:
-            torch.testing.assert_close(g, w)
+    assert_skipping_padding_changes_nothing(lambda: model(images, widths),
+                                            list(model.parameters()))
 
 
 def test_attention_layer_sits_between_the_rnns_and_gets_gradients():

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.models import LAS, CausalListener, Listener
-from tests.models.toy import streaming_las
+from tests.models.toy import assert_skipping_padding_changes_nothing, streaming_las
 
 F_DIM, V = 6, 9
 
@@ -41,6 +41,16 @@ def test_padding_never_changes_an_utterance():
     assert w_alone.shape == (1, 5, 2) and w_batch.shape == (2, 5, 8)
     torch.testing.assert_close(w_batch[:1, :, :2], w_alone)
     assert w_batch[0, :, 2:].abs().sum() == 0
+
+
+def test_sorting_once_and_time_segments_equal_the_padded_listener():
+    # On CPU the listener sorts its batch longest first and its BiRNNs run in time segments.
+    torch.manual_seed(0)
+    listener = Listener(5, 4).double()
+    x = torch.randn(5, 41, 5, dtype=torch.float64, requires_grad=True)
+    lengths = torch.tensor([17, 41, 8, 33, 40])
+    assert_skipping_padding_changes_nothing(lambda: listener(x, lengths),
+                                            [x, *listener.parameters()])
 
 
 def test_step_by_step_equals_forward():

@@ -1,9 +1,29 @@
-"""Toys shared by the model tests: a batch of three sources of lengths 7, 4 and 1, and a
-random-weight LAS that streams with moving monotonic stops."""
+"""Toys shared by the model tests: a batch of three sources of lengths 7, 4 and 1, a
+random-weight LAS that streams with moving monotonic stops, and the check that a model's
+padding-skipping CPU paths equal its padded reference."""
 
 import math
 
 import torch
+
+from attnkit.attention import export_mode
+
+
+def assert_skipping_padding_changes_nothing(run, params):
+    """``run()`` -> ``(output, lengths)`` on the padding-skipping CPU paths equals it in export
+    mode (the padded reference everywhere): outputs, lengths and the gradients of ``params``."""
+    got, got_lengths = run()
+    with export_mode():
+        want, want_lengths = run()
+    assert torch.equal(got_lengths, want_lengths)
+    torch.testing.assert_close(got, want)
+    grad = torch.randn_like(want)
+    got_grads = torch.autograd.grad(got, params, grad, allow_unused=True)
+    want_grads = torch.autograd.grad(want, params, grad, allow_unused=True)
+    for g, w in zip(got_grads, want_grads):
+        assert (g is None) == (w is None)
+        if g is not None:
+            torch.testing.assert_close(g, w)
 
 
 def toy_batch(seed=0, b=3, s=7, t=5, vocab=11):

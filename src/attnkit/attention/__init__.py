@@ -16,7 +16,7 @@ from attnkit.attention.module import Attention, attention
 from attnkit.attention.monotonic import MoChA, MonotonicAttention
 from attnkit.attention.scores import SCORES
 from attnkit.attention.self_attention import SelfAttention
-from attnkit.attention.tracing import export_mode, exporting
+from attnkit.attention.tracing import export_mode, exporting, skips_padding
 
 __all__ = [
     "ALIGNMENTS",
@@ -39,4 +39,5 @@ __all__ = [
     "exporting",
     "lengths_to_mask",
     "make_alignment",
+    "skips_padding",
 ]

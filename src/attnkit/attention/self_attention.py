@@ -18,7 +18,7 @@ from attnkit.checks import (
 from attnkit.attention.core import AttentionOutput
 from attnkit.attention.masks import lengths_to_mask
 from attnkit.attention.module import Attention
-from attnkit.attention.tracing import exporting
+from attnkit.attention.tracing import skips_padding
 
 __all__ = ["ATTENTION_ARGS", "SelfAttention", "length_groups"]
 
@@ -156,9 +156,7 @@ class SelfAttention(nn.Module):
                 raise ValueError(f"lengths: expected shape ({b},) (batch size), got {describe(lengths)}")
             lengths_to_mask(lengths, t)  # validates the values, naming "lengths"
         groups = None
-        if (lengths is not None and not need_weights and not self.recording
-                and x.device.type == "cpu" and not exporting()
-                and not torch.compiler.is_compiling()):
+        if lengths is not None and not need_weights and not self.recording and skips_padding(x):
             groups = length_groups(lengths.to(x.device), t)
         if groups is None:
             out, weights = self._attend(x, lengths, need_weights)

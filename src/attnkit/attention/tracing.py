@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ["export_mode", "exporting", "values_readable"]
+__all__ = ["export_mode", "exporting", "skips_padding", "values_readable"]
 
 _depth = 0  # open export_mode() blocks
 
@@ -56,3 +56,10 @@ def values_readable(x: torch.Tensor) -> bool:
     """Whether a check may read the values of ``x``: not while exporting (the graph would freeze
     them), and not on the meta device (its tensors have shapes and no values)."""
     return not exporting() and x.device.type != "meta"
+
+
+def skips_padding(x: torch.Tensor) -> bool:
+    """Whether layers take their padding-skipping paths for ``x`` (length groups, time
+    segments, a packed CNN), which read lengths in Python: on CPU, and neither while
+    exporting nor under ``torch.compile``, which need the one padded path."""
+    return x.device.type == "cpu" and not exporting() and not torch.compiler.is_compiling()

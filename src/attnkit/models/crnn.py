@@ -26,11 +26,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import SelfAttention, exporting
+from attnkit.attention import SelfAttention, exporting, skips_padding
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.decoder import AttentionDecoder
 from attnkit.models.registry import Model
-from attnkit.models.rnn import BiRNN
+from attnkit.models.rnn import BiRNN, longest_first
 
 __all__ = ["CRNN"]
 
@@ -155,14 +155,11 @@ class CRNN(Model, name="crnn"):
             raise ValueError(f"widths: expected values in [2, {images.shape[3]}] (the padded "
                              f"width), got {widths.tolist()}")
         w = widths.to(images.device)
-        packed = (images.device.type == "cpu" and not exporting()
-                  and not torch.compiler.is_compiling())
-        # longest first (the BiRNNs and the attention then copy no rows), unless the layer's
-        # weights are being recorded: they are read in the batch's row order
+        packed = skips_padding(images)
+        # longest first, unless the layer's weights are being recorded: they are read in the
+        # batch's row order
         recording = self.attention is not None and self.attention.recording
-        order = w.argsort(descending=True, stable=True) if packed and not recording else None
-        if order is not None and bool(w[order].equal(w)):
-            order = None  # already longest first
+        order = None if recording else longest_first(images, w)
         if order is not None:
             images, w = images.index_select(0, order), w[order]
         x = 1.0 - images  # paper 0, ink 1: padding is blank paper

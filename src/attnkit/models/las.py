@@ -44,7 +44,7 @@ from attnkit.attention import exporting
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.decoder import AttentionDecoder
 from attnkit.models.registry import Model
-from attnkit.models.rnn import LSTM, BiRNN
+from attnkit.models.rnn import LSTM, BiRNN, longest_first
 
 __all__ = ["LISTENERS", "LAS", "CausalListener", "LASStream", "Listener", "ListenerStream"]
 
@@ -130,10 +130,16 @@ class Listener(nn.Module):
         if not exporting():  # the check reads the lengths: an exported graph cannot
             check_lengths(lengths, features.shape[1])
         lengths = lengths.to(features.device)
+        order = longest_first(features, lengths)  # (halving keeps the order)
+        if order is not None:
+            features, lengths = features.index_select(0, order), lengths[order]
         x = self.first(features, lengths)  # (B, T, 2L)
         for lstm in self.pyramid:
             x, lengths = halve(x), lengths // 2  # (B, T/2, 4L): frames 2j, 2j+1
             x = lstm(self.drop(x), lengths)  # (B, T/2, 2L)
+        if order is not None:
+            back = order.argsort()
+            x, lengths = x.index_select(0, back), lengths[back]
         return x, lengths
 
 

@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import exporting
+from attnkit.attention import skips_padding
 from attnkit.attention.precision import autocast_enabled
 
-__all__ = ["LSTM", "BiRNN", "reverse_within_lengths", "segment_plan"]
+__all__ = ["LSTM", "BiRNN", "longest_first", "reverse_within_lengths", "segment_plan"]
 
 
 class LSTM(nn.LSTM):
@@ -102,6 +102,17 @@ def segment_plan(lengths: torch.Tensor, segments: int = 4):
     return order, ends, rows
 
 
+def longest_first(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor | None:
+    """The row order ``(B,)`` by decreasing length (stable) for a model to sort its batch by
+    once, so that each :class:`BiRNN` and self-attention layer after it copies no rows; None
+    when the rows are already in that order or the layers run padded
+    (:func:`skips_padding`)."""
+    if not skips_padding(x):
+        return None
+    order = lengths.argsort(descending=True, stable=True)
+    return None if bool(lengths[order].equal(lengths)) else order
+
+
 def _run_segments(rnn: nn.Module, x: torch.Tensor, ends: list[int],
                   rows: list[int]) -> torch.Tensor:
     """``rnn`` (one direction, batch first) over ``x`` ``(B, T, D)`` whose rows are sorted by
@@ -151,8 +162,7 @@ class BiRNN(nn.Module):
         self.bwd = RNNS[kind](input_size, hidden, batch_first=True)
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        if (self.segments > 1 and x.device.type == "cpu" and not exporting()
-                and not torch.compiler.is_compiling()):
+        if self.segments > 1 and skips_padding(x):
             order, ends, rows = segment_plan(lengths.to(x.device), self.segments)
             if ends:  # else every length is 0: the padded run gives zeros with gradients
                 return self._segmented(x, lengths.to(x.device), order, ends, rows)
