@@ -9,6 +9,7 @@ from attnkit.attention.alignment import (
     make_alignment,
 )
 from attnkit.attention.core import AttentionOutput, Memory
+from attnkit.attention.dense import Linear, linear
 from attnkit.attention.dispatch import IMPLS, Plan
 from attnkit.attention.local import GMMAttention, LocalPAttention
 from attnkit.attention.masks import lengths_to_mask
@@ -28,6 +29,7 @@ __all__ = [
     "Attention",
     "AttentionOutput",
     "GMMAttention",
+    "Linear",
     "LocalPAttention",
     "Memory",
     "MoChA",
@@ -38,6 +40,7 @@ __all__ = [
     "export_mode",
     "exporting",
     "lengths_to_mask",
+    "linear",
     "make_alignment",
     "skips_padding",
 ]

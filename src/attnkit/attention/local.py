@@ -33,6 +33,7 @@ from torch import nn
 
 from attnkit.attention.alignment import Alignment, keys_of
 from attnkit.attention.core import Memory
+from attnkit.attention.dense import Linear
 from attnkit.attention.reference import masked_softmax
 from attnkit.attention.scores import SCORES, make_score
 from attnkit.checks import check_positive_int
@@ -169,7 +170,7 @@ class GMMAttention(Alignment, name="gmm"):
                  *, components: int = 5, impl: str = "fast"):
         super().__init__(query_dim, key_dim, value_dim, impl=impl)
         self.components = check_positive_int("components", components)
-        self.proj = nn.Linear(self.query_dim, 3 * components)  # -> (a_hat, b_hat, k_hat)
+        self.proj = Linear(self.query_dim, 3 * components)  # -> (a_hat, b_hat, k_hat)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, components={self.components}"

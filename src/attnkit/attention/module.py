@@ -28,6 +28,7 @@ from attnkit.attention.core import (
     plan_call,
     run,
 )
+from attnkit.attention.dense import Linear
 from attnkit.attention.dispatch import IMPLS, STEP_SCORES, Plan
 from attnkit.attention.masks import non_finite_keys, zero_padding
 from attnkit.attention.precision import autocast_enabled, no_autocast, upcast
@@ -151,10 +152,10 @@ class Attention(nn.Module):
 
         if heads > 1:
             inner = heads * head_dim
-            self.q_proj = nn.Linear(self.query_dim, inner)
-            self.k_proj = nn.Linear(self.key_dim, inner)
-            self.v_proj = nn.Linear(self.value_dim, inner)
-            self.out_proj = nn.Linear(inner, self.value_dim)
+            self.q_proj = Linear(self.query_dim, inner)
+            self.k_proj = Linear(self.key_dim, inner)
+            self.v_proj = Linear(self.value_dim, inner)
+            self.out_proj = Linear(inner, self.value_dim)
             dq = dk = head_dim
         else:
             dq, dk = self.query_dim, self.key_dim

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnkit.attention import kernels
+from attnkit.attention.dense import linear
 from attnkit.attention.precision import upcast
 
 __all__ = ["SCORES", "Score", "make_score"]
@@ -61,7 +62,7 @@ def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """
     b, h, t, d = x.shape
     if h == 1:
-        return (x.reshape(b * t, d) @ w[0]).view(b, 1, t, w.shape[-1])
+        return linear(x.reshape(b * t, d), w[0].t()).view(b, 1, t, w.shape[-1])
     return torch.einsum("bhtd,hda->bhta", x, w)
 
 

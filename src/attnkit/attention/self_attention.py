@@ -16,6 +16,7 @@ from attnkit.checks import (
     describe,
 )
 from attnkit.attention.core import AttentionOutput
+from attnkit.attention.dense import Linear
 from attnkit.attention.masks import lengths_to_mask
 from attnkit.attention.module import Attention
 from attnkit.attention.tracing import skips_padding
@@ -118,9 +119,9 @@ class SelfAttention(nn.Module):
         self.batch_first = batch_first
         self.attention = Attention(dim, score=score, **attention)
         if combine == "concat":
-            self.proj = nn.Linear(2 * dim, self.out_dim)
+            self.proj = Linear(2 * dim, self.out_dim)
         else:
-            self.proj = nn.Linear(dim, dim)
+            self.proj = Linear(dim, dim)
             self.norm = nn.LayerNorm(dim)
         self.recording = 0  # open recording_weights() blocks: every call then takes one pass
 

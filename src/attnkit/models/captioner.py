@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import Attention
+from attnkit.attention import Attention, Linear
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.grid import GridEncoder
 from attnkit.models.registry import Model
@@ -121,12 +121,12 @@ class Captioner(Model, name="captioner"):
         self.kind, self.hidden = attention, hidden
         self.attention = (None if attention == "none" else
                           Attention(hidden, d, d, score="additive", attn_dim=attn_dim))
-        self.gate = nn.Linear(hidden, 1) if gate else None
-        self.init_h, self.init_c = nn.Linear(d, hidden), nn.Linear(d, hidden)
+        self.gate = Linear(hidden, 1) if gate else None
+        self.init_h, self.init_c = Linear(d, hidden), Linear(d, hidden)
         self.embed = nn.Embedding(vocab, emb, padding_idx=PAD)
         self.cell = nn.LSTMCell(emb + d, hidden)
-        self.out_h, self.out_z = nn.Linear(hidden, emb), nn.Linear(d, emb, bias=False)
-        self.out = nn.Linear(emb, vocab)
+        self.out_h, self.out_z = Linear(hidden, emb), Linear(d, emb, bias=False)
+        self.out = Linear(emb, vocab)
         self.drop = nn.Dropout(dropout)
         # hard attention's REINFORCE baseline: a moving average of the reward (saved, so a
         # resumed run goes on with it)

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnkit.attention import Linear
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.registry import Model
 from attnkit.models.rnn import LSTM
@@ -49,7 +50,7 @@ class CharLM(Model, name="char_lm"):
         self.rnn = LSTM(emb, hidden, layers, batch_first=True,
                         dropout=dropout if layers > 1 else 0.0)
         self.drop = nn.Dropout(dropout)
-        self.out = nn.Linear(hidden, vocab)
+        self.out = Linear(hidden, vocab)
 
     def forward(self, tgt_in: torch.Tensor) -> torch.Tensor:
         """Next-character logits ``(B, U, V)`` of ``tgt_in`` ``(B, U)`` (which starts with

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import SelfAttention, exporting, skips_padding
+from attnkit.attention import Linear, SelfAttention, exporting, skips_padding
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.decoder import AttentionDecoder
 from attnkit.models.registry import Model
@@ -131,7 +131,7 @@ class CRNN(Model, name="crnn"):
             raise ValueError("dec_score, dec_alignment, dec_alignment_options: only for "
                              "head='attention' (the CTC head has no decoder)")
         if head == "ctc" or ctc:
-            self.classifier = nn.Linear(2 * hidden, vocab)
+            self.classifier = Linear(2 * hidden, vocab)
         if head == "attention":
             self.decoder = AttentionDecoder(vocab, 2 * hidden, hidden=dec_hidden, emb=64,
                                             score=dec_score, dropout=dropout,

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import ALIGNMENTS, Attention, lengths_to_mask, make_alignment
+from attnkit.attention import ALIGNMENTS, Attention, Linear, lengths_to_mask, make_alignment
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.unroll import unroll
 
@@ -88,14 +88,14 @@ class AttentionDecoder(nn.Module):
         kv = memory_dim
         if key_value_dim is not None:
             kv = check_positive_int("key_value_dim", key_value_dim)
-            self.key_proj, self.value_proj = nn.Linear(memory_dim, kv), nn.Linear(memory_dim, kv)
+            self.key_proj, self.value_proj = Linear(memory_dim, kv), Linear(memory_dim, kv)
         self.key_value_dim = key_value_dim
         if alignment not in ALIGNMENT_CHOICES:
             raise ValueError(f"alignment: expected one of {', '.join(ALIGNMENT_CHOICES)}, "
                              f"got {alignment!r}")
         same_size = score in SAME_SIZE_SCORES and alignment in SCORED
         if same_size and hidden != kv:
-            self.query_proj = nn.Linear(hidden, kv, bias=False)  # dot scores need Dq == Dk
+            self.query_proj = Linear(hidden, kv, bias=False)  # dot scores need Dq == Dk
         query_dim = kv if same_size else hidden
         self.attention = _attention(alignment, alignment_options, query_dim, kv, score,
                                     attn_dim or hidden)
@@ -104,8 +104,8 @@ class AttentionDecoder(nn.Module):
         self.embed = nn.Embedding(vocab, emb, padding_idx=0)
         self.cells = nn.ModuleList(CELLS[cell](emb + kv if i == 0 else hidden, hidden)
                                    for i in range(layers))
-        self.out = nn.Sequential(nn.Linear(hidden + kv, hidden), nn.Tanh(), nn.Dropout(dropout),
-                                 nn.Linear(hidden, vocab))
+        self.out = nn.Sequential(Linear(hidden + kv, hidden), nn.Tanh(), nn.Dropout(dropout),
+                                 Linear(hidden, vocab))
         self.drop = nn.Dropout(dropout)
         self.context_dim = kv
 

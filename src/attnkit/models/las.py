@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import exporting
+from attnkit.attention import Linear, exporting
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.decoder import AttentionDecoder
 from attnkit.models.registry import Model
@@ -315,7 +315,7 @@ class LAS(Model, name="las"):
                                         attn_dim=attn_dim, dropout=dropout,
                                         alignment=alignment,
                                         alignment_options=alignment_options)
-        self.ctc_head = (nn.Linear(self.listener.output_dim, CTC_LABELS_PER_STEP * vocab)
+        self.ctc_head = (Linear(self.listener.output_dim, CTC_LABELS_PER_STEP * vocab)
                          if ctc else None)
 
     # ------------------------------------------------------------------ decoding interface

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import Attention
+from attnkit.attention import Attention, Linear
 from attnkit.models.registry import Model
 from attnkit.models.rnn import BiRNN
 from attnkit.models.unroll import unroll
@@ -68,7 +68,7 @@ class _Decoder(nn.Module):
     def __init__(self, tgt_vocab: int, emb: int, hidden: int, enc: int, dropout: float):
         super().__init__()
         self.embed = nn.Embedding(tgt_vocab, emb, padding_idx=0)
-        self.init = nn.Linear(enc, hidden)
+        self.init = Linear(enc, hidden)
         self.dropout = nn.Dropout(dropout)
 
     def start(self, outputs: torch.Tensor, final: torch.Tensor, src_len: torch.Tensor) -> dict:
@@ -90,7 +90,7 @@ class BahdanauDecoder(_Decoder):
         super().__init__(tgt_vocab, emb, hidden, enc, dropout)
         self.attention = Attention(hidden, enc, score="additive", attn_dim=attn_dim or hidden)
         self.cell = nn.GRUCell(emb + enc, hidden)
-        self.out = nn.Linear(hidden + enc + emb, tgt_vocab)
+        self.out = Linear(hidden + enc + emb, tgt_vocab)
 
     def start(self, outputs, final, src_len):
         return {**super().start(outputs, final, src_len),
@@ -124,12 +124,12 @@ class LuongDecoder(_Decoder):
                              f"got {score!r}")
         self.input_feeding = input_feeding
         score_kw = {"attn_dim": attn_dim or hidden} if score == "additive" else {}
-        self.key_proj = nn.Linear(enc, hidden, bias=False) if score == "dot" else None
+        self.key_proj = Linear(enc, hidden, bias=False) if score == "dot" else None
         self.attention = Attention(hidden, hidden if score == "dot" else enc, enc, score=score,
                                    **score_kw)
         self.rnn = nn.GRU(emb + (hidden if input_feeding else 0), hidden, batch_first=True)
-        self.combine = nn.Linear(enc + hidden, hidden)
-        self.out = nn.Linear(hidden, tgt_vocab)
+        self.combine = Linear(enc + hidden, hidden)
+        self.out = Linear(hidden, tgt_vocab)
 
     def start(self, outputs, final, src_len):
         state = super().start(outputs, final, src_len)
@@ -175,7 +175,7 @@ class PlainDecoder(_Decoder):
                  dropout: float = 0.0):
         super().__init__(tgt_vocab, emb, hidden, enc, dropout)
         self.cell = nn.GRUCell(emb + enc, hidden)
-        self.out = nn.Linear(hidden + emb, tgt_vocab)
+        self.out = Linear(hidden + emb, tgt_vocab)
 
     def start(self, outputs, final, src_len):
         return {**super().start(outputs, final, src_len), "final": final}

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import Attention
+from attnkit.attention import Attention, Linear, linear
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.registry import Model
 
@@ -52,7 +52,7 @@ def sinusoids(positions: torch.Tensor, dim: int) -> torch.Tensor:
 
 class _FeedForward(nn.Sequential):
     def __init__(self, d: int, ff: int, dropout: float):
-        super().__init__(nn.Linear(d, ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ff, d))
+        super().__init__(Linear(d, ff), nn.ReLU(), nn.Dropout(dropout), Linear(ff, d))
 
 
 class _EncoderLayer(nn.Module):
@@ -158,7 +158,7 @@ class Transformer(Model, name="transformer"):
         return self.drop(x + sinusoids(positions, self.d_model).to(x.dtype))
 
     def _logits(self, y: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.dec_norm(y), self.tgt_embed.weight, self.out_bias)  # tied
+        return linear(self.dec_norm(y), self.tgt_embed.weight, self.out_bias)  # tied
 
     def encode(self, src: torch.Tensor, src_len: torch.Tensor) -> torch.Tensor:
         """Encoder output ``(B, S, D)`` (rows past ``src_len`` are not meaningful)."""

@@ -43,7 +43,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from attnkit.attention import Attention
+from attnkit.attention import Attention, Linear
 from attnkit.checks import check_int_tensor, check_positive_int, check_probability
 from attnkit.models.grid import GridEncoder
 from attnkit.models.registry import Model
@@ -115,29 +115,29 @@ class VQA(Model, name="vqa"):
         self.rnn = BiRNN(emb, hidden)
         self.hidden = hidden
         if kind != "none":
-            self.regions = nn.Sequential(nn.Linear(self.encoder.dim, d), nn.Tanh())
+            self.regions = nn.Sequential(Linear(self.encoder.dim, d), nn.Tanh())
         if kind == "san":
             self.attention = nn.ModuleList(
                 Attention(d, d, d, score="additive", attn_dim=attn_dim) for _ in range(hops))
-            self.answer = nn.Sequential(nn.Dropout(dropout), nn.Linear(d, answers))
+            self.answer = nn.Sequential(nn.Dropout(dropout), Linear(d, answers))
         elif kind == "relational":
             extra = (0,) + (RELATION,) * (hops - 1)  # hop k > 1 keys: see _relational
             self.control = nn.ModuleList(
                 Attention(d, d, d, score="additive", attn_dim=attn_dim) for _ in range(hops))
             self.attention = nn.ModuleList(
                 Attention(2 * d, d + e, d, score="additive", attn_dim=attn_dim) for e in extra)
-            self.gate_query = nn.ModuleList(nn.Linear(2 * d, attn_dim) for _ in range(hops))
-            self.gate_key = nn.ModuleList(nn.Linear(d + e, attn_dim, bias=False) for e in extra)
-            self.gate = nn.ModuleList(nn.Linear(attn_dim, 1) for _ in range(hops))
-            self.offset = nn.Linear(self.encoder.dim, 2)
+            self.gate_query = nn.ModuleList(Linear(2 * d, attn_dim) for _ in range(hops))
+            self.gate_key = nn.ModuleList(Linear(d + e, attn_dim, bias=False) for e in extra)
+            self.gate = nn.ModuleList(Linear(attn_dim, 1) for _ in range(hops))
+            self.offset = Linear(self.encoder.dim, 2)
             read = d + hops * (d + 6)  # u_0, then c_k, X_k, G_k, sum g, max g of each hop
-            self.answer = nn.Sequential(nn.Linear(read, d), nn.ReLU(), nn.Dropout(dropout),
-                                        nn.Linear(d, answers))
+            self.answer = nn.Sequential(Linear(read, d), nn.ReLU(), nn.Dropout(dropout),
+                                        Linear(d, answers))
         else:
-            self.cells = nn.Linear(self.encoder.dim, cell_features)
+            self.cells = Linear(self.encoder.dim, cell_features)
             flat = self.encoder.side ** 2 * cell_features
-            self.answer = nn.Sequential(nn.Linear(flat + d, d), nn.ReLU(), nn.Dropout(dropout),
-                                        nn.Linear(d, answers))
+            self.answer = nn.Sequential(Linear(flat + d, d), nn.ReLU(), nn.Dropout(dropout),
+                                        Linear(d, answers))
 
     def question(self, questions: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """``u_0`` ``(B, 2H)`` of questions ``(B, T)`` with ``lengths`` ``(B,)``."""

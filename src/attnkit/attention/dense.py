@@ -1,0 +1,101 @@
+"""Dense layers on oneDNN's matrix multiply on CPU: :func:`linear` and :class:`Linear`.
+
+PyTorch's float32 ``F.linear`` on CPU calls the BLAS it was built with, MKL in the official
+wheels. MKL picks its AVX-512 kernels on Intel processors only; on AMD processors with AVX-512
+it runs AVX2 code, half the width. oneDNN, which PyTorch already uses for convolutions and
+LSTMs, picks kernels by the instructions a processor has. Measured on one core of an AMD EPYC
+(Zen 5) with torch 2.13: about 110 GFLOP/s through ``F.linear`` and 170-260 through oneDNN, for
+32 to 12,800 rows of 128 to 1,024 features (``docs/performance.md``).
+
+:func:`linear` is ``F.linear`` computed by oneDNN's inner product (the operator that
+``torch.compile`` uses for linear layers on CPU) when :func:`uses_onednn` holds, with its
+gradients computed the same way (:class:`OneDnnLinear`). Everywhere else (CUDA, other dtypes,
+autocast, export, ``torch.compile``) it is ``F.linear`` itself, the reference the tests compare
+it with. Both accumulate in float32; results agree to float32 rounding, not bit for bit.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attnkit.attention.tracing import exporting
+from attnkit.checks import describe
+
+__all__ = ["Linear", "OneDnnLinear", "linear", "uses_onednn"]
+
+_HAS_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn,
+                                                                 "_linear_pointwise")
+
+
+def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether :func:`linear` computes ``x W^T`` with oneDNN: PyTorch built with oneDNN; both
+    float32, on the CPU and not empty (oneDNN fails on a product with an empty sum); ``x`` with
+    at least one dimension besides the features; and neither autocast (which casts
+    ``F.linear``'s inputs), exporting nor ``torch.compile`` (which need the operator they know)
+    in force."""
+    return (_HAS_ONEDNN and x.device.type == "cpu" and weight.device.type == "cpu"
+            and x.dtype == torch.float32 and weight.dtype == torch.float32 and x.dim() >= 2
+            and x.numel() > 0 and weight.numel() > 0 and not torch.is_autocast_enabled("cpu")
+            and not exporting() and not torch.compiler.is_compiling())
+
+
+class OneDnnLinear(torch.autograd.Function):
+    """``y = x W^T + b`` with each product of the forward and backward on oneDNN (float32):
+    ``x (..., Din)``, ``weight (Dout, Din)``, ``bias (Dout,)`` or None -> ``(..., Dout)``.
+
+    The backward is written with :func:`linear`, so it is differentiable again (double
+    backward). Other dtypes compute the same formulas with ``F.linear`` (gradcheck)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        if x.dtype == torch.float32:
+            return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = linear(grad, weight.t())  # (..., Din)
+        rows = grad.reshape(-1, grad.shape[-1])  # (N, Dout)
+        if ctx.needs_input_grad[1]:
+            grad_w = linear(rows.t(), x.reshape(-1, x.shape[-1]).t())  # (Dout, Din)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = rows.sum(0)
+        return grad_x, grad_w, grad_b
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``: ``x (..., Din)``, ``weight (Dout, Din)``, ``bias (Dout,)``
+    -> ``(..., Dout)``, on oneDNN where :func:`uses_onednn` holds.
+
+    Example:
+        >>> x, w = torch.randn(4, 3), torch.randn(2, 3)
+        >>> torch.allclose(linear(x, w), x @ w.T, atol=1e-6)
+        True
+    """
+    if x.dim() == 0 or weight.dim() != 2 or x.shape[-1] != weight.shape[1]:
+        raise ValueError("linear: expected x (..., Din) and weight (Dout, Din) with the same Din, "
+                         f"got x: {describe(x)}, weight: {describe(weight)}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"linear: expected bias of shape ({weight.shape[0]},) = (Dout,), "
+                         f"got {describe(bias)}")
+    if not uses_onednn(x, weight) or (bias is not None and bias.dtype != torch.float32):
+        return F.linear(x, weight, bias)
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                    or (bias is not None and bias.requires_grad)):
+        return OneDnnLinear.apply(x, weight, bias)
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` computed by :func:`linear`: the same parameters, initialisation and state
+    dict keys; ``(..., in_features)`` -> ``(..., out_features)``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias)

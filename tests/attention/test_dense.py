@@ -1,0 +1,119 @@
+"""linear / Linear: oneDNN's products against F.linear, the reference."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+
+from attnkit.attention import Linear, export_mode, linear
+from attnkit.attention.dense import OneDnnLinear, uses_onednn
+
+onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
+                            reason="PyTorch built without oneDNN")
+
+
+def grads(fn, x, w, b, g):
+    inputs = [t for t in (x, w, b) if t is not None]
+    return torch.autograd.grad(fn(x, w, b), inputs, g)
+
+
+@onednn
+@given(lead=st.lists(st.integers(0, 5), min_size=1, max_size=3), din=st.integers(1, 40),
+       dout=st.integers(1, 40), bias=st.booleans(), strided=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_matches_f_linear_outputs_and_gradients(lead, din, dout, bias, strided, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(*lead, 2 * din if strided else din, generator=gen)
+    if strided:  # every other feature: a non-contiguous input
+        x = x[..., ::2]
+    x.requires_grad_(True)
+    w = torch.randn(dout, din, generator=gen).requires_grad_(True)
+    b = torch.randn(dout, generator=gen).requires_grad_(True) if bias else None
+    assert uses_onednn(x, w) == (x.numel() > 0)  # empty: F.linear
+    y = linear(x, w, b)
+    if x.numel():
+        assert "OneDnnLinear" in type(y.grad_fn).__name__
+    torch.testing.assert_close(y, F.linear(x, w, b), atol=1e-5, rtol=1e-5)
+    g = torch.randn(y.shape, generator=gen)
+    for got, want in zip(grads(linear, x, w, b, g), grads(F.linear, x, w, b, g)):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
+
+
+def test_gradcheck_and_double_backward_float64():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(OneDnnLinear.apply, (x, w, b))
+    assert torch.autograd.gradgradcheck(OneDnnLinear.apply, (x, w, b))
+    assert torch.autograd.gradcheck(lambda x, w: OneDnnLinear.apply(x, w, None), (x, w))
+
+
+@onednn
+def test_double_backward_float32_matches_f_linear():
+    torch.manual_seed(0)
+    x = torch.randn(6, 5, requires_grad=True)
+    w = torch.randn(3, 5, requires_grad=True)
+
+    def penalty(fn):  # a gradient penalty: the norm of dy/dx, differentiated again
+        (gx,) = torch.autograd.grad(fn(x, w).tanh().sum(), x, create_graph=True)
+        return torch.autograd.grad(gx.square().sum(), (x, w))
+
+    for got, want in zip(penalty(linear), penalty(F.linear)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@onednn
+def test_without_gradients_no_graph():
+    x, w = torch.randn(4, 3), torch.randn(2, 3, requires_grad=True)
+    with torch.no_grad():
+        y = linear(x, w)
+    assert y.grad_fn is None
+    torch.testing.assert_close(y, x @ w.detach().T)
+
+
+@pytest.mark.parametrize("case", ["float64", "bfloat16", "autocast", "export", "vector"])
+def test_reference_path_is_f_linear_exactly(case):
+    torch.manual_seed(0)
+    dtype = {"float64": torch.float64, "bfloat16": torch.bfloat16}.get(case, torch.float32)
+    x = torch.randn(3) if case == "vector" else torch.randn(4, 3, dtype=dtype)
+    w, b = torch.randn(2, 3, dtype=x.dtype), torch.randn(2, dtype=x.dtype)
+    if case == "autocast":
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert not uses_onednn(x, w)
+            y, want = linear(x, w, b), F.linear(x, w, b)
+        assert y.dtype == torch.bfloat16
+    elif case == "export":
+        with export_mode():
+            assert not uses_onednn(x, w)
+            y, want = linear(x, w, b), F.linear(x, w, b)
+    else:
+        assert not uses_onednn(x, w)
+        y, want = linear(x, w, b), F.linear(x, w, b)
+    assert torch.equal(y, want)
+
+
+def test_linear_module_is_a_drop_in_nn_linear():
+    torch.manual_seed(0)
+    plain = nn.Linear(7, 5)
+    ours = Linear(7, 5)
+    assert isinstance(ours, nn.Linear)
+    assert ours.state_dict().keys() == plain.state_dict().keys()
+    ours.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 3, 7)
+    torch.testing.assert_close(ours(x), plain(x), atol=1e-6, rtol=1e-5)
+    assert Linear(7, 5, bias=False).bias is None
+
+
+@pytest.mark.parametrize("x_shape, w_shape, b_shape, match", [
+    ((4, 3), (2, 5), None, "same Din"),
+    ((4, 3), (2, 3, 1), None, "same Din"),
+    ((), (2, 3), None, "same Din"),
+    ((4, 3), (2, 3), (3,), r"bias of shape \(2,\)"),
+])
+def test_bad_shapes_name_the_argument(x_shape, w_shape, b_shape, match):
+    b = None if b_shape is None else torch.randn(b_shape)
+    with pytest.raises(ValueError, match=match):
+        linear(torch.randn(x_shape), torch.randn(w_shape), b)
