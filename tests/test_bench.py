@@ -18,6 +18,7 @@ if str(BENCHMARKS) not in sys.path:
     sys.path.append(str(BENCHMARKS))
 
 import attention  # noqa: E402  (benchmarks/attention.py)
+import dense  # noqa: E402
 import harness  # noqa: E402
 import models_vs_plain  # noqa: E402
 import plain  # noqa: E402
@@ -267,6 +268,13 @@ def test_seed_bahdanau_is_attnkits_bahdanau_on_unpadded_batches():
     theirs.load_state_dict(weights)
     src, src_len, tgt_in = _batch(full=True)
     torch.testing.assert_close(theirs(src, tgt_in), ours(src, src_len, tgt_in)[0])
+
+
+def test_dense_measures_both_paths_of_a_linear_layer():
+    row = dense.measure(rows=8, din=4, dout=3, reps=2)
+    assert row["onednn"] == torch.backends.mkldnn.is_available()
+    for name in ("torch", "attnkit"):
+        assert row[f"{name}_forward_s"] > 0 and row[f"{name}_train_s"] > 0
 
 
 def test_every_models_vs_plain_row_trains_on_its_smoke_shape(one_thread):
