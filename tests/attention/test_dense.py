@@ -41,11 +41,12 @@ def test_matches_f_linear_outputs_and_gradients(lead, din, dout, bias, strided, 
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
 
 
-def test_gradcheck_and_double_backward_float64():
+@pytest.mark.parametrize("dout", [4, 6])  # fewer or more outputs than inputs: both orders
+def test_gradcheck_and_double_backward_float64(dout):
     torch.manual_seed(0)
     x = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
-    w = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
-    b = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(dout, 5, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(dout, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(OneDnnLinear.apply, (x, w, b))
     assert torch.autograd.gradgradcheck(OneDnnLinear.apply, (x, w, b))
     assert torch.autograd.gradcheck(lambda x, w: OneDnnLinear.apply(x, w, None), (x, w))
