@@ -118,3 +118,25 @@ def test_bad_shapes_name_the_argument(x_shape, w_shape, b_shape, match):
     b = None if b_shape is None else torch.randn(b_shape)
     with pytest.raises(ValueError, match=match):
         linear(torch.randn(x_shape), torch.randn(w_shape), b)
+
+
+@onednn
+@pytest.mark.filterwarnings("ignore:There is a performance drop")  # vmap's per-example loop
+def test_torch_func_grad_and_vmap_match_nn_linear():
+    from torch.func import functional_call, grad, vmap
+
+    torch.manual_seed(0)
+    ours, plain = Linear(5, 3), nn.Linear(5, 3)
+    plain.load_state_dict(ours.state_dict())
+    x = torch.randn(4, 2, 5)
+
+    def per_example(module):
+        def loss(params, xb):
+            return functional_call(module, params, (xb,)).square().sum()
+        return vmap(grad(loss), in_dims=(None, 0))(dict(module.named_parameters()), x)
+
+    got, want = per_example(ours), per_example(plain)
+    assert got.keys() == want.keys()
+    for k in got:
+        assert got[k].shape == (4, *want[k].shape[1:])
+        torch.testing.assert_close(got[k], want[k], atol=1e-5, rtol=1e-5)

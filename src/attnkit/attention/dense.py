@@ -48,13 +48,19 @@ class OneDnnLinear(torch.autograd.Function):
     The backward is written with :func:`linear`, so it is differentiable again (double
     backward). Other dtypes compute the same formulas with ``F.linear`` (gradcheck)."""
 
+    generate_vmap_rule = True  # torch.func.vmap: the forward and backward per example
+
     @staticmethod
-    def forward(ctx, x, weight, bias):
-        ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
+    def forward(x, weight, bias):
         if x.dtype == torch.float32:
             return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
         return F.linear(x, weight, bias)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, weight, bias = inputs
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
 
     @staticmethod
     def backward(ctx, grad):
