@@ -34,6 +34,7 @@ from attnkit.attention import Attention, Linear
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.grid import GridEncoder
 from attnkit.models.registry import Model
+from attnkit.models.rnn import LSTMCell
 from attnkit.models.unroll import unroll
 from attnkit.tokens import PAD
 
@@ -124,7 +125,7 @@ class Captioner(Model, name="captioner"):
         self.gate = Linear(hidden, 1) if gate else None
         self.init_h, self.init_c = Linear(d, hidden), Linear(d, hidden)
         self.embed = nn.Embedding(vocab, emb, padding_idx=PAD)
-        self.cell = nn.LSTMCell(emb + d, hidden)
+        self.cell = LSTMCell(emb + d, hidden)
         self.out_h, self.out_z = Linear(hidden, emb), Linear(d, emb, bias=False)
         self.out = Linear(emb, vocab)
         self.drop = nn.Dropout(dropout)

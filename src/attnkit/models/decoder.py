@@ -25,11 +25,12 @@ from torch import nn
 
 from attnkit.attention import ALIGNMENTS, Attention, Linear, lengths_to_mask, make_alignment
 from attnkit.checks import check_positive_int, check_probability
+from attnkit.models.rnn import GRUCell, LSTMCell
 from attnkit.models.unroll import unroll
 
 __all__ = ["ALIGNMENT_CHOICES", "AttentionDecoder", "guided_attention_loss"]
 
-CELLS = {"lstm": nn.LSTMCell, "gru": nn.GRUCell}
+CELLS = {"lstm": LSTMCell, "gru": GRUCell}
 SAME_SIZE_SCORES = ("dot", "scaled_dot", "cosine")
 ALIGNMENT_CHOICES = ("softmax", *ALIGNMENTS)
 SCORED = ("softmax", "local_p")  # the attentions that read `score`

@@ -26,8 +26,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnkit.attention import Attention, Linear
+from attnkit.attention.dense import uses_onednn
 from attnkit.models.registry import Model
-from attnkit.models.rnn import BiRNN
+from attnkit.models.rnn import BiRNN, GRUCell, gru_cell
 from attnkit.models.unroll import unroll
 
 __all__ = ["KINDS", "BahdanauDecoder", "Encoder", "LuongDecoder", "PlainDecoder", "Seq2Seq"]
@@ -89,7 +90,7 @@ class BahdanauDecoder(_Decoder):
                  attn_dim: int | None = None, dropout: float = 0.0):
         super().__init__(tgt_vocab, emb, hidden, enc, dropout)
         self.attention = Attention(hidden, enc, score="additive", attn_dim=attn_dim or hidden)
-        self.cell = nn.GRUCell(emb + enc, hidden)
+        self.cell = GRUCell(emb + enc, hidden)
         self.out = Linear(hidden + enc + emb, tgt_vocab)
 
     def start(self, outputs, final, src_len):
@@ -150,9 +151,13 @@ class LuongDecoder(_Decoder):
         """Tokens ``(N,)`` -> logits ``(N, V)``, state, weights ``(N, S)``."""
         y = self.dropout(self.embed(tokens))  # (N, emb)
         x = torch.cat([y, state["feed"]], dim=-1) if self.input_feeding else y
-        _, h = self.rnn(x[:, None], state["h"][None])
-        logits, attn_h, w = self._attend(h[0], state)
-        new = {**state, "h": h[0]}
+        if uses_onednn(x, self.rnn.weight_ih_l0):  # one step of the GRU, its products on oneDNN
+            h = gru_cell(x, state["h"], self.rnn.weight_ih_l0, self.rnn.weight_hh_l0,
+                         self.rnn.bias_ih_l0, self.rnn.bias_hh_l0)
+        else:
+            h = self.rnn(x[:, None], state["h"][None])[1][0]
+        logits, attn_h, w = self._attend(h, state)
+        new = {**state, "h": h}
         if self.input_feeding:
             new["feed"] = attn_h
         return logits, new, w
@@ -174,7 +179,7 @@ class PlainDecoder(_Decoder):
     def __init__(self, tgt_vocab: int, emb: int, hidden: int, enc: int, *,
                  dropout: float = 0.0):
         super().__init__(tgt_vocab, emb, hidden, enc, dropout)
-        self.cell = nn.GRUCell(emb + enc, hidden)
+        self.cell = GRUCell(emb + enc, hidden)
         self.out = Linear(hidden + emb, tgt_vocab)
 
     def start(self, outputs, final, src_len):
