@@ -319,3 +319,44 @@ def test_weights_are_kept_only_when_asked_for():
         lean = search_fn(model.step, model.init(3), **kw, **extra, weights=False)
         assert kept.weights is not None and lean.weights is None
         assert torch.equal(kept.tokens, lean.tokens)  # the coverage penalty still counts
+
+
+def test_beam_search_does_not_copy_what_a_step_hands_back_untouched():
+    model = ToyModel(seed=3)
+    seen = []
+
+    def step(tokens, state):
+        seen.append(state[1])
+        return model.step(tokens, state)
+
+    hyp = beam_search(step, model.init(3), batch_size=3, beam_size=4, bos=BOS, eos=EOS,
+                      pad=PAD, max_len=6, loop_stop=False)
+    assert len(seen) > 2 and all(src is seen[0] for src in seen)  # the repeated source, kept
+    ref = beam_search(model.step, model.init(3), batch_size=3, beam_size=4, bos=BOS, eos=EOS,
+                      pad=PAD, max_len=6, loop_stop=False)
+    assert torch.equal(hyp.tokens, ref.tokens) and torch.equal(hyp.scores, ref.scores)
+
+
+def test_beam_search_reorders_a_state_tensor_changed_in_place():
+    """A step that accumulates into a state tensor in place gets the same search as one that
+    makes a new tensor: the in-place change marks the tensor as no longer the same in every
+    beam, so it is reordered (seed, vocabulary and EOS bias chosen so that beams do get
+    reordered: reusing the tensor unreordered changes the scores by 0.34)."""
+    model = ToyModel(vocab=12, seed=3, eos_bias=-4.0)
+
+    def stepper(in_place):
+        def step(tokens, state):
+            h, src, acc = state
+            log_probs, (h, src), w = model.step(tokens, (h + 0.3 * acc, src))
+            acc = acc.add_(h) if in_place else acc + h
+            return log_probs, (h, src, acc), w
+        return step
+
+    def search(in_place):
+        h, src = model.init(2)
+        return beam_search(stepper(in_place), (h, src, torch.zeros_like(h)), batch_size=2,
+                           beam_size=3, bos=BOS, eos=EOS, pad=PAD, max_len=7, loop_stop=False)
+
+    a, b = search(True), search(False)
+    assert torch.equal(a.tokens, b.tokens)
+    torch.testing.assert_close(a.scores, b.scores)

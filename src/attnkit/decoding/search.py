@@ -13,7 +13,9 @@ A model exposes one decoder step::
 
 ``N`` is the batch size ``B`` for greedy decoding and sampling, and ``B * K`` for a beam of ``K``
 (hypothesis ``b * K + k`` belongs to example ``b``). Beam search reorders the state along dim 0
-with ``index_select`` after every step, so the step function never sees beams as such.
+with ``index_select`` after every step, so the step function never sees beams as such; the
+tensors a step hands back untouched (same object, no in-place change) since the state was
+repeated are the same in every beam of an example and are not copied.
 
 All three return a :class:`Hypotheses`; tokens after an example's EOS are ``pad``. No output
 ever emits ``pad`` or ``bos``. The weights of every step are kept only with ``weights=True``
@@ -31,7 +33,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_leaves, tree_map
 
 from attnkit.decoding.loops import loop_step, start_loops
 
@@ -223,9 +225,25 @@ def _ranked(hyp: Hypotheses, b: int, s: int) -> Hypotheses:
                         x.index_select(0, pick).reshape(b, s, *x.shape[1:]) for x in hyp))
 
 
-def _reorder(state, index: torch.Tensor):
-    return tree_map(lambda x: x.index_select(0, index) if isinstance(x, torch.Tensor) else x,
+def _reorder(state, index: torch.Tensor, keep: tuple = ()):
+    """``state`` with the rows of each tensor picked by ``index`` (dim 0), but for the tensors
+    in ``keep`` (by identity), which come back as they are."""
+    return tree_map(lambda x: x.index_select(0, index)
+                    if isinstance(x, torch.Tensor) and not any(x is k for k in keep) else x,
                     state)
+
+
+def _versions(state) -> list[tuple[torch.Tensor, int]]:
+    """Each tensor of ``state`` with its version counter (bumped by every in-place change);
+    inference-mode tensors, which have none, are left out."""
+    return [(x, x._version) for x in tree_leaves(state)
+            if isinstance(x, torch.Tensor) and not x.is_inference()]
+
+
+def _unchanged(state, before: list[tuple[torch.Tensor, int]]) -> tuple:
+    """The tensors of ``state`` that were in ``before`` and have not changed since: the same
+    object at the same version."""
+    return tuple(x for x, v in _versions(state) if any(x is y and v == w for y, w in before))
 
 
 def _ngram_ban(hyps: torch.Tensor, n: int, vocab: int) -> torch.Tensor:
@@ -306,6 +324,11 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
     n = b * k
     limit = _max_lengths(max_len, b, device).repeat_interleave(k)  # (N,)
     state = _reorder(state, torch.arange(b, device=device).repeat_interleave(k))
+    # Rows of one example are equal in every tensor of the repeated state, and a beam's parent
+    # is always a beam of the same example, so reordering such a tensor changes nothing. The
+    # tensors a step hands back untouched (an encoder's memory, CTC log-probabilities) stay
+    # so, and are not copied at every step.
+    same_in_beams = _versions(state)
     tokens = torch.full((n,), bos, dtype=torch.long, device=device)
     scores = torch.zeros(b, k, device=device)
     scores[:, 1:] = float("-inf")  # all beams start identical: keep one
@@ -333,7 +356,9 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
         parent = (base + idx // vocab).reshape(n)  # (N,) flat index of each new beam's parent
         tokens = (idx % vocab).reshape(n)
         scores = top
-        state = _reorder(state, parent)
+        kept_as_is = _unchanged(state, same_in_beams)
+        state = _reorder(state, parent, keep=kept_as_is)
+        same_in_beams = [(x, x._version) for x in kept_as_is]
         was_done = done.index_select(0, parent)
         hyps = torch.cat([hyps.index_select(0, parent), tokens[:, None]], dim=1)
         if w is not None and (weights or beta or loop_stop):
