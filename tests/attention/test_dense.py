@@ -140,3 +140,20 @@ def test_torch_func_grad_and_vmap_match_nn_linear():
     for k in got:
         assert got[k].shape == (4, *want[k].shape[1:])
         torch.testing.assert_close(got[k], want[k], atol=1e-5, rtol=1e-5)
+
+
+def test_under_torch_compile_it_is_f_linear():
+    torch.manual_seed(0)
+    layer = Linear(6, 4)
+    seen = []
+
+    def f(x):
+        seen.append(uses_onednn(x, layer.weight))  # traced once, while compiling
+        return layer(x).tanh()
+
+    x = torch.randn(3, 6, requires_grad=True)
+    y = torch.compile(f, backend="aot_eager")(x)
+    assert seen == [False]
+    torch.testing.assert_close(y, F.linear(x, layer.weight, layer.bias).tanh())
+    y.sum().backward()
+    assert x.grad is not None
