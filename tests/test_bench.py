@@ -18,6 +18,7 @@ if str(BENCHMARKS) not in sys.path:
     sys.path.append(str(BENCHMARKS))
 
 import attention  # noqa: E402  (benchmarks/attention.py)
+import decoding_speed  # noqa: E402
 import dense  # noqa: E402
 import harness  # noqa: E402
 import models_vs_plain  # noqa: E402
@@ -275,6 +276,14 @@ def test_dense_measures_both_paths_of_a_linear_layer():
     assert row["onednn"] == torch.backends.mkldnn.is_available()
     for name in ("torch", "attnkit"):
         assert row[f"{name}_forward_s"] > 0 and row[f"{name}_train_s"] > 0
+
+
+def test_decoding_speed_cases_decode(one_thread, monkeypatch):
+    monkeypatch.setattr(decoding_speed, "SEQ2SEQ", dict(batch=2, src_len=5, max_len=4))
+    monkeypatch.setattr(decoding_speed, "SPEECH", dict(batch=2, frames=32, max_len=4))
+    for family, beam, ctc_weight in decoding_speed.CASES.values():
+        row = decoding_speed.measure(family, beam, ctc_weight, reps=1, time_budget=60.0)
+        assert row["s"] > 0 and row["tokens"] > 0
 
 
 def test_every_models_vs_plain_row_trains_on_its_smoke_shape(one_thread):

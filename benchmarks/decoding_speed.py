@@ -1,0 +1,87 @@
+"""Decoding speed: greedy and beam search through attnkit's decoding front door
+(:func:`attnkit.decoding.decode`) on seeded, untrained models, one fresh process per case.
+
+Each case decodes one batch under ``torch.no_grad``; the figure is the median wall time of
+``--reps`` decodings after one warm-up, and ``tokens`` (the sum of the output ids) lets two
+versions' rows be checked for the same outputs. Compare versions by running the script with
+another checkout's source first on the path:
+
+    python benchmarks/decoding_speed.py --threads 1 --json docs/decoding_speed.json
+    PYTHONPATH=<another checkout>/src python benchmarks/decoding_speed.py --threads 1
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from attnkit.decoding import Decoding, decode
+from attnkit.models import LAS, Seq2Seq
+
+import harness
+
+# name -> (model family, beam, CTC weight)
+CASES = {
+    "bahdanau greedy": ("bahdanau", 1, 0.0),
+    "bahdanau beam 5": ("bahdanau", 5, 0.0),
+    "luong beam 5": ("luong", 5, 0.0),
+    "las beam 5": ("las", 5, 0.0),
+    "las beam 5, CTC weight 0.3": ("las", 5, 0.3),
+}
+SEQ2SEQ = dict(batch=32, src_len=40, max_len=40)  # emb = hidden = 256, vocabularies of 100
+SPEECH = dict(batch=16, frames=800, max_len=60)  # LAS at its default sizes, 80 features
+
+
+def measure(family: str, beam: int, ctc_weight: float, reps: int, time_budget: float) -> dict:
+    """Median seconds of one batch's decoding, in this process."""
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(1)
+    if family == "las":
+        model = LAS(30, features=80, ctc=True)
+        inputs = torch.randn(SPEECH["batch"], SPEECH["frames"], 80, generator=gen)
+        lengths = torch.full((SPEECH["batch"],), SPEECH["frames"])
+        max_len = SPEECH["max_len"]
+    else:
+        extra = {"score": "general", "input_feeding": True} if family == "luong" else {}
+        model = Seq2Seq(100, 100, kind=family, emb=256, hidden=256, **extra)
+        inputs = torch.randint(4, 100, (SEQ2SEQ["batch"], SEQ2SEQ["src_len"]), generator=gen)
+        lengths = torch.full((SEQ2SEQ["batch"],), SEQ2SEQ["src_len"])
+        max_len = SEQ2SEQ["max_len"]
+    model.eval()
+    decoding = Decoding(beam=beam, ctc_weight=ctc_weight)
+    out = {}
+
+    @torch.no_grad()
+    def run():
+        out["tokens"] = int(decode(model, inputs, lengths, max_len=max_len,
+                                   decoding=decoding).tokens.sum())
+
+    timing = harness.timed(run, reps=reps, time_budget=time_budget / 2)
+    return {"s": timing.median, "times": timing.times, "tokens": out["tokens"],
+            "threads": torch.get_num_threads()}
+
+
+def main(argv=None) -> int:
+    p = harness.parser(__doc__.split("\n\n")[0], time_budget=300.0, reps=5)
+    args = p.parse_args(argv)
+    print(harness.table_header(["case", "decoding s", "tokens (sum of ids)"]))
+    rows = []
+    for name, (family, beam, ctc_weight) in CASES.items():
+        if args.match is not None and args.match not in name:
+            continue
+        row = {"name": name, **harness.run(
+            measure, {"family": family, "beam": beam, "ctc_weight": ctc_weight,
+                      "reps": args.reps, "time_budget": args.time_budget},
+            time_budget=args.time_budget, threads=args.threads)}
+        rows.append(row)
+        cells = ([f"{row['s']:.3f}", row["tokens"]] if row["status"] == "ok"
+                 else [f"{row['status']}: {row['note']}", ""])
+        print(harness.table_row([name, *cells]), flush=True)
+    if args.json:
+        harness.write_json(args.json, rows, reps=args.reps)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
