@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from attnkit.attention.precision import autocast_enabled
 from attnkit.attention.tracing import exporting
 from attnkit.checks import describe
 
@@ -37,7 +38,7 @@ def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     in force."""
     return (_HAS_ONEDNN and x.device.type == "cpu" and weight.device.type == "cpu"
             and x.dtype == torch.float32 and weight.dtype == torch.float32 and x.dim() >= 2
-            and x.numel() > 0 and weight.numel() > 0 and not torch.is_autocast_enabled("cpu")
+            and x.numel() > 0 and weight.numel() > 0 and not autocast_enabled(x.device)
             and not exporting() and not torch.compiler.is_compiling())
 
 
