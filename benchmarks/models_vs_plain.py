@@ -12,6 +12,9 @@ resident memory during them are reported, with the ratios attnkit / plain.
   loop (:class:`plain.PlainLuong`); same sizes and shapes.
 * ``las``: ``LAS(score="location")`` at its default sizes vs a packed pyramidal BLSTM and a
   per-step location-aware speller (:class:`plain.PlainLAS`); shapes (B, T frames, U characters).
+* ``transformer``: ``Transformer`` (d_model 256, 4 heads, 3 + 3 layers, feed-forward 1024, no
+  dropout) vs ``nn.Transformer`` with the same sizes and parameters
+  (:class:`plain.PlainTransformer`); masked cross-entropy; shapes (B, S, T).
 * ``crnn``: ``CRNN(attention="global" | "window", score="general")`` with the CTC loss vs seed
   000's CRNN with the full ``(B, T, T)`` attention matrix (:class:`plain.SeedCRNN`); hidden 256,
   shapes (B, W pixels), ``T = W // 2`` steps.
@@ -34,7 +37,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from attnkit.models import CRNN, LAS, Seq2Seq
+from attnkit.models import CRNN, LAS, Seq2Seq, Transformer
 
 import harness
 import plain
@@ -54,7 +57,10 @@ FAMILIES = {
             ("plain", "attnkit")),
     "crnn": (("B", "W"), [(32, 400), (32, 800), (32, 1600)], (2, 64),
              ("plain", "attnkit-global", "attnkit-window")),
+    "transformer": (("B", "S", "T"), [(64, 40, 40), (32, 200, 50), (32, 400, 100)], (2, 6, 4),
+                    ("plain", "attnkit")),
 }
+TRANSFORMER = dict(d_model=256, heads=4, layers=3, ff=1024, dropout=0.0)
 
 
 def lengths(gen: torch.Generator, b: int, n: int) -> torch.Tensor:
@@ -87,13 +93,20 @@ def build(family: str, impl: str, shape: tuple, device: torch.device | str = "cp
     def on(*tensors):
         return (x.to(device) for x in tensors)
 
-    if family in ("bahdanau", "luong"):
+    if family in ("bahdanau", "luong", "transformer"):
         b, s, t = shape
         src_len = lengths(gen, b, s)
         src = tokens(gen, src_len, s, V_TEXT)
         tgt_in, tgt_out = teacher_forced(gen, b, t, V_TEXT)
         src_len, src, tgt_in, tgt_out = on(src_len, src, tgt_in, tgt_out)
-        if impl == "attnkit":
+        if family == "transformer":
+            model = (Transformer(V_TEXT, V_TEXT, **TRANSFORMER) if impl == "attnkit"
+                     else plain.PlainTransformer(V_TEXT, V_TEXT, **TRANSFORMER))
+
+            def logits_of(m):
+                out = m(src, src_len, tgt_in)
+                return out[0] if impl == "attnkit" else out
+        elif impl == "attnkit":
             extra = {"score": "general", "input_feeding": True} if family == "luong" else {}
             model = Seq2Seq(V_TEXT, V_TEXT, kind=family, emb=E, hidden=H, **extra)
 

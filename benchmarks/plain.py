@@ -21,10 +21,15 @@ the sizes of attnkit's models so that both sides compute a model of the same siz
 * :class:`SeedCRNN`: seed 000's CRNN (convolutions -> BLSTM -> attention -> BLSTM -> CTC) with
   its full-matrix attention layer (Approach 2.1, :class:`SeedMatrix`) between the BLSTMs; and
   :class:`SeedLoop`, the same layer as the seed's per-step loop (Approach 1).
+* :class:`PlainTransformer`: ``nn.Transformer`` (pre-norm, batch-first) between embeddings
+  scaled by ``sqrt(D)`` plus the paper's sinusoids and an output layer tied to the target
+  embedding, padding masked by the lengths: the model a user builds from PyTorch's own module.
 """
 
 from __future__ import annotations
 
+import math
+import warnings
 from types import SimpleNamespace
 
 import torch
@@ -310,3 +315,39 @@ class SeedCRNN(nn.Module):
         rnn1, _ = self.rnn1(feats)  # (B, T, 2H)
         rnn2, _ = self.rnn2(self.attention(rnn1, steps))
         return F.log_softmax(self.fc(rnn2), dim=-1), steps
+
+
+class PlainTransformer(nn.Module):
+    """``forward(src (B, S), src_len (B,), tgt_in (B, T))`` -> logits ``(B, T, V)`` through
+    ``nn.Transformer(norm_first=True, batch_first=True)``: the sizes and parameters of
+    attnkit's ``Transformer`` (its attention's q/k/v projections are ``in_proj`` here)."""
+
+    def __init__(self, src_vocab, tgt_vocab, *, d_model=256, heads=4, layers=3, ff=None,
+                 dropout=0.0):
+        super().__init__()
+        self.d_model = d_model
+        self.src_embed = nn.Embedding(src_vocab, d_model, padding_idx=0)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model, padding_idx=0)
+        with warnings.catch_warnings():  # pre-norm layers take no nested-tensor fast path
+            warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
+            self.transformer = nn.Transformer(d_model, heads, layers, layers, ff or 4 * d_model,
+                                              dropout, batch_first=True, norm_first=True)
+        self.out_bias = nn.Parameter(torch.zeros(tgt_vocab))
+        for emb in (self.src_embed, self.tgt_embed):  # tied output: unit-scale logits
+            nn.init.normal_(emb.weight, std=d_model ** -0.5)
+
+    def embed(self, embedding, tokens):
+        t = tokens.shape[1]
+        freq = torch.exp(torch.arange(0, self.d_model, 2) * (-math.log(10000.0) / self.d_model))
+        angle = torch.arange(t)[:, None] * freq  # (T, D/2)
+        pe = torch.stack([angle.sin(), angle.cos()], -1).flatten(-2).to(tokens.device)
+        return embedding(tokens) * math.sqrt(self.d_model) + pe
+
+    def forward(self, src, src_len, tgt_in):
+        pad = torch.arange(src.shape[1], device=src.device) >= src_len[:, None]  # (B, S)
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.shape[1],
+                                                                device=src.device)
+        y = self.transformer(self.embed(self.src_embed, src), self.embed(self.tgt_embed, tgt_in),
+                             tgt_mask=causal, src_key_padding_mask=pad,
+                             memory_key_padding_mask=pad, tgt_is_causal=True)
+        return F.linear(y, self.tgt_embed.weight, self.out_bias)

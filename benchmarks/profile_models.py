@@ -1,6 +1,7 @@
 """Where one training step of each attnkit model spends its time: torch.profiler's top ops.
 
-Each model of ``models_vs_plain.py`` (Bahdanau, Luong, LAS, CRNN with global attention) at one
+Each model of ``models_vs_plain.py`` (Bahdanau, Luong, LAS, CRNN with global attention,
+Transformer) at one
 shape: one warm-up step, then one profiled step (forward + backward + Adam), in a fresh process
 each. Prints one Markdown table per model (self CPU time of the top ops, their share of the
 step, call counts and input shapes) for docs/performance.md.
@@ -23,6 +24,7 @@ CASES = {  # family -> (implementation, shape)
     "luong": ("attnkit", (32, 400, 100)),
     "las": ("attnkit", (16, 800, 100)),
     "crnn": ("attnkit-global", (32, 800)),
+    "transformer": ("attnkit", (32, 200, 50)),
 }
 
 

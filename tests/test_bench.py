@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnkit.models import Seq2Seq
+from attnkit.models import Seq2Seq, Transformer
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 if str(BENCHMARKS) not in sys.path:
@@ -246,6 +246,40 @@ def test_plain_luong_is_attnkits_luong_written_as_a_loop():
     torch.testing.assert_close(theirs(src, src_len, tgt_in), ours(src, src_len, tgt_in)[0])
 
 
+def test_plain_transformer_is_attnkits_transformer_in_nn_transformer():
+    torch.manual_seed(0)
+    sizes = dict(d_model=8, heads=2, layers=2, ff=16, dropout=0.0)
+    ours, theirs = Transformer(11, 11, **sizes), plain.PlainTransformer(11, 11, **sizes)
+    mine = ours.state_dict()
+    weights = {k: mine[k] for k in ("src_embed.weight", "tgt_embed.weight", "out_bias")}
+    weights.update({f"transformer.{side}.norm.{p}": mine[f"{side[:3]}_norm.{p}"]
+                    for side in ("encoder", "decoder") for p in ("weight", "bias")})
+
+    def attention(src: str, dst: str):
+        for p in ("weight", "bias"):
+            weights[f"{dst}.in_proj_{p}"] = torch.cat([mine[f"{src}.{x}_proj.{p}"]
+                                                        for x in "qkv"])
+            weights[f"{dst}.out_proj.{p}"] = mine[f"{src}.out_proj.{p}"]
+
+    for side, names in (("encoder", {"attn": "self_attn"}),
+                        ("decoder", {"self_attn": "self_attn", "cross_attn": "multihead_attn"})):
+        for i in range(2):
+            ours_at, theirs_at = f"{side}.{i}", f"transformer.{side}.layers.{i}"
+            for src, dst in names.items():
+                attention(f"{ours_at}.{src}", f"{theirs_at}.{dst}")
+            for p in ("weight", "bias"):
+                for n in range(1, 4 if side == "decoder" else 3):
+                    weights[f"{theirs_at}.norm{n}.{p}"] = mine[f"{ours_at}.norm{n}.{p}"]
+                weights[f"{theirs_at}.linear1.{p}"] = mine[f"{ours_at}.ff.0.{p}"]
+                weights[f"{theirs_at}.linear2.{p}"] = mine[f"{ours_at}.ff.3.{p}"]
+    theirs.load_state_dict(weights)
+    ours.eval(), theirs.eval()
+    src, src_len, tgt_in = _batch()
+    assert src_len.min() < src_len.max()  # padding present, masked on both sides
+    torch.testing.assert_close(theirs(src, src_len, tgt_in), ours(src, src_len, tgt_in)[0],
+                               atol=1e-5, rtol=1e-4)
+
+
 def test_seed_bahdanau_is_attnkits_bahdanau_on_unpadded_batches():
     torch.manual_seed(0)
     ours = Seq2Seq(11, 11, kind="bahdanau", emb=4, hidden=6)
@@ -292,7 +326,7 @@ def test_every_models_vs_plain_row_trains_on_its_smoke_shape(one_thread):
                                       time_budget=60)
         assert out["step_s"] > 0 and out["params"] > 0, row["name"]
     families = {r["family"] for r in models_vs_plain.rows_of(smoke=False)}
-    assert families == {"bahdanau", "luong", "las", "crnn"}
+    assert families == {"bahdanau", "luong", "las", "crnn", "transformer"}
 
 
 def test_models_vs_plain_smoke_rows_in_fresh_processes(tmp_path, capsys):
