@@ -109,5 +109,5 @@ class Linear(nn.Linear):
     """``nn.Linear`` computed by :func:`linear`: the same parameters, initialisation and state
     dict keys; ``(..., in_features)`` -> ``(..., out_features)``."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias)
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # nn.Linear's argument name
+        return linear(input, self.weight, self.bias)
