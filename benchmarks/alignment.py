@@ -20,14 +20,14 @@ utterance): greedy by attention alone, beam 4, joint CTC/attention (beam 4, ``--
 ``--lm-weight 0.3``), and for the monotonic model its soft (expected) attention against the
 hard one.
 
-    python benchmarks/alignment.py --out runs/alignment --time-budget 2550 --json docs/alignment.json
-    python benchmarks/alignment.py --task asr --out runs/alignment-asr --time-budget 2550 \
+    python -m benchmarks.alignment --out runs/alignment --time-budget 2550 --json docs/alignment.json
+    python -m benchmarks.alignment --task asr --out runs/alignment-asr --time-budget 2550 \
         --json docs/alignment_asr.json
-    python benchmarks/alignment.py --out runs/alignment-guided --guided-attention 1 \
+    python -m benchmarks.alignment --out runs/alignment-guided --guided-attention 1 \
         --json docs/alignment_guided.json
-    python benchmarks/alignment.py --out runs/alignment --skip-training --json docs/alignment.json
-    python benchmarks/alignment.py --out /tmp/align-smoke --tiny   # checks the script, minutes
-    python benchmarks/alignment.py --out runs/alignment-bf16 --ctc-weight 0.5 \
+    python -m benchmarks.alignment --out runs/alignment --skip-training --json docs/alignment.json
+    python -m benchmarks.alignment --out /tmp/align-smoke --tiny   # checks the script, minutes
+    python -m benchmarks.alignment --out runs/alignment-bf16 --ctc-weight 0.5 \
         --json docs/alignment_bf16.json -- --precision bf16 --sortagrad 1
 
 Each training runs in its own process (``python -m attnkit.cli.main``); ``--time-budget`` is each
@@ -54,7 +54,7 @@ from attnkit.decoding import Decoding
 from attnkit.tasks.ocr import line_metrics, recognise
 from attnkit.tasks.speech import metrics, transcribe
 
-import harness
+from benchmarks import harness
 
 COMMON = ["--n-train", "20000", "--n-valid", "300", "--max-chars", "80", "--attention",
           "window", "--window", "32", "--hidden", "128", "--batch-size", "32", "--lr", "1e-3",

@@ -1,6 +1,6 @@
 """Attention benchmarks: median time and peak extra memory, each case in a fresh process.
 
-``attnkit bench`` (or ``python benchmarks/attention.py``, same options) runs every (case,
+``python -m benchmarks.attention`` (or ``attnkit bench``, same options) runs every (case,
 implementation) pair in its own process through :mod:`harness`: after one warm-up run (which
 also compiles kernels), the measured runs' median time and peak extra resident memory are
 reported. Forward is timed under ``torch.no_grad()`` (inference); "train" is forward + backward.
@@ -45,9 +45,9 @@ import torch.nn.functional as F
 
 from attnkit import Attention
 from attnkit.train import resolve_device
-from attnkit.cli.bench import add_options
 
-import harness
+from benchmarks import harness
+
 
 @dataclass
 class Case:
@@ -468,8 +468,34 @@ def write_report(results: list[Result], json_path: Path, md_path: Path) -> None:
 DEFAULT_JSON, DEFAULT_MARKDOWN = "docs/benchmarks.json", "docs/benchmarks.md"
 
 
-def main(args: argparse.Namespace) -> int:
-    """Run the cases ``args`` select (the options of :func:`attnkit.cli.bench.add_options`)."""
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.attention",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small cases only (a few minutes)")
+    p.add_argument("--group", action="append", help="only these groups (self, mha, additive, "
+                   "local, decoder); repeatable; their rows replace those already in --json")
+    p.add_argument("--targets", action="store_true",
+                   help="only the cases behind the long-sequence targets of docs/benchmarks.md "
+                   "(no slow baselines)")
+    p.add_argument("--match", help="only the cases whose name contains this")
+    p.add_argument("--reps", type=int, default=3, help="measured repetitions (median)")
+    p.add_argument("--time-budget", type=float, default=600.0,
+                   help="seconds per case; its process is stopped after (default 600)")
+    p.add_argument("--json", help=f"rows as JSON (default {DEFAULT_JSON}; with --targets, "
+                   "--match or a GPU --device, written only where given, never merged into "
+                   "the report)")
+    p.add_argument("--markdown", help=f"the report (default {DEFAULT_MARKDOWN}; not written "
+                   "with --targets, --match or a --device other than cpu)")
+    p.add_argument("--device", default="cpu",
+                   help="cpu (default), cuda, cuda:N or auto: where the cases run; on a GPU "
+                   "each step is timed to its kernels' end and memory is CUDA's allocator "
+                   "peak, and the rows go to --json only")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the cases the options (:func:`parser`) select."""
+    args = parser().parse_args(argv)
     cases = [c for c in suite(args.quick and not args.targets)
              if (not args.group or c.group in args.group)
              and (not args.targets or is_target(c))
@@ -477,12 +503,12 @@ def main(args: argparse.Namespace) -> int:
     try:
         device = str(resolve_device(str(args.device)))
     except ValueError as e:
-        print(f"attnkit bench: {e}", file=sys.stderr)
+        print(f"benchmarks.attention: {e}", file=sys.stderr)
         return 2
     print(HEADER)
     results = run_suite(cases, args.reps, args.time_budget, log=lambda s: print(s, flush=True),
                         device=device)
-    command = getattr(args, "invocation", None) or harness.command()
+    command = harness.command()
     date, commit, machine = time.strftime("%Y-%m-%d"), harness.commit(), harness.machine(device)
     for r in results:
         r.command, r.date, r.commit, r.machine = command, date, commit, machine
@@ -505,6 +531,4 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_options(parser)
-    sys.exit(main(parser.parse_args()))
+    sys.exit(main())

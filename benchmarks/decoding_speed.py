@@ -6,8 +6,8 @@ Each case decodes one batch under ``torch.no_grad``; the figure is the median wa
 versions' rows be checked for the same outputs. Compare versions by running the script with
 another checkout's source first on the path:
 
-    python benchmarks/decoding_speed.py --threads 1 --json docs/decoding_speed.json
-    PYTHONPATH=<another checkout>/src python benchmarks/decoding_speed.py --threads 1
+    python -m benchmarks.decoding_speed --threads 1 --json docs/decoding_speed.json
+    PYTHONPATH=<another checkout>/src python -m benchmarks.decoding_speed --threads 1
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 from attnkit.decoding import Decoding, decode
 from attnkit.models import LAS, Seq2Seq
 
-import harness
+from benchmarks import harness
 
 # name -> (model family, beam, CTC weight)
 CASES = {

@@ -7,7 +7,7 @@ Each shape ``(N rows, Din, Dout)`` runs in a fresh process (:mod:`harness`); the
 twice that) and the ratio of the times. The shapes are those of attnkit's models: decoder steps
 (32-64 rows), CRNN and seq2seq projections over whole sequences (thousands of rows).
 
-    python benchmarks/dense.py --threads 1 --json docs/dense.json
+    python -m benchmarks.dense --threads 1 --json docs/dense.json
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from attnkit.attention import linear
 from attnkit.attention.dense import uses_onednn
 
-import harness
+from benchmarks import harness
 
 SHAPES = [(32, 512, 512), (64, 768, 256), (256, 512, 512), (1024, 512, 512), (4096, 256, 100),
           (6400, 512, 512), (6400, 1024, 512), (6400, 256, 1024), (12800, 128, 512)]

@@ -1,7 +1,7 @@
 """One decoder step of the Bahdanau model: onnxruntime against PyTorch eager, on CPU. Prints a
 Markdown table and writes JSON.
 
-    python benchmarks/export_latency.py --threads 1 --json docs/export_latency.json
+    python -m benchmarks.export_latency --threads 1 --json docs/export_latency.json
 
 The model (emb = hidden = 256, additive attention, source length 100, untrained) is exported by
 :func:`attnkit.export.export_onnx`; both sides run the same step on the same state (checked
@@ -23,7 +23,7 @@ from attnkit.export.state import flatten
 from attnkit.models import Seq2Seq
 from attnkit.tokens import BOS
 
-import harness
+from benchmarks import harness
 
 MODEL = dict(src_vocab=60, tgt_vocab=60, kind="bahdanau", emb=256, hidden=256)
 SRC_LEN = 100

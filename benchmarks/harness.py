@@ -1,9 +1,9 @@
 """The benchmark harness: each case in a fresh process, its time and peak memory, the machine.
 
-Every script in ``benchmarks/`` measures through this module.
+Every script of the :mod:`benchmarks` package measures through this module.
 
 * :func:`run` calls a module-level function of a benchmark script in a fresh Python process
-  (``python benchmarks/harness.py FILE FUNCTION KWARGS-JSON``), so that memory is measured
+  (``python -m benchmarks.harness MODULE FUNCTION KWARGS-JSON``), so that memory is measured
   from a clean process, and returns the dict that function returns with ``status: "ok"``, or a
   row saying why not: ``skipped`` (its estimated memory would not fit in the free memory),
   ``timeout`` (still running after the time budget: the process is stopped) or ``error`` (the
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import importlib.util
+import importlib
 import json
 import os
 import platform
@@ -179,7 +179,9 @@ def run(fn, kwargs: dict, *, time_budget: float | None, need_bytes: int = 0,
     """``fn(**kwargs)`` in a fresh process; its dict with ``status: "ok"``, or a failure row.
 
     Args:
-        fn: a module-level function of a script file, returning a JSON-serialisable dict.
+        fn: a module-level function of an importable module (a benchmark script run with
+            ``python -m benchmarks.NAME`` counts as ``benchmarks.NAME``), returning a
+            JSON-serialisable dict.
         kwargs: its keyword arguments (JSON-serialisable).
         time_budget: seconds before the process is stopped (None: no limit).
         need_bytes: estimated peak memory; the case is skipped when it exceeds 80% of the
@@ -193,17 +195,20 @@ def run(fn, kwargs: dict, *, time_budget: float | None, need_bytes: int = 0,
     """
     if fn.__qualname__ != fn.__name__:
         raise ValueError(f"fn: expected a module-level function, got {fn.__qualname__!r}")
+    module, root = _importable(fn)
     free = available_bytes()
     if need_bytes > 0.8 * free:
         return {"status": "skipped",
                 "note": f"needs ~{need_bytes / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free"}
-    cmd = [sys.executable, str(Path(__file__).resolve()), fn.__code__.co_filename, fn.__name__,
-           json.dumps(kwargs)]
+    cmd = [sys.executable, "-m", __name__, module, fn.__name__, json.dumps(kwargs)]
     if threads is not None:
         cmd += ["--threads", str(threads)]
+    # the child imports the module by name: the folder holding its package goes first on the
+    # child's PYTHONPATH (what is already there, e.g. another checkout's src, stays after it)
+    pythonpath = os.pathsep.join(x for x in (root, os.environ.get("PYTHONPATH")) if x)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=time_budget,
-                              env={**os.environ, **(env or {})})
+                              env={**os.environ, "PYTHONPATH": pythonpath, **(env or {})})
     except subprocess.TimeoutExpired:
         return {"status": "timeout", "note": f"over the {time_budget:.0f} s budget"}
     if proc.returncode != 0:
@@ -211,20 +216,31 @@ def run(fn, kwargs: dict, *, time_budget: float | None, need_bytes: int = 0,
     return {"status": "ok", **json.loads(proc.stdout.strip().splitlines()[-1])}
 
 
+def _importable(fn) -> tuple[str, str]:
+    """The name under which ``fn``'s module imports, and the folder its top package is in."""
+    name = fn.__module__
+    if name == "__main__":
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        if spec is None:
+            raise ValueError(f"{fn.__name__}: its script was run as a file; run it as a module "
+                             "(python -m benchmarks.NAME from the repository root)")
+        name = spec.name
+    top = importlib.import_module(name.partition(".")[0])
+    where = Path(top.__file__).resolve()
+    return name, str(where.parent.parent if where.name == "__init__.py" else where.parent)
+
+
 def _worker(argv: list[str]) -> int:
-    """The fresh process of :func:`run`: import the script, call the function, print JSON."""
-    p = argparse.ArgumentParser(prog="python benchmarks/harness.py")
-    p.add_argument("file")
+    """The fresh process of :func:`run`: import the module, call the function, print JSON."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks.harness")
+    p.add_argument("module", help="e.g. benchmarks.attention")
     p.add_argument("function")
     p.add_argument("kwargs", help="the keyword arguments as JSON")
     p.add_argument("--threads", type=int)
     args = p.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    spec = importlib.util.spec_from_file_location(Path(args.file).stem, args.file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
+    module = importlib.import_module(args.module)
     row = getattr(module, args.function)(**json.loads(args.kwargs))
     print(json.dumps(row))
     return 0
@@ -258,7 +274,8 @@ def parser(description: str, *, time_budget: float, json_path: str | None = None
     (seconds per case), ``--json``, ``--match`` (rows whose name contains it), ``--threads``,
     with a default given ``--reps``, and with ``device`` the ``--device`` of
     :func:`add_device_arg`."""
-    p = argparse.ArgumentParser(description=description)
+    p = argparse.ArgumentParser(prog=shlex.join(["python", *program()]),
+                                description=description)
     p.add_argument("--time-budget", type=float, default=time_budget,
                    help=f"{time_budget_help} (default {time_budget:g})")
     p.add_argument("--json", type=Path, default=json_path,
@@ -324,9 +341,16 @@ def commit() -> str:
     return head + ("-dirty" if dirty else "")
 
 
+def program() -> list[str]:
+    """How this process was started, after ``python``: ``["-m", "benchmarks.NAME"]`` for a
+    script run as a module, else the script's path."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    return ["-m", spec.name] if spec is not None else sys.argv[:1]
+
+
 def command() -> str:
     """This process's command line, as a user would type it."""
-    return shlex.join(["python", *sys.argv])
+    return shlex.join(["python", *program(), *sys.argv[1:]])
 
 
 # --------------------------------------------------------------------------- reports

@@ -13,7 +13,7 @@ step minus the RSS before it; batch 16, 25 output characters):
 * ``attention``: the speller alone over ``keys`` memory steps given directly (1,600 frames
   are only 200 keys after the three halvings).
 
-Usage: ``python benchmarks/las_memory.py [--time-budget 60] [--json docs/las_memory.json]``.
+Usage: ``python -m benchmarks.las_memory [--time-budget 60] [--json docs/las_memory.json]``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 from attnkit.models import LAS
 
-import harness
-from plain import UsualLocationAttention
+from benchmarks import harness
+from benchmarks.plain import UsualLocationAttention
 
 BATCH, STEPS, FEATURES = 16, 25, 80
 CASES = [("las", 1600), ("attention", 1600)]

@@ -4,7 +4,7 @@ Trains a Bahdanau model and the no-attention baseline on the same built-in data 
 time budget, each in a fresh process (:mod:`harness`), then measures held-out exact match per
 source-length bucket; writes a table (Markdown, printed), JSON and a plot.
 
-    python benchmarks/length_curve.py --time-budget 200 --out docs/length_curve
+    python -m benchmarks.length_curve --time-budget 200 --out docs/length_curve
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from attnkit.data import generate_pairs
 from attnkit.tasks.translation import TranslationTask, translate
 from attnkit.train import TrainConfig, Trainer
 
-import harness
+from benchmarks import harness
 
 BUCKETS = [(0, 20), (20, 30), (30, 40), (40, 50), (50, 60), (60, 80), (80, 200)]
 

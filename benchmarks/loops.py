@@ -1,7 +1,7 @@
 """Loop stopping on the built-in models: how early loops stop, and that nothing else changes.
 
-    python benchmarks/loops.py --json docs/loops.json
-    python benchmarks/loops.py --smoke          # checks the script, a minute
+    python -m benchmarks.loops --json docs/loops.json
+    python -m benchmarks.loops --smoke          # checks the script, a minute
 
 * **noise**: ``builtin:asr-digits`` transcribes white noise (every ``--seeds`` seed at 10 s,
   amplitude 0.01; 30 s, 0.1; 60 s, 0.001), greedy and beam 5 (the CLI's default), with the

@@ -22,9 +22,9 @@ resident memory during them are reported, with the ratios attnkit / plain.
 Source, frame and line lengths are random between half and all of the padded length (the first
 example full), target lengths likewise; token ids in ``[4, V)``.
 
-    python benchmarks/models_vs_plain.py --json docs/models_vs_plain.json
-    python benchmarks/models_vs_plain.py --smoke   # every row on tiny shapes: does it run
-    python benchmarks/models_vs_plain.py --match bahdanau --device cuda   # on a GPU
+    python -m benchmarks.models_vs_plain --json docs/models_vs_plain.json
+    python -m benchmarks.models_vs_plain --smoke   # every row on tiny shapes: does it run
+    python -m benchmarks.models_vs_plain --match bahdanau --device cuda   # on a GPU
 
 On a GPU (``--device cuda``) the extra memory is the peak of CUDA's allocator, not the
 resident memory, and no row is skipped for the host's free memory.
@@ -39,8 +39,8 @@ import torch.nn.functional as F
 
 from attnkit.models import CRNN, LAS, Seq2Seq, Transformer
 
-import harness
-import plain
+from benchmarks import harness
+from benchmarks import plain
 
 V_TEXT, E, H = 100, 256, 256
 V_CHARS, FEATURES = 30, 80

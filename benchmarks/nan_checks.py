@@ -1,6 +1,6 @@
 """What the check for NaN or inf keys costs a call with a causal mask or window.
 
-    python benchmarks/nan_checks.py [--reps 15]
+    python -m benchmarks.nan_checks [--reps 15]
 
 Times, in one process with one thread, the attention call (forward, or forward and backward
 for the training cases) and the check it makes of its keys and values

@@ -1,6 +1,6 @@
 """Seed 000's CRNN at its own size: what the attention layer between RNN1 and RNN2 costs.
 
-    python benchmarks/ocr_speed.py --json docs/ocr_speed.json
+    python -m benchmarks.ocr_speed --json docs/ocr_speed.json
 
 Batch 32 of line images 1600 px wide (800 steps after the CNN), BiLSTMs of hidden 256, a CTC
 loss: one training step (forward, backward) of the CRNN without attention, and with the same
@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from attnkit.attention import SelfAttention
 from attnkit.models import CRNN
 
-import harness
-from plain import SeedLoop, SeedMatrix
+from benchmarks import harness
+from benchmarks.plain import SeedLoop, SeedMatrix
 
 CASES = ("none", "attnkit-global", "attnkit-window32", "loop (Approach 1)",
          "matrix (Approach 2.1)")

@@ -18,7 +18,7 @@ and half the batch. The table goes to stdout, the rows to ``--json``, and with `
 into that file between the markers ``<!-- plan_check -->`` and ``<!-- /plan_check -->`` (added
 at its end the first time).
 
-Usage: ``python benchmarks/plan_check.py --size large --threads 1 --json docs/plan_check.json
+Usage: ``python -m benchmarks.plan_check --size large --threads 1 --json docs/plan_check.json
 --markdown docs/benchmarks.md``.
 """
 
@@ -34,7 +34,7 @@ import torch
 from attnkit import Attention
 from attnkit.attention.planner import CallShape, estimate, example_call, measure_peak
 
-import harness
+from benchmarks import harness
 
 BEGIN, END = "<!-- plan_check -->", "<!-- /plan_check -->"
 SELF = dict(query_is_key=True, value_is_key=True)

@@ -6,7 +6,7 @@ shape: one warm-up step, then one profiled step (forward + backward + Adam), in 
 each. Prints one Markdown table per model (self CPU time of the top ops, their share of the
 step, call counts and input shapes) for docs/performance.md.
 
-    python benchmarks/profile_models.py --threads 1 [--match las] [--top 12]
+    python -m benchmarks.profile_models --threads 1 [--match las] [--top 12]
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-import harness
-import models_vs_plain
+from benchmarks import harness
+from benchmarks import models_vs_plain
 
 CASES = {  # family -> (implementation, shape)
     "bahdanau": ("attnkit", (32, 400, 100)),

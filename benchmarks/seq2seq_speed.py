@@ -1,7 +1,7 @@
 """Seq2seq speed: vectorised Luong training step vs a per-step loop, batched beam search vs one
 sentence at a time. Prints a Markdown table and writes JSON.
 
-    python benchmarks/seq2seq_speed.py --json docs/seq2seq_speed.json
+    python -m benchmarks.seq2seq_speed --json docs/seq2seq_speed.json
 
 Both sides of each comparison compute the same thing with the same (untrained) weights (checked
 before timing); each side runs in a fresh process (:mod:`harness`), its time the median of
@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from attnkit.decoding import beam_search
 from attnkit.models import Seq2Seq
 
-import harness
+from benchmarks import harness
 
 # comparison -> (attnkit side, baseline side)
 SIDES = {"luong": ("vectorised", "per-step loop"), "beam": ("batched", "one sentence at a time")}

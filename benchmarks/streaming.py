@@ -25,7 +25,7 @@ transcribe --beam 1``) and once per ``--chunk-ms`` as ``attnkit transcribe --str
   references (:func:`alignment_stats`), and the CER of greedy decoding with the expected
   (soft) alignment, which reads the whole utterance and does not stream.
 
-    python benchmarks/streaming.py --checkpoint RUN/checkpoint --n 200 --chunk-ms 80,200,400 \\
+    python -m benchmarks.streaming --checkpoint RUN/checkpoint --n 200 --chunk-ms 80,200,400 \\
         --time-budget 900 --json docs/streaming.json
 
 ``--time-budget``: seconds for the streaming passes (all chunk sizes together): utterances
@@ -51,7 +51,7 @@ from attnkit.decoding import Decoding
 from attnkit.tasks.speech import metrics, transcribe_stream
 from attnkit.tokens import BOS, EOS, PAD
 
-import harness
+from benchmarks import harness
 
 SPEECH_DB = 40.0  # frames this far below the loudest one count as silence
 

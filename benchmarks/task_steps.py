@@ -6,9 +6,9 @@ the time to quality. Each task runs in a fresh process (:mod:`harness`); the fig
 time of one step (forward + backward + AdamW), the minimum over ``--reps`` after two warm-up
 steps: CPU time, unlike wall time, does not count the time other processes hold the cores.
 
-    python benchmarks/task_steps.py --threads 1
-    PYTHONPATH=<another checkout>/src python benchmarks/task_steps.py --threads 1   # compare
-    python benchmarks/task_steps.py --threads 1 --precision bf16      # bfloat16 autocast
+    python -m benchmarks.task_steps --threads 1
+    PYTHONPATH=<another checkout>/src python -m benchmarks.task_steps --threads 1   # compare
+    python -m benchmarks.task_steps --threads 1 --precision bf16      # bfloat16 autocast
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from attnkit.models import CRNN, LAS, Seq2Seq
 
-import harness
+from benchmarks import harness
 
 TASKS = ("translate", "asr", "ocr")
 

@@ -11,10 +11,10 @@ are read, not built, when they exist) and the validations themselves, as a user'
 To compare two versions of attnkit, run the same command with ``--pythonpath`` pointing at
 each checkout's ``src``:
 
-    python benchmarks/time_to_quality.py --task translate --target accuracy>=0.95 \\
+    python -m benchmarks.time_to_quality --task translate --target accuracy>=0.95 \\
         --pythonpath /path/to/old/src --label before --json ttq.json -- \\
         --n-train 50000 --n-valid 1000 --eval-every 250
-    python benchmarks/time_to_quality.py --task translate --target accuracy>=0.95 \\
+    python -m benchmarks.time_to_quality --task translate --target accuracy>=0.95 \\
         --label after --json ttq.json -- --recipe translate-dates --eval-every 250
 
 Rows are appended to ``--json`` (one per run), so one file collects before and after.
@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import harness
+from benchmarks import harness
 
 VALIDATION = re.compile(r"step (\d+): (.+)$")
 TARGET = re.compile(r"^([a-z_0-9]+)(>=|<=)([0-9.eE+-]+)$")

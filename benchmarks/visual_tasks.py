@@ -21,8 +21,8 @@ prints the same figures for a run's checkpoint (the last one saved).
 
 Prints Markdown tables, writes JSON and one attention picture per model.
 
-    python benchmarks/visual_tasks.py --time-budget 600 --json docs/visual_tasks.json
-    python benchmarks/visual_tasks.py --match vqa --time-budget 900      # one figure
+    python -m benchmarks.visual_tasks --time-budget 600 --json docs/visual_tasks.json
+    python -m benchmarks.visual_tasks --match vqa --time-budget 900      # one figure
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from attnkit.tasks.evaluator import score_examples
 from attnkit.tasks.vqa import VqaEvaluator, VqaTask, question_examples
 from attnkit.train import TrainConfig, Trainer
 
-import harness
+from benchmarks import harness
 
 GRID = dict(image_size=64, channels=[32, 64, 128])
 RUNS = {  # name: (task, model config, task options)

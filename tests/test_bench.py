@@ -4,6 +4,7 @@ streaming figures' arithmetic."""
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -12,19 +13,19 @@ import pytest
 import torch
 
 from attnkit.models import Seq2Seq, Transformer
+from benchmarks import (
+    attention,
+    decoding_speed,
+    dense,
+    harness,
+    models_vs_plain,
+    plain,
+    profile_models,
+    streaming,
+    task_steps,
+)
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-if str(BENCHMARKS) not in sys.path:
-    sys.path.append(str(BENCHMARKS))
-
-import attention  # noqa: E402  (benchmarks/attention.py)
-import decoding_speed  # noqa: E402
-import dense  # noqa: E402
-import harness  # noqa: E402
-import models_vs_plain  # noqa: E402
-import plain  # noqa: E402
-import profile_models  # noqa: E402
-import streaming  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------- run in the fresh process
@@ -360,8 +361,6 @@ def test_profile_models_lists_the_top_ops_of_a_step(one_thread):
 
 
 def test_task_steps_times_each_tasks_default_model(one_thread):
-    import task_steps
-
     out = task_steps.step_cpu_time("translate", reps=1)
     assert out["step_cpu_s"] > 0 and len(out["times"]) == 1
     assert task_steps.TASKS == ("translate", "asr", "ocr")
@@ -428,3 +427,17 @@ def test_alignment_stats_of_a_saturated_model_stop_at_the_peaks(alignment):
     assert stats["stops_again"] == 0.0 and stats["moved_steps"] == 8  # the first from key 0
     assert 0.5 < stats["p_at_peak"][0] < stats["p_at_peak"][4] < 1
     assert attention.inference == "hard" and "monotonic_energies" not in vars(attention)
+
+
+# ---------------------------------------------------------------- scripts run as modules
+
+
+def test_a_script_run_as_a_module_measures_in_fresh_processes(tmp_path):
+    out = tmp_path / "dense.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.dense", "--match", "N=32 ",
+                           "--reps", "1", "--threads", "1", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert [r["status"] for r in data["rows"]] == ["ok"]
+    assert data["command"].startswith("python -m benchmarks.dense --match")

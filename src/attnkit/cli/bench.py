@@ -1,76 +1,79 @@
-"""``attnkit bench``: the attention benchmarks of a source checkout (``benchmarks/attention.py``).
+"""``attnkit bench [NAME] [OPTIONS]``: run ``python -m benchmarks.NAME OPTIONS`` in a source
+checkout (NAME defaults to ``attention``, the attention paths' time and memory).
 
-The benchmarks are scripts in the repository's ``benchmarks/`` folder, not part of the
-installed package; this command finds that folder next to the package's source tree (an
-editable install) or in the current directory, and runs ``benchmarks/attention.py`` with the
-options below (which the script also takes when run directly).
+The benchmarks are the ``benchmarks`` package of the repository, not part of the installed
+package: this command finds the checkout next to the package's source tree (an editable
+install) or in the current directory and runs the script there, in a child process whose
+working directory is the checkout's root (relative paths in OPTIONS are taken from there).
+Every word after ``bench`` goes to the script: ``attnkit bench NAME --help`` lists its options.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import shlex
+import subprocess
 import sys
 from pathlib import Path
 
 import attnkit
 
-SCRIPT = "attention.py"
-
-
-def add_options(p: argparse.ArgumentParser) -> None:
-    """The options of the attention benchmarks (``attnkit bench`` and the script alike)."""
-    p.add_argument("--quick", action="store_true", help="small cases only (a few minutes)")
-    p.add_argument("--group", action="append", help="only these groups (self, mha, additive, "
-                   "local, decoder); repeatable; their rows replace those already in --json")
-    p.add_argument("--targets", action="store_true",
-                   help="only the cases behind the long-sequence targets of docs/benchmarks.md "
-                   "(no slow baselines)")
-    p.add_argument("--match", help="only the cases whose name contains this")
-    p.add_argument("--reps", type=int, default=3, help="measured repetitions (median)")
-    p.add_argument("--time-budget", type=float, default=600.0,
-                   help="seconds per case; its process is stopped after (default 600)")
-    p.add_argument("--json", help="rows as JSON (default docs/benchmarks.json; with --targets, "
-                   "--match or a GPU --device, written only where given, never merged into "
-                   "the report)")
-    p.add_argument("--markdown", help="the report (default docs/benchmarks.md; not written "
-                   "with --targets, --match or a --device other than cpu)")
-    p.add_argument("--device", default="cpu",
-                   help="cpu (default), cuda, cuda:N or auto: where the cases run; on a GPU "
-                   "each step is timed to its kernels' end and memory is CUDA's allocator "
-                   "peak, and the rows go to --json only")
+DEFAULT = "attention"
+# modules of the package that are not benchmarks
+SHARED = {"__init__", "harness", "plain"}
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="benchmark attention paths (time and peak memory; "
-                       "needs a source checkout)")
-    add_options(p)
+    # "+" as the only prefix: no word after `bench` is parsed here, all go to the script
+    p = sub.add_parser("bench", prefix_chars="+", add_help=False,
+                       help="run a benchmark of a source checkout (default: the attention "
+                       "paths' time and peak memory); attnkit bench --help lists them")
+    p.add_argument("words", nargs=argparse.REMAINDER)
     p.set_defaults(run=run)
 
 
 def candidates() -> list[Path]:
-    """Where ``benchmarks/`` may be: next to ``src/`` of this package, then the current
+    """Where the checkout may be: the folder above ``src/`` of this package, then the current
     directory."""
-    return [Path(attnkit.__file__).resolve().parents[2] / "benchmarks", Path.cwd() / "benchmarks"]
+    return [Path(attnkit.__file__).resolve().parents[2], Path.cwd()]
 
 
-def find_script() -> Path | None:
-    """``benchmarks/attention.py`` of the first candidate folder that has it."""
-    return next((d / SCRIPT for d in candidates() if (d / SCRIPT).is_file()), None)
+def find_checkout() -> Path | None:
+    """The first candidate folder holding the ``benchmarks`` package."""
+    return next((d for d in candidates() if (d / "benchmarks" / "__init__.py").is_file()), None)
+
+
+def names(root: Path) -> list[str]:
+    """The benchmarks of the checkout at ``root``."""
+    return sorted(f.stem for f in (root / "benchmarks").glob("*.py") if f.stem not in SHARED)
+
+
+def usage(root: Path | None) -> str:
+    """``attnkit bench --help``: what it does and the benchmarks it finds."""
+    what = __doc__.split("\n\n")[0]
+    found = (f"Benchmarks in {root}: {', '.join(names(root))}." if root is not None
+             else f"No source checkout found ({_looked()}).")
+    return (f"usage: attnkit bench [NAME] [OPTIONS]\n\n{what}\n\n{found}\n"
+            "`attnkit bench NAME --help` prints the options of NAME.\n")
+
+
+def _looked() -> str:
+    return f"looked in {', '.join(str(d) for d in candidates())}"
 
 
 def run(args: argparse.Namespace) -> int:
-    script = find_script()
-    if script is None:
-        print(f"attnkit bench: benchmarks/{SCRIPT} not found (looked in "
-              f"{', '.join(str(d) for d in candidates())}); run it from a source checkout of "
-              "attnkit", file=sys.stderr)
+    words = list(args.words)
+    root = find_checkout()
+    if words[:1] in (["-h"], ["--help"]):
+        print(usage(root), end="")
+        return 0
+    name = words.pop(0) if words and not words[0].startswith("-") else DEFAULT
+    if root is None:
+        print(f"attnkit bench: the benchmarks package was not found ({_looked()}); run it "
+              "from a source checkout of attnkit", file=sys.stderr)
         return 2
-    sys.path.insert(0, str(script.parent))  # the script imports its neighbour harness.py
-    spec = importlib.util.spec_from_file_location("attention_benchmarks", script)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    args.invocation = shlex.join(["attnkit", *sys.argv[1:]])
-    return module.main(args)
+    if name not in names(root):
+        print(f"attnkit bench: no benchmark {name!r} in {root / 'benchmarks'} (there are: "
+              f"{', '.join(names(root))})", file=sys.stderr)
+        return 2
+    return subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *words],
+                          cwd=root).returncode

@@ -1,0 +1,5 @@
+"""attnkit's benchmarks: one module per experiment, sharing :mod:`benchmarks.harness`.
+
+Run a script as a module from the repository root, e.g. ``python -m benchmarks.dense --help``
+(``attnkit bench NAME`` does the same from an editable install).
+"""
