@@ -52,7 +52,7 @@ from attnkit.cli.lm import load_lm
 from attnkit.data import CharVocab, generate_lines, load_vocab, speech_dataset
 from attnkit.decoding import Decoding
 from attnkit.tasks.ocr import line_metrics, recognise
-from attnkit.tasks.speech import metrics, transcribe
+from attnkit.tasks.asr import metrics, transcribe
 
 from benchmarks import harness
 

@@ -1,6 +1,6 @@
 """Training-step time of attnkit's additive-attention decoders in three modes: plain PyTorch
 (``ATTNKIT_COMPILE=0``), the default (decoder steps on the C++ step kernel), and the default
-after ``attnkit.attention.kernels.warm_up()`` (the Inductor kernels compiled ahead, as
+after ``attnkit.ops.kernels.warm_up()`` (the Inductor kernels compiled ahead, as
 ``attnkit train`` does for long runs).
 
 Each (model, mode) runs in a fresh process (:mod:`harness`): two warm-up steps, then the median
@@ -57,7 +57,7 @@ MODELS = ("bahdanau", "crnn-attention-head", "las-location")
 
 def measure(name: str, mode: str, steps: int, time_budget: float) -> dict:
     """One (model, mode) in this process (the fresh process of :func:`harness.run`)."""
-    from attnkit.attention import kernels
+    from attnkit.ops import kernels
 
     compile_s = 0.0
     if mode == "warm":

@@ -19,8 +19,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from attnkit.attention import linear
-from attnkit.attention.dense import uses_onednn
+from attnkit.ops import linear
+from attnkit.ops.dense import uses_onednn
 
 from benchmarks import harness
 

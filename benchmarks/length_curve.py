@@ -17,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from attnkit.data import generate_pairs
-from attnkit.tasks.translation import TranslationTask, translate
+from attnkit.tasks.translate import TranslateTask, translate_texts
 from attnkit.train import TrainConfig, Trainer
 
 from benchmarks import harness
@@ -30,13 +30,13 @@ def train_and_score(kind: str, n_train: int, n_test: int, time_budget: float, ou
     train = generate_pairs(n_train, split="train", tasks=("numbers",))
     test = generate_pairs(n_test, split="test", tasks=("numbers",))
     torch.manual_seed(0)
-    task = TranslationTask(train, test[:300], model_config=dict(kind=kind, emb=64, hidden=128),
+    task = TranslateTask(train, test[:300], model_config=dict(kind=kind, emb=64, hidden=128),
                            batch_size=64)
     model = task.build_model()
     cfg = TrainConfig(max_steps=10**6, lr=3e-3, warmup_steps=100, eval_every=10**6,
                       checkpoint_every=10**6, time_budget_s=time_budget, progress=False)
     result = Trainer(model, task, cfg, Path(out) / kind).fit()
-    outs, _ = translate(model, task.src_vocab, task.tgt_vocab, [s for s, _ in test],
+    outs, _ = translate_texts(model, task.src_vocab, task.tgt_vocab, [s for s, _ in test],
                         max_len_extra=task.max_len_extra)
     rows = {}
     for lo, hi in BUCKETS:

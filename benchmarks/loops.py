@@ -37,7 +37,7 @@ from attnkit.data import (
 )
 from attnkit.decoding import Decoding
 from attnkit.decoding.loops import loop_step, spans, start_loops
-from attnkit.tasks import speech, translation
+from attnkit.tasks import asr, translate
 
 NOISE = ((10, 0.01), (30, 0.1), (60, 0.001))  # (seconds, amplitude)
 SEARCHES = {"greedy": 1, "beam 5": 5}
@@ -95,7 +95,7 @@ def noise_rows(seeds: int, noise) -> list[dict]:
                        "search": search}
                 for stop in (True, False):
                     model.calls = 0
-                    texts, raws = speech.transcribe(model, vocab, [features],
+                    texts, raws = asr.transcribe(model, vocab, [features],
                                                     decoding=decoding(beam, stop))
                     row["stop" if stop else "no_stop"] = {
                         "steps": model.calls, "chars": len(texts[0]), "end": texts[0][-48:],
@@ -122,7 +122,7 @@ def legitimate(pairs: int, utterances: int) -> dict:
     model, ck = load_task_model("builtin:translate-dates", "translate")
     src, tgt = load_vocab(ck.vocab["src"]), load_vocab(ck.vocab["tgt"])
     texts = [s for s, _ in generate_pairs(pairs, split="test", seed=1)] + list(REPEATS_WRITTEN)
-    result = {"translate-dates": compare("translate-dates", lambda d, w: translation.translate(
+    result = {"translate-dates": compare("translate-dates", lambda d, w: translate.translate_texts(
         model, src, tgt, texts, decoding=d, weights=w, max_len_extra=ck.config["max_len_extra"]))}
     if shutil.which("espeak-ng") is None:
         print("espeak-ng not installed: no speech", file=sys.stderr)
@@ -136,7 +136,7 @@ def legitimate(pairs: int, utterances: int) -> dict:
     for text in REPEATS_SPOKEN:
         samples, rate = synthesize(text, voice="en-us+m6", speed=165)
         features.append(log_mel(resample(samples, rate, 16000), normalize=True))
-    result["asr-digits"] = compare("asr-digits", lambda d, w: speech.transcribe(
+    result["asr-digits"] = compare("asr-digits", lambda d, w: asr.transcribe(
         model, vocab, features, decoding=d, weights=w))
     return result
 

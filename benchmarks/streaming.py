@@ -4,7 +4,7 @@ Transcribes the built-in validation speech (espeak-ng, the split and kinds train
 validated on) with a streaming checkpoint (``attnkit train asr --listener uni --alignment
 monotonic|mocha``), once offline (greedy over each whole utterance, as ``attnkit
 transcribe --beam 1``) and once per ``--chunk-ms`` as ``attnkit transcribe --stream`` does
-(:func:`attnkit.tasks.speech.transcribe_stream`), and reports per chunk size:
+(:func:`attnkit.tasks.asr.transcribe_stream`), and reports per chunk size:
 
 * the CER of both and how many streamed transcripts equal the offline ones;
 * the compute time per chunk (features, listener and speller), wall-clock and the CPU time
@@ -48,7 +48,7 @@ from attnkit.data import log_mel, pad_features, plan_utterances, utterance_audio
 from attnkit.data.audio import HOP_S, WINDOW_S
 from attnkit.data.speech import KINDS
 from attnkit.decoding import Decoding
-from attnkit.tasks.speech import metrics, transcribe_stream
+from attnkit.tasks.asr import metrics, transcribe_stream
 from attnkit.tokens import BOS, EOS, PAD
 
 from benchmarks import harness

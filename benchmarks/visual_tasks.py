@@ -35,7 +35,7 @@ import torch
 from attnkit.data import generate_scenes, question_set
 from attnkit.data.scenes import ANSWERS, QUESTION_TYPES
 from attnkit.decoding import Decoding
-from attnkit.tasks.captioning import CaptionEvaluator, CaptionTask, caption_examples
+from attnkit.tasks.caption import CaptionEvaluator, CaptionTask, caption_examples
 from attnkit.tasks.evaluator import score_examples
 from attnkit.tasks.vqa import VqaEvaluator, VqaTask, question_examples
 from attnkit.train import TrainConfig, Trainer

@@ -10,19 +10,18 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "attnkit"
 BASE = {"tokens", "errors", "checks", "_version"}  # shared by every part
 ALLOWED = {  # part -> the parts it may import (besides itself and BASE)
-    "attention": set(),
+    "ops": set(),
+    "attention": {"ops"},
     "data": set(),
     "decoding": set(),
     "train": set(),
-    "plot": set(),
-    "doctor": {"attention"},
-    "explore": set(),
-    "models": {"attention"},
-    "tasks": {"data", "models", "decoding", "train", "plot", "explore"},
-    "export": {"attention", "models", "decoding"},
-    "cli": {"attention", "data", "models", "decoding", "train", "plot", "tasks", "export",
-            "explore", "__init__"},
-    "__init__": {"attention", "plot", "doctor"},
+    "diagnose": {"attention"},
+    "models": {"attention", "ops"},
+    "tasks": {"data", "models", "decoding", "train", "diagnose"},
+    "export": {"attention", "models", "decoding", "ops"},
+    "cli": {"attention", "data", "models", "decoding", "train", "diagnose", "tasks", "export",
+            "ops", "__init__"},
+    "__init__": {"attention", "diagnose"},
     "__main__": {"cli"},  # python -m attnkit: the command line, above everything
 }
 

@@ -370,7 +370,7 @@ def test_task_steps_times_each_tasks_default_model(one_thread):
 
 
 def test_streamed_characters_are_printed_after_their_chunk_and_the_ones_before():
-    from attnkit.tasks.speech import StreamedChunk
+    from attnkit.tasks.asr import StreamedChunk
 
     chunks = [StreamedChunk(0, 0.2, "a", [0.15], 0.05, 0.01),
               StreamedChunk(1, 0.4, "", [], 0.30, 0.02),  # slower than real time: a queue

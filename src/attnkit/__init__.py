@@ -8,8 +8,6 @@ does not load PyTorch before it is needed.
 """
 
 import importlib as _importlib
-import sys as _sys
-import types as _types
 
 from attnkit._version import __version__
 
@@ -21,14 +19,14 @@ _EXPORTS = {
     "Memory": "attnkit.attention",
     "Plan": "attnkit.attention",
     "SelfAttention": "attnkit.attention",
-    "attention": "attnkit.attention",
+    "attend": "attnkit.attention",
     "lengths_to_mask": "attnkit.attention",
-    "doctor": "attnkit.doctor",
-    "plot_attention": "attnkit.plot",
+    "doctor": "attnkit.diagnose",
+    "plot_attention": "attnkit.diagnose",
 }
 
 __all__ = ["IMPLS", "SCORES", "Attention", "AttentionOutput", "Memory", "Plan", "SelfAttention",
-           "__version__", "attention", "doctor", "lengths_to_mask", "plot_attention"]
+           "__version__", "attend", "doctor", "lengths_to_mask", "plot_attention"]
 
 
 def __getattr__(name: str):
@@ -41,19 +39,3 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
-
-
-class _Package(_types.ModuleType):
-    """The ``attnkit`` module. Python binds each submodule, once imported, to the attribute
-    of its name on the package; ``attnkit.attention`` and ``attnkit.doctor`` name functions
-    (``from attnkit import attention``), which those bindings would replace by the modules of
-    the same names: the functions are kept."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if (name in _EXPORTS and isinstance(value, _types.ModuleType)
-                and value.__name__ == f"{__name__}.{name}"):
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package

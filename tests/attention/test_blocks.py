@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnkit import Attention
-from attnkit.attention import kernels, native
+from attnkit.ops import kernels, native
 from attnkit.attention.chunked import chunked_attention, recomputed_scores
 from attnkit.attention.masks import KeyLayout
 from attnkit.attention.scores import make_score

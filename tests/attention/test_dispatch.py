@@ -3,7 +3,8 @@
 import torch
 
 from attnkit import Attention
-from attnkit.attention import dispatch, kernels, native
+from attnkit.attention import dispatch
+from attnkit.ops import kernels, native
 
 
 def test_causal_self_attention_uses_sdpas_own_causal_mask():

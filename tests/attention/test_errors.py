@@ -11,8 +11,8 @@ import re
 import pytest
 import torch
 
-from attnkit import Attention, SelfAttention, attention, lengths_to_mask
-from attnkit.attention import native
+from attnkit import Attention, SelfAttention, attend, lengths_to_mask
+from attnkit.ops import native
 
 B, TQ, TK, D = 2, 4, 5, 8
 
@@ -384,13 +384,13 @@ def test_functional_rejects_scores_with_parameters_and_points_to_the_module(scor
         match=rf"^score: expected one of dot, scaled_dot, cosine, got '{score}' "
         r"\(it has parameters: use attnkit.Attention\)",
     ):
-        attention(query, key, score=score)
+        attend(query, key, score=score)
 
 
 def test_functional_unknown_score_has_no_module_hint():
     query, key = _inputs()
     with pytest.raises(ValueError, match=r"^score: expected one of dot, scaled_dot, cosine, got 'bogus'$"):
-        attention(query, key, score="bogus")
+        attend(query, key, score="bogus")
 
 
 FUNCTIONAL_ERRORS = [
@@ -415,23 +415,23 @@ FUNCTIONAL_ERRORS = [
 def test_functional_rejects(kwargs, exc, match):
     query, key = _inputs()
     with pytest.raises(exc, match=match):
-        attention(query, key, **kwargs)
+        attend(query, key, **kwargs)
 
 
 def test_functional_checks_tensors():
     query, key = _inputs()
     with pytest.raises(ValueError, match=r"^key: expected feature size key_dim = 8 .*\(2, 5, 6\)"):
-        attention(query, key[..., :6])
+        attend(query, key[..., :6])
     with pytest.raises(TypeError, match=r"^query: expected a torch.Tensor, got list"):
-        attention(query.tolist(), key)
+        attend(query.tolist(), key)
     with pytest.raises(TypeError, match=r"^key: expected dtype torch.float32"):
-        attention(query, key.double())
+        attend(query, key.double())
     with pytest.raises(ValueError, match=r"^value: expected Tk \(from key\) = 5"):
-        attention(query, key, key[:, :2])
+        attend(query, key, key[:, :2])
     with pytest.raises(ValueError, match=r"^positions: a one-step query"):
-        attention(query[:, 0], key, causal=True)
+        attend(query[:, 0], key, causal=True)
     # value may have its own feature size in the functional form.
-    out = attention(query, key, torch.randn(B, TK, 3))
+    out = attend(query, key, torch.randn(B, TK, 3))
     assert out.context.shape == (B, TQ, 3)
 
 

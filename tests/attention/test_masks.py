@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnkit import Attention, attention, lengths_to_mask
+from attnkit import Attention, attend, lengths_to_mask
 
 
 def test_lengths_to_mask_marks_valid_positions():
@@ -19,7 +19,7 @@ def test_lengths_to_mask_marks_valid_positions():
 def test_weights_are_zero_exactly_outside_the_band(tq, tk, causal, window):
     torch.manual_seed(0)
     q, k = torch.randn(2, tq, 4), torch.randn(2, tk, 4)
-    w = attention(q, k, causal=causal, window=window, need_weights=True).weights
+    w = attend(q, k, causal=causal, window=window, need_weights=True).weights
     for i in range(tq):
         c = i * tk // tq
         for j in range(tk):
@@ -31,7 +31,7 @@ def test_key_mask_and_lengths_combine():
     torch.manual_seed(0)
     q, k = torch.randn(1, 2, 4), torch.randn(1, 5, 4)
     key_mask = torch.tensor([[True, False, True, True, True]])
-    w = attention(q, k, key_lengths=torch.tensor([4]), key_mask=key_mask, need_weights=True).weights
+    w = attend(q, k, key_lengths=torch.tensor([4]), key_mask=key_mask, need_weights=True).weights
     assert torch.equal(w[0] > 0, torch.tensor([[1, 0, 1, 1, 0]] * 2, dtype=torch.bool))
 
 
@@ -63,7 +63,7 @@ def test_positions_of_any_integer_dtype_give_the_same_mask(dtype):
     torch.manual_seed(0)
     q, k = torch.randn(1, 4, 8), torch.randn(1, 6, 8)
     pos = torch.tensor([[0, 1, 2, 3]])
-    ref = attention(q, k, window=(2, 2), positions=pos, need_weights=True).weights
-    got = attention(q, k, window=(2, 2), positions=pos.to(dtype), need_weights=True).weights
+    ref = attend(q, k, window=(2, 2), positions=pos, need_weights=True).weights
+    got = attend(q, k, window=(2, 2), positions=pos.to(dtype), need_weights=True).weights
     torch.testing.assert_close(got, ref)
     assert (ref[0, 0, :3] > 0).all()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnkit import Attention
-from attnkit.attention import kernels, native
+from attnkit.ops import kernels, native
 from attnkit.attention.planner import (
     CallShape,
     estimate,

@@ -5,7 +5,7 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attnkit import SCORES, Attention, attention, lengths_to_mask
+from attnkit import SCORES, Attention, attend, lengths_to_mask
 
 DOT_FAMILY = ("dot", "scaled_dot", "general", "cosine")
 
@@ -137,7 +137,7 @@ def test_scaled_dot_equals_torch_sdpa(b, tq, tk, d, causal):
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
     expected = expected.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
     for impl in ("reference", "sdpa"):
-        got = attention(q, k, v, key_lengths=lengths, causal=causal, impl=impl).context
+        got = attend(q, k, v, key_lengths=lengths, causal=causal, impl=impl).context
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     module = Attention(d, d, d + 1, score="scaled_dot", causal=causal, impl="reference")
     torch.testing.assert_close(module(q, k, v, key_lengths=lengths).context, expected,

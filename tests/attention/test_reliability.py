@@ -16,8 +16,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnkit import Attention, attention
-from attnkit.attention import export_mode, native, reference
+from attnkit import Attention, attend
+from attnkit.attention import reference
+from attnkit.ops import export_mode, native
 from attnkit.attention.core import check_call
 from attnkit.attention.masks import zero_padding
 
@@ -83,7 +84,7 @@ def test_large_finite_float16_queries_stay_finite():
     query = query.sign() * 60000.0  # each finite, their float16 sum is not
     assert query.isfinite().all() and not query.sum(-1).isfinite().all()
     for impl in ("reference", "sdpa", "chunked"):
-        out = attention(query, key, value, impl=impl)
+        out = attend(query, key, value, impl=impl)
         assert out.context.dtype == torch.float16 and out.context.isfinite().all(), impl
 
 
@@ -92,8 +93,8 @@ def test_one_nan_query_leaves_the_other_queries_of_its_row_alone():
     poisoned = query.clone()
     poisoned[0, 1, 3] = NAN
     for impl in ("reference", "sdpa", "chunked"):
-        clean = attention(query, key, value, impl=impl).context
-        out = attention(poisoned, key, value, impl=impl).context
+        clean = attend(query, key, value, impl=impl).context
+        out = attend(poisoned, key, value, impl=impl).context
         assert out[0, 1].isnan().all(), impl
         torch.testing.assert_close(out[0, [0, 2]], clean[0, [0, 2]])
         torch.testing.assert_close(out[1], clean[1])
@@ -194,7 +195,7 @@ def test_garbage_padding_with_a_causal_window_and_positions():
     lengths = torch.tensor([3, 5])
     positions = torch.tensor([[0, 1, 2], [2, 3, 4]])
     for impl in ("reference", "sdpa", "chunked"):
-        got = [attention(query, *_padded(key, value, fill), key_lengths=lengths, causal=True,
+        got = [attend(query, *_padded(key, value, fill), key_lengths=lengths, causal=True,
                          window=(1, 0), positions=positions, impl=impl).context
                for fill in (0.0, NAN)]
         assert got[1].isfinite().all(), impl
@@ -265,8 +266,8 @@ def test_a_later_key_holding_nan_reaches_no_earlier_query_of_a_causal_call(impl)
     x = torch.randn(B, TK, D, generator=torch.Generator().manual_seed(2))
     bad = x.clone()
     bad[0, 3, 1] = NAN
-    clean = attention(x, x, causal=True, impl=impl).context
-    out = attention(bad, bad, causal=True, impl=impl).context
+    clean = attend(x, x, causal=True, impl=impl).context
+    out = attend(bad, bad, causal=True, impl=impl).context
     torch.testing.assert_close(out[0, :3], clean[0, :3])
     torch.testing.assert_close(out[1], clean[1])
     assert out[0, 3:].isnan().all()
@@ -296,18 +297,18 @@ def test_positions_outside_the_keys_are_refused(positions, one_step, message, im
     query, key, value = _inputs(one_step)
     with pytest.raises(ValueError, match=r"^positions: expected key positions in \[0, 4\] "
                                          r"\(Tk = 5\), " + message):
-        attention(query, key, value, window=(1, 1), positions=positions, impl=impl)
+        attend(query, key, value, window=(1, 1), positions=positions, impl=impl)
     ok = positions.clamp(0, TK - 1)  # the nearest valid call runs
-    assert attention(query, key, value, window=(1, 1), positions=ok, impl=impl).context.shape
+    assert attend(query, key, value, window=(1, 1), positions=ok, impl=impl).context.shape
 
 
 def test_positions_of_an_empty_key_sequence():
     query = torch.randn(B, D)
     key = torch.randn(B, 0, D)
-    out = attention(query, key, causal=True, positions=torch.zeros(B, dtype=torch.long))
+    out = attend(query, key, causal=True, positions=torch.zeros(B, dtype=torch.long))
     assert out.context.shape == (B, D) and (out.context == 0).all()
     with pytest.raises(ValueError, match=r"^positions: expected key positions in \[0, 0\] "):
-        attention(query, key, causal=True, positions=torch.ones(B, dtype=torch.long))
+        attend(query, key, causal=True, positions=torch.ones(B, dtype=torch.long))
 
 
 @pytest.mark.parametrize("bad", [NAN, INF, -INF])
@@ -353,7 +354,7 @@ def test_empty_inputs_give_results_of_the_right_shape(score, impl, one_step, hea
 
 @pytest.mark.parametrize("impl", ["reference", "sdpa", "chunked", "auto"])
 def test_functional_attention_of_an_empty_batch(impl):
-    out = attention(torch.randn(0, TQ, D), torch.randn(0, TK, D), impl=impl,
+    out = attend(torch.randn(0, TQ, D), torch.randn(0, TK, D), impl=impl,
                     key_lengths=torch.zeros(0, dtype=torch.long), causal=True)
     assert out.context.shape == (0, TQ, D)
 
@@ -384,7 +385,7 @@ def test_meta_tensors_with_a_window_and_positions():
     positions = torch.zeros(B, TQ, dtype=torch.long, device="meta")
     mask = torch.ones(B, TK, dtype=torch.bool, device="meta")
     for impl in ("reference", "sdpa", "chunked", "auto"):
-        out = attention(query, key, value, window=(1, 1), positions=positions, key_mask=mask,
+        out = attend(query, key, value, window=(1, 1), positions=positions, key_mask=mask,
                         causal=True, impl=impl, need_weights=impl != "sdpa")
         assert out.context.shape == (B, TQ, D)
     attn = Attention(D, score="location").to("meta")

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnkit import Attention
-from attnkit.attention import bindings, native, step
+from attnkit.attention import step
+from attnkit.ops import bindings, native
 
 needs_native = pytest.mark.skipif(not native.available(),
                                   reason=f"no C++ step kernel: {native.status()}")
@@ -453,7 +454,7 @@ def test_without_a_compiler_steps_run_in_plain_pytorch_and_say_why(tmp_path):
     code = textwrap.dedent("""
         import torch
         from attnkit import Attention
-        from attnkit.attention import native
+        from attnkit.ops import native
         torch.manual_seed(0)
         attn = Attention(16, score="additive")
         ref = Attention(16, score="additive", impl="reference")

@@ -13,9 +13,9 @@ from PIL import Image
 from attnkit.cli.main import main
 from attnkit.data import generate_lines, generate_scenes, write_caption_folder, write_line_folder
 from attnkit.tasks.ocr import OcrEvaluator
-from attnkit.tasks.translation import TranslationEvaluator
+from attnkit.tasks.translate import TranslateEvaluator
 from tests.cli.test_asr import _write_wav
-from tests.test_explore import _browser, _errors, _hover
+from tests.browser import chromium, hover_heatmap, page_errors
 
 
 def _page(path) -> dict:
@@ -80,8 +80,8 @@ def _same_page(capsys, verb: list[str], explore: list[str], tmp_path) -> dict:
 def test_translate_html_is_the_explorers_page_of_the_one_decoding(tmp_path, capsys,
                                                                   monkeypatch):
     calls = []
-    decode = TranslationEvaluator.decode
-    monkeypatch.setattr(TranslationEvaluator, "decode", lambda self, *a, **kw: calls.append(
+    decode = TranslateEvaluator.decode
+    monkeypatch.setattr(TranslateEvaluator, "decode", lambda self, *a, **kw: calls.append(
         kw["weights"]) or decode(self, *a, **kw))
     inputs = ["March 3, 2021", "July 14, 1989"]
     assert main(["translate", "--checkpoint", "builtin:translate-dates", *inputs]) == 0
@@ -169,10 +169,10 @@ def test_a_page_written_by_read_works_in_a_browser(tmp_path, capsys):
     images = sorted(str(p) for p in lines.parent.glob("*.png"))
     assert main(["read", "--checkpoint", "builtin:ocr-lines", *images, "--html",
                  str(tmp_path / "page.html")]) == 0
-    browser = _browser()
+    browser = chromium()
     try:
         browser.get((tmp_path / "page.html").as_uri())
-        assert _errors(browser) == []
+        assert page_errors(browser) == []
         from selenium.webdriver.support.ui import Select
         menu = Select(browser.find_element("id", "map"))
         assert [o.text for o in menu.options] == ["attention", "encoder self-attention"]
@@ -183,7 +183,7 @@ def test_a_page_written_by_read_works_in_a_browser(tmp_path, capsys):
         assert browser.execute_script(
             "return document.getElementById('heatmap').toDataURL()") != picture
         # the diagonal: a step's own column, in the window's band
-        tip = _hover(browser, 90 + int(3.5 * cell), 70 + int(3.5 * row))
+        tip = hover_heatmap(browser, 90 + int(3.5 * cell), 70 + int(3.5 * row))
         assert re.match(r'query 3 "\d+-\d+" · input 3 "\d+-\d+" · weight 0\.\d{4}$', tip)
         assert float(tip.rsplit(" ", 1)[1]) > 0
         browser.find_element("id", "next-example").click()
@@ -191,7 +191,7 @@ def test_a_page_written_by_read_works_in_a_browser(tmp_path, capsys):
         assert menu.first_selected_option.text == "encoder self-attention"  # kept by name
         shot = np.asarray(Image.open(io.BytesIO(browser.get_screenshot_as_png())).convert("L"))
         assert shot.std() > 10 and len(np.unique(shot)) > 20
-        assert _errors(browser) == []
+        assert page_errors(browser) == []
     finally:
         browser.quit()
 

@@ -154,14 +154,20 @@ def test_importing_attnkit_and_its_entry_point_loads_no_torch():
     assert proc.stdout == f"{attnkit.__version__} Attention True\n", proc.stderr
 
 
-def test_the_package_names_resolve_whatever_was_imported_first():
-    """``attnkit.attention`` and ``attnkit.doctor`` are functions, as the package documents,
-    even though modules of those names are imported by then."""
-    modules = [importlib.import_module(f"attnkit.{name}") for name in ("attention", "doctor")]
-    from attnkit import attention, doctor
+def test_no_exported_name_is_also_a_module_of_the_package():
+    """Every name ``attnkit`` exports is the documented object whatever was imported first:
+    no submodule is named like a function or class the package exports."""
+    package = Path(attnkit.__file__).parent
+    modules = {p.stem for p in package.rglob("*.py")} | {p.name for p in package.rglob("*")
+                                                         if p.is_dir()}
+    for name in ("attention", "diagnose", "ops", "tasks"):
+        importlib.import_module(f"attnkit.{name}")
+    assert set(attnkit.__all__) & modules == set()
+    from attnkit import attend, doctor, plot_attention
 
-    assert attention is attnkit.attention is modules[0].attention
-    assert doctor is attnkit.doctor is modules[1].doctor
+    assert attend is attnkit.attention.attend and callable(attend)
+    assert doctor is attnkit.diagnose.doctor and callable(doctor)
+    assert plot_attention is attnkit.diagnose.plot_attention
     assert set(attnkit.__all__) <= set(dir(attnkit))
     with pytest.raises(AttributeError, match=r"^module 'attnkit' has no attribute 'nope'$"):
         attnkit.nope  # noqa: B018

@@ -18,7 +18,7 @@ from attnkit.data import (
     synthesize,
     write_wav,
 )
-from attnkit.tasks import ocr, speech, translation
+from attnkit.tasks import asr, ocr, translate
 from attnkit.train import builtin_checkpoints, load_checkpoint
 
 SHIPPED = {"translate-dates": "translate", "ocr-lines": "ocr", "asr-digits": "asr"}
@@ -41,10 +41,10 @@ def test_every_model_is_shipped_within_its_size_limits():
 def test_translate_dates_on_fresh_test_pairs(one_thread):
     model, ck = load_task_model("builtin:translate-dates", "translate")
     pairs = generate_pairs(100, split="test", seed=1)
-    outs, _ = translation.translate(model, load_vocab(ck.vocab["src"]),
+    outs, _ = translate.translate_texts(model, load_vocab(ck.vocab["src"]),
                                     load_vocab(ck.vocab["tgt"]), [s for s, _ in pairs],
                                     max_len_extra=ck.config["max_len_extra"])
-    scores = translation.metrics(outs, [t for _, t in pairs])
+    scores = translate.metrics(outs, [t for _, t in pairs])
     assert scores["accuracy"] >= 0.95, scores
 
 
@@ -62,8 +62,8 @@ def test_asr_digits_on_fresh_utterances_in_test_voices(tmp_path, one_thread):
     model, ck = load_task_model("builtin:asr-digits", "asr")
     data = speech_dataset(20, split="test", seed=1, cache_dir=tmp_path,
                           kinds=("digits", "numbers"), normalize=True)
-    texts, _ = speech.transcribe(model, load_vocab(ck.vocab), data.features)
-    scores = speech.metrics(texts, data.transcripts)
+    texts, _ = asr.transcribe(model, load_vocab(ck.vocab), data.features)
+    scores = asr.metrics(texts, data.transcripts)
     assert scores["cer"] <= 0.04, scores
 
 
@@ -83,7 +83,7 @@ def test_transcribe_stops_an_output_that_loops_on_noise_and_says_so(tmp_path, ca
     hundred and ..."): its beam search stops at the loop, well before the cap, and warns."""
     noise = 0.01 * torch.randn(160_000, generator=torch.Generator().manual_seed(0))
     wav = write_wav(tmp_path / "noise.wav", noise, 16000)
-    cap = int(1001 * speech.CHARS_PER_FRAME) + 1 + speech.EXTRA_CHARS  # 1,001 frames
+    cap = int(1001 * asr.CHARS_PER_FRAME) + 1 + asr.EXTRA_CHARS  # 1,001 frames
     assert main(["transcribe", "--checkpoint", "builtin:asr-digits", str(wav)]) == 0
     text = capsys.readouterr().out.strip()
     assert len(text) < 2 * cap // 3  # 162 characters, of 311 at most

@@ -6,7 +6,7 @@ import pytest
 
 from attnkit.cli import translate as translate_cli
 from attnkit.cli.main import main
-from attnkit.tasks.translation import TranslationTask
+from attnkit.tasks.translate import TranslateTask
 from attnkit.train import load_checkpoint, lock_folder
 from attnkit.train.lock import LOCK_FILE
 
@@ -94,7 +94,7 @@ def test_out_and_plot_naming_files_are_refused_before_any_work(tsv, tmp_path, ca
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_saves_then_exits_with_its_code(tsv, tmp_path, capsys, monkeypatch, signum,
                                                  code):
-    loss, calls = TranslationTask.loss, []
+    loss, calls = TranslateTask.loss, []
 
     def signalled(self, model, batch, step=0):
         calls.append(step)
@@ -102,7 +102,7 @@ def test_a_signal_saves_then_exits_with_its_code(tsv, tmp_path, capsys, monkeypa
             signal.raise_signal(signum)
         return loss(self, model, batch, step)
 
-    monkeypatch.setattr(TranslationTask, "loss", signalled)
+    monkeypatch.setattr(TranslateTask, "loss", signalled)
     out = tmp_path / "run"
     assert _train(tsv, out, "--steps", "50") == code
     err = capsys.readouterr().err

@@ -59,10 +59,10 @@ def test_cli_refuses_to_overwrite_a_run_and_bad_arguments(tmp_path, capsys):
 
 def test_reverse_outputs_have_room_for_the_longest_targets():
     from attnkit.data import generate_pairs
-    from attnkit.tasks.translation import TranslationTask
+    from attnkit.tasks.translate import TranslateTask
 
     train = generate_pairs(2000, seed=0, direction="reverse")
-    task = TranslationTask(train, train[:10], model_config={"kind": "none"})
+    task = TranslateTask(train, train[:10], model_config={"kind": "none"})
     longest = max(len(t) for _, t in train)
     shortest_source = min(len(task.src_vocab.encode(s)) for s, _ in train)
     assert 3 * shortest_source + task.max_len_extra >= longest + 1  # + EOS

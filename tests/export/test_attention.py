@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from attnkit import Attention
-from attnkit.attention import SCORES, export_mode, exporting, lengths_to_mask
+from attnkit.attention import SCORES, lengths_to_mask
+from attnkit.ops import export_mode, exporting
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed: "
                           "pip install 'attnkit[export]'")

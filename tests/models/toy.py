@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from attnkit.attention import export_mode
+from attnkit.ops import export_mode
 
 
 def assert_skipping_padding_changes_nothing(run, params):

@@ -11,11 +11,11 @@ import torch
 from attnkit.data import ALPHABET, CharVocab, generate_lines, generate_scenes, question_set
 from attnkit.decoding import Decoding
 from attnkit.models import CRNN, Seq2Seq, Transformer
-from attnkit.tasks.captioning import CaptionTask, caption_images
+from attnkit.tasks.caption import CaptionTask, caption_images
 from attnkit.tasks.evaluator import evaluator_for
 from attnkit.tasks.explore import examples_of, explore_examples
 from attnkit.tasks.ocr import read_lines
-from attnkit.tasks.translation import translate
+from attnkit.tasks.translate import translate_texts
 from attnkit.tasks.vqa import VqaTask
 
 CHARS = CharVocab("abcdef ")
@@ -33,7 +33,7 @@ def test_a_transformer_gives_every_layer_and_head_and_its_mean_matches_decoding(
     ev, sources = _evaluator(model), ["abc", "fed cab"]
     decoding = Decoding(beam=3, n_best=3)
     examples = explore_examples(ev, sources, decoding, names=["one", "two"])
-    _, raws = translate(model, CHARS, CHARS, sources, decoding=decoding, weights=True)
+    _, raws = translate_texts(model, CHARS, CHARS, sources, decoding=decoding, weights=True)
     assert [e.name for e in examples] == ["one", "two"]
     for b, (ex, source) in enumerate(zip(examples, sources)):
         assert list(ex.source) == list(source) and ex.text == source

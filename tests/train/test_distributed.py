@@ -16,7 +16,7 @@ import torch
 
 import attnkit
 from attnkit.models import build_model
-from attnkit.tasks.translation import TranslationTask
+from attnkit.tasks.translate import TranslateTask
 from attnkit.train import TrainConfig, Trainer, distributed, load_checkpoint
 from tests.train.test_loop import Reverse, ReverseTask
 
@@ -110,7 +110,7 @@ def test_two_processes_average_gradients_stop_together_and_resume(tmp_path):
     model = build_model(ck.config["model"])
     ck.load_model(model)
     config = {k: v for k, v in ck.config["model"].items() if k not in ("src_vocab", "tgt_vocab")}
-    task = TranslationTask(PAIRS, PAIRS, model_config=config, batch_size=4)
+    task = TranslateTask(PAIRS, PAIRS, model_config=config, batch_size=4)
     expected = _train_alone(Paired(task), ck.config["model"], steps, tmp_path / "paired")
     for name, value in model.state_dict().items():
         torch.testing.assert_close(value, expected[name], msg=name)

@@ -4,7 +4,7 @@ tensorboard's own event reader."""
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from attnkit.plot import plot_attention
+from attnkit.diagnose.plots import plot_attention
 from attnkit.train import Trainer
 from tests.train.test_loop import Reverse, ReverseTask, _cfg
 

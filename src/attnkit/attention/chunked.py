@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 
 from attnkit.attention.masks import KeyLayout
-from attnkit.attention.precision import compute_dtype
+from attnkit.ops.precision import compute_dtype
 from attnkit.attention.scores import Score
 
 __all__ = ["block_sizes", "chunked_attention", "default_blocks", "recomputed_scores"]
@@ -254,7 +254,7 @@ def chunked_attention(
         extra: per-pair features ``(B, H, Tq, Tk, E)`` (location score) or None.
         dropout_p: dropout on the weights; ``seed`` fixes its masks (drawn from torch's global
             generator when None).
-        kernel: the score's block kernels (:data:`attnkit.attention.kernels.KERNELS`), for
+        kernel: the score's block kernels (:data:`attnkit.ops.kernels.KERNELS`), for
             scores that have several.
         blocks: ``(block_q, block_k)``; chosen from the shapes when None.
 

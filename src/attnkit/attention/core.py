@@ -28,12 +28,12 @@ from attnkit.attention.masks import (
     non_finite_keys,
     zero_padding,
 )
-from attnkit.attention.precision import autocast_enabled, no_autocast, upcast
+from attnkit.ops.precision import autocast_enabled, no_autocast, upcast
 from attnkit.attention.reference import fits_in_memory, reference_attention, weigh
 from attnkit.attention.scores import Score
 from attnkit.attention.sdpa import sdpa_attention
 from attnkit.attention.step import GradSink, additive_step, dot_step
-from attnkit.attention.tracing import values_readable
+from attnkit.ops.tracing import values_readable
 
 
 class AttentionOutput(NamedTuple):
@@ -355,7 +355,7 @@ def run(
         ``context (B, H, Tq, Dv)``, ``weights (B, H, Tq, Tk)`` or ``None``, and the plan taken.
 
     Under ``torch.autocast`` everything here runs with autocast off, on float32 tensors
-    (:mod:`attnkit.attention.precision`).
+    (:mod:`attnkit.ops.precision`).
     """
     if autocast_enabled(q.device):
         with no_autocast(q.device):

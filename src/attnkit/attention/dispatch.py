@@ -13,13 +13,13 @@ sdpa           ``F.scaled_dot_product_attention`` on prepared features (dot fami
 chunked        blocks with online softmax, scores recomputed in backward; with a window or
                causal mask only the band's key blocks run (banded local attention). When
                weights are needed, the ``(Tq, Tk)`` scores are built block by block instead.
-               Additive scores on CPU run C++ block kernels (:mod:`attnkit.attention.kernels`)
-               when the machine's C++ compiler could build them (:mod:`attnkit.attention.native`).
+               Additive scores on CPU run C++ block kernels (:mod:`attnkit.ops.kernels`)
+               when the machine's C++ compiler could build them (:mod:`attnkit.ops.native`).
 step           one additive or location query per row (a decoder step), float32 on CPU, key
                padding only: one C++ kernel per pass (:mod:`attnkit.attention.step`)
 =============  ==============================================================================
 
-While a call is exported (:func:`attnkit.attention.tracing.exporting`), every ``impl`` takes
+While a call is exported (:func:`attnkit.ops.tracing.exporting`), every ``impl`` takes
 the reference path: plain PyTorch operations that exporters record, where the other paths read
 tensor values in Python (chunked: which key blocks a band needs) or call C++ kernels through
 ctypes (step, chunked). So does a call on meta tensors, which have shapes and no values: it
@@ -33,9 +33,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from attnkit.attention import kernels, native
+from attnkit.ops import kernels, native
 from attnkit.attention.scores import Score
-from attnkit.attention.tracing import exporting
+from attnkit.ops.tracing import exporting
 
 __all__ = ["IMPLS", "Plan", "choose_impl"]
 
@@ -56,7 +56,7 @@ SDPA_MASK_LIMIT = 1 << 26
 class Plan:
     """The path an attention call takes: ``impl`` in :data:`IMPLS` (never "auto"), and why.
 
-    ``kernel`` (:data:`attnkit.attention.kernels.KERNELS`) names what computes the additive
+    ``kernel`` (:data:`attnkit.ops.kernels.KERNELS`) names what computes the additive
     score: on the chunked path its block kernels, on the step path always ``"native"`` (the
     C++ step kernel, :func:`attnkit.attention.step.additive_step`); ``"eager"`` elsewhere.
 

@@ -33,7 +33,7 @@ from torch import nn
 
 from attnkit.attention.alignment import Alignment, keys_of
 from attnkit.attention.core import Memory
-from attnkit.attention.dense import Linear
+from attnkit.ops.dense import Linear
 from attnkit.attention.reference import masked_softmax
 from attnkit.attention.scores import SCORES, make_score
 from attnkit.checks import check_positive_int

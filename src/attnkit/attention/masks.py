@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnkit.attention.tracing import exporting, values_readable
+from attnkit.ops.tracing import exporting, values_readable
 from attnkit.checks import check_int_tensor, describe
 
 __all__ = ["KeyLayout", "lengths_to_mask", "aligned_positions", "band_mask", "non_finite_keys",
@@ -39,7 +39,7 @@ def lengths_to_mask(
         lengths: integer tensor ``(B,)``; each ``0 <= lengths[b] <= max_len``.
         max_len: ``T``, the padded length; defaults to ``lengths.max()`` (required while
             exporting or on the meta device, where no tensor value is read: see
-            :func:`attnkit.attention.tracing.values_readable`).
+            :func:`attnkit.ops.tracing.values_readable`).
         name: the argument name used in error messages.
 
     Returns:
@@ -110,7 +110,7 @@ def non_finite_keys(key: torch.Tensor, value: torch.Tensor,
                     valid: torch.Tensor | None = None) -> torch.Tensor | None:
     """``(B, Tk)`` bool: the keys whose key or value holds NaN or inf (among the ``valid`` ones,
     ``(B, Tk)``, when given), or None when there is none, or when values cannot be read
-    (:func:`~attnkit.attention.tracing.values_readable`). When all are finite this costs one
+    (:func:`~attnkit.ops.tracing.values_readable`). When all are finite this costs one
     sum over each of ``key (B, Tk, Dk)`` and ``value (B, Tk, Dv)``: NaN or inf makes the sum
     NaN or inf (an overflowing sum of finite values only leads to the exact check).
     """

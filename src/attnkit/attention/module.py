@@ -28,12 +28,12 @@ from attnkit.attention.core import (
     plan_call,
     run,
 )
-from attnkit.attention.dense import Linear
+from attnkit.ops.dense import Linear
 from attnkit.attention.dispatch import IMPLS, STEP_SCORES, Plan
 from attnkit.attention.masks import non_finite_keys, zero_padding
-from attnkit.attention.precision import autocast_enabled, no_autocast, upcast
+from attnkit.ops.precision import autocast_enabled, no_autocast, upcast
 from attnkit.attention.scores import SCORES, CosineScore, make_score
-from attnkit.attention.tracing import exporting, values_readable
+from attnkit.ops.tracing import exporting, values_readable
 
 __all__ = ["Attention", "attention"]
 
@@ -450,7 +450,7 @@ class Attention(nn.Module):
 def _autocast_inputs(first, *others):
     """Under ``torch.autocast`` for ``first``'s device, the float16/bfloat16 tensors among
     ``first, *others`` in float32 (autocast hands over mixed dtypes; attention computes in
-    float32, :mod:`attnkit.attention.precision`); else all as given."""
+    float32, :mod:`attnkit.ops.precision`); else all as given."""
     xs = (first, *others)
     if not isinstance(first, torch.Tensor) or not autocast_enabled(first.device):
         return xs
@@ -460,7 +460,7 @@ def _autocast_inputs(first, *others):
 _FUNCTIONAL_SCORES = ("dot", "scaled_dot", "cosine")
 
 
-def attention(
+def attend(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor | None = None,
@@ -483,7 +483,7 @@ def attention(
 
     Example:
         >>> q, k = torch.randn(2, 4, 8), torch.randn(2, 6, 8)
-        >>> ctx, w = attention(q, k, causal=True, need_weights=True)
+        >>> ctx, w = attend(q, k, causal=True, need_weights=True)
         >>> ctx.shape, w.shape, bool(torch.allclose(w.sum(-1), torch.ones(2, 4)))
         (torch.Size([2, 4, 8]), torch.Size([2, 4, 6]), True)
     """

@@ -37,7 +37,7 @@ import torch
 
 from attnkit.attention.chunked import default_blocks
 from attnkit.attention.dispatch import IMPLS, Plan, choose_impl
-from attnkit.attention.precision import compute_dtype
+from attnkit.ops.precision import compute_dtype
 
 __all__ = ["PATHS", "VARIES", "CallShape", "PathEstimate", "estimate", "example_call",
            "input_bytes", "largest_fit", "measure_peak"]

@@ -15,9 +15,9 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
-from attnkit.attention.precision import compute_dtype, upcast
+from attnkit.ops.precision import compute_dtype, upcast
 from attnkit.attention.scores import Score
-from attnkit.attention.tracing import values_readable
+from attnkit.ops.tracing import values_readable
 
 __all__ = ["available_memory", "fits_in_memory", "reference_attention", "masked_softmax", "weigh"]
 

@@ -16,7 +16,7 @@ Parameters carry a leading head dimension ``H`` (``H = 1`` for single-head atten
 The memory-light paths (:mod:`attnkit.attention.chunked`) call ``block_scores`` and
 ``block_backward`` on one block of queries and keys at a time, recomputing scores in backward
 instead of storing them; the default ``block_backward`` differentiates ``pairwise`` with autograd,
-and the additive score overrides both with fused kernels (:mod:`attnkit.attention.kernels`).
+and the additive score overrides both with fused kernels (:mod:`attnkit.ops.kernels`).
 
 =============  ===========================================  ======================
 score          e_ij                                          parameters (per head)
@@ -39,9 +39,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import kernels
-from attnkit.attention.dense import linear
-from attnkit.attention.precision import upcast
+from attnkit.ops import kernels
+from attnkit.ops.dense import linear
+from attnkit.ops.precision import upcast
 
 __all__ = ["SCORES", "Score", "make_score"]
 
@@ -106,7 +106,7 @@ class Score(nn.Module):
     def block_scores(self, qf, kf, extra=None, *, kernel: str = "eager") -> torch.Tensor:
         """Scores of one block, ``(B, H, bq, bk)``, without recording autograd history
         (float32 for float16/bfloat16 inputs, as in the reference path). ``kernel`` names the
-        implementation (:data:`attnkit.attention.kernels.KERNELS`) for scores that have several."""
+        implementation (:data:`attnkit.ops.kernels.KERNELS`) for scores that have several."""
         with torch.no_grad():
             return self.pairwise(*upcast(qf, kf, extra))
 

@@ -16,10 +16,10 @@ from attnkit.checks import (
     describe,
 )
 from attnkit.attention.core import AttentionOutput
-from attnkit.attention.dense import Linear
+from attnkit.ops.dense import Linear
 from attnkit.attention.masks import lengths_to_mask
 from attnkit.attention.module import Attention
-from attnkit.attention.tracing import skips_padding
+from attnkit.ops.tracing import skips_padding
 
 __all__ = ["ATTENTION_ARGS", "SelfAttention", "length_groups"]
 

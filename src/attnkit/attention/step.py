@@ -8,7 +8,7 @@ its time on per-call work around small kernels: online-softmax bookkeeping, sepa
 softmax and weighting ops in forward, and in backward an outer product for the values' gradient
 and autograd adding each step's ``(B, H, Tk, A)`` key gradient into the total. Here:
 
-* forward is one C++ kernel (``csrc/step.cpp``, through :mod:`attnkit.attention.bindings`):
+* forward is one C++ kernel (``csrc/step.cpp``, through :mod:`attnkit.ops.bindings`):
   scores ``v_a . tanh(q + k_j)``, mask, softmax, context; the weights ``p (B, H, 1, Tk)`` are
   kept for backward (they are no bigger than the scores) and returned, so asking for them costs
   nothing;
@@ -40,7 +40,7 @@ import weakref
 
 import torch
 
-from attnkit.attention import bindings
+from attnkit.ops import bindings
 
 __all__ = ["GradSink", "additive_step", "collect", "dot_step", "sink_supported"]
 
@@ -253,7 +253,7 @@ def additive_step(
         sink: where to sum the key and value gradients (from :func:`collect`), or None.
         location: the location score's features ``f (B, H, Tk, F)`` and weight ``L (H, F,
             A)``: ``e_j = va . tanh(q + k_j + f_j L)`` (Chorowski et al. 2015), or None.
-        native: run the C++ kernel (float32 or float64; :func:`attnkit.attention.native.available`
+        native: run the C++ kernel (float32 or float64; :func:`attnkit.ops.native.available`
             must be true), else plain PyTorch.
 
     Returns:

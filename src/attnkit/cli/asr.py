@@ -22,8 +22,8 @@ from attnkit.data.audio import MAX_SECONDS
 from attnkit.data.speech import KINDS, speech_dataset
 from attnkit.decoding import Decoding
 from attnkit.models.las import LISTENERS
-from attnkit.tasks.speech import (
-    SpeechTask,
+from attnkit.tasks.asr import (
+    AsrTask,
     SpellerPretraining,
     plot_transcription,
     transcribe,
@@ -138,7 +138,7 @@ def run_train(args) -> int:
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
             {"built_in": list(args.kinds), "n_train": args.n_train, "n_valid": args.n_valid,
              "normalize": per_utterance})
-    task = SpeechTask(train, valid, model_config=model_config, batch_size=args.batch_size,
+    task = AsrTask(train, valid, model_config=model_config, batch_size=args.batch_size,
                       seed=args.seed, label_smoothing=args.label_smoothing,
                       teacher_forcing=common.teacher_forcing(args), ctc_weight=args.ctc_weight,
                       guided_attention=args.guided_attention, sortagrad=args.sortagrad,
@@ -151,7 +151,7 @@ def run_train(args) -> int:
     return 0
 
 
-def _pretrain_speller(model, task: SpeechTask, args, folder: Path) -> None:
+def _pretrain_speller(model, task: AsrTask, args, folder: Path) -> None:
     """Train the speller alone as a language model for ``--pretrain-lm-steps`` steps (in
     ``folder``; an interrupted pre-training resumes with ``--resume``)."""
     config = common.training_config(args, max_steps=args.pretrain_lm_steps,
@@ -167,7 +167,7 @@ def _pretrain_speller(model, task: SpeechTask, args, folder: Path) -> None:
           f"({result.stopped}); held-out next character: {scores}")
 
 
-def _samples_and_plots(model, task: SpeechTask, out: Path, n_plots: int) -> None:
+def _samples_and_plots(model, task: AsrTask, out: Path, n_plots: int) -> None:
     features = task.valid.features[: max(n_plots, 5)]
     outs, raws = transcribe(model, task.char_vocab, features, weights=n_plots > 0)
     for ref, hyp in list(zip(task.valid.transcripts, outs))[:5]:

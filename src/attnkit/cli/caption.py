@@ -9,7 +9,7 @@ import torch
 from attnkit.cli import common, images
 from attnkit.data import WordVocab, load_image, read_caption_folder
 from attnkit.data.images import CAPTIONS
-from attnkit.tasks.captioning import CaptionTask, caption_images, plot_captions
+from attnkit.tasks.caption import CaptionTask, caption_images, plot_captions
 
 DESCRIPTION = ("Train on your folder of images (captions.tsv of filename<TAB>caption, several "
                "lines per image allowed) or on built-in scenes of coloured shapes.")

@@ -24,7 +24,7 @@ import torch
 from attnkit.cli import recipes
 from attnkit.data import load_vocab
 from attnkit.decoding import DEFAULT_LENGTH_PENALTY, Decoding
-from attnkit.explore import write_explorer
+from attnkit.diagnose.explorer import write_explorer
 from attnkit.models import build_model, legacy, model_shapes
 from attnkit.tasks import EVALUATORS, evaluator_for
 from attnkit.tasks.explore import examples_of

@@ -21,7 +21,7 @@ from attnkit.data import (
     write_line_folder,
     write_wav,
 )
-from attnkit.tasks.translation import TranslationTask, plot_translation, translate
+from attnkit.tasks.translate import TranslateTask, plot_translation, translate_texts
 from attnkit.train import TrainConfig, Trainer
 
 
@@ -55,7 +55,7 @@ def translation(out_dir: Path, budget_s: float, n_train: int, seed: int) -> list
     """Train a small Bahdanau translator on built-in numbers and dates for ``budget_s``."""
     train = generate_pairs(n_train, split="train", seed=seed)
     valid = generate_pairs(300, split="valid", seed=seed)
-    task = TranslationTask(train, valid, model_config=dict(kind="bahdanau", emb=64, hidden=128),
+    task = TranslateTask(train, valid, model_config=dict(kind="bahdanau", emb=64, hidden=128),
                            batch_size=64, seed=seed)
     model = task.build_model()
     cfg = TrainConfig(max_steps=10**6, lr=3e-3, warmup_steps=100, eval_every=10**6,
@@ -67,7 +67,7 @@ def translation(out_dir: Path, budget_s: float, n_train: int, seed: int) -> list
     print(f"   after {result.step} steps, held-out ({len(valid)} unseen pairs): exact match "
           f"{scores['accuracy']:.1%}, character error rate {scores['cer']:.2%}")
     sources = [s for s, _ in valid[:6]]
-    outs, raws = translate(model, task.src_vocab, task.tgt_vocab, sources,
+    outs, raws = translate_texts(model, task.src_vocab, task.tgt_vocab, sources,
                            max_len_extra=task.max_len_extra, weights=True)
     for (s, t), o in zip(valid, outs):
         print(f"   {s}  ->  {o}" + ("" if o == t else f"   (reference: {t})"))

@@ -1,5 +1,5 @@
 """``attnkit explore``: the alignment explorer, one self-contained HTML page of a checkpoint's
-outputs and their attention (:mod:`attnkit.explore`)."""
+outputs and their attention (:mod:`attnkit.diagnose.explorer`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 from attnkit.cli import common
 from attnkit.cli.vqa import check_words
 from attnkit.data import load_image, load_line_image
-from attnkit.explore import write_explorer
+from attnkit.diagnose.explorer import write_explorer
 from attnkit.tasks.explore import explore_examples
-from attnkit.tasks.speech import wav_samples
+from attnkit.tasks.asr import wav_samples
 
 INPUTS = {"translate": "source texts", "ocr": "line image files", "asr": "WAV files",
           "caption": "image files", "vqa": "an image file, then questions about it"}

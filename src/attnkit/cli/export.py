@@ -8,7 +8,7 @@ from pathlib import Path
 
 from attnkit.cli import common
 from attnkit.export import DEFAULT_OPSET, OPSETS, RUNNER_FILE, export_onnx
-from attnkit.tasks import ocr, speech, translation
+from attnkit.tasks import asr, ocr, translate
 from attnkit.train import CheckpointError, load_checkpoint, save_checkpoint
 
 FORMATS = ("onnx", "checkpoint")
@@ -65,13 +65,13 @@ def run_export(args) -> int:
     model, ck = common.load_task_model(args.checkpoint, task)
     if task == "translate":
         vocab = {"src": ck.vocab["src"], "tgt": ck.vocab["tgt"]}
-        max_len = {"input": "src_len", "ratio": translation.MAX_LEN_RATIO,
+        max_len = {"input": "src_len", "ratio": translate.MAX_LEN_RATIO,
                    "extra": ck.config.get("max_len_extra", 10), "rounding": "ceil",
-                   "at_most": translation.MAX_OUTPUT_TOKENS}
+                   "at_most": translate.MAX_OUTPUT_TOKENS}
     elif task == "asr":
         vocab = {"tgt": ck.vocab}
-        max_len = {"input": "lengths", "ratio": speech.CHARS_PER_FRAME,
-                   "extra": speech.EXTRA_CHARS, "rounding": "ceil", "at_most": None}
+        max_len = {"input": "lengths", "ratio": asr.CHARS_PER_FRAME,
+                   "extra": asr.EXTRA_CHARS, "rounding": "ceil", "at_most": None}
     else:  # the attention head's limit is on the encoder steps, the decoder state's lengths
         vocab = {"tgt": ck.vocab}
         max_len = {"input": "state.lengths", "ratio": 1 / ocr.STEPS_PER_CHAR,

@@ -9,7 +9,7 @@ import torch
 
 from attnkit.cli import common
 from attnkit.data import MAX_CHARS, DataError, generate_pairs, load_vocab, read_tsv
-from attnkit.tasks.translation import TranslationTask, plot_translation, translate
+from attnkit.tasks.translate import TranslateTask, plot_translation, translate_texts
 
 # The option of each model config key not named after it (see common.existing_run).
 OPTIONS = {"name": "--model", "kind": "--model", "d_model": "--hidden"}
@@ -84,7 +84,7 @@ def run_train(args) -> int:
     if ck is not None:
         task_kw.update(src_vocab=load_vocab(ck.vocab["src"]),
                        tgt_vocab=load_vocab(ck.vocab["tgt"]))
-    task = TranslationTask(train, valid, **task_kw)
+    task = TranslateTask(train, valid, **task_kw)
     model = task.build_model().to(args.device)
     if common.train_and_report(model, task, args) is not None:
         _samples_and_plots(model, task, args.out, args.plot)
@@ -102,7 +102,7 @@ def _model_config(args) -> dict:
 
 def _samples_and_plots(model, task, out: Path, n_plots: int) -> None:
     sources = [s for s, _ in task.valid[: max(n_plots, 5)]]
-    outs, raws = translate(model, task.src_vocab, task.tgt_vocab, sources,
+    outs, raws = translate_texts(model, task.src_vocab, task.tgt_vocab, sources,
                            max_len_extra=task.max_len_extra, max_chars=None,
                            weights=n_plots > 0)
     for (s, t), o in list(zip(task.valid, outs))[:5]:

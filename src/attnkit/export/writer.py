@@ -27,7 +27,8 @@ from typing import NamedTuple
 
 import torch
 
-from attnkit.attention import Alignment, export_mode
+from attnkit.attention import Alignment
+from attnkit.ops import export_mode
 from attnkit.decoding import Decoding
 from attnkit.decoding.loops import MAX_PERIOD, MIN_SPAN, REPEATS, TOLERANCE
 from attnkit.export.graphs import (AXES, CTCGraph, EncoderGraph, StepGraph, model_inputs,

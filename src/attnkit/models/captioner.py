@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import Attention, Linear
+from attnkit.attention import Attention
+from attnkit.ops import Linear
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.grid import GridEncoder
 from attnkit.models.registry import Model

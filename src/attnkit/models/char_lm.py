@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import Linear
+from attnkit.ops import Linear
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.registry import Model
 from attnkit.models.rnn import LSTM

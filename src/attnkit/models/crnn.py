@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import Linear, SelfAttention, exporting, skips_padding
+from attnkit.attention import SelfAttention
+from attnkit.ops import Linear, exporting, skips_padding
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.decoder import AttentionDecoder
 from attnkit.models.registry import Model

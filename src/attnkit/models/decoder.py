@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import ALIGNMENTS, Attention, Linear, lengths_to_mask, make_alignment
+from attnkit.attention import ALIGNMENTS, Attention, lengths_to_mask, make_alignment
+from attnkit.ops import Linear
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.rnn import GRUCell, LSTMCell
 from attnkit.models.unroll import unroll

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import Linear, exporting
+from attnkit.ops import Linear, exporting
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.decoder import AttentionDecoder
 from attnkit.models.registry import Model

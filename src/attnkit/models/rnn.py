@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import linear, skips_padding
-from attnkit.attention.dense import uses_onednn
-from attnkit.attention.precision import autocast_enabled
+from attnkit.ops import linear, skips_padding
+from attnkit.ops.dense import uses_onednn
+from attnkit.ops.precision import autocast_enabled
 
 __all__ = ["LSTM", "BiRNN", "GRUCell", "LSTMCell", "gru_cell", "longest_first", "lstm_cell",
            "reverse_within_lengths", "segment_plan"]

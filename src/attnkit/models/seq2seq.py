@@ -25,8 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import Attention, Linear
-from attnkit.attention.dense import uses_onednn
+from attnkit.attention import Attention
+from attnkit.ops import Linear
+from attnkit.ops.dense import uses_onednn
 from attnkit.models.registry import Model
 from attnkit.models.rnn import BiRNN, GRUCell, gru_cell
 from attnkit.models.unroll import unroll

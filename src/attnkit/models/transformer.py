@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import Attention, Linear, linear
+from attnkit.attention import Attention
+from attnkit.ops import Linear, linear
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.registry import Model
 

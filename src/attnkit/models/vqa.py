@@ -43,7 +43,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from attnkit.attention import Attention, Linear
+from attnkit.attention import Attention
+from attnkit.ops import Linear
 from attnkit.checks import check_int_tensor, check_positive_int, check_probability
 from attnkit.models.grid import GridEncoder
 from attnkit.models.registry import Model

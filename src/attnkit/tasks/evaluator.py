@@ -4,7 +4,7 @@ and a picture of the best), read labelled data, score outputs against references
 A task joins by subclassing :class:`Evaluator` with the name its checkpoints carry in
 ``config["task"]``, in its own module (imported by ``attnkit/tasks/__init__.py``)::
 
-    class TranslationEvaluator(Evaluator, task="translate"):
+    class TranslateEvaluator(Evaluator, task="translate"):
         data = "a TSV of source<TAB>reference lines"
         metrics = ("exact", "cer", "bleu", "chrf")      # names in tasks.metrics.METRICS
 
@@ -61,7 +61,7 @@ class Output:
     ranked by model score. ``draw(path, title=None)`` pictures the best one's attention over
     its input and returns the path, or None when the model has no attention to draw or the
     input was decoded without ``weights``. ``explore(name="", reference=None)`` gives the
-    explorer's :class:`attnkit.explore.Example` of this input, every output with its
+    explorer's :class:`attnkit.diagnose.explorer.Example` of this input, every output with its
     attention (:mod:`attnkit.tasks.explore`); None for a task without an explorer, or when
     decoded without ``weights``."""
 

@@ -1,5 +1,5 @@
 """The explorer's examples from a trained model: each task's evaluator decodes the inputs, and
-each :class:`~attnkit.tasks.evaluator.Output` gives its :class:`attnkit.explore.Example`
+each :class:`~attnkit.tasks.evaluator.Output` gives its :class:`attnkit.diagnose.explorer.Example`
 through ``output.explore`` (built by the functions here), so ``attnkit explore`` and the
 ``--html`` of the decoding commands show the same page of the same decoding.
 
@@ -22,7 +22,7 @@ from contextlib import ExitStack
 import torch
 
 from attnkit.decoding import Decoding, Hypotheses
-from attnkit.explore import Example, Hypothesis
+from attnkit.diagnose.explorer import Example, Hypothesis
 from attnkit.models import Transformer
 from attnkit.models.las import MIN_FRAMES
 from attnkit.tokens import BOS, PAD

@@ -25,7 +25,7 @@ from attnkit.data import (
 )
 from attnkit.decoding import Decoding, ctc_greedy, decode
 from attnkit.models import CRNN, build_model, guided_attention_loss
-from attnkit.plot import plot_alignment
+from attnkit.diagnose.plots import plot_alignment
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, texts_of

@@ -35,7 +35,7 @@ from attnkit.data.images import QUESTIONS
 from attnkit.data.scenes import QUESTION_TYPES, RELATIONAL, scored_scenes
 from attnkit.decoding import Decoding
 from attnkit.models import VQA, build_model
-from attnkit.plot import plot_image_attention
+from attnkit.diagnose.plots import plot_image_attention
 from attnkit.tasks.batching import group_batches
 from attnkit.tasks.evaluator import Evaluator, Example, Output, score_examples
 from attnkit.tasks.explore import answer_example

@@ -9,7 +9,7 @@ device cannot train in. Nothing falls back to the CPU silently: an unusable devi
 Precisions (:data:`PRECISIONS`): ``fp32``; ``bf16``, autocast to bfloat16 (CPU, and GPUs with
 bfloat16); ``fp16``, autocast to float16 with a ``GradScaler`` (CUDA only). Under both autocast
 modes the weights, the optimizer and the checkpoints stay float32 and attention computes its
-scores in float32 (:mod:`attnkit.attention.precision`).
+scores in float32 (:mod:`attnkit.ops.precision`).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import shutil
 import pytest
 import torch
 
-from attnkit.attention import bindings, native
+from attnkit.ops import bindings, native
 
 needs_native = pytest.mark.skipif(not native.available(),
                                   reason=f"no C++ kernels: {native.status()}")

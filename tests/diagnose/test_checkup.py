@@ -9,7 +9,7 @@ from torch import nn
 
 import attnkit
 from attnkit.attention import LocalPAttention, make_alignment
-from attnkit.doctor import CHECKS, assert_healthy, doctor
+from attnkit.diagnose.checkup import CHECKS, assert_healthy, doctor
 
 
 @pytest.fixture

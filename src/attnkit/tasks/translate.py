@@ -21,7 +21,7 @@ from attnkit.data import MAX_CHARS, CharVocab, SubwordVocab, build_vocab, load_v
 from attnkit.data.tsv import read_tsv_rows
 from attnkit.decoding import Decoding, Hypotheses, decode_batches
 from attnkit.models import Seq2Seq, Transformer, build_model
-from attnkit.plot import plot_attention
+from attnkit.diagnose.plots import plot_attention
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, texts_of
@@ -29,8 +29,8 @@ from attnkit.tasks.explore import translation_example
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
-__all__ = ["MAX_LEN_RATIO", "MAX_OUTPUT_TOKENS", "TranslationEvaluator", "TranslationTask",
-           "metrics", "plot_translation", "translate"]
+__all__ = ["MAX_LEN_RATIO", "MAX_OUTPUT_TOKENS", "TranslateEvaluator", "TranslateTask",
+           "metrics", "plot_translation", "translate_texts"]
 
 
 def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
@@ -52,7 +52,7 @@ def _encode_batch(vocab: CharVocab | SubwordVocab, texts: Sequence[str]):
 
 
 @torch.no_grad()
-def translate(model: Seq2Seq | Transformer, src_vocab: CharVocab | SubwordVocab,
+def translate_texts(model: Seq2Seq | Transformer, src_vocab: CharVocab | SubwordVocab,
               tgt_vocab: CharVocab | SubwordVocab,
               texts: Sequence[str], *, decoding: Decoding | None = None,
               max_len_ratio: float = MAX_LEN_RATIO, max_len_extra: int = 10,
@@ -63,7 +63,7 @@ def translate(model: Seq2Seq | Transformer, src_vocab: CharVocab | SubwordVocab,
     ``weights`` the attention weights for plots). Output length is capped at
     ``ceil(max_len_ratio * source length) + max_len_extra`` tokens (EOS included), and at
     :data:`MAX_OUTPUT_TOKENS`; pass ``max_len_extra`` from the longest training target when
-    outputs can be much longer than their sources (:attr:`TranslationTask.max_len_extra`).
+    outputs can be much longer than their sources (:attr:`TranslateTask.max_len_extra`).
 
     Raises:
         ValueError: a text longer than ``max_chars`` characters (None: no limit; the default
@@ -103,7 +103,7 @@ def plot_translation(hyp: Hypotheses, i: int, source: str, src_vocab, tgt_vocab,
 Vocab = CharVocab | SubwordVocab
 
 
-class TranslationTask:
+class TranslateTask:
     """Batches, loss and metrics for (source, target) text pairs.
 
     Args:
@@ -173,13 +173,13 @@ class TranslationTask:
 
     def evaluate(self, model: Seq2Seq | Transformer) -> dict[str, float]:
         sources = [s for s, _ in self.valid]
-        outs, _ = translate(model, self.src_vocab, self.tgt_vocab, sources,
+        outs, _ = translate_texts(model, self.src_vocab, self.tgt_vocab, sources,
                             max_len_extra=self.max_len_extra, max_chars=None)
         return metrics(outs, [t for _, t in self.valid])
 
     def pictures(self, model, folder: Path, n: int) -> list[Path]:
         """Attention pictures of the first ``n`` validation examples in ``folder``."""
-        evaluator = TranslationEvaluator(model, self.config(), self.vocab())
+        evaluator = TranslateEvaluator(model, self.config(), self.vocab())
         evaluator.max_chars = None  # validation sources were read with their own limit
         return pictures(evaluator, [source for source, _ in self.valid[:n]], folder)
 
@@ -194,7 +194,7 @@ class TranslationTask:
         return {"src": self.src_vocab.to_json(), "tgt": self.tgt_vocab.to_json()}
 
 
-class TranslationEvaluator(Evaluator, task="translate"):
+class TranslateEvaluator(Evaluator, task="translate"):
     """A translation checkpoint's model and vocabularies: decodes source texts and reads
     ``source<TAB>reference`` TSV files (:mod:`attnkit.tasks.evaluator`)."""
 
@@ -218,7 +218,7 @@ class TranslationEvaluator(Evaluator, task="translate"):
 
     def decode(self, inputs: Sequence[str], decoding: Decoding | None = None, *,
                weights: bool = False) -> list[Output]:
-        _, raws = translate(self.model, self.src_vocab, self.tgt_vocab, inputs,
+        _, raws = translate_texts(self.model, self.src_vocab, self.tgt_vocab, inputs,
                             decoding=decoding, max_len_extra=self.max_len_extra,
                             max_chars=self.max_chars, weights=weights)
         outputs = []

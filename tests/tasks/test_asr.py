@@ -1,4 +1,4 @@
-"""SpeechTask: batches, loss (with CTC), metrics, transcription and speller pre-training;
+"""AsrTask: batches, loss (with CTC), metrics, transcription and speller pre-training;
 streaming transcription."""
 
 import time
@@ -19,9 +19,9 @@ from attnkit.data import (
 )
 from attnkit.decoding import Decoding
 from attnkit.models import guided_attention_loss
-from attnkit.tasks.speech import (
-    SpeechEvaluator,
-    SpeechTask,
+from attnkit.tasks.asr import (
+    AsrEvaluator,
+    AsrTask,
     SpellerPretraining,
     metrics,
     transcribe,
@@ -46,7 +46,7 @@ def _set(n, seed=0):
 def _task(**kw):
     torch.manual_seed(0)
     config = {"listener_hidden": 8, "hidden": 16, "emb": 8, "key_value_dim": 8}
-    return SpeechTask(_set(10), _set(3, seed=1), model_config=config, batch_size=4, **kw)
+    return AsrTask(_set(10), _set(3, seed=1), model_config=config, batch_size=4, **kw)
 
 
 def test_batches_are_seeded_by_epoch_and_cover_every_utterance():
@@ -163,12 +163,12 @@ def test_transcribe_beam_one_is_greedy_and_weights_cover_listener_steps():
 def test_bad_settings_and_short_utterances_are_named():
     short = SpeechSet([torch.randn(7, 6)], ["one"], ["tiny.wav"])
     with pytest.raises(DataError, match="tiny.wav: 7 feature frames; .* need at least 8"):
-        SpeechTask(short, short, model_config={})
+        AsrTask(short, short, model_config={})
     with pytest.raises(ValueError, match="ctc_weight: expected a number in \\[0, 1\\], got 2"):
-        SpeechTask(_set(2), _set(2), model_config={}, ctc_weight=2)
+        AsrTask(_set(2), _set(2), model_config={}, ctc_weight=2)
     with pytest.raises(ValueError, match="guided_attention: expected a non-negative number, "
                                          "got -1"):
-        SpeechTask(_set(2), _set(2), model_config={}, guided_attention=-1)
+        AsrTask(_set(2), _set(2), model_config={}, guided_attention=-1)
 
 
 def test_float16_feature_storage_changes_the_model_by_rounding_only():
@@ -201,7 +201,7 @@ def test_features_on_disk_are_read_per_batch_and_batch_as_in_memory(tmp_path):
     assert on_disk.frames == [f.shape[0] for f in on_disk.features]
     in_memory = SpeechSet(list(on_disk.features), on_disk.transcripts, on_disk.origins)
     config = {"listener_hidden": 8, "hidden": 16, "emb": 8, "key_value_dim": 8}
-    tasks = [SpeechTask(data, data.head(2), model_config=config, batch_size=2)
+    tasks = [AsrTask(data, data.head(2), model_config=config, batch_size=2)
              for data in (in_memory, on_disk)]
     assert tasks[1].train.features is on_disk.features  # not copied into memory
     for a, b in zip(tasks[0].batches(0), tasks[1].batches(0), strict=True):
@@ -265,13 +265,13 @@ def test_a_causal_listener_is_trained_on_raw_log_mels_with_their_statistics():
     config = {"listener_hidden": 8, "hidden": 16, "emb": 8, "key_value_dim": 8,
               "listener": "uni", "alignment": "monotonic"}
     train = _set(10)
-    task = SpeechTask(train, _set(3, seed=1), model_config=config, batch_size=4)
+    task = AsrTask(train, _set(3, seed=1), model_config=config, batch_size=4)
     model = task.build_model()
     mean, std = feature_statistics(train.features)
     torch.testing.assert_close(model.listener.feature_mean, mean)
     torch.testing.assert_close(model.listener.feature_std, std)
-    assert not SpeechEvaluator(model, task.config(), task.vocab()).normalize
-    assert SpeechEvaluator(_task().build_model(), task.config(), task.vocab()).normalize
+    assert not AsrEvaluator(model, task.config(), task.vocab()).normalize
+    assert AsrEvaluator(_task().build_model(), task.config(), task.vocab()).normalize
 
 
 def test_in_real_time_each_chunk_waits_for_its_audio():

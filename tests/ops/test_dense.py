@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
-from attnkit.attention import Linear, export_mode, linear
-from attnkit.attention.dense import OneDnnLinear, uses_onednn
+from attnkit.ops import Linear, export_mode, linear
+from attnkit.ops.dense import OneDnnLinear, uses_onednn
 
 onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
                             reason="PyTorch built without oneDNN")

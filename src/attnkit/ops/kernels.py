@@ -5,7 +5,7 @@ bound by ``tanh``. Three implementations of each block operation, named by ``ker
 
 * ``"eager"``: plain PyTorch (``torch.tanh``); materialises the block's pair tensor once;
 * ``"native"`` (CPU): the C++ kernels of ``csrc/blocks.cpp`` (called through
-  :mod:`attnkit.attention.bindings`): no pair tensor, a rational tanh (``csrc/tanh.h``), and a
+  :mod:`attnkit.ops.bindings`): no pair tensor, a rational tanh (``csrc/tanh.h``), and a
   backward that computes all three gradients in one pass over the pairs;
   :func:`additive_attention_backward` goes further, from the context's gradient to the score
   inputs in one pass, so backward computes each ``tanh`` once instead of twice;
@@ -33,8 +33,8 @@ import os
 
 import torch
 
-from attnkit.attention import bindings
-from attnkit.attention.precision import upcast
+from attnkit.ops import bindings
+from attnkit.ops.precision import upcast
 
 __all__ = [
     "COMPILE_MIN_WORK",

@@ -9,7 +9,7 @@ Two kernels share one library and one tanh (``csrc/tanh.h``):
 They are plain C++ with OpenMP and no PyTorch headers: the machine's C++ compiler builds them
 in about two seconds with ``-O3 -march=native``, the shared library is cached (keyed by the
 sources, the flags, the compiler and the CPU), and a call goes straight from Python to the
-kernel through ctypes (:mod:`attnkit.attention.bindings`: the signatures and a checked wrapper
+kernel through ctypes (:mod:`attnkit.ops.bindings`: the signatures and a checked wrapper
 per kernel), with nothing of ``torch.compile``'s guards and wrappers in between.
 OpenMP comes from the runtime PyTorch has loaded already (same library name), so the two share
 one thread pool.

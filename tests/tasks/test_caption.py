@@ -10,7 +10,7 @@ from attnkit.data import CaptionedImage, DataError, generate_scenes, write_capti
 from attnkit.data.scenes import SCORED_SCENES, Scene, SceneObject, render
 from attnkit.decoding import Decoding
 from attnkit.models import doubly_stochastic
-from attnkit.tasks.captioning import (
+from attnkit.tasks.caption import (
     CaptionEvaluator,
     CaptionOutput,
     CaptionTask,

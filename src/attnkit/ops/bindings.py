@@ -4,11 +4,11 @@ A kernel reads raw memory, so its wrapper first checks what the kernel assumes: 
 one dtype (float32 or float64), shapes that go together, a contiguous last dimension. It raises
 a ``TypeError`` or ``ValueError`` naming the argument, what was expected and what it got. Then
 it allocates the outputs and calls the kernel through ctypes with data pointers, strides and
-the thread count. :mod:`attnkit.attention.native` builds and loads the library.
+the thread count. :mod:`attnkit.ops.native` builds and loads the library.
 
 * :func:`block_scores`, :func:`block_backward`, :func:`block_attention_backward`
   (``csrc/blocks.cpp``): a block of queries and a block of keys, for the chunked path's
-  ``kernel="native"`` (:mod:`attnkit.attention.kernels`). Here ``v (H, A)`` is the additive
+  ``kernel="native"`` (:mod:`attnkit.ops.kernels`). Here ``v (H, A)`` is the additive
   score's vector.
 * :func:`step_forward`, :func:`step_backward` (``csrc/step.cpp``): one query per row, a decoder
   step (:mod:`attnkit.attention.step`). Here the score's vector is ``va (H, A)`` and ``v`` the
@@ -23,8 +23,8 @@ from collections.abc import Callable
 
 import torch
 
-from attnkit.attention import native
-from attnkit.attention.dense import linear
+from attnkit.ops import native
+from attnkit.ops.dense import linear
 
 __all__ = [
     "SIGNATURES",
@@ -64,7 +64,7 @@ _FUNCTIONS: dict[tuple[str, torch.dtype], Callable[..., None]] = {}
 
 
 def declare(lib: ctypes.CDLL) -> ctypes.CDLL:
-    """Give the functions of a library from :mod:`~attnkit.attention.native` their C argument
+    """Give the functions of a library from :mod:`~attnkit.ops.native` their C argument
     types (ctypes then passes 64-bit pointers and integers). Returns ``lib``."""
     for name, args in SIGNATURES.items():
         for suffix in ("f32", "f64"):
@@ -166,7 +166,7 @@ def block_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad: torc
 
 def block_attention_backward(q, k, v, lse, dpd, mask=None):
     """A block's backward from the context's gradient, in one pass; see
-    :func:`attnkit.attention.kernels.additive_attention_backward` for the arguments.
+    :func:`attnkit.ops.kernels.additive_attention_backward` for the arguments.
     Returns ``p (B, H, bq, bk)``, ``d q``, ``d k``, ``d v (H, A)``."""
     fn = _function("additive_attention_backward", q.dtype, _BLOCKS)
     _check_block(q=q, k=k, v=v, lse=lse, dpd=dpd)
@@ -307,7 +307,7 @@ def step_backward(q, kf, va, v, p, dout, dw=None, f=None, lw=None, *, key_sum=No
 
 def tanh(x: torch.Tensor, *, lib: ctypes.CDLL | None = None) -> torch.Tensor:
     """The kernels' float tanh of a float32 CPU tensor. ``lib``: a library loaded by
-    :mod:`~attnkit.attention.native` (default: the one the kernels use)."""
+    :mod:`~attnkit.ops.native` (default: the one the kernels use)."""
     if x.dtype != torch.float32 or x.device.type != "cpu":
         raise TypeError(f"x: expected torch.float32 on cpu, got {x.dtype} on {x.device}")
     fn = _function("tanh", torch.float32) if lib is None else declare(lib).attnkit_tanh_f32

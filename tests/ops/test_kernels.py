@@ -3,7 +3,7 @@ split into pieces equals it whole."""
 
 import torch
 
-from attnkit.attention import kernels
+from attnkit.ops import kernels
 
 
 def test_exp_tanh_is_accurate_to_float32_rounding_and_saturates():

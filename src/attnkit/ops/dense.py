@@ -20,8 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attnkit.attention.precision import autocast_enabled
-from attnkit.attention.tracing import exporting
+from attnkit.ops.precision import autocast_enabled
+from attnkit.ops.tracing import exporting
 from attnkit.checks import describe
 
 __all__ = ["Linear", "OneDnnLinear", "linear", "uses_onednn"]

@@ -6,13 +6,13 @@ import base64
 import io
 import json
 import re
-import shutil
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from attnkit.explore import Example, Hypothesis, explorer_html, write_explorer
+from attnkit.diagnose.explorer import Example, Hypothesis, explorer_html, write_explorer
+from tests.browser import chromium, hover_heatmap, page_errors
 
 
 def _softmax(x):
@@ -124,26 +124,9 @@ def test_bad_examples_are_named(examples, match):
 
 # --- in a real browser -------------------------------------------------------------------
 
-def _browser():
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed "
-                                    "(pip install selenium)")
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if not (chromium and driver):
-        pytest.skip("headless Chromium is not installed (apt-get install chromium "
-                    "chromium-driver; `make install` does it as root)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1280,1600"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    from selenium.webdriver.chrome.service import Service
-    return webdriver.Chrome(options=options, service=Service(driver))
-
-
 @pytest.fixture(scope="module")
 def browser():
-    driver = _browser()
+    driver = chromium()
     yield driver
     driver.quit()
 
@@ -154,25 +137,13 @@ def _open(browser, tmp_path, examples):
     return browser
 
 
-def _errors(browser):
-    return [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
-
-
-def _hover(browser, x, y):
-    from selenium.webdriver.common.action_chains import ActionChains
-    canvas = browser.find_element("id", "heatmap")
-    ActionChains(browser).move_to_element_with_offset(
-        canvas, x - canvas.size["width"] // 2, y - canvas.size["height"] // 2).perform()
-    return browser.find_element("id", "tip").text
-
-
 def test_the_page_loads_hovers_switches_heads_and_is_not_blank(browser, tmp_path):
     ex = _example(t=5, s=6, heads=3, image=True)
     _open(browser, tmp_path, [ex, _example(seed=1)])
-    assert _errors(browser) == []
+    assert page_errors(browser) == []
     cell = browser.execute_script("return [view.cell, view.rowH]")
     # the centre of output 2, input 3 (the plot's margins: 90 px left, 70 px top)
-    tip = _hover(browser, 90 + int(3.5 * cell[0]), 70 + int(2.5 * cell[1]))
+    tip = hover_heatmap(browser, 90 + int(3.5 * cell[0]), 70 + int(2.5 * cell[1]))
     want = float(np.asarray(ex.hypotheses[0].maps["layer 1 / head 1"])[2, 3])
     assert tip.startswith('output 2 "y2" · input 3 "x3" · weight ')
     assert abs(float(tip.rsplit(" ", 1)[1]) - want) < 1e-4
@@ -182,13 +153,13 @@ def test_the_page_loads_hovers_switches_heads_and_is_not_blank(browser, tmp_path
     Select(browser.find_element("id", "map")).select_by_visible_text("layer 1 / head 2")
     assert browser.execute_script(
         "return document.getElementById('heatmap').toDataURL()") != picture
-    tip = _hover(browser, 90 + int(3.5 * cell[0]), 70 + int(2.5 * cell[1]))
+    tip = hover_heatmap(browser, 90 + int(3.5 * cell[0]), 70 + int(2.5 * cell[1]))
     want = float(np.asarray(ex.hypotheses[0].maps["layer 1 / head 2"])[2, 3])
     assert abs(float(tip.rsplit(" ", 1)[1]) - want) < 1e-4
 
     shot = np.asarray(Image.open(io.BytesIO(browser.get_screenshot_as_png())).convert("L"))
     assert shot.std() > 10 and len(np.unique(shot)) > 20
-    assert _errors(browser) == []
+    assert page_errors(browser) == []
 
 
 def test_the_nbest_the_step_and_the_examples_follow_the_controls(browser, tmp_path):
@@ -203,7 +174,7 @@ def test_the_nbest_the_step_and_the_examples_follow_the_controls(browser, tmp_pa
     browser.find_element("id", "next-example").click()
     assert browser.execute_script("return [view.ex, view.hyp, view.step, view.t, view.s]") == \
         [1, 0, 0, 2, 3]
-    assert _errors(browser) == []
+    assert page_errors(browser) == []
 
 
 def test_an_input_map_is_a_choice_of_the_map_menu_with_the_input_as_rows(browser, tmp_path):
@@ -220,7 +191,7 @@ def test_an_input_map_is_a_choice_of_the_map_menu_with_the_input_as_rows(browser
     menu.select_by_visible_text("encoder self-attention")
     assert browser.execute_script("return [view.t, view.s, view.step]") == [6, 6, 2]
     cell = browser.execute_script("return [view.cell, view.rowH]")
-    tip = _hover(browser, 90 + int(1.5 * cell[0]), 70 + int(4.5 * cell[1]))
+    tip = hover_heatmap(browser, 90 + int(1.5 * cell[0]), 70 + int(4.5 * cell[1]))
     assert tip.startswith('query 4 "x4" · input 1 "x1" · weight ')
     assert abs(float(tip.rsplit(" ", 1)[1]) - own[4, 1]) < 1e-4
     for _ in range(5):
@@ -230,7 +201,7 @@ def test_an_input_map_is_a_choice_of_the_map_menu_with_the_input_as_rows(browser
     assert [t.get_attribute("height") for t in thumbs] == ["3", "3"]  # the hypotheses' own
     menu.select_by_visible_text("layer 1 / head 1")
     assert browser.execute_script("return [view.t, view.step]") == [3, 2]  # back in range
-    assert _errors(browser) == []
+    assert page_errors(browser) == []
 
 
 def test_800_steps_and_200_examples_stay_responsive(browser, tmp_path):
@@ -243,7 +214,7 @@ def test_800_steps_and_200_examples_stay_responsive(browser, tmp_path):
     browser.set_script_timeout(10)
     assert browser.execute_script("showExample(199); showExample(0); return view.s") == 800
     assert len(browser.find_elements("css selector", "#plot *")) == 2
-    assert _errors(browser) == []
+    assert page_errors(browser) == []
 
 
 # --- a grid of cells over a picture (captioning, VQA) ------------------------------------
@@ -320,7 +291,7 @@ def _hover_photo(browser, element, x, y):
 def test_the_picture_is_lit_where_each_output_looked_and_steps_with_it(browser, tmp_path):
     ex = _grid_example(height=48, width=72)
     _open(browser, tmp_path, [ex, _example(seed=1)])
-    assert _errors(browser) == []
+    assert page_errors(browser) == []
     photo = browser.find_element("id", "photo")
     assert photo.is_displayed() and photo.size["height"] == round(photo.size["width"] * 48 / 72)
     assert not browser.find_element("id", "image").is_displayed()  # no strip under the keys
@@ -350,4 +321,4 @@ def test_the_picture_is_lit_where_each_output_looked_and_steps_with_it(browser, 
     assert shot.std() > 10 and len(np.unique(shot)) > 20
     browser.find_element("id", "next-example").click()  # an example without a grid
     assert not browser.find_element("id", "over").is_displayed()
-    assert _errors(browser) == []
+    assert page_errors(browser) == []

@@ -166,7 +166,7 @@ def test_rejects_weights_that_are_not_2d(tmp_path, weights, shape):
 
 
 def test_plot_alignment_over_an_image_and_a_spectrogram(tmp_path):
-    from attnkit.plot import plot_alignment
+    from attnkit.diagnose.plots import plot_alignment
 
     weights = torch.softmax(torch.randn(5, 20), -1)
     png = plot_alignment(weights, torch.rand(32, 160), list("abcde"), tmp_path / "a" / "x.png",
@@ -186,7 +186,7 @@ def test_plot_alignment_over_an_image_and_a_spectrogram(tmp_path):
 
 
 def test_plot_alignment_draws_the_self_attention_under_the_image(tmp_path, drawn):
-    from attnkit.plot import plot_alignment
+    from attnkit.diagnose.plots import plot_alignment
 
     weights = torch.softmax(torch.randn(3, 10), -1)
     own = torch.softmax(torch.randn(10, 10), -1)
@@ -210,7 +210,7 @@ def test_plot_alignment_draws_the_self_attention_under_the_image(tmp_path, drawn
 
 
 def test_plot_image_attention_lights_where_each_output_looked(tmp_path, drawn):
-    from attnkit.plot import plot_image_attention
+    from attnkit.diagnose.plots import plot_image_attention
 
     image = torch.full((3, 16, 16), 200, dtype=torch.uint8)  # (3, H, W)
     maps = torch.zeros(2, 4, 4)
@@ -235,7 +235,7 @@ def test_plot_image_attention_lights_where_each_output_looked(tmp_path, drawn):
     (dict(columns=0), "columns: expected a positive int, got 0"),
 ])
 def test_plot_image_attention_rejects_bad_input(tmp_path, kwargs, match):
-    from attnkit.plot import plot_image_attention
+    from attnkit.diagnose.plots import plot_image_attention
 
     args = {"image": np.zeros((8, 8, 3), np.uint8), "maps": np.ones((2, 2, 2)),
             "labels": ["a", "b"], **kwargs}

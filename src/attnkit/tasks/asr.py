@@ -48,7 +48,7 @@ from attnkit.data.audio import MAX_SECONDS, SAMPLE_RATE, frame_count, samples_ne
 from attnkit.decoding import Decoding, Hypotheses, decode_batches, stream_feed, stream_start
 from attnkit.models import LAS, build_model, guided_attention_loss
 from attnkit.models.las import HALVINGS, MIN_FRAMES
-from attnkit.plot import plot_alignment
+from attnkit.diagnose.plots import plot_alignment
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, texts_of
@@ -56,7 +56,7 @@ from attnkit.tasks.explore import speech_example
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
-__all__ = ["SpeechEvaluator", "SpeechTask", "SpellerPretraining", "StreamedChunk", "max_chars",
+__all__ = ["AsrEvaluator", "AsrTask", "SpellerPretraining", "StreamedChunk", "max_chars",
            "metrics", "plot_transcription", "transcribe", "transcribe_stream", "wav_samples"]
 
 # Output length cap: characters per feature frame (fast speech is ~0.17 at 10 ms), plus a margin.
@@ -212,7 +212,7 @@ def plot_transcription(hyp: Hypotheses, i: int, features: torch.Tensor, vocab: C
                           origin="lower", title=title or vocab.decode(hyp.tokens[i]))
 
 
-class SpeechTask:
+class AsrTask:
     """Batches, loss and metrics for (features, transcript) utterances.
 
     Args:
@@ -326,7 +326,7 @@ class SpeechTask:
 
     def pictures(self, model, folder: Path, n: int) -> list[Path]:
         """Attention pictures of the first ``n`` validation examples in ``folder``."""
-        return pictures(SpeechEvaluator(model, self.config(), self.vocab()), self.valid.features[:n], folder)
+        return pictures(AsrEvaluator(model, self.config(), self.vocab()), self.valid.features[:n], folder)
 
     def config(self) -> dict:
         return {"task": "asr", "model": self.model_config, "data": self.data,
@@ -344,7 +344,7 @@ class SpeechTask:
 
 class SpellerPretraining:
     """The speller of a LAS model trained alone as a character language model on the
-    transcripts of a :class:`SpeechTask`, before it learns to attend, as a task for
+    transcripts of a :class:`AsrTask`, before it learns to attend, as a task for
     :class:`attnkit.train.Trainer`.
 
     The context is zero and nothing is attended (:meth:`attnkit.models.LAS.language_model`),
@@ -355,7 +355,7 @@ class SpellerPretraining:
     ``DistributedDataParallel`` needs.
     """
 
-    def __init__(self, task: SpeechTask):
+    def __init__(self, task: AsrTask):
         self.task = task
         self._valid = [task.char_vocab.encode(t) for t in task.valid.transcripts]
 
@@ -390,7 +390,7 @@ class SpellerPretraining:
         return self.task.vocab()
 
 
-class SpeechEvaluator(Evaluator, task="asr"):
+class AsrEvaluator(Evaluator, task="asr"):
     """A speech checkpoint's model and characters: transcribes log-mel features and reads
     manifests of labelled WAVs (:mod:`attnkit.tasks.evaluator`)."""
 

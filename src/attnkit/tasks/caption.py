@@ -45,7 +45,7 @@ from attnkit.data.scenes import (
 )
 from attnkit.decoding import Decoding, Hypotheses, decode_batches
 from attnkit.models import Captioner, build_model, doubly_stochastic
-from attnkit.plot import plot_image_attention
+from attnkit.diagnose.plots import plot_image_attention
 from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import Evaluator, Example, Output, score_examples
 from attnkit.tasks.explore import caption_example
