@@ -1,5 +1,7 @@
-"""Every Python example in README.md runs; every attnkit command in it is one the command line
-takes (its options exist, their values parse, decoding options combine)."""
+"""Every Python example in README.md and in the site's pages that a reader runs as written
+(Getting started, Using attention) runs; every attnkit command in README.md and in the pages
+of commands is one the command line takes (its options exist, their values parse, decoding
+options combine)."""
 
 import re
 import shlex
@@ -10,41 +12,55 @@ import pytest
 from attnkit.cli import common
 from attnkit.cli.main import build_parser
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-SHELL = re.findall(r"```sh\n(.*?)```", README.read_text(), flags=re.S)
+ROOT = Path(__file__).resolve().parents[1]
+RUN = ["README.md", "docs/index.md", "docs/attention.md"]  # their Python blocks run
+PARSE = RUN + ["docs/lm.md", "docs/training.md", "docs/decoding.md"]  # their commands parse
 ENTRY = {"attnkit", "attnkit)", "attnkit.cli.main"}  # attnkit, $(which attnkit), python -m
 
 
-def _commands() -> list[list[str]]:
+def _blocks(name: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", (ROOT / name).read_text(), flags=re.S)
+
+
+BLOCKS = [(name, i, block) for name in RUN for i, block in enumerate(_blocks(name, "python"))]
+
+
+def _commands(name: str) -> list[list[str]]:
     commands = []
-    for block in SHELL:
+    for block in _blocks(name, "sh"):
         for line in block.replace("\\\n", " ").splitlines():
             words = shlex.split(line, comments=True)
-            starts = [i for i, w in enumerate(words) if w in ENTRY]
-            if starts:
-                commands.append(words[starts[0] + 1 :])
+            cuts = [-1] + [i for i, w in enumerate(words) if w in ("&&", "||", ";", "|")]
+            for start, end in zip(cuts, cuts[1:] + [len(words)]):  # each command of the line
+                part = words[start + 1 : end]
+                starts = [i for i, w in enumerate(part) if w in ENTRY]
+                if starts and part[starts[0] + 1 :]:
+                    commands.append(part[starts[0] + 1 :])
     return commands
 
 
-def test_readme_has_examples():
-    assert len(BLOCKS) >= 4
+COMMANDS = [(name, c) for name in PARSE for c in _commands(name)]
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_readme_example_runs(index, tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", RUN)
+def test_each_page_has_examples(name):
+    assert _blocks(name, "python")
+
+
+@pytest.mark.parametrize("name, index, block", BLOCKS, ids=[f"{n} {i}" for n, i, _ in BLOCKS])
+def test_example_runs(name, index, block, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    exec(compile(BLOCKS[index], f"README.md block {index}", "exec"), {})
+    exec(compile(block, f"{name} block {index}", "exec"), {})
 
 
 def test_readme_shows_every_command():
-    verbs = {tuple(c[:2]) if c[0] == "train" else (c[0],) for c in _commands()}
+    verbs = {tuple(c[:2]) if c[0] == "train" else (c[0],) for c in _commands("README.md")}
     assert {("train", "translate"), ("train", "ocr"), ("train", "asr"), ("translate",),
             ("read",), ("transcribe",), ("eval",), ("export",)} <= verbs
 
 
-@pytest.mark.parametrize("command", _commands(), ids=" ".join)
-def test_readme_command_parses(command):
+@pytest.mark.parametrize("name, command", COMMANDS, ids=[f"{n}: {' '.join(c)}" for n, c in COMMANDS])
+def test_command_parses(name, command):
     args = build_parser().parse_args(command)
     if hasattr(args, "default_beam"):
         if args.default_beam is None:  # export: the checkpoint's task's, known when it is read
