@@ -20,15 +20,17 @@ utterance): greedy by attention alone, beam 4, joint CTC/attention (beam 4, ``--
 ``--lm-weight 0.3``), and for the monotonic model its soft (expected) attention against the
 hard one.
 
-    python -m benchmarks.alignment --out runs/alignment --time-budget 2550 --json docs/alignment.json
+    python -m benchmarks.alignment --out runs/alignment --time-budget 2550 \
+        --json results/alignment.json
     python -m benchmarks.alignment --task asr --out runs/alignment-asr --time-budget 2550 \
-        --json docs/alignment_asr.json
+        --json results/alignment_asr.json
     python -m benchmarks.alignment --out runs/alignment-guided --guided-attention 1 \
-        --json docs/alignment_guided.json
-    python -m benchmarks.alignment --out runs/alignment --skip-training --json docs/alignment.json
+        --json results/alignment_guided.json
+    python -m benchmarks.alignment --out runs/alignment --skip-training \
+        --json results/alignment.json
     python -m benchmarks.alignment --out /tmp/align-smoke --tiny   # checks the script, minutes
     python -m benchmarks.alignment --out runs/alignment-bf16 --ctc-weight 0.5 \
-        --json docs/alignment_bf16.json -- --precision bf16 --sortagrad 1
+        --json results/alignment_bf16.json -- --precision bf16 --sortagrad 1
 
 Each training runs in its own process (``python -m attnkit.cli.main``); ``--time-budget`` is each
 run's training budget in seconds; the options after ``--`` are added to every run's. Runs

@@ -430,8 +430,7 @@ def figures(results: list[Result]) -> list[str]:
 def write_report(results: list[Result], json_path: Path, md_path: Path) -> None:
     """The rows as JSON at ``json_path``; the Markdown report (commands, targets, table) at
     ``md_path``, keeping its hand-written notes."""
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps([asdict(r) for r in results], indent=1))
+    harness.write_json(json_path, [asdict(r) for r in results])
     runs = {}
     for r in results:
         runs.setdefault((r.command, r.date, r.commit, r.machine), []).append(r.case["group"])
@@ -441,7 +440,10 @@ def write_report(results: list[Result], json_path: Path, md_path: Path) -> None:
     body = [
         "# Benchmarks",
         "",
-        f"Produced by (raw data in `{json_path.name}`; compare rows measured on the same "
+        f"<!-- generated down to the notes mark by `python -m benchmarks.attention` (`attnkit "
+        f"bench`), which also writes {json_path}; edit below the mark -->",
+        "",
+        f"Produced by (raw data in `{json_path}`; compare rows measured on the same "
         "machine only):",
         "",
         *commands,
@@ -465,7 +467,7 @@ def write_report(results: list[Result], json_path: Path, md_path: Path) -> None:
     harness.write_markdown(md_path, body)
 
 
-DEFAULT_JSON, DEFAULT_MARKDOWN = "docs/benchmarks.json", "docs/benchmarks.md"
+DEFAULT_JSON, DEFAULT_MARKDOWN = "results/attention.json", "docs/benchmarks.md"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -516,12 +518,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.targets or args.match is not None or device != "cpu":
         print("\n".join(figures(results)))
         if args.json:
-            Path(args.json).write_text(json.dumps(
-                {"machine": machine, "rows": [asdict(r) for r in results]}, indent=1))
+            harness.write_json(args.json, [asdict(r) for r in results], device=device)
         return 0
     json_path = Path(args.json or DEFAULT_JSON)
     if args.group and json_path.exists():  # re-measured groups replace theirs in the report
-        old = [Result(**r) for r in json.loads(json_path.read_text())]
+        old = [Result(**r) for r in json.loads(json_path.read_text())["rows"]]
         order = [c.group for c in suite()]
         results = sorted([r for r in old if r.case["group"] not in args.group] + results,
                          key=lambda r: order.index(r.case["group"]))

@@ -9,7 +9,7 @@ size on sentence-length inputs, the CRNN's attention-decoder head on 800 px line
 steps, 40 characters), and LAS with the location-aware score on 8 s of audio (800 frames, 100
 listener steps, 60 characters).
 
-    python -m benchmarks.decoder_training --json docs/decoder_training.json
+    python -m benchmarks.decoder_training --json results/decoder_training.json
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Each case decodes one batch under ``torch.no_grad``; the figure is the median wa
 versions' rows be checked for the same outputs. Compare versions by running the script with
 another checkout's source first on the path:
 
-    python -m benchmarks.decoding_speed --threads 1 --json docs/decoding_speed.json
+    python -m benchmarks.decoding_speed --threads 1 --json results/decoding_speed.json
     PYTHONPATH=<another checkout>/src python -m benchmarks.decoding_speed --threads 1
 """
 

@@ -7,7 +7,7 @@ Each shape ``(N rows, Din, Dout)`` runs in a fresh process (:mod:`harness`); the
 twice that) and the ratio of the times. The shapes are those of attnkit's models: decoder steps
 (32-64 rows), CRNN and seq2seq projections over whole sequences (thousands of rows).
 
-    python -m benchmarks.dense --threads 1 --json docs/dense.json
+    python -m benchmarks.dense --threads 1 --json results/dense.json
 """
 
 from __future__ import annotations

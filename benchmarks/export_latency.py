@@ -1,7 +1,7 @@
 """One decoder step of the Bahdanau model: onnxruntime against PyTorch eager, on CPU. Prints a
 Markdown table and writes JSON.
 
-    python -m benchmarks.export_latency --threads 1 --json docs/export_latency.json
+    python -m benchmarks.export_latency --threads 1 --json results/export_latency.json
 
 The model (emb = hidden = 256, additive attention, source length 100, untrained) is exported by
 :func:`attnkit.export.export_onnx`; both sides run the same step on the same state (checked

@@ -18,10 +18,11 @@ Every script of the :mod:`benchmarks` package measures through this module.
   (``timed(..., device=...)``) each run ends with ``torch.cuda.synchronize`` (kernels run
   asynchronously: the clock must wait for them) and the extra memory is the peak of CUDA's
   allocator (``torch.cuda.max_memory_allocated``) above what was allocated before the runs.
-* :func:`machine`, :func:`commit` and :func:`command` say what measured a row;
-  :func:`write_json` writes rows with them; :func:`table_header` / :func:`table_row` print
-  Markdown tables; :func:`write_markdown` rewrites a report and keeps the hand-written notes
-  below :data:`NOTES_MARK`.
+* :func:`machine`, :func:`commit` and :func:`command` say what measured a row
+  (:func:`run_info`: all of them); :func:`write_json` writes rows with them, as a file of
+  ``results/`` holds them (:func:`save_run`: a file of several runs gets one more);
+  :func:`table_header` / :func:`table_row` print Markdown tables; :func:`write_markdown`
+  rewrites a report and keeps the hand-written notes below :data:`NOTES_MARK`.
 
 A script's ``--time-budget`` is the time budget of one case (one process). Its measured loop
 stops repeating early enough to leave room for building and warm-up (:func:`timed` is given a
@@ -366,14 +367,31 @@ def table_row(cells: list) -> str:
     return "|" + "".join(f" {c} |" if c != "" else " |" for c in cells)
 
 
+def run_info(device: torch.device | str = "cpu") -> dict:
+    """What measured a run: ``{"machine", "commit", "date", "command", "device"}`` (the
+    machine with the GPU of a CUDA ``device``)."""
+    return {"machine": machine(device), "commit": commit(), "date": time.strftime("%Y-%m-%d"),
+            "command": command(), "device": str(device)}
+
+
+def save_run(path: Path, run: dict, *, add: bool = False) -> None:
+    """Write ``run`` as JSON at ``path``. A file there that holds several runs
+    (``{"runs": [...]}``: the same experiment at several commits) gets ``run`` as its last
+    one, and so does a new file with ``add``; any other file there is replaced."""
+    path = Path(path)
+    old = json.loads(path.read_text()) if path.exists() else None
+    runs = old.get("runs") if isinstance(old, dict) else None
+    if runs is None and add:
+        runs = []
+    data = run if runs is None else {"runs": [*runs, run]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1))
+
+
 def write_json(path: Path, rows: list[dict], *, device: str = "cpu", **settings) -> None:
     """``{"machine", "commit", "date", "command", "device", **settings, "rows"}`` as JSON at
-    ``path`` (the machine with the GPU of a CUDA ``device``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"machine": machine(device), "commit": commit(),
-                                "date": time.strftime("%Y-%m-%d"), "command": command(),
-                                "device": str(device), **settings, "rows": rows}, indent=1))
+    ``path`` (:func:`run_info`; added to the runs already there, see :func:`save_run`)."""
+    save_run(path, {**run_info(device), **settings, "rows": rows})
 
 
 def write_markdown(path: Path, lines: list[str]) -> None:

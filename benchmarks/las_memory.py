@@ -13,7 +13,7 @@ step minus the RSS before it; batch 16, 25 output characters):
 * ``attention``: the speller alone over ``keys`` memory steps given directly (1,600 frames
   are only 200 keys after the three halvings).
 
-Usage: ``python -m benchmarks.las_memory [--time-budget 60] [--json docs/las_memory.json]``.
+Usage: ``python -m benchmarks.las_memory [--time-budget 60] [--json results/las_memory.json]``.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ HEADER = harness.table_header(["level", "input", "keys attended", "attention", "
 
 def main(argv=None) -> int:
     p = harness.parser(__doc__.split("\n\n")[0], time_budget=60.0,
-                       json_path="docs/las_memory.json")
+                       json_path="results/las_memory.json")
     args = p.parse_args(argv)
     print(f"batch {BATCH}, {STEPS} output steps, location-aware attention; {harness.machine()}")
     print(HEADER)

@@ -4,7 +4,7 @@ Trains a Bahdanau model and the no-attention baseline on the same built-in data 
 time budget, each in a fresh process (:mod:`harness`), then measures held-out exact match per
 source-length bucket; writes a table (Markdown, printed), JSON and a plot.
 
-    python -m benchmarks.length_curve --time-budget 200 --out docs/length_curve
+    python -m benchmarks.length_curve --time-budget 200
 """
 
 from __future__ import annotations
@@ -49,9 +49,10 @@ def train_and_score(kind: str, n_train: int, n_test: int, time_budget: float, ou
 
 def main(argv=None) -> int:
     p = harness.parser(__doc__.splitlines()[0], time_budget=200.0,
+                       json_path="results/length_curve.json",
                        time_budget_help="training seconds per model")
-    p.add_argument("--out", type=Path, default=Path("docs/length_curve"),
-                   help="the JSON and the plot, without suffix (--json: the JSON elsewhere)")
+    p.add_argument("--plot", type=Path, default=Path("docs/img/length_curve.png"),
+                   help="the plot (default docs/img/length_curve.png, docs/translation.md's)")
     p.add_argument("--n-train", type=int, default=20000)
     p.add_argument("--n-test", type=int, default=2000)
     args = p.parse_args(argv)
@@ -73,8 +74,8 @@ def main(argv=None) -> int:
                                               for r in results)]))
     print(harness.table_row(["all", args.n_test, *(f"{r['overall']:.3f} ({r['steps']} steps)"
                                                    for r in results)]))
-    harness.write_json(args.json or args.out.with_suffix(".json"), results,
-                       time_budget_s=args.time_budget, n_train=args.n_train)
+    harness.write_json(args.json, results, time_budget_s=args.time_budget,
+                       n_train=args.n_train)
     fig = Figure(figsize=(6, 4))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
@@ -90,7 +91,8 @@ def main(argv=None) -> int:
     ax.set_title(f"numbers -> digits, {args.time_budget:.0f} s of CPU training each")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(args.out.with_suffix(".png"), dpi=110)
+    args.plot.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.plot, dpi=110)
     return 0
 
 

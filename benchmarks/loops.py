@@ -1,6 +1,6 @@
 """Loop stopping on the built-in models: how early loops stop, and that nothing else changes.
 
-    python -m benchmarks.loops --json docs/loops.json
+    python -m benchmarks.loops --json results/loops.json
     python -m benchmarks.loops --smoke          # checks the script, a minute
 
 * **noise**: ``builtin:asr-digits`` transcribes white noise (every ``--seeds`` seed at 10 s,
@@ -38,6 +38,8 @@ from attnkit.data import (
 from attnkit.decoding import Decoding
 from attnkit.decoding.loops import loop_step, spans, start_loops
 from attnkit.tasks import asr, translate
+
+from benchmarks import harness
 
 NOISE = ((10, 0.01), (30, 0.1), (60, 0.001))  # (seconds, amplitude)
 SEARCHES = {"greedy": 1, "beam 5": 5}
@@ -156,8 +158,7 @@ def main(argv=None) -> int:
     results = {"noise": noise_rows(args.seeds, NOISE[:1] if args.smoke else NOISE),
                "legitimate": legitimate(args.pairs, args.utterances)}
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+        harness.save_run(args.json, {**harness.run_info(), **results})
     return 0
 
 

@@ -22,7 +22,7 @@ resident memory during them are reported, with the ratios attnkit / plain.
 Source, frame and line lengths are random between half and all of the padded length (the first
 example full), target lengths likewise; token ids in ``[4, V)``.
 
-    python -m benchmarks.models_vs_plain --json docs/models_vs_plain.json
+    python -m benchmarks.models_vs_plain --json results/models_vs_plain.json
     python -m benchmarks.models_vs_plain --smoke   # every row on tiny shapes: does it run
     python -m benchmarks.models_vs_plain --match bahdanau --device cuda   # on a GPU
 

@@ -1,6 +1,6 @@
 """Seed 000's CRNN at its own size: what the attention layer between RNN1 and RNN2 costs.
 
-    python -m benchmarks.ocr_speed --json docs/ocr_speed.json
+    python -m benchmarks.ocr_speed --json results/ocr_speed.json
 
 Batch 32 of line images 1600 px wide (800 steps after the CNN), BiLSTMs of hidden 256, a CTC
 loss: one training step (forward, backward) of the CRNN without attention, and with the same

@@ -1,7 +1,7 @@
 """Seq2seq speed: vectorised Luong training step vs a per-step loop, batched beam search vs one
 sentence at a time. Prints a Markdown table and writes JSON.
 
-    python -m benchmarks.seq2seq_speed --json docs/seq2seq_speed.json
+    python -m benchmarks.seq2seq_speed --json results/seq2seq_speed.json
 
 Both sides of each comparison compute the same thing with the same (untrained) weights (checked
 before timing); each side runs in a fresh process (:mod:`harness`), its time the median of
@@ -92,7 +92,7 @@ def beam(side: str, reps: int, time_budget: float, batch: int, src_len: int, max
 
 def main(argv=None) -> int:
     p = harness.parser(__doc__.splitlines()[0], time_budget=600.0,
-                       json_path="docs/seq2seq_speed.json", reps=3)
+                       json_path="results/seq2seq_speed.json", reps=3)
     args = p.parse_args(argv)
     names = {"luong": (f"Luong (general, no input feeding) training step, B={LUONG['batch']}, "
                        f"S={LUONG['src_len']}, T={LUONG['tgt_len']}, hidden 256"),

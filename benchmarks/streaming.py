@@ -26,7 +26,7 @@ transcribe --beam 1``) and once per ``--chunk-ms`` as ``attnkit transcribe --str
   (soft) alignment, which reads the whole utterance and does not stream.
 
     python -m benchmarks.streaming --checkpoint RUN/checkpoint --n 200 --chunk-ms 80,200,400 \\
-        --time-budget 900 --json docs/streaming.json
+        --time-budget 900 --json results/streaming.json
 
 ``--time-budget``: seconds for the streaming passes (all chunk sizes together): utterances
 are streamed in turn, every chunk size each, until it is spent; the rows say how many were.

@@ -17,7 +17,8 @@ each checkout's ``src``:
     python -m benchmarks.time_to_quality --task translate --target accuracy>=0.95 \\
         --label after --json ttq.json -- --recipe translate-dates --eval-every 250
 
-Rows are appended to ``--json`` (one per run), so one file collects before and after.
+Each run is added to the runs of ``--json`` (``{"runs": [...]}``), so one file collects
+before and after.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--pythonpath", help="the attnkit checkout's src to run (default: this one)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--time-budget", type=float, default=3600.0, help="wall-clock seconds")
-    p.add_argument("--json", type=Path, help="append the row to this file")
+    p.add_argument("--json", type=Path, help="add the run to the runs of this file")
     p.add_argument("options", nargs=argparse.REMAINDER,
                    help="-- then the options of `attnkit train TASK`")
     args = p.parse_args(argv)
@@ -131,16 +132,15 @@ def main(argv: list[str]) -> int:
         row = run(args.task, options, args.target, pythonpath=args.pythonpath,
                   threads=args.threads, time_budget=args.time_budget, out=Path(tmp) / "run")
     name, op, value = args.target
+    info = harness.run_info()
     row = {"label": args.label, "task": args.task, "target": f"{name}{op}{value}",
            "options": options, "pythonpath": args.pythonpath or "", "threads": args.threads,
-           "machine": harness.machine(), "commit": harness.commit(),
-           "command": harness.command(), **row}
+           **{k: info[k] for k in ("machine", "commit", "date", "command")}, **row}
     print(f"{args.label}: {row['status']}"
           + (f" at step {row['step']}: {row['wall_s']} s wall, {row['cpu_s']} s CPU"
              if row["status"] == "reached" else ""))
     if args.json:
-        rows = json.loads(args.json.read_text()) if args.json.exists() else []
-        args.json.write_text(json.dumps(rows + [row], indent=1) + "\n")
+        harness.save_run(args.json, row, add=True)
     return 0
 
 

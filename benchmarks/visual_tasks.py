@@ -21,7 +21,7 @@ prints the same figures for a run's checkpoint (the last one saved).
 
 Prints Markdown tables, writes JSON and one attention picture per model.
 
-    python -m benchmarks.visual_tasks --time-budget 600 --json docs/visual_tasks.json
+    python -m benchmarks.visual_tasks --time-budget 600 --json results/visual_tasks.json
     python -m benchmarks.visual_tasks --match vqa --time-budget 900      # one figure
 """
 

@@ -147,6 +147,17 @@ def test_write_json_records_the_machine_commit_and_command(tmp_path):
     assert set(data) >= {"commit", "date", "command"}
 
 
+def test_a_file_of_several_runs_gets_one_more_and_any_other_is_replaced(tmp_path):
+    single, several = tmp_path / "single.json", tmp_path / "several.json"
+    harness.write_json(single, [{"s": 1.0}])
+    harness.write_json(single, [{"s": 2.0}])
+    assert json.loads(single.read_text())["rows"] == [{"s": 2.0}]
+    harness.save_run(several, {"commit": "a", "rows": []}, add=True)
+    harness.write_json(several, [{"s": 3.0}])
+    runs = json.loads(several.read_text())["runs"]
+    assert [r["commit"] for r in runs][:1] == ["a"] and runs[1]["rows"] == [{"s": 3.0}]
+
+
 def test_markdown_table_cells():
     assert harness.table_header(["a", "b"]) == "| a | b |\n|---|---|"
     assert harness.table_row(["x", "", 3]) == "| x | | 3 |"
@@ -185,7 +196,7 @@ def test_attention_report_names_the_machine_of_each_run_and_keeps_the_notes(tmp_
            in text
     assert text.endswith(f"{harness.NOTES_MARK}\nHand-written analysis.\n")
     assert "old report" not in text
-    assert [r["name"] for r in json.loads(js.read_text())] == [r.name for r in results]
+    assert [r["name"] for r in json.loads(js.read_text())["rows"]] == [r.name for r in results]
 
 
 def test_attention_targets_select_the_issue_cases_without_slow_baselines():
