@@ -1,4 +1,5 @@
-# `make demo` and `make test` work on a fresh machine: they create .venv, install the CPU build of
+# `make demo` and `make test` work on a fresh machine: they install the Debian packages attnkit
+# uses (`make system`), create .venv, install the CPU build of
 # torch 2.13.0 first (a plain `torch` requirement would pull a multi-GB CUDA build), then attnkit
 # with its test tools and the export extra (onnx, onnxruntime: neither asks for torch).
 PYTHON ?= python3
@@ -6,15 +7,19 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench models clean
+.PHONY: install system demo test bench models install-models clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev,export]'
-	@# system packages for the built-in data: espeak-ng (speech), more fonts (text lines);
-	@# headless Chromium and its driver for the explorer page's browser tests
+	touch $(STAMP)
+
+# Debian packages the built-in data and the browser tests use: espeak-ng (speech), more fonts
+# (text lines), headless Chromium and its driver (the explorer page, the docs site). Installs
+# only what is missing, with apt-get as root; elsewhere it says what to install.
+system:
 	@missing=""; command -v espeak-ng >/dev/null || missing="espeak-ng"; \
 	[ -d /usr/share/fonts/truetype/liberation ] || missing="$$missing fonts-liberation"; \
 	[ -d /usr/share/fonts/truetype/freefont ] || missing="$$missing fonts-freefont-ttf"; \
@@ -26,27 +31,34 @@ $(STAMP): pyproject.toml
 	      echo "warning: apt-get install $$missing failed"; \
 	  else echo "warning: not installed: $$missing (apt-get install $$missing)"; fi; \
 	fi
-	touch $(STAMP)
 
-install: $(STAMP)
+install: system $(STAMP)
 
-demo: $(STAMP)
+demo: install
 	$(VENV)/bin/attnkit demo --out demo-out
 
-test: $(STAMP)
+test: install
 	$(PY) -m pytest
 
 bench: $(STAMP)
 	$(VENV)/bin/attnkit bench
 
 # The built-in models (docs/models.md), each trained from its recipe in build/models/NAME and
-# exported for inference into the package. Hours on a 2-core CPU; not part of demo or test.
+# exported for inference into build/pretrained/NAME. Hours on a 2-core CPU; not part of demo or
+# test. `make install-models` then copies them into the package (src/attnkit/pretrained/).
 MODELS := translate:translate-dates ocr:ocr-lines asr:asr-digits
-models: $(STAMP)
+models: install
 	@set -e; for pair in $(MODELS); do task=$${pair%%:*}; name=$${pair#*:}; \
 	  $(VENV)/bin/attnkit train $$task --recipe $$name --out build/models/$$name --no-progress; \
 	  $(VENV)/bin/attnkit export --format checkpoint --checkpoint build/models/$$name/checkpoint \
-	    --out src/attnkit/pretrained/$$name; \
+	    --out build/pretrained/$$name; \
+	done
+
+install-models:
+	@set -e; for pair in $(MODELS); do name=$${pair#*:}; \
+	  [ -f build/pretrained/$$name/config.json ] || { echo "build/pretrained/$$name: not built (make models)"; exit 1; }; \
+	  rm -rf src/attnkit/pretrained/$$name; cp -r build/pretrained/$$name src/attnkit/pretrained/$$name; \
+	  echo "installed src/attnkit/pretrained/$$name"; \
 	done
 
 clean:

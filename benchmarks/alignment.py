@@ -49,8 +49,8 @@ from pathlib import Path
 
 import torch
 
-from attnkit.cli.common import load_task_model
-from attnkit.cli.lm import load_lm
+from attnkit.tasks.loading import load_task_model
+from attnkit.tasks.loading import load_lm
 from attnkit.data import CharVocab, generate_lines, load_vocab, speech_dataset
 from attnkit.decoding import Decoding
 from attnkit.tasks.ocr import line_metrics, recognise

@@ -26,7 +26,7 @@ import tempfile
 
 import torch
 
-from attnkit.cli.common import load_task_model
+from attnkit.tasks.loading import load_task_model
 from attnkit.data import (
     generate_pairs,
     load_vocab,

@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 
 from attnkit.attention.monotonic import expected_alignment
-from attnkit.cli.common import load_evaluator
+from attnkit.tasks.loading import load_evaluator
 from attnkit.data import log_mel, pad_features, plan_utterances, utterance_audio
 from attnkit.data.audio import HOP_S, WINDOW_S
 from attnkit.data.speech import KINDS

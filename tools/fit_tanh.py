@@ -1,4 +1,4 @@
-"""Fit the rational tanh of ``src/attnkit/attention/csrc/tanh.h``: ``tanh(x) ~ x P(x^2) / Q(x^2)``
+"""Fit the rational tanh of ``src/attnkit/ops/csrc/tanh.h``: ``tanh(x) ~ x P(x^2) / Q(x^2)``
 on ``[0, 9]``.
 
 Minimises the largest *relative* error (so tiny arguments stay accurate: gradient sums add many

@@ -20,6 +20,7 @@ from attnkit.data import (
     write_question_folder,
 )
 from attnkit.tasks.evaluator import score_examples
+from attnkit.tasks.loading import load_evaluator
 from tests.cli.test_asr import TINY as ASR_TINY
 from tests.cli.test_asr import _write_wav
 from tests.cli.test_ocr import TINY as OCR_TINY
@@ -208,7 +209,7 @@ def test_eval_scores_captions_on_built_in_splits_and_the_users_folder(tiny_capti
     assert got["task"] == "caption" and got["examples"] == 6
     assert list(got["metrics"]) == ["bleu4", "chrf", "exact", "true_captions",
                                     "attention_on_object"]
-    evaluator = common.load_evaluator(tiny_captioner)  # the figures come from the evaluator
+    evaluator = load_evaluator(tiny_captioner)  # the figures come from the evaluator
     assert got["metrics"] == score_examples(evaluator,
                                             evaluator.read("scenes:heldout")[:6]).metrics
     scenes = generate_scenes(3, seed=4, size=32, max_objects=4)

@@ -55,7 +55,7 @@ def test_a_config_asking_for_a_huge_model_is_refused_without_building_it(
     def no_build(config):
         raise AssertionError("the model was built")
 
-    monkeypatch.setattr("attnkit.cli.common.build_model", no_build)
+    monkeypatch.setattr("attnkit.tasks.loading.build_model", no_build)
     _edit_json(checkpoint / "config.json", lambda d: d["config"]["model"].update({key: value}))
     assert main(["translate", "--checkpoint", str(checkpoint), "<en> one"]) == 2
     err = capsys.readouterr().err

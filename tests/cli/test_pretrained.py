@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnkit.cli import recipes
-from attnkit.cli.common import load_task_model
+from attnkit.tasks.loading import load_task_model
 from attnkit.cli.main import build_parser, main
 from attnkit.data import (
     generate_lines,

@@ -79,7 +79,7 @@ def test_out_and_plot_naming_files_are_refused_before_any_work(tsv, tmp_path, ca
         raise AssertionError("the data was read")
 
     monkeypatch.setattr(translate_cli, "read_tsv", no_work)
-    monkeypatch.setattr(translate_cli.common, "load_task_model", no_work)
+    monkeypatch.setattr(translate_cli.loading, "load_task_model", no_work)
     (tmp_path / "file").write_text("keep me")
     assert _train(tsv, tmp_path / "file") == 2
     assert f"--out: {tmp_path / 'file'} is a file, not a folder" in capsys.readouterr().err

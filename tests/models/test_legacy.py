@@ -5,7 +5,7 @@ import json
 import torch
 from safetensors.torch import save_file
 
-from attnkit.cli.common import load_task_model
+from attnkit.tasks.loading import load_task_model
 from attnkit.models import CRNN, Seq2Seq, build_model, model_config
 from attnkit.models.legacy import upgrade
 from tests.models.toy import toy_batch

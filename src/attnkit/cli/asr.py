@@ -16,7 +16,6 @@ from attnkit.cli.alignment import (
     alignment_config,
     joint_decoding,
 )
-from attnkit.cli.lm import load_lm
 from attnkit.data import SpeechSet, load_vocab, read_manifest
 from attnkit.data.audio import MAX_SECONDS
 from attnkit.data.speech import KINDS, speech_dataset
@@ -31,6 +30,7 @@ from attnkit.tasks.asr import (
     wav_samples,
 )
 from attnkit.train import Trainer, distributed
+from attnkit.tasks import loading
 
 log = logging.getLogger("attnkit")
 
@@ -130,8 +130,9 @@ def run_train(args) -> int:
     pretrain_dir = args.out / PRETRAIN_DIR
     wanted = {"name": "las", **{k: getattr(args, k) for k in MODEL_OPTIONS},
               **alignment_config(args)}
-    ck = common.existing_run(args, "asr", pending=pretrain_dir if args.pretrain_lm_steps else None,
-                             model=wanted)
+    ck = loading.existing_run(args.out, "asr", resume=args.resume,
+                              pending=pretrain_dir if args.pretrain_lm_steps else None,
+                              model=wanted)
     model_config = ck.config["model"] if ck is not None else wanted
     per_utterance = model_config.get("listener", "bi") == "bi"
     train, valid = _speech(args, per_utterance)
@@ -219,9 +220,9 @@ def run_transcribe(args) -> int:
                          "option of --stream")
     decoding = joint_decoding(args, common.decoding(args))
     audio = [wav_samples(path, max_seconds=args.max_seconds) for path in args.wav]
-    evaluator = common.load_evaluator(args.checkpoint, args.device, "asr")
+    evaluator = loading.load_evaluator(args.checkpoint, args.device, "asr")
     features = [evaluator.features(samples) for samples in audio]
-    evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
+    evaluator.lm = loading.load_lm(args.lm, evaluator.vocab, args.device)
     outputs = evaluator.decode(features, decoding, weights=common.wants_weights(args))
     common.print_outputs(outputs, args)
     if args.plot:
@@ -241,7 +242,7 @@ def run_stream(args) -> int:
         raise ValueError("--stream: decodes greedily as the audio arrives; --beam, --sample, "
                          "--ctc-weight, --lm, --plot and --html do not apply")
     audio = [wav_samples(path, max_seconds=args.max_seconds) for path in args.wav]
-    evaluator = common.load_evaluator(args.checkpoint, args.device, "asr")
+    evaluator = loading.load_evaluator(args.checkpoint, args.device, "asr")
     try:
         evaluator.model.check_streaming()
     except ValueError as exc:

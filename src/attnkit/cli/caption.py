@@ -10,6 +10,7 @@ from attnkit.cli import common, images
 from attnkit.data import WordVocab, load_image, read_caption_folder
 from attnkit.data.images import CAPTIONS
 from attnkit.tasks.caption import CaptionTask, caption_images, plot_captions
+from attnkit.tasks import loading
 
 DESCRIPTION = ("Train on your folder of images (captions.tsv of filename<TAB>caption, several "
                "lines per image allowed) or on built-in scenes of coloured shapes.")
@@ -42,7 +43,8 @@ def run_train(args) -> int:
         name="captioner", image_size=args.image_size, channels=list(args.channels),
         hidden=args.hidden, emb=args.emb, attn_dim=args.attn_dim, attention=args.attention,
         gate=not args.no_gate, dropout=args.dropout)
-    ck = common.existing_run(args, "caption", model=wanted, options={"gate": "--no-gate"})
+    ck = loading.existing_run(args.out, "caption", resume=args.resume, model=wanted,
+                              options={"gate": "--no-gate"})
     model_config = ck.config["model"] if ck is not None else wanted
     size = model_config["image_size"]
     train, valid = (images.user_data(args, size, read_caption_folder) if args.train else
@@ -81,7 +83,7 @@ def add_caption_parser(sub) -> None:
 
 def run_caption(args) -> int:
     decoding = common.decoding(args)
-    model, ck = common.load_task_model(args.checkpoint, "caption", args.device)
+    model, ck = loading.load_task_model(args.checkpoint, "caption", args.device)
     vocab = WordVocab.from_json(ck.vocab)
     pictures = [load_image(path, ck.config["model"]["image_size"]) for path in args.images]
     captions = caption_images(model, vocab, pictures, max_words=ck.config["max_words"],

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from attnkit.cli import common
 from attnkit.cli.alignment import add_joint_args, joint_decoding
-from attnkit.cli.lm import load_lm
 from attnkit.tasks import EVALUATORS, evaluate
 from attnkit.tasks.metrics import closest_reference, example_cer
+from attnkit.tasks import loading
 
 
 def add_parser(sub) -> None:
@@ -51,8 +51,8 @@ def _one_output(args) -> None:
 def run(args) -> int:
     decoding = joint_decoding(args, common.decoding(args))
     _one_output(args)
-    evaluator = common.load_evaluator(args.checkpoint, args.device)
-    evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
+    evaluator = loading.load_evaluator(args.checkpoint, args.device)
+    evaluator.lm = loading.load_lm(args.lm, evaluator.vocab, args.device)
     result = evaluate(evaluator, args.data, decoding, weights=common.wants_weights(args),
                       limit=args.limit)
     page = common.write_html(args, result.outputs, names=[e.origin for e in result.examples],

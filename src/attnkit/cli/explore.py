@@ -6,11 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnkit.cli import common
-from attnkit.cli.vqa import check_words
-from attnkit.data import load_image, load_line_image
 from attnkit.diagnose.explorer import write_explorer
 from attnkit.tasks.explore import explore_examples
-from attnkit.tasks.asr import wav_samples
+from attnkit.tasks import loading
 
 INPUTS = {"translate": "source texts", "ocr": "line image files", "asr": "WAV files",
           "caption": "image files", "vqa": "an image file, then questions about it"}
@@ -37,24 +35,6 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _read_inputs(evaluator, inputs: list[str]) -> tuple[list, list[str]]:
-    """The INPUTs as the evaluator's ``decode`` takes them, and their names."""
-    if evaluator.task == "ocr":
-        return [load_line_image(Path(p)) for p in inputs], inputs
-    if evaluator.task == "asr":
-        return [evaluator.features(wav_samples(Path(p))) for p in inputs], inputs
-    if evaluator.task == "caption":
-        return [load_image(Path(p), evaluator.image_size) for p in inputs], inputs
-    if evaluator.task == "vqa":
-        if len(inputs) < 2:
-            raise ValueError(f"INPUT: a vqa checkpoint takes an image file, then questions "
-                             f"about it, got {len(inputs)} INPUT")
-        check_words(evaluator.words, inputs[1:])
-        image = load_image(Path(inputs[0]), evaluator.image_size)
-        return [(image, q) for q in inputs[1:]], inputs[1:]
-    return inputs, inputs
-
-
 def run(args) -> int:
     if bool(args.inputs) == bool(args.data):
         raise ValueError("INPUT: expected inputs or --data, got "
@@ -62,7 +42,7 @@ def run(args) -> int:
     if args.limit and not args.data:
         raise ValueError(f"--limit: applies to --data, got --limit {args.limit} with INPUTs")
     decoding = common.decoding(args)
-    evaluator = common.load_evaluator(args.checkpoint, args.device)
+    evaluator = loading.load_evaluator(args.checkpoint, args.device)
     if evaluator.task not in INPUTS:
         raise ValueError(f"--checkpoint: explore takes a checkpoint of {', '.join(INPUTS)}, "
                          f"got one of task {evaluator.task!r}")
@@ -72,7 +52,7 @@ def run(args) -> int:
                                     names=[e.origin for e in labelled],
                                     references=[e.reference for e in labelled])
     else:
-        inputs, names = _read_inputs(evaluator, list(args.inputs))
+        inputs, names = evaluator.load_inputs(list(args.inputs))
         examples = explore_examples(evaluator, inputs, decoding, names=names)
     path = write_explorer(examples, args.out,
                           title=f"attnkit explore: {args.checkpoint} ({evaluator.task})")

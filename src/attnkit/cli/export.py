@@ -10,6 +10,7 @@ from attnkit.cli import common
 from attnkit.export import DEFAULT_OPSET, OPSETS, RUNNER_FILE, export_onnx
 from attnkit.tasks import asr, ocr, translate
 from attnkit.train import CheckpointError, load_checkpoint, save_checkpoint
+from attnkit.tasks import loading
 
 FORMATS = ("onnx", "checkpoint")
 TASKS = ("translate", "ocr", "asr")
@@ -55,14 +56,14 @@ def run_export(args) -> int:
         if given:
             raise ValueError(f"{given[0]}: a decoding option, written by --format onnx only "
                              "(a checkpoint decodes as the command that reads it is told)")
-        model, ck = common.load_task_model(args.checkpoint, task)
+        model, ck = loading.load_task_model(args.checkpoint, task)
         save_checkpoint(args.out, model=model, config=ck.config, vocab=ck.vocab)
         size = sum(f.stat().st_size for f in args.out.iterdir()) / 2**20
         print(f"wrote {args.out} (an inference checkpoint of task {task}, {size:.1f} MiB)")
         return 0
     if importlib.util.find_spec("onnx") is None:
         raise ValueError("format: 'onnx' needs the onnx package: pip install 'attnkit[export]'")
-    model, ck = common.load_task_model(args.checkpoint, task)
+    model, ck = loading.load_task_model(args.checkpoint, task)
     if task == "translate":
         vocab = {"src": ck.vocab["src"], "tgt": ck.vocab["tgt"]}
         max_len = {"input": "src_len", "ratio": translate.MAX_LEN_RATIO,

@@ -11,8 +11,9 @@ from attnkit.cli import common
 from attnkit.data import CharVocab, DataError, load_vocab
 from attnkit.tasks.lm import CharLMTask
 from attnkit.train import load_checkpoint
+from attnkit.tasks import loading
 
-__all__ = ["add_train_parser", "load_lm"]
+__all__ = ["add_train_parser"]
 
 
 def add_train_parser(train_sub) -> None:
@@ -59,7 +60,7 @@ def _recogniser_chars(path: Path) -> CharVocab:
 
 def run_train(args) -> int:
     torch.manual_seed(args.seed)
-    ck = common.existing_run(args, "lm")
+    ck = loading.existing_run(args.out, "lm", resume=args.resume)
     chars = CharVocab.from_json(ck.vocab) if ck is not None else _recogniser_chars(args.vocab_from)
     train, train_names = _texts(args.text)
     if args.valid:
@@ -77,19 +78,3 @@ def run_train(args) -> int:
     model = task.build_model().to(args.device)
     common.train_and_report(model, task, args)
     return 0
-
-
-def load_lm(path: Path | None, vocab: dict, device) -> torch.nn.Module | None:
-    """The LM of ``--lm`` (None without it) on ``device``, checked to read the recogniser's
-    characters ``vocab``.
-
-    Raises:
-        ValueError: naming ``--lm`` when its characters are not the recogniser's.
-    """
-    if path is None:
-        return None
-    lm, ck = common.load_task_model(path, "lm", device)
-    if ck.vocab != vocab:
-        raise ValueError(f"--lm: {path} reads other characters than the recogniser; train it "
-                         "with --vocab-from the recogniser's checkpoint")
-    return lm.eval()

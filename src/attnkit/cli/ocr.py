@@ -15,7 +15,6 @@ from attnkit.cli.alignment import (
     alignment_config,
     joint_decoding,
 )
-from attnkit.cli.lm import load_lm
 from attnkit.data import (
     ALPHABET,
     MAX_WIDTH,
@@ -26,6 +25,7 @@ from attnkit.data import (
     write_line_folder,
 )
 from attnkit.tasks.ocr import OcrTask, plot_line, read_lines
+from attnkit.tasks import loading
 
 log = logging.getLogger("attnkit")
 
@@ -120,7 +120,7 @@ def run_train(args) -> int:
         attention=None if args.attention == "none" else args.attention, window=args.window,
         score=args.score, heads=args.heads, head=args.head, dec_hidden=args.dec_hidden,
         dropout=args.dropout, **_decoder_config(args))
-    ck = common.existing_run(args, "ocr", model=wanted)
+    ck = loading.existing_run(args.out, "ocr", resume=args.resume, model=wanted)
     train, valid = _lines(args)
     valid = common.held_out(train, valid, "lines")
     model_config = ck.config["model"] if ck is not None else wanted
@@ -180,8 +180,8 @@ def add_read_parser(sub) -> None:
 def run_read(args) -> int:
     decoding = joint_decoding(args, common.decoding(args))
     images = [load_line_image(path, max_width=args.max_width) for path in args.images]
-    evaluator = common.load_evaluator(args.checkpoint, args.device, "ocr")
-    evaluator.lm = load_lm(args.lm, evaluator.vocab, args.device)
+    evaluator = loading.load_evaluator(args.checkpoint, args.device, "ocr")
+    evaluator.lm = loading.load_lm(args.lm, evaluator.vocab, args.device)
     outputs = evaluator.decode(images, decoding, weights=common.wants_weights(args))
     common.print_outputs(outputs, args)
     if args.plot:

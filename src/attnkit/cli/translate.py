@@ -10,8 +10,9 @@ import torch
 from attnkit.cli import common
 from attnkit.data import MAX_CHARS, DataError, generate_pairs, load_vocab, read_tsv
 from attnkit.tasks.translate import TranslateTask, plot_translation, translate_texts
+from attnkit.tasks import loading
 
-# The option of each model config key not named after it (see common.existing_run).
+# The option of each model config key not named after it (see attnkit.tasks.loading.existing_run).
 OPTIONS = {"name": "--model", "kind": "--model", "d_model": "--hidden"}
 
 
@@ -70,7 +71,8 @@ def _pairs(args):
 
 def run_train(args) -> int:
     torch.manual_seed(args.seed)
-    ck = common.existing_run(args, "translate", model=_model_config(args), options=OPTIONS)
+    ck = loading.existing_run(args.out, "translate", resume=args.resume,
+                              model=_model_config(args), options=OPTIONS)
     train, valid = _pairs(args)
     valid = common.held_out(train, valid, "pairs")
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
@@ -147,7 +149,7 @@ def run_translate(args) -> int:
     if not texts:
         print("attnkit translate: give sentences or --file", file=sys.stderr)
         return 2
-    evaluator = common.load_evaluator(args.checkpoint, args.device, "translate")
+    evaluator = loading.load_evaluator(args.checkpoint, args.device, "translate")
     evaluator.max_chars = args.max_chars
     outputs = evaluator.decode(texts, decoding, weights=common.wants_weights(args))
     common.print_outputs(outputs, args)

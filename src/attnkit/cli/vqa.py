@@ -8,12 +8,12 @@ from pathlib import Path
 import torch
 
 from attnkit.cli import common, images
-from attnkit.data import DataError, WordVocab, load_image, question_set, read_question_folder
+from attnkit.data import WordVocab, load_image, question_set, read_question_folder
 from attnkit.data.images import QUESTIONS
 from attnkit.data.scenes import ANSWERS
 from attnkit.models.vqa import KINDS
-from attnkit.tasks.vqa import VqaTask, answer_questions, plot_answers
-from attnkit.tokens import SPECIALS
+from attnkit.tasks.vqa import VqaTask, answer_questions, check_words, plot_answers
+from attnkit.tasks import loading
 
 DESCRIPTION = ("Train on your folder of images (questions.tsv of filename<TAB>question<TAB>"
                "answer) or on built-in scenes of coloured shapes with typed questions.")
@@ -52,7 +52,8 @@ def run_train(args) -> int:
         name="vqa", image_size=args.image_size, channels=list(args.channels), kind=args.model,
         hops=args.hops, emb=args.emb, hidden=args.hidden, attn_dim=args.attn_dim,
         dropout=args.dropout)
-    ck = common.existing_run(args, "vqa", model=wanted, options={"kind": "--model"})
+    ck = loading.existing_run(args.out, "vqa", resume=args.resume, model=wanted,
+                              options={"kind": "--model"})
     model_config = ck.config["model"] if ck is not None else wanted
     train, valid = _data(args, model_config["image_size"])
     if valid is None:
@@ -91,21 +92,8 @@ def add_ask_parser(sub) -> None:
     p.set_defaults(run=run_ask)
 
 
-def check_words(words: WordVocab, questions) -> None:
-    """Refuse a question asked on the command line that holds words the model never saw, or
-    no word: a :class:`DataError` naming them and listing the words the model knows."""
-    known = words.symbols[len(SPECIALS):]
-    for question in questions:
-        unknown = words.unknown(question)
-        if unknown or not words.encode(question):
-            problem = (f"words this model never saw: {', '.join(map(repr, unknown))}"
-                       if unknown else "no words")
-            raise DataError(f"question {question!r}: {problem} (it knows {len(known)}: "
-                            f"{' '.join(known[:40])}{' ...' if len(known) > 40 else ''})")
-
-
 def run_ask(args) -> int:
-    model, ck = common.load_task_model(args.checkpoint, "vqa", args.device)
+    model, ck = loading.load_task_model(args.checkpoint, "vqa", args.device)
     words, answers = WordVocab.from_json(ck.vocab["words"]), ck.vocab["answers"]
     check_words(words, args.questions)
     image = load_image(args.image, ck.config["model"]["image_size"])

@@ -417,6 +417,10 @@ class AsrEvaluator(Evaluator, task="asr"):
         return [Example(f, t, o) for f, t, o in
                 zip(utterances.features, utterances.transcripts, utterances.origins)]
 
+    def load_inputs(self, items: Sequence[str]) -> tuple[list, list[str]]:
+        """Log-mel features ``(T, F)`` from audio files."""
+        return [self.features(wav_samples(Path(p))) for p in items], list(items)
+
     def decode(self, inputs: Sequence[torch.Tensor], decoding: Decoding | None = None, *,
                weights: bool = False) -> list[Output]:
         _, raws = transcribe(self.model, self.char_vocab, inputs, decoding=decoding,

@@ -31,6 +31,7 @@ from attnkit.data import (
     DataError,
     Scene,
     WordVocab,
+    load_image,
     pad_batch,
     read_caption_folder,
     stack_images,
@@ -352,6 +353,10 @@ class CaptionEvaluator(Evaluator, task="caption"):
         path = Path(path)
         folder, tsv = (path, path / CAPTIONS) if path.is_dir() else (path.parent, path)
         return caption_examples(read_caption_folder(folder, tsv, size=self.image_size))
+
+    def load_inputs(self, items: Sequence[str]) -> tuple[list, list[str]]:
+        """Images ``(3, S, S)`` from image files, resized to the model's size."""
+        return [load_image(Path(p), self.image_size) for p in items], list(items)
 
     def decode(self, inputs: Sequence[torch.Tensor], decoding: Decoding | None = None, *,
                weights: bool = False) -> list[CaptionOutput]:

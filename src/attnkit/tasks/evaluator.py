@@ -123,6 +123,11 @@ class Evaluator(ABC):
         attention weights its ``draw`` pictures and its ``explore`` shows are kept only with
         ``weights``."""
 
+    def load_inputs(self, items: Sequence[str]) -> tuple[list, list[str]]:
+        """The inputs :meth:`decode` takes, from what a command line gives (texts, or paths
+        of the task's input files), and a name for each input."""
+        return list(items), list(items)
+
     def score(self, examples: Sequence[Example], outputs: Sequence[Output]) -> dict[str, float]:
         """The scores of the best ``outputs`` of ``examples`` (one each, in order): the
         :attr:`metrics` against the references. A task with scores of its own adds them

@@ -19,6 +19,7 @@ from attnkit.data import (
     CharVocab,
     DataError,
     LineFolder,
+    load_line_image,
     pad_batch,
     pad_images,
     read_line_folder,
@@ -341,6 +342,10 @@ class OcrEvaluator(Evaluator, task="ocr"):
             raise DataError(f"{tsv}: not found")
         lines = read_line_folder(folder, tsv)
         return [Example(image, text, str(lines.path(i))) for i, (image, text) in enumerate(lines)]
+
+    def load_inputs(self, items: Sequence[str]) -> tuple[list, list[str]]:
+        """Line images ``(1, H, W)`` from image files."""
+        return [load_line_image(Path(p)) for p in items], list(items)
 
     def decode(self, inputs: Sequence[torch.Tensor], decoding: Decoding | None = None, *,
                weights: bool = False) -> list[Output]:

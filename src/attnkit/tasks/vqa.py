@@ -26,6 +26,7 @@ from attnkit.data import (
     DataError,
     ImageQuestion,
     WordVocab,
+    load_image,
     pad_batch,
     question_set,
     read_question_folder,
@@ -39,10 +40,11 @@ from attnkit.diagnose.plots import plot_image_attention
 from attnkit.tasks.batching import group_batches
 from attnkit.tasks.evaluator import Evaluator, Example, Output, score_examples
 from attnkit.tasks.explore import answer_example
+from attnkit.tokens import SPECIALS
 from attnkit.train import Batches
 
 __all__ = ["Answer", "VqaEvaluator", "VqaTask", "answer_questions", "check_questions",
-           "plot_answer", "plot_answers", "question_examples", "vqa_metrics"]
+           "check_words", "plot_answer", "plot_answers", "question_examples", "vqa_metrics"]
 
 QuestionSet = tuple[Sequence[torch.Tensor], Sequence[ImageQuestion]]
 
@@ -102,6 +104,19 @@ def answer_questions(model: VQA, words: WordVocab, answers: Sequence[str],
             weights = None if result.weights is None else result.weights[j].cpu()
             out.append(Answer(answers[int(best[j])], float(probs[j, best[j]]), weights))
     return out
+
+
+def check_words(words: WordVocab, questions) -> None:
+    """Refuse a question asked on the command line that holds words the model never saw, or
+    no word: a :class:`DataError` naming them and listing the words the model knows."""
+    known = words.symbols[len(SPECIALS):]
+    for question in questions:
+        unknown = words.unknown(question)
+        if unknown or not words.encode(question):
+            problem = (f"words this model never saw: {', '.join(map(repr, unknown))}"
+                       if unknown else "no words")
+            raise DataError(f"question {question!r}: {problem} (it knows {len(known)}: "
+                            f"{' '.join(known[:40])}{' ...' if len(known) > 40 else ''})")
 
 
 def vqa_metrics(predicted: Sequence[str], answers: Sequence[str],
@@ -289,6 +304,16 @@ class VqaEvaluator(Evaluator, task="vqa"):
             raise ValueError(f"decoding: a VQA model answers with its most probable class; "
                              f"decoding options do not apply, got {decoding.describe()}")
         return answer_questions(self.model, self.words, self.answers, inputs)
+
+    def load_inputs(self, items: Sequence[str]) -> tuple[list, list[str]]:
+        """``(image, question)`` pairs from an image file followed by questions about it;
+        each question names its input."""
+        if len(items) < 2:
+            raise ValueError(f"INPUT: a vqa checkpoint takes an image file, then questions "
+                             f"about it, got {len(items)} INPUT")
+        check_words(self.words, items[1:])
+        image = load_image(Path(items[0]), self.image_size)
+        return [(image, q) for q in items[1:]], list(items[1:])
 
     def decode(self, inputs: Sequence[tuple[torch.Tensor, str]],
                decoding: Decoding | None = None, *, weights: bool = False) -> list[Output]:

@@ -1,0 +1,172 @@
+"""Loading what training wrote: a task's checkpoint, its model, its evaluator, the run to resume.
+
+Every command that reads a checkpoint, the benchmarks and Python users load through these, so a
+checkpoint is checked the same way everywhere: its task, its vocabularies against the model's
+config, the config's types and values and the shapes they imply against the weights, before
+any model is built (:func:`load_task_model`). A path may be a checkpoint folder or a built-in
+model's name (``builtin:translate-dates``, :func:`attnkit.train.load_checkpoint`).
+
+Raises :class:`attnkit.train.CheckpointError` naming the folder or the file for anything a
+checkpoint gets wrong.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from attnkit.data import load_vocab
+from attnkit.models import build_model, legacy, model_shapes
+from attnkit.tasks.evaluator import EVALUATORS, evaluator_for
+from attnkit.train import (
+    Checkpoint,
+    CheckpointError,
+    distributed,
+    load_checkpoint,
+    recover_checkpoint,
+)
+
+__all__ = ["existing_run", "load_evaluator", "load_lm", "load_task_checkpoint", "load_task_model"]
+
+
+def load_task_checkpoint(directory: Path, task: str) -> Checkpoint:
+    """A checkpoint written by a run of ``task`` (``config["task"]``), with its model config
+    and its vocabularies, each readable and as long as the model's config says (a shorter
+    one would turn the model's outputs into ``<unk>``); anything else is a
+    :class:`CheckpointError` naming the folder or the file.
+
+    ``vocab.json`` holds one vocabulary, sized by the model config's ``vocab``, or several by
+    name, each sized by ``NAME_vocab`` (``src_vocab``) or ``NAME`` (VQA's ``words``, and its
+    ``answers``: a list of class names); an entry the model config does not size is the
+    task's own and is not checked here."""
+    ck = load_checkpoint(directory)
+    if ck.config.get("task") != task or not isinstance(ck.config.get("model"), dict):
+        raise CheckpointError(f"{directory}: not a {task} checkpoint "
+                              f"(task {ck.config.get('task')!r})")
+    if ck.vocab is None:
+        raise CheckpointError(f"{ck.path / 'vocab.json'}: missing (a {task} checkpoint keeps "
+                              "its vocabulary there)")
+    single = isinstance(ck.vocab, dict) and "type" in ck.vocab
+    vocabs = {"": ck.vocab} if single else ck.vocab if isinstance(ck.vocab, dict) else {"": None}
+    model = ck.config["model"]
+    for name, data in vocabs.items():
+        key = next((k for k in (f"{name}_vocab", name) if k in model), None) if name else "vocab"
+        if key is None:
+            continue
+        try:
+            size = len(data) if isinstance(data, list) else len(load_vocab(data))
+        except ValueError as exc:
+            raise CheckpointError(f"{ck.path / 'vocab.json'}: {exc}") from None
+        expected = model.get(key)  # not an int: refused by load_task_model
+        if isinstance(expected, int) and expected != size:
+            raise CheckpointError(f"{ck.path}: the {name + ' ' if name else ''}vocabulary has "
+                                  f"{size} entries, the model's config says {key}={expected!r}")
+    return ck
+
+
+def load_task_model(directory: Path, task: str, device: torch.device | str = "cpu"):
+    """The model of a ``task`` checkpoint, built by the registry with its weights loaded, on
+    ``device``, and the checkpoint (for the vocabulary and the task's settings). Checkpoints
+    of attnkit 0.1 load too (:mod:`attnkit.models.legacy`).
+
+    Nothing is built before the checkpoint has been checked (:func:`load_task_checkpoint`),
+    its model config's types and values (:func:`attnkit.models.check_config`) and the shapes
+    it implies against those of the weights (:func:`attnkit.models.model_shapes`, on the
+    ``meta`` device), so a config asking for a huge model is refused, not allocated; weights
+    holding NaN or infinity are refused too.
+    """
+    ck = load_task_checkpoint(directory, task)
+    config, ck.model_state = legacy.upgrade(ck.config["model"], ck.model_state)
+    try:
+        shapes = model_shapes(config)
+    except ValueError as exc:
+        raise CheckpointError(f"{ck.path / 'config.json'}: {exc}") from None
+    ck.check_shapes(shapes)
+    model = build_model(config)
+    ck.load_model(model)  # refuses NaN or infinite weights
+    return model.to(device), ck
+
+
+def existing_run(out: Path, task: str, *, resume: bool = False, pending: Path | None = None,
+                 model: dict | None = None,
+                 options: dict[str, str] | None = None) -> Checkpoint | None:
+    """The ``task`` checkpoint to resume from the run folder ``out`` (``resume``: the
+    command line's ``--resume``), None for a new run; refuses to overwrite a run, and to
+    resume one with other model settings.
+
+    First the checkpoints are recovered from saves that were cut short
+    (:func:`attnkit.train.recover_checkpoint`: a checkpoint left aside or half replaced is
+    put back, the temporary copies of killed saves deleted), so that a cut-short save counts
+    as a checkpoint here too. ``pending``: the folder of a run that comes before the main one
+    (a pre-training): it is not overwritten either, and ``--resume`` with its checkpoint but
+    none of the main run's gives None (the pre-training resumes, then the main run starts).
+    ``model``: the model config the options ask for; with ``--resume``, each of its keys must
+    equal the checkpoint's ``config["model"]``, else a :class:`CheckpointError` names the
+    options (``options``: the option of a config key, by default ``--key-with-dashes``).
+    """
+    existing = out / "checkpoint"
+    paths = [existing] + ([pending / "checkpoint"] if pending else [])
+    if distributed.is_main():  # the one process that writes (and holds the lock)
+        for path in paths:
+            recover_checkpoint(path)
+    for path in paths:
+        if path.exists() and not resume:
+            raise CheckpointError(f"{path}: already holds a checkpoint; pass --resume to "
+                                  "continue it, or choose another --out")
+    if not resume or (pending is not None and not existing.exists()
+                           and (pending / "checkpoint").exists()):
+        return None
+    ck = load_task_checkpoint(existing, task)
+    if model is not None:
+        _check_same_model(ck, model, options or {})
+    return ck
+
+
+def _check_same_model(ck: Checkpoint, model: dict, options: dict[str, str]) -> None:
+    saved = ck.config["model"]
+    changed = {}
+    for key, value in model.items():
+        if saved.get(key) != value:
+            option = options.get(key, "--" + key.replace("_", "-"))
+            changed.setdefault(option, f"{option} {saved.get(key)!r} saved, {value!r} given")
+    if changed:
+        raise CheckpointError(f"{ck.path}: saved with other model settings "
+                              f"({'; '.join(changed.values())}); resume with the settings it "
+                              "was started with, or start a new run in another --out")
+
+
+def load_evaluator(directory: Path, device: torch.device | str = "cpu", task: str | None = None):
+    """The :class:`attnkit.tasks.evaluator.Evaluator` of a checkpoint, its model on ``device``:
+    of ``task`` (any other task's checkpoint is refused), or of the task the checkpoint names.
+
+    Raises:
+        CheckpointError: naming the folder, when no evaluator is registered for its task, or
+            ``config.json`` when the evaluator refuses a task setting in it.
+    """
+    if task is None:
+        task = load_checkpoint(directory).config.get("task")
+        if task not in EVALUATORS:
+            raise CheckpointError(f"{directory}: a checkpoint of task {task!r}; expected one of "
+                                  f"{', '.join(sorted(EVALUATORS))}")
+    model, ck = load_task_model(directory, task, device)
+    try:
+        return evaluator_for(task)(model, ck.config, ck.vocab)
+    except ValueError as exc:
+        raise CheckpointError(f"{ck.path / 'config.json'}: {exc}") from None
+
+
+def load_lm(path: Path | None, vocab: dict, device) -> torch.nn.Module | None:
+    """The character LM checkpoint at ``path`` (``--lm``; None without it) on ``device``, checked to read the recogniser's
+    characters ``vocab``.
+
+    Raises:
+        ValueError: naming ``--lm`` when its characters are not the recogniser's.
+    """
+    if path is None:
+        return None
+    lm, ck = load_task_model(path, "lm", device)
+    if ck.vocab != vocab:
+        raise ValueError(f"--lm: {path} reads other characters than the recogniser; train it "
+                         "with --vocab-from the recogniser's checkpoint")
+    return lm.eval()
