@@ -7,13 +7,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install system demo test bench models install-models clean
+.PHONY: install system demo test docs bench models install-models clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev,export]'
+	$(PY) -m pip install --quiet -e '.[dev,export,docs]'
 	touch $(STAMP)
 
 # Debian packages the built-in data and the browser tests use: espeak-ng (speech), more fonts
@@ -40,8 +40,19 @@ demo: install
 test: install
 	$(PY) -m pytest
 
+# The documentation site (mkdocs.yml), warnings as errors, into build/site.
+docs: $(STAMP)
+	DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
+
+# The benchmarks whose figures the docs cite (benchmarks/suite.py), each stopped after its time
+# budget; results, logs and a summary go to build/bench/, never to results/ or docs/ (hours).
+# QUICK=1, or bench-quick: every script at small sizes, a check that they run (minutes).
+.PHONY: bench-quick
 bench: $(STAMP)
-	$(VENV)/bin/attnkit bench
+	$(PY) -m benchmarks.suite --out build/bench $(if $(QUICK),--quick)
+
+bench-quick: $(STAMP)
+	$(PY) -m benchmarks.suite --out build/bench --quick
 
 # The built-in models (docs/models.md), each trained from its recipe in build/models/NAME and
 # exported for inference into build/pretrained/NAME. Hours on a 2-core CPU; not part of demo or
