@@ -371,8 +371,9 @@ class MoChA(MonotonicAttention, name="mocha"):
     Args:
         chunk: ``w``, the keys ending at the monotonic stop that are attended (default 4).
         chunk_dim: ``A`` of the chunk energy (default: ``attn_dim``).
-        Other arguments, shapes and state as :class:`MonotonicAttention`; the weights are
-        ``beta`` (the chunk's), the state is still ``alpha`` (the monotonic stops).
+
+    Other arguments, shapes and state as :class:`MonotonicAttention`; the weights are ``beta``
+    (the chunk's), the state is still ``alpha`` (the monotonic stops).
 
     Example:
         >>> attn = MoChA(8, 6, chunk=3, noise=0.0)
