@@ -1,5 +1,5 @@
 """Dense layers: ``F.linear`` (PyTorch's BLAS, MKL in the official wheels) against
-:func:`attnkit.attention.linear` (oneDNN's inner product on CPU float32), forward and
+:func:`attnkit.ops.linear` (oneDNN's inner product on CPU float32), forward and
 forward + backward, float32.
 
 Each shape ``(N rows, Din, Dout)`` runs in a fresh process (:mod:`harness`); the median of
@@ -12,9 +12,8 @@ twice that) and the ratio of the times. The shapes are those of attnkit's models
 
 from __future__ import annotations
 
-import statistics
+import math
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -45,14 +44,8 @@ def measure(rows: int, din: int, dout: int, reps: int) -> dict:
             torch.autograd.grad(fn(x, w, b), (x, w, b), g)
 
         for what, call in (("forward", forward), ("train", train)):
-            for _ in range(3):
-                call()
-            times = []
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                call()
-                times.append(time.perf_counter() - t0)
-            out[f"{name}_{what}_s"] = statistics.median(times)
+            timing = harness.timed(call, reps=reps, time_budget=math.inf, warmup=3, memory=False)
+            out[f"{name}_{what}_s"] = timing.median
     return out
 
 

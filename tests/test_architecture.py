@@ -120,3 +120,14 @@ def test_no_private_name_is_imported_across_parts(folder):
             if not same_part and (private or private_module):
                 wrong.append(f"{module}: from {target} import {', '.join(names)}")
     assert wrong == []
+
+
+def test_a_long_module_says_why_it_is_one_file():
+    """A module over 600 lines states at its top (in its docstring) why it is not split."""
+    unexplained = []
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text()
+        if text.count("\n") > 600 and "Why one file:" not in (ast.get_docstring(ast.parse(text))
+                                                              or ""):
+            unexplained.append(str(path.relative_to(ROOT)))
+    assert unexplained == []

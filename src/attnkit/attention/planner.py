@@ -23,6 +23,10 @@ memory can exceed the prediction), and on CUDA the fused SDPA kernels' workspace
 :func:`measure_peak` measures the same quantity: on CPU from the allocator's events recorded by
 ``torch.profiler`` (every allocation and free of a tensor, exact to the byte), on CUDA from
 ``torch.cuda.max_memory_allocated``.
+
+Why one file: each path's ledger mirrors that path's allocations step by step, and the
+estimates of all paths must change together when one path's memory changes; split by path,
+the replays would drift from each other and from :func:`estimate`'s comparison of them.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import torch
 
 from attnkit.attention.scores import SCORES
 from attnkit.cli import common
-from attnkit.cli.alignment import (
+from attnkit.cli.decoder_options import (
     add_alignment_args,
     add_joint_args,
     alignment_config,

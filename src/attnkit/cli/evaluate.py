@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from attnkit.cli import common
-from attnkit.cli.alignment import add_joint_args, joint_decoding
+from attnkit.cli.decoder_options import add_joint_args, joint_decoding
 from attnkit.tasks import EVALUATORS, evaluate
 from attnkit.tasks.metrics import closest_reference, example_cer
 from attnkit.tasks import loading

@@ -46,6 +46,9 @@ Example:
     >>> from attnkit.attention import MoChA
     >>> attnkit.doctor(MoChA(8, chunk=2, r_init=0.0).eval(), (q, k, k)).ok
     True
+
+Why one file: the checks share one probe of the module (its calls, variations and
+gradients); each check is a short function over it, and their order is the report's.
 """
 
 from __future__ import annotations

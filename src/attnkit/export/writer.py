@@ -2,7 +2,7 @@
 
 :func:`export_onnx` traces the graphs of :mod:`attnkit.export.graphs` with PyTorch's
 TorchScript-based ONNX exporter (``torch.onnx.export(..., dynamo=False)``) inside
-:func:`attnkit.attention.export_mode`, so every attention call takes the reference path.
+:func:`attnkit.ops.export_mode`, so every attention call takes the reference path.
 
 Why that exporter (torch 2.13): it writes ``nn.GRU`` / ``nn.LSTM`` as ONNX ``GRU`` / ``LSTM``
 nodes whose sequence axis stays dynamic, and exports a small model in well under a second. The

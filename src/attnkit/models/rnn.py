@@ -17,7 +17,7 @@ tensor in one call per direction; the outputs are the same either way.
 Every LSTM of the models is :class:`LSTM`, an ``nn.LSTM`` that also runs under CPU bfloat16
 autocast on CPUs without native bfloat16 instructions (below). The decoders' one-step cells are
 :class:`GRUCell` and :class:`LSTMCell` (:func:`gru_cell`, :func:`lstm_cell`): on CPU in float32
-their two matrix products run on oneDNN (:func:`attnkit.attention.linear`), not on PyTorch's
+their two matrix products run on oneDNN (:func:`attnkit.ops.linear`), not on PyTorch's
 BLAS, which ``nn.GRUCell`` and ``nn.LSTMCell`` call.
 """
 
