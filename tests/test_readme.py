@@ -1,7 +1,7 @@
 """Every Python example in README.md and in the site's pages that a reader runs as written
-(Getting started, Using attention) runs; every attnkit command in README.md and in the pages
-of commands is one the command line takes (its options exist, their values parse, decoding
-options combine)."""
+(Getting started, Using attention) runs; every attnkit command in README.md and in the guides
+is one the command line takes (its options exist, their values parse, decoding options
+combine)."""
 
 import re
 import shlex
@@ -14,7 +14,9 @@ from attnkit.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ["README.md", "docs/index.md", "docs/attention.md"]  # their Python blocks run
-PARSE = RUN + ["docs/lm.md", "docs/training.md", "docs/decoding.md"]  # their commands parse
+PARSE = RUN + [f"docs/{name}.md" for name in (  # their commands parse
+    "translation", "ocr", "speech", "caption", "vqa", "lm", "images", "training", "decoding",
+    "tools", "deploy")]
 ENTRY = {"attnkit", "attnkit)", "attnkit.cli.main"}  # attnkit, $(which attnkit), python -m
 
 
