@@ -7,9 +7,9 @@ import importlib.util
 from pathlib import Path
 
 from attnkit.cli import common
-from attnkit.export import DEFAULT_OPSET, OPSETS, RUNNER_FILE, export_onnx
+from attnkit.export import DEFAULT_OPSET, OPSETS, RUNNER_FILE, check_out, export_onnx
 from attnkit.tasks import asr, ocr, translate
-from attnkit.train import CheckpointError, load_checkpoint, save_checkpoint
+from attnkit.train import CheckpointError, load_checkpoint, resolve_checkpoint, save_checkpoint
 from attnkit.tasks import loading
 
 FORMATS = ("onnx", "checkpoint")
@@ -32,7 +32,11 @@ def add_parser(sub) -> None:
     p.add_argument("--opset", type=int, default=DEFAULT_OPSET,
                    help=f"ONNX opset, one of {', '.join(map(str, OPSETS))} (default "
                    f"{DEFAULT_OPSET})")
-    p.add_argument("--out", type=Path, required=True, help="folder for the files (created)")
+    p.add_argument("--out", type=Path, required=True,
+                   help="folder for the files: new, empty or an earlier export, which is "
+                   "replaced whole once the new export is written")
+    p.add_argument("--force", action="store_true",
+                   help="replace --out even when it holds other files (they are deleted)")
     common.add_decoding_args(p, beam=None, pick=False)
     p.set_defaults(run=run_export)
 
@@ -43,8 +47,7 @@ def run_export(args) -> int:
     if args.opset not in OPSETS:
         raise ValueError(f"opset: expected one of {', '.join(map(str, OPSETS))}, "
                          f"got {args.opset}")
-    if args.out.exists() and not args.out.is_dir():
-        raise ValueError(f"out: expected a folder (new or existing), got the file {args.out}")
+    out = check_out(args.out, reading=resolve_checkpoint(args.checkpoint), force=args.force)
     task = load_checkpoint(args.checkpoint).config.get("task")
     if task not in TASKS:
         raise CheckpointError(f"{args.checkpoint}: a checkpoint of task {task!r} cannot be "
@@ -57,7 +60,7 @@ def run_export(args) -> int:
             raise ValueError(f"{given[0]}: a decoding option, written by --format onnx only "
                              "(a checkpoint decodes as the command that reads it is told)")
         model, ck = loading.load_task_model(args.checkpoint, task)
-        save_checkpoint(args.out, model=model, config=ck.config, vocab=ck.vocab)
+        save_checkpoint(out, model=model, config=ck.config, vocab=ck.vocab)
         size = sum(f.stat().st_size for f in args.out.iterdir()) / 2**20
         print(f"wrote {args.out} (an inference checkpoint of task {task}, {size:.1f} MiB)")
         return 0
@@ -77,8 +80,8 @@ def run_export(args) -> int:
         vocab = {"tgt": ck.vocab}
         max_len = {"input": "state.lengths", "ratio": 1 / ocr.STEPS_PER_CHAR,
                    "extra": ocr.EXTRA_CHARS, "rounding": "floor", "at_most": None}
-    meta = export_onnx(model, args.out, task=task, vocab=vocab, max_len=max_len,
-                       decoding=decoding, opset=args.opset)
+    meta = export_onnx(model, out, task=task, vocab=vocab, max_len=max_len,
+                       decoding=decoding, opset=args.opset, force=args.force)
     files = [meta["encoder"]["file"]] + ([meta["decoder_step"]["file"]]
                                          if "decoder_step" in meta else []) + [
         "attnkit.json", RUNNER_FILE]

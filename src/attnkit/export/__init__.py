@@ -3,8 +3,8 @@ decode with them, and a numpy-only runner that does (:func:`export_onnx`; ``attn
 docs/deploy.md)."""
 
 from attnkit.export.writer import (DEFAULT_OPSET, ENCODER_FILE, EXPORTER, JSON_FILE, OPSETS,
-                                   RUNNER_FILE, STEP_FILE, decoding_json, export_graph,
-                                   export_onnx)
+                                   RUNNER_FILE, STEP_FILE, check_out, decoding_json,
+                                   export_graph, export_onnx)
 
 __all__ = ["DEFAULT_OPSET", "ENCODER_FILE", "EXPORTER", "JSON_FILE", "OPSETS", "RUNNER_FILE",
-           "STEP_FILE", "decoding_json", "export_graph", "export_onnx"]
+           "STEP_FILE", "check_out", "decoding_json", "export_graph", "export_onnx"]

@@ -19,6 +19,7 @@ batch sizes and lengths (the dims that change are ``B`` and ``S``) and for two d
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import warnings
@@ -38,7 +39,7 @@ from attnkit.models import CRNN, model_config
 from attnkit.tokens import BOS, EOS, PAD
 
 __all__ = ["DEFAULT_OPSET", "ENCODER_FILE", "EXPORTER", "JSON_FILE", "OPSETS", "RUNNER_FILE",
-           "STEP_FILE", "decoding_json", "export_graph", "export_onnx"]
+           "STEP_FILE", "check_out", "decoding_json", "export_graph", "export_onnx"]
 
 OPSETS = (17, 18)  # tested with onnxruntime 1.31; 17 is the first with LayerNormalization
 DEFAULT_OPSET = 17
@@ -46,11 +47,17 @@ EXPORTER = "torch.onnx.export(dynamo=False): the TorchScript-based exporter"
 ENCODER_FILE, STEP_FILE, JSON_FILE = "encoder.onnx", "decoder_step.onnx", "attnkit.json"
 RUNNER_FILE = "attnkit_runner.py"  # a copy of attnkit/export/runner.py: numpy only
 FORMAT, VERSION = "attnkit-onnx", 3
+# What an export folder may hold: the files of this format, those of an inference checkpoint
+# (``attnkit export --format checkpoint``: attnkit.train's format, named here since export
+# does not import train), and the cache Python writes when attnkit_runner is imported from it.
+CHECKPOINT_FORMAT = "attnkit-checkpoint"
+EXPORT_NAMES = {ENCODER_FILE, STEP_FILE, JSON_FILE, RUNNER_FILE, "__pycache__", "config.json",
+                "model.safetensors", "vocab.json"}
 
 
 def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: dict,
                 max_len: dict | None = None, decoding: Decoding | None = None,
-                opset: int = DEFAULT_OPSET) -> dict:
+                opset: int = DEFAULT_OPSET, force: bool = False) -> dict:
     """Write ``out/encoder.onnx``, ``out/decoder_step.onnx`` (token decoders),
     ``out/attnkit.json`` and ``out/attnkit_runner.py``; returns the JSON's content.
 
@@ -67,15 +74,14 @@ def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: di
             sampling with their settings, written to the JSON for the runner; joint CTC or
             language-model decoding is not exported. A CTC model takes the best path only.
         opset: the ONNX opset, one of :data:`OPSETS`.
+        force: replace ``out`` whatever it holds (see :func:`check_out`).
 
     The files appear in ``out`` only once all of them are written: on an error nothing is
     left there. Needs the ``onnx`` package (the ``export`` extra) to read the graphs back.
     """
     if opset not in OPSETS:
         raise ValueError(f"opset: expected one of {', '.join(map(str, OPSETS))}, got {opset!r}")
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"out: expected a folder, got the file {out}")
+    out = check_out(out, force=force)
     aligned = sorted({m.name for m in model.modules() if isinstance(m, Alignment)})
     if aligned:
         raise ValueError(f"model: its decoder's {', '.join(aligned)} alignment is not "
@@ -106,6 +112,58 @@ def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: di
         model.train(training)
         shutil.rmtree(tmp, ignore_errors=True)
     return meta
+
+
+def check_out(out: str | Path, *, reading: str | Path | None = None,
+              force: bool = False) -> Path:
+    """``out`` as an absolute path, once it is known that an export may replace that folder
+    whole: it does not exist (and no file stands in the way of creating it), it is empty, or
+    it holds an earlier export (ONNX, or an inference checkpoint) and nothing else; with
+    ``force``, any folder. Never the checkpoint ``reading`` (the one being exported), a folder
+    holding it or one inside it, even with ``force``.
+
+    Raises:
+        ValueError: naming ``out``, what it is and what was expected.
+    """
+    given, out = out, Path(os.path.abspath(out))
+    if reading is not None:
+        source, target = Path(os.path.realpath(reading)), Path(os.path.realpath(out))
+        why = ("is" if target == source else "is inside" if source in target.parents else
+               "holds" if target in source.parents else None)
+        if why:
+            raise ValueError(f"out: {given} {why} the checkpoint being exported ({reading}); "
+                             "expected another folder")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out: expected a folder (new or existing), got the file {given}")
+    if not out.exists():
+        above = next(p for p in out.parents if p.exists())
+        if not above.is_dir():
+            raise ValueError(f"out: cannot create {given}: {above} is a file")
+        return out
+    names = sorted(p.name for p in out.iterdir())
+    if names and not force and not _is_export(out, names):
+        shown = [n for n in names if n not in EXPORT_NAMES] or names
+        raise ValueError(f"out: {given} is not empty and not an earlier attnkit export (it "
+                         f"holds {', '.join(shown[:5])}{', ...' if len(shown) > 5 else ''}); "
+                         "expected a new or empty folder, or pass --force to replace it and "
+                         "all it holds")
+    return out
+
+
+def _is_export(folder: Path, names: list[str]) -> bool:
+    """Whether ``folder``, holding ``names``, holds an export and nothing else."""
+    if not set(names) <= EXPORT_NAMES:
+        return False
+    for name, form in ((JSON_FILE, FORMAT), ("config.json", CHECKPOINT_FORMAT)):
+        if not (folder / name).is_file():
+            continue
+        try:
+            head = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(head, dict) and head.get("format") == form:
+            return True
+    return False
 
 
 # Per method of a token decoder: the Decoding fields written to the JSON, and in words how

@@ -10,6 +10,7 @@ from attnkit.train.checkpoint import (
     builtin_checkpoints,
     load_checkpoint,
     recover_checkpoint,
+    resolve_checkpoint,
     save_checkpoint,
 )
 from attnkit.train.device import (
@@ -44,6 +45,7 @@ __all__ = [
     "lock_folder",
     "lr_factor",
     "recover_checkpoint",
+    "resolve_checkpoint",
     "resolve_device",
     "save_checkpoint",
     "to_device",
