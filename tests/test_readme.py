@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN = ["README.md", "docs/index.md", "docs/attention.md"]  # their Python blocks run
 PARSE = RUN + [f"docs/{name}.md" for name in (  # their commands parse
     "translation", "ocr", "speech", "caption", "vqa", "lm", "images", "training", "decoding",
-    "tools", "deploy")]
+    "tools", "deploy", "models")]
 ENTRY = {"attnkit", "attnkit)", "attnkit.cli.main"}  # attnkit, $(which attnkit), python -m
 
 

@@ -86,7 +86,7 @@ def _section(parser: argparse.ArgumentParser, path: list[str], summary: str) -> 
 
 def cli_markdown(parser: argparse.ArgumentParser | None = None) -> str:
     """The whole command-line reference page as Markdown."""
-    os.environ["COLUMNS"] = "100"  # the usage lines' width, whatever the terminal's
+    os.environ["COLUMNS"] = "84"  # the usage lines' width, whatever the terminal's
     parser = parser or build_parser()
     head = ["# Command line", "",
             "Every `attnkit` command and its options, generated from the command's own "
