@@ -8,7 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "attnkit"
-BASE = {"tokens", "errors", "checks", "_version"}  # shared by every part
+BASE = {"tokens", "errors", "checks", "folders", "_version"}  # shared by every part
 ALLOWED = {  # part -> the parts it may import (besides itself and BASE)
     "ops": set(),
     "attention": {"ops"},

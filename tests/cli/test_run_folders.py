@@ -1,5 +1,6 @@
 """Run folders: nothing lost to a cut-short save, a second run, a wrong path or a signal."""
 
+import shutil
 import signal
 
 import pytest
@@ -30,15 +31,37 @@ def test_a_checkpoint_left_aside_by_a_cut_save_is_neither_overwritten_nor_lost(t
                                                                              capsys):
     out = tmp_path / "run"
     assert _train(tsv, out) == 0
-    (out / "checkpoint").rename(out / ".checkpoint.old")  # killed between the two renames
-    (out / ".checkpoint.x7f3k2q9").mkdir()  # a save killed while writing
-    (out / ".checkpoint.x7f3k2q9" / "model.safetensors").write_bytes(b"half")
+    (out / "checkpoint").rename(out / ".checkpoint.attnkit-old")  # killed between the renames
+    (out / ".checkpoint.attnkit-tmp-x7f3k2q9").mkdir()  # a save killed while writing
+    (out / ".checkpoint.attnkit-tmp-x7f3k2q9" / "model.safetensors").write_bytes(b"half")
+    before = sorted(p.name for p in out.iterdir())
     capsys.readouterr()
     assert _train(tsv, out) == 2
     assert "run/checkpoint: already holds a checkpoint; pass --resume" in capsys.readouterr().err
-    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".checkpoint")) == []
+    assert sorted(p.name for p in out.iterdir()) == before  # refused: nothing changed
     assert _train(tsv, out, "--steps", "3", "--resume") == 0  # the later --steps wins
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".checkpoint")) == []
     assert load_checkpoint(out / "checkpoint").trainer_state["step"] == 3
+
+
+def test_a_user_s_checkpoint_named_folders_are_never_deleted(tsv, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _train(tsv, out) == 0
+    mine = [".checkpoint.backup", ".checkpoint.old", ".checkpoint.new", ".checkpoint.x7f3k2q9"]
+    for name in mine:
+        (out / name).mkdir()
+        (out / name / "notes.txt").write_text(name)
+    capsys.readouterr()
+    assert _train(tsv, out) == 2  # refused: no --resume
+    assert _train(tsv, out, "--steps", "3", "--resume") == 0
+    for name in mine:
+        assert (out / name / "notes.txt").read_text() == name
+    assert load_checkpoint(out / "checkpoint").trainer_state["step"] == 3
+    other = tmp_path / "other"  # a new run beside them
+    shutil.copytree(out, other, ignore=shutil.ignore_patterns("checkpoint"))
+    assert _train(tsv, other) == 0
+    for name in mine:
+        assert (other / name / "notes.txt").read_text() == name
 
 
 @pytest.mark.parametrize("option, value, named", [

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnkit import Attention
+from attnkit import Attention, folders
 from attnkit.train import CheckpointError, load_checkpoint, save_checkpoint
 from attnkit.train import checkpoint as ckpt_mod
 
@@ -142,8 +142,8 @@ def test_a_save_killed_at_any_point_leaves_a_complete_checkpoint(tmp_path, monke
                 return real(*args, **kwargs)
             return op
 
-        monkeypatch.setattr(ckpt_mod.os, "replace", killed_at(ckpt_mod.os.replace))
-        monkeypatch.setattr(ckpt_mod.shutil, "rmtree", killed_at(ckpt_mod.shutil.rmtree))
+        monkeypatch.setattr(folders.os, "replace", killed_at(folders.os.replace))
+        monkeypatch.setattr(folders.shutil, "rmtree", killed_at(folders.shutil.rmtree))
         try:
             save_checkpoint(folder / "ck", model=model, config={"n": 2})
             finished = True
@@ -162,13 +162,19 @@ def test_a_save_killed_at_any_point_leaves_a_complete_checkpoint(tmp_path, monke
 
 def test_recover_restores_the_moved_aside_copy_and_removes_killed_saves(tmp_path):
     save_checkpoint(tmp_path / "ck", model=Tiny(), config={"n": 1})
-    (tmp_path / "ck").rename(tmp_path / ".ck.old")  # killed between the renames
-    partial = tmp_path / ".ck.k2j4h6g8"  # a save killed while writing its files
+    (tmp_path / "ck").rename(tmp_path / ".ck.attnkit-old")  # killed between the renames
+    partial = tmp_path / ".ck.attnkit-tmp-k2j4h6g8"  # a save killed while writing its files
     partial.mkdir()
     (partial / "config.json").write_text("{")
+    theirs = [".ck.old", ".ck.new", ".ck.k2j4h6g8", ".ck.backup", ".ck.attnkit-tmp-backup",
+              ".ck.attnkit-tmp-k2j4h6g8x"]  # not attnkit's names: never deleted
+    for name in theirs:
+        (tmp_path / name).mkdir()
     assert load_checkpoint(tmp_path / "ck").config == {"n": 1}
     assert ckpt_mod.recover_checkpoint(tmp_path / "ck") == tmp_path / "ck"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ck", *theirs])
+    for name in theirs:
+        (tmp_path / name).rmdir()
     assert load_checkpoint(tmp_path / "ck").config == {"n": 1}
     assert ckpt_mod.recover_checkpoint(tmp_path / "none") is None
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from attnkit.data import load_vocab
+from attnkit.folders import folder_copies
 from attnkit.models import build_model, legacy, model_shapes
 from attnkit.tasks.evaluator import EVALUATORS, evaluator_for
 from attnkit.train import (
@@ -95,10 +96,10 @@ def existing_run(out: Path, task: str, *, resume: bool = False, pending: Path | 
     command line's ``--resume``), None for a new run; refuses to overwrite a run, and to
     resume one with other model settings.
 
-    First the checkpoints are recovered from saves that were cut short
-    (:func:`attnkit.train.recover_checkpoint`: a checkpoint left aside or half replaced is
-    put back, the temporary copies of killed saves deleted), so that a cut-short save counts
-    as a checkpoint here too. ``pending``: the folder of a run that comes before the main one
+    A copy left by a save that was cut short counts as a checkpoint (a run without
+    ``resume`` is refused, and nothing in the folder changes); once the run is accepted, the
+    checkpoints are recovered (:func:`attnkit.train.recover_checkpoint`: a checkpoint left
+    aside or half replaced is put back, the temporary folders of killed saves deleted). ``pending``: the folder of a run that comes before the main one
     (a pre-training): it is not overwritten either, and ``--resume`` with its checkpoint but
     none of the main run's gives None (the pre-training resumes, then the main run starts).
     ``model``: the model config the options ask for; with ``--resume``, each of its keys must
@@ -107,13 +108,13 @@ def existing_run(out: Path, task: str, *, resume: bool = False, pending: Path | 
     """
     existing = out / "checkpoint"
     paths = [existing] + ([pending / "checkpoint"] if pending else [])
+    for path in paths:
+        if folder_copies(path) and not resume:  # refused: nothing changed
+            raise CheckpointError(f"{path}: already holds a checkpoint; pass --resume to "
+                                  "continue it, or choose another --out")
     if distributed.is_main():  # the one process that writes (and holds the lock)
         for path in paths:
             recover_checkpoint(path)
-    for path in paths:
-        if path.exists() and not resume:
-            raise CheckpointError(f"{path}: already holds a checkpoint; pass --resume to "
-                                  "continue it, or choose another --out")
     if not resume or (pending is not None and not existing.exists()
                            and (pending / "checkpoint").exists()):
         return None

@@ -10,24 +10,19 @@ A checkpoint is a directory::
     trainer.json          step, epoch, best score, RNG states, scheduler... (optional)
 
 Nothing is unpickled when loading, so a checkpoint from an untrusted source cannot run code.
-Writing is atomic. The files of ``checkpoint`` go to a temporary directory beside it
-(``.checkpoint.<random>``), which is renamed ``.checkpoint.new`` once every file is on disk;
-then the previous checkpoint is renamed ``.checkpoint.old``, ``.checkpoint.new`` becomes
-``checkpoint`` and ``.checkpoint.old`` is deleted. Whatever deletes a directory renames it to a
-temporary name first, so ``checkpoint``, ``.checkpoint.new`` and ``.checkpoint.old`` are always
-complete, and a save cut short at any point (a crash, a SIGKILL, a power cut) leaves at least
-one of them. :func:`load_checkpoint` reads the newest (``.new``, then the checkpoint itself,
-then ``.old``); :func:`recover_checkpoint` puts it back in place and deletes the temporary
-directories of saves that were killed (run before a run writes into a folder again).
+Writing is atomic (:func:`attnkit.folders.write_folder`): the files go to a temporary folder
+beside ``checkpoint`` (``.checkpoint.attnkit-tmp-XXXXXXXX``), which replaces the previous
+checkpoint whole by renames through ``.checkpoint.attnkit-new`` and ``.checkpoint.attnkit-old``,
+so a save cut short at any point (a crash, a SIGKILL, a power cut) leaves a complete copy.
+:func:`load_checkpoint` reads the newest (``.attnkit-new``, then the checkpoint itself, then
+``.attnkit-old``); :func:`recover_checkpoint` puts it back in place and deletes the temporary
+folders of saves that were killed (run before a run writes into a folder again). No other
+folder is ever deleted.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,10 +31,10 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from attnkit.folders import folder_copies, recover_folder, write_folder
+
 __all__ = ["BUILTIN", "Checkpoint", "CheckpointError", "builtin_checkpoints", "load_checkpoint",
            "recover_checkpoint", "resolve_checkpoint", "save_checkpoint"]
-
-log = logging.getLogger("attnkit")
 
 FORMAT, VERSION = "attnkit-checkpoint", 1
 
@@ -144,10 +139,7 @@ def save_checkpoint(
 
     ``config``, ``vocab`` and ``trainer_state`` must be JSON-serialisable.
     """
-    directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-    try:
+    with write_folder(directory) as tmp:
         _write_json(tmp / "config.json", {"format": FORMAT, "version": VERSION, "config": config})
         # clone: tied weights share storage, which safetensors refuses
         state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
@@ -160,95 +152,16 @@ def save_checkpoint(
             _write_json(tmp / "optimizer.json", plain)
         if trainer_state is not None:
             _write_json(tmp / "trainer.json", trainer_state)
-        for f in tmp.iterdir():  # on disk before the rename makes it visible
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    _replace(tmp, _new(directory), directory)  # complete: from here on a cut keeps it
-    if directory.exists():
-        _replace(directory, _old(directory), directory)
-    os.replace(_new(directory), directory)
-    _fsync_dir(directory.parent)
-    _delete(_old(directory), directory)
-    return directory
-
-
-def _new(directory: Path) -> Path:
-    """The complete new checkpoint, before it replaces the previous one."""
-    return directory.with_name(f".{directory.name}.new")
-
-
-def _old(directory: Path) -> Path:
-    """The previous checkpoint, moved aside while the new one takes its place."""
-    return directory.with_name(f".{directory.name}.old")
-
-
-def _copies(directory: Path) -> list[Path]:
-    """The complete copies of a checkpoint that exist, newest first."""
-    return [p for p in (_new(directory), directory, _old(directory)) if p.is_dir()]
-
-
-def _temporary(directory: Path) -> list[Path]:
-    """Directories left by saves of ``directory`` that were killed before they finished."""
-    keep = {_new(directory).name, _old(directory).name}
-    return sorted(p for p in directory.parent.glob(f".{directory.name}.*")
-                  if p.is_dir() and p.name not in keep)
-
-
-def _delete(path: Path, directory: Path) -> None:
-    """Remove ``path``, a copy of checkpoint ``directory``: renamed to a temporary name first,
-    so that no complete copy is ever seen half deleted (:func:`recover_checkpoint` finishes a
-    removal cut short)."""
-    if not path.exists():
-        return
-    doomed = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-    os.replace(path, doomed)  # over the empty directory that mkdtemp made
-    shutil.rmtree(doomed)
-
-
-def _replace(src: Path, dst: Path, directory: Path) -> None:
-    """Move ``src`` to ``dst`` (copies of checkpoint ``directory``), deleting what ``dst``
-    held."""
-    _delete(dst, directory)
-    os.replace(src, dst)
+    return Path(directory)
 
 
 def recover_checkpoint(directory: str | Path) -> Path | None:
     """Finish what an interrupted save left at ``directory``: the newest complete copy
-    (``.new``, the checkpoint, ``.old``) becomes the checkpoint, the others and the temporary
-    directories of killed saves are deleted. Returns the checkpoint's path, or None when
+    (``.attnkit-new``, the checkpoint, ``.attnkit-old``) becomes the checkpoint, the others
+    and the temporary folders of killed saves are deleted
+    (:func:`attnkit.folders.recover_folder`). Returns the checkpoint's path, or None when
     there is none. Call it only where no other process is saving into the same folder."""
-    directory = Path(directory)
-    if not directory.parent.is_dir():
-        return None
-    for tmp in _temporary(directory):
-        log.info("removing %s, left by a save that was cut short", tmp)
-        shutil.rmtree(tmp, ignore_errors=True)
-    copies = _copies(directory)
-    if not copies:
-        return None
-    if copies[0] != directory:
-        log.warning("%s: restored from %s (a save was cut short)", directory, copies[0].name)
-        _replace(copies[0], directory, directory)
-        _fsync_dir(directory.parent)
-    for stale in (_new(directory), _old(directory)):
-        _delete(stale, directory)
-    return directory
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    return recover_folder(directory)
 
 
 def _read_json(path: Path, required: bool = True):
@@ -305,7 +218,7 @@ def load_checkpoint(directory: str | Path) -> Checkpoint:
             or version, an unknown builtin name.
     """
     directory = resolve_checkpoint(directory)
-    copies = _copies(directory)
+    copies = folder_copies(directory)
     directory = copies[0] if copies else directory  # the newest, if a save was cut short
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: no such checkpoint directory")

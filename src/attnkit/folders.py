@@ -1,0 +1,145 @@
+"""Folders written whole: the new content beside the folder, then swapped in by renames.
+
+Checkpoints (:func:`attnkit.train.save_checkpoint`) and exports
+(:func:`attnkit.export.export_onnx`) are written through :func:`write_folder`. For a folder
+``NAME`` it yields an empty temporary folder beside it, ``.NAME.attnkit-tmp-XXXXXXXX``; when
+the block ends without an error, every file in it is flushed to disk, it is renamed
+``.NAME.attnkit-new``, the previous ``NAME`` (if any) is renamed ``.NAME.attnkit-old``,
+``.NAME.attnkit-new`` becomes ``NAME`` and ``.NAME.attnkit-old`` is deleted. On an error the
+temporary folder is deleted and ``NAME`` is left as it was.
+
+Whatever deletes a folder renames it to a temporary name first, so ``NAME``,
+``.NAME.attnkit-new`` and ``.NAME.attnkit-old`` are always complete, and a write cut short at
+any point (a crash, a SIGKILL, a power cut) leaves at least one of them: :func:`folder_copies`
+lists them newest first, :func:`recover_folder` puts the newest in place and deletes the rest.
+
+Only these exact names are ever deleted (``XXXXXXXX``: the 8 characters that
+:func:`tempfile.mkdtemp` draws), so a folder of someone else's beside ``NAME``
+(``.NAME.backup``, ``.NAME.old``) is never touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = ["folder_copies", "recover_folder", "write_folder"]
+
+log = logging.getLogger("attnkit")
+
+TEMPORARY = "attnkit-tmp-"
+RANDOM = re.compile(r"[a-z0-9_]{8}")  # what tempfile.mkdtemp puts after the prefix
+
+
+def _new(directory: Path) -> Path:
+    """The complete new folder, before it replaces the previous one."""
+    return directory.with_name(f".{directory.name}.attnkit-new")
+
+
+def _old(directory: Path) -> Path:
+    """The previous folder, moved aside while the new one takes its place."""
+    return directory.with_name(f".{directory.name}.attnkit-old")
+
+
+def _temporary(directory: Path) -> Path:
+    """A new empty temporary folder beside ``directory``."""
+    return Path(tempfile.mkdtemp(prefix=f".{directory.name}.{TEMPORARY}", dir=directory.parent))
+
+
+def _temporaries(directory: Path) -> list[Path]:
+    """The temporary folders of writes of ``directory`` that were cut short."""
+    prefix = f".{directory.name}.{TEMPORARY}"
+    return sorted(p for p in directory.parent.iterdir()
+                  if p.name.startswith(prefix) and RANDOM.fullmatch(p.name[len(prefix):])
+                  and p.is_dir() and not p.is_symlink())
+
+
+def folder_copies(directory: str | Path) -> list[Path]:
+    """The complete copies of ``directory`` that exist, newest first: ``.NAME.attnkit-new``
+    (a write cut short after it finished), the folder itself, ``.NAME.attnkit-old``."""
+    directory = Path(directory)
+    return [p for p in (_new(directory), directory, _old(directory)) if p.is_dir()]
+
+
+@contextmanager
+def write_folder(directory: str | Path) -> Iterator[Path]:
+    """Yield an empty folder beside ``directory`` to write the new content into; when the
+    block ends without an error, that folder replaces ``directory`` whole (see the module
+    docstring). Creates the folders above ``directory``."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temporary(directory)
+    try:
+        yield tmp
+        for f in tmp.rglob("*"):  # on disk before the rename makes it visible
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _replace(tmp, _new(directory), directory)  # complete: from here on a cut keeps it
+    if directory.exists():
+        _replace(directory, _old(directory), directory)
+    os.replace(_new(directory), directory)
+    _fsync_dir(directory.parent)
+    _delete(_old(directory), directory)
+
+
+def _delete(path: Path, directory: Path) -> None:
+    """Remove ``path``, a copy of ``directory``: renamed to a temporary name first, so that no
+    complete copy is ever seen half deleted (:func:`recover_folder` finishes a removal cut
+    short)."""
+    if not path.exists():
+        return
+    doomed = _temporary(directory)
+    os.replace(path, doomed)  # over the empty folder that mkdtemp made
+    shutil.rmtree(doomed)
+
+
+def _replace(src: Path, dst: Path, directory: Path) -> None:
+    """Move ``src`` to ``dst`` (copies of ``directory``), deleting what ``dst`` held."""
+    _delete(dst, directory)
+    os.replace(src, dst)
+
+
+def recover_folder(directory: str | Path) -> Path | None:
+    """Finish what a write cut short left at ``directory``: the newest complete copy becomes
+    ``directory``, the other copies and the temporary folders are deleted. Returns the
+    folder's path, or None when there is no copy. Call it only where no other process is
+    writing the same folder."""
+    directory = Path(directory)
+    if not directory.parent.is_dir():
+        return None
+    for tmp in _temporaries(directory):
+        log.info("removing %s, left by a write that was cut short", tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+    copies = folder_copies(directory)
+    if not copies:
+        return None
+    if copies[0] != directory:
+        log.warning("%s: restored from %s (a write was cut short)", directory, copies[0].name)
+        _replace(copies[0], directory, directory)
+        _fsync_dir(directory.parent)
+    for stale in (_new(directory), _old(directory)):
+        _delete(stale, directory)
+    return directory
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
