@@ -2,12 +2,18 @@
 export (or with --force), never the checkpoint being read, and a failed export leaves the
 earlier one whole."""
 
+import errno
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 
 from attnkit.cli.main import main
-from attnkit.train import load_checkpoint
+from attnkit.data import CharVocab
+from attnkit.export import writer
+from attnkit.models import CRNN, model_config
+from attnkit.train import load_checkpoint, save_checkpoint
 
 
 @pytest.fixture
@@ -65,3 +71,51 @@ def test_the_checkpoint_being_read_or_another_run_is_never_written_over(run, tmp
     assert "(it holds optimizer.json, optimizer.safetensors, trainer.json)" in \
         capsys.readouterr().err
     assert load_checkpoint(other / "checkpoint").trainer_state is not None
+
+
+def full_disk(monkeypatch, disk: Path) -> None:
+    """Make the folder ``disk`` behave as a full disk: a file that attnkit's export writes
+    there (a graph, the JSON, the runner, a file moved in from elsewhere) is cut short and
+    the write raises ENOSPC."""
+    def filling(real, written: int):
+        def write(*args, **kwargs):
+            path = Path(args[written])
+            if disk not in path.absolute().parents:
+                return real(*args, **kwargs)
+            real(*args, **kwargs)
+            path.write_bytes(path.read_bytes()[:100]) if path.is_file() else None
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write
+
+    for module, function, written in [(writer, "export_graph", 2), (shutil, "copyfile", 1),
+                                      (shutil, "move", 1), (Path, "write_text", 0)]:
+        monkeypatch.setattr(module, function, filling(getattr(module, function), written))
+
+
+def test_a_re_export_onto_a_full_disk_leaves_the_earlier_export_whole(run, tmp_path,
+                                                                     monkeypatch):
+    pytest.importorskip("onnx")
+    out = tmp_path / "d"
+    assert _export(run / "checkpoint", out) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    full_disk(monkeypatch, tmp_path)
+    with pytest.raises(OSError):
+        _export(run / "checkpoint", out, "--beam", "2")
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "run"]
+
+
+def test_an_export_replaces_the_earlier_one_whole(run, tmp_path):
+    pytest.importorskip("onnx")
+    vocab = CharVocab(list("ab"))
+    model = CRNN(len(vocab), channels=(4, 4, 8, 8, 8), hidden=8)
+    ctc = tmp_path / "ctc"
+    save_checkpoint(ctc, model=model, config={"task": "ocr", "model": model_config(model)},
+                    vocab=vocab.to_json())
+    out = tmp_path / "d"
+    assert _export(run / "checkpoint", out) == 0
+    assert (out / "decoder_step.onnx").exists()
+    assert _export(ctc, out) == 0  # a CTC model has no decoder step
+    assert sorted(p.name for p in out.iterdir()) == ["attnkit.json", "attnkit_runner.py",
+                                                      "encoder.onnx"]

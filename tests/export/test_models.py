@@ -300,7 +300,8 @@ def test_export_refuses_bad_arguments_and_writes_nothing(tmp_path):
     with pytest.raises(ValueError, match="max_len: a token decoder needs its output length"):
         export_onnx(model, out, task="t", vocab={})
     (tmp_path / "file").write_text("")
-    with pytest.raises(ValueError, match="out: expected a folder, got the file"):
+    with pytest.raises(ValueError,
+                       match=r"out: expected a folder \(new or existing\), got the file"):
         export_onnx(model, tmp_path / "file", task="t", vocab={}, max_len=MAX_LEN)
     with pytest.raises(ValueError, match="model: expected Seq2Seq, Transformer, LAS or CRNN, "
                                          "got Linear"):

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import warnings
 from pathlib import Path
 from typing import NamedTuple
@@ -35,6 +34,7 @@ from attnkit.decoding.loops import MAX_PERIOD, MIN_SPAN, REPEATS, TOLERANCE
 from attnkit.export.graphs import (AXES, CTCGraph, EncoderGraph, StepGraph, model_inputs,
                                    next_name)
 from attnkit.export.state import flatten
+from attnkit.folders import write_folder
 from attnkit.models import CRNN, model_config
 from attnkit.tokens import BOS, EOS, PAD
 
@@ -76,8 +76,9 @@ def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: di
         opset: the ONNX opset, one of :data:`OPSETS`.
         force: replace ``out`` whatever it holds (see :func:`check_out`).
 
-    The files appear in ``out`` only once all of them are written: on an error nothing is
-    left there. Needs the ``onnx`` package (the ``export`` extra) to read the graphs back.
+    The files are written in a folder beside ``out``, which then replaces ``out`` whole
+    (:func:`attnkit.folders.write_folder`): on an error ``out`` is left as it was, an
+    earlier export in it whole. Needs the ``onnx`` package (the ``export`` extra) to read the graphs back.
     """
     if opset not in OPSETS:
         raise ValueError(f"opset: expected one of {', '.join(map(str, OPSETS))}, got {opset!r}")
@@ -92,25 +93,21 @@ def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: di
     if not ctc and max_len is None:
         raise ValueError("max_len: a token decoder needs its output length limit, got None")
     settings = decoding_json(decoding, max_len, ctc=ctc)
-    tmp = Path(tempfile.mkdtemp(prefix="attnkit-export-"))
     training = model.training
     model.eval()
     try:
-        with torch.no_grad(), export_mode():
-            graphs = (_export_ctc(model, inputs, tmp, opset) if ctc else
-                      _export_decoder(model, inputs, tmp, opset))
-        meta = {"format": FORMAT, "version": VERSION, "task": task,
-                "model": model_config(model), "opset": opset, "exporter": EXPORTER,
-                "torch": torch.__version__, "axes": AXES, **graphs, "vocab": vocab,
-                "decoding": settings, "runner": RUNNER_FILE}
-        (tmp / JSON_FILE).write_text(json.dumps(meta, indent=1))
-        shutil.copyfile(Path(__file__).with_name("runner.py"), tmp / RUNNER_FILE)
-        out.mkdir(parents=True, exist_ok=True)
-        for path in tmp.iterdir():
-            shutil.move(path, out / path.name)
+        with write_folder(out) as tmp:  # replaces out whole once every file is written
+            with torch.no_grad(), export_mode():
+                graphs = (_export_ctc(model, inputs, tmp, opset) if ctc else
+                          _export_decoder(model, inputs, tmp, opset))
+            meta = {"format": FORMAT, "version": VERSION, "task": task,
+                    "model": model_config(model), "opset": opset, "exporter": EXPORTER,
+                    "torch": torch.__version__, "axes": AXES, **graphs, "vocab": vocab,
+                    "decoding": settings, "runner": RUNNER_FILE}
+            (tmp / JSON_FILE).write_text(json.dumps(meta, indent=1))
+            shutil.copyfile(Path(__file__).with_name("runner.py"), tmp / RUNNER_FILE)
     finally:
         model.train(training)
-        shutil.rmtree(tmp, ignore_errors=True)
     return meta
 
 
