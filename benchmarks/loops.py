@@ -134,7 +134,7 @@ def legitimate(pairs: int, utterances: int) -> dict:
     with tempfile.TemporaryDirectory() as cache:
         data = speech_dataset(utterances, split="test", seed=1, cache_dir=cache,
                               kinds=("digits", "numbers"), normalize=True)
-    features = list(data.features)
+        features = list(data.features)  # read from the cache before it is removed
     for text in REPEATS_SPOKEN:
         samples, rate = synthesize(text, voice="en-us+m6", speed=165)
         features.append(log_mel(resample(samples, rate, 16000), normalize=True))
