@@ -4,6 +4,7 @@ import shutil
 import signal
 
 import pytest
+from safetensors.torch import load_file, save_file
 
 from attnkit.cli import translate as translate_cli
 from attnkit.cli.main import main
@@ -62,6 +63,24 @@ def test_a_user_s_checkpoint_named_folders_are_never_deleted(tsv, tmp_path, caps
     assert _train(tsv, other) == 0
     for name in mine:
         assert (other / name / "notes.txt").read_text() == name
+
+
+def test_a_nan_in_the_optimizer_state_is_refused_and_the_checkpoint_kept(tsv, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _train(tsv, out) == 0
+    path = out / "checkpoint" / "optimizer.safetensors"
+    tensors = load_file(path)
+    name = sorted(tensors)[0]
+    tensors[name].view(-1)[0] = float("nan")
+    save_file(tensors, path)
+    before = {p.name: p.read_bytes() for p in (out / "checkpoint").iterdir()}
+    capsys.readouterr()
+    assert _train(tsv, out, "--steps", "3", "--resume") == 2
+    err = capsys.readouterr().err
+    assert (f"{path}: 1 optimizer tensors hold NaN or infinite values ({name}); resuming "
+            "would turn the weights into NaN") in err, err
+    assert err.count("\n") == 1
+    assert {p.name: p.read_bytes() for p in (out / "checkpoint").iterdir()} == before
 
 
 @pytest.mark.parametrize("option, value, named", [

@@ -78,6 +78,26 @@ def test_overwrite_is_atomic_and_leaves_no_temporary_files(tmp_path, monkeypatch
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
 
 
+def test_non_finite_weights_or_optimizer_state_are_never_saved(tmp_path):
+    model = Tiny()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    _train(model, opt, 1, seed=0)
+    save_checkpoint(tmp_path / "ck", model=model, config={"n": 1}, optimizer=opt)
+    with torch.no_grad():
+        model.attn.score.v[0] = float("nan")
+    with pytest.raises(CheckpointError, match=r"ck: not saved: 1 weight tensors hold NaN or "
+                                              r"infinite values \(attn.score.v\)"):
+        save_checkpoint(tmp_path / "ck", model=model, config={"n": 2}, optimizer=opt)
+    with torch.no_grad():
+        model.attn.score.v[0] = 0.0
+    next(iter(opt.state.values()))["exp_avg"].view(-1)[0] = float("inf")
+    with pytest.raises(CheckpointError, match=r"ck: not saved: 1 optimizer tensors hold NaN or "
+                                              r"infinite values \(state.0.exp_avg\)"):
+        save_checkpoint(tmp_path / "ck", model=model, config={"n": 2}, optimizer=opt)
+    assert load_checkpoint(tmp_path / "ck").config == {"n": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
+
 def test_load_model_names_every_mismatch(tmp_path):
     save_checkpoint(tmp_path / "ck", model=Attention(8, score="general"), config={})
     ck = load_checkpoint(tmp_path / "ck")

@@ -87,11 +87,23 @@ class Checkpoint:
 
     def check_finite(self) -> None:
         """Refuse weights holding NaN or infinity (they would decode garbage)."""
-        bad = [k for k, v in self.model_state.items()
-               if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        bad = _non_finite(self.model_state)
         if bad:
             raise CheckpointError(f"{self.path}: {len(bad)} weight tensors hold NaN or infinite "
-                                  f"values ({', '.join(bad[:5])}{', ...' if len(bad) > 5 else ''})")
+                                  f"values ({_listed(bad)})")
+
+    def check_optimizer(self) -> None:
+        """Refuse optimizer state holding NaN or infinity: the first step resumed from it would
+        turn the weights into NaN."""
+        if self.optimizer_state is None:
+            return
+        bad = _non_finite({f"state.{idx}.{name}": value
+                           for idx, entry in self.optimizer_state["state"].items()
+                           for name, value in entry.items() if isinstance(value, torch.Tensor)})
+        if bad:
+            raise CheckpointError(f"{self.path / 'optimizer.safetensors'}: {len(bad)} optimizer "
+                                  f"tensors hold NaN or infinite values ({_listed(bad)}); "
+                                  "resuming would turn the weights into NaN")
 
     def load_model(self, model: torch.nn.Module) -> None:
         """Load the weights into ``model``: they must fit it (:meth:`check_shapes`) and be
@@ -99,6 +111,16 @@ class Checkpoint:
         self.check_shapes({k: tuple(v.shape) for k, v in model.state_dict().items()})
         self.check_finite()
         model.load_state_dict(self.model_state)
+
+
+def _non_finite(tensors: dict[str, torch.Tensor]) -> list[str]:
+    """The names of the floating-point tensors that hold NaN or infinity."""
+    return [k for k, v in tensors.items()
+            if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+
+
+def _listed(names: list[str]) -> str:
+    return f"{', '.join(names[:5])}{', ...' if len(names) > 5 else ''}"
 
 
 def _flatten_optimizer(state: dict) -> tuple[dict[str, torch.Tensor], dict]:
@@ -138,16 +160,28 @@ def save_checkpoint(
     """Write a checkpoint directory atomically (see the module docstring); returns its path.
 
     ``config``, ``vocab`` and ``trainer_state`` must be JSON-serialisable.
+
+    Raises:
+        CheckpointError: weights or optimizer state holding NaN or infinity (nothing is
+            written: a checkpoint already there is kept).
     """
+    # clone: tied weights share storage, which safetensors refuses
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    tensors, plain = ({}, None)
+    if optimizer is not None:
+        tensors, plain = _flatten_optimizer(optimizer.state_dict())
+    for what, found in (("weight", state), ("optimizer", tensors)):
+        bad = _non_finite(found)
+        if bad:
+            raise CheckpointError(f"{directory}: not saved: {len(bad)} {what} tensors hold NaN "
+                                  f"or infinite values ({_listed(bad)}); a checkpoint already "
+                                  "there is kept")
     with write_folder(directory) as tmp:
         _write_json(tmp / "config.json", {"format": FORMAT, "version": VERSION, "config": config})
-        # clone: tied weights share storage, which safetensors refuses
-        state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         save_file(state, str(tmp / "model.safetensors"))
         if vocab is not None:
             _write_json(tmp / "vocab.json", vocab)
         if optimizer is not None:
-            tensors, plain = _flatten_optimizer(optimizer.state_dict())
             save_file(tensors, str(tmp / "optimizer.safetensors"))
             _write_json(tmp / "optimizer.json", plain)
         if trainer_state is not None:

@@ -284,6 +284,7 @@ class Trainer:
         ck = load_checkpoint(self.checkpoint_dir)
         if ck.optimizer_state is None or ck.trainer_state is None:
             raise CheckpointError(f"{ck.path}: has no optimizer/trainer state to resume from")
+        ck.check_optimizer()
         changed = _differences(ck.config, self.task.config())
         if changed:
             raise CheckpointError(f"{ck.path}: saved for another task set-up (differs in "
