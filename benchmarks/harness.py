@@ -18,6 +18,7 @@ Every script of the :mod:`benchmarks` package measures through this module.
   (``timed(..., device=...)``) each run ends with ``torch.cuda.synchronize`` (kernels run
   asynchronously: the clock must wait for them) and the extra memory is the peak of CUDA's
   allocator (``torch.cuda.max_memory_allocated``) above what was allocated before the runs.
+  ``timed(..., memory=False)`` measures time alone, with any clock (``clock=``).
 * :func:`machine`, :func:`commit` and :func:`command` say what measured a row
   (:func:`run_info`: all of them); :func:`write_json` writes rows with them, as a file of
   ``results/`` holds them (:func:`save_run`: a file of several runs gets one more);
@@ -32,6 +33,7 @@ fraction of the budget).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import importlib
 import json
@@ -100,10 +102,11 @@ def trim() -> None:
 @dataclass
 class Timing:
     """Seconds of each measured run and the peak extra memory (MiB) during them: resident
-    memory (``memory="rss"``) or, on a GPU, CUDA's allocator (``memory="cuda"``)."""
+    memory (``memory="rss"``) or, on a GPU, CUDA's allocator (``memory="cuda"``); None with
+    ``memory="none"`` (not measured)."""
 
     times: list[float]
-    extra_mb: float
+    extra_mb: float | None
     memory: str = "rss"
 
     @property
@@ -133,10 +136,15 @@ class PeakCUDA:
 
 
 def timed(step, *, reps: int, time_budget: float, warmup: int = 1,
-          device: torch.device | str = "cpu") -> Timing:
+          device: torch.device | str = "cpu", memory: bool = True,
+          clock=time.perf_counter) -> Timing:
     """Run ``step()`` ``warmup`` times, then up to ``reps`` times under :class:`PeakRSS` (on a
     CUDA ``device``: :class:`PeakCUDA`, each run timed to its kernels' end), stopping after the
-    run that ends past ``time_budget`` seconds (at least one run)."""
+    run that ends past ``time_budget`` seconds of wall clock (at least one run).
+
+    ``memory=False`` measures no memory (no sampling thread: for steps of microseconds, and
+    for CPU time, which would count the sampler's); ``clock`` times each run, e.g.
+    ``time.process_time`` for the CPU time of the whole process."""
     device = torch.device(device)
     cuda = device.type == "cuda"
 
@@ -149,15 +157,17 @@ def timed(step, *, reps: int, time_budget: float, warmup: int = 1,
         run()
     trim()
     times = []
-    with PeakCUDA(device) if cuda else PeakRSS() as mem:
+    kind = ("cuda" if cuda else "rss") if memory else "none"
+    sampler = (PeakCUDA(device) if cuda else PeakRSS()) if memory else contextlib.nullcontext()
+    with sampler as mem:
         start = time.perf_counter()
         for _ in range(reps):
-            t0 = time.perf_counter()
+            t0 = clock()
             run()
-            times.append(time.perf_counter() - t0)
+            times.append(clock() - t0)
             if time.perf_counter() - start > time_budget:
                 break
-    return Timing(times, mem.extra_mb, "cuda" if cuda else "rss")
+    return Timing(times, mem.extra_mb if memory else None, kind)
 
 
 # --------------------------------------------------------------------------- the parent process

@@ -11,14 +11,15 @@ alternately, and prints the medians and their ratio.
 from __future__ import annotations
 
 import argparse
-import statistics
+import math
 import sys
-import time
 
 import torch
 
 from attnkit import Attention
 from attnkit.attention.masks import non_finite_keys
+
+from benchmarks import harness
 
 # name: (module, input (B, T, D), train)
 CASES = {
@@ -32,12 +33,8 @@ CASES = {
 
 
 def median_ms(fn, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    timing = harness.timed(fn, reps=reps, time_budget=math.inf, warmup=0, memory=False)
+    return 1e3 * timing.median
 
 
 def main(argv=None) -> int:

@@ -13,6 +13,7 @@ steps: CPU time, unlike wall time, does not count the time other processes hold 
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -69,17 +70,18 @@ def step_cpu_time(task: str, reps: int, precision: str = "fp32") -> dict:
     torch.manual_seed(0)
     model, loss_of = _loss_of(task, torch.Generator().manual_seed(0))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    times = []
-    for i in range(reps + 2):
-        start = time.process_time()
+
+    def step():
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
             loss = loss_of()
         loss.backward()
         opt.step()
-        if i >= 2:
-            times.append(time.process_time() - start)
-    return {"step_cpu_s": min(times), "times": times, "threads": torch.get_num_threads()}
+
+    timing = harness.timed(step, reps=reps, time_budget=math.inf, warmup=2, memory=False,
+                           clock=time.process_time)
+    return {"step_cpu_s": min(timing.times), "times": timing.times,
+            "threads": torch.get_num_threads()}
 
 
 def main(argv=None) -> int:

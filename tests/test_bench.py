@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -98,6 +99,19 @@ def test_timed_stops_repeating_after_the_budget():
 def test_timed_on_the_cpu_reports_resident_memory():
     timing = harness.timed(lambda: torch.ones(2**20), reps=2, time_budget=60, device="cpu")
     assert timing.memory == "rss" and len(timing.times) == 2
+
+
+def test_timed_without_memory_starts_no_sampler_and_takes_any_clock():
+    threads = threading.active_count()
+
+    def step():
+        assert threading.active_count() == threads  # no sampling thread
+        sum(range(10**5))
+
+    timing = harness.timed(step, reps=3, time_budget=60, warmup=0, memory=False,
+                           clock=time.process_time)
+    assert timing.memory == "none" and timing.extra_mb is None
+    assert len(timing.times) == 3 and all(t >= 0 for t in timing.times)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
