@@ -8,9 +8,11 @@ from attnkit.cli.main import main
 @pytest.mark.parametrize("option, value, message", [
     ("--label-smoothing", "-0.5", "invalid number in [0, 1) value: '-0.5'"),
     ("--label-smoothing", "2", "invalid number in [0, 1) value: '2'"),
-    ("--lr", "inf", "invalid positive number value: 'inf'"),
-    ("--lr", "nan", "invalid positive number value: 'nan'"),
-    ("--lr", "0", "invalid positive number value: '0'"),
+    ("--lr", "inf", "invalid learning rate in (0, 10] value: 'inf'"),
+    ("--lr", "nan", "invalid learning rate in (0, 10] value: 'nan'"),
+    ("--lr", "0", "invalid learning rate in (0, 10] value: '0'"),
+    ("--lr", "1e30", "invalid learning rate in (0, 10] value: '1e30'"),
+    ("--lr", "1e300", "invalid learning rate in (0, 10] value: '1e300'"),
     ("--plot", "-1", "invalid non-negative int value: '-1'"),
     ("--warmup", "-5", "invalid non-negative int value: '-5'"),
     ("--time-budget", "-1", "invalid positive number value: '-1'"),
@@ -55,3 +57,25 @@ def test_unknown_schedule_is_a_usage_error(tmp_path, capsys):
     assert exc.value.code == 2
     assert "argument --schedule: invalid choice: 'linear'" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_a_model_too_big_for_the_memory_is_one_line(tmp_path, capsys):
+    assert main(["train", "translate", "--out", str(tmp_path / "r"), "--hidden", "100000000",
+                 "--n-train", "20", "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnkit: model config: seq2seq has ") and err.count("\n") == 1
+    assert "hidden=100000000" in err
+
+
+@pytest.mark.parametrize("option, value, field", [("--temperature", "inf", "temperature"),
+                                                  ("--temperature", "nan", "temperature"),
+                                                  ("--top-p", "nan", "top_p")])
+def test_non_finite_sampling_options_are_refused_by_every_verb(tmp_path, capsys, option, value,
+                                                              field):
+    for args in (["translate", "--checkpoint", "builtin:translate-dates", "3 March 2001"],
+                 ["export", "--checkpoint", "builtin:translate-dates", "--out",
+                  str(tmp_path / "e")]):
+        assert main([*args, "--sample", "2", option, value]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"attnkit: {field}: expected ") and err.count("\n") == 1
+    assert not (tmp_path / "e").exists()

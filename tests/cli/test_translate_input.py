@@ -38,3 +38,15 @@ def test_training_files_with_a_huge_line_or_only_a_header_are_refused(tmp_path, 
     header.write_text("source\ttarget\n", encoding="utf-8")
     assert main(["train", "translate", "--train", str(header), "--out", str(tmp_path / "b")]) == 2
     assert "header.tsv: no usable source<TAB>target lines" in capsys.readouterr().err
+
+
+def test_one_output_line_per_input_line_blank_in_blank_out(tiny_translator, tmp_path, capsys):
+    f = tmp_path / "in.txt"
+    f.write_text("<en> three\n\n   \n<en> three\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["translate", "--checkpoint", str(tiny_translator), "<en> three", "",
+                 "--file", str(f), "--beam", "1"]) == 0
+    lines = capsys.readouterr().out.split("\n")[:-1]
+    assert len(lines) == 6  # the two texts given, then the file's four lines, in order
+    assert lines[1] == lines[3] == lines[4] == ""
+    assert lines[0] == lines[2] == lines[5] != ""

@@ -70,7 +70,7 @@ def test_a_beam_normalises_by_length_unless_told_otherwise():
     (dict(beam=2.0), "beam: expected a positive int, got 2.0"),
     (dict(beam=2, n_best=3), r"n_best: expected an int in \[1, beam=2\], got 3"),
     (dict(no_repeat_ngram=-1), "no_repeat_ngram: expected a non-negative int, got -1"),
-    (dict(length_penalty=-0.1), "length_penalty: expected a non-negative number, got -0.1"),
+    (dict(length_penalty=-0.1), "length_penalty: expected a finite non-negative number, got -0.1"),
     (dict(sample=True, beam=4), "sample: draws one token at a time, not with beam=4"),
     (dict(sample=True, coverage_penalty=0.2), "sample: .* not with beam=1 and beam options"),
 ])
@@ -155,3 +155,20 @@ def test_attention_weights_are_kept_only_when_asked_for():
         kept = decode(model, src, src_len, max_len=6, decoding=decoding, weights=True)
         assert lean.weights is None and kept.weights.shape[:2] == kept.tokens.shape
         assert torch.equal(lean.tokens, kept.tokens)
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("temperature", float("inf"), "a finite positive number"),
+    ("temperature", float("nan"), "a finite positive number"),
+    ("temperature", 0.0, "a finite positive number"),
+    ("top_p", float("nan"), r"a probability in \(0, 1\]"),
+    ("top_p", 0.0, r"a probability in \(0, 1\]"),
+    ("top_k", 0, "a positive int"),
+    ("length_penalty", float("inf"), "a finite non-negative number"),
+    ("coverage_penalty", float("nan"), "a finite non-negative number"),
+    ("lm_weight", float("inf"), "a finite non-negative number"),
+])
+def test_decoding_refuses_non_finite_and_out_of_range_settings_by_name(field, value, expected):
+    sampling = field in ("temperature", "top_p", "top_k")
+    with pytest.raises(ValueError, match=rf"^{field}: expected {expected}, got "):
+        Decoding(**({"sample": True} if sampling else {"beam": 2}), **{field: value})

@@ -18,6 +18,7 @@ from attnkit.models import (
     model_config,
     model_shapes,
 )
+from attnkit.models import registry
 from attnkit.models.registry import Model
 
 BUILT = [
@@ -105,3 +106,13 @@ def test_a_name_is_registered_once():
     with pytest.raises(ValueError, match="name: a model named 'crnn' is already registered"):
         class Other(Model, name="crnn"):
             pass
+
+
+def test_a_model_too_big_for_the_memory_is_refused_before_anything_is_allocated(monkeypatch):
+    monkeypatch.setattr(registry, "available_memory", lambda device: 2**30)  # 1 GiB free
+    config = {"name": "seq2seq", "src_vocab": 40, "tgt_vocab": 40, "hidden": 100_000}
+    with pytest.raises(ValueError, match=r"^model config: seq2seq has [\d,]+ parameters "
+                       r"\([\d.]+ GiB in float32\), more than the 1.0 GiB of memory available "
+                       r"\(hidden=100000\)$"):
+        build_model(config)
+    assert isinstance(build_model({**config, "hidden": 16}), Model)  # one that fits is built

@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from attnkit.attention.masks import KeyLayout
+from attnkit.attention.reference import check_single_backward
 from attnkit.ops.precision import compute_dtype
 from attnkit.attention.scores import Score
 
@@ -159,6 +160,7 @@ class _ChunkedAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
+        check_single_backward("chunked")
         qf, kf, v, out, lse, *rest = ctx.saved_tensors
         extra = rest.pop(0) if ctx.has_extra else None
         kept = rest.pop(0) if ctx.kept else None
@@ -295,6 +297,7 @@ class _RecomputedScores(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, ds):
+        check_single_backward("chunked")
         qf, kf, *rest = ctx.saved_tensors
         extra = rest[0] if ctx.has_extra else None
         score, (bq, bk) = ctx.score, ctx.blocks

@@ -19,7 +19,27 @@ from attnkit.ops.precision import compute_dtype, upcast
 from attnkit.attention.scores import Score
 from attnkit.ops.tracing import values_readable
 
-__all__ = ["available_memory", "fits_in_memory", "reference_attention", "masked_softmax", "weigh"]
+__all__ = ["available_memory", "check_single_backward", "fits_in_memory", "reference_attention",
+           "masked_softmax", "weigh"]
+
+def check_single_backward(impl: str) -> None:
+    """Refuse, in a fast path's backward, to build a graph of that backward.
+
+    ``torch.autograd.grad(..., create_graph=True)`` (a gradient penalty, a Hessian-vector
+    product) runs a backward with grad mode on, to differentiate it again. The chunked path's
+    hand-written backward and PyTorch's fused SDPA kernels have no derivative of their own:
+    their second-order gradients would be missing or wrong, so they raise instead. The
+    reference path is plain PyTorch operations, whose gradients of gradients are exact.
+
+    Raises:
+        RuntimeError: naming ``impl`` and ``impl="reference"``, when grad mode is on.
+    """
+    if torch.is_grad_enabled():
+        raise RuntimeError(
+            f"impl={impl!r}: its backward cannot be differentiated again (create_graph=True, "
+            "as a gradient penalty asks); build the module with impl='reference' for "
+            "gradients of gradients")
+
 
 # Calls needing less than this (bytes) are not checked against the free memory.
 _CHECK_FROM = 1 << 26

@@ -10,7 +10,28 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from attnkit.attention.reference import check_single_backward
+
 __all__ = ["sdpa_attention"]
+
+
+class _SingleBackward(torch.autograd.Function):
+    """The identity, whose backward refuses create_graph (:func:`check_single_backward`):
+    PyTorch's fused SDPA kernels have no second derivative, and their own error names an
+    internal operator."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        check_single_backward("sdpa")
+        return grad
+
+
+def _guarded(context: torch.Tensor) -> torch.Tensor:
+    return _SingleBackward.apply(context) if context.requires_grad else context
 
 
 def sdpa_attention(
@@ -34,13 +55,13 @@ def sdpa_attention(
         ``context (B, H, Tq, Dv)``.
     """
     if mask is None:
-        return F.scaled_dot_product_attention(
+        return _guarded(F.scaled_dot_product_attention(
             qf, kf, value, dropout_p=dropout_p, is_causal=is_causal, scale=scale
-        )
+        ))
     # A row with no allowed key would be NaN in SDPA: let it see every key, then zero it, so its
     # output and its gradients are exactly zero.
     empty = ~mask.any(dim=-1, keepdim=True)  # (B, 1|H, Tq, 1)
     context = F.scaled_dot_product_attention(
         qf, kf, value, attn_mask=mask | empty, dropout_p=dropout_p, scale=scale
     )
-    return context.masked_fill(empty, 0.0)
+    return _guarded(context.masked_fill(empty, 0.0))

@@ -40,10 +40,11 @@ log = logging.getLogger("attnkit")
 
 __all__ = ["Interrupted", "add_decoding_args", "add_device_arg", "add_html_arg",
            "add_task_parser", "add_training_args", "check_arguments", "choice_list", "decoding",
-           "float_in", "held_out", "is_training", "locked_run_folder", "non_negative_float",
-           "non_negative_int", "positive_float", "positive_int", "print_outputs", "probability",
-           "proportion", "resolve_run_options", "stop_if_signalled", "teacher_forcing",
-           "train_and_report", "training_config", "wants_weights", "write_html"]
+           "float_in", "held_out", "is_training", "learning_rate", "locked_run_folder",
+           "non_negative_float", "non_negative_int", "positive_float", "positive_int",
+           "print_outputs", "probability", "proportion", "resolve_run_options",
+           "stop_if_signalled", "teacher_forcing", "train_and_report", "training_config",
+           "wants_weights", "write_html"]
 
 CUDA_DATA_WORKERS = 2  # --workers-data on a GPU when not given (0 on CPU)
 
@@ -83,6 +84,8 @@ probability = float_in(0.0, 1.0, "probability in [0, 1]")
 proportion = float_in(0.0, 1.0, "number in [0, 1)", high_included=False)  # dropout, smoothing
 positive_float = float_in(0.0, math.inf, "positive number", low_included=False)
 non_negative_float = float_in(0.0, math.inf, "non-negative number")
+# Past 10 every optimiser attnkit uses diverges at the first step.
+learning_rate = float_in(0.0, 10.0, "learning rate in (0, 10]", low_included=False)
 
 
 def choice_list(choices: tuple[str, ...], what: str):
@@ -243,7 +246,7 @@ def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float 
     train.add_argument("--time-budget", type=positive_float,
                        help="seconds; stop and save after this")
     train.add_argument("--batch-size", type=positive_int, default=batch_size)
-    train.add_argument("--lr", type=positive_float, default=lr)
+    train.add_argument("--lr", type=learning_rate, default=lr)
     train.add_argument("--warmup", type=non_negative_int, default=100,
                        help="steps of linear learning-rate warm-up")
     train.add_argument("--schedule", choices=SCHEDULES, default="inverse_sqrt",

@@ -131,8 +131,9 @@ def _plot(hyp, i, source, src_vocab, tgt_vocab, path):
 def add_translate_parser(sub) -> None:
     p = sub.add_parser("translate", help="translate text with a trained checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
-    p.add_argument("text", nargs="*", help="sentences (or use --file)")
-    p.add_argument("--file", type=Path, help="one sentence per line")
+    p.add_argument("text", nargs="*", help="sentences, translated before those of --file")
+    p.add_argument("--file", type=Path, help="one sentence per line; one output line per "
+                   "line, empty for an empty line")
     add_max_chars_arg(p)
     common.add_decoding_args(p, beam=common.TASK_BEAM["translate"])
     common.add_device_arg(p)
@@ -143,29 +144,35 @@ def add_translate_parser(sub) -> None:
 
 def run_translate(args) -> int:
     decoding = common.decoding(args)
-    texts = list(args.text)
-    if args.file:
-        texts += _sentences(args.file)
+    texts = list(args.text) + (_lines(args.file) if args.file else [])
     if not texts:
         print("attnkit translate: give sentences or --file", file=sys.stderr)
         return 2
     evaluator = loading.load_evaluator(args.checkpoint, args.device, "translate")
     evaluator.max_chars = args.max_chars
-    outputs = evaluator.decode(texts, decoding, weights=common.wants_weights(args))
-    common.print_outputs(outputs, args)
+    # One output line per input line: a blank input gives an empty line, not a decoding.
+    filled = [i for i, text in enumerate(texts) if text.strip()]
+    decoded = evaluator.decode([texts[i] for i in filled], decoding,
+                               weights=common.wants_weights(args)) if filled else []
+    outputs = dict(zip(filled, decoded))
+    for i in range(len(texts)):
+        if i in outputs:
+            common.print_outputs([outputs[i]], args)
+        else:
+            print()
     if args.plot:
-        for i, output in enumerate(outputs):
+        for i, output in outputs.items():
             path = output.draw(args.plot / f"attention_{i}.png")
             if path is not None:
                 print(f"  wrote {path}")
-    common.write_html(args, outputs, names=texts)
+    common.write_html(args, decoded, names=[texts[i] for i in filled])
     return 0
 
 
-def _sentences(path: Path) -> list[str]:
-    """The non-blank lines of a UTF-8 file (a byte-order mark is not part of the first)."""
+def _lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 file (a byte-order mark is not part of the first)."""
     try:
         lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: cannot read as UTF-8 text ({exc})") from None
-    return [line for line in lines if line.strip()]
+    return lines

@@ -7,6 +7,7 @@ A model for decoding has ``start(inputs, lengths) -> state`` and
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 
@@ -35,6 +36,10 @@ def _check(name: str, value, ok: bool, expected: str) -> None:
 
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -94,18 +99,22 @@ class Decoding:
                f"an int in [1, beam={self.beam}]")
         _check("no_repeat_ngram", self.no_repeat_ngram,
                _is_int(self.no_repeat_ngram) and self.no_repeat_ngram >= 0, "a non-negative int")
-        for name in ("length_penalty", "coverage_penalty"):
+        for name in ("length_penalty", "coverage_penalty", "lm_weight"):
             value = getattr(self, name)
-            _check(name, value, isinstance(value, (int, float)) and value >= 0,
-                   "a non-negative number")
+            _check(name, value, _is_finite(value) and value >= 0, "a finite non-negative number")
+        _check("temperature", self.temperature,
+               _is_finite(self.temperature) and self.temperature > 0, "a finite positive number")
+        _check("top_k", self.top_k, self.top_k is None
+               or (_is_int(self.top_k) and self.top_k >= 1), "a positive int")
+        _check("top_p", self.top_p, self.top_p is None
+               or (_is_finite(self.top_p) and 0 < self.top_p <= 1),
+               "a probability in (0, 1]")
         _check("samples", self.samples, _is_int(self.samples) and self.samples >= 1
                and (self.sample or self.samples == 1), "1 without sample=True, else a positive int")
         _check("max_len", self.max_len, self.max_len is None
                or (_is_int(self.max_len) and self.max_len >= 1), "None or a positive int")
         _check("ctc_weight", self.ctc_weight, isinstance(self.ctc_weight, (int, float))
                and 0 <= self.ctc_weight <= 1, "a number in [0, 1]")
-        _check("lm_weight", self.lm_weight, isinstance(self.lm_weight, (int, float))
-               and self.lm_weight >= 0, "a non-negative number")
         _check("loop_stop", self.loop_stop, isinstance(self.loop_stop, bool), "a bool")
         if self.sample and self._beam_options():
             raise ValueError(f"sample: draws one token at a time, not with beam={self.beam}"

@@ -31,7 +31,10 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-__all__ = ["MODELS", "Model", "build_model", "check_config", "model_config", "model_shapes"]
+from attnkit.attention.reference import available_memory
+
+__all__ = ["MODELS", "Model", "build_model", "check_config", "check_fits", "model_config",
+           "model_shapes"]
 
 MODELS: dict[str, type[Model]] = {}
 
@@ -150,10 +153,31 @@ def build_model(config: dict) -> Model:
 
     Raises:
         ValueError: the config is not a dict, names no registered model, or holds an argument
-            the model does not take or of another type (named in the message).
+            the model does not take or of another type (named in the message), or describes
+            a model whose weights alone would not fit in the memory available.
     """
     cls, arguments = check_config(config)
+    check_fits(config)
     return cls(**arguments)
+
+
+def check_fits(config: dict) -> None:
+    """Refuse a config whose float32 weights alone exceed the memory available now, before
+    anything is allocated (the sizes come from :func:`model_shapes`, on the ``meta`` device).
+
+    Raises:
+        ValueError: naming the model, its parameter count, the memory it needs and has, and
+            the config's large sizes.
+    """
+    n = sum(math.prod(shape) for shape in model_shapes(config).values())
+    available = available_memory(torch.device("cpu"))
+    if available is None or 4 * n <= available:
+        return
+    sizes = ", ".join(f"{k}={v}" for k, v in config.items()
+                      if isinstance(v, int) and not isinstance(v, bool) and v > 1024)
+    raise ValueError(f"model config: {config['name']} has {n:,} parameters ({4 * n / 2**30:.1f} "
+                     f"GiB in float32), more than the {available / 2**30:.1f} GiB of memory "
+                     f"available" + (f" ({sizes})" if sizes else ""))
 
 
 def model_shapes(config: dict) -> dict[str, tuple[int, ...]]:
