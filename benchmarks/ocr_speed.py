@@ -2,14 +2,14 @@
 
     python -m benchmarks.ocr_speed --json results/ocr_speed.json
 
-Batch 32 of line images 1600 px wide (800 steps after the CNN), BiLSTMs of hidden 256, a CTC
-loss: one training step (forward, backward) of the CRNN without attention, and with the same
-attention layer (general score ``x_t W x_s^T``, output ``tanh(W_c [x_t; c_t])``) written four
-ways: attnkit ``SelfAttention`` over the whole line and over a window of 32 steps each side,
-the seed's Approach 1 (a Python loop over the 800 steps) and Approach 2.1 (the full ``(B, T, T)``
-matrix through autograd). Each case runs in a fresh process (:mod:`harness`); time is the median
-of the steps after one warm-up, memory the peak resident memory during them minus that before
-them.
+Batch 32 of line images 1600 px wide (800 steps after the CNN; ``--batch``, ``--width``),
+BiLSTMs of hidden 256, a CTC loss: one training step (forward, backward) of the CRNN without
+attention, and with the same attention layer (general score ``x_t W x_s^T``, output
+``tanh(W_c [x_t; c_t])``) written four ways: attnkit ``SelfAttention`` over the whole line
+and over a window of 32 steps each side, the seed's Approach 1 (a Python loop over the 800
+steps) and Approach 2.1 (the full ``(B, T, T)`` matrix through autograd). Each case runs in a
+fresh process (:mod:`harness`); time is the median of the steps after one warm-up, memory the
+peak resident memory during them minus that before them.
 """
 
 from __future__ import annotations
@@ -45,15 +45,17 @@ def build(case: str) -> CRNN:
     return model
 
 
-def measure(case: str, reps: int, time_budget: float) -> dict:
+def measure(case: str, reps: int, time_budget: float, batch: int = B,
+            width: int = WIDTH) -> dict:
     """One case in this process (the fresh process of :func:`harness.run`)."""
     torch.manual_seed(0)
     model = build(case)
-    images = torch.rand(B, 1, 32, WIDTH)
-    widths = torch.randint(WIDTH // 2, WIDTH + 1, (B,))
-    widths[0] = WIDTH
-    targets = torch.randint(4, VOCAB, (B, 60))
-    target_lengths = torch.full((B,), 60)
+    images = torch.rand(batch, 1, 32, width)
+    widths = torch.randint(width // 2, width + 1, (batch,))
+    widths[0] = width
+    chars = min(60, width // 8)  # CTC needs more steps than characters
+    targets = torch.randint(4, VOCAB, (batch, chars))
+    target_lengths = torch.full((batch,), chars)
 
     def step():
         log_probs, steps = model(images, widths)
@@ -67,18 +69,22 @@ def measure(case: str, reps: int, time_budget: float) -> dict:
 
 def main(argv=None) -> int:
     p = harness.parser(__doc__.split("\n\n")[0], time_budget=600.0, reps=3)
+    p.add_argument("--batch", type=int, default=B, help=f"lines per batch (default {B})")
+    p.add_argument("--width", type=int, default=WIDTH,
+                   help=f"line width in pixels, half as many steps (default {WIDTH})")
     args = p.parse_args(argv)
     rows = []
     for case in CASES:
         if args.match is not None and args.match not in case:
             continue
         rows.append({"case": case, **harness.run(
-            measure, {"case": case, "reps": args.reps, "time_budget": args.time_budget},
+            measure, {"case": case, "reps": args.reps, "time_budget": args.time_budget,
+                      "batch": args.batch, "width": args.width},
             time_budget=args.time_budget, threads=args.threads)})
         print(f"done: {rows[-1]}", file=sys.stderr)
     base = next((r["step_s"] for r in rows if r["case"] == "none" and r["status"] == "ok"), None)
-    print(f"CRNN B={B}, {WIDTH} px -> {WIDTH // 2} steps, hidden {HIDDEN}, CTC; "
-          f"one training step (forward + backward)\n")
+    print(f"CRNN B={args.batch}, {args.width} px -> {args.width // 2} steps, hidden {HIDDEN}, "
+          "CTC; one training step (forward + backward)\n")
     print(harness.table_header(["attention between RNN1 and RNN2", "step (s)", "x CRNN without",
                                 "extra MiB", "steps"]))
     for r in rows:
@@ -89,7 +95,7 @@ def main(argv=None) -> int:
         print(harness.table_row([r["case"], f"{r['step_s']:.2f}", ratio, f"{r['extra_mib']:.0f}",
                                  r["reps"]]))
     if args.json:
-        harness.write_json(args.json, rows, batch=B, width=WIDTH, hidden=HIDDEN)
+        harness.write_json(args.json, rows, batch=args.batch, width=args.width, hidden=HIDDEN)
     return 0
 
 

@@ -466,3 +466,46 @@ def test_a_script_run_as_a_module_measures_in_fresh_processes(tmp_path):
     data = json.loads(out.read_text())
     assert [r["status"] for r in data["rows"]] == ["ok"]
     assert data["command"].startswith("python -m benchmarks.dense --match")
+
+
+# ---------------------------------------------------------------- suite.py (make bench)
+
+
+def test_every_suite_entry_runs_a_script_of_the_package_with_its_paths_filled(tmp_path):
+    import importlib.util
+
+    from benchmarks import suite
+
+    for entry in suite.ENTRIES:
+        assert importlib.util.find_spec(f"benchmarks.{entry.script}") is not None, entry.name
+        for quick in (False, True):
+            cmd = suite.command(entry, quick=quick, out=tmp_path, streaming_checkpoint="ck")
+            assert cmd is None and quick or cmd[1:3] == ["-m", f"benchmarks.{entry.script}"]
+            assert cmd is None or not any("{" in word for word in cmd), entry.name
+    streaming = next(e for e in suite.ENTRIES if e.script == "streaming")
+    assert suite.command(streaming, quick=False, out=tmp_path, streaming_checkpoint=None) is None
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs (not gone, not a zombie waiting for its parent)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_the_suite_stops_an_entry_over_its_budget_with_all_it_started(tmp_path):
+    from benchmarks import suite
+
+    pid_file = tmp_path / "pid"
+    code = ("import subprocess, sys, time; "
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+            f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(120)")
+    status, seconds = suite.run_entry([sys.executable, "-c", code], 5, tmp_path / "log")
+    assert status == "over the 5 s budget" and seconds < 60
+    deadline = time.monotonic() + 30
+    while _running(int(pid_file.read_text())):
+        assert time.monotonic() < deadline, "the entry's own child outlived the budget"
+        time.sleep(0.2)
+    assert suite.run_entry([sys.executable, "-c", "raise SystemExit(3)"], 60,
+                           tmp_path / "log")[0] == "exit 3"
