@@ -133,9 +133,7 @@ def test_out_and_plot_naming_files_are_refused_before_any_work(tsv, tmp_path, ca
     assert (tmp_path / "file").read_text() == "keep me"
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_signal_saves_then_exits_with_its_code(tsv, tmp_path, capsys, monkeypatch, signum,
-                                                 code):
+def _signalled_at_step_2(monkeypatch, signum):
     loss, calls = TranslateTask.loss, []
 
     def signalled(self, model, batch, step=0):
@@ -145,6 +143,13 @@ def test_a_signal_saves_then_exits_with_its_code(tsv, tmp_path, capsys, monkeypa
         return loss(self, model, batch, step)
 
     monkeypatch.setattr(TranslateTask, "loss", signalled)
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
+                                          (signal.SIGHUP, 129)])
+def test_a_signal_saves_then_exits_with_its_code(tsv, tmp_path, capsys, monkeypatch, signum,
+                                                 code):
+    _signalled_at_step_2(monkeypatch, signum)
     out = tmp_path / "run"
     assert _train(tsv, out, "--steps", "50") == code
     err = capsys.readouterr().err
@@ -152,6 +157,16 @@ def test_a_signal_saves_then_exits_with_its_code(tsv, tmp_path, capsys, monkeypa
     assert "Traceback" not in err
     assert load_checkpoint(out / "checkpoint").trainer_state["step"] == 2
     assert not (out / "history.json").exists()  # stopped: no final evaluation
+
+
+def test_a_hangup_that_nohup_ignores_stays_ignored(tsv, tmp_path, monkeypatch):
+    _signalled_at_step_2(monkeypatch, signal.SIGHUP)
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert _train(tsv, tmp_path / "run", "--steps", "4") == 0
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert load_checkpoint(tmp_path / "run" / "checkpoint").trainer_state["step"] == 4
 
 
 def test_ctrl_c_before_training_stops_cleanly(tsv, tmp_path, capsys, monkeypatch):

@@ -1,6 +1,10 @@
 """The shared training loop on a tiny attention task."""
 
+import errno
+import io
+import os
 import signal
+import sys
 
 import pytest
 import torch
@@ -103,6 +107,46 @@ def test_signal_saves_a_checkpoint_and_stops(tmp_path):
     assert result.stopped == "signal" and result.step == 4 and result.signal == signal.SIGTERM
     assert load_checkpoint(tmp_path / "checkpoint").trainer_state["step"] == 4
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handler restored
+
+
+class ClosedByHangUp(io.StringIO):
+    """A terminal that goes away: once ``gone``, writing to it fails with EIO."""
+
+    gone = False
+
+    def isatty(self):
+        return True
+
+    def write(self, text):
+        if self.gone:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return super().write(text)
+
+    def flush(self):
+        if self.gone:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+
+def test_a_hang_up_saves_a_checkpoint_though_the_terminal_is_gone(tmp_path, monkeypatch):
+    torch.manual_seed(0)
+    terminal = ClosedByHangUp()
+    monkeypatch.setattr(sys, "stderr", terminal)  # the progress bar's
+    task = ReverseTask()
+    original = task.loss
+    calls = []
+
+    def loss(model, batch, step):
+        calls.append(1)
+        if len(calls) == 4:  # the terminal closed: it is gone, and the process gets SIGHUP
+            terminal.gone = True
+            signal.raise_signal(signal.SIGHUP)
+        return original(model, batch, step)
+
+    task.loss = loss
+    result = Trainer(Reverse(), task, _cfg(max_steps=50, progress=True), tmp_path).fit()
+    assert result.stopped == "signal" and result.step == 4 and result.signal == signal.SIGHUP
+    assert load_checkpoint(tmp_path / "checkpoint").trainer_state["step"] == 4
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # handler restored
 
 
 def test_early_stopping_and_time_budget(tmp_path):

@@ -217,8 +217,8 @@ def locked_run_folder(args):
 
 
 class Interrupted(Exception):
-    """A run stopped by SIGINT or SIGTERM after saving its checkpoint; ``exit_code`` is
-    ``128 + signal`` (130, 143), as a shell reports a process ended by that signal."""
+    """A run stopped by SIGINT, SIGTERM or SIGHUP after saving its checkpoint; ``exit_code``
+    is ``128 + signal`` (130, 143, 129), as a shell reports a process ended by that signal."""
 
     def __init__(self, signum: int, message: str):
         super().__init__(message)
@@ -423,7 +423,8 @@ def train_and_report(model, task, args, *, metric: str = "accuracy") -> TrainRes
     processes of a torchrun job, which leave reporting to rank 0.
 
     Raises:
-        Interrupted: SIGINT or SIGTERM stopped the training (the checkpoint is saved).
+        Interrupted: SIGINT, SIGTERM or SIGHUP stopped the training (the checkpoint is
+            saved).
     """
     trainer = Trainer(model, task, training_config(args, metric=metric), args.out)
     if args.resume and trainer.checkpoint_dir.exists():  # else a pre-training was resumed

@@ -97,7 +97,7 @@ def _run(argv: list[str] | None) -> int:
         check_arguments(args)
         with locked_run_folder(args):
             return args.run(args)
-    except Interrupted as exc:  # SIGINT/SIGTERM during training: saved, then stopped
+    except Interrupted as exc:  # SIGINT/SIGTERM/SIGHUP during training: saved, then stopped
         print(f"attnkit: {exc}", file=sys.stderr)
         return exc.exit_code
     except (CheckpointError, DataError, ValueError) as exc:  # bad files or settings: a message

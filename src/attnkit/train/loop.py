@@ -3,7 +3,7 @@
 A task supplies what differs between tasks; the :class:`Trainer` does the rest: AdamW with a
 warm-up/decay schedule, gradient clipping, progress with loss and tokens/s (a bar on a terminal,
 log lines elsewhere: :mod:`attnkit.train.progress`), periodic validation, early stopping,
-checkpoints (periodic, at the end, and on SIGINT/SIGTERM), exact resumption and TensorBoard
+checkpoints (periodic, at the end, and on SIGINT/SIGTERM/SIGHUP), exact resumption and TensorBoard
 event files in the run folder.
 
 A task is any object with::
@@ -96,6 +96,12 @@ log = logging.getLogger("attnkit")
 
 PICTURES = 2  # validation examples pictured for TensorBoard at each validation
 
+# The signals that stop a run after its checkpoint is saved: Ctrl-C, kill, and a hang-up (the
+# terminal closed, an ssh connection dropped). One that is ignored when the run starts (nohup
+# ignores SIGHUP) stays ignored.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))
+
 
 class Task(Protocol):
     def batches(self, epoch: int): ...
@@ -177,7 +183,7 @@ def lr_factor(step: int, config: TrainConfig) -> float:
 @dataclass
 class TrainResult:
     """How a run ended: ``stopped`` in "max_steps", "early_stopping", "time_budget", "signal";
-    ``signal``: the number of the signal (SIGINT, SIGTERM) that stopped this process, if one
+    ``signal``: the number of the signal (SIGINT, SIGTERM, SIGHUP) that stopped this process, if one
     did."""
 
     step: int
@@ -399,8 +405,9 @@ class Trainer:
                 self.model, device_ids=[device.index] if device.type == "cuda" else None)
         handlers = {}
         try:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                handlers[sig] = signal.signal(sig, self._on_signal)
+            for sig in STOP_SIGNALS:
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    handlers[sig] = signal.signal(sig, self._on_signal)
         except ValueError:  # not the main thread: no signal handling
             handlers = {}
         start = time.monotonic()
