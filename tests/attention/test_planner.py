@@ -205,3 +205,29 @@ def test_timing_gives_each_serving_path_a_time():
         assert (e.forward_seconds is not None and e.forward_seconds > 0) == served
         assert (e.train_seconds is not None and e.train_seconds > 0) == served
     assert estimate(Attention(16), CallShape(2, 20, 30)).predicted.forward_seconds is None
+
+
+@pytest.mark.parametrize("tq, tk, window, causal", [
+    (5000, 5000, None, False), (5000, 5000, None, True), (5000, 5000, (40, 0), True),
+    (5000, 3001, (7, 7), False), (3001, 5000, (300, 20), False), (4097, 64, None, False),
+])
+def test_the_block_bound_holds_the_exact_blocks_and_is_within_twice(monkeypatch, tq, tk, window,
+                                                                    causal):
+    """Past planner.EXACT_BLOCKS query blocks the chunked path's blocks are bounded in closed
+    form: never below the exact walk, at most twice it."""
+    from attnkit.attention import planner
+
+    attn = Attention(16, score="additive", window=window, causal=causal)
+    c = planner._Call.of(attn, CallShape(2, tq, tk))
+    for bq, bk in ((8, 16), (16, 64), (32, 8)):
+        exact = planner._block_elements(c, bq, bk)
+        monkeypatch.setattr(planner, "EXACT_BLOCKS", 2)
+        bound = planner._block_elements(c, bq, bk)
+        monkeypatch.undo()
+        assert all(e <= b <= 2 * e for e, b in zip(exact, bound)), (bq, bk, exact, bound)
+
+
+def test_a_huge_call_is_planned_without_walking_its_blocks():
+    plan = estimate(Attention(64, score="additive"), CallShape(1, 10**12, 10**12))
+    chunked = next(e for e in plan.estimates if e.impl == "chunked")
+    assert chunked.blocker is None and chunked.train_bytes > 10**12  # the inputs' gradients

@@ -87,3 +87,9 @@ def test_time_on_a_device_this_machine_lacks(capsys, monkeypatch):
                                               "and this machine has no CUDA")
     assert main(["plan", "--tq", "10", "--dim", "8", "--device", "cuda"]) == 0
     assert "float32 on cuda" in capsys.readouterr().out
+
+
+def test_a_trillion_queries_is_planned_and_printed_in_large_units(capsys):
+    assert main(["plan", "--tq", str(10**12), "--dim", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "PiB" in out and "TiB" in out and "<- auto" in out

@@ -822,10 +822,27 @@ def _chunked(led: _Ledger, c: _Call, plan: Plan, train: bool) -> Callable[[], No
     return backward
 
 
+# Query blocks walked one by one by _block_elements; past this many, a bound is used.
+EXACT_BLOCKS = 4096
+
+
 def _block_elements(c: _Call, bq: int, bk: int) -> tuple[int, int]:
     """For the chunked path's blocks (``bq`` queries by ``bk`` keys, fewer at the ends and
     where a causal or window band ends): the queries x keys of the largest block, and the
-    largest sum of two consecutive blocks' (``largest`` when each block is alone)."""
+    largest sum of two consecutive blocks' (``largest`` when each block is alone).
+
+    Exact for up to :data:`EXACT_BLOCKS` query blocks. Past that, an upper bound in closed
+    form: no block holds more than ``bq`` queries by the widest key range a query block
+    sees (the band is widest at the first, a middle or the last full query block; one key
+    more for the rounding of positions when ``Tq != Tk``), and two blocks twice that. The
+    blocks are then a vanishing share of the call's memory.
+    """
+    n = -(-c.tq // bq)
+    if n > EXACT_BLOCKS:
+        widest = max(hi - lo for lo, hi in (_key_range(c, q0, q0 + bq)
+                                            for q0 in (0, (n // 2) * bq, (n - 2) * bq)))
+        largest = bq * min(bk, widest + 1, c.tk)
+        return largest, 2 * largest
     largest = pair = 0
     last = 0
     for q0 in range(0, c.tq, bq):

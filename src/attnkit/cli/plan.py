@@ -123,8 +123,11 @@ def _shape(args) -> planner.CallShape:
 
 
 def size(n: int) -> str:
-    """Bytes as B, KiB, MiB or GiB."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    """Bytes as B, KiB, MiB, GiB, TiB or PiB (past 1024 PiB in powers of ten of PiB)."""
+    if n >= 2**60:
+        return f"{n / 2**50:.2e} PiB"
+    for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20),
+                        ("KiB", 2**10)):
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} B"
