@@ -7,8 +7,8 @@ reported. Forward is timed under ``torch.no_grad()`` (inference); "train" is for
 
 Implementations compared (not every case has every one):
 
-* ``loop``: a per-step Python loop, one query at a time (seed 000's Approach 1);
-* ``naive``: the full-matrix version written the usual way (seed 000's Approach 2.1);
+* ``loop``: a per-step Python loop, one query at a time (what users write first);
+* ``naive``: the full-matrix version written the usual way;
 * ``reference`` / ``chunked`` / ``auto``: attnkit with that ``impl``;
 * ``sdpa``: ``F.scaled_dot_product_attention`` (with the same projections for multi-head).
 
@@ -102,7 +102,7 @@ class Result:
 
 
 def _loop_dot(q, k, v):
-    """One query at a time (seed 000, Approach 1): q (B, T, D) or (B, H, T, d). Iterating with
+    """One query at a time (a per-step loop): q (B, T, D) or (B, H, T, d). Iterating with
     ``unbind``, as ``for x in xs`` does, keeps the backward of the slicing cheap."""
     outs = []
     for qt in q.unbind(-2):  # (B, [H,] D)
@@ -112,7 +112,7 @@ def _loop_dot(q, k, v):
 
 
 def _naive_dot(q, k, v):
-    """The full matrix (seed 000, Approach 2.1)."""
+    """The full matrix, through autograd."""
     return (q @ k.transpose(-1, -2)).softmax(-1) @ v
 
 
@@ -413,7 +413,7 @@ def figures(results: list[Result]) -> list[str]:
     loop, auto = _find(results, "self B=32 T=800", "loop"), _find(results, "self B=32 T=800", "auto")
     if loop and auto:
         s = loop.train_s / auto.train_s
-        lines.append(f"- Seed 000 case (dot self-attention B=32 T=800 D=256) train: {s:.0f}x "
+        lines.append(f"- Long-sequence self-attention (dot, B=32 T=800 D=256) train: {s:.0f}x "
                      f"faster than the per-step loop (target >= 20x): {verdict(s >= 20)}")
     for t in (800, 1500):
         lp, au = (_find(results, f"decoder B=8 T={t} ", "loop"),

@@ -1,12 +1,12 @@
 """Whole models: attnkit's against the plain PyTorch model a user writes, one training step.
 
 For each model family and shape, attnkit's model and the plain one (:mod:`plain`: from the
-paper or the seed, same sizes, same seeded data) each run in a fresh process
+paper or a tutorial, same sizes, same seeded data) each run in a fresh process
 (:mod:`harness`): one training step is forward + backward + an Adam step; after one warm-up
 step (which also allocates Adam's state) the median of ``--reps`` steps and the peak extra
 resident memory during them are reported, with the ratios attnkit / plain.
 
-* ``bahdanau``: ``Seq2Seq(kind="bahdanau")`` vs seed 002's model (:class:`plain.SeedBahdanau`);
+* ``bahdanau``: ``Seq2Seq(kind="bahdanau")`` vs the tutorial's model (:class:`plain.TutorialBahdanau`);
   V=100, E=H=256, masked cross-entropy; shapes (B, S, T).
 * ``luong``: ``Seq2Seq(kind="luong", score="general", input_feeding=True)`` vs the per-step
   loop (:class:`plain.PlainLuong`); same sizes and shapes.
@@ -16,7 +16,7 @@ resident memory during them are reported, with the ratios attnkit / plain.
   dropout) vs ``nn.Transformer`` with the same sizes and parameters
   (:class:`plain.PlainTransformer`); masked cross-entropy; shapes (B, S, T).
 * ``crnn``: ``CRNN(attention="global" | "window", score="general")`` with the CTC loss vs seed
-  000's CRNN with the full ``(B, T, T)`` attention matrix (:class:`plain.SeedCRNN`); hidden 256,
+  000's CRNN with the full ``(B, T, T)`` attention matrix (:class:`plain.PlainCRNN`); hidden 256,
   shapes (B, W pixels), ``T = W // 2`` steps.
 
 Source, frame and line lengths are random between half and all of the padded length (the first
@@ -113,10 +113,10 @@ def build(family: str, impl: str, shape: tuple, device: torch.device | str = "cp
             def logits_of(m):
                 return m(src, src_len, tgt_in)[0]
         elif family == "bahdanau":
-            model = plain.SeedBahdanau(V_TEXT, V_TEXT, emb=E, hidden=H)
+            model = plain.TutorialBahdanau(V_TEXT, V_TEXT, emb=E, hidden=H)
 
             def logits_of(m):
-                return m(src, tgt_in)  # the seed's model takes no lengths
+                return m(src, tgt_in)  # the tutorial's model takes no lengths
         else:
             model = plain.PlainLuong(V_TEXT, V_TEXT, emb=E, hidden=H)
 
@@ -149,7 +149,7 @@ def build(family: str, impl: str, shape: tuple, device: torch.device | str = "cp
     targets = tokens(gen, chars, w // 25, V_TEXT)
     widths, images, chars, targets = on(widths, images, chars, targets)
     if impl == "plain":
-        model = plain.SeedCRNN(V_TEXT, hidden=CRNN_HIDDEN)
+        model = plain.PlainCRNN(V_TEXT, hidden=CRNN_HIDDEN)
     else:
         model = CRNN(V_TEXT, hidden=CRNN_HIDDEN, attention=impl.split("-")[1], score="general",
                      dropout=0.0)

@@ -1,4 +1,4 @@
-"""Seed 000's CRNN at its own size: what the attention layer between RNN1 and RNN2 costs.
+"""A CRNN text recogniser over ~800 steps (:class:`plain.PlainCRNN`): what the attention layer between RNN1 and RNN2 costs.
 
     python -m benchmarks.ocr_speed --json results/ocr_speed.json
 
@@ -6,8 +6,8 @@ Batch 32 of line images 1600 px wide (800 steps after the CNN; ``--batch``, ``--
 BiLSTMs of hidden 256, a CTC loss: one training step (forward, backward) of the CRNN without
 attention, and with the same attention layer (general score ``x_t W x_s^T``, output
 ``tanh(W_c [x_t; c_t])``) written four ways: attnkit ``SelfAttention`` over the whole line
-and over a window of 32 steps each side, the seed's Approach 1 (a Python loop over the 800
-steps) and Approach 2.1 (the full ``(B, T, T)`` matrix through autograd). Each case runs in a
+and over a window of 32 steps each side, a per-step Python loop over the 800
+steps and the full ``(B, T, T)`` matrix through autograd. Each case runs in a
 fresh process (:mod:`harness`); time is the median of the steps after one warm-up, memory the
 peak resident memory during them minus that before them.
 """
@@ -23,10 +23,10 @@ from attnkit.attention import SelfAttention
 from attnkit.models import CRNN
 
 from benchmarks import harness
-from benchmarks.plain import SeedLoop, SeedMatrix
+from benchmarks.plain import LoopAttention, MatrixAttention
 
-CASES = ("none", "attnkit-global", "attnkit-window32", "loop (Approach 1)",
-         "matrix (Approach 2.1)")
+CASES = ("none", "attnkit-global", "attnkit-window32", "loop (per step)",
+         "matrix (B, T, T)")
 B, WIDTH, HIDDEN, VOCAB = 32, 1600, 256, 100
 
 
@@ -39,9 +39,9 @@ def build(case: str) -> CRNN:
     elif case == "attnkit-window32":
         model.attention = SelfAttention(d, score="general", window=(32, 32))
     elif case.startswith("loop"):
-        model.attention = SeedLoop(d)
+        model.attention = LoopAttention(d)
     elif case.startswith("matrix"):
-        model.attention = SeedMatrix(d)
+        model.attention = MatrixAttention(d)
     return model
 
 

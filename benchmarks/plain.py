@@ -1,14 +1,14 @@
-"""The plain PyTorch models a user writes from the papers or the seeds, for the benchmarks.
+"""The plain PyTorch models a user writes from the papers and tutorials, for the benchmarks.
 
 Nothing here uses attnkit: these are the baselines attnkit's models are measured against
 (``models_vs_plain.py``, ``ocr_speed.py``, ``las_memory.py``), written the usual way, with
 the sizes of attnkit's models so that both sides compute a model of the same size.
 
-* :class:`SeedBahdanau`: seed 002's Bahdanau seq2seq (after Ben Trevett's tutorial 3):
+* :class:`TutorialBahdanau`: the Bahdanau seq2seq of Ben Trevett's tutorial 3, as users copy it:
   bi-GRU encoder, additive attention computed per step on ``[s; h_j]`` concatenated, GRU
-  decoder; time-major inside, as the seed. Transcribed with its typos fixed (the unused
+  decoder; time-major inside, as the tutorial. Transcribed with its copies' typos fixed (the unused
   ``weighted.permute``, ``weighted.cat``, ``predictions``, the decoder's 2-D GRU state, the
-  doubled first input); teacher forcing 1.0. Like the seed it neither packs the source nor
+  doubled first input); teacher forcing 1.0. Like the tutorial it neither packs the source nor
   masks padding out of the attention.
 * :class:`PlainLuong`: Luong et al. 2015's global attention with the general score and input
   feeding, a per-step loop as in OpenNMT: packed bi-GRU encoder, ``GRUCell`` over
@@ -18,9 +18,9 @@ the sizes of attnkit's models so that both sides compute a model of the same siz
   then three layers halving time by concatenating neighbouring frames) and an ``LSTMCell``
   speller with location-aware attention (Chorowski et al. 2015, :class:`UsualLocationAttention`)
   computed per step.
-* :class:`SeedCRNN`: seed 000's CRNN (convolutions -> BLSTM -> attention -> BLSTM -> CTC) with
-  its full-matrix attention layer (Approach 2.1, :class:`SeedMatrix`) between the BLSTMs; and
-  :class:`SeedLoop`, the same layer as the seed's per-step loop (Approach 1).
+* :class:`PlainCRNN`: a CRNN text recogniser (convolutions -> BLSTM -> attention -> BLSTM -> CTC)
+  over ~800 steps with the full-matrix attention layer users write (:class:`MatrixAttention`)
+  between the BLSTMs; and :class:`LoopAttention`, the same layer as a per-step Python loop.
 * :class:`PlainTransformer`: ``nn.Transformer`` (pre-norm, batch-first) between embeddings
   scaled by ``sqrt(D)`` plus the paper's sinusoids and an output layer tied to the target
   embedding, padding masked by the lengths: the model a user builds from PyTorch's own module.
@@ -37,10 +37,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-# --------------------------------------------------------------------------- seed 002: Bahdanau
+# --------------------------------------------------------------------------- tutorial Bahdanau
 
 
-class SeedEncoder(nn.Module):
+class TutorialEncoder(nn.Module):
     def __init__(self, vocab_size, embed_dim, encoder_hidden_size, decoder_hidden_size, dropout):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
@@ -56,7 +56,7 @@ class SeedEncoder(nn.Module):
         return outputs, hidden
 
 
-class SeedAttention(nn.Module):
+class TutorialAttention(nn.Module):
     def __init__(self, encoder_hidden_size, decoder_hidden_size):
         super().__init__()
         self.fc1 = nn.Linear(encoder_hidden_size * 2 + decoder_hidden_size, decoder_hidden_size)
@@ -73,14 +73,14 @@ class SeedAttention(nn.Module):
         return weighted.permute(1, 0, 2)  # (1, B, 2He)
 
 
-class SeedDecoder(nn.Module):
+class TutorialDecoder(nn.Module):
     def __init__(self, vocab_size, embed_dim, decoder_hidden_size, encoder_hidden_size, dropout):
         super().__init__()
         self.vocab_size = vocab_size
         self.dropout = nn.Dropout(dropout)
         self.embedding = nn.Embedding(vocab_size, embed_dim)
         self.gru = nn.GRU(encoder_hidden_size * 2 + embed_dim, decoder_hidden_size)
-        self.attention = SeedAttention(encoder_hidden_size, decoder_hidden_size)
+        self.attention = TutorialAttention(encoder_hidden_size, decoder_hidden_size)
         self.fc = nn.Linear(encoder_hidden_size * 2 + decoder_hidden_size + embed_dim,
                             vocab_size)
 
@@ -93,16 +93,16 @@ class SeedDecoder(nn.Module):
         return self.fc(fc_in), hidden.squeeze(0)  # (B, V), (B, Hd)
 
 
-class SeedBahdanau(nn.Module):
-    """Seed 002's model: ``forward(src (B, S), tgt_in (B, T))`` -> logits ``(B, T, V)``."""
+class TutorialBahdanau(nn.Module):
+    """The tutorial's model: ``forward(src (B, S), tgt_in (B, T))`` -> logits ``(B, T, V)``."""
 
     def __init__(self, src_vocab, tgt_vocab, *, emb, hidden, dropout=0.0):
         super().__init__()
-        self.encoder = SeedEncoder(src_vocab, emb, hidden, hidden, dropout)
-        self.decoder = SeedDecoder(tgt_vocab, emb, hidden, hidden, dropout)
+        self.encoder = TutorialEncoder(src_vocab, emb, hidden, hidden, dropout)
+        self.decoder = TutorialDecoder(tgt_vocab, emb, hidden, hidden, dropout)
 
     def forward(self, src, tgt_in):
-        source, target = src.t(), tgt_in.t()  # time-major, as the seed: (S, B), (T, B)
+        source, target = src.t(), tgt_in.t()  # time-major, as the tutorial: (S, B), (T, B)
         encoder_outputs, hidden = self.encoder(source)
         outputs = []
         for t in range(target.size(0)):  # teacher forcing 1.0: x_t = target[t]
@@ -254,11 +254,11 @@ class PlainLAS(nn.Module):
         return torch.stack(logits, dim=1)  # (B, U, V)
 
 
-# --------------------------------------------------------------------------- seed 000: CRNN
+# --------------------------------------------------------------------------- a plain CRNN
 
 
-class SeedLoop(nn.Module):
-    """Approach 1: one query at a time, the loop the seed found 12x slower; general score
+class LoopAttention(nn.Module):
+    """One query at a time, the per-step loop (about 12x slower than one batched call); general score
     ``x_t W x_s^T``, output ``tanh(W_c [x_t; c_t])``, padded keys masked."""
 
     def __init__(self, d: int):
@@ -277,8 +277,8 @@ class SeedLoop(nn.Module):
         return torch.stack(out, 1)
 
 
-class SeedMatrix(SeedLoop):
-    """Approach 2.1: the whole (B, T, T) score matrix through autograd (its softmax taken
+class MatrixAttention(LoopAttention):
+    """The whole (B, T, T) score matrix through autograd (its softmax taken
     over the keys, as the loop does)."""
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -288,12 +288,12 @@ class SeedMatrix(SeedLoop):
         return torch.tanh(self.combine(torch.cat([x, ctx], -1)))
 
 
-class SeedCRNN(nn.Module):
-    """Seed 000's CRNN with the full-matrix attention between its BLSTMs:
+class PlainCRNN(nn.Module):
+    """A CRNN with the full-matrix attention between its BLSTMs:
     ``forward(images (B, 1, 32, W), widths (B,))`` -> log-probs ``(B, W // 2, V)``, steps.
 
     The convolutions are those of attnkit's CRNN (five conv-BN-ReLU blocks, height 32 -> 1,
-    width halved once); the BLSTMs run on the padded tensor, as in the seed.
+    width halved once); the BLSTMs run on the padded tensor, as users write them.
     """
 
     def __init__(self, vocab, *, channels=(32, 64, 128, 128, 128), hidden=256):
@@ -305,7 +305,7 @@ class SeedCRNN(nn.Module):
             c_in = c
         self.cnn = nn.Sequential(*layers)
         self.rnn1 = nn.LSTM(c_in, hidden, batch_first=True, bidirectional=True)
-        self.attention = SeedMatrix(2 * hidden)
+        self.attention = MatrixAttention(2 * hidden)
         self.rnn2 = nn.LSTM(2 * hidden, hidden, batch_first=True, bidirectional=True)
         self.fc = nn.Linear(2 * hidden, vocab)
 

@@ -309,15 +309,15 @@ def test_plain_transformer_is_attnkits_transformer_in_nn_transformer():
 def test_seed_bahdanau_is_attnkits_bahdanau_on_unpadded_batches():
     torch.manual_seed(0)
     ours = Seq2Seq(11, 11, kind="bahdanau", emb=4, hidden=6)
-    theirs = plain.SeedBahdanau(11, 11, emb=4, hidden=6)
+    theirs = plain.TutorialBahdanau(11, 11, emb=4, hidden=6)
     mine = ours.state_dict()
     weights = _packed_gru_names(mine, "encoder.gru")
     weights["encoder.embed.weight"] = mine["encoder.embed.weight"]
-    w_init = mine["decoder.init.weight"]  # (H, 2H) over [forward; backward], the seed's reverse
+    w_init = mine["decoder.init.weight"]  # (H, 2H) over [forward; backward], the tutorial's reverse
     weights["encoder.fc.weight"] = torch.cat([w_init[:, 6:], w_init[:, :6]], dim=1)
     weights["encoder.fc.bias"] = mine["decoder.init.bias"]
     weights["decoder.embedding.weight"] = mine["decoder.embed.weight"]
-    score = ours.decoder.attention.score  # v^T tanh(W s + U h): the seed's fc1 on [s; h]
+    score = ours.decoder.attention.score  # v^T tanh(W s + U h): the tutorial's fc1 on [s; h]
     weights["decoder.attention.fc1.weight"] = torch.cat([score.w_query[0].T, score.w_key[0].T], 1)
     weights["decoder.attention.fc1.bias"] = torch.zeros(6)
     weights["decoder.attention.fc2.weight"] = score.v.detach()

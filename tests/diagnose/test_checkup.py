@@ -52,14 +52,14 @@ def zero_padding(key, value, key_mask):
 
 
 class SoftmaxOverQueries(Dot):
-    """Seed 000's loop version: F.softmax(scores, dim=1) on (bs, seq, seq) scores."""
+    """A classic slip: F.softmax(scores, dim=1) on (bs, seq, seq) scores."""
 
     def normalise(self, scores):
         return F.softmax(scores, dim=1)
 
 
 class NoMask(Dot):
-    """Seed 002's attention: padded encoder steps are scored like the others."""
+    """A tutorial's attention: padded encoder steps are scored like the others."""
 
     def mask(self, scores, key_mask):
         return scores
@@ -91,7 +91,7 @@ class NegInf(Dot):
 
 
 class ConcatScore(Dot):
-    """Seed 004's decoder: e_j = w^T [s; h_j], whose query term the softmax cancels."""
+    """A decoder scoring e_j = w^T [s; h_j], whose query term the softmax cancels."""
 
     def __init__(self, dim: int = 8):
         super().__init__(dim)
