@@ -1,7 +1,8 @@
 # `make demo` and `make test` work on a fresh machine: they install the Debian packages attnkit
-# uses (`make system`), create .venv, install the CPU build of
-# torch 2.13.0 first (a plain `torch` requirement would pull a multi-GB CUDA build), then attnkit
-# with its test tools and the export extra (onnx, onnxruntime: neither asks for torch).
+# uses (`make system`), create .venv, install the CPU build of torch 2.13.0 first (a plain
+# `torch` requirement would pull a multi-GB CUDA build), then attnkit with its extras: dev (test
+# tools), export (onnx, onnxruntime: neither asks for torch) and docs (MkDocs, for `make docs`
+# and the site's test).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
