@@ -15,7 +15,9 @@ lists them newest first, :func:`recover_folder` puts the newest in place and del
 
 Only these exact names are ever deleted (``XXXXXXXX``: the 8 characters that
 :func:`tempfile.mkdtemp` draws), so a folder of someone else's beside ``NAME``
-(``.NAME.backup``, ``.NAME.old``) is never touched.
+(``.NAME.backup``, ``.NAME.old``) is never touched. A ``NAME`` that is a symbolic link to a
+folder (a checkpoint kept on another disk) is written at the link's target, beside which the
+other names then are; the link stays.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ log = logging.getLogger("attnkit")
 
 TEMPORARY = "attnkit-tmp-"
 RANDOM = re.compile(r"[a-z0-9_]{8}")  # what tempfile.mkdtemp puts after the prefix
+
+
+def _target(directory: str | Path) -> Path:
+    """Where ``directory`` is written: itself, or the target of the link it is."""
+    directory = Path(directory)
+    return Path(os.path.realpath(directory)) if directory.is_symlink() else directory
 
 
 def _new(directory: Path) -> Path:
@@ -63,7 +71,7 @@ def _temporaries(directory: Path) -> list[Path]:
 def folder_copies(directory: str | Path) -> list[Path]:
     """The complete copies of ``directory`` that exist, newest first: ``.NAME.attnkit-new``
     (a write cut short after it finished), the folder itself, ``.NAME.attnkit-old``."""
-    directory = Path(directory)
+    directory = _target(directory)
     return [p for p in (_new(directory), directory, _old(directory)) if p.is_dir()]
 
 
@@ -72,7 +80,7 @@ def write_folder(directory: str | Path) -> Iterator[Path]:
     """Yield an empty folder beside ``directory`` to write the new content into; when the
     block ends without an error, that folder replaces ``directory`` whole (see the module
     docstring). Creates the folders above ``directory``."""
-    directory = Path(directory)
+    directory = _target(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary(directory)
     try:
@@ -114,7 +122,7 @@ def recover_folder(directory: str | Path) -> Path | None:
     ``directory``, the other copies and the temporary folders are deleted. Returns the
     folder's path, or None when there is no copy. Call it only where no other process is
     writing the same folder."""
-    directory = Path(directory)
+    directory = _target(directory)
     if not directory.parent.is_dir():
         return None
     for tmp in _temporaries(directory):

@@ -8,11 +8,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from safetensors import SafetensorError
 
+from attnkit import folders
 from attnkit.cli.main import main
 from attnkit.data import CharVocab
 from attnkit.export import writer
 from attnkit.models import CRNN, model_config
+from attnkit.train import checkpoint as checkpoint_module
 from attnkit.train import load_checkpoint, save_checkpoint
 
 
@@ -73,37 +76,97 @@ def test_the_checkpoint_being_read_or_another_run_is_never_written_over(run, tmp
     assert load_checkpoint(other / "checkpoint").trainer_state is not None
 
 
+def _enospc() -> OSError:
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _safetensors_enospc() -> SafetensorError:
+    return SafetensorError("Error while serializing: I/O error: No space left on device (os "
+                           "error 28)")
+
+
 def full_disk(monkeypatch, disk: Path) -> None:
     """Make the folder ``disk`` behave as a full disk: a file that attnkit's export writes
-    there (a graph, the JSON, the runner, a file moved in from elsewhere) is cut short and
-    the write raises ENOSPC."""
-    def filling(real, written: int):
+    there (a graph, the JSON, the runner, the tensors of a checkpoint, a file moved in from
+    elsewhere) is cut short and the write raises what it raises on ENOSPC."""
+    def filling(real, written: int, error):
         def write(*args, **kwargs):
             path = Path(args[written])
             if disk not in path.absolute().parents:
                 return real(*args, **kwargs)
             real(*args, **kwargs)
             path.write_bytes(path.read_bytes()[:100]) if path.is_file() else None
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            raise error()
         return write
 
-    for module, function, written in [(writer, "export_graph", 2), (shutil, "copyfile", 1),
-                                      (shutil, "move", 1), (Path, "write_text", 0)]:
-        monkeypatch.setattr(module, function, filling(getattr(module, function), written))
+    for module, function, written, error in [
+            (writer, "export_graph", 2, _enospc), (shutil, "copyfile", 1, _enospc),
+            (shutil, "move", 1, _enospc), (Path, "write_text", 0, _enospc),
+            (checkpoint_module, "save_file", 1, _safetensors_enospc)]:
+        monkeypatch.setattr(module, function, filling(getattr(module, function), written, error))
 
 
-def test_a_re_export_onto_a_full_disk_leaves_the_earlier_export_whole(run, tmp_path,
-                                                                     monkeypatch):
+def read_only(monkeypatch, disk: Path) -> None:
+    """Make the folder ``disk`` behave as a read-only mount: nothing can be created in it."""
+    real = folders.tempfile.mkdtemp
+
+    def mkdtemp(*args, dir=None, **kwargs):
+        if dir is not None and (Path(dir) == disk or disk in Path(dir).parents):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(dir))
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(folders.tempfile, "mkdtemp", mkdtemp)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "checkpoint"])
+def test_a_re_export_onto_a_full_disk_leaves_the_earlier_export_whole(run, tmp_path, capsys,
+                                                                     monkeypatch, fmt):
     pytest.importorskip("onnx")
     out = tmp_path / "d"
-    assert _export(run / "checkpoint", out) == 0
+    assert _export(run / "checkpoint", out, "--format", fmt) == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     full_disk(monkeypatch, tmp_path)
-    with pytest.raises(OSError):
-        _export(run / "checkpoint", out, "--beam", "2")
+    capsys.readouterr()
+    assert _export(run / "checkpoint", out, "--format", fmt, "--force") == 2
     monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert err == {
+        "onnx": f"attnkit: out: cannot write the export in {out}: No space left on device; "
+                "the earlier export there is left as it was\n",
+        "checkpoint": f"attnkit: {out / 'config.json'}: not saved (No space left on device); "
+                      "the checkpoint already there is kept\n"}[fmt]
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "run"]
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "checkpoint"])
+def test_an_export_that_cannot_be_written_is_one_line_naming_the_folder(run, tmp_path, capsys,
+                                                                        monkeypatch, fmt):
+    pytest.importorskip("onnx")
+    (tmp_path / "afile").write_text("")
+    read_only(monkeypatch, tmp_path / "ro")
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "w" / "x").mkdir(parents=True)
+    (tmp_path / "w" / "notes.txt").write_text("")
+    monkeypatch.chdir(tmp_path / "w" / "x")
+    cases = [
+        (tmp_path / "ro" / "d", {
+            "onnx": f"out: cannot write the export in {tmp_path / 'ro' / 'd'}: Read-only file "
+                    "system",
+            "checkpoint": f"{tmp_path / 'ro' / 'd'}: not saved (Read-only file system)"}[fmt]),
+        (tmp_path / "afile" / "sub", f"out: cannot create {tmp_path / 'afile' / 'sub'}: "
+                                     f"{tmp_path / 'afile'} is a file"),
+        ("..", "out: .. is not empty and not an earlier attnkit export (it holds notes.txt, "
+               "x)"),
+    ]
+    capsys.readouterr()
+    for out, message in cases:
+        assert _export(run / "checkpoint", out, "--format", fmt) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"attnkit: {message}") and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "ro", "run", "w"]
+    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["notes.txt", "x"]
+    assert [p.name for p in (tmp_path / "ro").iterdir()] == []
 
 
 def test_an_export_replaces_the_earlier_one_whole(run, tmp_path):

@@ -4,11 +4,13 @@ import shutil
 import signal
 
 import pytest
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from attnkit.cli import translate as translate_cli
 from attnkit.cli.main import main
 from attnkit.tasks.translate import TranslateTask
+from attnkit.train import checkpoint as checkpoint_module
 from attnkit.train import load_checkpoint, lock_folder
 from attnkit.train.lock import LOCK_FILE
 
@@ -81,6 +83,53 @@ def test_a_nan_in_the_optimizer_state_is_refused_and_the_checkpoint_kept(tsv, tm
             "would turn the weights into NaN") in err, err
     assert err.count("\n") == 1
     assert {p.name: p.read_bytes() for p in (out / "checkpoint").iterdir()} == before
+
+
+def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_checkpoint(tsv, tmp_path, capsys,
+                                                                     monkeypatch):
+    out = tmp_path / "run"
+    assert _train(tsv, out) == 0
+    before = {p.name: p.read_bytes() for p in (out / "checkpoint").iterdir()}
+
+    def full(*args, **kwargs):  # what safetensors raises on a full disk
+        raise SafetensorError("Error while serializing: I/O error: No space left on device "
+                              "(os error 28)")
+
+    monkeypatch.setattr(checkpoint_module, "save_file", full)
+    capsys.readouterr()
+    for _ in range(2):  # the save at the end of the run, and the same at every resume after it
+        assert _train(tsv, out, "--steps", "3", "--resume") == 2
+        assert capsys.readouterr().err == (
+            f"attnkit: {out / 'checkpoint' / 'model.safetensors'}: not saved (No space left on "
+            "device); the checkpoint already there is kept\n")
+    assert {p.name: p.read_bytes() for p in (out / "checkpoint").iterdir()} == before
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".checkpoint")) == []
+
+
+def test_a_checkpoint_linked_to_another_disk_is_saved_there(tsv, tmp_path, capsys):
+    out, disk = tmp_path / "run", tmp_path / "disk"
+    assert _train(tsv, out) == 0
+    disk.mkdir()
+    (out / "checkpoint").rename(disk / "checkpoint")
+    (out / "checkpoint").symlink_to(disk / "checkpoint")
+    assert _train(tsv, out, "--steps", "3", "--resume") == 0
+    assert _train(tsv, out, "--steps", "4", "--resume") == 0
+    assert (out / "checkpoint").is_symlink()
+    assert load_checkpoint(disk / "checkpoint").trainer_state["step"] == 4
+    assert sorted(p.name for p in disk.iterdir()) == ["checkpoint"]
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".checkpoint")) == []
+
+
+def test_demo_out_naming_a_file_is_refused_before_any_work(tmp_path, capsys):
+    (tmp_path / "afile").write_text("keep me")
+    assert main(["demo", "--out", str(tmp_path / "afile")]) == 2
+    assert capsys.readouterr().err == (f"attnkit: --out: {tmp_path / 'afile'} is a file, not a "
+                                       "folder\n")
+    assert main(["demo", "--out", str(tmp_path / "afile" / "sub")]) == 2
+    assert capsys.readouterr().err == (f"attnkit: --out: cannot create "
+                                       f"{tmp_path / 'afile' / 'sub'}: {tmp_path / 'afile'} is "
+                                       "a file\n")
+    assert (tmp_path / "afile").read_text() == "keep me"
 
 
 @pytest.mark.parametrize("option, value, named", [

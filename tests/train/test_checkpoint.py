@@ -1,9 +1,12 @@
 """Checkpoints: exact round trip, atomic writes, clear errors, no pickle."""
 
+import errno
 import json
+import os
 
 import pytest
 import torch
+from safetensors import SafetensorError
 from torch import nn
 
 from attnkit import Attention, folders
@@ -64,11 +67,21 @@ def test_overwrite_is_atomic_and_leaves_no_temporary_files(tmp_path, monkeypatch
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     _train(model, opt, 1, seed=0)
 
-    def broken(*args, **kwargs):
-        raise OSError("disk full")
+    def full(*args, **kwargs):  # what safetensors raises on a full disk
+        raise SafetensorError("Error while serializing: I/O error: No space left on device "
+                              "(os error 28)")
 
-    monkeypatch.setattr(ckpt_mod, "save_file", broken)
-    with pytest.raises(OSError, match="disk full"):
+    def full_json(path, value):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ckpt_mod, "save_file", full)
+    with pytest.raises(CheckpointError, match=r"ck/model.safetensors: not saved \(No space left "
+                                              r"on device\); the checkpoint already there is "
+                                              r"kept$"):
+        save_checkpoint(tmp_path / "ck", model=model, config={"version": "second"}, optimizer=opt)
+    monkeypatch.setattr(ckpt_mod, "_write_json", full_json)
+    with pytest.raises(CheckpointError, match=r"ck/config.json: not saved \(No space left on "
+                                              r"device\)"):
         save_checkpoint(tmp_path / "ck", model=model, config={"version": "second"}, optimizer=opt)
     assert load_checkpoint(tmp_path / "ck").config == {"version": "first"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
@@ -96,6 +109,20 @@ def test_non_finite_weights_or_optimizer_state_are_never_saved(tmp_path):
         save_checkpoint(tmp_path / "ck", model=model, config={"n": 2}, optimizer=opt)
     assert load_checkpoint(tmp_path / "ck").config == {"n": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
+
+def test_a_checkpoint_that_is_a_link_is_saved_at_its_target(tmp_path):
+    (tmp_path / "disk").mkdir()
+    save_checkpoint(tmp_path / "disk" / "ck", model=Tiny(), config={"n": 1})
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoint").symlink_to(tmp_path / "disk" / "ck")
+    for n in (2, 3):
+        save_checkpoint(tmp_path / "run" / "checkpoint", model=Tiny(), config={"n": n})
+        assert ckpt_mod.recover_checkpoint(tmp_path / "run" / "checkpoint") is not None
+    assert (tmp_path / "run" / "checkpoint").is_symlink()
+    assert load_checkpoint(tmp_path / "run" / "checkpoint").config == {"n": 3}
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoint"]
+    assert sorted(p.name for p in (tmp_path / "disk").iterdir()) == ["ck"]
 
 
 def test_load_model_names_every_mismatch(tmp_path):

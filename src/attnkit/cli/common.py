@@ -179,9 +179,9 @@ def _check_page(path: Path, option: str) -> None:
 
 def check_arguments(args) -> None:
     """The checks argparse cannot make, before any work: ``--valid`` only with ``--train``;
-    a run folder ``--out`` (training) or a picture folder ``--plot DIR`` must not name a file
-    and must be possible to create; an explorer page (``--html PAGE``, ``explore --out``)
-    must not name a folder and must be possible to write.
+    a run folder ``--out`` (training, the demo) or a picture folder ``--plot DIR`` must not
+    name a file and must be possible to create; an explorer page (``--html PAGE``,
+    ``explore --out``) must not name a folder and must be possible to write.
 
     Raises:
         ValueError: naming the option, the path and why.
@@ -189,7 +189,7 @@ def check_arguments(args) -> None:
     if getattr(args, "valid", None) is not None and getattr(args, "train", None) is None:
         raise ValueError("--valid: only with --train (the built-in data has its own "
                          "validation split)")
-    if is_training(args):
+    if is_training(args) or getattr(args, "command", None) == "demo":
         _check_folder(args.out, "--out")
     if isinstance(getattr(args, "plot", None), Path):
         _check_folder(args.plot, "--plot")

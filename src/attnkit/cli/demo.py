@@ -28,7 +28,8 @@ from attnkit.train import TrainConfig, Trainer
 def add_parser(sub) -> None:
     p = sub.add_parser("demo", help="a tour of the attention API and a translator trained in "
                        "a few minutes on built-in data")
-    p.add_argument("--out", default="demo-out", help="folder for the heat-maps (default demo-out)")
+    p.add_argument("--out", type=Path, default=Path("demo-out"),
+                   help="folder for the heat-maps (default demo-out)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-budget", type=float, default=150.0,
                    help="seconds of translation training (default 150)")

@@ -78,7 +78,9 @@ def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: di
 
     The files are written in a folder beside ``out``, which then replaces ``out`` whole
     (:func:`attnkit.folders.write_folder`): on an error ``out`` is left as it was, an
-    earlier export in it whole. Needs the ``onnx`` package (the ``export`` extra) to read the graphs back.
+    earlier export in it whole, and a file that cannot be written (a full disk, a read-only
+    folder) is a ValueError naming ``out`` and the cause. Needs the ``onnx`` package (the
+    ``export`` extra) to read the graphs back.
     """
     if opset not in OPSETS:
         raise ValueError(f"opset: expected one of {', '.join(map(str, OPSETS))}, got {opset!r}")
@@ -106,6 +108,10 @@ def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: di
                     "decoding": settings, "runner": RUNNER_FILE}
             (tmp / JSON_FILE).write_text(json.dumps(meta, indent=1))
             shutil.copyfile(Path(__file__).with_name("runner.py"), tmp / RUNNER_FILE)
+    except OSError as exc:  # a full disk, a read-only folder...
+        kept = "; the earlier export there is left as it was" if out.exists() else ""
+        raise ValueError(f"out: cannot write the export in {out}: {exc.strerror or exc}"
+                         f"{kept}") from None
     finally:
         model.train(training)
     return meta

@@ -23,6 +23,8 @@ folder is ever deleted.
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,8 +164,9 @@ def save_checkpoint(
     ``config``, ``vocab`` and ``trainer_state`` must be JSON-serialisable.
 
     Raises:
-        CheckpointError: weights or optimizer state holding NaN or infinity (nothing is
-            written: a checkpoint already there is kept).
+        CheckpointError: weights or optimizer state holding NaN or infinity, or a file that
+            cannot be written (a full disk, a read-only folder: the message names the file
+            and the cause); nothing is written, a checkpoint already there is kept.
     """
     # clone: tied weights share storage, which safetensors refuses
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
@@ -176,17 +179,37 @@ def save_checkpoint(
             raise CheckpointError(f"{directory}: not saved: {len(bad)} {what} tensors hold NaN "
                                   f"or infinite values ({_listed(bad)}); a checkpoint already "
                                   "there is kept")
-    with write_folder(directory) as tmp:
-        _write_json(tmp / "config.json", {"format": FORMAT, "version": VERSION, "config": config})
-        save_file(state, str(tmp / "model.safetensors"))
-        if vocab is not None:
-            _write_json(tmp / "vocab.json", vocab)
-        if optimizer is not None:
-            save_file(tensors, str(tmp / "optimizer.safetensors"))
-            _write_json(tmp / "optimizer.json", plain)
-        if trainer_state is not None:
-            _write_json(tmp / "trainer.json", trainer_state)
+    files = [("config.json", lambda path: _write_json(path, {"format": FORMAT,
+                                                               "version": VERSION,
+                                                               "config": config})),
+             ("model.safetensors", lambda path: save_file(state, str(path)))]
+    if vocab is not None:
+        files.append(("vocab.json", lambda path: _write_json(path, vocab)))
+    if optimizer is not None:
+        files += [("optimizer.safetensors", lambda path: save_file(tensors, str(path))),
+                  ("optimizer.json", lambda path: _write_json(path, plain))]
+    if trainer_state is not None:
+        files.append(("trainer.json", lambda path: _write_json(path, trainer_state)))
+    where = Path(directory)
+    try:
+        with write_folder(directory) as tmp:
+            for name, write in files:
+                where = Path(directory) / name
+                write(tmp / name)
+            where = Path(directory)
+    except (OSError, SafetensorError) as exc:  # a full disk, a read-only folder...
+        kept = "; the checkpoint already there is kept" if folder_copies(directory) else ""
+        raise CheckpointError(f"{where}: not saved ({_cause(exc)}){kept}") from None
     return Path(directory)
+
+
+def _cause(exc: Exception) -> str:
+    """Why a file could not be written, in words: the system's (safetensors puts its error
+    number in the message)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    code = re.search(r"os error (\d+)", str(exc))
+    return os.strerror(int(code.group(1))) if code else str(exc)
 
 
 def recover_checkpoint(directory: str | Path) -> Path | None:
