@@ -1,0 +1,290 @@
+"""Replay the run-folder and export cases of docs/reliability.md end to end, with the command
+line, in a fresh temporary folder, and print a table of what each did.
+
+    python -m benchmarks.reliability_replay            # under a minute on 2 CPU cores
+
+Every case runs ``attnkit`` as a user would (in this process, through ``attnkit.cli.main``;
+the hang-up in a process of its own, which is sent SIGHUP), on built-in data with a tiny
+translator (hidden size 8, two steps). A full disk and a read-only mount are simulated (the
+write that would fail raises what it raises there: ENOSPC, EROFS); everything else is real.
+A case passes when the command ends as the table's "expected" column says, with at most a
+one-line error and no traceback, and nothing of the user's was lost. Exit status 1 if any
+case fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import io
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+TINY = ["--n-train", "64", "--n-valid", "16", "--steps", "2", "--eval-every", "2",
+        "--batch-size", "8", "--hidden", "8", "--emb", "8", "--no-progress", "--plot", "0"]
+
+
+def attnkit(*argv) -> tuple[int | None, str]:
+    """Run ``attnkit ARGV`` in this process: its exit status and what it wrote on stderr
+    (status None and the exception's line when it ended in a traceback)."""
+    from attnkit.cli.main import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            return main([str(a) for a in argv]), err.getvalue()
+        except Exception as exc:  # what a user would see as a traceback
+            return None, f"traceback: {type(exc).__name__}: {exc}"
+
+
+@contextlib.contextmanager
+def patched(owner, name: str, value) -> Iterator[None]:
+    old = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, old)
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def one_line(status: int | None, err: str, code: int = 2) -> bool:
+    return status == code and err.count("\n") == 1 and "Traceback" not in err
+
+
+def train(out: Path, *extra) -> tuple[int | None, str]:
+    return attnkit("train", "translate", "--out", out, *TINY, *extra)
+
+
+# ------------------------------------------------------------------------------ the cases
+# Each takes a fresh folder holding `run` (a copy of a tiny translator's run folder) and
+# returns (outcome in words, passed).
+
+
+def export_into_a_users_folder(tmp: Path):
+    (tmp / "d").mkdir()
+    (tmp / "d" / "thesis.txt").write_text("x")
+    status, err = attnkit("export", "--format", "checkpoint", "--checkpoint",
+                          tmp / "run" / "checkpoint", "--out", tmp / "d")
+    kept = (tmp / "d" / "thesis.txt").exists()
+    return f"exit {status}, thesis.txt {'kept' if kept else 'GONE'}: {err}", \
+        one_line(status, err) and kept
+
+
+def export_over_the_checkpoint_read(tmp: Path):
+    ck = tmp / "run" / "checkpoint"
+    status, err = attnkit("export", "--format", "checkpoint", "--checkpoint", ck, "--out", ck)
+    resumed, _ = train(tmp / "run", "--steps", "3", "--resume")
+    return f"exit {status}: {err}; --resume then: exit {resumed}", \
+        one_line(status, err) and resumed == 0
+
+
+def users_checkpoint_named_folder(tmp: Path):
+    backup = tmp / "run" / ".checkpoint.backup"
+    backup.mkdir()
+    (backup / "notes.txt").write_text("mine")
+    refused, _ = train(tmp / "run")  # no --resume: refused
+    resumed, _ = train(tmp / "run", "--steps", "3", "--resume")
+    kept = (backup / "notes.txt").exists()
+    return f"refused run exit {refused}, --resume exit {resumed}, .checkpoint.backup " \
+           f"{'kept' if kept else 'DELETED'}", refused == 2 and resumed == 0 and kept
+
+
+def re_export_onto_a_full_disk(tmp: Path):
+    from attnkit.export import writer
+
+    out = tmp / "d"
+    first, _ = attnkit("export", "--checkpoint", tmp / "run" / "checkpoint", "--out", out)
+    before = files(out)
+    real = writer.export_graph
+
+    def full(module, args, path, *rest, **kwargs):  # the graph cut short by ENOSPC
+        real(module, args, path, *rest, **kwargs)
+        Path(path).write_bytes(Path(path).read_bytes()[:100])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with patched(writer, "export_graph", full):
+        status, err = attnkit("export", "--checkpoint", tmp / "run" / "checkpoint", "--out",
+                              out, "--beam", "2")
+    whole = files(out) == before
+    return f"exit {status}, earlier export {'whole' if whole else 'DAMAGED'}: {err}", \
+        first == 0 and one_line(status, err) and whole
+
+
+def nan_in_the_optimizer_state(tmp: Path):
+    from safetensors.torch import load_file, save_file
+
+    path = tmp / "run" / "checkpoint" / "optimizer.safetensors"
+    tensors = load_file(path)
+    tensors[sorted(tensors)[0]].view(-1)[0] = float("nan")
+    save_file(tensors, path)
+    before = files(path.parent)
+    status, err = train(tmp / "run", "--steps", "3", "--resume")
+    kept = files(path.parent) == before
+    return f"exit {status}, checkpoint {'kept' if kept else 'OVERWRITTEN'}: {err}", \
+        one_line(status, err) and kept
+
+
+def hang_up_during_training(tmp: Path):
+    out = tmp / "hup"
+    cmd = [sys.executable, "-m", "attnkit", "train", "translate", "--out", str(out),
+           *TINY[:4], "--steps", "100000", "--batch-size", "8", "--hidden", "8", "--emb", "8",
+           "--plot", "0", "--eval-every", "100000", "--checkpoint-every", "100000"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    for line in proc.stderr:  # progress off a terminal: a log line at the first step
+        if "step 1/" in line:
+            proc.send_signal(signal.SIGHUP)
+            break
+    err = proc.stderr.read()
+    status = proc.wait(timeout=120)
+    saved = (out / "checkpoint" / "trainer.json").exists()
+    last = err.strip().splitlines()[-1] if err.strip() else ""
+    return f"exit {status}, checkpoint {'saved' if saved else 'NOT SAVED'}: {last}", \
+        status == 128 + signal.SIGHUP and saved and "Traceback" not in err
+
+
+def full_disk_during_a_save(tmp: Path):
+    from safetensors import SafetensorError
+
+    from attnkit.train import checkpoint
+
+    def full(*args, **kwargs):  # what safetensors raises on ENOSPC
+        raise SafetensorError("Error while serializing: I/O error: No space left on device "
+                              "(os error 28)")
+
+    before = files(tmp / "run" / "checkpoint")
+    with patched(checkpoint, "save_file", full):
+        outcomes = [train(tmp / "run", "--steps", "3", "--resume") for _ in range(2)]
+    kept = files(tmp / "run" / "checkpoint") == before
+    status, err = outcomes[-1]
+    return f"exit {[s for s, _ in outcomes]}, checkpoint {'kept' if kept else 'LOST'}: {err}", \
+        all(one_line(s, e) for s, e in outcomes) and kept
+
+
+def export_onto_a_read_only_mount(tmp: Path):
+    from attnkit import folders
+
+    (tmp / "ro").mkdir()
+    real = folders.tempfile.mkdtemp
+
+    def read_only(*args, dir=None, **kwargs):
+        if dir is not None and Path(dir) == tmp / "ro":
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(dir))
+        return real(*args, dir=dir, **kwargs)
+
+    with patched(folders.tempfile, "mkdtemp", read_only):
+        status, err = attnkit("export", "--checkpoint", tmp / "run" / "checkpoint", "--out",
+                              tmp / "ro" / "d")
+    return f"exit {status}: {err}", one_line(status, err)
+
+
+def export_under_a_file(tmp: Path):
+    (tmp / "afile").write_text("")
+    status, err = attnkit("export", "--checkpoint", tmp / "run" / "checkpoint", "--out",
+                          tmp / "afile" / "sub")
+    return f"exit {status}: {err}", one_line(status, err)
+
+
+def export_to_dot_dot(tmp: Path):
+    (tmp / "w" / "x").mkdir(parents=True)
+    here = os.getcwd()
+    os.chdir(tmp / "w" / "x")
+    try:
+        status, err = attnkit("export", "--checkpoint", tmp / "run" / "checkpoint", "--out",
+                              "..")
+    finally:
+        os.chdir(here)
+    left = [p.name for p in tmp.rglob("*") if p.name.startswith("..") or "attnkit-" in p.name]
+    return f"exit {status}, left behind: {left or 'nothing'}: {err}", \
+        one_line(status, err) and not left
+
+
+def demo_out_naming_a_file(tmp: Path):
+    (tmp / "afile").write_text("keep")
+    status, err = attnkit("demo", "--out", tmp / "afile")
+    return f"exit {status}: {err}", one_line(status, err) and (tmp / "afile").read_text() == "keep"
+
+
+def checkpoint_linked_to_another_disk(tmp: Path):
+    disk = tmp / "disk"
+    disk.mkdir()
+    (tmp / "run" / "checkpoint").rename(disk / "checkpoint")
+    (tmp / "run" / "checkpoint").symlink_to(disk / "checkpoint")
+    statuses = [train(tmp / "run", "--steps", str(n), "--resume")[0] for n in (3, 4)]
+    link = (tmp / "run" / "checkpoint").is_symlink()
+    return f"exit {statuses}, link {'kept' if link else 'REPLACED'}", \
+        statuses == [0, 0] and link
+
+
+CASES: list[tuple[str, str, Callable]] = [
+    ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
+     export_into_a_users_folder),
+    ("export --out RUN/checkpoint (the checkpoint read)", "refused, --resume works",
+     export_over_the_checkpoint_read),
+    ("a user's .checkpoint.backup in the run folder", "kept by a refused and a resumed run",
+     users_checkpoint_named_folder),
+    ("re-export onto a full disk (ENOSPC, simulated)", "one line, earlier export whole",
+     re_export_onto_a_full_disk),
+    ("one NaN in optimizer.safetensors, then --resume", "refused, checkpoint kept",
+     nan_in_the_optimizer_state),
+    ("SIGHUP during training", "checkpoint saved, exit 129", hang_up_during_training),
+    ("full disk during a save, twice (ENOSPC, simulated)", "one line each, checkpoint kept",
+     full_disk_during_a_save),
+    ("export onto a read-only mount (EROFS, simulated)", "one line", export_onto_a_read_only_mount),
+    ("export --out afile/sub", "one line", export_under_a_file),
+    ("export --out ..", "one line, nothing left behind", export_to_dot_dot),
+    ("demo --out afile", "one line, file kept", demo_out_naming_a_file),
+    ("RUN/checkpoint a link to a folder, --resume twice", "saved at the target, link kept",
+     checkpoint_linked_to_another_disk),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--match", default="", help="only the cases whose name holds this")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    logging.basicConfig(handlers=[logging.NullHandler()])  # attnkit's log lines: not shown
+    import torch
+
+    torch.set_num_threads(1)
+    rows, start = [], time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="attnkit-replay-") as root:
+        base = Path(root) / "base"
+        status, err = train(base / "run")
+        if status != 0:
+            print(f"training the tiny translator failed: {err}", file=sys.stderr)
+            return 1
+        for k, (name, expected, case) in enumerate(CASES):
+            if args.match not in name:
+                continue
+            folder = Path(root) / f"case{k}"
+            shutil.copytree(base, folder)
+            try:
+                outcome, ok = case(folder)
+            except Exception as exc:  # the replay's own failure: shown as the outcome
+                outcome, ok = f"replay failed: {type(exc).__name__}: {exc}", False
+            outcome = " ".join(outcome.split()).replace(f"{folder}/", "")  # paths in the case
+            rows.append((name, expected, outcome, ok))
+    print("| case | expected | outcome | |\n|---|---|---|---|")
+    for name, expected, outcome, ok in rows:
+        print(f"| {name} | {expected} | {outcome} | {'ok' if ok else 'FAILED'} |")
+    print(f"\n{sum(ok for *_, ok in rows)} of {len(rows)} cases as expected, "
+          f"{time.monotonic() - start:.0f} s")
+    return 0 if all(ok for *_, ok in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
