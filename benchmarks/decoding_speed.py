@@ -1,5 +1,5 @@
 """Decoding speed: greedy and beam search through attnkit's decoding front door
-(:func:`attnkit.decoding.decode`) on seeded, untrained models, one fresh process per case.
+(:func:`attnkit.decoding.front`) on seeded, untrained models, one fresh process per case.
 
 Each case decodes one batch under ``torch.no_grad``; the figure is the median wall time of
 ``--reps`` decodings after one warm-up, and ``tokens`` (the sum of the output ids) lets two

@@ -131,3 +131,17 @@ def test_a_long_module_says_why_it_is_one_file():
                                                               or ""):
             unexplained.append(str(path.relative_to(ROOT)))
     assert unexplained == []
+
+
+def test_no_module_is_named_like_a_function_or_class_it_defines():
+    """``from package import name`` gives one thing: a module ``x.py`` defines no ``x``
+    (``cli/main.py``'s ``main`` is the console script's entry point, the one exception)."""
+    clashes = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "__init__.py" or path.relative_to(PACKAGE).as_posix() == "cli/main.py":
+            continue
+        defined = {n.name for n in ast.parse(path.read_text()).body
+                   if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        if path.stem in defined:
+            clashes.append(str(path.relative_to(ROOT)))
+    assert clashes == []

@@ -79,3 +79,14 @@ def test_non_finite_sampling_options_are_refused_by_every_verb(tmp_path, capsys,
         err = capsys.readouterr().err
         assert err.startswith(f"attnkit: {field}: expected ") and err.count("\n") == 1
     assert not (tmp_path / "e").exists()
+
+
+def test_max_len_past_the_one_cap_is_refused_by_every_task(tmp_path, capsys):
+    wav = tmp_path / "a.wav"
+    wav.write_bytes(b"")  # never read: the option is refused first
+    for args in (["translate", "--checkpoint", "builtin:translate-dates", "3 March 2001"],
+                 ["transcribe", "--checkpoint", "builtin:asr-digits", str(wav)],
+                 ["read", "--checkpoint", "builtin:ocr-lines", str(tmp_path / "a.png")]):
+        assert main([*args, "--max-len", "10000000", "--no-loop-stop"]) == 2
+        assert capsys.readouterr().err == ("attnkit: max_len: expected None or an int in "
+                                           "[1, 10000], got 10000000\n")

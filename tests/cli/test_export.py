@@ -144,9 +144,9 @@ def test_ocr_and_speech_checkpoints_export_with_their_tasks_rules(kind, tmp_path
     assert meta["vocab"] == {"tgt": vocab.to_json()} and meta["task"] == task
     rules = {"ocr-ctc": None,
              "ocr-attention": {"input": "state.lengths", "ratio": 0.5, "extra": 2,
-                               "rounding": "floor", "at_most": None},
+                               "rounding": "floor", "at_most": 10_000},
              "asr": {"input": "lengths", "ratio": 0.3, "extra": 10, "rounding": "ceil",
-                     "at_most": None}}
+                     "at_most": 10_000}}
     assert meta["decoding"].get("max_len") == rules[kind]
     methods = {"ocr-ctc": "ctc_best_path", "ocr-attention": "greedy", "asr": "beam"}
     assert meta["decoding"]["method"] == methods[kind]  # what read and transcribe do

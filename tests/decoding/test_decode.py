@@ -13,6 +13,7 @@ from attnkit.decoding import (
     sample,
 )
 from attnkit.models import Seq2Seq
+from attnkit.tokens import EOS
 from tests.models.toy import toy_batch
 
 
@@ -139,7 +140,7 @@ def test_max_len_replaces_the_callers_limit():
 @pytest.mark.parametrize("kw, match", [
     (dict(samples=3), "samples: expected 1 without sample=True, else a positive int, got 3"),
     (dict(sample=True, samples=0), "samples: expected .*, got 0"),
-    (dict(max_len=0), "max_len: expected None or a positive int, got 0"),
+    (dict(max_len=0), r"max_len: expected None or an int in \[1, 10000\], got 0"),
 ])
 def test_bad_sampling_and_length_options_name_the_argument(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -172,3 +173,21 @@ def test_decoding_refuses_non_finite_and_out_of_range_settings_by_name(field, va
     sampling = field in ("temperature", "top_p", "top_k")
     with pytest.raises(ValueError, match=rf"^{field}: expected {expected}, got "):
         Decoding(**({"sample": True} if sampling else {"beam": 2}), **{field: value})
+
+
+def test_every_output_stops_at_the_one_cap_whatever_the_limit_asked(monkeypatch):
+    from attnkit.decoding import front
+
+    with pytest.raises(ValueError, match=r"^max_len: expected None or an int in \[1, 10000\], "
+                                         r"got 10000001$"):
+        Decoding(max_len=10_000_001)
+    monkeypatch.setattr(front, "MAX_OUTPUT_TOKENS", 5)
+    model = _model()
+    with torch.no_grad():  # never emits EOS: every output runs to its limit
+        model.decoder.out.bias[EOS] = -1e4
+    src, src_len, _ = toy_batch()
+    for limit in (10**9, torch.full((src.shape[0],), 10**9)):
+        for decoding in (Decoding(loop_stop=False), Decoding(beam=2, loop_stop=False),
+                         Decoding(sample=True, seed=0, loop_stop=False)):
+            hyp = decode(model, src, src_len, max_len=limit, decoding=decoding)
+            assert hyp.tokens.shape[-1] == 5, decoding

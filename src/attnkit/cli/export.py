@@ -7,6 +7,7 @@ import importlib.util
 from pathlib import Path
 
 from attnkit.cli import common
+from attnkit.decoding import MAX_OUTPUT_TOKENS
 from attnkit.export import DEFAULT_OPSET, OPSETS, RUNNER_FILE, check_out, export_onnx
 from attnkit.tasks import asr, ocr, translate
 from attnkit.train import CheckpointError, load_checkpoint, resolve_checkpoint, save_checkpoint
@@ -71,15 +72,16 @@ def run_export(args) -> int:
         vocab = {"src": ck.vocab["src"], "tgt": ck.vocab["tgt"]}
         max_len = {"input": "src_len", "ratio": translate.MAX_LEN_RATIO,
                    "extra": ck.config.get("max_len_extra", 10), "rounding": "ceil",
-                   "at_most": translate.MAX_OUTPUT_TOKENS}
+                   "at_most": MAX_OUTPUT_TOKENS}
     elif task == "asr":
         vocab = {"tgt": ck.vocab}
         max_len = {"input": "lengths", "ratio": asr.CHARS_PER_FRAME,
-                   "extra": asr.EXTRA_CHARS, "rounding": "ceil", "at_most": None}
+                   "extra": asr.EXTRA_CHARS, "rounding": "ceil", "at_most": MAX_OUTPUT_TOKENS}
     else:  # the attention head's limit is on the encoder steps, the decoder state's lengths
         vocab = {"tgt": ck.vocab}
         max_len = {"input": "state.lengths", "ratio": 1 / ocr.STEPS_PER_CHAR,
-                   "extra": ocr.EXTRA_CHARS, "rounding": "floor", "at_most": None}
+                   "extra": ocr.EXTRA_CHARS, "rounding": "floor",
+                   "at_most": MAX_OUTPUT_TOKENS}
     meta = export_onnx(model, out, task=task, vocab=vocab, max_len=max_len,
                        decoding=decoding, opset=args.opset, force=args.force)
     files = [meta["encoder"]["file"]] + ([meta["decoder_step"]["file"]]

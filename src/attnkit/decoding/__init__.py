@@ -5,7 +5,13 @@ the input arrives (:func:`stream_feed`)."""
 
 from attnkit.decoding.ctc import CTCPaths, ctc_greedy
 from attnkit.decoding.ctc_prefix import CTCPrefixScorer, joint_decode
-from attnkit.decoding.decode import DEFAULT_LENGTH_PENALTY, Decoding, decode, decode_batches
+from attnkit.decoding.front import (
+    DEFAULT_LENGTH_PENALTY,
+    MAX_OUTPUT_TOKENS,
+    Decoding,
+    decode,
+    decode_batches,
+)
 from attnkit.decoding.search import (
     Hypotheses,
     beam_search,
@@ -15,6 +21,6 @@ from attnkit.decoding.search import (
 )
 from attnkit.decoding.stream import Emitted, StreamState, stream_feed, stream_start
 
-__all__ = ["DEFAULT_LENGTH_PENALTY", "CTCPaths", "CTCPrefixScorer", "Decoding", "Emitted",
+__all__ = ["DEFAULT_LENGTH_PENALTY", "MAX_OUTPUT_TOKENS", "CTCPaths", "CTCPrefixScorer", "Decoding", "Emitted",
            "Hypotheses", "StreamState", "beam_search", "ctc_greedy", "decode", "decode_batches",
            "greedy", "joint_decode", "length_penalty", "sample", "stream_feed", "stream_start"]

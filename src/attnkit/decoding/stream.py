@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from attnkit.decoding.decode import warn_loops
+from attnkit.decoding.front import warn_loops
 from attnkit.decoding.loops import LoopState, loop_step, start_loops
 from attnkit.decoding.search import _never
 from attnkit.tokens import BOS, EOS, PAD

@@ -36,7 +36,7 @@ from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.grid import GridEncoder
 from attnkit.models.registry import Model
 from attnkit.models.rnn import LSTMCell
-from attnkit.models.unroll import unroll
+from attnkit.models.unrolling import unroll
 from attnkit.tokens import PAD
 
 __all__ = ["ATTENTION", "CaptionOutput", "Captioner", "doubly_stochastic"]
@@ -98,7 +98,7 @@ class Captioner(Model, name="captioner"):
         - ``forward(images (B, 3, S, S), tgt_in (B, T))`` -> :class:`CaptionOutput`.
         - ``start(images, lengths (B,))`` -> state; ``step(tokens (N,), state)`` ->
           log-probs ``(N, V)``, state, weights ``(N, L)`` (None without attention): the
-          interface of :func:`attnkit.decoding.decode`.
+          interface of :func:`attnkit.decoding.front`.
 
     Example:
         >>> model = Captioner(12, image_size=16, channels=(4, 8), hidden=8, emb=8, attn_dim=8)
@@ -145,7 +145,7 @@ class Captioner(Model, name="captioner"):
     def start(self, images: torch.Tensor, lengths: torch.Tensor | None = None) -> dict:
         """The state before the first word: the grid (prepared once for the attention) and
         the LSTM's initial state. ``lengths`` ``(B,)``: not used (every image of a batch has
-        the same grid); :func:`attnkit.decoding.decode` passes it for the batch's size."""
+        the same grid); :func:`attnkit.decoding.front` passes it for the batch's size."""
         grid = self.encoder(images)  # (B, L, D)
         mean = grid.mean(1)  # (B, D)
         state = {"h": torch.tanh(self.init_h(mean)), "c": torch.tanh(self.init_c(mean))}
@@ -196,7 +196,7 @@ class Captioner(Model, name="captioner"):
                 teacher_forcing: float = 1.0,
                 generator: torch.Generator | None = None) -> CaptionOutput:
         """The teacher-forced pass over ``tgt_in`` ``(B, T)`` (BOS first); with
-        ``teacher_forcing < 1``, scheduled sampling (see :func:`attnkit.models.unroll.unroll`)."""
+        ``teacher_forcing < 1``, scheduled sampling (see :func:`attnkit.models.unrolling.unroll`)."""
         logits, extras = unroll(self._step, self.start(images), tgt_in,
                                 teacher_forcing=teacher_forcing, generator=generator)
         return CaptionOutput(logits, extras.get("weights"), extras.get("beta"),

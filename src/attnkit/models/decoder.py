@@ -27,7 +27,7 @@ from attnkit.attention import ALIGNMENTS, Attention, lengths_to_mask, make_align
 from attnkit.ops import Linear
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.rnn import GRUCell, LSTMCell
-from attnkit.models.unroll import unroll
+from attnkit.models.unrolling import unroll
 
 __all__ = ["ALIGNMENT_CHOICES", "AttentionDecoder", "guided_attention_loss"]
 

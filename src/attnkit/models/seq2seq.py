@@ -30,7 +30,7 @@ from attnkit.ops import Linear
 from attnkit.ops.dense import uses_onednn
 from attnkit.models.registry import Model
 from attnkit.models.rnn import BiRNN, GRUCell, gru_cell
-from attnkit.models.unroll import unroll
+from attnkit.models.unrolling import unroll
 
 __all__ = ["KINDS", "BahdanauDecoder", "Encoder", "LuongDecoder", "PlainDecoder", "Seq2Seq"]
 

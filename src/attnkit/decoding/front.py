@@ -17,7 +17,7 @@ from attnkit.decoding.ctc_prefix import joint_decode
 from attnkit.decoding.search import Hypotheses, beam_search, greedy, sample
 from attnkit.tokens import BOS, EOS, PAD
 
-__all__ = ["DEFAULT_LENGTH_PENALTY", "Decoding", "decode", "decode_batches"]
+__all__ = ["DEFAULT_LENGTH_PENALTY", "MAX_OUTPUT_TOKENS", "Decoding", "decode", "decode_batches"]
 
 # Beam search ranks by log P / ((5 + |Y|) / 6) ** alpha. With alpha 0 a beam prefers outputs
 # that end early: a LAS model trained with label smoothing stops after the first word on some
@@ -27,6 +27,11 @@ __all__ = ["DEFAULT_LENGTH_PENALTY", "Decoding", "decode", "decode_batches"]
 DEFAULT_LENGTH_PENALTY = 1.0
 
 log = logging.getLogger(__name__)
+
+
+# Output tokens at most, whatever a task's limit or a Decoding's max_len: every task's outputs
+# stop here, so that no input or option makes decoding run without end.
+MAX_OUTPUT_TOKENS = 10_000
 
 
 def _check(name: str, value, ok: bool, expected: str) -> None:
@@ -112,7 +117,8 @@ class Decoding:
         _check("samples", self.samples, _is_int(self.samples) and self.samples >= 1
                and (self.sample or self.samples == 1), "1 without sample=True, else a positive int")
         _check("max_len", self.max_len, self.max_len is None
-               or (_is_int(self.max_len) and self.max_len >= 1), "None or a positive int")
+               or (_is_int(self.max_len) and 1 <= self.max_len <= MAX_OUTPUT_TOKENS),
+               f"None or an int in [1, {MAX_OUTPUT_TOKENS}]")
         _check("ctc_weight", self.ctc_weight, isinstance(self.ctc_weight, (int, float))
                and 0 <= self.ctc_weight <= 1, "a number in [0, 1]")
         _check("loop_stop", self.loop_stop, isinstance(self.loop_stop, bool), "a bool")
@@ -167,7 +173,8 @@ def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
         inputs, lengths: the batch as ``model.start`` takes it (``B`` examples), on the
             model's device.
         max_len: output tokens at most (EOS included): an int or ``(B,)`` per example;
-            ``decoding.max_len``, when set, replaces it.
+            ``decoding.max_len``, when set, replaces it; never more than
+            :data:`MAX_OUTPUT_TOKENS`.
         decoding: how (default greedy); generator: the random draws of ``sample``.
         lm: the language model of ``decoding.lm_weight`` (``start(B, device) -> state``,
             ``step(tokens, state)`` like a decoder's).
@@ -180,8 +187,14 @@ def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
         is logged and ``Hypotheses.looped`` marks them.
     """
     decoding = decoding or Decoding()
+    if decoding.max_len is not None:
+        max_len = decoding.max_len
+    elif isinstance(max_len, torch.Tensor):
+        max_len = max_len.clamp(max=MAX_OUTPUT_TOKENS)
+    else:
+        max_len = min(max_len, MAX_OUTPUT_TOKENS)
     kw = {"batch_size": int(lengths.shape[0]), "bos": bos, "eos": eos, "pad": pad,
-          "max_len": max_len if decoding.max_len is None else decoding.max_len,
+          "max_len": max_len,
           "device": lengths.device, "weights": weights, "loop_stop": decoding.loop_stop}
     if decoding.ctc_weight or decoding.lm_weight:
         hyp = joint_decode(model, inputs, lengths, beam=decoding.beam,
