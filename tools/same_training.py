@@ -29,14 +29,14 @@ ROOT = Path(__file__).resolve().parents[1]
 TASKS = {
     "translate": ["--n-train", "2000", "--n-valid", "100", "--emb", "32", "--hidden", "64",
                   "--batch-size", "32"],
-    "ocr": ["--n-train", "400", "--n-valid", "50", "--channels", "16", "--hidden", "64",
-            "--batch-size", "16", "--max-chars", "12"],
+    "ocr": ["--n-train", "400", "--n-valid", "50", "--channels", "16,16,32,32,32",
+            "--hidden", "64", "--batch-size", "16", "--max-chars", "12"],
     "asr": ["--n-train", "200", "--n-valid", "30", "--listener-hidden", "32", "--hidden", "64",
             "--emb", "16", "--batch-size", "16"],
-    "caption": ["--n-train", "400", "--n-valid", "50", "--hidden", "64", "--emb", "32",
-                "--batch-size", "16"],
-    "vqa": ["--n-train", "400", "--n-valid", "50", "--hidden", "32", "--emb", "32",
-            "--batch-size", "16"],
+    "caption": ["--n-train", "400", "--n-valid", "50", "--channels", "16,32,32",
+                "--hidden", "64", "--emb", "32", "--batch-size", "16"],
+    "vqa": ["--n-train", "400", "--n-valid", "50", "--channels", "16,32,32", "--hidden", "32",
+            "--emb", "32", "--batch-size", "16"],
 }
 
 
