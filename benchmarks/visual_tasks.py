@@ -75,7 +75,7 @@ def train_and_score(name: str, n_train: int, n_valid: int, n_test: int, time_bud
     net = task.build_model()
     cfg = TrainConfig(max_steps=10**7, lr=lr, precision=precision, warmup_steps=100, eval_every=eval_every or 10**7,
                       checkpoint_every=10**7, time_budget_s=time_budget, progress=False,
-                      metric="bleu4" if task_name == "caption" else "accuracy")
+                      metric="bleu" if task_name == "caption" else "accuracy")
     result = Trainer(net, task, cfg, Path(out) / name).fit()
     row = {"name": name, "task": task_name, "steps": result.step, "curve": result.history,
            "parameters": sum(p.numel() for p in net.parameters()), "precision": precision,
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
             for decoding, suffix in (("greedy", ""), ("beam 5", "_beam5")):
                 print(harness.table_row([r["name"], decoding, r["steps"], *(
                     cell for s in SPLITS for cell in (
-                        _cell(r, s + suffix, "bleu4"),
+                        _cell(r, s + suffix, "bleu"),
                         _cell(r, s + suffix, "true_captions", 100),
                         _cell(r, s + suffix, "attention_on_object", 100)))]))
     answers = [r for r in rows if r["task"] == "vqa"]

@@ -21,7 +21,7 @@ def test_train_caption_resume_on_built_in_scenes(tmp_path, capsys):
             "--steps", "2", "--eval-every", "2", "--plot", "1", "--max-objects", "4", *TINY]
     assert main(args) == 0
     text = capsys.readouterr().out
-    assert re.search(r"stopped after 2 steps \(max_steps\); held-out: bleu4 [\d.]+, chrf [\d.]+, "
+    assert re.search(r"stopped after 2 steps \(max_steps\); held-out: bleu [\d.]+, chrf [\d.]+, "
                      r"exact [\d.]+, true_captions [\d.]+, attention_on_object [\d.]+", text)
     assert (out / "caption_0.png").exists()
     assert main([*args[:args.index("--steps")], "--steps", "3", "--resume",

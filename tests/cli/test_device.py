@@ -92,7 +92,7 @@ def test_bf16_on_cpu_with_data_workers_then_every_verb_on_cpu(tmp_path, capsys, 
     assert main(["eval", "--checkpoint", ck, "--data", str(tsv), "--device", "auto",
                  "--json"]) == 0
     assert set(json.loads(capsys.readouterr().out.split("\n", 1)[1])["metrics"]) == {
-        "exact", "cer", "bleu", "chrf"}
+        "exact", "cer", "bleu", "bleu_char", "chrf"}
 
 
 @needs_cuda

@@ -64,7 +64,8 @@ def _eval(capsys, *args) -> dict:
 def test_eval_scores_every_task_from_its_checkpoint(runs, capsys):
     got = _eval(capsys, "--checkpoint", runs["nd"], "--data", str(runs["tsv"]))
     assert got["task"] == "translate" and got["examples"] == 8
-    assert list(got["metrics"]) == ["exact", "cer", "bleu", "chrf"]
+    assert list(got["metrics"]) == ["exact", "cer", "bleu", "bleu_char", "chrf"]
+    assert got["signatures"]["bleu"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|")
     history = json.loads((runs["root"] / "nd" / "history.json").read_text())
     assert got["metrics"]["exact"] == pytest.approx(history[-1]["accuracy"])  # as validation
     assert got["metrics"]["cer"] == pytest.approx(history[-1]["cer"])
@@ -207,7 +208,7 @@ def test_eval_scores_captions_on_built_in_splits_and_the_users_folder(tiny_capti
     ck = str(tiny_captioner)
     got = _eval(capsys, "--checkpoint", ck, "--data", "scenes:heldout", "--limit", "6")
     assert got["task"] == "caption" and got["examples"] == 6
-    assert list(got["metrics"]) == ["bleu4", "chrf", "exact", "true_captions",
+    assert list(got["metrics"]) == ["bleu", "chrf", "exact", "true_captions",
                                     "attention_on_object"]
     evaluator = load_evaluator(tiny_captioner)  # the figures come from the evaluator
     assert got["metrics"] == score_examples(evaluator,
@@ -218,7 +219,7 @@ def test_eval_scores_captions_on_built_in_splits_and_the_users_folder(tiny_capti
         got = _eval(capsys, "--checkpoint", ck, "--data", str(data), "--beam", "3", "--plot",
                     str(tmp_path / "worst"), "--worst", "2")
         assert got["examples"] == 3 and got["decoding"]["beam"] == 3
-        assert list(got["metrics"]) == ["bleu4", "chrf", "exact"]
+        assert list(got["metrics"]) == ["bleu", "chrf", "exact"]
         assert [w["picture"] for w in got["worst"]] == [
             str(tmp_path / "worst" / f"worst_{rank}.png") for rank in (1, 2)]
         for w in got["worst"]:
@@ -230,7 +231,7 @@ def test_eval_scores_captions_on_built_in_splits_and_the_users_folder(tiny_capti
     table = capsys.readouterr().out.splitlines()
     assert table[0].endswith("(caption) on scenes:test: 2 examples, greedy")
     assert [line.split("  ")[1] for line in table[1:]] == [
-        "BLEU-4 (words)", "chrF", "exact match", "true captions", "attention on object"]
+        "BLEU", "chrF", "exact match", "true captions", "attention on object"]
 
 
 @pytest.mark.usefixtures("one_thread")

@@ -30,7 +30,7 @@ def test_train_translate_eval_and_resume(tmp_path, capsys):
     assert (tmp_path / "plots" / "attention_1.png").exists()
     assert main(["eval", "--checkpoint", ck, "--data", str(tsv), "--json"]) == 0
     scores = json.loads(capsys.readouterr().out)["metrics"]
-    assert set(scores) == {"exact", "cer", "bleu", "chrf"} and 0 <= scores["cer"]
+    assert set(scores) == {"exact", "cer", "bleu", "bleu_char", "chrf"} and 0 <= scores["cer"]
 
 
 def test_bad_files_give_messages_not_tracebacks(tmp_path, capsys):

@@ -75,10 +75,10 @@ def test_the_evaluator_scores_every_reference_and_the_scenes(scenes):
     users = [CaptionedImage(scenes[0].image, r, f"{i}.png") for i, r in enumerate(refs)]
     perfect = ev.score(caption_examples(users), _outputs(["a red circle above a blue square",
                                                           "a b c d"]))
-    assert perfect == {"bleu4": pytest.approx(100.0), "chrf": pytest.approx(100.0),
+    assert perfect == {"bleu": pytest.approx(100.0), "chrf": pytest.approx(100.0),
                        "exact": 1.0}
     worse = ev.score(caption_examples(users), _outputs(["a red circle above a square", "x y"]))
-    assert 0 < worse["bleu4"] < 100 and worse["exact"] == 0.0
+    assert 0 < worse["bleu"] < 100 and worse["exact"] == 0.0
     with pytest.raises(ValueError, match=r"hypotheses: expected one per reference \(2\), got 1"):
         ev.score(caption_examples(users), _outputs(["x"]))
     # built-in scenes: their own captions are true; the attention check needs weights
@@ -87,7 +87,7 @@ def test_the_evaluator_scores_every_reference_and_the_scenes(scenes):
     texts = [s.captions[0] for s in scenes[:2]]
     assert ev.score(examples, _outputs(texts))["true_captions"] == 1.0
     scored = ev.score(examples, _outputs(texts, [torch.full((12, 16), 1 / 16)] * 2))
-    assert list(scored) == ["bleu4", "chrf", "exact", "true_captions", "attention_on_object"]
+    assert list(scored) == ["bleu", "chrf", "exact", "true_captions", "attention_on_object"]
 
 
 def test_attention_on_the_named_objects():
@@ -122,12 +122,12 @@ def test_a_few_steps_lower_the_loss_and_evaluate_reports_everything(scenes, tmp_
     model = task.build_model()
     before = task.loss(model.eval(), task.batches(0)[0])[0].item()
     Trainer(model, task, TrainConfig(max_steps=15, lr=2e-2, warmup_steps=0, eval_every=100,
-                                     checkpoint_every=100, progress=False, metric="bleu4"),
+                                     checkpoint_every=100, progress=False, metric="bleu"),
             tmp_path).fit()
     after = task.loss(model.eval(), task.batches(0)[0])[0].item()
     assert after < before - 0.3
     metrics = task.evaluate(model)
-    assert list(metrics) == ["bleu4", "chrf", "exact", "true_captions", "attention_on_object"]
+    assert list(metrics) == ["bleu", "chrf", "exact", "true_captions", "attention_on_object"]
     evaluator = CaptionEvaluator(model, task.config(), task.vocab())
     captions = caption_images(model, task.words, [s.image for s in scenes[:3]],
                               max_words=task.max_words, weights=True)
@@ -203,4 +203,4 @@ def test_the_evaluator_reads_built_in_splits_and_the_users_folder(scenes, tmp_pa
         assert [e.origin for e in examples] == [str(tsv.parent / "000000.png"),
                                                 str(tsv.parent / "000001.png")]
         assert examples[1].reference == scenes[1].captions and examples[1].annotation is None
-    assert list(score_examples(ev, examples).metrics) == ["bleu4", "chrf", "exact"]
+    assert list(score_examples(ev, examples).metrics) == ["bleu", "chrf", "exact"]

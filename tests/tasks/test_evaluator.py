@@ -10,7 +10,7 @@ from attnkit.data import read_tsv
 from attnkit.models import Seq2Seq, model_config
 from attnkit.tasks import EVALUATORS, Evaluator, evaluator_for
 from attnkit.tasks.evaluator import Example, Output
-from attnkit.tasks.metrics import METRICS, closest_reference, example_cer, score
+from attnkit.tasks.metrics import METRICS, closest_reference, example_cer, score, signature
 from attnkit.train import save_checkpoint
 
 
@@ -52,7 +52,7 @@ def test_registration_errors_name_the_problem(upper_task):
     with pytest.raises(ValueError, match="task: an evaluator for 'test-upper' is already"):
         type("Again", (upper_task,), {}, task="test-upper")
     with pytest.raises(ValueError, match=r"metrics: expected names among exact, cer, wer, "
-                                         r"bleu, bleu4, chrf, got \['rouge'\]"):
+                                         r"bleu, bleu_char, chrf, got \['rouge'\]"):
         type("Rouge", (upper_task,), {"metrics": ("rouge",)}, task="test-rouge")
     with pytest.raises(ValueError, match=r"task: expected one of asr, caption, ocr, .*translate, "
                                          r"vqa, got 'poems'"):
@@ -65,7 +65,8 @@ def test_metrics_on_known_values():
     assert got["exact"] == pytest.approx(1 / 3)
     assert got["cer"] == pytest.approx((0 + 2 + 1) / (11 + 2 + 5))  # corpus: edits / chars
     assert got["wer"] == pytest.approx((0 + 1 + 1) / (3 + 1 + 2))
-    assert score(("bleu", "chrf"), refs, refs) == pytest.approx({"bleu": 100.0, "chrf": 100.0})
+    assert score(("bleu_char", "chrf"), refs, refs) == pytest.approx({"bleu_char": 100.0,
+                                                                       "chrf": 100.0})
     assert example_cer("a dog", "a dot") == pytest.approx(1 / 5)
     with pytest.raises(ValueError, match=r"names: expected metrics among .*, got \['f1'\]"):
         score(["f1"], hyps, refs)
@@ -77,13 +78,33 @@ def test_metrics_against_several_references():
     hyps = ["a red circle", "a blue square at the top"]
     refs = [("a red circle", "a circle"), ("a blue square at the left", "a blue square at the top",
                                            "a square")]  # examples with 2 and 3 references
-    got = score(("exact", "bleu4", "chrf"), hyps, refs)
-    assert got == pytest.approx({"exact": 1.0, "bleu4": 100.0, "chrf": 100.0})
-    one = score(("exact", "bleu4", "chrf"), hyps, [r[0] for r in refs])  # the first alone
-    assert one["exact"] == 0.5 and one["bleu4"] < 100 and one["chrf"] < 100
-    assert score(("bleu4",), ["a b c d"], ["a b c d"]) == pytest.approx({"bleu4": 100.0})
+    got = score(("exact", "bleu", "chrf"), hyps, refs)
+    assert got == pytest.approx({"exact": 1.0, "bleu": 100.0, "chrf": 100.0})
+    one = score(("exact", "bleu", "chrf"), hyps, [r[0] for r in refs])  # the first alone
+    assert one["exact"] == 0.5 and one["bleu"] < 100 and one["chrf"] < 100
+    assert score(("bleu",), ["a b c d"], ["a b c d"]) == pytest.approx({"bleu": 100.0})
     assert closest_reference("a blue square at the tip", refs[1]) == "a blue square at the top"
     assert example_cer("a blue square at the tip", refs[1]) == pytest.approx(1 / 24)
     with pytest.raises(ValueError, match=r"references\[1\]: cer scores against one reference "
                                          r"text, got 3"):
         score(["cer"], hyps, ["a red circle", refs[1]])
+
+
+def test_every_metric_compares_the_same_normalised_texts():
+    """Surrounding and repeated white space, and Unicode composition, count for no metric."""
+    got = score(list(METRICS), ["we met on 3 March 2001 in the caf\u00e9"],
+                [" we met  on 3 March 2001 in the cafe\u0301 "])
+    assert got == pytest.approx({"exact": 1.0, "cer": 0.0, "wer": 0.0, "bleu": 100.0,
+                                 "bleu_char": 100.0, "chrf": 100.0})
+
+
+def test_bleu_is_sacrebleu_s_standard_and_bleu_char_its_character_variant():
+    import sacrebleu
+
+    hyps = ["the cat sat on the mat today", "a dog ran in the park at noon"]
+    refs = ["the cat sat on a mat today", "a dog ran in the park at night"]
+    assert score(("bleu", "bleu_char"), hyps, refs) == pytest.approx({
+        "bleu": sacrebleu.corpus_bleu(hyps, [refs]).score,
+        "bleu_char": sacrebleu.corpus_bleu(hyps, [refs], tokenize="char").score})
+    assert signature("bleu").startswith("nrefs:1|case:mixed|eff:no|tok:13a|")
+    assert "tok:char" in signature("bleu_char") and signature("cer") is None

@@ -13,7 +13,7 @@ from pathlib import Path
 from attnkit.cli import common
 from attnkit.cli.decoder_options import add_joint_args, joint_decoding
 from attnkit.tasks import EVALUATORS, evaluate
-from attnkit.tasks.metrics import closest_reference, example_cer
+from attnkit.tasks.metrics import closest_reference, example_cer, signature
 from attnkit.tasks import loading
 
 
@@ -70,6 +70,8 @@ def run(args) -> int:
         print(json.dumps({"task": evaluator.task, "checkpoint": str(args.checkpoint),
                           "data": str(args.data), "examples": len(result.examples),
                           "decoding": asdict(decoding), "metrics": result.metrics,
+                          "signatures": {name: signature(name) for name in result.metrics
+                                         if signature(name)},
                           **({"worst": worst} if args.plot else {}),
                           **({"html": str(page)} if page else {})}, indent=1))
         return 0

@@ -333,7 +333,7 @@ class CaptionEvaluator(Evaluator, task="caption"):
 
     data = (f"a folder of images with {CAPTIONS} (filename<TAB>caption, several lines per "
             "image), that TSV, or built-in scenes: scenes:test or scenes:heldout")
-    metrics = ("bleu4", "chrf", "exact")
+    metrics = ("bleu", "chrf", "exact")
     labels = {"true_captions": "true captions", "attention_on_object": "attention on object"}
     scores_attention = True
 

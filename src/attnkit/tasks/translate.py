@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from attnkit.data import MAX_CHARS, CharVocab, SubwordVocab, build_vocab, load_vocab, pad_batch
 from attnkit.data.tsv import read_tsv_rows
-from attnkit.decoding import Decoding, Hypotheses, decode_batches
+from attnkit.decoding import MAX_OUTPUT_TOKENS, Decoding, Hypotheses, decode_batches
 from attnkit.models import Seq2Seq, Transformer, build_model
 from attnkit.diagnose.plots import plot_attention
 from attnkit.tasks import metrics as scores
@@ -34,17 +34,17 @@ __all__ = ["MAX_LEN_RATIO", "MAX_OUTPUT_TOKENS", "TranslateEvaluator", "Translat
 
 
 def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-    """Validation: ``accuracy`` (exact match), character error rate and BLEU over characters
-    (:mod:`attnkit.tasks.metrics`)."""
+    """Validation: ``accuracy`` (exact match), character error rate, BLEU (sacreBLEU's standard)
+    and BLEU over characters (:mod:`attnkit.tasks.metrics`)."""
     return {"accuracy": scores.exact_match(hypotheses, references),
-            "cer": scores.cer(hypotheses, references), "bleu": scores.bleu(hypotheses, references)}
+            "cer": scores.cer(hypotheses, references), "bleu": scores.bleu(hypotheses, references),
+            "bleu_char": scores.bleu_char(hypotheses, references)}
 
 
 TAG = re.compile(r"^<[\w:-]+>$")
 # Output tokens at most: ceil(MAX_LEN_RATIO * source tokens) + the task's max_len_extra, and
-# never more than MAX_OUTPUT_TOKENS.
+# never more than MAX_OUTPUT_TOKENS (every task's cap, attnkit.decoding.MAX_OUTPUT_TOKENS).
 MAX_LEN_RATIO = 3.0
-MAX_OUTPUT_TOKENS = 10_000
 
 
 def _encode_batch(vocab: CharVocab | SubwordVocab, texts: Sequence[str]):
@@ -199,7 +199,7 @@ class TranslateEvaluator(Evaluator, task="translate"):
     ``source<TAB>reference`` TSV files (:mod:`attnkit.tasks.evaluator`)."""
 
     data = "a TSV of source<TAB>reference lines"
-    metrics = ("exact", "cer", "bleu", "chrf")
+    metrics = ("exact", "cer", "bleu", "bleu_char", "chrf")
     # The longest source read and decoded, in characters (None: no limit).
     max_chars: int | None = MAX_CHARS
 
