@@ -90,3 +90,16 @@ def test_max_len_past_the_one_cap_is_refused_by_every_task(tmp_path, capsys):
         assert main([*args, "--max-len", "10000000", "--no-loop-stop"]) == 2
         assert capsys.readouterr().err == ("attnkit: max_len: expected None or an int in "
                                            "[1, 10000], got 10000000\n")
+
+
+def test_model_options_of_another_model_are_refused_by_name(tmp_path, capsys):
+    assert main(["train", "translate", "--model", "bahdanau", "--heads", "4", "--layers", "9",
+                 "--ff", "7", "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err == ("attnkit: --model bahdanau: does not take --heads "
+                                       "(transformer), --layers (transformer), --ff "
+                                       "(transformer)\n")
+    assert main(["train", "translate", "--model", "transformer", "--emb", "32",
+                 "--input-feeding", "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err == ("attnkit: --model transformer: does not take --emb "
+                                       "(bahdanau or luong or none), --input-feeding (luong)\n")
+    assert not (tmp_path / "r").exists()

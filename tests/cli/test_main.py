@@ -196,3 +196,18 @@ def test_demo_writes_the_pngs_it_prints(tmp_path, capsys):
         assert line is not None, f"no demo line for score {score!r}"
         assert "row sums 1.0000..1.0000" in line.group(0)
         assert "weight on padding 0.0" in line.group(0)
+
+
+def test_a_signal_during_the_demo_s_training_ends_the_demo(tmp_path, capsys, monkeypatch):
+    import signal
+
+    from attnkit.cli import demo
+    from attnkit.train import TrainResult
+
+    monkeypatch.setattr(demo.Trainer, "fit",
+                        lambda self: TrainResult(3, "signal", None, [], signal.SIGINT))
+    assert main(["demo", "--out", str(tmp_path / "demo"), "--time-budget", "3",
+                 "--n-train", "200"]) == 130
+    captured = capsys.readouterr()
+    assert "stopped by SIGINT after 3 steps of the demo's training" in captured.err
+    assert "held-out" not in captured.out and "800" not in captured.out.split("2. ")[-1]

@@ -4,6 +4,7 @@ models on inputs generated on the spot."""
 from __future__ import annotations
 
 import shlex
+import signal
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from attnkit.data import (
     write_line_folder,
     write_wav,
 )
+from attnkit.cli.common import Interrupted
 from attnkit.tasks.translate import TranslateTask, plot_translation, translate_texts
 from attnkit.train import TrainConfig, Trainer
 
@@ -64,6 +66,10 @@ def translation(out_dir: Path, budget_s: float, n_train: int, seed: int) -> list
     print(f"2. Bahdanau seq2seq on built-in numbers and dates ({len(train)} training pairs, "
           f"{budget_s:.0f} s of training on this CPU)")
     result = Trainer(model, task, cfg, out_dir / "translate").fit()
+    if result.stopped == "signal":  # Ctrl-C (or SIGTERM, SIGHUP) ends the demo, not the training
+        signum = result.signal or signal.SIGTERM
+        raise Interrupted(signum, f"stopped by {signal.Signals(signum).name} after "
+                                  f"{result.step} steps of the demo's training")
     scores = task.evaluate(model)
     print(f"   after {result.step} steps, held-out ({len(valid)} unseen pairs): exact match "
           f"{scores['accuracy']:.1%}, character error rate {scores['cer']:.2%}")

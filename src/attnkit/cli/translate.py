@@ -14,6 +14,13 @@ from attnkit.tasks import loading
 
 # The option of each model config key not named after it (see attnkit.tasks.loading.existing_run).
 OPTIONS = {"name": "--model", "kind": "--model", "d_model": "--hidden"}
+# The model options that only some models take (--hidden and --dropout apply to every one), and
+# their defaults: an option given for a model that does not take it is refused.
+TAKEN_BY = {"emb": ("bahdanau", "luong", "none"), "score": ("luong",),
+            "input_feeding": ("luong",), "heads": ("transformer",),
+            "layers": ("transformer",), "ff": ("transformer",)}
+DEFAULTS = {"emb": 64, "score": "general", "input_feeding": False, "heads": 4, "layers": 2,
+            "ff": None}
 
 
 def add_train_parser(train_sub) -> None:
@@ -34,15 +41,18 @@ def add_train_parser(train_sub) -> None:
     model = p.add_argument_group("model")
     model.add_argument("--model", choices=("bahdanau", "luong", "transformer", "none"),
                        default="bahdanau")
-    model.add_argument("--score", choices=("dot", "general", "additive"), default="general",
-                       help="Luong's attention score")
-    model.add_argument("--input-feeding", action="store_true", help="Luong: input feeding")
-    model.add_argument("--emb", type=common.positive_int, default=64, help="RNN models: embedding size")
+    model.add_argument("--score", choices=("dot", "general", "additive"),
+                       help="Luong's attention score (default general)")
+    model.add_argument("--input-feeding", action="store_true", default=None,
+                       help="Luong: input feeding")
+    model.add_argument("--emb", type=common.positive_int,
+                       help="RNN models: embedding size (default 64)")
     model.add_argument("--hidden", type=common.positive_int, default=128,
                        help="RNN hidden size; the Transformer's d_model")
-    model.add_argument("--heads", type=common.positive_int, default=4, help="Transformer: heads")
-    model.add_argument("--layers", type=common.positive_int, default=2,
-                       help="Transformer: encoder and decoder layers")
+    model.add_argument("--heads", type=common.positive_int,
+                       help="Transformer: heads (default 4)")
+    model.add_argument("--layers", type=common.positive_int,
+                       help="Transformer: encoder and decoder layers (default 2)")
     model.add_argument("--ff", type=common.positive_int, help="Transformer: feed-forward size "
                        "(default 4 * hidden)")
     model.add_argument("--dropout", type=common.proportion, default=None,
@@ -93,13 +103,27 @@ def run_train(args) -> int:
     return 0
 
 
+def _model_options(args) -> dict:
+    """The options of ``--model``, defaults filled in; a model option given for a model that
+    does not take it is a ValueError naming the options and the models they belong to."""
+    foreign = [name for name, models in TAKEN_BY.items()
+               if getattr(args, name) is not None and args.model not in models]
+    if foreign:
+        named = ", ".join(f"--{n.replace('_', '-')} ({' or '.join(TAKEN_BY[n])})"
+                          for n in foreign)
+        raise ValueError(f"--model {args.model}: does not take {named}")
+    return {name: default if getattr(args, name) is None else getattr(args, name)
+            for name, default in DEFAULTS.items()}
+
+
 def _model_config(args) -> dict:
+    o = _model_options(args)
     if args.model == "transformer":
         dropout = 0.1 if args.dropout is None else args.dropout
-        return dict(name="transformer", d_model=args.hidden, heads=args.heads,
-                    layers=args.layers, ff=args.ff, dropout=dropout)
-    return dict(name="seq2seq", kind=args.model, emb=args.emb, hidden=args.hidden,
-                score=args.score, input_feeding=args.input_feeding, dropout=args.dropout or 0.0)
+        return dict(name="transformer", d_model=args.hidden, heads=o["heads"],
+                    layers=o["layers"], ff=o["ff"], dropout=dropout)
+    return dict(name="seq2seq", kind=args.model, emb=o["emb"], hidden=args.hidden,
+                score=o["score"], input_feeding=o["input_feeding"], dropout=args.dropout or 0.0)
 
 
 def _samples_and_plots(model, task, out: Path, n_plots: int) -> None:
