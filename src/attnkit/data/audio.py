@@ -114,7 +114,8 @@ def parse_wav(data: bytes, *, source: str,
             ``max_seconds``.
     """
     if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
-        raise DataError(f"{source}: not a RIFF/WAVE file (starts with {data[:12]!r})")
+        raise DataError(f"{source}: not a RIFF/WAVE file (its first 12 bytes are no RIFF/WAVE "
+                        "header)")
     fmt, pos = None, 12
     while pos + 8 <= len(data):
         chunk_id, size = data[pos:pos + 4], struct.unpack_from("<I", data, pos + 4)[0]

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from attnkit.data.paths import inside
 from attnkit.data.tsv import read_tsv_rows
 from attnkit.errors import DataError
 
@@ -135,9 +136,10 @@ def stack_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack(list(images)).float().div_(255.0)
 
 
-def _folder_images(folder: Path, tsv: Path, rows: list[tuple],
-                   size: int) -> dict[str, torch.Tensor]:
-    """Each image named in ``rows`` (``(line, filename, ...)``), read once."""
+def _folder_images(folder: Path, tsv: Path, rows: list[tuple], size: int,
+                   anywhere: bool = False) -> dict[str, torch.Tensor]:
+    """Each image named in ``rows`` (``(line, filename, ...)``), read once; names stay inside
+    ``folder`` unless ``anywhere`` (:func:`attnkit.data.paths.inside`)."""
     if not folder.is_dir():
         raise DataError(f"{folder}: not a folder of images")
     images = {}
@@ -145,7 +147,7 @@ def _folder_images(folder: Path, tsv: Path, rows: list[tuple],
         name = name.strip()
         if name in images:
             continue
-        path = folder / name
+        path = inside(folder, name, f"{tsv}:{n}", anywhere=anywhere)
         if not path.is_file():
             raise DataError(f"{tsv}:{n}: image {name!r} not found in {folder}")
         try:
@@ -156,7 +158,7 @@ def _folder_images(folder: Path, tsv: Path, rows: list[tuple],
 
 
 def read_caption_folder(folder: str | Path, tsv: str | Path | None = None, *,
-                        size: int) -> list[CaptionedImage]:
+                        size: int, anywhere: bool = False) -> list[CaptionedImage]:
     """The user's captioned images: one :class:`CaptionedImage` per image named in ``tsv``
     (default ``folder/captions.tsv``; ``filename<TAB>caption`` lines, several per image), in
     the order of their first line; images resized to ``size`` (see :func:`load_image`).
@@ -168,7 +170,7 @@ def read_caption_folder(folder: str | Path, tsv: str | Path | None = None, *,
     folder = Path(folder)
     tsv = Path(tsv) if tsv is not None else folder / CAPTIONS
     rows = read_tsv_rows(tsv, columns=("filename", "caption"))
-    images = _folder_images(folder, tsv, rows, size)
+    images = _folder_images(folder, tsv, rows, size, anywhere)
     captions: dict[str, list[str]] = {}
     for _, name, caption in rows:
         captions.setdefault(name.strip(), []).append(caption.strip())
@@ -177,7 +179,8 @@ def read_caption_folder(folder: str | Path, tsv: str | Path | None = None, *,
 
 
 def read_question_folder(folder: str | Path, tsv: str | Path | None = None, *,
-                         size: int) -> tuple[list[torch.Tensor], list[ImageQuestion]]:
+                         size: int, anywhere: bool = False,
+                         ) -> tuple[list[torch.Tensor], list[ImageQuestion]]:
     """The user's questions: the images ``(3, size, size)`` uint8 (each once, in the order of
     their first line) and one :class:`ImageQuestion` (type ``"user"``, origin ``file:line``)
     per ``filename<TAB>question<TAB>answer`` line of ``tsv`` (default
@@ -190,7 +193,7 @@ def read_question_folder(folder: str | Path, tsv: str | Path | None = None, *,
     folder = Path(folder)
     tsv = Path(tsv) if tsv is not None else folder / QUESTIONS
     rows = read_tsv_rows(tsv, columns=("filename", "question", "answer"))
-    images = _folder_images(folder, tsv, rows, size)
+    images = _folder_images(folder, tsv, rows, size, anywhere)
     index = {name: i for i, name in enumerate(images)}
     questions = [ImageQuestion(index[name.strip()], question.strip(), answer.strip(), "user",
                                f"{tsv}:{n}") for n, name, question, answer in rows]

@@ -51,6 +51,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 from attnkit.data.images import read_pixels
+from attnkit.data.paths import inside
 from attnkit.data.text_tasks import SPLITS, split_of
 from attnkit.data.tsv import read_tsv_rows
 from attnkit.errors import DataError
@@ -355,11 +356,13 @@ def read_line_folder(
     *,
     alphabet: str | None = None,
     max_width: int | None = MAX_WIDTH,
+    anywhere: bool = False,
 ) -> LineFolder:
     """The user's lines: ``(image (32, W), text)`` for each ``filename<TAB>text`` line of
     ``tsv``, as a :class:`LineFolder` (each image read when indexed).
 
-    File names are relative to ``folder``. Every image is read here once, with
+    File names are relative to ``folder`` and stay inside it (``anywhere``: also absolute
+    names and names outside it; :func:`attnkit.data.paths.inside`). Every image is read here once, with
     :func:`load_line_image` (at most ``max_width`` px wide at height 32), to check it and learn
     its width, and dropped: it is read again when its line is indexed. A bad TSV line, a
     missing or unreadable image raises a :class:`DataError` naming the TSV file and line. With
@@ -385,7 +388,7 @@ def read_line_folder(
     lines = []
     for n, name, text in rows:
         name = name.strip()
-        path = folder / name
+        path = inside(folder, name, f"{tsv}:{n}", anywhere=anywhere)
         if not path.is_file():
             raise DataError(f"{tsv}:{n}: image {name!r} not found in {folder}")
         try:

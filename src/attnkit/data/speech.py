@@ -66,7 +66,8 @@ from attnkit.data.audio import (
     read_wav,
     resample,
 )
-from attnkit.data.tsv import read_tsv
+from attnkit.data.paths import inside
+from attnkit.data.tsv import read_tsv_rows
 from attnkit.errors import DataError
 
 __all__ = [
@@ -398,10 +399,11 @@ def _read_cache(folder: Path, n: int, normalize: bool) -> _CachedFeatures:
 
 
 def read_manifest(path: str | Path, *, normalize: bool = False,
-                  max_seconds: float | None = MAX_SECONDS) -> SpeechSet:
+                  max_seconds: float | None = MAX_SECONDS, anywhere: bool = False) -> SpeechSet:
     """The user's own speech: a UTF-8 manifest of ``wav_path<TAB>transcript`` lines.
 
-    WAV paths are relative to the manifest's folder; each file is a PCM (8-32 bits) or float
+    WAV paths are relative to the manifest's folder and stay inside it (``anywhere``: also
+    absolute paths and paths outside it; :func:`attnkit.data.paths.inside`); each file is a PCM (8-32 bits) or float
     WAV at any rate and channel count (channels are averaged), resampled to 16 kHz, at most
     ``max_seconds`` long. Transcripts are used as written. Every file is read and checked here;
     its features are computed when indexed (:class:`FeaturesOnDisk`), in float32, and come out
@@ -411,10 +413,10 @@ def read_manifest(path: str | Path, *, normalize: bool = False,
         DataError: naming the manifest (and line) or the WAV file that is missing or unusable.
     """
     path = Path(path)
-    pairs = read_tsv(path)
+    rows = read_tsv_rows(path, columns=("wav", "transcript"))
     paths, frames, transcripts = [], [], []
-    for wav, transcript in pairs:
-        wav_path = path.parent / wav
+    for n, wav, transcript in rows:
+        wav_path = inside(path.parent, wav, f"{path}:{n}", anywhere=anywhere)
         samples, rate = read_wav(wav_path, max_seconds=max_seconds)
         paths.append(str(wav_path))
         frames.append(n_frames(samples.numel(), rate))
