@@ -47,3 +47,42 @@ def test_a_file_that_is_not_audio_is_named_without_quoting_it(tmp_path):
     with pytest.raises(DataError, match=r"notes.wav: not a RIFF/WAVE file") as exc:
         read_wav(secret)
     assert "hunter" not in str(exc.value) and "password" not in str(exc.value)
+
+
+@pytest.fixture
+def no_hang():
+    """Fail, instead of blocking for ever, a test whose code opens a FIFO."""
+    import signal
+
+    def expire(signum, frame):
+        raise TimeoutError("blocked on a FIFO")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def test_fifos_and_devices_are_refused_before_they_are_opened(tmp_path, no_hang, capsys):
+    from attnkit.cli.main import main
+    from attnkit.data import load_image, read_tsv, read_wav
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for read in (read_wav, read_tsv, lambda p: load_image(p, 16)):
+        with pytest.raises(DataError, match=r"pipe: not a regular file \(a FIFO\)"):
+            read(fifo)
+        with pytest.raises(DataError, match=r"^/dev/zero: not a regular file \(a character "):
+            read("/dev/zero")
+    with pytest.raises(DataError, match=r"not a regular file \(a folder\)"):
+        read_tsv(tmp_path)
+    (tmp_path / "labels.tsv").write_text("pipe\thello\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"pipe: not a regular file \(a FIFO\)"):
+        read_line_folder(tmp_path, tmp_path / "labels.tsv")
+    assert main(["translate", "--checkpoint", "builtin:translate-dates", "--file",
+                 str(fifo)]) == 2
+    assert "pipe: not a regular file (a FIFO)" in capsys.readouterr().err
+    assert main(["train", "lm", "--text", str(fifo), "--vocab-from", "builtin:asr-digits",
+                 "--out", str(tmp_path / "lm")]) == 2
+    assert "pipe: not a regular file (a FIFO)" in capsys.readouterr().err

@@ -8,7 +8,14 @@ from pathlib import Path
 import torch
 
 from attnkit.cli import common
-from attnkit.data import MAX_CHARS, DataError, generate_pairs, load_vocab, read_tsv
+from attnkit.data import (
+    MAX_CHARS,
+    DataError,
+    generate_pairs,
+    load_vocab,
+    read_tsv,
+    regular_file,
+)
 from attnkit.tasks.translate import TranslateTask, plot_translation, translate_texts
 from attnkit.tasks import loading
 
@@ -196,7 +203,7 @@ def run_translate(args) -> int:
 def _lines(path: Path) -> list[str]:
     """The lines of a UTF-8 file (a byte-order mark is not part of the first)."""
     try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
+        lines = regular_file(path).read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: cannot read as UTF-8 text ({exc})") from None
     return lines

@@ -38,6 +38,7 @@ from attnkit.data.lines import (
     render_line,
     write_line_folder,
 )
+from attnkit.data.paths import inside, regular_file
 from attnkit.data.scenes import Scene, captioned_images, generate_scenes, question_set
 from attnkit.data.speech import (
     FeaturesOnDisk,
@@ -78,6 +79,7 @@ __all__ = [
     "captioned_images",
     "feature_statistics",
     "generate_lines",
+    "inside",
     "generate_pairs",
     "generate_scenes",
     "iter_lines",
@@ -100,6 +102,7 @@ __all__ = [
     "read_question_folder",
     "read_tsv",
     "read_wav",
+    "regular_file",
     "render_line",
     "resample",
     "speech_dataset",

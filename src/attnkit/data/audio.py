@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from scipy.signal import resample_poly
 
+from attnkit.data.paths import regular_file
 from attnkit.errors import DataError
 
 log = logging.getLogger("attnkit")
@@ -196,7 +197,7 @@ def read_wav(path: str | Path, *,
         DataError: naming the file, when it cannot be read, is not a usable WAV or is longer
             than ``max_seconds``.
     """
-    path = Path(path)
+    path = regular_file(path)
     try:
         data = path.read_bytes()
     except OSError as exc:

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from attnkit.data.paths import inside
+from attnkit.data.paths import inside, regular_file
 from attnkit.data.tsv import read_tsv_rows
 from attnkit.errors import DataError
 
@@ -80,7 +80,7 @@ def read_pixels(path: str | Path, *, colour: bool,
             pixels than Pillow's ``Image.MAX_IMAGE_PIXELS`` (a decompression bomb), or is
             refused by ``check_size``.
     """
-    path = Path(path)
+    path = regular_file(path)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -148,7 +148,7 @@ def _folder_images(folder: Path, tsv: Path, rows: list[tuple], size: int,
         if name in images:
             continue
         path = inside(folder, name, f"{tsv}:{n}", anywhere=anywhere)
-        if not path.is_file():
+        if not path.exists():  # anything else but a regular file is refused by the reader
             raise DataError(f"{tsv}:{n}: image {name!r} not found in {folder}")
         try:
             images[name] = load_image(path, size)

@@ -389,7 +389,7 @@ def read_line_folder(
     for n, name, text in rows:
         name = name.strip()
         path = inside(folder, name, f"{tsv}:{n}", anywhere=anywhere)
-        if not path.is_file():
+        if not path.exists():  # anything else but a regular file is refused by the reader
             raise DataError(f"{tsv}:{n}: image {name!r} not found in {folder}")
         try:
             width = load_line_image(path, max_width=max_width).shape[1]

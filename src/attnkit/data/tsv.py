@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from attnkit.data.paths import regular_file
 from attnkit.errors import DataError
 
 __all__ = ["HEADER_WORDS", "MAX_CHARS", "read_tsv", "read_tsv_rows"]
@@ -49,7 +50,7 @@ def read_tsv_rows(
 
     ``columns`` names the fields in error messages (``"expected filename<TAB>text"``).
     """
-    path = Path(path)
+    path = regular_file(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
