@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({
             "what": "every task's training curves (loss per step, lr, validation), two revisions, same seed",
             "command": "python tools/same_training.py " + " ".join(argv or sys.argv[1:]),
-            "date": time.strftime("%Y-%m-%d"), "revisions": revs, "steps": args.steps,
+            "commit": revs["after"], "date": time.strftime("%Y-%m-%d"), "revisions": revs, "steps": args.steps,
             "seed": args.seed, "tasks": rows}, indent=1) + "\n")
     return 0 if same else 1
 
