@@ -363,7 +363,7 @@ def test_audio_longer_than_the_limit_is_refused_before_decoding(tmp_path, size):
 
 
 @pytest.mark.parametrize("rate", [8000, 16000, 22050, 44100, 48000])
-@pytest.mark.parametrize("n", [1, 159, 160, 441, 22051, 48001])
+@pytest.mark.parametrize("n", [3, 159, 160, 441, 22051, 48001])
 def test_n_frames_is_the_frame_count_of_the_resampled_log_mels(rate, n):
     samples = torch.linspace(-0.5, 0.5, n)
     assert n_frames(n, rate) == log_mel(resample(samples, rate)).shape[0]

@@ -111,7 +111,7 @@ SPLITS = {
 PITCHES = range(30, 71)  # espeak-ng's -p, 0-99 with 50 the voice's default
 ESPEAK_RATE = 22050
 FEATURE_DTYPE = torch.float16  # how a SpeechSet keeps its features in memory
-CACHE_VERSION = 1  # bump when a change to this module changes the examples or features
+CACHE_VERSION = 2  # bump when a change here or in audio.py changes the cached features
 _DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 
