@@ -71,7 +71,7 @@ BAD = {"empty.png": (lambda p: p.write_bytes(b""), "cannot read image"),
        "notes.png": (lambda p: p.write_text("not an image"), "cannot read image"),
        "cut.png": (lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0"),
                    "cannot read image"),
-       "folder.png": (lambda p: p.mkdir(), "cannot read image"),
+       "folder.png": (lambda p: p.mkdir(), "not a regular file (a folder)"),
        "floats.tif": (lambda p: Image.fromarray(np.ones((4, 4), np.float32)).save(p),
                       "unsupported image mode 'F'")}
 
@@ -83,7 +83,7 @@ def test_bad_files_are_one_line_errors_naming_the_file(name, modes, tiny_caption
     folder = tmp_path / "data"
     folder.mkdir()
     (folder / "good.png").write_bytes((modes[0] / "rgba.png").read_bytes())
-    make, problem = BAD.get(name, (lambda p: None, "cannot read image"))
+    make, problem = BAD.get(name, (lambda p: None, "cannot read (no such file)"))
     make(folder / name)
     path = str(folder / name)
     assert main(["caption", "--checkpoint", str(tiny_captioner), path]) == 2
@@ -92,8 +92,8 @@ def test_bad_files_are_one_line_errors_naming_the_file(name, modes, tiny_caption
     assert f"{path}: {problem}" in _one_line_error(capsys)
     (folder / "captions.tsv").write_text(f"good.png\ta red circle\n{name}\ta blue square\n")
     (folder / "questions.tsv").write_text(f"good.png\t{QUESTION}\t1\n{name}\t{QUESTION}\t2\n")
-    # in a folder, a missing file or a folder is "not found"; the others cannot be read
-    where = (f"image {name!r} not found in {folder}" if name in ("missing.png", "folder.png")
+    # in a folder, a missing file is "not found" there; the others cannot be read
+    where = (f"image {name!r} not found in {folder}" if name == "missing.png"
              else f"{path}: {problem}")
     for ck, tsv in ((tiny_captioner, "captions.tsv"), (tiny_vqa, "questions.tsv")):
         assert main(["eval", "--checkpoint", str(ck), "--data", str(folder)]) == 2

@@ -57,7 +57,7 @@ def test_unreadable_files_name_the_file(tmp_path):
     (tmp_path / "notes.png").write_text("not an image")
     Image.fromarray(np.zeros((4, 4), np.float32), "F").save(tmp_path / "float.tiff")
     for name, match in (("empty.png", "cannot read image"), ("notes.png", "cannot read image"),
-                        ("missing.png", "cannot read image"),
+                        ("missing.png", r"cannot read \(no such file\)"),
                         ("float.tiff", "unsupported image mode 'F'")):
         with pytest.raises(DataError, match=f"{name}: {match}"):
             load_image(tmp_path / name, 16)
@@ -159,3 +159,11 @@ def test_writers_refuse_what_would_not_read_back(tmp_path):
     images, questions = question_set([scene])
     with pytest.raises(ValueError, match=r"questions\[0\].image: expected an index in \[0, 0\)"):
         write_question_folder([], questions[:1], tmp_path)
+
+
+def test_an_image_too_big_to_caption_is_refused_from_its_header(tmp_path):
+    path = tmp_path / "big.png"
+    Image.new("L", (9000, 9000)).save(path)  # ~100 KB on disk, 81 million pixels
+    with pytest.raises(DataError, match=r"big.png: 9000 x 9000 pixels, more than the "
+                                        r"16,777,216 an image may have here"):
+        load_image(path, 64)

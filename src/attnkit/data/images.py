@@ -107,13 +107,27 @@ def read_pixels(path: str | Path, *, colour: bool,
     return np.asarray(image.convert("RGB" if colour else "L"), dtype=np.float32) / 255.0
 
 
+# An image to caption or ask about has at most this many pixels (a 4096 x 4096 photograph):
+# its pixels decode to float32 RGB before they are resized, 12 bytes each.
+MAX_PIXELS = 4096 * 4096
+
+
+def _check_pixels(path: Path, width: int, height: int) -> None:
+    if width * height > MAX_PIXELS:
+        raise DataError(f"{path}: {width} x {height} pixels, more than the {MAX_PIXELS:,} an "
+                        f"image may have here; scale it down first")
+
+
 def load_image(path: str | Path, size: int) -> torch.Tensor:
-    """An image file as RGB ``(3, size, size)`` uint8, resized to ``size`` x ``size``.
+    """An image file as RGB ``(3, size, size)`` uint8, resized to ``size`` x ``size``; at most
+    :data:`MAX_PIXELS` pixels, checked from its header before it is decoded.
 
     Raises:
-        DataError: naming the file (see :func:`read_pixels`).
+        DataError: naming the file (see :func:`read_pixels`), or its size past
+            :data:`MAX_PIXELS`.
     """
-    pixels = np.round(read_pixels(path, colour=True) * 255.0).astype(np.uint8)  # (H, W, 3)
+    pixels = np.round(read_pixels(path, colour=True, check_size=_check_pixels)
+                      * 255.0).astype(np.uint8)  # (H, W, 3)
     image = Image.fromarray(pixels, "RGB")
     if image.size != (size, size):
         image = image.resize((size, size), Image.BILINEAR)

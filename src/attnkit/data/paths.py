@@ -32,7 +32,7 @@ def regular_file(path: str | Path) -> Path:
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
-        raise DataError(f"{path}: not found") from None
+        raise DataError(f"{path}: cannot read (no such file)") from None
     except OSError as exc:
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
     if not stat.S_ISREG(mode):
