@@ -108,3 +108,17 @@ def test_bleu_is_sacrebleu_s_standard_and_bleu_char_its_character_variant():
         "bleu_char": sacrebleu.corpus_bleu(hyps, [refs], tokenize="char").score})
     assert signature("bleu").startswith("nrefs:1|case:mixed|eff:no|tok:13a|")
     assert "tok:char" in signature("bleu_char") and signature("cer") is None
+
+
+def test_outputs_carry_the_score_of_every_text_best_first():
+    from attnkit.decoding import Decoding
+    from attnkit.tasks.loading import load_evaluator
+
+    evaluator = load_evaluator("builtin:translate-dates")
+    beam, greedy = (evaluator.decode(["<en> 3 March 2001", "<en> 1 May 1990"], d)
+                    for d in (Decoding(beam=4, n_best=3), Decoding()))
+    for output in beam:
+        assert len(output.scores) == len(output.texts) == 3
+        assert output.scores == sorted(output.scores, reverse=True)
+    assert [len(o.scores) for o in greedy] == [1, 1]
+    assert all(s < 0 for o in greedy for s in o.scores)  # summed log-probabilities

@@ -22,6 +22,7 @@ from pathlib import Path
 from attnkit.cli import recipes
 from attnkit.decoding import DEFAULT_LENGTH_PENALTY, Decoding
 from attnkit.diagnose.explorer import write_explorer
+from attnkit.tasks.evaluator import TASK_BEAM
 from attnkit.tasks.explore import examples_of
 from attnkit.train import (
     PRECISIONS,
@@ -277,7 +278,6 @@ def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float 
                        help="pictures of N validation examples")
 
 
-TASK_BEAM = {"translate": 5, "asr": 5, "ocr": 1, "caption": 5}  # each task's default width
 BEAM_OPTIONS = (("--length-penalty", "length_penalty", None),
                 ("--coverage-penalty", "coverage_penalty", 0.0),
                 ("--no-repeat-ngram", "no_repeat_ngram", 0), ("--n-best", "n_best", 1))

@@ -51,7 +51,7 @@ from attnkit.models.las import HALVINGS, MIN_FRAMES
 from attnkit.diagnose.plots import plot_alignment
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
-from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, texts_of
+from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, scores_of, texts_of
 from attnkit.tasks.explore import speech_example
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
@@ -427,11 +427,12 @@ class AsrEvaluator(Evaluator, task="asr"):
                              lm=self.lm, weights=weights)
         outputs = []
         for hyp in raws:
-            for i, texts in enumerate(texts_of(hyp, self.char_vocab)):
+            for i, (texts, ranked) in enumerate(zip(texts_of(hyp, self.char_vocab),
+                                                    scores_of(hyp))):
                 features = inputs[len(outputs)]
                 outputs.append(Output(
                     texts, functools.partial(plot_transcription, hyp, i, features,
                                              self.char_vocab),
                     functools.partial(speech_example, self.model, hyp, i, features,
-                                      self.char_vocab) if weights else None))
+                                      self.char_vocab) if weights else None, ranked))
         return outputs

@@ -48,7 +48,7 @@ from attnkit.decoding import Decoding, Hypotheses, decode_batches
 from attnkit.models import Captioner, build_model, doubly_stochastic
 from attnkit.diagnose.plots import plot_image_attention
 from attnkit.tasks.batching import length_batches
-from attnkit.tasks.evaluator import Evaluator, Example, Output, score_examples
+from attnkit.tasks.evaluator import Evaluator, Example, Output, score_examples, scores_of
 from attnkit.tasks.explore import caption_example
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
@@ -363,12 +363,12 @@ class CaptionEvaluator(Evaluator, task="caption"):
         outputs = []
         for hyp in decode_images(self.model, inputs, max_words=self.max_words,
                                  decoding=decoding, weights=weights):
-            for i, c in enumerate(_captions(hyp, self.words)):
+            for i, (c, ranked) in enumerate(zip(_captions(hyp, self.words), scores_of(hyp))):
                 image = inputs[len(outputs)]
                 outputs.append(CaptionOutput(
                     c.texts, partial(plot_caption, image, c),
                     partial(caption_example, self.model, hyp, i, image, self.words)
-                    if weights else None, weights=c.weights))
+                    if weights else None, ranked, weights=c.weights))
         return outputs
 
     def score(self, examples: Sequence[Example],

@@ -36,8 +36,11 @@ from attnkit.errors import DataError
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.metrics import Reference
 
-__all__ = ["EVALUATORS", "Evaluation", "Evaluator", "Example", "Output", "evaluate",
-           "evaluator_for", "pictures", "score_examples", "texts_of"]
+__all__ = ["EVALUATORS", "TASK_BEAM", "Evaluation", "Evaluator", "Example", "Output", "evaluate",
+           "evaluator_for", "pictures", "score_examples", "scores_of", "texts_of"]
+
+# Each task's default beam width when a command or a server is not given one (1: greedy).
+TASK_BEAM = {"translate": 5, "asr": 5, "ocr": 1, "caption": 5}
 
 
 @dataclass(frozen=True)
@@ -63,11 +66,15 @@ class Output:
     input was decoded without ``weights``. ``explore(name="", reference=None)`` gives the
     explorer's :class:`attnkit.diagnose.explorer.Example` of this input, every output with its
     attention (:mod:`attnkit.tasks.explore`); None for a task without an explorer, or when
-    decoded without ``weights``."""
+    decoded without ``weights``. ``scores``: each text's score, in the order of ``texts``
+    (:attr:`attnkit.decoding.Hypotheses.scores`: the summed log-probability, or beam search's
+    ranking score; a classifier's answer: its log-probability), or None for a task whose
+    decoding gives none."""
 
     texts: list[str]
     draw: Callable[..., Path | None]
     explore: Callable[..., Any] | None = None
+    scores: list[float] | None = None
 
     @property
     def text(self) -> str:
@@ -78,6 +85,12 @@ def texts_of(hyp: Hypotheses, vocab) -> list[list[str]]:
     """Each example's decoded texts, best first, from ``hyp`` with or without an n-best dim."""
     tokens = hyp.tokens if hyp.lengths.dim() == 2 else hyp.tokens[:, None]  # (B, K, T)
     return [[vocab.decode(row) for row in rows] for rows in tokens]
+
+
+def scores_of(hyp: Hypotheses) -> list[list[float]]:
+    """Each example's scores, in the order of :func:`texts_of`'s texts."""
+    values = hyp.scores if hyp.lengths.dim() == 2 else hyp.scores[:, None]  # (B, K)
+    return values.float().tolist()
 
 
 EVALUATORS: dict[str, type[Evaluator]] = {}

@@ -14,6 +14,7 @@ relational and not. Words of a question that the model never saw count as ``<unk
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -320,7 +321,8 @@ class VqaEvaluator(Evaluator, task="vqa"):
         """:meth:`answer`, each drawn and explored with its hops' attention (the weights are
         small: always kept)."""
         return [Output([a.answer], partial(plot_answer, image, question, a),
-                       partial(answer_example, self.model, image, question, a))
+                       partial(answer_example, self.model, image, question, a),
+                       [math.log(a.probability)])  # the argmax: at least 1 / answers
                 for (image, question), a in zip(inputs, self.answer(inputs, decoding))]
 
     def score(self, examples: Sequence[Example], outputs: Sequence[Output]) -> dict[str, float]:
