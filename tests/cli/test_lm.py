@@ -4,7 +4,7 @@ import pytest
 
 from attnkit.cli.main import main
 from attnkit.data import generate_lines, write_line_folder
-from tests.cli.test_alignment import TINY
+from tests.cli.test_decoder_options import TINY
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
