@@ -1,12 +1,13 @@
-"""The user's own tab-separated files: UTF-8 ``source<TAB>target`` lines, or any fixed number
-of columns (``filename<TAB>text``, ``filename<TAB>question<TAB>answer``)."""
+"""The user's own tab-separated files, read as :mod:`attnkit.data.text` reads text:
+``source<TAB>target`` lines, or any fixed number of columns (``filename<TAB>text``,
+``filename<TAB>question<TAB>answer``)."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
-from attnkit.data.paths import regular_file
+from attnkit.data.text import byte_lines, decode_line, undecodable
 from attnkit.errors import DataError
 
 __all__ = ["HEADER_WORDS", "MAX_CHARS", "read_tsv", "read_tsv_rows"]
@@ -24,14 +25,15 @@ HEADER_WORDS = frozenset({"source", "src", "target", "tgt", "input", "output", "
 
 def read_tsv(path: str | Path, *, skip_bad_lines: bool = False,
              max_chars: int | None = MAX_CHARS) -> list[tuple[str, str]]:
-    """Read ``source<TAB>target`` pairs.
+    """Read ``source<TAB>target`` pairs from a text file as :mod:`attnkit.data.text` reads
+    them (UTF-8 in NFC, LF or CRLF, gzip, xz or bzip2 decompressed).
 
     A line without exactly one tab, with an empty side, with a side longer than
     ``max_chars`` characters (None: no limit), with a NUL character, or that is not valid
     UTF-8 raises a :class:`DataError` naming the file and line, or with ``skip_bad_lines`` is
-    skipped and counted in one warning. Blank lines (no tab) are ignored; a UTF-8 byte-order
-    mark is dropped; a first line of column names (``source<TAB>target``: two of
-    :data:`HEADER_WORDS`) is skipped with a warning. A UTF-16 file is refused as a whole.
+    skipped and counted in one warning. Blank lines (no tab) are ignored; a first line of
+    column names (``source<TAB>target``: two of :data:`HEADER_WORDS`) is skipped with a
+    warning. A UTF-16 file is refused as a whole.
     """
     return [(a, b) for _, a, b in read_tsv_rows(path, skip_bad_lines=skip_bad_lines,
                                                  max_chars=max_chars)]
@@ -50,26 +52,14 @@ def read_tsv_rows(
 
     ``columns`` names the fields in error messages (``"expected filename<TAB>text"``).
     """
-    path = regular_file(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or raw.count(b"\x00") * 4 > len(raw):
-        raise DataError(f"{path}: looks like UTF-16 text (a byte-order mark or NUL bytes "
-                        "between the characters); save it as UTF-8")
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]  # a UTF-8 byte-order mark is not part of the first source
     layout = "<TAB>".join(columns)
     header = {c.lower() for c in columns} | HEADER_WORDS
     rows, bad = [], []
-    for n, line in enumerate(raw.split(b"\n"), start=1):
-        line = line.rstrip(b"\r")
+    for n, line in byte_lines(path):
         if not line.strip() and b"\t" not in line:
             continue
-        problem = _problem(line, columns, max_chars)
-        if problem is None:
-            parts = line.decode("utf-8").split("\t")
+        parts = _fields(line, columns, max_chars)
+        if isinstance(parts, list):
             if not rows and not bad and {part.strip().lower() for part in parts} <= header:
                 log.warning("%s:%d: %r is a header, not an example: skipped", path, n,
                             "\t".join(parts))
@@ -78,7 +68,7 @@ def read_tsv_rows(
         elif skip_bad_lines:
             bad.append(n)
         else:
-            raise DataError(f"{path}:{n}: {problem}")
+            raise DataError(f"{path}:{n}: {parts}")
     if bad:
         log.warning("%s: skipped %d bad lines (first at line %d)", path, len(bad), bad[0])
     if not rows:
@@ -86,13 +76,12 @@ def read_tsv_rows(
     return rows
 
 
-def _problem(line: bytes, columns: tuple[str, ...], max_chars: int | None) -> str | None:
-    """What is wrong with one line (without its newline), or None."""
+def _fields(line: bytes, columns: tuple[str, ...], max_chars: int | None) -> list[str] | str:
+    """The fields of one line (without its line end), or what is wrong with it."""
     try:
-        text = line.decode("utf-8")
+        parts = decode_line(line).split("\t")
     except UnicodeDecodeError as exc:
-        return f"not valid UTF-8 (byte {exc.start})"
-    parts = text.split("\t")
+        return undecodable(exc)
     if len(parts) != len(columns):
         return f"expected {'<TAB>'.join(columns)}, found {len(parts) - 1} tabs"
     for name, part in zip(columns, parts):
@@ -102,4 +91,4 @@ def _problem(line: bytes, columns: tuple[str, ...], max_chars: int | None) -> st
             return f"NUL character in the {name}"
         if max_chars is not None and len(part) > max_chars:
             return f"{name} of {len(part)} characters, more than the limit of {max_chars}"
-    return None
+    return parts

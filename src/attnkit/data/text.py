@@ -1,0 +1,170 @@
+"""Text files as every reader of attnkit opens them: one place for encodings, line ends,
+compression and Unicode normalisation.
+
+* **Encoding**: UTF-8, with or without a byte-order mark (dropped). A UTF-16 file (a UTF-16
+  byte-order mark, or NUL bytes between the characters of its first block) is refused as a
+  whole; a line that is not valid UTF-8 is named ``file:line`` in the error.
+* **Line ends**: LF or CRLF (the ``\\r`` is dropped with the ``\\n``). A line's text never
+  holds its line end.
+* **Compression**: gzip, xz and bzip2 files are decompressed as they are read, known by
+  their first bytes (their magic numbers), whatever their names end with; a stream cut short
+  is named with the line it stopped in. zstd and zip files are refused with what to do.
+* **Normalisation**: every text is Unicode NFC (composed characters: ``"e" + U+0301`` reads as
+  ``"é"``), so a vocabulary never holds two spellings of one character.
+
+Files are read a block at a time: memory holds one block and one line, however long the
+file.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import unicodedata
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+from attnkit.data.paths import regular_file
+from attnkit.errors import DataError
+
+__all__ = ["BLOCK", "byte_lines", "compression", "decode_line", "nfc", "open_bytes",
+           "read_text", "text_lines", "undecodable"]
+
+BLOCK = 1 << 20  # bytes read at a time
+# Magic numbers: (first bytes, name, opener). bzip2's is "BZh", the block size digit and the
+# first block's (or an empty stream's end) signature, so text starting "BZh" is not taken.
+_COMPRESSED = ((b"\x1f\x8b", "gzip", gzip.open), (b"\xfd7zXZ\x00", "xz", lzma.open))
+_BZIP2 = (b"\x31\x41\x59\x26\x53\x59", b"\x17\x72\x45\x38\x50\x90")
+_REFUSED = ((b"\x28\xb5\x2f\xfd", "zstd-compressed; decompress it (zstd -d FILE) or "
+             "compress it with gzip, xz or bzip2, which attnkit reads"),
+            (b"PK\x03\x04", "a zip archive; unpack it (unzip FILE) and name the file inside"))
+_ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error)
+
+
+def compression(path: str | Path) -> str | None:
+    """``"gzip"``, ``"xz"`` or ``"bzip2"`` when the file's first bytes say it is compressed
+    so, else None.
+
+    Raises:
+        DataError: naming the file: not a regular file, unreadable, or compressed in a way
+            attnkit does not read (zstd, zip: the message says what to do).
+    """
+    path = regular_file(path)
+    try:
+        with path.open("rb") as f:
+            head = f.read(10)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+    for magic, what in _REFUSED:
+        if head.startswith(magic):
+            raise DataError(f"{path}: {what}")
+    if head.startswith(b"BZh") and head[3:4].isdigit() and head[4:10] in _BZIP2:
+        return "bzip2"
+    return next((name for magic, name, _ in _COMPRESSED if head.startswith(magic)), None)
+
+
+@contextmanager
+def open_bytes(path: str | Path) -> Iterator[BinaryIO]:
+    """The file's bytes, decompressed when :func:`compression` says it is compressed.
+
+    Raises:
+        DataError: as :func:`compression`.
+    """
+    kind = compression(path)
+    opener = {"bzip2": bz2.open, **{name: o for _, name, o in _COMPRESSED}}.get(kind, open)
+    with opener(Path(path), "rb") as f:
+        yield f
+
+
+def byte_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
+    """``(line number, bytes)`` of each line of a text file, without its line end (LF or
+    CRLF); the first line without a UTF-8 byte-order mark. A last line without a line end is
+    a line; an empty file has none.
+
+    Raises:
+        DataError: naming the file: as :func:`compression`, UTF-16 text, or a compressed
+            stream that cannot be read (cut short, corrupt), with the line it stopped in.
+    """
+    path = Path(path)
+    n, tail = 0, b""
+    with open_bytes(path) as f:
+        try:
+            block = _first_block(path, f.read(BLOCK))
+            while block:
+                lines = (tail + block).split(b"\n")
+                tail = lines.pop()
+                for line in lines:
+                    n += 1
+                    yield n, line.removesuffix(b"\r")
+                block = f.read(BLOCK)
+        except _ERRORS as exc:
+            raise DataError(f"{path}:{n + 1}: cannot read ({exc})") from None
+    if tail:
+        yield n + 1, tail.removesuffix(b"\r")
+
+
+def _first_block(path: Path, block: bytes) -> bytes:
+    """The first block of a file without its UTF-8 byte-order mark; UTF-16 refused."""
+    if block.startswith((b"\xff\xfe", b"\xfe\xff")) or block.count(b"\x00") * 4 > len(block):
+        raise DataError(f"{path}: looks like UTF-16 text (a byte-order mark or NUL bytes "
+                        "between the characters); save it as UTF-8")
+    return block.removeprefix(b"\xef\xbb\xbf")
+
+
+def nfc(text: str) -> str:
+    """``text`` in Unicode normal form C (ASCII text as it is)."""
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
+
+
+def decode_line(line: bytes) -> str:
+    """One line's text: UTF-8, in NFC.
+
+    Raises:
+        UnicodeDecodeError: the bytes are not UTF-8 (:func:`undecodable` says so in words).
+    """
+    return nfc(line.decode("utf-8"))
+
+
+def undecodable(exc: UnicodeDecodeError) -> str:
+    """What is wrong with a line :func:`decode_line` refused."""
+    return f"not valid UTF-8 (byte {exc.start})"
+
+
+def text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of each line of a text file (see the module docstring), read
+    one block at a time.
+
+    Raises:
+        DataError: naming the file (as :func:`byte_lines`), or ``file:line`` of a line that
+            is not valid UTF-8.
+    """
+    for n, line in byte_lines(path):
+        try:
+            yield n, decode_line(line)
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{path}:{n}: {undecodable(exc)}") from None
+
+
+def read_text(path: str | Path) -> str:
+    """A whole text file (see the module docstring) as one string, CRLF line ends as LF:
+    for files read whole (a ``.gt.txt``, a JSON file).
+
+    Raises:
+        DataError: as :func:`text_lines`.
+    """
+    path = Path(path)
+    with open_bytes(path) as f:
+        try:
+            raw = _first_block(path, f.read())
+        except _ERRORS as exc:
+            raise DataError(f"{path}: cannot read ({exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise DataError(f"{path}:{line}: {undecodable(exc)}") from None
+    return nfc(text.replace("\r\n", "\n"))
