@@ -12,14 +12,8 @@ import soxr
 import torch
 
 from attnkit.data import DataError
-from attnkit.data.audio import (
-    OVERSHOOT_S,
-    audio_info,
-    read_audio,
-    read_wav,
-    resample,
-    resampled_length,
-)
+from attnkit.data.audio import resample, resampled_length
+from attnkit.data.audio_files import OVERSHOOT_S, audio_info, read_audio, read_wav
 
 
 def tone(freq: float, rate: int, seconds: float, channels: int = 1) -> np.ndarray:
@@ -102,8 +96,8 @@ def test_unreadable_codec_names_the_file(tmp_path):
     path = tmp_path / "noise.mp3"
     path.write_bytes(bytes(range(256)) * 40)
     for read in (audio_info, read_audio):
-        with pytest.raises(DataError, match=r"noise.mp3: cannot decode: .*expected WAV, FLAC, "
-                                            r"OGG \(Vorbis, Opus\) or MP3 audio"):
+        with pytest.raises(DataError, match=r"noise.mp3: cannot decode \(.*\); expected WAV, "
+                                            r"FLAC, OGG \(Vorbis, Opus\) or MP3 audio"):
             read(path)
 
 

@@ -63,9 +63,9 @@ def test_transcript_conventions():
 
 
 def test_numbers_are_spelled_with_spaces_only():
-    assert speech._spoken_number(4072) == "four thousand and seventy two"
-    assert speech._spoken_number(120034) == "one hundred and twenty thousand and thirty four"
-    assert speech._spoken_number(0) == "zero"
+    assert speech.spoken_number(4072) == "four thousand and seventy two"
+    assert speech.spoken_number(120034) == "one hundred and twenty thousand and thirty four"
+    assert speech.spoken_number(0) == "zero"
 
 
 def test_splits_share_no_voice_and_no_speed():

@@ -208,7 +208,7 @@ def test_features_on_disk_are_read_per_batch_and_batch_as_in_memory(tmp_path):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     batches = tasks[1].batches(0)
     (tmp_path / "0.wav").write_bytes(b"gone")
-    with pytest.raises(DataError, match="0.wav: not a RIFF/WAVE file"):
+    with pytest.raises(DataError, match=r"0.wav: cannot decode \(Format not recognised\)"):
         [batches[i] for i in range(len(batches))]  # read when a batch needs it
 
 

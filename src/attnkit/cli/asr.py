@@ -17,7 +17,7 @@ from attnkit.cli.decoder_options import (
     joint_decoding,
 )
 from attnkit.data import SpeechSet, load_vocab, read_manifest
-from attnkit.data.audio import MAX_SECONDS
+from attnkit.data.audio_files import MAX_SECONDS
 from attnkit.data.speech import KINDS, speech_dataset
 from attnkit.decoding import Decoding
 from attnkit.models.las import LISTENERS

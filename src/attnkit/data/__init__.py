@@ -11,10 +11,9 @@ from attnkit.data.audio import (
     n_frames,
     normalize_features,
     pad_features,
-    read_wav,
     resample,
-    write_wav,
 )
+from attnkit.data.audio_files import read_wav, write_wav
 from attnkit.data.images import (
     CaptionedImage,
     ImageQuestion,
@@ -45,7 +44,6 @@ from attnkit.data.speech import (
     SpeechSet,
     Utterance,
     plan_utterances,
-    read_manifest,
     speech_dataset,
     synthesize,
     utterance_audio,
@@ -53,6 +51,7 @@ from attnkit.data.speech import (
 from attnkit.data.subword import SubwordVocab
 from attnkit.data.text_tasks import DATE_LOCALES, NUMBER_LANGUAGES, generate_pairs
 from attnkit.data.tsv import MAX_CHARS, read_tsv
+from attnkit.data.utterances import read_manifest
 from attnkit.data.vocab import CharVocab, WordVocab, build_vocab, load_vocab, pad_batch
 from attnkit.errors import DataError
 

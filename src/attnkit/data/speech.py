@@ -13,14 +13,27 @@ Transcript convention: lower-case ``a``-``z`` and single spaces only, numbers al
 in words, and the transcript is exactly the text espeak-ng is given, so the audio says what the
 target says. The written form (``"4 0 7 2"``, ``"4072"``) is kept as :attr:`Utterance.text`.
 
+The user's corpora follow their own conventions (LibriSpeech is upper case, Common Voice
+punctuated, with digits). A reader keeps a transcript as written (``transcripts="keep"``, the
+default of attnkit's own manifest) or normalises it (``"normalize"``, the default of every other
+format; :func:`attnkit.data.utterances.normalize_transcript`): Unicode NFC, case-folded, digits
+spelled out in English words, punctuation and symbols removed, apostrophes inside words kept. A
+transcript then left with characters outside the reader's alphabet (``a``-``z``, ``'`` and
+space by default, :data:`attnkit.data.utterances.SPEECH_ALPHABET`; ``attnkit eval``: the
+checkpoint's characters) is not mapped further: its utterance is dropped and counted, with the
+characters named (:class:`attnkit.data.utterances.SpeechCorpus`), so a corpus in another
+language is trained with its own alphabet rather than losing its letters.
+
 Splits hold out speakers and speaking rates: every split uses the same accents (:data:`ACCENTS`)
 but its own voice variants and its own speed band (:data:`SPLITS`), so valid and test voices and
 speeds are never seen in training. Each example is drawn from a generator seeded by
 ``(seed, split, index)``. Features are cached on disk, keyed by a hash of the settings.
 
-A :class:`SpeechSet` of built-in speech or of a manifest holds its features on disk
-(:class:`FeaturesOnDisk`: the cache's rows, or the WAV files), each utterance's read when
-indexed, so memory does not grow with the number of utterances. Features come out in float16
+A :class:`SpeechSet` of built-in speech or of a corpus holds its features on disk
+(:class:`FeaturesOnDisk`: the cache's rows, or the audio files), each utterance's read when
+indexed, and a corpus's transcripts and paths packed
+(:class:`attnkit.data.utterances.PackedTexts`), so memory grows by a few dozen bytes per
+utterance, not by its features. Features come out in float16
 (:data:`FEATURE_DTYPE`), half of float32's memory for those a caller keeps (validation sets,
 ``attnkit eval``'s examples); :func:`attnkit.data.pad_features` makes each batch float32
 again. float16 keeps 11 significant bits: a relative rounding error of at most ``2**-11`` per
@@ -56,18 +69,13 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from attnkit.data.audio import (
-    MAX_SECONDS,
     N_MELS,
     SAMPLE_RATE,
     log_mel,
-    n_frames,
     normalize_features,
-    parse_wav,
-    read_wav,
     resample,
 )
-from attnkit.data.paths import inside
-from attnkit.data.tsv import read_tsv_rows
+from attnkit.data.audio_files import parse_wav
 from attnkit.errors import DataError
 
 __all__ = [
@@ -79,7 +87,7 @@ __all__ = [
     "SpeechSet",
     "Utterance",
     "plan_utterances",
-    "read_manifest",
+    "spoken_number",
     "speech_dataset",
     "synthesize",
     "utterance_audio",
@@ -179,20 +187,6 @@ class _CachedFeatures(FeaturesOnDisk):
             return f.get_slice("features")[start:stop]
 
 
-class _WavFeatures(FeaturesOnDisk):
-    """Utterances of a manifest: records are WAV paths, read and turned into log-mels (16 kHz)
-    when indexed."""
-
-    def __init__(self, paths: Sequence[str], frames: Sequence[int], *, normalize: bool,
-                 max_seconds: float | None):
-        super().__init__(paths, frames, normalize=normalize)
-        self.max_seconds = max_seconds
-
-    def read(self, record) -> torch.Tensor:
-        samples, rate = read_wav(record, max_seconds=self.max_seconds)
-        return log_mel(resample(samples, rate, SAMPLE_RATE))
-
-
 @dataclass(frozen=True)
 class SpeechSet:
     """Features and transcripts: ``features[i]`` is ``(T_i, 80)`` float16
@@ -201,8 +195,8 @@ class SpeechSet:
     settings, or the WAV path). Batch with :func:`attnkit.data.pad_features`."""
 
     features: Sequence[torch.Tensor]
-    transcripts: list[str]
-    origins: list[str]
+    transcripts: Sequence[str]
+    origins: Sequence[str]
 
     def __len__(self) -> int:
         return len(self.features)
@@ -211,7 +205,8 @@ class SpeechSet:
     def frames(self) -> list[int]:
         """``T_i`` of every utterance (features on disk are not read for it)."""
         if isinstance(self.features, FeaturesOnDisk):
-            return list(self.features.frames)
+            frames = self.features.frames
+            return frames.tolist() if isinstance(frames, np.ndarray) else list(frames)
         return [f.shape[0] for f in self.features]
 
     def head(self, n: int) -> SpeechSet:
@@ -225,7 +220,9 @@ def _words() -> tuple[str, ...]:
     return tuple(text.split())
 
 
-def _spoken_number(value: int) -> str:
+def spoken_number(value: int) -> str:
+    """``value`` in English words as the built-in transcripts write it (num2words' British
+    English, hyphens and commas turned into spaces): ``"four thousand and seventy two"``."""
     from num2words import num2words
 
     return re.sub(r"[-,\s]+", " ", num2words(value, lang="en")).strip()
@@ -239,7 +236,7 @@ def _content(kind: str, rng: random.Random) -> tuple[str, str]:
     if kind == "numbers":
         n_digits = rng.randint(1, 6)  # lengths spread evenly: 1 to 6 digits
         value = rng.randrange(10 ** (n_digits - 1) if n_digits > 1 else 0, 10**n_digits)
-        return str(value), _spoken_number(value)
+        return str(value), spoken_number(value)
     sentence = " ".join(rng.choices(_words(), k=rng.randint(3, 8)))
     return sentence, sentence
 
@@ -396,30 +393,3 @@ def _read_cache(folder: Path, n: int, normalize: bool) -> _CachedFeatures:
                         f"delete {folder} to rebuild it")
     ends = lengths.cumsum(0).tolist()
     return _CachedFeatures(path, list(zip([0, *ends[:-1]], ends)), normalize=normalize)
-
-
-def read_manifest(path: str | Path, *, normalize: bool = False,
-                  max_seconds: float | None = MAX_SECONDS, anywhere: bool = False) -> SpeechSet:
-    """The user's own speech: a UTF-8 manifest of ``wav_path<TAB>transcript`` lines.
-
-    WAV paths are relative to the manifest's folder and stay inside it (``anywhere``: also
-    absolute paths and paths outside it; :func:`attnkit.data.paths.inside`); each file is a PCM (8-32 bits) or float
-    WAV at any rate and channel count (channels are averaged), resampled to 16 kHz, at most
-    ``max_seconds`` long. Transcripts are used as written. Every file is read and checked here;
-    its features are computed when indexed (:class:`FeaturesOnDisk`), in float32, and come out
-    in :data:`FEATURE_DTYPE`.
-
-    Raises:
-        DataError: naming the manifest (and line) or the WAV file that is missing or unusable.
-    """
-    path = Path(path)
-    rows = read_tsv_rows(path, columns=("wav", "transcript"))
-    paths, frames, transcripts = [], [], []
-    for n, wav, transcript in rows:
-        wav_path = inside(path.parent, wav, f"{path}:{n}", anywhere=anywhere)
-        samples, rate = read_wav(wav_path, max_seconds=max_seconds)
-        paths.append(str(wav_path))
-        frames.append(n_frames(samples.numel(), rate))
-        transcripts.append(transcript)
-    features = _WavFeatures(paths, frames, normalize=normalize, max_seconds=max_seconds)
-    return SpeechSet(features, transcripts, list(paths))

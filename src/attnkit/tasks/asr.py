@@ -44,7 +44,8 @@ from attnkit.data import (
     read_wav,
     resample,
 )
-from attnkit.data.audio import MAX_SECONDS, SAMPLE_RATE, frame_count, samples_needed
+from attnkit.data.audio import SAMPLE_RATE, frame_count, samples_needed
+from attnkit.data.audio_files import MAX_SECONDS
 from attnkit.decoding import Decoding, Hypotheses, decode_batches, stream_feed, stream_start
 from attnkit.models import LAS, build_model, guided_attention_loss
 from attnkit.models.las import HALVINGS, MIN_FRAMES
@@ -267,7 +268,7 @@ class AsrTask:
         self.model_config = {"name": "las", **model_config, "vocab": len(self.char_vocab),
                              "features": train.features[0].shape[1], "ctc": ctc_weight > 0}
         self.data = data or {}
-        self.transcript_ids = [self.char_vocab.encode(t) for t in train.transcripts]
+        self.transcript_ids = _Encoded(train.transcripts, self.char_vocab)
 
     def build_model(self) -> LAS:
         """The model of :attr:`model_config`; one that normalises its input
@@ -340,6 +341,20 @@ class AsrTask:
 
     def vocab(self) -> dict:
         return self.char_vocab.to_json()
+
+
+class _Encoded(Sequence):
+    """The character ids of ``texts[i]``, encoded when indexed: a corpus's transcripts stay
+    packed (:class:`attnkit.data.utterances.PackedTexts`) rather than held as lists of ids."""
+
+    def __init__(self, texts: Sequence[str], vocab: CharVocab):
+        self.texts, self.vocab = texts, vocab
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __getitem__(self, i: int) -> list[int]:
+        return self.vocab.encode(self.texts[i])
 
 
 class SpellerPretraining:

@@ -1,0 +1,429 @@
+"""Speech corpora as they come, read into the :class:`~attnkit.data.SpeechSet` of attnkit's own
+manifest: formats of task ``"asr"``.
+
+=============  ===================================================================
+``kaldi``      a Kaldi / ESPnet data directory: ``wav.scp``, ``text``, optional
+               ``segments`` and ``utt2spk``
+``librispeech``  a folder of ``*.trans.txt`` transcripts beside their FLAC files
+``jsonl``      a JSON-lines manifest (NeMo's ``audio_filepath``, ``text``,
+               ``duration``, ``offset``; key names are options)
+``commonvoice``  a Common Voice TSV (``path`` and ``sentence`` columns) beside ``clips/``
+``manifest``   attnkit's own ``audio_path<TAB>transcript`` lines
+=============  ===================================================================
+
+Detection tries them in this order. Every reader streams its files a line at a time (gzip,
+bzip2 and xz decompressed, a byte-order mark and CRLF taken) and gathers utterances through
+:class:`~attnkit.data.utterances.SpeechCorpus`: each audio file's header is checked, features are
+computed when a batch needs them, unusable utterances are dropped and counted up to
+``max_unusable``, and every message names the file and line or the utterance id. The Kaldi
+reader holds ``wav.scp``, ``segments`` and ``utt2spk`` in memory while it reads (their entries
+are joined to ``text``), about 100 bytes per entry; the others hold nothing per utterance
+beyond what the set keeps.
+
+Options every reader takes: ``normalize`` (features normalised per utterance), ``max_seconds``,
+``max_unusable``, ``min_frames``, ``transcripts`` (``"keep"`` or ``"normalize"``; the default
+is ``"normalize"`` for every format but ``manifest``), ``alphabet`` (the characters a
+transcript may hold: None for the default, :data:`~attnkit.data.utterances.SPEECH_ALPHABET` when
+normalising and any when keeping; :data:`ANY` for any) and ``anywhere`` (audio files outside
+the corpus folder may be read; :func:`attnkit.data.paths.inside`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+from attnkit.data.audio_files import MAX_SECONDS
+from attnkit.data.formats import Format, register
+from attnkit.data.paths import inside
+from attnkit.data.speech import SpeechSet
+from attnkit.data.text import text_lines
+from attnkit.data.utterances import (
+    FIRST_FEW,
+    MAX_UNUSABLE,
+    SPEECH_ALPHABET,
+    SpeechCorpus,
+    read_manifest,
+)
+from attnkit.errors import DataError
+
+__all__ = ["ANY", "SPEECH_FORMATS", "read_commonvoice", "read_jsonl", "read_kaldi",
+           "read_librispeech"]
+
+log = logging.getLogger("attnkit")
+
+ANY = "any"  # as ``alphabet``: a transcript may hold any character
+TASK = "asr"
+PIPE_HELP = ("attnkit runs no command named in a data file; convert the recordings once, e.g. "
+             "`mkdir -p wav && while read -r id cmd; do sh -c \"${cmd%|}\" > wav/$id.wav; "
+             "done < wav.scp`, then list `id wav/id.wav` in wav.scp")
+
+
+def _corpus(source, *, transcripts: str | None, default: str, alphabet: str | None,
+            max_seconds: float | None, max_unusable: float, min_frames: int) -> SpeechCorpus:
+    """The :class:`SpeechCorpus` of a reader whose transcripts default to ``default``."""
+    transcripts = transcripts or default
+    if alphabet is None:
+        alphabet = SPEECH_ALPHABET if transcripts == "normalize" else ANY
+    return SpeechCorpus(source, max_unusable=max_unusable, max_seconds=max_seconds,
+                        min_frames=min_frames, transcripts=transcripts,
+                        alphabet=None if alphabet == ANY else alphabet)
+
+
+def _fields(path: Path, lines: Iterator[tuple[int, str]]) -> Iterator[tuple[str, str, str]]:
+    """``(where, key, rest)`` of each non-blank line ``key rest`` of a Kaldi-style file (the
+    key, then white space, then the rest, which may be empty)."""
+    for n, line in lines:
+        parts = line.strip().split(maxsplit=1)
+        if parts:
+            yield f"{path}:{n}", parts[0], parts[1] if len(parts) > 1 else ""
+
+
+def _table(path: Path) -> dict[str, tuple[str, str]]:
+    """``key -> (where, rest)`` of a Kaldi-style file (``wav.scp``, ``segments``,
+    ``utt2spk``).
+
+    Raises:
+        DataError: naming the file and both lines, for a key listed twice.
+    """
+    table: dict[str, tuple[str, str]] = {}
+    for where, key, rest in _fields(path, text_lines(path)):
+        if key in table:
+            raise DataError(f"{where}: {key!r} is listed twice (first at "
+                            f"{table[key][0].rsplit(':', 1)[1]}); expected one entry per id")
+        table[key] = (where, rest)
+    return table
+
+
+def _kaldi_root(folder: Path) -> Path:
+    """The folder a Kaldi data directory's relative paths start from: the recipe's folder
+    (``egs/NAME/s5``) for ``.../data/NAME``, where Kaldi and ESPnet run their scripts;
+    otherwise the data directory itself."""
+    return folder.parent.parent if folder.parent.name == "data" else folder
+
+
+def _recording(where: str, rxfile: str, root: Path, anywhere: bool) -> Path:
+    """The audio file of a ``wav.scp`` entry.
+
+    Raises:
+        DataError: naming ``where``: a shell command (``... |``), a Kaldi archive offset
+            (``file.ark:123``), a file outside ``root``.
+    """
+    if rxfile.endswith("|"):
+        raise DataError(f"{where}: the recording is a shell command ({rxfile[:120]!r}); "
+                        f"{PIPE_HELP}")
+    if rxfile.startswith("-") or (":" in rxfile and rxfile.rsplit(":", 1)[1].isdigit()):
+        raise DataError(f"{where}: {rxfile[:120]!r} is a Kaldi archive or stream, not an "
+                        "audio file; write the recordings out as files (Kaldi's wav-copy "
+                        "ark:... ark,scp:...) and list them")
+    return inside(root, rxfile, where, anywhere=anywhere)
+
+
+def read_kaldi(path: str | Path, *, normalize: bool = False,
+               max_seconds: float | None = MAX_SECONDS, max_unusable: float = MAX_UNUSABLE,
+               min_frames: int = 1, transcripts: str | None = None, alphabet: str | None = None,
+               anywhere: bool = False, root: str | Path | None = None) -> SpeechSet:
+    """The utterances of a Kaldi or ESPnet data directory, in the order of its ``text``.
+
+    ``text``: ``utt-id transcript`` lines. ``wav.scp``: ``recording-id audio-file`` lines
+    (without ``segments``, the recording ids are the utterance ids). ``segments`` (optional):
+    ``utt-id recording-id start end`` in seconds (``end`` -1: the recording's end), each
+    utterance cut out of its recording (a segment ending up to 0.5 s past its recording is
+    cut at the end, as Kaldi's ``extract-segments`` does). ``utt2spk`` (optional): the
+    speaker, named in each origin. Relative audio paths start from ``root`` (default: the
+    recipe folder for ``.../data/NAME``, else the directory itself) and stay inside it unless
+    ``anywhere``.
+
+    An utterance of ``text`` with no ``segments`` or ``wav.scp`` entry is unusable (counted,
+    see :class:`SpeechCorpus`); entries of ``wav.scp`` and ``segments`` that no transcript
+    uses are counted in a warning. A ``wav.scp`` entry that is a shell command (``sox ... |``)
+    or a Kaldi archive offset is refused: attnkit runs no command from a data file (the error
+    says how to convert).
+
+    Raises:
+        DataError: naming the file and line or the utterance id.
+    """
+    folder = Path(path)
+    for name in ("wav.scp", "text"):
+        if not (folder / name).is_file():
+            raise DataError(f"{folder}: not a Kaldi data directory (no {name})")
+    root = Path(root) if root is not None else _kaldi_root(folder)
+    corpus = _corpus(folder, transcripts=transcripts, default="normalize", alphabet=alphabet,
+                     max_seconds=max_seconds, max_unusable=max_unusable,
+                     min_frames=min_frames)
+    recordings = _table(folder / "wav.scp")
+    segments = _table(folder / "segments") if (folder / "segments").is_file() else None
+    speakers = _table(folder / "utt2spk") if (folder / "utt2spk").is_file() else {}
+    used: set[str] = set()
+    for where, utt, transcript in _fields(folder / "text", text_lines(folder / "text")):
+        where = f"{where} ({utt})"
+        start, end = 0.0, None
+        if segments is not None:
+            if utt not in segments:
+                corpus.drop(f"{where}: no entry in {folder / 'segments'}", "no audio entry")
+                continue
+            seg_where, rest = segments.pop(utt)
+            try:
+                rec, start, end = _segment(seg_where, rest)
+            except DataError as exc:
+                corpus.drop(f"{where}: {exc}", "segment")
+                continue
+        else:
+            rec = utt
+        if rec not in recordings:
+            corpus.drop(f"{where}: recording {rec!r} has no entry in {folder / 'wav.scp'}",
+                        "no audio entry")
+            continue
+        rec_where, rxfile = recordings[rec]
+        used.add(rec)
+        try:
+            audio = _recording(rec_where, rxfile, root, anywhere)
+        except DataError as exc:
+            if rxfile.endswith("|"):
+                raise
+            corpus.drop(f"{where}: {exc}", "audio")
+            continue
+        speaker = speakers.get(utt, (None, None))[1]
+        origin = f"{utt} ({audio}" + (f" {start:g}-{'end' if end is None else f'{end:g}'} s"
+                                      if segments is not None else "") + \
+            (f", speaker {speaker})" if speaker else ")")
+        corpus.add(where, audio, transcript, start=start, end=end, origin=origin)
+    unused = [r for r in recordings if r not in used]
+    if segments:
+        _unused(folder / "segments", "segments entries", segments)
+    _unused(folder / "wav.scp", "recordings", {r: recordings[r] for r in unused[:FIRST_FEW]},
+            len(unused))
+    return corpus.finish(normalize=normalize)
+
+
+def _segment(where: str, rest: str) -> tuple[str, float, float | None]:
+    """``(recording id, start, end or None)`` of the rest of a ``segments`` line."""
+    parts = rest.split()
+    try:
+        if len(parts) != 3:
+            raise ValueError
+        start, end = float(parts[1]), float(parts[2])
+    except ValueError:
+        raise DataError(f"{where}: expected 'utt-id recording-id start end' (seconds), got "
+                        f"{rest[:120]!r} after the id") from None
+    return parts[0], start, None if end == -1 else end
+
+
+def _unused(path: Path, what: str, entries: dict, count: int | None = None) -> None:
+    """Warn that ``count`` (default: all ``entries``) of ``path`` have no transcript."""
+    count = len(entries) if count is None else count
+    if count:
+        first = ", ".join(list(entries)[:FIRST_FEW])
+        log.warning("%s: %d %s have no transcript in text and are not used (the first: %s)",
+                    path, count, what, first)
+
+
+def read_librispeech(path: str | Path, *, normalize: bool = False,
+                     max_seconds: float | None = MAX_SECONDS,
+                     max_unusable: float = MAX_UNUSABLE, min_frames: int = 1,
+                     transcripts: str | None = None, alphabet: str | None = None,
+                     anywhere: bool = False, suffix: str = ".flac") -> SpeechSet:
+    """The utterances of a LibriSpeech folder (a split such as ``train-clean-100``, or any
+    folder above its ``speaker/chapter/`` folders): each ``*.trans.txt`` (in sorted order)
+    holds ``UTTERANCE-ID TRANSCRIPT`` lines, the audio of each is ``UTTERANCE-ID`` +
+    ``suffix`` beside it. Transcripts (upper case) are normalised by default.
+
+    Raises:
+        DataError: naming the folder when it holds no ``*.trans.txt``, or the transcript file
+            and line of unusable utterances (see :class:`SpeechCorpus`).
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise DataError(f"{folder}: not a LibriSpeech folder (not a folder)")
+    corpus = _corpus(folder, transcripts=transcripts, default="normalize", alphabet=alphabet,
+                     max_seconds=max_seconds, max_unusable=max_unusable,
+                     min_frames=min_frames)
+    files = sorted(folder.rglob("*.trans.txt"))
+    if not files:
+        raise DataError(f"{folder}: not a LibriSpeech folder (no *.trans.txt below it)")
+    for trans in files:
+        for where, utt, transcript in _fields(trans, text_lines(trans)):
+            where = f"{where} ({utt})"
+            try:
+                audio = inside(folder, str(trans.parent.relative_to(folder) / (utt + suffix)),
+                               where, anywhere=anywhere)
+            except DataError as exc:
+                corpus.drop(str(exc), "audio")
+                continue
+            corpus.add(where, audio, transcript)
+    return corpus.finish(normalize=normalize)
+
+
+def read_commonvoice(path: str | Path, *, normalize: bool = False,
+                     max_seconds: float | None = MAX_SECONDS,
+                     max_unusable: float = MAX_UNUSABLE, min_frames: int = 1,
+                     transcripts: str | None = None, alphabet: str | None = None,
+                     anywhere: bool = False, clips: str | Path | None = None,
+                     audio_column: str = "path", text_column: str = "sentence") -> SpeechSet:
+    """The utterances of a Common Voice TSV (``train.tsv``, ``dev.tsv``, ``test.tsv``,
+    ``validated.tsv``): a header line naming the columns, of which ``audio_column`` (a clip's
+    file name) and ``text_column`` (its sentence) are read; clips are in ``clips`` (default:
+    the ``clips`` folder beside the TSV), MP3 as Common Voice ships them. Fields are split
+    at tabs, quotes taken as written (Common Voice quotes nothing). Sentences are normalised
+    by default.
+
+    Raises:
+        DataError: naming the TSV when its header lacks a column, or its lines of unusable
+            utterances (see :class:`SpeechCorpus`).
+    """
+    path = Path(path)
+    clips = Path(clips) if clips is not None else path.parent / "clips"
+    corpus = _corpus(path, transcripts=transcripts, default="normalize", alphabet=alphabet,
+                     max_seconds=max_seconds, max_unusable=max_unusable,
+                     min_frames=min_frames)
+    lines = text_lines(path)
+    columns, n = None, 1
+    for n, line in lines:
+        if line.strip():
+            columns = line.split("\t")
+            break
+    missing = [c for c in (audio_column, text_column) if c not in (columns or [])]
+    if missing:
+        raise DataError(f"{path}:{n}: expected a header line with the columns "
+                        f"{audio_column!r} and {text_column!r}, got {columns}")
+    audio_at, text_at = columns.index(audio_column), columns.index(text_column)
+    for n, line in lines:
+        if not line.strip():
+            continue
+        where, fields = f"{path}:{n}", line.split("\t")
+        if len(fields) != len(columns):
+            corpus.drop(f"{where}: expected {len(columns)} tab-separated fields as the header "
+                        f"names, got {len(fields)}", "line")
+            continue
+        try:
+            audio = inside(clips, fields[audio_at], where, anywhere=anywhere)
+        except DataError as exc:
+            corpus.drop(str(exc), "audio")
+            continue
+        corpus.add(where, audio, fields[text_at])
+    return corpus.finish(normalize=normalize)
+
+
+def read_jsonl(path: str | Path, *, normalize: bool = False,
+               max_seconds: float | None = MAX_SECONDS, max_unusable: float = MAX_UNUSABLE,
+               min_frames: int = 1, transcripts: str | None = None, alphabet: str | None = None,
+               anywhere: bool = False, audio_key: str = "audio_filepath",
+               text_key: str = "text", offset_key: str = "offset",
+               duration_key: str = "duration") -> SpeechSet:
+    """The utterances of a JSON-lines manifest (NeMo's layout): one JSON object per line with
+    the audio file under ``audio_key`` (relative to the manifest's folder) and the transcript
+    under ``text_key``; with ``offset_key`` the utterance starts that many seconds into the
+    file and lasts ``duration_key`` seconds (a segment), otherwise it is the whole file and
+    its duration is read from the header. Transcripts are normalised by default.
+
+    Raises:
+        DataError: naming the manifest and line of unusable utterances (not a JSON object,
+            a key missing, see :class:`SpeechCorpus`).
+    """
+    path = Path(path)
+    corpus = _corpus(path, transcripts=transcripts, default="normalize", alphabet=alphabet,
+                     max_seconds=max_seconds, max_unusable=max_unusable,
+                     min_frames=min_frames)
+    for n, line in text_lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as exc:
+            corpus.drop(f"{where}: not JSON ({exc.msg} at column {exc.colno})", "line")
+            continue
+        problem = _entry_problem(entry, audio_key, text_key)
+        if problem:
+            corpus.drop(f"{where}: {problem}", "line")
+            continue
+        start, end = 0.0, None
+        if entry.get(offset_key) is not None:
+            try:
+                start = float(entry[offset_key])
+                end = start + float(entry[duration_key])
+            except (KeyError, TypeError, ValueError):
+                corpus.drop(f"{where}: expected numbers under {offset_key!r} and "
+                            f"{duration_key!r} (seconds), got {entry.get(offset_key)!r} and "
+                            f"{entry.get(duration_key)!r}", "line")
+                continue
+        try:
+            audio = inside(path.parent, entry[audio_key], where, anywhere=anywhere)
+        except DataError as exc:
+            corpus.drop(str(exc), "audio")
+            continue
+        corpus.add(where, audio, entry[text_key], start=start, end=end)
+    return corpus.finish(normalize=normalize)
+
+
+def _entry_problem(entry, audio_key: str, text_key: str) -> str | None:
+    """What is wrong with one JSON-lines entry, or None."""
+    if not isinstance(entry, dict):
+        return f"expected a JSON object, got {type(entry).__name__}"
+    for key in (audio_key, text_key):
+        if key not in entry:
+            return f"no {key!r} key (keys: {', '.join(map(str, entry))})"
+        if not isinstance(entry[key], str):
+            return f"expected a string under {key!r}, got {type(entry[key]).__name__}"
+    return None
+
+
+def _first_line(path: Path) -> str | None:
+    """The first non-blank line of a text file, or None (not a file, unreadable, empty)."""
+    if not path.is_file():
+        return None
+    try:
+        for _, line in text_lines(path):
+            if line.strip():
+                return line
+    except DataError:
+        return None
+    return None
+
+
+def _is_kaldi(path: Path) -> bool:
+    return path.is_dir() and (path / "wav.scp").is_file() and (path / "text").is_file()
+
+
+def _is_librispeech(path: Path) -> bool:
+    return path.is_dir() and any(next(path.glob("*/" * depth + "*.trans.txt"), None)
+                                 for depth in range(4))
+
+
+def _is_jsonl(path: Path) -> bool:
+    line = _first_line(path)
+    return line is not None and line.lstrip().startswith("{")
+
+
+def _is_commonvoice(path: Path) -> bool:
+    line = _first_line(path)
+    return line is not None and {"path", "sentence"} <= set(line.split("\t"))
+
+
+def _is_manifest(path: Path) -> bool:
+    line = _first_line(path)
+    return line is not None and line.count("\t") == 1
+
+
+SPEECH_FORMATS = (
+    Format("kaldi", TASK, read_kaldi, _is_kaldi,
+           "a Kaldi/ESPnet data directory: wav.scp, text, optional segments and utt2spk",
+           "text: utt1 HELLO WORLD\nwav.scp: utt1 wav/utt1.flac"),
+    Format("librispeech", TASK, read_librispeech, _is_librispeech,
+           "a LibriSpeech folder: SPEAKER/CHAPTER/*.trans.txt beside the FLAC files",
+           "19/198/19-198.trans.txt: 19-198-0001 HELLO WORLD\n19/198/19-198-0001.flac"),
+    Format("jsonl", TASK, read_jsonl, _is_jsonl,
+           "a JSON-lines manifest (NeMo): audio_filepath, text, duration, offset",
+           '{"audio_filepath": "a.wav", "text": "hello world", "duration": 1.2}\n'
+           '{"audio_filepath": "b.flac", "text": "good morning", "duration": 0.9}'),
+    Format("commonvoice", TASK, read_commonvoice, _is_commonvoice,
+           "a Common Voice TSV with path and sentence columns, clips/ beside it",
+           "client_id\tpath\tsentence\n4f2e\tcommon_voice_en_1.mp3\tHello world."),
+    Format("manifest", TASK, read_manifest, _is_manifest,
+           "attnkit's manifest: audio_path<TAB>transcript lines",
+           "a.wav\thello world\nclips/b.flac\tgood morning"),
+)
+for _fmt in SPEECH_FORMATS:
+    register(_fmt)
