@@ -1,8 +1,8 @@
 # `make demo` and `make test` work on a fresh machine: they install the Debian packages attnkit
 # uses (`make system`), create .venv, install the CPU build of torch 2.13.0 first (a plain
 # `torch` requirement would pull a multi-GB CUDA build), then attnkit with its extras: dev (test
-# tools), export (onnx, onnxruntime: neither asks for torch) and docs (MkDocs, for `make docs`
-# and the site's test).
+# tools), export (onnx, onnxruntime: neither asks for torch), docs (MkDocs, for `make docs`
+# and the site's test) and serve (FastAPI, uvicorn: attnkit serve).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev,export,docs]'
+	$(PY) -m pip install --quiet -e '.[dev,export,docs,serve]'
 	touch $(STAMP)
 
 # Debian packages the built-in data and the browser tests use: espeak-ng (speech), more fonts

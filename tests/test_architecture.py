@@ -19,8 +19,9 @@ ALLOWED = {  # part -> the parts it may import (besides itself and BASE)
     "models": {"attention", "ops"},
     "tasks": {"data", "models", "decoding", "train", "diagnose"},
     "export": {"attention", "models", "decoding", "ops"},
+    "serve": {"tasks", "decoding"},
     "cli": {"attention", "data", "models", "decoding", "train", "diagnose", "tasks", "export",
-            "ops", "__init__"},
+            "serve", "ops", "__init__"},
     "__init__": {"attention", "diagnose"},
     "__main__": {"cli"},  # python -m attnkit: the command line, above everything
 }

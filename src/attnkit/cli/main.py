@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         lm,
         ocr,
         plan,
+        serve,
         translate,
         vqa,
     )
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_parser(sub)
     bench.add_parser(sub)
     plan.add_parser(sub)
+    serve.add_parser(sub)
     return parser
 
 

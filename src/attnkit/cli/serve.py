@@ -1,0 +1,73 @@
+"""``attnkit serve``: the options of :func:`attnkit.serve.serve_checkpoint`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from attnkit.cli import common
+from attnkit.serve import Limits
+
+API_KEY_ENV = "ATTNKIT_API_KEY"
+
+
+def add_parser(sub) -> None:
+    d = Limits()
+    p = sub.add_parser(
+        "serve", help="serve a checkpoint over HTTP (JSON and uploads, batched decoding)",
+        description="Serve a checkpoint's task over HTTP: POST /translate (JSON), /read, "
+        "/transcribe, /caption or /ask (multipart uploads), GET /health, /metrics "
+        "(Prometheus), /openapi.json and /docs. Concurrent requests are decoded together. "
+        "docs/deploy.md, \"Serving\", has the requests and answers.")
+    p.add_argument("--checkpoint", type=Path, required=True,
+                   help="a checkpoint folder or builtin:NAME")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 "
+                   "for every interface, then give an API key)")
+    p.add_argument("--port", type=common.int_at_least(0, "port"), default=8000)
+    p.add_argument("--api-key", help=f"requests must carry it (Authorization: Bearer KEY, or "
+                   f"X-API-Key: KEY); default: the {API_KEY_ENV} environment variable, else "
+                   "none")
+    common.add_device_arg(p)
+    batching = p.add_argument_group("batching")
+    batching.add_argument("--max-batch", type=common.positive_int, default=d.max_batch,
+                          metavar="N", help="requests decoded together at most")
+    batching.add_argument("--max-wait-ms", type=common.non_negative_float,
+                          default=d.max_wait_ms, metavar="MS",
+                          help="how long a request waits for others to join its batch")
+    limits = p.add_argument_group("limits")
+    limits.add_argument("--max-queue", type=common.positive_int, default=d.max_queue,
+                        metavar="N", help="requests waiting at most; more are answered 503 "
+                        "with Retry-After")
+    limits.add_argument("--timeout", type=common.positive_float, default=d.timeout_s,
+                        metavar="S", help="seconds from a request's arrival to its answer; "
+                        "later it is answered 504")
+    limits.add_argument("--max-body", type=common.positive_int, default=d.max_body_bytes,
+                        metavar="BYTES", help="a request's body at most (else 413)")
+    limits.add_argument("--max-chars", type=common.positive_int, default=d.max_chars,
+                        help="characters of a text to translate, or a question")
+    limits.add_argument("--max-seconds", type=common.positive_float, default=d.max_seconds,
+                        help="seconds of audio to transcribe")
+    limits.add_argument("--max-pixels", type=common.positive_int, default=d.max_pixels,
+                        help="pixels of an image (width x height, from its header)")
+    limits.add_argument("--max-beam", type=common.positive_int, default=d.max_beam,
+                        help="a request's beam width, or its number of draws (sample)")
+    limits.add_argument("--max-len", type=common.positive_int, default=d.max_len,
+                        help="a request's max_len (output tokens)")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    try:
+        from attnkit.serve import serve_checkpoint
+    except ImportError as exc:
+        raise ValueError(f"serve: needs the serve extra ({exc.name} is missing): pip install "
+                         "'attnkit[serve]'") from None
+    limits = Limits(max_body_bytes=args.max_body, max_chars=args.max_chars,
+                    max_seconds=args.max_seconds, max_pixels=args.max_pixels,
+                    max_beam=args.max_beam, max_len=args.max_len, max_batch=args.max_batch,
+                    max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
+                    timeout_s=args.timeout)
+    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+    return serve_checkpoint(args.checkpoint, device=args.device, limits=limits,
+                            host=args.host, port=args.port, api_key=api_key)
