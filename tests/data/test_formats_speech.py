@@ -300,7 +300,12 @@ def test_commonvoice_header_and_unreadable_codec(tmp_path):
                                         r"'path' and 'sentence', got \['client_id', 'file', "
                                         r"'sentence'\]"):
         read_commonvoice(corpus)
-    assert list(read_commonvoice(corpus, audio_column="file").transcripts) == ["hello"]
+    assert list(read_commonvoice(corpus, columns="audio=file").transcripts) == ["hello"]
+    with pytest.raises(ValueError, match=r"--columns: the commonvoice format's fields are "
+                                         r"audio, text, got speaker"):
+        read_commonvoice(corpus, columns={"speaker": "client_id"})
+    with pytest.raises(ValueError, match=r"--columns: expected FIELD=NAME,... "):
+        read_commonvoice(corpus, columns="file")
 
 
 def test_jsonl_lines_without_the_text_key_and_a_sample_rate_of_zero(tmp_path):
@@ -327,7 +332,7 @@ def test_jsonl_lines_without_the_text_key_and_a_sample_rate_of_zero(tmp_path):
                      r"and a sample rate of at least 1 Hz, got 1 channels, 0 Hz", message)
     renamed = tmp_path / "renamed.jsonl"
     renamed.write_text(json.dumps({"wav": "audio/0.ogg", "words": "HELLO"}) + "\n")
-    assert list(read_jsonl(renamed, audio_key="wav", text_key="words").transcripts) == ["hello"]
+    assert list(read_jsonl(renamed, columns="audio=wav,text=words").transcripts) == ["hello"]
 
 
 def test_manifest_unusable_share_lists_the_first_few(tmp_path, caplog):

@@ -19,10 +19,10 @@ default of attnkit's own manifest) or normalises it (``"normalize"``, the defaul
 format; :func:`attnkit.data.utterances.normalize_transcript`): Unicode NFC, case-folded, digits
 spelled out in English words, punctuation and symbols removed, apostrophes inside words kept. A
 transcript then left with characters outside the reader's alphabet (``a``-``z``, ``'`` and
-space by default, :data:`attnkit.data.utterances.SPEECH_ALPHABET`; ``attnkit eval``: the
-checkpoint's characters) is not mapped further: its utterance is dropped and counted, with the
-characters named (:class:`attnkit.data.utterances.SpeechCorpus`), so a corpus in another
-language is trained with its own alphabet rather than losing its letters.
+space by default, :data:`attnkit.data.utterances.SPEECH_ALPHABET`; ``--alphabet``) is not
+mapped further: its utterance is dropped and counted, with the characters named
+(:class:`attnkit.data.utterances.SpeechCorpus`), so a corpus in another language is trained
+with its own alphabet rather than losing its letters.
 
 Splits hold out speakers and speaking rates: every split uses the same accents (:data:`ACCENTS`)
 but its own voice variants and its own speed band (:data:`SPLITS`), so valid and test voices and

@@ -1,15 +1,15 @@
 """Speech corpora as they come, read into the :class:`~attnkit.data.SpeechSet` of attnkit's own
 manifest: formats of task ``"asr"``.
 
-=============  ===================================================================
-``kaldi``      a Kaldi / ESPnet data directory: ``wav.scp``, ``text``, optional
-               ``segments`` and ``utt2spk``
+===============  ===============================================================
+``kaldi``        a Kaldi / ESPnet data directory: ``wav.scp``, ``text``, optional
+                 ``segments`` and ``utt2spk``
 ``librispeech``  a folder of ``*.trans.txt`` transcripts beside their FLAC files
-``jsonl``      a JSON-lines manifest (NeMo's ``audio_filepath``, ``text``,
-               ``duration``, ``offset``; key names are options)
+``jsonl``        a JSON-lines manifest (NeMo's ``audio_filepath``, ``text``,
+                 ``duration``, ``offset``; key names are options)
 ``commonvoice``  a Common Voice TSV (``path`` and ``sentence`` columns) beside ``clips/``
-``manifest``   attnkit's own ``audio_path<TAB>transcript`` lines
-=============  ===================================================================
+``manifest``     attnkit's own ``audio_path<TAB>transcript`` lines
+===============  ===============================================================
 
 Detection tries them in this order. Every reader streams its files a line at a time (gzip,
 bzip2 and xz decompressed, a byte-order mark and CRLF taken) and gathers utterances through
@@ -25,7 +25,10 @@ Options every reader takes: ``normalize`` (features normalised per utterance), `
 is ``"normalize"`` for every format but ``manifest``), ``alphabet`` (the characters a
 transcript may hold: None for the default, :data:`~attnkit.data.utterances.SPEECH_ALPHABET` when
 normalising and any when keeping; :data:`ANY` for any) and ``anywhere`` (audio files outside
-the corpus folder may be read; :func:`attnkit.data.paths.inside`).
+the corpus folder may be read; :func:`attnkit.data.paths.inside`). Options of some:
+``columns`` (``jsonl``, ``commonvoice``: the keys or columns read, ``"audio=...,text=..."``)
+and ``audio_folder`` (``kaldi``: where relative ``wav.scp`` paths start; ``commonvoice``: the
+clips).
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ log = logging.getLogger("attnkit")
 
 ANY = "any"  # as ``alphabet``: a transcript may hold any character
 TASK = "asr"
+JSONL_KEYS = {"audio": "audio_filepath", "text": "text", "offset": "offset",
+              "duration": "duration"}  # NeMo's keys, by field
 PIPE_HELP = ("attnkit runs no command named in a data file; convert the recordings once, e.g. "
              "`mkdir -p wav && while read -r id cmd; do sh -c \"${cmd%|}\" > wav/$id.wav; "
              "done < wav.scp`, then list `id wav/id.wav` in wav.scp")
@@ -124,7 +129,7 @@ def _recording(where: str, rxfile: str, root: Path, anywhere: bool) -> Path:
 def read_kaldi(path: str | Path, *, normalize: bool = False,
                max_seconds: float | None = MAX_SECONDS, max_unusable: float = MAX_UNUSABLE,
                min_frames: int = 1, transcripts: str | None = None, alphabet: str | None = None,
-               anywhere: bool = False, root: str | Path | None = None) -> SpeechSet:
+               anywhere: bool = False, audio_folder: str | Path | None = None) -> SpeechSet:
     """The utterances of a Kaldi or ESPnet data directory, in the order of its ``text``.
 
     ``text``: ``utt-id transcript`` lines. ``wav.scp``: ``recording-id audio-file`` lines
@@ -132,9 +137,9 @@ def read_kaldi(path: str | Path, *, normalize: bool = False,
     ``utt-id recording-id start end`` in seconds (``end`` -1: the recording's end), each
     utterance cut out of its recording (a segment ending up to 0.5 s past its recording is
     cut at the end, as Kaldi's ``extract-segments`` does). ``utt2spk`` (optional): the
-    speaker, named in each origin. Relative audio paths start from ``root`` (default: the
-    recipe folder for ``.../data/NAME``, else the directory itself) and stay inside it unless
-    ``anywhere``.
+    speaker, named in each origin. Relative audio paths start from ``audio_folder`` (default:
+    the recipe folder for ``.../data/NAME``, else the directory itself) and stay inside it
+    unless ``anywhere``.
 
     An utterance of ``text`` with no ``segments`` or ``wav.scp`` entry is unusable (counted,
     see :class:`SpeechCorpus`); entries of ``wav.scp`` and ``segments`` that no transcript
@@ -149,7 +154,7 @@ def read_kaldi(path: str | Path, *, normalize: bool = False,
     for name in ("wav.scp", "text"):
         if not (folder / name).is_file():
             raise DataError(f"{folder}: not a Kaldi data directory (no {name})")
-    root = Path(root) if root is not None else _kaldi_root(folder)
+    root = Path(audio_folder) if audio_folder is not None else _kaldi_root(folder)
     corpus = _corpus(folder, transcripts=transcripts, default="normalize", alphabet=alphabet,
                      max_seconds=max_seconds, max_unusable=max_unusable,
                      min_frames=min_frames)
@@ -260,12 +265,13 @@ def read_commonvoice(path: str | Path, *, normalize: bool = False,
                      max_seconds: float | None = MAX_SECONDS,
                      max_unusable: float = MAX_UNUSABLE, min_frames: int = 1,
                      transcripts: str | None = None, alphabet: str | None = None,
-                     anywhere: bool = False, clips: str | Path | None = None,
-                     audio_column: str = "path", text_column: str = "sentence") -> SpeechSet:
+                     anywhere: bool = False, audio_folder: str | Path | None = None,
+                     columns: str | dict | None = None) -> SpeechSet:
     """The utterances of a Common Voice TSV (``train.tsv``, ``dev.tsv``, ``test.tsv``,
-    ``validated.tsv``): a header line naming the columns, of which ``audio_column`` (a clip's
-    file name) and ``text_column`` (its sentence) are read; clips are in ``clips`` (default:
-    the ``clips`` folder beside the TSV), MP3 as Common Voice ships them. Fields are split
+    ``validated.tsv``): a header line naming the columns, of which ``path`` (a clip's file
+    name) and ``sentence`` are read (``columns``: ``{"audio": ..., "text": ...}`` or
+    ``"audio=...,text=..."`` for others); clips are in ``audio_folder`` (default: the
+    ``clips`` folder beside the TSV), MP3 as Common Voice ships them. Fields are split
     at tabs, quotes taken as written (Common Voice quotes nothing). Sentences are normalised
     by default.
 
@@ -274,27 +280,29 @@ def read_commonvoice(path: str | Path, *, normalize: bool = False,
             utterances (see :class:`SpeechCorpus`).
     """
     path = Path(path)
-    clips = Path(clips) if clips is not None else path.parent / "clips"
+    names = _columns(columns, {"audio": "path", "text": "sentence"}, "commonvoice")
+    audio_column, text_column = names["audio"], names["text"]
+    clips = Path(audio_folder) if audio_folder is not None else path.parent / "clips"
     corpus = _corpus(path, transcripts=transcripts, default="normalize", alphabet=alphabet,
                      max_seconds=max_seconds, max_unusable=max_unusable,
                      min_frames=min_frames)
     lines = text_lines(path)
-    columns, n = None, 1
+    header, n = None, 1
     for n, line in lines:
         if line.strip():
-            columns = line.split("\t")
+            header = line.split("\t")
             break
-    missing = [c for c in (audio_column, text_column) if c not in (columns or [])]
+    missing = [c for c in (audio_column, text_column) if c not in (header or [])]
     if missing:
         raise DataError(f"{path}:{n}: expected a header line with the columns "
-                        f"{audio_column!r} and {text_column!r}, got {columns}")
-    audio_at, text_at = columns.index(audio_column), columns.index(text_column)
+                        f"{audio_column!r} and {text_column!r}, got {header}")
+    audio_at, text_at = header.index(audio_column), header.index(text_column)
     for n, line in lines:
         if not line.strip():
             continue
         where, fields = f"{path}:{n}", line.split("\t")
-        if len(fields) != len(columns):
-            corpus.drop(f"{where}: expected {len(columns)} tab-separated fields as the header "
+        if len(fields) != len(header):
+            corpus.drop(f"{where}: expected {len(header)} tab-separated fields as the header "
                         f"names, got {len(fields)}", "line")
             continue
         try:
@@ -309,20 +317,23 @@ def read_commonvoice(path: str | Path, *, normalize: bool = False,
 def read_jsonl(path: str | Path, *, normalize: bool = False,
                max_seconds: float | None = MAX_SECONDS, max_unusable: float = MAX_UNUSABLE,
                min_frames: int = 1, transcripts: str | None = None, alphabet: str | None = None,
-               anywhere: bool = False, audio_key: str = "audio_filepath",
-               text_key: str = "text", offset_key: str = "offset",
-               duration_key: str = "duration") -> SpeechSet:
+               anywhere: bool = False, columns: str | dict | None = None) -> SpeechSet:
     """The utterances of a JSON-lines manifest (NeMo's layout): one JSON object per line with
-    the audio file under ``audio_key`` (relative to the manifest's folder) and the transcript
-    under ``text_key``; with ``offset_key`` the utterance starts that many seconds into the
-    file and lasts ``duration_key`` seconds (a segment), otherwise it is the whole file and
-    its duration is read from the header. Transcripts are normalised by default.
+    the audio file under ``audio_filepath`` (relative to the manifest's folder) and the
+    transcript under ``text``; with an ``offset`` the utterance starts that many seconds into
+    the file and lasts ``duration`` seconds (a segment), otherwise it is the whole file and its
+    duration is read from the header. ``columns`` renames the keys (``{"audio": "path",
+    "text": "sentence"}`` or ``"audio=path,text=sentence"``; also ``offset``, ``duration``).
+    Transcripts are normalised by default.
 
     Raises:
         DataError: naming the manifest and line of unusable utterances (not a JSON object,
             a key missing, see :class:`SpeechCorpus`).
     """
     path = Path(path)
+    keys = _columns(columns, JSONL_KEYS, "jsonl")
+    audio_key, text_key = keys["audio"], keys["text"]
+    offset_key, duration_key = keys["offset"], keys["duration"]
     corpus = _corpus(path, transcripts=transcripts, default="normalize", alphabet=alphabet,
                      max_seconds=max_seconds, max_unusable=max_unusable,
                      min_frames=min_frames)
@@ -356,6 +367,29 @@ def read_jsonl(path: str | Path, *, normalize: bool = False,
             continue
         corpus.add(where, audio, entry[text_key], start=start, end=end)
     return corpus.finish(normalize=normalize)
+
+
+def _columns(given: str | dict | None, defaults: dict[str, str], fmt: str) -> dict[str, str]:
+    """``defaults`` (field -> key or column) with the names ``given`` as a dict or as
+    ``"field=name,..."`` (``--columns``).
+
+    Raises:
+        ValueError: naming ``--columns``: not ``field=name`` pairs, or a field the format
+            does not have.
+    """
+    if given is None:
+        return dict(defaults)
+    if isinstance(given, str):
+        pairs = [p.partition("=") for p in given.split(",") if p.strip()]
+        if any(not sep or not k.strip() or not v.strip() for k, sep, v in pairs):
+            raise ValueError(f"--columns: expected FIELD=NAME,... (e.g. audio=path,text="
+                             f"sentence), got {given!r}")
+        given = {k.strip(): v.strip() for k, _, v in pairs}
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise ValueError(f"--columns: the {fmt} format's fields are {', '.join(defaults)}, "
+                         f"got {', '.join(unknown)}")
+    return {**defaults, **given}
 
 
 def _entry_problem(entry, audio_key: str, text_key: str) -> str | None:
