@@ -40,6 +40,7 @@ __all__ = [
     "resample",
     "resampled_length",
     "samples_needed",
+    "vtlp_warp",
 ]
 
 SAMPLE_RATE = 16000
@@ -47,6 +48,8 @@ N_MELS = 80
 WINDOW_S = 0.025
 HOP_S = 0.010
 LOG_FLOOR = 1e-6  # added to mel power before the log: digital silence stays finite
+# vtlp_warp's boundary: Jaitly & Hinton 2013 warp linearly up to 4.8 kHz, then to Nyquist
+VTLP_BOUNDARY_HZ = 4800.0
 def resampled_length(n_samples: int, orig_rate: int, new_rate: int = SAMPLE_RATE) -> int:
     """The samples :func:`resample` makes of ``n_samples``: ``n * new / orig`` rounded to the
     nearest (halves up), what soxr gives."""
@@ -87,14 +90,38 @@ def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
                     1000.0 * np.exp(log_step * (np.maximum(mel, 15.0) - 15.0)))
 
 
+def vtlp_warp(hz: np.ndarray, alpha: float, *, sample_rate: int = SAMPLE_RATE,
+              boundary_hz: float = VTLP_BOUNDARY_HZ) -> np.ndarray:
+    """Frequencies ``hz`` warped by vocal-tract-length perturbation's factor ``alpha``
+    (Jaitly & Hinton 2013): ``f -> alpha f`` up to ``boundary_hz * min(alpha, 1) / alpha``,
+    then the straight line from there to the Nyquist frequency, which maps to itself.
+
+    Example:
+        >>> [round(float(f)) for f in vtlp_warp(np.array([0.0, 1000.0, 8000.0]), 1.1)]
+        [0, 1100, 8000]
+    """
+    if not (isinstance(alpha, (int, float)) and 0 < alpha) or not \
+            0 < boundary_hz < sample_rate / 2:
+        raise ValueError(f"alpha, boundary_hz: expected alpha > 0 and 0 < boundary_hz < "
+                         f"{sample_rate / 2:g}, got {alpha!r}, {boundary_hz!r}")
+    nyquist = sample_rate / 2
+    cut = boundary_hz * min(alpha, 1.0) / alpha  # at most boundary_hz
+    hz = np.asarray(hz, dtype=np.float64)
+    above = nyquist - (nyquist - boundary_hz * min(alpha, 1.0)) / (nyquist - cut) * (nyquist - hz)
+    return np.where(hz <= cut, hz * alpha, above)
+
+
 def mel_filterbank(*, n_fft: int, sample_rate: int = SAMPLE_RATE, n_mels: int = N_MELS,
-                   f_min: float = 0.0, f_max: float | None = None) -> torch.Tensor:
+                   f_min: float = 0.0, f_max: float | None = None,
+                   warp: float = 1.0) -> torch.Tensor:
     """Slaney-normalised triangular mel filters, ``(n_mels, n_fft // 2 + 1)`` float32.
 
     Filter ``m`` rises from centre ``m - 1`` to centre ``m`` and falls to centre ``m + 1``, the
     ``n_mels + 2`` centres spaced evenly on the mel scale from ``f_min`` to ``f_max`` (default
     the Nyquist frequency); each filter is scaled by ``2 / (upper edge - lower edge)`` in Hz.
-    Equals ``librosa.filters.mel(sr=sample_rate, n_fft=n_fft, n_mels=n_mels)``.
+    Equals ``librosa.filters.mel(sr=sample_rate, n_fft=n_fft, n_mels=n_mels)``. ``warp`` other
+    than 1 moves every centre by :func:`vtlp_warp` (vocal-tract-length perturbation, Jaitly &
+    Hinton 2013) before the filters are made.
     """
     f_max = sample_rate / 2 if f_max is None else f_max
     if not 0 <= f_min < f_max <= sample_rate / 2:
@@ -104,6 +131,8 @@ def mel_filterbank(*, n_fft: int, sample_rate: int = SAMPLE_RATE, n_mels: int = 
         raise ValueError(f"n_mels, n_fft: expected >= 1 and >= 2, got {n_mels}, {n_fft}")
     fft_hz = np.linspace(0.0, sample_rate / 2, n_fft // 2 + 1)  # (K,)
     edges = _mel_to_hz(np.linspace(_hz_to_mel(f_min), _hz_to_mel(f_max), n_mels + 2))  # (M+2,)
+    if warp != 1.0:
+        edges = vtlp_warp(edges, warp, sample_rate=sample_rate)
     widths = np.diff(edges)  # (M+1,)
     offsets = edges[:, None] - fft_hz[None, :]  # (M+2, K)
     rising = -offsets[:-2] / widths[:-1, None]  # (M, K)
@@ -152,27 +181,32 @@ def _centred(known: torch.Tensor, offset: int, total: int, start: int, stop: int
     return torch.where(inside, known[j.clamp(0, total - 1) - offset], 0.0)
 
 
-def _log_mel_frames(padded: torch.Tensor, sample_rate: int, n_mels: int) -> torch.Tensor:
+def _log_mel_frames(padded: torch.Tensor, sample_rate: int, n_mels: int,
+                    warp: float = 1.0) -> torch.Tensor:
     """``log(mel power + 1e-6)`` ``(T, n_mels)`` of the frames of a centre-padded segment
-    ``(hop * (T - 1) + n_fft,)``: frame ``t`` is ``padded[t * hop : t * hop + n_fft]``."""
+    ``(hop * (T - 1) + n_fft,)``: frame ``t`` is ``padded[t * hop : t * hop + n_fft]``; the
+    filterbank's centres warped by ``warp`` (:func:`mel_filterbank`)."""
     win, hop, n_fft = _framing(sample_rate)
     spec = torch.stft(padded, n_fft, hop_length=hop, win_length=win,
                       window=torch.hann_window(win), center=False,
                       return_complex=True)  # (K, T)
     power = spec.real.square() + spec.imag.square()  # (K, T)
-    fbank = _filters(n_fft, sample_rate, n_mels)  # (M, K)
+    fbank = (_filters(n_fft, sample_rate, n_mels) if warp == 1.0 else
+             mel_filterbank(n_fft=n_fft, sample_rate=sample_rate, n_mels=n_mels,
+                            warp=warp))  # (M, K)
     return torch.log(fbank @ power + LOG_FLOOR).T.contiguous()  # (T, M)
 
 
 def log_mel(samples: torch.Tensor, *, sample_rate: int = SAMPLE_RATE, n_mels: int = N_MELS,
-            normalize: bool = False) -> torch.Tensor:
+            normalize: bool = False, warp: float = 1.0) -> torch.Tensor:
     """Log-mel features of ``samples (N,)``: ``(T, n_mels)`` float32, ``T = 1 + N // hop``.
 
     A 25 ms Hann window every 10 ms (400 / 160 samples at 16 kHz), zero-padded to the next power
     of two for the FFT, frames centred on ``t * hop`` (the signal is reflect-padded at both ends);
     ``log(mel power + 1e-6)``. With ``normalize`` each mel bin is shifted and scaled to zero
     mean and unit variance over the utterance. :func:`log_mel_stream` computes the same frames
-    from the samples as they arrive.
+    from the samples as they arrive. ``warp``: the filterbank's centres moved by
+    :func:`vtlp_warp` with that factor (training augmentation; 1: none).
     """
     if samples.dim() != 1 or samples.numel() == 0:
         raise ValueError(f"samples: expected a non-empty (N,) tensor, got {tuple(samples.shape)}")
@@ -180,7 +214,7 @@ def log_mel(samples: torch.Tensor, *, sample_rate: int = SAMPLE_RATE, n_mels: in
     n = samples.numel()
     frames = frame_count(n, sample_rate)
     padded = _centred(samples.float(), 0, n, 0, hop * (frames - 1) + n_fft, n_fft // 2)
-    feats = _log_mel_frames(padded, sample_rate, n_mels)
+    feats = _log_mel_frames(padded, sample_rate, n_mels, warp)
     return normalize_features(feats) if normalize else feats
 
 

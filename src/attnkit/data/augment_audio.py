@@ -1,0 +1,399 @@
+"""Speech augmentation: changes to an utterance's audio, to its filterbank and to its log-mels.
+
+Three stages, in this order (:class:`SpeechAugment` runs them):
+
+* **samples** ``(N,)`` float32 at 16 kHz: :class:`SpeedPerturb` (Ko et al. 2015),
+  :class:`Gain`, :class:`Reverb` (a synthetic room), :class:`Noise` (at an SNR),
+  :class:`BandLimit` (a telephone channel);
+* **filterbank**: :class:`VTLP`, the mel filters' centres warped (Jaitly & Hinton 2013);
+* **features** ``(T, F)`` log-mels: :class:`SpecAugment` (Park et al. 2019: frequency and time
+  masks, time warp).
+
+Each is an :class:`attnkit.data.augment.Augmentation`: a frozen dataclass of its probability
+``p`` and ranges, called with the example and a ``numpy.random.Generator``. :data:`PRESETS` are
+the sets ``attnkit train asr --augment`` names.
+
+Example:
+    >>> import torch
+    >>> from attnkit.data.augment import example_rng
+    >>> chain = SpeechAugment([SpeedPerturb(factors=(1.1,)), SpecAugment(time_mask=10)])
+    >>> samples = torch.randn(16000)
+    >>> chain(example_rng(0, 0, 0), samples=lambda: samples).shape  # 1 s at speed 1.1
+    torch.Size([91, 80])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from scipy.signal import butter, fftconvolve, sosfilt, sosfiltfilt
+
+from attnkit.data.audio import SAMPLE_RATE, log_mel, normalize_features, resample
+from attnkit.data.augment import Augmentation, Compose, check_number, check_range
+
+__all__ = ["PRESETS", "AudioAugmentation", "BandLimit", "Gain", "Noise", "Reverb",
+           "SpecAugment", "SpeechAugment", "SpeedPerturb", "VTLP", "preset"]
+
+STAGES = ("samples", "filterbank", "features")
+
+
+@dataclasses.dataclass(frozen=True)
+class AudioAugmentation(Augmentation):
+    """The base of speech augmentations; ``stage`` says what they change (:data:`STAGES`)."""
+
+    family: ClassVar[str] = "audio"
+    stage: ClassVar[str] = "samples"
+
+
+def _check_samples(samples: torch.Tensor) -> None:
+    if not isinstance(samples, torch.Tensor) or samples.dim() != 1 or samples.numel() == 0:
+        shape = tuple(samples.shape) if isinstance(samples, torch.Tensor) else type(samples)
+        raise ValueError(f"samples: expected a non-empty (N,) tensor, got {shape}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedPerturb(AudioAugmentation, name="speed"):
+    """Speed perturbation (Ko et al. 2015): the utterance played ``factor`` times as fast, a
+    factor drawn uniformly from ``factors``. The samples are resampled from ``16 kHz *
+    factor`` to 16 kHz (:func:`attnkit.data.audio.resample`, a band-limited resampler), so
+    duration scales by ``1 / factor`` and every frequency by ``factor``, pitch and formants
+    with it.
+
+    Shape: ``(N,)`` -> ``(round(N / factor),)``.
+    """
+
+    factors: tuple[float, ...] = (0.9, 1.0, 1.1)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not isinstance(self.factors, tuple) or not self.factors:
+            raise ValueError(f"factors: expected a non-empty tuple of speed factors, got "
+                             f"{self.factors!r}")
+        for f in self.factors:
+            check_number("factors", f, 0.5, 2.0)
+
+    def apply(self, samples: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+        _check_samples(samples)
+        factor = self.factors[int(rng.integers(len(self.factors)))]
+        if factor == 1.0:
+            return samples
+        return resample(samples.float(), round(SAMPLE_RATE * factor), SAMPLE_RATE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Gain(AudioAugmentation, name="gain"):
+    """The samples scaled by a gain drawn uniformly from ``[-db, db]`` decibels.
+
+    On features normalised per utterance a gain changes only what the floor of the log
+    (:data:`attnkit.data.audio.LOG_FLOOR`) hides; raw log-mels (a causal listener's) shift by
+    ``gain * ln(10) / 10``.
+
+    Shape: ``(N,)`` -> ``(N,)``.
+    """
+
+    p: float = 0.5
+    db: float = 6.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_number("db", self.db, 0.0, 40.0)
+
+    def apply(self, samples: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+        _check_samples(samples)
+        return samples * float(10.0 ** (rng.uniform(-self.db, self.db) / 20.0))
+
+
+NOISE_COLOURS = ("white", "pink", "brown")  # power spectra flat, 1/f, 1/f^2
+
+
+def _coloured_noise(n: int, colour: str, rng: np.random.Generator) -> np.ndarray:
+    """``n`` samples of Gaussian noise whose power spectrum falls as ``1 / f**k`` (white 0,
+    pink 1, brown 2), unit mean power."""
+    noise = rng.standard_normal(n)
+    k = NOISE_COLOURS.index(colour)
+    if k:
+        freqs = np.fft.rfftfreq(n)
+        freqs[0] = freqs[1] if n > 1 else 1.0  # no infinite DC
+        noise = np.fft.irfft(np.fft.rfft(noise) / freqs ** (k / 2), n)
+    return noise / max(float(np.sqrt(np.mean(noise**2))), 1e-12)
+
+
+@dataclasses.dataclass(frozen=True)
+class Noise(AudioAugmentation, name="noise"):
+    """Additive noise at a signal-to-noise ratio drawn uniformly from ``snr_db`` (decibels:
+    the utterance's mean power over the noise's), of a colour drawn from ``colours`` (white,
+    pink: ``1/f``, brown: ``1/f^2``). An utterance of digital silence is left as it is.
+
+    Shape: ``(N,)`` -> ``(N,)``.
+    """
+
+    p: float = 0.5
+    snr_db: tuple[float, float] = (10.0, 30.0)
+    colours: tuple[str, ...] = ("white", "pink")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_range("snr_db", self.snr_db, 0.0, 100.0)
+        if not isinstance(self.colours, tuple) or not self.colours or \
+                any(c not in NOISE_COLOURS for c in self.colours):
+            raise ValueError(f"colours: expected a non-empty tuple of {', '.join(NOISE_COLOURS)}, "
+                             f"got {self.colours!r}")
+
+    def apply(self, samples: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+        _check_samples(samples)
+        snr = rng.uniform(*self.snr_db)
+        colour = self.colours[int(rng.integers(len(self.colours)))]
+        noise = _coloured_noise(samples.numel(), colour, rng)  # unit power
+        power = float(samples.double().square().mean())
+        if power == 0.0:
+            return samples
+        scale = math.sqrt(power / 10.0 ** (snr / 10.0))
+        return samples + torch.from_numpy((noise * scale).astype(np.float32))
+
+
+@dataclasses.dataclass(frozen=True)
+class Reverb(AudioAugmentation, name="reverb"):
+    """Room reverberation: the samples convolved with a synthetic impulse response, a direct
+    path (one unit sample) followed by Gaussian noise that decays exponentially by 60 dB in
+    ``rt60`` seconds (the reverberation time, drawn uniformly from ``rt60``), scaled so that
+    the direct path holds ``drr_db`` (drawn uniformly) decibels more energy than the tail.
+    The output keeps the input's length (the tail past its end is cut) and mean power.
+
+    Shape: ``(N,)`` -> ``(N,)``.
+    """
+
+    p: float = 0.3
+    rt60: tuple[float, float] = (0.2, 0.8)
+    drr_db: tuple[float, float] = (0.0, 10.0)
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_range("rt60", self.rt60, 0.0, 3.0, open_low=True)
+        check_range("drr_db", self.drr_db, -20.0, 40.0)
+
+    def impulse_response(self, rng: np.random.Generator) -> np.ndarray:
+        """One drawn impulse response ``(L,)``, ``L = rt60 * 16 kHz`` samples."""
+        rt60 = rng.uniform(*self.rt60)
+        drr = rng.uniform(*self.drr_db)
+        n = max(2, round(rt60 * SAMPLE_RATE))
+        t = np.arange(1, n) / SAMPLE_RATE
+        tail = rng.standard_normal(n - 1) * np.exp(-3.0 * math.log(10.0) * t / rt60)
+        tail *= math.sqrt(10.0 ** (-drr / 10.0) / float(np.sum(tail**2)))
+        return np.concatenate([[1.0], tail])
+
+    def apply(self, samples: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+        _check_samples(samples)
+        x = samples.double().numpy()
+        wet = fftconvolve(x, self.impulse_response(rng))[: x.size]
+        power, wet_power = float(np.mean(x**2)), float(np.mean(wet**2))
+        if wet_power > 0:
+            wet *= math.sqrt(power / wet_power)
+        return torch.from_numpy(wet.astype(np.float32))
+
+
+@dataclasses.dataclass(frozen=True)
+class BandLimit(AudioAugmentation, name="band_limit"):
+    """A band-pass channel, by default the telephone band (300-3,400 Hz): a zero-phase
+    4th-order Butterworth filter (forward and backward, so nothing is delayed); ``low_hz``
+    0 makes it a low-pass filter.
+
+    Shape: ``(N,)`` -> ``(N,)``.
+    """
+
+    p: float = 0.2
+    low_hz: float = 300.0
+    high_hz: float = 3400.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_number("low_hz", self.low_hz, 0.0, SAMPLE_RATE / 2)
+        check_number("high_hz", self.high_hz, 0.0, SAMPLE_RATE / 2, open_low=True)
+        if not self.low_hz < self.high_hz < SAMPLE_RATE / 2:
+            raise ValueError(f"low_hz, high_hz: expected 0 <= low_hz < high_hz < "
+                             f"{SAMPLE_RATE // 2}, got {self.low_hz!r}, {self.high_hz!r}")
+
+    def apply(self, samples: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+        _check_samples(samples)
+        if self.low_hz > 0:
+            sos = butter(4, [self.low_hz, self.high_hz], btype="bandpass", fs=SAMPLE_RATE,
+                         output="sos")
+        else:
+            sos = butter(4, self.high_hz, btype="lowpass", fs=SAMPLE_RATE, output="sos")
+        x = samples.double().numpy()
+        # filtfilt pads the signal by 3 * (2 * sections + 1) samples at each end
+        out = sosfiltfilt(sos, x) if x.size > 3 * (2 * len(sos) + 1) else sosfilt(sos, x)
+        return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32))
+
+
+@dataclasses.dataclass(frozen=True)
+class VTLP(AudioAugmentation, name="vtlp"):
+    """Vocal-tract-length perturbation (Jaitly & Hinton 2013): the log-mels computed with the
+    filterbank's centres warped by a factor drawn uniformly from ``alpha``
+    (:func:`attnkit.data.audio.vtlp_warp`: linear up to 4.8 kHz, then to the Nyquist
+    frequency), as a longer or shorter vocal tract moves the formants.
+
+    Shape: samples ``(N,)`` -> raw log-mels ``(T, 80)``.
+    """
+
+    stage: ClassVar[str] = "filterbank"
+    alpha: tuple[float, float] = (0.9, 1.1)
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_range("alpha", self.alpha, 0.7, 1.3)
+
+    def draw(self, rng: np.random.Generator) -> float:
+        """One warp factor."""
+        return float(rng.uniform(*self.alpha))
+
+    def apply(self, samples: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+        _check_samples(samples)
+        return log_mel(samples, warp=self.draw(rng))
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecAugment(AudioAugmentation, name="specaugment"):
+    """SpecAugment (Park et al. 2019) on log-mel features: ``freq_masks`` (mF) bands of
+    ``f ~ U{0, ..., freq_mask}`` (F) adjacent mel bins and ``time_masks`` (mT) spans of ``t ~
+    U{0, ..., min(time_mask, max_time_ratio * T)}`` (T, p) frames, each at a uniform position,
+    are set to ``fill`` (None: each bin's mean over the utterance, 0 on features normalised
+    per utterance, as in the paper); first, with ``time_warp`` (W) > 0, the frames are warped
+    in time: the point at frame ``w0 ~ U{W, ..., T - W - 1}`` moves to ``w0 + w``, ``w ~
+    U{-W, ..., W}``, each side stretched linearly (as ESPnet's ``TimeWarp`` does; an utterance
+    of ``2 W`` frames or fewer is not warped). A mask wider than the utterance is clipped to it.
+
+    Shape: ``(T, F)`` -> ``(T, F)``.
+    """
+
+    stage: ClassVar[str] = "features"
+    freq_mask: int = 27
+    freq_masks: int = 2
+    time_mask: int = 100
+    time_masks: int = 2
+    max_time_ratio: float = 1.0
+    time_warp: int = 0
+    fill: float | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("freq_mask", "freq_masks", "time_mask", "time_masks", "time_warp"):
+            check_number(name, getattr(self, name), 0, 10_000, integer=True)
+        check_number("max_time_ratio", self.max_time_ratio, 0.0, 1.0)
+        if self.fill is not None:
+            check_number("fill", self.fill, -1e6, 1e6)
+
+    def apply(self, features: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+        if not isinstance(features, torch.Tensor) or features.dim() != 2:
+            raise ValueError(f"features: expected a (T, F) tensor, got "
+                             f"{getattr(features, 'shape', type(features))}")
+        x = features.float().clone()
+        frames, bins = x.shape
+        if self.time_warp and frames > 2 * self.time_warp:
+            x = _time_warp(x, self.time_warp, rng)
+        fill = x.mean(0) if self.fill is None else torch.full((bins,), float(self.fill))  # (F,)
+        for _ in range(self.freq_masks):
+            width = min(int(rng.integers(self.freq_mask + 1)), bins)
+            start = int(rng.integers(bins - width + 1))
+            x[:, start:start + width] = fill[start:start + width]
+        longest = min(self.time_mask, int(self.max_time_ratio * frames), frames)
+        for _ in range(self.time_masks):
+            width = int(rng.integers(longest + 1))
+            start = int(rng.integers(frames - width + 1))
+            x[start:start + width] = fill
+        return x
+
+
+def _time_warp(x: torch.Tensor, w_max: int, rng: np.random.Generator) -> torch.Tensor:
+    """``x (T, F)`` with frame ``w0`` moved to ``w0 + w`` and both sides resized linearly."""
+    frames = x.shape[0]
+    centre = int(rng.integers(w_max, frames - w_max))
+    shift = int(rng.integers(-w_max, w_max + 1))
+    if shift == 0 or centre + shift < 1 or centre + shift > frames - 1:
+        return x
+    rows = x.T[None]  # (1, F, T)
+    left = F.interpolate(rows[..., :centre], size=centre + shift, mode="linear",
+                         align_corners=False)
+    right = F.interpolate(rows[..., centre:], size=frames - centre - shift, mode="linear",
+                          align_corners=False)
+    return torch.cat([left, right], dim=2)[0].T.contiguous()
+
+
+class SpeechAugment(Compose):
+    """Speech augmentations run stage by stage (samples, filterbank, features; in the given
+    order within a stage), each with its own generator (:class:`Compose`).
+
+    Called with a generator and the utterance: ``samples`` (a function giving its audio
+    ``(N,)`` at 16 kHz, read only when an augmentation of the samples or filterbank stage
+    applies) and ``features`` (a function giving its log-mels as stored, used when none does;
+    None: computed from the samples). The log-mels of changed audio are normalised per
+    utterance with ``normalize`` (as the stored ones are). Returns float32 ``(T, F)``.
+
+    Raises:
+        TypeError: an augmentation that is not a speech one.
+        ValueError: at the call, audio needed (``samples`` is None) or neither given.
+    """
+
+    family = "audio"
+
+    def __init__(self, augmentations: Sequence[Augmentation]):
+        super().__init__(augmentations)
+        for i, a in enumerate(self.augmentations):
+            if not isinstance(a, AudioAugmentation):
+                raise TypeError(f"augmentations[{i}]: expected a speech augmentation, got "
+                                f"{type(a).__name__}")
+
+    @property
+    def needs_samples(self) -> bool:
+        """Whether any augmentation changes the audio or the filterbank (then the utterances'
+        audio must be at hand)."""
+        return any(a.stage != "features" and a.p > 0 for a in self.augmentations)
+
+    def __call__(self, rng: np.random.Generator, *,
+                 samples: Callable[[], torch.Tensor] | None = None,
+                 features: Callable[[], torch.Tensor] | None = None,
+                 normalize: bool = False) -> torch.Tensor:
+        own = self.generators(rng)
+        staged = {stage: [(a, g) for a, g in zip(self.augmentations, own) if a.stage == stage]
+                  for stage in STAGES}
+        changes = [(a, g) for a, g in staged["samples"] if a.applies(g)]
+        warps = [a.draw(g) for a, g in staged["filterbank"] if a.applies(g)]
+        if changes or warps or features is None:
+            if samples is None:
+                raise ValueError("samples: this augmentation changes the audio; expected the "
+                                 "utterance's samples, got none")
+            x = samples()
+            for augmentation, g in changes:
+                x = augmentation.apply(x, g)
+            x = log_mel(x, warp=math.prod(warps))
+            x = normalize_features(x) if normalize else x
+        else:
+            x = features().float()
+        for augmentation, g in staged["features"]:
+            x = augmentation(x, g)
+        return x
+
+
+PRESETS: dict[str, tuple[AudioAugmentation, ...]] = {
+    "none": (),
+    # masks scaled to short utterances (1-5 s): at most 10% of the frames per time mask
+    "specaugment": (SpecAugment(freq_mask=15, freq_masks=2, time_mask=40, time_masks=2,
+                                max_time_ratio=0.1),),
+    "light": (SpeedPerturb(), SpecAugment(freq_mask=15, freq_masks=2, time_mask=40,
+                                          time_masks=2, max_time_ratio=0.1)),
+    "strong": (SpeedPerturb(), Gain(), Reverb(), Noise(), BandLimit(), VTLP(),
+               SpecAugment(freq_mask=15, freq_masks=2, time_mask=40, time_masks=2,
+                           max_time_ratio=0.1)),
+}
+
+
+def preset(name: str) -> list[AudioAugmentation]:
+    """The augmentations of preset ``name`` (:data:`PRESETS`)."""
+    if name not in PRESETS:
+        raise ValueError(f"name: expected one of {', '.join(PRESETS)}, got {name!r}")
+    return list(PRESETS[name])

@@ -1,0 +1,228 @@
+"""Speech augmentations: each one's effect on a known signal or spectrogram, their ranges,
+seeding and stages."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnkit.data.audio import SAMPLE_RATE, log_mel, mel_filterbank, vtlp_warp
+from attnkit.data.augment import Compose, example_rng
+from attnkit.data.augment_audio import (
+    PRESETS,
+    VTLP,
+    BandLimit,
+    Gain,
+    Noise,
+    Reverb,
+    SpecAugment,
+    SpeechAugment,
+    SpeedPerturb,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def sine(hz, seconds=1.0, amplitude=0.5):
+    t = torch.arange(round(seconds * SAMPLE_RATE), dtype=torch.float64) / SAMPLE_RATE
+    return (amplitude * torch.sin(2 * math.pi * hz * t)).float()
+
+
+def peak_hz(samples):
+    spectrum = np.abs(np.fft.rfft(samples.double().numpy()))
+    return float(np.fft.rfftfreq(samples.numel(), 1 / SAMPLE_RATE)[spectrum.argmax()])
+
+
+def db(x):
+    return 10 * math.log10(float(x.double().square().mean()))
+
+
+@pytest.mark.parametrize("factor", [0.9, 1.1])
+def test_speed_changes_the_length_by_one_over_the_factor_and_the_pitch_by_it(factor):
+    x = sine(1000.0)
+    out = SpeedPerturb(factors=(factor,)).apply(x, np.random.default_rng(0))
+    assert abs(out.numel() - 16000 / factor) <= 1
+    assert peak_hz(out) == pytest.approx(1000.0 * factor, abs=2.0)
+    assert SpeedPerturb(factors=(1.0,)).apply(x, np.random.default_rng(0)) is x
+
+
+def test_gain_scales_every_sample_by_one_factor_within_its_range():
+    x = sine(300.0)
+    for seed in range(10):
+        out = Gain(db=6.0).apply(x, np.random.default_rng(seed))
+        ratio = out / x.where(x.abs() > 1e-3, torch.tensor(1.0))
+        kept = x.abs() > 1e-3
+        assert torch.allclose(ratio[kept], ratio[kept][0], rtol=1e-5)
+        assert 10 ** (-6 / 20) - 1e-6 <= float(ratio[kept][0]) <= 10 ** (6 / 20) + 1e-6
+
+
+@pytest.mark.parametrize("colour", ["white", "pink", "brown"])
+def test_noise_is_added_at_the_drawn_snr(colour):
+    x = sine(440.0)
+    out = Noise(snr_db=(20.0, 20.0), colours=(colour,)).apply(x, np.random.default_rng(1))
+    assert db(x) - db(out - x) == pytest.approx(20.0, abs=0.01)
+    silent = torch.zeros(1000)
+    assert Noise().apply(silent, np.random.default_rng(0)) is silent
+
+
+def test_pink_noise_has_more_power_at_low_frequencies():
+    out = Noise(snr_db=(0.0, 0.0), colours=("pink",)).apply(sine(1.0, 4.0, 1e-3),
+                                                             np.random.default_rng(2))
+    power = np.abs(np.fft.rfft(out.double().numpy())) ** 2
+    freqs = np.fft.rfftfreq(out.numel(), 1 / SAMPLE_RATE)
+    low = power[(freqs > 100) & (freqs < 200)].mean()
+    high = power[(freqs > 3200) & (freqs < 6400)].mean()
+    assert 10 * math.log10(low / high) == pytest.approx(10 * math.log10(32), abs=2.0)
+
+
+def test_reverb_impulse_response_decays_60_db_in_rt60_and_keeps_power_and_length():
+    reverb = Reverb(rt60=(0.5, 0.5), drr_db=(5.0, 5.0))
+    h = reverb.impulse_response(np.random.default_rng(0))
+    assert h.size == 8000 and h[0] == 1.0
+    assert 10 * math.log10(np.sum(h[1:] ** 2)) == pytest.approx(-5.0)  # direct/tail = 5 dB
+
+    def level(a, b):  # mean power of the tail between a and b seconds, dB
+        return 10 * math.log10(np.mean(h[round(a * 16000):round(b * 16000)] ** 2))
+
+    # the envelope's power falls 60 dB per rt60: -60 * (0.45 - 0.05) / 0.5 = -48 dB
+    assert level(0.44, 0.46) - level(0.04, 0.06) == pytest.approx(-48.0, abs=3.0)
+    x = sine(500.0) * torch.from_numpy(np.random.default_rng(1).random(16000) > 0.5).float()
+    out = reverb.apply(x, np.random.default_rng(0))
+    assert out.shape == x.shape and db(out) == pytest.approx(db(x), abs=1e-3)
+
+
+def test_band_limit_passes_the_telephone_band_only():
+    band = BandLimit()
+    for hz, kept in [(100.0, False), (1000.0, True), (2500.0, True), (6000.0, False)]:
+        loss = db(sine(hz)) - db(band.apply(sine(hz), np.random.default_rng(0)))
+        assert (loss < 1.0) if kept else (loss > 20.0), (hz, loss)
+    short = band.apply(torch.ones(10), np.random.default_rng(0))  # too short for filtfilt
+    assert short.shape == (10,)
+
+
+def test_vtlp_warp_is_piecewise_linear_with_fixed_ends():
+    hz = np.linspace(0, 8000, 801)
+    for alpha in (0.9, 1.1):
+        warped = vtlp_warp(hz, alpha)
+        assert warped[0] == 0 and warped[-1] == pytest.approx(8000)
+        assert np.all(np.diff(warped) > 0)
+        cut = 4800 * min(alpha, 1) / alpha
+        below = hz <= cut
+        assert np.allclose(warped[below], alpha * hz[below])
+    assert np.array_equal(vtlp_warp(hz, 1.0), hz)
+    with pytest.raises(ValueError, match=r"alpha, boundary_hz: expected alpha > 0"):
+        vtlp_warp(hz, 0.0)
+
+
+def test_vtlp_moves_a_tone_to_lower_mel_bins_for_a_factor_above_one():
+    x = sine(1000.0)
+    peaks = {a: int(log_mel(x, warp=a).mean(0).argmax()) for a in (0.9, 1.0, 1.1)}
+    assert peaks[1.1] < peaks[1.0] < peaks[0.9]
+    assert torch.equal(VTLP(alpha=(1.0, 1.0)).apply(x, np.random.default_rng(0)), log_mel(x))
+    assert torch.equal(mel_filterbank(n_fft=512, warp=1.0), mel_filterbank(n_fft=512))
+
+
+def test_a_masked_band_is_zero_and_a_masked_span_is_its_bins_means():
+    features = torch.randn(100, 80) + 3.0
+    freq = SpecAugment(freq_mask=10, freq_masks=1, time_masks=0, fill=0.0)
+    for seed in range(10):
+        out = freq.apply(features, np.random.default_rng(seed))
+        zero = (out == 0).all(0)  # (F,) bins masked in every frame
+        bins = torch.nonzero(zero).flatten()
+        assert len(bins) <= 10 and torch.equal(out[:, ~zero], features[:, ~zero])
+        if len(bins):
+            assert bins[-1] - bins[0] == len(bins) - 1  # one band
+    span = SpecAugment(freq_masks=0, time_mask=20, time_masks=1)
+    out = span.apply(features, np.random.default_rng(3))
+    masked = (out != features).any(1)
+    assert 0 < int(masked.sum()) <= 20
+    assert torch.allclose(out[masked], features.mean(0).expand(int(masked.sum()), 80))
+
+
+def test_time_masks_longer_than_the_utterance_are_clipped():
+    huge = SpecAugment(freq_mask=500, time_mask=1000, time_masks=3, max_time_ratio=1.0,
+                       time_warp=50)
+    for frames in (1, 2, 5, 9):
+        features = torch.randn(frames, 80)
+        for seed in range(5):
+            assert huge.apply(features, np.random.default_rng(seed)).shape == (frames, 80)
+    ratio = SpecAugment(freq_masks=0, time_mask=1000, time_masks=1, max_time_ratio=0.1)
+    for seed in range(20):
+        out = ratio.apply(torch.randn(50, 80), np.random.default_rng(seed))
+        assert int((out == out[:, :1]).all(1).sum()) <= 5  # at most 10% of 50 frames
+
+
+def test_time_warp_keeps_the_length_and_a_steady_spectrogram():
+    warp = SpecAugment(freq_masks=0, time_masks=0, time_warp=5)
+    steady = torch.arange(80.0).expand(40, 80)
+    assert torch.allclose(warp.apply(steady, np.random.default_rng(0)), steady)
+    ramp = torch.arange(40.0)[:, None].expand(40, 80)
+    changed = [not torch.allclose(warp.apply(ramp, np.random.default_rng(s)), ramp)
+               for s in range(10)]
+    assert any(changed)
+    assert warp.apply(torch.randn(10, 80), np.random.default_rng(0)).shape == (10, 80)  # T <= 2W
+
+
+def test_speech_augment_runs_by_stage_and_reads_audio_only_when_it_changes_it():
+    x = sine(700.0, 0.5)
+    stored = log_mel(x, normalize=True)
+    read = []
+
+    def samples():
+        read.append(1)
+        return x
+
+    only_masks = SpeechAugment([SpecAugment(p=0.0)])
+    assert not only_masks.needs_samples
+    out = only_masks(example_rng(0, 0, 0), samples=samples, features=lambda: stored,
+                     normalize=True)
+    assert torch.equal(out, stored) and not read
+    faster = SpeechAugment([SpecAugment(p=0.0), SpeedPerturb(factors=(1.1,))])  # any order
+    assert faster.needs_samples
+    out = faster(example_rng(0, 0, 0), samples=samples, features=lambda: stored,
+                 normalize=True)
+    assert read and out.shape == log_mel(sine(700.0, 0.5 / 1.1)).shape
+    assert out.mean(0).abs().max() < 1e-4  # normalised per utterance, as stored
+    with pytest.raises(ValueError, match="samples: this augmentation changes the audio"):
+        faster(example_rng(0, 0, 0), features=lambda: stored)
+    with pytest.raises(TypeError, match=r"augmentations\[0\]: expected a speech augmentation"):
+        from attnkit.data.augment_lines import Blur
+        SpeechAugment([Blur()])
+
+
+def test_draws_depend_on_seed_epoch_and_index_only():
+    chain = SpeechAugment(PRESETS["strong"])
+    x = sine(300.0, 0.6) + 0.05 * torch.randn(9600, generator=torch.Generator().manual_seed(0))
+    a = chain(example_rng(3, 1, 4), samples=lambda: x)
+    b = chain(example_rng(3, 1, 4), samples=lambda: x)
+    assert torch.equal(a, b)
+    others = [chain(example_rng(*key), samples=lambda: x) for key in [(4, 1, 4), (3, 2, 4),
+                                                                       (3, 1, 5)]]
+    assert all(o.shape != a.shape or not torch.equal(o, a) for o in others)
+
+
+def test_presets_round_trip_and_compose_takes_any_family():
+    for augmentations in PRESETS.values():
+        chain = SpeechAugment(augmentations)
+        assert SpeechAugment.from_config(chain.config()) == chain
+    assert len(Compose([Gain(), Noise()])) == 2
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: SpeedPerturb(factors=(0.0, 1.0)), r"factors: expected a number with 0.5 <= "
+                                               r"factors <= 2, got 0.0"),
+    (lambda: SpeedPerturb(factors=()), r"factors: expected a non-empty tuple"),
+    (lambda: Noise(snr_db=(-5.0, 10.0)), r"snr_db: expected \(low, high\) numbers with 0 <= "
+                                         r"low <= high <= 100, got \(-5.0, 10.0\)"),
+    (lambda: Noise(snr_db=(30.0, 10.0)), r"snr_db: expected \(low, high\)"),
+    (lambda: Noise(p=1.5), r"p: expected a probability in \[0, 1\] for noise, got 1.5"),
+    (lambda: Reverb(rt60=(0.0, 0.5)), r"rt60: expected \(low, high\) numbers with 0 < low"),
+    (lambda: BandLimit(low_hz=3400.0, high_hz=300.0), r"low_hz, high_hz: expected 0 <= "
+                                                      r"low_hz < high_hz < 8000"),
+    (lambda: SpecAugment(time_mask=-1), r"time_mask: expected an int with 0 <= time_mask"),
+    (lambda: VTLP(alpha=(0.5, 1.0)), r"alpha: expected \(low, high\) numbers with 0.7"),
+])
+def test_settings_out_of_range_are_refused_by_name(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
