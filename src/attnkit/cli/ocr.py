@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from attnkit.attention import SCORES
-from attnkit.cli import common
+from attnkit.cli import augment, common
 from attnkit.cli.decoder_options import (
     add_alignment_args,
     add_joint_args,
@@ -80,6 +80,7 @@ def add_train_parser(train_sub) -> None:
                        help="the first N epochs take their batches narrowest first (SortaGrad, "
                             "Amodei et al. 2016; 0: shuffled)")
     model.add_argument("--dropout", type=common.proportion, default=0.1)
+    augment.add_line_args(p)
     common.add_training_args(p, steps=20000, batch_size=32, lr=1e-3, eval_every=500,
                       label_smoothing=0.0)
     p.set_defaults(run=run_train)
@@ -121,6 +122,7 @@ def run_train(args) -> int:
         score=args.score, heads=args.heads, head=args.head, dec_hidden=args.dec_hidden,
         dropout=args.dropout, **_decoder_config(args))
     ck = loading.existing_run(args.out, "ocr", resume=args.resume, model=wanted)
+    augmentations = augment.line_augmentations(args, ck)
     train, valid = _lines(args)
     valid = common.held_out(train, valid, "lines")
     model_config = ck.config["model"] if ck is not None else wanted
@@ -131,7 +133,8 @@ def run_train(args) -> int:
                    seed=args.seed, label_smoothing=args.label_smoothing,
                    teacher_forcing=common.teacher_forcing(args), ctc_weight=args.ctc_weight,
                    guided_attention=args.guided_attention, sortagrad=args.sortagrad, data=data,
-                   vocab=CharVocab.from_json(ck.vocab) if ck is not None else None)
+                   vocab=CharVocab.from_json(ck.vocab) if ck is not None else None,
+                   augment=augmentations)
     model = task.build_model().to(args.device)
     if common.train_and_report(model, task, args, metric="char_accuracy") is not None:
         _samples_and_pictures(model, task.chars, task.valid, args.out, args.plot)

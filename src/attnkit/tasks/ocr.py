@@ -24,6 +24,8 @@ from attnkit.data import (
     pad_images,
     read_line_folder,
 )
+from attnkit.data.augment import example_rng
+from attnkit.data.augment_lines import LineAugment, background
 from attnkit.decoding import Decoding, ctc_greedy, decode
 from attnkit.models import CRNN, build_model, guided_attention_loss
 from attnkit.diagnose.plots import plot_alignment
@@ -219,13 +221,20 @@ class OcrTask:
             (SortaGrad, Amodei et al. 2016: the model learns to read, and the attention head to
             align, on short lines before long ones); 0: every epoch shuffled.
         max_valid: validation lines read at each evaluation.
+        augment: line augmentations (:mod:`attnkit.data.augment_lines`) applied to each
+            training line as its batch is built, drawn from
+            :func:`attnkit.data.augment.example_rng` ``(seed, epoch, index)`` (so a resumed
+            run sees the same lines); never to validation lines. A line that augmentation
+            leaves narrower than its characters need (``W // 2`` CTC steps) is padded on the
+            right with its background. None or empty: none.
     """
 
     def __init__(self, train: Sequence[Line], valid: Sequence[Line], *, model_config: dict,
                  vocab: CharVocab | None = None, batch_size: int = 32, seed: int = 0,
                  label_smoothing: float = 0.0, teacher_forcing: float | TeacherForcing = 1.0,
                  ctc_weight: float = 0.0, guided_attention: float = 0.0, sortagrad: int = 0,
-                 max_valid: int = 300, data: dict | None = None):
+                 max_valid: int = 300, data: dict | None = None,
+                 augment: LineAugment | Sequence | None = None):
         if not train:
             raise ValueError("train: expected at least one (image, text) line")
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -256,20 +265,39 @@ class OcrTask:
         self.batch_size, self.seed = batch_size, seed
         self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
         self.data = data or {}
+        if augment is not None and not isinstance(augment, LineAugment):
+            augment = LineAugment(augment)
+        self.augment = augment if augment else None
 
     def build_model(self) -> CRNN:
         return build_model(self.model_config)
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of similar widths, narrowest first in the first
-        ``sortagrad`` epochs, built when indexed (images read and made float32 in [0, 1]
-        then)."""
+        ``sortagrad`` epochs, built when indexed (images read, augmented and made float32 in
+        [0, 1] then)."""
         return Batches(length_batches(self._widths, self.batch_size, seed=self.seed,
                                       epoch=epoch, ascending=epoch < self.sortagrad),
-                       self._collate)
+                       functools.partial(self._collate, epoch=epoch))
 
-    def _collate(self, idx: list[int]) -> dict:
-        images, widths = pad_images([self.train[i][0] for i in idx])
+    def training_line(self, i: int, epoch: int) -> torch.Tensor:
+        """Training line ``i`` ``(32, W)`` as epoch ``epoch`` trains on it: augmented, when
+        the task augments, by the draws of ``(seed, epoch, i)``."""
+        image = self.train[i][0]
+        if self.augment is None:
+            return image
+        image = self.augment(image, example_rng(self.seed, epoch, i))
+        if self.ctc or self.ctc_weight > 0:  # the CTC head needs W // 2 steps for the text
+            need = 2 * _ctc_steps_needed(self.chars.encode(self._texts[i]))
+            if image.shape[1] < need:
+                fill = background(image.float().numpy())
+                fill = round(fill) if image.dtype == torch.uint8 else fill
+                image = torch.cat([image, image.new_full((image.shape[0], need - image.shape[1]),
+                                                         fill)], dim=1)
+        return image
+
+    def _collate(self, idx: list[int], epoch: int = 0) -> dict:
+        images, widths = pad_images([self.training_line(i, epoch) for i in idx])
         batch = {"images": images, "widths": widths}
         ids = [self.chars.encode(self._texts[i]) for i in idx]
         if self.ctc or self.ctc_weight > 0:
@@ -318,7 +346,8 @@ class OcrTask:
                              **({"guided_attention": self.guided_attention}
                                 if self.guided_attention else {}),
                              **({"sortagrad": self.sortagrad} if self.sortagrad else {}),
-                             "teacher_forcing": asdict(self.teacher_forcing)}}
+                             "teacher_forcing": asdict(self.teacher_forcing)},
+                **({"augment": self.augment.config()} if self.augment else {})}
 
     def vocab(self) -> dict:
         return self.chars.to_json()

@@ -1,0 +1,262 @@
+"""The augmentation options of ``attnkit train asr`` and ``attnkit train ocr``.
+
+``--augment PRESET`` picks a set (:data:`attnkit.data.augment_audio.PRESETS`,
+:data:`attnkit.data.augment_lines.PRESETS`); each per-augmentation option sets that
+augmentation's range, adding it to the set when the preset lacks it; ``--augment-prob
+NAME=P,...`` sets probabilities. Values are checked here, and a value out of range is a
+one-line error naming the option. A run resumed with ``--resume`` and no augmentation option
+takes the augmentation saved in its checkpoint; options that ask for another are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+from attnkit.data import augment_audio, augment_lines
+from attnkit.data.augment import AUGMENTATIONS
+
+__all__ = ["add_line_args", "add_speech_args", "line_augmentations", "speech_augmentations"]
+
+
+class Option(NamedTuple):
+    """One command-line option: the augmentation (by name) and field(s) it sets, how its text
+    is read (``"number"``, ``"int"``, ``"pair"``, ``"int pair"``, ``"list"``), what it
+    expects (said in its help and errors) and its metavar."""
+
+    flag: str
+    augmentation: str
+    fields: tuple[str, ...]
+    kind: str
+    expects: str
+    metavar: str
+
+
+SPEECH = (
+    Option("--speed-perturb", "speed", ("factors",), "list",
+           "comma-separated speed factors, each from 0.5 to 2 (Ko et al. 2015: 0.9,1.0,1.1); "
+           "each utterance is played at one of them, resampled", "F,F,..."),
+    Option("--gain", "gain", ("db",), "number",
+           "the largest gain or attenuation in dB, from 0 to 40 (drawn from -DB to DB)", "DB"),
+    Option("--reverb", "reverb", ("rt60",), "pair",
+           "LOW,HIGH reverberation times (RT60) in seconds with 0 < LOW <= HIGH <= 3 of a "
+           "synthetic room", "LOW,HIGH"),
+    Option("--noise-snr", "noise", ("snr_db",), "pair",
+           "LOW,HIGH signal-to-noise ratios in dB with 0 <= LOW <= HIGH <= 100 of added "
+           "white or pink noise", "LOW,HIGH"),
+    Option("--band-limit", "band_limit", ("low_hz", "high_hz"), "pair",
+           "LOW,HIGH band edges in Hz with 0 <= LOW < HIGH < 8000 (telephone: 300,3400)",
+           "LOW,HIGH"),
+    Option("--vtlp", "vtlp", ("alpha",), "pair",
+           "LOW,HIGH vocal-tract-length warp factors with 0.7 <= LOW <= HIGH <= 1.3 (Jaitly & "
+           "Hinton 2013: 0.9,1.1)", "LOW,HIGH"),
+    Option("--freq-mask", "specaugment", ("freq_mask",), "int",
+           "SpecAugment's F: the widest frequency mask, in mel bins (0 or more)", "F"),
+    Option("--freq-masks", "specaugment", ("freq_masks",), "int",
+           "SpecAugment's mF: frequency masks per utterance (0 or more)", "MF"),
+    Option("--time-mask", "specaugment", ("time_mask",), "int",
+           "SpecAugment's T: the longest time mask, in frames of 10 ms (0 or more)", "T"),
+    Option("--time-masks", "specaugment", ("time_masks",), "int",
+           "SpecAugment's mT: time masks per utterance (0 or more)", "MT"),
+    Option("--time-mask-ratio", "specaugment", ("max_time_ratio",), "number",
+           "SpecAugment's p: a time mask covers at most this share of the utterance, from 0 "
+           "to 1", "P"),
+    Option("--time-warp", "specaugment", ("time_warp",), "int",
+           "SpecAugment's W: the farthest a time warp moves a frame (0: no warp)", "W"),
+)
+
+LINES = (
+    Option("--scale", "scale", ("size",), "pair",
+           "LOW,HIGH text sizes within the line's height with 0.3 <= LOW <= HIGH <= 1",
+           "LOW,HIGH"),
+    Option("--stretch", "stretch", ("factor",), "pair",
+           "LOW,HIGH width factors with 0.25 <= LOW <= HIGH <= 4", "LOW,HIGH"),
+    Option("--rotate", "rotate", ("degrees",), "number",
+           "the largest rotation in degrees, from 0 to 45 (clamped on long lines so their "
+           "ends stay inside)", "DEG"),
+    Option("--shear", "shear", ("slant",), "number",
+           "the largest slant, forward (italic) or backward, as the tangent of its angle, from "
+           "0 to 1 (italic faces: 0.15-0.3)", "S"),
+    Option("--perspective", "perspective", ("distortion",), "number",
+           "the farthest a corner moves, as a share of the line's height, from 0 to 0.5", "D"),
+    Option("--baseline", "baseline", ("pixels",), "number",
+           "the largest vertical shift of a wavy baseline, in pixels, from 0 to 16", "PX"),
+    Option("--margins", "margins", ("pixels",), "int",
+           "the most pixels each margin grows or shrinks by (blank columns only), from 0 to "
+           "1000", "PX"),
+    Option("--stroke", "stroke", ("pixels",), "int",
+           "the most pixels the ink is dilated or eroded by, from 0 to 4", "PX"),
+    Option("--paper", "shade", ("paper",), "pair",
+           "LOW,HIGH paper gray levels (0 black, 1 white) with 0 <= LOW <= HIGH <= 1, above "
+           "every ink level", "LOW,HIGH"),
+    Option("--ink", "shade", ("ink",), "pair",
+           "LOW,HIGH ink gray levels with 0 <= LOW <= HIGH <= 1, below every paper level",
+           "LOW,HIGH"),
+    Option("--blur", "blur", ("sigma",), "pair",
+           "LOW,HIGH Gaussian blur widths (sigma) in pixels with 0 <= LOW <= HIGH <= 8",
+           "LOW,HIGH"),
+    Option("--pixel-noise", "pixel_noise", ("std",), "pair",
+           "LOW,HIGH standard deviations of per-pixel noise in gray levels with 0 <= LOW <= "
+           "HIGH <= 0.5", "LOW,HIGH"),
+    Option("--jpeg", "jpeg", ("quality",), "int pair",
+           "LOW,HIGH JPEG qualities with 1 <= LOW <= HIGH <= 95", "LOW,HIGH"),
+)
+
+# the order augmentations added by their options take (a preset's own order is kept)
+SPEECH_ORDER = ("speed", "gain", "reverb", "noise", "band_limit", "vtlp", "specaugment")
+LINE_ORDER = ("scale", "stretch", "rotate", "shear", "perspective", "baseline", "margins",
+              "stroke", "shade", "blur", "pixel_noise", "jpeg")
+
+
+def _dest(flag: str) -> str:
+    return "aug_" + flag[2:].replace("-", "_")
+
+
+def _add(p, presets: dict, options: tuple[Option, ...], what: str) -> None:
+    group = p.add_argument_group(
+        "augmentation (training lines only, drawn afresh each epoch; off by default)"
+        if what == "lines" else
+        "augmentation (training utterances only, drawn afresh each epoch; off by default)")
+    group.add_argument("--augment", dest="aug_augment", metavar="PRESET",
+                       help=f"a set of augmentations: {', '.join(presets)} (default none; "
+                       f"docs/{'ocr' if what == 'lines' else 'speech'}.md); the options "
+                       "below change or add to it")
+    for option in options:
+        group.add_argument(option.flag, dest=_dest(option.flag), metavar=option.metavar,
+                           help=option.expects)
+    names = sorted({o.augmentation for o in options})
+    group.add_argument("--augment-prob", dest="aug_augment_prob", metavar="NAME=P,...",
+                       help=f"the probability that each named augmentation ({', '.join(names)}) "
+                       "changes an example")
+
+
+def add_speech_args(p) -> None:
+    """The augmentation options of ``attnkit train asr``."""
+    _add(p, augment_audio.PRESETS, SPEECH, "speech")
+
+
+def add_line_args(p) -> None:
+    """The augmentation options of ``attnkit train ocr``."""
+    _add(p, augment_lines.PRESETS, LINES, "lines")
+
+
+def _read(option: Option, text: str):
+    """The value of ``option`` written as ``text``, in its kind's shape."""
+    parts = [t.strip() for t in text.split(",")]
+    try:
+        if option.kind == "number":
+            (value,) = [float(t) for t in parts]
+        elif option.kind == "int":
+            (value,) = [int(t) for t in parts]
+        elif option.kind == "list":
+            value = tuple(float(t) for t in parts)
+        else:
+            cast = int if option.kind == "int pair" else float
+            value = tuple(cast(t) for t in parts)
+            if len(value) != 2:
+                raise ValueError(text)
+    except ValueError:
+        raise ValueError(f"{option.flag}: expected {option.expects}, got {text!r}") from None
+    return value
+
+
+def _augmentations(args, presets: dict, options: tuple[Option, ...],
+                   order: tuple[str, ...]) -> list:
+    """The augmentations the options of ``args`` ask for (a list of objects)."""
+    name = args.aug_augment or "none"
+    if name not in presets:
+        raise ValueError(f"--augment: expected one of {', '.join(presets)}, got {name!r}")
+    chosen = {a.name: a for a in presets[name]}
+    settings: dict[str, dict] = {}
+    given = []
+    for option in options:
+        text = getattr(args, _dest(option.flag))
+        if text is None:
+            continue
+        value = _read(option, text)
+        fields = option.fields
+        values = dict(zip(fields, value)) if len(fields) > 1 else {fields[0]: value}
+        settings.setdefault(option.augmentation, {}).update(values)
+        given.append(option)
+    for augmentation, values in settings.items():
+        flags = [o.flag for o in given if o.augmentation == augmentation]
+        try:
+            if augmentation in chosen:
+                chosen[augmentation] = dataclasses.replace(chosen[augmentation], **values)
+            else:
+                chosen[augmentation] = AUGMENTATIONS[augmentation](**values)
+        except ValueError:
+            expects = "; ".join(o.expects for o in given if o.augmentation == augmentation)
+            raise ValueError(f"{', '.join(flags)}: expected {expects}, got "
+                             f"{', '.join(repr(getattr(args, _dest(f))) for f in flags)}"
+                             ) from None
+    if args.aug_augment_prob is not None:
+        _set_probabilities(args.aug_augment_prob, chosen, {o.augmentation for o in options})
+    listed = [a.name for a in presets[name]]
+    return [chosen[n] for n in listed if n in chosen] + \
+        [chosen[n] for n in order if n in chosen and n not in listed]
+
+
+def _set_probabilities(text: str, chosen: dict, names: set[str]) -> None:
+    expected = "NAME=P,... with P a probability in [0, 1]"
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        name, _, value = item.partition("=")
+        name = name.strip()
+        try:
+            p = float(value)
+        except ValueError:
+            raise ValueError(f"--augment-prob: expected {expected}, got {item!r}") from None
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"--augment-prob: expected {expected}, got {item!r}")
+        if name not in names:
+            raise ValueError(f"--augment-prob: expected NAME one of "
+                             f"{', '.join(sorted(names))}, got {name!r}")
+        if name not in chosen:
+            raise ValueError(f"--augment-prob: {name} is not among the augmentations asked "
+                             "for; add it with its option or a preset")
+        chosen[name] = dataclasses.replace(chosen[name], p=p)
+
+
+def _given(args) -> bool:
+    return any(v is not None for k, v in vars(args).items() if k.startswith("aug_"))
+
+
+def _for_run(args, ck, composition, made: list) -> list:
+    """``made`` (what the options ask for), or with ``--resume`` the checkpoint's augmentation
+    (``ck``; read as ``composition``'s family), which options given as well must equal."""
+    if ck is None:
+        return made
+    saved = ck.config.get("augment", [])
+    if not _given(args):
+        return list(composition.from_config(saved))
+    if [a.config() for a in made] != saved:
+        raise ValueError(f"--augment: the run in {args.out} was started with "
+                         f"{_describe(saved)}, not {_describe([a.config() for a in made])}; "
+                         "resume without augmentation options to continue it as it was, or "
+                         "start a new run in another --out")
+    return made
+
+
+def _describe(config: list) -> str:
+    if not config:
+        return "no augmentation"
+    return "augmentation " + ", ".join(c["name"] for c in config)
+
+
+def speech_augmentations(args, ck=None) -> list:
+    """The speech augmentations of ``attnkit train asr``'s options (``ck``: the checkpoint
+    resumed, whose augmentation a resumed run keeps).
+
+    Raises:
+        ValueError: naming an option whose value is out of range or does not parse, or
+            asking a resumed run for other augmentation.
+    """
+    made = _augmentations(args, augment_audio.PRESETS, SPEECH, SPEECH_ORDER)
+    return _for_run(args, ck, augment_audio.SpeechAugment, made)
+
+
+def line_augmentations(args, ck=None) -> list:
+    """The line augmentations of ``attnkit train ocr``'s options; see
+    :func:`speech_augmentations`."""
+    made = _augmentations(args, augment_lines.PRESETS, LINES, LINE_ORDER)
+    return _for_run(args, ck, augment_lines.LineAugment, made)
