@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from pathlib import Path
 
 import torch
 
 from attnkit.attention.scores import SCORES
-from attnkit.cli import common
+from attnkit.cli import common, jsonlines
 from attnkit.cli.decoder_options import (
     add_alignment_args,
     add_joint_args,
@@ -190,13 +191,16 @@ def _plot_all(raws, features, vocab, folder: Path) -> None:
 def add_transcribe_parser(sub) -> None:
     p = sub.add_parser("transcribe", help="transcribe WAV files with a trained asr checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
-    p.add_argument("wav", type=Path, nargs="+", help="WAV files (PCM of 8-32 bits or float, any rate)")
+    p.add_argument("wav", type=Path, nargs="+", help="WAV files (PCM of 8-32 bits or float, "
+                   "any rate); -: read their paths from standard input, one a line, each "
+                   "printed as soon as it is read")
     add_max_seconds_arg(p)
     common.add_decoding_args(p, beam=common.TASK_BEAM["asr"])
     add_joint_args(p)
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one alignment picture per file")
     common.add_html_arg(p)
+    jsonlines.add_json_arg(p)
     stream = p.add_argument_group("streaming (a model trained with --listener uni and "
                                   "--alignment monotonic or mocha)")
     stream.add_argument("--stream", action="store_true",
@@ -219,12 +223,20 @@ def run_transcribe(args) -> int:
         raise ValueError(f"{'--chunk-ms' if args.chunk_ms is not None else '--realtime'}: an "
                          "option of --stream")
     decoding = joint_decoding(args, common.decoding(args))
-    audio = [wav_samples(path, max_seconds=args.max_seconds) for path in args.wav]
+    stdin = jsonlines.reads_stdin(args.wav, args)
+    audio = [] if stdin else [wav_samples(path, max_seconds=args.max_seconds)
+                              for path in args.wav]
     evaluator = loading.load_evaluator(args.checkpoint, args.device, "asr")
     features = [evaluator.features(samples) for samples in audio]
     evaluator.lm = loading.load_lm(args.lm, evaluator.vocab, args.device)
+    if stdin:
+        return jsonlines.stream(args, decoding, lambda path: evaluator.decode([
+            evaluator.features(wav_samples(Path(path), max_seconds=args.max_seconds))],
+            decoding)[0])
+    start = time.perf_counter()
     outputs = evaluator.decode(features, decoding, weights=common.wants_weights(args))
-    common.print_outputs(outputs, args)
+    jsonlines.write(outputs, args, names=[str(p) for p in args.wav], decoding=decoding,
+                    seconds=time.perf_counter() - start)
     if args.plot:
         for i, output in enumerate(outputs):
             print(f"  wrote {output.draw(args.plot / f'alignment_{i}.png')}")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
 
-from attnkit.cli import common, images
+from attnkit.cli import common, images, jsonlines
 from attnkit.data import WordVocab, load_image, read_caption_folder
 from attnkit.data.images import CAPTIONS
 from attnkit.tasks.caption import CaptionTask, caption_images, plot_captions
@@ -73,22 +74,29 @@ def add_caption_parser(sub) -> None:
     p = sub.add_parser("caption", help="caption images with a trained captioning checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("images", nargs="+", type=Path,
-                   help="image files (any size and mode: resized to the model's image size)")
+                   help="image files (any size and mode: resized to the model's image size); "
+                   "-: read their paths from standard input, one a line, each printed as soon "
+                   "as it is captioned")
     common.add_decoding_args(p, beam=common.TASK_BEAM["caption"])
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one picture per caption: the "
                    "attention of each word over the image")
+    jsonlines.add_json_arg(p)
     p.set_defaults(run=run_caption)
 
 
 def run_caption(args) -> int:
     decoding = common.decoding(args)
-    model, ck = loading.load_task_model(args.checkpoint, "caption", args.device)
-    vocab = WordVocab.from_json(ck.vocab)
-    pictures = [load_image(path, ck.config["model"]["image_size"]) for path in args.images]
-    captions = caption_images(model, vocab, pictures, max_words=ck.config["max_words"],
-                              decoding=decoding, weights=args.plot is not None)
-    common.print_outputs(captions, args)
+    stdin = jsonlines.reads_stdin(args.images, args)
+    evaluator = loading.load_evaluator(args.checkpoint, args.device, "caption")
+    if stdin:
+        return jsonlines.stream(args, decoding, lambda path: evaluator.decode(
+            [load_image(Path(path), evaluator.image_size)], decoding)[0])
+    pictures = [load_image(path, evaluator.image_size) for path in args.images]
+    start = time.perf_counter()
+    captions = evaluator.decode(pictures, decoding, weights=args.plot is not None)
+    jsonlines.write(captions, args, names=[str(p) for p in args.images], decoding=decoding,
+                    seconds=time.perf_counter() - start)
     if args.plot:
         images.say_written(plot_captions(pictures, captions, args.plot))
     return 0

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import torch
 
 from attnkit.attention import SCORES
-from attnkit.cli import augment, common
+from attnkit.cli import augment, common, jsonlines
 from attnkit.cli.decoder_options import (
     add_alignment_args,
     add_joint_args,
@@ -170,23 +171,33 @@ def _samples_and_pictures(model, chars, lines, out: Path, n_plots: int) -> None:
 def add_read_parser(sub) -> None:
     p = sub.add_parser("read", help="read text-line images with a trained OCR checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
-    p.add_argument("images", nargs="+", type=Path, help="line images (any size: scaled to 32 px)")
+    p.add_argument("images", nargs="+", type=Path, help="line images (any size: scaled to 32 "
+                   "px); -: read their paths from standard input, one a line, each printed as "
+                   "soon as it is read")
     add_max_width_arg(p)
     common.add_decoding_args(p, beam=common.TASK_BEAM["ocr"])
     add_joint_args(p)
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one picture per image")
     common.add_html_arg(p)
+    jsonlines.add_json_arg(p)
     p.set_defaults(run=run_read)
 
 
 def run_read(args) -> int:
     decoding = joint_decoding(args, common.decoding(args))
-    images = [load_line_image(path, max_width=args.max_width) for path in args.images]
+    stdin = jsonlines.reads_stdin(args.images, args)
+    images = [] if stdin else [load_line_image(path, max_width=args.max_width)
+                               for path in args.images]
     evaluator = loading.load_evaluator(args.checkpoint, args.device, "ocr")
     evaluator.lm = loading.load_lm(args.lm, evaluator.vocab, args.device)
+    if stdin:
+        return jsonlines.stream(args, decoding, lambda path: evaluator.decode(
+            [load_line_image(Path(path), max_width=args.max_width)], decoding)[0])
+    start = time.perf_counter()
     outputs = evaluator.decode(images, decoding, weights=common.wants_weights(args))
-    common.print_outputs(outputs, args)
+    jsonlines.write(outputs, args, names=[str(p) for p in args.images], decoding=decoding,
+                    seconds=time.perf_counter() - start)
     if args.plot:
         for i, output in enumerate(outputs):
             path = output.draw(args.plot / f"line_{i}.png")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import torch
 
-from attnkit.cli import common
+from attnkit.cli import common, jsonlines
 from attnkit.data import (
     MAX_CHARS,
     DataError,
@@ -162,7 +163,9 @@ def _plot(hyp, i, source, src_vocab, tgt_vocab, path):
 def add_translate_parser(sub) -> None:
     p = sub.add_parser("translate", help="translate text with a trained checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
-    p.add_argument("text", nargs="*", help="sentences, translated before those of --file")
+    p.add_argument("text", nargs="*", help="sentences, translated before those of --file; "
+                   "-: read them from standard input, one a line, each printed as soon as it "
+                   "is translated")
     p.add_argument("--file", type=Path, help="one sentence per line; one output line per "
                    "line, empty for an empty line")
     add_max_chars_arg(p)
@@ -170,11 +173,19 @@ def add_translate_parser(sub) -> None:
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one attention heat-map per sentence")
     common.add_html_arg(p)
+    jsonlines.add_json_arg(p)
     p.set_defaults(run=run_translate)
 
 
 def run_translate(args) -> int:
     decoding = common.decoding(args)
+    if jsonlines.reads_stdin(args.text, args):
+        if args.file:
+            raise ValueError("--file: give it or -, not both")
+        evaluator = loading.load_evaluator(args.checkpoint, args.device, "translate")
+        evaluator.max_chars = args.max_chars
+        return jsonlines.stream(args, decoding, lambda text: evaluator.decode([text],
+                                                                              decoding)[0])
     texts = list(args.text) + (_lines(args.file) if args.file else [])
     if not texts:
         print("attnkit translate: give sentences or --file", file=sys.stderr)
@@ -183,14 +194,14 @@ def run_translate(args) -> int:
     evaluator.max_chars = args.max_chars
     # One output line per input line: a blank input gives an empty line, not a decoding.
     filled = [i for i, text in enumerate(texts) if text.strip()]
+    start = time.perf_counter()
     decoded = evaluator.decode([texts[i] for i in filled], decoding,
                                weights=common.wants_weights(args)) if filled else []
+    seconds = time.perf_counter() - start
     outputs = dict(zip(filled, decoded))
     for i in range(len(texts)):
-        if i in outputs:
-            common.print_outputs([outputs[i]], args)
-        else:
-            print()
+        jsonlines.write([outputs.get(i)], args, names=[texts[i]], decoding=decoding,
+                        seconds=seconds, batch_size=len(filled))
     if args.plot:
         for i, output in outputs.items():
             path = output.draw(args.plot / f"attention_{i}.png")

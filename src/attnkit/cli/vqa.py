@@ -3,16 +3,18 @@ networks, or the baseline without attention)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
 
-from attnkit.cli import common, images
-from attnkit.data import WordVocab, load_image, question_set, read_question_folder
+from attnkit.cli import common, images, jsonlines
+from attnkit.data import WordVocab, question_set, read_question_folder
+from attnkit.decoding import Decoding
 from attnkit.data.images import QUESTIONS
 from attnkit.data.scenes import ANSWERS
 from attnkit.models.vqa import KINDS
-from attnkit.tasks.vqa import VqaTask, answer_questions, check_words, plot_answers
+from attnkit.tasks.vqa import VqaTask, answer_questions, plot_answers
 from attnkit.tasks import loading
 
 DESCRIPTION = ("Train on your folder of images (questions.tsv of filename<TAB>question<TAB>"
@@ -89,18 +91,18 @@ def add_ask_parser(sub) -> None:
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one picture per question: the "
                    "attention of each hop over the image")
-    p.set_defaults(run=run_ask)
+    jsonlines.add_json_arg(p)
+    p.set_defaults(run=run_ask, pick=None)  # every answer is one text
 
 
 def run_ask(args) -> int:
-    model, ck = loading.load_task_model(args.checkpoint, "vqa", args.device)
-    words, answers = WordVocab.from_json(ck.vocab["words"]), ck.vocab["answers"]
-    check_words(words, args.questions)
-    image = load_image(args.image, ck.config["model"]["image_size"])
-    asked = [(image, question) for question in args.questions]
-    found = answer_questions(model, words, answers, asked)
-    for answer in found:
-        print(answer.answer)
-    if args.plot:
-        images.say_written(plot_answers(asked, found, args.plot))
+    evaluator = loading.load_evaluator(args.checkpoint, args.device, "vqa")
+    asked, names = evaluator.load_inputs([str(args.image), *args.questions])
+    start = time.perf_counter()
+    outputs = evaluator.decode(asked)
+    jsonlines.write(outputs, args, names=names, decoding=Decoding(),
+                    seconds=time.perf_counter() - start)
+    if args.plot:  # each answer's hops over the image, as answer_<i>.png
+        drawn = (o.draw(args.plot / f"answer_{i}.png") for i, o in enumerate(outputs))
+        images.say_written([path for path in drawn if path is not None])
     return 0

@@ -1,0 +1,114 @@
+"""What the inference verbs (``translate``, ``read``, ``transcribe``, ``caption``, ``ask``)
+print for programs: ``--json`` writes one JSON object per input, a line each (JSON Lines), and
+an input ``-`` reads the inputs from standard input, one a line, each decoded and printed as
+soon as it is read.
+
+A line of ``--json``::
+
+    {"input": "<en> 3 March 2001", "text": "2001-03-03", "score": -0.39,
+     "outputs": [{"text": "2001-03-03", "score": -0.39}, ...],
+     "decoding": {"beam": 5, ...}, "time_ms": 41.2, "batch_size": 1}
+
+``outputs``: every output best first (beam search's n-best, or the samples) with its score
+(:attr:`attnkit.tasks.evaluator.Output.scores`; null where the task gives none); ``time_ms``:
+the decoding call that produced it, which decoded ``batch_size`` inputs together.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+
+from attnkit.cli import common
+from attnkit.errors import DataError
+
+STDIN = "-"
+
+
+def add_json_arg(p) -> None:
+    """``--json`` (see the module's docstring)."""
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object per input, a line each: input, text, score, "
+                   "outputs (every output with its score), decoding, time_ms, batch_size")
+
+
+def reads_stdin(items: Sequence, args) -> bool:
+    """Whether the inputs are ``-`` alone (standard input).
+
+    Raises:
+        ValueError: ``-`` among other inputs, or with ``--plot`` or ``--html`` (which need
+            every input decoded at once).
+    """
+    names = [str(item) for item in items]
+    if STDIN not in names:
+        return False
+    if names != [STDIN]:
+        raise ValueError(f"-: reads the inputs from standard input; expected it alone, got "
+                         f"{' '.join(names)}")
+    if common.wants_weights(args):
+        raise ValueError("-: inputs from standard input are printed as they are decoded; "
+                         "--plot and --html need them all at once")
+    return True
+
+
+def record(name: str, output, decoding, seconds: float, batch_size: int) -> dict:
+    """The JSON object of one input's ``output`` (None: a blank input, not decoded)."""
+    texts = [] if output is None else list(output.texts)
+    scores = (output.scores if output is not None and output.scores is not None
+              else [None] * len(texts))
+    scores = [s if s is None or math.isfinite(s) else None for s in scores]
+    return {"input": name, "text": texts[0] if texts else "",
+            "score": scores[0] if scores else None,
+            "outputs": [{"text": t, "score": s} for t, s in zip(texts, scores)],
+            "decoding": asdict(decoding), "time_ms": round(seconds * 1000, 3),
+            "batch_size": batch_size}
+
+
+def write(outputs: Sequence, args, *, names: Sequence[str], decoding, seconds: float,
+          batch_size: int | None = None) -> None:
+    """Print ``outputs`` (one per input, None for a blank one) as ``--json`` lines, or as
+    :func:`attnkit.cli.common.print_outputs` does (an empty line for a blank input), and
+    flush: a reader of the pipe sees each input's lines as they are decoded. ``seconds``: the
+    decoding call that gave them, which decoded ``batch_size`` inputs (default: these)."""
+    for name, output in zip(names, outputs):
+        if args.json:
+            print(json.dumps(record(name, output, decoding, seconds,
+                                    batch_size or len(outputs)), ensure_ascii=False))
+        elif output is None:
+            print()
+        else:
+            common.print_outputs([output], args)
+    sys.stdout.flush()
+
+
+def stream(args, decoding, decode: Callable[[str], object]) -> int:
+    """Decode each line of standard input (``decode(line) -> Output``) and print it at once
+    (:func:`write`); a blank line gives an empty output. A line that cannot be decoded (a
+    file that cannot be read, a text too long) prints its error (on stderr, and an empty line;
+    with ``--json`` an object with ``error``) and the next lines go on. Returns 0, or 2 when
+    a line failed."""
+    failed = False
+    for line in sys.stdin:
+        item = line.rstrip("\r\n")
+        if not item.strip():
+            write([None], args, names=[item], decoding=decoding, seconds=0.0)
+            continue
+        start = time.perf_counter()
+        try:
+            output = decode(item)
+        except (DataError, ValueError) as exc:
+            failed = True
+            if args.json:
+                print(json.dumps({"input": item, "error": str(exc)}, ensure_ascii=False))
+            else:
+                print(f"attnkit {args.command}: {exc}", file=sys.stderr)
+                print()
+            sys.stdout.flush()
+            continue
+        write([output], args, names=[item], decoding=decoding,
+              seconds=time.perf_counter() - start)
+    return 2 if failed else 0
