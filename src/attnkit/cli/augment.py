@@ -221,20 +221,20 @@ def _given(args) -> bool:
     return any(v is not None for k, v in vars(args).items() if k.startswith("aug_"))
 
 
-def _for_run(args, ck, composition, made: list):
+def _for_run(args, ck, composition, made: list) -> list:
     """``made`` (what the options ask for), or with ``--resume`` the checkpoint's augmentation
-    (``ck``), which options given as well must equal, as a ``composition``."""
+    (``ck``; read as ``composition``'s family), which options given as well must equal."""
     if ck is None:
-        return composition(made)
+        return made
     saved = ck.config.get("augment", [])
     if not _given(args):
-        return composition.from_config(saved)
+        return list(composition.from_config(saved))
     if [a.config() for a in made] != saved:
         raise ValueError(f"--augment: the run in {args.out} was started with "
                          f"{_describe(saved)}, not {_describe([a.config() for a in made])}; "
                          "resume without augmentation options to continue it as it was, or "
                          "start a new run in another --out")
-    return composition(made)
+    return made
 
 
 def _describe(config: list) -> str:
@@ -243,9 +243,9 @@ def _describe(config: list) -> str:
     return "augmentation " + ", ".join(c["name"] for c in config)
 
 
-def speech_augmentations(args, ck=None) -> augment_audio.SpeechAugment:
+def speech_augmentations(args, ck=None) -> list:
     """The speech augmentations of ``attnkit train asr``'s options (``ck``: the checkpoint
-    resumed, whose augmentation a resumed run keeps); empty for none.
+    resumed, whose augmentation a resumed run keeps).
 
     Raises:
         ValueError: naming an option whose value is out of range or does not parse, or
@@ -255,7 +255,7 @@ def speech_augmentations(args, ck=None) -> augment_audio.SpeechAugment:
     return _for_run(args, ck, augment_audio.SpeechAugment, made)
 
 
-def line_augmentations(args, ck=None) -> augment_lines.LineAugment:
+def line_augmentations(args, ck=None) -> list:
     """The line augmentations of ``attnkit train ocr``'s options; see
     :func:`speech_augmentations`."""
     made = _augmentations(args, augment_lines.PRESETS, LINES, LINE_ORDER)
