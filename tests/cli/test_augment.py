@@ -3,6 +3,8 @@ option, the settings are saved in the checkpoint and kept by --resume, and a run
 resumed with augmentation ends where an uninterrupted one does."""
 
 import json
+import math
+import wave
 
 import pytest
 import torch
@@ -62,7 +64,59 @@ def test_ocr_with_augmentation_resumes_to_the_state_of_an_uninterrupted_run(tmp_
                           "augmentation scale, stretch, rotate") and err.count("\n") == 1
 
 
+ASR_TINY = ["--listener-hidden", "8", "--hidden", "16", "--emb", "8", "--key-value-dim", "8",
+            "--batch-size", "3", "--lr", "1e-2", "--warmup", "2", "--no-progress", "--plot", "0",
+            "--eval-every", "100"]
+
+
+def _write_wav(path, seconds, hz, rate=8000):
+    t = torch.arange(int(seconds * rate)) / rate
+    samples = (0.3 * torch.sin(2 * math.pi * hz * t) * 32767).to(torch.int16)
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(samples.numpy().tobytes())
+
+
+def test_asr_with_augmentation_resumes_to_the_state_of_an_uninterrupted_run(tmp_path):
+    words = ["one", "two", "three", "four", "five", "six"]
+    for i, _ in enumerate(words):
+        _write_wav(tmp_path / f"w{i}.wav", 0.2 + 0.05 * i, 200 + 150 * i)
+    manifest = tmp_path / "train.tsv"
+    manifest.write_text("".join(f"w{i}.wav\t{w}\n" for i, w in enumerate(words)))
+    augment = ["--augment", "strong", "--time-warp", "2", "--augment-prob", "reverb=1,noise=1"]
+    base = ["train", "asr", "--train", str(manifest), "--valid", str(manifest), *ASR_TINY]
+    assert main([*base, *augment, "--out", str(tmp_path / "straight"), "--steps", "6"]) == 0
+    assert main([*base, *augment, "--out", str(tmp_path / "cut"), "--steps", "3",
+                 "--checkpoint-every", "3"]) == 0
+    assert main([*base, "--out", str(tmp_path / "cut"), "--steps", "6", "--resume"]) == 0
+    straight, resumed = _weights(tmp_path / "straight"), _weights(tmp_path / "cut")
+    for name, value in straight.items():
+        assert torch.equal(value, resumed[name]), name
+    saved = [a["name"] for a in _config(tmp_path / "cut")["augment"]]
+    assert saved == ["speed", "gain", "reverb", "noise", "band_limit", "vtlp", "specaugment"]
+    assert main([*base, "--out", str(tmp_path / "plain"), "--steps", "6"]) == 0
+    plain = _weights(tmp_path / "plain")
+    assert any(not torch.equal(v, plain[k]) for k, v in straight.items())
+
+
 @pytest.mark.parametrize("task, option, value, message", [
+    ("asr", "--noise-snr", "-5,10", "--noise-snr: expected LOW,HIGH signal-to-noise ratios in "
+                                    "dB with 0 <= LOW <= HIGH <= 100 of added white or pink "
+                                    "noise, got '-5,10'"),
+    ("asr", "--noise-snr", "30,10", "--noise-snr: expected LOW,HIGH"),
+    ("asr", "--speed-perturb", "0", "--speed-perturb: expected comma-separated speed factors, "
+                                    "each from 0.5 to 2"),
+    ("asr", "--speed-perturb", "0.9,x", "--speed-perturb: expected comma-separated"),
+    ("asr", "--augment-prob", "noise=1.5", "--augment-prob: expected NAME=P,... with P a "
+                                           "probability in [0, 1], got 'noise=1.5'"),
+    ("asr", "--augment-prob", "noise=0.5", "--augment-prob: noise is not among the "
+                                           "augmentations asked for"),
+    ("asr", "--augment", "loud", "--augment: expected one of none, specaugment, light, strong, "
+                                 "got 'loud'"),
+    ("asr", "--time-mask", "-3", "--time-mask: expected SpecAugment's T"),
+    ("asr", "--band-limit", "3400,300", "--band-limit: expected LOW,HIGH band edges in Hz"),
     ("ocr", "--rotate", "90", "--rotate: expected the largest rotation in degrees, from 0 to "
                               "45"),
     ("ocr", "--jpeg", "0,50", "--jpeg: expected LOW,HIGH JPEG qualities with 1 <= LOW"),

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from attnkit.attention.scores import SCORES
+from attnkit.cli.augment import add_speech_args, speech_augmentations
 from attnkit.cli import common, jsonlines
 from attnkit.cli.decoder_options import (
     add_alignment_args,
@@ -92,6 +93,7 @@ def add_train_parser(train_sub) -> None:
                        help="first train the speller alone as a character LM on the training "
                        f"transcripts for N steps (checkpointed in OUT/{PRETRAIN_DIR}; "
                        "single process)")
+    add_speech_args(p)
     common.add_training_args(p, batch_size=32, lr=1e-3)
     p.set_defaults(run=run_train)
 
@@ -103,9 +105,10 @@ def add_max_seconds_arg(p) -> None:
                    "one is refused")
 
 
-def _speech(args, normalize: bool) -> tuple[SpeechSet, SpeechSet]:
+def _speech(args, normalize: bool, audio: bool = False) -> tuple[SpeechSet, SpeechSet]:
     """The training and validation utterances, normalised per utterance with ``normalize``
-    (else raw log-mels, for a listener that normalises them itself)."""
+    (else raw log-mels, for a listener that normalises them itself); with ``audio`` built-in
+    training speech keeps its samples too (for augmentation of the audio)."""
     if args.train:
         train = read_manifest(args.train, normalize=normalize, max_seconds=args.max_seconds)
         if args.valid:
@@ -116,7 +119,7 @@ def _speech(args, normalize: bool) -> tuple[SpeechSet, SpeechSet]:
         return train, train.head(n)
     kw = {"seed": args.seed, "cache_dir": args.cache_dir.expanduser(), "kinds": args.kinds,
           "normalize": normalize, "workers": args.workers}
-    return (speech_dataset(args.n_train, split="train", **kw),
+    return (speech_dataset(args.n_train, split="train", audio=audio, **kw),
             speech_dataset(args.n_valid, split="valid", **kw))
 
 
@@ -136,7 +139,8 @@ def run_train(args) -> int:
                               model=wanted)
     model_config = ck.config["model"] if ck is not None else wanted
     per_utterance = model_config.get("listener", "bi") == "bi"
-    train, valid = _speech(args, per_utterance)
+    augmentations = speech_augmentations(args, ck)
+    train, valid = _speech(args, per_utterance, augmentations.needs_samples)
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
             {"built_in": list(args.kinds), "n_train": args.n_train, "n_valid": args.n_valid,
              "normalize": per_utterance})
@@ -144,7 +148,8 @@ def run_train(args) -> int:
                       seed=args.seed, label_smoothing=args.label_smoothing,
                       teacher_forcing=common.teacher_forcing(args), ctc_weight=args.ctc_weight,
                       guided_attention=args.guided_attention, sortagrad=args.sortagrad,
-                      data=data, vocab=load_vocab(ck.vocab) if ck is not None else None)
+                      data=data, vocab=load_vocab(ck.vocab) if ck is not None else None,
+                      augment=augmentations)
     model = task.build_model().to(args.device)
     if ck is None and args.pretrain_lm_steps:
         _pretrain_speller(model, task, args, pretrain_dir)

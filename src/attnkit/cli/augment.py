@@ -221,20 +221,20 @@ def _given(args) -> bool:
     return any(v is not None for k, v in vars(args).items() if k.startswith("aug_"))
 
 
-def _for_run(args, ck, composition, made: list) -> list:
+def _for_run(args, ck, composition, made: list):
     """``made`` (what the options ask for), or with ``--resume`` the checkpoint's augmentation
-    (``ck``; read as ``composition``'s family), which options given as well must equal."""
+    (``ck``), which options given as well must equal, as a ``composition``."""
     if ck is None:
-        return made
+        return composition(made)
     saved = ck.config.get("augment", [])
     if not _given(args):
-        return list(composition.from_config(saved))
+        return composition.from_config(saved)
     if [a.config() for a in made] != saved:
         raise ValueError(f"--augment: the run in {args.out} was started with "
                          f"{_describe(saved)}, not {_describe([a.config() for a in made])}; "
                          "resume without augmentation options to continue it as it was, or "
                          "start a new run in another --out")
-    return made
+    return composition(made)
 
 
 def _describe(config: list) -> str:
@@ -243,9 +243,9 @@ def _describe(config: list) -> str:
     return "augmentation " + ", ".join(c["name"] for c in config)
 
 
-def speech_augmentations(args, ck=None) -> list:
+def speech_augmentations(args, ck=None) -> augment_audio.SpeechAugment:
     """The speech augmentations of ``attnkit train asr``'s options (``ck``: the checkpoint
-    resumed, whose augmentation a resumed run keeps).
+    resumed, whose augmentation a resumed run keeps); empty for none.
 
     Raises:
         ValueError: naming an option whose value is out of range or does not parse, or
@@ -255,7 +255,7 @@ def speech_augmentations(args, ck=None) -> list:
     return _for_run(args, ck, augment_audio.SpeechAugment, made)
 
 
-def line_augmentations(args, ck=None) -> list:
+def line_augmentations(args, ck=None) -> augment_lines.LineAugment:
     """The line augmentations of ``attnkit train ocr``'s options; see
     :func:`speech_augmentations`."""
     made = _augmentations(args, augment_lines.PRESETS, LINES, LINE_ORDER)

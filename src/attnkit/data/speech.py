@@ -71,6 +71,7 @@ from safetensors.torch import save_file
 from attnkit.data.audio import (
     N_MELS,
     SAMPLE_RATE,
+    frame_count,
     log_mel,
     normalize_features,
     resample,
@@ -119,6 +120,8 @@ SPLITS = {
 PITCHES = range(30, 71)  # espeak-ng's -p, 0-99 with 50 the voice's default
 ESPEAK_RATE = 22050
 FEATURE_DTYPE = torch.float16  # how a SpeechSet keeps its features in memory
+AUDIO_FILE = "audio.safetensors"  # a cache's samples, beside its features, when asked for
+PCM_SCALE = 32768.0  # the cache keeps samples as 16-bit PCM: int16 / 32768 in [-1, 1)
 CACHE_VERSION = 2  # bump when a change here or in audio.py changes the cached features
 _DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
@@ -150,8 +153,12 @@ class FeaturesOnDisk(Sequence, abc.ABC):
     Memory holds one small record per utterance, not its features, so a training set may be
     larger than memory; a training batch reads its own utterances (in the DataLoader's worker
     processes with ``--workers-data``). A slice is the same kind of sequence over those
-    utterances. A subclass writes :meth:`read`, the raw float32 features of one record.
+    utterances. A subclass writes :meth:`read`, the raw float32 features of one record, and
+    where it keeps the utterances' audio, :meth:`read_samples` (which :meth:`samples` reads:
+    what augmentation of the audio needs).
     """
+
+    has_samples = False  # whether samples(i) can read the utterances' audio
 
     def __init__(self, records: Sequence, frames: Sequence[int], *, normalize: bool):
         self.records, self.frames, self.normalize = records, frames, normalize
@@ -159,6 +166,23 @@ class FeaturesOnDisk(Sequence, abc.ABC):
     @abc.abstractmethod
     def read(self, record) -> torch.Tensor:
         """The raw features ``(T, 80)`` float32 of one record."""
+
+    def read_samples(self, record) -> torch.Tensor:
+        """The audio ``(N,)`` float32 at 16 kHz of one record (a subclass whose
+        :attr:`has_samples` is True writes it)."""
+        raise NotImplementedError
+
+    def samples(self, i: int) -> torch.Tensor:
+        """The audio ``(N,)`` float32 at 16 kHz of utterance ``i``, read from disk: the samples
+        its raw features are the log-mels of.
+
+        Raises:
+            ValueError: this set keeps features only (:attr:`has_samples` is False).
+        """
+        if not self.has_samples:
+            raise ValueError(f"samples: this {type(self).__name__.lstrip('_')} keeps features "
+                             "only, not the utterances' audio")
+        return self.read_samples(self.records[i])
 
     def __len__(self) -> int:
         return len(self.records)
@@ -175,16 +199,27 @@ class FeaturesOnDisk(Sequence, abc.ABC):
 class _CachedFeatures(FeaturesOnDisk):
     """Utterances of a built-in cache: records are their ``(first, last + 1)`` rows in
     ``features.safetensors``, read through safetensors' memory map (the file mapped only while
-    one utterance is read)."""
+    one utterance is read), and with the cache's audio (``audio``) their samples' ``(first,
+    last + 1)`` in ``audio.safetensors`` after them."""
 
-    def __init__(self, path: Path, rows: Sequence[tuple[int, int]], *, normalize: bool):
-        super().__init__(rows, [stop - start for start, stop in rows], normalize=normalize)
-        self.path = path
+    def __init__(self, path: Path, rows: Sequence[tuple[int, ...]], *, normalize: bool,
+                 audio: Path | None = None):
+        super().__init__(rows, [row[1] - row[0] for row in rows], normalize=normalize)
+        self.path, self.audio = path, audio
+
+    @property
+    def has_samples(self) -> bool:
+        return self.audio is not None
 
     def read(self, record) -> torch.Tensor:
-        start, stop = record
+        start, stop = record[:2]
         with safe_open(str(self.path), framework="pt") as f:
             return f.get_slice("features")[start:stop]
+
+    def read_samples(self, record) -> torch.Tensor:
+        start, stop = record[2:]
+        with safe_open(str(self.audio), framework="pt") as f:
+            return f.get_slice("samples")[start:stop].float() / PCM_SCALE
 
 
 @dataclass(frozen=True)
@@ -328,7 +363,7 @@ def _features(u: Utterance) -> torch.Tensor:
 def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
                    cache_dir: str | Path, kinds: tuple[str, ...] = KINDS,
                    noise_snr_db: tuple[float, float] | None = None, normalize: bool = False,
-                   workers: int = 2) -> SpeechSet:
+                   workers: int = 2, audio: bool = False) -> SpeechSet:
     """``n`` synthesised utterances of ``split`` as log-mel features, cached under ``cache_dir``.
 
     The first call synthesises with ``workers`` espeak-ng processes at a time and writes
@@ -338,6 +373,11 @@ def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
     (:class:`FeaturesOnDisk`); ``normalize`` (zero mean, unit variance per mel bin over each
     utterance) is applied in float32 then, and the features come out in
     :data:`FEATURE_DTYPE`.
+
+    With ``audio`` the set keeps the utterances' 16 kHz samples as well (16-bit PCM,
+    ``audio.safetensors`` in the same folder, written the first time they are asked for, by
+    synthesising again), which :meth:`FeaturesOnDisk.samples` reads: what augmentation of the
+    audio (speed, noise, reverberation) needs.
 
     Shape:
         ``features[i]``: ``(T_i, 80)``, ``T_i = 1 + samples_i // 160`` at 16 kHz.
@@ -353,8 +393,12 @@ def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
     folder = Path(cache_dir) / f"{split}-{n}-{key}"
     if not (folder / "index.json").exists():
         _write_cache(folder, plan, settings, workers)
-    return SpeechSet(_read_cache(folder, n, normalize), [u.transcript for u in plan],
-                     [_describe(u) for u in plan])
+    features = _read_cache(folder, n, normalize)
+    if audio:
+        if not (folder / AUDIO_FILE).exists():
+            _write_audio(folder, plan, workers)
+        features = _with_audio(features, folder / AUDIO_FILE)
+    return SpeechSet(features, [u.transcript for u in plan], [_describe(u) for u in plan])
 
 
 def _write_cache(folder: Path, plan: list[Utterance], settings: dict, workers: int) -> None:
@@ -378,6 +422,46 @@ def _write_cache(folder: Path, plan: list[Utterance], settings: dict, workers: i
         os.replace(tmp, folder)
     except OSError:  # another process wrote the same cache first; theirs is identical
         shutil.rmtree(tmp)
+
+
+def _write_audio(folder: Path, plan: list[Utterance], workers: int) -> None:
+    """``folder/audio.safetensors``: the planned utterances' samples as 16-bit PCM
+    (``samples``) and their ``lengths``, written beside and moved in whole."""
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        audio = list(pool.map(utterance_audio, plan))
+    log.info("synthesised the audio of %d utterances in %.1f s", len(plan),
+             time.perf_counter() - start)
+    lengths = torch.tensor([a.numel() for a in audio], dtype=torch.long)
+    pcm = torch.cat(audio) if audio else torch.zeros(0)
+    pcm = (pcm * PCM_SCALE).round().clamp(-PCM_SCALE, PCM_SCALE - 1).to(torch.int16)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{AUDIO_FILE}.")
+    os.close(fd)
+    save_file({"samples": pcm, "lengths": lengths}, tmp)
+    os.replace(tmp, folder / AUDIO_FILE)
+
+
+def _with_audio(features: _CachedFeatures, path: Path) -> _CachedFeatures:
+    """``features`` whose records hold their samples' rows in the cache's audio file too.
+
+    Raises:
+        DataError: the file is unreadable, or its utterances' lengths do not give the cached
+            features' frames.
+    """
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            lengths = f.get_tensor("lengths")
+    except (OSError, KeyError, SafetensorError) as exc:
+        raise DataError(f"{path}: unreadable speech audio cache ({exc}); delete it to rebuild "
+                        "it") from None
+    frames = [frame_count(int(n)) for n in lengths]
+    if frames != list(features.frames):
+        raise DataError(f"{path}: its {len(lengths)} utterances do not match the features "
+                        f"beside it; delete it to rebuild it")
+    ends = lengths.cumsum(0).tolist()
+    rows = [(*row, start, stop) for row, start, stop in
+            zip(features.records, [0, *ends[:-1]], ends)]
+    return _CachedFeatures(features.path, rows, normalize=features.normalize, audio=path)
 
 
 def _read_cache(folder: Path, n: int, normalize: bool) -> _CachedFeatures:

@@ -128,15 +128,20 @@ class _AudioFeatures(FeaturesOnDisk):
     """Utterances of audio files: records are :class:`Clip` s, read (the clip's part only),
     resampled to 16 kHz and turned into log-mels when indexed."""
 
+    has_samples = True
+
     def __init__(self, clips: Sequence[Clip], frames: Sequence[int], *, normalize: bool,
                  max_seconds: float | None):
         super().__init__(clips, frames, normalize=normalize)
         self.max_seconds = max_seconds
 
     def read(self, record) -> torch.Tensor:
+        return log_mel(self.read_samples(record))
+
+    def read_samples(self, record) -> torch.Tensor:
         path, start, end = record
         samples, rate = read_audio(path, start=start, end=end, max_seconds=self.max_seconds)
-        return log_mel(resample(samples, rate, SAMPLE_RATE))
+        return resample(samples, rate, SAMPLE_RATE)
 
 
 

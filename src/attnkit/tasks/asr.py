@@ -45,6 +45,8 @@ from attnkit.data import (
     resample,
 )
 from attnkit.data.audio import SAMPLE_RATE, frame_count, samples_needed
+from attnkit.data.augment import example_rng
+from attnkit.data.augment_audio import SpeechAugment
 from attnkit.data.audio_files import MAX_SECONDS
 from attnkit.decoding import Decoding, Hypotheses, decode_batches, stream_feed, stream_start
 from attnkit.models import LAS, build_model, guided_attention_loss
@@ -236,16 +238,27 @@ class AsrTask:
             (SortaGrad, Amodei et al. 2016: the attention learns to align on short utterances
             before long ones); 0: every epoch shuffled.
         max_valid: validation utterances decoded at each evaluation.
+        augment: speech augmentations (:mod:`attnkit.data.augment_audio`) applied to each
+            training utterance as its batch is built, drawn from
+            :func:`attnkit.data.augment.example_rng` ``(seed, epoch, index)`` (so a resumed
+            run sees the same utterances); never to validation utterances. Those that change
+            the audio need a training set that keeps it (:meth:`FeaturesOnDisk.samples
+            <attnkit.data.FeaturesOnDisk.samples>`: a corpus, or built-in speech made with
+            ``audio=True``). An utterance that augmentation leaves shorter than 8 frames is
+            taken as stored. None or empty: none.
 
     Raises:
         DataError: an utterance shorter than 8 frames (80 ms), named by its origin.
+        ValueError: ``augment`` changes the audio of a training set that keeps features
+            only.
     """
 
     def __init__(self, train: SpeechSet, valid: SpeechSet, *, model_config: dict,
                  vocab: CharVocab | None = None, batch_size: int = 32, seed: int = 0,
                  label_smoothing: float = 0.1, teacher_forcing: float | TeacherForcing = 1.0,
                  ctc_weight: float = 0.0, guided_attention: float = 0.0, sortagrad: int = 0,
-                 max_valid: int = 300, data: dict | None = None):
+                 max_valid: int = 300, data: dict | None = None,
+                 augment: SpeechAugment | Sequence | None = None):
         if len(train) == 0:
             raise ValueError("train: expected at least one utterance")
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -268,6 +281,15 @@ class AsrTask:
         self.model_config = {"name": "las", **model_config, "vocab": len(self.char_vocab),
                              "features": train.features[0].shape[1], "ctc": ctc_weight > 0}
         self.data = data or {}
+        if augment is not None and not isinstance(augment, SpeechAugment):
+            augment = SpeechAugment(augment)
+        self.augment = augment if augment else None
+        if self.augment is not None and self.augment.needs_samples and \
+                not getattr(train.features, "has_samples", False):
+            changing = ", ".join(a.name for a in self.augment if a.stage != "features")
+            raise ValueError(f"augment: {changing} change the audio, and these training "
+                             "utterances keep features only; train on a corpus, or on "
+                             "built-in speech made with speech_dataset(..., audio=True)")
         self.transcript_ids = _Encoded(train.transcripts, self.char_vocab)
 
     def build_model(self) -> LAS:
@@ -281,11 +303,24 @@ class AsrTask:
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of similar utterance lengths, shortest first in
-        the first ``sortagrad`` epochs, built when indexed (features read and made float32
-        then)."""
+        the first ``sortagrad`` epochs, built when indexed (features read, augmented and made
+        float32 then)."""
         return Batches(length_batches(self.train.frames, self.batch_size, seed=self.seed,
                                       epoch=epoch, ascending=epoch < self.sortagrad),
-                       self._collate)
+                       functools.partial(self._collate, epoch=epoch))
+
+    def training_features(self, i: int, epoch: int) -> torch.Tensor:
+        """The features ``(T, F)`` of training utterance ``i`` as epoch ``epoch`` trains on
+        them: augmented, when the task augments, by the draws of ``(seed, epoch, i)``."""
+        features = self.train.features
+        if self.augment is None:
+            return features[i]
+        out = self.augment(example_rng(self.seed, epoch, i),
+                           samples=functools.partial(features.samples, i)
+                           if getattr(features, "has_samples", False) else None,
+                           features=functools.partial(features.__getitem__, i),
+                           normalize=getattr(features, "normalize", False))
+        return out if out.shape[0] >= MIN_FRAMES else features[i]
 
     def text_batch(self, idx: list[int]) -> dict:
         """Transcripts ``idx`` as ``tgt_in``/``tgt_out`` ``(B, U)`` (BOS/EOS added) and
@@ -295,8 +330,9 @@ class AsrTask:
         return {"tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:], "chars": chars,
                 "char_lengths": char_lengths}
 
-    def _collate(self, idx: list[int]) -> dict:
-        features, lengths = pad_features([self.train.features[i] for i in idx])
+    def _collate(self, idx: list[int], epoch: int = 0) -> dict:
+        features, lengths = pad_features([self.training_features(i, epoch).float()
+                                          for i in idx])
         return {"features": features, "lengths": lengths, **self.text_batch(idx)}
 
     def cross_entropy(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -337,7 +373,8 @@ class AsrTask:
                              **({"guided_attention": self.guided_attention}
                                 if self.guided_attention else {}),
                              **({"sortagrad": self.sortagrad} if self.sortagrad else {}),
-                             "teacher_forcing": asdict(self.teacher_forcing)}}
+                             "teacher_forcing": asdict(self.teacher_forcing)},
+                **({"augment": self.augment.config()} if self.augment else {})}
 
     def vocab(self) -> dict:
         return self.char_vocab.to_json()
