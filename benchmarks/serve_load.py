@@ -1,0 +1,177 @@
+"""Load on ``attnkit serve``: throughput and latency at 1, 8, 32 and 128 concurrent clients.
+
+For each model (``builtin:translate-dates`` with texts of the test split, ``builtin:asr-digits``
+with WAV files of test-split speech, espeak-ng; else tones) it starts ``attnkit serve`` on a
+free localhost port, warms it up, then for each number of clients sends requests from that
+many concurrent clients (asyncio, one httpx connection pool), each client sending its next
+request when its answer arrives, until ``--requests`` per level have been sent or
+``--time-budget`` seconds have passed. A row per level: requests answered and their statuses,
+requests per second, latency p50 and p99 (milliseconds from sending to the answer), and the
+mean batch the server decoded (from ``/metrics``). The server decodes with its defaults but
+``--max-batch`` and ``--max-wait-ms``.
+
+    python -m benchmarks.serve_load --json results/serve_load.json
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+from benchmarks import harness
+
+CLIENTS = (1, 8, 32, 128)
+MODELS = ("builtin:translate-dates", "builtin:asr-digits")
+
+
+def _inputs(model: str, n: int, folder: Path) -> list[dict]:
+    """Keyword arguments of ``httpx.post`` for ``n`` distinct requests to ``model``."""
+    if "translate" in model:
+        from attnkit.data import generate_pairs
+
+        return [{"json": {"text": source}} for source, _ in
+                generate_pairs(n, split="test", seed=11)]
+    from attnkit.data import write_wav
+
+    if shutil.which("espeak-ng"):
+        from attnkit.data import synthesize
+
+        words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+        texts = [" ".join(words[(i * 7 + j) % 10] for j in range(3)) for i in range(n)]
+        audio = [synthesize(text, voice="en-us+m6", speed=165) for text in texts]
+    else:
+        import torch
+
+        t = torch.arange(16000) / 16000
+        audio = [(0.3 * torch.sin(2 * torch.pi * (200 + 10 * i) * t), 16000) for i in range(n)]
+    paths = [write_wav(folder / f"u{i}.wav", samples, rate) for i, (samples, rate) in
+             enumerate(audio)]
+    return [{"files": {"audio": (p.name, p.read_bytes(), "audio/wav")}} for p in paths]
+
+
+def _start(model: str, max_batch: int, max_wait_ms: float) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnkit", "serve", "--checkpoint", model, "--port", "0",
+         "--max-batch", str(max_batch), "--max-wait-ms", str(max_wait_ms), "--max-queue", "512",
+         "--timeout", "120"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        found = re.search(r"running on (http://127\.0\.0\.1:\d+)", line)
+        if found:
+            # keep reading its log, so that the pipe never fills
+            threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+            return proc, found.group(1)
+    raise RuntimeError(f"{model}: the server ended before listening (exit {proc.wait()})")
+
+
+def _batches(url: str, path: str) -> tuple[float, float]:
+    """The sum and count of the server's batch-size histogram."""
+    text = httpx.get(url + "/metrics").text
+    total = float(re.search(r"^attnkit_batch_size_sum (\S+)", text, re.M).group(1))
+    count = float(re.search(r"^attnkit_batch_size_count (\S+)", text, re.M).group(1))
+    return total, count
+
+
+async def _level(url: str, path: str, inputs: list[dict], clients: int, requests: int,
+                 budget: float) -> dict:
+    latencies, statuses = [], Counter()
+    sent = 0
+    deadline = time.perf_counter() + budget
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=180, limits=limits) as client:
+        async def one_client():
+            nonlocal sent
+            while sent < requests and time.perf_counter() < deadline:
+                kwargs = inputs[sent % len(inputs)]
+                sent += 1
+                start = time.perf_counter()
+                try:
+                    r = await client.post(path, **kwargs)
+                    statuses[r.status_code] += 1
+                except httpx.HTTPError as exc:
+                    statuses[type(exc).__name__] += 1
+                    continue
+                latencies.append(time.perf_counter() - start)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one_client() for _ in range(clients)))
+        seconds = time.perf_counter() - start
+    ms = sorted(x * 1000 for x in latencies)
+    return {"clients": clients, "requests": sent, "statuses": dict(statuses),
+            "seconds": round(seconds, 3), "requests_per_s": round(len(ms) / seconds, 2),
+            "p50_ms": round(statistics.median(ms), 1) if ms else None,
+            "p99_ms": round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 1) if ms else None}
+
+
+def measure(model: str, *, clients=CLIENTS, requests: int = 256, budget: float = 60.0,
+            max_batch: int = 32, max_wait_ms: float = 10.0) -> list[dict]:
+    """The rows of one model (see the module's docstring)."""
+    path = "/translate" if "translate" in model else "/transcribe"
+    with tempfile.TemporaryDirectory() as folder:
+        inputs = _inputs(model, 64, Path(folder))
+        proc, url = _start(model, max_batch, max_wait_ms)
+        try:
+            for kwargs in inputs[:3]:  # first calls: allocations, kernels
+                httpx.post(url + path, timeout=120, **kwargs).raise_for_status()
+            rows = []
+            for n in clients:
+                total, count = _batches(url, path)
+                row = asyncio.run(_level(url, path, inputs, n, min(requests, max(16, 4 * n)),
+                                         budget))
+                total2, count2 = _batches(url, path)
+                row["mean_batch"] = round((total2 - total) / max(count2 - count, 1), 2)
+                rows.append({"model": model, **row})
+                print(f"{model:26s} {n:4d} clients: {row['requests_per_s']:7.2f} req/s, p50 "
+                      f"{row['p50_ms']} ms, p99 {row['p99_ms']} ms, batch "
+                      f"{row['mean_batch']}, {row['statuses']}", flush=True)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+    return rows
+
+
+def main(argv=None) -> int:
+    p = harness.parser(__doc__.split("\n\n")[0], time_budget=60.0,
+                       time_budget_help="seconds per level of clients at most")
+    p.add_argument("--requests", type=int, default=256,
+                   help="requests per level at most (else 4 per client, at least 16; default 256)")
+    p.add_argument("--clients", default=",".join(map(str, CLIENTS)),
+                   help="levels of concurrent clients (default 1,8,32,128)")
+    p.add_argument("--max-batch", type=int, default=32)
+    p.add_argument("--max-wait-ms", type=float, default=10.0)
+    args = p.parse_args(argv)
+    if args.threads:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    clients = tuple(int(c) for c in args.clients.split(","))
+    rows = []
+    for model in MODELS:
+        if args.match and args.match not in model:
+            continue
+        rows += measure(model, clients=clients, requests=args.requests,
+                        budget=args.time_budget, max_batch=args.max_batch,
+                        max_wait_ms=args.max_wait_ms)
+    print(harness.table_header(["model", "clients", "req/s", "p50 ms", "p99 ms",
+                                "mean batch", "statuses"]))
+    for r in rows:
+        print(harness.table_row([r["model"], r["clients"], r["requests_per_s"], r["p50_ms"],
+                                 r["p99_ms"], r["mean_batch"], r["statuses"]]))
+    if args.json:
+        harness.write_json(args.json, rows, max_batch=args.max_batch,
+                           max_wait_ms=args.max_wait_ms, requests=args.requests)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
