@@ -329,6 +329,9 @@ def test_caption_and_ask_take_image_uploads(tiny_captioner, tiny_vqa, tmp_path):
         assert r.status_code == 422 and r.json()["field"] == "question"
         r = httpx.post(f"{url}/ask", files={"image": ("p.png", picture.read_bytes())})
         assert r.status_code == 422 and r.json()["field"] == "question"
+        r = httpx.post(f"{url}/ask", files={"image": ("p.png", picture.read_bytes())},
+                       data={"question": question, "decoding": '{"beam": 2}'})
+        assert r.status_code == 422 and r.json()["field"] == "decoding"
 
 
 def test_the_command_finishes_requests_in_flight_on_sigterm():

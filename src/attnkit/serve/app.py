@@ -174,7 +174,10 @@ def create_app(evaluator: Evaluator, limits: Limits | None = None, *,
         @app.post(endpoint.path, response_model=Result,
                   summary="answer a question about an image")
         async def ask(request: Request, image: UploadFile = File(...),
-                      question: str = Form(...)) -> dict:
+                      question: str = Form(...), decoding: str | None = Form(None)) -> dict:
+            if _decoding_options(decoding) not in (None, DecodingOptions()):
+                raise ApiError(422, "decoding", "decoding: a VQA model answers with its most "
+                               f"probable class; expected no decoding options, got {decoding}")
             question = _check_text("question", question, limits.max_chars)
             try:
                 check_words(evaluator.words, [question])
