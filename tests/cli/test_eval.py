@@ -178,10 +178,10 @@ def test_data_that_does_not_fit_the_checkpoint_is_named(runs, capsys, tmp_path):
     cases = [
         (runs["nd"], empty, r"empty.tsv: no usable source<TAB>reference lines \(a checkpoint "
                             r"of task 'translate' is scored on a TSV of source<TAB>reference "
-                            r"lines\)"),
+                            r"lines, or a Moses corpus"),
         (runs["asr"], empty, r"empty.tsv: no usable"),
-        (runs["nd"], runs["lines"], r"lines: cannot read \(Is a directory\) \(a checkpoint of "
-                                    r"task 'translate' is scored on a TSV"),
+        (runs["nd"], runs["lines"], r"lines: not a regular file \(a folder\) \(a checkpoint "
+                                    r"of task 'translate' is scored on a TSV"),
         (runs["ocr"], runs["tsv"], r"pairs.tsv:1: image '<en> zero' not found in .*\(a "
                                    r"checkpoint of task 'ocr' is scored on a folder of line "
                                    r"images with labels.tsv"),

@@ -112,16 +112,17 @@ def held_out(train: list, valid: list, what: str, *, n: int = 300) -> list:
 
 
 def add_task_parser(train_sub, name: str, *, help: str, description: str, files: str,
-                    valid: str, n_train: int, n_valid: int):
+                    valid: str, n_train: int, n_valid: int, paths: str | None = None):
     """The ``attnkit train NAME`` parser and its "data" group, holding what every task has:
-    ``--train`` / ``--valid`` (the user's data: ``files`` and ``valid`` describe them) and
-    the sizes of the built-in data (``--n-train``, ``--n-valid``). Returns both; the task adds
-    its own options."""
+    ``--train`` / ``--valid`` (the user's data: ``files`` and ``valid`` describe them; with
+    ``paths``, their argparse ``nargs``: a list of paths) and the sizes of the built-in data
+    (``--n-train``, ``--n-valid``). Returns both; the task adds its own options."""
     p = train_sub.add_parser(name, help=help, description=description)
     recipes.add_recipe_arg(p, name)
     data = p.add_argument_group("data")
-    data.add_argument("--train", type=Path, help=f"{files} (else built-in data)")
-    data.add_argument("--valid", type=Path, help=f"{valid} for validation (with --train)")
+    data.add_argument("--train", type=Path, nargs=paths, help=f"{files} (else built-in data)")
+    data.add_argument("--valid", type=Path, nargs=paths,
+                      help=f"{valid} for validation (with --train)")
     data.add_argument("--n-train", type=positive_int, default=n_train,
                       help="built-in training examples")
     data.add_argument("--n-valid", type=positive_int, default=n_valid,

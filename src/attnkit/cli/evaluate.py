@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from attnkit.cli import common
+from attnkit.cli.corpus import add_format_args, format_options, named
 from attnkit.cli.decoder_options import add_joint_args, joint_decoding
 from attnkit.tasks import EVALUATORS, evaluate
 from attnkit.tasks.metrics import closest_reference, example_cer, signature
@@ -23,7 +24,9 @@ def add_parser(sub) -> None:
                        description="Decode labelled data with a checkpoint and print its "
                        "scores. The task is the checkpoint's.")
     p.add_argument("--checkpoint", type=Path, required=True)
-    p.add_argument("--data", type=Path, required=True, help=f"labelled data ({formats})")
+    p.add_argument("--data", type=Path, nargs="+", required=True,
+                   help=f"labelled data ({formats}; in another corpus format: see --format; "
+                   "translation: also the two files of a Moses corpus)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--limit", type=common.positive_int, metavar="N",
                    help="score the first N examples of --data only")
@@ -36,6 +39,7 @@ def add_parser(sub) -> None:
     common.add_decoding_args(p, beam=1)
     add_joint_args(p)
     common.add_device_arg(p)
+    add_format_args(p, None)
     p.set_defaults(run=run)
 
 
@@ -53,8 +57,9 @@ def run(args) -> int:
     _one_output(args)
     evaluator = loading.load_evaluator(args.checkpoint, args.device)
     evaluator.lm = loading.load_lm(args.lm, evaluator.vocab, args.device)
-    result = evaluate(evaluator, args.data, decoding, weights=common.wants_weights(args),
-                      limit=args.limit)
+    data, options = format_options(args, args.data, None)
+    result = evaluate(evaluator, data, decoding, weights=common.wants_weights(args),
+                      limit=args.limit, options=options)
     page = common.write_html(args, result.outputs, names=[e.origin for e in result.examples],
                              references=[e.reference for e in result.examples], report=False)
     worst = []
@@ -68,15 +73,15 @@ def run(args) -> int:
                       "picture": None if path is None else str(path)})
     if args.json:
         print(json.dumps({"task": evaluator.task, "checkpoint": str(args.checkpoint),
-                          "data": str(args.data), "examples": len(result.examples),
+                          "data": named(args.data), "examples": len(result.examples),
                           "decoding": asdict(decoding), "metrics": result.metrics,
                           "signatures": {name: signature(name) for name in result.metrics
                                          if signature(name)},
                           **({"worst": worst} if args.plot else {}),
                           **({"html": str(page)} if page else {})}, indent=1))
         return 0
-    print(f"{args.checkpoint} ({evaluator.task}) on {args.data}: {len(result.examples)} "
-          f"examples, {decoding.describe()}")
+    print(f"{args.checkpoint} ({evaluator.task}) on {named(args.data)}: "
+          f"{len(result.examples)} examples, {decoding.describe()}")
     width = max(len(evaluator.label(name)) for name in result.metrics)
     for name, value in result.metrics.items():
         print(f"  {evaluator.label(name):<{width}}  {value:.4f}")

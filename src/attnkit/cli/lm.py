@@ -8,7 +8,8 @@ from pathlib import Path
 import torch
 
 from attnkit.cli import common
-from attnkit.data import CharVocab, DataError, load_vocab, regular_file
+from attnkit.data import CharVocab, DataError, load_vocab
+from attnkit.data.text import text_lines
 from attnkit.tasks.lm import CharLMTask
 from attnkit.train import load_checkpoint
 from attnkit.tasks import loading
@@ -40,11 +41,7 @@ def add_train_parser(train_sub) -> None:
 
 def _texts(path: Path) -> tuple[list[str], list[str]]:
     """Non-blank lines and their names (``path:line``)."""
-    try:
-        lines = regular_file(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: cannot read UTF-8 text ({exc})") from None
-    kept = [(f"{path}:{i}", line) for i, line in enumerate(lines, 1) if line.strip()]
+    kept = [(f"{path}:{i}", line) for i, line in text_lines(path) if line.strip()]
     if not kept:
         raise DataError(f"{path}: no transcript (every line is blank)")
     return [line for _, line in kept], [name for name, _ in kept]

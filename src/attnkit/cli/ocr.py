@@ -10,6 +10,7 @@ import torch
 
 from attnkit.attention import SCORES
 from attnkit.cli import augment, common, jsonlines
+from attnkit.cli.corpus import add_format_args, read_data
 from attnkit.cli.decoder_options import (
     add_alignment_args,
     add_joint_args,
@@ -25,13 +26,14 @@ from attnkit.data import (
     read_line_folder,
     write_line_folder,
 )
+from attnkit.data.formats.lines import LABELS
 from attnkit.tasks.ocr import OcrTask, plot_line, read_lines
 from attnkit.tasks import loading
 
 log = logging.getLogger("attnkit")
 
-DESCRIPTION = ("Train on your folder of line images (labels.tsv of filename<TAB>text) or on "
-               "built-in rendered lines.")
+DESCRIPTION = ("Train on your folder of line images (labels.tsv of filename<TAB>text, or "
+               "NAME.png + NAME.gt.txt pairs: see --format) or on built-in rendered lines.")
 
 
 def channel_list(text: str) -> tuple[int, ...]:
@@ -47,9 +49,10 @@ channel_list.__name__ = "five positive ints (e.g. 32,64,128,128,128)"
 def add_train_parser(train_sub) -> None:
     p, data = common.add_task_parser(
         train_sub, "ocr", help="train a text-line recogniser (CRNN)", description=DESCRIPTION,
-        files="folder with line images and a labels TSV", valid="a folder", n_train=20000,
-        n_valid=300)
-    data.add_argument("--labels", default="labels.tsv", help="the TSV's name in each folder")
+        files="folder with line images and a labels TSV or .gt.txt files", valid="the same",
+        n_train=20000, n_valid=300)
+    data.add_argument("--labels", default=LABELS,
+                      help=f"labels: the TSV's name in each folder (default {LABELS})")
     data.add_argument("--min-chars", type=common.positive_int, default=5)
     data.add_argument("--max-chars", type=common.positive_int, default=200,
                       help="longest built-in training line (validation: 5-200)")
@@ -84,6 +87,7 @@ def add_train_parser(train_sub) -> None:
     augment.add_line_args(p)
     common.add_training_args(p, steps=20000, batch_size=32, lr=1e-3, eval_every=500,
                       label_smoothing=0.0)
+    add_format_args(p, "ocr")
     p.set_defaults(run=run_train)
 
 
@@ -107,9 +111,10 @@ def add_max_width_arg(p) -> None:
 
 def _lines(args):
     if args.train:
-        read = dict(alphabet=ALPHABET, max_width=args.max_width)
-        train = read_line_folder(args.train, args.train / args.labels, **read)
-        valid = read_line_folder(args.valid, args.valid / args.labels, **read) if args.valid else []
+        read = dict(alphabet=ALPHABET, max_width=args.max_width,
+                    labels=None if args.labels == LABELS else args.labels)
+        train = read_data("ocr", args.train, args, "train", **read)
+        valid = read_data("ocr", args.valid, args, "valid", **read) if args.valid else []
         return train, valid
     return (_built_in(args, "train", args.n_train, args.min_chars, args.max_chars),
             _built_in(args, "valid", args.n_valid, 5, 200))

@@ -9,14 +9,9 @@ from pathlib import Path
 import torch
 
 from attnkit.cli import common, jsonlines
-from attnkit.data import (
-    MAX_CHARS,
-    DataError,
-    generate_pairs,
-    load_vocab,
-    read_tsv,
-    regular_file,
-)
+from attnkit.cli.corpus import add_format_args, named, read_data
+from attnkit.data import MAX_CHARS, generate_pairs, load_vocab
+from attnkit.data.text import text_lines
 from attnkit.tasks.translate import TranslateTask, plot_translation, translate_texts
 from attnkit.tasks import loading
 
@@ -34,9 +29,12 @@ DEFAULTS = {"emb": 64, "score": "general", "input_feeding": False, "heads": 4, "
 def add_train_parser(train_sub) -> None:
     p, data = common.add_task_parser(
         train_sub, "translate", help="train a seq2seq translator",
-        description="Train on your TSV files or on the built-in numbers/dates task.",
-        files="TSV of source<TAB>target", valid="a TSV", n_train=20000, n_valid=300)
-    data.add_argument("--skip-bad-lines", action="store_true")
+        description="Train on your corpus (a TSV of source<TAB>target lines, or two aligned "
+        "text files: see --format) or on the built-in numbers/dates task.",
+        files="a TSV of source<TAB>target, or a Moses prefix (with --src-lang, --tgt-lang) or "
+        "its two files", valid="the same", n_train=20000, n_valid=300, paths="+")
+    data.add_argument("--skip-bad-lines", action="store_true",
+                      help="tsv: skip bad lines (counted in a warning) instead of stopping")
     add_max_chars_arg(data)
     data.add_argument("--tasks", type=common.choice_list(("numbers", "dates"), "task list"),
                       default=("numbers", "dates"),
@@ -65,6 +63,7 @@ def add_train_parser(train_sub) -> None:
                        "(default 4 * hidden)")
     model.add_argument("--dropout", type=common.proportion, default=None,
                        help="default 0.0 for RNN models, 0.1 for the Transformer")
+    add_format_args(p, "translate")
     common.add_training_args(p)
     p.set_defaults(run=run_train)
 
@@ -78,9 +77,10 @@ def add_max_chars_arg(p) -> None:
 
 def _pairs(args):
     if args.train:
-        read = dict(skip_bad_lines=args.skip_bad_lines, max_chars=args.max_chars)
-        train = read_tsv(args.train, **read)
-        valid = read_tsv(args.valid, **read) if args.valid else []
+        read = dict(skip_bad_lines=args.skip_bad_lines or None, max_chars=args.max_chars)
+        train = read_data("translate", args.train, args, "train", **read)
+        valid = read_data("translate", args.valid, args, "valid", **read) \
+            if args.valid else []
         return train, valid
     kw = dict(seed=args.seed, tasks=args.tasks, direction=args.direction)
     return (generate_pairs(args.n_train, split="train", **kw),
@@ -93,7 +93,8 @@ def run_train(args) -> int:
                               model=_model_config(args), options=OPTIONS)
     train, valid = _pairs(args)
     valid = common.held_out(train, valid, "pairs")
-    data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
+    data = ({"train": named(args.train), "valid": named(args.valid)}
+            if args.train else
             {"built_in": list(args.tasks), "direction": args.direction, "n_train": args.n_train,
              "n_valid": args.n_valid})
     task_kw = dict(model_config=ck.config["model"] if ck else _model_config(args),
@@ -212,9 +213,5 @@ def run_translate(args) -> int:
 
 
 def _lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 file (a byte-order mark is not part of the first)."""
-    try:
-        lines = regular_file(path).read_text(encoding="utf-8-sig").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: cannot read as UTF-8 text ({exc})") from None
-    return lines
+    """The lines of a text file, as :mod:`attnkit.data.text` reads them."""
+    return [text for _, text in text_lines(path)]

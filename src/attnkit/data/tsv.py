@@ -5,12 +5,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 from attnkit.data.text import byte_lines, decode_line, undecodable
 from attnkit.errors import DataError
 
-__all__ = ["HEADER_WORDS", "MAX_CHARS", "read_tsv", "read_tsv_rows"]
+__all__ = ["HEADER_WORDS", "MAX_CHARS", "field_problem", "iter_tsv_rows", "read_tsv",
+           "read_tsv_rows"]
 
 log = logging.getLogger("attnkit")
 
@@ -52,9 +54,22 @@ def read_tsv_rows(
 
     ``columns`` names the fields in error messages (``"expected filename<TAB>text"``).
     """
+    return list(iter_tsv_rows(path, columns=columns, skip_bad_lines=skip_bad_lines,
+                              max_chars=max_chars))
+
+
+def iter_tsv_rows(
+    path: str | Path,
+    *,
+    columns: tuple[str, ...] = ("source", "target"),
+    skip_bad_lines: bool = False,
+    max_chars: int | None = MAX_CHARS,
+) -> Iterator[tuple]:
+    """The rows of :func:`read_tsv_rows`, one at a time as the file is read: memory holds
+    one line, however long the file."""
     layout = "<TAB>".join(columns)
     header = {c.lower() for c in columns} | HEADER_WORDS
-    rows, bad = [], []
+    rows, bad, first_bad = 0, 0, 0
     for n, line in byte_lines(path):
         if not line.strip() and b"\t" not in line:
             continue
@@ -64,16 +79,16 @@ def read_tsv_rows(
                 log.warning("%s:%d: %r is a header, not an example: skipped", path, n,
                             "\t".join(parts))
                 continue
-            rows.append((n, *parts))
+            rows += 1
+            yield (n, *parts)
         elif skip_bad_lines:
-            bad.append(n)
+            bad, first_bad = bad + 1, first_bad or n
         else:
             raise DataError(f"{path}:{n}: {parts}")
     if bad:
-        log.warning("%s: skipped %d bad lines (first at line %d)", path, len(bad), bad[0])
+        log.warning("%s: skipped %d bad lines (first at line %d)", path, bad, first_bad)
     if not rows:
         raise DataError(f"{path}: no usable {layout} lines")
-    return rows
 
 
 def _fields(line: bytes, columns: tuple[str, ...], max_chars: int | None) -> list[str] | str:
@@ -85,10 +100,19 @@ def _fields(line: bytes, columns: tuple[str, ...], max_chars: int | None) -> lis
     if len(parts) != len(columns):
         return f"expected {'<TAB>'.join(columns)}, found {len(parts) - 1} tabs"
     for name, part in zip(columns, parts):
-        if not part.strip():
-            return f"empty {name}"
-        if "\x00" in part:
-            return f"NUL character in the {name}"
-        if max_chars is not None and len(part) > max_chars:
-            return f"{name} of {len(part)} characters, more than the limit of {max_chars}"
+        problem = field_problem(name, part, max_chars)
+        if problem is not None:
+            return problem
     return parts
+
+
+def field_problem(name: str, text: str, max_chars: int | None = MAX_CHARS) -> str | None:
+    """What makes ``text``, the field ``name`` of an example, unusable (empty, a NUL
+    character, more than ``max_chars`` characters), or None."""
+    if not text.strip():
+        return f"empty {name}"
+    if "\x00" in text:
+        return f"NUL character in the {name}"
+    if max_chars is not None and len(text) > max_chars:
+        return f"{name} of {len(text)} characters, more than the limit of {max_chars}"
+    return None

@@ -125,9 +125,11 @@ class Evaluator(ABC):
         self.lm = None
 
     @abstractmethod
-    def read(self, path: Path) -> list[Example]:
+    def read(self, path: Path, **options) -> list[Example]:
         """The labelled examples in ``path``; a :class:`DataError` naming the file when it
-        cannot be read as :attr:`data`."""
+        cannot be read as :attr:`data`. ``options``: for a task whose data comes in several
+        corpus formats, the format (``format``) and its options
+        (:func:`attnkit.data.formats.reading.read_corpus`)."""
 
     @abstractmethod
     def decode(self, inputs: Sequence, decoding: Decoding | None = None, *,
@@ -205,10 +207,12 @@ def score_examples(evaluator: Evaluator, examples: Sequence[Example],
 
 
 def evaluate(evaluator: Evaluator, path: Path | str, decoding: Decoding | None = None, *,
-             weights: bool = False, limit: int | None = None) -> Evaluation:
+             weights: bool = False, limit: int | None = None,
+             options: dict | None = None) -> Evaluation:
     """Read the labelled data in ``path`` (a file or folder, or a name the evaluator knows,
-    such as ``scenes:test``; its first ``limit`` examples, or all), decode its inputs and
-    score the best outputs (:func:`score_examples`).
+    such as ``scenes:test``; its first ``limit`` examples, or all; ``options``: the corpus
+    format and its options, :meth:`Evaluator.read`), decode its inputs and score the best
+    outputs (:func:`score_examples`).
 
     Raises:
         DataError: ``path`` does not hold :attr:`Evaluator.data` (the message says what a
@@ -216,7 +220,7 @@ def evaluate(evaluator: Evaluator, path: Path | str, decoding: Decoding | None =
     """
     expected = f"a checkpoint of task {evaluator.task!r} is scored on {evaluator.data}"
     try:
-        examples = evaluator.read(path)[:limit]
+        examples = (evaluator.read(path, **options) if options else evaluator.read(path))[:limit]
     except DataError as exc:
         raise DataError(f"{exc} ({expected})") from None
     if not examples:

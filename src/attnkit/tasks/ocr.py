@@ -22,10 +22,10 @@ from attnkit.data import (
     load_line_image,
     pad_batch,
     pad_images,
-    read_line_folder,
 )
 from attnkit.data.augment import example_rng
 from attnkit.data.augment_lines import LineAugment, background
+from attnkit.data.formats.reading import read_corpus
 from attnkit.decoding import Decoding, ctc_greedy, decode
 from attnkit.models import CRNN, build_model, guided_attention_loss
 from attnkit.diagnose.plots import plot_alignment
@@ -357,19 +357,18 @@ class OcrEvaluator(Evaluator, task="ocr"):
     """An OCR checkpoint's model and characters: reads line images and folders of labelled
     lines (:mod:`attnkit.tasks.evaluator`)."""
 
-    data = "a folder of line images with labels.tsv (filename<TAB>text), or that TSV"
+    data = ("a folder of line images with labels.tsv (filename<TAB>text), or that TSV; or a "
+            "folder of NAME.png + NAME.gt.txt pairs")
     metrics = ("cer", "wer", "exact")
 
     def __init__(self, model: CRNN, config: dict, vocab: dict):
         super().__init__(model, config, vocab)
         self.chars = CharVocab.from_json(vocab)
 
-    def read(self, path) -> list[Example]:
-        path = Path(path)
-        folder, tsv = (path, path / LABELS) if path.is_dir() else (path.parent, path)
-        if not tsv.is_file():
-            raise DataError(f"{tsv}: not found")
-        lines = read_line_folder(folder, tsv)
+    def read(self, path, **options) -> list[Example]:
+        """The lines of ``path`` in any OCR corpus format (:mod:`attnkit.data.formats.lines`),
+        each image file its origin."""
+        lines = read_corpus("ocr", path, **{"role": "test", **options})
         return [Example(image, text, str(lines.path(i))) for i, (image, text) in enumerate(lines)]
 
     def load_inputs(self, items: Sequence[str]) -> tuple[list, list[str]]:

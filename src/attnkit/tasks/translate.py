@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+from array import array
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -18,7 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.data import MAX_CHARS, CharVocab, SubwordVocab, build_vocab, load_vocab, pad_batch
-from attnkit.data.tsv import read_tsv_rows
+from attnkit.data.formats.reading import read_corpus
+from attnkit.data.pairs import TextPairs
 from attnkit.decoding import MAX_OUTPUT_TOKENS, Decoding, Hypotheses, decode_batches
 from attnkit.models import Seq2Seq, Transformer, build_model
 from attnkit.diagnose.plots import plot_attention
@@ -107,7 +109,9 @@ class TranslateTask:
     """Batches, loss and metrics for (source, target) text pairs.
 
     Args:
-        train, valid: lists of (source, target).
+        train, valid: sequences of (source, target): lists, or a
+            :class:`attnkit.data.pairs.TextPairs` as the corpus formats read (kept on disk,
+            each batch reading its own pairs).
         model_config: the model's registry config: ``name`` ``"seq2seq"`` (the default) or
             ``"transformer"``, and its arguments; the vocabulary sizes are set from the data.
         batch_size: sentences per batch (batches group similar lengths).
@@ -130,12 +134,15 @@ class TranslateTask:
             raise ValueError("train: expected at least one (source, target) pair")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
-        tags = sorted({tag for s, _ in train if TAG.match(tag := s.split(" ", 1)[0])})
-        self.src_vocab = src_vocab or build_vocab([s for s, _ in train], kind=vocab,
+        # A corpus read from disk (a TextPairs) stays there: each pass below reads it a pair
+        # at a time, and a batch encodes its own pairs, so memory holds 4 bytes per pair.
+        self.train = train if isinstance(train, TextPairs) else list(train)
+        self.valid = list(valid[:max_valid])
+        tags = sorted({tag for s, _ in self.train if TAG.match(tag := s.split(" ", 1)[0])})
+        self.src_vocab = src_vocab or build_vocab((s for s, _ in self.train), kind=vocab,
                                                   size=vocab_size, tags=tags)
-        self.tgt_vocab = tgt_vocab or build_vocab([t for _, t in train], kind=vocab,
+        self.tgt_vocab = tgt_vocab or build_vocab((t for _, t in self.train), kind=vocab,
                                                   size=vocab_size)
-        self.train, self.valid = list(train), list(valid)[:max_valid]
         self.batch_size, self.seed = batch_size, seed
         if not isinstance(teacher_forcing, TeacherForcing):
             teacher_forcing = TeacherForcing(start=teacher_forcing)
@@ -143,23 +150,26 @@ class TranslateTask:
         self.model_config = {"name": "seq2seq", **model_config, "src_vocab": len(self.src_vocab),
                              "tgt_vocab": len(self.tgt_vocab)}
         self.data = data or {}
+        lengths, longest = array("i"), 0
+        for s, t in self.train:
+            lengths.append(len(self.src_vocab.encode(s)))
+            longest = max(longest, len(t))
+        self._lengths = lengths  # source tokens of each pair, for batches of similar lengths
         # Room for the longest training target whatever the source length (digits -> words).
-        self.max_len_extra = 10 + int(1.5 * max(len(t) for _, t in self.train))
-        self._src = [self.src_vocab.encode(s) for s, _ in self.train]
-        self._tgt = [self.tgt_vocab.encode(t) for _, t in self.train]
+        self.max_len_extra = 10 + int(1.5 * longest)
 
     def build_model(self) -> Seq2Seq | Transformer:
         return build_model(self.model_config)
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of similar source lengths, built when indexed."""
-        lengths = [len(s) for s in self._src]
-        return Batches(length_batches(lengths, self.batch_size, seed=self.seed, epoch=epoch),
-                       self._collate)
+        return Batches(length_batches(self._lengths, self.batch_size, seed=self.seed,
+                                      epoch=epoch), self._collate)
 
     def _collate(self, idx: list[int]) -> dict:
-        src, src_len = pad_batch([self._src[i] or [PAD] for i in idx])
-        tgt, _ = pad_batch([[BOS] + self._tgt[i] + [EOS] for i in idx])
+        pairs = [self.train[i] for i in idx]
+        src, src_len = pad_batch([self.src_vocab.encode(s) or [PAD] for s, _ in pairs])
+        tgt, _ = pad_batch([[BOS] + self.tgt_vocab.encode(t) + [EOS] for _, t in pairs])
         return {"src": src, "src_len": src_len, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
 
     def loss(self, model: Seq2Seq | Transformer, batch: dict,
@@ -198,7 +208,8 @@ class TranslateEvaluator(Evaluator, task="translate"):
     """A translation checkpoint's model and vocabularies: decodes source texts and reads
     ``source<TAB>reference`` TSV files (:mod:`attnkit.tasks.evaluator`)."""
 
-    data = "a TSV of source<TAB>reference lines"
+    data = ("a TSV of source<TAB>reference lines, or a Moses corpus (PREFIX with --src-lang "
+            "and --tgt-lang, or its two files)")
     metrics = ("exact", "cer", "bleu", "bleu_char", "chrf")
     # The longest source read and decoded, in characters (None: no limit).
     max_chars: int | None = MAX_CHARS
@@ -211,10 +222,13 @@ class TranslateEvaluator(Evaluator, task="translate"):
             raise ValueError(f"max_len_extra: expected a non-negative int, got {extra!r}")
         self.max_len_extra = extra
 
-    def read(self, path) -> list[Example]:
-        return [Example(source, reference, f"{path}:{n}")
-                for n, source, reference in read_tsv_rows(path, columns=("source", "reference"),
-                                                           max_chars=self.max_chars)]
+    def read(self, path, **options) -> list[Example]:
+        """The pairs of ``path`` in any translation corpus format
+        (:mod:`attnkit.data.formats.text`), each source's line its origin."""
+        pairs = read_corpus("translate", path, **{"role": "test", "max_chars": self.max_chars,
+                                                  **options})
+        return [Example(source, reference, pairs.origin(i))
+                for i, (source, reference) in enumerate(pairs)]
 
     def decode(self, inputs: Sequence[str], decoding: Decoding | None = None, *,
                weights: bool = False) -> list[Output]:

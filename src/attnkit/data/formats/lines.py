@@ -1,0 +1,177 @@
+"""Text-line corpora for OCR, read into the :class:`~attnkit.data.LineFolder` of attnkit's
+own ``labels.tsv`` folders: formats of task ``"ocr"``.
+
+===========  ========================================================================
+``labels``   attnkit's own: a folder of line images and ``labels.tsv``
+             (``filename<TAB>text``), or that TSV
+``gt-txt``   line images beside their transcriptions, ``NAME.png`` + ``NAME.gt.txt``, in
+             a folder and its subfolders (kraken, Calamari, OCR-D, ocropus)
+===========  ========================================================================
+
+Detection tries them in this order: a folder holding ``labels.tsv`` or no ``.gt.txt`` file,
+or a file, is ``labels``; a folder holding ``.gt.txt`` files is ``gt-txt``. Every image is read once, when the corpus is read, to
+check it and learn its width at height 32 (:func:`~attnkit.data.load_line_image`: 8- or
+16-bit grey, RGB, RGBA, palette, any height; a decompression bomb refused from its header);
+the :class:`LineFolder` keeps names, widths and texts and reads an image again when a batch
+needs it.
+
+**gt-txt**: an image is a ``.png``, ``.jpg``, ``.jpeg``, ``.tif``, ``.tiff``, ``.bmp`` or
+``.webp`` file; its transcription is the ``.gt.txt`` file of the same name less the image's
+suffix, or less ocropus's ``.bin`` / ``.nrm`` too (``0001.bin.png`` + ``0001.gt.txt``). When
+several images share one transcription, the one without ``.bin`` / ``.nrm`` is taken, then
+``.bin``, and the others are left out (logged). A transcription is the file's text (as
+:mod:`attnkit.data.text` reads it) without surrounding white space, one line. Lines are in
+the order of their paths. An image without its ``.gt.txt``, a ``.gt.txt`` without its image,
+an empty or several-line transcription, one with characters outside ``alphabet``, and an
+image that cannot be read are unusable (:mod:`attnkit.data.formats.reading`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from attnkit.data.formats import Format, register
+from attnkit.data.formats.reading import MAX_UNUSABLE, Unusable
+from attnkit.data.lines import MAX_WIDTH, LineFolder, load_line_image, read_line_folder
+from attnkit.data.text import read_text
+from attnkit.errors import DataError
+
+__all__ = ["IMAGE_SUFFIXES", "LABELS", "read_gt_folder", "read_labels"]
+
+log = logging.getLogger("attnkit")
+
+TASK = "ocr"
+LABELS = "labels.tsv"  # a folder's labels, as attnkit train ocr --labels defaults
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp")
+GT = ".gt.txt"
+VARIANTS = ("", ".bin", ".nrm")  # ocropus's renderings of one line, in the order taken
+
+
+def read_labels(path: str | Path, *, labels: str = LABELS, alphabet: str | None = None,
+                max_width: int | None = MAX_WIDTH) -> LineFolder:
+    """attnkit's own lines: the folder ``path`` with its ``labels`` TSV, or the TSV ``path``
+    in its folder (:func:`attnkit.data.read_line_folder`)."""
+    path = Path(path)
+    folder, tsv = (path, path / labels) if path.is_dir() else (path.parent, path)
+    if not tsv.is_file():
+        raise DataError(f"{tsv}: not found")
+    return read_line_folder(folder, tsv, alphabet=alphabet, max_width=max_width)
+
+
+def read_gt_folder(path: str | Path, *, alphabet: str | None = None,
+                   max_width: int | None = MAX_WIDTH,
+                   max_unusable: float = MAX_UNUSABLE) -> LineFolder:
+    """The line images and ``.gt.txt`` transcriptions in the folder ``path`` and its
+    subfolders (see the module docstring), as a :class:`LineFolder` whose names are relative
+    to ``path``.
+
+    Raises:
+        DataError: ``path`` is not a folder; none of its lines is usable, or more than
+            ``max_unusable`` of them are not (the first few named, with why).
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise DataError(f"{folder}: not a folder of line images and .gt.txt files")
+    unusable = Unusable(folder, max_unusable=max_unusable, what="lines")
+    allowed = None if alphabet is None else set(alphabet)
+    rows, others = [], []
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        here = Path(root).relative_to(folder)
+        for base, image, extra in _pairs(files, unusable, here):
+            others += [here / name for name in extra]
+            text = _transcription(folder / here / (base + GT), allowed, unusable)
+            if text is None:
+                continue
+            try:
+                width = load_line_image(folder / here / image, max_width=max_width).shape[1]
+            except DataError as exc:
+                unusable.drop(str(exc), "unreadable images")
+                continue
+            rows.append(((here / image).as_posix(), width, text))
+    unusable.check(len(rows))
+    if others:
+        log.info("%s: %d images left out, another image of the same .gt.txt taken "
+                 "(first: %s)", folder, len(others), others[0])
+    return LineFolder(folder, rows, max_width=max_width)
+
+
+def _pairs(files: list[str], unusable: Unusable, here: Path):
+    """``(base, image, other images)`` of each transcription in ``files`` (one folder's)
+    with an image; the unpaired counted in ``unusable``."""
+    gts = {name[: -len(GT)] for name in files if name.endswith(GT)}
+    images: dict[str, list[str]] = {}
+    for name in files:
+        stem, suffix = os.path.splitext(name)
+        if suffix.lower() not in IMAGE_SUFFIXES or name.endswith(GT):
+            continue
+        base = next((stem[: len(stem) - len(v)] for v in VARIANTS[1:]
+                     if stem.endswith(v) and stem not in gts and stem[: -len(v)] in gts), stem)
+        images.setdefault(base, []).append(name)
+    for base in sorted(gts | set(images)):
+        if base not in gts:
+            unusable.drop(f"{here / images[base][0]}: no {base}{GT} beside it",
+                          "images without .gt.txt")
+        elif base not in images:
+            unusable.drop(f"{here / (base + GT)}: no image beside it ({base}.png, ...)",
+                          ".gt.txt without an image")
+        else:
+            found = sorted(images[base], key=lambda n: (_variant(n, base), n))
+            yield base, found[0], found[1:]
+
+
+def _variant(name: str, base: str) -> int:
+    """Which of :data:`VARIANTS` the image ``name`` of ``base`` is (its rank)."""
+    rest = os.path.splitext(name)[0][len(base):]
+    return VARIANTS.index(rest) if rest in VARIANTS else len(VARIANTS)
+
+
+def _transcription(gt: Path, allowed: set[str] | None, unusable: Unusable) -> str | None:
+    """The one line of text in ``gt``, or None after counting it unusable."""
+    try:
+        text = read_text(gt).strip()
+    except DataError as exc:
+        unusable.drop(str(exc), "unreadable .gt.txt")
+        return None
+    problem = kind = None
+    if not text:
+        problem, kind = "empty transcription", "empty"
+    elif "\n" in text:
+        problem = f"{text.count(chr(10)) + 1} lines; a line's transcription is one line"
+        kind = "several lines"
+    elif "\x00" in text:
+        problem, kind = "NUL character in the transcription", "NUL characters"
+    elif allowed is not None and set(text) - allowed:
+        problem = (f"characters outside the alphabet: "
+                   f"{''.join(sorted(set(text) - allowed))!r} in {text[:60]!r}")
+        kind = "characters outside the alphabet"
+    if problem is not None:
+        unusable.drop(f"{gt}: {problem}", kind)
+        return None
+    return text
+
+
+def _is_labels(path: Path) -> bool:
+    # a folder without .gt.txt files too: the labels reader says what it lacks
+    if path.is_dir():
+        return (path / LABELS).is_file() or not _has_gt(path)
+    return path.is_file()
+
+
+def _has_gt(path: Path) -> bool:
+    if not path.is_dir():
+        return False
+    return any(name.endswith(GT) for _, _, files in os.walk(path) for name in files)
+
+
+register(Format("labels", TASK, read_labels, _is_labels,
+                "a folder of line images with labels.tsv (filename<TAB>text), or that TSV",
+                "labels.tsv:  000000.png<TAB>Total: 12.50\n"
+                "             000001.png<TAB>Invoice no. 4471"))
+register(Format("gt-txt", TASK, read_gt_folder, _has_gt,
+                "line images beside their transcriptions (NAME.png + NAME.gt.txt) in a folder "
+                "and its subfolders: kraken, Calamari, OCR-D",
+                "page1/0001.png  page1/0001.gt.txt:  Total: 12.50\n"
+                "page1/0002.png  page1/0002.gt.txt:  Invoice no. 4471"))
