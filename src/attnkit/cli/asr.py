@@ -11,18 +11,18 @@ import torch
 
 from attnkit.attention.scores import SCORES
 from attnkit.cli.augment import add_speech_args, speech_augmentations
-from attnkit.cli import common, jsonlines
+from attnkit.cli import common, corpus, jsonlines
 from attnkit.cli.decoder_options import (
     add_alignment_args,
     add_joint_args,
     alignment_config,
     joint_decoding,
 )
-from attnkit.data import SpeechSet, load_vocab, read_manifest
+from attnkit.data import SpeechSet, load_vocab
 from attnkit.data.audio_files import MAX_SECONDS
 from attnkit.data.speech import KINDS, speech_dataset
 from attnkit.decoding import Decoding
-from attnkit.models.las import LISTENERS
+from attnkit.models.las import LISTENERS, MIN_FRAMES
 from attnkit.tasks.asr import (
     AsrTask,
     SpellerPretraining,
@@ -37,8 +37,9 @@ from attnkit.tasks import loading
 log = logging.getLogger("attnkit")
 
 DEFAULT_CACHE = Path("~/.cache/attnkit/speech")
-DESCRIPTION = ("Train on your WAVs (manifests of wav_path<TAB>transcript) or on built-in speech "
-               "synthesised with espeak-ng.")
+DESCRIPTION = ("Train on your speech corpus (attnkit's manifests of wav_path<TAB>transcript, "
+               "Kaldi/ESPnet data directories, LibriSpeech, Common Voice, NeMo JSON lines; "
+               "WAV, FLAC, OGG or MP3 audio) or on built-in speech synthesised with espeak-ng.")
 PRETRAIN_DIR = "speller-lm"  # the speller's pre-training run, inside --out
 MODEL_OPTIONS = ("listener", "listener_hidden", "hidden", "emb", "layers", "score",
                  "key_value_dim", "attn_dim", "dropout")
@@ -49,8 +50,10 @@ DEFAULT_CHUNK_MS = 200.0
 def add_train_parser(train_sub) -> None:
     p, data = common.add_task_parser(
         train_sub, "asr", help="train a Listen-Attend-Spell speech recogniser",
-        description=DESCRIPTION, files="manifest of wav_path<TAB>transcript",
-        valid="a manifest", n_train=4000, n_valid=200)
+        description=DESCRIPTION, files="a speech corpus (a manifest of "
+        "wav_path<TAB>transcript, a Kaldi/ESPnet data directory, a LibriSpeech folder, a Common "
+        "Voice TSV or a JSON-lines manifest: --format)", valid="a speech corpus", n_train=4000,
+        n_valid=200)
     data.add_argument("--kinds", type=common.choice_list(KINDS, "kind list"),
                       default=("digits", "numbers"),
                       help="built-in utterances, comma-separated (default digits,numbers)")
@@ -59,6 +62,7 @@ def add_train_parser(train_sub) -> None:
     data.add_argument("--workers", type=common.positive_int, default=2,
                       help="espeak-ng processes at a time when synthesising")
     add_max_seconds_arg(data)
+    corpus.add_format_args(p, "asr")
     model = p.add_argument_group("model")
     model.add_argument("--listener", choices=LISTENERS, default="bi",
                        help="bi: pyramidal BiLSTMs over features normalised per utterance "
@@ -110,10 +114,11 @@ def _speech(args, normalize: bool, audio: bool = False) -> tuple[SpeechSet, Spee
     (else raw log-mels, for a listener that normalises them itself); with ``audio`` built-in
     training speech keeps its samples too (for augmentation of the audio)."""
     if args.train:
-        train = read_manifest(args.train, normalize=normalize, max_seconds=args.max_seconds)
+        read = {"normalize": normalize, "max_seconds": args.max_seconds,
+                "min_frames": MIN_FRAMES}
+        train = corpus.read_data("asr", args.train, args, "train", **read)
         if args.valid:
-            return train, read_manifest(args.valid, normalize=normalize,
-                                        max_seconds=args.max_seconds)
+            return train, corpus.read_data("asr", args.valid, args, "valid", **read)
         n = min(100, len(train))
         log.warning("no --valid manifest: validating on the first %d training utterances", n)
         return train, train.head(n)
@@ -141,7 +146,8 @@ def run_train(args) -> int:
     per_utterance = model_config.get("listener", "bi") == "bi"
     augmentations = speech_augmentations(args, ck)
     train, valid = _speech(args, per_utterance, augmentations.needs_samples)
-    data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
+    data = ({"train": str(args.train), "valid": str(args.valid),
+             **({"format": args.format} if args.format else {})} if args.train else
             {"built_in": list(args.kinds), "n_train": args.n_train, "n_valid": args.n_valid,
              "normalize": per_utterance})
     task = AsrTask(train, valid, model_config=model_config, batch_size=args.batch_size,
@@ -194,7 +200,7 @@ def _plot_all(raws, features, vocab, folder: Path) -> None:
 
 
 def add_transcribe_parser(sub) -> None:
-    p = sub.add_parser("transcribe", help="transcribe WAV files with a trained asr checkpoint")
+    p = sub.add_parser("transcribe", help="transcribe audio files with a trained asr checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("wav", type=Path, nargs="+", help="WAV files (PCM of 8-32 bits or float, "
                    "any rate); -: read their paths from standard input, one a line, each "

@@ -40,14 +40,13 @@ from attnkit.data import (
     log_mel_stream,
     pad_batch,
     pad_features,
-    read_manifest,
-    read_wav,
     resample,
 )
 from attnkit.data.audio import SAMPLE_RATE, frame_count, samples_needed
 from attnkit.data.augment import example_rng
 from attnkit.data.augment_audio import SpeechAugment
-from attnkit.data.audio_files import MAX_SECONDS
+from attnkit.data.audio_files import MAX_SECONDS, read_audio
+from attnkit.data.formats.reading import read_corpus
 from attnkit.decoding import Decoding, Hypotheses, decode_batches, stream_feed, stream_start
 from attnkit.models import LAS, build_model, guided_attention_loss
 from attnkit.models.las import HALVINGS, MIN_FRAMES
@@ -113,13 +112,14 @@ def transcribe(model: LAS, vocab: CharVocab, features: Sequence[torch.Tensor], *
 
 
 def wav_samples(path: str | Path, *, max_seconds: float | None = MAX_SECONDS) -> torch.Tensor:
-    """The samples ``(N,)`` of a WAV file at the model rate (16 kHz).
+    """The samples ``(N,)`` of an audio file (WAV, FLAC, OGG Vorbis or Opus, MP3:
+    :func:`attnkit.data.audio_files.read_audio`) at the model rate (16 kHz).
 
     Raises:
-        DataError: naming the file: unreadable, compressed, longer than ``max_seconds``, or
-            shorter than the 8 feature frames (80 ms) a recogniser needs.
+        DataError: naming the file: unreadable, of a codec not read, longer than
+            ``max_seconds``, or shorter than the 8 feature frames (80 ms) a recogniser needs.
     """
-    samples, rate = read_wav(path, max_seconds=max_seconds)
+    samples, rate = read_audio(path, max_seconds=max_seconds)
     samples = resample(samples, rate, SAMPLE_RATE)
     frames = frame_count(samples.numel())
     if frames < MIN_FRAMES:
@@ -446,7 +446,9 @@ class AsrEvaluator(Evaluator, task="asr"):
     """A speech checkpoint's model and characters: transcribes log-mel features and reads
     manifests of labelled WAVs (:mod:`attnkit.tasks.evaluator`)."""
 
-    data = "a manifest of wav_path<TAB>transcript lines (paths relative to it)"
+    data = ("a manifest of wav_path<TAB>transcript lines (paths relative to it), or a Kaldi/"
+            "ESPnet data directory, a LibriSpeech folder, a Common Voice TSV or a JSON-lines "
+            "manifest (--format)")
     metrics = ("cer", "wer", "exact")
 
     def __init__(self, model: LAS, config: dict, vocab: dict):
@@ -463,8 +465,12 @@ class AsrEvaluator(Evaluator, task="asr"):
         as the model takes them."""
         return log_mel(samples, normalize=self.normalize)
 
-    def read(self, path) -> list[Example]:
-        utterances = read_manifest(path, normalize=self.normalize)
+    def read(self, path, **options) -> list[Example]:
+        """The utterances of a corpus in any speech format (:mod:`attnkit.data.formats.speech`;
+        ``options``: ``format`` and the format's options), features as the model takes
+        them, utterances shorter than the listener needs counted as unusable."""
+        utterances = read_corpus("asr", path, normalize=self.normalize, min_frames=MIN_FRAMES,
+                                 **options)
         check_frames(utterances)
         return [Example(f, t, o) for f, t, o in
                 zip(utterances.features, utterances.transcripts, utterances.origins)]

@@ -437,8 +437,10 @@ def _is_commonvoice(path: Path) -> bool:
 
 
 def _is_manifest(path: Path) -> bool:
+    """A file whose first line is ``audio<TAB>transcript``; or a file without a line, or no
+    file at all, whose reader then says what is wrong (no utterance, no such file)."""
     line = _first_line(path)
-    return line is not None and line.count("\t") == 1
+    return line.count("\t") == 1 if line is not None else not path.is_dir()
 
 
 SPEECH_FORMATS = (
