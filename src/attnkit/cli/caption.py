@@ -8,13 +8,14 @@ from pathlib import Path
 import torch
 
 from attnkit.cli import common, images, jsonlines
-from attnkit.data import WordVocab, load_image, read_caption_folder
+from attnkit.data import WordVocab, load_image
 from attnkit.data.images import CAPTIONS
 from attnkit.tasks.caption import CaptionTask, caption_images, plot_captions
 from attnkit.tasks import loading
 
 DESCRIPTION = ("Train on your folder of images (captions.tsv of filename<TAB>caption, several "
-               "lines per image allowed) or on built-in scenes of coloured shapes.")
+               "lines per image allowed), COCO captions or Karpathy's split file (see "
+               "--format), or on built-in scenes of coloured shapes.")
 
 
 def add_train_parser(train_sub) -> None:
@@ -48,7 +49,7 @@ def run_train(args) -> int:
                               options={"gate": "--no-gate"})
     model_config = ck.config["model"] if ck is not None else wanted
     size = model_config["image_size"]
-    train, valid = (images.user_data(args, size, read_caption_folder) if args.train else
+    train, valid = (images.user_data(args, size, CAPTIONS) if args.train else
                     images.built_in_scenes(args, size))
     valid = common.held_out(train, valid or [], "images")
     task = CaptionTask(train, valid, model_config=model_config, batch_size=args.batch_size,

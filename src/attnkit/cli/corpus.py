@@ -21,6 +21,12 @@ __all__ = ["OPTIONS", "add_format_args", "format_options", "named", "read_data"]
 OPTIONS = {
     "src_lang": ("--src-lang", "translate", "moses: the source language, PREFIX.SRC (e.g. de)"),
     "tgt_lang": ("--tgt-lang", "translate", "moses: the target language, PREFIX.TGT (e.g. en)"),
+    "images": ("--images", "caption,vqa", "coco, karpathy, vqa2: the folder the JSON's image "
+               "files are in (default: found beside the JSON, as docs/images.md says)"),
+    "annotations": ("--annotations", "vqa", "vqa2: the annotations JSON of the questions "
+                    "file (default: its name with questions -> annotations, beside it)"),
+    "split": ("--split", "caption", "karpathy: the splits to read, comma-separated (default: "
+              "train,restval for --train, val for --valid, test for eval)"),
     "columns": ("--columns", "asr", "jsonl, commonvoice: the key or column of each field, "
                 "KEY=COLUMN,... (e.g. audio=path,text=sentence)"),
     "transcripts": ("--transcripts", "asr", "keep the transcripts as written, or normalize "
@@ -33,7 +39,8 @@ OPTIONS = {
                      "commonvoice: the folder of the clips"),
 }
 # argparse keywords of the options that are not plain strings
-KINDS = {"audio_folder": {"type": Path}, "transcripts": {"choices": TRANSCRIPTS},
+KINDS = {"images": {"type": Path}, "annotations": {"type": Path},
+         "audio_folder": {"type": Path}, "transcripts": {"choices": TRANSCRIPTS},
          "anywhere": {"action": "store_true", "default": None}}
 
 

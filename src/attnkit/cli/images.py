@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from attnkit.cli import common
+from attnkit.cli.corpus import add_format_args, read_data
 from attnkit.data import Scene, generate_scenes
 from attnkit.data.scenes import MAX_OBJECTS
 
@@ -29,9 +30,10 @@ def add_train_parser(train_sub, name: str, *, help: str, description: str, tsv: 
     scenes' options and the grid encoder's ``--channels``; returns it and its "model" group."""
     p, data = common.add_task_parser(
         train_sub, name, help=help, description=description,
-        files=f"folder with images and a {tsv}", valid="a folder", n_train=10000, n_valid=300)
+        files=f"folder with images and a {tsv}, or a corpus of another format (--format)",
+        valid="the same", n_train=10000, n_valid=300)
     data.add_argument(f"--{Path(tsv).stem}", dest="tsv", default=tsv,
-                      help="the TSV's name in each folder")
+                      help=f"{Path(tsv).stem}: the TSV's name in each folder (default {tsv})")
     data.add_argument("--image-size", type=common.positive_int, default=64,
                       help="images are resized to this square (built-in scenes are drawn at "
                       "it); a multiple of 2 ** (number of --channels)")
@@ -43,14 +45,18 @@ def add_train_parser(train_sub, name: str, *, help: str, description: str, tsv: 
     model.add_argument("--channels", type=channel_list, default=(32, 64, 128),
                        help="the CNN's blocks, each halving the image (64 px, 3 blocks: an "
                        "8 x 8 grid)")
+    add_format_args(p, name)
     return p, model
 
 
-def user_data(args, size: int, read_folder):
-    """The user's ``--train`` and ``--valid`` folders as ``read_folder(folder, tsv, size=)``
-    reads them (validation None without ``--valid``)."""
-    train = read_folder(args.train, args.train / args.tsv, size=size)
-    return train, read_folder(args.valid, args.valid / args.tsv, size=size) if args.valid else None
+def user_data(args, size: int, default_tsv: str):
+    """The user's ``--train`` and ``--valid`` corpora of task ``args.task``, in the format
+    ``--format`` names or the one detected, images resized to ``size`` (validation None
+    without ``--valid``); ``--captions`` / ``--questions`` given only when not
+    ``default_tsv``."""
+    read = {"size": size, "tsv": None if args.tsv == default_tsv else args.tsv}
+    train = read_data(args.task, args.train, args, "train", **read)
+    return train, read_data(args.task, args.valid, args, "valid", **read) if args.valid else None
 
 
 def built_in_scenes(args, size: int) -> tuple[list[Scene], list[Scene]]:

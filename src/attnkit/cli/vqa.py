@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from attnkit.cli import common, images, jsonlines
-from attnkit.data import WordVocab, question_set, read_question_folder
+from attnkit.data import WordVocab, question_set
 from attnkit.decoding import Decoding
 from attnkit.data.images import QUESTIONS
 from attnkit.data.scenes import ANSWERS
@@ -18,7 +18,8 @@ from attnkit.tasks.vqa import VqaTask, answer_questions, plot_answers
 from attnkit.tasks import loading
 
 DESCRIPTION = ("Train on your folder of images (questions.tsv of filename<TAB>question<TAB>"
-               "answer) or on built-in scenes of coloured shapes with typed questions.")
+               "answer) or VQA v2's questions and annotations (see --format), or on built-in "
+               "scenes of coloured shapes with typed questions.")
 
 
 def add_train_parser(train_sub) -> None:
@@ -43,7 +44,7 @@ def add_train_parser(train_sub) -> None:
 
 def _data(args, size: int):
     if args.train:
-        return images.user_data(args, size, read_question_folder)
+        return images.user_data(args, size, QUESTIONS)
     train, valid = images.built_in_scenes(args, size)
     return question_set(train, "train"), question_set(valid, "valid")
 

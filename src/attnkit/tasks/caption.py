@@ -33,9 +33,9 @@ from attnkit.data import (
     WordVocab,
     load_image,
     pad_batch,
-    read_caption_folder,
     stack_images,
 )
+from attnkit.data.formats.reading import read_corpus
 from attnkit.data.images import CAPTIONS
 from attnkit.data.scenes import (
     caption_is_true,
@@ -332,7 +332,8 @@ class CaptionEvaluator(Evaluator, task="caption"):
     (:func:`scene_metrics`)."""
 
     data = (f"a folder of images with {CAPTIONS} (filename<TAB>caption, several lines per "
-            "image), that TSV, or built-in scenes: scenes:test or scenes:heldout")
+            "image), that TSV, COCO captions, Karpathy's split file, or built-in scenes: "
+            "scenes:test or scenes:heldout")
     metrics = ("bleu", "chrf", "exact")
     labels = {"true_captions": "true captions", "attention_on_object": "attention on object"}
     scores_attention = True
@@ -346,13 +347,14 @@ class CaptionEvaluator(Evaluator, task="caption"):
                 self.max_words < 1:
             raise ValueError(f"max_words: expected a positive int, got {self.max_words!r}")
 
-    def read(self, path) -> list[Example]:
+    def read(self, path, **options) -> list[Example]:
+        """Built-in scenes (``scenes:test``, ``scenes:heldout``), or the captioned images of
+        ``path`` in any captioning corpus format (:mod:`attnkit.data.formats.images`)."""
         scored = scored_scenes(path, size=self.image_size, trained_on=self.config.get("data"))
         if scored is not None:
             return caption_examples(scored[1], scored[0])
-        path = Path(path)
-        folder, tsv = (path, path / CAPTIONS) if path.is_dir() else (path.parent, path)
-        return caption_examples(read_caption_folder(folder, tsv, size=self.image_size))
+        return caption_examples(read_corpus("caption", path, **{
+            "role": "test", "size": self.image_size, **options}))
 
     def load_inputs(self, items: Sequence[str]) -> tuple[list, list[str]]:
         """Images ``(3, S, S)`` from image files, resized to the model's size."""

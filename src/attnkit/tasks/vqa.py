@@ -30,9 +30,9 @@ from attnkit.data import (
     load_image,
     pad_batch,
     question_set,
-    read_question_folder,
     stack_images,
 )
+from attnkit.data.formats.reading import read_corpus
 from attnkit.data.images import QUESTIONS
 from attnkit.data.scenes import QUESTION_TYPES, RELATIONAL, scored_scenes
 from attnkit.decoding import Decoding
@@ -273,7 +273,8 @@ class VqaEvaluator(Evaluator, task="vqa"):
     questions are all of type ``user``."""
 
     data = (f"a folder of images with {QUESTIONS} (filename<TAB>question<TAB>answer), that "
-            "TSV, or built-in scenes: scenes:test or scenes:heldout")
+            "TSV, VQA v2 questions (with their annotations), or built-in scenes: scenes:test "
+            "or scenes:heldout")
     metrics = ()  # accuracy per question type instead of text metrics: see score
     labels = {"accuracy_relational": "accuracy, relational",
               "accuracy_non_relational": "accuracy, non-relational",
@@ -284,13 +285,14 @@ class VqaEvaluator(Evaluator, task="vqa"):
         self.words, self.answers = WordVocab.from_json(vocab["words"]), list(vocab["answers"])
         self.image_size = model.encoder.image_size  # S: every image is resized to it
 
-    def read(self, path) -> list[Example]:
+    def read(self, path, **options) -> list[Example]:
+        """Built-in scenes (``scenes:test``, ``scenes:heldout``), or the questions of ``path``
+        in any VQA corpus format (:mod:`attnkit.data.formats.images`)."""
         scored = scored_scenes(path, size=self.image_size, trained_on=self.config.get("data"))
         if scored is not None:
             return question_examples(*question_set(scored[1], scored[0]))
-        path = Path(path)
-        folder, tsv = (path, path / QUESTIONS) if path.is_dir() else (path.parent, path)
-        return question_examples(*read_question_folder(folder, tsv, size=self.image_size))
+        return question_examples(*read_corpus("vqa", path, **{
+            "role": "test", "size": self.image_size, **options}))
 
     def answer(self, inputs: Sequence[tuple[torch.Tensor, str]],
                decoding: Decoding | None = None) -> list[Answer]:
