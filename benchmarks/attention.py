@@ -239,13 +239,18 @@ def estimate_bytes(case: Case) -> int:
 # --------------------------------------------------------------------------- measuring
 
 
-def measure(case: dict, reps: int, time_budget: float, device: str = "cpu") -> dict:
+def measure(case: dict, reps: int, time_budget: float, device: str = "cpu",
+            autocast: str | None = None) -> dict:
     """Measure one case in this process (the fresh process of :func:`harness.run`), on
-    ``device``."""
+    ``device``; ``autocast`` "bf16" or "fp16": the forward under ``torch.autocast`` of that
+    dtype (inputs and parameters stay float32; SDPA then gets half-precision queries, which
+    its flash kernel takes)."""
     if case.get("window") is not None:
         case = {**case, "window": tuple(case["window"])}  # JSON made it a list
     case = Case(**case)
     fwd, leaves, attn, work = build(case, device)
+    if autocast is not None:
+        fwd = _under_autocast(fwd, device, autocast)
     res = Result(asdict(case), case.name, case.impl)
     if attn is not None:
         probe = leaves[-1] if case.group == "decoder" else leaves[0]
@@ -276,6 +281,16 @@ def measure(case: dict, reps: int, time_budget: float, device: str = "cpu") -> d
     if work:
         res.rate = work / res.train_s / 1e9
     return asdict(res)
+
+
+def _under_autocast(fwd, device: str, autocast: str):
+    """``fwd`` run under ``torch.autocast`` on ``device`` with ``autocast``'s dtype."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[autocast]
+
+    def run():
+        with torch.autocast(torch.device(device).type, dtype=dtype):
+            return fwd()
+    return run
 
 
 # --------------------------------------------------------------------------- the suite
@@ -321,13 +336,15 @@ def is_target(case: Case) -> bool:
 
 
 def run_suite(cases: list[Case], reps: int, time_budget: float, log=print,
-              device: str = "cpu") -> list[Result]:
-    """Each case in a fresh process on ``device``; a row per case, logged as it comes."""
+              device: str = "cpu", autocast: str | None = None) -> list[Result]:
+    """Each case in a fresh process on ``device`` (``autocast``: see :func:`measure`); a row
+    per case, logged as it comes."""
     results = []
+    extra = {} if autocast is None else {"autocast": autocast}
     for case in cases:
         env = {"ATTNKIT_COMPILE": "0"} if case.impl == "auto-eager" else None
         row = harness.run(measure, {"case": asdict(case), "reps": reps,
-                                    "time_budget": time_budget, "device": device},
+                                    "time_budget": time_budget, "device": device, **extra},
                           time_budget=time_budget, env=env,
                           need_bytes=estimate_bytes(case) if device == "cpu" else 0)
         if row["status"] == "ok":

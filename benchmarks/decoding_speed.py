@@ -8,6 +8,7 @@ another checkout's source first on the path:
 
     python -m benchmarks.decoding_speed --threads 1 --json results/decoding_speed.json
     PYTHONPATH=<another checkout>/src python -m benchmarks.decoding_speed --threads 1
+    python -m benchmarks.decoding_speed --device cuda     # on a GPU, timed to its kernels' end
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ SEQ2SEQ = dict(batch=32, src_len=40, max_len=40)  # emb = hidden = 256, vocabula
 SPEECH = dict(batch=16, frames=800, max_len=60)  # LAS at its default sizes, 80 features
 
 
-def measure(family: str, beam: int, ctc_weight: float, reps: int, time_budget: float) -> dict:
-    """Median seconds of one batch's decoding, in this process."""
+def measure(family: str, beam: int, ctc_weight: float, reps: int, time_budget: float,
+            device: str = "cpu") -> dict:
+    """Median seconds of one batch's decoding, in this process, on ``device`` (on a GPU each
+    decoding is timed to its kernels' end); ``batch``, the sentences or utterances decoded."""
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(1)
     if family == "las":
@@ -48,7 +51,8 @@ def measure(family: str, beam: int, ctc_weight: float, reps: int, time_budget: f
         inputs = torch.randint(4, 100, (SEQ2SEQ["batch"], SEQ2SEQ["src_len"]), generator=gen)
         lengths = torch.full((SEQ2SEQ["batch"],), SEQ2SEQ["src_len"])
         max_len = SEQ2SEQ["max_len"]
-    model.eval()
+    model.to(device).eval()
+    inputs, lengths = inputs.to(device), lengths.to(device)
     decoding = Decoding(beam=beam, ctc_weight=ctc_weight)
     out = {}
 
@@ -57,13 +61,13 @@ def measure(family: str, beam: int, ctc_weight: float, reps: int, time_budget: f
         out["tokens"] = int(decode(model, inputs, lengths, max_len=max_len,
                                    decoding=decoding).tokens.sum())
 
-    timing = harness.timed(run, reps=reps, time_budget=time_budget / 2)
+    timing = harness.timed(run, reps=reps, time_budget=time_budget / 2, device=device)
     return {"s": timing.median, "times": timing.times, "tokens": out["tokens"],
-            "threads": torch.get_num_threads()}
+            "batch": int(inputs.shape[0]), "threads": torch.get_num_threads()}
 
 
 def main(argv=None) -> int:
-    p = harness.parser(__doc__.split("\n\n")[0], time_budget=300.0, reps=5)
+    p = harness.parser(__doc__.split("\n\n")[0], time_budget=300.0, reps=5, device=True)
     args = p.parse_args(argv)
     print(harness.table_header(["case", "decoding s", "tokens (sum of ids)"]))
     rows = []
@@ -72,14 +76,15 @@ def main(argv=None) -> int:
             continue
         row = {"name": name, **harness.run(
             measure, {"family": family, "beam": beam, "ctc_weight": ctc_weight,
-                      "reps": args.reps, "time_budget": args.time_budget},
+                      "reps": args.reps, "time_budget": args.time_budget,
+                      "device": args.device},
             time_budget=args.time_budget, threads=args.threads)}
         rows.append(row)
         cells = ([f"{row['s']:.3f}", row["tokens"]] if row["status"] == "ok"
                  else [f"{row['status']}: {row['note']}", ""])
         print(harness.table_row([name, *cells]), flush=True)
     if args.json:
-        harness.write_json(args.json, rows, reps=args.reps)
+        harness.write_json(args.json, rows, device=args.device, reps=args.reps)
     return 0
 
 

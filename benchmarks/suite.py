@@ -163,12 +163,14 @@ def command(entry: Entry, *, quick: bool, out: Path, streaming_checkpoint: str |
             *(o.format(**values) for o in options)]
 
 
-def run_entry(cmd: list[str], budget: float, log: Path) -> tuple[str, float]:
-    """Run ``cmd`` with its output in ``log``, stopped with all it started after ``budget``
-    seconds; its status ("ok", "exit N" or "over the budget") and seconds."""
+def run_entry(cmd: list[str], budget: float, log: Path, *, env: dict | None = None,
+              cwd: Path | None = None) -> tuple[str, float]:
+    """Run ``cmd`` (in ``cwd``, with the environment ``env``; default: this process's) with
+    its output in ``log``, stopped with all it started after ``budget`` seconds; its status
+    ("ok", "exit N" or "over the budget") and seconds."""
     start = time.perf_counter()
     with open(log, "w") as f:
-        child = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
+        child = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                                  start_new_session=True)  # a process group of its own
         try:
             code = child.wait(timeout=budget)
