@@ -26,8 +26,9 @@ def _train(tmp_path, capsys, *model_args) -> Path:
     tsv = tmp_path / "pairs.tsv"
     tsv.write_text("".join(f"<en> {n}\t{w}\n" for n, w in enumerate(WORDS)), encoding="utf-8")
     out = tmp_path / "run"
+    emb = [] if "transformer" in model_args else ["--emb", "8"]  # an RNN model's option
     assert main(["train", "translate", "--train", str(tsv), "--out", str(out), "--steps", "3",
-                 "--eval-every", "3", "--batch-size", "8", "--hidden", "16", "--emb", "8",
+                 "--eval-every", "3", "--batch-size", "8", "--hidden", "16", *emb,
                  "--no-progress", "--plot", "0", *model_args]) == 0
     capsys.readouterr()
     return out / "checkpoint"
