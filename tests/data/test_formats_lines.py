@@ -146,6 +146,13 @@ def test_bad_images_are_named(tmp_path, monkeypatch):
     (gt / "p1/0001.png").write_bytes(png_header(200_000, 32))
     with pytest.raises(DataError, match=r"more than max_width=10000"):
         read_gt_folder(gt)
+    # only headers are read with the corpus: pixels that cannot be decoded are named when
+    # their line is read
+    whole = (gt / "p1/0003.png").read_bytes()
+    (gt / "p1/0001.png").write_bytes(whole[: len(whole) // 2])
+    lines = read_gt_folder(gt)
+    with pytest.raises(DataError, match=r"0001.png: cannot read image"):
+        lines[0]
 
 
 def test_not_a_folder_and_the_options_of_another_format(tmp_path, capsys):

@@ -40,9 +40,9 @@ from attnkit.data.paths import inside, regular_file
 from attnkit.data.tsv import read_tsv_rows
 from attnkit.errors import DataError
 
-__all__ = ["CAPTIONS", "QUESTIONS", "CaptionedImage", "ImageQuestion", "load_image",
-           "read_caption_folder", "read_pixels", "read_question_folder", "stack_images",
-           "write_caption_folder", "write_question_folder"]
+__all__ = ["CAPTIONS", "QUESTIONS", "CaptionedImage", "ImageQuestion", "image_header",
+           "load_image", "read_caption_folder", "read_pixels", "read_question_folder",
+           "stack_images", "write_caption_folder", "write_question_folder"]
 
 CAPTIONS, QUESTIONS = "captions.tsv", "questions.tsv"  # a folder's data files, by default
 
@@ -80,6 +80,34 @@ def read_pixels(path: str | Path, *, colour: bool,
             pixels than Pillow's ``Image.MAX_IMAGE_PIXELS`` (a decompression bomb), or is
             refused by ``check_size``.
     """
+    image = _open(path, check_size, decode=True)
+    path = image.filename
+    if image.mode.startswith("I"):  # "I", "I;16", "I;16B", ...: 16-bit greyscale
+        grey = np.clip(np.asarray(image, dtype=np.float32) / 65535.0, 0.0, 1.0)  # (H, W)
+        return np.repeat(grey[..., None], 3, axis=-1) if colour else grey
+    if image.has_transparency_data:
+        white = Image.new("RGBA", image.size, (255, 255, 255, 255))
+        image = Image.alpha_composite(white, image.convert("RGBA"))
+    return np.asarray(image.convert("RGB" if colour else "L"), dtype=np.float32) / 255.0
+
+
+def image_header(path: str | Path,
+                 check_size: Callable[[Path, int, int], None] | None = None,
+                 ) -> tuple[int, int]:
+    """An image file's ``(width, height)`` from its header alone, checked as
+    :func:`read_pixels` checks it before decoding (a file Pillow identifies, not a
+    decompression bomb, not floating point, ``check_size``); its pixels are not read.
+
+    Raises:
+        DataError: naming the file, as :func:`read_pixels`.
+    """
+    image = _open(path, check_size, decode=False)
+    return image.width, image.height
+
+
+def _open(path: str | Path, check_size: Callable[[Path, int, int], None] | None, *,
+          decode: bool) -> Image.Image:
+    """The image file ``path`` opened (its pixels decoded with ``decode``) and checked."""
     path = regular_file(path)
     try:
         with warnings.catch_warnings():
@@ -87,7 +115,8 @@ def read_pixels(path: str | Path, *, colour: bool,
             with Image.open(path) as image:
                 if check_size is not None:
                     check_size(path, image.width, image.height)
-                image.load()
+                if decode:
+                    image.load()
     except DataError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
@@ -98,13 +127,7 @@ def read_pixels(path: str | Path, *, colour: bool,
     if image.mode == "F":
         raise DataError(f"{path}: unsupported image mode 'F' (floating point); expected "
                         f"8- or 16-bit greyscale or colour")
-    if image.mode.startswith("I"):  # "I", "I;16", "I;16B", ...: 16-bit greyscale
-        grey = np.clip(np.asarray(image, dtype=np.float32) / 65535.0, 0.0, 1.0)  # (H, W)
-        return np.repeat(grey[..., None], 3, axis=-1) if colour else grey
-    if image.has_transparency_data:
-        white = Image.new("RGBA", image.size, (255, 255, 255, 255))
-        image = Image.alpha_composite(white, image.convert("RGBA"))
-    return np.asarray(image.convert("RGB" if colour else "L"), dtype=np.float32) / 255.0
+    return image
 
 
 # An image to caption or ask about has at most this many pixels (a 4096 x 4096 photograph):

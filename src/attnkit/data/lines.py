@@ -50,7 +50,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
-from attnkit.data.images import read_pixels
+from attnkit.data.images import image_header, read_pixels
 from attnkit.data.paths import inside
 from attnkit.data.text_tasks import SPLITS, split_of
 from attnkit.data.tsv import read_tsv_rows
@@ -65,6 +65,7 @@ __all__ = [
     "available_fonts",
     "generate_lines",
     "iter_lines",
+    "line_width",
     "load_line_image",
     "pad_images",
     "read_line_folder",
@@ -293,14 +294,31 @@ def load_line_image(path: str | Path, *, max_width: int | None = MAX_WIDTH) -> t
     """
     pixels = read_pixels(path, colour=False,  # (h, w) in [0, 1]
                          check_size=functools.partial(_check_size, max_width=max_width))
-    height, width = pixels.shape
-    width = round(width * HEIGHT / height) if height else 0
-    if width == 0:
-        raise DataError(f"{path}: {pixels.shape[1]} x {height} pixels is 0 px wide at height "
-                        f"{HEIGHT}")
+    height = pixels.shape[0]
+    width = _scaled_width(path, pixels.shape[1], height)
     if height != HEIGHT:
         pixels = np.array(Image.fromarray(pixels, "F").resize((width, HEIGHT), Image.BILINEAR))
     return torch.from_numpy(np.round(pixels * 255.0).astype(np.uint8))  # (32, W)
+
+
+def line_width(path: str | Path, *, max_width: int | None = MAX_WIDTH) -> int:
+    """The width at height 32 of the line image ``path`` (as :func:`load_line_image` gives
+    it), from the file's header alone: checked as :func:`load_line_image` checks it before
+    decoding (:func:`attnkit.data.images.image_header`), its pixels not read.
+
+    Raises:
+        DataError: naming the file, as :func:`load_line_image` before decoding.
+    """
+    width, height = image_header(path, functools.partial(_check_size, max_width=max_width))
+    return _scaled_width(path, width, height)
+
+
+def _scaled_width(path: str | Path, width: int, height: int) -> int:
+    """``width`` at height 32; a line 0 px wide refused."""
+    scaled = round(width * HEIGHT / height) if height else 0
+    if scaled == 0:
+        raise DataError(f"{path}: {width} x {height} pixels is 0 px wide at height {HEIGHT}")
+    return scaled
 
 
 def _check_size(path: Path, width: int, height: int, *, max_width: int | None) -> None:

@@ -27,6 +27,7 @@ import numpy as np
 __all__ = ["TextPairs"]
 
 SEPARATOR = b"\x00"
+ITER_BLOCK = 4096  # pairs read at once when iterating
 
 
 class TextPairs(Sequence):
@@ -76,10 +77,28 @@ class TextPairs(Sequence):
             return TextPairs(self.path, self.starts[i], self.ends[i], self.lines[i],
                              self.source, owner=self._owner)
         start, end = int(self.starts[i]), int(self.ends[i])
+        source, target = self._pread(end - start, start).split(SEPARATOR)
+        return source.decode("utf-8"), target.decode("utf-8")
+
+    def __iter__(self):
+        """The pairs in order, read a block of pairs lying back to back at a time (one read
+        for thousands of pairs: the passes over a whole corpus)."""
+        for i in range(0, len(self), ITER_BLOCK):
+            j = min(len(self), i + ITER_BLOCK)
+            starts, ends = self.starts[i:j], self.ends[i:j]
+            if not np.array_equal(starts[1:], ends[:-1]):  # a slice with gaps: one at a time
+                yield from (self[k] for k in range(i, j))
+                continue
+            first = int(starts[0])
+            block = self._pread(int(ends[-1]) - first, first)
+            for start, end in zip((starts - first).tolist(), (ends - first).tolist()):
+                source, target = block[start:end].split(SEPARATOR)
+                yield source.decode("utf-8"), target.decode("utf-8")
+
+    def _pread(self, size: int, offset: int) -> bytes:
         if self._fd is None or self._pid != os.getpid():
             self._fd, self._pid = os.open(self.path, os.O_RDONLY), os.getpid()
-        source, target = os.pread(self._fd, end - start, start).split(SEPARATOR)
-        return source.decode("utf-8"), target.decode("utf-8")
+        return os.pread(self._fd, size, offset)
 
     def origin(self, i: int) -> str:
         """Where pair ``i`` came from: ``file:line``."""

@@ -35,14 +35,16 @@ __all__ = ["BLOCK", "byte_lines", "compression", "decode_line", "nfc", "open_byt
            "read_text", "text_lines", "undecodable"]
 
 BLOCK = 1 << 20  # bytes read at a time
-# Magic numbers: (first bytes, name, opener). bzip2's is "BZh", the block size digit and the
+# Magic numbers: (first bytes, name). bzip2's is "BZh", the block size digit and the
 # first block's (or an empty stream's end) signature, so text starting "BZh" is not taken.
-_COMPRESSED = ((b"\x1f\x8b", "gzip", gzip.open), (b"\xfd7zXZ\x00", "xz", lzma.open))
+_COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"))
 _BZIP2 = (b"\x31\x41\x59\x26\x53\x59", b"\x17\x72\x45\x38\x50\x90")
 _REFUSED = ((b"\x28\xb5\x2f\xfd", "zstd-compressed; decompress it (zstd -d FILE) or "
              "compress it with gzip, xz or bzip2, which attnkit reads"),
             (b"PK\x03\x04", "a zip archive; unpack it (unzip FILE) and name the file inside"))
 _ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error)
+_OPEN = {"gzip": gzip.open, "xz": lzma.open, "bzip2": bz2.open}
+_DECOMPRESS = {"gzip": gzip.decompress, "xz": lzma.decompress, "bzip2": bz2.decompress}
 
 
 def compression(path: str | Path) -> str | None:
@@ -59,12 +61,17 @@ def compression(path: str | Path) -> str | None:
             head = f.read(10)
     except OSError as exc:
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+    return _compression(path, head)
+
+
+def _compression(path: Path, head: bytes) -> str | None:
+    """:func:`compression` from the file's first bytes ``head``."""
     for magic, what in _REFUSED:
         if head.startswith(magic):
             raise DataError(f"{path}: {what}")
     if head.startswith(b"BZh") and head[3:4].isdigit() and head[4:10] in _BZIP2:
         return "bzip2"
-    return next((name for magic, name, _ in _COMPRESSED if head.startswith(magic)), None)
+    return next((name for magic, name in _COMPRESSED if head.startswith(magic)), None)
 
 
 @contextmanager
@@ -74,8 +81,7 @@ def open_bytes(path: str | Path) -> Iterator[BinaryIO]:
     Raises:
         DataError: as :func:`compression`.
     """
-    kind = compression(path)
-    opener = {"bzip2": bz2.open, **{name: o for _, name, o in _COMPRESSED}}.get(kind, open)
+    opener = _OPEN.get(compression(path), open)
     with opener(Path(path), "rb") as f:
         yield f
 
@@ -151,17 +157,24 @@ def text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
 
 def read_text(path: str | Path) -> str:
     """A whole text file (see the module docstring) as one string, CRLF line ends as LF:
-    for files read whole (a ``.gt.txt``, a JSON file).
+    for files read whole (a ``.gt.txt``, a JSON file). The file is read at once, and
+    decompressed in memory.
 
     Raises:
         DataError: as :func:`text_lines`.
     """
-    path = Path(path)
-    with open_bytes(path) as f:
+    path = regular_file(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+    kind = _compression(path, raw[:10])
+    if kind is not None:
         try:
-            raw = _first_block(path, f.read())
+            raw = _DECOMPRESS[kind](raw)
         except _ERRORS as exc:
             raise DataError(f"{path}: cannot read ({exc})") from None
+    raw = _first_block(path, raw)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -9,11 +9,15 @@ own ``labels.tsv`` folders: formats of task ``"ocr"``.
 ===========  ========================================================================
 
 Detection tries them in this order: a folder holding ``labels.tsv`` or no ``.gt.txt`` file,
-or a file, is ``labels``; a folder holding ``.gt.txt`` files is ``gt-txt``. Every image is read once, when the corpus is read, to
-check it and learn its width at height 32 (:func:`~attnkit.data.load_line_image`: 8- or
-16-bit grey, RGB, RGBA, palette, any height; a decompression bomb refused from its header);
-the :class:`LineFolder` keeps names, widths and texts and reads an image again when a batch
-needs it.
+or a file, is ``labels``; a folder holding ``.gt.txt`` files is ``gt-txt``. Both give a
+:class:`LineFolder`, which keeps names, widths and texts and decodes an image when a batch
+needs it (:func:`~attnkit.data.load_line_image`: 8- or 16-bit grey, RGB, RGBA, palette, any
+height, scaled to 32 px). ``labels`` decodes every image once when the corpus is read, to
+check it; ``gt-txt``, made for large corpora, reads each image's header only (its width, a
+decompression bomb or a width past ``max_width`` refused;
+:func:`~attnkit.data.lines.line_width`), so training starts after a pass over the headers,
+and an image whose pixels cannot be decoded stops training when its batch is read, naming
+the file.
 
 **gt-txt**: an image is a ``.png``, ``.jpg``, ``.jpeg``, ``.tif``, ``.tiff``, ``.bmp`` or
 ``.webp`` file; its transcription is the ``.gt.txt`` file of the same name less the image's
@@ -34,7 +38,7 @@ from pathlib import Path
 
 from attnkit.data.formats import Format, register
 from attnkit.data.formats.reading import MAX_UNUSABLE, Unusable
-from attnkit.data.lines import MAX_WIDTH, LineFolder, load_line_image, read_line_folder
+from attnkit.data.lines import MAX_WIDTH, LineFolder, line_width, read_line_folder
 from attnkit.data.text import read_text
 from attnkit.errors import DataError
 
@@ -80,17 +84,18 @@ def read_gt_folder(path: str | Path, *, alphabet: str | None = None,
     for root, dirs, files in os.walk(folder):
         dirs.sort()
         here = Path(root).relative_to(folder)
+        prefix = "" if here == Path(".") else here.as_posix() + "/"  # names kept, posix
         for base, image, extra in _pairs(files, unusable, here):
-            others += [here / name for name in extra]
-            text = _transcription(folder / here / (base + GT), allowed, unusable)
+            others += [prefix + name for name in extra]
+            text = _transcription(os.path.join(root, base + GT), allowed, unusable)
             if text is None:
                 continue
             try:
-                width = load_line_image(folder / here / image, max_width=max_width).shape[1]
+                width = line_width(os.path.join(root, image), max_width=max_width)
             except DataError as exc:
                 unusable.drop(str(exc), "unreadable images")
                 continue
-            rows.append(((here / image).as_posix(), width, text))
+            rows.append((prefix + image, width, text))
     unusable.check(len(rows))
     if others:
         log.info("%s: %d images left out, another image of the same .gt.txt taken "
@@ -128,7 +133,7 @@ def _variant(name: str, base: str) -> int:
     return VARIANTS.index(rest) if rest in VARIANTS else len(VARIANTS)
 
 
-def _transcription(gt: Path, allowed: set[str] | None, unusable: Unusable) -> str | None:
+def _transcription(gt: str, allowed: set[str] | None, unusable: Unusable) -> str | None:
     """The one line of text in ``gt``, or None after counting it unusable."""
     try:
         text = read_text(gt).strip()

@@ -10,9 +10,9 @@
 
 Detection tries them in this order: a path that exists is ``tsv``; a path that does not, but
 is the prefix of files beside it (``corpus`` of ``corpus.de``), is ``moses``; two paths given
-(``--train SOURCE TARGET``) are ``moses``. Both are read a line at a time as :mod:`attnkit.data.text` reads text (UTF-8 with
-or without a byte-order mark, LF or CRLF, gzip / xz / bzip2, NFC) and written to disk as they
-come, so memory does not grow with the corpus.
+(``--train SOURCE TARGET``) are ``moses``. Both are read a line at a time as
+:mod:`attnkit.data.text` reads text (UTF-8 with or without a byte-order mark, LF or CRLF, gzip
+/ xz / bzip2, NFC) and written to disk as they come, so memory does not grow with the corpus.
 
 **moses**: line ``n`` of one file translates line ``n`` of the other; files of different
 line counts are refused, naming both counts. A line pair blank on both sides is no example
