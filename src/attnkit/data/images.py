@@ -81,7 +81,6 @@ def read_pixels(path: str | Path, *, colour: bool,
             refused by ``check_size``.
     """
     image = _open(path, check_size, decode=True)
-    path = image.filename
     if image.mode.startswith("I"):  # "I", "I;16", "I;16B", ...: 16-bit greyscale
         grey = np.clip(np.asarray(image, dtype=np.float32) / 65535.0, 0.0, 1.0)  # (H, W)
         return np.repeat(grey[..., None], 3, axis=-1) if colour else grey
