@@ -5,14 +5,62 @@ Errors name the argument, what was expected and what was given.
 
 from __future__ import annotations
 
+import reprlib
+
 import torch
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+QUOTED = 200
+"""The most characters of a value that an error message quotes (a string from a file may
+be 100 MB long)."""
+
+
+
+class _Short(reprlib.Repr):
+    """Containers: a few items, a few levels, never the whole value."""
+
+    def __init__(self):
+        super().__init__()
+        self.maxlevel, self.maxstring, self.maxother, self.maxlong = 3, 60, 60, 60
+        self.maxlist = self.maxtuple = self.maxdict = self.maxset = 8
+
+    def repr_int(self, x, level):
+        if x.bit_length() > 600:  # repr refuses ints of more than 4300 digits
+            return f"<an int of {x.bit_length():,} bits>"
+        return super().repr_int(x, level)
+
+
+_SHORT = _Short()
 
 
 def describe(t: torch.Tensor) -> str:
     """Short description of a tensor for error messages."""
     return f"tensor of shape {tuple(t.shape)} and dtype {t.dtype}"
+
+
+def quoted(value) -> str:
+    """``repr(value)`` for an error message, at most about :data:`QUOTED` characters: a
+    longer string is cut and its length given, a container shows its first items."""
+    if isinstance(value, str):
+        if len(value) <= QUOTED:
+            return repr(value)
+        return f"{repr(value[:QUOTED])}... ({len(value):,} characters)"
+    return clipped(_SHORT.repr(value))
+
+
+def clipped(text: str) -> str:
+    """``text`` (an exception's message, which may quote a file) cut to :data:`QUOTED`
+    characters, its first line only."""
+    lines = text.strip().splitlines()
+    line = lines[0] if lines else ""
+    return line if len(line) <= QUOTED else f"{line[:QUOTED]}..."
+
+
+def got(value) -> str:
+    """What an error message says was given: the value, quoted (:func:`quoted`), and its
+    type, as in ``expected int, got '128' (str)``."""
+    return f"{quoted(value)} ({type(value).__name__})"
 
 
 def check_tensor(name: str, x, *, ndim: int | tuple[int, ...], floating: bool = True) -> None:

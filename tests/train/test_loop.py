@@ -330,3 +330,37 @@ def test_fp16_loss_scaling_skips_overflowing_steps_and_resumes_its_scale(tmp_pat
     assert resumed.scaler.get_scale() == scale
     for name, value in straight.model.state_dict().items():
         assert torch.equal(value, resumed.model.state_dict()[name]), name
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda st: st.pop("rng"), "rng: missing"),
+    (lambda st: st.update(step="abc"), "step: expected a non-negative int, got 'abc' (str)"),
+    (lambda st: st.update(step=2.5), "step: expected a non-negative int, got 2.5 (float)"),
+    (lambda st: st.update(step=1e18), "step: expected a non-negative int, got 1e+18 (float)"),
+    (lambda st: st.update(step=-5), "step: expected a non-negative int, got -5 (int)"),
+    (lambda st: st.update(epoch=True), "epoch: expected a non-negative int, got True (bool)"),
+    (lambda st: st.update(train_config="x"), "train_config: expected an object, got 'x' (str)"),
+    (lambda st: st.update(best="high"), "best: expected a finite number or null, got 'high'"),
+    (lambda st: st.update(history={}), "history: expected a list of objects, got {} (dict)"),
+    (lambda st: st["rng"].update(torch=[1, 2]), "rng: not a random state this PyTorch and "
+                                                 "Python can restore"),
+    (lambda st: st["rng"].update(python="x" * 10**6), "rng: not a random state this PyTorch"),
+])
+def test_a_hand_edited_trainer_json_is_refused_naming_the_key(tmp_path, edit, message):
+    import json
+
+    from attnkit.train import CheckpointError
+
+    torch.manual_seed(0)
+    Trainer(Reverse(), ReverseTask(), _cfg(max_steps=3, eval_every=3), tmp_path).fit()
+    path = tmp_path / "checkpoint" / "trainer.json"
+    state = json.loads(path.read_text())
+    edit(state)
+    path.write_text(json.dumps(state))
+    trainer = Trainer(Reverse(), ReverseTask(), _cfg(max_steps=15), tmp_path)
+    with pytest.raises(CheckpointError) as info:
+        trainer.resume()
+    text = str(info.value)
+    assert text.startswith(f"{path}: ") and message in text, text
+    assert "\n" not in text and len(text) < 600
+    assert trainer.step == 0  # nothing restored

@@ -81,6 +81,7 @@ from typing import Any, Protocol
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from attnkit.checks import clipped, got, quoted
 from attnkit.train import distributed
 from attnkit.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from attnkit.train.device import PRECISIONS, autocast, check_precision, to_device
@@ -202,6 +203,66 @@ def _set_rng_state(state: dict) -> None:
     random.setstate(_tupled(state["python"]))
 
 
+def _restorable(state) -> str | None:
+    """Why the RNG states ``state`` (as :func:`_rng_state` wrote them) cannot be restored, or
+    None: they are tried on generators of their own, so nothing changes here."""
+    try:
+        torch.Generator().set_state(torch.tensor(state["torch"], dtype=torch.uint8))
+        random.Random().setstate(_tupled(state["python"]))
+    except (KeyError, TypeError, ValueError, RuntimeError, OverflowError, IndexError) as exc:
+        return clipped(f"{type(exc).__name__}: {exc}")
+    return None
+
+
+_COUNTS = ("step", "epoch", "batch_in_epoch", "bad_evals")
+_SCALER = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
+
+
+def _check_trainer_state(st: dict, path: Path) -> None:
+    """Refuse a ``trainer.json`` (``path``) that resuming cannot continue from: every key
+    :meth:`Trainer.resume` reads, of the type :meth:`Trainer.save` writes.
+
+    Raises:
+        CheckpointError: naming the file and the key, what it should be and what it is.
+    """
+    def refuse(key: str, expected: str, value) -> None:
+        raise CheckpointError(f"{path}: {key}: expected {expected}, got {got(value)}")
+
+    wanted = {**dict.fromkeys(_COUNTS, "a non-negative int"),
+              "best": "a finite number or null", "history": "a list of objects",
+              "train_config": "an object", "rng": "the random states training saves"}
+    for key, expected in wanted.items():
+        if key not in st:
+            raise CheckpointError(f"{path}: {key}: missing (expected {expected})")
+    for key in _COUNTS:
+        value = st[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            refuse(key, wanted[key], value)
+    best = st["best"]
+    if best is not None and (not isinstance(best, (int, float)) or isinstance(best, bool)
+                             or not math.isfinite(best)):
+        refuse("best", wanted["best"], best)
+    if not isinstance(st["history"], list) or not all(isinstance(h, dict) for h in st["history"]):
+        refuse("history", wanted["history"], st["history"])
+    if not isinstance(st["train_config"], dict):
+        refuse("train_config", wanted["train_config"], st["train_config"])
+    rngs = {"rng": st["rng"]}
+    if "rng_by_rank" in st:
+        if not isinstance(st["rng_by_rank"], list) or not st["rng_by_rank"]:
+            refuse("rng_by_rank", "a non-empty list of random states", st["rng_by_rank"])
+        rngs.update({f"rng_by_rank[{i}]": r for i, r in enumerate(st["rng_by_rank"])})
+    for key, state in rngs.items():
+        reason = _restorable(state)
+        if reason is not None:
+            raise CheckpointError(f"{path}: {key}: not a random state this PyTorch and Python "
+                                  f"can restore ({reason})")
+    scaler = st.get("scaler", {key: 1 for key in _SCALER})
+    if not isinstance(scaler, dict) or not all(
+            isinstance(scaler.get(key), (int, float)) and not isinstance(scaler.get(key), bool)
+            and math.isfinite(scaler[key]) for key in _SCALER):
+        refuse("scaler", f"an object of finite numbers ({', '.join(_SCALER)})", scaler)
+
+
 def _seed(seed: int) -> None:
     torch.manual_seed(seed)
     random.seed(seed)
@@ -290,6 +351,7 @@ class Trainer:
         ck = load_checkpoint(self.checkpoint_dir)
         if ck.optimizer_state is None or ck.trainer_state is None:
             raise CheckpointError(f"{ck.path}: has no optimizer/trainer state to resume from")
+        _check_trainer_state(ck.trainer_state, ck.path / "trainer.json")
         ck.check_optimizer()
         changed = _differences(ck.config, self.task.config())
         if changed:
@@ -302,7 +364,7 @@ class Trainer:
                          if k not in free and k in saved and saved[k] != v)
         if changed:
             raise CheckpointError(f"{ck.path}: saved with other training settings "
-                                  f"({', '.join(f'{k}={saved[k]!r}' for k in changed)})")
+                                  f"({', '.join(f'{k}={quoted(saved[k])}' for k in changed)})")
         if self.config.schedule == "cosine" and saved.get("max_steps") != self.config.max_steps:
             log.warning("resuming a cosine schedule with max_steps %s (was %s): the learning "
                         "rate curve changes", self.config.max_steps, saved.get("max_steps"))
