@@ -243,3 +243,25 @@ def test_malformed_config_optimizer_or_trainer_files_are_named(tmp_path):
                                                   "config": "seq2seq"}))
     with pytest.raises(CheckpointError, match=r"config.json: 'config' must be a JSON object"):
         load_checkpoint(path)
+
+
+@pytest.mark.parametrize("name", ["config.json", "vocab.json", "trainer.json", "optimizer.json"])
+@pytest.mark.parametrize("depth", [200_000, 40])
+def test_json_nested_too_deep_is_refused_naming_the_file(tmp_path, name, depth):
+    model = Tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    _train(model, opt, 1, seed=0)
+    path = save_checkpoint(tmp_path / "ck", model=model, config={}, vocab={"a": 1},
+                           optimizer=opt, trainer_state={"step": 1})
+    (path / name).write_text("[" * depth + "]" * depth)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    assert str(info.value) == f"{path / name}: JSON nested deeper than 32 levels (attnkit " \
+                              "writes at most a few)"
+
+
+def test_json_numbers_python_cannot_read_are_refused_naming_the_file(tmp_path):
+    path = save_checkpoint(tmp_path / "ck", model=Tiny(), config={})
+    (path / "config.json").write_text('{"config": ' + "9" * 5000 + "}")
+    with pytest.raises(CheckpointError, match=r"config.json: not valid JSON \(Exceeds the limit"):
+        load_checkpoint(path)

@@ -33,6 +33,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from attnkit.checks import clipped
 from attnkit.folders import folder_copies, recover_folder, write_folder
 
 __all__ = ["BUILTIN", "Checkpoint", "CheckpointError", "builtin_checkpoints", "load_checkpoint",
@@ -221,15 +222,39 @@ def recover_checkpoint(directory: str | Path) -> Path | None:
     return recover_folder(directory)
 
 
+MAX_DEPTH = 32
+"""The deepest nesting of arrays and objects a checkpoint's JSON file may have; the files
+attnkit writes nest at most a few levels (``trainer.json``'s random states: 4)."""
+
+
+def _depth(value) -> int:
+    """How deeply arrays and objects nest in the JSON value ``value`` (a number: 0), found
+    without recursion, stopping past :data:`MAX_DEPTH`."""
+    deepest, level = 0, [value]
+    while deepest <= MAX_DEPTH:
+        level = [item for item in level if isinstance(item, (list, dict))]
+        if not level:
+            break
+        deepest += 1
+        level = [v for item in level for v in (item.values() if isinstance(item, dict) else item)]
+    return deepest
+
+
 def _read_json(path: Path, required: bool = True):
     if not path.exists():
         if required:
             raise CheckpointError(f"{path}: missing (is {path.parent} an attnkit checkpoint?)")
         return None
+    deep = f"{path}: JSON nested deeper than {MAX_DEPTH} levels (attnkit writes at most a few)"
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:  # Python's reader gives up near its recursion limit (~1000 levels)
+        raise CheckpointError(deep) from None
+    except (UnicodeDecodeError, ValueError) as exc:  # ValueError: JSON, ints of > 4300 digits
+        raise CheckpointError(f"{path}: not valid JSON ({clipped(str(exc))})") from None
+    if _depth(value) > MAX_DEPTH:
+        raise CheckpointError(deep)
+    return value
 
 
 def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
