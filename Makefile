@@ -2,7 +2,8 @@
 # uses (`make system`), create .venv, install the CPU build of torch 2.13.0 first (a plain
 # `torch` requirement would pull a multi-GB CUDA build), then attnkit with its extras: dev (test
 # tools), export (onnx, onnxruntime: neither asks for torch), docs (MkDocs, for `make docs`
-# and the site's test) and serve (FastAPI, uvicorn: attnkit serve).
+# and the site's test), serve (FastAPI, uvicorn: attnkit serve) and hf (datasets: corpora given
+# as hf:PATH, and their tests).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -14,7 +15,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev,export,docs,serve]'
+	$(PY) -m pip install --quiet -e '.[dev,export,docs,serve,hf]'
 	touch $(STAMP)
 
 # Debian packages the built-in data and the browser tests use: espeak-ng (speech), more fonts

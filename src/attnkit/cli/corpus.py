@@ -19,16 +19,20 @@ __all__ = ["OPTIONS", "add_format_args", "format_options", "named", "read_data"]
 
 # The format options of each task: attribute -> (option, help). ``eval`` has them all.
 OPTIONS = {
-    "src_lang": ("--src-lang", "translate", "moses: the source language, PREFIX.SRC (e.g. de)"),
-    "tgt_lang": ("--tgt-lang", "translate", "moses: the target language, PREFIX.TGT (e.g. en)"),
+    "src_lang": ("--src-lang", "translate", "moses: the source language, PREFIX.SRC (e.g. de); "
+                 "hf: the source key of a translation column"),
+    "tgt_lang": ("--tgt-lang", "translate", "moses: the target language, PREFIX.TGT (e.g. en); "
+                 "hf: the target key of a translation column"),
     "images": ("--images", "caption,vqa", "coco, karpathy, vqa2: the folder the JSON's image "
                "files are in (default: found beside the JSON, as docs/images.md says)"),
     "annotations": ("--annotations", "vqa", "vqa2: the annotations JSON of the questions "
                     "file (default: its name with questions -> annotations, beside it)"),
-    "split": ("--split", "caption", "karpathy: the splits to read, comma-separated (default: "
-              "train,restval for --train, val for --valid, test for eval)"),
-    "columns": ("--columns", "asr", "jsonl, commonvoice: the key or column of each field, "
-                "KEY=COLUMN,... (e.g. audio=path,text=sentence)"),
+    "split": ("--split", "caption,vqa,translate,ocr", "karpathy: the splits to read, "
+              "comma-separated (default: train,restval for --train, val for --valid, test for "
+              "eval); hf: the split (default: the one after hf:PATH:, else the role's)"),
+    "columns": ("--columns", "asr,translate,ocr,caption,vqa", "jsonl, commonvoice, hf: the "
+                "key or column of each field, KEY=COLUMN,... (e.g. audio=path,text=sentence; "
+                "source=de,target=en)"),
     "transcripts": ("--transcripts", "asr", "keep the transcripts as written, or normalize "
                     "them (lower case, numbers in words; the default of every speech format "
                     "but manifest)"),

@@ -33,7 +33,8 @@ from attnkit.tasks import loading
 log = logging.getLogger("attnkit")
 
 DESCRIPTION = ("Train on your folder of line images (labels.tsv of filename<TAB>text, or "
-               "NAME.png + NAME.gt.txt pairs: see --format) or on built-in rendered lines.")
+               "NAME.png + NAME.gt.txt pairs), or a Hugging Face dataset (see --format), or on "
+               "built-in rendered lines.")
 
 
 def channel_list(text: str) -> tuple[int, ...]:
@@ -49,7 +50,8 @@ channel_list.__name__ = "five positive ints (e.g. 32,64,128,128,128)"
 def add_train_parser(train_sub) -> None:
     p, data = common.add_task_parser(
         train_sub, "ocr", help="train a text-line recogniser (CRNN)", description=DESCRIPTION,
-        files="folder with line images and a labels TSV or .gt.txt files", valid="the same",
+        files="folder with line images and a labels TSV or .gt.txt files, or "
+        "hf:PATH[:SPLIT]", valid="the same",
         n_train=20000, n_valid=300)
     data.add_argument("--labels", default=LABELS,
                       help=f"labels: the TSV's name in each folder (default {LABELS})")

@@ -29,10 +29,11 @@ DEFAULTS = {"emb": 64, "score": "general", "input_feeding": False, "heads": 4, "
 def add_train_parser(train_sub) -> None:
     p, data = common.add_task_parser(
         train_sub, "translate", help="train a seq2seq translator",
-        description="Train on your corpus (a TSV of source<TAB>target lines, or two aligned "
-        "text files: see --format) or on the built-in numbers/dates task.",
-        files="a TSV of source<TAB>target, or a Moses prefix (with --src-lang, --tgt-lang) or "
-        "its two files", valid="the same", n_train=20000, n_valid=300, paths="+")
+        description="Train on your corpus (a TSV of source<TAB>target lines, two aligned "
+        "text files, a Hugging Face dataset: see --format) or on the built-in numbers/dates "
+        "task.", files="a TSV of source<TAB>target, a Moses prefix (with --src-lang, "
+        "--tgt-lang) or its two files, or hf:PATH[:SPLIT]", valid="the same", n_train=20000,
+        n_valid=300, paths="+")
     data.add_argument("--skip-bad-lines", action="store_true",
                       help="tsv: skip bad lines (counted in a warning) instead of stopping")
     add_max_chars_arg(data)

@@ -27,6 +27,7 @@ reuse them).
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -106,8 +107,10 @@ def image_header(path: str | Path,
 
 def _open(path: str | Path, check_size: Callable[[Path, int, int], None] | None, *,
           decode: bool) -> Image.Image:
-    """The image file ``path`` opened (its pixels decoded with ``decode``) and checked."""
-    path = regular_file(path)
+    """The image file ``path`` opened (its pixels decoded with ``decode``) and checked; a
+    binary file object (an image stored in a dataset) is read as it is, errors naming it by
+    its ``str``."""
+    path = regular_file(path) if isinstance(path, (str, os.PathLike)) else path
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)

@@ -332,8 +332,8 @@ class CaptionEvaluator(Evaluator, task="caption"):
     (:func:`scene_metrics`)."""
 
     data = (f"a folder of images with {CAPTIONS} (filename<TAB>caption, several lines per "
-            "image), that TSV, COCO captions, Karpathy's split file, or built-in scenes: "
-            "scenes:test or scenes:heldout")
+            "image), that TSV, COCO captions, Karpathy's split file, hf:PATH[:SPLIT], or "
+            "built-in scenes: scenes:test or scenes:heldout")
     metrics = ("bleu", "chrf", "exact")
     labels = {"true_captions": "true captions", "attention_on_object": "attention on object"}
     scores_attention = True

@@ -357,8 +357,8 @@ class OcrEvaluator(Evaluator, task="ocr"):
     """An OCR checkpoint's model and characters: reads line images and folders of labelled
     lines (:mod:`attnkit.tasks.evaluator`)."""
 
-    data = ("a folder of line images with labels.tsv (filename<TAB>text), or that TSV; or a "
-            "folder of NAME.png + NAME.gt.txt pairs")
+    data = ("a folder of line images with labels.tsv (filename<TAB>text), or that TSV; a "
+            "folder of NAME.png + NAME.gt.txt pairs; or hf:PATH[:SPLIT]")
     metrics = ("cer", "wer", "exact")
 
     def __init__(self, model: CRNN, config: dict, vocab: dict):

@@ -209,7 +209,7 @@ class TranslateEvaluator(Evaluator, task="translate"):
     ``source<TAB>reference`` TSV files (:mod:`attnkit.tasks.evaluator`)."""
 
     data = ("a TSV of source<TAB>reference lines, or a Moses corpus (PREFIX with --src-lang "
-            "and --tgt-lang, or its two files)")
+            "and --tgt-lang, or its two files), or hf:PATH[:SPLIT]")
     metrics = ("exact", "cer", "bleu", "bleu_char", "chrf")
     # The longest source read and decoded, in characters (None: no limit).
     max_chars: int | None = MAX_CHARS

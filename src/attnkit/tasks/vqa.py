@@ -273,8 +273,8 @@ class VqaEvaluator(Evaluator, task="vqa"):
     questions are all of type ``user``."""
 
     data = (f"a folder of images with {QUESTIONS} (filename<TAB>question<TAB>answer), that "
-            "TSV, VQA v2 questions (with their annotations), or built-in scenes: scenes:test "
-            "or scenes:heldout")
+            "TSV, VQA v2 questions (with their annotations), hf:PATH[:SPLIT], or built-in "
+            "scenes: scenes:test or scenes:heldout")
     metrics = ()  # accuracy per question type instead of text metrics: see score
     labels = {"accuracy_relational": "accuracy, relational",
               "accuracy_non_relational": "accuracy, non-relational",

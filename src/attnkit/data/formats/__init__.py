@@ -79,6 +79,6 @@ def choose_format(task: str, path: str | Path, name: str | None = None) -> Forma
     raise DataError(f"{path}: not a {task} corpus in any format attnkit reads "
                     f"({', '.join(known) or 'none'}); name one with --format")
 
-from attnkit.data.formats import images, lines, text  # noqa: E402,F401  (the other tasks)
+from attnkit.data.formats import hf, images, lines, text  # noqa: E402,F401  (the other tasks)
 
 from attnkit.data.formats import speech  # noqa: E402,F401  (registers the speech formats)
