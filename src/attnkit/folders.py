@@ -18,6 +18,11 @@ Only these exact names are ever deleted (``XXXXXXXX``: the 8 characters that
 (``.NAME.backup``, ``.NAME.old``) is never touched. A ``NAME`` that is a symbolic link to a
 folder (a checkpoint kept on another disk) is written at the link's target, beside which the
 other names then are; the link stays.
+
+:func:`unreadable` says why a path cannot be read as a regular file (missing, a folder, a
+FIFO, a device), without opening it: the readers of checkpoints and data files refuse those before
+they open them, since reading a FIFO blocks until a writer comes and reading ``/dev/zero``
+never ends.
 """
 
 from __future__ import annotations
@@ -26,17 +31,40 @@ import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["folder_copies", "recover_folder", "write_folder"]
+__all__ = ["NO_SUCH_FILE", "folder_copies", "recover_folder", "unreadable", "write_folder"]
 
 log = logging.getLogger("attnkit")
 
 TEMPORARY = "attnkit-tmp-"
 RANDOM = re.compile(r"[a-z0-9_]{8}")  # what tempfile.mkdtemp puts after the prefix
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character "
+          "device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+NO_SUCH_FILE = "cannot read (no such file)"
+
+
+def unreadable(path: str | Path) -> str | None:
+    """Why ``path`` cannot be read as a regular file (links followed), in words, or None when
+    it can: :data:`NO_SUCH_FILE`, ``cannot read (Permission denied)``, ``not a regular file
+    (a FIFO)`` (a folder, a character device...). It is looked at, not opened."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return NO_SUCH_FILE
+    except OSError as exc:
+        return f"cannot read ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    return f"not a regular file ({next((n for test, n in _KINDS if test(mode)), 'not a file')})"
 
 
 def _target(directory: str | Path) -> Path:

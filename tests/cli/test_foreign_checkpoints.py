@@ -90,10 +90,11 @@ def test_a_garbage_sentencepiece_model_is_refused(checkpoint, capsys):
     garbage = base64.b64encode(b"\x0a\x05hello not a model").decode()
     _edit_json(checkpoint / "vocab.json",
                lambda d: d.update(src={"type": "sentencepiece", "model": garbage}))
-    _refused(checkpoint, capsys, "vocab.json: model: not a SentencePiece model")
+    _refused(checkpoint, capsys, "vocab.json: src vocabulary: model: not a SentencePiece model")
     _edit_json(checkpoint / "vocab.json",
                lambda d: d.update(src={"type": "sentencepiece", "model": "not base64!"}))
-    _refused(checkpoint, capsys, "vocab.json: vocab: 'model' must be a base64 string")
+    _refused(checkpoint, capsys, "vocab.json: src vocabulary: 'model' must be a base64 "
+                                 "string")
 
 
 def test_a_vocabulary_shorter_than_the_model_output_is_refused(checkpoint, capsys):
@@ -101,10 +102,10 @@ def test_a_vocabulary_shorter_than_the_model_output_is_refused(checkpoint, capsy
     _refused(checkpoint, capsys, "the tgt vocabulary has 11 entries, the model's config says "
                                  "tgt_vocab=12")
     _edit_json(checkpoint / "vocab.json", lambda d: d["tgt"].update(symbols="0123"))
-    _refused(checkpoint, capsys, "vocab.json: vocab: 'symbols' must be a list of non-empty "
-                                 "strings")
+    _refused(checkpoint, capsys, "vocab.json: tgt vocabulary: 'symbols' must be a list of "
+                                 "non-empty strings")
     _edit_json(checkpoint / "vocab.json", lambda d: d["tgt"].update(symbols=list("01234566")))
-    _refused(checkpoint, capsys, "vocab.json: vocab: 'symbols' lists a symbol twice")
+    _refused(checkpoint, capsys, "vocab.json: tgt vocabulary: 'symbols' lists a symbol twice")
 
 
 def test_non_finite_weights_are_refused(checkpoint, capsys):
@@ -125,3 +126,24 @@ def test_a_missing_vocabulary_is_reported_as_missing(checkpoint, capsys):
 def test_configs_of_the_wrong_shape_are_refused(checkpoint, capsys, config):
     _edit_json(checkpoint / "config.json", lambda d: d.update(config=config))
     _refused(checkpoint, capsys, "checkpoint")
+
+
+def test_a_vocabulary_file_without_an_entry_the_task_reads_is_named(checkpoint, capsys):
+    _edit_json(checkpoint / "vocab.json", lambda d: d.pop("src"))
+    _refused(checkpoint, capsys, "vocab.json: src: missing (a translate checkpoint's vocab.json "
+                                 "holds src and tgt)")
+    (checkpoint / "vocab.json").write_text("[1, 2]")
+    _refused(checkpoint, capsys, "vocab.json: expected an object holding src and tgt, got "
+                                 "[1, 2] (list)")
+
+
+def test_a_vocabulary_file_that_is_a_folder_is_named(checkpoint, capsys):
+    (checkpoint / "vocab.json").unlink()
+    (checkpoint / "vocab.json").mkdir()
+    _refused(checkpoint, capsys, "vocab.json: not a regular file (a folder)")
+
+
+def test_a_character_symbol_of_two_characters_is_named(checkpoint, capsys):
+    _edit_json(checkpoint / "vocab.json", lambda d: d["tgt"]["symbols"].__setitem__(0, "ab"))
+    _refused(checkpoint, capsys, "vocab.json: tgt vocabulary: 'symbols' holds 'ab': expected one "
+                                 "character\n")

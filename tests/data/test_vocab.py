@@ -30,3 +30,19 @@ def test_saved_and_loaded_by_type():
     assert isinstance(again, WordVocab) and again.symbols == vocab.symbols
     with pytest.raises(ValueError, match="vocab: expected a word vocabulary"):
         WordVocab.from_json({"type": "char", "symbols": []})
+
+
+def test_a_character_vocabulary_holds_characters_and_its_tags():
+    from attnkit.data import CharVocab
+
+    vocab = CharVocab.build(["<fr> deux", "12"], tags=["<fr>"])
+    assert load_vocab(vocab.to_json()).symbols == vocab.symbols  # a tag is one symbol
+    data = vocab.to_json()
+    data["symbols"][0] = "ab"
+    with pytest.raises(ValueError, match=r"^vocab: 'symbols' holds 'ab': expected one character "
+                                         r"or one of the tags \('<fr>'\)$"):
+        load_vocab(data)
+    data["symbols"][0] = "x" * 10**6
+    with pytest.raises(ValueError) as info:
+        load_vocab(data)
+    assert len(str(info.value)) < 400

@@ -265,3 +265,23 @@ def test_json_numbers_python_cannot_read_are_refused_naming_the_file(tmp_path):
     (path / "config.json").write_text('{"config": ' + "9" * 5000 + "}")
     with pytest.raises(CheckpointError, match=r"config.json: not valid JSON \(Exceeds the limit"):
         load_checkpoint(path)
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors", "vocab.json",
+                                  "trainer.json", "optimizer.json", "optimizer.safetensors"])
+def test_a_checkpoint_file_that_is_a_fifo_or_a_folder_is_refused_before_it_is_opened(tmp_path,
+                                                                                      name):
+    model = Tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    _train(model, opt, 1, seed=0)
+    path = save_checkpoint(tmp_path / "ck", model=model, config={}, vocab={"a": 1},
+                           optimizer=opt, trainer_state={"step": 1})
+    (path / name).unlink()
+    os.mkfifo(path / name)  # opening it would wait for a writer for ever
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    assert str(info.value) == f"{path / name}: not a regular file (a FIFO)"
+    (path / name).unlink()
+    (path / name).mkdir()
+    with pytest.raises(CheckpointError, match=r": not a regular file \(a folder\)$"):
+        load_checkpoint(path)

@@ -10,15 +10,12 @@ make attnkit read, and report on, files its user did not hand over.
 
 from __future__ import annotations
 
-import stat
 from pathlib import Path
 
 from attnkit.errors import DataError
+from attnkit.folders import unreadable
 
 __all__ = ["inside", "regular_file"]
-
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character "
-          "device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
 def regular_file(path: str | Path) -> Path:
@@ -29,15 +26,9 @@ def regular_file(path: str | Path) -> Path:
             folder, a FIFO, a device or a socket.
     """
     path = Path(path)
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise DataError(f"{path}: cannot read (no such file)") from None
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
-    if not stat.S_ISREG(mode):
-        kind = next((name for test, name in _KINDS if test(mode)), "not a file")
-        raise DataError(f"{path}: not a regular file ({kind})")
+    why = unreadable(path)
+    if why is not None:
+        raise DataError(f"{path}: {why}")
     return path
 
 

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from attnkit.checks import quoted
 from attnkit.data.subword import SubwordVocab
 from attnkit.tokens import BOS, EOS, PAD, SPECIALS, UNK, content_ids
 
@@ -81,19 +82,32 @@ class CharVocab:
         """The vocabulary ``to_json()`` wrote.
 
         Raises:
-            ValueError: not a character vocabulary, or ``symbols`` / ``tags`` not lists of
-                distinct non-empty strings.
+            ValueError: not a character vocabulary, ``symbols`` / ``tags`` not lists of
+                distinct non-empty strings, or a symbol that is neither one character nor
+                one of the tags.
         """
         if not isinstance(data, dict) or data.get("type") != "char":
-            raise ValueError(f"vocab: expected a character vocabulary, got {str(data)[:80]!r}")
-        for key in ("symbols", "tags"):
-            value = data.get(key, [])
-            if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
-                raise ValueError(f"vocab: {key!r} must be a list of non-empty strings, got "
-                                 f"{str(value)[:80]}")
-            if len(set(value)) != len(value):
-                raise ValueError(f"vocab: {key!r} lists a symbol twice")
-        return cls(data["symbols"], data.get("tags", ()))
+            raise ValueError(f"vocab: expected a character vocabulary, got {quoted(data)}")
+        _check_symbols(data, ("symbols", "tags"))
+        tags = data.get("tags", [])
+        wrong = next((s for s in data.get("symbols", []) if len(s) > 1 and s not in tags), None)
+        if wrong is not None:  # text is split into characters: it would never be read
+            listed = f" or one of the tags ({', '.join(map(quoted, tags))})" if tags else ""
+            raise ValueError(f"vocab: 'symbols' holds {quoted(wrong)}: expected one "
+                             f"character{listed}")
+        return cls(data["symbols"], tags)
+
+
+def _check_symbols(data: dict, keys: tuple[str, ...]) -> None:
+    """Refuse entries ``keys`` of a saved vocabulary that are not lists of distinct non-empty
+    strings (an entry left out is an empty list)."""
+    for key in keys:
+        value = data.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
+            raise ValueError(f"vocab: {key!r} must be a list of non-empty strings, got "
+                             f"{quoted(value)}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"vocab: {key!r} lists a symbol twice")
 
 
 def words(text: str) -> list[str]:
@@ -158,8 +172,9 @@ class WordVocab:
     @classmethod
     def from_json(cls, data: dict) -> WordVocab:
         if not isinstance(data, dict) or data.get("type") != "word":
-            raise ValueError(f"vocab: expected a word vocabulary, got {str(data)[:80]!r}")
-        return cls(data["symbols"])
+            raise ValueError(f"vocab: expected a word vocabulary, got {quoted(data)}")
+        _check_symbols(data, ("symbols",))
+        return cls(data.get("symbols", []))
 
 
 def build_vocab(texts: Sequence[str], *, kind: str = "char", size: int = 1000,

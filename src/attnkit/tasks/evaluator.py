@@ -106,7 +106,10 @@ class Evaluator(ABC):
     :data:`attnkit.tasks.metrics.METRICS`: the text metrics :meth:`score` reports first, in
     this order), ``labels`` (how to print the names of the task's own scores, which
     :meth:`score` adds after them) and ``scores_attention`` (True when :meth:`score` reads
-    the outputs' attention weights, so that :func:`score_examples` keeps them).
+    the outputs' attention weights, so that :func:`score_examples` keeps them) and
+    ``vocabularies`` (the entries of ``vocab.json`` it reads, by name; empty when the file is
+    one vocabulary: :func:`attnkit.tasks.loading.load_task_checkpoint` refuses a checkpoint
+    without them).
     """
 
     task: ClassVar[str]
@@ -114,6 +117,7 @@ class Evaluator(ABC):
     metrics: ClassVar[tuple[str, ...]]
     labels: ClassVar[dict[str, str]] = {}
     scores_attention: ClassVar[bool] = False
+    vocabularies: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, *, task: str | None = None, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from attnkit.checks import got, quoted
 from attnkit.data import load_vocab
 from attnkit.folders import folder_copies
 from attnkit.models import build_model, legacy, model_shapes
@@ -38,17 +39,27 @@ def load_task_checkpoint(directory: Path, task: str) -> Checkpoint:
     :class:`CheckpointError` naming the folder or the file.
 
     ``vocab.json`` holds one vocabulary, sized by the model config's ``vocab``, or several by
-    name, each sized by ``NAME_vocab`` (``src_vocab``) or ``NAME`` (VQA's ``words``, and its
+    name (those the task's evaluator reads, :attr:`Evaluator.vocabularies`, must be there),
+    each sized by ``NAME_vocab`` (``src_vocab``) or ``NAME`` (VQA's ``words``, and its
     ``answers``: a list of class names); an entry the model config does not size is the
     task's own and is not checked here."""
     ck = load_checkpoint(directory)
     if ck.config.get("task") != task or not isinstance(ck.config.get("model"), dict):
         raise CheckpointError(f"{directory}: not a {task} checkpoint "
-                              f"(task {ck.config.get('task')!r})")
+                              f"(task {quoted(ck.config.get('task'))})")
+    path = ck.path / "vocab.json"
     if ck.vocab is None:
-        raise CheckpointError(f"{ck.path / 'vocab.json'}: missing (a {task} checkpoint keeps "
-                              "its vocabulary there)")
-    single = isinstance(ck.vocab, dict) and "type" in ck.vocab
+        raise CheckpointError(f"{path}: missing (a {task} checkpoint keeps its vocabulary "
+                              "there)")
+    names = EVALUATORS[task].vocabularies if task in EVALUATORS else ()
+    if names and not isinstance(ck.vocab, dict):
+        raise CheckpointError(f"{path}: expected an object holding {' and '.join(names)}, got "
+                              f"{got(ck.vocab)}")
+    for name in names:
+        if name not in ck.vocab:
+            raise CheckpointError(f"{path}: {name}: missing (a {task} checkpoint's vocab.json "
+                                  f"holds {' and '.join(names)})")
+    single = not names and isinstance(ck.vocab, dict) and "type" in ck.vocab
     vocabs = {"": ck.vocab} if single else ck.vocab if isinstance(ck.vocab, dict) else {"": None}
     model = ck.config["model"]
     for name, data in vocabs.items():
@@ -57,8 +68,10 @@ def load_task_checkpoint(directory: Path, task: str) -> Checkpoint:
             continue
         try:
             size = len(data) if isinstance(data, list) else len(load_vocab(data))
-        except ValueError as exc:
-            raise CheckpointError(f"{ck.path / 'vocab.json'}: {exc}") from None
+        except ValueError as exc:  # "vocab: ..." (the argument): here, the file and entry
+            reason = str(exc).removeprefix("vocab: ")
+            raise CheckpointError(f"{path}: {name + ' vocabulary: ' if name else ''}"
+                                  f"{reason}") from None
         expected = model.get(key)  # not an int: refused by load_task_model
         if isinstance(expected, int) and expected != size:
             raise CheckpointError(f"{ck.path}: the {name + ' ' if name else ''}vocabulary has "

@@ -208,6 +208,7 @@ class TranslateEvaluator(Evaluator, task="translate"):
     """A translation checkpoint's model and vocabularies: decodes source texts and reads
     ``source<TAB>reference`` TSV files (:mod:`attnkit.tasks.evaluator`)."""
 
+    vocabularies = ("src", "tgt")
     data = ("a TSV of source<TAB>reference lines, or a Moses corpus (PREFIX with --src-lang "
             "and --tgt-lang, or its two files), or hf:PATH[:SPLIT]")
     metrics = ("exact", "cer", "bleu", "bleu_char", "chrf")

@@ -272,6 +272,7 @@ class VqaEvaluator(Evaluator, task="vqa"):
     pairs and scores accuracy overall and per question type (:func:`vqa_metrics`); the user's
     questions are all of type ``user``."""
 
+    vocabularies = ("words", "answers")
     data = (f"a folder of images with {QUESTIONS} (filename<TAB>question<TAB>answer), that "
             "TSV, VQA v2 questions (with their annotations), hf:PATH[:SPLIT], or built-in "
             "scenes: scenes:test or scenes:heldout")

@@ -34,7 +34,13 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from attnkit.checks import clipped
-from attnkit.folders import folder_copies, recover_folder, write_folder
+from attnkit.folders import (
+    NO_SUCH_FILE,
+    folder_copies,
+    recover_folder,
+    unreadable,
+    write_folder,
+)
 
 __all__ = ["BUILTIN", "Checkpoint", "CheckpointError", "builtin_checkpoints", "load_checkpoint",
            "recover_checkpoint", "resolve_checkpoint", "save_checkpoint"]
@@ -240,10 +246,20 @@ def _depth(value) -> int:
     return deepest
 
 
+def _there(path: Path, missing: str | None) -> bool:
+    """Whether the checkpoint file ``path`` is there to be read, checked before anything
+    opens it: a regular file (links followed), not a folder, a FIFO (reading it would block
+    for ever) or a device. ``missing``: why a missing file is refused (None: it may be)."""
+    why = unreadable(path)
+    if why == NO_SUCH_FILE and missing is None:
+        return False
+    if why is not None:
+        raise CheckpointError(f"{path}: " + (f"missing{missing}" if why == NO_SUCH_FILE else why))
+    return True
+
+
 def _read_json(path: Path, required: bool = True):
-    if not path.exists():
-        if required:
-            raise CheckpointError(f"{path}: missing (is {path.parent} an attnkit checkpoint?)")
+    if not _there(path, f" (is {path.parent} an attnkit checkpoint?)" if required else None):
         return None
     deep = f"{path}: JSON nested deeper than {MAX_DEPTH} levels (attnkit writes at most a few)"
     try:
@@ -258,8 +274,7 @@ def _read_json(path: Path, required: bool = True):
 
 
 def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
-    if not path.exists():
-        raise CheckpointError(f"{path}: missing")
+    _there(path, "")
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as exc:
@@ -316,7 +331,7 @@ def load_checkpoint(directory: str | Path) -> Checkpoint:
         raise CheckpointError(f"{directory / 'config.json'}: 'config' must be a JSON object, "
                               f"got {type(config).__name__}")
     optimizer_state = None
-    if (directory / "optimizer.json").exists():
+    if _there(directory / "optimizer.json", None):
         tensors = _read_tensors(directory / "optimizer.safetensors")
         plain = _read_json(directory / "optimizer.json")
         try:
