@@ -147,3 +147,20 @@ def test_a_character_symbol_of_two_characters_is_named(checkpoint, capsys):
     _edit_json(checkpoint / "vocab.json", lambda d: d["tgt"]["symbols"].__setitem__(0, "ab"))
     _refused(checkpoint, capsys, "vocab.json: tgt vocabulary: 'symbols' holds 'ab': expected one "
                                  "character\n")
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.uint8])
+def test_weights_of_an_integer_or_bool_dtype_are_refused_naming_the_tensor(checkpoint, capsys,
+                                                                           dtype):
+    state = load_file(str(checkpoint / "model.safetensors"))
+    state["decoder.out.weight"] = state["decoder.out.weight"].to(dtype)
+    save_file(state, str(checkpoint / "model.safetensors"))
+    _refused(checkpoint, capsys, f"model.safetensors: 1 tensors of another dtype than the "
+                                 f"model's (decoder.out.weight: {dtype}, expected floating "
+                                 f"point as the model's torch.float32)")
+
+
+def test_weights_of_another_floating_dtype_load(checkpoint, capsys):
+    state = load_file(str(checkpoint / "model.safetensors"))
+    save_file({k: v.double() for k, v in state.items()}, str(checkpoint / "model.safetensors"))
+    assert main(["translate", "--checkpoint", str(checkpoint), "<en> one"]) == 0

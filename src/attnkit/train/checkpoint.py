@@ -94,6 +94,18 @@ class Checkpoint:
             raise CheckpointError(f"{self.path}: the weights do not fit this model: "
                                   + " | ".join(parts))
 
+    def check_dtypes(self, dtypes: dict[str, torch.dtype]) -> None:
+        """Check that each tensor is of the kind of the model's (``dtypes``, by name):
+        floating point where the model's is, integer or bool where it is. Another floating
+        dtype (float64 for float32) is converted when loading; an integer or bool tensor
+        where the model has floats would be converted into garbage weights."""
+        wrong = [f"{k}: {self.model_state[k].dtype}, expected {_KIND[_kind(d)]} as the "
+                 f"model's {d}" for k, d in dtypes.items()
+                 if k in self.model_state and _kind(self.model_state[k].dtype) != _kind(d)]
+        if wrong:
+            raise CheckpointError(f"{self.path / 'model.safetensors'}: {len(wrong)} tensors of "
+                                  f"another dtype than the model's ({_listed(wrong)})")
+
     def check_finite(self) -> None:
         """Refuse weights holding NaN or infinity (they would decode garbage)."""
         bad = _non_finite(self.model_state)
@@ -115,11 +127,22 @@ class Checkpoint:
                                   "resuming would turn the weights into NaN")
 
     def load_model(self, model: torch.nn.Module) -> None:
-        """Load the weights into ``model``: they must fit it (:meth:`check_shapes`) and be
-        finite (:meth:`check_finite`)."""
+        """Load the weights into ``model``: they must fit it (:meth:`check_shapes`), be of
+        its dtypes' kinds (:meth:`check_dtypes`) and be finite (:meth:`check_finite`)."""
         self.check_shapes({k: tuple(v.shape) for k, v in model.state_dict().items()})
+        self.check_dtypes({k: v.dtype for k, v in model.state_dict().items()})
         self.check_finite()
         model.load_state_dict(self.model_state)
+
+
+_KIND = {"float": "floating point", "complex": "complex", "bool": "bool", "int": "integer"}
+
+
+def _kind(dtype: torch.dtype) -> str:
+    """What a tensor of ``dtype`` holds (a key of :data:`_KIND`)."""
+    if dtype.is_floating_point:
+        return "float"
+    return "complex" if dtype.is_complex else "bool" if dtype == torch.bool else "int"
 
 
 def _non_finite(tensors: dict[str, torch.Tensor]) -> list[str]:
