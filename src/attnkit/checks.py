@@ -49,12 +49,17 @@ def quoted(value) -> str:
     return clipped(_SHORT.repr(value))
 
 
-def clipped(text: str) -> str:
-    """``text`` (an exception's message, which may quote a file) cut to :data:`QUOTED`
-    characters, its first line only."""
+MESSAGE = 1000
+"""The most characters of an error message that :func:`clipped` keeps when it cuts a whole
+message (one that may quote a value from a file without :func:`quoted`)."""
+
+
+def clipped(text: str, limit: int = QUOTED) -> str:
+    """The first line of ``text`` (an exception's message, which may quote a file), cut to
+    ``limit`` characters."""
     lines = text.strip().splitlines()
     line = lines[0] if lines else ""
-    return line if len(line) <= QUOTED else f"{line[:QUOTED]}..."
+    return line if len(line) <= limit else f"{line[:limit]}... ({len(line):,} characters)"
 
 
 def got(value) -> str:
@@ -114,7 +119,7 @@ def check_window(window) -> tuple[int, int] | None:
         or len(window) != 2
         or not all(isinstance(w, int) and not isinstance(w, bool) for w in window)
     ):
-        raise TypeError(f"window: expected a pair of ints (left, right), got {window!r}")
+        raise TypeError(f"window: expected a pair of ints (left, right), got {quoted(window)}")
     left, right = window
     if left < 0 or right < 0:
         raise ValueError(f"window: expected non-negative sizes (left, right), got {tuple(window)!r}")
@@ -127,7 +132,7 @@ def check_probability(name: str, value) -> float:
         or isinstance(value, bool)
         or not 0.0 <= value < 1.0
     ):
-        raise ValueError(f"{name}: expected a probability in [0, 1), got {value!r}")
+        raise ValueError(f"{name}: expected a probability in [0, 1), got {quoted(value)}")
     return float(value)
 
 
@@ -136,7 +141,7 @@ def check_non_negative(name: str, value) -> float:
     bool)."""
     if not (isinstance(value, (int, float)) and not isinstance(value, bool)
             and 0.0 <= value < float("inf")):
-        raise ValueError(f"{name}: expected a non-negative number, got {value!r}")
+        raise ValueError(f"{name}: expected a non-negative number, got {quoted(value)}")
     return float(value)
 
 
@@ -145,11 +150,11 @@ def check_non_negative_int(name: str, value, unit: str = "") -> int:
     message, e.g. "epochs"."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         what = f" ({unit})" if unit else ""
-        raise ValueError(f"{name}: expected a non-negative int{what}, got {value!r}")
+        raise ValueError(f"{name}: expected a non-negative int{what}, got {quoted(value)}")
     return value
 
 
 def check_positive_int(name: str, value) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        raise ValueError(f"{name}: expected a positive int, got {quoted(value)}")
     return value

@@ -3,6 +3,7 @@ found before anything is built."""
 
 import base64
 import json
+import re
 import shutil
 
 import pytest
@@ -164,3 +165,46 @@ def test_weights_of_another_floating_dtype_load(checkpoint, capsys):
     state = load_file(str(checkpoint / "model.safetensors"))
     save_file({k: v.double() for k, v in state.items()}, str(checkpoint / "model.safetensors"))
     assert main(["translate", "--checkpoint", str(checkpoint), "<en> one"]) == 0
+
+
+HUGE = "x" * 10**7  # a 10 MB string: quoted in an error, at most about 200 characters of it
+
+
+def _model_key(key):
+    return lambda d: d["config"]["model"].update({key: HUGE})
+
+
+@pytest.mark.parametrize("name, edit, message", [
+    ("config.json", _model_key("name"), "'name' must be one of"),
+    ("config.json", _model_key("kind"), "seq2seq cannot be built from it: kind: expected"),
+    ("config.json", _model_key("hidden"), "hidden: expected int, got 'xxx"),
+    ("config.json", lambda d: d["config"].update(task=HUGE), "not a translate checkpoint"),
+    ("config.json", lambda d: d.update(format=HUGE), "not an attnkit checkpoint"),
+    ("config.json", lambda d: d.update(version=HUGE), "checkpoint version 'xxx"),
+    ("config.json", lambda d: d["config"].update(max_len_extra=HUGE),
+     "max_len_extra: expected a non-negative int, got 'xxx"),
+    ("vocab.json", lambda d: d["tgt"].update(type=HUGE), "expected a character vocabulary"),
+    ("vocab.json", lambda d: d["tgt"]["symbols"].append(HUGE), "'symbols' holds 'xxx"),
+    ("vocab.json", lambda d: d.update(src=HUGE), "expected a character vocabulary, got 'xxx"),
+])
+def test_a_huge_string_in_a_checkpoint_is_quoted_short(checkpoint, capsys, name, edit, message):
+    _edit_json(checkpoint / name, edit)
+    assert main(["translate", "--checkpoint", str(checkpoint), "<en> one"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err[:1000]
+    assert len(err) < 600 + len(str(checkpoint)), err[:1000]
+    if "'xxx" in message:
+        assert "... (10,000,000 characters)" in err
+
+
+def test_an_error_message_quoting_a_value_whole_is_cut_to_one_short_line(checkpoint, capsys,
+                                                                         monkeypatch):
+    def evaluator(*args):  # a check elsewhere that quotes a task setting whole
+        raise ValueError(f"max_words: expected a positive int, got {HUGE!r}\nsecond line")
+
+    monkeypatch.setattr("attnkit.tasks.loading.evaluator_for", lambda task: evaluator)
+    assert main(["translate", "--checkpoint", str(checkpoint), "<en> one"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"attnkit: {checkpoint / 'config.json'}: max_words: expected a "
+                          "positive int, got 'xxx")
+    assert re.search(r"xxx\.\.\. \(10,000,0\d\d characters\)\n$", err) and len(err) < 1200

@@ -364,3 +364,26 @@ def test_a_hand_edited_trainer_json_is_refused_naming_the_key(tmp_path, edit, me
     assert text.startswith(f"{path}: ") and message in text, text
     assert "\n" not in text and len(text) < 600
     assert trainer.step == 0  # nothing restored
+
+
+@pytest.mark.parametrize("file, edit, message", [
+    ("config.json", lambda d: d["config"].update(t="x" * 10**7),
+     "differs in t: 'xxx"),
+    ("trainer.json", lambda d: d["train_config"].update(lr="x" * 10**7),
+     "saved with other training settings (lr='xxx"),
+])
+def test_a_huge_string_in_a_resumed_checkpoint_is_quoted_short(tmp_path, file, edit, message):
+    import json
+
+    from attnkit.train import CheckpointError
+
+    torch.manual_seed(0)
+    Trainer(Reverse(), ReverseTask(), _cfg(max_steps=3, eval_every=3), tmp_path).fit()
+    path = tmp_path / "checkpoint" / file
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(CheckpointError) as info:
+        Trainer(Reverse(), ReverseTask(), _cfg(max_steps=15), tmp_path).resume()
+    assert message in str(info.value) and "... (10,000,000 characters)" in str(info.value)
+    assert len(str(info.value)) < 600

@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
+    from attnkit.checks import MESSAGE, clipped
     from attnkit.cli import recipes
     from attnkit.cli.common import (
         Interrupted,
@@ -105,7 +106,8 @@ def _run(argv: list[str] | None) -> int:
     except (CheckpointError, DataError, ValueError) as exc:  # bad files or settings: a message
         if args.verbose:
             raise
-        print(f"attnkit: {exc}", file=sys.stderr)
+        # one line, bounded (above a message that names a file and quotes a part cut already)
+        print(f"attnkit: {clipped(str(exc), 2 * MESSAGE)}", file=sys.stderr)
         return 2
 
 

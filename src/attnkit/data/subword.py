@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 
 import sentencepiece as spm
 
+from attnkit.checks import quoted
 from attnkit.tokens import BOS, EOS, PAD, UNK, content_ids
 
 __all__ = ["SubwordVocab"]
@@ -112,7 +113,7 @@ class SubwordVocab:
     def from_json(cls, data: dict) -> SubwordVocab:
         if not isinstance(data, dict) or data.get("type") != "sentencepiece":
             raise ValueError(f"vocab: expected a SentencePiece vocabulary, got "
-                             f"{str(data)[:80]!r}")
+                             f"{quoted(data)}")
         try:
             model = base64.b64decode(data.get("model"), validate=True)
         except (TypeError, ValueError):

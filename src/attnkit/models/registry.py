@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from attnkit.attention.reference import available_memory
+from attnkit.checks import clipped, got, quoted
 
 __all__ = ["MODELS", "Model", "build_model", "check_config", "check_fits", "model_config",
            "model_shapes"]
@@ -129,13 +130,14 @@ def check_config(config: dict) -> tuple[type[Model], dict]:
     name = config.get("name")
     if not isinstance(name, str) or name not in MODELS:
         raise ValueError(f"model config: 'name' must be one of {', '.join(sorted(MODELS))}, "
-                         f"got {name!r}")
+                         f"got {quoted(name)}")
     cls = MODELS[name]
     arguments = {k: v for k, v in config.items() if k != "name"}
     parameters = inspect.signature(cls).parameters
     unknown = sorted(set(arguments) - set(parameters), key=str)
     if unknown:
-        raise ValueError(f"model config: {name} takes no argument {', '.join(map(str, unknown))}")
+        raise ValueError(f"model config: {name} takes no argument "
+                         f"{clipped(', '.join(map(str, unknown)))}")
     missing = [k for k, p in parameters.items() if p.default is p.empty and k not in arguments]
     if missing:
         raise ValueError(f"model config: {name} needs {', '.join(missing)}")
@@ -143,8 +145,7 @@ def check_config(config: dict) -> tuple[type[Model], dict]:
     for key, value in arguments.items():
         if key in hints and not _fits(value, hints[key]):
             raise ValueError(f"model config: {key}: expected {_type_name(hints[key])}, got "
-                             f"{str(value)[:40] if isinstance(value, list) else repr(value)[:40]}"
-                             f" ({type(value).__name__})")
+                             f"{got(value)}")
     return cls, arguments
 
 
@@ -194,7 +195,7 @@ def model_shapes(config: dict) -> dict[str, tuple[int, ...]]:
         with torch.device("meta"):
             model = cls(**arguments)
     except (ValueError, TypeError, RuntimeError, OverflowError, RecursionError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = clipped(str(exc)) or type(exc).__name__
         raise ValueError(f"model config: {cls.model_name} cannot be built from it: "
                          f"{reason}") from None
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}

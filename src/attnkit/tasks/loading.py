@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from attnkit.checks import got, quoted
+from attnkit.checks import MESSAGE, clipped, got, quoted
 from attnkit.data import load_vocab
 from attnkit.folders import folder_copies
 from attnkit.models import build_model, legacy, model_shapes
@@ -75,7 +75,8 @@ def load_task_checkpoint(directory: Path, task: str) -> Checkpoint:
         expected = model.get(key)  # not an int: refused by load_task_model
         if isinstance(expected, int) and expected != size:
             raise CheckpointError(f"{ck.path}: the {name + ' ' if name else ''}vocabulary has "
-                                  f"{size} entries, the model's config says {key}={expected!r}")
+                                  f"{size} entries, the model's config says "
+                                  f"{key}={quoted(expected)}")
     return ck
 
 
@@ -143,7 +144,8 @@ def _check_same_model(ck: Checkpoint, model: dict, options: dict[str, str]) -> N
     for key, value in model.items():
         if saved.get(key) != value:
             option = options.get(key, "--" + key.replace("_", "-"))
-            changed.setdefault(option, f"{option} {saved.get(key)!r} saved, {value!r} given")
+            changed.setdefault(option, f"{option} {quoted(saved.get(key))} saved, "
+                                      f"{quoted(value)} given")
     if changed:
         raise CheckpointError(f"{ck.path}: saved with other model settings "
                               f"({'; '.join(changed.values())}); resume with the settings it "
@@ -161,13 +163,14 @@ def load_evaluator(directory: Path, device: torch.device | str = "cpu", task: st
     if task is None:
         task = load_checkpoint(directory).config.get("task")
         if task not in EVALUATORS:
-            raise CheckpointError(f"{directory}: a checkpoint of task {task!r}; expected one of "
-                                  f"{', '.join(sorted(EVALUATORS))}")
+            raise CheckpointError(f"{directory}: a checkpoint of task {quoted(task)}; expected "
+                                  f"one of {', '.join(sorted(EVALUATORS))}")
     model, ck = load_task_model(directory, task, device)
     try:
         return evaluator_for(task)(model, ck.config, ck.vocab)
-    except ValueError as exc:
-        raise CheckpointError(f"{ck.path / 'config.json'}: {exc}") from None
+    except ValueError as exc:  # a task setting, perhaps quoted whole: cut
+        raise CheckpointError(f"{ck.path / 'config.json'}: {clipped(str(exc), MESSAGE)}") \
+            from None
 
 
 def load_lm(path: Path | None, vocab: dict, device) -> torch.nn.Module | None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from attnkit.checks import quoted
 from attnkit.data import MAX_CHARS, CharVocab, SubwordVocab, build_vocab, load_vocab, pad_batch
 from attnkit.data.formats.reading import read_corpus
 from attnkit.data.pairs import TextPairs
@@ -220,7 +221,7 @@ class TranslateEvaluator(Evaluator, task="translate"):
         self.src_vocab, self.tgt_vocab = load_vocab(vocab["src"]), load_vocab(vocab["tgt"])
         extra = config.get("max_len_extra", 10)
         if not isinstance(extra, int) or isinstance(extra, bool) or extra < 0:
-            raise ValueError(f"max_len_extra: expected a non-negative int, got {extra!r}")
+            raise ValueError(f"max_len_extra: expected a non-negative int, got {quoted(extra)}")
         self.max_len_extra = extra
 
     def read(self, path, **options) -> list[Example]:

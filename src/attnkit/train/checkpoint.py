@@ -33,7 +33,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from attnkit.checks import clipped
+from attnkit.checks import clipped, quoted
 from attnkit.folders import (
     NO_SUCH_FILE,
     folder_copies,
@@ -301,7 +301,8 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
+        raise CheckpointError(f"{path}: not a readable safetensors file "
+                              f"({clipped(str(exc))})") from None
 
 
 def builtin_checkpoints() -> dict[str, Path]:
@@ -344,11 +345,12 @@ def load_checkpoint(directory: str | Path) -> Checkpoint:
         raise CheckpointError(f"{directory}: no such checkpoint directory")
     head = _read_json(directory / "config.json")
     if not isinstance(head, dict) or head.get("format") != FORMAT:
+        found = head.get("format") if isinstance(head, dict) else None
         raise CheckpointError(f"{directory / 'config.json'}: not an attnkit checkpoint "
-                              f"(format {head.get('format') if isinstance(head, dict) else None!r})")
+                              f"(format {quoted(found)})")
     if head.get("version") != VERSION:
-        raise CheckpointError(f"{directory}: checkpoint version {head.get('version')!r} is not "
-                              f"supported by this attnkit (reads version {VERSION})")
+        raise CheckpointError(f"{directory}: checkpoint version {quoted(head.get('version'))} is "
+                              f"not supported by this attnkit (reads version {VERSION})")
     config = head.get("config", {})
     if not isinstance(config, dict):
         raise CheckpointError(f"{directory / 'config.json'}: 'config' must be a JSON object, "
@@ -361,7 +363,7 @@ def load_checkpoint(directory: str | Path) -> Checkpoint:
             optimizer_state = _unflatten_optimizer(tensors, plain)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CheckpointError(f"{directory}: optimizer state not in the attnkit layout "
-                                  f"({type(exc).__name__}: {exc})") from None
+                                  f"({clipped(f'{type(exc).__name__}: {exc}')})") from None
     trainer_state = _read_json(directory / "trainer.json", required=False)
     if trainer_state is not None and not isinstance(trainer_state, dict):
         raise CheckpointError(f"{directory / 'trainer.json'}: must be a JSON object, got "

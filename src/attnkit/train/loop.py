@@ -284,7 +284,7 @@ def _differences(saved: dict, now: dict, prefix: str = "") -> list[str]:
         if isinstance(a, dict) and isinstance(b, dict):
             out += _differences(a, b, f"{prefix}{key}.")
         elif a != b:
-            out.append(f"{prefix}{key}: {a!r} saved, {b!r} now")
+            out.append(f"{prefix}{key}: {quoted(a)} saved, {quoted(b)} now")
     return out
 
 
