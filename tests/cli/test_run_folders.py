@@ -148,6 +148,24 @@ def test_resume_refuses_changed_model_settings_by_name(tsv, tmp_path, capsys, op
     assert err.count("\n") == 1  # one line, no traceback
 
 
+@pytest.mark.parametrize("first, then, named", [
+    ((), ("--vocab", "bpe"), "--vocab 'char' saved, 'bpe' given"),
+    (("--vocab", "bpe"), ("--vocab", "unigram"), "--vocab 'bpe' saved, 'unigram' given"),
+    (("--vocab", "bpe"), ("--vocab", "bpe", "--vocab-size", "500"),
+     "--vocab-size 1000 saved, 500 given"),
+])
+def test_resume_refuses_changed_vocabulary_settings_by_name(tsv, tmp_path, capsys, first, then,
+                                                            named):
+    out = tmp_path / "run"
+    assert _train(tsv, out, *first) == 0
+    capsys.readouterr()
+    assert _train(tsv, out, "--resume", *then) == 2
+    err = capsys.readouterr().err
+    assert f"saved with other vocabulary settings ({named})" in err
+    assert err.count("\n") == 1  # one line, no traceback
+    assert _train(tsv, out, "--resume", "--steps", "3", *first) == 0  # the same: resumed
+
+
 def test_a_changed_task_setting_is_named_with_both_values(tsv, tmp_path, capsys):
     out = tmp_path / "run"
     assert _train(tsv, out) == 0

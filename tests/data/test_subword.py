@@ -49,3 +49,17 @@ def test_training_is_deterministic():
 def test_bad_input_names_the_argument(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_the_settings_a_vocabulary_was_built_with_are_kept():
+    from attnkit.data import CharVocab, WordVocab, vocab_settings
+
+    texts = ["<en> twenty-three", "<en> forty-two", "<fr> vingt-trois"] * 10
+    for kind in ("unigram", "bpe"):
+        vocab = SubwordVocab.build(texts, size=300, model_type=kind)
+        again = load_vocab(vocab.to_json())
+        assert vocab_settings(vocab) == vocab_settings(again) == {"kind": kind, "size": 300}
+        older = {k: v for k, v in vocab.to_json().items() if k != "size"}  # saved without it
+        assert vocab_settings(load_vocab(older)) == {"kind": kind}
+    assert vocab_settings(CharVocab.build(texts)) == {"kind": "char"}
+    assert vocab_settings(WordVocab.build(texts)) == {"kind": "word"}

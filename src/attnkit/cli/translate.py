@@ -91,7 +91,8 @@ def _pairs(args):
 def run_train(args) -> int:
     torch.manual_seed(args.seed)
     ck = loading.existing_run(args.out, "translate", resume=args.resume,
-                              model=_model_config(args), options=OPTIONS)
+                              model=_model_config(args), options=OPTIONS,
+                              vocab={"kind": args.vocab, "size": args.vocab_size})
     train, valid = _pairs(args)
     valid = common.held_out(train, valid, "pairs")
     data = ({"train": named(args.train), "valid": named(args.valid)}

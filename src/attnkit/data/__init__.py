@@ -52,7 +52,14 @@ from attnkit.data.subword import SubwordVocab
 from attnkit.data.text_tasks import DATE_LOCALES, NUMBER_LANGUAGES, generate_pairs
 from attnkit.data.tsv import MAX_CHARS, read_tsv
 from attnkit.data.utterances import read_manifest
-from attnkit.data.vocab import CharVocab, WordVocab, build_vocab, load_vocab, pad_batch
+from attnkit.data.vocab import (
+    CharVocab,
+    WordVocab,
+    build_vocab,
+    load_vocab,
+    pad_batch,
+    vocab_settings,
+)
 from attnkit.errors import DataError
 
 __all__ = [
@@ -91,6 +98,7 @@ __all__ = [
     "n_frames",
     "normalize_features",
     "pad_batch",
+    "vocab_settings",
     "pad_features",
     "pad_images",
     "plan_utterances",

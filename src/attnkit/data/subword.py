@@ -37,8 +37,9 @@ class SubwordVocab:
         '<fr>'
     """
 
-    def __init__(self, model: bytes):
+    def __init__(self, model: bytes, *, size: int | None = None):
         self.model = bytes(model)
+        self.size = size  # the most pieces asked for when it was built; None: not known
         try:
             self.sp = spm.SentencePieceProcessor(model_proto=self.model)
         except RuntimeError:
@@ -53,6 +54,12 @@ class SubwordVocab:
                              f"unk=3, got pad={self.sp.pad_id()}, bos={self.sp.bos_id()}, "
                              f"eos={self.sp.eos_id()}, unk={self.sp.unk_id()}")
         self._warned = False
+
+    @property
+    def model_type(self) -> str | None:
+        """``"unigram"`` or ``"bpe"``: the algorithm the model was trained with (None for a
+        model of another type)."""
+        return _MODEL_TYPES.get(_trainer_spec(self.model).get(3))
 
     @classmethod
     def build(cls, texts: Iterable[str], *, size: int = 1000, model_type: str = "unigram",
@@ -79,7 +86,7 @@ class SubwordVocab:
             normalization_rule_name="identity", add_dummy_prefix=False,
             remove_extra_whitespaces=False, split_digits=True, num_threads=1,
             max_sentence_length=1 << 16, minloglevel=2)
-        return cls(out.getvalue())
+        return cls(out.getvalue(), size=size)
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()
@@ -107,7 +114,8 @@ class SubwordVocab:
         return [self.piece(i) for i in self.sp.encode(text)]
 
     def to_json(self) -> dict:
-        return {"type": "sentencepiece", "model": base64.b64encode(self.model).decode("ascii")}
+        data = {"type": "sentencepiece", "model": base64.b64encode(self.model).decode("ascii")}
+        return data if self.size is None else {**data, "size": self.size}
 
     @classmethod
     def from_json(cls, data: dict) -> SubwordVocab:
@@ -119,4 +127,47 @@ class SubwordVocab:
         except (TypeError, ValueError):
             raise ValueError("vocab: 'model' must be a base64 string (the SentencePiece "
                              "model)") from None
-        return cls(model)
+        size = data.get("size")
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
+            raise ValueError(f"vocab: 'size' must be an int, got {quoted(size)}")
+        return cls(model, size=size)
+
+
+_MODEL_TYPES = {1: "unigram", 2: "bpe"}  # TrainerSpec.ModelType in sentencepiece_model.proto
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """The protobuf varint at ``data[at:]`` and the position after it."""
+    value, shift = 0, 0
+    while True:
+        byte = data[at]
+        value, shift, at = value | (byte & 0x7F) << shift, shift + 7, at + 1
+        if byte < 0x80:
+            return value, at
+
+
+def _fields(data: bytes) -> dict[int, int | bytes]:
+    """The fields of a serialised protobuf message by number (the last of a repeated one):
+    varints as ints, length-delimited fields as bytes."""
+    fields, at = {}, 0
+    while at < len(data):
+        key, at = _varint(data, at)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            fields[number], at = _varint(data, at)
+        elif wire == 2:
+            length, at = _varint(data, at)
+            fields[number], at = data[at:at + length], at + length
+        else:  # fixed 64 or 32 bits
+            at += 8 if wire == 1 else 4
+    return fields
+
+
+def _trainer_spec(model: bytes) -> dict[int, int | bytes]:
+    """The fields of a SentencePiece model's TrainerSpec (field 2 of its ModelProto); empty
+    when they cannot be read."""
+    try:
+        spec = _fields(model).get(2, b"")
+        return _fields(spec) if isinstance(spec, bytes) else {}
+    except IndexError:  # cut short
+        return {}

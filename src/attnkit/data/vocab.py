@@ -12,7 +12,8 @@ from attnkit.checks import quoted
 from attnkit.data.subword import SubwordVocab
 from attnkit.tokens import BOS, EOS, PAD, SPECIALS, UNK, content_ids
 
-__all__ = ["CharVocab", "WordVocab", "build_vocab", "load_vocab", "pad_batch", "words"]
+__all__ = ["CharVocab", "WordVocab", "build_vocab", "load_vocab", "pad_batch", "vocab_settings",
+           "words"]
 
 log = logging.getLogger("attnkit")
 
@@ -195,6 +196,15 @@ def load_vocab(data: dict):
     if isinstance(data, dict) and data.get("type") == "word":
         return WordVocab.from_json(data)
     return CharVocab.from_json(data)
+
+
+def vocab_settings(vocab) -> dict:
+    """The :func:`build_vocab` arguments a vocabulary was built with, as far as it keeps
+    them: ``{"kind": "char"}``, ``{"kind": "bpe", "size": 1000}`` (SentencePiece: ``size``
+    when it was saved), ``{"kind": "word"}`` for a :class:`WordVocab`."""
+    if isinstance(vocab, SubwordVocab):
+        return {"kind": vocab.model_type, **({} if vocab.size is None else {"size": vocab.size})}
+    return {"kind": "word" if isinstance(vocab, WordVocab) else "char"}
 
 
 def pad_batch(seqs: Sequence[Sequence[int]], pad: int = PAD) -> tuple[torch.Tensor, torch.Tensor]:

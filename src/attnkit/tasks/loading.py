@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from attnkit.checks import MESSAGE, clipped, got, quoted
-from attnkit.data import load_vocab
+from attnkit.data import load_vocab, vocab_settings
 from attnkit.folders import folder_copies
 from attnkit.models import build_model, legacy, model_shapes
 from attnkit.tasks.evaluator import EVALUATORS, evaluator_for
@@ -29,7 +29,8 @@ from attnkit.train import (
     recover_checkpoint,
 )
 
-__all__ = ["existing_run", "load_evaluator", "load_lm", "load_task_checkpoint", "load_task_model"]
+__all__ = ["VOCAB_OPTIONS", "existing_run", "load_evaluator", "load_lm", "load_task_checkpoint",
+           "load_task_model"]
 
 
 def load_task_checkpoint(directory: Path, task: str) -> Checkpoint:
@@ -103,9 +104,13 @@ def load_task_model(directory: Path, task: str, device: torch.device | str = "cp
     return model.to(device), ck
 
 
+VOCAB_OPTIONS = {"kind": "--vocab", "size": "--vocab-size"}
+"""The option of each :func:`attnkit.data.build_vocab` setting (:func:`existing_run`)."""
+
+
 def existing_run(out: Path, task: str, *, resume: bool = False, pending: Path | None = None,
-                 model: dict | None = None,
-                 options: dict[str, str] | None = None) -> Checkpoint | None:
+                 model: dict | None = None, options: dict[str, str] | None = None,
+                 vocab: dict | None = None) -> Checkpoint | None:
     """The ``task`` checkpoint to resume from the run folder ``out`` (``resume``: the
     command line's ``--resume``), None for a new run; refuses to overwrite a run, and to
     resume one with other model settings.
@@ -119,6 +124,10 @@ def existing_run(out: Path, task: str, *, resume: bool = False, pending: Path | 
     ``model``: the model config the options ask for; with ``--resume``, each of its keys must
     equal the checkpoint's ``config["model"]``, else a :class:`CheckpointError` names the
     options (``options``: the option of a config key, by default ``--key-with-dashes``).
+    ``vocab``: the :func:`attnkit.data.build_vocab` settings the options ask for (``kind``,
+    ``size``); with ``--resume``, each that the checkpoint's vocabularies keep
+    (:func:`attnkit.data.vocab_settings`) must be the same, else the error names the options
+    (:data:`VOCAB_OPTIONS`).
     """
     existing = out / "checkpoint"
     paths = [existing] + ([pending / "checkpoint"] if pending else [])
@@ -135,6 +144,8 @@ def existing_run(out: Path, task: str, *, resume: bool = False, pending: Path | 
     ck = load_task_checkpoint(existing, task)
     if model is not None:
         _check_same_model(ck, model, options or {})
+    if vocab is not None:
+        _check_same_vocab(ck, vocab)
     return ck
 
 
@@ -148,6 +159,25 @@ def _check_same_model(ck: Checkpoint, model: dict, options: dict[str, str]) -> N
                                       f"{quoted(value)} given")
     if changed:
         raise CheckpointError(f"{ck.path}: saved with other model settings "
+                              f"({'; '.join(changed.values())}); resume with the settings it "
+                              "was started with, or start a new run in another --out")
+
+
+def _check_same_vocab(ck: Checkpoint, wanted: dict) -> None:
+    single = isinstance(ck.vocab, dict) and "type" in ck.vocab
+    saved = [ck.vocab] if single else [v for v in ck.vocab.values()
+                                       if isinstance(v, dict) and "type" in v]
+    changed = {}
+    for data in saved:  # readable: load_task_checkpoint loaded each
+        settings = vocab_settings(load_vocab(data))
+        for key, value in settings.items():
+            if key in wanted and wanted[key] != value and (
+                    key == "kind" or settings["kind"] == wanted.get("kind")):
+                option = VOCAB_OPTIONS.get(key, f"--vocab-{key}")
+                changed.setdefault(option, f"{option} {quoted(value)} saved, "
+                                           f"{quoted(wanted[key])} given")
+    if changed:
+        raise CheckpointError(f"{ck.path}: saved with other vocabulary settings "
                               f"({'; '.join(changed.values())}); resume with the settings it "
                               "was started with, or start a new run in another --out")
 
