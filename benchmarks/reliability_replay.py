@@ -1,15 +1,15 @@
-"""Replay the run-folder and export cases of docs/reliability.md end to end, with the command
-line, in a fresh temporary folder, and print a table of what each did.
+"""Replay the run-folder, export and checkpoint cases of docs/reliability.md end to end, with
+the command line, in a fresh temporary folder, and print a table of what each did.
 
-    python -m benchmarks.reliability_replay            # under a minute on 2 CPU cores
+    python -m benchmarks.reliability_replay            # a minute or two on 2 CPU cores
 
 Every case runs ``attnkit`` as a user would (in this process, through ``attnkit.cli.main``;
-the hang-up in a process of its own, which is sent SIGHUP), on built-in data with a tiny
-translator (hidden size 8, two steps). A full disk and a read-only mount are simulated (the
-write that would fail raises what it raises there: ENOSPC, EROFS); everything else is real.
-A case passes when the command ends as the table's "expected" column says, with at most a
-one-line error and no traceback, and nothing of the user's was lost. Exit status 1 if any
-case fails.
+the hang-up and the FIFO each in a process of its own, the first sent SIGHUP, the second
+given 120 s), on built-in data with a tiny translator (hidden size 8, two steps). A full
+disk and a read-only mount are simulated (the write that would fail raises what it raises
+there: ENOSPC, EROFS); everything else is real. A case passes when the command ends as the
+table's "expected" column says, with at most a one-line error and no traceback, and nothing
+of the user's was lost. Exit status 1 if any case fails.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import errno
 import io
+import json
 import logging
 import os
 import shutil
@@ -228,6 +229,84 @@ def checkpoint_linked_to_another_disk(tmp: Path):
         statuses == [0, 0] and link
 
 
+def edit_json(path: Path, edit: Callable) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def translate(checkpoint: Path) -> tuple[int | None, str]:
+    return attnkit("translate", "--checkpoint", checkpoint, "3 March 2001")
+
+
+def resume_with_trainer_json(edit: Callable):
+    def case(tmp: Path):
+        ck = tmp / "run" / "checkpoint"
+        edit_json(ck / "trainer.json", edit)
+        before = files(ck)
+        status, err = train(tmp / "run", "--steps", "3", "--resume")
+        kept = files(ck) == before
+        return f"exit {status}, checkpoint {'kept' if kept else 'CHANGED'}: {err}", \
+            one_line(status, err) and kept
+    return case
+
+
+def checkpoint_file(name: str, write: Callable):
+    """A case: ``RUN/checkpoint/NAME`` replaced by what ``write(path)`` makes, then
+    ``attnkit translate`` refuses it in one line."""
+    def case(tmp: Path):
+        path = tmp / "run" / "checkpoint" / name
+        write(path)
+        status, err = translate(path.parent)
+        return f"exit {status}: {err[:300]}", one_line(status, err) and len(err) < 1000
+    return case
+
+
+def nested(path: Path) -> None:
+    path.write_text("[" * 200_000 + "]" * 200_000)
+
+
+def without_src(path: Path) -> None:
+    edit_json(path, lambda d: d.pop("src"))
+
+
+def a_folder(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+def two_character_symbol(path: Path) -> None:
+    edit_json(path, lambda d: d["tgt"]["symbols"].__setitem__(0, "ab"))
+
+
+def integer_weights(path: Path) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    save_file({k: v.to(torch.int64) for k, v in load_file(path).items()}, path)
+
+
+def a_huge_name(path: Path) -> None:
+    edit_json(path, lambda d: d["config"]["model"].update(name="x" * 100_000_000))
+
+
+def resume_with_another_vocabulary(tmp: Path):
+    status, err = train(tmp / "run", "--steps", "3", "--resume", "--vocab", "bpe")
+    return f"exit {status}: {err}", one_line(status, err)
+
+
+def a_fifo_for_the_weights(tmp: Path):
+    ck = tmp / "run" / "checkpoint"
+    (ck / "model.safetensors").unlink()
+    os.mkfifo(ck / "model.safetensors")
+    cmd = [sys.executable, "-m", "attnkit", "translate", "--checkpoint", str(ck), "one"]
+    try:  # in a process of its own: reading a FIFO would block it for ever
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "BLOCKED: still waiting after 120 s", False
+    return f"exit {proc.returncode}: {proc.stderr}", one_line(proc.returncode, proc.stderr)
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
      export_into_a_users_folder),
@@ -248,6 +327,24 @@ CASES: list[tuple[str, str, Callable]] = [
     ("demo --out afile", "one line, file kept", demo_out_naming_a_file),
     ("RUN/checkpoint a link to a folder, --resume twice", "saved at the target, link kept",
      checkpoint_linked_to_another_disk),
+    ("trainer.json with step -5, then --resume", "one line, checkpoint kept",
+     resume_with_trainer_json(lambda d: d.update(step=-5))),
+    ("trainer.json without rng, then --resume", "one line, checkpoint kept",
+     resume_with_trainer_json(lambda d: d.pop("rng"))),
+    ("trainer.json with train_config \"x\", then --resume", "one line, checkpoint kept",
+     resume_with_trainer_json(lambda d: d.update(train_config="x"))),
+    ("config.json of 200,000 nested [", "one line", checkpoint_file("config.json", nested)),
+    ("vocab.json of 200,000 nested [", "one line", checkpoint_file("vocab.json", nested)),
+    ("vocab.json without src", "one line", checkpoint_file("vocab.json", without_src)),
+    ("vocab.json a folder", "one line", checkpoint_file("vocab.json", a_folder)),
+    ("a character symbol \"ab\" in vocab.json", "one line",
+     checkpoint_file("vocab.json", two_character_symbol)),
+    ("int64 tensors in model.safetensors", "one line",
+     checkpoint_file("model.safetensors", integer_weights)),
+    ("a 100 MB model name in config.json", "one line, under 1,000 characters",
+     checkpoint_file("config.json", a_huge_name)),
+    ("--resume --vocab bpe on a character run", "one line", resume_with_another_vocabulary),
+    ("model.safetensors a FIFO", "one line, not blocked", a_fifo_for_the_weights),
 ]
 
 

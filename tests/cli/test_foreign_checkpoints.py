@@ -157,8 +157,8 @@ def test_weights_of_an_integer_or_bool_dtype_are_refused_naming_the_tensor(check
     state["decoder.out.weight"] = state["decoder.out.weight"].to(dtype)
     save_file(state, str(checkpoint / "model.safetensors"))
     _refused(checkpoint, capsys, f"model.safetensors: 1 tensors of another dtype than the "
-                                 f"model's (decoder.out.weight: {dtype}, expected floating "
-                                 f"point as the model's torch.float32)")
+                                 f"model's (decoder.out.weight: {dtype} where the model has "
+                                 "floating point (torch.float32))")
 
 
 def test_weights_of_another_floating_dtype_load(checkpoint, capsys):

@@ -99,8 +99,8 @@ class Checkpoint:
         floating point where the model's is, integer or bool where it is. Another floating
         dtype (float64 for float32) is converted when loading; an integer or bool tensor
         where the model has floats would be converted into garbage weights."""
-        wrong = [f"{k}: {self.model_state[k].dtype}, expected {_KIND[_kind(d)]} as the "
-                 f"model's {d}" for k, d in dtypes.items()
+        wrong = [f"{k}: {self.model_state[k].dtype} where the model has {_KIND[_kind(d)]} "
+                 f"({d})" for k, d in dtypes.items()
                  if k in self.model_state and _kind(self.model_state[k].dtype) != _kind(d)]
         if wrong:
             raise CheckpointError(f"{self.path / 'model.safetensors'}: {len(wrong)} tensors of "
