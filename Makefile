@@ -18,11 +18,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,export,docs,serve,hf]'
 	touch $(STAMP)
 
-# Debian packages the built-in data and the browser tests use: espeak-ng (speech), more fonts
+# Debian packages the built-in data and the browser tests use: espeak-ng and festival with
+# three voices (speech), more fonts
 # (text lines), headless Chromium and its driver (the explorer page, the docs site). Installs
 # only what is missing, with apt-get as root; elsewhere it says what to install.
 system:
 	@missing=""; command -v espeak-ng >/dev/null || missing="espeak-ng"; \
+	command -v festival >/dev/null || missing="$$missing festival"; \
+	for v in kallpc16k kdlpc16k us-slt-hts; do \
+	  dpkg -s festvox-$$v >/dev/null 2>&1 || missing="$$missing festvox-$$v"; done; \
 	[ -d /usr/share/fonts/truetype/liberation ] || missing="$$missing fonts-liberation"; \
 	[ -d /usr/share/fonts/truetype/freefont ] || missing="$$missing fonts-freefont-ttf"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \

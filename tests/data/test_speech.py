@@ -69,19 +69,50 @@ def test_numbers_are_spelled_with_spaces_only():
 
 
 def test_splits_share_no_voice_and_no_speed():
-    plans = {s: plan_utterances(300, split=s, seed=0) for s in SPLITS}
-    voices = {s: {u.voice for u in p} for s, p in plans.items()}
+    both = ("espeak-ng", "festival")
+    plans = {s: plan_utterances(1500, split=s, seed=0, engines=both) for s in SPLITS}
+    # festival has three English voices: valid and test share the one training never hears
+    voices = {s: {u.voice for u in p if u.engine == "espeak-ng"} for s, p in plans.items()}
     speeds = {s: {u.speed for u in p} for s, p in plans.items()}
-    variants = {s: {u.voice.partition("+")[2] for u in p} for s, p in plans.items()}
+    variants = {s: {u.voice.partition("+")[2] for u in p if u.engine == "espeak-ng"}
+                for s, p in plans.items()}
     for a, b in [("train", "valid"), ("train", "test"), ("valid", "test")]:
         assert not voices[a] & voices[b] and not speeds[a] & speeds[b]
         assert not variants[a] & variants[b]
-    assert variants["train"] == set(SPLITS["train"].variants)
-    assert {u.voice.partition("+")[0] for u in plans["train"]} == set(ACCENTS)
+    assert variants["train"] == {"", *speech.espeak_variants()}
+    assert variants["test"] == set(speech.HELD_OUT_VARIANTS["test"])
+    assert {"m1", "f1", "klatt", "croak"} < variants["train"]  # every variant espeak-ng ships
+    festival = {s: {u.voice for u in p if u.engine == "festival"} for s, p in plans.items()}
+    assert festival == {"train": {"kal_diphone", "cmu_us_slt_arctic_hts"},
+                        "valid": {"ked_diphone"}, "test": {"ked_diphone"}}
+    assert {u.voice.partition("+")[0] for u in plans["train"] if u.engine == "espeak-ng"} == set(
+        ACCENTS)
     same_text = sum(a.transcript == b.transcript for a, b in zip(plans["valid"], plans["test"]))
-    assert same_text < 10  # the split is part of each example's seed, not only its voice pool
+    assert same_text < 30  # the split is part of each example's seed, not only its voice pool
     assert min(speeds["train"]) < min(speeds["valid"]) and max(speeds["test"]) < max(
         speeds["train"])  # held-out speeds lie inside the training range
+
+
+def test_engines_default_to_espeak_and_are_checked():
+    assert {u.engine for u in plan_utterances(50)} == {"espeak-ng"}
+    with pytest.raises(ValueError, match="engines: expected a non-empty subset"):
+        plan_utterances(5, engines=("flute",))
+
+
+@pytest.mark.skipif(shutil.which("festival") is None, reason="festival is not installed")
+def test_festival_speaks_and_follows_speed_and_pitch():
+    slow, _ = speech.synthesize("four two", voice="kal_diphone", speed=100, engine="festival")
+    fast, rate = speech.synthesize("four two", voice="kal_diphone", speed=200, engine="festival")
+    assert rate == 16000 and 1.6 < slow.numel() / fast.numel() < 2.4
+    low, _ = speech.synthesize("four two", voice="kal_diphone", pitch=20, engine="festival")
+    high, _ = speech.synthesize("four two", voice="kal_diphone", pitch=80, engine="festival")
+    assert not torch.equal(low[:min(low.numel(), high.numel())],
+                           high[:min(low.numel(), high.numel())])
+    plan = plan_utterances(12, engines=("festival",))
+    assert all(torch.equal(a, speech.utterance_audio(u))  # one process or one each: the same
+               for a, u in zip(speech._chunk_audio(plan), plan[:3]))
+    with pytest.raises(ValueError, match="voice: expected a festival voice"):
+        speech.synthesize("one", voice="en-us", engine="festival")
 
 
 def test_noise_settings_are_drawn_per_example():
@@ -131,14 +162,16 @@ def test_synthesis_is_bit_reproducible_and_follows_settings():
 
 @needs_espeak
 def test_every_voice_sounds_different():
-    """Catches voices that silently ignore their variant (espeak-ng's en-gb+m1 is en-gb)."""
-    variants = [v for split in SPLITS.values() for v in split.variants]
+    """Catches voices that silently ignore their variant (espeak-ng's en-gb+m1 is en-gb): every
+    accent with a few variants, and every variant with one accent."""
+    variants = ["", *speech.espeak_variants(), *(v for held in speech.HELD_OUT_VARIANTS.values()
+                                                 for v in held)]
+    voices = {a + (f"+{v}" if v else "") for a in ACCENTS for v in ("", "m1", "f2", "klatt")}
+    voices |= {"en-us" + (f"+{v}" if v else "") for v in variants}
     seen = {}
-    for accent in ACCENTS:
-        for variant in variants:
-            voice = accent + (f"+{variant}" if variant else "")
-            samples, _ = synthesize("hello there, it is half past four", voice=voice)
-            seen.setdefault(samples.numpy().tobytes(), []).append(voice)
+    for voice in sorted(voices):
+        samples, _ = synthesize("hello there, it is half past four", voice=voice)
+        seen.setdefault(samples.numpy().tobytes(), []).append(voice)
     assert [v for v in seen.values() if len(v) > 1] == []
 
 
@@ -154,15 +187,16 @@ def test_dataset_is_cached_and_reused(tmp_path, monkeypatch):
     plan = plan_utterances(6, split="test", seed=2)
     assert isinstance(data, SpeechSet) and len(data) == 6
     assert data.transcripts == [u.transcript for u in plan]
-    assert data.origins[0] == f"espeak-ng {plan[0].voice} s={plan[0].speed} p={plan[0].pitch}"
+    assert data.origins[0] == (f"espeak-ng {plan[0].voice} s={plan[0].speed} p={plan[0].pitch} "
+                               f"g={plan[0].gap} a={plan[0].amplitude}")
     audio, rate = synthesize(plan[0].transcript, voice=plan[0].voice, speed=plan[0].speed,
-                             pitch=plan[0].pitch)
+                             pitch=plan[0].pitch, gap=plan[0].gap, amplitude=plan[0].amplitude)
     assert rate == 22050
     assert data.features[0].shape == (1 + math.ceil(audio.numel() * 320 / 441) // 160, 80)
     # read from the cache's rows when indexed: each utterance's own features
     assert isinstance(data.features, FeaturesOnDisk)
     assert data.frames == [f.shape[0] for f in data.features]
-    assert torch.equal(data.features[4], speech._features(plan[4]).to(torch.float16))
+    assert torch.equal(data.features[4], speech._chunk_features([plan[4]])[0].to(torch.float16))
     assert torch.equal(data.head(5).features[4], data.features[4])
     (folder,) = tmp_path.iterdir()
     index = json.loads((folder / "index.json").read_text())
@@ -195,8 +229,9 @@ def test_noise_is_seeded_and_at_the_drawn_level(tmp_path):
 
 
 def test_corrupt_cache_names_the_file(tmp_path, monkeypatch):
-    monkeypatch.setattr(speech, "_features", lambda u: torch.zeros(3, 80))
+    monkeypatch.setattr(speech, "_chunk_features", lambda us: [torch.zeros(3, 80) for _ in us])
     monkeypatch.setattr(speech, "_espeak", lambda: "true")
+    monkeypatch.setattr(speech, "espeak_variants", lambda: ("m1",))
     speech_dataset(2, cache_dir=tmp_path)
     (folder,) = tmp_path.iterdir()
     (folder / "features.safetensors").write_bytes(b"garbage")

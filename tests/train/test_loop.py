@@ -12,6 +12,8 @@ from torch import nn
 
 from attnkit import Attention
 from attnkit.train import Batches, TrainConfig, Trainer, load_checkpoint, lr_factor
+from attnkit.train.checkpoint import CheckpointError
+from attnkit.train.loop import BEST_DIR
 
 
 class Reverse(nn.Module):
@@ -387,3 +389,112 @@ def test_a_huge_string_in_a_resumed_checkpoint_is_quoted_short(tmp_path, file, e
         Trainer(Reverse(), ReverseTask(), _cfg(max_steps=15), tmp_path).resume()
     assert message in str(info.value) and "... (10,000,000 characters)" in str(info.value)
     assert len(str(info.value)) < 600
+
+
+class Joined(ReverseTask):
+    """ReverseTask's batches, every ``k`` consecutive ones of an epoch joined into one."""
+
+    def __init__(self, k, **kw):
+        super().__init__(**kw)
+        self.k = k
+
+    def batches(self, epoch):
+        parts = list(super().batches(epoch))
+        for i in range(0, len(parts) - self.k + 1, self.k):
+            yield torch.cat(parts[i:i + self.k])
+
+
+class Uneven(ReverseTask):
+    """Batches of 4 to 20 sequences, so that their tokens differ."""
+
+    def batches(self, epoch):
+        g = torch.Generator().manual_seed(1000 + epoch)
+        for size in (4, 20, 9, 16, 7, 12):
+            yield torch.randint(0, self.v, (size, self.t), generator=g)
+
+
+class UnevenJoined(Uneven):
+    def batches(self, epoch):
+        parts = list(super().batches(epoch))
+        for i in range(0, 6, 3):
+            yield torch.cat(parts[i:i + 3])
+
+
+def _no_dropout():
+    model = Reverse()
+    model.attn.dropout = 0.0
+    return model
+
+
+@pytest.mark.parametrize("tasks", [
+    (ReverseTask(batches_per_epoch=9), Joined(3, batches_per_epoch=9)),
+    (Uneven(), UnevenJoined())],
+                         ids=["equal batches", "batches of unequal tokens"])
+def test_accumulating_k_batches_equals_one_batch_k_times_larger(tmp_path, tasks):
+    small, large = tasks
+    torch.manual_seed(0)
+    accumulated = _no_dropout()
+    torch.manual_seed(0)
+    joined = _no_dropout()
+    cfg = dict(max_steps=6, eval_every=100, checkpoint_every=100, clip_norm=0.5)
+    a = Trainer(accumulated, small, _cfg(accumulate=3, **cfg), tmp_path / "a")
+    b = Trainer(joined, large, _cfg(**cfg), tmp_path / "b")
+    a.fit()
+    b.fit()
+    assert a.step == b.step == 6
+    for (name, x), y in zip(accumulated.state_dict().items(), joined.state_dict().values()):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_accumulation_resumes_exactly_and_is_part_of_the_settings(tmp_path):
+    torch.manual_seed(0)
+    straight = Reverse()
+    Trainer(straight, ReverseTask(), _cfg(max_steps=8, accumulate=2), tmp_path / "a").fit()
+    torch.manual_seed(0)
+    first = Reverse()
+    Trainer(first, ReverseTask(), _cfg(max_steps=5, accumulate=2), tmp_path / "b").fit()
+    resumed = Reverse()
+    trainer = Trainer(resumed, ReverseTask(), _cfg(max_steps=8, accumulate=2), tmp_path / "b")
+    trainer.resume()
+    trainer.fit()
+    for (name, x), y in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(x, y), name
+    other = Trainer(Reverse(), ReverseTask(), _cfg(max_steps=8, accumulate=3), tmp_path / "b")
+    with pytest.raises(CheckpointError, match="accumulate=2"):
+        other.resume()
+    with pytest.raises(ValueError, match="accumulate: expected a positive int, got 0"):
+        _cfg(accumulate=0)
+
+
+class Scripted(ReverseTask):
+    """Validation scores read from a list, one per validation."""
+
+    def __init__(self, scores):
+        super().__init__()
+        self.scores = list(scores)
+
+    def evaluate(self, model):
+        return {"accuracy": self.scores.pop(0)}
+
+
+def test_the_best_validation_keeps_its_own_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    model = Reverse()
+    trainer = Trainer(model, Scripted([0.2, 0.7, 0.5, 0.6]), _cfg(max_steps=20), tmp_path)
+    snapshots = {}
+    original = trainer._validate
+
+    def validate(events):
+        snapshots[trainer.step] = {k: v.clone() for k, v in model.state_dict().items()}
+        return original(events)
+
+    trainer._validate = validate
+    trainer.fit()
+    best = load_checkpoint(tmp_path / BEST_DIR)
+    assert best.trainer_state == {"step": 10, "metric": "accuracy", "value": 0.7}
+    assert best.optimizer_state is None and best.config == {"vocab": 6, "t": 5}
+    loaded = Reverse()
+    best.load_model(loaded)
+    for name, tensor in loaded.state_dict().items():
+        assert torch.equal(tensor, snapshots[10][name]), name
+    assert load_checkpoint(tmp_path / "checkpoint").trainer_state["step"] == 20

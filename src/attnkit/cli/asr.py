@@ -20,7 +20,7 @@ from attnkit.cli.decoder_options import (
 )
 from attnkit.data import SpeechSet, load_vocab
 from attnkit.data.audio_files import MAX_SECONDS
-from attnkit.data.speech import KINDS, speech_dataset
+from attnkit.data.speech import ENGINES, KINDS, speech_dataset
 from attnkit.decoding import Decoding
 from attnkit.models.las import LISTENERS, MIN_FRAMES
 from attnkit.tasks.asr import (
@@ -39,7 +39,8 @@ log = logging.getLogger("attnkit")
 DEFAULT_CACHE = Path("~/.cache/attnkit/speech")
 DESCRIPTION = ("Train on your speech corpus (attnkit's manifests of wav_path<TAB>transcript, "
                "Kaldi/ESPnet data directories, LibriSpeech, Common Voice, NeMo JSON lines; "
-               "WAV, FLAC, OGG or MP3 audio) or on built-in speech synthesised with espeak-ng.")
+               "WAV, FLAC, OGG or MP3 audio) or on built-in speech synthesised with espeak-ng "
+               "and festival.")
 PRETRAIN_DIR = "speller-lm"  # the speller's pre-training run, inside --out
 MODEL_OPTIONS = ("listener", "listener_hidden", "hidden", "emb", "layers", "score",
                  "key_value_dim", "attn_dim", "dropout")
@@ -57,6 +58,11 @@ def add_train_parser(train_sub) -> None:
     data.add_argument("--kinds", type=common.choice_list(KINDS, "kind list"),
                       default=("digits", "numbers"),
                       help="built-in utterances, comma-separated (default digits,numbers)")
+    data.add_argument("--engines", type=common.choice_list(ENGINES, "engine list"),
+                      default=("espeak-ng",),
+                      help="synthesisers of the built-in utterances, comma-separated "
+                           f"({', '.join(ENGINES)}; default espeak-ng; festival needs Debian's "
+                           "festival and festvox voices)")
     data.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
                       help=f"built-in speech features are cached here (default {DEFAULT_CACHE})")
     data.add_argument("--workers", type=common.positive_int, default=2,
@@ -123,7 +129,7 @@ def _speech(args, normalize: bool, audio: bool = False) -> tuple[SpeechSet, Spee
         log.warning("no --valid manifest: validating on the first %d training utterances", n)
         return train, train.head(n)
     kw = {"seed": args.seed, "cache_dir": args.cache_dir.expanduser(), "kinds": args.kinds,
-          "normalize": normalize, "workers": args.workers}
+          "engines": args.engines, "normalize": normalize, "workers": args.workers}
     return (speech_dataset(args.n_train, split="train", audio=audio, **kw),
             speech_dataset(args.n_valid, split="valid", **kw))
 
@@ -148,7 +154,8 @@ def run_train(args) -> int:
     train, valid = _speech(args, per_utterance, augmentations.needs_samples)
     data = ({"train": str(args.train), "valid": str(args.valid),
              **({"format": args.format} if args.format else {})} if args.train else
-            {"built_in": list(args.kinds), "n_train": args.n_train, "n_valid": args.n_valid,
+            {"built_in": list(args.kinds), "engines": list(args.engines),
+             "n_train": args.n_train, "n_valid": args.n_valid,
              "normalize": per_utterance})
     task = AsrTask(train, valid, model_config=model_config, batch_size=args.batch_size,
                       seed=args.seed, label_smoothing=args.label_smoothing,

@@ -248,6 +248,9 @@ def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float 
     train.add_argument("--time-budget", type=positive_float,
                        help="seconds; stop and save after this")
     train.add_argument("--batch-size", type=positive_int, default=batch_size)
+    train.add_argument("--accumulate", type=positive_int, default=1, metavar="K",
+                       help="gradient accumulation: K batches per optimizer step, weighted by "
+                       "their tokens (the update of one batch K times larger; default 1)")
     train.add_argument("--lr", type=learning_rate, default=lr)
     train.add_argument("--warmup", type=non_negative_int, default=100,
                        help="steps of linear learning-rate warm-up")
@@ -413,7 +416,7 @@ def training_config(args, **overrides) -> TrainConfig:
                     eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
                     patience=args.patience, time_budget_s=args.time_budget, seed=args.seed,
                     progress=not args.no_progress, precision=args.precision,
-                    data_workers=args.workers_data)
+                    data_workers=args.workers_data, accumulate=args.accumulate)
     return TrainConfig(**{**settings, **overrides})
 
 

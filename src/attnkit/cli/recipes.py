@@ -26,13 +26,16 @@ RECIPES = {
         "--n-train", "20000", "--n-valid", "300", "--max-chars", "80",
         "--attention", "window", "--window", "32", "--hidden", "128",
         "--batch-size", "32", "--lr", "1e-3", "--steps", "1000", "--eval-every", "250")),
+    # both engines (every espeak-ng variant but the held-out ones; festival's kal and slt
+    # voices) and the strong augmentation: speed, gain, reverberation, noise, telephone band,
+    # vocal-tract length and SpecAugment
     "asr-digits": Recipe("asr", (
-        "--kinds", "digits,numbers", "--n-train", "6000", "--n-valid", "200",
-        "--listener-hidden", "128", "--hidden", "256", "--key-value-dim", "128",
-        "--batch-size", "32", "--lr", "1e-3", "--pretrain-lm-steps", "300",
-        "--ctc-weight", "0.2", "--teacher-forcing", "1.0", "--teacher-forcing-end", "0.8",
-        "--teacher-forcing-steps", "4000", "--steps", "2500", "--eval-every", "250",
-        "--checkpoint-every", "250")),
+        "--kinds", "digits,numbers", "--engines", "espeak-ng,festival", "--n-train", "12000",
+        "--n-valid", "300", "--augment", "strong", "--listener-hidden", "128",
+        "--hidden", "256", "--key-value-dim", "128", "--batch-size", "32", "--lr", "1e-3",
+        "--pretrain-lm-steps", "300", "--ctc-weight", "0.2", "--teacher-forcing", "1.0",
+        "--teacher-forcing-end", "0.8", "--teacher-forcing-steps", "4000", "--steps", "5000",
+        "--eval-every", "500", "--checkpoint-every", "500")),
 }
 
 

@@ -24,9 +24,15 @@ mapped further: its utterance is dropped and counted, with the characters named
 (:class:`attnkit.data.utterances.SpeechCorpus`), so a corpus in another language is trained
 with its own alphabet rather than losing its letters.
 
-Splits hold out speakers and speaking rates: every split uses the same accents (:data:`ACCENTS`)
-but its own voice variants and its own speed band (:data:`SPLITS`), so valid and test voices and
-speeds are never seen in training. Each example is drawn from a generator seeded by
+Two engines speak (``engines``, :data:`ENGINES`): ``espeak-ng`` (formant synthesis) with every
+English accent (:data:`ACCENTS`) and every voice variant it ships (:func:`espeak_variants`: m1-m8,
+f1-f5, the klatt family, and the named ones), at a drawn speed, pitch, word gap and amplitude;
+and ``festival`` (Debian's ``festival`` with ``festvox-kallpc16k``, ``festvox-kdlpc16k`` and
+``festvox-us-slt-hts``: two diphone voices and one HTS voice), at a drawn duration stretch and,
+for the diphone voices, mean pitch. Splits hold out speakers and speaking rates
+(:data:`SPLITS`): valid and test have their own espeak-ng variants, their own festival voice
+(``ked_diphone``, never heard in training) and their own speed band, so their voices and speeds
+are never seen in training. Each example is drawn from a generator seeded by
 ``(seed, split, index)``. Features are cached on disk, keyed by a hash of the settings.
 
 A :class:`SpeechSet` of built-in speech or of a corpus holds its features on disk
@@ -86,7 +92,11 @@ __all__ = [
     "FeaturesOnDisk",
     "SPLITS",
     "SpeechSet",
+    "ENGINES",
+    "FESTIVAL_VOICES",
+    "HELD_OUT_VARIANTS",
     "Utterance",
+    "espeak_variants",
     "plan_utterances",
     "spoken_number",
     "speech_dataset",
@@ -97,42 +107,67 @@ __all__ = [
 log = logging.getLogger("attnkit")
 
 KINDS = ("digits", "numbers", "sentences")
+ENGINES = ("espeak-ng", "festival")
 # espeak-ng voices whose "+variant" suffix takes effect ("en-gb+m1" silently ignores it; "en" is
 # the same British voice and honours it)
 ACCENTS = ("en", "en-us", "en-gb-x-rp", "en-gb-scotland", "en-029", "en-us-nyc",
            "en-gb-x-gbclan", "en-gb-x-gbcwmd")
+# festival voices and the Debian package of each
+FESTIVAL_VOICES = {"kal_diphone": "festvox-kallpc16k", "ked_diphone": "festvox-kdlpc16k",
+                   "cmu_us_slt_arctic_hts": "festvox-us-slt-hts"}
+# espeak-ng variants held out of training; every other variant espeak-ng ships is a training one
+HELD_OUT_VARIANTS = {
+    "valid": ("m5", "f4", "Andy", "AnxiousAndy", "Annie", "klatt2", "Mike"),
+    "test": ("m6", "m7", "f5", "Alicia", "Jacky", "klatt4", "steph", "steph2", "steph3", "Gene",
+             "Gene2"),
+}
+# variant files (espeak-ng-data/voices/!v) not used: a distorted or whispered voice, a
+# robot buzz, an espeak-ng speed test, one whose file name has a space, and two that speak
+# exactly as "klatt" does
+UNUSED_VARIANTS = ("Demonic", "fast", "announcer", "whisper", "whisperf", "UniRobot",
+                   "anikaRobot", "Mr serious", "caleb", "klatt6")
 
 
 @dataclass(frozen=True)
 class SplitSpeakers:
-    """The voice variants (``""`` = the accent's own voice) and speed bands of one split."""
+    """The espeak-ng voice variants (``""`` = the accent's own voice; ``None``: every variant
+    not held out), festival voices and speed bands of one split."""
 
-    variants: tuple[str, ...]
+    variants: tuple[str, ...] | None
+    festival: tuple[str, ...]
     speeds: tuple[range, ...]  # words per minute, espeak-ng's -s
 
 
 SPLITS = {
-    "train": SplitSpeakers(("", "m1", "m2", "m3", "m4", "m8", "f1", "f2", "f3"),
-                           (range(120, 150), range(171, 201))),
-    "valid": SplitSpeakers(("m5", "f4"), (range(150, 160),)),
-    "test": SplitSpeakers(("m6", "m7", "f5"), (range(160, 171),)),
+    "train": SplitSpeakers(None, ("kal_diphone", "cmu_us_slt_arctic_hts"),
+                           (range(110, 150), range(171, 211))),
+    "valid": SplitSpeakers(HELD_OUT_VARIANTS["valid"], ("ked_diphone",), (range(150, 160),)),
+    "test": SplitSpeakers(HELD_OUT_VARIANTS["test"], ("ked_diphone",), (range(160, 171),)),
 }
-PITCHES = range(30, 71)  # espeak-ng's -p, 0-99 with 50 the voice's default
+PITCHES = range(20, 81)  # espeak-ng's -p, 0-99 with 50 the voice's default
+GAPS = range(0, 6)  # espeak-ng's -g: pause between words, in units of 10 ms
+AMPLITUDES = range(60, 181)  # espeak-ng's -a, 100 its default
+FESTIVAL_SPEED = 170  # words per minute that festival speaks with Duration_Stretch 1
+SYNTH_CHUNK = 64  # utterances synthesised by one task of the cache's worker pool
 ESPEAK_RATE = 22050
 FEATURE_DTYPE = torch.float16  # how a SpeechSet keeps its features in memory
 AUDIO_FILE = "audio.safetensors"  # a cache's samples, beside its features, when asked for
 PCM_SCALE = 32768.0  # the cache keeps samples as 16-bit PCM: int16 / 32768 in [-1, 1)
-CACHE_VERSION = 2  # bump when a change here or in audio.py changes the cached features
+CACHE_VERSION = 3  # bump when a change here or in audio.py changes the cached features
 _DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 
 @dataclass(frozen=True)
 class Utterance:
-    """One synthesised utterance: what is said, by which voice, and how.
+    """One synthesised utterance: what is said, by which engine and voice, and how.
 
-    ``voice`` is an espeak-ng voice such as ``"en-us+f3"``; ``speed`` in words per minute;
-    ``pitch`` 0-99; ``noise_snr_db`` the signal-to-noise ratio of added white noise (``None``:
-    clean), drawn with ``noise_seed``.
+    ``voice`` is an espeak-ng voice such as ``"en-us+f3"`` or a festival voice such as
+    ``"kal_diphone"`` (:data:`FESTIVAL_VOICES`); ``speed`` in words per minute (festival: a
+    duration stretch of ``170 / speed``); ``pitch`` 0-99, 50 the voice's own (festival's HTS
+    voice keeps its own); ``gap`` espeak-ng's pause between words in 10 ms units and
+    ``amplitude`` its loudness, 100 its default (festival: 0 and 100);
+    ``noise_snr_db`` the signal-to-noise ratio of added white noise (``None``: clean), drawn
+    with ``noise_seed``.
     """
 
     kind: str
@@ -143,6 +178,9 @@ class Utterance:
     pitch: int
     noise_snr_db: float | None
     noise_seed: int
+    engine: str = "espeak-ng"
+    gap: int = 0
+    amplitude: int = 100
 
 
 class FeaturesOnDisk(Sequence, abc.ABC):
@@ -278,17 +316,23 @@ def _content(kind: str, rng: random.Random) -> tuple[str, str]:
 
 def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
                     kinds: tuple[str, ...] = KINDS,
-                    noise_snr_db: tuple[float, float] | None = None) -> list[Utterance]:
-    """The ``n`` utterances of ``split`` (text, voice, speed, pitch, noise), without audio.
+                    noise_snr_db: tuple[float, float] | None = None,
+                    engines: tuple[str, ...] = ("espeak-ng",)) -> list[Utterance]:
+    """The ``n`` utterances of ``split`` (text, engine, voice, speed, pitch, noise), without
+    audio.
 
     Example ``i`` depends only on ``(seed, split, i)`` and the other arguments, so a longer
-    plan starts with a shorter one. ``noise_snr_db=(low, high)`` adds white noise at an SNR
-    drawn uniformly from that range in dB.
+    plan starts with a shorter one. Each example's engine is drawn uniformly from ``engines``
+    (:data:`ENGINES`), then its voice from the split's voices of that engine.
+    ``noise_snr_db=(low, high)`` adds white noise at an SNR drawn uniformly from that range
+    in dB.
     """
     if split not in SPLITS:
         raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
     if not kinds or any(k not in KINDS for k in kinds):
         raise ValueError(f"kinds: expected a non-empty subset of {KINDS}, got {kinds!r}")
+    if not engines or any(e not in ENGINES for e in engines):
+        raise ValueError(f"engines: expected a non-empty subset of {ENGINES}, got {engines!r}")
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"n: expected a non-negative int, got {n!r}")
     if noise_snr_db is not None and not (len(noise_snr_db) == 2
@@ -296,18 +340,44 @@ def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
         raise ValueError(f"noise_snr_db: expected None or (low, high) with low <= high, "
                          f"got {noise_snr_db!r}")
     speakers = SPLITS[split]
+    variants = speakers.variants
+    if variants is None:
+        variants = ("", *espeak_variants()) if "espeak-ng" in engines else ()
     speeds = [s for band in speakers.speeds for s in band]
     out = []
     for i in range(n):
         rng = random.Random(f"speech-{seed}-{split}-{i}")
         kind = rng.choice(kinds)
         text, transcript = _content(kind, rng)
-        variant = rng.choice(speakers.variants)
-        voice = rng.choice(ACCENTS) + (f"+{variant}" if variant else "")
+        engine = rng.choice(engines)
+        if engine == "espeak-ng":
+            variant = rng.choice(variants)
+            voice = rng.choice(ACCENTS) + (f"+{variant}" if variant else "")
+            gap, amplitude = rng.choice(GAPS), rng.choice(AMPLITUDES)
+        else:
+            voice, gap, amplitude = rng.choice(speakers.festival), 0, 100
+        speed, pitch = rng.choice(speeds), rng.choice(PITCHES)
         snr = None if noise_snr_db is None else round(rng.uniform(*noise_snr_db), 2)
-        out.append(Utterance(kind, text, transcript, voice, rng.choice(speeds),
-                             rng.choice(PITCHES), snr, rng.getrandbits(63)))
+        out.append(Utterance(kind, text, transcript, voice, speed, pitch, snr,
+                             rng.getrandbits(63), engine, gap, amplitude))
     return out
+
+
+@functools.cache
+def espeak_variants() -> tuple[str, ...]:
+    """The voice variant files this machine's espeak-ng ships (``espeak-ng --voices=variant``)
+    that training may use: all but :data:`HELD_OUT_VARIANTS` and :data:`UNUSED_VARIANTS`, sorted.
+
+    Raises:
+        RuntimeError: espeak-ng is not installed.
+    """
+    proc = subprocess.run([_espeak(), "--voices=variant"], capture_output=True, text=True,
+                          check=False)
+    header, *rows = proc.stdout.splitlines()
+    start, stop = header.index("File"), header.index("Other")  # fixed-width columns
+    names = {row[start:stop].strip().rsplit("/", 1)[-1] for row in rows if row.strip()}
+    held = {v for vs in HELD_OUT_VARIANTS.values() for v in vs} | set(UNUSED_VARIANTS)
+    return tuple(sorted(names - held))
 
 
 def _espeak() -> str:
@@ -320,16 +390,23 @@ def _espeak() -> str:
 
 
 def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
-               pitch: int = 50) -> tuple[torch.Tensor, int]:
-    """Speak ``text`` with the espeak-ng CLI: ``(samples (N,) float32, 22050)``.
+               pitch: int = 50, gap: int = 0, amplitude: int = 100,
+               engine: str = "espeak-ng") -> tuple[torch.Tensor, int]:
+    """Speak ``text``: ``(samples (N,) float32, rate)`` (espeak-ng 22,050 Hz; festival the
+    voice's own rate, 16,000 or 32,000 Hz). See :class:`Utterance` for the arguments.
 
     The same arguments give the same samples, bit for bit.
 
     Raises:
-        RuntimeError: espeak-ng is not installed (the message says how to install it) or fails
-            (for example an unknown ``voice``).
+        RuntimeError: the engine is not installed (the message says how to install it) or
+            fails (for example an unknown ``voice``).
     """
-    cmd = [_espeak(), "--stdout", "-v", voice, "-s", str(speed), "-p", str(pitch), text]
+    if engine == "festival":
+        return _festival(text, voice=voice, speed=speed, pitch=pitch)
+    if engine != "espeak-ng":
+        raise ValueError(f"engine: expected one of {ENGINES}, got {engine!r}")
+    cmd = [_espeak(), "--stdout", "-v", voice, "-s", str(speed), "-p", str(pitch),
+           "-g", str(gap), "-a", str(amplitude), text]
     proc = subprocess.run(cmd, capture_output=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"espeak-ng -v {voice} -s {speed} -p {pitch} failed with exit code "
@@ -337,36 +414,108 @@ def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
     return parse_wav(proc.stdout, source=f"espeak-ng -v {voice} output for {text!r}")
 
 
+def _festival(text: str, *, voice: str, speed: int, pitch: int) -> tuple[torch.Tensor, int]:
+    """``text`` spoken by festival in ``voice`` (see :func:`_festival_many`)."""
+    return _festival_many([(text, voice, speed, pitch)])[0]
+
+
+def _festival_many(items: Sequence[tuple[str, str, int, int]]) -> list[tuple[torch.Tensor, int]]:
+    """Each ``(text, voice, speed, pitch)`` spoken by one ``festival --pipe`` process (a
+    process per utterance would spend ten times as long starting up): durations stretched by
+    ``FESTIVAL_SPEED / speed`` and, for a diphone voice, the mean pitch moved with ``pitch``
+    (50: 105 Hz, each 10 steps about 9% higher or lower). Every utterance sets its voice and
+    settings afresh, so its samples do not depend on the others."""
+    for _, voice, _, _ in items:
+        if voice not in FESTIVAL_VOICES:
+            raise ValueError(f"voice: expected a festival voice ({', '.join(FESTIVAL_VOICES)}),"
+                             f" got {voice!r}")
+    exe = shutil.which("festival")
+    if exe is None:
+        raise RuntimeError("festival: command not found; built-in speech with --engines "
+                           "festival needs Debian's festival and its voices: apt-get install "
+                           f"festival {' '.join(FESTIVAL_VOICES.values())}")
+    with tempfile.TemporaryDirectory(prefix="attnkit-festival-") as folder:
+        paths = [Path(folder) / f"{i}.wav" for i in range(len(items))]
+        script = []
+        for (text, voice, speed, pitch), path in zip(items, paths):
+            said = text.replace("\\", " ").replace('"', " ")
+            script.append(f"(voice_{voice})"
+                          f"(Parameter.set 'Duration_Stretch {FESTIVAL_SPEED / speed:.4f})")
+            if voice.endswith("_diphone"):
+                f0 = 105.0 * 2 ** ((pitch - 50) / 80)
+                script.append(f"(set! int_lr_params '((target_f0_mean {f0:.1f}) "
+                              f"(target_f0_std {0.14 * f0:.1f}) (model_f0_mean 170) "
+                              "(model_f0_std 34)))")
+            script.append(f'(utt.save.wave (utt.synth (Utterance Text "{said}")) "{path}" '
+                          "'riff)\n")
+        proc = subprocess.run([exe, "--pipe"], input="".join(script).encode(),
+                              capture_output=True, check=False)
+        missing = [item for item, path in zip(items, paths) if not path.exists()]
+        if proc.returncode != 0 or missing:
+            voices = sorted({voice for _, voice, _, _ in items})
+            raise RuntimeError(
+                f"festival failed (exit code {proc.returncode}"
+                f"{f', {len(missing)} utterances not spoken' if missing else ''}): "
+                f"{proc.stderr.decode(errors='replace').strip()[-300:]} (are "
+                f"{', '.join(FESTIVAL_VOICES[v] for v in voices)} installed?)")
+        return [parse_wav(path.read_bytes(), source=f"festival {voice} output for {text!r}")
+                for (text, voice, _, _), path in zip(items, paths)]
+
+
 def _describe(u: Utterance) -> str:
     noise = "" if u.noise_snr_db is None else f" snr={u.noise_snr_db}dB"
-    return f"espeak-ng {u.voice} s={u.speed} p={u.pitch}{noise}"
+    if u.engine == "festival":
+        return f"festival {u.voice} s={u.speed} p={u.pitch}{noise}"
+    return f"espeak-ng {u.voice} s={u.speed} p={u.pitch} g={u.gap} a={u.amplitude}{noise}"
 
 
 def utterance_audio(u: Utterance) -> torch.Tensor:
     """The samples ``(N,)`` of one planned utterance at 16 kHz, noise added: what its cached
     features are the log-mels of (synthesised again: the cache holds features only)."""
-    samples, rate = synthesize(u.transcript, voice=u.voice, speed=u.speed, pitch=u.pitch)
-    samples = resample(samples, rate, SAMPLE_RATE)  # (N,)
-    if u.noise_snr_db is not None:
-        rms = float(samples.square().mean().sqrt())
-        noise = np.random.default_rng(u.noise_seed).standard_normal(samples.numel())
-        samples = samples + torch.from_numpy(noise.astype(np.float32)) * (
-            rms / 10 ** (u.noise_snr_db / 20))
-    return samples
+    return _chunk_audio([u])[0]
 
 
-def _features(u: Utterance) -> torch.Tensor:
-    """Raw log-mel features ``(T, 80)`` of one planned utterance."""
-    return log_mel(utterance_audio(u))
+def _chunk_audio(plan: Sequence[Utterance]) -> list[torch.Tensor]:
+    """:func:`utterance_audio` of each planned utterance, festival's spoken by one process."""
+    spoken: dict[int, tuple[torch.Tensor, int]] = {}
+    festival = [i for i, u in enumerate(plan) if u.engine == "festival"]
+    if festival:
+        said = _festival_many([(plan[i].transcript, plan[i].voice, plan[i].speed,
+                                plan[i].pitch) for i in festival])
+        spoken.update(zip(festival, said))
+    out = []
+    for i, u in enumerate(plan):
+        samples, rate = spoken[i] if i in spoken else synthesize(
+            u.transcript, voice=u.voice, speed=u.speed, pitch=u.pitch, gap=u.gap,
+            amplitude=u.amplitude, engine=u.engine)
+        samples = resample(samples, rate, SAMPLE_RATE)  # (N,)
+        if u.noise_snr_db is not None:
+            rms = float(samples.square().mean().sqrt())
+            noise = np.random.default_rng(u.noise_seed).standard_normal(samples.numel())
+            samples = samples + torch.from_numpy(noise.astype(np.float32)) * (
+                rms / 10 ** (u.noise_snr_db / 20))
+        out.append(samples)
+    return out
+
+
+def _chunks(plan: list[Utterance]) -> list[list[Utterance]]:
+    return [plan[i:i + SYNTH_CHUNK] for i in range(0, len(plan), SYNTH_CHUNK)]
+
+
+def _chunk_features(plan: Sequence[Utterance]) -> list[torch.Tensor]:
+    """Raw log-mel features ``(T, 80)`` of each planned utterance."""
+    return [log_mel(samples) for samples in _chunk_audio(plan)]
 
 
 def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
                    cache_dir: str | Path, kinds: tuple[str, ...] = KINDS,
                    noise_snr_db: tuple[float, float] | None = None, normalize: bool = False,
-                   workers: int = 2, audio: bool = False) -> SpeechSet:
+                   workers: int = 2, audio: bool = False,
+                   engines: tuple[str, ...] = ("espeak-ng",)) -> SpeechSet:
     """``n`` synthesised utterances of ``split`` as log-mel features, cached under ``cache_dir``.
 
-    The first call synthesises with ``workers`` espeak-ng processes at a time and writes
+    ``engines`` are the synthesisers drawn from (:func:`plan_utterances`). The first call
+    synthesises with ``workers`` synthesiser processes at a time and writes
     ``cache_dir/<split>-<n>-<hash of the settings>/`` (``features.safetensors`` and
     ``index.json``); a later call with the same settings reads it without running espeak-ng.
     The cache holds raw float32 log-mels, read one utterance at a time when indexed
@@ -384,9 +533,12 @@ def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
     """
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers: expected a positive int, got {workers!r}")
-    plan = plan_utterances(n, split=split, seed=seed, kinds=kinds, noise_snr_db=noise_snr_db)
+    plan = plan_utterances(n, split=split, seed=seed, kinds=kinds, noise_snr_db=noise_snr_db,
+                           engines=engines)
     settings = {"version": CACHE_VERSION, "n": n, "split": split, "seed": seed,
-                "kinds": list(kinds), "noise_snr_db": noise_snr_db, "sample_rate": SAMPLE_RATE,
+                "kinds": list(kinds), "engines": list(engines), "noise_snr_db": noise_snr_db,
+                "variants": list(espeak_variants()) if "espeak-ng" in engines else [],
+                "sample_rate": SAMPLE_RATE,
                 "n_mels": N_MELS,
                 "words": hashlib.sha256(" ".join(_words()).encode()).hexdigest()[:16]}
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
@@ -404,7 +556,7 @@ def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
 def _write_cache(folder: Path, plan: list[Utterance], settings: dict, workers: int) -> None:
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        feats = list(pool.map(_features, plan))
+        feats = [f for chunk in pool.map(_chunk_features, _chunks(plan)) for f in chunk]
     elapsed = time.perf_counter() - start
     log.info("synthesised %d utterances in %.1f s (%.1f utterances/s)", len(plan), elapsed,
              len(plan) / max(elapsed, 1e-9))
@@ -429,7 +581,7 @@ def _write_audio(folder: Path, plan: list[Utterance], workers: int) -> None:
     (``samples``) and their ``lengths``, written beside and moved in whole."""
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        audio = list(pool.map(utterance_audio, plan))
+        audio = [a for chunk in pool.map(_chunk_audio, _chunks(plan)) for a in chunk]
     log.info("synthesised the audio of %d utterances in %.1f s", len(plan),
              time.perf_counter() - start)
     lengths = torch.tensor([a.numel() for a in audio], dtype=torch.long)

@@ -6,6 +6,12 @@ log lines elsewhere: :mod:`attnkit.train.progress`), periodic validation, early 
 checkpoints (periodic, at the end, and on SIGINT/SIGTERM/SIGHUP), exact resumption and TensorBoard
 event files in the run folder.
 
+Besides ``out_dir/checkpoint`` (the last state, what ``--resume`` continues), every validation
+that beats the best score so far writes the model as it is into ``out_dir/checkpoint-best``
+(:data:`BEST_DIR`: weights, config and vocabulary, no optimizer state; its ``trainer.json``
+says the step, the metric and its value), so the model to ship is kept even when later steps
+overfit.
+
 A task is any object with::
 
     batches(epoch: int) -> Iterable[batch]   # the same batches for the same epoch: seed any
@@ -68,6 +74,7 @@ dropout draws differ per process (each process's RNG is seeded with ``seed + ran
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
@@ -89,12 +96,13 @@ from attnkit.train.events import Events
 from attnkit.train.loader import EpochLoader
 from attnkit.train.progress import Progress
 
-__all__ = ["SCHEDULES", "Task", "TrainConfig", "TrainResult", "Trainer", "lr_factor"]
+__all__ = ["BEST_DIR", "SCHEDULES", "Task", "TrainConfig", "TrainResult", "Trainer", "lr_factor"]
 
 SCHEDULES = ("constant", "inverse_sqrt", "cosine")  # TrainConfig.schedule, see lr_factor
 
 log = logging.getLogger("attnkit")
 
+BEST_DIR = "checkpoint-best"  # the best validation's model, inside the run folder
 PICTURES = 2  # validation examples pictured for TensorBoard at each validation
 
 # The signals that stop a run after its checkpoint is saved: Ctrl-C, kill, and a hang-up (the
@@ -123,6 +131,12 @@ class TrainConfig:
     ``precision``: ``"fp32"``, ``"bf16"`` or ``"fp16"`` (see the module docstring; the model's
     device must support it). ``data_workers``: ``DataLoader`` worker processes building batches
     (0: in the training process). A resumed run may change ``precision`` and ``data_workers``.
+    ``accumulate``: batches per optimizer step (gradient accumulation): the gradients of ``K``
+    batches are summed, each weighted by its share of their tokens (``tokens_k / sum(tokens)``,
+    the count ``task.loss`` returns), which is exactly the update of one batch ``K`` times
+    larger when the task's loss is the mean over those tokens (the cross-entropy of every
+    task); a CTC loss, a mean over lines of each line's loss per label, is weighted by its
+    lines' labels. ``max_steps`` and the schedule count optimizer steps.
     """
 
     max_steps: int = 1000
@@ -140,12 +154,13 @@ class TrainConfig:
     progress: bool = True
     precision: str = "fp32"
     data_workers: int = 0
+    accumulate: int = 1
 
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule: expected one of {', '.join(SCHEDULES)}, "
                              f"got {self.schedule!r}")
-        for name in ("max_steps", "eval_every", "checkpoint_every"):
+        for name in ("max_steps", "eval_every", "checkpoint_every", "accumulate"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected a positive int, got {value!r}")
@@ -432,8 +447,21 @@ class Trainer:
                 events.pictures(self.step, self._evaluating(self.task.pictures, Path(folder),
                                                             PICTURES))
 
+    @property
+    def best_dir(self) -> Path:
+        return self.out_dir / BEST_DIR
+
+    def _save_best(self, value: float) -> None:
+        """The model as it is now into :attr:`best_dir`, for inference (rank 0 only)."""
+        save_checkpoint(self.best_dir, model=self.model, config=self.task.config(),
+                        vocab=self.task.vocab(), trainer_state={
+                            "step": self.step, "metric": self.config.metric, "value": value})
+        log.info("best %s so far (%.4g) at step %d: %s", self.config.metric, value, self.step,
+                 self.best_dir)
+
     def _validate(self, events: Events) -> bool:
-        """Evaluate, record, keep the best; returns True when early stopping says stop."""
+        """Evaluate, record, keep the best (and its checkpoint); returns True when early
+        stopping says stop."""
         metrics = self.evaluate()
         self._record(events, metrics)
         if self.config.metric not in metrics:
@@ -443,10 +471,46 @@ class Trainer:
         value = metrics[self.config.metric]
         if self.best is None or value > self.best:
             self.best, self.bad_evals = value, 0
+            self._save_best(value)
         else:
             self.bad_evals += 1
         log.info("step %d: %s", self.step, ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
         return self.config.patience is not None and self.bad_evals >= self.config.patience
+
+    def _loss(self, net, batches, device: torch.device) -> tuple[torch.Tensor, int]:
+        """The task's loss on the next batch, under the training precision's autocast."""
+        batch = to_device(next(batches), device, non_blocking=device.type == "cuda")
+        with autocast(device, self.config.precision):
+            loss, tokens = self.task.loss(net, batch, self.step)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"step {self.step}: loss is {loss.item()}")
+        return loss, tokens
+
+    def _backward(self, net, batches, device: torch.device) -> tuple[torch.Tensor, int]:
+        """The gradients of one optimizer step in the parameters' ``.grad`` (fp16: scaled),
+        from ``config.accumulate`` batches; returns the loss (their token-weighted mean) and
+        the tokens. Several processes: DDP averages the gradients in the last backward."""
+        k = self.config.accumulate
+        if k == 1:
+            loss, tokens = self._loss(net, batches, device)
+            # fp16: the loss scaled up, the gradients unscaled before clipping; without a
+            # scaler (fp32, bf16) each call is the plain one
+            self.scaler.scale(loss).backward()
+            return loss.detach(), tokens
+        # Each batch's backward adds tokens_k * grad(loss_k); dividing the sum by the tokens
+        # of all k weighs each batch by its share of them.
+        total_loss, total = torch.zeros((), device=device), 0
+        for i in range(k):
+            quiet = self._world > 1 and i < k - 1
+            with net.no_sync() if quiet else contextlib.nullcontext():
+                loss, tokens = self._loss(net, batches, device)
+                self.scaler.scale(loss * max(tokens, 1)).backward()
+            total_loss += loss.detach() * max(tokens, 1)
+            total += max(tokens, 1)
+        for param in self.model.parameters():
+            if param.grad is not None:
+                param.grad.div_(total)
+        return total_loss / total, total
 
     def fit(self) -> TrainResult:
         """Train up to ``config.max_steps`` (see the module docstring for several processes)."""
@@ -482,17 +546,10 @@ class Trainer:
         batches = self._batches()
         try:
             while self.step < cfg.max_steps:
-                batch = to_device(next(batches), device, non_blocking=device.type == "cuda")
                 for group in self.optimizer.param_groups:
                     group["lr"] = cfg.lr * lr_factor(self.step, cfg)
-                with autocast(device, cfg.precision):
-                    loss, tokens = self.task.loss(net, batch, self.step)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"step {self.step}: loss is {loss.item()}")
                 self.optimizer.zero_grad(set_to_none=True)
-                # fp16: the loss scaled up, the gradients unscaled before clipping; without a
-                # scaler (fp32, bf16) each call below is the plain step
-                self.scaler.scale(loss).backward()  # several processes: DDP averages here
+                loss, tokens = self._backward(net, batches, device)
                 if cfg.clip_norm:
                     self.scaler.unscale_(self.optimizer)
                     torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_norm)
