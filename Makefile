@@ -9,7 +9,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install system demo test docs bench models install-models clean
+.PHONY: install system fonts demo test docs bench models install-models clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,29 @@ system:
 	  else echo "warning: not installed: $$missing (apt-get install $$missing)"; fi; \
 	fi
 
+# The font families the built-in OCR model trains and is tested on (src/attnkit/data/lines.py
+# holds some families out): serif, sans, mono, condensed, slab, handwriting-like, script.
+FONT_PACKAGES = fonts-crosextra-caladea fonts-ebgaramond fonts-linuxlibertine \
+	 fonts-sil-charis fonts-adf-baskervald fonts-adf-accanthis fonts-goudybookletter fonts-cardo \
+	 fonts-century-catalogue fonts-fanwood fonts-roboto-slab fonts-arapey fonts-cantarell \
+	 fonts-lato fonts-open-sans fonts-roboto-unhinted fonts-inter fonts-cabin fonts-karla \
+	 fonts-clear-sans fonts-adf-gillius fonts-b612 fonts-go fonts-junction fonts-dosis \
+	 fonts-comfortaa fonts-croscore fonts-inconsolata fonts-hack fonts-jetbrains-mono \
+	 fonts-anonymous-pro fonts-courier-prime fonts-agave fonts-hermit fonts-league-mono \
+	 fonts-comic-neue fonts-humor-sans fonts-dkg-handwriting fonts-breip fonts-dancingscript \
+	 fonts-kaushanscript fonts-kristi fonts-femkeklaver fonts-beteckna fonts-league-spartan \
+	 fonts-gfs-neohellenic fonts-quicksand fonts-averia-serif-gwf fonts-averia-sans-gwf \
+	 fonts-isabella fonts-engadget fonts-jura fonts-gnutypewriter
+
+fonts:
+	@missing=""; for p in $(FONT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing) || \
+	      echo "warning: apt-get install$$missing failed"; \
+	  else echo "warning: not installed:$$missing"; fi; \
+	fi
+
 install: system $(STAMP)
 
 demo: install
@@ -64,10 +87,10 @@ bench-quick: $(STAMP)
 # exported for inference into build/pretrained/NAME. Hours on a 2-core CPU; not part of demo or
 # test. `make install-models` then copies them into the package (src/attnkit/pretrained/).
 MODELS := translate:translate-dates ocr:ocr-lines asr:asr-digits
-models: install
+models: install fonts
 	@set -e; for pair in $(MODELS); do task=$${pair%%:*}; name=$${pair#*:}; \
 	  $(VENV)/bin/attnkit train $$task --recipe $$name --out build/models/$$name --no-progress; \
-	  $(VENV)/bin/attnkit export --format checkpoint --checkpoint build/models/$$name/checkpoint \
+	  $(VENV)/bin/attnkit export --format checkpoint --checkpoint build/models/$$name/checkpoint-best \
 	    --out build/pretrained/$$name; \
 	done
 

@@ -1,6 +1,7 @@
 """Text-line images: generation, held-out fonts, the user's folder reader and batching."""
 
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from attnkit.data import (
     write_line_folder,
 )
 from attnkit.data import lines as lines_module
+from attnkit.data.lines import HELD_OUT_FAMILIES, font_family
 from attnkit.tokens import UNK
 from tests.data.images import png_header
 
@@ -94,8 +96,42 @@ def test_splits_share_no_text_and_no_font(monkeypatch):
     assert not set(fonts["valid"]) & set(fonts["test"])
 
 
+def test_held_out_families_are_never_trained_on():
+    families = {split: {font_family(p) for p in paths} for split, paths in available_fonts().items()}
+    for split in ("valid", "test"):
+        assert not families["train"] & set(HELD_OUT_FAMILIES[split])
+        faces = generate_lines(1, split=split, fonts="faces")  # the in-family held-out faces
+        assert len(faces) == 1
+    assert font_family("/usr/share/fonts/truetype/lato/Lato-Bold.ttf") == "lato"
+    assert font_family("/usr/share/fonts/truetype/karla-variable/Karla.ttf") == "karla"
+    assert font_family("/usr/share/fonts/opentype/roboto/slab/RobotoSlab-Bold.otf") == "roboto"
+    assert font_family("/usr/share/fonts/fonts-go/Go-Regular.ttf") == "go"
+    installed = {font_family(p) for p in lines_module._font_files()}
+    if installed & set(HELD_OUT_FAMILIES["test"]):  # make fonts installed them
+        assert {font_family(p) for p in available_fonts()["test"]} >= (
+            installed & set(HELD_OUT_FAMILIES["test"]))
+        assert len(families["train"]) > 20
+    with pytest.raises(ValueError, match="fonts: expected None, a list of font files or one of"):
+        generate_lines(1, split="train", fonts="families")
+
+
+def test_prose_lines_are_real_sentences_of_their_split():
+    sentences = lines_module._sentences()
+    assert min(len(v) for v in sentences.values()) > 50
+    assert not set(sentences["train"]) & set(sentences["test"])
+    lines = generate_lines(40, split="test", seed=4, min_chars=30, max_chars=60, prose=1.0)
+    test_text = " ".join(sentences["test"])
+    assert all(text in test_text and 1 <= len(text) <= 60 for _, text in lines)
+    assert all(set(text) <= set(ALPHABET) and "  " not in text for _, text in lines)
+    mixed = [t for _, t in generate_lines(60, seed=4, max_chars=60, prose=0.5)]
+    in_prose = sum(t in " ".join(sentences["train"]) for t in mixed)
+    assert 15 < in_prose < 45
+    with pytest.raises(ValueError, match="prose: expected a probability in"):
+        generate_lines(1, prose=1.5)
+
+
 def test_matplotlib_dejavu_alone_serves_every_split(monkeypatch):
-    monkeypatch.setattr(lines_module, "FONT_DIRS", ())
+    monkeypatch.setattr(lines_module, "FONT_ROOT", Path("/nonexistent"))
     lines_module._fonts_by_split.cache_clear()
     try:
         fonts = available_fonts()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from attnkit.data import (
     ALPHABET,
     MAX_WIDTH,
     CharVocab,
+    available_fonts,
     iter_lines,
     load_line_image,
     read_line_folder,
@@ -58,6 +60,10 @@ def add_train_parser(train_sub) -> None:
     data.add_argument("--min-chars", type=common.positive_int, default=5)
     data.add_argument("--max-chars", type=common.positive_int, default=200,
                       help="longest built-in training line (validation: 5-200)")
+    data.add_argument("--prose", type=common.probability, default=0.0, metavar="P",
+                      help="share of built-in lines (training and validation) that are real "
+                      "English sentences rather than random words, numbers and codes "
+                      "(default 0)")
     data.add_argument("--cache-dir", type=Path,
                       help="keep rendered built-in lines here (default: OUT/lines)")
     add_max_width_arg(data)
@@ -94,13 +100,17 @@ def add_train_parser(train_sub) -> None:
 
 
 def _built_in(args, split: str, n: int, min_chars: int, max_chars: int):
+    # the cache's name says the settings and the fonts the lines were drawn from
+    fonts = hashlib.sha256("\n".join(p.name for p in available_fonts()[split]).encode())
     cache = (args.cache_dir or args.out / "lines") / (
-        f"{split}-{n}-seed{args.seed}-{min_chars}-{max_chars}")
+        f"{split}-{n}-seed{args.seed}-{min_chars}-{max_chars}"
+        f"{f'-prose{args.prose:g}' if args.prose else ''}-fonts{fonts.hexdigest()[:8]}")
     if (cache / "labels.tsv").exists():
         return read_line_folder(cache, cache / "labels.tsv")
     log.info("rendering %d %s lines into %s", n, split, cache)
     write_line_folder(iter_lines(n, split=split, seed=args.seed, min_chars=min_chars,
-                                 max_chars=max_chars), cache)  # one line in memory at a time
+                                 max_chars=max_chars, prose=args.prose),
+                      cache)  # one line in memory at a time
     return read_line_folder(cache, cache / "labels.tsv")  # what later runs will read
 
 
@@ -136,7 +146,7 @@ def run_train(args) -> int:
     model_config = ck.config["model"] if ck is not None else wanted
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
             {"built_in": "lines", "n_train": args.n_train, "n_valid": args.n_valid,
-             "min_chars": args.min_chars, "max_chars": args.max_chars})
+             "min_chars": args.min_chars, "max_chars": args.max_chars, "prose": args.prose})
     task = OcrTask(train, valid, model_config=model_config, batch_size=args.batch_size,
                    seed=args.seed, label_smoothing=args.label_smoothing,
                    teacher_forcing=common.teacher_forcing(args), ctc_weight=args.ctc_weight,

@@ -22,10 +22,14 @@ RECIPES = {
     "translate-dates": Recipe("translate", (
         "--n-train", "50000", "--n-valid", "1000", "--steps", "10000",
         "--eval-every", "1000", "--checkpoint-every", "1000")),
+    # the fonts of every family not held out, half the lines real sentences, and the light
+    # augmentation: scale, stretch, rotation, shear (italics), baseline, margins, stroke width,
+    # shades, blur, noise and JPEG
     "ocr-lines": Recipe("ocr", (
-        "--n-train", "20000", "--n-valid", "300", "--max-chars", "80",
-        "--attention", "window", "--window", "32", "--hidden", "128",
-        "--batch-size", "32", "--lr", "1e-3", "--steps", "1000", "--eval-every", "250")),
+        "--n-train", "30000", "--n-valid", "400", "--max-chars", "80", "--prose", "0.5",
+        "--augment", "light", "--attention", "window", "--window", "32", "--hidden", "128",
+        "--batch-size", "32", "--lr", "1e-3", "--steps", "3000", "--eval-every", "500",
+        "--checkpoint-every", "500")),
     # both engines (every espeak-ng variant but the held-out ones; festival's kal and slt
     # voices) and the strong augmentation: speed, gain, reverberation, noise, telephone band,
     # vocal-tract length and SpecAugment

@@ -8,22 +8,35 @@ stay on disk until indexed: memory holds their names, widths and texts only, how
 there are.
 
 **Built-in lines** (:func:`generate_lines`) are 5-200 characters of :data:`ALPHABET`: common
-English words (SCOWL size 10, shipped as ``words_en.txt``), numbers, codes and punctuation,
-rendered with Pillow in a random font and size, then lightly rotated, blurred, noised and given a
-random paper and ink shade. Example ``index`` of ``split`` draws everything from its own seed,
-derived from ``(seed, split, index)``, so the same arguments give the same text and image on the
-same machine (pixels may differ across Pillow/FreeType versions). A text belongs to one split only,
-chosen by a hash of the text (as in :mod:`attnkit.data.text_tasks`), so splits never share a text.
+English words (SCOWL size 10, shipped as ``words_en.txt``), numbers, codes and punctuation, or
+with probability ``prose`` a stretch of real English sentences (the prose of Python's own
+reference documentation, ``pydoc_data.topics``, which every Python installation has: the
+sentences made only of :data:`ALPHABET`), rendered with Pillow in a random font and size, then
+lightly rotated, blurred, noised and given a random paper and ink shade. Example ``index`` of
+``split`` draws everything from its own seed, derived from ``(seed, split, index)``, so the same
+arguments give the same text and image on the same machine (pixels may differ across
+Pillow/FreeType versions and with the fonts installed). A text, and a sentence, belongs to one
+split only, chosen by a hash of it (as in :mod:`attnkit.data.text_tasks`), so splits never
+share a text.
 
-**Fonts** are found at run time: matplotlib's DejaVu fonts (always there) and, when installed,
-Debian's fonts-liberation and fonts-freefont-ttf. Fonts missing any character of
-:data:`ALPHABET` are left out. The held-out files are listed in :data:`HELD_OUT_FONTS`; every
-other font found is a training font:
+**Fonts** are found at run time: matplotlib's DejaVu fonts (always there) and every TrueType
+and OpenType file under ``/usr/share/fonts`` (the Makefile's ``make fonts`` installs the
+Debian font packages attnkit trains on: serif, sans, mono, condensed, slab, handwriting-like and
+script families with their italic and bold faces). Fonts missing any character of
+:data:`ALPHABET`, and those that draw no text (:data:`NOT_TEXT`), are left out. A font's
+**family** (:func:`font_family`) is its package's folder (``/usr/share/fonts/*/NAME/``;
+DejaVu for matplotlib's). Two kinds of fonts are held out of training:
 
-* valid: DejaVuSerif-Italic, LiberationSerif-Italic, LiberationSansNarrow-Bold, FreeSerifBold,
-  FreeMonoOblique;
-* test: DejaVuSans-BoldOblique, LiberationSans-BoldItalic, LiberationMono-Regular, FreeSans,
-  FreeSerifBoldItalic.
+* whole families (:data:`HELD_OUT_FAMILIES`), for figures on designs never seen:
+  valid: cabin, fanwood, anonymous-pro, comic-neue, averia-gwf, jura;
+  test: cantarell, ebgaramond, hack, humor-sans, roboto, charis, courier-prime;
+* single faces of training families (:data:`HELD_OUT_FONTS`), for in-family figures:
+  valid: DejaVuSerif-Italic, LiberationSerif-Italic, LiberationSansNarrow-Bold, FreeSerifBold,
+  FreeMonoOblique; test: DejaVuSans-BoldOblique, LiberationSans-BoldItalic,
+  LiberationMono-Regular, FreeSans, FreeSerifBoldItalic.
+
+A split's fonts (:func:`available_fonts`) are both kinds; ``fonts=`` narrows a call to some of
+them (``fonts="families"`` or ``"faces"``, or a list of files).
 
 **The user's lines** are a folder of images and a ``filename<TAB>text`` TSV
 (:func:`read_line_folder`); :func:`write_line_folder` writes generated lines in that form once, to
@@ -42,6 +55,7 @@ the blank:
 from __future__ import annotations
 
 import functools
+import re
 import string
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -59,10 +73,12 @@ from attnkit.errors import DataError
 __all__ = [
     "ALPHABET",
     "HEIGHT",
+    "HELD_OUT_FAMILIES",
     "HELD_OUT_FONTS",
     "MAX_WIDTH",
     "LineFolder",
     "available_fonts",
+    "font_family",
     "generate_lines",
     "iter_lines",
     "line_width",
@@ -84,48 +100,93 @@ HELD_OUT_FONTS = {
     "test": ("DejaVuSans-BoldOblique.ttf", "LiberationSans-BoldItalic.ttf",
              "LiberationMono-Regular.ttf", "FreeSans.ttf", "FreeSerifBoldItalic.ttf"),
 }
-FONT_DIRS = (
-    Path("/usr/share/fonts/truetype/liberation"),
-    Path("/usr/share/fonts/truetype/liberation2"),
-    Path("/usr/share/fonts/truetype/freefont"),
-)
+HELD_OUT_FAMILIES = {
+    "valid": ("cabin", "fanwood", "anonymous-pro", "comic-neue", "averia-gwf", "jura"),
+    "test": ("cantarell", "ebgaramond", "hack", "humor-sans", "roboto", "charis",
+             "courier-prime"),
+}
+FONT_ROOT = Path("/usr/share/fonts")
+# font files that pass the alphabet check but draw keycaps, initials or mathematics
+NOT_TEXT = ("LinBiolinum_K", "LinLibertine_I", "DejaVuMathTeXGyre")
+# reserved for checks made outside the project: never rendered, even where installed
+RESERVED = ("urw-base35", "Carlito", "NotoMono", "NotoSansMono")
 SIZES = (18, 36)  # font sizes drawn from, in pixels, before scaling the line to HEIGHT
 PUNCT_AFTER = ",.;:!?"
 PAIRS = ('""', "()", "''", "[]")
 
 
 def _font_files() -> list[Path]:
-    """DejaVu from matplotlib, then the Debian font folders that exist, one file per name."""
+    """DejaVu from matplotlib, then every font file under :data:`FONT_ROOT`, one per name,
+    sorted by path."""
     import matplotlib
 
     found = {}
     mpl = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
-    for path in [*sorted(mpl.glob("DejaVu*.ttf")),
-                 *(p for d in FONT_DIRS if d.is_dir() for p in sorted(d.glob("*.ttf")))]:
+    system = sorted(p for p in FONT_ROOT.rglob("*") if p.suffix.lower() in (".ttf", ".otf")
+                    and p.is_file()) if FONT_ROOT.is_dir() else []
+    for path in [*sorted(mpl.glob("DejaVu*.ttf")), *system]:
+        if any(r in str(path) for r in RESERVED) or path.stem.startswith(NOT_TEXT):
+            continue
         found.setdefault(path.name, path)
     return list(found.values())
+
+
+def font_family(path: str | Path) -> str:
+    """The family a font file belongs to, as the splits hold families out: the folder of its
+    package (``/usr/share/fonts/truetype/lato/Lato-Bold.ttf``: ``"lato"``; the variable or
+    sub-folders of a package count as the package), ``"dejavu"`` for matplotlib's DejaVu."""
+    path = Path(path)
+    try:
+        parts = path.relative_to(FONT_ROOT).parts
+    except ValueError:
+        return "dejavu" if path.name.startswith("DejaVu") else path.parent.name
+    folder = parts[1] if parts[0] in ("truetype", "opentype") and len(parts) > 2 else parts[0]
+    return folder.removesuffix("-variable").removeprefix("fonts-")
 
 
 def _covers_alphabet(path: Path) -> bool:
     from matplotlib.ft2font import FT2Font
 
-    font = FT2Font(str(path))
+    try:
+        font = FT2Font(str(path))
+    except (OSError, RuntimeError):
+        return False
     return all(font.get_char_index(ord(c)) for c in ALPHABET)
 
 
 @functools.lru_cache(maxsize=1)
-def _fonts_by_split() -> dict[str, tuple[Path, ...]]:
+def _fonts_by_split() -> dict[str, dict[str, tuple[Path, ...]]]:
+    """``{split: {"families": fonts of its held-out families, "faces": its held-out faces}}``,
+    and for train ``{"all": every other font}``."""
     usable = [p for p in _font_files() if _covers_alphabet(p)]
-    held = {name for names in HELD_OUT_FONTS.values() for name in names}
-    out = {split: tuple(p for p in usable if p.name in names)
-           for split, names in HELD_OUT_FONTS.items()}
-    out["train"] = tuple(p for p in usable if p.name not in held)
+    faces = {name for names in HELD_OUT_FONTS.values() for name in names}
+    families = {name for names in HELD_OUT_FAMILIES.values() for name in names}
+    out = {split: {"families": tuple(p for p in usable if font_family(p) in HELD_OUT_FAMILIES[split]),
+                   "faces": tuple(p for p in usable if p.name in HELD_OUT_FONTS[split])}
+           for split in HELD_OUT_FONTS}
+    out["train"] = {"all": tuple(p for p in usable
+                                 if p.name not in faces and font_family(p) not in families)}
     return {split: out[split] for split in SPLITS}
 
 
 def available_fonts() -> dict[str, list[Path]]:
-    """The font files of each split (``train``, ``valid``, ``test``) on this machine."""
-    return {split: list(paths) for split, paths in _fonts_by_split().items()}
+    """The font files of each split (``train``, ``valid``, ``test``) on this machine: a held-out
+    split's families, then its faces."""
+    return {split: [p for group in groups.values() for p in group]
+            for split, groups in _fonts_by_split().items()}
+
+
+def _split_fonts(split: str, fonts) -> tuple[Path, ...]:
+    """The fonts ``generate_lines(split=split, fonts=fonts)`` draws from."""
+    groups = _fonts_by_split()[split]
+    if fonts is None:
+        return tuple(p for group in groups.values() for p in group)
+    if isinstance(fonts, str):
+        if fonts not in groups:
+            raise ValueError(f"fonts: expected None, a list of font files or one of "
+                             f"{', '.join(groups)} for split {split!r}, got {fonts!r}")
+        return groups[fonts]
+    return tuple(Path(f) for f in fonts)
 
 
 @functools.cache
@@ -164,6 +225,38 @@ def _token(rng: np.random.Generator) -> str:
         chars = string.ascii_uppercase + string.digits + "-/#"
         return "".join(chars[i] for i in rng.integers(len(chars), size=int(rng.integers(2, 9))))
     return string.punctuation[rng.integers(len(string.punctuation))]
+
+
+@functools.cache
+def _sentences() -> dict[str, tuple[str, ...]]:
+    """The sentences of Python's reference documentation made only of :data:`ALPHABET`
+    (code, tables and prompts left out), by split (a hash of each sentence)."""
+    from pydoc_data.topics import topics
+
+    prose = re.sub(r"\s+", " ", " ".join(topics[k] for k in sorted(topics)))
+    allowed = set(ALPHABET)
+    out: dict[str, list[str]] = {split: [] for split in SPLITS}
+    for sentence in re.split(r"(?<=[.!?]) ", prose):
+        if (20 <= len(sentence) <= 400 and set(sentence) <= allowed
+                and not re.search(r"[=_*`|]{2,}|>>>|\.\.\.|[{}]", sentence)):
+            out[split_of(sentence)].append(sentence)
+    return {split: tuple(found) for split, found in out.items()}
+
+
+def _prose(rng: np.random.Generator, n_chars: int, split: str) -> str:
+    """About ``n_chars`` characters of running prose of ``split``: consecutive sentences from
+    a drawn one, cut at word boundaries (exactly ``n_chars`` when a word ends there)."""
+    sentences = _sentences()[split]
+    start = int(rng.integers(len(sentences)))
+    text = " ".join(sentences[start:start + 1 + n_chars // 20])
+    words = text.split(" ")
+    first = int(rng.integers(max(1, len(words) // 3))) if rng.random() < 0.5 else 0
+    out = ""
+    for word in words[first:]:
+        if len(out) + len(word) + 1 > n_chars and out:
+            break
+        out = f"{out} {word}" if out else word
+    return out[:n_chars]
 
 
 def _random_text(rng: np.random.Generator, n_chars: int) -> str:
@@ -230,24 +323,32 @@ def generate_lines(
     seed: int = 0,
     min_chars: int = 5,
     max_chars: int = 200,
+    prose: float = 0.0,
+    fonts: str | Sequence[str | Path] | None = None,
 ) -> list[tuple[torch.Tensor, str]]:
     """``n`` rendered lines of ``split`` as ``(image (32, W), text)``, the same for the same args.
 
-    Text lengths are uniform in ``[min_chars, max_chars]``; font (from :func:`available_fonts`
-    for ``split``) and size are drawn per line. Lines can repeat a text only within a split.
+    Text lengths are uniform in ``[min_chars, max_chars]``; each line is real prose with
+    probability ``prose``, else random tokens. Font (from :func:`available_fonts` for
+    ``split``; ``fonts`` narrows them: ``"families"`` or ``"faces"`` of a held-out split, or a
+    list of files: a family drawn uniformly, then one of its files) and size are drawn per
+    line. Lines can repeat a text only within a split.
 
     Shape:
         each image is a uint8 tensor ``(32, W)``, ``W`` growing with the text.
     """
-    return list(iter_lines(n, split=split, seed=seed, min_chars=min_chars, max_chars=max_chars))
+    return list(iter_lines(n, split=split, seed=seed, min_chars=min_chars, max_chars=max_chars,
+                           prose=prose, fonts=fonts))
 
 
 def iter_lines(n: int, *, split: str = "train", seed: int = 0, min_chars: int = 5,
-               max_chars: int = 200) -> Iterator[tuple[torch.Tensor, str]]:
+               max_chars: int = 200, prose: float = 0.0,
+               fonts: str | Sequence[str | Path] | None = None,
+               ) -> Iterator[tuple[torch.Tensor, str]]:
     """The lines of :func:`generate_lines`, rendered one at a time as they are iterated.
 
     Raises (on the call, before any line is rendered):
-        ValueError: a bad ``split``, ``n`` or character range.
+        ValueError: a bad ``split``, ``n``, character range, ``prose`` or ``fonts``.
         DataError: none of the split's fonts is installed.
     """
     if split not in SPLITS:
@@ -257,23 +358,34 @@ def iter_lines(n: int, *, split: str = "train", seed: int = 0, min_chars: int = 
     if not 1 <= min_chars <= max_chars:
         raise ValueError(f"min_chars, max_chars: expected 1 <= min_chars <= max_chars, "
                          f"got {min_chars} and {max_chars}")
-    fonts = _fonts_by_split()[split]
-    if not fonts:
-        raise DataError(f"split {split!r}: none of its fonts {HELD_OUT_FONTS.get(split)} "
-                        f"is installed")
-    return _render(n, split, seed, min_chars, max_chars, fonts)
+    if not 0.0 <= prose <= 1.0:
+        raise ValueError(f"prose: expected a probability in [0, 1], got {prose!r}")
+    chosen = _split_fonts(split, fonts)
+    if not chosen:
+        raise DataError(f"split {split!r}: none of its fonts ({fonts or 'all'}) is installed; "
+                        "make fonts installs them")
+    return _render(n, split, seed, min_chars, max_chars, prose, chosen)
 
 
-def _render(n: int, split: str, seed: int, min_chars: int, max_chars: int,
+def _render(n: int, split: str, seed: int, min_chars: int, max_chars: int, prose: float,
             fonts: Sequence[Path]) -> Iterator[tuple[torch.Tensor, str]]:
+    # a family first, then one of its faces: a family of 40 files is drawn as often as one of 1
+    by_family: dict[str, list[Path]] = {}
+    for font in fonts:
+        by_family.setdefault(font_family(font), []).append(font)
+    families = [tuple(by_family[name]) for name in sorted(by_family)]
     split_id = list(SPLITS).index(split)
     for index in range(n):
         rng = np.random.default_rng([seed, split_id, index])
         n_chars = int(rng.integers(min_chars, max_chars + 1))
-        text = _random_text(rng, n_chars)
-        while split_of(text) != split:
+        if prose and rng.random() < prose:
+            text = _prose(rng, n_chars, split)
+        else:
             text = _random_text(rng, n_chars)
-        font = fonts[rng.integers(len(fonts))]
+            while split_of(text) != split:
+                text = _random_text(rng, n_chars)
+        family = families[rng.integers(len(families))]
+        font = family[rng.integers(len(family))]
         size = int(rng.integers(SIZES[0], SIZES[1] + 1))
         yield _to_tensor(render_line(text, font=font, size=size, rng=rng)), text
 
