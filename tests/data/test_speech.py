@@ -27,7 +27,9 @@ from attnkit.data import (
     speech_dataset,
     synthesize,
 )
-from attnkit.data.speech import ACCENTS, SPLITS
+from attnkit.data import synthesis
+from attnkit.data.speech import SPLITS
+from attnkit.data.synthesis import ACCENTS
 
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None,
                                   reason="espeak-ng not installed (apt-get install espeak-ng)")
@@ -79,7 +81,7 @@ def test_splits_share_no_voice_and_no_speed():
     for a, b in [("train", "valid"), ("train", "test"), ("valid", "test")]:
         assert not voices[a] & voices[b] and not speeds[a] & speeds[b]
         assert not variants[a] & variants[b]
-    assert variants["train"] == {"", *speech.espeak_variants()}
+    assert variants["train"] == {"", *speech.training_variants()}
     assert variants["test"] == set(speech.HELD_OUT_VARIANTS["test"])
     assert {"m1", "f1", "klatt", "croak"} < variants["train"]  # every variant espeak-ng ships
     festival = {s: {u.voice for u in p if u.engine == "festival"} for s, p in plans.items()}
@@ -101,18 +103,18 @@ def test_engines_default_to_espeak_and_are_checked():
 
 @pytest.mark.skipif(shutil.which("festival") is None, reason="festival is not installed")
 def test_festival_speaks_and_follows_speed_and_pitch():
-    slow, _ = speech.synthesize("four two", voice="kal_diphone", speed=100, engine="festival")
-    fast, rate = speech.synthesize("four two", voice="kal_diphone", speed=200, engine="festival")
+    slow, _ = synthesis.synthesize("four two", voice="kal_diphone", speed=100, engine="festival")
+    fast, rate = synthesis.synthesize("four two", voice="kal_diphone", speed=200, engine="festival")
     assert rate == 16000 and 1.6 < slow.numel() / fast.numel() < 2.4
-    low, _ = speech.synthesize("four two", voice="kal_diphone", pitch=20, engine="festival")
-    high, _ = speech.synthesize("four two", voice="kal_diphone", pitch=80, engine="festival")
+    low, _ = synthesis.synthesize("four two", voice="kal_diphone", pitch=20, engine="festival")
+    high, _ = synthesis.synthesize("four two", voice="kal_diphone", pitch=80, engine="festival")
     assert not torch.equal(low[:min(low.numel(), high.numel())],
                            high[:min(low.numel(), high.numel())])
     plan = plan_utterances(12, engines=("festival",))
     assert all(torch.equal(a, speech.utterance_audio(u))  # one process or one each: the same
                for a, u in zip(speech._chunk_audio(plan), plan[:3]))
     with pytest.raises(ValueError, match="voice: expected a festival voice"):
-        speech.synthesize("one", voice="en-us", engine="festival")
+        synthesis.synthesize("one", voice="en-us", engine="festival")
 
 
 def test_noise_settings_are_drawn_per_example():
@@ -133,7 +135,7 @@ def test_plan_rejects_bad_arguments(kwargs, message):
 
 
 def test_missing_espeak_says_how_to_install_it(monkeypatch):
-    monkeypatch.setattr(speech.shutil, "which", lambda name: None)
+    monkeypatch.setattr(synthesis.shutil, "which", lambda name: None)
     with pytest.raises(RuntimeError, match=r"espeak-ng: command not found.*apt-get install "
                                            r"espeak-ng"):
         synthesize("hello")
@@ -164,8 +166,7 @@ def test_synthesis_is_bit_reproducible_and_follows_settings():
 def test_every_voice_sounds_different():
     """Catches voices that silently ignore their variant (espeak-ng's en-gb+m1 is en-gb): every
     accent with a few variants, and every variant with one accent."""
-    variants = ["", *speech.espeak_variants(), *(v for held in speech.HELD_OUT_VARIANTS.values()
-                                                 for v in held)]
+    variants = ["", *synthesis.espeak_variants()]
     voices = {a + (f"+{v}" if v else "") for a in ACCENTS for v in ("", "m1", "f2", "klatt")}
     voices |= {"en-us" + (f"+{v}" if v else "") for v in variants}
     seen = {}
@@ -230,7 +231,7 @@ def test_noise_is_seeded_and_at_the_drawn_level(tmp_path):
 
 def test_corrupt_cache_names_the_file(tmp_path, monkeypatch):
     monkeypatch.setattr(speech, "_chunk_features", lambda us: [torch.zeros(3, 80) for _ in us])
-    monkeypatch.setattr(speech, "_espeak", lambda: "true")
+    monkeypatch.setattr(speech, "espeak_command", lambda: "true")
     monkeypatch.setattr(speech, "espeak_variants", lambda: ("m1",))
     speech_dataset(2, cache_dir=tmp_path)
     (folder,) = tmp_path.iterdir()

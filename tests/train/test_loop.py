@@ -12,7 +12,8 @@ from torch import nn
 
 from attnkit import Attention
 from attnkit.train import Batches, TrainConfig, Trainer, load_checkpoint, lr_factor
-from attnkit.train.checkpoint import CheckpointError
+from attnkit.train.averaging import average_checkpoints, best_checkpoints
+from attnkit.train.checkpoint import CheckpointError, save_checkpoint
 from attnkit.train.loop import BEST_DIR
 
 
@@ -498,3 +499,35 @@ def test_the_best_validation_keeps_its_own_checkpoint(tmp_path):
     for name, tensor in loaded.state_dict().items():
         assert torch.equal(tensor, snapshots[10][name]), name
     assert load_checkpoint(tmp_path / "checkpoint").trainer_state["step"] == 20
+
+
+def test_keep_best_keeps_the_n_best_validations_and_they_average(tmp_path):
+    torch.manual_seed(0)
+    task = Scripted([0.2, 0.7, 0.5, 0.6, 0.1, 0.65])
+    Trainer(Reverse(), task, _cfg(max_steps=30, keep_best=3), tmp_path).fit()
+    kept = best_checkpoints(tmp_path)
+    assert [p.name for p in kept] == ["step-00000010", "step-00000030", "step-00000020"]
+    assert [load_checkpoint(p).trainer_state["value"] for p in kept] == [0.7, 0.65, 0.6]
+    assert best_checkpoints(tmp_path, 2) == kept[:2]
+    states = [load_checkpoint(p).model_state for p in kept]
+    mean = average_checkpoints(kept)
+    for name, tensor in mean.model_state.items():
+        expected = sum(s[name].double() for s in states) / 3
+        torch.testing.assert_close(tensor, expected.float(), msg=name)
+    assert mean.trainer_state["steps"] == [10, 30, 20] and mean.optimizer_state is None
+
+
+def test_averaging_refuses_checkpoints_of_other_models(tmp_path):
+    save_checkpoint(tmp_path / "a", model={"w": torch.zeros(2)}, config={"task": "x"})
+    save_checkpoint(tmp_path / "b", model={"w": torch.zeros(3)}, config={"task": "x"})
+    save_checkpoint(tmp_path / "c", model={"w": torch.zeros(2)}, config={"task": "y"})
+    save_checkpoint(tmp_path / "d", model={"w": torch.zeros(2, dtype=torch.int64)},
+                    config={"task": "x"})
+    with pytest.raises(CheckpointError, match=r"tensor w is \(3,\) torch.float32, in .* \(2,\)"):
+        average_checkpoints([tmp_path / "a", tmp_path / "b"])
+    with pytest.raises(CheckpointError, match="another config than"):
+        average_checkpoints([tmp_path / "a", tmp_path / "c"])
+    with pytest.raises(CheckpointError, match="torch.int64"):
+        average_checkpoints([tmp_path / "a", tmp_path / "d"])
+    with pytest.raises(CheckpointError, match="no checkpoints of best validations"):
+        best_checkpoints(tmp_path)

@@ -269,6 +269,9 @@ def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float 
     train.add_argument("--eval-every", type=positive_int, default=eval_every)
     train.add_argument("--checkpoint-every", type=positive_int, default=eval_every)
     train.add_argument("--patience", type=positive_int, help="early stopping: validations w/o gain")
+    train.add_argument("--keep-best", type=positive_int, default=1, metavar="N",
+                       help="keep the models of the N best validations in OUT/best/ for "
+                       "attnkit average (default 1: OUT/checkpoint-best alone)")
     train.add_argument("--seed", type=int, default=0)
     add_device_arg(train)
     train.add_argument("--precision", choices=PRECISIONS, default="fp32",
@@ -416,7 +419,8 @@ def training_config(args, **overrides) -> TrainConfig:
                     eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
                     patience=args.patience, time_budget_s=args.time_budget, seed=args.seed,
                     progress=not args.no_progress, precision=args.precision,
-                    data_workers=args.workers_data, accumulate=args.accumulate)
+                    data_workers=args.workers_data, accumulate=args.accumulate,
+                    keep_best=args.keep_best)
     return TrainConfig(**{**settings, **overrides})
 
 

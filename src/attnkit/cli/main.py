@@ -18,6 +18,7 @@ from attnkit._version import __version__
 def build_parser() -> argparse.ArgumentParser:
     from attnkit.cli import (
         asr,
+        average,
         bench,
         caption,
         demo,
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     caption.add_caption_parser(sub)
     vqa.add_ask_parser(sub)
     export.add_parser(sub)
+    average.add_parser(sub)
     bench.add_parser(sub)
     plan.add_parser(sub)
     serve.add_parser(sub)

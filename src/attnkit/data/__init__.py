@@ -45,10 +45,10 @@ from attnkit.data.speech import (
     Utterance,
     plan_utterances,
     speech_dataset,
-    synthesize,
     utterance_audio,
 )
 from attnkit.data.subword import SubwordVocab
+from attnkit.data.synthesis import synthesize
 from attnkit.data.text_tasks import DATE_LOCALES, NUMBER_LANGUAGES, generate_pairs
 from attnkit.data.tsv import MAX_CHARS, read_tsv
 from attnkit.data.utterances import read_manifest

@@ -82,50 +82,41 @@ from attnkit.data.audio import (
     normalize_features,
     resample,
 )
-from attnkit.data.audio_files import parse_wav
+from attnkit.data.synthesis import (
+    ACCENTS,
+    ENGINES,
+    espeak_command,
+    espeak_variants,
+    festival_many,
+    synthesize,
+)
 from attnkit.errors import DataError
 
 __all__ = [
-    "ACCENTS",
     "FEATURE_DTYPE",
-    "KINDS",
-    "FeaturesOnDisk",
-    "SPLITS",
-    "SpeechSet",
-    "ENGINES",
-    "FESTIVAL_VOICES",
     "HELD_OUT_VARIANTS",
+    "KINDS",
+    "SPLITS",
+    "FeaturesOnDisk",
+    "SpeechSet",
     "Utterance",
-    "espeak_variants",
     "plan_utterances",
     "spoken_number",
     "speech_dataset",
-    "synthesize",
+    "training_variants",
     "utterance_audio",
 ]
 
 log = logging.getLogger("attnkit")
 
 KINDS = ("digits", "numbers", "sentences")
-ENGINES = ("espeak-ng", "festival")
-# espeak-ng voices whose "+variant" suffix takes effect ("en-gb+m1" silently ignores it; "en" is
-# the same British voice and honours it)
-ACCENTS = ("en", "en-us", "en-gb-x-rp", "en-gb-scotland", "en-029", "en-us-nyc",
-           "en-gb-x-gbclan", "en-gb-x-gbcwmd")
-# festival voices and the Debian package of each
-FESTIVAL_VOICES = {"kal_diphone": "festvox-kallpc16k", "ked_diphone": "festvox-kdlpc16k",
-                   "cmu_us_slt_arctic_hts": "festvox-us-slt-hts"}
+
 # espeak-ng variants held out of training; every other variant espeak-ng ships is a training one
 HELD_OUT_VARIANTS = {
     "valid": ("m5", "f4", "Andy", "AnxiousAndy", "Annie", "klatt2", "Mike"),
     "test": ("m6", "m7", "f5", "Alicia", "Jacky", "klatt4", "steph", "steph2", "steph3", "Gene",
              "Gene2"),
 }
-# variant files (espeak-ng-data/voices/!v) not used: a distorted or whispered voice, a
-# robot buzz, an espeak-ng speed test, one whose file name has a space, and two that speak
-# exactly as "klatt" does
-UNUSED_VARIANTS = ("Demonic", "fast", "announcer", "whisper", "whisperf", "UniRobot",
-                   "anikaRobot", "Mr serious", "caleb", "klatt6")
 
 
 @dataclass(frozen=True)
@@ -147,9 +138,7 @@ SPLITS = {
 PITCHES = range(20, 81)  # espeak-ng's -p, 0-99 with 50 the voice's default
 GAPS = range(0, 6)  # espeak-ng's -g: pause between words, in units of 10 ms
 AMPLITUDES = range(60, 181)  # espeak-ng's -a, 100 its default
-FESTIVAL_SPEED = 170  # words per minute that festival speaks with Duration_Stretch 1
 SYNTH_CHUNK = 64  # utterances synthesised by one task of the cache's worker pool
-ESPEAK_RATE = 22050
 FEATURE_DTYPE = torch.float16  # how a SpeechSet keeps its features in memory
 AUDIO_FILE = "audio.safetensors"  # a cache's samples, beside its features, when asked for
 PCM_SCALE = 32768.0  # the cache keeps samples as 16-bit PCM: int16 / 32768 in [-1, 1)
@@ -314,6 +303,13 @@ def _content(kind: str, rng: random.Random) -> tuple[str, str]:
     return sentence, sentence
 
 
+def training_variants() -> tuple[str, ...]:
+    """The espeak-ng voice variants training speaks with: every one this machine's espeak-ng
+    ships (:func:`attnkit.data.synthesis.espeak_variants`) but :data:`HELD_OUT_VARIANTS`."""
+    held = {v for variants in HELD_OUT_VARIANTS.values() for v in variants}
+    return tuple(v for v in espeak_variants() if v not in held)
+
+
 def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
                     kinds: tuple[str, ...] = KINDS,
                     noise_snr_db: tuple[float, float] | None = None,
@@ -342,7 +338,7 @@ def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
     speakers = SPLITS[split]
     variants = speakers.variants
     if variants is None:
-        variants = ("", *espeak_variants()) if "espeak-ng" in engines else ()
+        variants = ("", *training_variants()) if "espeak-ng" in engines else ()
     speeds = [s for band in speakers.speeds for s in band]
     out = []
     for i in range(n):
@@ -363,105 +359,6 @@ def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
     return out
 
 
-@functools.cache
-def espeak_variants() -> tuple[str, ...]:
-    """The voice variant files this machine's espeak-ng ships (``espeak-ng --voices=variant``)
-    that training may use: all but :data:`HELD_OUT_VARIANTS` and :data:`UNUSED_VARIANTS`, sorted.
-
-    Raises:
-        RuntimeError: espeak-ng is not installed.
-    """
-    proc = subprocess.run([_espeak(), "--voices=variant"], capture_output=True, text=True,
-                          check=False)
-    header, *rows = proc.stdout.splitlines()
-    start, stop = header.index("File"), header.index("Other")  # fixed-width columns
-    names = {row[start:stop].strip().rsplit("/", 1)[-1] for row in rows if row.strip()}
-    held = {v for vs in HELD_OUT_VARIANTS.values() for v in vs} | set(UNUSED_VARIANTS)
-    return tuple(sorted(names - held))
-
-
-def _espeak() -> str:
-    exe = shutil.which("espeak-ng")
-    if exe is None:
-        raise RuntimeError("espeak-ng: command not found; the built-in speech data needs it. "
-                           "Install it with `apt-get install espeak-ng` (Debian/Ubuntu) or your "
-                           "system's package manager, or train on your own WAVs via a manifest.")
-    return exe
-
-
-def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
-               pitch: int = 50, gap: int = 0, amplitude: int = 100,
-               engine: str = "espeak-ng") -> tuple[torch.Tensor, int]:
-    """Speak ``text``: ``(samples (N,) float32, rate)`` (espeak-ng 22,050 Hz; festival the
-    voice's own rate, 16,000 or 32,000 Hz). See :class:`Utterance` for the arguments.
-
-    The same arguments give the same samples, bit for bit.
-
-    Raises:
-        RuntimeError: the engine is not installed (the message says how to install it) or
-            fails (for example an unknown ``voice``).
-    """
-    if engine == "festival":
-        return _festival(text, voice=voice, speed=speed, pitch=pitch)
-    if engine != "espeak-ng":
-        raise ValueError(f"engine: expected one of {ENGINES}, got {engine!r}")
-    cmd = [_espeak(), "--stdout", "-v", voice, "-s", str(speed), "-p", str(pitch),
-           "-g", str(gap), "-a", str(amplitude), text]
-    proc = subprocess.run(cmd, capture_output=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"espeak-ng -v {voice} -s {speed} -p {pitch} failed with exit code "
-                           f"{proc.returncode}: {proc.stderr.decode(errors='replace').strip()}")
-    return parse_wav(proc.stdout, source=f"espeak-ng -v {voice} output for {text!r}")
-
-
-def _festival(text: str, *, voice: str, speed: int, pitch: int) -> tuple[torch.Tensor, int]:
-    """``text`` spoken by festival in ``voice`` (see :func:`_festival_many`)."""
-    return _festival_many([(text, voice, speed, pitch)])[0]
-
-
-def _festival_many(items: Sequence[tuple[str, str, int, int]]) -> list[tuple[torch.Tensor, int]]:
-    """Each ``(text, voice, speed, pitch)`` spoken by one ``festival --pipe`` process (a
-    process per utterance would spend ten times as long starting up): durations stretched by
-    ``FESTIVAL_SPEED / speed`` and, for a diphone voice, the mean pitch moved with ``pitch``
-    (50: 105 Hz, each 10 steps about 9% higher or lower). Every utterance sets its voice and
-    settings afresh, so its samples do not depend on the others."""
-    for _, voice, _, _ in items:
-        if voice not in FESTIVAL_VOICES:
-            raise ValueError(f"voice: expected a festival voice ({', '.join(FESTIVAL_VOICES)}),"
-                             f" got {voice!r}")
-    exe = shutil.which("festival")
-    if exe is None:
-        raise RuntimeError("festival: command not found; built-in speech with --engines "
-                           "festival needs Debian's festival and its voices: apt-get install "
-                           f"festival {' '.join(FESTIVAL_VOICES.values())}")
-    with tempfile.TemporaryDirectory(prefix="attnkit-festival-") as folder:
-        paths = [Path(folder) / f"{i}.wav" for i in range(len(items))]
-        script = []
-        for (text, voice, speed, pitch), path in zip(items, paths):
-            said = text.replace("\\", " ").replace('"', " ")
-            script.append(f"(voice_{voice})"
-                          f"(Parameter.set 'Duration_Stretch {FESTIVAL_SPEED / speed:.4f})")
-            if voice.endswith("_diphone"):
-                f0 = 105.0 * 2 ** ((pitch - 50) / 80)
-                script.append(f"(set! int_lr_params '((target_f0_mean {f0:.1f}) "
-                              f"(target_f0_std {0.14 * f0:.1f}) (model_f0_mean 170) "
-                              "(model_f0_std 34)))")
-            script.append(f'(utt.save.wave (utt.synth (Utterance Text "{said}")) "{path}" '
-                          "'riff)\n")
-        proc = subprocess.run([exe, "--pipe"], input="".join(script).encode(),
-                              capture_output=True, check=False)
-        missing = [item for item, path in zip(items, paths) if not path.exists()]
-        if proc.returncode != 0 or missing:
-            voices = sorted({voice for _, voice, _, _ in items})
-            raise RuntimeError(
-                f"festival failed (exit code {proc.returncode}"
-                f"{f', {len(missing)} utterances not spoken' if missing else ''}): "
-                f"{proc.stderr.decode(errors='replace').strip()[-300:]} (are "
-                f"{', '.join(FESTIVAL_VOICES[v] for v in voices)} installed?)")
-        return [parse_wav(path.read_bytes(), source=f"festival {voice} output for {text!r}")
-                for (text, voice, _, _), path in zip(items, paths)]
-
-
 def _describe(u: Utterance) -> str:
     noise = "" if u.noise_snr_db is None else f" snr={u.noise_snr_db}dB"
     if u.engine == "festival":
@@ -480,7 +377,7 @@ def _chunk_audio(plan: Sequence[Utterance]) -> list[torch.Tensor]:
     spoken: dict[int, tuple[torch.Tensor, int]] = {}
     festival = [i for i, u in enumerate(plan) if u.engine == "festival"]
     if festival:
-        said = _festival_many([(plan[i].transcript, plan[i].voice, plan[i].speed,
+        said = festival_many([(plan[i].transcript, plan[i].voice, plan[i].speed,
                                 plan[i].pitch) for i in festival])
         spoken.update(zip(festival, said))
     out = []
@@ -565,7 +462,7 @@ def _write_cache(folder: Path, plan: list[Utterance], settings: dict, workers: i
     lengths = torch.tensor([f.shape[0] for f in feats], dtype=torch.long)
     stacked = torch.cat(feats) if feats else torch.zeros(0, N_MELS)
     save_file({"features": stacked, "lengths": lengths}, str(tmp / "features.safetensors"))
-    espeak_version = subprocess.run([_espeak(), "--version"], capture_output=True,
+    espeak_version = subprocess.run([espeak_command(), "--version"], capture_output=True,
                                     text=True, check=False).stdout.strip()
     index = {"settings": settings, "espeak_ng": espeak_version,
              "utterances": [dataclasses.asdict(u) for u in plan]}

@@ -183,7 +183,7 @@ def _write_json(path: Path, value) -> None:
 def save_checkpoint(
     directory: str | Path,
     *,
-    model: torch.nn.Module,
+    model: torch.nn.Module | dict[str, torch.Tensor],
     config: dict,
     vocab: Any = None,
     optimizer: torch.optim.Optimizer | None = None,
@@ -191,7 +191,8 @@ def save_checkpoint(
 ) -> Path:
     """Write a checkpoint directory atomically (see the module docstring); returns its path.
 
-    ``config``, ``vocab`` and ``trainer_state`` must be JSON-serialisable.
+    ``model`` is a module or its state dict; ``config``, ``vocab`` and ``trainer_state`` must
+    be JSON-serialisable.
 
     Raises:
         CheckpointError: weights or optimizer state holding NaN or infinity, or a file that
@@ -199,7 +200,8 @@ def save_checkpoint(
             and the cause); nothing is written, a checkpoint already there is kept.
     """
     # clone: tied weights share storage, which safetensors refuses
-    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    weights = model if isinstance(model, dict) else model.state_dict()
+    state = {k: v.detach().cpu().clone() for k, v in weights.items()}
     tensors, plain = ({}, None)
     if optimizer is not None:
         tensors, plain = _flatten_optimizer(optimizer.state_dict())

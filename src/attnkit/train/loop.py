@@ -10,7 +10,9 @@ Besides ``out_dir/checkpoint`` (the last state, what ``--resume`` continues), ev
 that beats the best score so far writes the model as it is into ``out_dir/checkpoint-best``
 (:data:`BEST_DIR`: weights, config and vocabulary, no optimizer state; its ``trainer.json``
 says the step, the metric and its value), so the model to ship is kept even when later steps
-overfit.
+overfit. With ``keep_best`` N > 1 the models of the N best validations are kept too, in
+``out_dir/best/step-NNNNNNNN`` (:data:`KEPT_DIR`), for averaging
+(:func:`attnkit.train.averaging.average_checkpoints`, ``attnkit average``).
 
 A task is any object with::
 
@@ -77,7 +79,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import random
+import shutil
 import signal
 import tempfile
 import time
@@ -88,21 +90,29 @@ from typing import Any, Protocol
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from attnkit.checks import clipped, got, quoted
+from attnkit.checks import quoted
 from attnkit.train import distributed
 from attnkit.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from attnkit.train.device import PRECISIONS, autocast, check_precision, to_device
 from attnkit.train.events import Events
 from attnkit.train.loader import EpochLoader
 from attnkit.train.progress import Progress
+from attnkit.train.state import (
+    check_trainer_state,
+    differences,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+)
 
-__all__ = ["BEST_DIR", "SCHEDULES", "Task", "TrainConfig", "TrainResult", "Trainer", "lr_factor"]
+__all__ = ["BEST_DIR", "KEPT_DIR", "SCHEDULES", "Task", "TrainConfig", "TrainResult", "Trainer", "lr_factor"]
 
 SCHEDULES = ("constant", "inverse_sqrt", "cosine")  # TrainConfig.schedule, see lr_factor
 
 log = logging.getLogger("attnkit")
 
 BEST_DIR = "checkpoint-best"  # the best validation's model, inside the run folder
+KEPT_DIR = "best"  # the models of the keep_best best validations, inside the run folder
 PICTURES = 2  # validation examples pictured for TensorBoard at each validation
 
 # The signals that stop a run after its checkpoint is saved: Ctrl-C, kill, and a hang-up (the
@@ -136,7 +146,9 @@ class TrainConfig:
     the count ``task.loss`` returns), which is exactly the update of one batch ``K`` times
     larger when the task's loss is the mean over those tokens (the cross-entropy of every
     task); a CTC loss, a mean over lines of each line's loss per label, is weighted by its
-    lines' labels. ``max_steps`` and the schedule count optimizer steps.
+    lines' labels. ``max_steps`` and the schedule count optimizer steps. ``keep_best``: the
+    number of best validations whose models are kept (1: ``checkpoint-best`` alone; see the
+    module docstring).
     """
 
     max_steps: int = 1000
@@ -155,12 +167,13 @@ class TrainConfig:
     precision: str = "fp32"
     data_workers: int = 0
     accumulate: int = 1
+    keep_best: int = 1
 
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule: expected one of {', '.join(SCHEDULES)}, "
                              f"got {self.schedule!r}")
-        for name in ("max_steps", "eval_every", "checkpoint_every", "accumulate"):
+        for name in ("max_steps", "eval_every", "checkpoint_every", "accumulate", "keep_best"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected a positive int, got {value!r}")
@@ -207,100 +220,6 @@ class TrainResult:
     best: float | None
     history: list[dict] = field(default_factory=list)
     signal: int | None = None
-
-
-def _rng_state() -> dict:
-    return {"torch": torch.get_rng_state().tolist(), "python": _jsonable(random.getstate())}
-
-
-def _set_rng_state(state: dict) -> None:
-    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
-    random.setstate(_tupled(state["python"]))
-
-
-def _restorable(state) -> str | None:
-    """Why the RNG states ``state`` (as :func:`_rng_state` wrote them) cannot be restored, or
-    None: they are tried on generators of their own, so nothing changes here."""
-    try:
-        torch.Generator().set_state(torch.tensor(state["torch"], dtype=torch.uint8))
-        random.Random().setstate(_tupled(state["python"]))
-    except (KeyError, TypeError, ValueError, RuntimeError, OverflowError, IndexError) as exc:
-        return clipped(f"{type(exc).__name__}: {exc}")
-    return None
-
-
-_COUNTS = ("step", "epoch", "batch_in_epoch", "bad_evals")
-_SCALER = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
-
-
-def _check_trainer_state(st: dict, path: Path) -> None:
-    """Refuse a ``trainer.json`` (``path``) that resuming cannot continue from: every key
-    :meth:`Trainer.resume` reads, of the type :meth:`Trainer.save` writes.
-
-    Raises:
-        CheckpointError: naming the file and the key, what it should be and what it is.
-    """
-    def refuse(key: str, expected: str, value) -> None:
-        raise CheckpointError(f"{path}: {key}: expected {expected}, got {got(value)}")
-
-    wanted = {**dict.fromkeys(_COUNTS, "a non-negative int"),
-              "best": "a finite number or null", "history": "a list of objects",
-              "train_config": "an object", "rng": "the random states training saves"}
-    for key, expected in wanted.items():
-        if key not in st:
-            raise CheckpointError(f"{path}: {key}: missing (expected {expected})")
-    for key in _COUNTS:
-        value = st[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            refuse(key, wanted[key], value)
-    best = st["best"]
-    if best is not None and (not isinstance(best, (int, float)) or isinstance(best, bool)
-                             or not math.isfinite(best)):
-        refuse("best", wanted["best"], best)
-    if not isinstance(st["history"], list) or not all(isinstance(h, dict) for h in st["history"]):
-        refuse("history", wanted["history"], st["history"])
-    if not isinstance(st["train_config"], dict):
-        refuse("train_config", wanted["train_config"], st["train_config"])
-    rngs = {"rng": st["rng"]}
-    if "rng_by_rank" in st:
-        if not isinstance(st["rng_by_rank"], list) or not st["rng_by_rank"]:
-            refuse("rng_by_rank", "a non-empty list of random states", st["rng_by_rank"])
-        rngs.update({f"rng_by_rank[{i}]": r for i, r in enumerate(st["rng_by_rank"])})
-    for key, state in rngs.items():
-        reason = _restorable(state)
-        if reason is not None:
-            raise CheckpointError(f"{path}: {key}: not a random state this PyTorch and Python "
-                                  f"can restore ({reason})")
-    scaler = st.get("scaler", {key: 1 for key in _SCALER})
-    if not isinstance(scaler, dict) or not all(
-            isinstance(scaler.get(key), (int, float)) and not isinstance(scaler.get(key), bool)
-            and math.isfinite(scaler[key]) for key in _SCALER):
-        refuse("scaler", f"an object of finite numbers ({', '.join(_SCALER)})", scaler)
-
-
-def _seed(seed: int) -> None:
-    torch.manual_seed(seed)
-    random.seed(seed)
-
-
-def _jsonable(x):
-    return [_jsonable(v) for v in x] if isinstance(x, (tuple, list)) else x
-
-
-def _tupled(x):
-    return tuple(_tupled(v) for v in x) if isinstance(x, list) else x
-
-
-def _differences(saved: dict, now: dict, prefix: str = "") -> list[str]:
-    """``"key: saved value, now value"`` for each (dotted, nested) key whose values differ."""
-    out = []
-    for key in sorted(set(saved) | set(now), key=str):
-        a, b = saved.get(key), now.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _differences(a, b, f"{prefix}{key}.")
-        elif a != b:
-            out.append(f"{prefix}{key}: {quoted(a)} saved, {quoted(b)} now")
-    return out
 
 
 class Trainer:
@@ -353,7 +272,7 @@ class Trainer:
     def save(self) -> Path:
         """Write ``out_dir/checkpoint``. Under torchrun every process must call it (their RNG
         states are gathered); rank 0 writes, and every process gets the path back."""
-        rngs = distributed.all_gather(_rng_state())
+        rngs = distributed.all_gather(rng_state())
         if self._rank == 0:
             save_checkpoint(self.checkpoint_dir, model=self.model, config=self.task.config(),
                             vocab=self.task.vocab(), optimizer=self.optimizer,
@@ -366,14 +285,14 @@ class Trainer:
         ck = load_checkpoint(self.checkpoint_dir)
         if ck.optimizer_state is None or ck.trainer_state is None:
             raise CheckpointError(f"{ck.path}: has no optimizer/trainer state to resume from")
-        _check_trainer_state(ck.trainer_state, ck.path / "trainer.json")
+        check_trainer_state(ck.trainer_state, ck.path / "trainer.json")
         ck.check_optimizer()
-        changed = _differences(ck.config, self.task.config())
+        changed = differences(ck.config, self.task.config())
         if changed:
             raise CheckpointError(f"{ck.path}: saved for another task set-up (differs in "
                                   f"{'; '.join(changed)}); resuming would not continue that run")
         saved = ck.trainer_state.get("train_config", {})
-        free = {"max_steps", "time_budget_s", "progress", "patience", "eval_every",
+        free = {"max_steps", "keep_best", "time_budget_s", "progress", "patience", "eval_every",
                 "checkpoint_every", "precision", "data_workers"}
         changed = sorted(k for k, v in asdict(self.config).items()
                          if k not in free and k in saved and saved[k] != v)
@@ -399,9 +318,9 @@ class Trainer:
                         "the same place, the random streams of new processes start from the seed",
                         len(rngs), self._world)
         if self._rank < len(rngs):
-            _set_rng_state(rngs[self._rank])
+            set_rng_state(rngs[self._rank])
         else:
-            _seed(self.config.seed + self._rank)
+            seed_everything(self.config.seed + self._rank)
 
     # ------------------------------------------------------------------ loop
 
@@ -451,13 +370,26 @@ class Trainer:
     def best_dir(self) -> Path:
         return self.out_dir / BEST_DIR
 
-    def _save_best(self, value: float) -> None:
-        """The model as it is now into :attr:`best_dir`, for inference (rank 0 only)."""
-        save_checkpoint(self.best_dir, model=self.model, config=self.task.config(),
+    def _save_model(self, folder: Path, value: float) -> None:
+        """The model as it is now into ``folder``, for inference (rank 0 only)."""
+        save_checkpoint(folder, model=self.model, config=self.task.config(),
                         vocab=self.task.vocab(), trainer_state={
                             "step": self.step, "metric": self.config.metric, "value": value})
-        log.info("best %s so far (%.4g) at step %d: %s", self.config.metric, value, self.step,
-                 self.best_dir)
+
+    def _keep(self, value: float) -> None:
+        """Keep the model of this validation if it is among the ``keep_best`` best (in
+        ``out_dir/best``), dropping the one it displaces."""
+        kept = []
+        for folder in sorted((self.out_dir / KEPT_DIR).glob("step-*")):
+            state = load_checkpoint(folder).trainer_state or {}
+            if isinstance(state.get("value"), (int, float)):
+                kept.append((state["value"], folder))
+        kept.sort(key=lambda pair: pair[0])  # worst first
+        if len(kept) >= self.config.keep_best and value <= kept[0][0]:
+            return
+        self._save_model(self.out_dir / KEPT_DIR / f"step-{self.step:08d}", value)
+        for _, folder in kept[:max(0, len(kept) + 1 - self.config.keep_best)]:
+            shutil.rmtree(folder)
 
     def _validate(self, events: Events) -> bool:
         """Evaluate, record, keep the best (and its checkpoint); returns True when early
@@ -471,9 +403,13 @@ class Trainer:
         value = metrics[self.config.metric]
         if self.best is None or value > self.best:
             self.best, self.bad_evals = value, 0
-            self._save_best(value)
+            self._save_model(self.best_dir, value)
+            log.info("best %s so far (%.4g) at step %d: %s", self.config.metric, value,
+                     self.step, self.best_dir)
         else:
             self.bad_evals += 1
+        if self.config.keep_best > 1:
+            self._keep(value)
         log.info("step %d: %s", self.step, ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
         return self.config.patience is not None and self.bad_evals >= self.config.patience
 
@@ -523,7 +459,7 @@ class Trainer:
     def _fit(self, device: torch.device) -> TrainResult:
         cfg = self.config
         if self.step == 0:
-            _seed(cfg.seed + self._rank)
+            seed_everything(cfg.seed + self._rank)
         main = self._rank == 0
         net = self.model
         if self._world > 1:

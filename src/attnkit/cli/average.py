@@ -1,0 +1,51 @@
+"""``attnkit average``: one checkpoint whose weights are the mean of several of one run
+(:mod:`attnkit.train.averaging`), for inference, export and serving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnkit.train import CheckpointError, save_checkpoint
+from attnkit.train.averaging import average_checkpoints, best_checkpoints
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "average", help="average the weights of several checkpoints of one run",
+        description="Write a checkpoint for inference whose weights are the mean of the "
+        "given checkpoints' (floating-point tensors averaged, integer ones their largest "
+        "value); they must be of one task, model and vocabulary. Either name the checkpoints, "
+        "or --run a run trained with --keep-best N and --best N to average its N best "
+        "validations.")
+    p.add_argument("checkpoints", nargs="*", type=Path, metavar="CHECKPOINT",
+                   help="checkpoint folders")
+    p.add_argument("--run", dest="run_folder", type=Path, metavar="RUN",
+                   help="a run folder trained with --keep-best")
+    p.add_argument("--best", type=int, metavar="N",
+                   help="with --run: average its N best kept validations (default all kept)")
+    p.add_argument("--out", type=Path, required=True,
+                   help="the averaged checkpoint's folder: new, empty or a checkpoint, which "
+                   "is replaced")
+    p.set_defaults(run=run_average)
+
+
+def run_average(args) -> int:
+    run = args.run_folder
+    if bool(args.checkpoints) == bool(run):
+        raise ValueError("average: expected CHECKPOINT folders or --run RUN, "
+                         f"got {'both' if run else 'neither'}")
+    if args.best is not None and (run is None or args.best < 1):
+        raise ValueError(f"--best: expected a positive int with --run, got {args.best}"
+                         f"{'' if run else ' without --run'}")
+    out = args.out
+    if out.exists() and (not out.is_dir() or (any(out.iterdir())
+                                              and not (out / "config.json").is_file())):
+        raise CheckpointError(f"--out {out}: exists and is not a checkpoint folder; give a new "
+                              "or empty folder")
+    paths = best_checkpoints(run, args.best) if run else args.checkpoints
+    ck = average_checkpoints(paths)
+    save_checkpoint(out, model=ck.model_state, config=ck.config, vocab=ck.vocab,
+                    trainer_state=ck.trainer_state)
+    steps = ", ".join(str(s) for s in ck.trainer_state["steps"])
+    print(f"averaged {len(paths)} checkpoints (steps {steps}) into {out}")
+    return 0

@@ -1,0 +1,138 @@
+"""The speech synthesisers of the built-in speech: the ``espeak-ng`` and ``festival``
+command-line tools (Debian packages ``espeak-ng``, ``festival`` and its voices), each run as a
+process so that the same arguments give the same samples, bit for bit.
+
+``espeak-ng`` speaks with any English accent (:data:`ACCENTS`) and voice variant
+(:func:`espeak_variants`), speed, pitch, word gap and amplitude; ``festival`` with its two
+diphone voices and one HTS voice (:data:`FESTIVAL_VOICES`), speed and (diphone voices) pitch.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from attnkit.data.audio_files import parse_wav
+
+__all__ = ["ACCENTS", "ENGINES", "FESTIVAL_VOICES", "espeak_command", "espeak_variants",
+           "festival", "festival_many", "synthesize"]
+
+ENGINES = ("espeak-ng", "festival")
+# espeak-ng voices whose "+variant" suffix takes effect ("en-gb+m1" silently ignores it; "en" is
+# the same British voice and honours it)
+ACCENTS = ("en", "en-us", "en-gb-x-rp", "en-gb-scotland", "en-029", "en-us-nyc",
+           "en-gb-x-gbclan", "en-gb-x-gbcwmd")
+# festival voices and the Debian package of each
+FESTIVAL_VOICES = {"kal_diphone": "festvox-kallpc16k", "ked_diphone": "festvox-kdlpc16k",
+                   "cmu_us_slt_arctic_hts": "festvox-us-slt-hts"}
+# variant files (espeak-ng-data/voices/!v) not used: a distorted or whispered voice, a
+# robot buzz, an espeak-ng speed test, one whose file name has a space, and two that speak
+# exactly as "klatt" does
+UNUSED_VARIANTS = ("Demonic", "fast", "announcer", "whisper", "whisperf", "UniRobot",
+                   "anikaRobot", "Mr serious", "caleb", "klatt6")
+FESTIVAL_SPEED = 170  # words per minute that festival speaks with Duration_Stretch 1
+ESPEAK_RATE = 22050
+
+
+@functools.cache
+def espeak_variants() -> tuple[str, ...]:
+    """The voice variant files this machine's espeak-ng ships (``espeak-ng --voices=variant``),
+    sorted, but :data:`UNUSED_VARIANTS`.
+
+    Raises:
+        RuntimeError: espeak-ng is not installed.
+    """
+    proc = subprocess.run([espeak_command(), "--voices=variant"], capture_output=True, text=True,
+                          check=False)
+    header, *rows = proc.stdout.splitlines()
+    start, stop = header.index("File"), header.index("Other")  # fixed-width columns
+    names = {row[start:stop].strip().rsplit("/", 1)[-1] for row in rows if row.strip()}
+    return tuple(sorted(names - set(UNUSED_VARIANTS)))
+
+
+def espeak_command() -> str:
+    exe = shutil.which("espeak-ng")
+    if exe is None:
+        raise RuntimeError("espeak-ng: command not found; the built-in speech data needs it. "
+                           "Install it with `apt-get install espeak-ng` (Debian/Ubuntu) or your "
+                           "system's package manager, or train on your own WAVs via a manifest.")
+    return exe
+
+
+def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
+               pitch: int = 50, gap: int = 0, amplitude: int = 100,
+               engine: str = "espeak-ng") -> tuple[torch.Tensor, int]:
+    """Speak ``text``: ``(samples (N,) float32, rate)`` (espeak-ng 22,050 Hz; festival the
+    voice's own rate, 16,000 or 32,000 Hz). See :class:`Utterance` for the arguments.
+
+    The same arguments give the same samples, bit for bit.
+
+    Raises:
+        RuntimeError: the engine is not installed (the message says how to install it) or
+            fails (for example an unknown ``voice``).
+    """
+    if engine == "festival":
+        return festival(text, voice=voice, speed=speed, pitch=pitch)
+    if engine != "espeak-ng":
+        raise ValueError(f"engine: expected one of {ENGINES}, got {engine!r}")
+    cmd = [espeak_command(), "--stdout", "-v", voice, "-s", str(speed), "-p", str(pitch),
+           "-g", str(gap), "-a", str(amplitude), text]
+    proc = subprocess.run(cmd, capture_output=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"espeak-ng -v {voice} -s {speed} -p {pitch} failed with exit code "
+                           f"{proc.returncode}: {proc.stderr.decode(errors='replace').strip()}")
+    return parse_wav(proc.stdout, source=f"espeak-ng -v {voice} output for {text!r}")
+
+
+def festival(text: str, *, voice: str, speed: int, pitch: int) -> tuple[torch.Tensor, int]:
+    """``text`` spoken by festival in ``voice`` (see :func:`festival_many`)."""
+    return festival_many([(text, voice, speed, pitch)])[0]
+
+
+def festival_many(items: Sequence[tuple[str, str, int, int]]) -> list[tuple[torch.Tensor, int]]:
+    """Each ``(text, voice, speed, pitch)`` spoken by one ``festival --pipe`` process (a
+    process per utterance would spend ten times as long starting up): durations stretched by
+    ``FESTIVAL_SPEED / speed`` and, for a diphone voice, the mean pitch moved with ``pitch``
+    (50: 105 Hz, each 10 steps about 9% higher or lower). Every utterance sets its voice and
+    settings afresh, so its samples do not depend on the others."""
+    for _, voice, _, _ in items:
+        if voice not in FESTIVAL_VOICES:
+            raise ValueError(f"voice: expected a festival voice ({', '.join(FESTIVAL_VOICES)}),"
+                             f" got {voice!r}")
+    exe = shutil.which("festival")
+    if exe is None:
+        raise RuntimeError("festival: command not found; built-in speech with --engines "
+                           "festival needs Debian's festival and its voices: apt-get install "
+                           f"festival {' '.join(FESTIVAL_VOICES.values())}")
+    with tempfile.TemporaryDirectory(prefix="attnkit-festival-") as folder:
+        paths = [Path(folder) / f"{i}.wav" for i in range(len(items))]
+        script = []
+        for (text, voice, speed, pitch), path in zip(items, paths):
+            said = text.replace("\\", " ").replace('"', " ")
+            script.append(f"(voice_{voice})"
+                          f"(Parameter.set 'Duration_Stretch {FESTIVAL_SPEED / speed:.4f})")
+            if voice.endswith("_diphone"):
+                f0 = 105.0 * 2 ** ((pitch - 50) / 80)
+                script.append(f"(set! int_lr_params '((target_f0_mean {f0:.1f}) "
+                              f"(target_f0_std {0.14 * f0:.1f}) (model_f0_mean 170) "
+                              "(model_f0_std 34)))")
+            script.append(f'(utt.save.wave (utt.synth (Utterance Text "{said}")) "{path}" '
+                          "'riff)\n")
+        proc = subprocess.run([exe, "--pipe"], input="".join(script).encode(),
+                              capture_output=True, check=False)
+        missing = [item for item, path in zip(items, paths) if not path.exists()]
+        if proc.returncode != 0 or missing:
+            voices = sorted({voice for _, voice, _, _ in items})
+            raise RuntimeError(
+                f"festival failed (exit code {proc.returncode}"
+                f"{f', {len(missing)} utterances not spoken' if missing else ''}): "
+                f"{proc.stderr.decode(errors='replace').strip()[-300:]} (are "
+                f"{', '.join(FESTIVAL_VOICES[v] for v in voices)} installed?)")
+        return [parse_wav(path.read_bytes(), source=f"festival {voice} output for {text!r}")
+                for (text, voice, _, _), path in zip(items, paths)]

@@ -1,0 +1,97 @@
+"""Checkpoint averaging: the mean of the weights of several checkpoints of one run.
+
+Averaging the weights of the last or best few checkpoints of a run smooths the noise of the
+last updates and usually scores a little better than any one of them (Vaswani et al. 2017, 6.1;
+fairseq's ``average_checkpoints.py``, ESPnet's ``average_nbest_models``). The checkpoints must
+be of the same task, model and vocabulary; floating-point tensors (weights and running
+statistics) are averaged in float64 and stored in their own dtype; an integer tensor (a
+BatchNorm's ``num_batches_tracked``) takes its largest value.
+
+    >>> import torch
+    >>> from attnkit.train import save_checkpoint
+    >>> from attnkit.train.averaging import average_checkpoints
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> for i, w in enumerate((1.0, 3.0)):
+    ...     _ = save_checkpoint(folder / f"ck{i}", model={"w": torch.full((2,), w)},
+    ...                         config={"task": "demo"})
+    >>> average_checkpoints([folder / "ck0", folder / "ck1"]).model_state["w"]
+    tensor([2., 2.])
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from attnkit.checks import quoted
+from attnkit.train.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from attnkit.train.loop import KEPT_DIR
+
+__all__ = ["average_checkpoints", "best_checkpoints"]
+
+
+def average_checkpoints(paths: Sequence[str | Path]) -> Checkpoint:
+    """The checkpoint whose weights are the mean of those of ``paths`` (its ``path`` is the
+    first one's; no optimizer state; ``trainer_state`` lists what was averaged).
+
+    Raises:
+        CheckpointError: no path, or checkpoints of another task, model or vocabulary, or
+            whose tensors differ in names, shapes or dtypes (the message names both).
+    """
+    if not paths:
+        raise CheckpointError("average: expected at least one checkpoint, got none")
+    cks = [load_checkpoint(p) for p in paths]
+    first = cks[0]
+    for ck in cks[1:]:
+        for what, a, b in (("config", first.config, ck.config), ("vocabulary", first.vocab,
+                                                                  ck.vocab)):
+            if a != b:
+                raise CheckpointError(f"{ck.path}: another {what} than {first.path} "
+                                      f"({quoted(json.dumps(b))} against "
+                                      f"{quoted(json.dumps(a))}); only checkpoints of one "
+                                      "model can be averaged")
+        if ck.model_state.keys() != first.model_state.keys():
+            extra = sorted(ck.model_state.keys() ^ first.model_state.keys())[:3]
+            raise CheckpointError(f"{ck.path}: other tensors than {first.path} ({extra})")
+        for name, tensor in ck.model_state.items():
+            mine = first.model_state[name]
+            if tensor.shape != mine.shape or tensor.dtype != mine.dtype:
+                raise CheckpointError(
+                    f"{ck.path}: tensor {name} is {tuple(tensor.shape)} {tensor.dtype}, in "
+                    f"{first.path} {tuple(mine.shape)} {mine.dtype}")
+    state = {}
+    for name, tensor in first.model_state.items():
+        stacked = torch.stack([ck.model_state[name] for ck in cks])
+        if tensor.is_floating_point():
+            state[name] = stacked.double().mean(0).to(tensor.dtype)
+        else:
+            state[name] = stacked.amax(0)
+    steps = [ck.trainer_state.get("step") if ck.trainer_state else None for ck in cks]
+    return Checkpoint(path=first.path, config=first.config, model_state=state,
+                      vocab=first.vocab, optimizer_state=None,
+                      trainer_state={"averaged": [str(ck.path) for ck in cks], "steps": steps})
+
+
+def best_checkpoints(run: str | Path, n: int | None = None) -> list[Path]:
+    """The checkpoints a run kept of its best validations (``RUN/best/step-*``, written with
+    ``keep_best`` > 1), best first, at most ``n`` (None: all).
+
+    Raises:
+        CheckpointError: the run kept none.
+    """
+    found = []
+    for folder in sorted(Path(run, KEPT_DIR).glob("step-*")):
+        ck = load_checkpoint(folder)
+        value = (ck.trainer_state or {}).get("value")
+        if isinstance(value, (int, float)):
+            found.append((value, folder))
+    if not found:
+        raise CheckpointError(f"{Path(run, KEPT_DIR)}: no checkpoints of best validations "
+                              "(train with --keep-best N, N > 1)")
+    found.sort(key=lambda pair: -pair[0])
+    return [folder for _, folder in found[:n]]
+
