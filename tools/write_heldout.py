@@ -15,10 +15,11 @@ from attnkit.data import (
     generate_lines,
     generate_pairs,
     plan_utterances,
-    synthesize,
+    utterance_audio,
     write_line_folder,
     write_wav,
 )
+from attnkit.data.audio import SAMPLE_RATE
 
 
 def main() -> None:
@@ -29,20 +30,24 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=1000)
     p.add_argument("--lines", type=int, default=300)
     p.add_argument("--utterances", type=int, default=200)
+    p.add_argument("--engines", default="espeak-ng",
+                   help="speech synthesisers, comma-separated (espeak-ng, festival)")
+    p.add_argument("--prose", type=float, default=0.0, help="share of lines that are sentences")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     pairs = generate_pairs(args.pairs, split=args.split, seed=args.seed)
     (args.out / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs),
                                         encoding="utf-8")
     write_line_folder(generate_lines(args.lines, split=args.split, seed=args.seed,
-                                     min_chars=5, max_chars=200), args.out / "lines")
+                                     min_chars=5, max_chars=200, prose=args.prose),
+                      args.out / "lines")
     speech = args.out / "speech"
     speech.mkdir(exist_ok=True)
     rows = []
     for i, u in enumerate(plan_utterances(args.utterances, split=args.split, seed=args.seed,
-                                          kinds=("digits", "numbers"))):
-        write_wav(speech / f"{i:05d}.wav",
-                  *synthesize(u.transcript, voice=u.voice, speed=u.speed, pitch=u.pitch))
+                                          kinds=("digits", "numbers"),
+                                          engines=tuple(args.engines.split(",")))):
+        write_wav(speech / f"{i:05d}.wav", utterance_audio(u), SAMPLE_RATE)
         rows.append(f"{i:05d}.wav\t{u.transcript}\n")
     (speech / "manifest.tsv").write_text("".join(rows), encoding="utf-8")
     print(f"wrote {args.out}/pairs.tsv, {args.out}/lines/, {args.out}/speech/manifest.tsv")
