@@ -209,9 +209,10 @@ def _plot_all(raws, features, vocab, folder: Path) -> None:
 def add_transcribe_parser(sub) -> None:
     p = sub.add_parser("transcribe", help="transcribe audio files with a trained asr checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
-    p.add_argument("wav", type=Path, nargs="+", help="WAV files (PCM of 8-32 bits or float, "
-                   "any rate); -: read their paths from standard input, one a line, each "
-                   "printed as soon as it is read")
+    p.add_argument("wav", type=Path, nargs="*", help="audio files (WAV, FLAC, OGG, MP3; any "
+                   "rate); -: read their paths from standard input, one a line, each printed "
+                   "as soon as it is read")
+    corpus.add_corpus_input_args(p, "asr")
     add_max_seconds_arg(p)
     common.add_decoding_args(p, beam=common.TASK_BEAM["asr"])
     add_joint_args(p)
@@ -241,11 +242,16 @@ def run_transcribe(args) -> int:
         raise ValueError(f"{'--chunk-ms' if args.chunk_ms is not None else '--realtime'}: an "
                          "option of --stream")
     decoding = joint_decoding(args, common.decoding(args))
-    stdin = jsonlines.reads_stdin(args.wav, args)
-    audio = [] if stdin else [wav_samples(path, max_seconds=args.max_seconds)
-                              for path in args.wav]
+    if not args.wav and not args.corpus:
+        raise ValueError("transcribe: expected audio files, - or --corpus, got none")
+    stdin = not args.corpus and jsonlines.reads_stdin(args.wav, args)
+    audio = [] if stdin or args.corpus else [wav_samples(path, max_seconds=args.max_seconds)
+                                             for path in args.wav]
     evaluator = loading.load_evaluator(args.checkpoint, args.device, "asr")
     features = [evaluator.features(samples) for samples in audio]
+    names = [str(p) for p in args.wav]
+    if args.corpus:
+        features, names = corpus.corpus_inputs(args, evaluator, args.wav)
     evaluator.lm = loading.load_lm(args.lm, evaluator.vocab, args.device)
     if stdin:
         return jsonlines.stream(args, decoding, lambda path: evaluator.decode([
@@ -253,12 +259,12 @@ def run_transcribe(args) -> int:
             decoding)[0])
     start = time.perf_counter()
     outputs = evaluator.decode(features, decoding, weights=common.wants_weights(args))
-    jsonlines.write(outputs, args, names=[str(p) for p in args.wav], decoding=decoding,
+    jsonlines.write(outputs, args, names=names, decoding=decoding,
                     seconds=time.perf_counter() - start)
     if args.plot:
         for i, output in enumerate(outputs):
             print(f"  wrote {output.draw(args.plot / f'alignment_{i}.png')}")
-    common.write_html(args, outputs, names=[str(p) for p in args.wav])
+    common.write_html(args, outputs, names=names)
     return 0
 
 

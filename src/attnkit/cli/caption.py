@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from attnkit.cli import common, images, jsonlines
+from attnkit.cli import common, corpus, images, jsonlines
 from attnkit.data import WordVocab, load_image
 from attnkit.data.images import CAPTIONS
 from attnkit.tasks.caption import CaptionTask, caption_images, plot_captions
@@ -74,10 +74,11 @@ def run_train(args) -> int:
 def add_caption_parser(sub) -> None:
     p = sub.add_parser("caption", help="caption images with a trained captioning checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
-    p.add_argument("images", nargs="+", type=Path,
+    p.add_argument("images", nargs="*", type=Path,
                    help="image files (any size and mode: resized to the model's image size); "
                    "-: read their paths from standard input, one a line, each printed as soon "
                    "as it is captioned")
+    corpus.add_corpus_input_args(p, "caption")
     common.add_decoding_args(p, beam=common.TASK_BEAM["caption"])
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one picture per caption: the "
@@ -88,15 +89,21 @@ def add_caption_parser(sub) -> None:
 
 def run_caption(args) -> int:
     decoding = common.decoding(args)
-    stdin = jsonlines.reads_stdin(args.images, args)
+    if not args.images and not args.corpus:
+        raise ValueError("caption: expected image files, - or --corpus, got none")
+    stdin = not args.corpus and jsonlines.reads_stdin(args.images, args)
     evaluator = loading.load_evaluator(args.checkpoint, args.device, "caption")
     if stdin:
         return jsonlines.stream(args, decoding, lambda path: evaluator.decode(
             [load_image(Path(path), evaluator.image_size)], decoding)[0])
-    pictures = [load_image(path, evaluator.image_size) for path in args.images]
+    if args.corpus:
+        pictures, names = corpus.corpus_inputs(args, evaluator, args.images)
+    else:
+        pictures = [load_image(path, evaluator.image_size) for path in args.images]
+        names = [str(p) for p in args.images]
     start = time.perf_counter()
     captions = evaluator.decode(pictures, decoding, weights=args.plot is not None)
-    jsonlines.write(captions, args, names=[str(p) for p in args.images], decoding=decoding,
+    jsonlines.write(captions, args, names=names, decoding=decoding,
                     seconds=time.perf_counter() - start)
     if args.plot:
         images.say_written(plot_captions(pictures, captions, args.plot))

@@ -396,13 +396,13 @@ def write_html(args, outputs, *, names: list[str], references: list[str] | None 
     return path
 
 
-def print_outputs(outputs, args) -> None:
+def print_outputs(outputs, args, name: str | None = None) -> None:
     """Print each input's outputs (:class:`attnkit.tasks.evaluator.Output`), one a line: all of
     them (the n-best, or the ``--sample`` draws, best first), or with ``--pick best`` the best
-    alone."""
+    alone; each after ``name`` and a tab when one is given."""
     for output in outputs:
         for text in output.texts[:1] if args.pick == "best" else output.texts:
-            print(text)
+            print(text if name is None else f"{name}\t{text}")
 
 
 def teacher_forcing(args) -> TeacherForcing:

@@ -1,5 +1,7 @@
 """``--format`` and the options of the corpus formats (:mod:`attnkit.data.formats`), for
-``attnkit train TASK --train/--valid`` and ``attnkit eval --data``.
+``attnkit train TASK --train/--valid``, ``attnkit eval --data`` and the ``--corpus`` of the
+inference verbs (``transcribe``, ``read``, ``caption``, ``translate``: the corpus's inputs
+decoded, its references ignored).
 
 The format of each path is the one named, or the one detected from the path (logged). The
 options of one format are refused with another (:func:`attnkit.data.formats.reading.read_corpus`).
@@ -12,10 +14,12 @@ from pathlib import Path
 
 from attnkit.cli import common
 from attnkit.data.formats import formats_of
+from attnkit.errors import DataError
 from attnkit.data.formats.reading import MAX_UNUSABLE, read_corpus
 from attnkit.data.utterances import TRANSCRIPTS
 
-__all__ = ["OPTIONS", "add_format_args", "format_options", "named", "read_data"]
+__all__ = ["OPTIONS", "add_corpus_input_args", "add_format_args", "corpus_inputs",
+           "format_options", "named", "read_data"]
 
 # The format options of each task: attribute -> (option, help). ``eval`` has them all.
 OPTIONS = {
@@ -48,15 +52,16 @@ KINDS = {"images": {"type": Path}, "annotations": {"type": Path},
          "anywhere": {"action": "store_true", "default": None}}
 
 
-def add_format_args(p, task: str | None) -> None:
+def add_format_args(p, task: str | None, *, reads: str = "--train/--valid (eval: --data)",
+                    ) -> None:
     """``--format``, ``--max-unusable`` and the format options of ``task`` (None: every
-    task's, for eval) in their own group of the parser ``p``."""
+    task's, for eval) in their own group of the parser ``p``; ``reads`` names the options
+    whose paths they apply to."""
     tasks = [task] if task else sorted({f.task for t in ("translate", "ocr", "caption", "vqa",
                                                          "asr") for f in formats_of(t)})
     names = {f.name: f for t in tasks for f in formats_of(t)}
     group = p.add_argument_group(
-        "corpus format", "how --train/--valid (eval: --data) are read; see the format table "
-        "of the task's guide")
+        "corpus format", f"how {reads} are read; see the format table of the task's guide")
     group.add_argument("--format", choices=sorted(names), metavar="NAME",
                        help="the corpus format (default: detected from the path, and logged): "
                        + "; ".join(f"{n}: {f.summary}" for n, f in sorted(names.items())))
@@ -67,7 +72,9 @@ def add_format_args(p, task: str | None) -> None:
                        "TSV formats stop at their first bad line)")
     for dest, (option, used_by, help) in OPTIONS.items():
         if task is None or task in used_by.split(","):
-            group.add_argument(option, dest=dest, help=help, **KINDS.get(dest, {"type": str}))
+            # namespaced: a verb's own argument may have the name (read's and caption's images)
+            group.add_argument(option, dest=f"corpus_{dest}", help=help,
+                               **KINDS.get(dest, {"type": str}))
 
 
 def format_options(args: argparse.Namespace, paths: Path | list[Path], role: str,
@@ -80,8 +87,9 @@ def format_options(args: argparse.Namespace, paths: Path | list[Path], role: str
         ValueError: three paths or more.
     """
     paths = paths if isinstance(paths, list) else [paths]
-    options = {"role": role, **{dest: getattr(args, dest, None)
-                                for dest in ("format", "max_unusable", *OPTIONS)}}
+    options = {"role": role, "format": getattr(args, "format", None),
+               "max_unusable": getattr(args, "max_unusable", None),
+               **{dest: getattr(args, f"corpus_{dest}", None) for dest in OPTIONS}}
     if len(paths) > 2:
         raise ValueError(f"expected one path or two files (moses), got {len(paths)}: "
                          f"{' '.join(map(str, paths))}")
@@ -103,3 +111,31 @@ def named(paths: Path | list[Path] | None) -> str:
     """How a run's config records ``--train`` / ``--valid``: the path, or the paths joined
     by a space."""
     return " ".join(map(str, paths)) if isinstance(paths, list) else str(paths)
+
+
+def add_corpus_input_args(p, task: str) -> None:
+    """``--corpus PATH`` of an inference verb of ``task``, with ``--format`` and the task's
+    format options."""
+    p.add_argument("--corpus", type=Path, nargs="+", metavar="PATH",
+                   help="decode the inputs of a corpus in any format train and eval read "
+                   "(--format; two files: a Moses pair) instead of files given one by one; "
+                   "its references are ignored, each output is named by its origin")
+    add_format_args(p, task, reads="--corpus")
+
+
+def corpus_inputs(args: argparse.Namespace, evaluator, given: list) -> tuple[list, list[str]]:
+    """The inputs of ``--corpus`` (as ``evaluator.decode`` takes them) and their origins
+    (``file:line``, a file, an utterance id).
+
+    Raises:
+        ValueError: ``--corpus`` with inputs ``given`` on the command line as well.
+        DataError: the corpus cannot be read, or holds no example.
+    """
+    if given:
+        raise ValueError(f"--corpus: give it or inputs on the command line, not both (got "
+                         f"{len(given)} inputs as well)")
+    path, options = format_options(args, args.corpus, "test")
+    examples = evaluator.read(path, **options)
+    if not examples:
+        raise DataError(f"{path}: no examples to decode")
+    return [e.input for e in examples], [e.origin for e in examples]

@@ -71,9 +71,10 @@ def record(name: str, output, decoding, seconds: float, batch_size: int) -> dict
 def write(outputs: Sequence, args, *, names: Sequence[str], decoding, seconds: float,
           batch_size: int | None = None) -> None:
     """Print ``outputs`` (one per input, None for a blank one) as ``--json`` lines, or as
-    :func:`attnkit.cli.common.print_outputs` does (an empty line for a blank input), and
-    flush: a reader of the pipe sees each input's lines as they are decoded. ``seconds``: the
-    decoding call that gave them, which decoded ``batch_size`` inputs (default: these)."""
+    :func:`attnkit.cli.common.print_outputs` does (an empty line for a blank input; the
+    inputs of a ``--corpus`` named first, ``origin<TAB>text``), and flush: a reader of the pipe
+    sees each input's lines as they are decoded. ``seconds``: the decoding call that gave them,
+    which decoded ``batch_size`` inputs (default: these)."""
     for name, output in zip(names, outputs):
         if args.json:
             print(json.dumps(record(name, output, decoding, seconds,
@@ -81,7 +82,7 @@ def write(outputs: Sequence, args, *, names: Sequence[str], decoding, seconds: f
         elif output is None:
             print()
         else:
-            common.print_outputs([output], args)
+            common.print_outputs([output], args, name if getattr(args, "corpus", None) else None)
     sys.stdout.flush()
 
 

@@ -11,7 +11,12 @@ import torch
 
 from attnkit.attention import SCORES
 from attnkit.cli import augment, common, jsonlines
-from attnkit.cli.corpus import add_format_args, read_data
+from attnkit.cli.corpus import (
+    add_corpus_input_args,
+    add_format_args,
+    corpus_inputs,
+    read_data,
+)
 from attnkit.cli.decoder_options import (
     add_alignment_args,
     add_joint_args,
@@ -188,9 +193,10 @@ def _samples_and_pictures(model, chars, lines, out: Path, n_plots: int) -> None:
 def add_read_parser(sub) -> None:
     p = sub.add_parser("read", help="read text-line images with a trained OCR checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
-    p.add_argument("images", nargs="+", type=Path, help="line images (any size: scaled to 32 "
+    p.add_argument("images", nargs="*", type=Path, help="line images (any size: scaled to 32 "
                    "px); -: read their paths from standard input, one a line, each printed as "
                    "soon as it is read")
+    add_corpus_input_args(p, "ocr")
     add_max_width_arg(p)
     common.add_decoding_args(p, beam=common.TASK_BEAM["ocr"])
     add_joint_args(p)
@@ -203,22 +209,27 @@ def add_read_parser(sub) -> None:
 
 def run_read(args) -> int:
     decoding = joint_decoding(args, common.decoding(args))
-    stdin = jsonlines.reads_stdin(args.images, args)
-    images = [] if stdin else [load_line_image(path, max_width=args.max_width)
-                               for path in args.images]
+    if not args.images and not args.corpus:
+        raise ValueError("read: expected line images, - or --corpus, got none")
+    stdin = not args.corpus and jsonlines.reads_stdin(args.images, args)
+    images = [] if stdin or args.corpus else [load_line_image(path, max_width=args.max_width)
+                                              for path in args.images]
     evaluator = loading.load_evaluator(args.checkpoint, args.device, "ocr")
     evaluator.lm = loading.load_lm(args.lm, evaluator.vocab, args.device)
+    names = [str(p) for p in args.images]
+    if args.corpus:
+        images, names = corpus_inputs(args, evaluator, args.images)
     if stdin:
         return jsonlines.stream(args, decoding, lambda path: evaluator.decode(
             [load_line_image(Path(path), max_width=args.max_width)], decoding)[0])
     start = time.perf_counter()
     outputs = evaluator.decode(images, decoding, weights=common.wants_weights(args))
-    jsonlines.write(outputs, args, names=[str(p) for p in args.images], decoding=decoding,
+    jsonlines.write(outputs, args, names=names, decoding=decoding,
                     seconds=time.perf_counter() - start)
     if args.plot:
         for i, output in enumerate(outputs):
             path = output.draw(args.plot / f"line_{i}.png")
             if path is not None:
                 print(f"  wrote {path}")
-    common.write_html(args, outputs, names=[str(p) for p in args.images])
+    common.write_html(args, outputs, names=names)
     return 0

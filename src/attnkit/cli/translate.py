@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from attnkit.cli import common, jsonlines
+from attnkit.cli import common, corpus, jsonlines
 from attnkit.cli.corpus import add_format_args, named, read_data
 from attnkit.data import MAX_CHARS, generate_pairs, load_vocab
 from attnkit.data.text import text_lines
@@ -163,6 +163,16 @@ def _plot(hyp, i, source, src_vocab, tgt_vocab, path):
         print(f"  wrote {path}")
 
 
+def _translate_corpus(args, evaluator, decoding, texts: list[str], origins: list[str]) -> int:
+    """``translate --corpus``: one output per source sentence of the corpus."""
+    start = time.perf_counter()
+    outputs = evaluator.decode(texts, decoding, weights=common.wants_weights(args))
+    jsonlines.write(outputs, args, names=origins, decoding=decoding,
+                    seconds=time.perf_counter() - start)
+    common.write_html(args, outputs, names=origins)
+    return 0
+
+
 def add_translate_parser(sub) -> None:
     p = sub.add_parser("translate", help="translate text with a trained checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
@@ -171,6 +181,7 @@ def add_translate_parser(sub) -> None:
                    "is translated")
     p.add_argument("--file", type=Path, help="one sentence per line; one output line per "
                    "line, empty for an empty line")
+    corpus.add_corpus_input_args(p, "translate")
     add_max_chars_arg(p)
     common.add_decoding_args(p, beam=common.TASK_BEAM["translate"])
     common.add_device_arg(p)
@@ -190,11 +201,14 @@ def run_translate(args) -> int:
         return jsonlines.stream(args, decoding, lambda text: evaluator.decode([text],
                                                                               decoding)[0])
     texts = list(args.text) + (_lines(args.file) if args.file else [])
-    if not texts:
-        print("attnkit translate: give sentences or --file", file=sys.stderr)
+    if not texts and not args.corpus:
+        print("attnkit translate: give sentences, --file or --corpus", file=sys.stderr)
         return 2
     evaluator = loading.load_evaluator(args.checkpoint, args.device, "translate")
     evaluator.max_chars = args.max_chars
+    if args.corpus:  # its source sentences, each named by its origin
+        texts, origins = corpus.corpus_inputs(args, evaluator, texts)
+        return _translate_corpus(args, evaluator, decoding, texts, origins)
     # One output line per input line: a blank input gives an empty line, not a decoding.
     filled = [i for i, text in enumerate(texts) if text.strip()]
     start = time.perf_counter()

@@ -1,0 +1,64 @@
+"""``--corpus``: the inference verbs decode the inputs of a corpus in any format train and eval
+read, each output named by its origin."""
+
+import json
+import shutil
+
+import pytest
+
+from attnkit.cli.main import main
+from attnkit.data import generate_lines, synthesize, write_wav
+
+needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None,
+                                  reason="espeak-ng not installed")
+
+
+@needs_espeak
+def test_transcribe_a_kaldi_data_directory(tmp_path, capsys):
+    data = tmp_path / "kaldi"
+    (data / "wav").mkdir(parents=True)
+    said = {"utt1": "four two", "utt2": "seven"}
+    for utt, text in said.items():
+        write_wav(data / "wav" / f"{utt}.wav", *synthesize(text, voice="en-us", speed=150))
+    (data / "wav.scp").write_text("".join(f"{u} wav/{u}.wav\n" for u in said))
+    (data / "text").write_text("".join(f"{u} {t.upper()}\n" for u, t in said.items()))
+    assert main(["transcribe", "--checkpoint", "builtin:asr-digits", "--corpus", str(data),
+                 "--beam", "1"]) == 0
+    lines = capsys.readouterr().out.strip().split("\n")
+    assert [line.split(" ")[0] for line in lines] == ["utt1", "utt2"]  # "utt1 (its path)"
+    assert [line.split("\t")[1] for line in lines] == ["four two", "seven"]
+    assert main(["transcribe", "--checkpoint", "builtin:asr-digits", "--corpus", str(data),
+                 "--beam", "1", "--json"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.strip().split("\n")]
+    assert [r["input"].split(" ")[0] for r in records] == ["utt1", "utt2"]
+
+
+def test_read_a_gt_txt_folder_and_refuse_both_inputs(tmp_path, capsys):
+    folder = tmp_path / "lines"
+    folder.mkdir()
+    from PIL import Image
+    for i, (image, text) in enumerate(generate_lines(2, split="test", seed=5, max_chars=12)):
+        Image.fromarray(image.numpy()).save(folder / f"l{i}.png")
+        (folder / f"l{i}.gt.txt").write_text(text + "\n")
+    assert main(["read", "--checkpoint", "builtin:ocr-lines", "--corpus", str(folder),
+                 "--format", "gt-txt"]) == 0
+    lines = capsys.readouterr().out.strip().split("\n")
+    assert len(lines) == 2 and [line.split("\t")[0] for line in lines] == [
+        str(folder / "l0.png"), str(folder / "l1.png")]
+    assert main(["read", "--checkpoint", "builtin:ocr-lines", str(folder / "l0.png"),
+                 "--corpus", str(folder)]) == 2
+    assert "--corpus: give it or inputs on the command line, not both" in capsys.readouterr().err
+    assert main(["read", "--checkpoint", "builtin:ocr-lines"]) == 2
+    assert "read: expected line images, - or --corpus, got none" in capsys.readouterr().err
+
+
+def test_translate_the_source_side_of_a_moses_pair(tmp_path, capsys):
+    sources = ["<it> 5 giugno 1933", "<en> March 3, 2001"]
+    (tmp_path / "c.src").write_text("\n".join(sources) + "\n")
+    (tmp_path / "c.tgt").write_text("x\ny\n")
+    assert main(["translate", "--checkpoint", "builtin:translate-dates", "--corpus",
+                 str(tmp_path / "c.src"), str(tmp_path / "c.tgt"), "--beam", "1"]) == 0
+    lines = capsys.readouterr().out.strip().split("\n")
+    assert [line.split("\t")[0] for line in lines] == [f"{tmp_path / 'c.src'}:1",
+                                                      f"{tmp_path / 'c.src'}:2"]
+    assert [line.split("\t")[1] for line in lines] == ["1933-06-05", "2001-03-03"]
