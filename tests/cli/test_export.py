@@ -58,7 +58,7 @@ def test_the_deploy_example_decodes_like_attnkit_translate(options, tmp_path, mo
                  *options]) == 0
     assert re.match(r"wrote numbers-onnx/encoder.onnx, numbers-onnx/decoder_step.onnx, "
                     r"numbers-onnx/attnkit.json, numbers-onnx/attnkit_runner.py \(ONNX opset "
-                    r"17; decoding: ", capsys.readouterr().out)
+                    r"17, [0-9.]+ MiB; decoding: ", capsys.readouterr().out)
     meta = json.loads(Path("numbers-onnx/attnkit.json").read_text())
     assert meta["task"] == "translate" and meta["decoding"]["max_len"]["ratio"] == 3.0
     assert meta["decoding"]["max_len"]["extra"] == 10 + int(1.5 * 5)  # longest target: 5
@@ -192,3 +192,28 @@ def test_bad_input_gives_one_line_errors_and_writes_nothing(tmp_path, capsys):
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, err
     assert not out.exists() and (tmp_path / "file").read_text() == ""
+
+
+def test_int8_weights_are_a_fraction_of_the_size_and_decode_the_same(tmp_path, monkeypatch,
+                                                                     capsys, one_thread):
+    import onnx
+
+    monkeypatch.chdir(tmp_path)
+    args = ["export", "--checkpoint", "builtin:translate-dates", "--beam", "1"]
+    assert main([*args, "--out", "f32"]) == 0
+    assert main([*args, "--out", "numbers-onnx", "--quantize", "int8"]) == 0
+    assert "int8 weights" in capsys.readouterr().out
+    meta = json.loads(Path("numbers-onnx/attnkit.json").read_text())
+    assert meta["quantize"] == "int8"
+    sizes = {f: Path(f, "decoder_step.onnx").stat().st_size for f in ("f32", "numbers-onnx")}
+    assert sizes["numbers-onnx"] < 0.6 * sizes["f32"]
+    ops = {n.op_type for n in onnx.load("numbers-onnx/decoder_step.onnx").graph.node}
+    assert ops & {"MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul"}
+    namespace = _run_deploy_example(monkeypatch, capsys)  # the deploy example, unchanged
+    printed = capsys.readouterr().out
+    assert main(["translate", "--checkpoint", "builtin:translate-dates", "--beam", "1",
+                 namespace["text"]]) == 0
+    assert capsys.readouterr().out == printed  # the int8 graphs decode as PyTorch does
+    assert main(["export", "--checkpoint", "builtin:translate-dates", "--format",
+                 "checkpoint", "--quantize", "int8", "--out", "ck"]) == 2
+    assert "--quantize: an option of --format onnx" in capsys.readouterr().err

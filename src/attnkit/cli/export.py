@@ -33,6 +33,10 @@ def add_parser(sub) -> None:
     p.add_argument("--opset", type=int, default=DEFAULT_OPSET,
                    help=f"ONNX opset, one of {', '.join(map(str, OPSETS))} (default "
                    f"{DEFAULT_OPSET})")
+    p.add_argument("--quantize", choices=("int8",),
+                   help="onnx: store the graphs' weights as int8 (onnxruntime's dynamic "
+                   "quantisation: about a quarter of the size; docs/deploy.md gives its speed "
+                   "and accuracy against float32)")
     p.add_argument("--out", type=Path, required=True,
                    help="folder for the files: new, empty or an earlier export, which is "
                    "replaced whole once the new export is written")
@@ -56,6 +60,9 @@ def run_export(args) -> int:
     args.default_beam = common.TASK_BEAM[task]
     decoding = common.decoding(args)
     if args.format == "checkpoint":
+        if args.quantize:
+            raise ValueError("--quantize: an option of --format onnx (a checkpoint keeps "
+                             "float32 weights)")
         given = _decoding_options(args)
         if given:
             raise ValueError(f"{given[0]}: a decoding option, written by --format onnx only "
@@ -83,14 +90,16 @@ def run_export(args) -> int:
                    "extra": ocr.EXTRA_CHARS, "rounding": "floor",
                    "at_most": MAX_OUTPUT_TOKENS}
     meta = export_onnx(model, out, task=task, vocab=vocab, max_len=max_len,
-                       decoding=decoding, opset=args.opset, force=args.force)
+                       decoding=decoding, opset=args.opset, force=args.force,
+                       quantize=args.quantize)
     files = [meta["encoder"]["file"]] + ([meta["decoder_step"]["file"]]
                                          if "decoder_step" in meta else []) + [
         "attnkit.json", RUNNER_FILE]
     method = ("CTC best path" if meta["decoding"]["method"] == "ctc_best_path" else
               decoding.describe())
-    print(f"wrote {', '.join(str(args.out / f) for f in files)} (ONNX opset {args.opset}; "
-          f"decoding: {method})")
+    size = sum((args.out / f).stat().st_size for f in files if f.endswith(".onnx")) / 2**20
+    print(f"wrote {', '.join(str(args.out / f) for f in files)} (ONNX opset {args.opset}"
+          f"{', int8 weights' if args.quantize else ''}, {size:.1f} MiB; decoding: {method})")
     return 0
 
 
