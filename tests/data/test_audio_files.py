@@ -110,7 +110,7 @@ def test_wav_only_refuses_other_codecs(tmp_path):
 
 def wav_header(rate: int, channels: int = 1, bits: int = 16, fmt_size: int = 16) -> bytes:
     align = channels * bits // 8
-    fmt = struct.pack("<HHIIHH", 1, channels, rate, rate * align, align, bits)
+    fmt = struct.pack("<HHIIHH", 1, channels, rate, (rate * align) % 2**32, align, bits)
     fmt += bytes(fmt_size - 16)
     data = bytes(400)
     body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + \
@@ -118,13 +118,14 @@ def wav_header(rate: int, channels: int = 1, bits: int = 16, fmt_size: int = 16)
     return b"RIFF" + struct.pack("<I", len(body)) + body
 
 
-def test_a_sample_rate_of_zero_is_refused(tmp_path):
-    path = tmp_path / "zero.wav"
-    path.write_bytes(wav_header(0))
+@pytest.mark.parametrize("rate, shown", [(0, "0"), (4_294_967_291, "4,294,967,291")])
+def test_a_sample_rate_of_zero_or_billions_is_refused(tmp_path, rate, shown):
+    path = tmp_path / "bad.wav"
+    path.write_bytes(wav_header(rate))
     for read in (audio_info, read_audio):
-        with pytest.raises(DataError, match=r"zero.wav: bad 'fmt ' chunk: expected at least 1 "
-                                            r"channel and a sample rate of at least 1 Hz, got "
-                                            r"1 channels, 0 Hz"):
+        with pytest.raises(DataError, match=rf"bad.wav: bad 'fmt ' chunk: expected at least 1 "
+                                            rf"channel and a sample rate of 1 to 768,000 Hz, "
+                                            rf"got 1 channels, {shown} Hz"):
             read(path)
 
 

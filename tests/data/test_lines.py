@@ -97,7 +97,8 @@ def test_splits_share_no_text_and_no_font(monkeypatch):
 
 
 def test_held_out_families_are_never_trained_on():
-    families = {split: {font_family(p) for p in paths} for split, paths in available_fonts().items()}
+    families = {split: {font_family(p) for p in paths}
+                for split, paths in available_fonts().items()}
     for split in ("valid", "test"):
         assert not families["train"] & set(HELD_OUT_FAMILIES[split])
         faces = generate_lines(1, split=split, fonts="faces")  # the in-family held-out faces

@@ -46,6 +46,9 @@ MAX_SECONDS = 60.0
 # Data-chunk sizes that mean "unknown, read to the end" (streamed WAVs such as espeak-ng --stdout)
 _STREAMING_SIZES = (0, 0xFFFFFFFF)
 _STREAMING_MIN = 0x7FFF0000
+# The highest sample rate read (8x 96 kHz, the most a studio records at); a header claiming
+# more is corrupt, and resampling from it would mean billions of samples per second.
+MAX_RATE = 768_000
 MAX_FMT_BYTES = 1 << 16  # a 'fmt ' chunk is 16 to 40 bytes; a larger one is a corrupt header
 # How far past the end of its recording a Kaldi segment may end (then cut at the end):
 # extract-segments' --max-overshoot default.
@@ -158,9 +161,9 @@ def _parse_fmt(body: bytes, source: str) -> _Format:
     if (tag, bits) not in _ENCODINGS:
         raise DataError(f"{source}: expected 8, 16, 24 or 32-bit PCM or 32 or 64-bit float, "
                         f"got {bits}-bit {'float' if tag == _FLOAT else 'PCM'}")
-    if channels < 1 or rate < 1:
+    if channels < 1 or not 1 <= rate <= MAX_RATE:
         raise DataError(f"{source}: bad 'fmt ' chunk: expected at least 1 channel and a sample "
-                        f"rate of at least 1 Hz, got {channels} channels, {rate} Hz")
+                        f"rate of 1 to {MAX_RATE:,} Hz, got {channels} channels, {rate:,} Hz")
     return _Format(channels, rate, tag, bits)
 
 
@@ -245,9 +248,9 @@ def _sf_info(path: Path) -> soundfile._SoundFileInfo:
         why = str(getattr(exc, "error_string", exc)).rstrip(".")
         raise DataError(f"{path}: cannot decode ({why}); expected WAV, FLAC, OGG (Vorbis, "
                         f"Opus) or MP3 audio") from None
-    if info.samplerate < 1 or info.channels < 1:
-        raise DataError(f"{path}: expected a sample rate of at least 1 Hz and at least 1 "
-                        f"channel, got {info.samplerate} Hz, {info.channels} channels")
+    if not 1 <= info.samplerate <= MAX_RATE or info.channels < 1:
+        raise DataError(f"{path}: expected a sample rate of 1 to {MAX_RATE:,} Hz and at least "
+                        f"1 channel, got {info.samplerate:,} Hz, {info.channels} channels")
     return info
 
 

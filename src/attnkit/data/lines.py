@@ -161,7 +161,8 @@ def _fonts_by_split() -> dict[str, dict[str, tuple[Path, ...]]]:
     usable = [p for p in _font_files() if _covers_alphabet(p)]
     faces = {name for names in HELD_OUT_FONTS.values() for name in names}
     families = {name for names in HELD_OUT_FAMILIES.values() for name in names}
-    out = {split: {"families": tuple(p for p in usable if font_family(p) in HELD_OUT_FAMILIES[split]),
+    out = {split: {"families": tuple(p for p in usable
+                                     if font_family(p) in HELD_OUT_FAMILIES[split]),
                    "faces": tuple(p for p in usable if p.name in HELD_OUT_FONTS[split])}
            for split in HELD_OUT_FONTS}
     out["train"] = {"all": tuple(p for p in usable

@@ -105,7 +105,8 @@ from attnkit.train.state import (
     set_rng_state,
 )
 
-__all__ = ["BEST_DIR", "KEPT_DIR", "SCHEDULES", "Task", "TrainConfig", "TrainResult", "Trainer", "lr_factor"]
+__all__ = ["BEST_DIR", "KEPT_DIR", "SCHEDULES", "Task", "TrainConfig", "TrainResult", "Trainer",
+           "lr_factor"]
 
 SCHEDULES = ("constant", "inverse_sqrt", "cosine")  # TrainConfig.schedule, see lr_factor
 

@@ -40,6 +40,9 @@ def _restorable(state) -> str | None:
 
 
 _COUNTS = ("step", "epoch", "batch_in_epoch", "bad_evals")
+# The largest count a trainer.json may hold: a trillion steps is more than any run takes, and a
+# larger one (1e18) would make a resumed run stop at once, having trained nothing.
+MAX_COUNT = 10**12
 _SCALER = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
 
 
@@ -54,7 +57,7 @@ def check_trainer_state(st: dict, path: Path) -> None:
     def refuse(key: str, expected: str, value) -> None:
         raise CheckpointError(f"{path}: {key}: expected {expected}, got {got(value)}")
 
-    wanted = {**dict.fromkeys(_COUNTS, "a non-negative int"),
+    wanted = {**dict.fromkeys(_COUNTS, f"an int from 0 to {MAX_COUNT:,}"),
               "best": "a finite number or null", "history": "a list of objects",
               "train_config": "an object", "rng": "the random states training saves"}
     for key, expected in wanted.items():
@@ -62,7 +65,7 @@ def check_trainer_state(st: dict, path: Path) -> None:
             raise CheckpointError(f"{path}: {key}: missing (expected {expected})")
     for key in _COUNTS:
         value = st[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_COUNT:
             refuse(key, wanted[key], value)
     best = st["best"]
     if best is not None and (not isinstance(best, (int, float)) or isinstance(best, bool)
