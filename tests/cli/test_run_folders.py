@@ -246,3 +246,28 @@ def test_ctrl_c_before_training_stops_cleanly(tsv, tmp_path, capsys, monkeypatch
     assert not (tmp_path / "run" / LOCK_FILE).exists()
     assert not (tmp_path / "run" / "checkpoint").exists()
 
+
+
+def test_a_full_disk_at_history_json_says_so_and_keeps_the_checkpoint(tmp_path, capsys,
+                                                                      monkeypatch):
+    import errno
+    import os
+    from pathlib import Path
+
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("".join(f"<en> {n}\t{n}{n}\n" for n in range(8)), encoding="utf-8")
+    write_text = Path.write_text
+
+    def full(self, *args, **kwargs):
+        if self.name == "history.json":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    assert main(["train", "translate", "--train", str(tsv), "--out", str(tmp_path / "run"),
+                 "--steps", "2", "--batch-size", "4", "--hidden", "8", "--emb", "8",
+                 "--no-progress", "--plot", "0"]) != 0
+    err = capsys.readouterr().err
+    assert "history.json: cannot write the validation history (No space left on device); " \
+           "the trained model is saved in" in err and "Traceback" not in err
+    assert (tmp_path / "run" / "checkpoint" / "model.safetensors").is_file()

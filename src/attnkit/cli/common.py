@@ -444,5 +444,11 @@ def train_and_report(model, task, args, *, metric: str = "accuracy") -> TrainRes
     final = trainer.evaluate()  # on the whole validation set, after the last step
     print(f"stopped after {result.step} steps ({result.stopped}); held-out: "
           + ", ".join(f"{k} {v:.4f}" for k, v in final.items()))
-    (args.out / "history.json").write_text(json.dumps(result.history, indent=1))
+    history = args.out / "history.json"
+    try:
+        history.write_text(json.dumps(result.history, indent=1))
+    except OSError as exc:  # a full disk, a read-only folder: the training itself is saved
+        raise ValueError(f"{history}: cannot write the validation history "
+                         f"({exc.strerror or exc}); the trained model is saved in "
+                         f"{trainer.checkpoint_dir}") from None
     return result
