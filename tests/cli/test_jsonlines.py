@@ -107,3 +107,20 @@ def test_caption_and_ask_json(tiny_captioner, tiny_vqa, tmp_path, capsys):
     (answer,) = _records(capsys.readouterr().out)
     assert answer["input"] == question and answer["text"] in evaluator.answers
     assert answer["score"] <= 0  # the answer's log-probability
+
+
+def test_ask_reads_questions_from_stdin_about_one_image(tiny_vqa, tmp_path, capsys,
+                                                        monkeypatch):
+    picture = tmp_path / "p.png"
+    Image.fromarray(np.random.default_rng(1).integers(0, 255, (32, 32, 3), np.uint8)).save(
+        picture)
+    evaluator = load_evaluator(tiny_vqa)
+    question = " ".join(evaluator.words.symbols[4:6])
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{question}\nzzzunknownword\n{question}\n"))
+    assert main(["ask", "--checkpoint", str(tiny_vqa), "--json", str(picture), "-"]) == 2
+    first, bad, last = _records(capsys.readouterr().out)
+    assert first["input"] == last["input"] == question and first["text"] == last["text"]
+    assert "zzzunknownword" in bad["error"]
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{question}\n"))
+    assert main(["ask", "--checkpoint", str(tiny_vqa), str(tmp_path / "none.png"), "-"]) != 0
+    assert "none.png" in capsys.readouterr().err

@@ -11,7 +11,7 @@ import torch
 from attnkit.cli import common, images, jsonlines
 from attnkit.data import WordVocab, question_set
 from attnkit.decoding import Decoding
-from attnkit.data.images import QUESTIONS
+from attnkit.data.images import QUESTIONS, load_image
 from attnkit.data.scenes import ANSWERS
 from attnkit.models.vqa import KINDS
 from attnkit.tasks.vqa import VqaTask, answer_questions, plot_answers
@@ -88,7 +88,9 @@ def add_ask_parser(sub) -> None:
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("image", type=Path,
                    help="an image file (any size and mode: resized to the model's image size)")
-    p.add_argument("questions", nargs="+", metavar="question")
+    p.add_argument("questions", nargs="+", metavar="question",
+                   help="questions about the image; -: read them from standard input, one a "
+                   "line, each answered as soon as it is read")
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one picture per question: the "
                    "attention of each hop over the image")
@@ -97,7 +99,12 @@ def add_ask_parser(sub) -> None:
 
 
 def run_ask(args) -> int:
+    stdin = jsonlines.reads_stdin(args.questions, args)
     evaluator = loading.load_evaluator(args.checkpoint, args.device, "vqa")
+    if stdin:  # each question answered as it comes
+        load_image(args.image, evaluator.image_size)  # the image's errors, before any line
+        return jsonlines.stream(args, Decoding(), lambda question: evaluator.decode(
+            evaluator.load_inputs([str(args.image), question])[0])[0])
     asked, names = evaluator.load_inputs([str(args.image), *args.questions])
     start = time.perf_counter()
     outputs = evaluator.decode(asked)
