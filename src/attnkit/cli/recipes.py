@@ -24,21 +24,23 @@ RECIPES = {
         "--eval-every", "1000", "--checkpoint-every", "1000")),
     # the fonts of every family not held out, half the lines real sentences, and the light
     # augmentation: scale, stretch, rotation, shear (italics), baseline, margins, stroke width,
-    # shades, blur, noise and JPEG
+    # shades, blur, noise and JPEG. Measured: 8-9 s a step with one torch thread on an AVX2
+    # AMD EPYC beside another training (docs/models.md)
     "ocr-lines": Recipe("ocr", (
         "--n-train", "30000", "--n-valid", "400", "--max-chars", "80", "--prose", "0.5",
         "--augment", "light", "--attention", "window", "--window", "32", "--hidden", "128",
-        "--batch-size", "32", "--lr", "1e-3", "--steps", "3000", "--eval-every", "500",
+        "--batch-size", "32", "--lr", "1e-3", "--steps", "1800", "--eval-every", "500",
         "--checkpoint-every", "500")),
     # both engines (every espeak-ng variant but the held-out ones; festival's kal and slt
     # voices) and the strong augmentation: speed, gain, reverberation, noise, telephone band,
-    # vocal-tract length and SpecAugment
+    # vocal-tract length and SpecAugment. Measured: 2.3-3.3 s a step with one torch thread on
+    # an AVX2 AMD EPYC beside another training (docs/models.md)
     "asr-digits": Recipe("asr", (
         "--kinds", "digits,numbers", "--engines", "espeak-ng,festival", "--n-train", "12000",
         "--n-valid", "300", "--augment", "strong", "--listener-hidden", "128",
         "--hidden", "256", "--key-value-dim", "128", "--batch-size", "32", "--lr", "1e-3",
         "--pretrain-lm-steps", "300", "--ctc-weight", "0.2", "--teacher-forcing", "1.0",
-        "--teacher-forcing-end", "0.8", "--teacher-forcing-steps", "4000", "--steps", "5000",
+        "--teacher-forcing-end", "0.8", "--teacher-forcing-steps", "4000", "--steps", "4500",
         "--eval-every", "500", "--checkpoint-every", "500")),
 }
 
