@@ -535,3 +535,17 @@ def test_averaging_refuses_checkpoints_of_other_models(tmp_path):
         average_checkpoints([tmp_path / "a", tmp_path / "d"])
     with pytest.raises(CheckpointError, match="no checkpoints of best validations"):
         best_checkpoints(tmp_path)
+
+
+def test_the_last_steps_model_is_kept_when_its_final_evaluation_is_the_best(tmp_path):
+    torch.manual_seed(0)
+    trainer = Trainer(Reverse(), Scripted([0.2, 0.5, 0.9]), _cfg(max_steps=12), tmp_path)
+    trainer.fit()  # validations at steps 5 and 10
+    assert load_checkpoint(tmp_path / BEST_DIR).trainer_state["step"] == 10
+    trainer.keep_final(trainer.evaluate())  # 0.9 after step 12
+    assert load_checkpoint(tmp_path / BEST_DIR).trainer_state == {
+        "step": 12, "metric": "accuracy", "value": 0.9}
+    done = Trainer(Reverse(), Scripted([0.2, 0.5]), _cfg(max_steps=10), tmp_path / "b")
+    done.fit()
+    done.keep_final({"accuracy": 0.99})  # step 10 was validated: nothing more to keep
+    assert load_checkpoint(tmp_path / "b" / BEST_DIR).trainer_state["value"] == 0.5

@@ -442,6 +442,7 @@ def train_and_report(model, task, args, *, metric: str = "accuracy") -> TrainRes
     if not distributed.is_main():
         return None
     final = trainer.evaluate()  # on the whole validation set, after the last step
+    trainer.keep_final(final)  # checkpoint-best: the last step's model, if it is the best
     print(f"stopped after {result.step} steps ({result.stopped}); held-out: "
           + ", ".join(f"{k} {v:.4f}" for k, v in final.items()))
     history = args.out / "history.json"

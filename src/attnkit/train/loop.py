@@ -449,6 +449,22 @@ class Trainer:
                 param.grad.div_(total)
         return total_loss / total, total
 
+    def keep_final(self, metrics: dict[str, float]) -> None:
+        """Keep the model as :meth:`fit` left it as the best (and among the ``keep_best``) when
+        ``metrics``, its evaluation after the last step, beat the validations': a run whose
+        last step is not a validation step would otherwise never keep its last steps' model.
+        Nothing is done when the last step was validated (rank 0 only)."""
+        if self.history and self.history[-1].get("step") == self.step:
+            return
+        value = metrics[self.config.metric]
+        if self.best is None or value > self.best:
+            self.best = value
+            self._save_model(self.best_dir, value)
+            log.info("best %s (%.4g) after the last step %d: %s", self.config.metric, value,
+                     self.step, self.best_dir)
+        if self.config.keep_best > 1:
+            self._keep(value)
+
     def fit(self) -> TrainResult:
         """Train up to ``config.max_steps`` (see the module docstring for several processes)."""
         owned = distributed.setup(self.device)
