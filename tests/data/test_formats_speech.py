@@ -329,7 +329,7 @@ def test_jsonl_lines_without_the_text_key_and_a_sample_rate_of_zero(tmp_path):
     assert "bad.jsonl:2: no 'text' key (keys: audio_filepath, duration)" in message
     assert "bad.jsonl:5: not JSON (Expecting value at column 1)" in message
     assert re.search(r"bad.jsonl:6: .*zero.wav: bad 'fmt ' chunk: expected at least 1 channel "
-                     r"and a sample rate of at least 1 Hz, got 1 channels, 0 Hz", message)
+                     r"and a sample rate of 1 to 768,000 Hz, got 1 channels, 0 Hz", message)
     renamed = tmp_path / "renamed.jsonl"
     renamed.write_text(json.dumps({"wav": "audio/0.ogg", "words": "HELLO"}) + "\n")
     assert list(read_jsonl(renamed, columns="audio=wav,text=words").transcripts) == ["hello"]
