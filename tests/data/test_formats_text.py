@@ -10,6 +10,7 @@ import unicodedata
 import pytest
 
 from attnkit.data import DataError, read_tsv
+from attnkit.data import text
 from attnkit.data.text import compression, read_text, text_lines
 
 PACK = {"gzip": gzip.compress, "xz": lzma.compress, "bzip2": bz2.compress}
@@ -45,8 +46,6 @@ def test_bom_crlf_and_a_last_line_without_its_end(tmp_path):
 
 
 def test_lines_longer_than_a_block_and_many_lines(tmp_path, monkeypatch):
-    from attnkit.data import text
-
     monkeypatch.setattr(text, "BLOCK", 7)
     f = tmp_path / "a.txt"
     lines = ["x" * 20, "", "é" * 9, *(str(i) for i in range(50))]
@@ -109,3 +108,44 @@ def test_not_a_file(tmp_path):
         list(text_lines(tmp_path / "nothing.txt"))
     with pytest.raises(DataError, match=r"not a regular file \(a folder\)"):
         read_text(tmp_path)
+
+
+def test_a_line_without_end_is_refused_once_it_passes_the_limit(tmp_path, monkeypatch):
+    # a 2 GB file of one line took 1.2 GB of memory and minutes (its pieces joined block by
+    # block); the line is named as soon as it is longer than MAX_LINE
+    monkeypatch.setattr(text, "BLOCK", 5)
+    f = tmp_path / "pairs.tsv"
+    f.write_bytes(b"un\t1\n" + b"x" * 64 + b"\t2\nend\t3\n")
+    with pytest.raises(DataError, match=r"pairs.tsv:2: a line of more than 40 bytes; expected "
+                       r"a text file of shorter lines"):
+        list(text.byte_lines(f, max_line=40))
+    assert [n for n, _ in text.byte_lines(f, max_line=67)] == [1, 2, 3]
+    with pytest.raises(DataError, match=r"pairs.tsv:2: a line of more than 16,777,216 bytes"):
+        f.write_bytes(b"un\t1\n" + b"x" * (text.MAX_LINE + 1))
+        read_tsv(f)
+
+
+def test_a_file_of_nul_bytes_is_binary_not_utf16(tmp_path):
+    sparse = tmp_path / "sparse.tsv"
+    with sparse.open("wb") as f:
+        f.truncate(2 << 30)  # 2 GB of NUL bytes, sparse on disk
+    for read in (read_tsv, read_text):
+        with pytest.raises(DataError, match=r"sparse.tsv: holds NUL bytes \(1,048,576 in its "
+                           r"first 1,048,576\): binary data, not UTF-8 text"):
+            read(sparse)
+    big = tmp_path / "big.txt"
+    with big.open("wb") as f:
+        f.write(b"x" * text.BLOCK)
+        f.truncate(text.MAX_WHOLE + 1)
+    with pytest.raises(DataError, match=r"big.txt: more than 1,073,741,824 bytes of text"):
+        read_text(big)
+
+
+def test_a_file_read_whole_is_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(text, "MAX_WHOLE", 10)
+    f = tmp_path / "a.gt.txt"
+    f.write_bytes(gzip.compress(b"x" * 11))
+    with pytest.raises(DataError, match=r"a.gt.txt: more than 10 bytes of text \(decompressed\)"):
+        read_text(f)
+    f.write_bytes(gzip.compress(b"x" * 10))
+    assert read_text(f) == "x" * 10

@@ -17,8 +17,9 @@ from attnkit.data import (
     write_caption_folder,
     write_question_folder,
 )
+from attnkit.data import load_line_image
 from attnkit.data.images import read_pixels
-from tests.data.images import png_header
+from tests.data.images import grey_png, png_header
 
 
 def _save(path, array, mode=None):
@@ -167,3 +168,31 @@ def test_an_image_too_big_to_caption_is_refused_from_its_header(tmp_path):
     with pytest.raises(DataError, match=r"big.png: 9000 x 9000 pixels, more than the "
                                         r"16,777,216 an image may have here"):
         load_image(path, 64)
+
+
+@pytest.mark.parametrize("interlace", [False, True])
+def test_a_png_holding_fewer_rows_than_its_header_says_is_refused(tmp_path, interlace):
+    pixels = np.random.default_rng(0).integers(0, 256, (37, 53), dtype=np.uint8)
+    whole = tmp_path / "whole.png"
+    whole.write_bytes(grey_png(pixels, interlace=interlace))
+    assert np.array_equal(np.round(read_pixels(whole, colour=False) * 255), pixels)
+    short = tmp_path / "short.png"
+    short.write_bytes(grey_png(pixels, interlace=interlace, keep=54))
+    if interlace:  # Pillow finds this one itself
+        with pytest.raises(DataError, match=r"short.png: cannot read image \(image file is "
+                           r"truncated"):
+            load_image(short, 16)
+        return
+    with Image.open(short) as image:
+        image.load()  # Pillow decodes it without an error, the rows it lacks black
+    with pytest.raises(DataError, match=rf"short.png: its header says 53 x 37 pixels, but its "
+                       rf"image data hold only 54 of the {37 * 54:,} bytes those need"):
+        load_image(short, 16)
+
+
+def test_a_line_too_narrow_for_the_crnn_is_refused(tmp_path):
+    tall = tmp_path / "tall.png"
+    Image.fromarray(np.zeros((9000, 200), np.uint8)).save(tall)
+    with pytest.raises(DataError, match=r"tall.png: 200 x 9000 pixels is 1 px wide at height "
+                       r"32; a line image must be at least 2 px wide there"):
+        load_line_image(tall)

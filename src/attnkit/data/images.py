@@ -28,7 +28,9 @@ reuse them).
 from __future__ import annotations
 
 import os
+import struct
 import warnings
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -119,6 +121,8 @@ def _open(path: str | Path, check_size: Callable[[Path, int, int], None] | None,
                     check_size(path, image.width, image.height)
                 if decode:
                     image.load()
+                    if image.format == "PNG":
+                        _check_png_rows(path, image.width, image.height)
     except DataError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
@@ -130,6 +134,59 @@ def _open(path: str | Path, check_size: Callable[[Path, int, int], None] | None,
         raise DataError(f"{path}: unsupported image mode 'F' (floating point); expected "
                         f"8- or 16-bit greyscale or colour")
     return image
+
+
+# Channels per PNG colour type (greyscale, RGB, palette, grey + alpha, RGBA), and the Adam7
+# interlacing passes (x0, y0, dx, dy): PNG specification, sections 6.1 and 8.2.
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+          (0, 1, 1, 2))
+
+
+def _png_data_size(width: int, height: int, depth: int, colour: int, interlace: int) -> int:
+    """The bytes a PNG's image data decompress to: one filter byte and the packed pixels per
+    row, for each interlacing pass."""
+    bits = _PNG_CHANNELS.get(colour, 4) * depth
+    passes = _ADAM7 if interlace else ((0, 0, 1, 1),)
+    size = 0
+    for x0, y0, dx, dy in passes:
+        cols, rows = -(-max(width - x0, 0) // dx), -(-max(height - y0, 0) // dy)
+        if cols and rows:
+            size += rows * (1 + (cols * bits + 7) // 8)
+    return size
+
+
+def _check_png_rows(source, width: int, height: int) -> None:
+    """Refuse a PNG whose image data (its zlib stream, which may end early and still be
+    well formed) hold fewer bytes than its header's ``width x height`` need: Pillow decodes
+    such a file without an error, the missing rows black. The stream is inflated a block at a
+    time and only counted."""
+    f = open(source, "rb") if isinstance(source, (str, os.PathLike)) else source
+    try:
+        f.seek(8)  # the PNG signature
+        inflate, got, need = zlib.decompressobj(), 0, None
+        while need is None or got < need:
+            head = f.read(8)
+            if len(head) < 8:
+                break
+            length, kind = struct.unpack(">I4s", head)
+            data = f.read(length)
+            f.seek(4, os.SEEK_CUR)  # the chunk's CRC, which Pillow has checked
+            if kind == b"IHDR":
+                need = _png_data_size(width, height, data[8], data[9], data[12])
+            elif kind == b"IDAT":
+                while data and got < (need or 0):
+                    got += len(inflate.decompress(data, 1 << 20))
+                    data = inflate.unconsumed_tail
+            elif kind == b"IEND":
+                break
+    finally:
+        if f is not source:
+            f.close()
+    if need is not None and got < need:
+        raise DataError(f"{source}: its header says {width} x {height} pixels, but its image "
+                        f"data hold only {got:,} of the {need:,} bytes those need (a PNG cut "
+                        "short or damaged)")
 
 
 # An image to caption or ask about has at most this many pixels (a 4096 x 4096 photograph):

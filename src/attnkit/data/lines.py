@@ -93,6 +93,8 @@ HEIGHT = 32
 # Widest line read by default, in pixels at HEIGHT (about 800 characters): the work of the
 # CNN, the RNNs and the attention grows with the width.
 MAX_WIDTH = 10_000
+# Narrowest line, in pixels at HEIGHT: the CRNN halves the width, and a line needs one step.
+MIN_WIDTH = 2
 ALPHABET = string.ascii_letters + string.digits + string.punctuation + " "
 HELD_OUT_FONTS = {
     "valid": ("DejaVuSerif-Italic.ttf", "LiberationSerif-Italic.ttf",
@@ -427,10 +429,12 @@ def line_width(path: str | Path, *, max_width: int | None = MAX_WIDTH) -> int:
 
 
 def _scaled_width(path: str | Path, width: int, height: int) -> int:
-    """``width`` at height 32; a line 0 px wide refused."""
+    """``width`` at height 32; a line narrower than :data:`MIN_WIDTH` there refused."""
     scaled = round(width * HEIGHT / height) if height else 0
-    if scaled == 0:
-        raise DataError(f"{path}: {width} x {height} pixels is 0 px wide at height {HEIGHT}")
+    if scaled < MIN_WIDTH:
+        raise DataError(f"{path}: {width} x {height} pixels is {scaled} px wide at height "
+                        f"{HEIGHT}; a line image must be at least {MIN_WIDTH} px wide there "
+                        "(a line of text is wider than it is tall)")
     return scaled
 
 

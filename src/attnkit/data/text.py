@@ -13,7 +13,8 @@ compression and Unicode normalisation.
   ``"é"``), so a vocabulary never holds two spellings of one character.
 
 Files are read a block at a time: memory holds one block and one line, however long the
-file.
+file. A line may have :data:`MAX_LINE` bytes (16 MiB), a file read whole :data:`MAX_WHOLE`
+(1 GiB); a file whose first block is mostly NUL bytes (binary data, a sparse file) is refused.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ from typing import BinaryIO
 from attnkit.data.paths import regular_file
 from attnkit.errors import DataError
 
-__all__ = ["BLOCK", "byte_lines", "compression", "decode_line", "nfc", "open_bytes",
+__all__ = ["BLOCK", "MAX_LINE", "MAX_WHOLE", "byte_lines", "compression", "decode_line", "nfc", "open_bytes",
            "read_text", "text_lines", "undecodable"]
 
 BLOCK = 1 << 20  # bytes read at a time
+MAX_LINE = 1 << 24  # bytes in one line at most: a longer one is no line of text
+MAX_WHOLE = 1 << 30  # bytes of a file read whole (read_text) at most, decompressed
 # Magic numbers: (first bytes, name). bzip2's is "BZh", the block size digit and the
 # first block's (or an empty stream's end) signature, so text starting "BZh" is not taken.
 _COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"))
@@ -44,7 +47,6 @@ _REFUSED = ((b"\x28\xb5\x2f\xfd", "zstd-compressed; decompress it (zstd -d FILE)
             (b"PK\x03\x04", "a zip archive; unpack it (unzip FILE) and name the file inside"))
 _ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error)
 _OPEN = {"gzip": gzip.open, "xz": lzma.open, "bzip2": bz2.open}
-_DECOMPRESS = {"gzip": gzip.decompress, "xz": lzma.decompress, "bzip2": bz2.decompress}
 
 
 def compression(path: str | Path) -> str | None:
@@ -86,38 +88,60 @@ def open_bytes(path: str | Path) -> Iterator[BinaryIO]:
         yield f
 
 
-def byte_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
+def byte_lines(path: str | Path, *, max_line: int = MAX_LINE) -> Iterator[tuple[int, bytes]]:
     """``(line number, bytes)`` of each line of a text file, without its line end (LF or
     CRLF); the first line without a UTF-8 byte-order mark. A last line without a line end is
     a line; an empty file has none.
 
     Raises:
-        DataError: naming the file: as :func:`compression`, UTF-16 text, or a compressed
+        DataError: naming the file: as :func:`compression`, UTF-16 or binary data, a line of
+            more than ``max_line`` bytes (named as soon as it is that long), or a compressed
             stream that cannot be read (cut short, corrupt), with the line it stopped in.
     """
     path = Path(path)
-    n, tail = 0, b""
+    n, parts, size = 0, [], 0  # the pieces of a line not yet ended, and their bytes
     with open_bytes(path) as f:
         try:
             block = _first_block(path, f.read(BLOCK))
             while block:
-                lines = (tail + block).split(b"\n")
-                tail = lines.pop()
-                for line in lines:
-                    n += 1
-                    yield n, line.removesuffix(b"\r")
+                lines = block.split(b"\n")
+                if len(lines) > 1:
+                    if parts:
+                        lines[0] = b"".join(parts) + lines[0]
+                        parts, size = [], 0
+                    for line in lines[:-1]:
+                        n += 1
+                        _check_line(path, n, len(line), max_line)
+                        yield n, line.removesuffix(b"\r")
+                parts.append(lines[-1])
+                size += len(lines[-1])
+                _check_line(path, n + 1, size, max_line)
                 block = f.read(BLOCK)
         except _ERRORS as exc:
             raise DataError(f"{path}:{n + 1}: cannot read ({exc})") from None
-    if tail:
-        yield n + 1, tail.removesuffix(b"\r")
+    if size:
+        yield n + 1, b"".join(parts).removesuffix(b"\r")
+
+
+def _check_line(path: Path, n: int, size: int, max_line: int) -> None:
+    if size > max_line:
+        raise DataError(f"{path}:{n}: a line of more than {max_line:,} bytes; expected a text "
+                        "file of shorter lines (is it text?)")
 
 
 def _first_block(path: Path, block: bytes) -> bytes:
-    """The first block of a file without its UTF-8 byte-order mark; UTF-16 refused."""
-    if block.startswith((b"\xff\xfe", b"\xfe\xff")) or block.count(b"\x00") * 4 > len(block):
+    """The first block of a file without its UTF-8 byte-order mark; UTF-16 and binary data
+    (NUL bytes) refused."""
+    nul = block.count(b"\x00")
+    mostly = nul * 4 > len(block)
+    # UTF-16 text of a Latin script has its NULs at every other byte, on one side only
+    sides = sorted((block[0::2].count(0), block[1::2].count(0)))
+    if block.startswith((b"\xff\xfe", b"\xfe\xff")) or (mostly and sides[0] <= 0.1 * nul):
         raise DataError(f"{path}: looks like UTF-16 text (a byte-order mark or NUL bytes "
                         "between the characters); save it as UTF-8")
+    if mostly:
+        raise DataError(f"{path}: holds NUL bytes ({nul:,} in its first {len(block):,}): binary "
+                        "data, not UTF-8 text")
     return block.removeprefix(b"\xef\xbb\xbf")
 
 
@@ -157,24 +181,25 @@ def text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
 
 def read_text(path: str | Path) -> str:
     """A whole text file (see the module docstring) as one string, CRLF line ends as LF:
-    for files read whole (a ``.gt.txt``, a JSON file). The file is read at once, and
-    decompressed in memory.
+    for files read whole (a ``.gt.txt``, a JSON file), of at most :data:`MAX_WHOLE` bytes
+    (decompressed).
 
     Raises:
         DataError: as :func:`text_lines`.
     """
     path = regular_file(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
-    kind = _compression(path, raw[:10])
-    if kind is not None:
+    too_big = (f"{path}: more than {MAX_WHOLE:,} bytes of text (decompressed), more than a "
+               "file read whole may have")
+    with open_bytes(path) as f:
         try:
-            raw = _DECOMPRESS[kind](raw)
+            raw = _first_block(path, f.read(BLOCK))
+            if compression(path) is None and path.stat().st_size > MAX_WHOLE:
+                raise DataError(too_big)
+            raw += f.read(MAX_WHOLE + 1 - len(raw))
         except _ERRORS as exc:
             raise DataError(f"{path}: cannot read ({exc})") from None
-    raw = _first_block(path, raw)
+    if len(raw) > MAX_WHOLE:
+        raise DataError(too_big)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
