@@ -1,6 +1,8 @@
 """train translate -> translate -> eval, end to end on tiny data, and bad files."""
 
+import errno
 import json
+import os
 import re
 
 from attnkit.cli.main import main
@@ -100,3 +102,19 @@ def test_transformer_with_subwords_and_scheduled_sampling_then_sampled_outputs(t
     assert main(["train", "translate", "--train", str(tsv), "--out", str(tmp_path / "r2"),
                  "--teacher-forcing-end", "1.2"]) == 2
     assert "teacher forcing end: expected a probability in [0, 1]" in capsys.readouterr().err
+
+
+def test_a_picture_that_cannot_be_written_is_one_line(tiny_translator, tmp_path, capsys,
+                                                       monkeypatch):
+    # a full disk under --plot (or demo-out) was an OSError traceback
+    from matplotlib.figure import Figure
+
+    def full(self, path, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(Figure, "savefig", full)
+    plots = tmp_path / "plots"
+    assert main(["translate", "--checkpoint", str(tiny_translator), "<en> three",
+                 "--plot", str(plots)]) == 2
+    assert capsys.readouterr().err == (f"attnkit: {plots / 'attention_0.png'}: No space left "
+                                       "on device\n")

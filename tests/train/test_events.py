@@ -1,11 +1,14 @@
 """TensorBoard event files: every run writes its scalars and pictures, read back with
 tensorboard's own event reader."""
 
+import errno
+import os
+
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from attnkit.diagnose.plots import plot_attention
-from attnkit.train import Trainer
+from attnkit.train import Trainer, load_checkpoint
 from tests.train.test_loop import Reverse, ReverseTask, _cfg
 
 
@@ -50,3 +53,38 @@ def test_a_resumed_run_continues_its_curves(tmp_path):
     trainer.fit()
     steps = [e.step for e in _events(tmp_path).Scalars("train/loss")]
     assert steps == list(range(1, 15))
+
+
+def test_a_full_disk_ends_the_events_not_the_training(tmp_path, monkeypatch, caplog):
+    # the steps since the last checkpoint were lost with the events: an OSError traceback
+    from torch.utils.tensorboard import SummaryWriter
+
+    calls = []
+
+    def full(self, tag, *args, **kwargs):
+        calls.append(tag)
+        if len(calls) > 6:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(SummaryWriter, "add_scalar", full)
+    torch.manual_seed(0)
+    result = Trainer(Reverse(), PicturedReverse(), _cfg(max_steps=12, eval_every=5,
+                                                        checkpoint_every=100), tmp_path).fit()
+    assert result.step == 12 and load_checkpoint(tmp_path / "checkpoint").trainer_state["step"] == 12
+    assert len(calls) == 7  # nothing written after the first failure
+    warned = [r.getMessage() for r in caplog.records if "TensorBoard" in r.getMessage()]
+    assert warned == [f"{tmp_path}: cannot write TensorBoard events (No space left on device); "
+                      "the training goes on without them"]
+
+
+def test_pictures_that_cannot_be_drawn_end_the_events_not_the_training(tmp_path, caplog):
+    class Unwritable(ReverseTask):
+        def pictures(self, model, folder, n):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(folder))
+
+    torch.manual_seed(0)
+    result = Trainer(Reverse(), Unwritable(), _cfg(max_steps=12, eval_every=5), tmp_path).fit()
+    assert result.step == 12 and [h["step"] for h in result.history] == [5, 10]
+    assert "cannot write TensorBoard events (Permission denied)" in caplog.text
+    steps = [e.step for e in _events(tmp_path).Scalars("train/loss")]
+    assert steps == list(range(1, 5))  # step 5 validates before its scalars are written

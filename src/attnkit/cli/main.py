@@ -111,6 +111,12 @@ def _run(argv: list[str] | None) -> int:
         # one line, bounded (above a message that names a file and quotes a part cut already)
         print(f"attnkit: {clipped(str(exc), 2 * MESSAGE)}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a full disk, a read-only folder, a file gone: where and why
+        if args.verbose:
+            raise
+        where = f"{clipped(str(exc.filename), MESSAGE)}: " if exc.filename else ""
+        print(f"attnkit: {where}{exc.strerror or clipped(str(exc), MESSAGE)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

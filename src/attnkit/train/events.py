@@ -8,7 +8,9 @@ pictures at every validation (PNG files read back as ``(H, W, 3)`` arrays).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,27 +18,52 @@ from PIL import Image
 
 __all__ = ["Events"]
 
+log = logging.getLogger("attnkit")
+
 
 class Events:
     """The event writer of a run in ``folder`` whose last step done is ``step``: a resumed
-    run's events after ``step`` replace those a run stopped later had written."""
+    run's events after ``step`` replace those a run stopped later had written.
+
+    Events are a view of the training, not its result: when they cannot be written (a full
+    disk, a read-only folder) a warning says so once and the training goes on without them,
+    so that the steps since the last checkpoint are not lost with the events.
+    """
 
     def __init__(self, folder: str | Path, step: int = 0):
         from torch.utils.tensorboard import SummaryWriter  # its import takes ~0.3 s
 
-        self.writer = SummaryWriter(str(folder), purge_step=step + 1 if step else None)
+        self.folder, self.writer, self.broken = Path(folder), None, False
+        self._write(lambda: setattr(self, "writer", SummaryWriter(
+            str(folder), purge_step=step + 1 if step else None)))
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         for tag, value in values.items():
-            self.writer.add_scalar(tag, value, step)
+            self._write(lambda: self.writer.add_scalar(tag, value, step))
 
-    def pictures(self, step: int, paths: Sequence[Path]) -> None:
-        """Add the PNG files ``paths`` as images tagged ``attention/<file stem>``."""
-        for path in paths:
-            with Image.open(path) as image:
-                pixels = np.asarray(image.convert("RGB"))  # (H, W, 3) uint8
-            self.writer.add_image(f"attention/{Path(path).stem}", pixels, step,
-                                  dataformats="HWC")
+    def pictures(self, step: int, draw: Callable[[Path], Sequence[Path]]) -> None:
+        """Add the PNG files that ``draw(folder)`` writes into a temporary folder and returns
+        as images tagged ``attention/<file stem>``."""
+        def add():
+            with tempfile.TemporaryDirectory() as folder:
+                for path in draw(Path(folder)):
+                    with Image.open(path) as image:
+                        pixels = np.asarray(image.convert("RGB"))  # (H, W, 3) uint8
+                    self.writer.add_image(f"attention/{Path(path).stem}", pixels, step,
+                                          dataformats="HWC")
+        self._write(add)
 
     def close(self) -> None:
-        self.writer.close()
+        self._write(lambda: self.writer.close())
+        self.broken = True  # nothing more to write
+
+    def _write(self, write: Callable[[], object]) -> None:
+        """``write()``, unless an earlier write failed; an OSError ends the events."""
+        if self.broken:
+            return
+        try:
+            write()
+        except OSError as exc:
+            log.warning("%s: cannot write TensorBoard events (%s); the training goes on "
+                        "without them", self.folder, exc.strerror or exc)
+            self.broken = True

@@ -81,7 +81,6 @@ import logging
 import math
 import shutil
 import signal
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -363,9 +362,8 @@ class Trainer:
         """The validation's metrics and the task's attention pictures, as TensorBoard events."""
         events.scalars(self.step, {f"valid/{k}": v for k, v in metrics.items()})
         if hasattr(self.task, "pictures"):
-            with tempfile.TemporaryDirectory() as folder:
-                events.pictures(self.step, self._evaluating(self.task.pictures, Path(folder),
-                                                            PICTURES))
+            events.pictures(self.step, lambda folder: self._evaluating(
+                self.task.pictures, folder, PICTURES))
 
     @property
     def best_dir(self) -> Path:
