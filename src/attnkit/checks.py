@@ -136,6 +136,15 @@ def check_probability(name: str, value) -> float:
     return float(value)
 
 
+def check_fraction(name: str, value) -> float:
+    """``value`` as a float when it is a number in ``[0, 1]`` (a weight between two losses;
+    not a bool)."""
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and 0.0 <= value <= 1.0):
+        raise ValueError(f"{name}: expected a number in [0, 1], got {quoted(value)}")
+    return float(value)
+
+
 def check_non_negative(name: str, value) -> float:
     """``value`` as a float when it is a finite number >= 0 (a loss weight, say; not a
     bool)."""

@@ -176,7 +176,8 @@ def _model_key(key):
 
 @pytest.mark.parametrize("name, edit, message", [
     ("config.json", _model_key("name"), "'name' must be one of"),
-    ("config.json", _model_key("kind"), "seq2seq cannot be built from it: kind: expected"),
+    ("config.json", _model_key("kind"), "seq2seq cannot be built from it: kind: expected one "
+     "of bahdanau, luong, none, got 'xxx"),
     ("config.json", _model_key("hidden"), "hidden: expected int, got 'xxx"),
     ("config.json", lambda d: d["config"].update(task=HUGE), "not a translate checkpoint"),
     ("config.json", lambda d: d.update(format=HUGE), "not an attnkit checkpoint"),

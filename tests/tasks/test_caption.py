@@ -156,7 +156,7 @@ def test_config_and_vocab(scenes):
     (dict(doubly_stochastic=-1), "doubly_stochastic: expected a non-negative number, got -1"),
     (dict(entropy_weight=float("inf")), "entropy_weight: expected a non-negative number, got inf"),
     (dict(doubly_stochastic=True), "doubly_stochastic: expected a non-negative number, got True"),
-    (dict(baseline_decay=1.0), r"baseline_decay: expected a number in \[0, 1\), got 1.0"),
+    (dict(baseline_decay=1.0), r"baseline_decay: expected a probability in \[0, 1\), got 1.0"),
     (dict(batch_size=0), "batch_size: expected a positive int, got 0"),
 ])
 def test_bad_settings(scenes, kw, match):

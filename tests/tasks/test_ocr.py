@@ -43,6 +43,11 @@ def test_ctc_weight_mixes_the_two_losses(lines):
     (dict(ctc_weight=0.3, model_config={**MODEL, "head": "ctc"}),
      "ctc_weight: only for the attention head"),
     (dict(guided_attention=-1.0), "guided_attention: expected a non-negative number, got -1.0"),
+    # a task's settings come from a run's files too: a value is quoted, never echoed whole
+    (dict(ctc_weight="x" * 10**6), r"^ctc_weight: expected a number in \[0, 1\], got 'x{200}'"
+     r"\.\.\. \(1,000,000 characters\)$"),
+    (dict(batch_size="8" * 10**6), r"^batch_size: expected a positive int, got '8{200}'\.\.\. "
+     r"\(1,000,000 characters\)$"),
     (dict(guided_attention=1.0, model_config={**MODEL, "head": "ctc"}),
      "guided_attention: only for the attention head"),
 ])

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from attnkit.checks import quoted
 from attnkit.decoding.ctc_prefix import joint_decode
 from attnkit.decoding.search import Hypotheses, beam_search, greedy, sample
 from attnkit.tokens import BOS, EOS, PAD
@@ -36,7 +37,7 @@ MAX_OUTPUT_TOKENS = 10_000
 
 def _check(name: str, value, ok: bool, expected: str) -> None:
     if not ok:
-        raise ValueError(f"{name}: expected {expected}, got {value!r}")
+        raise ValueError(f"{name}: expected {expected}, got {quoted(value)}")
 
 
 def _is_int(value) -> bool:

@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils._pytree import tree_leaves, tree_map
 
+from attnkit.checks import quoted
 from attnkit.decoding.loops import loop_step, start_loops
 
 __all__ = ["Hypotheses", "beam_search", "greedy", "sample", "length_penalty"]
@@ -93,7 +94,7 @@ def _max_lengths(max_len, batch: int, device) -> torch.Tensor:
 def _check_common(batch_size, bos, eos, pad):
     for name, value in (("batch_size", batch_size), ("bos", bos), ("eos", eos), ("pad", pad)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"{name}: expected a non-negative int, got {value!r}")
+            raise ValueError(f"{name}: expected a non-negative int, got {quoted(value)}")
     if batch_size < 1:
         raise ValueError(f"batch_size: expected a positive int, got {batch_size}")
 
@@ -182,13 +183,13 @@ def sample(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
     example-major, as beam search does) and returns them with an n-best dim ranked by score,
     best first: ``.best()`` keeps the draw the model finds most probable."""
     if not isinstance(temperature, (int, float)) or not temperature > 0:
-        raise ValueError(f"temperature: expected a positive number, got {temperature!r}")
+        raise ValueError(f"temperature: expected a positive number, got {quoted(temperature)}")
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k: expected a positive int, got {top_k!r}")
+        raise ValueError(f"top_k: expected a positive int, got {quoted(top_k)}")
     if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
-        raise ValueError(f"top_p: expected a probability in (0, 1], got {top_p!r}")
+        raise ValueError(f"top_p: expected a probability in (0, 1], got {quoted(top_p)}")
     if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
-        raise ValueError(f"num_samples: expected a positive int, got {num_samples!r}")
+        raise ValueError(f"num_samples: expected a positive int, got {quoted(num_samples)}")
     if num_samples > 1:
         _check_common(batch_size, bos, eos, pad)
         s = num_samples
@@ -315,11 +316,13 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
     """
     _check_common(batch_size, bos, eos, pad)
     if not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size: expected a positive int, got {beam_size!r}")
+        raise ValueError(f"beam_size: expected a positive int, got {quoted(beam_size)}")
     if not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
-        raise ValueError(f"n_best: expected an int in [1, beam_size={beam_size}], got {n_best!r}")
+        raise ValueError(f"n_best: expected an int in [1, beam_size={beam_size}], "
+                         f"got {quoted(n_best)}")
     if not isinstance(no_repeat_ngram, int) or no_repeat_ngram < 0:
-        raise ValueError(f"no_repeat_ngram: expected a non-negative int, got {no_repeat_ngram!r}")
+        raise ValueError(f"no_repeat_ngram: expected a non-negative int, "
+                         f"got {quoted(no_repeat_ngram)}")
     b, k = batch_size, beam_size
     n = b * k
     limit = _max_lengths(max_len, b, device).repeat_interleave(k)  # (N,)

@@ -32,7 +32,7 @@ from torch import nn
 
 from attnkit.attention import Attention
 from attnkit.ops import Linear
-from attnkit.checks import check_positive_int, check_probability
+from attnkit.checks import check_positive_int, check_probability, quoted
 from attnkit.models.grid import GridEncoder
 from attnkit.models.registry import Model
 from attnkit.models.rnn import LSTMCell
@@ -117,7 +117,7 @@ class Captioner(Model, name="captioner"):
         check_probability("dropout", dropout)
         if attention not in ATTENTION:
             raise ValueError(f"attention: expected one of {', '.join(ATTENTION)}, "
-                             f"got {attention!r}")
+                             f"got {quoted(attention)}")
         self.encoder = GridEncoder(image_size, tuple(channels))
         d = self.encoder.dim
         self.kind, self.hidden = attention, hidden
@@ -216,8 +216,8 @@ class Captioner(Model, name="captioner"):
         """
         if out.location_log_probs is None:
             raise ValueError("out: REINFORCE needs hard attention's sampled locations "
-                             f"(attention='hard' in training mode; this model: {self.kind!r}, "
-                             f"training={self.training})")
+                             "(attention='hard' in training mode; this model: "
+                             f"{quoted(self.kind)}, training={self.training})")
         reward = log_likelihood.detach()
         baseline = torch.where(self.baseline_set, self.baseline, reward.mean())
         if self.training:

@@ -28,7 +28,7 @@ from torch import nn
 
 from attnkit.attention import SelfAttention
 from attnkit.ops import Linear, exporting, skips_padding
-from attnkit.checks import check_positive_int, check_probability
+from attnkit.checks import check_positive_int, check_probability, quoted
 from attnkit.models.decoder import AttentionDecoder
 from attnkit.models.registry import Model
 from attnkit.models.rnn import BiRNN, longest_first
@@ -106,11 +106,12 @@ class CRNN(Model, name="crnn"):
         check_probability("dropout", dropout)
         channels = tuple(channels)
         if len(channels) != 5 or not all(isinstance(c, int) and c > 0 for c in channels):
-            raise ValueError(f"channels: expected 5 positive ints, got {channels!r}")
+            raise ValueError(f"channels: expected 5 positive ints, got {quoted(channels)}")
         if attention not in ATTENTION:
-            raise ValueError(f"attention: expected None, 'global' or 'window', got {attention!r}")
+            raise ValueError(f"attention: expected None, 'global' or 'window', "
+                             f"got {quoted(attention)}")
         if head not in HEADS:
-            raise ValueError(f"head: expected one of {', '.join(HEADS)}, got {head!r}")
+            raise ValueError(f"head: expected one of {', '.join(HEADS)}, got {quoted(head)}")
         self.head_kind = head
         ins = (1, *channels[:-1])
         self.blocks = nn.ModuleList(_block(a, b) for a, b in zip(ins, channels))
@@ -265,7 +266,7 @@ class CRNN(Model, name="crnn"):
         ``(B,)`` (for :mod:`attnkit.decoding.ctc_prefix`)."""
         if not self.has_ctc:
             raise ValueError("model: joint decoding needs the attention head with an auxiliary "
-                             f"CTC head (ctc=True), got head={self.head_kind!r}, "
+                             f"CTC head (ctc=True), got head={quoted(self.head_kind)}, "
                              f"ctc={self.aux_ctc}")
         feats, steps = self.encode(images, widths)
         return self.decoder.start(feats, steps), F.log_softmax(self.classifier(feats), -1), steps

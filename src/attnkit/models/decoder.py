@@ -25,7 +25,7 @@ from torch import nn
 
 from attnkit.attention import ALIGNMENTS, Attention, lengths_to_mask, make_alignment
 from attnkit.ops import Linear
-from attnkit.checks import check_positive_int, check_probability
+from attnkit.checks import check_positive_int, check_probability, quoted
 from attnkit.models.rnn import GRUCell, LSTMCell
 from attnkit.models.unrolling import unroll
 
@@ -85,7 +85,7 @@ class AttentionDecoder(nn.Module):
         check_positive_int("layers", layers)
         check_probability("dropout", dropout)
         if cell not in CELLS:
-            raise ValueError(f"cell: expected one of {', '.join(CELLS)}, got {cell!r}")
+            raise ValueError(f"cell: expected one of {', '.join(CELLS)}, got {quoted(cell)}")
         self.cell_kind, self.hidden = cell, hidden
         kv = memory_dim
         if key_value_dim is not None:
@@ -94,7 +94,7 @@ class AttentionDecoder(nn.Module):
         self.key_value_dim = key_value_dim
         if alignment not in ALIGNMENT_CHOICES:
             raise ValueError(f"alignment: expected one of {', '.join(ALIGNMENT_CHOICES)}, "
-                             f"got {alignment!r}")
+                             f"got {quoted(alignment)}")
         same_size = score in SAME_SIZE_SCORES and alignment in SCORED
         if same_size and hidden != kv:
             self.query_proj = Linear(hidden, kv, bias=False)  # dot scores need Dq == Dk
@@ -152,7 +152,7 @@ class AttentionDecoder(nn.Module):
         """
         if not self.streams:
             raise ValueError(f"alignment: a growing memory needs a hard monotonic alignment "
-                             f"('monotonic' or 'mocha'), got {self.alignment_name!r}")
+                             f"('monotonic' or 'mocha'), got {quoted(self.alignment_name)}")
         if state is None:
             lengths = torch.full((memory.shape[0],), memory.shape[1], dtype=torch.long,
                                  device=memory.device)
@@ -256,7 +256,7 @@ def guided_attention_loss(weights: torch.Tensor, output_lengths: torch.Tensor,
     if weights.dim() != 3:
         raise ValueError(f"weights: expected (B, T, S), got {tuple(weights.shape)}")
     if not sigma > 0:
-        raise ValueError(f"sigma: expected a positive number, got {sigma!r}")
+        raise ValueError(f"sigma: expected a positive number, got {quoted(sigma)}")
     b, t, s = weights.shape
     # positions in float32 at least: bfloat16 holds integers exactly only up to 256
     dtype = torch.promote_types(weights.dtype, torch.float32)
@@ -280,7 +280,7 @@ def _attention(alignment: str, options: dict | None, query_dim: int, kv: int, sc
     if alignment == "softmax":
         if options:
             raise ValueError(f"alignment_options: only for an alignment other than 'softmax', "
-                             f"got {options!r}")
+                             f"got {quoted(options)}")
         extra = {"attn_dim": attn_dim} if score in ("additive", "location") else {}
         return Attention(query_dim, kv, kv, score=score, **extra)
     if alignment in ("monotonic", "mocha"):
@@ -292,5 +292,5 @@ def _attention(alignment: str, options: dict | None, query_dim: int, kv: int, sc
     try:
         return make_alignment(alignment, query_dim, kv, kv, **options)
     except TypeError as e:
-        raise ValueError(f"alignment_options: {options!r} do not fit alignment "
-                         f"{alignment!r} ({e})") from None
+        raise ValueError(f"alignment_options: {quoted(options)} do not fit alignment "
+                         f"{quoted(alignment)} ({e})") from None

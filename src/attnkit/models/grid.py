@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnkit.checks import check_positive_int, check_tensor
+from attnkit.checks import check_positive_int, check_tensor, quoted
 
 __all__ = ["GridEncoder"]
 
@@ -35,7 +35,7 @@ class GridEncoder(nn.Module):
         super().__init__()
         check_positive_int("image_size", image_size)
         if not channels or not all(isinstance(c, int) and c > 0 for c in channels):
-            raise ValueError(f"channels: expected positive ints, got {channels!r}")
+            raise ValueError(f"channels: expected positive ints, got {quoted(channels)}")
         scale = 2 ** len(channels)
         if image_size % scale:
             raise ValueError(f"image_size: expected a multiple of 2 ** len(channels) = {scale}, "

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnkit.ops import Linear, exporting
-from attnkit.checks import check_positive_int, check_probability
+from attnkit.checks import check_positive_int, check_probability, quoted
 from attnkit.models.decoder import AttentionDecoder
 from attnkit.models.registry import Model
 from attnkit.models.rnn import LSTM, BiRNN, longest_first
@@ -307,7 +307,7 @@ class LAS(Model, name="las"):
         check_positive_int("vocab", vocab)
         if listener not in LISTENERS:
             raise ValueError(f"listener: expected one of {', '.join(LISTENERS)}, got "
-                             f"{listener!r}")
+                             f"{quoted(listener)}")
         kind = Listener if listener == "bi" else CausalListener
         self.listener = kind(features, listener_hidden, dropout=dropout)
         self.speller = AttentionDecoder(vocab, self.listener.output_dim, hidden=hidden, emb=emb,

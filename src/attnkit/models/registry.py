@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from attnkit.attention.reference import available_memory
-from attnkit.checks import clipped, got, quoted
+from attnkit.checks import MESSAGE, clipped, got, quoted
 
 __all__ = ["MODELS", "Model", "build_model", "check_config", "check_fits", "model_config",
            "model_shapes"]
@@ -63,7 +63,7 @@ class Model(nn.Module):
         if name is None:
             return
         if name in MODELS:
-            raise ValueError(f"name: a model named {name!r} is already registered "
+            raise ValueError(f"name: a model named {quoted(name)} is already registered "
                              f"({MODELS[name].__qualname__})")
         cls.model_name = name
         MODELS[name] = cls
@@ -195,7 +195,7 @@ def model_shapes(config: dict) -> dict[str, tuple[int, ...]]:
         with torch.device("meta"):
             model = cls(**arguments)
     except (ValueError, TypeError, RuntimeError, OverflowError, RecursionError) as exc:
-        reason = clipped(str(exc)) or type(exc).__name__
+        reason = clipped(str(exc), MESSAGE) or type(exc).__name__  # values in it are quoted
         raise ValueError(f"model config: {cls.model_name} cannot be built from it: "
                          f"{reason}") from None
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnkit.checks import quoted
 from attnkit.ops import linear, skips_padding
 from attnkit.ops.dense import uses_onednn
 from attnkit.ops.precision import autocast_enabled
@@ -228,9 +229,9 @@ class BiRNN(nn.Module):
     def __init__(self, input_size: int, hidden: int, *, kind: str = "lstm", segments: int = 4):
         super().__init__()
         if kind not in RNNS:
-            raise ValueError(f"kind: expected one of {', '.join(RNNS)}, got {kind!r}")
+            raise ValueError(f"kind: expected one of {', '.join(RNNS)}, got {quoted(kind)}")
         if not isinstance(segments, int) or isinstance(segments, bool) or segments < 1:
-            raise ValueError(f"segments: expected a positive int, got {segments!r}")
+            raise ValueError(f"segments: expected a positive int, got {quoted(segments)}")
         self.segments = segments
         self.fwd = RNNS[kind](input_size, hidden, batch_first=True)
         self.bwd = RNNS[kind](input_size, hidden, batch_first=True)

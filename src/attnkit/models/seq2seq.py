@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnkit.checks import quoted
 from attnkit.attention import Attention
 from attnkit.ops import Linear
 from attnkit.ops.dense import uses_onednn
@@ -123,7 +124,7 @@ class LuongDecoder(_Decoder):
         super().__init__(tgt_vocab, emb, hidden, enc, dropout)
         if score not in ("dot", "general", "additive"):
             raise ValueError(f"score: Luong attention takes dot, general or additive, "
-                             f"got {score!r}")
+                             f"got {quoted(score)}")
         self.input_feeding = input_feeding
         score_kw = {"attn_dim": attn_dim or hidden} if score == "additive" else {}
         self.key_proj = Linear(enc, hidden, bias=False) if score == "dot" else None
@@ -220,7 +221,7 @@ class Seq2Seq(Model, name="seq2seq"):
                  attn_dim: int | None = None, dropout: float = 0.0):
         super().__init__()
         if kind not in KINDS:
-            raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+            raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {quoted(kind)}")
         self.kind = kind
         self.encoder = Encoder(src_vocab, emb, hidden, dropout=dropout)
         options = {"dropout": dropout}

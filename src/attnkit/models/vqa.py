@@ -45,7 +45,7 @@ from torch import nn
 
 from attnkit.attention import Attention
 from attnkit.ops import Linear
-from attnkit.checks import check_int_tensor, check_positive_int, check_probability
+from attnkit.checks import check_int_tensor, check_positive_int, check_probability, quoted
 from attnkit.models.grid import GridEncoder
 from attnkit.models.registry import Model
 from attnkit.models.rnn import BiRNN
@@ -106,7 +106,7 @@ class VQA(Model, name="vqa"):
             check_positive_int(name, value)
         check_probability("dropout", dropout)
         if kind not in KINDS:
-            raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+            raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {quoted(kind)}")
         if kind != "none":
             check_positive_int("hops", hops)
         self.kind, self.hops = kind, hops if kind != "none" else 0

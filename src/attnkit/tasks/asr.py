@@ -29,7 +29,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from attnkit.checks import check_non_negative, check_non_negative_int
+from attnkit.checks import (check_fraction, check_non_negative, check_non_negative_int,
+                            check_positive_int, quoted)
 from attnkit.data import (
     CharVocab,
     DataError,
@@ -170,7 +171,7 @@ def transcribe_stream(model: LAS, vocab: CharVocab, samples: torch.Tensor, *,
             not positive, or audio shorter than 8 frames (80 ms).
     """
     if not isinstance(chunk_ms, (int, float)) or isinstance(chunk_ms, bool) or chunk_ms <= 0:
-        raise ValueError(f"chunk_ms: expected a positive number, got {chunk_ms!r}")
+        raise ValueError(f"chunk_ms: expected a positive number, got {quoted(chunk_ms)}")
     if samples.dim() != 1 or frame_count(samples.numel()) < MIN_FRAMES:
         raise ValueError(f"samples: expected (N,) samples of at least {MIN_FRAMES} feature "
                          f"frames (80 ms), got {tuple(samples.shape)}")
@@ -261,10 +262,8 @@ class AsrTask:
                  augment: SpeechAugment | Sequence | None = None):
         if len(train) == 0:
             raise ValueError("train: expected at least one utterance")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
-        if not 0.0 <= ctc_weight <= 1.0:
-            raise ValueError(f"ctc_weight: expected a number in [0, 1], got {ctc_weight!r}")
+        check_positive_int("batch_size", batch_size)
+        check_fraction("ctc_weight", ctc_weight)
         for s in (train, valid):
             check_frames(s)
         self.train = train

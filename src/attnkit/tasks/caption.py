@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from attnkit.checks import check_non_negative
+from attnkit.checks import check_non_negative, check_positive_int, check_probability, quoted
 from attnkit.data import (
     DataError,
     Scene,
@@ -79,7 +79,8 @@ def check_images(items: Sequence, name: str, size: int) -> None:
             raise DataError(f"{name}[{i}]: expected a uint8 image (3, {size}, {size}) (the "
                             f"model's image_size), got {image.dtype} {tuple(image.shape)}")
         if not item.captions or not all(c.strip() for c in item.captions):
-            raise DataError(f"{name}[{i}]: expected non-empty captions, got {item.captions!r}")
+            raise DataError(f"{name}[{i}]: expected non-empty captions, "
+                            f"got {quoted(item.captions)}")
 
 
 @torch.no_grad()
@@ -220,13 +221,10 @@ class CaptionTask:
                  baseline_decay: float = 0.9, max_valid: int = 300, data: dict | None = None):
         if not train:
             raise ValueError("train: expected at least one captioned image")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
+        check_positive_int("batch_size", batch_size)
         doubly_stochastic = check_non_negative("doubly_stochastic", doubly_stochastic)
         entropy_weight = check_non_negative("entropy_weight", entropy_weight)
-        if not (isinstance(baseline_decay, (int, float)) and 0 <= baseline_decay < 1):
-            raise ValueError(f"baseline_decay: expected a number in [0, 1), got "
-                             f"{baseline_decay!r}")
+        check_probability("baseline_decay", baseline_decay)
         self.words = vocab or WordVocab.build(c for item in train for c in item.captions)
         self.model_config = {"name": "captioner", **model_config, "vocab": len(self.words)}
         size = self.model_config.get("image_size", 64)
@@ -343,9 +341,7 @@ class CaptionEvaluator(Evaluator, task="caption"):
         self.words = WordVocab.from_json(vocab)
         self.image_size = model.encoder.image_size  # S: every image is resized to it
         self.max_words = config.get("max_words")
-        if not isinstance(self.max_words, int) or isinstance(self.max_words, bool) or \
-                self.max_words < 1:
-            raise ValueError(f"max_words: expected a positive int, got {self.max_words!r}")
+        check_positive_int("max_words", self.max_words)
 
     def read(self, path, **options) -> list[Example]:
         """Built-in scenes (``scenes:test``, ``scenes:heldout``), or the captioned images of

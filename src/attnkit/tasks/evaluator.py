@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from attnkit.checks import quoted
 from attnkit.decoding import Decoding, Hypotheses
 from attnkit.errors import DataError
 from attnkit.tasks import metrics as scores
@@ -166,7 +167,7 @@ def _register(cls: type[Evaluator], task: str) -> None:
         raise ValueError(f"metrics: expected names among {', '.join(scores.METRICS)}, "
                          f"got {unknown}")
     if task in EVALUATORS:
-        raise ValueError(f"task: an evaluator for {task!r} is already registered "
+        raise ValueError(f"task: an evaluator for {quoted(task)} is already registered "
                          f"({EVALUATORS[task].__qualname__})")
     cls.task = task
     EVALUATORS[task] = cls
@@ -179,7 +180,8 @@ def evaluator_for(task: str) -> type[Evaluator]:
         ValueError: naming the task and the registered ones.
     """
     if task not in EVALUATORS:
-        raise ValueError(f"task: expected one of {', '.join(sorted(EVALUATORS))}, got {task!r}")
+        raise ValueError(f"task: expected one of {', '.join(sorted(EVALUATORS))}, "
+                         f"got {quoted(task)}")
     return EVALUATORS[task]
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from attnkit.checks import check_positive_int
 from attnkit.data import CharVocab, DataError, pad_batch
 from attnkit.models import CharLM, build_model
 from attnkit.tasks.batching import length_batches
@@ -44,8 +45,7 @@ class CharLMTask:
                  data: dict | None = None):
         if not train:
             raise ValueError("train: expected at least one text")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
+        check_positive_int("batch_size", batch_size)
         self.chars = vocab
         self.model_config = {"name": "char_lm", **model_config, "vocab": len(vocab)}
         valid = list(valid)[:max_valid]

@@ -13,7 +13,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from attnkit.checks import check_non_negative, check_non_negative_int
+from attnkit.checks import (check_fraction, check_non_negative, check_non_negative_int,
+                            check_positive_int, quoted)
 from attnkit.data import (
     ALPHABET,
     CharVocab,
@@ -86,7 +87,7 @@ def _check_lines(widths: Sequence[int], texts: Sequence[str], vocab: CharVocab, 
             too_long.append(i)
     if bad_chars:
         chars = "".join(sorted(set("".join(bad_chars))))
-        raise DataError(f"{name}: characters outside the alphabet: {chars!r} (first in line "
+        raise DataError(f"{name}: characters outside the alphabet: {quoted(chars)} (first in line "
                         f"{min(bad_chars.values())}); add them to the alphabet or fix the labels")
     if too_long:
         i = too_long[0]
@@ -237,10 +238,8 @@ class OcrTask:
                  augment: LineAugment | Sequence | None = None):
         if not train:
             raise ValueError("train: expected at least one (image, text) line")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
-        if not (isinstance(ctc_weight, (int, float)) and 0.0 <= ctc_weight <= 1.0):
-            raise ValueError(f"ctc_weight: expected a number in [0, 1], got {ctc_weight!r}")
+        check_positive_int("batch_size", batch_size)
+        check_fraction("ctc_weight", ctc_weight)
         self.chars = vocab or CharVocab(list(ALPHABET))
         self.model_config = {"name": "crnn", **model_config, "vocab": len(self.chars)}
         self.ctc = self.model_config.get("head", "ctc") == "ctc"

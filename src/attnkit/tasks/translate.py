@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from attnkit.checks import quoted
+from attnkit.checks import check_positive_int, quoted
 from attnkit.data import MAX_CHARS, CharVocab, SubwordVocab, build_vocab, load_vocab, pad_batch
 from attnkit.data.formats.reading import read_corpus
 from attnkit.data.pairs import TextPairs
@@ -133,8 +133,7 @@ class TranslateTask:
                  max_valid: int = 500, data: dict | None = None):
         if not train:
             raise ValueError("train: expected at least one (source, target) pair")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
+        check_positive_int("batch_size", batch_size)
         # A corpus read from disk (a TextPairs) stays there: each pass below reads it a pair
         # at a time, and a batch encodes its own pairs, so memory holds 4 bytes per pair.
         self.train = train if isinstance(train, TextPairs) else list(train)

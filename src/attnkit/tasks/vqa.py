@@ -23,6 +23,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from attnkit.checks import check_positive_int, quoted
 from attnkit.data import (
     DataError,
     ImageQuestion,
@@ -87,7 +88,7 @@ def answer_questions(model: VQA, words: WordVocab, answers: Sequence[str],
     empty = [i for i, x in enumerate(ids) if not x]
     if empty:
         raise ValueError(f"asked[{empty[0]}]: expected a question with words, got "
-                         f"{asked[empty[0]][1]!r}")
+                         f"{quoted(asked[empty[0]][1])}")
     model.eval()
     device = next(model.parameters()).device
     out = []
@@ -116,7 +117,7 @@ def check_words(words: WordVocab, questions) -> None:
         if unknown or not words.encode(question):
             problem = (f"words this model never saw: {', '.join(map(repr, unknown))}"
                        if unknown else "no words")
-            raise DataError(f"question {question!r}: {problem} (it knows {len(known)}: "
+            raise DataError(f"question {quoted(question)}: {problem} (it knows {len(known)}: "
                             f"{' '.join(known[:40])}{' ...' if len(known) > 40 else ''})")
 
 
@@ -188,8 +189,7 @@ class VqaTask:
                  max_valid: int = 1000, data: dict | None = None):
         if not train[1]:
             raise ValueError("train: expected at least one question")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
+        check_positive_int("batch_size", batch_size)
         self.words = words or WordVocab.build(q.question for q in train[1])
         self.answers = list(answers or sorted({q.answer for q in train[1]}))
         self.answer_ids = {a: i for i, a in enumerate(self.answers)}

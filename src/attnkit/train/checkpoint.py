@@ -326,7 +326,7 @@ def resolve_checkpoint(directory: str | Path) -> Path:
         return Path(directory)
     name, shipped = text[len(BUILTIN):], builtin_checkpoints()
     if name not in shipped:
-        raise CheckpointError(f"checkpoint: no built-in model {name!r}; expected one of "
+        raise CheckpointError(f"checkpoint: no built-in model {quoted(name)}; expected one of "
                               + (", ".join(BUILTIN + n for n in shipped) or "(none shipped)"))
     return shipped[name]
 

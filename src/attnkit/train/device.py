@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import torch
 
+from attnkit.checks import quoted
 from attnkit.train import distributed
 
 __all__ = ["PRECISIONS", "autocast", "check_precision", "resolve_device", "to_device"]
@@ -43,9 +44,9 @@ def resolve_device(spec: str) -> torch.device:
         return torch.device("cpu")
     match = _DEVICE.fullmatch(text or "")
     if match is None:
-        raise ValueError(f"device: expected auto, cpu, cuda or cuda:N, got {spec!r}")
+        raise ValueError(f"device: expected auto, cpu, cuda or cuda:N, got {quoted(spec)}")
     if not torch.cuda.is_available():
-        raise ValueError(f"device: {spec!r} needs CUDA, which this machine lacks "
+        raise ValueError(f"device: {quoted(spec)} needs CUDA, which this machine lacks "
                          f"(torch.cuda.is_available() is False); expected auto or cpu")
     count = torch.cuda.device_count()
     several = distributed.world_size() > 1
@@ -53,10 +54,10 @@ def resolve_device(spec: str) -> torch.device:
     index = int(match[1]) if match[1] is not None else (local if several else 0)
     if index >= count:
         raise ValueError(f"device: expected cuda:0 .. cuda:{count - 1} ({count} GPU(s)), "
-                         f"got {spec!r}" + (f" (LOCAL_RANK={local})" if several else ""))
+                         f"got {quoted(spec)}" + (f" (LOCAL_RANK={local})" if several else ""))
     if several and index != local:
         raise ValueError(f"device: under torchrun each process takes cuda:LOCAL_RANK "
-                         f"(cuda:{local} here), got {spec!r}")
+                         f"(cuda:{local} here), got {quoted(spec)}")
     return torch.device("cuda", index)
 
 
@@ -68,7 +69,8 @@ def check_precision(precision: str, device: torch.device) -> None:
             without bfloat16.
     """
     if precision not in PRECISIONS:
-        raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
+        raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, "
+                         f"got {quoted(precision)}")
     device = torch.device(device)
     if precision == "fp16" and device.type != "cuda":
         raise ValueError(f"precision: fp16 trains on CUDA only (float16 autocast with a "

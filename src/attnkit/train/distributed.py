@@ -19,6 +19,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from attnkit.checks import quoted
+
 __all__ = ["all_gather", "barrier", "is_main", "local_rank", "rank", "setup", "shutdown",
            "sum_across", "world_size"]
 
@@ -32,7 +34,8 @@ def _env_int(name: str, default: int) -> int:
     try:
         return int(text)
     except ValueError:
-        raise ValueError(f"{name}: expected an integer in the environment, got {text!r}") from None
+        raise ValueError(f"{name}: expected an integer in the environment, "
+                         f"got {quoted(text)}") from None
 
 
 def world_size() -> int:

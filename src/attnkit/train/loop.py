@@ -172,27 +172,28 @@ class TrainConfig:
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule: expected one of {', '.join(SCHEDULES)}, "
-                             f"got {self.schedule!r}")
+                             f"got {quoted(self.schedule)}")
         for name in ("max_steps", "eval_every", "checkpoint_every", "accumulate", "keep_best"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+                raise ValueError(f"{name}: expected a positive int, got {quoted(value)}")
         if not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise ValueError(f"warmup_steps: expected a non-negative int, got "
-                             f"{self.warmup_steps!r}")
+                             f"{quoted(self.warmup_steps)}")
         if not self.lr > 0:
-            raise ValueError(f"lr: expected a positive number, got {self.lr!r}")
+            raise ValueError(f"lr: expected a positive number, got {quoted(self.lr)}")
         if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 1):
-            raise ValueError(f"patience: expected a positive int or None, got {self.patience!r}")
+            raise ValueError(f"patience: expected a positive int or None, "
+                             f"got {quoted(self.patience)}")
         if self.time_budget_s is not None and not self.time_budget_s > 0:
             raise ValueError(f"time_budget_s: expected a positive number, got "
-                             f"{self.time_budget_s!r}")
+                             f"{quoted(self.time_budget_s)}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got "
-                             f"{self.precision!r}")
+                             f"{quoted(self.precision)}")
         if not isinstance(self.data_workers, int) or self.data_workers < 0:
             raise ValueError(f"data_workers: expected a non-negative int, got "
-                             f"{self.data_workers!r}")
+                             f"{quoted(self.data_workers)}")
 
 
 def lr_factor(step: int, config: TrainConfig) -> float:
@@ -397,7 +398,7 @@ class Trainer:
         self._record(events, metrics)
         if self.config.metric not in metrics:
             raise KeyError(f"metric: the task's evaluate() returned {sorted(metrics)}, "
-                           f"not {self.config.metric!r}")
+                           f"not {quoted(self.config.metric)}")
         self.history.append({"step": self.step, **metrics})
         value = metrics[self.config.metric]
         if self.best is None or value > self.best:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from attnkit.checks import quoted
+
 __all__ = ["TeacherForcing"]
 
 SHAPES = ("linear", "inverse_sigmoid")
@@ -43,13 +45,13 @@ class TeacherForcing:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
                     0.0 <= value <= 1.0):
                 raise ValueError(f"teacher forcing {name}: expected a probability in [0, 1], "
-                                 f"got {value!r}")
+                                 f"got {quoted(value)}")
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
             raise ValueError(f"teacher forcing steps: expected a positive int, got "
-                             f"{self.steps!r}")
+                             f"{quoted(self.steps)}")
         if self.shape not in SHAPES:
             raise ValueError(f"teacher forcing shape: expected one of {', '.join(SHAPES)}, "
-                             f"got {self.shape!r}")
+                             f"got {quoted(self.shape)}")
 
     def ratio(self, step: int) -> float:
         """The probability of feeding the reference token at optimizer step ``step``."""
