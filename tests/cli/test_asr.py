@@ -199,3 +199,20 @@ def test_streaming_refuses_models_and_options_it_cannot_serve(tmp_path, capsys):
                            (["--realtime"], "--realtime: an option of --stream")]:
         assert main(["transcribe", "--checkpoint", ck, wav, *extra]) == 2
         assert capsys.readouterr().err.startswith(f"attnkit: {message}")
+
+
+@pytest.mark.parametrize("beam", ["1", "5"])
+def test_a_float_wav_holding_nan_is_refused_by_name_whatever_the_decoding(tmp_path, capsys,
+                                                                          beam):
+    # beam 5 ended in an unrelated "prev_weights" error, greedy in an empty transcript
+    samples = [0.0] * 800
+    samples[100] = float("nan")
+    data = struct.pack(f"<{len(samples)}f", *samples)
+    fmt = struct.pack("<HHIIHH", 3, 1, 8000, 8000 * 4, 4, 32)  # IEEE float, mono, 32-bit
+    wav = tmp_path / "nan.wav"
+    wav.write_bytes(b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVEfmt " + struct.pack(
+        "<I", 16) + fmt + b"data" + struct.pack("<I", len(data)) + data)
+    assert main(["transcribe", "--checkpoint", "builtin:asr-digits", str(wav),
+                 "--beam", beam]) == 2
+    assert capsys.readouterr().err == (f"attnkit: {wav}: 1 samples are NaN or infinite (the "
+                                       "first at frame 100); expected finite samples\n")

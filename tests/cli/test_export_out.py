@@ -47,6 +47,17 @@ def test_a_folder_holding_other_files_is_refused_unless_forced(run, tmp_path, ca
                                                       "vocab.json"]
 
 
+@pytest.mark.parametrize("name, fmt", [("attnkit.json", "onnx"), ("config.json", "checkpoint")])
+def test_a_fifo_named_as_an_export_file_is_not_read(run, tmp_path, capsys, name, fmt):
+    # whether a folder holds an earlier export is read from these files: a FIFO would block
+    out = tmp_path / "d"
+    out.mkdir()
+    os.mkfifo(out / name)
+    assert _export(run / "checkpoint", out, "--format", fmt) == 2
+    assert (f"out: {out} is not empty and not an earlier attnkit export (it holds {name})"
+            in capsys.readouterr().err)
+
+
 def test_an_earlier_export_or_an_empty_folder_is_replaced(run, tmp_path, capsys):
     out = tmp_path / "d"
     out.mkdir()
