@@ -1,11 +1,12 @@
-"""Replay the run-folder, export and checkpoint cases of docs/reliability.md end to end, with
-the command line, in a fresh temporary folder, and print a table of what each did.
+"""Replay the run-folder, export, checkpoint and data-file cases of docs/reliability.md end to
+end, with the command line, in a fresh temporary folder, and print a table of what each did.
 
     python -m benchmarks.reliability_replay            # a minute or two on 2 CPU cores
 
 Every case runs ``attnkit`` as a user would (in this process, through ``attnkit.cli.main``;
-the hang-up and the FIFO each in a process of its own, the first sent SIGHUP, the second
-given 120 s), on built-in data with a tiny translator (hidden size 8, two steps). A full
+the hang-up and the FIFOs each in a process of its own, the first sent SIGHUP, the others
+given 120 s), on built-in data with a tiny translator (hidden size 8, two steps), and for the
+data files with the shipped speech and line models. A full
 disk and a read-only mount are simulated (the write that would fail raises what it raises
 there: ENOSPC, EROFS); everything else is real. A case passes when the command ends as the
 table's "expected" column says, with at most a one-line error and no traceback, and nothing
@@ -26,7 +27,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import struct
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -307,6 +310,109 @@ def a_fifo_for_the_weights(tmp: Path):
     return f"exit {proc.returncode}: {proc.stderr}", one_line(proc.returncode, proc.stderr)
 
 
+def wav_bytes(samples: list[float], rate: int = 8000) -> bytes:
+    """A mono 32-bit float WAV of ``samples``, its header claiming ``rate`` Hz."""
+    data = struct.pack(f"<{len(samples)}f", *samples)
+    fmt = struct.pack("<HHIIHH", 3, 1, rate, (rate * 4) % 2**32, 4, 32)
+    return (b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVEfmt " + struct.pack("<I", 16)
+            + fmt + b"data" + struct.pack("<I", len(data)) + data)
+
+
+def png_bytes(width: int, height: int, rows: int) -> bytes:
+    """An 8-bit grey PNG whose header says ``width x height`` and whose (well-formed) image
+    data hold ``rows`` white rows."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(
+            kind + data))
+
+    data = (b"\x00" + b"\xff" * width) * rows
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0,
+                                                              0, 0))
+            + chunk(b"IDAT", zlib.compress(data)) + chunk(b"IEND", b""))
+
+
+def data_file(name: str, write: Callable[[Path], None], *argv, code: int = 2):
+    """A case: the file ``name`` made by ``write(path)``, then ``attnkit ARGV`` (``{}`` in it
+    standing for the file, ``{run}`` for a new run folder) ends in one line with exit status
+    ``code``."""
+    def case(tmp: Path):
+        path = tmp / name
+        write(path)
+        start = time.monotonic()
+        given = {"{}": str(path), "{run}": str(tmp / "new-run")}
+        status, err = attnkit(*(given.get(a, a) for a in argv))
+        took = time.monotonic() - start
+        return f"exit {status} in {took:.0f} s: {err[:300]}", one_line(status, err, code)
+    return case
+
+
+def sparse(size: int) -> Callable[[Path], None]:
+    def write(path: Path) -> None:
+        with path.open("wb") as f:
+            f.truncate(size)
+    return write
+
+
+def one_long_line(path: Path) -> None:
+    with path.open("wb") as f:
+        for _ in range(20):
+            f.write(b"x" * (1 << 20))
+        f.write(b"\t1\n")
+
+
+def a_fifo_for_a_wav(tmp: Path):
+    os.mkfifo(tmp / "x.wav")
+    cmd = [sys.executable, "-m", "attnkit", "transcribe", "--checkpoint", "builtin:asr-digits",
+           str(tmp / "x.wav")]
+    try:  # in a process of its own: reading a FIFO would block it for ever
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "BLOCKED: still waiting after 120 s", False
+    err = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("INFO"))
+    return f"exit {proc.returncode}: {err}", one_line(proc.returncode, err + "\n")
+
+
+def outside_the_data_folder(tmp: Path):
+    data = tmp / "data"
+    data.mkdir()
+    (data / "manifest.tsv").write_text("/etc/passwd\tone\n")
+    status, err = attnkit("eval", "--checkpoint", "builtin:asr-digits", "--data",
+                          data / "manifest.tsv")
+    return f"exit {status}: {err}", one_line(status, err) and "root:" not in err
+
+
+def a_picture_onto_a_full_disk(tmp: Path):
+    from matplotlib.figure import Figure
+
+    def full(self, path, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    with patched(Figure, "savefig", full):
+        status, err = attnkit("translate", "--checkpoint", tmp / "run" / "checkpoint", "one",
+                              "--plot", tmp / "plots")
+    return f"exit {status}: {err}", one_line(status, err)
+
+
+def events_onto_a_full_disk(tmp: Path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with patched(SummaryWriter, "add_scalar", full):
+        status, err = train(tmp / "run", "--steps", "4", "--resume")
+    trainer = json.loads((tmp / "run" / "checkpoint" / "trainer.json").read_text())
+    return f"exit {status}, checkpoint at step {trainer['step']}", \
+        status == 0 and trainer["step"] == 4
+
+
+def plan_of_a_trillion_queries(tmp: Path):
+    start = time.monotonic()
+    status, err = attnkit("plan", "--tq", "1000000000000", "--dim", "64")
+    took = time.monotonic() - start
+    return f"exit {status} in {took:.1f} s{': ' + err if err else ''}", status == 0 and took < 30
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
      export_into_a_users_folder),
@@ -345,6 +451,35 @@ CASES: list[tuple[str, str, Callable]] = [
      checkpoint_file("config.json", a_huge_name)),
     ("--resume --vocab bpe on a character run", "one line", resume_with_another_vocabulary),
     ("model.safetensors a FIFO", "one line, not blocked", a_fifo_for_the_weights),
+    ("a WAV that is a FIFO, to transcribe", "one line, not blocked", a_fifo_for_a_wav),
+    ("/dev/zero as training pairs", "one line", data_file(
+        "unused", lambda path: None, "train", "translate", "--train", "/dev/zero", "--out",
+        "{run}", *TINY)),
+    ("a 2 GB sparse file as training pairs", "one line: binary", data_file(
+        "pairs.tsv", sparse(2 << 30), "train", "translate", "--train", "{}", "--out",
+        "{run}", *TINY)),
+    ("a 20 MB TSV of one line", "one line at 16 MiB", data_file(
+        "pairs.tsv", one_long_line, "train", "translate", "--train", "{}", "--out",
+        "{run}", *TINY)),
+    ("a PNG whose header says 9,000 rows, holding one", "one line", data_file(
+        "short.png", lambda p: p.write_bytes(png_bytes(200, 9000, 1)), "read",
+        "--checkpoint", "builtin:ocr-lines", "{}")),
+    ("a line image 1 px wide at height 32", "one line", data_file(
+        "tall.png", lambda p: p.write_bytes(png_bytes(200, 9000, 9000)), "read",
+        "--checkpoint", "builtin:ocr-lines", "{}")),
+    ("a float WAV holding NaN, beam 5", "one line", data_file(
+        "nan.wav", lambda p: p.write_bytes(wav_bytes([0.0] * 100 + [float("nan")] * 10)),
+        "transcribe", "--checkpoint", "builtin:asr-digits", "--beam", "5", "{}")),
+    ("a WAV header claiming 4,294,967,291 Hz", "one line", data_file(
+        "fast.wav", lambda p: p.write_bytes(wav_bytes([0.0] * 100, 4_294_967_291)),
+        "transcribe", "--checkpoint", "builtin:asr-digits", "{}")),
+    ("a manifest naming /etc/passwd", "one line, nothing of it quoted",
+     outside_the_data_folder),
+    ("translate --plot onto a full disk (ENOSPC, simulated)", "one line",
+     a_picture_onto_a_full_disk),
+    ("TensorBoard events onto a full disk (ENOSPC, simulated)", "trained and saved",
+     events_onto_a_full_disk),
+    ("plan --tq 1000000000000", "a table within seconds", plan_of_a_trillion_queries),
 ]
 
 
