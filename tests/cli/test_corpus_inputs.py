@@ -62,3 +62,24 @@ def test_translate_the_source_side_of_a_moses_pair(tmp_path, capsys):
     assert [line.split("\t")[0] for line in lines] == [f"{tmp_path / 'c.src'}:1",
                                                       f"{tmp_path / 'c.src'}:2"]
     assert [line.split("\t")[1] for line in lines] == ["1933-06-05", "2001-03-03"]
+
+
+def test_ask_the_questions_of_a_vqa2_corpus(tiny_vqa, tmp_path, capsys):
+    from attnkit.data import generate_scenes
+    from tests.data.test_formats_images import MODES, SIZE, _vqa
+
+    questions, _ = _vqa(tmp_path, generate_scenes(len(MODES), seed=5, size=SIZE,
+                                                  max_objects=4, captions=2))
+    assert main(["ask", "--checkpoint", str(tiny_vqa), "--corpus", str(questions)]) == 0
+    lines = capsys.readouterr().out.strip().split("\n")
+    asked = json.loads(questions.read_text())["questions"]
+    assert [line.split("\t")[0] for line in lines] == [
+        f"{questions}: question {q['question_id']}" for q in asked]
+    assert all(line.split("\t")[1] for line in lines)  # an answer each
+    assert main(["ask", "--checkpoint", str(tiny_vqa), "image.png", "what?", "--corpus",
+                 str(questions)]) == 2
+    assert "--corpus: give it or inputs on the command line, not both (got 2 inputs as well)" \
+        in capsys.readouterr().err
+    assert main(["ask", "--checkpoint", str(tiny_vqa), "image.png"]) == 2
+    assert capsys.readouterr().err == ("attnkit: ask: expected an image file and questions about "
+                                       "it (or --corpus), got an image and no question\n")

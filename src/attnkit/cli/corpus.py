@@ -1,7 +1,7 @@
 """``--format`` and the options of the corpus formats (:mod:`attnkit.data.formats`), for
 ``attnkit train TASK --train/--valid``, ``attnkit eval --data`` and the ``--corpus`` of the
-inference verbs (``transcribe``, ``read``, ``caption``, ``translate``: the corpus's inputs
-decoded, its references ignored).
+inference verbs (``transcribe``, ``read``, ``caption``, ``translate``, ``ask``: the corpus's
+inputs decoded, its references ignored).
 
 The format of each path is the one named, or the one detected from the path (logged). The
 options of one format are refused with another (:func:`attnkit.data.formats.reading.read_corpus`).

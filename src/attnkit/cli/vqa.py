@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from attnkit.cli import common, images, jsonlines
+from attnkit.cli import common, corpus, images, jsonlines
 from attnkit.data import WordVocab, question_set
 from attnkit.decoding import Decoding
 from attnkit.data.images import QUESTIONS, load_image
@@ -86,11 +86,12 @@ def run_train(args) -> int:
 def add_ask_parser(sub) -> None:
     p = sub.add_parser("ask", help="ask questions about an image with a trained VQA checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
-    p.add_argument("image", type=Path,
+    p.add_argument("image", type=Path, nargs="?",
                    help="an image file (any size and mode: resized to the model's image size)")
-    p.add_argument("questions", nargs="+", metavar="question",
+    p.add_argument("questions", nargs="*", metavar="question",
                    help="questions about the image; -: read them from standard input, one a "
                    "line, each answered as soon as it is read")
+    corpus.add_corpus_input_args(p, "vqa")
     common.add_device_arg(p)
     p.add_argument("--plot", type=Path, help="folder for one picture per question: the "
                    "attention of each hop over the image")
@@ -99,13 +100,20 @@ def add_ask_parser(sub) -> None:
 
 
 def run_ask(args) -> int:
-    stdin = jsonlines.reads_stdin(args.questions, args)
+    given = [args.image, *args.questions] if args.image is not None else []
+    if not args.corpus and not args.questions:
+        raise ValueError("ask: expected an image file and questions about it (or --corpus), "
+                         f"got {'an image and no question' if given else 'neither'}")
+    stdin = not args.corpus and jsonlines.reads_stdin(args.questions, args)
     evaluator = loading.load_evaluator(args.checkpoint, args.device, "vqa")
     if stdin:  # each question answered as it comes
         load_image(args.image, evaluator.image_size)  # the image's errors, before any line
         return jsonlines.stream(args, Decoding(), lambda question: evaluator.decode(
             evaluator.load_inputs([str(args.image), question])[0])[0])
-    asked, names = evaluator.load_inputs([str(args.image), *args.questions])
+    if args.corpus:  # (image, question) pairs, named by where each question is
+        asked, names = corpus.corpus_inputs(args, evaluator, given)
+    else:
+        asked, names = evaluator.load_inputs([str(args.image), *args.questions])
     start = time.perf_counter()
     outputs = evaluator.decode(asked)
     jsonlines.write(outputs, args, names=names, decoding=Decoding(),
