@@ -185,7 +185,8 @@ def test_normalisation_is_stated_and_letters_outside_the_alphabet_are_counted(tm
     text = corpus.read_text(encoding="utf-8").replace("THE END", "Caf\u00e9 au lait")
     corpus.write_text(text, encoding="utf-8")
     with pytest.raises(DataError, match=r"train.tsv: 1 of 4 utterances are unusable \(1 "
-                                        r"transcript\), more than max_unusable=0.01 allows: "
+                                        r"transcript\), more than max_unusable=0.01 allows "
+                                        r"\(--max-unusable\): "
                                         r".*train.tsv:5: transcript 'café au lait' has "
                                         r"characters outside the alphabet: 'é'"):
         read_commonvoice(corpus)
@@ -345,7 +346,7 @@ def test_manifest_unusable_share_lists_the_first_few(tmp_path, caplog):
         read_manifest(big, max_unusable=0.5)
     message = str(exc.value)
     assert message.startswith(f"{big}: 8 of 12 utterances are unusable (7 audio, 1 line), more "
-                              "than max_unusable=0.5 allows: ")
+                              "than max_unusable=0.5 allows (--max-unusable): ")
     assert f"{big}:5: {tmp_path / 'gone0.flac'}: cannot read (no such file)" in message
     assert message.endswith("; ...") and message.count("gone") == 5
     with caplog.at_level(logging.WARNING, logger="attnkit"):

@@ -15,7 +15,8 @@ from pathlib import Path
 from attnkit.cli import common
 from attnkit.data.formats import formats_of
 from attnkit.errors import DataError
-from attnkit.data.formats.reading import MAX_UNUSABLE, read_corpus
+from attnkit.data.formats.reading import read_corpus
+from attnkit.data.unusable import MAX_UNUSABLE
 from attnkit.data.utterances import TRANSCRIPTS
 
 __all__ = ["OPTIONS", "add_corpus_input_args", "add_format_args", "corpus_inputs",
@@ -69,7 +70,7 @@ def add_format_args(p, task: str | None, *, reads: str = "--train/--valid (eval:
                        metavar="SHARE", help="the share of a corpus's examples that may be "
                        "unusable (dropped, counted and named in a warning); more stops with an "
                        f"error naming the first few (default {MAX_UNUSABLE}; attnkit's own "
-                       "TSV formats stop at their first bad line)")
+                       "TSV formats stop at their first bad line unless it is given)")
     for dest, (option, used_by, help) in OPTIONS.items():
         if task is None or task in used_by.split(","):
             # namespaced: a verb's own argument may have the name (read's and caption's images)

@@ -41,6 +41,7 @@ from PIL import Image, UnidentifiedImageError
 
 from attnkit.data.paths import inside, regular_file
 from attnkit.data.tsv import read_tsv_rows
+from attnkit.data.unusable import Unusable
 from attnkit.errors import DataError
 
 __all__ = ["CAPTIONS", "QUESTIONS", "CaptionedImage", "ImageQuestion", "image_header",
@@ -233,49 +234,64 @@ def stack_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def _folder_images(folder: Path, tsv: Path, rows: list[tuple], size: int,
-                   anywhere: bool = False) -> dict[str, torch.Tensor]:
-    """Each image named in ``rows`` (``(line, filename, ...)``), read once; names stay inside
-    ``folder`` unless ``anywhere`` (:func:`attnkit.data.paths.inside`)."""
+                   anywhere: bool = False, unusable: Unusable | None = None,
+                   ) -> tuple[dict[str, torch.Tensor], list[tuple]]:
+    """Each image named in ``rows`` (``(line, filename, ...)``), read once, and the rows
+    whose image was read; names stay inside ``folder`` unless ``anywhere``
+    (:func:`attnkit.data.paths.inside`). An image missing or unreadable raises, or with
+    ``unusable`` drops every row naming it, each counted there."""
     if not folder.is_dir():
         raise DataError(f"{folder}: not a folder of images")
-    images = {}
-    for n, name, *_ in rows:
+    images, failed, kept = {}, {}, []
+    for n, name, *rest in rows:
         name = name.strip()
-        if name in images:
-            continue
-        path = inside(folder, name, f"{tsv}:{n}", anywhere=anywhere)
-        if not path.exists():  # anything else but a regular file is refused by the reader
-            raise DataError(f"{tsv}:{n}: image {name!r} not found in {folder}")
-        try:
-            images[name] = load_image(path, size)
-        except DataError as exc:
-            raise DataError(f"{tsv}:{n}: {exc}") from None
-    return images
+        if name not in images and name not in failed:
+            try:
+                path = inside(folder, name, f"{tsv}:{n}", anywhere=anywhere)
+                if not path.exists():  # anything else but a regular file: refused when read
+                    raise DataError(f"image {name!r} not found in {folder}")
+                images[name] = load_image(path, size)
+            except DataError as exc:
+                if unusable is None:
+                    raise DataError(str(exc) if str(exc).startswith(f"{tsv}:")
+                                    else f"{tsv}:{n}: {exc}") from None
+                failed[name] = str(exc).removeprefix(f"{tsv}:{n}: ")
+        if name in failed:
+            unusable.drop(f"{tsv}:{n}: {failed[name]}", "images")
+        else:
+            kept.append((n, name, *rest))
+    return images, kept
 
 
 def read_caption_folder(folder: str | Path, tsv: str | Path | None = None, *,
-                        size: int, anywhere: bool = False) -> list[CaptionedImage]:
+                        size: int, anywhere: bool = False,
+                        max_unusable: float | None = None) -> list[CaptionedImage]:
     """The user's captioned images: one :class:`CaptionedImage` per image named in ``tsv``
     (default ``folder/captions.tsv``; ``filename<TAB>caption`` lines, several per image), in
     the order of their first line; images resized to ``size`` (see :func:`load_image`).
 
     Raises:
         DataError: naming the TSV file and line (a bad or empty line, a missing or unreadable
-            image).
+            image); with ``max_unusable`` (a share), those captions are dropped and counted
+            instead, up to that share (:mod:`attnkit.data.unusable`).
     """
     folder = Path(folder)
     tsv = Path(tsv) if tsv is not None else folder / CAPTIONS
-    rows = read_tsv_rows(tsv, columns=("filename", "caption"))
-    images = _folder_images(folder, tsv, rows, size, anywhere)
+    unusable = None if max_unusable is None else Unusable(
+        tsv, max_unusable=max_unusable, what="captions")
+    rows = read_tsv_rows(tsv, columns=("filename", "caption"), unusable=unusable)
+    images, rows = _folder_images(folder, tsv, rows, size, anywhere, unusable)
+    if unusable is not None:
+        unusable.check(len(rows))
     captions: dict[str, list[str]] = {}
     for _, name, caption in rows:
-        captions.setdefault(name.strip(), []).append(caption.strip())
+        captions.setdefault(name, []).append(caption.strip())
     return [CaptionedImage(images[name], tuple(texts), f"{folder / name}")
             for name, texts in captions.items()]
 
 
 def read_question_folder(folder: str | Path, tsv: str | Path | None = None, *,
-                         size: int, anywhere: bool = False,
+                         size: int, anywhere: bool = False, max_unusable: float | None = None,
                          ) -> tuple[list[torch.Tensor], list[ImageQuestion]]:
     """The user's questions: the images ``(3, size, size)`` uint8 (each once, in the order of
     their first line) and one :class:`ImageQuestion` (type ``"user"``, origin ``file:line``)
@@ -284,14 +300,19 @@ def read_question_folder(folder: str | Path, tsv: str | Path | None = None, *,
 
     Raises:
         DataError: naming the TSV file and line (a bad or empty field, a missing or unreadable
-            image).
+            image); with ``max_unusable`` (a share), those questions are dropped and counted
+            instead, up to that share (:mod:`attnkit.data.unusable`).
     """
     folder = Path(folder)
     tsv = Path(tsv) if tsv is not None else folder / QUESTIONS
-    rows = read_tsv_rows(tsv, columns=("filename", "question", "answer"))
-    images = _folder_images(folder, tsv, rows, size, anywhere)
+    unusable = None if max_unusable is None else Unusable(
+        tsv, max_unusable=max_unusable, what="questions")
+    rows = read_tsv_rows(tsv, columns=("filename", "question", "answer"), unusable=unusable)
+    images, rows = _folder_images(folder, tsv, rows, size, anywhere, unusable)
+    if unusable is not None:
+        unusable.check(len(rows))
     index = {name: i for i, name in enumerate(images)}
-    questions = [ImageQuestion(index[name.strip()], question.strip(), answer.strip(), "user",
+    questions = [ImageQuestion(index[name], question.strip(), answer.strip(), "user",
                                f"{tsv}:{n}") for n, name, question, answer in rows]
     return list(images.values()), questions
 

@@ -27,13 +27,9 @@ script families with their italic and bold faces). Fonts missing any character o
 **family** (:func:`font_family`) is its package's folder (``/usr/share/fonts/*/NAME/``;
 DejaVu for matplotlib's). Two kinds of fonts are held out of training:
 
-* whole families (:data:`HELD_OUT_FAMILIES`), for figures on designs never seen:
-  valid: cabin, fanwood, anonymous-pro, comic-neue, averia-gwf, jura;
-  test: cantarell, ebgaramond, hack, humor-sans, roboto, charis, courier-prime;
-* single faces of training families (:data:`HELD_OUT_FONTS`), for in-family figures:
-  valid: DejaVuSerif-Italic, LiberationSerif-Italic, LiberationSansNarrow-Bold, FreeSerifBold,
-  FreeMonoOblique; test: DejaVuSans-BoldOblique, LiberationSans-BoldItalic,
-  LiberationMono-Regular, FreeSans, FreeSerifBoldItalic.
+* whole families (:data:`HELD_OUT_FAMILIES`, for valid and test), for figures on designs
+  never seen;
+* single faces of training families (:data:`HELD_OUT_FONTS`), for in-family figures.
 
 A split's fonts (:func:`available_fonts`) are both kinds; ``fonts=`` narrows a call to some of
 them (``fonts="families"`` or ``"faces"``, or a list of files).
@@ -68,6 +64,7 @@ from attnkit.data.images import image_header, read_pixels
 from attnkit.data.paths import inside
 from attnkit.data.text_tasks import SPLITS, split_of
 from attnkit.data.tsv import read_tsv_rows
+from attnkit.data.unusable import Unusable
 from attnkit.errors import DataError
 
 __all__ = [
@@ -492,6 +489,7 @@ def read_line_folder(
     alphabet: str | None = None,
     max_width: int | None = MAX_WIDTH,
     anywhere: bool = False,
+    max_unusable: float | None = None,
 ) -> LineFolder:
     """The user's lines: ``(image (32, W), text)`` for each ``filename<TAB>text`` line of
     ``tsv``, as a :class:`LineFolder` (each image read when indexed).
@@ -502,7 +500,9 @@ def read_line_folder(
     its width, and dropped: it is read again when its line is indexed. A bad TSV line, a
     missing or unreadable image raises a :class:`DataError` naming the TSV file and line. With
     ``alphabet``, labels using other characters raise one :class:`DataError` that lists those
-    characters and the lines they are on.
+    characters and the lines they are on. With ``max_unusable`` (a share), a bad line and a
+    line whose image is missing or unreadable are dropped and counted instead, up to that
+    share (:mod:`attnkit.data.unusable`).
 
     Shape:
         each image is a uint8 tensor ``(32, W)``.
@@ -510,7 +510,9 @@ def read_line_folder(
     folder, tsv = Path(folder), Path(tsv)
     if not folder.is_dir():
         raise DataError(f"{folder}: not a folder of line images")
-    rows = read_tsv_rows(tsv, columns=("filename", "text"))
+    unusable = None if max_unusable is None else Unusable(
+        tsv, max_unusable=max_unusable, what="lines")
+    rows = read_tsv_rows(tsv, columns=("filename", "text"), unusable=unusable)
     if alphabet is not None:
         allowed = set(alphabet)
         unknown = {n: sorted(set(text) - allowed) for n, _, text in rows if set(text) - allowed}
@@ -523,14 +525,18 @@ def read_line_folder(
     lines = []
     for n, name, text in rows:
         name = name.strip()
-        path = inside(folder, name, f"{tsv}:{n}", anywhere=anywhere)
-        if not path.exists():  # anything else but a regular file is refused by the reader
-            raise DataError(f"{tsv}:{n}: image {name!r} not found in {folder}")
         try:
-            width = load_line_image(path, max_width=max_width).shape[1]
+            path = inside(folder, name, f"{tsv}:{n}", anywhere=anywhere)
+            if not path.exists():  # anything else but a regular file is refused by the reader
+                raise DataError(f"image {name!r} not found in {folder}")
+            lines.append((name, load_line_image(path, max_width=max_width).shape[1], text))
         except DataError as exc:
-            raise DataError(f"{tsv}:{n}: {exc}") from None
-        lines.append((name, width, text))
+            problem = str(exc) if str(exc).startswith(f"{tsv}:") else f"{tsv}:{n}: {exc}"
+            if unusable is None:
+                raise DataError(problem) from None
+            unusable.drop(problem, "images")
+    if unusable is not None:
+        unusable.check(len(lines))
     return LineFolder(folder, lines, max_width=max_width)
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from attnkit.data.text import byte_lines, decode_line, undecodable
+from attnkit.data.unusable import Unusable
 from attnkit.errors import DataError
 
 __all__ = ["HEADER_WORDS", "MAX_CHARS", "field_problem", "iter_tsv_rows", "read_tsv",
@@ -47,15 +48,20 @@ def read_tsv_rows(
     columns: tuple[str, ...] = ("source", "target"),
     skip_bad_lines: bool = False,
     max_chars: int | None = MAX_CHARS,
+    unusable: Unusable | None = None,
 ) -> list[tuple]:
     """``(line number, *fields)`` for each usable line, checked as in :func:`read_tsv`: one
     field per name in ``columns``, none empty; a first line of column names (each field one of
     ``columns`` or :data:`HEADER_WORDS`) is skipped with a warning.
 
-    ``columns`` names the fields in error messages (``"expected filename<TAB>text"``).
+    ``columns`` names the fields in error messages (``"expected filename<TAB>text"``). With
+    ``unusable`` (and not ``skip_bad_lines``), a bad line is dropped and counted in it, as
+    every corpus reader drops what it cannot use, and the caller checks it
+    (:meth:`attnkit.data.unusable.Unusable.check`) once it knows what it kept; without, the
+    first bad line raises.
     """
     return list(iter_tsv_rows(path, columns=columns, skip_bad_lines=skip_bad_lines,
-                              max_chars=max_chars))
+                              max_chars=max_chars, unusable=unusable))
 
 
 def iter_tsv_rows(
@@ -64,6 +70,7 @@ def iter_tsv_rows(
     columns: tuple[str, ...] = ("source", "target"),
     skip_bad_lines: bool = False,
     max_chars: int | None = MAX_CHARS,
+    unusable: Unusable | None = None,
 ) -> Iterator[tuple]:
     """The rows of :func:`read_tsv_rows`, one at a time as the file is read: memory holds
     one line, however long the file."""
@@ -83,8 +90,13 @@ def iter_tsv_rows(
             yield (n, *parts)
         elif skip_bad_lines:
             bad, first_bad = bad + 1, first_bad or n
+        elif unusable is not None:
+            bad += 1
+            unusable.drop(f"{path}:{n}: {parts}", "bad lines")
         else:
             raise DataError(f"{path}:{n}: {parts}")
+    if unusable is not None:  # the caller checks it
+        return
     if bad:
         log.warning("%s: skipped %d bad lines (first at line %d)", path, bad, first_bad)
     if not rows:

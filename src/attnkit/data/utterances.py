@@ -36,12 +36,11 @@ from attnkit.data.paths import inside
 from attnkit.data.speech import FeaturesOnDisk, SpeechSet, spoken_number
 from attnkit.data.text import text_lines
 from attnkit.data.tsv import HEADER_WORDS, MAX_CHARS
+from attnkit.data.unusable import MAX_UNUSABLE, Unusable
 from attnkit.errors import DataError
 
 __all__ = [
     "Clip",
-    "FIRST_FEW",
-    "MAX_UNUSABLE",
     "PackedTexts",
     "SPEECH_ALPHABET",
     "SpeechCorpus",
@@ -54,8 +53,6 @@ log = logging.getLogger("attnkit")
 
 SPEECH_ALPHABET = "abcdefghijklmnopqrstuvwxyz' "  # what normalised transcripts are written in
 TRANSCRIPTS = ("keep", "normalize")  # what a reader does with a corpus's transcripts
-MAX_UNUSABLE = 0.01  # the share of a corpus's utterances that may be dropped, by default
-FIRST_FEW = 5  # unusable utterances an error or warning names
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'",
                               "\u00b4": "'"})
 _SPACE_MARKS = re.compile(r"[-\u2010-\u2015_/\\]+")  # hyphens, dashes, underscores, slashes
@@ -218,18 +215,15 @@ class SpeechCorpus:
     def __init__(self, source: str | Path, *, max_unusable: float = MAX_UNUSABLE,
                  max_seconds: float | None = MAX_SECONDS, min_frames: int = 1,
                  transcripts: str = "keep", alphabet: str | None = None):
-        if not 0.0 <= max_unusable <= 1.0:
-            raise ValueError(f"max_unusable: expected a share from 0 to 1, got {max_unusable!r}")
         if transcripts not in TRANSCRIPTS:
             raise ValueError(f"transcripts: expected one of {', '.join(TRANSCRIPTS)}, got "
                              f"{transcripts!r}")
-        self.source, self.max_unusable, self.max_seconds = str(source), max_unusable, max_seconds
+        self.source, self.max_seconds = str(source), max_seconds
+        self.unusable = Unusable(source, max_unusable=max_unusable, what="utterances")
         self.min_frames, self.transcripts = min_frames, transcripts
         self.alphabet = None if alphabet is None else frozenset(alphabet)
         self._paths, self._texts, self._origins = _TextBuffer(), _TextBuffer(), _TextBuffer()
         self._starts, self._ends, self._frames = array("d"), array("d"), array("i")
-        self.dropped: collections.Counter[str] = collections.Counter()
-        self.first_dropped: list[str] = []
         self._info = functools.lru_cache(maxsize=64)(audio_info)  # segments share recordings
 
     @property
@@ -239,9 +233,7 @@ class SpeechCorpus:
     def drop(self, message: str, kind: str) -> bool:
         """Count one unusable utterance of ``kind`` (a few words: ``"audio"``, ``"line"``),
         ``message`` naming where it is and why; returns False."""
-        self.dropped[kind] += 1
-        if len(self.first_dropped) < FIRST_FEW:
-            self.first_dropped.append(message)
+        self.unusable.drop(message, kind)
         return False
 
     def transcript(self, where: str, text: str) -> str | None:
@@ -301,18 +293,7 @@ class SpeechCorpus:
             DataError: naming the corpus and the first few unusable utterances, when none is
                 usable or more than ``max_unusable`` of them are not.
         """
-        dropped = sum(self.dropped.values())
-        total = self.kept + dropped
-        kinds = ", ".join(f"{n} {kind}" for kind, n in self.dropped.most_common())
-        first = "; ".join(self.first_dropped) + ("; ..." if dropped > FIRST_FEW else "")
-        if self.kept == 0 or dropped > self.max_unusable * total:
-            what = "no usable utterances" if self.kept == 0 else (
-                f"{dropped} of {total} utterances are unusable ({kinds}), more than "
-                f"max_unusable={self.max_unusable:g} allows")
-            raise DataError(f"{self.source}: {what}" + (f": {first}" if dropped else ""))
-        if dropped:
-            log.warning("%s: dropped %d of %d utterances as unusable (%s): %s", self.source,
-                        dropped, total, kinds, first)
+        self.unusable.check(self.kept)
         clips = _Clips(self._paths.pack(), np.array(self._starts, dtype=np.float64),
                        np.array(self._ends, dtype=np.float64))
         features = _AudioFeatures(clips, np.array(self._frames, dtype=np.int32),

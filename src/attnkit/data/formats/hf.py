@@ -56,7 +56,8 @@ from typing import Any
 import torch
 
 from attnkit.data.formats import Format, register
-from attnkit.data.formats.reading import MAX_UNUSABLE, ROLES, Unusable
+from attnkit.data.formats.reading import ROLES
+from attnkit.data.unusable import MAX_UNUSABLE, Unusable
 from attnkit.data.images import CaptionedImage, ImageQuestion, load_image
 from attnkit.data.lines import MAX_WIDTH, LineFolder, line_width, load_line_image
 from attnkit.data.pairs import TextPairs

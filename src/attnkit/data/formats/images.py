@@ -60,7 +60,8 @@ from typing import Any
 import torch
 
 from attnkit.data.formats import Format, register
-from attnkit.data.formats.reading import MAX_UNUSABLE, ROLES, Unusable
+from attnkit.data.formats.reading import ROLES
+from attnkit.data.unusable import MAX_UNUSABLE, Unusable
 from attnkit.data.images import (
     CAPTIONS,
     QUESTIONS,
@@ -84,21 +85,25 @@ HEAD = 1 << 16  # bytes of a JSON file detection reads
 
 
 def read_captions(path: str | Path, *, size: int, tsv: str = CAPTIONS,
-                  anywhere: bool = False) -> list[CaptionedImage]:
+                  anywhere: bool = False, max_unusable: float | None = None,
+                  ) -> list[CaptionedImage]:
     """attnkit's own captions: the folder ``path`` with its ``tsv``, or the TSV ``path`` in its
     folder (:func:`attnkit.data.read_caption_folder`)."""
     path = Path(path)
     folder, tsv = (path, path / tsv) if path.is_dir() else (path.parent, path)
-    return read_caption_folder(folder, tsv, size=size, anywhere=anywhere)
+    return read_caption_folder(folder, tsv, size=size, anywhere=anywhere,
+                               max_unusable=max_unusable)
 
 
 def read_questions(path: str | Path, *, size: int, tsv: str = QUESTIONS,
-                   anywhere: bool = False) -> tuple[list[torch.Tensor], list[ImageQuestion]]:
+                   anywhere: bool = False, max_unusable: float | None = None,
+                   ) -> tuple[list[torch.Tensor], list[ImageQuestion]]:
     """attnkit's own questions: the folder ``path`` with its ``tsv``, or the TSV ``path`` in
     its folder (:func:`attnkit.data.read_question_folder`)."""
     path = Path(path)
     folder, tsv = (path, path / tsv) if path.is_dir() else (path.parent, path)
-    return read_question_folder(folder, tsv, size=size, anywhere=anywhere)
+    return read_question_folder(folder, tsv, size=size, anywhere=anywhere,
+                                max_unusable=max_unusable)
 
 
 def _json(path: Path, *keys: str) -> dict:

@@ -37,7 +37,7 @@ import os
 from pathlib import Path
 
 from attnkit.data.formats import Format, register
-from attnkit.data.formats.reading import MAX_UNUSABLE, Unusable
+from attnkit.data.unusable import MAX_UNUSABLE, Unusable
 from attnkit.data.lines import MAX_WIDTH, LineFolder, line_width, read_line_folder
 from attnkit.data.text import read_text
 from attnkit.errors import DataError
@@ -54,14 +54,16 @@ VARIANTS = ("", ".bin", ".nrm")  # ocropus's renderings of one line, in the orde
 
 
 def read_labels(path: str | Path, *, labels: str = LABELS, alphabet: str | None = None,
-                max_width: int | None = MAX_WIDTH) -> LineFolder:
+                max_width: int | None = MAX_WIDTH,
+                max_unusable: float | None = None) -> LineFolder:
     """attnkit's own lines: the folder ``path`` with its ``labels`` TSV, or the TSV ``path``
     in its folder (:func:`attnkit.data.read_line_folder`)."""
     path = Path(path)
     folder, tsv = (path, path / labels) if path.is_dir() else (path.parent, path)
     if not tsv.is_file():
         raise DataError(f"{tsv}: not found")
-    return read_line_folder(folder, tsv, alphabet=alphabet, max_width=max_width)
+    return read_line_folder(folder, tsv, alphabet=alphabet, max_width=max_width,
+                            max_unusable=max_unusable)
 
 
 def read_gt_folder(path: str | Path, *, alphabet: str | None = None,

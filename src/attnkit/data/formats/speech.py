@@ -43,13 +43,8 @@ from attnkit.data.formats import Format, register
 from attnkit.data.paths import inside
 from attnkit.data.speech import SpeechSet
 from attnkit.data.text import text_lines
-from attnkit.data.utterances import (
-    FIRST_FEW,
-    MAX_UNUSABLE,
-    SPEECH_ALPHABET,
-    SpeechCorpus,
-    read_manifest,
-)
+from attnkit.data.unusable import FIRST_FEW, MAX_UNUSABLE
+from attnkit.data.utterances import SPEECH_ALPHABET, SpeechCorpus, read_manifest
 from attnkit.errors import DataError
 
 __all__ = ["ANY", "SPEECH_FORMATS", "read_commonvoice", "read_jsonl", "read_kaldi",

@@ -28,7 +28,7 @@ from itertools import zip_longest
 from pathlib import Path
 
 from attnkit.data.formats import Format, register
-from attnkit.data.formats.reading import MAX_UNUSABLE, Unusable
+from attnkit.data.unusable import MAX_UNUSABLE, Unusable
 from attnkit.data.pairs import TextPairs
 from attnkit.data.text import byte_lines, decode_line, undecodable
 from attnkit.data.tsv import MAX_CHARS, field_problem, iter_tsv_rows
@@ -43,14 +43,21 @@ COMPRESSED_SUFFIXES = ("", ".gz", ".xz", ".bz2")  # PREFIX.LANG is looked for wi
 
 
 def read_pairs(path: str | Path, *, max_chars: int | None = MAX_CHARS,
-               skip_bad_lines: bool = False, role: str = "train") -> TextPairs:
+               skip_bad_lines: bool = False, role: str = "train",
+               max_unusable: float | None = None) -> TextPairs:
     """attnkit's own ``source<TAB>target`` TSV (:func:`attnkit.data.read_tsv`: the same
     pairs, the same errors), kept on disk; ``role`` ``"test"`` names the second column the
-    reference in errors."""
+    reference in errors. With ``max_unusable``, bad lines are dropped and counted up to that
+    share (:mod:`attnkit.data.unusable`) instead of stopping at the first."""
     columns = ("source", "reference" if role == "test" else "target")
+    unusable = None if max_unusable is None else Unusable(
+        path, max_unusable=max_unusable, what="pairs")
     rows = iter_tsv_rows(path, columns=columns, skip_bad_lines=skip_bad_lines,
-                         max_chars=max_chars)
-    return TextPairs.collect(rows, path)
+                         max_chars=max_chars, unusable=unusable)
+    pairs = TextPairs.collect(rows, path)
+    if unusable is not None:
+        unusable.check(len(pairs))
+    return pairs
 
 
 def moses_files(path: str | Path, target: str | Path | None = None,
