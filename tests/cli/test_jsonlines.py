@@ -72,7 +72,8 @@ def test_read_takes_paths_from_stdin_and_goes_on_past_a_bad_one(tmp_path, capsys
     evaluator = load_evaluator("builtin:ocr-lines")
     expected = [o.text for o in evaluator.decode(evaluator.load_inputs(map(str, paths))[0])]
     assert [good["text"], other["text"]] == expected
-    assert good["input"] == str(paths[0]) and good["outputs"][0]["score"] is None  # CTC: none
+    assert good["input"] == str(paths[0])
+    assert good["score"] == good["outputs"][0]["score"] < 0  # CTC: its best path's log P
     assert bad == {"input": str(missing), "error": bad["error"]} and "missing.png" in bad["error"]
 
 

@@ -155,3 +155,23 @@ def test_sortagrad_epochs_take_the_narrowest_lines_first(lines):
     with pytest.raises(ValueError, match=r"sortagrad: expected a non-negative int \(epochs\), "
                                          "got True"):
         OcrTask(lines, lines[:2], model_config=MODEL, sortagrad=True)
+
+
+def test_every_reading_has_its_score(lines):
+    # the CTC head: the best path's log-probability; the attention head: the search's scores
+    from attnkit.decoding import Decoding
+
+    torch.manual_seed(0)
+    images = [image for image, _ in lines]
+    ctc = CRNN(vocab=len(CHARS), **{**MODEL, "head": "ctc"}).eval()
+    batch, widths = pad_images(images)
+    with torch.no_grad():
+        log_probs, steps = ctc(batch, widths)
+    for j, reading in enumerate(read_lines(ctc, CHARS, images)):
+        best = log_probs[j, : int(steps[j])].max(-1).values.sum()
+        assert reading.scores == pytest.approx([float(best)], abs=1e-4)
+    attention = CRNN(vocab=len(CHARS), **MODEL).eval()
+    readings = read_lines(attention, CHARS, images, decoding=Decoding(beam=3, n_best=2))
+    for reading in readings:
+        assert len(reading.scores) == len(reading.texts) == 2
+        assert reading.scores[0] >= reading.scores[1] and all(s < 0 for s in reading.scores)

@@ -32,7 +32,7 @@ from attnkit.models import CRNN, build_model, guided_attention_loss
 from attnkit.diagnose.plots import plot_alignment
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
-from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, texts_of
+from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, scores_of, texts_of
 from attnkit.tasks.explore import line_example
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
@@ -103,12 +103,15 @@ class Reading(NamedTuple):
     sampled outputs of the attention head), the attention ``weights`` of the best one's
     characters over the line's ``steps`` (see :func:`recognise`) and the ``self_attention``
     ``(H, T, T)`` of the model's layer between its RNNs over the line's ``T`` steps (queries,
-    keys; ``H = 1`` for one head), None without ``weights`` or without that layer."""
+    keys; ``H = 1`` for one head), None without ``weights`` or without that layer; ``scores``:
+    each text's score (the attention head: :attr:`attnkit.decoding.Hypotheses.scores`; the
+    CTC head: the log-probability of its best path, summed over the steps)."""
 
     texts: list[str]
     weights: torch.Tensor | None
     steps: int
     self_attention: torch.Tensor | None = None
+    scores: list[float] | None = None
 
 
 @torch.no_grad()
@@ -151,19 +154,22 @@ def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
             att = found[0] if found[0].dim() == 4 else found[0][:, None]  # (B, H, T, T)
         if model.head_kind == "ctc":
             paths = ctc_greedy(log_probs, steps)
+            valid = torch.arange(log_probs.shape[1], device=device) < steps[:, None]  # (B, T)
+            path_scores = (log_probs.float().max(-1).values * valid).sum(-1).tolist()  # (B,)
             for j, i in enumerate(idx):
                 n = int(steps[j])
                 own = None if att is None else att[j, :, :n, :n]  # (H, T, T)
                 # the CTC head's characters: the self-attention rows where each was emitted
                 w = None if own is None else own.mean(0)[paths.steps[j]]
-                results[i] = Reading([vocab.decode(paths.ids[j])], w, n, own)
+                results[i] = Reading([vocab.decode(paths.ids[j])], w, n, own, [path_scores[j]])
         else:
             best = hyp.best()
-            for j, (i, texts) in enumerate(zip(idx, texts_of(hyp, vocab))):
+            for j, (i, texts, ranked) in enumerate(zip(idx, texts_of(hyp, vocab),
+                                                       scores_of(hyp))):
                 n, length = int(best.lengths[j]), int(steps[j])
                 w = None if best.weights is None else best.weights[j, :n]
                 own = None if att is None else att[j, :, :length, :length]  # (H, T, T)
-                results[i] = Reading(texts, w, length, own)
+                results[i] = Reading(texts, w, length, own, ranked)
     return [results[i] for i in range(len(images))]
 
 
@@ -381,7 +387,7 @@ class OcrEvaluator(Evaluator, task="ocr"):
                                                   r.steps, eos=eos,
                                                   self_attention=r.self_attention),
                        functools.partial(line_example, self.model, image, r) if weights
-                       else None)
+                       else None, r.scores)
                 for image, r in zip(inputs, read_lines(self.model, self.chars, inputs,
                                                        decoding=decoding, lm=self.lm,
                                                        weights=weights))]
