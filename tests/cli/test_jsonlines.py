@@ -34,6 +34,13 @@ def test_translate_json_gives_each_input_its_outputs_scores_and_settings(capsys)
     assert [o["text"] for o in first["outputs"]] == alone.texts
     assert [o["score"] for o in first["outputs"]] == pytest.approx(alone.scores, abs=1e-5)
     assert first["text"] == alone.text and first["score"] == first["outputs"][0]["score"]
+    for output, tokens in zip(first["outputs"], alone.tokens, strict=True):  # EOS included
+        assert [t["token"] for t in output["tokens"]] == [piece for piece, _ in tokens]
+        assert [t["log_prob"] for t in output["tokens"]] == pytest.approx(
+            [logp for _, logp in tokens], abs=1e-5)
+        assert "".join(t["token"] for t in output["tokens"]) == output["text"] + "<eos>"
+    greedy = load_evaluator("builtin:translate-dates").decode(["<en> 3 March 2001"])[0]
+    assert sum(logp for _, logp in greedy.tokens[0]) == pytest.approx(greedy.scores[0])
     assert first["decoding"]["beam"] == 5 and first["decoding"]["n_best"] == 3
     assert first["batch_size"] == 2 and first["time_ms"] > 0
     assert blank["text"] == "" and blank["outputs"] == [] and last["text"] == "1999-05-12"

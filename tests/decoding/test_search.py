@@ -360,3 +360,36 @@ def test_beam_search_reorders_a_state_tensor_changed_in_place():
     a, b = search(True), search(False)
     assert torch.equal(a.tokens, b.tokens)
     torch.testing.assert_close(a.scores, b.scores)
+
+
+def _token_log_probs(model, state, seq):
+    """Each token's log-probability, fed the sequence before it (one example)."""
+    out, tok = [], torch.tensor([BOS])
+    for t in seq:
+        lp, state, _ = model.step(tok, state)
+        out.append(float(lp[0, t]))
+        tok = torch.tensor([t])
+    return out
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam", "sample"])
+def test_each_tokens_score_is_what_the_model_says_fed_the_tokens_before_it(search):
+    model = ToyModel(vocab=6, seed=11, eos_bias=1.0)
+    state = model.init(3, seed=12)
+    kw = dict(batch_size=3, bos=BOS, eos=EOS, max_len=7)
+    out = {"greedy": lambda: greedy(model.step, state, **kw),
+           "beam": lambda: beam_search(model.step, state, beam_size=4, n_best=3, **kw),
+           "sample": lambda: sample(model.step, state, num_samples=3, **kw,
+                                    generator=torch.Generator().manual_seed(4))}[search]()
+    tokens, scores, lengths = out.tokens, out.token_scores, out.lengths
+    if lengths.dim() == 1:
+        tokens, scores, lengths = tokens[:, None], scores[:, None], lengths[:, None]
+    for i in range(3):
+        one = (state[0][i : i + 1], state[1][i : i + 1])
+        for j in range(lengths.shape[1]):
+            n = int(lengths[i, j])
+            expected = _token_log_probs(model, one, tokens[i, j, :n].tolist())
+            assert scores[i, j, :n].tolist() == pytest.approx(expected, abs=1e-5)
+            assert scores[i, j, n:].abs().sum() == 0  # nothing past the end
+            summed = out.scores[i, j] if out.scores.dim() == 2 else out.scores[i]
+            assert float(summed) == pytest.approx(sum(expected), abs=1e-4)  # alpha = 0

@@ -100,6 +100,10 @@ def test_translate_answers_as_the_evaluator_decodes(translator, translate_url):
     alone = translator.decode([TEXTS[0]], Decoding(beam=4, n_best=3))[0]
     assert [o["text"] for o in body["outputs"]] == alone.texts and body["text"] == alone.text
     assert [o["score"] for o in body["outputs"]] == pytest.approx(alone.scores, abs=1e-5)
+    for output, tokens in zip(body["outputs"], alone.tokens, strict=True):
+        assert [t["token"] for t in output["tokens"]] == [piece for piece, _ in tokens]
+        assert [t["log_prob"] for t in output["tokens"]] == pytest.approx(
+            [logp for _, logp in tokens], abs=1e-5)
     assert body["decoding"]["beam"] == 4 and body["decoding"]["n_best"] == 3
     assert body["id"] == "my-id.1" and body["task"] == "translate" and body["time_ms"] > 0
     default = httpx.post(f"{translate_url}/translate", json={"text": TEXTS[0]}).json()

@@ -60,12 +60,21 @@ def record(name: str, output, decoding, seconds: float, batch_size: int) -> dict
     texts = [] if output is None else list(output.texts)
     scores = (output.scores if output is not None and output.scores is not None
               else [None] * len(texts))
-    scores = [s if s is None or math.isfinite(s) else None for s in scores]
+    scores = [_finite(s) for s in scores]
+    tokens = (output.tokens if output is not None and output.tokens is not None
+              else [None] * len(texts))
     return {"input": name, "text": texts[0] if texts else "",
             "score": scores[0] if scores else None,
-            "outputs": [{"text": t, "score": s} for t, s in zip(texts, scores)],
+            "outputs": [{"text": t, "score": s, **({} if pieces is None else {"tokens": [
+                {"token": piece, "log_prob": _finite(logp)} for piece, logp in pieces]})}
+                for t, s, pieces in zip(texts, scores, tokens)],
             "decoding": asdict(decoding), "time_ms": round(seconds * 1000, 3),
             "batch_size": batch_size}
+
+
+def _finite(score: float | None) -> float | None:
+    """A score as JSON can hold it: None for an infinite or NaN one."""
+    return score if score is None or math.isfinite(score) else None
 
 
 def write(outputs: Sequence, args, *, names: Sequence[str], decoding, seconds: float,

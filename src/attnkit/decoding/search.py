@@ -56,6 +56,10 @@ class Hypotheses(NamedTuple):
             None when the step function returns none or they were not asked for.
         looped: ``(B,)`` (or ``(B, n_best)``) bool: the hypotheses stopped because they
             looped (they end without EOS), or None when they were not checked.
+        token_scores: ``(B, T)`` (or ``(B, n_best, T)``): each token's log-probability under
+            the step function when it was chosen (with a language model or CTC in the step:
+            their fused score), 0 past the end; their sum up to ``lengths`` is the summed
+            log-probability. None when the search did not keep them.
     """
 
     tokens: torch.Tensor
@@ -63,6 +67,7 @@ class Hypotheses(NamedTuple):
     scores: torch.Tensor
     weights: torch.Tensor | None
     looped: torch.Tensor | None = None
+    token_scores: torch.Tensor | None = None
 
     def best(self) -> Hypotheses:
         """The first of the ``n_best`` hypotheses of each example (itself without that dim)."""
@@ -114,12 +119,12 @@ def _run(step: StepFn, state, *, batch_size, bos, eos, pad, max_len, device, cho
     done = torch.zeros(batch_size, dtype=torch.bool, device=device)
     looped = torch.zeros(batch_size, dtype=torch.bool, device=device)
     loops = start_loops(batch_size, device) if loop_stop else None
-    out, weights, score = [], [], torch.zeros(batch_size, device=device)
+    out, weights, chosen = [], [], []
     for t in range(int(limit.max())):
         log_probs, state, w = step(tokens, state)
         _check_log_probs(log_probs, batch_size)
         tokens = choose(_never(log_probs, pad, bos))
-        score = score + torch.where(done, 0.0, log_probs.gather(1, tokens[:, None])[:, 0].float())
+        chosen.append(torch.where(done, 0.0, log_probs.gather(1, tokens[:, None])[:, 0].float()))
         tokens = tokens.masked_fill(done, pad)
         out.append(tokens)
         if w is not None and keep_weights:
@@ -132,8 +137,10 @@ def _run(step: StepFn, state, *, batch_size, bos, eos, pad, max_len, device, cho
             break
     toks = torch.stack(out, dim=1)  # (B, T)
     lengths = _lengths(toks, eos, pad)
-    return Hypotheses(toks, lengths, score, torch.stack(weights, dim=1) if weights else None,
-                      looped if loop_stop else None)
+    token_scores = torch.stack(chosen, dim=1)  # (B, T)
+    return Hypotheses(toks, lengths, token_scores.sum(1),
+                      torch.stack(weights, dim=1) if weights else None,
+                      looped if loop_stop else None, token_scores)
 
 
 def _never(log_probs: torch.Tensor, *tokens: int) -> torch.Tensor:
@@ -337,6 +344,7 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
     scores[:, 1:] = float("-inf")  # all beams start identical: keep one
     done = torch.zeros(n, dtype=torch.bool, device=device)
     hyps = torch.empty(n, 0, dtype=torch.long, device=device)
+    token_scores = torch.empty(n, 0, device=device)  # (N, t): each token's log-probability
     kept = None  # (N, t, Tk): every step's weights, with weights=True
     coverage = None
     looped = torch.zeros(n, dtype=torch.bool, device=device)
@@ -364,6 +372,8 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
         same_in_beams = [(x, x._version) for x in kept_as_is]
         was_done = done.index_select(0, parent)
         hyps = torch.cat([hyps.index_select(0, parent), tokens[:, None]], dim=1)
+        token_scores = torch.cat([token_scores.index_select(0, parent),
+                                  log_probs[parent, tokens][:, None]], dim=1)
         if w is not None and (weights or beta or loop_stop):
             w = w.float().index_select(0, parent).masked_fill(was_done[:, None], 0.0)
             if weights:
@@ -397,5 +407,6 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
         rank.gather(1, best),
         None if kept is None else kept.index_select(0, pick).reshape(b, n_best, *kept.shape[1:]),
         looped.index_select(0, pick).reshape(b, n_best) if loop_stop else None,
+        token_scores.index_select(0, pick).reshape(b, n_best, -1),
     )
     return out.best() if n_best == 1 else out

@@ -93,11 +93,21 @@ class TranslateRequest(BaseModel):
     decoding: DecodingOptions | None = None
 
 
+class Token(BaseModel):
+    """One output token (a character, a word or a subword piece; EOS included) and its
+    log-probability when it was chosen."""
+
+    token: str
+    log_prob: float | None
+
+
 class Hypothesis(BaseModel):
-    """One output and its score (None when the task's decoding gives none)."""
+    """One output and its score (None when the task's decoding gives none), with its tokens
+    where the decoding keeps their log-probabilities (not CTC heads, not VQA's classes)."""
 
     text: str
     score: float | None
+    tokens: list[Token] | None = None
 
 
 class Result(BaseModel):
@@ -288,9 +298,11 @@ class _Serving:
             raise ApiError(500, None, str(exc)) from None
         output = done.output
         scores = output.scores or [None] * len(output.texts)
+        tokens = output.tokens or [None] * len(output.texts)
         return {"id": request_id, "task": self.evaluator.task, "text": output.text,
-                "outputs": [{"text": t, "score": _finite(s)} for t, s in zip(output.texts,
-                                                                             scores)],
+                "outputs": [{"text": t, "score": _finite(s), "tokens": None if pieces is None
+                             else [{"token": p, "log_prob": _finite(lp)} for p, lp in pieces]}
+                            for t, s, pieces in zip(output.texts, scores, tokens)],
                 "decoding": describe_decoding(decoding), "batch_size": done.batch_size,
                 "time_ms": round((time.monotonic() - request.state.arrived) * 1000, 3)}
 

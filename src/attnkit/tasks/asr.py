@@ -54,7 +54,8 @@ from attnkit.models.las import HALVINGS, MIN_FRAMES
 from attnkit.diagnose.plots import plot_alignment
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
-from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, scores_of, texts_of
+from attnkit.tasks.evaluator import (Evaluator, Example, Output, pictures, scores_of, texts_of,
+                                     tokens_of)
 from attnkit.tasks.explore import speech_example
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
@@ -484,12 +485,13 @@ class AsrEvaluator(Evaluator, task="asr"):
                              lm=self.lm, weights=weights)
         outputs = []
         for hyp in raws:
-            for i, (texts, ranked) in enumerate(zip(texts_of(hyp, self.char_vocab),
-                                                    scores_of(hyp))):
+            for i, (texts, ranked, tokens) in enumerate(zip(
+                    texts_of(hyp, self.char_vocab), scores_of(hyp),
+                    tokens_of(hyp, self.char_vocab))):
                 features = inputs[len(outputs)]
                 outputs.append(Output(
                     texts, functools.partial(plot_transcription, hyp, i, features,
                                              self.char_vocab),
                     functools.partial(speech_example, self.model, hyp, i, features,
-                                      self.char_vocab) if weights else None, ranked))
+                                      self.char_vocab) if weights else None, ranked, tokens))
         return outputs

@@ -48,7 +48,8 @@ from attnkit.decoding import Decoding, Hypotheses, decode_batches
 from attnkit.models import Captioner, build_model, doubly_stochastic
 from attnkit.diagnose.plots import plot_image_attention
 from attnkit.tasks.batching import length_batches
-from attnkit.tasks.evaluator import Evaluator, Example, Output, score_examples, scores_of
+from attnkit.tasks.evaluator import (Evaluator, Example, Output, score_examples, scores_of,
+                                     tokens_of)
 from attnkit.tasks.explore import caption_example
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
@@ -361,12 +362,13 @@ class CaptionEvaluator(Evaluator, task="caption"):
         outputs = []
         for hyp in decode_images(self.model, inputs, max_words=self.max_words,
                                  decoding=decoding, weights=weights):
-            for i, (c, ranked) in enumerate(zip(_captions(hyp, self.words), scores_of(hyp))):
+            for i, (c, ranked, tokens) in enumerate(zip(
+                    _captions(hyp, self.words), scores_of(hyp), tokens_of(hyp, self.words))):
                 image = inputs[len(outputs)]
                 outputs.append(CaptionOutput(
                     c.texts, partial(plot_caption, image, c),
                     partial(caption_example, self.model, hyp, i, image, self.words)
-                    if weights else None, ranked, weights=c.weights))
+                    if weights else None, ranked, tokens, weights=c.weights))
         return outputs
 
     def score(self, examples: Sequence[Example],

@@ -70,12 +70,15 @@ class Output:
     decoded without ``weights``. ``scores``: each text's score, in the order of ``texts``
     (:attr:`attnkit.decoding.Hypotheses.scores`: the summed log-probability, or beam search's
     ranking score; a classifier's answer: its log-probability), or None for a task whose
-    decoding gives none."""
+    decoding gives none. ``tokens``: each text's tokens as ``(piece, log-probability)``, its
+    EOS included (:func:`tokens_of`), or None where the decoding keeps none (CTC heads, a
+    classifier)."""
 
     texts: list[str]
     draw: Callable[..., Path | None]
     explore: Callable[..., Any] | None = None
     scores: list[float] | None = None
+    tokens: list[list[tuple[str, float]]] | None = None
 
     @property
     def text(self) -> str:
@@ -92,6 +95,20 @@ def scores_of(hyp: Hypotheses) -> list[list[float]]:
     """Each example's scores, in the order of :func:`texts_of`'s texts."""
     values = hyp.scores if hyp.lengths.dim() == 2 else hyp.scores[:, None]  # (B, K)
     return values.float().tolist()
+
+
+def tokens_of(hyp: Hypotheses, vocab) -> list[list[list[tuple[str, float]]] | None]:
+    """Each example's texts, in the order of :func:`texts_of`'s, as their tokens'
+    ``(piece, log-probability)`` (:attr:`attnkit.decoding.Hypotheses.token_scores`) up to and
+    including EOS; None for each example when the search kept no token scores."""
+    if hyp.token_scores is None:
+        return [None] * hyp.tokens.shape[0]
+    ranked = hyp.lengths.dim() == 2
+    tokens, scores, lengths = (x if ranked else x[:, None]
+                               for x in (hyp.tokens, hyp.token_scores, hyp.lengths))
+    return [[[(vocab.piece(t), s) for t, s in zip(row[:n].tolist(), logp[:n].float().tolist())]
+             for row, logp, n in zip(rows, lps, ns.tolist())]
+            for rows, lps, ns in zip(tokens, scores, lengths)]
 
 
 EVALUATORS: dict[str, type[Evaluator]] = {}

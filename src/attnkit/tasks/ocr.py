@@ -32,7 +32,8 @@ from attnkit.models import CRNN, build_model, guided_attention_loss
 from attnkit.diagnose.plots import plot_alignment
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
-from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, scores_of, texts_of
+from attnkit.tasks.evaluator import (Evaluator, Example, Output, pictures, scores_of, texts_of,
+                                     tokens_of)
 from attnkit.tasks.explore import line_example
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
@@ -112,6 +113,7 @@ class Reading(NamedTuple):
     steps: int
     self_attention: torch.Tensor | None = None
     scores: list[float] | None = None
+    tokens: list[list[tuple[str, float]]] | None = None
 
 
 @torch.no_grad()
@@ -164,12 +166,12 @@ def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
                 results[i] = Reading([vocab.decode(paths.ids[j])], w, n, own, [path_scores[j]])
         else:
             best = hyp.best()
-            for j, (i, texts, ranked) in enumerate(zip(idx, texts_of(hyp, vocab),
-                                                       scores_of(hyp))):
+            for j, (i, texts, ranked, tokens) in enumerate(zip(
+                    idx, texts_of(hyp, vocab), scores_of(hyp), tokens_of(hyp, vocab))):
                 n, length = int(best.lengths[j]), int(steps[j])
                 w = None if best.weights is None else best.weights[j, :n]
                 own = None if att is None else att[j, :, :length, :length]  # (H, T, T)
-                results[i] = Reading(texts, w, length, own, ranked)
+                results[i] = Reading(texts, w, length, own, ranked, tokens)
     return [results[i] for i in range(len(images))]
 
 
@@ -387,7 +389,7 @@ class OcrEvaluator(Evaluator, task="ocr"):
                                                   r.steps, eos=eos,
                                                   self_attention=r.self_attention),
                        functools.partial(line_example, self.model, image, r) if weights
-                       else None, r.scores)
+                       else None, r.scores, r.tokens)
                 for image, r in zip(inputs, read_lines(self.model, self.chars, inputs,
                                                        decoding=decoding, lm=self.lm,
                                                        weights=weights))]

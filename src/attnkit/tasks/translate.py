@@ -27,7 +27,8 @@ from attnkit.models import Seq2Seq, Transformer, build_model
 from attnkit.diagnose.plots import plot_attention
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.batching import length_batches
-from attnkit.tasks.evaluator import Evaluator, Example, Output, pictures, scores_of, texts_of
+from attnkit.tasks.evaluator import (Evaluator, Example, Output, pictures, scores_of, texts_of,
+                                     tokens_of)
 from attnkit.tasks.explore import translation_example
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
@@ -238,12 +239,13 @@ class TranslateEvaluator(Evaluator, task="translate"):
                             max_chars=self.max_chars, weights=weights)
         outputs = []
         for hyp in raws:
-            for i, (texts, ranked) in enumerate(zip(texts_of(hyp, self.tgt_vocab),
-                                                    scores_of(hyp))):
+            for i, (texts, ranked, tokens) in enumerate(zip(
+                    texts_of(hyp, self.tgt_vocab), scores_of(hyp),
+                    tokens_of(hyp, self.tgt_vocab))):
                 source = inputs[len(outputs)]
                 vocabs = (self.src_vocab, self.tgt_vocab)
                 outputs.append(Output(
                     texts, functools.partial(plot_translation, hyp, i, source, *vocabs),
                     functools.partial(translation_example, self.model, hyp, i, source, *vocabs)
-                    if weights else None, ranked))
+                    if weights else None, ranked, tokens))
         return outputs
