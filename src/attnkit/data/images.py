@@ -263,6 +263,23 @@ def _folder_images(folder: Path, tsv: Path, rows: list[tuple], size: int,
     return images, kept
 
 
+def _read_folder(folder: Path, tsv: str | Path | None, default: str, columns: tuple[str, ...],
+                 *, size: int, anywhere: bool, max_unusable: float | None,
+                 ) -> tuple[dict[str, torch.Tensor], list[tuple]]:
+    """The images and usable rows of the TSV ``tsv`` (default ``folder/default``) of a folder
+    of images, whose rows are ``columns`` (each a ``(line, *fields)``, the file name stripped);
+    with ``max_unusable``, what cannot be used is dropped and counted up to that share (rows
+    counted as ``columns[1]`` plural: captions, questions)."""
+    tsv = Path(tsv) if tsv is not None else folder / default
+    unusable = None if max_unusable is None else Unusable(
+        tsv, max_unusable=max_unusable, what=f"{columns[1]}s")
+    rows = read_tsv_rows(tsv, columns=columns, unusable=unusable)
+    images, rows = _folder_images(folder, tsv, rows, size, anywhere, unusable)
+    if unusable is not None:
+        unusable.check(len(rows))
+    return images, rows
+
+
 def read_caption_folder(folder: str | Path, tsv: str | Path | None = None, *,
                         size: int, anywhere: bool = False,
                         max_unusable: float | None = None) -> list[CaptionedImage]:
@@ -276,13 +293,8 @@ def read_caption_folder(folder: str | Path, tsv: str | Path | None = None, *,
             instead, up to that share (:mod:`attnkit.data.unusable`).
     """
     folder = Path(folder)
-    tsv = Path(tsv) if tsv is not None else folder / CAPTIONS
-    unusable = None if max_unusable is None else Unusable(
-        tsv, max_unusable=max_unusable, what="captions")
-    rows = read_tsv_rows(tsv, columns=("filename", "caption"), unusable=unusable)
-    images, rows = _folder_images(folder, tsv, rows, size, anywhere, unusable)
-    if unusable is not None:
-        unusable.check(len(rows))
+    images, rows = _read_folder(folder, tsv, CAPTIONS, ("filename", "caption"), size=size,
+                                anywhere=anywhere, max_unusable=max_unusable)
     captions: dict[str, list[str]] = {}
     for _, name, caption in rows:
         captions.setdefault(name, []).append(caption.strip())
@@ -305,12 +317,8 @@ def read_question_folder(folder: str | Path, tsv: str | Path | None = None, *,
     """
     folder = Path(folder)
     tsv = Path(tsv) if tsv is not None else folder / QUESTIONS
-    unusable = None if max_unusable is None else Unusable(
-        tsv, max_unusable=max_unusable, what="questions")
-    rows = read_tsv_rows(tsv, columns=("filename", "question", "answer"), unusable=unusable)
-    images, rows = _folder_images(folder, tsv, rows, size, anywhere, unusable)
-    if unusable is not None:
-        unusable.check(len(rows))
+    images, rows = _read_folder(folder, tsv, QUESTIONS, ("filename", "question", "answer"),
+                                size=size, anywhere=anywhere, max_unusable=max_unusable)
     index = {name: i for i, name in enumerate(images)}
     questions = [ImageQuestion(index[name], question.strip(), answer.strip(), "user",
                                f"{tsv}:{n}") for n, name, question, answer in rows]
