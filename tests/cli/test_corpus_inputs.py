@@ -31,6 +31,12 @@ def test_transcribe_a_kaldi_data_directory(tmp_path, capsys):
                  "--beam", "1", "--json"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.strip().split("\n")]
     assert [r["input"].split(" ")[0] for r in records] == ["utt1", "utt2"]
+    (data / "text").unlink()  # a directory to decode has no transcripts
+    assert main(["transcribe", "--checkpoint", "builtin:asr-digits", "--corpus", str(data),
+                 "--beam", "1"]) == 0
+    assert capsys.readouterr().out.strip().split("\n") == lines
+    assert main(["eval", "--checkpoint", "builtin:asr-digits", "--data", str(data)]) == 2
+    assert f"{data}: not a Kaldi data directory (no text)" in capsys.readouterr().err
 
 
 def test_read_a_gt_txt_folder_and_refuse_both_inputs(tmp_path, capsys):
@@ -76,6 +82,13 @@ def test_ask_the_questions_of_a_vqa2_corpus(tiny_vqa, tmp_path, capsys):
     assert [line.split("\t")[0] for line in lines] == [
         f"{questions}: question {q['question_id']}" for q in asked]
     assert all(line.split("\t")[1] for line in lines)  # an answer each
+    annotations = questions.with_name("v2_mscoco_train2014_annotations.json")
+    annotations.rename(tmp_path / "elsewhere.json")  # as VQA v2's test-dev: no annotations
+    assert main(["ask", "--checkpoint", str(tiny_vqa), "--corpus", str(questions)]) == 0
+    assert capsys.readouterr().out.strip().split("\n") == lines
+    assert main(["eval", "--checkpoint", str(tiny_vqa), "--data", str(questions)]) == 2
+    assert f"its annotations file {annotations.name} is not beside it" in \
+        capsys.readouterr().err
     assert main(["ask", "--checkpoint", str(tiny_vqa), "image.png", "what?", "--corpus",
                  str(questions)]) == 2
     assert "--corpus: give it or inputs on the command line, not both (got 2 inputs as well)" \

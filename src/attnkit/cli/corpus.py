@@ -136,7 +136,7 @@ def corpus_inputs(args: argparse.Namespace, evaluator, given: list) -> tuple[lis
         raise ValueError(f"--corpus: give it or inputs on the command line, not both (got "
                          f"{len(given)} inputs as well)")
     path, options = format_options(args, args.corpus, "test")
-    examples = evaluator.read(path, **options)
+    examples = evaluator.read(path, **options, references=False)
     if not examples:
         raise DataError(f"{path}: no examples to decode")
     return [e.input for e in examples], [e.origin for e in examples]

@@ -210,17 +210,20 @@ class SpeechCorpus:
         min_frames: the fewest log-mel frames an utterance may have.
         transcripts: ``"keep"``: as written; ``"normalize"``: :func:`normalize_transcript`.
         alphabet: the characters a transcript may hold (None: any).
+        references: False for a corpus read only for its audio (decoding it): an empty
+            transcript is kept, not unusable.
     """
 
     def __init__(self, source: str | Path, *, max_unusable: float = MAX_UNUSABLE,
                  max_seconds: float | None = MAX_SECONDS, min_frames: int = 1,
-                 transcripts: str = "keep", alphabet: str | None = None):
+                 transcripts: str = "keep", alphabet: str | None = None,
+                 references: bool = True):
         if transcripts not in TRANSCRIPTS:
             raise ValueError(f"transcripts: expected one of {', '.join(TRANSCRIPTS)}, got "
                              f"{transcripts!r}")
         self.source, self.max_seconds = str(source), max_seconds
         self.unusable = Unusable(source, max_unusable=max_unusable, what="utterances")
-        self.min_frames, self.transcripts = min_frames, transcripts
+        self.min_frames, self.transcripts, self.references = min_frames, transcripts, references
         self.alphabet = None if alphabet is None else frozenset(alphabet)
         self._paths, self._texts, self._origins = _TextBuffer(), _TextBuffer(), _TextBuffer()
         self._starts, self._ends, self._frames = array("d"), array("d"), array("i")
@@ -240,6 +243,8 @@ class SpeechCorpus:
         """``text`` as the corpus keeps it, or None after counting it unusable."""
         if self.transcripts == "normalize":
             text = normalize_transcript(text)
+        if not text.strip() and not self.references:
+            return ""
         if not text.strip():
             self.drop(f"{where}: empty transcript", "transcript")
             return None

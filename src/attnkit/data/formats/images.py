@@ -292,11 +292,15 @@ def read_karpathy(path: str | Path, *, size: int, images: str | Path | None = No
     return out
 
 
-def _annotations_file(path: Path) -> Path:
+def _annotations_file(path: Path, *, needed: bool = True) -> Path | None:
+    """The annotations JSON beside the questions file ``path``; None when it is not there
+    and not ``needed``."""
     name = re.sub(r"(OpenEnded|MultipleChoice)_", "", path.name).replace("questions",
                                                                            "annotations")
     candidate = path.with_name(name)
     if name == path.name or not candidate.is_file():
+        if not needed:
+            return None
         raise DataError(f"{path}: its annotations file {candidate.name} is not beside it; name "
                         "the annotations JSON with --annotations")
     return candidate
@@ -317,10 +321,13 @@ def _answer(entry: dict) -> str | None:
 
 def read_vqa2(path: str | Path, *, size: int, annotations: str | Path | None = None,
               images: str | Path | None = None, max_unusable: float = MAX_UNUSABLE,
-              anywhere: bool = False) -> tuple[list[torch.Tensor], list[ImageQuestion]]:
+              anywhere: bool = False, references: bool = True,
+              ) -> tuple[list[torch.Tensor], list[ImageQuestion]]:
     """The images and questions of a VQA v2 questions file and its annotations (see the
     module docstring): each question with its most common answer, type ``"user"`` and origin
-    ``file: question ID``.
+    ``file: question ID``. Without ``references`` (to answer the questions, as for VQA v2's
+    test-dev, which has no annotations) the annotations are not needed: a question without
+    one has the answer ``""``.
 
     Raises:
         DataError: naming the file: not JSON, no ``questions`` or ``annotations`` list, no
@@ -329,9 +336,12 @@ def read_vqa2(path: str | Path, *, size: int, annotations: str | Path | None = N
     """
     path = Path(path)
     data = _json(path, "questions")
-    annotations = Path(annotations) if annotations is not None else _annotations_file(path)
+    if annotations is None and not references:
+        annotations = _annotations_file(path, needed=False)
+    elif annotations is None:
+        annotations = _annotations_file(path)
     answers = {}
-    for entry in _json(annotations, "annotations")["annotations"]:
+    for entry in _json(annotations, "annotations")["annotations"] if annotations else []:
         if isinstance(entry, dict) and "question_id" in entry:
             answers[entry["question_id"]] = _answer(entry)
     subset = data.get("data_subtype") if isinstance(data.get("data_subtype"), str) else None
@@ -350,10 +360,12 @@ def read_vqa2(path: str | Path, *, size: int, annotations: str | Path | None = N
         if not question:
             unusable.drop(f"{where}: empty question", "empty")
             continue
-        if qid not in answers:
+        if qid not in answers and not references:
+            answers[qid] = ""
+        elif qid not in answers:
             unusable.drop(f"{where}: no annotation in {annotations}", "no annotation")
             continue
-        if not answers[qid]:
+        if not answers[qid] and references:
             unusable.drop(f"{where}: its annotation in {annotations} has no answer",
                           "no answer")
             continue

@@ -20,7 +20,7 @@ __all__ = ["ROLES", "read_corpus"]
 # dataset) gives the split of this role unless one is named.
 ROLES = ("train", "valid", "test")
 # Options every reader may be given, taken only by the readers that have them.
-CONTEXT = frozenset({"role", "max_unusable"})
+CONTEXT = frozenset({"role", "max_unusable", "references"})
 
 
 def read_corpus(task: str, path: str | Path, format: str | None = None,

@@ -62,14 +62,15 @@ PIPE_HELP = ("attnkit runs no command named in a data file; convert the recordin
 
 
 def _corpus(source, *, transcripts: str | None, default: str, alphabet: str | None,
-            max_seconds: float | None, max_unusable: float, min_frames: int) -> SpeechCorpus:
+            max_seconds: float | None, max_unusable: float, min_frames: int,
+            references: bool = True) -> SpeechCorpus:
     """The :class:`SpeechCorpus` of a reader whose transcripts default to ``default``."""
     transcripts = transcripts or default
     if alphabet is None:
         alphabet = SPEECH_ALPHABET if transcripts == "normalize" else ANY
     return SpeechCorpus(source, max_unusable=max_unusable, max_seconds=max_seconds,
                         min_frames=min_frames, transcripts=transcripts,
-                        alphabet=None if alphabet == ANY else alphabet)
+                        alphabet=None if alphabet == ANY else alphabet, references=references)
 
 
 def _fields(path: Path, lines: Iterator[tuple[int, str]]) -> Iterator[tuple[str, str, str]]:
@@ -124,8 +125,12 @@ def _recording(where: str, rxfile: str, root: Path, anywhere: bool) -> Path:
 def read_kaldi(path: str | Path, *, normalize: bool = False,
                max_seconds: float | None = MAX_SECONDS, max_unusable: float = MAX_UNUSABLE,
                min_frames: int = 1, transcripts: str | None = None, alphabet: str | None = None,
-               anywhere: bool = False, audio_folder: str | Path | None = None) -> SpeechSet:
-    """The utterances of a Kaldi or ESPnet data directory, in the order of its ``text``.
+               anywhere: bool = False, audio_folder: str | Path | None = None,
+               references: bool = True) -> SpeechSet:
+    """The utterances of a Kaldi or ESPnet data directory, in the order of its ``text``
+    (without ``references``, a directory without ``text`` is read too, to decode it: its
+    utterances are those of ``segments``, or else of ``wav.scp``, in order, each with an
+    empty transcript).
 
     ``text``: ``utt-id transcript`` lines. ``wav.scp``: ``recording-id audio-file`` lines
     (without ``segments``, the recording ids are the utterance ids). ``segments`` (optional):
@@ -146,18 +151,23 @@ def read_kaldi(path: str | Path, *, normalize: bool = False,
         DataError: naming the file and line or the utterance id.
     """
     folder = Path(path)
-    for name in ("wav.scp", "text"):
+    has_text = (folder / "text").is_file()
+    for name in ("wav.scp", "text") if references else ("wav.scp",):
         if not (folder / name).is_file():
             raise DataError(f"{folder}: not a Kaldi data directory (no {name})")
     root = Path(audio_folder) if audio_folder is not None else _kaldi_root(folder)
     corpus = _corpus(folder, transcripts=transcripts, default="normalize", alphabet=alphabet,
                      max_seconds=max_seconds, max_unusable=max_unusable,
-                     min_frames=min_frames)
+                     min_frames=min_frames, references=references)
     recordings = _table(folder / "wav.scp")
     segments = _table(folder / "segments") if (folder / "segments").is_file() else None
     speakers = _table(folder / "utt2spk") if (folder / "utt2spk").is_file() else {}
     used: set[str] = set()
-    for where, utt, transcript in _fields(folder / "text", text_lines(folder / "text")):
+    if has_text:
+        utterances = _fields(folder / "text", text_lines(folder / "text"))
+    else:  # decoding only: every utterance, without a transcript
+        utterances = [(where, utt, "") for utt, (where, _) in (segments or recordings).items()]
+    for where, utt, transcript in utterances:
         where = f"{where} ({utt})"
         start, end = 0.0, None
         if segments is not None:
@@ -190,8 +200,8 @@ def read_kaldi(path: str | Path, *, normalize: bool = False,
                                       if segments is not None else "") + \
             (f", speaker {speaker})" if speaker else ")")
         corpus.add(where, audio, transcript, start=start, end=end, origin=origin)
-    unused = [r for r in recordings if r not in used]
-    if segments:
+    unused = [r for r in recordings if r not in used] if has_text else []
+    if segments and has_text:
         _unused(folder / "segments", "segments entries", segments)
     _unused(folder / "wav.scp", "recordings", {r: recordings[r] for r in unused[:FIRST_FEW]},
             len(unused))
@@ -413,7 +423,8 @@ def _first_line(path: Path) -> str | None:
 
 
 def _is_kaldi(path: Path) -> bool:
-    return path.is_dir() and (path / "wav.scp").is_file() and (path / "text").is_file()
+    # without text too: a directory to decode (read_kaldi says what training needs)
+    return path.is_dir() and (path / "wav.scp").is_file()
 
 
 def _is_librispeech(path: Path) -> bool:
