@@ -51,6 +51,10 @@ def test_read_a_gt_txt_folder_and_refuse_both_inputs(tmp_path, capsys):
     lines = capsys.readouterr().out.strip().split("\n")
     assert len(lines) == 2 and [line.split("\t")[0] for line in lines] == [
         str(folder / "l0.png"), str(folder / "l1.png")]
+    (folder / "l1.gt.txt").unlink()  # lines to read need no transcription
+    assert main(["read", "--checkpoint", "builtin:ocr-lines", "--corpus", str(folder),
+                 "--format", "gt-txt"]) == 0
+    assert capsys.readouterr().out.strip().split("\n") == lines
     assert main(["read", "--checkpoint", "builtin:ocr-lines", str(folder / "l0.png"),
                  "--corpus", str(folder)]) == 2
     assert "--corpus: give it or inputs on the command line, not both" in capsys.readouterr().err

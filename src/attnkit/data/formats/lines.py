@@ -68,10 +68,11 @@ def read_labels(path: str | Path, *, labels: str = LABELS, alphabet: str | None 
 
 def read_gt_folder(path: str | Path, *, alphabet: str | None = None,
                    max_width: int | None = MAX_WIDTH,
-                   max_unusable: float = MAX_UNUSABLE) -> LineFolder:
+                   max_unusable: float = MAX_UNUSABLE, references: bool = True) -> LineFolder:
     """The line images and ``.gt.txt`` transcriptions in the folder ``path`` and its
     subfolders (see the module docstring), as a :class:`LineFolder` whose names are relative
-    to ``path``.
+    to ``path``. Without ``references`` (to read the lines), an image without its ``.gt.txt``
+    is a line too, its text ``""``.
 
     Raises:
         DataError: ``path`` is not a folder; none of its lines is usable, or more than
@@ -87,9 +88,11 @@ def read_gt_folder(path: str | Path, *, alphabet: str | None = None,
         dirs.sort()
         here = Path(root).relative_to(folder)
         prefix = "" if here == Path(".") else here.as_posix() + "/"  # names kept, posix
-        for base, image, extra in _pairs(files, unusable, here):
+        for base, image, extra in _pairs(files, unusable, here, references):
             others += [prefix + name for name in extra]
-            text = _transcription(os.path.join(root, base + GT), allowed, unusable)
+            gt = os.path.join(root, base + GT)
+            text = _transcription(gt, allowed, unusable) if references or os.path.exists(gt) \
+                else ""
             if text is None:
                 continue
             try:
@@ -105,9 +108,10 @@ def read_gt_folder(path: str | Path, *, alphabet: str | None = None,
     return LineFolder(folder, rows, max_width=max_width)
 
 
-def _pairs(files: list[str], unusable: Unusable, here: Path):
+def _pairs(files: list[str], unusable: Unusable, here: Path, references: bool = True):
     """``(base, image, other images)`` of each transcription in ``files`` (one folder's)
-    with an image; the unpaired counted in ``unusable``."""
+    with an image (without ``references``, of each image); the unpaired counted in
+    ``unusable``."""
     gts = {name[: -len(GT)] for name in files if name.endswith(GT)}
     images: dict[str, list[str]] = {}
     for name in files:
@@ -118,7 +122,7 @@ def _pairs(files: list[str], unusable: Unusable, here: Path):
                      if stem.endswith(v) and stem not in gts and stem[: -len(v)] in gts), stem)
         images.setdefault(base, []).append(name)
     for base in sorted(gts | set(images)):
-        if base not in gts:
+        if base not in gts and references:
             unusable.drop(f"{here / images[base][0]}: no {base}{GT} beside it",
                           "images without .gt.txt")
         elif base not in images:
