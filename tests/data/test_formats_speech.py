@@ -365,3 +365,24 @@ def test_detection_says_when_nothing_matches(tmp_path):
     with pytest.raises(ValueError, match=r"--format: expected one of kaldi, librispeech, jsonl, "
                                          r"commonvoice, manifest for asr, got 'coco'"):
         choose_format("asr", tmp_path, "coco")
+
+
+def test_corpora_to_decode_need_no_transcripts(tmp_path):
+    # a Kaldi directory without text (segments cut as with it), a JSON-lines manifest without
+    # text keys: the same audio, empty transcripts; training and eval still need them
+    data, _ = kaldi(tmp_path / "k")
+    with_text = read_kaldi(data)
+    (data / "text").unlink()
+    without = read_kaldi(data, references=False)
+    assert list(without.transcripts) == [""] * len(with_text) and without.frames == with_text.frames
+    assert all(torch.equal(x, y) for x, y in zip(without.features, with_text.features))
+    with pytest.raises(DataError, match=r"not a Kaldi data directory \(no text\)"):
+        read_kaldi(data)
+    corpus, _ = jsonl(tmp_path)
+    lines = gzip.decompress(corpus.read_bytes()).decode().splitlines()
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "text"})
+                            + "\n" for line in lines))
+    assert list(read_jsonl(bare, references=False).transcripts) == [""] * len(lines)
+    with pytest.raises(DataError, match=r"no usable utterances: .*bare.jsonl:1: no 'text' key"):
+        read_jsonl(bare)

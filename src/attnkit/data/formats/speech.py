@@ -322,10 +322,12 @@ def read_commonvoice(path: str | Path, *, normalize: bool = False,
 def read_jsonl(path: str | Path, *, normalize: bool = False,
                max_seconds: float | None = MAX_SECONDS, max_unusable: float = MAX_UNUSABLE,
                min_frames: int = 1, transcripts: str | None = None, alphabet: str | None = None,
-               anywhere: bool = False, columns: str | dict | None = None) -> SpeechSet:
+               anywhere: bool = False, columns: str | dict | None = None,
+               references: bool = True) -> SpeechSet:
     """The utterances of a JSON-lines manifest (NeMo's layout): one JSON object per line with
     the audio file under ``audio_filepath`` (relative to the manifest's folder) and the
-    transcript under ``text``; with an ``offset`` the utterance starts that many seconds into
+    transcript under ``text`` (without ``references``, to decode the audio, it may be
+    missing); with an ``offset`` the utterance starts that many seconds into
     the file and lasts ``duration`` seconds (a segment), otherwise it is the whole file and its
     duration is read from the header. ``columns`` renames the keys (``{"audio": "path",
     "text": "sentence"}`` or ``"audio=path,text=sentence"``; also ``offset``, ``duration``).
@@ -341,7 +343,7 @@ def read_jsonl(path: str | Path, *, normalize: bool = False,
     offset_key, duration_key = keys["offset"], keys["duration"]
     corpus = _corpus(path, transcripts=transcripts, default="normalize", alphabet=alphabet,
                      max_seconds=max_seconds, max_unusable=max_unusable,
-                     min_frames=min_frames)
+                     min_frames=min_frames, references=references)
     for n, line in text_lines(path):
         if not line.strip():
             continue
@@ -351,6 +353,8 @@ def read_jsonl(path: str | Path, *, normalize: bool = False,
         except json.JSONDecodeError as exc:
             corpus.drop(f"{where}: not JSON ({exc.msg} at column {exc.colno})", "line")
             continue
+        if not references and isinstance(entry, dict):
+            entry.setdefault(text_key, "")
         problem = _entry_problem(entry, audio_key, text_key)
         if problem:
             corpus.drop(f"{where}: {problem}", "line")
