@@ -100,3 +100,21 @@ def test_ask_the_questions_of_a_vqa2_corpus(tiny_vqa, tmp_path, capsys):
     assert main(["ask", "--checkpoint", str(tiny_vqa), "image.png"]) == 2
     assert capsys.readouterr().err == ("attnkit: ask: expected an image file and questions about "
                                        "it (or --corpus), got an image and no question\n")
+
+
+def test_caption_the_images_of_a_coco_image_list(tiny_captioner, tmp_path, capsys):
+    import gzip
+
+    from attnkit.data import generate_scenes
+    from tests.data.test_formats_images import MODES, SIZE, _coco
+
+    path, images = _coco(tmp_path, generate_scenes(len(MODES), seed=5, size=SIZE,
+                                                   max_objects=4, captions=2))
+    listed = path.with_name("image_info_train2017.json")  # as COCO's test lists: no captions
+    listed.write_text(json.dumps({"images": json.loads(gzip.decompress(
+        path.read_bytes()).decode("utf-8-sig"))["images"]}))
+    assert main(["caption", "--checkpoint", str(tiny_captioner), "--corpus", str(listed),
+                 "--beam", "1"]) == 0
+    lines = capsys.readouterr().out.strip().split("\n")
+    assert [line.split("\t")[0] for line in lines] == [
+        str(images / f"{100 + i:012d}.png") for i in range(len(MODES))]

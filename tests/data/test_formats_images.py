@@ -226,3 +226,16 @@ def test_bad_json_and_missing_files_are_named(tmp_path, scenes):
                                         r"in .*answers.json"):
         read_vqa2(qpath, size=SIZE, annotations=other)
     assert len(read_vqa2(qpath, size=SIZE, annotations=other, max_unusable=1.0)[1]) == 1
+
+
+def test_a_coco_image_list_without_annotations_is_read_to_caption(tmp_path, scenes):
+    # COCO's test image lists (image_info_test2014.json) have no annotations
+    path, _ = _coco(tmp_path, scenes)
+    data = json.loads(gzip.decompress(path.read_bytes()).decode("utf-8-sig"))
+    listed = tmp_path / "annotations" / "image_info_train2017.json"
+    listed.write_text(json.dumps({"images": data["images"]}))
+    items = read_coco(listed, size=SIZE, references=False)
+    assert [item.captions for item in items] == [()] * len(scenes)
+    assert all(torch.equal(a.image, b.image) for a, b in zip(items, read_coco(path, size=SIZE)))
+    with pytest.raises(DataError, match=r"image_info_train2017.json: .*annotations"):
+        read_coco(listed, size=SIZE)

@@ -183,25 +183,27 @@ class _Images:
 
 def read_coco(path: str | Path, *, size: int, images: str | Path | None = None,
               max_unusable: float = MAX_UNUSABLE, anywhere: bool = False,
-              ) -> list[CaptionedImage]:
+              references: bool = True) -> list[CaptionedImage]:
     """The captioned images of a COCO captions file (see the module docstring): one
     :class:`CaptionedImage` per image with a usable caption, its captions in the file's
-    order.
+    order. Without ``references`` (to caption the images) every image of the file is one,
+    with or without captions: COCO's test image lists (``image_info_test2014.json``) have
+    no ``annotations``.
 
     Raises:
         DataError: naming the file: not JSON, no ``images`` or ``annotations`` list; none of
             the captions usable, or more than ``max_unusable`` of them not.
     """
     path = Path(path)
-    data = _json(path, "images", "annotations")
-    subset = re.sub(r"^captions_", "", path.name.split(".")[0])
+    data = _json(path, "images", *(("annotations",) if references else ()))
+    subset = re.sub(r"^(captions|image_info)_", "", path.name.split(".")[0])
     found = _Images(_folder(path, images, subset), size, anywhere)
     files = {entry["id"]: entry["file_name"] for entry in data["images"]
              if isinstance(entry, dict) and isinstance(entry.get("file_name"), str)
              and "id" in entry}
     unusable = Unusable(path, max_unusable=max_unusable, what="captions")
-    captions: dict[Any, list[str]] = {}
-    for k, entry in enumerate(data["annotations"]):
+    captions: dict[Any, list[str]] = {} if references else {i: [] for i in files}
+    for k, entry in enumerate(data.get("annotations") or []):
         entry = entry if isinstance(entry, dict) else {}
         where = f"{path}: annotations[{k}]" + (f" (id {entry['id']})" if "id" in entry else "")
         caption, image_id = _text(entry.get("caption")), entry.get("image_id")
@@ -222,7 +224,10 @@ def read_coco(path: str | Path, *, size: int, images: str | Path | None = None,
                 unusable.drop(index, "image missing or unreadable")
             continue
         out.append(CaptionedImage(found.tensors[index], tuple(texts), str(found.paths[index])))
-    unusable.check(sum(len(item.captions) for item in out))
+    if references:
+        unusable.check(sum(len(item.captions) for item in out))
+    elif not out:
+        raise DataError(f"{path}: no image to caption")
     return out
 
 
