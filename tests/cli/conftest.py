@@ -5,6 +5,14 @@ from attnkit.cli.main import main
 WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven"]
 
 
+@pytest.fixture
+def tsv(tmp_path):
+    """The pairs ``tiny_translator`` is trained on: ``<en> WORD<TAB>DIGIT``, 8 lines."""
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"<en> {w}\t{n}\n" for n, w in enumerate(WORDS)), encoding="utf-8")
+    return path
+
+
 @pytest.fixture(scope="session")
 def tiny_translator(tmp_path_factory):
     """A translate checkpoint trained for 2 steps on 8 number words (hidden size 8); copy it

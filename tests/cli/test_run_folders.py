@@ -14,16 +14,8 @@ from attnkit.train import checkpoint as checkpoint_module
 from attnkit.train import load_checkpoint, lock_folder
 from attnkit.train.lock import LOCK_FILE
 
-WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven"]
 TINY = ["--steps", "2", "--eval-every", "2", "--batch-size", "4", "--hidden", "8", "--emb", "8",
         "--no-progress", "--plot", "0"]
-
-
-@pytest.fixture
-def tsv(tmp_path):
-    path = tmp_path / "pairs.tsv"
-    path.write_text("".join(f"<en> {w}\t{n}\n" for n, w in enumerate(WORDS)), encoding="utf-8")
-    return path
 
 
 def _train(tsv, out, *extra):

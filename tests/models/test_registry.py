@@ -1,5 +1,6 @@
 """The model registry: every model rebuilt from its config, with the same weights' shapes."""
 
+import inspect
 import json
 
 import pytest
@@ -116,3 +117,20 @@ def test_a_model_too_big_for_the_memory_is_refused_before_anything_is_allocated(
                        r"\(hidden=100000\)$"):
         build_model(config)
     assert isinstance(build_model({**config, "hidden": 16}), Model)  # one that fits is built
+
+
+@pytest.mark.parametrize("make", BUILT)
+def test_complete_config_fills_in_the_defaults_a_built_model_records(make):
+    full = model_config(make())
+    cls = MODELS[full["name"]]
+    defaults = {k: json.loads(json.dumps(p.default))
+                for k, p in inspect.signature(cls).parameters.items() if p.default is not p.empty}
+    given = {k: v for k, v in full.items() if k not in defaults or defaults[k] != v}
+    assert len(given) < len(full)  # some arguments are left at their defaults
+    assert registry.complete_config(given) == full
+    assert registry.complete_config(full) == full
+
+
+def test_complete_config_refuses_what_check_config_refuses():
+    with pytest.raises(ValueError, match="model config: crnn takes no argument colour"):
+        registry.complete_config({"name": "crnn", "vocab": 5, "colour": "red"})

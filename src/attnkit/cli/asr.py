@@ -148,7 +148,10 @@ def run_train(args) -> int:
     ck = loading.existing_run(args.out, "asr", resume=args.resume,
                               pending=pretrain_dir if args.pretrain_lm_steps else None,
                               model=wanted)
-    model_config = ck.config["model"] if ck is not None else wanted
+    init = None if ck is not None else loading.initial_checkpoint(args.init, "asr",
+                                                                   model=wanted)
+    start = ck or init
+    model_config = start.config["model"] if start is not None else wanted
     per_utterance = model_config.get("listener", "bi") == "bi"
     augmentations = speech_augmentations(args, ck)
     train, valid = _speech(args, per_utterance, augmentations.needs_samples)
@@ -161,12 +164,12 @@ def run_train(args) -> int:
                       seed=args.seed, label_smoothing=args.label_smoothing,
                       teacher_forcing=common.teacher_forcing(args), ctc_weight=args.ctc_weight,
                       guided_attention=args.guided_attention, sortagrad=args.sortagrad,
-                      data=data, vocab=load_vocab(ck.vocab) if ck is not None else None,
+                      data=data, vocab=load_vocab(start.vocab) if start is not None else None,
                       augment=augmentations)
     model = task.build_model().to(args.device)
-    if ck is None and args.pretrain_lm_steps:
+    if start is None and args.pretrain_lm_steps:
         _pretrain_speller(model, task, args, pretrain_dir)
-    if common.train_and_report(model, task, args, metric="1-cer") is not None:
+    if common.train_and_report(model, task, args, metric="1-cer", init=init) is not None:
         _samples_and_plots(model, task, args.out, args.plot)
     return 0
 

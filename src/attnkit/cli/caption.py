@@ -47,7 +47,10 @@ def run_train(args) -> int:
         gate=not args.no_gate, dropout=args.dropout)
     ck = loading.existing_run(args.out, "caption", resume=args.resume, model=wanted,
                               options={"gate": "--no-gate"})
-    model_config = ck.config["model"] if ck is not None else wanted
+    init = None if ck is not None else loading.initial_checkpoint(
+        args.init, "caption", model=wanted, options={"gate": "--no-gate"})
+    start = ck or init
+    model_config = start.config["model"] if start is not None else wanted
     size = model_config["image_size"]
     train, valid = (images.user_data(args, size, CAPTIONS) if args.train else
                     images.built_in_scenes(args, size))
@@ -57,9 +60,9 @@ def run_train(args) -> int:
                        teacher_forcing=common.teacher_forcing(args),
                        doubly_stochastic=args.doubly_stochastic,
                        entropy_weight=args.entropy_weight, data=images.data_config(args),
-                       vocab=WordVocab.from_json(ck.vocab) if ck is not None else None)
+                       vocab=WordVocab.from_json(start.vocab) if start is not None else None)
     model = task.build_model().to(args.device)
-    if common.train_and_report(model, task, args, metric="bleu") is not None:
+    if common.train_and_report(model, task, args, metric="bleu", init=init) is not None:
         shown = task.valid[: max(args.plot, 5)]
         captions = caption_images(model, task.words, [item.image for item in shown],
                                   max_words=task.max_words, weights=args.plot > 0)

@@ -27,6 +27,7 @@ from attnkit.tasks.explore import examples_of
 from attnkit.train import (
     PRECISIONS,
     SCHEDULES,
+    Checkpoint,
     TeacherForcing,
     TrainConfig,
     Trainer,
@@ -244,6 +245,11 @@ def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float 
     train = p.add_argument_group("training")
     train.add_argument("--out", type=Path, required=True, help="run folder (checkpoint, plots)")
     train.add_argument("--resume", action="store_true", help="continue the run in --out")
+    train.add_argument("--init", type=Path, metavar="CHECKPOINT",
+                       help="fine-tune: start from the weights of a checkpoint folder or a "
+                       "built-in model (builtin:NAME), keeping its model and vocabulary (the "
+                       "model options must be those it was trained with); the optimizer, "
+                       "warm-up and schedule start afresh")
     train.add_argument("--steps", type=positive_int, default=steps)
     train.add_argument("--time-budget", type=positive_float,
                        help="seconds; stop and save after this")
@@ -424,16 +430,21 @@ def training_config(args, **overrides) -> TrainConfig:
     return TrainConfig(**{**settings, **overrides})
 
 
-def train_and_report(model, task, args, *, metric: str = "accuracy") -> TrainResult | None:
+def train_and_report(model, task, args, *, metric: str = "accuracy",
+                     init: Checkpoint | None = None) -> TrainResult | None:
     """Train (resuming with ``--resume``), print the held-out scores (computed as validation
     is: in the training precision) and write ``history.json``. ``model``: on ``args.device``.
-    ``metric``: the validation metric early stopping maximises. Returns None on the other
-    processes of a torchrun job, which leave reporting to rank 0.
+    ``metric``: the validation metric early stopping maximises. ``init``: the checkpoint a
+    new run starts from (``--init``, :func:`attnkit.tasks.loading.initial_checkpoint`); its
+    weights are loaded into ``model``. Returns None on the other processes of a torchrun job,
+    which leave reporting to rank 0.
 
     Raises:
         Interrupted: SIGINT, SIGTERM or SIGHUP stopped the training (the checkpoint is
             saved).
     """
+    if init is not None:
+        init.load_model(model)
     trainer = Trainer(model, task, training_config(args, metric=metric), args.out)
     if args.resume and trainer.checkpoint_dir.exists():  # else a pre-training was resumed
         trainer.resume()

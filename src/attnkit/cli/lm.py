@@ -58,14 +58,17 @@ def _recogniser_chars(path: Path) -> CharVocab:
 def run_train(args) -> int:
     torch.manual_seed(args.seed)
     ck = loading.existing_run(args.out, "lm", resume=args.resume)
-    chars = CharVocab.from_json(ck.vocab) if ck is not None else _recogniser_chars(args.vocab_from)
+    init = None if ck is not None else loading.initial_checkpoint(args.init, "lm")
+    start = ck or init
+    chars = (CharVocab.from_json(start.vocab) if start is not None
+             else _recogniser_chars(args.vocab_from))
     train, train_names = _texts(args.text)
     if args.valid:
         valid, valid_names = _texts(args.valid)
     else:
         valid = common.held_out(train, [], "transcripts")
         valid_names = train_names[: len(valid)]
-    model_config = ck.config["model"] if ck is not None else {
+    model_config = start.config["model"] if start is not None else {
         "name": "char_lm", "emb": args.emb, "hidden": args.hidden, "layers": args.layers,
         "dropout": args.dropout}
     task = CharLMTask(train, valid, vocab=chars, model_config=model_config,
@@ -73,5 +76,5 @@ def run_train(args) -> int:
                       origins=(train_names, valid_names),
                       data={"text": str(args.text), "vocab_from": str(args.vocab_from)})
     model = task.build_model().to(args.device)
-    common.train_and_report(model, task, args)
+    common.train_and_report(model, task, args, init=init)
     return 0

@@ -145,10 +145,12 @@ def run_train(args) -> int:
         score=args.score, heads=args.heads, head=args.head, dec_hidden=args.dec_hidden,
         dropout=args.dropout, **_decoder_config(args))
     ck = loading.existing_run(args.out, "ocr", resume=args.resume, model=wanted)
+    init = None if ck is not None else loading.initial_checkpoint(args.init, "ocr", model=wanted)
+    start = ck or init
     augmentations = augment.line_augmentations(args, ck)
     train, valid = _lines(args)
     valid = common.held_out(train, valid, "lines")
-    model_config = ck.config["model"] if ck is not None else wanted
+    model_config = start.config["model"] if start is not None else wanted
     data = ({"train": str(args.train), "valid": str(args.valid)} if args.train else
             {"built_in": "lines", "n_train": args.n_train, "n_valid": args.n_valid,
              "min_chars": args.min_chars, "max_chars": args.max_chars, "prose": args.prose})
@@ -156,10 +158,11 @@ def run_train(args) -> int:
                    seed=args.seed, label_smoothing=args.label_smoothing,
                    teacher_forcing=common.teacher_forcing(args), ctc_weight=args.ctc_weight,
                    guided_attention=args.guided_attention, sortagrad=args.sortagrad, data=data,
-                   vocab=CharVocab.from_json(ck.vocab) if ck is not None else None,
+                   vocab=CharVocab.from_json(start.vocab) if start is not None else None,
                    augment=augmentations)
     model = task.build_model().to(args.device)
-    if common.train_and_report(model, task, args, metric="char_accuracy") is not None:
+    if common.train_and_report(model, task, args, metric="char_accuracy",
+                               init=init) is not None:
         _samples_and_pictures(model, task.chars, task.valid, args.out, args.plot)
     return 0
 

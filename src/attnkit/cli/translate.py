@@ -90,26 +90,29 @@ def _pairs(args):
 
 def run_train(args) -> int:
     torch.manual_seed(args.seed)
-    ck = loading.existing_run(args.out, "translate", resume=args.resume,
-                              model=_model_config(args), options=OPTIONS,
-                              vocab={"kind": args.vocab, "size": args.vocab_size})
+    checks = dict(model=_model_config(args), options=OPTIONS,
+                  vocab={"kind": args.vocab, "size": args.vocab_size})
+    ck = loading.existing_run(args.out, "translate", resume=args.resume, **checks)
+    init = None if ck is not None else loading.initial_checkpoint(args.init, "translate",
+                                                                   **checks)
+    start = ck or init
     train, valid = _pairs(args)
     valid = common.held_out(train, valid, "pairs")
     data = ({"train": named(args.train), "valid": named(args.valid)}
             if args.train else
             {"built_in": list(args.tasks), "direction": args.direction, "n_train": args.n_train,
              "n_valid": args.n_valid})
-    task_kw = dict(model_config=ck.config["model"] if ck else _model_config(args),
+    task_kw = dict(model_config=start.config["model"] if start else _model_config(args),
                    batch_size=args.batch_size, seed=args.seed,
                    vocab=args.vocab, vocab_size=args.vocab_size,
                    label_smoothing=args.label_smoothing, teacher_forcing=common.teacher_forcing(args),
                    data=data)
-    if ck is not None:
-        task_kw.update(src_vocab=load_vocab(ck.vocab["src"]),
-                       tgt_vocab=load_vocab(ck.vocab["tgt"]))
+    if start is not None:
+        task_kw.update(src_vocab=load_vocab(start.vocab["src"]),
+                       tgt_vocab=load_vocab(start.vocab["tgt"]))
     task = TranslateTask(train, valid, **task_kw)
     model = task.build_model().to(args.device)
-    if common.train_and_report(model, task, args) is not None:
+    if common.train_and_report(model, task, args, init=init) is not None:
         _samples_and_plots(model, task, args.out, args.plot)
     return 0
 

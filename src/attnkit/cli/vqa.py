@@ -57,20 +57,23 @@ def run_train(args) -> int:
         dropout=args.dropout)
     ck = loading.existing_run(args.out, "vqa", resume=args.resume, model=wanted,
                               options={"kind": "--model"})
-    model_config = ck.config["model"] if ck is not None else wanted
+    init = None if ck is not None else loading.initial_checkpoint(
+        args.init, "vqa", model=wanted, options={"kind": "--model"})
+    start = ck or init
+    model_config = start.config["model"] if start is not None else wanted
     train, valid = _data(args, model_config["image_size"])
     if valid is None:
         valid = (train[0], common.held_out(train[1], [], "questions"))
     words = answers = None
-    if ck is not None:
-        words, answers = WordVocab.from_json(ck.vocab["words"]), ck.vocab["answers"]
+    if start is not None:
+        words, answers = WordVocab.from_json(start.vocab["words"]), start.vocab["answers"]
     elif not args.train:
         answers = ANSWERS
     task = VqaTask(train, valid, model_config=model_config, words=words, answers=answers,
                    batch_size=args.batch_size, seed=args.seed,
                    label_smoothing=args.label_smoothing, data=images.data_config(args))
     model = task.build_model().to(args.device)
-    if common.train_and_report(model, task, args) is not None:
+    if common.train_and_report(model, task, args, init=init) is not None:
         pictures, questions = task.valid
         shown = questions[: max(args.plot, 5)]
         found = answer_questions(model, task.words, task.answers,

@@ -7,7 +7,14 @@ from attnkit.models.crnn import CRNN
 from attnkit.models.decoder import AttentionDecoder, guided_attention_loss
 from attnkit.models.grid import GridEncoder
 from attnkit.models.las import LAS, CausalListener, Listener
-from attnkit.models.registry import MODELS, build_model, check_config, model_config, model_shapes
+from attnkit.models.registry import (
+    MODELS,
+    build_model,
+    check_config,
+    complete_config,
+    model_config,
+    model_shapes,
+)
 from attnkit.models.seq2seq import KINDS, Encoder, Seq2Seq
 from attnkit.models.transformer import Transformer, sinusoids
 from attnkit.models.vqa import VQA, VQAOutput
@@ -15,5 +22,5 @@ from attnkit.models.vqa import VQA, VQAOutput
 __all__ = ["CRNN", "KINDS", "LAS", "MODELS", "VQA", "AttentionDecoder", "CaptionOutput",
            "Captioner", "CausalListener", "CharLM", "Encoder", "GridEncoder", "Listener",
            "Seq2Seq", "Transformer", "VQAOutput", "build_model", "check_config",
-           "doubly_stochastic", "guided_attention_loss", "model_config", "model_shapes",
+           "complete_config", "doubly_stochastic", "guided_attention_loss", "model_config", "model_shapes",
            "sinusoids"]

@@ -34,8 +34,8 @@ from torch import nn
 from attnkit.attention.reference import available_memory
 from attnkit.checks import MESSAGE, clipped, got, quoted
 
-__all__ = ["MODELS", "Model", "build_model", "check_config", "check_fits", "model_config",
-           "model_shapes"]
+__all__ = ["MODELS", "Model", "build_model", "check_config", "check_fits", "complete_config",
+           "model_config", "model_shapes"]
 
 MODELS: dict[str, type[Model]] = {}
 
@@ -147,6 +147,19 @@ def check_config(config: dict) -> tuple[type[Model], dict]:
             raise ValueError(f"model config: {key}: expected {_type_name(hints[key])}, got "
                              f"{got(value)}")
     return cls, arguments
+
+
+def complete_config(config: dict) -> dict:
+    """``config`` with each constructor argument it leaves out at its default: the config
+    the model it describes records (:func:`model_config`), without building it.
+
+    Raises:
+        ValueError: as :func:`check_config`.
+    """
+    cls, arguments = check_config(config)
+    defaults = {k: p.default for k, p in inspect.signature(cls).parameters.items()
+                if p.default is not p.empty}
+    return {"name": config["name"], **_jsonable({**defaults, **arguments})}
 
 
 def build_model(config: dict) -> Model:

@@ -19,7 +19,7 @@ import torch
 from attnkit.checks import MESSAGE, clipped, got, quoted
 from attnkit.data import load_vocab, vocab_settings
 from attnkit.folders import folder_copies
-from attnkit.models import build_model, legacy, model_shapes
+from attnkit.models import build_model, complete_config, legacy, model_shapes
 from attnkit.tasks.evaluator import EVALUATORS, evaluator_for
 from attnkit.train import (
     Checkpoint,
@@ -29,8 +29,8 @@ from attnkit.train import (
     recover_checkpoint,
 )
 
-__all__ = ["VOCAB_OPTIONS", "existing_run", "load_evaluator", "load_lm", "load_task_checkpoint",
-           "load_task_model"]
+__all__ = ["VOCAB_OPTIONS", "existing_run", "initial_checkpoint", "load_evaluator", "load_lm",
+           "load_task_checkpoint", "load_task_model"]
 
 
 def load_task_checkpoint(directory: Path, task: str) -> Checkpoint:
@@ -143,13 +143,47 @@ def existing_run(out: Path, task: str, *, resume: bool = False, pending: Path | 
         return None
     ck = load_task_checkpoint(existing, task)
     if model is not None:
-        _check_same_model(ck, model, options or {})
+        _check_same_model(ck, model, options or {}, _RESUME_ADVICE)
     if vocab is not None:
-        _check_same_vocab(ck, vocab)
+        _check_same_vocab(ck, vocab, _RESUME_ADVICE)
     return ck
 
 
-def _check_same_model(ck: Checkpoint, model: dict, options: dict[str, str]) -> None:
+_RESUME_ADVICE = "resume with the settings it was started with, or start a new run in another --out"
+_INIT_ADVICE = ("--init keeps the checkpoint's model and vocabulary: give the settings it was "
+                "trained with")
+
+
+def initial_checkpoint(init: Path | None, task: str, *, model: dict | None = None,
+                       options: dict[str, str] | None = None,
+                       vocab: dict | None = None) -> Checkpoint | None:
+    """The ``task`` checkpoint whose weights start a new run (``--init``: a checkpoint folder
+    or ``builtin:NAME``), None without one: fine-tuning.
+
+    The new run has the checkpoint's model and vocabularies: ``model``, ``options`` and
+    ``vocab`` are checked as :func:`existing_run` checks them for ``--resume``. Its optimizer
+    and trainer state are dropped, so the run starts at step 0 with a fresh optimizer, warm-up
+    and schedule. A checkpoint of attnkit 0.1 is upgraded (:mod:`attnkit.models.legacy`), and
+    the model arguments its config leaves out are set to their defaults; its weights are checked against the model when they are loaded
+    (:meth:`attnkit.train.Checkpoint.load_model`).
+    """
+    if init is None:
+        return None
+    ck = load_task_checkpoint(init, task)
+    config, ck.model_state = legacy.upgrade(ck.config["model"], ck.model_state)
+    try:
+        ck.config["model"] = complete_config(config)
+    except ValueError as exc:
+        raise CheckpointError(f"{ck.path / 'config.json'}: {exc}") from None
+    if model is not None:
+        _check_same_model(ck, model, options or {}, _INIT_ADVICE)
+    if vocab is not None:
+        _check_same_vocab(ck, vocab, _INIT_ADVICE)
+    ck.optimizer_state = ck.trainer_state = None
+    return ck
+
+
+def _check_same_model(ck: Checkpoint, model: dict, options: dict[str, str], advice: str) -> None:
     saved = ck.config["model"]
     changed = {}
     for key, value in model.items():
@@ -159,11 +193,10 @@ def _check_same_model(ck: Checkpoint, model: dict, options: dict[str, str]) -> N
                                       f"{quoted(value)} given")
     if changed:
         raise CheckpointError(f"{ck.path}: saved with other model settings "
-                              f"({'; '.join(changed.values())}); resume with the settings it "
-                              "was started with, or start a new run in another --out")
+                              f"({'; '.join(changed.values())}); {advice}")
 
 
-def _check_same_vocab(ck: Checkpoint, wanted: dict) -> None:
+def _check_same_vocab(ck: Checkpoint, wanted: dict, advice: str) -> None:
     single = isinstance(ck.vocab, dict) and "type" in ck.vocab
     saved = [ck.vocab] if single else [v for v in ck.vocab.values()
                                        if isinstance(v, dict) and "type" in v]
@@ -178,8 +211,7 @@ def _check_same_vocab(ck: Checkpoint, wanted: dict) -> None:
                                            f"{quoted(wanted[key])} given")
     if changed:
         raise CheckpointError(f"{ck.path}: saved with other vocabulary settings "
-                              f"({'; '.join(changed.values())}); resume with the settings it "
-                              "was started with, or start a new run in another --out")
+                              f"({'; '.join(changed.values())}); {advice}")
 
 
 def load_evaluator(directory: Path, device: torch.device | str = "cpu", task: str | None = None):
