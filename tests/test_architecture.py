@@ -19,7 +19,7 @@ ALLOWED = {  # part -> the parts it may import (besides itself and BASE)
     "models": {"attention", "ops"},
     "tasks": {"data", "models", "decoding", "train", "diagnose"},
     "export": {"attention", "models", "decoding", "ops"},
-    "serve": {"tasks", "decoding"},
+    "serve": {"tasks", "decoding", "export"},
     "cli": {"attention", "data", "models", "decoding", "train", "diagnose", "tasks", "export",
             "serve", "ops", "__init__"},
     "__init__": {"attention", "diagnose"},

@@ -195,7 +195,7 @@ def test_a_model_that_raises_fails_that_request_alone_logged_with_its_id(transla
 def test_health_metrics_and_schema(translate_url):
     health = httpx.get(f"{translate_url}/health").json()
     assert health["task"] == "translate" and health["endpoint"] == "/translate"
-    assert health["checkpoint"] == "builtin:translate-dates"
+    assert health["checkpoint"] == "builtin:translate-dates" and health["runtime"] == "pytorch"
     httpx.post(f"{translate_url}/translate", json={"text": TEXTS[2]})
     metrics = httpx.get(f"{translate_url}/metrics")
     assert metrics.headers["content-type"].startswith("text/plain")

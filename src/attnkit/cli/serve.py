@@ -20,7 +20,8 @@ def add_parser(sub) -> None:
         "(Prometheus), /openapi.json and /docs. Concurrent requests are decoded together. "
         "docs/deploy.md, \"Serving\", has the requests and answers.")
     p.add_argument("--checkpoint", type=Path, required=True,
-                   help="a checkpoint folder or builtin:NAME")
+                   help="a checkpoint folder, builtin:NAME, or an ONNX export folder "
+                   "(attnkit export --format onnx, float32 or int8; run on the CPU)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 "
                    "for every interface, then give an API key)")

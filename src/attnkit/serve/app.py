@@ -128,11 +128,12 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 def create_app(evaluator: Evaluator, limits: Limits | None = None, *,
-               api_key: str | None = None, name: str = "") -> FastAPI:
+               api_key: str | None = None, name: str = "", runtime: str = "pytorch") -> FastAPI:
     """The application serving ``evaluator``'s task within ``limits`` (default
     :class:`Limits`). ``api_key``: when given, every request must carry it
     (``Authorization: Bearer KEY`` or ``X-API-Key: KEY``), else 401. ``name``: what
-    ``/health`` calls the checkpoint.
+    ``/health`` calls the checkpoint; ``runtime``: what it says runs the model
+    (``"pytorch"``, ``"onnxruntime (int8)"``).
 
     Its decoding thread starts and stops with the application's lifespan: stopping decodes
     what is queued first, so a server shutting down answers the requests it holds.
@@ -167,8 +168,9 @@ def create_app(evaluator: Evaluator, limits: Limits | None = None, *,
 
     @app.get("/health", summary="what is served, and the queue")
     async def health() -> dict:
-        return {"status": "ok", "task": task, "checkpoint": name, "endpoint": endpoint.path,
-                "queue_depth": batcher.depth, "version": __version__}
+        return {"status": "ok", "task": task, "checkpoint": name, "runtime": runtime,
+                "endpoint": endpoint.path, "queue_depth": batcher.depth,
+                "version": __version__}
 
     @app.get("/metrics", summary="Prometheus text format", response_class=PlainTextResponse)
     async def metrics_text() -> PlainTextResponse:
