@@ -68,3 +68,13 @@ def test_command_parses(name, command):
         if args.default_beam is None:  # export: the checkpoint's task's, known when it is read
             args.default_beam = common.TASK_BEAM["translate"]
         common.decoding(args)
+
+
+def test_readme_lists_every_corpus_format_with_a_two_line_example():
+    from attnkit.data.formats import FORMATS
+
+    rows = re.findall(r"^\| (\w+) \| `([\w-]+)` \| [^|]+ \| (.+) \|$",
+                      (ROOT / "README.md").read_text(), flags=re.M)
+    listed = {(task, name): example for task, name, example in rows if task != "task"}
+    assert set(listed) == set(FORMATS)
+    assert all(example.count("<br>") == 1 for example in listed.values())

@@ -10,7 +10,7 @@ import pytest
 
 from attnkit.cli.main import main
 from tests.cli.test_asr import TINY
-from tests.data.test_formats_speech import CORPORA, UTTERANCES
+from tests.data.test_formats_speech import CORPORA, OPTIONS, UTTERANCES
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -19,17 +19,18 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def test_train_three_steps_and_eval_on_each_format(tmp_path, name, capsys, caplog):
     caplog.set_level(logging.INFO, logger="attnkit")
     corpus, native = CORPORA[name][0](tmp_path)
+    options = [a for k, v in OPTIONS.get(name, {}).items() for a in (f"--{k}", v)]
     out = tmp_path / "run"
     assert main(["train", "asr", "--train", str(corpus), "--valid", str(corpus), "--out",
-                 str(out), "--steps", "3", "--eval-every", "3", *TINY]) == 0
+                 str(out), "--steps", "3", "--eval-every", "3", *TINY, *options]) == 0
     assert "stopped after 3 steps" in capsys.readouterr().out
     assert f"read as {name}" in caplog.text
     config = json.loads((out / "checkpoint" / "config.json").read_text())["config"]
     assert config["data"]["train"] == str(corpus)
     ck = str(out / "checkpoint")
     scores = []
-    for data in (corpus, native):
-        assert main(["eval", "--checkpoint", ck, "--data", str(data), "--json"]) == 0
+    for data, given in ((corpus, options), (native, [])):
+        assert main(["eval", "--checkpoint", ck, "--data", str(data), "--json", *given]) == 0
         result = json.loads(capsys.readouterr().out)
         scores.append((result["examples"], result["metrics"]))
     assert scores[0] == scores[1]  # the same utterances: the same outputs and scores

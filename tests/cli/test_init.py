@@ -51,7 +51,8 @@ def test_init_refuses_other_model_settings_by_name(tsv, tmp_path, trained, capsy
 
 def test_init_refuses_another_tasks_checkpoint(tsv, tmp_path, capsys):
     assert _train(tsv, tmp_path / "tuned", "--init", "builtin:ocr-lines", "--steps", "1") == 2
-    assert "builtin:ocr-lines: not a translate checkpoint (task 'ocr')" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "builtin:ocr-lines: not a checkpoint of task translate (task 'ocr')" in err
 
 
 def test_init_refuses_a_missing_checkpoint(tsv, tmp_path, capsys):

@@ -116,7 +116,7 @@ def test_a_builtin_model_of_another_task_is_refused(tmp_path, capsys):
     write_wav(tmp_path / "x.wav", torch.zeros(8000), 16000)  # read before the checkpoint
     assert main(["transcribe", "--checkpoint", "builtin:translate-dates",
                  str(tmp_path / "x.wav")]) == 2
-    assert "not a asr checkpoint (task 'translate')" in capsys.readouterr().err
+    assert "not a checkpoint of task asr (task 'translate')" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", list(recipes.RECIPES))

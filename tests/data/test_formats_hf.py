@@ -5,6 +5,7 @@ and eval through the command line, splits, columns and what is unusable named.""
 import io
 import json
 import logging
+import shutil
 
 import pytest
 import torch
@@ -96,6 +97,40 @@ def test_splits_columns_and_unusable_rows_are_named(tmp_path):
         read_corpus("translate", f"hf:{empty}")
     assert parse_path(f"hf:{saved}:dev") == (saved, "dev")
     assert parse_path(f"hf:{saved}") == (saved, None)
+
+
+def test_speech_audio_as_paths_in_parquet_and_its_unusable_rows(tmp_path):
+    import soundfile
+
+    from tests.data.test_formats_speech import tone
+
+    folder = tmp_path / "speech"
+    (folder / "clips").mkdir(parents=True)
+    for i in range(3):
+        soundfile.write(folder / "clips" / f"{i}.wav", tone(i, 16000)[:, 0], 16000)
+    (folder / "clips" / "bad.wav").write_bytes(b"RIFF not a wav")
+    audio = [{"bytes": None, "path": f"clips/{i}.wav"} for i in range(3)] + [
+        {"bytes": None, "path": "clips/bad.wav"}, {"bytes": None, "path": "../outside.wav"}]
+    texts = ["one", "two", "three", "four", "five"]
+    datasets.Dataset.from_dict({"audio": audio, "text": texts}).to_parquet(
+        str(folder / "train.parquet"))
+    path = f"hf:{folder}"
+    with pytest.raises(DataError, match=rf"hf:{folder}:train: 2 of 5 utterances are unusable"):
+        read_corpus("asr", path)
+    found = read_corpus("asr", path, max_unusable=0.5)
+    assert list(found.transcripts) == texts[:3]
+    assert list(found.origins) == [f"hf:{folder}:train:{i}" for i in range(3)]
+    with pytest.raises(DataError, match=r"no column 'speech' \(its columns: audio, text\)"):
+        read_corpus("asr", path, columns="audio=speech")
+    untranscribed = tmp_path / "untranscribed"
+    untranscribed.mkdir()
+    shutil.copytree(folder / "clips", untranscribed / "clips")
+    datasets.Dataset.from_dict({"audio": audio[:3]}).to_parquet(
+        str(untranscribed / "test.parquet"))
+    with pytest.raises(DataError, match=r"no column 'text' \(its columns: audio\)"):
+        read_corpus("asr", f"hf:{untranscribed}")
+    decoded = read_corpus("asr", f"hf:{untranscribed}", references=False)
+    assert len(decoded) == 3 and list(decoded.transcripts) == ["", "", ""]
 
 
 def _lines(root):

@@ -17,6 +17,7 @@ from attnkit.data import DataError
 from attnkit.data.formats import choose_format
 from attnkit.data.formats.speech import (
     read_commonvoice,
+    read_hf_speech,
     read_jsonl,
     read_kaldi,
     read_librispeech,
@@ -112,6 +113,29 @@ def commonvoice(root):
     return root / "train.tsv", manifest(root / "native.tsv", rows)
 
 
+def hf_dataset(root):
+    """A Hugging Face dataset saved with save_to_disk: FLAC files' bytes at 16 kHz in a
+    datasets.Audio column, a transcript column named ``sentence``; and its native
+    manifest."""
+    datasets = pytest.importorskip("datasets", reason="pip install -e '.[hf]'")
+    (root / "flac").mkdir()
+    audio, rows = [], []
+    for i, (_, _, norm) in enumerate(UTTERANCES):
+        soundfile.write(root / "flac" / f"{i}.flac", tone(i, 16000), 16000, format="FLAC")
+        rows.append((f"flac/{i}.flac", norm))
+        audio.append({"bytes": (root / "flac" / f"{i}.flac").read_bytes(), "path": f"{i}.flac"})
+    columns = {"audio": audio, "sentence": [text for _, text, _ in UTTERANCES]}
+    stored = datasets.Features({"audio": {"bytes": datasets.Value("binary"),
+                                          "path": datasets.Value("string")},
+                                "sentence": datasets.Value("string")})
+    # the Audio type set on the stored column (encoding through it needs torchcodec)
+    dataset = datasets.Dataset.from_dict(columns, features=stored).cast_column(
+        "audio", datasets.Audio(decode=False))
+    saved = root / "speech"
+    datasets.DatasetDict({"train": dataset}).save_to_disk(str(saved))
+    return f"hf:{saved}:train", manifest(root / "native.tsv", rows)
+
+
 def jsonl(root):
     """A gzipped NeMo manifest: whole OGG files, and one utterance as an offset into a
     longer WAV; and its native manifest (that part cut out)."""
@@ -134,20 +158,26 @@ def jsonl(root):
 
 
 CORPORA = {"librispeech": (librispeech, read_librispeech), "kaldi": (kaldi, read_kaldi),
-           "commonvoice": (commonvoice, read_commonvoice), "jsonl": (jsonl, read_jsonl)}
+           "commonvoice": (commonvoice, read_commonvoice), "jsonl": (jsonl, read_jsonl),
+           "hf": (hf_dataset, read_hf_speech)}
+OPTIONS = {"hf": {"columns": "text=sentence"}}  # what a format's corpus needs besides
 
 
 @pytest.mark.parametrize("name", list(CORPORA))
 def test_each_format_reads_the_utterances_of_its_native_manifest(tmp_path, name, caplog):
     make, read = CORPORA[name]
     corpus, native = make(tmp_path)
-    got = read(corpus, normalize=True)
+    options = OPTIONS.get(name, {})
+    got = read(corpus, normalize=True, **options)
     same(got, read_manifest(native, normalize=True))
     with caplog.at_level(logging.INFO, logger="attnkit"):
         fmt = choose_format("asr", corpus)
     assert fmt.name == name and f"read as {name}" in caplog.text
+    with caplog.at_level(logging.INFO, logger="attnkit"):
+        assert choose_format("asr", corpus, name) is fmt
+    assert f"{corpus}: read as {name}, as --format says" in caplog.text
     assert choose_format("asr", native).name == "manifest"
-    same(fmt.read(corpus), read_manifest(native))
+    same(fmt.read(corpus, **options), read_manifest(native))
 
 
 def test_kaldi_origins_name_the_utterance_its_recording_part_and_speaker(tmp_path):
@@ -358,12 +388,12 @@ def test_manifest_unusable_share_lists_the_first_few(tmp_path, caplog):
 
 def test_detection_says_when_nothing_matches(tmp_path):
     (tmp_path / "notes.txt").write_text("just words\n")
-    with pytest.raises(DataError, match=r"notes.txt: not a asr corpus in any format attnkit "
-                                        r"reads \(kaldi, librispeech, jsonl, commonvoice, "
-                                        r"manifest\); name one with --format"):
+    with pytest.raises(DataError, match=r"notes.txt: not a corpus of task asr in any format "
+                                        r"attnkit reads \(hf, kaldi, librispeech, jsonl, "
+                                        r"commonvoice, manifest\); name one with --format"):
         choose_format("asr", tmp_path / "notes.txt")
-    with pytest.raises(ValueError, match=r"--format: expected one of kaldi, librispeech, jsonl, "
-                                         r"commonvoice, manifest for asr, got 'coco'"):
+    with pytest.raises(ValueError, match=r"--format: expected one of hf, kaldi, librispeech, "
+                                         r"jsonl, commonvoice, manifest for asr, got 'coco'"):
         choose_format("asr", tmp_path, "coco")
 
 

@@ -46,7 +46,7 @@ def load_task_checkpoint(directory: Path, task: str) -> Checkpoint:
     task's own and is not checked here."""
     ck = load_checkpoint(directory)
     if ck.config.get("task") != task or not isinstance(ck.config.get("model"), dict):
-        raise CheckpointError(f"{directory}: not a {task} checkpoint "
+        raise CheckpointError(f"{directory}: not a checkpoint of task {task} "
                               f"(task {quoted(ck.config.get('task'))})")
     path = ck.path / "vocab.json"
     if ck.vocab is None:
@@ -164,8 +164,8 @@ def initial_checkpoint(init: Path | None, task: str, *, model: dict | None = Non
     ``vocab`` are checked as :func:`existing_run` checks them for ``--resume``. Its optimizer
     and trainer state are dropped, so the run starts at step 0 with a fresh optimizer, warm-up
     and schedule. A checkpoint of attnkit 0.1 is upgraded (:mod:`attnkit.models.legacy`), and
-    the model arguments its config leaves out are set to their defaults; its weights are checked against the model when they are loaded
-    (:meth:`attnkit.train.Checkpoint.load_model`).
+    the model arguments its config leaves out are set to their defaults; its weights are
+    checked against the model when they are loaded (:meth:`attnkit.train.Checkpoint.load_model`).
     """
     if init is None:
         return None

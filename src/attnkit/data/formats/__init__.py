@@ -4,7 +4,7 @@ Each format is a :class:`Format` registered under a name (``--format NAME`` on t
 line), for one task, with a reader and a detector. A reader returns what the task's native
 reader returns for the same examples (a format is only another way of writing them down), and
 :func:`choose_format` picks the reader of a path: the one named, or the first registered format
-of the task whose detector accepts the path, logging which it chose.
+of the task whose detector accepts the path, logging which it chose (and the one named).
 
 One module per family of formats registers its formats when imported; importing this package
 imports them all.
@@ -70,13 +70,14 @@ def choose_format(task: str, path: str | Path, name: str | None = None) -> Forma
         if name not in known:
             raise ValueError(f"--format: expected one of {', '.join(known) or 'none'} for "
                              f"{task}, got {name!r}")
+        log.info("%s: read as %s, as --format says (%s)", path, name, known[name].summary)
         return known[name]
     path = Path(path)
     for fmt in known.values():
         if fmt.detect(path):
             log.info("%s: read as %s (%s)", path, fmt.name, fmt.summary)
             return fmt
-    raise DataError(f"{path}: not a {task} corpus in any format attnkit reads "
+    raise DataError(f"{path}: not a corpus of task {task} in any format attnkit reads "
                     f"({', '.join(known) or 'none'}); name one with --format")
 
 from attnkit.data.formats import hf, images, lines, text  # noqa: E402,F401  (the other tasks)

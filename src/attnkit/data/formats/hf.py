@@ -1,5 +1,5 @@
-"""Hugging Face ``datasets`` on disk, for every task but speech: format ``hf``, a path written
-``hf:PATH[:SPLIT]``.
+"""Hugging Face ``datasets`` on disk: format ``hf``, a path written ``hf:PATH[:SPLIT]``
+(speech's reader is :func:`attnkit.data.formats.speech.read_hf_speech`, on these helpers).
 
 ``PATH`` is a dataset saved with ``save_to_disk`` (a ``Dataset`` or a ``DatasetDict``) or a
 folder of Parquet files (``data/train-00000-of-00001.parquet``, ``train/0.parquet``,
@@ -16,6 +16,7 @@ Arrow in a temporary folder, removed at exit).
 by default the field's name:
 
 =========  ==============================================================================
+asr        ``audio`` (a ``datasets.Audio``: the file's bytes, or its path), ``text``
 translate  ``source``, ``target`` (strings); or ``translation`` (a column of dicts, WMT's:
            ``{"de": ..., "en": ...}``) with ``src_lang`` and ``tgt_lang`` naming its keys,
            taken when the dataset has no ``source`` column
@@ -66,15 +67,16 @@ from attnkit.data.text import nfc
 from attnkit.data.tsv import MAX_CHARS, field_problem
 from attnkit.errors import DataError
 
-__all__ = ["PREFIX", "DatasetLines", "open_dataset", "parse_path", "read_hf_captions",
-           "read_hf_lines", "read_hf_pairs", "read_hf_questions"]
+__all__ = ["PREFIX", "SUMMARY", "DatasetLines", "cache_dir", "dataset_columns", "dataset_rows",
+           "is_hf", "open_dataset", "parse_path", "read_hf_captions", "read_hf_lines",
+           "read_hf_pairs", "read_hf_questions"]
 
 log = logging.getLogger("attnkit")
 
 PREFIX = "hf:"
 ROLE_SPLITS = {"train": ("train",), "valid": ("validation", "valid", "val", "dev"),
                "test": ("test",)}
-FIELDS = {"translate": ("source", "target"), "ocr": ("image", "text"),
+FIELDS = {"asr": ("audio", "text"), "translate": ("source", "target"), "ocr": ("image", "text"),
           "caption": ("image", "caption"), "vqa": ("image", "question", "answer")}
 BATCH = 1000  # rows read at a time
 
@@ -108,7 +110,9 @@ def _datasets():
 _CACHE: list[str] = []  # temporary folders of Parquet files converted to Arrow
 
 
-def _cache_dir() -> str:
+def cache_dir() -> str:
+    """A temporary folder of this process (Parquet files converted to Arrow, a dataset's audio
+    written out as files), removed at exit."""
     if not _CACHE:
         _CACHE.append(tempfile.mkdtemp(prefix="attnkit-hf-"))
         atexit.register(shutil.rmtree, _CACHE[0], ignore_errors=True)
@@ -161,12 +165,15 @@ def open_dataset(path: str | Path, role: str = "train", split: str | None = None
                         f"hf:{folder}:SPLIT)")
     if found[chosen] is None:  # Parquet: converted once to memory-mapped Arrow
         found[chosen] = datasets.load_dataset("parquet", data_files={chosen: files[chosen]},
-                                              split=chosen, cache_dir=_cache_dir())
+                                              split=chosen, cache_dir=cache_dir())
     return found[chosen], f"{PREFIX}{folder}:{chosen}"
 
 
-def _columns(columns: str | dict | None, task: str, names: list[str], source: str) -> dict:
-    """The dataset column of each field of ``task`` (see the module docstring)."""
+def dataset_columns(columns: str | dict | None, task: str, names: list[str],
+                    source: str) -> dict:
+    """The dataset column of each field of ``task`` (see the module docstring), of
+    ``columns`` (``--columns``) and the dataset's column ``names``; ``source`` names the
+    dataset in errors."""
     given = columns if isinstance(columns, dict) else dict(
         part.split("=", 1) for part in (columns or "").split(",") if "=" in part)
     unknown = set(given) - set(FIELDS[task]) - {"translation"}
@@ -185,13 +192,15 @@ def _columns(columns: str | dict | None, task: str, names: list[str], source: st
     return chosen
 
 
-def _rows(dataset, columns: list[str]):
-    """``(row, {column: value})`` of each row, :data:`BATCH` rows read at a time, images
-    undecoded."""
+def dataset_rows(dataset, columns: list[str]):
+    """``(row, {column: value})`` of each row of ``dataset``'s ``columns``, :data:`BATCH`
+    rows read at a time, images and audio undecoded (``{"bytes": ..., "path": ...}``)."""
     datasets = _datasets()
     for name, feature in dataset.features.items():
         if name in columns and isinstance(feature, datasets.Image):
             dataset = dataset.cast_column(name, datasets.Image(decode=False))
+        elif name in columns and isinstance(feature, datasets.Audio):
+            dataset = dataset.cast_column(name, datasets.Audio(decode=False))
     dataset = dataset.select_columns(columns)
     for start in range(0, len(dataset), BATCH):
         batch = dataset[start:start + BATCH]
@@ -234,14 +243,14 @@ def read_hf_pairs(path: str | Path, *, columns: str | dict | None = None,
     """The translation pairs of a dataset (see the module docstring), kept on disk; origins
     ``hf:PATH:SPLIT:ROW``."""
     dataset, source = open_dataset(path, role, split)
-    chosen = _columns(columns, "translate", dataset.column_names, source)
+    chosen = dataset_columns(columns, "translate", dataset.column_names, source)
     if "translation" in chosen and not (src_lang and tgt_lang):
         raise DataError(f"{source}: a translation column ({chosen['translation']!r}); name its "
                         "keys with --src-lang and --tgt-lang")
     unusable = Unusable(source, max_unusable=max_unusable, what="pairs")
 
     def pairs():
-        for row, values in _rows(dataset, list(chosen.values())):
+        for row, values in dataset_rows(dataset, list(chosen.values())):
             where = f"{source}:{row}"
             if "translation" in chosen:
                 entry = values[chosen["translation"]] or {}
@@ -291,12 +300,12 @@ def read_hf_lines(path: str | Path, *, columns: str | dict | None = None,
     """The text lines of a dataset (see the module docstring): each image's header read to
     learn its width, its pixels decoded when a batch reads it."""
     dataset, source = open_dataset(path, role, split)
-    chosen = _columns(columns, "ocr", dataset.column_names, source)
+    chosen = dataset_columns(columns, "ocr", dataset.column_names, source)
     folder = parse_path(path)[0]
     unusable = Unusable(source, max_unusable=max_unusable, what="lines")
     allowed = None if alphabet is None else set(alphabet)
     rows = []
-    for row, values in _rows(dataset, [chosen["image"], chosen["text"]]):
+    for row, values in dataset_rows(dataset, [chosen["image"], chosen["text"]]):
         where = f"{source}:{row}"
         value = values[chosen["text"]]
         text = nfc(value).strip() if isinstance(value, str) else ""
@@ -337,11 +346,11 @@ def read_hf_captions(path: str | Path, *, size: int, columns: str | dict | None 
                      max_unusable: float = MAX_UNUSABLE) -> list[CaptionedImage]:
     """The captioned images of a dataset (see the module docstring), one per row."""
     dataset, source = open_dataset(path, role, split)
-    chosen = _columns(columns, "caption", dataset.column_names, source)
+    chosen = dataset_columns(columns, "caption", dataset.column_names, source)
     folder = parse_path(path)[0]
     unusable = Unusable(source, max_unusable=max_unusable, what="images")
     out = []
-    for row, values in _rows(dataset, [chosen["image"], chosen["caption"]]):
+    for row, values in dataset_rows(dataset, [chosen["image"], chosen["caption"]]):
         where = f"{source}:{row}"
         captions = _texts(values[chosen["caption"]])
         if not captions:
@@ -364,14 +373,14 @@ def read_hf_questions(path: str | Path, *, size: int, columns: str | dict | None
     """The images and questions of a dataset (see the module docstring): one question per
     row, its answer the most common given, the images of equal bytes read once."""
     dataset, source = open_dataset(path, role, split)
-    chosen = _columns(columns, "vqa", dataset.column_names, source)
+    chosen = dataset_columns(columns, "vqa", dataset.column_names, source)
     folder = parse_path(path)[0]
     unusable = Unusable(source, max_unusable=max_unusable, what="questions")
     images: list[torch.Tensor] = []
     seen: dict[Any, int] = {}
     questions = []
     fields = [chosen["image"], chosen["question"], chosen["answer"]]
-    for row, values in _rows(dataset, fields):
+    for row, values in dataset_rows(dataset, fields):
         where = f"{source}:{row}"
         question, answers = _text(values[chosen["question"]]), _texts(values[chosen["answer"]])
         if not question or not answers:
@@ -393,18 +402,19 @@ def read_hf_questions(path: str | Path, *, size: int, columns: str | dict | None
     return images, questions
 
 
-def _is_hf(path: Path) -> bool:
+def is_hf(path: str | Path) -> bool:
+    """Whether ``path`` names a Hugging Face dataset (``hf:PATH[:SPLIT]``)."""
     return str(path).startswith(PREFIX)
 
 
-_SUMMARY = ("a Hugging Face dataset on disk, hf:PATH[:SPLIT]: saved with save_to_disk, or a "
+SUMMARY = ("a Hugging Face dataset on disk, hf:PATH[:SPLIT]: saved with save_to_disk, or a "
             "folder of Parquet files; --columns KEY=COLUMN,...")
-register(Format("hf", "translate", read_hf_pairs, _is_hf, _SUMMARY,
+register(Format("hf", "translate", read_hf_pairs, is_hf, SUMMARY,
                 "hf:wmt14-de-en:train  (columns source, target; or translation with "
                 "--src-lang de --tgt-lang en)"))
-register(Format("hf", "ocr", read_hf_lines, _is_hf, _SUMMARY,
+register(Format("hf", "ocr", read_hf_lines, is_hf, SUMMARY,
                 "hf:lines:train  (columns image, text)"))
-register(Format("hf", "caption", read_hf_captions, _is_hf, _SUMMARY,
+register(Format("hf", "caption", read_hf_captions, is_hf, SUMMARY,
                 "hf:coco-captions:validation  (columns image, caption: a string or a list)"))
-register(Format("hf", "vqa", read_hf_questions, _is_hf, _SUMMARY,
+register(Format("hf", "vqa", read_hf_questions, is_hf, SUMMARY,
                 "hf:vqa:train  (columns image, question, answer: a string or a list)"))

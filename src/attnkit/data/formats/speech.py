@@ -8,6 +8,8 @@ manifest: formats of task ``"asr"``.
 ``jsonl``        a JSON-lines manifest (NeMo's ``audio_filepath``, ``text``,
                  ``duration``, ``offset``; key names are options)
 ``commonvoice``  a Common Voice TSV (``path`` and ``sentence`` columns) beside ``clips/``
+``hf``           a Hugging Face dataset on disk, ``hf:PATH[:SPLIT]``: ``audio`` and
+                 ``text`` columns (:mod:`attnkit.data.formats.hf`)
 ``manifest``     attnkit's own ``audio_path<TAB>transcript`` lines
 ===============  ===============================================================
 
@@ -33,13 +35,14 @@ clips).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 from attnkit.data.audio_files import MAX_SECONDS
-from attnkit.data.formats import Format, register
+from attnkit.data.formats import Format, hf, register
 from attnkit.data.paths import inside
 from attnkit.data.speech import SpeechSet
 from attnkit.data.text import text_lines
@@ -47,8 +50,8 @@ from attnkit.data.unusable import FIRST_FEW, MAX_UNUSABLE
 from attnkit.data.utterances import SPEECH_ALPHABET, SpeechCorpus, read_manifest
 from attnkit.errors import DataError
 
-__all__ = ["ANY", "SPEECH_FORMATS", "read_commonvoice", "read_jsonl", "read_kaldi",
-           "read_librispeech"]
+__all__ = ["ANY", "SPEECH_FORMATS", "read_commonvoice", "read_hf_speech", "read_jsonl",
+           "read_kaldi", "read_librispeech"]
 
 log = logging.getLogger("attnkit")
 
@@ -378,6 +381,68 @@ def read_jsonl(path: str | Path, *, normalize: bool = False,
     return corpus.finish(normalize=normalize)
 
 
+def read_hf_speech(path: str | Path, *, normalize: bool = False,
+                   max_seconds: float | None = MAX_SECONDS, max_unusable: float = MAX_UNUSABLE,
+                   min_frames: int = 1, transcripts: str | None = None,
+                   alphabet: str | None = None, anywhere: bool = False,
+                   columns: str | dict | None = None, split: str | None = None,
+                   role: str = "train", references: bool = True) -> SpeechSet:
+    """The utterances of a Hugging Face dataset on disk, ``hf:PATH[:SPLIT]`` (its split as
+    :func:`attnkit.data.formats.hf.open_dataset` chooses it): each row's ``audio`` (a
+    ``datasets.Audio`` value: the file's bytes, written once into a temporary folder of this
+    process that is removed at exit, or a path relative to the dataset's folder) and its
+    ``text`` (without ``references`` it may be missing); ``columns`` renames them
+    (``"audio=speech,text=sentence"``). Utterances are named ``hf:PATH:SPLIT:ROW``;
+    transcripts are normalised by default.
+
+    Raises:
+        DataError: naming the dataset: missing, no such split or column (see
+            :func:`attnkit.data.formats.hf.open_dataset`); and the rows of unusable
+            utterances (see :class:`SpeechCorpus`).
+    """
+    dataset, source = hf.open_dataset(path, role, split)
+    names = dataset.column_names
+    # read only to be decoded (without references), a dataset needs no transcript column
+    listed = names if references or "text" in names else [*names, "text"]
+    chosen = hf.dataset_columns(columns, TASK, listed, source)
+    folder = hf.parse_path(path)[0]
+    store = Path(hf.cache_dir()) / hashlib.sha1(source.encode()).hexdigest()[:16]
+    store.mkdir(exist_ok=True)
+    corpus = _corpus(source, transcripts=transcripts, default="normalize", alphabet=alphabet,
+                     max_seconds=max_seconds, max_unusable=max_unusable,
+                     min_frames=min_frames, references=references)
+    read = [c for c in dict.fromkeys(chosen.values()) if c in names]
+    for row, values in hf.dataset_rows(dataset, read):
+        where = f"{source}:{row}"
+        text = values.get(chosen["text"], "")
+        if not isinstance(text, str):
+            corpus.drop(f"{where}: expected a transcript under {chosen['text']!r}, got "
+                        f"{type(text).__name__}", "line")
+            continue
+        try:
+            audio = _dataset_audio(values[chosen["audio"]], where, row, folder, store,
+                                   anywhere)
+        except DataError as exc:
+            corpus.drop(str(exc), "audio")
+            continue
+        corpus.add(where, audio, text, origin=where)
+    return corpus.finish(normalize=normalize)
+
+
+def _dataset_audio(value, where: str, row: int, folder: Path, store: Path,
+                   anywhere: bool) -> Path:
+    """The file of a dataset's audio value: its bytes written into ``store`` (named by the
+    row, with the suffix of the file they came from), or its path inside ``folder``."""
+    if isinstance(value, dict) and value.get("bytes"):
+        file = store / f"{row}{Path(value.get('path') or '').suffix.lower()}"
+        file.write_bytes(value["bytes"])
+        return file
+    name = value.get("path") if isinstance(value, dict) else value
+    if isinstance(name, str) and name:
+        return inside(folder, name, where, anywhere=anywhere)
+    raise DataError(f"{where}: no audio (expected a datasets.Audio value: bytes or a path)")
+
+
 def _columns(given: str | dict | None, defaults: dict[str, str], fmt: str) -> dict[str, str]:
     """``defaults`` (field -> key or column) with the names ``given`` as a dict or as
     ``"field=name,..."`` (``--columns``).
@@ -454,6 +519,8 @@ def _is_manifest(path: Path) -> bool:
 
 
 SPEECH_FORMATS = (
+    Format("hf", TASK, read_hf_speech, hf.is_hf, hf.SUMMARY,
+           "hf:my-speech:train  (columns audio: a datasets.Audio, text)"),
     Format("kaldi", TASK, read_kaldi, _is_kaldi,
            "a Kaldi/ESPnet data directory: wav.scp, text, optional segments and utt2spk",
            "text: utt1 HELLO WORLD\nwav.scp: utt1 wav/utt1.flac"),
