@@ -78,16 +78,25 @@ def test_coco_gives_the_captions_of_the_native_folder(tmp_path, scenes, caplog):
     assert choose_format("caption", native).name == "captions"
 
 
-def test_karpathy_splits(tmp_path, scenes):
-    _, native = _coco(tmp_path, scenes)
-    splits = ["train", "restval", "val", "test", "train", "val"]
+KARPATHY_SPLITS = ["train", "restval", "val", "test", "train", "val"]
+
+
+def _karpathy(root, scenes):
+    """The scenes in Karpathy's split file (dataset_coco.json, images in train2017/ as
+    :func:`_coco` writes them, splits :data:`KARPATHY_SPLITS`) and the native folder."""
+    _, native = _coco(root, scenes)
     data = {"dataset": "coco", "images": [
         {"filepath": "train2017", "filename": f"{100 + i:012d}.png", "split": split,
          "imgid": i, "sentences": [{"raw": c, "tokens": c.lower().split()}
                                    for c in scene.captions[:2]]}
-        for i, (scene, split) in enumerate(zip(scenes, splits))]}
-    path = tmp_path / "dataset_coco.json"
+        for i, (scene, split) in enumerate(zip(scenes, KARPATHY_SPLITS))]}
+    path = root / "dataset_coco.json"
     path.write_text(json.dumps(data), encoding="utf-8")
+    return path, native
+
+
+def test_karpathy_splits(tmp_path, scenes):
+    path, native = _karpathy(tmp_path, scenes)
     assert choose_format("caption", path).name == "karpathy"
     everything = read_corpus("caption", native, size=SIZE)
     for role, kept in (("train", [0, 1, 4]), ("valid", [2, 5]), ("test", [3])):
@@ -168,8 +177,8 @@ def test_train_and_eval_on_coco_and_vqa2_through_the_command_line(tmp_path, scen
     assert found[0] == found[1] == found[2]
     qpath, native_questions = _vqa(tmp_path / "v", scenes)
     out = tmp_path / "vqa"
-    assert main(["train", "vqa", "--train", str(qpath), "--out", str(out), "--steps", "3",
-                 "--batch-size", "8", *IMAGE_TINY]) == 0
+    assert main(["train", "vqa", "--train", str(qpath), "--valid", str(qpath), "--out",
+                 str(out), "--steps", "3", "--batch-size", "8", *IMAGE_TINY]) == 0
     assert "stopped after 3 steps" in capsys.readouterr().out
     found = []
     for data in (qpath, native_questions):
@@ -179,6 +188,27 @@ def test_train_and_eval_on_coco_and_vqa2_through_the_command_line(tmp_path, scen
         assert result["examples"] == 2 * len(scenes)
         found.append(result["metrics"])
     assert found[0] == found[1]
+
+
+def test_train_and_eval_on_karpathy_splits_through_the_command_line(tmp_path, scenes, capsys,
+                                                                    one_thread):
+    path, native = _karpathy(tmp_path, scenes)
+    out = tmp_path / "caption"
+    assert main(["train", "caption", "--train", str(path), "--valid", str(path), "--out",
+                 str(out), "--steps", "3", "--eval-every", "3", "--batch-size", "4",
+                 *IMAGE_TINY]) == 0  # train: train + restval; valid: val
+    assert "stopped after 3 steps" in capsys.readouterr().out
+    test = native / "test.tsv"  # the test split's one image (3) in attnkit's own format
+    test.write_text("".join(f"{103:012d}.png\t{c}\n" for c in scenes[3].captions[:2]),
+                    encoding="utf-8")
+    found = []
+    for data in ([str(path)], [str(test)], [str(path), "--split", "val,test"]):
+        assert main(["eval", "--checkpoint", str(out / "checkpoint"), "--json", "--data",
+                     *data]) == 0
+        result = json.loads(capsys.readouterr().out)
+        found.append((result["examples"], result["metrics"]))
+    assert found[0] == found[1] and found[0][0] == 1  # eval reads the test split
+    assert found[2][0] == 3
 
 
 def test_a_coco_annotation_naming_a_missing_image_is_named(tmp_path, scenes, caplog):
