@@ -196,3 +196,32 @@ def test_a_line_too_narrow_for_the_crnn_is_refused(tmp_path):
     with pytest.raises(DataError, match=r"tall.png: 200 x 9000 pixels is 1 px wide at height "
                        r"32; a line image must be at least 2 px wide there"):
         load_line_image(tall)
+
+
+def test_a_corpus_holds_image_paths_and_reads_pixels_when_indexed(tmp_path, monkeypatch):
+    from attnkit.data import images as module
+    from attnkit.tasks.caption import check_images
+
+    scenes = generate_scenes(4, seed=2)
+    write_caption_folder(scenes, tmp_path / "cap")
+    read = []
+    real = module.load_image
+    monkeypatch.setattr(module, "load_image", lambda path, size: read.append(path) or
+                        real(path, size))
+    items = read_caption_folder(tmp_path / "cap", size=64)
+    assert isinstance(items, module.CaptionedImages) and read == []  # headers only
+    assert len(items.images.paths) == 4 and all(p.is_file() for p in items.images.paths)
+    tail = items[2:]
+    assert isinstance(tail, module.CaptionedImages) and len(tail) == 2 and read == []
+    assert torch.equal(tail[0].image, scenes[2].image) and len(read) == 1
+    assert tail[0].image is tail[0].image and len(read) == 1  # kept while recent
+    with pytest.raises(IndexError):
+        items[4]
+    check_images(items, "train", 64)  # by their size: nothing read
+    assert len(read) == 1
+    with pytest.raises(DataError, match=r"train: images read at \(32, 32\) are expected"):
+        check_images(items, "train", 32)
+    first = items.images.paths[0]
+    first.write_bytes(first.read_bytes()[:60])  # the header stays, the pixels are cut
+    with pytest.raises(DataError, match=rf"{first}"):
+        items[0].image

@@ -16,6 +16,8 @@ from attnkit.data.audio import (
 from attnkit.data.audio_files import read_wav, write_wav
 from attnkit.data.images import (
     CaptionedImage,
+    CaptionedImages,
+    ImageFiles,
     ImageQuestion,
     load_image,
     read_caption_folder,
@@ -69,9 +71,11 @@ __all__ = [
     "MAX_WIDTH",
     "NUMBER_LANGUAGES",
     "CaptionedImage",
+    "CaptionedImages",
     "CharVocab",
     "DataError",
     "FeaturesOnDisk",
+    "ImageFiles",
     "ImageQuestion",
     "LineFolder",
     "MelStream",

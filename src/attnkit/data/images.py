@@ -27,6 +27,7 @@ reuse them).
 
 from __future__ import annotations
 
+import collections
 import os
 import struct
 import warnings
@@ -44,9 +45,10 @@ from attnkit.data.tsv import read_tsv_rows
 from attnkit.data.unusable import Unusable
 from attnkit.errors import DataError
 
-__all__ = ["CAPTIONS", "QUESTIONS", "CaptionedImage", "ImageQuestion", "image_header",
-           "load_image", "read_caption_folder", "read_pixels", "read_question_folder",
-           "stack_images", "write_caption_folder", "write_question_folder"]
+__all__ = ["CAPTIONS", "QUESTIONS", "CaptionedImage", "CaptionedImages", "ImageFiles",
+           "ImageQuestion", "image_header", "load_image", "read_caption_folder", "read_pixels",
+           "read_question_folder", "stack_images", "write_caption_folder",
+           "write_question_folder"]
 
 CAPTIONS, QUESTIONS = "captions.tsv", "questions.tsv"  # a folder's data files, by default
 
@@ -217,6 +219,81 @@ def load_image(path: str | Path, size: int) -> torch.Tensor:
     return torch.from_numpy(np.array(image, dtype=np.uint8)).permute(2, 0, 1).contiguous()
 
 
+class ImageFiles(Sequence):
+    """Image files of one ``size``, each read when indexed as :func:`load_image` reads it:
+    ``(3, size, size)`` uint8. Memory holds their paths, never their pixels, so a corpus of
+    any number of images fits. :meth:`add` checks a file from its header (missing, not an
+    image Pillow identifies, a decompression bomb, past :data:`MAX_PIXELS`), so a corpus's
+    unusable images are named when it is read; a file whose pixels cannot be decoded is named
+    when its batch reads it. The last :attr:`RECENT` images read are kept (the same tensor
+    for the questions of one image)."""
+
+    RECENT = 32  # images kept once read: the questions of one image come together
+
+    def __init__(self, size: int, paths: Sequence[Path] = ()):
+        self.size, self.paths = size, list(paths)
+        self._recent: collections.OrderedDict[int, torch.Tensor] = collections.OrderedDict()
+
+    def add(self, path: Path, file=None) -> int:
+        """Check the image from its header and keep ``path``; its index. ``file``: where the
+        header is read when it is not ``path`` itself (a dataset's bytes, for a subclass
+        whose :meth:`read` finds the image by ``path``).
+
+        Raises:
+            DataError: naming the file.
+        """
+        image_header(path if file is None else file, _check_pixels)
+        self.paths.append(path)
+        return len(self.paths) - 1
+
+    def read(self, path) -> torch.Tensor:
+        """The image of ``path``, ``(3, size, size)`` uint8 (:func:`load_image`)."""
+        return load_image(path, self.size)
+
+    def subset(self, paths: list) -> ImageFiles:
+        """The images of ``paths``, read as these are."""
+        return ImageFiles(self.size, paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.subset(self.paths[i])
+        i = range(len(self.paths))[i]  # an IndexError past the end, as a list's
+        if i in self._recent:
+            self._recent.move_to_end(i)
+        else:
+            self._recent[i] = self.read(self.paths[i])
+            if len(self._recent) > self.RECENT:
+                self._recent.popitem(last=False)
+        return self._recent[i]
+
+
+class CaptionedImages(Sequence):
+    """:class:`CaptionedImage` items whose images are :class:`ImageFiles`, each read when its
+    item is indexed: ``images[index[i]]`` with ``captions[i]`` and ``origins[i]``."""
+
+    def __init__(self, images: ImageFiles, index: Sequence[int],
+                 captions: Sequence[tuple[str, ...]], origins: Sequence[str]):
+        self.images, self.index = images, list(index)
+        self.captions, self.origins = list(captions), list(origins)
+
+    @property
+    def size(self) -> int:
+        """The side of every image, in pixels."""
+        return self.images.size
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return CaptionedImages(self.images, self.index[i], self.captions[i],
+                                   self.origins[i])
+        return CaptionedImage(self.images[self.index[i]], self.captions[i], self.origins[i])
+
+
 def stack_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
     """A batch ``(B, 3, S, S)`` float32 in ``[0, 1]`` of uint8 images ``(3, S, S)`` of one size.
 
@@ -235,13 +312,15 @@ def stack_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
 
 def _folder_images(folder: Path, tsv: Path, rows: list[tuple], size: int,
                    anywhere: bool = False, unusable: Unusable | None = None,
-                   ) -> tuple[dict[str, torch.Tensor], list[tuple]]:
-    """Each image named in ``rows`` (``(line, filename, ...)``), read once, and the rows
-    whose image was read; names stay inside ``folder`` unless ``anywhere``
-    (:func:`attnkit.data.paths.inside`). An image missing or unreadable raises, or with
-    ``unusable`` drops every row naming it, each counted there."""
+                   ) -> tuple[ImageFiles, dict[str, int], list[tuple]]:
+    """The images named in ``rows`` (``(line, filename, ...)``), each checked once from its
+    header (:class:`ImageFiles`), their index by name, and the rows whose image was found;
+    names stay inside ``folder`` unless ``anywhere`` (:func:`attnkit.data.paths.inside`). An
+    image missing or unreadable raises, or with ``unusable`` drops every row naming it, each
+    counted there."""
     if not folder.is_dir():
         raise DataError(f"{folder}: not a folder of images")
+    files = ImageFiles(size)
     images, failed, kept = {}, {}, []
     for n, name, *rest in rows:
         name = name.strip()
@@ -250,7 +329,7 @@ def _folder_images(folder: Path, tsv: Path, rows: list[tuple], size: int,
                 path = inside(folder, name, f"{tsv}:{n}", anywhere=anywhere)
                 if not path.exists():  # anything else but a regular file: refused when read
                     raise DataError(f"image {name!r} not found in {folder}")
-                images[name] = load_image(path, size)
+                images[name] = files.add(path)
             except DataError as exc:
                 if unusable is None:
                     raise DataError(str(exc) if str(exc).startswith(f"{tsv}:")
@@ -260,12 +339,12 @@ def _folder_images(folder: Path, tsv: Path, rows: list[tuple], size: int,
             unusable.drop(f"{tsv}:{n}: {failed[name]}", "images")
         else:
             kept.append((n, name, *rest))
-    return images, kept
+    return files, images, kept
 
 
 def _read_folder(folder: Path, tsv: str | Path | None, default: str, columns: tuple[str, ...],
                  *, size: int, anywhere: bool, max_unusable: float | None,
-                 ) -> tuple[dict[str, torch.Tensor], list[tuple]]:
+                 ) -> tuple[ImageFiles, dict[str, int], list[tuple]]:
     """The images and usable rows of the TSV ``tsv`` (default ``folder/default``) of a folder
     of images, whose rows are ``columns`` (each a ``(line, *fields)``, the file name stripped);
     with ``max_unusable``, what cannot be used is dropped and counted up to that share (rows
@@ -274,18 +353,19 @@ def _read_folder(folder: Path, tsv: str | Path | None, default: str, columns: tu
     unusable = None if max_unusable is None else Unusable(
         tsv, max_unusable=max_unusable, what=f"{columns[1]}s")
     rows = read_tsv_rows(tsv, columns=columns, unusable=unusable)
-    images, rows = _folder_images(folder, tsv, rows, size, anywhere, unusable)
+    files, images, rows = _folder_images(folder, tsv, rows, size, anywhere, unusable)
     if unusable is not None:
         unusable.check(len(rows))
-    return images, rows
+    return files, images, rows
 
 
 def read_caption_folder(folder: str | Path, tsv: str | Path | None = None, *,
                         size: int, anywhere: bool = False,
-                        max_unusable: float | None = None) -> list[CaptionedImage]:
+                        max_unusable: float | None = None) -> CaptionedImages:
     """The user's captioned images: one :class:`CaptionedImage` per image named in ``tsv``
     (default ``folder/captions.tsv``; ``filename<TAB>caption`` lines, several per image), in
-    the order of their first line; images resized to ``size`` (see :func:`load_image`).
+    the order of their first line; images read when indexed, resized to ``size`` (see
+    :func:`load_image`).
 
     Raises:
         DataError: naming the TSV file and line (a bad or empty line, a missing or unreadable
@@ -293,21 +373,22 @@ def read_caption_folder(folder: str | Path, tsv: str | Path | None = None, *,
             instead, up to that share (:mod:`attnkit.data.unusable`).
     """
     folder = Path(folder)
-    images, rows = _read_folder(folder, tsv, CAPTIONS, ("filename", "caption"), size=size,
-                                anywhere=anywhere, max_unusable=max_unusable)
+    files, images, rows = _read_folder(folder, tsv, CAPTIONS, ("filename", "caption"),
+                                       size=size, anywhere=anywhere, max_unusable=max_unusable)
     captions: dict[str, list[str]] = {}
     for _, name, caption in rows:
         captions.setdefault(name, []).append(caption.strip())
-    return [CaptionedImage(images[name], tuple(texts), f"{folder / name}")
-            for name, texts in captions.items()]
+    return CaptionedImages(files, [images[name] for name in captions],
+                           [tuple(texts) for texts in captions.values()],
+                           [f"{folder / name}" for name in captions])
 
 
 def read_question_folder(folder: str | Path, tsv: str | Path | None = None, *,
                          size: int, anywhere: bool = False, max_unusable: float | None = None,
-                         ) -> tuple[list[torch.Tensor], list[ImageQuestion]]:
+                         ) -> tuple[ImageFiles, list[ImageQuestion]]:
     """The user's questions: the images ``(3, size, size)`` uint8 (each once, in the order of
-    their first line) and one :class:`ImageQuestion` (type ``"user"``, origin ``file:line``)
-    per ``filename<TAB>question<TAB>answer`` line of ``tsv`` (default
+    their first line; read when indexed) and one :class:`ImageQuestion` (type ``"user"``,
+    origin ``file:line``) per ``filename<TAB>question<TAB>answer`` line of ``tsv`` (default
     ``folder/questions.tsv``).
 
     Raises:
@@ -317,12 +398,12 @@ def read_question_folder(folder: str | Path, tsv: str | Path | None = None, *,
     """
     folder = Path(folder)
     tsv = Path(tsv) if tsv is not None else folder / QUESTIONS
-    images, rows = _read_folder(folder, tsv, QUESTIONS, ("filename", "question", "answer"),
-                                size=size, anywhere=anywhere, max_unusable=max_unusable)
-    index = {name: i for i, name in enumerate(images)}
+    files, index, rows = _read_folder(folder, tsv, QUESTIONS,
+                                      ("filename", "question", "answer"), size=size,
+                                      anywhere=anywhere, max_unusable=max_unusable)
     questions = [ImageQuestion(index[name], question.strip(), answer.strip(), "user",
                                f"{tsv}:{n}") for n, name, question, answer in rows]
-    return list(images.values()), questions
+    return files, questions
 
 
 def _check_field(where: str, text: str) -> None:

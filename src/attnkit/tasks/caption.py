@@ -28,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from attnkit.checks import check_non_negative, check_positive_int, check_probability, quoted
 from attnkit.data import (
+    CaptionedImages,
     DataError,
     Scene,
     WordVocab,
@@ -73,15 +74,22 @@ class Caption(NamedTuple):
 
 def check_images(items: Sequence, name: str, size: int) -> None:
     """Every ``items[i].image`` is ``(3, size, size)`` uint8 and has a caption; else a
-    :class:`DataError` naming the item."""
-    for i, item in enumerate(items):
+    :class:`DataError` naming the item. Images read when indexed
+    (:class:`attnkit.data.CaptionedImages`) are checked by the size they are read at, not
+    read here."""
+    stored = isinstance(items, CaptionedImages)
+    if stored and items.size != size:
+        raise DataError(f"{name}: images read at ({size}, {size}) are expected (the model's "
+                        f"image_size), got ({items.size}, {items.size})")
+    for i, item in enumerate(() if stored else items):
         image = item.image
         if image.dtype != torch.uint8 or tuple(image.shape) != (3, size, size):
             raise DataError(f"{name}[{i}]: expected a uint8 image (3, {size}, {size}) (the "
                             f"model's image_size), got {image.dtype} {tuple(image.shape)}")
-        if not item.captions or not all(c.strip() for c in item.captions):
+    for i, captions in enumerate(items.captions if stored else (x.captions for x in items)):
+        if not captions or not all(c.strip() for c in captions):
             raise DataError(f"{name}[{i}]: expected non-empty captions, "
-                            f"got {quoted(item.captions)}")
+                            f"got {quoted(captions)}")
 
 
 @torch.no_grad()

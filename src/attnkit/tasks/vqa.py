@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from attnkit.checks import check_positive_int, quoted
 from attnkit.data import (
     DataError,
+    ImageFiles,
     ImageQuestion,
     WordVocab,
     load_image,
@@ -64,7 +65,11 @@ def check_questions(data: QuestionSet, name: str, size: int) -> None:
     """Images ``(3, size, size)`` uint8, and questions naming one of them; else a
     :class:`DataError` naming the image or the question's origin."""
     images, questions = data
-    for i, image in enumerate(images):
+    stored = isinstance(images, ImageFiles)  # read when indexed: checked by their size
+    if stored and images.size != size:
+        raise DataError(f"{name}: images read at ({size}, {size}) are expected (the model's "
+                        f"image_size), got ({images.size}, {images.size})")
+    for i, image in enumerate(() if stored else images):
         if image.dtype != torch.uint8 or tuple(image.shape) != (3, size, size):
             raise DataError(f"{name} image {i}: expected a uint8 image (3, {size}, {size}) (the "
                             f"model's image_size), got {image.dtype} {tuple(image.shape)}")

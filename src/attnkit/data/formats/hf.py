@@ -35,9 +35,8 @@ missing, empty, too long (translation: ``max_chars``), not one line (OCR) or who
 cannot be read is unusable (:mod:`attnkit.data.formats.reading`), named ``hf:PATH:SPLIT:ROW``.
 
 Translation pairs stream to disk as they are read (:class:`~attnkit.data.pairs.TextPairs`);
-OCR lines keep their row, width and text (:class:`DatasetLines`), each image decoded when its
-batch needs it; captioning and VQA images are held as the model's squares, as the folders'
-are.
+OCR lines keep their row, width and text (:class:`DatasetLines`) and captioning and VQA
+images their row (:class:`DatasetImages`), each image decoded when its batch needs it.
 """
 
 from __future__ import annotations
@@ -59,7 +58,7 @@ import torch
 from attnkit.data.formats import Format, register
 from attnkit.data.formats.reading import ROLES
 from attnkit.data.unusable import MAX_UNUSABLE, Unusable
-from attnkit.data.images import CaptionedImage, ImageQuestion, load_image
+from attnkit.data.images import CaptionedImages, ImageFiles, ImageQuestion, load_image
 from attnkit.data.lines import MAX_WIDTH, LineFolder, line_width, load_line_image
 from attnkit.data.pairs import TextPairs
 from attnkit.data.paths import inside
@@ -67,9 +66,9 @@ from attnkit.data.text import nfc
 from attnkit.data.tsv import MAX_CHARS, field_problem
 from attnkit.errors import DataError
 
-__all__ = ["PREFIX", "SUMMARY", "DatasetLines", "cache_dir", "dataset_columns", "dataset_rows",
-           "is_hf", "open_dataset", "parse_path", "read_hf_captions", "read_hf_lines",
-           "read_hf_pairs", "read_hf_questions"]
+__all__ = ["PREFIX", "SUMMARY", "DatasetImages", "DatasetLines", "cache_dir",
+           "dataset_columns", "dataset_rows", "is_hf", "open_dataset", "parse_path",
+           "read_hf_captions", "read_hf_lines", "read_hf_pairs", "read_hf_questions"]
 
 log = logging.getLogger("attnkit")
 
@@ -341,42 +340,78 @@ def _texts(value: Any) -> list[str]:
     return [t for t in found if t]
 
 
+class DatasetImages(ImageFiles):
+    """The images of a dataset's column, each decoded from its row when indexed (as
+    :class:`~attnkit.data.ImageFiles` reads files): its "paths" are the rows."""
+
+    def __init__(self, dataset, source: str, column: str, folder: Path, size: int,
+                 rows: list[int] | None = None):
+        super().__init__(size, rows or [])
+        self.dataset, self.source, self.column, self.folder = dataset, source, column, folder
+
+    @classmethod
+    def of(cls, dataset, source: str, column: str, folder: Path, size: int) -> DatasetImages:
+        """Those of ``dataset``'s image ``column``, undecoded (none added yet)."""
+        if isinstance(dataset.features[column], _datasets().Image):
+            dataset = dataset.cast_column(column, _datasets().Image(decode=False))
+        return cls(dataset.select_columns([column]), source, column, folder, size)
+
+    def add_row(self, row: int, value: Any) -> int:
+        """Check row ``row``'s image ``value`` from its header and keep the row; its index.
+
+        Raises:
+            DataError: naming the row.
+        """
+        return self.add(row, _image(value, f"{self.source}:{row}", self.folder))
+
+    def read(self, path) -> torch.Tensor:
+        image = _image(self.dataset[path][self.column], f"{self.source}:{path}", self.folder)
+        return load_image(image, self.size)
+
+    def subset(self, paths: list) -> DatasetImages:
+        return DatasetImages(self.dataset, self.source, self.column, self.folder, self.size,
+                             paths)
+
+
 def read_hf_captions(path: str | Path, *, size: int, columns: str | dict | None = None,
                      split: str | None = None, role: str = "train",
-                     max_unusable: float = MAX_UNUSABLE) -> list[CaptionedImage]:
-    """The captioned images of a dataset (see the module docstring), one per row."""
+                     max_unusable: float = MAX_UNUSABLE) -> CaptionedImages:
+    """The captioned images of a dataset (see the module docstring), one per row, each
+    image checked from its header here and decoded when indexed (:class:`DatasetImages`)."""
     dataset, source = open_dataset(path, role, split)
     chosen = dataset_columns(columns, "caption", dataset.column_names, source)
-    folder = parse_path(path)[0]
+    images = DatasetImages.of(dataset, source, chosen["image"], parse_path(path)[0], size)
     unusable = Unusable(source, max_unusable=max_unusable, what="images")
-    out = []
+    index, captions, origins = [], [], []
     for row, values in dataset_rows(dataset, [chosen["image"], chosen["caption"]]):
         where = f"{source}:{row}"
-        captions = _texts(values[chosen["caption"]])
-        if not captions:
+        texts = _texts(values[chosen["caption"]])
+        if not texts:
             unusable.drop(f"{where}: no caption", "empty")
             continue
         try:
-            image = load_image(_image(values[chosen["image"]], where, folder), size)
+            index.append(images.add_row(row, values[chosen["image"]]))
         except DataError as exc:
             unusable.drop(str(exc), "unreadable images")
             continue
-        out.append(CaptionedImage(image, tuple(captions), where))
-    unusable.check(len(out))
-    return out
+        captions.append(tuple(texts))
+        origins.append(where)
+    unusable.check(len(index))
+    return CaptionedImages(images, index, captions, origins)
 
 
 def read_hf_questions(path: str | Path, *, size: int, columns: str | dict | None = None,
                       split: str | None = None, role: str = "train",
                       max_unusable: float = MAX_UNUSABLE,
-                      ) -> tuple[list[torch.Tensor], list[ImageQuestion]]:
+                      ) -> tuple[DatasetImages, list[ImageQuestion]]:
     """The images and questions of a dataset (see the module docstring): one question per
-    row, its answer the most common given, the images of equal bytes read once."""
+    row, its answer the most common given, the images of equal bytes kept once (checked
+    from their headers here, decoded when indexed)."""
     dataset, source = open_dataset(path, role, split)
     chosen = dataset_columns(columns, "vqa", dataset.column_names, source)
     folder = parse_path(path)[0]
     unusable = Unusable(source, max_unusable=max_unusable, what="questions")
-    images: list[torch.Tensor] = []
+    images = DatasetImages.of(dataset, source, chosen["image"], folder, size)
     seen: dict[Any, int] = {}
     questions = []
     fields = [chosen["image"], chosen["question"], chosen["answer"]]
@@ -391,8 +426,7 @@ def read_hf_questions(path: str | Path, *, size: int, columns: str | dict | None
             key = hashlib.sha1(image.getvalue()).digest() if isinstance(image, io.BytesIO) \
                 else str(image)
             if key not in seen:
-                images.append(load_image(image, size))
-                seen[key] = len(images) - 1
+                seen[key] = images.add_row(row, values[chosen["image"]])
         except DataError as exc:
             unusable.drop(str(exc), "unreadable images")
             continue

@@ -1,6 +1,7 @@
-"""Captioning and VQA corpora, read into what attnkit's own folders give: a list of
-:class:`~attnkit.data.CaptionedImage` (task ``"caption"``), or the images and their
-:class:`~attnkit.data.ImageQuestion` (task ``"vqa"``).
+"""Captioning and VQA corpora, read into what attnkit's own folders give:
+:class:`~attnkit.data.CaptionedImages` (task ``"caption"``), or the images
+(:class:`~attnkit.data.ImageFiles`) and their :class:`~attnkit.data.ImageQuestion` (task
+``"vqa"``).
 
 ============  ==========  ===============================================================
 ``captions``  caption     attnkit's own: a folder of images and ``captions.tsv``
@@ -21,9 +22,11 @@ with ``{`` is attnkit's own; a JSON file whose first bytes hold ``"sentences"`` 
 one holding ``"questions"`` is VQA v2's, any other JSON file COCO's. JSON files are read as
 :mod:`attnkit.data.text` reads text (UTF-8 with or without a byte-order mark, gzip / xz /
 bzip2); a file that is not JSON is named with the line and column where it stops being JSON.
-Texts are NFC with their runs of white space as one space. Images are read once each and
-resized to the model's size (:func:`attnkit.data.load_image`: any mode, a decompression bomb
-refused from its header), in the order of their first caption or question.
+Texts are NFC with their runs of white space as one space. Each image's header is checked
+once when the corpus is read (missing, unidentified, a decompression bomb: named then), in the
+order of its first caption or question; its pixels are read and resized to the model's size
+when a batch needs them (:func:`attnkit.data.load_image`: any mode), so memory holds the
+paths, not the images.
 
 **Images folder** (``images``): the folder the JSON's file names are relative to. By default,
 COCO's is the folder named like the file's split (``train2017`` of
@@ -57,17 +60,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from attnkit.data.formats import Format, register
 from attnkit.data.formats.reading import ROLES
 from attnkit.data.unusable import MAX_UNUSABLE, Unusable
 from attnkit.data.images import (
     CAPTIONS,
     QUESTIONS,
-    CaptionedImage,
+    CaptionedImages,
+    ImageFiles,
     ImageQuestion,
-    load_image,
     read_caption_folder,
     read_question_folder,
 )
@@ -86,7 +87,7 @@ HEAD = 1 << 16  # bytes of a JSON file detection reads
 
 def read_captions(path: str | Path, *, size: int, tsv: str = CAPTIONS,
                   anywhere: bool = False, max_unusable: float | None = None,
-                  ) -> list[CaptionedImage]:
+                  ) -> CaptionedImages:
     """attnkit's own captions: the folder ``path`` with its ``tsv``, or the TSV ``path`` in its
     folder (:func:`attnkit.data.read_caption_folder`)."""
     path = Path(path)
@@ -97,7 +98,7 @@ def read_captions(path: str | Path, *, size: int, tsv: str = CAPTIONS,
 
 def read_questions(path: str | Path, *, size: int, tsv: str = QUESTIONS,
                    anywhere: bool = False, max_unusable: float | None = None,
-                   ) -> tuple[list[torch.Tensor], list[ImageQuestion]]:
+                   ) -> tuple[ImageFiles, list[ImageQuestion]]:
     """attnkit's own questions: the folder ``path`` with its ``tsv``, or the TSV ``path`` in
     its folder (:func:`attnkit.data.read_question_folder`)."""
     path = Path(path)
@@ -149,13 +150,13 @@ def _folder(path: Path, images: str | Path | None, subset: str | None) -> Path:
 
 
 class _Images:
-    """Images read once each, by key: their index in :attr:`tensors`, or why they cannot be
+    """Images checked once each from their headers, by key: their index in :attr:`files`
+    (:class:`~attnkit.data.images.ImageFiles`, read when indexed), or why they cannot be
     used."""
 
     def __init__(self, folder: Path, size: int, anywhere: bool):
-        self.folder, self.size, self.anywhere = folder, size, anywhere
-        self.tensors: list[torch.Tensor] = []
-        self.paths: list[Path] = []
+        self.folder, self.anywhere = folder, anywhere
+        self.files = ImageFiles(size)
         self._found: dict[Any, int | str] = {}
 
     def get(self, key: Any, names: list[str], where: str) -> int | str:
@@ -174,21 +175,25 @@ class _Images:
         if path is None:
             return f"{where}: image {names[0]!r} not found in {self.folder}"
         try:
-            self.tensors.append(load_image(path, self.size))
+            return self.files.add(path)
         except DataError as exc:
             return f"{where}: {exc}"
-        self.paths.append(path)
-        return len(self.tensors) - 1
+
+    def captioned(self, items: list[tuple[int, tuple[str, ...]]]) -> CaptionedImages:
+        """The :class:`CaptionedImages` of ``(image index, captions)`` items, each named by
+        its image's path."""
+        return CaptionedImages(self.files, [i for i, _ in items], [c for _, c in items],
+                               [str(self.files.paths[i]) for i, _ in items])
 
 
 def read_coco(path: str | Path, *, size: int, images: str | Path | None = None,
               max_unusable: float = MAX_UNUSABLE, anywhere: bool = False,
-              references: bool = True) -> list[CaptionedImage]:
+              references: bool = True) -> CaptionedImages:
     """The captioned images of a COCO captions file (see the module docstring): one
-    :class:`CaptionedImage` per image with a usable caption, its captions in the file's
-    order. Without ``references`` (to caption the images) every image of the file is one,
-    with or without captions: COCO's test image lists (``image_info_test2014.json``) have
-    no ``annotations``.
+    :class:`~attnkit.data.CaptionedImage` per image with a usable caption, its captions in
+    the file's order. Without ``references`` (to caption the images) every image of the
+    file is one, with or without captions: COCO's test image lists
+    (``image_info_test2014.json``) have no ``annotations``.
 
     Raises:
         DataError: naming the file: not JSON, no ``images`` or ``annotations`` list; none of
@@ -223,12 +228,12 @@ def read_coco(path: str | Path, *, size: int, images: str | Path | None = None,
             for _ in texts:
                 unusable.drop(index, "image missing or unreadable")
             continue
-        out.append(CaptionedImage(found.tensors[index], tuple(texts), str(found.paths[index])))
+        out.append((index, tuple(texts)))
     if references:
-        unusable.check(sum(len(item.captions) for item in out))
+        unusable.check(sum(len(texts) for _, texts in out))
     elif not out:
         raise DataError(f"{path}: no image to caption")
-    return out
+    return found.captioned(out)
 
 
 def _splits(split: str | None, role: str) -> tuple[str, ...]:
@@ -242,7 +247,7 @@ def _splits(split: str | None, role: str) -> tuple[str, ...]:
 def read_karpathy(path: str | Path, *, size: int, images: str | Path | None = None,
                   split: str | None = None, role: str = "train",
                   max_unusable: float = MAX_UNUSABLE, anywhere: bool = False,
-                  ) -> list[CaptionedImage]:
+                  ) -> CaptionedImages:
     """The captioned images of the splits ``split`` (default: those of ``role``) of a
     Karpathy split file (see the module docstring); each sentence's ``raw`` text, or its
     ``tokens`` joined by spaces.
@@ -288,13 +293,13 @@ def read_karpathy(path: str | Path, *, size: int, images: str | Path | None = No
             for _ in texts:
                 unusable.drop(index, "image missing or unreadable")
             continue
-        out.append(CaptionedImage(found.tensors[index], tuple(texts), str(found.paths[index])))
+        out.append((index, tuple(texts)))
     if not any(splits[s] for s in wanted):
         sizes = ", ".join(f"{name} ({n})" for name, n in splits.most_common())
         raise DataError(f"{path}: no image of split {' or '.join(wanted)}; the file's splits: "
                         f"{sizes or 'none'} (--split names others)")
-    unusable.check(sum(len(item.captions) for item in out))
-    return out
+    unusable.check(sum(len(texts) for _, texts in out))
+    return found.captioned(out)
 
 
 def _annotations_file(path: Path, *, needed: bool = True) -> Path | None:
@@ -327,12 +332,12 @@ def _answer(entry: dict) -> str | None:
 def read_vqa2(path: str | Path, *, size: int, annotations: str | Path | None = None,
               images: str | Path | None = None, max_unusable: float = MAX_UNUSABLE,
               anywhere: bool = False, references: bool = True,
-              ) -> tuple[list[torch.Tensor], list[ImageQuestion]]:
-    """The images and questions of a VQA v2 questions file and its annotations (see the
-    module docstring): each question with its most common answer, type ``"user"`` and origin
-    ``file: question ID``. Without ``references`` (to answer the questions, as for VQA v2's
-    test-dev, which has no annotations) the annotations are not needed: a question without
-    one has the answer ``""``.
+              ) -> tuple[ImageFiles, list[ImageQuestion]]:
+    """The images (read when indexed) and questions of a VQA v2 questions file and its
+    annotations (see the module docstring): each question with its most common answer, type
+    ``"user"`` and origin ``file: question ID``. Without ``references`` (to answer the
+    questions, as for VQA v2's test-dev, which has no annotations) the annotations are not
+    needed: a question without one has the answer ``""``.
 
     Raises:
         DataError: naming the file: not JSON, no ``questions`` or ``annotations`` list, no
@@ -383,7 +388,7 @@ def read_vqa2(path: str | Path, *, size: int, annotations: str | Path | None = N
         out.append(ImageQuestion(index, question, answers[qid], "user",
                                  f"{path}: question {qid}"))
     unusable.check(len(out))
-    return found.tensors, out
+    return found.files, out
 
 
 def _head(path: Path) -> str | None:
