@@ -1,5 +1,6 @@
-"""Memory and time to the first training step of an OCR corpus of 1,000 to 100,000 lines and
-a translation corpus of 10,000 to 1,000,000 sentence pairs.
+"""Memory and time to the first training step of an OCR corpus of 1,000 to 100,000 lines, a
+translation corpus of 10,000 to 1,000,000 sentence pairs and a captioning corpus of 1,000 to
+100,000 images.
 
 Each case reads a corpus in a fresh process (:mod:`harness`) as ``attnkit train`` does: the
 corpus read in its format (:mod:`attnkit.data.formats`), the task built (characters, length
@@ -18,12 +19,18 @@ the corpus size means that figure barely moves from the smallest corpus to the l
   pairs are written to disk as they are read (:class:`~attnkit.data.pairs.TextPairs`) and a
   batch encodes its own; the task holds 4 bytes per pair (its lengths), and each epoch's plan
   (shuffled indices in batches) is built when the epoch starts.
+* **Captioning** (``coco``: ``captions_train2017.json`` and ``train2017/``): tiny generated
+  images (48 x 40 px RGB PNG) with two captions of 3-8 words each. Every image's header is
+  checked when the corpus is read; a batch decodes its images, resized to the command line's
+  default 64 px (:class:`~attnkit.data.CaptionedImages` keeps paths and captions).
 
 The corpora are written once into ``--work`` (default: a temporary folder, removed after):
-for 100,000 lines about 600 MB of small files; for 1,000,000 pairs about 90 MB of text.
+for 100,000 lines about 600 MB of small files; for 1,000,000 pairs about 90 MB of text; for
+100,000 images about 800 MB.
 
 Usage: ``python -m benchmarks.corpus_scale_text [--lines 1000,10000,100000]
-[--pairs 10000,100000,1000000] [--formats gt-txt,labels,moses,tsv]
+[--pairs 10000,100000,1000000] [--images 1000,10000,100000]
+[--formats gt-txt,labels,moses,tsv,coco]
 [--json results/corpus_scale_text.json]``.
 """
 
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import random
 import shutil
 import sys
@@ -42,8 +50,10 @@ from benchmarks import harness
 
 LINES = (1000, 10_000, 100_000)
 PAIRS = (10_000, 100_000, 1_000_000)
-FORMATS = ("gt-txt", "labels", "moses", "tsv")
-TASK = {"gt-txt": "ocr", "labels": "ocr", "moses": "translate", "tsv": "translate"}
+IMAGES = (1000, 10_000, 100_000)
+FORMATS = ("gt-txt", "labels", "moses", "tsv", "coco")
+TASK = {"gt-txt": "ocr", "labels": "ocr", "moses": "translate", "tsv": "translate",
+        "coco": "caption"}
 WORDS = ("total", "invoice", "net", "date", "amount", "paid", "due", "order", "item", "tax",
          "the", "house", "green", "small", "river", "runs", "quickly", "under", "bridge",
          "morning", "evening", "train", "station", "coffee", "city", "north", "south")
@@ -104,11 +114,45 @@ def write_pairs(work: Path, sizes: tuple[int, ...]) -> dict[tuple[str, int], Pat
     return corpora
 
 
+def _picture_png() -> bytes:
+    """A 48 x 40 px RGB PNG of noise: every captioned image."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(1)
+    out = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, size=(40, 48, 3), dtype=np.uint8), "RGB").save(
+        out, format="PNG")
+    return out.getvalue()
+
+
+def write_images(work: Path, sizes: tuple[int, ...]) -> dict[tuple[str, int], Path]:
+    """The COCO captioning corpora of each size: ``{("coco", n): captions JSON}``, the
+    images of the largest size shared in ``train2017/``."""
+    if not sizes:
+        return {}
+    png, rng, corpora = _picture_png(), random.Random(0), {}
+    images = work / "coco" / "train2017"
+    images.mkdir(parents=True, exist_ok=True)
+    for i in range(max(sizes)):
+        (images / f"{i:012d}.png").write_bytes(png)
+    (work / "coco" / "annotations").mkdir(exist_ok=True)
+    for n in sizes:
+        data = {"images": [{"id": i, "file_name": f"{i:012d}.png"} for i in range(n)],
+                "annotations": [{"id": 2 * i + k, "image_id": i, "caption": _sentence(rng)}
+                                for i in range(n) for k in range(2)]}
+        path = work / "coco" / "annotations" / f"captions_train2017-{n}.json"
+        path.write_text(json.dumps(data), encoding="utf-8")
+        corpora["coco", n] = path
+    return corpora
+
+
 def measure(path: str, fmt: str) -> dict:
     """One case in this process (the fresh process of :func:`harness.run`)."""
     import torch
 
     from attnkit.data.formats.reading import read_corpus
+    from attnkit.tasks.caption import CaptionTask
     from attnkit.tasks.ocr import OcrTask
     from attnkit.tasks.translate import TranslateTask
 
@@ -124,6 +168,15 @@ def measure(path: str, fmt: str) -> dict:
             task = OcrTask(data, data[:BATCH], model_config={"attention": "window",
                                                               "window": 32},
                            batch_size=BATCH, max_valid=BATCH)
+        elif TASK[fmt] == "caption":
+            data = read_corpus("caption", path, fmt, size=64,
+                               images=str(Path(path).parent.parent / "train2017"))
+            read_s = time.perf_counter() - start
+            # the command line's default captioner (train caption): soft attention
+            task = CaptionTask(data, data[:BATCH], model_config={
+                "name": "captioner", "image_size": 64, "channels": [32, 64, 128],
+                "hidden": 256, "emb": 128, "attn_dim": 128, "attention": "soft"},
+                batch_size=BATCH, max_valid=BATCH)
         else:
             options = {"src_lang": "de", "tgt_lang": "en"} if fmt == "moses" else {}
             data = read_corpus("translate", path, fmt, **options)
@@ -166,6 +219,8 @@ def main(argv=None) -> int:
                    help="lines per OCR corpus, comma-separated (default %(default)s)")
     p.add_argument("--pairs", default=",".join(map(str, PAIRS)),
                    help="pairs per translation corpus, comma-separated (default %(default)s)")
+    p.add_argument("--images", default=",".join(map(str, IMAGES)),
+                   help="images per captioning corpus, comma-separated (default %(default)s)")
     p.add_argument("--formats", default=",".join(FORMATS),
                    help="formats measured, comma-separated (default %(default)s)")
     p.add_argument("--work", type=Path, help="where the corpora are written and kept "
@@ -174,17 +229,19 @@ def main(argv=None) -> int:
     formats = args.formats.split(",")
     lines = _sizes(args.lines) if {"gt-txt", "labels"} & set(formats) else ()
     pairs = _sizes(args.pairs) if {"moses", "tsv"} & set(formats) else ()
+    images = _sizes(args.images) if "coco" in formats else ()
     work = args.work or Path(tempfile.mkdtemp(prefix="attnkit-corpus-scale-text-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
         start = time.perf_counter()
-        corpora = {**write_lines(work, lines), **write_pairs(work, pairs)}
+        corpora = {**write_lines(work, lines), **write_pairs(work, pairs),
+                   **write_images(work, images)}
         print(f"wrote the corpora in {time.perf_counter() - start:.0f} s; {harness.machine()}",
               flush=True)
         print(HEADER)
         rows = []
         for fmt in formats:
-            for n in lines if TASK[fmt] == "ocr" else pairs:
+            for n in {"ocr": lines, "translate": pairs, "caption": images}[TASK[fmt]]:
                 if args.match is not None and args.match not in f"{fmt} {n}":
                     continue
                 case = {"format": fmt, "task": TASK[fmt], "n": n}
@@ -198,7 +255,7 @@ def main(argv=None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     if args.json:
         harness.write_json(args.json, rows, batch=BATCH, line_image="32 x 64 px grey PNG",
-                           words_per_sentence="3-8")
+                           words_per_sentence="3-8", caption_image="48 x 40 px RGB PNG")
     return 0
 
 

@@ -118,3 +118,18 @@ def test_caption_the_images_of_a_coco_image_list(tiny_captioner, tmp_path, capsy
     lines = capsys.readouterr().out.strip().split("\n")
     assert [line.split("\t")[0] for line in lines] == [
         str(images / f"{100 + i:012d}.png") for i in range(len(MODES))]
+
+
+@pytest.mark.parametrize("name", ["librispeech", "jsonl", "commonvoice", "hf"])
+def test_transcribe_each_speech_format_as_its_native_manifest(tmp_path, capsys, name):
+    from tests.data.test_formats_speech import CORPORA, OPTIONS
+
+    corpus, native = CORPORA[name][0](tmp_path)
+    options = [a for k, v in OPTIONS.get(name, {}).items() for a in (f"--{k}", v)]
+    outputs = []
+    for data, given in ((corpus, options), (native, [])):
+        assert main(["transcribe", "--checkpoint", "builtin:asr-digits", "--corpus", str(data),
+                     "--beam", "1", *given]) == 0
+        outputs.append([line.split("\t")[1] for line in
+                        capsys.readouterr().out.strip().split("\n")])
+    assert outputs[0] == outputs[1] and len(outputs[0]) == 4
