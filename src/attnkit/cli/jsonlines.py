@@ -17,7 +17,6 @@ the decoding call that produced it, which decoded ``batch_size`` inputs together
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -57,24 +56,13 @@ def reads_stdin(items: Sequence, args) -> bool:
 
 def record(name: str, output, decoding, seconds: float, batch_size: int) -> dict:
     """The JSON object of one input's ``output`` (None: a blank input, not decoded)."""
-    texts = [] if output is None else list(output.texts)
-    scores = (output.scores if output is not None and output.scores is not None
-              else [None] * len(texts))
-    scores = [_finite(s) for s in scores]
-    tokens = (output.tokens if output is not None and output.tokens is not None
-              else [None] * len(texts))
-    return {"input": name, "text": texts[0] if texts else "",
-            "score": scores[0] if scores else None,
-            "outputs": [{"text": t, "score": s, **({} if pieces is None else {"tokens": [
-                {"token": piece, "log_prob": _finite(logp)} for piece, logp in pieces]})}
-                for t, s, pieces in zip(texts, scores, tokens)],
+    outputs = [] if output is None else [  # "tokens" only where the decoding keeps them
+        {k: v for k, v in r.items() if k != "tokens" or v is not None} for r in output.records()]
+    return {"input": name, "text": outputs[0]["text"] if outputs else "",
+            "score": outputs[0]["score"] if outputs else None,
+            "outputs": outputs,
             "decoding": asdict(decoding), "time_ms": round(seconds * 1000, 3),
             "batch_size": batch_size}
-
-
-def _finite(score: float | None) -> float | None:
-    """A score as JSON can hold it: None for an infinite or NaN one."""
-    return score if score is None or math.isfinite(score) else None
 
 
 def write(outputs: Sequence, args, *, names: Sequence[str], decoding, seconds: float,

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import math
 import re
 import tempfile
 import time
@@ -299,18 +298,10 @@ class _Serving:
             self.metrics.decoding_failed()
             raise ApiError(500, None, str(exc)) from None
         output = done.output
-        scores = output.scores or [None] * len(output.texts)
-        tokens = output.tokens or [None] * len(output.texts)
         return {"id": request_id, "task": self.evaluator.task, "text": output.text,
-                "outputs": [{"text": t, "score": _finite(s), "tokens": None if pieces is None
-                             else [{"token": p, "log_prob": _finite(lp)} for p, lp in pieces]}
-                            for t, s, pieces in zip(output.texts, scores, tokens)],
+                "outputs": output.records(),
                 "decoding": describe_decoding(decoding), "batch_size": done.batch_size,
                 "time_ms": round((time.monotonic() - request.state.arrived) * 1000, 3)}
-
-
-def _finite(score: float | None) -> float | None:
-    return score if score is not None and math.isfinite(score) else None
 
 
 def _check_text(field: str, text: str, max_chars: int) -> str:

@@ -25,6 +25,8 @@ and its own :class:`Output`), extends :meth:`Evaluator.score` and names its own 
 
 from __future__ import annotations
 
+import math
+
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -83,6 +85,20 @@ class Output:
     @property
     def text(self) -> str:
         return self.texts[0]
+
+    def records(self) -> list[dict]:
+        """Each text as JSON holds it, best first: ``{"text", "score", "tokens"}``, ``tokens``
+        a list of ``{"token", "log_prob"}`` or None; an infinite or NaN score or
+        log-probability (a masked choice) is None, as JSON has no infinity."""
+        scores = self.scores or [None] * len(self.texts)
+        tokens = self.tokens or [None] * len(self.texts)
+        return [{"text": text, "score": _finite(score), "tokens": None if pieces is None else [
+            {"token": piece, "log_prob": _finite(logp)} for piece, logp in pieces]}
+            for text, score, pieces in zip(self.texts, scores, tokens)]
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
 
 
 def texts_of(hyp: Hypotheses, vocab) -> list[list[str]]:
