@@ -200,7 +200,8 @@ def test_a_line_too_narrow_for_the_crnn_is_refused(tmp_path):
 
 def test_a_corpus_holds_image_paths_and_reads_pixels_when_indexed(tmp_path, monkeypatch):
     from attnkit.data import images as module
-    from attnkit.tasks.caption import check_images
+    from attnkit.tasks.caption import CaptionTask, check_images
+    from attnkit.tasks.vqa import VqaTask
 
     scenes = generate_scenes(4, seed=2)
     write_caption_folder(scenes, tmp_path / "cap")
@@ -218,7 +219,14 @@ def test_a_corpus_holds_image_paths_and_reads_pixels_when_indexed(tmp_path, monk
     with pytest.raises(IndexError):
         items[4]
     check_images(items, "train", 64)  # by their size: nothing read
-    assert len(read) == 1
+    task = CaptionTask(items, items[:2], model_config={"image_size": 64, "channels": [4, 8, 8],
+                                                        "hidden": 8, "emb": 8, "attn_dim": 8})
+    assert len(read) == 1 and len(task.pairs) == sum(len(s.captions) for s in scenes)
+    write_question_folder(*question_set(scenes), tmp_path / "vqa")
+    images, questions = read_question_folder(tmp_path / "vqa", size=64)
+    VqaTask((images, questions), (images, questions[:3]), model_config={
+        "image_size": 64, "channels": [4, 8, 8], "hidden": 8, "emb": 8, "attn_dim": 8})
+    assert len(read) == 1  # the tasks keep the images unread
     with pytest.raises(DataError, match=r"train: images read at \(32, 32\) are expected"):
         check_images(items, "train", 32)
     first = items.images.paths[0]

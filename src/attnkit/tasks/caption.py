@@ -72,6 +72,11 @@ class Caption(NamedTuple):
     weights: torch.Tensor | None
 
 
+def _caption_texts(items: Sequence) -> Sequence[tuple[str, ...]]:
+    """The captions of each item, without reading images read when indexed."""
+    return items.captions if isinstance(items, CaptionedImages) else [x.captions for x in items]
+
+
 def check_images(items: Sequence, name: str, size: int) -> None:
     """Every ``items[i].image`` is ``(3, size, size)`` uint8 and has a caption; else a
     :class:`DataError` naming the item. Images read when indexed
@@ -86,7 +91,7 @@ def check_images(items: Sequence, name: str, size: int) -> None:
         if image.dtype != torch.uint8 or tuple(image.shape) != (3, size, size):
             raise DataError(f"{name}[{i}]: expected a uint8 image (3, {size}, {size}) (the "
                             f"model's image_size), got {image.dtype} {tuple(image.shape)}")
-    for i, captions in enumerate(items.captions if stored else (x.captions for x in items)):
+    for i, captions in enumerate(_caption_texts(items)):
         if not captions or not all(c.strip() for c in captions):
             raise DataError(f"{name}[{i}]: expected non-empty captions, "
                             f"got {quoted(captions)}")
@@ -234,14 +239,17 @@ class CaptionTask:
         doubly_stochastic = check_non_negative("doubly_stochastic", doubly_stochastic)
         entropy_weight = check_non_negative("entropy_weight", entropy_weight)
         check_probability("baseline_decay", baseline_decay)
-        self.words = vocab or WordVocab.build(c for item in train for c in item.captions)
+        # images read when indexed stay so (CaptionedImages): none is read here
+        self.train = train if isinstance(train, CaptionedImages) else list(train)
+        self.valid = (valid if isinstance(valid, CaptionedImages) else list(valid))[:max_valid]
+        captions = _caption_texts(self.train)
+        self.words = vocab or WordVocab.build(c for texts in captions for c in texts)
         self.model_config = {"name": "captioner", **model_config, "vocab": len(self.words)}
         size = self.model_config.get("image_size", 64)
-        self.train, self.valid = list(train), list(valid)[:max_valid]
         check_images(self.train, "train", size)
         check_images(self.valid, "valid", size)
-        self.pairs = [(i, self.words.encode(c)) for i, item in enumerate(self.train)
-                      for c in item.captions]
+        self.pairs = [(i, self.words.encode(c)) for i, texts in enumerate(captions)
+                      for c in texts]
         self.max_words = max(len(ids) for _, ids in self.pairs) + EXTRA_WORDS
         if not isinstance(teacher_forcing, TeacherForcing):
             teacher_forcing = TeacherForcing(start=teacher_forcing)

@@ -61,6 +61,12 @@ class Answer(NamedTuple):
     weights: torch.Tensor | None
 
 
+def _images(images: Sequence) -> Sequence:
+    """``images`` as a task keeps them: images read when indexed (:class:`ImageFiles`) stay
+    so, none read here; others as a list."""
+    return images if isinstance(images, ImageFiles) else list(images)
+
+
 def check_questions(data: QuestionSet, name: str, size: int) -> None:
     """Images ``(3, size, size)`` uint8, and questions naming one of them; else a
     :class:`DataError` naming the image or the question's origin."""
@@ -206,8 +212,8 @@ class VqaTask:
         size = self.model_config.get("image_size", 64)
         check_questions(train, "train", size)
         check_questions(valid, "valid", size)
-        self.images, self.questions = list(train[0]), list(train[1])
-        self.valid = (list(valid[0]), list(valid[1])[:max_valid])
+        self.images, self.questions = _images(train[0]), list(train[1])
+        self.valid = (_images(valid[0]), list(valid[1])[:max_valid])
         self._ids = [self.words.encode(q.question) for q in self.questions]
         empty = [q.origin for q, ids in zip(self.questions, self._ids) if not ids]
         if empty:
