@@ -39,7 +39,8 @@ def translator():
 
 
 @pytest.mark.parametrize("decoding", [Decoding(), Decoding(beam=4, n_best=3),
-                                      Decoding(beam=2, max_len=6)], ids=str)
+                                      Decoding(beam=2, max_len=6)],
+                         ids=["greedy", "beam 4, n-best 3", "beam 2, max_len 6"])
 def test_an_export_decodes_as_its_checkpoint(exports, translator, decoding):
     exported = exported_evaluator(exports / "translate")
     assert isinstance(exported.model, ExportedModel)
