@@ -179,7 +179,7 @@ def _model_key(key):
     ("config.json", _model_key("kind"), "seq2seq cannot be built from it: kind: expected one "
      "of bahdanau, luong, none, got 'xxx"),
     ("config.json", _model_key("hidden"), "hidden: expected int, got 'xxx"),
-    ("config.json", lambda d: d["config"].update(task=HUGE), "not a translate checkpoint"),
+    ("config.json", lambda d: d["config"].update(task=HUGE), "not a checkpoint of task translate"),
     ("config.json", lambda d: d.update(format=HUGE), "not an attnkit checkpoint"),
     ("config.json", lambda d: d.update(version=HUGE), "checkpoint version 'xxx"),
     ("config.json", lambda d: d["config"].update(max_len_extra=HUGE),

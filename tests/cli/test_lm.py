@@ -30,7 +30,7 @@ def test_train_lm_and_read_with_it(tmp_path, capsys):
     assert main(read + ["--lm", str(lm / "checkpoint")]) == 2
     assert "--lm, --lm-weight: give both" in capsys.readouterr().err
     assert main(read + ["--lm", str(ocr / "checkpoint"), "--lm-weight", "0.3"]) == 2
-    assert "not a lm checkpoint" in capsys.readouterr().err
+    assert "not a checkpoint of task lm" in capsys.readouterr().err
     bad = tmp_path / "bad.txt"
     bad.write_text("fine\n\u2603 snow\n")
     assert main(["train", "lm", "--text", str(bad), "--vocab-from", str(ocr / "checkpoint"),
