@@ -69,3 +69,13 @@ def test_resume_of_a_fine_tuning_continues_it(tsv, tmp_path, trained):
     assert resumed.trainer_state["step"] == 3
     assert any(not torch.equal(resumed.model_state[k], w)
                for k, w in after_two.model_state.items())
+
+
+def test_init_names_a_ctc_weight_that_does_not_fit_the_checkpoints_head(tmp_path, capsys):
+    out = tmp_path / "tuned"  # builtin:asr-digits has a CTC head: --ctc-weight 0 has no use
+    assert main(["train", "asr", "--recipe", "asr-digits", "--init", "builtin:asr-digits",
+                 "--ctc-weight", "0", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "asr-digits: its model has a CTC head; --ctc-weight above 0 trains it (got " \
+           "--ctc-weight 0)" in err
+    assert not (out / "checkpoint").exists()

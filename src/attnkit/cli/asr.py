@@ -31,7 +31,7 @@ from attnkit.tasks.asr import (
     transcribe_stream,
     wav_samples,
 )
-from attnkit.train import Trainer, distributed
+from attnkit.train import CheckpointError, Trainer, distributed
 from attnkit.tasks import loading
 
 log = logging.getLogger("attnkit")
@@ -151,6 +151,11 @@ def run_train(args) -> int:
     init = None if ck is not None else loading.initial_checkpoint(args.init, "asr",
                                                                    model=wanted)
     start = ck or init
+    if start is not None and bool(start.config["model"].get("ctc")) != (args.ctc_weight > 0):
+        has = bool(start.config["model"].get("ctc"))
+        raise CheckpointError(f"{start.path}: its model {'has a' if has else 'has no'} CTC head; "
+                              f"--ctc-weight {'above 0' if has else '0'} trains it "
+                              f"(got --ctc-weight {args.ctc_weight:g})")
     model_config = start.config["model"] if start is not None else wanted
     per_utterance = model_config.get("listener", "bi") == "bi"
     augmentations = speech_augmentations(args, ck)

@@ -138,13 +138,15 @@ def add_device_arg(p) -> None:
 
 
 def resolve_run_options(args) -> None:
-    """``args.device`` as a :class:`torch.device`, ``--precision`` checked against it and
-    ``--workers-data`` defaulted (0 on CPU, 2 on CUDA), for the commands that have them.
+    """``args.device`` as a :class:`torch.device` (``args.device_asked``: the option as given),
+    ``--precision`` checked against it and ``--workers-data`` defaulted (0 on CPU, 2 on
+    CUDA), for the commands that have them.
 
     Raises:
         ValueError: naming a device this machine lacks or a precision it cannot train in.
     """
     if hasattr(args, "device"):
+        args.device_asked = args.device
         args.device = resolve_device(args.device)
     if hasattr(args, "precision"):
         check_precision(args.precision, args.device)

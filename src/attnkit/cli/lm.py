@@ -58,7 +58,10 @@ def _recogniser_chars(path: Path) -> CharVocab:
 def run_train(args) -> int:
     torch.manual_seed(args.seed)
     ck = loading.existing_run(args.out, "lm", resume=args.resume)
-    init = None if ck is not None else loading.initial_checkpoint(args.init, "lm")
+    wanted = {"name": "char_lm", "emb": args.emb, "hidden": args.hidden, "layers": args.layers,
+              "dropout": args.dropout}
+    init = None if ck is not None else loading.initial_checkpoint(args.init, "lm",
+                                                                   model=wanted)
     start = ck or init
     chars = (CharVocab.from_json(start.vocab) if start is not None
              else _recogniser_chars(args.vocab_from))
@@ -68,9 +71,7 @@ def run_train(args) -> int:
     else:
         valid = common.held_out(train, [], "transcripts")
         valid_names = train_names[: len(valid)]
-    model_config = start.config["model"] if start is not None else {
-        "name": "char_lm", "emb": args.emb, "hidden": args.hidden, "layers": args.layers,
-        "dropout": args.dropout}
+    model_config = start.config["model"] if start is not None else wanted
     task = CharLMTask(train, valid, vocab=chars, model_config=model_config,
                       batch_size=args.batch_size, seed=args.seed,
                       origins=(train_names, valid_names),

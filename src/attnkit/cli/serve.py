@@ -70,5 +70,9 @@ def run(args) -> int:
                     max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
                     timeout_s=args.timeout)
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
-    return serve_checkpoint(args.checkpoint, device=args.device, limits=limits,
+    from attnkit.export import is_export
+    device = args.device  # an export runs in onnxruntime on the CPU unless told otherwise
+    if is_export(args.checkpoint) and getattr(args, "device_asked", "auto") == "auto":
+        device = "cpu"
+    return serve_checkpoint(args.checkpoint, device=device, limits=limits,
                             host=args.host, port=args.port, api_key=api_key)
