@@ -200,8 +200,8 @@ def test_a_line_too_narrow_for_the_crnn_is_refused(tmp_path):
 
 def test_a_corpus_holds_image_paths_and_reads_pixels_when_indexed(tmp_path, monkeypatch):
     from attnkit.data import images as module
-    from attnkit.tasks.caption import CaptionTask, check_images
-    from attnkit.tasks.vqa import VqaTask
+    from attnkit.tasks.caption import CaptionTask, caption_examples, check_images
+    from attnkit.tasks.vqa import VqaTask, question_examples
 
     scenes = generate_scenes(4, seed=2)
     write_caption_folder(scenes, tmp_path / "cap")
@@ -227,9 +227,13 @@ def test_a_corpus_holds_image_paths_and_reads_pixels_when_indexed(tmp_path, monk
     VqaTask((images, questions), (images, questions[:3]), model_config={
         "image_size": 64, "channels": [4, 8, 8], "hidden": 8, "emb": 8, "attn_dim": 8})
     assert len(read) == 1  # the tasks keep the images unread
+    first = caption_examples(items)[:1]  # eval --limit 1: one image read
+    assert len(first) == 1 and torch.equal(first[0].input, scenes[0].image) and len(read) == 2
+    asked = question_examples(images, questions)[:2]
+    assert [e.reference for e in asked] == [q.answer for q in questions[:2]] and len(read) == 3
     with pytest.raises(DataError, match=r"train: images read at \(32, 32\) are expected"):
         check_images(items, "train", 32)
-    first = items.images.paths[0]
-    first.write_bytes(first.read_bytes()[:60])  # the header stays, the pixels are cut
-    with pytest.raises(DataError, match=rf"{first}"):
-        items[0].image
+    last = items.images.paths[3]  # not read yet
+    last.write_bytes(last.read_bytes()[:60])  # the header stays, the pixels are cut
+    with pytest.raises(DataError, match=rf"{last}"):
+        items[3].image

@@ -49,8 +49,8 @@ from attnkit.decoding import Decoding, Hypotheses, decode_batches
 from attnkit.models import Captioner, build_model, doubly_stochastic
 from attnkit.diagnose.plots import plot_image_attention
 from attnkit.tasks.batching import length_batches
-from attnkit.tasks.evaluator import (Evaluator, Example, Output, score_examples, scores_of,
-                                     tokens_of)
+from attnkit.tasks.evaluator import (Evaluator, Example, LazyExamples, Output, score_examples,
+                                     scores_of, tokens_of)
 from attnkit.tasks.explore import caption_example
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
@@ -320,11 +320,15 @@ class CaptionTask:
         return self.words.to_json()
 
 
-def caption_examples(items: Sequence, split: str = "scene") -> list[Example]:
+def caption_examples(items: Sequence, split: str = "scene") -> Sequence[Example]:
     """Captioned images as labelled examples (every caption a reference): a built-in
     :class:`attnkit.data.Scene`, named ``split[i]``, with the scene as the annotation its
     captions are checked against (:func:`scene_metrics`); the user's
-    :class:`attnkit.data.CaptionedImage` named by its file."""
+    :class:`attnkit.data.CaptionedImage` named by its file (:class:`LazyExamples` for
+    :class:`attnkit.data.CaptionedImages`: each image read when its example is)."""
+    if isinstance(items, CaptionedImages):
+        return LazyExamples(lambda i: Example(items[i].image, items.captions[i],
+                                              items.origins[i]), range(len(items)))
     return [Example(item.image, tuple(item.captions), f"{split}[{i}]", item)
             if isinstance(item, Scene) else Example(item.image, tuple(item.captions), item.origin)
             for i, item in enumerate(items)]

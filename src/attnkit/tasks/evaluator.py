@@ -39,8 +39,9 @@ from attnkit.errors import DataError
 from attnkit.tasks import metrics as scores
 from attnkit.tasks.metrics import Reference
 
-__all__ = ["EVALUATORS", "TASK_BEAM", "Evaluation", "Evaluator", "Example", "Output", "evaluate",
-           "evaluator_for", "pictures", "score_examples", "scores_of", "texts_of"]
+__all__ = ["EVALUATORS", "TASK_BEAM", "Evaluation", "Evaluator", "Example", "LazyExamples",
+           "Output", "evaluate", "evaluator_for", "pictures", "score_examples", "scores_of",
+           "texts_of"]
 
 # Each task's default beam width when a command or a server is not given one (1: greedy).
 TASK_BEAM = {"translate": 5, "asr": 5, "ocr": 1, "caption": 5}
@@ -99,6 +100,23 @@ class Output:
 
 def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
+
+
+class LazyExamples(Sequence):
+    """Examples made when indexed: ``make(i)`` for each ``i`` of ``indices``. A corpus whose
+    inputs are read when indexed (:class:`attnkit.data.CaptionedImages`) gives these, so that
+    ``evaluate``'s ``[:limit]`` slices it before any input is read."""
+
+    def __init__(self, make: Callable[[int], Example], indices: range):
+        self.make, self.indices = make, indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return LazyExamples(self.make, self.indices[i])
+        return self.make(self.indices[i])
 
 
 def texts_of(hyp: Hypotheses, vocab) -> list[list[str]]:

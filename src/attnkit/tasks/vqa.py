@@ -41,7 +41,7 @@ from attnkit.decoding import Decoding
 from attnkit.models import VQA, build_model
 from attnkit.diagnose.plots import plot_image_attention
 from attnkit.tasks.batching import group_batches
-from attnkit.tasks.evaluator import Evaluator, Example, Output, score_examples
+from attnkit.tasks.evaluator import Evaluator, Example, LazyExamples, Output, score_examples
 from attnkit.tasks.explore import answer_example
 from attnkit.tokens import SPECIALS
 from attnkit.train import Batches
@@ -271,11 +271,17 @@ class VqaTask:
 
 
 def question_examples(images: Sequence[torch.Tensor],
-                      questions: Sequence[ImageQuestion]) -> list[Example]:
+                      questions: Sequence[ImageQuestion]) -> Sequence[Example]:
     """Questions about ``images`` as labelled examples: the input ``(image, question)``, the
     answer as the reference and the question's type as the annotation
-    (:func:`vqa_metrics` scores per type)."""
-    return [Example((images[q.image], q.question), q.answer, q.origin, q.type) for q in questions]
+    (:func:`vqa_metrics` scores per type); :class:`LazyExamples` for images read when indexed
+    (:class:`attnkit.data.ImageFiles`)."""
+    def example(q: ImageQuestion) -> Example:
+        return Example((images[q.image], q.question), q.answer, q.origin, q.type)
+
+    if isinstance(images, ImageFiles):
+        return LazyExamples(lambda i: example(questions[i]), range(len(questions)))
+    return [example(q) for q in questions]
 
 
 class VqaEvaluator(Evaluator, task="vqa"):
