@@ -23,6 +23,7 @@ by name.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 from collections.abc import Sequence
@@ -97,7 +98,7 @@ def check_number(name: str, value, low: float, high: float, *, integer: bool = F
 
 
 @dataclasses.dataclass(frozen=True)
-class Augmentation:
+class Augmentation(abc.ABC):
     """The base of every augmentation: ``p``, the probability that it changes an example.
 
     A subclass is a frozen dataclass registered by name (``class Gain(Augmentation,
@@ -132,9 +133,9 @@ class Augmentation:
         """Whether to change this example: one draw ``u ~ U[0, 1)``, ``u < p``."""
         return bool(rng.random() < self.p)
 
+    @abc.abstractmethod
     def apply(self, x, rng: np.random.Generator):
         """``x`` changed, with draws from ``rng``."""
-        raise NotImplementedError
 
     def config(self) -> dict[str, Any]:
         """The settings as JSON values: ``{"name": ..., "p": ..., field: value}``."""

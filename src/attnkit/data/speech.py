@@ -197,7 +197,8 @@ class FeaturesOnDisk(Sequence, abc.ABC):
     def read_samples(self, record) -> torch.Tensor:
         """The audio ``(N,)`` float32 at 16 kHz of one record (a subclass whose
         :attr:`has_samples` is True writes it)."""
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__}: keeps features only, not the audio "
+                        "(has_samples is False)")
 
     def samples(self, i: int) -> torch.Tensor:
         """The audio ``(N,)`` float32 at 16 kHz of utterance ``i``, read from disk: the samples
