@@ -1,14 +1,15 @@
 """Load on ``attnkit serve``: throughput and latency at 1, 8, 32 and 128 concurrent clients.
 
-For each model (``builtin:translate-dates`` with texts of the test split, ``builtin:asr-digits``
-with WAV files of test-split speech, espeak-ng; else tones) it starts ``attnkit serve`` on a
-free localhost port, warms it up, then for each number of clients sends requests from that
-many concurrent clients (asyncio, one httpx connection pool), each client sending its next
-request when its answer arrives, until ``--requests`` per level have been sent or
-``--time-budget`` seconds have passed. A row per level: requests answered and their statuses,
-requests per second, latency p50 and p99 (milliseconds from sending to the answer), and the
-mean batch the server decoded (from ``/metrics``). The server decodes with its defaults but
-``--max-batch`` and ``--max-wait-ms``.
+For each model (``--models``: checkpoints or ONNX exports of translation, given texts of the
+test split, or of speech recognition, given WAV files of spoken digits, espeak-ng; else
+tones; default ``builtin:translate-dates`` and ``builtin:asr-digits``) it starts ``attnkit
+serve`` on a free localhost port, warms it up, then for each number of clients sends requests
+from that many concurrent clients (asyncio, one httpx connection pool), each client sending
+its next request when its answer arrives, until 8 requests per client (at least 32, at most
+``--requests``) have been sent or ``--time-budget`` seconds have passed. A row per level:
+requests answered and their statuses, requests per second, latency p50 and p99 (milliseconds
+from sending to the answer), and the mean batch the server decoded (from ``/metrics``). The
+server decodes with its defaults but ``--max-batch`` and ``--max-wait-ms``.
 
     python -m benchmarks.serve_load --json results/serve_load.json
 """
@@ -37,9 +38,19 @@ CLIENTS = (1, 8, 32, 128)
 MODELS = ("builtin:translate-dates", "builtin:asr-digits")
 
 
-def _inputs(model: str, n: int, folder: Path) -> list[dict]:
-    """Keyword arguments of ``httpx.post`` for ``n`` distinct requests to ``model``."""
-    if "translate" in model:
+def _task(model: str) -> str:
+    """The task of ``model``, an ONNX export or a checkpoint."""
+    from attnkit.export import is_export, read_export
+    from attnkit.train import load_checkpoint
+
+    if is_export(model):
+        return read_export(model)["task"]
+    return load_checkpoint(model).config["task"]
+
+
+def _inputs(task: str, n: int, folder: Path) -> list[dict]:
+    """Keyword arguments of ``httpx.post`` for ``n`` distinct requests to a model of ``task``."""
+    if task == "translate":
         from attnkit.data import generate_pairs
 
         return [{"json": {"text": source}} for source, _ in
@@ -115,12 +126,15 @@ async def _level(url: str, path: str, inputs: list[dict], clients: int, requests
             "p99_ms": round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 1) if ms else None}
 
 
-def measure(model: str, *, clients=CLIENTS, requests: int = 256, budget: float = 60.0,
+def measure(model: str, *, clients=CLIENTS, requests: int = 1024, budget: float = 60.0,
             max_batch: int = 32, max_wait_ms: float = 10.0) -> list[dict]:
     """The rows of one model (see the module's docstring)."""
-    path = "/translate" if "translate" in model else "/transcribe"
+    task = _task(model)
+    if task not in ("translate", "asr"):
+        raise ValueError(f"{model}: a model of task {task!r}; expected translate or asr")
+    path = "/translate" if task == "translate" else "/transcribe"
     with tempfile.TemporaryDirectory() as folder:
-        inputs = _inputs(model, 64, Path(folder))
+        inputs = _inputs(task, 64, Path(folder))
         proc, url = _start(model, max_batch, max_wait_ms)
         try:
             for kwargs in inputs[:3]:  # first calls: allocations, kernels
@@ -128,7 +142,7 @@ def measure(model: str, *, clients=CLIENTS, requests: int = 256, budget: float =
             rows = []
             for n in clients:
                 total, count = _batches(url, path)
-                row = asyncio.run(_level(url, path, inputs, n, min(requests, max(16, 4 * n)),
+                row = asyncio.run(_level(url, path, inputs, n, min(requests, max(32, 8 * n)),
                                          budget))
                 total2, count2 = _batches(url, path)
                 row["mean_batch"] = round((total2 - total) / max(count2 - count, 1), 2)
@@ -145,8 +159,12 @@ def measure(model: str, *, clients=CLIENTS, requests: int = 256, budget: float =
 def main(argv=None) -> int:
     p = harness.parser(__doc__.split("\n\n")[0], time_budget=60.0,
                        time_budget_help="seconds per level of clients at most")
-    p.add_argument("--requests", type=int, default=256,
-                   help="requests per level at most (else 4 per client, at least 16; default 256)")
+    p.add_argument("--requests", type=int, default=1024,
+                   help="requests per level at most (else 8 per client, at least 32; "
+                   "default 1024)")
+    p.add_argument("--models", default=",".join(MODELS),
+                   help="checkpoints or ONNX export folders, comma-separated (default "
+                   f"{','.join(MODELS)})")
     p.add_argument("--clients", default=",".join(map(str, CLIENTS)),
                    help="levels of concurrent clients (default 1,8,32,128)")
     p.add_argument("--max-batch", type=int, default=32)
@@ -156,7 +174,7 @@ def main(argv=None) -> int:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
     clients = tuple(int(c) for c in args.clients.split(","))
     rows = []
-    for model in MODELS:
+    for model in args.models.split(","):
         if args.match and args.match not in model:
             continue
         rows += measure(model, clients=clients, requests=args.requests,

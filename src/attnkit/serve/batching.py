@@ -1,12 +1,21 @@
 """Dynamic batching: requests that arrive close together are decoded in one call.
 
 The event loop hands each request's input to :meth:`Batcher.submit`, which queues it and
-awaits its output. One thread decodes: it takes the oldest waiting request, waits up to
-``max_wait_ms`` after that request arrived for others decoded with the same settings (at
-most ``max_batch`` in all), and decodes them together with the evaluator. Outputs are those
-of decoding each request alone: every task's decoding keeps the examples of a batch apart
-(padding changes nothing), and a request that samples is decoded alone, since its draws come
-from one generator seeded for it.
+awaits its output. One thread decodes: it takes the oldest waiting request and waits for
+others decoded with the same settings (at most ``max_batch`` in all) until ``max_wait_ms``
+after that request arrived or after the previous batch was answered, whichever is later,
+then decodes them together with the evaluator.
+
+The second bound is what makes batches full under load. Clients that wait for an answer
+before they send again come back together, a batch's worth at a time: counting only from
+the oldest request's arrival, the requests that queued during one batch would leave at once,
+without the clients just answered, and the load would settle into two half batches decoded
+in turn, each request waiting for the other half's decoding as well as its own. A lone
+request, arriving at an idle server, waits ``max_wait_ms`` from its arrival.
+
+Outputs are those of decoding each request alone: every task's decoding keeps the examples
+of a batch apart (padding changes nothing), and a request that samples is decoded alone,
+since its draws come from one generator seeded for it.
 
 The queue is bounded (``max_queue``): a request arriving when it is full is refused with
 :class:`QueueFull`, which says when to retry. A batch whose decoding raises is decoded again
@@ -105,6 +114,7 @@ class Batcher:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._seconds_per_job = 0.05  # a running mean, for Retry-After
+        self._answered = -math.inf  # when the previous batch was answered
 
     @property
     def depth(self) -> int:
@@ -169,7 +179,7 @@ class Batcher:
             while not self._stopping:
                 same = sum(1 for job in self._jobs if job.key is not None and job.key == first.key
                            and not job.abandoned)
-                left = first.arrived + self.max_wait - time.monotonic()
+                left = max(first.arrived, self._answered) + self.max_wait - time.monotonic()
                 if first.key is None or same >= self.max_batch or left <= 0:
                     break
                 self._cond.wait(left)
@@ -183,27 +193,31 @@ class Batcher:
 
     def _run(self) -> None:
         while (batch := self._next_batch()) is not None:
-            start = time.monotonic()
-            try:
-                outputs = self._decode([job.input for job in batch], batch[0].decoding)
-            except Exception:
-                if len(batch) == 1:
-                    self._fail(batch[0])
+            self._decode_batch(batch)
+            self._answered = time.monotonic()
+
+    def _decode_batch(self, batch: list[_Job]) -> None:
+        start = time.monotonic()
+        try:
+            outputs = self._decode([job.input for job in batch], batch[0].decoding)
+        except Exception:
+            if len(batch) == 1:
+                self._fail(batch[0])
+                return
+            for job in batch:  # only the request that fails gets the error
+                try:
+                    output = self._decode([job.input], job.decoding)[0]
+                except Exception:
+                    self._fail(job)
                     continue
-                for job in batch:  # only the request that fails gets the error
-                    try:
-                        output = self._decode([job.input], job.decoding)[0]
-                    except Exception:
-                        self._fail(job)
-                        continue
-                    self._on_batch(1)
-                    job.settle(Done(output, 1, time.monotonic() - start))
-                continue
-            seconds = time.monotonic() - start
-            self._seconds_per_job = 0.8 * self._seconds_per_job + 0.2 * seconds / len(batch)
-            self._on_batch(len(batch))
-            for job, output in zip(batch, outputs):
-                job.settle(Done(output, len(batch), seconds))
+                self._on_batch(1)
+                job.settle(Done(output, 1, time.monotonic() - start))
+            return
+        seconds = time.monotonic() - start
+        self._seconds_per_job = 0.8 * self._seconds_per_job + 0.2 * seconds / len(batch)
+        self._on_batch(len(batch))
+        for job, output in zip(batch, outputs):
+            job.settle(Done(output, len(batch), seconds))
 
     def _fail(self, job: _Job) -> None:
         log.exception("request %s: decoding raised", job.request_id)
