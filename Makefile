@@ -20,7 +20,8 @@ $(STAMP): pyproject.toml
 
 # Debian packages the built-in data and the browser tests use: espeak-ng and festival with
 # three voices (speech), more fonts
-# (text lines), headless Chromium and its driver (the explorer page, the docs site). Installs
+# (text lines), headless Chromium and its driver (the explorer page, the docs site), and wrk
+# (the clients of the serving load test, benchmarks/serve_load.py). Installs
 # only what is missing, with apt-get as root; elsewhere it says what to install.
 system:
 	@missing=""; command -v espeak-ng >/dev/null || missing="espeak-ng"; \
@@ -31,6 +32,7 @@ system:
 	[ -d /usr/share/fonts/truetype/freefont ] || missing="$$missing fonts-freefont-ttf"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
+	command -v wrk >/dev/null || missing="$$missing wrk"; \
 	if [ -n "$$missing" ]; then \
 	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
 	    (apt-get update -qq && apt-get install -y -qq $$missing) || \

@@ -4,10 +4,17 @@ For each model (``--models``: checkpoints or ONNX exports of translation, given 
 test split, or of speech recognition, given WAV files of spoken digits, espeak-ng; else
 tones; default ``builtin:translate-dates`` and ``builtin:asr-digits``) it starts ``attnkit
 serve`` on a free localhost port, warms it up, then for each number of clients sends requests
-from that many concurrent clients (asyncio, one httpx connection pool), each client sending
-its next request when its answer arrives, until 8 requests per client (at least 32, at most
-``--requests``) have been sent or ``--time-budget`` seconds have passed. A row per level:
-requests answered and their statuses, requests per second, latency p50 and p99 (milliseconds
+from that many concurrent clients, each client sending its next request when its answer
+arrives, for ``--time-budget`` seconds (Python's clients stop sooner, after 8 requests per
+client, at least 32 and at most ``--requests``).
+
+The clients are wrk's (Debian's ``wrk``: one C thread, a connection per client) where it is
+installed, else Python's (asyncio, one httpx connection pool). The clients share the machine
+with the server, and httpx's take about as much CPU per request as the server does: on two
+cores they cannot send fast enough to load it past a few tens of clients (at 128 the server's
+batches shrank to 4), so figures are taken with wrk; ``--client httpx`` forces the other.
+
+A row per level: requests answered and their statuses, requests per second, latency p50 and p99 (milliseconds
 from sending to the answer), and the mean batch the server decoded (from ``/metrics``). The
 server decodes with its defaults but ``--max-batch`` and ``--max-wait-ms``.
 
@@ -17,6 +24,7 @@ server decodes with its defaults but ``--max-batch`` and ``--max-wait-ms``.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -33,6 +41,28 @@ from pathlib import Path
 import httpx
 
 from benchmarks import harness
+
+# wrk's script: the request bodies and their content types from files; at the end one JSON
+# line of the counts and the latency percentiles (microseconds).
+WRK_SCRIPT = """
+local bodies, types = {}, {}
+for i = 1, COUNT do
+  local f = io.open(FOLDER .. "/" .. i .. ".body", "rb"); bodies[i] = f:read("*a"); f:close()
+  f = io.open(FOLDER .. "/" .. i .. ".type", "rb"); types[i] = f:read("*a"); f:close()
+end
+local next = 0
+request = function()
+  next = next % COUNT + 1
+  return wrk.format("POST", PATH, {["Content-Type"] = types[next]}, bodies[next])
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('{"requests": %d, "us": %d, "p50": %d, "p99": %d, "connect": %d, '
+    .. '"read": %d, "write": %d, "status": %d, "timeout": %d}\\n', summary.requests,
+    summary.duration, latency:percentile(50), latency:percentile(99), e.connect, e.read,
+    e.write, e.status, e.timeout))
+end
+"""
 
 CLIENTS = (1, 8, 32, 128)
 MODELS = ("builtin:translate-dates", "builtin:asr-digits")
@@ -126,8 +156,35 @@ async def _level(url: str, path: str, inputs: list[dict], clients: int, requests
             "p99_ms": round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 1) if ms else None}
 
 
+def _wrk_level(url: str, path: str, inputs: list[dict], clients: int, budget: float,
+               folder: Path) -> dict:
+    """:func:`_level` with wrk's clients, for ``budget`` seconds (wrk runs for a duration)."""
+    bodies = folder / "bodies"
+    bodies.mkdir(exist_ok=True)
+    for i, kwargs in enumerate(inputs, 1):
+        request = httpx.Request("POST", url + path, **kwargs)
+        (bodies / f"{i}.body").write_bytes(request.read())
+        (bodies / f"{i}.type").write_text(request.headers["content-type"])
+    script = folder / "load.lua"
+    script.write_text(f"local COUNT, FOLDER, PATH = {len(inputs)}, {json.dumps(str(bodies))}, "
+                      f"{json.dumps(path)}\n" + WRK_SCRIPT)
+    out = subprocess.run(["wrk", "-t1", f"-c{clients}", f"-d{max(1, round(budget))}s",
+                          "--timeout", "180s", "-s", str(script), url + path],
+                         capture_output=True, text=True, check=True).stdout
+    counts = json.loads(out.strip().splitlines()[-1])
+    failed = {k: counts[k] for k in ("connect", "read", "write", "timeout") if counts[k]}
+    statuses = {200: counts["requests"] - counts["status"]}
+    if counts["status"]:
+        statuses["not 2xx"] = counts["status"]
+    seconds = counts["us"] / 1e6
+    return {"clients": clients, "requests": counts["requests"], "statuses": {**statuses, **failed},
+            "seconds": round(seconds, 3),
+            "requests_per_s": round(counts["requests"] / seconds, 2),
+            "p50_ms": round(counts["p50"] / 1000, 1), "p99_ms": round(counts["p99"] / 1000, 1)}
+
+
 def measure(model: str, *, clients=CLIENTS, requests: int = 1024, budget: float = 60.0,
-            max_batch: int = 32, max_wait_ms: float = 10.0) -> list[dict]:
+            max_batch: int = 32, max_wait_ms: float = 10.0, client: str = "httpx") -> list[dict]:
     """The rows of one model (see the module's docstring)."""
     task = _task(model)
     if task not in ("translate", "asr"):
@@ -142,8 +199,11 @@ def measure(model: str, *, clients=CLIENTS, requests: int = 1024, budget: float 
             rows = []
             for n in clients:
                 total, count = _batches(url, path)
-                row = asyncio.run(_level(url, path, inputs, n, min(requests, max(32, 8 * n)),
-                                         budget))
+                if client == "wrk":
+                    row = _wrk_level(url, path, inputs, n, budget, Path(folder))
+                else:
+                    row = asyncio.run(_level(url, path, inputs, n,
+                                             min(requests, max(32, 8 * n)), budget))
                 total2, count2 = _batches(url, path)
                 row["mean_batch"] = round((total2 - total) / max(count2 - count, 1), 2)
                 rows.append({"model": model, **row})
@@ -167,6 +227,9 @@ def main(argv=None) -> int:
                    f"{','.join(MODELS)})")
     p.add_argument("--clients", default=",".join(map(str, CLIENTS)),
                    help="levels of concurrent clients (default 1,8,32,128)")
+    p.add_argument("--client", choices=("wrk", "httpx"),
+                   default="wrk" if shutil.which("wrk") else "httpx",
+                   help="whose clients send the requests (default: wrk where installed)")
     p.add_argument("--max-batch", type=int, default=32)
     p.add_argument("--max-wait-ms", type=float, default=10.0)
     args = p.parse_args(argv)
@@ -179,14 +242,14 @@ def main(argv=None) -> int:
             continue
         rows += measure(model, clients=clients, requests=args.requests,
                         budget=args.time_budget, max_batch=args.max_batch,
-                        max_wait_ms=args.max_wait_ms)
+                        max_wait_ms=args.max_wait_ms, client=args.client)
     print(harness.table_header(["model", "clients", "req/s", "p50 ms", "p99 ms",
                                 "mean batch", "statuses"]))
     for r in rows:
         print(harness.table_row([r["model"], r["clients"], r["requests_per_s"], r["p50_ms"],
                                  r["p99_ms"], r["mean_batch"], r["statuses"]]))
     if args.json:
-        harness.write_json(args.json, rows, max_batch=args.max_batch,
+        harness.write_json(args.json, rows, client=args.client, max_batch=args.max_batch,
                            max_wait_ms=args.max_wait_ms, requests=args.requests)
     return 0
 

@@ -35,7 +35,8 @@ def add_parser(sub) -> None:
                           metavar="N", help="requests decoded together at most")
     batching.add_argument("--max-wait-ms", type=common.non_negative_float,
                           default=d.max_wait_ms, metavar="MS",
-                          help="how long a request waits for others to join its batch")
+                          help="how long a batch waits for requests to join it, from its oldest "
+                          "request's arrival or the previous batch's answer, whichever is later")
     limits = p.add_argument_group("limits")
     limits.add_argument("--max-queue", type=common.positive_int, default=d.max_queue,
                         metavar="N", help="requests waiting at most; more are answered 503 "
