@@ -14,9 +14,10 @@ with the server, and httpx's take about as much CPU per request as the server do
 cores they cannot send fast enough to load it past a few tens of clients (at 128 the server's
 batches shrank to 4), so figures are taken with wrk; ``--client httpx`` forces the other.
 
-A row per level: requests answered and their statuses, requests per second, latency p50 and p99 (milliseconds
-from sending to the answer), and the mean batch the server decoded (from ``/metrics``). The
-server decodes with its defaults but ``--max-batch`` and ``--max-wait-ms``.
+A row per level: requests answered and their statuses, requests per second, latency p50 and
+p99 (milliseconds from sending to the answer), and the mean batch the server decoded (from
+``/metrics``). The server decodes with its defaults but ``--max-batch`` and
+``--max-wait-ms``.
 
     python -m benchmarks.serve_load --json results/serve_load.json
 """
