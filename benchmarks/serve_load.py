@@ -157,11 +157,10 @@ async def _level(url: str, path: str, inputs: list[dict], clients: int, requests
             "p99_ms": round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 1) if ms else None}
 
 
-def _wrk_level(url: str, path: str, inputs: list[dict], clients: int, budget: float,
-               folder: Path) -> dict:
-    """:func:`_level` with wrk's clients, for ``budget`` seconds (wrk runs for a duration)."""
+def _wrk_script(url: str, path: str, inputs: list[dict], folder: Path) -> Path:
+    """wrk's script in ``folder``, sending ``inputs`` (their bodies written beside it)."""
     bodies = folder / "bodies"
-    bodies.mkdir(exist_ok=True)
+    bodies.mkdir()
     for i, kwargs in enumerate(inputs, 1):
         request = httpx.Request("POST", url + path, **kwargs)
         (bodies / f"{i}.body").write_bytes(request.read())
@@ -169,6 +168,11 @@ def _wrk_level(url: str, path: str, inputs: list[dict], clients: int, budget: fl
     script = folder / "load.lua"
     script.write_text(f"local COUNT, FOLDER, PATH = {len(inputs)}, {json.dumps(str(bodies))}, "
                       f"{json.dumps(path)}\n" + WRK_SCRIPT)
+    return script
+
+
+def _wrk_level(url: str, path: str, script: Path, clients: int, budget: float) -> dict:
+    """:func:`_level` with wrk's clients, for ``budget`` seconds (wrk runs for a duration)."""
     out = subprocess.run(["wrk", "-t1", f"-c{clients}", f"-d{max(1, round(budget))}s",
                           "--timeout", "180s", "-s", str(script), url + path],
                          capture_output=True, text=True, check=True).stdout
@@ -197,11 +201,12 @@ def measure(model: str, *, clients=CLIENTS, requests: int = 1024, budget: float 
         try:
             for kwargs in inputs[:3]:  # first calls: allocations, kernels
                 httpx.post(url + path, timeout=120, **kwargs).raise_for_status()
+            script = _wrk_script(url, path, inputs, Path(folder)) if client == "wrk" else None
             rows = []
             for n in clients:
                 total, count = _batches(url, path)
                 if client == "wrk":
-                    row = _wrk_level(url, path, inputs, n, budget, Path(folder))
+                    row = _wrk_level(url, path, script, n, budget)
                 else:
                     row = asyncio.run(_level(url, path, inputs, n,
                                              min(requests, max(32, 8 * n)), budget))

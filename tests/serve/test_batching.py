@@ -49,7 +49,7 @@ def test_a_request_queued_during_a_batch_waits_for_the_clients_just_answered():
     assert (a.batch_size, b.batch_size, c.batch_size) == (1, 2, 2)
 
 
-def test_a_lone_request_waits_max_wait_ms_from_its_arrival_at_most():
+def test_a_lone_request_waits_max_wait_ms_from_its_arrival():
     batcher, batches, _ = _recording_batcher(0.0, max_batch=8, max_wait_ms=100)
 
     async def run():
