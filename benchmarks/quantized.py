@@ -75,6 +75,8 @@ def measure(name: str, folder: Path, inputs: list, refs: list[str], batch: int) 
     spec.loader.exec_module(runner)
     options = ort.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()
+    for key, value in meta.get("session_config", {}).items():
+        options.add_session_config_entry(key, value)
     encoder = ort.InferenceSession(str(folder / meta["encoder"]["file"]), options)
     step = ("decoder_step" in meta and
             ort.InferenceSession(str(folder / meta["decoder_step"]["file"]), options)) or None

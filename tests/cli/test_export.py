@@ -39,7 +39,7 @@ def _run_deploy_example(monkeypatch, capsys) -> dict:
     monkeypatch.setattr(sys, "path", list(sys.path))  # the example adds the export's folder
     monkeypatch.delitem(sys.modules, "attnkit_runner", raising=False)
     block = re.search(r"```python\n(.*?)```", DEPLOY.read_text(), flags=re.S).group(1)
-    assert len([line for line in block.splitlines() if line.strip()]) <= 15
+    assert len([line for line in block.splitlines() if line.strip()]) <= 18
     namespace = {}
     exec(compile(block, "docs/deploy.md", "exec"), namespace)
     sys.modules.pop("attnkit_runner", None)
@@ -205,10 +205,18 @@ def test_int8_weights_are_a_fraction_of_the_size_and_decode_the_same(tmp_path, m
     assert "int8 weights" in capsys.readouterr().out
     meta = json.loads(Path("numbers-onnx/attnkit.json").read_text())
     assert meta["quantize"] == "int8"
-    sizes = {f: Path(f, "decoder_step.onnx").stat().st_size for f in ("f32", "numbers-onnx")}
-    assert sizes["numbers-onnx"] < 0.6 * sizes["f32"]
+    assert meta["session_config"] == {"session.disable_quant_qdq": "1"}
+    assert json.loads(Path("f32/attnkit.json").read_text())["session_config"] == {}
+    sizes = {f: sum(Path(f, g).stat().st_size for g in ("encoder.onnx", "decoder_step.onnx"))
+             for f in ("f32", "numbers-onnx")}
+    assert sizes["numbers-onnx"] < sizes["f32"] / 3
     ops = {n.op_type for n in onnx.load("numbers-onnx/decoder_step.onnx").graph.node}
     assert ops & {"MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul"}
+    encoder = onnx.load("numbers-onnx/encoder.onnx").graph
+    assert {"GRU", "DequantizeLinear"} <= {n.op_type for n in encoder.node}
+    dequantized = {n.output[0] for n in encoder.node if n.op_type == "DequantizeLinear"}
+    grus = [n for n in encoder.node if n.op_type == "GRU"]
+    assert grus and all({n.input[1], n.input[2]} <= dequantized for n in grus)  # W, R: int8
     namespace = _run_deploy_example(monkeypatch, capsys)  # the deploy example, unchanged
     printed = capsys.readouterr().out
     assert main(["translate", "--checkpoint", "builtin:translate-dates", "--beam", "1",

@@ -90,6 +90,8 @@ class ExportedModel(nn.Module):
         options = onnxruntime.SessionOptions()
         if threads is not None:
             options.intra_op_num_threads = threads
+        for key, value in self.meta.get("session_config", {}).items():
+            options.add_session_config_entry(key, value)
 
         def session(graph: str):
             path = self.folder / self.meta[graph]["file"]

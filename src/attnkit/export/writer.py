@@ -19,7 +19,6 @@ batch sizes and lengths (the dims that change are ``B`` and ``S``) and for two d
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import warnings
@@ -34,6 +33,7 @@ from attnkit.decoding import Decoding
 from attnkit.decoding.loops import MAX_PERIOD, MIN_SPAN, REPEATS, TOLERANCE
 from attnkit.export.graphs import (AXES, CTCGraph, EncoderGraph, StepGraph, model_inputs,
                                    next_name)
+from attnkit.export.quantize import SESSION_CONFIG, quantize_int8
 from attnkit.export.state import flatten
 from attnkit.folders import write_folder
 from attnkit.models import CRNN, model_config
@@ -47,9 +47,6 @@ DEFAULT_OPSET = 17
 EXPORTER = "torch.onnx.export(dynamo=False): the TorchScript-based exporter"
 ENCODER_FILE, STEP_FILE, JSON_FILE = "encoder.onnx", "decoder_step.onnx", "attnkit.json"
 QUANTIZE = (None, "int8")  # export_onnx's quantize
-# The operators int8 quantisation stores as int8: convolutions stay float32 (onnxruntime's
-# dynamically quantised ConvInteger ran the OCR encoder 2.2x slower than float32 on AVX2)
-QUANTIZED_OPS = ("MatMul", "Gemm", "LSTM", "GRU")
 RUNNER_FILE = "attnkit_runner.py"  # a copy of attnkit/export/runner.py: numpy only
 FORMAT, VERSION = "attnkit-onnx", 3
 # What an export folder may hold: the files of this format, those of an inference checkpoint
@@ -81,12 +78,10 @@ def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: di
             language-model decoding is not exported. A CTC model takes the best path only.
         opset: the ONNX opset, one of :data:`OPSETS`.
         force: replace ``out`` whatever it holds (see :func:`check_out`).
-        quantize: None (float32 graphs) or ``"int8"``: onnxruntime's dynamic quantisation
-            (``onnxruntime.quantization.quantize_dynamic``): the weights of the matrix
-            multiplications and LSTMs/GRUs stored as int8 with a scale each
-            (:data:`QUANTIZED_OPS`; convolutions stay float32), the activations quantised on
-            the fly; read by the same runner (onnxruntime runs the quantised operators).
-            Needs ``onnxruntime``.
+        quantize: None (float32 graphs) or ``"int8"``: every large weight stored as int8
+            (:func:`attnkit.export.quantize.quantize_int8`: onnxruntime's dynamic
+            quantisation of matrix multiplications, LSTMs and embeddings, weight-only int8
+            for GRUs and convolutions); read by the same runner. Needs ``onnxruntime``.
 
     The files are written in a folder beside ``out``, which then replaces ``out`` whole
     (:func:`attnkit.folders.write_folder`): on an error ``out`` is left as it was, an
@@ -120,10 +115,10 @@ def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: di
             if quantize:
                 for graph in ("encoder", "decoder_step"):
                     if graph in graphs:
-                        _quantize(tmp / graphs[graph]["file"])
+                        quantize_int8(tmp / graphs[graph]["file"])
             meta = {"format": FORMAT, "version": VERSION, "task": task,
                     "model": model_config(model), "opset": opset, "exporter": EXPORTER,
-                    "quantize": quantize,
+                    "quantize": quantize, "session_config": SESSION_CONFIG if quantize else {},
                     "torch": torch.__version__, "axes": AXES, **graphs, "vocab": vocab,
                     "decoding": settings, "runner": RUNNER_FILE}
             (tmp / JSON_FILE).write_text(json.dumps(meta, indent=1))
@@ -135,22 +130,6 @@ def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: di
     finally:
         model.train(training)
     return meta
-
-
-def _quantize(path: Path) -> None:
-    """Replace the graph at ``path`` by its int8 dynamic quantisation (see :func:`export_onnx`)."""
-    try:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-    except ImportError:
-        raise ValueError("quantize: int8 needs onnxruntime: pip install onnxruntime") from None
-    quantized = path.with_name(f"{path.stem}.int8{path.suffix}")
-    logging.disable(logging.INFO)  # its notes on every tensor it leaves in float
-    try:
-        quantize_dynamic(path, quantized, weight_type=QuantType.QInt8,
-                         op_types_to_quantize=list(QUANTIZED_OPS))
-    finally:
-        logging.disable(logging.NOTSET)
-    os.replace(quantized, path)
 
 
 def check_out(out: str | Path, *, reading: str | Path | None = None,
