@@ -52,7 +52,9 @@ FONT_PACKAGES = fonts-crosextra-caladea fonts-ebgaramond fonts-linuxlibertine \
 	 fonts-comic-neue fonts-humor-sans fonts-dkg-handwriting fonts-breip fonts-dancingscript \
 	 fonts-kaushanscript fonts-kristi fonts-femkeklaver fonts-beteckna fonts-league-spartan \
 	 fonts-gfs-neohellenic fonts-quicksand fonts-averia-serif-gwf fonts-averia-sans-gwf \
-	 fonts-isabella fonts-engadget fonts-jura fonts-gnutypewriter
+	 fonts-isabella fonts-engadget fonts-jura fonts-gnutypewriter \
+	 fonts-vollkorn fonts-junicode fonts-sil-gentiumplus fonts-adf-oldania fonts-adf-romande \
+	 fonts-adf-tribun fonts-adf-ikarius fonts-paratype
 
 fonts:
 	@missing=""; for p in $(FONT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
