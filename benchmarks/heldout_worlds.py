@@ -16,7 +16,9 @@ for speech, best path for CTC lines):
 * lines (``--lines`` per set): each font family held out of training
   (:data:`attnkit.data.lines.HELD_OUT_FAMILIES`) with real English sentences of 5-80
   characters, and the in-family held-out faces with the random text of 5-200 characters the
-  model card's test split has.
+  model card's test split has; then the six families' sentences again with the text smaller
+  in the line (:data:`TEXT_SIZES`: 60%, 75% and 90% of the height the renderer gives it, in a
+  line of the same 32 pixels, placed at a random height), as text with wide margins is.
 
 A model is a checkpoint folder or ``builtin:NAME``; ``--asr none`` or ``--ocr none`` leaves
 one out.
@@ -32,6 +34,8 @@ from pathlib import Path
 import torch
 
 from attnkit.data import write_line_folder, write_wav
+from attnkit.data.augment import example_rng
+from attnkit.data.augment_lines import LineAugment, Scale
 from attnkit.data.lines import HELD_OUT_FAMILIES, available_fonts, font_family, generate_lines
 from attnkit.data.audio import SAMPLE_RATE
 from attnkit.data.speech import plan_utterances, utterance_audio
@@ -42,6 +46,7 @@ from attnkit.tasks.loading import load_evaluator
 from benchmarks import harness
 
 SEED = 1
+TEXT_SIZES = (0.6, 0.75, 0.9)  # the text's height against the renderer's, in the same line
 
 
 def speech_sets(n: int) -> dict[str, list]:
@@ -66,6 +71,13 @@ def line_sets(n: int) -> dict[str, list]:
                                                       prose=1.0, fonts=files)
     sets["in-family held-out faces"] = generate_lines(n, split="test", seed=SEED,
                                                       max_chars=200, fonts="faces")
+    families = generate_lines(n, split="test", seed=SEED + 1, max_chars=80, prose=1.0,
+                              fonts="families")
+    for size in TEXT_SIZES:
+        smaller = LineAugment([Scale(p=1.0, size=(size, size))])
+        sets[f"six families, text at {size:.0%} height"] = [
+            (smaller(image, example_rng(SEED, 0, i)), text)
+            for i, (image, text) in enumerate(families)]
     return sets
 
 
