@@ -537,6 +537,23 @@ def test_averaging_refuses_checkpoints_of_other_models(tmp_path):
         best_checkpoints(tmp_path)
 
 
+def test_runs_trained_with_other_augmentation_or_batching_average(tmp_path):
+    model = {"task": "x", "model": {"hidden": 4}}
+    configs = {"a": {**model, "augment": [{"name": "speed"}], "batching": {"batch_size": 8}},
+               "b": {**model, "augment": [], "batching": {"batch_size": 32}},
+               "c": {**model, "augment": [], "model": {"hidden": 5}},
+               "d": {**model, "data": {"normalize": True}}}
+    for name, config in configs.items():
+        save_checkpoint(tmp_path / name, model={"w": torch.full((2,), float(ord(name)))},
+                        config=config)
+    mean = average_checkpoints([tmp_path / "a", tmp_path / "b"])
+    assert mean.config == configs["a"]  # the first one's
+    assert mean.model_state["w"].tolist() == [97.5, 97.5]
+    for other in ("c", "d"):  # another model, another reading of the inputs
+        with pytest.raises(CheckpointError, match="another config than"):
+            average_checkpoints([tmp_path / "a", tmp_path / other])
+
+
 def test_the_last_steps_model_is_kept_when_its_final_evaluation_is_the_best(tmp_path):
     torch.manual_seed(0)
     trainer = Trainer(Reverse(), Scripted([0.2, 0.5, 0.9]), _cfg(max_steps=12), tmp_path)

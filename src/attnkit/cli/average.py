@@ -11,10 +11,12 @@ from attnkit.train.averaging import average_checkpoints, best_checkpoints
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "average", help="average the weights of several checkpoints of one run",
+        "average", help="average the weights of several checkpoints of one model",
         description="Write a checkpoint for inference whose weights are the mean of the "
         "given checkpoints' (floating-point tensors averaged, integer ones their largest "
-        "value); they must be of one task, model and vocabulary. Either name the checkpoints, "
+        "value); they must be of one task, model and vocabulary, and may come from runs "
+        "trained with other augmentation or batching (the first one's config is kept, e.g. "
+        "fine-tunings of one model: a model soup). Either name the checkpoints, "
         "or --run a run trained with --keep-best N and --best N to average its N best "
         "validations.")
     p.add_argument("checkpoints", nargs="*", type=Path, metavar="CHECKPOINT",

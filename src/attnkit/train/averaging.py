@@ -1,9 +1,12 @@
-"""Checkpoint averaging: the mean of the weights of several checkpoints of one run.
+"""Checkpoint averaging: the mean of the weights of several checkpoints of one model.
 
 Averaging the weights of the last or best few checkpoints of a run smooths the noise of the
 last updates and usually scores a little better than any one of them (Vaswani et al. 2017, 6.1;
-fairseq's ``average_checkpoints.py``, ESPnet's ``average_nbest_models``). The checkpoints must
-be of the same task, model and vocabulary; floating-point tensors (weights and running
+fairseq's ``average_checkpoints.py``, ESPnet's ``average_nbest_models``); the weights of runs
+fine-tuned from one model with other settings can be averaged too (a "model soup", Wortsman et
+al. 2022). The checkpoints must be of the same task, model and vocabulary: their configs may
+differ only in the settings of training alone (:data:`TRAINING_ONLY`: the augmentation and the
+batching), and the average keeps the first one's; floating-point tensors (weights and running
 statistics) are averaged in float64 and stored in their own dtype; an integer tensor (a
 BatchNorm's ``num_batches_tracked``) takes its largest value.
 
@@ -31,7 +34,10 @@ from attnkit.checks import quoted
 from attnkit.train.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from attnkit.train.loop import KEPT_DIR
 
-__all__ = ["average_checkpoints", "best_checkpoints"]
+__all__ = ["TRAINING_ONLY", "average_checkpoints", "best_checkpoints"]
+
+# config entries that say how a model was trained, not what it is or how it reads its inputs
+TRAINING_ONLY = ("augment", "batching")
 
 
 def average_checkpoints(paths: Sequence[str | Path]) -> Checkpoint:
@@ -39,16 +45,17 @@ def average_checkpoints(paths: Sequence[str | Path]) -> Checkpoint:
     first one's; no optimizer state; ``trainer_state`` lists what was averaged).
 
     Raises:
-        CheckpointError: no path, or checkpoints of another task, model or vocabulary, or
-            whose tensors differ in names, shapes or dtypes (the message names both).
+        CheckpointError: no path, or checkpoints of another task, model or vocabulary (a
+            config that differs in more than :data:`TRAINING_ONLY`), or whose tensors differ in
+            names, shapes or dtypes (the message names both).
     """
     if not paths:
         raise CheckpointError("average: expected at least one checkpoint, got none")
     cks = [load_checkpoint(p) for p in paths]
     first = cks[0]
     for ck in cks[1:]:
-        for what, a, b in (("config", first.config, ck.config), ("vocabulary", first.vocab,
-                                                                  ck.vocab)):
+        for what, a, b in (("config", _model_config(first.config), _model_config(ck.config)),
+                           ("vocabulary", first.vocab, ck.vocab)):
             if a != b:
                 raise CheckpointError(f"{ck.path}: another {what} than {first.path} "
                                       f"({quoted(json.dumps(b))} against "
@@ -74,6 +81,11 @@ def average_checkpoints(paths: Sequence[str | Path]) -> Checkpoint:
     return Checkpoint(path=first.path, config=first.config, model_state=state,
                       vocab=first.vocab, optimizer_state=None,
                       trainer_state={"averaged": [str(ck.path) for ck in cks], "steps": steps})
+
+
+def _model_config(config: dict) -> dict:
+    """``config`` without the entries of :data:`TRAINING_ONLY`."""
+    return {k: v for k, v in config.items() if k not in TRAINING_ONLY}
 
 
 def best_checkpoints(run: str | Path, n: int | None = None) -> list[Path]:
