@@ -87,7 +87,7 @@ def weight_only_int8(model) -> int:
         for name in node.input:
             readers[name] = readers.get(name, 0) + 1
     initializers = {init.name: init for init in graph.initializer}
-    dequantize, done = [], 0
+    dequantize = []
     for node in graph.node:
         if node.op_type not in WEIGHT_ONLY:
             continue
@@ -112,11 +112,10 @@ def weight_only_int8(model) -> int:
                 "DequantizeLinear", [f"{name}_int8", f"{name}_int8_scale",
                                      f"{name}_int8_zero_point"], [name], axis=axis,
                 name=f"{name}_dequantize"))
-            done += 1
     # the weights are graph inputs of their readers: dequantising them first keeps the order
     for position, node in enumerate(dequantize):
         graph.node.insert(position, node)
-    return done
+    return len(dequantize)
 
 
 def _symmetric_int8(weight: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
