@@ -147,7 +147,7 @@ class PlainLuong(nn.Module):
     def forward(self, src, src_len, tgt_in):
         enc, final = self.encoder(src, src_len)  # (B, S, 2H), (B, 2H)
         h = torch.tanh(self.init(final))  # (B, H)
-        pad = torch.arange(src.shape[1]) >= src_len[:, None]  # (B, S)
+        pad = torch.arange(src.shape[1], device=src.device) >= src_len[:, None]  # (B, S)
         feed = h.new_zeros(h.shape)
         embedded = self.embed(tgt_in)  # (B, T, E)
         logits = []
@@ -268,7 +268,7 @@ class LoopAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         keys = self.w(x)  # (B, T, D): general score x_t W x_s^T
-        pad = torch.arange(x.shape[1]) >= lengths[:, None]  # (B, T)
+        pad = torch.arange(x.shape[1], device=x.device) >= lengths[:, None]  # (B, T)
         out = []
         for t in range(x.shape[1]):
             scores = keys.bmm(x[:, t, :, None]).squeeze(2).masked_fill(pad, float("-inf"))
@@ -282,7 +282,7 @@ class MatrixAttention(LoopAttention):
     over the keys, as the loop does)."""
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        pad = torch.arange(x.shape[1]) >= lengths[:, None]
+        pad = torch.arange(x.shape[1], device=x.device) >= lengths[:, None]
         scores = x.bmm(self.w(x).transpose(1, 2)).masked_fill(pad[:, None], float("-inf"))
         ctx = scores.softmax(-1).bmm(x)  # (B, T, D)
         return torch.tanh(self.combine(torch.cat([x, ctx], -1)))

@@ -5,8 +5,9 @@
 # * .gpu/wheels: wheels of attnkit's requirements that the machine's image does not hold (the
 #   device README's KINDS.md lists what it holds: torch, numpy, matplotlib, safetensors, tqdm,
 #   sacrebleu, sentencepiece, pillow, scipy, tensorboard, onnx, onnxruntime, pytest,
-#   hypothesis, pytest-xdist, click, typing-extensions), for its Python 3.12 on x86-64 Linux;
-#   each wheel's own requirements are listed too, since pip there installs with --no-deps;
+#   hypothesis, pytest-xdist, click, typing-extensions, anyio, h11, httpx), for its Python 3.12
+#   on x86-64 Linux; each wheel's own requirements are listed too, since pip there installs with
+#   --no-deps. The serve stack is among them: tests/serve/test_serve_export.py serves on CUDA;
 # * .gpu/data/speech: the WAV files and manifest of the speech steps (the image has no
 #   espeak-ng to synthesise them).
 #
@@ -20,9 +21,13 @@ WHEELS=.gpu/wheels
 
 # The versions this checkout's .venv tests with (num2words and babel: pinned by pyproject.toml).
 # jiwer needs rapidfuzz (and click); soundfile needs cffi, which needs pycparser; num2words
-# needs docopt.
+# needs docopt; fastapi needs starlette, pydantic (with pydantic-core, annotated-types and
+# typing-inspection), annotated-doc and opentelemetry-api; uvicorn needs click and h11.
 BINARY="jiwer==4.0.0 rapidfuzz==3.14.6 soundfile==0.14.0 cffi==2.1.1 pycparser==3.12
-soxr==1.1.0 num2words==0.5.14 babel==2.18.0"
+soxr==1.1.0 num2words==0.5.14 babel==2.18.0
+fastapi==0.165.0 starlette==1.10.0 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0
+typing-inspection==0.4.5 annotated-doc==0.0.7 opentelemetry-api==1.45.2 uvicorn==0.54.0
+python-multipart==0.0.34"
 SOURCE_ONLY="docopt==0.6.2"  # published as a source archive only: built into a wheel here
 
 rm -rf "$WHEELS"

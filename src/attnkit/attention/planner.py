@@ -694,8 +694,12 @@ def _sdpa(led: _Ledger, c: _Call, plan: Plan, train: bool) -> Callable[[], None]
         led.new("float_mask", c.mask * c.it)  # SDPA's additive copy of a boolean mask
         led.drop("sdpa_mask")
     led.new("context", c.q(c.hv))
+    # With AMX for the inputs' dtype, the CPU kernel packs the keys and values once per call
+    # and computes each block's probabilities in that dtype for the packed product.
+    packed = (c.k(c.hk) + c.k(c.hv) + threads * q_split * kv_split * c.io
+              if threads and low and _amx_packs(c.shape.dtype) else 0)
     led.spike(threads * ((q_split * kv_split + 2 * q_split + q_split * c.hq) * c.it
-                         + (q_split * kv_split * c.io if low else 0)))
+                         + (q_split * kv_split * c.io if low else 0)) + packed)
     if masked:  # masked_fill of rows with no key
         led.new("zeroed_rows", c.q(c.hv))
         led.drop("mask")
@@ -714,6 +718,14 @@ def _sdpa(led: _Ledger, c: _Call, plan: Plan, train: bool) -> Callable[[], None]
         led.drop("float_mask", "zeroed_rows")
 
     return backward
+
+
+def _amx_packs(dtype: torch.dtype) -> bool:
+    """Whether this CPU has AMX tiles for ``dtype`` (bf16 with AMX-BF16, fp16 with AMX-FP16),
+    with which PyTorch's CPU flash kernel packs keys and values for its block products."""
+    names = {torch.bfloat16: "_is_amx_tile_supported", torch.float16: "_is_amx_fp16_supported"}
+    probe = getattr(torch.cpu, names.get(dtype, ""), None)
+    return bool(probe()) if probe is not None else False
 
 
 def _pure_causal(c: _Call) -> bool:
