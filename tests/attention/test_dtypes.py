@@ -52,3 +52,44 @@ def test_chunked_low_precision_scores_do_not_overflow(dtype, score):
     assert torch.isfinite(out).all()
     attn.impl = "reference"
     torch.testing.assert_close(out, attn(q, k).context, atol=0.05 * 100, rtol=0.02)
+
+
+def _kernel_dtypes(monkeypatch) -> list:
+    """The dtypes ``F.scaled_dot_product_attention`` is called with, recorded."""
+    seen, sdpa = [], torch.nn.functional.scaled_dot_product_attention
+
+    def recording(q, *args, **kwargs):
+        seen.append(q.dtype)
+        return sdpa(q, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    return seen
+
+
+def _autocast_call(device: str, dtype: torch.dtype):
+    torch.manual_seed(0)
+    attn = Attention(32, score="scaled_dot", heads=2, impl="sdpa").to(device)
+    q, k = torch.randn(3, 6, 32, device=device), torch.randn(3, 9, 32, device=device)
+    lengths = torch.tensor([9, 4, 0], device=device)
+    exact = attn(q, k, key_lengths=lengths).context
+    with torch.autocast(device, dtype=dtype):
+        low = attn(q, k, key_lengths=lengths).context
+    return low, exact
+
+
+def test_cpu_autocast_feeds_sdpa_float32(monkeypatch):
+    seen = _kernel_dtypes(monkeypatch)
+    low, exact = _autocast_call("cpu", torch.bfloat16)
+    assert seen == [torch.float32, torch.float32]
+    assert low[2].abs().max() == 0  # no key: zeros
+    assert (low.float() - exact).abs().max() < TOL[torch.bfloat16]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cuda_autocast_feeds_sdpa_the_autocast_dtype(monkeypatch, dtype):
+    seen = _kernel_dtypes(monkeypatch)
+    low, exact = _autocast_call("cuda", dtype)
+    assert seen == [torch.float32, dtype]  # the float32 call, then the autocast one
+    assert torch.isfinite(low).all() and low[2].abs().max() == 0
+    assert (low.float() - exact).abs().max() < TOL[dtype]

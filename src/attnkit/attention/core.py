@@ -341,6 +341,7 @@ def run(
     need_weights: bool,
     kf: torch.Tensor | None = None,
     sink: GradSink | None = None,
+    sdpa_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, Plan]:
     """Score, mask, softmax and weight the values on per-head tensors.
 
@@ -350,30 +351,38 @@ def run(
         call: the validated call (its layout says which keys each query may see).
         prev: previous weights ``(B, H, Tq, Tk)`` for the location score, else ``None``.
         sink: the prepared memory's gradient sink (used by the one-query step), or None.
+        sdpa_dtype: the dtype the fused SDPA kernel is fed when the plan is ``sdpa`` (its
+            context comes back in ``q``'s dtype); None: ``q``'s.
 
     Returns:
         ``context (B, H, Tq, Dv)``, ``weights (B, H, Tq, Tk)`` or ``None``, and the plan taken.
 
     Under ``torch.autocast`` everything here runs with autocast off, on float32 tensors
-    (:mod:`attnkit.ops.precision`).
+    (:mod:`attnkit.ops.precision`), except that on CUDA the fused SDPA kernel is fed
+    autocast's dtype, as ``F.scaled_dot_product_attention`` is under autocast: its flash and
+    memory-efficient kernels take only float16/bfloat16 or run slower in float32, and keep
+    their softmax and accumulators in float32 themselves. On CPU the float32 kernel stays (on
+    an AVX2 CPU, bfloat16 SDPA trained 3.7x slower than float32).
     """
     if autocast_enabled(q.device):
+        low = torch.get_autocast_dtype("cuda") if q.device.type == "cuda" else None
         with no_autocast(q.device):
             q, k, v, kf, prev = upcast(q, k, v, kf, prev)
             return run(q, k, v, score, call, prev=prev, impl=impl, dropout_p=dropout_p,
-                       need_weights=need_weights, kf=kf, sink=sink)
+                       need_weights=need_weights, kf=kf, sink=sink, sdpa_dtype=low)
     plan = plan_call(impl, score, call, heads=q.shape[1], need_weights=need_weights,
                      dropout_p=dropout_p)
     qf = score.prepare_query(q)  # (B, H, Tq, F)
     kf = score.prepare_key(k) if kf is None else kf  # (B, H, Tk, F)
     extra = score.prepare_extra(call.previous(prev)) if prev is not None else None
-    if plan.impl == "sdpa" and call.layout.pure_causal:
-        context = sdpa_attention(qf, kf, v, None, scale=score.scale, dropout_p=dropout_p,
-                                 is_causal=True)
-        return context, None, plan
     if plan.impl == "sdpa":
-        context = sdpa_attention(qf, kf, v, call.mask(), scale=score.scale, dropout_p=dropout_p)
-        return context, None, plan
+        fed = [x.to(sdpa_dtype or x.dtype) for x in (qf, kf, v)]
+        if call.layout.pure_causal:
+            context = sdpa_attention(*fed, None, scale=score.scale, dropout_p=dropout_p,
+                                     is_causal=True)
+        else:
+            context = sdpa_attention(*fed, call.mask(), scale=score.scale, dropout_p=dropout_p)
+        return context.to(q.dtype), None, plan
     if plan.impl == "step" and score.dot_family:
         context, weights = dot_step(qf, kf, v, score.scale, call.mask(), sink)
         return context, (weights if need_weights else None), plan
