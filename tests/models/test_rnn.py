@@ -39,7 +39,7 @@ def test_gradients_never_reach_padding_and_match_packing():
     lengths = torch.tensor([7, 4, 1])
     bi(x, lengths).square().sum().backward()
     assert x.grad[1, 4:].abs().max() == 0 and x.grad[2, 1:].abs().max() == 0
-    torch.autograd.gradcheck(lambda inp: bi(inp, lengths), (x,))
+    torch.autograd.gradcheck(lambda inp: bi(inp, lengths), (x,), fast_mode=True)
 
 
 def test_reverse_within_lengths_and_bad_kind():
@@ -115,7 +115,7 @@ def test_segmented_run_gradcheck_over_several_segments(kind):
     assert len(ends) > 2  # the case runs several segments
     bi = BiRNN(2, 3, kind=kind).double()
     x = torch.randn(7, 10, 2, dtype=torch.float64, requires_grad=True)
-    torch.autograd.gradcheck(lambda inp: bi(inp, lengths), (x,))
+    torch.autograd.gradcheck(lambda inp: bi(inp, lengths), (x,), fast_mode=True)
     torch.testing.assert_close(bi(x, lengths), _packed_reference(bi, kind, x, lengths))
 
 
