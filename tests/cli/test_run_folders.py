@@ -210,7 +210,14 @@ def test_a_signal_saves_then_exits_with_its_code(tsv, tmp_path, capsys, monkeypa
                                                  code):
     _signalled_at_step_2(monkeypatch, signum)
     out = tmp_path / "run"
-    assert _train(tsv, out, "--steps", "50") == code
+    # A shell starts its background jobs with SIGINT ignored, which the trainer then leaves
+    # ignored (as nohup's SIGHUP, below): this test sets the foreground job's disposition.
+    previous = signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT
+                             else signal.SIG_DFL)
+    try:
+        assert _train(tsv, out, "--steps", "50") == code
+    finally:
+        signal.signal(signum, previous)
     err = capsys.readouterr().err
     assert f"stopped by {signal.Signals(signum).name} after 2 steps; the checkpoint is saved" in err
     assert "Traceback" not in err
