@@ -116,6 +116,8 @@ def test_asr_with_augmentation_resumes_to_the_state_of_an_uninterrupted_run(tmp_
     ("asr", "--augment", "loud", "--augment: expected one of none, specaugment, light, strong, "
                                  "got 'loud'"),
     ("asr", "--time-mask", "-3", "--time-mask: expected SpecAugment's T"),
+    ("asr", "--pitch-shift", "1.5,0.8", "--pitch-shift: expected LOW,HIGH pitch factors with "
+                                        "0.5 <= LOW <= HIGH <= 2"),
     ("asr", "--band-limit", "3400,300", "--band-limit: expected LOW,HIGH band edges in Hz"),
     ("ocr", "--rotate", "90", "--rotate: expected the largest rotation in degrees, from 0 to "
                               "45"),

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from scipy.signal import lfilter
 
 from attnkit.data.audio import SAMPLE_RATE, log_mel, mel_filterbank, vtlp_warp
 from attnkit.data.augment import Compose, example_rng
@@ -15,6 +16,7 @@ from attnkit.data.augment_audio import (
     BandLimit,
     Gain,
     Noise,
+    PitchShift,
     Reverb,
     SpecAugment,
     SpeechAugment,
@@ -36,6 +38,67 @@ def peak_hz(samples):
 
 def db(x):
     return 10 * math.log10(float(x.double().square().mean()))
+
+
+def vowel(f0=120.0, formants=(800.0, 2000.0), seconds=1.0):
+    """A pulse train at ``f0`` through two resonators (100 Hz wide) at ``formants``."""
+    x = np.zeros(round(seconds * SAMPLE_RATE))
+    x[:: round(SAMPLE_RATE / f0)] = 1.0
+    r = math.exp(-math.pi * 100.0 / SAMPLE_RATE)
+    for hz in formants:
+        x = lfilter([1 - r], [1, -2 * r * math.cos(2 * math.pi * hz / SAMPLE_RATE), r * r], x)
+    return torch.from_numpy((0.3 * x / np.abs(x).max()).astype(np.float32))
+
+
+def f0_hz(samples):
+    """The shortest lag from 60 to 500 Hz whose autocorrelation is a peak within 80% of the
+    highest (not a multiple of the period), over 0.25 s from 0.125 s."""
+    x = samples.double().numpy()[2000:6000]
+    x = x - x.mean()
+    ac = np.correlate(x, x, "full")[x.size - 1:]
+    low, high = SAMPLE_RATE // 500, SAMPLE_RATE // 60
+    top = ac[low:high].max()
+    lag = next(k for k in range(low, high)
+               if ac[k] >= 0.8 * top and ac[k] >= ac[k - 1] and ac[k] >= ac[k + 1])
+    return SAMPLE_RATE / lag
+
+
+def first_formant_hz(samples):
+    """The strongest frequency from 400 to 1,600 Hz (the harmonic nearest the first formant)."""
+    x = samples.double().numpy()
+    spectrum = np.abs(np.fft.rfft(x * np.hanning(x.size)))
+    hz = np.fft.rfftfreq(x.size, 1 / SAMPLE_RATE)
+    band = (hz > 400) & (hz < 1600)
+    return float(hz[band][spectrum[band].argmax()])
+
+
+@pytest.mark.parametrize("factor", [0.8, 1.5])
+def test_pitch_shift_moves_the_pitch_and_keeps_formants_and_length(factor):
+    x = vowel()
+    assert f0_hz(x) == pytest.approx(120.0, rel=0.02)
+    out = PitchShift(factor=(factor, factor)).apply(x, np.random.default_rng(0))
+    assert out.shape == x.shape and out.dtype == torch.float32
+    assert f0_hz(out) == pytest.approx(120.0 * factor, rel=0.03)
+    assert first_formant_hz(out) == pytest.approx(800.0, abs=120.0)
+    # speed perturbation moves the pitch as far, and the formant with it
+    sped = SpeedPerturb(factors=(factor,)).apply(x, np.random.default_rng(0))
+    assert f0_hz(sped) == pytest.approx(120.0 * factor, rel=0.03)
+    assert abs(first_formant_hz(sped) - 800.0 * factor) < 100.0
+
+
+def test_pitch_shift_draws_log_uniformly_and_leaves_unvoiced_or_short_input():
+    x = vowel(seconds=0.5)
+    shifted, drawn = [], []
+    for seed in range(12):
+        shifted.append(f0_hz(PitchShift(factor=(0.8, 1.25)).apply(x, np.random.default_rng(seed))))
+        log_factor = np.random.default_rng(seed).uniform(math.log(0.8), math.log(1.25))
+        drawn.append(120.0 * math.exp(log_factor))
+    assert shifted == pytest.approx(drawn, rel=0.03)
+    assert min(shifted) < 110 and max(shifted) > 130
+    silence = torch.zeros(8000)
+    assert PitchShift(factor=(1.5, 1.5)).apply(silence, np.random.default_rng(0)) is silence
+    short = x[:320]  # 20 ms: too short to track a pitch down to 75 Hz
+    assert PitchShift(factor=(1.5, 1.5)).apply(short, np.random.default_rng(0)) is short
 
 
 @pytest.mark.parametrize("factor", [0.9, 1.1])
@@ -222,6 +285,8 @@ def test_presets_round_trip_and_compose_takes_any_family():
                                                       r"low_hz < high_hz < 8000"),
     (lambda: SpecAugment(time_mask=-1), r"time_mask: expected an int with 0 <= time_mask"),
     (lambda: VTLP(alpha=(0.5, 1.0)), r"alpha: expected \(low, high\) numbers with 0.7"),
+    (lambda: PitchShift(factor=(0.0, 1.5)), r"factor: expected \(low, high\) numbers with "
+                                            r"0.5 <= low <= high <= 2, got \(0.0, 1.5\)"),
 ])
 def test_settings_out_of_range_are_refused_by_name(make, message):
     with pytest.raises(ValueError, match=message):

@@ -33,6 +33,9 @@ class Option(NamedTuple):
 
 
 SPEECH = (
+    Option("--pitch-shift", "pitch", ("factor",), "pair",
+           "LOW,HIGH pitch factors with 0.5 <= LOW <= HIGH <= 2, formants and duration kept "
+           "(PSOLA)", "LOW,HIGH"),
     Option("--speed-perturb", "speed", ("factors",), "list",
            "comma-separated speed factors, each from 0.5 to 2 (Ko et al. 2015: 0.9,1.0,1.1); "
            "each utterance is played at one of them, resampled", "F,F,..."),
@@ -103,7 +106,7 @@ LINES = (
 )
 
 # the order augmentations added by their options take (a preset's own order is kept)
-SPEECH_ORDER = ("speed", "gain", "reverb", "noise", "band_limit", "vtlp", "specaugment")
+SPEECH_ORDER = ("pitch", "speed", "gain", "reverb", "noise", "band_limit", "vtlp", "specaugment")
 LINE_ORDER = ("scale", "stretch", "rotate", "shear", "perspective", "baseline", "margins",
               "stroke", "shade", "blur", "pixel_noise", "jpeg")
 

@@ -2,8 +2,8 @@
 
 Three stages, in this order (:class:`SpeechAugment` runs them):
 
-* **samples** ``(N,)`` float32 at 16 kHz: :class:`SpeedPerturb` (Ko et al. 2015),
-  :class:`Gain`, :class:`Reverb` (a synthetic room), :class:`Noise` (at an SNR),
+* **samples** ``(N,)`` float32 at 16 kHz: :class:`PitchShift` (PSOLA: the pitch moved, the
+  formants and duration kept), :class:`SpeedPerturb` (Ko et al. 2015), :class:`Gain`, :class:`Reverb` (a synthetic room), :class:`Noise` (at an SNR),
   :class:`BandLimit` (a telephone channel);
 * **filterbank**: :class:`VTLP`, the mel filters' centres warped (Jaitly & Hinton 2013);
 * **features** ``(T, F)`` log-mels: :class:`SpecAugment` (Park et al. 2019: frequency and time
@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 import numpy as np
+import parselmouth
 import torch
 import torch.nn.functional as F
 from scipy.signal import butter, fftconvolve, sosfilt, sosfiltfilt
@@ -37,8 +38,8 @@ from scipy.signal import butter, fftconvolve, sosfilt, sosfiltfilt
 from attnkit.data.audio import SAMPLE_RATE, log_mel, normalize_features, resample
 from attnkit.data.augment import Augmentation, Compose, check_number, check_range
 
-__all__ = ["PRESETS", "AudioAugmentation", "BandLimit", "Gain", "Noise", "Reverb",
-           "SpecAugment", "SpeechAugment", "SpeedPerturb", "VTLP", "preset"]
+__all__ = ["PRESETS", "VTLP", "AudioAugmentation", "BandLimit", "Gain", "Noise", "PitchShift",
+           "Reverb", "SpecAugment", "SpeechAugment", "SpeedPerturb", "preset"]
 
 STAGES = ("samples", "filterbank", "features")
 
@@ -55,6 +56,46 @@ def _check_samples(samples: torch.Tensor) -> None:
     if not isinstance(samples, torch.Tensor) or samples.dim() != 1 or samples.numel() == 0:
         shape = tuple(samples.shape) if isinstance(samples, torch.Tensor) else type(samples)
         raise ValueError(f"samples: expected a non-empty (N,) tensor, got {shape}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PitchShift(AudioAugmentation, name="pitch"):
+    """The voice's pitch (its fundamental frequency F0) multiplied by a factor drawn
+    log-uniformly from ``factor``, its formants and duration kept: pitch-synchronous overlap-add
+    (PSOLA; Moulines & Charpentier 1990), Praat's manipulation through parselmouth (Jadoul et
+    al. 2018), with F0 tracked from 75 to 600 Hz. Where :class:`SpeedPerturb` and
+    :class:`VTLP` move the formants, this moves the harmonics under them, as a speaker with a
+    higher or lower voice and the same vocal tract; unvoiced sounds are left as they are, and
+    an utterance with no voiced frame is returned unchanged.
+
+    Shape: ``(N,)`` -> ``(N,)``.
+    """
+
+    p: float = 0.5
+    factor: tuple[float, float] = (0.8, 1.5)
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_range("factor", self.factor, 0.5, 2.0)
+
+    def apply(self, samples: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+        _check_samples(samples)
+        low, high = self.factor
+        factor = math.exp(rng.uniform(math.log(low), math.log(high)))
+        # PSOLA needs a few pitch periods of the lowest F0 (75 Hz) to track it
+        if factor == 1.0 or samples.numel() < 3 * SAMPLE_RATE // 75:
+            return samples
+        sound = parselmouth.Sound(samples.double().numpy(), sampling_frequency=SAMPLE_RATE)
+        manipulation = parselmouth.praat.call(sound, "To Manipulation", 0.01, 75.0, 600.0)
+        tier = parselmouth.praat.call(manipulation, "Extract pitch tier")
+        if parselmouth.praat.call(tier, "Get number of points") == 0:
+            return samples
+        parselmouth.praat.call(tier, "Multiply frequencies", sound.xmin, sound.xmax, factor)
+        parselmouth.praat.call([tier, manipulation], "Replace pitch tier")
+        out = parselmouth.praat.call(manipulation, "Get resynthesis (overlap-add)")
+        y = out.values[0]
+        y = np.pad(y, (0, max(0, samples.numel() - y.size)))[: samples.numel()]
+        return torch.from_numpy(y.astype(np.float32))
 
 
 @dataclasses.dataclass(frozen=True)
