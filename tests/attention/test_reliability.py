@@ -119,14 +119,16 @@ PADDING = [dict(key_lengths=torch.tensor([3, 5])),
 
 @pytest.mark.parametrize("fill", [NAN, INF, -INF])
 @pytest.mark.parametrize("padding, prepared", [(PADDING[0], False), (PADDING[1], False),
-                                               (PADDING[0], True)],
-                         ids=["key_lengths", "key_mask", "key_lengths-memory"])
+                                               (PADDING[0], True), (PADDING[0], "keys only")],
+                         ids=["key_lengths", "key_mask", "key_lengths-memory",
+                              "key_lengths-memory-of-keys"])
 @pytest.mark.parametrize("heads", [1, 2])
 @pytest.mark.parametrize("score, impl, one_step", PATHS)
 def test_padding_never_reaches_the_output_or_the_gradients(score, impl, one_step, heads,
                                                            padding, prepared, fill):
     """Given as tensors, or prepared as a Memory (whose projections are made before any call
-    says which keys are padding): the gradients of every parameter are those of zeros."""
+    says which keys are padding; of keys alone, the values being the keys): the gradients of
+    every parameter are those of zeros."""
     attn = _module(score, impl, heads)
     query, key, value = _inputs(one_step)
     need = _weights_wanted(attn)
@@ -135,7 +137,10 @@ def test_padding_never_reaches_the_output_or_the_gradients(score, impl, one_step
         q = query.clone().requires_grad_()
         k, v = k.requires_grad_(), v.requires_grad_()
         attn.zero_grad()
-        if prepared:
+        if prepared == "keys only":
+            v = k
+            out = attn(q, attn.prepare(k), need_weights=need, **padding)
+        elif prepared:
             out = attn(q, attn.prepare(k, v), need_weights=need, **padding)
         else:
             out = attn(q, k, v, need_weights=need, **padding)

@@ -268,8 +268,9 @@ class Attention(nn.Module):
         checked, bad = values_readable(key), non_finite_keys(key, value)
         if bad is not None:
             keep = ~bad[..., None]  # (B, Tk, 1)
-            key, value = zero_padding(key, keep), (value if value is key
-                                                   else zero_padding(value, keep))
+            zeroed = zero_padding(key, keep)
+            value = zeroed if value is key else zero_padding(value, keep)
+            key = zeroed
         multi = self.heads > 1
         k = self._split_heads(key, self.k_proj if multi else None)  # (B, H, Tk, dk)
         v = self._split_heads(value, self.v_proj if multi else None)  # (B, H, Tk, dv)
