@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from attnkit import SCORES, Attention, attend, lengths_to_mask
+from attnkit.ops import export_mode
 
 DOT_FAMILY = ("dot", "scaled_dot", "general", "cosine")
 
@@ -142,3 +143,15 @@ def test_scaled_dot_equals_torch_sdpa(b, tq, tk, d, causal):
     module = Attention(d, d, d + 1, score="scaled_dot", causal=causal, impl="reference")
     torch.testing.assert_close(module(q, k, v, key_lengths=lengths).context, expected,
                                atol=1e-5, rtol=1e-5)
+
+
+@given(cases(scores=("additive", "location")))
+def test_the_exported_form_of_the_additive_scores_equals_the_eager_one(c):
+    """Exported, the additive and location scores contract with matrix products (faster in
+    onnxruntime than Einsum); the results equal PyTorch's einsum."""
+    attn, q, k, v, lengths = _build(c, impl="reference")
+    eager = attn(q, k, v, key_lengths=lengths, need_weights=True)
+    with export_mode():
+        exported = attn(q, k, v, key_lengths=lengths, need_weights=True)
+    torch.testing.assert_close(exported.context, eager.context)
+    torch.testing.assert_close(exported.weights, eager.weights)

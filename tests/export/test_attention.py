@@ -3,6 +3,7 @@ onnxruntime equals PyTorch on other sizes and padded keys."""
 
 import itertools
 
+import numpy as np
 import pytest
 import torch
 
@@ -129,3 +130,43 @@ def test_export_mode_skips_the_checks_that_read_lengths_only():
             lengths_to_mask(lengths)
         with pytest.raises(TypeError, match="key_lengths: expected an integer tensor"):
             lengths_to_mask(lengths.float(), 5, name="key_lengths")
+
+
+class Prepared(torch.nn.Module):
+    """``(query (B, D), key, key_lengths) -> (context, weights)`` through a prepared Memory."""
+
+    def __init__(self, attn: Attention):
+        super().__init__()
+        self.attn = attn
+
+    def forward(self, query, key, key_lengths):
+        out = self.attn(query, self.attn.prepare(key), key_lengths=key_lengths,
+                        need_weights=True)
+        return out.context, out.weights
+
+
+@pytest.mark.parametrize("score", ["additive", "scaled_dot"])
+def test_an_exported_memory_checks_its_keys_once_in_the_graph(score, tmp_path):
+    """Exported, ``prepare`` zeroes and marks the keys holding NaN or inf in the graph (as an
+    eager one does by reading them): padding of NaN or inf changes nothing, a valid key of NaN
+    gives its queries a NaN row."""
+    attn = _attention(score, 1)
+    path = tmp_path / "prepared.onnx"
+    example = _inputs(attn, True, 2, 1, 5, [5, 3])
+    export_graph(Prepared(attn), example, path, ["query", "key", "key_lengths"],
+                 ["context", "weights"], [{0: "B"}, {0: "B", 1: "Tk"}, {0: "B"}, {0: "B"},
+                                          {0: "B", 1: "Tk"}])
+    session = ort.InferenceSession(str(path))
+    query, key, lengths = _inputs(attn, True, 3, 1, 6, [6, 4, 2], seed=2)
+    with torch.no_grad():
+        want = Prepared(attn)(query, key, lengths)
+    key[1, 4], key[2, 2:] = float("nan"), float("inf")  # padding
+    got = session.run(None, {"query": query.numpy(), "key": key.numpy(),
+                             "key_lengths": lengths.numpy()})
+    for g, w in zip(got, want):
+        torch.testing.assert_close(torch.from_numpy(g), w, atol=TOL, rtol=0)
+    key[0, 1, 0] = float("nan")  # a valid key
+    context, weights = session.run(None, {"query": query.numpy(), "key": key.numpy(),
+                                          "key_lengths": lengths.numpy()})
+    assert np.isnan(context[0]).all() and np.isnan(weights[0]).all()
+    torch.testing.assert_close(torch.from_numpy(context[1:]), want[0][1:], atol=TOL, rtol=0)

@@ -20,6 +20,8 @@ from attnkit.tokens import BOS, content_ids
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed: "
                           "pip install 'attnkit[export]'")
 
+import onnx  # noqa: E402
+
 from attnkit.export import JSON_FILE, RUNNER_FILE, decoding_json, export_onnx  # noqa: E402
 from attnkit.export.graphs import model_inputs  # noqa: E402
 from attnkit.export.state import flatten  # noqa: E402
@@ -55,7 +57,7 @@ class Exported:
     """A model, its export and onnxruntime sessions."""
 
     def __init__(self, model, folder, max_len):
-        self.model = model.eval()
+        self.model, self.folder = model.eval(), folder
         self.meta = export_onnx(self.model, folder, task="test", vocab={}, max_len=max_len)
         assert json.loads((folder / JSON_FILE).read_text()) == self.meta
         spec = importlib.util.spec_from_file_location(f"runner_{folder.name}",
@@ -129,7 +131,14 @@ def test_encoder_and_decoder_steps_equal_pytorch(name, exported, one_thread):
             for n, t in flatten(want_state).items():
                 _close(state[n], t)
             tokens = log_probs.argmax(-1)
-    assert {s["name"] for s in e.meta["state"]} == set(flatten(want_state))
+    names = {s["name"] for s in e.meta["state"]}
+    # the memories were checked once, by the encoder graph: no step zeroes their padding again
+    memories = {n for n in names if n.endswith((".key_features", ".values"))}
+    graph = onnx.load(str(e.folder / e.meta["decoder_step"]["file"])).graph
+    assert not [n.name for n in graph.node if n.op_type == "Where" and memories & set(n.input)]
+    assert set(flatten(want_state)) <= names
+    for n in names - set(flatten(want_state)):  # the keys the encoder graph found non-finite
+        assert n.endswith(".bad") and state[n].dtype == np.bool_ and not state[n].any()
 
 
 def runner_decode(e: Exported, x, lengths, decoding: Decoding | None) -> list:
@@ -267,7 +276,8 @@ def test_the_runner_stops_an_output_that_loops_where_attnkit_does(how, exported,
 def test_the_json_names_every_graph_input_and_output(exported):
     meta = exported("bahdanau").meta
     assert [i["name"] for i in meta["encoder"]["inputs"]] == ["src", "src_len"]
-    state = ["state.h", "state.src_len", "state.memory.key_features", "state.memory.values"]
+    state = ["state.h", "state.src_len", "state.memory.key_features", "state.memory.values",
+             "state.memory.bad"]
     assert [o["name"] for o in meta["encoder"]["outputs"]] == state
     assert [i["name"] for i in meta["decoder_step"]["inputs"]] == ["tokens", *state]
     assert [o["name"] for o in meta["decoder_step"]["outputs"]] == ["log_probs", "weights",
@@ -285,8 +295,9 @@ def test_the_json_names_every_graph_input_and_output(exported):
     plain = exported("none").meta
     assert "state.src_len" not in [i["name"] for i in plain["decoder_step"]["inputs"]]
     assert "weights" not in [o["name"] for o in plain["decoder_step"]["outputs"]]
-    cache = exported("transformer").meta["decoder_step"]["inputs"][5]
-    assert cache["name"] == "state.cache.0.key_features" and cache["shape"] == ["B", 2, "T", 8]
+    inputs = {i["name"]: i for i in exported("transformer").meta["decoder_step"]["inputs"]}
+    assert inputs["state.cache.0.key_features"]["shape"] == ["B", 2, "T", 8]
+    assert inputs["state.cache.0.bad"]["shape"] == ["B", "T"]
     ctc = exported("crnn-ctc").meta
     assert "decoder_step" not in ctc and ctc["decoding"]["method"] == "ctc_best_path"
     assert [o["name"] for o in ctc["encoder"]["outputs"]] == ["log_probs", "steps"]

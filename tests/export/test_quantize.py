@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnkit.export.quantize import quantize_int8, weight_only_int8
+from attnkit.export.quantize import per_head_products, quantize_int8, weight_only_int8
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -107,3 +107,30 @@ def test_a_weight_another_node_reads_too_stays_float(tmp_path):
 
 def _float_weights_of(model) -> set:
     return {i.name for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
+
+
+def test_per_head_products_of_attention_stay_float(tmp_path):
+    """An additive score's contraction with ``v (H, 1, A, 1)`` is a MatMul of a 4-D constant:
+    left float32, while the layer's 2-D weight is quantised."""
+    helper = onnx.helper
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["B", 1, "S", 6])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
+    weights = [numpy_helper.from_array(np.random.default_rng(0).standard_normal(shape)
+                                       .astype(np.float32), name)
+               for name, shape in (("w", (6, 32)), ("v", (1, 1, 32, 1)))]
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"], name="layer"),
+                               helper.make_node("Tanh", ["h"], ["t"], name="tanh"),
+                               helper.make_node("MatMul", ["t", "v"], ["y"], name="score")],
+                              "g", [x], [y], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert per_head_products(model) == ["score"]
+    path = tmp_path / "g.onnx"
+    onnx.save(model, path)
+    quantize_int8(path)
+    ops = {n.name: n.op_type for n in onnx.load(path).graph.node}
+    assert ops["score"] == "MatMul" and "layer" not in ops  # the layer's now runs in int8
+    feed = {"x": np.random.default_rng(1).standard_normal((2, 1, 5, 6)).astype(np.float32)}
+    got = ort.InferenceSession(str(path)).run(None, feed)[0]
+    want = np.tanh(feed["x"] @ numpy_helper.to_array(weights[0])) @ \
+        numpy_helper.to_array(weights[1])
+    np.testing.assert_allclose(got, want, rtol=0.05, atol=0.1)  # 7-bit weights

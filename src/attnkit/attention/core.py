@@ -65,12 +65,14 @@ class Memory(NamedTuple):
             ``value`` and the parameters but are not seen as gradients of ``key_features`` and
             ``values`` themselves (``torch.autograd.grad`` of them, hooks or ``retain_grad``
             on them): ask for those of ``key`` / ``value`` instead.
-        checked: ``prepare`` read ``key`` and ``value`` (not while exporting, nor on meta
-            tensors). Keys whose key or value held NaN or inf were then zeroed before any
-            projection (padding among them: neither outputs nor gradients see it); an
-            unchecked Memory's padding is zeroed at each call instead.
-        bad: ``(B, Tk)`` bool, those zeroed keys, or None when there was none: a query that
-            may attend to one of them gets a NaN row, as if it had read the NaN.
+        checked: ``prepare`` checked ``key`` and ``value`` for NaN and inf: by reading them,
+            or while exporting in the graph (not on meta tensors). Keys whose key or value
+            held NaN or inf were then zeroed before any projection (padding among them:
+            neither outputs nor gradients see it); an unchecked Memory's padding is zeroed at
+            each call instead.
+        bad: ``(B, Tk)`` bool, those zeroed keys, or None when there was none (always a tensor
+            while exporting): a query that may attend to one of them gets a NaN row, as if it
+            had read the NaN.
     """
 
     key: torch.Tensor

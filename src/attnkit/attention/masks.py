@@ -27,7 +27,7 @@ from attnkit.ops.tracing import exporting, values_readable
 from attnkit.checks import check_int_tensor, describe
 
 __all__ = ["KeyLayout", "lengths_to_mask", "aligned_positions", "band_mask", "non_finite_keys",
-           "zero_padding"]
+           "non_finite_rows", "zero_padding"]
 
 
 def lengths_to_mask(
@@ -121,12 +121,18 @@ def non_finite_keys(key: torch.Tensor, value: torch.Tensor,
         sums = [x.sum(dtype=torch.promote_types(x.dtype, torch.float32)) for x in tensors]
         if all(bool(torch.isfinite(total)) for total in sums):
             return None
-        bad = ~torch.isfinite(tensors[0]).all(-1)
-        for x in tensors[1:]:
-            bad = bad | ~torch.isfinite(x).all(-1)
+        bad = non_finite_rows(key, value)
         if valid is not None:
             bad = bad & valid
     return bad if bool(bad.any()) else None
+
+
+def non_finite_rows(key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """``(B, Tk)`` bool: the keys whose key ``(B, Tk, Dk)`` or value ``(B, Tk, Dv)`` holds NaN
+    or inf, computed without reading a value (what an exported graph checks)."""
+    with torch.no_grad():
+        bad = ~torch.isfinite(key).all(-1)
+        return bad if value is key else bad | ~torch.isfinite(value).all(-1)
 
 
 def aligned_positions(tq: int, tk: int, device: torch.device | None = None) -> torch.Tensor:

@@ -30,7 +30,7 @@ from attnkit.attention.core import (
 )
 from attnkit.ops.dense import Linear
 from attnkit.attention.dispatch import IMPLS, STEP_SCORES, Plan
-from attnkit.attention.masks import non_finite_keys, zero_padding
+from attnkit.attention.masks import non_finite_keys, non_finite_rows, zero_padding
 from attnkit.ops.precision import autocast_enabled, no_autocast, upcast
 from attnkit.attention.scores import SCORES, CosineScore, make_score
 from attnkit.ops.tracing import exporting, values_readable
@@ -264,8 +264,12 @@ class Attention(nn.Module):
         self._check_params_dtype(key, "key")
         memory_key, memory_value = key, value  # as given
         # Keys holding NaN or inf (padding, often) are zeroed before any projection, so that
-        # no gradient sees them (0 * NaN in a projection's backward); calls pass them on.
-        checked, bad = values_readable(key), non_finite_keys(key, value)
+        # no gradient sees them (0 * NaN in a projection's backward); calls pass them on. An
+        # exported graph checks them itself, once, so that its steps need not zero the padding.
+        if exporting():
+            checked, bad = True, non_finite_rows(key, value)  # (B, Tk)
+        else:
+            checked, bad = values_readable(key), non_finite_keys(key, value)
         if bad is not None:
             keep = ~bad[..., None]  # (B, Tk, 1)
             zeroed = zero_padding(key, keep)
@@ -348,7 +352,7 @@ class Attention(nn.Module):
             kf = None
         else:
             k, v, kf, bad = None, memory.values, memory.key_features, memory.bad
-            if call.layout.key_valid is not None and not memory.checked:  # while exporting
+            if call.layout.key_valid is not None and not memory.checked:  # a traced state
                 keep = call.layout.key_valid[:, None, :, None]  # (B, 1, Tk, 1)
                 kf, v = zero_padding(kf, keep), zero_padding(v, keep)
         sink = None if memory is None else memory.sink

@@ -42,6 +42,7 @@ from torch import nn
 from attnkit.ops import kernels
 from attnkit.ops.dense import linear
 from attnkit.ops.precision import upcast
+from attnkit.ops.tracing import exporting
 
 __all__ = ["SCORES", "Score", "make_score"]
 
@@ -65,6 +66,24 @@ def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return linear(x.reshape(b * t, d), w[0].t()).view(b, 1, t, w.shape[-1])
     return torch.einsum("bhtd,hda->bhta", x, w)
 
+
+
+def _reduce_v(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """``v^T x`` over the last dim per head: ``x (B, H, Tq, Tk, A)``, ``v (H, A)`` ->
+    ``(B, H, Tq, Tk)``. Exported as a broadcast matrix product: onnxruntime runs an ONNX
+    ``MatMul`` about 3x faster than the ``Einsum`` of the same contraction. PyTorch keeps the
+    einsum, which does not copy ``x`` (the broadcast product does, in training)."""
+    if exporting():
+        return (x @ v[:, None, :, None]).squeeze(-1)
+    return torch.einsum("bhqka,ha->bhqk", x, v)
+
+
+def _location_term(extra: torch.Tensor, w_loc: torch.Tensor) -> torch.Tensor:
+    """``extra (B, H, Tq, Tk, F) @ w_loc (H, F, A)`` per head -> ``(B, H, Tq, Tk, A)``; a
+    ``MatMul`` when exported, as :func:`_reduce_v`."""
+    if exporting():
+        return extra @ w_loc[:, None]
+    return torch.einsum("bhqkf,hfa->bhqka", extra, w_loc)
 
 class Score(nn.Module):
     """Base class. Subclasses implement the paper's equation; see the module docstring.
@@ -223,7 +242,7 @@ class AdditiveScore(Score):
 
     def pairwise(self, qf, kf, extra=None):
         pre = qf.unsqueeze(-2) + kf.unsqueeze(-3)  # (B, H, Tq, Tk, A)
-        return torch.einsum("bhqka,ha->bhqk", torch.tanh(pre), self.v.to(qf.dtype))
+        return _reduce_v(torch.tanh(pre), self.v.to(qf.dtype))
 
     def pairwise_params(self):
         return (self.v,)
@@ -274,9 +293,9 @@ class LocationScore(AdditiveScore):
         return f.reshape(b, h, tq, self.conv.out_channels, tk).transpose(-1, -2)  # (B,H,Tq,Tk,F)
 
     def pairwise(self, qf, kf, extra=None):
-        loc = torch.einsum("bhqkf,hfa->bhqka", extra, self.w_loc.to(qf.dtype))  # (B,H,Tq,Tk,A)
+        loc = _location_term(extra, self.w_loc.to(qf.dtype))  # (B, H, Tq, Tk, A)
         pre = qf.unsqueeze(-2) + kf.unsqueeze(-3) + loc  # (B, H, Tq, Tk, A)
-        return torch.einsum("bhqka,ha->bhqk", torch.tanh(pre), self.v.to(qf.dtype))
+        return _reduce_v(torch.tanh(pre), self.v.to(qf.dtype))
 
     def pairwise_params(self):
         return (self.v, self.w_loc)

@@ -3,7 +3,8 @@
 Two kinds, by what onnxruntime runs fastest on a CPU:
 
 - **Dynamic quantisation** (onnxruntime's ``quantize_dynamic``) of the operators in
-  :data:`DYNAMIC_OPS`: matrix multiplications and LSTMs compute in int8 (the activations are
+  :data:`DYNAMIC_OPS` (but not the per-head products of :func:`per_head_products`): matrix
+  multiplications and LSTMs compute in int8 (the activations are
   quantised on the fly, one scale per tensor), and embedding tables (``Gather`` of a weight)
   are looked up in int8 and the rows dequantised. The weights take 7 bits (``reduce_range``):
   on x86 CPUs without VNNI, onnxruntime multiplies uint8 activations by int8 weights with
@@ -34,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["DYNAMIC_OPS", "MIN_WEIGHT_ONLY", "SESSION_CONFIG", "WEIGHT_ONLY", "quantize_int8",
-           "weight_only_int8"]
+__all__ = ["DYNAMIC_OPS", "MIN_WEIGHT_ONLY", "SESSION_CONFIG", "WEIGHT_ONLY", "per_head_products",
+           "quantize_int8", "weight_only_int8"]
 
 DYNAMIC_OPS = ("MatMul", "Gemm", "LSTM", "Gather")
 # operator -> (the inputs holding weights, the axis of their output channels)
@@ -61,13 +62,25 @@ def quantize_int8(path: str | Path) -> None:
     logging.disable(logging.WARNING)  # its notes on every tensor it leaves in float
     try:
         quantize_dynamic(path, quantized, weight_type=QuantType.QInt8, reduce_range=True,
-                         op_types_to_quantize=list(DYNAMIC_OPS))
+                         op_types_to_quantize=list(DYNAMIC_OPS),
+                         nodes_to_exclude=per_head_products(onnx.load(path)))
     finally:
         logging.disable(logging.NOTSET)
     model = onnx.load(quantized)
     weight_only_int8(model)
     onnx.save(model, quantized)
     os.replace(quantized, path)
+
+
+def per_head_products(model) -> list[str]:
+    """The names of the ``MatMul`` nodes of ``model`` (an ``onnx.ModelProto``) whose constant
+    operand is not a matrix: an attention score's per-head contraction with a broadcast weight
+    (additive attention's ``v``, ``(H, 1, A, 1)``; the location term's ``(H, 1, F, A)``) over
+    activations as large as the memory. Quantising those activations at every step costs more
+    than the int8 product saves (a LAS decoder step ran slower), so they stay float32."""
+    constants = {init.name: len(init.dims) for init in model.graph.initializer}
+    return [node.name for node in model.graph.node if node.op_type == "MatMul"
+            and any(constants.get(name, 2) != 2 for name in node.input)]
 
 
 def weight_only_int8(model) -> int:

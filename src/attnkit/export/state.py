@@ -6,8 +6,9 @@ state made of tensors, lists of them and prepared attention memories
 (``state.h``, ``state.h.0``, ``state.memory.key_features``); :func:`unflatten` rebuilds a state
 of the same structure from such tensors.
 
-A Memory is flattened to the two tensors a step reads, ``key_features (B, H, S, F)`` and
-``values (B, H, S, Dv')``. Its ``key`` and ``value`` (the encoder output as given to
+A Memory is flattened to the tensors a step reads, ``key_features (B, H, S, F)``, ``values
+(B, H, S, Dv')`` and, for a Memory prepared while exporting, ``bad (B, S)``: the keys that held
+NaN or inf, zeroed by the encoder graph (so that the steps need not zero the padding). Its ``key`` and ``value`` (the encoder output as given to
 ``prepare``) are only checked for their shapes at each step, so :func:`unflatten` stands in
 zero-stride views of the right shape for them: the exported step does not take the encoder
 output as an input.
@@ -34,7 +35,8 @@ def flatten(state, prefix: str = PREFIX) -> dict[str, torch.Tensor]:
         ['state.h.0', 'state.t']
     """
     if isinstance(state, Memory):
-        return {f"{prefix}.{field}": getattr(state, field) for field in MEMORY_FIELDS}
+        out = {f"{prefix}.{field}": getattr(state, field) for field in MEMORY_FIELDS}
+        return out if state.bad is None else {**out, f"{prefix}.bad": state.bad}
     if isinstance(state, torch.Tensor):
         return {prefix: state}
     if isinstance(state, dict):
@@ -54,14 +56,18 @@ def flatten(state, prefix: str = PREFIX) -> dict[str, torch.Tensor]:
 
 def unflatten(template, tensors: dict[str, torch.Tensor], prefix: str = PREFIX):
     """The state of ``template``'s structure with the tensors of ``tensors`` (named as by
-    :func:`flatten`); a Memory keeps ``template``'s owner and feature sizes."""
+    :func:`flatten`); a Memory keeps ``template``'s owner and feature sizes, and is checked
+    when ``template`` carries its ``bad`` keys."""
     if isinstance(template, Memory):
         kf, values = (tensors[f"{prefix}.{field}"] for field in MEMORY_FIELDS)
         b, _, s, _ = kf.shape
         zero = kf.new_zeros(())
         key = zero.expand(b, s, template.key.shape[-1])  # (B, S, Dk): only its shape is read
         value = zero.expand(b, s, template.value.shape[-1])  # (B, S, Dv)
-        return Memory(key, value, kf, values, template.owner)
+        if template.bad is None:
+            return Memory(key, value, kf, values, template.owner)
+        return Memory(key, value, kf, values, template.owner, checked=True,
+                      bad=tensors[f"{prefix}.bad"])
     if isinstance(template, torch.Tensor):
         return tensors[prefix]
     if isinstance(template, dict):
