@@ -24,7 +24,7 @@ WHEELS=.gpu/wheels
 # needs docopt; fastapi needs starlette, pydantic (with pydantic-core, annotated-types and
 # typing-inspection), annotated-doc and opentelemetry-api; uvicorn needs click and h11.
 BINARY="jiwer==4.0.0 rapidfuzz==3.14.6 soundfile==0.14.0 cffi==2.1.1 pycparser==3.12
-soxr==1.1.0 num2words==0.5.14 babel==2.18.0
+soxr==1.1.0 num2words==0.5.14 babel==2.18.0 praat-parselmouth==0.4.7
 fastapi==0.165.0 starlette==1.10.0 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0
 typing-inspection==0.4.5 annotated-doc==0.0.7 opentelemetry-api==1.45.2 uvicorn==0.54.0
 python-multipart==0.0.34"
