@@ -3,8 +3,9 @@
 Three stages, in this order (:class:`SpeechAugment` runs them):
 
 * **samples** ``(N,)`` float32 at 16 kHz: :class:`PitchShift` (PSOLA: the pitch moved, the
-  formants and duration kept), :class:`SpeedPerturb` (Ko et al. 2015), :class:`Gain`, :class:`Reverb` (a synthetic room), :class:`Noise` (at an SNR),
-  :class:`BandLimit` (a telephone channel);
+  formants and duration kept), :class:`SpeedPerturb` (Ko et al. 2015), :class:`Gain`,
+  :class:`Reverb` (a synthetic room), :class:`Noise` (at an SNR), :class:`BandLimit` (a
+  telephone channel);
 * **filterbank**: :class:`VTLP`, the mel filters' centres warped (Jaitly & Hinton 2013);
 * **features** ``(T, F)`` log-mels: :class:`SpecAugment` (Park et al. 2019: frequency and time
   masks, time warp).
@@ -38,8 +39,8 @@ from scipy.signal import butter, fftconvolve, sosfilt, sosfiltfilt
 from attnkit.data.audio import SAMPLE_RATE, log_mel, normalize_features, resample
 from attnkit.data.augment import Augmentation, Compose, check_number, check_range
 
-__all__ = ["PRESETS", "VTLP", "AudioAugmentation", "BandLimit", "Gain", "Noise", "PitchShift",
-           "Reverb", "SpecAugment", "SpeechAugment", "SpeedPerturb", "preset"]
+__all__ = ["PRESETS", "AudioAugmentation", "BandLimit", "Gain", "Noise", "PitchShift", "Reverb",
+           "SpecAugment", "SpeechAugment", "SpeedPerturb", "VTLP", "preset"]
 
 STAGES = ("samples", "filterbank", "features")
 

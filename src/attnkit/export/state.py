@@ -8,10 +8,10 @@ of the same structure from such tensors.
 
 A Memory is flattened to the tensors a step reads, ``key_features (B, H, S, F)``, ``values
 (B, H, S, Dv')`` and, for a Memory prepared while exporting, ``bad (B, S)``: the keys that held
-NaN or inf, zeroed by the encoder graph (so that the steps need not zero the padding). Its ``key`` and ``value`` (the encoder output as given to
-``prepare``) are only checked for their shapes at each step, so :func:`unflatten` stands in
-zero-stride views of the right shape for them: the exported step does not take the encoder
-output as an input.
+NaN or inf, zeroed by the encoder graph (so that the steps need not zero the padding). Its
+``key`` and ``value`` (the encoder output as given to ``prepare``) are only checked for their
+shapes at each step, so :func:`unflatten` stands in zero-stride views of the right shape for
+them: the exported step does not take the encoder output as an input.
 """
 
 from __future__ import annotations
