@@ -136,6 +136,14 @@ def test_encoder_and_decoder_steps_equal_pytorch(name, exported, one_thread):
     memories = {n for n in names if n.endswith((".key_features", ".values"))}
     graph = onnx.load(str(e.folder / e.meta["decoder_step"]["file"])).graph
     assert not [n.name for n in graph.node if n.op_type == "Where" and memories & set(n.input)]
+    # nor writes out the zeros that stand in for a memory's keys where only their shape is read
+    made = {o: n.op_type for n in graph.node for o in n.output}
+    read_by = {}
+    for n in graph.node:
+        for i in n.input:
+            read_by.setdefault(i, set()).add(n.op_type)
+    assert not [n.name for n in graph.node if n.op_type == "Expand" and
+                made.get(n.input[0]) == "ConstantOfShape" and read_by[n.output[0]] == {"Shape"}]
     assert set(flatten(want_state)) <= names
     for n in names - set(flatten(want_state)):  # the keys the encoder graph found non-finite
         assert n.endswith(".bad") and state[n].dtype == np.bool_ and not state[n].any()

@@ -270,6 +270,7 @@ def _write(module, inputs: list[Port], outputs: list[Port], path: Path, opset: i
     export_graph(module, [p.example for p in inputs], path, [p.name for p in inputs],
                  [p.name for p in outputs], [p.axes for p in ports], opset)
     kept = _graph_inputs(path)  # the exporter drops the inputs a graph never reads
+    prune_shape_only_expands(path)
     return {"file": path.name, "inputs": [p.json() for p in inputs if p.name in kept],
             "outputs": [p.json() for p in outputs]}
 
@@ -327,6 +328,51 @@ def _changed(a: torch.Tensor, b: torch.Tensor, axis: str, *, batch: bool = True)
     any other ``axis``."""
     return {d: ("B" if d == 0 and batch else axis)
             for d, (x, y) in enumerate(zip(a.shape, b.shape)) if x != y}
+
+
+def prune_shape_only_expands(path: Path) -> int:
+    """Rewrite the ONNX graph at ``path`` without the scalars broadcast to a shape that only
+    ``Shape`` nodes read: ``Shape(Expand(ConstantOfShape([]), shape))`` is ``shape``. A traced
+    decoder step makes one for each attention memory (:func:`attnkit.export.state.unflatten`
+    stands in a zero-stride view for the memory's keys, of which a call reads the shape only);
+    onnxruntime would write its ``(B, S, Dk)`` zeros at every step. Returns how many went."""
+    import onnx  # the export extra (pyproject.toml)
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    producers = {o: n for n in graph.node for o in n.output}
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    outputs = {o.name for o in graph.output}
+    pruned = 0
+    for node in list(graph.node):
+        source = producers.get(node.input[0]) if node.op_type == "Expand" else None
+        if source is None or source.op_type != "ConstantOfShape":
+            continue
+        shape = producers.get(source.input[0])
+        scalar = shape is not None and shape.op_type == "Constant" and any(
+            a.name == "value" and list(a.t.dims) == [0] for a in shape.attribute)
+        users = readers.get(node.output[0], [])
+        if not scalar or not users or node.output[0] in outputs or any(
+                u.op_type != "Shape" or u.attribute or u.output[0] in outputs for u in users):
+            continue
+        for user in users:
+            for reader in readers.get(user.output[0], []):
+                reader.input[:] = [node.input[1] if i == user.output[0] else i
+                                   for i in reader.input]
+            graph.node.remove(user)
+        graph.node.remove(node)
+        pruned += 1
+    if pruned:
+        used = {name for node in graph.node for name in node.input} | outputs
+        for node in reversed(list(graph.node)):  # the constants left unread
+            if node.op_type in ("ConstantOfShape", "Constant") and not used & set(node.output):
+                graph.node.remove(node)
+                used = {name for n in graph.node for name in n.input} | outputs
+        onnx.save(model, str(path))
+    return pruned
 
 
 def _graph_inputs(path: Path) -> set[str]:
