@@ -270,7 +270,7 @@ def _write(module, inputs: list[Port], outputs: list[Port], path: Path, opset: i
     export_graph(module, [p.example for p in inputs], path, [p.name for p in inputs],
                  [p.name for p in outputs], [p.axes for p in ports], opset)
     kept = _graph_inputs(path)  # the exporter drops the inputs a graph never reads
-    prune_shape_only_expands(path)
+    _prune_shape_only_expands(path)
     return {"file": path.name, "inputs": [p.json() for p in inputs if p.name in kept],
             "outputs": [p.json() for p in outputs]}
 
@@ -330,7 +330,7 @@ def _changed(a: torch.Tensor, b: torch.Tensor, axis: str, *, batch: bool = True)
             for d, (x, y) in enumerate(zip(a.shape, b.shape)) if x != y}
 
 
-def prune_shape_only_expands(path: Path) -> int:
+def _prune_shape_only_expands(path: Path) -> int:
     """Rewrite the ONNX graph at ``path`` without the scalars broadcast to a shape that only
     ``Shape`` nodes read: ``Shape(Expand(ConstantOfShape([]), shape))`` is ``shape``. A traced
     decoder step makes one for each attention memory (:func:`attnkit.export.state.unflatten`
@@ -365,13 +365,15 @@ def prune_shape_only_expands(path: Path) -> int:
             graph.node.remove(user)
         graph.node.remove(node)
         pruned += 1
-    if pruned:
+    while pruned:  # then the constants left unread, and those only they read
         used = {name for node in graph.node for name in node.input} | outputs
-        for node in reversed(list(graph.node)):  # the constants left unread
-            if node.op_type in ("ConstantOfShape", "Constant") and not used & set(node.output):
-                graph.node.remove(node)
-                used = {name for n in graph.node for name in n.input} | outputs
-        onnx.save(model, str(path))
+        dead = [node for node in graph.node if node.op_type in ("ConstantOfShape", "Constant")
+                and not used & set(node.output)]
+        if not dead:
+            onnx.save(model, str(path))
+            break
+        for node in dead:
+            graph.node.remove(node)
     return pruned
 
 
