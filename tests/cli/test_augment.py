@@ -118,6 +118,8 @@ def test_asr_with_augmentation_resumes_to_the_state_of_an_uninterrupted_run(tmp_
     ("asr", "--time-mask", "-3", "--time-mask: expected SpecAugment's T"),
     ("asr", "--pitch-shift", "1.5,0.8", "--pitch-shift: expected LOW,HIGH pitch factors with "
                                         "0.5 <= LOW <= HIGH <= 2"),
+    ("asr", "--voice-source", "-3,20", "--voice-source: expected LOW,HIGH harmonics-to-noise "
+                                       "ratios in dB with 0 <= LOW <= HIGH <= 60"),
     ("asr", "--band-limit", "3400,300", "--band-limit: expected LOW,HIGH band edges in Hz"),
     ("ocr", "--rotate", "90", "--rotate: expected the largest rotation in degrees, from 0 to "
                               "45"),

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import parselmouth
 from scipy.signal import lfilter
 
 from attnkit.data.audio import SAMPLE_RATE, log_mel, mel_filterbank, vtlp_warp
@@ -21,6 +22,7 @@ from attnkit.data.augment_audio import (
     SpecAugment,
     SpeechAugment,
     SpeedPerturb,
+    VoiceSource,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -99,6 +101,42 @@ def test_pitch_shift_draws_log_uniformly_and_leaves_unvoiced_or_short_input():
     assert PitchShift(factor=(1.5, 1.5)).apply(silence, np.random.default_rng(0)) is silence
     short = x[:320]  # 20 ms: too short to track a pitch down to 75 Hz
     assert PitchShift(factor=(1.5, 1.5)).apply(short, np.random.default_rng(0)) is short
+
+
+def harmonicity_db(samples):
+    """Praat's mean harmonics-to-noise ratio (cross-correlation) over the voiced frames."""
+    hnr = parselmouth.Sound(samples.double().numpy(), SAMPLE_RATE).to_harmonicity_cc().values
+    return float(np.mean(hnr[hnr > -100]))
+
+
+def test_voice_source_keeps_pitch_formant_and_length_and_draws_breathiness():
+    x = vowel()
+    clean = VoiceSource(hnr_db=(30.0, 30.0), tilt=(0.4, 0.4)).apply(x, np.random.default_rng(0))
+    assert clean.shape == x.shape and clean.dtype == torch.float32
+    assert not torch.equal(clean, x)
+    assert f0_hz(clean) == pytest.approx(120.0, rel=0.03)
+    assert first_formant_hz(clean) == pytest.approx(800.0, abs=120.0)
+    assert db(clean) == pytest.approx(db(x), abs=0.01)  # the input's mean power
+    breathy = VoiceSource(hnr_db=(3.0, 3.0), tilt=(0.4, 0.4)).apply(x, np.random.default_rng(0))
+    assert first_formant_hz(breathy) == pytest.approx(800.0, abs=120.0)
+    assert harmonicity_db(breathy) < harmonicity_db(clean) - 4.0
+
+
+def test_voice_source_keeps_unvoiced_sounds_is_seeded_and_leaves_unvoiced_or_short_input():
+    hiss = torch.from_numpy(0.05 * np.random.default_rng(1).standard_normal(8000)).float()
+    x = torch.cat([hiss, vowel(seconds=0.5)])
+    augmentation = VoiceSource(hnr_db=(3.0, 30.0))
+    out = augmentation.apply(x, np.random.default_rng(5))
+    assert torch.equal(out, augmentation.apply(x, np.random.default_rng(5)))
+    assert not torch.equal(out, augmentation.apply(x, np.random.default_rng(6)))
+    # the hiss, away from the vowel, is its own residual filtered back: nearly the input
+    kept = np.corrcoef(out[1000:7000].numpy(), x[1000:7000].numpy())[0, 1]
+    assert kept > 0.95
+    assert augmentation.apply(hiss, np.random.default_rng(0)) is hiss
+    silence = torch.zeros(8000)
+    assert augmentation.apply(silence, np.random.default_rng(0)) is silence
+    short = x[8000:8320]
+    assert augmentation.apply(short, np.random.default_rng(0)) is short
 
 
 @pytest.mark.parametrize("factor", [0.9, 1.1])
@@ -287,6 +325,10 @@ def test_presets_round_trip_and_compose_takes_any_family():
     (lambda: VTLP(alpha=(0.5, 1.0)), r"alpha: expected \(low, high\) numbers with 0.7"),
     (lambda: PitchShift(factor=(0.0, 1.5)), r"factor: expected \(low, high\) numbers with "
                                             r"0.5 <= low <= high <= 2, got \(0.0, 1.5\)"),
+    (lambda: VoiceSource(hnr_db=(-3.0, 20.0)), r"hnr_db: expected \(low, high\) numbers "
+                                               r"with 0 <= low <= high <= 60"),
+    (lambda: VoiceSource(tilt=(0.0, 1.0)), r"tilt: expected \(low, high\) numbers with 0 <= "
+                                           r"low <= high <= 0.95, got \(0.0, 1.0\)"),
 ])
 def test_settings_out_of_range_are_refused_by_name(make, message):
     with pytest.raises(ValueError, match=message):

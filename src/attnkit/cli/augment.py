@@ -36,6 +36,10 @@ SPEECH = (
     Option("--pitch-shift", "pitch", ("factor",), "pair",
            "LOW,HIGH pitch factors with 0.5 <= LOW <= HIGH <= 2, formants and duration kept "
            "(PSOLA)", "LOW,HIGH"),
+    Option("--voice-source", "voice_source", ("hnr_db",), "pair",
+           "LOW,HIGH harmonics-to-noise ratios in dB with 0 <= LOW <= HIGH <= 60 of a new "
+           "glottal source under the same formants (LPC resynthesis; low: breathy)",
+           "LOW,HIGH"),
     Option("--speed-perturb", "speed", ("factors",), "list",
            "comma-separated speed factors, each from 0.5 to 2 (Ko et al. 2015: 0.9,1.0,1.1); "
            "each utterance is played at one of them, resampled", "F,F,..."),
