@@ -2,6 +2,7 @@
 option, the settings are saved in the checkpoint and kept by --resume, and a run stopped and
 resumed with augmentation ends where an uninterrupted one does."""
 
+import argparse
 import json
 import math
 import wave
@@ -10,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from attnkit.cli import augment
 from attnkit.cli.main import main
 from attnkit.data import generate_lines, write_line_folder
 
@@ -133,3 +135,34 @@ def test_augmentation_options_out_of_range_are_one_line_errors(tmp_path, capsys,
     err = capsys.readouterr().err
     assert err.startswith(f"attnkit: {message}") and err.count("\n") == 1, err
     assert not (tmp_path / "r").exists()
+
+
+SPEECH_VALUES = {"--pitch-shift": "0.8,1.2", "--voice-source": "3,30", "--speed-perturb": "0.9,1.1",
+                 "--gain": "6", "--reverb": "0.2,0.5", "--noise-snr": "10,20",
+                 "--band-limit": "300,3400", "--vtlp": "0.9,1.1", "--freq-mask": "10",
+                 "--freq-masks": "1", "--time-mask": "10", "--time-masks": "1",
+                 "--time-mask-ratio": "0.1", "--time-warp": "5"}
+LINE_VALUES = {"--scale": "0.6,0.9", "--stretch": "0.8,1.2", "--rotate": "2", "--shear": "0.2",
+               "--perspective": "0.1", "--baseline": "2", "--margins": "4", "--stroke": "1",
+               "--paper": "0.8,1", "--ink": "0,0.3", "--blur": "0,1", "--pixel-noise": "0,0.05",
+               "--jpeg": "30,90"}
+
+
+@pytest.mark.parametrize("options, values, add, made", [
+    (augment.SPEECH, SPEECH_VALUES, augment.add_speech_args, augment.speech_augmentations),
+    (augment.LINES, LINE_VALUES, augment.add_line_args, augment.line_augmentations),
+])
+def test_every_option_adds_its_augmentation_with_its_value(options, values, add, made):
+    assert set(values) == {o.flag for o in options}  # a new option gets a value here
+    parser = argparse.ArgumentParser()
+    add(parser)
+    for option in options:
+        chain = made(parser.parse_args([option.flag, values[option.flag]]))
+        assert [a.name for a in chain.augmentations] == [option.augmentation], option.flag
+        given = [float(v) for v in values[option.flag].split(",")]
+        got = [getattr(chain.augmentations[0], f) for f in option.fields]
+        flat = [float(v) for g in got for v in (g if isinstance(g, tuple) else (g,))]
+        assert flat == given, option.flag
+    every = made(parser.parse_args([t for flag, v in values.items() for t in (flag, v)]))
+    assert [a.name for a in every.augmentations] == list(
+        dict.fromkeys(o.augmentation for o in options))

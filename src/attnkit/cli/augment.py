@@ -109,12 +109,6 @@ LINES = (
            "LOW,HIGH JPEG qualities with 1 <= LOW <= HIGH <= 95", "LOW,HIGH"),
 )
 
-# the order augmentations added by their options take (a preset's own order is kept)
-SPEECH_ORDER = ("pitch", "speed", "gain", "reverb", "noise", "band_limit", "vtlp", "specaugment")
-LINE_ORDER = ("scale", "stretch", "rotate", "shear", "perspective", "baseline", "margins",
-              "stroke", "shade", "blur", "pixel_noise", "jpeg")
-
-
 def _dest(flag: str) -> str:
     return "aug_" + flag[2:].replace("-", "_")
 
@@ -167,9 +161,9 @@ def _read(option: Option, text: str):
     return value
 
 
-def _augmentations(args, presets: dict, options: tuple[Option, ...],
-                   order: tuple[str, ...]) -> list:
-    """The augmentations the options of ``args`` ask for (a list of objects)."""
+def _augmentations(args, presets: dict, options: tuple[Option, ...]) -> list:
+    """The augmentations the options of ``args`` ask for (a list of objects): the preset's in
+    its own order, then those the options add, in the order of ``options``."""
     name = args.aug_augment or "none"
     if name not in presets:
         raise ValueError(f"--augment: expected one of {', '.join(presets)}, got {name!r}")
@@ -201,7 +195,8 @@ def _augmentations(args, presets: dict, options: tuple[Option, ...],
         _set_probabilities(args.aug_augment_prob, chosen, {o.augmentation for o in options})
     listed = [a.name for a in presets[name]]
     return [chosen[n] for n in listed if n in chosen] + \
-        [chosen[n] for n in order if n in chosen and n not in listed]
+        [chosen[n] for n in dict.fromkeys(o.augmentation for o in options)
+         if n in chosen and n not in listed]
 
 
 def _set_probabilities(text: str, chosen: dict, names: set[str]) -> None:
@@ -258,12 +253,12 @@ def speech_augmentations(args, ck=None) -> augment_audio.SpeechAugment:
         ValueError: naming an option whose value is out of range or does not parse, or
             asking a resumed run for other augmentation.
     """
-    made = _augmentations(args, augment_audio.PRESETS, SPEECH, SPEECH_ORDER)
+    made = _augmentations(args, augment_audio.PRESETS, SPEECH)
     return _for_run(args, ck, augment_audio.SpeechAugment, made)
 
 
 def line_augmentations(args, ck=None) -> augment_lines.LineAugment:
     """The line augmentations of ``attnkit train ocr``'s options; see
     :func:`speech_augmentations`."""
-    made = _augmentations(args, augment_lines.PRESETS, LINES, LINE_ORDER)
+    made = _augmentations(args, augment_lines.PRESETS, LINES)
     return _for_run(args, ck, augment_lines.LineAugment, made)
