@@ -70,8 +70,12 @@ install: system $(STAMP)
 demo: install
 	$(VENV)/bin/attnkit demo --out demo-out
 
+# The suite in TEST_WORKERS processes (pytest-xdist; tests/conftest.py gives each its share of
+# the cores' torch threads): about 5 minutes on 2 cores against 10-16 in one.
+TEST_WORKERS ?= 2
+
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 # The documentation site (mkdocs.yml), warnings as errors, into build/site.
 docs: $(STAMP)
