@@ -6,7 +6,7 @@ never heard, font families they never saw. Prints a Markdown table and writes JS
         --ocr build/models/ocr-lines/checkpoint-best --utterances 100 --lines 50
 
 Each held-out set is built afresh (split ``test``, seed 1) and written as the files a user
-would have, then scored as ``attnkit eval`` scores them (the task's default decoding: beam 5
+would have, then scored as ``attnkit eval`` scores them without decoding options (greedy
 for speech, best path for CTC lines):
 
 * speech (digits and numbers, ``--utterances`` per set): the espeak-ng voice variants held out
