@@ -9,23 +9,35 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install system fonts demo test docs bench models install-models clean
+.PHONY: install system node fonts demo test docs bench models install-models clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev,export,docs,serve,hf]'
+	$(MAKE) --no-print-directory node
 	touch $(STAMP)
 
-# Debian packages the built-in data and the browser tests use: espeak-ng and festival with
-# three voices (speech), more fonts
+# GnuSpeech, the third engine of the built-in speech (attnkit.data.synthesis), is an npm
+# package run by Node.js: installed into the environment's node_modules, where attnkit looks.
+GNUSPEECH = @echogarden/gnuspeech-wasm@0.3.0
+
+node:
+	@if command -v npm >/dev/null; then \
+	  npm install --prefix $(VENV) --save-exact --no-audit --no-fund --silent $(GNUSPEECH) || \
+	    echo "warning: npm install $(GNUSPEECH) failed"; \
+	else echo "warning: npm not found: built-in speech without gnuspeech (apt-get install npm)"; fi
+
+# Debian packages the built-in data and the browser tests use: espeak-ng, festival with
+# three voices and Node.js (speech), more fonts
 # (text lines), headless Chromium and its driver (the explorer page, the docs site), and wrk
 # (the clients of the serving load test, benchmarks/serve_load.py). Installs
 # only what is missing, with apt-get as root; elsewhere it says what to install.
 system:
 	@missing=""; command -v espeak-ng >/dev/null || missing="espeak-ng"; \
 	command -v festival >/dev/null || missing="$$missing festival"; \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
 	for v in kallpc16k kdlpc16k us-slt-hts; do \
 	  dpkg -s festvox-$$v >/dev/null 2>&1 || missing="$$missing festvox-$$v"; done; \
 	[ -d /usr/share/fonts/truetype/liberation ] || missing="$$missing fonts-liberation"; \

@@ -11,8 +11,10 @@ for speech, best path for CTC lines):
 
 * speech (digits and numbers, ``--utterances`` per set): the espeak-ng voice variants held out
   of training (:data:`attnkit.data.speech.HELD_OUT_VARIANTS`) at the test speeds; festival's
-  ``ked_diphone`` voice, held out; and every festival voice in turn (a model trained on
-  espeak-ng alone has never heard that engine);
+  ``ked_diphone`` voice, held out; every festival voice in turn (a model trained on
+  espeak-ng alone has never heard that engine); gnuspeech's ``small_child`` voice, held out,
+  and every gnuspeech voice in turn (an engine a model trained on espeak-ng and festival has
+  never heard);
 * lines (``--lines`` per set): each font family held out of training
   (:data:`attnkit.data.lines.HELD_OUT_FAMILIES`) with real English sentences of 5-80
   characters, and the in-family held-out faces with the random text of 5-200 characters the
@@ -39,7 +41,7 @@ from attnkit.data.augment_lines import LineAugment, Scale
 from attnkit.data.lines import HELD_OUT_FAMILIES, available_fonts, font_family, generate_lines
 from attnkit.data.audio import SAMPLE_RATE
 from attnkit.data.speech import plan_utterances, utterance_audio
-from attnkit.data.synthesis import FESTIVAL_VOICES
+from attnkit.data.synthesis import FESTIVAL_VOICES, GNUSPEECH_VOICES
 from attnkit.tasks.evaluator import evaluate
 from attnkit.tasks.loading import load_evaluator
 
@@ -54,10 +56,16 @@ def speech_sets(n: int) -> dict[str, list]:
     kinds = ("digits", "numbers")
     espeak = plan_utterances(n, split="test", seed=SEED, kinds=kinds)
     ked = plan_utterances(n, split="test", seed=SEED, kinds=kinds, engines=("festival",))
-    voices = list(FESTIVAL_VOICES)
-    every = [dataclasses.replace(u, voice=voices[i % len(voices)]) for i, u in enumerate(ked)]
+    child = plan_utterances(n, split="test", seed=SEED, kinds=kinds, engines=("gnuspeech",))
     return {"espeak-ng held-out variants": espeak, "festival ked (held-out voice)": ked,
-            "festival, all three voices": every}
+            "festival, all three voices": _every_voice(ked, list(FESTIVAL_VOICES)),
+            "gnuspeech small_child (held-out voice)": child,
+            "gnuspeech, all four voices": _every_voice(child, list(GNUSPEECH_VOICES))}
+
+
+def _every_voice(plan: list, voices: list[str]) -> list:
+    """``plan`` with its voices taken from ``voices`` in turn."""
+    return [dataclasses.replace(u, voice=voices[i % len(voices)]) for i, u in enumerate(plan)]
 
 
 def line_sets(n: int) -> dict[str, list]:

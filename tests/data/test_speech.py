@@ -29,7 +29,7 @@ from attnkit.data import (
 )
 from attnkit.data import synthesis
 from attnkit.data.speech import SPLITS
-from attnkit.data.synthesis import ACCENTS
+from attnkit.data.synthesis import ACCENTS, ENGINES
 
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None,
                                   reason="espeak-ng not installed (apt-get install espeak-ng)")
@@ -70,8 +70,20 @@ def test_numbers_are_spelled_with_spaces_only():
     assert speech.spoken_number(0) == "zero"
 
 
+def _has_gnuspeech() -> bool:
+    try:
+        synthesis.gnuspeech_folder()
+    except RuntimeError:
+        return False
+    return True
+
+
+needs_gnuspeech = pytest.mark.skipif(not _has_gnuspeech(), reason="gnuspeech not installed "
+                                     "(make node: Node.js and an npm package)")
+
+
 def test_splits_share_no_voice_and_no_speed():
-    both = ("espeak-ng", "festival")
+    both = ENGINES
     plans = {s: plan_utterances(1500, split=s, seed=0, engines=both) for s in SPLITS}
     # festival has three English voices: valid and test share the one training never hears
     voices = {s: {u.voice for u in p if u.engine == "espeak-ng"} for s, p in plans.items()}
@@ -87,6 +99,9 @@ def test_splits_share_no_voice_and_no_speed():
     festival = {s: {u.voice for u in p if u.engine == "festival"} for s, p in plans.items()}
     assert festival == {"train": {"kal_diphone", "cmu_us_slt_arctic_hts"},
                         "valid": {"ked_diphone"}, "test": {"ked_diphone"}}
+    gnuspeech = {s: {u.voice for u in p if u.engine == "gnuspeech"} for s, p in plans.items()}
+    assert gnuspeech == {"train": {"male", "female", "large_child"}, "valid": {"small_child"},
+                         "test": {"small_child"}}
     assert {u.voice.partition("+")[0] for u in plans["train"] if u.engine == "espeak-ng"} == set(
         ACCENTS)
     same_text = sum(a.transcript == b.transcript for a, b in zip(plans["valid"], plans["test"]))
@@ -115,6 +130,40 @@ def test_festival_speaks_and_follows_speed_and_pitch():
                for a, u in zip(speech._chunk_audio(plan), plan[:3]))
     with pytest.raises(ValueError, match="voice: expected a festival voice"):
         synthesis.synthesize("one", voice="en-us", engine="festival")
+
+
+@needs_gnuspeech
+def test_gnuspeech_speaks_reproducibly_and_follows_speed_and_pitch():
+    plan = [u for u in plan_utterances(40, engines=("gnuspeech",))][:6]
+    together = speech._chunk_audio(plan)  # one node process for all
+    assert all(torch.equal(a, speech.utterance_audio(u)) for a, u in zip(together, plan[:2]))
+    slow, rate = synthesize("four two", voice="female", speed=100, engine="gnuspeech")
+    fast, _ = synthesize("four two", voice="female", speed=200, engine="gnuspeech")
+    assert rate == 44100 and 1.5 < slow.numel() / fast.numel() < 2.5
+    low, _ = synthesize("four two", voice="female", pitch=20, engine="gnuspeech")
+    high, _ = synthesize("four two", voice="female", pitch=80, engine="gnuspeech")
+    assert _f0(high, rate) > 1.3 * _f0(low, rate)  # 8 semitones apart: 1.59 times
+    with pytest.raises(ValueError, match="voice: expected a gnuspeech voice"):
+        synthesize("one", voice="baby", engine="gnuspeech")
+
+
+def _f0(samples: torch.Tensor, rate: int) -> float:
+    """The median fundamental frequency (Hz) of the voiced frames, by Praat."""
+    import parselmouth
+
+    pitch = parselmouth.Sound(samples.double().numpy(), rate).to_pitch()
+    f0 = pitch.selected_array["frequency"]
+    return float(np.median(f0[f0 > 0]))
+
+
+def test_missing_gnuspeech_says_how_to_install_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("ATTNKIT_NODE_MODULES", str(tmp_path))
+    with pytest.raises(RuntimeError, match=r"gnuspeech: .*not found in .*npm install --prefix"):
+        synthesize("one", voice="male", engine="gnuspeech")
+    monkeypatch.setattr(synthesis.shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeError, match=r"gnuspeech: node: command not found.*apt-get "
+                                           r"install nodejs"):
+        synthesize("one", voice="male", engine="gnuspeech")
 
 
 def test_noise_settings_are_drawn_per_example():

