@@ -554,6 +554,23 @@ def test_runs_trained_with_other_augmentation_or_batching_average(tmp_path):
             average_checkpoints([tmp_path / "a", tmp_path / other])
 
 
+def test_runs_fine_tuned_on_other_data_average_but_not_other_input_reading(tmp_path):
+    base = {"task": "x", "model": {"hidden": 4}}
+    configs = {"a": {**base, "data": {"built_in": ["digits"], "engines": ["espeak-ng"],
+                                      "n_train": 100, "normalize": True}},
+               "b": {**base, "data": {"built_in": ["digits", "numbers"], "n_train": 900,
+                                      "engines": ["espeak-ng", "gnuspeech"], "normalize": True}},
+               "c": {**base, "data": {"built_in": ["digits"], "engines": ["espeak-ng"],
+                                      "n_train": 100, "normalize": False}}}
+    for name, config in configs.items():
+        save_checkpoint(tmp_path / name, model={"w": torch.full((2,), float(ord(name)))},
+                        config=config)
+    mean = average_checkpoints([tmp_path / "a", tmp_path / "b"])
+    assert mean.config == configs["a"] and mean.model_state["w"].tolist() == [97.5, 97.5]
+    with pytest.raises(CheckpointError, match="another config than"):
+        average_checkpoints([tmp_path / "a", tmp_path / "c"])
+
+
 def test_the_last_steps_model_is_kept_when_its_final_evaluation_is_the_best(tmp_path):
     torch.manual_seed(0)
     trainer = Trainer(Reverse(), Scripted([0.2, 0.5, 0.9]), _cfg(max_steps=12), tmp_path)

@@ -6,7 +6,8 @@ fairseq's ``average_checkpoints.py``, ESPnet's ``average_nbest_models``); the we
 fine-tuned from one model with other settings can be averaged too (a "model soup", Wortsman et
 al. 2022). The checkpoints must be of the same task, model and vocabulary: their configs may
 differ only in the settings of training alone (:data:`TRAINING_ONLY`: the augmentation and the
-batching), and the average keeps the first one's; floating-point tensors (weights and running
+batching; :data:`TRAINING_DATA`: which examples it was trained on, never how it reads an
+input), and the average keeps the first one's; floating-point tensors (weights and running
 statistics) are averaged in float64 and stored in their own dtype; an integer tensor (a
 BatchNorm's ``num_batches_tracked``) takes its largest value.
 
@@ -34,10 +35,14 @@ from attnkit.checks import quoted
 from attnkit.train.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from attnkit.train.loop import KEPT_DIR
 
-__all__ = ["TRAINING_ONLY", "average_checkpoints", "best_checkpoints"]
+__all__ = ["TRAINING_DATA", "TRAINING_ONLY", "average_checkpoints", "best_checkpoints"]
 
 # config entries that say how a model was trained, not what it is or how it reads its inputs
 TRAINING_ONLY = ("augment", "batching")
+# entries of a config's "data" that name the training examples (corpora, built-in kinds,
+# engines, counts, lengths), not how the model reads its inputs ("normalize" stays compared)
+TRAINING_DATA = ("train", "valid", "format", "built_in", "engines", "n_train", "n_valid",
+                 "min_chars", "max_chars", "prose")
 
 
 def average_checkpoints(paths: Sequence[str | Path]) -> Checkpoint:
@@ -84,8 +89,11 @@ def average_checkpoints(paths: Sequence[str | Path]) -> Checkpoint:
 
 
 def _model_config(config: dict) -> dict:
-    """``config`` without the entries of :data:`TRAINING_ONLY`."""
-    return {k: v for k, v in config.items() if k not in TRAINING_ONLY}
+    """``config`` without the entries of :data:`TRAINING_ONLY` and :data:`TRAINING_DATA`."""
+    out = {k: v for k, v in config.items() if k not in TRAINING_ONLY}
+    if isinstance(out.get("data"), dict):
+        out["data"] = {k: v for k, v in out["data"].items() if k not in TRAINING_DATA}
+    return out
 
 
 def best_checkpoints(run: str | Path, n: int | None = None) -> list[Path]:
