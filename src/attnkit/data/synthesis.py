@@ -3,9 +3,9 @@ arguments give the same samples, bit for bit: the ``espeak-ng`` and ``festival``
 tools (Debian packages ``espeak-ng``, ``festival`` and its voices) and ``gnuspeech``, an
 articulatory synthesiser (the npm package :data:`GNUSPEECH_PACKAGE`, run by ``node``).
 
-Three ways of making speech: ``espeak-ng`` is formant synthesis by rule (Klatt 1980), speaking
-with any English accent (:data:`ACCENTS`) and voice variant (:func:`espeak_variants`), speed,
-pitch, word gap and amplitude; ``festival`` joins recorded diphones (two voices) or generates
+Three ways of making speech: ``espeak-ng`` is formant synthesis by rule (its klatt variants
+with Klatt's 1980 synthesiser), speaking with any English accent (:data:`ACCENTS`) and voice
+variant (:func:`espeak_variants`), speed, pitch, word gap and amplitude; ``festival`` joins recorded diphones (two voices) or generates
 from a hidden-Markov model trained on a recorded speaker (one HTS voice,
 :data:`FESTIVAL_VOICES`), at a speed and (diphone voices) pitch; ``gnuspeech`` simulates a
 vocal tract as a tube whose shapes follow rules (Hill, Manzara & Taube-Schock 1995), with its
@@ -30,8 +30,7 @@ from attnkit.data.audio_files import parse_wav
 
 __all__ = ["ACCENTS", "ENGINES", "FESTIVAL_VOICES", "GNUSPEECH_PACKAGE", "GNUSPEECH_VOICES",
            "espeak_command", "espeak_variants", "festival", "festival_many", "gnuspeech_folder",
-           "gnuspeech_many",
-           "synthesize"]
+           "gnuspeech_many", "synthesize"]
 
 ENGINES = ("espeak-ng", "festival", "gnuspeech")
 # espeak-ng voices whose "+variant" suffix takes effect ("en-gb+m1" silently ignores it; "en" is
@@ -50,7 +49,7 @@ UNUSED_VARIANTS = ("Demonic", "fast", "announcer", "whisper", "whisperf", "UniRo
 # ours reads
 GNUSPEECH_VOICES = ("male", "female", "large_child", "small_child")
 GNUSPEECH_PACKAGE = "@echogarden/gnuspeech-wasm@0.3.0"  # npm's name and the version tested
-GNUSPEECH_SPEED = 160  # words per minute that gnuspeech speaks with tempo 1
+GNUSPEECH_SPEED = 160  # the speed (espeak-ng's default words per minute) given tempo 1
 FESTIVAL_SPEED = 170  # words per minute that festival speaks with Duration_Stretch 1
 ESPEAK_RATE = 22050
 
@@ -84,7 +83,8 @@ def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
                pitch: int = 50, gap: int = 0, amplitude: int = 100,
                engine: str = "espeak-ng") -> tuple[torch.Tensor, int]:
     """Speak ``text``: ``(samples (N,) float32, rate)`` (espeak-ng 22,050 Hz; festival the
-    voice's own rate, 16,000 or 32,000 Hz; gnuspeech 44,100 Hz). See :class:`Utterance` for the arguments.
+    voice's own rate, 16,000 or 32,000 Hz; gnuspeech 44,100 Hz). See :class:`Utterance` for
+    the arguments.
 
     The same arguments give the same samples, bit for bit.
 
