@@ -49,7 +49,9 @@ UNUSED_VARIANTS = ("Demonic", "fast", "announcer", "whisper", "whisperf", "UniRo
 # ours reads
 GNUSPEECH_VOICES = ("male", "female", "large_child", "small_child")
 GNUSPEECH_PACKAGE = "@echogarden/gnuspeech-wasm@0.3.0"  # npm's name and the version tested
-GNUSPEECH_SPEED = 160  # the speed (espeak-ng's default words per minute) given tempo 1
+# words per minute gnuspeech speaks at tempo 1: a 21-word number took 7.63 s (157 wpm, silences
+# included), as long as espeak-ng's at -s 160 (7.42 s)
+GNUSPEECH_SPEED = 160
 FESTIVAL_SPEED = 170  # words per minute that festival speaks with Duration_Stretch 1
 ESPEAK_RATE = 22050
 
