@@ -211,3 +211,38 @@ def test_a_signal_during_the_demo_s_training_ends_the_demo(tmp_path, capsys, mon
     captured = capsys.readouterr()
     assert "stopped by SIGINT after 3 steps of the demo's training" in captured.err
     assert "held-out" not in captured.out and "800" not in captured.out.split("2. ")[-1]
+
+
+@pytest.mark.parametrize("argv, seed", [([], 0), (["--seed", "4"], 4),
+                                        (["--seed", "4", "--data-seed", "9"], 9)])
+def test_data_seed_draws_the_built_in_data_and_defaults_to_the_seed(argv, seed, monkeypatch,
+                                                                    tmp_path):
+    """--data-seed draws the built-in examples of every task, so that runs of several seeds
+    share one set (and its cache); the run's own randomness keeps --seed."""
+    from attnkit.cli import asr, images, ocr, translate
+    from attnkit.cli.main import build_parser
+
+    seen, folders = {}, []
+
+    def record(name):
+        def draw(n, *, split, seed, **kw):
+            seen[name, split] = seed
+            return []
+        return draw
+
+    monkeypatch.setattr(asr, "speech_dataset", record("asr"))
+    monkeypatch.setattr(translate, "generate_pairs", record("translate"))
+    monkeypatch.setattr(images, "generate_scenes", record("scenes"))
+    monkeypatch.setattr(ocr, "iter_lines", record("lines"))
+    monkeypatch.setattr(ocr, "write_line_folder", lambda lines, folder: folders.append(folder))
+    monkeypatch.setattr(ocr, "read_line_folder", lambda folder, labels: [])
+    parse = build_parser().parse_args
+    asr._speech(parse(["train", "asr", "--out", str(tmp_path), *argv]), True)
+    translate._pairs(parse(["train", "translate", "--out", str(tmp_path), *argv]))
+    images.built_in_scenes(parse(["train", "caption", "--out", str(tmp_path), *argv]), 32)
+    lines = parse(["train", "ocr", "--out", str(tmp_path), *argv])
+    for split in ("train", "valid"):
+        ocr._built_in(lines, split, 5, 1, 20)
+    assert seen == {(task, split): seed for task in ("asr", "translate", "scenes", "lines")
+                    for split in ("train", "valid")}
+    assert len(folders) == 2 and all(f"-seed{seed}-" in f.name for f in folders)  # cache names

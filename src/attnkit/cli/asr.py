@@ -129,8 +129,9 @@ def _speech(args, normalize: bool, audio: bool = False) -> tuple[SpeechSet, Spee
         n = min(100, len(train))
         log.warning("no --valid manifest: validating on the first %d training utterances", n)
         return train, train.head(n)
-    kw = {"seed": args.seed, "cache_dir": args.cache_dir.expanduser(), "kinds": args.kinds,
-          "engines": args.engines, "normalize": normalize, "workers": args.workers}
+    kw = {"seed": common.data_seed(args), "cache_dir": args.cache_dir.expanduser(),
+          "kinds": args.kinds, "engines": args.engines, "normalize": normalize,
+          "workers": args.workers}
     return (speech_dataset(args.n_train, split="train", audio=audio, **kw),
             speech_dataset(args.n_valid, split="valid", **kw))
 

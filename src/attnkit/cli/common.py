@@ -128,7 +128,15 @@ def add_task_parser(train_sub, name: str, *, help: str, description: str, files:
                       help="built-in training examples")
     data.add_argument("--n-valid", type=positive_int, default=n_valid,
                       help="built-in validation examples")
+    data.add_argument("--data-seed", type=int, metavar="SEED",
+                      help="the seed the built-in examples are drawn with (default: --seed), "
+                      "so that runs of other seeds can share one set and its cache")
     return p, data
+
+
+def data_seed(args) -> int:
+    """The seed of the built-in data: ``--data-seed``, else ``--seed``."""
+    return args.seed if args.data_seed is None else args.data_seed
 
 
 def add_device_arg(p) -> None:

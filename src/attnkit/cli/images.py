@@ -61,7 +61,7 @@ def user_data(args, size: int, default_tsv: str):
 
 def built_in_scenes(args, size: int) -> tuple[list[Scene], list[Scene]]:
     """The built-in training and validation scenes the options ask for."""
-    kw = dict(seed=args.seed, size=size, min_objects=args.min_objects,
+    kw = dict(seed=common.data_seed(args), size=size, min_objects=args.min_objects,
               max_objects=args.max_objects)
     log.info("drawing %d training and %d validation scenes", args.n_train, args.n_valid)
     return (generate_scenes(args.n_train, split="train", **kw),

@@ -108,13 +108,13 @@ def _built_in(args, split: str, n: int, min_chars: int, max_chars: int):
     # the cache's name says the settings and the fonts the lines were drawn from
     fonts = hashlib.sha256("\n".join(p.name for p in available_fonts()[split]).encode())
     cache = (args.cache_dir or args.out / "lines") / (
-        f"{split}-{n}-seed{args.seed}-{min_chars}-{max_chars}"
+        f"{split}-{n}-seed{common.data_seed(args)}-{min_chars}-{max_chars}"
         f"{f'-prose{args.prose:g}' if args.prose else ''}-fonts{fonts.hexdigest()[:8]}")
     if (cache / "labels.tsv").exists():
         return read_line_folder(cache, cache / "labels.tsv")
     log.info("rendering %d %s lines into %s", n, split, cache)
-    write_line_folder(iter_lines(n, split=split, seed=args.seed, min_chars=min_chars,
-                                 max_chars=max_chars, prose=args.prose),
+    write_line_folder(iter_lines(n, split=split, seed=common.data_seed(args),
+                                 min_chars=min_chars, max_chars=max_chars, prose=args.prose),
                       cache)  # one line in memory at a time
     return read_line_folder(cache, cache / "labels.tsv")  # what later runs will read
 

@@ -32,9 +32,10 @@ RECIPES = {
         "--batch-size", "32", "--lr", "1e-3", "--steps", "1800", "--eval-every", "500",
         "--checkpoint-every", "500")),
     # the three engines (every espeak-ng variant but the held-out ones; festival's kal and
-    # slt voices; gnuspeech's male, female and large_child) and the strong augmentation: speed, gain, reverberation, noise, telephone band,
-    # vocal-tract length and SpecAugment. Measured: 2.3-3.3 s a step with one torch thread on
-    # an AVX2 AMD EPYC beside another training (docs/models.md)
+    # slt voices; gnuspeech's male, female and large_child) and the strong augmentation:
+    # speed, gain, reverberation, noise, telephone band, vocal-tract length and SpecAugment.
+    # Measured: 2.3-3.3 s a step with one torch thread on an AVX2 AMD EPYC beside another
+    # training (docs/models.md)
     "asr-digits": Recipe("asr", (
         "--kinds", "digits,numbers", "--engines", "espeak-ng,festival,gnuspeech",
         "--n-train", "12000",

@@ -83,7 +83,7 @@ def _pairs(args):
         valid = read_data("translate", args.valid, args, "valid", **read) \
             if args.valid else []
         return train, valid
-    kw = dict(seed=args.seed, tasks=args.tasks, direction=args.direction)
+    kw = dict(seed=common.data_seed(args), tasks=args.tasks, direction=args.direction)
     return (generate_pairs(args.n_train, split="train", **kw),
             generate_pairs(args.n_valid, split="valid", **kw))
 
