@@ -19,14 +19,14 @@ $(STAMP): pyproject.toml
 	$(MAKE) --no-print-directory node
 	touch $(STAMP)
 
-# GnuSpeech, the third engine of the built-in speech (attnkit.data.synthesis), is an npm
-# package run by Node.js: installed into the environment's node_modules, where attnkit looks.
-GNUSPEECH = @echogarden/gnuspeech-wasm@0.3.0
-
+# GnuSpeech, the third engine of the built-in speech, is an npm package run by Node.js:
+# installed into the environment's node_modules, where attnkit looks, at the version
+# attnkit.data.synthesis names.
 node:
 	@if command -v npm >/dev/null; then \
-	  npm install --prefix $(VENV) --save-exact --no-audit --no-fund --silent $(GNUSPEECH) || \
-	    echo "warning: npm install $(GNUSPEECH) failed"; \
+	  pkg=$$($(PY) -c 'from attnkit.data.synthesis import GNUSPEECH_PACKAGE as p; print(p)') && \
+	  npm install --prefix $(VENV) --save-exact --no-audit --no-fund --silent $$pkg || \
+	    echo "warning: npm install of gnuspeech failed"; \
 	else echo "warning: npm not found: built-in speech without gnuspeech (apt-get install npm)"; fi
 
 # Debian packages the built-in data and the browser tests use: espeak-ng, festival with

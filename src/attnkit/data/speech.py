@@ -35,7 +35,8 @@ voices) at a drawn tempo and pitch. Splits hold out speakers and speaking rates
 (:data:`SPLITS`): valid and test have their own espeak-ng variants, their own festival voice
 (``ked_diphone``, never heard in training), their own gnuspeech voice (``small_child``) and
 their own speed band, so their voices and speeds are never seen in training. Each example is
-drawn from a generator seeded by ``(seed, split, index)``. Features are cached on disk, keyed by a hash of the settings.
+drawn from a generator seeded by ``(seed, split, index)``. Features are cached on disk, keyed
+by a hash of the settings.
 
 A :class:`SpeechSet` of built-in speech or of a corpus holds its features on disk
 (:class:`FeaturesOnDisk`: the cache's rows, or the audio files), each utterance's read when

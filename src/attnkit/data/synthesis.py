@@ -5,9 +5,10 @@ articulatory synthesiser (the npm package :data:`GNUSPEECH_PACKAGE`, run by ``no
 
 Three ways of making speech: ``espeak-ng`` is formant synthesis by rule (its klatt variants
 with Klatt's 1980 synthesiser), speaking with any English accent (:data:`ACCENTS`) and voice
-variant (:func:`espeak_variants`), speed, pitch, word gap and amplitude; ``festival`` joins recorded diphones (two voices) or generates
-from a hidden-Markov model trained on a recorded speaker (one HTS voice,
-:data:`FESTIVAL_VOICES`), at a speed and (diphone voices) pitch; ``gnuspeech`` simulates a
+variant (:func:`espeak_variants`), speed, pitch, word gap and amplitude; ``festival`` joins
+recorded diphones (two voices) or generates from a hidden-Markov model trained on a recorded
+speaker (one HTS voice, :data:`FESTIVAL_VOICES`), at a speed and (diphone voices) pitch;
+``gnuspeech`` simulates a
 vocal tract as a tube whose shapes follow rules (Hill, Manzara & Taube-Schock 1995), with its
 voices (:data:`GNUSPEECH_VOICES`), speed and pitch.
 """
