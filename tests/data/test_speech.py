@@ -1,7 +1,9 @@
 """Synthesised speech (espeak-ng), the split design, the feature cache and manifests."""
 
+import dataclasses
 import json
 import math
+import random
 import re
 import shutil
 import subprocess
@@ -145,6 +147,58 @@ def test_gnuspeech_speaks_reproducibly_and_follows_speed_and_pitch():
     assert _f0(high, rate) > 1.3 * _f0(low, rate)  # 8 semitones apart: 1.59 times
     with pytest.raises(ValueError, match="voice: expected a gnuspeech voice"):
         synthesize("one", voice="baby", engine="gnuspeech")
+
+
+def test_gnuspeech_speakers_are_drawn_in_range_and_only_for_training():
+    a = synthesis.gnuspeech_tract(random.Random(3))
+    assert a == synthesis.gnuspeech_tract(random.Random(3)) != synthesis.gnuspeech_tract(
+        random.Random(4))
+    for name, (low, high) in synthesis.GNUSPEECH_TRACT.items():
+        assert low <= a[name] <= high
+    assert a["glottal_pulse_tn_min"] <= a["glottal_pulse_tn_max"] <= a[
+        "glottal_pulse_tn_min"] + 10
+    plans = {s: plan_utterances(300, split=s, engines=ENGINES) for s in SPLITS}
+    train = [u for u in plans["train"] if u.engine == "gnuspeech"]
+    assert train and len({u.tract for u in train}) == len(train)  # a speaker each
+    assert all(not u.tract for s in ("valid", "test") for u in plans[s])
+    assert all(not u.tract for u in plans["train"] if u.engine != "gnuspeech")
+    # the speaker is drawn last: every other field is as without one
+    plain = plan_utterances(300, split="train", engines=ENGINES)
+    assert [dataclasses.replace(u, tract=()) for u in plans["train"]] == [
+        dataclasses.replace(u, tract=()) for u in plain]
+
+
+@needs_gnuspeech
+def test_gnuspeech_tract_changes_the_speaker_reproducibly():
+    def centroid(samples, rate):  # Hz, of the power spectrum below 5 kHz
+        power = np.abs(np.fft.rfft(samples.double().numpy())) ** 2
+        freqs = np.fft.rfftfreq(samples.numel(), 1 / rate)
+        keep = freqs < 5000
+        return float((power[keep] * freqs[keep]).sum() / power[keep].sum())
+
+    short, rate = synthesize("nine four three", voice="male", engine="gnuspeech",
+                             tract={"vocal_tract_length": 12.0})
+    long, _ = synthesize("nine four three", voice="male", engine="gnuspeech",
+                         tract={"vocal_tract_length": 19.0})
+    assert centroid(long, rate) < 0.9 * centroid(short, rate)  # a longer tube: lower formants
+    tract = synthesis.gnuspeech_tract(random.Random(0))
+    once = synthesize("seven", voice="female", engine="gnuspeech", tract=tract)[0]
+    assert torch.equal(once, synthesize("seven", voice="female", engine="gnuspeech",
+                                        tract=tract)[0])
+    assert not torch.equal(once, synthesize("seven", voice="female", engine="gnuspeech")[0])
+    plan = [u for u in plan_utterances(30, engines=("gnuspeech",))][:3]
+    assert all(u.tract for u in plan)
+    assert all(torch.equal(a, speech.utterance_audio(u))
+               for a, u in zip(speech._chunk_audio(plan), plan[:2]))
+
+
+def test_bad_tract_is_refused():
+    with pytest.raises(ValueError, match="tract: expected settings among .*got 'lips'"):
+        synthesis.gnuspeech_many([("one", "male", 160, 50, {"lips": 1.0})])
+    with pytest.raises(ValueError, match="tract: expected a finite number >= 0 for breathiness"):
+        synthesis.gnuspeech_many([("one", "male", 160, 50, {"breathiness": float("nan")})])
+    with pytest.raises(ValueError, match="tract: only engine='gnuspeech' takes one"):
+        synthesize("one", voice="en-us", tract={"breathiness": 1.0})
 
 
 def _f0(samples: torch.Tensor, rate: int) -> float:

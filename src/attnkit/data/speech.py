@@ -89,10 +89,12 @@ from attnkit.data.synthesis import (
     ACCENTS,
     ENGINES,
     GNUSPEECH_PACKAGE,
+    GNUSPEECH_TRACT,
     espeak_command,
     espeak_variants,
     festival_many,
     gnuspeech_many,
+    gnuspeech_tract,
     synthesize,
 )
 from attnkit.errors import DataError
@@ -127,18 +129,21 @@ HELD_OUT_VARIANTS = {
 @dataclass(frozen=True)
 class SplitSpeakers:
     """The espeak-ng voice variants (``""`` = the accent's own voice; ``None``: every variant
-    not held out), festival and gnuspeech voices and speed bands of one split."""
+    not held out), festival and gnuspeech voices and speed bands of one split; with
+    ``gnuspeech_tract`` each gnuspeech utterance has a speaker of its own, its voice's settings
+    drawn anew (:func:`attnkit.data.synthesis.gnuspeech_tract`)."""
 
     variants: tuple[str, ...] | None
     festival: tuple[str, ...]
     speeds: tuple[range, ...]  # words per minute, espeak-ng's -s
     gnuspeech: tuple[str, ...]
+    gnuspeech_tract: bool = False
 
 
 SPLITS = {
     "train": SplitSpeakers(None, ("kal_diphone", "cmu_us_slt_arctic_hts"),
                            (range(110, 150), range(171, 211)),
-                           ("male", "female", "large_child")),
+                           ("male", "female", "large_child"), gnuspeech_tract=True),
     "valid": SplitSpeakers(HELD_OUT_VARIANTS["valid"], ("ked_diphone",), (range(150, 160),),
                            ("small_child",)),
     "test": SplitSpeakers(HELD_OUT_VARIANTS["test"], ("ked_diphone",), (range(160, 171),),
@@ -166,7 +171,8 @@ class Utterance:
     own (festival's HTS voice keeps its own); ``gap`` espeak-ng's pause between words in 10 ms
     units and ``amplitude`` its loudness, 100 its default (the others: 0 and 100);
     ``noise_snr_db`` the signal-to-noise ratio of added white noise (``None``: clean), drawn
-    with ``noise_seed``.
+    with ``noise_seed``; ``tract`` gnuspeech's settings that replace the voice's own, as
+    ``(name, value)`` pairs (:func:`attnkit.data.synthesis.gnuspeech_tract`).
     """
 
     kind: str
@@ -180,6 +186,7 @@ class Utterance:
     engine: str = "espeak-ng"
     gap: int = 0
     amplitude: int = 100
+    tract: tuple[tuple[str, float], ...] = ()
 
 
 class FeaturesOnDisk(Sequence, abc.ABC):
@@ -366,15 +373,20 @@ def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
             voice, gap, amplitude = rng.choice(voices), 0, 100
         speed, pitch = rng.choice(speeds), rng.choice(PITCHES)
         snr = None if noise_snr_db is None else round(rng.uniform(*noise_snr_db), 2)
-        out.append(Utterance(kind, text, transcript, voice, speed, pitch, snr,
-                             rng.getrandbits(63), engine, gap, amplitude))
+        noise_seed = rng.getrandbits(63)
+        tract = ()
+        if engine == "gnuspeech" and speakers.gnuspeech_tract:
+            tract = tuple(gnuspeech_tract(rng).items())
+        out.append(Utterance(kind, text, transcript, voice, speed, pitch, snr, noise_seed,
+                             engine, gap, amplitude, tract))
     return out
 
 
 def _describe(u: Utterance) -> str:
     noise = "" if u.noise_snr_db is None else f" snr={u.noise_snr_db}dB"
     if u.engine != "espeak-ng":
-        return f"{u.engine} {u.voice} s={u.speed} p={u.pitch}{noise}"
+        tract = f" tract={dict(u.tract)['vocal_tract_length']}cm+" if u.tract else ""
+        return f"{u.engine} {u.voice}{tract} s={u.speed} p={u.pitch}{noise}"
     return f"espeak-ng {u.voice} s={u.speed} p={u.pitch} g={u.gap} a={u.amplitude}{noise}"
 
 
@@ -391,14 +403,15 @@ def _chunk_audio(plan: Sequence[Utterance]) -> list[torch.Tensor]:
     for engine, speak in (("festival", festival_many), ("gnuspeech", gnuspeech_many)):
         ours = [i for i, u in enumerate(plan) if u.engine == engine]
         if ours:
-            said = speak([(plan[i].transcript, plan[i].voice, plan[i].speed, plan[i].pitch)
+            said = speak([(plan[i].transcript, plan[i].voice, plan[i].speed, plan[i].pitch,
+                           *([dict(plan[i].tract)] if engine == "gnuspeech" else []))
                           for i in ours])
             spoken.update(zip(ours, said))
     out = []
     for i, u in enumerate(plan):
         samples, rate = spoken[i] if i in spoken else synthesize(
             u.transcript, voice=u.voice, speed=u.speed, pitch=u.pitch, gap=u.gap,
-            amplitude=u.amplitude, engine=u.engine)
+            amplitude=u.amplitude, engine=u.engine, tract=dict(u.tract))
         samples = resample(samples, rate, SAMPLE_RATE)  # (N,)
         if u.noise_snr_db is not None:
             rms = float(samples.square().mean().sqrt())
@@ -454,6 +467,8 @@ def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
                 "words": hashlib.sha256(" ".join(_words()).encode()).hexdigest()[:16]}
     if "gnuspeech" in engines:
         settings["gnuspeech"] = GNUSPEECH_PACKAGE
+        if SPLITS[split].gnuspeech_tract:
+            settings["gnuspeech_tract"] = {k: list(v) for k, v in GNUSPEECH_TRACT.items()}
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     folder = Path(cache_dir) / f"{split}-{n}-{key}"
     if not (folder / "index.json").exists():

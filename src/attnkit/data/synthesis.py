@@ -17,21 +17,23 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
+import random
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
 
 from attnkit.data.audio_files import parse_wav
 
-__all__ = ["ACCENTS", "ENGINES", "FESTIVAL_VOICES", "GNUSPEECH_PACKAGE", "GNUSPEECH_VOICES",
-           "espeak_command", "espeak_variants", "festival", "festival_many", "gnuspeech_folder",
-           "gnuspeech_many", "synthesize"]
+__all__ = ["ACCENTS", "ENGINES", "FESTIVAL_VOICES", "GNUSPEECH_PACKAGE", "GNUSPEECH_TRACT",
+           "GNUSPEECH_VOICES", "espeak_command", "espeak_variants", "festival", "festival_many",
+           "gnuspeech_folder", "gnuspeech_many", "gnuspeech_tract", "synthesize"]
 
 ENGINES = ("espeak-ng", "festival", "gnuspeech")
 # espeak-ng voices whose "+variant" suffix takes effect ("en-gb+m1" silently ignores it; "en" is
@@ -50,6 +52,27 @@ UNUSED_VARIANTS = ("Demonic", "fast", "announcer", "whisper", "whisperf", "UniRo
 # ours reads
 GNUSPEECH_VOICES = ("male", "female", "large_child", "small_child")
 GNUSPEECH_PACKAGE = "@echogarden/gnuspeech-wasm@0.3.0"  # npm's name and the version tested
+# The ranges :func:`gnuspeech_tract` draws a speaker's settings from: the voice file's
+# (the tube's length; the glottal pulse's rise and fall, in % of its period; breathiness in %;
+# the lips' and nostrils' radii; each of the eight tube sections' radii, scaled) and the tube
+# model's (losses at the junctions; the throat's low-pass cutoff and volume; the noise mix;
+# the air's temperature, which sets the speed of sound). The voices' own values lie inside, but
+# the held-out small_child's tube (10 cm) is shorter than any drawn.
+GNUSPEECH_TRACT = {
+    "vocal_tract_length": (12.0, 19.0),  # cm
+    "glottal_pulse_tp": (30.0, 50.0),
+    "glottal_pulse_tn_min": (16.0, 36.0),
+    "breathiness": (0.2, 4.0),
+    "aperture_radius": (2.6, 3.5),  # cm
+    "global_nose_radius_coef": (0.8, 1.2),
+    **{f"radius_{k}_coef": (0.9, 1.1) for k in range(1, 9)},
+    "loss_factor": (0.5, 1.5),
+    "throat_cutoff": (1000.0, 2000.0),  # Hz
+    "throat_volume": (0.0, 12.0),  # dB
+    "mix_offset": (42.0, 54.0),  # dB
+    "temperature": (28.0, 36.0),  # degrees Celsius
+}
+GNUSPEECH_TN_SPREAD = 10.0  # the pulse's longest fall is its shortest plus up to this, in %
 # words per minute gnuspeech speaks at tempo 1: a 21-word number took 7.63 s (157 wpm, silences
 # included), as long as espeak-ng's at -s 160 (7.42 s)
 GNUSPEECH_SPEED = 160
@@ -84,7 +107,8 @@ def espeak_command() -> str:
 
 def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
                pitch: int = 50, gap: int = 0, amplitude: int = 100,
-               engine: str = "espeak-ng") -> tuple[torch.Tensor, int]:
+               engine: str = "espeak-ng",
+               tract: Mapping[str, float] | None = None) -> tuple[torch.Tensor, int]:
     """Speak ``text``: ``(samples (N,) float32, rate)`` (espeak-ng 22,050 Hz; festival the
     voice's own rate, 16,000 or 32,000 Hz; gnuspeech 44,100 Hz). See :class:`Utterance` for
     the arguments.
@@ -95,10 +119,12 @@ def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
         RuntimeError: the engine is not installed (the message says how to install it) or
             fails (for example an unknown ``voice``).
     """
+    if tract and engine != "gnuspeech":
+        raise ValueError(f"tract: only engine='gnuspeech' takes one, got engine={engine!r}")
     if engine == "festival":
         return festival(text, voice=voice, speed=speed, pitch=pitch)
     if engine == "gnuspeech":
-        return gnuspeech_many([(text, voice, speed, pitch)])[0]
+        return gnuspeech_many([(text, voice, speed, pitch, tract or {})])[0]
     if engine != "espeak-ng":
         raise ValueError(f"engine: expected one of {ENGINES}, got {engine!r}")
     cmd = [espeak_command(), "--stdout", "-v", voice, "-s", str(speed), "-p", str(pitch),
@@ -155,7 +181,7 @@ def festival_many(items: Sequence[tuple[str, str, int, int]]) -> list[tuple[torc
                 f"{proc.stderr.decode(errors='replace').strip()[-300:]} (are "
                 f"{', '.join(FESTIVAL_VOICES[v] for v in voices)} installed?)")
         return [parse_wav(path.read_bytes(), source=f"festival {voice} output for {text!r}")
-                for (text, voice, _, _), path in zip(items, paths)]
+                for (text, voice, *_), path in zip(items, paths)]
 
 
 def gnuspeech_folder() -> Path:
@@ -180,22 +206,45 @@ def gnuspeech_folder() -> Path:
     return folder
 
 
-def gnuspeech_many(items: Sequence[tuple[str, str, int, int]]) -> list[tuple[torch.Tensor, int]]:
-    """Each ``(text, voice, speed, pitch)`` spoken by GnuSpeech, all in one ``node`` process
-    (``gnuspeech.mjs`` beside this file): tempo ``speed / 160``, pitch offset ``-4 + (pitch -
-    50) / 7.5`` semitones (50: the voice's own; 20-80 spans 8 semitones). Random intonation
-    is off, so each utterance's samples depend on its own arguments only."""
-    for _, voice, _, _ in items:
+def gnuspeech_tract(rng: random.Random) -> dict[str, float]:
+    """A speaker of GnuSpeech's: each setting of :data:`GNUSPEECH_TRACT` drawn uniformly from
+    its range with ``rng`` (three decimals), and the glottal pulse's longest fall
+    (``glottal_pulse_tn_max``) up to 10 points longer than its shortest."""
+    tract = {name: round(rng.uniform(low, high), 3)
+             for name, (low, high) in GNUSPEECH_TRACT.items()}
+    tract["glottal_pulse_tn_max"] = round(
+        tract["glottal_pulse_tn_min"] + rng.uniform(0.0, GNUSPEECH_TN_SPREAD), 3)
+    return tract
+
+
+def gnuspeech_many(items: Sequence[tuple]) -> list[tuple[torch.Tensor, int]]:
+    """Each ``(text, voice, speed, pitch)`` or ``(text, voice, speed, pitch, tract)`` spoken
+    by GnuSpeech, all in one ``node`` process (``gnuspeech.mjs`` beside this file): tempo
+    ``speed / 160``, pitch offset ``-4 + (pitch - 50) / 7.5`` semitones (50: the voice's own;
+    20-80 spans 8 semitones); ``tract`` replaces settings of the voice's own (names as in
+    :func:`gnuspeech_tract`). Random intonation is off, so each utterance's samples depend on
+    its own arguments only."""
+    known = {*GNUSPEECH_TRACT, "glottal_pulse_tn_max"}
+    items = [(*item, {}) if len(item) == 4 else tuple(item) for item in items]
+    for _, voice, _, _, tract in items:
         if voice not in GNUSPEECH_VOICES:
             raise ValueError(f"voice: expected a gnuspeech voice ({', '.join(GNUSPEECH_VOICES)}"
                              f"), got {voice!r}")
+        for name, value in dict(tract).items():
+            if name not in known:
+                raise ValueError(f"tract: expected settings among {', '.join(sorted(known))}, "
+                                 f"got {name!r}")
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"tract: expected a finite number >= 0 for {name}, "
+                                 f"got {value!r}")
     package = gnuspeech_folder()
     runner = Path(__file__).with_name("gnuspeech.mjs")
     with tempfile.TemporaryDirectory(prefix="attnkit-gnuspeech-") as folder:
         paths = [Path(folder) / f"{i}.wav" for i in range(len(items))]
         script = [{"text": text, "voice": voice, "tempo": round(speed / GNUSPEECH_SPEED, 4),
-                   "pitch": round(-4 + (pitch - 50) / 7.5, 3), "out": str(path)}
-                  for (text, voice, speed, pitch), path in zip(items, paths)]
+                   "pitch": round(-4 + (pitch - 50) / 7.5, 3), "tract": dict(tract),
+                   "out": str(path)}
+                  for (text, voice, speed, pitch, tract), path in zip(items, paths)]
         proc = subprocess.run(["node", str(runner), str(package)], capture_output=True,
                               input=json.dumps(script).encode(), check=False)
         missing = sum(not path.exists() for path in paths)
@@ -205,4 +254,4 @@ def gnuspeech_many(items: Sequence[tuple[str, str, int, int]]) -> list[tuple[tor
                 f"{f', {missing} utterances not spoken' if missing else ''}): "
                 f"{proc.stderr.decode(errors='replace').strip()[-300:]}")
         return [parse_wav(path.read_bytes(), source=f"gnuspeech {voice} output for {text!r}")
-                for (text, voice, _, _), path in zip(items, paths)]
+                for (text, voice, *_), path in zip(items, paths)]
