@@ -385,7 +385,7 @@ def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
 def _describe(u: Utterance) -> str:
     noise = "" if u.noise_snr_db is None else f" snr={u.noise_snr_db}dB"
     if u.engine != "espeak-ng":
-        tract = f" tract={dict(u.tract)['vocal_tract_length']}cm+" if u.tract else ""
+        tract = f" tract={dict(u.tract).get('vocal_tract_length', '?')}cm+" if u.tract else ""
         return f"{u.engine} {u.voice}{tract} s={u.speed} p={u.pitch}{noise}"
     return f"espeak-ng {u.voice} s={u.speed} p={u.pitch} g={u.gap} a={u.amplitude}{noise}"
 
@@ -396,6 +396,12 @@ def utterance_audio(u: Utterance) -> torch.Tensor:
     return _chunk_audio([u])[0]
 
 
+def _spoken_item(u: Utterance) -> tuple:
+    """The item :func:`festival_many` or :func:`gnuspeech_many` takes for ``u``."""
+    item = (u.transcript, u.voice, u.speed, u.pitch)
+    return (*item, dict(u.tract)) if u.engine == "gnuspeech" else item
+
+
 def _chunk_audio(plan: Sequence[Utterance]) -> list[torch.Tensor]:
     """:func:`utterance_audio` of each planned utterance, festival's spoken by one process and
     gnuspeech's by another."""
@@ -403,9 +409,7 @@ def _chunk_audio(plan: Sequence[Utterance]) -> list[torch.Tensor]:
     for engine, speak in (("festival", festival_many), ("gnuspeech", gnuspeech_many)):
         ours = [i for i, u in enumerate(plan) if u.engine == engine]
         if ours:
-            said = speak([(plan[i].transcript, plan[i].voice, plan[i].speed, plan[i].pitch,
-                           *([dict(plan[i].tract)] if engine == "gnuspeech" else []))
-                          for i in ours])
+            said = speak([_spoken_item(plan[i]) for i in ours])
             spoken.update(zip(ours, said))
     out = []
     for i, u in enumerate(plan):
