@@ -2,8 +2,8 @@
 # uses (`make system`), create .venv, install the CPU build of torch 2.13.0 first (a plain
 # `torch` requirement would pull a multi-GB CUDA build), then attnkit with its extras: dev (test
 # tools), export (onnx, onnxruntime: neither asks for torch), docs (MkDocs, for `make docs`
-# and the site's test), serve (FastAPI, uvicorn: attnkit serve) and hf (datasets: corpora given
-# as hf:PATH, and their tests).
+# and the site's test), serve (FastAPI, uvicorn: attnkit serve), hf (datasets: corpora given
+# as hf:PATH, and their tests) and speech (py-nanotts: SVOX Pico, --engines pico).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev,export,docs,serve,hf]'
+	$(PY) -m pip install --quiet -e '.[dev,export,docs,serve,hf,speech]'
 	$(MAKE) --no-print-directory node
 	touch $(STAMP)
 

@@ -14,7 +14,8 @@ for speech, best path for CTC lines):
   ``ked_diphone`` voice, held out; every festival voice in turn (a model trained on
   espeak-ng alone has never heard that engine); gnuspeech's ``small_child`` voice, held out,
   and every gnuspeech voice in turn (an engine a model trained on espeak-ng and festival has
-  never heard);
+  never heard); pico's ``en-GB`` voice, held out, and both pico voices in turn (an engine the
+  shipped model, trained on the other three, has never heard);
 * lines (``--lines`` per set): each font family held out of training
   (:data:`attnkit.data.lines.HELD_OUT_FAMILIES`) with real English sentences of 5-80
   characters, and the in-family held-out faces with the random text of 5-200 characters the
@@ -41,7 +42,7 @@ from attnkit.data.augment_lines import LineAugment, Scale
 from attnkit.data.lines import HELD_OUT_FAMILIES, available_fonts, font_family, generate_lines
 from attnkit.data.audio import SAMPLE_RATE
 from attnkit.data.speech import plan_utterances, utterance_audio
-from attnkit.data.synthesis import FESTIVAL_VOICES, GNUSPEECH_VOICES
+from attnkit.data.synthesis import FESTIVAL_VOICES, GNUSPEECH_VOICES, PICO_VOICES
 from attnkit.tasks.evaluator import evaluate
 from attnkit.tasks.loading import load_evaluator
 
@@ -57,10 +58,13 @@ def speech_sets(n: int) -> dict[str, list]:
     espeak = plan_utterances(n, split="test", seed=SEED, kinds=kinds)
     ked = plan_utterances(n, split="test", seed=SEED, kinds=kinds, engines=("festival",))
     child = plan_utterances(n, split="test", seed=SEED, kinds=kinds, engines=("gnuspeech",))
+    pico = plan_utterances(n, split="test", seed=SEED, kinds=kinds, engines=("pico",))
     return {"espeak-ng held-out variants": espeak, "festival ked (held-out voice)": ked,
             "festival, all three voices": _every_voice(ked, list(FESTIVAL_VOICES)),
             "gnuspeech small_child (held-out voice)": child,
-            "gnuspeech, all four voices": _every_voice(child, list(GNUSPEECH_VOICES))}
+            "gnuspeech, all four voices": _every_voice(child, list(GNUSPEECH_VOICES)),
+            "pico en-GB (held-out voice)": pico,
+            "pico, both voices": _every_voice(pico, list(PICO_VOICES))}
 
 
 def _every_voice(plan: list, voices: list[str]) -> list:
@@ -111,6 +115,8 @@ def main(argv=None) -> int:
         worlds = []
         if args.asr != "none":
             for name, plan in speech_sets(args.utterances).items():
+                if args.match and args.match not in name:
+                    continue
                 folder = Path(tmp) / f"speech-{len(worlds)}"
                 folder.mkdir()
                 manifest = [f"{i:05d}.wav\t{u.transcript}\n" for i, u in enumerate(plan)]
@@ -120,11 +126,11 @@ def main(argv=None) -> int:
                 worlds.append((args.asr, name, len(plan), folder / "manifest.tsv"))
         if args.ocr != "none":
             for name, lines in line_sets(args.lines).items():
+                if args.match and args.match not in name:
+                    continue
                 folder = write_line_folder(lines, Path(tmp) / f"lines-{len(worlds)}").parent
                 worlds.append((args.ocr, name, len(lines), folder))
         for model, name, n, data in worlds:
-            if args.match and args.match not in name:
-                continue
             row = {"model": model, "world": name, "n": n, **score(model, data)}
             rows.append(row)
             print(harness.table_row([model, name, n, *(

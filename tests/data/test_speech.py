@@ -1,6 +1,8 @@
 """Synthesised speech (espeak-ng), the split design, the feature cache and manifests."""
 
 import dataclasses
+import importlib.metadata
+import importlib.util
 import json
 import math
 import random
@@ -104,6 +106,8 @@ def test_splits_share_no_voice_and_no_speed():
     gnuspeech = {s: {u.voice for u in p if u.engine == "gnuspeech"} for s, p in plans.items()}
     assert gnuspeech == {"train": {"male", "female", "large_child"}, "valid": {"small_child"},
                          "test": {"small_child"}}
+    pico = {s: {u.voice for u in p if u.engine == "pico"} for s, p in plans.items()}
+    assert pico == {"train": {"en-US"}, "valid": {"en-GB"}, "test": {"en-GB"}}
     assert {u.voice.partition("+")[0] for u in plans["train"] if u.engine == "espeak-ng"} == set(
         ACCENTS)
     same_text = sum(a.transcript == b.transcript for a, b in zip(plans["valid"], plans["test"]))
@@ -208,6 +212,39 @@ def _f0(samples: torch.Tensor, rate: int) -> float:
     pitch = parselmouth.Sound(samples.double().numpy(), rate).to_pitch()
     f0 = pitch.selected_array["frequency"]
     return float(np.median(f0[f0 > 0]))
+
+
+needs_pico = pytest.mark.skipif(importlib.util.find_spec("py_nanotts") is None,
+                                reason="py-nanotts not installed (pip install 'attnkit[speech]')")
+
+
+@needs_pico
+def test_pico_speaks_reproducibly_and_follows_speed_and_pitch():
+    plan = plan_utterances(12, split="test", engines=("pico",))[:3]
+    # Pico's library carries state into the next utterance; a fresh process each keeps the
+    # same utterance the same, alone or after others
+    together = speech._chunk_audio([plan[1], *plan])
+    assert torch.equal(together[0], together[2])
+    assert all(torch.equal(a, speech.utterance_audio(u)) for a, u in zip(together[1:], plan))
+    slow, rate = synthesize("four two", voice="en-US", speed=100, engine="pico")
+    fast, _ = synthesize("four two", voice="en-US", speed=200, engine="pico")
+    assert rate == 16000 and 1.5 < slow.numel() / fast.numel() < 2.5
+    low, _ = synthesize("four two", voice="en-GB", pitch=20, engine="pico")
+    high, _ = synthesize("four two", voice="en-GB", pitch=80, engine="pico")
+    assert _f0(high, rate) > 1.4 * _f0(low, rate)  # 2 ** (60 / 80): 1.68 times
+    with pytest.raises(ValueError, match="voice: expected a pico voice"):
+        synthesize("one", voice="de-DE", engine="pico")
+
+
+def test_missing_pico_says_how_to_install_it(monkeypatch):
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(synthesis.importlib.metadata, "version", not_installed)
+    with pytest.raises(RuntimeError, match=r"pico: .*py-nanotts is not installed.*pip install"):
+        synthesize("one", voice="en-US", engine="pico")
+    with pytest.raises(RuntimeError, match=r"pico: .*pip install"):
+        speech.speech_dataset(2, engines=("pico",), cache_dir="unused")
 
 
 def test_missing_gnuspeech_says_how_to_install_it(monkeypatch, tmp_path):

@@ -62,8 +62,8 @@ def add_train_parser(train_sub) -> None:
                       default=("espeak-ng",),
                       help="synthesisers of the built-in utterances, comma-separated "
                            f"({', '.join(ENGINES)}; default espeak-ng; festival needs Debian's "
-                           "festival and festvox voices, gnuspeech Node.js and an npm package: "
-                           "make install puts both in place)")
+                           "festival and festvox voices, gnuspeech Node.js and an npm package, "
+                           "pico the PyPI package py-nanotts: make install puts them in place)")
     data.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
                       help=f"built-in speech features are cached here (default {DEFAULT_CACHE})")
     data.add_argument("--workers", type=common.positive_int, default=2,

@@ -24,18 +24,19 @@ mapped further: its utterance is dropped and counted, with the characters named
 (:class:`attnkit.data.utterances.SpeechCorpus`), so a corpus in another language is trained
 with its own alphabet rather than losing its letters.
 
-Three engines speak (``engines``, :data:`ENGINES`; :mod:`attnkit.data.synthesis` says how
+Four engines speak (``engines``, :data:`ENGINES`; :mod:`attnkit.data.synthesis` says how
 each makes speech): ``espeak-ng`` (formant synthesis) with every English accent
 (:data:`ACCENTS`) and every voice variant it ships (:func:`espeak_variants`: m1-m8, f1-f5, the
 klatt family, and the named ones), at a drawn speed, pitch, word gap and amplitude;
 ``festival`` (Debian's ``festival`` with ``festvox-kallpc16k``, ``festvox-kdlpc16k`` and
 ``festvox-us-slt-hts``: two diphone voices and one HTS voice), at a drawn duration stretch
-and, for the diphone voices, mean pitch; and ``gnuspeech`` (articulatory synthesis, four
-voices) at a drawn tempo and pitch. Splits hold out speakers and speaking rates
+and, for the diphone voices, mean pitch; ``gnuspeech`` (articulatory synthesis, four
+voices) at a drawn tempo and pitch; and ``pico`` (SVOX Pico's hidden-Markov models, two
+voices) at a drawn speed and pitch. Splits hold out speakers and speaking rates
 (:data:`SPLITS`): valid and test have their own espeak-ng variants, their own festival voice
-(``ked_diphone``, never heard in training), their own gnuspeech voice (``small_child``) and
-their own speed band, so their voices and speeds are never seen in training. Each example is
-drawn from a generator seeded by ``(seed, split, index)``. Features are cached on disk, keyed
+(``ked_diphone``, never heard in training), their own gnuspeech voice (``small_child``), their
+own pico voice (``en-GB``) and their own speed band, so their voices and speeds are never
+seen in training. Each example is drawn from a generator seeded by ``(seed, split, index)``. Features are cached on disk, keyed
 by a hash of the settings.
 
 A :class:`SpeechSet` of built-in speech or of a corpus holds its features on disk
@@ -95,6 +96,8 @@ from attnkit.data.synthesis import (
     festival_many,
     gnuspeech_many,
     gnuspeech_tract,
+    pico_many,
+    pico_version,
     synthesize,
 )
 from attnkit.errors import DataError
@@ -129,7 +132,7 @@ HELD_OUT_VARIANTS = {
 @dataclass(frozen=True)
 class SplitSpeakers:
     """The espeak-ng voice variants (``""`` = the accent's own voice; ``None``: every variant
-    not held out), festival and gnuspeech voices and speed bands of one split; with
+    not held out), festival, gnuspeech and pico voices and speed bands of one split; with
     ``gnuspeech_tract`` each gnuspeech utterance has a speaker of its own, its voice's settings
     drawn anew (:func:`attnkit.data.synthesis.gnuspeech_tract`)."""
 
@@ -138,16 +141,18 @@ class SplitSpeakers:
     speeds: tuple[range, ...]  # words per minute, espeak-ng's -s
     gnuspeech: tuple[str, ...]
     gnuspeech_tract: bool = False
+    pico: tuple[str, ...] = ()
 
 
 SPLITS = {
     "train": SplitSpeakers(None, ("kal_diphone", "cmu_us_slt_arctic_hts"),
                            (range(110, 150), range(171, 211)),
-                           ("male", "female", "large_child"), gnuspeech_tract=True),
+                           ("male", "female", "large_child"), gnuspeech_tract=True,
+                           pico=("en-US",)),
     "valid": SplitSpeakers(HELD_OUT_VARIANTS["valid"], ("ked_diphone",), (range(150, 160),),
-                           ("small_child",)),
+                           ("small_child",), pico=("en-GB",)),
     "test": SplitSpeakers(HELD_OUT_VARIANTS["test"], ("ked_diphone",), (range(160, 171),),
-                          ("small_child",)),
+                          ("small_child",), pico=("en-GB",)),
 }
 PITCHES = range(20, 81)  # espeak-ng's -p, 0-99 with 50 the voice's default
 GAPS = range(0, 6)  # espeak-ng's -g: pause between words, in units of 10 ms
@@ -165,11 +170,12 @@ class Utterance:
     """One synthesised utterance: what is said, by which engine and voice, and how.
 
     ``voice`` is an espeak-ng voice such as ``"en-us+f3"`` or a festival voice such as
-    ``"kal_diphone"`` (:data:`FESTIVAL_VOICES`) or a gnuspeech voice such as ``"female"``
-    (:data:`GNUSPEECH_VOICES`); ``speed`` in words per minute (festival: a duration stretch of
-    ``170 / speed``; gnuspeech: a tempo of ``speed / 160``); ``pitch`` 0-99, 50 the voice's
-    own (festival's HTS voice keeps its own); ``gap`` espeak-ng's pause between words in 10 ms
-    units and ``amplitude`` its loudness, 100 its default (the others: 0 and 100);
+    ``"kal_diphone"`` (:data:`FESTIVAL_VOICES`), a gnuspeech voice such as ``"female"``
+    (:data:`GNUSPEECH_VOICES`) or a pico voice such as ``"en-US"`` (:data:`PICO_VOICES`);
+    ``speed`` in words per minute (festival: a duration stretch of ``170 / speed``; gnuspeech:
+    a tempo of ``speed / 160``; pico: ``speed / 170`` of its own); ``pitch`` 0-99, 50 the
+    voice's own (festival's HTS voice keeps its own); ``gap`` espeak-ng's pause between words
+    in 10 ms units and ``amplitude`` its loudness, 100 its default (the others: 0 and 100);
     ``noise_snr_db`` the signal-to-noise ratio of added white noise (``None``: clean), drawn
     with ``noise_seed``; ``tract`` gnuspeech's settings that replace the voice's own, as
     ``(name, value)`` pairs (:func:`attnkit.data.synthesis.gnuspeech_tract`).
@@ -369,7 +375,8 @@ def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
             voice = rng.choice(ACCENTS) + (f"+{variant}" if variant else "")
             gap, amplitude = rng.choice(GAPS), rng.choice(AMPLITUDES)
         else:
-            voices = speakers.festival if engine == "festival" else speakers.gnuspeech
+            voices = {"festival": speakers.festival, "gnuspeech": speakers.gnuspeech,
+                      "pico": speakers.pico}[engine]
             voice, gap, amplitude = rng.choice(voices), 0, 100
         speed, pitch = rng.choice(speeds), rng.choice(PITCHES)
         snr = None if noise_snr_db is None else round(rng.uniform(*noise_snr_db), 2)
@@ -397,16 +404,18 @@ def utterance_audio(u: Utterance) -> torch.Tensor:
 
 
 def _spoken_item(u: Utterance) -> tuple:
-    """The item :func:`festival_many` or :func:`gnuspeech_many` takes for ``u``."""
+    """The item :func:`festival_many`, :func:`gnuspeech_many` or :func:`pico_many` takes for
+    ``u``."""
     item = (u.transcript, u.voice, u.speed, u.pitch)
     return (*item, dict(u.tract)) if u.engine == "gnuspeech" else item
 
 
 def _chunk_audio(plan: Sequence[Utterance]) -> list[torch.Tensor]:
-    """:func:`utterance_audio` of each planned utterance, festival's spoken by one process and
-    gnuspeech's by another."""
+    """:func:`utterance_audio` of each planned utterance, festival's spoken by one process,
+    gnuspeech's by another and pico's by a third."""
     spoken: dict[int, tuple[torch.Tensor, int]] = {}
-    for engine, speak in (("festival", festival_many), ("gnuspeech", gnuspeech_many)):
+    for engine, speak in (("festival", festival_many), ("gnuspeech", gnuspeech_many),
+                          ("pico", pico_many)):
         ours = [i for i, u in enumerate(plan) if u.engine == engine]
         if ours:
             said = speak([_spoken_item(plan[i]) for i in ours])
@@ -473,6 +482,8 @@ def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
         settings["gnuspeech"] = GNUSPEECH_PACKAGE
         if SPLITS[split].gnuspeech_tract:
             settings["gnuspeech_tract"] = {k: list(v) for k, v in GNUSPEECH_TRACT.items()}
+    if "pico" in engines:
+        settings["pico"] = pico_version()
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     folder = Path(cache_dir) / f"{split}-{n}-{key}"
     if not (folder / "index.json").exists():

