@@ -146,10 +146,16 @@ def test_a_hang_up_saves_a_checkpoint_though_the_terminal_is_gone(tmp_path, monk
         return original(model, batch, step)
 
     task.loss = loss
-    result = Trainer(Reverse(), task, _cfg(max_steps=50, progress=True), tmp_path).fit()
+    # as when started from a terminal: under nohup (SIGHUP ignored) training goes on, by design
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        result = Trainer(Reverse(), task, _cfg(max_steps=50, progress=True), tmp_path).fit()
+        after = signal.getsignal(signal.SIGHUP)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
     assert result.stopped == "signal" and result.step == 4 and result.signal == signal.SIGHUP
     assert load_checkpoint(tmp_path / "checkpoint").trainer_state["step"] == 4
-    assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # handler restored
+    assert after is signal.SIG_DFL  # handler restored
 
 
 def test_early_stopping_and_time_budget(tmp_path):
