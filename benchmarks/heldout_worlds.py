@@ -41,7 +41,7 @@ from attnkit.data.augment import example_rng
 from attnkit.data.augment_lines import LineAugment, Scale
 from attnkit.data.lines import HELD_OUT_FAMILIES, available_fonts, font_family, generate_lines
 from attnkit.data.audio import SAMPLE_RATE
-from attnkit.data.speech import plan_utterances, utterance_audio
+from attnkit.data.speech import plan_utterances, utterances_audio
 from attnkit.data.synthesis import FESTIVAL_VOICES, GNUSPEECH_VOICES, PICO_VOICES
 from attnkit.tasks.evaluator import evaluate
 from attnkit.tasks.loading import load_evaluator
@@ -120,8 +120,8 @@ def main(argv=None) -> int:
                 folder = Path(tmp) / f"speech-{len(worlds)}"
                 folder.mkdir()
                 manifest = [f"{i:05d}.wav\t{u.transcript}\n" for i, u in enumerate(plan)]
-                for i, u in enumerate(plan):
-                    write_wav(folder / f"{i:05d}.wav", utterance_audio(u), SAMPLE_RATE)
+                for i, samples in enumerate(utterances_audio(plan)):
+                    write_wav(folder / f"{i:05d}.wav", samples, SAMPLE_RATE)
                 (folder / "manifest.tsv").write_text("".join(manifest), encoding="utf-8")
                 worlds.append((args.asr, name, len(plan), folder / "manifest.tsv"))
         if args.ocr != "none":

@@ -25,7 +25,7 @@ import torch
 
 from attnkit.cli.main import main as attnkit
 from attnkit.data import generate_lines, generate_pairs, pad_features, pad_images
-from attnkit.data.speech import plan_utterances, utterance_audio
+from attnkit.data.speech import plan_utterances, utterances_audio
 from attnkit.tasks.loading import load_evaluator
 from attnkit.tasks.metrics import score
 
@@ -44,7 +44,7 @@ def examples(name: str, n: int) -> tuple[list, list[str]]:
         return [image for image, _ in lines], [text for _, text in lines]
     plan = plan_utterances(n, split="test", seed=1, kinds=("digits", "numbers"))
     evaluator = load_evaluator("builtin:asr-digits")
-    return ([evaluator.features(utterance_audio(u)) for u in plan],
+    return ([evaluator.features(samples) for samples in utterances_audio(plan)],
             [u.transcript for u in plan])
 
 

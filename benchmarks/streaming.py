@@ -44,7 +44,7 @@ import torch
 
 from attnkit.attention.monotonic import expected_alignment
 from attnkit.tasks.loading import load_evaluator
-from attnkit.data import log_mel, pad_features, plan_utterances, utterance_audio
+from attnkit.data import log_mel, pad_features, plan_utterances, utterances_audio
 from attnkit.data.audio import HOP_S, WINDOW_S
 from attnkit.data.speech import KINDS
 from attnkit.decoding import Decoding
@@ -246,7 +246,7 @@ def main() -> int:
     evaluator = load_evaluator(args.checkpoint, "cpu", "asr")
     evaluator.model.check_streaming()
     plan = plan_utterances(args.n, split="valid", seed=args.seed, kinds=kinds)
-    audio = [utterance_audio(u) for u in plan]
+    audio = utterances_audio(plan)
     references = [u.transcript for u in plan]
     features = [evaluator.features(a) for a in audio]
     offline = [o.text for o in evaluator.decode(features, Decoding())]

@@ -15,7 +15,7 @@ from attnkit.data import (
     generate_lines,
     generate_pairs,
     plan_utterances,
-    utterance_audio,
+    utterances_audio,
     write_line_folder,
     write_wav,
 )
@@ -31,7 +31,7 @@ def main() -> None:
     p.add_argument("--lines", type=int, default=300)
     p.add_argument("--utterances", type=int, default=200)
     p.add_argument("--engines", default="espeak-ng",
-                   help="speech synthesisers, comma-separated (espeak-ng, festival)")
+                   help="speech synthesisers, comma-separated (espeak-ng, festival, gnuspeech, pico)")
     p.add_argument("--prose", type=float, default=0.0, help="share of lines that are sentences")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -43,11 +43,11 @@ def main() -> None:
                       args.out / "lines")
     speech = args.out / "speech"
     speech.mkdir(exist_ok=True)
+    plan = plan_utterances(args.utterances, split=args.split, seed=args.seed,
+                           kinds=("digits", "numbers"), engines=tuple(args.engines.split(",")))
     rows = []
-    for i, u in enumerate(plan_utterances(args.utterances, split=args.split, seed=args.seed,
-                                          kinds=("digits", "numbers"),
-                                          engines=tuple(args.engines.split(",")))):
-        write_wav(speech / f"{i:05d}.wav", utterance_audio(u), SAMPLE_RATE)
+    for i, (u, samples) in enumerate(zip(plan, utterances_audio(plan))):
+        write_wav(speech / f"{i:05d}.wav", samples, SAMPLE_RATE)
         rows.append(f"{i:05d}.wav\t{u.transcript}\n")
     (speech / "manifest.tsv").write_text("".join(rows), encoding="utf-8")
     print(f"wrote {args.out}/pairs.tsv, {args.out}/lines/, {args.out}/speech/manifest.tsv")

@@ -223,7 +223,7 @@ def test_pico_speaks_reproducibly_and_follows_speed_and_pitch():
     plan = plan_utterances(12, split="test", engines=("pico",))[:3]
     # Pico's library carries state into the next utterance; a fresh process each keeps the
     # same utterance the same, alone or after others
-    together = speech._chunk_audio([plan[1], *plan])
+    together = speech.utterances_audio([plan[1], *plan])
     assert torch.equal(together[0], together[2])
     assert all(torch.equal(a, speech.utterance_audio(u)) for a, u in zip(together[1:], plan))
     slow, rate = synthesize("four two", voice="en-US", speed=100, engine="pico")

@@ -48,6 +48,7 @@ from attnkit.data.speech import (
     plan_utterances,
     speech_dataset,
     utterance_audio,
+    utterances_audio,
 )
 from attnkit.data.subword import SubwordVocab
 from attnkit.data.synthesis import synthesize
@@ -120,6 +121,7 @@ __all__ = [
     "stack_images",
     "synthesize",
     "utterance_audio",
+    "utterances_audio",
     "write_caption_folder",
     "write_line_folder",
     "write_question_folder",

@@ -115,6 +115,7 @@ __all__ = [
     "speech_dataset",
     "training_variants",
     "utterance_audio",
+    "utterances_audio",
 ]
 
 log = logging.getLogger("attnkit")
@@ -401,6 +402,13 @@ def utterance_audio(u: Utterance) -> torch.Tensor:
     """The samples ``(N,)`` of one planned utterance at 16 kHz, noise added: what its cached
     features are the log-mels of (synthesised again: the cache holds features only)."""
     return _chunk_audio([u])[0]
+
+
+def utterances_audio(plan: Sequence[Utterance]) -> list[torch.Tensor]:
+    """:func:`utterance_audio` of each planned utterance, the same samples, each engine's
+    utterances spoken :data:`SYNTH_CHUNK` at a time by one process (festival, gnuspeech and
+    pico start up once a chunk instead of once an utterance)."""
+    return [samples for chunk in _chunks(list(plan)) for samples in _chunk_audio(chunk)]
 
 
 def _spoken_item(u: Utterance) -> tuple:
