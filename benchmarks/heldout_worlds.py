@@ -24,7 +24,10 @@ for speech, best path for CTC lines):
   line of the same 32 pixels, placed at a random height), as text with wide margins is.
 
 A model is a checkpoint folder or ``builtin:NAME``; ``--asr none`` or ``--ocr none`` leaves
-one out.
+one out. ``--against-asr`` / ``--against-ocr`` name a model to compare with: it is scored on
+the same examples, and each row adds the CER difference (the model minus the other) with its
+95% interval by a paired bootstrap over the examples (:func:`paired_difference`), the other
+model's CER beside it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from attnkit.data import write_line_folder, write_wav
@@ -43,8 +47,9 @@ from attnkit.data.lines import HELD_OUT_FAMILIES, available_fonts, font_family, 
 from attnkit.data.audio import SAMPLE_RATE
 from attnkit.data.speech import plan_utterances, utterances_audio
 from attnkit.data.synthesis import FESTIVAL_VOICES, GNUSPEECH_VOICES, PICO_VOICES
-from attnkit.tasks.evaluator import evaluate
+from attnkit.tasks.evaluator import Evaluation, evaluate
 from attnkit.tasks.loading import load_evaluator
+from attnkit.tasks.metrics import closest_reference, example_cer
 
 from benchmarks import harness
 
@@ -93,11 +98,34 @@ def line_sets(n: int) -> dict[str, list]:
     return sets
 
 
-def score(checkpoint: str, data: Path) -> dict:
+def score(checkpoint: str, data: Path) -> tuple[dict, Evaluation]:
     evaluator = load_evaluator(checkpoint)
     start = time.perf_counter()
-    metrics = evaluate(evaluator, data).metrics
-    return {**metrics, "s": round(time.perf_counter() - start, 1)}
+    evaluation = evaluate(evaluator, data)
+    return {**evaluation.metrics, "s": round(time.perf_counter() - start, 1)}, evaluation
+
+
+def char_errors(evaluation: Evaluation) -> tuple[np.ndarray, np.ndarray]:
+    """Each example's character edits against its closest reference, and that reference's
+    length: ``(errors (N,), lengths (N,))``; their sums' ratio is the CER."""
+    pairs = [(o.text, closest_reference(o.text, e.reference))
+             for e, o in zip(evaluation.examples, evaluation.outputs)]
+    lengths = np.array([len(ref) for _, ref in pairs], dtype=np.float64)
+    errors = np.array([example_cer(text, ref) for text, ref in pairs]) * lengths
+    return errors, lengths
+
+
+def paired_difference(ours: Evaluation, theirs: Evaluation, *, resamples: int = 10_000,
+                      seed: int = 0) -> tuple[float, float, float]:
+    """``(difference, low, high)``: the CER of ``ours`` minus that of ``theirs`` on the same
+    examples, and the 2.5th and 97.5th percentiles of that difference over ``resamples``
+    resamplings of the examples with replacement, each resample scoring both models on the
+    same examples (the paired bootstrap of Koehn 2004)."""
+    (a, n), (b, _) = char_errors(ours), char_errors(theirs)
+    picks = np.random.default_rng(seed).integers(0, len(n), (resamples, len(n)))
+    diffs = (a[picks].sum(1) - b[picks].sum(1)) / np.maximum(n[picks].sum(1), 1.0)
+    low, high = np.percentile(diffs, [2.5, 97.5])
+    return float((a.sum() - b.sum()) / max(n.sum(), 1.0)), float(low), float(high)
 
 
 def main(argv=None) -> int:
@@ -106,11 +134,16 @@ def main(argv=None) -> int:
     p.add_argument("--ocr", default="builtin:ocr-lines", help="OCR checkpoint, or none")
     p.add_argument("--utterances", type=int, default=200, help="per speech world")
     p.add_argument("--lines", type=int, default=100, help="per font world")
+    p.add_argument("--against-asr", help="a speech checkpoint to compare with (none)")
+    p.add_argument("--against-ocr", help="an OCR checkpoint to compare with (none)")
     args = p.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     rows = []
-    print(harness.table_header(["model", "world", "n", "CER %", "WER %", "exact %"]))
+    against = {args.asr: args.against_asr, args.ocr: args.against_ocr}
+    compare = args.against_asr or args.against_ocr
+    print(harness.table_header(["model", "world", "n", "CER %", "WER %", "exact %"] + (
+        ["other's CER %", "difference (95% interval)"] if compare else [])))
     with tempfile.TemporaryDirectory() as tmp:
         worlds = []
         if args.asr != "none":
@@ -131,11 +164,22 @@ def main(argv=None) -> int:
                 folder = write_line_folder(lines, Path(tmp) / f"lines-{len(worlds)}").parent
                 worlds.append((args.ocr, name, len(lines), folder))
         for model, name, n, data in worlds:
-            row = {"model": model, "world": name, "n": n, **score(model, data)}
+            metrics, evaluation = score(model, data)
+            row = {"model": model, "world": name, "n": n, **metrics}
+            cells = []
+            if against.get(model):
+                other, theirs = score(against[model], data)
+                diff, low, high = paired_difference(evaluation, theirs)
+                row.update(against=against[model], against_cer=other["cer"], cer_difference=diff,
+                           cer_difference_95=[low, high])
+                cells = [f"{100 * other['cer']:.2f}",
+                         f"{100 * diff:+.2f} ({100 * low:+.2f} to {100 * high:+.2f})"]
+            elif compare:
+                cells = ["", ""]
             rows.append(row)
             print(harness.table_row([model, name, n, *(
-                f"{100 * row[k]:.2f}" if k in row else "" for k in ("cer", "wer", "exact"))]),
-                flush=True)
+                f"{100 * row[k]:.2f}" if k in row else "" for k in ("cer", "wer", "exact")),
+                *cells]), flush=True)
     if args.json:
         harness.write_json(args.json, rows, seed=SEED, utterances=args.utterances,
                            lines=args.lines)
