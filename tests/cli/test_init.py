@@ -49,6 +49,19 @@ def test_init_refuses_other_model_settings_by_name(tsv, tmp_path, trained, capsy
     assert not (tmp_path / "tuned" / "checkpoint").exists()
 
 
+def test_init_takes_the_dropout_given_as_the_weights_do_not_depend_on_it(tsv, tmp_path,
+                                                                          trained):
+    out = tmp_path / "tuned"
+    saved = complete_config(trained.config["model"])
+    assert saved["dropout"] != 0.3
+    assert _train(tsv, out, "--init", str(trained.path), "--steps", "1", "--lr", "1e-9",
+                  "--dropout", "0.3") == 0
+    tuned = load_checkpoint(out / "checkpoint")
+    assert tuned.config["model"] == {**saved, "dropout": 0.3}
+    for name, weight in trained.model_state.items():
+        torch.testing.assert_close(tuned.model_state[name], weight, atol=1e-6, rtol=0)
+
+
 def test_init_refuses_another_tasks_checkpoint(tsv, tmp_path, capsys):
     assert _train(tsv, tmp_path / "tuned", "--init", "builtin:ocr-lines", "--steps", "1") == 2
     err = capsys.readouterr().err

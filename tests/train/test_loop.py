@@ -543,18 +543,21 @@ def test_averaging_refuses_checkpoints_of_other_models(tmp_path):
         best_checkpoints(tmp_path)
 
 
-def test_runs_trained_with_other_augmentation_or_batching_average(tmp_path):
+def test_runs_trained_with_other_augmentation_batching_or_dropout_average(tmp_path):
     model = {"task": "x", "model": {"hidden": 4}}
     configs = {"a": {**model, "augment": [{"name": "speed"}], "batching": {"batch_size": 8}},
                "b": {**model, "augment": [], "batching": {"batch_size": 32}},
                "c": {**model, "augment": [], "model": {"hidden": 5}},
-               "d": {**model, "data": {"normalize": True}}}
+               "d": {**model, "data": {"normalize": True}},
+               "e": {**model, "model": {"hidden": 4, "dropout": 0.2}}}
     for name, config in configs.items():
         save_checkpoint(tmp_path / name, model={"w": torch.full((2,), float(ord(name)))},
                         config=config)
     mean = average_checkpoints([tmp_path / "a", tmp_path / "b"])
     assert mean.config == configs["a"]  # the first one's
     assert mean.model_state["w"].tolist() == [97.5, 97.5]
+    tuned = average_checkpoints([tmp_path / "a", tmp_path / "e"])  # dropout shapes no weight
+    assert tuned.config == configs["a"] and tuned.model_state["w"].tolist() == [99.0, 99.0]
     for other in ("c", "d"):  # another model, another reading of the inputs
         with pytest.raises(CheckpointError, match="another config than"):
             average_checkpoints([tmp_path / "a", tmp_path / other])

@@ -15,8 +15,8 @@ def add_parser(sub) -> None:
         description="Write a checkpoint for inference whose weights are the mean of the "
         "given checkpoints' (floating-point tensors averaged, integer ones their largest "
         "value); they must be of one task, model and vocabulary, and may come from runs "
-        "trained with other augmentation or batching (the first one's config is kept, e.g. "
-        "fine-tunings of one model: a model soup). Either name the checkpoints, "
+        "trained with other augmentation, batching or dropout (the first one's config is "
+        "kept, e.g. fine-tunings of one model: a model soup). Either name the checkpoints, "
         "or --run a run trained with --keep-best N and --best N to average its N best "
         "validations.")
     p.add_argument("checkpoints", nargs="*", type=Path, metavar="CHECKPOINT",

@@ -28,6 +28,7 @@ from attnkit.train import (
     load_checkpoint,
     recover_checkpoint,
 )
+from attnkit.train.averaging import TRAINING_MODEL
 
 __all__ = ["VOCAB_OPTIONS", "existing_run", "initial_checkpoint", "load_evaluator", "load_lm",
            "load_task_checkpoint", "load_task_model"]
@@ -161,7 +162,9 @@ def initial_checkpoint(init: Path | None, task: str, *, model: dict | None = Non
     or ``builtin:NAME``), None without one: fine-tuning.
 
     The new run has the checkpoint's model and vocabularies: ``model``, ``options`` and
-    ``vocab`` are checked as :func:`existing_run` checks them for ``--resume``. Its optimizer
+    ``vocab`` are checked as :func:`existing_run` checks them for ``--resume``, but for the
+    settings of :data:`TRAINING_MODEL` (dropout), which the new run takes from ``model`` (a
+    None there keeps the checkpoint's). Its optimizer
     and trainer state are dropped, so the run starts at step 0 with a fresh optimizer, warm-up
     and schedule. A checkpoint of attnkit 0.1 is upgraded (:mod:`attnkit.models.legacy`), and
     the model arguments its config leaves out are set to their defaults; its weights are
@@ -176,7 +179,10 @@ def initial_checkpoint(init: Path | None, task: str, *, model: dict | None = Non
     except ValueError as exc:
         raise CheckpointError(f"{ck.path / 'config.json'}: {exc}") from None
     if model is not None:
-        _check_same_model(ck, model, options or {}, _INIT_ADVICE)
+        _check_same_model(ck, {k: v for k, v in model.items() if k not in TRAINING_MODEL},
+                          options or {}, _INIT_ADVICE)
+        ck.config["model"].update({k: model[k] for k in TRAINING_MODEL
+                                   if model.get(k) is not None})
     if vocab is not None:
         _check_same_vocab(ck, vocab, _INIT_ADVICE)
     ck.optimizer_state = ck.trainer_state = None

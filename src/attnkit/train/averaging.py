@@ -7,7 +7,7 @@ fine-tuned from one model with other settings can be averaged too (a "model soup
 al. 2022). The checkpoints must be of the same task, model and vocabulary: their configs may
 differ only in the settings of training alone (:data:`TRAINING_ONLY`: the augmentation and the
 batching; :data:`TRAINING_DATA`: which examples it was trained on, never how it reads an
-input), and the average keeps the first one's; floating-point tensors (weights and running
+input; :data:`TRAINING_MODEL`: the model's dropout), and the average keeps the first one's; floating-point tensors (weights and running
 statistics) are averaged in float64 and stored in their own dtype; an integer tensor (a
 BatchNorm's ``num_batches_tracked``) takes its largest value.
 
@@ -35,7 +35,8 @@ from attnkit.checks import quoted
 from attnkit.train.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from attnkit.train.loop import KEPT_DIR
 
-__all__ = ["TRAINING_DATA", "TRAINING_ONLY", "average_checkpoints", "best_checkpoints"]
+__all__ = ["TRAINING_DATA", "TRAINING_MODEL", "TRAINING_ONLY", "average_checkpoints",
+           "best_checkpoints"]
 
 # config entries that say how a model was trained, not what it is or how it reads its inputs
 TRAINING_ONLY = ("augment", "batching")
@@ -43,6 +44,8 @@ TRAINING_ONLY = ("augment", "batching")
 # engines, counts, lengths), not how the model reads its inputs ("normalize" stays compared)
 TRAINING_DATA = ("train", "valid", "format", "built_in", "engines", "n_train", "n_valid",
                  "min_chars", "max_chars", "prose")
+# entries of a config's "model" that shape no weight: regularisation while training
+TRAINING_MODEL = ("dropout",)
 
 
 def average_checkpoints(paths: Sequence[str | Path]) -> Checkpoint:
@@ -51,7 +54,8 @@ def average_checkpoints(paths: Sequence[str | Path]) -> Checkpoint:
 
     Raises:
         CheckpointError: no path, or checkpoints of another task, model or vocabulary (a
-            config that differs in more than :data:`TRAINING_ONLY`), or whose tensors differ in
+            config that differs in more than :data:`TRAINING_ONLY`, :data:`TRAINING_DATA`
+            and :data:`TRAINING_MODEL`), or whose tensors differ in
             names, shapes or dtypes (the message names both).
     """
     if not paths:
@@ -89,10 +93,12 @@ def average_checkpoints(paths: Sequence[str | Path]) -> Checkpoint:
 
 
 def _model_config(config: dict) -> dict:
-    """``config`` without the entries of :data:`TRAINING_ONLY` and :data:`TRAINING_DATA`."""
+    """``config`` without the entries of :data:`TRAINING_ONLY`, :data:`TRAINING_DATA` and
+    :data:`TRAINING_MODEL`."""
     out = {k: v for k, v in config.items() if k not in TRAINING_ONLY}
-    if isinstance(out.get("data"), dict):
-        out["data"] = {k: v for k, v in out["data"].items() if k not in TRAINING_DATA}
+    for part, names in (("data", TRAINING_DATA), ("model", TRAINING_MODEL)):
+        if isinstance(out.get(part), dict):
+            out[part] = {k: v for k, v in out[part].items() if k not in names}
     return out
 
 
