@@ -164,11 +164,11 @@ def initial_checkpoint(init: Path | None, task: str, *, model: dict | None = Non
     The new run has the checkpoint's model and vocabularies: ``model``, ``options`` and
     ``vocab`` are checked as :func:`existing_run` checks them for ``--resume``, but for the
     settings of :data:`TRAINING_MODEL` (dropout), which the new run takes from ``model`` (a
-    None there keeps the checkpoint's). Its optimizer
-    and trainer state are dropped, so the run starts at step 0 with a fresh optimizer, warm-up
-    and schedule. A checkpoint of attnkit 0.1 is upgraded (:mod:`attnkit.models.legacy`), and
-    the model arguments its config leaves out are set to their defaults; its weights are
-    checked against the model when they are loaded (:meth:`attnkit.train.Checkpoint.load_model`).
+    None there keeps the checkpoint's). Its optimizer and trainer state are dropped, so the
+    run starts at step 0 with a fresh optimizer, warm-up and schedule. A checkpoint of
+    attnkit 0.1 is upgraded (:mod:`attnkit.models.legacy`), and the model arguments its config
+    leaves out are set to their defaults; its weights are checked against the model when they
+    are loaded (:meth:`attnkit.train.Checkpoint.load_model`).
     """
     if init is None:
         return None

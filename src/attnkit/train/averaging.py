@@ -7,9 +7,10 @@ fine-tuned from one model with other settings can be averaged too (a "model soup
 al. 2022). The checkpoints must be of the same task, model and vocabulary: their configs may
 differ only in the settings of training alone (:data:`TRAINING_ONLY`: the augmentation and the
 batching; :data:`TRAINING_DATA`: which examples it was trained on, never how it reads an
-input; :data:`TRAINING_MODEL`: the model's dropout), and the average keeps the first one's; floating-point tensors (weights and running
-statistics) are averaged in float64 and stored in their own dtype; an integer tensor (a
-BatchNorm's ``num_batches_tracked``) takes its largest value.
+input; :data:`TRAINING_MODEL`: the model's dropout), and the average keeps the first one's;
+floating-point tensors (weights and running statistics) are averaged in float64 and stored in
+their own dtype; an integer tensor (a BatchNorm's ``num_batches_tracked``) takes its largest
+value.
 
     >>> import torch
     >>> from attnkit.train import save_checkpoint
