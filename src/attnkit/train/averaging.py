@@ -56,8 +56,8 @@ def average_checkpoints(paths: Sequence[str | Path]) -> Checkpoint:
     Raises:
         CheckpointError: no path, or checkpoints of another task, model or vocabulary (a
             config that differs in more than :data:`TRAINING_ONLY`, :data:`TRAINING_DATA`
-            and :data:`TRAINING_MODEL`), or whose tensors differ in
-            names, shapes or dtypes (the message names both).
+            and :data:`TRAINING_MODEL`), or whose tensors differ in names, shapes or dtypes
+            (the message names both).
     """
     if not paths:
         raise CheckpointError("average: expected at least one checkpoint, got none")
