@@ -14,8 +14,8 @@ for speech, best path for CTC lines):
   ``ked_diphone`` voice, held out; every festival voice in turn (a model trained on
   espeak-ng alone has never heard that engine); gnuspeech's ``small_child`` voice, held out,
   and every gnuspeech voice in turn (an engine a model trained on espeak-ng and festival has
-  never heard); pico's ``en-GB`` voice, held out, and both pico voices in turn (an engine the
-  shipped model, trained on the other three, has never heard);
+  never heard); pico's ``en-GB`` voice, held out, and both pico voices in turn (an engine a model
+  trained on the other three has never heard);
 * lines (``--lines`` per set): each font family held out of training
   (:data:`attnkit.data.lines.HELD_OUT_FAMILIES`) with real English sentences of 5-80
   characters, and the in-family held-out faces with the random text of 5-200 characters the
