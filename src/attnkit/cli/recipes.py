@@ -34,9 +34,8 @@ RECIPES = {
     # the four engines (every espeak-ng variant but the held-out ones; festival's kal and
     # slt voices; gnuspeech's male, female and large_child; pico's en-US) and the strong
     # augmentation: speed, gain, reverberation, noise, telephone band, vocal-tract length and
-    # SpecAugment.
-    # Measured: 2.3-3.3 s a step with one torch thread on an AVX2 AMD EPYC beside another
-    # training (docs/models.md)
+    # SpecAugment. Measured: 2.3-3.3 s a step with one torch thread on an AVX2 AMD EPYC beside
+    # another training (docs/models.md)
     "asr-digits": Recipe("asr", (
         "--kinds", "digits,numbers", "--engines", "espeak-ng,festival,gnuspeech,pico",
         "--n-train", "12000",
