@@ -3,12 +3,15 @@ tensorboard's own event reader."""
 
 import errno
 import os
+import socket
+import time
 
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from attnkit.diagnose.plots import plot_attention
 from attnkit.train import Trainer, load_checkpoint
+from attnkit.train.events import Events
 from tests.train.test_loop import Reverse, ReverseTask, _cfg
 
 
@@ -53,6 +56,17 @@ def test_a_resumed_run_continues_its_curves(tmp_path):
     trainer.fit()
     steps = [e.step for e in _events(tmp_path).Scalars("train/loss")]
     assert steps == list(range(1, 15))
+
+
+def test_a_resumed_runs_events_sort_after_a_file_written_in_the_same_second(tmp_path):
+    # within one second and one process the file counter sorts as text: ".10" before ".9"
+    earlier = tmp_path / (f"events.out.tfevents.{int(time.time()):010d}."
+                          f"{socket.gethostname()}.{os.getpid()}.9999999999")
+    earlier.write_bytes(b"")
+    events = Events(tmp_path, step=8)
+    events.close()
+    names = sorted(p.name for p in tmp_path.glob("events.out.tfevents.*"))
+    assert len(names) == 2 and names[0] == earlier.name
 
 
 def test_a_full_disk_ends_the_events_not_the_training(tmp_path, monkeypatch, caplog):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -34,6 +35,7 @@ class Events:
         from torch.utils.tensorboard import SummaryWriter  # its import takes ~0.3 s
 
         self.folder, self.writer, self.broken = Path(folder), None, False
+        self._write(lambda: _wait_for_a_later_second(self.folder))
         self._write(lambda: setattr(self, "writer", SummaryWriter(
             str(folder), purge_step=step + 1 if step else None)))
 
@@ -67,3 +69,20 @@ class Events:
             log.warning("%s: cannot write TensorBoard events (%s); the training goes on "
                         "without them", self.folder, exc.strerror or exc)
             self.broken = True
+
+
+def _wait_for_a_later_second(folder: Path) -> None:
+    """Sleep until the clock's second is past the newest event file's in ``folder``.
+
+    TensorBoard reads a folder's event files in name order; a name is
+    ``events.out.tfevents.<second>.<host>.<pid>.<counter>``, and within one second and one
+    process the counter sorts as text (``.10`` before ``.9``), which would put a resumed run's
+    steps before the steps it continues.
+    """
+    seconds = [int(parts[3]) for parts in (p.name.split(".") for p in
+                                           folder.glob("events.out.tfevents.*"))
+               if len(parts) > 3 and parts[3].isdigit()]
+    newest = max(seconds, default=-1)
+    now = time.time()
+    if int(now) == newest:  # a newest file from a clock ahead of ours cannot be waited out
+        time.sleep(newest + 1 - now)
