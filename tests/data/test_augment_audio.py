@@ -15,6 +15,7 @@ from attnkit.data.augment_audio import (
     PRESETS,
     VTLP,
     BandLimit,
+    DynamicRange,
     Gain,
     Noise,
     PitchShift,
@@ -120,6 +121,25 @@ def test_voice_source_keeps_pitch_formant_and_length_and_draws_breathiness():
     breathy = VoiceSource(hnr_db=(3.0, 3.0), tilt=(0.4, 0.4)).apply(x, np.random.default_rng(0))
     assert first_formant_hz(breathy) == pytest.approx(800.0, abs=120.0)
     assert harmonicity_db(breathy) < harmonicity_db(clean) - 4.0
+
+
+def test_dynamic_range_moves_a_weak_sound_against_a_loud_one_by_its_exponent():
+    weak, loud = sine(3000.0, 0.5, amplitude=0.01), sine(300.0, 0.5, amplitude=0.5)
+    x = torch.cat([weak, loud])  # the weak half 34 dB under the loud one
+    gap = db(loud) - db(weak)
+    for e, want in ((0.5, 1.5 * gap), (-0.5, 0.5 * gap)):
+        out = DynamicRange(p=1.0, exponent=(e, e)).apply(x, np.random.default_rng(0))
+        assert out.shape == x.shape and out.dtype == torch.float32
+        # away from the edges and the boundary (a 20 ms window)
+        assert db(out[8400:15600]) - db(out[400:7600]) == pytest.approx(want, abs=0.5)
+        assert db(out) == pytest.approx(db(x), abs=0.01)  # the input's mean power
+    drawn = DynamicRange(p=1.0, exponent=(0.0, 0.8))
+    assert torch.equal(drawn.apply(x, np.random.default_rng(3)),
+                       drawn.apply(x, np.random.default_rng(3)))
+    assert not torch.equal(drawn.apply(x, np.random.default_rng(3)),
+                           drawn.apply(x, np.random.default_rng(4)))
+    silence = torch.zeros(8000)
+    assert drawn.apply(silence, np.random.default_rng(0)) is silence
 
 
 def test_voice_source_keeps_unvoiced_sounds_is_seeded_and_leaves_unvoiced_or_short_input():
@@ -327,6 +347,8 @@ def test_presets_round_trip_and_compose_takes_any_family():
                                             r"0.5 <= low <= high <= 2, got \(0.0, 1.5\)"),
     (lambda: VoiceSource(hnr_db=(-3.0, 20.0)), r"hnr_db: expected \(low, high\) numbers "
                                                r"with 0 <= low <= high <= 60"),
+    (lambda: DynamicRange(exponent=(0.0, 1.5)), r"exponent: expected \(low, high\) numbers "
+                                                r"with -1 <= low <= high <= 1, got \(0.0, 1.5\)"),
     (lambda: VoiceSource(tilt=(0.0, 1.0)), r"tilt: expected \(low, high\) numbers with 0 <= "
                                            r"low <= high <= 0.95, got \(0.0, 1.0\)"),
 ])

@@ -33,6 +33,10 @@ class Option(NamedTuple):
 
 
 SPEECH = (
+    Option("--dynamic-range", "dynamic_range", ("exponent",), "pair",
+           "LOW,HIGH exponents with -1 <= LOW <= HIGH <= 1 of a gain (local level / loudest "
+           "level) ** E: above 0 the weak sounds (fricatives, nasals) weaker against the "
+           "vowels, as in recorded speech; below 0 stronger", "LOW,HIGH"),
     Option("--pitch-shift", "pitch", ("factor",), "pair",
            "LOW,HIGH pitch factors with 0.5 <= LOW <= HIGH <= 2, formants and duration kept "
            "(PSOLA)", "LOW,HIGH"),

@@ -4,7 +4,8 @@ Three stages, in this order (:class:`SpeechAugment` runs them):
 
 * **samples** ``(N,)`` float32 at 16 kHz: :class:`PitchShift` (PSOLA: the pitch moved, the
   formants and duration kept), :class:`VoiceSource` (LPC resynthesis: a new glottal source,
-  breathy to buzzy, under the same formants), :class:`SpeedPerturb` (Ko et al. 2015), :class:`Gain`,
+  breathy to buzzy, under the same formants), :class:`DynamicRange` (weak sounds moved against
+  loud ones), :class:`SpeedPerturb` (Ko et al. 2015), :class:`Gain`,
   :class:`Reverb` (a synthetic room), :class:`Noise` (at an SNR), :class:`BandLimit` (a
   telephone channel);
 * **filterbank**: :class:`VTLP`, the mel filters' centres warped (Jaitly & Hinton 2013);
@@ -40,8 +41,9 @@ from scipy.signal import butter, fftconvolve, lfilter, sosfilt, sosfiltfilt
 from attnkit.data.audio import SAMPLE_RATE, log_mel, normalize_features, resample
 from attnkit.data.augment import Augmentation, Compose, check_number, check_range
 
-__all__ = ["PRESETS", "AudioAugmentation", "BandLimit", "Gain", "Noise", "PitchShift", "Reverb",
-           "SpecAugment", "SpeechAugment", "SpeedPerturb", "VTLP", "VoiceSource", "preset"]
+__all__ = ["PRESETS", "AudioAugmentation", "BandLimit", "DynamicRange", "Gain", "Noise",
+           "PitchShift", "Reverb", "SpecAugment", "SpeechAugment", "SpeedPerturb", "VTLP",
+           "VoiceSource", "preset"]
 
 STAGES = ("samples", "filterbank", "features")
 
@@ -174,6 +176,44 @@ class VoiceSource(AudioAugmentation, name="voice_source"):
         power = float(np.mean(y * y))
         if power > 0:
             y *= math.sqrt(float(np.mean(x * x)) / power)
+        return torch.from_numpy(np.ascontiguousarray(y, dtype=np.float32))
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicRange(AudioAugmentation, name="dynamic_range"):
+    """A level-dependent gain that moves the weak sounds against the loud ones: each sample
+    scaled by ``(level / loudest level) ** e``, an exponent ``e`` drawn uniformly from
+    ``exponent``, the level the local RMS over 20 ms (floored at -60 dB below the loudest, so
+    that silence is not raised without bound). ``e > 0`` expands: a sound 30 dB under the
+    vowels goes to ``30 * (1 + e)`` dB under them, as the fricatives, nasals and bursts of
+    recorded speech lie further under its vowels than a formant synthesiser's do (the
+    consonant-vowel intensity ratio); ``e < 0`` compresses. The result has the input's mean
+    power.
+
+    Shape: ``(N,)`` -> ``(N,)``.
+    """
+
+    p: float = 0.5
+    exponent: tuple[float, float] = (0.0, 0.6)
+
+    floor_db: ClassVar[float] = -60.0
+    window_s: ClassVar[float] = 0.02
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_range("exponent", self.exponent, -1.0, 1.0)
+
+    def apply(self, samples: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+        _check_samples(samples)
+        e = rng.uniform(*self.exponent)
+        x = samples.double().numpy()
+        level = _envelope(x, round(self.window_s * SAMPLE_RATE))
+        loudest = float(level.max())
+        if e == 0.0 or loudest == 0.0:
+            return samples
+        y = x * np.maximum(level / loudest, 10.0 ** (self.floor_db / 20.0)) ** e
+        power = float(np.mean(y * y))
+        y *= math.sqrt(float(np.mean(x * x)) / power)
         return torch.from_numpy(np.ascontiguousarray(y, dtype=np.float32))
 
 
