@@ -206,10 +206,12 @@ class DynamicRange(AudioAugmentation, name="dynamic_range"):
     def apply(self, samples: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
         _check_samples(samples)
         e = rng.uniform(*self.exponent)
+        if e == 0.0:
+            return samples
         x = samples.double().numpy()
         level = _envelope(x, round(self.window_s * SAMPLE_RATE))
         loudest = float(level.max())
-        if e == 0.0 or loudest == 0.0:
+        if loudest == 0.0:
             return samples
         y = x * np.maximum(level / loudest, 10.0 ** (self.floor_db / 20.0)) ** e
         power = float(np.mean(y * y))
