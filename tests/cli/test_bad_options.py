@@ -27,6 +27,28 @@ def test_out_of_range_training_options_are_usage_errors(tmp_path, capsys, option
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("value", ["20,10", "0,50", "20,201", "20", "a,b"])
+def test_an_espeak_consonants_range_out_of_bounds_is_a_usage_error(tmp_path, capsys, value):
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "asr", "--out", str(tmp_path / "r"), "--espeak-consonants", value])
+    assert exc.value.code == 2
+    assert (f"argument --espeak-consonants: invalid loudness range (LOW,HIGH, ints with 1 <= "
+            f"LOW <= HIGH <= 200) value: '{value}'") in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("given, named", [
+    (["--engines", "festival"], "--engines festival"),
+    (["--train", "corpus.tsv"], "--train corpus.tsv"),
+])
+def test_espeak_consonants_without_espeak_speech_are_refused(tmp_path, capsys, given, named):
+    assert main(["train", "asr", "--out", str(tmp_path / "r"), "--espeak-consonants", "10,50",
+                 *given]) == 2
+    assert capsys.readouterr().err == ("attnkit: --espeak-consonants: only espeak-ng's "
+                                       f"built-in training speech takes it (got {named})\n")
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("task", ["translate", "ocr", "asr"])
 def test_valid_without_train_is_refused(tmp_path, capsys, task):
     assert main(["train", task, "--valid", str(tmp_path / "v"), "--out",

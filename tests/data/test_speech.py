@@ -205,6 +205,48 @@ def test_bad_tract_is_refused():
         synthesize("one", voice="en-us", tract={"breathiness": 1.0})
 
 
+def _level_db(samples: torch.Tensor, start: int, stop: int) -> float:
+    """The mean power of ``samples[start:stop]``, in dB."""
+    return 10 * math.log10(float(samples[start:stop].double().square().mean()))
+
+
+@needs_espeak
+@pytest.mark.parametrize("voice", ["en-us", "en-gb-x-gbclan+klatt3", "en-gb-x-rp+Alicia"])
+def test_espeak_consonants_set_how_loud_an_f_is_and_leave_the_vowel(voice):
+    own, rate = synthesize("four", voice=voice)
+    quiet, _ = synthesize("four", voice=voice, consonants=20)
+    loud, _ = synthesize("four", voice=voice, consonants=150)
+    assert own.numel() == quiet.numel() == loud.numel()
+    f = (int(0.03 * rate), int(0.07 * rate))  # inside the "f" of every voice here
+    vowel = int(own.abs().argmax())
+    o = (vowel - int(0.02 * rate), vowel + int(0.02 * rate))
+    assert abs(_level_db(quiet, *o) - _level_db(own, *o)) < 0.5
+    assert _level_db(quiet, *f) < _level_db(own, *f) - 8 < _level_db(loud, *f) - 10
+    assert torch.equal(quiet, synthesize("four", voice=voice, consonants=20)[0])
+
+
+def test_bad_consonants_are_refused():
+    with pytest.raises(ValueError, match=r"consonants: expected an int in \[1, 200\], got 0"):
+        synthesize("one", voice="en-us", consonants=0)
+    with pytest.raises(ValueError, match="consonants: only engine='espeak-ng' takes it"):
+        synthesize("one", voice="kal_diphone", engine="festival", consonants=50)
+    for bad in [(50, 20), (0, 50), (20, 300), (20.5, 50), (20,)]:
+        with pytest.raises(ValueError, match=r"consonants: expected None or \(low, high\)"):
+            plan_utterances(3, consonants=bad)
+
+
+def test_consonants_are_drawn_for_espeak_utterances_only_and_change_nothing_else():
+    plain = plan_utterances(200, seed=3, engines=("espeak-ng", "festival"))
+    shaped = plan_utterances(200, seed=3, engines=("espeak-ng", "festival"),
+                             consonants=(15, 100))
+    assert [dataclasses.replace(u, consonants=None) for u in shaped] == plain
+    drawn = [u.consonants for u in shaped if u.engine == "espeak-ng"]
+    assert all(15 <= c <= 100 for c in drawn) and len(set(drawn)) > 40
+    assert all(u.consonants is None for u in shaped if u.engine == "festival")
+    assert shaped == plan_utterances(200, seed=3, engines=("espeak-ng", "festival"),
+                                     consonants=(15, 100))
+
+
 def _f0(samples: torch.Tensor, rate: int) -> float:
     """The median fundamental frequency (Hz) of the voiced frames, by Praat."""
     import parselmouth
@@ -367,6 +409,19 @@ def test_noise_is_seeded_and_at_the_drawn_level(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(noisy.features, again.features))
     # at 0 dB the noise fills the silences: the quietest frames get much louder
     assert float(noisy.features[0].mean(1).min()) > float(clean.features[0].mean(1).min()) + 3
+
+
+@needs_espeak
+def test_a_consonants_range_is_a_cache_of_its_own(tmp_path):
+    own = speech_dataset(3, split="valid", seed=2, cache_dir=tmp_path, kinds=("digits",))
+    shaped = speech_dataset(3, split="valid", seed=2, cache_dir=tmp_path, kinds=("digits",),
+                            consonants=(10, 20))
+    assert len(list(tmp_path.iterdir())) == 2 and own.transcripts == shaped.transcripts
+    plan = plan_utterances(3, split="valid", seed=2, kinds=("digits",), consonants=(10, 20))
+    assert shaped.origins[0].endswith(f" c={plan[0].consonants}")
+    assert torch.equal(shaped.features[0],
+                       speech._chunk_features(plan[:1])[0].to(torch.float16))
+    assert not torch.equal(shaped.features[0], own.features[0])
 
 
 def test_corrupt_cache_names_the_file(tmp_path, monkeypatch):

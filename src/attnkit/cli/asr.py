@@ -20,7 +20,7 @@ from attnkit.cli.decoder_options import (
 )
 from attnkit.data import SpeechSet, load_vocab
 from attnkit.data.audio_files import MAX_SECONDS
-from attnkit.data.speech import ENGINES, KINDS, speech_dataset
+from attnkit.data.speech import ENGINES, ESPEAK_CONSONANTS, KINDS, speech_dataset
 from attnkit.decoding import Decoding
 from attnkit.models.las import LISTENERS, MIN_FRAMES
 from attnkit.tasks.asr import (
@@ -64,6 +64,12 @@ def add_train_parser(train_sub) -> None:
                            f"({', '.join(ENGINES)}; default espeak-ng; festival needs Debian's "
                            "festival and festvox voices, gnuspeech Node.js and an npm package, "
                            "pico the PyPI package py-nanotts: make install puts them in place)")
+    data.add_argument("--espeak-consonants", metavar="LOW,HIGH",
+                      type=common.int_range(*ESPEAK_CONSONANTS, "loudness range"),
+                      help="built-in training speech: espeak-ng says unvoiced consonants (f, s, "
+                           "t, k ...) at a loudness drawn per utterance from LOW-HIGH percent "
+                           "(e.g. 15,100; default: each voice's own), as recorded voices often "
+                           "say them more quietly; validation keeps the voices' own")
     data.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
                       help=f"built-in speech features are cached here (default {DEFAULT_CACHE})")
     data.add_argument("--workers", type=common.positive_int, default=2,
@@ -120,6 +126,10 @@ def _speech(args, normalize: bool, audio: bool = False) -> tuple[SpeechSet, Spee
     """The training and validation utterances, normalised per utterance with ``normalize``
     (else raw log-mels, for a listener that normalises them itself); with ``audio`` built-in
     training speech keeps its samples too (for augmentation of the audio)."""
+    if args.espeak_consonants and (args.train or "espeak-ng" not in args.engines):
+        raise ValueError("--espeak-consonants: only espeak-ng's built-in training speech "
+                         "takes it (got " + (f"--train {args.train})" if args.train else
+                                              f"--engines {','.join(args.engines)})"))
     if args.train:
         read = {"normalize": normalize, "max_seconds": args.max_seconds,
                 "min_frames": MIN_FRAMES}
@@ -132,7 +142,8 @@ def _speech(args, normalize: bool, audio: bool = False) -> tuple[SpeechSet, Spee
     kw = {"seed": common.data_seed(args), "cache_dir": args.cache_dir.expanduser(),
           "kinds": args.kinds, "engines": args.engines, "normalize": normalize,
           "workers": args.workers}
-    return (speech_dataset(args.n_train, split="train", audio=audio, **kw),
+    return (speech_dataset(args.n_train, split="train", audio=audio,
+                           consonants=args.espeak_consonants, **kw),
             speech_dataset(args.n_valid, split="valid", **kw))
 
 
@@ -165,6 +176,8 @@ def run_train(args) -> int:
     data = ({"train": str(args.train), "valid": str(args.valid),
              **({"format": args.format} if args.format else {})} if args.train else
             {"built_in": list(args.kinds), "engines": list(args.engines),
+             **({"espeak_consonants": list(args.espeak_consonants)}
+                if args.espeak_consonants else {}),
              "n_train": args.n_train, "n_valid": args.n_valid,
              "normalize": per_utterance})
     task = AsrTask(train, valid, model_config=model_config, batch_size=args.batch_size,

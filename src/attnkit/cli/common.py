@@ -102,6 +102,18 @@ def choice_list(choices: tuple[str, ...], what: str):
     return parse
 
 
+def int_range(low: int, high: int, what: str):
+    """An argparse type: ``LOW,HIGH``, two ints with ``low <= LOW <= HIGH <= high``."""
+    def parse(text: str) -> tuple[int, int]:
+        values = tuple(int(v) for v in text.split(","))
+        if len(values) != 2 or not low <= values[0] <= values[1] <= high:
+            raise ValueError(text)
+        return values
+
+    parse.__name__ = f"{what} (LOW,HIGH, ints with {low} <= LOW <= HIGH <= {high})"
+    return parse
+
+
 def held_out(train: list, valid: list, what: str, *, n: int = 300) -> list:
     """``valid``, or when it is empty the first ``n`` training examples (``what``), with a
     warning: a run without validation data validates on what it trains on."""

@@ -89,6 +89,7 @@ from attnkit.data.audio import (
 from attnkit.data.synthesis import (
     ACCENTS,
     ENGINES,
+    ESPEAK_CONSONANTS,
     GNUSPEECH_PACKAGE,
     GNUSPEECH_TRACT,
     espeak_command,
@@ -179,7 +180,8 @@ class Utterance:
     in 10 ms units and ``amplitude`` its loudness, 100 its default (the others: 0 and 100);
     ``noise_snr_db`` the signal-to-noise ratio of added white noise (``None``: clean), drawn
     with ``noise_seed``; ``tract`` gnuspeech's settings that replace the voice's own, as
-    ``(name, value)`` pairs (:func:`attnkit.data.synthesis.gnuspeech_tract`).
+    ``(name, value)`` pairs (:func:`attnkit.data.synthesis.gnuspeech_tract`); ``consonants``
+    espeak-ng's unvoiced consonants' loudness in percent (``None``: the voice's own).
     """
 
     kind: str
@@ -194,6 +196,7 @@ class Utterance:
     gap: int = 0
     amplitude: int = 100
     tract: tuple[tuple[str, float], ...] = ()
+    consonants: int | None = None
 
 
 class FeaturesOnDisk(Sequence, abc.ABC):
@@ -338,7 +341,8 @@ def training_variants() -> tuple[str, ...]:
 def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
                     kinds: tuple[str, ...] = KINDS,
                     noise_snr_db: tuple[float, float] | None = None,
-                    engines: tuple[str, ...] = ("espeak-ng",)) -> list[Utterance]:
+                    engines: tuple[str, ...] = ("espeak-ng",),
+                    consonants: tuple[int, int] | None = None) -> list[Utterance]:
     """The ``n`` utterances of ``split`` (text, engine, voice, speed, pitch, noise), without
     audio.
 
@@ -346,7 +350,8 @@ def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
     plan starts with a shorter one. Each example's engine is drawn uniformly from ``engines``
     (:data:`ENGINES`), then its voice from the split's voices of that engine.
     ``noise_snr_db=(low, high)`` adds white noise at an SNR drawn uniformly from that range
-    in dB.
+    in dB; ``consonants=(low, high)`` each espeak-ng utterance's unvoiced consonants at a
+    loudness drawn uniformly from that range, in percent (:func:`synthesize`).
     """
     if split not in SPLITS:
         raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
@@ -360,6 +365,12 @@ def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
                                          and noise_snr_db[0] <= noise_snr_db[1]):
         raise ValueError(f"noise_snr_db: expected None or (low, high) with low <= high, "
                          f"got {noise_snr_db!r}")
+    least, most = ESPEAK_CONSONANTS
+    if consonants is not None and not (len(consonants) == 2 and all(isinstance(c, int) and
+                                       least <= c <= most for c in consonants) and
+                                       consonants[0] <= consonants[1]):
+        raise ValueError(f"consonants: expected None or (low, high), ints with {least} <= low "
+                         f"<= high <= {most}, got {consonants!r}")
     speakers = SPLITS[split]
     variants = speakers.variants
     if variants is None:
@@ -385,8 +396,9 @@ def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
         tract = ()
         if engine == "gnuspeech" and speakers.gnuspeech_tract:
             tract = tuple(gnuspeech_tract(rng).items())
+        loudness = rng.randint(*consonants) if engine == "espeak-ng" and consonants else None
         out.append(Utterance(kind, text, transcript, voice, speed, pitch, snr, noise_seed,
-                             engine, gap, amplitude, tract))
+                             engine, gap, amplitude, tract, loudness))
     return out
 
 
@@ -395,7 +407,8 @@ def _describe(u: Utterance) -> str:
     if u.engine != "espeak-ng":
         tract = f" tract={dict(u.tract).get('vocal_tract_length', '?')}cm+" if u.tract else ""
         return f"{u.engine} {u.voice}{tract} s={u.speed} p={u.pitch}{noise}"
-    return f"espeak-ng {u.voice} s={u.speed} p={u.pitch} g={u.gap} a={u.amplitude}{noise}"
+    shaped = "" if u.consonants is None else f" c={u.consonants}"
+    return f"espeak-ng {u.voice} s={u.speed} p={u.pitch} g={u.gap} a={u.amplitude}{shaped}{noise}"
 
 
 def utterance_audio(u: Utterance) -> torch.Tensor:
@@ -432,7 +445,8 @@ def _chunk_audio(plan: Sequence[Utterance]) -> list[torch.Tensor]:
     for i, u in enumerate(plan):
         samples, rate = spoken[i] if i in spoken else synthesize(
             u.transcript, voice=u.voice, speed=u.speed, pitch=u.pitch, gap=u.gap,
-            amplitude=u.amplitude, engine=u.engine, tract=dict(u.tract))
+            amplitude=u.amplitude, engine=u.engine, tract=dict(u.tract),
+            consonants=u.consonants)
         samples = resample(samples, rate, SAMPLE_RATE)  # (N,)
         if u.noise_snr_db is not None:
             rms = float(samples.square().mean().sqrt())
@@ -456,10 +470,12 @@ def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
                    cache_dir: str | Path, kinds: tuple[str, ...] = KINDS,
                    noise_snr_db: tuple[float, float] | None = None, normalize: bool = False,
                    workers: int = 2, audio: bool = False,
-                   engines: tuple[str, ...] = ("espeak-ng",)) -> SpeechSet:
+                   engines: tuple[str, ...] = ("espeak-ng",),
+                   consonants: tuple[int, int] | None = None) -> SpeechSet:
     """``n`` synthesised utterances of ``split`` as log-mel features, cached under ``cache_dir``.
 
-    ``engines`` are the synthesisers drawn from (:func:`plan_utterances`). The first call
+    ``engines`` are the synthesisers drawn from, ``consonants`` the range of espeak-ng's
+    unvoiced consonants' loudness (:func:`plan_utterances`). The first call
     synthesises with ``workers`` synthesiser processes at a time and writes
     ``cache_dir/<split>-<n>-<hash of the settings>/`` (``features.safetensors`` and
     ``index.json``); a later call with the same settings reads it without running espeak-ng.
@@ -479,7 +495,7 @@ def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers: expected a positive int, got {workers!r}")
     plan = plan_utterances(n, split=split, seed=seed, kinds=kinds, noise_snr_db=noise_snr_db,
-                           engines=engines)
+                           engines=engines, consonants=consonants)
     settings = {"version": CACHE_VERSION, "n": n, "split": split, "seed": seed,
                 "kinds": list(kinds), "engines": list(engines), "noise_snr_db": noise_snr_db,
                 "variants": list(espeak_variants()) if "espeak-ng" in engines else [],
@@ -492,6 +508,8 @@ def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
             settings["gnuspeech_tract"] = {k: list(v) for k, v in GNUSPEECH_TRACT.items()}
     if "pico" in engines:
         settings["pico"] = pico_version()
+    if consonants is not None and "espeak-ng" in engines:
+        settings["consonants"] = list(consonants)
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     folder = Path(cache_dir) / f"{split}-{n}-{key}"
     if not (folder / "index.json").exists():

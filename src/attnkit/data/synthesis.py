@@ -7,7 +7,8 @@ run by ``pico_runner.py`` beside this file).
 
 Four ways of making speech: ``espeak-ng`` is formant synthesis by rule (its klatt variants
 with Klatt's 1980 synthesiser), speaking with any English accent (:data:`ACCENTS`) and voice
-variant (:func:`espeak_variants`), speed, pitch, word gap and amplitude; ``festival`` joins
+variant (:func:`espeak_variants`), speed, pitch, word gap, amplitude and loudness of its
+unvoiced consonants; ``festival`` joins
 recorded diphones (two voices) or generates from a hidden-Markov model trained on a recorded
 speaker (one HTS voice, :data:`FESTIVAL_VOICES`), at a speed and (diphone voices) pitch;
 ``gnuspeech`` simulates a
@@ -19,6 +20,7 @@ models trained on a recorded speaker, as Android's built-in voice did (two Engli
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import json
@@ -36,10 +38,11 @@ import torch
 
 from attnkit.data.audio_files import parse_wav
 
-__all__ = ["ACCENTS", "ENGINES", "FESTIVAL_VOICES", "GNUSPEECH_PACKAGE", "GNUSPEECH_TRACT",
-           "GNUSPEECH_VOICES", "PICO_PACKAGE", "PICO_VOICES", "espeak_command", "espeak_variants",
-           "festival", "festival_many", "gnuspeech_folder", "gnuspeech_many", "gnuspeech_tract",
-           "pico_many", "pico_version", "synthesize"]
+__all__ = ["ACCENTS", "ENGINES", "ESPEAK_CONSONANTS", "FESTIVAL_VOICES", "GNUSPEECH_PACKAGE",
+           "GNUSPEECH_TRACT", "GNUSPEECH_VOICES", "PICO_PACKAGE", "PICO_VOICES",
+           "espeak_command", "espeak_data", "espeak_variants", "festival", "festival_many",
+           "gnuspeech_folder", "gnuspeech_many", "gnuspeech_tract", "pico_many", "pico_version",
+           "synthesize"]
 
 ENGINES = ("espeak-ng", "festival", "gnuspeech", "pico")
 # espeak-ng voices whose "+variant" suffix takes effect ("en-gb+m1" silently ignores it; "en" is
@@ -89,6 +92,7 @@ PICO_PACKAGE = "py-nanotts"
 # (en-GB), silences included, against 7.42 s for 21 words from espeak-ng at -s 160
 PICO_SPEED = 170
 ESPEAK_RATE = 22050
+ESPEAK_CONSONANTS = (1, 200)  # the unvoiced consonants' loudness a voice may set, in %
 
 
 @functools.cache
@@ -119,10 +123,15 @@ def espeak_command() -> str:
 def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
                pitch: int = 50, gap: int = 0, amplitude: int = 100,
                engine: str = "espeak-ng",
-               tract: Mapping[str, float] | None = None) -> tuple[torch.Tensor, int]:
+               tract: Mapping[str, float] | None = None,
+               consonants: int | None = None) -> tuple[torch.Tensor, int]:
     """Speak ``text``: ``(samples (N,) float32, rate)`` (espeak-ng 22,050 Hz; festival the
     voice's own rate, 16,000 or 32,000 Hz; gnuspeech 44,100 Hz; pico 16,000 Hz). See
-    :class:`attnkit.data.speech.Utterance` for the arguments.
+    :class:`attnkit.data.speech.Utterance` for the arguments. ``consonants`` (espeak-ng
+    only): the loudness of the unvoiced consonants (f, s, t, k ...) in percent of espeak-ng's
+    default (its voice files' ``consonants``; None: the voice's own), 1-200: at 20 an "f" is
+    about 13 dB quieter; recorded and HMM voices often say them 30-50 dB under their vowels,
+    espeak-ng's own voices 20-30 dB.
 
     The same arguments give the same samples, bit for bit.
 
@@ -132,6 +141,8 @@ def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
     """
     if tract and engine != "gnuspeech":
         raise ValueError(f"tract: only engine='gnuspeech' takes one, got engine={engine!r}")
+    if consonants is not None and engine != "espeak-ng":
+        raise ValueError(f"consonants: only engine='espeak-ng' takes it, got engine={engine!r}")
     if engine == "festival":
         return festival(text, voice=voice, speed=speed, pitch=pitch)
     if engine == "gnuspeech":
@@ -140,13 +151,64 @@ def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
         return pico_many([(text, voice, speed, pitch)])[0]
     if engine != "espeak-ng":
         raise ValueError(f"engine: expected one of {ENGINES}, got {engine!r}")
-    cmd = [espeak_command(), "--stdout", "-v", voice, "-s", str(speed), "-p", str(pitch),
-           "-g", str(gap), "-a", str(amplitude), text]
-    proc = subprocess.run(cmd, capture_output=True, check=False)
+    if consonants is None:
+        proc = _espeak([], voice, speed, pitch, gap, amplitude, text)
+    else:
+        with _consonant_voice(voice, consonants) as (data, shaped):
+            proc = _espeak([f"--path={data}"], shaped, speed, pitch, gap, amplitude, text)
     if proc.returncode != 0:
         raise RuntimeError(f"espeak-ng -v {voice} -s {speed} -p {pitch} failed with exit code "
                            f"{proc.returncode}: {proc.stderr.decode(errors='replace').strip()}")
     return parse_wav(proc.stdout, source=f"espeak-ng -v {voice} output for {text!r}")
+
+
+def _espeak(options: list[str], voice: str, speed: int, pitch: int, gap: int, amplitude: int,
+            text: str) -> subprocess.CompletedProcess:
+    cmd = [espeak_command(), "--stdout", *options, "-v", voice, "-s", str(speed), "-p",
+           str(pitch), "-g", str(gap), "-a", str(amplitude), text]
+    return subprocess.run(cmd, capture_output=True, check=False)
+
+
+@functools.cache
+def espeak_data() -> Path:
+    """The ``espeak-ng-data`` folder this machine's espeak-ng reads (``espeak-ng
+    --version``'s "Data at")."""
+    out = subprocess.run([espeak_command(), "--version"], capture_output=True, text=True,
+                         check=False).stdout
+    _, found, rest = out.partition("Data at:")
+    if not found:
+        raise RuntimeError(f"espeak-ng --version: expected 'Data at: FOLDER', got {out!r}")
+    return Path(rest.strip())
+
+
+@contextlib.contextmanager
+def _consonant_voice(voice: str, consonants: int):
+    """``(folder, voice)``: an espeak-ng data folder for ``--path`` and a voice in it that is
+    ``voice`` ("accent" or "accent+variant") with its unvoiced consonants at ``consonants``
+    percent of espeak-ng's default (the voice file's ``consonants`` setting, which replaces
+    the variant's own). The folder, removed on exit, links every file of the installed data
+    but the variants, and holds one variant: the chosen one's settings, then
+    ``consonants``."""
+    low, high = ESPEAK_CONSONANTS
+    if not (isinstance(consonants, int) and low <= consonants <= high):
+        raise ValueError(f"consonants: expected an int in [{low}, {high}], got {consonants!r}")
+    accent, _, variant = voice.partition("+")
+    installed = espeak_data()
+    settings = ((installed / "voices" / "!v" / variant).read_text(errors="replace")
+                if variant else "")
+    with tempfile.TemporaryDirectory(prefix="attnkit-espeak-") as folder:
+        data = Path(folder, "espeak-ng-data")
+        (data / "voices" / "!v").mkdir(parents=True)
+        for entry in installed.iterdir():
+            if entry.name != "voices":
+                (data / entry.name).symlink_to(entry)
+        for entry in (installed / "voices").iterdir():
+            if entry.name != "!v":
+                (data / "voices" / entry.name).symlink_to(entry)
+        name = f"c{consonants}"  # short: espeak-ng overflows on a long "accent+variant"
+        (data / "voices" / "!v" / name).write_text(
+            f"{settings}\nname {name}\nconsonants {consonants}\n")
+        yield folder, f"{accent}+{name}"
 
 
 def festival(text: str, *, voice: str, speed: int, pitch: int) -> tuple[torch.Tensor, int]:
