@@ -568,7 +568,8 @@ def test_runs_fine_tuned_on_other_data_average_but_not_other_input_reading(tmp_p
     configs = {"a": {**base, "data": {"built_in": ["digits"], "engines": ["espeak-ng"],
                                       "n_train": 100, "normalize": True}},
                "b": {**base, "data": {"built_in": ["digits", "numbers"], "n_train": 900,
-                                      "engines": ["espeak-ng", "gnuspeech"], "normalize": True}},
+                                      "engines": ["espeak-ng", "gnuspeech"],
+                                      "espeak_consonants": [15, 100], "normalize": True}},
                "c": {**base, "data": {"built_in": ["digits"], "engines": ["espeak-ng"],
                                       "n_train": 100, "normalize": False}}}
     for name, config in configs.items():

@@ -42,9 +42,10 @@ __all__ = ["TRAINING_DATA", "TRAINING_MODEL", "TRAINING_ONLY", "average_checkpoi
 # config entries that say how a model was trained, not what it is or how it reads its inputs
 TRAINING_ONLY = ("augment", "batching")
 # entries of a config's "data" that name the training examples (corpora, built-in kinds,
-# engines, counts, lengths), not how the model reads its inputs ("normalize" stays compared)
-TRAINING_DATA = ("train", "valid", "format", "built_in", "engines", "n_train", "n_valid",
-                 "min_chars", "max_chars", "prose")
+# engines and their voices, counts, lengths), not how the model reads its inputs ("normalize"
+# stays compared)
+TRAINING_DATA = ("train", "valid", "format", "built_in", "engines", "espeak_consonants",
+                 "n_train", "n_valid", "min_chars", "max_chars", "prose")
 # entries of a config's "model" that shape no weight: regularisation while training
 TRAINING_MODEL = ("dropout",)
 
