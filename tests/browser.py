@@ -29,9 +29,23 @@ def page_errors(browser) -> list[str]:
     return [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
 
+# true when every image is loaded and the heat-map's box is the same two frames apart
+SETTLED = """
+const done = arguments[arguments.length - 1];
+const box = () => JSON.stringify(document.getElementById("heatmap").getBoundingClientRect());
+const before = box();
+requestAnimationFrame(() => requestAnimationFrame(() => done(
+  Array.from(document.images).every((i) => i.complete) && box() === before)));
+"""
+
+
 def hover_heatmap(browser, x: int, y: int) -> str:
-    """Hover the explorer's heat-map at ``(x, y)`` and return its tooltip's text."""
+    """Hover the explorer's heat-map at ``(x, y)`` and return its tooltip's text, once the
+    page's images have loaded and the heat-map has kept its place for two frames (a page
+    that is still laying out would move it under the pointer)."""
     from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.support.ui import WebDriverWait
+    WebDriverWait(browser, 10).until(lambda b: b.execute_async_script(SETTLED))
     canvas = browser.find_element("id", "heatmap")
     ActionChains(browser).move_to_element_with_offset(
         canvas, x - canvas.size["width"] // 2, y - canvas.size["height"] // 2).perform()
