@@ -29,24 +29,16 @@ def page_errors(browser) -> list[str]:
     return [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
 
-# true when every image is loaded and the heat-map's box is the same two frames apart
-SETTLED = """
-const done = arguments[arguments.length - 1];
-const box = () => JSON.stringify(document.getElementById("heatmap").getBoundingClientRect());
-const before = box();
-requestAnimationFrame(() => requestAnimationFrame(() => done(
-  Array.from(document.images).every((i) => i.complete) && box() === before)));
-"""
-
-
 def hover_heatmap(browser, x: int, y: int) -> str:
-    """Hover the explorer's heat-map at ``(x, y)`` and return its tooltip's text, once the
-    page's images have loaded and the heat-map has kept its place for two frames (a page
-    that is still laying out would move it under the pointer)."""
+    """Hover the explorer's heat-map at ``(x, y)`` and return its tooltip's text.
+
+    The heat-map is scrolled into the middle of the window first: WebDriver offsets are from
+    the centre of an element's part in view, which is its own centre only when all of it is in
+    view."""
     from selenium.webdriver.common.action_chains import ActionChains
-    from selenium.webdriver.support.ui import WebDriverWait
-    WebDriverWait(browser, 10).until(lambda b: b.execute_async_script(SETTLED))
     canvas = browser.find_element("id", "heatmap")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center', inline: 'center'})",
+                           canvas)
     ActionChains(browser).move_to_element_with_offset(
         canvas, x - canvas.size["width"] // 2, y - canvas.size["height"] // 2).perform()
     return browser.find_element("id", "tip").text
