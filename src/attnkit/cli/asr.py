@@ -127,9 +127,9 @@ def _speech(args, normalize: bool, audio: bool = False) -> tuple[SpeechSet, Spee
     (else raw log-mels, for a listener that normalises them itself); with ``audio`` built-in
     training speech keeps its samples too (for augmentation of the audio)."""
     if args.espeak_consonants and (args.train or "espeak-ng" not in args.engines):
-        raise ValueError("--espeak-consonants: only espeak-ng's built-in training speech "
-                         "takes it (got " + (f"--train {args.train})" if args.train else
-                                              f"--engines {','.join(args.engines)})"))
+        given = f"--train {args.train}" if args.train else f"--engines {','.join(args.engines)}"
+        raise ValueError(f"--espeak-consonants: only espeak-ng's built-in training speech "
+                         f"takes it (got {given})")
     if args.train:
         read = {"normalize": normalize, "max_seconds": args.max_seconds,
                 "min_frames": MIN_FRAMES}

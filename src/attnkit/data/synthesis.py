@@ -40,7 +40,7 @@ from attnkit.data.audio_files import parse_wav
 
 __all__ = ["ACCENTS", "ENGINES", "ESPEAK_CONSONANTS", "FESTIVAL_VOICES", "GNUSPEECH_PACKAGE",
            "GNUSPEECH_TRACT", "GNUSPEECH_VOICES", "PICO_PACKAGE", "PICO_VOICES",
-           "espeak_command", "espeak_data", "espeak_variants", "festival", "festival_many",
+           "espeak_command", "espeak_variants", "festival", "festival_many",
            "gnuspeech_folder", "gnuspeech_many", "gnuspeech_tract", "pico_many", "pico_version",
            "synthesize"]
 
@@ -170,7 +170,7 @@ def _espeak(options: list[str], voice: str, speed: int, pitch: int, gap: int, am
 
 
 @functools.cache
-def espeak_data() -> Path:
+def _espeak_data() -> Path:
     """The ``espeak-ng-data`` folder this machine's espeak-ng reads (``espeak-ng
     --version``'s "Data at")."""
     out = subprocess.run([espeak_command(), "--version"], capture_output=True, text=True,
@@ -193,7 +193,7 @@ def _consonant_voice(voice: str, consonants: int):
     if not (isinstance(consonants, int) and low <= consonants <= high):
         raise ValueError(f"consonants: expected an int in [{low}, {high}], got {consonants!r}")
     accent, _, variant = voice.partition("+")
-    installed = espeak_data()
+    installed = _espeak_data()
     settings = ((installed / "voices" / "!v" / variant).read_text(errors="replace")
                 if variant else "")
     with tempfile.TemporaryDirectory(prefix="attnkit-espeak-") as folder:
