@@ -124,6 +124,8 @@ def test_asr_with_augmentation_resumes_to_the_state_of_an_uninterrupted_run(tmp_
                                        "ratios in dB with 0 <= LOW <= HIGH <= 60"),
     ("asr", "--dynamic-range", "0,2", "--dynamic-range: expected LOW,HIGH exponents with -1 "
                                       "<= LOW <= HIGH <= 1"),
+    ("asr", "--consonant-duration", "0,1", "--consonant-duration: expected LOW,HIGH duration "
+                                           "factors with 0.2 <= LOW <= HIGH <= 2"),
     ("asr", "--band-limit", "3400,300", "--band-limit: expected LOW,HIGH band edges in Hz"),
     ("ocr", "--rotate", "90", "--rotate: expected the largest rotation in degrees, from 0 to "
                               "45"),
@@ -140,7 +142,7 @@ def test_augmentation_options_out_of_range_are_one_line_errors(tmp_path, capsys,
 
 
 SPEECH_VALUES = {"--dynamic-range": "0,0.6", "--pitch-shift": "0.8,1.2", "--voice-source": "3,30",
-                 "--speed-perturb": "0.9,1.1",
+                 "--consonant-duration": "0.3,1", "--speed-perturb": "0.9,1.1",
                  "--gain": "6", "--reverb": "0.2,0.5", "--noise-snr": "10,20",
                  "--band-limit": "300,3400", "--vtlp": "0.9,1.1", "--freq-mask": "10",
                  "--freq-masks": "1", "--time-mask": "10", "--time-masks": "1",

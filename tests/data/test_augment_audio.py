@@ -15,6 +15,7 @@ from attnkit.data.augment_audio import (
     PRESETS,
     VTLP,
     BandLimit,
+    ConsonantDuration,
     DynamicRange,
     Gain,
     Noise,
@@ -140,6 +141,46 @@ def test_dynamic_range_moves_a_weak_sound_against_a_loud_one_by_its_exponent():
                            drawn.apply(x, np.random.default_rng(4)))
     silence = torch.zeros(8000)
     assert drawn.apply(silence, np.random.default_rng(0)) is silence
+
+
+def loud_frames(samples, under_db=6.0):
+    """How many 10 ms frames of ``samples`` lie within ``under_db`` of the loudest."""
+    x = samples.double().numpy()
+    level = np.array([np.mean(x[i:i + 160] ** 2) for i in range(0, x.size - 159, 160)])
+    return int(np.sum(10 * np.log10(level + 1e-20) > 10 * np.log10(level.max()) - under_db))
+
+
+def test_consonant_duration_scales_a_weak_sound_between_vowels_and_keeps_the_vowels():
+    hiss = torch.from_numpy(0.01 * np.random.default_rng(1).standard_normal(3200)).float()
+    x = torch.cat([vowel(seconds=0.4), hiss, vowel(seconds=0.4)])  # 200 ms, ~26 dB under
+    (start, end), = ConsonantDuration().weak_runs(x.double().numpy())
+    assert abs(start - 6400) <= 240 and abs(end - 9600) <= 240  # within 15 ms
+    for factor in (0.3, 1.8):
+        out = ConsonantDuration(p=1.0, factor=(factor, factor)).apply(
+            x, np.random.default_rng(0))
+        assert out.dtype == torch.float32
+        # the hiss's 200 ms become 200 * factor; the vowels' 800 ms stay
+        assert (out.numel() - x.numel()) / SAMPLE_RATE == pytest.approx(
+            (factor - 1.0) * (end - start) / SAMPLE_RATE, abs=0.006)
+        assert torch.equal(out[:start], x[:start]) and torch.equal(out[-6000:], x[-6000:])
+        assert abs(loud_frames(out) - loud_frames(x)) <= 2
+        assert f0_hz(out) == pytest.approx(f0_hz(x), rel=0.03)
+
+
+def test_consonant_duration_keeps_pauses_is_seeded_and_leaves_short_input():
+    pause = torch.zeros(3200)
+    x = torch.cat([vowel(seconds=0.4), pause, vowel(seconds=0.4)])
+    augmentation = ConsonantDuration(p=1.0, factor=(0.3, 1.0))
+    assert augmentation.weak_runs(x.double().numpy()) == []
+    assert augmentation.apply(x, np.random.default_rng(0)) is x  # silence is not a consonant
+    hiss = torch.from_numpy(0.01 * np.random.default_rng(1).standard_normal(3200)).float()
+    y = torch.cat([vowel(seconds=0.4), hiss, vowel(seconds=0.4)])
+    assert torch.equal(augmentation.apply(y, np.random.default_rng(5)),
+                       augmentation.apply(y, np.random.default_rng(5)))
+    assert augmentation.apply(y, np.random.default_rng(5)).numel() != \
+        augmentation.apply(y, np.random.default_rng(6)).numel()
+    short = y[6000:6300]
+    assert augmentation.apply(short, np.random.default_rng(0)) is short
 
 
 def test_voice_source_keeps_unvoiced_sounds_is_seeded_and_leaves_unvoiced_or_short_input():
@@ -349,6 +390,8 @@ def test_presets_round_trip_and_compose_takes_any_family():
                                                r"with 0 <= low <= high <= 60"),
     (lambda: DynamicRange(exponent=(0.0, 1.5)), r"exponent: expected \(low, high\) numbers "
                                                 r"with -1 <= low <= high <= 1, got \(0.0, 1.5\)"),
+    (lambda: ConsonantDuration(factor=(0.1, 1.0)), r"factor: expected \(low, high\) numbers "
+                                                   r"with 0.2 <= low <= high <= 2, got"),
     (lambda: VoiceSource(tilt=(0.0, 1.0)), r"tilt: expected \(low, high\) numbers with 0 <= "
                                            r"low <= high <= 0.95, got \(0.0, 1.0\)"),
 ])

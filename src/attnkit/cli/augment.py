@@ -37,6 +37,10 @@ SPEECH = (
            "LOW,HIGH exponents with -1 <= LOW <= HIGH <= 1 of a gain (local level / loudest "
            "level) ** E: above 0 the weak sounds (fricatives, nasals) weaker against the "
            "vowels, as in recorded speech; below 0 stronger", "LOW,HIGH"),
+    Option("--consonant-duration", "consonant_duration", ("factor",), "pair",
+           "LOW,HIGH duration factors with 0.2 <= LOW <= HIGH <= 2 of the weak sounds between "
+           "the vowels (nasals, fricatives, stops), the vowels and pauses kept (PSOLA)",
+           "LOW,HIGH"),
     Option("--pitch-shift", "pitch", ("factor",), "pair",
            "LOW,HIGH pitch factors with 0.5 <= LOW <= HIGH <= 2, formants and duration kept "
            "(PSOLA)", "LOW,HIGH"),

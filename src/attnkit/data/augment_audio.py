@@ -5,7 +5,8 @@ Three stages, in this order (:class:`SpeechAugment` runs them):
 * **samples** ``(N,)`` float32 at 16 kHz: :class:`PitchShift` (PSOLA: the pitch moved, the
   formants and duration kept), :class:`VoiceSource` (LPC resynthesis: a new glottal source,
   breathy to buzzy, under the same formants), :class:`DynamicRange` (weak sounds moved against
-  loud ones), :class:`SpeedPerturb` (Ko et al. 2015), :class:`Gain`,
+  loud ones), :class:`ConsonantDuration` (weak sounds made shorter or longer),
+  :class:`SpeedPerturb` (Ko et al. 2015), :class:`Gain`,
   :class:`Reverb` (a synthetic room), :class:`Noise` (at an SNR), :class:`BandLimit` (a
   telephone channel);
 * **filterbank**: :class:`VTLP`, the mel filters' centres warped (Jaitly & Hinton 2013);
@@ -15,6 +16,10 @@ Three stages, in this order (:class:`SpeechAugment` runs them):
 Each is an :class:`attnkit.data.augment.Augmentation`: a frozen dataclass of its probability
 ``p`` and ranges, called with the example and a ``numpy.random.Generator``. :data:`PRESETS` are
 the sets ``attnkit train asr --augment`` names.
+
+Why one file: each augmentation is a short class of one change, and together they are the one
+registry of speech augmentations that :class:`SpeechAugment` stages and the presets name; split
+by stage, the presets and the stage order would live apart from what they order.
 
 Example:
     >>> import torch
@@ -36,14 +41,15 @@ import numpy as np
 import parselmouth
 import torch
 import torch.nn.functional as F
+from scipy.ndimage import maximum_filter1d
 from scipy.signal import butter, fftconvolve, lfilter, sosfilt, sosfiltfilt
 
 from attnkit.data.audio import SAMPLE_RATE, log_mel, normalize_features, resample
 from attnkit.data.augment import Augmentation, Compose, check_number, check_range
 
-__all__ = ["PRESETS", "AudioAugmentation", "BandLimit", "DynamicRange", "Gain", "Noise",
-           "PitchShift", "Reverb", "SpecAugment", "SpeechAugment", "SpeedPerturb", "VTLP",
-           "VoiceSource", "preset"]
+__all__ = ["PRESETS", "AudioAugmentation", "BandLimit", "ConsonantDuration", "DynamicRange",
+           "Gain", "Noise", "PitchShift", "Reverb", "SpecAugment", "SpeechAugment", "SpeedPerturb",
+           "VTLP", "VoiceSource", "preset"]
 
 STAGES = ("samples", "filterbank", "features")
 
@@ -216,6 +222,98 @@ class DynamicRange(AudioAugmentation, name="dynamic_range"):
         y = x * np.maximum(level / loudest, 10.0 ** (self.floor_db / 20.0)) ** e
         power = float(np.mean(y * y))
         y *= math.sqrt(float(np.mean(x * x)) / power)
+        return torch.from_numpy(np.ascontiguousarray(y, dtype=np.float32))
+
+
+def _frame_db(x: np.ndarray, hop: int, width: int) -> np.ndarray:
+    """The level in dB of frames of ``width`` samples every ``hop`` samples of ``x``
+    (``N >= width``), ``(frames,)``."""
+    frames = np.lib.stride_tricks.sliding_window_view(x, width)[::hop]
+    return 10.0 * np.log10(np.mean(frames * frames, axis=1) + 1e-20)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsonantDuration(AudioAugmentation, name="consonant_duration"):
+    """The weak sounds between the vowels (nasals, fricatives, stops, glides) made shorter or
+    longer, the vowels and pauses kept: each one's duration multiplied by a factor drawn
+    log-uniformly from ``factor``. Synthesisers differ most in how long they hold a consonant
+    against its vowel: one says the "n" of "nine" for 80-90 ms, another for 30.
+
+    A sound is weak where its level (20 ms frames every 10 ms) lies more than ``weak_db`` under
+    the loudest level within 150 ms of it (the vowel next to it) and less than ``silence_db``
+    under the utterance's loudest (not a pause). Its middle is cut out (shorter) or repeated
+    (longer) in one splice, its edges (the transitions into and out of the vowels, which carry
+    the place of articulation) kept: the splice point is moved by up to 5 ms to where the
+    waveforms on its two sides agree best (normalised cross-correlation, as WSOLA does;
+    Verhelst & Roelands 1993) and joined by a 5 ms crossfade, so a voiced nasal keeps its
+    periods whole. No randomness but the factor's draw. An utterance with no weak sound is
+    returned as it is.
+
+    Shape: ``(N,)`` -> ``(N',)``, ``N'`` about ``N`` plus ``(factor - 1)`` times the weak
+    sounds' length.
+    """
+
+    p: float = 0.5
+    factor: tuple[float, float] = (0.3, 1.0)
+
+    weak_db: ClassVar[float] = 10.0
+    silence_db: ClassVar[float] = 50.0
+    reach_s: ClassVar[float] = 0.15
+    fade: ClassVar[int] = SAMPLE_RATE // 200  # the crossfade and the splice's search, 5 ms
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_range("factor", self.factor, 0.2, 2.0)
+
+    def weak_runs(self, x: np.ndarray) -> list[tuple[int, int]]:
+        """The weak sounds of ``x`` ``(N,)`` at 16 kHz, as ``[start, end)`` sample ranges."""
+        hop, width = SAMPLE_RATE // 100, SAMPLE_RATE // 50
+        if x.size < width:
+            return []
+        level = _frame_db(x, hop, width)
+        near = maximum_filter1d(level, size=2 * round(self.reach_s * 100) + 1)
+        weak = (level < near - self.weak_db) & (level > level.max() - self.silence_db)
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], weak.astype(np.int8), [0]])))
+        # frame i covers [i * hop, i * hop + width); a run spans its frames' middle hops
+        low = (width - hop) // 2
+        return [(int(a) * hop + low, int(b) * hop + low) for a, b in zip(edges[::2], edges[1::2])]
+
+    def _splice(self, x: np.ndarray, at: int, lo: int, hi: int) -> int:
+        """Where in ``[lo, hi]`` the samples that follow ``at`` continue best: the start ``j``
+        whose ``fade`` samples correlate most with ``x[at:at + fade]``."""
+        w = self.fade
+        candidates = np.lib.stride_tricks.sliding_window_view(x[lo:hi + w], w)
+        target = x[at:at + w]
+        score = candidates @ target / (np.linalg.norm(candidates, axis=1) + 1e-12)
+        return lo + int(np.argmax(score))
+
+    def apply(self, samples: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+        _check_samples(samples)
+        low, high = self.factor
+        factor = math.exp(rng.uniform(math.log(low), math.log(high)))
+        x = samples.double().numpy()
+        w = self.fade
+        ramp = np.linspace(0.0, 1.0, w + 2)[1:-1]
+        pieces, done = [], 0
+        for start, end in self.weak_runs(x) if factor != 1.0 else ():
+            change = round(abs(factor - 1.0) * (end - start))
+            if change < w or start < done:
+                continue
+            cut = start + (end - start - change) // 2
+            if factor < 1.0:  # from cut, go on at about cut + change
+                at = cut
+                lo, hi = max(at + w, cut + change - w), min(cut + change + w, x.size - w)
+            else:  # from cut + change, go back to about cut
+                at = cut + change
+                lo, hi = max(start, cut - w), min(cut + w, at - w)
+            if at + w > x.size or lo > hi:
+                continue
+            j = self._splice(x, at, lo, hi)
+            pieces += [x[done:at], x[at:at + w] * ramp[::-1] + x[j:j + w] * ramp]
+            done = j + w
+        if not pieces:
+            return samples
+        y = np.concatenate(pieces + [x[done:]])
         return torch.from_numpy(np.ascontiguousarray(y, dtype=np.float32))
 
 
