@@ -171,3 +171,44 @@ def test_every_option_adds_its_augmentation_with_its_value(options, values, add,
     every = made(parser.parse_args([t for flag, v in values.items() for t in (flag, v)]))
     assert [a.name for a in every.augmentations] == list(
         dict.fromkeys(o.augmentation for o in options))
+
+
+@pytest.mark.parametrize("options, presets, add, made, argv, want", [
+    (augment.SPEECH, augment.augment_audio.PRESETS, augment.add_speech_args,
+     augment.speech_augmentations,
+     ["--augment", "strong", "--noise-snr", "5,20", "--voice-source", "3,30", "--pitch-shift",
+      "0.8,1.2"],
+     ["pitch", "voice_source", "speed", "gain", "reverb", "noise", "band_limit", "vtlp",
+      "specaugment"]),
+    (augment.LINES, augment.augment_lines.PRESETS, augment.add_line_args,
+     augment.line_augmentations, ["--jpeg", "30,90", "--augment", "light", "--rotate", "2"],
+     None),
+])
+def test_a_preset_and_the_options_added_to_it_run_in_the_order_of_the_options(
+        options, presets, add, made, argv, want):
+    order = list(dict.fromkeys(o.augmentation for o in options))
+    for name, chain in presets.items():  # every preset's augmentations are ordered
+        assert {a.name for a in chain} <= set(order), name
+    parser = argparse.ArgumentParser()
+    add(parser)
+    names = [a.name for a in made(parser.parse_args(argv)).augmentations]
+    assert names == sorted(names, key=order.index)
+    if want is not None:  # the voice changed at its source, before the room and the channel
+        assert names == want
+
+
+def test_a_resumed_run_keeps_its_saved_order_when_the_options_ask_for_the_same_set():
+    parser = argparse.ArgumentParser()
+    augment.add_speech_args(parser)
+    parser.add_argument("--out", default="run")
+    args = parser.parse_args(["--augment", "light", "--pitch-shift", "0.8,1.2"])
+    made = augment.speech_augmentations(args).augmentations
+    assert [a.name for a in made] == ["pitch", "speed", "specaugment"]
+    saved = [a.config() for a in made[1:] + made[:1]]  # a run that ran the pitch shift last
+    ck = argparse.Namespace(config={"augment": saved})
+    resumed = augment.speech_augmentations(args, ck).augmentations
+    assert [a.name for a in resumed] == ["speed", "specaugment", "pitch"]
+    other = parser.parse_args(["--augment", "light", "--pitch-shift", "0.8,1.3"])
+    with pytest.raises(ValueError, match="the run in run was started with augmentation speed, "
+                                         "specaugment, pitch, not augmentation pitch"):
+        augment.speech_augmentations(other, ck)

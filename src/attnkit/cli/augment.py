@@ -3,7 +3,9 @@
 ``--augment PRESET`` picks a set (:data:`attnkit.data.augment_audio.PRESETS`,
 :data:`attnkit.data.augment_lines.PRESETS`); each per-augmentation option sets that
 augmentation's range, adding it to the set when the preset lacks it; ``--augment-prob
-NAME=P,...`` sets probabilities. Values are checked here, and a value out of range is a
+NAME=P,...`` sets probabilities. The set runs in the order of :data:`SPEECH` and :data:`LINES`,
+as the changes happen in the world: a speaker's voice before the room, the noise and the
+telephone line it passes through; a line's shape before its ink, paper, blur and compression. Values are checked here, and a value out of range is a
 one-line error naming the option. A run resumed with ``--resume`` and no augmentation option
 takes the augmentation saved in its checkpoint; options that ask for another are refused.
 """
@@ -11,6 +13,7 @@ takes the augmentation saved in its checkpoint; options that ask for another are
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import NamedTuple
 
 from attnkit.data import augment_audio, augment_lines
@@ -33,6 +36,13 @@ class Option(NamedTuple):
 
 
 SPEECH = (
+    Option("--pitch-shift", "pitch", ("factor",), "pair",
+           "LOW,HIGH pitch factors with 0.5 <= LOW <= HIGH <= 2, formants and duration kept "
+           "(PSOLA)", "LOW,HIGH"),
+    Option("--voice-source", "voice_source", ("hnr_db",), "pair",
+           "LOW,HIGH harmonics-to-noise ratios in dB with 0 <= LOW <= HIGH <= 60 of a new "
+           "glottal source under the same formants (LPC resynthesis; low: breathy)",
+           "LOW,HIGH"),
     Option("--dynamic-range", "dynamic_range", ("exponent",), "pair",
            "LOW,HIGH exponents with -1 <= LOW <= HIGH <= 1 of a gain (local level / loudest "
            "level) ** E: above 0 the weak sounds (fricatives, nasals) weaker against the "
@@ -40,13 +50,6 @@ SPEECH = (
     Option("--consonant-duration", "consonant_duration", ("factor",), "pair",
            "LOW,HIGH duration factors with 0.2 <= LOW <= HIGH <= 2 of the weak sounds between "
            "the vowels (nasals, fricatives, stops), the vowels and pauses kept (PSOLA)",
-           "LOW,HIGH"),
-    Option("--pitch-shift", "pitch", ("factor",), "pair",
-           "LOW,HIGH pitch factors with 0.5 <= LOW <= HIGH <= 2, formants and duration kept "
-           "(PSOLA)", "LOW,HIGH"),
-    Option("--voice-source", "voice_source", ("hnr_db",), "pair",
-           "LOW,HIGH harmonics-to-noise ratios in dB with 0 <= LOW <= HIGH <= 60 of a new "
-           "glottal source under the same formants (LPC resynthesis; low: breathy)",
            "LOW,HIGH"),
     Option("--speed-perturb", "speed", ("factors",), "list",
            "comma-separated speed factors, each from 0.5 to 2 (Ko et al. 2015: 0.9,1.0,1.1); "
@@ -170,8 +173,10 @@ def _read(option: Option, text: str):
 
 
 def _augmentations(args, presets: dict, options: tuple[Option, ...]) -> list:
-    """The augmentations the options of ``args`` ask for (a list of objects): the preset's in
-    its own order, then those the options add, in the order of ``options``."""
+    """The augmentations the options of ``args`` ask for (a list of objects), the preset's and
+    those the options add together in the order of ``options`` (which lists the speaker's
+    changes before the room's and the channel's, the geometry of a line before its ink and
+    its scan's degradations)."""
     name = args.aug_augment or "none"
     if name not in presets:
         raise ValueError(f"--augment: expected one of {', '.join(presets)}, got {name!r}")
@@ -201,10 +206,9 @@ def _augmentations(args, presets: dict, options: tuple[Option, ...]) -> list:
                              ) from None
     if args.aug_augment_prob is not None:
         _set_probabilities(args.aug_augment_prob, chosen, {o.augmentation for o in options})
-    listed = [a.name for a in presets[name]]
-    return [chosen[n] for n in listed if n in chosen] + \
-        [chosen[n] for n in dict.fromkeys(o.augmentation for o in options)
-         if n in chosen and n not in listed]
+    order = list(dict.fromkeys(o.augmentation for o in options))
+    order += [n for n in chosen if n not in order]
+    return [chosen[n] for n in order if n in chosen]
 
 
 def _set_probabilities(text: str, chosen: dict, names: set[str]) -> None:
@@ -233,18 +237,23 @@ def _given(args) -> bool:
 
 def _for_run(args, ck, composition, made: list):
     """``made`` (what the options ask for), or with ``--resume`` the checkpoint's augmentation
-    (``ck``), which options given as well must equal, as a ``composition``."""
+    (``ck``, in its saved order), which options given as well must equal, as a
+    ``composition``."""
     if ck is None:
         return composition(made)
     saved = ck.config.get("augment", [])
     if not _given(args):
         return composition.from_config(saved)
-    if [a.config() for a in made] != saved:
+    if sorted(_key(a.config()) for a in made) != sorted(_key(c) for c in saved):
         raise ValueError(f"--augment: the run in {args.out} was started with "
                          f"{_describe(saved)}, not {_describe([a.config() for a in made])}; "
                          "resume without augmentation options to continue it as it was, or "
                          "start a new run in another --out")
-    return composition(made)
+    return composition.from_config(saved)
+
+
+def _key(config: dict) -> str:
+    return json.dumps(config, sort_keys=True)
 
 
 def _describe(config: list) -> str:
