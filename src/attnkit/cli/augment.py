@@ -5,9 +5,11 @@
 augmentation's range, adding it to the set when the preset lacks it; ``--augment-prob
 NAME=P,...`` sets probabilities. The set runs in the order of :data:`SPEECH` and :data:`LINES`,
 as the changes happen in the world: a speaker's voice before the room, the noise and the
-telephone line it passes through; a line's shape before its ink, paper, blur and compression. Values are checked here, and a value out of range is a
-one-line error naming the option. A run resumed with ``--resume`` and no augmentation option
-takes the augmentation saved in its checkpoint; options that ask for another are refused.
+telephone line it passes through; a line's shape before its ink, paper, blur and compression.
+Values are checked here, and a value out of range is a one-line error naming the option. A
+run resumed with ``--resume`` and no augmentation option takes the augmentation saved in its
+checkpoint; options that ask for the same set keep its saved order; options that ask for
+another are refused.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ SPEECH = (
            "vowels, as in recorded speech; below 0 stronger", "LOW,HIGH"),
     Option("--consonant-duration", "consonant_duration", ("factor",), "pair",
            "LOW,HIGH duration factors with 0.2 <= LOW <= HIGH <= 2 of the weak sounds between "
-           "the vowels (nasals, fricatives, stops), the vowels and pauses kept (PSOLA)",
+           "the vowels (nasals, fricatives, stops), the vowels and pauses kept (each one's "
+           "middle cut out or repeated)",
            "LOW,HIGH"),
     Option("--speed-perturb", "speed", ("factors",), "list",
            "comma-separated speed factors, each from 0.5 to 2 (Ko et al. 2015: 0.9,1.0,1.1); "
