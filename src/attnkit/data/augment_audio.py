@@ -291,11 +291,13 @@ class ConsonantDuration(AudioAugmentation, name="consonant_duration"):
         _check_samples(samples)
         low, high = self.factor
         factor = math.exp(rng.uniform(math.log(low), math.log(high)))
+        if factor == 1.0:
+            return samples
         x = samples.double().numpy()
         w = self.fade
         ramp = np.linspace(0.0, 1.0, w + 2)[1:-1]
         pieces, done = [], 0
-        for start, end in self.weak_runs(x) if factor != 1.0 else ():
+        for start, end in self.weak_runs(x):
             change = round(abs(factor - 1.0) * (end - start))
             if change < w or start < done:
                 continue
