@@ -30,7 +30,8 @@ node:
 	else echo "warning: npm not found: built-in speech without gnuspeech (apt-get install npm)"; fi
 
 # Debian packages the built-in data and the browser tests use: espeak-ng, festival with
-# three voices and Node.js (speech), more fonts
+# three English voices and seven of other languages (attnkit.data.festival_accents) and
+# Node.js (speech), more fonts
 # (text lines), headless Chromium and its driver (the explorer page, the docs site), and wrk
 # (the clients of the serving load test, benchmarks/serve_load.py). Installs
 # only what is missing, with apt-get as root; elsewhere it says what to install.
@@ -38,7 +39,8 @@ system:
 	@missing=""; command -v espeak-ng >/dev/null || missing="espeak-ng"; \
 	command -v festival >/dev/null || missing="$$missing festival"; \
 	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
-	for v in kallpc16k kdlpc16k us-slt-hts; do \
+	for v in kallpc16k kdlpc16k us-slt-hts italp16k itapc16k suopuhe-lj suopuhe-mv czech-dita \
+	  czech-ph ca-ona-hts; do \
 	  dpkg -s festvox-$$v >/dev/null 2>&1 || missing="$$missing festvox-$$v"; done; \
 	[ -d /usr/share/fonts/truetype/liberation ] || missing="$$missing fonts-liberation"; \
 	[ -d /usr/share/fonts/truetype/freefont ] || missing="$$missing fonts-freefont-ttf"; \

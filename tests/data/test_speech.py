@@ -108,6 +108,9 @@ def test_splits_share_no_voice_and_no_speed():
                          "test": {"small_child"}}
     pico = {s: {u.voice for u in p if u.engine == "pico"} for s, p in plans.items()}
     assert pico == {"train": {"en-US"}, "valid": {"en-GB"}, "test": {"en-GB"}}
+    accented = {s: {u.voice for u in p if u.engine == "accented"} for s, p in plans.items()}
+    assert accented == {"train": set(synthesis.FESTIVAL_ACCENTS) - {"czech_ph"},
+                        "valid": {"czech_ph"}, "test": {"czech_ph"}}
     assert {u.voice.partition("+")[0] for u in plans["train"] if u.engine == "espeak-ng"} == set(
         ACCENTS)
     same_text = sum(a.transcript == b.transcript for a, b in zip(plans["valid"], plans["test"]))

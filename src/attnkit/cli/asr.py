@@ -62,7 +62,9 @@ def add_train_parser(train_sub) -> None:
                       default=("espeak-ng",),
                       help="synthesisers of the built-in utterances, comma-separated "
                            f"({', '.join(ENGINES)}; default espeak-ng; festival needs Debian's "
-                           "festival and festvox voices, gnuspeech Node.js and an npm package, "
+                           "festival and festvox voices, accented (festival's Italian, Finnish, "
+                           "Czech and Catalan voices saying English) theirs, gnuspeech Node.js "
+                           "and an npm package, "
                            "pico the PyPI package py-nanotts: make install puts them in place)")
     data.add_argument("--espeak-consonants", metavar="LOW,HIGH",
                       type=common.int_range(*ESPEAK_CONSONANTS, "loudness range"),

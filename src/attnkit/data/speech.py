@@ -24,31 +24,28 @@ mapped further: its utterance is dropped and counted, with the characters named
 (:class:`attnkit.data.utterances.SpeechCorpus`), so a corpus in another language is trained
 with its own alphabet rather than losing its letters.
 
-Four engines speak (``engines``, :data:`ENGINES`; :mod:`attnkit.data.synthesis` says how
+Five engines speak (``engines``, :data:`ENGINES`; :mod:`attnkit.data.synthesis` says how
 each makes speech): ``espeak-ng`` (formant synthesis) with every English accent
-(:data:`ACCENTS`) and every voice variant it ships (:func:`espeak_variants`: m1-m8, f1-f5, the
-klatt family, and the named ones), at a drawn speed, pitch, word gap and amplitude;
-``festival`` (Debian's ``festival`` with ``festvox-kallpc16k``, ``festvox-kdlpc16k`` and
-``festvox-us-slt-hts``: two diphone voices and one HTS voice), at a drawn duration stretch
-and, for the diphone voices, mean pitch; ``gnuspeech`` (articulatory synthesis, four
-voices) at a drawn tempo and pitch; and ``pico`` (SVOX Pico's hidden-Markov models, two
-voices) at a drawn speed and pitch. Splits hold out speakers and speaking rates
-(:data:`SPLITS`): valid and test have their own espeak-ng variants, their own festival voice
-(``ked_diphone``, never heard in training), their own gnuspeech voice (``small_child``), their
-own pico voice (``en-GB``) and their own speed band, so their voices and speeds are never
-seen in training. Each example is drawn from a generator seeded by ``(seed, split, index)``. Features are cached on disk, keyed
-by a hash of the settings.
+(:data:`ACCENTS`) and voice variant it ships (:func:`espeak_variants`), at a drawn speed, pitch,
+word gap and amplitude; ``festival`` (two diphone voices and one HTS voice) at a drawn duration
+stretch and, for the diphone voices, mean pitch; ``gnuspeech`` (articulatory synthesis, four
+voices) at a drawn tempo and pitch; ``pico`` (SVOX Pico's hidden-Markov models, two voices)
+at a drawn speed and pitch; and ``accented`` (festival's voices of other languages saying
+English, seven voices) at a drawn duration stretch. Splits hold out speakers and speaking
+rates (:data:`SPLITS`): valid and test have their own espeak-ng variants, one voice of each
+other engine that training never hears (``ked_diphone``, ``small_child``, ``en-GB``,
+``czech_ph``) and their own speed band. Each example is drawn from a generator seeded by
+``(seed, split, index)``. Features are cached on disk, keyed by a hash of the settings.
 
 A :class:`SpeechSet` of built-in speech or of a corpus holds its features on disk
 (:class:`FeaturesOnDisk`: the cache's rows, or the audio files), each utterance's read when
 indexed, and a corpus's transcripts and paths packed
 (:class:`attnkit.data.utterances.PackedTexts`), so memory grows by a few dozen bytes per
-utterance, not by its features. Features come out in float16
-(:data:`FEATURE_DTYPE`), half of float32's memory for those a caller keeps (validation sets,
-``attnkit eval``'s examples); :func:`attnkit.data.pad_features` makes each batch float32
-again. float16 keeps 11 significant bits: a relative rounding error of at most ``2**-11`` per
-value, far below the features' own variation (``tests/data/test_speech.py`` bounds its effect
-on a model).
+utterance, not by its features. Features come out in float16 (:data:`FEATURE_DTYPE`), half of
+float32's memory for those a caller keeps (validation sets, ``attnkit eval``'s examples);
+:func:`attnkit.data.pad_features` makes each batch float32 again. float16 keeps 11 significant
+bits: a relative rounding error of at most ``2**-11`` per value, far below the features' own
+variation (``tests/data/test_speech.py`` bounds its effect on a model).
 """
 
 from __future__ import annotations
@@ -90,6 +87,7 @@ from attnkit.data.synthesis import (
     ACCENTS,
     ENGINES,
     ESPEAK_CONSONANTS,
+    FESTIVAL_ACCENTS,
     GNUSPEECH_PACKAGE,
     GNUSPEECH_TRACT,
     espeak_command,
@@ -134,9 +132,9 @@ HELD_OUT_VARIANTS = {
 @dataclass(frozen=True)
 class SplitSpeakers:
     """The espeak-ng voice variants (``""`` = the accent's own voice; ``None``: every variant
-    not held out), festival, gnuspeech and pico voices and speed bands of one split; with
-    ``gnuspeech_tract`` each gnuspeech utterance has a speaker of its own, its voice's settings
-    drawn anew (:func:`attnkit.data.synthesis.gnuspeech_tract`)."""
+    not held out), festival, gnuspeech, pico and accented voices and speed bands of one split;
+    with ``gnuspeech_tract`` each gnuspeech utterance has a speaker of its own, its voice's
+    settings drawn anew (:func:`attnkit.data.synthesis.gnuspeech_tract`)."""
 
     variants: tuple[str, ...] | None
     festival: tuple[str, ...]
@@ -144,17 +142,19 @@ class SplitSpeakers:
     gnuspeech: tuple[str, ...]
     gnuspeech_tract: bool = False
     pico: tuple[str, ...] = ()
+    accented: tuple[str, ...] = ()
 
 
 SPLITS = {
     "train": SplitSpeakers(None, ("kal_diphone", "cmu_us_slt_arctic_hts"),
                            (range(110, 150), range(171, 211)),
                            ("male", "female", "large_child"), gnuspeech_tract=True,
-                           pico=("en-US",)),
+                           pico=("en-US",), accented=tuple(
+                               v for v in FESTIVAL_ACCENTS if v != "czech_ph")),
     "valid": SplitSpeakers(HELD_OUT_VARIANTS["valid"], ("ked_diphone",), (range(150, 160),),
-                           ("small_child",), pico=("en-GB",)),
+                           ("small_child",), pico=("en-GB",), accented=("czech_ph",)),
     "test": SplitSpeakers(HELD_OUT_VARIANTS["test"], ("ked_diphone",), (range(160, 171),),
-                          ("small_child",), pico=("en-GB",)),
+                          ("small_child",), pico=("en-GB",), accented=("czech_ph",)),
 }
 PITCHES = range(20, 81)  # espeak-ng's -p, 0-99 with 50 the voice's default
 GAPS = range(0, 6)  # espeak-ng's -g: pause between words, in units of 10 ms
@@ -388,7 +388,7 @@ def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
             gap, amplitude = rng.choice(GAPS), rng.choice(AMPLITUDES)
         else:
             voices = {"festival": speakers.festival, "gnuspeech": speakers.gnuspeech,
-                      "pico": speakers.pico}[engine]
+                      "pico": speakers.pico, "accented": speakers.accented}[engine]
             voice, gap, amplitude = rng.choice(voices), 0, 100
         speed, pitch = rng.choice(speeds), rng.choice(PITCHES)
         snr = None if noise_snr_db is None else round(rng.uniform(*noise_snr_db), 2)
@@ -432,12 +432,12 @@ def _spoken_item(u: Utterance) -> tuple:
 
 
 def _chunk_audio(plan: Sequence[Utterance]) -> list[torch.Tensor]:
-    """:func:`utterance_audio` of each planned utterance, festival's spoken by one process,
-    gnuspeech's by another and pico's by a third."""
+    """:func:`utterance_audio` of each planned utterance, festival's (and accented) spoken by
+    one process, gnuspeech's by another and pico's by a third."""
     spoken: dict[int, tuple[torch.Tensor, int]] = {}
-    for engine, speak in (("festival", festival_many), ("gnuspeech", gnuspeech_many),
-                          ("pico", pico_many)):
-        ours = [i for i, u in enumerate(plan) if u.engine == engine]
+    for engines, speak in ((("festival", "accented"), festival_many),
+                           (("gnuspeech",), gnuspeech_many), (("pico",), pico_many)):
+        ours = [i for i, u in enumerate(plan) if u.engine in engines]
         if ours:
             said = speak([_spoken_item(plan[i]) for i in ours])
             spoken.update(zip(ours, said))

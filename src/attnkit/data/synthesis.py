@@ -5,7 +5,7 @@ articulatory synthesiser (the npm package :data:`GNUSPEECH_PACKAGE`, run by ``no
 ``pico``, SVOX Pico (the PyPI package :data:`PICO_PACKAGE`, ``pip install attnkit[speech]``,
 run by ``pico_runner.py`` beside this file).
 
-Four ways of making speech: ``espeak-ng`` is formant synthesis by rule (its klatt variants
+Five ways of making speech: ``espeak-ng`` is formant synthesis by rule (its klatt variants
 with Klatt's 1980 synthesiser), speaking with any English accent (:data:`ACCENTS`) and voice
 variant (:func:`espeak_variants`), speed, pitch, word gap, amplitude and loudness of its
 unvoiced consonants; ``festival`` joins
@@ -15,7 +15,9 @@ speaker (one HTS voice, :data:`FESTIVAL_VOICES`), at a speed and (diphone voices
 vocal tract as a tube whose shapes follow rules (Hill, Manzara & Taube-Schock 1995), with its
 voices (:data:`GNUSPEECH_VOICES`), speed and pitch; ``pico`` generates from hidden-Markov
 models trained on a recorded speaker, as Android's built-in voice did (two English voices,
-:data:`PICO_VOICES`), at a speed and pitch.
+:data:`PICO_VOICES`), at a speed and pitch; ``accented`` is festival's recorded voices of
+other languages (Italian, Finnish, Czech, Catalan) saying English with their own phones
+(:mod:`attnkit.data.festival_accents`), at a speed.
 """
 
 from __future__ import annotations
@@ -36,15 +38,18 @@ from pathlib import Path
 
 import torch
 
+from attnkit.data.festival_accents import ACCENTS as FESTIVAL_ACCENTS
+from attnkit.data.festival_accents import english_pronunciations, lexicon_entry
+
 from attnkit.data.audio_files import parse_wav
 
-__all__ = ["ACCENTS", "ENGINES", "ESPEAK_CONSONANTS", "FESTIVAL_VOICES", "GNUSPEECH_PACKAGE",
+__all__ = ["ACCENTS", "ENGINES", "ESPEAK_CONSONANTS", "FESTIVAL_ACCENTS", "FESTIVAL_VOICES", "GNUSPEECH_PACKAGE",
            "GNUSPEECH_TRACT", "GNUSPEECH_VOICES", "PICO_PACKAGE", "PICO_VOICES",
            "espeak_command", "espeak_variants", "festival", "festival_many",
            "gnuspeech_folder", "gnuspeech_many", "gnuspeech_tract", "pico_many", "pico_version",
            "synthesize"]
 
-ENGINES = ("espeak-ng", "festival", "gnuspeech", "pico")
+ENGINES = ("espeak-ng", "festival", "gnuspeech", "pico", "accented")
 # espeak-ng voices whose "+variant" suffix takes effect ("en-gb+m1" silently ignores it; "en" is
 # the same British voice and honours it)
 ACCENTS = ("en", "en-us", "en-gb-x-rp", "en-gb-scotland", "en-029", "en-us-nyc",
@@ -143,7 +148,7 @@ def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
         raise ValueError(f"tract: only engine='gnuspeech' takes one, got engine={engine!r}")
     if consonants is not None and engine != "espeak-ng":
         raise ValueError(f"consonants: only engine='espeak-ng' takes it, got engine={engine!r}")
-    if engine == "festival":
+    if engine in ("festival", "accented"):
         return festival(text, voice=voice, speed=speed, pitch=pitch)
     if engine == "gnuspeech":
         return gnuspeech_many([(text, voice, speed, pitch, tract or {})])[0]
@@ -219,26 +224,36 @@ def festival(text: str, *, voice: str, speed: int, pitch: int) -> tuple[torch.Te
 def festival_many(items: Sequence[tuple[str, str, int, int]]) -> list[tuple[torch.Tensor, int]]:
     """Each ``(text, voice, speed, pitch)`` spoken by one ``festival --pipe`` process (a
     process per utterance would spend ten times as long starting up): durations stretched by
-    ``FESTIVAL_SPEED / speed`` and, for a diphone voice, the mean pitch moved with ``pitch``
-    (50: 105 Hz, each 10 steps about 9% higher or lower). Every utterance sets its voice and
-    settings afresh, so its samples do not depend on the others."""
+    ``FESTIVAL_SPEED / speed`` and, for an English diphone voice, the mean pitch moved with
+    ``pitch`` (50: 105 Hz, each 10 steps about 9% higher or lower); a voice of
+    :data:`FESTIVAL_ACCENTS` says each word as its English pronunciation mapped to the voice's
+    phones, with its own pitch. Every utterance sets its voice and settings afresh, so its
+    samples do not depend on the others."""
+    packages = {**FESTIVAL_VOICES, **{v: a.package for v, a in FESTIVAL_ACCENTS.items()}}
     for _, voice, _, _ in items:
-        if voice not in FESTIVAL_VOICES:
-            raise ValueError(f"voice: expected a festival voice ({', '.join(FESTIVAL_VOICES)}),"
+        if voice not in packages:
+            raise ValueError(f"voice: expected a festival voice ({', '.join(packages)}),"
                              f" got {voice!r}")
     exe = shutil.which("festival")
     if exe is None:
         raise RuntimeError("festival: command not found; built-in speech with --engines "
                            "festival needs Debian's festival and its voices: apt-get install "
                            f"festival {' '.join(FESTIVAL_VOICES.values())}")
+    said_by = [(text.replace("\\", " ").replace('"', " "), voice)
+               for text, voice, _, _ in items]
+    accented = {word for said, voice in said_by if voice in FESTIVAL_ACCENTS
+                for word in said.split()}
+    english = english_pronunciations(accented) if accented else {}
     with tempfile.TemporaryDirectory(prefix="attnkit-festival-") as folder:
         paths = [Path(folder) / f"{i}.wav" for i in range(len(items))]
         script = []
-        for (text, voice, speed, pitch), path in zip(items, paths):
-            said = text.replace("\\", " ").replace('"', " ")
+        for (said, voice), (_, _, speed, pitch), path in zip(said_by, items, paths):
             script.append(f"(voice_{voice})"
                           f"(Parameter.set 'Duration_Stretch {FESTIVAL_SPEED / speed:.4f})")
-            if voice.endswith("_diphone"):
+            if voice in FESTIVAL_ACCENTS:
+                script.extend(lexicon_entry(word, english[word], FESTIVAL_ACCENTS[voice])
+                              for word in dict.fromkeys(said.split()))
+            elif voice.endswith("_diphone"):
                 f0 = 105.0 * 2 ** ((pitch - 50) / 80)
                 script.append(f"(set! int_lr_params '((target_f0_mean {f0:.1f}) "
                               f"(target_f0_std {0.14 * f0:.1f}) (model_f0_mean 170) "
@@ -254,7 +269,7 @@ def festival_many(items: Sequence[tuple[str, str, int, int]]) -> list[tuple[torc
                 f"festival failed (exit code {proc.returncode}"
                 f"{f', {len(missing)} utterances not spoken' if missing else ''}): "
                 f"{proc.stderr.decode(errors='replace').strip()[-300:]} (are "
-                f"{', '.join(FESTIVAL_VOICES[v] for v in voices)} installed?)")
+                f"{', '.join(packages[v] for v in voices)} installed?)")
         return [parse_wav(path.read_bytes(), source=f"festival {voice} output for {text!r}")
                 for (text, voice, *_), path in zip(items, paths)]
 
