@@ -15,7 +15,8 @@ for speech, best path for CTC lines):
   espeak-ng alone has never heard that engine); gnuspeech's ``small_child`` voice, held out,
   and every gnuspeech voice in turn (an engine a model trained on espeak-ng and festival has
   never heard); pico's ``en-GB`` voice, held out, and both pico voices in turn (an engine a model
-  trained on the other three has never heard);
+  trained on the other three has never heard); the accented engine's ``czech_ph``, held out,
+  and its seven voices in turn (festival's voices of other languages saying English);
 * lines (``--lines`` per set): each font family held out of training
   (:data:`attnkit.data.lines.HELD_OUT_FAMILIES`) with real English sentences of 5-80
   characters, and the in-family held-out faces with the random text of 5-200 characters the
@@ -46,7 +47,12 @@ from attnkit.data.augment_lines import LineAugment, Scale
 from attnkit.data.lines import HELD_OUT_FAMILIES, available_fonts, font_family, generate_lines
 from attnkit.data.audio import SAMPLE_RATE
 from attnkit.data.speech import plan_utterances, utterances_audio
-from attnkit.data.synthesis import FESTIVAL_VOICES, GNUSPEECH_VOICES, PICO_VOICES
+from attnkit.data.synthesis import (
+    FESTIVAL_ACCENTS,
+    FESTIVAL_VOICES,
+    GNUSPEECH_VOICES,
+    PICO_VOICES,
+)
 from attnkit.tasks.evaluator import Evaluation, evaluate
 from attnkit.tasks.loading import load_evaluator
 from attnkit.tasks.metrics import closest_reference, example_cer
@@ -64,12 +70,15 @@ def speech_sets(n: int) -> dict[str, list]:
     ked = plan_utterances(n, split="test", seed=SEED, kinds=kinds, engines=("festival",))
     child = plan_utterances(n, split="test", seed=SEED, kinds=kinds, engines=("gnuspeech",))
     pico = plan_utterances(n, split="test", seed=SEED, kinds=kinds, engines=("pico",))
+    accented = plan_utterances(n, split="test", seed=SEED, kinds=kinds, engines=("accented",))
     return {"espeak-ng held-out variants": espeak, "festival ked (held-out voice)": ked,
             "festival, all three voices": _every_voice(ked, list(FESTIVAL_VOICES)),
             "gnuspeech small_child (held-out voice)": child,
             "gnuspeech, all four voices": _every_voice(child, list(GNUSPEECH_VOICES)),
             "pico en-GB (held-out voice)": pico,
-            "pico, both voices": _every_voice(pico, list(PICO_VOICES))}
+            "pico, both voices": _every_voice(pico, list(PICO_VOICES)),
+            "accented czech_ph (held-out voice)": accented,
+            "accented, all seven voices": _every_voice(accented, list(FESTIVAL_ACCENTS))}
 
 
 def _every_voice(plan: list, voices: list[str]) -> list:
