@@ -31,13 +31,14 @@ RECIPES = {
         "--augment", "light", "--attention", "window", "--window", "32", "--hidden", "128",
         "--batch-size", "32", "--lr", "1e-3", "--steps", "1800", "--eval-every", "500",
         "--checkpoint-every", "500")),
-    # the four engines (every espeak-ng variant but the held-out ones; festival's kal and
-    # slt voices; gnuspeech's male, female and large_child; pico's en-US) and the strong
+    # the five engines (every espeak-ng variant but the held-out ones; festival's kal and
+    # slt voices; gnuspeech's male, female and large_child; pico's en-US; six of festival's
+    # voices of other languages saying English) and the strong
     # augmentation: speed, gain, reverberation, noise, telephone band, vocal-tract length and
     # SpecAugment. Measured: 2.3-3.3 s a step with one torch thread on an AVX2 AMD EPYC beside
     # another training (docs/models.md)
     "asr-digits": Recipe("asr", (
-        "--kinds", "digits,numbers", "--engines", "espeak-ng,festival,gnuspeech,pico",
+        "--kinds", "digits,numbers", "--engines", "espeak-ng,festival,gnuspeech,pico,accented",
         "--n-train", "12000",
         "--n-valid", "300", "--augment", "strong", "--listener-hidden", "128",
         "--hidden", "256", "--key-value-dim", "128", "--batch-size", "32", "--lr", "1e-3",
