@@ -85,11 +85,21 @@ demo: install
 	$(VENV)/bin/attnkit demo --out demo-out
 
 # The suite in TEST_WORKERS processes (pytest-xdist; tests/conftest.py gives each its share of
-# the cores' torch threads): about 5 minutes on 2 cores against 10-16 in one.
+# the cores' torch threads): about 5 minutes on 2 cores against 10-16 in one. Then the C++
+# kernels' tests once more for each of KERNEL_LEVELS, the kernels built as other x86-64 CPUs
+# build them (ATTNKIT_NATIVE_ARCH, src/attnkit/ops/native.py): x86-64 (SSE2, no FMA
+# contraction) and x86-64-v3 (AVX2 and FMA), beside this CPU's own -march=native build; about
+# a minute. `ATTNKIT_NATIVE_ARCH=x86-64 make test` runs the whole suite on such a build.
 TEST_WORKERS ?= 2
+KERNEL_TESTS := tests/attention/test_blocks.py tests/attention/test_step.py tests/ops
+KERNEL_LEVELS ?= x86-64 x86-64-v3
 
 test: install
 	$(PY) -m pytest -n $(TEST_WORKERS)
+	@set -e; for level in $(KERNEL_LEVELS); do \
+	  echo "the C++ kernels' tests, built for $$level (ATTNKIT_NATIVE_ARCH)"; \
+	  ATTNKIT_NATIVE_ARCH=$$level $(PY) -m pytest -n $(TEST_WORKERS) $(KERNEL_TESTS); \
+	done
 
 # The documentation site (mkdocs.yml), warnings as errors, into build/site.
 docs: $(STAMP)

@@ -26,6 +26,13 @@ If there is no compiler or the build fails, :func:`status` says why and attentio
 plain PyTorch (or ``torch.compile``'s kernels). ``ATTNKIT_COMPILE=0`` turns the kernels off (as
 it does the compiled additive kernels); ``CXX`` picks the compiler; ``ATTNKIT_CACHE_DIR`` the
 cache directory (default ``$XDG_CACHE_HOME/attnkit`` or ``~/.cache/attnkit``).
+
+``ATTNKIT_NATIVE_ARCH`` builds the kernels as another CPU would: ``native`` (the default: this
+CPU's vectors and FMA), or one of the x86-64 levels of :data:`ARCH_LEVELS`: ``x86-64`` (SSE2,
+no FMA, so no contraction), ``x86-64-v2``, ``x86-64-v3`` (AVX2 and FMA) and ``x86-64-v4``
+(AVX-512). A level this CPU cannot run is refused with the features it lacks, and attention runs
+without the kernels. ``make test`` runs the kernels' tests once more built for ``x86-64``, so
+the results are checked for a build unlike this machine's own on every run.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-__all__ = ["SOURCES", "available", "library", "status"]
+__all__ = ["ARCH_LEVELS", "SOURCES", "arch", "available", "library", "status"]
 
 log = logging.getLogger("attnkit")
 
@@ -53,14 +60,58 @@ _COMMON = ("-std=c++17", "-shared", "-fPIC", "-O3", "-fno-math-errno", "-fno-tra
            "-ffp-contract=fast")
 
 
-def _flag_sets(cpu: str) -> list[tuple[str, ...]]:
+# The x86-64 micro-architecture levels (the psABI's), each with the /proc/cpuinfo flags a CPU
+# needs to run code built for it.
+ARCH_LEVELS = {
+    "x86-64": (),
+    "x86-64-v2": ("cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"),
+    "x86-64-v3": ("cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3", "avx", "avx2",
+                  "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"),
+    "x86-64-v4": ("cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3", "avx", "avx2",
+                  "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave", "avx512f",
+                  "avx512bw", "avx512cd", "avx512dq", "avx512vl"),
+}
+
+
+def arch() -> str:
+    """What the kernels are built for: ``ATTNKIT_NATIVE_ARCH`` (default ``native``).
+
+    Raises:
+        ValueError: a value that is neither ``native`` nor a level of :data:`ARCH_LEVELS`.
+    """
+    value = os.environ.get("ATTNKIT_NATIVE_ARCH", "native")
+    if value != "native" and value not in ARCH_LEVELS:
+        raise ValueError(f"ATTNKIT_NATIVE_ARCH: expected native or one of "
+                         f"{', '.join(ARCH_LEVELS)}, got {value!r}")
+    return value
+
+
+def _flag_sets(cpu: str, target: str = "native") -> list[tuple[str, ...]]:
     """Flags tried in turn, each dropping what a compiler may not know. With AVX-512, 512-bit
     vectors are asked for first: gcc's tuning keeps 256-bit ones on most such CPUs, and
-    Inductor's code for them is 512-bit. (Untimed on AVX-512 hardware.)"""
+    Inductor's code for them is 512-bit. (Untimed on AVX-512 hardware.) A named level
+    (``target``) is built for that level or not at all."""
+    if target != "native":
+        march = f"-march={target}"
+        return [(march, "-mtune=generic", "-fopenmp"), (march, "-mtune=generic")]
     sets = [("-march=native", "-fopenmp"), ("-fopenmp",), ()]
     if "avx512f" in cpu.split():
         sets.insert(0, ("-march=native", "-mprefer-vector-width=512", "-fopenmp"))
     return sets
+
+
+def _check_level(target: str, cpu: str) -> None:
+    """Refuse a level whose instructions this CPU lacks (its code would die of SIGILL)."""
+    if target == "native":
+        return
+    if platform.machine() not in ("x86_64", "AMD64"):
+        raise _Unavailable(f"ATTNKIT_NATIVE_ARCH={target}: an x86-64 level, but this machine "
+                           f"is {platform.machine()}")
+    flags = set(cpu.split())
+    missing = [f for f in ARCH_LEVELS[target] if f not in flags]
+    if missing:
+        raise _Unavailable(f"ATTNKIT_NATIVE_ARCH={target}: this CPU lacks "
+                           f"{', '.join(missing)}")
 
 
 class _Native:
@@ -152,14 +203,19 @@ def _cpu() -> str:
 def _load() -> ctypes.CDLL:
     cxx = _compiler()
     try:
+        target = arch()
+    except ValueError as exc:
+        raise _Unavailable(str(exc)) from exc
+    try:
         version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
                                  timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         raise _Unavailable(f"{cxx} --version failed: {exc}") from exc
     source, cpu = b"\0".join(f.read_bytes() for f in SOURCES + _HEADERS), _cpu()
+    _check_level(target, cpu)
     cache = _private_cache_dir()
     errors = []
-    for flags in _flag_sets(cpu):
+    for flags in _flag_sets(cpu, target):
         key = hashlib.sha256(b"\0".join([source, " ".join(flags + _COMMON).encode(),
                                          cxx.encode(), version.encode(), cpu.encode()]))
         path = cache / f"kernels-{key.hexdigest()[:16]}.so"

@@ -1,0 +1,114 @@
+"""Error bounds for float32 results, derived from the arithmetic (operation counts x unit
+roundoff), never from what one machine's float32 happens to produce: they hold on any x86-64 CPU
+and build (AVX2 or AVX-512 vectors, FMA contraction or not, any number of threads), since they
+bound every order in which a sum can be taken (Higham, *Accuracy and Stability of Numerical
+Algorithms*, 2nd ed., 3.1 and 3.5)."""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from attnkit.ops import native
+
+# float32's unit roundoff
+U32 = 2.0**-24
+
+
+def gamma(n: int) -> float:
+    """``gamma_n = n u / (1 - n u)``: a sum of ``n`` products computed in float32 lies within
+    ``gamma_n * sum |term|`` of the exact sum, whatever the order of the additions."""
+    return n * U32 / (1 - n * U32)
+
+
+def additive_block_bounds(q, k, v, grad):
+    """Componentwise bounds on the float32 error of ``s, dq, dk, dv`` of the additive block
+    (:func:`attnkit.ops.kernels.additive_scores`, ``additive_backward``), computed in float64.
+
+    With ``x = fl(q + k)`` (off by at most ``u |q + k|``) and tanh's own error, each computed
+    ``t' = tanh(x)`` is off by ``e <= u |q + k| + TANH_ERR`` (``|tanh'| <= 1``), and ``1 - t'^2``
+    by ``2e + e^2 + 3u``. A sum of ``n`` products ``sum c_m t'_m`` is then within
+    ``gamma(n + 2) sum |c_m t'_m| + sum |c_m| e_m`` of the exact sum (the ``+ 2`` covers the
+    factor ``v`` applied inside or outside the sum).
+
+    Shape:
+        q ``(B, H, bq, A)``, k ``(B, H, bk, A)``, v ``(H, A)``, grad ``(B, H, bq, bk)``;
+        returns bounds shaped ``(B, H, bq, bk)``, ``(B, H, bq, A)``, ``(B, H, bk, A)``, ``(H, A)``.
+    """
+    q, k, v, grad = (x.double() for x in (q, k, v, grad))
+    x = q.unsqueeze(-2) + k.unsqueeze(-3)  # (B, H, bq, bk, A)
+    t = torch.tanh(x)
+    e = U32 * x.abs() + TANH_ERR
+    one_minus = (1 - t * t).abs()
+    e_one_minus = 2 * e + e * e + 3 * U32
+    va, g = v.abs()[:, None, None, :], grad.abs().unsqueeze(-1)  # (H, 1, 1, A), (B, H, bq, bk, 1)
+    b, _, bq, a = q.shape
+    bk = k.shape[2]
+    s = gamma(a + 2) * (va * t.abs()).sum(-1) + (va * e).sum(-1)
+    dq = gamma(bk + 2) * (g * va * one_minus).sum(3) + (g * va * e_one_minus).sum(3)
+    dk = gamma(bq + 2) * (g * va * one_minus).sum(2) + (g * va * e_one_minus).sum(2)
+    dv = gamma(b * bq * bk + 2) * (g * t.abs()).sum((0, 2, 3)) + (g * e).sum((0, 2, 3))
+    return s, dq, dk, dv
+
+
+def normwise_bound(want: torch.Tensor, operations: int) -> float:
+    """A normwise bound on the float32 error of a result whose longest chain of dependent
+    roundings has ``operations`` steps (score sums, the softmax's sum and its gradient's, the
+    weighted sum, the batch sums of parameter gradients, added along the chain):
+    ``4 gamma(operations) max |want|``. The factor 4 is the growth of the softmax gradient
+    ``p_j (dp_j - sum_k p_k dp_k)``, whose two terms may each reach twice the result's scale
+    before they cancel; tanh's few ulps are within the count's slack."""
+    return 4 * gamma(operations) * float(want.detach().abs().max())
+
+
+
+def _tanh_coefficients() -> tuple[list[float], list[float]]:
+    """The float tanh's P and Q coefficients (monomials in ``s = x^2``, highest degree first),
+    read from csrc/tanh.h, so the bound follows a refit."""
+    header = (native.SOURCES[0].parent / "tanh.h").read_text()
+    body = header[header.index("inline float fast_tanh"):header.index("inline double")]
+    found: dict[str, list[float]] = {"p": [], "q": []}
+    for name, sign, value in re.findall(
+            r"\b([pq]) = (?:[pq] \* s ([+-]) )?(-?[\d.]+(?:e[+-]?\d+)?)f;", body):
+        found[name].append(-float(value) if sign == "-" else float(value))
+    return found["p"], found["q"]
+
+
+def tanh_relative_bound(x: torch.Tensor) -> torch.Tensor:
+    """A bound on the relative error of the kernels' float tanh at ``x`` (csrc/tanh.h:
+    ``x P(s) / Q(s)``, ``s = x^2``, ``|x|`` clamped at 9), computed in float64:
+
+    * the rational function's own error against tanh (the fit, and the clamp beyond 9);
+    * Horner's rule in float32 for P (degree n) and Q (degree m): at most ``gamma(2n)
+      Ptilde(s) / |P(s)|`` and ``gamma(2m) Qtilde(s) / Q(s)`` (tilde: absolute coefficients;
+      two roundings a step without FMA, one with: Higham 5.1);
+    * ``s = fl(a a)``, off by ``u s``: moves ``P/Q`` by ``|s (P'/P - Q'/Q)| u``;
+    * the product ``a p`` and the division: ``2 u``.
+    """
+    pc, qc = _tanh_coefficients()
+    a = x.double().abs().clamp(max=9.0)
+    sq = a * a
+    p, q, pt, qt, dp, dq = (torch.zeros_like(sq) for _ in range(6))
+    for c in pc:
+        dp, p, pt = dp * sq + p, p * sq + c, pt * sq + abs(c)
+    for c in qc:
+        dq, q, qt = dq * sq + q, q * sq + c, qt * sq + abs(c)
+    exact = torch.tanh(x.double().abs())
+    fit = torch.where(a > 0, (a * p / q / exact.clamp(min=1e-300) - 1).abs(), torch.zeros_like(a))
+    moved = (sq * (dp / p - dq / q)).abs() * U32
+    rounding = gamma(2 * (len(pc) - 1)) * pt / p.abs() + gamma(2 * (len(qc) - 1)) * qt / q.abs()
+    return fit + moved + rounding + 2 * U32
+
+
+def _tanh_err() -> float:
+    """The largest :func:`tanh_relative_bound` over every float32 input (it is even in ``x``
+    and its rounding terms are constant beyond 9, where only tanh itself still moves: 30 stands
+    for the rest; the grid is fine enough that the bound's own variation between points is far
+    below its value)."""
+    grid = torch.cat([torch.linspace(0, 9.5, 400_001), torch.tensor([30.0])])
+    return float(tanh_relative_bound(grid).max())
+
+
+# The kernels' tanh error, relative and so absolute too (|tanh| <= 1)
+TANH_ERR = _tanh_err()
