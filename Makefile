@@ -85,20 +85,27 @@ demo: install
 	$(VENV)/bin/attnkit demo --out demo-out
 
 # The suite in TEST_WORKERS processes (pytest-xdist; tests/conftest.py gives each its share of
-# the cores' torch threads): about 5 minutes on 2 cores against 10-16 in one. Then the C++
-# kernels' tests once more for each of KERNEL_LEVELS, the kernels built as other x86-64 CPUs
-# build them (ATTNKIT_NATIVE_ARCH, src/attnkit/ops/native.py): x86-64 (SSE2, no FMA
-# contraction) and x86-64-v3 (AVX2 and FMA), beside this CPU's own -march=native build; about
-# a minute. `ATTNKIT_NATIVE_ARCH=x86-64 make test` runs the whole suite on such a build.
+# the cores' torch threads): about 5 minutes on 2 cores against 10-16 in one. Then the
+# attention and kernel tests once more as two other x86-64 CPUs would run them: attnkit's C++
+# kernels built for an x86-64 level (ATTNKIT_NATIVE_ARCH, src/attnkit/ops/native.py) and
+# PyTorch's own kernels held to the same instructions (ATEN_CPU_CAPABILITY): x86-64 with
+# PyTorch's default kernels (SSE2, no FMA contraction), x86-64-v3 with its AVX2 ones (AVX2,
+# FMA); this CPU's own build (-march=native, AVX-512 where it has it) ran first. Each gets an
+# Inductor cache of its own: Inductor's cache does not key its code by ATEN_CPU_CAPABILITY, and
+# code compiled for AVX-512 read back for AVX2 gives wrong results (seen: scores off by 3.9).
+# `ATTNKIT_NATIVE_ARCH=x86-64 ATEN_CPU_CAPABILITY=default make test` runs everything so.
 TEST_WORKERS ?= 2
-KERNEL_TESTS := tests/attention/test_blocks.py tests/attention/test_step.py tests/ops
-KERNEL_LEVELS ?= x86-64 x86-64-v3
+OTHER_CPU_TESTS := tests/attention/test_blocks.py tests/attention/test_step.py \
+	tests/attention/test_chunked.py tests/attention/test_reference.py tests/ops
+OTHER_CPUS ?= x86-64:default x86-64-v3:avx2
 
 test: install
 	$(PY) -m pytest -n $(TEST_WORKERS)
-	@set -e; for level in $(KERNEL_LEVELS); do \
-	  echo "the C++ kernels' tests, built for $$level (ATTNKIT_NATIVE_ARCH)"; \
-	  ATTNKIT_NATIVE_ARCH=$$level $(PY) -m pytest -n $(TEST_WORKERS) $(KERNEL_TESTS); \
+	@set -e; for cpu in $(OTHER_CPUS); do level=$${cpu%%:*}; aten=$${cpu#*:}; \
+	  echo "as another CPU: ATTNKIT_NATIVE_ARCH=$$level ATEN_CPU_CAPABILITY=$$aten"; \
+	  ATTNKIT_NATIVE_ARCH=$$level ATEN_CPU_CAPABILITY=$$aten \
+	    TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/build/inductor-$$aten \
+	    $(PY) -m pytest -n $(TEST_WORKERS) $(OTHER_CPU_TESTS); \
 	done
 
 # The documentation site (mkdocs.yml), warnings as errors, into build/site.
