@@ -21,6 +21,7 @@ import errno
 import io
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -413,6 +414,61 @@ def plan_of_a_trillion_queries(tmp: Path):
     return f"exit {status} in {took:.1f} s{': ' + err if err else ''}", status == 0 and took < 30
 
 
+# ---------------------------------------------- manifests naming files by absolute paths
+
+
+def kaldi_scp(data: Path, name: str) -> Path:
+    (data / "wav.scp").write_text(f"u1 {name}\n")
+    (data / "text").write_text("u1 one\n")
+    return data
+
+
+def nemo_lines(data: Path, name: str) -> Path:
+    (data / "train.json").write_text(json.dumps({"audio_filepath": name, "text": "one",
+                                                 "duration": 0.5}) + "\n")
+    return data / "train.json"
+
+
+def own_manifest(data: Path, name: str) -> Path:
+    (data / "manifest.tsv").write_text(f"{name}\tone\n")
+    return data / "manifest.tsv"
+
+
+def common_voice(data: Path, name: str) -> Path:
+    (data / "clips").mkdir()
+    (data / "train.tsv").write_text(f"client_id\tpath\tsentence\nc1\t{name}\tone\n")
+    return data / "train.tsv"
+
+
+def labels_tsv(data: Path, name: str) -> Path:
+    (data / "labels.tsv").write_text(f"{name}\thello\n")
+    return data / "labels.tsv"
+
+
+def absolute_paths(write: Callable[[Path, str], Path], where: str, *options: str):
+    """A case: the corpus ``write(folder, name)`` names its one file (a WAV, for labels.tsv a
+    line image) by its absolute path, the file ``where`` is "inside" the corpus's folder or
+    "elsewhere"; ``attnkit eval`` with the shipped model of its task and ``options`` reads
+    it, or, with ``--confine`` and the file elsewhere, refuses it in one line naming the
+    option."""
+    def case(tmp: Path):
+        data, image = tmp / "corpus", write is labels_tsv
+        data.mkdir()
+        file = (data / "files" if where == "inside" else tmp / "elsewhere") / (
+            "a.png" if image else "a.wav")
+        file.parent.mkdir(parents=True)
+        file.write_bytes(png_bytes(200, 32, 32) if image else wav_bytes(
+            [0.3 * math.sin(i / 5) for i in range(8000)], 16000))
+        status, err = attnkit("eval", "--checkpoint", "builtin:ocr-lines" if image
+                              else "builtin:asr-digits", "--data", write(data, str(file)),
+                              *options)
+        if "--confine" in options and where == "elsewhere":
+            return f"exit {status}: {err}", one_line(status, err) and \
+                "leave out --confine" in err and "name files relative" not in err
+        return f"exit {status}{': ' + err if err else ''}", status == 0
+    return case
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
      export_into_a_users_folder),
@@ -480,6 +536,18 @@ CASES: list[tuple[str, str, Callable]] = [
     ("TensorBoard events onto a full disk (ENOSPC, simulated)", "trained and saved",
      events_onto_a_full_disk),
     ("plan --tq 1000000000000", "a table within seconds", plan_of_a_trillion_queries),
+    # manifests naming their files by absolute paths (issue 57): read, unless --confine
+    ("a Kaldi wav.scp naming absolute paths inside its folder", "read",
+     absolute_paths(kaldi_scp, "inside")),
+    *[(f"{corpus} naming absolute paths elsewhere", "read", absolute_paths(write, "elsewhere"))
+      for corpus, write in (("a Kaldi wav.scp", kaldi_scp), ("a NeMo manifest", nemo_lines),
+                            ("an attnkit manifest", own_manifest),
+                            ("a Common Voice TSV", common_voice),
+                            ("a labels.tsv", labels_tsv))],
+    ("--confine, a Kaldi wav.scp naming absolute paths inside its folder", "read",
+     absolute_paths(kaldi_scp, "inside", "--confine")),
+    ("--confine, a NeMo manifest naming absolute paths elsewhere", "one line naming --confine",
+     absolute_paths(nemo_lines, "elsewhere", "--confine")),
 ]
 
 

@@ -298,13 +298,15 @@ def test_kaldi_commands_and_archives_are_refused_with_how_to_convert(tmp_path):
         read_kaldi(data)
 
 
-def test_kaldi_absolute_paths_need_anywhere(tmp_path):
+def test_kaldi_absolute_paths_are_read_and_confined_only_inside_the_recipe(tmp_path):
     data, native = kaldi(tmp_path)
     (data / "wav.scp").write_text("".join(f"rec{r} {tmp_path / 'wav' / f'rec{r}.wav'}\n"
                                           for r in range(2)))
-    with pytest.raises(DataError, match=r"is outside the data folder"):
-        read_kaldi(data)
-    same(read_kaldi(data, anywhere=True), read_manifest(native))
+    same(read_kaldi(data), read_manifest(native))
+    same(read_kaldi(data, confine=True), read_manifest(native))  # inside the recipe folder
+    with pytest.raises(DataError, match=r"wav.scp:1: '.*rec0.wav' is outside the data folder "
+                                        r".*data/train; leave out --confine"):
+        read_kaldi(data, confine=True, audio_folder=data)
 
 
 def test_librispeech_missing_audio_and_no_transcripts(tmp_path):

@@ -42,15 +42,20 @@ OPTIONS = {
                     "them (lower case, numbers in words; the default of every speech format "
                     "but manifest)"),
     "alphabet": ("--alphabet", "asr", "the characters a transcript may hold (any: any)"),
-    "anywhere": ("--anywhere", "asr", "audio files may be named by absolute paths or lie "
-                 "outside the corpus's folder (Kaldi and NeMo often list absolute paths)"),
+    "confine": ("--confine", "asr,ocr,caption,vqa", "read only files inside the corpus's "
+                "folder (absolute names inside it too), refusing any name or link that leads "
+                "out of it: for a corpus that is not your own (default: files are read where "
+                "the corpus names them, relative to its folder or absolute)"),
     "audio_folder": ("--audio-folder", "asr", "kaldi: where relative wav.scp paths start; "
                      "commonvoice: the folder of the clips"),
 }
 # argparse keywords of the options that are not plain strings
 KINDS = {"images": {"type": Path}, "annotations": {"type": Path},
          "audio_folder": {"type": Path}, "transcripts": {"choices": TRANSCRIPTS},
-         "anywhere": {"action": "store_true", "default": None}}
+         "confine": {"action": "store_true", "default": None}}
+# ``--anywhere`` allowed files outside the folder before that became the default: still taken
+ANYWHERE = ("--anywhere", "what every speech format does now: files are read where the corpus "
+            "names them (kept for older commands; refused with --confine)")
 
 
 def add_format_args(p, task: str | None, *, reads: str = "--train/--valid (eval: --data)",
@@ -76,6 +81,8 @@ def add_format_args(p, task: str | None, *, reads: str = "--train/--valid (eval:
             # namespaced: a verb's own argument may have the name (read's and caption's images)
             group.add_argument(option, dest=f"corpus_{dest}", help=help,
                                **KINDS.get(dest, {"type": str}))
+    if task in (None, "asr"):
+        group.add_argument(ANYWHERE[0], dest="corpus_anywhere", action="store_true", help=ANYWHERE[1])
 
 
 def format_options(args: argparse.Namespace, paths: Path | list[Path], role: str,
@@ -85,8 +92,11 @@ def format_options(args: argparse.Namespace, paths: Path | list[Path], role: str
     from the parsed ``args``: those given, and ``role``.
 
     Raises:
-        ValueError: three paths or more.
+        ValueError: three paths or more; ``--anywhere`` with ``--confine``.
     """
+    if getattr(args, "corpus_anywhere", False) and getattr(args, "corpus_confine", False):
+        raise ValueError("--anywhere: reads files wherever the corpus names them, as --confine "
+                         "forbids; give one")
     paths = paths if isinstance(paths, list) else [paths]
     options = {"role": role, "format": getattr(args, "format", None),
                "max_unusable": getattr(args, "max_unusable", None),

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from attnkit.data.paths import inside, regular_file
+from attnkit.data.paths import inside, not_found, regular_file
 from attnkit.data.tsv import read_tsv_rows
 from attnkit.data.unusable import Unusable
 from attnkit.errors import DataError
@@ -311,11 +311,12 @@ def stack_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def _folder_images(folder: Path, tsv: Path, rows: list[tuple], size: int,
-                   anywhere: bool = False, unusable: Unusable | None = None,
+                   confine: bool = False, unusable: Unusable | None = None,
                    ) -> tuple[ImageFiles, dict[str, int], list[tuple]]:
     """The images named in ``rows`` (``(line, filename, ...)``), each checked once from its
     header (:class:`ImageFiles`), their index by name, and the rows whose image was found;
-    names stay inside ``folder`` unless ``anywhere`` (:func:`attnkit.data.paths.inside`). An
+    names relative to ``folder`` or absolute, and with ``confine`` inside it
+    (:func:`attnkit.data.paths.inside`). An
     image missing or unreadable raises, or with ``unusable`` drops every row naming it, each
     counted there."""
     if not folder.is_dir():
@@ -326,9 +327,9 @@ def _folder_images(folder: Path, tsv: Path, rows: list[tuple], size: int,
         name = name.strip()
         if name not in images and name not in failed:
             try:
-                path = inside(folder, name, f"{tsv}:{n}", anywhere=anywhere)
+                path = inside(folder, name, f"{tsv}:{n}", confine=confine)
                 if not path.exists():  # anything else but a regular file: refused when read
-                    raise DataError(f"image {name!r} not found in {folder}")
+                    raise DataError(f"image {not_found(name, folder)}")
                 images[name] = files.add(path)
             except DataError as exc:
                 if unusable is None:
@@ -343,7 +344,7 @@ def _folder_images(folder: Path, tsv: Path, rows: list[tuple], size: int,
 
 
 def _read_folder(folder: Path, tsv: str | Path | None, default: str, columns: tuple[str, ...],
-                 *, size: int, anywhere: bool, max_unusable: float | None,
+                 *, size: int, confine: bool, max_unusable: float | None,
                  ) -> tuple[ImageFiles, dict[str, int], list[tuple]]:
     """The images and usable rows of the TSV ``tsv`` (default ``folder/default``) of a folder
     of images, whose rows are ``columns`` (each a ``(line, *fields)``, the file name stripped);
@@ -353,14 +354,14 @@ def _read_folder(folder: Path, tsv: str | Path | None, default: str, columns: tu
     unusable = None if max_unusable is None else Unusable(
         tsv, max_unusable=max_unusable, what=f"{columns[1]}s")
     rows = read_tsv_rows(tsv, columns=columns, unusable=unusable)
-    files, images, rows = _folder_images(folder, tsv, rows, size, anywhere, unusable)
+    files, images, rows = _folder_images(folder, tsv, rows, size, confine, unusable)
     if unusable is not None:
         unusable.check(len(rows))
     return files, images, rows
 
 
 def read_caption_folder(folder: str | Path, tsv: str | Path | None = None, *,
-                        size: int, anywhere: bool = False,
+                        size: int, confine: bool = False,
                         max_unusable: float | None = None) -> CaptionedImages:
     """The user's captioned images: one :class:`CaptionedImage` per image named in ``tsv``
     (default ``folder/captions.tsv``; ``filename<TAB>caption`` lines, several per image), in
@@ -374,7 +375,7 @@ def read_caption_folder(folder: str | Path, tsv: str | Path | None = None, *,
     """
     folder = Path(folder)
     files, images, rows = _read_folder(folder, tsv, CAPTIONS, ("filename", "caption"),
-                                       size=size, anywhere=anywhere, max_unusable=max_unusable)
+                                       size=size, confine=confine, max_unusable=max_unusable)
     captions: dict[str, list[str]] = {}
     for _, name, caption in rows:
         captions.setdefault(name, []).append(caption.strip())
@@ -384,7 +385,7 @@ def read_caption_folder(folder: str | Path, tsv: str | Path | None = None, *,
 
 
 def read_question_folder(folder: str | Path, tsv: str | Path | None = None, *,
-                         size: int, anywhere: bool = False, max_unusable: float | None = None,
+                         size: int, confine: bool = False, max_unusable: float | None = None,
                          ) -> tuple[ImageFiles, list[ImageQuestion]]:
     """The user's questions: the images ``(3, size, size)`` uint8 (each once, in the order of
     their first line; read when indexed) and one :class:`ImageQuestion` (type ``"user"``,
@@ -400,7 +401,7 @@ def read_question_folder(folder: str | Path, tsv: str | Path | None = None, *,
     tsv = Path(tsv) if tsv is not None else folder / QUESTIONS
     files, index, rows = _read_folder(folder, tsv, QUESTIONS,
                                       ("filename", "question", "answer"), size=size,
-                                      anywhere=anywhere, max_unusable=max_unusable)
+                                      confine=confine, max_unusable=max_unusable)
     questions = [ImageQuestion(index[name], question.strip(), answer.strip(), "user",
                                f"{tsv}:{n}") for n, name, question, answer in rows]
     return files, questions

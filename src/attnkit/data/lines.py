@@ -61,7 +61,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 from attnkit.data.images import image_header, read_pixels
-from attnkit.data.paths import inside
+from attnkit.data.paths import inside, not_found
 from attnkit.data.text_tasks import SPLITS, split_of
 from attnkit.data.tsv import read_tsv_rows
 from attnkit.data.unusable import Unusable
@@ -488,14 +488,14 @@ def read_line_folder(
     *,
     alphabet: str | None = None,
     max_width: int | None = MAX_WIDTH,
-    anywhere: bool = False,
+    confine: bool = False,
     max_unusable: float | None = None,
 ) -> LineFolder:
     """The user's lines: ``(image (32, W), text)`` for each ``filename<TAB>text`` line of
     ``tsv``, as a :class:`LineFolder` (each image read when indexed).
 
-    File names are relative to ``folder`` and stay inside it (``anywhere``: also absolute
-    names and names outside it; :func:`attnkit.data.paths.inside`). Every image is read here once, with
+    File names are relative to ``folder`` or absolute; with ``confine``, only files inside it
+    are taken (:func:`attnkit.data.paths.inside`). Every image is read here once, with
     :func:`load_line_image` (at most ``max_width`` px wide at height 32), to check it and learn
     its width, and dropped: it is read again when its line is indexed. A bad TSV line, a
     missing or unreadable image raises a :class:`DataError` naming the TSV file and line. With
@@ -526,9 +526,9 @@ def read_line_folder(
     for n, name, text in rows:
         name = name.strip()
         try:
-            path = inside(folder, name, f"{tsv}:{n}", anywhere=anywhere)
+            path = inside(folder, name, f"{tsv}:{n}", confine=confine)
             if not path.exists():  # anything else but a regular file is refused by the reader
-                raise DataError(f"image {name!r} not found in {folder}")
+                raise DataError(f"image {not_found(name, folder)}")
             lines.append((name, load_line_image(path, max_width=max_width).shape[1], text))
         except DataError as exc:
             problem = str(exc) if str(exc).startswith(f"{tsv}:") else f"{tsv}:{n}: {exc}"

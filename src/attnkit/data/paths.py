@@ -1,21 +1,26 @@
 """The files attnkit reads data from: regular files only, and, when a data file names them,
-inside its folder.
+where it names them (or, confined, inside its folder).
 
 :func:`regular_file` refuses a FIFO, a device or a folder before anything opens it: reading a
-FIFO blocks until a writer comes, reading ``/dev/zero`` never ends. A ``labels.tsv``, a manifest or a captions file names the files it labels. Those names are
-read relative to the data folder, and one that leaves it (``../x``, an absolute path, a link
-pointing elsewhere) is refused unless the caller allows it: a data file from elsewhere must not
-make attnkit read, and report on, files its user did not hand over.
+FIFO blocks until a writer comes, reading ``/dev/zero`` never ends. A ``labels.tsv``, a
+manifest or a captions file names the files it labels: :func:`inside` reads a relative name
+from the data folder and an absolute name as it is, inside the folder or not, as every peer
+reads a user's own corpus (Kaldi and ESPnet data directories and NeMo manifests list absolute
+paths, their audio usually elsewhere). With ``confine`` (``--confine`` on the command line),
+for data files that are not their user's own, a name that leaves the folder (``../x``, an
+absolute path elsewhere, a link pointing out of it) is refused before anything opens it; an
+absolute name inside the folder is read.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from attnkit.errors import DataError
 from attnkit.folders import unreadable
 
-__all__ = ["inside", "regular_file"]
+__all__ = ["inside", "not_found", "regular_file"]
 
 
 def regular_file(path: str | Path) -> Path:
@@ -32,24 +37,34 @@ def regular_file(path: str | Path) -> Path:
     return path
 
 
-def inside(folder: Path, name: str, where: str, *, anywhere: bool = False) -> Path:
+def inside(folder: Path, name: str, where: str, *, confine: bool = False) -> Path:
     """The file ``name`` of the data folder ``folder``.
 
     Args:
         folder: the data folder (a manifest's, a ``labels.tsv``'s).
-        name: the file as the data file writes it, relative to ``folder``.
+        name: the file as the data file writes it: relative to ``folder``, or absolute.
         where: the data file and line, for the error (``labels.tsv:3``).
-        anywhere: also take absolute names and names outside ``folder``.
+        confine: take only a file inside ``folder`` (links followed).
 
     Raises:
-        DataError: naming ``where`` and ``name`` when it leaves ``folder`` and ``anywhere`` is
-            off.
+        DataError: naming ``where``, ``name`` and ``--confine``, when ``confine`` and the file
+            is outside ``folder``, or a link leads out of it.
     """
     path = folder / name
-    if anywhere:
+    if not confine:
         return path
     base = folder.resolve()
-    if Path(name).is_absolute() or not path.resolve().is_relative_to(base):
-        raise DataError(f"{where}: {name[:200]!r} is outside the data folder {folder}; "
-                        "name files relative to it, inside it")
-    return path
+    if path.resolve().is_relative_to(base):
+        return path
+    # written inside the folder (absolute or not), but a link on the way leads out of it
+    linked = Path(os.path.normpath(folder.absolute() / name)).is_relative_to(folder.absolute())
+    how = "leads out of" if linked else "is outside"
+    raise DataError(f"{where}: {name[:200]!r} {how} the data folder {folder}"
+                    f"{' through a link' if linked else ''}; leave out --confine (confine=True) "
+                    "to read it")
+
+
+def not_found(name: str, folder: Path) -> str:
+    """Why the file ``name`` of the data folder ``folder`` cannot be read: it is not there
+    (the folder named only where a relative name was looked up in it)."""
+    return f"{name[:200]!r} not found" + ("" if Path(name).is_absolute() else f" in {folder}")

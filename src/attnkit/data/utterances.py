@@ -307,14 +307,14 @@ class SpeechCorpus:
 
 
 def read_manifest(path: str | Path, *, normalize: bool = False,
-                  max_seconds: float | None = MAX_SECONDS, anywhere: bool = False,
+                  max_seconds: float | None = MAX_SECONDS, confine: bool = False,
                   max_unusable: float = MAX_UNUSABLE, min_frames: int = 1,
                   transcripts: str = "keep", alphabet: str | None = None) -> SpeechSet:
     """The user's own speech: a UTF-8 manifest of ``audio_path<TAB>transcript`` lines, attnkit's
     own format (every other is read by :mod:`attnkit.data.formats.speech`).
 
-    Audio paths are relative to the manifest's folder and stay inside it (``anywhere``: also
-    absolute paths and paths outside it; :func:`attnkit.data.paths.inside`); each file is a
+    Audio paths are relative to the manifest's folder or absolute (with ``confine``, only
+    files inside that folder are taken; :func:`attnkit.data.paths.inside`); each file is a
     WAV (PCM of 8-32 bits, float), FLAC, OGG or MP3 at any rate and channel count (channels are
     averaged), resampled to 16 kHz, at most ``max_seconds`` long. Transcripts are used as
     written, in NFC (``transcripts="normalize"``: :func:`normalize_transcript`). The manifest
@@ -348,7 +348,7 @@ def read_manifest(path: str | Path, *, normalize: bool = False,
             corpus.drop(f"{where}: {problem}", "line")
             continue
         try:
-            audio = inside(path.parent, parts[0], where, anywhere=anywhere)
+            audio = inside(path.parent, parts[0], where, confine=confine)
         except DataError as exc:
             corpus.drop(str(exc), "audio")
             continue

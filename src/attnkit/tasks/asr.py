@@ -446,9 +446,9 @@ class AsrEvaluator(Evaluator, task="asr"):
     """A speech checkpoint's model and characters: transcribes log-mel features and reads
     manifests of labelled WAVs (:mod:`attnkit.tasks.evaluator`)."""
 
-    data = ("a manifest of wav_path<TAB>transcript lines (paths relative to it), or a Kaldi/"
-            "ESPnet data directory, a LibriSpeech folder, a Common Voice TSV or a JSON-lines "
-            "manifest (--format)")
+    data = ("a manifest of wav_path<TAB>transcript lines (paths relative to it or absolute), "
+            "or a Kaldi/ESPnet data directory, a LibriSpeech folder, a Common Voice TSV or a "
+            "JSON-lines manifest (--format)")
     metrics = ("cer", "wer", "exact")
 
     def __init__(self, model: LAS, config: dict, vocab: dict):

@@ -26,13 +26,14 @@ vqa        ``image``, ``question``, ``answer`` (a string, or a list of answers, 
            VQA's ``{"answer": ...}``: the most common taken)
 =========  ==============================================================================
 
-An image is a ``datasets.Image`` value (its bytes, or a file ``path`` inside the dataset's
-folder) read as attnkit reads image files (any mode, a decompression bomb refused from its
-header). Each row is an example: a pair, a line, an image with its captions, a question (the
-images of VQA rows holding the same bytes read once). Texts are NFC (captions, questions and
-answers with their runs of white space as one space, OCR texts stripped); a row whose text is
-missing, empty, too long (translation: ``max_chars``), not one line (OCR) or whose image
-cannot be read is unusable (:mod:`attnkit.data.formats.reading`), named ``hf:PATH:SPLIT:ROW``.
+An image is a ``datasets.Image`` value (its bytes, or a file ``path`` relative to the dataset's
+folder or absolute) read as attnkit reads image files (any mode, a decompression bomb refused
+from its header). Each row is an example: a pair, a line, an image with its captions, a
+question (the images of VQA rows holding the same bytes read once). Texts are NFC (captions,
+questions and answers with their runs of white space as one space, OCR texts stripped); a row
+whose text is missing, empty, too long (translation: ``max_chars``), not one line (OCR) or
+whose image cannot be read is unusable (:mod:`attnkit.data.formats.reading`), named
+``hf:PATH:SPLIT:ROW``.
 
 Translation pairs stream to disk as they are read (:class:`~attnkit.data.pairs.TextPairs`);
 OCR lines keep their row, width and text (:class:`DatasetLines`) and captioning and VQA

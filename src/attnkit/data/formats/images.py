@@ -34,7 +34,8 @@ COCO's is the folder named like the file's split (``train2017`` of
 else the JSON's folder; Karpathy's is the JSON's folder (its ``filepath`` names the
 subfolder); VQA v2's is the folder named by the questions' ``data_subtype`` (``train2014``),
 looked for in the same places, its files ``COCO_train2014_000000000009.jpg`` (or
-``000000000009.jpg``).
+``000000000009.jpg``). An absolute file name is read where it is; with ``confine``, only files
+inside the images folder are (:func:`attnkit.data.paths.inside`).
 
 **Karpathy's splits** (``split``): ``train`` and ``restval`` for training, ``val`` for
 validation, ``test`` for eval (``role``), unless ``split`` names them (comma-separated).
@@ -72,7 +73,7 @@ from attnkit.data.images import (
     read_caption_folder,
     read_question_folder,
 )
-from attnkit.data.paths import inside
+from attnkit.data.paths import inside, not_found
 from attnkit.data.text import nfc, open_bytes, read_text
 from attnkit.errors import DataError
 
@@ -86,24 +87,24 @@ HEAD = 1 << 16  # bytes of a JSON file detection reads
 
 
 def read_captions(path: str | Path, *, size: int, tsv: str = CAPTIONS,
-                  anywhere: bool = False, max_unusable: float | None = None,
+                  confine: bool = False, max_unusable: float | None = None,
                   ) -> CaptionedImages:
     """attnkit's own captions: the folder ``path`` with its ``tsv``, or the TSV ``path`` in its
     folder (:func:`attnkit.data.read_caption_folder`)."""
     path = Path(path)
     folder, tsv = (path, path / tsv) if path.is_dir() else (path.parent, path)
-    return read_caption_folder(folder, tsv, size=size, anywhere=anywhere,
+    return read_caption_folder(folder, tsv, size=size, confine=confine,
                                max_unusable=max_unusable)
 
 
 def read_questions(path: str | Path, *, size: int, tsv: str = QUESTIONS,
-                   anywhere: bool = False, max_unusable: float | None = None,
+                   confine: bool = False, max_unusable: float | None = None,
                    ) -> tuple[ImageFiles, list[ImageQuestion]]:
     """attnkit's own questions: the folder ``path`` with its ``tsv``, or the TSV ``path`` in
     its folder (:func:`attnkit.data.read_question_folder`)."""
     path = Path(path)
     folder, tsv = (path, path / tsv) if path.is_dir() else (path.parent, path)
-    return read_question_folder(folder, tsv, size=size, anywhere=anywhere,
+    return read_question_folder(folder, tsv, size=size, confine=confine,
                                 max_unusable=max_unusable)
 
 
@@ -154,8 +155,8 @@ class _Images:
     (:class:`~attnkit.data.images.ImageFiles`, read when indexed), or why they cannot be
     used."""
 
-    def __init__(self, folder: Path, size: int, anywhere: bool):
-        self.folder, self.anywhere = folder, anywhere
+    def __init__(self, folder: Path, size: int, confine: bool):
+        self.folder, self.confine = folder, confine
         self.files = ImageFiles(size)
         self._found: dict[Any, int | str] = {}
 
@@ -168,12 +169,12 @@ class _Images:
 
     def _read(self, names: list[str], where: str) -> int | str:
         try:
-            paths = [inside(self.folder, name, where, anywhere=self.anywhere) for name in names]
+            paths = [inside(self.folder, name, where, confine=self.confine) for name in names]
         except DataError as exc:
             return str(exc)
         path = next((p for p in paths if p.exists()), None)
         if path is None:
-            return f"{where}: image {names[0]!r} not found in {self.folder}"
+            return f"{where}: image {not_found(names[0], self.folder)}"
         try:
             return self.files.add(path)
         except DataError as exc:
@@ -187,7 +188,7 @@ class _Images:
 
 
 def read_coco(path: str | Path, *, size: int, images: str | Path | None = None,
-              max_unusable: float = MAX_UNUSABLE, anywhere: bool = False,
+              max_unusable: float = MAX_UNUSABLE, confine: bool = False,
               references: bool = True) -> CaptionedImages:
     """The captioned images of a COCO captions file (see the module docstring): one
     :class:`~attnkit.data.CaptionedImage` per image with a usable caption, its captions in
@@ -202,7 +203,7 @@ def read_coco(path: str | Path, *, size: int, images: str | Path | None = None,
     path = Path(path)
     data = _json(path, "images", *(("annotations",) if references else ()))
     subset = re.sub(r"^(captions|image_info)_", "", path.name.split(".")[0])
-    found = _Images(_folder(path, images, subset), size, anywhere)
+    found = _Images(_folder(path, images, subset), size, confine)
     files = {entry["id"]: entry["file_name"] for entry in data["images"]
              if isinstance(entry, dict) and isinstance(entry.get("file_name"), str)
              and "id" in entry}
@@ -246,7 +247,7 @@ def _splits(split: str | None, role: str) -> tuple[str, ...]:
 
 def read_karpathy(path: str | Path, *, size: int, images: str | Path | None = None,
                   split: str | None = None, role: str = "train",
-                  max_unusable: float = MAX_UNUSABLE, anywhere: bool = False,
+                  max_unusable: float = MAX_UNUSABLE, confine: bool = False,
                   ) -> CaptionedImages:
     """The captioned images of the splits ``split`` (default: those of ``role``) of a
     Karpathy split file (see the module docstring); each sentence's ``raw`` text, or its
@@ -260,7 +261,7 @@ def read_karpathy(path: str | Path, *, size: int, images: str | Path | None = No
     path = Path(path)
     data = _json(path, "images")
     wanted = _splits(split, role)
-    found = _Images(Path(images) if images is not None else path.parent, size, anywhere)
+    found = _Images(Path(images) if images is not None else path.parent, size, confine)
     unusable = Unusable(path, max_unusable=max_unusable, what="captions")
     splits: collections.Counter[str] = collections.Counter()
     out = []
@@ -331,7 +332,7 @@ def _answer(entry: dict) -> str | None:
 
 def read_vqa2(path: str | Path, *, size: int, annotations: str | Path | None = None,
               images: str | Path | None = None, max_unusable: float = MAX_UNUSABLE,
-              anywhere: bool = False, references: bool = True,
+              confine: bool = False, references: bool = True,
               ) -> tuple[ImageFiles, list[ImageQuestion]]:
     """The images (read when indexed) and questions of a VQA v2 questions file and its
     annotations (see the module docstring): each question with its most common answer, type
@@ -355,7 +356,7 @@ def read_vqa2(path: str | Path, *, size: int, annotations: str | Path | None = N
         if isinstance(entry, dict) and "question_id" in entry:
             answers[entry["question_id"]] = _answer(entry)
     subset = data.get("data_subtype") if isinstance(data.get("data_subtype"), str) else None
-    found = _Images(_folder(path, images, subset), size, anywhere)
+    found = _Images(_folder(path, images, subset), size, confine)
     unusable = Unusable(path, max_unusable=max_unusable, what="questions")
     out = []
     for k, entry in enumerate(data["questions"]):

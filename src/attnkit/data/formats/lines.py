@@ -54,16 +54,17 @@ VARIANTS = ("", ".bin", ".nrm")  # ocropus's renderings of one line, in the orde
 
 
 def read_labels(path: str | Path, *, labels: str = LABELS, alphabet: str | None = None,
-                max_width: int | None = MAX_WIDTH,
+                max_width: int | None = MAX_WIDTH, confine: bool = False,
                 max_unusable: float | None = None) -> LineFolder:
     """attnkit's own lines: the folder ``path`` with its ``labels`` TSV, or the TSV ``path``
-    in its folder (:func:`attnkit.data.read_line_folder`)."""
+    in its folder (:func:`attnkit.data.read_line_folder`: file names relative to the folder
+    or absolute; with ``confine``, only inside it)."""
     path = Path(path)
     folder, tsv = (path, path / labels) if path.is_dir() else (path.parent, path)
     if not tsv.is_file():
         raise DataError(f"{tsv}: not found")
     return read_line_folder(folder, tsv, alphabet=alphabet, max_width=max_width,
-                            max_unusable=max_unusable)
+                            confine=confine, max_unusable=max_unusable)
 
 
 def read_gt_folder(path: str | Path, *, alphabet: str | None = None,

@@ -26,8 +26,9 @@ Options every reader takes: ``normalize`` (features normalised per utterance), `
 ``max_unusable``, ``min_frames``, ``transcripts`` (``"keep"`` or ``"normalize"``; the default
 is ``"normalize"`` for every format but ``manifest``), ``alphabet`` (the characters a
 transcript may hold: None for the default, :data:`~attnkit.data.utterances.SPEECH_ALPHABET` when
-normalising and any when keeping; :data:`ANY` for any) and ``anywhere`` (audio files outside
-the corpus folder may be read; :func:`attnkit.data.paths.inside`). Options of some:
+normalising and any when keeping; :data:`ANY` for any) and ``confine`` (only audio files
+inside the corpus's folder are read: :func:`attnkit.data.paths.inside`; without it, relative
+paths start from that folder and absolute ones are read where they are). Options of some:
 ``columns`` (``jsonl``, ``commonvoice``: the keys or columns read, ``"audio=...,text=..."``)
 and ``audio_folder`` (``kaldi``: where relative ``wav.scp`` paths start; ``commonvoice``: the
 clips).
@@ -108,12 +109,12 @@ def _kaldi_root(folder: Path) -> Path:
     return folder.parent.parent if folder.parent.name == "data" else folder
 
 
-def _recording(where: str, rxfile: str, root: Path, anywhere: bool) -> Path:
+def _recording(where: str, rxfile: str, root: Path, confine: bool) -> Path:
     """The audio file of a ``wav.scp`` entry.
 
     Raises:
         DataError: naming ``where``: a shell command (``... |``), a Kaldi archive offset
-            (``file.ark:123``), a file outside ``root``.
+            (``file.ark:123``), a file outside ``root`` with ``confine``.
     """
     if rxfile.endswith("|"):
         raise DataError(f"{where}: the recording is a shell command ({rxfile[:120]!r}); "
@@ -122,13 +123,13 @@ def _recording(where: str, rxfile: str, root: Path, anywhere: bool) -> Path:
         raise DataError(f"{where}: {rxfile[:120]!r} is a Kaldi archive or stream, not an "
                         "audio file; write the recordings out as files (Kaldi's wav-copy "
                         "ark:... ark,scp:...) and list them")
-    return inside(root, rxfile, where, anywhere=anywhere)
+    return inside(root, rxfile, where, confine=confine)
 
 
 def read_kaldi(path: str | Path, *, normalize: bool = False,
                max_seconds: float | None = MAX_SECONDS, max_unusable: float = MAX_UNUSABLE,
                min_frames: int = 1, transcripts: str | None = None, alphabet: str | None = None,
-               anywhere: bool = False, audio_folder: str | Path | None = None,
+               confine: bool = False, audio_folder: str | Path | None = None,
                references: bool = True) -> SpeechSet:
     """The utterances of a Kaldi or ESPnet data directory, in the order of its ``text``
     (without ``references``, a directory without ``text`` is read too, to decode it: its
@@ -141,8 +142,8 @@ def read_kaldi(path: str | Path, *, normalize: bool = False,
     utterance cut out of its recording (a segment ending up to 0.5 s past its recording is
     cut at the end, as Kaldi's ``extract-segments`` does). ``utt2spk`` (optional): the
     speaker, named in each origin. Relative audio paths start from ``audio_folder`` (default:
-    the recipe folder for ``.../data/NAME``, else the directory itself) and stay inside it
-    unless ``anywhere``.
+    the recipe folder for ``.../data/NAME``, else the directory itself); absolute paths are
+    read where they are (with ``confine``, only inside that folder).
 
     An utterance of ``text`` with no ``segments`` or ``wav.scp`` entry is unusable (counted,
     see :class:`SpeechCorpus`); entries of ``wav.scp`` and ``segments`` that no transcript
@@ -192,7 +193,7 @@ def read_kaldi(path: str | Path, *, normalize: bool = False,
         rec_where, rxfile = recordings[rec]
         used.add(rec)
         try:
-            audio = _recording(rec_where, rxfile, root, anywhere)
+            audio = _recording(rec_where, rxfile, root, confine)
         except DataError as exc:
             if rxfile.endswith("|"):
                 raise
@@ -237,7 +238,7 @@ def read_librispeech(path: str | Path, *, normalize: bool = False,
                      max_seconds: float | None = MAX_SECONDS,
                      max_unusable: float = MAX_UNUSABLE, min_frames: int = 1,
                      transcripts: str | None = None, alphabet: str | None = None,
-                     anywhere: bool = False, suffix: str = ".flac") -> SpeechSet:
+                     confine: bool = False, suffix: str = ".flac") -> SpeechSet:
     """The utterances of a LibriSpeech folder (a split such as ``train-clean-100``, or any
     folder above its ``speaker/chapter/`` folders): each ``*.trans.txt`` (in sorted order)
     holds ``UTTERANCE-ID TRANSCRIPT`` lines, the audio of each is ``UTTERANCE-ID`` +
@@ -261,7 +262,7 @@ def read_librispeech(path: str | Path, *, normalize: bool = False,
             where = f"{where} ({utt})"
             try:
                 audio = inside(folder, str(trans.parent.relative_to(folder) / (utt + suffix)),
-                               where, anywhere=anywhere)
+                               where, confine=confine)
             except DataError as exc:
                 corpus.drop(str(exc), "audio")
                 continue
@@ -273,7 +274,7 @@ def read_commonvoice(path: str | Path, *, normalize: bool = False,
                      max_seconds: float | None = MAX_SECONDS,
                      max_unusable: float = MAX_UNUSABLE, min_frames: int = 1,
                      transcripts: str | None = None, alphabet: str | None = None,
-                     anywhere: bool = False, audio_folder: str | Path | None = None,
+                     confine: bool = False, audio_folder: str | Path | None = None,
                      columns: str | dict | None = None) -> SpeechSet:
     """The utterances of a Common Voice TSV (``train.tsv``, ``dev.tsv``, ``test.tsv``,
     ``validated.tsv``): a header line naming the columns, of which ``path`` (a clip's file
@@ -314,7 +315,7 @@ def read_commonvoice(path: str | Path, *, normalize: bool = False,
                         f"names, got {len(fields)}", "line")
             continue
         try:
-            audio = inside(clips, fields[audio_at], where, anywhere=anywhere)
+            audio = inside(clips, fields[audio_at], where, confine=confine)
         except DataError as exc:
             corpus.drop(str(exc), "audio")
             continue
@@ -325,7 +326,7 @@ def read_commonvoice(path: str | Path, *, normalize: bool = False,
 def read_jsonl(path: str | Path, *, normalize: bool = False,
                max_seconds: float | None = MAX_SECONDS, max_unusable: float = MAX_UNUSABLE,
                min_frames: int = 1, transcripts: str | None = None, alphabet: str | None = None,
-               anywhere: bool = False, columns: str | dict | None = None,
+               confine: bool = False, columns: str | dict | None = None,
                references: bool = True) -> SpeechSet:
     """The utterances of a JSON-lines manifest (NeMo's layout): one JSON object per line with
     the audio file under ``audio_filepath`` (relative to the manifest's folder) and the
@@ -373,7 +374,7 @@ def read_jsonl(path: str | Path, *, normalize: bool = False,
                             f"{entry.get(duration_key)!r}", "line")
                 continue
         try:
-            audio = inside(path.parent, entry[audio_key], where, anywhere=anywhere)
+            audio = inside(path.parent, entry[audio_key], where, confine=confine)
         except DataError as exc:
             corpus.drop(str(exc), "audio")
             continue
@@ -384,7 +385,7 @@ def read_jsonl(path: str | Path, *, normalize: bool = False,
 def read_hf_speech(path: str | Path, *, normalize: bool = False,
                    max_seconds: float | None = MAX_SECONDS, max_unusable: float = MAX_UNUSABLE,
                    min_frames: int = 1, transcripts: str | None = None,
-                   alphabet: str | None = None, anywhere: bool = False,
+                   alphabet: str | None = None, confine: bool = False,
                    columns: str | dict | None = None, split: str | None = None,
                    role: str = "train", references: bool = True) -> SpeechSet:
     """The utterances of a Hugging Face dataset on disk, ``hf:PATH[:SPLIT]`` (its split as
@@ -421,7 +422,7 @@ def read_hf_speech(path: str | Path, *, normalize: bool = False,
             continue
         try:
             audio = _dataset_audio(values[chosen["audio"]], where, row, folder, store,
-                                   anywhere)
+                                   confine)
         except DataError as exc:
             corpus.drop(str(exc), "audio")
             continue
@@ -430,7 +431,7 @@ def read_hf_speech(path: str | Path, *, normalize: bool = False,
 
 
 def _dataset_audio(value, where: str, row: int, folder: Path, store: Path,
-                   anywhere: bool) -> Path:
+                   confine: bool) -> Path:
     """The file of a dataset's audio value: its bytes written into ``store`` (named by the
     row, with the suffix of the file they came from), or its path inside ``folder``."""
     if isinstance(value, dict) and value.get("bytes"):
@@ -439,7 +440,7 @@ def _dataset_audio(value, where: str, row: int, folder: Path, store: Path,
         return file
     name = value.get("path") if isinstance(value, dict) else value
     if isinstance(name, str) and name:
-        return inside(folder, name, where, anywhere=anywhere)
+        return inside(folder, name, where, confine=confine)
     raise DataError(f"{where}: no audio (expected a datasets.Audio value: bytes or a path)")
 
 
