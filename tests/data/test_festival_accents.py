@@ -1,8 +1,6 @@
 """English said by festival's voices of other languages (attnkit.data.festival_accents)."""
 
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
@@ -10,20 +8,15 @@ import torch
 from attnkit.data import festival_accents, synthesis
 from attnkit.data.festival_accents import ACCENTS, english_pronunciations, lexicon_entry
 from attnkit.data.speech import plan_utterances, utterances_audio
+from tests.needs import needs_voice
 
 # festival's English (CMU) phones, the ones every accent replaces
 CMU = {"aa", "ae", "ah", "ao", "aw", "ax", "axr", "ay", "b", "ch", "d", "dh", "eh", "er", "ey",
        "f", "g", "hh", "ih", "iy", "jh", "k", "l", "m", "n", "ng", "ow", "oy", "p", "r", "s",
        "sh", "t", "th", "uh", "uw", "v", "w", "y", "z", "zh"}
-VOICES = Path("/usr/share/festival/voices")
-
-
-def _installed(voice: str) -> bool:
-    return shutil.which("festival") is not None and any(VOICES.glob(f"*/{voice}"))
-
-
-needs_italian = pytest.mark.skipif(not _installed("lp_diphone") or not _installed(
-    "kal_diphone"), reason="festival with festvox-italp16k and festvox-kallpc16k not installed")
+# the Italian voice, and festival's English voices and lexicon beside it (the mixed plan
+# below draws kal_diphone and cmu_us_slt_arctic_hts)
+needs_italian = needs_voice("festival", "lp_diphone", "kal_diphone", "cmu_us_slt_arctic_hts")
 
 
 @pytest.mark.parametrize("voice", sorted(ACCENTS))

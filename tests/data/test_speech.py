@@ -2,12 +2,10 @@
 
 import dataclasses
 import importlib.metadata
-import importlib.util
 import json
 import math
 import random
 import re
-import shutil
 import subprocess
 import wave
 from collections import Counter
@@ -29,18 +27,20 @@ from attnkit.data import (
     resample,
     speech,
     speech_dataset,
+    synthesis,
     synthesize,
 )
-from attnkit.data import synthesis
 from attnkit.data.speech import SPLITS
 from attnkit.data.synthesis import ACCENTS, ENGINES
+from tests.needs import needs_voice
 
-needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None,
-                                  reason="espeak-ng not installed (apt-get install espeak-ng)")
+# planning espeak-ng utterances reads the variants this machine's espeak-ng ships
+needs_espeak = needs_voice("espeak-ng")
 TRANSCRIPT = re.compile(r"[a-z]+( [a-z]+)*")
 DIGITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 
 
+@needs_espeak
 def test_plan_is_deterministic_and_prefix_stable():
     plan = plan_utterances(200, seed=5)
     assert plan == plan_utterances(200, seed=5)
@@ -49,6 +49,7 @@ def test_plan_is_deterministic_and_prefix_stable():
     assert len({u.transcript for u in plan}) > 190
 
 
+@needs_espeak
 def test_transcript_conventions():
     plan = plan_utterances(600, seed=1)
     kinds = Counter(u.kind for u in plan)
@@ -74,18 +75,10 @@ def test_numbers_are_spelled_with_spaces_only():
     assert speech.spoken_number(0) == "zero"
 
 
-def _has_gnuspeech() -> bool:
-    try:
-        synthesis.gnuspeech_folder()
-    except RuntimeError:
-        return False
-    return True
+needs_gnuspeech = needs_voice("gnuspeech")
 
 
-needs_gnuspeech = pytest.mark.skipif(not _has_gnuspeech(), reason="gnuspeech not installed "
-                                     "(make node: Node.js and an npm package)")
-
-
+@needs_espeak
 def test_splits_share_no_voice_and_no_speed():
     both = ENGINES
     plans = {s: plan_utterances(1500, split=s, seed=0, engines=both) for s in SPLITS}
@@ -119,13 +112,14 @@ def test_splits_share_no_voice_and_no_speed():
         speeds["train"])  # held-out speeds lie inside the training range
 
 
+@needs_espeak
 def test_engines_default_to_espeak_and_are_checked():
     assert {u.engine for u in plan_utterances(50)} == {"espeak-ng"}
     with pytest.raises(ValueError, match="engines: expected a non-empty subset"):
         plan_utterances(5, engines=("flute",))
 
 
-@pytest.mark.skipif(shutil.which("festival") is None, reason="festival is not installed")
+@needs_voice("festival", "kal_diphone", "cmu_us_slt_arctic_hts")
 def test_festival_speaks_and_follows_speed_and_pitch():
     slow, _ = synthesis.synthesize("four two", voice="kal_diphone", speed=100, engine="festival")
     fast, rate = synthesis.synthesize("four two", voice="kal_diphone", speed=200, engine="festival")
@@ -156,6 +150,7 @@ def test_gnuspeech_speaks_reproducibly_and_follows_speed_and_pitch():
         synthesize("one", voice="baby", engine="gnuspeech")
 
 
+@needs_espeak
 def test_gnuspeech_speakers_are_drawn_in_range_and_only_for_training():
     a = synthesis.gnuspeech_tract(random.Random(3))
     assert a == synthesis.gnuspeech_tract(random.Random(3)) != synthesis.gnuspeech_tract(
@@ -238,6 +233,7 @@ def test_bad_consonants_are_refused():
             plan_utterances(3, consonants=bad)
 
 
+@needs_espeak
 def test_consonants_are_drawn_for_espeak_utterances_only_and_change_nothing_else():
     plain = plan_utterances(200, seed=3, engines=("espeak-ng", "festival"))
     shaped = plan_utterances(200, seed=3, engines=("espeak-ng", "festival"),
@@ -259,8 +255,7 @@ def _f0(samples: torch.Tensor, rate: int) -> float:
     return float(np.median(f0[f0 > 0]))
 
 
-needs_pico = pytest.mark.skipif(importlib.util.find_spec("py_nanotts") is None,
-                                reason="py-nanotts not installed (pip install 'attnkit[speech]')")
+needs_pico = needs_voice("pico")
 
 
 @needs_pico
@@ -293,7 +288,10 @@ def test_missing_pico_says_how_to_install_it(monkeypatch):
 
 
 def test_missing_gnuspeech_says_how_to_install_it(monkeypatch, tmp_path):
+    """Node.js without the package, then no Node.js: each message, whether or not this
+    machine has Node.js."""
     monkeypatch.setenv("ATTNKIT_NODE_MODULES", str(tmp_path))
+    monkeypatch.setattr(synthesis.shutil, "which", lambda name: f"/usr/bin/{name}")
     with pytest.raises(RuntimeError, match=r"gnuspeech: .*not found in .*npm install --prefix"):
         synthesize("one", voice="male", engine="gnuspeech")
     monkeypatch.setattr(synthesis.shutil, "which", lambda name: None)
