@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -548,6 +549,70 @@ CASES: list[tuple[str, str, Callable]] = [
      absolute_paths(kaldi_scp, "inside", "--confine")),
     ("--confine, a NeMo manifest naming absolute paths elsewhere", "one line naming --confine",
      absolute_paths(nemo_lines, "elsewhere", "--confine")),
+]
+
+
+# ------------------------------------------- serving security and gt-txt links (the third probe)
+# docs/reliability.md, "Documented claims and serving security: the third probe".
+
+
+def serve_refusing(*options: str, env: dict | None = None):
+    """A case: ``attnkit serve OPTIONS`` (in a process of its own, the environment plus
+    ``env``) ends in one line with exit status 2 instead of serving."""
+    def case(tmp: Path):
+        cmd = [sys.executable, "-m", "attnkit", "serve", "--checkpoint",
+               "builtin:translate-dates", "--port", "0", *options]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
+                                  env={**os.environ, **(env or {})})
+        except subprocess.TimeoutExpired:
+            return "SERVED: still running after 60 s", False
+        err = "\n".join(line for line in proc.stderr.splitlines()
+                        if not line.startswith("INFO"))
+        return f"exit {proc.returncode}: {err}", one_line(proc.returncode, err + "\n")
+    return case
+
+
+def empty_key_header(tmp: Path):
+    import httpx
+
+    (tmp / "key").write_text("s3cret\n")
+    cmd = [sys.executable, "-m", "attnkit", "serve", "--checkpoint", "builtin:translate-dates",
+           "--port", "0", "--api-key-file", str(tmp / "key")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = next((found.group(1) for line in proc.stderr
+                    if (found := re.search(r"running on (http://[\d.]+:\d+)", line))), None)
+        if url is None:
+            return f"the server did not start (exit {proc.wait()})", False
+        codes = [httpx.get(f"{url}/health", headers=headers).status_code for headers in
+                 ({"X-API-Key": ""}, {"X-API-Key": "s3cret"})]
+    finally:
+        proc.kill()
+        proc.wait()
+    return f"empty header {codes[0]}, the key {codes[1]}", codes == [401, 200]
+
+
+def gt_txt_link_out(tmp: Path):
+    from PIL import Image
+
+    data = tmp / "gt"
+    data.mkdir()
+    Image.new("L", (64, 32), 255).save(data / "0001.png")
+    (tmp / "secret.txt").write_text("password hunter2\n")
+    (data / "0001.gt.txt").symlink_to(tmp / "secret.txt")
+    status, err = attnkit("eval", "--checkpoint", "builtin:ocr-lines", "--data", data)
+    return f"exit {status}: {err}", one_line(status, err) and "hunter2" not in err
+
+
+CASES += [
+    ("serve --api-key ''", "refused in one line, not served", serve_refusing("--api-key", "")),
+    ("serve with ATTNKIT_API_KEY set but empty", "refused in one line, not served",
+     serve_refusing(env={"ATTNKIT_API_KEY": ""})),
+    ("serve --api-key-file FILE, then an empty X-API-Key header", "401 (the key: 200)",
+     empty_key_header),
+    ("a .gt.txt that is a link out of its folder, to eval", "one line, nothing of it quoted",
+     gt_txt_link_out),
 ]
 
 

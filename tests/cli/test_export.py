@@ -155,6 +155,34 @@ def test_ocr_and_speech_checkpoints_export_with_their_tasks_rules(kind, tmp_path
         assert "state.lengths" in [o["name"] for o in meta["encoder"]["outputs"]]
 
 
+
+@pytest.mark.parametrize("task, alignment, refused", [
+    ("caption", "softmax", {"onnx", "checkpoint"}), ("vqa", "softmax", {"onnx", "checkpoint"}),
+    ("lm", "softmax", {"onnx", "checkpoint"}), ("ocr", "monotonic", {"onnx"}),
+    ("ocr", "softmax", set())])
+def test_what_exports_is_what_docs_deploy_md_says(tmp_path, capsys, task, alignment, refused):
+    """docs/deploy.md's "What exports" table: caption, VQA and LM checkpoints are refused by
+    task in both formats; a decoder with an alignment module in ONNX only."""
+    vocab = CharVocab(list("ab"))
+    model = CRNN(len(vocab), channels=(4, 4, 8, 8, 8), hidden=8, head="attention",
+                 dec_hidden=8, dec_alignment=alignment)
+    ck = tmp_path / "ck"
+    save_checkpoint(ck, model=model, config={"task": task, "model": model_config(model)},
+                    vocab=vocab.to_json())
+    for fmt in ("onnx", "checkpoint"):
+        status = main(["export", "--checkpoint", str(ck), "--format", fmt, "--out",
+                       str(tmp_path / fmt)])
+        err = capsys.readouterr().err
+        assert status == (2 if fmt in refused else 0), err
+        assert (tmp_path / fmt).exists() == (fmt not in refused)
+        if fmt in refused:
+            assert (f"a checkpoint of task {task!r} cannot be exported; expected one of "
+                    "translate, ocr, asr" in err if task != "ocr" else
+                    "its decoder's monotonic alignment is not exported" in err)
+    text = " ".join(DEPLOY.read_text(encoding="utf-8").split())
+    assert "| caption, VQA, LM (`train lm`) | refused | refused |" in text
+    assert "`--alignment local_p`, `gmm`, `monotonic` or `mocha` | refused | written |" in text
+
 def test_bad_input_gives_one_line_errors_and_writes_nothing(tmp_path, capsys):
     vocab = CharVocab(list("ab"))
     model = CRNN(len(vocab), channels=(4, 4, 8, 8, 8), hidden=8)

@@ -36,3 +36,24 @@ def test_train_lm_and_read_with_it(tmp_path, capsys):
     assert main(["train", "lm", "--text", str(bad), "--vocab-from", str(ocr / "checkpoint"),
                  "--out", str(tmp_path / "lm2"), "--no-progress"]) == 2
     assert "bad.txt:2: characters outside the recogniser's alphabet" in capsys.readouterr().err
+
+
+def test_train_lm_validates_on_the_valid_file(tmp_path, capsys):
+    """``--valid FILE`` (documented in docs/lm.md and --help) is read, not refused as a
+    built-in-data option: a character outside the alphabet in it is reported by its line."""
+    folder = write_line_folder(generate_lines(4, seed=2, max_chars=8), tmp_path / "lines").parent
+    ocr = tmp_path / "ocr"
+    assert main(["train", "ocr", "--train", str(folder), "--out", str(ocr), "--steps", "1",
+                 *TINY]) == 0
+    labels = [line.split("\t")[1] for line in (folder / "labels.tsv").read_text().splitlines()]
+    text, valid, bad = tmp_path / "text.txt", tmp_path / "valid.txt", tmp_path / "bad.txt"
+    text.write_text("".join(line + "\n" for line in labels[:3]))
+    valid.write_text(labels[3] + "\n")
+    bad.write_text(labels[3] + "\n\u2603\n")
+    lm = ["train", "lm", "--text", str(text), "--vocab-from", str(ocr / "checkpoint"),
+          "--steps", "2", "--eval-every", "2", "--hidden", "8", "--emb", "4",
+          "--batch-size", "2", "--no-progress"]
+    assert main(lm + ["--valid", str(bad), "--out", str(tmp_path / "lm-bad")]) == 2
+    assert "bad.txt:2: characters outside the recogniser's alphabet" in capsys.readouterr().err
+    assert main(lm + ["--valid", str(valid), "--out", str(tmp_path / "lm")]) == 0
+    assert "held-out: accuracy" in capsys.readouterr().out

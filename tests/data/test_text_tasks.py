@@ -124,3 +124,39 @@ def test_read_tsv_drops_a_byte_order_mark_and_reports_tab_only_lines(tmp_path):
     f.write_bytes(b"un\t1\n\t\n")
     with pytest.raises(DataError, match=r"bom.tsv:2: empty source"):
         read_tsv(f)
+
+
+def test_other_versions_of_the_data_s_libraries_are_named_once(monkeypatch, caplog):
+    """num2words and babel are ranges in the dependencies; the built-in translation data is
+    defined by the exact versions of text_tasks.DATA_VERSIONS, and another one is named in
+    a warning (once), since its words or formats may differ."""
+    from attnkit.data import text_tasks
+
+    text_tasks.check_data_versions.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        generate_pairs(2)
+    assert "defined with" not in caplog.text  # the versions installed here are the data's
+    monkeypatch.setitem(text_tasks.DATA_VERSIONS, "babel", "0.1")
+    text_tasks.check_data_versions.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        generate_pairs(2)
+        generate_pairs(2, split="valid")
+    assert caplog.text.count("babel") == 1
+    assert "the built-in translation data is defined with babel 0.1" in caplog.text
+    text_tasks.check_data_versions.cache_clear()
+
+
+def test_the_dependency_ranges_hold_the_data_s_versions():
+    from pathlib import Path
+
+    from packaging.requirements import Requirement  # pytest's own dependency
+
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11")
+
+    from attnkit.data.text_tasks import DATA_VERSIONS
+
+    project = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    wanted = {Requirement(r).name: Requirement(r).specifier
+              for r in tomllib.loads(project.read_text())["project"]["dependencies"]}
+    for name, version in DATA_VERSIONS.items():
+        assert version in wanted[name], (name, version, wanted[name])

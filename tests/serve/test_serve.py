@@ -247,6 +247,65 @@ def test_the_api_key_is_checked_on_every_request(translator):
         assert r.status_code == 200
 
 
+
+def test_an_empty_key_is_refused_by_the_app_and_an_empty_header_is_no_key(translator):
+    with pytest.raises(ValueError, match="api_key: empty"):
+        create_app(translator, Limits(), api_key="")
+    with serving(translator, api_key="s3cret") as url:
+        for headers in ({"X-API-Key": ""}, {"Authorization": "Bearer"},
+                        {"Authorization": "", "X-API-Key": ""}):
+            r = httpx.get(f"{url}/health", headers=headers)
+            assert r.status_code == 401 and r.json()["field"] == "Authorization", headers
+        r = httpx.get(f"{url}/health", headers={"X-API-Key": ""})
+        assert r.json()["error"].endswith("got an empty key")
+
+
+@pytest.mark.parametrize("options, env, named", [
+    (["--api-key", ""], {}, "--api-key"),
+    (["--api-key", "  "], {}, "--api-key"),
+    ([], {"ATTNKIT_API_KEY": ""}, "ATTNKIT_API_KEY"),
+    (["--api-key-file", "{empty}"], {}, "--api-key-file"),
+    (["--api-key-file", "{missing}"], {}, "--api-key-file"),
+])
+def test_an_empty_or_unreadable_api_key_is_refused_before_serving(tmp_path, capsys, monkeypatch,
+                                                                options, env, named):
+    import attnkit.serve
+    from attnkit.cli.main import main
+
+    def started(*args, **kwargs):
+        raise AssertionError("the server started")
+
+    monkeypatch.setattr(attnkit.serve, "serve_checkpoint", started)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "empty").write_text("\n")
+    options = [o.format(empty=tmp_path / "empty", missing=tmp_path / "missing")
+               for o in options]
+    assert main(["serve", "--checkpoint", "builtin:translate-dates", *options]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"attnkit: {named}: ") and err.count("\n") == 1, err
+
+
+def test_serve_help_says_the_key_option_shows_in_ps(capsys):
+    from attnkit.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "visible to other users (ps)" in text
+    assert "--api-key-file" in text and "ATTNKIT_API_KEY" in text
+
+
+def test_the_command_takes_its_key_from_a_file_kept_out_of_ps(tmp_path):
+    key = tmp_path / "key"
+    key.write_text("s3cret\n")  # the line's end is not part of the key
+    with command_serving("--api-key-file", str(key), env={"ATTNKIT_API_KEY": "other"}) as (
+            proc, url):
+        assert "s3cret" not in " ".join(proc.args)
+        assert httpx.get(f"{url}/health", headers={"X-API-Key": ""}).status_code == 401
+        assert httpx.get(f"{url}/health", headers={"X-API-Key": "other"}).status_code == 401
+        assert httpx.get(f"{url}/health", headers={"X-API-Key": "s3cret"}).status_code == 200
+
 def _png(path, array):
     Image.fromarray(array).save(path)
     return path
@@ -338,12 +397,15 @@ def test_caption_and_ask_take_image_uploads(tiny_captioner, tiny_vqa, tmp_path):
         assert r.status_code == 422 and r.json()["field"] == "decoding"
 
 
-def test_the_command_finishes_requests_in_flight_on_sigterm():
-    env = {**os.environ, "ATTNKIT_API_KEY": "k"}
+@contextmanager
+def command_serving(*options, env=None):
+    """The running ``attnkit serve --checkpoint builtin:translate-dates --port 0 OPTIONS`` (a
+    subprocess, its environment ``env``) and the base URL it says it listens on; killed on
+    the way out if it is still running."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "attnkit", "serve", "--checkpoint", "builtin:translate-dates",
-         "--port", "0", "--max-wait-ms", "3000", "--max-batch", "64"],
-        stderr=subprocess.PIPE, text=True, env=env)
+         "--port", "0", *options],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
     try:
         url = None
         for line in proc.stderr:
@@ -353,6 +415,16 @@ def test_the_command_finishes_requests_in_flight_on_sigterm():
                 break
         assert url, "the server did not say where it listens"
         threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_command_finishes_requests_in_flight_on_sigterm():
+    with command_serving("--max-wait-ms", "3000", "--max-batch", "64",
+                         env={"ATTNKIT_API_KEY": "k"}) as (proc, url):
         headers = {"Authorization": "Bearer k"}
         assert httpx.get(f"{url}/health").status_code == 401
         assert httpx.get(f"{url}/health", headers=headers).status_code == 200
@@ -374,7 +446,3 @@ def test_the_command_finishes_requests_in_flight_on_sigterm():
         assert proc.wait(30) == 128 + signal.SIGTERM
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"{url}/health", headers=headers)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()

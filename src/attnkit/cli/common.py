@@ -203,7 +203,8 @@ def _check_page(path: Path, option: str) -> None:
 
 
 def check_arguments(args) -> None:
-    """The checks argparse cannot make, before any work: ``--valid`` only with ``--train``;
+    """The checks argparse cannot make, before any work: ``--valid`` only with ``--train``
+    (for the commands that have both; ``train lm`` validates on ``--valid`` or its ``--text``);
     a run folder ``--out`` (training, the demo) or a picture folder ``--plot DIR`` must not
     name a file and must be possible to create; an explorer page (``--html PAGE``,
     ``explore --out``) must not name a folder and must be possible to write.
@@ -211,7 +212,7 @@ def check_arguments(args) -> None:
     Raises:
         ValueError: naming the option, the path and why.
     """
-    if getattr(args, "valid", None) is not None and getattr(args, "train", None) is None:
+    if getattr(args, "valid", None) is not None and hasattr(args, "train") and args.train is None:
         raise ValueError("--valid: only with --train (the built-in data has its own "
                          "validation split)")
     if is_training(args) or getattr(args, "command", None) == "demo":

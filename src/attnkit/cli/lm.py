@@ -75,7 +75,8 @@ def run_train(args) -> int:
     task = CharLMTask(train, valid, vocab=chars, model_config=model_config,
                       batch_size=args.batch_size, seed=args.seed,
                       origins=(train_names, valid_names),
-                      data={"text": str(args.text), "vocab_from": str(args.vocab_from)})
+                      data={"text": str(args.text), "vocab_from": str(args.vocab_from),
+                            **({"valid": str(args.valid)} if args.valid else {})})
     model = task.build_model().to(args.device)
     common.train_and_report(model, task, args, init=init)
     return 0

@@ -26,9 +26,14 @@ def add_parser(sub) -> None:
                    help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 "
                    "for every interface, then give an API key)")
     p.add_argument("--port", type=common.int_at_least(0, "port"), default=8000)
-    p.add_argument("--api-key", help=f"requests must carry it (Authorization: Bearer KEY, or "
-                   f"X-API-Key: KEY); default: the {API_KEY_ENV} environment variable, else "
-                   "none")
+    key = p.add_mutually_exclusive_group()
+    key.add_argument("--api-key", metavar="KEY",
+                     help="requests must carry it (Authorization: Bearer KEY, or X-API-Key: "
+                     "KEY). A command line is visible to other users (ps): prefer "
+                     f"--api-key-file or the {API_KEY_ENV} environment variable (used when "
+                     "neither option is given); else none")
+    key.add_argument("--api-key-file", type=Path, metavar="FILE",
+                     help="read the API key from FILE (its first line, without the line's end)")
     common.add_device_arg(p)
     batching = p.add_argument_group("batching")
     batching.add_argument("--max-batch", type=common.positive_int, default=d.max_batch,
@@ -59,7 +64,39 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
+def _api_key(args) -> str | None:
+    """The key of ``--api-key``, ``--api-key-file`` or ``$ATTNKIT_API_KEY`` (in that order),
+    or None when none is given.
+
+    Raises:
+        ValueError: naming where the key came from, when it cannot be read, is empty or has
+            white space at an end (an HTTP header cannot carry that).
+    """
+    if args.api_key is not None:
+        key, source = args.api_key, "--api-key"
+    elif args.api_key_file is not None:
+        source = "--api-key-file"
+        try:
+            lines = args.api_key_file.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{source}: cannot read {args.api_key_file}: "
+                             f"{getattr(exc, 'strerror', None) or exc}") from None
+        key = lines[0] if lines else ""
+    elif API_KEY_ENV in os.environ:
+        key, source = os.environ[API_KEY_ENV], API_KEY_ENV
+    else:
+        return None
+    if not key.strip():
+        raise ValueError(f"{source}: the API key is empty; give a key, or none at all to serve "
+                         "without one")
+    if key != key.strip():
+        raise ValueError(f"{source}: the API key starts or ends with white space, which an "
+                         "HTTP header cannot carry")
+    return key
+
+
 def run(args) -> int:
+    api_key = _api_key(args)
     try:
         from attnkit.serve import serve_checkpoint
     except ImportError as exc:
@@ -70,7 +107,7 @@ def run(args) -> int:
                     max_beam=args.max_beam, max_len=args.max_len, max_batch=args.max_batch,
                     max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
                     timeout_s=args.timeout)
-    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+    api_key = _api_key(args)
     from attnkit.export import is_export
     device = args.device  # an export runs in onnxruntime on the CPU unless told otherwise
     if is_export(args.checkpoint) and getattr(args, "device_asked", "auto") == "auto":

@@ -6,6 +6,12 @@
 * **dates**: ``<de> Samstag, 21. November 2026`` -> ``2026-11-21`` (babel's CLDR long and
   full formats, 20 locales).
 
+Their words and formats are the data: it is defined by the versions of
+:data:`DATA_VERSIONS` (the built-in model's training data and the scores published on it).
+The dependencies take compatible ranges of both, so that attnkit installs beside other
+packages; another version than the data's is named in a warning, once, as its numbers or
+dates may be written otherwise.
+
 ``direction="reverse"`` swaps the sides (digits -> words is the harder, longer-output task).
 Every example belongs to one split, chosen by a hash of its source text, so the same example
 can never be in two splits.
@@ -14,10 +20,19 @@ can never be in two splits.
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
+import logging
 import random
+from importlib import metadata
 
-__all__ = ["DATE_LOCALES", "NUMBER_LANGUAGES", "generate_pairs", "split_of"]
+__all__ = ["DATA_VERSIONS", "DATE_LOCALES", "NUMBER_LANGUAGES", "check_data_versions",
+           "generate_pairs", "split_of"]
+
+log = logging.getLogger("attnkit")
+
+DATA_VERSIONS = {"num2words": "0.5.14", "babel": "2.18.0"}
+"""The versions of the libraries whose words and formats the built-in translation data is."""
 
 NUMBER_LANGUAGES = (
     "ar", "az", "be", "bn", "ca", "ce", "cs", "cy", "da", "de", "en", "eo", "es", "fa", "fi",
@@ -37,6 +52,21 @@ def split_of(source: str) -> str:
     bucket = int.from_bytes(hashlib.blake2b(source.encode("utf-8"), digest_size=4).digest(),
                             "big") % 100
     return next(name for name, (lo, hi) in SPLITS.items() if lo <= bucket < hi)
+
+
+@functools.cache
+def check_data_versions() -> None:
+    """Warn, once, for each library of :data:`DATA_VERSIONS` installed at another version."""
+    for name, wanted in DATA_VERSIONS.items():
+        try:
+            installed = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue  # the import that needs it says so
+        if installed != wanted:
+            log.warning("the built-in translation data is defined with %s %s "
+                        "(attnkit.data.text_tasks.DATA_VERSIONS); %s is installed, whose "
+                        "words or formats may differ: the pairs, and scores on them, may not "
+                        "be those published (docs/models.md)", name, wanted, installed)
 
 
 def _number(rng: random.Random) -> tuple[str, str, str, str]:
@@ -83,6 +113,7 @@ def generate_pairs(
         raise ValueError(f"tasks: expected a non-empty subset of {TASKS}, got {tasks!r}")
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"n: expected a non-negative int, got {n!r}")
+    check_data_versions()
     rng = random.Random(f"{seed}-{split}-{'-'.join(tasks)}")
     makers = {"numbers": _number, "dates": _date}
     seen, out = set(), []

@@ -131,7 +131,8 @@ def create_app(evaluator: Evaluator, limits: Limits | None = None, *,
                api_key: str | None = None, name: str = "", runtime: str = "pytorch") -> FastAPI:
     """The application serving ``evaluator``'s task within ``limits`` (default
     :class:`Limits`). ``api_key``: when given, every request must carry it
-    (``Authorization: Bearer KEY`` or ``X-API-Key: KEY``), else 401. ``name``: what
+    (``Authorization: Bearer KEY`` or ``X-API-Key: KEY``; compared in constant time), else
+    401; an empty key is refused, and an empty header is never a key. ``name``: what
     ``/health`` calls the checkpoint; ``runtime``: what it says runs the model
     (``"pytorch"``, ``"onnxruntime (int8)"``).
 
@@ -139,8 +140,12 @@ def create_app(evaluator: Evaluator, limits: Limits | None = None, *,
     what is queued first, so a server shutting down answers the requests it holds.
 
     Raises:
-        ValueError: naming the task, when no endpoint serves it.
+        ValueError: naming the task, when no endpoint serves it; naming ``api_key`` when it
+            is empty.
     """
+    if api_key is not None and not api_key.strip():
+        raise ValueError(f"api_key: empty ({api_key!r}); give a key, or None to serve without "
+                         "one")
     limits = limits or Limits()
     task = evaluator.task
     if task not in ENDPOINTS:
@@ -450,10 +455,11 @@ class Guard:
         if self.api_key is not None:
             bearer = headers.get("authorization", "")
             key = bearer[7:] if bearer[:7].lower() == "bearer " else headers.get("x-api-key")
-            if key is None or not _same(key, self.api_key):
+            if not key or not _same(key, self.api_key):  # an empty header is never a key
                 return ApiError(401, "Authorization", "Authorization: expected the server's "
                                 "API key (Authorization: Bearer KEY, or X-API-Key: KEY), got "
-                                + ("none" if key is None else "another key"),
+                                + ("none" if key is None else
+                                   "an empty key" if not key else "another key"),
                                 {"WWW-Authenticate": "Bearer"})
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body:

@@ -26,8 +26,11 @@ several images share one transcription, the one without ``.bin`` / ``.nrm`` is t
 ``.bin``, and the others are left out (logged). A transcription is the file's text (as
 :mod:`attnkit.data.text` reads it) without surrounding white space, one line. Lines are in
 the order of their paths. An image without its ``.gt.txt``, a ``.gt.txt`` without its image,
-an empty or several-line transcription, one with characters outside ``alphabet``, and an
-image that cannot be read are unusable (:mod:`attnkit.data.formats.reading`).
+an empty or several-line transcription, one with characters outside ``alphabet``, an image
+that cannot be read, and an image or ``.gt.txt`` that is a link leading out of the folder
+(unless ``anywhere``; nothing of it is read, as ``labels.tsv`` and LibriSpeech refuse such
+files: :func:`attnkit.data.paths.inside`) are unusable
+(:mod:`attnkit.data.formats.reading`). Linked subfolders are not entered.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from pathlib import Path
 from attnkit.data.formats import Format, register
 from attnkit.data.unusable import MAX_UNUSABLE, Unusable
 from attnkit.data.lines import MAX_WIDTH, LineFolder, line_width, read_line_folder
+from attnkit.data.paths import inside
 from attnkit.data.text import read_text
 from attnkit.errors import DataError
 
@@ -69,11 +73,13 @@ def read_labels(path: str | Path, *, labels: str = LABELS, alphabet: str | None 
 
 def read_gt_folder(path: str | Path, *, alphabet: str | None = None,
                    max_width: int | None = MAX_WIDTH,
-                   max_unusable: float = MAX_UNUSABLE, references: bool = True) -> LineFolder:
+                   max_unusable: float = MAX_UNUSABLE, references: bool = True,
+                   anywhere: bool = False) -> LineFolder:
     """The line images and ``.gt.txt`` transcriptions in the folder ``path`` and its
     subfolders (see the module docstring), as a :class:`LineFolder` whose names are relative
     to ``path``. Without ``references`` (to read the lines), an image without its ``.gt.txt``
-    is a line too, its text ``""``.
+    is a line too, its text ``""``. ``anywhere``: also take files that are links leading out
+    of ``path``.
 
     Raises:
         DataError: ``path`` is not a folder; none of its lines is usable, or more than
@@ -92,6 +98,9 @@ def read_gt_folder(path: str | Path, *, alphabet: str | None = None,
         for base, image, extra in _pairs(files, unusable, here, references):
             others += [prefix + name for name in extra]
             gt = os.path.join(root, base + GT)
+            if not anywhere and _links_out(folder, [prefix + image, prefix + base + GT],
+                                           unusable):
+                continue
             text = _transcription(gt, allowed, unusable) if references or os.path.exists(gt) \
                 else ""
             if text is None:
@@ -132,6 +141,21 @@ def _pairs(files: list[str], unusable: Unusable, here: Path, references: bool = 
         else:
             found = sorted(images[base], key=lambda n: (_variant(n, base), n))
             yield base, found[0], found[1:]
+
+
+def _links_out(folder: Path, names: list[str], unusable: Unusable) -> bool:
+    """Whether one of the files ``names`` (relative to ``folder``) is a link leading out of
+    it, counted in ``unusable`` without reading it. Only links are looked at: ``os.walk``
+    enters no linked folder, so a file that is no link lies inside."""
+    for name in names:
+        if os.path.islink(folder / name):
+            try:
+                inside(folder, name, str(folder / name))
+            except DataError:
+                unusable.drop(f"{folder / name}: a link leading out of the data folder "
+                              f"{folder}", "links out of the folder")
+                return True
+    return False
 
 
 def _variant(name: str, base: str) -> int:
