@@ -601,8 +601,11 @@ def gt_txt_link_out(tmp: Path):
     Image.new("L", (64, 32), 255).save(data / "0001.png")
     (tmp / "secret.txt").write_text("password hunter2\n")
     (data / "0001.gt.txt").symlink_to(tmp / "secret.txt")
-    status, err = attnkit("eval", "--checkpoint", "builtin:ocr-lines", "--data", data)
-    return f"exit {status}: {err}", one_line(status, err) and "hunter2" not in err
+    status, err = attnkit("eval", "--checkpoint", "builtin:ocr-lines", "--data", data,
+                          "--confine")
+    error = [line for line in err.splitlines() if not line.startswith("INFO")]
+    return f"exit {status}: {err}", (status == 2 and len(error) == 1 and "hunter2" not in err
+                                     and "a link leading out of the data folder" in err)
 
 
 CASES += [
@@ -611,7 +614,8 @@ CASES += [
      serve_refusing(env={"ATTNKIT_API_KEY": ""})),
     ("serve --api-key-file FILE, then an empty X-API-Key header", "401 (the key: 200)",
      empty_key_header),
-    ("a .gt.txt that is a link out of its folder, to eval", "one line, nothing of it quoted",
+    ("a .gt.txt that is a link out of its folder, to eval --confine",
+     "one line, nothing of it quoted",
      gt_txt_link_out),
 ]
 

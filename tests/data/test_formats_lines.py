@@ -121,10 +121,11 @@ def test_what_is_unusable_is_counted_named_and_stops_past_the_share(tmp_path, ca
 
 
 
-def test_links_leading_out_of_the_folder_are_refused_without_reading_them(tmp_path, caplog):
-    """As labels.tsv and LibriSpeech refuse them (attnkit.data.paths.inside): a .gt.txt or
-    an image that is a link to a file outside the folder is unusable, and nothing of it is
-    read; a link that stays inside the folder is a line like any other."""
+def test_links_leading_out_of_the_folder_are_refused_with_confine(tmp_path, caplog):
+    """The user's own folder is read where its links lead, as every reader reads what the
+    user's corpus names; with ``confine`` (as every reader's, attnkit.data.paths.inside) a
+    .gt.txt or an image that is a link to a file outside the folder is unusable, and nothing
+    of it is read; a link that stays inside the folder is a line like any other."""
     gt, _ = _corpora(tmp_path)
     secret = tmp_path / "secret.txt"
     secret.write_text("password hunter2\n", encoding="utf-8")
@@ -132,22 +133,23 @@ def test_links_leading_out_of_the_folder_are_refused_without_reading_them(tmp_pa
     (gt / "p1/0001.gt.txt").symlink_to(secret)
     shutil.move(gt / "p1/0003.png", tmp_path / "outside.png")
     (gt / "p1/0003.png").symlink_to(tmp_path / "outside.png")
+    assert read_gt_folder(gt).texts[:3] == ["password hunter2", *TEXTS[1:3]]
     with pytest.raises(DataError) as caught:
-        read_gt_folder(gt)
+        read_gt_folder(gt, confine=True)
     message = str(caught.value)
     assert message.startswith(f"{gt}: 2 of 5 lines are unusable (2 links out of the folder)")
     assert f"{gt / 'p1/0001.gt.txt'}: a link leading out of the data folder {gt}" in message
     assert f"{gt / 'p1/0003.png'}: a link leading out of the data folder {gt}" in message
     assert "hunter2" not in message
     with caplog.at_level(logging.WARNING, logger="attnkit"):
-        lines = read_gt_folder(gt, max_unusable=0.5)
+        lines = read_gt_folder(gt, max_unusable=0.5, confine=True)
     assert lines.texts == [TEXTS[1], TEXTS[3], TEXTS[4]] and "hunter2" not in caplog.text
-    assert read_gt_folder(gt, anywhere=True).texts[:3] == ["password hunter2", *TEXTS[1:3]]
     (gt / "p1/0001.gt.txt").unlink()
     (gt / "p1/0001.gt.txt").symlink_to(gt / "p2/0001.gt.txt")  # inside: taken
     (gt / "p1/0003.png").unlink()
     (gt / "p1/0003.png").symlink_to(gt / "p1/0002.bin.png")
-    assert read_gt_folder(gt).texts == [TEXTS[3], TEXTS[1], TEXTS[2], TEXTS[3], TEXTS[4]]
+    assert read_gt_folder(gt, confine=True).texts == [TEXTS[3], TEXTS[1], TEXTS[2], TEXTS[3],
+                                                      TEXTS[4]]
 
 @pytest.mark.parametrize("content, message", [
     (b"", r"0001.gt.txt: empty transcription"),

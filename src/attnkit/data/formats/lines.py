@@ -27,9 +27,9 @@ several images share one transcription, the one without ``.bin`` / ``.nrm`` is t
 :mod:`attnkit.data.text` reads it) without surrounding white space, one line. Lines are in
 the order of their paths. An image without its ``.gt.txt``, a ``.gt.txt`` without its image,
 an empty or several-line transcription, one with characters outside ``alphabet``, an image
-that cannot be read, and an image or ``.gt.txt`` that is a link leading out of the folder
-(unless ``anywhere``; nothing of it is read, as ``labels.tsv`` and LibriSpeech refuse such
-files: :func:`attnkit.data.paths.inside`) are unusable
+that cannot be read, and, with ``confine``, an image or ``.gt.txt`` that is a link leading
+out of the folder (nothing of it is read, as every reader's ``confine`` refuses such files:
+:func:`attnkit.data.paths.inside`) are unusable
 (:mod:`attnkit.data.formats.reading`). Linked subfolders are not entered.
 """
 
@@ -74,12 +74,12 @@ def read_labels(path: str | Path, *, labels: str = LABELS, alphabet: str | None 
 def read_gt_folder(path: str | Path, *, alphabet: str | None = None,
                    max_width: int | None = MAX_WIDTH,
                    max_unusable: float = MAX_UNUSABLE, references: bool = True,
-                   anywhere: bool = False) -> LineFolder:
+                   confine: bool = False) -> LineFolder:
     """The line images and ``.gt.txt`` transcriptions in the folder ``path`` and its
     subfolders (see the module docstring), as a :class:`LineFolder` whose names are relative
     to ``path``. Without ``references`` (to read the lines), an image without its ``.gt.txt``
-    is a line too, its text ``""``. ``anywhere``: also take files that are links leading out
-    of ``path``.
+    is a line too, its text ``""``. ``confine``: leave out files that are links leading out
+    of ``path`` (a folder not of the user's own).
 
     Raises:
         DataError: ``path`` is not a folder; none of its lines is usable, or more than
@@ -98,8 +98,8 @@ def read_gt_folder(path: str | Path, *, alphabet: str | None = None,
         for base, image, extra in _pairs(files, unusable, here, references):
             others += [prefix + name for name in extra]
             gt = os.path.join(root, base + GT)
-            if not anywhere and _links_out(folder, [prefix + image, prefix + base + GT],
-                                           unusable):
+            if confine and _links_out(folder, [prefix + image, prefix + base + GT],
+                                      unusable):
                 continue
             text = _transcription(gt, allowed, unusable) if references or os.path.exists(gt) \
                 else ""
@@ -150,7 +150,7 @@ def _links_out(folder: Path, names: list[str], unusable: Unusable) -> bool:
     for name in names:
         if os.path.islink(folder / name):
             try:
-                inside(folder, name, str(folder / name))
+                inside(folder, name, str(folder / name), confine=True)
             except DataError:
                 unusable.drop(f"{folder / name}: a link leading out of the data folder "
                               f"{folder}", "links out of the folder")
