@@ -79,7 +79,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import shutil
 import signal
 import time
 from dataclasses import asdict, dataclass, field
@@ -90,6 +89,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from attnkit.checks import quoted
+from attnkit.folders import remove_folder, remove_leftovers
 from attnkit.train import distributed
 from attnkit.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from attnkit.train.device import PRECISIONS, autocast, check_precision, to_device
@@ -120,6 +120,26 @@ PICTURES = 2  # validation examples pictured for TensorBoard at each validation
 # ignores SIGHUP) stays ignored.
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
                      if hasattr(signal, name))
+
+
+def kept_models(run: str | Path, *, remove_broken: bool = False) -> list[tuple[float, Path]]:
+    """The models a run kept of its best validations (``RUN/best/step-*``, :data:`KEPT_DIR`)
+    with their values, in folder order. One that cannot be read (a half-deleted folder, left
+    by a kill inside the removal of earlier versions) is skipped with a warning, and deleted
+    with ``remove_broken`` (the run's own trainer does that; readers delete nothing)."""
+    found = []
+    for folder in sorted(Path(run, KEPT_DIR).glob("step-*")):
+        try:
+            state = load_checkpoint(folder).trainer_state or {}
+        except CheckpointError as exc:
+            log.warning("%s: %s, unreadable (%s): a kept model whose removal was cut short",
+                        folder, "removed" if remove_broken else "skipped", exc)
+            if remove_broken:
+                remove_folder(folder)
+            continue
+        if isinstance(state.get("value"), (int, float)):
+            found.append((state["value"], folder))
+    return found
 
 
 class Task(Protocol):
@@ -378,18 +398,19 @@ class Trainer:
 
     def _keep(self, value: float) -> None:
         """Keep the model of this validation if it is among the ``keep_best`` best (in
-        ``out_dir/best``), dropping the one it displaces."""
-        kept = []
-        for folder in sorted((self.out_dir / KEPT_DIR).glob("step-*")):
-            state = load_checkpoint(folder).trainer_state or {}
-            if isinstance(state.get("value"), (int, float)):
-                kept.append((state["value"], folder))
-        kept.sort(key=lambda pair: pair[0])  # worst first
+        ``out_dir/best``), dropping the one it displaces (atomically: a kill leaves it whole
+        or gone; what a removal cut short left is deleted here, with a warning)."""
+        remove_leftovers(self.out_dir / KEPT_DIR)
+        folder = self.out_dir / KEPT_DIR / f"step-{self.step:08d}"
+        # worst first; a model of this step (kept by a run killed before its next save, then
+        # resumed) is replaced, not compared
+        kept = sorted(((v, f) for v, f in kept_models(self.out_dir, remove_broken=True)
+                       if f != folder), key=lambda pair: pair[0])
         if len(kept) >= self.config.keep_best and value <= kept[0][0]:
             return
-        self._save_model(self.out_dir / KEPT_DIR / f"step-{self.step:08d}", value)
+        self._save_model(folder, value)
         for _, folder in kept[:max(0, len(kept) + 1 - self.config.keep_best)]:
-            shutil.rmtree(folder)
+            remove_folder(folder)
 
     def _validate(self, events: Events) -> bool:
         """Evaluate, record, keep the best (and its checkpoint); returns True when early
