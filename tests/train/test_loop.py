@@ -647,3 +647,40 @@ def test_a_half_deleted_kept_model_is_skipped_and_cleaned_up(tmp_path, caplog):
     assert "step-00000005: removed, unreadable" in caplog.text
     assert sorted((tmp_path / "best").iterdir()) == [tmp_path / "best" / "step-00000010",
                                                      tmp_path / "best" / "step-00000015"]
+
+
+def test_accumulate_is_bounded():
+    assert _cfg(accumulate=4096).accumulate == 4096
+    with pytest.raises(ValueError, match=r"accumulate: expected a positive int at most 4096 "
+                       r"\(batches per optimizer step\), got 1000000000000"):
+        _cfg(accumulate=10**12)
+
+
+def test_a_signal_mid_accumulation_stops_after_that_batch_and_resumes_exactly(tmp_path):
+    # issue 57: a stop request was looked at only after an optimizer step, so Ctrl-C waited
+    # for K batches; now after every batch, the partial accumulation discarded
+    torch.manual_seed(0)
+    straight = Reverse()
+    Trainer(straight, ReverseTask(), _cfg(max_steps=6, accumulate=3), tmp_path / "a").fit()
+    task, calls = ReverseTask(), []
+    original = task.loss
+
+    def loss(model, batch, step):
+        calls.append(step)
+        if len(calls) == 5:  # the second batch of the second step
+            signal.raise_signal(signal.SIGTERM)
+        return original(model, batch, step)
+
+    task.loss = loss
+    torch.manual_seed(0)
+    result = Trainer(Reverse(), task, _cfg(max_steps=6, accumulate=3), tmp_path / "b").fit()
+    assert len(calls) == 5  # stopped after the batch it came in, not the step's third
+    assert result.stopped == "signal" and result.step == 1
+    state = load_checkpoint(tmp_path / "b" / "checkpoint").trainer_state
+    assert (state["step"], state["epoch"], state["batch_in_epoch"]) == (1, 0, 3)
+    resumed = Reverse()
+    trainer = Trainer(resumed, ReverseTask(), _cfg(max_steps=6, accumulate=3), tmp_path / "b")
+    trainer.resume()
+    trainer.fit()
+    for (name, x), y in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(x, y), name  # dropout's random draws rewound too
