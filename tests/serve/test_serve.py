@@ -339,12 +339,13 @@ def test_caption_and_ask_take_image_uploads(tiny_captioner, tiny_vqa, tmp_path):
         assert r.status_code == 422 and r.json()["field"] == "decoding"
 
 
-def test_the_command_finishes_requests_in_flight_on_sigterm():
-    env = {**os.environ, "ATTNKIT_API_KEY": "k"}
+@contextmanager
+def serving_command(*options, env=None):
+    """``attnkit serve --checkpoint builtin:translate-dates --port 0 OPTIONS`` in a process of
+    its own: the process and its base URL (killed at the end if still running)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "attnkit", "serve", "--checkpoint", "builtin:translate-dates",
-         "--port", "0", "--max-wait-ms", "3000", "--max-batch", "64"],
-        stderr=subprocess.PIPE, text=True, env=env)
+         "--port", "0", *options], stderr=subprocess.PIPE, text=True, env=env)
     try:
         url = None
         for line in proc.stderr:
@@ -354,6 +355,16 @@ def test_the_command_finishes_requests_in_flight_on_sigterm():
                 break
         assert url, "the server did not say where it listens"
         threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_command_finishes_requests_in_flight_on_sigterm():
+    env = {**os.environ, "ATTNKIT_API_KEY": "k"}
+    with serving_command("--max-wait-ms", "3000", "--max-batch", "64", env=env) as (proc, url):
         headers = {"Authorization": "Bearer k"}
         assert httpx.get(f"{url}/health").status_code == 401
         assert httpx.get(f"{url}/health", headers=headers).status_code == 200
@@ -375,7 +386,3 @@ def test_the_command_finishes_requests_in_flight_on_sigterm():
         assert proc.wait(30) == 128 + signal.SIGTERM
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"{url}/health", headers=headers)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()

@@ -3,26 +3,23 @@
 and send nothing, send half a request's headers or half its body, or stay idle after an
 answer; each is closed within the documented time (``--read-timeout``, ``--keep-alive``)."""
 
-import re
 import socket
-import subprocess
-import sys
-import threading
 import time
 
 import httpx
 import pytest
 
 from attnkit.serve import Limits
-from tests.serve.test_serve import serving, translator  # noqa: F401 (a fixture)
+from attnkit.tasks.loading import load_evaluator
+from tests.serve.test_serve import serving, serving_command
 
 READ_S, KEEP_ALIVE_S = 1.0, 0.5
 SLACK_S = 1.5  # the event loop's timer and the test's own scheduling, on a busy machine
 
 
 @pytest.fixture(scope="module")
-def url(translator):
-    with serving(translator, Limits(read_timeout_s=READ_S, keep_alive_s=KEEP_ALIVE_S)) as url:
+def url():
+    with serving(load_evaluator("builtin:translate-dates"), Limits(read_timeout_s=READ_S, keep_alive_s=KEEP_ALIVE_S)) as url:
         yield url
 
 
@@ -105,25 +102,12 @@ def test_the_timeouts_are_positive_numbers():
             Limits(**{name: 0})
 
 
-def test_the_command_takes_the_timeouts(tmp_path):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "attnkit", "serve", "--checkpoint", "builtin:translate-dates",
-         "--port", "0", "--read-timeout", str(READ_S), "--keep-alive", str(KEEP_ALIVE_S)],
-        stderr=subprocess.PIPE, text=True)
-    try:
-        found = None
-        for line in proc.stderr:
-            found = found or re.search(r"running on (http://127\.0\.0\.1:\d+)", line)
-            if found:
-                break
-        assert found, "the server did not say where it listens"
-        threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
-        sock = _connect(found.group(1))
+def test_the_command_takes_the_timeouts():
+    with serving_command("--read-timeout", str(READ_S), "--keep-alive", str(KEEP_ALIVE_S)) \
+            as (_, url):
+        sock = _connect(url)
         opened = time.monotonic()
         sock.sendall(HEAD)
         took, _ = _seconds_until_closed(sock, opened)
         sock.close()
-        assert READ_S - 0.1 <= took <= READ_S + SLACK_S, took
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    assert READ_S - 0.1 <= took <= READ_S + SLACK_S, took
