@@ -68,15 +68,15 @@ def test_average_never_writes_over_the_run_it_reads(run, copied, capsys):
     kept = sorted((copied / "best").iterdir())
     before = {p: sorted(f.name for f in p.iterdir())
               for p in [copied / "checkpoint", copied / "checkpoint-best", *kept]}
-    cases = [(copied / "checkpoint", "is not empty and not an earlier attnkit export (it holds "
-              "optimizer.json, optimizer.safetensors, trainer.json)"),
-             (copied / "checkpoint-best", "is not empty and not an earlier attnkit export (it "
-              "holds trainer.json)"),
+    foreign = "is not empty and not an earlier attnkit export (it holds"
+    cases = [(copied / "checkpoint",
+              f"{foreign} optimizer.json, optimizer.safetensors, trainer.json)"),
+             (copied / "checkpoint-best", f"{foreign} trainer.json)"),
              (kept[0], f"is the checkpoint being averaged ({kept[0]})"),
              (copied / "best", "holds the checkpoint being averaged ("),
              (kept[1] / "sub", f"is inside the checkpoint being averaged ({kept[1]})"),
-             (copied / "checkpoint" / "sub", f"is inside the checkpoint {copied / 'checkpoint'}, "
-              "which its next save replaces whole")]
+             (copied / "checkpoint" / "sub",
+              f"is inside the checkpoint {copied / 'checkpoint'}, which its next save")]
     for out, why in cases:
         for given in (["--run", str(copied)], list(map(str, kept))):
             assert main(["average", *given, "--out", str(out)]) == 2

@@ -81,7 +81,7 @@ class _ReadDeadline(H11Protocol):
     def _expired(self) -> None:
         self._deadline = None
         if not self.transport.is_closing():
-            client = "%s:%d" % self.client if self.client else "a client"
+            client = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
             log.info("closed the connection of %s: no whole request within %g s "
                      "(--read-timeout)", client, self.read_timeout_s)
             self.transport.close()
