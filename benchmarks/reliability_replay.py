@@ -468,6 +468,110 @@ def absolute_paths(write: Callable[[Path, str], Path], where: str, *options: str
                 "leave out --confine" in err and "name files relative" not in err
         return f"exit {status}{': ' + err if err else ''}", status == 0
     return case
+# ------------------------------------------------ training, averaging and serving: third probe
+
+
+def _average_over(tmp: Path, out: Path, why: str):
+    """``average RUN/checkpoint-best --out OUT``: refused naming ``why``, --resume works."""
+    run = tmp / "run"
+    before = {p.name: files(p) for p in (run / "checkpoint", run / "checkpoint-best")}
+    status, err = attnkit("average", run / "checkpoint-best", "--out", out)
+    kept = {p.name: files(p) for p in (run / "checkpoint", run / "checkpoint-best")} == before
+    resumed, _ = train(run, "--steps", "3", "--resume")
+    return (f"exit {status}, run {'kept' if kept else 'OVERWRITTEN'}: {err}; --resume then: "
+            f"exit {resumed}"), one_line(status, err) and why in err and kept and resumed == 0
+
+
+def average_over_the_resumable_checkpoint(tmp: Path):
+    return _average_over(tmp, tmp / "run" / "checkpoint", "is not empty")
+
+
+def average_over_its_own_input(tmp: Path):
+    return _average_over(tmp, tmp / "run" / "checkpoint-best", "is the checkpoint being averaged")
+
+
+def average_inside_the_checkpoint(tmp: Path):
+    return _average_over(tmp, tmp / "run" / "checkpoint" / "sub", "is inside the checkpoint")
+
+
+def accumulate_a_trillion(tmp: Path):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            status = train(tmp / "acc", "--accumulate", "1000000000000")[0]
+        except SystemExit as exc:  # argparse's usage error
+            status = exc.code
+    last = err.getvalue().strip().splitlines()[-1]
+    return f"exit {status}: {last}", status == 2 and "--accumulate" in last and \
+        "1000000000000" in last and not (tmp / "acc").exists()
+
+
+def sigterm_within_a_long_accumulation(tmp: Path):
+    out = tmp / "term"
+    cmd = [sys.executable, "-m", "attnkit", "train", "translate", "--out", str(out),
+           *TINY[:4], "--steps", "100000", "--batch-size", "8", "--hidden", "8", "--emb", "8",
+           "--plot", "0", "--eval-every", "100000", "--checkpoint-every", "100000",
+           "--accumulate", "4096"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    for line in proc.stderr:  # progress off a terminal: a log line at the first step
+        if "step 1/" in line:
+            break
+    time.sleep(1)  # inside the second step's 4,096 batches
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    err = proc.stderr.read()
+    status = proc.wait(timeout=120)
+    took = time.monotonic() - sent
+    resumable = (out / "checkpoint" / "trainer.json").exists()
+    if resumable:
+        resumable = json.loads((out / "checkpoint" / "trainer.json").read_text())["step"] == 1
+    return (f"exit {status} {took:.1f} s after SIGTERM, checkpoint at step 1 "
+            f"{'saved' if resumable else 'NOT SAVED'}"), \
+        status == 128 + signal.SIGTERM and resumable and took < 10 and "Traceback" not in err
+
+
+def half_deleted_kept_model(tmp: Path):
+    run = tmp / "kept"
+    first, _ = train(run, "--steps", "4", "--eval-every", "1", "--keep-best", "2")
+    broken = min((run / "best").glob("step-*"))
+    (broken / "model.safetensors").unlink()  # what a kill inside rmtree left
+    status, err = train(run, "--steps", "6", "--eval-every", "1", "--keep-best", "2",
+                        "--resume")
+    kept = len(list((run / "best").glob("step-*")))
+    return f"exit {status}, {kept} kept models: {err.strip()[:200]}", \
+        first == 0 and status == 0 and kept == 2
+
+
+def slow_connections_to_serve(tmp: Path):
+    import re
+    import socket
+
+    proc = subprocess.Popen([sys.executable, "-m", "attnkit", "serve", "--checkpoint",
+                             "builtin:translate-dates", "--port", "0", "--read-timeout", "2"],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        found = None
+        for line in proc.stderr:
+            found = found or re.search(r"running on http://127\.0\.0\.1:(\d+)", line)
+            if found:
+                break
+        socks = [socket.create_connection(("127.0.0.1", int(found.group(1))))
+                 for _ in range(300)]
+        start = time.monotonic()
+        for sock in socks:
+            sock.settimeout(30)
+            sock.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: 99\r\n")
+        for sock in socks:
+            while sock.recv(4096):
+                pass
+        took = time.monotonic() - start
+        for sock in socks:
+            sock.close()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return (f"300 connections sending half the headers: all closed within {took:.1f} s "
+            "(--read-timeout 2)"), took < 5
 
 
 CASES: list[tuple[str, str, Callable]] = [
@@ -617,6 +721,20 @@ CASES += [
     ("a .gt.txt that is a link out of its folder, to eval --confine",
      "one line, nothing of it quoted",
      gt_txt_link_out),
+    # training, averaging and serving: the third probe (docs/reliability.md)
+    ("average --out RUN/checkpoint", "refused, --resume works",
+     average_over_the_resumable_checkpoint),
+    ("average CK --out CK (its own input)", "refused, --resume works",
+     average_over_its_own_input),
+    ("average --out RUN/checkpoint/sub", "refused, --resume works",
+     average_inside_the_checkpoint),
+    ("--accumulate 1000000000000", "usage error naming it", accumulate_a_trillion),
+    ("SIGTERM within a step of --accumulate 4096", "saved at the step's start, exit 143",
+     sigterm_within_a_long_accumulation),
+    ("a half-deleted best/step-*, then --resume", "trained, the leftover removed",
+     half_deleted_kept_model),
+    ("serve: 300 connections sending half a request", "all closed within --read-timeout",
+     slow_connections_to_serve),
 ]
 
 

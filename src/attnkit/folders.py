@@ -37,7 +37,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["NO_SUCH_FILE", "folder_copies", "recover_folder", "unreadable", "write_folder"]
+__all__ = ["NO_SUCH_FILE", "folder_copies", "recover_folder", "remove_folder", "remove_leftovers",
+           "unreadable", "write_folder"]
 
 log = logging.getLogger("attnkit")
 
@@ -137,6 +138,29 @@ def _delete(path: Path, directory: Path) -> None:
     doomed = _temporary(directory)
     os.replace(path, doomed)  # over the empty folder that mkdtemp made
     shutil.rmtree(doomed)
+
+
+def remove_folder(path: str | Path) -> None:
+    """Delete the folder ``path`` as a whole: renamed to ``.NAME.attnkit-tmp-XXXXXXXX`` first,
+    then deleted, so that a removal cut short leaves a temporary folder
+    (:func:`remove_leftovers`), never a half-deleted ``NAME``."""
+    _delete(Path(path), Path(path))
+
+
+def remove_leftovers(folder: str | Path) -> list[Path]:
+    """Delete the temporary folders that writes and removals cut short left directly in
+    ``folder`` (``.NAME.attnkit-tmp-XXXXXXXX``, whatever ``NAME``); returns them. Call it only
+    where no other process is writing in ``folder``."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()
+                   and p.name.startswith(".") and TEMPORARY in p.name
+                   and RANDOM.fullmatch(p.name.rsplit(TEMPORARY, 1)[1]))
+    for tmp in found:
+        log.info("removing %s, left by a write or removal that was cut short", tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return found
 
 
 def _replace(src: Path, dst: Path, directory: Path) -> None:

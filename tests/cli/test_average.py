@@ -1,6 +1,8 @@
 """``attnkit average`` and ``--keep-best``: a run's best validations averaged into one
 checkpoint that the other commands load."""
 
+import shutil
+
 import pytest
 import torch
 
@@ -48,5 +50,50 @@ def test_average_option_errors(tmp_path, capsys, args, message):
 def test_average_will_not_overwrite_another_folder(run, tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("mine")
     assert main(["average", "--run", str(run / "run"), "--out", str(tmp_path)]) != 0
-    assert "is not a checkpoint folder" in capsys.readouterr().err
+    assert "is not empty and not an earlier attnkit export (it holds notes.txt)" in \
+        capsys.readouterr().err
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+@pytest.fixture
+def copied(run, tmp_path):
+    """A copy of the run folder, to be written over if a refusal fails."""
+    shutil.copytree(run / "run", tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_average_never_writes_over_the_run_it_reads(run, copied, capsys):
+    # issue 57: --out RUN/checkpoint replaced the resumable checkpoint, --out RUN/best/step-N
+    # one of its inputs, and --out RUN/checkpoint/sub was deleted by the run's next save
+    kept = sorted((copied / "best").iterdir())
+    before = {p: sorted(f.name for f in p.iterdir())
+              for p in [copied / "checkpoint", copied / "checkpoint-best", *kept]}
+    foreign = "is not empty and not an earlier attnkit export (it holds"
+    cases = [(copied / "checkpoint",
+              f"{foreign} optimizer.json, optimizer.safetensors, trainer.json)"),
+             (copied / "checkpoint-best", f"{foreign} trainer.json)"),
+             (kept[0], f"is the checkpoint being averaged ({kept[0]})"),
+             (copied / "best", "holds the checkpoint being averaged ("),
+             (kept[1] / "sub", f"is inside the checkpoint being averaged ({kept[1]})"),
+             (copied / "checkpoint" / "sub",
+              f"is inside the checkpoint {copied / 'checkpoint'}, which its next save")]
+    for out, why in cases:
+        for given in (["--run", str(copied)], list(map(str, kept))):
+            assert main(["average", *given, "--out", str(out)]) == 2
+            err = capsys.readouterr().err
+            assert f"out: {out} {why}" in err, err
+            assert err.count("\n") == 1
+    assert {p: sorted(f.name for f in p.iterdir()) for p in before} == before
+    assert not (copied / "checkpoint" / "sub").exists()
+    assert main(["train", "translate", "--train", str(run / "pairs.tsv"), "--out", str(copied),
+                 "--resume", "--steps", "10", "--eval-every", "2", "--batch-size", "4",
+                 "--hidden", "8", "--emb", "8", "--lr", "0.05", "--keep-best", "2",
+                 "--no-progress", "--plot", "0"]) == 0
+
+
+def test_average_replaces_an_earlier_average(run, tmp_path, capsys):
+    out = tmp_path / "avg"
+    for _ in range(2):
+        assert main(["average", "--run", str(run / "run"), "--out", str(out)]) == 0
+    assert "averaged 2 checkpoints" in capsys.readouterr().out
+    assert load_checkpoint(out).trainer_state["steps"]

@@ -17,6 +17,9 @@ from attnkit.cli.main import main
     ("--warmup", "-5", "invalid non-negative int value: '-5'"),
     ("--time-budget", "-1", "invalid positive number value: '-1'"),
     ("--dropout", "1.5", "invalid number in [0, 1) value: '1.5'"),
+    # issue 57: accepted, then a step of 10^12 batches (and SIGTERM unheard for 14 minutes)
+    ("--accumulate", "1000000000000", "invalid int in [1, 4096] value: '1000000000000'"),
+    ("--accumulate", "0", "invalid int in [1, 4096] value: '0'"),
 ])
 def test_out_of_range_training_options_are_usage_errors(tmp_path, capsys, option, value,
                                                         message):

@@ -193,3 +193,15 @@ def test_an_export_replaces_the_earlier_one_whole(run, tmp_path):
     assert _export(ctc, out) == 0  # a CTC model has no decoder step
     assert sorted(p.name for p in out.iterdir()) == ["attnkit.json", "attnkit_runner.py",
                                                       "encoder.onnx"]
+
+
+def test_a_folder_inside_another_runs_checkpoint_is_refused(run, tmp_path, capsys):
+    # issue 57: the run's next save replaces its checkpoint whole, and the export inside it
+    other = tmp_path / "other"
+    shutil.copytree(run, other)
+    out = other / "checkpoint" / "sub"
+    for force in ([], ["--force"]):
+        assert _export(run / "checkpoint", out, "--format", "checkpoint", *force) == 2
+        assert (f"out: {out} is inside the checkpoint {other / 'checkpoint'}, which its next "
+                "save replaces whole; expected a folder outside it") in capsys.readouterr().err
+    assert not out.exists()

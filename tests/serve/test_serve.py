@@ -26,6 +26,7 @@ from PIL import Image
 from attnkit.data import generate_lines, write_wav
 from attnkit.decoding import Decoding
 from attnkit.serve import Limits, create_app
+from attnkit.serve.server import server_config
 from attnkit.tasks.loading import load_evaluator
 from tests.cli.conftest import tiny_captioner, tiny_vqa  # noqa: F401 (fixtures)
 
@@ -57,7 +58,7 @@ def serving(evaluator, limits=None, **kwargs):
     app = create_app(evaluator, limits or Limits(), **kwargs)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(server_config(app, limits, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

@@ -154,3 +154,18 @@ def test_bad_environment_and_too_few_batches_are_named(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"task.batches\(0\): expected at least 2 batches "
                                          r"\(one per process\), got 1"):
         next(trainer._batches())
+
+
+def test_two_processes_accumulate_and_ask_about_signals_at_the_same_batches(tmp_path):
+    # every batch within a step asks every process whether a signal came: a process that
+    # asked at another batch than the rest would wait for ever
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("".join(f"{s}\t{t}\n" for s, t in PAIRS), encoding="utf-8")
+    out = _torchrun(["train", "translate", "--train", str(tsv), "--valid", str(tsv), "--out",
+                     str(tmp_path / "run"), "--batch-size", "2", "--model", "luong",
+                     "--hidden", "8", "--emb", "8", "--accumulate", "2", "--steps", "3",
+                     "--eval-every", "1000000", "--no-progress", "--plot", "0"], tmp_path)
+    assert "stopped after 3 steps (max_steps)" in out
+    state = load_checkpoint(tmp_path / "run" / "checkpoint").trainer_state
+    # 3 steps of 2 processes x 2 batches: both epochs of 6 batches used up
+    assert (state["epoch"], state["batch_in_epoch"]) == (1, 6)

@@ -3,8 +3,10 @@
 import errno
 import io
 import os
+import shutil
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -593,3 +595,92 @@ def test_the_last_steps_model_is_kept_when_its_final_evaluation_is_the_best(tmp_
     done.fit()
     done.keep_final({"accuracy": 0.99})  # step 10 was validated: nothing more to keep
     assert load_checkpoint(tmp_path / "b" / BEST_DIR).trainer_state["value"] == 0.5
+
+
+def _kept_values(run):
+    return {p.name: load_checkpoint(p).trainer_state["value"]
+            for p in sorted((run / "best").glob("step-*"))}
+
+
+def test_a_displaced_kept_model_is_removed_atomically(tmp_path, monkeypatch):
+    # issue 57: a kill inside the removal of a displaced kept model left a half-deleted
+    # best/step-N that made every --resume die at its first validation
+    torch.manual_seed(0)
+    Trainer(Reverse(), Scripted([0.2, 0.7]), _cfg(max_steps=10, keep_best=2), tmp_path).fit()
+    real = shutil.rmtree
+
+    def killed(path, *args, **kwargs):  # the kill comes after one file is gone
+        next(p for p in Path(path).iterdir() if p.is_file()).unlink()
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(shutil, "rmtree", killed)
+    trainer = Trainer(Reverse(), Scripted([0.5]), _cfg(max_steps=15, keep_best=2), tmp_path)
+    trainer.resume()
+    with pytest.raises(SystemExit):
+        trainer.fit()  # step 15's 0.5 displaces step 5's 0.2
+    monkeypatch.setattr(shutil, "rmtree", real)
+    assert _kept_values(tmp_path) == {"step-00000010": 0.7, "step-00000015": 0.5}
+    assert [p.name.split(".attnkit-tmp-")[0] for p in (tmp_path / "best").glob(".*")] == [
+        ".step-00000005"]  # the half-deleted copy, under a name no reader lists
+    resumed = Trainer(Reverse(), Scripted([0.6]), _cfg(max_steps=15, keep_best=2), tmp_path)
+    resumed.resume()  # at step 10: the kill came before step 15's save
+    resumed.fit()  # step 15 validated again: its model replaces the one kept before the kill
+    assert _kept_values(tmp_path) == {"step-00000010": 0.7, "step-00000015": 0.6}
+    assert sorted(p.name for p in (tmp_path / "best").iterdir()) == [
+        "step-00000010", "step-00000015"]  # the leftover was deleted
+
+
+def test_a_half_deleted_kept_model_is_skipped_and_cleaned_up(tmp_path, caplog):
+    # what a kill inside the former non-atomic removal left: a step-N missing its weights
+    torch.manual_seed(0)
+    Trainer(Reverse(), Scripted([0.2, 0.7]), _cfg(max_steps=10, keep_best=2), tmp_path).fit()
+    (tmp_path / "best" / "step-00000005" / "model.safetensors").unlink()
+    with caplog.at_level("WARNING", logger="attnkit"):
+        assert best_checkpoints(tmp_path) == [tmp_path / "best" / "step-00000010"]
+    assert "step-00000005: skipped, unreadable" in caplog.text
+    assert (tmp_path / "best" / "step-00000005").exists()  # reading deletes nothing
+    caplog.clear()
+    trainer = Trainer(Reverse(), Scripted([0.5]), _cfg(max_steps=15, keep_best=2), tmp_path)
+    trainer.resume()
+    with caplog.at_level("WARNING", logger="attnkit"):
+        trainer.fit()  # died here at the first validation
+    assert "step-00000005: removed, unreadable" in caplog.text
+    assert sorted((tmp_path / "best").iterdir()) == [tmp_path / "best" / "step-00000010",
+                                                     tmp_path / "best" / "step-00000015"]
+
+
+def test_accumulate_is_bounded():
+    assert _cfg(accumulate=4096).accumulate == 4096
+    with pytest.raises(ValueError, match=r"accumulate: expected a positive int at most 4096 "
+                       r"\(batches per optimizer step\), got 1000000000000"):
+        _cfg(accumulate=10**12)
+
+
+def test_a_signal_mid_accumulation_stops_after_that_batch_and_resumes_exactly(tmp_path):
+    # issue 57: a stop request was looked at only after an optimizer step, so Ctrl-C waited
+    # for K batches; now after every batch, the partial accumulation discarded
+    torch.manual_seed(0)
+    straight = Reverse()
+    Trainer(straight, ReverseTask(), _cfg(max_steps=6, accumulate=3), tmp_path / "a").fit()
+    task, calls = ReverseTask(), []
+    original = task.loss
+
+    def loss(model, batch, step):
+        calls.append(step)
+        if len(calls) == 5:  # the second batch of the second step
+            signal.raise_signal(signal.SIGTERM)
+        return original(model, batch, step)
+
+    task.loss = loss
+    torch.manual_seed(0)
+    result = Trainer(Reverse(), task, _cfg(max_steps=6, accumulate=3), tmp_path / "b").fit()
+    assert len(calls) == 5  # stopped after the batch it came in, not the step's third
+    assert result.stopped == "signal" and result.step == 1
+    state = load_checkpoint(tmp_path / "b" / "checkpoint").trainer_state
+    assert (state["step"], state["epoch"], state["batch_in_epoch"]) == (1, 0, 3)
+    resumed = Reverse()
+    trainer = Trainer(resumed, ReverseTask(), _cfg(max_steps=6, accumulate=3), tmp_path / "b")
+    trainer.resume()
+    trainer.fit()
+    for (name, x), y in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(x, y), name  # dropout's random draws rewound too

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnkit.train import CheckpointError, save_checkpoint
+from attnkit.export import check_out
+from attnkit.train import save_checkpoint
 from attnkit.train.averaging import average_checkpoints, best_checkpoints
 
 
@@ -26,8 +27,11 @@ def add_parser(sub) -> None:
     p.add_argument("--best", type=int, metavar="N",
                    help="with --run: average its N best kept validations (default all kept)")
     p.add_argument("--out", type=Path, required=True,
-                   help="the averaged checkpoint's folder: new, empty or a checkpoint, which "
-                   "is replaced")
+                   help="the averaged checkpoint's folder: new, empty, or an earlier average "
+                   "or export, which is replaced; never a checkpoint averaged, a run's "
+                   "checkpoint or a folder inside one (the checks of attnkit export --out)")
+    p.add_argument("--force", action="store_true",
+                   help="replace --out even when it holds other files (they are deleted)")
     p.set_defaults(run=run_average)
 
 
@@ -39,15 +43,11 @@ def run_average(args) -> int:
     if args.best is not None and (run is None or args.best < 1):
         raise ValueError(f"--best: expected a positive int with --run, got {args.best}"
                          f"{'' if run else ' without --run'}")
-    out = args.out
-    if out.exists() and (not out.is_dir() or (any(out.iterdir())
-                                              and not (out / "config.json").is_file())):
-        raise CheckpointError(f"--out {out}: exists and is not a checkpoint folder; give a new "
-                              "or empty folder")
     paths = best_checkpoints(run, args.best) if run else args.checkpoints
+    out = check_out(args.out, reading=paths, force=args.force, doing="averaged")
     ck = average_checkpoints(paths)
     save_checkpoint(out, model=ck.model_state, config=ck.config, vocab=ck.vocab,
                     trainer_state=ck.trainer_state)
     steps = ", ".join(str(s) for s in ck.trainer_state["steps"])
-    print(f"averaged {len(paths)} checkpoints (steps {steps}) into {out}")
+    print(f"averaged {len(paths)} checkpoints (steps {steps}) into {args.out}")
     return 0

@@ -25,6 +25,7 @@ from attnkit.diagnose.explorer import write_explorer
 from attnkit.tasks.evaluator import TASK_BEAM
 from attnkit.tasks.explore import examples_of
 from attnkit.train import (
+    MAX_ACCUMULATE,
     PRECISIONS,
     SCHEDULES,
     Checkpoint,
@@ -51,11 +52,12 @@ __all__ = ["Interrupted", "add_decoding_args", "add_device_arg", "add_html_arg",
 CUDA_DATA_WORKERS = 2  # --workers-data on a GPU when not given (0 on CPU)
 
 
-def int_at_least(minimum: int, name: str):
-    """An argparse type: an int >= ``minimum``; argparse names it ``name`` in its error."""
+def int_at_least(minimum: int, name: str, *, at_most: int | None = None):
+    """An argparse type: an int >= ``minimum`` (and <= ``at_most``, when given); argparse
+    names it ``name`` in its error."""
     def parse(text: str) -> int:
         value = int(text)
-        if value < minimum:
+        if value < minimum or (at_most is not None and value > at_most):
             raise ValueError(text)
         return value
 
@@ -277,9 +279,14 @@ def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float 
     train.add_argument("--time-budget", type=positive_float,
                        help="seconds; stop and save after this")
     train.add_argument("--batch-size", type=positive_int, default=batch_size)
-    train.add_argument("--accumulate", type=positive_int, default=1, metavar="K",
+    train.add_argument("--accumulate", default=1, metavar="K",
+                       type=int_at_least(1, f"int in [1, {MAX_ACCUMULATE}]",
+                                         at_most=MAX_ACCUMULATE),
                        help="gradient accumulation: K batches per optimizer step, weighted by "
-                       "their tokens (the update of one batch K times larger; default 1)")
+                       "their tokens (the update of one batch K times larger; default 1, at "
+                       f"most {MAX_ACCUMULATE}). Ctrl-C or SIGTERM within a step's K batches "
+                       "stops after the batch at hand: the step's partial gradients are "
+                       "discarded and the run resumes at its start")
     train.add_argument("--lr", type=learning_rate, default=lr)
     train.add_argument("--warmup", type=non_negative_int, default=100,
                        help="steps of linear learning-rate warm-up")

@@ -49,6 +49,14 @@ def add_parser(sub) -> None:
     limits.add_argument("--timeout", type=common.positive_float, default=d.timeout_s,
                         metavar="S", help="seconds from a request's arrival to its answer; "
                         "later it is answered 504")
+    limits.add_argument("--read-timeout", type=common.positive_float,
+                        default=d.read_timeout_s, metavar="S",
+                        help="seconds a connection has to send a whole request (headers and "
+                        "body) from its opening or the previous answer; later it is closed "
+                        f"(default {d.read_timeout_s:g})")
+    limits.add_argument("--keep-alive", type=common.positive_float, default=d.keep_alive_s,
+                        metavar="S", help="seconds a connection may stay idle after an "
+                        f"answer; later it is closed (default {d.keep_alive_s:g})")
     limits.add_argument("--max-body", type=common.positive_int, default=d.max_body_bytes,
                         metavar="BYTES", help="a request's body at most (else 413)")
     limits.add_argument("--max-chars", type=common.positive_int, default=d.max_chars,
@@ -106,8 +114,8 @@ def run(args) -> int:
                     max_seconds=args.max_seconds, max_pixels=args.max_pixels,
                     max_beam=args.max_beam, max_len=args.max_len, max_batch=args.max_batch,
                     max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
-                    timeout_s=args.timeout)
-    api_key = _api_key(args)
+                    timeout_s=args.timeout, read_timeout_s=args.read_timeout,
+                    keep_alive_s=args.keep_alive)
     from attnkit.export import is_export
     device = args.device  # an export runs in onnxruntime on the CPU unless told otherwise
     if is_export(args.checkpoint) and getattr(args, "device_asked", "auto") == "auto":

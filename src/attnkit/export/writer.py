@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -52,9 +53,10 @@ FORMAT, VERSION = "attnkit-onnx", 3
 # What an export folder may hold: the files of this format, those of an inference checkpoint
 # (``attnkit export --format checkpoint``: attnkit.train's format, named here since export
 # does not import train), and the cache Python writes when attnkit_runner is imported from it.
-CHECKPOINT_FORMAT = "attnkit-checkpoint"
+# ``attnkit average`` writes an inference checkpoint whose trainer.json lists what it averaged.
+CHECKPOINT_FORMAT, TRAINER_FILE = "attnkit-checkpoint", "trainer.json"
 EXPORT_NAMES = {ENCODER_FILE, STEP_FILE, JSON_FILE, RUNNER_FILE, "__pycache__", "config.json",
-                "model.safetensors", "vocab.json"}
+                "model.safetensors", "vocab.json", TRAINER_FILE}
 
 
 def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: dict,
@@ -132,25 +134,33 @@ def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: di
     return meta
 
 
-def check_out(out: str | Path, *, reading: str | Path | None = None,
-              force: bool = False) -> Path:
-    """``out`` as an absolute path, once it is known that an export may replace that folder
-    whole: it does not exist (and no file stands in the way of creating it), it is empty, or
-    it holds an earlier export (ONNX, or an inference checkpoint) and nothing else; with
-    ``force``, any folder. Never the checkpoint ``reading`` (the one being exported), a folder
-    holding it or one inside it, even with ``force``.
+def check_out(out: str | Path, *, reading: str | Path | Sequence[str | Path] | None = None,
+              force: bool = False, doing: str = "exported") -> Path:
+    """``out`` as an absolute path, once it is known that an export (or ``attnkit average``)
+    may replace that folder whole: it does not exist (and no file stands in the way of
+    creating it), it is empty, or it holds an earlier export (ONNX, an inference checkpoint
+    or an averaged one) and nothing else; with ``force``, any folder. Never a checkpoint of
+    ``reading`` (the ones being ``doing``: exported, averaged), a folder holding one or one
+    inside one, even with ``force``; never a folder inside a checkpoint (a run's next save
+    replaces that checkpoint whole, and what is inside with it).
 
     Raises:
         ValueError: naming ``out``, what it is and what was expected.
     """
     given, out = out, Path(os.path.abspath(out))
-    if reading is not None:
-        source, target = Path(os.path.realpath(reading)), Path(os.path.realpath(out))
+    readings = [reading] if isinstance(reading, (str, Path)) else list(reading or ())
+    target = Path(os.path.realpath(out))
+    for read in readings:
+        source = Path(os.path.realpath(read))
         why = ("is" if target == source else "is inside" if source in target.parents else
                "holds" if target in source.parents else None)
         if why:
-            raise ValueError(f"out: {given} {why} the checkpoint being exported ({reading}); "
+            raise ValueError(f"out: {given} {why} the checkpoint being {doing} ({read}); "
                              "expected another folder")
+    holder = next((p for p in target.parents if _is_checkpoint(p)), None)
+    if holder is not None:
+        raise ValueError(f"out: {given} is inside the checkpoint {holder}, which its next "
+                         "save replaces whole; expected a folder outside it")
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: expected a folder (new or existing), got the file {given}")
     if not out.exists():
@@ -159,8 +169,9 @@ def check_out(out: str | Path, *, reading: str | Path | None = None,
             raise ValueError(f"out: cannot create {given}: {above} is a file")
         return out
     names = sorted(p.name for p in out.iterdir())
-    if names and not force and not _is_export(out, names):
-        shown = [n for n in names if n not in EXPORT_NAMES] or names
+    foreign = _foreign(out, names)
+    if names and not force and (foreign or not _is_export(out)):
+        shown = foreign or names
         raise ValueError(f"out: {given} is not empty and not an earlier attnkit export (it "
                          f"holds {', '.join(shown[:5])}{', ...' if len(shown) > 5 else ''}); "
                          "expected a new or empty folder, or pass --force to replace it and "
@@ -168,20 +179,34 @@ def check_out(out: str | Path, *, reading: str | Path | None = None,
     return out
 
 
-def _is_export(folder: Path, names: list[str]) -> bool:
-    """Whether ``folder``, holding ``names``, holds an export and nothing else."""
-    if not set(names) <= EXPORT_NAMES:
-        return False
-    for name, form in ((JSON_FILE, FORMAT), ("config.json", CHECKPOINT_FORMAT)):
-        if not (folder / name).is_file():
-            continue
-        try:
-            head = json.loads((folder / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(head, dict) and head.get("format") == form:
-            return True
-    return False
+def _is_checkpoint(folder: Path) -> bool:
+    """Whether ``folder`` is a checkpoint (its config.json says so)."""
+    return _head(folder / "config.json").get("format") == CHECKPOINT_FORMAT
+
+
+def _head(path: Path) -> dict:
+    """The JSON object in ``path``, or {} when it is not a regular file holding one (a FIFO
+    is not opened)."""
+    if not path.is_file():
+        return {}
+    try:
+        head = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return head if isinstance(head, dict) else {}
+
+
+def _foreign(folder: Path, names: list[str]) -> list[str]:
+    """Those of ``names`` (in ``folder``) that no export holds: any other file, and a
+    trainer.json that does not list what was averaged (a run's checkpoints and the models it
+    keeps say their step instead)."""
+    return [n for n in names if n not in EXPORT_NAMES
+            or (n == TRAINER_FILE and "averaged" not in _head(folder / n))]
+
+
+def _is_export(folder: Path) -> bool:
+    """Whether ``folder`` holds an export: its attnkit.json or config.json says so."""
+    return _head(folder / JSON_FILE).get("format") == FORMAT or _is_checkpoint(folder)
 
 
 # Per method of a token decoder: the Decoding fields written to the JSON, and in words how

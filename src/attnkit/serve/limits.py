@@ -26,6 +26,10 @@ class Limits:
         max_wait_ms: how long a request waits for others to join its batch.
         max_queue: requests waiting to be decoded; more are answered 503.
         timeout_s: a request's time from arrival to answer; later it is answered 504.
+        read_timeout_s: the time a connection has to send a whole request (headers and
+            body), from its opening or the previous answer; later it is closed unanswered.
+        keep_alive_s: how long a connection may stay idle after an answer; later it is
+            closed.
     """
 
     max_body_bytes: int = 10 * 2**20
@@ -38,6 +42,8 @@ class Limits:
     max_wait_ms: float = 5.0
     max_queue: int = 256
     timeout_s: float = 30.0
+    read_timeout_s: float = 30.0
+    keep_alive_s: float = 5.0
 
     def __post_init__(self):
         for f in fields(self):

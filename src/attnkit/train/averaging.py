@@ -34,7 +34,7 @@ import torch
 
 from attnkit.checks import quoted
 from attnkit.train.checkpoint import Checkpoint, CheckpointError, load_checkpoint
-from attnkit.train.loop import KEPT_DIR
+from attnkit.train.loop import KEPT_DIR, kept_models
 
 __all__ = ["TRAINING_DATA", "TRAINING_MODEL", "TRAINING_ONLY", "average_checkpoints",
            "best_checkpoints"]
@@ -106,17 +106,13 @@ def _model_config(config: dict) -> dict:
 
 def best_checkpoints(run: str | Path, n: int | None = None) -> list[Path]:
     """The checkpoints a run kept of its best validations (``RUN/best/step-*``, written with
-    ``keep_best`` > 1), best first, at most ``n`` (None: all).
+    ``keep_best`` > 1), best first, at most ``n`` (None: all); one that cannot be read is
+    skipped with a warning (:func:`attnkit.train.loop.kept_models`).
 
     Raises:
         CheckpointError: the run kept none.
     """
-    found = []
-    for folder in sorted(Path(run, KEPT_DIR).glob("step-*")):
-        ck = load_checkpoint(folder)
-        value = (ck.trainer_state or {}).get("value")
-        if isinstance(value, (int, float)):
-            found.append((value, folder))
+    found = kept_models(run)
     if not found:
         raise CheckpointError(f"{Path(run, KEPT_DIR)}: no checkpoints of best validations "
                               "(train with --keep-best N, N > 1)")

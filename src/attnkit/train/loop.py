@@ -79,7 +79,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import shutil
 import signal
 import time
 from dataclasses import asdict, dataclass, field
@@ -90,6 +89,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from attnkit.checks import quoted
+from attnkit.folders import remove_folder, remove_leftovers
 from attnkit.train import distributed
 from attnkit.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from attnkit.train.device import PRECISIONS, autocast, check_precision, to_device
@@ -104,7 +104,7 @@ from attnkit.train.state import (
     set_rng_state,
 )
 
-__all__ = ["BEST_DIR", "KEPT_DIR", "SCHEDULES", "Task", "TrainConfig", "TrainResult", "Trainer",
+__all__ = ["BEST_DIR", "KEPT_DIR", "MAX_ACCUMULATE", "SCHEDULES", "Task", "TrainConfig", "TrainResult", "Trainer",
            "lr_factor"]
 
 SCHEDULES = ("constant", "inverse_sqrt", "cosine")  # TrainConfig.schedule, see lr_factor
@@ -113,6 +113,8 @@ log = logging.getLogger("attnkit")
 
 BEST_DIR = "checkpoint-best"  # the best validation's model, inside the run folder
 KEPT_DIR = "best"  # the models of the keep_best best validations, inside the run folder
+# TrainConfig.accumulate at most: a step of more batches is better made of larger batches
+MAX_ACCUMULATE = 4096
 PICTURES = 2  # validation examples pictured for TensorBoard at each validation
 
 # The signals that stop a run after its checkpoint is saved: Ctrl-C, kill, and a hang-up (the
@@ -120,6 +122,26 @@ PICTURES = 2  # validation examples pictured for TensorBoard at each validation
 # ignores SIGHUP) stays ignored.
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
                      if hasattr(signal, name))
+
+
+def kept_models(run: str | Path, *, remove_broken: bool = False) -> list[tuple[float, Path]]:
+    """The models a run kept of its best validations (``RUN/best/step-*``, :data:`KEPT_DIR`)
+    with their values, in folder order. One that cannot be read (a half-deleted folder, left
+    by a kill inside the removal of earlier versions) is skipped with a warning, and deleted
+    with ``remove_broken`` (the run's own trainer does that; readers delete nothing)."""
+    found = []
+    for folder in sorted(Path(run, KEPT_DIR).glob("step-*")):
+        try:
+            state = load_checkpoint(folder).trainer_state or {}
+        except CheckpointError as exc:
+            log.warning("%s: %s, unreadable (%s): a kept model whose removal was cut short",
+                        folder, "removed" if remove_broken else "skipped", exc)
+            if remove_broken:
+                remove_folder(folder)
+            continue
+        if isinstance(state.get("value"), (int, float)):
+            found.append((state["value"], folder))
+    return found
 
 
 class Task(Protocol):
@@ -146,7 +168,12 @@ class TrainConfig:
     the count ``task.loss`` returns), which is exactly the update of one batch ``K`` times
     larger when the task's loss is the mean over those tokens (the cross-entropy of every
     task); a CTC loss, a mean over lines of each line's loss per label, is weighted by its
-    lines' labels. ``max_steps`` and the schedule count optimizer steps. ``keep_best``: the
+    lines' labels; at most :data:`MAX_ACCUMULATE`. A stop request (a signal) is looked at
+    after every batch: one that comes in the middle of a step's ``K`` batches discards the
+    gradients summed so far and saves the checkpoint at the step's start (its position in the
+    epoch and its random states rewound), so the resumed run redoes those batches and ends as
+    one that ran straight through. ``max_steps`` and the schedule count optimizer steps.
+    ``keep_best``: the
     number of best validations whose models are kept (1: ``checkpoint-best`` alone; see the
     module docstring).
     """
@@ -177,6 +204,9 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected a positive int, got {quoted(value)}")
+        if self.accumulate > MAX_ACCUMULATE:
+            raise ValueError(f"accumulate: expected a positive int at most {MAX_ACCUMULATE} "
+                             f"(batches per optimizer step), got {quoted(self.accumulate)}")
         if not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise ValueError(f"warmup_steps: expected a non-negative int, got "
                              f"{quoted(self.warmup_steps)}")
@@ -378,18 +408,19 @@ class Trainer:
 
     def _keep(self, value: float) -> None:
         """Keep the model of this validation if it is among the ``keep_best`` best (in
-        ``out_dir/best``), dropping the one it displaces."""
-        kept = []
-        for folder in sorted((self.out_dir / KEPT_DIR).glob("step-*")):
-            state = load_checkpoint(folder).trainer_state or {}
-            if isinstance(state.get("value"), (int, float)):
-                kept.append((state["value"], folder))
-        kept.sort(key=lambda pair: pair[0])  # worst first
+        ``out_dir/best``), dropping the one it displaces (atomically: a kill leaves it whole
+        or gone; what a removal cut short left is deleted here, with a warning)."""
+        remove_leftovers(self.out_dir / KEPT_DIR)
+        folder = self.out_dir / KEPT_DIR / f"step-{self.step:08d}"
+        # worst first; a model of this step (kept by a run killed before its next save, then
+        # resumed) is replaced, not compared
+        kept = sorted(((v, f) for v, f in kept_models(self.out_dir, remove_broken=True)
+                       if f != folder), key=lambda pair: pair[0])
         if len(kept) >= self.config.keep_best and value <= kept[0][0]:
             return
-        self._save_model(self.out_dir / KEPT_DIR / f"step-{self.step:08d}", value)
+        self._save_model(folder, value)
         for _, folder in kept[:max(0, len(kept) + 1 - self.config.keep_best)]:
-            shutil.rmtree(folder)
+            remove_folder(folder)
 
     def _validate(self, events: Events) -> bool:
         """Evaluate, record, keep the best (and its checkpoint); returns True when early
@@ -422,10 +453,16 @@ class Trainer:
             raise FloatingPointError(f"step {self.step}: loss is {loss.item()}")
         return loss, tokens
 
-    def _backward(self, net, batches, device: torch.device) -> tuple[torch.Tensor, int]:
+    def _stop_requested(self, device: torch.device) -> bool:
+        """Whether a signal came to any process (every process must ask at the same batch)."""
+        return distributed.sum_across([self._signal is not None], device)[0] > 0
+
+    def _backward(self, net, batches,
+                  device: torch.device) -> tuple[torch.Tensor, int] | None:
         """The gradients of one optimizer step in the parameters' ``.grad`` (fp16: scaled),
         from ``config.accumulate`` batches; returns the loss (their token-weighted mean) and
-        the tokens. Several processes: DDP averages the gradients in the last backward."""
+        the tokens, or None when a signal came before the last of them (the gradients are
+        then partial). Several processes: DDP averages the gradients in the last backward."""
         k = self.config.accumulate
         if k == 1:
             loss, tokens = self._loss(net, batches, device)
@@ -443,6 +480,8 @@ class Trainer:
                 self.scaler.scale(loss * max(tokens, 1)).backward()
             total_loss += loss.detach() * max(tokens, 1)
             total += max(tokens, 1)
+            if i < k - 1 and self._stop_requested(device):
+                return None
         for param in self.model.parameters():
             if param.grad is not None:
                 param.grad.div_(total)
@@ -501,7 +540,20 @@ class Trainer:
                 for group in self.optimizer.param_groups:
                     group["lr"] = cfg.lr * lr_factor(self.step, cfg)
                 self.optimizer.zero_grad(set_to_none=True)
-                loss, tokens = self._backward(net, batches, device)
+                # where the step starts, to come back to when a signal cuts its batches short
+                start_of_step = (self.epoch, self.batch_in_epoch,
+                                 rng_state()) if cfg.accumulate > 1 else None
+                done = self._backward(net, batches, device)
+                if done is None:
+                    self.epoch, self.batch_in_epoch, rngs = start_of_step
+                    set_rng_state(rngs)
+                    self.optimizer.zero_grad(set_to_none=True)
+                    log.info("stopped by a signal within step %d's %d batches: its partial "
+                             "gradients are discarded, the run resumes at its start",
+                             self.step + 1, cfg.accumulate)
+                    stopped = "signal"
+                    break
+                loss, tokens = done
                 if cfg.clip_norm:
                     self.scaler.unscale_(self.optimizer)
                     torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_norm)
