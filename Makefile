@@ -124,7 +124,10 @@ bench-quick: $(STAMP)
 
 # The built-in models (docs/models.md), each trained from its recipe in build/models/NAME and
 # exported for inference into build/pretrained/NAME. Hours on a 2-core CPU; not part of demo or
-# test. `make install-models` then copies them into the package (src/attnkit/pretrained/).
+# test. `make install-models` then copies their files into the package
+# (src/attnkit/pretrained/NAME/), beside the model card it keeps: the card's figures must then
+# be measured again and the new sha256 written there (tests/cli/test_pretrained.py checks it),
+# and the weights are committed with that card only.
 MODELS := translate:translate-dates ocr:ocr-lines asr:asr-digits
 models: install fonts
 	@set -e; for pair in $(MODELS); do task=$${pair%%:*}; name=$${pair#*:}; \
@@ -136,8 +139,9 @@ models: install fonts
 install-models:
 	@set -e; for pair in $(MODELS); do name=$${pair#*:}; \
 	  [ -f build/pretrained/$$name/config.json ] || { echo "build/pretrained/$$name: not built (make models)"; exit 1; }; \
-	  rm -rf src/attnkit/pretrained/$$name; cp -r build/pretrained/$$name src/attnkit/pretrained/$$name; \
-	  echo "installed src/attnkit/pretrained/$$name"; \
+	  dst=src/attnkit/pretrained/$$name; mkdir -p $$dst; \
+	  rm -f $$dst/config.json $$dst/model.safetensors $$dst/vocab.json; cp build/pretrained/$$name/* $$dst/; \
+	  echo "installed $$dst: measure its figures again and update $$dst/MODEL_CARD.md"; \
 	done
 
 clean:

@@ -1,6 +1,6 @@
 """Every Python example in README.md and in the site's pages that a reader runs as written
-(Getting started, Using attention) runs; every attnkit command in README.md and in the guides
-is one the command line takes (its options exist, their values parse, decoding options
+(Getting started, Using attention) runs; every attnkit command in README.md, in the guides and
+in the model cards is one the command line takes (its options exist, their values parse, decoding options
 combine)."""
 
 import re
@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN = ["README.md", "docs/index.md", "docs/attention.md"]  # their Python blocks run
 PARSE = RUN + [f"docs/{name}.md" for name in (  # their commands parse
     "translation", "ocr", "speech", "caption", "vqa", "lm", "images", "training", "decoding",
-    "tools", "deploy", "models")]
+    "tools", "deploy", "models")] + sorted(  # and the model cards, shipped in the package
+        str(card.relative_to(ROOT))
+        for card in (ROOT / "src/attnkit/pretrained").glob("*/MODEL_CARD.md"))
 ENTRY = {"attnkit", "attnkit)", "attnkit.cli.main"}  # attnkit, $(which attnkit), python -m
 
 

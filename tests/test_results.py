@@ -1,4 +1,6 @@
-"""results/: every file says what measured it and when, and every file the docs cite exists."""
+"""results/ (what the docs and the model cards cite) and experiments/results/ (one-off
+studies): every file says what measured it and when, every file a page cites exists, and every
+experiment's file is in the experiments' index."""
 
 import json
 import re
@@ -8,8 +10,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = sorted((ROOT / "results").glob("*.json"))
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "results/README.md"]
+EXPERIMENTS = ROOT / "experiments"
+RESULTS = sorted([*(ROOT / "results").glob("*.json"), *(EXPERIMENTS / "results").glob("*.json")])
+CARDS = sorted((ROOT / "src/attnkit/pretrained").glob("*/MODEL_CARD.md"))
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "results/README.md",
+         *CARDS, *sorted(EXPERIMENTS.rglob("*.md"))]
 
 
 def runs_of(path: Path) -> list[dict]:
@@ -32,17 +37,33 @@ def test_no_result_name_carries_a_commit_or_a_repeat_number():
 
 
 def cited(text: str) -> set[str]:
-    """The results/ files a page names, ``{a,b}`` alternatives spelled out; not where a
-    command writes (``--json results/...``: a run may have been split into several files)."""
+    """The results files a page names (``results/NAME.json`` or
+    ``experiments/results/NAME.json``, from the repository's root), ``{a,b}`` alternatives
+    spelled out; not where a command writes (``--json results/...``: a run may have been split
+    into several files, or moved since)."""
     names = set()
-    for found in re.findall(r"(?<!--json )results/([\w{},]+\.json)", text):
+    for folder, found in re.findall(
+            r"(?<!--json )(?<![\w/-])((?:experiments/)?results/)([\w{},]+\.json)", text):
         parts = re.split(r"\{([^}]*)\}", found)
         choices = [[p] if i % 2 == 0 else p.split(",") for i, p in enumerate(parts)]
-        names.update("".join(c) for c in product(*choices))
+        names.update(folder + "".join(c) for c in product(*choices))
     return names
 
 
+def test_cited_reads_both_folders_and_skips_where_commands_write():
+    text = ("(results/a.json, experiments/results/b_{x,y}.json; --json results/c.json; "
+            "build/results/d.json)")
+    assert cited(text) == {"results/a.json", "experiments/results/b_x.json",
+                           "experiments/results/b_y.json"}
+
+
 def test_every_results_file_the_docs_cite_exists():
-    missing = {(page.name, name) for page in PAGES for name in cited(page.read_text())
-               if not (ROOT / "results" / name).exists()}
+    missing = {(str(page.relative_to(ROOT)), name) for page in PAGES
+               for name in cited(page.read_text()) if not (ROOT / name).exists()}
     assert not missing
+
+
+def test_every_experiment_file_is_in_the_index():
+    index = cited((EXPERIMENTS / "README.md").read_text())
+    files = {str(p.relative_to(ROOT)) for p in (EXPERIMENTS / "results").glob("*.json")}
+    assert files and files <= index, sorted(files - index)

@@ -1,8 +1,12 @@
 """The built-in models: each loads by name and reaches its figure on a fresh sample of the test
-split (fonts, voices and pairs never used in training or validation); the recipes that made
-them; ``attnkit export --format checkpoint``; bad names."""
+split (fonts, voices and pairs never used in training or validation); each ships a model card
+that names every source of its data with its licence and the weights its figures are of; the
+recipes that made them; ``attnkit export --format checkpoint``; bad names."""
 
 import dataclasses
+import hashlib
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +21,10 @@ from attnkit.data import (
     write_wav,
 )
 from attnkit.data.audio import log_mel, normalize_features
+from attnkit.data.festival_accents import ACCENTS
 from attnkit.data.speech import plan_utterances, utterance_audio
+from attnkit.data.synthesis import FESTIVAL_VOICES, GNUSPEECH_PACKAGE, PICO_PACKAGE
+from attnkit.data.text_tasks import DATA_VERSIONS
 from attnkit.tasks import asr, ocr, translate
 from attnkit.tasks.loading import load_task_model
 from attnkit.train import builtin_checkpoints, load_checkpoint
@@ -25,6 +32,8 @@ from tests.needs import default_fonts, needs_fonts, needs_voice
 
 SHIPPED = {"translate-dates": "translate", "ocr-lines": "ocr", "asr-digits": "asr"}
 MiB = 2 ** 20
+CARD = "MODEL_CARD.md"
+MAKEFILE = Path(__file__).resolve().parents[2] / "Makefile"
 
 
 def test_every_model_is_shipped_within_its_size_limits():
@@ -36,8 +45,70 @@ def test_every_model_is_shipped_within_its_size_limits():
     assert sum(sizes.values()) <= 40 * MiB, sizes
     for name, folder in shipped.items():
         assert sorted(f.name for f in folder.iterdir()) == [
-            "config.json", "model.safetensors", "vocab.json"], name
+            CARD, "config.json", "model.safetensors", "vocab.json"], name
         assert load_checkpoint(f"builtin:{name}").config["task"] == SHIPPED[name]
+
+
+def _section(card: str, title: str) -> str:
+    """The text under a card's ``## title``, up to its next section."""
+    found = re.search(rf"^## {title}\n(.*?)(?=^## |\Z)", card, flags=re.M | re.S)
+    assert found, f"no section {title!r}"
+    return found.group(1)
+
+
+def test_each_card_names_the_weights_its_figures_are_of():
+    """A shipped model's weights change only with its card's figures: the card's Figures
+    section names the sha256 of the weights it measured, so weights committed without their
+    figures measured again (and the card changed) fail here."""
+    for name, folder in builtin_checkpoints().items():
+        card = (folder / CARD).read_text(encoding="utf-8")
+        assert card.startswith(f"# {name} (model card)\n"), name
+        sections = re.findall(r"^## (.+)$", card, flags=re.M)
+        assert sections == ["Data", "Recipe", "Figures", "Limits"], (name, sections)
+        assert len(card.splitlines()) <= 160, name
+        digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+        assert f"`{digest}`" in _section(card, "Figures"), (name, digest)
+
+
+def _licensed_rows(data: str) -> str:
+    """The rows of the tables of a card's Data section that have a ``licence`` column, each
+    checked to fill it."""
+    rows = []
+    for table in re.findall(r"(?:^\|.*\|\n)+", data, flags=re.M):
+        header, _, *body = [[c.strip() for c in line.strip("|").split("|")]
+                            for line in table.splitlines()]
+        if "licence" in header:
+            at = header.index("licence")
+            assert all(row[at] for row in body), header
+            rows += [" | ".join(row) for row in body]
+    return "\n".join(rows)
+
+
+def _sources(name: str) -> list[str]:
+    """What a model's data was made from, as the code that made it names it: libraries and
+    their versions, font packages, speech engines and the packages of their voices."""
+    config = load_checkpoint(f"builtin:{name}").config
+    if config["task"] == "translate":
+        return [part for item in DATA_VERSIONS.items() for part in item]
+    if config["task"] == "ocr":
+        makefile = MAKEFILE.read_text()
+        fonts = re.search(r"^FONT_PACKAGES = (.*?)\n\n", makefile, flags=re.M | re.S).group(1)
+        system = re.findall(r'missing="\$\$missing (fonts-[\w-]+)"', makefile)
+        return ["SCOWL", "pydoc_data", "DejaVu", *fonts.replace("\\", " ").split(), *system]
+    engines = [f"`{engine}`" for engine in config["data"]["engines"]]
+    packages = [*FESTIVAL_VOICES.values(), *(accent.package for accent in ACCENTS.values())]
+    return ["num2words", *engines, *packages, *GNUSPEECH_PACKAGE.rsplit("@", 1), PICO_PACKAGE]
+
+
+@pytest.mark.parametrize("name", list(SHIPPED))
+def test_each_card_names_every_source_of_its_data_with_its_licence(name):
+    card = (builtin_checkpoints()[name] / CARD).read_text(encoding="utf-8")
+    rows = _licensed_rows(_section(card, "Data")).lower()
+    sources = _sources(name)
+    assert len(sources) >= 4
+    missing = [s for s in sources if not re.search(rf"(?<![\w-]){re.escape(s.lower())}(?![\w-])",
+                                                   rows)]
+    assert missing == []
 
 
 def test_translate_dates_on_fresh_test_pairs(one_thread):
