@@ -112,3 +112,48 @@ def _tanh_err() -> float:
 
 # The kernels' tanh error, relative and so absolute too (|tanh| <= 1)
 TANH_ERR = _tanh_err()
+
+
+def assert_within_normwise(want, operations: int, scales=None, **paths) -> None:
+    """Every float32 computation in ``paths`` (a name -> results in the order of ``want``)
+    within :func:`normwise_bound` ``(w, operations)`` of ``w``, the same result computed in
+    float64 (``None`` results are skipped). A result that cancels to (near) zero whatever its
+    terms (a bias whose gradient an invariance removes) is judged on its terms' scale instead,
+    ``scales[i]``, where that is larger. The bound is checked not to be vacuous first:
+    ``4 gamma(operations)``, its part of the values' scale, stays under 1%."""
+    assert 4 * gamma(operations) < 0.01, f"{operations} operations: a vacuous bound"
+    for i, w in enumerate(want):
+        if w is None or w.numel() == 0:
+            continue
+        bound = normwise_bound(w, operations)
+        if scales and i in scales:
+            bound = max(bound, 4 * gamma(operations) * scales[i])
+        for name, got in paths.items():
+            err = float((got[i].detach().double() - w.detach()).abs().max())
+            assert err <= bound, f"{name}, result {i}: error {err:.3g} over its bound {bound:.3g}"
+
+
+def key_bias_scales(module64, attention64, first: int):
+    """Dot scores are unchanged when every key moves by one vector (the softmax's invariance),
+    so the gradient of a multi-head Attention's key-projection bias is exactly zero, and float32
+    keeps the rounding of its terms: the keys' gradients ``dK``, summed over every row and key,
+    each with its own error. Judged on their scale, ``B Tk max |dK|`` (``scales`` of
+    :func:`assert_within_normwise`). Call before the float64 run of ``module64`` (which holds
+    ``attention64``, applied once to the keys), and the function returned after it; ``first``:
+    the index of ``module64``'s first parameter among the results."""
+    if attention64.heads == 1 or not attention64.score.dot_family:
+        return lambda: None
+    kept = []
+
+    def keep(module, inputs, out):
+        out.retain_grad()
+        kept.append(out)
+
+    handle = attention64.k_proj.register_forward_hook(keep)
+
+    def scales():
+        handle.remove()
+        dk = kept[-1].grad  # (B, Tk, H * Dh)
+        index = [p is attention64.k_proj.bias for p in module64.parameters()].index(True)
+        return {first + index: dk[..., 0].numel() * float(dk.abs().max())}
+    return scales

@@ -2,6 +2,7 @@
 reference, and its in-place gradient sums are right across decoder steps, partial backward
 passes and repeated passes."""
 
+import copy
 import os
 import subprocess
 import sys
@@ -16,7 +17,13 @@ from attnkit import Attention
 from attnkit.attention import step
 from attnkit.ops import bindings, native
 
-from .float32_bounds import TANH_ERR, normwise_bound, tanh_relative_bound
+from .float32_bounds import (
+    TANH_ERR,
+    assert_within_normwise,
+    key_bias_scales,
+    normwise_bound,
+    tanh_relative_bound,
+)
 
 needs_native = pytest.mark.skipif(not native.available(),
                                   reason=f"no C++ step kernel: {native.status()}")
@@ -133,6 +140,30 @@ def _decoder_case(heads=1, b=4, tk=80, d=128, steps=5, seed=0, score="additive")
     return attn, ref, enc, queries, lengths
 
 
+def _float64(module, *tensors):
+    """A float64 copy of a module and of its inputs (new leaves): the same computation, whose
+    own rounding is far below float32's, to judge the float32 paths against."""
+    return (copy.deepcopy(module).double(),
+            *(t.detach().double().requires_grad_(t.requires_grad) for t in tensors))
+
+
+def _step_operations(module, tk, b, steps, backward=1):
+    """The longest chain of dependent roundings through ``steps`` decoder steps of ``module``
+    over ``tk`` keys and ``b`` rows (an upper count, for :func:`normwise_bound`): a step's
+    forward chain is the query's and keys' projections (their input width each), the score's
+    sum (at most that width, or the location conv's ``kernel + filters``), the softmax's and
+    the context's sums (Tk each) and the output projection; a gradient runs the chain back
+    (``backward`` times: 3 for a second derivative, whose pass runs back through the first
+    gradient's graph and the forward's), through every step for the location score
+    (each step's weights feed the next) and once otherwise; and a parameter's gradient sums
+    over every step, row and key."""
+    width = max(module.query_dim, module.key_dim, module.value_dim)
+    chain = 4 * width + 2 * tk
+    if getattr(module.score, "needs_prev", False):
+        chain = steps * (chain + module.score.w_loc.shape[1] + module.score.conv.kernel_size[0])
+    return (1 + backward) * chain + backward * steps * b * tk
+
+
 def _train_step(module, enc, queries, lengths, loss_fn, need_weights=False):
     """Context, weights and the gradients of enc, queries and the module's parameters."""
     for t in [enc, queries, *module.parameters()]:
@@ -148,14 +179,16 @@ def _train_step(module, enc, queries, lengths, loss_fn, need_weights=False):
 @pytest.mark.parametrize("need_weights", [False, True])
 @pytest.mark.parametrize("score", ["additive", "location"])
 def test_decoder_steps_take_the_fused_path_and_equal_the_reference(heads, need_weights, score):
-    plan = _steps_match_the_reference(heads, need_weights, score, grad_tol=1e-4)
+    plan = _steps_match_the_reference(heads, need_weights, score)
     assert plan.impl == "step" and plan.kernel == "native" and "C++ step kernel" in plan.reason
 
 
-def _steps_match_the_reference(heads, need_weights, score, grad_tol):
-    """Five decoder steps over one prepared memory against the reference path: contexts,
-    weights and every gradient. Returns the plan of the steps."""
+def _steps_match_the_reference(heads, need_weights, score):
+    """Five decoder steps over one prepared memory, and the reference path, in float32:
+    contexts, weights and every gradient within a normwise float32 bound of the reference in
+    float64 (:func:`_step_operations`). Returns the plan of the steps."""
     attn, ref, enc, queries, lengths = _decoder_case(heads, score=score)
+    ref64, enc64, queries64 = _float64(ref, enc, queries)
     assert attn.prepare(enc).sink is not None
     plan = attn.plan(queries[0], enc, key_lengths=lengths, need_weights=need_weights)
     w = torch.randn(5, 4, heads, 80).squeeze(2)  # (steps, B, [H,] Tk)
@@ -164,46 +197,55 @@ def _steps_match_the_reference(heads, need_weights, score, grad_tol):
         return ctx.square().sum() + ((weights * w).sum() if need_weights else 0)
 
     got_ctx, got_w, got = _train_step(attn, enc, queries, lengths, loss, need_weights)
-    ctx, weights, want = _train_step(ref, enc, queries, lengths, loss, need_weights)
-    torch.testing.assert_close(got_ctx, ctx, atol=1e-5, rtol=1e-5)
-    if need_weights:
-        torch.testing.assert_close(got_w, weights, atol=1e-5, rtol=1e-5)
+    ctx, weights, plain = _train_step(ref, enc, queries, lengths, loss, need_weights)
+    scales = key_bias_scales(ref64, ref64, 4)
+    ctx64, weights64, want = _train_step(ref64, enc64, queries64, lengths, loss, need_weights)
+    assert_within_normwise([ctx64, weights64, *want], _step_operations(attn, 80, 4, 5),
+                           scales(), step=[got_ctx, got_w, *got], reference=[ctx, weights, *plain])
     assert got_ctx[:, 3].abs().sum() == 0  # length 0: zero context
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, atol=grad_tol, rtol=grad_tol)
     return plan
 
 
 def _squared_context_case():
-    """A decoder case, and the reference gradients of sum(context^2) (enc, queries, params);
-    the gradients of enc and queries are cleared afterwards."""
+    """A decoder case, the reference gradients of sum(context^2) (enc, queries, params) in
+    float64, and their operation count; the float32 reference's are checked within the
+    normwise bound here, and the gradients of enc and queries cleared."""
     attn, ref, enc, queries, lengths = _decoder_case()
-    _, _, want = _train_step(ref, enc, queries, lengths, lambda ctx, w: ctx.square().sum())
+    ref64, enc64, queries64 = _float64(ref, enc, queries)
+
+    def loss(ctx, w):
+        return ctx.square().sum()
+
+    _, _, want = _train_step(ref64, enc64, queries64, lengths, loss)
+    _, _, plain = _train_step(ref, enc, queries, lengths, loss)
+    operations = _step_operations(attn, 80, 4, 5)
+    assert_within_normwise(want, operations, reference=plain)
     enc.grad = queries.grad = None
-    return attn, enc, queries, lengths, want
+    return attn, enc, queries, lengths, want, operations
 
 
 @needs_native
 def test_a_partial_backward_leaves_nothing_for_the_next_pass():
-    attn, enc, queries, lengths, want = _squared_context_case()
+    attn, enc, queries, lengths, want, operations = _squared_context_case()
     memory = attn.prepare(enc)
     ctx = torch.stack([attn(q, memory, key_lengths=lengths).context for q in queries])
     # Gradient of the queries only: the steps run backward, the memory's node does not.
     (dq,) = torch.autograd.grad(ctx.square().sum(), [queries], retain_graph=True)
-    torch.testing.assert_close(dq, want[1], atol=1e-4, rtol=1e-4)
+    assert_within_normwise(want[1:2], operations, step=[dq])
     assert enc.grad is None
-    # A later full pass over the same graph sees only its own gradients, twice -> doubled.
+    # A later full pass over the same graph sees only its own gradients, twice -> doubled
+    # (the second pass adds one rounding).
     ctx.square().sum().backward(retain_graph=True)
-    torch.testing.assert_close(enc.grad, want[0], atol=1e-4, rtol=1e-4)
+    assert_within_normwise(want[:1], operations, step=[enc.grad])
     ctx.square().sum().backward()
-    torch.testing.assert_close(enc.grad, 2 * want[0], atol=2e-4, rtol=1e-4)
+    assert_within_normwise([2 * want[0]], operations + 1, step=[enc.grad])
 
 
 @needs_native
 def test_steps_on_both_paths_over_one_memory(monkeypatch):
     """Early steps on the general path (gradients through autograd), later ones on the C++
     step (gradients into the sink): the memory adds both."""
-    attn, enc, queries, lengths, want = _squared_context_case()
+    attn, enc, queries, lengths, want, operations = _squared_context_case()
     memory = attn.prepare(enc)
     outs = []
     for i, q in enumerate(queries):
@@ -212,8 +254,7 @@ def test_steps_on_both_paths_over_one_memory(monkeypatch):
         outs.append(attn(q, memory, key_lengths=lengths).context)
     torch.stack(outs).square().sum().backward()
     got = [enc.grad, queries.grad, *[p.grad for p in attn.parameters()]]
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    assert_within_normwise(want, operations, both_paths=got)
 
 
 def test_no_sink_without_gradients():
@@ -271,8 +312,7 @@ def test_dot_step_equals_the_equation_and_passes_gradcheck(mask, use_sink):
 @pytest.mark.parametrize("need_weights", [False, True])
 @pytest.mark.parametrize("score", DOT_SCORES)
 def test_dot_decoder_steps_take_the_step_and_equal_the_reference(heads, need_weights, score):
-    # float32 gradients summed in another order; the unscaled dot scores are sharp
-    plan = _steps_match_the_reference(heads, need_weights, score, grad_tol=1e-3)
+    plan = _steps_match_the_reference(heads, need_weights, score)
     assert (plan.impl, plan.kernel) == ("step", "eager") and "once per sequence" in plan.reason
 
 
@@ -296,10 +336,17 @@ def test_dot_steps_over_a_memory_match_the_reference_on_random_shapes(b, heads, 
 
     got_ctx, _, got = _train_step(attn, enc, queries, lengths, loss)
     ctx, _, want = _train_step(ref, enc, queries, lengths, loss)
-    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else {}
-    torch.testing.assert_close(got_ctx, ctx, **tol)
-    for a, b_ in zip(got, want):
-        torch.testing.assert_close(a, b_, **tol)
+    if dtype == torch.float64:
+        torch.testing.assert_close(got_ctx, ctx)
+        for a, b_ in zip(got, want):
+            torch.testing.assert_close(a, b_)
+        return
+    # float32: both paths within a normwise bound of the reference in float64
+    ref64, enc64, queries64 = _float64(ref, enc, queries)
+    scales = key_bias_scales(ref64, ref64, 3)
+    ctx64, _, want64 = _train_step(ref64, enc64, queries64, lengths, loss)
+    assert_within_normwise([ctx64, *want64], _step_operations(attn, tk, b, steps), scales(),
+                           step=[got_ctx, *got], reference=[ctx, *want])
 
 
 def test_dot_step_is_not_taken_where_it_does_not_apply():
@@ -337,7 +384,9 @@ def test_impl_step_forces_the_step_kernel_or_says_why_it_cannot():
     assert (plan.impl, plan.kernel, plan.reason) == ("step", "native", "impl='step' was requested")
     ref = Attention(16, score="location", impl="reference")
     ref.load_state_dict(attn.state_dict())
-    torch.testing.assert_close(attn(x, enc).context, ref(x, enc).context, atol=1e-5, rtol=1e-5)
+    ref64, x64, enc64 = _float64(ref, x, enc)
+    assert_within_normwise([ref64(x64, enc64).context], _step_operations(attn, 30, 4, 1),
+                           step=[attn(x, enc).context], reference=[ref(x, enc).context])
     cases = [
         (dict(), (x[:, None].expand(4, 2, 16), enc), {},
          r"2 queries per row; the step takes one"),
@@ -376,11 +425,12 @@ def test_native_step_equals_reference_on_random_shapes(b, heads, tk, d, seed):
         return (ctx * torch.linspace(-1, 1, d)).sum()
 
     got_ctx, _, got = _train_step(attn, enc, queries, lengths, loss)
-    ctx, _, want = _train_step(ref, enc, queries, lengths, loss)
+    ctx, _, plain = _train_step(ref, enc, queries, lengths, loss)
+    ref64, enc64, queries64 = _float64(ref, enc, queries)
+    ctx64, _, want = _train_step(ref64, enc64, queries64, lengths, loss)
     assert attn.plan(queries[0], enc, key_lengths=lengths).impl == "step"
-    torch.testing.assert_close(got_ctx, ctx, atol=1e-5, rtol=1e-5)
-    for a, b_ in zip(got, want):
-        torch.testing.assert_close(a, b_, atol=1e-4, rtol=1e-4)
+    assert_within_normwise([ctx64, *want], _step_operations(attn, tk, b, 3),
+                           step=[got_ctx, *got], reference=[ctx, *plain])
 
 
 @needs_native
@@ -390,19 +440,23 @@ def test_a_reordered_memory_sends_its_gradients_through_autograd():
     from torch.utils._pytree import tree_map
 
     attn, ref, enc, queries, lengths = _decoder_case()
+    ref64, enc64, queries64 = _float64(ref, enc, queries)
     index = torch.tensor([2, 0, 0, 1])
-    for module in (attn, ref):
+    grads = []
+    for module, keys, steps in ((attn, enc, queries), (ref, enc, queries),
+                                (ref64, enc64, queries64)):
         memory = tree_map(lambda x: x.index_select(0, index) if isinstance(x, torch.Tensor)
-                          else x, module.prepare(enc))
+                          else x, module.prepare(keys))
         ctx = torch.stack([module(q, memory, key_lengths=lengths[index]).context
-                           for q in queries])
-        enc.grad = None
+                           for q in steps])
+        keys.grad = None
         ctx.square().sum().backward()
         if module is attn:
             assert memory.sink is not None and not memory.sink.serves(memory.key_features,
                                                                        memory.values)
-            got = enc.grad.clone()
-    torch.testing.assert_close(got, enc.grad, atol=1e-4, rtol=1e-4)
+        grads.append(keys.grad.clone())
+    assert_within_normwise(grads[2:], _step_operations(attn, 80, 4, 5), step=grads[:1],
+                           reference=grads[1:2])
 
 
 @needs_native
@@ -510,7 +564,8 @@ def test_under_cpu_autocast_steps_run_the_kernel_in_float32_and_equal_the_refere
     ref.load_state_dict(attn.state_dict())
     enc = torch.randn(2, 9, 16, requires_grad=True)
     q = torch.randn(2, 16).bfloat16()
-    want = ref(q.float(), enc, need_weights=True)
+    ref64, q64, enc64 = _float64(ref, q, enc)
+    want = ref64(q64, enc64, need_weights=True)
     memory = attn.prepare(enc)  # prepared outside autocast, used inside
     with torch.autocast("cpu", dtype=torch.bfloat16):
         plan = attn.plan(q, enc)
@@ -519,14 +574,13 @@ def test_under_cpu_autocast_steps_run_the_kernel_in_float32_and_equal_the_refere
         got_memory = attn(q, memory).context
         inside = attn(q, attn.prepare(enc)).context  # prepared inside autocast
     assert got.context.dtype == got.weights.dtype == got_memory.dtype == torch.float32
-    for context in (got.context, got_memory, inside):
-        torch.testing.assert_close(context, want.context, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(got.weights, want.weights, atol=1e-5, rtol=1e-5)
+    operations = _step_operations(attn, 9, 2, 1)
+    assert_within_normwise([*[want.context] * 3, want.weights], operations,
+                           step=[got.context, got_memory, inside, got.weights])
     (got_memory.sum() + inside.sum()).backward()
-    grad = enc.grad.clone()
-    enc.grad = None
     (2 * want.context.sum()).backward()
-    torch.testing.assert_close(grad, enc.grad, atol=1e-5, rtol=1e-5)
+    # the two passes' gradients add: one more rounding
+    assert_within_normwise([enc64.grad], operations + 1, step=[enc.grad])
 
 
 @needs_native
@@ -566,16 +620,19 @@ def test_nan_in_a_row_comes_out_as_nan_like_the_reference(native_kernel):
 def test_second_derivatives_through_decoder_steps_equal_the_reference(score):
     """create_graph=True: the steps' gradients can be differentiated again (gradient penalty)."""
     attn, ref, enc, queries, lengths = _decoder_case(b=3, tk=70, d=16, steps=3, score=score)
+    ref64, enc64, queries64 = _float64(ref, enc, queries)
     lengths = lengths[:3]
     got = []
-    for module in (attn, ref):
-        enc.grad = None
-        ctx, _ = _decoder_run(module, enc, queries[:, :3], lengths)
-        (g,) = torch.autograd.grad(ctx.square().sum(), [enc], create_graph=True)
+    for module, keys, steps in ((attn, enc, queries), (ref, enc, queries),
+                                (ref64, enc64, queries64)):
+        keys.grad = None
+        ctx, _ = _decoder_run(module, keys, steps[:, :3], lengths)
+        (g,) = torch.autograd.grad(ctx.square().sum(), [keys], create_graph=True)
         (g.square().sum() + ctx.sum()).backward()
-        got.append(enc.grad.clone())
-    assert got[1].abs().sum() > 0
-    torch.testing.assert_close(got[0], got[1], atol=1e-4, rtol=1e-4)
+        got.append(keys.grad.clone())
+    assert got[2].abs().sum() > 0
+    assert_within_normwise(got[2:], _step_operations(attn, 70, 3, 3, backward=3),
+                           step=got[:1], reference=got[1:2])
 
 
 def test_an_unexpected_build_error_falls_back_to_plain_pytorch(monkeypatch):
