@@ -96,7 +96,9 @@ demo: install
 # `ATTNKIT_NATIVE_ARCH=x86-64 ATEN_CPU_CAPABILITY=default make test` runs everything so.
 TEST_WORKERS ?= 2
 OTHER_CPU_TESTS := tests/attention/test_blocks.py tests/attention/test_step.py \
-	tests/attention/test_chunked.py tests/attention/test_reference.py tests/ops
+	tests/attention/test_chunked.py tests/attention/test_reference.py \
+	tests/attention/test_self_attention.py tests/attention/test_multihead.py \
+	tests/attention/test_properties.py tests/ops
 OTHER_CPUS ?= x86-64:default x86-64-v3:avx2
 
 test: install
