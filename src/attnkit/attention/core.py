@@ -1,9 +1,11 @@
-"""What every attention entry point shares: input checks, mask building, and running a path.
+"""What every attention entry point shares: the validated call, its memory, and its end.
 
-The public entry points (:class:`attnkit.Attention`, :func:`attnkit.attention`,
-:class:`attnkit.SelfAttention`) validate their inputs here, describe which keys each query may see
-(a :class:`~attnkit.attention.masks.KeyLayout`; **True = may attend**; the path that needs a
-mask builds it, whole or per block) and hand per-head tensors ``(B, H, T, D)`` to the chosen path.
+The public entry points (:class:`attnkit.Attention`, :func:`attnkit.attention.attend`,
+:class:`attnkit.SelfAttention`) validate their inputs in
+:mod:`attnkit.attention.validation`, which returns a :class:`Call`: the query, key and value
+and which keys each query may see (a :class:`~attnkit.attention.masks.KeyLayout`; **True = may
+attend**; the path that needs a mask builds it, whole or per block). :func:`run` hands
+per-head tensors ``(B, H, T, D)`` to the chosen path and :func:`finish` makes the result.
 """
 
 from __future__ import annotations
@@ -13,27 +15,15 @@ from typing import NamedTuple
 
 import torch
 
-from attnkit.checks import (
-    check_int_tensor,
-    check_size,
-    check_tensor,
-    describe,
-)
+from attnkit.checks import describe
 from attnkit.attention.chunked import chunked_attention, recomputed_scores
 from attnkit.attention.dispatch import Plan, choose_impl
-from attnkit.attention.masks import (
-    KeyLayout,
-    aligned_positions,
-    lengths_to_mask,
-    non_finite_keys,
-    zero_padding,
-)
+from attnkit.attention.masks import KeyLayout, non_finite_keys, zero_padding
 from attnkit.ops.precision import autocast_enabled, no_autocast, upcast
 from attnkit.attention.reference import fits_in_memory, reference_attention, weigh
 from attnkit.attention.scores import Score
 from attnkit.attention.sdpa import sdpa_attention
 from attnkit.attention.step import GradSink, additive_step, dot_step
-from attnkit.ops.tracing import values_readable
 
 
 class AttentionOutput(NamedTuple):
@@ -193,82 +183,6 @@ class Call:
         hi = hi.clamp(0, lay.tk).expand(n, tq)
         counts = counts.expand(n, -1)
         return counts.gather(1, hi) - counts.gather(1, lo)
-
-
-def check_call(
-    query,
-    key,
-    value,
-    *,
-    query_dim: int | None,
-    key_dim: int | None,
-    value_dim: int | None,
-    key_lengths,
-    key_mask,
-    positions,
-    causal: bool,
-    window: tuple[int, int] | None,
-) -> Call:
-    """Validate one call's inputs and build its mask. Dims given as ``None`` are not checked."""
-    check_tensor("query", query, ndim=(2, 3))
-    check_tensor("key", key, ndim=3)
-    value_name = "value"
-    if value is None:
-        value, value_name = key, "value (defaults to key)"
-    check_tensor(value_name, value, ndim=3)
-    one_step = query.dim() == 2
-    q = query.unsqueeze(1) if one_step else query  # (B, Tq, Dq)
-    b, tq, _ = q.shape
-    tk = key.shape[1]
-    for name, t in (("key", key), (value_name, value)):
-        check_size(name, t, 0, b, "batch size B (from query)")
-        if t.dtype != query.dtype:
-            raise TypeError(
-                f"{name}: expected dtype {query.dtype} (the query's), got {describe(t)}"
-            )
-    check_size(value_name, value, 1, tk, "Tk (from key)")
-    dims = (("query", query, query_dim), ("key", key, key_dim), (value_name, value, value_dim))
-    for name, t, d in dims:
-        if d is not None:
-            check_size(name, t, t.dim() - 1, d, f"feature size {name.split()[0]}_dim")
-
-    key_valid = None
-    if key_lengths is not None:
-        check_int_tensor("key_lengths", key_lengths, ndim=1)
-        check_size("key_lengths", key_lengths, 0, b, "batch size B (from query)")
-        key_valid = lengths_to_mask(key_lengths.to(key.device), tk, name="key_lengths")
-    if key_mask is not None:
-        if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
-            got = describe(key_mask) if isinstance(key_mask, torch.Tensor) else type(key_mask).__name__
-            raise TypeError(f"key_mask: expected a bool tensor (True = may attend), got {got}")
-        if tuple(key_mask.shape) != (b, tk):
-            raise ValueError(f"key_mask: expected shape (B, Tk) = ({b}, {tk}), got {describe(key_mask)}")
-        key_mask = key_mask.to(key.device)
-        key_valid = key_mask if key_valid is None else key_valid & key_mask
-
-    q_pos = None
-    if positions is not None:
-        if not causal and window is None:
-            raise ValueError("positions: only used with causal=True or a window; got neither")
-        check_int_tensor("positions", positions, ndim=1 if one_step else 2)
-        want = (b,) if one_step else (b, tq)
-        if tuple(positions.shape) != want:
-            raise ValueError(f"positions: expected shape {want}, got {describe(positions)}")
-        if values_readable(positions) and positions.numel():
-            lo, hi = (int(x) for x in torch.aminmax(positions))
-            if lo < 0 or hi > max(tk - 1, 0):
-                raise ValueError(f"positions: expected key positions in [0, {max(tk - 1, 0)}] "
-                                 f"(Tk = {tk}), got min {lo} and max {hi}")
-        q_pos = positions.to(key.device, torch.long).reshape(b, tq)  # (B, Tq)
-    elif causal or window is not None:
-        if one_step:
-            raise ValueError(
-                "positions: a one-step query with causal=True or a window needs the aligned key "
-                "position of each query, shape (B,), e.g. the decoder step index"
-            )
-        q_pos = aligned_positions(tq, tk, key.device)[None]  # (1, Tq)
-    layout = KeyLayout(key_valid, q_pos, causal, window, tk)
-    return Call(q, key, value, one_step, layout)
 
 
 def finish(call: Call, context: torch.Tensor, weights: torch.Tensor | None,

@@ -175,10 +175,9 @@ def choose_impl(
     window).
 
     Raises:
-        ValueError: ``impl`` is unknown, or the forced path cannot compute this call.
+        ValueError: the forced path cannot compute this call (``impl`` itself was checked
+            by :func:`attnkit.attention.validation.check_impl`).
     """
-    if impl not in IMPLS:
-        raise ValueError(f"impl: expected one of {', '.join(IMPLS)}, got {impl!r}")
     if exporting():
         return _chosen(Plan("reference", f"export mode (impl={impl!r}): the reference path "
                             "records as plain PyTorch operations"))
