@@ -17,9 +17,10 @@ from attnkit.checks import (
     check_values,
     check_window,
 )
-from attnkit.attention.core import AttentionOutput, Memory, extend_memory, finish, plan_call, run
+from attnkit.attention.core import AttentionOutput, Call, Memory, extend_memory, finish
 from attnkit.ops.dense import Linear
-from attnkit.attention.dispatch import STEP_SCORES, Plan
+from attnkit.attention.dispatch import Plan, call_inputs, choose, run
+from attnkit.attention.step import STEP_SCORES
 from attnkit.attention.masks import non_finite_keys, non_finite_rows, zero_padding
 from attnkit.ops.precision import autocast_enabled, no_autocast, upcast
 from attnkit.attention.scores import SCORES, CosineScore, make_score
@@ -212,14 +213,7 @@ class Attention(nn.Module):
                 key_padding=key_lengths is not None, positions=positions is not None,
                 need_weights=need_weights, value_is_key=value is None or value is key,
                 query_is_key=query is key, training=self.training))
-        return plan_call(
-            self.impl,
-            self.score,
-            call,
-            heads=self.heads,
-            need_weights=need_weights or self.score.needs_prev,
-            dropout_p=self.dropout if self.training else 0.0,
-        )
+        return self._choose(call, need_weights or self.score.needs_prev)
 
     def _split_heads(self, x: torch.Tensor, proj: nn.Module | None) -> torch.Tensor:
         if proj is None:
@@ -307,36 +301,49 @@ class Attention(nn.Module):
         call, memory, prev = validate(self, query, key, value, key_lengths=key_lengths,
                                       key_mask=key_mask, prev_weights=prev_weights,
                                       positions=positions)
+        q, k, v, kf, sink, bad = self._project(call, memory)  # (B, H, T, d); k None: kf
+        need_weights = need_weights or self.score.needs_prev
+        plan = self._choose(call, need_weights)
+        context, weights = run(plan, q, k, v, self.score, call, prev=prev,
+                               dropout_p=self.dropout if self.training else 0.0,
+                               need_weights=need_weights, kf=kf, sink=sink)
+        return self._finish(call, context, weights, bad)
+
+    def _project(self, call: Call, memory: Memory | None):
+        """The per-head queries ``q (B, H, Tq, dq)``, keys ``k (B, H, Tk, dk)`` and values
+        ``v (B, H, Tk, dv)`` (heads > 1: projected; else ``H = 1``); over a :class:`Memory`,
+        its prepared keys ``kf (B, H, Tk, F)`` and values instead of ``k`` (None) and its
+        gradient sink. Also the keys holding NaN or inf, ``(B, Tk)`` or None
+        (:meth:`Call.inputs`)."""
         multi = self.heads > 1
         q = self._split_heads(call.query, self.q_proj if multi else None)  # (B, H, Tq, dq)
         if memory is None:
             key, value, bad = call.inputs()
             k = self._split_heads(key, self.k_proj if multi else None)  # (B, H, Tk, dk)
             v = self._split_heads(value, self.v_proj if multi else None)  # (B, H, Tk, dv)
-            kf = None
-        else:
-            k, v, kf, bad = None, memory.values, memory.key_features, memory.bad
-            if call.layout.key_valid is not None and not memory.checked:  # a traced state
-                keep = call.layout.key_valid[:, None, :, None]  # (B, 1, Tk, 1)
-                kf, v = zero_padding(kf, keep), zero_padding(v, keep)
-        sink = None if memory is None else memory.sink
+            return q, k, v, None, None, bad
+        v, kf, bad = memory.values, memory.key_features, memory.bad
+        if call.layout.key_valid is not None and not memory.checked:  # a traced state
+            keep = call.layout.key_valid[:, None, :, None]  # (B, 1, Tk, 1)
+            kf, v = zero_padding(kf, keep), zero_padding(v, keep)
+        sink = memory.sink
         if sink is not None and not sink.serves(kf, v):
             sink = None  # the memory's tensors were replaced (reordered by beam search, zeroed)
-        context, weights, _ = run(
-            q,
-            k,
-            v,
-            self.score,
-            call,
-            prev=prev,
-            impl=self.impl,
-            dropout_p=self.dropout if self.training else 0.0,
-            need_weights=need_weights or self.score.needs_prev,
-            kf=kf,
-            sink=sink,
-        )
+        return q, None, v, kf, sink, bad
+
+    def _choose(self, call: Call, need_weights: bool) -> Plan:
+        """The path :attr:`impl` takes for ``call``, and why (:func:`dispatch.choose`)."""
+        return choose(self.impl, call_inputs(call, self.score, heads=self.heads,
+                                             need_weights=need_weights,
+                                             dropout_p=self.dropout if self.training else 0.0))
+
+    def _finish(self, call: Call, context: torch.Tensor, weights: torch.Tensor | None,
+                bad: torch.Tensor | None) -> AttentionOutput:
+        """Heads joined (``out_proj``) or squeezed, then :func:`core.finish`:
+        ``context (B, H, Tq, dv) -> (B, Tq, Dv)``, ``weights (B, H, Tq, Tk)`` kept with
+        heads, ``(B, Tq, Tk)`` without."""
         b, h, tq, dv = context.shape
-        if multi:
+        if self.heads > 1:
             context = self.out_proj(context.transpose(1, 2).reshape(b, tq, h * dv))  # (B, Tq, Dv)
             empty = call.empty_queries()  # (B or 1, Tq)
             if empty is not None:  # a query with no key gets zero context, not the bias
@@ -430,17 +437,10 @@ def attend(
     else:
         sc = make_score(score, heads=1, query_dim=query.shape[-1], key_dim=key.shape[-1], attn_dim=None)
     key, value, bad = call.inputs()
-    context, weights, _ = run(
-        call.query.unsqueeze(1),
-        key.unsqueeze(1),
-        value.unsqueeze(1),
-        sc,
-        call,
-        prev=None,
-        impl=impl,
-        dropout_p=dropout_p,
-        need_weights=need_weights,
-    )
+    plan = choose(impl, call_inputs(call, sc, heads=1, need_weights=need_weights,
+                                    dropout_p=dropout_p))
+    context, weights = run(plan, call.query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1),
+                           sc, call, prev=None, dropout_p=dropout_p, need_weights=need_weights)
     context = context[:, 0]  # (B, Tq, Dv)
     weights = None if weights is None else weights[:, 0]  # (B, Tq, Tk)
     return finish(call, context, weights, bad)
