@@ -3,7 +3,7 @@
 import torch
 
 from attnkit import Attention
-from attnkit.attention import dispatch
+from attnkit.attention import sdpa
 from attnkit.ops import kernels, native
 
 
@@ -17,7 +17,7 @@ def test_causal_self_attention_uses_sdpas_own_causal_mask():
 
 
 def test_a_mask_too_big_for_sdpa_goes_to_chunked(monkeypatch):
-    monkeypatch.setattr(dispatch, "SDPA_MASK_LIMIT", 10)
+    monkeypatch.setattr(sdpa, "SDPA_MASK_LIMIT", 10)
     attn = Attention(8, causal=True)
     x = torch.randn(2, 6, 8)
     lengths = torch.tensor([6, 4])

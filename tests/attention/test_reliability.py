@@ -19,7 +19,7 @@ import torch
 from attnkit import Attention, attend
 from attnkit.attention import reference
 from attnkit.ops import export_mode, native
-from attnkit.attention.core import check_call
+from attnkit.attention.validation import check_call
 from attnkit.attention.masks import zero_padding
 
 NAN, INF = float("nan"), float("inf")

@@ -43,8 +43,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention.core import Memory, check_call, extend_memory
+from attnkit.attention.core import Memory, extend_memory
 from attnkit.attention.masks import non_finite_keys, zero_padding
+from attnkit.attention.validation import check_call
 from attnkit.ops.precision import autocast_enabled, no_autocast, upcast
 from attnkit.ops.tracing import values_readable
 from attnkit.checks import check_positive_int, check_size, check_tensor, check_values, describe

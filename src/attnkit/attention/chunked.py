@@ -29,11 +29,14 @@ from __future__ import annotations
 import torch
 
 from attnkit.attention.masks import KeyLayout
-from attnkit.attention.reference import check_single_backward
+from attnkit.attention.path import Inputs, Path, Plan
+from attnkit.attention.reference import check_single_backward, weigh
+from attnkit.ops import kernels, native
 from attnkit.ops.precision import compute_dtype
 from attnkit.attention.scores import Score
 
-__all__ = ["block_sizes", "chunked_attention", "default_blocks", "recomputed_scores"]
+__all__ = ["CHUNKED", "ChunkedPath", "band_reason", "block_sizes", "chunked_attention",
+           "default_blocks", "recomputed_scores"]
 
 # Budget, in elements, for one block's transient tensors.
 _SCORE_BLOCK = 1 << 21  # (B, H, bq, bk) scores
@@ -342,3 +345,77 @@ def recomputed_scores(
     blocks = blocks or _default_blocks(qf, kf, score, kernel, layout)
     return _RecomputedScores.apply(layout, score, blocks, kernel, qf, kf, extra,
                                    *score.pairwise_params())
+
+
+def band_reason(inp: Inputs) -> str:
+    """Why a call with a narrow window takes the chunked path."""
+    return (f"window {inp.window} over {inp.shape[3]} keys: banded blocks, "
+            "O(Tq * window) work and memory")
+
+
+class ChunkedPath(Path):
+    """The chunked path as dispatch sees it: it serves every call. ``auto`` passes it by for
+    a dot-family score with weights (the reference path computes those anyway). Its plan
+    names the kernel computing an additive score (:data:`attnkit.ops.kernels.KERNELS`)."""
+
+    name = "chunked"
+
+    def auto_reasons(self, inp: Inputs) -> list[str]:
+        if inp.need_weights and inp.score.dot_family:
+            return ["weights requested: they are the (Tq, Tk) score matrix anyway"]
+        return []
+
+    def plan(self, inp: Inputs, because: str | None) -> Plan:
+        if because is not None:
+            reason = because
+        elif inp.need_weights:
+            reason = ("weights requested: (Tq, Tk) scores built block by block, the "
+                      "(Tq, Tk, A) pair tensor recomputed in backward")
+        elif inp.narrow_band:
+            reason = band_reason(inp)
+        else:
+            reason = (f"score {inp.score.name!r}: online softmax over key blocks; backward "
+                      "recomputes the scores (keeps them when Tq <= key features)")
+        if inp.score.name != "additive":
+            return Plan("chunked", reason)
+        return _additive_plan(inp, reason)
+
+    def run(self, inp: Inputs, plan: Plan) -> tuple[torch.Tensor, torch.Tensor | None]:
+        layout = inp.call.layout
+        if not inp.need_weights:
+            context = chunked_attention(inp.qf, inp.kf, inp.v, inp.score, layout,
+                                        extra=inp.extra, dropout_p=inp.dropout_p,
+                                        kernel=plan.kernel)
+            return context, None
+        scores = recomputed_scores(inp.qf, inp.kf, inp.score, layout, extra=inp.extra,
+                                   kernel=plan.kernel)
+        return weigh(scores, inp.v, inp.call.mask(), inp.dropout_p)
+
+
+def _additive_plan(inp: Inputs, reason: str) -> Plan:
+    """The chunked plan of an additive score: the C++ block kernels on CPU where they were
+    built, else compiled or eager kernels, and why."""
+    b, h, tq, tk = inp.shape
+    dtype, window, on_cpu = inp.dtype or torch.float32, inp.window, inp.on_cpu
+    if on_cpu and dtype != torch.float64 and native.available():
+        return Plan("chunked", f"{reason}; C++ additive block kernels (backward in one pass)",
+                    "native")
+    keys = tk if window is None else min(tk, window[0] + window[1] + 1)  # keys per query
+    work = b * h * tq * keys * inp.score.v.shape[-1]
+    compiled = kernels.want_compiled(work, dtype)
+    no_native = ("" if not on_cpu or dtype == torch.float64
+                 else f"; no C++ kernels ({native.status()})")
+    if compiled and work < kernels.COMPILE_MIN_WORK:
+        kernel = "compiled additive kernels (already compiled in this process)"
+    elif compiled:
+        kernel = "compiled additive kernels"
+    elif dtype == torch.float64:
+        kernel = "eager additive kernels (float64 is not compiled)"
+    elif work >= kernels.COMPILE_MIN_WORK:
+        kernel = f"eager additive kernels ({kernels.compile_status()})"
+    else:
+        kernel = "eager additive kernels (too small to pay for compiling)"
+    return Plan("chunked", f"{reason}; {kernel}{no_native}", "compiled" if compiled else "eager")
+
+
+CHUNKED = ChunkedPath()

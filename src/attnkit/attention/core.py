@@ -1,9 +1,12 @@
-"""What every attention entry point shares: input checks, mask building, and running a path.
+"""What every attention entry point shares: the validated call, its memory, and its end.
 
-The public entry points (:class:`attnkit.Attention`, :func:`attnkit.attention`,
-:class:`attnkit.SelfAttention`) validate their inputs here, describe which keys each query may see
-(a :class:`~attnkit.attention.masks.KeyLayout`; **True = may attend**; the path that needs a
-mask builds it, whole or per block) and hand per-head tensors ``(B, H, T, D)`` to the chosen path.
+The public entry points (:class:`attnkit.Attention`, :func:`attnkit.attention.attend`,
+:class:`attnkit.SelfAttention`) validate their inputs in
+:mod:`attnkit.attention.validation`, which returns a :class:`Call`: the query, key and value
+and which keys each query may see (a :class:`~attnkit.attention.masks.KeyLayout`; **True = may
+attend**; the path that needs a mask builds it, whole or per block).
+:mod:`~attnkit.attention.dispatch` chooses and runs a path on per-head tensors
+``(B, H, T, D)``; :func:`finish` makes the result.
 """
 
 from __future__ import annotations
@@ -13,27 +16,10 @@ from typing import NamedTuple
 
 import torch
 
-from attnkit.checks import (
-    check_int_tensor,
-    check_size,
-    check_tensor,
-    describe,
-)
-from attnkit.attention.chunked import chunked_attention, recomputed_scores
-from attnkit.attention.dispatch import Plan, choose_impl
-from attnkit.attention.masks import (
-    KeyLayout,
-    aligned_positions,
-    lengths_to_mask,
-    non_finite_keys,
-    zero_padding,
-)
-from attnkit.ops.precision import autocast_enabled, no_autocast, upcast
-from attnkit.attention.reference import fits_in_memory, reference_attention, weigh
-from attnkit.attention.scores import Score
-from attnkit.attention.sdpa import sdpa_attention
-from attnkit.attention.step import GradSink, additive_step, dot_step
-from attnkit.ops.tracing import values_readable
+from attnkit.checks import describe
+from attnkit.attention.masks import KeyLayout, non_finite_keys, zero_padding
+from attnkit.ops.precision import upcast
+from attnkit.attention.step import GradSink
 
 
 class AttentionOutput(NamedTuple):
@@ -195,82 +181,6 @@ class Call:
         return counts.gather(1, hi) - counts.gather(1, lo)
 
 
-def check_call(
-    query,
-    key,
-    value,
-    *,
-    query_dim: int | None,
-    key_dim: int | None,
-    value_dim: int | None,
-    key_lengths,
-    key_mask,
-    positions,
-    causal: bool,
-    window: tuple[int, int] | None,
-) -> Call:
-    """Validate one call's inputs and build its mask. Dims given as ``None`` are not checked."""
-    check_tensor("query", query, ndim=(2, 3))
-    check_tensor("key", key, ndim=3)
-    value_name = "value"
-    if value is None:
-        value, value_name = key, "value (defaults to key)"
-    check_tensor(value_name, value, ndim=3)
-    one_step = query.dim() == 2
-    q = query.unsqueeze(1) if one_step else query  # (B, Tq, Dq)
-    b, tq, _ = q.shape
-    tk = key.shape[1]
-    for name, t in (("key", key), (value_name, value)):
-        check_size(name, t, 0, b, "batch size B (from query)")
-        if t.dtype != query.dtype:
-            raise TypeError(
-                f"{name}: expected dtype {query.dtype} (the query's), got {describe(t)}"
-            )
-    check_size(value_name, value, 1, tk, "Tk (from key)")
-    dims = (("query", query, query_dim), ("key", key, key_dim), (value_name, value, value_dim))
-    for name, t, d in dims:
-        if d is not None:
-            check_size(name, t, t.dim() - 1, d, f"feature size {name.split()[0]}_dim")
-
-    key_valid = None
-    if key_lengths is not None:
-        check_int_tensor("key_lengths", key_lengths, ndim=1)
-        check_size("key_lengths", key_lengths, 0, b, "batch size B (from query)")
-        key_valid = lengths_to_mask(key_lengths.to(key.device), tk, name="key_lengths")
-    if key_mask is not None:
-        if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
-            got = describe(key_mask) if isinstance(key_mask, torch.Tensor) else type(key_mask).__name__
-            raise TypeError(f"key_mask: expected a bool tensor (True = may attend), got {got}")
-        if tuple(key_mask.shape) != (b, tk):
-            raise ValueError(f"key_mask: expected shape (B, Tk) = ({b}, {tk}), got {describe(key_mask)}")
-        key_mask = key_mask.to(key.device)
-        key_valid = key_mask if key_valid is None else key_valid & key_mask
-
-    q_pos = None
-    if positions is not None:
-        if not causal and window is None:
-            raise ValueError("positions: only used with causal=True or a window; got neither")
-        check_int_tensor("positions", positions, ndim=1 if one_step else 2)
-        want = (b,) if one_step else (b, tq)
-        if tuple(positions.shape) != want:
-            raise ValueError(f"positions: expected shape {want}, got {describe(positions)}")
-        if values_readable(positions) and positions.numel():
-            lo, hi = (int(x) for x in torch.aminmax(positions))
-            if lo < 0 or hi > max(tk - 1, 0):
-                raise ValueError(f"positions: expected key positions in [0, {max(tk - 1, 0)}] "
-                                 f"(Tk = {tk}), got min {lo} and max {hi}")
-        q_pos = positions.to(key.device, torch.long).reshape(b, tq)  # (B, Tq)
-    elif causal or window is not None:
-        if one_step:
-            raise ValueError(
-                "positions: a one-step query with causal=True or a window needs the aligned key "
-                "position of each query, shape (B,), e.g. the decoder step index"
-            )
-        q_pos = aligned_positions(tq, tk, key.device)[None]  # (1, Tq)
-    layout = KeyLayout(key_valid, q_pos, causal, window, tk)
-    return Call(q, key, value, one_step, layout)
-
-
 def finish(call: Call, context: torch.Tensor, weights: torch.Tensor | None,
            bad: torch.Tensor | None = None) -> AttentionOutput:
     """The call's result from ``context (B, Tq, Dv)`` and ``weights (B, [H,] Tq, Tk)`` or None.
@@ -309,98 +219,3 @@ def initial_weights(call: Call, heads: int) -> torch.Tensor:
     allowed = allowed.to(call.key.dtype).expand(b, 1, tq, tk)
     w = allowed / allowed.sum(-1, keepdim=True).clamp(min=1)
     return w.expand(b, heads, tq, tk)
-
-
-def plan_call(impl: str, score: Score, call: Call, *, heads: int, need_weights: bool,
-              dropout_p: float) -> Plan:
-    """The path :func:`run` takes for ``call``."""
-    b, tq, _ = call.query.shape
-    lay = call.layout
-    return choose_impl(
-        impl,
-        score=score,
-        need_weights=need_weights,
-        shape=(b, heads, tq, lay.tk),
-        window=lay.window,
-        dropout_p=dropout_p,
-        device=call.query.device,
-        dtype=call.query.dtype,
-        sdpa_mask_elements=0 if lay.pure_causal else lay.mask_elements(b, tq),
-        plain_keys=lay.q_pos is None,
-    )
-
-
-def run(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    score: Score,
-    call: Call,
-    *,
-    prev: torch.Tensor | None,
-    impl: str,
-    dropout_p: float,
-    need_weights: bool,
-    kf: torch.Tensor | None = None,
-    sink: GradSink | None = None,
-    sdpa_dtype: torch.dtype | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None, Plan]:
-    """Score, mask, softmax and weight the values on per-head tensors.
-
-    Args:
-        q: ``(B, H, Tq, Dq)``; k: ``(B, H, Tk, Dk)``, or None when ``kf`` is given;
-        v: ``(B, H, Tk, Dv)``; kf: keys already prepared by the score, ``(B, H, Tk, F)``.
-        call: the validated call (its layout says which keys each query may see).
-        prev: previous weights ``(B, H, Tq, Tk)`` for the location score, else ``None``.
-        sink: the prepared memory's gradient sink (used by the one-query step), or None.
-        sdpa_dtype: the dtype the fused SDPA kernel is fed when the plan is ``sdpa`` (its
-            context comes back in ``q``'s dtype); None: ``q``'s.
-
-    Returns:
-        ``context (B, H, Tq, Dv)``, ``weights (B, H, Tq, Tk)`` or ``None``, and the plan taken.
-
-    Under ``torch.autocast`` everything here runs with autocast off, on float32 tensors
-    (:mod:`attnkit.ops.precision`), except that on CUDA the fused SDPA kernel is fed
-    autocast's dtype, as ``F.scaled_dot_product_attention`` is under autocast: its flash and
-    memory-efficient kernels take only float16/bfloat16 or run slower in float32, and keep
-    their softmax and accumulators in float32 themselves. On CPU the float32 kernel stays (on
-    an AVX2 CPU, bfloat16 SDPA trained 3.7x slower than float32).
-    """
-    if autocast_enabled(q.device):
-        low = torch.get_autocast_dtype("cuda") if q.device.type == "cuda" else None
-        with no_autocast(q.device):
-            q, k, v, kf, prev = upcast(q, k, v, kf, prev)
-            return run(q, k, v, score, call, prev=prev, impl=impl, dropout_p=dropout_p,
-                       need_weights=need_weights, kf=kf, sink=sink, sdpa_dtype=low)
-    plan = plan_call(impl, score, call, heads=q.shape[1], need_weights=need_weights,
-                     dropout_p=dropout_p)
-    qf = score.prepare_query(q)  # (B, H, Tq, F)
-    kf = score.prepare_key(k) if kf is None else kf  # (B, H, Tk, F)
-    extra = score.prepare_extra(call.previous(prev)) if prev is not None else None
-    if plan.impl == "sdpa":
-        fed = [x.to(sdpa_dtype or x.dtype) for x in (qf, kf, v)]
-        if call.layout.pure_causal:
-            context = sdpa_attention(*fed, None, scale=score.scale, dropout_p=dropout_p,
-                                     is_causal=True)
-        else:
-            context = sdpa_attention(*fed, call.mask(), scale=score.scale, dropout_p=dropout_p)
-        return context.to(q.dtype), None, plan
-    if plan.impl == "step" and score.dot_family:
-        context, weights = dot_step(qf, kf, v, score.scale, call.mask(), sink)
-        return context, (weights if need_weights else None), plan
-    if plan.impl == "step":
-        location = None if extra is None else (extra[:, :, 0], score.w_loc)  # f (B, H, Tk, F)
-        context, weights = additive_step(qf, kf, v, score.v, call.mask(), sink, location)
-        return context, (weights if need_weights else None), plan
-    if plan.impl == "chunked" and not need_weights:
-        context = chunked_attention(qf, kf, v, score, call.layout, extra=extra,
-                                    dropout_p=dropout_p, kernel=plan.kernel)
-        return context, None, plan
-    if plan.impl == "chunked":
-        scores = recomputed_scores(qf, kf, score, call.layout, extra=extra, kernel=plan.kernel)
-        context, weights = weigh(scores, v, call.mask(), dropout_p)
-        return context, weights, plan
-    with fits_in_memory(score, qf, kf.shape[2], need_weights):
-        context, weights = reference_attention(qf, kf, v, score, call.mask(), extra=extra,
-                                               dropout_p=dropout_p)
-    return context, (weights if need_weights else None), plan

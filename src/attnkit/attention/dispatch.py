@@ -1,7 +1,11 @@
-"""Choosing an attention path, and saying why.
+"""Choosing an attention path, saying why, and running it.
 
-``impl="auto"`` picks the fastest path that computes what was asked for; every other value forces
-one path and fails with a ``ValueError`` naming the reason if that path cannot serve the call.
+Each path is one :class:`~attnkit.attention.path.Path` object in its own module, which says
+what it cannot compute (``not_supported_reasons``) and runs (the pattern of xformers'
+``fmha`` dispatch). :func:`choose` walks :data:`PATHS` in priority order: ``impl="auto"``
+takes the first path with no reason against it, and its plan's reason comes from the reasons
+of the paths passed by; every other value forces one path and fails with a ``ValueError``
+joining that path's reasons if it cannot serve the call.
 The choice is logged at DEBUG level on the ``attnkit`` logger and returned by
 :meth:`attnkit.Attention.plan`.
 
@@ -29,208 +33,140 @@ gives the output's shapes.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
-from attnkit.ops import kernels, native
+from attnkit.attention.chunked import CHUNKED
+from attnkit.attention.path import Inputs, Path, Plan, Unavailable
+from attnkit.attention.reference import REFERENCE
 from attnkit.attention.scores import Score
+from attnkit.attention.sdpa import SDPA
+from attnkit.attention.step import STEP, GradSink
+from attnkit.ops.precision import autocast_enabled, no_autocast, upcast
 from attnkit.ops.tracing import exporting
 
-__all__ = ["IMPLS", "Plan", "choose_impl"]
+__all__ = ["IMPLS", "PATHS", "Plan", "call_inputs", "choose", "run"]
 
 IMPLS = ("auto", "reference", "sdpa", "chunked", "step")
 
+# ``impl="auto"``'s order: the step first (a decoder makes that call at every step), then
+# the fused kernel, the blocks, and the reference, which serves every call.
+PATHS: tuple[Path, ...] = (STEP, SDPA, CHUNKED, REFERENCE)
+_BY_NAME = {path.name: path for path in PATHS}
+
 log = logging.getLogger("attnkit")
 
-# Scores with a one-query C++ step kernel (:mod:`attnkit.attention.step`); the dot family's
-# one-query step is a few matrix products (:func:`attnkit.attention.step.dot_step`).
-STEP_SCORES = ("additive", "location")
 
-# Largest boolean mask (elements) handed to SDPA; beyond it a masked call goes to "chunked",
-# which builds its mask one block at a time.
-SDPA_MASK_LIMIT = 1 << 26
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The path an attention call takes: ``impl`` in :data:`IMPLS` (never "auto"), and why.
-
-    ``kernel`` (:data:`attnkit.ops.kernels.KERNELS`) names what computes the additive
-    score: on the chunked path its block kernels, on the step path always ``"native"`` (the
-    C++ step kernel, :func:`attnkit.attention.step.additive_step`); ``"eager"`` elsewhere.
-
-    ``estimates`` holds, when asked for (:meth:`attnkit.Attention.plan` with
-    ``estimate=True``), one :class:`attnkit.attention.planner.PathEstimate` per path: the
-    predicted peak memory of each; :attr:`predicted` is that of the path taken.
-    """
-
-    impl: str
-    reason: str
-    kernel: str = "eager"
-    estimates: tuple = ()
-
-    @property
-    def predicted(self):
-        """The :class:`~attnkit.attention.planner.PathEstimate` of ``impl`` (None without
-        estimates)."""
-        return next((e for e in self.estimates if e.impl == self.impl), None)
-
-
-def _sdpa_blocker(score: Score, need_weights: bool) -> str | None:
-    if not score.dot_family:
-        return f"score {score.name!r} is not a dot product of prepared features"
-    if need_weights:
-        return "need_weights=True: SDPA does not return the attention weights"
-    return None
-
-
-def _not_a_step(score: Score, shape, plain_keys: bool, dropout_p: float, dtype,
-                on_cpu: bool) -> str | None:
-    """Why a call is not one the one-query step computes, or None."""
-    if score.name not in STEP_SCORES and not score.dot_family:
-        return f"score {score.name!r} has no one-query step"
-    if shape[2] != 1:
-        return f"{shape[2]} queries per row; the step takes one (a decoder step)"
-    if not plain_keys:
-        return "a causal mask or window; the step takes key padding only"
-    if dropout_p > 0:
-        return "dropout on the weights; the step has none"
-    if not on_cpu:
-        return "not on CPU; the step runs on CPU"
-    dtypes = (torch.float32,) if score.name in STEP_SCORES else (torch.float32, torch.float64)
-    if dtype not in dtypes:
-        return f"dtype {dtype}; the step takes {' or '.join(map(str, dtypes))}"
-    return None
-
-
-def _no_step_kernel(score: Score) -> str | None:
-    """Why the step of ``score`` cannot run now (its C++ kernel is missing), or None."""
-    if score.name in STEP_SCORES and not native.available():
-        return f"no C++ step kernel ({native.status()})"
-    return None
-
-
-def _step_plan(score: Score, requested: bool) -> Plan:
-    if requested:
-        reason = "impl='step' was requested"
-    elif score.name in STEP_SCORES:
-        reason = (f"score {score.name!r}, one query per row (a decoder step): C++ step kernel, "
-                  "weights kept for backward, key/value gradients summed over a prepared "
-                  "Memory's steps")
-    else:
-        reason = (f"score {score.name!r}, one query per row (a decoder step): weights kept for "
-                  "backward, key/value gradients summed once per sequence over a prepared "
-                  "Memory's steps")
-    return Plan("step", reason, "native" if score.name in STEP_SCORES else "eager")
-
-
-def _narrow_band(window, tk: int) -> bool:
-    return window is not None and 2 * (window[0] + window[1] + 1) <= tk
-
-
-def _chunked(score: Score, shape, dtype, window, on_cpu: bool, reason: str) -> Plan:
-    b, h, tq, tk = shape
-    if score.name != "additive":
-        return Plan("chunked", reason)
-    dtype = dtype or torch.float32
-    if on_cpu and dtype != torch.float64 and native.available():
-        return Plan("chunked", f"{reason}; C++ additive block kernels (backward in one pass)",
-                    "native")
-    keys = tk if window is None else min(tk, window[0] + window[1] + 1)  # keys per query
-    work = b * h * tq * keys * score.v.shape[-1]
-    compiled = kernels.want_compiled(work, dtype)
-    no_native = ("" if not on_cpu or dtype == torch.float64
-                 else f"; no C++ kernels ({native.status()})")
-    if compiled and work < kernels.COMPILE_MIN_WORK:
-        kernel = "compiled additive kernels (already compiled in this process)"
-    elif compiled:
-        kernel = "compiled additive kernels"
-    elif dtype == torch.float64:
-        kernel = "eager additive kernels (float64 is not compiled)"
-    elif work >= kernels.COMPILE_MIN_WORK:
-        kernel = f"eager additive kernels ({kernels.compile_status()})"
-    else:
-        kernel = "eager additive kernels (too small to pay for compiling)"
-    return Plan("chunked", f"{reason}; {kernel}{no_native}", "compiled" if compiled else "eager")
-
-
-def choose_impl(
-    impl: str,
-    *,
-    score: Score,
-    need_weights: bool,
-    shape: tuple[int, int, int, int],
-    window: tuple[int, int] | None = None,
-    dropout_p: float = 0.0,
-    device: torch.device | None = None,
-    dtype: torch.dtype | None = None,
-    sdpa_mask_elements: int = 0,
-    plain_keys: bool = False,
-) -> Plan:
-    """Resolve ``impl`` for one call of shape ``(B, H, Tq, Tk)``.
-
-    ``sdpa_mask_elements`` is the size of the boolean mask SDPA would need (0: none, or SDPA's
-    own causal mask); ``plain_keys``: each query may see every valid key (no causal mask, no
-    window).
+def choose(impl: str, inp: Inputs) -> Plan:
+    """The path ``impl`` (checked: :func:`attnkit.attention.validation.check_impl`) takes for
+    the call ``inp`` (its sizes are enough), and why.
 
     Raises:
-        ValueError: ``impl`` is unknown, or the forced path cannot compute this call.
+        ValueError: a forced path cannot compute this call, with all its reasons.
     """
-    if impl not in IMPLS:
-        raise ValueError(f"impl: expected one of {', '.join(IMPLS)}, got {impl!r}")
     if exporting():
         return _chosen(Plan("reference", f"export mode (impl={impl!r}): the reference path "
                             "records as plain PyTorch operations"))
-    device_type = "cpu" if device is None else torch.device(device).type
-    if device_type == "meta":
+    if inp.device_type == "meta":
         return _chosen(Plan("reference", f"meta tensors (impl={impl!r}): shapes only, through "
                             "the reference path's plain PyTorch operations"))
-    on_cpu = device_type == "cpu"
-    no_step = None  # why a decoder step does not take the step kernel (said by "auto")
-    if impl in ("auto", "step"):  # decided first: a decoder makes this call at every step
-        not_a_step = _not_a_step(score, shape, plain_keys, dropout_p, dtype, on_cpu)
-        why = not_a_step or _no_step_kernel(score)
-        if impl == "step" and why:
-            raise ValueError(f"impl='step' cannot serve this call: {why}")
-        if why is None:
-            return _chosen(_step_plan(score, impl == "step"))
-        no_step = None if not_a_step else why
-    blocker = _sdpa_blocker(score, need_weights)
-    tk = shape[3]
-    if impl == "reference":
-        plan = Plan("reference", "impl='reference' was requested")
-    elif impl == "sdpa":
-        if blocker is not None:
-            raise ValueError(f"impl='sdpa' cannot serve this call: {blocker}")
-        plan = Plan("sdpa", "impl='sdpa' was requested")
-    elif impl == "chunked":
-        plan = _chunked(score, shape, dtype, window, on_cpu, "impl='chunked' was requested")
-    elif need_weights and score.dot_family:
-        plan = Plan("reference", "weights requested: they are the (Tq, Tk) score matrix anyway")
-    elif need_weights:
-        plan = _chunked(score, shape, dtype, window, on_cpu,
-                        "weights requested: (Tq, Tk) scores built block by block, the "
-                        "(Tq, Tk, A) pair tensor recomputed in backward")
-    elif _narrow_band(window, tk):
-        plan = _chunked(score, shape, dtype, window, on_cpu,
-                        f"window {window} over {tk} keys: banded blocks, "
-                        "O(Tq * window) work and memory")
-    elif blocker is None and dropout_p > 0 and on_cpu:
-        plan = Plan("chunked", "dropout on CPU: SDPA would fall back to its full-matrix math path")
-    elif blocker is None and sdpa_mask_elements > SDPA_MASK_LIMIT:
-        plan = Plan("chunked", f"SDPA would need a {sdpa_mask_elements:,}-element mask; "
-                    "chunked builds it block by block")
-    elif blocker is None:
-        plan = Plan("sdpa", f"score {score.name!r} without weights: fused SDPA kernel")
-    else:
-        plan = _chunked(score, shape, dtype, window, on_cpu,
-                        f"score {score.name!r}: online softmax over key blocks; backward "
-                        "recomputes the scores (keeps them when Tq <= key features)")
-    # (an additive plan names missing C++ kernels already: the block kernels share a library)
-    if no_step and (score.name != "additive" or native.available()):
-        plan = replace(plan, reason=f"{plan.reason}; {no_step}")
+    if impl != "auto":
+        path = _BY_NAME[impl]
+        reasons = path.not_supported_reasons(inp)
+        if reasons:
+            raise ValueError(f"impl={impl!r} cannot serve this call: {'; '.join(reasons)}")
+        return _chosen(path.plan(inp, f"impl={impl!r} was requested"))
+    because, notes = None, []
+    for path in PATHS:
+        unsupported = path.not_supported_reasons(inp)
+        declined = [] if unsupported else path.auto_reasons(inp)
+        if not unsupported and not declined:
+            plan = path.plan(inp, because)
+            break
+        if declined:  # worded as the reason of the path taken instead
+            because = declined[0]
+        if all(isinstance(r, Unavailable) for r in unsupported):
+            notes += unsupported  # it would serve the call on a machine with its kernel
+    else:  # the reference path serves every call
+        raise AssertionError("no attention path serves this call")
+    # a path passed by for want of a kernel is named, unless the plan says so already
+    notes = [r for r in notes if r.cause not in plan.reason]
+    if notes:
+        plan = replace(plan, reason="; ".join([plan.reason, *notes]))
     return _chosen(plan)
+
+
+def call_inputs(call, score: Score, *, heads: int, need_weights: bool,
+                dropout_p: float) -> Inputs:
+    """The :class:`Inputs` (sizes only) of a validated ``call``
+    (:class:`~attnkit.attention.core.Call`), to :func:`choose` a path for it."""
+    b, tq, _ = call.query.shape
+    lay = call.layout
+    return Inputs(
+        score=score,
+        shape=(b, heads, tq, lay.tk),
+        need_weights=need_weights,
+        dropout_p=dropout_p,
+        window=lay.window,
+        device_type=call.query.device.type,
+        dtype=call.query.dtype,
+        sdpa_mask_elements=0 if lay.pure_causal else lay.mask_elements(b, tq),
+        plain_keys=lay.q_pos is None,
+    )
+
+
+def run(
+    plan: Plan,
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    v: torch.Tensor,
+    score: Score,
+    call,
+    *,
+    prev: torch.Tensor | None,
+    dropout_p: float,
+    need_weights: bool,
+    kf: torch.Tensor | None = None,
+    sink: GradSink | None = None,
+    sdpa_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Run ``plan``'s path on per-head tensors: the score prepares its features, the path
+    scores, masks, takes the softmax and weights the values.
+
+    Args:
+        q: ``(B, H, Tq, Dq)``; k: ``(B, H, Tk, Dk)``, or None when ``kf`` is given;
+        v: ``(B, H, Tk, Dv)``; kf: keys already prepared by the score, ``(B, H, Tk, F)``.
+        call: the validated :class:`~attnkit.attention.core.Call` (which keys each query
+            may see).
+        prev: previous weights ``(B, H, Tq, Tk)`` for the location score, else ``None``.
+        sink: the prepared memory's gradient sink (used by the one-query step), or None.
+        sdpa_dtype: the dtype the fused SDPA kernel is fed when the plan is ``sdpa`` (its
+            context comes back in ``q``'s dtype); None: ``q``'s.
+
+    Returns:
+        ``context (B, H, Tq, Dv)`` and ``weights (B, H, Tq, Tk)`` or ``None``.
+
+    Under ``torch.autocast`` everything here runs with autocast off, on float32 tensors
+    (:mod:`attnkit.ops.precision`), except that on CUDA the fused SDPA kernel is fed
+    autocast's dtype, as ``F.scaled_dot_product_attention`` is under autocast: its flash and
+    memory-efficient kernels take only float16/bfloat16 or run slower in float32, and keep
+    their softmax and accumulators in float32 themselves. On CPU the float32 kernel stays (on
+    an AVX2 CPU, bfloat16 SDPA trained 3.7x slower than float32).
+    """
+    if autocast_enabled(q.device):
+        low = torch.get_autocast_dtype("cuda") if q.device.type == "cuda" else None
+        with no_autocast(q.device):
+            q, k, v, kf, prev = upcast(q, k, v, kf, prev)
+            return run(plan, q, k, v, score, call, prev=prev, dropout_p=dropout_p,
+                       need_weights=need_weights, kf=kf, sink=sink, sdpa_dtype=low)
+    qf = score.prepare_query(q)  # (B, H, Tq, F)
+    kf = score.prepare_key(k) if kf is None else kf  # (B, H, Tk, F)
+    extra = score.prepare_extra(call.previous(prev)) if prev is not None else None
+    inp = replace(call_inputs(call, score, heads=q.shape[1], need_weights=need_weights,
+                              dropout_p=dropout_p),
+                  qf=qf, kf=kf, v=v, extra=extra, call=call, sink=sink, sdpa_dtype=sdpa_dtype)
+    return _BY_NAME[plan.impl].run(inp, plan)
 
 
 def _chosen(plan: Plan) -> Plan:

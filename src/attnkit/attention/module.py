@@ -16,24 +16,22 @@ from attnkit.checks import (
     check_tensor,
     check_values,
     check_window,
-    describe,
 )
-from attnkit.attention.core import (
-    AttentionOutput,
-    Memory,
-    check_call,
-    extend_memory,
-    finish,
-    initial_weights,
-    plan_call,
-    run,
-)
+from attnkit.attention.core import AttentionOutput, Call, Memory, extend_memory, finish
 from attnkit.ops.dense import Linear
-from attnkit.attention.dispatch import IMPLS, STEP_SCORES, Plan
+from attnkit.attention.dispatch import Plan, call_inputs, choose, run
+from attnkit.attention.step import STEP_SCORES
 from attnkit.attention.masks import non_finite_keys, non_finite_rows, zero_padding
 from attnkit.ops.precision import autocast_enabled, no_autocast, upcast
 from attnkit.attention.scores import SCORES, CosineScore, make_score
 from attnkit.ops.tracing import exporting, values_readable
+from attnkit.attention.validation import (
+    autocast_inputs,
+    check_call,
+    check_impl,
+    check_params_dtype,
+    validate,
+)
 
 __all__ = ["Attention", "attention"]
 
@@ -143,8 +141,7 @@ class Attention(nn.Module):
             raise ValueError(f"head_dim: only used with heads > 1, got head_dim={head_dim}")
         self.head_dim = head_dim
         check_probability("dropout", dropout)
-        if impl not in IMPLS:
-            raise ValueError(f"impl: expected one of {', '.join(IMPLS)}, got {impl!r}")
+        check_impl(impl)
         self.window = check_window(window)
         self.causal = bool(causal)
         self.dropout = dropout
@@ -205,8 +202,10 @@ class Attention(nn.Module):
         memory = key if isinstance(key, Memory) else None
         if memory is not None:
             key, value = memory.key, memory.value
-        query, key, value = _autocast_inputs(query, key, value)
-        call = self._check(query, key, value, key_lengths, None, positions)
+        query, key, value = autocast_inputs(query, key, value)
+        call = check_call(query, key, value, query_dim=self.query_dim, key_dim=self.key_dim,
+                          value_dim=self.value_dim, key_lengths=key_lengths, key_mask=None,
+                          positions=positions, causal=self.causal, window=self.window)
         if estimate:
             return planner.estimate(self, planner.CallShape(
                 batch=call.query.shape[0], queries=call.query.shape[1], keys=call.key.shape[1],
@@ -214,35 +213,13 @@ class Attention(nn.Module):
                 key_padding=key_lengths is not None, positions=positions is not None,
                 need_weights=need_weights, value_is_key=value is None or value is key,
                 query_is_key=query is key, training=self.training))
-        return plan_call(
-            self.impl,
-            self.score,
-            call,
-            heads=self.heads,
-            need_weights=need_weights or self.score.needs_prev,
-            dropout_p=self.dropout if self.training else 0.0,
-        )
-
-    def _check(self, query, key, value, key_lengths, key_mask, positions):
-        return check_call(query, key, value, query_dim=self.query_dim, key_dim=self.key_dim,
-                          value_dim=self.value_dim, key_lengths=key_lengths, key_mask=key_mask,
-                          positions=positions, causal=self.causal, window=self.window)
+        return self._choose(call, need_weights or self.score.needs_prev)
 
     def _split_heads(self, x: torch.Tensor, proj: nn.Module | None) -> torch.Tensor:
         if proj is None:
             return x.unsqueeze(1)  # (B, 1, T, D)
         b, t, _ = x.shape
         return proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)  # (B, H, T, d)
-
-    def _check_params_dtype(self, x: torch.Tensor, name: str = "query",
-                            p: torch.Tensor | None = None) -> None:
-        """``x`` has the dtype of the parameters (``p``: one of them, else looked up)."""
-        p = next(self.parameters(), None) if p is None else p
-        if p is not None and p.dtype != x.dtype:
-            raise TypeError(
-                f"{name}: dtype {x.dtype} differs from the module's parameters ({p.dtype}); "
-                f"convert one of them, e.g. attn.to({x.dtype})"
-            )
 
     def prepare(self, key: torch.Tensor, value: torch.Tensor | None = None) -> Memory:
         """Prepare keys ``(B, Tk, Dk)`` and values ``(B, Tk, Dv)`` once for many calls.
@@ -259,9 +236,9 @@ class Attention(nn.Module):
         """
         check_tensor("key", key, ndim=3)
         check_size("key", key, 2, self.key_dim, "feature size key_dim")
-        key, value = _autocast_inputs(key, value)
+        key, value = autocast_inputs(key, value)
         value, _ = check_values(key, value, self.value_dim)
-        self._check_params_dtype(key, "key")
+        check_params_dtype(self, key, "key")
         memory_key, memory_value = key, value  # as given
         # Keys holding NaN or inf (padding, often) are zeroed before any projection, so that
         # no gradient sees them (0 * NaN in a projection's backward); calls pass them on. An
@@ -321,59 +298,52 @@ class Attention(nn.Module):
         positions: torch.Tensor | None = None,
         need_weights: bool = False,
     ) -> AttentionOutput:
-        memory = None
-        p = next(self.parameters(), None)
-        if isinstance(key, Memory):
-            memory = key
-            if memory.owner is not self:
-                raise ValueError("key: this Memory was prepared by another Attention module")
-            if value is not None:
-                raise ValueError("value: the values are already in the prepared Memory")
-            if p is not None and (memory.key_features.dtype, memory.key_features.device) != (
-                p.dtype, p.device
-            ):
-                raise ValueError(
-                    f"key: the Memory was prepared for {memory.key_features.dtype} on "
-                    f"{memory.key_features.device}, the module is now {p.dtype} on {p.device}; "
-                    "prepare it again"
-                )
-            key, value = memory.key, memory.value
-        query, key, value = _autocast_inputs(query, key, value)
-        if prev_weights is not None and isinstance(query, torch.Tensor):
-            prev_weights = _autocast_inputs(query, prev_weights)[1]
-        call = self._check(query, key, value, key_lengths, key_mask, positions)
-        self._check_params_dtype(query, p=p)
+        call, memory, prev = validate(self, query, key, value, key_lengths=key_lengths,
+                                      key_mask=key_mask, prev_weights=prev_weights,
+                                      positions=positions)
+        q, k, v, kf, sink, bad = self._project(call, memory)  # (B, H, T, d); k None: kf
+        need_weights = need_weights or self.score.needs_prev
+        plan = self._choose(call, need_weights)
+        context, weights = run(plan, q, k, v, self.score, call, prev=prev,
+                               dropout_p=self.dropout if self.training else 0.0,
+                               need_weights=need_weights, kf=kf, sink=sink)
+        return self._finish(call, context, weights, bad)
+
+    def _project(self, call: Call, memory: Memory | None):
+        """The per-head queries ``q (B, H, Tq, dq)``, keys ``k (B, H, Tk, dk)`` and values
+        ``v (B, H, Tk, dv)`` (heads > 1: projected; else ``H = 1``); over a :class:`Memory`,
+        its prepared keys ``kf (B, H, Tk, F)`` and values instead of ``k`` (None) and its
+        gradient sink. Also the keys holding NaN or inf, ``(B, Tk)`` or None
+        (:meth:`Call.inputs`)."""
         multi = self.heads > 1
         q = self._split_heads(call.query, self.q_proj if multi else None)  # (B, H, Tq, dq)
         if memory is None:
             key, value, bad = call.inputs()
             k = self._split_heads(key, self.k_proj if multi else None)  # (B, H, Tk, dk)
             v = self._split_heads(value, self.v_proj if multi else None)  # (B, H, Tk, dv)
-            kf = None
-        else:
-            k, v, kf, bad = None, memory.values, memory.key_features, memory.bad
-            if call.layout.key_valid is not None and not memory.checked:  # a traced state
-                keep = call.layout.key_valid[:, None, :, None]  # (B, 1, Tk, 1)
-                kf, v = zero_padding(kf, keep), zero_padding(v, keep)
-        sink = None if memory is None else memory.sink
+            return q, k, v, None, None, bad
+        v, kf, bad = memory.values, memory.key_features, memory.bad
+        if call.layout.key_valid is not None and not memory.checked:  # a traced state
+            keep = call.layout.key_valid[:, None, :, None]  # (B, 1, Tk, 1)
+            kf, v = zero_padding(kf, keep), zero_padding(v, keep)
+        sink = memory.sink
         if sink is not None and not sink.serves(kf, v):
             sink = None  # the memory's tensors were replaced (reordered by beam search, zeroed)
-        prev = self._check_prev(prev_weights, call)
-        context, weights, _ = run(
-            q,
-            k,
-            v,
-            self.score,
-            call,
-            prev=prev,
-            impl=self.impl,
-            dropout_p=self.dropout if self.training else 0.0,
-            need_weights=need_weights or self.score.needs_prev,
-            kf=kf,
-            sink=sink,
-        )
+        return q, None, v, kf, sink, bad
+
+    def _choose(self, call: Call, need_weights: bool) -> Plan:
+        """The path :attr:`impl` takes for ``call``, and why (:func:`dispatch.choose`)."""
+        return choose(self.impl, call_inputs(call, self.score, heads=self.heads,
+                                             need_weights=need_weights,
+                                             dropout_p=self.dropout if self.training else 0.0))
+
+    def _finish(self, call: Call, context: torch.Tensor, weights: torch.Tensor | None,
+                bad: torch.Tensor | None) -> AttentionOutput:
+        """Heads joined (``out_proj``) or squeezed, then :func:`core.finish`:
+        ``context (B, H, Tq, dv) -> (B, Tq, Dv)``, ``weights (B, H, Tq, Tk)`` kept with
+        heads, ``(B, Tq, Tk)`` without."""
         b, h, tq, dv = context.shape
-        if multi:
+        if self.heads > 1:
             context = self.out_proj(context.transpose(1, 2).reshape(b, tq, h * dv))  # (B, Tq, Dv)
             empty = call.empty_queries()  # (B or 1, Tq)
             if empty is not None:  # a query with no key gets zero context, not the bias
@@ -418,49 +388,6 @@ class Attention(nn.Module):
             for hook in hooks:
                 hook.remove()
 
-    def _check_prev(self, prev_weights, call) -> torch.Tensor | None:
-        """Validate ``prev_weights`` and bring it to ``(B, H, Tq, Tk)``."""
-        if not self.score.needs_prev:
-            if prev_weights is not None:
-                raise ValueError(
-                    f"prev_weights: only the 'location' score uses them, score is "
-                    f"{self.score.name!r}"
-                )
-            return None
-        if prev_weights is None:
-            return initial_weights(call, self.heads)
-        b, tq, _ = call.query.shape
-        tk = call.key.shape[1]
-        want = (b,) + ((self.heads,) if self.heads > 1 else ()) + (() if call.one_step else (tq,))
-        want += (tk,)
-        if not isinstance(prev_weights, torch.Tensor) or tuple(prev_weights.shape) != want:
-            got = (
-                describe(prev_weights)
-                if isinstance(prev_weights, torch.Tensor)
-                else type(prev_weights).__name__
-            )
-            raise ValueError(f"prev_weights: expected shape {want} (like the weights), got {got}")
-        if prev_weights.dtype != call.query.dtype:
-            raise TypeError(
-                f"prev_weights: expected dtype {call.query.dtype}, got {describe(prev_weights)}"
-            )
-        if values_readable(prev_weights):
-            bad = int((~torch.isfinite(prev_weights)).sum())
-            if bad:
-                raise ValueError(f"prev_weights: expected finite weights, got {bad} NaN or "
-                                 f"infinite values ({describe(prev_weights)})")
-        return prev_weights.reshape(b, self.heads, tq, tk)
-
-
-def _autocast_inputs(first, *others):
-    """Under ``torch.autocast`` for ``first``'s device, the float16/bfloat16 tensors among
-    ``first, *others`` in float32 (autocast hands over mixed dtypes; attention computes in
-    float32, :mod:`attnkit.ops.precision`); else all as given."""
-    xs = (first, *others)
-    if not isinstance(first, torch.Tensor) or not autocast_enabled(first.device):
-        return xs
-    return tuple(upcast(x)[0] if isinstance(x, torch.Tensor) else x for x in xs)
-
 
 _FUNCTIONAL_SCORES = ("dot", "scaled_dot", "cosine")
 
@@ -499,27 +426,21 @@ def attend(
         )
     check_probability("dropout_p", dropout_p)
     window = check_window(window)
-    query, key, value = _autocast_inputs(query, key, value)
+    query, key, value = autocast_inputs(query, key, value)
     key_dim = query.shape[-1] if isinstance(query, torch.Tensor) else None
     call = check_call(query, key, value, query_dim=None, key_dim=key_dim, value_dim=None,
                       key_lengths=key_lengths, key_mask=key_mask, positions=positions,
                       causal=causal, window=window)
+    check_impl(impl)
     if score == "cosine":
         sc = CosineScore(1, learnable=False).to(query.device)
     else:
         sc = make_score(score, heads=1, query_dim=query.shape[-1], key_dim=key.shape[-1], attn_dim=None)
     key, value, bad = call.inputs()
-    context, weights, _ = run(
-        call.query.unsqueeze(1),
-        key.unsqueeze(1),
-        value.unsqueeze(1),
-        sc,
-        call,
-        prev=None,
-        impl=impl,
-        dropout_p=dropout_p,
-        need_weights=need_weights,
-    )
+    plan = choose(impl, call_inputs(call, sc, heads=1, need_weights=need_weights,
+                                    dropout_p=dropout_p))
+    context, weights = run(plan, call.query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1),
+                           sc, call, prev=None, dropout_p=dropout_p, need_weights=need_weights)
     context = context[:, 0]  # (B, Tq, Dv)
     weights = None if weights is None else weights[:, 0]  # (B, Tq, Tk)
     return finish(call, context, weights, bad)

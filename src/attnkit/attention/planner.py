@@ -40,7 +40,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from attnkit.attention.chunked import default_blocks
-from attnkit.attention.dispatch import IMPLS, Plan, choose_impl
+from attnkit.attention.dispatch import IMPLS, Plan, choose
+from attnkit.attention.path import Inputs
 from attnkit.ops.precision import compute_dtype
 
 __all__ = ["PATHS", "VARIES", "CallShape", "PathEstimate", "estimate", "example_call",
@@ -196,16 +197,16 @@ def largest_fit(attn, shape: CallShape, limit: int, *, vary: str = "batch",
 
 
 def _choose(attn, call: "_Call", impl: str) -> Plan:
-    """:func:`dispatch.choose_impl` for the call's sizes (as :func:`core.plan_call` does for
-    its tensors, with queries aligned to keys by position)."""
+    """:func:`dispatch.choose` for the call's sizes (as :func:`dispatch.call_inputs` gives
+    them for its tensors, with queries aligned to keys by position)."""
     s = call.shape
     pure_causal = _pure_causal(call)
     mask_elements = 0 if pure_causal else call.mask
-    return choose_impl(
-        impl, score=attn.score, need_weights=call.need_weights,
+    return choose(impl, Inputs(
+        score=attn.score, need_weights=call.need_weights,
         shape=(s.batch, attn.heads, s.queries, s.keys), window=attn.window,
-        dropout_p=call.dropout, device=torch.device(s.device), dtype=s.dtype,
-        sdpa_mask_elements=mask_elements, plain_keys=not call.band)
+        dropout_p=call.dropout, device_type=torch.device(s.device).type, dtype=s.dtype,
+        sdpa_mask_elements=mask_elements, plain_keys=not call.band))
 
 
 # --------------------------------------------------------------------------- time
@@ -433,10 +434,12 @@ def _run(c: _Call, plan: Plan, *, train: bool) -> int:
         led.new("q_proj", c.q(c.hq))
         led.new("k_proj", c.k(c.hk))
         led.new("v_proj", c.k(c.hv))
+        if not train:  # Attention._project returns the projections alone: no graph keeps
+            led.drop("key_in", "value_in")  # the zeroed inputs
     prepare_backward = _prepare(led, c, train)
     paths = {"reference": _reference, "sdpa": _sdpa, "chunked": _chunked, "step": _step}
     path_backward = paths[plan.impl](led, c, plan, train)
-    if not train or (plan.impl == "reference" and not c.dot):  # core.run's features
+    if not train or (plan.impl == "reference" and not c.dot):  # dispatch.run's features
         led.drop("qf", "kf", "q_unit", "extra")
     out = c.b * c.tq * c.dv * c.io
     if multi:  # context.transpose(1, 2).reshape(...), out_proj, zeroing rows with no key
@@ -475,8 +478,8 @@ def _saves_context(c: _Call, plan: Plan) -> bool:
 
 
 def _prepare(led: _Ledger, c: _Call, train: bool) -> Callable[[], None]:
-    """``score.prepare_query`` / ``prepare_key`` / ``prepare_extra`` (:func:`core.run`); returns
-    the backward from the features' gradients (``d_qf``, ``d_kf``, ``d_v``) to the inputs'."""
+    """``score.prepare_query`` / ``prepare_key`` / ``prepare_extra`` (:func:`dispatch.run`);
+    returns the backward from the features' gradients (``d_qf``, ``d_kf``, ``d_v``) to the inputs'."""
     Q, K = c.q(c.f, it=True), c.k(c.f, it=True)
     if c.score == "cosine":
         led.new("q_unit", c.q(c.hq, it=True))  # F.normalize(q)

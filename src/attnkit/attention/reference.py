@@ -15,12 +15,13 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
+from attnkit.attention.path import Inputs, Path, Plan
 from attnkit.ops.precision import compute_dtype, upcast
 from attnkit.attention.scores import Score
 from attnkit.ops.tracing import values_readable
 
-__all__ = ["available_memory", "check_single_backward", "fits_in_memory", "reference_attention",
-           "masked_softmax", "weigh"]
+__all__ = ["REFERENCE", "ReferencePath", "available_memory", "check_single_backward",
+           "fits_in_memory", "reference_attention", "masked_softmax", "weigh"]
 
 def check_single_backward(impl: str) -> None:
     """Refuse, in a fast path's backward, to build a graph of that backward.
@@ -177,3 +178,23 @@ def weigh(
     weights = masked_softmax(scores, mask).to(value.dtype)  # (B, H, Tq, Tk)
     dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
     return dropped @ value, weights  # (B, H, Tq, Dv), (B, H, Tq, Tk)
+
+
+class ReferencePath(Path):
+    """The reference path as dispatch sees it: it serves every call (last in ``auto``'s
+    order); :func:`fits_in_memory` refuses, when it runs, a call too big for the device."""
+
+    name = "reference"
+
+    def plan(self, inp: Inputs, because: str | None) -> Plan:
+        return Plan("reference", because or "no faster path serves this call")
+
+    def run(self, inp: Inputs, plan: Plan) -> tuple[torch.Tensor, torch.Tensor | None]:
+        with fits_in_memory(inp.score, inp.qf, inp.kf.shape[2], inp.need_weights):
+            context, weights = reference_attention(inp.qf, inp.kf, inp.v, inp.score,
+                                                   inp.call.mask(), extra=inp.extra,
+                                                   dropout_p=inp.dropout_p)
+        return context, (weights if inp.need_weights else None)
+
+
+REFERENCE = ReferencePath()

@@ -10,9 +10,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from attnkit.attention.chunked import band_reason
+from attnkit.attention.path import Inputs, Path, Plan
 from attnkit.attention.reference import check_single_backward
 
-__all__ = ["sdpa_attention"]
+__all__ = ["SDPA", "SDPA_MASK_LIMIT", "SdpaPath", "sdpa_attention"]
+
+# Largest boolean mask (elements) handed to SDPA; beyond it a masked call goes to "chunked",
+# which builds its mask one block at a time.
+SDPA_MASK_LIMIT = 1 << 26
 
 
 class _SingleBackward(torch.autograd.Function):
@@ -65,3 +71,44 @@ def sdpa_attention(
         qf, kf, value, attn_mask=mask | empty, dropout_p=dropout_p, scale=scale
     )
     return _guarded(context.masked_fill(empty, 0.0))
+
+
+class SdpaPath(Path):
+    """The SDPA path as dispatch sees it: dot-family scores without weights; ``auto`` leaves
+    narrow windows, dropout on CPU and masks over :data:`SDPA_MASK_LIMIT` to chunked."""
+
+    name = "sdpa"
+
+    def not_supported_reasons(self, inp: Inputs) -> list[str]:
+        reasons = []
+        if not inp.score.dot_family:
+            reasons.append(f"score {inp.score.name!r} is not a dot product of prepared features")
+        if inp.need_weights:
+            reasons.append("need_weights=True: SDPA does not return the attention weights")
+        return reasons
+
+    def auto_reasons(self, inp: Inputs) -> list[str]:
+        reasons = [band_reason(inp)] if inp.narrow_band else []
+        if inp.dropout_p > 0 and inp.on_cpu:
+            reasons.append("dropout on CPU: SDPA would fall back to its full-matrix math path")
+        if inp.sdpa_mask_elements > SDPA_MASK_LIMIT:
+            reasons.append(f"SDPA would need a {inp.sdpa_mask_elements:,}-element mask; "
+                           "chunked builds it block by block")
+        return reasons
+
+    def plan(self, inp: Inputs, because: str | None) -> Plan:
+        return Plan("sdpa", because or f"score {inp.score.name!r} without weights: fused SDPA "
+                    "kernel")
+
+    def run(self, inp: Inputs, plan: Plan) -> tuple[torch.Tensor, None]:
+        scale, call = inp.score.scale, inp.call
+        fed = [x.to(inp.sdpa_dtype or x.dtype) for x in (inp.qf, inp.kf, inp.v)]
+        if call.layout.pure_causal:
+            context = sdpa_attention(*fed, None, scale=scale, dropout_p=inp.dropout_p,
+                                     is_causal=True)
+        else:
+            context = sdpa_attention(*fed, call.mask(), scale=scale, dropout_p=inp.dropout_p)
+        return context.to(inp.qf.dtype), None
+
+
+SDPA = SdpaPath()

@@ -40,9 +40,16 @@ import weakref
 
 import torch
 
-from attnkit.ops import bindings
+from attnkit.attention.path import Inputs, Path, Plan, Unavailable
+from attnkit.ops import bindings, native
 
-__all__ = ["GradSink", "additive_step", "collect", "dot_step", "sink_supported"]
+__all__ = ["STEP", "STEP_SCORES", "GradSink", "StepPath", "additive_step", "collect", "dot_step",
+           "sink_supported"]
+
+
+# Scores with a one-query C++ step kernel; the dot family's one-query step is a few matrix
+# products (:func:`dot_step`).
+STEP_SCORES = ("additive", "location")
 
 
 def sink_supported() -> bool:
@@ -339,3 +346,60 @@ def dot_step(
     if not (torch.is_grad_enabled() and any(x.requires_grad for x in (qf, kf, v))):
         return _dot_forward(qf, kf, v, scale, mask)  # decoding: no autograd node
     return _DotStep.apply(qf, kf, v, scale, mask, sink)
+
+
+class StepPath(Path):
+    """The step path as dispatch sees it: one query per row (a decoder step) of an additive,
+    location or dot-family score, on CPU, key padding only, no dropout. First in ``auto``'s
+    order: a decoder makes this call at every step."""
+
+    name = "step"
+
+    def not_supported_reasons(self, inp: Inputs) -> list[str]:
+        score, tq = inp.score, inp.shape[2]
+        reasons = []
+        if score.name not in STEP_SCORES and not score.dot_family:
+            reasons.append(f"score {score.name!r} has no one-query step")
+        if tq != 1:
+            reasons.append(f"{tq} queries per row; the step takes one (a decoder step)")
+        if not inp.plain_keys:
+            reasons.append("a causal mask or window; the step takes key padding only")
+        if inp.dropout_p > 0:
+            reasons.append("dropout on the weights; the step has none")
+        if not inp.on_cpu:
+            reasons.append("not on CPU; the step runs on CPU")
+        dtypes = (torch.float32,) if score.name in STEP_SCORES else (torch.float32, torch.float64)
+        if inp.dtype not in dtypes:
+            reasons.append(f"dtype {inp.dtype}; the step takes {' or '.join(map(str, dtypes))}")
+        if not reasons and score.name in STEP_SCORES and not native.available():
+            status = f"({native.status()})"  # the chunked path's plan may say it already
+            reasons.append(Unavailable(f"no C++ step kernel {status}", status))
+        return reasons
+
+    def plan(self, inp: Inputs, because: str | None) -> Plan:
+        name = inp.score.name
+        if because is not None:
+            reason = because
+        elif name in STEP_SCORES:
+            reason = (f"score {name!r}, one query per row (a decoder step): C++ step kernel, "
+                      "weights kept for backward, key/value gradients summed over a prepared "
+                      "Memory's steps")
+        else:
+            reason = (f"score {name!r}, one query per row (a decoder step): weights kept for "
+                      "backward, key/value gradients summed once per sequence over a prepared "
+                      "Memory's steps")
+        return Plan("step", reason, "native" if name in STEP_SCORES else "eager")
+
+    def run(self, inp: Inputs, plan: Plan) -> tuple[torch.Tensor, torch.Tensor | None]:
+        score, mask = inp.score, inp.call.mask()
+        if score.dot_family:
+            context, weights = dot_step(inp.qf, inp.kf, inp.v, score.scale, mask, inp.sink)
+        else:
+            extra = inp.extra  # location features f (B, H, Tk, F)
+            location = None if extra is None else (extra[:, :, 0], score.w_loc)
+            context, weights = additive_step(inp.qf, inp.kf, inp.v, score.v, mask, inp.sink,
+                                             location)
+        return context, (weights if inp.need_weights else None)
+
+
+STEP = StepPath()
