@@ -11,7 +11,7 @@ from torch import nn
 from attnkit import SelfAttention
 from attnkit.attention.self_attention import length_groups
 
-from .float32_bounds import assert_within_normwise, key_bias_scales
+from tests.float32_bounds import assert_within_normwise, key_bias_scales
 
 
 @pytest.mark.parametrize("combine", ["concat", "residual"])
