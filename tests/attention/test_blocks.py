@@ -13,7 +13,7 @@ from attnkit.attention.chunked import chunked_attention, recomputed_scores
 from attnkit.attention.masks import KeyLayout
 from attnkit.attention.scores import make_score
 
-from .float32_bounds import additive_block_bounds, normwise_bound
+from tests.float32_bounds import additive_block_bounds, normwise_bound
 
 needs_native = pytest.mark.skipif(not native.available(),
                                   reason=f"no C++ kernels: {native.status()}")

@@ -8,7 +8,7 @@ from torch import nn
 
 from attnkit import Attention, lengths_to_mask
 
-from .float32_bounds import assert_within_normwise
+from tests.float32_bounds import assert_within_normwise
 
 
 def _copy_mha_weights(attn: Attention, mha: nn.MultiheadAttention) -> None:

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from attnkit import SCORES, Attention, attend, lengths_to_mask
 from attnkit.ops import export_mode
 
-from .float32_bounds import assert_within_normwise
+from tests.float32_bounds import assert_within_normwise
 
 DOT_FAMILY = ("dot", "scaled_dot", "general", "cosine")
 

@@ -17,7 +17,7 @@ from attnkit import Attention
 from attnkit.attention import step
 from attnkit.ops import bindings, native
 
-from .float32_bounds import (
+from tests.float32_bounds import (
     TANH_ERR,
     assert_within_normwise,
     key_bias_scales,
@@ -462,7 +462,7 @@ def test_a_reordered_memory_sends_its_gradients_through_autograd():
 @needs_native
 def test_native_tanh_is_accurate_and_saturates():
     """The kernels' float tanh (csrc/tanh.h) against tanh in float64: every value within the
-    relative bound its arithmetic allows (tests/attention/float32_bounds.py: about 20 float32
+    relative bound its arithmetic allows (tests/float32_bounds.py: about 20 float32
     ulps, whether the build contracts to FMA or not), down to tiny values; infinities saturate
     to exactly +-1, NaN stays NaN."""
     tiny = torch.logspace(-30, 0, 3001)

@@ -2,12 +2,16 @@
 the deep output), the doubly stochastic term is its sum, hard attention picks a cell and its
 REINFORCE term has the paper's gradient, teacher forcing equals the steps, decoding runs."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from attnkit.decoding import Decoding, decode
 from attnkit.models import Captioner, GridEncoder, doubly_stochastic
+from tests.float32_bounds import assert_within_normwise, lstm_operations
+from tests.models.toy import grid_operations
 
 TINY = dict(image_size=16, channels=(4, 8), hidden=8, emb=6, attn_dim=5)
 
@@ -19,6 +23,18 @@ def _model(**kw):
 
 def _images(b=3, size=16):
     return torch.rand(b, 3, size, size, generator=torch.Generator().manual_seed(1))
+
+
+def _step_operations(model, cells):
+    """The longest chain of roundings through the grid and one step over ``cells`` cells: the
+    grid's, the initial state (the mean over cells, a projection and tanh), the attention (the
+    query's and keys' projections, the score's sum, the softmax's and the context's over the
+    cells), the gate, the cell, the deep output and the log-softmax, with a spare 8."""
+    d, hidden = model.init_h.in_features, model.hidden
+    vocab, emb = model.out.out_features, model.out.in_features
+    attend = hidden + d + model.attention.score.v.shape[-1] + 2 * cells
+    return (grid_operations(model.encoder) + cells + d + 2 + attend + hidden + 2
+            + lstm_operations(1, emb + d, hidden) + hidden + d + emb + vocab + 8)
 
 
 def test_doubly_stochastic_is_the_papers_sum():
@@ -34,28 +50,42 @@ def test_doubly_stochastic_is_the_papers_sum():
     assert expected[0] != expected[1]  # the padded words are left out, not vacuous
 
 
+def _papers_step(model, images, tokens):
+    """One step of ``model`` written out as the paper's equations: ``(h_0, alpha, h_1, c_1,
+    log-probabilities)`` and the gate ``beta``."""
+    a = model.encoder(images)  # (B, L, D)
+    h0 = torch.tanh(model.init_h(a.mean(1)))
+    c0 = torch.tanh(model.init_c(a.mean(1)))
+    score = model.attention.score
+    e = torch.tanh((h0 @ score.w_query[0])[:, None] + a @ score.w_key[0]) @ score.v[0]
+    alpha = torch.softmax(e, -1)  # (B, L)
+    z = (alpha[..., None] * a).sum(1)  # (B, D)
+    beta = torch.sigmoid(model.gate(h0))  # (B, 1): the gating scalar
+    y = model.embed(tokens)
+    h1, c1 = model.cell(torch.cat([y, beta * z], -1), (h0, c0))
+    logits = model.out(y + model.out_h(h1) + model.out_z(beta * z))
+    return [h0, alpha, h1, c1, F.log_softmax(logits, -1)], beta
+
+
+def _step(model, images, tokens):
+    state = model.start(images, None)
+    log_probs, new, weights = model.step(tokens, state)
+    return [state["h"], weights, new["h"], new["c"], log_probs]
+
+
 def test_one_step_is_the_papers_equations():
     model = _model()
+    model64 = copy.deepcopy(model).double()
     images, tokens = _images(), torch.tensor([1, 5, 7])
     with torch.no_grad():
-        state = model.start(images, None)
-        log_probs, new, weights = model.step(tokens, state)
-        a = model.encoder(images)  # (B, L, D)
-        h0 = torch.tanh(model.init_h(a.mean(1)))
-        c0 = torch.tanh(model.init_c(a.mean(1)))
-        score = model.attention.score
-        e = torch.tanh((h0 @ score.w_query[0])[:, None] + a @ score.w_key[0]) @ score.v[0]
-        alpha = torch.softmax(e, -1)  # (B, L)
-        z = (alpha[..., None] * a).sum(1)  # (B, D)
-        beta = torch.sigmoid(model.gate(h0))  # (B, 1): the gating scalar
-        y = model.embed(tokens)
-        h1, c1 = model.cell(torch.cat([y, beta * z], -1), (h0, c0))
-        logits = model.out(y + model.out_h(h1) + model.out_z(beta * z))
-    torch.testing.assert_close(state["h"], h0)
-    torch.testing.assert_close(weights, alpha, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(new["h"], h1, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(new["c"], c1, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(log_probs, F.log_softmax(logits, -1), atol=1e-6, rtol=1e-5)
+        want, beta = _papers_step(model64, images.double(), tokens)
+        # in float64 the step is the equations, to float64's rounding
+        torch.testing.assert_close(_step(model64, images.double(), tokens), want)
+        # in float32 the step and the equations within a normwise bound of the equations in
+        # float64
+        assert_within_normwise(want, _step_operations(model, want[1].shape[-1]),
+                               step=_step(model, images, tokens),
+                               equations=_papers_step(model, images, tokens)[0])
     assert 0.0 < beta.min() and beta.max() < 1.0
 
 
@@ -119,14 +149,24 @@ def test_decoding_greedy_beam_and_sampling(attention):
 def test_hard_attention_reads_one_cell():
     model = _model(attention="hard")
     images, tokens = _images(), torch.tensor([1, 2, 3])
-    with torch.no_grad():
+    model64 = copy.deepcopy(model).double()
+
+    def read_one_cell(model, images):  # the step, and its equations at the cell it picked
         state = model.start(images)
         _, new, alpha = model.step(tokens, state)  # eval: the most likely cell
         a = model.encoder(images)
         z = a[torch.arange(3), alpha.argmax(-1)] * torch.sigmoid(model.gate(state["h"]))
         y = model.embed(tokens)
-        h1, _ = model.cell(torch.cat([y, z], -1), (state["h"], state["c"]))
-    torch.testing.assert_close(new["h"], h1, atol=1e-6, rtol=1e-5)
+        return new["h"], model.cell(torch.cat([y, z], -1), (state["h"], state["c"]))[0], alpha
+
+    with torch.no_grad():
+        got, h1, alpha = read_one_cell(model, images)
+        want, h1_64, alpha64 = read_one_cell(model64, images.double())
+    assert torch.equal(alpha64.argmax(-1), alpha.argmax(-1))
+    torch.testing.assert_close(want, h1_64)  # the equations, to float64's rounding
+    # in float32, the step and the equations within a normwise bound of them in float64
+    assert_within_normwise([want], _step_operations(model, alpha.shape[-1]), step=[got],
+                           equations=[h1])
     model.train()
     torch.manual_seed(3)
     out = model(images, torch.ones(3, 5, dtype=torch.long))

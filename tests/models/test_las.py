@@ -1,11 +1,15 @@
 """Listen, Attend and Spell: the pyramid's lengths and masking, step = forward, CTC, LM mode; the
 causal listener and streaming."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from attnkit.models import LAS, CausalListener, Listener
+from attnkit.models.las import HALVINGS
+from tests.float32_bounds import assert_within_normwise, lstm_operations
 from tests.models.toy import assert_skipping_padding_changes_nothing, streaming_las
 
 F_DIM, V = 6, 9
@@ -17,6 +21,33 @@ def _model(**kw):
     torch.manual_seed(0)
     return LAS(V, features=F_DIM, listener_hidden=8, hidden=12, emb=6, key_value_dim=8,
                **kw).eval()
+
+
+def _listener_operations(listener, frames):
+    """The longest chain of roundings through a listener over ``frames`` frames: its first
+    (Bi)LSTM, then each halving's over half the steps, fed two steps of the layer below
+    (a BiLSTM's two directions side by side), and the feature normalisation (2)."""
+    width, hidden = listener.output_dim, listener.hidden
+    return 2 + lstm_operations(frames, listener.features, hidden) + sum(
+        lstm_operations(frames >> k, 2 * width, hidden) for k in range(1, HALVINGS + 1))
+
+
+def _las_operations(model, frames, tokens):
+    """The longest chain of roundings through ``tokens`` speller steps of ``model`` over
+    ``frames`` frames: the listener's, the keys' and values' projections, then at each step
+    (each fed the last) the cells, the attention (the query's projection, the location
+    filters, the score's sums, the softmax's or the stops' and the context's over the
+    listener's steps), the output layers and the log-softmax over the vocabulary, with a
+    spare 8 roundings a step (biases, tanh, exp, log)."""
+    speller, steps = model.speller, frames >> HALVINGS
+    cells = sum(lstm_operations(1, cell.weight_ih.shape[1], speller.hidden)
+                for cell in speller.cells)
+    conv = getattr(getattr(speller.attention, "score", None), "conv", None)
+    width = max(speller.hidden, speller.context_dim, model.listener.output_dim)
+    attend = 3 * width + (0 if conv is None else sum(conv.weight.shape)) + 2 * steps
+    out = 2 * speller.hidden + speller.context_dim + speller.out[-1].out_features
+    return (_listener_operations(model.listener, frames) + model.listener.output_dim
+            + tokens * (cells + attend + out + 8))
 
 
 def test_each_halving_floors_the_length_and_zeroes_the_rest():
@@ -59,11 +90,15 @@ def test_step_by_step_equals_forward():
     x, lengths = torch.randn(3, 40, F_DIM), torch.tensor([40, 29, 8])
     tgt = torch.randint(3, V, (3, 6))
     logits, weights = model(x, lengths, tgt)
+    logits64, weights64 = copy.deepcopy(model).double()(x.double(), lengths, tgt)
     state = model.start(x, lengths)
+    # each step and the teacher-forced pass within a normwise bound of the pass in float64
+    operations = _las_operations(model, 40, tgt.shape[1])
     for t in range(tgt.shape[1]):
         log_probs, state, w = model.step(tgt[:, t], state)
-        torch.testing.assert_close(log_probs, F.log_softmax(logits[:, t], -1))
-        torch.testing.assert_close(w, weights[:, t])
+        assert_within_normwise([F.log_softmax(logits64[:, t], -1), weights64[:, t]], operations,
+                               step=[log_probs, w], forward=[F.log_softmax(logits[:, t], -1),
+                                                             weights[:, t]])
     torch.testing.assert_close(weights.sum(-1), torch.ones(3, 6))
 
 
@@ -123,10 +158,12 @@ def test_causal_listener_streams_what_it_encodes_at_once():
         steps, state = listener.stream(x[:, a:b], state)
         assert steps.shape[1] == b // 8 - sum(p.shape[1] for p in parts)  # each step once in
         parts.append(steps)
-    torch.testing.assert_close(torch.cat(parts, 1)[0], out[0], rtol=0, atol=1e-6)
-    # the second row streamed alone to its own length: the same as in the padded batch
+    # streamed, and the second row streamed alone to its own length: both within a normwise
+    # bound of the padded batch encoded at once in float64, as the encoding at once is
+    want, _ = copy.deepcopy(listener).double()(x.double(), lengths)
     alone, _ = listener.stream(x[1:, :45], listener.stream_start())
-    torch.testing.assert_close(alone[0], out[1, :5], rtol=0, atol=1e-6)
+    assert_within_normwise([want[0], want[1, :5]], _listener_operations(listener, 70),
+                           streamed=[torch.cat(parts, 1)[0], alone[0]], at_once=[out[0], out[1, :5]])
 
 
 def test_causal_listener_never_reads_ahead():
@@ -180,12 +217,20 @@ def test_streamed_steps_equal_steps_over_the_whole_utterance(alignment):
     model = streaming_las(alignment, features=F_DIM, vocab=V)
     x = torch.randn(1, 301, F_DIM, generator=torch.Generator().manual_seed(6))
     tokens = torch.randint(3, V, (40,), generator=torch.Generator().manual_seed(7))
-    with torch.no_grad():
-        whole = model.start(x, torch.tensor([301]))
-        expected = []
+
+    def whole_steps(model, x):
+        whole, steps = model.start(x, torch.tensor([301])), []
         for t in tokens:
             log_probs, whole, w = model.step(t[None], whole)
-            expected.append((log_probs, w))
+            steps.append((log_probs, w))
+        return steps
+
+    # streamed steps and steps over the whole utterance, both within a normwise bound of the
+    # steps over the whole utterance in float64
+    operations = _las_operations(model, 301, len(tokens))
+    with torch.no_grad():
+        expected = whole_steps(model, x)
+        want = whole_steps(copy.deepcopy(model).double(), x.double())
         state, i, early = model.stream_start(), 0, 0
         for start in range(0, 301, 13):
             state = model.stream_listen(x[:, start:start + 13], state)
@@ -194,12 +239,14 @@ def test_streamed_steps_equal_steps_over_the_whole_utterance(alignment):
                 log_probs, state, w = out
                 s = w.shape[-1]  # the listener steps so far
                 assert s == min(301, start + 13) // 8 and expected[i][1][:, s:].eq(0).all()
-                torch.testing.assert_close(log_probs, expected[i][0], rtol=0, atol=1e-5)
-                torch.testing.assert_close(w, expected[i][1][:, :s], rtol=0, atol=1e-5)
+                assert_within_normwise([want[i][0], want[i][1][:, :s]], operations,
+                                       streamed=[log_probs, w],
+                                       whole=[expected[i][0], expected[i][1][:, :s]])
                 i, early = i + 1, early + (start + 13 < 301)
         while i < len(tokens):  # after the last frame: steps with no stop read nothing
             log_probs, state, w = model.stream_step(tokens[i:i + 1], state, final=True)
-            torch.testing.assert_close(log_probs, expected[i][0], rtol=0, atol=1e-5)
+            assert_within_normwise([want[i][0]], operations, streamed=[log_probs],
+                                   whole=[expected[i][0]])
             assert w.eq(0).all() and expected[i][1].eq(0).all()
             i += 1
     assert early >= 10  # most steps were decided before the audio ended

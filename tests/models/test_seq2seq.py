@@ -1,10 +1,14 @@
 """Seq2seq models: step-by-step equals all-at-once, padding is ignored, decoding works."""
 
+import copy
+
 import pytest
 import torch
+from torch import nn
 
 from attnkit.decoding import beam_search, greedy
 from attnkit.models import Seq2Seq
+from tests.float32_bounds import assert_within_normwise, lstm_operations
 from tests.models.toy import toy_batch
 
 CONFIGS = [
@@ -21,17 +25,37 @@ def _model(cfg):
     return Seq2Seq(11, 13, emb=8, hidden=12, **cfg).eval()
 
 
+def _operations(model, source, steps):
+    """The longest chain of dependent roundings through ``steps`` decoder steps over
+    ``source`` source steps, counted generously from the widest layer ``W``: the encoder's
+    recurrent layers (``W`` wide, each fed the last), then at each step (each fed the last)
+    the decoder's cells (fed up to ``2 W``), the attention (the projections and the score's
+    sums, ``3 W``; the softmax's and the context's over the source), the output layers
+    (``2 W``) and the log-softmax over the vocabulary, with a spare 8."""
+    widths = [m.in_features for m in model.modules() if isinstance(m, nn.Linear)]
+    widths += [w.shape[1] for n, w in model.named_parameters() if "weight_" in n]
+    width, layers = max(widths), sum(1 for n, _ in model.named_parameters() if "weight_hh" in n)
+    vocab = max(m.out_features for m in model.modules() if isinstance(m, nn.Linear))
+    step = layers * lstm_operations(1, 2 * width, width) + 5 * width + 2 * source + vocab + 8
+    return layers * lstm_operations(source, width, width) + steps * step
+
+
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "-".join(map(str, c.values())))
 def test_forward_equals_step_by_step(cfg):
     model = _model(cfg)
     src, src_len, tgt_in = toy_batch()
     logits, weights = model(src, src_len, tgt_in)
+    logits64, weights64 = copy.deepcopy(model).double()(src, src_len, tgt_in)
+    operations = _operations(model, src.shape[1], tgt_in.shape[1])
     state = model.start(src, src_len)
     for t in range(tgt_in.shape[1]):
         lp, state, w = model.step(tgt_in[:, t], state)
-        torch.testing.assert_close(lp, logits[:, t].log_softmax(-1), atol=1e-5, rtol=1e-5)
+        # each step and the teacher-forced pass within a normwise bound of the pass in float64
+        want = [logits64[:, t].log_softmax(-1), None if weights is None else weights64[:, t]]
+        assert_within_normwise(want, operations, step=[lp, w],
+                               forward=[logits[:, t].log_softmax(-1),
+                                        None if weights is None else weights[:, t]])
         if weights is not None:
-            torch.testing.assert_close(w, weights[:, t], atol=1e-6, rtol=1e-5)
             assert w[1, 4:].abs().max() == 0 and w[2, 1:].abs().max() == 0
 
 
@@ -42,9 +66,13 @@ def test_source_padding_changes_nothing(cfg):
     logits, _ = model(src, src_len, tgt_in)
     longer = torch.cat([src, torch.zeros(3, 4, dtype=torch.long)], dim=1)
     logits2, _ = model(longer, src_len, tgt_in)
-    torch.testing.assert_close(logits2, logits, atol=1e-5, rtol=1e-5)
     one, _ = model(src[1:2, :4], src_len[1:2], tgt_in[1:2])
-    torch.testing.assert_close(one[0], logits[1], atol=1e-5, rtol=1e-5)
+    want, _ = copy.deepcopy(model).double()(src, src_len, tgt_in)
+    # padded more, and one source alone: within a normwise bound of the batch in float64, as
+    # the batch is
+    operations = _operations(model, longer.shape[1], tgt_in.shape[1])
+    assert_within_normwise([want], operations, batch=[logits], longer=[logits2])
+    assert_within_normwise([want[1]], operations, alone=[one[0]])
 
 
 def test_decoders_run_on_the_models_step_and_teacher_forcing_ratio_trains():

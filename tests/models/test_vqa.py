@@ -2,10 +2,15 @@
 reader is its documented equations, padding a question changes nothing, the baseline has no
 attention, bad input is refused by name."""
 
+import copy
+
 import pytest
 import torch
+from torch import nn
 
 from attnkit.models import VQA
+from tests.float32_bounds import assert_within_normwise, lstm_operations
+from tests.models.toy import grid_operations
 
 TINY = dict(image_size=16, channels=(4, 8), emb=6, hidden=5, attn_dim=7)
 
@@ -22,23 +27,53 @@ def _inputs():
     return images, questions, torch.tensor([4, 2, 1])
 
 
+def _operations(model, words):
+    """The longest chain of dependent roundings through ``model`` over a question of
+    ``words`` words (for :func:`tests.float32_bounds.normwise_bound`), counted generously from
+    its widest layer ``W``: the grid and the question's BiLSTM; at each hop two additive
+    attentions (the words' and the cells', the relational reader's; a projection of each side
+    and the score's sum, ``3 W``; the softmax's and the read's sums over ``L`` cells, and the
+    relational reader's positions and gates, ``2 L`` more), and the answer layers, with a
+    spare 8 a layer."""
+    widths = [m.in_features for m in model.modules() if isinstance(m, nn.Linear)]
+    cells, width = model.encoder.coords.shape[0], max(widths)
+    question = lstm_operations(words, model.embed.embedding_dim, model.hidden)
+    hop = 2 * (3 * width + 2 * cells + 8) + 2 * cells
+    return (grid_operations(model.encoder) + question + model.hops * hop
+            + sum(widths) + 8 * len(widths))
+
+
+def _assert_equations(model, images, run):
+    """``run(model, images)`` -> ``(the model's results, the same written out)``: equal to
+    float64's rounding in float64; in float32, both within a normwise bound of the equations
+    in float64."""
+    with torch.no_grad():
+        got, equations = run(model, images)
+        got64, want = run(copy.deepcopy(model).double(), images.double())
+    torch.testing.assert_close(got64, want)
+    assert_within_normwise(want, _operations(model, 4), model=got, equations=equations)
+
+
 @pytest.mark.parametrize("hops", [1, 2, 3])
 def test_each_hop_is_the_papers_equations(hops):
     model = _model(hops=hops)
     images, questions, lengths = _inputs()
-    with torch.no_grad():
+
+    def hops_and_equations(model, images):
         out = model(images, questions, lengths)
         v = torch.tanh(model.regions[0](model.encoder(images)))  # (B, L, 2H)
         u = model.question(questions, lengths)  # (B, 2H)
-        for k, attention in enumerate(model.attention):
+        weights = []
+        for attention in model.attention:
             score = attention.score
             h = torch.tanh((u @ score.w_query[0])[:, None] + v @ score.w_key[0])  # (B, L, A)
             p = torch.softmax(h @ score.v[0], -1)  # (B, L)
-            torch.testing.assert_close(out.weights[:, k], p, atol=1e-6, rtol=1e-5)
+            weights.append(p)
             u = u + (p[..., None] * v).sum(1)  # u_k = u_{k-1} + v~_k
-        expected = model.answer(u)
-    assert out.weights.shape == (3, hops, 16)
-    torch.testing.assert_close(out.logits, expected, atol=1e-5, rtol=1e-5)
+        return [out.weights, out.logits], [torch.stack(weights, 1), model.answer(u)]
+
+    _assert_equations(model, images, hops_and_equations)
+    assert model(images, questions, lengths).weights.shape == (3, hops, 16)
 
 
 def _additive(score, query, key):
@@ -51,7 +86,8 @@ def _additive(score, query, key):
 def test_the_relational_reader_is_its_equations(hops):
     model = _model(kind="relational", hops=hops)
     images, questions, lengths = _inputs()
-    with torch.no_grad():
+
+    def reader_and_equations(model, images):
         out = model(images, questions, lengths)
         a = model.encoder(images)  # (B, L, D)
         v = torch.tanh(model.regions[0](a))  # (B, L, 2H)
@@ -59,17 +95,18 @@ def test_the_relational_reader_is_its_equations(hops):
         h = model.rnn(model.embed(questions), lengths)  # (B, T, 2H)
         side = 4  # 16 px, two halvings
         centres = torch.tensor([[-1 + 2 * col / (side - 1), -1 + 2 * row / (side - 1)]
-                                for row in range(side) for col in range(side)])  # (L, 2)
+                                for row in range(side) for col in range(side)],
+                               dtype=a.dtype)  # (L, 2)
         pos = centres + torch.tanh(model.offset(a)) / (side - 1)  # (B, L, 2)
         padded = torch.arange(questions.shape[1]) >= lengths[:, None]  # (B, T)
-        read, key = [u0], v
+        read, key, weights = [u0], v, []
         for k in range(hops):
             words = torch.softmax(_additive(model.control[k].score, u0, h)
                                   .masked_fill(padded, float("-inf")), -1)  # (B, T)
             assert (words[padded] == 0).all()
             query = torch.cat([(words[..., None] * h).sum(1), u0], -1)  # [q_k; u_0]
             p = torch.softmax(_additive(model.attention[k].score, query, key), -1)  # (B, L)
-            torch.testing.assert_close(out.weights[:, k], p, atol=1e-6, rtol=1e-5)
+            weights.append(p)
             g = torch.sigmoid(model.gate[k](torch.tanh(
                 model.gate_query[k](query)[:, None] + model.gate_key[k](key)))).squeeze(-1)
             where = sum(p[:, i, None] * pos[:, i] for i in range(side ** 2))  # (B, 2): X_k
@@ -82,8 +119,10 @@ def test_the_relational_reader_is_its_equations(hops):
                            g[b, i, None]]) for i in range(side ** 2)]) for b in range(3)])
             key = torch.cat([v, rel], -1)  # (B, L, 2H + 4)
         expected = model.answer(torch.cat(read, -1))
-    assert out.weights.shape == (3, hops, 16)
-    torch.testing.assert_close(out.logits, expected, atol=1e-5, rtol=1e-5)
+        return [out.weights, out.logits], [torch.stack(weights, 1), expected]
+
+    _assert_equations(model, images, reader_and_equations)
+    assert model(images, questions, lengths).weights.shape == (3, hops, 16)
 
 
 def test_the_relational_positions_move_within_their_cells():
@@ -125,8 +164,13 @@ def test_the_question_is_read_to_its_length():
         padded = model(images, questions, lengths)
         alone = model(images[1:2], questions[1:2, :2], lengths[1:2])
         other_padding = model(images[1:2], torch.tensor([[8, 9, 3, 3]]), lengths[1:2])
-    torch.testing.assert_close(padded.logits[1:2], alone.logits, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(other_padding.logits, alone.logits, atol=1e-6, rtol=1e-5)
+        want = copy.deepcopy(model).double()(images[1:2].double(), questions[1:2, :2],
+                                             lengths[1:2])
+    # padded, alone and padded otherwise: each within a normwise bound of the question alone
+    # in float64
+    assert_within_normwise([want.logits], _operations(model, questions.shape[1]),
+                           padded=[padded.logits[1:2]], alone=[alone.logits],
+                           other_padding=[other_padding.logits])
 
 
 def test_the_baseline_has_no_attention_but_sees_where_things_are():

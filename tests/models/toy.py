@@ -26,6 +26,15 @@ def assert_skipping_padding_changes_nothing(run, params):
             torch.testing.assert_close(g, w)
 
 
+def grid_operations(encoder) -> int:
+    """The longest chain of dependent roundings through a :class:`attnkit.models.GridEncoder`
+    (for :func:`tests.float32_bounds.normwise_bound`): each convolution's sum over its input
+    channels x kernel, then the batch norm's scale and shift (ReLU and max pooling round
+    nothing), with a spare."""
+    return sum(conv.weight[0].numel() + 3 for conv in encoder.modules()
+               if isinstance(conv, torch.nn.Conv2d))
+
+
 def toy_batch(seed=0, b=3, s=7, t=5, vocab=11):
     """``src (B, S)`` padded with 0, ``src_len (B,)``, ``tgt_in (B, T)`` starting with BOS=1."""
     g = torch.Generator().manual_seed(seed)

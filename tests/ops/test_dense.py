@@ -9,7 +9,7 @@ from torch import nn
 
 from attnkit.ops import Linear, export_mode, linear
 from attnkit.ops.dense import OneDnnLinear, uses_onednn
-from tests.attention.float32_bounds import gamma
+from tests.float32_bounds import gamma
 
 onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
                             reason="PyTorch built without oneDNN")
@@ -24,7 +24,7 @@ def linear_bounds(x, w, b, g):
     """Componentwise bounds on how far two float32 computations of ``y = x w^T + b`` and of
     its gradients (``g w``, ``g^T x``, ``sum g``) may lie apart, whatever order or vector
     width each sums in: twice ``gamma_n`` times the sum of the terms' magnitudes, ``n`` the
-    terms a sum (tests/attention/float32_bounds.py). oneDNN picks its kernels by CPU, so
+    terms a sum (tests/float32_bounds.py). oneDNN picks its kernels by CPU, so
     its order differs between AVX2 and AVX-512 machines."""
     x, w, g = (t.detach().abs().double() for t in (x, w, g))
     din, dout, rows = w.shape[1], w.shape[0], x[..., 0].numel()

@@ -4,7 +4,7 @@ split into pieces equals it whole."""
 import torch
 
 from attnkit.ops import kernels
-from tests.attention.float32_bounds import U32, additive_block_bounds
+from tests.float32_bounds import U32, additive_block_bounds
 
 
 def exp_tanh_bound(x: torch.Tensor) -> torch.Tensor:
@@ -54,7 +54,7 @@ def test_eager_kernels_equal_autograd_of_the_equation():
 def test_compiled_kernels_equal_eager_kernels():
     """The compiled kernels (Inductor's code for this CPU: its vectors, FMA or not) and the
     eager ones, against the equation in float64: every element of ``s, dq, dk, dv`` within
-    its a-priori float32 bound (tests/attention/float32_bounds.py), so the two agree on any
+    its a-priori float32 bound (tests/float32_bounds.py), so the two agree on any
     CPU. Other shapes too, the one-query block (a decoder step) included."""
     for shape in [{}, {"b": 1, "h": 2, "bq": 3, "bk": 11, "a": 8},
                   {"b": 1, "h": 2, "bq": 1, "bk": 11, "a": 8}]:

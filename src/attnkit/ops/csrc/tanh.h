@@ -4,7 +4,7 @@
 // and Q of degree 3 fitted for the least largest *relative* error by Loeb's iteration
 // (tools/fit_tanh.py at the repository root: 5.9e-8; with float32 rounding the error is below
 // 3.7e-7, absolute and relative, measured with FMA contraction and without; the tests hold it
-// to the 1.3e-6 its arithmetic allows: tests/attention/float32_bounds.py). Relative accuracy
+// to the 1.3e-6 its arithmetic allows: tests/float32_bounds.py). Relative accuracy
 // near 0 matters: errors on tiny values add up in the gradient sums. The result may exceed 1 in magnitude by rounding (by
 // < 3.7e-7). 17 vector operations and no branch, so the loops that call it vectorise: about
 // 1.6x the throughput of an exp-based tanh on an AVX2 CPU (docs/benchmarks.md). NaN propagates.

@@ -114,6 +114,19 @@ def _tanh_err() -> float:
 TANH_ERR = _tanh_err()
 
 
+# Roundings of one LSTM step besides its gate sums: the bias, the gate's sigmoid or tanh,
+# c = f c + i g (three), tanh(c) and h = o tanh(c), with a spare
+LSTM_STEP = 8
+
+
+def lstm_operations(steps: int, inputs: int, hidden: int) -> int:
+    """The longest chain of dependent roundings through an LSTM (or LSTM cell) layer run over
+    ``steps`` steps, for :func:`normwise_bound`: at each step a gate's sum over ``inputs +
+    hidden`` products, then :data:`LSTM_STEP` more, each step fed the last (a bidirectional
+    layer's two directions run side by side, not one after the other)."""
+    return steps * (inputs + hidden + LSTM_STEP)
+
+
 def assert_within_normwise(want, operations: int, scales=None, **paths) -> None:
     """Every float32 computation in ``paths`` (a name -> results in the order of ``want``)
     within :func:`normwise_bound` ``(w, operations)`` of ``w``, the same result computed in
