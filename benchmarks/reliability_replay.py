@@ -480,6 +480,10 @@ CASES: list[tuple[str, str, Callable]] = [
     ("TensorBoard events onto a full disk (ENOSPC, simulated)", "trained and saved",
      events_onto_a_full_disk),
     ("plan --tq 1000000000000", "a table within seconds", plan_of_a_trillion_queries),
+    # issue 57, the third probe: corpora, decoding options and inference verbs
+    ("probe: a float WAV holding 1e30, beam 5", "one line", data_file(
+        "loud.wav", lambda p: p.write_bytes(wav_bytes([0.01] * 100 + [1e30] * 10)),
+        "transcribe", "--checkpoint", "builtin:asr-digits", "--beam", "5", "{}")),
 ]
 
 

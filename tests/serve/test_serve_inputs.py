@@ -1,0 +1,29 @@
+"""``attnkit serve`` against hostile inputs (issue 57's third probe): real servers on free
+localhost ports and real HTTP requests, as in ``test_serve.py``."""
+
+import httpx
+import pytest
+
+from attnkit.serve import Limits
+from attnkit.tasks.loading import load_evaluator
+from tests.cli.conftest import float_wav_bytes
+from tests.serve.test_serve import serving
+
+
+@pytest.fixture(scope="module")
+def transcribe_url():
+    with serving(load_evaluator("builtin:asr-digits"), Limits(max_seconds=2)) as url:
+        yield url
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_audio_of_huge_finite_samples_is_a_422_naming_the_largest(transcribe_url, beam):
+    # it was 200 with "" greedy and 500 at beam 5 (the features overflowed)
+    samples = [0.01] * 1600
+    samples[100] = -1e30
+    r = httpx.post(f"{transcribe_url}/transcribe", timeout=60,
+                   files={"audio": ("loud.wav", float_wav_bytes(samples, 16000), "audio/wav")},
+                   data={"decoding": f'{{"beam": {beam}}}'})
+    assert r.status_code == 422 and r.json()["field"] == "audio", r.text
+    assert ("1 samples have a magnitude above 1000 (the largest -1e+30 at frame 100)"
+            in r.json()["error"])
