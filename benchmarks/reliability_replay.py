@@ -413,6 +413,38 @@ def plan_of_a_trillion_queries(tmp: Path):
     return f"exit {status} in {took:.1f} s{': ' + err if err else ''}", status == 0 and took < 30
 
 
+# ------------------------------------------------- issue 57, the third probe (the cases below)
+def on_stdin(data: bytes, *argv) -> tuple[int | None, str, str]:
+    """``attnkit ARGV`` reading ``data`` as standard input (as Python opens it in the C
+    locale): its exit status, what it printed and what it wrote on stderr."""
+    from attnkit.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
+    with patched(sys, "stdin", stdin), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        try:
+            status = main(list(argv))
+        except Exception as exc:  # what a user would see as a traceback
+            status = None
+            err.write(f"traceback: {type(exc).__name__}: {exc}")
+    return status, out.getvalue(), err.getvalue()
+
+
+def latin1_on_stdin(tmp: Path):
+    status, out, err = on_stdin("<fr> 5 août 2010\n".encode("latin-1"), "translate",
+                                "--checkpoint", "builtin:translate-dates", "--json", "-")
+    error = json.loads(out)["error"] if out.count("\n") == 1 else out
+    return f"exit {status}: {error}", status == 2 and "not valid UTF-8" in error
+
+
+def a_long_line_on_stdin(tmp: Path):
+    status, out, err = on_stdin(b"9" * (100 << 20) + b"\n", "translate", "--checkpoint",
+                                "builtin:translate-dates", "--json", "-")
+    return f"exit {status}, {len(out):,} characters printed: {out[-160:]}", \
+        status == 2 and len(out) < 1000
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
      export_into_a_users_folder),
@@ -484,6 +516,10 @@ CASES: list[tuple[str, str, Callable]] = [
     ("probe: a float WAV holding 1e30, beam 5", "one line", data_file(
         "loud.wav", lambda p: p.write_bytes(wav_bytes([0.01] * 100 + [1e30] * 10)),
         "transcribe", "--checkpoint", "builtin:asr-digits", "--beam", "5", "{}")),
+    ("probe: latin-1 on standard input, translate --json -", "the line refused: not UTF-8",
+     latin1_on_stdin),
+    ("probe: a 100 MB line on standard input, --json", "refused, not echoed whole",
+     a_long_line_on_stdin),
 ]
 
 
