@@ -520,6 +520,12 @@ CASES: list[tuple[str, str, Callable]] = [
      latin1_on_stdin),
     ("probe: a 100 MB line on standard input, --json", "refused, not echoed whole",
      a_long_line_on_stdin),
+    ("probe: translate --length-penalty 100", "one line naming the option", data_file(
+        "unused", lambda path: None, "translate", "--checkpoint", "builtin:translate-dates",
+        "--length-penalty", "100", "<en> 3 March 2001")),
+    ("probe: translate --coverage-penalty 1e38", "one line naming the option", data_file(
+        "unused", lambda path: None, "translate", "--checkpoint", "builtin:translate-dates",
+        "--coverage-penalty", "1e38", "<en> 3 March 2001")),
 ]
 
 

@@ -98,7 +98,7 @@ def test_transformer_with_subwords_and_scheduled_sampling_then_sampled_outputs(t
     assert capsys.readouterr().out.splitlines() == first  # seeded
     assert main(["translate", "--checkpoint", ck, "<en> three", "--sample", "2",
                  "--top-p", "1.5"]) == 2
-    assert "top_p: expected a probability in (0, 1]" in capsys.readouterr().err
+    assert "--top-p: expected a probability in (0, 1]" in capsys.readouterr().err
     assert main(["train", "translate", "--train", str(tsv), "--out", str(tmp_path / "r2"),
                  "--teacher-forcing-end", "1.2"]) == 2
     assert "teacher forcing end: expected a probability in [0, 1]" in capsys.readouterr().err

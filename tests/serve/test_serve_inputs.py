@@ -27,3 +27,21 @@ def test_audio_of_huge_finite_samples_is_a_422_naming_the_largest(transcribe_url
     assert r.status_code == 422 and r.json()["field"] == "audio", r.text
     assert ("1 samples have a magnitude above 1000 (the largest -1e+30 at frame 100)"
             in r.json()["error"])
+
+
+@pytest.fixture(scope="module")
+def translate_url():
+    with serving(load_evaluator("builtin:translate-dates"), Limits(max_beam=8)) as url:
+        yield url
+
+
+@pytest.mark.parametrize("options, field", [
+    # finite, but past float32 once applied: "2001-03-33" for "2001-03-03", 200
+    ({"beam": 5, "length_penalty": 100}, "decoding.length_penalty"),
+    ({"beam": 5, "coverage_penalty": 1e38}, "decoding.coverage_penalty"),
+])
+def test_penalties_that_overflow_are_a_422(translate_url, options, field):
+    r = httpx.post(f"{translate_url}/translate",
+                   json={"text": "<en> 3 March 2001", "decoding": options})
+    assert r.status_code == 422 and r.json()["field"] == field, r.text
+    assert r.json()["error"].startswith(f"{field}: expected a number in [0, 10")

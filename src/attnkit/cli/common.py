@@ -333,10 +333,10 @@ def add_decoding_args(p, *, beam: int | None = 1, pick: bool = True) -> None:
     group.add_argument("--length-penalty", type=non_negative_float, metavar="ALPHA",
                        help="beam search ranks by log P / ((5 + |Y|) / 6) ** ALPHA (Wu et al. "
                        f"2016; default {DEFAULT_LENGTH_PENALTY:g} with a beam, 0: plain log P, "
-                       "which favours short outputs)")
+                       "which favours short outputs; at most 10)")
     group.add_argument("--coverage-penalty", type=non_negative_float, default=0.0,
                        metavar="BETA", help="beam search adds BETA * sum_j log(min(attention "
-                       "on input j, 1)) (Wu et al. 2016; default 0)")
+                       "on input j, 1)) (Wu et al. 2016; default 0, at most 100)")
     group.add_argument("--no-repeat-ngram", type=non_negative_int, default=0, metavar="N",
                        help="beam search never repeats an N-gram of output tokens (0: off)")
     group.add_argument("--n-best", type=positive_int, default=1, metavar="K",
@@ -369,8 +369,24 @@ def decoding(args) -> Decoding:
 
     Raises:
         ValueError: naming the option: a beam search option with ``--sample``, a sampling
-            option without it, or ``--n-best`` above the beam width.
+            option without it, ``--n-best`` above the beam width, or a value
+            :class:`~attnkit.decoding.Decoding` refuses (its field named as the option).
     """
+    try:
+        return _decoding(args)
+    except ValueError as exc:
+        field, sep, rest = str(exc).partition(": ")
+        option = OPTION_OF_FIELD.get(field, "--" + field.replace("_", "-"))
+        if sep and field.isidentifier() and hasattr(args, option[2:].replace("-", "_")):
+            raise ValueError(f"{option}: {rest}") from None
+        raise
+
+
+# Decoding's fields whose option is not named after them.
+OPTION_OF_FIELD = {"samples": "--sample", "loop_stop": "--no-loop-stop"}
+
+
+def _decoding(args) -> Decoding:
     if args.sample is None:
         given = [opt for opt in SAMPLING_OPTIONS if getattr(args, opt[2:].replace("-", "_"))
                  is not None]
