@@ -445,6 +445,11 @@ def a_long_line_on_stdin(tmp: Path):
         status == 2 and len(out) < 1000
 
 
+def ties_broken_by_cer(tmp: Path):
+    best = json.loads((tmp / "run" / "checkpoint-best" / "trainer.json").read_text())
+    return f"checkpoint-best: {best}", best.get("tiebreak") == "-cer"
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
      export_into_a_users_folder),
@@ -526,6 +531,8 @@ CASES: list[tuple[str, str, Callable]] = [
     ("probe: translate --coverage-penalty 1e38", "one line naming the option", data_file(
         "unused", lambda path: None, "translate", "--checkpoint", "builtin:translate-dates",
         "--coverage-penalty", "1e38", "<en> 3 March 2001")),
+    ("probe: the tiny translator's checkpoint-best", "ranked by exact match, then CER",
+     ties_broken_by_cer),
 ]
 
 

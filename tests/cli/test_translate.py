@@ -118,3 +118,12 @@ def test_a_picture_that_cannot_be_written_is_one_line(tiny_translator, tmp_path,
                  "--plot", str(plots)]) == 2
     assert capsys.readouterr().err == (f"attnkit: {plots / 'attention_0.png'}: No space left "
                                        "on device\n")
+
+
+def test_training_breaks_ties_of_exact_match_by_cer(tiny_translator):
+    # exact match stayed 0 while CER fell 4.67 -> 0.86, and checkpoint-best kept the first
+    state = json.loads((tiny_translator / "trainer.json").read_text())
+    assert state["train_config"]["metric"] == "accuracy"
+    assert state["train_config"]["tiebreak"] == "-cer"
+    best = json.loads((tiny_translator.parent / "checkpoint-best" / "trainer.json").read_text())
+    assert best["tiebreak"] == "-cer" and best["tiebreak_value"] <= 0

@@ -469,10 +469,12 @@ def training_config(args, **overrides) -> TrainConfig:
 
 
 def train_and_report(model, task, args, *, metric: str = "accuracy",
+                     tiebreak: str | None = None,
                      init: Checkpoint | None = None) -> TrainResult | None:
     """Train (resuming with ``--resume``), print the held-out scores (computed as validation
     is: in the training precision) and write ``history.json``. ``model``: on ``args.device``.
-    ``metric``: the validation metric early stopping maximises. ``init``: the checkpoint a
+    ``metric``: the validation metric early stopping maximises; ``tiebreak``: the one that
+    ranks validations tied on it (:class:`attnkit.train.TrainConfig`). ``init``: the checkpoint a
     new run starts from (``--init``, :func:`attnkit.tasks.loading.initial_checkpoint`); its
     weights are loaded into ``model``. Returns None on the other processes of a torchrun job,
     which leave reporting to rank 0.
@@ -483,7 +485,8 @@ def train_and_report(model, task, args, *, metric: str = "accuracy",
     """
     if init is not None:
         init.load_model(model)
-    trainer = Trainer(model, task, training_config(args, metric=metric), args.out)
+    trainer = Trainer(model, task, training_config(args, metric=metric, tiebreak=tiebreak),
+                      args.out)
     if args.resume and trainer.checkpoint_dir.exists():  # else a pre-training was resumed
         trainer.resume()
     result = trainer.fit()

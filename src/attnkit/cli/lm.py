@@ -77,5 +77,5 @@ def run_train(args) -> int:
                       origins=(train_names, valid_names),
                       data={"text": str(args.text), "vocab_from": str(args.vocab_from)})
     model = task.build_model().to(args.device)
-    common.train_and_report(model, task, args, init=init)
+    common.train_and_report(model, task, args, tiebreak="-loss", init=init)
     return 0

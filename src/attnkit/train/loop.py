@@ -113,6 +113,7 @@ log = logging.getLogger("attnkit")
 
 BEST_DIR = "checkpoint-best"  # the best validation's model, inside the run folder
 KEPT_DIR = "best"  # the models of the keep_best best validations, inside the run folder
+_NONE = float("-inf")  # the tiebreak of a validation without one: below every other
 PICTURES = 2  # validation examples pictured for TensorBoard at each validation
 
 # The signals that stop a run after its checkpoint is saved: Ctrl-C, kill, and a hang-up (the
@@ -148,7 +149,10 @@ class TrainConfig:
     task); a CTC loss, a mean over lines of each line's loss per label, is weighted by its
     lines' labels. ``max_steps`` and the schedule count optimizer steps. ``keep_best``: the
     number of best validations whose models are kept (1: ``checkpoint-best`` alone; see the
-    module docstring).
+    module docstring). ``tiebreak``: a second validation metric that ranks validations tied on
+    ``metric`` (maximised; ``"-cer"``: minimised), e.g. CER while exact match stays 0; among
+    validations tied on both (or on ``metric`` without it) the latest is kept, though it does
+    not count as progress for ``patience``.
     """
 
     max_steps: int = 1000
@@ -168,6 +172,7 @@ class TrainConfig:
     data_workers: int = 0
     accumulate: int = 1
     keep_best: int = 1
+    tiebreak: str | None = None
 
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
@@ -188,6 +193,10 @@ class TrainConfig:
         if self.time_budget_s is not None and not self.time_budget_s > 0:
             raise ValueError(f"time_budget_s: expected a positive number, got "
                              f"{quoted(self.time_budget_s)}")
+        if self.tiebreak is not None and (not isinstance(self.tiebreak, str)
+                                          or not self.tiebreak.removeprefix("-")):
+            raise ValueError(f"tiebreak: expected None or a metric's name (\"-NAME\": "
+                             f"minimised), got {quoted(self.tiebreak)}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got "
                              f"{quoted(self.precision)}")
@@ -249,6 +258,7 @@ class Trainer:
         self.epoch = 0
         self.batch_in_epoch = 0
         self.best: float | None = None
+        self.best_tiebreak: float | None = None  # the tiebreak's value (maximised) at the best
         self.bad_evals = 0
         self.history: list[dict] = []
         self._signal: int | None = None
@@ -262,7 +272,8 @@ class Trainer:
 
     def _trainer_state(self, rngs: list[dict]) -> dict:
         state = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-                 "best": self.best, "bad_evals": self.bad_evals, "history": self.history,
+                 "best": self.best, "best_tiebreak": self.best_tiebreak,
+                 "bad_evals": self.bad_evals, "history": self.history,
                  "train_config": asdict(self.config), "rng": rngs[0]}
         if self.scaler.is_enabled():
             state["scaler"] = self.scaler.state_dict()
@@ -294,7 +305,7 @@ class Trainer:
                                   f"{'; '.join(changed)}); resuming would not continue that run")
         saved = ck.trainer_state.get("train_config", {})
         free = {"max_steps", "keep_best", "time_budget_s", "progress", "patience", "eval_every",
-                "checkpoint_every", "precision", "data_workers"}
+                "checkpoint_every", "precision", "data_workers", "tiebreak"}
         changed = sorted(k for k, v in asdict(self.config).items()
                          if k not in free and k in saved and saved[k] != v)
         if changed:
@@ -313,6 +324,8 @@ class Trainer:
             self.scaler.load_state_dict(st["scaler"])
         self.step, self.epoch, self.batch_in_epoch = st["step"], st["epoch"], st["batch_in_epoch"]
         self.best, self.bad_evals, self.history = st["best"], st["bad_evals"], st["history"]
+        tiebreak = st.get("best_tiebreak")  # absent before tie-breaks, or not a number: none
+        self.best_tiebreak = tiebreak if isinstance(tiebreak, (int, float)) else None
         rngs = st.get("rng_by_rank", [st["rng"]])
         if len(rngs) != self._world:
             log.warning("resuming a %d-process run with %d processes: the batches continue from "
@@ -370,46 +383,77 @@ class Trainer:
     def best_dir(self) -> Path:
         return self.out_dir / BEST_DIR
 
-    def _save_model(self, folder: Path, value: float) -> None:
-        """The model as it is now into ``folder``, for inference (rank 0 only)."""
+    def _save_model(self, folder: Path, rank: tuple[float, float | None]) -> None:
+        """The model as it is now into ``folder``, for inference (rank 0 only), with its
+        :meth:`_standing` in its ``trainer.json``."""
+        state = {"step": self.step, "metric": self.config.metric, "value": rank[0]}
+        if self.config.tiebreak is not None:
+            state |= {"tiebreak": self.config.tiebreak, "tiebreak_value": rank[1]}
         save_checkpoint(folder, model=self.model, config=self.task.config(),
-                        vocab=self.task.vocab(), trainer_state={
-                            "step": self.step, "metric": self.config.metric, "value": value})
+                        vocab=self.task.vocab(), trainer_state=state)
 
-    def _keep(self, value: float) -> None:
+    def _standing(self, metrics: dict[str, float]) -> tuple[float, float | None]:
+        """A validation's ``(metric, tiebreak)``, both the larger the better (tiebreak None
+        without ``config.tiebreak``)."""
+        if self.config.metric not in metrics:
+            raise KeyError(f"metric: the task's evaluate() returned {sorted(metrics)}, "
+                           f"not {quoted(self.config.metric)}")
+        name = self.config.tiebreak
+        if name is None:
+            return metrics[self.config.metric], None
+        sign, field = (-1.0, name[1:]) if name.startswith("-") else (1.0, name)
+        if field not in metrics:
+            raise KeyError(f"tiebreak: the task's evaluate() returned {sorted(metrics)}, "
+                           f"not {quoted(field)}")
+        return metrics[self.config.metric], sign * metrics[field]
+
+    def _best_so_far(self, rank: tuple[float, float | None]) -> bool | None:
+        """True when ``rank`` beats the best validation so far, None when it ties it (the
+        latest of tied validations is kept), False when it is worse."""
+        if self.best is None:
+            return True
+        best = (self.best, _NONE if self.best_tiebreak is None else self.best_tiebreak)
+        mine = (rank[0], _NONE if rank[1] is None else rank[1])
+        return True if mine > best else None if mine == best else False
+
+    def _keep(self, rank: tuple[float, float | None]) -> None:
         """Keep the model of this validation if it is among the ``keep_best`` best (in
-        ``out_dir/best``), dropping the one it displaces."""
+        ``out_dir/best``; of tied ones the latest), dropping the one it displaces."""
         kept = []
         for folder in sorted((self.out_dir / KEPT_DIR).glob("step-*")):
             state = load_checkpoint(folder).trainer_state or {}
             if isinstance(state.get("value"), (int, float)):
-                kept.append((state["value"], folder))
+                tiebreak = state.get("tiebreak_value")
+                kept.append(((state["value"], tiebreak if isinstance(tiebreak, (int, float))
+                              else _NONE, state.get("step", 0)), folder))
         kept.sort(key=lambda pair: pair[0])  # worst first
-        if len(kept) >= self.config.keep_best and value <= kept[0][0]:
+        mine = (rank[0], _NONE if rank[1] is None else rank[1], self.step)
+        if len(kept) >= self.config.keep_best and mine <= kept[0][0]:
             return
-        self._save_model(self.out_dir / KEPT_DIR / f"step-{self.step:08d}", value)
+        self._save_model(self.out_dir / KEPT_DIR / f"step-{self.step:08d}", rank)
         for _, folder in kept[:max(0, len(kept) + 1 - self.config.keep_best)]:
             shutil.rmtree(folder)
+
+    def _take_best(self, rank: tuple[float, float | None]) -> None:
+        """This model as ``checkpoint-best``, of this validation's ``rank``."""
+        self.best, self.best_tiebreak = rank
+        self._save_model(self.best_dir, rank)
 
     def _validate(self, events: Events) -> bool:
         """Evaluate, record, keep the best (and its checkpoint); returns True when early
         stopping says stop."""
         metrics = self.evaluate()
         self._record(events, metrics)
-        if self.config.metric not in metrics:
-            raise KeyError(f"metric: the task's evaluate() returned {sorted(metrics)}, "
-                           f"not {quoted(self.config.metric)}")
+        rank = self._standing(metrics)
         self.history.append({"step": self.step, **metrics})
-        value = metrics[self.config.metric]
-        if self.best is None or value > self.best:
-            self.best, self.bad_evals = value, 0
-            self._save_model(self.best_dir, value)
-            log.info("best %s so far (%.4g) at step %d: %s", self.config.metric, value,
+        better = self._best_so_far(rank)
+        self.bad_evals = 0 if better else self.bad_evals + 1
+        if better is not False:
+            self._take_best(rank)
+            log.info("best %s so far (%.4g) at step %d: %s", self.config.metric, rank[0],
                      self.step, self.best_dir)
-        else:
-            self.bad_evals += 1
         if self.config.keep_best > 1:
-            self._keep(value)
+            self._keep(rank)
         log.info("step %d: %s", self.step, ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
         return self.config.patience is not None and self.bad_evals >= self.config.patience
 
@@ -455,14 +499,13 @@ class Trainer:
         Nothing is done when the last step was validated (rank 0 only)."""
         if self.history and self.history[-1].get("step") == self.step:
             return
-        value = metrics[self.config.metric]
-        if self.best is None or value > self.best:
-            self.best = value
-            self._save_model(self.best_dir, value)
-            log.info("best %s (%.4g) after the last step %d: %s", self.config.metric, value,
+        rank = self._standing(metrics)
+        if self._best_so_far(rank) is not False:
+            self._take_best(rank)
+            log.info("best %s (%.4g) after the last step %d: %s", self.config.metric, rank[0],
                      self.step, self.best_dir)
         if self.config.keep_best > 1:
-            self._keep(value)
+            self._keep(rank)
 
     def fit(self) -> TrainResult:
         """Train up to ``config.max_steps`` (see the module docstring for several processes)."""
