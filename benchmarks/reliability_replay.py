@@ -450,6 +450,16 @@ def ties_broken_by_cer(tmp: Path):
     return f"checkpoint-best: {best}", best.get("tiebreak") == "-cer"
 
 
+def a_librispeech_id_twice(path: Path) -> None:
+    import numpy as np
+    import soundfile
+
+    folder = path / "19" / "198"
+    folder.mkdir(parents=True)
+    soundfile.write(folder / "19-198-0001.flac", np.zeros(8000, np.float32), 16000)
+    (folder / "19-198.trans.txt").write_text("19-198-0001 ONE TWO\n19-198-0001 THREE\n")
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
      export_into_a_users_folder),
@@ -533,6 +543,9 @@ CASES: list[tuple[str, str, Callable]] = [
         "--coverage-penalty", "1e38", "<en> 3 March 2001")),
     ("probe: the tiny translator's checkpoint-best", "ranked by exact match, then CER",
      ties_broken_by_cer),
+    ("probe: a LibriSpeech utterance id listed twice, to eval", "one line naming both",
+     data_file("libri", a_librispeech_id_twice, "eval", "--checkpoint", "builtin:asr-digits",
+               "--data", "{}")),
 ]
 
 

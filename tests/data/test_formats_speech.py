@@ -319,6 +319,18 @@ def test_librispeech_missing_audio_and_no_transcripts(tmp_path):
         read_librispeech(tmp_path / "empty")
 
 
+def test_librispeech_refuses_an_utterance_id_listed_twice(tmp_path):
+    # the second was read silently: one utterance trained on twice, or under two transcripts
+    corpus, _ = librispeech(tmp_path)
+    trans = corpus / "19" / "198" / "19-198.trans.txt"
+    with trans.open("a", encoding="utf-8") as f:
+        f.write("19-198-0001 ANOTHER TRANSCRIPT\n")
+    with pytest.raises(DataError, match=r"19-198.trans.txt:4: '19-198-0001' is listed twice "
+                                        r"\(first at .*19-198.trans.txt:1\); expected one "
+                                        r"entry per id"):
+        read_librispeech(corpus)
+
+
 def test_commonvoice_header_and_unreadable_codec(tmp_path):
     corpus, _ = commonvoice(tmp_path)
     (tmp_path / "clips" / "common_voice_en_1.mp3").write_bytes(bytes(range(256)) * 8)

@@ -62,7 +62,7 @@ from typing import Any
 
 from attnkit.data.formats import Format, register
 from attnkit.data.formats.reading import ROLES
-from attnkit.data.unusable import MAX_UNUSABLE, Unusable
+from attnkit.data.unusable import MAX_UNUSABLE, Unusable, listed_twice
 from attnkit.data.images import (
     CAPTIONS,
     QUESTIONS,
@@ -74,6 +74,7 @@ from attnkit.data.images import (
 )
 from attnkit.data.paths import inside
 from attnkit.data.text import nfc, open_bytes, read_text
+from attnkit.checks import quoted
 from attnkit.errors import DataError
 
 __all__ = ["KARPATHY_SPLITS", "read_captions", "read_coco", "read_karpathy", "read_questions",
@@ -203,9 +204,9 @@ def read_coco(path: str | Path, *, size: int, images: str | Path | None = None,
     data = _json(path, "images", *(("annotations",) if references else ()))
     subset = re.sub(r"^(captions|image_info)_", "", path.name.split(".")[0])
     found = _Images(_folder(path, images, subset), size, anywhere)
-    files = {entry["id"]: entry["file_name"] for entry in data["images"]
-             if isinstance(entry, dict) and isinstance(entry.get("file_name"), str)
-             and "id" in entry}
+    files = {entry["id"]: entry["file_name"] for entry in _once(
+        path, "images", "id", data["images"])
+             if isinstance(entry.get("file_name"), str)}
     unusable = Unusable(path, max_unusable=max_unusable, what="captions")
     captions: dict[Any, list[str]] = {} if references else {i: [] for i in files}
     for k, entry in enumerate(data.get("annotations") or []):
@@ -234,6 +235,24 @@ def read_coco(path: str | Path, *, size: int, images: str | Path | None = None,
     elif not out:
         raise DataError(f"{path}: no image to caption")
     return found.captioned(out)
+
+
+def _once(path: Path, name: str, key: str, entries: list) -> list[dict]:
+    """The objects of the list ``name`` of a JSON file that have ``key``.
+
+    Raises:
+        DataError: naming the file and both entries, for a ``key`` listed twice.
+    """
+    first: dict[Any, int] = {}
+    out = []
+    for k, entry in enumerate(entries):
+        if isinstance(entry, dict) and key in entry:
+            if entry[key] in first:
+                raise listed_twice(f"{path}: {name}[{k}]", f"{key} {quoted(entry[key])}",
+                                   f"{name}[{first[entry[key]]}]")
+            first[entry[key]] = k
+            out.append(entry)
+    return out
 
 
 def _splits(split: str | None, role: str) -> tuple[str, ...]:
@@ -351,13 +370,14 @@ def read_vqa2(path: str | Path, *, size: int, annotations: str | Path | None = N
     elif annotations is None:
         annotations = _annotations_file(path)
     answers = {}
-    for entry in _json(annotations, "annotations")["annotations"] if annotations else []:
-        if isinstance(entry, dict) and "question_id" in entry:
-            answers[entry["question_id"]] = _answer(entry)
+    listed = _json(annotations, "annotations")["annotations"] if annotations else []
+    for entry in _once(annotations, "annotations", "question_id", listed):
+        answers[entry["question_id"]] = _answer(entry)
     subset = data.get("data_subtype") if isinstance(data.get("data_subtype"), str) else None
     found = _Images(_folder(path, images, subset), size, anywhere)
     unusable = Unusable(path, max_unusable=max_unusable, what="questions")
     out = []
+    _once(path, "questions", "question_id", data["questions"])
     for k, entry in enumerate(data["questions"]):
         entry = entry if isinstance(entry, dict) else {}
         qid, image_id = entry.get("question_id"), entry.get("image_id")

@@ -46,8 +46,9 @@ from attnkit.data.formats import Format, hf, register
 from attnkit.data.paths import inside
 from attnkit.data.speech import SpeechSet
 from attnkit.data.text import text_lines
-from attnkit.data.unusable import FIRST_FEW, MAX_UNUSABLE
+from attnkit.data.unusable import FIRST_FEW, MAX_UNUSABLE, listed_twice
 from attnkit.data.utterances import SPEECH_ALPHABET, SpeechCorpus, read_manifest
+from attnkit.checks import quoted
 from attnkit.errors import DataError
 
 __all__ = ["ANY", "SPEECH_FORMATS", "read_commonvoice", "read_hf_speech", "read_jsonl",
@@ -95,8 +96,7 @@ def _table(path: Path) -> dict[str, tuple[str, str]]:
     table: dict[str, tuple[str, str]] = {}
     for where, key, rest in _fields(path, text_lines(path)):
         if key in table:
-            raise DataError(f"{where}: {key!r} is listed twice (first at "
-                            f"{table[key][0].rsplit(':', 1)[1]}); expected one entry per id")
+            raise listed_twice(where, quoted(key), table[key][0].rsplit(':', 1)[1])
         table[key] = (where, rest)
     return table
 
@@ -256,8 +256,12 @@ def read_librispeech(path: str | Path, *, normalize: bool = False,
     files = sorted(folder.rglob("*.trans.txt"))
     if not files:
         raise DataError(f"{folder}: not a LibriSpeech folder (no *.trans.txt below it)")
+    first: dict[str, str] = {}  # utterance id -> where it was listed
     for trans in files:
         for where, utt, transcript in _fields(trans, text_lines(trans)):
+            if utt in first:
+                raise listed_twice(where, quoted(utt), first[utt])
+            first[utt] = where
             where = f"{where} ({utt})"
             try:
                 audio = inside(folder, str(trans.parent.relative_to(folder) / (utt + suffix)),
