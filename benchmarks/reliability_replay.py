@@ -460,6 +460,22 @@ def a_librispeech_id_twice(path: Path) -> None:
     (folder / "19-198.trans.txt").write_text("19-198-0001 ONE TWO\n19-198-0001 THREE\n")
 
 
+def standard_output_closed(*argv):
+    """A case: ``attnkit ARGV`` with standard output closed (``sys.stdout`` None, as Python
+    leaves it when fd 1 is closed) ends in one line on stderr, exit status 2."""
+    def case(tmp: Path):
+        from attnkit.cli.main import main
+
+        err = io.StringIO()
+        with patched(sys, "stdout", None), contextlib.redirect_stderr(err):
+            try:
+                status = main([str(a) for a in argv])
+            except Exception as exc:  # what a user would see as a traceback
+                status, err = None, io.StringIO(f"traceback: {type(exc).__name__}: {exc}")
+        return f"exit {status}: {err.getvalue()}", one_line(status, err.getvalue())
+    return case
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
      export_into_a_users_folder),
@@ -546,6 +562,10 @@ CASES: list[tuple[str, str, Callable]] = [
     ("probe: a LibriSpeech utterance id listed twice, to eval", "one line naming both",
      data_file("libri", a_librispeech_id_twice, "eval", "--checkpoint", "builtin:asr-digits",
                "--data", "{}")),
+    ("probe: eval with standard output closed", "one line, exit 2", standard_output_closed(
+        "eval", "--checkpoint", "builtin:translate-dates", "--data", "pairs.tsv")),
+    ("probe: translate with standard output closed", "one line, exit 2",
+     standard_output_closed("translate", "--checkpoint", "builtin:translate-dates", "one")),
 ]
 
 
