@@ -476,6 +476,19 @@ def standard_output_closed(*argv):
     return case
 
 
+def a_huge_unknown_field_to_serve(tmp: Path):
+    from starlette.testclient import TestClient
+
+    from attnkit.serve import Limits, create_app
+    from attnkit.tasks.loading import load_evaluator
+
+    app = create_app(load_evaluator("builtin:translate-dates"), Limits(max_body_bytes=20 << 20))
+    with TestClient(app) as client:
+        r = client.post("/translate", json={"text": "<en> 3 March 2001", "extra": "x" * (8 << 20)})
+    return f"{r.status_code}, {len(r.content):,} bytes: {r.text[:120]}", \
+        r.status_code == 422 and len(r.content) < 1000
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
      export_into_a_users_folder),
@@ -566,6 +579,8 @@ CASES: list[tuple[str, str, Callable]] = [
         "eval", "--checkpoint", "builtin:translate-dates", "--data", "pairs.tsv")),
     ("probe: translate with standard output closed", "one line, exit 2",
      standard_output_closed("translate", "--checkpoint", "builtin:translate-dates", "one")),
+    ("probe: serve, an 8 MiB unknown field", "422 of under 1 KB",
+     a_huge_unknown_field_to_serve),
 ]
 
 

@@ -31,7 +31,8 @@ def test_audio_of_huge_finite_samples_is_a_422_naming_the_largest(transcribe_url
 
 @pytest.fixture(scope="module")
 def translate_url():
-    with serving(load_evaluator("builtin:translate-dates"), Limits(max_beam=8)) as url:
+    with serving(load_evaluator("builtin:translate-dates"),
+                 Limits(max_beam=8, max_body_bytes=20 << 20)) as url:
         yield url
 
 
@@ -45,3 +46,16 @@ def test_penalties_that_overflow_are_a_422(translate_url, options, field):
                    json={"text": "<en> 3 March 2001", "decoding": options})
     assert r.status_code == 422 and r.json()["field"] == field, r.text
     assert r.json()["error"].startswith(f"{field}: expected a number in [0, 10")
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"text": "<en> 3 March 2001", "extra": "x" * (8 << 20)}, "extra"),
+    ({"text": "<en> 3 March 2001", "extra": ["x" * 1000] * 8000}, "extra"),
+    ({"text": "<en> 3 March 2001", "decoding": {"beams": "x" * (8 << 20)}}, "decoding.beams"),
+    ({"text": " " * (8 << 20)}, "text"),
+])
+def test_a_422_quotes_at_most_a_short_part_of_what_was_sent(translate_url, body, field):
+    # an 8 MiB request got a 12.6 MB error: the unknown field's value echoed whole
+    r = httpx.post(f"{translate_url}/translate", json=body, timeout=60)
+    assert r.status_code == 422 and r.json()["field"] == field, r.text[:300]
+    assert len(r.content) < 1000, r.text[:300]
