@@ -489,6 +489,29 @@ def a_huge_unknown_field_to_serve(tmp: Path):
         r.status_code == 422 and len(r.content) < 1000
 
 
+def ask_past_max_pixels(tmp: Path):
+    from PIL import Image
+    from starlette.testclient import TestClient
+
+    from attnkit.serve import Limits, create_app
+    from attnkit.tasks.loading import load_evaluator
+
+    status, err = attnkit("train", "vqa", "--out", tmp / "vqa", "--n-train", "6", "--n-valid",
+                          "2", "--steps", "2", "--batch-size", "8", "--image-size", "32",
+                          "--channels", "4,8", "--hidden", "8", "--emb", "8", "--attn-dim", "8",
+                          "--no-progress", "--plot", "0", "--max-objects", "4")
+    if status != 0:
+        return f"training a tiny VQA model failed: {err}", False
+    picture = io.BytesIO()
+    Image.new("RGB", (50, 40)).save(picture, format="PNG")
+    evaluator = load_evaluator(str(tmp / "vqa" / "checkpoint"))
+    question = " ".join(evaluator.words.symbols[4:6])
+    with TestClient(create_app(evaluator, Limits(max_pixels=1000))) as client:
+        r = client.post("/ask", files={"image": ("p.png", picture.getvalue())},
+                        data={"question": question})
+    return f"{r.status_code}: {r.text[:200]}", r.status_code == 422 and "max-pixels" in r.text
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
      export_into_a_users_folder),
@@ -581,6 +604,8 @@ CASES: list[tuple[str, str, Callable]] = [
      standard_output_closed("translate", "--checkpoint", "builtin:translate-dates", "one")),
     ("probe: serve, an 8 MiB unknown field", "422 of under 1 KB",
      a_huge_unknown_field_to_serve),
+    ("probe: serve --max-pixels 1000, a 50 x 40 image to /ask", "422 naming image",
+     ask_past_max_pixels),
 ]
 
 

@@ -2,11 +2,13 @@
 localhost ports and real HTTP requests, as in ``test_serve.py``."""
 
 import httpx
+import numpy as np
 import pytest
+from PIL import Image
 
 from attnkit.serve import Limits
 from attnkit.tasks.loading import load_evaluator
-from tests.cli.conftest import float_wav_bytes
+from tests.cli.conftest import float_wav_bytes, tiny_vqa  # noqa: F401 (a fixture)
 from tests.serve.test_serve import serving
 
 
@@ -59,3 +61,15 @@ def test_a_422_quotes_at_most_a_short_part_of_what_was_sent(translate_url, body,
     r = httpx.post(f"{translate_url}/translate", json=body, timeout=60)
     assert r.status_code == 422 and r.json()["field"] == field, r.text[:300]
     assert len(r.content) < 1000, r.text[:300]
+
+
+def test_ask_refuses_an_image_past_max_pixels_as_caption_does(tiny_vqa, tmp_path):  # noqa: F811
+    # /ask decoded any image the global limit allowed, whatever --max-pixels said
+    picture = tmp_path / "p.png"
+    Image.fromarray(np.zeros((40, 50, 3), np.uint8)).save(picture)
+    with serving(load_evaluator(tiny_vqa), Limits(max_pixels=1000)) as url:
+        r = httpx.post(f"{url}/ask", files={"image": ("p.png", picture.read_bytes())},
+                       data={"question": "what"})
+    assert r.status_code == 422 and r.json()["field"] == "image", r.text
+    assert r.json()["error"] == ("image: expected at most 1,000 pixels (the server's "
+                                 "--max-pixels), got 50 x 40 = 2,000 in p.png")

@@ -204,6 +204,7 @@ def create_app(evaluator: Evaluator, limits: Limits | None = None, *,
                 raise ApiError(422, "question", f"question: {exc}") from None
             path = await serving.saved(image, "image")
             try:
+                _check_pixels(path, "image", image, limits.max_pixels)
                 item = await serving.read(
                     lambda: evaluator.load_inputs([str(path), question])[0][0], "image",
                     image, path)
