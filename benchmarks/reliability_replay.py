@@ -512,6 +512,20 @@ def ask_past_max_pixels(tmp: Path):
     return f"{r.status_code}: {r.text[:200]}", r.status_code == 422 and "max-pixels" in r.text
 
 
+def what_a_killed_export_left(tmp: Path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # its pid: no process now
+    left = tmp / f".e.attnkit-tmp-{gone.pid}-k2j4h6g8"
+    left.mkdir()
+    (left / "model.onnx").write_bytes(b"half")
+    hour = time.time() - 3600
+    os.utime(left, (hour, hour))
+    status, err = attnkit("export", "--checkpoint", tmp / "run" / "checkpoint", "--out",
+                          tmp / "e")
+    return f"exit {status}, {left.name} {'still there' if left.exists() else 'removed'}", \
+        status == 0 and not left.exists()
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
      export_into_a_users_folder),
@@ -606,6 +620,8 @@ CASES: list[tuple[str, str, Callable]] = [
      a_huge_unknown_field_to_serve),
     ("probe: serve --max-pixels 1000, a 50 x 40 image to /ask", "422 naming image",
      ask_past_max_pixels),
+    ("probe: export beside an hour-old folder of a killed export", "exported, folder removed",
+     what_a_killed_export_left),
 ]
 
 

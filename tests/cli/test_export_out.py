@@ -5,6 +5,9 @@ earlier one whole."""
 import errno
 import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -193,3 +196,24 @@ def test_an_export_replaces_the_earlier_one_whole(run, tmp_path):
     assert _export(ctc, out) == 0  # a CTC model has no decoder step
     assert sorted(p.name for p in out.iterdir()) == ["attnkit.json", "attnkit_runner.py",
                                                       "encoder.onnx"]
+
+
+def test_an_export_removes_what_killed_exports_left_beside_its_folder(run, tmp_path):
+    # an export killed while writing left .OUT.attnkit-tmp-* folders that no later export
+    # removed
+    out = tmp_path / "e"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # its pid: no process now
+    dead = out.with_name(f".e.attnkit-tmp-{gone.pid}-k2j4h6g8")
+    day_old = out.with_name(".e.attnkit-tmp-a1b2c3d4")  # named before pids were
+    live = out.with_name(f".e.attnkit-tmp-{os.getpid()}-m5n6p7q8")  # an export running
+    fresh = out.with_name(".e.attnkit-tmp-z9y8x7w6")  # maybe another version's, running
+    for folder in (dead, day_old, live, fresh):
+        folder.mkdir()
+        (folder / "model.onnx").write_bytes(b"half")
+    hour, days = time.time() - 3600, time.time() - 2 * 86400
+    for folder, when in ((dead, hour), (day_old, days), (live, hour)):
+        os.utime(folder, (when, when))
+    assert _export(run / "checkpoint", out) == 0
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".e.")) == \
+        sorted([live.name, fresh.name])
