@@ -622,6 +622,12 @@ CASES: list[tuple[str, str, Callable]] = [
      ask_past_max_pixels),
     ("probe: export beside an hour-old folder of a killed export", "exported, folder removed",
      what_a_killed_export_left),
+    ("probe: translate --sample 2 --temperature 1e-300", "one line naming the option",
+     data_file("unused", lambda path: None, "translate", "--checkpoint",
+               "builtin:translate-dates", "--sample", "2", "--temperature", "1e-300", "one")),
+    ("probe: translate --sample 2 --seed 2**64", "one line naming the option",
+     data_file("unused", lambda path: None, "translate", "--checkpoint",
+               "builtin:translate-dates", "--sample", "2", "--seed", str(2**64), "one")),
 ]
 
 

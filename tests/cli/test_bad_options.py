@@ -90,8 +90,12 @@ def test_a_model_too_big_for_the_memory_is_one_line(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("options, expected", [
-    (["--sample", "2", "--temperature", "inf"], "a finite positive number"),
-    (["--sample", "2", "--temperature", "nan"], "a finite positive number"),
+    (["--sample", "2", "--temperature", "inf"], "a number in [0.001, 1000]"),
+    (["--sample", "2", "--temperature", "nan"], "a number in [0.001, 1000]"),
+    # a traceback from torch.multinomial; an error that named no option
+    (["--sample", "2", "--temperature", "1e-300"], "a number in [0.001, 1000]"),
+    (["--sample", "2", "--temperature", "1e300"], "a number in [0.001, 1000]"),
+    (["--sample", "2", "--seed", str(2**64)], "None or an int in [0, 2**63 - 1]"),
     (["--sample", "2", "--top-p", "nan"], r"a probability in (0, 1]"),
     # finite, but past float32 once applied: "2001-03-33" for "2001-03-03", exit 0
     (["--length-penalty", "100"], "a number in [0, 10]"),

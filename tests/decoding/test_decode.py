@@ -161,9 +161,9 @@ def test_attention_weights_are_kept_only_when_asked_for():
 
 
 @pytest.mark.parametrize("field, value, expected", [
-    ("temperature", float("inf"), "a finite positive number"),
-    ("temperature", float("nan"), "a finite positive number"),
-    ("temperature", 0.0, "a finite positive number"),
+    ("temperature", float("inf"), r"a number in \[0.001, 1000\]"),
+    ("temperature", float("nan"), r"a number in \[0.001, 1000\]"),
+    ("temperature", 0.0, r"a number in \[0.001, 1000\]"),
     ("top_p", float("nan"), r"a probability in \(0, 1\]"),
     ("top_p", 0.0, r"a probability in \(0, 1\]"),
     ("top_k", 0, "a positive int"),
@@ -174,9 +174,14 @@ def test_attention_weights_are_kept_only_when_asked_for():
     ("length_penalty", 100, r"a number in \[0, 10\]"),
     ("coverage_penalty", 1e38, r"a number in \[0, 100\]"),
     ("lm_weight", 1e38, r"a number in \[0, 100\]"),
+    # finite, but the logits over it overflowed (a traceback from torch.multinomial)
+    ("temperature", 1e-300, r"a number in \[0.001, 1000\]"),
+    ("temperature", 1e300, r"a number in \[0.001, 1000\]"),
+    ("seed", 2**64, r"None or an int in \[0, 2\*\*63 - 1\]"),
+    ("seed", -1, r"None or an int in \[0, 2\*\*63 - 1\]"),
 ])
 def test_decoding_refuses_non_finite_and_out_of_range_settings_by_name(field, value, expected):
-    sampling = field in ("temperature", "top_p", "top_k")
+    sampling = field in ("temperature", "top_p", "top_k", "seed")
     with pytest.raises(ValueError, match=rf"^{field}: expected {expected}, got "):
         Decoding(**({"sample": True} if sampling else {"beam": 2}), **{field: value})
 

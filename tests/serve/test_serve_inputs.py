@@ -73,3 +73,16 @@ def test_ask_refuses_an_image_past_max_pixels_as_caption_does(tiny_vqa, tmp_path
     assert r.status_code == 422 and r.json()["field"] == "image", r.text
     assert r.json()["error"] == ("image: expected at most 1,000 pixels (the server's "
                                  "--max-pixels), got 50 x 40 = 2,000 in p.png")
+
+
+@pytest.mark.parametrize("options, field, expected", [
+    ({"sample": 2, "temperature": 1e-300}, "decoding.temperature", "a number in [0.001, 1000]"),
+    ({"sample": 2, "temperature": 1e300}, "decoding.temperature", "a number in [0.001, 1000]"),
+    ({"sample": 2, "seed": 2**63}, "decoding.seed", "None or an int in [0, 2**63 - 1]"),
+])
+def test_sampling_options_that_overflow_are_a_422(translate_url, options, field, expected):
+    # each was a 500
+    r = httpx.post(f"{translate_url}/translate",
+                   json={"text": "<en> 3 March 2001", "decoding": options})
+    assert r.status_code == 422 and r.json()["field"] == field, r.text
+    assert r.json()["error"].startswith(f"{field}: expected {expected}, got ")

@@ -39,6 +39,10 @@ MAX_OUTPUT_TOKENS = 10_000
 # float32 weight on a million keys is -1e10: both finite (tests/decoding/test_decode.py).
 MAX_LENGTH_PENALTY = 10.0
 MAX_COVERAGE_PENALTY = 100.0  # also the largest lm_weight: it scales log-probabilities
+# Sampling temperatures allowed: logits divided by 1e-300 overflow to inf (and the draw fails);
+# 0.001 is greedy in effect, 1000 uniform in effect. Seeds: what a signed 64-bit int holds.
+TEMPERATURES = (1e-3, 1e3)
+MAX_SEED = 2**63 - 1
 
 
 def _check(name: str, value, ok: bool, expected: str) -> None:
@@ -117,8 +121,13 @@ class Decoding:
             value = getattr(self, name)
             _check(name, value, _is_finite(value) and 0 <= value <= most,
                    f"a number in [0, {most:g}]")
+        low, high = TEMPERATURES
         _check("temperature", self.temperature,
-               _is_finite(self.temperature) and self.temperature > 0, "a finite positive number")
+               _is_finite(self.temperature) and low <= self.temperature <= high,
+               f"a number in [{low:g}, {high:g}]")
+        _check("seed", self.seed, self.seed is None
+               or (_is_int(self.seed) and 0 <= self.seed <= MAX_SEED),
+               "None or an int in [0, 2**63 - 1]")
         _check("top_k", self.top_k, self.top_k is None
                or (_is_int(self.top_k) and self.top_k >= 1), "a positive int")
         _check("top_p", self.top_p, self.top_p is None
