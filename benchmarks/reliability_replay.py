@@ -628,6 +628,10 @@ CASES: list[tuple[str, str, Callable]] = [
     ("probe: translate --sample 2 --seed 2**64", "one line naming the option",
      data_file("unused", lambda path: None, "translate", "--checkpoint",
                "builtin:translate-dates", "--sample", "2", "--seed", str(2**64), "one")),
+    ("probe: a NeMo manifest line nested 100,000 deep, to eval", "one line naming the line",
+     data_file("nemo.jsonl", lambda p: p.write_text("[" * 100_000 + "]" * 100_000 + "\n"),
+               "eval", "--checkpoint", "builtin:asr-digits", "--data", "{}", "--format",
+               "jsonl")),
 ]
 
 

@@ -268,6 +268,14 @@ def _rewrite(path, edit) -> None:
     path.write_bytes(gzip.compress(text) if packed else text)
 
 
+def test_a_coco_file_nested_deep_is_named_not_a_recursion_error(tmp_path):
+    path = tmp_path / "captions_train2017.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(DataError, match=r"captions_train2017.json: JSON nested deeper than "
+                                        r"Python reads \(about 1,000 levels\)"):
+        read_coco(path, size=SIZE)
+
+
 def test_a_coco_image_id_listed_twice_is_refused_naming_both(tmp_path, scenes):
     # the later entry silently won: captions went with another image's file
     path, _ = _coco(tmp_path, scenes)

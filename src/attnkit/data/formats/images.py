@@ -73,7 +73,7 @@ from attnkit.data.images import (
     read_question_folder,
 )
 from attnkit.data.paths import inside
-from attnkit.data.text import nfc, open_bytes, read_text
+from attnkit.data.text import json_value, nfc, open_bytes, read_text
 from attnkit.checks import quoted
 from attnkit.errors import DataError
 
@@ -116,7 +116,7 @@ def _json(path: Path, *keys: str) -> dict:
             the key it lacks.
     """
     try:
-        data = json.loads(read_text(path))
+        data = json_value(read_text(path), str(path))
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg} at column "
                         f"{exc.colno})") from None
