@@ -333,13 +333,13 @@ def png_bytes(width: int, height: int, rows: int) -> bytes:
 
 def data_file(name: str, write: Callable[[Path], None], *argv, code: int = 2):
     """A case: the file ``name`` made by ``write(path)``, then ``attnkit ARGV`` (``{}`` in it
-    standing for the file, ``{run}`` for a new run folder) ends in one line with exit status
-    ``code``."""
+    standing for the file, ``hf:{}`` for it as a dataset, ``{run}`` for a new run folder)
+    ends in one line with exit status ``code``."""
     def case(tmp: Path):
         path = tmp / name
         write(path)
         start = time.monotonic()
-        given = {"{}": str(path), "{run}": str(tmp / "new-run")}
+        given = {"{}": str(path), "hf:{}": f"hf:{path}", "{run}": str(tmp / "new-run")}
         status, err = attnkit(*(given.get(a, a) for a in argv))
         took = time.monotonic() - start
         return f"exit {status} in {took:.0f} s: {err[:300]}", one_line(status, err, code)
@@ -526,6 +526,14 @@ def what_a_killed_export_left(tmp: Path):
         status == 0 and not left.exists()
 
 
+def a_saved_dataset_with_state_json_empty(path: Path) -> None:
+    import datasets
+
+    datasets.Dataset.from_dict({"source": ["<en> 3 March 2001"], "target": ["2001-03-03"]}
+                               ).save_to_disk(str(path))
+    (path / "state.json").write_text("{}")
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
      export_into_a_users_folder),
@@ -632,6 +640,9 @@ CASES: list[tuple[str, str, Callable]] = [
      data_file("nemo.jsonl", lambda p: p.write_text("[" * 100_000 + "]" * 100_000 + "\n"),
                "eval", "--checkpoint", "builtin:asr-digits", "--data", "{}", "--format",
                "jsonl")),
+    ("probe: eval --data hf:FOLDER whose state.json is {}", "one line naming the folder",
+     data_file("saved", a_saved_dataset_with_state_json_empty, "eval", "--checkpoint",
+               "builtin:translate-dates", "--data", "hf:{}")),
 ]
 
 

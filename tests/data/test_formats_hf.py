@@ -240,3 +240,14 @@ def test_train_and_eval_on_hf_datasets_through_the_command_line(tmp_path, capsys
                  "--batch-size", "2", *IMAGE_TINY]) == 0
     capsys.readouterr()
     assert _eval(out / "checkpoint", f"hf:{asked}", capsys)[0] == 2
+
+
+@pytest.mark.parametrize("state", ["{}", "[1]", '{"_data_files": 7}', "nested"])
+def test_a_saved_dataset_with_a_broken_state_json_is_named(tmp_path, state):
+    # a state.json of {} ended in a KeyError (a traceback)
+    saved = _saved(tmp_path, "pairs", {"train": {"source": ["eins"], "target": ["one"]}})
+    folder = saved / "train"
+    (folder / "state.json").write_text("[" * 100_000 if state == "nested" else state)
+    with pytest.raises(DataError, match=rf"^{folder}: not a dataset that save_to_disk wrote "
+                                        r"\(its state.json or dataset_info.json cannot be read: "):
+        read_corpus("translate", f"hf:{folder}")

@@ -55,6 +55,7 @@ from typing import Any
 
 import torch
 
+from attnkit.checks import clipped
 from attnkit.data.formats import Format, register
 from attnkit.data.formats.reading import ROLES
 from attnkit.data.unusable import MAX_UNUSABLE, Unusable
@@ -145,7 +146,13 @@ def open_dataset(path: str | Path, role: str = "train", split: str | None = None
                         "save_to_disk or a folder of Parquet files)")
     datasets = _datasets()
     if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():
-        loaded = datasets.load_from_disk(str(folder))
+        try:
+            loaded = datasets.load_from_disk(str(folder))
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+            # datasets reads the JSON files as it finds them: {} is a KeyError
+            raise DataError(f"{folder}: not a dataset that save_to_disk wrote (its state.json "
+                            "or dataset_info.json cannot be read: "
+                            f"{type(exc).__name__}: {clipped(str(exc))})") from None
         found = dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {
             str(loaded.split or "train"): loaded}
     else:
