@@ -534,6 +534,24 @@ def a_saved_dataset_with_state_json_empty(path: Path) -> None:
     (path / "state.json").write_text("{}")
 
 
+def an_optimizer_state(edit: Callable[[dict], None], steps: str):
+    """A case: the tiny translator's optimizer state edited by ``edit(tensors)``, then
+    ``--resume`` to ``steps``: one line, and the checkpoint kept."""
+    def case(tmp: Path):
+        from safetensors.torch import load_file, save_file
+
+        path = tmp / "run" / "checkpoint" / "optimizer.safetensors"
+        tensors = load_file(path)
+        edit(tensors)
+        save_file(tensors, path)
+        before = files(path.parent)
+        status, err = train(tmp / "run", "--steps", steps, "--resume")
+        kept = files(path.parent) == before
+        return f"exit {status}, checkpoint {'kept' if kept else 'OVERWRITTEN'}: {err}", \
+            one_line(status, err) and kept
+    return case
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
      export_into_a_users_folder),
@@ -643,6 +661,13 @@ CASES: list[tuple[str, str, Callable]] = [
     ("probe: eval --data hf:FOLDER whose state.json is {}", "one line naming the folder",
      data_file("saved", a_saved_dataset_with_state_json_empty, "eval", "--checkpoint",
                "builtin:translate-dates", "--data", "hf:{}")),
+    ("probe: a negative exp_avg_sq in optimizer.safetensors, then --resume",
+     "one line, checkpoint kept", an_optimizer_state(
+         lambda t: t["state.0.exp_avg_sq"].view(-1).__setitem__(0, -1.0), "3")),
+    ("probe: exp_avg 1e30 and exp_avg_sq 0, then --resume", "one line, checkpoint kept",
+     an_optimizer_state(lambda t: [v.fill_(1e30 if k.endswith(".exp_avg") else 0.0)
+                                   for k, v in t.items()
+                                   if k.endswith((".exp_avg", ".exp_avg_sq"))], "4")),
 ]
 
 

@@ -114,7 +114,7 @@ def _run(argv: list[str] | None) -> int:
     except Interrupted as exc:  # SIGINT/SIGTERM/SIGHUP during training: saved, then stopped
         print(f"attnkit: {exc}", file=sys.stderr)
         return exc.exit_code
-    except (CheckpointError, DataError, ValueError) as exc:  # bad files or settings: a message
+    except (CheckpointError, DataError, ValueError, FloatingPointError) as exc:  # a message
         if args.verbose:
             raise
         # one line, bounded (above a message that names a file and quotes a part cut already)

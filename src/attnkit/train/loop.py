@@ -463,8 +463,21 @@ class Trainer:
         with autocast(device, self.config.precision):
             loss, tokens = self.task.loss(net, batch, self.step)
         if not torch.isfinite(loss):
-            raise FloatingPointError(f"step {self.step}: loss is {loss.item()}")
+            raise FloatingPointError(f"step {self.step}: the training loss is {loss.item()}; "
+                                     f"{self._weights_said()}")
         return loss, tokens
+
+    def _weights_said(self) -> str:
+        """What the weights hold, for the error of a loss that is not finite."""
+        with torch.no_grad():
+            largest = max((float(p.detach().abs().max()) for p in self.model.parameters()
+                           if p.numel()), default=0.0)
+        if not math.isfinite(largest):
+            return ("the weights hold NaN or infinite values (the learning rate, or an "
+                    "optimizer state resumed, drove them there); the checkpoint saved last is "
+                    "kept")
+        return (f"the weights are finite, at most {largest:.0e} in magnitude (a batch, or "
+                "weights that large, overflowed); the checkpoint saved last is kept")
 
     def _backward(self, net, batches, device: torch.device) -> tuple[torch.Tensor, int]:
         """The gradients of one optimizer step in the parameters' ``.grad`` (fp16: scaled),
