@@ -552,6 +552,13 @@ def an_optimizer_state(edit: Callable[[dict], None], steps: str):
     return case
 
 
+def timing_a_trillion_queries(tmp: Path):
+    start = time.monotonic()
+    status, err = attnkit("plan", "--tq", "1000000000000", "--dim", "64", "--time")
+    took = time.monotonic() - start
+    return f"exit {status} in {took:.0f} s{': ' + err if err else ''}", status == 0 and took < 60
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
      export_into_a_users_folder),
@@ -668,6 +675,8 @@ CASES: list[tuple[str, str, Callable]] = [
      an_optimizer_state(lambda t: [v.fill_(1e30 if k.endswith(".exp_avg") else 0.0)
                                    for k, v in t.items()
                                    if k.endswith((".exp_avg", ".exp_avg_sq"))], "4")),
+    ("probe: plan --tq 1000000000000 --dim 64 --time", "a table within a minute",
+     timing_a_trillion_queries),
 ]
 
 
