@@ -559,6 +559,17 @@ def timing_a_trillion_queries(tmp: Path):
     return f"exit {status} in {took:.0f} s{': ' + err if err else ''}", status == 0 and took < 60
 
 
+def export_under_umask_022(tmp: Path):
+    old = os.umask(0o022)
+    try:
+        status, err = attnkit("export", "--checkpoint", tmp / "run" / "checkpoint", "--out",
+                              tmp / "e")
+    finally:
+        os.umask(old)
+    mode = (tmp / "e").stat().st_mode & 0o777 if (tmp / "e").exists() else None
+    return f"exit {status}, mode {mode:o}" if mode else f"exit {status}: {err}", mode == 0o755
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
      export_into_a_users_folder),
@@ -677,6 +688,7 @@ CASES: list[tuple[str, str, Callable]] = [
                                    if k.endswith((".exp_avg", ".exp_avg_sq"))], "4")),
     ("probe: plan --tq 1000000000000 --dim 64 --time", "a table within a minute",
      timing_a_trillion_queries),
+    ("probe: export under umask 022", "a folder of mode 755", export_under_umask_022),
 ]
 
 

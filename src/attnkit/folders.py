@@ -107,6 +107,13 @@ def _temporaries(directory: Path) -> list[Path]:
                   and p.is_dir() and not p.is_symlink())
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it, then restoring it)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 def _stale(tmp: Path) -> bool:
     """Whether the temporary folder ``tmp`` is left by a write cut short: untouched for
     :data:`STALE_S`, or for :data:`STALE_DEAD_S` when its writer's process is not running."""
@@ -150,6 +157,7 @@ def write_folder(directory: str | Path) -> Iterator[Path]:
     tmp = _temporary(directory)
     try:
         yield tmp
+        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it 0700; a folder made here follows umask
         for f in tmp.rglob("*"):  # on disk before the rename makes it visible
             if f.is_file():
                 with open(f, "rb") as fh:

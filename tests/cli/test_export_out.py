@@ -217,3 +217,15 @@ def test_an_export_removes_what_killed_exports_left_beside_its_folder(run, tmp_p
     assert _export(run / "checkpoint", out) == 0
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".e.")) == \
         sorted([live.name, fresh.name])
+
+
+def test_an_export_folder_follows_the_umask(run, tmp_path):
+    # it was written mode 0700 (tempfile.mkdtemp's) whatever the umask
+    old = os.umask(0o022)
+    try:
+        assert _export(run / "checkpoint", tmp_path / "e") == 0
+    finally:
+        os.umask(old)
+    assert (tmp_path / "e").stat().st_mode & 0o777 == 0o755
+    assert all(p.stat().st_mode & 0o777 == 0o644 for p in (tmp_path / "e").iterdir()
+               if p.is_file())
