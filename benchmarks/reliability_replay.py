@@ -689,6 +689,9 @@ CASES: list[tuple[str, str, Callable]] = [
     ("probe: plan --tq 1000000000000 --dim 64 --time", "a table within a minute",
      timing_a_trillion_queries),
     ("probe: export under umask 022", "a folder of mode 755", export_under_umask_022),
+    ("probe: 100 KB of random bytes as an MP3, to transcribe", "one line",
+     data_file("noise.mp3", lambda p: p.write_bytes(os.urandom(100_000)), "transcribe",
+               "--checkpoint", "builtin:asr-digits", "{}")),
 ]
 
 

@@ -170,6 +170,18 @@ def test_samples_far_beyond_full_scale_are_refused(tmp_path, codec):
     assert 499 < read_audio(path)[0].abs().max() < 500  # channels averaged
 
 
+@pytest.mark.parametrize("head", [b"", b"ID3"])
+def test_garbage_is_not_called_a_pipe(tmp_path, head):
+    # libsndfile says "File does not exist or is not a regular file (possibly a pipe?)" of
+    # random bytes; attnkit has checked that the file is a regular one before
+    path = tmp_path / "noise.mp3"
+    path.write_bytes(head + np.random.default_rng(0).bytes(100_000))
+    with pytest.raises(DataError) as exc:
+        read_audio(path)
+    assert str(exc.value) == (f"{path}: cannot decode (no audio format libsndfile reads "
+                              "starts it); expected WAV, FLAC, OGG (Vorbis, Opus) or MP3 audio")
+
+
 def test_the_length_limit_is_checked_from_the_header(tmp_path):
     path = tmp_path / "long.flac"
     soundfile.write(path, tone(300.0, 8000, 3.0), 8000, format="FLAC")

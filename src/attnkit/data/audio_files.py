@@ -259,6 +259,8 @@ def _sf_info(path: Path) -> soundfile._SoundFileInfo:
         info = soundfile.info(str(path))
     except (soundfile.LibsndfileError, RuntimeError, TypeError) as exc:
         why = str(getattr(exc, "error_string", exc)).rstrip(".")
+        if "possibly a pipe" in why:  # libsndfile's words for bytes it cannot place; the
+            why = "no audio format libsndfile reads starts it"  # file is a regular one here
         raise DataError(f"{path}: cannot decode ({why}); expected WAV, FLAC, OGG (Vorbis, "
                         f"Opus) or MP3 audio") from None
     if not 1 <= info.samplerate <= MAX_RATE or info.channels < 1:
