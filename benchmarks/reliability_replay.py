@@ -692,6 +692,8 @@ CASES: list[tuple[str, str, Callable]] = [
     ("probe: 100 KB of random bytes as an MP3, to transcribe", "one line",
      data_file("noise.mp3", lambda p: p.write_bytes(os.urandom(100_000)), "transcribe",
                "--checkpoint", "builtin:asr-digits", "{}")),
+    ("probe: train asr --time-mask 20000", "one line giving 10,000", data_file(
+        "unused", lambda path: None, "train", "asr", "--out", "{run}", "--time-mask", "20000")),
 ]
 
 

@@ -118,6 +118,11 @@ def test_asr_with_augmentation_resumes_to_the_state_of_an_uninterrupted_run(tmp_
     ("asr", "--augment", "loud", "--augment: expected one of none, specaugment, light, strong, "
                                  "got 'loud'"),
     ("asr", "--time-mask", "-3", "--time-mask: expected SpecAugment's T"),
+    # the message said "(0 or more)": 20000 seemed allowed
+    ("asr", "--time-mask", "20000", "--time-mask: expected SpecAugment's T: the longest time "
+                                    "mask, in frames of 10 ms (0 to 10,000), got '20000'"),
+    ("asr", "--freq-masks", "10001", "--freq-masks: expected SpecAugment's mF: frequency "
+                                     "masks per utterance (0 to 10,000), got '10001'"),
     ("asr", "--pitch-shift", "1.5,0.8", "--pitch-shift: expected LOW,HIGH pitch factors with "
                                         "0.5 <= LOW <= HIGH <= 2"),
     ("asr", "--voice-source", "-3,20", "--voice-source: expected LOW,HIGH harmonics-to-noise "

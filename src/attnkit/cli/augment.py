@@ -37,6 +37,8 @@ class Option(NamedTuple):
     metavar: str
 
 
+UP_TO = f"(0 to {augment_audio.SPECAUGMENT_MAX:,})"  # SpecAugment's sizes and counts
+
 SPEECH = (
     Option("--pitch-shift", "pitch", ("factor",), "pair",
            "LOW,HIGH pitch factors with 0.5 <= LOW <= HIGH <= 2, formants and duration kept "
@@ -72,18 +74,18 @@ SPEECH = (
            "LOW,HIGH vocal-tract-length warp factors with 0.7 <= LOW <= HIGH <= 1.3 (Jaitly & "
            "Hinton 2013: 0.9,1.1)", "LOW,HIGH"),
     Option("--freq-mask", "specaugment", ("freq_mask",), "int",
-           "SpecAugment's F: the widest frequency mask, in mel bins (0 or more)", "F"),
+           f"SpecAugment's F: the widest frequency mask, in mel bins {UP_TO}", "F"),
     Option("--freq-masks", "specaugment", ("freq_masks",), "int",
-           "SpecAugment's mF: frequency masks per utterance (0 or more)", "MF"),
+           f"SpecAugment's mF: frequency masks per utterance {UP_TO}", "MF"),
     Option("--time-mask", "specaugment", ("time_mask",), "int",
-           "SpecAugment's T: the longest time mask, in frames of 10 ms (0 or more)", "T"),
+           f"SpecAugment's T: the longest time mask, in frames of 10 ms {UP_TO}", "T"),
     Option("--time-masks", "specaugment", ("time_masks",), "int",
-           "SpecAugment's mT: time masks per utterance (0 or more)", "MT"),
+           f"SpecAugment's mT: time masks per utterance {UP_TO}", "MT"),
     Option("--time-mask-ratio", "specaugment", ("max_time_ratio",), "number",
            "SpecAugment's p: a time mask covers at most this share of the utterance, from 0 "
            "to 1", "P"),
     Option("--time-warp", "specaugment", ("time_warp",), "int",
-           "SpecAugment's W: the farthest a time warp moves a frame (0: no warp)", "W"),
+           f"SpecAugment's W: the farthest a time warp moves a frame {UP_TO} (0: no warp)", "W"),
 )
 
 LINES = (
