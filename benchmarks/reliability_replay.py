@@ -570,6 +570,19 @@ def export_under_umask_022(tmp: Path):
     return f"exit {status}, mode {mode:o}" if mode else f"exit {status}: {err}", mode == 0o755
 
 
+def a_multipart_body_without_boundary(tmp: Path):
+    from starlette.testclient import TestClient
+
+    from attnkit.serve import Limits, create_app
+    from attnkit.tasks.loading import load_evaluator
+
+    with TestClient(create_app(load_evaluator("builtin:asr-digits"), Limits())) as client:
+        r = client.post("/transcribe", content=b"abc",
+                        headers={"content-type": "multipart/form-data"})
+    return f"{r.status_code}: {r.text[:200]}", r.status_code == 400 and \
+        r.json().get("field") == "body"
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
      export_into_a_users_folder),
@@ -694,6 +707,8 @@ CASES: list[tuple[str, str, Callable]] = [
                "--checkpoint", "builtin:asr-digits", "{}")),
     ("probe: train asr --time-mask 20000", "one line giving 10,000", data_file(
         "unused", lambda path: None, "train", "asr", "--out", "{run}", "--time-mask", "20000")),
+    ("probe: serve, a multipart body without a boundary", "400 naming body",
+     a_multipart_body_without_boundary),
 ]
 
 

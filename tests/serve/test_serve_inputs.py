@@ -86,3 +86,16 @@ def test_sampling_options_that_overflow_are_a_422(translate_url, options, field,
                    json={"text": "<en> 3 March 2001", "decoding": options})
     assert r.status_code == 422 and r.json()["field"] == field, r.text
     assert r.json()["error"].startswith(f"{field}: expected {expected}, got ")
+
+
+@pytest.mark.parametrize("body, kind", [
+    (b"abc", "multipart/form-data"),  # no boundary
+    (b"--x\r\nContent-Disposition: form-data\r\n\r\nabc\r\n--x--\r\n",
+     "multipart/form-data; boundary=x"),  # a part without a name
+])
+def test_a_malformed_upload_is_a_400_naming_body(transcribe_url, body, kind):
+    # they were 400 with field null, where the docs say body
+    r = httpx.post(f"{transcribe_url}/transcribe", content=body, headers={"content-type": kind})
+    assert r.status_code == 400 and r.json()["field"] == "body", r.text
+    assert r.json()["error"].startswith("body: expected a multipart/form-data body, got "
+                                        "malformed data ("), r.text

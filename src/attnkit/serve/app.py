@@ -396,6 +396,9 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
+        if exc.status_code == 400:  # Starlette's multipart parser: a body that is no form
+            return error(request, 400, "body", "body: expected a multipart/form-data body, "
+                         f"got malformed data ({exc.detail})")
         return error(request, exc.status_code, None, f"{request.url.path}: {exc.detail}",
                      dict(exc.headers or {}))
 
