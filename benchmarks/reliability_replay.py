@@ -583,6 +583,23 @@ def a_multipart_body_without_boundary(tmp: Path):
         r.json().get("field") == "body"
 
 
+def resumed_with_another_pitch_shift(tmp: Path):
+    from attnkit.cli import augment
+
+    parser = argparse.ArgumentParser()
+    augment.add_speech_args(parser)
+    parser.add_argument("--out", default="run")
+    started = parser.parse_args(["--augment", "light", "--pitch-shift", "0.8,1.2"])
+    saved = argparse.Namespace(config={"augment": [
+        a.config() for a in augment.speech_augmentations(started).augmentations]})
+    asked = parser.parse_args(["--augment", "light", "--pitch-shift", "0.8,1.3"])
+    try:
+        augment.speech_augmentations(asked, saved)
+    except ValueError as exc:
+        return str(exc), "factor=[0.8, 1.2] saved, factor=[0.8, 1.3] asked" in str(exc)
+    return "accepted", False
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
      export_into_a_users_folder),
@@ -709,6 +726,8 @@ CASES: list[tuple[str, str, Callable]] = [
         "unused", lambda path: None, "train", "asr", "--out", "{run}", "--time-mask", "20000")),
     ("probe: serve, a multipart body without a boundary", "400 naming body",
      a_multipart_body_without_boundary),
+    ("probe: --resume asking another --pitch-shift", "the values that differ named",
+     resumed_with_another_pitch_shift),
 ]
 
 

@@ -249,12 +249,33 @@ def _for_run(args, ck, composition, made: list):
     saved = ck.config.get("augment", [])
     if not _given(args):
         return composition.from_config(saved)
-    if sorted(_key(a.config()) for a in made) != sorted(_key(c) for c in saved):
-        raise ValueError(f"--augment: the run in {args.out} was started with "
-                         f"{_describe(saved)}, not {_describe([a.config() for a in made])}; "
+    asked = [a.config() for a in made]
+    if sorted(map(_key, asked)) != sorted(map(_key, saved)):
+        if sorted(c["name"] for c in asked) == sorted(c["name"] for c in saved):
+            started = f"other values of {_changed(saved, asked)}"  # the names alike
+        else:
+            started = f"{_describe(saved)}, not {_describe(asked)}"
+        raise ValueError(f"--augment: the run in {args.out} was started with {started}; "
                          "resume without augmentation options to continue it as it was, or "
                          "start a new run in another --out")
     return composition.from_config(saved)
+
+
+def _changed(saved: list[dict], asked: list[dict]) -> str:
+    """The settings of each augmentation that differ between ``saved`` and ``asked`` (the
+    same names): ``pitch: factor=[0.8, 1.2] saved, factor=[0.8, 1.3] asked``."""
+    same = {_key(c) for c in saved} & {_key(c) for c in asked}
+    before = [c for c in saved if _key(c) not in same]
+    after = [c for c in asked if _key(c) not in same]
+    parts = []
+    for old in before:
+        new = next(c for c in after if c["name"] == old["name"])
+        after.remove(new)
+        keys = [k for k in {**old, **new} if old.get(k) != new.get(k)]
+        parts.append(f"{old['name']}: " + ", ".join(
+            f"{k}={json.dumps(old.get(k))}" for k in keys) + " saved, " + ", ".join(
+            f"{k}={json.dumps(new.get(k))}" for k in keys) + " asked")
+    return "; ".join(parts)
 
 
 def _key(config: dict) -> str:
