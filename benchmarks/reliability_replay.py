@@ -600,6 +600,15 @@ def resumed_with_another_pitch_shift(tmp: Path):
     return "accepted", False
 
 
+def parquet_beside_garbage(folder: Path) -> None:
+    import datasets
+
+    folder.mkdir()
+    datasets.Dataset.from_dict({"source": ["<en> 3 March 2001"], "target": ["2001-03-03"]}
+                               ).to_parquet(str(folder / "train-0.parquet"))
+    (folder / "train-1.parquet").write_bytes(b"garbage" * 100)
+
+
 CASES: list[tuple[str, str, Callable]] = [
     ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
      export_into_a_users_folder),
@@ -728,6 +737,9 @@ CASES: list[tuple[str, str, Callable]] = [
      a_multipart_body_without_boundary),
     ("probe: --resume asking another --pitch-shift", "the values that differ named",
      resumed_with_another_pitch_shift),
+    ("probe: a garbage Parquet file in an hf: folder, to eval", "one line naming the file",
+     data_file("pq", parquet_beside_garbage, "eval", "--checkpoint", "builtin:translate-dates",
+               "--data", "hf:{}", "--max-unusable", "0.9")),
 ]
 
 

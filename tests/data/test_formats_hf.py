@@ -251,3 +251,15 @@ def test_a_saved_dataset_with_a_broken_state_json_is_named(tmp_path, state):
     with pytest.raises(DataError, match=rf"^{folder}: not a dataset that save_to_disk wrote "
                                         r"\(its state.json or dataset_info.json cannot be read: "):
         read_corpus("translate", f"hf:{folder}")
+
+
+def test_a_garbage_parquet_file_is_named(tmp_path):
+    # a DatasetGenerationError traceback, naming no file, whatever --max-unusable said
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    datasets.Dataset.from_dict({"source": ["eins"], "target": ["one"]}).to_parquet(
+        str(folder / "train-0.parquet"))
+    (folder / "train-1.parquet").write_bytes(b"garbage" * 100)
+    with pytest.raises(DataError, match=rf"^{folder / 'train-1.parquet'}: not a Parquet file "
+                                        r"\("):
+        read_corpus("translate", f"hf:{folder}", max_unusable=0.9)

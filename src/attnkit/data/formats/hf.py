@@ -130,6 +130,18 @@ def _parquet_splits(folder: Path) -> dict[str, list[str]]:
     return splits
 
 
+def _check_parquet(file: str) -> None:
+    """Refuse, naming it, a file whose Parquet footer cannot be read (datasets would fail
+    later with a DatasetGenerationError naming no file)."""
+    import pyarrow
+    import pyarrow.parquet
+
+    try:
+        pyarrow.parquet.ParquetFile(file).close()
+    except (pyarrow.ArrowException, OSError) as exc:
+        raise DataError(f"{file}: not a Parquet file ({clipped(str(exc))})") from None
+
+
 def open_dataset(path: str | Path, role: str = "train", split: str | None = None):
     """The ``datasets.Dataset`` of ``hf:PATH[:SPLIT]`` (``split``, when given, as
     ``--split`` names it), of the split the module docstring says, and its name
@@ -137,7 +149,7 @@ def open_dataset(path: str | Path, role: str = "train", split: str | None = None
 
     Raises:
         DataError: naming the path: no dataset there, no such split (the dataset's listed),
-            the ``datasets`` package missing.
+            the ``datasets`` package missing, a file of the split that is not Parquet.
     """
     folder, named = parse_path(path)
     named = named or split
@@ -170,6 +182,8 @@ def open_dataset(path: str | Path, role: str = "train", split: str | None = None
         raise DataError(f"{folder}: {what}; its splits: {', '.join(found)} (name one: "
                         f"hf:{folder}:SPLIT)")
     if found[chosen] is None:  # Parquet: converted once to memory-mapped Arrow
+        for file in files[chosen]:
+            _check_parquet(file)
         found[chosen] = datasets.load_dataset("parquet", data_files={chosen: files[chosen]},
                                               split=chosen, cache_dir=cache_dir())
     return found[chosen], f"{PREFIX}{folder}:{chosen}"
