@@ -19,10 +19,10 @@ of a process no longer running here, untouched for :data:`STALE_DEAD_S`, and any
 others).
 
 Only these exact names are ever deleted (``XXXXXXXX``: the 8 characters that
-:func:`tempfile.mkdtemp` draws; ``PID-`` absent in the names of earlier versions), so a folder of someone else's beside ``NAME``
-(``.NAME.backup``, ``.NAME.old``) is never touched. A ``NAME`` that is a symbolic link to a
-folder (a checkpoint kept on another disk) is written at the link's target, beside which the
-other names then are; the link stays.
+:func:`tempfile.mkdtemp` draws; ``PID-`` absent in the names of earlier versions), so a folder
+of someone else's beside ``NAME`` (``.NAME.backup``, ``.NAME.old``) is never touched. A
+``NAME`` that is a symbolic link to a folder (a checkpoint kept on another disk) is written
+at the link's target, beside which the other names then are; the link stays.
 
 :func:`unreadable` says why a path cannot be read as a regular file (missing, a folder, a
 FIFO, a device), without opening it: the readers of checkpoints and data files refuse those before

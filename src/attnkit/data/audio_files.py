@@ -4,9 +4,10 @@
 WAV files are read from their chunk headers (any chunk layout, streamed sizes, 8-32-bit PCM
 and float), the length checked from the header before any sample is decoded. Several channels
 are averaged to one; NaN and infinite samples are refused, and so are samples of a
-magnitude above :data:`MAX_AMPLITUDE` (a float recording is nominally within [-1, 1]). :func:`audio_info` reads only a
-file's header; :func:`read_audio` decodes a file, or only the part of it an utterance covers
-(a Kaldi ``segments`` entry). :mod:`attnkit.data.audio` turns the samples into features.
+magnitude above :data:`MAX_AMPLITUDE` (a float recording is nominally within [-1, 1]).
+:func:`audio_info` reads only a file's header; :func:`read_audio` decodes a file, or only the
+part of it an utterance covers (a Kaldi ``segments`` entry). :mod:`attnkit.data.audio` turns
+the samples into features.
 """
 
 from __future__ import annotations

@@ -47,9 +47,9 @@ from scipy.signal import butter, fftconvolve, lfilter, sosfilt, sosfiltfilt
 from attnkit.data.audio import SAMPLE_RATE, log_mel, normalize_features, resample
 from attnkit.data.augment import Augmentation, Compose, check_number, check_range
 
-__all__ = ["PRESETS", "SPECAUGMENT_MAX", "AudioAugmentation", "BandLimit", "ConsonantDuration", "DynamicRange",
-           "Gain", "Noise", "PitchShift", "Reverb", "SpecAugment", "SpeechAugment", "SpeedPerturb",
-           "VTLP", "VoiceSource", "preset"]
+__all__ = ["PRESETS", "SPECAUGMENT_MAX", "AudioAugmentation", "BandLimit", "ConsonantDuration",
+           "DynamicRange", "Gain", "Noise", "PitchShift", "Reverb", "SpecAugment",
+           "SpeechAugment", "SpeedPerturb", "VTLP", "VoiceSource", "preset"]
 
 STAGES = ("samples", "filterbank", "features")
 
