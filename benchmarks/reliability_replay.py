@@ -335,13 +335,13 @@ def png_bytes(width: int, height: int, rows: int) -> bytes:
 
 def data_file(name: str, write: Callable[[Path], None], *argv, code: int = 2):
     """A case: the file ``name`` made by ``write(path)``, then ``attnkit ARGV`` (``{}`` in it
-    standing for the file, ``{run}`` for a new run folder) ends in one line with exit status
-    ``code``."""
+    standing for the file, ``hf:{}`` for it as a dataset, ``{run}`` for a new run folder)
+    ends in one line with exit status ``code``."""
     def case(tmp: Path):
         path = tmp / name
         write(path)
         start = time.monotonic()
-        given = {"{}": str(path), "{run}": str(tmp / "new-run")}
+        given = {"{}": str(path), "hf:{}": f"hf:{path}", "{run}": str(tmp / "new-run")}
         status, err = attnkit(*(given.get(a, a) for a in argv))
         took = time.monotonic() - start
         return f"exit {status} in {took:.0f} s: {err[:300]}", one_line(status, err, code)
@@ -573,6 +573,201 @@ def slow_connections_to_serve(tmp: Path):
     return (f"300 connections sending half the headers: all closed within {took:.1f} s "
             "(--read-timeout 2)"), took < 5
 
+# ------------------------------------------------- issue 57, the third probe (the cases below)
+def on_stdin(data: bytes, *argv) -> tuple[int | None, str, str]:
+    """``attnkit ARGV`` reading ``data`` as standard input (as Python opens it in the C
+    locale): its exit status, what it printed and what it wrote on stderr."""
+    from attnkit.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
+    with patched(sys, "stdin", stdin), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        try:
+            status = main(list(argv))
+        except Exception as exc:  # what a user would see as a traceback
+            status = None
+            err.write(f"traceback: {type(exc).__name__}: {exc}")
+    return status, out.getvalue(), err.getvalue()
+
+
+def latin1_on_stdin(tmp: Path):
+    status, out, err = on_stdin("<fr> 5 août 2010\n".encode("latin-1"), "translate",
+                                "--checkpoint", "builtin:translate-dates", "--json", "-")
+    error = json.loads(out)["error"] if out.count("\n") == 1 else out
+    return f"exit {status}: {error}", status == 2 and "not valid UTF-8" in error
+
+
+def a_long_line_on_stdin(tmp: Path):
+    status, out, err = on_stdin(b"9" * (100 << 20) + b"\n", "translate", "--checkpoint",
+                                "builtin:translate-dates", "--json", "-")
+    return f"exit {status}, {len(out):,} characters printed: {out[-160:]}", \
+        status == 2 and len(out) < 1000
+
+
+def ties_broken_by_cer(tmp: Path):
+    best = json.loads((tmp / "run" / "checkpoint-best" / "trainer.json").read_text())
+    return f"checkpoint-best: {best}", best.get("tiebreak") == "-cer"
+
+
+def a_librispeech_id_twice(path: Path) -> None:
+    import numpy as np
+    import soundfile
+
+    folder = path / "19" / "198"
+    folder.mkdir(parents=True)
+    soundfile.write(folder / "19-198-0001.flac", np.zeros(8000, np.float32), 16000)
+    (folder / "19-198.trans.txt").write_text("19-198-0001 ONE TWO\n19-198-0001 THREE\n")
+
+
+def standard_output_closed(*argv):
+    """A case: ``attnkit ARGV`` with standard output closed (``sys.stdout`` None, as Python
+    leaves it when fd 1 is closed) ends in one line on stderr, exit status 2."""
+    def case(tmp: Path):
+        from attnkit.cli.main import main
+
+        err = io.StringIO()
+        with patched(sys, "stdout", None), contextlib.redirect_stderr(err):
+            try:
+                status = main([str(a) for a in argv])
+            except Exception as exc:  # what a user would see as a traceback
+                status, err = None, io.StringIO(f"traceback: {type(exc).__name__}: {exc}")
+        return f"exit {status}: {err.getvalue()}", one_line(status, err.getvalue())
+    return case
+
+
+def a_huge_unknown_field_to_serve(tmp: Path):
+    from starlette.testclient import TestClient
+
+    from attnkit.serve import Limits, create_app
+    from attnkit.tasks.loading import load_evaluator
+
+    app = create_app(load_evaluator("builtin:translate-dates"), Limits(max_body_bytes=20 << 20))
+    with TestClient(app) as client:
+        r = client.post("/translate", json={"text": "<en> 3 March 2001", "extra": "x" * (8 << 20)})
+    return f"{r.status_code}, {len(r.content):,} bytes: {r.text[:120]}", \
+        r.status_code == 422 and len(r.content) < 1000
+
+
+def ask_past_max_pixels(tmp: Path):
+    from PIL import Image
+    from starlette.testclient import TestClient
+
+    from attnkit.serve import Limits, create_app
+    from attnkit.tasks.loading import load_evaluator
+
+    status, err = attnkit("train", "vqa", "--out", tmp / "vqa", "--n-train", "6", "--n-valid",
+                          "2", "--steps", "2", "--batch-size", "8", "--image-size", "32",
+                          "--channels", "4,8", "--hidden", "8", "--emb", "8", "--attn-dim", "8",
+                          "--no-progress", "--plot", "0", "--max-objects", "4")
+    if status != 0:
+        return f"training a tiny VQA model failed: {err}", False
+    picture = io.BytesIO()
+    Image.new("RGB", (50, 40)).save(picture, format="PNG")
+    evaluator = load_evaluator(str(tmp / "vqa" / "checkpoint"))
+    question = " ".join(evaluator.words.symbols[4:6])
+    with TestClient(create_app(evaluator, Limits(max_pixels=1000))) as client:
+        r = client.post("/ask", files={"image": ("p.png", picture.getvalue())},
+                        data={"question": question})
+    return f"{r.status_code}: {r.text[:200]}", r.status_code == 422 and "max-pixels" in r.text
+
+
+def what_a_killed_export_left(tmp: Path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # its pid: no process now
+    left = tmp / f".e.attnkit-tmp-{gone.pid}-k2j4h6g8"
+    left.mkdir()
+    (left / "model.onnx").write_bytes(b"half")
+    hour = time.time() - 3600
+    os.utime(left, (hour, hour))
+    status, err = attnkit("export", "--checkpoint", tmp / "run" / "checkpoint", "--out",
+                          tmp / "e")
+    return f"exit {status}, {left.name} {'still there' if left.exists() else 'removed'}", \
+        status == 0 and not left.exists()
+
+
+def a_saved_dataset_with_state_json_empty(path: Path) -> None:
+    import datasets
+
+    datasets.Dataset.from_dict({"source": ["<en> 3 March 2001"], "target": ["2001-03-03"]}
+                               ).save_to_disk(str(path))
+    (path / "state.json").write_text("{}")
+
+
+def an_optimizer_state(edit: Callable[[dict], None], steps: str):
+    """A case: the tiny translator's optimizer state edited by ``edit(tensors)``, then
+    ``--resume`` to ``steps``: one line, and the checkpoint kept."""
+    def case(tmp: Path):
+        from safetensors.torch import load_file, save_file
+
+        path = tmp / "run" / "checkpoint" / "optimizer.safetensors"
+        tensors = load_file(path)
+        edit(tensors)
+        save_file(tensors, path)
+        before = files(path.parent)
+        status, err = train(tmp / "run", "--steps", steps, "--resume")
+        kept = files(path.parent) == before
+        return f"exit {status}, checkpoint {'kept' if kept else 'OVERWRITTEN'}: {err}", \
+            one_line(status, err) and kept
+    return case
+
+
+def timing_a_trillion_queries(tmp: Path):
+    start = time.monotonic()
+    status, err = attnkit("plan", "--tq", "1000000000000", "--dim", "64", "--time")
+    took = time.monotonic() - start
+    return f"exit {status} in {took:.0f} s{': ' + err if err else ''}", status == 0 and took < 60
+
+
+def export_under_umask_022(tmp: Path):
+    old = os.umask(0o022)
+    try:
+        status, err = attnkit("export", "--checkpoint", tmp / "run" / "checkpoint", "--out",
+                              tmp / "e")
+    finally:
+        os.umask(old)
+    mode = (tmp / "e").stat().st_mode & 0o777 if (tmp / "e").exists() else None
+    return f"exit {status}, mode {mode:o}" if mode else f"exit {status}: {err}", mode == 0o755
+
+
+def a_multipart_body_without_boundary(tmp: Path):
+    from starlette.testclient import TestClient
+
+    from attnkit.serve import Limits, create_app
+    from attnkit.tasks.loading import load_evaluator
+
+    with TestClient(create_app(load_evaluator("builtin:asr-digits"), Limits())) as client:
+        r = client.post("/transcribe", content=b"abc",
+                        headers={"content-type": "multipart/form-data"})
+    return f"{r.status_code}: {r.text[:200]}", r.status_code == 400 and \
+        r.json().get("field") == "body"
+
+
+def resumed_with_another_pitch_shift(tmp: Path):
+    from attnkit.cli import augment
+
+    parser = argparse.ArgumentParser()
+    augment.add_speech_args(parser)
+    parser.add_argument("--out", default="run")
+    started = parser.parse_args(["--augment", "light", "--pitch-shift", "0.8,1.2"])
+    saved = argparse.Namespace(config={"augment": [
+        a.config() for a in augment.speech_augmentations(started).augmentations]})
+    asked = parser.parse_args(["--augment", "light", "--pitch-shift", "0.8,1.3"])
+    try:
+        augment.speech_augmentations(asked, saved)
+    except ValueError as exc:
+        return str(exc), "factor=[0.8, 1.2] saved, factor=[0.8, 1.3] asked" in str(exc)
+    return "accepted", False
+
+
+def parquet_beside_garbage(folder: Path) -> None:
+    import datasets
+
+    folder.mkdir()
+    datasets.Dataset.from_dict({"source": ["<en> 3 March 2001"], "target": ["2001-03-03"]}
+                               ).to_parquet(str(folder / "train-0.parquet"))
+    (folder / "train-1.parquet").write_bytes(b"garbage" * 100)
+
 
 CASES: list[tuple[str, str, Callable]] = [
     ("export --format checkpoint --out d, d holding thesis.txt", "refused, file kept",
@@ -735,6 +930,70 @@ CASES += [
      half_deleted_kept_model),
     ("serve: 300 connections sending half a request", "all closed within --read-timeout",
      slow_connections_to_serve),
+    # issue 57, the third probe: corpora, decoding options and inference verbs
+    ("probe: a float WAV holding 1e30, beam 5", "one line", data_file(
+        "loud.wav", lambda p: p.write_bytes(wav_bytes([0.01] * 100 + [1e30] * 10)),
+        "transcribe", "--checkpoint", "builtin:asr-digits", "--beam", "5", "{}")),
+    ("probe: latin-1 on standard input, translate --json -", "the line refused: not UTF-8",
+     latin1_on_stdin),
+    ("probe: a 100 MB line on standard input, --json", "refused, not echoed whole",
+     a_long_line_on_stdin),
+    ("probe: translate --length-penalty 100", "one line naming the option", data_file(
+        "unused", lambda path: None, "translate", "--checkpoint", "builtin:translate-dates",
+        "--length-penalty", "100", "<en> 3 March 2001")),
+    ("probe: translate --coverage-penalty 1e38", "one line naming the option", data_file(
+        "unused", lambda path: None, "translate", "--checkpoint", "builtin:translate-dates",
+        "--coverage-penalty", "1e38", "<en> 3 March 2001")),
+    ("probe: the tiny translator's checkpoint-best", "ranked by exact match, then CER",
+     ties_broken_by_cer),
+    ("probe: a LibriSpeech utterance id listed twice, to eval", "one line naming both",
+     data_file("libri", a_librispeech_id_twice, "eval", "--checkpoint", "builtin:asr-digits",
+               "--data", "{}")),
+    ("probe: eval with standard output closed", "one line, exit 2", standard_output_closed(
+        "eval", "--checkpoint", "builtin:translate-dates", "--data", "pairs.tsv")),
+    ("probe: translate with standard output closed", "one line, exit 2",
+     standard_output_closed("translate", "--checkpoint", "builtin:translate-dates", "one")),
+    ("probe: serve, an 8 MiB unknown field", "422 of under 1 KB",
+     a_huge_unknown_field_to_serve),
+    ("probe: serve --max-pixels 1000, a 50 x 40 image to /ask", "422 naming image",
+     ask_past_max_pixels),
+    ("probe: export beside an hour-old folder of a killed export", "exported, folder removed",
+     what_a_killed_export_left),
+    ("probe: translate --sample 2 --temperature 1e-300", "one line naming the option",
+     data_file("unused", lambda path: None, "translate", "--checkpoint",
+               "builtin:translate-dates", "--sample", "2", "--temperature", "1e-300", "one")),
+    ("probe: translate --sample 2 --seed 2**64", "one line naming the option",
+     data_file("unused", lambda path: None, "translate", "--checkpoint",
+               "builtin:translate-dates", "--sample", "2", "--seed", str(2**64), "one")),
+    ("probe: a NeMo manifest line nested 100,000 deep, to eval", "one line naming the line",
+     data_file("nemo.jsonl", lambda p: p.write_text("[" * 100_000 + "]" * 100_000 + "\n"),
+               "eval", "--checkpoint", "builtin:asr-digits", "--data", "{}", "--format",
+               "jsonl")),
+    ("probe: eval --data hf:FOLDER whose state.json is {}", "one line naming the folder",
+     data_file("saved", a_saved_dataset_with_state_json_empty, "eval", "--checkpoint",
+               "builtin:translate-dates", "--data", "hf:{}")),
+    ("probe: a negative exp_avg_sq in optimizer.safetensors, then --resume",
+     "one line, checkpoint kept", an_optimizer_state(
+         lambda t: t["state.0.exp_avg_sq"].view(-1).__setitem__(0, -1.0), "3")),
+    ("probe: exp_avg 1e30 and exp_avg_sq 0, then --resume", "one line, checkpoint kept",
+     an_optimizer_state(lambda t: [v.fill_(1e30 if k.endswith(".exp_avg") else 0.0)
+                                   for k, v in t.items()
+                                   if k.endswith((".exp_avg", ".exp_avg_sq"))], "4")),
+    ("probe: plan --tq 1000000000000 --dim 64 --time", "a table within a minute",
+     timing_a_trillion_queries),
+    ("probe: export under umask 022", "a folder of mode 755", export_under_umask_022),
+    ("probe: 100 KB of random bytes as an MP3, to transcribe", "one line",
+     data_file("noise.mp3", lambda p: p.write_bytes(os.urandom(100_000)), "transcribe",
+               "--checkpoint", "builtin:asr-digits", "{}")),
+    ("probe: train asr --time-mask 20000", "one line giving 10,000", data_file(
+        "unused", lambda path: None, "train", "asr", "--out", "{run}", "--time-mask", "20000")),
+    ("probe: serve, a multipart body without a boundary", "400 naming body",
+     a_multipart_body_without_boundary),
+    ("probe: --resume asking another --pitch-shift", "the values that differ named",
+     resumed_with_another_pitch_shift),
+    ("probe: a garbage Parquet file in an hf: folder, to eval", "one line naming the file",
+     data_file("pq", parquet_beside_garbage, "eval", "--checkpoint", "builtin:translate-dates",
+               "--data", "hf:{}", "--max-unusable", "0.9")),
 ]
 
 

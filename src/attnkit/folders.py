@@ -2,7 +2,8 @@
 
 Checkpoints (:func:`attnkit.train.save_checkpoint`) and exports
 (:func:`attnkit.export.export_onnx`) are written through :func:`write_folder`. For a folder
-``NAME`` it yields an empty temporary folder beside it, ``.NAME.attnkit-tmp-XXXXXXXX``; when
+``NAME`` it yields an empty temporary folder beside it, ``.NAME.attnkit-tmp-PID-XXXXXXXX``
+(``PID``: the writing process); when
 the block ends without an error, every file in it is flushed to disk, it is renamed
 ``.NAME.attnkit-new``, the previous ``NAME`` (if any) is renamed ``.NAME.attnkit-old``,
 ``.NAME.attnkit-new`` becomes ``NAME`` and ``.NAME.attnkit-old`` is deleted. On an error the
@@ -12,12 +13,16 @@ Whatever deletes a folder renames it to a temporary name first, so ``NAME``,
 ``.NAME.attnkit-new`` and ``.NAME.attnkit-old`` are always complete, and a write cut short at
 any point (a crash, a SIGKILL, a power cut) leaves at least one of them: :func:`folder_copies`
 lists them newest first, :func:`recover_folder` puts the newest in place and deletes the rest.
+A write also deletes the temporary folders that writes cut short left beside ``NAME``: those
+of a process no longer running here, untouched for :data:`STALE_DEAD_S`, and any untouched for
+:data:`STALE_S` (a process of another machine sharing the disk may still be writing the
+others).
 
 Only these exact names are ever deleted (``XXXXXXXX``: the 8 characters that
-:func:`tempfile.mkdtemp` draws), so a folder of someone else's beside ``NAME``
-(``.NAME.backup``, ``.NAME.old``) is never touched. A ``NAME`` that is a symbolic link to a
-folder (a checkpoint kept on another disk) is written at the link's target, beside which the
-other names then are; the link stays.
+:func:`tempfile.mkdtemp` draws; ``PID-`` absent in the names of earlier versions), so a folder
+of someone else's beside ``NAME`` (``.NAME.backup``, ``.NAME.old``) is never touched. A
+``NAME`` that is a symbolic link to a folder (a checkpoint kept on another disk) is written
+at the link's target, beside which the other names then are; the link stays.
 
 :func:`unreadable` says why a path cannot be read as a regular file (missing, a folder, a
 FIFO, a device), without opening it: the readers of checkpoints and data files refuse those before
@@ -33,6 +38,7 @@ import re
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,7 +49,11 @@ __all__ = ["NO_SUCH_FILE", "folder_copies", "recover_folder", "remove_folder", "
 log = logging.getLogger("attnkit")
 
 TEMPORARY = "attnkit-tmp-"
-RANDOM = re.compile(r"[a-z0-9_]{8}")  # what tempfile.mkdtemp puts after the prefix
+# What follows the prefix: the writer's pid (absent from the names of earlier versions) and
+# the 8 characters tempfile.mkdtemp draws.
+RANDOM = re.compile(r"(?:(\d+)-)?[a-z0-9_]{8}")
+STALE_DEAD_S = 600.0  # a temporary folder of a process gone, untouched this long, is deleted
+STALE_S = 86400.0  # a temporary folder untouched this long is deleted, whoever wrote it
 
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character "
@@ -86,7 +96,8 @@ def _old(directory: Path) -> Path:
 
 def _temporary(directory: Path) -> Path:
     """A new empty temporary folder beside ``directory``."""
-    return Path(tempfile.mkdtemp(prefix=f".{directory.name}.{TEMPORARY}", dir=directory.parent))
+    return Path(tempfile.mkdtemp(prefix=f".{directory.name}.{TEMPORARY}{os.getpid()}-",
+                                 dir=directory.parent))
 
 
 def _temporaries(directory: Path) -> list[Path]:
@@ -95,6 +106,35 @@ def _temporaries(directory: Path) -> list[Path]:
     return sorted(p for p in directory.parent.iterdir()
                   if p.name.startswith(prefix) and RANDOM.fullmatch(p.name[len(prefix):])
                   and p.is_dir() and not p.is_symlink())
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it, then restoring it)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def _stale(tmp: Path) -> bool:
+    """Whether the temporary folder ``tmp`` is left by a write cut short: untouched for
+    :data:`STALE_S`, or for :data:`STALE_DEAD_S` when its writer's process is not running."""
+    try:
+        age = time.time() - tmp.stat().st_mtime
+    except OSError:  # gone meanwhile
+        return False
+    pid = RANDOM.fullmatch(tmp.name.rpartition(TEMPORARY)[2]).group(1)
+    return age > STALE_S or (pid is not None and age > STALE_DEAD_S and not _running(int(pid)))
+
+
+def _running(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # no such process, or no such pid
+        return False
+    except OSError:  # not ours to signal: it runs
+        return True
+    return True
 
 
 def folder_copies(directory: str | Path) -> list[Path]:
@@ -111,9 +151,14 @@ def write_folder(directory: str | Path) -> Iterator[Path]:
     docstring). Creates the folders above ``directory``."""
     directory = _target(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
+    for stale in _temporaries(directory):
+        if _stale(stale):
+            log.info("removing %s, left by a write that was cut short", stale)
+            shutil.rmtree(stale, ignore_errors=True)
     tmp = _temporary(directory)
     try:
         yield tmp
+        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it 0700; a folder made here follows umask
         for f in tmp.rglob("*"):  # on disk before the rename makes it visible
             if f.is_file():
                 with open(f, "rb") as fh:

@@ -207,6 +207,35 @@ def test_timing_gives_each_serving_path_a_time():
     assert estimate(Attention(16), CallShape(2, 20, 30)).predicted.forward_seconds is None
 
 
+@pytest.mark.usefixtures("one_thread")
+def test_timing_a_call_too_large_to_run_runs_probes_that_fit(monkeypatch):
+    # it ran an eighth of the call: 32 TB asked of the allocator, a traceback
+    from attnkit.attention import planner
+
+    sizes = []
+    real = planner.example_call
+
+    def recorded(module, shape, *, train):
+        sizes.append(planner.input_bytes(module, shape))
+        return real(module, shape, train=train)
+
+    monkeypatch.setattr(planner, "example_call", recorded)
+    plan = estimate(Attention(64), CallShape(1, 10**12, 10**12), timing=True)
+    assert plan.predicted.forward_seconds > 1e6  # a trillion squared pairs: days at least
+    assert sizes and max(sizes) <= planner.PROBE_BYTES
+
+
+def test_timing_refuses_a_call_whose_smallest_probe_does_not_fit(monkeypatch):
+    from attnkit.attention import planner
+
+    monkeypatch.setattr(planner, "PROBE_BYTES", 1000)
+    with pytest.raises(ValueError, match=r"^timing: the smallest run of the \w+ path \(B=1, "
+                                         r"Tq=64, Tk=64\) needs [\d,]+ bytes, more than the "
+                                         r"1,000 a timing run may take; plan memory without "
+                                         r"--time"):
+        estimate(Attention(64), CallShape(8, 10**6, 10**6), timing=True)
+
+
 @pytest.mark.parametrize("tq, tk, window, causal", [
     (5000, 5000, None, False), (5000, 5000, None, True), (5000, 5000, (40, 0), True),
     (5000, 3001, (7, 7), False), (3001, 5000, (300, 20), False), (4097, 64, None, False),

@@ -1,8 +1,18 @@
+import struct
+
 import pytest
 
 from attnkit.cli.main import main
 
 WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven"]
+
+
+def float_wav_bytes(samples: list[float], rate: int) -> bytes:
+    """A mono 32-bit IEEE float WAV of ``samples`` (values no writer would refuse: NaN, 1e30)."""
+    data = struct.pack(f"<{len(samples)}f", *samples)
+    fmt = struct.pack("<HHIIHH", 3, 1, rate, rate * 4, 4, 32)  # IEEE float, mono, 32-bit
+    return (b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVEfmt " + struct.pack("<I", 16)
+            + fmt + b"data" + struct.pack("<I", len(data)) + data)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import wave
 import pytest
 
 from attnkit.cli.main import main
+from tests.cli.conftest import float_wav_bytes
 
 TINY = ["--listener-hidden", "8", "--hidden", "16", "--emb", "8", "--key-value-dim", "8",
         "--batch-size", "4", "--lr", "1e-2", "--warmup", "2", "--no-progress"]
@@ -202,17 +203,19 @@ def test_streaming_refuses_models_and_options_it_cannot_serve(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("beam", ["1", "5"])
-def test_a_float_wav_holding_nan_is_refused_by_name_whatever_the_decoding(tmp_path, capsys,
-                                                                          beam):
+@pytest.mark.parametrize("value, message", [
+    (float("nan"), "1 samples are NaN or infinite (the first at frame 100); expected finite "
+                   "samples"),
+    # 1e30 is finite: it passed the finite check and overflowed in the features
+    (1e30, "1 samples have a magnitude above 1000 (the largest 1e+30 at frame 100); expected "
+           "samples nominally within [-1, 1]")])
+def test_a_broken_float_wav_is_refused_by_name_whatever_the_decoding(tmp_path, capsys, beam,
+                                                                      value, message):
     # beam 5 ended in an unrelated "prev_weights" error, greedy in an empty transcript
-    samples = [0.0] * 800
-    samples[100] = float("nan")
-    data = struct.pack(f"<{len(samples)}f", *samples)
-    fmt = struct.pack("<HHIIHH", 3, 1, 8000, 8000 * 4, 4, 32)  # IEEE float, mono, 32-bit
-    wav = tmp_path / "nan.wav"
-    wav.write_bytes(b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVEfmt " + struct.pack(
-        "<I", 16) + fmt + b"data" + struct.pack("<I", len(data)) + data)
+    samples = [0.01] * 800
+    samples[100] = value
+    wav = tmp_path / "bad.wav"
+    wav.write_bytes(float_wav_bytes(samples, 8000))
     assert main(["transcribe", "--checkpoint", "builtin:asr-digits", str(wav),
                  "--beam", beam]) == 2
-    assert capsys.readouterr().err == (f"attnkit: {wav}: 1 samples are NaN or infinite (the "
-                                       "first at frame 100); expected finite samples\n")
+    assert capsys.readouterr().err == f"attnkit: {wav}: {message}\n"

@@ -33,8 +33,10 @@ def test_average_of_a_runs_best_validations_is_a_checkpoint_the_verbs_load(run, 
     states = [load_checkpoint(p).model_state for p in kept]
     for name, tensor in mean.model_state.items():
         torch.testing.assert_close(tensor, (states[0][name] + states[1][name]) / 2, msg=name)
+    # loads and decodes: one output line for the one input (a model of a few steps may
+    # well translate it as nothing)
     assert main(["translate", "--checkpoint", str(run / "avg"), "three"]) == 0
-    assert capsys.readouterr().out.strip()
+    assert capsys.readouterr().out.count("\n") == 1
     assert main(["average", *map(str, kept), "--out", str(run / "avg2")]) == 0
 
 

@@ -92,17 +92,27 @@ def test_a_model_too_big_for_the_memory_is_one_line(tmp_path, capsys):
     assert "hidden=100000000" in err
 
 
-@pytest.mark.parametrize("option, value, field", [("--temperature", "inf", "temperature"),
-                                                  ("--temperature", "nan", "temperature"),
-                                                  ("--top-p", "nan", "top_p")])
-def test_non_finite_sampling_options_are_refused_by_every_verb(tmp_path, capsys, option, value,
-                                                              field):
+@pytest.mark.parametrize("options, expected", [
+    (["--sample", "2", "--temperature", "inf"], "a number in [0.001, 1000]"),
+    (["--sample", "2", "--temperature", "nan"], "a number in [0.001, 1000]"),
+    # a traceback from torch.multinomial; an error that named no option
+    (["--sample", "2", "--temperature", "1e-300"], "a number in [0.001, 1000]"),
+    (["--sample", "2", "--temperature", "1e300"], "a number in [0.001, 1000]"),
+    (["--sample", "2", "--seed", str(2**64)], "None or an int in [0, 2**63 - 1]"),
+    (["--sample", "2", "--top-p", "nan"], r"a probability in (0, 1]"),
+    # finite, but past float32 once applied: "2001-03-33" for "2001-03-03", exit 0
+    (["--length-penalty", "100"], "a number in [0, 10]"),
+    (["--coverage-penalty", "1e38"], "a number in [0, 100]"),
+])
+def test_decoding_options_out_of_range_are_refused_by_name_by_every_verb(tmp_path, capsys,
+                                                                         options, expected):
     for args in (["translate", "--checkpoint", "builtin:translate-dates", "3 March 2001"],
                  ["export", "--checkpoint", "builtin:translate-dates", "--out",
                   str(tmp_path / "e")]):
-        assert main([*args, "--sample", "2", option, value]) == 2
+        assert main([*args, *options]) == 2
         err = capsys.readouterr().err
-        assert err.startswith(f"attnkit: {field}: expected ") and err.count("\n") == 1
+        assert err.startswith(f"attnkit: {options[-2]}: expected {expected}, got ")
+        assert err.count("\n") == 1
     assert not (tmp_path / "e").exists()
 
 
@@ -113,7 +123,7 @@ def test_max_len_past_the_one_cap_is_refused_by_every_task(tmp_path, capsys):
                  ["transcribe", "--checkpoint", "builtin:asr-digits", str(wav)],
                  ["read", "--checkpoint", "builtin:ocr-lines", str(tmp_path / "a.png")]):
         assert main([*args, "--max-len", "10000000", "--no-loop-stop"]) == 2
-        assert capsys.readouterr().err == ("attnkit: max_len: expected None or an int in "
+        assert capsys.readouterr().err == ("attnkit: --max-len: expected None or an int in "
                                            "[1, 10000], got 10000000\n")
 
 

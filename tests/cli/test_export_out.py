@@ -5,6 +5,9 @@ earlier one whole."""
 import errno
 import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -205,3 +208,36 @@ def test_a_folder_inside_another_runs_checkpoint_is_refused(run, tmp_path, capsy
         assert (f"out: {out} is inside the checkpoint {other / 'checkpoint'}, which its next "
                 "save replaces whole; expected a folder outside it") in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_an_export_removes_what_killed_exports_left_beside_its_folder(run, tmp_path):
+    # an export killed while writing left .OUT.attnkit-tmp-* folders that no later export
+    # removed
+    out = tmp_path / "e"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # its pid: no process now
+    dead = out.with_name(f".e.attnkit-tmp-{gone.pid}-k2j4h6g8")
+    day_old = out.with_name(".e.attnkit-tmp-a1b2c3d4")  # named before pids were
+    live = out.with_name(f".e.attnkit-tmp-{os.getpid()}-m5n6p7q8")  # an export running
+    fresh = out.with_name(".e.attnkit-tmp-z9y8x7w6")  # maybe another version's, running
+    for folder in (dead, day_old, live, fresh):
+        folder.mkdir()
+        (folder / "model.onnx").write_bytes(b"half")
+    hour, days = time.time() - 3600, time.time() - 2 * 86400
+    for folder, when in ((dead, hour), (day_old, days), (live, hour)):
+        os.utime(folder, (when, when))
+    assert _export(run / "checkpoint", out) == 0
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".e.")) == \
+        sorted([live.name, fresh.name])
+
+
+def test_an_export_folder_follows_the_umask(run, tmp_path):
+    # it was written mode 0700 (tempfile.mkdtemp's) whatever the umask
+    old = os.umask(0o022)
+    try:
+        assert _export(run / "checkpoint", tmp_path / "e") == 0
+    finally:
+        os.umask(old)
+    assert (tmp_path / "e").stat().st_mode & 0o777 == 0o755
+    assert all(p.stat().st_mode & 0o777 == 0o644 for p in (tmp_path / "e").iterdir()
+               if p.is_file())

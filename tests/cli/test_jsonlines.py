@@ -12,6 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
+from attnkit.cli import jsonlines
 from attnkit.cli.main import main
 from attnkit.data import generate_lines, write_wav
 from attnkit.decoding import Decoding
@@ -22,6 +23,44 @@ KEYS = {"input", "text", "score", "outputs", "decoding", "time_ms", "batch_size"
 
 def _records(out: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines()]
+
+
+def _stdin(data: bytes) -> io.TextIOWrapper:
+    """Standard input holding ``data``, as Python opens it in the C locale (undecodable bytes
+    kept as surrogates, for a reader of ``sys.stdin`` to pass on)."""
+    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
+
+
+def test_stdin_lines_that_are_not_utf8_are_refused_as_file_lines_are(capsys, monkeypatch):
+    # latin-1 became <unk> in the translation and --json echoed the invalid bytes
+    latin1 = "<fr> 5 août 2010\n".encode("latin-1")
+    monkeypatch.setattr(sys, "stdin", _stdin("\ufeff<en> 3 March 2001\n".encode() + latin1
+                                             + b"<en> 9 May 1945\r\n"))
+    assert main(["translate", "--checkpoint", "builtin:translate-dates", "--json", "-"]) == 2
+    out = capsys.readouterr().out
+    out.encode("utf-8")  # what is printed is UTF-8: no invalid bytes echoed
+    first, bad, last = _records(out)
+    assert (first["input"], first["text"]) == ("<en> 3 March 2001", "2001-03-03")  # no BOM
+    assert bad == {"input": "<fr> 5 ao\ufffdt 2010", "error": "stdin:2: not valid UTF-8 (byte 9)"}
+    assert (last["input"], last["text"]) == ("<en> 9 May 1945", "1945-05-09")
+    monkeypatch.setattr(sys, "stdin", _stdin("<fr> 5 août 2010\n".encode("latin-1")))
+    assert main(["translate", "--checkpoint", "builtin:translate-dates", "-"]) == 2
+    assert capsys.readouterr() == ("\n", "attnkit translate: stdin:1: not valid UTF-8 (byte 9)\n")
+
+
+def test_a_stdin_line_past_the_cap_is_refused_unread_and_not_echoed_whole(capsys,
+                                                                         monkeypatch):
+    # a 100 MB line took 0.9 GB and --json echoed it whole
+    monkeypatch.setattr(jsonlines, "MAX_STDIN_LINE", 1000)
+    monkeypatch.setattr(sys, "stdin", _stdin(b"<en> 3 March 2001\n" + b"9" * 5000 + b"\n"
+                                             + b"9" * 1000 + b"\n<en> 9 May 1945"))
+    assert main(["translate", "--checkpoint", "builtin:translate-dates", "--json",
+                 "--max-chars", "2000", "-"]) == 2
+    first, long, at_cap, last = _records(capsys.readouterr().out)
+    assert first["text"] == "2001-03-03" and last["text"] == "1945-05-09"
+    assert long == {"input": "9" * 100 + "...", "error": "stdin:2: a line of more than 1,000 "
+                    "bytes; expected one input a line (a sentence, a question or a path)"}
+    assert at_cap["input"] == "9" * 1000 and "text" in at_cap  # the cap itself is read
 
 
 def test_translate_json_gives_each_input_its_outputs_scores_and_settings(capsys):
@@ -73,7 +112,7 @@ def test_read_takes_paths_from_stdin_and_goes_on_past_a_bad_one(tmp_path, capsys
         paths.append(tmp_path / f"l{i}.png")
         Image.fromarray(image.numpy()).save(paths[-1])
     missing = tmp_path / "missing.png"
-    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{paths[0]}\n{missing}\n{paths[1]}\n"))
+    monkeypatch.setattr(sys, "stdin", _stdin(f"{paths[0]}\n{missing}\n{paths[1]}\n".encode()))
     assert main(["read", "--checkpoint", "builtin:ocr-lines", "--json", "-"]) == 2
     good, bad, other = _records(capsys.readouterr().out)
     evaluator = load_evaluator("builtin:ocr-lines")
@@ -124,11 +163,12 @@ def test_ask_reads_questions_from_stdin_about_one_image(tiny_vqa, tmp_path, caps
         picture)
     evaluator = load_evaluator(tiny_vqa)
     question = " ".join(evaluator.words.symbols[4:6])
-    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{question}\nzzzunknownword\n{question}\n"))
+    monkeypatch.setattr(sys, "stdin",
+                        _stdin(f"{question}\nzzzunknownword\n{question}\n".encode()))
     assert main(["ask", "--checkpoint", str(tiny_vqa), "--json", str(picture), "-"]) == 2
     first, bad, last = _records(capsys.readouterr().out)
     assert first["input"] == last["input"] == question and first["text"] == last["text"]
     assert "zzzunknownword" in bad["error"]
-    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{question}\n"))
+    monkeypatch.setattr(sys, "stdin", _stdin(f"{question}\n".encode()))
     assert main(["ask", "--checkpoint", str(tiny_vqa), str(tmp_path / "none.png"), "-"]) != 0
     assert "none.png" in capsys.readouterr().err

@@ -246,3 +246,29 @@ def test_data_seed_draws_the_built_in_data_and_defaults_to_the_seed(argv, seed, 
     assert seen == {(task, split): seed for task in ("asr", "translate", "scenes", "lines")
                     for split in ("train", "valid")}
     assert len(folders) == 2 and all(f"-seed{seed}-" in f.name for f in folders)  # cache names
+
+
+def test_eval_with_standard_output_closed_fails_naming_it(tmp_path):
+    # it exited 0 with its scores lost (Python makes sys.stdout None when fd 1 is closed)
+    data = tmp_path / "pairs.tsv"
+    data.write_text("<en> 3 March 2001\t2001-03-03\n", encoding="utf-8")
+    done = subprocess.run(f'"{sys.executable}" -m attnkit eval --checkpoint '
+                          f'builtin:translate-dates --data "{data}" >&-', shell=True,
+                          stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == ("attnkit: standard output is closed; eval prints its results there: "
+                           "redirect it to a file (or to /dev/null to discard them)\n")
+
+
+@pytest.mark.parametrize("argv", [
+    ["translate", "--checkpoint", "builtin:translate-dates", "<en> 3 March 2001"],
+    ["transcribe", "--checkpoint", "builtin:asr-digits", "a.wav"],
+    ["plan", "--tq", "8", "--dim", "4"]])
+def test_the_verbs_that_print_results_refuse_a_closed_standard_output(capsys, monkeypatch,
+                                                                      argv):
+    # translate and transcribe ended in an AttributeError
+    monkeypatch.setattr(sys, "stdout", None)
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (f"attnkit: standard output is closed; {argv[0]} prints "
+                                       "its results there: redirect it to a file (or to "
+                                       "/dev/null to discard them)\n")

@@ -93,3 +93,19 @@ def test_a_trillion_queries_is_planned_and_printed_in_large_units(capsys):
     assert main(["plan", "--tq", str(10**12), "--dim", "64"]) == 0
     out = capsys.readouterr().out
     assert "PiB" in out and "TiB" in out and "<- auto" in out
+
+
+def test_time_on_a_call_too_large_to_run_is_a_table(capsys):
+    # it ended in the allocator's RuntimeError (32 TB asked), a traceback
+    assert main(["plan", "--tq", "1000000000000", "--dim", "64", "--time"]) == 0
+    out = capsys.readouterr().out
+    assert "forward s" in out and "~" in out
+
+
+def test_time_whose_smallest_run_does_not_fit_names_the_option(capsys, monkeypatch):
+    from attnkit.attention import planner
+
+    monkeypatch.setattr(planner, "PROBE_BYTES", 1000)
+    assert main(["plan", "--tq", "100", "--dim", "64", "--time"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnkit: --time: the smallest run of the ") and err.count("\n") == 1

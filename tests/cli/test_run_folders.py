@@ -77,6 +77,33 @@ def test_a_nan_in_the_optimizer_state_is_refused_and_the_checkpoint_kept(tsv, tm
     assert {p.name: p.read_bytes() for p in (out / "checkpoint").iterdir()} == before
 
 
+@pytest.mark.parametrize("edit, message", [
+    # finite, but no AdamW state: the square root of a negative second moment is NaN
+    (lambda t: t["state.0.exp_avg_sq"].view(-1).__setitem__(0, -1.0),
+     "1 optimizer tensors hold negative values (state.0.exp_avg_sq); AdamW's running means "
+     "of squared gradients are >= 0: resuming would turn the weights into NaN"),
+    # finite and of the right sign, but a step of 1e30: the first step's loss is NaN
+    (lambda t: [v.fill_(1e30 if k.endswith(".exp_avg") else 0.0) for k, v in t.items()
+                if k.endswith((".exp_avg", ".exp_avg_sq"))],
+     "step 3: the training loss is nan; the weights "),
+])
+def test_a_finite_but_invalid_optimizer_state_is_one_line(tsv, tmp_path, capsys, edit,
+                                                          message):
+    # a FloatingPointError traceback at the first step resumed
+    out = tmp_path / "run"
+    assert _train(tsv, out) == 0
+    path = out / "checkpoint" / "optimizer.safetensors"
+    tensors = load_file(path)
+    edit(tensors)
+    save_file(tensors, path)
+    before = {p.name: p.read_bytes() for p in (out / "checkpoint").iterdir()}
+    capsys.readouterr()
+    assert _train(tsv, out, "--steps", "4", "--resume") == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert {p.name: p.read_bytes() for p in (out / "checkpoint").iterdir()} == before
+
+
 def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_checkpoint(tsv, tmp_path, capsys,
                                                                      monkeypatch):
     out = tmp_path / "run"

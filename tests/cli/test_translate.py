@@ -98,7 +98,7 @@ def test_transformer_with_subwords_and_scheduled_sampling_then_sampled_outputs(t
     assert capsys.readouterr().out.splitlines() == first  # seeded
     assert main(["translate", "--checkpoint", ck, "<en> three", "--sample", "2",
                  "--top-p", "1.5"]) == 2
-    assert "top_p: expected a probability in (0, 1]" in capsys.readouterr().err
+    assert "--top-p: expected a probability in (0, 1]" in capsys.readouterr().err
     assert main(["train", "translate", "--train", str(tsv), "--out", str(tmp_path / "r2"),
                  "--teacher-forcing-end", "1.2"]) == 2
     assert "teacher forcing end: expected a probability in [0, 1]" in capsys.readouterr().err
@@ -118,3 +118,12 @@ def test_a_picture_that_cannot_be_written_is_one_line(tiny_translator, tmp_path,
                  "--plot", str(plots)]) == 2
     assert capsys.readouterr().err == (f"attnkit: {plots / 'attention_0.png'}: No space left "
                                        "on device\n")
+
+
+def test_training_breaks_ties_of_exact_match_by_cer(tiny_translator):
+    # exact match stayed 0 while CER fell 4.67 -> 0.86, and checkpoint-best kept the first
+    state = json.loads((tiny_translator / "trainer.json").read_text())
+    assert state["train_config"]["metric"] == "accuracy"
+    assert state["train_config"]["tiebreak"] == "-cer"
+    best = json.loads((tiny_translator.parent / "checkpoint-best" / "trainer.json").read_text())
+    assert best["tiebreak"] == "-cer" and best["tiebreak_value"] <= 0

@@ -152,6 +152,36 @@ def test_non_finite_samples_are_refused(tmp_path, codec):
         read_audio(path)
 
 
+@pytest.mark.parametrize("codec", ["wav", "flac"])
+def test_samples_far_beyond_full_scale_are_refused(tmp_path, codec):
+    # 1e30 is finite, so it passed the finite check and overflowed in the features: an empty
+    # transcript greedy, an unrelated error at beam 5
+    samples = tone(300.0, 8000, 0.5, 2)
+    samples[50, 0] = 1e30
+    samples[60, 1] = -2e30
+    path = tmp_path / f"loud.{codec}"
+    soundfile.write(path, samples, 8000, format="WAV", subtype="FLOAT")
+    with pytest.raises(DataError, match=rf"loud.{codec}: 2 samples have a magnitude above "
+                                        r"1000 \(the largest -2e\+30 at frame 60\); expected "
+                                        r"samples nominally within \[-1, 1\]"):
+        read_audio(path)
+    samples[50, 0], samples[60, 1] = 999.0, -1.5  # loud, but within the bound: read
+    soundfile.write(path, samples, 8000, format="WAV", subtype="FLOAT")
+    assert 499 < read_audio(path)[0].abs().max() < 500  # channels averaged
+
+
+@pytest.mark.parametrize("head", [b"", b"ID3"])
+def test_garbage_is_not_called_a_pipe(tmp_path, head):
+    # libsndfile says "File does not exist or is not a regular file (possibly a pipe?)" of
+    # random bytes; attnkit has checked that the file is a regular one before
+    path = tmp_path / "noise.mp3"
+    path.write_bytes(head + np.random.default_rng(0).bytes(100_000))
+    with pytest.raises(DataError) as exc:
+        read_audio(path)
+    assert str(exc.value) == (f"{path}: cannot decode (no audio format libsndfile reads "
+                              "starts it); expected WAV, FLAC, OGG (Vorbis, Opus) or MP3 audio")
+
+
 def test_the_length_limit_is_checked_from_the_header(tmp_path):
     path = tmp_path / "long.flac"
     soundfile.write(path, tone(300.0, 8000, 3.0), 8000, format="FLAC")

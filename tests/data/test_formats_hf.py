@@ -240,3 +240,26 @@ def test_train_and_eval_on_hf_datasets_through_the_command_line(tmp_path, capsys
                  "--batch-size", "2", *IMAGE_TINY]) == 0
     capsys.readouterr()
     assert _eval(out / "checkpoint", f"hf:{asked}", capsys)[0] == 2
+
+
+@pytest.mark.parametrize("state", ["{}", "[1]", '{"_data_files": 7}', "nested"])
+def test_a_saved_dataset_with_a_broken_state_json_is_named(tmp_path, state):
+    # a state.json of {} ended in a KeyError (a traceback)
+    saved = _saved(tmp_path, "pairs", {"train": {"source": ["eins"], "target": ["one"]}})
+    folder = saved / "train"
+    (folder / "state.json").write_text("[" * 100_000 if state == "nested" else state)
+    with pytest.raises(DataError, match=rf"^{folder}: not a dataset that save_to_disk wrote "
+                                        r"\(its state.json or dataset_info.json cannot be read: "):
+        read_corpus("translate", f"hf:{folder}")
+
+
+def test_a_garbage_parquet_file_is_named(tmp_path):
+    # a DatasetGenerationError traceback, naming no file, whatever --max-unusable said
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    datasets.Dataset.from_dict({"source": ["eins"], "target": ["one"]}).to_parquet(
+        str(folder / "train-0.parquet"))
+    (folder / "train-1.parquet").write_bytes(b"garbage" * 100)
+    with pytest.raises(DataError, match=rf"^{folder / 'train-1.parquet'}: not a Parquet file "
+                                        r"\("):
+        read_corpus("translate", f"hf:{folder}", max_unusable=0.9)

@@ -258,6 +258,48 @@ def test_bad_json_and_missing_files_are_named(tmp_path, scenes):
     assert len(read_vqa2(qpath, size=SIZE, annotations=other, max_unusable=1.0)[1]) == 1
 
 
+def _rewrite(path, edit) -> None:
+    """Edit the JSON (maybe gzipped, with a BOM) of ``path`` in place."""
+    raw = path.read_bytes()
+    packed = raw[:2] == b"\x1f\x8b"
+    data = json.loads((gzip.decompress(raw) if packed else raw).decode("utf-8-sig"))
+    edit(data)
+    text = json.dumps(data).encode()
+    path.write_bytes(gzip.compress(text) if packed else text)
+
+
+def test_a_coco_file_nested_deep_is_named_not_a_recursion_error(tmp_path):
+    path = tmp_path / "captions_train2017.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(DataError, match=r"captions_train2017.json: JSON nested deeper than "
+                                        r"Python reads \(about 1,000 levels\)"):
+        read_coco(path, size=SIZE)
+
+
+def test_a_coco_image_id_listed_twice_is_refused_naming_both(tmp_path, scenes):
+    # the later entry silently won: captions went with another image's file
+    path, _ = _coco(tmp_path, scenes)
+    _rewrite(path, lambda data: data["images"].append({**data["images"][0],
+                                                       "file_name": "other.png"}))
+    with pytest.raises(DataError, match=r"captions_train2017.json: images\[6\]: id 100 is "
+                                        r"listed twice \(first at images\[0\]\); expected one "
+                                        r"entry per id"):
+        read_coco(path, size=SIZE)
+
+
+@pytest.mark.parametrize("listed", ["questions", "annotations"])
+def test_a_vqa_question_id_listed_twice_is_refused_naming_both(tmp_path, scenes, listed):
+    # a repeated question was trained and scored twice; a repeated annotation replaced the
+    # first answer
+    qpath, _ = _vqa(tmp_path, scenes)
+    path = qpath if listed == "questions" else tmp_path / "v2_mscoco_train2014_annotations.json"
+    _rewrite(path, lambda data: data[listed].append(data[listed][1]))
+    with pytest.raises(DataError, match=rf"{path.name}: {listed}\[12\]: question_id 1001 is "
+                                        rf"listed twice \(first at {listed}\[1\]\); expected "
+                                        r"one entry per id"):
+        read_vqa2(qpath, size=SIZE)
+
+
 def test_a_coco_image_list_without_annotations_is_read_to_caption(tmp_path, scenes):
     # COCO's test image lists (image_info_test2014.json) have no annotations
     path, _ = _coco(tmp_path, scenes)

@@ -321,6 +321,18 @@ def test_librispeech_missing_audio_and_no_transcripts(tmp_path):
         read_librispeech(tmp_path / "empty")
 
 
+def test_librispeech_refuses_an_utterance_id_listed_twice(tmp_path):
+    # the second was read silently: one utterance trained on twice, or under two transcripts
+    corpus, _ = librispeech(tmp_path)
+    trans = corpus / "19" / "198" / "19-198.trans.txt"
+    with trans.open("a", encoding="utf-8") as f:
+        f.write("19-198-0001 ANOTHER TRANSCRIPT\n")
+    with pytest.raises(DataError, match=r"19-198.trans.txt:4: '19-198-0001' is listed twice "
+                                        r"\(first at .*19-198.trans.txt:1\); expected one "
+                                        r"entry per id"):
+        read_librispeech(corpus)
+
+
 def test_commonvoice_header_and_unreadable_codec(tmp_path):
     corpus, _ = commonvoice(tmp_path)
     (tmp_path / "clips" / "common_voice_en_1.mp3").write_bytes(bytes(range(256)) * 8)
@@ -341,6 +353,15 @@ def test_commonvoice_header_and_unreadable_codec(tmp_path):
         read_commonvoice(corpus, columns="file")
 
 
+def _refused_jsonl(tmp_path, lines):
+    """``bad.jsonl`` of ``lines``, and the message ``read_jsonl`` refuses it with."""
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(DataError) as exc:
+        read_jsonl(path)
+    return path, str(exc.value)
+
+
 def test_jsonl_lines_without_the_text_key_and_a_sample_rate_of_zero(tmp_path):
     corpus, _ = jsonl(tmp_path)
     lines = gzip.decompress(corpus.read_bytes()).decode().splitlines()
@@ -353,11 +374,7 @@ def test_jsonl_lines_without_the_text_key_and_a_sample_rate_of_zero(tmp_path):
         (400).to_bytes(4, "little") + bytes(400)
     zero.write_bytes(b"RIFF" + len(body).to_bytes(4, "little") + body)
     lines.append(json.dumps({"audio_filepath": "audio/zero.wav", "text": "zero"}))
-    path = tmp_path / "bad.jsonl"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    with pytest.raises(DataError) as exc:
-        read_jsonl(path)
-    message = str(exc.value)
+    path, message = _refused_jsonl(tmp_path, lines)
     assert "bad.jsonl: 3 of 6 utterances are unusable (2 line, 1 audio)" in message
     assert "bad.jsonl:2: no 'text' key (keys: audio_filepath, duration)" in message
     assert "bad.jsonl:5: not JSON (Expecting value at column 1)" in message
@@ -366,6 +383,28 @@ def test_jsonl_lines_without_the_text_key_and_a_sample_rate_of_zero(tmp_path):
     renamed = tmp_path / "renamed.jsonl"
     renamed.write_text(json.dumps({"wav": "audio/0.ogg", "words": "HELLO"}) + "\n")
     assert list(read_jsonl(renamed, columns="audio=wav,text=words").transcripts) == ["hello"]
+
+
+def test_jsonl_lines_nested_deep_or_with_bad_numbers_are_counted_by_their_line(tmp_path):
+    # a line nested 100,000 deep ended in a RecursionError; a 5000-digit number, a NaN offset
+    # and a NUL in the path stopped the reading with no file or line named, whatever
+    # max_unusable said
+    corpus, _ = jsonl(tmp_path)
+    lines = gzip.decompress(corpus.read_bytes()).decode().splitlines()
+    lines += ["[" * 100_000 + "]" * 100_000,
+              '{"audio_filepath": "audio/0.ogg", "text": "hi", "duration": ' + "9" * 5000 + "}",
+              json.dumps({"audio_filepath": "audio/0.ogg", "text": "hi", "offset": float("nan"),
+                          "duration": 1.0}),
+              json.dumps({"audio_filepath": "audio/0\x00.ogg", "text": "hi"})]
+    path, message = _refused_jsonl(tmp_path, lines)
+    assert "bad.jsonl: 4 of 8 utterances are unusable (4 line)" in message
+    assert "bad.jsonl:5: JSON nested deeper than Python reads (about 1,000 levels)" in message
+    assert "bad.jsonl:6: not valid JSON (Exceeds the limit (4300 digits)" in message
+    assert "bad.jsonl:7: expected finite numbers under 'offset' and 'duration' (seconds) " \
+        "with offset >= 0, got nan and 1.0" in message
+    assert "bad.jsonl:8: a NUL character in 'audio_filepath'" in message
+    kept = read_jsonl(path, max_unusable=0.6)  # counted as unusable, the rest read
+    assert len(kept) == 4
 
 
 def test_manifest_unusable_share_lists_the_first_few(tmp_path, caplog):

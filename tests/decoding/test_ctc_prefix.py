@@ -188,7 +188,7 @@ def test_models_without_a_ctc_head_are_refused():
 
 @pytest.mark.parametrize("kw, match", [
     (dict(ctc_weight=1.5), r"ctc_weight: expected a number in \[0, 1\], got 1.5"),
-    (dict(lm_weight=-1), "lm_weight: expected a finite non-negative number, got -1"),
+    (dict(lm_weight=-1), r"lm_weight: expected a number in \[0, 100\], got -1"),
     (dict(sample=True, ctc_weight=0.3), "sample: draws one token at a time"),
 ])
 def test_bad_options(kw, match):

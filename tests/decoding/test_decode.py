@@ -5,11 +5,13 @@ import torch
 
 from attnkit.decoding import (
     DEFAULT_LENGTH_PENALTY,
+    MAX_OUTPUT_TOKENS,
     Decoding,
     beam_search,
     decode,
     decode_batches,
     greedy,
+    length_penalty,
     sample,
 )
 from attnkit.models import Seq2Seq
@@ -71,7 +73,7 @@ def test_a_beam_normalises_by_length_unless_told_otherwise():
     (dict(beam=2.0), "beam: expected a positive int, got 2.0"),
     (dict(beam=2, n_best=3), r"n_best: expected an int in \[1, beam=2\], got 3"),
     (dict(no_repeat_ngram=-1), "no_repeat_ngram: expected a non-negative int, got -1"),
-    (dict(length_penalty=-0.1), "length_penalty: expected a finite non-negative number, got -0.1"),
+    (dict(length_penalty=-0.1), r"length_penalty: expected a number in \[0, 10\], got -0.1"),
     (dict(sample=True, beam=4), "sample: draws one token at a time, not with beam=4"),
     (dict(sample=True, coverage_penalty=0.2), "sample: .* not with beam=1 and beam options"),
 ])
@@ -159,20 +161,39 @@ def test_attention_weights_are_kept_only_when_asked_for():
 
 
 @pytest.mark.parametrize("field, value, expected", [
-    ("temperature", float("inf"), "a finite positive number"),
-    ("temperature", float("nan"), "a finite positive number"),
-    ("temperature", 0.0, "a finite positive number"),
+    ("temperature", float("inf"), r"a number in \[0.001, 1000\]"),
+    ("temperature", float("nan"), r"a number in \[0.001, 1000\]"),
+    ("temperature", 0.0, r"a number in \[0.001, 1000\]"),
     ("top_p", float("nan"), r"a probability in \(0, 1\]"),
     ("top_p", 0.0, r"a probability in \(0, 1\]"),
     ("top_k", 0, "a positive int"),
-    ("length_penalty", float("inf"), "a finite non-negative number"),
-    ("coverage_penalty", float("nan"), "a finite non-negative number"),
-    ("lm_weight", float("inf"), "a finite non-negative number"),
+    ("length_penalty", float("inf"), r"a number in \[0, 10\]"),
+    ("coverage_penalty", float("nan"), r"a number in \[0, 100\]"),
+    ("lm_weight", float("inf"), r"a number in \[0, 100\]"),
+    # finite, but past float32 once applied: "2001-03-33" for "2001-03-03", exit 0
+    ("length_penalty", 100, r"a number in \[0, 10\]"),
+    ("coverage_penalty", 1e38, r"a number in \[0, 100\]"),
+    ("lm_weight", 1e38, r"a number in \[0, 100\]"),
+    # finite, but the logits over it overflowed (a traceback from torch.multinomial)
+    ("temperature", 1e-300, r"a number in \[0.001, 1000\]"),
+    ("temperature", 1e300, r"a number in \[0.001, 1000\]"),
+    ("seed", 2**64, r"None or an int in \[0, 2\*\*63 - 1\]"),
+    ("seed", -1, r"None or an int in \[0, 2\*\*63 - 1\]"),
 ])
 def test_decoding_refuses_non_finite_and_out_of_range_settings_by_name(field, value, expected):
-    sampling = field in ("temperature", "top_p", "top_k")
+    sampling = field in ("temperature", "top_p", "top_k", "seed")
     with pytest.raises(ValueError, match=rf"^{field}: expected {expected}, got "):
         Decoding(**({"sample": True} if sampling else {"beam": 2}), **{field: value})
+
+
+def test_the_largest_penalties_allowed_stay_finite_in_float32():
+    from attnkit.decoding.front import MAX_COVERAGE_PENALTY, MAX_LENGTH_PENALTY
+
+    longest = torch.tensor([MAX_OUTPUT_TOKENS])
+    assert torch.isfinite(length_penalty(longest, MAX_LENGTH_PENALTY)).all()
+    # the coverage penalty's worst term: the least positive float32 weight, on 1e6 keys
+    tiny = torch.full((1, 10**6), torch.finfo(torch.float32).smallest_normal / 2**23)
+    assert torch.isfinite(MAX_COVERAGE_PENALTY * torch.log(tiny).sum(-1)).all()
 
 
 def test_every_output_stops_at_the_one_cap_whatever_the_limit_asked(monkeypatch):

@@ -529,6 +529,45 @@ def test_keep_best_keeps_the_n_best_validations_and_they_average(tmp_path):
     assert mean.trainer_state["steps"] == [10, 30, 20] and mean.optimizer_state is None
 
 
+class Tied(ReverseTask):
+    """Validation metrics read from a list of dicts, one per validation."""
+
+    def __init__(self, metrics):
+        super().__init__()
+        self.metrics = list(metrics)
+
+    def evaluate(self, model):
+        return self.metrics.pop(0)
+
+
+TIED = [{"accuracy": 0.0, "cer": 4.67}, {"accuracy": 0.0, "cer": 2.5},
+        {"accuracy": 0.0, "cer": 0.86}, {"accuracy": 0.0, "cer": 0.86}]
+
+
+def test_tied_validations_are_ranked_by_the_tiebreak_then_the_latest(tmp_path):
+    # exact match stayed 0 while CER fell 4.67 -> 0.86: checkpoint-best kept the first, worst
+    trainer = Trainer(Reverse(), Tied(TIED), _cfg(max_steps=20, keep_best=2, tiebreak="-cer",
+                                                  patience=3), tmp_path)
+    result = trainer.fit()
+    best = load_checkpoint(tmp_path / BEST_DIR).trainer_state
+    assert best == {"step": 20, "metric": "accuracy", "value": 0.0, "tiebreak": "-cer",
+                    "tiebreak_value": -0.86}
+    assert sorted(p.name for p in best_checkpoints(tmp_path)) == ["step-00000015",
+                                                                  "step-00000020"]
+    # a better CER is progress for early stopping; an equal one is not
+    assert result.stopped == "max_steps" and trainer.bad_evals == 1
+    without = Trainer(Reverse(), Tied(TIED), _cfg(max_steps=20), tmp_path / "plain")
+    without.fit()  # no tie-break: the latest of the tied validations
+    assert load_checkpoint(tmp_path / "plain" / BEST_DIR).trainer_state["step"] == 20
+
+
+def test_a_tiebreak_the_validation_lacks_is_named(tmp_path):
+    trainer = Trainer(Reverse(), Tied(TIED), _cfg(max_steps=5, tiebreak="-wer"), tmp_path)
+    with pytest.raises(KeyError, match=r"tiebreak: the task's evaluate\(\) returned "
+                                       r"\['accuracy', 'cer'\], not 'wer'"):
+        trainer.fit()
+
+
 def test_averaging_refuses_checkpoints_of_other_models(tmp_path):
     save_checkpoint(tmp_path / "a", model={"w": torch.zeros(2)}, config={"task": "x"})
     save_checkpoint(tmp_path / "b", model={"w": torch.zeros(3)}, config={"task": "x"})

@@ -227,26 +227,56 @@ def _work(c: "_Call", impl: str) -> float:
     return pairs + projections
 
 
+# Timing runs: the first of B=1 and Tq, Tk of at most PROBE_START, each next one twice as large
+# in each (up to the call's sizes); none may take more than PROBE_BYTES (inputs and the path's
+# predicted peak): a call too large to run is timed from the largest run that fits.
+PROBE_START = 64
+PROBE_BYTES = 1 << 30
+
+
 def _seconds(attn, c: "_Call", impl: str, *, train: bool, enough: float = 0.2) -> float:
-    """Time of a call on ``impl``: a copy of ``attn`` run on that path at sizes growing from
-    an eighth of the call's ``Tq`` and ``Tk`` until one run takes ``enough`` seconds (or the
-    sizes are the call's), scaled by the ratio of :func:`_work`."""
+    """Time of a call on ``impl``: a copy of ``attn`` run on that path at sizes growing (see
+    :data:`PROBE_START`) until one run takes ``enough`` seconds, the sizes are the call's, or
+    the next would need more than :data:`PROBE_BYTES`; scaled by the ratio of :func:`_work`.
+
+    Raises:
+        ValueError: even the smallest run would need more than :data:`PROBE_BYTES`.
+    """
     module = copy.deepcopy(attn).train(c.shape.training)
     module.impl = impl
-    scale = 1 / 8
+    s, grow, last = c.shape, 1, None
     while True:
-        s = c.shape
-        tq = 1 if s.one_step else max(1, round(s.queries * scale))
-        tk = tq if s.query_is_key else max(1, round(s.keys * scale))
-        probe = replace(s, queries=tq, keys=tk)
+        tq = 1 if s.one_step else min(s.queries, PROBE_START * grow)
+        tk = tq if s.query_is_key else min(s.keys, PROBE_START * grow)
+        probe = replace(s, batch=min(s.batch, grow), queries=tq, keys=tk)
+        need = _probe_bytes(module, probe, impl, train)
+        if need > PROBE_BYTES and last is None:
+            raise ValueError(f"timing: the smallest run of the {impl} path (B={probe.batch}, "
+                             f"Tq={tq}, Tk={tk}) needs {need:,} bytes, more than the "
+                             f"{PROBE_BYTES:,} a timing run may take; plan memory without "
+                             "--time")
+        if need > PROBE_BYTES:
+            break
         run = example_call(module, probe, train=train)
         run()  # warm-up: kernels built or compiled, first allocations
         start = time.perf_counter()
         run()
-        took = time.perf_counter() - start
-        if took >= enough or scale >= 1:
-            return took * _work(c, impl) / _work(_Call.of(module, probe), impl)
-        scale = min(1.0, scale * 2)
+        last = (time.perf_counter() - start, probe)
+        if last[0] >= enough or probe == s:
+            break
+        grow *= 2
+    took, probe = last
+    return took * _work(c, impl) / _work(_Call.of(module, probe), impl)
+
+
+def _probe_bytes(module, probe: CallShape, impl: str, train: bool) -> int:
+    """Bytes a timing run of ``probe`` takes on ``impl``: its inputs and the path's peak."""
+    call = _Call.of(module, probe)
+    try:
+        peak = _run(call, _choose(module, call, impl), train=train)
+    except ValueError:  # the path does not serve the smaller run: its inputs alone
+        peak = 0
+    return input_bytes(module, probe) + (peak or 0)
 
 
 def example_call(module, shape: CallShape, *, train: bool) -> Callable[[], None]:

@@ -191,7 +191,8 @@ def run_train(args) -> int:
     model = task.build_model().to(args.device)
     if start is None and args.pretrain_lm_steps:
         _pretrain_speller(model, task, args, pretrain_dir)
-    if common.train_and_report(model, task, args, metric="1-cer", init=init) is not None:
+    if common.train_and_report(model, task, args, metric="1-cer", tiebreak="-wer",
+                               init=init) is not None:
         _samples_and_plots(model, task, args.out, args.plot)
     return 0
 

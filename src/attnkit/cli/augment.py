@@ -37,6 +37,8 @@ class Option(NamedTuple):
     metavar: str
 
 
+UP_TO = f"(0 to {augment_audio.SPECAUGMENT_MAX:,})"  # SpecAugment's sizes and counts
+
 SPEECH = (
     Option("--pitch-shift", "pitch", ("factor",), "pair",
            "LOW,HIGH pitch factors with 0.5 <= LOW <= HIGH <= 2, formants and duration kept "
@@ -72,18 +74,18 @@ SPEECH = (
            "LOW,HIGH vocal-tract-length warp factors with 0.7 <= LOW <= HIGH <= 1.3 (Jaitly & "
            "Hinton 2013: 0.9,1.1)", "LOW,HIGH"),
     Option("--freq-mask", "specaugment", ("freq_mask",), "int",
-           "SpecAugment's F: the widest frequency mask, in mel bins (0 or more)", "F"),
+           f"SpecAugment's F: the widest frequency mask, in mel bins {UP_TO}", "F"),
     Option("--freq-masks", "specaugment", ("freq_masks",), "int",
-           "SpecAugment's mF: frequency masks per utterance (0 or more)", "MF"),
+           f"SpecAugment's mF: frequency masks per utterance {UP_TO}", "MF"),
     Option("--time-mask", "specaugment", ("time_mask",), "int",
-           "SpecAugment's T: the longest time mask, in frames of 10 ms (0 or more)", "T"),
+           f"SpecAugment's T: the longest time mask, in frames of 10 ms {UP_TO}", "T"),
     Option("--time-masks", "specaugment", ("time_masks",), "int",
-           "SpecAugment's mT: time masks per utterance (0 or more)", "MT"),
+           f"SpecAugment's mT: time masks per utterance {UP_TO}", "MT"),
     Option("--time-mask-ratio", "specaugment", ("max_time_ratio",), "number",
            "SpecAugment's p: a time mask covers at most this share of the utterance, from 0 "
            "to 1", "P"),
     Option("--time-warp", "specaugment", ("time_warp",), "int",
-           "SpecAugment's W: the farthest a time warp moves a frame (0: no warp)", "W"),
+           f"SpecAugment's W: the farthest a time warp moves a frame {UP_TO} (0: no warp)", "W"),
 )
 
 LINES = (
@@ -247,12 +249,33 @@ def _for_run(args, ck, composition, made: list):
     saved = ck.config.get("augment", [])
     if not _given(args):
         return composition.from_config(saved)
-    if sorted(_key(a.config()) for a in made) != sorted(_key(c) for c in saved):
-        raise ValueError(f"--augment: the run in {args.out} was started with "
-                         f"{_describe(saved)}, not {_describe([a.config() for a in made])}; "
+    asked = [a.config() for a in made]
+    if sorted(map(_key, asked)) != sorted(map(_key, saved)):
+        if sorted(c["name"] for c in asked) == sorted(c["name"] for c in saved):
+            started = f"other values of {_changed(saved, asked)}"  # the names alike
+        else:
+            started = f"{_describe(saved)}, not {_describe(asked)}"
+        raise ValueError(f"--augment: the run in {args.out} was started with {started}; "
                          "resume without augmentation options to continue it as it was, or "
                          "start a new run in another --out")
     return composition.from_config(saved)
+
+
+def _changed(saved: list[dict], asked: list[dict]) -> str:
+    """The settings of each augmentation that differ between ``saved`` and ``asked`` (the
+    same names): ``pitch: factor=[0.8, 1.2] saved, factor=[0.8, 1.3] asked``."""
+    same = {_key(c) for c in saved} & {_key(c) for c in asked}
+    before = [c for c in saved if _key(c) not in same]
+    after = [c for c in asked if _key(c) not in same]
+    parts = []
+    for old in before:
+        new = next(c for c in after if c["name"] == old["name"])
+        after.remove(new)
+        keys = [k for k in {**old, **new} if old.get(k) != new.get(k)]
+        parts.append(f"{old['name']}: " + ", ".join(
+            f"{k}={json.dumps(old.get(k))}" for k in keys) + " saved, " + ", ".join(
+            f"{k}={json.dumps(new.get(k))}" for k in keys) + " asked")
+    return "; ".join(parts)
 
 
 def _key(config: dict) -> str:

@@ -62,7 +62,8 @@ def run_train(args) -> int:
                        entropy_weight=args.entropy_weight, data=images.data_config(args),
                        vocab=WordVocab.from_json(start.vocab) if start is not None else None)
     model = task.build_model().to(args.device)
-    if common.train_and_report(model, task, args, metric="bleu", init=init) is not None:
+    if common.train_and_report(model, task, args, metric="bleu", tiebreak="chrf",
+                               init=init) is not None:
         shown = task.valid[: max(args.plot, 5)]
         captions = caption_images(model, task.words, [item.image for item in shown],
                                   max_words=task.max_words, weights=args.plot > 0)

@@ -341,10 +341,10 @@ def add_decoding_args(p, *, beam: int | None = 1, pick: bool = True) -> None:
     group.add_argument("--length-penalty", type=non_negative_float, metavar="ALPHA",
                        help="beam search ranks by log P / ((5 + |Y|) / 6) ** ALPHA (Wu et al. "
                        f"2016; default {DEFAULT_LENGTH_PENALTY:g} with a beam, 0: plain log P, "
-                       "which favours short outputs)")
+                       "which favours short outputs; at most 10)")
     group.add_argument("--coverage-penalty", type=non_negative_float, default=0.0,
                        metavar="BETA", help="beam search adds BETA * sum_j log(min(attention "
-                       "on input j, 1)) (Wu et al. 2016; default 0)")
+                       "on input j, 1)) (Wu et al. 2016; default 0, at most 100)")
     group.add_argument("--no-repeat-ngram", type=non_negative_int, default=0, metavar="N",
                        help="beam search never repeats an N-gram of output tokens (0: off)")
     group.add_argument("--n-best", type=positive_int, default=1, metavar="K",
@@ -377,8 +377,24 @@ def decoding(args) -> Decoding:
 
     Raises:
         ValueError: naming the option: a beam search option with ``--sample``, a sampling
-            option without it, or ``--n-best`` above the beam width.
+            option without it, ``--n-best`` above the beam width, or a value
+            :class:`~attnkit.decoding.Decoding` refuses (its field named as the option).
     """
+    try:
+        return _decoding(args)
+    except ValueError as exc:
+        field, sep, rest = str(exc).partition(": ")
+        option = OPTION_OF_FIELD.get(field, "--" + field.replace("_", "-"))
+        if sep and field.isidentifier() and hasattr(args, option[2:].replace("-", "_")):
+            raise ValueError(f"{option}: {rest}") from None
+        raise
+
+
+# Decoding's fields whose option is not named after them.
+OPTION_OF_FIELD = {"samples": "--sample", "loop_stop": "--no-loop-stop"}
+
+
+def _decoding(args) -> Decoding:
     if args.sample is None:
         given = [opt for opt in SAMPLING_OPTIONS if getattr(args, opt[2:].replace("-", "_"))
                  is not None]
@@ -461,10 +477,12 @@ def training_config(args, **overrides) -> TrainConfig:
 
 
 def train_and_report(model, task, args, *, metric: str = "accuracy",
+                     tiebreak: str | None = None,
                      init: Checkpoint | None = None) -> TrainResult | None:
     """Train (resuming with ``--resume``), print the held-out scores (computed as validation
     is: in the training precision) and write ``history.json``. ``model``: on ``args.device``.
-    ``metric``: the validation metric early stopping maximises. ``init``: the checkpoint a
+    ``metric``: the validation metric early stopping maximises; ``tiebreak``: the one that
+    ranks validations tied on it (:class:`attnkit.train.TrainConfig`). ``init``: the checkpoint a
     new run starts from (``--init``, :func:`attnkit.tasks.loading.initial_checkpoint`); its
     weights are loaded into ``model``. Returns None on the other processes of a torchrun job,
     which leave reporting to rank 0.
@@ -475,7 +493,8 @@ def train_and_report(model, task, args, *, metric: str = "accuracy",
     """
     if init is not None:
         init.load_model(model)
-    trainer = Trainer(model, task, training_config(args, metric=metric), args.out)
+    trainer = Trainer(model, task, training_config(args, metric=metric, tiebreak=tiebreak),
+                      args.out)
     if args.resume and trainer.checkpoint_dir.exists():  # else a pre-training was resumed
         trainer.resume()
     result = trainer.fit()

@@ -1,7 +1,9 @@
 """What the inference verbs (``translate``, ``read``, ``transcribe``, ``caption``, ``ask``)
 print for programs: ``--json`` writes one JSON object per input, a line each (JSON Lines), and
 an input ``-`` reads the inputs from standard input, one a line, each decoded and printed as
-soon as it is read.
+soon as it is read. Standard input is read as ``--file`` is: UTF-8 (a byte-order mark
+dropped, a line that is not UTF-8 refused by its number), a line of at most
+:data:`MAX_STDIN_LINE` bytes (a longer one is refused without being read into memory whole).
 
 A line of ``--json``::
 
@@ -19,13 +21,20 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
+from typing import BinaryIO
 
 from attnkit.cli import common
+from attnkit.data.text import BLOCK, decode_line, undecodable
 from attnkit.errors import DataError
 
 STDIN = "-"
+# Bytes in one line of standard input at most: one sentence, question or path (--max-chars
+# and the path limits are far below it); a longer line is no input.
+MAX_STDIN_LINE = 1 << 20
+SHOWN = 100  # characters of a refused input echoed in its --json error
+_BOM = b"\xef\xbb\xbf"
 
 
 def add_json_arg(p) -> None:
@@ -90,18 +99,26 @@ def stream(args, decoding, decode: Callable[[str], object]) -> int:
     with ``--json`` an object with ``error``) and the next lines go on. Returns 0, or 2 when
     a line failed."""
     failed = False
-    for line in sys.stdin:
-        item = line.rstrip("\r\n")
-        if not item.strip():
-            write([None], args, names=[item], decoding=decoding, seconds=0.0)
-            continue
+    for n, raw, whole in _stdin_lines(sys.stdin.buffer):
+        item = raw.decode("utf-8", "replace")  # what is echoed of a refused line
         start = time.perf_counter()
         try:
+            if not whole:
+                raise DataError(f"stdin:{n}: a line of more than {MAX_STDIN_LINE:,} bytes; "
+                                "expected one input a line (a sentence, a question or a path)")
+            try:
+                item = decode_line(raw)
+            except UnicodeDecodeError as exc:
+                raise DataError(f"stdin:{n}: {undecodable(exc)}") from None
+            if not item.strip():
+                write([None], args, names=[item], decoding=decoding, seconds=0.0)
+                continue
             output = decode(item)
         except (DataError, ValueError) as exc:
             failed = True
+            shown = item if len(item) <= SHOWN else item[:SHOWN] + "..."
             if args.json:
-                print(json.dumps({"input": item, "error": str(exc)}, ensure_ascii=False))
+                print(json.dumps({"input": shown, "error": str(exc)}, ensure_ascii=False))
             else:
                 print(f"attnkit {args.command}: {exc}", file=sys.stderr)
                 print()
@@ -110,3 +127,20 @@ def stream(args, decoding, decode: Callable[[str], object]) -> int:
         write([output], args, names=[item], decoding=decoding,
               seconds=time.perf_counter() - start)
     return 2 if failed else 0
+
+
+def _stdin_lines(f: BinaryIO) -> Iterator[tuple[int, bytes, bool]]:
+    """``(line number, bytes, whole)`` of each line of ``f`` without its line end (LF or
+    CRLF), the first without a UTF-8 byte-order mark; a line of more than
+    :data:`MAX_STDIN_LINE` bytes gives only its first ``MAX_STDIN_LINE + 1`` bytes and
+    ``whole`` False, the rest read past a block at a time."""
+    n = 0
+    while line := f.readline(MAX_STDIN_LINE + 1):
+        n += 1
+        if n == 1:
+            line = line.removeprefix(_BOM)
+        whole = line.endswith(b"\n") or len(line) <= MAX_STDIN_LINE
+        rest = line
+        while not whole and rest and not rest.endswith(b"\n"):  # the rest of a long line
+            rest = f.readline(BLOCK)
+        yield n, line.removesuffix(b"\n").removesuffix(b"\r"), whole

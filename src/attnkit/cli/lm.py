@@ -78,5 +78,5 @@ def run_train(args) -> int:
                       data={"text": str(args.text), "vocab_from": str(args.vocab_from),
                             **({"valid": str(args.valid)} if args.valid else {})})
     model = task.build_model().to(args.device)
-    common.train_and_report(model, task, args, init=init)
+    common.train_and_report(model, task, args, tiebreak="-loss", init=init)
     return 0

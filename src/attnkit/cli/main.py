@@ -15,6 +15,11 @@ import sys
 from attnkit._version import __version__
 
 
+# The commands whose results are what they print: with standard output closed (Python's
+# sys.stdout is then None) they would be lost, so these refuse to start.
+PRINTS_RESULTS = ("eval", "translate", "transcribe", "read", "caption", "ask", "plan")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from attnkit.cli import (
         asr,
@@ -97,6 +102,10 @@ def _run(argv: list[str] | None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if sys.stdout is None and args.command in PRINTS_RESULTS:  # fd 1 closed (`>&-`)
+        print(f"attnkit: standard output is closed; {args.command} prints its results there: "
+              "redirect it to a file (or to /dev/null to discard them)", file=sys.stderr)
+        return 2
     try:
         resolve_run_options(args)  # before anything is read or written
         check_arguments(args)
@@ -105,7 +114,7 @@ def _run(argv: list[str] | None) -> int:
     except Interrupted as exc:  # SIGINT/SIGTERM/SIGHUP during training: saved, then stopped
         print(f"attnkit: {exc}", file=sys.stderr)
         return exc.exit_code
-    except (CheckpointError, DataError, ValueError) as exc:  # bad files or settings: a message
+    except (CheckpointError, DataError, ValueError, FloatingPointError) as exc:  # a message
         if args.verbose:
             raise
         # one line, bounded (above a message that names a file and quotes a part cut already)

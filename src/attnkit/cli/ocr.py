@@ -162,7 +162,7 @@ def run_train(args) -> int:
                    augment=augmentations)
     model = task.build_model().to(args.device)
     if common.train_and_report(model, task, args, metric="char_accuracy",
-                               init=init) is not None:
+                               tiebreak="line_accuracy", init=init) is not None:
         _samples_and_pictures(model, task.chars, task.valid, args.out, args.plot)
     return 0
 

@@ -139,7 +139,10 @@ def run(args) -> int:
                          "(torch.cuda.is_available() is False); plan memory without --time")
     attn = _module(args)
     shape = _shape(args)
-    plan = planner.estimate(attn, shape, timing=args.time)
+    try:
+        plan = planner.estimate(attn, shape, timing=args.time)
+    except ValueError as exc:  # a timing run too large: named by the option
+        raise ValueError(str(exc).replace("timing: ", "--time: ", 1)) from None
     dims = f"Dq={attn.query_dim}, Dk={attn.key_dim}, Dv={attn.value_dim}"
     if args.score in ("additive", "location"):
         dims += f", A={attn.score.v.shape[-1]}"

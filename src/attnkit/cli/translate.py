@@ -112,7 +112,7 @@ def run_train(args) -> int:
                        tgt_vocab=load_vocab(start.vocab["tgt"]))
     task = TranslateTask(train, valid, **task_kw)
     model = task.build_model().to(args.device)
-    if common.train_and_report(model, task, args, init=init) is not None:
+    if common.train_and_report(model, task, args, tiebreak="-cer", init=init) is not None:
         _samples_and_plots(model, task, args.out, args.plot)
     return 0
 

@@ -3,9 +3,11 @@
 
 WAV files are read from their chunk headers (any chunk layout, streamed sizes, 8-32-bit PCM
 and float), the length checked from the header before any sample is decoded. Several channels
-are averaged to one; NaN and infinite samples are refused. :func:`audio_info` reads only a
-file's header; :func:`read_audio` decodes a file, or only the part of it an utterance covers
-(a Kaldi ``segments`` entry). :mod:`attnkit.data.audio` turns the samples into features.
+are averaged to one; NaN and infinite samples are refused, and so are samples of a
+magnitude above :data:`MAX_AMPLITUDE` (a float recording is nominally within [-1, 1]).
+:func:`audio_info` reads only a file's header; :func:`read_audio` decodes a file, or only the
+part of it an utterance covers (a Kaldi ``segments`` entry). :mod:`attnkit.data.audio` turns
+the samples into features.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ MAX_FMT_BYTES = 1 << 16  # a 'fmt ' chunk is 16 to 40 bytes; a larger one is a c
 # How far past the end of its recording a Kaldi segment may end (then cut at the end):
 # extract-segments' --max-overshoot default.
 OVERSHOOT_S = 0.5
+# The largest sample magnitude read. Float recordings are nominally within [-1, 1] (PCM always
+# is, once scaled); a little above is headroom, 60 dB above is a broken file: its power
+# spectrum would overflow float32 (1e30 squared) into an empty or failed transcript.
+MAX_AMPLITUDE = 1000.0
 _PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
 _FORMAT_NAMES = {6: "A-law", 7: "mu-law", 0x55: "MP3", 2: "ADPCM"}
 # Sample encodings read, by (format tag, bits): numpy dtype of one sample (24-bit: 3 bytes,
@@ -192,12 +198,20 @@ def _decode_pcm(raw: bytes, fmt: _Format, source: str) -> torch.Tensor:
 
 def _mono(frames: np.ndarray, source: str) -> torch.Tensor:
     """``frames (N, C)`` averaged over the channels: ``(N,)`` float32; NaN or infinite samples
-    are refused, naming the first."""
+    are refused, naming the first, and so are samples above :data:`MAX_AMPLITUDE` in
+    magnitude, naming the largest."""
     bad = ~np.isfinite(frames)
     if bad.any():
         first = int(np.argmax(bad.any(axis=1)))
         raise DataError(f"{source}: {int(bad.sum())} samples are NaN or infinite (the first at "
                         f"frame {first}); expected finite samples")
+    loud = np.abs(frames) > MAX_AMPLITUDE
+    if loud.any():
+        largest = int(np.argmax(np.abs(frames).max(axis=1)))
+        value = frames[largest, int(np.argmax(np.abs(frames[largest])))]
+        raise DataError(f"{source}: {int(loud.sum())} samples have a magnitude above "
+                        f"{MAX_AMPLITUDE:g} (the largest {value:g} at frame {largest}); "
+                        "expected samples nominally within [-1, 1]")
     return torch.from_numpy(frames.mean(axis=1).astype(np.float32))
 
 
@@ -246,6 +260,8 @@ def _sf_info(path: Path) -> soundfile._SoundFileInfo:
         info = soundfile.info(str(path))
     except (soundfile.LibsndfileError, RuntimeError, TypeError) as exc:
         why = str(getattr(exc, "error_string", exc)).rstrip(".")
+        if "possibly a pipe" in why:  # libsndfile's words for bytes it cannot place; the
+            why = "no audio format libsndfile reads starts it"  # file is a regular one here
         raise DataError(f"{path}: cannot decode ({why}); expected WAV, FLAC, OGG (Vorbis, "
                         f"Opus) or MP3 audio") from None
     if not 1 <= info.samplerate <= MAX_RATE or info.channels < 1:

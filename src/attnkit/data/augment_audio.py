@@ -47,9 +47,9 @@ from scipy.signal import butter, fftconvolve, lfilter, sosfilt, sosfiltfilt
 from attnkit.data.audio import SAMPLE_RATE, log_mel, normalize_features, resample
 from attnkit.data.augment import Augmentation, Compose, check_number, check_range
 
-__all__ = ["PRESETS", "AudioAugmentation", "BandLimit", "ConsonantDuration", "DynamicRange",
-           "Gain", "Noise", "PitchShift", "Reverb", "SpecAugment", "SpeechAugment", "SpeedPerturb",
-           "VTLP", "VoiceSource", "preset"]
+__all__ = ["PRESETS", "SPECAUGMENT_MAX", "AudioAugmentation", "BandLimit", "ConsonantDuration",
+           "DynamicRange", "Gain", "Noise", "PitchShift", "Reverb", "SpecAugment",
+           "SpeechAugment", "SpeedPerturb", "VTLP", "VoiceSource", "preset"]
 
 STAGES = ("samples", "filterbank", "features")
 
@@ -519,6 +519,9 @@ class VTLP(AudioAugmentation, name="vtlp"):
         return log_mel(samples, warp=self.draw(rng))
 
 
+SPECAUGMENT_MAX = 10_000  # the largest of SpecAugment's sizes and counts (F, mF, T, mT, W)
+
+
 @dataclasses.dataclass(frozen=True)
 class SpecAugment(AudioAugmentation, name="specaugment"):
     """SpecAugment (Park et al. 2019) on log-mel features: ``freq_masks`` (mF) bands of
@@ -545,7 +548,7 @@ class SpecAugment(AudioAugmentation, name="specaugment"):
     def __post_init__(self):
         super().__post_init__()
         for name in ("freq_mask", "freq_masks", "time_mask", "time_masks", "time_warp"):
-            check_number(name, getattr(self, name), 0, 10_000, integer=True)
+            check_number(name, getattr(self, name), 0, SPECAUGMENT_MAX, integer=True)
         check_number("max_time_ratio", self.max_time_ratio, 0.0, 1.0)
         if self.fill is not None:
             check_number("fill", self.fill, -1e6, 1e6)

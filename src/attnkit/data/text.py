@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import json
 import lzma
 import unicodedata
 import zlib
@@ -32,8 +33,8 @@ from typing import BinaryIO
 from attnkit.data.paths import regular_file
 from attnkit.errors import DataError
 
-__all__ = ["BLOCK", "MAX_LINE", "MAX_WHOLE", "byte_lines", "compression", "decode_line", "nfc", "open_bytes",
-           "read_text", "text_lines", "undecodable"]
+__all__ = ["BLOCK", "MAX_LINE", "MAX_WHOLE", "byte_lines", "compression", "decode_line",
+           "json_value", "nfc", "open_bytes", "read_text", "text_lines", "undecodable"]
 
 BLOCK = 1 << 20  # bytes read at a time
 MAX_LINE = 1 << 24  # bytes in one line at most: a longer one is no line of text
@@ -206,3 +207,22 @@ def read_text(path: str | Path) -> str:
         line = raw.count(b"\n", 0, exc.start) + 1
         raise DataError(f"{path}:{line}: {undecodable(exc)}") from None
     return nfc(text.replace("\r\n", "\n"))
+
+
+def json_value(text: str, where: str):
+    """``json.loads(text)`` of a corpus file (or one line of it, named ``where``).
+
+    Raises:
+        json.JSONDecodeError: not JSON (the caller names the line and column as it reads).
+        DataError: naming ``where``: JSON nested deeper than Python's reader goes (a
+            ``RecursionError`` near 1,000 levels), or a number of more than 4,300 digits.
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise DataError(f"{where}: JSON nested deeper than Python reads (about 1,000 "
+                        "levels); expected a corpus's records") from None
+    except ValueError as exc:  # Python's limit on the digits of an int
+        raise DataError(f"{where}: not valid JSON ({str(exc)[:200]})") from None

@@ -17,12 +17,20 @@ from pathlib import Path
 from attnkit.checks import quoted
 from attnkit.errors import DataError
 
-__all__ = ["FIRST_FEW", "MAX_UNUSABLE", "Unusable"]
+__all__ = ["FIRST_FEW", "MAX_UNUSABLE", "Unusable", "listed_twice"]
 
 log = logging.getLogger("attnkit")
 
 MAX_UNUSABLE = 0.01  # the share of a corpus's examples that may be dropped, by default
 FIRST_FEW = 5  # unusable examples an error or warning names
+
+
+def listed_twice(where: str, key: str, first: str) -> DataError:
+    """The error of an id (an utterance's, an image's, a question's; ``key`` as the message
+    shows it) listed a second time at ``where``, first at ``first``: refused whatever
+    ``max_unusable`` says, since which of the entries is meant cannot be told."""
+    return DataError(f"{where}: {key} is listed twice (first at {first}); expected one entry "
+                     "per id")
 
 
 class Unusable:

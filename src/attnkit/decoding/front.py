@@ -33,6 +33,16 @@ log = logging.getLogger(__name__)
 # Output tokens at most, whatever a task's limit or a Decoding's max_len: every task's outputs
 # stop here, so that no input or option makes decoding run without end.
 MAX_OUTPUT_TOKENS = 10_000
+# The largest beam-search weights: past them a rank overflows float32 and every hypothesis
+# ties (--length-penalty 100 gave "2001-03-33" for "2001-03-03"). Wu et al. tune alpha and
+# beta in [0, 1]; lp(MAX_OUTPUT_TOKENS) ** 10 is 1.7e32, and 100 times the log of the least
+# float32 weight on a million keys is -1e10: both finite (tests/decoding/test_decode.py).
+MAX_LENGTH_PENALTY = 10.0
+MAX_COVERAGE_PENALTY = 100.0  # also the largest lm_weight: it scales log-probabilities
+# Sampling temperatures allowed: logits divided by 1e-300 overflow to inf (and the draw fails);
+# 0.001 is greedy in effect, 1000 uniform in effect. Seeds: what a signed 64-bit int holds.
+TEMPERATURES = (1e-3, 1e3)
+MAX_SEED = 2**63 - 1
 
 
 def _check(name: str, value, ok: bool, expected: str) -> None:
@@ -105,11 +115,19 @@ class Decoding:
                f"an int in [1, beam={self.beam}]")
         _check("no_repeat_ngram", self.no_repeat_ngram,
                _is_int(self.no_repeat_ngram) and self.no_repeat_ngram >= 0, "a non-negative int")
-        for name in ("length_penalty", "coverage_penalty", "lm_weight"):
+        for name, most in (("length_penalty", MAX_LENGTH_PENALTY),
+                           ("coverage_penalty", MAX_COVERAGE_PENALTY),
+                           ("lm_weight", MAX_COVERAGE_PENALTY)):
             value = getattr(self, name)
-            _check(name, value, _is_finite(value) and value >= 0, "a finite non-negative number")
+            _check(name, value, _is_finite(value) and 0 <= value <= most,
+                   f"a number in [0, {most:g}]")
+        low, high = TEMPERATURES
         _check("temperature", self.temperature,
-               _is_finite(self.temperature) and self.temperature > 0, "a finite positive number")
+               _is_finite(self.temperature) and low <= self.temperature <= high,
+               f"a number in [{low:g}, {high:g}]")
+        _check("seed", self.seed, self.seed is None
+               or (_is_int(self.seed) and 0 <= self.seed <= MAX_SEED),
+               "None or an int in [0, 2**63 - 1]")
         _check("top_k", self.top_k, self.top_k is None
                or (_is_int(self.top_k) and self.top_k >= 1), "a positive int")
         _check("top_p", self.top_p, self.top_p is None

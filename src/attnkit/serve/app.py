@@ -45,6 +45,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from attnkit._version import __version__
+from attnkit.checks import quoted
 from attnkit.errors import DataError
 from attnkit.serve.batching import Batcher, DecodingFailed, QueueFull
 from attnkit.serve.metrics import Metrics
@@ -208,6 +209,7 @@ def create_app(evaluator: Evaluator, limits: Limits | None = None, *,
                 raise ApiError(422, "question", f"question: {exc}") from None
             path = await serving.saved(image, "image")
             try:
+                _check_pixels(path, "image", image, limits.max_pixels)
                 item = await serving.read(
                     lambda: evaluator.load_inputs([str(path), question])[0][0], "image",
                     image, path)
@@ -318,7 +320,7 @@ class _Serving:
 
 def _check_text(field: str, text: str, max_chars: int) -> str:
     if not text.strip():
-        raise ApiError(422, field, f"{field}: expected a non-empty text, got {text!r}")
+        raise ApiError(422, field, f"{field}: expected a non-empty text, got {quoted(text)}")
     if len(text) > max_chars:
         raise ApiError(422, field, f"{field}: expected at most {max_chars} characters (the "
                        f"server's --max-chars), got {len(text)}")
@@ -391,14 +393,17 @@ def _add_error_handlers(app: FastAPI) -> None:
             known = ", ".join(DecodingOptions.model_fields if loc[:1] == ["decoding"]
                               else TranslateRequest.model_fields)
             return error(request, 422, field, f"{field}: not an option; expected one of "
-                         f"{known}, got {first.get('input')!r}")
+                         f"{known}, got {quoted(first.get('input'))}")
         expected = first.get("msg", "").removeprefix("Input should be ")
         got = first.get("input")
-        got = repr(got if not isinstance(got, bytes) else got.decode("utf-8", "replace"))
-        return error(request, 422, field, f"{field}: expected {expected}, got {got[:200]}")
+        got = quoted(got if not isinstance(got, bytes) else got.decode("utf-8", "replace"))
+        return error(request, 422, field, f"{field}: expected {expected}, got {got}")
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
+        if exc.status_code == 400:  # Starlette's multipart parser: a body that is no form
+            return error(request, 400, "body", "body: expected a multipart/form-data body, "
+                         f"got malformed data ({exc.detail})")
         return error(request, exc.status_code, None, f"{request.url.path}: {exc.detail}",
                      dict(exc.headers or {}))
 

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.exceptions import HTTPException
 
+from attnkit.checks import quoted
 from attnkit.decoding import Decoding
 from attnkit.serve.limits import Limits
 
@@ -64,8 +65,8 @@ def validation_error(exc: ValidationError, prefix: str = "") -> ApiError:
     got = error.get("input")
     if error["type"] == "extra_forbidden":
         known = ", ".join(DecodingOptions.model_fields) if prefix == "decoding" else None
-        return ApiError(422, field, f"{field}: not an option"
-                        + (f"; expected one of {known}" if known else "") + f", got {got!r}")
+        expected = f"; expected one of {known}" if known else ""
+        return ApiError(422, field, f"{field}: not an option{expected}, got {quoted(got)}")
     if error["type"] == "json_invalid":
         reason = (error.get("ctx") or {}).get("error", error["msg"])
         return ApiError(422, field or prefix, f"{field or prefix}: expected a JSON object, got "
@@ -74,7 +75,7 @@ def validation_error(exc: ValidationError, prefix: str = "") -> ApiError:
         return ApiError(422, field, f"{field}: missing")
     expected = error["msg"].removeprefix("Input should be ").removeprefix("Value error, ")
     return ApiError(422, field or prefix or "body", f"{field or prefix or 'body'}: expected "
-                    f"{expected}, got {got!r}")
+                    f"{expected}, got {quoted(got)}")
 
 
 def decoding_for(options: DecodingOptions | None, limits: Limits, *,

@@ -22,7 +22,8 @@ from attnkit.train.device import (
 )
 from attnkit.train.loader import Batches
 from attnkit.train.lock import FolderBusy, lock_folder
-from attnkit.train.loop import MAX_ACCUMULATE, SCHEDULES, Task, TrainConfig, Trainer, TrainResult, lr_factor
+from attnkit.train.config import MAX_ACCUMULATE, SCHEDULES, Task, TrainConfig, lr_factor
+from attnkit.train.loop import Trainer, TrainResult
 from attnkit.train.teacher_forcing import TeacherForcing
 
 __all__ = [

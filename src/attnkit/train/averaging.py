@@ -116,6 +116,6 @@ def best_checkpoints(run: str | Path, n: int | None = None) -> list[Path]:
     if not found:
         raise CheckpointError(f"{Path(run, KEPT_DIR)}: no checkpoints of best validations "
                               "(train with --keep-best N, N > 1)")
-    found.sort(key=lambda pair: -pair[0])
+    found.sort(key=lambda pair: pair[0], reverse=True)  # tied values: tiebreak, then latest
     return [folder for _, folder in found[:n]]
 

@@ -114,8 +114,9 @@ class Checkpoint:
                                   f"values ({_listed(bad)})")
 
     def check_optimizer(self) -> None:
-        """Refuse optimizer state holding NaN or infinity: the first step resumed from it would
-        turn the weights into NaN."""
+        """Refuse optimizer state holding NaN or infinity, or a negative second moment
+        (``exp_avg_sq``: its square root is NaN): the first step resumed from it would turn
+        the weights into NaN."""
         if self.optimizer_state is None:
             return
         bad = _non_finite({f"state.{idx}.{name}": value
@@ -124,6 +125,14 @@ class Checkpoint:
         if bad:
             raise CheckpointError(f"{self.path / 'optimizer.safetensors'}: {len(bad)} optimizer "
                                   f"tensors hold NaN or infinite values ({_listed(bad)}); "
+                                  "resuming would turn the weights into NaN")
+        negative = [f"state.{idx}.{name}" for idx, entry in self.optimizer_state["state"].items()
+                    for name, value in entry.items() if name.endswith("exp_avg_sq")
+                    and isinstance(value, torch.Tensor) and bool((value < 0).any())]
+        if negative:
+            raise CheckpointError(f"{self.path / 'optimizer.safetensors'}: {len(negative)} "
+                                  f"optimizer tensors hold negative values ({_listed(negative)});"
+                                  " AdamW's running means of squared gradients are >= 0: "
                                   "resuming would turn the weights into NaN")
 
     def load_model(self, model: torch.nn.Module) -> None:

@@ -83,7 +83,6 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -92,7 +91,8 @@ from attnkit.checks import quoted
 from attnkit.folders import remove_folder, remove_leftovers
 from attnkit.train import distributed
 from attnkit.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from attnkit.train.device import PRECISIONS, autocast, check_precision, to_device
+from attnkit.train.config import Task, TrainConfig, lr_factor
+from attnkit.train.device import autocast, check_precision, to_device
 from attnkit.train.events import Events
 from attnkit.train.loader import EpochLoader
 from attnkit.train.progress import Progress
@@ -104,17 +104,13 @@ from attnkit.train.state import (
     set_rng_state,
 )
 
-__all__ = ["BEST_DIR", "KEPT_DIR", "MAX_ACCUMULATE", "SCHEDULES", "Task", "TrainConfig", "TrainResult", "Trainer",
-           "lr_factor"]
-
-SCHEDULES = ("constant", "inverse_sqrt", "cosine")  # TrainConfig.schedule, see lr_factor
+__all__ = ["BEST_DIR", "KEPT_DIR", "TrainResult", "Trainer", "kept_models"]
 
 log = logging.getLogger("attnkit")
 
 BEST_DIR = "checkpoint-best"  # the best validation's model, inside the run folder
 KEPT_DIR = "best"  # the models of the keep_best best validations, inside the run folder
-# TrainConfig.accumulate at most: a step of more batches is better made of larger batches
-MAX_ACCUMULATE = 4096
+_NONE = float("-inf")  # the tiebreak of a validation without one: below every other
 PICTURES = 2  # validation examples pictured for TensorBoard at each validation
 
 # The signals that stop a run after its checkpoint is saved: Ctrl-C, kill, and a hang-up (the
@@ -124,9 +120,11 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SI
                      if hasattr(signal, name))
 
 
-def kept_models(run: str | Path, *, remove_broken: bool = False) -> list[tuple[float, Path]]:
+def kept_models(run: str | Path, *,
+                remove_broken: bool = False) -> list[tuple[tuple[float, float, int], Path]]:
     """The models a run kept of its best validations (``RUN/best/step-*``, :data:`KEPT_DIR`)
-    with their values, in folder order. One that cannot be read (a half-deleted folder, left
+    with their ranks ``(value, tiebreak value or -inf, step)``, the larger the better, in
+    folder order. One that cannot be read (a half-deleted folder, left
     by a kill inside the removal of earlier versions) is skipped with a warning, and deleted
     with ``remove_broken`` (the run's own trainer does that; readers delete nothing)."""
     found = []
@@ -140,104 +138,10 @@ def kept_models(run: str | Path, *, remove_broken: bool = False) -> list[tuple[f
                 remove_folder(folder)
             continue
         if isinstance(state.get("value"), (int, float)):
-            found.append((state["value"], folder))
+            tiebreak = state.get("tiebreak_value")
+            found.append(((state["value"], tiebreak if isinstance(tiebreak, (int, float))
+                           else _NONE, state.get("step", 0)), folder))
     return found
-
-
-class Task(Protocol):
-    def batches(self, epoch: int): ...
-    def loss(self, model: torch.nn.Module, batch, step: int) -> tuple[torch.Tensor, int]: ...
-    def evaluate(self, model: torch.nn.Module) -> dict[str, float]: ...
-    def config(self) -> dict: ...
-    def vocab(self) -> Any: ...
-
-
-@dataclass
-class TrainConfig:
-    """Training settings (all saved with the checkpoint).
-
-    ``schedule``: "constant", "inverse_sqrt" or "cosine" after ``warmup_steps`` of linear
-    warm-up. ``metric``: the validation metric to maximise (``"-loss"`` style names are not
-    special: return the value to maximise). ``patience``: stop after this many validations
-    without improvement (None: never). ``time_budget_s``: stop (and save) after this long.
-    ``precision``: ``"fp32"``, ``"bf16"`` or ``"fp16"`` (see the module docstring; the model's
-    device must support it). ``data_workers``: ``DataLoader`` worker processes building batches
-    (0: in the training process). A resumed run may change ``precision`` and ``data_workers``.
-    ``accumulate``: batches per optimizer step (gradient accumulation): the gradients of ``K``
-    batches are summed, each weighted by its share of their tokens (``tokens_k / sum(tokens)``,
-    the count ``task.loss`` returns), which is exactly the update of one batch ``K`` times
-    larger when the task's loss is the mean over those tokens (the cross-entropy of every
-    task); a CTC loss, a mean over lines of each line's loss per label, is weighted by its
-    lines' labels; at most :data:`MAX_ACCUMULATE`. A stop request (a signal) is looked at
-    after every batch: one that comes in the middle of a step's ``K`` batches discards the
-    gradients summed so far and saves the checkpoint at the step's start (its position in the
-    epoch and its random states rewound), so the resumed run redoes those batches and ends as
-    one that ran straight through. ``max_steps`` and the schedule count optimizer steps.
-    ``keep_best``: the
-    number of best validations whose models are kept (1: ``checkpoint-best`` alone; see the
-    module docstring).
-    """
-
-    max_steps: int = 1000
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    warmup_steps: int = 100
-    schedule: str = "inverse_sqrt"
-    clip_norm: float | None = 1.0
-    eval_every: int = 200
-    checkpoint_every: int = 200
-    metric: str = "accuracy"
-    patience: int | None = None
-    time_budget_s: float | None = None
-    seed: int = 0
-    progress: bool = True
-    precision: str = "fp32"
-    data_workers: int = 0
-    accumulate: int = 1
-    keep_best: int = 1
-
-    def __post_init__(self):
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule: expected one of {', '.join(SCHEDULES)}, "
-                             f"got {quoted(self.schedule)}")
-        for name in ("max_steps", "eval_every", "checkpoint_every", "accumulate", "keep_best"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected a positive int, got {quoted(value)}")
-        if self.accumulate > MAX_ACCUMULATE:
-            raise ValueError(f"accumulate: expected a positive int at most {MAX_ACCUMULATE} "
-                             f"(batches per optimizer step), got {quoted(self.accumulate)}")
-        if not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps: expected a non-negative int, got "
-                             f"{quoted(self.warmup_steps)}")
-        if not self.lr > 0:
-            raise ValueError(f"lr: expected a positive number, got {quoted(self.lr)}")
-        if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 1):
-            raise ValueError(f"patience: expected a positive int or None, "
-                             f"got {quoted(self.patience)}")
-        if self.time_budget_s is not None and not self.time_budget_s > 0:
-            raise ValueError(f"time_budget_s: expected a positive number, got "
-                             f"{quoted(self.time_budget_s)}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got "
-                             f"{quoted(self.precision)}")
-        if not isinstance(self.data_workers, int) or self.data_workers < 0:
-            raise ValueError(f"data_workers: expected a non-negative int, got "
-                             f"{quoted(self.data_workers)}")
-
-
-def lr_factor(step: int, config: TrainConfig) -> float:
-    """Multiplier of ``config.lr`` at optimizer step ``step`` (0-based)."""
-    s = step + 1
-    if config.warmup_steps and s <= config.warmup_steps:
-        return s / config.warmup_steps
-    if config.schedule == "constant":
-        return 1.0
-    if config.schedule == "inverse_sqrt":
-        return math.sqrt(max(config.warmup_steps, 1) / s)
-    span = max(1, config.max_steps - config.warmup_steps)
-    done = min(1.0, (s - config.warmup_steps - 1) / span)  # the last step still learns
-    return 0.5 * (1 + math.cos(math.pi * done))
 
 
 @dataclass
@@ -279,6 +183,7 @@ class Trainer:
         self.epoch = 0
         self.batch_in_epoch = 0
         self.best: float | None = None
+        self.best_tiebreak: float | None = None  # the tiebreak's value (maximised) at the best
         self.bad_evals = 0
         self.history: list[dict] = []
         self._signal: int | None = None
@@ -292,7 +197,8 @@ class Trainer:
 
     def _trainer_state(self, rngs: list[dict]) -> dict:
         state = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-                 "best": self.best, "bad_evals": self.bad_evals, "history": self.history,
+                 "best": self.best, "best_tiebreak": self.best_tiebreak,
+                 "bad_evals": self.bad_evals, "history": self.history,
                  "train_config": asdict(self.config), "rng": rngs[0]}
         if self.scaler.is_enabled():
             state["scaler"] = self.scaler.state_dict()
@@ -324,7 +230,7 @@ class Trainer:
                                   f"{'; '.join(changed)}); resuming would not continue that run")
         saved = ck.trainer_state.get("train_config", {})
         free = {"max_steps", "keep_best", "time_budget_s", "progress", "patience", "eval_every",
-                "checkpoint_every", "precision", "data_workers"}
+                "checkpoint_every", "precision", "data_workers", "tiebreak"}
         changed = sorted(k for k, v in asdict(self.config).items()
                          if k not in free and k in saved and saved[k] != v)
         if changed:
@@ -343,6 +249,8 @@ class Trainer:
             self.scaler.load_state_dict(st["scaler"])
         self.step, self.epoch, self.batch_in_epoch = st["step"], st["epoch"], st["batch_in_epoch"]
         self.best, self.bad_evals, self.history = st["best"], st["bad_evals"], st["history"]
+        tiebreak = st.get("best_tiebreak")  # absent before tie-breaks, or not a number: none
+        self.best_tiebreak = tiebreak if isinstance(tiebreak, (int, float)) else None
         rngs = st.get("rng_by_rank", [st["rng"]])
         if len(rngs) != self._world:
             log.warning("resuming a %d-process run with %d processes: the batches continue from "
@@ -400,47 +308,77 @@ class Trainer:
     def best_dir(self) -> Path:
         return self.out_dir / BEST_DIR
 
-    def _save_model(self, folder: Path, value: float) -> None:
-        """The model as it is now into ``folder``, for inference (rank 0 only)."""
+    def _save_model(self, folder: Path, rank: tuple[float, float | None]) -> None:
+        """The model as it is now into ``folder``, for inference (rank 0 only), with its
+        :meth:`_standing` in its ``trainer.json``."""
+        state = {"step": self.step, "metric": self.config.metric, "value": rank[0]}
+        if self.config.tiebreak is not None:
+            state |= {"tiebreak": self.config.tiebreak, "tiebreak_value": rank[1]}
         save_checkpoint(folder, model=self.model, config=self.task.config(),
-                        vocab=self.task.vocab(), trainer_state={
-                            "step": self.step, "metric": self.config.metric, "value": value})
+                        vocab=self.task.vocab(), trainer_state=state)
 
-    def _keep(self, value: float) -> None:
+    def _standing(self, metrics: dict[str, float]) -> tuple[float, float | None]:
+        """A validation's ``(metric, tiebreak)``, both the larger the better (tiebreak None
+        without ``config.tiebreak``)."""
+        if self.config.metric not in metrics:
+            raise KeyError(f"metric: the task's evaluate() returned {sorted(metrics)}, "
+                           f"not {quoted(self.config.metric)}")
+        name = self.config.tiebreak
+        if name is None:
+            return metrics[self.config.metric], None
+        sign, field = (-1.0, name[1:]) if name.startswith("-") else (1.0, name)
+        if field not in metrics:
+            raise KeyError(f"tiebreak: the task's evaluate() returned {sorted(metrics)}, "
+                           f"not {quoted(field)}")
+        return metrics[self.config.metric], sign * metrics[field]
+
+    def _best_so_far(self, rank: tuple[float, float | None]) -> bool | None:
+        """True when ``rank`` beats the best validation so far, None when it ties it (the
+        latest of tied validations is kept), False when it is worse."""
+        if self.best is None:
+            return True
+        best = (self.best, _NONE if self.best_tiebreak is None else self.best_tiebreak)
+        mine = (rank[0], _NONE if rank[1] is None else rank[1])
+        return True if mine > best else None if mine == best else False
+
+    def _keep(self, rank: tuple[float, float | None]) -> None:
         """Keep the model of this validation if it is among the ``keep_best`` best (in
-        ``out_dir/best``), dropping the one it displaces (atomically: a kill leaves it whole
-        or gone; what a removal cut short left is deleted here, with a warning)."""
+        ``out_dir/best``; of tied ones the latest), dropping the one it displaces (atomically:
+        a kill leaves it whole or gone; what a removal cut short left is deleted here, with a
+        warning)."""
         remove_leftovers(self.out_dir / KEPT_DIR)
         folder = self.out_dir / KEPT_DIR / f"step-{self.step:08d}"
         # worst first; a model of this step (kept by a run killed before its next save, then
         # resumed) is replaced, not compared
-        kept = sorted(((v, f) for v, f in kept_models(self.out_dir, remove_broken=True)
+        kept = sorted(((r, f) for r, f in kept_models(self.out_dir, remove_broken=True)
                        if f != folder), key=lambda pair: pair[0])
-        if len(kept) >= self.config.keep_best and value <= kept[0][0]:
+        mine = (rank[0], _NONE if rank[1] is None else rank[1], self.step)
+        if len(kept) >= self.config.keep_best and mine <= kept[0][0]:
             return
-        self._save_model(folder, value)
+        self._save_model(folder, rank)
         for _, folder in kept[:max(0, len(kept) + 1 - self.config.keep_best)]:
             remove_folder(folder)
+
+    def _take_best(self, rank: tuple[float, float | None]) -> None:
+        """This model as ``checkpoint-best``, of this validation's ``rank``."""
+        self.best, self.best_tiebreak = rank
+        self._save_model(self.best_dir, rank)
 
     def _validate(self, events: Events) -> bool:
         """Evaluate, record, keep the best (and its checkpoint); returns True when early
         stopping says stop."""
         metrics = self.evaluate()
         self._record(events, metrics)
-        if self.config.metric not in metrics:
-            raise KeyError(f"metric: the task's evaluate() returned {sorted(metrics)}, "
-                           f"not {quoted(self.config.metric)}")
+        rank = self._standing(metrics)
         self.history.append({"step": self.step, **metrics})
-        value = metrics[self.config.metric]
-        if self.best is None or value > self.best:
-            self.best, self.bad_evals = value, 0
-            self._save_model(self.best_dir, value)
-            log.info("best %s so far (%.4g) at step %d: %s", self.config.metric, value,
+        better = self._best_so_far(rank)
+        self.bad_evals = 0 if better else self.bad_evals + 1
+        if better is not False:
+            self._take_best(rank)
+            log.info("best %s so far (%.4g) at step %d: %s", self.config.metric, rank[0],
                      self.step, self.best_dir)
-        else:
-            self.bad_evals += 1
         if self.config.keep_best > 1:
-            self._keep(value)
+            self._keep(rank)
         log.info("step %d: %s", self.step, ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
         return self.config.patience is not None and self.bad_evals >= self.config.patience
 
@@ -450,8 +388,21 @@ class Trainer:
         with autocast(device, self.config.precision):
             loss, tokens = self.task.loss(net, batch, self.step)
         if not torch.isfinite(loss):
-            raise FloatingPointError(f"step {self.step}: loss is {loss.item()}")
+            raise FloatingPointError(f"step {self.step}: the training loss is {loss.item()}; "
+                                     f"{self._weights_said()}")
         return loss, tokens
+
+    def _weights_said(self) -> str:
+        """What the weights hold, for the error of a loss that is not finite."""
+        with torch.no_grad():
+            largest = max((float(p.detach().abs().max()) for p in self.model.parameters()
+                           if p.numel()), default=0.0)
+        if not math.isfinite(largest):
+            return ("the weights hold NaN or infinite values (the learning rate, or an "
+                    "optimizer state resumed, drove them there); the checkpoint saved last is "
+                    "kept")
+        return (f"the weights are finite, at most {largest:.0e} in magnitude (a batch, or "
+                "weights that large, overflowed); the checkpoint saved last is kept")
 
     def _stop_requested(self, device: torch.device) -> bool:
         """Whether a signal came to any process (every process must ask at the same batch)."""
@@ -494,14 +445,13 @@ class Trainer:
         Nothing is done when the last step was validated (rank 0 only)."""
         if self.history and self.history[-1].get("step") == self.step:
             return
-        value = metrics[self.config.metric]
-        if self.best is None or value > self.best:
-            self.best = value
-            self._save_model(self.best_dir, value)
-            log.info("best %s (%.4g) after the last step %d: %s", self.config.metric, value,
+        rank = self._standing(metrics)
+        if self._best_so_far(rank) is not False:
+            self._take_best(rank)
+            log.info("best %s (%.4g) after the last step %d: %s", self.config.metric, rank[0],
                      self.step, self.best_dir)
         if self.config.keep_best > 1:
-            self._keep(value)
+            self._keep(rank)
 
     def fit(self) -> TrainResult:
         """Train up to ``config.max_steps`` (see the module docstring for several processes)."""

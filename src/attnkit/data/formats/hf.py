@@ -56,6 +56,7 @@ from typing import Any
 
 import torch
 
+from attnkit.checks import clipped
 from attnkit.data.formats import Format, register
 from attnkit.data.formats.reading import ROLES
 from attnkit.data.unusable import MAX_UNUSABLE, Unusable
@@ -130,6 +131,18 @@ def _parquet_splits(folder: Path) -> dict[str, list[str]]:
     return splits
 
 
+def _check_parquet(file: str) -> None:
+    """Refuse, naming it, a file whose Parquet footer cannot be read (datasets would fail
+    later with a DatasetGenerationError naming no file)."""
+    import pyarrow
+    import pyarrow.parquet
+
+    try:
+        pyarrow.parquet.ParquetFile(file).close()
+    except (pyarrow.ArrowException, OSError) as exc:
+        raise DataError(f"{file}: not a Parquet file ({clipped(str(exc))})") from None
+
+
 def open_dataset(path: str | Path, role: str = "train", split: str | None = None):
     """The ``datasets.Dataset`` of ``hf:PATH[:SPLIT]`` (``split``, when given, as
     ``--split`` names it), of the split the module docstring says, and its name
@@ -137,7 +150,7 @@ def open_dataset(path: str | Path, role: str = "train", split: str | None = None
 
     Raises:
         DataError: naming the path: no dataset there, no such split (the dataset's listed),
-            the ``datasets`` package missing.
+            the ``datasets`` package missing, a file of the split that is not Parquet.
     """
     folder, named = parse_path(path)
     named = named or split
@@ -146,7 +159,13 @@ def open_dataset(path: str | Path, role: str = "train", split: str | None = None
                         "save_to_disk or a folder of Parquet files)")
     datasets = _datasets()
     if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():
-        loaded = datasets.load_from_disk(str(folder))
+        try:
+            loaded = datasets.load_from_disk(str(folder))
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+            # datasets reads the JSON files as it finds them: {} is a KeyError
+            raise DataError(f"{folder}: not a dataset that save_to_disk wrote (its state.json "
+                            "or dataset_info.json cannot be read: "
+                            f"{type(exc).__name__}: {clipped(str(exc))})") from None
         found = dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {
             str(loaded.split or "train"): loaded}
     else:
@@ -164,6 +183,8 @@ def open_dataset(path: str | Path, role: str = "train", split: str | None = None
         raise DataError(f"{folder}: {what}; its splits: {', '.join(found)} (name one: "
                         f"hf:{folder}:SPLIT)")
     if found[chosen] is None:  # Parquet: converted once to memory-mapped Arrow
+        for file in files[chosen]:
+            _check_parquet(file)
         found[chosen] = datasets.load_dataset("parquet", data_files={chosen: files[chosen]},
                                               split=chosen, cache_dir=cache_dir())
     return found[chosen], f"{PREFIX}{folder}:{chosen}"

@@ -63,7 +63,7 @@ from typing import Any
 
 from attnkit.data.formats import Format, register
 from attnkit.data.formats.reading import ROLES
-from attnkit.data.unusable import MAX_UNUSABLE, Unusable
+from attnkit.data.unusable import MAX_UNUSABLE, Unusable, listed_twice
 from attnkit.data.images import (
     CAPTIONS,
     QUESTIONS,
@@ -73,8 +73,9 @@ from attnkit.data.images import (
     read_caption_folder,
     read_question_folder,
 )
+from attnkit.checks import quoted
 from attnkit.data.paths import inside, not_found
-from attnkit.data.text import nfc, open_bytes, read_text
+from attnkit.data.text import json_value, nfc, open_bytes, read_text
 from attnkit.errors import DataError
 
 __all__ = ["KARPATHY_SPLITS", "read_captions", "read_coco", "read_karpathy", "read_questions",
@@ -116,7 +117,7 @@ def _json(path: Path, *keys: str) -> dict:
             the key it lacks.
     """
     try:
-        data = json.loads(read_text(path))
+        data = json_value(read_text(path), str(path))
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg} at column "
                         f"{exc.colno})") from None
@@ -204,9 +205,9 @@ def read_coco(path: str | Path, *, size: int, images: str | Path | None = None,
     data = _json(path, "images", *(("annotations",) if references else ()))
     subset = re.sub(r"^(captions|image_info)_", "", path.name.split(".")[0])
     found = _Images(_folder(path, images, subset), size, confine)
-    files = {entry["id"]: entry["file_name"] for entry in data["images"]
-             if isinstance(entry, dict) and isinstance(entry.get("file_name"), str)
-             and "id" in entry}
+    files = {entry["id"]: entry["file_name"] for entry in _once(
+        path, "images", "id", data["images"])
+             if isinstance(entry.get("file_name"), str)}
     unusable = Unusable(path, max_unusable=max_unusable, what="captions")
     captions: dict[Any, list[str]] = {} if references else {i: [] for i in files}
     for k, entry in enumerate(data.get("annotations") or []):
@@ -235,6 +236,24 @@ def read_coco(path: str | Path, *, size: int, images: str | Path | None = None,
     elif not out:
         raise DataError(f"{path}: no image to caption")
     return found.captioned(out)
+
+
+def _once(path: Path, name: str, key: str, entries: list) -> list[dict]:
+    """The objects of the list ``name`` of a JSON file that have ``key``.
+
+    Raises:
+        DataError: naming the file and both entries, for a ``key`` listed twice.
+    """
+    first: dict[Any, int] = {}
+    out = []
+    for k, entry in enumerate(entries):
+        if isinstance(entry, dict) and key in entry:
+            if entry[key] in first:
+                raise listed_twice(f"{path}: {name}[{k}]", f"{key} {quoted(entry[key])}",
+                                   f"{name}[{first[entry[key]]}]")
+            first[entry[key]] = k
+            out.append(entry)
+    return out
 
 
 def _splits(split: str | None, role: str) -> tuple[str, ...]:
@@ -352,13 +371,14 @@ def read_vqa2(path: str | Path, *, size: int, annotations: str | Path | None = N
     elif annotations is None:
         annotations = _annotations_file(path)
     answers = {}
-    for entry in _json(annotations, "annotations")["annotations"] if annotations else []:
-        if isinstance(entry, dict) and "question_id" in entry:
-            answers[entry["question_id"]] = _answer(entry)
+    listed = _json(annotations, "annotations")["annotations"] if annotations else []
+    for entry in _once(annotations, "annotations", "question_id", listed):
+        answers[entry["question_id"]] = _answer(entry)
     subset = data.get("data_subtype") if isinstance(data.get("data_subtype"), str) else None
     found = _Images(_folder(path, images, subset), size, confine)
     unusable = Unusable(path, max_unusable=max_unusable, what="questions")
     out = []
+    _once(path, "questions", "question_id", data["questions"])
     for k, entry in enumerate(data["questions"]):
         entry = entry if isinstance(entry, dict) else {}
         qid, image_id = entry.get("question_id"), entry.get("image_id")

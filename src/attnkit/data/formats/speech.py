@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,9 +47,10 @@ from attnkit.data.audio_files import MAX_SECONDS
 from attnkit.data.formats import Format, hf, register
 from attnkit.data.paths import inside
 from attnkit.data.speech import SpeechSet
-from attnkit.data.text import text_lines
-from attnkit.data.unusable import FIRST_FEW, MAX_UNUSABLE
+from attnkit.data.text import json_value, text_lines
+from attnkit.data.unusable import FIRST_FEW, MAX_UNUSABLE, listed_twice
 from attnkit.data.utterances import SPEECH_ALPHABET, SpeechCorpus, read_manifest
+from attnkit.checks import quoted
 from attnkit.errors import DataError
 
 __all__ = ["ANY", "SPEECH_FORMATS", "read_commonvoice", "read_hf_speech", "read_jsonl",
@@ -96,8 +98,7 @@ def _table(path: Path) -> dict[str, tuple[str, str]]:
     table: dict[str, tuple[str, str]] = {}
     for where, key, rest in _fields(path, text_lines(path)):
         if key in table:
-            raise DataError(f"{where}: {key!r} is listed twice (first at "
-                            f"{table[key][0].rsplit(':', 1)[1]}); expected one entry per id")
+            raise listed_twice(where, quoted(key), table[key][0].rsplit(':', 1)[1])
         table[key] = (where, rest)
     return table
 
@@ -257,8 +258,12 @@ def read_librispeech(path: str | Path, *, normalize: bool = False,
     files = sorted(folder.rglob("*.trans.txt"))
     if not files:
         raise DataError(f"{folder}: not a LibriSpeech folder (no *.trans.txt below it)")
+    first: dict[str, str] = {}  # utterance id -> where it was listed
     for trans in files:
         for where, utt, transcript in _fields(trans, text_lines(trans)):
+            if utt in first:
+                raise listed_twice(where, quoted(utt), first[utt])
+            first[utt] = where
             where = f"{where} ({utt})"
             try:
                 audio = inside(folder, str(trans.parent.relative_to(folder) / (utt + suffix)),
@@ -353,9 +358,12 @@ def read_jsonl(path: str | Path, *, normalize: bool = False,
             continue
         where = f"{path}:{n}"
         try:
-            entry = json.loads(line)
+            entry = json_value(line, where)
         except json.JSONDecodeError as exc:
             corpus.drop(f"{where}: not JSON ({exc.msg} at column {exc.colno})", "line")
+            continue
+        except DataError as exc:
+            corpus.drop(str(exc), "line")
             continue
         if not references and isinstance(entry, dict):
             entry.setdefault(text_key, "")
@@ -368,10 +376,13 @@ def read_jsonl(path: str | Path, *, normalize: bool = False,
             try:
                 start = float(entry[offset_key])
                 end = start + float(entry[duration_key])
-            except (KeyError, TypeError, ValueError):
-                corpus.drop(f"{where}: expected numbers under {offset_key!r} and "
-                            f"{duration_key!r} (seconds), got {entry.get(offset_key)!r} and "
-                            f"{entry.get(duration_key)!r}", "line")
+            except (KeyError, TypeError, ValueError, OverflowError):
+                start = end = math.nan
+            if not (math.isfinite(start) and math.isfinite(end) and start >= 0):
+                corpus.drop(f"{where}: expected finite numbers under {offset_key!r} and "
+                            f"{duration_key!r} (seconds) with {offset_key} >= 0, got "
+                            f"{quoted(entry.get(offset_key))} and "
+                            f"{quoted(entry.get(duration_key))}", "line")
                 continue
         try:
             audio = inside(path.parent, entry[audio_key], where, confine=confine)
@@ -476,6 +487,8 @@ def _entry_problem(entry, audio_key: str, text_key: str) -> str | None:
             return f"no {key!r} key (keys: {', '.join(map(str, entry))})"
         if not isinstance(entry[key], str):
             return f"expected a string under {key!r}, got {type(entry[key]).__name__}"
+    if "\x00" in entry[audio_key]:  # no file's name holds one
+        return f"a NUL character in {audio_key!r}"
     return None
 
 
