@@ -170,3 +170,91 @@ def key_bias_scales(module64, attention64, first: int):
         index = [p is attention64.k_proj.bias for p in module64.parameters()].index(True)
         return {first + index: dk[..., 0].numel() * float(dk.abs().max())}
     return scales
+
+
+def _absolute_terms(node):
+    """A hook making ``node``'s gradients the sum of its terms' absolute values: those of most
+    nodes are products of saved values (made absolute) and the incoming gradient, and need only
+    their sign dropped; sigmoid's ``g y (1 - y)`` and tanh's ``g (1 - y^2)`` subtract inside
+    the node (``1 - y`` loses all of ``y``'s relative precision when ``y`` saturates near 1),
+    so their terms are ``|g| y (1 + y)`` and ``|g| (1 + y^2)``."""
+    name = node.name()
+    if name.startswith(("SigmoidBackward", "TanhBackward")):
+        y = node._saved_result  # made absolute by the pack hook
+        local = y * (1 + y) if name.startswith("Sigmoid") else 1 + y * y
+
+        def hook(grad_inputs, grad_outputs):
+            return (grad_outputs[0].abs() * local,)
+        return hook
+    return lambda grad_inputs, grad_outputs: tuple(
+        None if g is None else g.abs() for g in grad_inputs)
+
+
+def backward_term_scales(fn, inputs, grads):
+    """The size of the terms of the gradients of ``fn(*inputs)`` (outputs weighted by
+    ``grads``), computed in float64: the gradients with every sum of the backward pass taken
+    over the absolute values of its terms, so none cancels. Each result bounds the gradient's
+    rounding error where the gradient itself may cancel to (near) zero: a sum of ``n`` terms is
+    within ``gamma(n) sum |term|`` of the exact sum, and each term's own error is relative to
+    the same absolute values one step further back (Higham 3.1, applied node by node).
+
+    Computed by autograd on ``fn``'s graph with every tensor saved for the backward replaced by
+    its absolute value (``saved_tensors_hooks``) and every node's output gradients made
+    absolute, from ``|grads|`` (:func:`_absolute_terms`): a node whose backward multiplies the
+    incoming gradient by saved values (linear maps, products, views, sums and differences)
+    then adds up its terms' absolute values, and sigmoid's and tanh's take their derivative's
+    terms. Not for other nodes whose backward subtracts inside the node (softmax,
+    log-softmax, normalisations): their own sums would still cancel.
+
+    The forward values saved carry their own errors, relative to their forward terms rather
+    than to themselves (the tanh of a gate sum that cancels): so judge a gradient normwise on
+    its largest term scale (``scales`` of :func:`assert_within_normwise`, with the forward
+    chain counted in ``operations`` with the backward's), where the errors of every saved
+    value are within the bound's share of that scale. ``inputs``: float64 tensors that
+    require grad, each given its term scales (a tensor of its shape) in the returned list."""
+    def pack(t):
+        return t.detach().abs() if t.is_floating_point() else t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        outputs = fn(*inputs)
+    outputs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+    handles, seen = [], set()
+    stack = [o.grad_fn for o in outputs if o.grad_fn is not None]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        handles.append(node.register_hook(_absolute_terms(node)))
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    try:
+        return list(torch.autograd.grad(outputs, inputs, [g.detach().abs() for g in grads],
+                                        allow_unused=True))
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def forward_term_scales(fn, inputs):
+    """The size of the terms of each output element of ``fn(*inputs)``, computed in float64:
+    ``|y_k| + sum_j s_kj |x_j|`` over every input element ``x_j``, with ``s_kj`` the
+    :func:`backward_term_scales` of ``y_k`` (its derivative with no sum cancelling). A rounding
+    anywhere in the forward pass, ``u`` times the value rounded, reaches ``y_k`` through these
+    derivatives; every value rounded is a sum of products of the inputs whose terms' sizes the
+    products ``s_kj |x_j|`` add up (each term at least once), and ``|y_k|`` covers the last
+    rounding and a bounded function's (sigmoid's, tanh's) own. Returns one tensor per output,
+    of its shape; ``inputs`` as for :func:`backward_term_scales` (small outputs only: one
+    backward pass per element)."""
+    outputs = fn(*inputs)
+    outputs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+    scales = []
+    for i, out in enumerate(outputs):
+        flat = torch.zeros(out.numel(), dtype=torch.float64)
+        for k in range(out.numel()):
+            grads = [torch.zeros_like(o) for o in outputs]
+            grads[i].view(-1)[k] = 1.0
+            terms = backward_term_scales(fn, inputs, grads)
+            flat[k] = sum(float((s * x.detach().abs()).sum())
+                          for s, x in zip(terms, inputs) if s is not None)
+        scales.append(out.detach().abs() + flat.view(out.shape))
+    return scales
