@@ -2,7 +2,7 @@
 speech, scenes with captions and questions), audio features and readers for the user's own
 files."""
 
-from attnkit.data.audio import (
+from attnkit.data.audio.features import (
     MelStream,
     feature_statistics,
     log_mel,
@@ -13,8 +13,8 @@ from attnkit.data.audio import (
     pad_features,
     resample,
 )
-from attnkit.data.audio_files import read_wav, write_wav
-from attnkit.data.images import (
+from attnkit.data.audio.files import read_wav, write_wav
+from attnkit.data.corpora.image_folders import (
     CaptionedImage,
     CaptionedImages,
     ImageFiles,
@@ -26,7 +26,7 @@ from attnkit.data.images import (
     write_caption_folder,
     write_question_folder,
 )
-from attnkit.data.lines import (
+from attnkit.data.worlds.lines import (
     ALPHABET,
     MAX_WIDTH,
     LineFolder,
@@ -40,8 +40,8 @@ from attnkit.data.lines import (
     write_line_folder,
 )
 from attnkit.data.paths import inside, regular_file
-from attnkit.data.scenes import Scene, captioned_images, generate_scenes, question_set
-from attnkit.data.speech import (
+from attnkit.data.worlds.scenes import Scene, captioned_images, generate_scenes, question_set
+from attnkit.data.worlds.speech import (
     FeaturesOnDisk,
     SpeechSet,
     Utterance,
@@ -50,12 +50,12 @@ from attnkit.data.speech import (
     utterance_audio,
     utterances_audio,
 )
-from attnkit.data.subword import SubwordVocab
-from attnkit.data.synthesis import synthesize
-from attnkit.data.text_tasks import DATE_LOCALES, NUMBER_LANGUAGES, generate_pairs
-from attnkit.data.tsv import MAX_CHARS, read_tsv
-from attnkit.data.utterances import read_manifest
-from attnkit.data.vocab import (
+from attnkit.data.vocab.subword import SubwordVocab
+from attnkit.data.worlds.synthesis import synthesize
+from attnkit.data.worlds.text_tasks import DATE_LOCALES, NUMBER_LANGUAGES, generate_pairs
+from attnkit.data.corpora.tsv import MAX_CHARS, read_tsv
+from attnkit.data.corpora.utterances import read_manifest
+from attnkit.data.vocab.vocabularies import (
     CharVocab,
     WordVocab,
     build_vocab,

@@ -185,7 +185,7 @@ class Evaluator(ABC):
         """The labelled examples in ``path``; a :class:`DataError` naming the file when it
         cannot be read as :attr:`data`. ``options``: for a task whose data comes in several
         corpus formats, the format (``format``) and its options
-        (:func:`attnkit.data.formats.reading.read_corpus`)."""
+        (:func:`attnkit.data.corpora.reading.read_corpus`)."""
 
     @abstractmethod
     def decode(self, inputs: Sequence, decoding: Decoding | None = None, *,

@@ -16,15 +16,15 @@ target says. The written form (``"4 0 7 2"``, ``"4072"``) is kept as :attr:`Utte
 The user's corpora follow their own conventions (LibriSpeech is upper case, Common Voice
 punctuated, with digits). A reader keeps a transcript as written (``transcripts="keep"``, the
 default of attnkit's own manifest) or normalises it (``"normalize"``, the default of every other
-format; :func:`attnkit.data.utterances.normalize_transcript`): Unicode NFC, case-folded, digits
-spelled out in English words, punctuation and symbols removed, apostrophes inside words kept. A
-transcript then left with characters outside the reader's alphabet (``a``-``z``, ``'`` and
-space by default, :data:`attnkit.data.utterances.SPEECH_ALPHABET`; ``--alphabet``) is not
+format; :func:`attnkit.data.corpora.utterances.normalize_transcript`): Unicode NFC, case-folded,
+digits spelled out in English words, punctuation and symbols removed, apostrophes inside words kept.
+A transcript then left with characters outside the reader's alphabet (``a``-``z``, ``'`` and
+space by default, :data:`attnkit.data.corpora.utterances.SPEECH_ALPHABET`; ``--alphabet``) is not
 mapped further: its utterance is dropped and counted, with the characters named
-(:class:`attnkit.data.utterances.SpeechCorpus`), so a corpus in another language is trained
+(:class:`attnkit.data.corpora.utterances.SpeechCorpus`), so a corpus in another language is trained
 with its own alphabet rather than losing its letters.
 
-Five engines speak (``engines``, :data:`ENGINES`; :mod:`attnkit.data.synthesis` says how
+Five engines speak (``engines``, :data:`ENGINES`; :mod:`attnkit.data.worlds.synthesis` says how
 each makes speech): ``espeak-ng`` (formant synthesis) with every English accent
 (:data:`ACCENTS`) and voice variant it ships (:func:`espeak_variants`), at a drawn speed, pitch,
 word gap and amplitude; ``festival`` (two diphone voices and one HTS voice) at a drawn duration
@@ -40,7 +40,7 @@ other engine that training never hears (``ked_diphone``, ``small_child``, ``en-G
 A :class:`SpeechSet` of built-in speech or of a corpus holds its features on disk
 (:class:`FeaturesOnDisk`: the cache's rows, or the audio files), each utterance's read when
 indexed, and a corpus's transcripts and paths packed
-(:class:`attnkit.data.utterances.PackedTexts`), so memory grows by a few dozen bytes per
+(:class:`attnkit.data.corpora.utterances.PackedTexts`), so memory grows by a few dozen bytes per
 utterance, not by its features. Features come out in float16 (:data:`FEATURE_DTYPE`), half of
 float32's memory for those a caller keeps (validation sets, ``attnkit eval``'s examples);
 :func:`attnkit.data.pad_features` makes each batch float32 again. float16 keeps 11 significant
@@ -75,7 +75,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from attnkit.data.audio import (
+from attnkit.data.audio.features import (
     N_MELS,
     SAMPLE_RATE,
     frame_count,
@@ -83,7 +83,7 @@ from attnkit.data.audio import (
     normalize_features,
     resample,
 )
-from attnkit.data.synthesis import (
+from attnkit.data.worlds.synthesis import (
     ACCENTS,
     ENGINES,
     ESPEAK_CONSONANTS,
@@ -134,7 +134,7 @@ class SplitSpeakers:
     """The espeak-ng voice variants (``""`` = the accent's own voice; ``None``: every variant
     not held out), festival, gnuspeech, pico and accented voices and speed bands of one split;
     with ``gnuspeech_tract`` each gnuspeech utterance has a speaker of its own, its voice's
-    settings drawn anew (:func:`attnkit.data.synthesis.gnuspeech_tract`)."""
+    settings drawn anew (:func:`attnkit.data.worlds.synthesis.gnuspeech_tract`)."""
 
     variants: tuple[str, ...] | None
     festival: tuple[str, ...]
@@ -180,7 +180,7 @@ class Utterance:
     in 10 ms units and ``amplitude`` its loudness, 100 its default (the others: 0 and 100);
     ``noise_snr_db`` the signal-to-noise ratio of added white noise (``None``: clean), drawn
     with ``noise_seed``; ``tract`` gnuspeech's settings that replace the voice's own, as
-    ``(name, value)`` pairs (:func:`attnkit.data.synthesis.gnuspeech_tract`); ``consonants``
+    ``(name, value)`` pairs (:func:`attnkit.data.worlds.synthesis.gnuspeech_tract`); ``consonants``
     espeak-ng's unvoiced consonants' loudness in percent (``None``: the voice's own).
     """
 
@@ -306,7 +306,7 @@ class SpeechSet:
 
 @functools.cache
 def _words() -> tuple[str, ...]:
-    text = resources.files("attnkit.data").joinpath("spoken_words_en.txt").read_text("utf-8")
+    text = resources.files("attnkit.data.worlds").joinpath("spoken_words_en.txt").read_text("utf-8")
     return tuple(text.split())
 
 
@@ -333,7 +333,7 @@ def _content(kind: str, rng: random.Random) -> tuple[str, str]:
 
 def training_variants() -> tuple[str, ...]:
     """The espeak-ng voice variants training speaks with: every one this machine's espeak-ng
-    ships (:func:`attnkit.data.synthesis.espeak_variants`) but :data:`HELD_OUT_VARIANTS`."""
+    ships (:func:`attnkit.data.worlds.synthesis.espeak_variants`) but :data:`HELD_OUT_VARIANTS`."""
     held = {v for variants in HELD_OUT_VARIANTS.values() for v in variants}
     return tuple(v for v in espeak_variants() if v not in held)
 

@@ -16,7 +16,7 @@ lightly rotated, blurred, noised and given a random paper and ink shade. Example
 ``split`` draws everything from its own seed, derived from ``(seed, split, index)``, so the same
 arguments give the same text and image on the same machine (pixels may differ across
 Pillow/FreeType versions and with the fonts installed). A text, and a sentence, belongs to one
-split only, chosen by a hash of it (as in :mod:`attnkit.data.text_tasks`), so splits never
+split only, chosen by a hash of it (as in :mod:`attnkit.data.worlds.text_tasks`), so splits never
 share a text.
 
 **Fonts** are found at run time: matplotlib's DejaVu fonts (always there) and every TrueType
@@ -39,8 +39,8 @@ them (``fonts="families"`` or ``"faces"``, or a list of files).
 reuse them as a cache (:func:`iter_lines` renders them one at a time, so a large cache is written
 without holding its images).
 
-Labels go through :class:`~attnkit.data.vocab.CharVocab`; for CTC its ``<pad>`` id 0 serves as
-the blank:
+Labels go through :class:`~attnkit.data.vocab.vocabularies.CharVocab`; for CTC its ``<pad>`` id 0
+serves as the blank:
 
     >>> from attnkit.data import CharVocab
     >>> vocab = CharVocab(ALPHABET)
@@ -60,11 +60,11 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
-from attnkit.data.images import image_header, read_pixels
+from attnkit.data.corpora.image_folders import image_header, read_pixels
 from attnkit.data.paths import inside, not_found
-from attnkit.data.text_tasks import SPLITS, split_of
-from attnkit.data.tsv import read_tsv_rows
-from attnkit.data.unusable import Unusable
+from attnkit.data.worlds.text_tasks import SPLITS, split_of
+from attnkit.data.corpora.tsv import read_tsv_rows
+from attnkit.data.corpora.unusable import Unusable
 from attnkit.errors import DataError
 
 __all__ = [
@@ -416,7 +416,7 @@ def load_line_image(path: str | Path, *, max_width: int | None = MAX_WIDTH) -> t
 def line_width(path: str | Path, *, max_width: int | None = MAX_WIDTH) -> int:
     """The width at height 32 of the line image ``path`` (as :func:`load_line_image` gives
     it), from the file's header alone: checked as :func:`load_line_image` checks it before
-    decoding (:func:`attnkit.data.images.image_header`), its pixels not read.
+    decoding (:func:`attnkit.data.corpora.image_folders.image_header`), its pixels not read.
 
     Raises:
         DataError: naming the file, as :func:`load_line_image` before decoding.
@@ -502,7 +502,7 @@ def read_line_folder(
     ``alphabet``, labels using other characters raise one :class:`DataError` that lists those
     characters and the lines they are on. With ``max_unusable`` (a share), a bad line and a
     line whose image is missing or unreadable are dropped and counted instead, up to that
-    share (:mod:`attnkit.data.unusable`).
+    share (:mod:`attnkit.data.corpora.unusable`).
 
     Shape:
         each image is a uint8 tensor ``(32, W)``.

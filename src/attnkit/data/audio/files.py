@@ -5,7 +5,7 @@ WAV files are read from their chunk headers (any chunk layout, streamed sizes, 8
 and float), the length checked from the header before any sample is decoded. Several channels
 are averaged to one; NaN and infinite samples are refused. :func:`audio_info` reads only a
 file's header; :func:`read_audio` decodes a file, or only the part of it an utterance covers
-(a Kaldi ``segments`` entry). :mod:`attnkit.data.audio` turns the samples into features.
+(a Kaldi ``segments`` entry). :mod:`attnkit.data.audio.features` turns the samples into features.
 """
 
 from __future__ import annotations
