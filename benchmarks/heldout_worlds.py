@@ -44,7 +44,8 @@ import torch
 from attnkit.data import write_line_folder, write_wav
 from attnkit.data.augment.augmentation import example_rng
 from attnkit.data.augment.line_augment import LineAugment, Scale
-from attnkit.data.worlds.lines import HELD_OUT_FAMILIES, available_fonts, font_family, generate_lines
+from attnkit.data.worlds.lines import (HELD_OUT_FAMILIES, available_fonts, font_family,
+                                        generate_lines)
 from attnkit.data.audio.features import SAMPLE_RATE
 from attnkit.data.worlds.speech import plan_utterances, utterances_audio
 from attnkit.data.worlds.synthesis import (

@@ -26,24 +26,25 @@ from attnkit.data.corpora.image_folders import (
     write_caption_folder,
     write_question_folder,
 )
-from attnkit.data.worlds.lines import (
-    ALPHABET,
+from attnkit.data.corpora.line_folders import (
     MAX_WIDTH,
     LineFolder,
-    available_fonts,
-    generate_lines,
-    iter_lines,
     load_line_image,
     pad_images,
     read_line_folder,
-    render_line,
     write_line_folder,
+)
+from attnkit.data.worlds.lines import (
+    ALPHABET,
+    available_fonts,
+    generate_lines,
+    iter_lines,
+    render_line,
 )
 from attnkit.data.paths import inside, regular_file
 from attnkit.data.worlds.scenes import Scene, captioned_images, generate_scenes, question_set
+from attnkit.data.corpora.speech_sets import FeaturesOnDisk, SpeechSet
 from attnkit.data.worlds.speech import (
-    FeaturesOnDisk,
-    SpeechSet,
     Utterance,
     plan_utterances,
     speech_dataset,

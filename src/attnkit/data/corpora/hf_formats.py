@@ -60,8 +60,9 @@ import torch
 from attnkit.data.corpora.format_registry import Format, register
 from attnkit.data.corpora.format_registry import ROLES
 from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable
-from attnkit.data.corpora.image_folders import CaptionedImages, ImageFiles, ImageQuestion, load_image
-from attnkit.data.worlds.lines import MAX_WIDTH, LineFolder, line_width, load_line_image
+from attnkit.data.corpora.image_folders import (CaptionedImages, ImageFiles, ImageQuestion,
+                                                load_image)
+from attnkit.data.corpora.line_folders import MAX_WIDTH, LineFolder, line_width, load_line_image
 from attnkit.data.corpora.text_pairs import TextPairs
 from attnkit.data.paths import inside
 from attnkit.data.corpora.text_files import nfc

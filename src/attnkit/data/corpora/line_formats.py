@@ -15,8 +15,8 @@ needs it (:func:`~attnkit.data.load_line_image`: 8- or 16-bit grey, RGB, RGBA, p
 height, scaled to 32 px). ``labels`` decodes every image once when the corpus is read, to
 check it; ``gt-txt``, made for large corpora, reads each image's header only (its width, a
 decompression bomb or a width past ``max_width`` refused;
-:func:`~attnkit.data.worlds.lines.line_width`), so training starts after a pass over the headers,
-and an image whose pixels cannot be decoded stops training when its batch is read, naming
+:func:`~attnkit.data.corpora.line_folders.line_width`), so training starts after a pass over the
+headers, and an image whose pixels cannot be decoded stops training when its batch is read, naming
 the file.
 
 **gt-txt**: an image is a ``.png``, ``.jpg``, ``.jpeg``, ``.tif``, ``.tiff``, ``.bmp`` or
@@ -41,7 +41,7 @@ from pathlib import Path
 
 from attnkit.data.corpora.format_registry import Format, register
 from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable
-from attnkit.data.worlds.lines import MAX_WIDTH, LineFolder, line_width, read_line_folder
+from attnkit.data.corpora.line_folders import MAX_WIDTH, LineFolder, line_width, read_line_folder
 from attnkit.data.paths import inside
 from attnkit.data.corpora.text_files import read_text
 from attnkit.errors import DataError

@@ -46,7 +46,7 @@ from attnkit.data.audio.files import MAX_SECONDS
 from attnkit.data.corpora import hf_formats as hf
 from attnkit.data.corpora.format_registry import Format, register
 from attnkit.data.paths import inside
-from attnkit.data.worlds.speech import SpeechSet
+from attnkit.data.corpora.speech_sets import SpeechSet
 from attnkit.data.corpora.text_files import text_lines
 from attnkit.data.corpora.unusable import FIRST_FEW, MAX_UNUSABLE
 from attnkit.data.corpora.utterances import SPEECH_ALPHABET, SpeechCorpus, read_manifest

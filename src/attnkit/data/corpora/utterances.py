@@ -1,5 +1,6 @@
 """The user's utterances: audio files and their transcripts, gathered a line at a time into a
-:class:`~attnkit.data.worlds.speech.SpeechSet` whose features are read when a batch needs them.
+:class:`~attnkit.data.corpora.speech_sets.SpeechSet` whose features are read when a batch needs
+them.
 
 :class:`SpeechCorpus` is what every corpus reader (attnkit's manifest, :func:`read_manifest`,
 and the formats of :mod:`attnkit.data.corpora.speech_formats`) feeds: each utterance checked from
@@ -33,7 +34,7 @@ import torch
 from attnkit.data.audio.features import SAMPLE_RATE, log_mel, n_frames, resample
 from attnkit.data.audio.files import MAX_SECONDS, audio_info, read_audio, span
 from attnkit.data.paths import inside
-from attnkit.data.worlds.speech import FeaturesOnDisk, SpeechSet, spoken_number
+from attnkit.data.corpora.speech_sets import FeaturesOnDisk, SpeechSet, spoken_number
 from attnkit.data.corpora.text_files import text_lines
 from attnkit.data.corpora.tsv import HEADER_WORDS, MAX_CHARS
 from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable
@@ -322,9 +323,9 @@ def read_manifest(path: str | Path, *, normalize: bool = False,
     decompressed, a byte-order mark and CRLF line ends taken); blank lines are skipped, and a
     first line of column names (``wav<TAB>transcript``) with a warning. Each audio file's
     header is read and checked here; its features are computed when indexed
-    (:class:`~attnkit.data.worlds.speech.FeaturesOnDisk`), in float32, and come out in
-    :data:`~attnkit.data.worlds.speech.FEATURE_DTYPE`. Unusable lines and files are dropped and
-    counted, up to ``max_unusable`` (:class:`SpeechCorpus`).
+    (:class:`~attnkit.data.corpora.speech_sets.FeaturesOnDisk`), in float32, and come out in
+    :data:`~attnkit.data.corpora.speech_sets.FEATURE_DTYPE`. Unusable lines and files are dropped
+    and counted, up to ``max_unusable`` (:class:`SpeechCorpus`).
 
     Raises:
         DataError: naming the manifest and the first lines or audio files that are missing or

@@ -37,21 +37,12 @@ other engine that training never hears (``ked_diphone``, ``small_child``, ``en-G
 ``czech_ph``) and their own speed band. Each example is drawn from a generator seeded by
 ``(seed, split, index)``. Features are cached on disk, keyed by a hash of the settings.
 
-A :class:`SpeechSet` of built-in speech or of a corpus holds its features on disk
-(:class:`FeaturesOnDisk`: the cache's rows, or the audio files), each utterance's read when
-indexed, and a corpus's transcripts and paths packed
-(:class:`attnkit.data.corpora.utterances.PackedTexts`), so memory grows by a few dozen bytes per
-utterance, not by its features. Features come out in float16 (:data:`FEATURE_DTYPE`), half of
-float32's memory for those a caller keeps (validation sets, ``attnkit eval``'s examples);
-:func:`attnkit.data.pad_features` makes each batch float32 again. float16 keeps 11 significant
-bits: a relative rounding error of at most ``2**-11`` per value, far below the features' own
-variation (``tests/data/test_speech.py`` bounds its effect on a model).
+Built-in speech is a :class:`~attnkit.data.corpora.speech_sets.SpeechSet`, as a corpus is, its
+features kept on disk in the cache (:mod:`attnkit.data.corpora.speech_sets` says how).
 """
 
 from __future__ import annotations
 
-import abc
-import copy
 import dataclasses
 import functools
 import hashlib
@@ -59,7 +50,6 @@ import json
 import logging
 import os
 import random
-import re
 import shutil
 import subprocess
 import tempfile
@@ -80,9 +70,9 @@ from attnkit.data.audio.features import (
     SAMPLE_RATE,
     frame_count,
     log_mel,
-    normalize_features,
     resample,
 )
+from attnkit.data.corpora.speech_sets import FeaturesOnDisk, SpeechSet, spoken_number
 from attnkit.data.worlds.synthesis import (
     ACCENTS,
     ENGINES,
@@ -102,15 +92,11 @@ from attnkit.data.worlds.synthesis import (
 from attnkit.errors import DataError
 
 __all__ = [
-    "FEATURE_DTYPE",
     "HELD_OUT_VARIANTS",
     "KINDS",
     "SPLITS",
-    "FeaturesOnDisk",
-    "SpeechSet",
     "Utterance",
     "plan_utterances",
-    "spoken_number",
     "speech_dataset",
     "training_variants",
     "utterance_audio",
@@ -160,7 +146,6 @@ PITCHES = range(20, 81)  # espeak-ng's -p, 0-99 with 50 the voice's default
 GAPS = range(0, 6)  # espeak-ng's -g: pause between words, in units of 10 ms
 AMPLITUDES = range(60, 181)  # espeak-ng's -a, 100 its default
 SYNTH_CHUNK = 64  # utterances synthesised by one task of the cache's worker pool
-FEATURE_DTYPE = torch.float16  # how a SpeechSet keeps its features in memory
 AUDIO_FILE = "audio.safetensors"  # a cache's samples, beside its features, when asked for
 PCM_SCALE = 32768.0  # the cache keeps samples as 16-bit PCM: int16 / 32768 in [-1, 1)
 CACHE_VERSION = 3  # bump when a change here or in audio.py changes the cached features
@@ -199,58 +184,6 @@ class Utterance:
     consonants: int | None = None
 
 
-class FeaturesOnDisk(Sequence, abc.ABC):
-    """Log-mel features read from disk when indexed: ``features[i]`` is ``(T_i, 80)``
-    (:data:`FEATURE_DTYPE`, normalised per utterance with ``normalize``), and
-    ``frames[i] = T_i`` is known without reading it.
-
-    Memory holds one small record per utterance, not its features, so a training set may be
-    larger than memory; a training batch reads its own utterances (in the DataLoader's worker
-    processes with ``--workers-data``). A slice is the same kind of sequence over those
-    utterances. A subclass writes :meth:`read`, the raw float32 features of one record, and
-    where it keeps the utterances' audio, :meth:`read_samples` (which :meth:`samples` reads:
-    what augmentation of the audio needs).
-    """
-
-    has_samples = False  # whether samples(i) can read the utterances' audio
-
-    def __init__(self, records: Sequence, frames: Sequence[int], *, normalize: bool):
-        self.records, self.frames, self.normalize = records, frames, normalize
-
-    @abc.abstractmethod
-    def read(self, record) -> torch.Tensor:
-        """The raw features ``(T, 80)`` float32 of one record."""
-
-    def read_samples(self, record) -> torch.Tensor:
-        """The audio ``(N,)`` float32 at 16 kHz of one record (a subclass whose
-        :attr:`has_samples` is True writes it)."""
-        raise TypeError(f"{type(self).__name__}: keeps features only, not the audio "
-                        "(has_samples is False)")
-
-    def samples(self, i: int) -> torch.Tensor:
-        """The audio ``(N,)`` float32 at 16 kHz of utterance ``i``, read from disk: the samples
-        its raw features are the log-mels of.
-
-        Raises:
-            ValueError: this set keeps features only (:attr:`has_samples` is False).
-        """
-        if not self.has_samples:
-            raise ValueError(f"samples: this {type(self).__name__.lstrip('_')} keeps features "
-                             "only, not the utterances' audio")
-        return self.read_samples(self.records[i])
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            part = copy.copy(self)
-            part.records, part.frames = self.records[i], self.frames[i]
-            return part
-        features = self.read(self.records[i])
-        return (normalize_features(features) if self.normalize else features).to(FEATURE_DTYPE)
-
-
 class _CachedFeatures(FeaturesOnDisk):
     """Utterances of a built-in cache: records are their ``(first, last + 1)`` rows in
     ``features.safetensors``, read through safetensors' memory map (the file mapped only while
@@ -277,45 +210,10 @@ class _CachedFeatures(FeaturesOnDisk):
             return f.get_slice("samples")[start:stop].float() / PCM_SCALE
 
 
-@dataclass(frozen=True)
-class SpeechSet:
-    """Features and transcripts: ``features[i]`` is ``(T_i, 80)`` float16
-    (:data:`FEATURE_DTYPE`; a list, or :class:`FeaturesOnDisk` read when indexed), its
-    transcript ``transcripts[i]``, and ``origins[i]`` says where it came from (the voice and
-    settings, or the WAV path). Batch with :func:`attnkit.data.pad_features`."""
-
-    features: Sequence[torch.Tensor]
-    transcripts: Sequence[str]
-    origins: Sequence[str]
-
-    def __len__(self) -> int:
-        return len(self.features)
-
-    @property
-    def frames(self) -> list[int]:
-        """``T_i`` of every utterance (features on disk are not read for it)."""
-        if isinstance(self.features, FeaturesOnDisk):
-            frames = self.features.frames
-            return frames.tolist() if isinstance(frames, np.ndarray) else list(frames)
-        return [f.shape[0] for f in self.features]
-
-    def head(self, n: int) -> SpeechSet:
-        """The first ``n`` utterances."""
-        return SpeechSet(self.features[:n], self.transcripts[:n], self.origins[:n])
-
-
 @functools.cache
 def _words() -> tuple[str, ...]:
     text = resources.files("attnkit.data.worlds").joinpath("spoken_words_en.txt").read_text("utf-8")
     return tuple(text.split())
-
-
-def spoken_number(value: int) -> str:
-    """``value`` in English words as the built-in transcripts write it (num2words' British
-    English, hyphens and commas turned into spaces): ``"four thousand and seventy two"``."""
-    from num2words import num2words
-
-    return re.sub(r"[-,\s]+", " ", num2words(value, lang="en")).strip()
 
 
 def _content(kind: str, rng: random.Random) -> tuple[str, str]:
@@ -482,7 +380,7 @@ def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
     The cache holds raw float32 log-mels, read one utterance at a time when indexed
     (:class:`FeaturesOnDisk`); ``normalize`` (zero mean, unit variance per mel bin over each
     utterance) is applied in float32 then, and the features come out in
-    :data:`FEATURE_DTYPE`.
+    :data:`~attnkit.data.corpora.speech_sets.FEATURE_DTYPE`.
 
     With ``audio`` the set keeps the utterances' 16 kHz samples as well (16-bit PCM,
     ``audio.safetensors`` in the same folder, written the first time they are asked for, by
