@@ -52,7 +52,7 @@ from attnkit.decoding import Decoding, Hypotheses, decode_batches, stream_feed, 
 from attnkit.models import LAS, build_model, guided_attention_loss
 from attnkit.models.las import HALVINGS, MIN_FRAMES
 from attnkit.diagnose.plots import plot_alignment
-from attnkit.tasks import metrics as scores
+import attnkit.tasks.metrics as scores
 from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import (Evaluator, Example, Output, pictures, scores_of, texts_of,
                                      tokens_of)

@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 from attnkit.checks import quoted
 from attnkit.decoding import Decoding, Hypotheses
 from attnkit.errors import DataError
-from attnkit.tasks import metrics as scores
+import attnkit.tasks.metrics as scores
 from attnkit.tasks.metrics import Reference
 
 __all__ = ["EVALUATORS", "TASK_BEAM", "Evaluation", "Evaluator", "Example", "LazyExamples",

@@ -30,7 +30,7 @@ from attnkit.data.corpora.reading import read_corpus
 from attnkit.decoding import Decoding, ctc_greedy, decode
 from attnkit.models import CRNN, build_model, guided_attention_loss
 from attnkit.diagnose.plots import plot_alignment
-from attnkit.tasks import metrics as scores
+import attnkit.tasks.metrics as scores
 from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import (Evaluator, Example, Output, pictures, scores_of, texts_of,
                                      tokens_of)

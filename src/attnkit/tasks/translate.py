@@ -25,7 +25,7 @@ from attnkit.data.corpora.text_pairs import TextPairs
 from attnkit.decoding import MAX_OUTPUT_TOKENS, Decoding, Hypotheses, decode_batches
 from attnkit.models import Seq2Seq, Transformer, build_model
 from attnkit.diagnose.plots import plot_attention
-from attnkit.tasks import metrics as scores
+import attnkit.tasks.metrics as scores
 from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import (Evaluator, Example, Output, pictures, scores_of, texts_of,
                                      tokens_of)

@@ -90,7 +90,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from attnkit.checks import quoted
 from attnkit.folders import remove_folder, remove_leftovers
-from attnkit.train import distributed
+import attnkit.train.distributed as distributed
 from attnkit.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from attnkit.train.device import PRECISIONS, autocast, check_precision, to_device
 from attnkit.train.events import Events
