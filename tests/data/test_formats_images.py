@@ -13,9 +13,9 @@ from PIL import Image
 
 from attnkit.cli.main import main
 from attnkit.data import DataError, generate_scenes
-from attnkit.data.formats import choose_format
-from attnkit.data.formats.images import read_coco, read_karpathy, read_vqa2
-from attnkit.data.formats.reading import read_corpus
+from attnkit.data.corpora.reading import choose_format
+from attnkit.data.corpora.image_formats import read_coco, read_karpathy, read_vqa2
+from attnkit.data.corpora.reading import read_corpus
 from tests.cli.conftest import IMAGE_TINY
 
 SIZE = 32

@@ -19,8 +19,8 @@ from attnkit.cli.decoder_options import (
     joint_decoding,
 )
 from attnkit.data import SpeechSet, load_vocab
-from attnkit.data.audio_files import MAX_SECONDS
-from attnkit.data.speech import ENGINES, ESPEAK_CONSONANTS, KINDS, speech_dataset
+from attnkit.data.audio.files import MAX_SECONDS
+from attnkit.data.worlds.speech import ENGINES, ESPEAK_CONSONANTS, KINDS, speech_dataset
 from attnkit.decoding import Decoding
 from attnkit.models.las import LISTENERS, MIN_FRAMES
 from attnkit.tasks.asr import (

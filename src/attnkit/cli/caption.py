@@ -9,7 +9,7 @@ import torch
 
 from attnkit.cli import common, corpus, images, jsonlines
 from attnkit.data import WordVocab, load_image
-from attnkit.data.images import CAPTIONS
+from attnkit.data.corpora.image_folders import CAPTIONS
 from attnkit.tasks.caption import CaptionTask, caption_images, plot_captions
 from attnkit.tasks import loading
 

@@ -1,10 +1,10 @@
-"""``--format`` and the options of the corpus formats (:mod:`attnkit.data.formats`), for
+"""``--format`` and the options of the corpus formats (:mod:`attnkit.data.corpora`), for
 ``attnkit train TASK --train/--valid``, ``attnkit eval --data`` and the ``--corpus`` of the
 inference verbs (``transcribe``, ``read``, ``caption``, ``translate``, ``ask``: the corpus's
 inputs decoded, its references ignored).
 
 The format of each path is the one named, or the one detected from the path (logged). The
-options of one format are refused with another (:func:`attnkit.data.formats.reading.read_corpus`).
+options of one format are refused with another (:func:`attnkit.data.corpora.reading.read_corpus`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import argparse
 from pathlib import Path
 
 from attnkit.cli import common
-from attnkit.data.formats import formats_of
+from attnkit.data.corpora.reading import formats_of
 from attnkit.errors import DataError
-from attnkit.data.formats.reading import read_corpus
-from attnkit.data.unusable import MAX_UNUSABLE
-from attnkit.data.utterances import TRANSCRIPTS
+from attnkit.data.corpora.reading import read_corpus
+from attnkit.data.corpora.unusable import MAX_UNUSABLE
+from attnkit.data.corpora.utterances import TRANSCRIPTS
 
 __all__ = ["OPTIONS", "add_corpus_input_args", "add_format_args", "corpus_inputs",
            "format_options", "named", "read_data"]
@@ -87,7 +87,7 @@ def add_format_args(p, task: str | None, *, reads: str = "--train/--valid (eval:
 
 def format_options(args: argparse.Namespace, paths: Path | list[Path], role: str,
                    ) -> tuple[Path, dict]:
-    """The path to read and the options of :func:`attnkit.data.formats.reading.read_corpus`
+    """The path to read and the options of :func:`attnkit.data.corpora.reading.read_corpus`
     (``format`` among them) for ``paths`` (one path, or the two files of a Moses corpus),
     from the parsed ``args``: those given, and ``role``.
 

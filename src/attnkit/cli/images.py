@@ -9,7 +9,7 @@ from pathlib import Path
 from attnkit.cli import common
 from attnkit.cli.corpus import add_format_args, read_data
 from attnkit.data import Scene, generate_scenes
-from attnkit.data.scenes import MAX_OBJECTS
+from attnkit.data.worlds.scenes import MAX_OBJECTS
 
 log = logging.getLogger("attnkit")
 

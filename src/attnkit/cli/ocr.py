@@ -33,7 +33,7 @@ from attnkit.data import (
     read_line_folder,
     write_line_folder,
 )
-from attnkit.data.formats.lines import LABELS
+from attnkit.data.corpora.line_formats import LABELS
 from attnkit.tasks.ocr import OcrTask, plot_line, read_lines
 from attnkit.tasks import loading
 

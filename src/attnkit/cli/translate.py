@@ -11,7 +11,7 @@ import torch
 from attnkit.cli import common, corpus, jsonlines
 from attnkit.cli.corpus import add_format_args, named, read_data
 from attnkit.data import MAX_CHARS, generate_pairs, load_vocab
-from attnkit.data.text import text_lines
+from attnkit.data.corpora.text_files import text_lines
 from attnkit.tasks.translate import TranslateTask, plot_translation, translate_texts
 from attnkit.tasks import loading
 
@@ -232,5 +232,5 @@ def run_translate(args) -> int:
 
 
 def _lines(path: Path) -> list[str]:
-    """The lines of a text file, as :mod:`attnkit.data.text` reads them."""
+    """The lines of a text file, as :mod:`attnkit.data.corpora.text_files` reads them."""
     return [text for _, text in text_lines(path)]

@@ -11,8 +11,8 @@ import torch
 from attnkit.cli import common, corpus, images, jsonlines
 from attnkit.data import WordVocab, question_set
 from attnkit.decoding import Decoding
-from attnkit.data.images import QUESTIONS, load_image
-from attnkit.data.scenes import ANSWERS
+from attnkit.data.corpora.image_folders import QUESTIONS, load_image
+from attnkit.data.worlds.scenes import ANSWERS
 from attnkit.models.vqa import KINDS
 from attnkit.tasks.vqa import VqaTask, answer_questions, plot_answers
 from attnkit.tasks import loading

@@ -2,9 +2,9 @@
 server's limits.
 
 :mod:`attnkit.serve.app` (``create_app``: the endpoints, their checks and errors),
-:mod:`attnkit.serve.batching` (``Batcher``: dynamic batching), :mod:`attnkit.serve.options`
+:mod:`attnkit.serve.dynamic_batching` (``Batcher``: dynamic batching), :mod:`attnkit.serve.options`
 (the decoding options a request may give), :mod:`attnkit.serve.limits` (``Limits``),
-:mod:`attnkit.serve.metrics` (``/metrics``) and :mod:`attnkit.serve.server`
+:mod:`attnkit.serve.prometheus` (``/metrics``) and :mod:`attnkit.serve.server`
 (``run_server``, ``serve_checkpoint``: uvicorn). Only :class:`Limits` is imported with the
 package; the others load FastAPI and uvicorn (the ``serve`` extra) when first named.
 """

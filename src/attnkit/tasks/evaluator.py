@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 from attnkit.checks import quoted
 from attnkit.decoding import Decoding, Hypotheses
 from attnkit.errors import DataError
-from attnkit.tasks import metrics as scores
+import attnkit.tasks.metrics as scores
 from attnkit.tasks.metrics import Reference
 
 __all__ = ["EVALUATORS", "TASK_BEAM", "Evaluation", "Evaluator", "Example", "LazyExamples",
@@ -185,7 +185,7 @@ class Evaluator(ABC):
         """The labelled examples in ``path``; a :class:`DataError` naming the file when it
         cannot be read as :attr:`data`. ``options``: for a task whose data comes in several
         corpus formats, the format (``format``) and its options
-        (:func:`attnkit.data.formats.reading.read_corpus`)."""
+        (:func:`attnkit.data.corpora.reading.read_corpus`)."""
 
     @abstractmethod
     def decode(self, inputs: Sequence, decoding: Decoding | None = None, *,

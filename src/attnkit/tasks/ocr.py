@@ -24,13 +24,13 @@ from attnkit.data import (
     pad_batch,
     pad_images,
 )
-from attnkit.data.augment import example_rng
-from attnkit.data.augment_lines import LineAugment, background
-from attnkit.data.formats.reading import read_corpus
+from attnkit.data.augment.augmentation import example_rng
+from attnkit.data.augment.line_augment import LineAugment, background
+from attnkit.data.corpora.reading import read_corpus
 from attnkit.decoding import Decoding, ctc_greedy, decode
 from attnkit.models import CRNN, build_model, guided_attention_loss
 from attnkit.diagnose.plots import plot_alignment
-from attnkit.tasks import metrics as scores
+import attnkit.tasks.metrics as scores
 from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import (Evaluator, Example, Output, pictures, scores_of, texts_of,
                                      tokens_of)
@@ -230,10 +230,10 @@ class OcrTask:
             (SortaGrad, Amodei et al. 2016: the model learns to read, and the attention head to
             align, on short lines before long ones); 0: every epoch shuffled.
         max_valid: validation lines read at each evaluation.
-        augment: line augmentations (:mod:`attnkit.data.augment_lines`) applied to each
+        augment: line augmentations (:mod:`attnkit.data.augment.line_augment`) applied to each
             training line as its batch is built, drawn from
-            :func:`attnkit.data.augment.example_rng` ``(seed, epoch, index)`` (so a resumed
-            run sees the same lines); never to validation lines. A line that augmentation
+            :func:`attnkit.data.augment.augmentation.example_rng` ``(seed, epoch, index)`` (so a
+            resumed run sees the same lines); never to validation lines. A line that augmentation
             leaves narrower than its characters need (``W // 2`` CTC steps) is padded on the
             right with its background. None or empty: none.
     """
@@ -373,8 +373,8 @@ class OcrEvaluator(Evaluator, task="ocr"):
         self.chars = CharVocab.from_json(vocab)
 
     def read(self, path, **options) -> list[Example]:
-        """The lines of ``path`` in any OCR corpus format (:mod:`attnkit.data.formats.lines`),
-        each image file its origin."""
+        """The lines of ``path`` in any OCR corpus format
+        (:mod:`attnkit.data.corpora.line_formats`), each image file its origin."""
         lines = read_corpus("ocr", path, **{"role": "test", **options})
         return [Example(image, text, str(lines.path(i))) for i, (image, text) in enumerate(lines)]
 

@@ -20,12 +20,12 @@ import torch.nn.functional as F
 
 from attnkit.checks import check_positive_int, quoted
 from attnkit.data import MAX_CHARS, CharVocab, SubwordVocab, build_vocab, load_vocab, pad_batch
-from attnkit.data.formats.reading import read_corpus
-from attnkit.data.pairs import TextPairs
+from attnkit.data.corpora.reading import read_corpus
+from attnkit.data.corpora.text_pairs import TextPairs
 from attnkit.decoding import MAX_OUTPUT_TOKENS, Decoding, Hypotheses, decode_batches
 from attnkit.models import Seq2Seq, Transformer, build_model
 from attnkit.diagnose.plots import plot_attention
-from attnkit.tasks import metrics as scores
+import attnkit.tasks.metrics as scores
 from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import (Evaluator, Example, Output, pictures, scores_of, texts_of,
                                      tokens_of)
@@ -112,8 +112,8 @@ class TranslateTask:
 
     Args:
         train, valid: sequences of (source, target): lists, or a
-            :class:`attnkit.data.pairs.TextPairs` as the corpus formats read (kept on disk,
-            each batch reading its own pairs).
+            :class:`attnkit.data.corpora.text_pairs.TextPairs` as the corpus formats read (kept on
+            disk, each batch reading its own pairs).
         model_config: the model's registry config: ``name`` ``"seq2seq"`` (the default) or
             ``"transformer"``, and its arguments; the vocabulary sizes are set from the data.
         batch_size: sentences per batch (batches group similar lengths).
@@ -226,7 +226,7 @@ class TranslateEvaluator(Evaluator, task="translate"):
 
     def read(self, path, **options) -> list[Example]:
         """The pairs of ``path`` in any translation corpus format
-        (:mod:`attnkit.data.formats.text`), each source's line its origin."""
+        (:mod:`attnkit.data.corpora.text_formats`), each source's line its origin."""
         pairs = read_corpus("translate", path, **{"role": "test", "max_chars": self.max_chars,
                                                   **options})
         return [Example(source, reference, pairs.origin(i))

@@ -34,9 +34,9 @@ from attnkit.data import (
     question_set,
     stack_images,
 )
-from attnkit.data.formats.reading import read_corpus
-from attnkit.data.images import QUESTIONS
-from attnkit.data.scenes import QUESTION_TYPES, RELATIONAL, scored_scenes
+from attnkit.data.corpora.reading import read_corpus
+from attnkit.data.corpora.image_folders import QUESTIONS
+from attnkit.data.worlds.scenes import QUESTION_TYPES, RELATIONAL, scored_scenes
 from attnkit.decoding import Decoding
 from attnkit.models import VQA, build_model
 from attnkit.diagnose.plots import plot_image_attention
@@ -135,7 +135,7 @@ def check_words(words: WordVocab, questions) -> None:
 def vqa_metrics(predicted: Sequence[str], answers: Sequence[str],
                 types: Sequence[str]) -> dict[str, float]:
     """``accuracy`` over all questions, ``accuracy_<type>`` for each question type, and when
-    the types include built-in relational ones (:data:`attnkit.data.scenes.RELATIONAL`),
+    the types include built-in relational ones (:data:`attnkit.data.worlds.scenes.RELATIONAL`),
     ``accuracy_relational`` and ``accuracy_non_relational``."""
     if not len(predicted) == len(answers) == len(types) or not answers:
         raise ValueError(f"predicted, answers, types: expected one each per question, got "
@@ -305,7 +305,7 @@ class VqaEvaluator(Evaluator, task="vqa"):
 
     def read(self, path, **options) -> list[Example]:
         """Built-in scenes (``scenes:test``, ``scenes:heldout``), or the questions of ``path``
-        in any VQA corpus format (:mod:`attnkit.data.formats.images`)."""
+        in any VQA corpus format (:mod:`attnkit.data.corpora.image_formats`)."""
         scored = scored_scenes(path, size=self.image_size, trained_on=self.config.get("data"))
         if scored is not None:
             return question_examples(*question_set(scored[1], scored[0]))

@@ -20,8 +20,8 @@
 Detection tries the formats of a task in this order: a folder or a file that does not start
 with ``{`` is attnkit's own; a JSON file whose first bytes hold ``"sentences"`` is Karpathy's,
 one holding ``"questions"`` is VQA v2's, any other JSON file COCO's. JSON files are read as
-:mod:`attnkit.data.text` reads text (UTF-8 with or without a byte-order mark, gzip / xz /
-bzip2); a file that is not JSON is named with the line and column where it stops being JSON.
+:mod:`attnkit.data.corpora.text_files` reads text (UTF-8 with or without a byte-order mark, gzip /
+xz / bzip2); a file that is not JSON is named with the line and column where it stops being JSON.
 Texts are NFC with their runs of white space as one space. Each image's header is checked
 once when the corpus is read (missing, unidentified, a decompression bomb: named then), in the
 order of its first caption or question; its pixels are read and resized to the model's size
@@ -47,7 +47,7 @@ is ``annotations``, by default the questions file's name with ``questions`` read
 (``v2_OpenEnded_mscoco_train2014_questions.json`` -> ``v2_mscoco_train2014_annotations.json``),
 beside it.
 
-The unit counted as unusable (:mod:`attnkit.data.formats.reading`) is a caption or a question:
+The unit counted as unusable (:mod:`attnkit.data.corpora.reading`) is a caption or a question:
 an annotation naming an image the file does not list, an image missing or unreadable (every
 caption or question of it), an empty text, a question without an annotation.
 """
@@ -61,10 +61,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from attnkit.data.formats import Format, register
-from attnkit.data.formats.reading import ROLES
-from attnkit.data.unusable import MAX_UNUSABLE, Unusable, listed_twice
-from attnkit.data.images import (
+from attnkit.data.corpora.format_registry import ROLES, Format, register
+from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable, listed_twice
+from attnkit.data.corpora.image_folders import (
     CAPTIONS,
     QUESTIONS,
     CaptionedImages,
@@ -75,7 +74,7 @@ from attnkit.data.images import (
 )
 from attnkit.checks import quoted
 from attnkit.data.paths import inside, not_found
-from attnkit.data.text import json_value, nfc, open_bytes, read_text
+from attnkit.data.corpora.text_files import json_value, nfc, open_bytes, read_text
 from attnkit.errors import DataError
 
 __all__ = ["KARPATHY_SPLITS", "read_captions", "read_coco", "read_karpathy", "read_questions",
@@ -153,8 +152,8 @@ def _folder(path: Path, images: str | Path | None, subset: str | None) -> Path:
 
 class _Images:
     """Images checked once each from their headers, by key: their index in :attr:`files`
-    (:class:`~attnkit.data.images.ImageFiles`, read when indexed), or why they cannot be
-    used."""
+    (:class:`~attnkit.data.corpora.image_folders.ImageFiles`, read when indexed), or why they cannot
+    be used."""
 
     def __init__(self, folder: Path, size: int, confine: bool):
         self.folder, self.confine = folder, confine
