@@ -15,8 +15,8 @@ vqa        POST /ask       multipart: ``image``, ``question``
 
 Every endpoint answers one input with its outputs best first, their scores and the decoding
 settings (:class:`Result`). ``GET /health`` says what is served, ``GET /metrics`` gives
-Prometheus' text format (:mod:`attnkit.serve.metrics`), ``/openapi.json`` and ``/docs`` the
-schema. Requests are decoded together (:class:`attnkit.serve.batching.Batcher`) within the
+Prometheus' text format (:mod:`attnkit.serve.prometheus`), ``/openapi.json`` and ``/docs`` the
+schema. Requests are decoded together (:class:`attnkit.serve.batcher.Batcher`) within the
 server's :class:`~attnkit.serve.options.Limits`; every refusal is a JSON object
 ``{"error": message, "field": name or null, "request_id": id}`` naming the field, what was
 expected and what was given.
@@ -47,8 +47,8 @@ from starlette.exceptions import HTTPException
 from attnkit._version import __version__
 from attnkit.checks import quoted
 from attnkit.errors import DataError
-from attnkit.serve.batching import Batcher, DecodingFailed, QueueFull
-from attnkit.serve.metrics import Metrics
+from attnkit.serve.batcher import Batcher, DecodingFailed, QueueFull
+from attnkit.serve.prometheus import Metrics
 from attnkit.serve.options import (
     ApiError,
     DecodingOptions,
