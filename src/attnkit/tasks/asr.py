@@ -57,6 +57,7 @@ from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import (Evaluator, Example, Output, pictures, scores_of, texts_of,
                                      tokens_of)
 from attnkit.tasks.explore import speech_example
+from attnkit.tasks.route import Route, Upload
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
@@ -443,6 +444,12 @@ class SpellerPretraining:
         return self.task.vocab()
 
 
+def _served_audio(evaluator: AsrEvaluator, given: dict, *, max_seconds: float) -> torch.Tensor:
+    """The features ``(T, 80)`` of the audio file a server was sent, refused past
+    ``max_seconds``."""
+    return evaluator.features(wav_samples(given["audio"], max_seconds=max_seconds))
+
+
 class AsrEvaluator(Evaluator, task="asr"):
     """A speech checkpoint's model and characters: transcribes log-mel features and reads
     manifests of labelled WAVs (:mod:`attnkit.tasks.evaluator`)."""
@@ -451,6 +458,8 @@ class AsrEvaluator(Evaluator, task="asr"):
             "or a Kaldi/ESPnet data directory, a LibriSpeech folder, a Common Voice TSV or a "
             "JSON-lines manifest (--format)")
     metrics = ("cer", "wer", "exact")
+    route = Route("/transcribe", "transcribe a WAV file", upload=Upload("audio", kind="audio"),
+                  read=_served_audio)
 
     def __init__(self, model: LAS, config: dict, vocab: dict):
         super().__init__(model, config, vocab)

@@ -52,6 +52,7 @@ from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import (Evaluator, Example, LazyExamples, Output, score_examples,
                                      scores_of, tokens_of)
 from attnkit.tasks.explore import caption_example
+from attnkit.tasks.route import Route, Upload
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
@@ -354,6 +355,7 @@ class CaptionEvaluator(Evaluator, task="caption"):
             "image), that TSV, COCO captions, Karpathy's split file, hf:PATH[:SPLIT], or "
             "built-in scenes: scenes:test or scenes:heldout")
     metrics = ("bleu", "chrf", "exact")
+    route = Route("/caption", "caption an image", upload=Upload("image"))
     labels = {"true_captions": "true captions", "attention_on_object": "attention on object"}
     scores_attention = True
 

@@ -7,13 +7,17 @@ A task joins by subclassing :class:`Evaluator` with the name its checkpoints car
     class TranslateEvaluator(Evaluator, task="translate"):
         data = "a TSV of source<TAB>reference lines"
         metrics = ("exact", "cer", "bleu", "chrf")      # names in tasks.metrics.METRICS
+        route = Route("/translate", "translate one text", texts=(Text("text"),))
+
 
         def __init__(self, model, config, vocab): ...   # the checkpoint's config and vocab
         def read(self, path) -> list[Example]: ...      # labelled data, DataError if unfit
         def decode(self, inputs, decoding=None, *, weights=False) -> list[Output]: ...
 
 ``attnkit eval`` then scores checkpoints of that task with no change to the command line:
-:func:`evaluator_for` finds the class by name and :func:`evaluate` decodes and scores.
+:func:`evaluator_for` finds the class by name and :func:`evaluate` decodes and scores; and
+``attnkit serve`` serves them at the endpoint its ``route`` declares
+(:mod:`attnkit.tasks.route`; a task without one is not served).
 
 A task whose scores need more than one reference text per output (several captions of an
 image: give ``Example.reference`` as a tuple and use metrics of
@@ -38,10 +42,11 @@ from attnkit.decoding import Decoding, Hypotheses
 from attnkit.errors import DataError
 import attnkit.tasks.metrics as scores
 from attnkit.tasks.metrics import Reference
+from attnkit.tasks.route import Route, Text
 
 __all__ = ["EVALUATORS", "TASK_BEAM", "Evaluation", "Evaluator", "Example", "LazyExamples",
            "Output", "evaluate", "evaluator_for", "pictures", "score_examples", "scores_of",
-           "texts_of"]
+           "served_tasks", "texts_of"]
 
 # Each task's default beam width when a command or a server is not given one (1: greedy).
 TASK_BEAM = {"translate": 5, "asr": 5, "ocr": 1, "caption": 5}
@@ -161,7 +166,8 @@ class Evaluator(ABC):
     the outputs' attention weights, so that :func:`score_examples` keeps them) and
     ``vocabularies`` (the entries of ``vocab.json`` it reads, by name; empty when the file is
     one vocabulary: :func:`attnkit.tasks.loading.load_task_checkpoint` refuses a checkpoint
-    without them).
+    without them), and ``route`` (the endpoint ``attnkit serve`` answers its requests at,
+    :class:`~attnkit.tasks.route.Route`; None: not served).
     """
 
     task: ClassVar[str]
@@ -170,6 +176,7 @@ class Evaluator(ABC):
     labels: ClassVar[dict[str, str]] = {}
     scores_attention: ClassVar[bool] = False
     vocabularies: ClassVar[tuple[str, ...]] = ()
+    route: ClassVar[Route | None] = None
 
     def __init_subclass__(cls, *, task: str | None = None, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -217,6 +224,8 @@ def _register(cls: type[Evaluator], task: str) -> None:
     if unknown:
         raise ValueError(f"metrics: expected names among {', '.join(scores.METRICS)}, "
                          f"got {unknown}")
+    if cls.route is not None and not isinstance(cls.route, Route):
+        raise ValueError(f"route: expected a Route or None, got {type(cls.route).__name__}")
     if task in EVALUATORS:
         raise ValueError(f"task: an evaluator for {quoted(task)} is already registered "
                          f"({EVALUATORS[task].__qualname__})")
@@ -234,6 +243,12 @@ def evaluator_for(task: str) -> type[Evaluator]:
         raise ValueError(f"task: expected one of {', '.join(sorted(EVALUATORS))}, "
                          f"got {quoted(task)}")
     return EVALUATORS[task]
+
+
+def served_tasks() -> dict[str, Route]:
+    """The route of each registered task that declares one, by task name, in name order."""
+    return {task: EVALUATORS[task].route for task in sorted(EVALUATORS)
+            if EVALUATORS[task].route is not None}
 
 
 @dataclass(frozen=True)

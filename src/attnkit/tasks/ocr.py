@@ -35,6 +35,7 @@ from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import (Evaluator, Example, Output, pictures, scores_of, texts_of,
                                      tokens_of)
 from attnkit.tasks.explore import line_example
+from attnkit.tasks.route import Refused, Route, Upload
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
@@ -360,6 +361,20 @@ class OcrTask:
         return self.chars.to_json()
 
 
+def _served_decoding(evaluator: OcrEvaluator, decoding: Decoding) -> None:
+    """A server's request to a model with a CTC head: greedy only, no ``max_len``
+    (:func:`read_lines` refuses them too, after the request was queued)."""
+    if getattr(evaluator.model, "head_kind", None) != "ctc":
+        return
+    if decoding.method != "greedy":
+        raise Refused("decoding.beam", f"decoding.beam: this model's CTC head reads the best "
+                      f"path only; expected greedy decoding, got {decoding.describe()}")
+    if decoding.max_len is not None:
+        raise Refused("decoding.max_len", f"decoding.max_len: this model's CTC head sets the "
+                      f"output's length by the line's steps; expected none, got "
+                      f"{decoding.max_len}")
+
+
 class OcrEvaluator(Evaluator, task="ocr"):
     """An OCR checkpoint's model and characters: reads line images and folders of labelled
     lines (:mod:`attnkit.tasks.evaluator`)."""
@@ -367,6 +382,8 @@ class OcrEvaluator(Evaluator, task="ocr"):
     data = ("a folder of line images with labels.tsv (filename<TAB>text), or that TSV; a "
             "folder of NAME.png + NAME.gt.txt pairs; or hf:PATH[:SPLIT]")
     metrics = ("cer", "wer", "exact")
+    route = Route("/read", "read a text line", upload=Upload("image"),
+                  check_decoding=_served_decoding)
 
     def __init__(self, model: CRNN, config: dict, vocab: dict):
         super().__init__(model, config, vocab)

@@ -30,6 +30,7 @@ from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import (Evaluator, Example, Output, pictures, scores_of, texts_of,
                                      tokens_of)
 from attnkit.tasks.explore import translation_example
+from attnkit.tasks.route import Route, Text
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
@@ -213,6 +214,9 @@ class TranslateEvaluator(Evaluator, task="translate"):
     data = ("a TSV of source<TAB>reference lines, or a Moses corpus (PREFIX with --src-lang "
             "and --tgt-lang, or its two files), or hf:PATH[:SPLIT]")
     metrics = ("exact", "cer", "bleu", "bleu_char", "chrf")
+    route = Route("/translate", "translate one text", texts=(Text(
+        "text", "a text to translate (with its task tag when the model has several, "
+        "<en> ...)"),))
     # The longest source read and decoded, in characters (None: no limit).
     max_chars: int | None = MAX_CHARS
 

@@ -43,6 +43,7 @@ from attnkit.diagnose.plots import plot_image_attention
 from attnkit.tasks.batching import group_batches
 from attnkit.tasks.evaluator import Evaluator, Example, LazyExamples, Output, score_examples
 from attnkit.tasks.explore import answer_example
+from attnkit.tasks.route import Route, Text, Upload
 from attnkit.tokens import SPECIALS
 from attnkit.train import Batches
 
@@ -284,6 +285,11 @@ def question_examples(images: Sequence[torch.Tensor],
     return [example(q) for q in questions]
 
 
+def _known_words(evaluator: VqaEvaluator, question: str) -> None:
+    """A question sent to a server: refused as :func:`check_words` refuses one."""
+    check_words(evaluator.words, [question])
+
+
 class VqaEvaluator(Evaluator, task="vqa"):
     """A VQA checkpoint's model, question words and answers: answers ``(image, question)``
     pairs and scores accuracy overall and per question type (:func:`vqa_metrics`); the user's
@@ -294,6 +300,10 @@ class VqaEvaluator(Evaluator, task="vqa"):
             "TSV, VQA v2 questions (with their annotations), hf:PATH[:SPLIT], or built-in "
             "scenes: scenes:test or scenes:heldout")
     metrics = ()  # accuracy per question type instead of text metrics: see score
+    route = Route("/ask", "answer a question about an image", upload=Upload("image"),
+                  texts=(Text("question", "a question about the image, in words the model "
+                              "knows", check=_known_words),),
+                  no_decoding="a VQA model answers with its most probable class")
     labels = {"accuracy_relational": "accuracy, relational",
               "accuracy_non_relational": "accuracy, non-relational",
               **{f"accuracy_{t}": f"accuracy, {t}" for t in (*QUESTION_TYPES, "user")}}
