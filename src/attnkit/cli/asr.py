@@ -160,11 +160,8 @@ def run_train(args) -> int:
     pretrain_dir = args.out / PRETRAIN_DIR
     wanted = {"name": "las", **{k: getattr(args, k) for k in MODEL_OPTIONS},
               **alignment_config(args)}
-    ck = loading.existing_run(args.out, "asr", resume=args.resume,
-                              pending=pretrain_dir if args.pretrain_lm_steps else None,
-                              model=wanted)
-    init = None if ck is not None else loading.initial_checkpoint(args.init, "asr",
-                                                                   model=wanted)
+    ck, init = common.run_checkpoints(
+        args, "asr", pending=pretrain_dir if args.pretrain_lm_steps else None, model=wanted)
     start = ck or init
     if start is not None and bool(start.config["model"].get("ctc")) != (args.ctc_weight > 0):
         has = bool(start.config["model"].get("ctc"))

@@ -24,6 +24,7 @@ from attnkit.decoding import DEFAULT_LENGTH_PENALTY, Decoding
 from attnkit.diagnose.explorer import write_explorer
 from attnkit.tasks.evaluator import TASK_BEAM
 from attnkit.tasks.explore import examples_of
+from attnkit.tasks.loading import existing_run, initial_checkpoint
 from attnkit.train import (
     MAX_ACCUMULATE,
     PRECISIONS,
@@ -474,6 +475,16 @@ def training_config(args, **overrides) -> TrainConfig:
                     data_workers=args.workers_data, accumulate=args.accumulate,
                     keep_best=args.keep_best)
     return TrainConfig(**{**settings, **overrides})
+
+
+def run_checkpoints(args, task: str, *, pending: Path | None = None,
+                    **checks) -> tuple[Checkpoint | None, Checkpoint | None]:
+    """The checkpoint ``attnkit train TASK`` resumes (``--resume``: :func:`attnkit.tasks.
+    loading.existing_run`, with ``pending``), and when there is none the one it starts from
+    (``--init``: :func:`attnkit.tasks.loading.initial_checkpoint`; else None), both checked
+    against ``checks`` (``model``, ``options``, ``vocab``)."""
+    ck = existing_run(args.out, task, resume=args.resume, pending=pending, **checks)
+    return ck, None if ck is not None else initial_checkpoint(args.init, task, **checks)
 
 
 def train_and_report(model, task, args, *, metric: str = "accuracy",

@@ -144,8 +144,7 @@ def run_train(args) -> int:
         attention=None if args.attention == "none" else args.attention, window=args.window,
         score=args.score, heads=args.heads, head=args.head, dec_hidden=args.dec_hidden,
         dropout=args.dropout, **_decoder_config(args))
-    ck = loading.existing_run(args.out, "ocr", resume=args.resume, model=wanted)
-    init = None if ck is not None else loading.initial_checkpoint(args.init, "ocr", model=wanted)
+    ck, init = common.run_checkpoints(args, "ocr", model=wanted)
     start = ck or init
     augmentations = augment.line_augmentations(args, ck)
     train, valid = _lines(args)

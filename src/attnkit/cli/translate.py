@@ -92,9 +92,7 @@ def run_train(args) -> int:
     torch.manual_seed(args.seed)
     checks = dict(model=_model_config(args), options=OPTIONS,
                   vocab={"kind": args.vocab, "size": args.vocab_size})
-    ck = loading.existing_run(args.out, "translate", resume=args.resume, **checks)
-    init = None if ck is not None else loading.initial_checkpoint(args.init, "translate",
-                                                                   **checks)
+    ck, init = common.run_checkpoints(args, "translate", **checks)
     start = ck or init
     train, valid = _pairs(args)
     valid = common.held_out(train, valid, "pairs")
