@@ -15,6 +15,7 @@ from attnkit.cli import common, corpus, jsonlines
 from attnkit.cli.decoder_options import (
     add_alignment_args,
     add_joint_args,
+    add_loss_args,
     alignment_config,
     joint_decoding,
 )
@@ -99,15 +100,8 @@ def add_train_parser(train_sub) -> None:
     model.add_argument("--attn-dim", type=common.positive_int, help="additive/location attention size "
                        "(default --hidden)")
     model.add_argument("--dropout", type=common.proportion, default=0.0)
-    model.add_argument("--ctc-weight", type=common.probability, default=0.0,
-                       help="w in (1 - w) * cross-entropy + w * CTC (0: no CTC head)")
-    model.add_argument("--guided-attention", type=common.non_negative_float, default=0.0,
-                       help="weight of the guided attention loss (Tachibana et al. 2017: "
-                            "attention far from the diagonal of (character, listener step) "
-                            "costs; 0: none)")
-    model.add_argument("--sortagrad", type=common.non_negative_int, default=0, metavar="N",
-                       help="the first N epochs take their batches shortest first (SortaGrad, "
-                            "Amodei et al. 2016; 0: shuffled)")
+    add_loss_args(model, head="", ctc=" (0: no CTC head)",
+                  diagonal="(character, listener step)", order="shortest")
     model.add_argument("--pretrain-lm-steps", type=int, default=0, metavar="N",
                        help="first train the speller alone as a character LM on the training "
                        f"transcripts for N steps (checkpointed in OUT/{PRETRAIN_DIR}; "

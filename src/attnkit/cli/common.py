@@ -47,7 +47,7 @@ __all__ = ["Interrupted", "add_decoding_args", "add_device_arg", "add_html_arg",
            "float_in", "held_out", "is_training", "learning_rate", "locked_run_folder",
            "non_negative_float", "non_negative_int", "positive_float", "positive_int",
            "print_outputs", "probability", "proportion", "resolve_run_options",
-           "stop_if_signalled", "teacher_forcing", "train_and_report", "training_config",
+           "run_checkpoints", "stop_if_signalled", "teacher_forcing", "train_and_report", "training_config",
            "wants_weights", "write_html"]
 
 CUDA_DATA_WORKERS = 2  # --workers-data on a GPU when not given (0 on CPU)

@@ -20,6 +20,7 @@ from attnkit.cli.corpus import (
 from attnkit.cli.decoder_options import (
     add_alignment_args,
     add_joint_args,
+    add_loss_args,
     alignment_config,
     joint_decoding,
 )
@@ -86,16 +87,8 @@ def add_train_parser(train_sub) -> None:
     model.add_argument("--dec-score", choices=SCORES, default="additive",
                        help="attention head: its score (softmax and local_p alignments)")
     add_alignment_args(model)
-    model.add_argument("--ctc-weight", type=common.probability, default=0.0,
-                       help="attention head: w in (1 - w) * cross-entropy + w * CTC of an "
-                            "auxiliary CTC head (0: none)")
-    model.add_argument("--guided-attention", type=common.non_negative_float, default=0.0,
-                       help="attention head: weight of the guided attention loss (Tachibana "
-                            "et al. 2017: attention far from the diagonal of the line costs; "
-                            "0: none)")
-    model.add_argument("--sortagrad", type=common.non_negative_int, default=0, metavar="N",
-                       help="the first N epochs take their batches narrowest first (SortaGrad, "
-                            "Amodei et al. 2016; 0: shuffled)")
+    add_loss_args(model, head="attention head: ", ctc=" of an auxiliary CTC head (0: none)",
+                  diagonal="the line", order="narrowest")
     model.add_argument("--dropout", type=common.proportion, default=0.1)
     augment.add_line_args(p)
     common.add_training_args(p, steps=20000, batch_size=32, lr=1e-3, eval_every=500,
