@@ -20,7 +20,6 @@ from attnkit.cli.decoder_options import (
     joint_decoding,
 )
 from attnkit.data import SpeechSet, load_vocab
-from attnkit.data.audio_files import MAX_SECONDS
 from attnkit.data.speech import ENGINES, ESPEAK_CONSONANTS, KINDS, speech_dataset
 from attnkit.decoding import Decoding
 from attnkit.models.las import LISTENERS, MIN_FRAMES
@@ -77,7 +76,7 @@ def add_train_parser(train_sub) -> None:
                       help=f"built-in speech features are cached here (default {DEFAULT_CACHE})")
     data.add_argument("--workers", type=common.positive_int, default=2,
                       help="synthesiser processes at a time when synthesising")
-    add_max_seconds_arg(data)
+    corpus.add_limit_arg(data, "asr")
     corpus.add_format_args(p, "asr")
     model = p.add_argument_group("model")
     model.add_argument("--listener", choices=LISTENERS, default="bi",
@@ -111,13 +110,6 @@ def add_train_parser(train_sub) -> None:
     p.set_defaults(run=run_train)
 
 
-def add_max_seconds_arg(p) -> None:
-    """``--max-seconds``: the longest audio file read."""
-    p.add_argument("--max-seconds", type=common.positive_float, default=MAX_SECONDS,
-                   help=f"longest audio file, in seconds (default {MAX_SECONDS:g}): a longer "
-                   "one is refused")
-
-
 def _speech(args, normalize: bool, audio: bool = False) -> tuple[SpeechSet, SpeechSet]:
     """The training and validation utterances, normalised per utterance with ``normalize``
     (else raw log-mels, for a listener that normalises them itself); with ``audio`` built-in
@@ -129,9 +121,9 @@ def _speech(args, normalize: bool, audio: bool = False) -> tuple[SpeechSet, Spee
     if args.train:
         read = {"normalize": normalize, "max_seconds": args.max_seconds,
                 "min_frames": MIN_FRAMES}
-        train = corpus.read_data("asr", args.train, args, "train", **read)
-        if args.valid:
-            return train, corpus.read_data("asr", args.valid, args, "valid", **read)
+        train, valid = corpus.read_splits("asr", args, **read)
+        if valid is not None:
+            return train, valid
         n = min(100, len(train))
         log.warning("no --valid manifest: validating on the first %d training utterances", n)
         return train, train.head(n)
@@ -230,7 +222,7 @@ def add_transcribe_parser(sub) -> None:
                    "rate); -: read their paths from standard input, one a line, each printed "
                    "as soon as it is read")
     corpus.add_corpus_input_args(p, "asr")
-    add_max_seconds_arg(p)
+    corpus.add_limit_arg(p, "asr")
     common.add_decoding_args(p, beam=common.TASK_BEAM["asr"])
     add_joint_args(p)
     common.add_device_arg(p)

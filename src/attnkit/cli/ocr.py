@@ -14,8 +14,9 @@ from attnkit.cli import augment, common, jsonlines
 from attnkit.cli.corpus import (
     add_corpus_input_args,
     add_format_args,
+    add_limit_arg,
     corpus_inputs,
-    read_data,
+    read_splits,
 )
 from attnkit.cli.decoder_options import (
     add_alignment_args,
@@ -26,7 +27,6 @@ from attnkit.cli.decoder_options import (
 )
 from attnkit.data import (
     ALPHABET,
-    MAX_WIDTH,
     CharVocab,
     available_fonts,
     iter_lines,
@@ -72,7 +72,7 @@ def add_train_parser(train_sub) -> None:
                       "(default 0)")
     data.add_argument("--cache-dir", type=Path,
                       help="keep rendered built-in lines here (default: OUT/lines)")
-    add_max_width_arg(data)
+    add_limit_arg(data, "ocr")
     model = p.add_argument_group("model")
     model.add_argument("--attention", choices=("none", "global", "window"), default="window",
                        help="the attention layer between RNN1 and RNN2")
@@ -112,20 +112,12 @@ def _built_in(args, split: str, n: int, min_chars: int, max_chars: int):
     return read_line_folder(cache, cache / "labels.tsv")  # what later runs will read
 
 
-def add_max_width_arg(p) -> None:
-    """``--max-width``: the widest line image read, in pixels at height 32."""
-    p.add_argument("--max-width", type=common.positive_int, default=MAX_WIDTH,
-                   help=f"widest line, in pixels at height 32 (default {MAX_WIDTH}): a wider "
-                   "image is refused")
-
-
 def _lines(args):
     if args.train:
         read = dict(alphabet=ALPHABET, max_width=args.max_width,
                     labels=None if args.labels == LABELS else args.labels)
-        train = read_data("ocr", args.train, args, "train", **read)
-        valid = read_data("ocr", args.valid, args, "valid", **read) if args.valid else []
-        return train, valid
+        train, valid = read_splits("ocr", args, **read)
+        return train, valid or []
     return (_built_in(args, "train", args.n_train, args.min_chars, args.max_chars),
             _built_in(args, "valid", args.n_valid, 5, 200))
 
@@ -192,7 +184,7 @@ def add_read_parser(sub) -> None:
                    "px); -: read their paths from standard input, one a line, each printed as "
                    "soon as it is read")
     add_corpus_input_args(p, "ocr")
-    add_max_width_arg(p)
+    add_limit_arg(p, "ocr")
     common.add_decoding_args(p, beam=common.TASK_BEAM["ocr"])
     add_joint_args(p)
     common.add_device_arg(p)
