@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 from attnkit.attention.scores import SCORES
 from attnkit.cli.augment import add_speech_args, speech_augmentations
-from attnkit.cli import common, corpus, jsonlines
+from attnkit.cli import common, corpus, inference
 from attnkit.cli.decoder_options import (
     add_alignment_args,
-    add_joint_args,
     add_loss_args,
     alignment_config,
     joint_decoding,
@@ -221,14 +219,7 @@ def add_transcribe_parser(sub) -> None:
     p.add_argument("wav", type=Path, nargs="*", help="audio files (WAV, FLAC, OGG, MP3; any "
                    "rate); -: read their paths from standard input, one a line, each printed "
                    "as soon as it is read")
-    corpus.add_corpus_input_args(p, "asr")
-    corpus.add_limit_arg(p, "asr")
-    common.add_decoding_args(p, beam=common.TASK_BEAM["asr"])
-    add_joint_args(p)
-    common.add_device_arg(p)
-    p.add_argument("--plot", type=Path, help="folder for one alignment picture per file")
-    common.add_html_arg(p)
-    jsonlines.add_json_arg(p)
+    inference.add_inference_args(p, "asr", plot="folder for one alignment picture per file")
     stream = p.add_argument_group("streaming (a model trained with --listener uni and "
                                   "--alignment monotonic or mocha)")
     stream.add_argument("--stream", action="store_true",
@@ -250,31 +241,10 @@ def run_transcribe(args) -> int:
     if args.chunk_ms is not None or args.realtime:
         raise ValueError(f"{'--chunk-ms' if args.chunk_ms is not None else '--realtime'}: an "
                          "option of --stream")
-    decoding = joint_decoding(args, common.decoding(args))
-    if not args.wav and not args.corpus:
-        raise ValueError("transcribe: expected audio files, - or --corpus, got none")
-    stdin = not args.corpus and jsonlines.reads_stdin(args.wav, args)
-    audio = [] if stdin or args.corpus else [wav_samples(path, max_seconds=args.max_seconds)
-                                             for path in args.wav]
-    evaluator = loading.load_evaluator(args.checkpoint, args.device, "asr")
-    features = [evaluator.features(samples) for samples in audio]
-    names = [str(p) for p in args.wav]
-    if args.corpus:
-        features, names = corpus.corpus_inputs(args, evaluator, args.wav)
-    evaluator.lm = loading.load_lm(args.lm, evaluator.vocab, args.device)
-    if stdin:
-        return jsonlines.stream(args, decoding, lambda path: evaluator.decode([
-            evaluator.features(wav_samples(Path(path), max_seconds=args.max_seconds))],
-            decoding)[0])
-    start = time.perf_counter()
-    outputs = evaluator.decode(features, decoding, weights=common.wants_weights(args))
-    jsonlines.write(outputs, args, names=names, decoding=decoding,
-                    seconds=time.perf_counter() - start)
-    if args.plot:
-        for i, output in enumerate(outputs):
-            print(f"  wrote {output.draw(args.plot / f'alignment_{i}.png')}")
-    common.write_html(args, outputs, names=names)
-    return 0
+    return inference.decode_files(
+        args, "asr", joint_decoding(args, common.decoding(args)), args.wav,
+        lambda path: wav_samples(path, max_seconds=args.max_seconds), expected="audio files",
+        picture="alignment", prepare=lambda evaluator, samples: evaluator.features(samples))
 
 
 def run_stream(args) -> int:

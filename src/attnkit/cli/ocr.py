@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from pathlib import Path
 
 import torch
 
 from attnkit.attention import SCORES
-from attnkit.cli import augment, common, jsonlines
+from attnkit.cli import augment, common, inference
 from attnkit.cli.corpus import (
-    add_corpus_input_args,
     add_format_args,
     add_limit_arg,
-    corpus_inputs,
     read_splits,
 )
 from attnkit.cli.decoder_options import (
     add_alignment_args,
-    add_joint_args,
     add_loss_args,
     alignment_config,
     joint_decoding,
@@ -36,7 +32,6 @@ from attnkit.data import (
 )
 from attnkit.data.formats.lines import LABELS
 from attnkit.tasks.ocr import OcrTask, plot_line, read_lines
-from attnkit.tasks import loading
 
 log = logging.getLogger("attnkit")
 
@@ -183,40 +178,12 @@ def add_read_parser(sub) -> None:
     p.add_argument("images", nargs="*", type=Path, help="line images (any size: scaled to 32 "
                    "px); -: read their paths from standard input, one a line, each printed as "
                    "soon as it is read")
-    add_corpus_input_args(p, "ocr")
-    add_limit_arg(p, "ocr")
-    common.add_decoding_args(p, beam=common.TASK_BEAM["ocr"])
-    add_joint_args(p)
-    common.add_device_arg(p)
-    p.add_argument("--plot", type=Path, help="folder for one picture per image")
-    common.add_html_arg(p)
-    jsonlines.add_json_arg(p)
+    inference.add_inference_args(p, "ocr", plot="folder for one picture per image")
     p.set_defaults(run=run_read)
 
 
 def run_read(args) -> int:
-    decoding = joint_decoding(args, common.decoding(args))
-    if not args.images and not args.corpus:
-        raise ValueError("read: expected line images, - or --corpus, got none")
-    stdin = not args.corpus and jsonlines.reads_stdin(args.images, args)
-    images = [] if stdin or args.corpus else [load_line_image(path, max_width=args.max_width)
-                                              for path in args.images]
-    evaluator = loading.load_evaluator(args.checkpoint, args.device, "ocr")
-    evaluator.lm = loading.load_lm(args.lm, evaluator.vocab, args.device)
-    names = [str(p) for p in args.images]
-    if args.corpus:
-        images, names = corpus_inputs(args, evaluator, args.images)
-    if stdin:
-        return jsonlines.stream(args, decoding, lambda path: evaluator.decode(
-            [load_line_image(Path(path), max_width=args.max_width)], decoding)[0])
-    start = time.perf_counter()
-    outputs = evaluator.decode(images, decoding, weights=common.wants_weights(args))
-    jsonlines.write(outputs, args, names=names, decoding=decoding,
-                    seconds=time.perf_counter() - start)
-    if args.plot:
-        for i, output in enumerate(outputs):
-            path = output.draw(args.plot / f"line_{i}.png")
-            if path is not None:
-                print(f"  wrote {path}")
-    common.write_html(args, outputs, names=names)
-    return 0
+    return inference.decode_files(
+        args, "ocr", joint_decoding(args, common.decoding(args)), args.images,
+        lambda path: load_line_image(path, max_width=args.max_width), expected="line images",
+        picture="line")

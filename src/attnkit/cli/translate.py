@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from attnkit.cli import common, corpus, jsonlines
+from attnkit.cli import common, corpus, inference, jsonlines
 from attnkit.cli.corpus import add_format_args, add_limit_arg, named, read_splits
 from attnkit.data import generate_pairs, load_vocab
 from attnkit.data.text import text_lines
@@ -155,16 +155,6 @@ def _plot(hyp, i, source, src_vocab, tgt_vocab, path):
         print(f"  wrote {path}")
 
 
-def _translate_corpus(args, evaluator, decoding, texts: list[str], origins: list[str]) -> int:
-    """``translate --corpus``: one output per source sentence of the corpus."""
-    start = time.perf_counter()
-    outputs = evaluator.decode(texts, decoding, weights=common.wants_weights(args))
-    jsonlines.write(outputs, args, names=origins, decoding=decoding,
-                    seconds=time.perf_counter() - start)
-    common.write_html(args, outputs, names=origins)
-    return 0
-
-
 def add_translate_parser(sub) -> None:
     p = sub.add_parser("translate", help="translate text with a trained checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
@@ -173,13 +163,8 @@ def add_translate_parser(sub) -> None:
                    "is translated")
     p.add_argument("--file", type=Path, help="one sentence per line; one output line per "
                    "line, empty for an empty line")
-    corpus.add_corpus_input_args(p, "translate")
-    add_limit_arg(p, "translate")
-    common.add_decoding_args(p, beam=common.TASK_BEAM["translate"])
-    common.add_device_arg(p)
-    p.add_argument("--plot", type=Path, help="folder for one attention heat-map per sentence")
-    common.add_html_arg(p)
-    jsonlines.add_json_arg(p)
+    inference.add_inference_args(p, "translate",
+                                 plot="folder for one attention heat-map per sentence")
     p.set_defaults(run=run_translate)
 
 
@@ -200,7 +185,8 @@ def run_translate(args) -> int:
     evaluator.max_chars = args.max_chars
     if args.corpus:  # its source sentences, each named by its origin
         texts, origins = corpus.corpus_inputs(args, evaluator, texts)
-        return _translate_corpus(args, evaluator, decoding, texts, origins)
+        return inference.decode_and_write(args, evaluator, texts, decoding, names=origins,
+                                          picture=None)
     # One output line per input line: a blank input gives an empty line, not a decoding.
     filled = [i for i, text in enumerate(texts) if text.strip()]
     start = time.perf_counter()
