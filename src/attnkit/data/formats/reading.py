@@ -3,7 +3,10 @@ path in the format named or detected, with the options that format takes, and
 :class:`~attnkit.data.unusable.Unusable` counts the examples a reader could not use (every
 format drops and counts them up to ``max_unusable``; attnkit's own TSV formats, ``labels.tsv``,
 ``source<TAB>target``, ``captions.tsv`` and ``questions.tsv``, stop at their first bad line
-unless ``max_unusable`` is given).
+unless ``max_unusable`` is given). ``limit`` (``eval --limit N``) asks for the first N
+examples only: a reader that takes it reads no more of the corpus than they need (the COCO,
+Karpathy and VQA v2 readers check the images of those examples only); the caller still takes
+the first N of what any reader returns.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ __all__ = ["ROLES", "read_corpus"]
 # dataset) gives the split of this role unless one is named.
 ROLES = ("train", "valid", "test")
 # Options every reader may be given, taken only by the readers that have them.
-CONTEXT = frozenset({"role", "max_unusable", "references"})
+CONTEXT = frozenset({"role", "max_unusable", "references", "limit"})
 
 
 def read_corpus(task: str, path: str | Path, format: str | None = None,
@@ -29,8 +32,8 @@ def read_corpus(task: str, path: str | Path, format: str | None = None,
     or the one detected (:func:`attnkit.data.formats.choose_format`, which logs its choice).
 
     ``options`` go to the format's reader, but for those that are None (the reader's default
-    stands); those it does not take are left out when they are ``role`` or ``max_unusable``,
-    and refused otherwise.
+    stands); those it does not take are left out when they are :data:`CONTEXT` options
+    (``role``, ``max_unusable``, ``references``, ``limit``), and refused otherwise.
 
     Raises:
         ValueError: an unknown format, or an option given that the format does not take
