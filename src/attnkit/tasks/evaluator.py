@@ -29,6 +29,7 @@ and its own :class:`Output`), extends :meth:`Evaluator.score` and names its own 
 
 from __future__ import annotations
 
+import inspect
 import math
 
 from abc import ABC, abstractmethod
@@ -45,8 +46,8 @@ from attnkit.tasks.metrics import Reference
 from attnkit.tasks.route import Route, Text
 
 __all__ = ["EVALUATORS", "TASK_BEAM", "Evaluation", "Evaluator", "Example", "LazyExamples",
-           "Output", "evaluate", "evaluator_for", "pictures", "score_examples", "scores_of",
-           "served_tasks", "texts_of"]
+           "Output", "evaluate", "evaluator_for", "pictures", "read_examples", "score_examples",
+           "scores_of", "served_tasks", "texts_of"]
 
 # Each task's default beam width when a command or a server is not given one (1: greedy).
 TASK_BEAM = {"translate": 5, "asr": 5, "ocr": 1, "caption": 5}
@@ -192,7 +193,9 @@ class Evaluator(ABC):
         """The labelled examples in ``path``; a :class:`DataError` naming the file when it
         cannot be read as :attr:`data`. ``options``: for a task whose data comes in several
         corpus formats, the format (``format``) and its options
-        (:func:`attnkit.data.corpora.reading.read_corpus`)."""
+        (:func:`attnkit.data.corpora.reading.read_corpus`), and ``limit``: at least the first
+        ``limit`` examples are wanted (:func:`read_examples` passes it to a ``read`` that
+        takes options, and slices what it returns)."""
 
     @abstractmethod
     def decode(self, inputs: Sequence, decoding: Decoding | None = None, *,
@@ -278,6 +281,19 @@ def score_examples(evaluator: Evaluator, examples: Sequence[Example],
     return Evaluation(list(examples), outputs, evaluator.score(examples, outputs))
 
 
+def read_examples(evaluator: Evaluator, path: Path | str, limit: int | None = None,
+                  options: dict | None = None) -> Sequence[Example]:
+    """The first ``limit`` labelled examples of ``path`` (all of them: None), read with the
+    corpus ``options``; ``limit`` reaches a ``read`` that takes options, so that a corpus
+    reader that takes it reads no more than those examples need (``eval --limit`` on a
+    COCO file checks only their images)."""
+    options = dict(options or {})
+    if limit is not None and any(p.kind is p.VAR_KEYWORD or p.name == "limit" for p in
+                                 inspect.signature(evaluator.read).parameters.values()):
+        options["limit"] = limit
+    return (evaluator.read(path, **options) if options else evaluator.read(path))[:limit]
+
+
 def evaluate(evaluator: Evaluator, path: Path | str, decoding: Decoding | None = None, *,
              weights: bool = False, limit: int | None = None,
              options: dict | None = None) -> Evaluation:
@@ -292,7 +308,7 @@ def evaluate(evaluator: Evaluator, path: Path | str, decoding: Decoding | None =
     """
     expected = f"a checkpoint of task {evaluator.task!r} is scored on {evaluator.data}"
     try:
-        examples = (evaluator.read(path, **options) if options else evaluator.read(path))[:limit]
+        examples = read_examples(evaluator, path, limit, options)
     except DataError as exc:
         raise DataError(f"{exc} ({expected})") from None
     if not examples:

@@ -4,7 +4,10 @@ and :func:`read_corpus`, which reads a path in the format named or detected, wit
 that format takes; :class:`~attnkit.data.corpora.unusable.Unusable` counts the examples a reader
 could not use (every format drops and counts them up to ``max_unusable``; attnkit's own TSV formats,
 ``labels.tsv``, ``source<TAB>target``, ``captions.tsv`` and ``questions.tsv``, stop at their first
-bad line unless ``max_unusable`` is given).
+bad line unless ``max_unusable`` is given). ``limit`` (``eval --limit N``) asks for the first N
+examples only: a reader that takes it reads no more of the corpus than they need (the COCO,
+Karpathy and VQA v2 readers check the images of those examples only); the caller still takes
+the first N of what any reader returns.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ __all__ = ["FORMATS", "ROLES", "Format", "choose_format", "formats_of", "read_co
 log = logging.getLogger("attnkit")
 
 # Options every reader may be given, taken only by the readers that have them.
-CONTEXT = frozenset({"role", "max_unusable", "references"})
+CONTEXT = frozenset({"role", "max_unusable", "references", "limit"})
 
 
 def read_corpus(task: str, path: str | Path, format: str | None = None,
@@ -39,8 +42,8 @@ def read_corpus(task: str, path: str | Path, format: str | None = None,
     or the one detected (:func:`choose_format`, which logs its choice).
 
     ``options`` go to the format's reader, but for those that are None (the reader's default
-    stands); those it does not take are left out when they are ``role`` or ``max_unusable``,
-    and refused otherwise.
+    stands); those it does not take are left out when they are :data:`CONTEXT` options
+    (``role``, ``max_unusable``, ``references``, ``limit``), and refused otherwise.
 
     Raises:
         ValueError: an unknown format, or an option given that the format does not take
