@@ -7,7 +7,6 @@ from hypothesis import strategies as st
 
 from attnkit import SCORES, Attention, attend, lengths_to_mask
 from attnkit.ops import export_mode
-
 from tests.float32_bounds import assert_within_normwise
 
 DOT_FAMILY = ("dot", "scaled_dot", "general", "cosine")
@@ -69,14 +68,19 @@ def test_previous_weights_on_padded_keys_change_nothing(c, impl, one_step):
     attn, q, k, v, lengths = _build(c, impl=impl)
     if one_step:
         q = q[:, 0]
-    shape = (c["b"],) + ((c["heads"],) if c["heads"] > 1 else ()) + (
-        () if one_step else (c["tq"],)) + (c["tk"],)
+    shape = (
+        (c["b"],)
+        + ((c["heads"],) if c["heads"] > 1 else ())
+        + (() if one_step else (c["tq"],))
+        + (c["tk"],)
+    )
     prev = torch.rand(shape, dtype=q.dtype)
     out = attn(q, k, v, key_lengths=lengths, prev_weights=prev)
     padded = ~lengths_to_mask(lengths, c["tk"]).reshape(c["b"], *[1] * (prev.dim() - 2), -1)
     stale = torch.where(padded, 50 * torch.rand(shape, dtype=q.dtype), prev)
-    torch.testing.assert_close(attn(q, k, v, key_lengths=lengths, prev_weights=stale).context,
-                               out.context)
+    torch.testing.assert_close(
+        attn(q, k, v, key_lengths=lengths, prev_weights=stale).context, out.context
+    )
 
 
 @given(cases(scores=("dot", "scaled_dot", "general", "additive", "cosine")))
@@ -127,9 +131,7 @@ def test_sdpa_path_equals_reference(c, causal, window):
     torch.testing.assert_close(g_fast, g_ref)
 
 
-@given(
-    st.integers(1, 3), st.integers(1, 7), st.integers(1, 7), st.integers(1, 8), st.booleans()
-)
+@given(st.integers(1, 3), st.integers(1, 7), st.integers(1, 7), st.integers(1, 8), st.booleans())
 def test_scaled_dot_equals_torch_sdpa(b, tq, tk, d, causal):
     torch.manual_seed(b * 100 + tq * 10 + tk)
     q, k, v = torch.randn(b, tq, d), torch.randn(b, tk, d), torch.randn(b, tk, d + 1)
@@ -137,11 +139,16 @@ def test_scaled_dot_equals_torch_sdpa(b, tq, tk, d, causal):
     allowed = lengths_to_mask(lengths, tk)[:, None, :]  # (B, 1, Tk)
     if causal:
         allowed = allowed & (torch.arange(tk) <= (torch.arange(tq) * tk // tq)[:, None])
-    expected, want = (F.scaled_dot_product_attention(*x, attn_mask=allowed)
-                      .masked_fill(~allowed.any(-1, keepdim=True), 0.0)
-                      for x in ((q, k, v), (q.double(), k.double(), v.double())))
-    got = [attend(q, k, v, key_lengths=lengths, causal=causal, impl=impl).context
-           for impl in ("reference", "sdpa")]
+    expected, want = (
+        F.scaled_dot_product_attention(*x, attn_mask=allowed).masked_fill(
+            ~allowed.any(-1, keepdim=True), 0.0
+        )
+        for x in ((q, k, v), (q.double(), k.double(), v.double()))
+    )
+    got = [
+        attend(q, k, v, key_lengths=lengths, causal=causal, impl=impl).context
+        for impl in ("reference", "sdpa")
+    ]
     module = Attention(d, d, d + 1, score="scaled_dot", causal=causal, impl="reference")
     got.append(module(q, k, v, key_lengths=lengths).context)
     # every float32 path within a normwise bound of the float64 result; the longest chain: the
