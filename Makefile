@@ -21,16 +21,16 @@ $(STAMP): pyproject.toml
 
 # GnuSpeech, the third engine of the built-in speech, is an npm package run by Node.js:
 # installed into the environment's node_modules, where attnkit looks, at the version
-# attnkit.data.synthesis names.
+# attnkit.data.worlds.synthesis names.
 node:
 	@if command -v npm >/dev/null; then \
-	  pkg=$$($(PY) -c 'from attnkit.data.synthesis import GNUSPEECH_PACKAGE as p; print(p)') && \
+	  pkg=$$($(PY) -c 'from attnkit.data.worlds.synthesis import GNUSPEECH_PACKAGE as p; print(p)') && \
 	  npm install --prefix $(VENV) --save-exact --no-audit --no-fund --silent $$pkg || \
 	    echo "warning: npm install of gnuspeech failed"; \
 	else echo "warning: npm not found: built-in speech without gnuspeech (apt-get install npm)"; fi
 
 # Debian packages the built-in data and the browser tests use: espeak-ng, festival with
-# three English voices and seven of other languages (attnkit.data.festival_accents) and
+# three English voices and seven of other languages (attnkit.data.worlds.festival_accents) and
 # Node.js (speech), more fonts
 # (text lines), headless Chromium and its driver (the explorer page, the docs site), and wrk
 # (the clients of the serving load test, benchmarks/serve_load.py). Installs
@@ -54,7 +54,7 @@ system:
 	  else echo "warning: not installed: $$missing (apt-get install $$missing)"; fi; \
 	fi
 
-# The font families the built-in OCR model trains and is tested on (src/attnkit/data/lines.py
+# The font families the built-in OCR model trains and is tested on (src/attnkit/data/worlds/lines.py
 # holds some families out): serif, sans, mono, condensed, slab, handwriting-like, script.
 FONT_PACKAGES = fonts-crosextra-caladea fonts-ebgaramond fonts-linuxlibertine \
 	 fonts-sil-charis fonts-adf-baskervald fonts-adf-accanthis fonts-goudybookletter fonts-cardo \

@@ -2,8 +2,8 @@
 
 Each case reads a corpus of tiny generated WAV files (0.1 s of 16-bit noise at 16 kHz, a
 three-word transcript each) in a fresh process (:mod:`harness`) as ``attnkit train asr`` does:
-the corpus read in its format (:mod:`attnkit.data.formats.speech`: every audio header checked,
-paths and transcripts packed), the :class:`attnkit.tasks.AsrTask` built (characters, length
+the corpus read in its format (:mod:`attnkit.data.corpora.speech_formats`: every audio header
+checked, paths and transcripts packed), the :class:`attnkit.tasks.AsrTask` built (characters, length
 batches), the model built and one training step taken on the first batch (its features
 computed then). Reported: the seconds to read the corpus and to the end of that first step,
 the process's peak resident memory (RSS, sampled every millisecond), and the peak above the
@@ -78,7 +78,7 @@ def measure(path: str, fmt: str) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from attnkit.data.formats import choose_format
+    from attnkit.data.corpora.reading import choose_format
     from attnkit.models.las import MIN_FRAMES
     from attnkit.tasks.asr import AsrTask
 

@@ -3,7 +3,7 @@ translation corpus of 10,000 to 1,000,000 sentence pairs and a captioning corpus
 100,000 images.
 
 Each case reads a corpus in a fresh process (:mod:`harness`) as ``attnkit train`` does: the
-corpus read in its format (:mod:`attnkit.data.formats`), the task built (characters, length
+corpus read in its format (:mod:`attnkit.data.corpora`), the task built (characters, length
 batches), the model built with the command line's default settings and one training step
 taken on the first batch. Reported: the seconds to read the corpus and to the end of that
 first step, the process's peak resident memory (RSS, sampled every millisecond), and the peak
@@ -16,8 +16,8 @@ the corpus size means that figure barely moves from the smallest corpus to the l
   and learn its width); a :class:`~attnkit.data.LineFolder` keeps names, widths and texts.
 * **Translation** (``moses``: ``corpus.de.gz`` + ``corpus.en.gz``; ``tsv``: the same pairs
   in one TSV): sentences of 3-8 words of a small vocabulary, about 40 characters a side. The
-  pairs are written to disk as they are read (:class:`~attnkit.data.pairs.TextPairs`) and a
-  batch encodes its own; the task holds 4 bytes per pair (its lengths), and each epoch's plan
+  pairs are written to disk as they are read (:class:`~attnkit.data.corpora.text_pairs.TextPairs`)
+  and a batch encodes its own; the task holds 4 bytes per pair (its lengths), and each epoch's plan
   (shuffled indices in batches) is built when the epoch starts.
 * **Captioning** (``coco``: ``captions_train2017.json`` and ``train2017/``): tiny generated
   images (48 x 40 px RGB PNG) with two captions of 3-8 words each. Every image's header is
@@ -151,7 +151,7 @@ def measure(path: str, fmt: str) -> dict:
     """One case in this process (the fresh process of :func:`harness.run`)."""
     import torch
 
-    from attnkit.data.formats.reading import read_corpus
+    from attnkit.data.corpora.reading import read_corpus
     from attnkit.tasks.caption import CaptionTask
     from attnkit.tasks.ocr import OcrTask
     from attnkit.tasks.translate import TranslateTask

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from attnkit.export import export_onnx
-from attnkit.export.state import flatten
+from attnkit.export.decoder_state import flatten
 from attnkit.models import Seq2Seq
 from attnkit.tokens import BOS
 

@@ -623,7 +623,7 @@ def step_onnx(ctx: Context) -> dict:
     import torch
 
     from attnkit.data import generate_pairs
-    from attnkit.export.state import flatten
+    from attnkit.export.decoder_state import flatten
     from attnkit.tasks.loading import load_task_model
     from attnkit.tokens import BOS
 

@@ -10,7 +10,7 @@ would have, then scored as ``attnkit eval`` scores them without decoding options
 for speech, best path for CTC lines):
 
 * speech (digits and numbers, ``--utterances`` per set): the espeak-ng voice variants held out
-  of training (:data:`attnkit.data.speech.HELD_OUT_VARIANTS`) at the test speeds; festival's
+  of training (:data:`attnkit.data.worlds.speech.HELD_OUT_VARIANTS`) at the test speeds; festival's
   ``ked_diphone`` voice, held out; every festival voice in turn (a model trained on
   espeak-ng alone has never heard that engine); gnuspeech's ``small_child`` voice, held out,
   and every gnuspeech voice in turn (an engine a model trained on espeak-ng and festival has
@@ -18,7 +18,7 @@ for speech, best path for CTC lines):
   trained on the other three has never heard); the accented engine's ``czech_ph``, held out,
   and its seven voices in turn (festival's voices of other languages saying English);
 * lines (``--lines`` per set): each font family held out of training
-  (:data:`attnkit.data.lines.HELD_OUT_FAMILIES`) with real English sentences of 5-80
+  (:data:`attnkit.data.worlds.lines.HELD_OUT_FAMILIES`) with real English sentences of 5-80
   characters, and the in-family held-out faces with the random text of 5-200 characters the
   model card's test split has; then the six families' sentences again with the text smaller
   in the line (:data:`TEXT_SIZES`: 60%, 75% and 90% of the height the renderer gives it, in a
@@ -42,12 +42,13 @@ import numpy as np
 import torch
 
 from attnkit.data import write_line_folder, write_wav
-from attnkit.data.augment import example_rng
-from attnkit.data.augment_lines import LineAugment, Scale
-from attnkit.data.lines import HELD_OUT_FAMILIES, available_fonts, font_family, generate_lines
-from attnkit.data.audio import SAMPLE_RATE
-from attnkit.data.speech import plan_utterances, utterances_audio
-from attnkit.data.synthesis import (
+from attnkit.data.augment.augmentation import example_rng
+from attnkit.data.augment.line_augment import LineAugment, Scale
+from attnkit.data.worlds.lines import (HELD_OUT_FAMILIES, available_fonts, font_family,
+                                        generate_lines)
+from attnkit.data.audio.features import SAMPLE_RATE
+from attnkit.data.worlds.speech import plan_utterances, utterances_audio
+from attnkit.data.worlds.synthesis import (
     FESTIVAL_ACCENTS,
     FESTIVAL_VOICES,
     GNUSPEECH_VOICES,

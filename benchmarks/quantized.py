@@ -25,7 +25,7 @@ import torch
 
 from attnkit.cli.main import main as attnkit
 from attnkit.data import generate_lines, generate_pairs, pad_features, pad_images
-from attnkit.data.speech import plan_utterances, utterances_audio
+from attnkit.data.worlds.speech import plan_utterances, utterances_audio
 from attnkit.tasks.loading import load_evaluator
 from attnkit.tasks.metrics import score
 

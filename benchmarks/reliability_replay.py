@@ -851,6 +851,41 @@ CASES: list[tuple[str, str, Callable]] = [
 ]
 
 
+def coco_eval_with_a_limit(tmp: Path):
+    """``eval --limit 5`` on a COCO captions file of 2,000 images x 5 captions: the headers
+    of 5 images checked (they were all 2,000)."""
+    from PIL import Image
+
+    from attnkit.data.corpora import image_folders as images
+
+    status, err = attnkit("train", "caption", "--out", tmp / "cap", "--n-train", "6",
+                          "--n-valid", "2", "--steps", "2", "--batch-size", "4",
+                          "--image-size", "32", "--channels", "4,8", "--hidden", "8", "--emb",
+                          "8", "--attn-dim", "8", "--no-progress", "--plot", "0",
+                          "--max-objects", "4")
+    if status != 0:
+        return f"training a tiny captioner failed: {err}", False
+    (tmp / "val2014").mkdir()
+    (tmp / "annotations").mkdir()
+    picture = io.BytesIO()
+    Image.new("RGB", (40, 32), (120, 30, 200)).save(picture, format="PNG")
+    for i in range(2000):
+        (tmp / "val2014" / f"{i:012d}.png").write_bytes(picture.getvalue())
+    path = tmp / "annotations" / "captions_val2014.json"
+    path.write_text(json.dumps({"images": [{"id": i, "file_name": f"{i:012d}.png"}
+                                           for i in range(2000)],
+                                "annotations": [{"id": 2000 * j + i, "image_id": i,
+                                                 "caption": f"a purple square {j}"}
+                                                for j in range(5) for i in range(2000)]}))
+    checked, check = [], images.image_header
+    with patched(images, "image_header", lambda p, *a, **k: (checked.append(p),
+                                                             check(p, *a, **k))[1]):
+        status, err = attnkit("eval", "--checkpoint", tmp / "cap" / "checkpoint", "--data",
+                              path, "--limit", "5")
+    return f"exit {status}, {len(checked)} image headers checked of 2,000", \
+        status == 0 and len(checked) == 5
+
+
 # ------------------------------------------- serving security and gt-txt links (the third probe)
 # docs/reliability.md, "Documented claims and serving security: the third probe".
 
@@ -994,6 +1029,8 @@ CASES += [
     ("probe: a garbage Parquet file in an hf: folder, to eval", "one line naming the file",
      data_file("pq", parquet_beside_garbage, "eval", "--checkpoint", "builtin:translate-dates",
                "--data", "hf:{}", "--max-unusable", "0.9")),
+    ("probe: eval --limit 5 on a COCO file of 2,000 images", "5 image headers checked",
+     coco_eval_with_a_limit),
 ]
 
 

@@ -45,8 +45,8 @@ import torch
 from attnkit.attention.monotonic import expected_alignment
 from attnkit.tasks.loading import load_evaluator
 from attnkit.data import log_mel, pad_features, plan_utterances, utterances_audio
-from attnkit.data.audio import HOP_S, WINDOW_S
-from attnkit.data.speech import KINDS
+from attnkit.data.audio.features import HOP_S, WINDOW_S
+from attnkit.data.worlds.speech import KINDS
 from attnkit.decoding import Decoding
 from attnkit.tasks.asr import metrics, transcribe_stream
 from attnkit.tokens import BOS, EOS, PAD

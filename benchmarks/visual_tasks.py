@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from attnkit.data import generate_scenes, question_set
-from attnkit.data.scenes import ANSWERS, QUESTION_TYPES
+from attnkit.data.worlds.scenes import ANSWERS, QUESTION_TYPES
 from attnkit.decoding import Decoding
 from attnkit.tasks.caption import CaptionEvaluator, CaptionTask, caption_examples
 from attnkit.tasks.evaluator import score_examples

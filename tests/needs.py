@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.data import lines, synthesis
+from attnkit.data.worlds import lines, synthesis
 
 __all__ = ["DEFAULT_FAMILIES", "default_fonts", "missing_voices", "needs_fonts", "needs_voice"]
 
@@ -66,7 +66,7 @@ def _gnuspeech_missing() -> str:
 
 
 def missing_voices(engine: str, *voices: str) -> str:
-    """Why ``engine`` (one of :data:`attnkit.data.synthesis.ENGINES`) cannot speak with
+    """Why ``engine`` (one of :data:`attnkit.data.worlds.synthesis.ENGINES`) cannot speak with
     ``voices`` on this machine, with how to install it; ``""`` when it can. For festival and
     its accented voices, ``voices`` are the folder names of
     ``/usr/share/festival/voices/*/``."""

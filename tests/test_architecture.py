@@ -1,5 +1,6 @@
-"""The package's shape: parts import only the parts below them, no circles, no private names
-across parts (docs/architecture.md)."""
+"""The package's shape: parts import only the parts below them (and the kinds of data only the
+kinds below them), no circles (a package's ``__init__`` included), no private names across
+parts, no file name in two folders (docs/architecture.md)."""
 
 import ast
 from pathlib import Path
@@ -25,6 +26,17 @@ ALLOWED = {  # part -> the parts it may import (besides itself and BASE)
     "__init__": {"attention", "diagnose"},
     "__main__": {"cli"},  # python -m attnkit: the command line, above everything
 }
+DATA_BASE = {"paths"}  # data/paths.py: the files data is read from, shared by every kind
+DATA_ALLOWED = {  # kind of data (data/KIND/) -> the kinds it may import (besides DATA_BASE)
+    "audio": set(),
+    "vocab": set(),
+    "augment": {"audio"},
+    "corpora": {"audio"},  # the readers and what they fill
+    "worlds": {"audio", "corpora"},  # the built-in worlds are kept as the corpora are
+}
+# A file name that stands in several folders for one thing: a task's module (tasks/), its
+# command (cli/) and, for VQA, its model (models/).
+SAME_THING = {"asr.py", "caption.py", "explore.py", "lm.py", "ocr.py", "translate.py", "vqa.py"}
 
 
 def _module_name(path: Path) -> str:
@@ -76,7 +88,31 @@ def test_every_part_imports_only_the_parts_below_it():
     assert wrong == []
 
 
+def _data_kind(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "data" else None
+
+
+def test_every_kind_of_data_imports_only_the_kinds_below_it():
+    wrong, graph = [], _graph()
+    assert set(DATA_ALLOWED) | DATA_BASE == {
+        _data_kind(m) for m in graph if _data_kind(m)}  # every kind has its arrows
+    for module, imports in graph.items():
+        kind = _data_kind(module)
+        if kind is None:
+            continue
+        for target, _ in imports:
+            to = _data_kind(target) if target != "attnkit.data" else "__init__"
+            if to is None or to == kind or to in DATA_BASE:
+                continue
+            if kind in DATA_BASE or to not in DATA_ALLOWED.get(kind, set()):
+                wrong.append(f"{module} -> {target}")
+    assert wrong == []
+
+
 def test_no_import_circles():
+    """None, also through a package's ``__init__``: a module that imports its own package (``from
+    attnkit.tasks import metrics``) runs the ``__init__`` that imports it, a circle."""
     graph = _graph()
     edges = {m: {t if t in graph else t.rpartition(".")[0] for t, names in imports} |
              {f"{t}.{n}" for t, names in imports for n in names if f"{t}.{n}" in graph}
@@ -87,7 +123,7 @@ def test_no_import_circles():
     def visit(node, stack):
         state[node] = "open"
         for nxt in edges.get(node, ()):
-            if nxt == node or nxt not in graph or _is_package_of(nxt, node):
+            if nxt == node or nxt not in graph:
                 continue
             if state.get(nxt) == "open":
                 cycles.append(stack[stack.index(nxt):] + [nxt])
@@ -99,11 +135,6 @@ def test_no_import_circles():
         if m not in state:
             visit(m, [m])
     assert cycles == []
-
-
-def _is_package_of(package: str, module: str) -> bool:
-    """``package/__init__.py`` re-exports its modules: importing it is not a circle."""
-    return module.startswith(package + ".")
 
 
 @pytest.mark.parametrize("folder", ["src/attnkit", "benchmarks"])
@@ -146,3 +177,13 @@ def test_no_module_is_named_like_a_function_or_class_it_defines():
         if path.stem in defined:
             clashes.append(str(path.relative_to(ROOT)))
     assert clashes == []
+
+
+def test_no_file_name_is_used_in_two_folders():
+    """``lines.py`` names one thing: a module's file name stands in one folder only (``__init__.py``
+    and :data:`SAME_THING` apart)."""
+    folders = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "__init__.py" and path.name not in SAME_THING:
+            folders.setdefault(path.name, []).append(str(path.parent.relative_to(PACKAGE)))
+    assert {name: where for name, where in folders.items() if len(where) > 1} == {}

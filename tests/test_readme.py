@@ -73,7 +73,7 @@ def test_command_parses(name, command):
 
 
 def test_readme_lists_every_corpus_format_with_a_two_line_example():
-    from attnkit.data.formats import FORMATS
+    from attnkit.data.corpora.reading import FORMATS
 
     rows = re.findall(r"^\| (\w+) \| `([\w-]+)` \| [^|]+ \| (.+) \|$",
                       (ROOT / "README.md").read_text(), flags=re.M)

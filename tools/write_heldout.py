@@ -19,7 +19,7 @@ from attnkit.data import (
     write_line_folder,
     write_wav,
 )
-from attnkit.data.audio import SAMPLE_RATE
+from attnkit.data.audio.features import SAMPLE_RATE
 
 
 def main() -> None:

@@ -179,13 +179,13 @@ def test_every_option_adds_its_augmentation_with_its_value(options, values, add,
 
 
 @pytest.mark.parametrize("options, presets, add, made, argv, want", [
-    (augment.SPEECH, augment.augment_audio.PRESETS, augment.add_speech_args,
+    (augment.SPEECH, augment.audio_augment.PRESETS, augment.add_speech_args,
      augment.speech_augmentations,
      ["--augment", "strong", "--noise-snr", "5,20", "--voice-source", "3,30", "--pitch-shift",
       "0.8,1.2"],
      ["pitch", "voice_source", "speed", "gain", "reverb", "noise", "band_limit", "vtlp",
       "specaugment"]),
-    (augment.LINES, augment.augment_lines.PRESETS, augment.add_line_args,
+    (augment.LINES, augment.line_augment.PRESETS, augment.add_line_args,
      augment.line_augmentations, ["--jpeg", "30,90", "--augment", "light", "--rotate", "2"],
      None),
 ])

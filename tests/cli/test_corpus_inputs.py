@@ -133,3 +133,23 @@ def test_transcribe_each_speech_format_as_its_native_manifest(tmp_path, capsys, 
         outputs.append([line.split("\t")[1] for line in
                         capsys.readouterr().out.strip().split("\n")])
     assert outputs[0] == outputs[1] and len(outputs[0]) == 4
+
+
+def test_eval_limit_reads_only_the_first_images_of_a_coco_or_vqa2_file(
+        tiny_captioner, tiny_vqa, tmp_path, capsys, monkeypatch):
+    from attnkit.data import generate_scenes
+    from attnkit.data.corpora import image_folders as images
+    from tests.data.test_formats_images import MODES, SIZE, _coco, _vqa
+
+    checked, check = [], images.image_header
+    monkeypatch.setattr(images, "image_header",
+                        lambda path, *a, **k: (checked.append(path.name), check(path, *a, **k))[1])
+    scenes = generate_scenes(len(MODES), seed=5, size=SIZE, max_objects=4, captions=2)
+    coco, _ = _coco(tmp_path / "c", scenes)
+    qpath, _ = _vqa(tmp_path / "v", scenes)
+    for checkpoint, data, limit, read in ((tiny_captioner, coco, 2, 2), (tiny_vqa, qpath, 3, 2)):
+        checked.clear()
+        assert main(["eval", "--checkpoint", str(checkpoint), "--data", str(data), "--json",
+                     "--limit", str(limit)]) == 0
+        assert json.loads(capsys.readouterr().out)["examples"] == limit
+        assert len(checked) == read  # the headers of the images of the first examples only

@@ -96,7 +96,7 @@ def test_the_task_s_decoding_is_written_by_default_and_options_change_it(tmp_pat
 def test_a_transformer_exports_at_opset_18_and_its_graphs_equal_pytorch(tmp_path, capsys,
                                                                         one_thread):
     from attnkit.tasks.loading import load_task_model
-    from attnkit.export.state import flatten
+    from attnkit.export.decoder_state import flatten
 
     checkpoint = _train(tmp_path, capsys, "--model", "transformer", "--heads", "2", "--layers", "1")
     out = tmp_path / "onnx"

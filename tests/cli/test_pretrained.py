@@ -20,11 +20,11 @@ from attnkit.data import (
     synthesize,
     write_wav,
 )
-from attnkit.data.audio import log_mel, normalize_features
-from attnkit.data.festival_accents import ACCENTS
-from attnkit.data.speech import plan_utterances, utterance_audio
-from attnkit.data.synthesis import FESTIVAL_VOICES, GNUSPEECH_PACKAGE, PICO_PACKAGE
-from attnkit.data.text_tasks import DATA_VERSIONS
+from attnkit.data.audio.features import log_mel, normalize_features
+from attnkit.data.worlds.festival_accents import ACCENTS
+from attnkit.data.worlds.speech import plan_utterances, utterance_audio
+from attnkit.data.worlds.synthesis import FESTIVAL_VOICES, GNUSPEECH_PACKAGE, PICO_PACKAGE
+from attnkit.data.worlds.text_tasks import DATA_VERSIONS
 from attnkit.tasks import asr, ocr, translate
 from attnkit.tasks.loading import load_task_model
 from attnkit.train import builtin_checkpoints, load_checkpoint

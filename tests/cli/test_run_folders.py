@@ -206,7 +206,7 @@ def test_out_and_plot_naming_files_are_refused_before_any_work(tsv, tmp_path, ca
     def no_work(*args, **kwargs):
         raise AssertionError("the data was read")
 
-    monkeypatch.setattr(translate_cli, "read_data", no_work)
+    monkeypatch.setattr("attnkit.cli.corpus.read_data", no_work)
     monkeypatch.setattr(translate_cli.loading, "load_task_model", no_work)
     (tmp_path / "file").write_text("keep me")
     assert _train(tsv, tmp_path / "file") == 2
@@ -266,7 +266,7 @@ def test_ctrl_c_before_training_stops_cleanly(tsv, tmp_path, capsys, monkeypatch
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(translate_cli, "read_data", interrupted)
+    monkeypatch.setattr("attnkit.cli.corpus.read_data", interrupted)
     assert _train(tsv, tmp_path / "run") == 130
     assert capsys.readouterr().err == "attnkit: interrupted\n"
     assert not (tmp_path / "run" / LOCK_FILE).exists()

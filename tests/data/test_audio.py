@@ -23,8 +23,8 @@ from attnkit.data import (
     resample,
     write_wav,
 )
-from attnkit.data.audio import _hz_to_mel, _mel_to_hz, frame_count, samples_needed
-from attnkit.data.audio_files import parse_wav
+from attnkit.data.audio.features import _hz_to_mel, _mel_to_hz, frame_count, samples_needed
+from attnkit.data.audio.files import parse_wav
 
 
 def wav_bytes(pcm: np.ndarray, rate: int, channels: int = 1) -> bytes:

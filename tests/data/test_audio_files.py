@@ -12,8 +12,8 @@ import soxr
 import torch
 
 from attnkit.data import DataError
-from attnkit.data.audio import resample, resampled_length
-from attnkit.data.audio_files import OVERSHOOT_S, audio_info, read_audio, read_wav
+from attnkit.data.audio.features import resample, resampled_length
+from attnkit.data.audio.files import OVERSHOOT_S, audio_info, read_audio, read_wav
 
 
 def tone(freq: float, rate: int, seconds: float, channels: int = 1) -> np.ndarray:

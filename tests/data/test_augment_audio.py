@@ -9,9 +9,9 @@ import torch
 import parselmouth
 from scipy.signal import lfilter
 
-from attnkit.data.audio import SAMPLE_RATE, log_mel, mel_filterbank, vtlp_warp
-from attnkit.data.augment import Compose, example_rng
-from attnkit.data.augment_audio import (
+from attnkit.data.audio.features import SAMPLE_RATE, log_mel, mel_filterbank, vtlp_warp
+from attnkit.data.augment.augmentation import Compose, example_rng
+from attnkit.data.augment.audio_augment import (
     PRESETS,
     VTLP,
     BandLimit,
@@ -349,7 +349,7 @@ def test_speech_augment_runs_by_stage_and_reads_audio_only_when_it_changes_it():
     with pytest.raises(ValueError, match="samples: this augmentation changes the audio"):
         faster(example_rng(0, 0, 0), features=lambda: stored)
     with pytest.raises(TypeError, match=r"augmentations\[0\]: expected a speech augmentation"):
-        from attnkit.data.augment_lines import Blur
+        from attnkit.data.augment.line_augment import Blur
         SpeechAugment([Blur()])
 
 

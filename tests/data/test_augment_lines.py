@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from attnkit.data import generate_lines
-from attnkit.data.augment import example_rng, from_config
-from attnkit.data.augment_lines import (
+from attnkit.data.augment.augmentation import example_rng, from_config
+from attnkit.data.augment.line_augment import (
     PRESETS,
     Baseline,
     Blur,
@@ -212,7 +212,7 @@ def test_settings_out_of_range_are_refused_by_name(make, message):
 
 
 def test_config_of_another_family_or_name_is_refused():
-    import attnkit.data.augment_audio  # noqa: F401  (registers speed)
+    import attnkit.data.augment.audio_augment  # noqa: F401  (registers speed)
 
     with pytest.raises(ValueError, match=r"augment\[0\]: speed augments audio, not lines"):
         from_config([{"name": "speed", "p": 1.0, "factors": [1.1]}], "lines")

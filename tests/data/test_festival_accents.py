@@ -1,13 +1,13 @@
-"""English said by festival's voices of other languages (attnkit.data.festival_accents)."""
+"""English said by festival's voices of other languages (attnkit.data.worlds.festival_accents)."""
 
 import subprocess
 
 import pytest
 import torch
 
-from attnkit.data import festival_accents, synthesis
-from attnkit.data.festival_accents import ACCENTS, english_pronunciations, lexicon_entry
-from attnkit.data.speech import plan_utterances, utterances_audio
+from attnkit.data.worlds import festival_accents, synthesis
+from attnkit.data.worlds.festival_accents import ACCENTS, english_pronunciations, lexicon_entry
+from attnkit.data.worlds.speech import plan_utterances, utterances_audio
 from tests.needs import needs_voice
 
 # festival's English (CMU) phones, the ones every accent replaces

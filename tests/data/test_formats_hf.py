@@ -13,9 +13,9 @@ from PIL import Image
 
 from attnkit.cli.main import main
 from attnkit.data import DataError, generate_lines, generate_scenes, read_tsv
-from attnkit.data.formats import choose_format
-from attnkit.data.formats.hf import parse_path
-from attnkit.data.formats.reading import read_corpus
+from attnkit.data.corpora.reading import choose_format
+from attnkit.data.corpora.hf_formats import parse_path
+from attnkit.data.corpora.reading import read_corpus
 from tests.cli.conftest import IMAGE_TINY
 from tests.cli.test_ocr import TINY as OCR_TINY
 

@@ -13,9 +13,9 @@ from PIL import Image
 
 from attnkit.cli.main import main
 from attnkit.data import DataError, generate_scenes
-from attnkit.data.formats import choose_format
-from attnkit.data.formats.images import read_coco, read_karpathy, read_vqa2
-from attnkit.data.formats.reading import read_corpus
+from attnkit.data.corpora.reading import choose_format
+from attnkit.data.corpora.image_formats import read_coco, read_karpathy, read_vqa2
+from attnkit.data.corpora.reading import read_corpus
 from tests.cli.conftest import IMAGE_TINY
 
 SIZE = 32
@@ -311,3 +311,60 @@ def test_a_coco_image_list_without_annotations_is_read_to_caption(tmp_path, scen
     assert all(torch.equal(a.image, b.image) for a, b in zip(items, read_coco(path, size=SIZE)))
     with pytest.raises(DataError, match=r"image_info_train2017.json: .*annotations"):
         read_coco(listed, size=SIZE)
+
+
+@pytest.fixture
+def headers(monkeypatch):
+    """The image files whose headers a reader checks, in order."""
+    from attnkit.data.corpora import image_folders as images
+
+    checked, check = [], images.image_header
+
+    def counted(path, *args, **kwargs):
+        checked.append(path.name)
+        return check(path, *args, **kwargs)
+
+    monkeypatch.setattr(images, "image_header", counted)
+    return checked
+
+
+def test_a_coco_limit_checks_and_keeps_only_the_first_images(tmp_path, scenes, headers):
+    # eval --limit read the whole file and checked every image's header before the first N
+    # were taken (~4.6 KB per reference)
+    path, native = _coco(tmp_path, scenes)
+    everything = read_coco(path, size=SIZE)
+    assert len(headers) == len(scenes)
+    headers.clear()
+    found = read_corpus("caption", path, size=SIZE, limit=2)  # the option reaches the reader
+    assert headers == [f"{100:012d}.png", f"{101:012d}.png"]
+    _same_captions(found, everything[:2])
+    assert found.origins == everything.origins[:2] and len(found.images) == 2
+    # an image missing among the first is skipped as without a limit: the next one is read
+    (native / f"{100:012d}.png").unlink()
+    _rewrite(path, lambda data: data["annotations"].append(  # past the first images: unread
+        {"id": 99, "image_id": 7, "caption": "a lost caption"}))
+    headers.clear()
+    found = read_coco(path, size=SIZE, limit=2, max_unusable=0.5)
+    assert headers == [f"{101:012d}.png", f"{102:012d}.png"]
+    assert found.origins == read_coco(path, size=SIZE, max_unusable=0.5).origins[:2]
+    with pytest.raises(DataError, match=r"2 of 6 captions are unusable \(2 image missing"):
+        read_coco(path, size=SIZE, limit=2, max_unusable=0)  # what was read is counted
+
+
+def test_a_karpathy_or_vqa2_limit_checks_only_the_first_images(tmp_path, scenes, headers):
+    path, _ = _karpathy(tmp_path / "k", scenes)
+    everything = read_karpathy(path, size=SIZE)  # train: images 0, 1, 4
+    headers.clear()
+    found = read_karpathy(path, size=SIZE, limit=2)
+    assert headers == [f"{100:012d}.png", f"{101:012d}.png"]
+    _same_captions(found, everything[:2])
+    with pytest.raises(DataError, match="no image of split dev"):  # all the splits counted
+        read_karpathy(path, size=SIZE, split="dev", limit=2)
+    qpath, _ = _vqa(tmp_path / "v", scenes)
+    _, questions = read_vqa2(qpath, size=SIZE)
+    headers.clear()
+    images, found = read_corpus("vqa", qpath, size=SIZE, limit=3)
+    assert headers == [f"COCO_train2014_{i:012d}.jpg" for i in (1, 2)]  # 2 questions each
+    assert len(images) == 2
+    assert [(q.image, q.question, q.answer, q.origin) for q in found] == \
+        [(q.image, q.question, q.answer, q.origin) for q in questions[:3]]

@@ -15,9 +15,9 @@ from PIL import Image
 
 from attnkit.cli.main import main
 from attnkit.data import ALPHABET, DataError, generate_lines
-from attnkit.data.formats import choose_format
-from attnkit.data.formats.lines import read_gt_folder, read_labels
-from attnkit.data.formats.reading import read_corpus
+from attnkit.data.corpora.reading import choose_format
+from attnkit.data.corpora.line_formats import read_gt_folder, read_labels
+from attnkit.data.corpora.reading import read_corpus
 from tests.cli.test_ocr import TINY
 from tests.data.images import png_header
 

@@ -14,15 +14,15 @@ import soundfile
 import torch
 
 from attnkit.data import DataError
-from attnkit.data.formats import choose_format
-from attnkit.data.formats.speech import (
+from attnkit.data.corpora.reading import choose_format
+from attnkit.data.corpora.speech_formats import (
     read_commonvoice,
     read_hf_speech,
     read_jsonl,
     read_kaldi,
     read_librispeech,
 )
-from attnkit.data.utterances import normalize_transcript, read_manifest
+from attnkit.data.corpora.utterances import normalize_transcript, read_manifest
 
 # (utterance id, transcript as a foreign corpus writes it, as normalised)
 UTTERANCES = [

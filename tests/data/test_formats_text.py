@@ -1,6 +1,6 @@
-"""Text as every reader opens it (attnkit.data.text): UTF-8 with or without a byte-order
-mark, LF or CRLF, gzip / xz / bzip2 known by their first bytes, NFC; what cannot be read is
-named file:line."""
+"""Text as every reader opens it (attnkit.data.corpora.text_files): UTF-8 with or without a
+byte-order mark, LF or CRLF, gzip / xz / bzip2 known by their first bytes, NFC; what cannot be read
+is named file:line."""
 
 import bz2
 import gzip
@@ -10,8 +10,8 @@ import unicodedata
 import pytest
 
 from attnkit.data import DataError, read_tsv
-from attnkit.data import text
-from attnkit.data.text import compression, read_text, text_lines
+from attnkit.data.corpora import text_files as text
+from attnkit.data.corpora.text_files import compression, read_text, text_lines
 
 PACK = {"gzip": gzip.compress, "xz": lzma.compress, "bzip2": bz2.compress}
 

@@ -13,10 +13,10 @@ import pytest
 
 from attnkit.cli.main import main
 from attnkit.data import DataError, read_tsv
-from attnkit.data.formats import choose_format
-from attnkit.data.formats.reading import read_corpus
-from attnkit.data.formats.text import read_moses, read_pairs
-from attnkit.data.pairs import TextPairs
+from attnkit.data.corpora.reading import choose_format
+from attnkit.data.corpora.reading import read_corpus
+from attnkit.data.corpora.text_formats import read_moses, read_pairs
+from attnkit.data.corpora.text_pairs import TextPairs
 
 PAIRS = [("Guten Morgen.", "Good morning."), ("Wie geht's?", "How are you?"),
          ("Ein Café, bitte.", "A coffee, please."), ("Viele Grüße", "Best wishes"),

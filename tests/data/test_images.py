@@ -18,7 +18,7 @@ from attnkit.data import (
     write_question_folder,
 )
 from attnkit.data import load_line_image
-from attnkit.data.images import read_pixels
+from attnkit.data.corpora.image_folders import read_pixels
 from tests.data.images import grey_png, png_header
 
 
@@ -199,7 +199,7 @@ def test_a_line_too_narrow_for_the_crnn_is_refused(tmp_path):
 
 
 def test_a_corpus_holds_image_paths_and_reads_pixels_when_indexed(tmp_path, monkeypatch):
-    from attnkit.data import images as module
+    from attnkit.data.corpora import image_folders as module
     from attnkit.tasks.caption import CaptionTask, caption_examples, check_images
     from attnkit.tasks.vqa import VqaTask, question_examples
 

@@ -22,8 +22,8 @@ from attnkit.data import (
     render_line,
     write_line_folder,
 )
-from attnkit.data import lines as lines_module
-from attnkit.data.lines import HELD_OUT_FAMILIES, font_family
+from attnkit.data.worlds import lines as lines_module
+from attnkit.data.worlds.lines import HELD_OUT_FAMILIES, font_family
 from attnkit.tokens import UNK
 from tests.data.images import png_header
 from tests.needs import default_fonts, needs_fonts

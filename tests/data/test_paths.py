@@ -15,7 +15,7 @@ import soundfile
 from PIL import Image
 
 from attnkit.data import DataError, read_caption_folder, read_line_folder, read_manifest
-from attnkit.data.formats.reading import read_corpus
+from attnkit.data.corpora.reading import read_corpus
 from attnkit.data.paths import inside
 from tests.data.test_formats_speech import tone
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnkit.data import generate_scenes, question_set
-from attnkit.data.scenes import (
+from attnkit.data.worlds.scenes import (
     ANSWERS,
     COLOURS,
     HELD_OUT,

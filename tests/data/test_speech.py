@@ -25,13 +25,12 @@ from attnkit.data import (
     plan_utterances,
     read_manifest,
     resample,
-    speech,
     speech_dataset,
-    synthesis,
     synthesize,
 )
-from attnkit.data.speech import SPLITS
-from attnkit.data.synthesis import ACCENTS, ENGINES
+from attnkit.data.worlds import speech, synthesis
+from attnkit.data.worlds.speech import SPLITS
+from attnkit.data.worlds.synthesis import ACCENTS, ENGINES
 from tests.needs import needs_voice
 
 # planning espeak-ng utterances reads the variants this machine's espeak-ng ships

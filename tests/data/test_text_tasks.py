@@ -18,7 +18,7 @@ from attnkit.data import (
     pad_batch,
     read_tsv,
 )
-from attnkit.data.text_tasks import split_of
+from attnkit.data.worlds.text_tasks import split_of
 
 
 def test_generation_is_deterministic_and_correct():
@@ -130,7 +130,7 @@ def test_other_versions_of_the_data_s_libraries_are_named_once(monkeypatch, capl
     """num2words and babel are ranges in the dependencies; the built-in translation data is
     defined by the exact versions of text_tasks.DATA_VERSIONS, and another one is named in
     a warning (once), since its words or formats may differ."""
-    from attnkit.data import text_tasks
+    from attnkit.data.worlds import text_tasks
 
     text_tasks.check_data_versions.cache_clear()
     with caplog.at_level(logging.WARNING, logger="attnkit"):
@@ -153,7 +153,7 @@ def test_the_dependency_ranges_hold_the_data_s_versions():
 
     tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11")
 
-    from attnkit.data.text_tasks import DATA_VERSIONS
+    from attnkit.data.worlds.text_tasks import DATA_VERSIONS
 
     project = Path(__file__).resolve().parents[2] / "pyproject.toml"
     wanted = {Requirement(r).name: Requirement(r).specifier

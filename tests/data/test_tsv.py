@@ -5,7 +5,7 @@ import logging
 import pytest
 
 from attnkit.data import DataError, read_tsv
-from attnkit.data.tsv import MAX_CHARS, read_tsv_rows
+from attnkit.data.corpora.tsv import MAX_CHARS, read_tsv_rows
 
 
 def test_a_header_line_is_not_an_example(tmp_path, caplog):

@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from attnkit.data import DataError
-from attnkit.data.formats.reading import read_corpus
+from attnkit.data.corpora.reading import read_corpus
 
 
 def _pairs(tmp_path):

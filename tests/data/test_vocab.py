@@ -3,7 +3,7 @@
 import pytest
 
 from attnkit.data import WordVocab, load_vocab
-from attnkit.data.vocab import words
+from attnkit.data.vocab.vocabularies import words
 from attnkit.tokens import BOS, EOS, UNK
 
 

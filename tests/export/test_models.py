@@ -24,7 +24,7 @@ import onnx  # noqa: E402
 
 from attnkit.export import JSON_FILE, RUNNER_FILE, decoding_json, export_onnx  # noqa: E402
 from attnkit.export.graphs import model_inputs  # noqa: E402
-from attnkit.export.state import flatten  # noqa: E402
+from attnkit.export.decoder_state import flatten  # noqa: E402
 
 TOL = 1e-4  # float32
 # The output length limits: translation's capped to exercise "at_most"

@@ -198,6 +198,8 @@ def test_health_metrics_and_schema(translate_url):
     assert health["task"] == "translate" and health["endpoint"] == "/translate"
     assert health["checkpoint"] == "builtin:translate-dates" and health["runtime"] == "pytorch"
     httpx.post(f"{translate_url}/translate", json={"text": TEXTS[2]})
+    # a refusal of its own: the server is shared, and another test's may run elsewhere
+    assert httpx.post(f"{translate_url}/translate", json={"txt": "x"}).status_code == 422
     metrics = httpx.get(f"{translate_url}/metrics")
     assert metrics.headers["content-type"].startswith("text/plain")
     text = metrics.text

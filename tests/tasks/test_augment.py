@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from attnkit.data import SpeechSet, generate_lines, log_mel, speech_dataset
-from attnkit.data.augment_audio import Noise, SpecAugment, SpeechAugment, SpeedPerturb
-from attnkit.data.augment_lines import Stretch
+from attnkit.data.augment.audio_augment import Noise, SpecAugment, SpeechAugment, SpeedPerturb
+from attnkit.data.augment.line_augment import Stretch
 from attnkit.tasks.asr import AsrTask
 from attnkit.tasks.ocr import OcrTask
 

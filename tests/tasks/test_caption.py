@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.data import CaptionedImage, DataError, generate_scenes, write_caption_folder
-from attnkit.data.scenes import SCORED_SCENES, Scene, SceneObject, render
+from attnkit.data.worlds.scenes import SCORED_SCENES, Scene, SceneObject, render
 from attnkit.decoding import Decoding
 from attnkit.models import doubly_stochastic
 from attnkit.tasks.caption import (

@@ -6,7 +6,7 @@ import torch
 
 from attnkit.data import (ALPHABET, CharVocab, DataError, pad_images, read_line_folder,
                           write_line_folder)
-from attnkit.data.lines import generate_lines
+from attnkit.data.worlds.lines import generate_lines
 from attnkit.models import CRNN, guided_attention_loss
 from attnkit.tasks.ocr import OcrTask, plot_line, read_lines
 

@@ -15,7 +15,7 @@ from attnkit.data import (
     question_set,
     write_question_folder,
 )
-from attnkit.data.scenes import ANSWERS
+from attnkit.data.worlds.scenes import ANSWERS
 from attnkit.decoding import Decoding
 from attnkit.tasks.evaluator import score_examples
 from attnkit.tasks.vqa import (

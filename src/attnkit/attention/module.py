@@ -8,7 +8,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from attnkit.attention import planner, step
+import attnkit.attention.planner as planner
+import attnkit.attention.step as step
 from attnkit.checks import (
     check_positive_int,
     check_probability,

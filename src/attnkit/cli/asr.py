@@ -4,23 +4,21 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 from attnkit.attention.scores import SCORES
 from attnkit.cli.augment import add_speech_args, speech_augmentations
-from attnkit.cli import common, corpus, jsonlines
+from attnkit.cli import common, corpus, inference
 from attnkit.cli.decoder_options import (
     add_alignment_args,
-    add_joint_args,
+    add_loss_args,
     alignment_config,
     joint_decoding,
 )
 from attnkit.data import SpeechSet, load_vocab
-from attnkit.data.audio_files import MAX_SECONDS
-from attnkit.data.speech import ENGINES, ESPEAK_CONSONANTS, KINDS, speech_dataset
+from attnkit.data.worlds.speech import ENGINES, ESPEAK_CONSONANTS, KINDS, speech_dataset
 from attnkit.decoding import Decoding
 from attnkit.models.las import LISTENERS, MIN_FRAMES
 from attnkit.tasks.asr import (
@@ -76,7 +74,7 @@ def add_train_parser(train_sub) -> None:
                       help=f"built-in speech features are cached here (default {DEFAULT_CACHE})")
     data.add_argument("--workers", type=common.positive_int, default=2,
                       help="synthesiser processes at a time when synthesising")
-    add_max_seconds_arg(data)
+    corpus.add_limit_arg(data, "asr")
     corpus.add_format_args(p, "asr")
     model = p.add_argument_group("model")
     model.add_argument("--listener", choices=LISTENERS, default="bi",
@@ -99,15 +97,8 @@ def add_train_parser(train_sub) -> None:
     model.add_argument("--attn-dim", type=common.positive_int, help="additive/location attention size "
                        "(default --hidden)")
     model.add_argument("--dropout", type=common.proportion, default=0.0)
-    model.add_argument("--ctc-weight", type=common.probability, default=0.0,
-                       help="w in (1 - w) * cross-entropy + w * CTC (0: no CTC head)")
-    model.add_argument("--guided-attention", type=common.non_negative_float, default=0.0,
-                       help="weight of the guided attention loss (Tachibana et al. 2017: "
-                            "attention far from the diagonal of (character, listener step) "
-                            "costs; 0: none)")
-    model.add_argument("--sortagrad", type=common.non_negative_int, default=0, metavar="N",
-                       help="the first N epochs take their batches shortest first (SortaGrad, "
-                            "Amodei et al. 2016; 0: shuffled)")
+    add_loss_args(model, head="", ctc=" (0: no CTC head)",
+                  diagonal="(character, listener step)", order="shortest")
     model.add_argument("--pretrain-lm-steps", type=int, default=0, metavar="N",
                        help="first train the speller alone as a character LM on the training "
                        f"transcripts for N steps (checkpointed in OUT/{PRETRAIN_DIR}; "
@@ -115,13 +106,6 @@ def add_train_parser(train_sub) -> None:
     add_speech_args(p)
     common.add_training_args(p, batch_size=32, lr=1e-3)
     p.set_defaults(run=run_train)
-
-
-def add_max_seconds_arg(p) -> None:
-    """``--max-seconds``: the longest audio file read."""
-    p.add_argument("--max-seconds", type=common.positive_float, default=MAX_SECONDS,
-                   help=f"longest audio file, in seconds (default {MAX_SECONDS:g}): a longer "
-                   "one is refused")
 
 
 def _speech(args, normalize: bool, audio: bool = False) -> tuple[SpeechSet, SpeechSet]:
@@ -135,9 +119,9 @@ def _speech(args, normalize: bool, audio: bool = False) -> tuple[SpeechSet, Spee
     if args.train:
         read = {"normalize": normalize, "max_seconds": args.max_seconds,
                 "min_frames": MIN_FRAMES}
-        train = corpus.read_data("asr", args.train, args, "train", **read)
-        if args.valid:
-            return train, corpus.read_data("asr", args.valid, args, "valid", **read)
+        train, valid = corpus.read_splits("asr", args, **read)
+        if valid is not None:
+            return train, valid
         n = min(100, len(train))
         log.warning("no --valid manifest: validating on the first %d training utterances", n)
         return train, train.head(n)
@@ -160,11 +144,8 @@ def run_train(args) -> int:
     pretrain_dir = args.out / PRETRAIN_DIR
     wanted = {"name": "las", **{k: getattr(args, k) for k in MODEL_OPTIONS},
               **alignment_config(args)}
-    ck = loading.existing_run(args.out, "asr", resume=args.resume,
-                              pending=pretrain_dir if args.pretrain_lm_steps else None,
-                              model=wanted)
-    init = None if ck is not None else loading.initial_checkpoint(args.init, "asr",
-                                                                   model=wanted)
+    ck, init = common.run_checkpoints(
+        args, "asr", pending=pretrain_dir if args.pretrain_lm_steps else None, model=wanted)
     start = ck or init
     if start is not None and bool(start.config["model"].get("ctc")) != (args.ctc_weight > 0):
         has = bool(start.config["model"].get("ctc"))
@@ -238,14 +219,7 @@ def add_transcribe_parser(sub) -> None:
     p.add_argument("wav", type=Path, nargs="*", help="audio files (WAV, FLAC, OGG, MP3; any "
                    "rate); -: read their paths from standard input, one a line, each printed "
                    "as soon as it is read")
-    corpus.add_corpus_input_args(p, "asr")
-    add_max_seconds_arg(p)
-    common.add_decoding_args(p, beam=common.TASK_BEAM["asr"])
-    add_joint_args(p)
-    common.add_device_arg(p)
-    p.add_argument("--plot", type=Path, help="folder for one alignment picture per file")
-    common.add_html_arg(p)
-    jsonlines.add_json_arg(p)
+    inference.add_inference_args(p, "asr", plot="folder for one alignment picture per file")
     stream = p.add_argument_group("streaming (a model trained with --listener uni and "
                                   "--alignment monotonic or mocha)")
     stream.add_argument("--stream", action="store_true",
@@ -267,31 +241,10 @@ def run_transcribe(args) -> int:
     if args.chunk_ms is not None or args.realtime:
         raise ValueError(f"{'--chunk-ms' if args.chunk_ms is not None else '--realtime'}: an "
                          "option of --stream")
-    decoding = joint_decoding(args, common.decoding(args))
-    if not args.wav and not args.corpus:
-        raise ValueError("transcribe: expected audio files, - or --corpus, got none")
-    stdin = not args.corpus and jsonlines.reads_stdin(args.wav, args)
-    audio = [] if stdin or args.corpus else [wav_samples(path, max_seconds=args.max_seconds)
-                                             for path in args.wav]
-    evaluator = loading.load_evaluator(args.checkpoint, args.device, "asr")
-    features = [evaluator.features(samples) for samples in audio]
-    names = [str(p) for p in args.wav]
-    if args.corpus:
-        features, names = corpus.corpus_inputs(args, evaluator, args.wav)
-    evaluator.lm = loading.load_lm(args.lm, evaluator.vocab, args.device)
-    if stdin:
-        return jsonlines.stream(args, decoding, lambda path: evaluator.decode([
-            evaluator.features(wav_samples(Path(path), max_seconds=args.max_seconds))],
-            decoding)[0])
-    start = time.perf_counter()
-    outputs = evaluator.decode(features, decoding, weights=common.wants_weights(args))
-    jsonlines.write(outputs, args, names=names, decoding=decoding,
-                    seconds=time.perf_counter() - start)
-    if args.plot:
-        for i, output in enumerate(outputs):
-            print(f"  wrote {output.draw(args.plot / f'alignment_{i}.png')}")
-    common.write_html(args, outputs, names=names)
-    return 0
+    return inference.decode_files(
+        args, "asr", joint_decoding(args, common.decoding(args)), args.wav,
+        lambda path: wav_samples(path, max_seconds=args.max_seconds), expected="audio files",
+        picture="alignment", prepare=lambda evaluator, samples: evaluator.features(samples))
 
 
 def run_stream(args) -> int:

@@ -1,7 +1,7 @@
 """The augmentation options of ``attnkit train asr`` and ``attnkit train ocr``.
 
-``--augment PRESET`` picks a set (:data:`attnkit.data.augment_audio.PRESETS`,
-:data:`attnkit.data.augment_lines.PRESETS`); each per-augmentation option sets that
+``--augment PRESET`` picks a set (:data:`attnkit.data.augment.audio_augment.PRESETS`,
+:data:`attnkit.data.augment.line_augment.PRESETS`); each per-augmentation option sets that
 augmentation's range, adding it to the set when the preset lacks it; ``--augment-prob
 NAME=P,...`` sets probabilities. The set runs in the order of :data:`SPEECH` and :data:`LINES`,
 as the changes happen in the world: a speaker's voice before the room, the noise and the
@@ -18,8 +18,8 @@ import dataclasses
 import json
 from typing import NamedTuple
 
-from attnkit.data import augment_audio, augment_lines
-from attnkit.data.augment import AUGMENTATIONS
+from attnkit.data.augment import audio_augment, line_augment
+from attnkit.data.augment.augmentation import AUGMENTATIONS
 
 __all__ = ["add_line_args", "add_speech_args", "line_augmentations", "speech_augmentations"]
 
@@ -37,7 +37,7 @@ class Option(NamedTuple):
     metavar: str
 
 
-UP_TO = f"(0 to {augment_audio.SPECAUGMENT_MAX:,})"  # SpecAugment's sizes and counts
+UP_TO = f"(0 to {audio_augment.SPECAUGMENT_MAX:,})"  # SpecAugment's sizes and counts
 
 SPEECH = (
     Option("--pitch-shift", "pitch", ("factor",), "pair",
@@ -149,12 +149,12 @@ def _add(p, presets: dict, options: tuple[Option, ...], what: str) -> None:
 
 def add_speech_args(p) -> None:
     """The augmentation options of ``attnkit train asr``."""
-    _add(p, augment_audio.PRESETS, SPEECH, "speech")
+    _add(p, audio_augment.PRESETS, SPEECH, "speech")
 
 
 def add_line_args(p) -> None:
     """The augmentation options of ``attnkit train ocr``."""
-    _add(p, augment_lines.PRESETS, LINES, "lines")
+    _add(p, line_augment.PRESETS, LINES, "lines")
 
 
 def _read(option: Option, text: str):
@@ -288,7 +288,7 @@ def _describe(config: list) -> str:
     return "augmentation " + ", ".join(c["name"] for c in config)
 
 
-def speech_augmentations(args, ck=None) -> augment_audio.SpeechAugment:
+def speech_augmentations(args, ck=None) -> audio_augment.SpeechAugment:
     """The speech augmentations of ``attnkit train asr``'s options (``ck``: the checkpoint
     resumed, whose augmentation a resumed run keeps); empty for none.
 
@@ -296,12 +296,12 @@ def speech_augmentations(args, ck=None) -> augment_audio.SpeechAugment:
         ValueError: naming an option whose value is out of range or does not parse, or
             asking a resumed run for other augmentation.
     """
-    made = _augmentations(args, augment_audio.PRESETS, SPEECH)
-    return _for_run(args, ck, augment_audio.SpeechAugment, made)
+    made = _augmentations(args, audio_augment.PRESETS, SPEECH)
+    return _for_run(args, ck, audio_augment.SpeechAugment, made)
 
 
-def line_augmentations(args, ck=None) -> augment_lines.LineAugment:
+def line_augmentations(args, ck=None) -> line_augment.LineAugment:
     """The line augmentations of ``attnkit train ocr``'s options; see
     :func:`speech_augmentations`."""
-    made = _augmentations(args, augment_lines.PRESETS, LINES)
-    return _for_run(args, ck, augment_lines.LineAugment, made)
+    made = _augmentations(args, line_augment.PRESETS, LINES)
+    return _for_run(args, ck, line_augment.LineAugment, made)

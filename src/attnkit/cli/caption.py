@@ -9,7 +9,7 @@ import torch
 
 from attnkit.cli import common, corpus, images, jsonlines
 from attnkit.data import WordVocab, load_image
-from attnkit.data.images import CAPTIONS
+from attnkit.data.corpora.image_folders import CAPTIONS
 from attnkit.tasks.caption import CaptionTask, caption_images, plot_captions
 from attnkit.tasks import loading
 
@@ -45,10 +45,8 @@ def run_train(args) -> int:
         name="captioner", image_size=args.image_size, channels=list(args.channels),
         hidden=args.hidden, emb=args.emb, attn_dim=args.attn_dim, attention=args.attention,
         gate=not args.no_gate, dropout=args.dropout)
-    ck = loading.existing_run(args.out, "caption", resume=args.resume, model=wanted,
-                              options={"gate": "--no-gate"})
-    init = None if ck is not None else loading.initial_checkpoint(
-        args.init, "caption", model=wanted, options={"gate": "--no-gate"})
+    ck, init = common.run_checkpoints(args, "caption", model=wanted,
+                                      options={"gate": "--no-gate"})
     start = ck or init
     model_config = start.config["model"] if start is not None else wanted
     size = model_config["image_size"]

@@ -24,6 +24,7 @@ from attnkit.decoding import DEFAULT_LENGTH_PENALTY, Decoding
 from attnkit.diagnose.explorer import write_explorer
 from attnkit.tasks.evaluator import TASK_BEAM
 from attnkit.tasks.explore import examples_of
+from attnkit.tasks.loading import existing_run, initial_checkpoint
 from attnkit.train import (
     MAX_ACCUMULATE,
     PRECISIONS,
@@ -46,7 +47,7 @@ __all__ = ["Interrupted", "add_decoding_args", "add_device_arg", "add_html_arg",
            "float_in", "held_out", "is_training", "learning_rate", "locked_run_folder",
            "non_negative_float", "non_negative_int", "positive_float", "positive_int",
            "print_outputs", "probability", "proportion", "resolve_run_options",
-           "stop_if_signalled", "teacher_forcing", "train_and_report", "training_config",
+           "run_checkpoints", "stop_if_signalled", "teacher_forcing", "train_and_report", "training_config",
            "wants_weights", "write_html"]
 
 CUDA_DATA_WORKERS = 2  # --workers-data on a GPU when not given (0 on CPU)
@@ -474,6 +475,16 @@ def training_config(args, **overrides) -> TrainConfig:
                     data_workers=args.workers_data, accumulate=args.accumulate,
                     keep_best=args.keep_best)
     return TrainConfig(**{**settings, **overrides})
+
+
+def run_checkpoints(args, task: str, *, pending: Path | None = None,
+                    **checks) -> tuple[Checkpoint | None, Checkpoint | None]:
+    """The checkpoint ``attnkit train TASK`` resumes (``--resume``: :func:`attnkit.tasks.
+    loading.existing_run`, with ``pending``), and when there is none the one it starts from
+    (``--init``: :func:`attnkit.tasks.loading.initial_checkpoint`; else None), both checked
+    against ``checks`` (``model``, ``options``, ``vocab``)."""
+    ck = existing_run(args.out, task, resume=args.resume, pending=pending, **checks)
+    return ck, None if ck is not None else initial_checkpoint(args.init, task, **checks)
 
 
 def train_and_report(model, task, args, *, metric: str = "accuracy",

@@ -1,10 +1,10 @@
-"""``--format`` and the options of the corpus formats (:mod:`attnkit.data.formats`), for
+"""``--format`` and the options of the corpus formats (:mod:`attnkit.data.corpora`), for
 ``attnkit train TASK --train/--valid``, ``attnkit eval --data`` and the ``--corpus`` of the
 inference verbs (``transcribe``, ``read``, ``caption``, ``translate``, ``ask``: the corpus's
 inputs decoded, its references ignored).
 
 The format of each path is the one named, or the one detected from the path (logged). The
-options of one format are refused with another (:func:`attnkit.data.formats.reading.read_corpus`).
+options of one format are refused with another (:func:`attnkit.data.corpora.reading.read_corpus`).
 """
 
 from __future__ import annotations
@@ -13,14 +13,16 @@ import argparse
 from pathlib import Path
 
 from attnkit.cli import common
-from attnkit.data.formats import formats_of
+from attnkit.data import MAX_CHARS, MAX_WIDTH
+from attnkit.data.audio.files import MAX_SECONDS
+from attnkit.data.corpora.reading import formats_of
 from attnkit.errors import DataError
-from attnkit.data.formats.reading import read_corpus
-from attnkit.data.unusable import MAX_UNUSABLE
-from attnkit.data.utterances import TRANSCRIPTS
+from attnkit.data.corpora.reading import read_corpus
+from attnkit.data.corpora.unusable import MAX_UNUSABLE
+from attnkit.data.corpora.utterances import TRANSCRIPTS
 
-__all__ = ["OPTIONS", "add_corpus_input_args", "add_format_args", "corpus_inputs",
-           "format_options", "named", "read_data"]
+__all__ = ["LIMITS", "OPTIONS", "add_corpus_input_args", "add_format_args", "add_limit_arg",
+           "corpus_inputs", "format_options", "named", "read_data", "read_splits"]
 
 # The format options of each task: attribute -> (option, help). ``eval`` has them all.
 OPTIONS = {
@@ -48,6 +50,18 @@ OPTIONS = {
                 "the corpus names them, relative to its folder or absolute)"),
     "audio_folder": ("--audio-folder", "asr", "kaldi: where relative wav.scp paths start; "
                      "commonvoice: the folder of the clips"),
+}
+# The largest input of each task read, for training and decoding alike: its option, type,
+# default and help.
+LIMITS = {
+    "asr": ("--max-seconds", common.positive_float, MAX_SECONDS,
+            f"longest audio file, in seconds (default {MAX_SECONDS:g}): a longer one is refused"),
+    "ocr": ("--max-width", common.positive_int, MAX_WIDTH,
+            f"widest line, in pixels at height 32 (default {MAX_WIDTH}): a wider image is "
+            "refused"),
+    "translate": ("--max-chars", common.positive_int, MAX_CHARS,
+                  f"longest sentence, in characters (default {MAX_CHARS}): a longer line is a "
+                  "bad line"),
 }
 # argparse keywords of the options that are not plain strings
 KINDS = {"images": {"type": Path}, "annotations": {"type": Path},
@@ -87,7 +101,7 @@ def add_format_args(p, task: str | None, *, reads: str = "--train/--valid (eval:
 
 def format_options(args: argparse.Namespace, paths: Path | list[Path], role: str,
                    ) -> tuple[Path, dict]:
-    """The path to read and the options of :func:`attnkit.data.formats.reading.read_corpus`
+    """The path to read and the options of :func:`attnkit.data.corpora.reading.read_corpus`
     (``format`` among them) for ``paths`` (one path, or the two files of a Moses corpus),
     from the parsed ``args``: those given, and ``role``.
 
@@ -116,6 +130,19 @@ def read_data(task: str, paths: Path | list[Path], args: argparse.Namespace, rol
     (:func:`format_options`) with the task's own ``task_options``."""
     path, options = format_options(args, paths, role)
     return read_corpus(task, path, **options, **task_options)
+
+
+def read_splits(task: str, args: argparse.Namespace, **task_options) -> tuple[list, list | None]:
+    """The examples of ``--train`` and of ``--valid`` (None without it), read by
+    :func:`read_data`."""
+    train = read_data(task, args.train, args, "train", **task_options)
+    return train, read_data(task, args.valid, args, "valid", **task_options) if args.valid else None
+
+
+def add_limit_arg(p, task: str) -> None:
+    """The option of ``task``'s largest input (:data:`LIMITS`): a larger one is refused."""
+    option, kind, default, help = LIMITS[task]
+    p.add_argument(option, type=kind, default=default, help=help)
 
 
 def named(paths: Path | list[Path] | None) -> str:

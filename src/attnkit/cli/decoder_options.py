@@ -1,16 +1,17 @@
-"""The options of attention decoders' alignments (``train ocr``, ``train asr``) and of joint
-CTC/attention decoding with shallow fusion (``read``, ``transcribe``)."""
+"""The options of attention decoders' alignments and losses (``train ocr``, ``train asr``) and
+of joint CTC/attention decoding with shallow fusion (``read``, ``transcribe``)."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
-from attnkit.cli.common import non_negative_int, positive_int
+from attnkit.cli.common import non_negative_float, non_negative_int, positive_int, probability
 from attnkit.decoding import Decoding
 from attnkit.models.decoder import ALIGNMENT_CHOICES
 
-__all__ = ["add_alignment_args", "add_joint_args", "alignment_config", "joint_decoding"]
+__all__ = ["add_alignment_args", "add_joint_args", "add_loss_args", "alignment_config",
+           "joint_decoding"]
 
 # option -> (the alignments it belongs to, its keyword in the alignment module)
 ALIGNMENT_OPTIONS = {"chunk": (("mocha",), "chunk"),
@@ -39,6 +40,22 @@ def add_alignment_args(group) -> None:
                        help="monotonic, mocha: the energies' initial offset r (default -4: "
                             "stop probabilities of 0.02 at first, for many keys per output; "
                             "0 gives 0.5, about one listener step per character)")
+
+
+def add_loss_args(group, *, head: str, ctc: str, diagonal: str, order: str) -> None:
+    """``--ctc-weight``, ``--guided-attention`` and ``--sortagrad`` of a recogniser whose
+    attention decoder reads a sequence of steps, their help in the task's words: ``head``
+    (which head they train, or ""), ``ctc`` (what the CTC head is), ``diagonal`` (of what)
+    and ``order`` (the batches' first)."""
+    group.add_argument("--ctc-weight", type=probability, default=0.0,
+                       help=f"{head}w in (1 - w) * cross-entropy + w * CTC{ctc}")
+    group.add_argument("--guided-attention", type=non_negative_float, default=0.0,
+                       help=f"{head}weight of the guided attention loss (Tachibana et al. "
+                            f"2017: attention far from the diagonal of {diagonal} costs; 0: "
+                            "none)")
+    group.add_argument("--sortagrad", type=non_negative_int, default=0, metavar="N",
+                       help=f"the first N epochs take their batches {order} first (SortaGrad, "
+                            "Amodei et al. 2016; 0: shuffled)")
 
 
 def alignment_config(args) -> dict:

@@ -29,7 +29,8 @@ def add_parser(sub) -> None:
                    "translation: also the two files of a Moses corpus)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--limit", type=common.positive_int, metavar="N",
-                   help="score the first N examples of --data only")
+                   help="score the first N examples of --data only (a COCO, Karpathy or "
+                   "VQA v2 file: only their images are checked)")
     p.add_argument("--plot", type=Path, metavar="DIR",
                    help="pictures of the attention of the worst examples (by CER against "
                    "the closest reference) in DIR")

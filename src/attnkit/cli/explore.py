@@ -7,8 +7,9 @@ from pathlib import Path
 
 from attnkit.cli import common
 from attnkit.diagnose.explorer import write_explorer
-from attnkit.tasks.explore import explore_examples
 from attnkit.tasks import loading
+from attnkit.tasks.evaluator import read_examples
+from attnkit.tasks.explore import explore_examples
 
 INPUTS = {"translate": "source texts", "ocr": "line image files", "asr": "WAV files",
           "caption": "image files", "vqa": "an image file, then questions about it"}
@@ -47,7 +48,7 @@ def run(args) -> int:
         raise ValueError(f"--checkpoint: explore takes a checkpoint of {', '.join(INPUTS)}, "
                          f"got one of task {evaluator.task!r}")
     if args.data:
-        labelled = evaluator.read(args.data)[: args.limit]
+        labelled = read_examples(evaluator, args.data, args.limit)
         examples = explore_examples(evaluator, [e.input for e in labelled], decoding,
                                     names=[e.origin for e in labelled],
                                     references=[e.reference for e in labelled])

@@ -7,9 +7,9 @@ import logging
 from pathlib import Path
 
 from attnkit.cli import common
-from attnkit.cli.corpus import add_format_args, read_data
+from attnkit.cli.corpus import add_format_args, read_splits
 from attnkit.data import Scene, generate_scenes
-from attnkit.data.scenes import MAX_OBJECTS
+from attnkit.data.worlds.scenes import MAX_OBJECTS
 
 log = logging.getLogger("attnkit")
 
@@ -55,8 +55,7 @@ def user_data(args, size: int, default_tsv: str):
     without ``--valid``); ``--captions`` / ``--questions`` given only when not
     ``default_tsv``."""
     read = {"size": size, "tsv": None if args.tsv == default_tsv else args.tsv}
-    train = read_data(args.task, args.train, args, "train", **read)
-    return train, read_data(args.task, args.valid, args, "valid", **read) if args.valid else None
+    return read_splits(args.task, args, **read)
 
 
 def built_in_scenes(args, size: int) -> tuple[list[Scene], list[Scene]]:

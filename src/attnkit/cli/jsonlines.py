@@ -26,7 +26,7 @@ from dataclasses import asdict
 from typing import BinaryIO
 
 from attnkit.cli import common
-from attnkit.data.text import BLOCK, decode_line, undecodable
+from attnkit.data.corpora.text_files import BLOCK, decode_line, undecodable
 from attnkit.errors import DataError
 
 STDIN = "-"

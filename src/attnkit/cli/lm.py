@@ -9,7 +9,7 @@ import torch
 
 from attnkit.cli import common
 from attnkit.data import CharVocab, DataError, load_vocab
-from attnkit.data.text import text_lines
+from attnkit.data.corpora.text_files import text_lines
 from attnkit.tasks.lm import CharLMTask
 from attnkit.train import load_checkpoint
 from attnkit.tasks import loading

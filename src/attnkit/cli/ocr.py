@@ -4,28 +4,25 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from pathlib import Path
 
 import torch
 
 from attnkit.attention import SCORES
-from attnkit.cli import augment, common, jsonlines
+from attnkit.cli import augment, common, inference
 from attnkit.cli.corpus import (
-    add_corpus_input_args,
     add_format_args,
-    corpus_inputs,
-    read_data,
+    add_limit_arg,
+    read_splits,
 )
 from attnkit.cli.decoder_options import (
     add_alignment_args,
-    add_joint_args,
+    add_loss_args,
     alignment_config,
     joint_decoding,
 )
 from attnkit.data import (
     ALPHABET,
-    MAX_WIDTH,
     CharVocab,
     available_fonts,
     iter_lines,
@@ -33,9 +30,8 @@ from attnkit.data import (
     read_line_folder,
     write_line_folder,
 )
-from attnkit.data.formats.lines import LABELS
+from attnkit.data.corpora.line_formats import LABELS
 from attnkit.tasks.ocr import OcrTask, plot_line, read_lines
-from attnkit.tasks import loading
 
 log = logging.getLogger("attnkit")
 
@@ -71,7 +67,7 @@ def add_train_parser(train_sub) -> None:
                       "(default 0)")
     data.add_argument("--cache-dir", type=Path,
                       help="keep rendered built-in lines here (default: OUT/lines)")
-    add_max_width_arg(data)
+    add_limit_arg(data, "ocr")
     model = p.add_argument_group("model")
     model.add_argument("--attention", choices=("none", "global", "window"), default="window",
                        help="the attention layer between RNN1 and RNN2")
@@ -86,16 +82,8 @@ def add_train_parser(train_sub) -> None:
     model.add_argument("--dec-score", choices=SCORES, default="additive",
                        help="attention head: its score (softmax and local_p alignments)")
     add_alignment_args(model)
-    model.add_argument("--ctc-weight", type=common.probability, default=0.0,
-                       help="attention head: w in (1 - w) * cross-entropy + w * CTC of an "
-                            "auxiliary CTC head (0: none)")
-    model.add_argument("--guided-attention", type=common.non_negative_float, default=0.0,
-                       help="attention head: weight of the guided attention loss (Tachibana "
-                            "et al. 2017: attention far from the diagonal of the line costs; "
-                            "0: none)")
-    model.add_argument("--sortagrad", type=common.non_negative_int, default=0, metavar="N",
-                       help="the first N epochs take their batches narrowest first (SortaGrad, "
-                            "Amodei et al. 2016; 0: shuffled)")
+    add_loss_args(model, head="attention head: ", ctc=" of an auxiliary CTC head (0: none)",
+                  diagonal="the line", order="narrowest")
     model.add_argument("--dropout", type=common.proportion, default=0.1)
     augment.add_line_args(p)
     common.add_training_args(p, steps=20000, batch_size=32, lr=1e-3, eval_every=500,
@@ -119,20 +107,12 @@ def _built_in(args, split: str, n: int, min_chars: int, max_chars: int):
     return read_line_folder(cache, cache / "labels.tsv")  # what later runs will read
 
 
-def add_max_width_arg(p) -> None:
-    """``--max-width``: the widest line image read, in pixels at height 32."""
-    p.add_argument("--max-width", type=common.positive_int, default=MAX_WIDTH,
-                   help=f"widest line, in pixels at height 32 (default {MAX_WIDTH}): a wider "
-                   "image is refused")
-
-
 def _lines(args):
     if args.train:
         read = dict(alphabet=ALPHABET, max_width=args.max_width,
                     labels=None if args.labels == LABELS else args.labels)
-        train = read_data("ocr", args.train, args, "train", **read)
-        valid = read_data("ocr", args.valid, args, "valid", **read) if args.valid else []
-        return train, valid
+        train, valid = read_splits("ocr", args, **read)
+        return train, valid or []
     return (_built_in(args, "train", args.n_train, args.min_chars, args.max_chars),
             _built_in(args, "valid", args.n_valid, 5, 200))
 
@@ -144,8 +124,7 @@ def run_train(args) -> int:
         attention=None if args.attention == "none" else args.attention, window=args.window,
         score=args.score, heads=args.heads, head=args.head, dec_hidden=args.dec_hidden,
         dropout=args.dropout, **_decoder_config(args))
-    ck = loading.existing_run(args.out, "ocr", resume=args.resume, model=wanted)
-    init = None if ck is not None else loading.initial_checkpoint(args.init, "ocr", model=wanted)
+    ck, init = common.run_checkpoints(args, "ocr", model=wanted)
     start = ck or init
     augmentations = augment.line_augmentations(args, ck)
     train, valid = _lines(args)
@@ -199,40 +178,12 @@ def add_read_parser(sub) -> None:
     p.add_argument("images", nargs="*", type=Path, help="line images (any size: scaled to 32 "
                    "px); -: read their paths from standard input, one a line, each printed as "
                    "soon as it is read")
-    add_corpus_input_args(p, "ocr")
-    add_max_width_arg(p)
-    common.add_decoding_args(p, beam=common.TASK_BEAM["ocr"])
-    add_joint_args(p)
-    common.add_device_arg(p)
-    p.add_argument("--plot", type=Path, help="folder for one picture per image")
-    common.add_html_arg(p)
-    jsonlines.add_json_arg(p)
+    inference.add_inference_args(p, "ocr", plot="folder for one picture per image")
     p.set_defaults(run=run_read)
 
 
 def run_read(args) -> int:
-    decoding = joint_decoding(args, common.decoding(args))
-    if not args.images and not args.corpus:
-        raise ValueError("read: expected line images, - or --corpus, got none")
-    stdin = not args.corpus and jsonlines.reads_stdin(args.images, args)
-    images = [] if stdin or args.corpus else [load_line_image(path, max_width=args.max_width)
-                                              for path in args.images]
-    evaluator = loading.load_evaluator(args.checkpoint, args.device, "ocr")
-    evaluator.lm = loading.load_lm(args.lm, evaluator.vocab, args.device)
-    names = [str(p) for p in args.images]
-    if args.corpus:
-        images, names = corpus_inputs(args, evaluator, args.images)
-    if stdin:
-        return jsonlines.stream(args, decoding, lambda path: evaluator.decode(
-            [load_line_image(Path(path), max_width=args.max_width)], decoding)[0])
-    start = time.perf_counter()
-    outputs = evaluator.decode(images, decoding, weights=common.wants_weights(args))
-    jsonlines.write(outputs, args, names=names, decoding=decoding,
-                    seconds=time.perf_counter() - start)
-    if args.plot:
-        for i, output in enumerate(outputs):
-            path = output.draw(args.plot / f"line_{i}.png")
-            if path is not None:
-                print(f"  wrote {path}")
-    common.write_html(args, outputs, names=names)
-    return 0
+    return inference.decode_files(
+        args, "ocr", joint_decoding(args, common.decoding(args)), args.images,
+        lambda path: load_line_image(path, max_width=args.max_width), expected="line images",
+        picture="line")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 
-from attnkit.cli import common, corpus, jsonlines
-from attnkit.cli.corpus import add_format_args, named, read_data
-from attnkit.data import MAX_CHARS, generate_pairs, load_vocab
-from attnkit.data.text import text_lines
+from attnkit.cli import common, corpus, inference, jsonlines
+from attnkit.cli.corpus import add_format_args, add_limit_arg, named, read_splits
+from attnkit.data import generate_pairs, load_vocab
+from attnkit.data.corpora.text_files import text_lines
 from attnkit.tasks.translate import TranslateTask, plot_translation, translate_texts
 from attnkit.tasks import loading
 
@@ -36,7 +36,7 @@ def add_train_parser(train_sub) -> None:
         n_valid=300, paths="+")
     data.add_argument("--skip-bad-lines", action="store_true",
                       help="tsv: skip bad lines (counted in a warning) instead of stopping")
-    add_max_chars_arg(data)
+    add_limit_arg(data, "translate")
     data.add_argument("--tasks", type=common.choice_list(("numbers", "dates"), "task list"),
                       default=("numbers", "dates"),
                       help="built-in tasks, comma-separated (default numbers,dates)")
@@ -69,20 +69,11 @@ def add_train_parser(train_sub) -> None:
     p.set_defaults(run=run_train)
 
 
-def add_max_chars_arg(p) -> None:
-    """``--max-chars``: the longest sentence (and training target) read, in characters."""
-    p.add_argument("--max-chars", type=common.positive_int, default=MAX_CHARS,
-                   help=f"longest sentence, in characters (default {MAX_CHARS}): a longer "
-                   "line is a bad line")
-
-
 def _pairs(args):
     if args.train:
         read = dict(skip_bad_lines=args.skip_bad_lines or None, max_chars=args.max_chars)
-        train = read_data("translate", args.train, args, "train", **read)
-        valid = read_data("translate", args.valid, args, "valid", **read) \
-            if args.valid else []
-        return train, valid
+        train, valid = read_splits("translate", args, **read)
+        return train, valid or []
     kw = dict(seed=common.data_seed(args), tasks=args.tasks, direction=args.direction)
     return (generate_pairs(args.n_train, split="train", **kw),
             generate_pairs(args.n_valid, split="valid", **kw))
@@ -92,9 +83,7 @@ def run_train(args) -> int:
     torch.manual_seed(args.seed)
     checks = dict(model=_model_config(args), options=OPTIONS,
                   vocab={"kind": args.vocab, "size": args.vocab_size})
-    ck = loading.existing_run(args.out, "translate", resume=args.resume, **checks)
-    init = None if ck is not None else loading.initial_checkpoint(args.init, "translate",
-                                                                   **checks)
+    ck, init = common.run_checkpoints(args, "translate", **checks)
     start = ck or init
     train, valid = _pairs(args)
     valid = common.held_out(train, valid, "pairs")
@@ -166,16 +155,6 @@ def _plot(hyp, i, source, src_vocab, tgt_vocab, path):
         print(f"  wrote {path}")
 
 
-def _translate_corpus(args, evaluator, decoding, texts: list[str], origins: list[str]) -> int:
-    """``translate --corpus``: one output per source sentence of the corpus."""
-    start = time.perf_counter()
-    outputs = evaluator.decode(texts, decoding, weights=common.wants_weights(args))
-    jsonlines.write(outputs, args, names=origins, decoding=decoding,
-                    seconds=time.perf_counter() - start)
-    common.write_html(args, outputs, names=origins)
-    return 0
-
-
 def add_translate_parser(sub) -> None:
     p = sub.add_parser("translate", help="translate text with a trained checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
@@ -184,13 +163,8 @@ def add_translate_parser(sub) -> None:
                    "is translated")
     p.add_argument("--file", type=Path, help="one sentence per line; one output line per "
                    "line, empty for an empty line")
-    corpus.add_corpus_input_args(p, "translate")
-    add_max_chars_arg(p)
-    common.add_decoding_args(p, beam=common.TASK_BEAM["translate"])
-    common.add_device_arg(p)
-    p.add_argument("--plot", type=Path, help="folder for one attention heat-map per sentence")
-    common.add_html_arg(p)
-    jsonlines.add_json_arg(p)
+    inference.add_inference_args(p, "translate",
+                                 plot="folder for one attention heat-map per sentence")
     p.set_defaults(run=run_translate)
 
 
@@ -211,7 +185,8 @@ def run_translate(args) -> int:
     evaluator.max_chars = args.max_chars
     if args.corpus:  # its source sentences, each named by its origin
         texts, origins = corpus.corpus_inputs(args, evaluator, texts)
-        return _translate_corpus(args, evaluator, decoding, texts, origins)
+        return inference.decode_and_write(args, evaluator, texts, decoding, names=origins,
+                                          picture=None)
     # One output line per input line: a blank input gives an empty line, not a decoding.
     filled = [i for i, text in enumerate(texts) if text.strip()]
     start = time.perf_counter()
@@ -232,5 +207,5 @@ def run_translate(args) -> int:
 
 
 def _lines(path: Path) -> list[str]:
-    """The lines of a text file, as :mod:`attnkit.data.text` reads them."""
+    """The lines of a text file, as :mod:`attnkit.data.corpora.text_files` reads them."""
     return [text for _, text in text_lines(path)]

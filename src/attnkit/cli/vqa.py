@@ -11,8 +11,8 @@ import torch
 from attnkit.cli import common, corpus, images, jsonlines
 from attnkit.data import WordVocab, question_set
 from attnkit.decoding import Decoding
-from attnkit.data.images import QUESTIONS, load_image
-from attnkit.data.scenes import ANSWERS
+from attnkit.data.corpora.image_folders import QUESTIONS, load_image
+from attnkit.data.worlds.scenes import ANSWERS
 from attnkit.models.vqa import KINDS
 from attnkit.tasks.vqa import VqaTask, answer_questions, plot_answers
 from attnkit.tasks import loading
@@ -55,10 +55,7 @@ def run_train(args) -> int:
         name="vqa", image_size=args.image_size, channels=list(args.channels), kind=args.model,
         hops=args.hops, emb=args.emb, hidden=args.hidden, attn_dim=args.attn_dim,
         dropout=args.dropout)
-    ck = loading.existing_run(args.out, "vqa", resume=args.resume, model=wanted,
-                              options={"kind": "--model"})
-    init = None if ck is not None else loading.initial_checkpoint(
-        args.init, "vqa", model=wanted, options={"kind": "--model"})
+    ck, init = common.run_checkpoints(args, "vqa", model=wanted, options={"kind": "--model"})
     start = ck or init
     model_config = start.config["model"] if start is not None else wanted
     train, valid = _data(args, model_config["image_size"])

@@ -2,7 +2,7 @@
 speech, scenes with captions and questions), audio features and readers for the user's own
 files."""
 
-from attnkit.data.audio import (
+from attnkit.data.audio.features import (
     MelStream,
     feature_statistics,
     log_mel,
@@ -13,8 +13,8 @@ from attnkit.data.audio import (
     pad_features,
     resample,
 )
-from attnkit.data.audio_files import read_wav, write_wav
-from attnkit.data.images import (
+from attnkit.data.audio.files import read_wav, write_wav
+from attnkit.data.corpora.image_folders import (
     CaptionedImage,
     CaptionedImages,
     ImageFiles,
@@ -26,36 +26,37 @@ from attnkit.data.images import (
     write_caption_folder,
     write_question_folder,
 )
-from attnkit.data.lines import (
-    ALPHABET,
+from attnkit.data.corpora.line_folders import (
     MAX_WIDTH,
     LineFolder,
-    available_fonts,
-    generate_lines,
-    iter_lines,
     load_line_image,
     pad_images,
     read_line_folder,
-    render_line,
     write_line_folder,
 )
+from attnkit.data.worlds.lines import (
+    ALPHABET,
+    available_fonts,
+    generate_lines,
+    iter_lines,
+    render_line,
+)
 from attnkit.data.paths import inside, regular_file
-from attnkit.data.scenes import Scene, captioned_images, generate_scenes, question_set
-from attnkit.data.speech import (
-    FeaturesOnDisk,
-    SpeechSet,
+from attnkit.data.worlds.scenes import Scene, captioned_images, generate_scenes, question_set
+from attnkit.data.corpora.speech_sets import FeaturesOnDisk, SpeechSet
+from attnkit.data.worlds.speech import (
     Utterance,
     plan_utterances,
     speech_dataset,
     utterance_audio,
     utterances_audio,
 )
-from attnkit.data.subword import SubwordVocab
-from attnkit.data.synthesis import synthesize
-from attnkit.data.text_tasks import DATE_LOCALES, NUMBER_LANGUAGES, generate_pairs
-from attnkit.data.tsv import MAX_CHARS, read_tsv
-from attnkit.data.utterances import read_manifest
-from attnkit.data.vocab import (
+from attnkit.data.vocab.subword import SubwordVocab
+from attnkit.data.worlds.synthesis import synthesize
+from attnkit.data.worlds.text_tasks import DATE_LOCALES, NUMBER_LANGUAGES, generate_pairs
+from attnkit.data.corpora.tsv import MAX_CHARS, read_tsv
+from attnkit.data.corpora.utterances import read_manifest
+from attnkit.data.vocab.vocabularies import (
     CharVocab,
     WordVocab,
     build_vocab,

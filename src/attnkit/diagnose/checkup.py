@@ -280,17 +280,32 @@ class _Probe:
         return list(dict.fromkeys(moved))
 
 
-def _skip(check: str, p: _Probe, why: dict[str, str]) -> Finding | None:
-    """The skip finding of ``check`` for a kind of module ``why`` names, else None."""
-    return Finding(check, "skip", why[p.kind]) if p.kind in why else None
+# The checks that do not apply to a kind of module (a _Probe's kind), and why: the
+# doctor skips them, saying so, instead of running them.
+_SKIPPED = {
+    "sums_to_one_over_keys": {
+        "stateful": "an alignment's weights need not sum to 1: weight_sums checks what the "
+                    "module declares they sum to"},
+    "key_permutation": {
+        "location": "a location-aware score reads the previous weights of each key's "
+                    "neighbours: key order matters by design",
+        "stateful": "an alignment reads the keys in order (a monotonic scan, a window or "
+                    "Gaussians over key positions): key order matters by design"},
+    "location_state": {
+        "plain": "the module takes no location state (pass location=True for one that takes "
+                 "previous weights)",
+        "stateful": "the module carries its own state from step to step: state_threading "
+                    "checks it"},
+    "weight_sums": {
+        "plain": "a softmax's weights: sums_to_one_over_keys checks them",
+        "location": "a softmax's weights: sums_to_one_over_keys checks them"},
+    "state_threading": {
+        "plain": "the module carries no state: each query is computed on its own",
+        "location": "the caller passes the previous weights (location_state checks them)"},
+}
 
 
 def _sums(p: _Probe) -> Finding:
-    skip = _skip("sums_to_one_over_keys", p, {
-        "stateful": "an alignment's weights need not sum to 1: weight_sums checks what the "
-                    "module declares they sum to"})
-    if skip:
-        return skip
     full = torch.ones_like(p.mask)
     w = _weights(p.run(mask=full).weights.float())  # (B, H, Tq, Tk)
     keys, queries = w.sum(-1), w.sum(-2)
@@ -410,13 +425,6 @@ def _query(p: _Probe) -> Finding:
 
 
 def _permutation(p: _Probe) -> Finding:
-    skip = _skip("key_permutation", p, {
-        "location": "a location-aware score reads the previous weights of each key's "
-                    "neighbours: key order matters by design",
-        "stateful": "an alignment reads the keys in order (a monotonic scan, a window or "
-                    "Gaussians over key positions): key order matters by design"})
-    if skip:
-        return skip
     full = torch.ones_like(p.mask)
     ctx = p.run(mask=full).context
     perm = torch.randperm(p.key.shape[1], generator=torch.Generator().manual_seed(0))
@@ -470,13 +478,6 @@ def _precision(p: _Probe, dtypes) -> Finding:
 
 
 def _location(p: _Probe) -> Finding:
-    skip = _skip("location_state", p, {
-        "plain": "the module takes no location state (pass location=True for one that takes "
-                 "previous weights)",
-        "stateful": "the module carries its own state from step to step: state_threading "
-                    "checks it"})
-    if skip:
-        return skip
     out = p.run()
     state = p.prev_weights(p.mask)
     padded = ~p.mask[:, None, :]  # (B, 1, Tk)
@@ -515,11 +516,6 @@ _LAWS = {
 
 
 def _weight_sums(p: _Probe) -> Finding:
-    skip = _skip("weight_sums", p, {
-        "plain": "a softmax's weights: sums_to_one_over_keys checks them",
-        "location": "a softmax's weights: sums_to_one_over_keys checks them"})
-    if skip:
-        return skip
     law = getattr(p.module, "weight_sums", None)
     if law is None:
         return Finding("weight_sums", "skip", "the module declares no weight_sums (one of "
@@ -599,11 +595,6 @@ def _memory(p: _Probe) -> Finding:
 
 
 def _state_threading(p: _Probe) -> Finding:
-    skip = _skip("state_threading", p, {
-        "plain": "the module carries no state: each query is computed on its own",
-        "location": "the caller passes the previous weights (location_state checks them)"})
-    if skip:
-        return skip
     full = p.run()
     if full.state is not None and not isinstance(full.state, torch.Tensor):
         return Finding("state_threading", "skip", f"the state is a "
@@ -744,9 +735,12 @@ def doctor(module, example_inputs, *, call: Callable | None = None,
             location = isinstance(module, Attention) and module.score.needs_prev
         kind = "stateful" if stateful else "location" if location else "plain"
         p = _Probe(module, call or default_call, query, key, value, kind)
-        findings = [_sums(p), _polarity(p), _padding(p), _empty(p), _query(p),
-                    _permutation(p), _precision(p, dtypes), _location(p), _weight_sums(p),
-                    _nan_padding(p), _memory(p), _state_threading(p), _saturation(p)]
+        checks = (_sums, _polarity, _padding, _empty, _query, _permutation,
+                  lambda probe: _precision(probe, dtypes), _location, _weight_sums, _nan_padding,
+                  _memory, _state_threading, _saturation)  # in CHECKS order
+        findings = [Finding(name, "skip", _SKIPPED[name][kind])
+                    if kind in _SKIPPED.get(name, {}) else check(p)
+                    for name, check in zip(CHECKS, checks)]
     finally:
         torch.random.set_rng_state(generator_state)
     return Report(findings)

@@ -75,9 +75,7 @@ def plot_attention(
         ax.tick_params(axis="x", labelrotation=90)
     ax.set_xlabel(x_title)
     ax.set_ylabel(y_title)
-    if title:
-        ax.set_title(title)
-    return _save(fig, path, dpi=110)
+    return _save(fig, path, dpi=110, title=title, over=ax)
 
 
 def plot_alignment(
@@ -175,9 +173,7 @@ def plot_alignment(
         axes[-1].set_yticks(np.arange(tq) + 0.5)
         axes[-1].set_yticklabels([str(t) for t in labels])
     axes[-1].set_xlabel(f"input columns ({steps} attention steps)")
-    if title:
-        top.set_title(title)
-    return _save(fig, path, dpi=100)
+    return _save(fig, path, dpi=100, title=title, over=top)
 
 
 def plot_image_attention(
@@ -244,13 +240,16 @@ def plot_image_attention(
         ax.imshow(pixels * (0.15 + 0.85 * up[..., None]), extent=(0, w, h, 0),
                   interpolation="nearest")
         ax.set_title(str(labels[k - 1]), fontsize=9)
-    if title:
+    return _save(fig, path, dpi=100, title=title)
+
+
+def _save(fig, path: str | Path, *, dpi: int, title: str | None = None, over=None) -> Path:
+    """Title ``fig`` (when ``title``: over the axes ``over``, else over the whole figure), lay
+    it out and write it to ``path`` (its folder made if needed)."""
+    if title and over is not None:
+        over.set_title(title)
+    elif title:
         fig.suptitle(title, fontsize=10)
-    return _save(fig, path, dpi=100)
-
-
-def _save(fig, path: str | Path, *, dpi: int) -> Path:
-    """Lay out ``fig`` and write it to ``path`` (its folder made if needed)."""
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

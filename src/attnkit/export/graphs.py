@@ -3,7 +3,7 @@
 Every token decoder (:class:`attnkit.models.Seq2Seq`, :class:`attnkit.models.Transformer`,
 :class:`attnkit.models.LAS`, :class:`attnkit.models.CRNN` with the attention head) becomes two
 graphs: :class:`EncoderGraph` (``model.start``: the inputs and their lengths to the decoder's
-initial state, flattened by :func:`attnkit.export.state.flatten`) and :class:`StepGraph`
+initial state, flattened by :func:`attnkit.export.decoder_state.flatten`) and :class:`StepGraph`
 (``model.step``: the previous tokens and the state to the log-probabilities, the step's
 attention weights and the state entries the step changes). A CTC model
 (:class:`attnkit.models.CRNN` with ``head="ctc"``) becomes one, :class:`CTCGraph`.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnkit.export.state import PREFIX, flatten, unflatten
+from attnkit.export.decoder_state import PREFIX, flatten, unflatten
 from attnkit.models import CRNN, LAS, Seq2Seq, Transformer, model_config
 
 __all__ = ["AXES", "CTCGraph", "EncoderGraph", "Inputs", "StepGraph", "model_inputs",

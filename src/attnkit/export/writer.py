@@ -35,7 +35,7 @@ from attnkit.decoding.loops import MAX_PERIOD, MIN_SPAN, REPEATS, TOLERANCE
 from attnkit.export.graphs import (AXES, CTCGraph, EncoderGraph, StepGraph, model_inputs,
                                    next_name)
 from attnkit.export.quantize import SESSION_CONFIG, quantize_int8
-from attnkit.export.state import flatten
+from attnkit.export.decoder_state import flatten
 from attnkit.folders import write_folder
 from attnkit.models import CRNN, model_config
 from attnkit.tokens import BOS, EOS, PAD
@@ -358,7 +358,7 @@ def _changed(a: torch.Tensor, b: torch.Tensor, axis: str, *, batch: bool = True)
 def _prune_shape_only_expands(path: Path) -> int:
     """Rewrite the ONNX graph at ``path`` without the scalars broadcast to a shape that only
     ``Shape`` nodes read: ``Shape(Expand(ConstantOfShape([]), shape))`` is ``shape``. A traced
-    decoder step makes one for each attention memory (:func:`attnkit.export.state.unflatten`
+    decoder step makes one for each attention memory (:func:`attnkit.export.decoder_state.unflatten`
     stands in a zero-stride view for the memory's keys, of which a call reads the shape only);
     onnxruntime would write its ``(B, S, Dk)`` zeros at every step. Returns how many went."""
     import onnx  # the export extra (pyproject.toml)

@@ -43,20 +43,21 @@ from attnkit.data import (
     pad_features,
     resample,
 )
-from attnkit.data.audio import SAMPLE_RATE, frame_count, samples_needed
-from attnkit.data.augment import example_rng
-from attnkit.data.augment_audio import SpeechAugment
-from attnkit.data.audio_files import MAX_SECONDS, read_audio
-from attnkit.data.formats.reading import read_corpus
+from attnkit.data.audio.features import SAMPLE_RATE, frame_count, samples_needed
+from attnkit.data.augment.augmentation import example_rng
+from attnkit.data.augment.audio_augment import SpeechAugment
+from attnkit.data.audio.files import MAX_SECONDS, read_audio
+from attnkit.data.corpora.reading import read_corpus
 from attnkit.decoding import Decoding, Hypotheses, decode_batches, stream_feed, stream_start
 from attnkit.models import LAS, build_model, guided_attention_loss
 from attnkit.models.las import HALVINGS, MIN_FRAMES
 from attnkit.diagnose.plots import plot_alignment
-from attnkit.tasks import metrics as scores
+import attnkit.tasks.metrics as scores
 from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import (Evaluator, Example, Output, pictures, scores_of, texts_of,
                                      tokens_of)
 from attnkit.tasks.explore import speech_example
+from attnkit.tasks.route import Route, Upload
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
@@ -115,7 +116,7 @@ def transcribe(model: LAS, vocab: CharVocab, features: Sequence[torch.Tensor], *
 
 def wav_samples(path: str | Path, *, max_seconds: float | None = MAX_SECONDS) -> torch.Tensor:
     """The samples ``(N,)`` of an audio file (WAV, FLAC, OGG Vorbis or Opus, MP3:
-    :func:`attnkit.data.audio_files.read_audio`) at the model rate (16 kHz).
+    :func:`attnkit.data.audio.files.read_audio`) at the model rate (16 kHz).
 
     Raises:
         DataError: naming the file: unreadable, of a codec not read, longer than
@@ -240,10 +241,10 @@ class AsrTask:
             (SortaGrad, Amodei et al. 2016: the attention learns to align on short utterances
             before long ones); 0: every epoch shuffled.
         max_valid: validation utterances decoded at each evaluation.
-        augment: speech augmentations (:mod:`attnkit.data.augment_audio`) applied to each
+        augment: speech augmentations (:mod:`attnkit.data.augment.audio_augment`) applied to each
             training utterance as its batch is built, drawn from
-            :func:`attnkit.data.augment.example_rng` ``(seed, epoch, index)`` (so a resumed
-            run sees the same utterances); never to validation utterances. Those that change
+            :func:`attnkit.data.augment.augmentation.example_rng` ``(seed, epoch, index)`` (so a
+            resumed run sees the same utterances); never to validation utterances. Those that change
             the audio need a training set that keeps it (:meth:`FeaturesOnDisk.samples
             <attnkit.data.FeaturesOnDisk.samples>`: a corpus, or built-in speech made with
             ``audio=True``). An utterance that augmentation leaves shorter than 8 frames is
@@ -382,7 +383,8 @@ class AsrTask:
 
 class _Encoded(Sequence):
     """The character ids of ``texts[i]``, encoded when indexed: a corpus's transcripts stay
-    packed (:class:`attnkit.data.utterances.PackedTexts`) rather than held as lists of ids."""
+    packed (:class:`attnkit.data.corpora.utterances.PackedTexts`) rather than held as lists of
+    ids."""
 
     def __init__(self, texts: Sequence[str], vocab: CharVocab):
         self.texts, self.vocab = texts, vocab
@@ -442,6 +444,12 @@ class SpellerPretraining:
         return self.task.vocab()
 
 
+def _served_audio(evaluator: AsrEvaluator, given: dict, *, max_seconds: float) -> torch.Tensor:
+    """The features ``(T, 80)`` of the audio file a server was sent, refused past
+    ``max_seconds``."""
+    return evaluator.features(wav_samples(given["audio"], max_seconds=max_seconds))
+
+
 class AsrEvaluator(Evaluator, task="asr"):
     """A speech checkpoint's model and characters: transcribes log-mel features and reads
     manifests of labelled WAVs (:mod:`attnkit.tasks.evaluator`)."""
@@ -450,6 +458,8 @@ class AsrEvaluator(Evaluator, task="asr"):
             "or a Kaldi/ESPnet data directory, a LibriSpeech folder, a Common Voice TSV or a "
             "JSON-lines manifest (--format)")
     metrics = ("cer", "wer", "exact")
+    route = Route("/transcribe", "transcribe a WAV file", upload=Upload("audio", kind="audio"),
+                  read=_served_audio)
 
     def __init__(self, model: LAS, config: dict, vocab: dict):
         super().__init__(model, config, vocab)
@@ -466,9 +476,10 @@ class AsrEvaluator(Evaluator, task="asr"):
         return log_mel(samples, normalize=self.normalize)
 
     def read(self, path, **options) -> list[Example]:
-        """The utterances of a corpus in any speech format (:mod:`attnkit.data.formats.speech`;
-        ``options``: ``format`` and the format's options), features as the model takes
-        them, utterances shorter than the listener needs counted as unusable."""
+        """The utterances of a corpus in any speech format
+        (:mod:`attnkit.data.corpora.speech_formats`; ``options``: ``format`` and the format's
+        options), features as the model takes them, utterances shorter than the listener needs
+        counted as unusable."""
         utterances = read_corpus("asr", path, normalize=self.normalize, min_frames=MIN_FRAMES,
                                  **options)
         check_frames(utterances)

@@ -36,9 +36,9 @@ from attnkit.data import (
     pad_batch,
     stack_images,
 )
-from attnkit.data.formats.reading import read_corpus
-from attnkit.data.images import CAPTIONS
-from attnkit.data.scenes import (
+from attnkit.data.corpora.reading import read_corpus
+from attnkit.data.corpora.image_folders import CAPTIONS
+from attnkit.data.worlds.scenes import (
     caption_is_true,
     matching_objects,
     object_masks,
@@ -52,6 +52,7 @@ from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import (Evaluator, Example, LazyExamples, Output, score_examples,
                                      scores_of, tokens_of)
 from attnkit.tasks.explore import caption_example
+from attnkit.tasks.route import Route, Upload
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
@@ -171,7 +172,7 @@ def attention_on_objects(scene: Scene, caption: str, weights: torch.Tensor) -> t
 def scene_metrics(scenes: Sequence[Scene], captions: Sequence[str],
                   weights: Sequence[torch.Tensor | None] | None = None) -> dict[str, float]:
     """``true_captions``: the share of ``captions`` (one per scene) whose every stated fact is
-    true of their scene (:func:`attnkit.data.scenes.caption_is_true`); with their attention
+    true of their scene (:func:`attnkit.data.worlds.scenes.caption_is_true`); with their attention
     ``weights`` (``(n, L)`` each, as :class:`Caption` holds them; None without attention),
     ``attention_on_object``: the share of words naming an object whose attention peak falls
     on that object (:func:`attention_on_objects`)."""
@@ -354,6 +355,7 @@ class CaptionEvaluator(Evaluator, task="caption"):
             "image), that TSV, COCO captions, Karpathy's split file, hf:PATH[:SPLIT], or "
             "built-in scenes: scenes:test or scenes:heldout")
     metrics = ("bleu", "chrf", "exact")
+    route = Route("/caption", "caption an image", upload=Upload("image"))
     labels = {"true_captions": "true captions", "attention_on_object": "attention on object"}
     scores_attention = True
 
@@ -366,7 +368,7 @@ class CaptionEvaluator(Evaluator, task="caption"):
 
     def read(self, path, **options) -> list[Example]:
         """Built-in scenes (``scenes:test``, ``scenes:heldout``), or the captioned images of
-        ``path`` in any captioning corpus format (:mod:`attnkit.data.formats.images`)."""
+        ``path`` in any captioning corpus format (:mod:`attnkit.data.corpora.image_formats`)."""
         scored = scored_scenes(path, size=self.image_size, trained_on=self.config.get("data"))
         if scored is not None:
             return caption_examples(scored[1], scored[0])

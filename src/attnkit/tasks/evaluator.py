@@ -7,13 +7,17 @@ A task joins by subclassing :class:`Evaluator` with the name its checkpoints car
     class TranslateEvaluator(Evaluator, task="translate"):
         data = "a TSV of source<TAB>reference lines"
         metrics = ("exact", "cer", "bleu", "chrf")      # names in tasks.metrics.METRICS
+        route = Route("/translate", "translate one text", texts=(Text("text"),))
+
 
         def __init__(self, model, config, vocab): ...   # the checkpoint's config and vocab
         def read(self, path) -> list[Example]: ...      # labelled data, DataError if unfit
         def decode(self, inputs, decoding=None, *, weights=False) -> list[Output]: ...
 
 ``attnkit eval`` then scores checkpoints of that task with no change to the command line:
-:func:`evaluator_for` finds the class by name and :func:`evaluate` decodes and scores.
+:func:`evaluator_for` finds the class by name and :func:`evaluate` decodes and scores; and
+``attnkit serve`` serves them at the endpoint its ``route`` declares
+(:mod:`attnkit.tasks.route`; a task without one is not served).
 
 A task whose scores need more than one reference text per output (several captions of an
 image: give ``Example.reference`` as a tuple and use metrics of
@@ -25,6 +29,7 @@ and its own :class:`Output`), extends :meth:`Evaluator.score` and names its own 
 
 from __future__ import annotations
 
+import inspect
 import math
 
 from abc import ABC, abstractmethod
@@ -36,12 +41,13 @@ from typing import Any, ClassVar
 from attnkit.checks import quoted
 from attnkit.decoding import Decoding, Hypotheses
 from attnkit.errors import DataError
-from attnkit.tasks import metrics as scores
+import attnkit.tasks.metrics as scores
 from attnkit.tasks.metrics import Reference
+from attnkit.tasks.route import Route, Text
 
 __all__ = ["EVALUATORS", "TASK_BEAM", "Evaluation", "Evaluator", "Example", "LazyExamples",
-           "Output", "evaluate", "evaluator_for", "pictures", "score_examples", "scores_of",
-           "texts_of"]
+           "Output", "evaluate", "evaluator_for", "pictures", "read_examples", "score_examples",
+           "scores_of", "served_tasks", "texts_of"]
 
 # Each task's default beam width when a command or a server is not given one (1: greedy).
 TASK_BEAM = {"translate": 5, "asr": 5, "ocr": 1, "caption": 5}
@@ -161,7 +167,8 @@ class Evaluator(ABC):
     the outputs' attention weights, so that :func:`score_examples` keeps them) and
     ``vocabularies`` (the entries of ``vocab.json`` it reads, by name; empty when the file is
     one vocabulary: :func:`attnkit.tasks.loading.load_task_checkpoint` refuses a checkpoint
-    without them).
+    without them), and ``route`` (the endpoint ``attnkit serve`` answers its requests at,
+    :class:`~attnkit.tasks.route.Route`; None: not served).
     """
 
     task: ClassVar[str]
@@ -170,6 +177,7 @@ class Evaluator(ABC):
     labels: ClassVar[dict[str, str]] = {}
     scores_attention: ClassVar[bool] = False
     vocabularies: ClassVar[tuple[str, ...]] = ()
+    route: ClassVar[Route | None] = None
 
     def __init_subclass__(cls, *, task: str | None = None, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -185,7 +193,9 @@ class Evaluator(ABC):
         """The labelled examples in ``path``; a :class:`DataError` naming the file when it
         cannot be read as :attr:`data`. ``options``: for a task whose data comes in several
         corpus formats, the format (``format``) and its options
-        (:func:`attnkit.data.formats.reading.read_corpus`)."""
+        (:func:`attnkit.data.corpora.reading.read_corpus`), and ``limit``: at least the first
+        ``limit`` examples are wanted (:func:`read_examples` passes it to a ``read`` that
+        takes options, and slices what it returns)."""
 
     @abstractmethod
     def decode(self, inputs: Sequence, decoding: Decoding | None = None, *,
@@ -217,6 +227,8 @@ def _register(cls: type[Evaluator], task: str) -> None:
     if unknown:
         raise ValueError(f"metrics: expected names among {', '.join(scores.METRICS)}, "
                          f"got {unknown}")
+    if cls.route is not None and not isinstance(cls.route, Route):
+        raise ValueError(f"route: expected a Route or None, got {type(cls.route).__name__}")
     if task in EVALUATORS:
         raise ValueError(f"task: an evaluator for {quoted(task)} is already registered "
                          f"({EVALUATORS[task].__qualname__})")
@@ -234,6 +246,12 @@ def evaluator_for(task: str) -> type[Evaluator]:
         raise ValueError(f"task: expected one of {', '.join(sorted(EVALUATORS))}, "
                          f"got {quoted(task)}")
     return EVALUATORS[task]
+
+
+def served_tasks() -> dict[str, Route]:
+    """The route of each registered task that declares one, by task name, in name order."""
+    return {task: EVALUATORS[task].route for task in sorted(EVALUATORS)
+            if EVALUATORS[task].route is not None}
 
 
 @dataclass(frozen=True)
@@ -263,6 +281,19 @@ def score_examples(evaluator: Evaluator, examples: Sequence[Example],
     return Evaluation(list(examples), outputs, evaluator.score(examples, outputs))
 
 
+def read_examples(evaluator: Evaluator, path: Path | str, limit: int | None = None,
+                  options: dict | None = None) -> Sequence[Example]:
+    """The first ``limit`` labelled examples of ``path`` (all of them: None), read with the
+    corpus ``options``; ``limit`` reaches a ``read`` that takes options, so that a corpus
+    reader that takes it reads no more than those examples need (``eval --limit`` on a
+    COCO file checks only their images)."""
+    options = dict(options or {})
+    if limit is not None and any(p.kind is p.VAR_KEYWORD or p.name == "limit" for p in
+                                 inspect.signature(evaluator.read).parameters.values()):
+        options["limit"] = limit
+    return (evaluator.read(path, **options) if options else evaluator.read(path))[:limit]
+
+
 def evaluate(evaluator: Evaluator, path: Path | str, decoding: Decoding | None = None, *,
              weights: bool = False, limit: int | None = None,
              options: dict | None = None) -> Evaluation:
@@ -277,7 +308,7 @@ def evaluate(evaluator: Evaluator, path: Path | str, decoding: Decoding | None =
     """
     expected = f"a checkpoint of task {evaluator.task!r} is scored on {evaluator.data}"
     try:
-        examples = (evaluator.read(path, **options) if options else evaluator.read(path))[:limit]
+        examples = read_examples(evaluator, path, limit, options)
     except DataError as exc:
         raise DataError(f"{exc} ({expected})") from None
     if not examples:

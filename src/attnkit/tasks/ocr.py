@@ -24,17 +24,18 @@ from attnkit.data import (
     pad_batch,
     pad_images,
 )
-from attnkit.data.augment import example_rng
-from attnkit.data.augment_lines import LineAugment, background
-from attnkit.data.formats.reading import read_corpus
+from attnkit.data.augment.augmentation import example_rng
+from attnkit.data.augment.line_augment import LineAugment, background
+from attnkit.data.corpora.reading import read_corpus
 from attnkit.decoding import Decoding, ctc_greedy, decode
 from attnkit.models import CRNN, build_model, guided_attention_loss
 from attnkit.diagnose.plots import plot_alignment
-from attnkit.tasks import metrics as scores
+import attnkit.tasks.metrics as scores
 from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import (Evaluator, Example, Output, pictures, scores_of, texts_of,
                                      tokens_of)
 from attnkit.tasks.explore import line_example
+from attnkit.tasks.route import Refused, Route, Upload
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
@@ -230,10 +231,10 @@ class OcrTask:
             (SortaGrad, Amodei et al. 2016: the model learns to read, and the attention head to
             align, on short lines before long ones); 0: every epoch shuffled.
         max_valid: validation lines read at each evaluation.
-        augment: line augmentations (:mod:`attnkit.data.augment_lines`) applied to each
+        augment: line augmentations (:mod:`attnkit.data.augment.line_augment`) applied to each
             training line as its batch is built, drawn from
-            :func:`attnkit.data.augment.example_rng` ``(seed, epoch, index)`` (so a resumed
-            run sees the same lines); never to validation lines. A line that augmentation
+            :func:`attnkit.data.augment.augmentation.example_rng` ``(seed, epoch, index)`` (so a
+            resumed run sees the same lines); never to validation lines. A line that augmentation
             leaves narrower than its characters need (``W // 2`` CTC steps) is padded on the
             right with its background. None or empty: none.
     """
@@ -360,6 +361,20 @@ class OcrTask:
         return self.chars.to_json()
 
 
+def _served_decoding(evaluator: OcrEvaluator, decoding: Decoding) -> None:
+    """A server's request to a model with a CTC head: greedy only, no ``max_len``
+    (:func:`read_lines` refuses them too, after the request was queued)."""
+    if getattr(evaluator.model, "head_kind", None) != "ctc":
+        return
+    if decoding.method != "greedy":
+        raise Refused("decoding.beam", f"decoding.beam: this model's CTC head reads the best "
+                      f"path only; expected greedy decoding, got {decoding.describe()}")
+    if decoding.max_len is not None:
+        raise Refused("decoding.max_len", f"decoding.max_len: this model's CTC head sets the "
+                      f"output's length by the line's steps; expected none, got "
+                      f"{decoding.max_len}")
+
+
 class OcrEvaluator(Evaluator, task="ocr"):
     """An OCR checkpoint's model and characters: reads line images and folders of labelled
     lines (:mod:`attnkit.tasks.evaluator`)."""
@@ -367,14 +382,16 @@ class OcrEvaluator(Evaluator, task="ocr"):
     data = ("a folder of line images with labels.tsv (filename<TAB>text), or that TSV; a "
             "folder of NAME.png + NAME.gt.txt pairs; or hf:PATH[:SPLIT]")
     metrics = ("cer", "wer", "exact")
+    route = Route("/read", "read a text line", upload=Upload("image"),
+                  check_decoding=_served_decoding)
 
     def __init__(self, model: CRNN, config: dict, vocab: dict):
         super().__init__(model, config, vocab)
         self.chars = CharVocab.from_json(vocab)
 
     def read(self, path, **options) -> list[Example]:
-        """The lines of ``path`` in any OCR corpus format (:mod:`attnkit.data.formats.lines`),
-        each image file its origin."""
+        """The lines of ``path`` in any OCR corpus format
+        (:mod:`attnkit.data.corpora.line_formats`), each image file its origin."""
         lines = read_corpus("ocr", path, **{"role": "test", **options})
         return [Example(image, text, str(lines.path(i))) for i, (image, text) in enumerate(lines)]
 

@@ -20,16 +20,17 @@ import torch.nn.functional as F
 
 from attnkit.checks import check_positive_int, quoted
 from attnkit.data import MAX_CHARS, CharVocab, SubwordVocab, build_vocab, load_vocab, pad_batch
-from attnkit.data.formats.reading import read_corpus
-from attnkit.data.pairs import TextPairs
+from attnkit.data.corpora.reading import read_corpus
+from attnkit.data.corpora.text_pairs import TextPairs
 from attnkit.decoding import MAX_OUTPUT_TOKENS, Decoding, Hypotheses, decode_batches
 from attnkit.models import Seq2Seq, Transformer, build_model
 from attnkit.diagnose.plots import plot_attention
-from attnkit.tasks import metrics as scores
+import attnkit.tasks.metrics as scores
 from attnkit.tasks.batching import length_batches
 from attnkit.tasks.evaluator import (Evaluator, Example, Output, pictures, scores_of, texts_of,
                                      tokens_of)
 from attnkit.tasks.explore import translation_example
+from attnkit.tasks.route import Route, Text
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
@@ -112,8 +113,8 @@ class TranslateTask:
 
     Args:
         train, valid: sequences of (source, target): lists, or a
-            :class:`attnkit.data.pairs.TextPairs` as the corpus formats read (kept on disk,
-            each batch reading its own pairs).
+            :class:`attnkit.data.corpora.text_pairs.TextPairs` as the corpus formats read (kept on
+            disk, each batch reading its own pairs).
         model_config: the model's registry config: ``name`` ``"seq2seq"`` (the default) or
             ``"transformer"``, and its arguments; the vocabulary sizes are set from the data.
         batch_size: sentences per batch (batches group similar lengths).
@@ -213,6 +214,9 @@ class TranslateEvaluator(Evaluator, task="translate"):
     data = ("a TSV of source<TAB>reference lines, or a Moses corpus (PREFIX with --src-lang "
             "and --tgt-lang, or its two files), or hf:PATH[:SPLIT]")
     metrics = ("exact", "cer", "bleu", "bleu_char", "chrf")
+    route = Route("/translate", "translate one text", texts=(Text(
+        "text", "a text to translate (with its task tag when the model has several, "
+        "<en> ...)"),))
     # The longest source read and decoded, in characters (None: no limit).
     max_chars: int | None = MAX_CHARS
 
@@ -226,7 +230,7 @@ class TranslateEvaluator(Evaluator, task="translate"):
 
     def read(self, path, **options) -> list[Example]:
         """The pairs of ``path`` in any translation corpus format
-        (:mod:`attnkit.data.formats.text`), each source's line its origin."""
+        (:mod:`attnkit.data.corpora.text_formats`), each source's line its origin."""
         pairs = read_corpus("translate", path, **{"role": "test", "max_chars": self.max_chars,
                                                   **options})
         return [Example(source, reference, pairs.origin(i))

@@ -34,15 +34,16 @@ from attnkit.data import (
     question_set,
     stack_images,
 )
-from attnkit.data.formats.reading import read_corpus
-from attnkit.data.images import QUESTIONS
-from attnkit.data.scenes import QUESTION_TYPES, RELATIONAL, scored_scenes
+from attnkit.data.corpora.reading import read_corpus
+from attnkit.data.corpora.image_folders import QUESTIONS
+from attnkit.data.worlds.scenes import QUESTION_TYPES, RELATIONAL, scored_scenes
 from attnkit.decoding import Decoding
 from attnkit.models import VQA, build_model
 from attnkit.diagnose.plots import plot_image_attention
 from attnkit.tasks.batching import group_batches
 from attnkit.tasks.evaluator import Evaluator, Example, LazyExamples, Output, score_examples
 from attnkit.tasks.explore import answer_example
+from attnkit.tasks.route import Route, Text, Upload
 from attnkit.tokens import SPECIALS
 from attnkit.train import Batches
 
@@ -135,7 +136,7 @@ def check_words(words: WordVocab, questions) -> None:
 def vqa_metrics(predicted: Sequence[str], answers: Sequence[str],
                 types: Sequence[str]) -> dict[str, float]:
     """``accuracy`` over all questions, ``accuracy_<type>`` for each question type, and when
-    the types include built-in relational ones (:data:`attnkit.data.scenes.RELATIONAL`),
+    the types include built-in relational ones (:data:`attnkit.data.worlds.scenes.RELATIONAL`),
     ``accuracy_relational`` and ``accuracy_non_relational``."""
     if not len(predicted) == len(answers) == len(types) or not answers:
         raise ValueError(f"predicted, answers, types: expected one each per question, got "
@@ -284,6 +285,11 @@ def question_examples(images: Sequence[torch.Tensor],
     return [example(q) for q in questions]
 
 
+def _known_words(evaluator: VqaEvaluator, question: str) -> None:
+    """A question sent to a server: refused as :func:`check_words` refuses one."""
+    check_words(evaluator.words, [question])
+
+
 class VqaEvaluator(Evaluator, task="vqa"):
     """A VQA checkpoint's model, question words and answers: answers ``(image, question)``
     pairs and scores accuracy overall and per question type (:func:`vqa_metrics`); the user's
@@ -294,6 +300,10 @@ class VqaEvaluator(Evaluator, task="vqa"):
             "TSV, VQA v2 questions (with their annotations), hf:PATH[:SPLIT], or built-in "
             "scenes: scenes:test or scenes:heldout")
     metrics = ()  # accuracy per question type instead of text metrics: see score
+    route = Route("/ask", "answer a question about an image", upload=Upload("image"),
+                  texts=(Text("question", "a question about the image, in words the model "
+                              "knows", check=_known_words),),
+                  no_decoding="a VQA model answers with its most probable class")
     labels = {"accuracy_relational": "accuracy, relational",
               "accuracy_non_relational": "accuracy, non-relational",
               **{f"accuracy_{t}": f"accuracy, {t}" for t in (*QUESTION_TYPES, "user")}}
@@ -305,7 +315,7 @@ class VqaEvaluator(Evaluator, task="vqa"):
 
     def read(self, path, **options) -> list[Example]:
         """Built-in scenes (``scenes:test``, ``scenes:heldout``), or the questions of ``path``
-        in any VQA corpus format (:mod:`attnkit.data.formats.images`)."""
+        in any VQA corpus format (:mod:`attnkit.data.corpora.image_formats`)."""
         scored = scored_scenes(path, size=self.image_size, trained_on=self.config.get("data"))
         if scored is not None:
             return question_examples(*question_set(scored[1], scored[0]))

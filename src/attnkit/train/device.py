@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import torch
 
 from attnkit.checks import quoted
-from attnkit.train import distributed
+import attnkit.train.distributed as distributed
 
 __all__ = ["PRECISIONS", "autocast", "check_precision", "resolve_device", "to_device"]
 

@@ -89,7 +89,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from attnkit.checks import quoted
 from attnkit.folders import remove_folder, remove_leftovers
-from attnkit.train import distributed
+import attnkit.train.distributed as distributed
 from attnkit.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from attnkit.train.config import Task, TrainConfig, lr_factor
 from attnkit.train.device import autocast, check_precision, to_device

@@ -41,8 +41,8 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from attnkit.data.paths import inside, not_found, regular_file
-from attnkit.data.tsv import read_tsv_rows
-from attnkit.data.unusable import Unusable
+from attnkit.data.corpora.tsv import read_tsv_rows
+from attnkit.data.corpora.unusable import Unusable
 from attnkit.errors import DataError
 
 __all__ = ["CAPTIONS", "QUESTIONS", "CaptionedImage", "CaptionedImages", "ImageFiles",
@@ -63,7 +63,7 @@ class CaptionedImage(NamedTuple):
 
 class ImageQuestion(NamedTuple):
     """A question about image number ``image`` of a list of images, its answer and its type
-    (a :data:`attnkit.data.scenes.QUESTION_TYPES` name for built-in scenes; ``"user"`` for
+    (a :data:`attnkit.data.worlds.scenes.QUESTION_TYPES` name for built-in scenes; ``"user"`` for
     the user's questions), and where it came from."""
 
     image: int
@@ -371,7 +371,7 @@ def read_caption_folder(folder: str | Path, tsv: str | Path | None = None, *,
     Raises:
         DataError: naming the TSV file and line (a bad or empty line, a missing or unreadable
             image); with ``max_unusable`` (a share), those captions are dropped and counted
-            instead, up to that share (:mod:`attnkit.data.unusable`).
+            instead, up to that share (:mod:`attnkit.data.corpora.unusable`).
     """
     folder = Path(folder)
     files, images, rows = _read_folder(folder, tsv, CAPTIONS, ("filename", "caption"),
@@ -395,7 +395,7 @@ def read_question_folder(folder: str | Path, tsv: str | Path | None = None, *,
     Raises:
         DataError: naming the TSV file and line (a bad or empty field, a missing or unreadable
             image); with ``max_unusable`` (a share), those questions are dropped and counted
-            instead, up to that share (:mod:`attnkit.data.unusable`).
+            instead, up to that share (:mod:`attnkit.data.corpora.unusable`).
     """
     folder = Path(folder)
     tsv = Path(tsv) if tsv is not None else folder / QUESTIONS
@@ -428,7 +428,7 @@ def _write_images(images: Sequence[torch.Tensor], folder: Path) -> list[str]:
 
 def write_caption_folder(items: Sequence, folder: str | Path) -> Path:
     """Write items with ``.image`` ``(3, S, S)`` uint8 and ``.captions`` (a
-    :class:`CaptionedImage` or a built-in :class:`attnkit.data.scenes.Scene`) as
+    :class:`CaptionedImage` or a built-in :class:`attnkit.data.worlds.scenes.Scene`) as
     ``folder/000000.png ...`` and ``captions.tsv``; returns the TSV's path."""
     folder = Path(folder)
     for i, item in enumerate(items):

@@ -15,8 +15,8 @@ needs it (:func:`~attnkit.data.load_line_image`: 8- or 16-bit grey, RGB, RGBA, p
 height, scaled to 32 px). ``labels`` decodes every image once when the corpus is read, to
 check it; ``gt-txt``, made for large corpora, reads each image's header only (its width, a
 decompression bomb or a width past ``max_width`` refused;
-:func:`~attnkit.data.lines.line_width`), so training starts after a pass over the headers,
-and an image whose pixels cannot be decoded stops training when its batch is read, naming
+:func:`~attnkit.data.corpora.line_folders.line_width`), so training starts after a pass over the
+headers, and an image whose pixels cannot be decoded stops training when its batch is read, naming
 the file.
 
 **gt-txt**: an image is a ``.png``, ``.jpg``, ``.jpeg``, ``.tif``, ``.tiff``, ``.bmp`` or
@@ -24,13 +24,13 @@ the file.
 suffix, or less ocropus's ``.bin`` / ``.nrm`` too (``0001.bin.png`` + ``0001.gt.txt``). When
 several images share one transcription, the one without ``.bin`` / ``.nrm`` is taken, then
 ``.bin``, and the others are left out (logged). A transcription is the file's text (as
-:mod:`attnkit.data.text` reads it) without surrounding white space, one line. Lines are in
-the order of their paths. An image without its ``.gt.txt``, a ``.gt.txt`` without its image,
+:mod:`attnkit.data.corpora.text_files` reads it) without surrounding white space, one line. Lines
+are in the order of their paths. An image without its ``.gt.txt``, a ``.gt.txt`` without its image,
 an empty or several-line transcription, one with characters outside ``alphabet``, an image
 that cannot be read, and, with ``confine``, an image or ``.gt.txt`` that is a link leading
 out of the folder (nothing of it is read, as every reader's ``confine`` refuses such files:
 :func:`attnkit.data.paths.inside`) are unusable
-(:mod:`attnkit.data.formats.reading`). Linked subfolders are not entered.
+(:mod:`attnkit.data.corpora.reading`). Linked subfolders are not entered.
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ import logging
 import os
 from pathlib import Path
 
-from attnkit.data.formats import Format, register
-from attnkit.data.unusable import MAX_UNUSABLE, Unusable
-from attnkit.data.lines import MAX_WIDTH, LineFolder, line_width, read_line_folder
+from attnkit.data.corpora.format_registry import Format, register
+from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable
+from attnkit.data.corpora.line_folders import MAX_WIDTH, LineFolder, line_width, read_line_folder
 from attnkit.data.paths import inside
-from attnkit.data.text import read_text
+from attnkit.data.corpora.text_files import read_text
 from attnkit.errors import DataError
 
 __all__ = ["IMAGE_SUFFIXES", "LABELS", "read_gt_folder", "read_labels"]

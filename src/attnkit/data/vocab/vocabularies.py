@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from attnkit.checks import quoted
-from attnkit.data.subword import SubwordVocab
+from attnkit.data.vocab.subword import SubwordVocab
 from attnkit.tokens import BOS, EOS, PAD, SPECIALS, UNK, content_ids
 
 __all__ = ["CharVocab", "WordVocab", "build_vocab", "load_vocab", "pad_batch", "vocab_settings",

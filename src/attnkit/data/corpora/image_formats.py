@@ -20,13 +20,20 @@
 Detection tries the formats of a task in this order: a folder or a file that does not start
 with ``{`` is attnkit's own; a JSON file whose first bytes hold ``"sentences"`` is Karpathy's,
 one holding ``"questions"`` is VQA v2's, any other JSON file COCO's. JSON files are read as
-:mod:`attnkit.data.text` reads text (UTF-8 with or without a byte-order mark, gzip / xz /
-bzip2); a file that is not JSON is named with the line and column where it stops being JSON.
+:mod:`attnkit.data.corpora.text_files` reads text (UTF-8 with or without a byte-order mark, gzip /
+xz / bzip2); a file that is not JSON is named with the line and column where it stops being JSON.
 Texts are NFC with their runs of white space as one space. Each image's header is checked
 once when the corpus is read (missing, unidentified, a decompression bomb: named then), in the
 order of its first caption or question; its pixels are read and resized to the model's size
 when a batch needs them (:func:`attnkit.data.load_image`: any mode), so memory holds the
 paths, not the images.
+
+**A limit** (``limit``, ``eval --limit N``): the first N examples only, as they come without
+one: COCO's images in the order of their first usable caption, Karpathy's images of the
+splits, VQA v2's questions. Only their images are checked (an unusable one is counted and the
+next taken) and only their captions kept; past them the annotations are skipped unread but for
+the captions of those images. The JSON is still parsed whole (``json`` has no streaming
+reader), and the ids are still checked for repeats.
 
 **Images folder** (``images``): the folder the JSON's file names are relative to. By default,
 COCO's is the folder named like the file's split (``train2017`` of
@@ -47,7 +54,7 @@ is ``annotations``, by default the questions file's name with ``questions`` read
 (``v2_OpenEnded_mscoco_train2014_questions.json`` -> ``v2_mscoco_train2014_annotations.json``),
 beside it.
 
-The unit counted as unusable (:mod:`attnkit.data.formats.reading`) is a caption or a question:
+The unit counted as unusable (:mod:`attnkit.data.corpora.reading`) is a caption or a question:
 an annotation naming an image the file does not list, an image missing or unreadable (every
 caption or question of it), an empty text, a question without an annotation.
 """
@@ -61,10 +68,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from attnkit.data.formats import Format, register
-from attnkit.data.formats.reading import ROLES
-from attnkit.data.unusable import MAX_UNUSABLE, Unusable, listed_twice
-from attnkit.data.images import (
+from attnkit.data.corpora.format_registry import ROLES, Format, register
+from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable, listed_twice
+from attnkit.data.corpora.image_folders import (
     CAPTIONS,
     QUESTIONS,
     CaptionedImages,
@@ -75,7 +81,7 @@ from attnkit.data.images import (
 )
 from attnkit.checks import quoted
 from attnkit.data.paths import inside, not_found
-from attnkit.data.text import json_value, nfc, open_bytes, read_text
+from attnkit.data.corpora.text_files import json_value, nfc, open_bytes, read_text
 from attnkit.errors import DataError
 
 __all__ = ["KARPATHY_SPLITS", "read_captions", "read_coco", "read_karpathy", "read_questions",
@@ -153,13 +159,18 @@ def _folder(path: Path, images: str | Path | None, subset: str | None) -> Path:
 
 class _Images:
     """Images checked once each from their headers, by key: their index in :attr:`files`
-    (:class:`~attnkit.data.images.ImageFiles`, read when indexed), or why they cannot be
-    used."""
+    (:class:`~attnkit.data.corpora.image_folders.ImageFiles`, read when indexed), or why they cannot
+    be used."""
 
     def __init__(self, folder: Path, size: int, confine: bool):
         self.folder, self.confine = folder, confine
         self.files = ImageFiles(size)
         self._found: dict[Any, int | str] = {}
+
+    @property
+    def seen(self) -> dict[Any, int | str]:
+        """The images checked so far, by key: their index, or why they cannot be used."""
+        return self._found
 
     def get(self, key: Any, names: list[str], where: str) -> int | str:
         """The index of the image ``key``, the first of ``names`` that exists (relative to
@@ -190,12 +201,13 @@ class _Images:
 
 def read_coco(path: str | Path, *, size: int, images: str | Path | None = None,
               max_unusable: float = MAX_UNUSABLE, confine: bool = False,
-              references: bool = True) -> CaptionedImages:
+              references: bool = True, limit: int | None = None) -> CaptionedImages:
     """The captioned images of a COCO captions file (see the module docstring): one
     :class:`~attnkit.data.CaptionedImage` per image with a usable caption, its captions in
     the file's order. Without ``references`` (to caption the images) every image of the
     file is one, with or without captions: COCO's test image lists
-    (``image_info_test2014.json``) have no ``annotations``.
+    (``image_info_test2014.json``) have no ``annotations``. With ``limit``, the first
+    ``limit`` of these only (see the module docstring).
 
     Raises:
         DataError: naming the file: not JSON, no ``images`` or ``annotations`` list; none of
@@ -209,11 +221,30 @@ def read_coco(path: str | Path, *, size: int, images: str | Path | None = None,
         path, "images", "id", data["images"])
              if isinstance(entry.get("file_name"), str)}
     unusable = Unusable(path, max_unusable=max_unusable, what="captions")
-    captions: dict[Any, list[str]] = {} if references else {i: [] for i in files}
+    kept: dict[Any, tuple[int, list[str]]] = {}  # by image id: its image and captions
+
+    def image(image_id: Any) -> int | str | None:
+        # the image's index (checked the first time), why it is unusable, or None: past the
+        # first ``limit`` images, not read
+        if image_id in kept:
+            return kept[image_id][0]
+        if limit is not None and len(kept) >= limit and image_id not in found.seen:
+            return None
+        index = found.get(image_id, [files[image_id]], f"{path}: image {image_id}")
+        if not isinstance(index, str):
+            kept[image_id] = (index, [])
+        return index
+
+    for image_id in () if references else files:
+        image(image_id)
     for k, entry in enumerate(data.get("annotations") or []):
         entry = entry if isinstance(entry, dict) else {}
+        image_id = entry.get("image_id")
+        if limit is not None and len(kept) >= limit and image_id not in kept \
+                and image_id not in found.seen:
+            continue  # past the first images: only their captions are read
         where = f"{path}: annotations[{k}]" + (f" (id {entry['id']})" if "id" in entry else "")
-        caption, image_id = _text(entry.get("caption")), entry.get("image_id")
+        caption = _text(entry.get("caption"))
         if caption is None or image_id is None:
             unusable.drop(f"{where}: expected an object with image_id and caption", "malformed")
         elif not caption:
@@ -221,16 +252,11 @@ def read_coco(path: str | Path, *, size: int, images: str | Path | None = None,
         elif image_id not in files:
             unusable.drop(f"{where}: image_id {image_id!r} is not among the file's images",
                           "unknown image_id")
-        else:
-            captions.setdefault(image_id, []).append(caption)
-    out = []
-    for image_id, texts in captions.items():
-        index = found.get(image_id, [files[image_id]], f"{path}: image {image_id}")
-        if isinstance(index, str):
-            for _ in texts:
-                unusable.drop(index, "image missing or unreadable")
-            continue
-        out.append((index, tuple(texts)))
+        elif isinstance(index := image(image_id), str):
+            unusable.drop(index, "image missing or unreadable")
+        elif index is not None:
+            kept[image_id][1].append(caption)
+    out = [(index, tuple(texts)) for index, texts in kept.values()]
     if references:
         unusable.check(sum(len(texts) for _, texts in out))
     elif not out:
@@ -267,10 +293,10 @@ def _splits(split: str | None, role: str) -> tuple[str, ...]:
 def read_karpathy(path: str | Path, *, size: int, images: str | Path | None = None,
                   split: str | None = None, role: str = "train",
                   max_unusable: float = MAX_UNUSABLE, confine: bool = False,
-                  ) -> CaptionedImages:
+                  limit: int | None = None) -> CaptionedImages:
     """The captioned images of the splits ``split`` (default: those of ``role``) of a
     Karpathy split file (see the module docstring); each sentence's ``raw`` text, or its
-    ``tokens`` joined by spaces.
+    ``tokens`` joined by spaces. With ``limit``, the first ``limit`` of them only.
 
     Raises:
         DataError: naming the file: not JSON, no ``images`` list, no image of the splits
@@ -283,12 +309,12 @@ def read_karpathy(path: str | Path, *, size: int, images: str | Path | None = No
     found = _Images(Path(images) if images is not None else path.parent, size, confine)
     unusable = Unusable(path, max_unusable=max_unusable, what="captions")
     splits: collections.Counter[str] = collections.Counter()
-    out = []
+    out: list[tuple[int, tuple[str, ...]]] = []
     for k, entry in enumerate(data["images"]):
         entry = entry if isinstance(entry, dict) else {}
         splits[str(entry.get("split"))] += 1
-        if entry.get("split") not in wanted:
-            continue
+        if entry.get("split") not in wanted or (limit is not None and len(out) >= limit):
+            continue  # (past the first images of a limit: only the splits are counted)
         where = f"{path}: images[{k}]"
         sentences = entry.get("sentences")
         if not isinstance(entry.get("filename"), str) or not isinstance(sentences, list):
@@ -351,13 +377,14 @@ def _answer(entry: dict) -> str | None:
 
 def read_vqa2(path: str | Path, *, size: int, annotations: str | Path | None = None,
               images: str | Path | None = None, max_unusable: float = MAX_UNUSABLE,
-              confine: bool = False, references: bool = True,
+              confine: bool = False, references: bool = True, limit: int | None = None,
               ) -> tuple[ImageFiles, list[ImageQuestion]]:
     """The images (read when indexed) and questions of a VQA v2 questions file and its
     annotations (see the module docstring): each question with its most common answer, type
     ``"user"`` and origin ``file: question ID``. Without ``references`` (to answer the
     questions, as for VQA v2's test-dev, which has no annotations) the annotations are not
-    needed: a question without one has the answer ``""``.
+    needed: a question without one has the answer ``""``. With ``limit``, the first
+    ``limit`` questions only (and the images they ask about).
 
     Raises:
         DataError: naming the file: not JSON, no ``questions`` or ``annotations`` list, no
@@ -370,16 +397,17 @@ def read_vqa2(path: str | Path, *, size: int, annotations: str | Path | None = N
         annotations = _annotations_file(path, needed=False)
     elif annotations is None:
         annotations = _annotations_file(path)
-    answers = {}
     listed = _json(annotations, "annotations")["annotations"] if annotations else []
-    for entry in _once(annotations, "annotations", "question_id", listed):
-        answers[entry["question_id"]] = _answer(entry)
+    annotated = {entry["question_id"]: entry for entry in _once(  # answered when read
+        annotations, "annotations", "question_id", listed)}
     subset = data.get("data_subtype") if isinstance(data.get("data_subtype"), str) else None
     found = _Images(_folder(path, images, subset), size, confine)
     unusable = Unusable(path, max_unusable=max_unusable, what="questions")
-    out = []
+    out: list[ImageQuestion] = []
     _once(path, "questions", "question_id", data["questions"])
     for k, entry in enumerate(data["questions"]):
+        if limit is not None and len(out) >= limit:
+            break
         entry = entry if isinstance(entry, dict) else {}
         qid, image_id = entry.get("question_id"), entry.get("image_id")
         where = f"{path}: questions[{k}]" + (f" (question_id {qid})" if qid is not None else "")
@@ -391,12 +419,11 @@ def read_vqa2(path: str | Path, *, size: int, annotations: str | Path | None = N
         if not question:
             unusable.drop(f"{where}: empty question", "empty")
             continue
-        if qid not in answers and not references:
-            answers[qid] = ""
-        elif qid not in answers:
+        if qid not in annotated and references:
             unusable.drop(f"{where}: no annotation in {annotations}", "no annotation")
             continue
-        if not answers[qid] and references:
+        answer = _answer(annotated[qid]) if qid in annotated else ""
+        if not answer and references:
             unusable.drop(f"{where}: its annotation in {annotations} has no answer",
                           "no answer")
             continue
@@ -406,7 +433,7 @@ def read_vqa2(path: str | Path, *, size: int, annotations: str | Path | None = N
         if isinstance(index, str):
             unusable.drop(index, "image missing or unreadable")
             continue
-        out.append(ImageQuestion(index, question, answers[qid], "user",
+        out.append(ImageQuestion(index, question, answer or "", "user",
                                  f"{path}: question {qid}"))
     unusable.check(len(out))
     return found.files, out

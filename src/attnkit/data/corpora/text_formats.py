@@ -1,5 +1,5 @@
 """Translation corpora, read into the ``(source, target)`` pairs of attnkit's own TSV (a
-:class:`~attnkit.data.pairs.TextPairs`, kept on disk): formats of task ``"translate"``.
+:class:`~attnkit.data.corpora.text_pairs.TextPairs`, kept on disk): formats of task ``"translate"``.
 
 =========  ==========================================================================
 ``tsv``    attnkit's own: ``source<TAB>target`` lines
@@ -11,13 +11,14 @@
 Detection tries them in this order: a path that exists is ``tsv``; a path that does not, but
 is the prefix of files beside it (``corpus`` of ``corpus.de``), is ``moses``; two paths given
 (``--train SOURCE TARGET``) are ``moses``. Both are read a line at a time as
-:mod:`attnkit.data.text` reads text (UTF-8 with or without a byte-order mark, LF or CRLF, gzip
-/ xz / bzip2, NFC) and written to disk as they come, so memory does not grow with the corpus.
+:mod:`attnkit.data.corpora.text_files` reads text (UTF-8 with or without a byte-order mark, LF or
+CRLF, gzip / xz / bzip2, NFC) and written to disk as they come, so memory does not grow with the
+corpus.
 
 **moses**: line ``n`` of one file translates line ``n`` of the other; files of different
 line counts are refused, naming both counts. A line pair blank on both sides is no example
 (left out, counted in the log); a pair with one side blank, with a NUL character, longer than
-``max_chars`` characters, or not valid UTF-8 is unusable (:mod:`attnkit.data.formats.reading`).
+``max_chars`` characters, or not valid UTF-8 is unusable (:mod:`attnkit.data.corpora.reading`).
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from collections.abc import Iterator
 from itertools import zip_longest
 from pathlib import Path
 
-from attnkit.data.formats import Format, register
-from attnkit.data.unusable import MAX_UNUSABLE, Unusable
-from attnkit.data.pairs import TextPairs
-from attnkit.data.text import byte_lines, decode_line, undecodable
-from attnkit.data.tsv import MAX_CHARS, field_problem, iter_tsv_rows
+from attnkit.data.corpora.format_registry import Format, register
+from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable
+from attnkit.data.corpora.text_pairs import TextPairs
+from attnkit.data.corpora.text_files import byte_lines, decode_line, undecodable
+from attnkit.data.corpora.tsv import MAX_CHARS, field_problem, iter_tsv_rows
 from attnkit.errors import DataError
 
 __all__ = ["COMPRESSED_SUFFIXES", "moses_files", "read_moses", "read_pairs"]
@@ -48,7 +49,7 @@ def read_pairs(path: str | Path, *, max_chars: int | None = MAX_CHARS,
     """attnkit's own ``source<TAB>target`` TSV (:func:`attnkit.data.read_tsv`: the same
     pairs, the same errors), kept on disk; ``role`` ``"test"`` names the second column the
     reference in errors. With ``max_unusable``, bad lines are dropped and counted up to that
-    share (:mod:`attnkit.data.unusable`) instead of stopping at the first."""
+    share (:mod:`attnkit.data.corpora.unusable`) instead of stopping at the first."""
     columns = ("source", "reference" if role == "test" else "target")
     unusable = None if max_unusable is None else Unusable(
         path, max_unusable=max_unusable, what="pairs")

@@ -9,14 +9,14 @@ manifest: formats of task ``"asr"``.
                  ``duration``, ``offset``; key names are options)
 ``commonvoice``  a Common Voice TSV (``path`` and ``sentence`` columns) beside ``clips/``
 ``hf``           a Hugging Face dataset on disk, ``hf:PATH[:SPLIT]``: ``audio`` and
-                 ``text`` columns (:mod:`attnkit.data.formats.hf`)
+                 ``text`` columns (:mod:`attnkit.data.corpora.hf_formats`)
 ``manifest``     attnkit's own ``audio_path<TAB>transcript`` lines
 ===============  ===============================================================
 
 Detection tries them in this order. Every reader streams its files a line at a time (gzip,
 bzip2 and xz decompressed, a byte-order mark and CRLF taken) and gathers utterances through
-:class:`~attnkit.data.utterances.SpeechCorpus`: each audio file's header is checked, features are
-computed when a batch needs them, unusable utterances are dropped and counted up to
+:class:`~attnkit.data.corpora.utterances.SpeechCorpus`: each audio file's header is checked,
+features are computed when a batch needs them, unusable utterances are dropped and counted up to
 ``max_unusable``, and every message names the file and line or the utterance id. The Kaldi
 reader holds ``wav.scp``, ``segments`` and ``utt2spk`` in memory while it reads (their entries
 are joined to ``text``), about 100 bytes per entry; the others hold nothing per utterance
@@ -25,8 +25,8 @@ beyond what the set keeps.
 Options every reader takes: ``normalize`` (features normalised per utterance), ``max_seconds``,
 ``max_unusable``, ``min_frames``, ``transcripts`` (``"keep"`` or ``"normalize"``; the default
 is ``"normalize"`` for every format but ``manifest``), ``alphabet`` (the characters a
-transcript may hold: None for the default, :data:`~attnkit.data.utterances.SPEECH_ALPHABET` when
-normalising and any when keeping; :data:`ANY` for any) and ``confine`` (only audio files
+transcript may hold: None for the default, :data:`~attnkit.data.corpora.utterances.SPEECH_ALPHABET`
+when normalising and any when keeping; :data:`ANY` for any) and ``confine`` (only audio files
 inside the corpus's folder are read: :func:`attnkit.data.paths.inside`; without it, relative
 paths start from that folder and absolute ones are read where they are). Options of some:
 ``columns`` (``jsonl``, ``commonvoice``: the keys or columns read, ``"audio=...,text=..."``)
@@ -43,13 +43,14 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
-from attnkit.data.audio_files import MAX_SECONDS
-from attnkit.data.formats import Format, hf, register
+from attnkit.data.audio.files import MAX_SECONDS
+from attnkit.data.corpora import hf_formats as hf
+from attnkit.data.corpora.format_registry import Format, register
 from attnkit.data.paths import inside
-from attnkit.data.speech import SpeechSet
-from attnkit.data.text import json_value, text_lines
-from attnkit.data.unusable import FIRST_FEW, MAX_UNUSABLE, listed_twice
-from attnkit.data.utterances import SPEECH_ALPHABET, SpeechCorpus, read_manifest
+from attnkit.data.corpora.speech_sets import SpeechSet
+from attnkit.data.corpora.text_files import json_value, text_lines
+from attnkit.data.corpora.unusable import FIRST_FEW, MAX_UNUSABLE, listed_twice
+from attnkit.data.corpora.utterances import SPEECH_ALPHABET, SpeechCorpus, read_manifest
 from attnkit.checks import quoted
 from attnkit.errors import DataError
 
@@ -400,7 +401,7 @@ def read_hf_speech(path: str | Path, *, normalize: bool = False,
                    columns: str | dict | None = None, split: str | None = None,
                    role: str = "train", references: bool = True) -> SpeechSet:
     """The utterances of a Hugging Face dataset on disk, ``hf:PATH[:SPLIT]`` (its split as
-    :func:`attnkit.data.formats.hf.open_dataset` chooses it): each row's ``audio`` (a
+    :func:`attnkit.data.corpora.hf_formats.open_dataset` chooses it): each row's ``audio`` (a
     ``datasets.Audio`` value: the file's bytes, written once into a temporary folder of this
     process that is removed at exit, or a path relative to the dataset's folder) and its
     ``text`` (without ``references`` it may be missing); ``columns`` renames them
@@ -409,7 +410,7 @@ def read_hf_speech(path: str | Path, *, normalize: bool = False,
 
     Raises:
         DataError: naming the dataset: missing, no such split or column (see
-            :func:`attnkit.data.formats.hf.open_dataset`); and the rows of unusable
+            :func:`attnkit.data.corpora.hf_formats.open_dataset`); and the rows of unusable
             utterances (see :class:`SpeechCorpus`).
     """
     dataset, source = hf.open_dataset(path, role, split)

@@ -13,9 +13,9 @@ Three stages, in this order (:class:`SpeechAugment` runs them):
 * **features** ``(T, F)`` log-mels: :class:`SpecAugment` (Park et al. 2019: frequency and time
   masks, time warp).
 
-Each is an :class:`attnkit.data.augment.Augmentation`: a frozen dataclass of its probability
-``p`` and ranges, called with the example and a ``numpy.random.Generator``. :data:`PRESETS` are
-the sets ``attnkit train asr --augment`` names.
+Each is an :class:`attnkit.data.augment.augmentation.Augmentation`: a frozen dataclass of its
+probability ``p`` and ranges, called with the example and a ``numpy.random.Generator``.
+:data:`PRESETS` are the sets ``attnkit train asr --augment`` names.
 
 Why one file: each augmentation is a short class of one change, and together they are the one
 registry of speech augmentations that :class:`SpeechAugment` stages and the presets name; split
@@ -23,7 +23,7 @@ by stage, the presets and the stage order would live apart from what they order.
 
 Example:
     >>> import torch
-    >>> from attnkit.data.augment import example_rng
+    >>> from attnkit.data.augment.augmentation import example_rng
     >>> chain = SpeechAugment([SpeedPerturb(factors=(1.1,)), SpecAugment(time_mask=10)])
     >>> samples = torch.randn(16000)
     >>> chain(example_rng(0, 0, 0), samples=lambda: samples).shape  # 1 s at speed 1.1
@@ -44,8 +44,8 @@ import torch.nn.functional as F
 from scipy.ndimage import maximum_filter1d
 from scipy.signal import butter, fftconvolve, lfilter, sosfilt, sosfiltfilt
 
-from attnkit.data.audio import SAMPLE_RATE, log_mel, normalize_features, resample
-from attnkit.data.augment import Augmentation, Compose, check_number, check_range
+from attnkit.data.audio.features import SAMPLE_RATE, log_mel, normalize_features, resample
+from attnkit.data.augment.augmentation import Augmentation, Compose, check_number, check_range
 
 __all__ = ["PRESETS", "SPECAUGMENT_MAX", "AudioAugmentation", "BandLimit", "ConsonantDuration",
            "DynamicRange", "Gain", "Noise", "PitchShift", "Reverb", "SpecAugment",
@@ -323,7 +323,7 @@ class ConsonantDuration(AudioAugmentation, name="consonant_duration"):
 class SpeedPerturb(AudioAugmentation, name="speed"):
     """Speed perturbation (Ko et al. 2015): the utterance played ``factor`` times as fast, a
     factor drawn uniformly from ``factors``. The samples are resampled from ``16 kHz *
-    factor`` to 16 kHz (:func:`attnkit.data.audio.resample`, a band-limited resampler), so
+    factor`` to 16 kHz (:func:`attnkit.data.audio.features.resample`, a band-limited resampler), so
     duration scales by ``1 / factor`` and every frequency by ``factor``, pitch and formants
     with it.
 
@@ -353,8 +353,8 @@ class Gain(AudioAugmentation, name="gain"):
     """The samples scaled by a gain drawn uniformly from ``[-db, db]`` decibels.
 
     On features normalised per utterance a gain changes only what the floor of the log
-    (:data:`attnkit.data.audio.LOG_FLOOR`) hides; raw log-mels (a causal listener's) shift by
-    ``gain * ln(10) / 10``.
+    (:data:`attnkit.data.audio.features.LOG_FLOOR`) hides; raw log-mels (a causal listener's) shift
+    by ``gain * ln(10) / 10``.
 
     Shape: ``(N,)`` -> ``(N,)``.
     """
@@ -497,7 +497,7 @@ class BandLimit(AudioAugmentation, name="band_limit"):
 class VTLP(AudioAugmentation, name="vtlp"):
     """Vocal-tract-length perturbation (Jaitly & Hinton 2013): the log-mels computed with the
     filterbank's centres warped by a factor drawn uniformly from ``alpha``
-    (:func:`attnkit.data.audio.vtlp_warp`: linear up to 4.8 kHz, then to the Nyquist
+    (:func:`attnkit.data.audio.features.vtlp_warp`: linear up to 4.8 kHz, then to the Nyquist
     frequency), as a longer or shorter vocal tract moves the formants.
 
     Shape: samples ``(N,)`` -> raw log-mels ``(T, 80)``.

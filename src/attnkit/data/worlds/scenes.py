@@ -55,7 +55,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-from attnkit.data.images import CaptionedImage, ImageQuestion
+from attnkit.data.corpora.image_folders import CaptionedImage, ImageQuestion
 from attnkit.errors import DataError
 
 __all__ = ["ANSWERS", "COLOURS", "HELD_OUT", "QUESTION_TYPES", "REGIONS", "RELATIONAL",

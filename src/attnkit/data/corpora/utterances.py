@@ -1,17 +1,18 @@
 """The user's utterances: audio files and their transcripts, gathered a line at a time into a
-:class:`~attnkit.data.speech.SpeechSet` whose features are read when a batch needs them.
+:class:`~attnkit.data.corpora.speech_sets.SpeechSet` whose features are read when a batch needs
+them.
 
 :class:`SpeechCorpus` is what every corpus reader (attnkit's manifest, :func:`read_manifest`,
-and the formats of :mod:`attnkit.data.formats.speech`) feeds: each utterance checked from its
-audio file's header and its transcript, unusable ones dropped and counted up to a share
+and the formats of :mod:`attnkit.data.corpora.speech_formats`) feeds: each utterance checked from
+its audio file's header and its transcript, unusable ones dropped and counted up to a share
 (``max_unusable``), the rest kept as packed paths and transcripts (:class:`PackedTexts`) and
 20 bytes of numbers each, so memory grows by a few dozen bytes per utterance and never by its
 audio or features. The corpora's text files are read one line at a time by
-:func:`attnkit.data.text.text_lines` (gzip, bzip2 and xz decompressed, a byte-order mark and
-CRLF taken, NFC).
+:func:`attnkit.data.corpora.text_files.text_lines` (gzip, bzip2 and xz decompressed, a byte-order
+mark and CRLF taken, NFC).
 
 Transcripts: :func:`normalize_transcript` writes another convention's transcript in the one
-of :mod:`attnkit.data.speech` (lower case, numbers in words); see there.
+of :mod:`attnkit.data.worlds.speech` (lower case, numbers in words); see there.
 """
 
 from __future__ import annotations
@@ -30,13 +31,13 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from attnkit.data.audio import SAMPLE_RATE, log_mel, n_frames, resample
-from attnkit.data.audio_files import MAX_SECONDS, audio_info, read_audio, span
+from attnkit.data.audio.features import SAMPLE_RATE, log_mel, n_frames, resample
+from attnkit.data.audio.files import MAX_SECONDS, audio_info, read_audio, span
 from attnkit.data.paths import inside
-from attnkit.data.speech import FeaturesOnDisk, SpeechSet, spoken_number
-from attnkit.data.text import text_lines
-from attnkit.data.tsv import HEADER_WORDS, MAX_CHARS
-from attnkit.data.unusable import MAX_UNUSABLE, Unusable
+from attnkit.data.corpora.speech_sets import FeaturesOnDisk, SpeechSet, spoken_number
+from attnkit.data.corpora.text_files import text_lines
+from attnkit.data.corpora.tsv import HEADER_WORDS, MAX_CHARS
+from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable
 from attnkit.errors import DataError
 
 __all__ = [
@@ -311,20 +312,20 @@ def read_manifest(path: str | Path, *, normalize: bool = False,
                   max_unusable: float = MAX_UNUSABLE, min_frames: int = 1,
                   transcripts: str = "keep", alphabet: str | None = None) -> SpeechSet:
     """The user's own speech: a UTF-8 manifest of ``audio_path<TAB>transcript`` lines, attnkit's
-    own format (every other is read by :mod:`attnkit.data.formats.speech`).
+    own format (every other is read by :mod:`attnkit.data.corpora.speech_formats`).
 
     Audio paths are relative to the manifest's folder or absolute (with ``confine``, only
     files inside that folder are taken; :func:`attnkit.data.paths.inside`); each file is a
     WAV (PCM of 8-32 bits, float), FLAC, OGG or MP3 at any rate and channel count (channels are
     averaged), resampled to 16 kHz, at most ``max_seconds`` long. Transcripts are used as
     written, in NFC (``transcripts="normalize"``: :func:`normalize_transcript`). The manifest
-    is read a line at a time (:func:`attnkit.data.text.text_lines`: gzip, bzip2 and xz
+    is read a line at a time (:func:`attnkit.data.corpora.text_files.text_lines`: gzip, bzip2 and xz
     decompressed, a byte-order mark and CRLF line ends taken); blank lines are skipped, and a
     first line of column names (``wav<TAB>transcript``) with a warning. Each audio file's
     header is read and checked here; its features are computed when indexed
-    (:class:`~attnkit.data.speech.FeaturesOnDisk`), in float32, and come out in
-    :data:`~attnkit.data.speech.FEATURE_DTYPE`. Unusable lines and files are dropped and counted, up to
-    ``max_unusable`` (:class:`SpeechCorpus`).
+    (:class:`~attnkit.data.corpora.speech_sets.FeaturesOnDisk`), in float32, and come out in
+    :data:`~attnkit.data.corpora.speech_sets.FEATURE_DTYPE`. Unusable lines and files are dropped
+    and counted, up to ``max_unusable`` (:class:`SpeechCorpus`).
 
     Raises:
         DataError: naming the manifest and the first lines or audio files that are missing or

@@ -19,7 +19,7 @@ the paper on a line that is mostly paper (dark ink on light paper or light on da
 
 Example:
     >>> import torch
-    >>> from attnkit.data.augment import example_rng
+    >>> from attnkit.data.augment.augmentation import example_rng
     >>> line = torch.full((32, 100), 255, dtype=torch.uint8)
     >>> LineAugment([Stretch(p=1.0, factor=(1.5, 1.5))])(line, example_rng(0, 0, 0)).shape
     torch.Size([32, 150])
@@ -38,7 +38,7 @@ import torch
 from PIL import Image
 from scipy import ndimage
 
-from attnkit.data.augment import Augmentation, Compose, check_number, check_range
+from attnkit.data.augment.augmentation import Augmentation, Compose, check_number, check_range
 
 __all__ = ["PRESETS", "Baseline", "Blur", "Jpeg", "LineAugment", "LineAugmentation", "Margins",
            "Perspective", "PixelNoise", "Rotate", "Scale", "Shade", "Shear", "Stretch", "Stroke",
@@ -417,8 +417,8 @@ class Jpeg(LineAugmentation, name="jpeg"):
 
 
 class LineAugment(Compose):
-    """Line augmentations applied in order (:class:`attnkit.data.augment.Compose`) to a line
-    as the readers keep it.
+    """Line augmentations applied in order (:class:`attnkit.data.augment.augmentation.Compose`) to a
+    line as the readers keep it.
 
     Called with an image ``(H, W)`` (uint8 gray levels, or float in ``[0, 1]``) and a
     generator; returns the changed line as uint8 ``(H, W')`` (the image itself when nothing

@@ -16,15 +16,15 @@ target says. The written form (``"4 0 7 2"``, ``"4072"``) is kept as :attr:`Utte
 The user's corpora follow their own conventions (LibriSpeech is upper case, Common Voice
 punctuated, with digits). A reader keeps a transcript as written (``transcripts="keep"``, the
 default of attnkit's own manifest) or normalises it (``"normalize"``, the default of every other
-format; :func:`attnkit.data.utterances.normalize_transcript`): Unicode NFC, case-folded, digits
-spelled out in English words, punctuation and symbols removed, apostrophes inside words kept. A
-transcript then left with characters outside the reader's alphabet (``a``-``z``, ``'`` and
-space by default, :data:`attnkit.data.utterances.SPEECH_ALPHABET`; ``--alphabet``) is not
+format; :func:`attnkit.data.corpora.utterances.normalize_transcript`): Unicode NFC, case-folded,
+digits spelled out in English words, punctuation and symbols removed, apostrophes inside words kept.
+A transcript then left with characters outside the reader's alphabet (``a``-``z``, ``'`` and
+space by default, :data:`attnkit.data.corpora.utterances.SPEECH_ALPHABET`; ``--alphabet``) is not
 mapped further: its utterance is dropped and counted, with the characters named
-(:class:`attnkit.data.utterances.SpeechCorpus`), so a corpus in another language is trained
+(:class:`attnkit.data.corpora.utterances.SpeechCorpus`), so a corpus in another language is trained
 with its own alphabet rather than losing its letters.
 
-Five engines speak (``engines``, :data:`ENGINES`; :mod:`attnkit.data.synthesis` says how
+Five engines speak (``engines``, :data:`ENGINES`; :mod:`attnkit.data.worlds.synthesis` says how
 each makes speech): ``espeak-ng`` (formant synthesis) with every English accent
 (:data:`ACCENTS`) and voice variant it ships (:func:`espeak_variants`), at a drawn speed, pitch,
 word gap and amplitude; ``festival`` (two diphone voices and one HTS voice) at a drawn duration
@@ -37,21 +37,12 @@ other engine that training never hears (``ked_diphone``, ``small_child``, ``en-G
 ``czech_ph``) and their own speed band. Each example is drawn from a generator seeded by
 ``(seed, split, index)``. Features are cached on disk, keyed by a hash of the settings.
 
-A :class:`SpeechSet` of built-in speech or of a corpus holds its features on disk
-(:class:`FeaturesOnDisk`: the cache's rows, or the audio files), each utterance's read when
-indexed, and a corpus's transcripts and paths packed
-(:class:`attnkit.data.utterances.PackedTexts`), so memory grows by a few dozen bytes per
-utterance, not by its features. Features come out in float16 (:data:`FEATURE_DTYPE`), half of
-float32's memory for those a caller keeps (validation sets, ``attnkit eval``'s examples);
-:func:`attnkit.data.pad_features` makes each batch float32 again. float16 keeps 11 significant
-bits: a relative rounding error of at most ``2**-11`` per value, far below the features' own
-variation (``tests/data/test_speech.py`` bounds its effect on a model).
+Built-in speech is a :class:`~attnkit.data.corpora.speech_sets.SpeechSet`, as a corpus is, its
+features kept on disk in the cache (:mod:`attnkit.data.corpora.speech_sets` says how).
 """
 
 from __future__ import annotations
 
-import abc
-import copy
 import dataclasses
 import functools
 import hashlib
@@ -59,7 +50,6 @@ import json
 import logging
 import os
 import random
-import re
 import shutil
 import subprocess
 import tempfile
@@ -75,15 +65,15 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from attnkit.data.audio import (
+from attnkit.data.audio.features import (
     N_MELS,
     SAMPLE_RATE,
     frame_count,
     log_mel,
-    normalize_features,
     resample,
 )
-from attnkit.data.synthesis import (
+from attnkit.data.corpora.speech_sets import FeaturesOnDisk, SpeechSet, spoken_number
+from attnkit.data.worlds.synthesis import (
     ACCENTS,
     ENGINES,
     ESPEAK_CONSONANTS,
@@ -102,15 +92,11 @@ from attnkit.data.synthesis import (
 from attnkit.errors import DataError
 
 __all__ = [
-    "FEATURE_DTYPE",
     "HELD_OUT_VARIANTS",
     "KINDS",
     "SPLITS",
-    "FeaturesOnDisk",
-    "SpeechSet",
     "Utterance",
     "plan_utterances",
-    "spoken_number",
     "speech_dataset",
     "training_variants",
     "utterance_audio",
@@ -134,7 +120,7 @@ class SplitSpeakers:
     """The espeak-ng voice variants (``""`` = the accent's own voice; ``None``: every variant
     not held out), festival, gnuspeech, pico and accented voices and speed bands of one split;
     with ``gnuspeech_tract`` each gnuspeech utterance has a speaker of its own, its voice's
-    settings drawn anew (:func:`attnkit.data.synthesis.gnuspeech_tract`)."""
+    settings drawn anew (:func:`attnkit.data.worlds.synthesis.gnuspeech_tract`)."""
 
     variants: tuple[str, ...] | None
     festival: tuple[str, ...]
@@ -160,7 +146,6 @@ PITCHES = range(20, 81)  # espeak-ng's -p, 0-99 with 50 the voice's default
 GAPS = range(0, 6)  # espeak-ng's -g: pause between words, in units of 10 ms
 AMPLITUDES = range(60, 181)  # espeak-ng's -a, 100 its default
 SYNTH_CHUNK = 64  # utterances synthesised by one task of the cache's worker pool
-FEATURE_DTYPE = torch.float16  # how a SpeechSet keeps its features in memory
 AUDIO_FILE = "audio.safetensors"  # a cache's samples, beside its features, when asked for
 PCM_SCALE = 32768.0  # the cache keeps samples as 16-bit PCM: int16 / 32768 in [-1, 1)
 CACHE_VERSION = 3  # bump when a change here or in audio.py changes the cached features
@@ -180,7 +165,7 @@ class Utterance:
     in 10 ms units and ``amplitude`` its loudness, 100 its default (the others: 0 and 100);
     ``noise_snr_db`` the signal-to-noise ratio of added white noise (``None``: clean), drawn
     with ``noise_seed``; ``tract`` gnuspeech's settings that replace the voice's own, as
-    ``(name, value)`` pairs (:func:`attnkit.data.synthesis.gnuspeech_tract`); ``consonants``
+    ``(name, value)`` pairs (:func:`attnkit.data.worlds.synthesis.gnuspeech_tract`); ``consonants``
     espeak-ng's unvoiced consonants' loudness in percent (``None``: the voice's own).
     """
 
@@ -197,58 +182,6 @@ class Utterance:
     amplitude: int = 100
     tract: tuple[tuple[str, float], ...] = ()
     consonants: int | None = None
-
-
-class FeaturesOnDisk(Sequence, abc.ABC):
-    """Log-mel features read from disk when indexed: ``features[i]`` is ``(T_i, 80)``
-    (:data:`FEATURE_DTYPE`, normalised per utterance with ``normalize``), and
-    ``frames[i] = T_i`` is known without reading it.
-
-    Memory holds one small record per utterance, not its features, so a training set may be
-    larger than memory; a training batch reads its own utterances (in the DataLoader's worker
-    processes with ``--workers-data``). A slice is the same kind of sequence over those
-    utterances. A subclass writes :meth:`read`, the raw float32 features of one record, and
-    where it keeps the utterances' audio, :meth:`read_samples` (which :meth:`samples` reads:
-    what augmentation of the audio needs).
-    """
-
-    has_samples = False  # whether samples(i) can read the utterances' audio
-
-    def __init__(self, records: Sequence, frames: Sequence[int], *, normalize: bool):
-        self.records, self.frames, self.normalize = records, frames, normalize
-
-    @abc.abstractmethod
-    def read(self, record) -> torch.Tensor:
-        """The raw features ``(T, 80)`` float32 of one record."""
-
-    def read_samples(self, record) -> torch.Tensor:
-        """The audio ``(N,)`` float32 at 16 kHz of one record (a subclass whose
-        :attr:`has_samples` is True writes it)."""
-        raise TypeError(f"{type(self).__name__}: keeps features only, not the audio "
-                        "(has_samples is False)")
-
-    def samples(self, i: int) -> torch.Tensor:
-        """The audio ``(N,)`` float32 at 16 kHz of utterance ``i``, read from disk: the samples
-        its raw features are the log-mels of.
-
-        Raises:
-            ValueError: this set keeps features only (:attr:`has_samples` is False).
-        """
-        if not self.has_samples:
-            raise ValueError(f"samples: this {type(self).__name__.lstrip('_')} keeps features "
-                             "only, not the utterances' audio")
-        return self.read_samples(self.records[i])
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            part = copy.copy(self)
-            part.records, part.frames = self.records[i], self.frames[i]
-            return part
-        features = self.read(self.records[i])
-        return (normalize_features(features) if self.normalize else features).to(FEATURE_DTYPE)
 
 
 class _CachedFeatures(FeaturesOnDisk):
@@ -277,45 +210,10 @@ class _CachedFeatures(FeaturesOnDisk):
             return f.get_slice("samples")[start:stop].float() / PCM_SCALE
 
 
-@dataclass(frozen=True)
-class SpeechSet:
-    """Features and transcripts: ``features[i]`` is ``(T_i, 80)`` float16
-    (:data:`FEATURE_DTYPE`; a list, or :class:`FeaturesOnDisk` read when indexed), its
-    transcript ``transcripts[i]``, and ``origins[i]`` says where it came from (the voice and
-    settings, or the WAV path). Batch with :func:`attnkit.data.pad_features`."""
-
-    features: Sequence[torch.Tensor]
-    transcripts: Sequence[str]
-    origins: Sequence[str]
-
-    def __len__(self) -> int:
-        return len(self.features)
-
-    @property
-    def frames(self) -> list[int]:
-        """``T_i`` of every utterance (features on disk are not read for it)."""
-        if isinstance(self.features, FeaturesOnDisk):
-            frames = self.features.frames
-            return frames.tolist() if isinstance(frames, np.ndarray) else list(frames)
-        return [f.shape[0] for f in self.features]
-
-    def head(self, n: int) -> SpeechSet:
-        """The first ``n`` utterances."""
-        return SpeechSet(self.features[:n], self.transcripts[:n], self.origins[:n])
-
-
 @functools.cache
 def _words() -> tuple[str, ...]:
-    text = resources.files("attnkit.data").joinpath("spoken_words_en.txt").read_text("utf-8")
+    text = resources.files("attnkit.data.worlds").joinpath("spoken_words_en.txt").read_text("utf-8")
     return tuple(text.split())
-
-
-def spoken_number(value: int) -> str:
-    """``value`` in English words as the built-in transcripts write it (num2words' British
-    English, hyphens and commas turned into spaces): ``"four thousand and seventy two"``."""
-    from num2words import num2words
-
-    return re.sub(r"[-,\s]+", " ", num2words(value, lang="en")).strip()
 
 
 def _content(kind: str, rng: random.Random) -> tuple[str, str]:
@@ -333,7 +231,7 @@ def _content(kind: str, rng: random.Random) -> tuple[str, str]:
 
 def training_variants() -> tuple[str, ...]:
     """The espeak-ng voice variants training speaks with: every one this machine's espeak-ng
-    ships (:func:`attnkit.data.synthesis.espeak_variants`) but :data:`HELD_OUT_VARIANTS`."""
+    ships (:func:`attnkit.data.worlds.synthesis.espeak_variants`) but :data:`HELD_OUT_VARIANTS`."""
     held = {v for variants in HELD_OUT_VARIANTS.values() for v in variants}
     return tuple(v for v in espeak_variants() if v not in held)
 
@@ -482,7 +380,7 @@ def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
     The cache holds raw float32 log-mels, read one utterance at a time when indexed
     (:class:`FeaturesOnDisk`); ``normalize`` (zero mean, unit variance per mel bin over each
     utterance) is applied in float32 then, and the features come out in
-    :data:`FEATURE_DTYPE`.
+    :data:`~attnkit.data.corpora.speech_sets.FEATURE_DTYPE`.
 
     With ``audio`` the set keeps the utterances' 16 kHz samples as well (16-bit PCM,
     ``audio.safetensors`` in the same folder, written the first time they are asked for, by

@@ -6,8 +6,8 @@ and float), the length checked from the header before any sample is decoded. Sev
 are averaged to one; NaN and infinite samples are refused, and so are samples of a
 magnitude above :data:`MAX_AMPLITUDE` (a float recording is nominally within [-1, 1]).
 :func:`audio_info` reads only a file's header; :func:`read_audio` decodes a file, or only the
-part of it an utterance covers (a Kaldi ``segments`` entry). :mod:`attnkit.data.audio` turns
-the samples into features.
+part of it an utterance covers (a Kaldi ``segments`` entry). :mod:`attnkit.data.audio.features`
+turns the samples into features.
 """
 
 from __future__ import annotations

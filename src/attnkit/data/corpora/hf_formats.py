@@ -1,5 +1,5 @@
 """Hugging Face ``datasets`` on disk: format ``hf``, a path written ``hf:PATH[:SPLIT]``
-(speech's reader is :func:`attnkit.data.formats.speech.read_hf_speech`, on these helpers).
+(speech's reader is :func:`attnkit.data.corpora.speech_formats.read_hf_speech`, on these helpers).
 
 ``PATH`` is a dataset saved with ``save_to_disk`` (a ``Dataset`` or a ``DatasetDict``) or a
 folder of Parquet files (``data/train-00000-of-00001.parquet``, ``train/0.parquet``,
@@ -32,12 +32,13 @@ from its header). Each row is an example: a pair, a line, an image with its capt
 question (the images of VQA rows holding the same bytes read once). Texts are NFC (captions,
 questions and answers with their runs of white space as one space, OCR texts stripped); a row
 whose text is missing, empty, too long (translation: ``max_chars``), not one line (OCR) or
-whose image cannot be read is unusable (:mod:`attnkit.data.formats.reading`), named
+whose image cannot be read is unusable (:mod:`attnkit.data.corpora.reading`), named
 ``hf:PATH:SPLIT:ROW``.
 
-Translation pairs stream to disk as they are read (:class:`~attnkit.data.pairs.TextPairs`);
-OCR lines keep their row, width and text (:class:`DatasetLines`) and captioning and VQA
-images their row (:class:`DatasetImages`), each image decoded when its batch needs it.
+Translation pairs stream to disk as they are read
+(:class:`~attnkit.data.corpora.text_pairs.TextPairs`); OCR lines keep their row, width and text
+(:class:`DatasetLines`) and captioning and VQA images their row (:class:`DatasetImages`), each image
+decoded when its batch needs it.
 """
 
 from __future__ import annotations
@@ -57,15 +58,15 @@ from typing import Any
 import torch
 
 from attnkit.checks import clipped
-from attnkit.data.formats import Format, register
-from attnkit.data.formats.reading import ROLES
-from attnkit.data.unusable import MAX_UNUSABLE, Unusable
-from attnkit.data.images import CaptionedImages, ImageFiles, ImageQuestion, load_image
-from attnkit.data.lines import MAX_WIDTH, LineFolder, line_width, load_line_image
-from attnkit.data.pairs import TextPairs
+from attnkit.data.corpora.format_registry import ROLES, Format, register
+from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable
+from attnkit.data.corpora.image_folders import (CaptionedImages, ImageFiles, ImageQuestion,
+                                                load_image)
+from attnkit.data.corpora.line_folders import MAX_WIDTH, LineFolder, line_width, load_line_image
+from attnkit.data.corpora.text_pairs import TextPairs
 from attnkit.data.paths import inside
-from attnkit.data.text import nfc
-from attnkit.data.tsv import MAX_CHARS, field_problem
+from attnkit.data.corpora.text_files import nfc
+from attnkit.data.corpora.tsv import MAX_CHARS, field_problem
 from attnkit.errors import DataError
 
 __all__ = ["PREFIX", "SUMMARY", "DatasetImages", "DatasetLines", "cache_dir",

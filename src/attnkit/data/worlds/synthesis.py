@@ -17,7 +17,7 @@ voices (:data:`GNUSPEECH_VOICES`), speed and pitch; ``pico`` generates from hidd
 models trained on a recorded speaker, as Android's built-in voice did (two English voices,
 :data:`PICO_VOICES`), at a speed and pitch; ``accented`` is festival's recorded voices of
 other languages (Italian, Finnish, Czech, Catalan) saying English with their own phones
-(:mod:`attnkit.data.festival_accents`), at a speed.
+(:mod:`attnkit.data.worlds.festival_accents`), at a speed.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from pathlib import Path
 
 import torch
 
-from attnkit.data.festival_accents import ACCENTS as FESTIVAL_ACCENTS
-from attnkit.data.festival_accents import english_pronunciations, lexicon_entry
+from attnkit.data.worlds.festival_accents import ACCENTS as FESTIVAL_ACCENTS
+from attnkit.data.worlds.festival_accents import english_pronunciations, lexicon_entry
 
-from attnkit.data.audio_files import parse_wav
+from attnkit.data.audio.files import parse_wav
 
 __all__ = ["ACCENTS", "ENGINES", "ESPEAK_CONSONANTS", "FESTIVAL_ACCENTS", "FESTIVAL_VOICES", "GNUSPEECH_PACKAGE",
            "GNUSPEECH_TRACT", "GNUSPEECH_VOICES", "PICO_PACKAGE", "PICO_VOICES",
@@ -132,7 +132,7 @@ def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
                consonants: int | None = None) -> tuple[torch.Tensor, int]:
     """Speak ``text``: ``(samples (N,) float32, rate)`` (espeak-ng 22,050 Hz; festival the
     voice's own rate, 16,000 or 32,000 Hz; gnuspeech 44,100 Hz; pico 16,000 Hz). See
-    :class:`attnkit.data.speech.Utterance` for the arguments. ``consonants`` (espeak-ng
+    :class:`attnkit.data.worlds.speech.Utterance` for the arguments. ``consonants`` (espeak-ng
     only): the loudness of the unvoiced consonants (f, s, t, k ...) in percent of espeak-ng's
     default (its voice files' ``consonants``; None: the voice's own), 1-200: at 20 an "f" is
     about 13 dB quieter; recorded and HMM voices often say them 30-50 dB under their vowels,

@@ -9,7 +9,7 @@ items.json: a JSON list of {text, voice, speed, pitch, out}: voice one of Pico's
 (the same text comes out slightly different after another one), so each utterance is spoken by
 a child forked before any synthesis: the same item gives the same samples, bit for bit.
 
-Run as a script by :func:`attnkit.data.synthesis.pico_many`, apart from the caller's process
+Run as a script by :func:`attnkit.data.worlds.synthesis.pico_many`, apart from the caller's process
 (which may hold threads that a fork would not copy); it imports nothing of attnkit.
 """
 

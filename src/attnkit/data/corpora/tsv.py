@@ -1,4 +1,4 @@
-"""The user's own tab-separated files, read as :mod:`attnkit.data.text` reads text:
+"""The user's own tab-separated files, read as :mod:`attnkit.data.corpora.text_files` reads text:
 ``source<TAB>target`` lines, or any fixed number of columns (``filename<TAB>text``,
 ``filename<TAB>question<TAB>answer``)."""
 
@@ -8,8 +8,8 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-from attnkit.data.text import byte_lines, decode_line, undecodable
-from attnkit.data.unusable import Unusable
+from attnkit.data.corpora.text_files import byte_lines, decode_line, undecodable
+from attnkit.data.corpora.unusable import Unusable
 from attnkit.errors import DataError
 
 __all__ = ["HEADER_WORDS", "MAX_CHARS", "field_problem", "iter_tsv_rows", "read_tsv",
@@ -28,8 +28,8 @@ HEADER_WORDS = frozenset({"source", "src", "target", "tgt", "input", "output", "
 
 def read_tsv(path: str | Path, *, skip_bad_lines: bool = False,
              max_chars: int | None = MAX_CHARS) -> list[tuple[str, str]]:
-    """Read ``source<TAB>target`` pairs from a text file as :mod:`attnkit.data.text` reads
-    them (UTF-8 in NFC, LF or CRLF, gzip, xz or bzip2 decompressed).
+    """Read ``source<TAB>target`` pairs from a text file as :mod:`attnkit.data.corpora.text_files`
+    reads them (UTF-8 in NFC, LF or CRLF, gzip, xz or bzip2 decompressed).
 
     A line without exactly one tab, with an empty side, with a side longer than
     ``max_chars`` characters (None: no limit), with a NUL character, or that is not valid
@@ -57,7 +57,7 @@ def read_tsv_rows(
     ``columns`` names the fields in error messages (``"expected filename<TAB>text"``). With
     ``unusable`` (and not ``skip_bad_lines``), a bad line is dropped and counted in it, as
     every corpus reader drops what it cannot use, and the caller checks it
-    (:meth:`attnkit.data.unusable.Unusable.check`) once it knows what it kept; without, the
+    (:meth:`attnkit.data.corpora.unusable.Unusable.check`) once it knows what it kept; without, the
     first bad line raises.
     """
     return list(iter_tsv_rows(path, columns=columns, skip_bad_lines=skip_bad_lines,

@@ -17,8 +17,8 @@ process builds them.
 Settings: :meth:`Augmentation.config` is a JSON-able dict (``{"name": ..., "p": ...,
 field: value}``, ranges as lists) and :func:`from_config` makes the objects again, so a
 checkpoint's config holds the augmentation that trained it. The families of augmentations
-(:mod:`attnkit.data.augment_audio`, :mod:`attnkit.data.augment_lines`) register their classes
-by name.
+(:mod:`attnkit.data.augment.audio_augment`, :mod:`attnkit.data.augment.line_augment`) register their
+classes by name.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ class Compose:
     augmentation at the end leaves the draws of the others as they were.
 
     Example:
-        >>> from attnkit.data.augment_audio import Gain
+        >>> from attnkit.data.augment.audio_augment import Gain
         >>> import torch
         >>> chain = Compose([Gain(p=1.0, db=6.0)])
         >>> out = chain(torch.ones(4), example_rng(0, 0, 0))

@@ -1,6 +1,6 @@
 """Audio features: resampling to the model rate, log-mel features (whole or streamed) and padding.
 
-Samples come from :mod:`attnkit.data.audio_files` (every codec) or from espeak-ng. Resampling is
+Samples come from :mod:`attnkit.data.audio.files` (every codec) or from espeak-ng. Resampling is
 ``soxr``'s high-quality band-limited resampler (never dropping or repeating samples).
 
 The model rate is :data:`SAMPLE_RATE` (16 kHz); features are 80-bin log-mel frames with a 25 ms

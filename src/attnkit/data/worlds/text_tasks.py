@@ -64,7 +64,7 @@ def check_data_versions() -> None:
             continue  # the import that needs it says so
         if installed != wanted:
             log.warning("the built-in translation data is defined with %s %s "
-                        "(attnkit.data.text_tasks.DATA_VERSIONS); %s is installed, whose "
+                        "(attnkit.data.worlds.text_tasks.DATA_VERSIONS); %s is installed, whose "
                         "words or formats may differ: the pairs, and scores on them, may not "
                         "be those published (docs/models.md)", name, wanted, installed)
 

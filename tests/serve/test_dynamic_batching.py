@@ -7,7 +7,7 @@ import time
 import pytest
 
 from attnkit.decoding import Decoding
-from attnkit.serve.batching import Batcher
+from attnkit.serve.dynamic_batching import Batcher
 
 
 def _recording_batcher(seconds: float, **kw):
