@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import subprocess
 import sys
 import time
@@ -49,21 +48,61 @@ from pathlib import Path
 
 import torch
 
-from attnkit.tasks.loading import load_task_model
-from attnkit.tasks.loading import load_lm
 from attnkit.data import CharVocab, generate_lines, load_vocab, speech_dataset
 from attnkit.decoding import Decoding
-from attnkit.tasks.ocr import line_metrics, recognise
 from attnkit.tasks.asr import metrics, transcribe
-
+from attnkit.tasks.loading import load_lm, load_task_model
+from attnkit.tasks.ocr import line_metrics, recognise
 from benchmarks import harness
 
-COMMON = ["--n-train", "20000", "--n-valid", "300", "--max-chars", "80", "--attention",
-          "window", "--window", "32", "--hidden", "128", "--batch-size", "32", "--lr", "1e-3",
-          "--steps", "100000", "--eval-every", "250", "--plot", "3", "--no-progress"]
-TINY = ["--n-train", "64", "--n-valid", "8", "--max-chars", "12", "--channels", "4,4,8,8,8",
-        "--hidden", "8", "--dec-hidden", "8", "--batch-size", "8", "--steps", "4",
-        "--eval-every", "2", "--plot", "0", "--no-progress"]
+COMMON = [
+    "--n-train",
+    "20000",
+    "--n-valid",
+    "300",
+    "--max-chars",
+    "80",
+    "--attention",
+    "window",
+    "--window",
+    "32",
+    "--hidden",
+    "128",
+    "--batch-size",
+    "32",
+    "--lr",
+    "1e-3",
+    "--steps",
+    "100000",
+    "--eval-every",
+    "250",
+    "--plot",
+    "3",
+    "--no-progress",
+]
+TINY = [
+    "--n-train",
+    "64",
+    "--n-valid",
+    "8",
+    "--max-chars",
+    "12",
+    "--channels",
+    "4,4,8,8,8",
+    "--hidden",
+    "8",
+    "--dec-hidden",
+    "8",
+    "--batch-size",
+    "8",
+    "--steps",
+    "4",
+    "--eval-every",
+    "2",
+    "--plot",
+    "0",
+    "--no-progress",
+]
 ATTENTION = ["--head", "attention"]  # with --ctc-weight (the auxiliary CTC loss's weight)
 METHODS = {
     "ctc": ["--head", "ctc"],
@@ -77,16 +116,66 @@ BUCKETS = ((5, 20), (20, 40), (40, 80), (80, 160), (160, 320))
 # attention alone that favours early ends, which the CTC scores of the joint search correct.
 JOINT = Decoding(beam=4, ctc_weight=0.5, length_penalty=0.0)
 
-ASR_COMMON = ["--kinds", "digits,numbers", "--n-train", "6000", "--n-valid", "200",
-              "--listener-hidden", "128", "--hidden", "256", "--key-value-dim", "128",
-              "--batch-size", "32", "--lr", "1e-3", "--pretrain-lm-steps", "300",
-              "--ctc-weight", "0.2", "--teacher-forcing", "1.0", "--teacher-forcing-end", "0.8",
-              "--teacher-forcing-steps", "4000", "--eval-every", "250", "--checkpoint-every",
-              "250", "--no-progress"]
-ASR_TINY = ["--kinds", "digits", "--n-train", "16", "--n-valid", "4", "--listener-hidden", "8",
-            "--hidden", "16", "--emb", "8", "--key-value-dim", "8", "--batch-size", "4",
-            "--ctc-weight", "0.2", "--steps", "2", "--eval-every", "2", "--plot", "0",
-            "--no-progress"]
+ASR_COMMON = [
+    "--kinds",
+    "digits,numbers",
+    "--n-train",
+    "6000",
+    "--n-valid",
+    "200",
+    "--listener-hidden",
+    "128",
+    "--hidden",
+    "256",
+    "--key-value-dim",
+    "128",
+    "--batch-size",
+    "32",
+    "--lr",
+    "1e-3",
+    "--pretrain-lm-steps",
+    "300",
+    "--ctc-weight",
+    "0.2",
+    "--teacher-forcing",
+    "1.0",
+    "--teacher-forcing-end",
+    "0.8",
+    "--teacher-forcing-steps",
+    "4000",
+    "--eval-every",
+    "250",
+    "--checkpoint-every",
+    "250",
+    "--no-progress",
+]
+ASR_TINY = [
+    "--kinds",
+    "digits",
+    "--n-train",
+    "16",
+    "--n-valid",
+    "4",
+    "--listener-hidden",
+    "8",
+    "--hidden",
+    "16",
+    "--emb",
+    "8",
+    "--key-value-dim",
+    "8",
+    "--batch-size",
+    "4",
+    "--ctc-weight",
+    "0.2",
+    "--steps",
+    "2",
+    "--eval-every",
+    "2",
+    "--plot",
+    "0",
+    "--no-progress",
+]
 # monotonic: energies start at 0 (p_choose 0.5), and noise of std 2 on them in training
 # (Raffel et al. 2017) pushes p_choose to 0 or 1, which hard decoding needs (docs/alignment.md,
 # "Streaming transcription")
@@ -102,18 +191,28 @@ def train(task: str, method: str, out: Path, args) -> float:
     """Train (or resume) one method's run; returns the seconds it took."""
     folder = out / method
     if task == "ocr":
-        options = ["--cache-dir", str(out / "lines"), *(TINY if args.tiny else COMMON),
-                   *METHODS[method]]
+        options = [
+            "--cache-dir",
+            str(out / "lines"),
+            *(TINY if args.tiny else COMMON),
+            *METHODS[method],
+        ]
     else:
-        options = ["--cache-dir", str(out / "speech"), *(ASR_TINY if args.tiny else ASR_COMMON),
-                   *ASR_METHODS[method]]
+        options = [
+            "--cache-dir",
+            str(out / "speech"),
+            *(ASR_TINY if args.tiny else ASR_COMMON),
+            *ASR_METHODS[method],
+        ]
     if task == "ocr" and method != "ctc":
         options += ["--ctc-weight", str(args.ctc_weight)]
         if args.guided_attention:
             options += ["--guided-attention", str(args.guided_attention)]
     options += args.options
-    return _run(["train", task, "--out", str(folder), *options, "--time-budget",
-                 str(args.time_budget)], folder)
+    return _run(
+        ["train", task, "--out", str(folder), *options, "--time-budget", str(args.time_budget)],
+        folder,
+    )
 
 
 def _run(arguments: list[str], folder: Path) -> float:
@@ -128,8 +227,13 @@ def _run(arguments: list[str], folder: Path) -> float:
 
 
 @torch.no_grad()
-def evaluate(method: str, out: Path, lines_per_bucket: int, seed: int,
-             buckets: tuple[tuple[int, int], ...] = BUCKETS) -> list[dict]:
+def evaluate(
+    method: str,
+    out: Path,
+    lines_per_bucket: int,
+    seed: int,
+    buckets: tuple[tuple[int, int], ...] = BUCKETS,
+) -> list[dict]:
     """CER of each length bucket for each way of reading this method's model."""
     model, ck = load_task_model(out / method / "checkpoint", "ocr")
     chars = CharVocab.from_json(ck.vocab)
@@ -138,14 +242,22 @@ def evaluate(method: str, out: Path, lines_per_bucket: int, seed: int,
         readings["joint"] = JOINT
     rows = []
     for lo, hi in buckets:
-        lines = generate_lines(lines_per_bucket, split="valid", seed=seed + lo, min_chars=lo,
-                               max_chars=hi)
+        lines = generate_lines(
+            lines_per_bucket, split="valid", seed=seed + lo, min_chars=lo, max_chars=hi
+        )
         images, refs = [image for image, _ in lines], [text for _, text in lines]
         for name, decoding in readings.items():
             start = time.perf_counter()
             texts, _, _ = recognise(model, chars, images, decoding=decoding, batch_size=16)
-            rows.append({"method": method, "reading": name, "chars": f"{lo}-{hi}",
-                         **line_metrics(texts, refs), "seconds": time.perf_counter() - start})
+            rows.append(
+                {
+                    "method": method,
+                    "reading": name,
+                    "chars": f"{lo}-{hi}",
+                    **line_metrics(texts, refs),
+                    "seconds": time.perf_counter() - start,
+                }
+            )
     return rows
 
 
@@ -153,16 +265,33 @@ def train_lm(out: Path, args) -> float:
     """Train (or resume) the character LM on the training transcripts of the ASR runs (the
     same built-in utterances each run synthesised), with the first run's characters."""
     tiny = args.tiny
-    speech = speech_dataset(16 if tiny else 6000, split="train", seed=0,
-                            cache_dir=out / "speech",
-                            kinds=("digits",) if tiny else ("digits", "numbers"), normalize=True)
+    speech = speech_dataset(
+        16 if tiny else 6000,
+        split="train",
+        seed=0,
+        cache_dir=out / "speech",
+        kinds=("digits",) if tiny else ("digits", "numbers"),
+        normalize=True,
+    )
     text = out / "transcripts.txt"
     text.write_text("".join(t + "\n" for t in speech.transcripts), encoding="utf-8")
     folder = out / LM
-    return _run(["train", "lm", "--text", str(text), "--vocab-from",
-                 str(out / next(iter(ASR_METHODS)) / "checkpoint"), "--out", str(folder),
-                 *(LM_TINY if tiny else LM_OPTIONS), "--time-budget",
-                 str(min(args.time_budget, 600))], folder)
+    return _run(
+        [
+            "train",
+            "lm",
+            "--text",
+            str(text),
+            "--vocab-from",
+            str(out / next(iter(ASR_METHODS)) / "checkpoint"),
+            "--out",
+            str(folder),
+            *(LM_TINY if tiny else LM_OPTIONS),
+            "--time-budget",
+            str(min(args.time_budget, 600)),
+        ],
+        folder,
+    )
 
 
 @torch.no_grad()
@@ -172,26 +301,38 @@ def evaluate_asr(method: str, out: Path, utterances: int, seed: int, tiny: bool)
     vocab = load_vocab(ck.vocab)
     lm = load_lm(out / LM / "checkpoint", ck.vocab, "cpu")
     kinds = ("digits",) if tiny else ("digits", "numbers")
-    speech = speech_dataset(utterances, split="valid", seed=seed, cache_dir=out / "speech",
-                            kinds=kinds, normalize=True)
-    readings = {"greedy": Decoding(), "beam": Decoding(beam=4, length_penalty=0.0),
-                "joint": JOINT, "joint+lm": dataclasses.replace(JOINT, lm_weight=0.3)}
+    speech = speech_dataset(
+        utterances, split="valid", seed=seed, cache_dir=out / "speech", kinds=kinds, normalize=True
+    )
+    readings = {
+        "greedy": Decoding(),
+        "beam": Decoding(beam=4, length_penalty=0.0),
+        "joint": JOINT,
+        "joint+lm": dataclasses.replace(JOINT, lm_weight=0.3),
+    }
     rows = []
     for joined in JOINED:
         n = len(speech.features) // joined * joined
-        features = [torch.cat(list(speech.features[i : i + joined]))
-                    for i in range(0, n, joined)]
+        features = [torch.cat(list(speech.features[i : i + joined])) for i in range(0, n, joined)]
         refs = [" ".join(speech.transcripts[i : i + joined]) for i in range(0, n, joined)]
         for name, decoding in readings.items():
-            for inference in (("hard", "soft") if method == "monotonic" else ("",)):
+            for inference in ("hard", "soft") if method == "monotonic" else ("",):
                 if inference:
                     model.speller.attention.inference = inference
                 start = time.perf_counter()
-                texts, _ = transcribe(model, vocab, features, decoding=decoding, batch_size=16,
-                                      lm=lm)
-                rows.append({"method": method, "reading": name, "inference": inference,
-                             "joined": joined, **metrics(texts, refs),
-                             "seconds": time.perf_counter() - start})
+                texts, _ = transcribe(
+                    model, vocab, features, decoding=decoding, batch_size=16, lm=lm
+                )
+                rows.append(
+                    {
+                        "method": method,
+                        "reading": name,
+                        "inference": inference,
+                        "joined": joined,
+                        **metrics(texts, refs),
+                        "seconds": time.perf_counter() - start,
+                    }
+                )
     return rows
 
 
@@ -199,28 +340,53 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", choices=("ocr", "asr"), default="ocr")
     p.add_argument("--out", type=Path, required=True, help="run folders, one per method")
-    p.add_argument("--time-budget", type=float, default=2550.0,
-                   help="training seconds of each run (default 2550: 45 minutes with rendering "
-                        "and the final evaluation)")
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        default=2550.0,
+        help="training seconds of each run (default 2550: 45 minutes with rendering "
+        "and the final evaluation)",
+    )
     p.add_argument("--match", help="only the methods whose name contains this")
-    p.add_argument("--guided-attention", type=float, default=0.0,
-                   help="ocr: the attention heads' guided attention loss weight (0: none)")
-    p.add_argument("--ctc-weight", type=float, default=0.3,
-                   help="ocr: the attention heads' auxiliary CTC loss weight (default 0.3)")
-    p.add_argument("--lines", type=int, default=60,
-                   help="held-out lines per length bucket (ocr), utterances (asr)")
+    p.add_argument(
+        "--guided-attention",
+        type=float,
+        default=0.0,
+        help="ocr: the attention heads' guided attention loss weight (0: none)",
+    )
+    p.add_argument(
+        "--ctc-weight",
+        type=float,
+        default=0.3,
+        help="ocr: the attention heads' auxiliary CTC loss weight (default 0.3)",
+    )
+    p.add_argument(
+        "--lines",
+        type=int,
+        default=60,
+        help="held-out lines per length bucket (ocr), utterances (asr)",
+    )
     p.add_argument("--skip-training", action="store_true", help="evaluate the runs in --out")
-    p.add_argument("--tiny", action="store_true",
-                   help="a tiny model and data: checks the script, measures nothing")
+    p.add_argument(
+        "--tiny",
+        action="store_true",
+        help="a tiny model and data: checks the script, measures nothing",
+    )
     p.add_argument("--seed", type=int, default=10)
     p.add_argument("--json", type=Path)
-    p.add_argument("options", nargs=argparse.REMAINDER,
-                   help="-- then options added to every training run's `attnkit train`, e.g. "
-                        "-- --precision bf16 --sortagrad 1")
+    p.add_argument(
+        "options",
+        nargs=argparse.REMAINDER,
+        help="-- then options added to every training run's `attnkit train`, e.g. "
+        "-- --precision bf16 --sortagrad 1",
+    )
     args = p.parse_args()
     args.options = args.options[1:] if args.options[:1] == ["--"] else args.options
-    methods = [m for m in (METHODS if args.task == "ocr" else ASR_METHODS)
-               if not args.match or args.match in m]
+    methods = [
+        m
+        for m in (METHODS if args.task == "ocr" else ASR_METHODS)
+        if not args.match or args.match in m
+    ]
     trained = {}
     if not args.skip_training:
         for method in methods:
@@ -230,17 +396,24 @@ def main() -> None:
     rows = []
     for method in methods:
         if args.task == "ocr":
-            found = (evaluate(method, args.out, 2, args.seed, BUCKETS[:1]) if args.tiny else
-                     evaluate(method, args.out, args.lines, args.seed))
+            found = (
+                evaluate(method, args.out, 2, args.seed, BUCKETS[:1])
+                if args.tiny
+                else evaluate(method, args.out, args.lines, args.seed)
+            )
         else:
-            found = evaluate_asr(method, args.out, 4 if args.tiny else args.lines, args.seed,
-                                 args.tiny)
+            found = evaluate_asr(
+                method, args.out, 4 if args.tiny else args.lines, args.seed, args.tiny
+            )
         for row in found:
             row["training_seconds"] = trained.get(method)
             row["options"] = args.options
         rows += found
-    columns = (["method", "reading", "chars"] if args.task == "ocr" else
-               ["method", "reading", "inference", "joined"])
+    columns = (
+        ["method", "reading", "chars"]
+        if args.task == "ocr"
+        else ["method", "reading", "inference", "joined"]
+    )
     print(harness.table_header(columns + ["CER %"]))
     for row in rows:
         print(harness.table_row([row[c] for c in columns] + [f"{100 * row['cer']:.2f}"]))

@@ -45,7 +45,6 @@ import torch.nn.functional as F
 
 from attnkit import Attention
 from attnkit.train import resolve_device
-
 from benchmarks import harness
 
 
@@ -129,7 +128,9 @@ def build(case: Case, device: torch.device | str = "cpu"):
     if g in ("self", "local"):
         score = "dot" if g == "self" else "scaled_dot"
         x = torch.randn(b, t, d, device=device, requires_grad=True)
-        attn = Attention(d, score=score, window=case.window, impl=_attnkit_impl(case.impl)).to(device)
+        attn = Attention(d, score=score, window=case.window, impl=_attnkit_impl(case.impl)).to(
+            device
+        )
         if case.impl == "loop":
             return lambda: _loop_dot(x, x, x), [x], None, 0
         if case.impl == "naive":
@@ -138,12 +139,20 @@ def build(case: Case, device: torch.device | str = "cpu"):
             mask = _band(t, case.window).to(device) if case.window else None
             scale = 1.0 if g == "self" else None
             x4 = x[:, None]  # (B, 1, T, D): SDPA's fused CPU kernels want 4-D inputs
-            return (lambda: F.scaled_dot_product_attention(x4, x4, x4, attn_mask=mask,
-                                                           scale=scale)[:, 0], [x], None, 0)
+            return (
+                lambda: F.scaled_dot_product_attention(x4, x4, x4, attn_mask=mask, scale=scale)[
+                    :, 0
+                ],
+                [x],
+                None,
+                0,
+            )
         return lambda: attn(x, x).context, [x], attn, 0
     if g == "mha":
         x = torch.randn(b, t, d, device=device, requires_grad=True)
-        attn = Attention(d, score="scaled_dot", heads=case.heads, impl=_attnkit_impl(case.impl)).to(device)
+        attn = Attention(d, score="scaled_dot", heads=case.heads, impl=_attnkit_impl(case.impl)).to(
+            device
+        )
         h, hd = case.heads, d // case.heads
 
         def heads(proj):  # contiguous, so the loop's per-step matmuls copy nothing
@@ -158,12 +167,18 @@ def build(case: Case, device: torch.device | str = "cpu"):
         if case.impl == "naive":
             return lambda: merged(_naive_dot), [x], None, 0
         if case.impl == "sdpa":
-            return (lambda: merged(lambda q, k, v: F.scaled_dot_product_attention(
-                q, k, v, scale=1.0)), [x], None, 0)
+            return (
+                lambda: merged(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=1.0)),
+                [x],
+                None,
+                0,
+            )
         return lambda: attn(x, x).context, [x], attn, 0
     if g == "additive":
         x = torch.randn(b, t, case.a, device=device, requires_grad=True)
-        attn = Attention(case.a, score="additive", attn_dim=case.a, impl=_attnkit_impl(case.impl)).to(device)
+        attn = Attention(
+            case.a, score="additive", attn_dim=case.a, impl=_attnkit_impl(case.impl)
+        ).to(device)
         sc = attn.score
         work = b * t * t * case.a
 
@@ -171,6 +186,7 @@ def build(case: Case, device: torch.device | str = "cpu"):
             return x @ sc.w_query[0], x @ sc.w_key[0], sc.v[0]
 
         if case.impl == "loop":
+
             def loop():
                 qf, kf, v_a = prepared()
                 outs = []
@@ -178,20 +194,26 @@ def build(case: Case, device: torch.device | str = "cpu"):
                     s = torch.tanh(qi[:, None, :] + kf) @ v_a  # (B, Tk)
                     outs.append(s.softmax(-1)[:, None, :] @ x)
                 return torch.cat(outs, dim=1)
+
             return loop, [x], None, work
         if case.impl == "naive":
+
             def naive():
                 qf, kf, v_a = prepared()
                 return _additive_pairs(qf, kf, v_a).softmax(-1) @ x
+
             return naive, [x], None, work
         return lambda: attn(x, x).context, [x], attn, work
     if g == "decoder":
         enc = torch.randn(b, t, case.a, device=device, requires_grad=True)
         queries = torch.randn(case.steps, b, case.a, device=device, requires_grad=True)
-        attn = Attention(case.a, score="additive", attn_dim=case.a, impl=_attnkit_impl(case.impl)).to(device)
+        attn = Attention(
+            case.a, score="additive", attn_dim=case.a, impl=_attnkit_impl(case.impl)
+        ).to(device)
         sc = attn.score
         work = b * case.steps * t * case.a
         if case.impl == "loop":
+
             def loop():
                 kf = enc @ sc.w_key[0]  # U k once per sequence
                 outs = []
@@ -199,11 +221,13 @@ def build(case: Case, device: torch.device | str = "cpu"):
                     s = torch.tanh((q @ sc.w_query[0])[:, None, :] + kf) @ sc.v[0]  # (B, Tk)
                     outs.append((s.softmax(-1)[:, None, :] @ enc)[:, 0])
                 return torch.stack(outs)
+
             return loop, [enc, queries], None, work
 
         def steps():
             memory = attn.prepare(enc)
             return torch.stack([attn(q, memory).context for q in queries])
+
         return steps, [enc, queries], attn, work
     raise ValueError(f"group: unknown benchmark group {g!r}")
 
@@ -222,8 +246,9 @@ def estimate_bytes(case: Case) -> int:
     b, t = case.b, case.t
     if case.impl in ("naive", "reference"):
         if case.group == "additive":
-            return int(11.6 * b * case.a * t * t) + (8 * b * t * t if case.impl == "reference"
-                                                     else 0)
+            return int(11.6 * b * case.a * t * t) + (
+                8 * b * t * t if case.impl == "reference" else 0
+            )
         if case.group == "decoder":
             return 0
         return 20 * b * case.heads * t * t  # scores, weights and their gradients, float32
@@ -239,8 +264,9 @@ def estimate_bytes(case: Case) -> int:
 # --------------------------------------------------------------------------- measuring
 
 
-def measure(case: dict, reps: int, time_budget: float, device: str = "cpu",
-            autocast: str | None = None) -> dict:
+def measure(
+    case: dict, reps: int, time_budget: float, device: str = "cpu", autocast: str | None = None
+) -> dict:
     """Measure one case in this process (the fresh process of :func:`harness.run`), on
     ``device``; ``autocast`` "bf16" or "fp16": the forward under ``torch.autocast`` of that
     dtype (inputs and parameters stay float32; SDPA then gets half-precision queries, which
@@ -271,10 +297,8 @@ def measure(case: dict, reps: int, time_budget: float, device: str = "cpu",
 
     train()  # warm-up: first-call allocations, kernel compilation
     # a third of the budget each: warm-up, training, forward
-    t_train = harness.timed(train, reps=reps, time_budget=time_budget / 3, warmup=0,
-                            device=device)
-    t_fwd = harness.timed(forward, reps=reps, time_budget=time_budget / 3, warmup=0,
-                          device=device)
+    t_train = harness.timed(train, reps=reps, time_budget=time_budget / 3, warmup=0, device=device)
+    t_fwd = harness.timed(forward, reps=reps, time_budget=time_budget / 3, warmup=0, device=device)
     res.forward_s, res.forward_mb = t_fwd.median, t_fwd.extra_mb
     res.train_s, res.train_mb = t_train.median, t_train.extra_mb
     res.reps = [t_fwd.times, t_train.times]
@@ -290,6 +314,7 @@ def _under_autocast(fwd, device: str, autocast: str):
     def run():
         with torch.autocast(torch.device(device).type, dtype=dtype):
             return fwd()
+
     return run
 
 
@@ -304,15 +329,15 @@ def suite(quick: bool = False) -> list[Case]:
 
     all_dot = ("loop", "naive", "reference", "auto", "sdpa")
     add("self", all_dot, b=32, t=800, d=256)
-    for t in ((800,) if quick else (800, 2048, 8192, 16384)):
+    for t in (800,) if quick else (800, 2048, 8192, 16384):
         add("mha", all_dot, b=8, t=t, d=256, heads=4)
-    for t in ((256, 800) if quick else (256, 800, 2048, 8192)):
+    for t in (256, 800) if quick else (256, 800, 2048, 8192):
         add("additive", ("loop", "naive", "reference", "auto"), b=8, t=t)
     if not quick:
         add("additive", ("auto",), b=1, t=16384)
-    for t in ((4096,) if quick else (4096, 16384, 65536)):
+    for t in (4096,) if quick else (4096, 16384, 65536):
         add("local", ("reference", "sdpa", "auto"), b=4, t=t, d=64, window=(64, 64))
-    for t in ((800,) if quick else (800, 1500)):
+    for t in (800,) if quick else (800, 1500):
         add("decoder", ("loop", "auto", "auto-eager"), b=8, t=t, steps=100)
     return cases
 
@@ -331,27 +356,43 @@ TARGETS = [
 
 
 def is_target(case: Case) -> bool:
-    return any(case.group == group and name in case.name + " " and case.impl in impls
-               for group, name, impls in TARGETS)
+    return any(
+        case.group == group and name in case.name + " " and case.impl in impls
+        for group, name, impls in TARGETS
+    )
 
 
-def run_suite(cases: list[Case], reps: int, time_budget: float, log=print,
-              device: str = "cpu", autocast: str | None = None) -> list[Result]:
+def run_suite(
+    cases: list[Case],
+    reps: int,
+    time_budget: float,
+    log=print,
+    device: str = "cpu",
+    autocast: str | None = None,
+) -> list[Result]:
     """Each case in a fresh process on ``device`` (``autocast``: see :func:`measure`); a row
     per case, logged as it comes."""
     results = []
     extra = {} if autocast is None else {"autocast": autocast}
     for case in cases:
         env = {"ATTNKIT_COMPILE": "0"} if case.impl == "auto-eager" else None
-        row = harness.run(measure, {"case": asdict(case), "reps": reps,
-                                    "time_budget": time_budget, "device": device, **extra},
-                          time_budget=time_budget, env=env,
-                          need_bytes=estimate_bytes(case) if device == "cpu" else 0)
+        row = harness.run(
+            measure,
+            {
+                "case": asdict(case),
+                "reps": reps,
+                "time_budget": time_budget,
+                "device": device,
+                **extra,
+            },
+            time_budget=time_budget,
+            env=env,
+            need_bytes=estimate_bytes(case) if device == "cpu" else 0,
+        )
         if row["status"] == "ok":
             res = Result(**row)
         else:
-            res = Result(asdict(case), case.name, case.impl, status=row["status"],
-                         note=row["note"])
+            res = Result(asdict(case), case.name, case.impl, status=row["status"], note=row["note"])
         res.device = device
         results.append(res)
         log(_row(res))
@@ -368,13 +409,32 @@ def _fmt(x, spec):
 def _row(r: Result) -> str:
     if r.status != "ok":
         return harness.table_row([r.name, r.impl, f"{r.status}: {r.note}", "", "", "", "", ""])
-    return harness.table_row([r.name, r.impl, _fmt(r.forward_s, ".3f"), _fmt(r.forward_mb, ".0f"),
-                              _fmt(r.train_s, ".3f"), _fmt(r.train_mb, ".0f"),
-                              _fmt(r.rate, ".2f"), r.plan])
+    return harness.table_row(
+        [
+            r.name,
+            r.impl,
+            _fmt(r.forward_s, ".3f"),
+            _fmt(r.forward_mb, ".0f"),
+            _fmt(r.train_s, ".3f"),
+            _fmt(r.train_mb, ".0f"),
+            _fmt(r.rate, ".2f"),
+            r.plan,
+        ]
+    )
 
 
-HEADER = harness.table_header(["case", "impl", "forward s", "forward extra MiB", "train s",
-                               "train extra MiB", "G elem/s", "attnkit path"])
+HEADER = harness.table_header(
+    [
+        "case",
+        "impl",
+        "forward s",
+        "forward extra MiB",
+        "train s",
+        "train extra MiB",
+        "G elem/s",
+        "attnkit path",
+    ]
+)
 
 
 def _find(results, name_prefix, impl):
@@ -395,52 +455,83 @@ def figures(results: list[Result]) -> list[str]:
     fast = _find(results, "additive B=8 T=800 ", "auto")
     if naive and fast:
         speed, mem = naive.train_s / fast.train_s, fast.train_mb / max(naive.train_mb, 1e-9)
-        lines.append(f"- Additive B=8 T=800 A=128 train: {speed:.1f}x faster than naive "
-                     f"(target >= 5x), {mem:.3f} of its peak memory (target <= 0.125), "
-                     f"{fast.rate:.2f} G elem/s: {verdict(speed >= 5 and mem <= 0.125)}")
+        lines.append(
+            f"- Additive B=8 T=800 A=128 train: {speed:.1f}x faster than naive "
+            f"(target >= 5x), {mem:.3f} of its peak memory (target <= 0.125), "
+            f"{fast.rate:.2f} G elem/s: {verdict(speed >= 5 and mem <= 0.125)}"
+        )
     big = _find(results, "additive B=1 T=16384", "auto")
     if big:
-        lines.append(f"- Additive B=1 T=16384 train: runs in {big.train_s:.1f} s, peak extra "
-                     f"{big.train_mb:.0f} MiB (target < 2048): {verdict(big.train_mb < 2048)}")
+        lines.append(
+            f"- Additive B=1 T=16384 train: runs in {big.train_s:.1f} s, peak extra "
+            f"{big.train_mb:.0f} MiB (target < 2048): {verdict(big.train_mb < 2048)}"
+        )
     for t in (800, 2048, 8192, 16384):
         a, s = _find(results, f"mha B=8 T={t} ", "auto"), _find(results, f"mha B=8 T={t} ", "sdpa")
         if a and s:
             r, f = a.train_s / s.train_s, a.forward_s / s.forward_s
-            lines.append(f"- scaled_dot (4 heads) T={t} through auto vs F.sdpa: train "
-                         f"{r:.3f}x, forward {f:.3f}x (target <= 1.15): "
-                         f"{verdict(r <= 1.15 and f <= 1.15)}")
-    chunked = [r for r in results if r.case["group"] == "additive" and r.impl == "auto"
-               and r.case["b"] == 8 and r.status == "ok"]
+            lines.append(
+                f"- scaled_dot (4 heads) T={t} through auto vs F.sdpa: train "
+                f"{r:.3f}x, forward {f:.3f}x (target <= 1.15): "
+                f"{verdict(r <= 1.15 and f <= 1.15)}"
+            )
+    chunked = [
+        r
+        for r in results
+        if r.case["group"] == "additive"
+        and r.impl == "auto"
+        and r.case["b"] == 8
+        and r.status == "ok"
+    ]
     chunked.sort(key=lambda r: r.case["t"])
     for r1, r2 in zip(chunked, chunked[1:]):
         growth = (r2.train_mb / max(r1.train_mb, 1e-9)) / (r2.case["t"] / r1.case["t"]) * 2
-        lines.append(f"- Additive chunked memory T={r1.case['t']}->{r2.case['t']}: "
-                     f"{r1.train_mb:.0f} -> {r2.train_mb:.0f} MiB, per doubling of T x{growth:.2f} "
-                     f"(target <= 2.2): {verdict(growth <= 2.2)}")
-    local = sorted([r for r in results if r.case["group"] == "local" and r.impl == "auto"
-                    and r.status == "ok"], key=lambda r: r.case["t"])
+        lines.append(
+            f"- Additive chunked memory T={r1.case['t']}->{r2.case['t']}: "
+            f"{r1.train_mb:.0f} -> {r2.train_mb:.0f} MiB, per doubling of T x{growth:.2f} "
+            f"(target <= 2.2): {verdict(growth <= 2.2)}"
+        )
+    local = sorted(
+        [
+            r
+            for r in results
+            if r.case["group"] == "local" and r.impl == "auto" and r.status == "ok"
+        ],
+        key=lambda r: r.case["t"],
+    )
     if len(local) >= 2:
         r1, r2 = local[0], local[-1]
         k = r2.case["t"] / r1.case["t"]
         tg, mg = r2.train_s / r1.train_s / k, r2.train_mb / max(r1.train_mb, 1e-9) / k
-        lines.append(f"- Local window (64, 64) T={r1.case['t']}->{r2.case['t']} (x{k:.0f}): time "
-                     f"x{r2.train_s / r1.train_s:.1f}, memory x{r2.train_mb / max(r1.train_mb, 1e-9):.1f}"
-                     f" (linear = x{k:.0f}; ratios {tg:.2f}, {mg:.2f}): "
-                     f"{verdict(tg <= 1.3 and mg <= 1.3)}")
-    loop, auto = _find(results, "self B=32 T=800", "loop"), _find(results, "self B=32 T=800", "auto")
+        lines.append(
+            f"- Local window (64, 64) T={r1.case['t']}->{r2.case['t']} (x{k:.0f}): time "
+            f"x{r2.train_s / r1.train_s:.1f}, memory x{r2.train_mb / max(r1.train_mb, 1e-9):.1f}"
+            f" (linear = x{k:.0f}; ratios {tg:.2f}, {mg:.2f}): "
+            f"{verdict(tg <= 1.3 and mg <= 1.3)}"
+        )
+    loop, auto = (
+        _find(results, "self B=32 T=800", "loop"),
+        _find(results, "self B=32 T=800", "auto"),
+    )
     if loop and auto:
         s = loop.train_s / auto.train_s
-        lines.append(f"- Long-sequence self-attention (dot, B=32 T=800 D=256) train: {s:.0f}x "
-                     f"faster than the per-step loop (target >= 20x): {verdict(s >= 20)}")
+        lines.append(
+            f"- Long-sequence self-attention (dot, B=32 T=800 D=256) train: {s:.0f}x "
+            f"faster than the per-step loop (target >= 20x): {verdict(s >= 20)}"
+        )
     for t in (800, 1500):
-        lp, au = (_find(results, f"decoder B=8 T={t} ", "loop"),
-                  _find(results, f"decoder B=8 T={t} ", "auto"))
+        lp, au = (
+            _find(results, f"decoder B=8 T={t} ", "loop"),
+            _find(results, f"decoder B=8 T={t} ", "auto"),
+        )
         if lp and au:
             ok = au.train_mb < lp.train_mb and au.train_s <= lp.train_s * 1.05
-            lines.append(f"- Additive decoder, 100 steps over Tk={t}: memory {au.train_mb:.0f} vs "
-                         f"{lp.train_mb:.0f} MiB, time {au.train_s:.2f} vs {lp.train_s:.2f} s "
-                         f"(attnkit vs per-step autograd; target less memory, no slower): "
-                         f"{verdict(ok)}")
+            lines.append(
+                f"- Additive decoder, 100 steps over Tk={t}: memory {au.train_mb:.0f} vs "
+                f"{lp.train_mb:.0f} MiB, time {au.train_s:.2f} vs {lp.train_s:.2f} s "
+                f"(attnkit vs per-step autograd; target less memory, no slower): "
+                f"{verdict(ok)}"
+            )
     return lines
 
 
@@ -451,17 +542,18 @@ def write_report(results: list[Result], json_path: Path, md_path: Path) -> None:
     runs = {}
     for r in results:
         runs.setdefault((r.command, r.date, r.commit, r.machine), []).append(r.case["group"])
-    commands = [f"- `{cmd}` ({date}, commit {commit or '?'}, {where or 'machine not recorded'}): "
-                f"groups {', '.join(dict.fromkeys(groups))}"
-                for (cmd, date, commit, where), groups in runs.items()]
+    commands = [
+        f"- `{cmd}` ({date}, commit {commit or '?'}, {where or 'machine not recorded'}): "
+        f"groups {', '.join(dict.fromkeys(groups))}"
+        for (cmd, date, commit, where), groups in runs.items()
+    ]
     body = [
         "# Benchmarks",
         "",
         f"<!-- generated down to the notes mark by `python -m benchmarks.attention` (`attnkit "
         f"bench`), which also writes {json_path}; edit below the mark -->",
         "",
-        f"Produced by (raw data in `{json_path}`; compare rows measured on the same "
-        "machine only):",
+        f"Produced by (raw data in `{json_path}`; compare rows measured on the same machine only):",
         "",
         *commands,
         "",
@@ -488,45 +580,70 @@ DEFAULT_JSON, DEFAULT_MARKDOWN = "results/attention.json", "docs/benchmarks.md"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.attention",
-                                description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.attention", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--quick", action="store_true", help="small cases only (a few minutes)")
-    p.add_argument("--group", action="append", help="only these groups (self, mha, additive, "
-                   "local, decoder); repeatable; their rows replace those already in --json")
-    p.add_argument("--targets", action="store_true",
-                   help="only the cases behind the long-sequence targets of docs/benchmarks.md "
-                   "(no slow baselines)")
+    p.add_argument(
+        "--group",
+        action="append",
+        help="only these groups (self, mha, additive, "
+        "local, decoder); repeatable; their rows replace those already in --json",
+    )
+    p.add_argument(
+        "--targets",
+        action="store_true",
+        help="only the cases behind the long-sequence targets of docs/benchmarks.md "
+        "(no slow baselines)",
+    )
     p.add_argument("--match", help="only the cases whose name contains this")
     p.add_argument("--reps", type=int, default=3, help="measured repetitions (median)")
-    p.add_argument("--time-budget", type=float, default=600.0,
-                   help="seconds per case; its process is stopped after (default 600)")
-    p.add_argument("--json", help=f"rows as JSON (default {DEFAULT_JSON}; with --targets, "
-                   "--match or a GPU --device, written only where given, never merged into "
-                   "the report)")
-    p.add_argument("--markdown", help=f"the report (default {DEFAULT_MARKDOWN}; not written "
-                   "with --targets, --match or a --device other than cpu)")
-    p.add_argument("--device", default="cpu",
-                   help="cpu (default), cuda, cuda:N or auto: where the cases run; on a GPU "
-                   "each step is timed to its kernels' end and memory is CUDA's allocator "
-                   "peak, and the rows go to --json only")
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        default=600.0,
+        help="seconds per case; its process is stopped after (default 600)",
+    )
+    p.add_argument(
+        "--json",
+        help=f"rows as JSON (default {DEFAULT_JSON}; with --targets, "
+        "--match or a GPU --device, written only where given, never merged into "
+        "the report)",
+    )
+    p.add_argument(
+        "--markdown",
+        help=f"the report (default {DEFAULT_MARKDOWN}; not written "
+        "with --targets, --match or a --device other than cpu)",
+    )
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu (default), cuda, cuda:N or auto: where the cases run; on a GPU "
+        "each step is timed to its kernels' end and memory is CUDA's allocator "
+        "peak, and the rows go to --json only",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the cases the options (:func:`parser`) select."""
     args = parser().parse_args(argv)
-    cases = [c for c in suite(args.quick and not args.targets)
-             if (not args.group or c.group in args.group)
-             and (not args.targets or is_target(c))
-             and (args.match is None or args.match in c.name)]
+    cases = [
+        c
+        for c in suite(args.quick and not args.targets)
+        if (not args.group or c.group in args.group)
+        and (not args.targets or is_target(c))
+        and (args.match is None or args.match in c.name)
+    ]
     try:
         device = str(resolve_device(str(args.device)))
     except ValueError as e:
         print(f"benchmarks.attention: {e}", file=sys.stderr)
         return 2
     print(HEADER)
-    results = run_suite(cases, args.reps, args.time_budget, log=lambda s: print(s, flush=True),
-                        device=device)
+    results = run_suite(
+        cases, args.reps, args.time_budget, log=lambda s: print(s, flush=True), device=device
+    )
     command = harness.command()
     date, commit, machine = time.strftime("%Y-%m-%d"), harness.commit(), harness.machine(device)
     for r in results:
@@ -541,8 +658,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.group and json_path.exists():  # re-measured groups replace theirs in the report
         old = [Result(**r) for r in json.loads(json_path.read_text())["rows"]]
         order = [c.group for c in suite()]
-        results = sorted([r for r in old if r.case["group"] not in args.group] + results,
-                         key=lambda r: order.index(r.case["group"]))
+        results = sorted(
+            [r for r in old if r.case["group"] not in args.group] + results,
+            key=lambda r: order.index(r.case["group"]),
+        )
     write_report(results, json_path, Path(args.markdown or DEFAULT_MARKDOWN))
     print("\n".join(figures(results)))
     return 0

@@ -40,9 +40,15 @@ BATCH = 32
 
 def _wav(noise: bytes) -> bytes:
     """A mono 16-bit PCM WAV of the samples ``noise``."""
-    return (b"RIFF" + struct.pack("<I", 36 + len(noise)) + b"WAVEfmt "
-            + struct.pack("<IHHIIHH", 16, 1, 1, RATE, 2 * RATE, 2, 16)
-            + b"data" + struct.pack("<I", len(noise)) + noise)
+    return (
+        b"RIFF"
+        + struct.pack("<I", 36 + len(noise))
+        + b"WAVEfmt "
+        + struct.pack("<IHHIIHH", 16, 1, 1, RATE, 2 * RATE, 2, 16)
+        + b"data"
+        + struct.pack("<I", len(noise))
+        + noise
+    )
 
 
 def write_corpora(work: Path, sizes: tuple[int, ...]) -> dict[tuple[str, int], Path]:
@@ -66,9 +72,15 @@ def write_corpora(work: Path, sizes: tuple[int, ...]) -> dict[tuple[str, int], P
         (kaldi / "text").write_text("".join(f"u{i:06d} {texts[i]}\n" for i in range(n)))
         (kaldi / "wav.scp").write_text("".join(f"u{i:06d} wav/{i:06d}.wav\n" for i in range(n)))
         jsonl = work / f"manifest-{n}.jsonl"
-        jsonl.write_text("".join(json.dumps({"audio_filepath": f"wav/{i:06d}.wav",
-                                             "text": texts[i], "duration": 0.1}) + "\n"
-                                 for i in range(n)))
+        jsonl.write_text(
+            "".join(
+                json.dumps(
+                    {"audio_filepath": f"wav/{i:06d}.wav", "text": texts[i], "duration": 0.1}
+                )
+                + "\n"
+                for i in range(n)
+            )
+        )
         corpora.update({("manifest", n): manifest, ("kaldi", n): kaldi, ("jsonl", n): jsonl})
     return corpora
 
@@ -86,43 +98,64 @@ def measure(path: str, fmt: str) -> dict:
     harness.trim()
     with harness.PeakRSS() as mem:
         start = time.perf_counter()
-        speech = choose_format("asr", path, fmt).read(path, normalize=True,
-                                                      min_frames=MIN_FRAMES)
+        speech = choose_format("asr", path, fmt).read(path, normalize=True, min_frames=MIN_FRAMES)
         read_s = time.perf_counter() - start
-        task = AsrTask(speech, speech.head(BATCH), model_config={}, batch_size=BATCH,
-                       max_valid=BATCH)
+        task = AsrTask(
+            speech, speech.head(BATCH), model_config={}, batch_size=BATCH, max_valid=BATCH
+        )
         model = task.build_model()
         batch = task.batches(0)[0]
         out = model(batch["features"], batch["lengths"], batch["tgt_in"])
         F.cross_entropy(out[0].flatten(0, 1), batch["tgt_out"].flatten()).backward()
         first_step_s = time.perf_counter() - start
-    return {"utterances": len(speech), "read_s": round(read_s, 2),
-            "first_step_s": round(first_step_s, 2), "peak_rss_mb": round(mem.peak / 2**20, 1),
-            "extra_mb": round(mem.extra_mb, 1)}
+    return {
+        "utterances": len(speech),
+        "read_s": round(read_s, 2),
+        "first_step_s": round(first_step_s, 2),
+        "peak_rss_mb": round(mem.peak / 2**20, 1),
+        "extra_mb": round(mem.extra_mb, 1),
+    }
 
 
-HEADER = harness.table_header(["format", "utterances", "read s", "to first step s",
-                               "peak RSS MiB", "above imports MiB"])
+HEADER = harness.table_header(
+    ["format", "utterances", "read s", "to first step s", "peak RSS MiB", "above imports MiB"]
+)
 
 
 def row(r: dict) -> str:
     if r["status"] != "ok":
-        return harness.table_row([r["format"], r["n"], f"{r['status']}: {r['note']}", "", "",
-                                  ""])
-    return harness.table_row([r["format"], f"{r['utterances']:,}", f"{r['read_s']:.2f}",
-                              f"{r['first_step_s']:.2f}", f"{r['peak_rss_mb']:.0f}",
-                              f"{r['extra_mb']:.0f}"])
+        return harness.table_row([r["format"], r["n"], f"{r['status']}: {r['note']}", "", "", ""])
+    return harness.table_row(
+        [
+            r["format"],
+            f"{r['utterances']:,}",
+            f"{r['read_s']:.2f}",
+            f"{r['first_step_s']:.2f}",
+            f"{r['peak_rss_mb']:.0f}",
+            f"{r['extra_mb']:.0f}",
+        ]
+    )
 
 
 def main(argv=None) -> int:
-    p = harness.parser(__doc__.split("\n\n")[0], time_budget=600.0,
-                       json_path="results/corpus_scale.json")
-    p.add_argument("--sizes", default=",".join(map(str, SIZES)),
-                   help="utterances per corpus, comma-separated (default %(default)s)")
-    p.add_argument("--formats", default=",".join(FORMATS),
-                   help="formats measured, comma-separated (default %(default)s)")
-    p.add_argument("--work", type=Path, help="where the corpora are written and kept "
-                   "(default: a temporary folder, removed after)")
+    p = harness.parser(
+        __doc__.split("\n\n")[0], time_budget=600.0, json_path="results/corpus_scale.json"
+    )
+    p.add_argument(
+        "--sizes",
+        default=",".join(map(str, SIZES)),
+        help="utterances per corpus, comma-separated (default %(default)s)",
+    )
+    p.add_argument(
+        "--formats",
+        default=",".join(FORMATS),
+        help="formats measured, comma-separated (default %(default)s)",
+    )
+    p.add_argument(
+        "--work",
+        type=Path,
+        help="where the corpora are written and kept (default: a temporary folder, removed after)",
+    )
     args = p.parse_args(argv)
     sizes = tuple(int(s) for s in args.sizes.split(","))
     formats = args.formats.split(",")
@@ -130,8 +163,11 @@ def main(argv=None) -> int:
     try:
         start = time.perf_counter()
         corpora = write_corpora(work, sizes)
-        print(f"wrote {max(sizes):,} WAV files and {len(corpora)} corpora in "
-              f"{time.perf_counter() - start:.0f} s; {harness.machine()}", flush=True)
+        print(
+            f"wrote {max(sizes):,} WAV files and {len(corpora)} corpora in "
+            f"{time.perf_counter() - start:.0f} s; {harness.machine()}",
+            flush=True,
+        )
         print(HEADER)
         rows = []
         for fmt in formats:
@@ -139,10 +175,17 @@ def main(argv=None) -> int:
                 if args.match is not None and args.match not in f"{fmt} {n}":
                     continue
                 case = {"format": fmt, "n": n}
-                rows.append({**case, **harness.run(measure, {"path": str(corpora[fmt, n]),
-                                                             "fmt": fmt},
-                                                   time_budget=args.time_budget,
-                                                   threads=args.threads or 1)})
+                rows.append(
+                    {
+                        **case,
+                        **harness.run(
+                            measure,
+                            {"path": str(corpora[fmt, n]), "fmt": fmt},
+                            time_budget=args.time_budget,
+                            threads=args.threads or 1,
+                        ),
+                    }
+                )
                 print(row(rows[-1]), flush=True)
     finally:
         if args.work is None:

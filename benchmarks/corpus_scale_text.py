@@ -52,11 +52,42 @@ LINES = (1000, 10_000, 100_000)
 PAIRS = (10_000, 100_000, 1_000_000)
 IMAGES = (1000, 10_000, 100_000)
 FORMATS = ("gt-txt", "labels", "moses", "tsv", "coco")
-TASK = {"gt-txt": "ocr", "labels": "ocr", "moses": "translate", "tsv": "translate",
-        "coco": "caption"}
-WORDS = ("total", "invoice", "net", "date", "amount", "paid", "due", "order", "item", "tax",
-         "the", "house", "green", "small", "river", "runs", "quickly", "under", "bridge",
-         "morning", "evening", "train", "station", "coffee", "city", "north", "south")
+TASK = {
+    "gt-txt": "ocr",
+    "labels": "ocr",
+    "moses": "translate",
+    "tsv": "translate",
+    "coco": "caption",
+}
+WORDS = (
+    "total",
+    "invoice",
+    "net",
+    "date",
+    "amount",
+    "paid",
+    "due",
+    "order",
+    "item",
+    "tax",
+    "the",
+    "house",
+    "green",
+    "small",
+    "river",
+    "runs",
+    "quickly",
+    "under",
+    "bridge",
+    "morning",
+    "evening",
+    "train",
+    "station",
+    "coffee",
+    "city",
+    "north",
+    "south",
+)
 FOLDER = 1000  # lines per subfolder of a gt-txt corpus
 BATCH = 32
 
@@ -102,9 +133,11 @@ def write_pairs(work: Path, sizes: tuple[int, ...]) -> dict[tuple[str, int], Pat
     for n in sizes:
         rng = random.Random(n)
         prefix = work / f"pairs-{n}"
-        with gzip.open(f"{prefix}.de.gz", "wt", encoding="utf-8", compresslevel=1) as de, \
-                gzip.open(f"{prefix}.en.gz", "wt", encoding="utf-8", compresslevel=1) as en, \
-                open(f"{prefix}.tsv", "w", encoding="utf-8") as tsv:
+        with (
+            gzip.open(f"{prefix}.de.gz", "wt", encoding="utf-8", compresslevel=1) as de,
+            gzip.open(f"{prefix}.en.gz", "wt", encoding="utf-8", compresslevel=1) as en,
+            open(f"{prefix}.tsv", "w", encoding="utf-8") as tsv,
+        ):
             for _ in range(n):
                 source, target = _sentence(rng), _sentence(rng)
                 de.write(source + "\n")
@@ -122,7 +155,8 @@ def _picture_png() -> bytes:
     rng = np.random.default_rng(1)
     out = io.BytesIO()
     Image.fromarray(rng.integers(0, 256, size=(40, 48, 3), dtype=np.uint8), "RGB").save(
-        out, format="PNG")
+        out, format="PNG"
+    )
     return out.getvalue()
 
 
@@ -138,9 +172,14 @@ def write_images(work: Path, sizes: tuple[int, ...]) -> dict[tuple[str, int], Pa
         (images / f"{i:012d}.png").write_bytes(png)
     (work / "coco" / "annotations").mkdir(exist_ok=True)
     for n in sizes:
-        data = {"images": [{"id": i, "file_name": f"{i:012d}.png"} for i in range(n)],
-                "annotations": [{"id": 2 * i + k, "image_id": i, "caption": _sentence(rng)}
-                                for i in range(n) for k in range(2)]}
+        data = {
+            "images": [{"id": i, "file_name": f"{i:012d}.png"} for i in range(n)],
+            "annotations": [
+                {"id": 2 * i + k, "image_id": i, "caption": _sentence(rng)}
+                for i in range(n)
+                for k in range(2)
+            ],
+        }
         path = work / "coco" / "annotations" / f"captions_train2017-{n}.json"
         path.write_text(json.dumps(data), encoding="utf-8")
         corpora["coco", n] = path
@@ -165,38 +204,63 @@ def measure(path: str, fmt: str) -> dict:
             data = read_corpus("ocr", path, fmt, **options)
             read_s = time.perf_counter() - start
             # the command line's default CRNN (train ocr): CTC head, window attention
-            task = OcrTask(data, data[:BATCH], model_config={"attention": "window",
-                                                              "window": 32},
-                           batch_size=BATCH, max_valid=BATCH)
+            task = OcrTask(
+                data,
+                data[:BATCH],
+                model_config={"attention": "window", "window": 32},
+                batch_size=BATCH,
+                max_valid=BATCH,
+            )
         elif TASK[fmt] == "caption":
-            data = read_corpus("caption", path, fmt, size=64,
-                               images=str(Path(path).parent.parent / "train2017"))
+            data = read_corpus(
+                "caption", path, fmt, size=64, images=str(Path(path).parent.parent / "train2017")
+            )
             read_s = time.perf_counter() - start
             # the command line's default captioner (train caption): soft attention
-            task = CaptionTask(data, data[:BATCH], model_config={
-                "name": "captioner", "image_size": 64, "channels": [32, 64, 128],
-                "hidden": 256, "emb": 128, "attn_dim": 128, "attention": "soft"},
-                batch_size=BATCH, max_valid=BATCH)
+            task = CaptionTask(
+                data,
+                data[:BATCH],
+                model_config={
+                    "name": "captioner",
+                    "image_size": 64,
+                    "channels": [32, 64, 128],
+                    "hidden": 256,
+                    "emb": 128,
+                    "attn_dim": 128,
+                    "attention": "soft",
+                },
+                batch_size=BATCH,
+                max_valid=BATCH,
+            )
         else:
             options = {"src_lang": "de", "tgt_lang": "en"} if fmt == "moses" else {}
             data = read_corpus("translate", path, fmt, **options)
             read_s = time.perf_counter() - start
             # the command line's default model (train translate): Bahdanau, hidden 128
-            task = TranslateTask(data, data[:BATCH], model_config={
-                "name": "seq2seq", "kind": "bahdanau", "emb": 64, "hidden": 128},
-                batch_size=BATCH, max_valid=BATCH)
+            task = TranslateTask(
+                data,
+                data[:BATCH],
+                model_config={"name": "seq2seq", "kind": "bahdanau", "emb": 64, "hidden": 128},
+                batch_size=BATCH,
+                max_valid=BATCH,
+            )
         model = task.build_model()
         batch = task.batches(0)[0]
         loss, _ = task.loss(model, batch)
         loss.backward()
         first_step_s = time.perf_counter() - start
-    return {"examples": len(data), "read_s": round(read_s, 2),
-            "first_step_s": round(first_step_s, 2), "peak_rss_mb": round(mem.peak / 2**20, 1),
-            "extra_mb": round(mem.extra_mb, 1)}
+    return {
+        "examples": len(data),
+        "read_s": round(read_s, 2),
+        "first_step_s": round(first_step_s, 2),
+        "peak_rss_mb": round(mem.peak / 2**20, 1),
+        "extra_mb": round(mem.extra_mb, 1),
+    }
 
 
-HEADER = harness.table_header(["format", "examples", "read s", "to first step s",
-                               "peak RSS MiB", "above imports MiB"])
+HEADER = harness.table_header(
+    ["format", "examples", "read s", "to first step s", "peak RSS MiB", "above imports MiB"]
+)
 
 
 def row(r: dict) -> str:
@@ -213,18 +277,34 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 
 def main(argv=None) -> int:
-    p = harness.parser(__doc__.split("\n\n")[0], time_budget=900.0,
-                       json_path="results/corpus_scale_text.json")
-    p.add_argument("--lines", default=",".join(map(str, LINES)),
-                   help="lines per OCR corpus, comma-separated (default %(default)s)")
-    p.add_argument("--pairs", default=",".join(map(str, PAIRS)),
-                   help="pairs per translation corpus, comma-separated (default %(default)s)")
-    p.add_argument("--images", default=",".join(map(str, IMAGES)),
-                   help="images per captioning corpus, comma-separated (default %(default)s)")
-    p.add_argument("--formats", default=",".join(FORMATS),
-                   help="formats measured, comma-separated (default %(default)s)")
-    p.add_argument("--work", type=Path, help="where the corpora are written and kept "
-                   "(default: a temporary folder, removed after)")
+    p = harness.parser(
+        __doc__.split("\n\n")[0], time_budget=900.0, json_path="results/corpus_scale_text.json"
+    )
+    p.add_argument(
+        "--lines",
+        default=",".join(map(str, LINES)),
+        help="lines per OCR corpus, comma-separated (default %(default)s)",
+    )
+    p.add_argument(
+        "--pairs",
+        default=",".join(map(str, PAIRS)),
+        help="pairs per translation corpus, comma-separated (default %(default)s)",
+    )
+    p.add_argument(
+        "--images",
+        default=",".join(map(str, IMAGES)),
+        help="images per captioning corpus, comma-separated (default %(default)s)",
+    )
+    p.add_argument(
+        "--formats",
+        default=",".join(FORMATS),
+        help="formats measured, comma-separated (default %(default)s)",
+    )
+    p.add_argument(
+        "--work",
+        type=Path,
+        help="where the corpora are written and kept (default: a temporary folder, removed after)",
+    )
     args = p.parse_args(argv)
     formats = args.formats.split(",")
     lines = _sizes(args.lines) if {"gt-txt", "labels"} & set(formats) else ()
@@ -234,10 +314,15 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     try:
         start = time.perf_counter()
-        corpora = {**write_lines(work, lines), **write_pairs(work, pairs),
-                   **write_images(work, images)}
-        print(f"wrote the corpora in {time.perf_counter() - start:.0f} s; {harness.machine()}",
-              flush=True)
+        corpora = {
+            **write_lines(work, lines),
+            **write_pairs(work, pairs),
+            **write_images(work, images),
+        }
+        print(
+            f"wrote the corpora in {time.perf_counter() - start:.0f} s; {harness.machine()}",
+            flush=True,
+        )
         print(HEADER)
         rows = []
         for fmt in formats:
@@ -245,17 +330,30 @@ def main(argv=None) -> int:
                 if args.match is not None and args.match not in f"{fmt} {n}":
                     continue
                 case = {"format": fmt, "task": TASK[fmt], "n": n}
-                rows.append({**case, **harness.run(measure, {"path": str(corpora[fmt, n]),
-                                                             "fmt": fmt},
-                                                   time_budget=args.time_budget,
-                                                   threads=args.threads or 1)})
+                rows.append(
+                    {
+                        **case,
+                        **harness.run(
+                            measure,
+                            {"path": str(corpora[fmt, n]), "fmt": fmt},
+                            time_budget=args.time_budget,
+                            threads=args.threads or 1,
+                        ),
+                    }
+                )
                 print(row(rows[-1]), flush=True)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     if args.json:
-        harness.write_json(args.json, rows, batch=BATCH, line_image="32 x 64 px grey PNG",
-                           words_per_sentence="3-8", caption_image="48 x 40 px RGB PNG")
+        harness.write_json(
+            args.json,
+            rows,
+            batch=BATCH,
+            line_image="32 x 64 px grey PNG",
+            words_per_sentence="3-8",
+            caption_image="48 x 40 px RGB PNG",
+        )
     return 0
 
 

@@ -41,8 +41,12 @@ def build(name: str):
         v, b, frames, u = 30, 16, 800, 60
         model = LAS(v, score="location", listener_hidden=128, hidden=256)
         tgt = torch.randint(4, v, (b, u + 1))
-        return model, (torch.randn(b, frames, 80), torch.full((b,), frames), tgt[:, :-1]), \
-            tgt[:, 1:], v
+        return (
+            model,
+            (torch.randn(b, frames, 80), torch.full((b,), frames), tgt[:, :-1]),
+            tgt[:, 1:],
+            v,
+        )
     from attnkit.models import CRNN
 
     v, b, w, t = 80, 32, 800, 40
@@ -75,9 +79,15 @@ def measure(name: str, mode: str, steps: int, time_budget: float) -> dict:
         opt.step()
 
     timing = harness.timed(step, reps=steps, time_budget=time_budget / 2, warmup=2)
-    return {"model": name, "mode": mode, "step_s": timing.median, "train_mb": timing.extra_mb,
-            "steps": len(timing.times), "compile_s": compile_s,
-            "threads": torch.get_num_threads()}
+    return {
+        "model": name,
+        "mode": mode,
+        "step_s": timing.median,
+        "train_mb": timing.extra_mb,
+        "steps": len(timing.times),
+        "compile_s": compile_s,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def main(argv=None) -> int:
@@ -90,18 +100,48 @@ def main(argv=None) -> int:
             if args.match is not None and args.match not in f"{name} {mode}":
                 continue
             env = {"ATTNKIT_COMPILE": "0"} if mode == "plain" else None
-            rows[name, mode] = {"model": name, "mode": mode, **harness.run(
-                measure, {"name": name, "mode": mode, "steps": args.steps,
-                          "time_budget": args.time_budget},
-                time_budget=args.time_budget, env=env, threads=args.threads)}
-    print(harness.table_header(["model", "plain PyTorch step s", "default step s",
-                                "after warm_up() step s", "compile s"]))
+            rows[name, mode] = {
+                "model": name,
+                "mode": mode,
+                **harness.run(
+                    measure,
+                    {
+                        "name": name,
+                        "mode": mode,
+                        "steps": args.steps,
+                        "time_budget": args.time_budget,
+                    },
+                    time_budget=args.time_budget,
+                    env=env,
+                    threads=args.threads,
+                ),
+            }
+    print(
+        harness.table_header(
+            [
+                "model",
+                "plain PyTorch step s",
+                "default step s",
+                "after warm_up() step s",
+                "compile s",
+            ]
+        )
+    )
     for name in MODELS:
         plain, default, warm = (rows.get((name, mode), {}) for mode in MODES)
         if not (plain or default or warm):
             continue
-        print(harness.table_row([name, _step(plain), _step(default, plain), _step(warm, plain),
-                                 f"{warm['compile_s']:.1f}" if "compile_s" in warm else ""]))
+        print(
+            harness.table_row(
+                [
+                    name,
+                    _step(plain),
+                    _step(default, plain),
+                    _step(warm, plain),
+                    f"{warm['compile_s']:.1f}" if "compile_s" in warm else "",
+                ]
+            )
+        )
     if args.json:
         harness.write_json(args.json, list(rows.values()), steps=args.steps)
     return 0
@@ -111,8 +151,11 @@ def _step(row: dict, plain: dict | None = None) -> str:
     """A row's step time, with its ratio to plain PyTorch's; or why it has none."""
     if row.get("status") != "ok":
         return f"{row['status']}: {row['note']}" if row else ""
-    ratio = (f" ({row['step_s'] / plain['step_s']:.2f}x)"
-             if plain and plain.get("status") == "ok" else "")
+    ratio = (
+        f" ({row['step_s'] / plain['step_s']:.2f}x)"
+        if plain and plain.get("status") == "ok"
+        else ""
+    )
     return f"{row['step_s']:.3f}{ratio}"
 
 

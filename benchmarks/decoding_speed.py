@@ -19,7 +19,6 @@ import torch
 
 from attnkit.decoding import Decoding, decode
 from attnkit.models import LAS, Seq2Seq
-
 from benchmarks import harness
 
 # name -> (model family, beam, CTC weight)
@@ -34,8 +33,9 @@ SEQ2SEQ = dict(batch=32, src_len=40, max_len=40)  # emb = hidden = 256, vocabula
 SPEECH = dict(batch=16, frames=800, max_len=60)  # LAS at its default sizes, 80 features
 
 
-def measure(family: str, beam: int, ctc_weight: float, reps: int, time_budget: float,
-            device: str = "cpu") -> dict:
+def measure(
+    family: str, beam: int, ctc_weight: float, reps: int, time_budget: float, device: str = "cpu"
+) -> dict:
     """Median seconds of one batch's decoding, in this process, on ``device`` (on a GPU each
     decoding is timed to its kernels' end); ``batch``, the sentences or utterances decoded."""
     torch.manual_seed(0)
@@ -58,12 +58,18 @@ def measure(family: str, beam: int, ctc_weight: float, reps: int, time_budget: f
 
     @torch.no_grad()
     def run():
-        out["tokens"] = int(decode(model, inputs, lengths, max_len=max_len,
-                                   decoding=decoding).tokens.sum())
+        out["tokens"] = int(
+            decode(model, inputs, lengths, max_len=max_len, decoding=decoding).tokens.sum()
+        )
 
     timing = harness.timed(run, reps=reps, time_budget=time_budget / 2, device=device)
-    return {"s": timing.median, "times": timing.times, "tokens": out["tokens"],
-            "batch": int(inputs.shape[0]), "threads": torch.get_num_threads()}
+    return {
+        "s": timing.median,
+        "times": timing.times,
+        "tokens": out["tokens"],
+        "batch": int(inputs.shape[0]),
+        "threads": torch.get_num_threads(),
+    }
 
 
 def main(argv=None) -> int:
@@ -74,14 +80,28 @@ def main(argv=None) -> int:
     for name, (family, beam, ctc_weight) in CASES.items():
         if args.match is not None and args.match not in name:
             continue
-        row = {"name": name, **harness.run(
-            measure, {"family": family, "beam": beam, "ctc_weight": ctc_weight,
-                      "reps": args.reps, "time_budget": args.time_budget,
-                      "device": args.device},
-            time_budget=args.time_budget, threads=args.threads)}
+        row = {
+            "name": name,
+            **harness.run(
+                measure,
+                {
+                    "family": family,
+                    "beam": beam,
+                    "ctc_weight": ctc_weight,
+                    "reps": args.reps,
+                    "time_budget": args.time_budget,
+                    "device": args.device,
+                },
+                time_budget=args.time_budget,
+                threads=args.threads,
+            ),
+        }
         rows.append(row)
-        cells = ([f"{row['s']:.3f}", row["tokens"]] if row["status"] == "ok"
-                 else [f"{row['status']}: {row['note']}", ""])
+        cells = (
+            [f"{row['s']:.3f}", row["tokens"]]
+            if row["status"] == "ok"
+            else [f"{row['status']}: {row['note']}", ""]
+        )
         print(harness.table_row([name, *cells]), flush=True)
     if args.json:
         harness.write_json(args.json, rows, device=args.device, reps=args.reps)

@@ -20,11 +20,19 @@ import torch.nn.functional as F
 
 from attnkit.ops import linear
 from attnkit.ops.dense import uses_onednn
-
 from benchmarks import harness
 
-SHAPES = [(32, 512, 512), (64, 768, 256), (256, 512, 512), (1024, 512, 512), (4096, 256, 100),
-          (6400, 512, 512), (6400, 1024, 512), (6400, 256, 1024), (12800, 128, 512)]
+SHAPES = [
+    (32, 512, 512),
+    (64, 768, 256),
+    (256, 512, 512),
+    (1024, 512, 512),
+    (4096, 256, 100),
+    (6400, 512, 512),
+    (6400, 1024, 512),
+    (6400, 256, 1024),
+    (12800, 128, 512),
+]
 
 
 def measure(rows: int, din: int, dout: int, reps: int) -> dict:
@@ -36,6 +44,7 @@ def measure(rows: int, din: int, dout: int, reps: int) -> dict:
     g = torch.randn(rows, dout, generator=gen)
     out = {"onednn": uses_onednn(x, w), "threads": torch.get_num_threads()}
     for name, fn in (("torch", F.linear), ("attnkit", linear)):
+
         def forward():
             with torch.no_grad():
                 fn(x, w, b)
@@ -54,22 +63,46 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     rows = [{"name": f"N={n} Din={i} Dout={o}", "size": [n, i, o]} for n, i, o in SHAPES]
     rows = [r for r in rows if args.match is None or args.match in r["name"]]
-    print(harness.table_header(["shape", "forward GFLOP/s torch", "attnkit", "speed-up",
-                                "train GFLOP/s torch", "attnkit", "speed-up"]))
+    print(
+        harness.table_header(
+            [
+                "shape",
+                "forward GFLOP/s torch",
+                "attnkit",
+                "speed-up",
+                "train GFLOP/s torch",
+                "attnkit",
+                "speed-up",
+            ]
+        )
+    )
     for row in rows:
         n, i, o = row["size"]
-        row.update(harness.run(measure, {"rows": n, "din": i, "dout": o, "reps": args.reps},
-                               time_budget=args.time_budget, threads=args.threads))
+        row.update(
+            harness.run(
+                measure,
+                {"rows": n, "din": i, "dout": o, "reps": args.reps},
+                time_budget=args.time_budget,
+                threads=args.threads,
+            )
+        )
         if row["status"] != "ok":
-            print(harness.table_row([row["name"], f"{row['status']}: {row['note']}",
-                                     "", "", "", "", ""]), flush=True)
+            print(
+                harness.table_row(
+                    [row["name"], f"{row['status']}: {row['note']}", "", "", "", "", ""]
+                ),
+                flush=True,
+            )
             continue
         flop = 2 * n * i * o
         cells = [row["name"]]
         for what, mult in (("forward", 1), ("train", 3)):
             t, a = row[f"torch_{what}_s"], row[f"attnkit_{what}_s"]
-            cells += [f"{mult * flop / t / 1e9:.0f}", f"{mult * flop / a / 1e9:.0f}",
-                      f"{t / a:.2f}x"]
+            cells += [
+                f"{mult * flop / t / 1e9:.0f}",
+                f"{mult * flop / a / 1e9:.0f}",
+                f"{t / a:.2f}x",
+            ]
         print(harness.table_row(cells), flush=True)
     if args.json:
         harness.write_json(args.json, rows, reps=args.reps)

@@ -22,7 +22,6 @@ from attnkit.export import export_onnx
 from attnkit.export.decoder_state import flatten
 from attnkit.models import Seq2Seq
 from attnkit.tokens import BOS
-
 from benchmarks import harness
 
 MODEL = dict(src_vocab=60, tgt_vocab=60, kind="bahdanau", emb=256, hidden=256)
@@ -58,12 +57,19 @@ def step_latency(side: str, batch: int, reps: int, time_budget: float) -> dict:
         options.intra_op_num_threads = torch.get_num_threads()
         options.inter_op_num_threads = 1
         with tempfile.TemporaryDirectory() as folder:
-            export_onnx(model, folder, task="benchmark", vocab={},
-                        max_len={"input": "src_len", "ratio": 1.0, "extra": 0, "rounding": "ceil"})
+            export_onnx(
+                model,
+                folder,
+                task="benchmark",
+                vocab={},
+                max_len={"input": "src_len", "ratio": 1.0, "extra": 0, "rounding": "ceil"},
+            )
             session = ort.InferenceSession(f"{folder}/decoder_step.onnx", options)
         flat = flatten(state)
-        feed = {i.name: (tokens if i.name == "tokens" else flat[i.name]).numpy()
-                for i in session.get_inputs()}
+        feed = {
+            i.name: (tokens if i.name == "tokens" else flat[i.name]).numpy()
+            for i in session.get_inputs()
+        }
         if not np.allclose(session.run(["log_probs"], feed)[0], want.numpy(), atol=1e-4):
             raise AssertionError("onnxruntime's step differs from PyTorch's")
 
@@ -80,25 +86,50 @@ def main(argv=None) -> int:
     for batch in BATCHES:
         if args.match is not None and args.match not in f"batch {batch}":
             continue
-        eager, onnx = (harness.run(step_latency, {"side": side, "batch": batch,
-                                                  "reps": args.reps,
-                                                  "time_budget": args.time_budget},
-                                   time_budget=args.time_budget, threads=args.threads)
-                       for side in SIDES)
+        eager, onnx = (
+            harness.run(
+                step_latency,
+                {"side": side, "batch": batch, "reps": args.reps, "time_budget": args.time_budget},
+                time_budget=args.time_budget,
+                threads=args.threads,
+            )
+            for side in SIDES
+        )
         row = {"batch": batch, "src_len": SRC_LEN}
         failed = next((r for r in (eager, onnx) if r["status"] != "ok"), None)
         if failed:
             row.update(status=failed["status"], note=failed["note"])
         else:
-            row.update(status="ok", pytorch_ms=1e3 * eager["s"], onnxruntime_ms=1e3 * onnx["s"],
-                       pytorch_path=eager["path"], speedup=eager["s"] / onnx["s"])
+            row.update(
+                status="ok",
+                pytorch_ms=1e3 * eager["s"],
+                onnxruntime_ms=1e3 * onnx["s"],
+                pytorch_path=eager["path"],
+                speedup=eager["s"] / onnx["s"],
+            )
         rows.append(row)
-    print(harness.table_header(["batch", "PyTorch eager ms", "onnxruntime ms",
-                                "onnxruntime speed-up", "PyTorch attention path"]))
+    print(
+        harness.table_header(
+            [
+                "batch",
+                "PyTorch eager ms",
+                "onnxruntime ms",
+                "onnxruntime speed-up",
+                "PyTorch attention path",
+            ]
+        )
+    )
     for r in rows:
-        cells = ([f"{r['pytorch_ms']:.3f}", f"{r['onnxruntime_ms']:.3f}", f"{r['speedup']:.2f}x",
-                  r["pytorch_path"]] if r["status"] == "ok" else
-                 [f"{r['status']}: {r['note']}", "", "", ""])
+        cells = (
+            [
+                f"{r['pytorch_ms']:.3f}",
+                f"{r['onnxruntime_ms']:.3f}",
+                f"{r['speedup']:.2f}x",
+                r["pytorch_path"],
+            ]
+            if r["status"] == "ok"
+            else [f"{r['status']}: {r['note']}", "", "", ""]
+        )
         print(harness.table_row([r["batch"], *cells]))
     if args.json:
         harness.write_json(args.json, rows, model=MODEL, threads=args.threads)

@@ -105,26 +105,118 @@ TOO_LITTLE_S = 5.0  # a step with less time than this is not run
 
 # `attnkit train TASK` options: small models on small built-in sets (speech: the --data WAVs)
 TRAIN = {
-    "translate": ["--n-train", "2000", "--n-valid", "64", "--emb", "32", "--hidden", "64",
-                  "--batch-size", "32"],
-    "ocr": ["--n-train", "256", "--n-valid", "32", "--channels", "16,16,32,32,32",
-            "--hidden", "64", "--batch-size", "16", "--max-chars", "12"],
+    "translate": [
+        "--n-train",
+        "2000",
+        "--n-valid",
+        "64",
+        "--emb",
+        "32",
+        "--hidden",
+        "64",
+        "--batch-size",
+        "32",
+    ],
+    "ocr": [
+        "--n-train",
+        "256",
+        "--n-valid",
+        "32",
+        "--channels",
+        "16,16,32,32,32",
+        "--hidden",
+        "64",
+        "--batch-size",
+        "16",
+        "--max-chars",
+        "12",
+    ],
     "asr": ["--listener-hidden", "32", "--hidden", "64", "--emb", "16", "--batch-size", "8"],
-    "caption": ["--n-train", "256", "--n-valid", "32", "--channels", "16,32,32", "--hidden",
-                "64", "--emb", "32", "--batch-size", "16"],
-    "vqa": ["--n-train", "256", "--n-valid", "32", "--channels", "16,32,32", "--hidden", "32",
-            "--emb", "32", "--batch-size", "16"],
+    "caption": [
+        "--n-train",
+        "256",
+        "--n-valid",
+        "32",
+        "--channels",
+        "16,32,32",
+        "--hidden",
+        "64",
+        "--emb",
+        "32",
+        "--batch-size",
+        "16",
+    ],
+    "vqa": [
+        "--n-train",
+        "256",
+        "--n-valid",
+        "32",
+        "--channels",
+        "16,32,32",
+        "--hidden",
+        "32",
+        "--emb",
+        "32",
+        "--batch-size",
+        "16",
+    ],
 }
 TRAIN_TINY = {
-    "translate": ["--n-train", "64", "--n-valid", "4", "--emb", "8", "--hidden", "16",
-                  "--batch-size", "8"],
-    "ocr": ["--n-train", "8", "--n-valid", "2", "--channels", "4,4,8,8,8", "--hidden", "8",
-            "--batch-size", "4", "--max-chars", "8"],
+    "translate": [
+        "--n-train",
+        "64",
+        "--n-valid",
+        "4",
+        "--emb",
+        "8",
+        "--hidden",
+        "16",
+        "--batch-size",
+        "8",
+    ],
+    "ocr": [
+        "--n-train",
+        "8",
+        "--n-valid",
+        "2",
+        "--channels",
+        "4,4,8,8,8",
+        "--hidden",
+        "8",
+        "--batch-size",
+        "4",
+        "--max-chars",
+        "8",
+    ],
     "asr": ["--listener-hidden", "8", "--hidden", "16", "--emb", "8", "--batch-size", "4"],
-    "caption": ["--n-train", "8", "--n-valid", "2", "--channels", "4,8,8", "--hidden", "16",
-                "--emb", "8", "--batch-size", "4"],
-    "vqa": ["--n-train", "8", "--n-valid", "2", "--channels", "4,8,8", "--hidden", "16",
-            "--emb", "8", "--batch-size", "4"],
+    "caption": [
+        "--n-train",
+        "8",
+        "--n-valid",
+        "2",
+        "--channels",
+        "4,8,8",
+        "--hidden",
+        "16",
+        "--emb",
+        "8",
+        "--batch-size",
+        "4",
+    ],
+    "vqa": [
+        "--n-train",
+        "8",
+        "--n-valid",
+        "2",
+        "--channels",
+        "4,8,8",
+        "--hidden",
+        "16",
+        "--emb",
+        "8",
+        "--batch-size",
+        "4",
+    ],
 }
 
 
@@ -143,15 +235,32 @@ class Sizes:
     onnx_sentences: int
 
 
-FULL = Sizes(precisions=PRECISIONS, steps=30, resume=10, eval_limit=32, reps=5, case_s=90,
-             attention_tests=("tests/attention", "tests/models"),
-             additive=dict(b=8, t=800, a=128),
-             mha=(dict(b=8, t=800, d=256, heads=4), dict(b=8, t=2048, d=256, heads=4)),
-             decoding=("bahdanau greedy", "bahdanau beam 5", "las beam 5"), onnx_sentences=8)
-TINY = Sizes(precisions=("fp32", "fp16"), steps=2, resume=1, eval_limit=4, reps=1, case_s=30,
-             attention_tests=("tests/models/test_registry.py",),
-             additive=dict(b=2, t=32, a=16), mha=(dict(b=2, t=32, d=16, heads=2),),
-             decoding=("bahdanau greedy", "bahdanau beam 5"), onnx_sentences=2)
+FULL = Sizes(
+    precisions=PRECISIONS,
+    steps=30,
+    resume=10,
+    eval_limit=32,
+    reps=5,
+    case_s=90,
+    attention_tests=("tests/attention", "tests/models"),
+    additive=dict(b=8, t=800, a=128),
+    mha=(dict(b=8, t=800, d=256, heads=4), dict(b=8, t=2048, d=256, heads=4)),
+    decoding=("bahdanau greedy", "bahdanau beam 5", "las beam 5"),
+    onnx_sentences=8,
+)
+TINY = Sizes(
+    precisions=("fp32", "fp16"),
+    steps=2,
+    resume=1,
+    eval_limit=4,
+    reps=1,
+    case_s=30,
+    attention_tests=("tests/models/test_registry.py",),
+    additive=dict(b=2, t=32, a=16),
+    mha=(dict(b=2, t=32, d=16, heads=2),),
+    decoding=("bahdanau greedy", "bahdanau beam 5"),
+    onnx_sentences=2,
+)
 
 
 @dataclass
@@ -187,8 +296,16 @@ def _pytest(ctx: Context, name: str, args: list[str], env: dict | None = None) -
     """``python -m pytest ARGS`` in the checkout, interrupted (as Ctrl-C does: the tests run so
     far are reported) 15 s before the step's limit; the counts of its JUnit report."""
     report = ctx.work / f"{name}.xml"
-    cmd = [sys.executable, "-m", "pytest", "-rfEs", "-p", "no:cacheprovider",
-           f"--junitxml={report}", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-rfEs",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={report}",
+        *args,
+    ]
     print("$", " ".join(cmd), flush=True)
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**_env(), **(env or {})})
     interrupted = False
@@ -220,8 +337,13 @@ def _pytest(ctx: Context, name: str, args: list[str], env: dict | None = None) -
         figure = f"interrupted at the step's limit: {figure}"
     elif code == 5:
         figure = "no test collected"
-    return {"ok": code == 0 and not interrupted, "figure": figure, "exit": code,
-            "counts": counts, "failed": failed}
+    return {
+        "ok": code == 0 and not interrupted,
+        "figure": figure,
+        "exit": code,
+        "counts": counts,
+        "failed": failed,
+    }
 
 
 def needs_cuda(item) -> bool:
@@ -241,8 +363,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 def step_tests_cuda(ctx: Context) -> dict:
-    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
-                   if "cuda" in p.read_text(encoding="utf-8"))
+    files = sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "tests").rglob("test_*.py")
+        if "cuda" in p.read_text(encoding="utf-8")
+    )
     return _pytest(ctx, "tests-cuda", ["-p", "benchmarks.gpu_check", *files])
 
 
@@ -277,13 +402,17 @@ def _eval_data(task: str, ctx: Context) -> str:
     if task == "translate":
         path = ctx.work / "data" / "pairs.tsv"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(f"{s}\t{t}\n" for s, t in generate_pairs(n, split="test",
-                                                                         seed=1)),
-                        encoding="utf-8")
+        path.write_text(
+            "".join(f"{s}\t{t}\n" for s, t in generate_pairs(n, split="test", seed=1)),
+            encoding="utf-8",
+        )
         return str(path)
     if task == "ocr":
-        return str(write_line_folder(generate_lines(n, split="test", seed=1, max_chars=30),
-                                     ctx.work / "data" / "lines").parent)
+        return str(
+            write_line_folder(
+                generate_lines(n, split="test", seed=1, max_chars=30), ctx.work / "data" / "lines"
+            ).parent
+        )
     if task == "asr":
         return str(_speech(ctx))
     return "scenes:test"
@@ -294,9 +423,11 @@ def _speech(ctx: Context) -> Path:
     manifest = ctx.data / "speech" / "manifest.tsv"
     if not manifest.exists():
         if shutil.which("espeak-ng") is None:
-            raise SystemExit(f"{manifest}: missing, and espeak-ng, which would synthesise it, "
-                             "is not installed: run tools/gpu_wheels.sh (or python -m "
-                             "benchmarks.gpu_check --prepare DIR) where it is")
+            raise SystemExit(
+                f"{manifest}: missing, and espeak-ng, which would synthesise it, "
+                "is not installed: run tools/gpu_wheels.sh (or python -m "
+                "benchmarks.gpu_check --prepare DIR) where it is"
+            )
         prepare(ctx.data, UTTERANCES if not ctx.tiny else 8)
     return manifest
 
@@ -310,9 +441,28 @@ def _train_argv(task: str, ctx: Context, out: Path, precision: str, steps: int) 
         options = [*options, "--cache-dir", str(ctx.work / "lines-cache")]
     if precision == "fp32" and not ctx.tiny:
         options = [*options, "--workers-data", "2"]
-    return ["train", task, *options, "--steps", str(steps), "--eval-every", str(steps),
-            "--checkpoint-every", str(steps), "--seed", "0", "--device", ctx.device,
-            "--precision", precision, "--no-progress", "--plot", "1", "--out", str(out)]
+    return [
+        "train",
+        task,
+        *options,
+        "--steps",
+        str(steps),
+        "--eval-every",
+        str(steps),
+        "--checkpoint-every",
+        str(steps),
+        "--seed",
+        "0",
+        "--device",
+        ctx.device,
+        "--precision",
+        precision,
+        "--no-progress",
+        "--plot",
+        "1",
+        "--out",
+        str(out),
+    ]
 
 
 def _trainer(out: Path) -> dict:
@@ -355,13 +505,24 @@ def step_train(ctx: Context, task: str) -> dict:
         runs.append(text)
     ck = ctx.work / "runs" / f"{task}-fp32" / "checkpoint"
     if ck.exists():
-        code, printed = _cli(["eval", "--checkpoint", str(ck), "--data", _eval_data(task, ctx),
-                              "--device", ctx.device, "--json", "--limit",
-                              str(sizes.eval_limit)])
+        code, printed = _cli(
+            [
+                "eval",
+                "--checkpoint",
+                str(ck),
+                "--data",
+                _eval_data(task, ctx),
+                "--device",
+                ctx.device,
+                "--json",
+                "--limit",
+                str(sizes.eval_limit),
+            ]
+        )
         if code != 0:
             problems.append(f"eval exit {code}")
         else:
-            metrics = json.loads(printed[printed.index("{"):])["metrics"]
+            metrics = json.loads(printed[printed.index("{") :])["metrics"]
             details["eval"] = metrics
             runs.append("eval " + ", ".join(f"{k} {v:.3g}" for k, v in list(metrics.items())[:2]))
     figure = "; ".join(runs)
@@ -370,8 +531,9 @@ def step_train(ctx: Context, task: str) -> dict:
     return {"ok": not problems, "figure": figure, **details}
 
 
-def _resume_fp16(task: str, ctx: Context, out: Path, trainer: dict, row: dict,
-                 problems: list) -> str:
+def _resume_fp16(
+    task: str, ctx: Context, out: Path, trainer: dict, row: dict, problems: list
+) -> str:
     """Resume the fp16 run for ``resume`` steps more: its gradient scaler must continue from
     the saved state (the steps since the last overflow go on counting, or an overflow lowers
     the saved scale)."""
@@ -388,21 +550,32 @@ def _resume_fp16(task: str, ctx: Context, out: Path, trainer: dict, row: dict,
     resumed = after.get("scaler") or {}
     row["scaler"] = {"saved": saved, "resumed": resumed, "step": after["step"]}
     tracker = saved.get("_growth_tracker", 0)
-    kept = (resumed.get("_growth_tracker") == tracker + ctx.sizes.resume
-            or resumed.get("scale", saved["scale"]) < saved["scale"])
+    kept = (
+        resumed.get("_growth_tracker") == tracker + ctx.sizes.resume
+        or resumed.get("scale", saved["scale"]) < saved["scale"]
+    )
     if after["step"] != steps or not kept:
-        problems.append(f"fp16 resume: step {after['step']} (expected {steps}), scaler "
-                        f"{saved} -> {resumed}")
-    return (f"scale {saved['scale']:g} ({tracker} steps without overflow) "
-            f"resumed to step {after['step']}: {resumed.get('scale', 0):g} "
-            f"({resumed.get('_growth_tracker')})")
+        problems.append(
+            f"fp16 resume: step {after['step']} (expected {steps}), scaler {saved} -> {resumed}"
+        )
+    return (
+        f"scale {saved['scale']:g} ({tracker} steps without overflow) "
+        f"resumed to step {after['step']}: {resumed.get('scale', 0):g} "
+        f"({resumed.get('_growth_tracker')})"
+    )
 
 
 def step_torchrun(ctx: Context) -> dict:
     sizes, out = ctx.sizes, ctx.work / "runs" / "torchrun"
     shutil.rmtree(out, ignore_errors=True)
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node", "1"]
+    launcher = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "1",
+    ]
     problems, texts = [], []
     for steps, extra in ((sizes.steps, []), (sizes.steps + sizes.resume, ["--resume"])):
         argv = [*_train_argv("translate", ctx, out, "fp32", steps), *extra]
@@ -425,8 +598,10 @@ def step_torchrun(ctx: Context) -> dict:
         problems.append(f"DDP probe exit {proc.returncode}")
     else:
         probe = json.loads(proc.stdout.strip().splitlines()[-1])
-        texts.append(f"{probe['backend']}: all_reduce {probe['all_reduce']}, DDP steps of "
-                     f"{', '.join(probe['models'])}")
+        texts.append(
+            f"{probe['backend']}: all_reduce {probe['all_reduce']}, DDP steps of "
+            f"{', '.join(probe['models'])}"
+        )
     figure = "attnkit train under torchrun: " + " then ".join(texts[:2])
     if len(texts) > 2:
         figure += "; " + texts[2]
@@ -459,8 +634,10 @@ def ddp_probe(device: str) -> dict:
         src = torch.randint(4, 20, (4, 7), generator=gen).to(dev)
         src_len = torch.tensor([7, 6, 5, 3], device=dev)
         tgt = torch.randint(4, 22, (4, 6), generator=gen).to(dev)
-        models = {"Seq2Seq": Seq2Seq(20, 22, kind="bahdanau", emb=8, hidden=16),
-                  "Transformer": Transformer(20, 22, d_model=16, heads=2, layers=1, ff=32)}
+        models = {
+            "Seq2Seq": Seq2Seq(20, 22, kind="bahdanau", emb=8, hidden=16),
+            "Transformer": Transformer(20, 22, d_model=16, heads=2, layers=1, ff=32),
+        }
         for model in models.values():
             net = DistributedDataParallel(model.to(dev), device_ids=[local] if cuda else None)
             opt = torch.optim.Adam(net.parameters(), lr=1e-3)
@@ -469,8 +646,12 @@ def ddp_probe(device: str) -> dict:
                 logits = net(src, src_len, tgt[:, :-1])[0]
                 F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten()).backward()
                 opt.step()
-        return {"backend": dist.get_backend(), "world_size": dist.get_world_size(),
-                "all_reduce": total.tolist(), "models": list(models)}
+        return {
+            "backend": dist.get_backend(),
+            "world_size": dist.get_world_size(),
+            "all_reduce": total.tolist(),
+            "models": list(models),
+        }
     finally:
         dist.destroy_process_group()
 
@@ -488,15 +669,22 @@ def _attention(cases: list, ctx: Context, autocast: str | None = None) -> list:
 
     results = []
     for case in cases:
-        kwargs = {"case": asdict(case), "reps": ctx.sizes.reps, "time_budget": ctx.sizes.case_s,
-                  "device": ctx.device}
+        kwargs = {
+            "case": asdict(case),
+            "reps": ctx.sizes.reps,
+            "time_budget": ctx.sizes.case_s,
+            "device": ctx.device,
+        }
         if autocast is not None:
             kwargs["autocast"] = autocast
         row = _case(attention.measure, kwargs, ctx)
-        result = (attention.Result(**{k: v for k, v in row.items() if k != "status"})
-                  if row["status"] == "ok" else
-                  attention.Result(asdict(case), case.name, case.impl, status=row["status"],
-                                   note=row["note"]))
+        result = (
+            attention.Result(**{k: v for k, v in row.items() if k != "status"})
+            if row["status"] == "ok"
+            else attention.Result(
+                asdict(case), case.name, case.impl, status=row["status"], note=row["note"]
+            )
+        )
         print(attention._row(result), flush=True)
         results.append(result)
     return results
@@ -506,19 +694,28 @@ def step_additive(ctx: Context) -> dict:
     from benchmarks import attention
 
     s = ctx.sizes.additive
-    naive, fast = _attention([attention.Case("additive", impl, **s)
-                              for impl in ("naive", "auto")], ctx)
+    naive, fast = _attention(
+        [attention.Case("additive", impl, **s) for impl in ("naive", "auto")], ctx
+    )
     if naive.status != "ok" or fast.status != "ok":
         bad = naive if naive.status != "ok" else fast
         return {"ok": False, "figure": f"{bad.impl}: {bad.status}: {bad.note}"}
     speed, memory = naive.train_s / fast.train_s, fast.train_mb / max(naive.train_mb, 1e-9)
     reached = speed >= 5 and memory <= 0.125
-    figure = (f"B={s['b']} T={s['t']} A={s['a']} training: {fast.train_s * 1e3:.1f} ms vs "
-              f"{naive.train_s * 1e3:.1f} ms ({speed:.1f}x faster), {fast.train_mb:.0f} vs "
-              f"{naive.train_mb:.0f} MiB ({memory:.3f} of it; target >= 5x at <= 0.125): "
-              f"{'reached' if reached else 'missed'}; path {fast.plan}")
-    return {"ok": True, "figure": figure, "rows": [asdict(naive), asdict(fast)],
-            "speedup": speed, "memory_ratio": memory, "reached": reached}
+    figure = (
+        f"B={s['b']} T={s['t']} A={s['a']} training: {fast.train_s * 1e3:.1f} ms vs "
+        f"{naive.train_s * 1e3:.1f} ms ({speed:.1f}x faster), {fast.train_mb:.0f} vs "
+        f"{naive.train_mb:.0f} MiB ({memory:.3f} of it; target >= 5x at <= 0.125): "
+        f"{'reached' if reached else 'missed'}; path {fast.plan}"
+    )
+    return {
+        "ok": True,
+        "figure": figure,
+        "rows": [asdict(naive), asdict(fast)],
+        "speedup": speed,
+        "memory_ratio": memory,
+        "reached": reached,
+    }
 
 
 def step_scaled_dot(ctx: Context) -> dict:
@@ -528,16 +725,17 @@ def step_scaled_dot(ctx: Context) -> dict:
     for precision in ("fp32", "bf16"):
         for s in ctx.sizes.mha:
             cases = [attention.Case("mha", impl, **s) for impl in ("auto", "sdpa")]
-            auto, sdpa = _attention(cases, ctx,
-                                    autocast=None if precision == "fp32" else precision)
+            auto, sdpa = _attention(cases, ctx, autocast=None if precision == "fp32" else precision)
             rows += [asdict(auto), asdict(sdpa)]
             if auto.status != "ok" or sdpa.status != "ok":
                 ok = False
                 texts.append(f"T={s['t']} {precision}: {auto.status} / {sdpa.status}")
                 continue
             train, fwd = auto.train_s / sdpa.train_s, auto.forward_s / sdpa.forward_s
-            texts.append(f"T={s['t']} {precision}: train {train:.3f}x, forward {fwd:.3f}x "
-                         f"({'within' if max(train, fwd) <= 1.05 else 'over'} 5%)")
+            texts.append(
+                f"T={s['t']} {precision}: train {train:.3f}x, forward {fwd:.3f}x "
+                f"({'within' if max(train, fwd) <= 1.05 else 'over'} 5%)"
+            )
     return {"ok": ok, "figure": "attnkit / SDPA: " + "; ".join(texts), "rows": rows}
 
 
@@ -563,24 +761,35 @@ def _model_step(ctx: Context, family: str, target: float | None) -> dict:
     label = " ".join(f"{n}={v}" for n, v in zip(names, shape))
     rows = {}
     for device in dict.fromkeys((ctx.device, "cpu")):
-        rows[device] = _case(models_vs_plain.measure,
-                             {"family": family, "impl": "attnkit", "shape": shape,
-                              "reps": ctx.sizes.reps, "time_budget": ctx.sizes.case_s,
-                              "device": device}, ctx)
+        rows[device] = _case(
+            models_vs_plain.measure,
+            {
+                "family": family,
+                "impl": "attnkit",
+                "shape": shape,
+                "reps": ctx.sizes.reps,
+                "time_budget": ctx.sizes.case_s,
+                "device": device,
+            },
+            ctx,
+        )
     bad = [f"{d}: {r['status']}: {r.get('note')}" for d, r in rows.items() if r["status"] != "ok"]
     if bad:
         return {"ok": False, "figure": "; ".join(bad), "rows": rows}
     on, cpu = rows[ctx.device], rows["cpu"]
-    figure = (f"{label} training step: {ctx.device} {on['step_s'] * 1e3:.1f} ms, this "
-              f"machine's CPU ({cpu['threads']} threads) {cpu['step_s'] * 1e3:.1f} ms "
-              f"({cpu['step_s'] / on['step_s']:.1f}x)")
+    figure = (
+        f"{label} training step: {ctx.device} {on['step_s'] * 1e3:.1f} ms, this "
+        f"machine's CPU ({cpu['threads']} threads) {cpu['step_s'] * 1e3:.1f} ms "
+        f"({cpu['step_s'] / on['step_s']:.1f}x)"
+    )
     recorded = _recorded_cpu_step(f"{family} {label} attnkit")
     out = {"ok": True, "rows": rows}
     if recorded:
         seconds, machine = recorded
         ratio = seconds / on["step_s"]
-        figure += (f"; results/models_vs_plain.json's CPU ({machine}) {seconds * 1e3:.0f} ms "
-                   f"({ratio:.1f}x")
+        figure += (
+            f"; results/models_vs_plain.json's CPU ({machine}) {seconds * 1e3:.0f} ms ({ratio:.1f}x"
+        )
         if target is not None:
             out["reached"] = ratio >= target
             figure += f"; target >= {target:g}x: {'reached' if ratio >= target else 'missed'}"
@@ -603,17 +812,27 @@ def step_decoding(ctx: Context) -> dict:
     rows, texts, ok = {}, [], True
     for name in ctx.sizes.decoding:
         family, beam, ctc_weight = decoding_speed.CASES[name]
-        row = _case(decoding_speed.measure, {"family": family, "beam": beam,
-                                             "ctc_weight": ctc_weight, "reps": ctx.sizes.reps,
-                                             "time_budget": ctx.sizes.case_s,
-                                             "device": ctx.device}, ctx)
+        row = _case(
+            decoding_speed.measure,
+            {
+                "family": family,
+                "beam": beam,
+                "ctc_weight": ctc_weight,
+                "reps": ctx.sizes.reps,
+                "time_budget": ctx.sizes.case_s,
+                "device": ctx.device,
+            },
+            ctx,
+        )
         rows[name] = row
         if row["status"] != "ok":
             ok = False
             texts.append(f"{name}: {row['status']}: {row.get('note')}")
             continue
-        texts.append(f"{name} {row['batch'] / row['s']:.0f}/s ({row['s'] * 1e3:.0f} ms a batch "
-                     f"of {row['batch']})")
+        texts.append(
+            f"{name} {row['batch'] / row['s']:.0f}/s ({row['s'] * 1e3:.0f} ms a batch "
+            f"of {row['batch']})"
+        )
     return {"ok": ok, "figure": "; ".join(texts), "rows": rows}
 
 
@@ -650,24 +869,30 @@ def step_onnx(ctx: Context) -> dict:
     ids = [vocab_src.encode(t) for t in texts]
     src = np.zeros((len(ids), max(map(len, ids))), dtype=np.int64)
     for i, row in enumerate(ids):
-        src[i, :len(row)] = row
+        src[i, : len(row)] = row
     src_len = np.array([len(row) for row in ids], dtype=np.int64)
     names = [o.name for o in encoder.get_outputs()]
     state = dict(zip(names, encoder.run(None, {"src": src, "src_len": src_len})))
     tokens = np.full(len(ids), BOS, dtype=np.int64)
     with torch.no_grad():
-        want = model.start(torch.from_numpy(src).to(ctx.device),
-                           torch.from_numpy(src_len).to(ctx.device))
-        state_diff = max(float(np.abs(state[n] - t.cpu().numpy()).max())
-                         for n, t in flatten(want).items())
+        want = model.start(
+            torch.from_numpy(src).to(ctx.device), torch.from_numpy(src_len).to(ctx.device)
+        )
+        state_diff = max(
+            float(np.abs(state[n] - t.cpu().numpy()).max()) for n, t in flatten(want).items()
+        )
         step_diff = 0.0
         for _ in range(5):
             log_probs, want, _ = model.step(torch.from_numpy(tokens).to(ctx.device), want)
             feed = {i.name: state[i.name] for i in step.get_inputs() if i.name != "tokens"}
-            got = dict(zip([o.name for o in step.get_outputs()],
-                           step.run(None, {"tokens": tokens, **feed})))
-            step_diff = max(step_diff, float(np.abs(got["log_probs"]
-                                                    - log_probs.cpu().numpy()).max()))
+            got = dict(
+                zip(
+                    [o.name for o in step.get_outputs()], step.run(None, {"tokens": tokens, **feed})
+                )
+            )
+            step_diff = max(
+                step_diff, float(np.abs(got["log_probs"] - log_probs.cpu().numpy()).max())
+            )
             state.update({s["name"]: got[s["next"]] for s in meta["state"] if s["next"]})
             tokens = log_probs.argmax(-1).cpu().numpy()
 
@@ -677,16 +902,25 @@ def step_onnx(ctx: Context) -> dict:
         feed = {"src": np.array([row]), "src_len": np.array([len(row)])}
         start = dict(zip(names, encoder.run(None, feed)))
         exported.append(vocab_tgt.decode(runner.decode(step, start, meta, feed)[0][0]))
-    code, printed = _cli(["translate", "--checkpoint", str(checkpoint), "--device", ctx.device,
-                          *texts])
+    code, printed = _cli(
+        ["translate", "--checkpoint", str(checkpoint), "--device", ctx.device, *texts]
+    )
     translated = printed.splitlines()
     same = sum(a == b for a, b in zip(exported, translated))
     ok = code == 0 and max(state_diff, step_diff) <= 1e-4
-    figure = (f"translation trained on {ctx.device} exported (opset {meta['opset']}): max "
-              f"|difference| {state_diff:.1e} in the encoder state, {step_diff:.1e} in 5 steps' "
-              f"log-probabilities (limit 1e-4); {same} of {len(texts)} translations equal")
-    return {"ok": ok, "figure": figure, "state_diff": state_diff, "step_diff": step_diff,
-            "exported": exported, "translated": translated}
+    figure = (
+        f"translation trained on {ctx.device} exported (opset {meta['opset']}): max "
+        f"|difference| {state_diff:.1e} in the encoder state, {step_diff:.1e} in 5 steps' "
+        f"log-probabilities (limit 1e-4); {same} of {len(texts)} translations equal"
+    )
+    return {
+        "ok": ok,
+        "figure": figure,
+        "state_diff": state_diff,
+        "step_diff": step_diff,
+        "exported": exported,
+        "translated": translated,
+    }
 
 
 STEP_FUNCTIONS = {
@@ -725,8 +959,10 @@ def prepare(data: Path, n: int = UTTERANCES) -> Path:
     speech.mkdir(parents=True, exist_ok=True)
     rows = []
     for i, u in enumerate(plan_utterances(n, split="test", seed=1, kinds=("digits", "numbers"))):
-        write_wav(speech / f"{i:03d}.wav",
-                  *synthesize(u.transcript, voice=u.voice, speed=u.speed, pitch=u.pitch))
+        write_wav(
+            speech / f"{i:03d}.wav",
+            *synthesize(u.transcript, voice=u.voice, speed=u.speed, pitch=u.pitch),
+        )
         rows.append(f"{i:03d}.wav\t{u.transcript}\n")
     manifest = speech / "manifest.tsv"
     manifest.write_text("".join(rows), encoding="utf-8")
@@ -742,8 +978,10 @@ def together(phase: int, tiny: bool) -> bool:
 def reserve(steps: list[Step], tiny: bool) -> float:
     """The least time ``steps`` need."""
     phases = {s.phase for s in steps}
-    return sum((max if together(p, tiny) else sum)(s.least_s for s in steps if s.phase == p)
-               for p in phases)
+    return sum(
+        (max if together(p, tiny) else sum)(s.least_s for s in steps if s.phase == p)
+        for p in phases
+    )
 
 
 class Check:
@@ -754,13 +992,20 @@ class Check:
         self.out = args.out
         self.rows: list[dict] = []
         self.start = time.perf_counter()
-        command = shlex.join(["python", "-m", "benchmarks.gpu_check",
-                              *(sys.argv[1:] if argv is None else argv)])
-        self.info = {**harness.run_info(args.device), "command": command, "tiny": args.tiny,
-                     "budget_s": args.budget}
+        command = shlex.join(
+            ["python", "-m", "benchmarks.gpu_check", *(sys.argv[1:] if argv is None else argv)]
+        )
+        self.info = {
+            **harness.run_info(args.device),
+            "command": command,
+            "tiny": args.tiny,
+            "budget_s": args.budget,
+        }
         self.log = self.out / "gpu_check.log"
-        self.log.write_text(f"{self.info['command']}\n{self.info['machine']}\n"
-                            f"commit {self.info['commit']}, {self.info['date']}\n")
+        self.log.write_text(
+            f"{self.info['command']}\n{self.info['machine']}\n"
+            f"commit {self.info['commit']}, {self.info['date']}\n"
+        )
 
     def left(self) -> float:
         return self.args.budget - (time.perf_counter() - self.start)
@@ -771,11 +1016,28 @@ class Check:
         limit = min(step.limit_s, self.left() - reserve_s)
         row = {"name": step.name, "phase": step.phase, "limit_s": round(max(limit, 0))}
         if limit < TOO_LITTLE_S:
-            return {**row, "status": "not run", "seconds": 0.0,
-                    "figure": f"{self.left():.0f} s left of --budget {self.args.budget:g}"}
-        cmd = [sys.executable, "-m", "benchmarks.gpu_check", "--step", step.name,
-               "--device", self.args.device, "--work", str(self.work), "--data",
-               str(self.args.data), "--limit", str(limit), *(["--tiny"] if self.args.tiny else [])]
+            return {
+                **row,
+                "status": "not run",
+                "seconds": 0.0,
+                "figure": f"{self.left():.0f} s left of --budget {self.args.budget:g}",
+            }
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.gpu_check",
+            "--step",
+            step.name,
+            "--device",
+            self.args.device,
+            "--work",
+            str(self.work),
+            "--data",
+            str(self.args.data),
+            "--limit",
+            str(limit),
+            *(["--tiny"] if self.args.tiny else []),
+        ]
         log = self.work / "logs" / f"{step.name}.log"
         path = self.work / "results" / f"{step.name}.json"
         path.unlink(missing_ok=True)  # written by the step when it ends
@@ -792,8 +1054,13 @@ class Check:
         lines = log.read_text(errors="replace").strip().splitlines()
         figure = result.get("figure") or (f"{status}: " + (lines[-1] if lines else "no output"))
         details = {k: v for k, v in result.items() if k not in ("ok", "figure")}
-        return {**row, "status": state, "seconds": round(seconds, 1), "figure": figure,
-                "details": details}
+        return {
+            **row,
+            "status": state,
+            "seconds": round(seconds, 1),
+            "figure": figure,
+            "details": details,
+        }
 
     def record(self, row: dict) -> None:
         self.rows.append(row)
@@ -801,15 +1068,21 @@ class Check:
         print(line, flush=True)
         log = self.work / "logs" / f"{row['name']}.log"
         with open(self.log, "a") as f:
-            f.write(f"\n===== {row['name']}: {row['status']} ({row['seconds']:.0f} s of "
-                    f"{row['limit_s']} s) =====\n")
+            f.write(
+                f"\n===== {row['name']}: {row['status']} ({row['seconds']:.0f} s of "
+                f"{row['limit_s']} s) =====\n"
+            )
             if log.exists():
                 f.write(log.read_text(errors="replace"))
         self.write()
 
     def write(self, summary: list[str] | None = None) -> None:
-        data = {**self.info, "seconds": round(time.perf_counter() - self.start, 1),
-                "steps": self.rows, **({"summary": summary} if summary else {})}
+        data = {
+            **self.info,
+            "seconds": round(time.perf_counter() - self.start, 1),
+            "steps": self.rows,
+            **({"summary": summary} if summary else {}),
+        }
         (self.out / "gpu_check.json").write_text(json.dumps(data, indent=1, default=str))
 
 
@@ -818,22 +1091,38 @@ def summary_line(row: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check",
-                                description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.gpu_check", description=__doc__.split("\n\n")[0]
+    )
     harness.add_device_arg(p)
     p.add_argument("--out", type=Path, help="folder for gpu_check.json and gpu_check.log")
     p.add_argument("--tiny", action="store_true", help="tiny sizes: the dry run")
-    p.add_argument("--budget", type=float, default=470.0,
-                   help="seconds for the whole check (default 470)")
-    p.add_argument("--jobs", type=int, help="steps at a time where they run together "
-                   "(default: 6 on a GPU, 2 on the CPU)")
+    p.add_argument(
+        "--budget", type=float, default=470.0, help="seconds for the whole check (default 470)"
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        help="steps at a time where they run together (default: 6 on a GPU, 2 on the CPU)",
+    )
     p.add_argument("--match", help="only the steps whose name contains this")
-    p.add_argument("--data", type=Path, default=DATA,
-                   help=f"the speech WAVs' folder (default {DATA.relative_to(ROOT)})")
-    p.add_argument("--work", type=Path, help="the steps' files (default: a temporary folder, "
-                   "deleted at the end)")
-    p.add_argument("--prepare", type=Path, metavar="DIR",
-                   help="write the speech WAVs into DIR/speech and stop (needs espeak-ng)")
+    p.add_argument(
+        "--data",
+        type=Path,
+        default=DATA,
+        help=f"the speech WAVs' folder (default {DATA.relative_to(ROOT)})",
+    )
+    p.add_argument(
+        "--work",
+        type=Path,
+        help="the steps' files (default: a temporary folder, deleted at the end)",
+    )
+    p.add_argument(
+        "--prepare",
+        type=Path,
+        metavar="DIR",
+        help="write the speech WAVs into DIR/speech and stop (needs espeak-ng)",
+    )
     p.add_argument("--step", help=argparse.SUPPRESS)  # a step's own process
     p.add_argument("--limit", type=float, default=600.0, help=argparse.SUPPRESS)
     p.add_argument("--ddp-probe", action="store_true", help=argparse.SUPPRESS)
@@ -845,16 +1134,18 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(ddp_probe(args.device)))
         return 0
     if args.step:
-        return _run_step(args.step, Context(args.device, args.tiny, args.work,
-                                            args.data.resolve(), args.limit))
+        return _run_step(
+            args.step, Context(args.device, args.tiny, args.work, args.data.resolve(), args.limit)
+        )
     if args.out is None:
         p.error("--out is required")
     args.out.mkdir(parents=True, exist_ok=True)
     args.data = args.data.resolve()
     steps = [s for s in STEPS if args.match is None or args.match in s.name]
     with contextlib.ExitStack() as stack:
-        work = args.work or Path(stack.enter_context(tempfile.TemporaryDirectory(
-            prefix="gpu-check-")))
+        work = args.work or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-check-"))
+        )
         (work / "logs").mkdir(parents=True, exist_ok=True)
         check = Check(args, work.resolve(), argv)
         jobs = args.jobs or (len(TASKS) + 1 if args.device.startswith("cuda") else 2)
@@ -868,16 +1159,20 @@ def main(argv: list[str] | None = None) -> int:
                         check.record(run.result())
                 continue
             for i, s in enumerate(group):
-                check.record(check.run(s, reserve(group[i + 1:] + later, args.tiny)))
+                check.record(check.run(s, reserve(group[i + 1 :] + later, args.tiny)))
         summary = [summary_line(r) for r in check.rows]
         check.write(summary)
         with open(check.log, "a") as f:
             f.write("\n===== summary =====\n" + "\n".join(summary) + "\n")
-    counts = {s: sum(r["status"] == s for r in check.rows)
-              for s in ("passed", "failed", "stopped", "not run")}
-    print(", ".join(f"{n} {s}" for s, n in counts.items() if n) +
-          f" in {time.perf_counter() - check.start:.0f} s; {args.out / 'gpu_check.json'}, "
-          f"{args.out / 'gpu_check.log'}")
+    counts = {
+        s: sum(r["status"] == s for r in check.rows)
+        for s in ("passed", "failed", "stopped", "not run")
+    }
+    print(
+        ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        + f" in {time.perf_counter() - check.start:.0f} s; {args.out / 'gpu_check.json'}, "
+        f"{args.out / 'gpu_check.log'}"
+    )
     return 0 if counts["passed"] == len(check.rows) else 1
 
 

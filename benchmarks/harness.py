@@ -135,9 +135,16 @@ class PeakCUDA:
         return (self.peak - self.start) / 2**20
 
 
-def timed(step, *, reps: int, time_budget: float, warmup: int = 1,
-          device: torch.device | str = "cpu", memory: bool = True,
-          clock=time.perf_counter) -> Timing:
+def timed(
+    step,
+    *,
+    reps: int,
+    time_budget: float,
+    warmup: int = 1,
+    device: torch.device | str = "cpu",
+    memory: bool = True,
+    clock=time.perf_counter,
+) -> Timing:
     """Run ``step()`` ``warmup`` times, then up to ``reps`` times under :class:`PeakRSS` (on a
     CUDA ``device``: :class:`PeakCUDA`, each run timed to its kernels' end), stopping after the
     run that ends past ``time_budget`` seconds of wall clock (at least one run).
@@ -185,8 +192,15 @@ def available_bytes() -> int:
     return 0
 
 
-def run(fn, kwargs: dict, *, time_budget: float | None, need_bytes: int = 0,
-        env: dict | None = None, threads: int | None = None) -> dict:
+def run(
+    fn,
+    kwargs: dict,
+    *,
+    time_budget: float | None,
+    need_bytes: int = 0,
+    env: dict | None = None,
+    threads: int | None = None,
+) -> dict:
     """``fn(**kwargs)`` in a fresh process; its dict with ``status: "ok"``, or a failure row.
 
     Args:
@@ -209,8 +223,10 @@ def run(fn, kwargs: dict, *, time_budget: float | None, need_bytes: int = 0,
     module, root = _importable(fn)
     free = available_bytes()
     if need_bytes > 0.8 * free:
-        return {"status": "skipped",
-                "note": f"needs ~{need_bytes / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free"}
+        return {
+            "status": "skipped",
+            "note": f"needs ~{need_bytes / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free",
+        }
     cmd = [sys.executable, "-m", __name__, module, fn.__name__, json.dumps(kwargs)]
     if threads is not None:
         cmd += ["--threads", str(threads)]
@@ -218,8 +234,13 @@ def run(fn, kwargs: dict, *, time_budget: float | None, need_bytes: int = 0,
     # child's PYTHONPATH (what is already there, e.g. another checkout's src, stays after it)
     pythonpath = os.pathsep.join(x for x in (root, os.environ.get("PYTHONPATH")) if x)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=time_budget,
-                              env={**os.environ, "PYTHONPATH": pythonpath, **(env or {})})
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=time_budget,
+            env={**os.environ, "PYTHONPATH": pythonpath, **(env or {})},
+        )
     except subprocess.TimeoutExpired:
         return {"status": "timeout", "note": f"over the {time_budget:.0f} s budget"}
     if proc.returncode != 0:
@@ -233,8 +254,10 @@ def _importable(fn) -> tuple[str, str]:
     if name == "__main__":
         spec = getattr(sys.modules["__main__"], "__spec__", None)
         if spec is None:
-            raise ValueError(f"{fn.__name__}: its script was run as a file; run it as a module "
-                             "(python -m benchmarks.NAME from the repository root)")
+            raise ValueError(
+                f"{fn.__name__}: its script was run as a file; run it as a module "
+                "(python -m benchmarks.NAME from the repository root)"
+            )
         name = spec.name
     top = importlib.import_module(name.partition(".")[0])
     where = Path(top.__file__).resolve()
@@ -273,29 +296,49 @@ def device_arg(text: str) -> str:
 
 def add_device_arg(p: argparse.ArgumentParser) -> None:
     """``--device`` (default cpu), see :func:`device_arg`."""
-    p.add_argument("--device", type=device_arg, default="cpu",
-                   help="cpu (default), cuda, cuda:N or auto: where the cases run")
+    p.add_argument(
+        "--device",
+        type=device_arg,
+        default="cpu",
+        help="cpu (default), cuda, cuda:N or auto: where the cases run",
+    )
 
 
-def parser(description: str, *, time_budget: float, json_path: str | None = None,
-           reps: int | None = None, device: bool = False,
-           time_budget_help: str = "seconds per case; its process is stopped after"
-           ) -> argparse.ArgumentParser:
+def parser(
+    description: str,
+    *,
+    time_budget: float,
+    json_path: str | None = None,
+    reps: int | None = None,
+    device: bool = False,
+    time_budget_help: str = "seconds per case; its process is stopped after",
+) -> argparse.ArgumentParser:
     """A script's argument parser with the options every benchmark shares: ``--time-budget``
     (seconds per case), ``--json``, ``--match`` (rows whose name contains it), ``--threads``,
     with a default given ``--reps``, and with ``device`` the ``--device`` of
     :func:`add_device_arg`."""
-    p = argparse.ArgumentParser(prog=shlex.join(["python", *program()]),
-                                description=description)
-    p.add_argument("--time-budget", type=float, default=time_budget,
-                   help=f"{time_budget_help} (default {time_budget:g})")
-    p.add_argument("--json", type=Path, default=json_path,
-                   help=f"write the rows here (default {json_path or 'none'})")
+    p = argparse.ArgumentParser(prog=shlex.join(["python", *program()]), description=description)
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        default=time_budget,
+        help=f"{time_budget_help} (default {time_budget:g})",
+    )
+    p.add_argument(
+        "--json",
+        type=Path,
+        default=json_path,
+        help=f"write the rows here (default {json_path or 'none'})",
+    )
     p.add_argument("--match", help="only the rows whose name contains this")
     p.add_argument("--threads", type=int, help="torch threads per case (default: torch's)")
     if reps is not None:
-        p.add_argument("--reps", type=int, default=reps,
-                       help=f"measured repetitions, median reported (default {reps})")
+        p.add_argument(
+            "--reps",
+            type=int,
+            default=reps,
+            help=f"measured repetitions, median reported (default {reps})",
+        )
     if device:
         add_device_arg(p)
     return p
@@ -322,18 +365,23 @@ def machine(device: torch.device | str = "cpu") -> str:
                     break
     except OSError:
         pass
-    vector = next((v for v, flag in (("AVX-512", "avx512f"), ("AVX2", "avx2")) if flag in flags),
-                  "")
+    vector = next(
+        (v for v, flag in (("AVX-512", "avx512f"), ("AVX2", "avx2")) if flag in flags), ""
+    )
     details = ", ".join(x for x in (family, vector) if x)
     if details:
         cpu += f" ({details})"
-    text = (f"{cpu}; {os.cpu_count()} cores, torch {torch.__version__} with "
-            f"{torch.get_num_threads()} threads, Python {platform.python_version()}")
+    text = (
+        f"{cpu}; {os.cpu_count()} cores, torch {torch.__version__} with "
+        f"{torch.get_num_threads()} threads, Python {platform.python_version()}"
+    )
     device = torch.device(device)
     if device.type == "cuda":
         gpu = torch.cuda.get_device_properties(device)
-        text += (f"; GPU {device}: {gpu.name}, {gpu.total_memory / 2**30:.0f} GiB, "
-                 f"CUDA {torch.version.cuda}")
+        text += (
+            f"; GPU {device}: {gpu.name}, {gpu.total_memory / 2**30:.0f} GiB, "
+            f"CUDA {torch.version.cuda}"
+        )
     return text
 
 
@@ -343,10 +391,19 @@ def commit() -> str:
     here = Path(__file__).resolve().parent
     code = [str(Path(attnkit.__file__).resolve().parent), str(here)]
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
-                                *code], cwd=here, capture_output=True, text=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", *code],
+            cwd=here,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
     return head + ("-dirty" if dirty else "")
@@ -380,8 +437,13 @@ def table_row(cells: list) -> str:
 def run_info(device: torch.device | str = "cpu") -> dict:
     """What measured a run: ``{"machine", "commit", "date", "command", "device"}`` (the
     machine with the GPU of a CUDA ``device``)."""
-    return {"machine": machine(device), "commit": commit(), "date": time.strftime("%Y-%m-%d"),
-            "command": command(), "device": str(device)}
+    return {
+        "machine": machine(device),
+        "commit": commit(),
+        "date": time.strftime("%Y-%m-%d"),
+        "command": command(),
+        "device": str(device),
+    }
 
 
 def save_run(path: Path, run: dict, *, add: bool = False) -> None:

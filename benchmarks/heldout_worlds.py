@@ -42,11 +42,15 @@ import numpy as np
 import torch
 
 from attnkit.data import write_line_folder, write_wav
+from attnkit.data.audio.features import SAMPLE_RATE
 from attnkit.data.augment.augmentation import example_rng
 from attnkit.data.augment.line_augment import LineAugment, Scale
-from attnkit.data.worlds.lines import (HELD_OUT_FAMILIES, available_fonts, font_family,
-                                        generate_lines)
-from attnkit.data.audio.features import SAMPLE_RATE
+from attnkit.data.worlds.lines import (
+    HELD_OUT_FAMILIES,
+    available_fonts,
+    font_family,
+    generate_lines,
+)
 from attnkit.data.worlds.speech import plan_utterances, utterances_audio
 from attnkit.data.worlds.synthesis import (
     FESTIVAL_ACCENTS,
@@ -57,7 +61,6 @@ from attnkit.data.worlds.synthesis import (
 from attnkit.tasks.evaluator import Evaluation, evaluate
 from attnkit.tasks.loading import load_evaluator
 from attnkit.tasks.metrics import closest_reference, example_cer
-
 from benchmarks import harness
 
 SEED = 1
@@ -72,14 +75,17 @@ def speech_sets(n: int) -> dict[str, list]:
     child = plan_utterances(n, split="test", seed=SEED, kinds=kinds, engines=("gnuspeech",))
     pico = plan_utterances(n, split="test", seed=SEED, kinds=kinds, engines=("pico",))
     accented = plan_utterances(n, split="test", seed=SEED, kinds=kinds, engines=("accented",))
-    return {"espeak-ng held-out variants": espeak, "festival ked (held-out voice)": ked,
-            "festival, all three voices": _every_voice(ked, list(FESTIVAL_VOICES)),
-            "gnuspeech small_child (held-out voice)": child,
-            "gnuspeech, all four voices": _every_voice(child, list(GNUSPEECH_VOICES)),
-            "pico en-GB (held-out voice)": pico,
-            "pico, both voices": _every_voice(pico, list(PICO_VOICES)),
-            "accented czech_ph (held-out voice)": accented,
-            "accented, all seven voices": _every_voice(accented, list(FESTIVAL_ACCENTS))}
+    return {
+        "espeak-ng held-out variants": espeak,
+        "festival ked (held-out voice)": ked,
+        "festival, all three voices": _every_voice(ked, list(FESTIVAL_VOICES)),
+        "gnuspeech small_child (held-out voice)": child,
+        "gnuspeech, all four voices": _every_voice(child, list(GNUSPEECH_VOICES)),
+        "pico en-GB (held-out voice)": pico,
+        "pico, both voices": _every_voice(pico, list(PICO_VOICES)),
+        "accented czech_ph (held-out voice)": accented,
+        "accented, all seven voices": _every_voice(accented, list(FESTIVAL_ACCENTS)),
+    }
 
 
 def _every_voice(plan: list, voices: list[str]) -> list:
@@ -94,17 +100,21 @@ def line_sets(n: int) -> dict[str, list]:
     for family in HELD_OUT_FAMILIES["test"]:
         files = [f for f in fonts if font_family(f) == family]
         if files:
-            sets[f"family {family}"] = generate_lines(n, split="test", seed=SEED, max_chars=80,
-                                                      prose=1.0, fonts=files)
-    sets["in-family held-out faces"] = generate_lines(n, split="test", seed=SEED,
-                                                      max_chars=200, fonts="faces")
-    families = generate_lines(n, split="test", seed=SEED + 1, max_chars=80, prose=1.0,
-                              fonts="families")
+            sets[f"family {family}"] = generate_lines(
+                n, split="test", seed=SEED, max_chars=80, prose=1.0, fonts=files
+            )
+    sets["in-family held-out faces"] = generate_lines(
+        n, split="test", seed=SEED, max_chars=200, fonts="faces"
+    )
+    families = generate_lines(
+        n, split="test", seed=SEED + 1, max_chars=80, prose=1.0, fonts="families"
+    )
     for size in TEXT_SIZES:
         smaller = LineAugment([Scale(p=1.0, size=(size, size))])
         sets[f"six families, text at {size:.0%} height"] = [
             (smaller(image, example_rng(SEED, 0, i)), text)
-            for i, (image, text) in enumerate(families)]
+            for i, (image, text) in enumerate(families)
+        ]
     return sets
 
 
@@ -118,15 +128,18 @@ def score(checkpoint: str, data: Path) -> tuple[dict, Evaluation]:
 def char_errors(evaluation: Evaluation) -> tuple[np.ndarray, np.ndarray]:
     """Each example's character edits against its closest reference, and that reference's
     length: ``(errors (N,), lengths (N,))``; their sums' ratio is the CER."""
-    pairs = [(o.text, closest_reference(o.text, e.reference))
-             for e, o in zip(evaluation.examples, evaluation.outputs)]
+    pairs = [
+        (o.text, closest_reference(o.text, e.reference))
+        for e, o in zip(evaluation.examples, evaluation.outputs)
+    ]
     lengths = np.array([len(ref) for _, ref in pairs], dtype=np.float64)
     errors = np.array([example_cer(text, ref) for text, ref in pairs]) * lengths
     return errors, lengths
 
 
-def paired_difference(ours: Evaluation, theirs: Evaluation, *, resamples: int = 10_000,
-                      seed: int = 0) -> tuple[float, float, float]:
+def paired_difference(
+    ours: Evaluation, theirs: Evaluation, *, resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float, float]:
     """``(difference, low, high)``: the CER of ``ours`` minus that of ``theirs`` on the same
     examples, and the 2.5th and 97.5th percentiles of that difference over ``resamples``
     resamplings of the examples with replacement, each resample scoring both models on the
@@ -152,8 +165,12 @@ def main(argv=None) -> int:
     rows = []
     against = {args.asr: args.against_asr, args.ocr: args.against_ocr}
     compare = args.against_asr or args.against_ocr
-    print(harness.table_header(["model", "world", "n", "CER %", "WER %", "exact %"] + (
-        ["other's CER %", "difference (95% interval)"] if compare else [])))
+    print(
+        harness.table_header(
+            ["model", "world", "n", "CER %", "WER %", "exact %"]
+            + (["other's CER %", "difference (95% interval)"] if compare else [])
+        )
+    )
     with tempfile.TemporaryDirectory() as tmp:
         worlds = []
         if args.asr != "none":
@@ -180,19 +197,36 @@ def main(argv=None) -> int:
             if against.get(model):
                 other, theirs = score(against[model], data)
                 diff, low, high = paired_difference(evaluation, theirs)
-                row.update(against=against[model], against_cer=other["cer"], cer_difference=diff,
-                           cer_difference_95=[low, high])
-                cells = [f"{100 * other['cer']:.2f}",
-                         f"{100 * diff:+.2f} ({100 * low:+.2f} to {100 * high:+.2f})"]
+                row.update(
+                    against=against[model],
+                    against_cer=other["cer"],
+                    cer_difference=diff,
+                    cer_difference_95=[low, high],
+                )
+                cells = [
+                    f"{100 * other['cer']:.2f}",
+                    f"{100 * diff:+.2f} ({100 * low:+.2f} to {100 * high:+.2f})",
+                ]
             elif compare:
                 cells = ["", ""]
             rows.append(row)
-            print(harness.table_row([model, name, n, *(
-                f"{100 * row[k]:.2f}" if k in row else "" for k in ("cer", "wer", "exact")),
-                *cells]), flush=True)
+            print(
+                harness.table_row(
+                    [
+                        model,
+                        name,
+                        n,
+                        *(
+                            f"{100 * row[k]:.2f}" if k in row else ""
+                            for k in ("cer", "wer", "exact")
+                        ),
+                        *cells,
+                    ]
+                ),
+                flush=True,
+            )
     if args.json:
-        harness.write_json(args.json, rows, seed=SEED, utterances=args.utterances,
-                           lines=args.lines)
+        harness.write_json(args.json, rows, seed=SEED, utterances=args.utterances, lines=args.lines)
     return 0
 
 

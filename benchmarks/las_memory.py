@@ -24,7 +24,6 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.models import LAS
-
 from benchmarks import harness
 from benchmarks.plain import UsualLocationAttention
 
@@ -36,8 +35,15 @@ IMPLS = ("attnkit", "usual")
 def build(level: str, size: int, impl: str):
     """A training step (a function) of one case."""
     torch.manual_seed(0)
-    model = LAS(30, features=FEATURES, listener_hidden=128, hidden=256, emb=64,
-                key_value_dim=128, score="location")
+    model = LAS(
+        30,
+        features=FEATURES,
+        listener_hidden=128,
+        hidden=256,
+        emb=64,
+        key_value_dim=128,
+        score="location",
+    )
     if impl == "usual":
         model.speller.attention = UsualLocationAttention(256, 128, 256)
     tgt = torch.randint(4, 30, (BATCH, STEPS))
@@ -54,6 +60,7 @@ def build(level: str, size: int, impl: str):
         def step():
             logits, _ = model.speller(memory, lengths, tgt)
             F.cross_entropy(logits.flatten(0, 1), tgt.flatten()).backward()
+
     return step, model
 
 
@@ -69,19 +76,23 @@ def row(r: dict) -> str:
     keys = r["size"] // 8 if r["level"] == "las" else r["size"]
     what = f"{r['size']} frames" if r["level"] == "las" else f"{r['size']} keys"
     if r["status"] != "ok":
-        return harness.table_row([r["level"], what, keys, r["impl"],
-                                  f"{r['status']}: {r['note']}", ""])
-    return harness.table_row([r["level"], what, keys, r["impl"], f"{r['train_mb']:.0f}",
-                              f"{r['train_s']:.1f}"])
+        return harness.table_row(
+            [r["level"], what, keys, r["impl"], f"{r['status']}: {r['note']}", ""]
+        )
+    return harness.table_row(
+        [r["level"], what, keys, r["impl"], f"{r['train_mb']:.0f}", f"{r['train_s']:.1f}"]
+    )
 
 
-HEADER = harness.table_header(["level", "input", "keys attended", "attention", "train extra MiB",
-                               "train s"])
+HEADER = harness.table_header(
+    ["level", "input", "keys attended", "attention", "train extra MiB", "train s"]
+)
 
 
 def main(argv=None) -> int:
-    p = harness.parser(__doc__.split("\n\n")[0], time_budget=60.0,
-                       json_path="results/las_memory.json")
+    p = harness.parser(
+        __doc__.split("\n\n")[0], time_budget=60.0, json_path="results/las_memory.json"
+    )
     args = p.parse_args(argv)
     print(f"batch {BATCH}, {STEPS} output steps, location-aware attention; {harness.machine()}")
     print(HEADER)
@@ -91,8 +102,14 @@ def main(argv=None) -> int:
             if args.match is not None and args.match not in f"{level} {size} {impl}":
                 continue
             case = {"level": level, "size": size, "impl": impl}
-            results.append({**case, **harness.run(measure, case, time_budget=args.time_budget,
-                                                  threads=args.threads)})
+            results.append(
+                {
+                    **case,
+                    **harness.run(
+                        measure, case, time_budget=args.time_budget, threads=args.threads
+                    ),
+                }
+            )
             print(row(results[-1]), flush=True)
     if args.json:
         harness.write_json(args.json, results, batch=BATCH, steps=STEPS)

@@ -26,7 +26,6 @@ import tempfile
 
 import torch
 
-from attnkit.tasks.loading import load_task_model
 from attnkit.data import (
     generate_pairs,
     load_vocab,
@@ -38,17 +37,23 @@ from attnkit.data import (
 from attnkit.decoding import Decoding
 from attnkit.decoding.loops import loop_step, spans, start_loops
 from attnkit.tasks import asr, translate
-
+from attnkit.tasks.loading import load_task_model
 from benchmarks import harness
 
 NOISE = ((10, 0.01), (30, 0.1), (60, 0.001))  # (seconds, amplitude)
 SEARCHES = {"greedy": 1, "beam 5": 5}
-REPEATS_SPOKEN = ("zero zero zero zero zero zero zero zero",
-                  "eight eight eight eight eight eight eight eight",
-                  "one one one one one one one one one one")
-REPEATS_WRITTEN = ("<en> one million one hundred eleven thousand one hundred eleven",
-                   "<en> one hundred thousand", "<en> nine million", "<en> 11 November 1111",
-                   "<de> neun Millionen")
+REPEATS_SPOKEN = (
+    "zero zero zero zero zero zero zero zero",
+    "eight eight eight eight eight eight eight eight",
+    "one one one one one one one one one one",
+)
+REPEATS_WRITTEN = (
+    "<en> one million one hundred eleven thousand one hundred eleven",
+    "<en> one hundred thousand",
+    "<en> nine million",
+    "<en> 11 November 1111",
+    "<de> neun Millionen",
+)
 
 
 def decoding(beam: int, loop_stop: bool) -> Decoding:
@@ -90,18 +95,22 @@ def noise_rows(seeds: int, noise) -> list[dict]:
     for seed in range(seeds):
         for seconds, amplitude in noise:
             g = torch.Generator().manual_seed(seed)
-            features = log_mel(amplitude * torch.randn(int(16000 * seconds), generator=g),
-                               normalize=True)
+            features = log_mel(
+                amplitude * torch.randn(int(16000 * seconds), generator=g), normalize=True
+            )
             for search, beam in SEARCHES.items():
-                row = {"seed": seed, "seconds": seconds, "amplitude": amplitude,
-                       "search": search}
+                row = {"seed": seed, "seconds": seconds, "amplitude": amplitude, "search": search}
                 for stop in (True, False):
                     model.calls = 0
-                    texts, raws = asr.transcribe(model, vocab, [features],
-                                                    decoding=decoding(beam, stop))
+                    texts, raws = asr.transcribe(
+                        model, vocab, [features], decoding=decoding(beam, stop)
+                    )
                     row["stop" if stop else "no_stop"] = {
-                        "steps": model.calls, "chars": len(texts[0]), "end": texts[0][-48:],
-                        "stopped": bool(raws[0].best().looped[0]) if stop else None}
+                        "steps": model.calls,
+                        "chars": len(texts[0]),
+                        "end": texts[0][-48:],
+                        "stopped": bool(raws[0].best().looped[0]) if stop else None,
+                    }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows
@@ -113,9 +122,12 @@ def compare(name: str, run) -> dict:
     for search, beam in SEARCHES.items():
         on, raws = run(decoding(beam, True), True)
         off, _ = run(decoding(beam, False), False)
-        out[search] = {"outputs": len(on), "differ": [(a, b) for a, b in zip(on, off) if a != b],
-                       "stopped": sum(int(h.looped.sum()) for h in raws),
-                       "still_share": round(still_share(raws), 3)}
+        out[search] = {
+            "outputs": len(on),
+            "differ": [(a, b) for a, b in zip(on, off) if a != b],
+            "stopped": sum(int(h.looped.sum()) for h in raws),
+            "still_share": round(still_share(raws), 3),
+        }
         print(name, search, json.dumps(out[search]), flush=True)
     return out
 
@@ -124,22 +136,41 @@ def legitimate(pairs: int, utterances: int) -> dict:
     model, ck = load_task_model("builtin:translate-dates", "translate")
     src, tgt = load_vocab(ck.vocab["src"]), load_vocab(ck.vocab["tgt"])
     texts = [s for s, _ in generate_pairs(pairs, split="test", seed=1)] + list(REPEATS_WRITTEN)
-    result = {"translate-dates": compare("translate-dates", lambda d, w: translate.translate_texts(
-        model, src, tgt, texts, decoding=d, weights=w, max_len_extra=ck.config["max_len_extra"]))}
+    result = {
+        "translate-dates": compare(
+            "translate-dates",
+            lambda d, w: translate.translate_texts(
+                model,
+                src,
+                tgt,
+                texts,
+                decoding=d,
+                weights=w,
+                max_len_extra=ck.config["max_len_extra"],
+            ),
+        )
+    }
     if shutil.which("espeak-ng") is None:
         print("espeak-ng not installed: no speech", file=sys.stderr)
         return result
     model, ck = load_task_model("builtin:asr-digits", "asr")
     vocab = load_vocab(ck.vocab)
     with tempfile.TemporaryDirectory() as cache:
-        data = speech_dataset(utterances, split="test", seed=1, cache_dir=cache,
-                              kinds=("digits", "numbers"), normalize=True)
+        data = speech_dataset(
+            utterances,
+            split="test",
+            seed=1,
+            cache_dir=cache,
+            kinds=("digits", "numbers"),
+            normalize=True,
+        )
         features = list(data.features)  # read from the cache before it is removed
     for text in REPEATS_SPOKEN:
         samples, rate = synthesize(text, voice="en-us+m6", speed=165)
         features.append(log_mel(resample(samples, rate, 16000), normalize=True))
-    result["asr-digits"] = compare("asr-digits", lambda d, w: asr.transcribe(
-        model, vocab, features, decoding=d, weights=w))
+    result["asr-digits"] = compare(
+        "asr-digits", lambda d, w: asr.transcribe(model, vocab, features, decoding=d, weights=w)
+    )
     return result
 
 
@@ -155,8 +186,10 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     if args.smoke:
         args.seeds, args.pairs, args.utterances = 1, 8, 2
-    results = {"noise": noise_rows(args.seeds, NOISE[:1] if args.smoke else NOISE),
-               "legitimate": legitimate(args.pairs, args.utterances)}
+    results = {
+        "noise": noise_rows(args.seeds, NOISE[:1] if args.smoke else NOISE),
+        "legitimate": legitimate(args.pairs, args.utterances),
+    }
     if args.json:
         harness.save_run(args.json, {**harness.run_info(), **results})
     return 0

@@ -38,9 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.models import CRNN, LAS, Seq2Seq, Transformer
-
-from benchmarks import harness
-from benchmarks import plain
+from benchmarks import harness, plain
 
 V_TEXT, E, H = 100, 256, 256
 V_CHARS, FEATURES = 30, 80
@@ -49,16 +47,36 @@ CRNN_HIDDEN = 256
 
 # family -> (shape names, shapes, smoke shape, implementations)
 FAMILIES = {
-    "bahdanau": (("B", "S", "T"), [(64, 60, 20), (32, 200, 50), (32, 400, 100)], (2, 6, 4),
-                 ("plain", "attnkit")),
-    "luong": (("B", "S", "T"), [(64, 60, 20), (32, 200, 50), (32, 400, 100)], (2, 6, 4),
-              ("plain", "attnkit")),
-    "las": (("B", "T", "U"), [(32, 400, 50), (16, 800, 100), (16, 1600, 150)], (2, 32, 4),
-            ("plain", "attnkit")),
-    "crnn": (("B", "W"), [(32, 400), (32, 800), (32, 1600)], (2, 64),
-             ("plain", "attnkit-global", "attnkit-window")),
-    "transformer": (("B", "S", "T"), [(64, 40, 40), (32, 200, 50), (32, 400, 100)], (2, 6, 4),
-                    ("plain", "attnkit")),
+    "bahdanau": (
+        ("B", "S", "T"),
+        [(64, 60, 20), (32, 200, 50), (32, 400, 100)],
+        (2, 6, 4),
+        ("plain", "attnkit"),
+    ),
+    "luong": (
+        ("B", "S", "T"),
+        [(64, 60, 20), (32, 200, 50), (32, 400, 100)],
+        (2, 6, 4),
+        ("plain", "attnkit"),
+    ),
+    "las": (
+        ("B", "T", "U"),
+        [(32, 400, 50), (16, 800, 100), (16, 1600, 150)],
+        (2, 32, 4),
+        ("plain", "attnkit"),
+    ),
+    "crnn": (
+        ("B", "W"),
+        [(32, 400), (32, 800), (32, 1600)],
+        (2, 64),
+        ("plain", "attnkit-global", "attnkit-window"),
+    ),
+    "transformer": (
+        ("B", "S", "T"),
+        [(64, 40, 40), (32, 200, 50), (32, 400, 100)],
+        (2, 6, 4),
+        ("plain", "attnkit"),
+    ),
 }
 TRANSFORMER = dict(d_model=256, heads=4, layers=3, ff=1024, dropout=0.0)
 
@@ -100,8 +118,11 @@ def build(family: str, impl: str, shape: tuple, device: torch.device | str = "cp
         tgt_in, tgt_out = teacher_forced(gen, b, t, V_TEXT)
         src_len, src, tgt_in, tgt_out = on(src_len, src, tgt_in, tgt_out)
         if family == "transformer":
-            model = (Transformer(V_TEXT, V_TEXT, **TRANSFORMER) if impl == "attnkit"
-                     else plain.PlainTransformer(V_TEXT, V_TEXT, **TRANSFORMER))
+            model = (
+                Transformer(V_TEXT, V_TEXT, **TRANSFORMER)
+                if impl == "attnkit"
+                else plain.PlainTransformer(V_TEXT, V_TEXT, **TRANSFORMER)
+            )
 
             def logits_of(m):
                 out = m(src, src_len, tgt_in)
@@ -122,8 +143,10 @@ def build(family: str, impl: str, shape: tuple, device: torch.device | str = "cp
 
             def logits_of(m):
                 return m(src, src_len, tgt_in)
-        return model, lambda m: F.cross_entropy(logits_of(m).flatten(0, 1), tgt_out.flatten(),
-                                                ignore_index=0)
+
+        return model, lambda m: F.cross_entropy(
+            logits_of(m).flatten(0, 1), tgt_out.flatten(), ignore_index=0
+        )
     if family == "las":
         b, t, u = shape
         frames = lengths(gen, b, t)
@@ -140,8 +163,10 @@ def build(family: str, impl: str, shape: tuple, device: torch.device | str = "cp
 
             def logits_of(m):
                 return m(features, frames, tgt_in)
-        return model, lambda m: F.cross_entropy(logits_of(m).flatten(0, 1), tgt_out.flatten(),
-                                                ignore_index=0)
+
+        return model, lambda m: F.cross_entropy(
+            logits_of(m).flatten(0, 1), tgt_out.flatten(), ignore_index=0
+        )
     b, w = shape
     widths = lengths(gen, b, w)
     images = torch.rand(b, 1, 32, w, generator=gen)
@@ -151,12 +176,14 @@ def build(family: str, impl: str, shape: tuple, device: torch.device | str = "cp
     if impl == "plain":
         model = plain.PlainCRNN(V_TEXT, hidden=CRNN_HIDDEN)
     else:
-        model = CRNN(V_TEXT, hidden=CRNN_HIDDEN, attention=impl.split("-")[1], score="general",
-                     dropout=0.0)
+        model = CRNN(
+            V_TEXT, hidden=CRNN_HIDDEN, attention=impl.split("-")[1], score="general", dropout=0.0
+        )
 
     def ctc(m):
         log_probs, steps = m(images, widths)  # (B, T, V), (B,)
         return F.ctc_loss(log_probs.transpose(0, 1), targets, steps, chars)
+
     return model, ctc
 
 
@@ -177,8 +204,9 @@ def estimate_bytes(family: str, impl: str, shape: tuple) -> int:
     return 0
 
 
-def measure(family: str, impl: str, shape: list, reps: int, time_budget: float,
-            device: str = "cpu") -> dict:
+def measure(
+    family: str, impl: str, shape: list, reps: int, time_budget: float, device: str = "cpu"
+) -> dict:
     """One row in this process (the fresh process of :func:`harness.run`), on ``device``."""
     model, loss_of = build(family, impl, tuple(shape), device)
     model.to(device)
@@ -190,40 +218,81 @@ def measure(family: str, impl: str, shape: list, reps: int, time_budget: float,
         opt.step()
 
     timing = harness.timed(step, reps=reps, time_budget=time_budget / 2, device=device)
-    return {"step_s": timing.median, "train_mb": timing.extra_mb, "memory": timing.memory,
-            "times": timing.times,
-            "params": sum(p.numel() for p in model.parameters()),
-            "threads": torch.get_num_threads()}
+    return {
+        "step_s": timing.median,
+        "train_mb": timing.extra_mb,
+        "memory": timing.memory,
+        "times": timing.times,
+        "params": sum(p.numel() for p in model.parameters()),
+        "threads": torch.get_num_threads(),
+    }
 
 
 def rows_of(smoke: bool) -> list[dict]:
     """Every (family, shape, implementation), named for ``--match``."""
     rows = []
     for family, (names, shapes, tiny, impls) in FAMILIES.items():
-        for shape in ([tiny] if smoke else shapes):
+        for shape in [tiny] if smoke else shapes:
             label = " ".join(f"{n}={v}" for n, v in zip(names, shape))
-            rows.extend({"name": f"{family} {label} {impl}", "family": family,
-                         "shape": label, "impl": impl, "size": list(shape)} for impl in impls)
+            rows.extend(
+                {
+                    "name": f"{family} {label} {impl}",
+                    "family": family,
+                    "shape": label,
+                    "impl": impl,
+                    "size": list(shape),
+                }
+                for impl in impls
+            )
     return rows
 
 
 def main(argv=None) -> int:
     p = harness.parser(__doc__.split("\n\n")[0], time_budget=900.0, reps=5, device=True)
-    p.add_argument("--smoke", action="store_true",
-                   help="every row on a tiny shape, one measured step: checks that all run")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="every row on a tiny shape, one measured step: checks that all run",
+    )
     args = p.parse_args(argv)
     reps = 1 if args.smoke else args.reps
     rows = [r for r in rows_of(args.smoke) if args.match is None or args.match in r["name"]]
-    print(harness.table_header(["model", "shape", "implementation", "step s", "extra MiB",
-                                "time attnkit/plain", "memory attnkit/plain", "parameters"]))
+    print(
+        harness.table_header(
+            [
+                "model",
+                "shape",
+                "implementation",
+                "step s",
+                "extra MiB",
+                "time attnkit/plain",
+                "memory attnkit/plain",
+                "parameters",
+            ]
+        )
+    )
     plain_rows = {}  # (family, shape) -> the plain row, measured first
     for row in rows:
-        row.update(harness.run(
-            measure, {"family": row["family"], "impl": row["impl"], "shape": row["size"],
-                      "reps": reps, "time_budget": args.time_budget, "device": args.device},
-            time_budget=args.time_budget, threads=args.threads,
-            need_bytes=(estimate_bytes(row["family"], row["impl"], tuple(row["size"]))
-                        if args.device == "cpu" else 0)))
+        row.update(
+            harness.run(
+                measure,
+                {
+                    "family": row["family"],
+                    "impl": row["impl"],
+                    "shape": row["size"],
+                    "reps": reps,
+                    "time_budget": args.time_budget,
+                    "device": args.device,
+                },
+                time_budget=args.time_budget,
+                threads=args.threads,
+                need_bytes=(
+                    estimate_bytes(row["family"], row["impl"], tuple(row["size"]))
+                    if args.device == "cpu"
+                    else 0
+                ),
+            )
+        )
         if row["impl"] == "plain":
             plain_rows[row["family"], row["shape"]] = row
         base = plain_rows.get((row["family"], row["shape"]))
@@ -238,12 +307,23 @@ def main(argv=None) -> int:
 
 def table_row(r: dict) -> str:
     if r["status"] != "ok":
-        return harness.table_row([r["family"], r["shape"], r["impl"],
-                                  f"{r['status']}: {r['note']}", "", "", "", ""])
-    ratios = ([f"{r['time_ratio']:.2f}", f"{r['memory_ratio']:.2f}"] if "time_ratio" in r
-              else ["", ""])
-    return harness.table_row([r["family"], r["shape"], r["impl"], f"{r['step_s']:.3f}",
-                              f"{r['train_mb']:.0f}", *ratios, f"{r['params']:,}"])
+        return harness.table_row(
+            [r["family"], r["shape"], r["impl"], f"{r['status']}: {r['note']}", "", "", "", ""]
+        )
+    ratios = (
+        [f"{r['time_ratio']:.2f}", f"{r['memory_ratio']:.2f}"] if "time_ratio" in r else ["", ""]
+    )
+    return harness.table_row(
+        [
+            r["family"],
+            r["shape"],
+            r["impl"],
+            f"{r['step_s']:.3f}",
+            f"{r['train_mb']:.0f}",
+            *ratios,
+            f"{r['params']:,}",
+        ]
+    )
 
 
 if __name__ == "__main__":

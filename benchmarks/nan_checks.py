@@ -18,17 +18,25 @@ import torch
 
 from attnkit import Attention
 from attnkit.attention.masks import non_finite_keys
-
 from benchmarks import harness
 
 # name: (module, input (B, T, D), train)
 CASES = {
-    "local B=4 T=4096 D=64 window 64, forward (chunked)":
-        (lambda: Attention(64, score="scaled_dot", window=(64, 64)), (4, 4096, 64), False),
-    "SelfAttention-like B=32 T=400 D=256 window 32, train":
-        (lambda: Attention(256, score="general", window=(32, 32)), (32, 400, 256), True),
-    "causal, 4 heads, B=32 T=50 D=256, train":
-        (lambda: Attention(256, score="scaled_dot", heads=4, causal=True), (32, 50, 256), True),
+    "local B=4 T=4096 D=64 window 64, forward (chunked)": (
+        lambda: Attention(64, score="scaled_dot", window=(64, 64)),
+        (4, 4096, 64),
+        False,
+    ),
+    "SelfAttention-like B=32 T=400 D=256 window 32, train": (
+        lambda: Attention(256, score="general", window=(32, 32)),
+        (32, 400, 256),
+        True,
+    ),
+    "causal, 4 heads, B=32 T=50 D=256, train": (
+        lambda: Attention(256, score="scaled_dot", heads=4, causal=True),
+        (32, 50, 256),
+        True,
+    ),
 }
 
 
@@ -57,8 +65,9 @@ def main(argv=None) -> int:
 
         call(), check()  # warm-up
         t_call, t_check = median_ms(call, args.reps), median_ms(check, args.reps)
-        print(f"{name}: call {t_call:.2f} ms, check {t_check:.3f} ms "
-              f"({100 * t_check / t_call:.2f}%)")
+        print(
+            f"{name}: call {t_call:.2f} ms, check {t_check:.3f} ms ({100 * t_check / t_call:.2f}%)"
+        )
     return 0
 
 

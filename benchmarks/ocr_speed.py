@@ -21,12 +21,10 @@ import torch.nn.functional as F
 
 from attnkit.attention import SelfAttention
 from attnkit.models import CRNN
-
 from benchmarks import harness
 from benchmarks.plain import LoopAttention, MatrixAttention
 
-CASES = ("none", "attnkit-global", "attnkit-window32", "loop (per step)",
-         "matrix (B, T, T)")
+CASES = ("none", "attnkit-global", "attnkit-window32", "loop (per step)", "matrix (B, T, T)")
 B, WIDTH, HIDDEN, VOCAB = 32, 1600, 256, 100
 
 
@@ -45,8 +43,7 @@ def build(case: str) -> CRNN:
     return model
 
 
-def measure(case: str, reps: int, time_budget: float, batch: int = B,
-            width: int = WIDTH) -> dict:
+def measure(case: str, reps: int, time_budget: float, batch: int = B, width: int = WIDTH) -> dict:
     """One case in this process (the fresh process of :func:`harness.run`)."""
     torch.manual_seed(0)
     model = build(case)
@@ -70,30 +67,55 @@ def measure(case: str, reps: int, time_budget: float, batch: int = B,
 def main(argv=None) -> int:
     p = harness.parser(__doc__.split("\n\n")[0], time_budget=600.0, reps=3)
     p.add_argument("--batch", type=int, default=B, help=f"lines per batch (default {B})")
-    p.add_argument("--width", type=int, default=WIDTH,
-                   help=f"line width in pixels, half as many steps (default {WIDTH})")
+    p.add_argument(
+        "--width",
+        type=int,
+        default=WIDTH,
+        help=f"line width in pixels, half as many steps (default {WIDTH})",
+    )
     args = p.parse_args(argv)
     rows = []
     for case in CASES:
         if args.match is not None and args.match not in case:
             continue
-        rows.append({"case": case, **harness.run(
-            measure, {"case": case, "reps": args.reps, "time_budget": args.time_budget,
-                      "batch": args.batch, "width": args.width},
-            time_budget=args.time_budget, threads=args.threads)})
+        rows.append(
+            {
+                "case": case,
+                **harness.run(
+                    measure,
+                    {
+                        "case": case,
+                        "reps": args.reps,
+                        "time_budget": args.time_budget,
+                        "batch": args.batch,
+                        "width": args.width,
+                    },
+                    time_budget=args.time_budget,
+                    threads=args.threads,
+                ),
+            }
+        )
         print(f"done: {rows[-1]}", file=sys.stderr)
     base = next((r["step_s"] for r in rows if r["case"] == "none" and r["status"] == "ok"), None)
-    print(f"CRNN B={args.batch}, {args.width} px -> {args.width // 2} steps, hidden {HIDDEN}, "
-          "CTC; one training step (forward + backward)\n")
-    print(harness.table_header(["attention between RNN1 and RNN2", "step (s)", "x CRNN without",
-                                "extra MiB", "steps"]))
+    print(
+        f"CRNN B={args.batch}, {args.width} px -> {args.width // 2} steps, hidden {HIDDEN}, "
+        "CTC; one training step (forward + backward)\n"
+    )
+    print(
+        harness.table_header(
+            ["attention between RNN1 and RNN2", "step (s)", "x CRNN without", "extra MiB", "steps"]
+        )
+    )
     for r in rows:
         if r["status"] != "ok":
             print(harness.table_row([r["case"], f"{r['status']}: {r['note']}", "", "", ""]))
             continue
         ratio = f"{r['step_s'] / base:.2f}" if base else ""
-        print(harness.table_row([r["case"], f"{r['step_s']:.2f}", ratio, f"{r['extra_mib']:.0f}",
-                                 r["reps"]]))
+        print(
+            harness.table_row(
+                [r["case"], f"{r['step_s']:.2f}", ratio, f"{r['extra_mib']:.0f}", r["reps"]]
+            )
+        )
     if args.json:
         harness.write_json(args.json, rows, batch=args.batch, width=args.width, hidden=HIDDEN)
     return 0

@@ -81,8 +81,7 @@ class TutorialDecoder(nn.Module):
         self.embedding = nn.Embedding(vocab_size, embed_dim)
         self.gru = nn.GRU(encoder_hidden_size * 2 + embed_dim, decoder_hidden_size)
         self.attention = TutorialAttention(encoder_hidden_size, decoder_hidden_size)
-        self.fc = nn.Linear(encoder_hidden_size * 2 + decoder_hidden_size + embed_dim,
-                            vocab_size)
+        self.fc = nn.Linear(encoder_hidden_size * 2 + decoder_hidden_size + embed_dim, vocab_size)
 
     def forward(self, x, hidden, encoder_outputs):
         embedding = self.dropout(self.embedding(x.unsqueeze(0)))  # (1, B, E)
@@ -124,8 +123,9 @@ class PackedBiGRU(nn.Module):
         self.rnn = nn.GRU(emb, hidden, batch_first=True, bidirectional=True)
 
     def forward(self, src, lengths):
-        packed = pack_padded_sequence(self.embed(src), lengths.cpu(), batch_first=True,
-                                      enforce_sorted=False)
+        packed = pack_padded_sequence(
+            self.embed(src), lengths.cpu(), batch_first=True, enforce_sorted=False
+        )
         out, h = self.rnn(packed)
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])
         return out, torch.cat([h[-2], h[-1]], dim=-1)
@@ -206,8 +206,9 @@ class PyramidListener(nn.Module):
     def __init__(self, features, hidden):
         super().__init__()
         self.first = nn.LSTM(features, hidden, batch_first=True, bidirectional=True)
-        self.pyramid = nn.ModuleList(nn.LSTM(4 * hidden, hidden, batch_first=True,
-                                             bidirectional=True) for _ in range(3))
+        self.pyramid = nn.ModuleList(
+            nn.LSTM(4 * hidden, hidden, batch_first=True, bidirectional=True) for _ in range(3)
+        )
 
     @staticmethod
     def _run(lstm, x, lengths):
@@ -236,8 +237,9 @@ class PlainLAS(nn.Module):
         self.attention = UsualLocationAttention(hidden, key_value_dim, hidden)
         self.embed = nn.Embedding(vocab, emb, padding_idx=0)
         self.cell = nn.LSTMCell(emb + key_value_dim, hidden)
-        self.out = nn.Sequential(nn.Linear(hidden + key_value_dim, hidden), nn.Tanh(),
-                                 nn.Linear(hidden, vocab))
+        self.out = nn.Sequential(
+            nn.Linear(hidden + key_value_dim, hidden), nn.Tanh(), nn.Linear(hidden, vocab)
+        )
 
     def forward(self, features, lengths, tgt_in):
         listened, steps = self.listener(features, lengths)  # (B, S, 2L), (B,)
@@ -300,8 +302,12 @@ class PlainCRNN(nn.Module):
         super().__init__()
         layers, c_in = [], 1
         for i, c in enumerate(channels):
-            layers += [nn.Conv2d(c_in, c, 3, padding=1, bias=False), nn.BatchNorm2d(c),
-                       nn.ReLU(inplace=True), nn.MaxPool2d((2, 2) if i == 0 else (2, 1))]
+            layers += [
+                nn.Conv2d(c_in, c, 3, padding=1, bias=False),
+                nn.BatchNorm2d(c),
+                nn.ReLU(inplace=True),
+                nn.MaxPool2d((2, 2) if i == 0 else (2, 1)),
+            ]
             c_in = c
         self.cnn = nn.Sequential(*layers)
         self.rnn1 = nn.LSTM(c_in, hidden, batch_first=True, bidirectional=True)
@@ -322,19 +328,28 @@ class PlainTransformer(nn.Module):
     ``nn.Transformer(norm_first=True, batch_first=True)``: the sizes and parameters of
     attnkit's ``Transformer`` (its attention's q/k/v projections are ``in_proj`` here)."""
 
-    def __init__(self, src_vocab, tgt_vocab, *, d_model=256, heads=4, layers=3, ff=None,
-                 dropout=0.0):
+    def __init__(
+        self, src_vocab, tgt_vocab, *, d_model=256, heads=4, layers=3, ff=None, dropout=0.0
+    ):
         super().__init__()
         self.d_model = d_model
         self.src_embed = nn.Embedding(src_vocab, d_model, padding_idx=0)
         self.tgt_embed = nn.Embedding(tgt_vocab, d_model, padding_idx=0)
         with warnings.catch_warnings():  # pre-norm layers take no nested-tensor fast path
             warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
-            self.transformer = nn.Transformer(d_model, heads, layers, layers, ff or 4 * d_model,
-                                              dropout, batch_first=True, norm_first=True)
+            self.transformer = nn.Transformer(
+                d_model,
+                heads,
+                layers,
+                layers,
+                ff or 4 * d_model,
+                dropout,
+                batch_first=True,
+                norm_first=True,
+            )
         self.out_bias = nn.Parameter(torch.zeros(tgt_vocab))
         for emb in (self.src_embed, self.tgt_embed):  # tied output: unit-scale logits
-            nn.init.normal_(emb.weight, std=d_model ** -0.5)
+            nn.init.normal_(emb.weight, std=d_model**-0.5)
 
     def embed(self, embedding, tokens):
         t = tokens.shape[1]
@@ -345,9 +360,13 @@ class PlainTransformer(nn.Module):
 
     def forward(self, src, src_len, tgt_in):
         pad = torch.arange(src.shape[1], device=src.device) >= src_len[:, None]  # (B, S)
-        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.shape[1],
-                                                                device=src.device)
-        y = self.transformer(self.embed(self.src_embed, src), self.embed(self.tgt_embed, tgt_in),
-                             tgt_mask=causal, src_key_padding_mask=pad,
-                             memory_key_padding_mask=pad, tgt_is_causal=True)
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.shape[1], device=src.device)
+        y = self.transformer(
+            self.embed(self.src_embed, src),
+            self.embed(self.tgt_embed, tgt_in),
+            tgt_mask=causal,
+            src_key_padding_mask=pad,
+            memory_key_padding_mask=pad,
+            tgt_is_causal=True,
+        )
         return F.linear(y, self.tgt_embed.weight, self.out_bias)

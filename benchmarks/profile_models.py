@@ -16,8 +16,7 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks import harness
-from benchmarks import models_vs_plain
+from benchmarks import harness, models_vs_plain
 
 CASES = {  # family -> (implementation, shape)
     "bahdanau": ("attnkit", (32, 400, 100)),
@@ -44,10 +43,20 @@ def top_ops(family: str, impl: str, shape: list, top: int) -> dict:
     events = prof.key_averages(group_by_input_shape=True)
     total = sum(e.self_cpu_time_total for e in events)
     rows = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
-    return {"total_s": total / 1e6, "threads": torch.get_num_threads(),
-            "ops": [{"name": e.key, "self_s": e.self_cpu_time_total / 1e6,
-                     "share": e.self_cpu_time_total / total, "calls": e.count,
-                     "shapes": str(e.input_shapes)[:60]} for e in rows]}
+    return {
+        "total_s": total / 1e6,
+        "threads": torch.get_num_threads(),
+        "ops": [
+            {
+                "name": e.key,
+                "self_s": e.self_cpu_time_total / 1e6,
+                "share": e.self_cpu_time_total / total,
+                "calls": e.count,
+                "shapes": str(e.input_shapes)[:60],
+            }
+            for e in rows
+        ],
+    }
 
 
 def main(argv=None) -> int:
@@ -59,9 +68,12 @@ def main(argv=None) -> int:
     for i in harness.select(names, args.match):
         family = names[i]
         impl, shape = CASES[family]
-        out = harness.run(top_ops, {"family": family, "impl": impl, "shape": list(shape),
-                                    "top": args.top},
-                          time_budget=args.time_budget, threads=args.threads)
+        out = harness.run(
+            top_ops,
+            {"family": family, "impl": impl, "shape": list(shape), "top": args.top},
+            time_budget=args.time_budget,
+            threads=args.threads,
+        )
         rows.append({"family": family, "impl": impl, "shape": list(shape), **out})
         print(f"\n### {family} ({impl}, shape {tuple(shape)}): ", end="")
         if out["status"] != "ok":
@@ -70,9 +82,17 @@ def main(argv=None) -> int:
         print(f"{out['total_s']:.2f} s of self CPU time, {out['threads']} thread(s)\n")
         print(harness.table_header(["op", "self s", "share", "calls", "input shapes"]))
         for op in out["ops"]:
-            print(harness.table_row([f"`{op['name']}`", f"{op['self_s']:.3f}",
-                                     f"{100 * op['share']:.1f}%", op["calls"],
-                                     f"`{op['shapes']}`"]))
+            print(
+                harness.table_row(
+                    [
+                        f"`{op['name']}`",
+                        f"{op['self_s']:.3f}",
+                        f"{100 * op['share']:.1f}%",
+                        op["calls"],
+                        f"`{op['shapes']}`",
+                    ]
+                )
+            )
     if args.json:
         harness.write_json(args.json, rows)
     print(f"\n{harness.machine()}, commit {harness.commit()}")

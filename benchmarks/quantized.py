@@ -28,7 +28,6 @@ from attnkit.data import generate_lines, generate_pairs, pad_features, pad_image
 from attnkit.data.worlds.speech import plan_utterances, utterances_audio
 from attnkit.tasks.loading import load_evaluator
 from attnkit.tasks.metrics import score
-
 from benchmarks import harness
 
 MODELS = ("translate-dates", "ocr-lines", "asr-digits")
@@ -44,8 +43,10 @@ def examples(name: str, n: int) -> tuple[list, list[str]]:
         return [image for image, _ in lines], [text for _, text in lines]
     plan = plan_utterances(n, split="test", seed=1, kinds=("digits", "numbers"))
     evaluator = load_evaluator("builtin:asr-digits")
-    return ([evaluator.features(samples) for samples in utterances_audio(plan)],
-            [u.transcript for u in plan])
+    return (
+        [evaluator.features(samples) for samples in utterances_audio(plan)],
+        [u.transcript for u in plan],
+    )
 
 
 def feed(name: str, batch: list, runner, meta: dict) -> dict:
@@ -56,7 +57,7 @@ def feed(name: str, batch: list, runner, meta: dict) -> dict:
         ids = [vocab.encode(s) for s in batch]
         x = np.zeros((len(ids), max(map(len, ids))), dtype=np.int64)
         for i, row in enumerate(ids):
-            x[i, :len(row)] = row
+            x[i, : len(row)] = row
         lengths = np.array([len(r) for r in ids], dtype=np.int64)
     elif name == "ocr-lines":
         images, widths = pad_images(batch)
@@ -69,8 +70,9 @@ def feed(name: str, batch: list, runner, meta: dict) -> dict:
 
 def measure(name: str, folder: Path, inputs: list, refs: list[str], batch: int) -> dict:
     meta = json.loads((folder / "attnkit.json").read_text())
-    spec = importlib.util.spec_from_file_location(f"runner_{folder.name}",
-                                                  folder / "attnkit_runner.py")
+    spec = importlib.util.spec_from_file_location(
+        f"runner_{folder.name}", folder / "attnkit_runner.py"
+    )
     runner = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(runner)
     options = ort.SessionOptions()
@@ -78,21 +80,30 @@ def measure(name: str, folder: Path, inputs: list, refs: list[str], batch: int) 
     for key, value in meta.get("session_config", {}).items():
         options.add_session_config_entry(key, value)
     encoder = ort.InferenceSession(str(folder / meta["encoder"]["file"]), options)
-    step = ("decoder_step" in meta and
-            ort.InferenceSession(str(folder / meta["decoder_step"]["file"]), options)) or None
+    step = (
+        "decoder_step" in meta
+        and ort.InferenceSession(str(folder / meta["decoder_step"]["file"]), options)
+    ) or None
     vocab = runner.Vocab(meta["vocab"]["tgt"])
     outputs = []
     start = time.perf_counter()
     for i in range(0, len(inputs), batch):
-        x = feed(name, inputs[i:i + batch], runner, meta)
+        x = feed(name, inputs[i : i + batch], runner, meta)
         state = dict(zip([o.name for o in encoder.get_outputs()], encoder.run(None, x)))
         outputs += [vocab.decode(out[0]) for out in runner.decode(step, state, meta, x)]
     seconds = time.perf_counter() - start
-    size = sum((folder / f).stat().st_size for f in (
-        meta["encoder"]["file"], *([meta["decoder_step"]["file"]] if step else [])))
+    size = sum(
+        (folder / f).stat().st_size
+        for f in (meta["encoder"]["file"], *([meta["decoder_step"]["file"]] if step else []))
+    )
     metrics = score(("cer", "exact"), outputs, refs)
-    return {"model": name, "mib": round(size / 2**20, 2), "s": round(seconds, 2),
-            "ms_per_example": round(1000 * seconds / len(inputs), 1), **metrics}
+    return {
+        "model": name,
+        "mib": round(size / 2**20, 2),
+        "s": round(seconds, 2),
+        "ms_per_example": round(1000 * seconds / len(inputs), 1),
+        **metrics,
+    }
 
 
 def main(argv=None) -> int:
@@ -103,8 +114,7 @@ def main(argv=None) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     rows = []
-    print(harness.table_header(["model", "weights", "MiB", "ms / example", "CER %",
-                                "exact %"]))
+    print(harness.table_header(["model", "weights", "MiB", "ms / example", "CER %", "exact %"]))
     with tempfile.TemporaryDirectory() as tmp:
         for name in MODELS:
             if args.match and args.match not in name:
@@ -113,16 +123,38 @@ def main(argv=None) -> int:
             for weights in ("float32", "int8"):
                 folder = Path(tmp) / f"{name}-{weights}"
                 quantize = ["--quantize", "int8"] if weights == "int8" else []
-                assert attnkit(["export", "--checkpoint", f"builtin:{name}", "--out",
-                                str(folder), *quantize]) == 0
+                assert (
+                    attnkit(
+                        [
+                            "export",
+                            "--checkpoint",
+                            f"builtin:{name}",
+                            "--out",
+                            str(folder),
+                            *quantize,
+                        ]
+                    )
+                    == 0
+                )
                 row = {"weights": weights, **measure(name, folder, inputs, refs, args.batch)}
                 rows.append(row)
-                print(harness.table_row([name, weights, row["mib"], row["ms_per_example"],
-                                         f"{100 * row['cer']:.2f}",
-                                         f"{100 * row['exact']:.1f}"]), flush=True)
+                print(
+                    harness.table_row(
+                        [
+                            name,
+                            weights,
+                            row["mib"],
+                            row["ms_per_example"],
+                            f"{100 * row['cer']:.2f}",
+                            f"{100 * row['exact']:.1f}",
+                        ]
+                    ),
+                    flush=True,
+                )
     if args.json:
-        harness.write_json(args.json, rows, n=args.n, batch=args.batch,
-                           threads=torch.get_num_threads())
+        harness.write_json(
+            args.json, rows, n=args.n, batch=args.batch, threads=torch.get_num_threads()
+        )
     return 0
 
 

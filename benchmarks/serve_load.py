@@ -84,8 +84,9 @@ def _inputs(task: str, n: int, folder: Path) -> list[dict]:
     if task == "translate":
         from attnkit.data import generate_pairs
 
-        return [{"json": {"text": source}} for source, _ in
-                generate_pairs(n, split="test", seed=11)]
+        return [
+            {"json": {"text": source}} for source, _ in generate_pairs(n, split="test", seed=11)
+        ]
     from attnkit.data import write_wav
 
     if shutil.which("espeak-ng"):
@@ -99,16 +100,36 @@ def _inputs(task: str, n: int, folder: Path) -> list[dict]:
 
         t = torch.arange(16000) / 16000
         audio = [(0.3 * torch.sin(2 * torch.pi * (200 + 10 * i) * t), 16000) for i in range(n)]
-    paths = [write_wav(folder / f"u{i}.wav", samples, rate) for i, (samples, rate) in
-             enumerate(audio)]
+    paths = [
+        write_wav(folder / f"u{i}.wav", samples, rate) for i, (samples, rate) in enumerate(audio)
+    ]
     return [{"files": {"audio": (p.name, p.read_bytes(), "audio/wav")}} for p in paths]
 
 
 def _start(model: str, max_batch: int, max_wait_ms: float) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "attnkit", "serve", "--checkpoint", model, "--port", "0",
-         "--max-batch", str(max_batch), "--max-wait-ms", str(max_wait_ms), "--max-queue", "512",
-         "--timeout", "120"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "attnkit",
+            "serve",
+            "--checkpoint",
+            model,
+            "--port",
+            "0",
+            "--max-batch",
+            str(max_batch),
+            "--max-wait-ms",
+            str(max_wait_ms),
+            "--max-queue",
+            "512",
+            "--timeout",
+            "120",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for line in proc.stderr:
         found = re.search(r"running on (http://127\.0\.0\.1:\d+)", line)
         if found:
@@ -126,13 +147,15 @@ def _batches(url: str, path: str) -> tuple[float, float]:
     return total, count
 
 
-async def _level(url: str, path: str, inputs: list[dict], clients: int, requests: int,
-                 budget: float) -> dict:
+async def _level(
+    url: str, path: str, inputs: list[dict], clients: int, requests: int, budget: float
+) -> dict:
     latencies, statuses = [], Counter()
     sent = 0
     deadline = time.perf_counter() + budget
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, timeout=180, limits=limits) as client:
+
         async def one_client():
             nonlocal sent
             while sent < requests and time.perf_counter() < deadline:
@@ -151,10 +174,15 @@ async def _level(url: str, path: str, inputs: list[dict], clients: int, requests
         await asyncio.gather(*(one_client() for _ in range(clients)))
         seconds = time.perf_counter() - start
     ms = sorted(x * 1000 for x in latencies)
-    return {"clients": clients, "requests": sent, "statuses": dict(statuses),
-            "seconds": round(seconds, 3), "requests_per_s": round(len(ms) / seconds, 2),
-            "p50_ms": round(statistics.median(ms), 1) if ms else None,
-            "p99_ms": round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 1) if ms else None}
+    return {
+        "clients": clients,
+        "requests": sent,
+        "statuses": dict(statuses),
+        "seconds": round(seconds, 3),
+        "requests_per_s": round(len(ms) / seconds, 2),
+        "p50_ms": round(statistics.median(ms), 1) if ms else None,
+        "p99_ms": round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 1) if ms else None,
+    }
 
 
 def _wrk_script(url: str, path: str, inputs: list[dict], folder: Path) -> Path:
@@ -166,30 +194,58 @@ def _wrk_script(url: str, path: str, inputs: list[dict], folder: Path) -> Path:
         (bodies / f"{i}.body").write_bytes(request.read())
         (bodies / f"{i}.type").write_text(request.headers["content-type"])
     script = folder / "load.lua"
-    script.write_text(f"local COUNT, FOLDER, PATH = {len(inputs)}, {json.dumps(str(bodies))}, "
-                      f"{json.dumps(path)}\n" + WRK_SCRIPT)
+    script.write_text(
+        f"local COUNT, FOLDER, PATH = {len(inputs)}, {json.dumps(str(bodies))}, "
+        f"{json.dumps(path)}\n" + WRK_SCRIPT
+    )
     return script
 
 
 def _wrk_level(url: str, path: str, script: Path, clients: int, budget: float) -> dict:
     """:func:`_level` with wrk's clients, for ``budget`` seconds (wrk runs for a duration)."""
-    out = subprocess.run(["wrk", "-t1", f"-c{clients}", f"-d{max(1, round(budget))}s",
-                          "--timeout", "180s", "-s", str(script), url + path],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            "wrk",
+            "-t1",
+            f"-c{clients}",
+            f"-d{max(1, round(budget))}s",
+            "--timeout",
+            "180s",
+            "-s",
+            str(script),
+            url + path,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     counts = json.loads(out.strip().splitlines()[-1])
     failed = {k: counts[k] for k in ("connect", "read", "write", "timeout") if counts[k]}
     statuses = {200: counts["requests"] - counts["status"]}
     if counts["status"]:
         statuses["not 2xx"] = counts["status"]
     seconds = counts["us"] / 1e6
-    return {"clients": clients, "requests": counts["requests"], "statuses": {**statuses, **failed},
-            "seconds": round(seconds, 3),
-            "requests_per_s": round(counts["requests"] / seconds, 2),
-            "p50_ms": round(counts["p50"] / 1000, 1), "p99_ms": round(counts["p99"] / 1000, 1)}
+    return {
+        "clients": clients,
+        "requests": counts["requests"],
+        "statuses": {**statuses, **failed},
+        "seconds": round(seconds, 3),
+        "requests_per_s": round(counts["requests"] / seconds, 2),
+        "p50_ms": round(counts["p50"] / 1000, 1),
+        "p99_ms": round(counts["p99"] / 1000, 1),
+    }
 
 
-def measure(model: str, *, clients=CLIENTS, requests: int = 1024, budget: float = 60.0,
-            max_batch: int = 32, max_wait_ms: float = 10.0, client: str = "httpx") -> list[dict]:
+def measure(
+    model: str,
+    *,
+    clients=CLIENTS,
+    requests: int = 1024,
+    budget: float = 60.0,
+    max_batch: int = 32,
+    max_wait_ms: float = 10.0,
+    client: str = "httpx",
+) -> list[dict]:
     """The rows of one model (see the module's docstring)."""
     task = _task(model)
     if task not in ("translate", "asr"):
@@ -208,14 +264,18 @@ def measure(model: str, *, clients=CLIENTS, requests: int = 1024, budget: float 
                 if client == "wrk":
                     row = _wrk_level(url, path, script, n, budget)
                 else:
-                    row = asyncio.run(_level(url, path, inputs, n,
-                                             min(requests, max(32, 8 * n)), budget))
+                    row = asyncio.run(
+                        _level(url, path, inputs, n, min(requests, max(32, 8 * n)), budget)
+                    )
                 total2, count2 = _batches(url, path)
                 row["mean_batch"] = round((total2 - total) / max(count2 - count, 1), 2)
                 rows.append({"model": model, **row})
-                print(f"{model:26s} {n:4d} clients: {row['requests_per_s']:7.2f} req/s, p50 "
-                      f"{row['p50_ms']} ms, p99 {row['p99_ms']} ms, batch "
-                      f"{row['mean_batch']}, {row['statuses']}", flush=True)
+                print(
+                    f"{model:26s} {n:4d} clients: {row['requests_per_s']:7.2f} req/s, p50 "
+                    f"{row['p50_ms']} ms, p99 {row['p99_ms']} ms, batch "
+                    f"{row['mean_batch']}, {row['statuses']}",
+                    flush=True,
+                )
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
@@ -223,19 +283,33 @@ def measure(model: str, *, clients=CLIENTS, requests: int = 1024, budget: float 
 
 
 def main(argv=None) -> int:
-    p = harness.parser(__doc__.split("\n\n")[0], time_budget=60.0,
-                       time_budget_help="seconds per level of clients at most")
-    p.add_argument("--requests", type=int, default=1024,
-                   help="requests per level at most (else 8 per client, at least 32; "
-                   "default 1024)")
-    p.add_argument("--models", default=",".join(MODELS),
-                   help="checkpoints or ONNX export folders, comma-separated (default "
-                   f"{','.join(MODELS)})")
-    p.add_argument("--clients", default=",".join(map(str, CLIENTS)),
-                   help="levels of concurrent clients (default 1,8,32,128)")
-    p.add_argument("--client", choices=("wrk", "httpx"),
-                   default="wrk" if shutil.which("wrk") else "httpx",
-                   help="whose clients send the requests (default: wrk where installed)")
+    p = harness.parser(
+        __doc__.split("\n\n")[0],
+        time_budget=60.0,
+        time_budget_help="seconds per level of clients at most",
+    )
+    p.add_argument(
+        "--requests",
+        type=int,
+        default=1024,
+        help="requests per level at most (else 8 per client, at least 32; default 1024)",
+    )
+    p.add_argument(
+        "--models",
+        default=",".join(MODELS),
+        help=f"checkpoints or ONNX export folders, comma-separated (default {','.join(MODELS)})",
+    )
+    p.add_argument(
+        "--clients",
+        default=",".join(map(str, CLIENTS)),
+        help="levels of concurrent clients (default 1,8,32,128)",
+    )
+    p.add_argument(
+        "--client",
+        choices=("wrk", "httpx"),
+        default="wrk" if shutil.which("wrk") else "httpx",
+        help="whose clients send the requests (default: wrk where installed)",
+    )
     p.add_argument("--max-batch", type=int, default=32)
     p.add_argument("--max-wait-ms", type=float, default=10.0)
     args = p.parse_args(argv)
@@ -246,17 +320,43 @@ def main(argv=None) -> int:
     for model in args.models.split(","):
         if args.match and args.match not in model:
             continue
-        rows += measure(model, clients=clients, requests=args.requests,
-                        budget=args.time_budget, max_batch=args.max_batch,
-                        max_wait_ms=args.max_wait_ms, client=args.client)
-    print(harness.table_header(["model", "clients", "req/s", "p50 ms", "p99 ms",
-                                "mean batch", "statuses"]))
+        rows += measure(
+            model,
+            clients=clients,
+            requests=args.requests,
+            budget=args.time_budget,
+            max_batch=args.max_batch,
+            max_wait_ms=args.max_wait_ms,
+            client=args.client,
+        )
+    print(
+        harness.table_header(
+            ["model", "clients", "req/s", "p50 ms", "p99 ms", "mean batch", "statuses"]
+        )
+    )
     for r in rows:
-        print(harness.table_row([r["model"], r["clients"], r["requests_per_s"], r["p50_ms"],
-                                 r["p99_ms"], r["mean_batch"], r["statuses"]]))
+        print(
+            harness.table_row(
+                [
+                    r["model"],
+                    r["clients"],
+                    r["requests_per_s"],
+                    r["p50_ms"],
+                    r["p99_ms"],
+                    r["mean_batch"],
+                    r["statuses"],
+                ]
+            )
+        )
     if args.json:
-        harness.write_json(args.json, rows, client=args.client, max_batch=args.max_batch,
-                           max_wait_ms=args.max_wait_ms, requests=args.requests)
+        harness.write_json(
+            args.json,
+            rows,
+            client=args.client,
+            max_batch=args.max_batch,
+            max_wait_ms=args.max_wait_ms,
+            requests=args.requests,
+        )
     return 0
 
 

@@ -43,14 +43,13 @@ from pathlib import Path
 import torch
 
 from attnkit.attention.monotonic import expected_alignment
-from attnkit.tasks.loading import load_evaluator
 from attnkit.data import log_mel, pad_features, plan_utterances, utterances_audio
 from attnkit.data.audio.features import HOP_S, WINDOW_S
 from attnkit.data.worlds.speech import KINDS
 from attnkit.decoding import Decoding
 from attnkit.tasks.asr import metrics, transcribe_stream
+from attnkit.tasks.loading import load_evaluator
 from attnkit.tokens import BOS, EOS, PAD
-
 from benchmarks import harness
 
 SPEECH_DB = 40.0  # frames this far below the loudest one count as silence
@@ -79,8 +78,12 @@ def summary(values: list[float], scale: float = 1.0) -> dict | None:
     if not values:
         return None
     values = [scale * v for v in values]
-    return {"mean": statistics.fmean(values), "median": statistics.median(values),
-            "p95": percentile(values, 0.95), "max": max(values)}
+    return {
+        "mean": statistics.fmean(values),
+        "median": statistics.median(values),
+        "p95": percentile(values, 0.95),
+        "max": max(values),
+    }
 
 
 def pair(stats: dict | None, first: str, second: str, digits: int) -> str:
@@ -101,19 +104,27 @@ def common_prefix(a: str, b: str) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def stream_row(chunk_ms: float, streamed: list[list], offline: list[str],
-               references: list[str], speech_end: list[float]) -> dict:
+def stream_row(
+    chunk_ms: float,
+    streamed: list[list],
+    offline: list[str],
+    references: list[str],
+    speech_end: list[float],
+) -> dict:
     """The figures of one chunk size over the utterances streamed (``streamed[i]``: the
     chunks of utterance ``i``, whose speech ends at ``speech_end[i]`` seconds)."""
     n = len(streamed)
     texts = ["".join(c.text for c in chunks) for chunks in streamed]
     per_chunk = [c for chunks in streamed for c in chunks]
     audio_s = sum(chunks[-1].end_s for chunks in streamed)
-    row = {"chunk_ms": chunk_ms, "utterances": n,
-           "cer_offline": metrics(offline[:n], references[:n])["cer"],
-           "cer_streaming": metrics(texts, references[:n])["cer"],
-           "equal_to_offline": sum(t == o for t, o in zip(texts, offline)),
-           "chunks": len(per_chunk)}
+    row = {
+        "chunk_ms": chunk_ms,
+        "utterances": n,
+        "cer_offline": metrics(offline[:n], references[:n])["cer"],
+        "cer_streaming": metrics(texts, references[:n])["cer"],
+        "equal_to_offline": sum(t == o for t, o in zip(texts, offline)),
+        "chunks": len(per_chunk),
+    }
     for clock, key in (("wall", "compute_s"), ("cpu", "cpu_s")):
         seconds = [getattr(c, key) for c in per_chunk]
         row[f"{clock}_ms_per_chunk"] = summary(seconds, 1000)
@@ -121,10 +132,13 @@ def stream_row(chunk_ms: float, streamed: list[list], offline: list[str],
         delays, right, final, last = [], [], [], []
         for chunks, end, text, reference in zip(streamed, speech_end, texts, references):
             printed = emission_times(chunks, clock)
-            each = [None if heard is None else at - heard
-                    for c, at in zip(chunks, printed) for heard in c.heard_s]  # per character
+            each = [
+                None if heard is None else at - heard
+                for c, at in zip(chunks, printed)
+                for heard in c.heard_s
+            ]  # per character
             delays += [d for d in each if d is not None]
-            right += [d for d in each[:common_prefix(text, reference)] if d is not None]
+            right += [d for d in each[: common_prefix(text, reference)] if d is not None]
             final.append(printed[-1] - chunks[-1].end_s)
             last += [at - end for c, at in zip(chunks, printed) if c.text][-1:]
         row[f"{clock}_char_delay_ms"] = summary(delays, 1000)
@@ -134,13 +148,13 @@ def stream_row(chunk_ms: float, streamed: list[list], offline: list[str],
     chars = sum(len(c.heard_s) for c in per_chunk)
     early = sum(len(c.heard_s) for chunks in streamed for c in chunks[:-1])
     row["chars_before_audio_end"] = early / max(chars, 1)
-    row["chars_without_stop"] = (sum(h is None for c in per_chunk for h in c.heard_s)
-                                 / max(chars, 1))
+    row["chars_without_stop"] = sum(h is None for c in per_chunk for h in c.heard_s) / max(chars, 1)
     return row
 
 
-def stop_records(energy: torch.Tensor, alpha: torch.Tensor, hard: torch.Tensor,
-                 steps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def stop_records(
+    energy: torch.Tensor, alpha: torch.Tensor, hard: torch.Tensor, steps: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per output step, where the expected alignment ``alpha`` peaks, how saturated the stop
     probability ``p = sigmoid(energy)`` is and whether hard decoding stops there.
 
@@ -160,8 +174,11 @@ def stop_records(energy: torch.Tensor, alpha: torch.Tensor, hard: torch.Tensor,
     peak = alpha.argmax(-1)  # (B, U)
     before = torch.cat([torch.zeros_like(peak[:, :1]), peak[:, :-1]], 1)  # the previous peak
     moved = steps & (peak > before)
-    return (p.gather(2, peak[..., None])[..., 0][steps],
-            p.gather(2, before[..., None])[..., 0][moved] >= 0.5, (hard == peak)[steps])
+    return (
+        p.gather(2, peak[..., None])[..., 0][steps],
+        p.gather(2, before[..., None])[..., 0][moved] >= 0.5,
+        (hard == peak)[steps],
+    )
 
 
 def stop_figures(at_peak: torch.Tensor, again: torch.Tensor, at_stop: torch.Tensor) -> dict:
@@ -170,17 +187,20 @@ def stop_figures(at_peak: torch.Tensor, again: torch.Tensor, at_stop: torch.Tens
     moving steps a hard scan would stop again at the previous peak, and of steps whose hard
     stop is the peak."""
     q = torch.tensor([0.05, 0.25, 0.5, 0.75, 0.95], dtype=at_peak.dtype)
-    return {"steps": len(at_peak), "p_at_peak": [round(x, 3) for x in at_peak.quantile(q).tolist()],
-            "peak_p_between_0.1_and_0.9": float(((at_peak > 0.1) & (at_peak < 0.9))
-                                                .double().mean()),
-            "moved_steps": len(again),
-            "stops_again": float(again.double().mean()) if len(again) else 0.0,
-            "hard_stop_at_peak": float(at_stop.double().mean())}
+    return {
+        "steps": len(at_peak),
+        "p_at_peak": [round(x, 3) for x in at_peak.quantile(q).tolist()],
+        "peak_p_between_0.1_and_0.9": float(((at_peak > 0.1) & (at_peak < 0.9)).double().mean()),
+        "moved_steps": len(again),
+        "stops_again": float(again.double().mean()) if len(again) else 0.0,
+        "hard_stop_at_peak": float(at_stop.double().mean()),
+    }
 
 
 @torch.no_grad()
-def alignment_stats(model, vocab, features: list[torch.Tensor], references: list[str], *,
-                    batch_size: int = 50) -> dict:
+def alignment_stats(
+    model, vocab, features: list[torch.Tensor], references: list[str], *, batch_size: int = 50
+) -> dict:
     """:func:`stop_figures` of a monotonic or MoChA LAS ``model`` (in eval mode)
     teacher-forced on ``references``: the energies its expected (soft) pass computes (recorded
     by wrapping its attention's ``monotonic_energies``; no noise in eval mode), the expected
@@ -216,8 +236,14 @@ def alignment_stats(model, vocab, features: list[torch.Tensor], references: list
                 alphas.append(state)
             reached = weights > 0
             last = weights.shape[-1] - 1 - reached.flip(-1).to(torch.int8).argmax(-1)  # (B, U)
-            records.append(stop_records(energy, torch.stack(alphas, 1),
-                                        torch.where(reached.any(-1), last, -1), tgt[:, 1:] != PAD))
+            records.append(
+                stop_records(
+                    energy,
+                    torch.stack(alphas, 1),
+                    torch.where(reached.any(-1), last, -1),
+                    tgt[:, 1:] != PAD,
+                )
+            )
     finally:
         del attention.monotonic_energies  # the method again
         attention.inference = inference
@@ -225,17 +251,27 @@ def alignment_stats(model, vocab, features: list[torch.Tensor], references: list
 
 
 def main() -> int:
-    p = harness.parser("Streaming transcription: CER offline vs streaming, compute per chunk "
-                       "and emission delay on the built-in validation speech.",
-                       time_budget=900.0, json_path=None,
-                       time_budget_help="seconds for the streaming passes, all chunk sizes")
+    p = harness.parser(
+        "Streaming transcription: CER offline vs streaming, compute per chunk "
+        "and emission delay on the built-in validation speech.",
+        time_budget=900.0,
+        json_path=None,
+        time_budget_help="seconds for the streaming passes, all chunk sizes",
+    )
     p.add_argument("--checkpoint", type=Path, required=True, help="a streaming asr checkpoint")
     p.add_argument("--n", type=int, default=200, help="validation utterances (default 200)")
-    p.add_argument("--kinds", default="digits", help="built-in kinds, comma-separated (default "
-                   "digits; the ones the checkpoint was trained and validated on)")
+    p.add_argument(
+        "--kinds",
+        default="digits",
+        help="built-in kinds, comma-separated (default "
+        "digits; the ones the checkpoint was trained and validated on)",
+    )
     p.add_argument("--seed", type=int, default=0, help="the data seed training used (default 0)")
-    p.add_argument("--chunk-ms", default="80,200,400",
-                   help="chunk sizes in ms, comma-separated (default 80,200,400)")
+    p.add_argument(
+        "--chunk-ms",
+        default="80,200,400",
+        help="chunk sizes in ms, comma-separated (default 80,200,400)",
+    )
     args = p.parse_args()
     torch.set_num_threads(args.threads or 1)
     kinds = tuple(args.kinds.split(","))
@@ -263,47 +299,81 @@ def main() -> int:
         if time.perf_counter() > deadline:
             break
         for ms in sizes:
-            streamed[ms].append(list(transcribe_stream(evaluator.model, evaluator.char_vocab,
-                                                       samples, chunk_ms=ms)))
+            streamed[ms].append(
+                list(transcribe_stream(evaluator.model, evaluator.char_vocab, samples, chunk_ms=ms))
+            )
     rows = [stream_row(ms, streamed[ms], offline, references, speech_end) for ms in sizes]
 
-    print(f"{args.checkpoint}: {len(audio)} validation utterances ({', '.join(kinds)}), "
-          f"offline greedy CER {metrics(offline, references)['cer']:.4f} (hard), "
-          f"{metrics(soft, references)['cer']:.4f} (soft: expected alignment, not streamable)")
-    print(f"teacher-forced, {stops['steps']} steps: p at the expected alignment's peak "
-          f"(5/25/50/75/95%) {stops['p_at_peak']}, between 0.1 and 0.9: "
-          f"{100 * stops['peak_p_between_0.1_and_0.9']:.1f}%; hard stop at the peak: "
-          f"{100 * stops['hard_stop_at_peak']:.1f}%; p >= 0.5 at the previous peak (the hard "
-          f"scan stops again): {100 * stops['stops_again']:.1f}% of {stops['moved_steps']} "
-          "steps that move on")
-    print(harness.table_header(["chunk", "utterances", "CER offline / streaming",
-                                "= offline", "CPU ms per chunk (mean / p95)",
-                                "wall ms per chunk (mean / p95)",
-                                "char delay CPU, ms (median / p95)",
-                                "char delay wall, ms (median / p95)",
-                                "correct prefix: char delay CPU, ms (median / p95)",
-                                "final delay, ms (CPU / wall)",
-                                "last char after speech end, ms (CPU median / p95)",
-                                "printed before the end"]))
+    print(
+        f"{args.checkpoint}: {len(audio)} validation utterances ({', '.join(kinds)}), "
+        f"offline greedy CER {metrics(offline, references)['cer']:.4f} (hard), "
+        f"{metrics(soft, references)['cer']:.4f} (soft: expected alignment, not streamable)"
+    )
+    print(
+        f"teacher-forced, {stops['steps']} steps: p at the expected alignment's peak "
+        f"(5/25/50/75/95%) {stops['p_at_peak']}, between 0.1 and 0.9: "
+        f"{100 * stops['peak_p_between_0.1_and_0.9']:.1f}%; hard stop at the peak: "
+        f"{100 * stops['hard_stop_at_peak']:.1f}%; p >= 0.5 at the previous peak (the hard "
+        f"scan stops again): {100 * stops['stops_again']:.1f}% of {stops['moved_steps']} "
+        "steps that move on"
+    )
+    print(
+        harness.table_header(
+            [
+                "chunk",
+                "utterances",
+                "CER offline / streaming",
+                "= offline",
+                "CPU ms per chunk (mean / p95)",
+                "wall ms per chunk (mean / p95)",
+                "char delay CPU, ms (median / p95)",
+                "char delay wall, ms (median / p95)",
+                "correct prefix: char delay CPU, ms (median / p95)",
+                "final delay, ms (CPU / wall)",
+                "last char after speech end, ms (CPU median / p95)",
+                "printed before the end",
+            ]
+        )
+    )
     for r in rows:
-        print(harness.table_row([
-            f"{r['chunk_ms']:g} ms", r["utterances"],
-            f"{100 * r['cer_offline']:.2f}% / {100 * r['cer_streaming']:.2f}%",
-            f"{r['equal_to_offline']}/{r['utterances']}",
-            pair(r["cpu_ms_per_chunk"], "mean", "p95", 1),
-            pair(r["wall_ms_per_chunk"], "mean", "p95", 1),
-            pair(r["cpu_char_delay_ms"], "median", "p95", 0),
-            pair(r["wall_char_delay_ms"], "median", "p95", 0),
-            pair(r["cpu_char_delay_correct_prefix_ms"], "median", "p95", 0),
-            pair({"cpu": r["cpu_final_delay_ms"]["mean"],
-                  "wall": r["wall_final_delay_ms"]["mean"]}, "cpu", "wall", 0),
-            pair(r["cpu_last_char_after_speech_ms"], "median", "p95", 0),
-            f"{100 * r['chars_before_audio_end']:.0f}%"]))
+        print(
+            harness.table_row(
+                [
+                    f"{r['chunk_ms']:g} ms",
+                    r["utterances"],
+                    f"{100 * r['cer_offline']:.2f}% / {100 * r['cer_streaming']:.2f}%",
+                    f"{r['equal_to_offline']}/{r['utterances']}",
+                    pair(r["cpu_ms_per_chunk"], "mean", "p95", 1),
+                    pair(r["wall_ms_per_chunk"], "mean", "p95", 1),
+                    pair(r["cpu_char_delay_ms"], "median", "p95", 0),
+                    pair(r["wall_char_delay_ms"], "median", "p95", 0),
+                    pair(r["cpu_char_delay_correct_prefix_ms"], "median", "p95", 0),
+                    pair(
+                        {
+                            "cpu": r["cpu_final_delay_ms"]["mean"],
+                            "wall": r["wall_final_delay_ms"]["mean"],
+                        },
+                        "cpu",
+                        "wall",
+                        0,
+                    ),
+                    pair(r["cpu_last_char_after_speech_ms"], "median", "p95", 0),
+                    f"{100 * r['chars_before_audio_end']:.0f}%",
+                ]
+            )
+        )
     if args.json:
-        harness.write_json(args.json, rows, checkpoint=str(args.checkpoint), n=len(audio),
-                           kinds=list(kinds), cer_offline=metrics(offline, references)["cer"],
-                           cer_soft=metrics(soft, references)["cer"], stops=stops,
-                           load_average=list(os.getloadavg()))
+        harness.write_json(
+            args.json,
+            rows,
+            checkpoint=str(args.checkpoint),
+            n=len(audio),
+            kinds=list(kinds),
+            cer_offline=metrics(offline, references)["cer"],
+            cer_soft=metrics(soft, references)["cer"],
+            stops=stops,
+            load_average=list(os.getloadavg()),
+        )
     print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0
 

@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.models import CRNN, LAS, Seq2Seq
-
 from benchmarks import harness
 
 TASKS = ("translate", "asr", "ocr")
@@ -42,16 +41,25 @@ def _loss_of(task: str, gen: torch.Generator):
         src = torch.randint(4, 60, (b, s), generator=gen) * (torch.arange(s) < src_len[:, None])
         tgt = torch.randint(4, 15, (b, t + 1), generator=gen)
         return model, lambda: F.cross_entropy(
-            model(src, src_len, tgt[:, :-1])[0].flatten(0, 1), tgt[:, 1:].flatten())
+            model(src, src_len, tgt[:, :-1])[0].flatten(0, 1), tgt[:, 1:].flatten()
+        )
     if task == "asr":  # `attnkit train asr` defaults; digits/numbers utterance lengths
-        model = LAS(30, features=80, listener_hidden=128, hidden=256, emb=64, key_value_dim=128,
-                    score="location")
+        model = LAS(
+            30,
+            features=80,
+            listener_hidden=128,
+            hidden=256,
+            emb=64,
+            key_value_dim=128,
+            score="location",
+        )
         b, frames, u = 32, 200, 20
         lengths = _lengths(gen, b, frames)
         features = torch.randn(b, frames, 80, generator=gen)
         tgt = torch.randint(4, 30, (b, u + 1), generator=gen)
         return model, lambda: F.cross_entropy(
-            model(features, lengths, tgt[:, :-1])[0].flatten(0, 1), tgt[:, 1:].flatten())
+            model(features, lengths, tgt[:, :-1])[0].flatten(0, 1), tgt[:, 1:].flatten()
+        )
     model = CRNN(100, hidden=128, attention="window", window=32)  # `attnkit train ocr` defaults
     b, w = 32, 600
     widths, images = _lengths(gen, b, w), torch.rand(b, 1, 32, w, generator=gen)
@@ -61,6 +69,7 @@ def _loss_of(task: str, gen: torch.Generator):
     def ctc():
         log_probs, steps = model(images, widths)  # (B, T, V), (B,)
         return F.ctc_loss(log_probs.transpose(0, 1), targets, steps, chars, zero_infinity=True)
+
     return model, ctc
 
 
@@ -78,10 +87,14 @@ def step_cpu_time(task: str, reps: int, precision: str = "fp32") -> dict:
         loss.backward()
         opt.step()
 
-    timing = harness.timed(step, reps=reps, time_budget=math.inf, warmup=2, memory=False,
-                           clock=time.process_time)
-    return {"step_cpu_s": min(timing.times), "times": timing.times,
-            "threads": torch.get_num_threads()}
+    timing = harness.timed(
+        step, reps=reps, time_budget=math.inf, warmup=2, memory=False, clock=time.process_time
+    )
+    return {
+        "step_cpu_s": min(timing.times),
+        "times": timing.times,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def main(argv=None) -> int:
@@ -91,12 +104,18 @@ def main(argv=None) -> int:
     rows = []
     print(harness.table_header(["task", "step CPU s (min)", "threads"]))
     for i in harness.select(list(TASKS), args.match):
-        out = harness.run(step_cpu_time, {"task": TASKS[i], "reps": args.reps,
-                                                "precision": args.precision},
-                          time_budget=args.time_budget, threads=args.threads)
+        out = harness.run(
+            step_cpu_time,
+            {"task": TASKS[i], "reps": args.reps, "precision": args.precision},
+            time_budget=args.time_budget,
+            threads=args.threads,
+        )
         rows.append({"task": TASKS[i], **out})
-        cells = ([f"{out['step_cpu_s']:.4f}", out["threads"]] if out["status"] == "ok"
-                 else [out["status"], out.get("note", "")])
+        cells = (
+            [f"{out['step_cpu_s']:.4f}", out["threads"]]
+            if out["status"] == "ok"
+            else [out["status"], out.get("note", "")]
+        )
         print(harness.table_row([TASKS[i], *cells]))
     if args.json:
         harness.write_json(args.json, rows, reps=args.reps, precision=args.precision)

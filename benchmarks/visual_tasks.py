@@ -39,7 +39,6 @@ from attnkit.tasks.caption import CaptionEvaluator, CaptionTask, caption_example
 from attnkit.tasks.evaluator import score_examples
 from attnkit.tasks.vqa import VqaEvaluator, VqaTask, question_examples
 from attnkit.train import TrainConfig, Trainer
-
 from benchmarks import harness
 
 GRID = dict(image_size=64, channels=[32, 64, 128])
@@ -56,9 +55,17 @@ SPLITS = ("test", "heldout")
 CAPTION_BEAM = Decoding(beam=5)  # attnkit caption's default
 
 
-def train_and_score(name: str, n_train: int, n_valid: int, n_test: int, time_budget: float,
-                    out: str, eval_every: int | None = None, precision: str = "fp32",
-                    lr: float = 1e-3) -> dict:
+def train_and_score(
+    name: str,
+    n_train: int,
+    n_valid: int,
+    n_test: int,
+    time_budget: float,
+    out: str,
+    eval_every: int | None = None,
+    precision: str = "fp32",
+    lr: float = 1e-3,
+) -> dict:
     """Train run ``name`` for ``time_budget`` seconds (validating every ``eval_every`` steps:
     the row's ``curve``; None: never) in ``precision`` at learning rate ``lr``, then score it
     on each of :data:`SPLITS`."""
@@ -67,25 +74,49 @@ def train_and_score(name: str, n_train: int, n_valid: int, n_test: int, time_bud
     train = generate_scenes(n_train, split="train", size=GRID["image_size"])
     valid = generate_scenes(n_valid, split="valid", size=GRID["image_size"])
     if task_name == "caption":
-        task = CaptionTask(train, valid, model_config={**GRID, **model, "dropout": 0.1},
-                           batch_size=32, **options)
+        task = CaptionTask(
+            train, valid, model_config={**GRID, **model, "dropout": 0.1}, batch_size=32, **options
+        )
     else:
-        task = VqaTask(question_set(train), question_set(valid), answers=ANSWERS,
-                       model_config={**GRID, **model, "dropout": 0.1}, batch_size=64)
+        task = VqaTask(
+            question_set(train),
+            question_set(valid),
+            answers=ANSWERS,
+            model_config={**GRID, **model, "dropout": 0.1},
+            batch_size=64,
+        )
     net = task.build_model()
-    cfg = TrainConfig(max_steps=10**7, lr=lr, precision=precision, warmup_steps=100, eval_every=eval_every or 10**7,
-                      checkpoint_every=10**7, time_budget_s=time_budget, progress=False,
-                      metric="bleu" if task_name == "caption" else "accuracy")
+    cfg = TrainConfig(
+        max_steps=10**7,
+        lr=lr,
+        precision=precision,
+        warmup_steps=100,
+        eval_every=eval_every or 10**7,
+        checkpoint_every=10**7,
+        time_budget_s=time_budget,
+        progress=False,
+        metric="bleu" if task_name == "caption" else "accuracy",
+    )
     result = Trainer(net, task, cfg, Path(out) / name).fit()
-    row = {"name": name, "task": task_name, "steps": result.step, "curve": result.history,
-           "parameters": sum(p.numel() for p in net.parameters()), "precision": precision,
-           "lr": lr}
+    row = {
+        "name": name,
+        "task": task_name,
+        "steps": result.step,
+        "curve": result.history,
+        "parameters": sum(p.numel() for p in net.parameters()),
+        "precision": precision,
+        "lr": lr,
+    }
     evaluator = (CaptionEvaluator if task_name == "caption" else VqaEvaluator)(
-        net, task.config(), task.vocab())
+        net, task.config(), task.vocab()
+    )
     for split in SPLITS:
         scenes = generate_scenes(n_test, split=split, size=GRID["image_size"])
-        examples = (caption_examples(scenes, split) if task_name == "caption" else
-                    question_examples(*question_set(scenes, split)))
+        examples = (
+            caption_examples(scenes, split)
+            if task_name == "caption"
+            else question_examples(*question_set(scenes, split))
+        )
         result = score_examples(evaluator, examples, weights=True)
         drawn = result.outputs[0].draw(Path(out) / f"{name}_{split}.png")
         row[split] = {**result.metrics, "picture": None if drawn is None else str(drawn)}
@@ -100,57 +131,122 @@ def _cell(row: dict, split: str, key: str, scale: float = 1.0) -> str:
 
 
 def main(argv=None) -> int:
-    p = harness.parser(__doc__.splitlines()[0], time_budget=600.0,
-                       time_budget_help="training seconds per model")
+    p = harness.parser(
+        __doc__.splitlines()[0], time_budget=600.0, time_budget_help="training seconds per model"
+    )
     p.add_argument("--n-train", type=int, default=10000, help="training scenes")
     p.add_argument("--n-valid", type=int, default=300, help="validation scenes")
     p.add_argument("--n-test", type=int, default=1000, help="scenes per scored split")
-    p.add_argument("--eval-every", type=int, help="validate every N steps (the JSON rows' "
-                   "curve; default: never), on the --n-valid scenes, inside the time budget")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                   help="training precision (bf16: autocast, as `attnkit train --precision`)")
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        help="validate every N steps (the JSON rows' "
+        "curve; default: never), on the --n-valid scenes, inside the time budget",
+    )
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="training precision (bf16: autocast, as `attnkit train --precision`)",
+    )
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
-    p.add_argument("--out", type=Path, default=Path("/tmp/attnkit-visual-tasks"),
-                   help="run folders and pictures")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("/tmp/attnkit-visual-tasks"),
+        help="run folders and pictures",
+    )
     args = p.parse_args(argv)
     rows = []
     # --match NAME: that run alone when NAME is one (caption-soft is part of caption-soft-no-ds)
-    names = [args.match] if args.match in RUNS else [
-        name for name in RUNS if args.match is None or args.match in name]
+    names = (
+        [args.match]
+        if args.match in RUNS
+        else [name for name in RUNS if args.match is None or args.match in name]
+    )
     for name in names:
-        row = harness.run(train_and_score, {
-            "name": name, "n_train": args.n_train, "n_valid": args.n_valid,
-            "n_test": args.n_test, "time_budget": args.time_budget, "out": str(args.out),
-            "eval_every": args.eval_every, "precision": args.precision, "lr": args.lr},
-            time_budget=None, threads=args.threads)
+        row = harness.run(
+            train_and_score,
+            {
+                "name": name,
+                "n_train": args.n_train,
+                "n_valid": args.n_valid,
+                "n_test": args.n_test,
+                "time_budget": args.time_budget,
+                "out": str(args.out),
+                "eval_every": args.eval_every,
+                "precision": args.precision,
+                "lr": args.lr,
+            },
+            time_budget=None,
+            threads=args.threads,
+        )
         if row["status"] != "ok":
             raise SystemExit(f"visual_tasks: {name}: {row['status']}: {row['note']}")
         rows.append(row)
     captions = [r for r in rows if r["task"] == "caption"]
     if captions:
-        print(harness.table_header(["model", "decoding", "steps", *(
-            f"{s} {m}" for s in SPLITS for m in (
-                "BLEU-4", "true captions %", "attention on object %"))]))
+        print(
+            harness.table_header(
+                [
+                    "model",
+                    "decoding",
+                    "steps",
+                    *(
+                        f"{s} {m}"
+                        for s in SPLITS
+                        for m in ("BLEU-4", "true captions %", "attention on object %")
+                    ),
+                ]
+            )
+        )
         for r in captions:
             for decoding, suffix in (("greedy", ""), ("beam 5", "_beam5")):
-                print(harness.table_row([r["name"], decoding, r["steps"], *(
-                    cell for s in SPLITS for cell in (
-                        _cell(r, s + suffix, "bleu"),
-                        _cell(r, s + suffix, "true_captions", 100),
-                        _cell(r, s + suffix, "attention_on_object", 100)))]))
+                print(
+                    harness.table_row(
+                        [
+                            r["name"],
+                            decoding,
+                            r["steps"],
+                            *(
+                                cell
+                                for s in SPLITS
+                                for cell in (
+                                    _cell(r, s + suffix, "bleu"),
+                                    _cell(r, s + suffix, "true_captions", 100),
+                                    _cell(r, s + suffix, "attention_on_object", 100),
+                                )
+                            ),
+                        ]
+                    )
+                )
     answers = [r for r in rows if r["task"] == "vqa"]
     if answers:
         print()
-        print(harness.table_header(["question type (accuracy %)", *(
-            f"{r['name']} {s}" for s in SPLITS for r in answers)]))
+        print(
+            harness.table_header(
+                [
+                    "question type (accuracy %)",
+                    *(f"{r['name']} {s}" for s in SPLITS for r in answers),
+                ]
+            )
+        )
         for kind in (*QUESTION_TYPES, "non_relational", "relational", None):
             key = f"accuracy_{kind}" if kind else "accuracy"
-            print(harness.table_row([kind or "all", *(_cell(r, s, key, 100) for s in SPLITS
-                                                      for r in answers)]))
+            print(
+                harness.table_row(
+                    [kind or "all", *(_cell(r, s, key, 100) for s in SPLITS for r in answers)]
+                )
+            )
         print(harness.table_row(["steps", *(r["steps"] for _ in SPLITS for r in answers)]))
     if args.json:
-        harness.write_json(args.json, rows, time_budget_s=args.time_budget,
-                           n_train=args.n_train, n_test=args.n_test)
+        harness.write_json(
+            args.json,
+            rows,
+            time_budget_s=args.time_budget,
+            n_train=args.n_train,
+            n_test=args.n_test,
+        )
     return 0
 
 

@@ -7,20 +7,32 @@ import pytest
 
 def chromium():
     """A headless Chromium driven by selenium; skips the test where either is missing."""
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed "
-                                    "(pip install selenium)")
+    webdriver = pytest.importorskip(
+        "selenium.webdriver", reason="selenium is not installed (pip install selenium)"
+    )
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if not (chromium and driver):
-        pytest.skip("headless Chromium is not installed (apt-get install chromium "
-                    "chromium-driver; `make install` does it as root)")
+        pytest.skip(
+            "headless Chromium is not installed (apt-get install chromium "
+            "chromium-driver; `make install` does it as root)"
+        )
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1280,1600", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--no-first-run"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1600",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+    ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     from selenium.webdriver.chrome.service import Service
+
     return webdriver.Chrome(options=options, service=Service(driver))
 
 
@@ -36,9 +48,12 @@ def hover_heatmap(browser, x: int, y: int) -> str:
     the centre of an element's part in view, which is its own centre only when all of it is in
     view."""
     from selenium.webdriver.common.action_chains import ActionChains
+
     canvas = browser.find_element("id", "heatmap")
-    browser.execute_script("arguments[0].scrollIntoView({block: 'center', inline: 'center'})",
-                           canvas)
+    browser.execute_script(
+        "arguments[0].scrollIntoView({block: 'center', inline: 'center'})", canvas
+    )
     ActionChains(browser).move_to_element_with_offset(
-        canvas, x - canvas.size["width"] // 2, y - canvas.size["height"] // 2).perform()
+        canvas, x - canvas.size["width"] // 2, y - canvas.size["height"] // 2
+    ).perform()
     return browser.find_element("id", "tip").text

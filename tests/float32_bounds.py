@@ -62,15 +62,15 @@ def normwise_bound(want: torch.Tensor, operations: int) -> float:
     return 4 * gamma(operations) * float(want.detach().abs().max())
 
 
-
 def _tanh_coefficients() -> tuple[list[float], list[float]]:
     """The float tanh's P and Q coefficients (monomials in ``s = x^2``, highest degree first),
     read from csrc/tanh.h, so the bound follows a refit."""
     header = (native.SOURCES[0].parent / "tanh.h").read_text()
-    body = header[header.index("inline float fast_tanh"):header.index("inline double")]
+    body = header[header.index("inline float fast_tanh") : header.index("inline double")]
     found: dict[str, list[float]] = {"p": [], "q": []}
     for name, sign, value in re.findall(
-            r"\b([pq]) = (?:[pq] \* s ([+-]) )?(-?[\d.]+(?:e[+-]?\d+)?)f;", body):
+        r"\b([pq]) = (?:[pq] \* s ([+-]) )?(-?[\d.]+(?:e[+-]?\d+)?)f;", body
+    ):
         found[name].append(-float(value) if sign == "-" else float(value))
     return found["p"], found["q"]
 
@@ -169,6 +169,7 @@ def key_bias_scales(module64, attention64, first: int):
         dk = kept[-1].grad  # (B, Tk, H * Dh)
         index = [p is attention64.k_proj.bias for p in module64.parameters()].index(True)
         return {first + index: dk[..., 0].numel() * float(dk.abs().max())}
+
     return scales
 
 
@@ -188,6 +189,7 @@ def _absolute_terms(node):
         def softmax_hook(grad_inputs, grad_outputs):
             g = grad_outputs[0].abs()
             return (p * (g + (p * g).sum(dim, keepdim=True)),)
+
         return softmax_hook
     if name.startswith(("SigmoidBackward", "TanhBackward")):
         y = node._saved_result  # made absolute by the pack hook
@@ -195,9 +197,11 @@ def _absolute_terms(node):
 
         def hook(grad_inputs, grad_outputs):
             return (grad_outputs[0].abs() * local,)
+
         return hook
     return lambda grad_inputs, grad_outputs: tuple(
-        None if g is None else g.abs() for g in grad_inputs)
+        None if g is None else g.abs() for g in grad_inputs
+    )
 
 
 def backward_term_scales(fn, inputs, grads):
@@ -222,6 +226,7 @@ def backward_term_scales(fn, inputs, grads):
     chain counted in ``operations`` with the backward's), where the errors of every saved
     value are within the bound's share of that scale. ``inputs``: float64 tensors that
     require grad, each given its term scales (a tensor of its shape) in the returned list."""
+
     def pack(t):
         return t.detach().abs() if t.is_floating_point() else t
 
@@ -238,8 +243,11 @@ def backward_term_scales(fn, inputs, grads):
         handles.append(node.register_hook(_absolute_terms(node)))
         stack.extend(next_node for next_node, _ in node.next_functions)
     try:
-        return list(torch.autograd.grad(outputs, inputs, [g.detach().abs() for g in grads],
-                                        allow_unused=True))
+        return list(
+            torch.autograd.grad(
+                outputs, inputs, [g.detach().abs() for g in grads], allow_unused=True
+            )
+        )
     finally:
         for handle in handles:
             handle.remove()
@@ -264,7 +272,8 @@ def forward_term_scales(fn, inputs):
             grads = [torch.zeros_like(o) for o in outputs]
             grads[i].view(-1)[k] = 1.0
             terms = backward_term_scales(fn, inputs, grads)
-            flat[k] = sum(float((s * x.detach().abs()).sum())
-                          for s, x in zip(terms, inputs) if s is not None)
+            flat[k] = sum(
+                float((s * x.detach().abs()).sum()) for s, x in zip(terms, inputs) if s is not None
+            )
         scales.append(out.detach().abs() + flat.view(out.shape))
     return scales

@@ -28,14 +28,16 @@ __all__ = ["DEFAULT_FAMILIES", "default_fonts", "missing_voices", "needs_fonts",
 # The font families make test installs (make system: fonts-liberation, fonts-freefont-ttf),
 # beside Debian's default fonts-dejavu and matplotlib's own DejaVu. The Makefile's
 # FONT_PACKAGES (make fonts) are not among them.
-DEFAULT_FAMILIES = {"dejavu": "fonts-dejavu", "liberation": "fonts-liberation",
-                    "freefont": "fonts-freefont-ttf"}
+DEFAULT_FAMILIES = {
+    "dejavu": "fonts-dejavu",
+    "liberation": "fonts-liberation",
+    "freefont": "fonts-freefont-ttf",
+}
 FESTIVAL_VOICES = Path("/usr/share/festival/voices")
 
 
 def _installed_families() -> set[str]:
-    return {lines.font_family(p) for p in lines._font_files()
-            if lines.FONT_ROOT in p.parents}
+    return {lines.font_family(p) for p in lines._font_files() if lines.FONT_ROOT in p.parents}
 
 
 def _missing_font_packages() -> list[str]:
@@ -54,7 +56,8 @@ def default_fonts(split: str = "train", fonts: str | None = None) -> list[Path]:
 needs_fonts = pytest.mark.skipif(
     bool(_missing_font_packages()),
     reason=f"the fonts make test installs are missing: apt-get install "
-           f"{' '.join(_missing_font_packages())} (make system)")
+    f"{' '.join(_missing_font_packages())} (make system)",
+)
 
 
 def _gnuspeech_missing() -> str:
@@ -71,21 +74,37 @@ def missing_voices(engine: str, *voices: str) -> str:
     its accented voices, ``voices`` are the folder names of
     ``/usr/share/festival/voices/*/``."""
     if engine == "espeak-ng":
-        return "" if shutil.which("espeak-ng") else "espeak-ng not installed (apt-get install " \
-                                                     "espeak-ng; make system)"
+        return (
+            ""
+            if shutil.which("espeak-ng")
+            else "espeak-ng not installed (apt-get install espeak-ng; make system)"
+        )
     if engine in ("festival", "accented"):
         if shutil.which("festival") is None:
             return "festival not installed (apt-get install festival; make system)"
-        packages = {**synthesis.FESTIVAL_VOICES,
-                    **{v: a.package for v, a in synthesis.FESTIVAL_ACCENTS.items()}}
+        packages = {
+            **synthesis.FESTIVAL_VOICES,
+            **{v: a.package for v, a in synthesis.FESTIVAL_ACCENTS.items()},
+        }
         lacking = [v for v in voices if not any(FESTIVAL_VOICES.glob(f"*/{v}"))]
-        return (f"festival voices not installed: {', '.join(lacking)} (apt-get install "
-                f"{' '.join(packages.get(v, v) for v in lacking)}; make system)") if lacking else ""
+        return (
+            (
+                f"festival voices not installed: {', '.join(lacking)} (apt-get install "
+                f"{' '.join(packages.get(v, v) for v in lacking)}; make system)"
+            )
+            if lacking
+            else ""
+        )
     if engine == "gnuspeech":
         return _gnuspeech_missing()
     if engine == "pico":
-        return "" if importlib.util.find_spec("py_nanotts") else (
-            f"{synthesis.PICO_PACKAGE} not installed (pip install 'attnkit[speech]'; make install)")
+        return (
+            ""
+            if importlib.util.find_spec("py_nanotts")
+            else (
+                f"{synthesis.PICO_PACKAGE} not installed (pip install 'attnkit[speech]'; make install)"
+            )
+        )
     raise ValueError(f"engine: expected one of {', '.join(synthesis.ENGINES)}, got {engine!r}")
 
 

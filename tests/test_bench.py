@@ -41,8 +41,13 @@ def holds_memory(mib: int) -> dict:
         del x
 
     timing = harness.timed(step, reps=2, time_budget=60.0)
-    return {"s": timing.median, "extra_mb": timing.extra_mb, "runs": len(timing.times),
-            "pid": os.getpid(), "threads": torch.get_num_threads()}
+    return {
+        "s": timing.median,
+        "extra_mb": timing.extra_mb,
+        "runs": len(timing.times),
+        "pid": os.getpid(),
+        "threads": torch.get_num_threads(),
+    }
 
 
 def sleeps(seconds: float) -> dict:
@@ -108,8 +113,9 @@ def test_timed_without_memory_starts_no_sampler_and_takes_any_clock():
         assert threading.active_count() == threads  # no sampling thread
         sum(range(10**5))
 
-    timing = harness.timed(step, reps=3, time_budget=60, warmup=0, memory=False,
-                           clock=time.process_time)
+    timing = harness.timed(
+        step, reps=3, time_budget=60, warmup=0, memory=False, clock=time.process_time
+    )
     assert timing.memory == "none" and timing.extra_mb is None
     assert len(timing.times) == 3 and all(t >= 0 for t in timing.times)
 
@@ -188,26 +194,42 @@ def test_markdown_report_keeps_the_notes_below_the_mark(tmp_path):
 
 def _result(group, impl, machine, train_s):
     case = attention.Case(group, impl, b=8, t=800, steps=100 if group == "decoder" else 0)
-    return attention.Result(case.__dict__, case.name, impl, train_s=train_s,
-                            forward_s=train_s / 3, train_mb=10.0, forward_mb=1.0,
-                            command=f"attnkit bench --group {group}", date="2026-11-22",
-                            commit="abc1234", machine=machine)
+    return attention.Result(
+        case.__dict__,
+        case.name,
+        impl,
+        train_s=train_s,
+        forward_s=train_s / 3,
+        train_mb=10.0,
+        forward_mb=1.0,
+        command=f"attnkit bench --group {group}",
+        date="2026-11-22",
+        commit="abc1234",
+        machine=machine,
+    )
 
 
 def test_attention_report_names_the_machine_of_each_run_and_keeps_the_notes(tmp_path):
     md, js = tmp_path / "b.md", tmp_path / "b.json"
     md.write_text(f"old report\n{harness.NOTES_MARK}\nHand-written analysis.\n")
-    results = [_result("self", "auto", "CPU one; 2 cores", 0.3),
-               _result("decoder", "loop", "CPU two; 2 cores", 0.9),
-               _result("decoder", "auto", "CPU two; 2 cores", 0.6)]
+    results = [
+        _result("self", "auto", "CPU one; 2 cores", 0.3),
+        _result("decoder", "loop", "CPU two; 2 cores", 0.9),
+        _result("decoder", "auto", "CPU two; 2 cores", 0.6),
+    ]
     attention.write_report(results, js, md)
     text = md.read_text()
-    assert "- `attnkit bench --group self` (2026-11-22, commit abc1234, CPU one; 2 cores): " \
-           "groups self" in text
-    assert "- `attnkit bench --group decoder` (2026-11-22, commit abc1234, CPU two; 2 cores): " \
-           "groups decoder" in text
-    assert "Additive decoder, 100 steps over Tk=800: memory 10 vs 10 MiB, time 0.60 vs 0.90 s" \
-           in text
+    assert (
+        "- `attnkit bench --group self` (2026-11-22, commit abc1234, CPU one; 2 cores): "
+        "groups self" in text
+    )
+    assert (
+        "- `attnkit bench --group decoder` (2026-11-22, commit abc1234, CPU two; 2 cores): "
+        "groups decoder" in text
+    )
+    assert (
+        "Additive decoder, 100 steps over Tk=800: memory 10 vs 10 MiB, time 0.60 vs 0.90 s" in text
+    )
     assert text.endswith(f"{harness.NOTES_MARK}\nHand-written analysis.\n")
     assert "old report" not in text
     assert [r["name"] for r in json.loads(js.read_text())["rows"]] == [r.name for r in results]
@@ -222,8 +244,9 @@ def test_attention_targets_select_the_issue_cases_without_slow_baselines():
 
 def test_attention_case_measured_in_a_fresh_process():
     case = attention.Case("self", "auto", b=1, t=8, d=4)
-    row = harness.run(attention.measure, {"case": case.__dict__, "reps": 1, "time_budget": 60},
-                      time_budget=300)
+    row = harness.run(
+        attention.measure, {"case": case.__dict__, "reps": 1, "time_budget": 60}, time_budget=300
+    )
     assert row["status"] == "ok"
     result = attention.Result(**row)
     assert result.name == "self B=1 T=8 D=4"
@@ -278,17 +301,23 @@ def test_plain_transformer_is_attnkits_transformer_in_nn_transformer():
     ours, theirs = Transformer(11, 11, **sizes), plain.PlainTransformer(11, 11, **sizes)
     mine = ours.state_dict()
     weights = {k: mine[k] for k in ("src_embed.weight", "tgt_embed.weight", "out_bias")}
-    weights.update({f"transformer.{side}.norm.{p}": mine[f"{side[:3]}_norm.{p}"]
-                    for side in ("encoder", "decoder") for p in ("weight", "bias")})
+    weights.update(
+        {
+            f"transformer.{side}.norm.{p}": mine[f"{side[:3]}_norm.{p}"]
+            for side in ("encoder", "decoder")
+            for p in ("weight", "bias")
+        }
+    )
 
     def attention(src: str, dst: str):
         for p in ("weight", "bias"):
-            weights[f"{dst}.in_proj_{p}"] = torch.cat([mine[f"{src}.{x}_proj.{p}"]
-                                                        for x in "qkv"])
+            weights[f"{dst}.in_proj_{p}"] = torch.cat([mine[f"{src}.{x}_proj.{p}"] for x in "qkv"])
             weights[f"{dst}.out_proj.{p}"] = mine[f"{src}.out_proj.{p}"]
 
-    for side, names in (("encoder", {"attn": "self_attn"}),
-                        ("decoder", {"self_attn": "self_attn", "cross_attn": "multihead_attn"})):
+    for side, names in (
+        ("encoder", {"attn": "self_attn"}),
+        ("decoder", {"self_attn": "self_attn", "cross_attn": "multihead_attn"}),
+    ):
         for i in range(2):
             ours_at, theirs_at = f"{side}.{i}", f"transformer.{side}.layers.{i}"
             for src, dst in names.items():
@@ -302,8 +331,9 @@ def test_plain_transformer_is_attnkits_transformer_in_nn_transformer():
     ours.eval(), theirs.eval()
     src, src_len, tgt_in = _batch()
     assert src_len.min() < src_len.max()  # padding present, masked on both sides
-    torch.testing.assert_close(theirs(src, src_len, tgt_in), ours(src, src_len, tgt_in)[0],
-                               atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        theirs(src, src_len, tgt_in), ours(src, src_len, tgt_in)[0], atol=1e-5, rtol=1e-4
+    )
 
 
 def test_seed_bahdanau_is_attnkits_bahdanau_on_unpadded_batches():
@@ -348,8 +378,9 @@ def test_decoding_speed_cases_decode(one_thread, monkeypatch):
 
 def test_every_models_vs_plain_row_trains_on_its_smoke_shape(one_thread):
     for row in models_vs_plain.rows_of(smoke=True):
-        out = models_vs_plain.measure(row["family"], row["impl"], row["size"], reps=1,
-                                      time_budget=60)
+        out = models_vs_plain.measure(
+            row["family"], row["impl"], row["size"], reps=1, time_budget=60
+        )
         assert out["step_s"] > 0 and out["params"] > 0, row["name"]
     families = {r["family"] for r in models_vs_plain.rows_of(smoke=False)}
     assert families == {"bahdanau", "luong", "las", "crnn", "transformer"}
@@ -357,14 +388,17 @@ def test_every_models_vs_plain_row_trains_on_its_smoke_shape(one_thread):
 
 def test_models_vs_plain_smoke_rows_in_fresh_processes(tmp_path, capsys):
     out = tmp_path / "rows.json"
-    assert models_vs_plain.main(["--smoke", "--match", "luong", "--threads", "1",
-                                 "--device", "cpu", "--json", str(out)]) == 0
+    assert (
+        models_vs_plain.main(
+            ["--smoke", "--match", "luong", "--threads", "1", "--device", "cpu", "--json", str(out)]
+        )
+        == 0
+    )
     data = json.loads(out.read_text())
     rows = data["rows"]
     assert data["device"] == "cpu"
     assert [r["impl"] for r in rows] == ["plain", "attnkit"]
-    assert all(r["status"] == "ok" and r["threads"] == 1 and r["memory"] == "rss"
-               for r in rows)
+    assert all(r["status"] == "ok" and r["threads"] == 1 and r["memory"] == "rss" for r in rows)
     assert rows[1]["time_ratio"] == rows[1]["step_s"] / rows[0]["step_s"]
     assert "| luong | B=2 S=6 T=4 | attnkit |" in capsys.readouterr().out
 
@@ -372,8 +406,9 @@ def test_models_vs_plain_smoke_rows_in_fresh_processes(tmp_path, capsys):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_every_models_vs_plain_row_trains_on_a_gpu():
     for row in models_vs_plain.rows_of(smoke=True):
-        out = models_vs_plain.measure(row["family"], row["impl"], row["size"], reps=1,
-                                      time_budget=60, device="cuda")
+        out = models_vs_plain.measure(
+            row["family"], row["impl"], row["size"], reps=1, time_budget=60, device="cuda"
+        )
         assert out["step_s"] > 0 and out["memory"] == "cuda", row["name"]
 
 
@@ -397,9 +432,11 @@ def test_task_steps_times_each_tasks_default_model(one_thread):
 def test_streamed_characters_are_printed_after_their_chunk_and_the_ones_before():
     from attnkit.tasks.asr import StreamedChunk
 
-    chunks = [StreamedChunk(0, 0.2, "a", [0.15], 0.05, 0.01),
-              StreamedChunk(1, 0.4, "", [], 0.30, 0.02),  # slower than real time: a queue
-              StreamedChunk(2, 0.5, "bc", [0.42, None], 0.02, 0.02)]
+    chunks = [
+        StreamedChunk(0, 0.2, "a", [0.15], 0.05, 0.01),
+        StreamedChunk(1, 0.4, "", [], 0.30, 0.02),  # slower than real time: a queue
+        StreamedChunk(2, 0.5, "bc", [0.42, None], 0.02, 0.02),
+    ]
     assert streaming.emission_times(chunks, "wall") == pytest.approx([0.25, 0.7, 0.72])
     assert streaming.emission_times(chunks, "cpu") == pytest.approx([0.21, 0.42, 0.52])
     row = streaming.stream_row(200.0, [chunks], ["abc"], ["abd"], [0.3])
@@ -420,12 +457,17 @@ def test_streamed_characters_are_printed_after_their_chunk_and_the_ones_before()
 
 
 def test_stop_records_find_the_peaks_their_probabilities_and_repeated_stops():
-    p = torch.tensor([[[0.95, 0.1, 0.1, 0.1],
-                       [0.7, 0.2, 0.6, 0.3],  # moves to key 2; p at key 0 >= 1/2: stops again
-                       [0.1, 0.1, 0.8, 0.4],  # stays at key 2: not counted as moving
-                       [0.9, 0.9, 0.9, 0.9]]]).double()  # padding
-    alpha = torch.tensor([[[1.0, 0, 0, 0], [0, 0.2, 0.7, 0.1], [0, 0, 0.6, 0.4],
-                           [0, 0, 0, 1.0]]])
+    p = torch.tensor(
+        [
+            [
+                [0.95, 0.1, 0.1, 0.1],
+                [0.7, 0.2, 0.6, 0.3],  # moves to key 2; p at key 0 >= 1/2: stops again
+                [0.1, 0.1, 0.8, 0.4],  # stays at key 2: not counted as moving
+                [0.9, 0.9, 0.9, 0.9],
+            ]
+        ]
+    ).double()  # padding
+    alpha = torch.tensor([[[1.0, 0, 0, 0], [0, 0.2, 0.7, 0.1], [0, 0, 0.6, 0.4], [0, 0, 0, 1.0]]])
     hard = torch.tensor([[0, 0, 2, 3]])
     steps = torch.tensor([[True, True, True, False]])
     at_peak, again, at_stop = streaming.stop_records(torch.logit(p), alpha, hard, steps)
@@ -459,9 +501,25 @@ def test_alignment_stats_of_a_saturated_model_stop_at_the_peaks(alignment):
 
 def test_a_script_run_as_a_module_measures_in_fresh_processes(tmp_path):
     out = tmp_path / "dense.json"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.dense", "--match", "N=32 ",
-                           "--reps", "1", "--threads", "1", "--json", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.dense",
+            "--match",
+            "N=32 ",
+            "--reps",
+            "1",
+            "--threads",
+            "1",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert [r["status"] for r in data["rows"]] == ["ok"]
@@ -498,14 +556,18 @@ def test_the_suite_stops_an_entry_over_its_budget_with_all_it_started(tmp_path):
     from benchmarks import suite
 
     pid_file = tmp_path / "pid"
-    code = ("import subprocess, sys, time; "
-            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
-            f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(120)")
+    code = (
+        "import subprocess, sys, time; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(120)"
+    )
     status, seconds = suite.run_entry([sys.executable, "-c", code], 5, tmp_path / "log")
     assert status == "over the 5 s budget" and seconds < 60
     deadline = time.monotonic() + 30
     while _running(int(pid_file.read_text())):
         assert time.monotonic() < deadline, "the entry's own child outlived the budget"
         time.sleep(0.2)
-    assert suite.run_entry([sys.executable, "-c", "raise SystemExit(3)"], 60,
-                           tmp_path / "log")[0] == "exit 3"
+    assert (
+        suite.run_entry([sys.executable, "-c", "raise SystemExit(3)"], 60, tmp_path / "log")[0]
+        == "exit 3"
+    )

@@ -23,13 +23,21 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     for module in ("mkdocs", "material", "mkdocstrings_handlers.python", "mkdocs_gen_files"):
-        pytest.importorskip(module, reason="the docs tools are not installed "
-                            "(pip install -e '.[docs]'; `make install` does it)")
+        pytest.importorskip(
+            module,
+            reason="the docs tools are not installed "
+            "(pip install -e '.[docs]'; `make install` does it)",
+        )
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "DISABLE_MKDOCS_2_WARNING": "true", "NO_MKDOCS_2_WARNING": "1"}
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
-                           "--site-dir", str(out)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return out
 
@@ -76,20 +84,25 @@ def test_every_internal_link_resolves(site):
             name = f"{page.relative_to(site)}: {link}"
             if not target.is_relative_to(site.resolve()) or not target.is_file():
                 broken.append(f"{name} (no file)")
-            elif parts.fragment and target.suffix == ".html" \
-                    and unquote(parts.fragment) not in _parse(target).ids:
+            elif (
+                parts.fragment
+                and target.suffix == ".html"
+                and unquote(parts.fragment) not in _parse(target).ids
+            ):
                 broken.append(f"{name} (no anchor)")
     assert broken == []
 
 
 def test_the_cli_reference_holds_every_command(site):
     from attnkit.cli.main import build_parser
+
     ids = _parse(site / "reference" / "cli.html").ids
     parser = build_parser()
     [commands] = [a for a in parser._actions if a.dest == "command"]
     [tasks] = [a for a in commands.choices["train"]._actions if a.dest == "task"]
-    want = {f"attnkit-{c}" for c in commands.choices} | {f"attnkit-train-{t}"
-                                                         for t in tasks.choices}
+    want = {f"attnkit-{c}" for c in commands.choices} | {
+        f"attnkit-train-{t}" for t in tasks.choices
+    }
     assert want <= ids
     assert len(want) >= 18
 

@@ -10,11 +10,15 @@ from benchmarks import gpu_check
 
 def _run(tmp_path, *options) -> tuple[int, dict, str]:
     out = tmp_path / "out"
-    code = gpu_check.main(["--device", "cpu", "--tiny", "--out", str(out), "--data",
-                           str(tmp_path / "data"), *options])
+    code = gpu_check.main(
+        ["--device", "cpu", "--tiny", "--out", str(out), "--data", str(tmp_path / "data"), *options]
+    )
     assert sorted(p.name for p in out.iterdir()) == ["gpu_check.json", "gpu_check.log"]
-    return code, json.loads((out / "gpu_check.json").read_text()), \
-        (out / "gpu_check.log").read_text()
+    return (
+        code,
+        json.loads((out / "gpu_check.json").read_text()),
+        (out / "gpu_check.log").read_text(),
+    )
 
 
 def test_the_dry_run_passes_every_step_and_writes_one_json_and_one_log(tmp_path):
@@ -52,9 +56,18 @@ def test_the_tests_that_need_cuda_are_those_whose_skip_reason_says_so():
             mark = type("Mark", (), {"kwargs": {"reason": self.reason}})
             return [mark] if name == "skipif" else []
 
-    chosen = [r for r in ["needs a CUDA GPU", "needs CUDA", "needs two CUDA GPUs",
-                          "needs a machine without CUDA", "this machine has CUDA",
-                          "espeak-ng not installed"] if gpu_check.needs_cuda(Item(r))]
+    chosen = [
+        r
+        for r in [
+            "needs a CUDA GPU",
+            "needs CUDA",
+            "needs two CUDA GPUs",
+            "needs a machine without CUDA",
+            "this machine has CUDA",
+            "espeak-ng not installed",
+        ]
+        if gpu_check.needs_cuda(Item(r))
+    ]
     assert chosen == ["needs a CUDA GPU", "needs CUDA", "needs two CUDA GPUs"]
 
 

@@ -30,8 +30,10 @@ def test_the_difference_is_ours_minus_theirs_with_an_interval_around_it():
     ours, theirs = _evaluation(worse, REFERENCES), _evaluation(REFERENCES, REFERENCES)
     total = sum(map(len, REFERENCES))
     diff, low, high = paired_difference(ours, theirs)
-    expected = sum(2 - sum(a == b for a, b in zip(r[:2], "xx")) for i, r in
-                   enumerate(REFERENCES) if i % 2) / total
+    expected = (
+        sum(2 - sum(a == b for a, b in zip(r[:2], "xx")) for i, r in enumerate(REFERENCES) if i % 2)
+        / total
+    )
     assert diff == pytest.approx(expected) and 0 < low < diff < high
     assert paired_difference(theirs, ours)[0] == pytest.approx(-diff)
     assert np.isclose(paired_difference(ours, theirs, seed=0)[1], low)  # seeded

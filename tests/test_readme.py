@@ -14,11 +14,30 @@ from attnkit.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ["README.md", "docs/index.md", "docs/attention.md"]  # their Python blocks run
-PARSE = RUN + [f"docs/{name}.md" for name in (  # their commands parse
-    "translation", "ocr", "speech", "caption", "vqa", "lm", "images", "training", "decoding",
-    "tools", "deploy", "models")] + sorted(  # and the model cards, shipped in the package
+PARSE = (
+    RUN
+    + [
+        f"docs/{name}.md"
+        for name in (  # their commands parse
+            "translation",
+            "ocr",
+            "speech",
+            "caption",
+            "vqa",
+            "lm",
+            "images",
+            "training",
+            "decoding",
+            "tools",
+            "deploy",
+            "models",
+        )
+    ]
+    + sorted(  # and the model cards, shipped in the package
         str(card.relative_to(ROOT))
-        for card in (ROOT / "src/attnkit/pretrained").glob("*/MODEL_CARD.md"))
+        for card in (ROOT / "src/attnkit/pretrained").glob("*/MODEL_CARD.md")
+    )
+)
 ENTRY = {"attnkit", "attnkit)", "attnkit.cli.main"}  # attnkit, $(which attnkit), python -m
 
 
@@ -59,11 +78,21 @@ def test_example_runs(name, index, block, tmp_path, monkeypatch):
 
 def test_readme_shows_every_command():
     verbs = {tuple(c[:2]) if c[0] == "train" else (c[0],) for c in _commands("README.md")}
-    assert {("train", "translate"), ("train", "ocr"), ("train", "asr"), ("translate",),
-            ("read",), ("transcribe",), ("eval",), ("export",)} <= verbs
+    assert {
+        ("train", "translate"),
+        ("train", "ocr"),
+        ("train", "asr"),
+        ("translate",),
+        ("read",),
+        ("transcribe",),
+        ("eval",),
+        ("export",),
+    } <= verbs
 
 
-@pytest.mark.parametrize("name, command", COMMANDS, ids=[f"{n}: {' '.join(c)}" for n, c in COMMANDS])
+@pytest.mark.parametrize(
+    "name, command", COMMANDS, ids=[f"{n}: {' '.join(c)}" for n, c in COMMANDS]
+)
 def test_command_parses(name, command):
     args = build_parser().parse_args(command)
     if hasattr(args, "default_beam"):
@@ -75,8 +104,11 @@ def test_command_parses(name, command):
 def test_readme_lists_every_corpus_format_with_a_two_line_example():
     from attnkit.data.corpora.reading import FORMATS
 
-    rows = re.findall(r"^\| (\w+) \| `([\w-]+)` \| [^|]+ \| (.+) \|$",
-                      (ROOT / "README.md").read_text(), flags=re.M)
+    rows = re.findall(
+        r"^\| (\w+) \| `([\w-]+)` \| [^|]+ \| (.+) \|$",
+        (ROOT / "README.md").read_text(),
+        flags=re.M,
+    )
     listed = {(task, name): example for task, name, example in rows if task != "task"}
     assert set(listed) == set(FORMATS)
     assert all(example.count("<br>") == 1 for example in listed.values())

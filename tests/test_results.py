@@ -13,8 +13,13 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
 RESULTS = sorted([*(ROOT / "results").glob("*.json"), *(EXPERIMENTS / "results").glob("*.json")])
 CARDS = sorted((ROOT / "src/attnkit/pretrained").glob("*/MODEL_CARD.md"))
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "results/README.md",
-         *CARDS, *sorted(EXPERIMENTS.rglob("*.md"))]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
+    ROOT / "results/README.md",
+    *CARDS,
+    *sorted(EXPERIMENTS.rglob("*.md")),
+]
 
 
 def runs_of(path: Path) -> list[dict]:
@@ -43,7 +48,8 @@ def cited(text: str) -> set[str]:
     into several files, or moved since)."""
     names = set()
     for folder, found in re.findall(
-            r"(?<!--json )(?<![\w/-])((?:experiments/)?results/)([\w{},]+\.json)", text):
+        r"(?<!--json )(?<![\w/-])((?:experiments/)?results/)([\w{},]+\.json)", text
+    ):
         parts = re.split(r"\{([^}]*)\}", found)
         choices = [[p] if i % 2 == 0 else p.split(",") for i, p in enumerate(parts)]
         names.update(folder + "".join(c) for c in product(*choices))
@@ -51,15 +57,24 @@ def cited(text: str) -> set[str]:
 
 
 def test_cited_reads_both_folders_and_skips_where_commands_write():
-    text = ("(results/a.json, experiments/results/b_{x,y}.json; --json results/c.json; "
-            "build/results/d.json)")
-    assert cited(text) == {"results/a.json", "experiments/results/b_x.json",
-                           "experiments/results/b_y.json"}
+    text = (
+        "(results/a.json, experiments/results/b_{x,y}.json; --json results/c.json; "
+        "build/results/d.json)"
+    )
+    assert cited(text) == {
+        "results/a.json",
+        "experiments/results/b_x.json",
+        "experiments/results/b_y.json",
+    }
 
 
 def test_every_results_file_the_docs_cite_exists():
-    missing = {(str(page.relative_to(ROOT)), name) for page in PAGES
-               for name in cited(page.read_text()) if not (ROOT / name).exists()}
+    missing = {
+        (str(page.relative_to(ROOT)), name)
+        for page in PAGES
+        for name in cited(page.read_text())
+        if not (ROOT / name).exists()
+    }
     assert not missing
 
 

@@ -35,9 +35,14 @@ def _option(action: argparse.Action, formatter: argparse.HelpFormatter) -> str:
 def _help(action: argparse.Action, formatter: argparse.HelpFormatter) -> str:
     text = formatter._expand_help(action) if action.help else ""
     default = action.default
-    shown = (action.option_strings and default is not None and default is not False
-             and default is not argparse.SUPPRESS and not isinstance(action, argparse._VersionAction)
-             and "default" not in text)
+    shown = (
+        action.option_strings
+        and default is not None
+        and default is not False
+        and default is not argparse.SUPPRESS
+        and not isinstance(action, argparse._VersionAction)
+        and "default" not in text
+    )
     if shown:
         if isinstance(default, (tuple, list)):
             default = ",".join(str(d) for d in default)
@@ -65,19 +70,26 @@ def _section(parser: argparse.ArgumentParser, path: list[str], summary: str) -> 
     usage = re.sub(r"^usage: ", "", parser.format_usage().strip())
     lines += ["```text", usage, "```", ""]
     for group in parser._action_groups:
-        actions = [a for a in group._group_actions if a.help != argparse.SUPPRESS
-                   and not isinstance(a, (argparse._SubParsersAction, argparse._HelpAction))]
+        actions = [
+            a
+            for a in group._group_actions
+            if a.help != argparse.SUPPRESS
+            and not isinstance(a, (argparse._SubParsersAction, argparse._HelpAction))
+        ]
         if not actions:
             continue
         lines += [f"**{group.title}**", "", "| option | meaning |", "|---|---|"]
-        lines += [f"| `{_cell(_option(a, formatter))}` | {_cell(_help(a, formatter))} |"
-                  for a in actions]
+        lines += [
+            f"| `{_cell(_option(a, formatter))}` | {_cell(_help(a, formatter))} |" for a in actions
+        ]
         lines.append("")
     subs = _subcommands(parser)
     if subs:
         lines += ["| command | what it does |", "|---|---|"]
-        lines += [f"| [`{' '.join(path + [name])}`](#{_anchor(path + [name])}) | {_cell(help_)} |"
-                  for name, help_, _ in subs]
+        lines += [
+            f"| [`{' '.join(path + [name])}`](#{_anchor(path + [name])}) | {_cell(help_)} |"
+            for name, help_, _ in subs
+        ]
         lines.append("")
         for name, help_, sub in subs:
             lines += _section(sub, path + [name], help_)
@@ -88,10 +100,13 @@ def cli_markdown(parser: argparse.ArgumentParser | None = None) -> str:
     """The whole command-line reference page as Markdown."""
     os.environ["COLUMNS"] = "84"  # the usage lines' width, whatever the terminal's
     parser = parser or build_parser()
-    head = ["# Command line", "",
-            "Every `attnkit` command and its options, generated from the command's own "
-            "argument parser when this site is built (`attnkit COMMAND --help` prints the same).",
-            ""]
+    head = [
+        "# Command line",
+        "",
+        "Every `attnkit` command and its options, generated from the command's own "
+        "argument parser when this site is built (`attnkit COMMAND --help` prints the same).",
+        "",
+    ]
     body = _section(parser, ["attnkit"], "")
     body[0] = "## `attnkit` {#attnkit}"
     return "\n".join(head + body) + "\n"

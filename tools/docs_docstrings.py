@@ -32,8 +32,13 @@ def _resolve(obj: griffe.Object, target: str, loader: griffe.GriffeLoader) -> st
     for path in _candidates(obj, target):
         try:
             loader.modules_collection.get_member(path)
-        except (KeyError, ValueError, AttributeError, griffe.AliasResolutionError,
-                griffe.CyclicAliasError):
+        except (
+            KeyError,
+            ValueError,
+            AttributeError,
+            griffe.AliasResolutionError,
+            griffe.CyclicAliasError,
+        ):
             continue
         return path
     return None

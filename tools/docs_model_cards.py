@@ -16,8 +16,7 @@ CARD = "MODEL_CARD.md"
 
 def cards() -> dict[str, Path]:
     """The site's page of each shipped model's card, ``models/NAME.md``: the card's file."""
-    return {f"models/{card.parent.name}.md": card
-            for card in sorted(PRETRAINED.glob(f"*/{CARD}"))}
+    return {f"models/{card.parent.name}.md": card for card in sorted(PRETRAINED.glob(f"*/{CARD}"))}
 
 
 def _write_pages() -> None:

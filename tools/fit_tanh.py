@@ -28,8 +28,7 @@ def fit(deg_p: int, deg_q: int, clamp: float, points: int = 4000, rounds: int = 
     span = clamp * clamp
     t = (1 - np.cos(np.linspace(0, np.pi, points))) / 2  # dense near both ends
     s = t * span
-    f = np.array([float(mpmath.tanh(mpmath.sqrt(v)) / mpmath.sqrt(v)) if v > 0 else 1.0
-                  for v in s])
+    f = np.array([float(mpmath.tanh(mpmath.sqrt(v)) / mpmath.sqrt(v)) if v > 0 else 1.0 for v in s])
     vp, vq = chebyshev.chebvander(2 * t - 1, deg_p), chebyshev.chebvander(2 * t - 1, deg_q)
     n_var = deg_p + deg_q + 3  # P, Q, E
     cost = np.zeros(n_var)
@@ -40,9 +39,15 @@ def fit(deg_p: int, deg_q: int, clamp: float, points: int = 4000, rounds: int = 
         w = 1 / (f * q_prev)
         rows = np.hstack([vp * w[:, None], -vq * (f * w)[:, None]])
         ones = np.ones((points, 1))
-        res = linprog(cost, A_ub=np.vstack([np.hstack([rows, -ones]), np.hstack([-rows, -ones])]),
-                      b_ub=np.zeros(2 * points), A_eq=q_at_0[None], b_eq=[1.0],
-                      bounds=[(None, None)] * n_var, method="highs")
+        res = linprog(
+            cost,
+            A_ub=np.vstack([np.hstack([rows, -ones]), np.hstack([-rows, -ones])]),
+            b_ub=np.zeros(2 * points),
+            A_eq=q_at_0[None],
+            b_eq=[1.0],
+            bounds=[(None, None)] * n_var,
+            method="highs",
+        )
         p, q = res.x[: deg_p + 1], res.x[deg_p + 1 : -1]
         q_prev = vq @ q
         err = float(np.max(np.abs((vp @ p) / (f * q_prev) - 1)))

@@ -27,25 +27,99 @@ ROOT = Path(__file__).resolve().parents[1]
 # Small models on small built-in sets: every task's whole path (data, model, loss, optimiser,
 # validation) in about a minute each on one core.
 TASKS = {
-    "translate": ["--n-train", "2000", "--n-valid", "100", "--emb", "32", "--hidden", "64",
-                  "--batch-size", "32"],
-    "ocr": ["--n-train", "400", "--n-valid", "50", "--channels", "16,16,32,32,32",
-            "--hidden", "64", "--batch-size", "16", "--max-chars", "12"],
-    "asr": ["--n-train", "200", "--n-valid", "30", "--listener-hidden", "32", "--hidden", "64",
-            "--emb", "16", "--batch-size", "16"],
-    "caption": ["--n-train", "400", "--n-valid", "50", "--channels", "16,32,32",
-                "--hidden", "64", "--emb", "32", "--batch-size", "16"],
-    "vqa": ["--n-train", "400", "--n-valid", "50", "--channels", "16,32,32", "--hidden", "32",
-            "--emb", "32", "--batch-size", "16"],
+    "translate": [
+        "--n-train",
+        "2000",
+        "--n-valid",
+        "100",
+        "--emb",
+        "32",
+        "--hidden",
+        "64",
+        "--batch-size",
+        "32",
+    ],
+    "ocr": [
+        "--n-train",
+        "400",
+        "--n-valid",
+        "50",
+        "--channels",
+        "16,16,32,32,32",
+        "--hidden",
+        "64",
+        "--batch-size",
+        "16",
+        "--max-chars",
+        "12",
+    ],
+    "asr": [
+        "--n-train",
+        "200",
+        "--n-valid",
+        "30",
+        "--listener-hidden",
+        "32",
+        "--hidden",
+        "64",
+        "--emb",
+        "16",
+        "--batch-size",
+        "16",
+    ],
+    "caption": [
+        "--n-train",
+        "400",
+        "--n-valid",
+        "50",
+        "--channels",
+        "16,32,32",
+        "--hidden",
+        "64",
+        "--emb",
+        "32",
+        "--batch-size",
+        "16",
+    ],
+    "vqa": [
+        "--n-train",
+        "400",
+        "--n-valid",
+        "50",
+        "--channels",
+        "16,32,32",
+        "--hidden",
+        "32",
+        "--emb",
+        "32",
+        "--batch-size",
+        "16",
+    ],
 }
 
 
 def train(src: Path, task: str, out: Path, steps: int, seed: int) -> dict:
     """The curves of ``attnkit train TASK`` run from the sources in ``src``."""
     env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "attnkit", "train", task, *TASKS[task], "--steps", str(steps),
-           "--eval-every", str(steps // 2), "--checkpoint-every", str(steps), "--seed",
-           str(seed), "--no-progress", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "attnkit",
+        "train",
+        task,
+        *TASKS[task],
+        "--steps",
+        str(steps),
+        "--eval-every",
+        str(steps // 2),
+        "--checkpoint-every",
+        str(steps),
+        "--seed",
+        str(seed),
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     start = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=out.parent)
     if proc.returncode != 0:
@@ -60,8 +134,11 @@ def curves(out: Path) -> dict[str, list[list[float]]]:
 
     events = EventAccumulator(str(out), size_guidance={"scalars": 0})
     events.Reload()
-    return {tag: [[e.step, e.value] for e in events.Scalars(tag)]
-            for tag in sorted(events.Tags()["scalars"]) if not tag.endswith("_per_s")}
+    return {
+        tag: [[e.step, e.value] for e in events.Scalars(tag)]
+        for tag in sorted(events.Tags()["scalars"])
+        if not tag.endswith("_per_s")
+    }
 
 
 def first_difference(a, b, where: str = "curves") -> str | None:
@@ -86,8 +163,9 @@ def first_difference(a, b, where: str = "curves") -> str | None:
 
 
 def commit(rev: str) -> str:
-    return subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "rev-parse", "--short", rev], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,36 +186,69 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="same-training-") as tmp:
         tmp = Path(tmp)
         for side, rev in revs.items():
-            subprocess.run(["git", "worktree", "add", "--detach", str(tmp / side), rev],
-                           cwd=ROOT, check=True, capture_output=True)
+            subprocess.run(
+                ["git", "worktree", "add", "--detach", str(tmp / side), rev],
+                cwd=ROOT,
+                check=True,
+                capture_output=True,
+            )
         try:
             for task in tasks:
-                runs = {side: train(tmp / side / "src", task, tmp / f"{side}-{task}",
-                                    args.steps, args.seed) for side in revs}
+                runs = {
+                    side: train(
+                        tmp / side / "src", task, tmp / f"{side}-{task}", args.steps, args.seed
+                    )
+                    for side in revs
+                }
                 after = runs["after"]["curves"]
                 diff = first_difference(runs["before"]["curves"], after)
                 same &= diff is None
                 losses = after.get("train/loss", [])
-                rows.append({"task": task, "identical": diff is None, "first_difference": diff,
-                             "tags": sorted(after), "steps_logged": len(losses),
-                             "loss_first_last": [losses[0][1], losses[-1][1]] if losses else None,
-                             "last_validation": {t: v[-1][1] for t, v in after.items()
-                                                 if t.startswith("valid/")},
-                             "seconds": {s: r["seconds"] for s, r in runs.items()}})
-                print(f"{task:10} {'identical' if diff is None else 'DIFFERS: ' + diff}"
-                      f"  ({len(losses)} training losses, {len(after)} curves; "
-                      f"{runs['before']['seconds']} s / {runs['after']['seconds']} s)", flush=True)
+                rows.append(
+                    {
+                        "task": task,
+                        "identical": diff is None,
+                        "first_difference": diff,
+                        "tags": sorted(after),
+                        "steps_logged": len(losses),
+                        "loss_first_last": [losses[0][1], losses[-1][1]] if losses else None,
+                        "last_validation": {
+                            t: v[-1][1] for t, v in after.items() if t.startswith("valid/")
+                        },
+                        "seconds": {s: r["seconds"] for s, r in runs.items()},
+                    }
+                )
+                print(
+                    f"{task:10} {'identical' if diff is None else 'DIFFERS: ' + diff}"
+                    f"  ({len(losses)} training losses, {len(after)} curves; "
+                    f"{runs['before']['seconds']} s / {runs['after']['seconds']} s)",
+                    flush=True,
+                )
         finally:
             for side in revs:
-                subprocess.run(["git", "worktree", "remove", "--force", str(tmp / side)],
-                               cwd=ROOT, capture_output=True)
+                subprocess.run(
+                    ["git", "worktree", "remove", "--force", str(tmp / side)],
+                    cwd=ROOT,
+                    capture_output=True,
+                )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "what": "every task's training curves (loss per step, lr, validation), two revisions, same seed",
-            "command": "python tools/same_training.py " + " ".join(argv or sys.argv[1:]),
-            "commit": revs["after"], "date": time.strftime("%Y-%m-%d"), "revisions": revs, "steps": args.steps,
-            "seed": args.seed, "tasks": rows}, indent=1) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "what": "every task's training curves (loss per step, lr, validation), two revisions, same seed",
+                    "command": "python tools/same_training.py " + " ".join(argv or sys.argv[1:]),
+                    "commit": revs["after"],
+                    "date": time.strftime("%Y-%m-%d"),
+                    "revisions": revs,
+                    "steps": args.steps,
+                    "seed": args.seed,
+                    "tasks": rows,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     return 0 if same else 1
 
 

@@ -30,21 +30,36 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=1000)
     p.add_argument("--lines", type=int, default=300)
     p.add_argument("--utterances", type=int, default=200)
-    p.add_argument("--engines", default="espeak-ng",
-                   help="speech synthesisers, comma-separated (espeak-ng, festival, gnuspeech, pico)")
+    p.add_argument(
+        "--engines",
+        default="espeak-ng",
+        help="speech synthesisers, comma-separated (espeak-ng, festival, gnuspeech, pico)",
+    )
     p.add_argument("--prose", type=float, default=0.0, help="share of lines that are sentences")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     pairs = generate_pairs(args.pairs, split=args.split, seed=args.seed)
-    (args.out / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs),
-                                        encoding="utf-8")
-    write_line_folder(generate_lines(args.lines, split=args.split, seed=args.seed,
-                                     min_chars=5, max_chars=200, prose=args.prose),
-                      args.out / "lines")
+    (args.out / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    write_line_folder(
+        generate_lines(
+            args.lines,
+            split=args.split,
+            seed=args.seed,
+            min_chars=5,
+            max_chars=200,
+            prose=args.prose,
+        ),
+        args.out / "lines",
+    )
     speech = args.out / "speech"
     speech.mkdir(exist_ok=True)
-    plan = plan_utterances(args.utterances, split=args.split, seed=args.seed,
-                           kinds=("digits", "numbers"), engines=tuple(args.engines.split(",")))
+    plan = plan_utterances(
+        args.utterances,
+        split=args.split,
+        seed=args.seed,
+        kinds=("digits", "numbers"),
+        engines=tuple(args.engines.split(",")),
+    )
     rows = []
     for i, (u, samples) in enumerate(zip(plan, utterances_audio(plan))):
         write_wav(speech / f"{i:05d}.wav", samples, SAMPLE_RATE)

@@ -25,8 +25,20 @@ _EXPORTS = {
     "plot_attention": "attnkit.diagnose",
 }
 
-__all__ = ["IMPLS", "SCORES", "Attention", "AttentionOutput", "Memory", "Plan", "SelfAttention",
-           "__version__", "attend", "doctor", "lengths_to_mask", "plot_attention"]
+__all__ = [
+    "IMPLS",
+    "SCORES",
+    "Attention",
+    "AttentionOutput",
+    "Memory",
+    "Plan",
+    "SelfAttention",
+    "__version__",
+    "attend",
+    "doctor",
+    "lengths_to_mask",
+    "plot_attention",
+]
 
 
 def __getattr__(name: str):

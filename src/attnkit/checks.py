@@ -16,7 +16,6 @@ QUOTED = 200
 be 100 MB long)."""
 
 
-
 class _Short(reprlib.Repr):
     """Containers: a few items, a few levels, never the whole value."""
 
@@ -106,8 +105,9 @@ def check_values(key: torch.Tensor, value, value_dim: int) -> tuple[torch.Tensor
     check_size(value_name, value, 1, key.shape[1], "Tk (from key)")
     check_size(value_name, value, 2, value_dim, "feature size value_dim")
     if value.dtype != key.dtype:
-        raise TypeError(f"{value_name}: expected dtype {key.dtype} (the key's), "
-                        f"got {describe(value)}")
+        raise TypeError(
+            f"{value_name}: expected dtype {key.dtype} (the key's), got {describe(value)}"
+        )
     return value, value_name
 
 
@@ -122,16 +122,14 @@ def check_window(window) -> tuple[int, int] | None:
         raise TypeError(f"window: expected a pair of ints (left, right), got {quoted(window)}")
     left, right = window
     if left < 0 or right < 0:
-        raise ValueError(f"window: expected non-negative sizes (left, right), got {tuple(window)!r}")
+        raise ValueError(
+            f"window: expected non-negative sizes (left, right), got {tuple(window)!r}"
+        )
     return (left, right)
 
 
 def check_probability(name: str, value) -> float:
-    if (
-        not isinstance(value, (int, float))
-        or isinstance(value, bool)
-        or not 0.0 <= value < 1.0
-    ):
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
         raise ValueError(f"{name}: expected a probability in [0, 1), got {quoted(value)}")
     return float(value)
 
@@ -139,8 +137,9 @@ def check_probability(name: str, value) -> float:
 def check_fraction(name: str, value) -> float:
     """``value`` as a float when it is a number in ``[0, 1]`` (a weight between two losses;
     not a bool)."""
-    if not (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and 0.0 <= value <= 1.0):
+    if not (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
+    ):
         raise ValueError(f"{name}: expected a number in [0, 1], got {quoted(value)}")
     return float(value)
 
@@ -148,8 +147,11 @@ def check_fraction(name: str, value) -> float:
 def check_non_negative(name: str, value) -> float:
     """``value`` as a float when it is a finite number >= 0 (a loss weight, say; not a
     bool)."""
-    if not (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and 0.0 <= value < float("inf")):
+    if not (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and 0.0 <= value < float("inf")
+    ):
         raise ValueError(f"{name}: expected a non-negative number, got {quoted(value)}")
     return float(value)
 

@@ -43,8 +43,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["NO_SUCH_FILE", "folder_copies", "recover_folder", "remove_folder", "remove_leftovers",
-           "unreadable", "write_folder"]
+__all__ = [
+    "NO_SUCH_FILE",
+    "folder_copies",
+    "recover_folder",
+    "remove_folder",
+    "remove_leftovers",
+    "unreadable",
+    "write_folder",
+]
 
 log = logging.getLogger("attnkit")
 
@@ -56,8 +63,13 @@ STALE_DEAD_S = 600.0  # a temporary folder of a process gone, untouched this lon
 STALE_S = 86400.0  # a temporary folder untouched this long is deleted, whoever wrote it
 
 
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character "
-          "device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 NO_SUCH_FILE = "cannot read (no such file)"
@@ -96,16 +108,24 @@ def _old(directory: Path) -> Path:
 
 def _temporary(directory: Path) -> Path:
     """A new empty temporary folder beside ``directory``."""
-    return Path(tempfile.mkdtemp(prefix=f".{directory.name}.{TEMPORARY}{os.getpid()}-",
-                                 dir=directory.parent))
+    return Path(
+        tempfile.mkdtemp(
+            prefix=f".{directory.name}.{TEMPORARY}{os.getpid()}-", dir=directory.parent
+        )
+    )
 
 
 def _temporaries(directory: Path) -> list[Path]:
     """The temporary folders of writes of ``directory`` that were cut short."""
     prefix = f".{directory.name}.{TEMPORARY}"
-    return sorted(p for p in directory.parent.iterdir()
-                  if p.name.startswith(prefix) and RANDOM.fullmatch(p.name[len(prefix):])
-                  and p.is_dir() and not p.is_symlink())
+    return sorted(
+        p
+        for p in directory.parent.iterdir()
+        if p.name.startswith(prefix)
+        and RANDOM.fullmatch(p.name[len(prefix) :])
+        and p.is_dir()
+        and not p.is_symlink()
+    )
 
 
 def _umask() -> int:
@@ -199,9 +219,15 @@ def remove_leftovers(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    found = sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()
-                   and p.name.startswith(".") and TEMPORARY in p.name
-                   and RANDOM.fullmatch(p.name.rsplit(TEMPORARY, 1)[1]))
+    found = sorted(
+        p
+        for p in folder.iterdir()
+        if p.is_dir()
+        and not p.is_symlink()
+        and p.name.startswith(".")
+        and TEMPORARY in p.name
+        and RANDOM.fullmatch(p.name.rsplit(TEMPORARY, 1)[1])
+    )
     for tmp in found:
         log.info("removing %s, left by a write or removal that was cut short", tmp)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -68,8 +68,7 @@ def paper_attention(attn, query, key, value, allowed, prev=None, length=None):
     for h in range(heads):
         ctx_h = torch.zeros(tq, vs[h].shape[1], dtype=query.dtype)
         for i in range(tq):
-            loc = (_location_features(attn.score, prev[h, i], length) if prev is not None
-                   else None)
+            loc = _location_features(attn.score, prev[h, i], length) if prev is not None else None
             e = {
                 j: _score_one(attn.score, h, qs[h][i], ks[h][j], None if loc is None else loc[j])
                 for j in range(tk)

@@ -58,9 +58,14 @@ def _inputs(b, tq, tk, seed, scale=1.0):
 def cases(draw):
     name = draw(st.sampled_from(sorted(ALIGNMENTS)))
     modes = ["train", "soft", "hard"] if name in MONOTONIC else ["train"]
-    return dict(name=name, mode=draw(st.sampled_from(modes)), b=draw(st.integers(1, 3)),
-                tq=draw(st.integers(1, 4)), tk=draw(st.integers(1, 7)),
-                seed=draw(st.integers(0, 2**16)))
+    return dict(
+        name=name,
+        mode=draw(st.sampled_from(modes)),
+        b=draw(st.integers(1, 3)),
+        tq=draw(st.integers(1, 4)),
+        tk=draw(st.integers(1, 7)),
+        seed=draw(st.integers(0, 2**16)),
+    )
 
 
 @given(cases())
@@ -131,8 +136,9 @@ def test_padding_changes_nothing_even_nan_and_empty_rows_are_zero(name):
     torch.testing.assert_close(long.weights[:1, :, :5], short.weights)
     assert long.weights[:, :, 5:].eq(0).all()
     assert long.context[1].eq(0).all() and long.weights[1].eq(0).all()
-    grads = torch.autograd.grad(long.context.sum(), [q, padded_k, padded_v] +
-                                list(fast.parameters()), allow_unused=True)
+    grads = torch.autograd.grad(
+        long.context.sum(), [q, padded_k, padded_v] + list(fast.parameters()), allow_unused=True
+    )
     assert all(g is None or torch.isfinite(g).all() for g in grads)
     assert grads[0][1].eq(0).all()  # the query with no key learns nothing
 
@@ -140,8 +146,11 @@ def test_padding_changes_nothing_even_nan_and_empty_rows_are_zero(name):
 @pytest.mark.parametrize("name", sorted(ALIGNMENTS))
 def test_no_keys_at_all(name):
     fast, _ = _pair(name, 3)
-    out = fast(torch.randn(2, 3, 4, dtype=F64), torch.randn(2, 0, 3, dtype=F64),
-               torch.randn(2, 0, 5, dtype=F64))
+    out = fast(
+        torch.randn(2, 3, 4, dtype=F64),
+        torch.randn(2, 0, 3, dtype=F64),
+        torch.randn(2, 0, 5, dtype=F64),
+    )
     assert out.context.eq(0).all() and out.weights.shape == (2, 3, 0)
 
 
@@ -164,14 +173,23 @@ def _naive_loop(e, prev, valid):
 def test_saturated_probabilities_give_the_exact_alignment_not_nan():
     """Energies of +-1e4 make p exactly 0 or 1: the cumulative-product formula of the paper
     divides by 0 there; the log-space form gives the recurrence's exact answer."""
-    e = torch.tensor([[-1e4, -1e4, 1e4, 1e4, -1e4], [1e4, -1e4, -1e4, -1e4, -1e4],
-                      [-1e4, -1e4, -1e4, -1e4, -1e4]], dtype=F64, requires_grad=True)
+    e = torch.tensor(
+        [
+            [-1e4, -1e4, 1e4, 1e4, -1e4],
+            [1e4, -1e4, -1e4, -1e4, -1e4],
+            [-1e4, -1e4, -1e4, -1e4, -1e4],
+        ],
+        dtype=F64,
+        requires_grad=True,
+    )
     prev = torch.tensor([[1.0, 0, 0, 0, 0], [0, 0.5, 0, 0.5, 0], [0, 0, 1.0, 0, 0]], dtype=F64)
     valid = torch.ones(3, 5, dtype=torch.bool)
     alpha = expected_alignment(e, prev, valid)
     torch.testing.assert_close(alpha, _naive_loop(e.detach(), prev, valid))
-    torch.testing.assert_close(alpha.detach(), torch.tensor(
-        [[0, 0, 1.0, 0, 0], [0, 0, 0, 0, 0], [0, 0, 0, 0, 0]], dtype=F64))
+    torch.testing.assert_close(
+        alpha.detach(),
+        torch.tensor([[0, 0, 1.0, 0, 0], [0, 0, 0, 0, 0], [0, 0, 0, 0, 0]], dtype=F64),
+    )
     cumprod = torch.cumprod(1 - torch.sigmoid(e.detach()), -1)
     assert not torch.isfinite(prev / cumprod).all()  # the paper's form divides by 0 here
     (g,) = torch.autograd.grad(alpha.sum(), e)
@@ -196,8 +214,9 @@ def test_expected_alignment_float32_keeps_its_accuracy_on_long_inputs():
     prev[:, 1500] = 1.0
     valid = torch.ones(2, 3000, dtype=torch.bool)
     ref = _naive_loop(e.double(), prev.double(), valid)
-    torch.testing.assert_close(expected_alignment(e, prev, valid).double(), ref,
-                               atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        expected_alignment(e, prev, valid).double(), ref, atol=1e-6, rtol=1e-5
+    )
 
 
 def test_gradcheck_of_the_expected_alignment_and_chunkwise_weights():
@@ -210,7 +229,8 @@ def test_gradcheck_of_the_expected_alignment_and_chunkwise_weights():
     alpha = torch.rand(2, 6, generator=g, dtype=F64).requires_grad_()
     for chunk in (1, 2, 4):
         assert torch.autograd.gradcheck(
-            lambda a, u: chunkwise_weights(a, u, valid, chunk), (alpha, u))
+            lambda a, u: chunkwise_weights(a, u, valid, chunk), (alpha, u)
+        )
 
 
 @pytest.mark.parametrize("name", sorted(ALIGNMENTS))
@@ -220,7 +240,8 @@ def test_gradcheck_of_the_modules(name):
     q, k, v, _ = _inputs(2, 2, 5, 4, scale=0.5)
     lengths = torch.tensor([5, 3])
     assert torch.autograd.gradcheck(
-        lambda q, k, v: fast(q, k, v, key_lengths=lengths).context, (q, k, v))
+        lambda q, k, v: fast(q, k, v, key_lengths=lengths).context, (q, k, v)
+    )
 
 
 def test_mocha_with_chunk_1_is_monotonic_attention():
@@ -233,8 +254,9 @@ def test_mocha_with_chunk_1_is_monotonic_attention():
         for m in (mono, mocha):
             m.train(mode == "train")
             m.inference = "hard" if mode == "hard" else "soft"
-        torch.testing.assert_close(mocha(q, k, v, key_mask=mask).weights,
-                                   mono(q, k, v, key_mask=mask).weights)
+        torch.testing.assert_close(
+            mocha(q, k, v, key_mask=mask).weights, mono(q, k, v, key_mask=mask).weights
+        )
 
 
 def test_hard_decoding_reads_each_key_a_bounded_number_of_times():
@@ -249,6 +271,7 @@ def test_hard_decoding_reads_each_key_a_bounded_number_of_times():
         def at(rows, idx):
             scored.append(idx.numel())
             return energies[i][idx]
+
         return at
 
     start = torch.zeros(1, dtype=torch.long)
@@ -336,8 +359,11 @@ def test_expected_alignment_and_hard_decoding_agree_on_a_trained_toy(trained_toy
 @pytest.mark.parametrize("name", sorted(ALIGNMENTS))
 def test_weights_can_be_plotted(name, tmp_path):
     fast, _ = _pair(name, 6)
-    out = fast(torch.randn(1, 4, 4, dtype=F64), torch.randn(1, 7, 3, dtype=F64),
-               torch.randn(1, 7, 5, dtype=F64))
+    out = fast(
+        torch.randn(1, 4, 4, dtype=F64),
+        torch.randn(1, 7, 3, dtype=F64),
+        torch.randn(1, 7, 5, dtype=F64),
+    )
     path = plot_attention(out.weights[0], list("abcdefg"), list("wxyz"), tmp_path / "w.png")
     assert path.stat().st_size > 0
 
@@ -367,8 +393,9 @@ def test_errors_name_the_argument():
     with pytest.raises(ValueError, match="prev_state: alignment 'local_p' has no state"):
         make_alignment("local_p", 4, 3)(torch.randn(2, 4), k, prev_state=torch.zeros(2, 5))
     for noise in (-1, float("inf"), True):
-        with pytest.raises(ValueError, match=f"noise: expected a non-negative number, got "
-                                             f"{noise!r}"):
+        with pytest.raises(
+            ValueError, match=f"noise: expected a non-negative number, got {noise!r}"
+        ):
             MonotonicAttention(4, noise=noise)
     with pytest.raises(ValueError, match="inference: expected one of hard, soft"):
         MonotonicAttention(4, inference="greedy")
@@ -415,8 +442,9 @@ def test_nan_padding_of_a_memory_reaches_no_output_and_no_gradient(name):
         pk.requires_grad_(), pv.requires_grad_()
         torch.manual_seed(0)
         out = fast(q, fast.prepare(pk, pv), key_lengths=torch.tensor([5, 3]))
-        grads = torch.autograd.grad(out.context.square().sum(), [q, pk, pv] +
-                                    list(fast.parameters()), allow_unused=True)
+        grads = torch.autograd.grad(
+            out.context.square().sum(), [q, pk, pv] + list(fast.parameters()), allow_unused=True
+        )
         results.append((out, grads))
     (clean, clean_grads), (out, grads) = results
     assert torch.isfinite(out.context).all() and out.weights[1, :, 3:].eq(0).all()
@@ -461,8 +489,10 @@ def test_an_extended_memory_equals_the_memory_of_all_keys(name):
     whole = attn.prepare(k, v)
     for grown, full in zip(memory[:4], whole[:4]):  # key, value, key_features, values
         torch.testing.assert_close(grown, full)
-    with pytest.raises(ValueError, match=f"memory: this Memory was prepared by another "
-                                         f"{type(attn).__name__} module"):
+    with pytest.raises(
+        ValueError,
+        match=f"memory: this Memory was prepared by another {type(attn).__name__} module",
+    ):
         attn.extend(make_alignment(name, 4, 3, 5).prepare(k, v), k, v)
     with pytest.raises(ValueError, match=r"key: expected batch size 2 \(the memory's\)"):
         attn.extend(whole, k[:1], v[:1])
@@ -477,8 +507,10 @@ def test_only_hard_monotonic_alignments_stream_and_their_state_grows_with_zeros(
     assert torch.equal(grown, torch.tensor([[0.0, 1.0, 0.0, 0.0, 0.0]]))
     gmm = make_alignment("gmm", 4, components=2)
     kappa = torch.ones(1, 2)
-    assert gmm.extend_state(kappa, 9) is kappa and make_alignment("local_p", 4).extend_state(
-        None, 9) is None
+    assert (
+        gmm.extend_state(kappa, 9) is kappa
+        and make_alignment("local_p", 4).extend_state(None, 9) is None
+    )
 
 
 def test_a_hard_step_over_the_keys_so_far_stops_where_it_does_over_all_keys(trained_toy):
@@ -496,16 +528,17 @@ def test_a_hard_step_over_the_keys_so_far_stops_where_it_does_over_all_keys(trai
         for row in range(20):
             memory, state, i = None, None, 0
             for a in range(tk):
-                memory = attn.extend(memory, k[row:row + 1, a:a + 1])
-                state = attn.initial_state(memory) if state is None else \
-                    attn.extend_state(state, a + 1)
+                memory = attn.extend(memory, k[row : row + 1, a : a + 1])
+                state = (
+                    attn.initial_state(memory) if state is None else attn.extend_state(state, a + 1)
+                )
                 while i < tq:
-                    out = attn(q[row:row + 1, i], memory, prev_state=state)
+                    out = attn(q[row : row + 1, i], memory, prev_state=state)
                     if out.weights.sum() == 0:  # no stop among the keys so far
                         waited += 1
                         break
                     torch.testing.assert_close(out.weights[0], full[row, i, : a + 1])
-                    assert full[row, i, a + 1:].eq(0).all()
+                    assert full[row, i, a + 1 :].eq(0).all()
                     state, i = out.state, i + 1
             assert full[row, i:].eq(0).all()  # a step not taken found no stop over all keys
     assert waited >= 20 * tq // 2  # most steps waited for their key

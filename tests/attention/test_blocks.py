@@ -8,15 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnkit import Attention
-from attnkit.ops import kernels, native
 from attnkit.attention.chunked import chunked_attention, recomputed_scores
 from attnkit.attention.masks import KeyLayout
 from attnkit.attention.scores import make_score
-
+from attnkit.ops import kernels, native
 from tests.float32_bounds import additive_block_bounds, normwise_bound
 
-needs_native = pytest.mark.skipif(not native.available(),
-                                  reason=f"no C++ kernels: {native.status()}")
+needs_native = pytest.mark.skipif(
+    not native.available(), reason=f"no C++ kernels: {native.status()}"
+)
 pytestmark = needs_native
 
 
@@ -32,15 +32,25 @@ def _block(b, h, bq, bk, a, dtype, seed, zeros=0.0):
 
 
 @settings(max_examples=40, deadline=None)
-@given(b=st.integers(1, 3), h=st.integers(1, 3), bq=st.integers(1, 9), bk=st.integers(1, 70),
-       a=st.integers(1, 40), zeros=st.sampled_from([0.0, 0.5, 1.0]), seed=st.integers(0, 999))
+@given(
+    b=st.integers(1, 3),
+    h=st.integers(1, 3),
+    bq=st.integers(1, 9),
+    bk=st.integers(1, 70),
+    a=st.integers(1, 40),
+    zeros=st.sampled_from([0.0, 0.5, 1.0]),
+    seed=st.integers(0, 999),
+)
 def test_native_blocks_equal_eager_in_float64(b, h, bq, bk, a, zeros, seed):
     """Random shapes, key counts across the 32-key tiles, grads with zeros (masked pairs)."""
     q, k, v, grad = _block(b, h, bq, bk, a, torch.float64, seed, zeros)
-    torch.testing.assert_close(kernels.additive_scores(q, k, v, kernel="native"),
-                               kernels.additive_scores(q, k, v))
-    for got, want in zip(kernels.additive_backward(q, k, v, grad, kernel="native"),
-                         kernels.additive_backward(q, k, v, grad)):
+    torch.testing.assert_close(
+        kernels.additive_scores(q, k, v, kernel="native"), kernels.additive_scores(q, k, v)
+    )
+    for got, want in zip(
+        kernels.additive_backward(q, k, v, grad, kernel="native"),
+        kernels.additive_backward(q, k, v, grad),
+    ):
         torch.testing.assert_close(got, want)
 
 
@@ -70,11 +80,15 @@ def test_native_float32_blocks_within_float32_error_of_the_equation():
     error), which holds on any CPU and build (AVX2 or AVX-512, FMA or not, any threads); the
     eager float32 code meets the same bound."""
     q, k, v, grad = _block(2, 2, 30, 100, 128, torch.float32, 1)
-    want = [kernels.additive_scores(q.double(), k.double(), v.double()),
-            *kernels.additive_backward(q.double(), k.double(), v.double(), grad.double())]
+    want = [
+        kernels.additive_scores(q.double(), k.double(), v.double()),
+        *kernels.additive_backward(q.double(), k.double(), v.double(), grad.double()),
+    ]
     bounds = additive_block_bounds(q, k, v, grad)
-    native = [kernels.additive_scores(q, k, v, kernel="native"),
-              *kernels.additive_backward(q, k, v, grad, kernel="native")]
+    native = [
+        kernels.additive_scores(q, k, v, kernel="native"),
+        *kernels.additive_backward(q, k, v, grad, kernel="native"),
+    ]
     eager = [kernels.additive_scores(q, k, v), *kernels.additive_backward(q, k, v, grad)]
     for name, got, plain, w, bound in zip(["s", "dq", "dk", "dv"], native, eager, want, bounds):
         for kind, x in (("native", got), ("eager", plain)):
@@ -91,10 +105,17 @@ def _layout(b, tq, tk, lengths=None, causal=False, window=None):
     return KeyLayout(key_valid, q_pos, causal, window, tk)
 
 
-@pytest.mark.parametrize("band, lengths", [
-    ({}, [6, 0]), ({"causal": True}, [6, 0]), ({"window": (1, 2)}, [6, 0]),
-    ({"causal": True}, None), ({"window": (1, 2)}, None),
-], ids=["full", "causal", "window", "causal-one-mask", "window-one-mask"])
+@pytest.mark.parametrize(
+    "band, lengths",
+    [
+        ({}, [6, 0]),
+        ({"causal": True}, [6, 0]),
+        ({"window": (1, 2)}, [6, 0]),
+        ({"causal": True}, None),
+        ({"window": (1, 2)}, None),
+    ],
+    ids=["full", "causal", "window", "causal-one-mask", "window-one-mask"],
+)
 def test_gradcheck_chunked_attention_through_the_fused_backward(band, lengths):
     """float64 gradcheck of the chunked function on the native kernels: more queries than
     features, so backward takes the one-pass kernel (scores not kept); a fully masked row;
@@ -105,8 +126,7 @@ def test_gradcheck_chunked_attention_through_the_fused_backward(band, lengths):
     qf = torch.randn(b, 2, tq, 3, dtype=torch.float64, requires_grad=True)
     kf = torch.randn(b, 2, tk, 3, dtype=torch.float64, requires_grad=True)
     v = torch.randn(b, 2, tk, 2, dtype=torch.float64, requires_grad=True)
-    layout = _layout(b, tq, tk, None if lengths is None else torch.tensor([*lengths, 4]),
-                     **band)
+    layout = _layout(b, tq, tk, None if lengths is None else torch.tensor([*lengths, 4]), **band)
     calls = []
     fused = score.block_attention_backward
     score.block_attention_backward = lambda *a, **kw: calls.append(1) or fused(*a, **kw)
@@ -125,8 +145,9 @@ def test_gradcheck_recomputed_scores_on_native_kernels():
     kf = torch.randn(1, 2, 5, 4, dtype=torch.float64, requires_grad=True)
 
     def f(qf, kf, va):
-        return recomputed_scores(qf, kf, score, _layout(1, 3, 5, window=(1, 0)),
-                                 kernel="native", blocks=(2, 3))
+        return recomputed_scores(
+            qf, kf, score, _layout(1, 3, 5, window=(1, 0)), kernel="native", blocks=(2, 3)
+        )
 
     assert torch.autograd.gradcheck(f, [qf, kf, score.v])
 
@@ -171,16 +192,23 @@ def test_float64_and_low_precision_plans():
 
 def test_native_kernels_refuse_what_they_cannot_read():
     q, k, v, grad = _block(1, 1, 3, 4, 5, torch.float32, 0)
-    with pytest.raises(ValueError, match=r"kernel='native': k must be a CPU float32 or float64 "
-                                         r"tensor like q \(torch.float32\), got torch.float64"):
+    with pytest.raises(
+        ValueError,
+        match=r"kernel='native': k must be a CPU float32 or float64 "
+        r"tensor like q \(torch.float32\), got torch.float64",
+    ):
         kernels.additive_scores(q, k.double(), v, kernel="native")
     with pytest.raises(ValueError, match=r"kernel='native': q must have a contiguous last dim"):
-        kernels.additive_scores(q.transpose(-1, -2).contiguous().transpose(-1, -2), k, v,
-                                kernel="native")
+        kernels.additive_scores(
+            q.transpose(-1, -2).contiguous().transpose(-1, -2), k, v, kernel="native"
+        )
     with pytest.raises(ValueError, match=r"kernel='native': v \(H, A\) must be contiguous"):
         kernels.additive_backward(q, k, torch.randn(5, 2).t(), grad, kernel="native")
-    with pytest.raises(ValueError, match=r"kernel='native': grad must have shape \(1, 1, 3, 4\) "
-                                         r"\(from q \(1, 1, 3, 5\) and k\), got \(1, 1, 4, 3\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"kernel='native': grad must have shape \(1, 1, 3, 4\) "
+        r"\(from q \(1, 1, 3, 5\) and k\), got \(1, 1, 4, 3\)",
+    ):
         kernels.additive_backward(q, k, v, grad.transpose(-1, -2), kernel="native")
     with pytest.raises(ValueError, match=r"kernel='native': v must have shape \(1, 5\)"):
         kernels.additive_scores(q, k, torch.randn(2, 5), kernel="native")

@@ -85,23 +85,31 @@ def _layout(b, tq, tk, lengths=None, causal=False, window=None):
 @pytest.mark.parametrize("dropout_p", [0.0, 0.3])
 def test_gradcheck_chunked_function(score_name, dropout_p, tq):
     torch.manual_seed(0)
-    score = make_score(score_name, heads=1, query_dim=3, key_dim=3, attn_dim=None,
-                       **({"location_kernel": 3} if score_name == "location" else {})).double()
+    score = make_score(
+        score_name,
+        heads=1,
+        query_dim=3,
+        key_dim=3,
+        attn_dim=None,
+        **({"location_kernel": 3} if score_name == "location" else {}),
+    ).double()
     b, tk = 2, 5
     qf = torch.randn(b, 1, tq, 3, dtype=torch.float64, requires_grad=True)
     kf = torch.randn(b, 1, tk, 3, dtype=torch.float64, requires_grad=True)
     v = torch.randn(b, 1, tk, 2, dtype=torch.float64, requires_grad=True)
     extra = None
     if score_name == "location":
-        extra = torch.randn(b, 1, tq, tk, score.conv.out_channels, dtype=torch.float64,
-                            requires_grad=True)
+        extra = torch.randn(
+            b, 1, tq, tk, score.conv.out_channels, dtype=torch.float64, requires_grad=True
+        )
     layout = _layout(b, tq, tk, torch.tensor([5, 0]), causal=False, window=(1, 1))
     inputs = [qf, kf, v] + ([extra] if extra is not None else []) + list(score.pairwise_params())
 
     def f(qf, kf, v, *rest):
         e = rest[0] if extra is not None else None
-        return chunked_attention(qf, kf, v, score, layout, extra=e, dropout_p=dropout_p,
-                                 seed=1234, blocks=(2, 2))
+        return chunked_attention(
+            qf, kf, v, score, layout, extra=e, dropout_p=dropout_p, seed=1234, blocks=(2, 2)
+        )
 
     assert torch.autograd.gradcheck(f, inputs)
 
@@ -110,20 +118,28 @@ def test_gradcheck_chunked_function(score_name, dropout_p, tq):
 @pytest.mark.parametrize("score_name", ["additive", "location"])
 def test_gradcheck_recomputed_scores(score_name, window):
     torch.manual_seed(0)
-    score = make_score(score_name, heads=2, query_dim=3, key_dim=3, attn_dim=4,
-                       **({"location_kernel": 3} if score_name == "location" else {})).double()
+    score = make_score(
+        score_name,
+        heads=2,
+        query_dim=3,
+        key_dim=3,
+        attn_dim=4,
+        **({"location_kernel": 3} if score_name == "location" else {}),
+    ).double()
     qf = torch.randn(1, 2, 3, 4, dtype=torch.float64, requires_grad=True)
     kf = torch.randn(1, 2, 5, 4, dtype=torch.float64, requires_grad=True)
     extra = None
     if score_name == "location":
-        extra = torch.randn(1, 2, 3, 5, score.conv.out_channels, dtype=torch.float64,
-                            requires_grad=True)
+        extra = torch.randn(
+            1, 2, 3, 5, score.conv.out_channels, dtype=torch.float64, requires_grad=True
+        )
     inputs = [qf, kf] + ([extra] if extra is not None else []) + list(score.pairwise_params())
 
     def f(qf, kf, *rest):
         e = rest[0] if extra is not None else None
-        return recomputed_scores(qf, kf, score, _layout(1, 3, 5, window=window), extra=e,
-                                 blocks=(2, 3))
+        return recomputed_scores(
+            qf, kf, score, _layout(1, 3, 5, window=window), extra=e, blocks=(2, 3)
+        )
 
     assert torch.autograd.gradcheck(f, inputs)
 

@@ -35,7 +35,8 @@ def test_compile_decision_counts_only_the_band(monkeypatch):
     x = torch.randn(1, 8192, 64)
     # 8192 * 8192 * 64 pairs would pay for compiling; the band's 8192 * 5 * 64 do not.
     assert (Attention(64, score="additive").plan(x, x).kernel == "compiled") == (
-        kernels.compile_status() == "available")
+        kernels.compile_status() == "available"
+    )
     plan = Attention(64, score="additive", window=(2, 2)).plan(x, x)
     assert plan.impl == "chunked" and plan.kernel == "eager" and "too small" in plan.reason
     plan64 = Attention(64, score="additive").double().plan(x.double()[:, :2048], x.double())

@@ -25,8 +25,9 @@ def _inputs():
 def _penalty(module: Attention, q, k, lengths, params: dict | None = None) -> torch.Tensor:
     """A gradient penalty: the squared norm of the output's gradient with respect to the query
     (``params``: the module's parameters to use instead of its own)."""
-    context = torch.func.functional_call(module, params or {}, (q, k, k),
-                                         {"key_lengths": lengths}).context
+    context = torch.func.functional_call(
+        module, params or {}, (q, k, k), {"key_lengths": lengths}
+    ).context
     (g,) = torch.autograd.grad(context.square().sum(), q, create_graph=True)
     return g.square().sum()
 
@@ -50,8 +51,11 @@ def test_the_reference_path_differentiates_its_gradients_exactly(score):
 def test_fast_paths_refuse_a_second_derivative_by_name(score, impl):
     module = _module(score, impl)
     q, k, lengths = _inputs()
-    with pytest.raises(RuntimeError, match=r"its backward cannot be differentiated again .*"
-                                           r"impl='reference'"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"its backward cannot be differentiated again .*"
+        r"impl='reference'",
+    ):
         _penalty(module, q, k, lengths)
 
 
@@ -60,9 +64,12 @@ def test_fast_paths_still_give_first_order_gradients(impl):
     """The refusal is only for create_graph: an ordinary backward (grad mode off inside it) is
     unchanged and equals the reference's."""
     q, k, lengths = _inputs()
-    got = torch.autograd.grad(_module("additive", impl)(q, k, k, key_lengths=lengths)
-                              .context.square().sum(), [q, k])
-    want = torch.autograd.grad(_module("additive", "reference")(q, k, k, key_lengths=lengths)
-                               .context.square().sum(), [q, k])
+    got = torch.autograd.grad(
+        _module("additive", impl)(q, k, k, key_lengths=lengths).context.square().sum(), [q, k]
+    )
+    want = torch.autograd.grad(
+        _module("additive", "reference")(q, k, k, key_lengths=lengths).context.square().sum(),
+        [q, k],
+    )
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)

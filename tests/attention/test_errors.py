@@ -30,16 +30,28 @@ def _inputs(dtype=torch.float32):
 
 CONSTRUCTOR_ERRORS = [
     # unknown score / impl
-    (dict(score="bahdanau"), ValueError, r"^score: expected one of dot, scaled_dot, .*got 'bahdanau'"),
+    (
+        dict(score="bahdanau"),
+        ValueError,
+        r"^score: expected one of dot, scaled_dot, .*got 'bahdanau'",
+    ),
     (dict(score=None), ValueError, r"^score: expected one of .*got None"),
-    (dict(impl="flash"), ValueError, r"^impl: expected one of auto, reference, sdpa, chunked, step, got 'flash'"),
+    (
+        dict(impl="flash"),
+        ValueError,
+        r"^impl: expected one of auto, reference, sdpa, chunked, step, got 'flash'",
+    ),
     # heads / head_dim
     (dict(heads=3), ValueError, r"^heads: 3 does not divide query_dim=8; pass head_dim"),
     (dict(heads=5), ValueError, r"^heads: 5 does not divide query_dim=8"),
     (dict(head_dim=4), ValueError, r"^head_dim: only used with heads > 1, got head_dim=4"),
     (dict(heads=1, head_dim=8), ValueError, r"^head_dim: only used with heads > 1"),
     # window
-    (dict(window=(-1, 2)), ValueError, r"^window: expected non-negative sizes \(left, right\), got \(-1, 2\)"),
+    (
+        dict(window=(-1, 2)),
+        ValueError,
+        r"^window: expected non-negative sizes \(left, right\), got \(-1, 2\)",
+    ),
     (dict(window=(0, -3)), ValueError, r"^window: expected non-negative sizes .*got \(0, -3\)"),
     (dict(window=(1,)), TypeError, r"^window: expected a pair of ints \(left, right\), got \(1,\)"),
     (dict(window=(1, 2, 3)), TypeError, r"^window: expected a pair of ints .*got \(1, 2, 3\)"),
@@ -51,19 +63,51 @@ CONSTRUCTOR_ERRORS = [
     (dict(dropout=-0.1), ValueError, r"^dropout: expected a probability in \[0, 1\), got -0\.1"),
     (dict(dropout=1.0), ValueError, r"^dropout: expected a probability in \[0, 1\), got 1\.0"),
     (dict(dropout=1.5), ValueError, r"^dropout: expected a probability in \[0, 1\), got 1\.5"),
-    (dict(dropout=float("nan")), ValueError, r"^dropout: expected a probability in \[0, 1\), got nan"),
+    (
+        dict(dropout=float("nan")),
+        ValueError,
+        r"^dropout: expected a probability in \[0, 1\), got nan",
+    ),
     # attn_dim only for additive / location
-    (dict(score="dot", attn_dim=4), ValueError, r"^attn_dim: only the 'additive' and 'location' scores .*score='dot'"),
-    (dict(score="scaled_dot", attn_dim=4), ValueError, r"^attn_dim: .*got attn_dim=4 with score='scaled_dot'"),
+    (
+        dict(score="dot", attn_dim=4),
+        ValueError,
+        r"^attn_dim: only the 'additive' and 'location' scores .*score='dot'",
+    ),
+    (
+        dict(score="scaled_dot", attn_dim=4),
+        ValueError,
+        r"^attn_dim: .*got attn_dim=4 with score='scaled_dot'",
+    ),
     (dict(score="general", attn_dim=4), ValueError, r"^attn_dim: .*score='general'"),
     (dict(score="cosine", attn_dim=4), ValueError, r"^attn_dim: .*score='cosine'"),
     (dict(score="cosine", heads=2, attn_dim=4), ValueError, r"^attn_dim: .*score='cosine'"),
     # location conv sizes
-    (dict(score="location", location_kernel=4), ValueError, r"^location_kernel: expected a positive odd int, got 4"),
-    (dict(score="location", location_kernel=0), ValueError, r"^location_kernel: expected a positive odd int, got 0"),
-    (dict(score="location", location_kernel=-3), ValueError, r"^location_kernel: expected a positive odd int, got -3"),
-    (dict(score="location", heads=2, location_kernel=30), ValueError, r"^location_kernel: .*got 30"),
-    (dict(score="location", location_filters=0), ValueError, r"^location_filters: expected a positive int, got 0"),
+    (
+        dict(score="location", location_kernel=4),
+        ValueError,
+        r"^location_kernel: expected a positive odd int, got 4",
+    ),
+    (
+        dict(score="location", location_kernel=0),
+        ValueError,
+        r"^location_kernel: expected a positive odd int, got 0",
+    ),
+    (
+        dict(score="location", location_kernel=-3),
+        ValueError,
+        r"^location_kernel: expected a positive odd int, got -3",
+    ),
+    (
+        dict(score="location", heads=2, location_kernel=30),
+        ValueError,
+        r"^location_kernel: .*got 30",
+    ),
+    (
+        dict(score="location", location_filters=0),
+        ValueError,
+        r"^location_filters: expected a positive int, got 0",
+    ),
     # non-positive / non-int dims
     (dict(query_dim=0), ValueError, r"^query_dim: expected a positive int, got 0"),
     (dict(query_dim=-8), ValueError, r"^query_dim: expected a positive int, got -8"),
@@ -76,7 +120,11 @@ CONSTRUCTOR_ERRORS = [
     (dict(heads=True), ValueError, r"^heads: expected a positive int, got True"),
     (dict(heads=2, head_dim=0), ValueError, r"^head_dim: expected a positive int, got 0"),
     (dict(score="additive", attn_dim=0), ValueError, r"^attn_dim: expected a positive int, got 0"),
-    (dict(score="location", attn_dim=-4), ValueError, r"^attn_dim: expected a positive int, got -4"),
+    (
+        dict(score="location", attn_dim=-4),
+        ValueError,
+        r"^attn_dim: expected a positive int, got -4",
+    ),
 ]
 
 
@@ -152,148 +200,398 @@ LONG = torch.int64
 
 FORWARD_ERRORS = [
     # query rank / dtype / type
-    ("query 4-D", {}, lambda a, q, k: a(q[None], k), ValueError,
-     r"^query: expected a 2-D or 3-D tensor, got tensor of shape \(1, 2, 4, 8\)"),
-    ("query 1-D", {}, lambda a, q, k: a(q[0, 0], k), ValueError,
-     r"^query: expected a 2-D or 3-D tensor, got tensor of shape \(8,\)"),
-    ("query int", {}, lambda a, q, k: a(q.long(), k.long()), TypeError,
-     r"^query: expected a floating-point tensor, got tensor of shape \(2, 4, 8\) and dtype torch.int64"),
-    ("query bool", {}, lambda a, q, k: a(q > 0, k), TypeError,
-     r"^query: expected a floating-point tensor, .*torch.bool"),
-    ("query list", {}, lambda a, q, k: a(q.tolist(), k), TypeError,
-     r"^query: expected a torch.Tensor, got list"),
-    ("key 2-D", {}, lambda a, q, k: a(q, k[0]), ValueError,
-     r"^key: expected a 3-D tensor, got tensor of shape \(5, 8\)"),
-    ("key int", {}, lambda a, q, k: a(q, k.int()), TypeError,
-     r"^key: expected a floating-point tensor, .*torch.int32"),
-    ("value 2-D", {}, lambda a, q, k: a(q, k, k[0]), ValueError,
-     r"^value: expected a 3-D tensor"),
+    (
+        "query 4-D",
+        {},
+        lambda a, q, k: a(q[None], k),
+        ValueError,
+        r"^query: expected a 2-D or 3-D tensor, got tensor of shape \(1, 2, 4, 8\)",
+    ),
+    (
+        "query 1-D",
+        {},
+        lambda a, q, k: a(q[0, 0], k),
+        ValueError,
+        r"^query: expected a 2-D or 3-D tensor, got tensor of shape \(8,\)",
+    ),
+    (
+        "query int",
+        {},
+        lambda a, q, k: a(q.long(), k.long()),
+        TypeError,
+        r"^query: expected a floating-point tensor, got tensor of shape \(2, 4, 8\) and dtype torch.int64",
+    ),
+    (
+        "query bool",
+        {},
+        lambda a, q, k: a(q > 0, k),
+        TypeError,
+        r"^query: expected a floating-point tensor, .*torch.bool",
+    ),
+    (
+        "query list",
+        {},
+        lambda a, q, k: a(q.tolist(), k),
+        TypeError,
+        r"^query: expected a torch.Tensor, got list",
+    ),
+    (
+        "key 2-D",
+        {},
+        lambda a, q, k: a(q, k[0]),
+        ValueError,
+        r"^key: expected a 3-D tensor, got tensor of shape \(5, 8\)",
+    ),
+    (
+        "key int",
+        {},
+        lambda a, q, k: a(q, k.int()),
+        TypeError,
+        r"^key: expected a floating-point tensor, .*torch.int32",
+    ),
+    ("value 2-D", {}, lambda a, q, k: a(q, k, k[0]), ValueError, r"^value: expected a 3-D tensor"),
     # batch sizes
-    ("key batch", {}, lambda a, q, k: a(q, k[:1]), ValueError,
-     r"^key: expected batch size B \(from query\) = 2 .*got tensor of shape \(1, 5, 8\)"),
-    ("value batch", {}, lambda a, q, k: a(q, k, torch.cat([k, k])), ValueError,
-     r"^value: expected batch size B \(from query\) = 2 .*got tensor of shape \(4, 5, 8\)"),
-    ("one-step key batch", {}, lambda a, q, k: a(q[:1, 0], k), ValueError,
-     r"^key: expected batch size B \(from query\) = 1"),
+    (
+        "key batch",
+        {},
+        lambda a, q, k: a(q, k[:1]),
+        ValueError,
+        r"^key: expected batch size B \(from query\) = 2 .*got tensor of shape \(1, 5, 8\)",
+    ),
+    (
+        "value batch",
+        {},
+        lambda a, q, k: a(q, k, torch.cat([k, k])),
+        ValueError,
+        r"^value: expected batch size B \(from query\) = 2 .*got tensor of shape \(4, 5, 8\)",
+    ),
+    (
+        "one-step key batch",
+        {},
+        lambda a, q, k: a(q[:1, 0], k),
+        ValueError,
+        r"^key: expected batch size B \(from query\) = 1",
+    ),
     # feature sizes
-    ("query features", {}, lambda a, q, k: a(q[..., :6], k), ValueError,
-     r"^query: expected feature size query_dim = 8 .*got tensor of shape \(2, 4, 6\)"),
-    ("one-step query features", {}, lambda a, q, k: a(q[:, 0, :6], k), ValueError,
-     r"^query: expected feature size query_dim = 8 .*got tensor of shape \(2, 6\)"),
-    ("key features", {}, lambda a, q, k: a(q, k[..., :6]), ValueError,
-     r"^key: expected feature size key_dim = 8 .*got tensor of shape \(2, 5, 6\)"),
-    ("value features", {}, lambda a, q, k: a(q, k, k[..., :6]), ValueError,
-     r"^value: expected feature size value_dim = 8 .*got tensor of shape \(2, 5, 6\)"),
-    ("value features, explicit dims", dict(key_dim=8, value_dim=4), lambda a, q, k: a(q, k, k), ValueError,
-     r"^value: expected feature size value_dim = 4"),
-    ("value left out, explicit dims", dict(key_dim=8, value_dim=4), lambda a, q, k: a(q, k), ValueError,
-     r"^value \(defaults to key\): expected feature size value_dim = 4"),
+    (
+        "query features",
+        {},
+        lambda a, q, k: a(q[..., :6], k),
+        ValueError,
+        r"^query: expected feature size query_dim = 8 .*got tensor of shape \(2, 4, 6\)",
+    ),
+    (
+        "one-step query features",
+        {},
+        lambda a, q, k: a(q[:, 0, :6], k),
+        ValueError,
+        r"^query: expected feature size query_dim = 8 .*got tensor of shape \(2, 6\)",
+    ),
+    (
+        "key features",
+        {},
+        lambda a, q, k: a(q, k[..., :6]),
+        ValueError,
+        r"^key: expected feature size key_dim = 8 .*got tensor of shape \(2, 5, 6\)",
+    ),
+    (
+        "value features",
+        {},
+        lambda a, q, k: a(q, k, k[..., :6]),
+        ValueError,
+        r"^value: expected feature size value_dim = 8 .*got tensor of shape \(2, 5, 6\)",
+    ),
+    (
+        "value features, explicit dims",
+        dict(key_dim=8, value_dim=4),
+        lambda a, q, k: a(q, k, k),
+        ValueError,
+        r"^value: expected feature size value_dim = 4",
+    ),
+    (
+        "value left out, explicit dims",
+        dict(key_dim=8, value_dim=4),
+        lambda a, q, k: a(q, k),
+        ValueError,
+        r"^value \(defaults to key\): expected feature size value_dim = 4",
+    ),
     # Tk
-    ("value Tk", {}, lambda a, q, k: a(q, k, k[:, :3]), ValueError,
-     r"^value: expected Tk \(from key\) = 5 .*got tensor of shape \(2, 3, 8\)"),
+    (
+        "value Tk",
+        {},
+        lambda a, q, k: a(q, k, k[:, :3]),
+        ValueError,
+        r"^value: expected Tk \(from key\) = 5 .*got tensor of shape \(2, 3, 8\)",
+    ),
     # dtypes
-    ("key dtype", {}, lambda a, q, k: a(q, k.double()), TypeError,
-     r"^key: expected dtype torch.float32 \(the query's\), got .*torch.float64"),
-    ("value dtype", {}, lambda a, q, k: a(q, k, k.half()), TypeError,
-     r"^value: expected dtype torch.float32 \(the query's\), got .*torch.float16"),
-    ("params dtype general", dict(score="general"), lambda a, q, k: a(q.double(), k.double()), TypeError,
-     r"^query: dtype torch.float64 differs from the module's parameters \(torch.float32\); "
-     r"convert one of them, e.g. attn.to\(torch.float64\)"),
-    ("params dtype heads", dict(heads=2), lambda a, q, k: a(q.double(), k.double()), TypeError,
-     r"^query: dtype torch.float64 differs from the module's parameters"),
-    ("params dtype cosine", dict(score="cosine"), lambda a, q, k: a(q.double(), k.double()), TypeError,
-     r"^query: dtype torch.float64 differs"),
+    (
+        "key dtype",
+        {},
+        lambda a, q, k: a(q, k.double()),
+        TypeError,
+        r"^key: expected dtype torch.float32 \(the query's\), got .*torch.float64",
+    ),
+    (
+        "value dtype",
+        {},
+        lambda a, q, k: a(q, k, k.half()),
+        TypeError,
+        r"^value: expected dtype torch.float32 \(the query's\), got .*torch.float16",
+    ),
+    (
+        "params dtype general",
+        dict(score="general"),
+        lambda a, q, k: a(q.double(), k.double()),
+        TypeError,
+        r"^query: dtype torch.float64 differs from the module's parameters \(torch.float32\); "
+        r"convert one of them, e.g. attn.to\(torch.float64\)",
+    ),
+    (
+        "params dtype heads",
+        dict(heads=2),
+        lambda a, q, k: a(q.double(), k.double()),
+        TypeError,
+        r"^query: dtype torch.float64 differs from the module's parameters",
+    ),
+    (
+        "params dtype cosine",
+        dict(score="cosine"),
+        lambda a, q, k: a(q.double(), k.double()),
+        TypeError,
+        r"^query: dtype torch.float64 differs",
+    ),
     # key_lengths
-    ("key_lengths float", {}, lambda a, q, k: a(q, k, key_lengths=torch.tensor([5.0, 3.0])), TypeError,
-     r"^key_lengths: expected an integer tensor, got .*torch.float32"),
-    ("key_lengths bool", {}, lambda a, q, k: a(q, k, key_lengths=torch.tensor([True, False])), TypeError,
-     r"^key_lengths: expected an integer tensor, got .*torch.bool"),
-    ("key_lengths list", {}, lambda a, q, k: a(q, k, key_lengths=[5, 3]), TypeError,
-     r"^key_lengths: expected an integer torch.Tensor, got list"),
-    ("key_lengths 2-D", {}, lambda a, q, k: a(q, k, key_lengths=torch.tensor([[5, 3]])), ValueError,
-     r"^key_lengths: expected a 1-D tensor, got tensor of shape \(1, 2\)"),
-    ("key_lengths batch", {}, lambda a, q, k: a(q, k, key_lengths=torch.tensor([5, 3, 1])), ValueError,
-     r"^key_lengths: expected batch size B \(from query\) = 2 .*got tensor of shape \(3,\)"),
+    (
+        "key_lengths float",
+        {},
+        lambda a, q, k: a(q, k, key_lengths=torch.tensor([5.0, 3.0])),
+        TypeError,
+        r"^key_lengths: expected an integer tensor, got .*torch.float32",
+    ),
+    (
+        "key_lengths bool",
+        {},
+        lambda a, q, k: a(q, k, key_lengths=torch.tensor([True, False])),
+        TypeError,
+        r"^key_lengths: expected an integer tensor, got .*torch.bool",
+    ),
+    (
+        "key_lengths list",
+        {},
+        lambda a, q, k: a(q, k, key_lengths=[5, 3]),
+        TypeError,
+        r"^key_lengths: expected an integer torch.Tensor, got list",
+    ),
+    (
+        "key_lengths 2-D",
+        {},
+        lambda a, q, k: a(q, k, key_lengths=torch.tensor([[5, 3]])),
+        ValueError,
+        r"^key_lengths: expected a 1-D tensor, got tensor of shape \(1, 2\)",
+    ),
+    (
+        "key_lengths batch",
+        {},
+        lambda a, q, k: a(q, k, key_lengths=torch.tensor([5, 3, 1])),
+        ValueError,
+        r"^key_lengths: expected batch size B \(from query\) = 2 .*got tensor of shape \(3,\)",
+    ),
     # NOTE: the range errors currently say "lengths: ..." (the name inside lengths_to_mask), not
     # "key_lengths: ..."; the pattern below accepts both, see the report.
-    ("key_lengths > Tk", {}, lambda a, q, k: a(q, k, key_lengths=torch.tensor([6, 3])), ValueError,
-     r"^key_lengths: expected values in \[0, 5\], got min 3 and max 6"),
-    ("key_lengths < 0", {}, lambda a, q, k: a(q, k, key_lengths=torch.tensor([5, -1])), ValueError,
-     r"^key_lengths: expected values in \[0, 5\], got min -1 and max 5"),
+    (
+        "key_lengths > Tk",
+        {},
+        lambda a, q, k: a(q, k, key_lengths=torch.tensor([6, 3])),
+        ValueError,
+        r"^key_lengths: expected values in \[0, 5\], got min 3 and max 6",
+    ),
+    (
+        "key_lengths < 0",
+        {},
+        lambda a, q, k: a(q, k, key_lengths=torch.tensor([5, -1])),
+        ValueError,
+        r"^key_lengths: expected values in \[0, 5\], got min -1 and max 5",
+    ),
     # key_mask
-    ("key_mask int", {}, lambda a, q, k: a(q, k, key_mask=torch.ones(B, TK, dtype=LONG)), TypeError,
-     r"^key_mask: expected a bool tensor \(True = may attend\), got .*torch.int64"),
-    ("key_mask float", {}, lambda a, q, k: a(q, k, key_mask=torch.ones(B, TK)), TypeError,
-     r"^key_mask: expected a bool tensor .*torch.float32"),
-    ("key_mask list", {}, lambda a, q, k: a(q, k, key_mask=[[True] * TK] * B), TypeError,
-     r"^key_mask: expected a bool tensor .*got list"),
-    ("key_mask Tk", {}, lambda a, q, k: a(q, k, key_mask=torch.ones(B, TK - 1, dtype=torch.bool)), ValueError,
-     r"^key_mask: expected shape \(B, Tk\) = \(2, 5\), got tensor of shape \(2, 4\)"),
-    ("key_mask 3-D", {}, lambda a, q, k: a(q, k, key_mask=torch.ones(B, TQ, TK, dtype=torch.bool)), ValueError,
-     r"^key_mask: expected shape \(B, Tk\) = \(2, 5\), got tensor of shape \(2, 4, 5\)"),
+    (
+        "key_mask int",
+        {},
+        lambda a, q, k: a(q, k, key_mask=torch.ones(B, TK, dtype=LONG)),
+        TypeError,
+        r"^key_mask: expected a bool tensor \(True = may attend\), got .*torch.int64",
+    ),
+    (
+        "key_mask float",
+        {},
+        lambda a, q, k: a(q, k, key_mask=torch.ones(B, TK)),
+        TypeError,
+        r"^key_mask: expected a bool tensor .*torch.float32",
+    ),
+    (
+        "key_mask list",
+        {},
+        lambda a, q, k: a(q, k, key_mask=[[True] * TK] * B),
+        TypeError,
+        r"^key_mask: expected a bool tensor .*got list",
+    ),
+    (
+        "key_mask Tk",
+        {},
+        lambda a, q, k: a(q, k, key_mask=torch.ones(B, TK - 1, dtype=torch.bool)),
+        ValueError,
+        r"^key_mask: expected shape \(B, Tk\) = \(2, 5\), got tensor of shape \(2, 4\)",
+    ),
+    (
+        "key_mask 3-D",
+        {},
+        lambda a, q, k: a(q, k, key_mask=torch.ones(B, TQ, TK, dtype=torch.bool)),
+        ValueError,
+        r"^key_mask: expected shape \(B, Tk\) = \(2, 5\), got tensor of shape \(2, 4, 5\)",
+    ),
     # prev_weights
-    ("prev_weights non-location", dict(score="additive"),
-     lambda a, q, k: a(q, k, prev_weights=torch.full((B, TQ, TK), 0.2)), ValueError,
-     r"^prev_weights: only the 'location' score uses them, score is 'additive'"),
-    ("prev_weights scaled_dot", {},
-     lambda a, q, k: a(q, k, prev_weights=torch.full((B, TQ, TK), 0.2)), ValueError,
-     r"^prev_weights: only the 'location' score uses them, score is 'scaled_dot'"),
-    ("prev_weights shape", dict(score="location"),
-     lambda a, q, k: a(q, k, prev_weights=torch.full((B, TQ, TK + 1), 0.2)), ValueError,
-     r"^prev_weights: expected shape \(2, 4, 5\) \(like the weights\), got tensor of shape \(2, 4, 6\)"),
-    ("prev_weights heads shape", dict(score="location", heads=2),
-     lambda a, q, k: a(q, k, prev_weights=torch.full((B, TQ, TK), 0.2)), ValueError,
-     r"^prev_weights: expected shape \(2, 2, 4, 5\) .*got tensor of shape \(2, 4, 5\)"),
-    ("prev_weights one-step shape", dict(score="location"),
-     lambda a, q, k: a(q[:, 0], k, prev_weights=torch.full((B, TQ, TK), 0.2)), ValueError,
-     r"^prev_weights: expected shape \(2, 5\) .*got tensor of shape \(2, 4, 5\)"),
-    ("prev_weights list", dict(score="location"),
-     lambda a, q, k: a(q, k, prev_weights=[[0.2] * TK]), ValueError,
-     r"^prev_weights: expected shape \(2, 4, 5\) \(like the weights\), got list"),
-    ("prev_weights dtype", dict(score="location"),
-     lambda a, q, k: a(q, k, prev_weights=torch.full((B, TQ, TK), 0.2, dtype=torch.float64)), TypeError,
-     r"^prev_weights: expected dtype torch.float32, got .*torch.float64"),
+    (
+        "prev_weights non-location",
+        dict(score="additive"),
+        lambda a, q, k: a(q, k, prev_weights=torch.full((B, TQ, TK), 0.2)),
+        ValueError,
+        r"^prev_weights: only the 'location' score uses them, score is 'additive'",
+    ),
+    (
+        "prev_weights scaled_dot",
+        {},
+        lambda a, q, k: a(q, k, prev_weights=torch.full((B, TQ, TK), 0.2)),
+        ValueError,
+        r"^prev_weights: only the 'location' score uses them, score is 'scaled_dot'",
+    ),
+    (
+        "prev_weights shape",
+        dict(score="location"),
+        lambda a, q, k: a(q, k, prev_weights=torch.full((B, TQ, TK + 1), 0.2)),
+        ValueError,
+        r"^prev_weights: expected shape \(2, 4, 5\) \(like the weights\), got tensor of shape \(2, 4, 6\)",
+    ),
+    (
+        "prev_weights heads shape",
+        dict(score="location", heads=2),
+        lambda a, q, k: a(q, k, prev_weights=torch.full((B, TQ, TK), 0.2)),
+        ValueError,
+        r"^prev_weights: expected shape \(2, 2, 4, 5\) .*got tensor of shape \(2, 4, 5\)",
+    ),
+    (
+        "prev_weights one-step shape",
+        dict(score="location"),
+        lambda a, q, k: a(q[:, 0], k, prev_weights=torch.full((B, TQ, TK), 0.2)),
+        ValueError,
+        r"^prev_weights: expected shape \(2, 5\) .*got tensor of shape \(2, 4, 5\)",
+    ),
+    (
+        "prev_weights list",
+        dict(score="location"),
+        lambda a, q, k: a(q, k, prev_weights=[[0.2] * TK]),
+        ValueError,
+        r"^prev_weights: expected shape \(2, 4, 5\) \(like the weights\), got list",
+    ),
+    (
+        "prev_weights dtype",
+        dict(score="location"),
+        lambda a, q, k: a(q, k, prev_weights=torch.full((B, TQ, TK), 0.2, dtype=torch.float64)),
+        TypeError,
+        r"^prev_weights: expected dtype torch.float32, got .*torch.float64",
+    ),
     # positions
-    ("one-step causal, no positions", dict(causal=True), lambda a, q, k: a(q[:, 0], k), ValueError,
-     r"^positions: a one-step query with causal=True or a window needs the aligned key position"),
-    ("one-step window, no positions", dict(window=(1, 1)), lambda a, q, k: a(q[:, 0], k), ValueError,
-     r"^positions: a one-step query with causal=True or a window needs .* shape \(B,\)"),
-    ("positions without causal/window", {},
-     lambda a, q, k: a(q, k, positions=torch.zeros(B, TQ, dtype=LONG)), ValueError,
-     r"^positions: only used with causal=True or a window; got neither"),
-    ("one-step positions without causal/window", {},
-     lambda a, q, k: a(q[:, 0], k, positions=torch.zeros(B, dtype=LONG)), ValueError,
-     r"^positions: only used with causal=True or a window"),
-    ("positions Tq", dict(causal=True),
-     lambda a, q, k: a(q, k, positions=torch.zeros(B, TQ - 1, dtype=LONG)), ValueError,
-     r"^positions: expected shape \(2, 4\), got tensor of shape \(2, 3\)"),
-    ("positions batch", dict(window=(1, 1)),
-     lambda a, q, k: a(q, k, positions=torch.zeros(B + 1, TQ, dtype=LONG)), ValueError,
-     r"^positions: expected shape \(2, 4\), got tensor of shape \(3, 4\)"),
-    ("positions 1-D for a sequence", dict(causal=True),
-     lambda a, q, k: a(q, k, positions=torch.zeros(TQ, dtype=LONG)), ValueError,
-     r"^positions: expected a 2-D tensor, got tensor of shape \(4,\)"),
-    ("positions 2-D for one step", dict(causal=True),
-     lambda a, q, k: a(q[:, 0], k, positions=torch.zeros(B, 1, dtype=LONG)), ValueError,
-     r"^positions: expected a 1-D tensor, got tensor of shape \(2, 1\)"),
-    ("one-step positions batch", dict(causal=True),
-     lambda a, q, k: a(q[:, 0], k, positions=torch.zeros(B + 1, dtype=LONG)), ValueError,
-     r"^positions: expected shape \(2,\), got tensor of shape \(3,\)"),
-    ("positions float", dict(causal=True),
-     lambda a, q, k: a(q, k, positions=torch.zeros(B, TQ)), TypeError,
-     r"^positions: expected an integer tensor, got .*torch.float32"),
+    (
+        "one-step causal, no positions",
+        dict(causal=True),
+        lambda a, q, k: a(q[:, 0], k),
+        ValueError,
+        r"^positions: a one-step query with causal=True or a window needs the aligned key position",
+    ),
+    (
+        "one-step window, no positions",
+        dict(window=(1, 1)),
+        lambda a, q, k: a(q[:, 0], k),
+        ValueError,
+        r"^positions: a one-step query with causal=True or a window needs .* shape \(B,\)",
+    ),
+    (
+        "positions without causal/window",
+        {},
+        lambda a, q, k: a(q, k, positions=torch.zeros(B, TQ, dtype=LONG)),
+        ValueError,
+        r"^positions: only used with causal=True or a window; got neither",
+    ),
+    (
+        "one-step positions without causal/window",
+        {},
+        lambda a, q, k: a(q[:, 0], k, positions=torch.zeros(B, dtype=LONG)),
+        ValueError,
+        r"^positions: only used with causal=True or a window",
+    ),
+    (
+        "positions Tq",
+        dict(causal=True),
+        lambda a, q, k: a(q, k, positions=torch.zeros(B, TQ - 1, dtype=LONG)),
+        ValueError,
+        r"^positions: expected shape \(2, 4\), got tensor of shape \(2, 3\)",
+    ),
+    (
+        "positions batch",
+        dict(window=(1, 1)),
+        lambda a, q, k: a(q, k, positions=torch.zeros(B + 1, TQ, dtype=LONG)),
+        ValueError,
+        r"^positions: expected shape \(2, 4\), got tensor of shape \(3, 4\)",
+    ),
+    (
+        "positions 1-D for a sequence",
+        dict(causal=True),
+        lambda a, q, k: a(q, k, positions=torch.zeros(TQ, dtype=LONG)),
+        ValueError,
+        r"^positions: expected a 2-D tensor, got tensor of shape \(4,\)",
+    ),
+    (
+        "positions 2-D for one step",
+        dict(causal=True),
+        lambda a, q, k: a(q[:, 0], k, positions=torch.zeros(B, 1, dtype=LONG)),
+        ValueError,
+        r"^positions: expected a 1-D tensor, got tensor of shape \(2, 1\)",
+    ),
+    (
+        "one-step positions batch",
+        dict(causal=True),
+        lambda a, q, k: a(q[:, 0], k, positions=torch.zeros(B + 1, dtype=LONG)),
+        ValueError,
+        r"^positions: expected shape \(2,\), got tensor of shape \(3,\)",
+    ),
+    (
+        "positions float",
+        dict(causal=True),
+        lambda a, q, k: a(q, k, positions=torch.zeros(B, TQ)),
+        TypeError,
+        r"^positions: expected an integer tensor, got .*torch.float32",
+    ),
     # forced SDPA path that cannot serve the call
-    ("sdpa need_weights", dict(impl="sdpa"), lambda a, q, k: a(q, k, need_weights=True), ValueError,
-     r"^impl='sdpa' cannot serve this call: need_weights=True: SDPA does not return the attention weights"),
-    ("sdpa need_weights heads", dict(impl="sdpa", heads=2, score="general"),
-     lambda a, q, k: a(q, k, need_weights=True), ValueError,
-     r"^impl='sdpa' cannot serve this call: need_weights=True"),
+    (
+        "sdpa need_weights",
+        dict(impl="sdpa"),
+        lambda a, q, k: a(q, k, need_weights=True),
+        ValueError,
+        r"^impl='sdpa' cannot serve this call: need_weights=True: SDPA does not return the attention weights",
+    ),
+    (
+        "sdpa need_weights heads",
+        dict(impl="sdpa", heads=2, score="general"),
+        lambda a, q, k: a(q, k, need_weights=True),
+        ValueError,
+        r"^impl='sdpa' cannot serve this call: need_weights=True",
+    ),
 ]
 
 
 @pytest.mark.parametrize("score", ["additive", "location"])
 def test_sdpa_with_a_non_dot_score_is_refused_at_construction(score):
-    with pytest.raises(ValueError, match=rf"^impl: 'sdpa' computes dot-product scores only, not score='{score}'"):
+    with pytest.raises(
+        ValueError, match=rf"^impl: 'sdpa' computes dot-product scores only, not score='{score}'"
+    ):
         Attention(D, score=score, impl="sdpa")
 
 
@@ -389,23 +687,58 @@ def test_functional_rejects_scores_with_parameters_and_points_to_the_module(scor
 
 def test_functional_unknown_score_has_no_module_hint():
     query, key = _inputs()
-    with pytest.raises(ValueError, match=r"^score: expected one of dot, scaled_dot, cosine, got 'bogus'$"):
+    with pytest.raises(
+        ValueError, match=r"^score: expected one of dot, scaled_dot, cosine, got 'bogus'$"
+    ):
         attend(query, key, score="bogus")
 
 
 FUNCTIONAL_ERRORS = [
-    ("dropout_p 1", dict(dropout_p=1.0), ValueError, r"^dropout_p: expected a probability in \[0, 1\), got 1\.0"),
-    ("dropout_p < 0", dict(dropout_p=-0.5), ValueError, r"^dropout_p: expected a probability in \[0, 1\), got -0\.5"),
-    ("impl", dict(impl="flash"), ValueError, r"^impl: expected one of auto, reference, sdpa, chunked, step, got 'flash'"),
-    ("sdpa weights", dict(impl="sdpa", need_weights=True), ValueError,
-     r"^impl='sdpa' cannot serve this call: need_weights=True"),
-    ("step many queries", dict(impl="step"), ValueError,
-     rf"^impl='step' cannot serve this call: {TQ} queries per row; the step takes one"),
+    (
+        "dropout_p 1",
+        dict(dropout_p=1.0),
+        ValueError,
+        r"^dropout_p: expected a probability in \[0, 1\), got 1\.0",
+    ),
+    (
+        "dropout_p < 0",
+        dict(dropout_p=-0.5),
+        ValueError,
+        r"^dropout_p: expected a probability in \[0, 1\), got -0\.5",
+    ),
+    (
+        "impl",
+        dict(impl="flash"),
+        ValueError,
+        r"^impl: expected one of auto, reference, sdpa, chunked, step, got 'flash'",
+    ),
+    (
+        "sdpa weights",
+        dict(impl="sdpa", need_weights=True),
+        ValueError,
+        r"^impl='sdpa' cannot serve this call: need_weights=True",
+    ),
+    (
+        "step many queries",
+        dict(impl="step"),
+        ValueError,
+        rf"^impl='step' cannot serve this call: {TQ} queries per row; the step takes one",
+    ),
     ("window", dict(window=(2, -1)), ValueError, r"^window: expected non-negative sizes"),
     ("window type", dict(window=2), TypeError, r"^window: expected a pair of ints"),
-    ("key_lengths", dict(key_lengths=torch.tensor([1.0, 2.0])), TypeError, r"^key_lengths: expected an integer tensor"),
+    (
+        "key_lengths",
+        dict(key_lengths=torch.tensor([1.0, 2.0])),
+        TypeError,
+        r"^key_lengths: expected an integer tensor",
+    ),
     ("key_mask", dict(key_mask=torch.ones(B, TK)), TypeError, r"^key_mask: expected a bool tensor"),
-    ("positions", dict(positions=torch.zeros(B, TQ, dtype=LONG)), ValueError, r"^positions: only used with causal=True"),
+    (
+        "positions",
+        dict(positions=torch.zeros(B, TQ, dtype=LONG)),
+        ValueError,
+        r"^positions: only used with causal=True",
+    ),
 ]
 
 
@@ -444,26 +777,79 @@ def test_lengths_to_mask_valid_values():
     mask = lengths_to_mask(torch.tensor([0, 2, 3]), 3)
     expected = torch.tensor([[False, False, False], [True, True, False], [True, True, True]])
     assert torch.equal(mask, expected)
-    assert torch.equal(lengths_to_mask(torch.tensor([1, 2])), torch.tensor([[True, False], [True, True]]))
+    assert torch.equal(
+        lengths_to_mask(torch.tensor([1, 2])), torch.tensor([[True, False], [True, True]])
+    )
 
 
 @pytest.mark.parametrize(
     "lengths, max_len, exc, match",
     [
-        (torch.tensor([1, 5]), 3, ValueError, r"^lengths: expected values in \[0, 3\], got min 1 and max 5"),
-        (torch.tensor([4]), 3, ValueError, r"^lengths: expected values in \[0, 3\], got min 4 and max 4"),
-        (torch.tensor([-1, 2]), 3, ValueError, r"^lengths: expected values in \[0, 3\], got min -1 and max 2"),
-        (torch.tensor([-2, 2]), None, ValueError, r"^lengths: expected non-negative values, got min -2"),
-        (torch.tensor([1.0, 2.0]), 3, TypeError, r"^lengths: expected an integer tensor, got .*torch.float32"),
-        (torch.tensor([1.0, 2.0], dtype=torch.float64), None, TypeError, r"^lengths: expected an integer tensor"),
-        (torch.tensor([True, False]), 3, TypeError, r"^lengths: expected an integer tensor, got .*torch.bool"),
+        (
+            torch.tensor([1, 5]),
+            3,
+            ValueError,
+            r"^lengths: expected values in \[0, 3\], got min 1 and max 5",
+        ),
+        (
+            torch.tensor([4]),
+            3,
+            ValueError,
+            r"^lengths: expected values in \[0, 3\], got min 4 and max 4",
+        ),
+        (
+            torch.tensor([-1, 2]),
+            3,
+            ValueError,
+            r"^lengths: expected values in \[0, 3\], got min -1 and max 2",
+        ),
+        (
+            torch.tensor([-2, 2]),
+            None,
+            ValueError,
+            r"^lengths: expected non-negative values, got min -2",
+        ),
+        (
+            torch.tensor([1.0, 2.0]),
+            3,
+            TypeError,
+            r"^lengths: expected an integer tensor, got .*torch.float32",
+        ),
+        (
+            torch.tensor([1.0, 2.0], dtype=torch.float64),
+            None,
+            TypeError,
+            r"^lengths: expected an integer tensor",
+        ),
+        (
+            torch.tensor([True, False]),
+            3,
+            TypeError,
+            r"^lengths: expected an integer tensor, got .*torch.bool",
+        ),
         ([1, 2], 3, TypeError, r"^lengths: expected an integer torch.Tensor, got list"),
-        (torch.tensor([[1, 2]]), 3, ValueError, r"^lengths: expected a 1-D tensor, got tensor of shape \(1, 2\)"),
+        (
+            torch.tensor([[1, 2]]),
+            3,
+            ValueError,
+            r"^lengths: expected a 1-D tensor, got tensor of shape \(1, 2\)",
+        ),
         (torch.tensor([1, 2]), -1, ValueError, r"^max_len: expected a non-negative int, got -1"),
         (torch.tensor([1, 2]), 3.0, ValueError, r"^max_len: expected a non-negative int, got 3\.0"),
     ],
-    ids=["over", "over-single", "negative", "negative-default-max", "float", "float64-default-max",
-         "bool", "list", "2-D", "max_len-negative", "max_len-float"],
+    ids=[
+        "over",
+        "over-single",
+        "negative",
+        "negative-default-max",
+        "float",
+        "float64-default-max",
+        "bool",
+        "list",
+        "2-D",
+        "max_len-negative",
+        "max_len-float",
+    ],
 )
 def test_lengths_to_mask_rejects(lengths, max_len, exc, match):
     with pytest.raises(exc, match=match):
@@ -481,19 +867,26 @@ def _x(t=6, dim=8):
 
 
 def test_self_attention_rejects_wrong_feature_size():
-    with pytest.raises(ValueError, match=r"^x: expected feature size dim = 8, got tensor of shape \(2, 6, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"^x: expected feature size dim = 8, got tensor of shape \(2, 6, 4\)"
+    ):
         SelfAttention(8)(_x(dim=4))
 
 
 def test_self_attention_rejects_bad_x():
-    with pytest.raises(ValueError, match=r"^x: expected a 3-D tensor, got tensor of shape \(6, 8\)"):
+    with pytest.raises(
+        ValueError, match=r"^x: expected a 3-D tensor, got tensor of shape \(6, 8\)"
+    ):
         SelfAttention(8)(_x()[0])
     with pytest.raises(TypeError, match=r"^x: expected a floating-point tensor"):
         SelfAttention(8)(_x().long())
 
 
 def test_self_attention_rejects_lengths_of_wrong_batch_size():
-    with pytest.raises(ValueError, match=r"^lengths: expected shape \(2,\) \(batch size\), got tensor of shape \(3,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"^lengths: expected shape \(2,\) \(batch size\), got tensor of shape \(3,\)",
+    ):
         SelfAttention(8)(_x(), torch.tensor([6, 5, 4]))
     # Time-major input: the batch is dim 1, so (T=6, B=2) needs 2 lengths, not 6.
     layer = SelfAttention(8, batch_first=False)
@@ -507,14 +900,20 @@ def test_self_attention_rejects_bad_lengths_values():
         SelfAttention(8)(_x(), torch.tensor([6.0, 3.0]))
     with pytest.raises(ValueError, match=r"^lengths: expected a 1-D tensor"):
         SelfAttention(8)(_x(), torch.tensor([[6, 3]]))
-    with pytest.raises(ValueError, match=r"lengths: expected values in \[0, 6\], got min 3 and max 7"):
+    with pytest.raises(
+        ValueError, match=r"lengths: expected values in \[0, 6\], got min 3 and max 7"
+    ):
         SelfAttention(8)(_x(), torch.tensor([7, 3]))
 
 
 @pytest.mark.parametrize(
     "args, kwargs, match",
     [
-        ((8, 4), dict(combine="residual"), r"^out_dim: combine='residual' adds to the input and needs out_dim == dim = 8, got 4"),
+        (
+            (8, 4),
+            dict(combine="residual"),
+            r"^out_dim: combine='residual' adds to the input and needs out_dim == dim = 8, got 4",
+        ),
         ((8, 16), dict(combine="residual"), r"^out_dim: combine='residual' .*got 16"),
         ((8,), dict(combine="sum"), r"^combine: expected one of concat, residual, got 'sum'"),
         ((8,), dict(combine=None), r"^combine: expected one of concat, residual, got None"),
@@ -525,8 +924,18 @@ def test_self_attention_rejects_bad_lengths_values():
         ((8,), dict(window=(-1, 1)), r"^window: expected non-negative sizes"),
         ((8,), dict(dropout=1.0), r"^dropout: expected a probability"),
     ],
-    ids=["residual-smaller", "residual-larger", "combine-unknown", "combine-none", "dim-0",
-         "out_dim-0", "score", "heads", "window", "dropout"],
+    ids=[
+        "residual-smaller",
+        "residual-larger",
+        "combine-unknown",
+        "combine-none",
+        "dim-0",
+        "out_dim-0",
+        "score",
+        "heads",
+        "window",
+        "dropout",
+    ],
 )
 def test_self_attention_constructor_rejects(args, kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -536,18 +945,34 @@ def test_self_attention_constructor_rejects(args, kwargs, match):
 @pytest.mark.parametrize("kwargs", [dict(location_kernel=3), dict(key_dim=4), dict(bogus=1)])
 def test_self_attention_refuses_arguments_it_does_not_pass_on(kwargs):
     (name,) = kwargs
-    with pytest.raises(TypeError, match=rf"^{name}: not an argument of SelfAttention \(it passes "
-                                        r"on attn_dim, heads, head_dim, window, causal, dropout, "
-                                        r"impl to Attention\)"):
+    with pytest.raises(
+        TypeError,
+        match=rf"^{name}: not an argument of SelfAttention \(it passes "
+        r"on attn_dim, heads, head_dim, window, causal, dropout, "
+        r"impl to Attention\)",
+    ):
         SelfAttention(8, **kwargs)
 
 
 def test_self_attention_passes_its_attention_arguments_on():
-    layer = SelfAttention(8, score="additive", attn_dim=6, heads=2, head_dim=3, window=(1, 2),
-                          causal=True, dropout=0.25, impl="chunked")
+    layer = SelfAttention(
+        8,
+        score="additive",
+        attn_dim=6,
+        heads=2,
+        head_dim=3,
+        window=(1, 2),
+        causal=True,
+        dropout=0.25,
+        impl="chunked",
+    )
     attn = layer.attention
     assert (attn.score.name, attn.score.v.shape, attn.heads, attn.head_dim) == (
-        "additive", (2, 6), 2, 3)
+        "additive",
+        (2, 6),
+        2,
+        3,
+    )
     assert (attn.window, attn.causal, attn.dropout, attn.impl) == ((1, 2), True, 0.25, "chunked")
 
 
@@ -568,8 +993,11 @@ def test_prepare_validates_values_and_dtypes():
         attn.prepare(key, torch.randn(3, 5, 6))
     with pytest.raises(ValueError, match=r"^value: expected Tk \(from key\) = 5"):
         attn.prepare(key, torch.randn(2, 7, 6))
-    with pytest.raises(ValueError, match=r"^value \(defaults to key\): expected feature size "
-                                         r"value_dim = 6"):
+    with pytest.raises(
+        ValueError,
+        match=r"^value \(defaults to key\): expected feature size "
+        r"value_dim = 6",
+    ):
         attn.prepare(key)
     with pytest.raises(TypeError, match=r"^key: dtype torch.float64 differs from the module's"):
         attn.prepare(key.double(), torch.randn(2, 5, 6).double())
@@ -577,6 +1005,7 @@ def test_prepare_validates_values_and_dtypes():
     q = torch.randn(2, 8)
     assert attn.plan(q, memory).impl == ("step" if native.available() else "chunked")
     attn.double()
-    with pytest.raises(ValueError, match="^key: the Memory was prepared for torch.float32.*"
-                                         "prepare it again"):
+    with pytest.raises(
+        ValueError, match="^key: the Memory was prepared for torch.float32.*prepare it again"
+    ):
         attn(q.double(), memory)

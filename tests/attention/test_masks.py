@@ -40,8 +40,9 @@ def test_one_step_window_follows_given_positions():
     attn = Attention(4, score="general", window=(1, 1))
     q, k = torch.randn(2, 4), torch.randn(2, 8, 4)
     w = attn(q, k, positions=torch.tensor([0, 5]), need_weights=True).weights
-    assert torch.equal(w > 0, torch.tensor([[1, 1, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 1, 1, 1, 0]],
-                                           dtype=torch.bool))
+    assert torch.equal(
+        w > 0, torch.tensor([[1, 1, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 1, 1, 1, 0]], dtype=torch.bool)
+    )
 
 
 def test_dropout_is_seeded_and_off_in_eval():

@@ -7,7 +7,6 @@ import torch
 from torch import nn
 
 from attnkit import Attention, lengths_to_mask
-
 from tests.float32_bounds import assert_within_normwise
 
 
@@ -33,7 +32,9 @@ def test_equals_nn_multihead_attention(impl, kdim, vdim, causal):
     torch.manual_seed(0)
     e, h, b, t = 16, 4, 3, 9
     mha = nn.MultiheadAttention(e, h, kdim=kdim, vdim=vdim, batch_first=True).eval()
-    attn = Attention(e, kdim, vdim or e, score="scaled_dot", heads=h, causal=causal, impl=impl).eval()
+    attn = Attention(
+        e, kdim, vdim or e, score="scaled_dot", heads=h, causal=causal, impl=impl
+    ).eval()
     _copy_mha_weights(attn, mha)
     q = torch.randn(b, t, e)
     k = torch.randn(b, t, kdim or e)
@@ -42,16 +43,28 @@ def test_equals_nn_multihead_attention(impl, kdim, vdim, causal):
     key_padding_mask = ~lengths_to_mask(lengths, t)
     causal_mask = torch.ones(t, t, dtype=torch.bool).triu(1) if causal else None
     v = torch.randn(b, t, e)
-    ref, ref_w = mha(q, k, v, key_padding_mask=key_padding_mask, attn_mask=causal_mask,
-                     average_attn_weights=False)
+    ref, ref_w = mha(
+        q,
+        k,
+        v,
+        key_padding_mask=key_padding_mask,
+        attn_mask=causal_mask,
+        average_attn_weights=False,
+    )
     got = attn(q, k, v, key_lengths=lengths, need_weights=impl == "reference")
     # both float32 results within a normwise bound of MultiheadAttention in float64; the
     # longest chain: the input projection (E or kdim), the score (E / H), the softmax's and the
     # context's sums (T each), the output projection (E)
     want, want_w = copy.deepcopy(mha).double()(
-        q.double(), k.double(), v.double(), key_padding_mask=key_padding_mask,
-        attn_mask=causal_mask, average_attn_weights=False)
+        q.double(),
+        k.double(),
+        v.double(),
+        key_padding_mask=key_padding_mask,
+        attn_mask=causal_mask,
+        average_attn_weights=False,
+    )
     operations = max(e, kdim or e) + e // h + 2 * t + e
     want_w = want_w if got.weights is not None else None  # only the reference returns them
-    assert_within_normwise([want, want_w], operations, attnkit=[got.context, got.weights],
-                           torch=[ref, ref_w])
+    assert_within_normwise(
+        [want, want_w], operations, attnkit=[got.context, got.weights], torch=[ref, ref_w]
+    )

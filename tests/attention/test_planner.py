@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from attnkit import Attention
-from attnkit.ops import kernels, native
 from attnkit.attention.planner import (
     CallShape,
     estimate,
@@ -16,6 +15,7 @@ from attnkit.attention.planner import (
     largest_fit,
     measure_peak,
 )
+from attnkit.ops import kernels, native
 
 SCORES = ("dot", "scaled_dot", "general", "additive", "cosine", "location")
 DOT = ("dot", "scaled_dot", "general", "cosine")
@@ -25,13 +25,18 @@ DOT = ("dot", "scaled_dot", "general", "cosine")
 CASES = (
     [(dict(score=s, impl=i), {}) for s in SCORES for i in ("reference", "chunked")]
     + [(dict(score=s, impl="sdpa"), {}) for s in DOT]
-    + [(dict(score=s, impl=i, heads=4), dict(key_padding=True))
-       for s in SCORES for i in ("reference", "chunked")]
+    + [
+        (dict(score=s, impl=i, heads=4), dict(key_padding=True))
+        for s in SCORES
+        for i in ("reference", "chunked")
+    ]
     + [(dict(score=s, impl="sdpa", heads=4), dict(key_padding=True)) for s in DOT]
     + [
         (dict(score="additive", impl="step"), dict(one_step=True, queries=1, keys=2000)),
-        (dict(score="location", impl="step", heads=2), dict(one_step=True, queries=1,
-                                                            keys=2000, key_padding=True)),
+        (
+            dict(score="location", impl="step", heads=2),
+            dict(one_step=True, queries=1, keys=2000, key_padding=True),
+        ),
         (dict(score="additive", impl="chunked"), dict(one_step=True, queries=1, keys=2000)),
         (dict(score="location", impl="reference"), dict(one_step=True, queries=1, keys=2000)),
         (dict(score="scaled_dot", impl="auto", window=(16, 16)), dict(queries=400, keys=400)),
@@ -41,8 +46,7 @@ CASES = (
         (dict(score="scaled_dot", impl="chunked", causal=True), dict(queries=300, keys=300)),
         (dict(score="additive", impl="auto"), dict(need_weights=True)),
         (dict(score="cosine", impl="chunked"), dict(need_weights=True, key_padding=True)),
-        (dict(score="dot", impl="auto"), dict(query_is_key=True, value_is_key=True,
-                                              keys=200)),
+        (dict(score="dot", impl="auto"), dict(query_is_key=True, value_is_key=True, keys=200)),
         (dict(score="scaled_dot", impl="chunked"), dict(batch=2, queries=1500, keys=2500)),
         (dict(score="additive", impl="chunked"), dict(batch=2, queries=1500, keys=1500)),
         (dict(score="additive", impl="chunked"), dict(dtype=torch.float64)),
@@ -60,7 +64,8 @@ CASES = (
 def _name(case) -> str:
     module, sizes = case
     return "-".join(f"{v}" for v in module.values()) + "".join(
-        f"-{k}={v}" for k, v in sizes.items())
+        f"-{k}={v}" for k, v in sizes.items()
+    )
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -73,8 +78,10 @@ def test_prediction_is_within_30_percent_of_the_measured_peak(case):
     shape = CallShape(**{"batch": 4, "queries": 200, "keys": 300, **sizes})
     plan = estimate(attn, shape)
     assert module["impl"] in ("auto", plan.impl)
-    for train, predicted in ((False, plan.predicted.forward_bytes),
-                             (True, plan.predicted.train_bytes)):
+    for train, predicted in (
+        (False, plan.predicted.forward_bytes),
+        (True, plan.predicted.train_bytes),
+    ):
         run = example_call(attn, shape, train=train)
         run()  # warm-up: kernels built, first-call allocations
         measured = measure_peak(run)
@@ -108,28 +115,33 @@ def test_measure_peak_counts_what_is_alive_at_once():
     assert measure_peak(fn) == 6_000_000
 
 
-@pytest.mark.parametrize("module, call", [
-    (dict(score="additive"), dict()),
-    (dict(score="additive"), dict(need_weights=True)),
-    (dict(score="additive"), dict(one_step=True)),
-    (dict(score="location"), dict(one_step=True)),
-    (dict(score="scaled_dot", heads=4), dict()),
-    (dict(score="scaled_dot", heads=4), dict(key_lengths=True)),
-    (dict(score="dot"), dict(need_weights=True)),
-    (dict(score="scaled_dot", window=(4, 4)), dict()),
-    (dict(score="scaled_dot", causal=True), dict()),
-    (dict(score="additive", impl="reference"), dict()),
-])
+@pytest.mark.parametrize(
+    "module, call",
+    [
+        (dict(score="additive"), dict()),
+        (dict(score="additive"), dict(need_weights=True)),
+        (dict(score="additive"), dict(one_step=True)),
+        (dict(score="location"), dict(one_step=True)),
+        (dict(score="scaled_dot", heads=4), dict()),
+        (dict(score="scaled_dot", heads=4), dict(key_lengths=True)),
+        (dict(score="dot"), dict(need_weights=True)),
+        (dict(score="scaled_dot", window=(4, 4)), dict()),
+        (dict(score="scaled_dot", causal=True), dict()),
+        (dict(score="additive", impl="reference"), dict()),
+    ],
+)
 def test_the_plan_with_estimates_is_dispatch_s_plan(module, call):
     attn = Attention(32, **module)
     query = torch.randn(3, 32) if call.pop("one_step", False) else torch.randn(3, 40, 32)
     key = torch.randn(3, 60, 32)
     if call.pop("key_lengths", False):
         call["key_lengths"] = torch.tensor([60, 20, 1])
-    plain, estimated = attn.plan(query, key, **call), attn.plan(query, key, **call,
-                                                                estimate=True)
+    plain, estimated = attn.plan(query, key, **call), attn.plan(query, key, **call, estimate=True)
     assert (estimated.impl, estimated.reason, estimated.kernel) == (
-        plain.impl, plain.reason, plain.kernel)
+        plain.impl,
+        plain.reason,
+        plain.kernel,
+    )
     assert [e.impl for e in estimated.estimates] == ["reference", "sdpa", "chunked", "step"]
     assert estimated.predicted.impl == plain.impl
     assert estimated.predicted.train_bytes > estimated.predicted.forward_bytes > 0
@@ -156,8 +168,7 @@ def test_the_reference_path_grows_with_the_pair_tensor_and_chunked_does_not():
 
 def _need(attn, shape, train=True):
     predicted = estimate(attn, shape).predicted
-    return input_bytes(attn, shape) + (predicted.train_bytes if train else
-                                        predicted.forward_bytes)
+    return input_bytes(attn, shape) + (predicted.train_bytes if train else predicted.forward_bytes)
 
 
 def test_the_largest_batch_fits_and_one_more_does_not():
@@ -192,8 +203,9 @@ def test_the_largest_query_chunk_and_window_fit_and_one_more_do_not():
         return _need(Attention(64, window=(w, w)), replace(shape, positions=True), train=False)
 
     assert need(window) <= 100 * 2**20 < need(window + 1)  # the band too wide for chunked
-    with pytest.raises(ValueError, match="vary: expected one of batch, queries, window, got "
-                                         "'heads'"):
+    with pytest.raises(
+        ValueError, match="vary: expected one of batch, queries, window, got 'heads'"
+    ):
         largest_fit(attn, shape, limit, vary="heads")
 
 
@@ -229,19 +241,30 @@ def test_timing_refuses_a_call_whose_smallest_probe_does_not_fit(monkeypatch):
     from attnkit.attention import planner
 
     monkeypatch.setattr(planner, "PROBE_BYTES", 1000)
-    with pytest.raises(ValueError, match=r"^timing: the smallest run of the \w+ path \(B=1, "
-                                         r"Tq=64, Tk=64\) needs [\d,]+ bytes, more than the "
-                                         r"1,000 a timing run may take; plan memory without "
-                                         r"--time"):
+    with pytest.raises(
+        ValueError,
+        match=r"^timing: the smallest run of the \w+ path \(B=1, "
+        r"Tq=64, Tk=64\) needs [\d,]+ bytes, more than the "
+        r"1,000 a timing run may take; plan memory without "
+        r"--time",
+    ):
         estimate(Attention(64), CallShape(8, 10**6, 10**6), timing=True)
 
 
-@pytest.mark.parametrize("tq, tk, window, causal", [
-    (5000, 5000, None, False), (5000, 5000, None, True), (5000, 5000, (40, 0), True),
-    (5000, 3001, (7, 7), False), (3001, 5000, (300, 20), False), (4097, 64, None, False),
-])
-def test_the_block_bound_holds_the_exact_blocks_and_is_within_twice(monkeypatch, tq, tk, window,
-                                                                    causal):
+@pytest.mark.parametrize(
+    "tq, tk, window, causal",
+    [
+        (5000, 5000, None, False),
+        (5000, 5000, None, True),
+        (5000, 5000, (40, 0), True),
+        (5000, 3001, (7, 7), False),
+        (3001, 5000, (300, 20), False),
+        (4097, 64, None, False),
+    ],
+)
+def test_the_block_bound_holds_the_exact_blocks_and_is_within_twice(
+    monkeypatch, tq, tk, window, causal
+):
     """Past planner.EXACT_BLOCKS query blocks the chunked path's blocks are bounded in closed
     form: never below the exact walk, at most twice it."""
     from attnkit.attention import planner

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from attnkit import SCORES, Attention, attend, lengths_to_mask
 from attnkit.ops import export_mode
-
 from tests.float32_bounds import assert_within_normwise, backward_term_scales
 
 DOT_FAMILY = ("dot", "scaled_dot", "general", "cosine")
@@ -72,14 +71,19 @@ def test_previous_weights_on_padded_keys_change_nothing(c, impl, one_step):
     attn, q, k, v, lengths = _build(c, impl=impl)
     if one_step:
         q = q[:, 0]
-    shape = (c["b"],) + ((c["heads"],) if c["heads"] > 1 else ()) + (
-        () if one_step else (c["tq"],)) + (c["tk"],)
+    shape = (
+        (c["b"],)
+        + ((c["heads"],) if c["heads"] > 1 else ())
+        + (() if one_step else (c["tq"],))
+        + (c["tk"],)
+    )
     prev = torch.rand(shape, dtype=q.dtype)
     out = attn(q, k, v, key_lengths=lengths, prev_weights=prev)
     padded = ~lengths_to_mask(lengths, c["tk"]).reshape(c["b"], *[1] * (prev.dim() - 2), -1)
     stale = torch.where(padded, 50 * torch.rand(shape, dtype=q.dtype), prev)
-    torch.testing.assert_close(attn(q, k, v, key_lengths=lengths, prev_weights=stale).context,
-                               out.context)
+    torch.testing.assert_close(
+        attn(q, k, v, key_lengths=lengths, prev_weights=stale).context, out.context
+    )
 
 
 @given(cases(scores=("dot", "scaled_dot", "general", "additive", "cosine")))
@@ -97,8 +101,12 @@ def _float32(attn, *tensors):
     (the same computation, whose own rounding is far below float32's, to judge against)."""
     attn32 = copy.deepcopy(attn).float()
     t32 = [None if t is None else t.detach().float() for t in tensors]
-    return (attn32, t32, copy.deepcopy(attn32).double(),
-            [None if t is None else t.double() for t in t32])
+    return (
+        attn32,
+        t32,
+        copy.deepcopy(attn32).double(),
+        [None if t is None else t.double() for t in t32],
+    )
 
 
 def _score_size(attn64, run):
@@ -110,10 +118,12 @@ def _score_size(attn64, run):
     score, kept = attn64.score, {}
     names = ("prepare_query", "prepare_key", "prepare_extra")
     for name in names:
+
         def keep(x, name=name, method=getattr(score, name)):
             out = method(x)
             kept.setdefault(name, out)  # the first call's: one each in run()
             return out
+
         setattr(score, name, keep)
     try:
         run()
@@ -127,8 +137,9 @@ def _score_size(attn64, run):
         return score.scale * float((qf @ kf.transpose(-1, -2)).max())
     pre = 1 + qf.unsqueeze(-2) + kf.unsqueeze(-3)  # (B, H, Tq, Tk, A)
     if kept.get("prepare_extra") is not None:
-        pre = pre + torch.einsum("bhqkf,hfa->bhqka", kept["prepare_extra"].detach().abs(),
-                                 score.w_loc.detach().abs())
+        pre = pre + torch.einsum(
+            "bhqkf,hfa->bhqka", kept["prepare_extra"].detach().abs(), score.w_loc.detach().abs()
+        )
     return float((pre * score.v.detach().abs()[:, None, None]).sum(-1).max())
 
 
@@ -160,16 +171,20 @@ def test_one_step_query_equals_row_of_all_queries(c, causal, windowed):
     if c["score"] == "location":
         shape = (b, c["heads"], tq, tk) if c["heads"] > 1 else (b, tq, tk)
         prev = torch.rand(shape, dtype=q.dtype)
-    attn32, (q32, k32, v32, prev32), attn64, (q64, k64, v64, prev64) = _float32(
-        attn, q, k, v, prev)
+    attn32, (q32, k32, v32, prev32), attn64, (q64, k64, v64, prev64) = _float32(attn, q, k, v, prev)
 
     def run(attn, q, k, v, prev, i=None):
         if i is None:
             return attn(q, k, v, key_lengths=lengths, prev_weights=prev, need_weights=True)
-        return attn(q[:, i], k, v, key_lengths=lengths,
-                    prev_weights=None if prev is None else prev.select(-2, i),
-                    positions=torch.full((b,), i * tk // tq) if (causal or windowed) else None,
-                    need_weights=True)
+        return attn(
+            q[:, i],
+            k,
+            v,
+            key_lengths=lengths,
+            prev_weights=None if prev is None else prev.select(-2, i),
+            positions=torch.full((b,), i * tk // tq) if (causal or windowed) else None,
+            need_weights=True,
+        )
 
     want = run(attn64, q64, k64, v64, prev64)
     full = run(attn32, q32, k32, v32, prev32)
@@ -178,10 +193,12 @@ def test_one_step_query_equals_row_of_all_queries(c, causal, windowed):
         # the step and the row of all queries in float32, and the step in float64, each
         # within a normwise bound of the row in float64
         assert_within_normwise(
-            [want.context[:, i], want.weights.select(-2, i)], _operations(attn, tk, size),
+            [want.context[:, i], want.weights.select(-2, i)],
+            _operations(attn, tk, size),
             step=run(attn32, q32, k32, v32, prev32, i)[:2],
             full=[full.context[:, i], full.weights.select(-2, i)],
-            step_float64=run(attn64, q64, k64, v64, prev64, i)[:2])
+            step_float64=run(attn64, q64, k64, v64, prev64, i)[:2],
+        )
 
 
 @given(cases(scores=DOT_FAMILY), st.booleans(), st.sampled_from([None, (0, 1), (2, 0)]))
@@ -198,22 +215,24 @@ def test_sdpa_path_equals_reference(c, causal, window):
 
     want = run(attn64, q64, k64, v64, "reference")
     size = _score_size(attn64, lambda: attn64(q64, k64, v64, key_lengths=lengths))
-    (terms,) = backward_term_scales(lambda q: attn64(q, k64, v64, key_lengths=lengths).context,
-                                    [q64], [2 * want[0]])
+    (terms,) = backward_term_scales(
+        lambda q: attn64(q, k64, v64, key_lengths=lengths).context, [q64], [2 * want[0]]
+    )
     # The context and the gradient of sum(context^2) (through the softmax), by sdpa and the
     # reference in float32 and by sdpa in float64, within a normwise bound of the reference in
     # float64; the gradient, which may cancel far below its terms, judged on its terms' scale
     # (backward_term_scales, the softmax's included) where that is larger
-    assert_within_normwise(want, _operations(attn, c["tk"], size, backward=True),
-                           {1: float(terms.max())},
-                           sdpa=run(attn32, q32, k32, v32, "sdpa"),
-                           reference=run(attn32, q32, k32, v32, "reference"),
-                           sdpa_float64=run(attn64, q64, k64, v64, "sdpa"))
+    assert_within_normwise(
+        want,
+        _operations(attn, c["tk"], size, backward=True),
+        {1: float(terms.max())},
+        sdpa=run(attn32, q32, k32, v32, "sdpa"),
+        reference=run(attn32, q32, k32, v32, "reference"),
+        sdpa_float64=run(attn64, q64, k64, v64, "sdpa"),
+    )
 
 
-@given(
-    st.integers(1, 3), st.integers(1, 7), st.integers(1, 7), st.integers(1, 8), st.booleans()
-)
+@given(st.integers(1, 3), st.integers(1, 7), st.integers(1, 7), st.integers(1, 8), st.booleans())
 def test_scaled_dot_equals_torch_sdpa(b, tq, tk, d, causal):
     torch.manual_seed(b * 100 + tq * 10 + tk)
     q, k, v = torch.randn(b, tq, d), torch.randn(b, tk, d), torch.randn(b, tk, d + 1)
@@ -221,11 +240,16 @@ def test_scaled_dot_equals_torch_sdpa(b, tq, tk, d, causal):
     allowed = lengths_to_mask(lengths, tk)[:, None, :]  # (B, 1, Tk)
     if causal:
         allowed = allowed & (torch.arange(tk) <= (torch.arange(tq) * tk // tq)[:, None])
-    expected, want = (F.scaled_dot_product_attention(*x, attn_mask=allowed)
-                      .masked_fill(~allowed.any(-1, keepdim=True), 0.0)
-                      for x in ((q, k, v), (q.double(), k.double(), v.double())))
-    got = [attend(q, k, v, key_lengths=lengths, causal=causal, impl=impl).context
-           for impl in ("reference", "sdpa")]
+    expected, want = (
+        F.scaled_dot_product_attention(*x, attn_mask=allowed).masked_fill(
+            ~allowed.any(-1, keepdim=True), 0.0
+        )
+        for x in ((q, k, v), (q.double(), k.double(), v.double()))
+    )
+    got = [
+        attend(q, k, v, key_lengths=lengths, causal=causal, impl=impl).context
+        for impl in ("reference", "sdpa")
+    ]
     module = Attention(d, d, d + 1, score="scaled_dot", causal=causal, impl="reference")
     got.append(module(q, k, v, key_lengths=lengths).context)
     # every float32 path within a normwise bound of the float64 result; the longest chain: the

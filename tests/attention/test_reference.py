@@ -61,8 +61,9 @@ def test_reference_equals_paper_loops(score, heads, masking):
                 allowed[:, i, j] = False
     for i in range(b):
         p = None if prev is None else prev[i].reshape(attn.heads, tq, tk)
-        ctx, w = paper_attention(attn, q[i], k[i], v[i], allowed[i], p,
-                                 None if lengths is None else int(lengths[i]))
+        ctx, w = paper_attention(
+            attn, q[i], k[i], v[i], allowed[i], p, None if lengths is None else int(lengths[i])
+        )
         got_w = out.weights[i] if heads > 1 else out.weights[i][None]
         torch.testing.assert_close(got_w, w, atol=1e-10, rtol=1e-9)
         torch.testing.assert_close(out.context[i], ctx, atol=1e-10, rtol=1e-9)

@@ -18,20 +18,26 @@ import torch
 
 from attnkit import Attention, attend
 from attnkit.attention import reference
-from attnkit.ops import export_mode, native
-from attnkit.attention.validation import check_call
 from attnkit.attention.masks import zero_padding
+from attnkit.attention.validation import check_call
+from attnkit.ops import export_mode, native
 
 NAN, INF = float("nan"), float("inf")
 B, TQ, TK, D = 2, 3, 5, 8
 
 # (score, impl, one-step query): every path each score can take.
 PATHS = [
-    *[(s, i, False) for s in ("dot", "scaled_dot", "general", "cosine")
-      for i in ("reference", "sdpa", "chunked")],
+    *[
+        (s, i, False)
+        for s in ("dot", "scaled_dot", "general", "cosine")
+        for i in ("reference", "sdpa", "chunked")
+    ],
     *[(s, i, False) for s in ("additive", "location") for i in ("reference", "chunked")],
-    *[(s, i, True) for s in ("scaled_dot", "additive", "location")
-      for i in ("reference", "chunked", "auto")],
+    *[
+        (s, i, True)
+        for s in ("scaled_dot", "additive", "location")
+        for i in ("reference", "chunked", "auto")
+    ],
 ]
 if native.available():
     PATHS += [("additive", "step", True), ("location", "step", True)]
@@ -62,8 +68,9 @@ def _weights_wanted(attn):
 @pytest.mark.parametrize("heads", [1, 2])
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("score, impl, one_step", PATHS)
-def test_a_non_finite_query_gives_a_nan_row_on_every_path(score, impl, one_step, masked, heads,
-                                                         bad):
+def test_a_non_finite_query_gives_a_nan_row_on_every_path(
+    score, impl, one_step, masked, heads, bad
+):
     attn = _module(score, impl, heads)
     query, key, value = _inputs(one_step)
     lengths = torch.tensor([3, 5]) if masked else None
@@ -113,19 +120,23 @@ def _padded(key, value, fill):
     return key, value
 
 
-PADDING = [dict(key_lengths=torch.tensor([3, 5])),
-           dict(key_mask=torch.tensor([[True, True, True, False, False]] + [[True] * 5]))]
+PADDING = [
+    dict(key_lengths=torch.tensor([3, 5])),
+    dict(key_mask=torch.tensor([[True, True, True, False, False]] + [[True] * 5])),
+]
 
 
 @pytest.mark.parametrize("fill", [NAN, INF, -INF])
-@pytest.mark.parametrize("padding, prepared", [(PADDING[0], False), (PADDING[1], False),
-                                               (PADDING[0], True), (PADDING[0], "keys only")],
-                         ids=["key_lengths", "key_mask", "key_lengths-memory",
-                              "key_lengths-memory-of-keys"])
+@pytest.mark.parametrize(
+    "padding, prepared",
+    [(PADDING[0], False), (PADDING[1], False), (PADDING[0], True), (PADDING[0], "keys only")],
+    ids=["key_lengths", "key_mask", "key_lengths-memory", "key_lengths-memory-of-keys"],
+)
 @pytest.mark.parametrize("heads", [1, 2])
 @pytest.mark.parametrize("score, impl, one_step", PATHS)
-def test_padding_never_reaches_the_output_or_the_gradients(score, impl, one_step, heads,
-                                                           padding, prepared, fill):
+def test_padding_never_reaches_the_output_or_the_gradients(
+    score, impl, one_step, heads, padding, prepared, fill
+):
     """Given as tensors, or prepared as a Memory (whose projections are made before any call
     says which keys are padding; of keys alone, the values being the keys): the gradients of
     every parameter are those of zeros."""
@@ -200,9 +211,18 @@ def test_garbage_padding_with_a_causal_window_and_positions():
     lengths = torch.tensor([3, 5])
     positions = torch.tensor([[0, 1, 2], [2, 3, 4]])
     for impl in ("reference", "sdpa", "chunked"):
-        got = [attend(query, *_padded(key, value, fill), key_lengths=lengths, causal=True,
-                         window=(1, 0), positions=positions, impl=impl).context
-               for fill in (0.0, NAN)]
+        got = [
+            attend(
+                query,
+                *_padded(key, value, fill),
+                key_lengths=lengths,
+                causal=True,
+                window=(1, 0),
+                positions=positions,
+                impl=impl,
+            ).context
+            for fill in (0.0, NAN)
+        ]
         assert got[1].isfinite().all(), impl
         torch.testing.assert_close(got[1], got[0])
 
@@ -211,14 +231,16 @@ def test_garbage_padding_with_a_causal_window_and_positions():
 # NaN in a key that a causal or window band hides from some queries
 # --------------------------------------------------------------------------------------------
 
+
 # Full queries: (B, TQ) queries centred on keys 0, 1, 3 with a window of one key each side see
 # keys 0-1, 0-2 and 2-4. One-step queries: at positions (1, 3) they see keys 0-2 and 2-4. (The
 # C++ step kernel takes no band: "auto" serves these one-step calls on the other paths.)
 def _banded(attn, query, key, value, prepared):
     positions = torch.tensor([1, 3]) if query.dim() == 2 else None
     if prepared:
-        return attn(query, attn.prepare(key, value), positions=positions,
-                    need_weights=_weights_wanted(attn))
+        return attn(
+            query, attn.prepare(key, value), positions=positions, need_weights=_weights_wanted(attn)
+        )
     return attn(query, key, value, positions=positions, need_weights=_weights_wanted(attn))
 
 
@@ -226,8 +248,7 @@ def _banded(attn, query, key, value, prepared):
 @pytest.mark.parametrize("prepared", [False, True], ids=["tensors", "memory"])
 @pytest.mark.parametrize("heads", [1, 2])
 @pytest.mark.parametrize("score, impl, one_step", [p for p in PATHS if p[1] != "step"])
-def test_a_key_a_query_cannot_see_never_reaches_it(score, impl, one_step, heads, prepared,
-                                                   fill):
+def test_a_key_a_query_cannot_see_never_reaches_it(score, impl, one_step, heads, prepared, fill):
     """Key 4 holds ``fill`` (key and value; in batch row 0, and for one-step queries in both
     rows): the queries whose window excludes it get what they get when it holds zeros,
     gradients too; those that may see it get NaN rows."""
@@ -252,8 +273,10 @@ def test_a_key_a_query_cannot_see_never_reaches_it(score, impl, one_step, heads,
     (clean, clean_grads), (out, grads) = results
     assert out.context[sees].isnan().all()
     if out.weights is not None:
-        w, w_clean = (x if one_step or heads == 1 else x.movedim(1, 2)  # (B, Tq, H, Tk)
-                      for x in (out.weights, clean.weights))
+        w, w_clean = (
+            x if one_step or heads == 1 else x.movedim(1, 2)  # (B, Tq, H, Tk)
+            for x in (out.weights, clean.weights)
+        )
         assert w[sees].isnan().all()
         torch.testing.assert_close(w[hidden], w_clean[hidden])
     torch.testing.assert_close(out.context[hidden], clean.context[hidden])
@@ -280,8 +303,19 @@ def test_a_later_key_holding_nan_reaches_no_earlier_query_of_a_causal_call(impl)
 
 def test_a_finite_banded_call_checks_its_keys_once_and_changes_nothing():
     query, key, value = _inputs(False)
-    call = check_call(query, key, value, query_dim=None, key_dim=None, value_dim=None,
-                      key_lengths=None, key_mask=None, positions=None, causal=True, window=None)
+    call = check_call(
+        query,
+        key,
+        value,
+        query_dim=None,
+        key_dim=None,
+        value_dim=None,
+        key_lengths=None,
+        key_mask=None,
+        positions=None,
+        causal=True,
+        window=None,
+    )
     k, v, bad = call.inputs()
     assert k is key and v is value and bad is None  # no copy when every key is finite
 
@@ -291,17 +325,23 @@ def test_a_finite_banded_call_checks_its_keys_once_and_changes_nothing():
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("positions, one_step, message", [
-    (torch.tensor([[0, 1, 5], [0, 1, 2]]), False, r"got min 0 and max 5"),
-    (torch.tensor([[0, 1, 2], [-1, 1, 2]]), False, r"got min -1 and max 2"),
-    (torch.tensor([7, 0]), True, r"got min 0 and max 7"),
-    (torch.tensor([0, -3]), True, r"got min -3 and max 0"),
-])
+@pytest.mark.parametrize(
+    "positions, one_step, message",
+    [
+        (torch.tensor([[0, 1, 5], [0, 1, 2]]), False, r"got min 0 and max 5"),
+        (torch.tensor([[0, 1, 2], [-1, 1, 2]]), False, r"got min -1 and max 2"),
+        (torch.tensor([7, 0]), True, r"got min 0 and max 7"),
+        (torch.tensor([0, -3]), True, r"got min -3 and max 0"),
+    ],
+)
 @pytest.mark.parametrize("impl", ["reference", "sdpa", "chunked", "auto"])
 def test_positions_outside_the_keys_are_refused(positions, one_step, message, impl):
     query, key, value = _inputs(one_step)
-    with pytest.raises(ValueError, match=r"^positions: expected key positions in \[0, 4\] "
-                                         r"\(Tk = 5\), " + message):
+    with pytest.raises(
+        ValueError,
+        match=r"^positions: expected key positions in \[0, 4\] "
+        r"\(Tk = 5\), " + message,
+    ):
         attend(query, key, value, window=(1, 1), positions=positions, impl=impl)
     ok = positions.clamp(0, TK - 1)  # the nearest valid call runs
     assert attend(query, key, value, window=(1, 1), positions=ok, impl=impl).context.shape
@@ -325,8 +365,11 @@ def test_non_finite_prev_weights_are_refused(bad, heads):
     assert attn(query, key, value, prev_weights=prev).context.isfinite().all()
     prev = prev.clone()
     prev[1, ..., 2] = bad
-    with pytest.raises(ValueError, match=r"^prev_weights: expected finite weights, got "
-                                         rf"{1 if heads == 1 else 2} NaN or infinite values"):
+    with pytest.raises(
+        ValueError,
+        match=r"^prev_weights: expected finite weights, got "
+        rf"{1 if heads == 1 else 2} NaN or infinite values",
+    ):
         attn(query, key, value, prev_weights=prev)
 
 
@@ -337,9 +380,10 @@ def test_non_finite_prev_weights_are_refused(bad, heads):
 EMPTY = [(0, TQ, TK), (B, 0, TK), (B, TQ, 0), (0, 0, 0)]
 
 
-@pytest.mark.parametrize("score, impl, one_step, b, tq, tk", [
-    (*path, *sizes) for path in PATHS for sizes in EMPTY
-    if not (path[2] and sizes[1] == 0)])  # a one-step query has one query
+@pytest.mark.parametrize(
+    "score, impl, one_step, b, tq, tk",
+    [(*path, *sizes) for path in PATHS for sizes in EMPTY if not (path[2] and sizes[1] == 0)],
+)  # a one-step query has one query
 @pytest.mark.parametrize("heads", [1, 2])
 def test_empty_inputs_give_results_of_the_right_shape(score, impl, one_step, heads, b, tq, tk):
     attn = _module(score, impl, heads)
@@ -359,8 +403,13 @@ def test_empty_inputs_give_results_of_the_right_shape(score, impl, one_step, hea
 
 @pytest.mark.parametrize("impl", ["reference", "sdpa", "chunked", "auto"])
 def test_functional_attention_of_an_empty_batch(impl):
-    out = attend(torch.randn(0, TQ, D), torch.randn(0, TK, D), impl=impl,
-                    key_lengths=torch.zeros(0, dtype=torch.long), causal=True)
+    out = attend(
+        torch.randn(0, TQ, D),
+        torch.randn(0, TK, D),
+        impl=impl,
+        key_lengths=torch.zeros(0, dtype=torch.long),
+        causal=True,
+    )
     assert out.context.shape == (0, TQ, D)
 
 
@@ -390,8 +439,17 @@ def test_meta_tensors_with_a_window_and_positions():
     positions = torch.zeros(B, TQ, dtype=torch.long, device="meta")
     mask = torch.ones(B, TK, dtype=torch.bool, device="meta")
     for impl in ("reference", "sdpa", "chunked", "auto"):
-        out = attend(query, key, value, window=(1, 1), positions=positions, key_mask=mask,
-                        causal=True, impl=impl, need_weights=impl != "sdpa")
+        out = attend(
+            query,
+            key,
+            value,
+            window=(1, 1),
+            positions=positions,
+            key_mask=mask,
+            causal=True,
+            impl=impl,
+            need_weights=impl != "sdpa",
+        )
         assert out.context.shape == (B, TQ, D)
     attn = Attention(D, score="location").to("meta")
     prev = torch.zeros(B, TK, device="meta")
@@ -403,24 +461,47 @@ def test_meta_tensors_with_a_window_and_positions():
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("score, need_weights, message", [
-    ("scaled_dot", False, r"two \(B, H, Tq, Tk\) = \(2, 1, 3000, 4000\) .*; "
-                          r"impl='sdpa' or 'chunked' never build them"),
-    ("scaled_dot", True, r"two \(B, H, Tq, Tk\) = \(2, 1, 3000, 4000\) .*; the weights "
-                         r"alone take 91\.6 MiB: pass need_weights=False"),
-    ("additive", False, r"two \(B, H, Tq, Tk, A\) = \(2, 1, 3000, 4000, 8\) .*; "
-                        r"impl='chunked' works in blocks of a few MiB"),
-    ("additive", True, r"two \(B, H, Tq, Tk, A\) = \(2, 1, 3000, 4000, 8\) .*; "
-                       r"impl='chunked' keeps only the \(B, H, Tq, Tk\) scores, about "
-                       r"183\.1 MiB"),
-])
-def test_a_reference_call_too_big_for_the_memory_says_what_fits(monkeypatch, score,
-                                                                  need_weights, message):
+@pytest.mark.parametrize(
+    "score, need_weights, message",
+    [
+        (
+            "scaled_dot",
+            False,
+            r"two \(B, H, Tq, Tk\) = \(2, 1, 3000, 4000\) .*; "
+            r"impl='sdpa' or 'chunked' never build them",
+        ),
+        (
+            "scaled_dot",
+            True,
+            r"two \(B, H, Tq, Tk\) = \(2, 1, 3000, 4000\) .*; the weights "
+            r"alone take 91\.6 MiB: pass need_weights=False",
+        ),
+        (
+            "additive",
+            False,
+            r"two \(B, H, Tq, Tk, A\) = \(2, 1, 3000, 4000, 8\) .*; "
+            r"impl='chunked' works in blocks of a few MiB",
+        ),
+        (
+            "additive",
+            True,
+            r"two \(B, H, Tq, Tk, A\) = \(2, 1, 3000, 4000, 8\) .*; "
+            r"impl='chunked' keeps only the \(B, H, Tq, Tk\) scores, about "
+            r"183\.1 MiB",
+        ),
+    ],
+)
+def test_a_reference_call_too_big_for_the_memory_says_what_fits(
+    monkeypatch, score, need_weights, message
+):
     monkeypatch.setattr(reference, "available_memory", lambda device: 50 << 20)
     attn = Attention(D, score=score, impl="reference")
     query, key = torch.randn(2, 3000, D), torch.randn(2, 4000, D)
-    with pytest.raises(MemoryError, match=r"^impl='reference': this call needs at least "
-                                          r"[0-9.]+ [MG]iB for " + message):
+    with pytest.raises(
+        MemoryError,
+        match=r"^impl='reference': this call needs at least "
+        r"[0-9.]+ [MG]iB for " + message,
+    ):
         attn(query, key, need_weights=need_weights)
     monkeypatch.setattr(reference, "available_memory", lambda device: 1 << 40)
     small = attn(query[:, :5], key[:, :7], need_weights=need_weights)  # nothing changed here
@@ -429,13 +510,18 @@ def test_a_reference_call_too_big_for_the_memory_says_what_fits(monkeypatch, sco
 
 def test_an_allocation_failure_on_the_reference_path_says_what_fits(monkeypatch):
     def no_memory(*args, **kwargs):
-        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: "
-                           "can't allocate memory: you tried to allocate 96000000000 bytes.")
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: "
+            "can't allocate memory: you tried to allocate 96000000000 bytes."
+        )
 
     attn = Attention(D, score="additive", impl="reference")
     monkeypatch.setattr(type(attn.score), "pairwise", no_memory)
-    with pytest.raises(MemoryError, match=r"^impl='reference': allocating .* failed \(.*"
-                                          r"can't allocate memory.*\); impl='chunked'"):
+    with pytest.raises(
+        MemoryError,
+        match=r"^impl='reference': allocating .* failed \(.*"
+        r"can't allocate memory.*\); impl='chunked'",
+    ):
         attn(torch.randn(2, 3, D), torch.randn(2, 4, D))
 
 

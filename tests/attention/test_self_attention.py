@@ -10,7 +10,6 @@ from torch import nn
 
 from attnkit import SelfAttention
 from attnkit.attention.self_attention import length_groups
-
 from tests.float32_bounds import assert_within_normwise, key_bias_scales
 
 
@@ -36,8 +35,12 @@ def test_padding_is_ignored_and_zeroed(combine, window):
     want = copy.deepcopy(layer).double()(x.double(), lengths)
     for b in range(3):
         n = int(lengths[b])
-        assert_within_normwise([want[b, :n]], 16 + 2 * 10 + 24 + 12,
-                               alone=[layer(x[b : b + 1, :n])[0]], batch=[y[b, :n]])
+        assert_within_normwise(
+            [want[b, :n]],
+            16 + 2 * 10 + 24 + 12,
+            alone=[layer(x[b : b + 1, :n])[0]],
+            batch=[y[b, :n]],
+        )
 
 
 def test_time_major_layout_matches_batch_first():
@@ -97,19 +100,27 @@ def test_recording_weights_gives_each_calls_weights_and_leaves_nothing_behind(he
 
 
 @settings(deadline=None, max_examples=30)
-@given(b=st.integers(1, 9), t=st.integers(1, 12), heads=st.sampled_from([1, 2]),
-       score=st.sampled_from(["general", "scaled_dot", "additive"]),
-       combine=st.sampled_from(["concat", "residual"]),
-       window=st.sampled_from([None, (2, 1)]), causal=st.booleans(),
-       dtype=st.sampled_from([torch.float32, torch.float64]), seed=st.integers(0, 2**16),
-       data=st.data())
-def test_groups_of_similar_length_equal_one_padded_pass(b, t, heads, score, combine, window,
-                                                        causal, dtype, seed, data):
+@given(
+    b=st.integers(1, 9),
+    t=st.integers(1, 12),
+    heads=st.sampled_from([1, 2]),
+    score=st.sampled_from(["general", "scaled_dot", "additive"]),
+    combine=st.sampled_from(["concat", "residual"]),
+    window=st.sampled_from([None, (2, 1)]),
+    causal=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    seed=st.integers(0, 2**16),
+    data=st.data(),
+)
+def test_groups_of_similar_length_equal_one_padded_pass(
+    b, t, heads, score, combine, window, causal, dtype, seed, data
+):
     # layer(x, lengths) attends in length groups on CPU; with_weights takes one padded pass.
     torch.manual_seed(seed)
     lengths = torch.tensor(data.draw(st.lists(st.integers(0, t), min_size=b, max_size=b)))
-    layer = SelfAttention(4, score=score, combine=combine, heads=heads, window=window,
-                          causal=causal).to(dtype)
+    layer = SelfAttention(
+        4, score=score, combine=combine, heads=heads, window=window, causal=causal
+    ).to(dtype)
     x = torch.randn(b, t, 4, dtype=dtype, requires_grad=True)
     got, want = layer(x, lengths), layer.with_weights(x, lengths).context
     grad = torch.randn_like(want)
@@ -129,8 +140,7 @@ def test_groups_of_similar_length_equal_one_padded_pass(b, t, heads, score, comb
     scales = key_bias_scales(layer64, layer64.attention, 2)
     y64 = layer64.with_weights(x64, lengths).context
     want64 = [y64, *torch.autograd.grad(y64, [x64, *layer64.parameters()], grad.double())]
-    assert_within_normwise(want64, 2 * (6 * 4 + 2 * t) + b * t, scales(), groups=got,
-                           padded=want)
+    assert_within_normwise(want64, 2 * (6 * 4 + 2 * t) + b * t, scales(), groups=got, padded=want)
 
 
 def test_groups_gradcheck_and_their_plan():

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from attnkit import Attention
 from attnkit.attention import step
 from attnkit.ops import bindings, native
-
 from tests.float32_bounds import (
     TANH_ERR,
     assert_within_normwise,
@@ -25,8 +24,9 @@ from tests.float32_bounds import (
     tanh_relative_bound,
 )
 
-needs_native = pytest.mark.skipif(not native.available(),
-                                  reason=f"no C++ step kernel: {native.status()}")
+needs_native = pytest.mark.skipif(
+    not native.available(), reason=f"no C++ step kernel: {native.status()}"
+)
 PATHS = [False, pytest.param(True, marks=needs_native)]
 
 
@@ -57,8 +57,10 @@ MASK = torch.tensor([[True] * 7, [True] * 4 + [False] * 3, [False] * 7]).view(3,
 
 def _location(b=3, h=2, tk=7, a=5, filters=3, dtype=torch.float64):
     g = torch.Generator().manual_seed(5)
-    return (torch.randn(b, h, tk, filters, generator=g, dtype=dtype, requires_grad=True),
-            torch.randn(h, filters, a, generator=g, dtype=dtype, requires_grad=True))
+    return (
+        torch.randn(b, h, tk, filters, generator=g, dtype=dtype, requires_grad=True),
+        torch.randn(h, filters, a, generator=g, dtype=dtype, requires_grad=True),
+    )
 
 
 @pytest.mark.parametrize("native_kernel", PATHS, ids=["torch", "native"])
@@ -79,8 +81,9 @@ def test_step_equals_the_equation_with_gradients(mask, use_weights, score, nativ
     torch.testing.assert_close(out, ref_out)
     torch.testing.assert_close(p, ref_p)
     with torch.no_grad():  # decoding: no autograd node, same numbers
-        out_ng, p_ng = step.additive_step(q, kf, v, va, mask, location=location,
-                                          native=native_kernel)
+        out_ng, p_ng = step.additive_step(
+            q, kf, v, va, mask, location=location, native=native_kernel
+        )
     assert out_ng.grad_fn is None and torch.equal(out_ng, out) and torch.equal(p_ng, p)
     inputs = [q, kf, v, va, *(location or ())]
     got = torch.autograd.grad(loss(out, p), inputs)
@@ -105,10 +108,8 @@ def test_gradcheck_step(use_sink, score, native_kernel):
         if use_sink:
             kf, v, sink = step.collect(kf, v)
         location = tuple(loc) or None
-        out1, p1 = step.additive_step(q, kf, v, va, mask, sink, location,
-                                      native=native_kernel)
-        out2, _ = step.additive_step(q * 0.5, kf, v, va, mask, sink, location,
-                                     native=native_kernel)
+        out1, p1 = step.additive_step(q, kf, v, va, mask, sink, location, native=native_kernel)
+        out2, _ = step.additive_step(q * 0.5, kf, v, va, mask, sink, location, native=native_kernel)
         return out1 + 2 * out2, p1  # two steps over one memory, and the weights
 
     assert torch.autograd.gradcheck(f, (q, kf, v, va, *loc))
@@ -120,8 +121,9 @@ def _decoder_run(attn, enc, queries, lengths, *, need_weights=False):
     memory = attn.prepare(enc)
     outs, prev = [], None
     for q in queries:
-        outs.append(attn(q, memory, key_lengths=lengths, need_weights=need_weights,
-                         prev_weights=prev))
+        outs.append(
+            attn(q, memory, key_lengths=lengths, need_weights=need_weights, prev_weights=prev)
+        )
         prev = outs[-1].weights if attn.score.needs_prev else None
     ctx = torch.stack([o.context for o in outs])
     weights = torch.stack([o.weights for o in outs]) if need_weights else None
@@ -143,8 +145,10 @@ def _decoder_case(heads=1, b=4, tk=80, d=128, steps=5, seed=0, score="additive")
 def _float64(module, *tensors):
     """A float64 copy of a module and of its inputs (new leaves): the same computation, whose
     own rounding is far below float32's, to judge the float32 paths against."""
-    return (copy.deepcopy(module).double(),
-            *(t.detach().double().requires_grad_(t.requires_grad) for t in tensors))
+    return (
+        copy.deepcopy(module).double(),
+        *(t.detach().double().requires_grad_(t.requires_grad) for t in tensors),
+    )
 
 
 def _step_operations(module, tk, b, steps, backward=1):
@@ -200,8 +204,13 @@ def _steps_match_the_reference(heads, need_weights, score):
     ctx, weights, plain = _train_step(ref, enc, queries, lengths, loss, need_weights)
     scales = key_bias_scales(ref64, ref64, 4)
     ctx64, weights64, want = _train_step(ref64, enc64, queries64, lengths, loss, need_weights)
-    assert_within_normwise([ctx64, weights64, *want], _step_operations(attn, 80, 4, 5),
-                           scales(), step=[got_ctx, got_w, *got], reference=[ctx, weights, *plain])
+    assert_within_normwise(
+        [ctx64, weights64, *want],
+        _step_operations(attn, 80, 4, 5),
+        scales(),
+        step=[got_ctx, got_w, *got],
+        reference=[ctx, weights, *plain],
+    )
     assert got_ctx[:, 3].abs().sum() == 0  # length 0: zero context
     return plan
 
@@ -317,11 +326,18 @@ def test_dot_decoder_steps_take_the_step_and_equal_the_reference(heads, need_wei
 
 
 @settings(max_examples=25, deadline=None)
-@given(b=st.integers(1, 3), heads=st.sampled_from([1, 2]), tk=st.integers(1, 20),
-       steps=st.integers(1, 4), score=st.sampled_from(DOT_SCORES),
-       dtype=st.sampled_from([torch.float32, torch.float64]), seed=st.integers(0, 2**16))
-def test_dot_steps_over_a_memory_match_the_reference_on_random_shapes(b, heads, tk, steps,
-                                                                      score, dtype, seed):
+@given(
+    b=st.integers(1, 3),
+    heads=st.sampled_from([1, 2]),
+    tk=st.integers(1, 20),
+    steps=st.integers(1, 4),
+    score=st.sampled_from(DOT_SCORES),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    seed=st.integers(0, 2**16),
+)
+def test_dot_steps_over_a_memory_match_the_reference_on_random_shapes(
+    b, heads, tk, steps, score, dtype, seed
+):
     g = torch.Generator().manual_seed(seed)
     attn = Attention(8, score=score, heads=heads).to(dtype)
     ref = Attention(8, score=score, heads=heads, impl="reference").to(dtype)
@@ -345,8 +361,13 @@ def test_dot_steps_over_a_memory_match_the_reference_on_random_shapes(b, heads, 
     ref64, enc64, queries64 = _float64(ref, enc, queries)
     scales = key_bias_scales(ref64, ref64, 3)
     ctx64, _, want64 = _train_step(ref64, enc64, queries64, lengths, loss)
-    assert_within_normwise([ctx64, *want64], _step_operations(attn, tk, b, steps), scales(),
-                           step=[got_ctx, *got], reference=[ctx, *want])
+    assert_within_normwise(
+        [ctx64, *want64],
+        _step_operations(attn, tk, b, steps),
+        scales(),
+        step=[got_ctx, *got],
+        reference=[ctx, *want],
+    )
 
 
 def test_dot_step_is_not_taken_where_it_does_not_apply():
@@ -372,7 +393,8 @@ def test_no_fused_step_where_it_does_not_apply():
     two = x[:, None].expand(4, 2, 128)
     assert Attention(128, score="additive").plan(two, enc).impl == "chunked"
     assert Attention(128, score="additive").double().plan(x.double(), enc.double()).impl == (
-        "chunked")
+        "chunked"
+    )
 
 
 @needs_native
@@ -385,16 +407,27 @@ def test_impl_step_forces_the_step_kernel_or_says_why_it_cannot():
     ref = Attention(16, score="location", impl="reference")
     ref.load_state_dict(attn.state_dict())
     ref64, x64, enc64 = _float64(ref, x, enc)
-    assert_within_normwise([ref64(x64, enc64).context], _step_operations(attn, 30, 4, 1),
-                           step=[attn(x, enc).context], reference=[ref(x, enc).context])
+    assert_within_normwise(
+        [ref64(x64, enc64).context],
+        _step_operations(attn, 30, 4, 1),
+        step=[attn(x, enc).context],
+        reference=[ref(x, enc).context],
+    )
     cases = [
-        (dict(), (x[:, None].expand(4, 2, 16), enc), {},
-         r"2 queries per row; the step takes one"),
+        (dict(), (x[:, None].expand(4, 2, 16), enc), {}, r"2 queries per row; the step takes one"),
         (dict(dropout=0.1), (x, enc), {}, r"dropout on the weights"),
-        (dict(window=(2, 2)), (x, enc), dict(positions=torch.zeros(4, dtype=torch.long)),
-         r"a causal mask or window; the step takes key padding only"),
-        (dict(), (x.double(), enc.double()), {},
-         r"dtype torch.float64; the step takes torch.float32"),
+        (
+            dict(window=(2, 2)),
+            (x, enc),
+            dict(positions=torch.zeros(4, dtype=torch.long)),
+            r"a causal mask or window; the step takes key padding only",
+        ),
+        (
+            dict(),
+            (x.double(), enc.double()),
+            {},
+            r"dtype torch.float64; the step takes torch.float32",
+        ),
     ]
     for kwargs, args, call_kw, why in cases:
         module = Attention(16, score="additive", impl="step", **kwargs)
@@ -407,15 +440,21 @@ def test_impl_step_forces_the_step_kernel_or_says_why_it_cannot():
 
 @needs_native
 @settings(max_examples=40, deadline=None)
-@given(b=st.integers(1, 4), heads=st.sampled_from([1, 2, 3]), tk=st.integers(1, 150),
-       d=st.sampled_from([6, 24, 128]), seed=st.integers(0, 2**16))
+@given(
+    b=st.integers(1, 4),
+    heads=st.sampled_from([1, 2, 3]),
+    tk=st.integers(1, 150),
+    d=st.sampled_from([6, 24, 128]),
+    seed=st.integers(0, 2**16),
+)
 def test_native_step_equals_reference_on_random_shapes(b, heads, tk, d, seed):
     """Key counts within, at and across the kernel's 64-key blocks; head splits hand the kernel
     strided keys and values; random lengths, 0 included."""
     torch.manual_seed(seed)
     attn = Attention(d, score="additive", heads=heads, head_dim=4 if heads > 1 else None)
-    ref = Attention(d, score="additive", heads=heads, head_dim=4 if heads > 1 else None,
-                    impl="reference")
+    ref = Attention(
+        d, score="additive", heads=heads, head_dim=4 if heads > 1 else None, impl="reference"
+    )
     ref.load_state_dict(attn.state_dict())
     enc = torch.randn(b, tk, d, requires_grad=True)
     queries = torch.randn(3, b, d, requires_grad=True)
@@ -429,8 +468,12 @@ def test_native_step_equals_reference_on_random_shapes(b, heads, tk, d, seed):
     ref64, enc64, queries64 = _float64(ref, enc, queries)
     ctx64, _, want = _train_step(ref64, enc64, queries64, lengths, loss)
     assert attn.plan(queries[0], enc, key_lengths=lengths).impl == "step"
-    assert_within_normwise([ctx64, *want], _step_operations(attn, tk, b, 3),
-                           step=[got_ctx, *got], reference=[ctx, *plain])
+    assert_within_normwise(
+        [ctx64, *want],
+        _step_operations(attn, tk, b, 3),
+        step=[got_ctx, *got],
+        reference=[ctx, *plain],
+    )
 
 
 @needs_native
@@ -443,20 +486,26 @@ def test_a_reordered_memory_sends_its_gradients_through_autograd():
     ref64, enc64, queries64 = _float64(ref, enc, queries)
     index = torch.tensor([2, 0, 0, 1])
     grads = []
-    for module, keys, steps in ((attn, enc, queries), (ref, enc, queries),
-                                (ref64, enc64, queries64)):
-        memory = tree_map(lambda x: x.index_select(0, index) if isinstance(x, torch.Tensor)
-                          else x, module.prepare(keys))
-        ctx = torch.stack([module(q, memory, key_lengths=lengths[index]).context
-                           for q in steps])
+    for module, keys, steps in (
+        (attn, enc, queries),
+        (ref, enc, queries),
+        (ref64, enc64, queries64),
+    ):
+        memory = tree_map(
+            lambda x: x.index_select(0, index) if isinstance(x, torch.Tensor) else x,
+            module.prepare(keys),
+        )
+        ctx = torch.stack([module(q, memory, key_lengths=lengths[index]).context for q in steps])
         keys.grad = None
         ctx.square().sum().backward()
         if module is attn:
-            assert memory.sink is not None and not memory.sink.serves(memory.key_features,
-                                                                       memory.values)
+            assert memory.sink is not None and not memory.sink.serves(
+                memory.key_features, memory.values
+            )
         grads.append(keys.grad.clone())
-    assert_within_normwise(grads[2:], _step_operations(attn, 80, 4, 5), step=grads[:1],
-                           reference=grads[1:2])
+    assert_within_normwise(
+        grads[2:], _step_operations(attn, 80, 4, 5), step=grads[:1], reference=grads[1:2]
+    )
 
 
 @needs_native
@@ -466,8 +515,9 @@ def test_native_tanh_is_accurate_and_saturates():
     ulps, whether the build contracts to FMA or not), down to tiny values; infinities saturate
     to exactly +-1, NaN stays NaN."""
     tiny = torch.logspace(-30, 0, 3001)
-    x = torch.cat([torch.linspace(-12, 12, 200_001), tiny, -tiny,
-                   torch.tensor([-1e30, 1e30, 88.0, -88.0])])
+    x = torch.cat(
+        [torch.linspace(-12, 12, 200_001), tiny, -tiny, torch.tensor([-1e30, 1e30, 88.0, -88.0])]
+    )
     y = bindings.tanh(x)
     want = torch.tanh(x.double())
     err = (y.double() - want).abs()
@@ -493,8 +543,9 @@ def test_native_float32_step_within_float32_error_of_the_equation(use_weights, s
 
     def run(leaves, native_kernel):
         q, kf, v, va, *loc = leaves
-        out, p = step.additive_step(q, kf, v, va, mask, location=tuple(loc) or None,
-                                    native=native_kernel)
+        out, p = step.additive_step(
+            q, kf, v, va, mask, location=tuple(loc) or None, native=native_kernel
+        )
         loss = (out * w_out.to(out)).sum() + ((p * w_p.to(p)).sum() if use_weights else 0)
         return [out, p, *torch.autograd.grad(loss, leaves)]
 
@@ -527,10 +578,14 @@ def test_without_a_compiler_steps_run_in_plain_pytorch_and_say_why(tmp_path):
         torch.testing.assert_close(attn(q, attn.prepare(enc)).context, ref(q, enc).context)
         print("ok")
     """)
-    env = dict(os.environ, CXX=str(tmp_path / "no-such-compiler"),
-               ATTNKIT_CACHE_DIR=str(tmp_path / "cache"))
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=300)
+    env = dict(
+        os.environ,
+        CXX=str(tmp_path / "no-such-compiler"),
+        ATTNKIT_CACHE_DIR=str(tmp_path / "cache"),
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
     assert not (tmp_path / "cache").exists()
 
@@ -543,8 +598,10 @@ def test_a_compiler_without_march_native_gets_the_next_flags(tmp_path, monkeypat
     if real is None:
         pytest.skip("no C++ compiler")
     fussy = tmp_path / "fussy-c++"
-    fussy.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = -march=native ] && '
-                     f'{{ echo "unknown -march=native" >&2; exit 1; }}; done\nexec {real} "$@"\n')
+    fussy.write_text(
+        f'#!/bin/sh\nfor a in "$@"; do [ "$a" = -march=native ] && '
+        f'{{ echo "unknown -march=native" >&2; exit 1; }}; done\nexec {real} "$@"\n'
+    )
     fussy.chmod(0o755)
     monkeypatch.setenv("CXX", str(fussy))
     monkeypatch.setenv("ATTNKIT_CACHE_DIR", str(tmp_path / "cache"))
@@ -575,8 +632,11 @@ def test_under_cpu_autocast_steps_run_the_kernel_in_float32_and_equal_the_refere
         inside = attn(q, attn.prepare(enc)).context  # prepared inside autocast
     assert got.context.dtype == got.weights.dtype == got_memory.dtype == torch.float32
     operations = _step_operations(attn, 9, 2, 1)
-    assert_within_normwise([*[want.context] * 3, want.weights], operations,
-                           step=[got.context, got_memory, inside, got.weights])
+    assert_within_normwise(
+        [*[want.context] * 3, want.weights],
+        operations,
+        step=[got.context, got_memory, inside, got.weights],
+    )
     (got_memory.sum() + inside.sum()).backward()
     (2 * want.context.sum()).backward()
     # the two passes' gradients add: one more rounding
@@ -586,8 +646,11 @@ def test_under_cpu_autocast_steps_run_the_kernel_in_float32_and_equal_the_refere
 @needs_native
 def test_the_kernel_refuses_inputs_it_cannot_read():
     q, kf, v, va = (x.detach() for x in _inputs(dtype=torch.float32))
-    with pytest.raises(TypeError, match=r"^kf: expected torch.float32 on cpu \(the query's\), "
-                                        r"got torch.bfloat16"):
+    with pytest.raises(
+        TypeError,
+        match=r"^kf: expected torch.float32 on cpu \(the query's\), "
+        r"got torch.bfloat16",
+    ):
         step.additive_step(q, kf.bfloat16(), v, va)
     with pytest.raises(TypeError, match=r"^q: the C\+\+ step takes float32 or float64"):
         step.additive_step(q.half(), kf.half(), v.half(), va.half())
@@ -623,16 +686,20 @@ def test_second_derivatives_through_decoder_steps_equal_the_reference(score):
     ref64, enc64, queries64 = _float64(ref, enc, queries)
     lengths = lengths[:3]
     got = []
-    for module, keys, steps in ((attn, enc, queries), (ref, enc, queries),
-                                (ref64, enc64, queries64)):
+    for module, keys, steps in (
+        (attn, enc, queries),
+        (ref, enc, queries),
+        (ref64, enc64, queries64),
+    ):
         keys.grad = None
         ctx, _ = _decoder_run(module, keys, steps[:, :3], lengths)
         (g,) = torch.autograd.grad(ctx.square().sum(), [keys], create_graph=True)
         (g.square().sum() + ctx.sum()).backward()
         got.append(keys.grad.clone())
     assert got[2].abs().sum() > 0
-    assert_within_normwise(got[2:], _step_operations(attn, 70, 3, 3, backward=3),
-                           step=got[:1], reference=got[1:2])
+    assert_within_normwise(
+        got[2:], _step_operations(attn, 70, 3, 3, backward=3), step=got[:1], reference=got[1:2]
+    )
 
 
 def test_an_unexpected_build_error_falls_back_to_plain_pytorch(monkeypatch):
@@ -668,5 +735,4 @@ def test_the_location_term_is_the_broadcast_product(heads):
     out = bindings.location_term(f, lw)
     assert out.shape == (4, heads, 7, 6) and out.is_contiguous()
     torch.testing.assert_close(out, f @ lw)
-    torch.autograd.gradcheck(bindings.location_term,
-                             (f.requires_grad_(), lw.requires_grad_()))
+    torch.autograd.gradcheck(bindings.location_term, (f.requires_grad_(), lw.requires_grad_()))

@@ -25,8 +25,17 @@ def test_bench_forwards_help_to_the_script_and_it_spells_the_time_budget_one_way
     assert main(["bench", "attention", "--help"]) == 0
     out = capfd.readouterr().out
     assert out.startswith("usage: python -m benchmarks.attention")
-    for option in ("--quick", "--group", "--targets", "--match", "--reps", "--time-budget",
-                   "--json", "--markdown", "--device"):
+    for option in (
+        "--quick",
+        "--group",
+        "--targets",
+        "--match",
+        "--reps",
+        "--time-budget",
+        "--json",
+        "--markdown",
+        "--device",
+    ):
         assert option in out
     assert "--budget-s" not in out
 
@@ -58,8 +67,21 @@ def test_bench_runs_the_checkout_script(tmp_path, capfd):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_bench_on_a_gpu_this_machine_lacks_is_a_one_line_error(tmp_path, capfd):
     out_json = tmp_path / "rows.json"
-    assert main(["bench", "attention", "--match", "additive B=8 T=256", "--device", "cuda",
-                 "--json", str(out_json)]) == 2
+    assert (
+        main(
+            [
+                "bench",
+                "attention",
+                "--match",
+                "additive B=8 T=256",
+                "--device",
+                "cuda",
+                "--json",
+                str(out_json),
+            ]
+        )
+        == 2
+    )
     err = capfd.readouterr().err
     assert err.count("\n") == 1 and err.startswith("benchmarks.attention: ")
     assert "device: 'cuda' needs CUDA" in err and not out_json.exists()
@@ -68,9 +90,24 @@ def test_bench_on_a_gpu_this_machine_lacks_is_a_one_line_error(tmp_path, capfd):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_bench_on_the_gpu_times_a_case_there(tmp_path):
     out_json = tmp_path / "rows.json"
-    assert main(["bench", "--match", "additive B=8 T=256 A=128", "--device", "cuda",
-                 "--reps", "2", "--json", str(out_json)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--match",
+                "additive B=8 T=256 A=128",
+                "--device",
+                "cuda",
+                "--reps",
+                "2",
+                "--json",
+                str(out_json),
+            ]
+        )
+        == 0
+    )
     data = json.loads(out_json.read_text())
-    assert data["rows"] and all(r["status"] == "ok" and r["device"] == "cuda:0"
-                                for r in data["rows"])
+    assert data["rows"] and all(
+        r["status"] == "ok" and r["device"] == "cuda:0" for r in data["rows"]
+    )
     assert "GPU cuda:0" in data["machine"]

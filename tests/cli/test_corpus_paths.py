@@ -17,13 +17,13 @@ CHECKPOINTS = {"asr": "builtin:asr-digits", "ocr": "builtin:ocr-lines"}
 
 
 def _eval(checkpoint, path, *options) -> int:
-    return main(["eval", "--checkpoint", str(checkpoint), "--data", str(path), "--json",
-                 *options])
+    return main(["eval", "--checkpoint", str(checkpoint), "--data", str(path), "--json", *options])
 
 
 @pytest.mark.parametrize("fmt", ["kaldi", "nemo", "manifest", "commonvoice", "labels", "coco"])
 def test_eval_reads_a_corpus_naming_its_files_elsewhere_and_confine_refuses_it(
-        tmp_path, fmt, capsys, request):
+    tmp_path, fmt, capsys, request
+):
     *_, task, name, _ = FORMATS[fmt]
     checkpoint = CHECKPOINTS.get(task) or request.getfixturevalue("tiny_captioner")
     capsys.readouterr()  # what training the captioner printed
@@ -47,15 +47,46 @@ def test_anywhere_is_still_taken_and_contradicts_confine(tmp_path, capsys):
     assert _eval("builtin:asr-digits", path, "--anywhere") == 0
     assert json.loads(capsys.readouterr().out)["examples"] == 1
     assert _eval("builtin:asr-digits", path, "--anywhere", "--confine") == 2
-    assert "--anywhere: reads files wherever the corpus names them, as --confine forbids; " \
+    assert (
+        "--anywhere: reads files wherever the corpus names them, as --confine forbids; "
         "give one" in capsys.readouterr().err
+    )
 
 
 def test_train_reads_a_manifest_of_absolute_paths(tmp_path, capsys):
     path, _, _ = corpus_naming(tmp_path, "manifest", "absolute elsewhere")
-    assert main(["train", "asr", "--train", str(path), "--out", str(tmp_path / "run"),
-                 "--steps", "1", *TINY]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "asr",
+                "--train",
+                str(path),
+                "--out",
+                str(tmp_path / "run"),
+                "--steps",
+                "1",
+                *TINY,
+            ]
+        )
+        == 0
+    )
     assert "stopped after 1 steps" in capsys.readouterr().out
-    assert main(["train", "asr", "--train", str(path), "--out", str(tmp_path / "run2"),
-                 "--steps", "1", "--confine", *TINY]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "asr",
+                "--train",
+                str(path),
+                "--out",
+                str(tmp_path / "run2"),
+                "--steps",
+                "1",
+                "--confine",
+                *TINY,
+            ]
+        )
+        == 2
+    )
     assert "leave out --confine" in capsys.readouterr().err

@@ -15,10 +15,29 @@ import attnkit
 from attnkit.cli.main import main
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-PAIRS = [(f"<en> {w}", str(n)) for n, w in enumerate(["zero", "one", "two", "three", "four",
-                                                       "five", "six", "seven"])]
-SMALL = ["--eval-every", "15", "--checkpoint-every", "15", "--batch-size", "4", "--lr", "1e-2",
-         "--warmup", "5", "--hidden", "16", "--emb", "8", "--no-progress", "--plot", "1"]
+PAIRS = [
+    (f"<en> {w}", str(n))
+    for n, w in enumerate(["zero", "one", "two", "three", "four", "five", "six", "seven"])
+]
+SMALL = [
+    "--eval-every",
+    "15",
+    "--checkpoint-every",
+    "15",
+    "--batch-size",
+    "4",
+    "--lr",
+    "1e-2",
+    "--warmup",
+    "5",
+    "--hidden",
+    "16",
+    "--emb",
+    "8",
+    "--no-progress",
+    "--plot",
+    "1",
+]
 
 
 def _tsv(tmp_path: Path) -> Path:
@@ -62,8 +81,11 @@ def test_a_wrong_device_is_a_one_line_error_and_nothing_is_written(tmp_path, cap
 def test_fp16_on_cpu_is_a_one_line_error_and_nothing_is_written(tmp_path, capsys, task):
     argv = _commands(tmp_path)[f"train {task}"]
     assert main([*argv, "--device", "cpu", "--precision", "fp16"]) == 2
-    _one_line_error(capsys, "attnkit: precision: fp16 trains on CUDA only (float16 autocast "
-                            "with a GradScaler), the device is cpu; use bf16 or fp32")
+    _one_line_error(
+        capsys,
+        "attnkit: precision: fp16 trains on CUDA only (float16 autocast "
+        "with a GradScaler), the device is cpu; use bf16 or fp32",
+    )
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(SystemExit) as exc:
         main([*argv, "--precision", "fp8"])
@@ -75,8 +97,21 @@ def test_fp16_on_cpu_is_a_one_line_error_and_nothing_is_written(tmp_path, capsys
 
 def test_bf16_on_cpu_with_data_workers_then_every_verb_on_cpu(tmp_path, capsys, one_thread):
     tsv, out = _tsv(tmp_path), tmp_path / "run"
-    argv = ["train", "translate", "--train", str(tsv), "--valid", str(tsv), "--out", str(out),
-            "--device", "cpu", "--workers-data", "2", *SMALL]
+    argv = [
+        "train",
+        "translate",
+        "--train",
+        str(tsv),
+        "--valid",
+        str(tsv),
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--workers-data",
+        "2",
+        *SMALL,
+    ]
     assert main([*argv, "--precision", "bf16", "--steps", "30"]) == 0
     assert "stopped after 30 steps (max_steps); held-out:" in capsys.readouterr().out
     trainer = json.loads((out / "checkpoint" / "trainer.json").read_text())
@@ -89,37 +124,116 @@ def test_bf16_on_cpu_with_data_workers_then_every_verb_on_cpu(tmp_path, capsys, 
     assert "stopped after 40 steps" in capsys.readouterr().out
     ck = str(out / "checkpoint")
     assert main(["translate", "--checkpoint", ck, "--device", "cpu", "<en> two"]) == 0
-    assert main(["eval", "--checkpoint", ck, "--data", str(tsv), "--device", "auto",
-                 "--json"]) == 0
+    assert main(["eval", "--checkpoint", ck, "--data", str(tsv), "--device", "auto", "--json"]) == 0
     assert set(json.loads(capsys.readouterr().out.split("\n", 1)[1])["metrics"]) == {
-        "exact", "cer", "bleu", "bleu_char", "chrf"}
+        "exact",
+        "cer",
+        "bleu",
+        "bleu_char",
+        "chrf",
+    }
 
 
 @needs_cuda
 def test_every_task_trains_and_decodes_on_the_gpu(tmp_path, capsys):
     tsv, out = _tsv(tmp_path), tmp_path / "translate"
-    argv = ["train", "translate", "--train", str(tsv), "--valid", str(tsv), "--out", str(out),
-            "--device", "cuda", "--precision", "fp16", *SMALL]
+    argv = [
+        "train",
+        "translate",
+        "--train",
+        str(tsv),
+        "--valid",
+        str(tsv),
+        "--out",
+        str(out),
+        "--device",
+        "cuda",
+        "--precision",
+        "fp16",
+        *SMALL,
+    ]
     assert main([*argv, "--steps", "30"]) == 0
     trainer = json.loads((out / "checkpoint" / "trainer.json").read_text())
     assert trainer["scaler"]["scale"] > 0  # the loss scale is saved with the run
     assert main([*argv, "--steps", "40", "--resume"]) == 0
     bf16 = "bf16" if torch.cuda.get_device_capability() >= (8, 0) else "fp32"
     no_emb = [a for a in SMALL if a not in ("--emb", "8")]  # a Transformer's size is --hidden
-    assert main(["train", "translate", "--train", str(tsv), "--out", str(tmp_path / "t"),
-                 "--model", "transformer", "--heads", "2", "--device", "cuda", "--precision",
-                 bf16, "--workers-data", "2", "--steps", "30", *no_emb]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "translate",
+                "--train",
+                str(tsv),
+                "--out",
+                str(tmp_path / "t"),
+                "--model",
+                "transformer",
+                "--heads",
+                "2",
+                "--device",
+                "cuda",
+                "--precision",
+                bf16,
+                "--workers-data",
+                "2",
+                "--steps",
+                "30",
+                *no_emb,
+            ]
+        )
+        == 0
+    )
     ck = str(out / "checkpoint")
-    assert main(["translate", "--checkpoint", ck, "--device", "cuda", "<en> two",
-                 "--beam", "2"]) == 0
+    assert (
+        main(["translate", "--checkpoint", ck, "--device", "cuda", "<en> two", "--beam", "2"]) == 0
+    )
     assert main(["eval", "--checkpoint", ck, "--data", str(tsv), "--device", "cuda"]) == 0
     ocr = tmp_path / "ocr"
-    assert main(["train", "ocr", "--out", str(ocr), "--n-train", "16", "--n-valid", "4",
-                 "--max-chars", "12", "--device", "cuda", "--precision", "fp16", "--steps",
-                 "4", "--batch-size", "4", "--no-progress", "--plot", "1"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "ocr",
+                "--out",
+                str(ocr),
+                "--n-train",
+                "16",
+                "--n-valid",
+                "4",
+                "--max-chars",
+                "12",
+                "--device",
+                "cuda",
+                "--precision",
+                "fp16",
+                "--steps",
+                "4",
+                "--batch-size",
+                "4",
+                "--no-progress",
+                "--plot",
+                "1",
+            ]
+        )
+        == 0
+    )
     line = next((ocr / "lines").glob("valid-*/*.png"))
-    assert main(["read", "--checkpoint", str(ocr / "checkpoint"), str(line),
-                 "--device", "cuda", "--plot", str(tmp_path / "pics")]) == 0
+    assert (
+        main(
+            [
+                "read",
+                "--checkpoint",
+                str(ocr / "checkpoint"),
+                str(line),
+                "--device",
+                "cuda",
+                "--plot",
+                str(tmp_path / "pics"),
+            ]
+        )
+        == 0
+    )
 
 
 def _free_port() -> int:
@@ -133,10 +247,29 @@ def test_torchrun_takes_one_gpu_per_process_with_nccl(tmp_path):
     tsv, out = _tsv(tmp_path), tmp_path / "run"
     src = str(Path(attnkit.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", "-m", "attnkit.cli.main",
-           "train", "translate", "--train", str(tsv), "--valid", str(tsv), "--out", str(out),
-           "--device", "cuda", "--steps", "30", *SMALL]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={_free_port()}",
+        "-m",
+        "attnkit.cli.main",
+        "train",
+        "translate",
+        "--train",
+        str(tsv),
+        "--valid",
+        str(tsv),
+        "--out",
+        str(out),
+        "--device",
+        "cuda",
+        "--steps",
+        "30",
+        *SMALL,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     ck = json.loads((out / "checkpoint" / "trainer.json").read_text())

@@ -40,14 +40,19 @@ def test_a_folder_holding_other_files_is_refused_unless_forced(run, tmp_path, ca
     for fmt in ("checkpoint", "onnx"):
         assert _export(run / "checkpoint", out, "--format", fmt) == 2
         err = capsys.readouterr().err
-        assert (f"out: {out} is not empty and not an earlier attnkit export (it holds "
-                "thesis.txt); expected a new or empty folder, or pass --force") in err, err
+        assert (
+            f"out: {out} is not empty and not an earlier attnkit export (it holds "
+            "thesis.txt); expected a new or empty folder, or pass --force"
+        ) in err, err
         assert err.count("\n") == 1
         assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "run"]
         assert (out / "thesis.txt").read_text() == "x"
     assert _export(run / "checkpoint", out, "--format", "checkpoint", "--force") == 0
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors",
-                                                      "vocab.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "vocab.json",
+    ]
 
 
 @pytest.mark.parametrize("name, fmt", [("attnkit.json", "onnx"), ("config.json", "checkpoint")])
@@ -57,8 +62,10 @@ def test_a_fifo_named_as_an_export_file_is_not_read(run, tmp_path, capsys, name,
     out.mkdir()
     os.mkfifo(out / name)
     assert _export(run / "checkpoint", out, "--format", fmt) == 2
-    assert (f"out: {out} is not empty and not an earlier attnkit export (it holds {name})"
-            in capsys.readouterr().err)
+    assert (
+        f"out: {out} is not empty and not an earlier attnkit export (it holds {name})"
+        in capsys.readouterr().err
+    )
 
 
 def test_an_earlier_export_or_an_empty_folder_is_replaced(run, tmp_path, capsys):
@@ -73,9 +80,11 @@ def test_an_earlier_export_or_an_empty_folder_is_replaced(run, tmp_path, capsys)
 def test_the_checkpoint_being_read_or_another_run_is_never_written_over(run, tmp_path, capsys):
     before = sorted(p.name for p in (run / "checkpoint").iterdir())
     assert "trainer.json" in before
-    cases = [(run / "checkpoint", "is the checkpoint being exported"),
-             (run, "holds the checkpoint being exported"),
-             (run / "checkpoint" / "sub", "is inside the checkpoint being exported")]
+    cases = [
+        (run / "checkpoint", "is the checkpoint being exported"),
+        (run, "holds the checkpoint being exported"),
+        (run / "checkpoint" / "sub", "is inside the checkpoint being exported"),
+    ]
     for out, why in cases:
         for force in ([], ["--force"]):
             assert _export(run / "checkpoint", out, "--format", "checkpoint", *force) == 2
@@ -85,8 +94,9 @@ def test_the_checkpoint_being_read_or_another_run_is_never_written_over(run, tmp
     other = tmp_path / "other"
     shutil.copytree(run, other)
     assert _export(run / "checkpoint", other / "checkpoint", "--format", "checkpoint") == 2
-    assert "(it holds optimizer.json, optimizer.safetensors, trainer.json)" in \
-        capsys.readouterr().err
+    assert (
+        "(it holds optimizer.json, optimizer.safetensors, trainer.json)" in capsys.readouterr().err
+    )
     assert load_checkpoint(other / "checkpoint").trainer_state is not None
 
 
@@ -95,14 +105,16 @@ def _enospc() -> OSError:
 
 
 def _safetensors_enospc() -> SafetensorError:
-    return SafetensorError("Error while serializing: I/O error: No space left on device (os "
-                           "error 28)")
+    return SafetensorError(
+        "Error while serializing: I/O error: No space left on device (os error 28)"
+    )
 
 
 def full_disk(monkeypatch, disk: Path) -> None:
     """Make the folder ``disk`` behave as a full disk: a file that attnkit's export writes
     there (a graph, the JSON, the runner, the tensors of a checkpoint, a file moved in from
     elsewhere) is cut short and the write raises what it raises on ENOSPC."""
+
     def filling(real, written: int, error):
         def write(*args, **kwargs):
             path = Path(args[written])
@@ -111,12 +123,16 @@ def full_disk(monkeypatch, disk: Path) -> None:
             real(*args, **kwargs)
             path.write_bytes(path.read_bytes()[:100]) if path.is_file() else None
             raise error()
+
         return write
 
     for module, function, written, error in [
-            (writer, "export_graph", 2, _enospc), (shutil, "copyfile", 1, _enospc),
-            (shutil, "move", 1, _enospc), (Path, "write_text", 0, _enospc),
-            (checkpoint_module, "save_file", 1, _safetensors_enospc)]:
+        (writer, "export_graph", 2, _enospc),
+        (shutil, "copyfile", 1, _enospc),
+        (shutil, "move", 1, _enospc),
+        (Path, "write_text", 0, _enospc),
+        (checkpoint_module, "save_file", 1, _safetensors_enospc),
+    ]:
         monkeypatch.setattr(module, function, filling(getattr(module, function), written, error))
 
 
@@ -133,8 +149,9 @@ def read_only(monkeypatch, disk: Path) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["onnx", "checkpoint"])
-def test_a_re_export_onto_a_full_disk_leaves_the_earlier_export_whole(run, tmp_path, capsys,
-                                                                     monkeypatch, fmt):
+def test_a_re_export_onto_a_full_disk_leaves_the_earlier_export_whole(
+    run, tmp_path, capsys, monkeypatch, fmt
+):
     pytest.importorskip("onnx")
     out = tmp_path / "d"
     assert _export(run / "checkpoint", out, "--format", fmt) == 0
@@ -144,18 +161,23 @@ def test_a_re_export_onto_a_full_disk_leaves_the_earlier_export_whole(run, tmp_p
     assert _export(run / "checkpoint", out, "--format", fmt, "--force") == 2
     monkeypatch.undo()
     err = capsys.readouterr().err
-    assert err == {
-        "onnx": f"attnkit: out: cannot write the export in {out}: No space left on device; "
-                "the earlier export there is left as it was\n",
-        "checkpoint": f"attnkit: {out / 'config.json'}: not saved (No space left on device); "
-                      "the checkpoint already there is kept\n"}[fmt]
+    assert (
+        err
+        == {
+            "onnx": f"attnkit: out: cannot write the export in {out}: No space left on device; "
+            "the earlier export there is left as it was\n",
+            "checkpoint": f"attnkit: {out / 'config.json'}: not saved (No space left on device); "
+            "the checkpoint already there is kept\n",
+        }[fmt]
+    )
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "run"]
 
 
 @pytest.mark.parametrize("fmt", ["onnx", "checkpoint"])
-def test_an_export_that_cannot_be_written_is_one_line_naming_the_folder(run, tmp_path, capsys,
-                                                                        monkeypatch, fmt):
+def test_an_export_that_cannot_be_written_is_one_line_naming_the_folder(
+    run, tmp_path, capsys, monkeypatch, fmt
+):
     pytest.importorskip("onnx")
     (tmp_path / "afile").write_text("")
     read_only(monkeypatch, tmp_path / "ro")
@@ -164,14 +186,19 @@ def test_an_export_that_cannot_be_written_is_one_line_naming_the_folder(run, tmp
     (tmp_path / "w" / "notes.txt").write_text("")
     monkeypatch.chdir(tmp_path / "w" / "x")
     cases = [
-        (tmp_path / "ro" / "d", {
-            "onnx": f"out: cannot write the export in {tmp_path / 'ro' / 'd'}: Read-only file "
-                    "system",
-            "checkpoint": f"{tmp_path / 'ro' / 'd'}: not saved (Read-only file system)"}[fmt]),
-        (tmp_path / "afile" / "sub", f"out: cannot create {tmp_path / 'afile' / 'sub'}: "
-                                     f"{tmp_path / 'afile'} is a file"),
-        ("..", "out: .. is not empty and not an earlier attnkit export (it holds notes.txt, "
-               "x)"),
+        (
+            tmp_path / "ro" / "d",
+            {
+                "onnx": f"out: cannot write the export in {tmp_path / 'ro' / 'd'}: Read-only file "
+                "system",
+                "checkpoint": f"{tmp_path / 'ro' / 'd'}: not saved (Read-only file system)",
+            }[fmt],
+        ),
+        (
+            tmp_path / "afile" / "sub",
+            f"out: cannot create {tmp_path / 'afile' / 'sub'}: {tmp_path / 'afile'} is a file",
+        ),
+        ("..", "out: .. is not empty and not an earlier attnkit export (it holds notes.txt, x)"),
     ]
     capsys.readouterr()
     for out, message in cases:
@@ -188,14 +215,21 @@ def test_an_export_replaces_the_earlier_one_whole(run, tmp_path):
     vocab = CharVocab(list("ab"))
     model = CRNN(len(vocab), channels=(4, 4, 8, 8, 8), hidden=8)
     ctc = tmp_path / "ctc"
-    save_checkpoint(ctc, model=model, config={"task": "ocr", "model": model_config(model)},
-                    vocab=vocab.to_json())
+    save_checkpoint(
+        ctc,
+        model=model,
+        config={"task": "ocr", "model": model_config(model)},
+        vocab=vocab.to_json(),
+    )
     out = tmp_path / "d"
     assert _export(run / "checkpoint", out) == 0
     assert (out / "decoder_step.onnx").exists()
     assert _export(ctc, out) == 0  # a CTC model has no decoder step
-    assert sorted(p.name for p in out.iterdir()) == ["attnkit.json", "attnkit_runner.py",
-                                                      "encoder.onnx"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "attnkit.json",
+        "attnkit_runner.py",
+        "encoder.onnx",
+    ]
 
 
 def test_a_folder_inside_another_runs_checkpoint_is_refused(run, tmp_path, capsys):
@@ -205,8 +239,10 @@ def test_a_folder_inside_another_runs_checkpoint_is_refused(run, tmp_path, capsy
     out = other / "checkpoint" / "sub"
     for force in ([], ["--force"]):
         assert _export(run / "checkpoint", out, "--format", "checkpoint", *force) == 2
-        assert (f"out: {out} is inside the checkpoint {other / 'checkpoint'}, which its next "
-                "save replaces whole; expected a folder outside it") in capsys.readouterr().err
+        assert (
+            f"out: {out} is inside the checkpoint {other / 'checkpoint'}, which its next "
+            "save replaces whole; expected a folder outside it"
+        ) in capsys.readouterr().err
     assert not out.exists()
 
 
@@ -227,8 +263,9 @@ def test_an_export_removes_what_killed_exports_left_beside_its_folder(run, tmp_p
     for folder, when in ((dead, hour), (day_old, days), (live, hour)):
         os.utime(folder, (when, when))
     assert _export(run / "checkpoint", out) == 0
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".e.")) == \
-        sorted([live.name, fresh.name])
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".e.")) == sorted(
+        [live.name, fresh.name]
+    )
 
 
 def test_an_export_folder_follows_the_umask(run, tmp_path):
@@ -239,5 +276,4 @@ def test_an_export_folder_follows_the_umask(run, tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "e").stat().st_mode & 0o777 == 0o755
-    assert all(p.stat().st_mode & 0o777 == 0o644 for p in (tmp_path / "e").iterdir()
-               if p.is_file())
+    assert all(p.stat().st_mode & 0o777 == 0o644 for p in (tmp_path / "e").iterdir() if p.is_file())

@@ -34,8 +34,9 @@ def _stdin(data: bytes) -> io.TextIOWrapper:
 def test_stdin_lines_that_are_not_utf8_are_refused_as_file_lines_are(capsys, monkeypatch):
     # latin-1 became <unk> in the translation and --json echoed the invalid bytes
     latin1 = "<fr> 5 août 2010\n".encode("latin-1")
-    monkeypatch.setattr(sys, "stdin", _stdin("\ufeff<en> 3 March 2001\n".encode() + latin1
-                                             + b"<en> 9 May 1945\r\n"))
+    monkeypatch.setattr(
+        sys, "stdin", _stdin("\ufeff<en> 3 March 2001\n".encode() + latin1 + b"<en> 9 May 1945\r\n")
+    )
     assert main(["translate", "--checkpoint", "builtin:translate-dates", "--json", "-"]) == 2
     out = capsys.readouterr().out
     out.encode("utf-8")  # what is printed is UTF-8: no invalid bytes echoed
@@ -48,27 +49,59 @@ def test_stdin_lines_that_are_not_utf8_are_refused_as_file_lines_are(capsys, mon
     assert capsys.readouterr() == ("\n", "attnkit translate: stdin:1: not valid UTF-8 (byte 9)\n")
 
 
-def test_a_stdin_line_past_the_cap_is_refused_unread_and_not_echoed_whole(capsys,
-                                                                         monkeypatch):
+def test_a_stdin_line_past_the_cap_is_refused_unread_and_not_echoed_whole(capsys, monkeypatch):
     # a 100 MB line took 0.9 GB and --json echoed it whole
     monkeypatch.setattr(jsonlines, "MAX_STDIN_LINE", 1000)
-    monkeypatch.setattr(sys, "stdin", _stdin(b"<en> 3 March 2001\n" + b"9" * 5000 + b"\n"
-                                             + b"9" * 1000 + b"\n<en> 9 May 1945"))
-    assert main(["translate", "--checkpoint", "builtin:translate-dates", "--json",
-                 "--max-chars", "2000", "-"]) == 2
+    monkeypatch.setattr(
+        sys,
+        "stdin",
+        _stdin(b"<en> 3 March 2001\n" + b"9" * 5000 + b"\n" + b"9" * 1000 + b"\n<en> 9 May 1945"),
+    )
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                "builtin:translate-dates",
+                "--json",
+                "--max-chars",
+                "2000",
+                "-",
+            ]
+        )
+        == 2
+    )
     first, long, at_cap, last = _records(capsys.readouterr().out)
     assert first["text"] == "2001-03-03" and last["text"] == "1945-05-09"
-    assert long == {"input": "9" * 100 + "...", "error": "stdin:2: a line of more than 1,000 "
-                    "bytes; expected one input a line (a sentence, a question or a path)"}
+    assert long == {
+        "input": "9" * 100 + "...",
+        "error": "stdin:2: a line of more than 1,000 "
+        "bytes; expected one input a line (a sentence, a question or a path)",
+    }
     assert at_cap["input"] == "9" * 1000 and "text" in at_cap  # the cap itself is read
 
 
 def test_translate_json_gives_each_input_its_outputs_scores_and_settings(capsys):
-    assert main(["translate", "--checkpoint", "builtin:translate-dates", "--json",
-                 "--n-best", "3", "<en> 3 March 2001", " ", "<de> 12. Mai 1999"]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                "builtin:translate-dates",
+                "--json",
+                "--n-best",
+                "3",
+                "<en> 3 March 2001",
+                " ",
+                "<de> 12. Mai 1999",
+            ]
+        )
+        == 0
+    )
     first, blank, last = _records(capsys.readouterr().out)
-    alone = load_evaluator("builtin:translate-dates").decode(["<en> 3 March 2001"],
-                                                             Decoding(beam=5, n_best=3))[0]
+    alone = load_evaluator("builtin:translate-dates").decode(
+        ["<en> 3 March 2001"], Decoding(beam=5, n_best=3)
+    )[0]
     assert set(first) == KEYS and first["input"] == "<en> 3 March 2001"
     assert [o["text"] for o in first["outputs"]] == alone.texts
     assert [o["score"] for o in first["outputs"]] == pytest.approx(alone.scores, abs=1e-5)
@@ -76,7 +109,8 @@ def test_translate_json_gives_each_input_its_outputs_scores_and_settings(capsys)
     for output, tokens in zip(first["outputs"], alone.tokens, strict=True):  # EOS included
         assert [t["token"] for t in output["tokens"]] == [piece for piece, _ in tokens]
         assert [t["log_prob"] for t in output["tokens"]] == pytest.approx(
-            [logp for _, logp in tokens], abs=1e-5)
+            [logp for _, logp in tokens], abs=1e-5
+        )
         assert "".join(t["token"] for t in output["tokens"]) == output["text"] + "<eos>"
     greedy = load_evaluator("builtin:translate-dates").decode(["<en> 3 March 2001"])[0]
     assert sum(logp for _, logp in greedy.tokens[0]) == pytest.approx(greedy.scores[0])
@@ -86,9 +120,22 @@ def test_translate_json_gives_each_input_its_outputs_scores_and_settings(capsys)
 
 
 def test_translate_reads_stdin_and_prints_each_line_as_it_is_decoded():
-    proc = subprocess.Popen([sys.executable, "-m", "attnkit", "translate", "--checkpoint",
-                             "builtin:translate-dates", "--beam", "1", "-"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "attnkit",
+            "translate",
+            "--checkpoint",
+            "builtin:translate-dates",
+            "--beam",
+            "1",
+            "-",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         answers = []
         for text in ("<en> 3 March 2001", "<de> 12. Mai 1999"):
@@ -104,8 +151,7 @@ def test_translate_reads_stdin_and_prints_each_line_as_it_is_decoded():
             proc.kill()
 
 
-def test_read_takes_paths_from_stdin_and_goes_on_past_a_bad_one(tmp_path, capsys,
-                                                                 monkeypatch):
+def test_read_takes_paths_from_stdin_and_goes_on_past_a_bad_one(tmp_path, capsys, monkeypatch):
     lines = generate_lines(2, split="test", seed=5, min_chars=5, max_chars=20)
     paths = []
     for i, (image, _) in enumerate(lines):
@@ -126,16 +172,32 @@ def test_read_takes_paths_from_stdin_and_goes_on_past_a_bad_one(tmp_path, capsys
 def test_stdin_is_refused_among_other_inputs_and_with_plots(tmp_path, capsys):
     assert main(["read", "--checkpoint", "builtin:ocr-lines", "-", str(tmp_path / "a.png")]) == 2
     assert "-: reads the inputs from standard input; expected it alone" in capsys.readouterr().err
-    assert main(["transcribe", "--checkpoint", "builtin:asr-digits", "--plot", str(tmp_path),
-                 "-"]) == 2
+    assert (
+        main(["transcribe", "--checkpoint", "builtin:asr-digits", "--plot", str(tmp_path), "-"])
+        == 2
+    )
     assert "--plot and --html need them all at once" in capsys.readouterr().err
 
 
 def test_transcribe_json_has_scores(tmp_path, capsys):
     t = torch.arange(12000) / 16000
     wav = write_wav(tmp_path / "a.wav", 0.3 * torch.sin(2 * torch.pi * 300 * t), 16000)
-    assert main(["transcribe", "--checkpoint", "builtin:asr-digits", "--json", "--beam", "2",
-                 "--n-best", "2", str(wav)]) == 0
+    assert (
+        main(
+            [
+                "transcribe",
+                "--checkpoint",
+                "builtin:asr-digits",
+                "--json",
+                "--beam",
+                "2",
+                "--n-best",
+                "2",
+                str(wav),
+            ]
+        )
+        == 0
+    )
     (record,) = _records(capsys.readouterr().out)
     assert record["input"] == str(wav) and len(record["outputs"]) == 2
     assert all(isinstance(o["score"], float) for o in record["outputs"])
@@ -143,8 +205,7 @@ def test_transcribe_json_has_scores(tmp_path, capsys):
 
 def test_caption_and_ask_json(tiny_captioner, tiny_vqa, tmp_path, capsys):
     picture = tmp_path / "p.png"
-    Image.fromarray(np.random.default_rng(1).integers(0, 255, (32, 32, 3), np.uint8)).save(
-        picture)
+    Image.fromarray(np.random.default_rng(1).integers(0, 255, (32, 32, 3), np.uint8)).save(picture)
     assert main(["caption", "--checkpoint", str(tiny_captioner), "--json", str(picture)]) == 0
     (caption,) = _records(capsys.readouterr().out)
     assert set(caption) == KEYS and isinstance(caption["score"], float)
@@ -156,15 +217,12 @@ def test_caption_and_ask_json(tiny_captioner, tiny_vqa, tmp_path, capsys):
     assert answer["score"] <= 0  # the answer's log-probability
 
 
-def test_ask_reads_questions_from_stdin_about_one_image(tiny_vqa, tmp_path, capsys,
-                                                        monkeypatch):
+def test_ask_reads_questions_from_stdin_about_one_image(tiny_vqa, tmp_path, capsys, monkeypatch):
     picture = tmp_path / "p.png"
-    Image.fromarray(np.random.default_rng(1).integers(0, 255, (32, 32, 3), np.uint8)).save(
-        picture)
+    Image.fromarray(np.random.default_rng(1).integers(0, 255, (32, 32, 3), np.uint8)).save(picture)
     evaluator = load_evaluator(tiny_vqa)
     question = " ".join(evaluator.words.symbols[4:6])
-    monkeypatch.setattr(sys, "stdin",
-                        _stdin(f"{question}\nzzzunknownword\n{question}\n".encode()))
+    monkeypatch.setattr(sys, "stdin", _stdin(f"{question}\nzzzunknownword\n{question}\n".encode()))
     assert main(["ask", "--checkpoint", str(tiny_vqa), "--json", str(picture), "-"]) == 2
     first, bad, last = _records(capsys.readouterr().out)
     assert first["input"] == last["input"] == question and first["text"] == last["text"]

@@ -9,10 +9,10 @@ import signal
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 import attnkit
 from attnkit import SCORES
@@ -117,9 +117,14 @@ def _interrupted_while_torch_loads(tmp_path, *command) -> subprocess.CompletedPr
     ready = tmp_path / "ready"
     path = [str(tmp_path), str(Path(attnkit.__file__).parents[1]), os.environ.get("PYTHONPATH")]
     env = {**os.environ, "READY": str(ready), "PYTHONPATH": os.pathsep.join(filter(None, path))}
-    proc = subprocess.Popen([sys.executable, *command], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env,
-                            preexec_fn=_sigint_at_its_default)
+    proc = subprocess.Popen(
+        [sys.executable, *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=_sigint_at_its_default,
+    )
     deadline = time.monotonic() + 120
     while not ready.exists():
         assert proc.poll() is None, proc.communicate()
@@ -139,18 +144,21 @@ def test_ctrl_c_while_pytorch_loads_is_one_line_and_status_130(tmp_path, entry):
 
 def test_ctrl_c_while_the_library_loads_pytorch_stays_a_keyboard_interrupt(tmp_path):
     """A library user's Ctrl-C is theirs to handle (an interactive session must not exit)."""
-    code = "import attnkit\ntry:\n    attnkit.Attention\nexcept KeyboardInterrupt:\n" \
-           "    print('caught')"
+    code = (
+        "import attnkit\ntry:\n    attnkit.Attention\nexcept KeyboardInterrupt:\n"
+        "    print('caught')"
+    )
     proc = _interrupted_while_torch_loads(tmp_path, "-c", code)
     assert (proc.returncode, proc.stdout) == (0, "caught\n")
 
 
 def test_importing_attnkit_and_its_entry_point_loads_no_torch():
-    code = ("import sys, attnkit, attnkit.cli.main\n"
-            "assert 'torch' not in sys.modules, 'torch'\n"
-            "print(attnkit.__version__, attnkit.Attention.__name__, 'torch' in sys.modules)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    code = (
+        "import sys, attnkit, attnkit.cli.main\n"
+        "assert 'torch' not in sys.modules, 'torch'\n"
+        "print(attnkit.__version__, attnkit.Attention.__name__, 'torch' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout == f"{attnkit.__version__} Attention True\n", proc.stderr
 
 
@@ -158,8 +166,9 @@ def test_no_exported_name_is_also_a_module_of_the_package():
     """Every name ``attnkit`` exports is the documented object whatever was imported first:
     no submodule is named like a function or class the package exports."""
     package = Path(attnkit.__file__).parent
-    modules = {p.stem for p in package.rglob("*.py")} | {p.name for p in package.rglob("*")
-                                                         if p.is_dir()}
+    modules = {p.stem for p in package.rglob("*.py")} | {
+        p.name for p in package.rglob("*") if p.is_dir()
+    }
     for name in ("attention", "diagnose", "ops", "tasks"):
         importlib.import_module(f"attnkit.{name}")
     assert set(attnkit.__all__) & modules == set()
@@ -179,8 +188,11 @@ def test_demo_writes_the_pngs_it_prints(tmp_path, capsys):
     out = capsys.readouterr().out
 
     written = [Path(p) for p in re.findall(r"^\s*wrote (.+?)\s*$", out, flags=re.MULTILINE)]
-    assert sorted(p.name for p in written) == ["self_attention_window.png", "translation_0.png",
-                                                "translation_1.png"]
+    assert sorted(p.name for p in written) == [
+        "self_attention_window.png",
+        "translation_0.png",
+        "translation_1.png",
+    ]
     for path in written:
         assert path.parent == out_dir
         data = path.read_bytes()
@@ -204,19 +216,24 @@ def test_a_signal_during_the_demo_s_training_ends_the_demo(tmp_path, capsys, mon
     from attnkit.cli import demo
     from attnkit.train import TrainResult
 
-    monkeypatch.setattr(demo.Trainer, "fit",
-                        lambda self: TrainResult(3, "signal", None, [], signal.SIGINT))
-    assert main(["demo", "--out", str(tmp_path / "demo"), "--time-budget", "3",
-                 "--n-train", "200"]) == 130
+    monkeypatch.setattr(
+        demo.Trainer, "fit", lambda self: TrainResult(3, "signal", None, [], signal.SIGINT)
+    )
+    assert (
+        main(["demo", "--out", str(tmp_path / "demo"), "--time-budget", "3", "--n-train", "200"])
+        == 130
+    )
     captured = capsys.readouterr()
     assert "stopped by SIGINT after 3 steps of the demo's training" in captured.err
     assert "held-out" not in captured.out and "800" not in captured.out.split("2. ")[-1]
 
 
-@pytest.mark.parametrize("argv, seed", [([], 0), (["--seed", "4"], 4),
-                                        (["--seed", "4", "--data-seed", "9"], 9)])
-def test_data_seed_draws_the_built_in_data_and_defaults_to_the_seed(argv, seed, monkeypatch,
-                                                                    tmp_path):
+@pytest.mark.parametrize(
+    "argv, seed", [([], 0), (["--seed", "4"], 4), (["--seed", "4", "--data-seed", "9"], 9)]
+)
+def test_data_seed_draws_the_built_in_data_and_defaults_to_the_seed(
+    argv, seed, monkeypatch, tmp_path
+):
     """--data-seed draws the built-in examples of every task, so that runs of several seeds
     share one set (and its cache); the run's own randomness keeps --seed."""
     from attnkit.cli import asr, images, ocr, translate
@@ -228,6 +245,7 @@ def test_data_seed_draws_the_built_in_data_and_defaults_to_the_seed(argv, seed, 
         def draw(n, *, split, seed, **kw):
             seen[name, split] = seed
             return []
+
         return draw
 
     monkeypatch.setattr(asr, "speech_dataset", record("asr"))
@@ -243,8 +261,11 @@ def test_data_seed_draws_the_built_in_data_and_defaults_to_the_seed(argv, seed, 
     lines = parse(["train", "ocr", "--out", str(tmp_path), *argv])
     for split in ("train", "valid"):
         ocr._built_in(lines, split, 5, 1, 20)
-    assert seen == {(task, split): seed for task in ("asr", "translate", "scenes", "lines")
-                    for split in ("train", "valid")}
+    assert seen == {
+        (task, split): seed
+        for task in ("asr", "translate", "scenes", "lines")
+        for split in ("train", "valid")
+    }
     assert len(folders) == 2 and all(f"-seed{seed}-" in f.name for f in folders)  # cache names
 
 
@@ -252,23 +273,35 @@ def test_eval_with_standard_output_closed_fails_naming_it(tmp_path):
     # it exited 0 with its scores lost (Python makes sys.stdout None when fd 1 is closed)
     data = tmp_path / "pairs.tsv"
     data.write_text("<en> 3 March 2001\t2001-03-03\n", encoding="utf-8")
-    done = subprocess.run(f'"{sys.executable}" -m attnkit eval --checkpoint '
-                          f'builtin:translate-dates --data "{data}" >&-', shell=True,
-                          stderr=subprocess.PIPE, text=True, timeout=120)
+    done = subprocess.run(
+        f'"{sys.executable}" -m attnkit eval --checkpoint '
+        f'builtin:translate-dates --data "{data}" >&-',
+        shell=True,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
-    assert done.stderr == ("attnkit: standard output is closed; eval prints its results there: "
-                           "redirect it to a file (or to /dev/null to discard them)\n")
+    assert done.stderr == (
+        "attnkit: standard output is closed; eval prints its results there: "
+        "redirect it to a file (or to /dev/null to discard them)\n"
+    )
 
 
-@pytest.mark.parametrize("argv", [
-    ["translate", "--checkpoint", "builtin:translate-dates", "<en> 3 March 2001"],
-    ["transcribe", "--checkpoint", "builtin:asr-digits", "a.wav"],
-    ["plan", "--tq", "8", "--dim", "4"]])
-def test_the_verbs_that_print_results_refuse_a_closed_standard_output(capsys, monkeypatch,
-                                                                      argv):
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["translate", "--checkpoint", "builtin:translate-dates", "<en> 3 March 2001"],
+        ["transcribe", "--checkpoint", "builtin:asr-digits", "a.wav"],
+        ["plan", "--tq", "8", "--dim", "4"],
+    ],
+)
+def test_the_verbs_that_print_results_refuse_a_closed_standard_output(capsys, monkeypatch, argv):
     # translate and transcribe ended in an AttributeError
     monkeypatch.setattr(sys, "stdout", None)
     assert main(argv) == 2
-    assert capsys.readouterr().err == (f"attnkit: standard output is closed; {argv[0]} prints "
-                                       "its results there: redirect it to a file (or to "
-                                       "/dev/null to discard them)\n")
+    assert capsys.readouterr().err == (
+        f"attnkit: standard output is closed; {argv[0]} prints "
+        "its results there: redirect it to a file (or to "
+        "/dev/null to discard them)\n"
+    )

@@ -31,7 +31,7 @@ from attnkit.train import builtin_checkpoints, load_checkpoint
 from tests.needs import default_fonts, needs_fonts, needs_voice
 
 SHIPPED = {"translate-dates": "translate", "ocr-lines": "ocr", "asr-digits": "asr"}
-MiB = 2 ** 20
+MiB = 2**20
 CARD = "MODEL_CARD.md"
 MAKEFILE = Path(__file__).resolve().parents[2] / "Makefile"
 
@@ -39,13 +39,18 @@ MAKEFILE = Path(__file__).resolve().parents[2] / "Makefile"
 def test_every_model_is_shipped_within_its_size_limits():
     shipped = builtin_checkpoints()
     assert set(shipped) == set(SHIPPED)
-    sizes = {name: sum(f.stat().st_size for f in folder.iterdir())
-             for name, folder in shipped.items()}
+    sizes = {
+        name: sum(f.stat().st_size for f in folder.iterdir()) for name, folder in shipped.items()
+    }
     assert all(size <= 15 * MiB for size in sizes.values()), sizes
     assert sum(sizes.values()) <= 40 * MiB, sizes
     for name, folder in shipped.items():
         assert sorted(f.name for f in folder.iterdir()) == [
-            CARD, "config.json", "model.safetensors", "vocab.json"], name
+            CARD,
+            "config.json",
+            "model.safetensors",
+            "vocab.json",
+        ], name
         assert load_checkpoint(f"builtin:{name}").config["task"] == SHIPPED[name]
 
 
@@ -75,8 +80,9 @@ def _licensed_rows(data: str) -> str:
     checked to fill it."""
     rows = []
     for table in re.findall(r"(?:^\|.*\|\n)+", data, flags=re.M):
-        header, _, *body = [[c.strip() for c in line.strip("|").split("|")]
-                            for line in table.splitlines()]
+        header, _, *body = [
+            [c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()
+        ]
         if "licence" in header:
             at = header.index("licence")
             assert all(row[at] for row in body), header
@@ -106,17 +112,22 @@ def test_each_card_names_every_source_of_its_data_with_its_licence(name):
     rows = _licensed_rows(_section(card, "Data")).lower()
     sources = _sources(name)
     assert len(sources) >= 4
-    missing = [s for s in sources if not re.search(rf"(?<![\w-]){re.escape(s.lower())}(?![\w-])",
-                                                   rows)]
+    missing = [
+        s for s in sources if not re.search(rf"(?<![\w-]){re.escape(s.lower())}(?![\w-])", rows)
+    ]
     assert missing == []
 
 
 def test_translate_dates_on_fresh_test_pairs(one_thread):
     model, ck = load_task_model("builtin:translate-dates", "translate")
     pairs = generate_pairs(100, split="test", seed=1)
-    outs, _ = translate.translate_texts(model, load_vocab(ck.vocab["src"]),
-                                    load_vocab(ck.vocab["tgt"]), [s for s, _ in pairs],
-                                    max_len_extra=ck.config["max_len_extra"])
+    outs, _ = translate.translate_texts(
+        model,
+        load_vocab(ck.vocab["src"]),
+        load_vocab(ck.vocab["tgt"]),
+        [s for s, _ in pairs],
+        max_len_extra=ck.config["max_len_extra"],
+    )
     scores = translate.metrics(outs, [t for _, t in pairs])
     assert scores["accuracy"] >= 0.95, scores
 
@@ -127,8 +138,9 @@ def test_ocr_lines_on_fresh_lines_in_test_fonts(one_thread):
     matplotlib's DejaVu alone; a few characters read otherwise by another CPU's float32 stay
     far inside the bound)."""
     model, ck = load_task_model("builtin:ocr-lines", "ocr")
-    lines = generate_lines(20, split="test", seed=1, min_chars=5, max_chars=80,
-                           fonts=default_fonts("test", "faces"))
+    lines = generate_lines(
+        20, split="test", seed=1, min_chars=5, max_chars=80, fonts=default_fonts("test", "faces")
+    )
     texts, _, _ = ocr.recognise(model, load_vocab(ck.vocab), [image for image, _ in lines])
     scores = ocr.line_metrics(texts, [text for _, text in lines])
     assert scores["cer"] <= 0.04, scores
@@ -139,9 +151,11 @@ def test_asr_digits_on_fresh_utterances_in_test_voices(tmp_path, one_thread):
     """The model card's test voices (m6, m7 and f5 at 160-170 words per minute, espeak-ng's
     default word gap and amplitude): the world the shipped model was tested in."""
     model, ck = load_task_model("builtin:asr-digits", "asr")
-    plan = [dataclasses.replace(u, gap=0, amplitude=100)
-            for u in plan_utterances(120, split="test", seed=1, kinds=("digits", "numbers"))
-            if u.voice.partition("+")[2] in ("m6", "m7", "f5")][:20]
+    plan = [
+        dataclasses.replace(u, gap=0, amplitude=100)
+        for u in plan_utterances(120, split="test", seed=1, kinds=("digits", "numbers"))
+        if u.voice.partition("+")[2] in ("m6", "m7", "f5")
+    ][:20]
     features = [normalize_features(log_mel(utterance_audio(u))) for u in plan]
     texts, _ = asr.transcribe(model, load_vocab(ck.vocab), features)
     scores = asr.metrics(texts, [u.transcript for u in plan])
@@ -149,16 +163,16 @@ def test_asr_digits_on_fresh_utterances_in_test_voices(tmp_path, one_thread):
 
 
 @needs_voice("espeak-ng")
-def test_transcribe_with_its_default_beam_reads_a_long_number_whole(tmp_path, capsys,
-                                                                    one_thread):
+def test_transcribe_with_its_default_beam_reads_a_long_number_whole(tmp_path, capsys, one_thread):
     text = "one hundred and eighty four thousand and eighty nine"  # a beam ranking by plain
     wav = write_wav(tmp_path / "n.wav", *synthesize(text, voice="en-us+m6", speed=165))
     assert main(["transcribe", "--checkpoint", "builtin:asr-digits", str(wav)]) == 0
     assert capsys.readouterr().out == text + "\n"  # log P stopped after "one"
 
 
-def test_transcribe_stops_an_output_that_loops_on_noise_and_says_so(tmp_path, capsys, caplog,
-                                                                   one_thread):
+def test_transcribe_stops_an_output_that_loops_on_noise_and_says_so(
+    tmp_path, capsys, caplog, one_thread
+):
     """On these 10 s of noise the built-in recogniser loops ("two hundred and thirty two
     thousand eight hundred and eighty three thousand two hundred and eighty three thousand
     ..."): its beam search stops at the loop, well before the cap, and warns."""
@@ -176,10 +190,12 @@ def test_transcribe_stops_an_output_that_loops_on_noise_and_says_so(tmp_path, ca
 def test_the_cli_reads_with_a_builtin_model(tmp_path, capsys, one_thread):
     """A line in a test font of those make test installs (another machine's held-out
     families, from make fonts, would draw it in another)."""
-    (image, text), = generate_lines(1, split="test", seed=2, min_chars=8, max_chars=8,
-                                    fonts=default_fonts("test"))
+    ((image, text),) = generate_lines(
+        1, split="test", seed=2, min_chars=8, max_chars=8, fonts=default_fonts("test")
+    )
     path = tmp_path / "line.png"
     from PIL import Image
+
     Image.fromarray(image.numpy(), "L").save(path)
     assert main(["read", "--checkpoint", "builtin:ocr-lines", str(path)]) == 0
     assert capsys.readouterr().out.strip() == text
@@ -188,14 +204,18 @@ def test_the_cli_reads_with_a_builtin_model(tmp_path, capsys, one_thread):
 def test_an_unknown_builtin_name_is_a_one_line_error_listing_the_shipped_ones(capsys):
     assert main(["translate", "--checkpoint", "builtin:klingon", "one"]) == 2
     err = capsys.readouterr().err
-    assert err == ("attnkit: checkpoint: no built-in model 'klingon'; expected one of "
-                   "builtin:asr-digits, builtin:ocr-lines, builtin:translate-dates\n")
+    assert err == (
+        "attnkit: checkpoint: no built-in model 'klingon'; expected one of "
+        "builtin:asr-digits, builtin:ocr-lines, builtin:translate-dates\n"
+    )
 
 
 def test_a_builtin_model_of_another_task_is_refused(tmp_path, capsys):
     write_wav(tmp_path / "x.wav", torch.zeros(8000), 16000)  # read before the checkpoint
-    assert main(["transcribe", "--checkpoint", "builtin:translate-dates",
-                 str(tmp_path / "x.wav")]) == 2
+    assert (
+        main(["transcribe", "--checkpoint", "builtin:translate-dates", str(tmp_path / "x.wav")])
+        == 2
+    )
     assert "not a checkpoint of task asr (task 'translate')" in capsys.readouterr().err
 
 
@@ -205,8 +225,9 @@ def test_a_recipe_is_its_options_and_the_command_line_wins(name):
     parser = build_parser()
     argv = ["train", task, "--out", "run", "--recipe", name, "--seed", "7"]
     args = parser.parse_args(recipes.expand(argv, name))
-    spelled = parser.parse_args(["train", task, *recipes.RECIPES[name].options, "--out", "run",
-                                 "--seed", "7"])
+    spelled = parser.parse_args(
+        ["train", task, *recipes.RECIPES[name].options, "--out", "run", "--seed", "7"]
+    )
     assert vars(args) == {**vars(spelled), "recipe": name}
     won = parser.parse_args(recipes.expand(argv + ["--steps", "3"], name))
     assert won.steps == 3 and spelled.steps != 3
@@ -216,26 +237,65 @@ def test_a_recipe_of_another_task_is_refused(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["train", "ocr", "--out", "run", "--recipe", "translate-dates"])
     assert exit_.value.code == 2
-    assert "--recipe: invalid choice: 'translate-dates'" in (
-        capsys.readouterr().err)
+    assert "--recipe: invalid choice: 'translate-dates'" in (capsys.readouterr().err)
 
 
-def test_export_checkpoint_keeps_what_inference_needs_and_decodes_the_same(tmp_path, capsys,
-                                                                           one_thread):
+def test_export_checkpoint_keeps_what_inference_needs_and_decodes_the_same(
+    tmp_path, capsys, one_thread
+):
     tsv = tmp_path / "pairs.tsv"
     tsv.write_text("".join(f"<en> {n}\tw{n}\n" for n in range(8)), encoding="utf-8")
     run = tmp_path / "run"
-    assert main(["train", "translate", "--train", str(tsv), "--out", str(run), "--steps", "3",
-                 "--eval-every", "3", "--batch-size", "8", "--hidden", "16", "--emb", "8",
-                 "--no-progress", "--plot", "0"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "translate",
+                "--train",
+                str(tsv),
+                "--out",
+                str(run),
+                "--steps",
+                "3",
+                "--eval-every",
+                "3",
+                "--batch-size",
+                "8",
+                "--hidden",
+                "16",
+                "--emb",
+                "8",
+                "--no-progress",
+                "--plot",
+                "0",
+            ]
+        )
+        == 0
+    )
     slim = tmp_path / "slim"
     capsys.readouterr()
-    assert main(["export", "--format", "checkpoint", "--checkpoint", str(run / "checkpoint"),
-                 "--out", str(slim)]) == 0
-    assert capsys.readouterr().out.startswith(f"wrote {slim} (an inference checkpoint of "
-                                              "task translate, ")
+    assert (
+        main(
+            [
+                "export",
+                "--format",
+                "checkpoint",
+                "--checkpoint",
+                str(run / "checkpoint"),
+                "--out",
+                str(slim),
+            ]
+        )
+        == 0
+    )
+    assert capsys.readouterr().out.startswith(
+        f"wrote {slim} (an inference checkpoint of task translate, "
+    )
     assert sorted(f.name for f in slim.iterdir()) == [
-        "config.json", "model.safetensors", "vocab.json"]
+        "config.json",
+        "model.safetensors",
+        "vocab.json",
+    ]
     full, small = load_checkpoint(run / "checkpoint"), load_checkpoint(slim)
     assert small.config == full.config and small.vocab == full.vocab
     assert all(torch.equal(full.model_state[k], v) for k, v in small.model_state.items())

@@ -10,14 +10,41 @@ from attnkit.cli.main import main
 
 def test_train_translate_eval_and_resume(tmp_path, capsys):
     tsv = tmp_path / "pairs.tsv"
-    pairs = [(f"<en> {w}", str(n)) for n, w in enumerate(["zero", "one", "two", "three", "four",
-                                                           "five", "six", "seven"])]
+    pairs = [
+        (f"<en> {w}", str(n))
+        for n, w in enumerate(["zero", "one", "two", "three", "four", "five", "six", "seven"])
+    ]
     tsv.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
     out = tmp_path / "run"
-    args = ["train", "translate", "--train", str(tsv), "--valid", str(tsv), "--out", str(out),
-            "--steps", "60", "--eval-every", "30", "--checkpoint-every", "30", "--batch-size",
-            "8", "--lr", "1e-2", "--warmup", "5", "--hidden", "32", "--emb", "16",
-            "--no-progress", "--plot", "2"]
+    args = [
+        "train",
+        "translate",
+        "--train",
+        str(tsv),
+        "--valid",
+        str(tsv),
+        "--out",
+        str(out),
+        "--steps",
+        "60",
+        "--eval-every",
+        "30",
+        "--checkpoint-every",
+        "30",
+        "--batch-size",
+        "8",
+        "--lr",
+        "1e-2",
+        "--warmup",
+        "5",
+        "--hidden",
+        "32",
+        "--emb",
+        "16",
+        "--no-progress",
+        "--plot",
+        "2",
+    ]
     assert main(args) == 0
     text = capsys.readouterr().out
     assert re.search(r"stopped after 60 steps \(max_steps\); held-out: accuracy", text)
@@ -25,8 +52,22 @@ def test_train_translate_eval_and_resume(tmp_path, capsys):
     assert main(args[:-2] + ["--steps", "90", "--resume"]) == 0
     assert "stopped after 90 steps" in capsys.readouterr().out
     ck = str(out / "checkpoint")
-    assert main(["translate", "--checkpoint", ck, "<en> three", "<en> seven", "--beam", "2",
-                 "--plot", str(tmp_path / "plots")]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                ck,
+                "<en> three",
+                "<en> seven",
+                "--beam",
+                "2",
+                "--plot",
+                str(tmp_path / "plots"),
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     assert len([ln for ln in lines if not ln.startswith("  wrote")]) == 2
     assert (tmp_path / "plots" / "attention_1.png").exists()
@@ -75,37 +116,122 @@ def test_transformer_with_subwords_and_scheduled_sampling_then_sampled_outputs(t
     words = ["zero", "one", "two", "three", "four", "five", "six", "seven"]
     tsv.write_text("".join(f"<en> {w}\t{n}\n" for n, w in enumerate(words)), encoding="utf-8")
     out = tmp_path / "run"
-    assert main(["train", "translate", "--model", "transformer", "--train", str(tsv), "--out",
-                 str(out), "--steps", "40", "--eval-every", "20", "--batch-size", "8",
-                 "--hidden", "32", "--heads", "2", "--layers", "1", "--teacher-forcing", "1.0",
-                 "--teacher-forcing-end", "0.7", "--teacher-forcing-steps", "30",
-                 "--vocab", "bpe", "--vocab-size", "40", "--no-progress", "--plot", "1"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "translate",
+                "--model",
+                "transformer",
+                "--train",
+                str(tsv),
+                "--out",
+                str(out),
+                "--steps",
+                "40",
+                "--eval-every",
+                "20",
+                "--batch-size",
+                "8",
+                "--hidden",
+                "32",
+                "--heads",
+                "2",
+                "--layers",
+                "1",
+                "--teacher-forcing",
+                "1.0",
+                "--teacher-forcing-end",
+                "0.7",
+                "--teacher-forcing-steps",
+                "30",
+                "--vocab",
+                "bpe",
+                "--vocab-size",
+                "40",
+                "--no-progress",
+                "--plot",
+                "1",
+            ]
+        )
+        == 0
+    )
     assert "stopped after 40 steps" in capsys.readouterr().out
     assert (out / "attention_0.png").exists()
     config = json.loads((out / "checkpoint" / "config.json").read_text())["config"]
     assert config["model"]["name"] == "transformer"
     vocab = json.loads((out / "checkpoint" / "vocab.json").read_text())
     assert vocab["src"]["type"] == vocab["tgt"]["type"] == "sentencepiece"
-    assert config["batching"]["teacher_forcing"] == {"start": 1.0, "end": 0.7, "steps": 30,
-                                                     "shape": "linear"}
+    assert config["batching"]["teacher_forcing"] == {
+        "start": 1.0,
+        "end": 0.7,
+        "steps": 30,
+        "shape": "linear",
+    }
     ck = str(out / "checkpoint")
-    assert main(["translate", "--checkpoint", ck, "<en> three", "--sample", "4",
-                 "--temperature", "1.5", "--seed", "3"]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                ck,
+                "<en> three",
+                "--sample",
+                "4",
+                "--temperature",
+                "1.5",
+                "--seed",
+                "3",
+            ]
+        )
+        == 0
+    )
     first = capsys.readouterr().out.splitlines()
     assert len(first) == 4
-    assert main(["translate", "--checkpoint", ck, "<en> three", "--sample", "4",
-                 "--temperature", "1.5", "--seed", "3"]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                ck,
+                "<en> three",
+                "--sample",
+                "4",
+                "--temperature",
+                "1.5",
+                "--seed",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.splitlines() == first  # seeded
-    assert main(["translate", "--checkpoint", ck, "<en> three", "--sample", "2",
-                 "--top-p", "1.5"]) == 2
+    assert (
+        main(["translate", "--checkpoint", ck, "<en> three", "--sample", "2", "--top-p", "1.5"])
+        == 2
+    )
     assert "--top-p: expected a probability in (0, 1]" in capsys.readouterr().err
-    assert main(["train", "translate", "--train", str(tsv), "--out", str(tmp_path / "r2"),
-                 "--teacher-forcing-end", "1.2"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "translate",
+                "--train",
+                str(tsv),
+                "--out",
+                str(tmp_path / "r2"),
+                "--teacher-forcing-end",
+                "1.2",
+            ]
+        )
+        == 2
+    )
     assert "teacher forcing end: expected a probability in [0, 1]" in capsys.readouterr().err
 
 
-def test_a_picture_that_cannot_be_written_is_one_line(tiny_translator, tmp_path, capsys,
-                                                       monkeypatch):
+def test_a_picture_that_cannot_be_written_is_one_line(
+    tiny_translator, tmp_path, capsys, monkeypatch
+):
     # a full disk under --plot (or demo-out) was an OSError traceback
     from matplotlib.figure import Figure
 
@@ -114,10 +240,15 @@ def test_a_picture_that_cannot_be_written_is_one_line(tiny_translator, tmp_path,
 
     monkeypatch.setattr(Figure, "savefig", full)
     plots = tmp_path / "plots"
-    assert main(["translate", "--checkpoint", str(tiny_translator), "<en> three",
-                 "--plot", str(plots)]) == 2
-    assert capsys.readouterr().err == (f"attnkit: {plots / 'attention_0.png'}: No space left "
-                                       "on device\n")
+    assert (
+        main(
+            ["translate", "--checkpoint", str(tiny_translator), "<en> three", "--plot", str(plots)]
+        )
+        == 2
+    )
+    assert capsys.readouterr().err == (
+        f"attnkit: {plots / 'attention_0.png'}: No space left on device\n"
+    )
 
 
 def test_training_breaks_ties_of_exact_match_by_cer(tiny_translator):

@@ -6,8 +6,15 @@ import zlib
 import numpy as np
 
 # Adam7's passes (x0, y0, dx, dy): PNG specification, section 8.2
-ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
-         (0, 1, 1, 2))
+ADAM7 = (
+    (0, 0, 8, 8),
+    (4, 0, 8, 8),
+    (0, 4, 4, 8),
+    (2, 0, 4, 4),
+    (0, 2, 2, 4),
+    (1, 0, 2, 2),
+    (0, 1, 1, 2),
+)
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:
@@ -16,8 +23,12 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
 
 def _png(width: int, height: int, data: bytes, interlace: int = 0) -> bytes:
     header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, interlace)
-    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(data))
-            + _chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _chunk(b"IHDR", header)
+        + _chunk(b"IDAT", zlib.compress(data))
+        + _chunk(b"IEND", b"")
+    )
 
 
 def png_header(width: int, height: int) -> bytes:
@@ -31,7 +42,11 @@ def grey_png(pixels: np.ndarray, *, interlace: bool = False, keep: int | None = 
     ``interlace``; with ``keep``, its image data cut to their first ``keep`` bytes before they
     are compressed (a well-formed file whose header promises more than it holds)."""
     passes = ADAM7 if interlace else ((0, 0, 1, 1),)
-    data = b"".join(b"\x00" + row.tobytes() for x0, y0, dx, dy in passes
-                    for row in pixels[y0::dy, x0::dx] if row.size)
+    data = b"".join(
+        b"\x00" + row.tobytes()
+        for x0, y0, dx, dy in passes
+        for row in pixels[y0::dy, x0::dx]
+        if row.size
+    )
     height, width = pixels.shape
     return _png(width, height, data[:keep], int(interlace))

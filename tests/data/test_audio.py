@@ -40,8 +40,16 @@ def wav_bytes(pcm: np.ndarray, rate: int, channels: int = 1) -> bytes:
 
 def riff(fmt: bytes, data: bytes, *, data_size: int | None = None, extra: bytes = b"") -> bytes:
     """A WAV assembled by hand: ``fmt `` chunk, optional ``extra`` chunks, ``data`` chunk."""
-    body = (b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + extra + b"data"
-            + struct.pack("<I", len(data) if data_size is None else data_size) + data)
+    body = (
+        b"WAVE"
+        + b"fmt "
+        + struct.pack("<I", len(fmt))
+        + fmt
+        + extra
+        + b"data"
+        + struct.pack("<I", len(data) if data_size is None else data_size)
+        + data
+    )
     return b"RIFF" + struct.pack("<I", len(body)) + body
 
 
@@ -124,7 +132,7 @@ def test_stereo_24_bit_is_averaged_and_its_duration_checked_from_the_header():
     frames = np.stack([left, right], axis=1).reshape(-1)  # (2N,) interleaved
     data = riff(pcm_fmt(channels=2, bits=24), _encode(frames, 1, 24))
     samples, _ = parse_wav(data, source="s")
-    assert np.abs(samples.numpy() - (left + right) / 2).max() <= 2.0 ** -23
+    assert np.abs(samples.numpy() - (left + right) / 2).max() <= 2.0**-23
     with pytest.raises(DataError, match=r"s: 0.0 s of audio, more than max_seconds=0.001"):
         parse_wav(data, source="s", max_seconds=0.001)
 
@@ -133,15 +141,22 @@ BAD_WAVS = {
     "empty file": (b"", "not a RIFF/WAVE file"),
     "text": (b"hello, this is not audio at all", "not a RIFF/WAVE file"),
     "float16": (riff(pcm_fmt(tag=3, bits=16), bytes(8)), r"got 16-bit float"),
-    "12-bit": (riff(pcm_fmt(bits=12), bytes(8)), r"expected 8, 16, 24 or 32-bit PCM or 32 "
-                                                 r"or 64-bit float, got 12-bit PCM"),
+    "12-bit": (
+        riff(pcm_fmt(bits=12), bytes(8)),
+        r"expected 8, 16, 24 or 32-bit PCM or 32 "
+        r"or 64-bit float, got 12-bit PCM",
+    ),
     "a-law": (riff(pcm_fmt(tag=6, bits=8), bytes(8)), r"format tag 6 \(A-law\)"),
     "mp3": (riff(pcm_fmt(tag=0x55), bytes(8)), r"format tag 85 \(MP3\)"),
-    "extensible mu-law": (riff(pcm_fmt(tag=0xFFFE) + struct.pack("<HHIH", 22, 16, 4, 7)
-                               + bytes(14), bytes(8)), r"format tag 7 \(mu-law\)"),
+    "extensible mu-law": (
+        riff(pcm_fmt(tag=0xFFFE) + struct.pack("<HHIH", 22, 16, 4, 7) + bytes(14), bytes(8)),
+        r"format tag 7 \(mu-law\)",
+    ),
     "no samples": (riff(pcm_fmt(), b""), "no samples"),
-    "truncated data": (riff(pcm_fmt(), bytes(100), data_size=400),
-                       "truncated: 'data' chunk declares 400 bytes, 100 present"),
+    "truncated data": (
+        riff(pcm_fmt(), bytes(100), data_size=400),
+        "truncated: 'data' chunk declares 400 bytes, 100 present",
+    ),
     "half a frame": (riff(pcm_fmt(channels=2), bytes(6)), "not a whole number of 4-byte"),
     "no data chunk": (riff(pcm_fmt(), b"")[:-8], "no 'data' chunk"),
     "data before fmt": (b"RIFF\0\0\0\0WAVEdata\2\0\0\0\0\0", "'data' chunk before"),
@@ -208,11 +223,29 @@ def test_mel_scale_round_trips_and_is_linear_below_1khz():
 LIBROSA_ROWS = {
     0: ([1, 2], [0.0225345604, 0.00863771047]),
     40: ([54, 55, 56, 57], [0.00715944124, 0.0144441761, 0.00876147859, 0.00175120181]),
-    79: (list(range(238, 256)), [
-        0.000337596139, 0.000701915182, 0.0010662342, 0.00143055327, 0.00179487211,
-        0.0021591913, 0.00252351025, 0.00288782921, 0.0032521484, 0.00315533695,
-        0.00280474406, 0.00245415093, 0.00210355804, 0.00175296492, 0.00140237203,
-        0.00105177902, 0.000701186014, 0.000350593007]),
+    79: (
+        list(range(238, 256)),
+        [
+            0.000337596139,
+            0.000701915182,
+            0.0010662342,
+            0.00143055327,
+            0.00179487211,
+            0.0021591913,
+            0.00252351025,
+            0.00288782921,
+            0.0032521484,
+            0.00315533695,
+            0.00280474406,
+            0.00245415093,
+            0.00210355804,
+            0.00175296492,
+            0.00140237203,
+            0.00105177902,
+            0.000701186014,
+            0.000350593007,
+        ],
+    ),
 }
 
 
@@ -239,11 +272,11 @@ def test_filters_are_triangles_peaking_at_mel_spaced_centres_and_cover_the_band(
         assert torch.equal(nz, torch.arange(int(nz[0]), int(nz[-1]) + 1))  # one contiguous run
         peak = int(fb[m].argmax())
         assert abs(peak * bin_hz - centres[m + 1]) <= bin_hz  # peak at its mel centre
-        rise, fall = fb[m, int(nz[0]):peak + 1], fb[m, peak:int(nz[-1]) + 1]
+        rise, fall = fb[m, int(nz[0]) : peak + 1], fb[m, peak : int(nz[-1]) + 1]
         assert (rise.diff() > 0).all() and (fall.diff() < 0).all()  # up, then down
         assert float(fb[m].sum()) * bin_hz == pytest.approx(1.0, rel=0.05)  # unit area in Hz
     first, last = math.ceil(centres[1] / bin_hz), math.floor(centres[-2] / bin_hz)
-    assert (fb[:, first:last + 1].sum(0) > 0).all()  # no gap from the first to the last centre
+    assert (fb[:, first : last + 1].sum(0) > 0).all()  # no gap from the first to the last centre
 
 
 def test_filterbank_rejects_a_bad_band():
@@ -266,22 +299,39 @@ def test_log_mel_is_torch_stft_centred_with_reflection(n):
     """The frames are those of ``torch.stft(center=True)`` (reflect-padded; zero-padded when
     the signal is too short to reflect), bit for bit."""
     samples = torch.randn(n, generator=torch.Generator().manual_seed(n))
-    spec = torch.stft(samples, 512, hop_length=160, win_length=400, window=torch.hann_window(400),
-                      center=True, pad_mode="reflect" if n > 256 else "constant",
-                      return_complex=True)  # (K, T)
+    spec = torch.stft(
+        samples,
+        512,
+        hop_length=160,
+        win_length=400,
+        window=torch.hann_window(400),
+        center=True,
+        pad_mode="reflect" if n > 256 else "constant",
+        return_complex=True,
+    )  # (K, T)
     power = spec.real.square() + spec.imag.square()
     expected = torch.log(mel_filterbank(n_fft=512) @ power + 1e-6).T
     assert torch.equal(log_mel(samples), expected) and len(expected) == frame_count(n)
 
 
-@pytest.mark.parametrize("n, chunk", [(300, 1), (1000, 1), (1000, 7), (16000, 160),
-                                      (16161, 161), (16161, 3200), (35555, 3200),
-                                      (35555, 100000)])
+@pytest.mark.parametrize(
+    "n, chunk",
+    [
+        (300, 1),
+        (1000, 1),
+        (1000, 7),
+        (16000, 160),
+        (16161, 161),
+        (16161, 3200),
+        (35555, 3200),
+        (35555, 100000),
+    ],
+)
 def test_streamed_frames_are_the_frames_of_the_whole_signal(n, chunk):
     samples = torch.randn(n, generator=torch.Generator().manual_seed(n))
     state, parts = None, []
     for start in range(0, n, chunk):
-        frames, state = log_mel_stream(samples[start:start + chunk], state)
+        frames, state = log_mel_stream(samples[start : start + chunk], state)
         parts.append(frames)
         received = min(n, start + chunk)  # a frame as soon as its window is in, not before
         given = sum(len(p) for p in parts)
@@ -319,8 +369,10 @@ def test_feature_statistics_are_those_of_all_frames_together():
 
 
 def test_normalization_gives_zero_mean_unit_variance_per_bin():
-    feats = log_mel(sine(440.0, 16000) + 0.01 * torch.randn(16000, generator=torch.Generator()
-                                                              .manual_seed(0)), normalize=True)
+    feats = log_mel(
+        sine(440.0, 16000) + 0.01 * torch.randn(16000, generator=torch.Generator().manual_seed(0)),
+        normalize=True,
+    )
     assert torch.allclose(feats.mean(0), torch.zeros(80), atol=1e-4)
     assert torch.allclose(feats.std(0, unbiased=False), torch.ones(80), atol=1e-3)
     with pytest.raises(ValueError, match=r"features: expected shape \(T, F\), got \(5,\)"):
@@ -353,8 +405,11 @@ def test_write_wav_reads_back_within_one_quantisation_step(tmp_path):
 def test_audio_longer_than_the_limit_is_refused_before_decoding(tmp_path, size):
     silence = bytes(2 * 8000 * 3)  # 3 s of 16-bit silence at 8 kHz
     data = riff(pcm_fmt(rate=8000), silence, data_size=size)
-    with pytest.raises(DataError, match=r"^long: 3.0 s of audio, more than max_seconds=2.5; "
-                                        r"cut it into utterances$"):
+    with pytest.raises(
+        DataError,
+        match=r"^long: 3.0 s of audio, more than max_seconds=2.5; "
+        r"cut it into utterances$",
+    ):
         parse_wav(data, source="long", max_seconds=2.5)
     assert parse_wav(data, source="long")[0].numel() == 8000 * 3
     path = tmp_path / "long.wav"

@@ -52,7 +52,7 @@ def test_every_codec_reads_to_mono_at_its_rate(tmp_path, suffix, fmt, subtype, r
     assert abs(samples.numel() - rate) <= rate // 20  # lossy codecs may pad a little
     assert abs(peak_hz(samples, rate) - 440.0) <= 3.0
     expected = 0.5 * (1 + sum(1 - 0.5 * c for c in range(1, channels))) / channels
-    middle = samples[rate // 10: -rate // 10]
+    middle = samples[rate // 10 : -rate // 10]
     assert abs(float(middle.abs().max()) - expected) < 0.05  # the channels' mean
 
 
@@ -83,8 +83,11 @@ def test_segments_past_the_end_are_refused_and_a_small_overshoot_is_cut(tmp_path
     soundfile.write(path, tone(300.0, 8000, 2.0), 8000, subtype="PCM_16")
     cut, _ = read_audio(path, start=1.5, end=2.0 + OVERSHOOT_S / 2)
     assert cut.numel() == 4000
-    with pytest.raises(DataError, match=r"r.wav: segment 1.5 s to 7 s is past the end of its "
-                                        r"recording \(2.000 s\)"):
+    with pytest.raises(
+        DataError,
+        match=r"r.wav: segment 1.5 s to 7 s is past the end of its "
+        r"recording \(2.000 s\)",
+    ):
         read_audio(path, start=1.5, end=7.0)
     with pytest.raises(DataError, match="r.wav: segment 2.5 s to the end is past the end"):
         read_audio(path, start=2.5)
@@ -96,8 +99,11 @@ def test_unreadable_codec_names_the_file(tmp_path):
     path = tmp_path / "noise.mp3"
     path.write_bytes(bytes(range(256)) * 40)
     for read in (audio_info, read_audio):
-        with pytest.raises(DataError, match=r"noise.mp3: cannot decode \(.*\); expected WAV, "
-                                            r"FLAC, OGG \(Vorbis, Opus\) or MP3 audio"):
+        with pytest.raises(
+            DataError,
+            match=r"noise.mp3: cannot decode \(.*\); expected WAV, "
+            r"FLAC, OGG \(Vorbis, Opus\) or MP3 audio",
+        ):
             read(path)
 
 
@@ -113,8 +119,15 @@ def wav_header(rate: int, channels: int = 1, bits: int = 16, fmt_size: int = 16)
     fmt = struct.pack("<HHIIHH", 1, channels, rate, (rate * align) % 2**32, align, bits)
     fmt += bytes(fmt_size - 16)
     data = bytes(400)
-    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + \
-        struct.pack("<I", len(data)) + data
+    body = (
+        b"WAVE"
+        + b"fmt "
+        + struct.pack("<I", len(fmt))
+        + fmt
+        + b"data"
+        + struct.pack("<I", len(data))
+        + data
+    )
     return b"RIFF" + struct.pack("<I", len(body)) + body
 
 
@@ -123,17 +136,23 @@ def test_a_sample_rate_of_zero_or_billions_is_refused(tmp_path, rate, shown):
     path = tmp_path / "bad.wav"
     path.write_bytes(wav_header(rate))
     for read in (audio_info, read_audio):
-        with pytest.raises(DataError, match=rf"bad.wav: bad 'fmt ' chunk: expected at least 1 "
-                                            rf"channel and a sample rate of 1 to 768,000 Hz, "
-                                            rf"got 1 channels, {shown} Hz"):
+        with pytest.raises(
+            DataError,
+            match=rf"bad.wav: bad 'fmt ' chunk: expected at least 1 "
+            rf"channel and a sample rate of 1 to 768,000 Hz, "
+            rf"got 1 channels, {shown} Hz",
+        ):
             read(path)
 
 
 def test_an_oversized_fmt_chunk_is_refused(tmp_path):
     path = tmp_path / "big.wav"
     path.write_bytes(wav_header(8000, fmt_size=(1 << 16) + 2))
-    with pytest.raises(DataError, match=r"big.wav: 'fmt ' chunk of 65538 bytes, expected at "
-                                        r"most 65536"):
+    with pytest.raises(
+        DataError,
+        match=r"big.wav: 'fmt ' chunk of 65538 bytes, expected at "
+        r"most 65536",
+    ):
         audio_info(path)
 
 
@@ -147,8 +166,11 @@ def test_non_finite_samples_are_refused(tmp_path, codec):
         soundfile.write(path, samples, 8000, subtype="FLOAT")
     else:  # FLAC holds integers: the decoder cannot give NaN; a float WAV in disguise can
         soundfile.write(path, samples, 8000, format="WAV", subtype="DOUBLE")
-    with pytest.raises(DataError, match=rf"bad.{codec}: 2 samples are NaN or infinite \(the "
-                                        r"first at frame 100\); expected finite samples"):
+    with pytest.raises(
+        DataError,
+        match=rf"bad.{codec}: 2 samples are NaN or infinite \(the "
+        r"first at frame 100\); expected finite samples",
+    ):
         read_audio(path)
 
 
@@ -161,9 +183,12 @@ def test_samples_far_beyond_full_scale_are_refused(tmp_path, codec):
     samples[60, 1] = -2e30
     path = tmp_path / f"loud.{codec}"
     soundfile.write(path, samples, 8000, format="WAV", subtype="FLOAT")
-    with pytest.raises(DataError, match=rf"loud.{codec}: 2 samples have a magnitude above "
-                                        r"1000 \(the largest -2e\+30 at frame 60\); expected "
-                                        r"samples nominally within \[-1, 1\]"):
+    with pytest.raises(
+        DataError,
+        match=rf"loud.{codec}: 2 samples have a magnitude above "
+        r"1000 \(the largest -2e\+30 at frame 60\); expected "
+        r"samples nominally within \[-1, 1\]",
+    ):
         read_audio(path)
     samples[50, 0], samples[60, 1] = 999.0, -1.5  # loud, but within the bound: read
     soundfile.write(path, samples, 8000, format="WAV", subtype="FLOAT")
@@ -178,8 +203,10 @@ def test_garbage_is_not_called_a_pipe(tmp_path, head):
     path.write_bytes(head + np.random.default_rng(0).bytes(100_000))
     with pytest.raises(DataError) as exc:
         read_audio(path)
-    assert str(exc.value) == (f"{path}: cannot decode (no audio format libsndfile reads "
-                              "starts it); expected WAV, FLAC, OGG (Vorbis, Opus) or MP3 audio")
+    assert str(exc.value) == (
+        f"{path}: cannot decode (no audio format libsndfile reads "
+        "starts it); expected WAV, FLAC, OGG (Vorbis, Opus) or MP3 audio"
+    )
 
 
 def test_the_length_limit_is_checked_from_the_header(tmp_path):
@@ -190,9 +217,18 @@ def test_the_length_limit_is_checked_from_the_header(tmp_path):
     assert read_audio(path, start=1.0, end=2.5, max_seconds=2)[0].numel() == 12000
 
 
-@pytest.mark.parametrize("orig,new", [(22050, 16000), (8000, 16000), (44100, 16000),
-                                      (48000, 16000), (11025, 16000), (16001, 16000),
-                                      (32000, 16000)])
+@pytest.mark.parametrize(
+    "orig,new",
+    [
+        (22050, 16000),
+        (8000, 16000),
+        (44100, 16000),
+        (48000, 16000),
+        (11025, 16000),
+        (16001, 16000),
+        (32000, 16000),
+    ],
+)
 def test_resampled_length_is_what_soxr_gives(orig, new):
     for n in [2, 3, 5, 100, 441, 16000, 22050, 22051, 12345, 99991]:
         x = np.zeros(n, dtype=np.float32)

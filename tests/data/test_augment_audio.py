@@ -4,13 +4,12 @@ seeding and stages."""
 import math
 
 import numpy as np
+import parselmouth
 import pytest
 import torch
-import parselmouth
 from scipy.signal import lfilter
 
 from attnkit.data.audio.features import SAMPLE_RATE, log_mel, mel_filterbank, vtlp_warp
-from attnkit.data.augment.augmentation import Compose, example_rng
 from attnkit.data.augment.audio_augment import (
     PRESETS,
     VTLP,
@@ -26,6 +25,7 @@ from attnkit.data.augment.audio_augment import (
     SpeedPerturb,
     VoiceSource,
 )
+from attnkit.data.augment.augmentation import Compose, example_rng
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -59,11 +59,14 @@ def f0_hz(samples):
     highest (not a multiple of the period), over 0.25 s from 0.125 s."""
     x = samples.double().numpy()[2000:6000]
     x = x - x.mean()
-    ac = np.correlate(x, x, "full")[x.size - 1:]
+    ac = np.correlate(x, x, "full")[x.size - 1 :]
     low, high = SAMPLE_RATE // 500, SAMPLE_RATE // 60
     top = ac[low:high].max()
-    lag = next(k for k in range(low, high)
-               if ac[k] >= 0.8 * top and ac[k] >= ac[k - 1] and ac[k] >= ac[k + 1])
+    lag = next(
+        k
+        for k in range(low, high)
+        if ac[k] >= 0.8 * top and ac[k] >= ac[k - 1] and ac[k] >= ac[k + 1]
+    )
     return SAMPLE_RATE / lag
 
 
@@ -135,10 +138,12 @@ def test_dynamic_range_moves_a_weak_sound_against_a_loud_one_by_its_exponent():
         assert db(out[8400:15600]) - db(out[400:7600]) == pytest.approx(want, abs=0.5)
         assert db(out) == pytest.approx(db(x), abs=0.01)  # the input's mean power
     drawn = DynamicRange(p=1.0, exponent=(0.0, 0.8))
-    assert torch.equal(drawn.apply(x, np.random.default_rng(3)),
-                       drawn.apply(x, np.random.default_rng(3)))
-    assert not torch.equal(drawn.apply(x, np.random.default_rng(3)),
-                           drawn.apply(x, np.random.default_rng(4)))
+    assert torch.equal(
+        drawn.apply(x, np.random.default_rng(3)), drawn.apply(x, np.random.default_rng(3))
+    )
+    assert not torch.equal(
+        drawn.apply(x, np.random.default_rng(3)), drawn.apply(x, np.random.default_rng(4))
+    )
     silence = torch.zeros(8000)
     assert drawn.apply(silence, np.random.default_rng(0)) is silence
 
@@ -146,22 +151,22 @@ def test_dynamic_range_moves_a_weak_sound_against_a_loud_one_by_its_exponent():
 def loud_frames(samples, under_db=6.0):
     """How many 10 ms frames of ``samples`` lie within ``under_db`` of the loudest."""
     x = samples.double().numpy()
-    level = np.array([np.mean(x[i:i + 160] ** 2) for i in range(0, x.size - 159, 160)])
+    level = np.array([np.mean(x[i : i + 160] ** 2) for i in range(0, x.size - 159, 160)])
     return int(np.sum(10 * np.log10(level + 1e-20) > 10 * np.log10(level.max()) - under_db))
 
 
 def test_consonant_duration_scales_a_weak_sound_between_vowels_and_keeps_the_vowels():
     hiss = torch.from_numpy(0.01 * np.random.default_rng(1).standard_normal(3200)).float()
     x = torch.cat([vowel(seconds=0.4), hiss, vowel(seconds=0.4)])  # 200 ms, ~26 dB under
-    (start, end), = ConsonantDuration().weak_runs(x.double().numpy())
+    ((start, end),) = ConsonantDuration().weak_runs(x.double().numpy())
     assert abs(start - 6400) <= 240 and abs(end - 9600) <= 240  # within 15 ms
     for factor in (0.3, 1.8):
-        out = ConsonantDuration(p=1.0, factor=(factor, factor)).apply(
-            x, np.random.default_rng(0))
+        out = ConsonantDuration(p=1.0, factor=(factor, factor)).apply(x, np.random.default_rng(0))
         assert out.dtype == torch.float32
         # the hiss's 200 ms become 200 * factor; the vowels' 800 ms stay
         assert (out.numel() - x.numel()) / SAMPLE_RATE == pytest.approx(
-            (factor - 1.0) * (end - start) / SAMPLE_RATE, abs=0.006)
+            (factor - 1.0) * (end - start) / SAMPLE_RATE, abs=0.006
+        )
         assert torch.equal(out[:start], x[:start]) and torch.equal(out[-6000:], x[-6000:])
         assert abs(loud_frames(out) - loud_frames(x)) <= 2
         assert f0_hz(out) == pytest.approx(f0_hz(x), rel=0.03)
@@ -175,10 +180,14 @@ def test_consonant_duration_keeps_pauses_is_seeded_and_leaves_short_input():
     assert augmentation.apply(x, np.random.default_rng(0)) is x  # silence is not a consonant
     hiss = torch.from_numpy(0.01 * np.random.default_rng(1).standard_normal(3200)).float()
     y = torch.cat([vowel(seconds=0.4), hiss, vowel(seconds=0.4)])
-    assert torch.equal(augmentation.apply(y, np.random.default_rng(5)),
-                       augmentation.apply(y, np.random.default_rng(5)))
-    assert augmentation.apply(y, np.random.default_rng(5)).numel() != \
-        augmentation.apply(y, np.random.default_rng(6)).numel()
+    assert torch.equal(
+        augmentation.apply(y, np.random.default_rng(5)),
+        augmentation.apply(y, np.random.default_rng(5)),
+    )
+    assert (
+        augmentation.apply(y, np.random.default_rng(5)).numel()
+        != augmentation.apply(y, np.random.default_rng(6)).numel()
+    )
     short = y[6000:6300]
     assert augmentation.apply(short, np.random.default_rng(0)) is short
 
@@ -229,8 +238,9 @@ def test_noise_is_added_at_the_drawn_snr(colour):
 
 
 def test_pink_noise_has_more_power_at_low_frequencies():
-    out = Noise(snr_db=(0.0, 0.0), colours=("pink",)).apply(sine(1.0, 4.0, 1e-3),
-                                                             np.random.default_rng(2))
+    out = Noise(snr_db=(0.0, 0.0), colours=("pink",)).apply(
+        sine(1.0, 4.0, 1e-3), np.random.default_rng(2)
+    )
     power = np.abs(np.fft.rfft(out.double().numpy())) ** 2
     freqs = np.fft.rfftfreq(out.numel(), 1 / SAMPLE_RATE)
     low = power[(freqs > 100) & (freqs < 200)].mean()
@@ -245,7 +255,7 @@ def test_reverb_impulse_response_decays_60_db_in_rt60_and_keeps_power_and_length
     assert 10 * math.log10(np.sum(h[1:] ** 2)) == pytest.approx(-5.0)  # direct/tail = 5 dB
 
     def level(a, b):  # mean power of the tail between a and b seconds, dB
-        return 10 * math.log10(np.mean(h[round(a * 16000):round(b * 16000)] ** 2))
+        return 10 * math.log10(np.mean(h[round(a * 16000) : round(b * 16000)] ** 2))
 
     # the envelope's power falls 60 dB per rt60: -60 * (0.45 - 0.05) / 0.5 = -48 dB
     assert level(0.44, 0.46) - level(0.04, 0.06) == pytest.approx(-48.0, abs=3.0)
@@ -303,8 +313,9 @@ def test_a_masked_band_is_zero_and_a_masked_span_is_its_bins_means():
 
 
 def test_time_masks_longer_than_the_utterance_are_clipped():
-    huge = SpecAugment(freq_mask=500, time_mask=1000, time_masks=3, max_time_ratio=1.0,
-                       time_warp=50)
+    huge = SpecAugment(
+        freq_mask=500, time_mask=1000, time_masks=3, max_time_ratio=1.0, time_warp=50
+    )
     for frames in (1, 2, 5, 9):
         features = torch.randn(frames, 80)
         for seed in range(5):
@@ -320,8 +331,9 @@ def test_time_warp_keeps_the_length_and_a_steady_spectrogram():
     steady = torch.arange(80.0).expand(40, 80)
     assert torch.allclose(warp.apply(steady, np.random.default_rng(0)), steady)
     ramp = torch.arange(40.0)[:, None].expand(40, 80)
-    changed = [not torch.allclose(warp.apply(ramp, np.random.default_rng(s)), ramp)
-               for s in range(10)]
+    changed = [
+        not torch.allclose(warp.apply(ramp, np.random.default_rng(s)), ramp) for s in range(10)
+    ]
     assert any(changed)
     assert warp.apply(torch.randn(10, 80), np.random.default_rng(0)).shape == (10, 80)  # T <= 2W
 
@@ -337,19 +349,18 @@ def test_speech_augment_runs_by_stage_and_reads_audio_only_when_it_changes_it():
 
     only_masks = SpeechAugment([SpecAugment(p=0.0)])
     assert not only_masks.needs_samples
-    out = only_masks(example_rng(0, 0, 0), samples=samples, features=lambda: stored,
-                     normalize=True)
+    out = only_masks(example_rng(0, 0, 0), samples=samples, features=lambda: stored, normalize=True)
     assert torch.equal(out, stored) and not read
     faster = SpeechAugment([SpecAugment(p=0.0), SpeedPerturb(factors=(1.1,))])  # any order
     assert faster.needs_samples
-    out = faster(example_rng(0, 0, 0), samples=samples, features=lambda: stored,
-                 normalize=True)
+    out = faster(example_rng(0, 0, 0), samples=samples, features=lambda: stored, normalize=True)
     assert read and out.shape == log_mel(sine(700.0, 0.5 / 1.1)).shape
     assert out.mean(0).abs().max() < 1e-4  # normalised per utterance, as stored
     with pytest.raises(ValueError, match="samples: this augmentation changes the audio"):
         faster(example_rng(0, 0, 0), features=lambda: stored)
     with pytest.raises(TypeError, match=r"augmentations\[0\]: expected a speech augmentation"):
         from attnkit.data.augment.line_augment import Blur
+
         SpeechAugment([Blur()])
 
 
@@ -359,8 +370,9 @@ def test_draws_depend_on_seed_epoch_and_index_only():
     a = chain(example_rng(3, 1, 4), samples=lambda: x)
     b = chain(example_rng(3, 1, 4), samples=lambda: x)
     assert torch.equal(a, b)
-    others = [chain(example_rng(*key), samples=lambda: x) for key in [(4, 1, 4), (3, 2, 4),
-                                                                       (3, 1, 5)]]
+    others = [
+        chain(example_rng(*key), samples=lambda: x) for key in [(4, 1, 4), (3, 2, 4), (3, 1, 5)]
+    ]
     assert all(o.shape != a.shape or not torch.equal(o, a) for o in others)
 
 
@@ -371,30 +383,57 @@ def test_presets_round_trip_and_compose_takes_any_family():
     assert len(Compose([Gain(), Noise()])) == 2
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: SpeedPerturb(factors=(0.0, 1.0)), r"factors: expected a number with 0.5 <= "
-                                               r"factors <= 2, got 0.0"),
-    (lambda: SpeedPerturb(factors=()), r"factors: expected a non-empty tuple"),
-    (lambda: Noise(snr_db=(-5.0, 10.0)), r"snr_db: expected \(low, high\) numbers with 0 <= "
-                                         r"low <= high <= 100, got \(-5.0, 10.0\)"),
-    (lambda: Noise(snr_db=(30.0, 10.0)), r"snr_db: expected \(low, high\)"),
-    (lambda: Noise(p=1.5), r"p: expected a probability in \[0, 1\] for noise, got 1.5"),
-    (lambda: Reverb(rt60=(0.0, 0.5)), r"rt60: expected \(low, high\) numbers with 0 < low"),
-    (lambda: BandLimit(low_hz=3400.0, high_hz=300.0), r"low_hz, high_hz: expected 0 <= "
-                                                      r"low_hz < high_hz < 8000"),
-    (lambda: SpecAugment(time_mask=-1), r"time_mask: expected an int with 0 <= time_mask"),
-    (lambda: VTLP(alpha=(0.5, 1.0)), r"alpha: expected \(low, high\) numbers with 0.7"),
-    (lambda: PitchShift(factor=(0.0, 1.5)), r"factor: expected \(low, high\) numbers with "
-                                            r"0.5 <= low <= high <= 2, got \(0.0, 1.5\)"),
-    (lambda: VoiceSource(hnr_db=(-3.0, 20.0)), r"hnr_db: expected \(low, high\) numbers "
-                                               r"with 0 <= low <= high <= 60"),
-    (lambda: DynamicRange(exponent=(0.0, 1.5)), r"exponent: expected \(low, high\) numbers "
-                                                r"with -1 <= low <= high <= 1, got \(0.0, 1.5\)"),
-    (lambda: ConsonantDuration(factor=(0.1, 1.0)), r"factor: expected \(low, high\) numbers "
-                                                   r"with 0.2 <= low <= high <= 2, got"),
-    (lambda: VoiceSource(tilt=(0.0, 1.0)), r"tilt: expected \(low, high\) numbers with 0 <= "
-                                           r"low <= high <= 0.95, got \(0.0, 1.0\)"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (
+            lambda: SpeedPerturb(factors=(0.0, 1.0)),
+            r"factors: expected a number with 0.5 <= "
+            r"factors <= 2, got 0.0",
+        ),
+        (lambda: SpeedPerturb(factors=()), r"factors: expected a non-empty tuple"),
+        (
+            lambda: Noise(snr_db=(-5.0, 10.0)),
+            r"snr_db: expected \(low, high\) numbers with 0 <= "
+            r"low <= high <= 100, got \(-5.0, 10.0\)",
+        ),
+        (lambda: Noise(snr_db=(30.0, 10.0)), r"snr_db: expected \(low, high\)"),
+        (lambda: Noise(p=1.5), r"p: expected a probability in \[0, 1\] for noise, got 1.5"),
+        (lambda: Reverb(rt60=(0.0, 0.5)), r"rt60: expected \(low, high\) numbers with 0 < low"),
+        (
+            lambda: BandLimit(low_hz=3400.0, high_hz=300.0),
+            r"low_hz, high_hz: expected 0 <= "
+            r"low_hz < high_hz < 8000",
+        ),
+        (lambda: SpecAugment(time_mask=-1), r"time_mask: expected an int with 0 <= time_mask"),
+        (lambda: VTLP(alpha=(0.5, 1.0)), r"alpha: expected \(low, high\) numbers with 0.7"),
+        (
+            lambda: PitchShift(factor=(0.0, 1.5)),
+            r"factor: expected \(low, high\) numbers with "
+            r"0.5 <= low <= high <= 2, got \(0.0, 1.5\)",
+        ),
+        (
+            lambda: VoiceSource(hnr_db=(-3.0, 20.0)),
+            r"hnr_db: expected \(low, high\) numbers "
+            r"with 0 <= low <= high <= 60",
+        ),
+        (
+            lambda: DynamicRange(exponent=(0.0, 1.5)),
+            r"exponent: expected \(low, high\) numbers "
+            r"with -1 <= low <= high <= 1, got \(0.0, 1.5\)",
+        ),
+        (
+            lambda: ConsonantDuration(factor=(0.1, 1.0)),
+            r"factor: expected \(low, high\) numbers "
+            r"with 0.2 <= low <= high <= 2, got",
+        ),
+        (
+            lambda: VoiceSource(tilt=(0.0, 1.0)),
+            r"tilt: expected \(low, high\) numbers with 0 <= "
+            r"low <= high <= 0.95, got \(0.0, 1.0\)",
+        ),
+    ],
+)
 def test_settings_out_of_range_are_refused_by_name(make, message):
     with pytest.raises(ValueError, match=message):
         make()

@@ -49,7 +49,7 @@ def white(height=32, width=64):
 def dark_centre(image):
     """``(x, y)`` of the ink's centre of mass (ink = 1 - gray level)."""
     ink = 1.0 - image
-    ys, xs = np.mgrid[0:image.shape[0], 0:image.shape[1]]
+    ys, xs = np.mgrid[0 : image.shape[0], 0 : image.shape[1]]
     return float((ink * xs).sum() / ink.sum()), float((ink * ys).sum() / ink.sum())
 
 
@@ -131,11 +131,14 @@ def test_blur_noise_and_jpeg_degrade_without_moving_anything():
     image[8:24, 20:40] = 0.0
     blurred = Blur(sigma=(1.0, 1.0)).apply(image, Fixed(u=1.0))
     assert 0.0 < blurred[16, 20] < 1.0 and blurred.mean() == pytest.approx(image.mean(), abs=1e-3)
-    noisy = PixelNoise(std=(0.05, 0.05)).apply(np.full((64, 64), 0.5, np.float32),
-                                             np.random.default_rng(0))
+    noisy = PixelNoise(std=(0.05, 0.05)).apply(
+        np.full((64, 64), 0.5, np.float32), np.random.default_rng(0)
+    )
     assert noisy.std() == pytest.approx(0.05, rel=0.1)
-    rough = Jpeg(quality=(5, 5)).apply(image + 0.3 * np.random.default_rng(0).random(image.shape)
-                                       .astype(np.float32) - 0.15, np.random.default_rng(0))
+    rough = Jpeg(quality=(5, 5)).apply(
+        image + 0.3 * np.random.default_rng(0).random(image.shape).astype(np.float32) - 0.15,
+        np.random.default_rng(0),
+    )
     fine = Jpeg(quality=(95, 95)).apply(image, np.random.default_rng(0))
     assert rough.shape == fine.shape == image.shape
     assert np.abs(fine - image).mean() < 0.02
@@ -197,15 +200,24 @@ def test_presets_round_trip_through_their_config():
         assert all(isinstance(v, (str, int, float, list)) for c in config for v in c.values())
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: Blur(p=1.5), r"p: expected a probability in \[0, 1\] for blur, got 1.5"),
-    (lambda: Blur(sigma=(2.0, 1.0)), r"sigma: expected \(low, high\) numbers with 0 <= low "
-                                     r"<= high <= 8, got \(2.0, 1.0\)"),
-    (lambda: Rotate(degrees=-1.0), r"degrees: expected a number with 0 <= degrees <= 45, "
-                                   r"got -1.0"),
-    (lambda: Jpeg(quality=(0, 50)), r"quality: expected \(low, high\) ints with 1 <= low"),
-    (lambda: Stroke(pixels=1.5), r"pixels: expected an int with 0 <= pixels <= 4, got 1.5"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: Blur(p=1.5), r"p: expected a probability in \[0, 1\] for blur, got 1.5"),
+        (
+            lambda: Blur(sigma=(2.0, 1.0)),
+            r"sigma: expected \(low, high\) numbers with 0 <= low "
+            r"<= high <= 8, got \(2.0, 1.0\)",
+        ),
+        (
+            lambda: Rotate(degrees=-1.0),
+            r"degrees: expected a number with 0 <= degrees <= 45, "
+            r"got -1.0",
+        ),
+        (lambda: Jpeg(quality=(0, 50)), r"quality: expected \(low, high\) ints with 1 <= low"),
+        (lambda: Stroke(pixels=1.5), r"pixels: expected an int with 0 <= pixels <= 4, got 1.5"),
+    ],
+)
 def test_settings_out_of_range_are_refused_by_name(make, message):
     with pytest.raises(ValueError, match=message):
         make()

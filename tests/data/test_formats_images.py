@@ -13,9 +13,8 @@ from PIL import Image
 
 from attnkit.cli.main import main
 from attnkit.data import DataError, generate_scenes
-from attnkit.data.corpora.reading import choose_format
 from attnkit.data.corpora.image_formats import read_coco, read_karpathy, read_vqa2
-from attnkit.data.corpora.reading import read_corpus
+from attnkit.data.corpora.reading import choose_format, read_corpus
 from tests.cli.conftest import IMAGE_TINY
 
 SIZE = 32
@@ -51,8 +50,13 @@ def _coco(root, scenes):
         entries.append({"id": 100 + i, "file_name": name, "width": SIZE, "height": SIZE})
     for j in range(2):  # captions interleaved across images, as COCO lists them
         for i, scene in enumerate(scenes):
-            annotations.append({"id": len(annotations), "image_id": 100 + i,
-                                "caption": scene.captions[j] + ("\n" if i == 1 else "")})
+            annotations.append(
+                {
+                    "id": len(annotations),
+                    "image_id": 100 + i,
+                    "caption": scene.captions[j] + ("\n" if i == 1 else ""),
+                }
+            )
             rows.append(f"{100 + i:012d}.png\t{scene.captions[j]}\n")
     data = {"info": {}, "images": entries, "licenses": [], "annotations": annotations}
     path = root / "annotations" / "captions_train2017.json"
@@ -85,11 +89,19 @@ def _karpathy(root, scenes):
     """The scenes in Karpathy's split file (dataset_coco.json, images in train2017/ as
     :func:`_coco` writes them, splits :data:`KARPATHY_SPLITS`) and the native folder."""
     _, native = _coco(root, scenes)
-    data = {"dataset": "coco", "images": [
-        {"filepath": "train2017", "filename": f"{100 + i:012d}.png", "split": split,
-         "imgid": i, "sentences": [{"raw": c, "tokens": c.lower().split()}
-                                   for c in scene.captions[:2]]}
-        for i, (scene, split) in enumerate(zip(scenes, KARPATHY_SPLITS))]}
+    data = {
+        "dataset": "coco",
+        "images": [
+            {
+                "filepath": "train2017",
+                "filename": f"{100 + i:012d}.png",
+                "split": split,
+                "imgid": i,
+                "sentences": [{"raw": c, "tokens": c.lower().split()} for c in scene.captions[:2]],
+            }
+            for i, (scene, split) in enumerate(zip(scenes, KARPATHY_SPLITS))
+        ],
+    }
     path = root / "dataset_coco.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     return path, native
@@ -100,12 +112,14 @@ def test_karpathy_splits(tmp_path, scenes):
     assert choose_format("caption", path).name == "karpathy"
     everything = read_corpus("caption", native, size=SIZE)
     for role, kept in (("train", [0, 1, 4]), ("valid", [2, 5]), ("test", [3])):
-        _same_captions(read_karpathy(path, size=SIZE, role=role),
-                       [everything[i] for i in kept])
+        _same_captions(read_karpathy(path, size=SIZE, role=role), [everything[i] for i in kept])
     assert len(read_karpathy(path, size=SIZE, split="val,test")) == 3
-    with pytest.raises(DataError, match=r"dataset_coco.json: no image of split dev; the file's "
-                                        r"splits: train \(2\), val \(2\), restval \(1\), test "
-                                        r"\(1\) \(--split names others\)"):
+    with pytest.raises(
+        DataError,
+        match=r"dataset_coco.json: no image of split dev; the file's "
+        r"splits: train \(2\), val \(2\), restval \(1\), test "
+        r"\(1\) \(--split names others\)",
+    ):
         read_karpathy(path, size=SIZE, split="dev")
 
 
@@ -123,15 +137,24 @@ def _vqa(root, scenes):
             questions.append({"image_id": i + 1, "question": q.question, "question_id": qid})
             wrong = "maybe"
             answers = [q.answer] * 4 + [wrong] * 3 + ["blue"] * 3
-            annotations.append({"question_id": qid, "image_id": i + 1, "answer_type": "other",
-                                "multiple_choice_answer": wrong,
-                                "answers": [{"answer": a, "answer_confidence": "yes",
-                                             "answer_id": n + 1} for n, a in enumerate(answers)]})
+            annotations.append(
+                {
+                    "question_id": qid,
+                    "image_id": i + 1,
+                    "answer_type": "other",
+                    "multiple_choice_answer": wrong,
+                    "answers": [
+                        {"answer": a, "answer_confidence": "yes", "answer_id": n + 1}
+                        for n, a in enumerate(answers)
+                    ],
+                }
+            )
             rows.append(f"{name}\t{q.question}\t{q.answer}\n")
     qpath = root / "v2_OpenEnded_mscoco_train2014_questions.json"
     qpath.write_text(json.dumps({"data_subtype": "train2014", "questions": questions}))
     (root / "v2_mscoco_train2014_annotations.json").write_text(
-        json.dumps({"annotations": annotations}))
+        json.dumps({"annotations": annotations})
+    )
     (images / "questions.tsv").write_text("".join(rows), encoding="utf-8")
     return qpath, images
 
@@ -141,8 +164,9 @@ def test_vqa2_gives_the_questions_of_the_native_folder(tmp_path, scenes):
     assert choose_format("vqa", qpath).name == "vqa2"
     images, questions = read_corpus("vqa", qpath, size=SIZE)
     own_images, own_questions = read_corpus("vqa", native, size=SIZE)
-    assert [(q.image, q.question, q.answer) for q in questions] == \
-        [(q.image, q.question, q.answer) for q in own_questions]
+    assert [(q.image, q.question, q.answer) for q in questions] == [
+        (q.image, q.question, q.answer) for q in own_questions
+    ]
     assert all(torch.equal(a, b) for a, b in zip(images, own_images))
     assert questions[0].origin == f"{qpath}: question 1000"
 
@@ -161,50 +185,113 @@ def test_the_most_common_answer_is_the_label(tmp_path, scenes):
     assert [q.answer for q in questions[:2]] == ["three", "yes"]
 
 
-def test_train_and_eval_on_coco_and_vqa2_through_the_command_line(tmp_path, scenes, capsys,
-                                                                  one_thread):
+def test_train_and_eval_on_coco_and_vqa2_through_the_command_line(
+    tmp_path, scenes, capsys, one_thread
+):
     coco, native_captions = _coco(tmp_path / "c", scenes)
     out = tmp_path / "caption"
-    assert main(["train", "caption", "--train", str(coco), "--valid", str(coco), "--out",
-                 str(out), "--steps", "3", "--eval-every", "3", "--batch-size", "4",
-                 *IMAGE_TINY]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "caption",
+                "--train",
+                str(coco),
+                "--valid",
+                str(coco),
+                "--out",
+                str(out),
+                "--steps",
+                "3",
+                "--eval-every",
+                "3",
+                "--batch-size",
+                "4",
+                *IMAGE_TINY,
+            ]
+        )
+        == 0
+    )
     assert "stopped after 3 steps" in capsys.readouterr().out
     found = []
     for data in ([str(coco)], [str(native_captions)], [str(coco), "--format", "coco"]):
-        assert main(["eval", "--checkpoint", str(out / "checkpoint"), "--json", "--data",
-                     *data]) == 0
+        assert (
+            main(["eval", "--checkpoint", str(out / "checkpoint"), "--json", "--data", *data]) == 0
+        )
         found.append(json.loads(capsys.readouterr().out)["metrics"])
     assert found[0] == found[1] == found[2]
     qpath, native_questions = _vqa(tmp_path / "v", scenes)
     out = tmp_path / "vqa"
-    assert main(["train", "vqa", "--train", str(qpath), "--valid", str(qpath), "--out",
-                 str(out), "--steps", "3", "--batch-size", "8", *IMAGE_TINY]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "vqa",
+                "--train",
+                str(qpath),
+                "--valid",
+                str(qpath),
+                "--out",
+                str(out),
+                "--steps",
+                "3",
+                "--batch-size",
+                "8",
+                *IMAGE_TINY,
+            ]
+        )
+        == 0
+    )
     assert "stopped after 3 steps" in capsys.readouterr().out
     found = []
     for data in (qpath, native_questions):
-        assert main(["eval", "--checkpoint", str(out / "checkpoint"), "--json", "--data",
-                     str(data)]) == 0
+        assert (
+            main(["eval", "--checkpoint", str(out / "checkpoint"), "--json", "--data", str(data)])
+            == 0
+        )
         result = json.loads(capsys.readouterr().out)
         assert result["examples"] == 2 * len(scenes)
         found.append(result["metrics"])
     assert found[0] == found[1]
 
 
-def test_train_and_eval_on_karpathy_splits_through_the_command_line(tmp_path, scenes, capsys,
-                                                                    one_thread):
+def test_train_and_eval_on_karpathy_splits_through_the_command_line(
+    tmp_path, scenes, capsys, one_thread
+):
     path, native = _karpathy(tmp_path, scenes)
     out = tmp_path / "caption"
-    assert main(["train", "caption", "--train", str(path), "--valid", str(path), "--out",
-                 str(out), "--steps", "3", "--eval-every", "3", "--batch-size", "4",
-                 *IMAGE_TINY]) == 0  # train: train + restval; valid: val
+    assert (
+        main(
+            [
+                "train",
+                "caption",
+                "--train",
+                str(path),
+                "--valid",
+                str(path),
+                "--out",
+                str(out),
+                "--steps",
+                "3",
+                "--eval-every",
+                "3",
+                "--batch-size",
+                "4",
+                *IMAGE_TINY,
+            ]
+        )
+        == 0
+    )  # train: train + restval; valid: val
     assert "stopped after 3 steps" in capsys.readouterr().out
     test = native / "test.tsv"  # the test split's one image (3) in attnkit's own format
-    test.write_text("".join(f"{103:012d}.png\t{c}\n" for c in scenes[3].captions[:2]),
-                    encoding="utf-8")
+    test.write_text(
+        "".join(f"{103:012d}.png\t{c}\n" for c in scenes[3].captions[:2]), encoding="utf-8"
+    )
     found = []
     for data in ([str(path)], [str(test)], [str(path), "--split", "val,test"]):
-        assert main(["eval", "--checkpoint", str(out / "checkpoint"), "--json", "--data",
-                     *data]) == 0
+        assert (
+            main(["eval", "--checkpoint", str(out / "checkpoint"), "--json", "--data", *data]) == 0
+        )
         result = json.loads(capsys.readouterr().out)
         found.append((result["examples"], result["metrics"]))
     assert found[0] == found[1] and found[0][0] == 1  # eval reads the test split
@@ -221,9 +308,11 @@ def test_a_coco_annotation_naming_a_missing_image_is_named(tmp_path, scenes, cap
     with pytest.raises(DataError) as caught:
         read_coco(path, size=SIZE)
     message = str(caught.value)
-    assert message.startswith(f"{path}: 4 of 14 captions are unusable (2 image missing or "
-                              "unreadable, 1 unknown image_id, 1 empty), more than "
-                              "max_unusable=0.01 allows")
+    assert message.startswith(
+        f"{path}: 4 of 14 captions are unusable (2 image missing or "
+        "unreadable, 1 unknown image_id, 1 empty), more than "
+        "max_unusable=0.01 allows"
+    )
     assert "annotations[12] (id 99): image_id 7 is not among the file's images" in message
     assert "annotations[13] (id 98): empty caption" in message
     assert f"image 101: image '000000000101.png' not found in {native}" in message
@@ -235,25 +324,38 @@ def test_a_coco_annotation_naming_a_missing_image_is_named(tmp_path, scenes, cap
 def test_bad_json_and_missing_files_are_named(tmp_path, scenes):
     path, _ = _coco(tmp_path, scenes)
     path.write_text('{"images": [],\n "annotations": [}\n')
-    with pytest.raises(DataError, match=r"captions_train2017.json:2: not valid JSON \(Expecting "
-                                        r"value at column 18\)"):
+    with pytest.raises(
+        DataError,
+        match=r"captions_train2017.json:2: not valid JSON \(Expecting "
+        r"value at column 18\)",
+    ):
         read_coco(path, size=SIZE)
     path.write_text('{"images": []}')
-    with pytest.raises(DataError, match=r"expected a list under 'annotations' \(keys found: "
-                                        r"'images'\)"):
+    with pytest.raises(
+        DataError,
+        match=r"expected a list under 'annotations' \(keys found: "
+        r"'images'\)",
+    ):
         read_coco(path, size=SIZE)
     qpath, _ = _vqa(tmp_path / "v", scenes)
     (tmp_path / "v" / "v2_mscoco_train2014_annotations.json").unlink()
-    with pytest.raises(DataError, match=r"its annotations file v2_mscoco_train2014_annotations"
-                                        r".json is not beside it; name the annotations JSON "
-                                        r"with --annotations"):
+    with pytest.raises(
+        DataError,
+        match=r"its annotations file v2_mscoco_train2014_annotations"
+        r".json is not beside it; name the annotations JSON "
+        r"with --annotations",
+    ):
         read_vqa2(qpath, size=SIZE)
     other = tmp_path / "answers.json"
-    other.write_text(json.dumps({"annotations": [{"question_id": 1000, "answers": [
-        {"answer": "yes"}]}]}))
-    with pytest.raises(DataError, match=r"11 of 12 questions are unusable \(11 no annotation\)"
-                                        r".*questions\[1\] \(question_id 1001\): no annotation "
-                                        r"in .*answers.json"):
+    other.write_text(
+        json.dumps({"annotations": [{"question_id": 1000, "answers": [{"answer": "yes"}]}]})
+    )
+    with pytest.raises(
+        DataError,
+        match=r"11 of 12 questions are unusable \(11 no annotation\)"
+        r".*questions\[1\] \(question_id 1001\): no annotation "
+        r"in .*answers.json",
+    ):
         read_vqa2(qpath, size=SIZE, annotations=other)
     assert len(read_vqa2(qpath, size=SIZE, annotations=other, max_unusable=1.0)[1]) == 1
 
@@ -271,19 +373,26 @@ def _rewrite(path, edit) -> None:
 def test_a_coco_file_nested_deep_is_named_not_a_recursion_error(tmp_path):
     path = tmp_path / "captions_train2017.json"
     path.write_text("[" * 100_000 + "]" * 100_000)
-    with pytest.raises(DataError, match=r"captions_train2017.json: JSON nested deeper than "
-                                        r"Python reads \(about 1,000 levels\)"):
+    with pytest.raises(
+        DataError,
+        match=r"captions_train2017.json: JSON nested deeper than "
+        r"Python reads \(about 1,000 levels\)",
+    ):
         read_coco(path, size=SIZE)
 
 
 def test_a_coco_image_id_listed_twice_is_refused_naming_both(tmp_path, scenes):
     # the later entry silently won: captions went with another image's file
     path, _ = _coco(tmp_path, scenes)
-    _rewrite(path, lambda data: data["images"].append({**data["images"][0],
-                                                       "file_name": "other.png"}))
-    with pytest.raises(DataError, match=r"captions_train2017.json: images\[6\]: id 100 is "
-                                        r"listed twice \(first at images\[0\]\); expected one "
-                                        r"entry per id"):
+    _rewrite(
+        path, lambda data: data["images"].append({**data["images"][0], "file_name": "other.png"})
+    )
+    with pytest.raises(
+        DataError,
+        match=r"captions_train2017.json: images\[6\]: id 100 is "
+        r"listed twice \(first at images\[0\]\); expected one "
+        r"entry per id",
+    ):
         read_coco(path, size=SIZE)
 
 
@@ -294,9 +403,12 @@ def test_a_vqa_question_id_listed_twice_is_refused_naming_both(tmp_path, scenes,
     qpath, _ = _vqa(tmp_path, scenes)
     path = qpath if listed == "questions" else tmp_path / "v2_mscoco_train2014_annotations.json"
     _rewrite(path, lambda data: data[listed].append(data[listed][1]))
-    with pytest.raises(DataError, match=rf"{path.name}: {listed}\[12\]: question_id 1001 is "
-                                        rf"listed twice \(first at {listed}\[1\]\); expected "
-                                        r"one entry per id"):
+    with pytest.raises(
+        DataError,
+        match=rf"{path.name}: {listed}\[12\]: question_id 1001 is "
+        rf"listed twice \(first at {listed}\[1\]\); expected "
+        r"one entry per id",
+    ):
         read_vqa2(qpath, size=SIZE)
 
 
@@ -341,8 +453,12 @@ def test_a_coco_limit_checks_and_keeps_only_the_first_images(tmp_path, scenes, h
     assert found.origins == everything.origins[:2] and len(found.images) == 2
     # an image missing among the first is skipped as without a limit: the next one is read
     (native / f"{100:012d}.png").unlink()
-    _rewrite(path, lambda data: data["annotations"].append(  # past the first images: unread
-        {"id": 99, "image_id": 7, "caption": "a lost caption"}))
+    _rewrite(
+        path,
+        lambda data: data["annotations"].append(  # past the first images: unread
+            {"id": 99, "image_id": 7, "caption": "a lost caption"}
+        ),
+    )
     headers.clear()
     found = read_coco(path, size=SIZE, limit=2, max_unusable=0.5)
     assert headers == [f"{101:012d}.png", f"{102:012d}.png"]
@@ -366,5 +482,6 @@ def test_a_karpathy_or_vqa2_limit_checks_only_the_first_images(tmp_path, scenes,
     images, found = read_corpus("vqa", qpath, size=SIZE, limit=3)
     assert headers == [f"COCO_train2014_{i:012d}.jpg" for i in (1, 2)]  # 2 questions each
     assert len(images) == 2
-    assert [(q.image, q.question, q.answer, q.origin) for q in found] == \
-        [(q.image, q.question, q.answer, q.origin) for q in questions[:3]]
+    assert [(q.image, q.question, q.answer, q.origin) for q in found] == [
+        (q.image, q.question, q.answer, q.origin) for q in questions[:3]
+    ]

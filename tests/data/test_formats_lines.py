@@ -15,9 +15,8 @@ from PIL import Image
 
 from attnkit.cli.main import main
 from attnkit.data import ALPHABET, DataError, generate_lines
-from attnkit.data.corpora.reading import choose_format
 from attnkit.data.corpora.line_formats import read_gt_folder, read_labels
-from attnkit.data.corpora.reading import read_corpus
+from attnkit.data.corpora.reading import choose_format, read_corpus
 from tests.cli.test_ocr import TINY
 from tests.data.images import png_header
 
@@ -51,15 +50,21 @@ def _corpora(root):
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
             _save(image, folder / name, mode)
     (gt / "p1/0002.nrm.png").write_bytes((gt / "p1/0002.bin.png").read_bytes())  # not taken
-    gts = [gt / "p1/0001.gt.txt", gt / "p1/0002.gt.txt", gt / "p1/0003.gt.txt",
-           gt / "p2/0001.gt.txt", gt / "p2/a b.gt.txt"]
+    gts = [
+        gt / "p1/0001.gt.txt",
+        gt / "p1/0002.gt.txt",
+        gt / "p1/0003.gt.txt",
+        gt / "p2/0001.gt.txt",
+        gt / "p2/a b.gt.txt",
+    ]
     gts[0].write_bytes(b"\xef\xbb\xbf" + TEXTS[0].encode() + b"\r\n")
     gts[1].write_text(TEXTS[1] + "\n", encoding="utf-8")
     gts[2].write_bytes(gzip.compress(TEXTS[2].encode()))
     gts[3].write_text(f"  {TEXTS[3]}  \n\n", encoding="utf-8")
     gts[4].write_text(TEXTS[4], encoding="utf-8")
     (native / "labels.tsv").write_text(
-        "".join(f"{n}\t{t}\n" for n, t in zip(names, TEXTS)), encoding="utf-8")
+        "".join(f"{n}\t{t}\n" for n, t in zip(names, TEXTS)), encoding="utf-8"
+    )
     return gt, native
 
 
@@ -85,19 +90,63 @@ def test_gt_txt_gives_the_lines_of_the_native_folder(tmp_path, caplog):
 def test_train_and_eval_on_gt_txt_through_the_command_line(tmp_path, capsys, caplog):
     gt, native = _corpora(tmp_path)
     out = tmp_path / "run"
-    assert main(["train", "ocr", "--train", str(gt), "--valid", str(gt), "--out", str(out),
-                 "--steps", "3", "--eval-every", "3", "--plot", "0", *TINY]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "ocr",
+                "--train",
+                str(gt),
+                "--valid",
+                str(gt),
+                "--out",
+                str(out),
+                "--steps",
+                "3",
+                "--eval-every",
+                "3",
+                "--plot",
+                "0",
+                *TINY,
+            ]
+        )
+        == 0
+    )
     assert "stopped after 3 steps" in capsys.readouterr().out
     scores = {}
     for data, extra in ((gt, []), (native, []), (gt, ["--format", "gt-txt"])):
-        assert main(["eval", "--checkpoint", str(out / "checkpoint"), "--data", str(data),
-                     "--json", *extra]) == 0
+        assert (
+            main(
+                [
+                    "eval",
+                    "--checkpoint",
+                    str(out / "checkpoint"),
+                    "--data",
+                    str(data),
+                    "--json",
+                    *extra,
+                ]
+            )
+            == 0
+        )
         result = json.loads(capsys.readouterr().out)
         assert result["examples"] == len(TEXTS)
         scores[str(data)] = result["metrics"]
     assert scores[str(gt)] == scores[str(native)]  # the same lines, the same outputs
-    assert main(["eval", "--checkpoint", str(out / "checkpoint"), "--data", str(native),
-                 "--format", "gt-txt"]) == 2
+    assert (
+        main(
+            [
+                "eval",
+                "--checkpoint",
+                str(out / "checkpoint"),
+                "--data",
+                str(native),
+                "--format",
+                "gt-txt",
+            ]
+        )
+        == 2
+    )
     assert "no usable lines" in capsys.readouterr().err  # native/ has no .gt.txt
 
 
@@ -109,16 +158,20 @@ def test_what_is_unusable_is_counted_named_and_stops_past_the_share(tmp_path, ca
     with pytest.raises(DataError) as caught:
         read_gt_folder(gt)
     message = str(caught.value)
-    assert message.startswith(f"{gt}: 2 of 6 lines are unusable (1 images without .gt.txt, "
-                              "1 .gt.txt without an image), more than max_unusable=0.01 allows")
+    assert message.startswith(
+        f"{gt}: 2 of 6 lines are unusable (1 images without .gt.txt, "
+        "1 .gt.txt without an image), more than max_unusable=0.01 allows"
+    )
     assert "p2/0001.png: no 0001.gt.txt beside it" in message
     assert "p3/lost.gt.txt: no image beside it" in message
     with caplog.at_level(logging.WARNING, logger="attnkit"):
         lines = read_gt_folder(gt, max_unusable=0.5)
     assert len(lines) == 4
-    assert re.search(r"dropped 2 of 6 lines as unusable \(1 images without .gt.txt, 1 .gt.txt "
-                     r"without an image\): .*p2/0001.png: no 0001.gt.txt", caplog.text)
-
+    assert re.search(
+        r"dropped 2 of 6 lines as unusable \(1 images without .gt.txt, 1 .gt.txt "
+        r"without an image\): .*p2/0001.png: no 0001.gt.txt",
+        caplog.text,
+    )
 
 
 def test_links_leading_out_of_the_folder_are_refused_with_confine(tmp_path, caplog):
@@ -148,17 +201,29 @@ def test_links_leading_out_of_the_folder_are_refused_with_confine(tmp_path, capl
     (gt / "p1/0001.gt.txt").symlink_to(gt / "p2/0001.gt.txt")  # inside: taken
     (gt / "p1/0003.png").unlink()
     (gt / "p1/0003.png").symlink_to(gt / "p1/0002.bin.png")
-    assert read_gt_folder(gt, confine=True).texts == [TEXTS[3], TEXTS[1], TEXTS[2], TEXTS[3],
-                                                      TEXTS[4]]
+    assert read_gt_folder(gt, confine=True).texts == [
+        TEXTS[3],
+        TEXTS[1],
+        TEXTS[2],
+        TEXTS[3],
+        TEXTS[4],
+    ]
 
-@pytest.mark.parametrize("content, message", [
-    (b"", r"0001.gt.txt: empty transcription"),
-    (b"two\nlines\n", r"0001.gt.txt: 2 lines; a line's transcription is one line"),
-    (b"caf\xe9\n", r"0001.gt.txt:1: not valid UTF-8 \(byte 3\)"),
-    (b"\xff\xfeh\x00i\x00", r"0001.gt.txt: looks like UTF-16 text"),
-    (b"a longer line with a \x00 in it", r"0001.gt.txt: NUL character"),
-    (b"\xe2\x82\xac 5\n", "0001.gt.txt: characters outside the alphabet: '\u20ac' in '\u20ac 5'"),
-])
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", r"0001.gt.txt: empty transcription"),
+        (b"two\nlines\n", r"0001.gt.txt: 2 lines; a line's transcription is one line"),
+        (b"caf\xe9\n", r"0001.gt.txt:1: not valid UTF-8 \(byte 3\)"),
+        (b"\xff\xfeh\x00i\x00", r"0001.gt.txt: looks like UTF-16 text"),
+        (b"a longer line with a \x00 in it", r"0001.gt.txt: NUL character"),
+        (
+            b"\xe2\x82\xac 5\n",
+            "0001.gt.txt: characters outside the alphabet: '\u20ac' in '\u20ac 5'",
+        ),
+    ],
+)
 def test_bad_transcriptions_are_named(tmp_path, content, message):
     gt, _ = _corpora(tmp_path)
     (gt / "p1/0001.gt.txt").write_bytes(content)
@@ -193,10 +258,35 @@ def test_not_a_folder_and_the_options_of_another_format(tmp_path, capsys):
     with pytest.raises(ValueError, match=r"--labels: not an option of the ocr format gt-txt"):
         read_corpus("ocr", gt, labels="other.tsv")
     with pytest.raises(SystemExit):
-        main(["train", "ocr", "--train", str(gt), "--out", str(tmp_path / "r"), "--src-lang",
-              "de", *TINY])
+        main(
+            [
+                "train",
+                "ocr",
+                "--train",
+                str(gt),
+                "--out",
+                str(tmp_path / "r"),
+                "--src-lang",
+                "de",
+                *TINY,
+            ]
+        )
     assert "unrecognized arguments: --src-lang" in capsys.readouterr().err
     shutil.rmtree(gt / "p2")
-    assert main(["train", "ocr", "--train", str(gt), "--out", str(tmp_path / "r"), "--labels",
-                 "x.tsv", *TINY]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "ocr",
+                "--train",
+                str(gt),
+                "--out",
+                str(tmp_path / "r"),
+                "--labels",
+                "x.tsv",
+                *TINY,
+            ]
+        )
+        == 2
+    )
     assert "--labels: not an option of the ocr format gt-txt" in capsys.readouterr().err

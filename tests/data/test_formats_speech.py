@@ -125,12 +125,16 @@ def hf_dataset(root):
         rows.append((f"flac/{i}.flac", norm))
         audio.append({"bytes": (root / "flac" / f"{i}.flac").read_bytes(), "path": f"{i}.flac"})
     columns = {"audio": audio, "sentence": [text for _, text, _ in UTTERANCES]}
-    stored = datasets.Features({"audio": {"bytes": datasets.Value("binary"),
-                                          "path": datasets.Value("string")},
-                                "sentence": datasets.Value("string")})
+    stored = datasets.Features(
+        {
+            "audio": {"bytes": datasets.Value("binary"), "path": datasets.Value("string")},
+            "sentence": datasets.Value("string"),
+        }
+    )
     # the Audio type set on the stored column (encoding through it needs torchcodec)
     dataset = datasets.Dataset.from_dict(columns, features=stored).cast_column(
-        "audio", datasets.Audio(decode=False))
+        "audio", datasets.Audio(decode=False)
+    )
     saved = root / "speech"
     datasets.DatasetDict({"train": dataset}).save_to_disk(str(saved))
     return f"hf:{saved}:train", manifest(root / "native.tsv", rows)
@@ -143,23 +147,38 @@ def jsonl(root):
     entries, rows = [], []
     for i, (_, text, norm) in enumerate(UTTERANCES[:3]):
         soundfile.write(root / "audio" / f"{i}.ogg", tone(i, 22050), 22050, format="OGG")
-        entries.append({"audio_filepath": f"audio/{i}.ogg", "text": text,
-                        "duration": len(tone(i, 22050)) / 22050})
+        entries.append(
+            {
+                "audio_filepath": f"audio/{i}.ogg",
+                "text": text,
+                "duration": len(tone(i, 22050)) / 22050,
+            }
+        )
         rows.append((f"audio/{i}.ogg", norm))
     long = np.concatenate([np.zeros((8000, 1), np.float32), tone(3, 16000)])
     soundfile.write(root / "audio" / "long.wav", long, 16000, subtype="PCM_16")
     soundfile.write(root / "audio" / "cut.wav", long[8000:], 16000, subtype="PCM_16")
-    entries.append({"audio_filepath": "audio/long.wav", "text": UTTERANCES[3][1],
-                    "offset": 0.5, "duration": len(tone(3, 16000)) / 16000})
+    entries.append(
+        {
+            "audio_filepath": "audio/long.wav",
+            "text": UTTERANCES[3][1],
+            "offset": 0.5,
+            "duration": len(tone(3, 16000)) / 16000,
+        }
+    )
     rows.append(("audio/cut.wav", UTTERANCES[3][2]))
     with gzip.open(root / "train.jsonl.gz", "wt", encoding="utf-8") as f:
         f.write("".join(json.dumps(e) + "\n" for e in entries))
     return root / "train.jsonl.gz", manifest(root / "native.tsv", rows)
 
 
-CORPORA = {"librispeech": (librispeech, read_librispeech), "kaldi": (kaldi, read_kaldi),
-           "commonvoice": (commonvoice, read_commonvoice), "jsonl": (jsonl, read_jsonl),
-           "hf": (hf_dataset, read_hf_speech)}
+CORPORA = {
+    "librispeech": (librispeech, read_librispeech),
+    "kaldi": (kaldi, read_kaldi),
+    "commonvoice": (commonvoice, read_commonvoice),
+    "jsonl": (jsonl, read_jsonl),
+    "hf": (hf_dataset, read_hf_speech),
+}
 OPTIONS = {"hf": {"columns": "text=sentence"}}  # what a format's corpus needs besides
 
 
@@ -191,40 +210,50 @@ def test_kaldi_without_segments_reads_whole_files_named_by_utterance(tmp_path):
     data = tmp_path / "data" / "dev"
     data.mkdir(parents=True)
     (data / "text").write_text("".join(f"{u} {t}\n" for u, t, _ in UTTERANCES))
-    (data / "wav.scp").write_text("".join(
-        f"{u} train-clean/{u.split('-')[0]}/{u.split('-')[1]}/{u}.flac\n"
-        for u, _, _ in UTTERANCES))
+    (data / "wav.scp").write_text(
+        "".join(
+            f"{u} train-clean/{u.split('-')[0]}/{u.split('-')[1]}/{u}.flac\n"
+            for u, _, _ in UTTERANCES
+        )
+    )
     same(read_kaldi(data), read_manifest(native))
 
 
 def test_transcripts_are_kept_on_request_and_the_manifest_can_normalise(tmp_path):
     corpus, native = librispeech(tmp_path)
-    assert list(read_librispeech(corpus, transcripts="keep").transcripts) == \
-        [t for _, t, _ in UTTERANCES]
-    foreign = manifest(tmp_path / "foreign.tsv", [
-        (f"train-clean/19/198/{u}.flac", t) for u, t, _ in UTTERANCES[:3]])
-    assert list(read_manifest(foreign, transcripts="normalize").transcripts) == \
-        [n for _, _, n in UTTERANCES[:3]]
+    assert list(read_librispeech(corpus, transcripts="keep").transcripts) == [
+        t for _, t, _ in UTTERANCES
+    ]
+    foreign = manifest(
+        tmp_path / "foreign.tsv",
+        [(f"train-clean/19/198/{u}.flac", t) for u, t, _ in UTTERANCES[:3]],
+    )
+    assert list(read_manifest(foreign, transcripts="normalize").transcripts) == [
+        n for _, _, n in UTTERANCES[:3]
+    ]
 
 
 def test_normalisation_is_stated_and_letters_outside_the_alphabet_are_counted(tmp_path, caplog):
-    assert normalize_transcript("Ça\u0301 VA? 3rd\tTIME\u2014\u2019tis") == \
-        "çá va three rd time tis"
+    assert (
+        normalize_transcript("Ça\u0301 VA? 3rd\tTIME\u2014\u2019tis") == "çá va three rd time tis"
+    )
     assert normalize_transcript("e\u0301") == "\u00e9"  # NFC
     corpus, _ = commonvoice(tmp_path)
     text = corpus.read_text(encoding="utf-8").replace("THE END", "Caf\u00e9 au lait")
     corpus.write_text(text, encoding="utf-8")
-    with pytest.raises(DataError, match=r"train.tsv: 1 of 4 utterances are unusable \(1 "
-                                        r"transcript\), more than max_unusable=0.01 allows "
-                                        r"\(--max-unusable\): "
-                                        r".*train.tsv:5: transcript 'café au lait' has "
-                                        r"characters outside the alphabet: 'é'"):
+    with pytest.raises(
+        DataError,
+        match=r"train.tsv: 1 of 4 utterances are unusable \(1 "
+        r"transcript\), more than max_unusable=0.01 allows "
+        r"\(--max-unusable\): "
+        r".*train.tsv:5: transcript 'café au lait' has "
+        r"characters outside the alphabet: 'é'",
+    ):
         read_commonvoice(corpus)
     with caplog.at_level(logging.WARNING, logger="attnkit"):
         kept = read_commonvoice(corpus, max_unusable=0.25)
     assert len(kept) == 3 and "dropped 1 of 4 utterances as unusable (1 transcript)" in caplog.text
-    assert read_commonvoice(corpus, alphabet=SPEECH_LETTERS + "é").transcripts[3] == \
-        "café au lait"
+    assert read_commonvoice(corpus, alphabet=SPEECH_LETTERS + "é").transcripts[3] == "café au lait"
     assert read_commonvoice(corpus, alphabet="any").transcripts[3] == "café au lait"
 
 
@@ -250,18 +279,28 @@ def test_kaldi_text_without_audio_and_audio_without_text(tmp_path, caplog):
     (data / "text").write_text(text + "lost-0001 NO AUDIO\n", encoding="utf-8")
     (data / "segments").write_text((data / "segments").read_text() + "spare rec1 0.1 0.3\n")
     (data / "wav.scp").write_text((data / "wav.scp").read_text() + "rec9 wav/rec0.wav\n")
-    with pytest.raises(DataError, match=r"1 of 5 utterances are unusable \(1 no audio entry\)"
-                                        r".*text:5 \(lost-0001\): no entry in .*segments"):
+    with pytest.raises(
+        DataError,
+        match=r"1 of 5 utterances are unusable \(1 no audio entry\)"
+        r".*text:5 \(lost-0001\): no entry in .*segments",
+    ):
         read_kaldi(data)
     with caplog.at_level(logging.WARNING, logger="attnkit"):
         assert len(read_kaldi(data, max_unusable=0.2)) == 4
-    assert "segments: 1 segments entries have no transcript in text and are not used " \
-           "(the first: spare)" in caplog.text
-    assert "wav.scp: 1 recordings have no transcript in text and are not used (the first: " \
-           "rec9)" in caplog.text
+    assert (
+        "segments: 1 segments entries have no transcript in text and are not used "
+        "(the first: spare)" in caplog.text
+    )
+    assert (
+        "wav.scp: 1 recordings have no transcript in text and are not used (the first: "
+        "rec9)" in caplog.text
+    )
     (data / "segments").unlink()
-    with pytest.raises(DataError, match=r"text:1 \(19-198-0001\): recording '19-198-0001' has "
-                                        r"no entry in .*wav.scp"):
+    with pytest.raises(
+        DataError,
+        match=r"text:1 \(19-198-0001\): recording '19-198-0001' has "
+        r"no entry in .*wav.scp",
+    ):
         read_kaldi(data)
 
 
@@ -270,8 +309,11 @@ def test_kaldi_segment_past_the_end_of_its_recording(tmp_path):
     segments = (data / "segments").read_text().splitlines()
     segments[1] = "19-198-0002 rec0 0.4 9.0"
     (data / "segments").write_text("\n".join(segments) + "\n")
-    with pytest.raises(DataError, match=r"text:2 \(19-198-0002\): .*rec0.wav: segment 0.4 s to "
-                                        r"9 s is past the end of its recording \(0.8[0-9]* s\)"):
+    with pytest.raises(
+        DataError,
+        match=r"text:2 \(19-198-0002\): .*rec0.wav: segment 0.4 s to "
+        r"9 s is past the end of its recording \(0.8[0-9]* s\)",
+    ):
         read_kaldi(data)
     segments[1] = "19-198-0002 rec0 0.4"
     (data / "segments").write_text("\n".join(segments) + "\n")
@@ -282,10 +324,13 @@ def test_kaldi_segment_past_the_end_of_its_recording(tmp_path):
 def test_kaldi_commands_and_archives_are_refused_with_how_to_convert(tmp_path):
     data, _ = kaldi(tmp_path)
     (data / "wav.scp").write_text("rec0 sox wav/rec0.flac -t wav - |\nrec1 wav/rec1.wav\n")
-    with pytest.raises(DataError, match=r"wav.scp:1: the recording is a shell command "
-                                        r"\('sox wav/rec0.flac -t wav - \|'\); attnkit runs no "
-                                        r"command named in a data file; convert the recordings "
-                                        r"once, e.g. .*sh -c"):
+    with pytest.raises(
+        DataError,
+        match=r"wav.scp:1: the recording is a shell command "
+        r"\('sox wav/rec0.flac -t wav - \|'\); attnkit runs no "
+        r"command named in a data file; convert the recordings "
+        r"once, e.g. .*sh -c",
+    ):
         read_kaldi(data)
     (data / "wav.scp").write_text("rec0 raw.ark:1234\nrec1 wav/rec1.wav\n")
     with pytest.raises(DataError, match=r"wav.scp:1: 'raw.ark:1234' is a Kaldi archive"):
@@ -300,24 +345,34 @@ def test_kaldi_commands_and_archives_are_refused_with_how_to_convert(tmp_path):
 
 def test_kaldi_absolute_paths_are_read_and_confined_only_inside_the_recipe(tmp_path):
     data, native = kaldi(tmp_path)
-    (data / "wav.scp").write_text("".join(f"rec{r} {tmp_path / 'wav' / f'rec{r}.wav'}\n"
-                                          for r in range(2)))
+    (data / "wav.scp").write_text(
+        "".join(f"rec{r} {tmp_path / 'wav' / f'rec{r}.wav'}\n" for r in range(2))
+    )
     same(read_kaldi(data), read_manifest(native))
     same(read_kaldi(data, confine=True), read_manifest(native))  # inside the recipe folder
-    with pytest.raises(DataError, match=r"wav.scp:1: '.*rec0.wav' is outside the data folder "
-                                        r".*data/train; leave out --confine"):
+    with pytest.raises(
+        DataError,
+        match=r"wav.scp:1: '.*rec0.wav' is outside the data folder "
+        r".*data/train; leave out --confine",
+    ):
         read_kaldi(data, confine=True, audio_folder=data)
 
 
 def test_librispeech_missing_audio_and_no_transcripts(tmp_path):
     corpus, _ = librispeech(tmp_path)
     (corpus / "19" / "198" / "19-198-0002.flac").unlink()
-    with pytest.raises(DataError, match=r"19-198.trans.txt:2 \(19-198-0002\): .*"
-                                        r"19-198-0002.flac: cannot read \(no such file\)"):
+    with pytest.raises(
+        DataError,
+        match=r"19-198.trans.txt:2 \(19-198-0002\): .*"
+        r"19-198-0002.flac: cannot read \(no such file\)",
+    ):
         read_librispeech(corpus)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(DataError, match=r"empty: not a LibriSpeech folder \(no \*.trans.txt "
-                                        r"below it\)"):
+    with pytest.raises(
+        DataError,
+        match=r"empty: not a LibriSpeech folder \(no \*.trans.txt "
+        r"below it\)",
+    ):
         read_librispeech(tmp_path / "empty")
 
 
@@ -327,27 +382,40 @@ def test_librispeech_refuses_an_utterance_id_listed_twice(tmp_path):
     trans = corpus / "19" / "198" / "19-198.trans.txt"
     with trans.open("a", encoding="utf-8") as f:
         f.write("19-198-0001 ANOTHER TRANSCRIPT\n")
-    with pytest.raises(DataError, match=r"19-198.trans.txt:4: '19-198-0001' is listed twice "
-                                        r"\(first at .*19-198.trans.txt:1\); expected one "
-                                        r"entry per id"):
+    with pytest.raises(
+        DataError,
+        match=r"19-198.trans.txt:4: '19-198-0001' is listed twice "
+        r"\(first at .*19-198.trans.txt:1\); expected one "
+        r"entry per id",
+    ):
         read_librispeech(corpus)
 
 
 def test_commonvoice_header_and_unreadable_codec(tmp_path):
     corpus, _ = commonvoice(tmp_path)
     (tmp_path / "clips" / "common_voice_en_1.mp3").write_bytes(bytes(range(256)) * 8)
-    with pytest.raises(DataError, match=r"train.tsv:3: .*common_voice_en_1.mp3: cannot decode "
-                                        r"\(.*\); expected WAV, FLAC, OGG"):
+    with pytest.raises(
+        DataError,
+        match=r"train.tsv:3: .*common_voice_en_1.mp3: cannot decode "
+        r"\(.*\); expected WAV, FLAC, OGG",
+    ):
         read_commonvoice(corpus)
-    corpus.write_text("client_id\tfile\tsentence\nc0\tcommon_voice_en_0.mp3\thello\n",
-                      encoding="utf-8")
-    with pytest.raises(DataError, match=r"train.tsv:1: expected a header line with the columns "
-                                        r"'path' and 'sentence', got \['client_id', 'file', "
-                                        r"'sentence'\]"):
+    corpus.write_text(
+        "client_id\tfile\tsentence\nc0\tcommon_voice_en_0.mp3\thello\n", encoding="utf-8"
+    )
+    with pytest.raises(
+        DataError,
+        match=r"train.tsv:1: expected a header line with the columns "
+        r"'path' and 'sentence', got \['client_id', 'file', "
+        r"'sentence'\]",
+    ):
         read_commonvoice(corpus)
     assert list(read_commonvoice(corpus, columns="audio=file").transcripts) == ["hello"]
-    with pytest.raises(ValueError, match=r"--columns: the commonvoice format's fields are "
-                                         r"audio, text, got speaker"):
+    with pytest.raises(
+        ValueError,
+        match=r"--columns: the commonvoice format's fields are "
+        r"audio, text, got speaker",
+    ):
         read_commonvoice(corpus, columns={"speaker": "client_id"})
     with pytest.raises(ValueError, match=r"--columns: expected FIELD=NAME,... "):
         read_commonvoice(corpus, columns="file")
@@ -368,18 +436,31 @@ def test_jsonl_lines_without_the_text_key_and_a_sample_rate_of_zero(tmp_path):
     lines[1] = json.dumps({"audio_filepath": "audio/1.ogg", "duration": 0.3})
     lines.append("not json")
     zero = tmp_path / "audio" / "zero.wav"
-    fmt = (1).to_bytes(2, "little") * 2 + bytes(8) + (2).to_bytes(2, "little") + \
-        (16).to_bytes(2, "little")  # PCM, 1 channel, 0 Hz, 0 bytes/s, 2-byte frames, 16 bits
-    body = b"WAVEfmt " + (16).to_bytes(4, "little") + fmt + b"data" + \
-        (400).to_bytes(4, "little") + bytes(400)
+    fmt = (
+        (1).to_bytes(2, "little") * 2
+        + bytes(8)
+        + (2).to_bytes(2, "little")
+        + (16).to_bytes(2, "little")
+    )  # PCM, 1 channel, 0 Hz, 0 bytes/s, 2-byte frames, 16 bits
+    body = (
+        b"WAVEfmt "
+        + (16).to_bytes(4, "little")
+        + fmt
+        + b"data"
+        + (400).to_bytes(4, "little")
+        + bytes(400)
+    )
     zero.write_bytes(b"RIFF" + len(body).to_bytes(4, "little") + body)
     lines.append(json.dumps({"audio_filepath": "audio/zero.wav", "text": "zero"}))
     path, message = _refused_jsonl(tmp_path, lines)
     assert "bad.jsonl: 3 of 6 utterances are unusable (2 line, 1 audio)" in message
     assert "bad.jsonl:2: no 'text' key (keys: audio_filepath, duration)" in message
     assert "bad.jsonl:5: not JSON (Expecting value at column 1)" in message
-    assert re.search(r"bad.jsonl:6: .*zero.wav: bad 'fmt ' chunk: expected at least 1 channel "
-                     r"and a sample rate of 1 to 768,000 Hz, got 1 channels, 0 Hz", message)
+    assert re.search(
+        r"bad.jsonl:6: .*zero.wav: bad 'fmt ' chunk: expected at least 1 channel "
+        r"and a sample rate of 1 to 768,000 Hz, got 1 channels, 0 Hz",
+        message,
+    )
     renamed = tmp_path / "renamed.jsonl"
     renamed.write_text(json.dumps({"wav": "audio/0.ogg", "words": "HELLO"}) + "\n")
     assert list(read_jsonl(renamed, columns="audio=wav,text=words").transcripts) == ["hello"]
@@ -391,17 +472,22 @@ def test_jsonl_lines_nested_deep_or_with_bad_numbers_are_counted_by_their_line(t
     # max_unusable said
     corpus, _ = jsonl(tmp_path)
     lines = gzip.decompress(corpus.read_bytes()).decode().splitlines()
-    lines += ["[" * 100_000 + "]" * 100_000,
-              '{"audio_filepath": "audio/0.ogg", "text": "hi", "duration": ' + "9" * 5000 + "}",
-              json.dumps({"audio_filepath": "audio/0.ogg", "text": "hi", "offset": float("nan"),
-                          "duration": 1.0}),
-              json.dumps({"audio_filepath": "audio/0\x00.ogg", "text": "hi"})]
+    lines += [
+        "[" * 100_000 + "]" * 100_000,
+        '{"audio_filepath": "audio/0.ogg", "text": "hi", "duration": ' + "9" * 5000 + "}",
+        json.dumps(
+            {"audio_filepath": "audio/0.ogg", "text": "hi", "offset": float("nan"), "duration": 1.0}
+        ),
+        json.dumps({"audio_filepath": "audio/0\x00.ogg", "text": "hi"}),
+    ]
     path, message = _refused_jsonl(tmp_path, lines)
     assert "bad.jsonl: 4 of 8 utterances are unusable (4 line)" in message
     assert "bad.jsonl:5: JSON nested deeper than Python reads (about 1,000 levels)" in message
     assert "bad.jsonl:6: not valid JSON (Exceeds the limit (4300 digits)" in message
-    assert "bad.jsonl:7: expected finite numbers under 'offset' and 'duration' (seconds) " \
+    assert (
+        "bad.jsonl:7: expected finite numbers under 'offset' and 'duration' (seconds) "
         "with offset >= 0, got nan and 1.0" in message
+    )
     assert "bad.jsonl:8: a NUL character in 'audio_filepath'" in message
     kept = read_jsonl(path, max_unusable=0.6)  # counted as unusable, the rest read
     assert len(kept) == 4
@@ -416,8 +502,10 @@ def test_manifest_unusable_share_lists_the_first_few(tmp_path, caplog):
     with pytest.raises(DataError) as exc:
         read_manifest(big, max_unusable=0.5)
     message = str(exc.value)
-    assert message.startswith(f"{big}: 8 of 12 utterances are unusable (7 audio, 1 line), more "
-                              "than max_unusable=0.5 allows (--max-unusable): ")
+    assert message.startswith(
+        f"{big}: 8 of 12 utterances are unusable (7 audio, 1 line), more "
+        "than max_unusable=0.5 allows (--max-unusable): "
+    )
     assert f"{big}:5: {tmp_path / 'gone0.flac'}: cannot read (no such file)" in message
     assert message.endswith("; ...") and message.count("gone") == 5
     with caplog.at_level(logging.WARNING, logger="attnkit"):
@@ -429,12 +517,18 @@ def test_manifest_unusable_share_lists_the_first_few(tmp_path, caplog):
 
 def test_detection_says_when_nothing_matches(tmp_path):
     (tmp_path / "notes.txt").write_text("just words\n")
-    with pytest.raises(DataError, match=r"notes.txt: not a corpus of task asr in any format "
-                                        r"attnkit reads \(hf, kaldi, librispeech, jsonl, "
-                                        r"commonvoice, manifest\); name one with --format"):
+    with pytest.raises(
+        DataError,
+        match=r"notes.txt: not a corpus of task asr in any format "
+        r"attnkit reads \(hf, kaldi, librispeech, jsonl, "
+        r"commonvoice, manifest\); name one with --format",
+    ):
         choose_format("asr", tmp_path / "notes.txt")
-    with pytest.raises(ValueError, match=r"--format: expected one of hf, kaldi, librispeech, "
-                                         r"jsonl, commonvoice, manifest for asr, got 'coco'"):
+    with pytest.raises(
+        ValueError,
+        match=r"--format: expected one of hf, kaldi, librispeech, "
+        r"jsonl, commonvoice, manifest for asr, got 'coco'",
+    ):
         choose_format("asr", tmp_path, "coco")
 
 
@@ -452,8 +546,12 @@ def test_corpora_to_decode_need_no_transcripts(tmp_path):
     corpus, _ = jsonl(tmp_path)
     lines = gzip.decompress(corpus.read_bytes()).decode().splitlines()
     bare = tmp_path / "bare.jsonl"
-    bare.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "text"})
-                            + "\n" for line in lines))
+    bare.write_text(
+        "".join(
+            json.dumps({k: v for k, v in json.loads(line).items() if k != "text"}) + "\n"
+            for line in lines
+        )
+    )
     assert list(read_jsonl(bare, references=False).transcripts) == [""] * len(lines)
     with pytest.raises(DataError, match=r"no usable utterances: .*bare.jsonl:1: no 'text' key"):
         read_jsonl(bare)

@@ -83,9 +83,17 @@ def test_a_stream_cut_short_is_named_with_the_line_it_stopped_in(tmp_path):
         read_text(f)
 
 
-@pytest.mark.parametrize("head, what", [(b"\x28\xb5\x2f\xfd\x00\x00", r"zstd-compressed; "
-                                         r"decompress it \(zstd -d FILE\)"),
-                                        (b"PK\x03\x04\x00", r"a zip archive; unpack it")])
+@pytest.mark.parametrize(
+    "head, what",
+    [
+        (
+            b"\x28\xb5\x2f\xfd\x00\x00",
+            r"zstd-compressed; "
+            r"decompress it \(zstd -d FILE\)",
+        ),
+        (b"PK\x03\x04\x00", r"a zip archive; unpack it"),
+    ],
+)
 def test_formats_attnkit_does_not_decompress_say_what_to_do(tmp_path, head, what):
     f = tmp_path / "corpus.de"
     f.write_bytes(head + b"rest")
@@ -116,8 +124,11 @@ def test_a_line_without_end_is_refused_once_it_passes_the_limit(tmp_path, monkey
     monkeypatch.setattr(text, "BLOCK", 5)
     f = tmp_path / "pairs.tsv"
     f.write_bytes(b"un\t1\n" + b"x" * 64 + b"\t2\nend\t3\n")
-    with pytest.raises(DataError, match=r"pairs.tsv:2: a line of more than 40 bytes; expected "
-                       r"a text file of shorter lines"):
+    with pytest.raises(
+        DataError,
+        match=r"pairs.tsv:2: a line of more than 40 bytes; expected "
+        r"a text file of shorter lines",
+    ):
         list(text.byte_lines(f, max_line=40))
     assert [n for n, _ in text.byte_lines(f, max_line=67)] == [1, 2, 3]
     with pytest.raises(DataError, match=r"pairs.tsv:2: a line of more than 16,777,216 bytes"):
@@ -130,8 +141,11 @@ def test_a_file_of_nul_bytes_is_binary_not_utf16(tmp_path):
     with sparse.open("wb") as f:
         f.truncate(2 << 30)  # 2 GB of NUL bytes, sparse on disk
     for read in (read_tsv, read_text):
-        with pytest.raises(DataError, match=r"sparse.tsv: holds NUL bytes \(1,048,576 in its "
-                           r"first 1,048,576\): binary data, not UTF-8 text"):
+        with pytest.raises(
+            DataError,
+            match=r"sparse.tsv: holds NUL bytes \(1,048,576 in its "
+            r"first 1,048,576\): binary data, not UTF-8 text",
+        ):
             read(sparse)
     big = tmp_path / "big.txt"
     with big.open("wb") as f:

@@ -13,14 +13,18 @@ import pytest
 
 from attnkit.cli.main import main
 from attnkit.data import DataError, read_tsv
-from attnkit.data.corpora.reading import choose_format
-from attnkit.data.corpora.reading import read_corpus
+from attnkit.data.corpora.reading import choose_format, read_corpus
 from attnkit.data.corpora.text_formats import read_moses, read_pairs
 from attnkit.data.corpora.text_pairs import TextPairs
 
-PAIRS = [("Guten Morgen.", "Good morning."), ("Wie geht's?", "How are you?"),
-         ("Ein Café, bitte.", "A coffee, please."), ("Viele Grüße", "Best wishes"),
-         ("Danke!", "Thanks!"), ("Bis morgen.", "See you tomorrow.")]
+PAIRS = [
+    ("Guten Morgen.", "Good morning."),
+    ("Wie geht's?", "How are you?"),
+    ("Ein Café, bitte.", "A coffee, please."),
+    ("Viele Grüße", "Best wishes"),
+    ("Danke!", "Thanks!"),
+    ("Bis morgen.", "See you tomorrow."),
+]
 TINY = ["--hidden", "8", "--emb", "8", "--batch-size", "4", "--no-progress", "--plot", "0"]
 
 
@@ -53,17 +57,40 @@ def test_moses_gives_the_pairs_of_the_native_tsv(tmp_path, caplog):
 def test_train_and_eval_on_moses_through_the_command_line(tmp_path, capsys, one_thread):
     prefix, tsv, pairs = _corpora(tmp_path)
     out = tmp_path / "run"
-    assert main(["train", "translate", "--train", str(prefix), "--src-lang", "de",
-                 "--tgt-lang", "en", "--valid", str(tmp_path / "corpus.de.gz"),
-                 str(tmp_path / "corpus.en"), "--out", str(out), "--steps", "3",
-                 "--eval-every", "3", *TINY]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "translate",
+                "--train",
+                str(prefix),
+                "--src-lang",
+                "de",
+                "--tgt-lang",
+                "en",
+                "--valid",
+                str(tmp_path / "corpus.de.gz"),
+                str(tmp_path / "corpus.en"),
+                "--out",
+                str(out),
+                "--steps",
+                "3",
+                "--eval-every",
+                "3",
+                *TINY,
+            ]
+        )
+        == 0
+    )
     assert "stopped after 3 steps" in capsys.readouterr().out
     config = json.loads((out / "checkpoint" / "config.json").read_text())["config"]
     assert config["data"]["valid"] == f"{tmp_path / 'corpus.de.gz'} {tmp_path / 'corpus.en'}"
     found = []
-    for data in (["--data", str(tsv)], ["--data", str(prefix), "--src-lang", "de",
-                                        "--tgt-lang", "en"],
-                 ["--data", str(tmp_path / "corpus.de.gz"), str(tmp_path / "corpus.en")]):
+    for data in (
+        ["--data", str(tsv)],
+        ["--data", str(prefix), "--src-lang", "de", "--tgt-lang", "en"],
+        ["--data", str(tmp_path / "corpus.de.gz"), str(tmp_path / "corpus.en")],
+    ):
         assert main(["eval", "--checkpoint", str(out / "checkpoint"), "--json", *data]) == 0
         result = json.loads(capsys.readouterr().out)
         assert result["examples"] == len(pairs)
@@ -74,8 +101,11 @@ def test_train_and_eval_on_moses_through_the_command_line(tmp_path, capsys, one_
 def test_line_counts_that_differ_name_both_files(tmp_path):
     prefix, _, _ = _corpora(tmp_path)
     (tmp_path / "corpus.en").write_text("one\ntwo\n", encoding="utf-8")
-    with pytest.raises(DataError, match=rf"corpus.de.gz has 6 lines but .*corpus.en has 2: a "
-                                        r"Moses corpus holds one sentence per line"):
+    with pytest.raises(
+        DataError,
+        match=r"corpus.de.gz has 6 lines but .*corpus.en has 2: a "
+        r"Moses corpus holds one sentence per line",
+    ):
         read_moses(prefix, src_lang="de", tgt_lang="en")
     (tmp_path / "corpus.en").write_text("".join(f"{i}\n" for i in range(9)), encoding="utf-8")
     with pytest.raises(DataError, match=r"corpus.de.gz has 6 lines but .*corpus.en has 9"):
@@ -85,22 +115,61 @@ def test_line_counts_that_differ_name_both_files(tmp_path):
 
 def test_a_prefix_needs_its_languages_and_its_files(tmp_path, capsys):
     prefix, tsv, _ = _corpora(tmp_path)
-    with pytest.raises(DataError, match=r"corpus: a Moses corpus prefix; name its languages "
-                                        r"with --src-lang and --tgt-lang \(found beside it: "
-                                        r"corpus.de.gz, corpus.en\)"):
+    with pytest.raises(
+        DataError,
+        match=r"corpus: a Moses corpus prefix; name its languages "
+        r"with --src-lang and --tgt-lang \(found beside it: "
+        r"corpus.de.gz, corpus.en\)",
+    ):
         read_corpus("translate", prefix)
-    with pytest.raises(DataError, match=r"corpus.fr: not found \(the target side of the Moses "
-                                        r"corpus .*corpus; also looked for .gz, .xz, .bz2\)"):
+    with pytest.raises(
+        DataError,
+        match=r"corpus.fr: not found \(the target side of the Moses "
+        r"corpus .*corpus; also looked for .gz, .xz, .bz2\)",
+    ):
         read_corpus("translate", prefix, src_lang="de", tgt_lang="fr")
-    with pytest.raises(ValueError, match=r"--src-lang: not an option of the translate format "
-                                         r"tsv"):
+    with pytest.raises(
+        ValueError,
+        match=r"--src-lang: not an option of the translate format "
+        r"tsv",
+    ):
         read_corpus("translate", tsv, src_lang="de")
-    assert main(["train", "translate", "--train", str(prefix), "--src-lang", "de",
-                 "--tgt-lang", "en", "--skip-bad-lines", "--out", str(tmp_path / "r")]) == 2
-    assert "--skip-bad-lines: not an option of the translate format moses" in \
-        capsys.readouterr().err
-    assert main(["train", "translate", "--train", str(tsv), str(tsv), str(tsv), "--out",
-                 str(tmp_path / "r")]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "translate",
+                "--train",
+                str(prefix),
+                "--src-lang",
+                "de",
+                "--tgt-lang",
+                "en",
+                "--skip-bad-lines",
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
+        == 2
+    )
+    assert (
+        "--skip-bad-lines: not an option of the translate format moses" in capsys.readouterr().err
+    )
+    assert (
+        main(
+            [
+                "train",
+                "translate",
+                "--train",
+                str(tsv),
+                str(tsv),
+                str(tsv),
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
+        == 2
+    )
     assert "expected one path or two files (moses), got 3" in capsys.readouterr().err
 
 
@@ -113,7 +182,8 @@ def test_unusable_pairs_are_named_and_blank_pairs_left_out(tmp_path, caplog):
     assert str(caught.value) == (
         f"{src} + {tgt}: 3 of 5 pairs are unusable (1 not UTF-8, 1 empty target, 1 empty "
         f"source), more than max_unusable=0.01 allows (--max-unusable): {src}:3: not valid "
-        f"UTF-8 (byte 2); {tgt}:4: empty target; {src}:5: empty source")
+        f"UTF-8 (byte 2); {tgt}:4: empty target; {src}:5: empty source"
+    )
     with caplog.at_level(logging.INFO, logger="attnkit"):
         pairs = read_moses(src, target=tgt, max_unusable=0.6)
     assert list(pairs) == [("eins", "one"), ("vier", "four")]
@@ -122,8 +192,11 @@ def test_unusable_pairs_are_named_and_blank_pairs_left_out(tmp_path, caplog):
     assert "1 lines blank on both sides left out" in caplog.text
     src.write_text("kurz\n" + "x" * 20 + "\n", encoding="utf-8")
     tgt.write_text("short\nlong\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"a.de:2: source of 20 characters, more than the limit "
-                                        r"of 10"):
+    with pytest.raises(
+        DataError,
+        match=r"a.de:2: source of 20 characters, more than the limit "
+        r"of 10",
+    ):
         read_moses(src, target=tgt, max_chars=10)
 
 

@@ -10,6 +10,7 @@ from attnkit.data import (
     DataError,
     generate_scenes,
     load_image,
+    load_line_image,
     question_set,
     read_caption_folder,
     read_question_folder,
@@ -17,7 +18,6 @@ from attnkit.data import (
     write_caption_folder,
     write_question_folder,
 )
-from attnkit.data import load_line_image
 from attnkit.data.corpora.image_folders import read_pixels
 from tests.data.images import grey_png, png_header
 
@@ -57,9 +57,12 @@ def test_unreadable_files_name_the_file(tmp_path):
     (tmp_path / "empty.png").write_bytes(b"")
     (tmp_path / "notes.png").write_text("not an image")
     Image.fromarray(np.zeros((4, 4), np.float32), "F").save(tmp_path / "float.tiff")
-    for name, match in (("empty.png", "cannot read image"), ("notes.png", "cannot read image"),
-                        ("missing.png", r"cannot read \(no such file\)"),
-                        ("float.tiff", "unsupported image mode 'F'")):
+    for name, match in (
+        ("empty.png", "cannot read image"),
+        ("notes.png", "cannot read image"),
+        ("missing.png", r"cannot read \(no such file\)"),
+        ("float.tiff", "unsupported image mode 'F'"),
+    ):
         with pytest.raises(DataError, match=f"{name}: {match}"):
             load_image(tmp_path / name, 16)
 
@@ -84,9 +87,12 @@ def test_stack_images_to_float_and_refuses_mixed_shapes():
     batch = stack_images([a, torch.zeros_like(a)])
     assert batch.shape == (2, 3, 4, 4) and batch.dtype == torch.float32
     assert batch[0].eq(1).all() and batch[1].eq(0).all()
-    with pytest.raises(ValueError, match=r"images\[1\]: expected a uint8 \(3, S, S\) tensor "
-                                         r"shaped like images\[0\] \(3, 4, 4\), got "
-                                         r"torch.uint8 \(3, 8, 8\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"images\[1\]: expected a uint8 \(3, S, S\) tensor "
+        r"shaped like images\[0\] \(3, 4, 4\), got "
+        r"torch.uint8 \(3, 8, 8\)",
+    ):
         stack_images([a, torch.zeros(3, 8, 8, dtype=torch.uint8)])
     with pytest.raises(ValueError, match="images: expected at least one image"):
         stack_images([])
@@ -103,8 +109,9 @@ def test_built_in_scenes_write_and_read_back_unchanged(tmp_path):
     write_question_folder(images, questions, tmp_path / "vqa")
     read_images, read_questions = read_question_folder(tmp_path / "vqa", size=64)
     assert all(torch.equal(a, b) for a, b in zip(read_images, images))
-    assert [(q.image, q.question, q.answer) for q in read_questions] == \
-        [(q.image, q.question, q.answer) for q in questions]
+    assert [(q.image, q.question, q.answer) for q in read_questions] == [
+        (q.image, q.question, q.answer) for q in questions
+    ]
     assert read_questions[0].type == "user"
     assert read_questions[1].origin == f"{tmp_path / 'vqa' / 'questions.tsv'}:2"
 
@@ -118,12 +125,15 @@ def test_several_captions_per_image_in_order_of_first_line(tmp_path):
     assert items[0].image.shape == (3, 32, 32) and items[0].origin.endswith("b.png")
 
 
-@pytest.mark.parametrize("line, match", [
-    ("a.png\t\n", r"captions.tsv:2: empty caption"),
-    ("a.png\n", r"captions.tsv:2: expected filename<TAB>caption, found 0 tabs"),
-    ("gone.png\tx\n", r"captions.tsv:2: image 'gone.png' not found in"),
-    ("bad.png\tx\n", r"captions.tsv:2: .*bad.png: cannot read image"),
-])
+@pytest.mark.parametrize(
+    "line, match",
+    [
+        ("a.png\t\n", r"captions.tsv:2: empty caption"),
+        ("a.png\n", r"captions.tsv:2: expected filename<TAB>caption, found 0 tabs"),
+        ("gone.png\tx\n", r"captions.tsv:2: image 'gone.png' not found in"),
+        ("bad.png\tx\n", r"captions.tsv:2: .*bad.png: cannot read image"),
+    ],
+)
 def test_bad_caption_lines_name_file_and_line(tmp_path, line, match):
     _save(tmp_path / "a.png", np.zeros((10, 10, 3), np.uint8))
     (tmp_path / "bad.png").write_bytes(b"")
@@ -132,12 +142,18 @@ def test_bad_caption_lines_name_file_and_line(tmp_path, line, match):
         read_caption_folder(tmp_path, size=16)
 
 
-@pytest.mark.parametrize("line, match", [
-    ("a.png\twhat ?\n", r"questions.tsv:1: expected filename<TAB>question<TAB>answer, "
-                        r"found 1 tabs"),
-    ("a.png\twhat ?\t \n", r"questions.tsv:1: empty answer"),
-    ("a.png\t\tyes\n", r"questions.tsv:1: empty question"),
-])
+@pytest.mark.parametrize(
+    "line, match",
+    [
+        (
+            "a.png\twhat ?\n",
+            r"questions.tsv:1: expected filename<TAB>question<TAB>answer, "
+            r"found 1 tabs",
+        ),
+        ("a.png\twhat ?\t \n", r"questions.tsv:1: empty answer"),
+        ("a.png\t\tyes\n", r"questions.tsv:1: empty question"),
+    ],
+)
 def test_bad_question_lines_name_file_and_line(tmp_path, line, match):
     _save(tmp_path / "a.png", np.zeros((10, 10, 3), np.uint8))
     (tmp_path / "questions.tsv").write_text(line)
@@ -153,10 +169,12 @@ def test_not_a_folder(tmp_path):
 
 def test_writers_refuse_what_would_not_read_back(tmp_path):
     scene = generate_scenes(1)[0]
-    with pytest.raises(ValueError, match=r"items\[0\].captions: expected one non-empty line "
-                                         r"without tabs, got 'a\\tb'"):
-        write_caption_folder([scene.__class__(scene.objects, scene.image, ("a\tb",), ())],
-                             tmp_path)
+    with pytest.raises(
+        ValueError,
+        match=r"items\[0\].captions: expected one non-empty line "
+        r"without tabs, got 'a\\tb'",
+    ):
+        write_caption_folder([scene.__class__(scene.objects, scene.image, ("a\tb",), ())], tmp_path)
     images, questions = question_set([scene])
     with pytest.raises(ValueError, match=r"questions\[0\].image: expected an index in \[0, 0\)"):
         write_question_folder([], questions[:1], tmp_path)
@@ -165,8 +183,11 @@ def test_writers_refuse_what_would_not_read_back(tmp_path):
 def test_an_image_too_big_to_caption_is_refused_from_its_header(tmp_path):
     path = tmp_path / "big.png"
     Image.new("L", (9000, 9000)).save(path)  # ~100 KB on disk, 81 million pixels
-    with pytest.raises(DataError, match=r"big.png: 9000 x 9000 pixels, more than the "
-                                        r"16,777,216 an image may have here"):
+    with pytest.raises(
+        DataError,
+        match=r"big.png: 9000 x 9000 pixels, more than the "
+        r"16,777,216 an image may have here",
+    ):
         load_image(path, 64)
 
 
@@ -179,22 +200,31 @@ def test_a_png_holding_fewer_rows_than_its_header_says_is_refused(tmp_path, inte
     short = tmp_path / "short.png"
     short.write_bytes(grey_png(pixels, interlace=interlace, keep=54))
     if interlace:  # Pillow finds this one itself
-        with pytest.raises(DataError, match=r"short.png: cannot read image \(image file is "
-                           r"truncated"):
+        with pytest.raises(
+            DataError,
+            match=r"short.png: cannot read image \(image file is "
+            r"truncated",
+        ):
             load_image(short, 16)
         return
     with Image.open(short) as image:
         image.load()  # Pillow decodes it without an error, the rows it lacks black
-    with pytest.raises(DataError, match=rf"short.png: its header says 53 x 37 pixels, but its "
-                       rf"image data hold only 54 of the {37 * 54:,} bytes those need"):
+    with pytest.raises(
+        DataError,
+        match=rf"short.png: its header says 53 x 37 pixels, but its "
+        rf"image data hold only 54 of the {37 * 54:,} bytes those need",
+    ):
         load_image(short, 16)
 
 
 def test_a_line_too_narrow_for_the_crnn_is_refused(tmp_path):
     tall = tmp_path / "tall.png"
     Image.fromarray(np.zeros((9000, 200), np.uint8)).save(tall)
-    with pytest.raises(DataError, match=r"tall.png: 200 x 9000 pixels is 1 px wide at height "
-                       r"32; a line image must be at least 2 px wide there"):
+    with pytest.raises(
+        DataError,
+        match=r"tall.png: 200 x 9000 pixels is 1 px wide at height "
+        r"32; a line image must be at least 2 px wide there",
+    ):
         load_line_image(tall)
 
 
@@ -207,8 +237,9 @@ def test_a_corpus_holds_image_paths_and_reads_pixels_when_indexed(tmp_path, monk
     write_caption_folder(scenes, tmp_path / "cap")
     read = []
     real = module.load_image
-    monkeypatch.setattr(module, "load_image", lambda path, size: read.append(path) or
-                        real(path, size))
+    monkeypatch.setattr(
+        module, "load_image", lambda path, size: read.append(path) or real(path, size)
+    )
     items = read_caption_folder(tmp_path / "cap", size=64)
     assert isinstance(items, module.CaptionedImages) and read == []  # headers only
     assert len(items.images.paths) == 4 and all(p.is_file() for p in items.images.paths)
@@ -219,13 +250,31 @@ def test_a_corpus_holds_image_paths_and_reads_pixels_when_indexed(tmp_path, monk
     with pytest.raises(IndexError):
         items[4]
     check_images(items, "train", 64)  # by their size: nothing read
-    task = CaptionTask(items, items[:2], model_config={"image_size": 64, "channels": [4, 8, 8],
-                                                        "hidden": 8, "emb": 8, "attn_dim": 8})
+    task = CaptionTask(
+        items,
+        items[:2],
+        model_config={
+            "image_size": 64,
+            "channels": [4, 8, 8],
+            "hidden": 8,
+            "emb": 8,
+            "attn_dim": 8,
+        },
+    )
     assert len(read) == 1 and len(task.pairs) == sum(len(s.captions) for s in scenes)
     write_question_folder(*question_set(scenes), tmp_path / "vqa")
     images, questions = read_question_folder(tmp_path / "vqa", size=64)
-    VqaTask((images, questions), (images, questions[:3]), model_config={
-        "image_size": 64, "channels": [4, 8, 8], "hidden": 8, "emb": 8, "attn_dim": 8})
+    VqaTask(
+        (images, questions),
+        (images, questions[:3]),
+        model_config={
+            "image_size": 64,
+            "channels": [4, 8, 8],
+            "hidden": 8,
+            "emb": 8,
+            "attn_dim": 8,
+        },
+    )
     assert len(read) == 1  # the tasks keep the images unread
     first = caption_examples(items)[:1]  # eval --limit 1: one image read
     assert len(first) == 1 and torch.equal(first[0].input, scenes[0].image) and len(read) == 2

@@ -46,8 +46,9 @@ def test_lines_are_32_high_and_as_wide_as_their_text(train_lines):
     widths = np.array([image.shape[1] for image, _ in train_lines])
     lengths = np.array([len(text) for _, text in train_lines])
     assert np.corrcoef(widths, lengths)[0, 1] > 0.8
-    for image, text in generate_lines(4, seed=1, min_chars=200, max_chars=200,
-                                      fonts=default_fonts("train")):
+    for image, text in generate_lines(
+        4, seed=1, min_chars=200, max_chars=200, fonts=default_fonts("train")
+    ):
         assert len(text) == 200 and image.shape[1] >= 1500
 
 
@@ -81,8 +82,13 @@ def test_lines_have_ink_on_paper():
     for i, font in enumerate(fonts):
         for j, text in enumerate(["turno", "il. ;", "A quick line, 1,234.5"]):
             rng = _Noiseless(100 * i + j)
-            pixels = np.asarray(render_line(text, font=font, size=int(rng.integers(24, 48)),
-                                            rng=rng), dtype=np.float64) / 255
+            pixels = (
+                np.asarray(
+                    render_line(text, font=font, size=int(rng.integers(24, 48)), rng=rng),
+                    dtype=np.float64,
+                )
+                / 255
+            )
             paper, dark = rng.uniforms[-3:-1]  # then the noise level
             assert abs(pixels.max() - paper) <= 0.5 / 255 + 1e-9, (font, text)
             assert pixels.min() <= paper - 0.25 * (paper - dark) + 0.5 / 255, (font, text)
@@ -136,8 +142,9 @@ def test_splits_share_no_text_and_no_font(monkeypatch):
 
 
 def test_held_out_families_are_never_trained_on():
-    families = {split: {font_family(p) for p in paths}
-                for split, paths in available_fonts().items()}
+    families = {
+        split: {font_family(p) for p in paths} for split, paths in available_fonts().items()
+    }
     for split in ("valid", "test"):
         assert not families["train"] & set(HELD_OUT_FAMILIES[split])
         faces = generate_lines(1, split=split, fonts="faces")  # the in-family held-out faces
@@ -149,7 +156,8 @@ def test_held_out_families_are_never_trained_on():
     installed = {font_family(p) for p in lines_module._font_files()}
     if installed & set(HELD_OUT_FAMILIES["test"]):  # make fonts installed them
         assert {font_family(p) for p in available_fonts()["test"]} >= (
-            installed & set(HELD_OUT_FAMILIES["test"]))
+            installed & set(HELD_OUT_FAMILIES["test"])
+        )
         assert len(families["train"]) > 20
     with pytest.raises(ValueError, match="fonts: expected None, a list of font files or one of"):
         generate_lines(1, split="train", fonts="families")
@@ -299,8 +307,11 @@ def test_reader_names_bad_tsv_lines(tmp_path, tsv_text, match):
 
 def test_reader_reports_every_label_outside_the_alphabet(tmp_path):
     folder, tsv = _folder(tmp_path, "good.png\tcafé\ngood.png\tfine\ngood.png\t5 €\n")
-    with pytest.raises(DataError, match=r"labels.tsv: 2 labels use characters outside the "
-                                        r"alphabet 'é€', on lines 1 \('é'\), 3 \('€'\)"):
+    with pytest.raises(
+        DataError,
+        match=r"labels.tsv: 2 labels use characters outside the "
+        r"alphabet 'é€', on lines 1 \('é'\), 3 \('€'\)",
+    ):
         read_line_folder(folder, tsv, alphabet=ALPHABET)
     assert [t for _, t in read_line_folder(folder, tsv)] == ["café", "fine", "5 €"]
     with pytest.raises(DataError, match="nowhere: not a folder"):
@@ -344,13 +355,19 @@ def test_pad_images_pads_with_the_background_and_returns_widths():
     assert torch.all(dark[0, 0, :, 3:] == 0.0)
     with pytest.raises(ValueError, match="images: expected at least one image"):
         pad_images([])
-    with pytest.raises(ValueError, match=r"images\[1\]: expected shape \(H, W\) with W >= 1 and "
-                                         r"H as in images\[0\] \(32\), got \(16, 3\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"images\[1\]: expected shape \(H, W\) with W >= 1 and "
+        r"H as in images\[0\] \(32\), got \(16, 3\)",
+    ):
         pad_images([a, torch.rand(16, 3)])
     with pytest.raises(ValueError, match=r"images\[0\]: .* got \(1, 32, 5\)"):
         pad_images([a[None]])
-    with pytest.raises(ValueError, match=r"^images\[1\]: expected dtype torch.float32 \(as "
-                                         r"images\[0\]\), got torch.uint8"):
+    with pytest.raises(
+        ValueError,
+        match=r"^images\[1\]: expected dtype torch.float32 \(as "
+        r"images\[0\]\), got torch.uint8",
+    ):
         pad_images([a, torch.zeros(32, 3, dtype=torch.uint8)])
 
 
@@ -359,19 +376,22 @@ def test_pad_images_turns_8_bit_lines_into_float_per_batch():
     b = torch.randint(0, 256, (32, 3), dtype=torch.uint8)
     batch, widths = pad_images([a, b])
     assert batch.dtype == torch.float32 and widths.tolist() == [5, 3]
-    assert torch.equal(batch[0, 0], a.float() / 255) and torch.equal(batch[1, 0, :, :3],
-                                                                     b.float() / 255)
+    assert torch.equal(batch[0, 0], a.float() / 255) and torch.equal(
+        batch[1, 0, :, :3], b.float() / 255
+    )
     assert torch.all(batch[1, 0, :, 3:] == 1.0)
     dark, _ = pad_images([b, a], fill=0.0)
     assert torch.all(dark[0, 0, :, 3:] == 0.0)
 
 
-
 def test_huge_images_are_refused_from_their_header(tmp_path):
     bomb = tmp_path / "bomb.png"
     bomb.write_bytes(png_header(30_000, 30_000))  # Pillow's DecompressionBombError
-    with pytest.raises(DataError, match=r"bomb.png: more pixels than Pillow reads safely "
-                                        r"\(89,478,485\)"):
+    with pytest.raises(
+        DataError,
+        match=r"bomb.png: more pixels than Pillow reads safely "
+        r"\(89,478,485\)",
+    ):
         load_line_image(bomb)
     tall = tmp_path / "tall.png"
     tall.write_bytes(png_header(9_500, 9_500))  # Pillow's DecompressionBombWarning
@@ -379,8 +399,11 @@ def test_huge_images_are_refused_from_their_header(tmp_path):
         load_line_image(tall)
     wide = tmp_path / "wide.png"
     wide.write_bytes(png_header(200_000, 32))
-    with pytest.raises(DataError, match=r"^[^:]*wide.png: 200000 x 32 pixels is 200000 px wide "
-                                        r"at height 32, more than max_width=10000$"):
+    with pytest.raises(
+        DataError,
+        match=r"^[^:]*wide.png: 200000 x 32 pixels is 200000 px wide "
+        r"at height 32, more than max_width=10000$",
+    ):
         load_line_image(wide)
     with pytest.raises(DataError, match=r"wide.png: 200000 x 32 .* more than max_width=50"):
         load_line_image(tmp_path / "wide.png", max_width=50)

@@ -40,24 +40,73 @@ def _picture(path):
 # format -> (its files, written with the one file's name for {name}, or {json}: quoted as
 # JSON; the file read, "": the folder; the data folder below the corpus's folder; make the
 # file; where the corpus names it; task; format name; reader options)
-COCO = ('{{"images": [{{"id": 1, "file_name": {json}}}], '
-        '"annotations": [{{"id": 7, "image_id": 1, "caption": "a dog"}}]}}')
+COCO = (
+    '{{"images": [{{"id": 1, "file_name": {json}}}], '
+    '"annotations": [{{"id": 7, "image_id": 1, "caption": "a dog"}}]}}'
+)
 FORMATS = {
-    "kaldi": ({"wav.scp": "u1 {name}\n", "text": "u1 one\n"}, "", "", _wav, "wav.scp:1",
-              "asr", "kaldi", {}),
-    "nemo": ({"manifest.json": '{{"audio_filepath": {json}, "text": "one", "duration": 0.3}}\n'},
-             "manifest.json", "", _wav, "manifest.json:1", "asr", "jsonl", {}),
-    "manifest": ({"manifest.tsv": "{name}\tone\n"}, "manifest.tsv", "", _wav,
-                 "manifest.tsv:1", "asr", "manifest", {}),
-    "commonvoice": ({"train.tsv": "client_id\tpath\tsentence\nc1\t{name}\tone\n"},
-                    "train.tsv", "clips", _wav, "train.tsv:2", "asr", "commonvoice", {}),
-    "labels": ({"labels.tsv": "{name}\thello\n"}, "labels.tsv", "", _line, "labels.tsv:1",
-               "ocr", "labels", {}),
-    "coco": ({"captions.json": COCO}, "captions.json", "", _picture, "captions.json: image 1",
-             "caption", "coco", {"size": 16}),
+    "kaldi": (
+        {"wav.scp": "u1 {name}\n", "text": "u1 one\n"},
+        "",
+        "",
+        _wav,
+        "wav.scp:1",
+        "asr",
+        "kaldi",
+        {},
+    ),
+    "nemo": (
+        {"manifest.json": '{{"audio_filepath": {json}, "text": "one", "duration": 0.3}}\n'},
+        "manifest.json",
+        "",
+        _wav,
+        "manifest.json:1",
+        "asr",
+        "jsonl",
+        {},
+    ),
+    "manifest": (
+        {"manifest.tsv": "{name}\tone\n"},
+        "manifest.tsv",
+        "",
+        _wav,
+        "manifest.tsv:1",
+        "asr",
+        "manifest",
+        {},
+    ),
+    "commonvoice": (
+        {"train.tsv": "client_id\tpath\tsentence\nc1\t{name}\tone\n"},
+        "train.tsv",
+        "clips",
+        _wav,
+        "train.tsv:2",
+        "asr",
+        "commonvoice",
+        {},
+    ),
+    "labels": (
+        {"labels.tsv": "{name}\thello\n"},
+        "labels.tsv",
+        "",
+        _line,
+        "labels.tsv:1",
+        "ocr",
+        "labels",
+        {},
+    ),
+    "coco": (
+        {"captions.json": COCO},
+        "captions.json",
+        "",
+        _picture,
+        "captions.json: image 1",
+        "caption",
+        "coco",
+        {"size": 16},
+    ),
 }
-PLACES = ("relative", "absolute inside", "absolute elsewhere", "../ elsewhere",
-          "a link elsewhere")
+PLACES = ("relative", "absolute inside", "absolute elsewhere", "../ elsewhere", "a link elsewhere")
 
 
 def corpus_naming(tmp_path, fmt: str, place: str, *, made: bool = True):
@@ -76,9 +125,13 @@ def corpus_naming(tmp_path, fmt: str, place: str, *, made: bool = True):
     if place == "a link elsewhere":
         mine.parent.mkdir(parents=True)
         mine.symlink_to(elsewhere)
-    name = {"relative": "files/" + mine.name, "a link elsewhere": "files/" + mine.name,
-            "absolute inside": str(mine), "absolute elsewhere": str(elsewhere),
-            "../ elsewhere": os.path.relpath(elsewhere, folder)}[place]
+    name = {
+        "relative": "files/" + mine.name,
+        "a link elsewhere": "files/" + mine.name,
+        "absolute inside": str(mine),
+        "absolute elsewhere": str(elsewhere),
+        "../ elsewhere": os.path.relpath(elsewhere, folder),
+    }[place]
     for file, text in files.items():
         (data / file).write_text(text.format(name=name, json=json.dumps(name)))
     return data / read, name, folder
@@ -97,8 +150,7 @@ def test_each_format_reads_its_file_wherever_it_names_it(tmp_path, fmt, place):
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
-def test_confined_reads_absolute_names_inside_and_refuses_the_rest_naming_the_option(
-        tmp_path, fmt):
+def test_confined_reads_absolute_names_inside_and_refuses_the_rest_naming_the_option(tmp_path, fmt):
     where = FORMATS[fmt][4]
     for k, place in enumerate(PLACES):
         path, name, folder = corpus_naming(tmp_path / str(k), fmt, place)
@@ -106,8 +158,9 @@ def test_confined_reads_absolute_names_inside_and_refuses_the_rest_naming_the_op
             assert _read(fmt, path, confine=True) == 1, place
             continue
         how = "leads out of" if place == "a link elsewhere" else "is outside"
-        with pytest.raises(DataError, match=re.escape(
-                f"{where}: {name!r} {how} the data folder {folder}")) as exc:
+        with pytest.raises(
+            DataError, match=re.escape(f"{where}: {name!r} {how} the data folder {folder}")
+        ) as exc:
             _read(fmt, path, confine=True)
         assert "--confine" in str(exc.value) and "name files relative" not in str(exc.value)
 
@@ -116,8 +169,9 @@ def test_confined_reads_absolute_names_inside_and_refuses_the_rest_naming_the_op
 def test_a_missing_file_is_named_with_the_line_that_names_it(tmp_path, fmt):
     where = "text:1 (u1)" if fmt == "kaldi" else FORMATS[fmt][4]  # kaldi: the utterance
     for confine in (False, True):
-        path, name, folder = corpus_naming(tmp_path / str(confine), fmt, "absolute inside",
-                                           made=False)
+        path, name, folder = corpus_naming(
+            tmp_path / str(confine), fmt, "absolute inside", made=False
+        )
         with pytest.raises(DataError, match=re.escape(where)) as exc:
             _read(fmt, path, confine=confine)
         message = str(exc.value)
@@ -135,15 +189,23 @@ def test_inside_takes_any_name_and_confined_only_those_inside_the_folder(tmp_pat
     (tmp_path / "sub").mkdir()
     assert inside(tmp_path, "sub/a.png", "labels.tsv:1") == tmp_path / "sub" / "a.png"
     assert inside(tmp_path, "/etc/passwd", "x") == Path("/etc/passwd")
-    assert inside(tmp_path, str(tmp_path / "sub/a.png"), "x", confine=True) == \
-        tmp_path / "sub" / "a.png"
+    assert (
+        inside(tmp_path, str(tmp_path / "sub/a.png"), "x", confine=True)
+        == tmp_path / "sub" / "a.png"
+    )
     for name in ("../a.png", "/etc/passwd", "sub/../../a.png"):
-        with pytest.raises(DataError, match=r"^labels.tsv:1: .* is outside the data folder "
-                                            r".*; leave out --confine"):
+        with pytest.raises(
+            DataError,
+            match=r"^labels.tsv:1: .* is outside the data folder "
+            r".*; leave out --confine",
+        ):
             inside(tmp_path, name, "labels.tsv:1", confine=True)
     os.symlink("/etc", tmp_path / "link")
-    with pytest.raises(DataError, match=r"'link/passwd' leads out of the data folder .* "
-                                        r"through a link; leave out --confine"):
+    with pytest.raises(
+        DataError,
+        match=r"'link/passwd' leads out of the data folder .* "
+        r"through a link; leave out --confine",
+    ):
         inside(tmp_path, "link/passwd", "labels.tsv:1", confine=True)
 
 
@@ -208,9 +270,21 @@ def test_fifos_and_devices_are_refused_before_they_are_opened(tmp_path, no_hang,
     (tmp_path / "labels.tsv").write_text("pipe\thello\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"pipe: not a regular file \(a FIFO\)"):
         read_line_folder(tmp_path, tmp_path / "labels.tsv")
-    assert main(["translate", "--checkpoint", "builtin:translate-dates", "--file",
-                 str(fifo)]) == 2
+    assert main(["translate", "--checkpoint", "builtin:translate-dates", "--file", str(fifo)]) == 2
     assert "pipe: not a regular file (a FIFO)" in capsys.readouterr().err
-    assert main(["train", "lm", "--text", str(fifo), "--vocab-from", "builtin:asr-digits",
-                 "--out", str(tmp_path / "lm")]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "lm",
+                "--text",
+                str(fifo),
+                "--vocab-from",
+                "builtin:asr-digits",
+                "--out",
+                str(tmp_path / "lm"),
+            ]
+        )
+        == 2
+    )
     assert "pipe: not a regular file (a FIFO)" in capsys.readouterr().err

@@ -60,9 +60,12 @@ def test_objects_are_different_kinds_inside_the_image_and_do_not_overlap(scenes)
 
 def test_held_out_pairs_only_in_the_held_out_split(scenes, heldout):
     assert not any(_pair(o) in HELD_OUT for s in scenes for o in s.objects)
-    assert not any(f"{c} {s}" in text for scene in scenes for text in
-                   (*scene.captions, *(q.question for q in scene.questions))
-                   for c, s in HELD_OUT)
+    assert not any(
+        f"{c} {s}" in text
+        for scene in scenes
+        for text in (*scene.captions, *(q.question for q in scene.questions))
+        for c, s in HELD_OUT
+    )
     for scene in heldout:
         focus = [o for o in scene.objects if _pair(o) in HELD_OUT]
         assert focus
@@ -84,15 +87,24 @@ def test_checker_refuses_false_and_ungrammatical_captions():
     objects = [a, b]
     assert caption_is_true(objects, "a small red circle left of a blue square", size=64)
     assert caption_is_true(objects, "a blue square above a small red circle", size=64)
-    for false in ("a large red circle left of a blue square",  # wrong size
-                  "a red square left of a blue square",  # no red square
-                  "a red circle right of a blue square", "a red circle above a blue square",
-                  "a red circle left of a red circle",  # needs two different objects
-                  "a red circle at the top left", "a blue square at the centre"):
+    for false in (
+        "a large red circle left of a blue square",  # wrong size
+        "a red square left of a blue square",  # no red square
+        "a red circle right of a blue square",
+        "a red circle above a blue square",
+        "a red circle left of a red circle",  # needs two different objects
+        "a red circle at the top left",
+        "a blue square at the centre",
+    ):
         assert not caption_is_true(objects, false, size=64), false
     assert caption_is_true(objects, "a red circle at the bottom left", size=64)
-    for bad in ("", "red circle left of a blue square", "a red circle left of",
-                "a red circle left of a blue square now", "a red circle at the middle"):
+    for bad in (
+        "",
+        "red circle left of a blue square",
+        "a red circle left of",
+        "a red circle left of a blue square now",
+        "a red circle at the middle",
+    ):
         assert parse_caption(bad) is None and not caption_is_true(objects, bad, size=64)
 
 
@@ -112,22 +124,23 @@ def test_answers_follow_from_the_objects(scenes):
                 colour, shape = words[-3], words[-2]
                 assert q.answer == ("yes" if (colour, shape) in map(_pair, objs) else "no")
             elif q.type == "where":
-                named = _named(objs, words[2:words.index("in")])
+                named = _named(objs, words[2 : words.index("in")])
                 assert q.answer == region_of(named, scene.size)
             elif q.type in ("colour", "shape", "size"):
                 named = _named(objs, words[3:-1])
                 assert q.answer == getattr(named, q.type)
             elif q.type in ("closest", "farthest"):
                 subject = _named(objs, words[7:-1])  # after "the object closest to"
-                dist = {o: np.hypot(o.x - subject.x, o.y - subject.y)
-                        for o in objs if o is not subject}
+                dist = {
+                    o: np.hypot(o.x - subject.x, o.y - subject.y) for o in objs if o is not subject
+                }
                 pick = (min if q.type == "closest" else max)(dist, key=dist.get)
                 assert q.answer == getattr(pick, words[1])
             else:  # is A left of B ? / is A above B ?
                 word, axis = ("left", "x") if q.type == "left_of" else ("above", "y")
                 i = words.index(word)
                 a = _named(objs, words[1:i])
-                b = _named(objs, words[i + (2 if word == "left" else 1):-1])
+                b = _named(objs, words[i + (2 if word == "left" else 1) : -1])
                 assert q.answer == ("yes" if getattr(a, axis) < getattr(b, axis) else "no")
     assert seen == set(QUESTION_TYPES)
 
@@ -152,8 +165,9 @@ def test_scenes_as_captioned_images_and_question_sets(scenes):
     assert items[1].captions == scenes[1].captions and items[1].origin == "train[1]"
     images, questions = question_set(scenes[:2], "valid")
     assert len(images) == 2 and images[1] is scenes[1].image
-    assert [q.image for q in questions] == [0] * len(scenes[0].questions) + \
-        [1] * len(scenes[1].questions)
+    assert [q.image for q in questions] == [0] * len(scenes[0].questions) + [1] * len(
+        scenes[1].questions
+    )
     assert questions[0].origin == "valid[0].0" and questions[0].type == "exist"
 
 
@@ -163,14 +177,20 @@ def test_other_sizes_and_object_counts():
     assert len(scene.captions) == 2
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(split="dev"), "split: expected one of train, valid, test, heldout, got 'dev'"),
-    (dict(n=-1), "n: expected a non-negative int, got -1"),
-    (dict(size=16), r"size: expected an int in \[32, 256\] \(pixels\), got 16"),
-    (dict(min_objects=5, max_objects=4), "min_objects, max_objects: expected 2 <= .* got 5 and 4"),
-    (dict(max_objects=9), "got 3 and 9"),
-    (dict(captions=0), "captions: expected a positive int, got 0"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(split="dev"), "split: expected one of train, valid, test, heldout, got 'dev'"),
+        (dict(n=-1), "n: expected a non-negative int, got -1"),
+        (dict(size=16), r"size: expected an int in \[32, 256\] \(pixels\), got 16"),
+        (
+            dict(min_objects=5, max_objects=4),
+            "min_objects, max_objects: expected 2 <= .* got 5 and 4",
+        ),
+        (dict(max_objects=9), "got 3 and 9"),
+        (dict(captions=0), "captions: expected a positive int, got 0"),
+    ],
+)
 def test_bad_arguments(kw, match):
     with pytest.raises(ValueError, match=match):
         generate_scenes(**{"n": 1, **kw})

@@ -84,8 +84,10 @@ def test_splits_share_no_voice_and_no_speed():
     # festival has three English voices: valid and test share the one training never hears
     voices = {s: {u.voice for u in p if u.engine == "espeak-ng"} for s, p in plans.items()}
     speeds = {s: {u.speed for u in p} for s, p in plans.items()}
-    variants = {s: {u.voice.partition("+")[2] for u in p if u.engine == "espeak-ng"}
-                for s, p in plans.items()}
+    variants = {
+        s: {u.voice.partition("+")[2] for u in p if u.engine == "espeak-ng"}
+        for s, p in plans.items()
+    }
     for a, b in [("train", "valid"), ("train", "test"), ("valid", "test")]:
         assert not voices[a] & voices[b] and not speeds[a] & speeds[b]
         assert not variants[a] & variants[b]
@@ -93,22 +95,33 @@ def test_splits_share_no_voice_and_no_speed():
     assert variants["test"] == set(speech.HELD_OUT_VARIANTS["test"])
     assert {"m1", "f1", "klatt", "croak"} < variants["train"]  # every variant espeak-ng ships
     festival = {s: {u.voice for u in p if u.engine == "festival"} for s, p in plans.items()}
-    assert festival == {"train": {"kal_diphone", "cmu_us_slt_arctic_hts"},
-                        "valid": {"ked_diphone"}, "test": {"ked_diphone"}}
+    assert festival == {
+        "train": {"kal_diphone", "cmu_us_slt_arctic_hts"},
+        "valid": {"ked_diphone"},
+        "test": {"ked_diphone"},
+    }
     gnuspeech = {s: {u.voice for u in p if u.engine == "gnuspeech"} for s, p in plans.items()}
-    assert gnuspeech == {"train": {"male", "female", "large_child"}, "valid": {"small_child"},
-                         "test": {"small_child"}}
+    assert gnuspeech == {
+        "train": {"male", "female", "large_child"},
+        "valid": {"small_child"},
+        "test": {"small_child"},
+    }
     pico = {s: {u.voice for u in p if u.engine == "pico"} for s, p in plans.items()}
     assert pico == {"train": {"en-US"}, "valid": {"en-GB"}, "test": {"en-GB"}}
     accented = {s: {u.voice for u in p if u.engine == "accented"} for s, p in plans.items()}
-    assert accented == {"train": set(synthesis.FESTIVAL_ACCENTS) - {"czech_ph"},
-                        "valid": {"czech_ph"}, "test": {"czech_ph"}}
+    assert accented == {
+        "train": set(synthesis.FESTIVAL_ACCENTS) - {"czech_ph"},
+        "valid": {"czech_ph"},
+        "test": {"czech_ph"},
+    }
     assert {u.voice.partition("+")[0] for u in plans["train"] if u.engine == "espeak-ng"} == set(
-        ACCENTS)
+        ACCENTS
+    )
     same_text = sum(a.transcript == b.transcript for a, b in zip(plans["valid"], plans["test"]))
     assert same_text < 30  # the split is part of each example's seed, not only its voice pool
     assert min(speeds["train"]) < min(speeds["valid"]) and max(speeds["test"]) < max(
-        speeds["train"])  # held-out speeds lie inside the training range
+        speeds["train"]
+    )  # held-out speeds lie inside the training range
 
 
 @needs_espeak
@@ -125,11 +138,14 @@ def test_festival_speaks_and_follows_speed_and_pitch():
     assert rate == 16000 and 1.6 < slow.numel() / fast.numel() < 2.4
     low, _ = synthesis.synthesize("four two", voice="kal_diphone", pitch=20, engine="festival")
     high, _ = synthesis.synthesize("four two", voice="kal_diphone", pitch=80, engine="festival")
-    assert not torch.equal(low[:min(low.numel(), high.numel())],
-                           high[:min(low.numel(), high.numel())])
+    assert not torch.equal(
+        low[: min(low.numel(), high.numel())], high[: min(low.numel(), high.numel())]
+    )
     plan = plan_utterances(12, engines=("festival",))
-    assert all(torch.equal(a, speech.utterance_audio(u))  # one process or one each: the same
-               for a, u in zip(speech._chunk_audio(plan), plan[:3]))
+    assert all(
+        torch.equal(a, speech.utterance_audio(u))  # one process or one each: the same
+        for a, u in zip(speech._chunk_audio(plan), plan[:3])
+    )
     with pytest.raises(ValueError, match="voice: expected a festival voice"):
         synthesis.synthesize("one", voice="en-us", engine="festival")
 
@@ -152,12 +168,14 @@ def test_gnuspeech_speaks_reproducibly_and_follows_speed_and_pitch():
 @needs_espeak
 def test_gnuspeech_speakers_are_drawn_in_range_and_only_for_training():
     a = synthesis.gnuspeech_tract(random.Random(3))
-    assert a == synthesis.gnuspeech_tract(random.Random(3)) != synthesis.gnuspeech_tract(
-        random.Random(4))
+    assert (
+        a
+        == synthesis.gnuspeech_tract(random.Random(3))
+        != synthesis.gnuspeech_tract(random.Random(4))
+    )
     for name, (low, high) in synthesis.GNUSPEECH_TRACT.items():
         assert low <= a[name] <= high
-    assert a["glottal_pulse_tn_min"] <= a["glottal_pulse_tn_max"] <= a[
-        "glottal_pulse_tn_min"] + 10
+    assert a["glottal_pulse_tn_min"] <= a["glottal_pulse_tn_max"] <= a["glottal_pulse_tn_min"] + 10
     plans = {s: plan_utterances(300, split=s, engines=ENGINES) for s in SPLITS}
     train = [u for u in plans["train"] if u.engine == "gnuspeech"]
     assert train and len({u.tract for u in train}) == len(train)  # a speaker each
@@ -166,7 +184,8 @@ def test_gnuspeech_speakers_are_drawn_in_range_and_only_for_training():
     # the speaker is drawn last: every other field is as without one
     plain = plan_utterances(300, split="train", engines=ENGINES)
     assert [dataclasses.replace(u, tract=()) for u in plans["train"]] == [
-        dataclasses.replace(u, tract=()) for u in plain]
+        dataclasses.replace(u, tract=()) for u in plain
+    ]
 
 
 @needs_gnuspeech
@@ -177,20 +196,25 @@ def test_gnuspeech_tract_changes_the_speaker_reproducibly():
         keep = freqs < 5000
         return float((power[keep] * freqs[keep]).sum() / power[keep].sum())
 
-    short, rate = synthesize("nine four three", voice="male", engine="gnuspeech",
-                             tract={"vocal_tract_length": 12.0})
-    long, _ = synthesize("nine four three", voice="male", engine="gnuspeech",
-                         tract={"vocal_tract_length": 19.0})
+    short, rate = synthesize(
+        "nine four three", voice="male", engine="gnuspeech", tract={"vocal_tract_length": 12.0}
+    )
+    long, _ = synthesize(
+        "nine four three", voice="male", engine="gnuspeech", tract={"vocal_tract_length": 19.0}
+    )
     assert centroid(long, rate) < 0.9 * centroid(short, rate)  # a longer tube: lower formants
     tract = synthesis.gnuspeech_tract(random.Random(0))
     once = synthesize("seven", voice="female", engine="gnuspeech", tract=tract)[0]
-    assert torch.equal(once, synthesize("seven", voice="female", engine="gnuspeech",
-                                        tract=tract)[0])
+    assert torch.equal(
+        once, synthesize("seven", voice="female", engine="gnuspeech", tract=tract)[0]
+    )
     assert not torch.equal(once, synthesize("seven", voice="female", engine="gnuspeech")[0])
     plan = [u for u in plan_utterances(30, engines=("gnuspeech",))][:3]
     assert all(u.tract for u in plan)
-    assert all(torch.equal(a, speech.utterance_audio(u))
-               for a, u in zip(speech._chunk_audio(plan), plan[:2]))
+    assert all(
+        torch.equal(a, speech.utterance_audio(u))
+        for a, u in zip(speech._chunk_audio(plan), plan[:2])
+    )
 
 
 def test_bad_tract_is_refused():
@@ -235,14 +259,14 @@ def test_bad_consonants_are_refused():
 @needs_espeak
 def test_consonants_are_drawn_for_espeak_utterances_only_and_change_nothing_else():
     plain = plan_utterances(200, seed=3, engines=("espeak-ng", "festival"))
-    shaped = plan_utterances(200, seed=3, engines=("espeak-ng", "festival"),
-                             consonants=(15, 100))
+    shaped = plan_utterances(200, seed=3, engines=("espeak-ng", "festival"), consonants=(15, 100))
     assert [dataclasses.replace(u, consonants=None) for u in shaped] == plain
     drawn = [u.consonants for u in shaped if u.engine == "espeak-ng"]
     assert all(15 <= c <= 100 for c in drawn) and len(set(drawn)) > 40
     assert all(u.consonants is None for u in shaped if u.engine == "festival")
-    assert shaped == plan_utterances(200, seed=3, engines=("espeak-ng", "festival"),
-                                     consonants=(15, 100))
+    assert shaped == plan_utterances(
+        200, seed=3, engines=("espeak-ng", "festival"), consonants=(15, 100)
+    )
 
 
 def _f0(samples: torch.Tensor, rate: int) -> float:
@@ -294,8 +318,11 @@ def test_missing_gnuspeech_says_how_to_install_it(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match=r"gnuspeech: .*not found in .*npm install --prefix"):
         synthesize("one", voice="male", engine="gnuspeech")
     monkeypatch.setattr(synthesis.shutil, "which", lambda name: None)
-    with pytest.raises(RuntimeError, match=r"gnuspeech: node: command not found.*apt-get "
-                                           r"install nodejs"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"gnuspeech: node: command not found.*apt-get "
+        r"install nodejs",
+    ):
         synthesize("one", voice="male", engine="gnuspeech")
 
 
@@ -306,11 +333,14 @@ def test_noise_settings_are_drawn_per_example():
     assert all(u.noise_snr_db is None for u in plan_utterances(5, split="valid"))
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"split": "dev"}, "split: expected one of train, valid, test, got 'dev'"),
-    ({"kinds": ("poems",)}, "kinds: expected a non-empty subset"),
-    ({"noise_snr_db": (20, 5)}, r"noise_snr_db: expected None or \(low, high\)"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"split": "dev"}, "split: expected one of train, valid, test, got 'dev'"),
+        ({"kinds": ("poems",)}, "kinds: expected a non-empty subset"),
+        ({"noise_snr_db": (20, 5)}, r"noise_snr_db: expected None or \(low, high\)"),
+    ],
+)
 def test_plan_rejects_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         plan_utterances(3, **kwargs)
@@ -318,21 +348,28 @@ def test_plan_rejects_bad_arguments(kwargs, message):
 
 def test_missing_espeak_says_how_to_install_it(monkeypatch):
     monkeypatch.setattr(synthesis.shutil, "which", lambda name: None)
-    with pytest.raises(RuntimeError, match=r"espeak-ng: command not found.*apt-get install "
-                                           r"espeak-ng"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"espeak-ng: command not found.*apt-get install "
+        r"espeak-ng",
+    ):
         synthesize("hello")
 
 
 @needs_espeak
 def test_espeak_stdout_header_has_bogus_sizes_and_is_parsed():
-    raw = subprocess.run(["espeak-ng", "--stdout", "-v", "en-us", "-s", "160", "-p", "50", "one two"],
-                         capture_output=True, check=True).stdout
+    raw = subprocess.run(
+        ["espeak-ng", "--stdout", "-v", "en-us", "-s", "160", "-p", "50", "one two"],
+        capture_output=True,
+        check=True,
+    ).stdout
     riff_size, data_size = int.from_bytes(raw[4:8], "little"), int.from_bytes(raw[40:44], "little")
     assert raw[36:40] == b"data" and data_size > len(raw) and riff_size > len(raw)
     samples, rate = synthesize("one two", voice="en-us")
     assert rate == 22050 and samples.numel() == (len(raw) - 44) // 2
-    assert torch.equal(samples, torch.from_numpy(
-        np.frombuffer(raw[44:], "<i2").astype(np.float32) / 32768))
+    assert torch.equal(
+        samples, torch.from_numpy(np.frombuffer(raw[44:], "<i2").astype(np.float32) / 32768)
+    )
 
 
 @needs_espeak
@@ -370,10 +407,18 @@ def test_dataset_is_cached_and_reused(tmp_path, monkeypatch):
     plan = plan_utterances(6, split="test", seed=2)
     assert isinstance(data, SpeechSet) and len(data) == 6
     assert data.transcripts == [u.transcript for u in plan]
-    assert data.origins[0] == (f"espeak-ng {plan[0].voice} s={plan[0].speed} p={plan[0].pitch} "
-                               f"g={plan[0].gap} a={plan[0].amplitude}")
-    audio, rate = synthesize(plan[0].transcript, voice=plan[0].voice, speed=plan[0].speed,
-                             pitch=plan[0].pitch, gap=plan[0].gap, amplitude=plan[0].amplitude)
+    assert data.origins[0] == (
+        f"espeak-ng {plan[0].voice} s={plan[0].speed} p={plan[0].pitch} "
+        f"g={plan[0].gap} a={plan[0].amplitude}"
+    )
+    audio, rate = synthesize(
+        plan[0].transcript,
+        voice=plan[0].voice,
+        speed=plan[0].speed,
+        pitch=plan[0].pitch,
+        gap=plan[0].gap,
+        amplitude=plan[0].amplitude,
+    )
     assert rate == 22050
     assert data.features[0].shape == (1 + math.ceil(audio.numel() * 320 / 441) // 160, 80)
     # read from the cache's rows when indexed: each utterance's own features
@@ -401,10 +446,17 @@ def test_dataset_is_cached_and_reused(tmp_path, monkeypatch):
 @needs_espeak
 def test_noise_is_seeded_and_at_the_drawn_level(tmp_path):
     clean = speech_dataset(2, split="valid", cache_dir=tmp_path / "a", kinds=("digits",))
-    noisy = speech_dataset(2, split="valid", cache_dir=tmp_path / "a", kinds=("digits",),
-                           noise_snr_db=(0.0, 0.0))
-    again = speech_dataset(2, split="valid", cache_dir=tmp_path / "b", kinds=("digits",),
-                           noise_snr_db=(0.0, 0.0), workers=1)
+    noisy = speech_dataset(
+        2, split="valid", cache_dir=tmp_path / "a", kinds=("digits",), noise_snr_db=(0.0, 0.0)
+    )
+    again = speech_dataset(
+        2,
+        split="valid",
+        cache_dir=tmp_path / "b",
+        kinds=("digits",),
+        noise_snr_db=(0.0, 0.0),
+        workers=1,
+    )
     assert clean.transcripts == noisy.transcripts
     assert all(torch.equal(a, b) for a, b in zip(noisy.features, again.features))
     # at 0 dB the noise fills the silences: the quietest frames get much louder
@@ -414,13 +466,13 @@ def test_noise_is_seeded_and_at_the_drawn_level(tmp_path):
 @needs_espeak
 def test_a_consonants_range_is_a_cache_of_its_own(tmp_path):
     own = speech_dataset(3, split="valid", seed=2, cache_dir=tmp_path, kinds=("digits",))
-    shaped = speech_dataset(3, split="valid", seed=2, cache_dir=tmp_path, kinds=("digits",),
-                            consonants=(10, 20))
+    shaped = speech_dataset(
+        3, split="valid", seed=2, cache_dir=tmp_path, kinds=("digits",), consonants=(10, 20)
+    )
     assert len(list(tmp_path.iterdir())) == 2 and own.transcripts == shaped.transcripts
     plan = plan_utterances(3, split="valid", seed=2, kinds=("digits",), consonants=(10, 20))
     assert shaped.origins[0].endswith(f" c={plan[0].consonants}")
-    assert torch.equal(shaped.features[0],
-                       speech._chunk_features(plan[:1])[0].to(torch.float16))
+    assert torch.equal(shaped.features[0], speech._chunk_features(plan[:1])[0].to(torch.float16))
     assert not torch.equal(shaped.features[0], own.features[0])
 
 
@@ -476,8 +528,10 @@ def test_manifest_errors_name_the_file(tmp_path):
     (tmp_path / "bad.tsv").write_text("no tab here\n")
     with pytest.raises(DataError, match=re.escape(str(tmp_path / "bad.tsv")) + ":1"):
         read_manifest(tmp_path / "bad.tsv")
-    (tmp_path / "mulaw.wav").write_bytes(b"RIFF\x24\0\0\0WAVEfmt \x10\0\0\0\x07\0\x01\0"
-                                         b"\x80\x3e\0\0\0\xfa\0\0\x04\0\x20\0data\0\0\0\0")
+    (tmp_path / "mulaw.wav").write_bytes(
+        b"RIFF\x24\0\0\0WAVEfmt \x10\0\0\0\x07\0\x01\0"
+        b"\x80\x3e\0\0\0\xfa\0\0\x04\0\x20\0data\0\0\0\0"
+    )
     (tmp_path / "f.tsv").write_text("mulaw.wav\thello\n")
     with pytest.raises(DataError, match=re.escape(str(tmp_path / "mulaw.wav")) + ".*mu-law"):
         read_manifest(tmp_path / "f.tsv")

@@ -38,14 +38,17 @@ def test_training_is_deterministic():
     assert SubwordVocab.build(texts, size=100).model == SubwordVocab.build(texts, size=100).model
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: SubwordVocab.build(["abc"], size=4), "size: expected an int >= 8, got 4"),
-    (lambda: SubwordVocab.build(["abcdefgh"], size=10), "size: expected at least 12 .*got 10"),
-    (lambda: SubwordVocab.build(["abc"], model_type="word"), "model_type: expected one of"),
-    (lambda: SubwordVocab.build(["", ""]), "texts: expected at least one non-empty text"),
-    (lambda: build_vocab(["abc"], kind="wordpiece"), "kind: expected char, unigram or bpe"),
-    (lambda: SubwordVocab.from_json({"type": "char"}), "expected a SentencePiece vocabulary"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: SubwordVocab.build(["abc"], size=4), "size: expected an int >= 8, got 4"),
+        (lambda: SubwordVocab.build(["abcdefgh"], size=10), "size: expected at least 12 .*got 10"),
+        (lambda: SubwordVocab.build(["abc"], model_type="word"), "model_type: expected one of"),
+        (lambda: SubwordVocab.build(["", ""]), "texts: expected at least one non-empty text"),
+        (lambda: build_vocab(["abc"], kind="wordpiece"), "kind: expected char, unigram or bpe"),
+        (lambda: SubwordVocab.from_json({"type": "char"}), "expected a SentencePiece vocabulary"),
+    ],
+)
 def test_bad_input_names_the_argument(call, match):
     with pytest.raises(ValueError, match=match):
         call()

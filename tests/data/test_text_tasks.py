@@ -156,7 +156,9 @@ def test_the_dependency_ranges_hold_the_data_s_versions():
     from attnkit.data.worlds.text_tasks import DATA_VERSIONS
 
     project = Path(__file__).resolve().parents[2] / "pyproject.toml"
-    wanted = {Requirement(r).name: Requirement(r).specifier
-              for r in tomllib.loads(project.read_text())["project"]["dependencies"]}
+    wanted = {
+        Requirement(r).name: Requirement(r).specifier
+        for r in tomllib.loads(project.read_text())["project"]["dependencies"]
+    }
     for name, version in DATA_VERSIONS.items():
         assert version in wanted[name], (name, version, wanted[name])

@@ -43,8 +43,11 @@ def test_a_utf16_file_is_refused_even_when_skipping_bad_lines(tmp_path, encoding
 def test_lines_longer_than_the_limit_are_named(tmp_path):
     f = tmp_path / "pairs.tsv"
     f.write_text(f"un\t1\n{'x' * 100_000}\t2\ndeux\t{'2' * (MAX_CHARS + 1)}\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"pairs.tsv:2: source of 100000 characters, more than "
-                                        r"the limit of 1000"):
+    with pytest.raises(
+        DataError,
+        match=r"pairs.tsv:2: source of 100000 characters, more than "
+        r"the limit of 1000",
+    ):
         read_tsv(f)
     assert read_tsv(f, skip_bad_lines=True) == [("un", "1")]
     assert len(read_tsv(f, max_chars=None)) == 3

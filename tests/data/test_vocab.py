@@ -8,8 +8,16 @@ from attnkit.tokens import BOS, EOS, UNK
 
 
 def test_words_split_punctuation_and_lower_case():
-    assert words("Is the RED circle left of it?") == ["is", "the", "red", "circle", "left",
-                                                      "of", "it", "?"]
+    assert words("Is the RED circle left of it?") == [
+        "is",
+        "the",
+        "red",
+        "circle",
+        "left",
+        "of",
+        "it",
+        "?",
+    ]
     assert words("  a,b  ") == ["a", ",", "b"] and words("") == []
 
 
@@ -39,8 +47,11 @@ def test_a_character_vocabulary_holds_characters_and_its_tags():
     assert load_vocab(vocab.to_json()).symbols == vocab.symbols  # a tag is one symbol
     data = vocab.to_json()
     data["symbols"][0] = "ab"
-    with pytest.raises(ValueError, match=r"^vocab: 'symbols' holds 'ab': expected one character "
-                                         r"or one of the tags \('<fr>'\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^vocab: 'symbols' holds 'ab': expected one character "
+        r"or one of the tags \('<fr>'\)$",
+    ):
         load_vocab(data)
     data["symbols"][0] = "x" * 10**6
     with pytest.raises(ValueError) as info:

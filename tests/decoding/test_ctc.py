@@ -21,10 +21,17 @@ def test_blank_and_dropped_ids_are_options():
     assert ctc_greedy(lp, torch.tensor([4]), blank=4, drop=()).ids == [[0, 2]]
 
 
-@pytest.mark.parametrize("lp, lengths, match", [
-    (torch.zeros(2, 3), torch.tensor([3, 3]), r"log_probs: expected \(B, T, V\), got shape \(2, 3\)"),
-    (torch.zeros(2, 3, 4), torch.tensor([3]), r"lengths: expected shape \(2,\), got \(1,\)"),
-])
+@pytest.mark.parametrize(
+    "lp, lengths, match",
+    [
+        (
+            torch.zeros(2, 3),
+            torch.tensor([3, 3]),
+            r"log_probs: expected \(B, T, V\), got shape \(2, 3\)",
+        ),
+        (torch.zeros(2, 3, 4), torch.tensor([3]), r"lengths: expected shape \(2,\), got \(1,\)"),
+    ],
+)
 def test_bad_shapes_are_refused(lp, lengths, match):
     with pytest.raises(ValueError, match=match):
         ctc_greedy(lp, lengths)

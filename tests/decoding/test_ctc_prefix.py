@@ -26,9 +26,16 @@ def _ctc_log_prob(log_probs, labels):
     """log p_ctc(labels | log_probs (T, V)), from PyTorch's CTC loss."""
     if not labels:
         return float(log_probs[:, PAD].sum())
-    return -float(F.ctc_loss(log_probs[:, None], torch.tensor([labels]),
-                             torch.tensor([log_probs.shape[0]]), torch.tensor([len(labels)]),
-                             blank=PAD, reduction="sum"))
+    return -float(
+        F.ctc_loss(
+            log_probs[:, None],
+            torch.tensor([labels]),
+            torch.tensor([log_probs.shape[0]]),
+            torch.tensor([len(labels)]),
+            blank=PAD,
+            reduction="sum",
+        )
+    )
 
 
 @given(st.integers(1, 3), st.integers(1, 9), st.integers(4, 6), st.integers(0, 2**16))
@@ -45,13 +52,16 @@ def test_prefix_scores_equal_their_definition(b, t, v, seed):
         for n in range(b):
             x = log_probs[n, : lengths[n]]
             want_end = _ctc_log_prob(x.double(), prefixes[n])
-            assert math.isclose(float(end[n]), want_end, rel_tol=1e-4, abs_tol=1e-4) or \
-                want_end == float(end[n]) == -math.inf
+            assert (
+                math.isclose(float(end[n]), want_end, rel_tol=1e-4, abs_tol=1e-4)
+                or want_end == float(end[n]) == -math.inf
+            )
             for c in range(3):
                 want = prefix_scores_loop(x, prefixes[n] + [int(cand[n, c])])
                 got = float(psi[n, c])
-                assert (got == want == -math.inf) or math.isclose(got, want, rel_tol=1e-4,
-                                                                  abs_tol=1e-4)
+                assert (got == want == -math.inf) or math.isclose(
+                    got, want, rel_tol=1e-4, abs_tol=1e-4
+                )
         pick = torch.randint(0, 3, (b,), generator=g)
         rows = torch.arange(b)
         state = scorer.advance(state, cand[rows, pick], psi[rows, pick], r[rows, pick])
@@ -118,19 +128,23 @@ def test_ctc_alone_with_a_wide_beam_is_exhaustive_search():
     labels = [3, 4]
     candidates = [list(s) for n in range(0, 4) for s in itertools.product(labels, repeat=n)]
     best = max(candidates, key=lambda s: _ctc_log_prob(model.ctc[0].double(), s))
-    got = decode(model, None, torch.tensor([t]), max_len=6,
-                 decoding=plain_beam(16, ctc_weight=1.0))
+    got = decode(model, None, torch.tensor([t]), max_len=6, decoding=plain_beam(16, ctc_weight=1.0))
     assert got.tokens[0, : int(got.lengths[0]) - 1].tolist() == best
-    assert math.isclose(float(got.scores[0]), _ctc_log_prob(model.ctc[0].double(), best),
-                        rel_tol=1e-4)
+    assert math.isclose(
+        float(got.scores[0]), _ctc_log_prob(model.ctc[0].double(), best), rel_tol=1e-4
+    )
 
 
 def test_ctc_weight_zero_is_plain_beam_search():
     model = Fake(torch.tensor([-9.0, -9.0, -0.5, 0.0, -1.0]), torch.randn(1, 5, 5))
     plain = decode(model, None, torch.tensor([5]), max_len=4, decoding=plain_beam(2))
     assert plain_beam(2, ctc_weight=0.0).method == "beam"
-    assert torch.equal(plain.tokens, decode(model, None, torch.tensor([5]), max_len=4,
-                                            decoding=plain_beam(2, ctc_weight=0.0)).tokens)
+    assert torch.equal(
+        plain.tokens,
+        decode(
+            model, None, torch.tensor([5]), max_len=4, decoding=plain_beam(2, ctc_weight=0.0)
+        ).tokens,
+    )
 
 
 class Unigram:
@@ -150,27 +164,42 @@ def test_shallow_fusion_adds_the_language_model():
     model = Fake(torch.tensor([-9.0, -9.0, -5.0, 0.0, -0.2]), torch.randn(1, 5, 5))
     lm = Unigram(torch.tensor([-9.0, -9.0, -5.0, -5.0, 0.0]))
     alone = decode(model, None, torch.tensor([5]), max_len=3, decoding=plain_beam(2))
-    got = decode(model, None, torch.tensor([5]), max_len=3, lm=lm,
-                 decoding=plain_beam(2, lm_weight=1.0))
+    got = decode(
+        model, None, torch.tensor([5]), max_len=3, lm=lm, decoding=plain_beam(2, lm_weight=1.0)
+    )
     assert alone.tokens[0].tolist() == [3, 3, 3] and got.tokens[0].tolist() == [4, 4, 4]
     with pytest.raises(ValueError, match="lm: lm_weight=1.0 needs a language model, got None"):
         decode(model, None, torch.tensor([5]), max_len=3, decoding=Decoding(lm_weight=1.0))
 
 
-@pytest.mark.parametrize("make, inputs, lengths", [
-    (lambda: CRNN(12, channels=(4, 4, 8, 8, 8), hidden=8, head="attention", ctc=True,
-                  dec_hidden=16),
-     torch.rand(2, 1, 32, 40), torch.tensor([40, 24])),
-    (lambda: LAS(12, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8,
-                 ctc=True), torch.randn(2, 40, 8), torch.tensor([40, 24])),
-], ids=["crnn", "las"])
+@pytest.mark.parametrize(
+    "make, inputs, lengths",
+    [
+        (
+            lambda: CRNN(
+                12, channels=(4, 4, 8, 8, 8), hidden=8, head="attention", ctc=True, dec_hidden=16
+            ),
+            torch.rand(2, 1, 32, 40),
+            torch.tensor([40, 24]),
+        ),
+        (
+            lambda: LAS(
+                12, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8, ctc=True
+            ),
+            torch.randn(2, 40, 8),
+            torch.tensor([40, 24]),
+        ),
+    ],
+    ids=["crnn", "las"],
+)
 @torch.no_grad()
 def test_joint_decoding_runs_on_the_models_ctc_heads(make, inputs, lengths, one_thread):
     torch.manual_seed(0)
     model = make().eval()
     state, log_probs, frames = model.start_joint(inputs, lengths)
-    got = decode(model, inputs, lengths, max_len=30,
-                 decoding=plain_beam(3, ctc_weight=0.4, n_best=2))
+    got = decode(
+        model, inputs, lengths, max_len=30, decoding=plain_beam(3, ctc_weight=0.4, n_best=2)
+    )
     assert got.tokens.shape[:2] == (2, 2) and torch.isfinite(got.scores[:, 0]).all()
     assert (got.lengths[:, 0] <= frames + 1).all()  # CTC bounds the output length
     one = decode(model, inputs, lengths, max_len=30, decoding=Decoding(ctc_weight=0.4))
@@ -180,17 +209,25 @@ def test_joint_decoding_runs_on_the_models_ctc_heads(make, inputs, lengths, one_
 def test_models_without_a_ctc_head_are_refused():
     model = CRNN(12, channels=(4, 4, 8, 8, 8), hidden=8, head="attention").eval()
     with pytest.raises(ValueError, match="ctc_weight: CRNN has no CTC head to score with"):
-        decode(model, torch.rand(1, 1, 32, 20), torch.tensor([20]), max_len=5,
-               decoding=Decoding(ctc_weight=0.3))
+        decode(
+            model,
+            torch.rand(1, 1, 32, 20),
+            torch.tensor([20]),
+            max_len=5,
+            decoding=Decoding(ctc_weight=0.3),
+        )
     with pytest.raises(ValueError, match="model: joint decoding needs the attention head"):
         model.start_joint(torch.rand(1, 1, 32, 20), torch.tensor([20]))
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(ctc_weight=1.5), r"ctc_weight: expected a number in \[0, 1\], got 1.5"),
-    (dict(lm_weight=-1), r"lm_weight: expected a number in \[0, 100\], got -1"),
-    (dict(sample=True, ctc_weight=0.3), "sample: draws one token at a time"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(ctc_weight=1.5), r"ctc_weight: expected a number in \[0, 1\], got 1.5"),
+        (dict(lm_weight=-1), r"lm_weight: expected a number in \[0, 100\], got -1"),
+        (dict(sample=True, ctc_weight=0.3), "sample: draws one token at a time"),
+    ],
+)
 def test_bad_options(kw, match):
     with pytest.raises(ValueError, match=match):
         Decoding(**kw)

@@ -28,8 +28,9 @@ def _model():
 
 
 def _direct(model, src, src_len, fn, **kw):
-    return fn(model.step, model.start(src, src_len), batch_size=3, bos=1, eos=2, pad=0,
-              max_len=6, **kw)
+    return fn(
+        model.step, model.start(src, src_len), batch_size=3, bos=1, eos=2, pad=0, max_len=6, **kw
+    )
 
 
 @torch.no_grad()
@@ -40,15 +41,30 @@ def test_each_method_is_the_search_it_names():
     assert torch.equal(got.tokens, _direct(model, src, src_len, greedy).tokens)
     options = Decoding(beam=3, length_penalty=0.6, no_repeat_ngram=2, n_best=2)
     got = decode(model, src, src_len, max_len=6, decoding=options)
-    want = _direct(model, src, src_len, beam_search, beam_size=3, alpha=0.6, no_repeat_ngram=2,
-                   n_best=2)
+    want = _direct(
+        model, src, src_len, beam_search, beam_size=3, alpha=0.6, no_repeat_ngram=2, n_best=2
+    )
     assert got.tokens.shape[:2] == (3, 2) and torch.equal(got.tokens, want.tokens)
     assert torch.equal(got.best().tokens, want.tokens[:, 0])
     drawn = Decoding(sample=True, temperature=1.5, top_k=5, seed=3)
-    got = decode(model, src, src_len, max_len=6, decoding=drawn,
-                 generator=drawn.generator("cpu"), weights=True)
-    want = _direct(model, src, src_len, sample, temperature=1.5, top_k=5,
-                   generator=torch.Generator().manual_seed(3))
+    got = decode(
+        model,
+        src,
+        src_len,
+        max_len=6,
+        decoding=drawn,
+        generator=drawn.generator("cpu"),
+        weights=True,
+    )
+    want = _direct(
+        model,
+        src,
+        src_len,
+        sample,
+        temperature=1.5,
+        top_k=5,
+        generator=torch.Generator().manual_seed(3),
+    )
     assert torch.equal(got.tokens, want.tokens)
 
 
@@ -71,15 +87,18 @@ def test_a_beam_normalises_by_length_unless_told_otherwise():
     assert torch.equal(torch.rand(3, generator=a), torch.rand(3, generator=b))
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(beam=0), "beam: expected a positive int, got 0"),
-    (dict(beam=2.0), "beam: expected a positive int, got 2.0"),
-    (dict(beam=2, n_best=3), r"n_best: expected an int in \[1, beam=2\], got 3"),
-    (dict(no_repeat_ngram=-1), "no_repeat_ngram: expected a non-negative int, got -1"),
-    (dict(length_penalty=-0.1), r"length_penalty: expected a number in \[0, 10\], got -0.1"),
-    (dict(sample=True, beam=4), "sample: draws one token at a time, not with beam=4"),
-    (dict(sample=True, coverage_penalty=0.2), "sample: .* not with beam=1 and beam options"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(beam=0), "beam: expected a positive int, got 0"),
+        (dict(beam=2.0), "beam: expected a positive int, got 2.0"),
+        (dict(beam=2, n_best=3), r"n_best: expected an int in \[1, beam=2\], got 3"),
+        (dict(no_repeat_ngram=-1), "no_repeat_ngram: expected a non-negative int, got -1"),
+        (dict(length_penalty=-0.1), r"length_penalty: expected a number in \[0, 10\], got -0.1"),
+        (dict(sample=True, beam=4), "sample: draws one token at a time, not with beam=4"),
+        (dict(sample=True, coverage_penalty=0.2), "sample: .* not with beam=1 and beam options"),
+    ],
+)
 def test_bad_options_name_the_argument(kw, match):
     with pytest.raises(ValueError, match=match):
         Decoding(**kw)
@@ -97,15 +116,18 @@ def test_decode_batches_decodes_every_item_in_order_with_one_generator():
         return src[chunk], src_len[chunk]
 
     drawn = Decoding(sample=True, seed=7)
-    batches = list(decode_batches(model, items, collate, max_len=lambda n: n + 2,
-                                  decoding=drawn, batch_size=2))
+    batches = list(
+        decode_batches(model, items, collate, max_len=lambda n: n + 2, decoding=drawn, batch_size=2)
+    )
     assert seen == [[0, 1], [2]] and [list(c) for c, _ in batches] == [[0, 1], [2]]
     assert not model.training
     g = drawn.generator("cpu")  # one generator across the batches: the same draws as in one go
-    first = decode(model, src[:2], src_len[:2], max_len=src_len[:2] + 2, decoding=drawn,
-                   generator=g)
-    second = decode(model, src[2:], src_len[2:], max_len=src_len[2:] + 2, decoding=drawn,
-                    generator=g)
+    first = decode(
+        model, src[:2], src_len[:2], max_len=src_len[:2] + 2, decoding=drawn, generator=g
+    )
+    second = decode(
+        model, src[2:], src_len[2:], max_len=src_len[2:] + 2, decoding=drawn, generator=g
+    )
     assert torch.equal(batches[0][1].tokens, first.tokens)
     assert torch.equal(batches[1][1].tokens, second.tokens)
 
@@ -122,8 +144,9 @@ def _assert_scores_within(model64, src, src_len, tokens, scores):
     want = (rows.gather(2, tokens[..., None])[..., 0] * kept).sum(1)  # (N,)
     scale = (rows.abs().amax(-1) * kept).sum(1)
     operations = seq2seq_operations(model64, src.shape[1], tokens.shape[1]) + tokens.shape[1]
-    assert_within_normwise(list(want), operations, dict(enumerate(scale.tolist())),
-                           decoded=list(scores))
+    assert_within_normwise(
+        list(want), operations, dict(enumerate(scale.tolist())), decoded=list(scores)
+    )
 
 
 @torch.no_grad()
@@ -131,23 +154,40 @@ def test_samples_are_the_draws_of_a_repeated_batch_ranked_by_model_score():
     model = _model()
     src, src_len, _ = toy_batch()
     drawn = Decoding(sample=True, samples=4, temperature=2.0, seed=11)
-    got = decode(model, src, src_len, max_len=6, decoding=drawn,
-                 generator=drawn.generator("cpu"), weights=True)
+    got = decode(
+        model,
+        src,
+        src_len,
+        max_len=6,
+        decoding=drawn,
+        generator=drawn.generator("cpu"),
+        weights=True,
+    )
     assert got.tokens.shape[:2] == (3, 4) and got.scores.shape == (3, 4)
     repeated = torch.arange(3).repeat_interleave(4)
-    plain = sample(model.step, model.start(src[repeated], src_len[repeated]), batch_size=12,
-                   bos=1, eos=2, pad=0, max_len=6, temperature=2.0,
-                   generator=torch.Generator().manual_seed(11))
+    plain = sample(
+        model.step,
+        model.start(src[repeated], src_len[repeated]),
+        batch_size=12,
+        bos=1,
+        eos=2,
+        pad=0,
+        max_len=6,
+        temperature=2.0,
+        generator=torch.Generator().manual_seed(11),
+    )
     # Each score (float32: the drawn tokens' log-probabilities added one step at a time)
     # within a bound of the drawn tokens rescored teacher-forced in float64
     model64 = copy.deepcopy(model).double()
     _assert_scores_within(model64, src[repeated], src_len[repeated], plain.tokens, plain.scores)
-    _assert_scores_within(model64, src[repeated], src_len[repeated], got.tokens.flatten(0, 1),
-                          got.scores.flatten())
+    _assert_scores_within(
+        model64, src[repeated], src_len[repeated], got.tokens.flatten(0, 1), got.scores.flatten()
+    )
     for b in range(3):  # the same draws, each example's best (highest log-probability) first
         mine = plain.scores[4 * b : 4 * b + 4]
-        assert sorted(map(tuple, got.tokens[b].tolist())) == \
-            sorted(map(tuple, plain.tokens[4 * b : 4 * b + 4].tolist()))
+        assert sorted(map(tuple, got.tokens[b].tolist())) == sorted(
+            map(tuple, plain.tokens[4 * b : 4 * b + 4].tolist())
+        )
         assert bool((got.scores[b, :-1] >= got.scores[b, 1:]).all())
         assert torch.equal(got.best().tokens[b], plain.tokens[4 * b + int(mine.argmax())])
         assert len({tuple(t.tolist()) for t in got.tokens[b]}) > 1  # not one draw four times
@@ -158,19 +198,25 @@ def test_samples_are_the_draws_of_a_repeated_batch_ranked_by_model_score():
 def test_max_len_replaces_the_callers_limit():
     model = _model()
     src, src_len, _ = toy_batch()
-    for decoding in (Decoding(max_len=2), Decoding(beam=2, max_len=2),
-                     Decoding(sample=True, samples=2, seed=0, max_len=2)):
+    for decoding in (
+        Decoding(max_len=2),
+        Decoding(beam=2, max_len=2),
+        Decoding(sample=True, samples=2, seed=0, max_len=2),
+    ):
         got = decode(model, src, src_len, max_len=6, decoding=decoding)
         assert got.tokens.shape[-1] <= 2 and int(got.lengths.max()) <= 2
     longer = decode(model, src, src_len, max_len=1, decoding=Decoding(max_len=6))
     assert longer.tokens.shape[-1] > 1
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(samples=3), "samples: expected 1 without sample=True, else a positive int, got 3"),
-    (dict(sample=True, samples=0), "samples: expected .*, got 0"),
-    (dict(max_len=0), r"max_len: expected None or an int in \[1, 10000\], got 0"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(samples=3), "samples: expected 1 without sample=True, else a positive int, got 3"),
+        (dict(sample=True, samples=0), "samples: expected .*, got 0"),
+        (dict(max_len=0), r"max_len: expected None or an int in \[1, 10000\], got 0"),
+    ],
+)
 def test_bad_sampling_and_length_options_name_the_argument(kw, match):
     with pytest.raises(ValueError, match=match):
         Decoding(**kw)
@@ -187,26 +233,29 @@ def test_attention_weights_are_kept_only_when_asked_for():
         assert torch.equal(lean.tokens, kept.tokens)
 
 
-@pytest.mark.parametrize("field, value, expected", [
-    ("temperature", float("inf"), r"a number in \[0.001, 1000\]"),
-    ("temperature", float("nan"), r"a number in \[0.001, 1000\]"),
-    ("temperature", 0.0, r"a number in \[0.001, 1000\]"),
-    ("top_p", float("nan"), r"a probability in \(0, 1\]"),
-    ("top_p", 0.0, r"a probability in \(0, 1\]"),
-    ("top_k", 0, "a positive int"),
-    ("length_penalty", float("inf"), r"a number in \[0, 10\]"),
-    ("coverage_penalty", float("nan"), r"a number in \[0, 100\]"),
-    ("lm_weight", float("inf"), r"a number in \[0, 100\]"),
-    # finite, but past float32 once applied: "2001-03-33" for "2001-03-03", exit 0
-    ("length_penalty", 100, r"a number in \[0, 10\]"),
-    ("coverage_penalty", 1e38, r"a number in \[0, 100\]"),
-    ("lm_weight", 1e38, r"a number in \[0, 100\]"),
-    # finite, but the logits over it overflowed (a traceback from torch.multinomial)
-    ("temperature", 1e-300, r"a number in \[0.001, 1000\]"),
-    ("temperature", 1e300, r"a number in \[0.001, 1000\]"),
-    ("seed", 2**64, r"None or an int in \[0, 2\*\*63 - 1\]"),
-    ("seed", -1, r"None or an int in \[0, 2\*\*63 - 1\]"),
-])
+@pytest.mark.parametrize(
+    "field, value, expected",
+    [
+        ("temperature", float("inf"), r"a number in \[0.001, 1000\]"),
+        ("temperature", float("nan"), r"a number in \[0.001, 1000\]"),
+        ("temperature", 0.0, r"a number in \[0.001, 1000\]"),
+        ("top_p", float("nan"), r"a probability in \(0, 1\]"),
+        ("top_p", 0.0, r"a probability in \(0, 1\]"),
+        ("top_k", 0, "a positive int"),
+        ("length_penalty", float("inf"), r"a number in \[0, 10\]"),
+        ("coverage_penalty", float("nan"), r"a number in \[0, 100\]"),
+        ("lm_weight", float("inf"), r"a number in \[0, 100\]"),
+        # finite, but past float32 once applied: "2001-03-33" for "2001-03-03", exit 0
+        ("length_penalty", 100, r"a number in \[0, 10\]"),
+        ("coverage_penalty", 1e38, r"a number in \[0, 100\]"),
+        ("lm_weight", 1e38, r"a number in \[0, 100\]"),
+        # finite, but the logits over it overflowed (a traceback from torch.multinomial)
+        ("temperature", 1e-300, r"a number in \[0.001, 1000\]"),
+        ("temperature", 1e300, r"a number in \[0.001, 1000\]"),
+        ("seed", 2**64, r"None or an int in \[0, 2\*\*63 - 1\]"),
+        ("seed", -1, r"None or an int in \[0, 2\*\*63 - 1\]"),
+    ],
+)
 def test_decoding_refuses_non_finite_and_out_of_range_settings_by_name(field, value, expected):
     sampling = field in ("temperature", "top_p", "top_k", "seed")
     with pytest.raises(ValueError, match=rf"^{field}: expected {expected}, got "):
@@ -226,8 +275,11 @@ def test_the_largest_penalties_allowed_stay_finite_in_float32():
 def test_every_output_stops_at_the_one_cap_whatever_the_limit_asked(monkeypatch):
     from attnkit.decoding import front
 
-    with pytest.raises(ValueError, match=r"^max_len: expected None or an int in \[1, 10000\], "
-                                         r"got 10000001$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^max_len: expected None or an int in \[1, 10000\], "
+        r"got 10000001$",
+    ):
         Decoding(max_len=10_000_001)
     monkeypatch.setattr(front, "MAX_OUTPUT_TOKENS", 5)
     model = _model()
@@ -235,7 +287,10 @@ def test_every_output_stops_at_the_one_cap_whatever_the_limit_asked(monkeypatch)
         model.decoder.out.bias[EOS] = -1e4
     src, src_len, _ = toy_batch()
     for limit in (10**9, torch.full((src.shape[0],), 10**9)):
-        for decoding in (Decoding(loop_stop=False), Decoding(beam=2, loop_stop=False),
-                         Decoding(sample=True, seed=0, loop_stop=False)):
+        for decoding in (
+            Decoding(loop_stop=False),
+            Decoding(beam=2, loop_stop=False),
+            Decoding(sample=True, seed=0, loop_stop=False),
+        ):
             hyp = decode(model, src, src_len, max_len=limit, decoding=decoding)
             assert hyp.tokens.shape[-1] == 5, decoding

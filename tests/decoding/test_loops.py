@@ -33,7 +33,8 @@ class Fake:
         want = torch.tensor([self.tokens(int(s)) for s in t])
         logits[torch.arange(len(t)), want] = 2.0
         weights = torch.nn.functional.one_hot(
-            torch.tensor([self.where(int(s)) for s in t]), self.tk).float()  # (N, Tk)
+            torch.tensor([self.where(int(s)) for s in t]), self.tk
+        ).float()  # (N, Tk)
         return logits.log_softmax(-1), t + 1, weights if self.weights else None
 
 
@@ -48,15 +49,22 @@ def dashes(n):
 
 
 def zeros(n):
-    """"1" then ``n`` zeros all read from one key (a number word such as "million"), then EOS:
+    """ "1" then ``n`` zeros all read from one key (a number word such as "million"), then EOS:
     a repeat whose attention does not move, shorter than a loop."""
-    return Fake(lambda t: 4 if t == 0 else 3 if t <= n else EOS, lambda t: 0 if t == 0 else 1,
-                tk=3)
+    return Fake(lambda t: 4 if t == 0 else 3 if t <= n else EOS, lambda t: 0 if t == 0 else 1, tk=3)
 
 
 def _run(search, model, batch=2, **kw):
-    return search(model.step, model.start(None, torch.zeros(batch)), batch_size=batch,
-                  bos=BOS, eos=EOS, pad=PAD, max_len=CAP, **kw)
+    return search(
+        model.step,
+        model.start(None, torch.zeros(batch)),
+        batch_size=batch,
+        bos=BOS,
+        eos=EOS,
+        pad=PAD,
+        max_len=CAP,
+        **kw,
+    )
 
 
 SEARCHES = {
@@ -87,8 +95,9 @@ def test_without_the_check_a_loop_runs_to_the_length_cap(name):
 
 
 @pytest.mark.parametrize("name", SEARCHES)
-@pytest.mark.parametrize("model, length", [(dashes(200), 201), (zeros(MIN_SPAN), MIN_SPAN + 2)],
-                         ids=["dashes", "zeros"])
+@pytest.mark.parametrize(
+    "model, length", [(dashes(200), 201), (zeros(MIN_SPAN), MIN_SPAN + 2)], ids=["dashes", "zeros"]
+)
 def test_legitimate_repeats_are_not_stopped(name, model, length):
     search, kw = SEARCHES[name]
     model.steps = 0
@@ -115,8 +124,11 @@ def _first_stop(moves=()):
     moving to key 3 at the steps ``moves``."""
     state = start_loops(1)
     for t in range(4 * MIN_SPAN):
-        state, looped = loop_step(state, torch.tensor([3]), torch.nn.functional.one_hot(
-            torch.tensor([3 if t in moves else 2]), 8).float())
+        state, looped = loop_step(
+            state,
+            torch.tensor([3]),
+            torch.nn.functional.one_hot(torch.tensor([3 if t in moves else 2]), 8).float(),
+        )
         if looped:
             return t
     return None
@@ -145,7 +157,8 @@ def test_decode_warns_when_outputs_loop(caplog):
     assert caplog.messages == [
         f"2 of 2 outputs stopped after {int(hyp.lengths[0])}, {int(hyp.lengths[1])} tokens: "
         "each repeated a unit of tokens while its attention stood still (a loop); "
-        "loop_stop=False (--no-loop-stop) decodes them to the length limit"]
+        "loop_stop=False (--no-loop-stop) decodes them to the length limit"
+    ]
     caplog.clear()
     model = looping()
     off = decode(model, None, torch.zeros(2), max_len=CAP, decoding=Decoding(loop_stop=False))

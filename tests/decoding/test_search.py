@@ -31,8 +31,10 @@ class ToyModel:
 
     def init(self, batch, tk=4, seed=1):
         g = torch.Generator().manual_seed(seed)
-        return (torch.randn(batch, self.emb.shape[1], generator=g),
-                torch.randn(batch, tk, self.emb.shape[1], generator=g))
+        return (
+            torch.randn(batch, self.emb.shape[1], generator=g),
+            torch.randn(batch, tk, self.emb.shape[1], generator=g),
+        )
 
     def step(self, tokens, state):
         h, src = state
@@ -64,7 +66,8 @@ def _exhaustive(model, state, max_len, alpha):
                     continue  # only EOS-terminated, or cut at max_len
                 seq = list(body) + [last]
                 s = _score_sequence(model, state, seq) / float(
-                    length_penalty(torch.tensor(len(seq)), alpha))
+                    length_penalty(torch.tensor(len(seq)), alpha)
+                )
                 if s > best:
                     best, best_seq = s, seq
     return best, best_seq
@@ -87,8 +90,16 @@ def test_wide_beam_equals_exhaustive_search(alpha, seed):
     model = ToyModel(vocab=5, seed=seed)  # 2 real tokens + EOS
     max_len = 4
     state = model.init(2, seed=seed + 10)
-    out = beam_search(model.step, state, batch_size=2, beam_size=64, bos=BOS, eos=EOS,
-                      max_len=max_len, alpha=alpha)
+    out = beam_search(
+        model.step,
+        state,
+        batch_size=2,
+        beam_size=64,
+        bos=BOS,
+        eos=EOS,
+        max_len=max_len,
+        alpha=alpha,
+    )
     for i in range(2):
         one = (state[0][i : i + 1], state[1][i : i + 1])
         best, seq = _exhaustive(model, one, max_len, alpha)
@@ -111,12 +122,29 @@ def test_batched_beam_equals_one_example_at_a_time():
     model = ToyModel(vocab=6, seed=5)
     state = model.init(4, seed=6)
     lim = torch.tensor([3, 6, 5, 2])
-    batch = beam_search(model.step, state, batch_size=4, beam_size=3, bos=BOS, eos=EOS,
-                        max_len=lim, alpha=0.6, n_best=2)
+    batch = beam_search(
+        model.step,
+        state,
+        batch_size=4,
+        beam_size=3,
+        bos=BOS,
+        eos=EOS,
+        max_len=lim,
+        alpha=0.6,
+        n_best=2,
+    )
     for i in range(4):
-        one = beam_search(model.step, (state[0][i : i + 1], state[1][i : i + 1]), batch_size=1,
-                          beam_size=3, bos=BOS, eos=EOS, max_len=int(lim[i]), alpha=0.6,
-                          n_best=2)
+        one = beam_search(
+            model.step,
+            (state[0][i : i + 1], state[1][i : i + 1]),
+            batch_size=1,
+            beam_size=3,
+            bos=BOS,
+            eos=EOS,
+            max_len=int(lim[i]),
+            alpha=0.6,
+            n_best=2,
+        )
         t = one.tokens.shape[-1]
         assert torch.equal(batch.tokens[i, :, :t], one.tokens[0])
         assert (batch.tokens[i, :, t:] == PAD).all()
@@ -128,9 +156,10 @@ def test_batched_beam_equals_one_example_at_a_time():
 def test_eos_and_padding():
     model = ToyModel(vocab=5, eos_bias=3.0)  # EOS likely early
     state = model.init(5)
-    for out in (greedy(model.step, state, batch_size=5, bos=BOS, eos=EOS, max_len=8),
-                beam_search(model.step, state, batch_size=5, beam_size=3, bos=BOS, eos=EOS,
-                            max_len=8)):
+    for out in (
+        greedy(model.step, state, batch_size=5, bos=BOS, eos=EOS, max_len=8),
+        beam_search(model.step, state, batch_size=5, beam_size=3, bos=BOS, eos=EOS, max_len=8),
+    ):
         for i in range(5):
             n = int(out.lengths[i])
             row = out.tokens[i].tolist()
@@ -145,16 +174,23 @@ def test_eos_and_padding():
 def test_no_repeat_ngram_blocks_repeats():
     model = ToyModel(vocab=5, seed=7, eos_bias=-5.0)  # long outputs, few tokens: repeats likely
     state = model.init(4)
-    plain = beam_search(model.step, state, batch_size=4, beam_size=3, bos=BOS, eos=EOS,
-                        max_len=10)
+    plain = beam_search(model.step, state, batch_size=4, beam_size=3, bos=BOS, eos=EOS, max_len=10)
 
     def has_repeat(seq, n):
         grams = [tuple(seq[i : i + n]) for i in range(len(seq) - n + 1)]
         return len(grams) != len(set(grams))
 
     assert any(has_repeat(plain.tokens[i, : int(plain.lengths[i])].tolist(), 2) for i in range(4))
-    out = beam_search(model.step, state, batch_size=4, beam_size=3, bos=BOS, eos=EOS,
-                      max_len=10, no_repeat_ngram=2)
+    out = beam_search(
+        model.step,
+        state,
+        batch_size=4,
+        beam_size=3,
+        bos=BOS,
+        eos=EOS,
+        max_len=10,
+        no_repeat_ngram=2,
+    )
     for i in range(4):
         assert not has_repeat(out.tokens[i, : int(out.lengths[i])].tolist(), 2)
 
@@ -194,17 +230,20 @@ def test_sampling_is_seeded_and_respects_top_k_and_top_p():
         lp, st, _ = model.step(tok, st)
         top2 = lp.topk(2, dim=-1).indices
         live = t < s.lengths
-        assert ((s.tokens[:, t:t + 1] == top2).any(-1) | ~live).all()
+        assert ((s.tokens[:, t : t + 1] == top2).any(-1) | ~live).all()
         tok = s.tokens[:, t].clamp(min=0)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(beam_size=0), r"^beam_size: expected a positive int, got 0"),
-    (dict(beam_size=2, n_best=3), r"^n_best: expected an int in \[1, beam_size=2\], got 3"),
-    (dict(max_len=0), r"^max_len: expected values >= 1, got min 0"),
-    (dict(max_len=torch.tensor([3])), r"^max_len: expected an int or a \(2,\) tensor"),
-    (dict(no_repeat_ngram=-1), r"^no_repeat_ngram: expected a non-negative int"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(beam_size=0), r"^beam_size: expected a positive int, got 0"),
+        (dict(beam_size=2, n_best=3), r"^n_best: expected an int in \[1, beam_size=2\], got 3"),
+        (dict(max_len=0), r"^max_len: expected values >= 1, got min 0"),
+        (dict(max_len=torch.tensor([3])), r"^max_len: expected an int or a \(2,\) tensor"),
+        (dict(no_repeat_ngram=-1), r"^no_repeat_ngram: expected a non-negative int"),
+    ],
+)
 def test_beam_search_rejects_bad_arguments(kwargs, match):
     model = ToyModel()
     args = dict(batch_size=2, beam_size=2, bos=BOS, eos=EOS, max_len=4) | kwargs
@@ -212,12 +251,15 @@ def test_beam_search_rejects_bad_arguments(kwargs, match):
         beam_search(model.step, model.init(2), **args)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(temperature=0), r"^temperature: expected a positive number"),
-    (dict(top_k=0), r"^top_k: expected a positive int"),
-    (dict(top_p=1.5), r"^top_p: expected a probability in \(0, 1\]"),
-    (dict(num_samples=0), r"^num_samples: expected a positive int, got 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(temperature=0), r"^temperature: expected a positive number"),
+        (dict(top_k=0), r"^top_k: expected a positive int"),
+        (dict(top_p=1.5), r"^top_p: expected a probability in \(0, 1\]"),
+        (dict(num_samples=0), r"^num_samples: expected a positive int, got 0"),
+    ],
+)
 def test_sample_rejects_bad_arguments(kwargs, match):
     model = ToyModel()
     with pytest.raises(ValueError, match=match):
@@ -230,8 +272,9 @@ def test_every_returned_hypothesis_scores_what_the_model_says(eos_bias):
     finished flags and histories all followed their beams through every reordering."""
     model = ToyModel(vocab=6, seed=11, eos_bias=eos_bias)
     state = model.init(3, seed=12)
-    out = beam_search(model.step, state, batch_size=3, beam_size=4, bos=BOS, eos=EOS,
-                      max_len=7, n_best=4)
+    out = beam_search(
+        model.step, state, batch_size=3, beam_size=4, bos=BOS, eos=EOS, max_len=7, n_best=4
+    )
     for i in range(3):
         one = (state[0][i : i + 1], state[1][i : i + 1])
         for j in range(4):
@@ -244,16 +287,28 @@ def test_every_returned_hypothesis_scores_what_the_model_says(eos_bias):
 def test_several_samples_per_example_are_ranked_by_what_the_model_says():
     model = ToyModel(vocab=6, seed=11)
     state = model.init(3, seed=12)
-    out = sample(model.step, state, batch_size=3, bos=BOS, eos=EOS, max_len=7, num_samples=5,
-                 temperature=2.0, generator=torch.Generator().manual_seed(4))
+    out = sample(
+        model.step,
+        state,
+        batch_size=3,
+        bos=BOS,
+        eos=EOS,
+        max_len=7,
+        num_samples=5,
+        temperature=2.0,
+        generator=torch.Generator().manual_seed(4),
+    )
     assert out.tokens.shape[:2] == (3, 5) and out.weights.shape[:2] == (3, 5)
     for i in range(3):
         one = (state[0][i : i + 1], state[1][i : i + 1])
-        scores = [_score_sequence(model, one, out.tokens[i, j, : int(out.lengths[i, j])].tolist())
-                  for j in range(5)]
+        scores = [
+            _score_sequence(model, one, out.tokens[i, j, : int(out.lengths[i, j])].tolist())
+            for j in range(5)
+        ]
         assert scores == pytest.approx(out.scores[i].tolist(), abs=1e-4)
         assert scores == sorted(scores, reverse=True) and len(set(scores)) > 1
     assert torch.equal(out.best().tokens, out.tokens[:, 0])
+
 
 def test_unfinished_outputs_never_emit_pad_or_bos():
     """Even when the model prefers them (label smoothing gives them mass), they are skipped."""
@@ -264,10 +319,19 @@ def test_unfinished_outputs_never_emit_pad_or_bos():
         return lp.expand(tokens.shape[0], vocab), state, None
 
     state = torch.zeros(2, 1)
-    for out in (greedy(step, state, batch_size=2, bos=BOS, eos=EOS, max_len=4),
-                beam_search(step, state, batch_size=2, beam_size=3, bos=BOS, eos=EOS, max_len=4),
-                sample(step, state, batch_size=2, bos=BOS, eos=EOS, max_len=4,
-                       generator=torch.Generator().manual_seed(0))):
+    for out in (
+        greedy(step, state, batch_size=2, bos=BOS, eos=EOS, max_len=4),
+        beam_search(step, state, batch_size=2, beam_size=3, bos=BOS, eos=EOS, max_len=4),
+        sample(
+            step,
+            state,
+            batch_size=2,
+            bos=BOS,
+            eos=EOS,
+            max_len=4,
+            generator=torch.Generator().manual_seed(0),
+        ),
+    ):
         for row, n in zip(out.tokens, out.lengths):
             assert (row[:n] >= 2).all() and (row[n:] == PAD).all(), out.tokens
     g = greedy(step, state, batch_size=2, bos=BOS, eos=EOS, max_len=4)
@@ -281,18 +345,32 @@ def _trimmed(hyp):
     return hyp.tokens[..., :t], None if hyp.weights is None else hyp.weights[..., :t, :]
 
 
-@pytest.mark.parametrize("alpha, beta, n_best, eos_bias, sooner", [
-    (0.0, 0.0, 1, 1.0, True), (0.6, 0.0, 2, 0.5, True), (0.0, 0.5, 1, 2.0, True),
-    (1.0, 0.3, 3, 0.0, False),  # a weak bound: lp(40) lets live hypotheses hope to the end
-])
+@pytest.mark.parametrize(
+    "alpha, beta, n_best, eos_bias, sooner",
+    [
+        (0.0, 0.0, 1, 1.0, True),
+        (0.6, 0.0, 2, 0.5, True),
+        (0.0, 0.5, 1, 2.0, True),
+        (1.0, 0.3, 3, 0.0, False),  # a weak bound: lp(40) lets live hypotheses hope to the end
+    ],
+)
 def test_beam_search_stops_when_finished_hypotheses_cannot_be_beaten_with_the_same_result(
-        monkeypatch, alpha, beta, n_best, eos_bias, sooner):
+    monkeypatch, alpha, beta, n_best, eos_bias, sooner
+):
     from attnkit.decoding import search
 
     model = ToyModel(vocab=6, seed=3, eos_bias=eos_bias)
-    kw = dict(batch_size=5, beam_size=4, bos=BOS, eos=EOS, max_len=torch.tensor(
-        [40, 3, 25, 40, 12]), alpha=alpha, beta=beta, n_best=n_best,
-        loop_stop=False)  # the toy model loops: without the check, the bound alone stops it
+    kw = dict(
+        batch_size=5,
+        beam_size=4,
+        bos=BOS,
+        eos=EOS,
+        max_len=torch.tensor([40, 3, 25, 40, 12]),
+        alpha=alpha,
+        beta=beta,
+        n_best=n_best,
+        loop_stop=False,
+    )  # the toy model loops: without the check, the bound alone stops it
     calls = []
 
     def counted(tokens, state):
@@ -301,8 +379,9 @@ def test_beam_search_stops_when_finished_hypotheses_cannot_be_beaten_with_the_sa
 
     early = beam_search(counted, model.init(5), **kw)
     steps_early = len(calls)
-    monkeypatch.setattr(search, "_settled",
-                        lambda rank, scores, *a: torch.zeros(scores.shape[0], dtype=torch.bool))
+    monkeypatch.setattr(
+        search, "_settled", lambda rank, scores, *a: torch.zeros(scores.shape[0], dtype=torch.bool)
+    )
     full = beam_search(counted, model.init(5), **kw)
     assert (steps_early < len(calls) - steps_early) == sooner
     for a, b in zip(_trimmed(early), _trimmed(full)):
@@ -329,11 +408,29 @@ def test_beam_search_does_not_copy_what_a_step_hands_back_untouched():
         seen.append(state[1])
         return model.step(tokens, state)
 
-    hyp = beam_search(step, model.init(3), batch_size=3, beam_size=4, bos=BOS, eos=EOS,
-                      pad=PAD, max_len=6, loop_stop=False)
+    hyp = beam_search(
+        step,
+        model.init(3),
+        batch_size=3,
+        beam_size=4,
+        bos=BOS,
+        eos=EOS,
+        pad=PAD,
+        max_len=6,
+        loop_stop=False,
+    )
     assert len(seen) > 2 and all(src is seen[0] for src in seen)  # the repeated source, kept
-    ref = beam_search(model.step, model.init(3), batch_size=3, beam_size=4, bos=BOS, eos=EOS,
-                      pad=PAD, max_len=6, loop_stop=False)
+    ref = beam_search(
+        model.step,
+        model.init(3),
+        batch_size=3,
+        beam_size=4,
+        bos=BOS,
+        eos=EOS,
+        pad=PAD,
+        max_len=6,
+        loop_stop=False,
+    )
     assert torch.equal(hyp.tokens, ref.tokens) and torch.equal(hyp.scores, ref.scores)
 
 
@@ -350,12 +447,22 @@ def test_beam_search_reorders_a_state_tensor_changed_in_place():
             log_probs, (h, src), w = model.step(tokens, (h + 0.3 * acc, src))
             acc = acc.add_(h) if in_place else acc + h
             return log_probs, (h, src, acc), w
+
         return step
 
     def search(in_place):
         h, src = model.init(2)
-        return beam_search(stepper(in_place), (h, src, torch.zeros_like(h)), batch_size=2,
-                           beam_size=3, bos=BOS, eos=EOS, pad=PAD, max_len=7, loop_stop=False)
+        return beam_search(
+            stepper(in_place),
+            (h, src, torch.zeros_like(h)),
+            batch_size=2,
+            beam_size=3,
+            bos=BOS,
+            eos=EOS,
+            pad=PAD,
+            max_len=7,
+            loop_stop=False,
+        )
 
     a, b = search(True), search(False)
     assert torch.equal(a.tokens, b.tokens)
@@ -377,10 +484,13 @@ def test_each_tokens_score_is_what_the_model_says_fed_the_tokens_before_it(searc
     model = ToyModel(vocab=6, seed=11, eos_bias=1.0)
     state = model.init(3, seed=12)
     kw = dict(batch_size=3, bos=BOS, eos=EOS, max_len=7)
-    out = {"greedy": lambda: greedy(model.step, state, **kw),
-           "beam": lambda: beam_search(model.step, state, beam_size=4, n_best=3, **kw),
-           "sample": lambda: sample(model.step, state, num_samples=3, **kw,
-                                    generator=torch.Generator().manual_seed(4))}[search]()
+    out = {
+        "greedy": lambda: greedy(model.step, state, **kw),
+        "beam": lambda: beam_search(model.step, state, beam_size=4, n_best=3, **kw),
+        "sample": lambda: sample(
+            model.step, state, num_samples=3, **kw, generator=torch.Generator().manual_seed(4)
+        ),
+    }[search]()
     tokens, scores, lengths = out.tokens, out.token_scores, out.lengths
     if lengths.dim() == 1:
         tokens, scores, lengths = tokens[:, None], scores[:, None], lengths[:, None]

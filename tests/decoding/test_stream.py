@@ -33,7 +33,7 @@ class Reader:
             return None
         token = int(seen[at]) if at < len(seen) else EOS
         weights = torch.zeros(1, len(seen))
-        weights[0, at:at + 1] = 1.0
+        weights[0, at : at + 1] = 1.0
         log_probs = torch.full((1, V), -10.0)
         log_probs[0, token] = 0.0
         return log_probs, {**state, "i": state["i"] + 1}, weights
@@ -47,15 +47,28 @@ def _frames(n, seed=0):
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 5, 16, 100])
-@pytest.mark.parametrize("n, cap, stride, loop_stop", [
-    (31, None, 3, True), (31, 6, 3, True), (40, 20, 3, True),
-    (40, 30, 0, True), (40, 30, 0, False)])  # an output that loops: stopped, or not
-def test_streaming_emits_greedys_tokens_as_soon_as_they_are_read(chunk, n, cap, stride,
-                                                                  loop_stop):
+@pytest.mark.parametrize(
+    "n, cap, stride, loop_stop",
+    [
+        (31, None, 3, True),
+        (31, 6, 3, True),
+        (40, 20, 3, True),
+        (40, 30, 0, True),
+        (40, 30, 0, False),
+    ],
+)  # an output that loops: stopped, or not
+def test_streaming_emits_greedys_tokens_as_soon_as_they_are_read(chunk, n, cap, stride, loop_stop):
     model, x = Reader(stride), _frames(n)
     max_len = (lambda frames: frames // 3 + 2) if cap is None else (lambda frames: cap)
-    hyp = greedy(model.step, model.start(x), batch_size=1, bos=BOS, eos=EOS, max_len=max_len(n),
-                 loop_stop=loop_stop)
+    hyp = greedy(
+        model.step,
+        model.start(x),
+        batch_size=1,
+        bos=BOS,
+        eos=EOS,
+        max_len=max_len(n),
+        loop_stop=loop_stop,
+    )
     offline = hyp.tokens[0, : int(hyp.lengths[0])].tolist()
     if stride == 0:  # 17 copies of one token from a still attention make a loop
         assert len(offline) == (17 if loop_stop else 30)
@@ -76,8 +89,9 @@ def test_streaming_emits_greedys_tokens_as_soon_as_they_are_read(chunk, n, cap, 
 def test_a_step_past_the_limit_of_the_frames_so_far_waits_for_more():
     """The limit grows with the input: a step it does not allow yet is taken later."""
     model, x = Reader(), _frames(30)
-    state, first = stream_feed(Reader(), stream_start(model), x[:, :30], final=False,
-                               max_len=lambda frames: frames // 10)
+    state, first = stream_feed(
+        Reader(), stream_start(model), x[:, :30], final=False, max_len=lambda frames: frames // 10
+    )
     assert len(first) == 3 and not state.done
     state, rest = stream_feed(model, state, x[:, :0], final=True, max_len=lambda f: 5)
     assert len(rest) == 2 and state.done and state.steps == 5
@@ -85,13 +99,15 @@ def test_a_step_past_the_limit_of_the_frames_so_far_waits_for_more():
 
 def test_inputs_of_another_batch_size_are_refused():
     with pytest.raises(ValueError, match=r"inputs: expected shape \(1, t, ...\), got \(2, 3, 1\)"):
-        stream_feed(Reader(), stream_start(Reader()), torch.zeros(2, 3, 1), final=True,
-                    max_len=lambda f: 3)
+        stream_feed(
+            Reader(), stream_start(Reader()), torch.zeros(2, 3, 1), final=True, max_len=lambda f: 3
+        )
 
 
 def test_a_loop_stopped_while_streaming_is_logged_as_decode_logs_it(caplog):
     model, x = Reader(stride=0), _frames(10)
-    state, emitted = stream_feed(model, stream_start(model), x, final=False,
-                                 max_len=lambda frames: 30)
+    state, emitted = stream_feed(
+        model, stream_start(model), x, final=False, max_len=lambda frames: 30
+    )
     assert state.done and len(emitted) == 17
     assert "1 of 1 outputs stopped after 17 tokens: each repeated a unit" in caplog.text

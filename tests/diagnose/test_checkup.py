@@ -15,8 +15,11 @@ from attnkit.diagnose.checkup import CHECKS, assert_healthy, doctor
 @pytest.fixture
 def inputs():
     g = torch.Generator().manual_seed(0)
-    return (torch.randn(3, 4, 8, generator=g), torch.randn(3, 6, 8, generator=g),
-            torch.randn(3, 6, 8, generator=g))
+    return (
+        torch.randn(3, 4, 8, generator=g),
+        torch.randn(3, 6, 8, generator=g),
+        torch.randn(3, 6, 8, generator=g),
+    )
 
 
 class Dot(nn.Module):
@@ -99,8 +102,9 @@ class ConcatScore(Dot):
 
     def scores(self, query, key):
         b, tq, tk = query.shape[0], query.shape[1], key.shape[1]
-        pair = torch.cat([query[:, :, None].expand(b, tq, tk, -1),
-                          key[:, None].expand(b, tq, tk, -1)], dim=-1)
+        pair = torch.cat(
+            [query[:, :, None].expand(b, tq, tk, -1), key[:, None].expand(b, tq, tk, -1)], dim=-1
+        )
         return self.attn(pair).squeeze(-1)  # (B, Tq, Tk)
 
 
@@ -122,14 +126,27 @@ class NaiveSoftmax(Dot):
         return scores.masked_fill(~key_mask[:, None, :], -1e4)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: attnkit.Attention(8, score="dot"),
-    lambda: attnkit.Attention(8, score="scaled_dot", heads=2),
-    lambda: attnkit.Attention(8, score="additive"), lambda: attnkit.Attention(8, score="general"),
-    lambda: attnkit.Attention(8, score="cosine"),
-    lambda: attnkit.Attention(8, score="additive", impl="chunked"), Dot],
-    ids=["DotScore", "ScaledDotScore", "AdditiveScore", "GeneralScore", "CosineScore",
-         "AdditiveScore-chunked", "Dot"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: attnkit.Attention(8, score="dot"),
+        lambda: attnkit.Attention(8, score="scaled_dot", heads=2),
+        lambda: attnkit.Attention(8, score="additive"),
+        lambda: attnkit.Attention(8, score="general"),
+        lambda: attnkit.Attention(8, score="cosine"),
+        lambda: attnkit.Attention(8, score="additive", impl="chunked"),
+        Dot,
+    ],
+    ids=[
+        "DotScore",
+        "ScaledDotScore",
+        "AdditiveScore",
+        "GeneralScore",
+        "CosineScore",
+        "AdditiveScore-chunked",
+        "Dot",
+    ],
+)
 def test_attnkits_modules_and_a_correct_user_module_pass_every_check(make, inputs):
     torch.manual_seed(0)  # the weights too, whatever ran before
     module = make()
@@ -139,15 +156,20 @@ def test_attnkits_modules_and_a_correct_user_module_pass_every_check(make, input
     assert report["location_state"].verdict == "skip"
 
 
-@pytest.mark.parametrize("bug, failed", [
-    (SoftmaxOverQueries, "sums_to_one_over_keys"),
-    (NoMask, "mask_polarity"), (NoMask, "padding_invariance"),
-    (InvertedMask, "mask_polarity"), (InvertedMask, "padding_invariance"),
-    (NegInf, "empty_rows"),
-    (ConcatScore, "query_dependence"),
-    (ByPosition, "key_permutation"),
-    (NaiveSoftmax, "low_precision"),
-])
+@pytest.mark.parametrize(
+    "bug, failed",
+    [
+        (SoftmaxOverQueries, "sums_to_one_over_keys"),
+        (NoMask, "mask_polarity"),
+        (NoMask, "padding_invariance"),
+        (InvertedMask, "mask_polarity"),
+        (InvertedMask, "padding_invariance"),
+        (NegInf, "empty_rows"),
+        (ConcatScore, "query_dependence"),
+        (ByPosition, "key_permutation"),
+        (NaiveSoftmax, "low_precision"),
+    ],
+)
 def test_each_bug_is_found_with_a_fix(bug, failed, inputs):
     torch.manual_seed(0)
     report = doctor(bug(), inputs)
@@ -226,11 +248,16 @@ class DeafLocation(Location):
         return torch.zeros_like(prev)
 
 
-@pytest.mark.parametrize("module, location", [
-    (attnkit.Attention(8, score="location"), None),
-    (attnkit.Attention(8, score="location", heads=2, location_kernel=3), None),
-    (attnkit.Attention(8, score="location", impl="chunked"), None),
-    (Location(), True)], ids=["attnkit", "attnkit-heads", "attnkit-chunked", "user"])
+@pytest.mark.parametrize(
+    "module, location",
+    [
+        (attnkit.Attention(8, score="location"), None),
+        (attnkit.Attention(8, score="location", heads=2, location_kernel=3), None),
+        (attnkit.Attention(8, score="location", impl="chunked"), None),
+        (Location(), True),
+    ],
+    ids=["attnkit", "attnkit-heads", "attnkit-chunked", "user"],
+)
 def test_location_modules_get_their_state_and_pass(module, location, inputs):
     torch.manual_seed(0)
     report = assert_healthy(module.eval(), inputs, location=location)
@@ -267,8 +294,7 @@ def test_a_call_adapts_another_signature_torchs_multihead_attention_nans_twice(i
     through (a weight of 0 times NaN)."""
     torch.manual_seed(0)
     mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()
-    report = doctor(mha, inputs, call=lambda m, q, k, v, mask: m(q, k, v,
-                                                                 key_padding_mask=~mask))
+    report = doctor(mha, inputs, call=lambda m, q, k, v, mask: m(q, k, v, key_padding_mask=~mask))
     assert report.failed() == ["empty_rows", "nan_padding"]
 
 
@@ -409,30 +435,53 @@ def _alignment(name, **options):
     return make_alignment(name, 8, **options)
 
 
-@pytest.mark.parametrize("make, mode", [
-    (lambda: _alignment("monotonic", noise=0.0, r_init=0.0), "train"),
-    (lambda: _alignment("monotonic", r_init=0.0), "eval"),
-    (lambda: _alignment("monotonic", inference="soft"), "eval"),
-    (lambda: _alignment("mocha", chunk=1, noise=0.0, r_init=0.0), "train"),
-    (lambda: _alignment("mocha", chunk=2, noise=0.0, r_init=0.5), "train"),
-    (lambda: _alignment("mocha", chunk=3, r_init=0.0, block=2), "eval"),
-    (lambda: _alignment("mocha", chunk=3, inference="soft", attn_dim=4, chunk_dim=6), "eval"),
-    (lambda: _alignment("local_p", half_width=0), "train"),
-    (lambda: _alignment("local_p", half_width=1, score="additive"), "train"),
-    (lambda: _alignment("local_p", half_width=3, score="dot"), "train"),
-    (lambda: _alignment("gmm", components=1), "train"),
-    (lambda: _alignment("gmm", components=3), "train"),
-], ids=["monotonic-train", "monotonic-hard", "monotonic-soft", "mocha1-train", "mocha2-train",
-        "mocha3-hard", "mocha3-soft", "local_p0", "local_p1-additive", "local_p3-dot", "gmm1",
-        "gmm3"])
+@pytest.mark.parametrize(
+    "make, mode",
+    [
+        (lambda: _alignment("monotonic", noise=0.0, r_init=0.0), "train"),
+        (lambda: _alignment("monotonic", r_init=0.0), "eval"),
+        (lambda: _alignment("monotonic", inference="soft"), "eval"),
+        (lambda: _alignment("mocha", chunk=1, noise=0.0, r_init=0.0), "train"),
+        (lambda: _alignment("mocha", chunk=2, noise=0.0, r_init=0.5), "train"),
+        (lambda: _alignment("mocha", chunk=3, r_init=0.0, block=2), "eval"),
+        (lambda: _alignment("mocha", chunk=3, inference="soft", attn_dim=4, chunk_dim=6), "eval"),
+        (lambda: _alignment("local_p", half_width=0), "train"),
+        (lambda: _alignment("local_p", half_width=1, score="additive"), "train"),
+        (lambda: _alignment("local_p", half_width=3, score="dot"), "train"),
+        (lambda: _alignment("gmm", components=1), "train"),
+        (lambda: _alignment("gmm", components=3), "train"),
+    ],
+    ids=[
+        "monotonic-train",
+        "monotonic-hard",
+        "monotonic-soft",
+        "mocha1-train",
+        "mocha2-train",
+        "mocha3-hard",
+        "mocha3-soft",
+        "local_p0",
+        "local_p1-additive",
+        "local_p3-dot",
+        "gmm1",
+        "gmm3",
+    ],
+)
 def test_attnkits_alignments_pass_every_check_that_applies(make, mode, inputs):
     module = make().train(mode == "train")
     report = assert_healthy(module, inputs)
     assert [f.check for f in report.findings] == list(CHECKS)
     assert report.skipped()[:3] == ["sums_to_one_over_keys", "key_permutation", "location_state"]
     assert "order matters by design" in report["key_permutation"].detail
-    for check in ("mask_polarity", "padding_invariance", "empty_rows", "low_precision",
-                  "weight_sums", "nan_padding", "prepared_memory", "state_threading"):
+    for check in (
+        "mask_polarity",
+        "padding_invariance",
+        "empty_rows",
+        "low_precision",
+        "weight_sums",
+        "nan_padding",
+        "prepared_memory",
+        "state_threading",
+    ):
         assert report[check].verdict == "pass", report[check]
     assert report["query_dependence"].verdict == "pass"
     assert repr(module.weight_sums) in report["weight_sums"].detail
@@ -451,23 +500,30 @@ def test_a_hard_monotonic_reader_that_never_stops_passes_and_says_what_was_not_s
 def test_a_correct_user_module_with_state_passes(inputs):
     torch.manual_seed(0)
     report = assert_healthy(Monotonic(), inputs, stateful=True)
-    assert report.skipped() == ["sums_to_one_over_keys", "key_permutation", "location_state",
-                                "prepared_memory"]
+    assert report.skipped() == [
+        "sums_to_one_over_keys",
+        "key_permutation",
+        "location_state",
+        "prepared_memory",
+    ]
     assert "no prepare" in report["prepared_memory"].detail
 
 
-@pytest.mark.parametrize("bug, failed, said", [
-    (LeakyMonotonic, "mask_polarity", "keys whose mask is False"),
-    (LeakyMonotonic, "padding_invariance", "moved the context"),
-    (NaNValues, "nan_padding", "reached the context"),
-    (ClosedForm, "saturation", "NaN/inf reached"),
-    (MassCreating, "weight_sums", "more than the previous step's"),
-    (Renormalised, "empty_rows", "NaN/inf in the context"),
-    (NaiveSigmoid, "low_precision", "torch.float16"),
-    (Restarting, "state_threading", "one output step at a time"),
-    (Memoryless, "state_threading", "same for any previous state"),
-    (DoublePrepared, "prepared_memory", "differs from the call over the tensors"),
-])
+@pytest.mark.parametrize(
+    "bug, failed, said",
+    [
+        (LeakyMonotonic, "mask_polarity", "keys whose mask is False"),
+        (LeakyMonotonic, "padding_invariance", "moved the context"),
+        (NaNValues, "nan_padding", "reached the context"),
+        (ClosedForm, "saturation", "NaN/inf reached"),
+        (MassCreating, "weight_sums", "more than the previous step's"),
+        (Renormalised, "empty_rows", "NaN/inf in the context"),
+        (NaiveSigmoid, "low_precision", "torch.float16"),
+        (Restarting, "state_threading", "one output step at a time"),
+        (Memoryless, "state_threading", "same for any previous state"),
+        (DoublePrepared, "prepared_memory", "differs from the call over the tensors"),
+    ],
+)
 def test_each_bug_of_a_module_with_state_is_found_with_a_fix(bug, failed, said, inputs):
     torch.manual_seed(0)
     report = doctor(bug(), inputs, stateful=True)
@@ -476,10 +532,13 @@ def test_each_bug_of_a_module_with_state_is_found_with_a_fix(bug, failed, said, 
 
 
 def test_bugs_with_state_fail_only_their_own_checks(inputs):
-    for bug, failed in [(NaNValues, ["nan_padding"]),
-                        (ClosedForm, ["low_precision", "saturation"]),
-                        (MassCreating, ["weight_sums"]), (Restarting, ["state_threading"]),
-                        (Memoryless, ["weight_sums", "state_threading"])]:
+    for bug, failed in [
+        (NaNValues, ["nan_padding"]),
+        (ClosedForm, ["low_precision", "saturation"]),
+        (MassCreating, ["weight_sums"]),
+        (Restarting, ["state_threading"]),
+        (Memoryless, ["weight_sums", "state_threading"]),
+    ]:
         torch.manual_seed(0)
         assert doctor(bug(), inputs, stateful=True).failed() == failed, bug
 

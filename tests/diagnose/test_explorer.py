@@ -22,12 +22,25 @@ def _softmax(x):
 
 def _example(t=3, s=4, heads=2, seed=0, image=False, n_best=2):
     rng = np.random.default_rng(seed)
-    hyps = [Hypothesis([f"y{i}" for i in range(t)],
-                       {f"layer 1 / head {h + 1}": _softmax(rng.normal(size=(t, s)) * 3)
-                        for h in range(heads)}, score=-1.0 - k)
-            for k in range(n_best)]
-    return Example([f"x{j}" for j in range(s)], hyps, name=f"ex{seed}", text="x y z",
-                   reference="ref </script> <b>", image=rng.random((8, 2 * s)) if image else None)
+    hyps = [
+        Hypothesis(
+            [f"y{i}" for i in range(t)],
+            {
+                f"layer 1 / head {h + 1}": _softmax(rng.normal(size=(t, s)) * 3)
+                for h in range(heads)
+            },
+            score=-1.0 - k,
+        )
+        for k in range(n_best)
+    ]
+    return Example(
+        [f"x{j}" for j in range(s)],
+        hyps,
+        name=f"ex{seed}",
+        text="x y z",
+        reference="ref </script> <b>",
+        image=rng.random((8, 2 * s)) if image else None,
+    )
 
 
 def _data(page: str) -> dict:
@@ -53,7 +66,7 @@ def _unpack(packed: str, t: int, s: int) -> np.ndarray:
     """The page's weights: (first column, count) per row as uint32, then the values as uint16."""
     raw = base64.b64decode(packed)
     header = np.frombuffer(raw[: 8 * t], "<u4").reshape(t, 2)
-    values = np.frombuffer(raw[8 * t:], "<u2")
+    values = np.frombuffer(raw[8 * t :], "<u2")
     w, at = np.zeros((t, s)), 0
     for i, (first, count) in enumerate(header):
         w[i, first : first + count] = values[at : at + count] / 65535
@@ -75,8 +88,11 @@ def test_a_band_costs_its_width_and_rows_of_zeros_nothing():
         lo, hi = max(i - 32, 0), min(i + 33, 800)
         band[i, lo:hi] = 1.0 / (hi - lo)
     band[5] = 0.0  # a row with no weight (a query with no key)
-    ex = Example([str(j) for j in range(800)], [Hypothesis(["a"], {"m": np.ones((1, 800)) / 800})],
-                 input_maps={"encoder self-attention": band})
+    ex = Example(
+        [str(j) for j in range(800)],
+        [Hypothesis(["a"], {"m": np.ones((1, 800)) / 800})],
+        input_maps={"encoder self-attention": band},
+    )
     packed = _data(explorer_html([ex]))["examples"][0]["inputMaps"][0]["w"]
     assert len(base64.b64decode(packed)) == 8 * 800 + 2 * (int((band > 0).sum()))
     assert np.abs(_unpack(packed, 800, 800) - band).max() <= 0.5 / 65535 + 1e-7
@@ -85,17 +101,22 @@ def test_a_band_costs_its_width_and_rows_of_zeros_nothing():
 def test_input_maps_follow_the_hypotheses_maps():
     rng = np.random.default_rng(0)
     own = _softmax(rng.normal(size=(4, 4)))
-    ex = Example(list("abcd"), [Hypothesis(["y"], {"m": np.full((1, 4), 0.25)})],
-                 input_maps={"encoder self-attention": own})
+    ex = Example(
+        list("abcd"),
+        [Hypothesis(["y"], {"m": np.full((1, 4), 0.25)})],
+        input_maps={"encoder self-attention": own},
+    )
     [data] = _data(explorer_html([ex]))["examples"]
     assert [m["name"] for m in data["inputMaps"]] == ["encoder self-attention"]
     assert np.abs(_unpack(data["inputMaps"][0]["w"], 4, 4) - own).max() <= 0.5 / 65535 + 1e-7
 
 
 def test_the_image_keeps_its_orientation():
-    image = np.zeros((4, 6)); image[0] = 1.0  # top row bright
-    uri = _data(explorer_html([Example(["a"], [Hypothesis(["b"], {"m": [[1.0]]})],
-                                       image=image)]))["examples"][0]["image"]
+    image = np.zeros((4, 6))
+    image[0] = 1.0  # top row bright
+    uri = _data(explorer_html([Example(["a"], [Hypothesis(["b"], {"m": [[1.0]]})], image=image)]))[
+        "examples"
+    ][0]["image"]
     png = np.asarray(Image.open(io.BytesIO(base64.b64decode(uri.split(",")[1]))))
     assert png[0].min() == 255 and png[1:].max() == 0
 
@@ -105,24 +126,39 @@ def test_write_explorer_creates_folders(tmp_path):
     assert path.read_text().startswith("<!DOCTYPE html>")
 
 
-@pytest.mark.parametrize("examples, match", [
-    ([], "examples: expected at least one example"),
-    ([Example(["a"], [])], r"examples\[0\].hypotheses: expected at least one"),
-    ([Example(["a"], [Hypothesis(["b"], {})])], r"maps: expected at least one map"),
-    ([Example(["a", "b"], [Hypothesis(["c"], {"m": np.ones((1, 3))})])],
-     r"examples\[0\].hypotheses\[0\].maps\['m'\]: expected shape \(1, 2\), got shape \(1, 3\)"),
-    ([Example(["a"], [Hypothesis(["c"], {"m": [[float("nan")]]})])],
-     "expected finite values, got 1 NaN"),
-    ([Example(["a", "b"], [Hypothesis(["c"], {"m": np.ones((1, 2)) / 2})],
-              input_maps={"self": np.ones((1, 2))})],
-     r"examples\[0\].input_maps\['self'\]: expected shape \(2, 2\), got shape \(1, 2\)"),
-])
+@pytest.mark.parametrize(
+    "examples, match",
+    [
+        ([], "examples: expected at least one example"),
+        ([Example(["a"], [])], r"examples\[0\].hypotheses: expected at least one"),
+        ([Example(["a"], [Hypothesis(["b"], {})])], r"maps: expected at least one map"),
+        (
+            [Example(["a", "b"], [Hypothesis(["c"], {"m": np.ones((1, 3))})])],
+            r"examples\[0\].hypotheses\[0\].maps\['m'\]: expected shape \(1, 2\), got shape \(1, 3\)",
+        ),
+        (
+            [Example(["a"], [Hypothesis(["c"], {"m": [[float("nan")]]})])],
+            "expected finite values, got 1 NaN",
+        ),
+        (
+            [
+                Example(
+                    ["a", "b"],
+                    [Hypothesis(["c"], {"m": np.ones((1, 2)) / 2})],
+                    input_maps={"self": np.ones((1, 2))},
+                )
+            ],
+            r"examples\[0\].input_maps\['self'\]: expected shape \(2, 2\), got shape \(1, 2\)",
+        ),
+    ],
+)
 def test_bad_examples_are_named(examples, match):
     with pytest.raises(ValueError, match=match):
         explorer_html(examples)
 
 
 # --- in a real browser -------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def browser():
@@ -150,9 +186,11 @@ def test_the_page_loads_hovers_switches_heads_and_is_not_blank(browser, tmp_path
 
     picture = browser.execute_script("return document.getElementById('heatmap').toDataURL()")
     from selenium.webdriver.support.ui import Select
+
     Select(browser.find_element("id", "map")).select_by_visible_text("layer 1 / head 2")
-    assert browser.execute_script(
-        "return document.getElementById('heatmap').toDataURL()") != picture
+    assert (
+        browser.execute_script("return document.getElementById('heatmap').toDataURL()") != picture
+    )
     tip = hover_heatmap(browser, 90 + int(3.5 * cell[0]), 70 + int(2.5 * cell[1]))
     want = float(np.asarray(ex.hypotheses[0].maps["layer 1 / head 2"])[2, 3])
     assert abs(float(tip.rsplit(" ", 1)[1]) - want) < 1e-4
@@ -172,8 +210,13 @@ def test_the_nbest_the_step_and_the_examples_follow_the_controls(browser, tmp_pa
     browser.find_element("id", "step-next").click()
     assert browser.find_element("css selector", "#step-text b").text == "y2"
     browser.find_element("id", "next-example").click()
-    assert browser.execute_script("return [view.ex, view.hyp, view.step, view.t, view.s]") == \
-        [1, 0, 0, 2, 3]
+    assert browser.execute_script("return [view.ex, view.hyp, view.step, view.t, view.s]") == [
+        1,
+        0,
+        0,
+        2,
+        3,
+    ]
     assert page_errors(browser) == []
 
 
@@ -184,6 +227,7 @@ def test_an_input_map_is_a_choice_of_the_map_menu_with_the_input_as_rows(browser
     ex = Example(ex.source, ex.hypotheses, name="e", input_maps={"encoder self-attention": own})
     _open(browser, tmp_path, [ex])
     from selenium.webdriver.support.ui import Select
+
     menu = Select(browser.find_element("id", "map"))
     assert [o.text for o in menu.options] == ["layer 1 / head 1", "encoder self-attention"]
     browser.find_element("id", "step-next").click()
@@ -206,8 +250,14 @@ def test_an_input_map_is_a_choice_of_the_map_menu_with_the_input_as_rows(browser
 
 def test_800_steps_and_200_examples_stay_responsive(browser, tmp_path):
     rng = np.random.default_rng(0)
-    big = Example([str(j) for j in range(800)], [Hypothesis(
-        [str(i) for i in range(60)], {"attention": _softmax(rng.normal(size=(60, 800)))})])
+    big = Example(
+        [str(j) for j in range(800)],
+        [
+            Hypothesis(
+                [str(i) for i in range(60)], {"attention": _softmax(rng.normal(size=(60, 800)))}
+            )
+        ],
+    )
     _open(browser, tmp_path, [big] + [_example(seed=i) for i in range(199)])
     # switching examples (decoding and drawing 800 x 60 cells) completes well inside the
     # script timeout; one canvas, not a DOM node per cell
@@ -219,6 +269,7 @@ def test_800_steps_and_200_examples_stay_responsive(browser, tmp_path):
 
 # --- a grid of cells over a picture (captioning, VQA) ------------------------------------
 
+
 def _grid_example(rows=4, cols=4, peaks=((1, 2), (3, 0), (0, 0)), height=48, width=48):
     """Outputs each looking at one cell (``peaks``, row and column) of a rows x cols grid
     over a white picture, a little weight on every other cell."""
@@ -227,36 +278,57 @@ def _grid_example(rows=4, cols=4, peaks=((1, 2), (3, 0), (0, 0)), height=48, wid
         maps[t, r * cols + c] = 0.8
     picture = np.full((height, width, 3), 255, np.uint8)
     source = [f"({r},{c})" for r in range(rows) for c in range(cols)]
-    hyp = Hypothesis([f"w{t}" for t in range(len(peaks))], {"attention": maps}, score=-0.7,
-                     text="the answer")
-    return Example(source, [hyp], name="grid", text="a question ?", reference=("a", "b"),
-                   image=picture, grid=(rows, cols))
+    hyp = Hypothesis(
+        [f"w{t}" for t in range(len(peaks))], {"attention": maps}, score=-0.7, text="the answer"
+    )
+    return Example(
+        source,
+        [hyp],
+        name="grid",
+        text="a question ?",
+        reference=("a", "b"),
+        image=picture,
+        grid=(rows, cols),
+    )
 
 
 def test_a_grid_example_carries_its_picture_in_colour():
     picture = np.zeros((6, 4, 3), np.uint8)
     picture[0, 0] = (255, 0, 0)  # the top left pixel red
     ex = _grid_example()
-    data = _data(explorer_html([Example(ex.source, ex.hypotheses, image=picture, grid=(4, 4),
-                                        reference=["a", "b"])]))["examples"][0]
+    data = _data(
+        explorer_html(
+            [Example(ex.source, ex.hypotheses, image=picture, grid=(4, 4), reference=["a", "b"])]
+        )
+    )["examples"][0]
     assert data["image"] is None and data["reference"] == ["a", "b"]
     assert data["hyps"][0]["text"] == "the answer"
     grid = data["grid"]
     assert (grid["rows"], grid["cols"], grid["aspect"]) == (4, 4, 1.5)
     png = np.asarray(Image.open(io.BytesIO(base64.b64decode(grid["image"].split(",")[1]))))
     assert png.shape == (6, 4, 3) and tuple(png[0, 0]) == (255, 0, 0) and png[1:].max() == 0
-    floats = _data(explorer_html([Example(ex.source, ex.hypotheses, image=picture / 255.0,
-                                          grid=(4, 4))]))["examples"][0]["grid"]["image"]
+    floats = _data(
+        explorer_html([Example(ex.source, ex.hypotheses, image=picture / 255.0, grid=(4, 4))])
+    )["examples"][0]["grid"]["image"]
     assert floats == grid["image"]
 
 
-@pytest.mark.parametrize("change, match", [
-    (dict(grid=(4, 3)), r"examples\[0\].grid: expected \(rows, cols\) of positive ints with rows "
-                        r"\* cols = len\(source\) = 16, got \(4, 3\)"),
-    (dict(image=None), r"examples\[0\].image: expected the picture the grid lies over"),
-    (dict(image=np.zeros((8, 8))), r"examples\[0\].image: expected an RGB picture "
-                                   r"\(height, width, 3\) for a grid, got shape \(8, 8\)"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (
+            dict(grid=(4, 3)),
+            r"examples\[0\].grid: expected \(rows, cols\) of positive ints with rows "
+            r"\* cols = len\(source\) = 16, got \(4, 3\)",
+        ),
+        (dict(image=None), r"examples\[0\].image: expected the picture the grid lies over"),
+        (
+            dict(image=np.zeros((8, 8))),
+            r"examples\[0\].image: expected an RGB picture "
+            r"\(height, width, 3\) for a grid, got shape \(8, 8\)",
+        ),
+    ],
+)
 def test_bad_grids_are_named(change, match):
     ex = _grid_example()
     fields = dict(source=ex.source, hypotheses=ex.hypotheses, image=ex.image, grid=ex.grid)
@@ -265,8 +337,10 @@ def test_bad_grids_are_named(change, match):
 
 
 def _cell_centre(element, rows, cols, r, c):
-    return (int((c + 0.5) * element.size["width"] / cols),
-            int((r + 0.5) * element.size["height"] / rows))
+    return (
+        int((c + 0.5) * element.size["width"] / cols),
+        int((r + 0.5) * element.size["height"] / rows),
+    )
 
 
 def _brightness(browser, element, rows, cols):
@@ -283,8 +357,10 @@ def _brightness(browser, element, rows, cols):
 
 def _hover_photo(browser, element, x, y):
     from selenium.webdriver.common.action_chains import ActionChains
+
     ActionChains(browser).move_to_element_with_offset(
-        element, x - element.size["width"] // 2, y - element.size["height"] // 2).perform()
+        element, x - element.size["width"] // 2, y - element.size["height"] // 2
+    ).perform()
     return browser.find_element("id", "photo-tip").text
 
 
@@ -306,7 +382,8 @@ def test_the_picture_is_lit_where_each_output_looked_and_steps_with_it(browser, 
     lit = _brightness(browser, photo, 4, 4)
     assert np.unravel_index(lit.argmax(), lit.shape) == (3, 0)
     assert _hover_photo(browser, photo, *_cell_centre(photo, 4, 4, 3, 0)).startswith(
-        'output 1 "w1" · cell row 3 col 0 · weight 0.8000')
+        'output 1 "w1" · cell row 3 col 0 · weight 0.8000'
+    )
     panels = browser.find_elements("css selector", "#panels .panel")
     assert [p.text for p in panels] == ["w0", "w1", "w2"]
     assert [p.get_attribute("class") for p in panels] == ["panel", "panel now", "panel"]

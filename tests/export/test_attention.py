@@ -11,8 +11,9 @@ from attnkit import Attention
 from attnkit.attention import SCORES, lengths_to_mask
 from attnkit.ops import export_mode, exporting
 
-ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed: "
-                          "pip install 'attnkit[export]'")
+ort = pytest.importorskip(
+    "onnxruntime", reason="onnxruntime is not installed: pip install 'attnkit[export]'"
+)
 
 from attnkit.export import export_graph  # noqa: E402
 
@@ -38,8 +39,9 @@ class Call(torch.nn.Module):
         self.attn = attn
 
     def forward(self, query, key, key_lengths, prev_weights=None):
-        out = self.attn(query, key, key_lengths=key_lengths, prev_weights=prev_weights,
-                        need_weights=True)
+        out = self.attn(
+            query, key, key_lengths=key_lengths, prev_weights=prev_weights, need_weights=True
+        )
         return out.context, out.weights
 
 
@@ -90,8 +92,9 @@ def test_onnx_graph_equals_pytorch(score, heads, query, tmp_path):
     assert float(want[0][0].abs().sum()) > 0  # not vacuous
 
 
-@pytest.mark.parametrize("score,heads,query", [c for c in CASES
-                                               if (c[1], c[2]) in ((1, "one-step"), (2, "full"))])
+@pytest.mark.parametrize(
+    "score,heads,query", [c for c in CASES if (c[1], c[2]) in ((1, "one-step"), (2, "full"))]
+)
 def test_torch_export_traces_every_score(score, heads, query):
     """torch.export records the whole call (it refuses Python branches on tensor values) with
     dynamic batch and lengths; the program equals eager on other sizes."""
@@ -140,8 +143,7 @@ class Prepared(torch.nn.Module):
         self.attn = attn
 
     def forward(self, query, key, key_lengths):
-        out = self.attn(query, self.attn.prepare(key), key_lengths=key_lengths,
-                        need_weights=True)
+        out = self.attn(query, self.attn.prepare(key), key_lengths=key_lengths, need_weights=True)
         return out.context, out.weights
 
 
@@ -153,20 +155,27 @@ def test_an_exported_memory_checks_its_keys_once_in_the_graph(score, tmp_path):
     attn = _attention(score, 1)
     path = tmp_path / "prepared.onnx"
     example = _inputs(attn, True, 2, 1, 5, [5, 3])
-    export_graph(Prepared(attn), example, path, ["query", "key", "key_lengths"],
-                 ["context", "weights"], [{0: "B"}, {0: "B", 1: "Tk"}, {0: "B"}, {0: "B"},
-                                          {0: "B", 1: "Tk"}])
+    export_graph(
+        Prepared(attn),
+        example,
+        path,
+        ["query", "key", "key_lengths"],
+        ["context", "weights"],
+        [{0: "B"}, {0: "B", 1: "Tk"}, {0: "B"}, {0: "B"}, {0: "B", 1: "Tk"}],
+    )
     session = ort.InferenceSession(str(path))
     query, key, lengths = _inputs(attn, True, 3, 1, 6, [6, 4, 2], seed=2)
     with torch.no_grad():
         want = Prepared(attn)(query, key, lengths)
     key[1, 4], key[2, 2:] = float("nan"), float("inf")  # padding
-    got = session.run(None, {"query": query.numpy(), "key": key.numpy(),
-                             "key_lengths": lengths.numpy()})
+    got = session.run(
+        None, {"query": query.numpy(), "key": key.numpy(), "key_lengths": lengths.numpy()}
+    )
     for g, w in zip(got, want):
         torch.testing.assert_close(torch.from_numpy(g), w, atol=TOL, rtol=0)
     key[0, 1, 0] = float("nan")  # a valid key
-    context, weights = session.run(None, {"query": query.numpy(), "key": key.numpy(),
-                                          "key_lengths": lengths.numpy()})
+    context, weights = session.run(
+        None, {"query": query.numpy(), "key": key.numpy(), "key_lengths": lengths.numpy()}
+    )
     assert np.isnan(context[0]).all() and np.isnan(weights[0]).all()
     torch.testing.assert_close(torch.from_numpy(context[1:]), want[0][1:], atol=TOL, rtol=0)

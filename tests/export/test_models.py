@@ -17,40 +17,55 @@ from attnkit.decoding.loops import MIN_SPAN, REPEATS
 from attnkit.models import CRNN, LAS, Seq2Seq, Transformer
 from attnkit.tokens import BOS, content_ids
 
-ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed: "
-                          "pip install 'attnkit[export]'")
+ort = pytest.importorskip(
+    "onnxruntime", reason="onnxruntime is not installed: pip install 'attnkit[export]'"
+)
 
 import onnx  # noqa: E402
 
 from attnkit.export import JSON_FILE, RUNNER_FILE, decoding_json, export_onnx  # noqa: E402
-from attnkit.export.graphs import model_inputs  # noqa: E402
 from attnkit.export.decoder_state import flatten  # noqa: E402
+from attnkit.export.graphs import model_inputs  # noqa: E402
 
 TOL = 1e-4  # float32
 # The output length limits: translation's capped to exercise "at_most"
 MAX_LEN = {"input": "src_len", "ratio": 1.5, "extra": 3, "rounding": "ceil", "at_most": 14}
 LAS_RULE = {"input": "lengths", "ratio": 0.3, "extra": 2, "rounding": "ceil", "at_most": None}
-RULES = {"las": LAS_RULE, "las-uni": LAS_RULE,
-         "crnn-attention": {"input": "state.lengths", "ratio": 0.5, "extra": 2,
-                            "rounding": "floor", "at_most": None}}
+RULES = {
+    "las": LAS_RULE,
+    "las-uni": LAS_RULE,
+    "crnn-attention": {
+        "input": "state.lengths",
+        "ratio": 0.5,
+        "extra": 2,
+        "rounding": "floor",
+        "at_most": None,
+    },
+}
 MODELS = {
     "bahdanau": lambda: Seq2Seq(20, 22, kind="bahdanau", emb=8, hidden=16),
-    "luong": lambda: Seq2Seq(20, 22, kind="luong", score="general", input_feeding=True, emb=8,
-                             hidden=16),
+    "luong": lambda: Seq2Seq(
+        20, 22, kind="luong", score="general", input_feeding=True, emb=8, hidden=16
+    ),
     "none": lambda: Seq2Seq(20, 22, kind="none", emb=8, hidden=16),
     "transformer": lambda: Transformer(20, 22, d_model=16, heads=2, layers=2, ff=32),
-    "las": lambda: LAS(12, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8,
-                       layers=2),
-    "las-uni": lambda: LAS(12, features=8, listener_hidden=8, hidden=16, emb=8,
-                           key_value_dim=8, listener="uni"),
-    "crnn-ctc": lambda: CRNN(10, channels=(4, 4, 8, 8, 8), hidden=8, attention="window",
-                             window=3),
-    "crnn-attention": lambda: CRNN(10, channels=(4, 4, 8, 8, 8), hidden=8,
-                                   attention="global", head="attention", dec_hidden=16),
+    "las": lambda: LAS(
+        12, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8, layers=2
+    ),
+    "las-uni": lambda: LAS(
+        12, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8, listener="uni"
+    ),
+    "crnn-ctc": lambda: CRNN(10, channels=(4, 4, 8, 8, 8), hidden=8, attention="window", window=3),
+    "crnn-attention": lambda: CRNN(
+        10, channels=(4, 4, 8, 8, 8), hidden=8, attention="global", head="attention", dec_hidden=16
+    ),
 }
-LENGTHS = {"las": (41, [41, 33, 8]), "las-uni": (41, [41, 33, 8]),
-           "crnn-ctc": (37, [37, 20, 2]),
-           "crnn-attention": (37, [37, 20, 2])}  # (L, lengths) of the parity inputs
+LENGTHS = {
+    "las": (41, [41, 33, 8]),
+    "las-uni": (41, [41, 33, 8]),
+    "crnn-ctc": (37, [37, 20, 2]),
+    "crnn-attention": (37, [37, 20, 2]),
+}  # (L, lengths) of the parity inputs
 
 
 class Exported:
@@ -60,8 +75,7 @@ class Exported:
         self.model, self.folder = model.eval(), folder
         self.meta = export_onnx(self.model, folder, task="test", vocab={}, max_len=max_len)
         assert json.loads((folder / JSON_FILE).read_text()) == self.meta
-        spec = importlib.util.spec_from_file_location(f"runner_{folder.name}",
-                                                      folder / RUNNER_FILE)
+        spec = importlib.util.spec_from_file_location(f"runner_{folder.name}", folder / RUNNER_FILE)
         self.runner = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(self.runner)  # the copy written next to the graphs
         self.encoder = ort.InferenceSession(str(folder / self.meta["encoder"]["file"]))
@@ -93,8 +107,7 @@ def exported(tmp_path_factory):
                 parameter, token, shift = BIAS[name]
                 with torch.no_grad():
                     model.get_parameter(parameter)[token] += shift
-            cache[name] = Exported(model, tmp_path_factory.mktemp(name),
-                                   RULES.get(name, MAX_LEN))
+            cache[name] = Exported(model, tmp_path_factory.mktemp(name), RULES.get(name, MAX_LEN))
         return cache[name]
 
     return get
@@ -142,8 +155,13 @@ def test_encoder_and_decoder_steps_equal_pytorch(name, exported, one_thread):
     for n in graph.node:
         for i in n.input:
             read_by.setdefault(i, set()).add(n.op_type)
-    assert not [n.name for n in graph.node if n.op_type == "Expand" and
-                made.get(n.input[0]) == "ConstantOfShape" and read_by[n.output[0]] == {"Shape"}]
+    assert not [
+        n.name
+        for n in graph.node
+        if n.op_type == "Expand"
+        and made.get(n.input[0]) == "ConstantOfShape"
+        and read_by[n.output[0]] == {"Shape"}
+    ]
     assert set(flatten(want_state)) <= names
     for n in names - set(flatten(want_state)):  # the keys the encoder graph found non-finite
         assert n.endswith(".bad") and state[n].dtype == np.bool_ and not state[n].any()
@@ -153,9 +171,12 @@ def runner_decode(e: Exported, x, lengths, decoding: Decoding | None) -> list:
     """The runner's outputs for ``decoding`` (written into the JSON as the export writes it)."""
     rule = e.meta["decoding"].get("max_len")
     meta = {**e.meta, "decoding": decoding_json(decoding, rule, ctc=e.step is None)}
-    return e.runner.decode(e.step, e.encode(x, lengths), meta,
-                           dict(zip([i["name"] for i in e.meta["encoder"]["inputs"]],
-                                    (x.numpy(), lengths.numpy()))))
+    return e.runner.decode(
+        e.step,
+        e.encode(x, lengths),
+        meta,
+        dict(zip([i["name"] for i in e.meta["encoder"]["inputs"]], (x.numpy(), lengths.numpy()))),
+    )
 
 
 def attnkit_decode(e: Exported, x, lengths, decoding: Decoding | None) -> list:
@@ -165,8 +186,10 @@ def attnkit_decode(e: Exported, x, lengths, decoding: Decoding | None) -> list:
         if e.step is None:
             return [[ids] for ids in ctc_greedy(*e.model(x, lengths)).ids]
         rule = e.meta["decoding"]["max_len"]
-        values = {e.meta["encoder"]["inputs"][1]["name"]: lengths,
-                  **flatten(e.model.start(x, lengths))}
+        values = {
+            e.meta["encoder"]["inputs"][1]["name"]: lengths,
+            **flatten(e.model.start(x, lengths)),
+        }
         scaled = getattr(torch, rule["rounding"])(values[rule["input"]].float() * rule["ratio"])
         limit = scaled.long() + rule["extra"]
         if rule["at_most"] is not None:
@@ -180,23 +203,26 @@ def attnkit_decode(e: Exported, x, lengths, decoding: Decoding | None) -> list:
 # initialised translation models stops some examples at EOS, at different steps, and others
 # at their limit (the Transformer does without); away from the blank, so that the CTC model
 # emits ids.
-BIAS = {"bahdanau": ("decoder.out.bias", 2, 0.3), "luong": ("decoder.out.bias", 2, 0.4),
-        "crnn-ctc": ("classifier.bias", 0, -3.0)}
+BIAS = {
+    "bahdanau": ("decoder.out.bias", 2, 0.3),
+    "luong": ("decoder.out.bias", 2, 0.4),
+    "crnn-ctc": ("classifier.bias", 0, -3.0),
+}
 STOPS = ("bahdanau", "luong", "transformer")
 DECODERS = [name for name in MODELS if name != "crnn-ctc"]
 DECODINGS = {
     "greedy": Decoding(),
     "beam": Decoding(beam=3, length_penalty=0.6),
-    "beam-options": Decoding(beam=4, length_penalty=1.0, coverage_penalty=0.4,
-                             no_repeat_ngram=2, n_best=3),
+    "beam-options": Decoding(
+        beam=4, length_penalty=1.0, coverage_penalty=0.4, no_repeat_ngram=2, n_best=3
+    ),
     "beam-max-len": Decoding(beam=2, max_len=5),
 }
 
 
 @pytest.mark.parametrize("how", list(DECODINGS))
 @pytest.mark.parametrize("name", DECODERS)
-def test_the_runner_decodes_through_onnxruntime_as_attnkit_does(name, how, exported,
-                                                                one_thread):
+def test_the_runner_decodes_through_onnxruntime_as_attnkit_does(name, how, exported, one_thread):
     e = exported(name)
     if name in LENGTHS:
         length, lengths = LENGTHS[name]
@@ -225,8 +251,10 @@ def test_the_runner_samples_from_the_model_s_restricted_distribution(exported, o
     e = exported("bahdanau")
     x, lengths = model_inputs(e.model).example(2, 9, seed=5)
     greedy = runner_decode(e, x, lengths, Decoding())
-    for narrow in (Decoding(sample=True, top_k=1, samples=2),
-                   Decoding(sample=True, top_p=1e-6, temperature=2.0)):
+    for narrow in (
+        Decoding(sample=True, top_k=1, samples=2),
+        Decoding(sample=True, top_p=1e-6, temperature=2.0),
+    ):
         outputs = runner_decode(e, x, lengths, narrow)
         assert outputs == [[g[0]] * narrow.samples for g in greedy]
     wide = Decoding(sample=True, top_k=2, samples=40, max_len=1, seed=3)
@@ -258,9 +286,11 @@ def looping(kind: str) -> Seq2Seq:
 
 
 LOOPING = {"looping": lambda: looping("bahdanau"), "looping-blind": lambda: looping("none")}
-LOOP_DECODINGS = {"greedy": Decoding(max_len=30),
-                  "beam": Decoding(beam=3, length_penalty=1.0, n_best=2, max_len=30),
-                  "sample": Decoding(sample=True, top_k=1, samples=2, max_len=30)}
+LOOP_DECODINGS = {
+    "greedy": Decoding(max_len=30),
+    "beam": Decoding(beam=3, length_penalty=1.0, n_best=2, max_len=30),
+    "sample": Decoding(sample=True, top_k=1, samples=2, max_len=30),
+}
 
 
 @pytest.mark.parametrize("how", list(LOOP_DECODINGS))
@@ -268,8 +298,10 @@ def test_the_runner_stops_an_output_that_loops_where_attnkit_does(how, exported,
     e = exported("looping")
     x, lengths = model_inputs(e.model).example(2, 9, seed=11)
     stop = 2 + max((REPEATS - 1) * 2, MIN_SPAN)  # the unit of 2 tokens, then its still repeats
-    for decoding, size in ((LOOP_DECODINGS[how], stop),
-                           (dataclasses.replace(LOOP_DECODINGS[how], loop_stop=False), 30)):
+    for decoding, size in (
+        (LOOP_DECODINGS[how], stop),
+        (dataclasses.replace(LOOP_DECODINGS[how], loop_stop=False), 30),
+    ):
         want = attnkit_decode(e, x, lengths, decoding)
         assert runner_decode(e, x, lengths, decoding) == want
         assert [outputs[0] for outputs in want] == [[8, 7] * (size // 2)] * 2
@@ -284,19 +316,37 @@ def test_the_runner_stops_an_output_that_loops_where_attnkit_does(how, exported,
 def test_the_json_names_every_graph_input_and_output(exported):
     meta = exported("bahdanau").meta
     assert [i["name"] for i in meta["encoder"]["inputs"]] == ["src", "src_len"]
-    state = ["state.h", "state.src_len", "state.memory.key_features", "state.memory.values",
-             "state.memory.bad"]
+    state = [
+        "state.h",
+        "state.src_len",
+        "state.memory.key_features",
+        "state.memory.values",
+        "state.memory.bad",
+    ]
     assert [o["name"] for o in meta["encoder"]["outputs"]] == state
     assert [i["name"] for i in meta["decoder_step"]["inputs"]] == ["tokens", *state]
-    assert [o["name"] for o in meta["decoder_step"]["outputs"]] == ["log_probs", "weights",
-                                                                    "next.h"]
-    assert meta["state"][:2] == [{"name": "state.h", "next": "next.h"},
-                                 {"name": "state.src_len", "next": None}]
+    assert [o["name"] for o in meta["decoder_step"]["outputs"]] == [
+        "log_probs",
+        "weights",
+        "next.h",
+    ]
+    assert meta["state"][:2] == [
+        {"name": "state.h", "next": "next.h"},
+        {"name": "state.src_len", "next": None},
+    ]
     assert meta["encoder"]["outputs"][2]["shape"] == ["B", 1, "S", 16]  # (B, H, S, A)
     assert meta["decoding"] | {"rule": ""} == {
-        "method": "greedy", "bos": 1, "eos": 2, "pad": 0, "never_emit": [0, 1],
-        "max_len": MAX_LEN, "max_tokens": None, "loop_stop": True,
-        "loop": {"max_period": 64, "repeats": 3, "min_span": 16, "tolerance": 0.5}, "rule": ""}
+        "method": "greedy",
+        "bos": 1,
+        "eos": 2,
+        "pad": 0,
+        "never_emit": [0, 1],
+        "max_len": MAX_LEN,
+        "max_tokens": None,
+        "loop_stop": True,
+        "loop": {"max_period": 64, "repeats": 3, "min_span": 16, "tolerance": 0.5},
+        "rule": "",
+    }
     assert meta["version"] == 3
     assert (meta["opset"], meta["model"]["name"]) == (17, "seq2seq")
     # a step that never reads an entry does not take it (the no-attention model's lengths)
@@ -319,19 +369,27 @@ def test_export_refuses_bad_arguments_and_writes_nothing(tmp_path):
     with pytest.raises(ValueError, match="max_len: a token decoder needs its output length"):
         export_onnx(model, out, task="t", vocab={})
     (tmp_path / "file").write_text("")
-    with pytest.raises(ValueError,
-                       match=r"out: expected a folder \(new or existing\), got the file"):
+    with pytest.raises(
+        ValueError, match=r"out: expected a folder \(new or existing\), got the file"
+    ):
         export_onnx(model, tmp_path / "file", task="t", vocab={}, max_len=MAX_LEN)
-    with pytest.raises(ValueError, match="model: expected Seq2Seq, Transformer, LAS or CRNN, "
-                                         "got Linear"):
+    with pytest.raises(
+        ValueError, match="model: expected Seq2Seq, Transformer, LAS or CRNN, got Linear"
+    ):
         export_onnx(torch.nn.Linear(2, 2), out, task="t", vocab={}, max_len=MAX_LEN)
-    aligned = LAS(10, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8,
-                  alignment="monotonic")
-    with pytest.raises(ValueError, match="model: its decoder's monotonic alignment is not "
-                                         "exported"):
+    aligned = LAS(
+        10, features=8, listener_hidden=8, hidden=16, emb=8, key_value_dim=8, alignment="monotonic"
+    )
+    with pytest.raises(
+        ValueError, match="model: its decoder's monotonic alignment is not exported"
+    ):
         export_onnx(aligned, out, task="t", vocab={}, max_len=MAX_LEN)
     assert not out.exists() and model.training
     export_onnx(model, out, task="t", vocab={}, max_len=MAX_LEN, opset=18)
     assert model.training  # the export leaves the model's mode as it was
-    assert sorted(p.name for p in out.iterdir()) == ["attnkit.json", "attnkit_runner.py",
-                                                     "decoder_step.onnx", "encoder.onnx"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "attnkit.json",
+        "attnkit_runner.py",
+        "decoder_step.onnx",
+        "encoder.onnx",
+    ]

@@ -36,8 +36,15 @@ def _export(tmp_path):
     path = tmp_path / "graph.onnx"
     x = torch.randn(2, 8, 11)
     with torch.no_grad():
-        torch.onnx.export(model, (x,), str(path), dynamo=False, input_names=["x"],
-                          output_names=["y"], dynamic_axes={"x": {0: "B", 2: "T"}})
+        torch.onnx.export(
+            model,
+            (x,),
+            str(path),
+            dynamo=False,
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_axes={"x": {0: "B", 2: "T"}},
+        )
     return model, path
 
 
@@ -47,8 +54,11 @@ def _run(path, x):
 
 
 def _float_weights(path) -> dict:
-    return {i.name: numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer
-            if i.data_type == onnx.TensorProto.FLOAT}
+    return {
+        i.name: numpy_helper.to_array(i)
+        for i in onnx.load(path).graph.initializer
+        if i.data_type == onnx.TensorProto.FLOAT
+    }
 
 
 def test_conv_and_gru_weights_are_stored_as_int8_within_half_a_step(tmp_path):
@@ -71,8 +81,11 @@ def test_conv_and_gru_weights_are_stored_as_int8_within_half_a_step(tmp_path):
         # one scale per output channel: the largest weight of each channel is +-127
         others = tuple(d for d in range(q.ndim) if d != axis)
         assert (np.abs(q).max(axis=others) == 127).all()
-    tiny = [i for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT
-            and tuple(i.dims) == (2, 16, 1)]
+    tiny = [
+        i
+        for i in model.graph.initializer
+        if i.data_type == onnx.TensorProto.FLOAT and tuple(i.dims) == (2, 16, 1)
+    ]
     assert len(tiny) == 1  # left in float32
 
 
@@ -99,8 +112,9 @@ def test_a_weight_another_node_reads_too_stays_float(tmp_path):
     model = onnx.load(path)
     conv = next(n for n in model.graph.node if n.op_type == "Conv")
     model.graph.node.append(onnx.helper.make_node("Identity", [conv.input[1]], ["shared"]))
-    model.graph.output.append(onnx.helper.make_tensor_value_info("shared",
-                                                                 onnx.TensorProto.FLOAT, None))
+    model.graph.output.append(
+        onnx.helper.make_tensor_value_info("shared", onnx.TensorProto.FLOAT, None)
+    )
     assert weight_only_int8(model) == 2  # the GRU's W and R only
     assert conv.input[1] in _float_weights_of(model)
 
@@ -115,13 +129,23 @@ def test_per_head_products_of_attention_stay_float(tmp_path):
     helper = onnx.helper
     x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["B", 1, "S", 6])
     y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
-    weights = [numpy_helper.from_array(np.random.default_rng(0).standard_normal(shape)
-                                       .astype(np.float32), name)
-               for name, shape in (("w", (6, 32)), ("v", (1, 1, 32, 1)))]
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"], name="layer"),
-                               helper.make_node("Tanh", ["h"], ["t"], name="tanh"),
-                               helper.make_node("MatMul", ["t", "v"], ["y"], name="score")],
-                              "g", [x], [y], weights)
+    weights = [
+        numpy_helper.from_array(
+            np.random.default_rng(0).standard_normal(shape).astype(np.float32), name
+        )
+        for name, shape in (("w", (6, 32)), ("v", (1, 1, 32, 1)))
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["h"], name="layer"),
+            helper.make_node("Tanh", ["h"], ["t"], name="tanh"),
+            helper.make_node("MatMul", ["t", "v"], ["y"], name="score"),
+        ],
+        "g",
+        [x],
+        [y],
+        weights,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     assert per_head_products(model) == ["score"]
     path = tmp_path / "g.onnx"
@@ -131,6 +155,7 @@ def test_per_head_products_of_attention_stay_float(tmp_path):
     assert ops["score"] == "MatMul" and "layer" not in ops  # the layer's now runs in int8
     feed = {"x": np.random.default_rng(1).standard_normal((2, 1, 5, 6)).astype(np.float32)}
     got = ort.InferenceSession(str(path)).run(None, feed)[0]
-    want = np.tanh(feed["x"] @ numpy_helper.to_array(weights[0])) @ \
-        numpy_helper.to_array(weights[1])
+    want = np.tanh(feed["x"] @ numpy_helper.to_array(weights[0])) @ numpy_helper.to_array(
+        weights[1]
+    )
     np.testing.assert_allclose(got, want, rtol=0.05, atol=0.1)  # 7-bit weights

@@ -33,9 +33,13 @@ def test_the_runner_imports_nothing_of_attnkit_or_torch():
     assert imported == {"__future__", "base64", "logging", "numpy", "sentencepiece"}
 
 
-@pytest.mark.parametrize("build", [lambda: CharVocab.build(TEXTS, tags=["<fr>", "<en>"]),
-                                   lambda: SubwordVocab.build(TEXTS, size=40,
-                                                              tags=["<fr>", "<en>"])])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: CharVocab.build(TEXTS, tags=["<fr>", "<en>"]),
+        lambda: SubwordVocab.build(TEXTS, size=40, tags=["<fr>", "<en>"]),
+    ],
+)
 def test_its_vocabularies_encode_and_decode_as_attnkit_s(build):
     vocab = build()
     mine = runner.Vocab(vocab.to_json())
@@ -44,8 +48,9 @@ def test_its_vocabularies_encode_and_decode_as_attnkit_s(build):
         ids = [1, *vocab.encode(text), 0, 2, 7]  # bos, the text, pad, eos, after eos
         assert mine.decode(ids) == vocab.decode(ids)
     assert mine.decode([3, 999]) == vocab.decode([3, 999])  # unk, and an id out of range
-    with pytest.raises(ValueError, match="vocab: expected type 'char' or 'sentencepiece', "
-                                         "got 'word'"):
+    with pytest.raises(
+        ValueError, match="vocab: expected type 'char' or 'sentencepiece', got 'word'"
+    ):
         runner.Vocab({"type": "word", "symbols": []})
 
 
@@ -57,8 +62,9 @@ class Session:
         self.fake = fake
 
     def run(self, _, feed: dict) -> list:
-        log_probs, t, weights = self.fake.step(torch.from_numpy(feed["tokens"]),
-                                               torch.from_numpy(feed["state.t"]))
+        log_probs, t, weights = self.fake.step(
+            torch.from_numpy(feed["tokens"]), torch.from_numpy(feed["state.t"])
+        )
         return [log_probs.numpy(), *([] if weights is None else [weights.numpy()]), t.numpy()]
 
 
@@ -79,29 +85,45 @@ def both_decode(make, decoding: Decoding, caplog, start=(0, 0)) -> tuple:
                 outputs = [[content_ids(row) for row in example] for example in tokens.tolist()]
             else:
                 names = ["log_probs", *(["weights"] if fake.weights else []), "next.t"]
-                meta = {"decoder_step": {"inputs": [{"name": "tokens"}, {"name": "state.t"}],
-                                         "outputs": [{"name": n} for n in names]},
-                        "state": [{"name": "state.t", "next": "next.t"}],
-                        "decoding": decoding_json(decoding, RULE, ctc=False)}
-                outputs = runner.decode(Session(fake), {"state.t": np.array(start)}, meta,
-                                        {"lengths": np.full(batch, LIMIT)})
+                meta = {
+                    "decoder_step": {
+                        "inputs": [{"name": "tokens"}, {"name": "state.t"}],
+                        "outputs": [{"name": n} for n in names],
+                    },
+                    "state": [{"name": "state.t", "next": "next.t"}],
+                    "decoding": decoding_json(decoding, RULE, ctc=False),
+                }
+                outputs = runner.decode(
+                    Session(fake),
+                    {"state.t": np.array(start)},
+                    meta,
+                    {"lengths": np.full(batch, LIMIT)},
+                )
         results.append((outputs, fake.steps, list(caplog.messages)))
     return tuple(results)
 
 
 LIMIT = 60  # output tokens at most
 RULE = {"input": "lengths", "ratio": 1.0, "extra": 0, "rounding": "ceil", "at_most": None}
-FAKES = {"looping": looping, "dashes": lambda: dashes(40), "zeros": lambda: zeros(MIN_SPAN),
-         "more-zeros": lambda: zeros(MIN_SPAN + 1)}
-SEARCHES = {"greedy": Decoding(), "beam": Decoding(beam=3, length_penalty=1.0),
-            "sample": Decoding(sample=True, top_k=1, samples=2)}
+FAKES = {
+    "looping": looping,
+    "dashes": lambda: dashes(40),
+    "zeros": lambda: zeros(MIN_SPAN),
+    "more-zeros": lambda: zeros(MIN_SPAN + 1),
+}
+SEARCHES = {
+    "greedy": Decoding(),
+    "beam": Decoding(beam=3, length_penalty=1.0),
+    "sample": Decoding(sample=True, top_k=1, samples=2),
+}
 
 
 @pytest.mark.parametrize("how", list(SEARCHES))
 @pytest.mark.parametrize("name", list(FAKES))
 def test_the_runner_stops_the_outputs_that_loop_as_attnkit_does(name, how, caplog):
-    (want, want_steps, want_log), (got, steps, log) = both_decode(FAKES[name], SEARCHES[how],
-                                                                  caplog)
+    (want, want_steps, want_log), (got, steps, log) = both_decode(
+        FAKES[name], SEARCHES[how], caplog
+    )
     assert got == want
     lengths = {len(output) for outputs in got for output in outputs}
     if name in ("looping", "more-zeros"):  # stopped without EOS: a unit of 3, or one token
@@ -137,12 +159,15 @@ def test_an_output_that_has_ended_is_not_counted_as_a_loop(how, caplog):
     """Example 0 loops on a unit of 12 tokens (3333 4444 5555) with its attention going round
     12 keys; example 1 (from step 99) emits 3 and EOS, then pad from a still attention until
     example 0 stops: it is not one of the outputs stopped as loops."""
-    def make():
-        return Fake(lambda t: EOS if t >= 100 else 3 + t // 4 % 3,
-                    lambda t: 0 if t >= 100 else t % 12, tk=12)
 
-    (want, _, want_log), (got, steps, log) = both_decode(make, SEARCHES[how], caplog,
-                                                        start=(0, 99))
+    def make():
+        return Fake(
+            lambda t: EOS if t >= 100 else 3 + t // 4 % 3,
+            lambda t: 0 if t >= 100 else t % 12,
+            tk=12,
+        )
+
+    (want, _, want_log), (got, steps, log) = both_decode(make, SEARCHES[how], caplog, start=(0, 99))
     stop = 12 + max((REPEATS - 1) * 12, MIN_SPAN)
     assert got == want and steps == stop and {tuple(o) for o in got[1]} == {(3,)}
     assert log[0].split("(a loop)")[0] == want_log[0].split("(a loop)")[0]

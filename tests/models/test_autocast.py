@@ -16,21 +16,61 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 B, S, U = 3, 9, 5
 MODELS = {
-    "bahdanau": dict(name="seq2seq", kind="bahdanau", src_vocab=12, tgt_vocab=10, emb=8,
-                     hidden=16),
-    "luong-feeding": dict(name="seq2seq", kind="luong", src_vocab=12, tgt_vocab=10, emb=8,
-                          hidden=16, score="additive", input_feeding=True),
-    "transformer": dict(name="transformer", src_vocab=12, tgt_vocab=10, d_model=16, heads=2,
-                        layers=1, dropout=0.0),
-    "crnn-ctc-window": dict(name="crnn", vocab=10, channels=[4, 4, 8, 8, 8], hidden=8,
-                            attention="window", window=4, dropout=0.0),
-    "crnn-attention": dict(name="crnn", vocab=10, channels=[4, 4, 8, 8, 8], hidden=8,
-                           head="attention", dec_hidden=8, ctc=True, dropout=0.0),
-    "las-location": dict(name="las", vocab=10, features=6, listener_hidden=8, hidden=16, emb=8,
-                         key_value_dim=8, score="location", ctc=True),
-    "las-mocha": dict(name="las", vocab=10, features=6, listener_hidden=8, hidden=16, emb=8,
-                      key_value_dim=8, alignment="mocha",
-                      alignment_options={"noise": 0.0, "chunk": 2}),
+    "bahdanau": dict(name="seq2seq", kind="bahdanau", src_vocab=12, tgt_vocab=10, emb=8, hidden=16),
+    "luong-feeding": dict(
+        name="seq2seq",
+        kind="luong",
+        src_vocab=12,
+        tgt_vocab=10,
+        emb=8,
+        hidden=16,
+        score="additive",
+        input_feeding=True,
+    ),
+    "transformer": dict(
+        name="transformer", src_vocab=12, tgt_vocab=10, d_model=16, heads=2, layers=1, dropout=0.0
+    ),
+    "crnn-ctc-window": dict(
+        name="crnn",
+        vocab=10,
+        channels=[4, 4, 8, 8, 8],
+        hidden=8,
+        attention="window",
+        window=4,
+        dropout=0.0,
+    ),
+    "crnn-attention": dict(
+        name="crnn",
+        vocab=10,
+        channels=[4, 4, 8, 8, 8],
+        hidden=8,
+        head="attention",
+        dec_hidden=8,
+        ctc=True,
+        dropout=0.0,
+    ),
+    "las-location": dict(
+        name="las",
+        vocab=10,
+        features=6,
+        listener_hidden=8,
+        hidden=16,
+        emb=8,
+        key_value_dim=8,
+        score="location",
+        ctc=True,
+    ),
+    "las-mocha": dict(
+        name="las",
+        vocab=10,
+        features=6,
+        listener_hidden=8,
+        hidden=16,
+        emb=8,
+        key_value_dim=8,
+        alignment="mocha",
+        alignment_options={"noise": 0.0, "chunk": 2},
+    ),
 }
 
 
@@ -77,19 +117,43 @@ def test_bf16_autocast_stays_near_float32_and_trains_in_float32(name):
         assert hyp.tokens.shape[0] == B
 
 
-@pytest.mark.parametrize("config", [
-    dict(name="vqa", words=12, answers=5, image_size=16, channels=[4, 8], emb=8, hidden=8,
-         attn_dim=8),
-    dict(name="vqa", words=12, answers=5, image_size=16, channels=[4, 8], emb=8, hidden=8,
-         attn_dim=8, kind="relational"),
-    dict(name="char_lm", vocab=10, emb=8, hidden=16, layers=2),
-], ids=["vqa", "vqa-relational", "char-lm"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        dict(
+            name="vqa",
+            words=12,
+            answers=5,
+            image_size=16,
+            channels=[4, 8],
+            emb=8,
+            hidden=8,
+            attn_dim=8,
+        ),
+        dict(
+            name="vqa",
+            words=12,
+            answers=5,
+            image_size=16,
+            channels=[4, 8],
+            emb=8,
+            hidden=8,
+            attn_dim=8,
+            kind="relational",
+        ),
+        dict(name="char_lm", vocab=10, emb=8, hidden=16, layers=2),
+    ],
+    ids=["vqa", "vqa-relational", "char-lm"],
+)
 def test_models_reading_embeddings_with_an_lstm_train_under_bf16_autocast(config):
     torch.manual_seed(0)
     model = build_model(config)
     words = torch.randint(1, 10, (B, S))
-    inputs = ((torch.rand(B, 3, 16, 16), words, torch.tensor([9, 6, 4]))
-              if config["name"] == "vqa" else (words,))
+    inputs = (
+        (torch.rand(B, 3, 16, 16), words, torch.tensor([9, 6, 4]))
+        if config["name"] == "vqa"
+        else (words,)
+    )
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = model(*inputs)
     logits = out.logits if config["name"] == "vqa" else out

@@ -33,10 +33,19 @@ def _step_operations(model, cells, steps=1):
     the cell, the deep output and the log-softmax, with a spare 8."""
     d, hidden = model.init_h.in_features, model.hidden
     vocab, emb = model.out.out_features, model.out.in_features
-    attend = 0 if model.attention is None else (
-        hidden + d + model.attention.score.v.shape[-1] + 2 * cells)
-    return (grid_operations(model.encoder) + cells + d + 2 + steps * (
-        attend + hidden + 2 + lstm_operations(1, emb + d, hidden) + hidden + d + emb + vocab + 8))
+    attend = (
+        0
+        if model.attention is None
+        else (hidden + d + model.attention.score.v.shape[-1] + 2 * cells)
+    )
+    return (
+        grid_operations(model.encoder)
+        + cells
+        + d
+        + 2
+        + steps
+        * (attend + hidden + 2 + lstm_operations(1, emb + d, hidden) + hidden + d + emb + vocab + 8)
+    )
 
 
 def test_doubly_stochastic_is_the_papers_sum():
@@ -85,9 +94,12 @@ def test_one_step_is_the_papers_equations():
         torch.testing.assert_close(_step(model64, images.double(), tokens), want)
         # in float32 the step and the equations within a normwise bound of the equations in
         # float64
-        assert_within_normwise(want, _step_operations(model, want[1].shape[-1]),
-                               step=_step(model, images, tokens),
-                               equations=_papers_step(model, images, tokens)[0])
+        assert_within_normwise(
+            want,
+            _step_operations(model, want[1].shape[-1]),
+            step=_step(model, images, tokens),
+            equations=_papers_step(model, images, tokens)[0],
+        )
     assert 0.0 < beta.min() and beta.max() < 1.0
 
 
@@ -134,10 +146,12 @@ def test_teacher_forcing_equals_the_steps(attention):
     # float64 (four steps, each fed the last)
     operations = _step_operations(model, model.cells, steps=4)
     none = attention == "none"
-    assert_within_normwise([F.log_softmax(out64.logits, -1), None if none else out64.weights],
-                           operations,
-                           teacher_forced=[F.log_softmax(out.logits, -1), out.weights],
-                           steps=[torch.stack(rows, 1), None if none else torch.stack(weights, 1)])
+    assert_within_normwise(
+        [F.log_softmax(out64.logits, -1), None if none else out64.weights],
+        operations,
+        teacher_forced=[F.log_softmax(out.logits, -1), out.weights],
+        steps=[torch.stack(rows, 1), None if none else torch.stack(weights, 1)],
+    )
 
 
 def _score_bound(model, images, hyps):
@@ -166,12 +180,17 @@ def test_decoding_greedy_beam_and_sampling(attention):
     model = _model(attention=attention)
     images, lengths = _images(), torch.full((3,), model.cells)
     greedy = decode(model, images, lengths, max_len=6, weights=True)
-    beam1 = decode(model, images, lengths, max_len=6, decoding=Decoding(beam=1, n_best=1,
-                                                                         length_penalty=0.0,
-                                                                         no_repeat_ngram=0))
+    beam1 = decode(
+        model,
+        images,
+        lengths,
+        max_len=6,
+        decoding=Decoding(beam=1, n_best=1, length_penalty=0.0, no_repeat_ngram=0),
+    )
     beam = decode(model, images, lengths, max_len=6, decoding=Decoding(beam=3))
-    drawn = decode(model, images, lengths, max_len=6, decoding=Decoding(sample=True, seed=0),
-                   weights=True)
+    drawn = decode(
+        model, images, lengths, max_len=6, decoding=Decoding(sample=True, seed=0), weights=True
+    )
     assert torch.equal(greedy.tokens, beam1.tokens)
     assert greedy.weights.shape == (3, greedy.tokens.shape[1], model.cells)
     assert beam.tokens.shape[0] == 3 and drawn.weights is not None
@@ -199,8 +218,9 @@ def test_hard_attention_reads_one_cell():
     assert torch.equal(alpha64.argmax(-1), alpha.argmax(-1))
     torch.testing.assert_close(want, h1_64)  # the equations, to float64's rounding
     # in float32, the step and the equations within a normwise bound of them in float64
-    assert_within_normwise([want], _step_operations(model, alpha.shape[-1]), step=[got],
-                           equations=[h1])
+    assert_within_normwise(
+        [want], _step_operations(model, alpha.shape[-1]), step=[got], equations=[h1]
+    )
     model.train()
     torch.manual_seed(3)
     out = model(images, torch.ones(3, 5, dtype=torch.long))
@@ -230,9 +250,12 @@ def test_reinforce_has_the_papers_gradient_and_a_moving_baseline():
     model.eval()
     model.reinforce(torch.tensor([-9.0, -9.0, -9.0]), sampled, mask, decay=0.9)
     assert float(model.baseline) == pytest.approx(-2.8)  # evaluation leaves it alone
-    with pytest.raises(ValueError, match="out: REINFORCE needs hard attention's sampled "
-                                         "locations .*'hard' in training mode; this model: "
-                                         "'soft'"):
+    with pytest.raises(
+        ValueError,
+        match="out: REINFORCE needs hard attention's sampled "
+        "locations .*'hard' in training mode; this model: "
+        "'soft'",
+    ):
         soft = _model()
         soft.reinforce(reward, soft(images, torch.ones(3, 3, dtype=torch.long)), mask)
 
@@ -258,20 +281,29 @@ def test_grid_encoder_appends_cell_centres():
     torch.testing.assert_close(grid[0, 15, -2:], torch.tensor([1.0, 1.0]))  # bottom right
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(attention="global"), "attention: expected one of soft, hard, none, got 'global'"),
-    (dict(image_size=18), r"image_size: expected a multiple of 2 \*\* len\(channels\) = 4, "
-                          "got 18"),
-    (dict(channels=()), r"channels: expected positive ints, got \(\)"),
-    (dict(hidden=0), "hidden: expected a positive int, got 0"),
-    (dict(dropout=1.0), r"dropout: expected a probability in \[0, 1\), got 1.0"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(attention="global"), "attention: expected one of soft, hard, none, got 'global'"),
+        (
+            dict(image_size=18),
+            r"image_size: expected a multiple of 2 \*\* len\(channels\) = 4, "
+            "got 18",
+        ),
+        (dict(channels=()), r"channels: expected positive ints, got \(\)"),
+        (dict(hidden=0), "hidden: expected a positive int, got 0"),
+        (dict(dropout=1.0), r"dropout: expected a probability in \[0, 1\), got 1.0"),
+    ],
+)
 def test_bad_arguments(kw, match):
     with pytest.raises(ValueError, match=match):
         Captioner(11, **{**TINY, **kw})
 
 
 def test_images_of_another_size_are_refused():
-    with pytest.raises(ValueError, match=r"images: expected shape \(B, 3, 16, 16\) \(RGB at the "
-                                         r"model's image_size\), got \(2, 3, 32, 32\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"images: expected shape \(B, 3, 16, 16\) \(RGB at the "
+        r"model's image_size\), got \(2, 3, 32, 32\)",
+    ):
         _model()(torch.rand(2, 3, 32, 32), torch.ones(2, 3, dtype=torch.long))

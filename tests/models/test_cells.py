@@ -30,9 +30,15 @@ def _flat(out):
     return list(out) if isinstance(out, tuple) else [out]
 
 
-@given(kind=st.sampled_from(["gru", "lstm"]), b=st.integers(1, 6), i=st.integers(1, 12),
-       h=st.integers(1, 12), bias=st.booleans(), zero_state=st.booleans(),
-       seed=st.integers(0, 2**16))
+@given(
+    kind=st.sampled_from(["gru", "lstm"]),
+    b=st.integers(1, 6),
+    i=st.integers(1, 12),
+    h=st.integers(1, 12),
+    bias=st.booleans(),
+    zero_state=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_matches_torch_cell_outputs_and_gradients(kind, b, i, h, bias, zero_state, seed):
     torch.manual_seed(seed)
     ours, ref = _pair(kind, i, h, bias)
@@ -64,14 +70,18 @@ def test_matches_torch_cell_outputs_and_gradients(kind, b, i, h, bias, zero_stat
 
     want64 = fn(*inputs64)
     scales = forward_term_scales(fn, inputs64)
-    assert_within_normwise(want64, operations, {k: float(s.max()) for k, s in enumerate(scales)},
-                           ours=got, torch=want)
+    assert_within_normwise(
+        want64, operations, {k: float(s.max()) for k, s in enumerate(scales)}, ours=got, torch=want
+    )
     grads64 = [g.double() for g in grads]
     scales = backward_term_scales(fn, inputs64, grads64)
-    assert_within_normwise(torch.autograd.grad(want64, inputs64, grads64), operations,
-                           {k: float(s.max()) for k, s in enumerate(scales)},
-                           ours=torch.autograd.grad(got, inputs, grads),
-                           torch=torch.autograd.grad(want, ref_inputs, grads))
+    assert_within_normwise(
+        torch.autograd.grad(want64, inputs64, grads64),
+        operations,
+        {k: float(s.max()) for k, s in enumerate(scales)},
+        ours=torch.autograd.grad(got, inputs, grads),
+        torch=torch.autograd.grad(want, ref_inputs, grads),
+    )
 
 
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
@@ -88,8 +98,9 @@ def test_formulas_equal_torch_cells_in_float64_and_pass_gradcheck(kind):
     else:
         for a, b in zip(lstm_cell(x, (h, c), *weights), ref(x, (h, c))):
             torch.testing.assert_close(a, b)
-        assert torch.autograd.gradcheck(lambda x, h, c, *w: lstm_cell(x, (h, c), *w),
-                                        (x, h, c, *weights))
+        assert torch.autograd.gradcheck(
+            lambda x, h, c, *w: lstm_cell(x, (h, c), *w), (x, h, c, *weights)
+        )
 
 
 @pytest.mark.parametrize("kind", ["gru", "lstm"])

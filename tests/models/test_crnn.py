@@ -60,8 +60,9 @@ def test_packed_cnn_equals_the_padded_cnn_in_eval_mode(b, width, seed, data):
     torch.testing.assert_close(got, want)
     grad = torch.randn_like(want)
     params = list(model.blocks.parameters())
-    torch.testing.assert_close(torch.autograd.grad(got, params, grad),
-                               torch.autograd.grad(want, params, grad))
+    torch.testing.assert_close(
+        torch.autograd.grad(got, params, grad), torch.autograd.grad(want, params, grad)
+    )
 
 
 def test_packed_cnn_gradcheck_and_training_statistics_ignore_the_padded_width():
@@ -70,8 +71,9 @@ def test_packed_cnn_gradcheck_and_training_statistics_ignore_the_padded_width():
     images, widths = _lines()
     x = images.double()[:, :, :, :20]
     w = torch.tensor([20, 11, 7])
-    torch.autograd.gradcheck(lambda inp: model._cnn_packed(inp, w), (x.requires_grad_(),),
-                             fast_mode=True)  # a random projection of the 1,920 inputs
+    torch.autograd.gradcheck(
+        lambda inp: model._cnn_packed(inp, w), (x.requires_grad_(),), fast_mode=True
+    )  # a random projection of the 1,920 inputs
     # In training, batch norm's statistics are over the lines, not the padded batch: the same
     # lines padded to twice the width give the same features (the padded CNN's differ).
     wider = torch.cat([x.detach(), torch.rand(3, 1, 32, 20, dtype=torch.float64)], dim=3)
@@ -89,8 +91,7 @@ def test_the_padding_skipping_paths_equal_the_padded_model(attention):
     _random_batch_norm(model)
     images = torch.rand(6, 1, 32, 60, dtype=torch.float64)
     widths = torch.tensor([31, 60, 2, 44, 60, 17])
-    assert_skipping_padding_changes_nothing(lambda: model(images, widths),
-                                            list(model.parameters()))
+    assert_skipping_padding_changes_nothing(lambda: model(images, widths), list(model.parameters()))
 
 
 def test_attention_layer_sits_between_the_rnns_and_gets_gradients():
@@ -99,11 +100,11 @@ def test_attention_layer_sits_between_the_rnns_and_gets_gradients():
     images, widths = _lines()
     log_probs, steps = model(images, widths)
     targets = torch.tensor([[5, 6, 7], [5, 5, 8], [9, 0, 0]])
-    loss = torch.nn.functional.ctc_loss(log_probs.transpose(0, 1), targets, steps,
-                                        torch.tensor([3, 3, 1]))
+    loss = torch.nn.functional.ctc_loss(
+        log_probs.transpose(0, 1), targets, steps, torch.tensor([3, 3, 1])
+    )
     loss.backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0
-               for p in model.attention.parameters())
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.attention.parameters())
 
 
 def test_attention_head_steps_and_decoders():
@@ -126,24 +127,41 @@ def test_attention_head_steps_and_decoders():
         model(images, widths)
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda m: m(torch.rand(2, 3, 32, 20), torch.tensor([20, 20])), r"images: expected \(B, 1, 32, W\)"),
-    (lambda m: m(torch.rand(2, 1, 32, 20), torch.tensor([20])), r"widths: expected shape \(2,\)"),
-    (lambda m: m(torch.rand(2, 1, 32, 20), torch.tensor([21, 5])), r"widths: expected values in \[2, 20\]"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (
+            lambda m: m(torch.rand(2, 3, 32, 20), torch.tensor([20, 20])),
+            r"images: expected \(B, 1, 32, W\)",
+        ),
+        (
+            lambda m: m(torch.rand(2, 1, 32, 20), torch.tensor([20])),
+            r"widths: expected shape \(2,\)",
+        ),
+        (
+            lambda m: m(torch.rand(2, 1, 32, 20), torch.tensor([21, 5])),
+            r"widths: expected values in \[2, 20\]",
+        ),
+    ],
+)
 def test_bad_input_names_the_argument(call, match):
     with pytest.raises(ValueError, match=match):
         call(CRNN(12, **SMALL))
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(channels=(4, 4)), "channels: expected 5 positive ints"),
-    (dict(attention="local"), "attention: expected None, 'global' or 'window'"),
-    (dict(head="rnnt"), "head: expected one of ctc, attention"),
-    (dict(dec_alignment="monotonic"), "dec_score, dec_alignment, dec_alignment_options: only "
-                                      "for head='attention'"),
-    (dict(head="attention", dec_alignment="mono"), "alignment: expected one of softmax"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(channels=(4, 4)), "channels: expected 5 positive ints"),
+        (dict(attention="local"), "attention: expected None, 'global' or 'window'"),
+        (dict(head="rnnt"), "head: expected one of ctc, attention"),
+        (
+            dict(dec_alignment="monotonic"),
+            "dec_score, dec_alignment, dec_alignment_options: only for head='attention'",
+        ),
+        (dict(head="attention", dec_alignment="mono"), "alignment: expected one of softmax"),
+    ],
+)
 def test_bad_settings_name_the_argument(kw, match):
     with pytest.raises(ValueError, match=match):
         CRNN(12, **(SMALL | kw))

@@ -49,8 +49,9 @@ def test_steps_equal_forward_and_padding_is_ignored(cfg):
 def test_gradients_reach_the_memory_and_every_parameter():
     dec, memory, lengths, tgt_in = _setup(dict(score="location", key_value_dim=8))
     memory.requires_grad_(True)
-    logits, _ = dec(memory, lengths, tgt_in, teacher_forcing=0.5,
-                    generator=torch.Generator().manual_seed(0))
+    logits, _ = dec(
+        memory, lengths, tgt_in, teacher_forcing=0.5, generator=torch.Generator().manual_seed(0)
+    )
     logits.sum().backward()
     assert memory.grad[0].abs().sum() > 0 and memory.grad[1, 5:].abs().max() == 0
     assert all(p.grad is not None for n, p in dec.named_parameters() if "embed" not in n)
@@ -58,8 +59,11 @@ def test_gradients_reach_the_memory_and_every_parameter():
 
 @pytest.mark.parametrize("cfg", ALIGNED, ids=lambda c: c["alignment"])
 def test_alignments_decode_hard_and_keep_their_state(cfg):
-    cfg = {**cfg, "alignment_options": {**cfg["alignment_options"], "inference": "hard"}} \
-        if cfg["alignment"] in ("monotonic", "mocha") else cfg
+    cfg = (
+        {**cfg, "alignment_options": {**cfg["alignment_options"], "inference": "hard"}}
+        if cfg["alignment"] in ("monotonic", "mocha")
+        else cfg
+    )
     dec, memory, lengths, _ = _setup(cfg)
     kw = dict(batch_size=3, bos=1, eos=2, pad=0, max_len=6)
     g = greedy(dec.step, dec.start(memory, lengths), **kw)
@@ -84,16 +88,21 @@ def test_greedy_and_beam_run_on_the_step():
     assert b3.weights.shape[:2] == b3.tokens.shape and b3.weights.shape[2] == 11
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(cell="rnn"), "cell: expected one of lstm, gru, got 'rnn'"),
-    (dict(layers=0), "layers: expected a positive int"),
-    (dict(key_value_dim=0), "key_value_dim: expected a positive int"),
-    (dict(score="bilinear"), "score"),
-    (dict(alignment="ctc"), "alignment: expected one of softmax, "),
-    (dict(alignment_options={"chunk": 2}), "alignment_options: only for an alignment other"),
-    (dict(alignment="gmm", alignment_options={"chunk": 2}),
-     "alignment_options: {'chunk': 2} do not fit alignment 'gmm'"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(cell="rnn"), "cell: expected one of lstm, gru, got 'rnn'"),
+        (dict(layers=0), "layers: expected a positive int"),
+        (dict(key_value_dim=0), "key_value_dim: expected a positive int"),
+        (dict(score="bilinear"), "score"),
+        (dict(alignment="ctc"), "alignment: expected one of softmax, "),
+        (dict(alignment_options={"chunk": 2}), "alignment_options: only for an alignment other"),
+        (
+            dict(alignment="gmm", alignment_options={"chunk": 2}),
+            "alignment_options: {'chunk': 2} do not fit alignment 'gmm'",
+        ),
+    ],
+)
 def test_bad_settings_name_the_argument(kw, match):
     with pytest.raises(ValueError, match=match):
         AttentionDecoder(9, 6, **kw)
@@ -162,6 +171,9 @@ def test_a_growing_memory_only_with_a_hard_monotonic_alignment():
     for cfg in (dict(score="location"), ALIGNED[2]):
         other, *_ = _setup(cfg)
         assert not other.streams
-        with pytest.raises(ValueError, match="alignment: a growing memory needs a hard "
-                                             r"monotonic alignment \('monotonic' or 'mocha'\)"):
+        with pytest.raises(
+            ValueError,
+            match="alignment: a growing memory needs a hard "
+            r"monotonic alignment \('monotonic' or 'mocha'\)",
+        ):
             other.extend(None, memory)

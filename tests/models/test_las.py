@@ -19,8 +19,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def _model(**kw):
     torch.manual_seed(0)
-    return LAS(V, features=F_DIM, listener_hidden=8, hidden=12, emb=6, key_value_dim=8,
-               **kw).eval()
+    return LAS(V, features=F_DIM, listener_hidden=8, hidden=12, emb=6, key_value_dim=8, **kw).eval()
 
 
 def _listener_operations(listener, frames):
@@ -28,8 +27,11 @@ def _listener_operations(listener, frames):
     (Bi)LSTM, then each halving's over half the steps, fed two steps of the layer below
     (a BiLSTM's two directions side by side), and the feature normalisation (2)."""
     width, hidden = listener.output_dim, listener.hidden
-    return 2 + lstm_operations(frames, listener.features, hidden) + sum(
-        lstm_operations(frames >> k, 2 * width, hidden) for k in range(1, HALVINGS + 1))
+    return (
+        2
+        + lstm_operations(frames, listener.features, hidden)
+        + sum(lstm_operations(frames >> k, 2 * width, hidden) for k in range(1, HALVINGS + 1))
+    )
 
 
 def _las_operations(model, frames, tokens):
@@ -40,14 +42,18 @@ def _las_operations(model, frames, tokens):
     listener's steps), the output layers and the log-softmax over the vocabulary, with a
     spare 8 roundings a step (biases, tanh, exp, log)."""
     speller, steps = model.speller, frames >> HALVINGS
-    cells = sum(lstm_operations(1, cell.weight_ih.shape[1], speller.hidden)
-                for cell in speller.cells)
+    cells = sum(
+        lstm_operations(1, cell.weight_ih.shape[1], speller.hidden) for cell in speller.cells
+    )
     conv = getattr(getattr(speller.attention, "score", None), "conv", None)
     width = max(speller.hidden, speller.context_dim, model.listener.output_dim)
     attend = 3 * width + (0 if conv is None else sum(conv.weight.shape)) + 2 * steps
     out = 2 * speller.hidden + speller.context_dim + speller.out[-1].out_features
-    return (_listener_operations(model.listener, frames) + model.listener.output_dim
-            + tokens * (cells + attend + out + 8))
+    return (
+        _listener_operations(model.listener, frames)
+        + model.listener.output_dim
+        + tokens * (cells + attend + out + 8)
+    )
 
 
 def test_each_halving_floors_the_length_and_zeroes_the_rest():
@@ -72,8 +78,12 @@ def test_padding_never_changes_an_utterance():
     assert w_alone.shape == (1, 5, 2) and w_batch.shape == (2, 5, 8)
     # alone and in the padded batch, both within a normwise bound of it alone in float64 (the
     # chain counted over the batch's 70 frames, the longer)
-    assert_within_normwise([want, w_want], _las_operations(model, 70, 5), alone=[alone, w_alone],
-                           batch=[batch[:1], w_batch[:1, :, :2]])
+    assert_within_normwise(
+        [want, w_want],
+        _las_operations(model, 70, 5),
+        alone=[alone, w_alone],
+        batch=[batch[:1], w_batch[:1, :, :2]],
+    )
     assert w_batch[0, :, 2:].abs().sum() == 0
 
 
@@ -83,8 +93,9 @@ def test_sorting_once_and_time_segments_equal_the_padded_listener():
     listener = Listener(5, 4).double()
     x = torch.randn(5, 41, 5, dtype=torch.float64, requires_grad=True)
     lengths = torch.tensor([17, 41, 8, 33, 40])
-    assert_skipping_padding_changes_nothing(lambda: listener(x, lengths),
-                                            [x, *listener.parameters()])
+    assert_skipping_padding_changes_nothing(
+        lambda: listener(x, lengths), [x, *listener.parameters()]
+    )
 
 
 def test_step_by_step_equals_forward():
@@ -99,9 +110,12 @@ def test_step_by_step_equals_forward():
     operations = _las_operations(model, 40, tgt.shape[1])
     for t in range(tgt.shape[1]):
         log_probs, state, w = model.step(tgt[:, t], state)
-        assert_within_normwise([F.log_softmax(logits64[:, t], -1), weights64[:, t]], operations,
-                               step=[log_probs, w], forward=[F.log_softmax(logits[:, t], -1),
-                                                             weights[:, t]])
+        assert_within_normwise(
+            [F.log_softmax(logits64[:, t], -1), weights64[:, t]],
+            operations,
+            step=[log_probs, w],
+            forward=[F.log_softmax(logits[:, t], -1), weights[:, t]],
+        )
     torch.testing.assert_close(weights.sum(-1), torch.ones(3, 6))
 
 
@@ -109,8 +123,11 @@ def test_step_by_step_equals_forward():
 def test_too_short_utterances_are_a_clear_error(lengths, frames):
     model = _model()
     with pytest.raises(ValueError, match=r"lengths: utterances need at least 8 frames \(80 ms\)"):
-        model(torch.randn(len(lengths), frames, F_DIM), torch.tensor(lengths),
-              torch.ones(len(lengths), 2, dtype=torch.long))
+        model(
+            torch.randn(len(lengths), frames, F_DIM),
+            torch.tensor(lengths),
+            torch.ones(len(lengths), 2, dtype=torch.long),
+        )
 
 
 def test_bad_shapes_name_the_argument():
@@ -123,8 +140,9 @@ def test_bad_shapes_name_the_argument():
 def test_ctc_head_gives_four_label_distributions_per_listener_step():
     model = _model(ctc=True)
     x, lengths = torch.randn(2, 50, F_DIM), torch.tensor([50, 33])
-    logits, _, (log_probs, steps) = model(x, lengths, torch.ones(2, 3, dtype=torch.long),
-                                          with_ctc=True)
+    logits, _, (log_probs, steps) = model(
+        x, lengths, torch.ones(2, 3, dtype=torch.long), with_ctc=True
+    )
     assert logits.shape == (2, 3, V) and log_probs.shape == (24, 2, V)  # 4 per listener step
     assert steps.tolist() == [24, 16]
     torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(24, 2))
@@ -141,10 +159,10 @@ def test_language_model_mode_uses_only_the_speller():
     assert logits.shape == (4, 7, V)
     logits.square().mean().backward()
     used = {n for n, p in model.named_parameters() if p.grad is not None and p.grad.any()}
-    assert {"speller.embed.weight", "speller.cells.0.weight_ih",
-            "speller.out.3.weight"} <= used
-    assert not [n for n in used if not n.startswith(("speller.embed", "speller.cells",
-                                                     "speller.out"))]
+    assert {"speller.embed.weight", "speller.cells.0.weight_ih", "speller.out.3.weight"} <= used
+    assert not [
+        n for n in used if not n.startswith(("speller.embed", "speller.cells", "speller.out"))
+    ]
 
 
 # ---------------------------------------------------------------- the causal listener, streaming
@@ -165,8 +183,12 @@ def test_causal_listener_streams_what_it_encodes_at_once():
     # bound of the padded batch encoded at once in float64, as the encoding at once is
     want, _ = copy.deepcopy(listener).double()(x.double(), lengths)
     alone, _ = listener.stream(x[1:, :45], listener.stream_start())
-    assert_within_normwise([want[0], want[1, :5]], _listener_operations(listener, 70),
-                           streamed=[torch.cat(parts, 1)[0], alone[0]], at_once=[out[0], out[1, :5]])
+    assert_within_normwise(
+        [want[0], want[1, :5]],
+        _listener_operations(listener, 70),
+        streamed=[torch.cat(parts, 1)[0], alone[0]],
+        at_once=[out[0], out[1, :5]],
+    )
 
 
 def test_causal_listener_never_reads_ahead():
@@ -189,8 +211,12 @@ def test_causal_listener_normalises_with_the_statistics_it_stores():
     listener.set_statistics(torch.full((F_DIM,), 3.0), torch.full((F_DIM,), 2.0))
     # normalised inside and before, both within a normwise bound of it in float64 (the
     # normalisation's two roundings are in the count)
-    assert_within_normwise([want], _listener_operations(listener, 40), plain=[plain],
-                           inside=[listener(x, torch.tensor([40]))[0]])
+    assert_within_normwise(
+        [want],
+        _listener_operations(listener, 40),
+        plain=[plain],
+        inside=[listener(x, torch.tensor([40]))[0]],
+    )
     model = LAS(V, features=F_DIM, listener_hidden=5, hidden=8, emb=4, listener="uni")
     assert model.normalises_input and not _model().normalises_input
     assert {"listener.feature_mean", "listener.feature_std"} <= set(model.state_dict())
@@ -201,16 +227,28 @@ def test_causal_listener_normalises_with_the_statistics_it_stores():
         listener.set_statistics(torch.full((F_DIM,), float("nan")), torch.ones(F_DIM))
 
 
-@pytest.mark.parametrize("kw, missing", [
-    ({}, r"a unidirectional listener \(listener 'uni', got 'bi'\) and a hard monotonic "
-         r"alignment \('monotonic' or 'mocha', got 'softmax'\)"),
-    ({"listener": "uni"}, r"a hard monotonic alignment .* got 'softmax'\)$"),
-    ({"alignment": "mocha"}, r"a unidirectional listener \(listener 'uni', got 'bi'\)$"),
-    ({"listener": "uni", "alignment": "monotonic",
-      "alignment_options": {"inference": "soft"}}, r"a hard monotonic alignment .* got "
-                                                   r"'monotonic'\)$"),
-    ({"listener": "uni", "alignment": "gmm"}, r"a hard monotonic alignment .* got 'gmm'\)$"),
-])
+@pytest.mark.parametrize(
+    "kw, missing",
+    [
+        (
+            {},
+            r"a unidirectional listener \(listener 'uni', got 'bi'\) and a hard monotonic "
+            r"alignment \('monotonic' or 'mocha', got 'softmax'\)",
+        ),
+        ({"listener": "uni"}, r"a hard monotonic alignment .* got 'softmax'\)$"),
+        ({"alignment": "mocha"}, r"a unidirectional listener \(listener 'uni', got 'bi'\)$"),
+        (
+            {
+                "listener": "uni",
+                "alignment": "monotonic",
+                "alignment_options": {"inference": "soft"},
+            },
+            r"a hard monotonic alignment .* got "
+            r"'monotonic'\)$",
+        ),
+        ({"listener": "uni", "alignment": "gmm"}, r"a hard monotonic alignment .* got 'gmm'\)$"),
+    ],
+)
 def test_models_that_cannot_stream_say_what_they_lack(kw, missing):
     model = _model(**kw)
     with pytest.raises(ValueError, match=f"^model: streaming needs {missing}"):
@@ -240,23 +278,30 @@ def test_streamed_steps_equal_steps_over_the_whole_utterance(alignment):
         want = whole_steps(copy.deepcopy(model).double(), x.double())
         state, i, early = model.stream_start(), 0, 0
         for start in range(0, 301, 13):
-            state = model.stream_listen(x[:, start:start + 13], state)
-            while i < len(tokens) and (out := model.stream_step(tokens[i:i + 1], state,
-                                                                final=False)) is not None:
+            state = model.stream_listen(x[:, start : start + 13], state)
+            while (
+                i < len(tokens)
+                and (out := model.stream_step(tokens[i : i + 1], state, final=False)) is not None
+            ):
                 log_probs, state, w = out
                 s = w.shape[-1]  # the listener steps so far
                 assert s == min(301, start + 13) // 8 and expected[i][1][:, s:].eq(0).all()
-                assert_within_normwise([want[i][0], want[i][1][:, :s]], operations,
-                                       streamed=[log_probs, w],
-                                       whole=[expected[i][0], expected[i][1][:, :s]])
+                assert_within_normwise(
+                    [want[i][0], want[i][1][:, :s]],
+                    operations,
+                    streamed=[log_probs, w],
+                    whole=[expected[i][0], expected[i][1][:, :s]],
+                )
                 i, early = i + 1, early + (start + 13 < 301)
         while i < len(tokens):  # after the last frame: steps with no stop read nothing
-            log_probs, state, w = model.stream_step(tokens[i:i + 1], state, final=True)
-            assert_within_normwise([want[i][0]], operations, streamed=[log_probs],
-                                   whole=[expected[i][0]])
+            log_probs, state, w = model.stream_step(tokens[i : i + 1], state, final=True)
+            assert_within_normwise(
+                [want[i][0]], operations, streamed=[log_probs], whole=[expected[i][0]]
+            )
             assert w.eq(0).all() and expected[i][1].eq(0).all()
             i += 1
     assert early >= 10  # most steps were decided before the audio ended
     with pytest.raises(ValueError, match="features: utterances need at least 8 frames"):
-        model.stream_step(tokens[:1], model.stream_listen(x[:, :7], model.stream_start()),
-                          final=True)
+        model.stream_step(
+            tokens[:1], model.stream_listen(x[:, :7], model.stream_start()), final=True
+        )

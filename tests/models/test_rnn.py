@@ -11,8 +11,9 @@ from attnkit.models.rnn import LSTM, BiRNN, reverse_within_lengths, segment_plan
 
 
 def _packed_reference(bi: BiRNN, kind: str, x, lengths):
-    ref = {"lstm": nn.LSTM, "gru": nn.GRU}[kind](x.shape[2], bi.fwd.hidden_size,
-                                                 batch_first=True, bidirectional=True).double()
+    ref = {"lstm": nn.LSTM, "gru": nn.GRU}[kind](
+        x.shape[2], bi.fwd.hidden_size, batch_first=True, bidirectional=True
+    ).double()
     with torch.no_grad():
         for name, p in bi.fwd.named_parameters():
             getattr(ref, name).copy_(p)
@@ -22,8 +23,13 @@ def _packed_reference(bi: BiRNN, kind: str, x, lengths):
 
 
 @settings(deadline=None, max_examples=15)
-@given(kind=st.sampled_from(["lstm", "gru"]), b=st.integers(1, 4), t=st.integers(1, 9),
-       seed=st.integers(0, 2**16), data=st.data())
+@given(
+    kind=st.sampled_from(["lstm", "gru"]),
+    b=st.integers(1, 4),
+    t=st.integers(1, 9),
+    seed=st.integers(0, 2**16),
+    data=st.data(),
+)
 def test_equals_packed_bidirectional_rnn(kind, b, t, seed, data):
     torch.manual_seed(seed)
     lengths = torch.tensor(data.draw(st.lists(st.integers(1, t), min_size=b, max_size=b)))
@@ -60,8 +66,9 @@ def test_reverse_within_lengths_is_the_loop_over_each_sequence(seed):
     for i, n in enumerate(lengths.tolist()):
         want[i, :n] = x[i, :n].flip(0)
     assert torch.equal(reverse_within_lengths(x, lengths), want)
-    torch.autograd.gradcheck(lambda inp: reverse_within_lengths(inp, lengths),
-                             (x.detach().requires_grad_(),))
+    torch.autograd.gradcheck(
+        lambda inp: reverse_within_lengths(inp, lengths), (x.detach().requires_grad_(),)
+    )
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
@@ -90,10 +97,15 @@ def test_lstm_is_nn_lstm_with_the_same_weights_and_outputs():
 
 
 @settings(deadline=None, max_examples=25)
-@given(kind=st.sampled_from(["lstm", "gru"]), segments=st.integers(2, 5), b=st.integers(1, 9),
-       t=st.integers(1, 12), seed=st.integers(0, 2**16), data=st.data())
-def test_segmented_run_equals_the_padded_one_forward_and_backward(kind, segments, b, t, seed,
-                                                                  data):
+@given(
+    kind=st.sampled_from(["lstm", "gru"]),
+    segments=st.integers(2, 5),
+    b=st.integers(1, 9),
+    t=st.integers(1, 12),
+    seed=st.integers(0, 2**16),
+    data=st.data(),
+)
+def test_segmented_run_equals_the_padded_one_forward_and_backward(kind, segments, b, t, seed, data):
     torch.manual_seed(seed)
     lengths = torch.tensor(data.draw(st.lists(st.integers(0, t), min_size=b, max_size=b)))
     padded = BiRNN(3, 4, kind=kind, segments=1).double()
@@ -103,8 +115,10 @@ def test_segmented_run_equals_the_padded_one_forward_and_backward(kind, segments
     want, got = padded(x, lengths), segmented(x, lengths)
     torch.testing.assert_close(got, want)
     grad = torch.randn_like(want)
-    torch.testing.assert_close(torch.autograd.grad(got, [x, *segmented.parameters()], grad),
-                               torch.autograd.grad(want, [x, *padded.parameters()], grad))
+    torch.testing.assert_close(
+        torch.autograd.grad(got, [x, *segmented.parameters()], grad),
+        torch.autograd.grad(want, [x, *padded.parameters()], grad),
+    )
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])

@@ -36,9 +36,12 @@ def test_forward_equals_step_by_step(cfg):
         lp, state, w = model.step(tgt_in[:, t], state)
         # each step and the teacher-forced pass within a normwise bound of the pass in float64
         want = [logits64[:, t].log_softmax(-1), None if weights is None else weights64[:, t]]
-        assert_within_normwise(want, operations, step=[lp, w],
-                               forward=[logits[:, t].log_softmax(-1),
-                                        None if weights is None else weights[:, t]])
+        assert_within_normwise(
+            want,
+            operations,
+            step=[lp, w],
+            forward=[logits[:, t].log_softmax(-1), None if weights is None else weights[:, t]],
+        )
         if weights is not None:
             assert w[1, 4:].abs().max() == 0 and w[2, 1:].abs().max() == 0
 
@@ -68,8 +71,9 @@ def test_decoders_run_on_the_models_step_and_teacher_forcing_ratio_trains():
     b = beam_search(model.step, state, batch_size=3, beam_size=1, bos=1, eos=2, max_len=6)
     assert torch.equal(g.tokens, b.tokens)
     assert g.weights.shape[:2] == g.tokens.shape and g.weights.shape[-1] == 7
-    logits, _ = model(src, src_len, tgt_in, teacher_forcing=0.5,
-                      generator=torch.Generator().manual_seed(0))
+    logits, _ = model(
+        src, src_len, tgt_in, teacher_forcing=0.5, generator=torch.Generator().manual_seed(0)
+    )
     logits.sum().backward()
     assert model.encoder.embed.weight.grad.abs().max() > 0
 

@@ -117,12 +117,15 @@ def test_scheduled_sampling_and_training_reduce_the_loss():
     assert losses[-1] < 0.3 * losses[0]
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(d_model=10, heads=3), "d_model: expected a multiple of heads"),
-    (dict(d_model=9, heads=1), "d_model: expected an even size"),
-    (dict(layers=0), "layers: expected a positive int"),
-    (dict(dropout=1.0), "dropout: expected a probability"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(d_model=10, heads=3), "d_model: expected a multiple of heads"),
+        (dict(d_model=9, heads=1), "d_model: expected an even size"),
+        (dict(layers=0), "layers: expected a positive int"),
+        (dict(dropout=1.0), "dropout: expected a probability"),
+    ],
+)
 def test_bad_settings_name_the_argument(kw, match):
     with pytest.raises(ValueError, match=match):
         Transformer(5, 5, **kw)

@@ -39,8 +39,9 @@ def _operations(model, words):
     cells, width = model.encoder.coords.shape[0], max(widths)
     question = lstm_operations(words, model.embed.embedding_dim, model.hidden)
     hop = 2 * (3 * width + 2 * cells + 8) + 2 * cells
-    return (grid_operations(model.encoder) + question + model.hops * hop
-            + sum(widths) + 8 * len(widths))
+    return (
+        grid_operations(model.encoder) + question + model.hops * hop + sum(widths) + 8 * len(widths)
+    )
 
 
 def _assert_equations(model, images, run):
@@ -94,29 +95,58 @@ def test_the_relational_reader_is_its_equations(hops):
         u0 = model.question(questions, lengths)  # (B, 2H)
         h = model.rnn(model.embed(questions), lengths)  # (B, T, 2H)
         side = 4  # 16 px, two halvings
-        centres = torch.tensor([[-1 + 2 * col / (side - 1), -1 + 2 * row / (side - 1)]
-                                for row in range(side) for col in range(side)],
-                               dtype=a.dtype)  # (L, 2)
+        centres = torch.tensor(
+            [
+                [-1 + 2 * col / (side - 1), -1 + 2 * row / (side - 1)]
+                for row in range(side)
+                for col in range(side)
+            ],
+            dtype=a.dtype,
+        )  # (L, 2)
         pos = centres + torch.tanh(model.offset(a)) / (side - 1)  # (B, L, 2)
         padded = torch.arange(questions.shape[1]) >= lengths[:, None]  # (B, T)
         read, key, weights = [u0], v, []
         for k in range(hops):
-            words = torch.softmax(_additive(model.control[k].score, u0, h)
-                                  .masked_fill(padded, float("-inf")), -1)  # (B, T)
+            words = torch.softmax(
+                _additive(model.control[k].score, u0, h).masked_fill(padded, float("-inf")), -1
+            )  # (B, T)
             assert (words[padded] == 0).all()
             query = torch.cat([(words[..., None] * h).sum(1), u0], -1)  # [q_k; u_0]
             p = torch.softmax(_additive(model.attention[k].score, query, key), -1)  # (B, L)
             weights.append(p)
-            g = torch.sigmoid(model.gate[k](torch.tanh(
-                model.gate_query[k](query)[:, None] + model.gate_key[k](key)))).squeeze(-1)
-            where = sum(p[:, i, None] * pos[:, i] for i in range(side ** 2))  # (B, 2): X_k
-            gated = (sum(g[:, i, None] * pos[:, i] for i in range(side ** 2))
-                     / (g.sum(1, keepdim=True) + 1e-3))  # (B, 2): G_k
-            read += [(p[..., None] * v).sum(1), where, gated, g.sum(1, keepdim=True),
-                     g.max(1, keepdim=True).values]
-            rel = torch.stack([torch.stack([
-                torch.cat([pos[b, i] - where[b], ((pos[b, i] - where[b]) ** 2).sum()[None],
-                           g[b, i, None]]) for i in range(side ** 2)]) for b in range(3)])
+            g = torch.sigmoid(
+                model.gate[k](
+                    torch.tanh(model.gate_query[k](query)[:, None] + model.gate_key[k](key))
+                )
+            ).squeeze(-1)
+            where = sum(p[:, i, None] * pos[:, i] for i in range(side**2))  # (B, 2): X_k
+            gated = sum(g[:, i, None] * pos[:, i] for i in range(side**2)) / (
+                g.sum(1, keepdim=True) + 1e-3
+            )  # (B, 2): G_k
+            read += [
+                (p[..., None] * v).sum(1),
+                where,
+                gated,
+                g.sum(1, keepdim=True),
+                g.max(1, keepdim=True).values,
+            ]
+            rel = torch.stack(
+                [
+                    torch.stack(
+                        [
+                            torch.cat(
+                                [
+                                    pos[b, i] - where[b],
+                                    ((pos[b, i] - where[b]) ** 2).sum()[None],
+                                    g[b, i, None],
+                                ]
+                            )
+                            for i in range(side**2)
+                        ]
+                    )
+                    for b in range(3)
+                ]
+            )
             key = torch.cat([v, rel], -1)  # (B, L, 2H + 4)
         expected = model.answer(torch.cat(read, -1))
         return [out.weights, out.logits], [torch.stack(weights, 1), expected]
@@ -164,13 +194,16 @@ def test_the_question_is_read_to_its_length():
         padded = model(images, questions, lengths)
         alone = model(images[1:2], questions[1:2, :2], lengths[1:2])
         other_padding = model(images[1:2], torch.tensor([[8, 9, 3, 3]]), lengths[1:2])
-        want = copy.deepcopy(model).double()(images[1:2].double(), questions[1:2, :2],
-                                             lengths[1:2])
+        want = copy.deepcopy(model).double()(images[1:2].double(), questions[1:2, :2], lengths[1:2])
     # padded, alone and padded otherwise: each within a normwise bound of the question alone
     # in float64
-    assert_within_normwise([want.logits], _operations(model, questions.shape[1]),
-                           padded=[padded.logits[1:2]], alone=[alone.logits],
-                           other_padding=[other_padding.logits])
+    assert_within_normwise(
+        [want.logits],
+        _operations(model, questions.shape[1]),
+        padded=[padded.logits[1:2]],
+        alone=[alone.logits],
+        other_padding=[other_padding.logits],
+    )
 
 
 def test_the_baseline_has_no_attention_but_sees_where_things_are():
@@ -187,26 +220,45 @@ def test_gradients_reach_the_image_and_question_encoders():
     images, questions, lengths = _inputs()
     model(images, questions, lengths).logits.sum().backward()
     for part in (model.encoder, model.embed, model.rnn, model.regions, model.attention):
-        assert all(p.grad is not None and p.grad.abs().sum() > 0
-                   for p in part.parameters() if p.requires_grad), part
+        assert all(
+            p.grad is not None and p.grad.abs().sum() > 0
+            for p in part.parameters()
+            if p.requires_grad
+        ), part
 
 
 def test_relational_gradients_reach_every_part():
     model = _model(kind="relational", hops=2).train()
     images, questions, lengths = _inputs()
     model(images, questions, lengths).logits.sum().backward()
-    for part in (model.encoder, model.embed, model.rnn, model.regions, model.control,
-                 model.attention, model.offset, model.gate_query, model.gate_key, model.gate,
-                 model.answer):
-        assert all(p.grad is not None and p.grad.abs().sum() > 0
-                   for p in part.parameters() if p.requires_grad), part
+    for part in (
+        model.encoder,
+        model.embed,
+        model.rnn,
+        model.regions,
+        model.control,
+        model.attention,
+        model.offset,
+        model.gate_query,
+        model.gate_key,
+        model.gate,
+        model.answer,
+    ):
+        assert all(
+            p.grad is not None and p.grad.abs().sum() > 0
+            for p in part.parameters()
+            if p.requires_grad
+        ), part
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(kind="rn"), "kind: expected one of san, relational, none, got 'rn'"),
-    (dict(hops=0), "hops: expected a positive int, got 0"),
-    (dict(cell_features=0), "cell_features: expected a positive int, got 0"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(kind="rn"), "kind: expected one of san, relational, none, got 'rn'"),
+        (dict(hops=0), "hops: expected a positive int, got 0"),
+        (dict(cell_features=0), "cell_features: expected a positive int, got 0"),
+    ],
+)
 def test_bad_arguments(kw, match):
     with pytest.raises(ValueError, match=match):
         VQA(12, 9, **{**TINY, **kw})
@@ -215,8 +267,11 @@ def test_bad_arguments(kw, match):
 def test_bad_inputs():
     model = _model()
     images, questions, lengths = _inputs()
-    with pytest.raises(ValueError, match=r"lengths: expected 3 lengths in \[1, 4\], got "
-                                         r"\[4, 0, 1\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"lengths: expected 3 lengths in \[1, 4\], got "
+        r"\[4, 0, 1\]",
+    ):
         model(images, questions, torch.tensor([4, 0, 1]))
     with pytest.raises(TypeError, match="questions: expected an integer tensor"):
         model(images, questions.float(), lengths)
@@ -234,8 +289,11 @@ def test_questions_share_their_images_encoding(kind):
         shared = model(images[:2], questions, lengths, index)
         each = model(images[index], questions, lengths)
     torch.testing.assert_close(shared.logits, each.logits)
-    with pytest.raises(ValueError, match=r"image_index: expected 3 indices in \[0, 2\), got "
-                                         r"\[1, 0, 2\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"image_index: expected 3 indices in \[0, 2\), got "
+        r"\[1, 0, 2\]",
+    ):
         model(images[:2], questions, lengths, torch.tensor([1, 0, 2]))
     with pytest.raises(ValueError, match=r"images: expected one per question \(3\), got 2"):
         model(images[:2], questions, lengths)

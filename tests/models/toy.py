@@ -34,8 +34,11 @@ def grid_operations(encoder) -> int:
     (for :func:`tests.float32_bounds.normwise_bound`): each convolution's sum over its input
     channels x kernel, then the batch norm's scale and shift (ReLU and max pooling round
     nothing), with a spare."""
-    return sum(conv.weight[0].numel() + 3 for conv in encoder.modules()
-               if isinstance(conv, torch.nn.Conv2d))
+    return sum(
+        conv.weight[0].numel() + 3
+        for conv in encoder.modules()
+        if isinstance(conv, torch.nn.Conv2d)
+    )
 
 
 def seq2seq_operations(model, source, steps):
@@ -80,8 +83,17 @@ def streaming_las(alignment="monotonic", *, features=80, vocab=9, seed=0):
 
     torch.manual_seed(seed)
     options = {"chunk": 3} if alignment == "mocha" else None
-    model = LAS(vocab, features=features, listener_hidden=12, hidden=16, emb=6, key_value_dim=8,
-                listener="uni", alignment=alignment, alignment_options=options).eval()
+    model = LAS(
+        vocab,
+        features=features,
+        listener_hidden=12,
+        hidden=16,
+        emb=6,
+        key_value_dim=8,
+        listener="uni",
+        alignment=alignment,
+        alignment_options=options,
+    ).eval()
     with torch.no_grad():
         _count(model.listener.pyramid[-1], 12, 0.02)
         _count(model.speller.cells[0], 16, 0.05)

@@ -11,8 +11,9 @@ from attnkit.ops import Linear, export_mode, linear
 from attnkit.ops.dense import OneDnnLinear, uses_onednn
 from tests.float32_bounds import gamma
 
-onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
-                            reason="PyTorch built without oneDNN")
+onednn = pytest.mark.skipif(
+    not torch.backends.mkldnn.is_available(), reason="PyTorch built without oneDNN"
+)
 
 
 def grads(fn, x, w, b, g):
@@ -29,22 +30,31 @@ def linear_bounds(x, w, b, g):
     x, w, g = (t.detach().abs().double() for t in (x, w, g))
     din, dout, rows = w.shape[1], w.shape[0], x[..., 0].numel()
     y = x @ w.T + (b.detach().abs().double() if b is not None else 0)
-    bounds = [2 * gamma(din + 1) * y, 2 * gamma(dout) * g @ w,
-              2 * gamma(rows) * g.reshape(-1, dout).T @ x.reshape(-1, din)]
+    bounds = [
+        2 * gamma(din + 1) * y,
+        2 * gamma(dout) * g @ w,
+        2 * gamma(rows) * g.reshape(-1, dout).T @ x.reshape(-1, din),
+    ]
     if b is not None:
         bounds.append(2 * gamma(rows) * g.reshape(-1, dout).sum(0))
     return bounds
 
 
 def assert_within(got, want, bound):
-    assert ((got.double() - want.double()).abs() <= bound).all(), \
-        float(((got.double() - want.double()).abs() - bound).max())
+    assert ((got.double() - want.double()).abs() <= bound).all(), float(
+        ((got.double() - want.double()).abs() - bound).max()
+    )
 
 
 @onednn
-@given(lead=st.lists(st.integers(0, 5), min_size=1, max_size=3), din=st.integers(1, 40),
-       dout=st.integers(1, 40), bias=st.booleans(), strided=st.booleans(),
-       seed=st.integers(0, 2**16))
+@given(
+    lead=st.lists(st.integers(0, 5), min_size=1, max_size=3),
+    din=st.integers(1, 40),
+    dout=st.integers(1, 40),
+    bias=st.booleans(),
+    strided=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_matches_f_linear_outputs_and_gradients(lead, din, dout, bias, strided, seed):
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(*lead, 2 * din if strided else din, generator=gen)
@@ -60,8 +70,9 @@ def test_matches_f_linear_outputs_and_gradients(lead, din, dout, bias, strided, 
     g = torch.randn(y.shape, generator=gen)
     bound_y, *bound_grads = linear_bounds(x, w, b, g)
     assert_within(y, F.linear(x, w, b), bound_y)
-    for got, want, bound in zip(grads(linear, x, w, b, g), grads(F.linear, x, w, b, g),
-                                bound_grads):
+    for got, want, bound in zip(
+        grads(linear, x, w, b, g), grads(F.linear, x, w, b, g), bound_grads
+    ):
         assert_within(got, want, bound)
 
 
@@ -132,12 +143,15 @@ def test_linear_module_is_a_drop_in_nn_linear():
     assert Linear(7, 5, bias=False).bias is None
 
 
-@pytest.mark.parametrize("x_shape, w_shape, b_shape, match", [
-    ((4, 3), (2, 5), None, "same Din"),
-    ((4, 3), (2, 3, 1), None, "same Din"),
-    ((), (2, 3), None, "same Din"),
-    ((4, 3), (2, 3), (3,), r"bias of shape \(2,\)"),
-])
+@pytest.mark.parametrize(
+    "x_shape, w_shape, b_shape, match",
+    [
+        ((4, 3), (2, 5), None, "same Din"),
+        ((4, 3), (2, 3, 1), None, "same Din"),
+        ((), (2, 3), None, "same Din"),
+        ((4, 3), (2, 3), (3,), r"bias of shape \(2,\)"),
+    ],
+)
 def test_bad_shapes_name_the_argument(x_shape, w_shape, b_shape, match):
     b = None if b_shape is None else torch.randn(b_shape)
     with pytest.raises(ValueError, match=match):
@@ -157,6 +171,7 @@ def test_torch_func_grad_and_vmap_match_nn_linear():
     def per_example(module):
         def loss(params, xb):
             return functional_call(module, params, (xb,)).square().sum()
+
         return vmap(grad(loss), in_dims=(None, 0))(dict(module.named_parameters()), x)
 
     got, want = per_example(ours), per_example(plain)

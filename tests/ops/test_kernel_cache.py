@@ -15,8 +15,9 @@ import torch
 
 from attnkit.ops import bindings, native
 
-needs_native = pytest.mark.skipif(not native.available(),
-                                  reason=f"no C++ kernels: {native.status()}")
+needs_native = pytest.mark.skipif(
+    not native.available(), reason=f"no C++ kernels: {native.status()}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +64,10 @@ def test_the_build_records_the_library_hash_in_a_private_directory(cache):
 def test_a_cache_directory_others_can_write_to_is_refused(cache, mode, caplog):
     directory, library = cache
     directory.chmod(mode)
-    message = (rf"^cache directory {directory} is writable by group or others \(mode "
-               rf"{mode & 0o777:o}\): refusing to load compiled code from it; `chmod go-w ")
+    message = (
+        rf"^cache directory {directory} is writable by group or others \(mode "
+        rf"{mode & 0o777:o}\): refusing to load compiled code from it; `chmod go-w "
+    )
     with pytest.raises(native._Unavailable, match=message):
         native._load()
     fresh = native._Native()  # what attention sees: no kernels, a warning, and why
@@ -72,8 +75,9 @@ def test_a_cache_directory_others_can_write_to_is_refused(cache, mode, caplog):
         assert fresh.load() is None
     assert fresh.failure.startswith(f"cache directory {directory} is writable")
     assert "C++ additive kernels unavailable" in caplog.text
-    assert sorted(directory.iterdir()) == sorted([library, library.with_name(
-        library.name + ".sha256")])  # nothing built there either
+    assert sorted(directory.iterdir()) == sorted(
+        [library, library.with_name(library.name + ".sha256")]
+    )  # nothing built there either
 
 
 def test_a_new_cache_directory_is_private_whatever_the_umask(tmp_path, monkeypatch):
@@ -92,20 +96,25 @@ def test_a_cache_directory_of_another_user_is_refused(cache, monkeypatch):
     directory, _ = cache
     me = os.getuid()
     monkeypatch.setattr(native.os, "getuid", lambda: me + 1)
-    with pytest.raises(native._Unavailable, match=rf"^cache directory {directory} belongs to uid "
-                                                  rf"{me}, not to this user \(uid {me + 1}\)"):
+    with pytest.raises(
+        native._Unavailable,
+        match=rf"^cache directory {directory} belongs to uid "
+        rf"{me}, not to this user \(uid {me + 1}\)",
+    ):
         native._load()
 
 
 @needs_native
-@pytest.mark.parametrize("which, what", [("library", "cached library"),
-                                         ("hash", "recorded hash")])
+@pytest.mark.parametrize("which, what", [("library", "cached library"), ("hash", "recorded hash")])
 def test_a_cached_file_others_can_write_to_is_refused(cache, which, what):
     _, library = cache
     path = library if which == "library" else library.with_name(library.name + ".sha256")
     path.chmod(0o666)
-    with pytest.raises(native._Unavailable, match=rf"^{what} {path} is writable by group or "
-                                                  r"others \(mode 666\)"):
+    with pytest.raises(
+        native._Unavailable,
+        match=rf"^{what} {path} is writable by group or "
+        r"others \(mode 666\)",
+    ):
         native._load()
 
 

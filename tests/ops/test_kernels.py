@@ -15,8 +15,7 @@ def exp_tanh_bound(x: torch.Tensor) -> torch.Tensor:
     ``2x`` is exact. The second-order terms are below ``16 u^2``."""
     e = torch.exp(2 * x.double())
     y = 2 / (e + 1)
-    return (2 * e / (e + 1) ** 2 * 2 * U32 + 2 * U32 * y + U32 * (1 - y).abs()
-            + 16 * U32 ** 2)
+    return 2 * e / (e + 1) ** 2 * 2 * U32 + 2 * U32 * y + U32 * (1 - y).abs() + 16 * U32**2
 
 
 def test_exp_tanh_is_accurate_to_float32_rounding_and_saturates():
@@ -56,15 +55,22 @@ def test_compiled_kernels_equal_eager_kernels():
     eager ones, against the equation in float64: every element of ``s, dq, dk, dv`` within
     its a-priori float32 bound (tests/float32_bounds.py), so the two agree on any
     CPU. Other shapes too, the one-query block (a decoder step) included."""
-    for shape in [{}, {"b": 1, "h": 2, "bq": 3, "bk": 11, "a": 8},
-                  {"b": 1, "h": 2, "bq": 1, "bk": 11, "a": 8}]:
+    for shape in [
+        {},
+        {"b": 1, "h": 2, "bq": 3, "bk": 11, "a": 8},
+        {"b": 1, "h": 2, "bq": 1, "bk": 11, "a": 8},
+    ]:
         q, k, v, grad = _block(**shape)
-        want = [kernels.additive_scores(q.double(), k.double(), v.double()),
-                *kernels.additive_backward(q.double(), k.double(), v.double(), grad.double())]
+        want = [
+            kernels.additive_scores(q.double(), k.double(), v.double()),
+            *kernels.additive_backward(q.double(), k.double(), v.double(), grad.double()),
+        ]
         bounds = additive_block_bounds(q, k, v, grad)
         for kind in ("compiled", "eager"):
-            got = [kernels.additive_scores(q, k, v, kernel=kind),
-                   *kernels.additive_backward(q, k, v, grad, kernel=kind)]
+            got = [
+                kernels.additive_scores(q, k, v, kernel=kind),
+                *kernels.additive_backward(q, k, v, grad, kernel=kind),
+            ]
             for name, g, w, bound in zip(["s", "dq", "dk", "dv"], got, want, bounds):
                 over = (g.double() - w).abs() - bound
                 assert over.max() <= 0, f"{kind} {name} {shape}: {over.max():.3g} over its bound"
@@ -81,5 +87,7 @@ def test_eager_fallback_splits_blocks_sized_for_fused_kernels(monkeypatch):
     v, grad = torch.randn(1, 4, generator=g), torch.randn(2, 1, 9, 5, generator=g)
     whole = kernels._scores(q, k, v, tanh=torch.tanh)
     torch.testing.assert_close(kernels._in_pieces(kernels._scores, q, k, v), whole)
-    torch.testing.assert_close(kernels._in_pieces(kernels._row_grad, q, k, v, grad),
-                               kernels._row_grad(q, k, v, grad, tanh=torch.tanh))
+    torch.testing.assert_close(
+        kernels._in_pieces(kernels._row_grad, q, k, v, grad),
+        kernels._row_grad(q, k, v, grad, tanh=torch.tanh),
+    )

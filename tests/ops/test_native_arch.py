@@ -11,10 +11,13 @@ import torch
 
 from attnkit.ops import bindings, native
 
-x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
-                         reason=f"x86-64 levels need an x86-64 CPU, this is {platform.machine()}")
-needs_compiler = pytest.mark.skipif(not native.available(),
-                                    reason=f"no C++ kernels: {native.status()}")
+x86 = pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "AMD64"),
+    reason=f"x86-64 levels need an x86-64 CPU, this is {platform.machine()}",
+)
+needs_compiler = pytest.mark.skipif(
+    not native.available(), reason=f"no C++ kernels: {native.status()}"
+)
 
 
 @pytest.fixture
@@ -23,8 +26,9 @@ def builds(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNKIT_CACHE_DIR", str(tmp_path / "cache"))
     made = []
     build = native._build
-    monkeypatch.setattr(native, "_build", lambda cxx, flags, path: (made.append(flags),
-                                                                   build(cxx, flags, path)))
+    monkeypatch.setattr(
+        native, "_build", lambda cxx, flags, path: (made.append(flags), build(cxx, flags, path))
+    )
     return made
 
 
@@ -45,9 +49,11 @@ def test_a_level_builds_without_native_flags_and_computes_the_same(builds, monke
 
 def test_an_unknown_value_is_refused_naming_the_setting(monkeypatch):
     monkeypatch.setenv("ATTNKIT_NATIVE_ARCH", "skylake")
-    with pytest.raises(native._Unavailable,
-                       match=r"^ATTNKIT_NATIVE_ARCH: expected native or one of x86-64, "
-                             r"x86-64-v2, x86-64-v3, x86-64-v4, got 'skylake'$"):
+    with pytest.raises(
+        native._Unavailable,
+        match=r"^ATTNKIT_NATIVE_ARCH: expected native or one of x86-64, "
+        r"x86-64-v2, x86-64-v3, x86-64-v4, got 'skylake'$",
+    ):
         native._load()
 
 
@@ -55,8 +61,11 @@ def test_an_unknown_value_is_refused_naming_the_setting(monkeypatch):
 def test_a_level_this_cpu_cannot_run_is_refused_with_what_it_lacks(monkeypatch):
     monkeypatch.setenv("ATTNKIT_NATIVE_ARCH", "x86-64-v4")
     monkeypatch.setattr(native, "_cpu", lambda: "flags\t\t: fpu sse sse2 avx avx2 fma\n")
-    with pytest.raises(native._Unavailable, match=r"^ATTNKIT_NATIVE_ARCH=x86-64-v4: this CPU "
-                                                  r"lacks cx16, .*avx512f, avx512bw"):
+    with pytest.raises(
+        native._Unavailable,
+        match=r"^ATTNKIT_NATIVE_ARCH=x86-64-v4: this CPU "
+        r"lacks cx16, .*avx512f, avx512bw",
+    ):
         native._load()
 
 

@@ -41,10 +41,14 @@ class EchoEvaluator(Evaluator):
 class SizeEvaluator(EchoEvaluator):
     """Answers an uploaded image and a label with the image's size."""
 
-    route = Route("/size", "measure an image", upload=Upload("picture"),
-                  texts=(Text("label"),), no_decoding="a size is measured, not decoded",
-                  read=lambda ev, given, *, max_seconds: (Image.open(given["picture"]).size,
-                                                          given["label"]))
+    route = Route(
+        "/size",
+        "measure an image",
+        upload=Upload("picture"),
+        texts=(Text("label"),),
+        no_decoding="a size is measured, not decoded",
+        read=lambda ev, given, *, max_seconds: (Image.open(given["picture"]).size, given["label"]),
+    )
 
     def decode(self, inputs, decoding=None, *, weights=False):
         return [Output([f"{label}: {w} x {h}"], lambda *a, **k: None) for (w, h), label in inputs]
@@ -74,11 +78,18 @@ def test_a_task_is_served_at_the_route_it_declares(registered):
         refusals = [
             ({"words": "x" * 11}, "words", "words: expected at most 10 characters"),
             ({"words": "LOUD"}, "words", "words: a shouted text ('LOUD'); expected lower case"),
-            ({"words": "abc", "text": "abc"}, "text",
-             "text: not an option; expected one of words, decoding, got 'abc'"),
-            ({"words": "abc", "decoding": {"beam": 5}}, "decoding.beam",
-             "decoding.beam: expected at most 4 (the server's --max-beam), got 5"),
-            ({}, "words", "words: missing")]
+            (
+                {"words": "abc", "text": "abc"},
+                "text",
+                "text: not an option; expected one of words, decoding, got 'abc'",
+            ),
+            (
+                {"words": "abc", "decoding": {"beam": 5}},
+                "decoding.beam",
+                "decoding.beam: expected at most 4 (the server's --max-beam), got 5",
+            ),
+            ({}, "words", "words: missing"),
+        ]
         for body, field, message in refusals:
             r = httpx.post(f"{url}/echo", json=body)
             assert (r.status_code, r.json()["field"]) == (422, field), (body, r.text)
@@ -92,20 +103,29 @@ def test_an_upload_route_reads_its_fields_in_order_within_the_limits(registered)
     picture = io.BytesIO()
     Image.new("RGB", (20, 10)).save(picture, format="PNG")
     with serving(SizeEvaluator(None, {}, None), Limits(max_pixels=100)) as url:
+
         def post(data, size=(20, 5)):
             image = io.BytesIO()
             Image.new("RGB", size).save(image, format="PNG")
-            return httpx.post(f"{url}/size", data=data,
-                              files={"picture": ("p.png", image.getvalue(), "image/png")})
+            return httpx.post(
+                f"{url}/size",
+                data=data,
+                files={"picture": ("p.png", image.getvalue(), "image/png")},
+            )
 
         r = post({"label": "it"})
         assert r.status_code == 200 and r.json()["text"] == "it: 20 x 5", r.text
         for data, size, field, message in [
-                ({"label": "it", "decoding": '{"beam": 2}'}, (20, 5), "decoding",
-                 "decoding: a size is measured, not decoded; expected no decoding options"),
-                ({"label": " "}, (20, 5), "label", "label: expected a non-empty text"),
-                ({"label": "it"}, (20, 10), "picture", "picture: expected at most 100 pixels"),
-                ({}, (20, 5), "label", "label: missing")]:
+            (
+                {"label": "it", "decoding": '{"beam": 2}'},
+                (20, 5),
+                "decoding",
+                "decoding: a size is measured, not decoded; expected no decoding options",
+            ),
+            ({"label": " "}, (20, 5), "label", "label: expected a non-empty text"),
+            ({"label": "it"}, (20, 10), "picture", "picture: expected at most 100 pixels"),
+            ({}, (20, 5), "label", "label: missing"),
+        ]:
             r = post(data, size)
             assert (r.status_code, r.json()["field"]) == (422, field), (data, r.text)
             assert r.json()["error"].startswith(message), (data, r.text)
@@ -118,8 +138,11 @@ def test_an_evaluator_without_a_route_is_not_served():
         route = None
 
     Unserved.task = "unserved"
-    with pytest.raises(ValueError, match=r"^task: expected one of asr, caption, ocr, "
-                                         r"translate, vqa, got 'unserved'$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^task: expected one of asr, caption, ocr, "
+        r"translate, vqa, got 'unserved'$",
+    ):
         create_app(Unserved(None, {}, None))
 
 
@@ -129,16 +152,30 @@ def test_a_ctc_head_refuses_beam_search_and_max_len_before_reading():
     image = io.BytesIO()
     Image.new("L", (120, 32), 255).save(image, format="PNG")
     with serving(reader) as url:
+
         def read(decoding):
-            return httpx.post(f"{url}/read", data={"decoding": decoding}, timeout=60,
-                              files={"image": ("line.png", image.getvalue(), "image/png")})
+            return httpx.post(
+                f"{url}/read",
+                data={"decoding": decoding},
+                timeout=60,
+                files={"image": ("line.png", image.getvalue(), "image/png")},
+            )
 
         assert read("{}").status_code == 200
         for decoding, field, message in [
-                ('{"beam": 2}', "decoding.beam", "decoding.beam: this model's CTC head reads "
-                 "the best path only; expected greedy decoding, got "),
-                ('{"max_len": 5}', "decoding.max_len", "decoding.max_len: this model's CTC "
-                 "head sets the output's length by the line's steps; expected none, got 5")]:
+            (
+                '{"beam": 2}',
+                "decoding.beam",
+                "decoding.beam: this model's CTC head reads "
+                "the best path only; expected greedy decoding, got ",
+            ),
+            (
+                '{"max_len": 5}',
+                "decoding.max_len",
+                "decoding.max_len: this model's CTC "
+                "head sets the output's length by the line's steps; expected none, got 5",
+            ),
+        ]:
             r = read(decoding)
             assert (r.status_code, r.json()["field"]) == (422, field), r.text
             assert r.json()["error"].startswith(message), r.text

@@ -25,11 +25,26 @@ def exports(tmp_path_factory):
     """builtin:translate-dates exported in float32 and int8, builtin:ocr-lines (CTC) in
     float32."""
     folder = tmp_path_factory.mktemp("exports")
-    for name, model, extra in (("translate", "translate-dates", []),
-                               ("translate-int8", "translate-dates", ["--quantize", "int8"]),
-                               ("ocr", "ocr-lines", [])):
-        assert main(["export", "--checkpoint", f"builtin:{model}", "--format", "onnx",
-                     "--out", str(folder / name), *extra]) == 0
+    for name, model, extra in (
+        ("translate", "translate-dates", []),
+        ("translate-int8", "translate-dates", ["--quantize", "int8"]),
+        ("ocr", "ocr-lines", []),
+    ):
+        assert (
+            main(
+                [
+                    "export",
+                    "--checkpoint",
+                    f"builtin:{model}",
+                    "--format",
+                    "onnx",
+                    "--out",
+                    str(folder / name),
+                    *extra,
+                ]
+            )
+            == 0
+        )
     return folder
 
 
@@ -38,9 +53,11 @@ def translator():
     return load_evaluator("builtin:translate-dates")
 
 
-@pytest.mark.parametrize("decoding", [Decoding(), Decoding(beam=4, n_best=3),
-                                      Decoding(beam=2, max_len=6)],
-                         ids=["greedy", "beam 4, n-best 3", "beam 2, max_len 6"])
+@pytest.mark.parametrize(
+    "decoding",
+    [Decoding(), Decoding(beam=4, n_best=3), Decoding(beam=2, max_len=6)],
+    ids=["greedy", "beam 4, n-best 3", "beam 2, max_len 6"],
+)
 def test_an_export_decodes_as_its_checkpoint(exports, translator, decoding):
     exported = exported_evaluator(exports / "translate")
     assert isinstance(exported.model, ExportedModel)
@@ -73,25 +90,31 @@ def test_the_state_a_step_does_not_change_is_handed_back_as_it_was(exports):
 def test_serve_answers_from_an_int8_export(exports, translator):
     evaluator = exported_evaluator(exports / "translate-int8")
     limits = Limits(max_wait_ms=100, max_batch=8, max_beam=8)
-    with serving(evaluator, limits, name="translate-int8",
-                 runtime="onnxruntime (int8)") as url:
+    with serving(evaluator, limits, name="translate-int8", runtime="onnxruntime (int8)") as url:
         health = httpx.get(f"{url}/health").json()
         assert health["runtime"] == "onnxruntime (int8)" and health["task"] == "translate"
-        alone = [httpx.post(f"{url}/translate", json={"text": t, "decoding": {"beam": 3}}).json()
-                 for t in TEXTS[:4]]
-        together = concurrently([
-            lambda t=t: httpx.post(f"{url}/translate",
-                                   json={"text": t, "decoding": {"beam": 3}}).json()
-            for t in TEXTS[:4]])
-        refused = httpx.post(f"{url}/translate", json={"text": TEXTS[0],
-                                                       "decoding": {"beam": 9}})
+        alone = [
+            httpx.post(f"{url}/translate", json={"text": t, "decoding": {"beam": 3}}).json()
+            for t in TEXTS[:4]
+        ]
+        together = concurrently(
+            [
+                lambda t=t: httpx.post(
+                    f"{url}/translate", json={"text": t, "decoding": {"beam": 3}}
+                ).json()
+                for t in TEXTS[:4]
+            ]
+        )
+        refused = httpx.post(f"{url}/translate", json={"text": TEXTS[0], "decoding": {"beam": 9}})
     # int8 activations are quantised with one scale per tensor of the batch: the requests
     # decoded together move the scores a little, not the outputs
     assert [a["text"] for a in alone] == [b["text"] for b in together]
     assert [a["outputs"][0]["score"] for a in alone] == pytest.approx(
-        [b["outputs"][0]["score"] for b in together], abs=1e-2)
-    exact = [a["text"] == w.text for a, w in zip(alone, translator.decode(TEXTS[:4],
-                                                                          Decoding(beam=3)))]
+        [b["outputs"][0]["score"] for b in together], abs=1e-2
+    )
+    exact = [
+        a["text"] == w.text for a, w in zip(alone, translator.decode(TEXTS[:4], Decoding(beam=3)))
+    ]
     assert sum(exact) >= 3  # int8 weights: the same dates but for rounding near a tie
     assert refused.status_code == 422 and refused.json()["field"] == "decoding.beam"
 

@@ -11,7 +11,7 @@ import pytest
 
 from attnkit.serve import Limits
 from attnkit.tasks.loading import load_evaluator
-from tests.serve.test_serve import serving, command_serving
+from tests.serve.test_serve import command_serving, serving
 
 READ_S, KEEP_ALIVE_S = 1.0, 0.5
 SLACK_S = 1.5  # the event loop's timer and the test's own scheduling, on a busy machine
@@ -19,7 +19,10 @@ SLACK_S = 1.5  # the event loop's timer and the test's own scheduling, on a busy
 
 @pytest.fixture(scope="module")
 def url():
-    with serving(load_evaluator("builtin:translate-dates"), Limits(read_timeout_s=READ_S, keep_alive_s=KEEP_ALIVE_S)) as url:
+    with serving(
+        load_evaluator("builtin:translate-dates"),
+        Limits(read_timeout_s=READ_S, keep_alive_s=KEEP_ALIVE_S),
+    ) as url:
         yield url
 
 
@@ -43,12 +46,17 @@ def _seconds_until_closed(sock: socket.socket, opened: float) -> tuple[float, by
         received += chunk
 
 
-HEAD = (b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Content-Length: 100\r\n")
+HEAD = (
+    b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 100\r\n"
+)
 
 
-@pytest.mark.parametrize("sent", [b"", HEAD, HEAD + b"\r\n" + b'{"text": "<en> 3 Ma'],
-                         ids=["nothing", "half the headers", "half the body"])
+@pytest.mark.parametrize(
+    "sent",
+    [b"", HEAD, HEAD + b"\r\n" + b'{"text": "<en> 3 Ma'],
+    ids=["nothing", "half the headers", "half the body"],
+)
 def test_a_request_not_sent_whole_within_the_read_timeout_is_closed(url, sent):
     sock = _connect(url)
     opened = time.monotonic()
@@ -97,14 +105,15 @@ def test_requests_sent_whole_are_answered_on_one_connection(url):
 
 def test_the_timeouts_are_positive_numbers():
     for name in ("read_timeout_s", "keep_alive_s"):
-        with pytest.raises(ValueError, match=f"{name}: expected a finite positive number, "
-                           "got 0"):
+        with pytest.raises(ValueError, match=f"{name}: expected a finite positive number, got 0"):
             Limits(**{name: 0})
 
 
 def test_the_command_takes_the_timeouts():
-    with command_serving("--read-timeout", str(READ_S), "--keep-alive", str(KEEP_ALIVE_S)) \
-            as (_, url):
+    with command_serving("--read-timeout", str(READ_S), "--keep-alive", str(KEEP_ALIVE_S)) as (
+        _,
+        url,
+    ):
         sock = _connect(url)
         opened = time.monotonic()
         sock.sendall(HEAD)

@@ -37,8 +37,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def _set(n, seed=0):
     g = torch.Generator().manual_seed(seed)
-    feats = [torch.randn(int(torch.randint(60, 100, (1,), generator=g)), 6, generator=g)
-             for _ in range(n)]
+    feats = [
+        torch.randn(int(torch.randint(60, 100, (1,), generator=g)), 6, generator=g)
+        for _ in range(n)
+    ]
     texts = [WORDS[i % len(WORDS)] for i in range(n)]
     return SpeechSet(feats, texts, [f"utt{i}" for i in range(n)])
 
@@ -67,10 +69,12 @@ def test_sortagrad_epochs_take_the_shortest_utterances_first():
     assert [n for b in first for n in sorted(b)] == frames  # every utterance, shortest first
     assert task.config()["batching"]["sortagrad"] == 1
     assert [b["lengths"].tolist() for b in task.batches(1)] == [
-        b["lengths"].tolist() for b in _task().batches(1)]  # then shuffled as without it
+        b["lengths"].tolist() for b in _task().batches(1)
+    ]  # then shuffled as without it
     assert "sortagrad" not in _task().config()["batching"]
-    with pytest.raises(ValueError, match="sortagrad: expected a non-negative int \\(epochs\\), "
-                                         "got -1"):
+    with pytest.raises(
+        ValueError, match="sortagrad: expected a non-negative int \\(epochs\\), got -1"
+    ):
         _task(sortagrad=-1)
 
 
@@ -111,8 +115,9 @@ def test_pretraining_the_speller_trains_it_alone_through_the_trainer(tmp_path):
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     pre = SpellerPretraining(task)
     first = pre.evaluate(model)
-    config = TrainConfig(max_steps=40, lr=1e-2, warmup_steps=5, eval_every=20,
-                         checkpoint_every=20, progress=False)
+    config = TrainConfig(
+        max_steps=40, lr=1e-2, warmup_steps=5, eval_every=20, checkpoint_every=20, progress=False
+    )
     result = Trainer(model, pre, config, tmp_path).fit()
     assert result.step == 40 and [h["step"] for h in result.history] == [20, 40]
     assert result.history[-1]["loss"] < first["loss"]
@@ -128,8 +133,7 @@ def test_pretraining_batches_cover_every_transcript_once_per_epoch():
     pre = SpellerPretraining(_task())
     batches = list(pre.batches(0))
     assert sum(len(b["tgt_in"]) for b in batches) == 10
-    assert [b["tgt_in"].tolist() for b in batches] == [b["tgt_in"].tolist()
-                                                        for b in pre.batches(0)]
+    assert [b["tgt_in"].tolist() for b in batches] == [b["tgt_in"].tolist() for b in pre.batches(0)]
 
 
 def test_metrics_and_evaluation():
@@ -166,8 +170,9 @@ def test_bad_settings_and_short_utterances_are_named():
         AsrTask(short, short, model_config={})
     with pytest.raises(ValueError, match="ctc_weight: expected a number in \\[0, 1\\], got 2"):
         AsrTask(_set(2), _set(2), model_config={}, ctc_weight=2)
-    with pytest.raises(ValueError, match="guided_attention: expected a non-negative number, "
-                                         "got -1"):
+    with pytest.raises(
+        ValueError, match="guided_attention: expected a non-negative number, got -1"
+    ):
         AsrTask(_set(2), _set(2), model_config={}, guided_attention=-1)
 
 
@@ -201,8 +206,10 @@ def test_features_on_disk_are_read_per_batch_and_batch_as_in_memory(tmp_path):
     assert on_disk.frames == [f.shape[0] for f in on_disk.features]
     in_memory = SpeechSet(list(on_disk.features), on_disk.transcripts, on_disk.origins)
     config = {"listener_hidden": 8, "hidden": 16, "emb": 8, "key_value_dim": 8}
-    tasks = [AsrTask(data, data.head(2), model_config=config, batch_size=2)
-             for data in (in_memory, on_disk)]
+    tasks = [
+        AsrTask(data, data.head(2), model_config=config, batch_size=2)
+        for data in (in_memory, on_disk)
+    ]
     assert tasks[1].train.features is on_disk.features  # not copied into memory
     for a, b in zip(tasks[0].batches(0), tasks[1].batches(0), strict=True):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -256,14 +263,23 @@ def test_a_model_that_cannot_stream_and_bad_chunks_are_refused():
     model = streaming_las(vocab=len(vocab))
     with pytest.raises(ValueError, match="chunk_ms: expected a positive number, got 0"):
         next(transcribe_stream(model, vocab, _noise(1.0, 0), chunk_ms=0))
-    with pytest.raises(ValueError, match=r"samples: expected \(N,\) samples of at least 8 "
-                                         r"feature frames \(80 ms\), got \(1100,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"samples: expected \(N,\) samples of at least 8 "
+        r"feature frames \(80 ms\), got \(1100,\)",
+    ):
         next(transcribe_stream(model, vocab, torch.zeros(1100)))
 
 
 def test_a_causal_listener_is_trained_on_raw_log_mels_with_their_statistics():
-    config = {"listener_hidden": 8, "hidden": 16, "emb": 8, "key_value_dim": 8,
-              "listener": "uni", "alignment": "monotonic"}
+    config = {
+        "listener_hidden": 8,
+        "hidden": 16,
+        "emb": 8,
+        "key_value_dim": 8,
+        "listener": "uni",
+        "alignment": "monotonic",
+    }
     train = _set(10)
     task = AsrTask(train, _set(3, seed=1), model_config=config, batch_size=4)
     model = task.build_model()
@@ -282,4 +298,5 @@ def test_in_real_time_each_chunk_waits_for_its_audio():
     chunks = list(transcribe_stream(model, vocab, audio, chunk_ms=150, realtime=True))
     assert time.perf_counter() - start >= 0.6  # the last chunk waited for the end of the audio
     assert "".join(c.text for c in chunks) == "".join(
-        c.text for c in transcribe_stream(model, vocab, audio, chunk_ms=150))
+        c.text for c in transcribe_stream(model, vocab, audio, chunk_ms=150)
+    )

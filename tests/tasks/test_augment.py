@@ -15,8 +15,9 @@ from attnkit.tasks.asr import AsrTask
 from attnkit.tasks.ocr import OcrTask
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None,
-                                  reason="espeak-ng not installed (apt-get install espeak-ng)")
+needs_espeak = pytest.mark.skipif(
+    shutil.which("espeak-ng") is None, reason="espeak-ng not installed (apt-get install espeak-ng)"
+)
 LAS = {"listener_hidden": 8, "hidden": 16, "emb": 8, "key_value_dim": 8}
 
 
@@ -28,8 +29,13 @@ def _speech(n=6):
 
 def test_speech_augmentation_changes_training_batches_only():
     train = _speech()
-    task = AsrTask(train, train, model_config=LAS, batch_size=3,
-                   augment=[SpecAugment(freq_mask=20, time_mask=10, fill=0.0)])
+    task = AsrTask(
+        train,
+        train,
+        model_config=LAS,
+        batch_size=3,
+        augment=[SpecAugment(freq_mask=20, time_mask=10, fill=0.0)],
+    )
     batch = task.batches(0)[0]
     plain = AsrTask(train, train, model_config=LAS, batch_size=3).batches(0)[0]
     assert not torch.equal(batch["features"], plain["features"])
@@ -42,10 +48,17 @@ def test_speech_augmentation_changes_training_batches_only():
 
 
 def test_audio_augmentation_of_features_without_audio_is_refused():
-    with pytest.raises(ValueError, match=r"augment: speed, noise change the audio, and these "
-                                         r"training utterances keep features only"):
-        AsrTask(_speech(), _speech(), model_config=LAS,
-                augment=SpeechAugment([SpeedPerturb(), Noise(), SpecAugment()]))
+    with pytest.raises(
+        ValueError,
+        match=r"augment: speed, noise change the audio, and these "
+        r"training utterances keep features only",
+    ):
+        AsrTask(
+            _speech(),
+            _speech(),
+            model_config=LAS,
+            augment=SpeechAugment([SpeedPerturb(), Noise(), SpecAugment()]),
+        )
 
 
 @needs_espeak
@@ -54,8 +67,7 @@ def test_built_in_speech_keeps_its_audio_when_asked(tmp_path):
     assert not plain.features.has_samples
     with pytest.raises(ValueError, match="samples: this CachedFeatures keeps features only"):
         plain.features.samples(0)
-    data = speech_dataset(3, split="test", seed=5, cache_dir=tmp_path, normalize=True,
-                          audio=True)
+    data = speech_dataset(3, split="test", seed=5, cache_dir=tmp_path, normalize=True, audio=True)
     assert data.features.has_samples and data.features[:2].has_samples
     for i in range(3):
         samples = data.features.samples(i)
@@ -63,16 +75,22 @@ def test_built_in_speech_keeps_its_audio_when_asked(tmp_path):
         assert samples.dtype == torch.float32 and samples.abs().max() <= 1.0
         again = log_mel(samples, normalize=True)  # 16-bit samples: the same frames
         assert again.shape == stored.shape and (again - stored).abs().mean() < 0.05
-    task = AsrTask(data, data, model_config=LAS, batch_size=3,
-                   augment=[SpeedPerturb(factors=(1.1,))])
+    task = AsrTask(
+        data, data, model_config=LAS, batch_size=3, augment=[SpeedPerturb(factors=(1.1,))]
+    )
     faster = task.batches(0)[0]["lengths"]  # the three utterances, 1.1 times as fast
     assert int(faster.sum()) == pytest.approx((sum(data.frames) - 3) / 1.1 + 3, abs=3)
 
 
 def test_line_augmentation_keeps_ctc_lines_wide_enough_for_their_text():
     lines = generate_lines(4, seed=2, max_chars=10)
-    task = OcrTask(lines, lines, model_config={"channels": [4, 4, 8, 8, 8], "hidden": 8},
-                   batch_size=4, augment=[Stretch(p=1.0, factor=(0.25, 0.25))])
+    task = OcrTask(
+        lines,
+        lines,
+        model_config={"channels": [4, 4, 8, 8, 8], "hidden": 8},
+        batch_size=4,
+        augment=[Stretch(p=1.0, factor=(0.25, 0.25))],
+    )
     for i, (image, text) in enumerate(lines):
         line = task.training_line(i, 0)
         assert line.shape[0] == 32 and line.shape[1] >= 2 * len(text)

@@ -40,7 +40,8 @@ def test_a_transformer_gives_every_layer_and_head_and_its_mean_matches_decoding(
         assert [h.score for h in ex.hypotheses] == pytest.approx(raws[0].scores[b].tolist())
         for k, hyp in enumerate(ex.hypotheses):
             assert list(hyp.maps) == ["mean of heads, last layer"] + [
-                f"layer {i} / head {h}" for i in (1, 2) for h in (1, 2)]
+                f"layer {i} / head {h}" for i in (1, 2) for h in (1, 2)
+            ]
             n = len(hyp.tokens)
             assert n == int(raws[0].lengths[b, k])
             decoded = hyp.maps["mean of heads, last layer"]
@@ -69,20 +70,33 @@ def test_an_rnn_gives_one_map_and_a_model_without_attention_is_refused():
 def test_a_crnn_gives_its_self_attention_per_head_beside_the_reading(head):
     torch.manual_seed(0)
     chars = CharVocab(list(ALPHABET))
-    model = CRNN(len(chars), channels=(4, 4, 8, 8, 8), hidden=8, attention="window", window=3,
-                 heads=2, head=head, dec_hidden=8).eval()
+    model = CRNN(
+        len(chars),
+        channels=(4, 4, 8, 8, 8),
+        hidden=8,
+        attention="window",
+        window=3,
+        heads=2,
+        head=head,
+        dec_hidden=8,
+    ).eval()
     ev = evaluator_for("ocr")(model, {"task": "ocr"}, chars.to_json())
     images = [image for image, _ in generate_lines(2, seed=1, max_chars=6)]
     examples = explore_examples(ev, images, names=["a", "b"], references=["r", None])
     readings = read_lines(model, chars, images, weights=True)
     for ex, image, reading in zip(examples, images, readings):
         assert len(ex.source) == reading.steps == image.shape[1] // 2
-        assert list(ex.input_maps) == ["encoder self-attention", "encoder self-attention / head 1",
-                                       "encoder self-attention / head 2"]
-        torch.testing.assert_close(ex.input_maps["encoder self-attention / head 2"],
-                                   reading.self_attention[1])
-        torch.testing.assert_close(ex.input_maps["encoder self-attention"],
-                                   reading.self_attention.mean(0))
+        assert list(ex.input_maps) == [
+            "encoder self-attention",
+            "encoder self-attention / head 1",
+            "encoder self-attention / head 2",
+        ]
+        torch.testing.assert_close(
+            ex.input_maps["encoder self-attention / head 2"], reading.self_attention[1]
+        )
+        torch.testing.assert_close(
+            ex.input_maps["encoder self-attention"], reading.self_attention.mean(0)
+        )
         [hyp] = ex.hypotheses
         assert list(hyp.maps) == ["attention"] and ex.image is image
     assert [(e.name, e.reference) for e in examples] == [("a", "r"), ("b", None)]
@@ -116,13 +130,16 @@ def test_a_captioner_gives_every_caption_with_its_words_maps_over_the_grid():
     images = [s.image for s in scenes[:2]]
     decoding = Decoding(beam=3, n_best=2)
     examples = explore_examples(ev, images, decoding, references=[s.captions for s in scenes])
-    captions = caption_images(model, task.words, images, max_words=task.max_words,
-                              decoding=decoding, weights=True)
+    captions = caption_images(
+        model, task.words, images, max_words=task.max_words, decoding=decoding, weights=True
+    )
     for ex, image, caption, scene in zip(examples, images, captions, scenes):
         assert ex.grid == (8, 8) and len(ex.source) == 64 and ex.reference == scene.captions
         assert torch.equal(ex.image, image.permute(1, 2, 0))
-        assert [" ".join(h.tokens[:-1]) if h.tokens[-1] == "<eos>" else " ".join(h.tokens)
-                for h in ex.hypotheses] == caption.texts
+        assert [
+            " ".join(h.tokens[:-1]) if h.tokens[-1] == "<eos>" else " ".join(h.tokens)
+            for h in ex.hypotheses
+        ] == caption.texts
         best = ex.hypotheses[0].maps["attention"]
         assert torch.allclose(best, caption.weights) and best.shape == (len(best), 64)
         assert ex.hypotheses[0].score >= ex.hypotheses[1].score
@@ -146,8 +163,7 @@ def test_a_vqa_model_gives_its_answer_with_each_hops_map():
         assert list(hyp.tokens) == ["hop 1", "hop 2", "hop 3"] and hyp.text == answer.answer
         assert hyp.score == pytest.approx(math.log(answer.probability))
         assert torch.equal(hyp.maps["attention"], answer.weights)
-    none = VqaTask((images, questions), (images, questions), model_config={**MODEL,
-                                                                           "kind": "none"})
+    none = VqaTask((images, questions), (images, questions), model_config={**MODEL, "kind": "none"})
     plain = evaluator_for("vqa")(none.build_model(), none.config(), none.vocab())
     with pytest.raises(ValueError, match="checkpoint: its VQA model has no attention"):
         explore_examples(plain, asked)

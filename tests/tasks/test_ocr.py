@@ -4,8 +4,14 @@ lines read from disk; read_lines' self-attention maps."""
 import pytest
 import torch
 
-from attnkit.data import (ALPHABET, CharVocab, DataError, pad_images, read_line_folder,
-                          write_line_folder)
+from attnkit.data import (
+    ALPHABET,
+    CharVocab,
+    DataError,
+    pad_images,
+    read_line_folder,
+    write_line_folder,
+)
 from attnkit.data.worlds.lines import generate_lines
 from attnkit.models import CRNN, guided_attention_loss
 from attnkit.tasks.ocr import OcrTask, plot_line, read_lines
@@ -20,8 +26,9 @@ def lines():
 
 
 def test_ctc_weight_mixes_the_two_losses(lines):
-    tasks = {w: OcrTask(lines, lines[:2], model_config=MODEL, ctc_weight=w)
-             for w in (0.0, 0.5, 1.0)}
+    tasks = {
+        w: OcrTask(lines, lines[:2], model_config=MODEL, ctc_weight=w) for w in (0.0, 0.5, 1.0)
+    }
     assert "ctc" not in tasks[0.0].model_config and tasks[0.5].model_config["ctc"] is True
     assert "ctc_weight" not in tasks[0.0].config()["batching"]
     assert tasks[0.5].config()["batching"]["ctc_weight"] == 0.5
@@ -38,19 +45,32 @@ def test_ctc_weight_mixes_the_two_losses(lines):
     assert model.classifier.weight.grad.abs().sum() > 0  # the auxiliary head learns
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(ctc_weight=1.5), r"ctc_weight: expected a number in \[0, 1\], got 1.5"),
-    (dict(ctc_weight=0.3, model_config={**MODEL, "head": "ctc"}),
-     "ctc_weight: only for the attention head"),
-    (dict(guided_attention=-1.0), "guided_attention: expected a non-negative number, got -1.0"),
-    # a task's settings come from a run's files too: a value is quoted, never echoed whole
-    (dict(ctc_weight="x" * 10**6), r"^ctc_weight: expected a number in \[0, 1\], got 'x{200}'"
-     r"\.\.\. \(1,000,000 characters\)$"),
-    (dict(batch_size="8" * 10**6), r"^batch_size: expected a positive int, got '8{200}'\.\.\. "
-     r"\(1,000,000 characters\)$"),
-    (dict(guided_attention=1.0, model_config={**MODEL, "head": "ctc"}),
-     "guided_attention: only for the attention head"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(ctc_weight=1.5), r"ctc_weight: expected a number in \[0, 1\], got 1.5"),
+        (
+            dict(ctc_weight=0.3, model_config={**MODEL, "head": "ctc"}),
+            "ctc_weight: only for the attention head",
+        ),
+        (dict(guided_attention=-1.0), "guided_attention: expected a non-negative number, got -1.0"),
+        # a task's settings come from a run's files too: a value is quoted, never echoed whole
+        (
+            dict(ctc_weight="x" * 10**6),
+            r"^ctc_weight: expected a number in \[0, 1\], got 'x{200}'"
+            r"\.\.\. \(1,000,000 characters\)$",
+        ),
+        (
+            dict(batch_size="8" * 10**6),
+            r"^batch_size: expected a positive int, got '8{200}'\.\.\. "
+            r"\(1,000,000 characters\)$",
+        ),
+        (
+            dict(guided_attention=1.0, model_config={**MODEL, "head": "ctc"}),
+            "guided_attention: only for the attention head",
+        ),
+    ],
+)
 def test_bad_ctc_weight(lines, kw, match):
     with pytest.raises(ValueError, match=match):
         OcrTask(lines, lines[:2], **{"model_config": MODEL, **kw})
@@ -58,16 +78,25 @@ def test_bad_ctc_weight(lines, kw, match):
 
 @pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("head, heads", [("ctc", 1), ("ctc", 2), ("attention", 2)])
-def test_the_self_attention_maps_come_from_the_reading_pass_and_only_when_asked(
-        lines, head, heads):
+def test_the_self_attention_maps_come_from_the_reading_pass_and_only_when_asked(lines, head, heads):
     torch.manual_seed(0)
-    model = CRNN(len(CHARS), channels=(4, 4, 8, 8, 8), hidden=8, attention="window", window=3,
-                 score="scaled_dot", heads=heads, head=head, dec_hidden=8).eval()
+    model = CRNN(
+        len(CHARS),
+        channels=(4, 4, 8, 8, 8),
+        hidden=8,
+        attention="window",
+        window=3,
+        score="scaled_dot",
+        heads=heads,
+        head=head,
+        dec_hidden=8,
+    ).eval()
     images = [image for image, _ in lines[:3]]
     calls = []  # (need_weights asked, weights returned) of every self-attention call
     model.attention.attention.register_forward_hook(
         lambda m, args, kwargs, out: calls.append((kwargs["need_weights"], out.weights)),
-        with_kwargs=True)
+        with_kwargs=True,
+    )
     plain = read_lines(model, CHARS, images)
     assert all(r.self_attention is None for r in plain)
     # one batch, no weights (on CPU the layer attends its rows in groups of similar length)
@@ -89,7 +118,7 @@ def test_the_self_attention_maps_come_from_the_reading_pass_and_only_when_asked(
         if head == "ctc":  # the characters' rows: the self-attention where each was emitted
             assert r.weights.shape == (len(r.texts[0]), r.steps)
         else:  # the decoder's weights, over the batch's padded steps
-            assert (r.weights[:, r.steps:] == 0).all()
+            assert (r.weights[:, r.steps :] == 0).all()
 
 
 def test_guided_attention_adds_its_loss(lines):
@@ -103,8 +132,9 @@ def test_guided_attention_adds_its_loss(lines):
     ce, _ = plain.loss(model, batch)
     total, _ = guided.loss(model, batch)
     _, weights = model(batch["images"], batch["widths"], batch["tgt_in"])
-    want = guided_attention_loss(weights, (batch["tgt_out"] != 0).sum(1),
-                                 model.steps(batch["widths"]))
+    want = guided_attention_loss(
+        weights, (batch["tgt_out"] != 0).sum(1), model.steps(batch["widths"])
+    )
     torch.testing.assert_close(total, ce + 2.0 * want)
     assert want > 0
 
@@ -131,14 +161,28 @@ def test_pictures_of_lines_read_in_one_batch_of_several_widths(lines, tmp_path):
     """The attention head's weights span the batch's padded steps; each line's picture, with
     its self-attention map, is cropped to the line's own steps."""
     torch.manual_seed(0)
-    model = CRNN(len(CHARS), channels=(4, 4, 8, 8, 8), hidden=8, attention="window", window=3,
-                 head="attention", dec_hidden=8).eval()
+    model = CRNN(
+        len(CHARS),
+        channels=(4, 4, 8, 8, 8),
+        hidden=8,
+        attention="window",
+        window=3,
+        head="attention",
+        dec_hidden=8,
+    ).eval()
     images = [image for image, _ in lines[:4]]
     assert len({image.shape[1] for image in images}) > 1
     readings = read_lines(model, CHARS, images, weights=True)
     for i, (image, r) in enumerate(zip(images, readings)):
-        path = plot_line(image, r.texts[0], r.weights, r.steps, tmp_path / f"{i}.png", eos=True,
-                         self_attention=r.self_attention)
+        path = plot_line(
+            image,
+            r.texts[0],
+            r.weights,
+            r.steps,
+            tmp_path / f"{i}.png",
+            eos=True,
+            self_attention=r.self_attention,
+        )
         assert path.stat().st_size > 0
 
 
@@ -146,14 +190,19 @@ def test_sortagrad_epochs_take_the_narrowest_lines_first(lines):
     task = OcrTask(lines, lines[:2], model_config=MODEL, batch_size=3, sortagrad=1)
     first = [b["widths"].tolist() for b in task.batches(0)]
     assert [w for b in first for w in sorted(b)] == sorted(
-        image.shape[-1] for image, _ in lines)  # every line, narrowest first
+        image.shape[-1] for image, _ in lines
+    )  # every line, narrowest first
     assert task.config()["batching"]["sortagrad"] == 1
     plain = OcrTask(lines, lines[:2], model_config=MODEL, batch_size=3)
     assert [b["widths"].tolist() for b in task.batches(1)] == [
-        b["widths"].tolist() for b in plain.batches(1)]  # then shuffled as without it
+        b["widths"].tolist() for b in plain.batches(1)
+    ]  # then shuffled as without it
     assert "sortagrad" not in plain.config()["batching"]
-    with pytest.raises(ValueError, match=r"sortagrad: expected a non-negative int \(epochs\), "
-                                         "got True"):
+    with pytest.raises(
+        ValueError,
+        match=r"sortagrad: expected a non-negative int \(epochs\), "
+        "got True",
+    ):
         OcrTask(lines, lines[:2], model_config=MODEL, sortagrad=True)
 
 

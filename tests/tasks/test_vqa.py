@@ -55,9 +55,11 @@ def test_batches_pair_each_question_with_its_image_and_answer(data):
         for j, row in enumerate(batch["questions"]):
             text = task.words.decode(row[: int(batch["lengths"][j])])
             image = images[int(batch["image_index"][j])]
-            assert any(torch.equal(image, train[0][q.image].float() / 255)
-                       and task.answers[int(batch["answers"][j])] == q.answer
-                       for q in by_text[text]), text
+            assert any(
+                torch.equal(image, train[0][q.image].float() / 255)
+                and task.answers[int(batch["answers"][j])] == q.answer
+                for q in by_text[text]
+            ), text
         seen_images.append(len(images))
     assert sum(seen_images) == len(train[0])  # every image in one batch only
     batch = batches[0]
@@ -70,48 +72,79 @@ def test_batches_pair_each_question_with_its_image_and_answer(data):
 
 
 def test_vqa_metrics_per_type_and_relational():
-    metrics = vqa_metrics(["yes", "2", "red", "no"], ["yes", "3", "red", "yes"],
-                          ["exist", "count", "closest", "left_of"])
-    assert metrics == {"accuracy": 0.5, "accuracy_closest": 1.0, "accuracy_count": 0.0,
-                       "accuracy_exist": 1.0, "accuracy_left_of": 0.0,
-                       "accuracy_relational": 0.5, "accuracy_non_relational": 0.5}
+    metrics = vqa_metrics(
+        ["yes", "2", "red", "no"],
+        ["yes", "3", "red", "yes"],
+        ["exist", "count", "closest", "left_of"],
+    )
+    assert metrics == {
+        "accuracy": 0.5,
+        "accuracy_closest": 1.0,
+        "accuracy_count": 0.0,
+        "accuracy_exist": 1.0,
+        "accuracy_left_of": 0.0,
+        "accuracy_relational": 0.5,
+        "accuracy_non_relational": 0.5,
+    }
     assert vqa_metrics(["a"], ["a"], ["user"]) == {"accuracy": 1.0, "accuracy_user": 1.0}
-    with pytest.raises(ValueError, match="predicted, answers, types: expected one each per "
-                                         "question, got 1, 2 and 2"):
+    with pytest.raises(
+        ValueError,
+        match="predicted, answers, types: expected one each per question, got 1, 2 and 2",
+    ):
         vqa_metrics(["a"], ["a", "b"], ["x", "y"])
 
 
-def test_training_fits_the_questions_and_evaluate_reports_every_type(data, tmp_path,
-                                                                     one_thread):
+def test_training_fits_the_questions_and_evaluate_reports_every_type(data, tmp_path, one_thread):
     train, valid = data
     task = VqaTask(train, valid, model_config=MODEL, batch_size=100)  # one batch: them all
     torch.manual_seed(0)
     model = task.build_model()
     batch = task.batches(0)[0]
     before = task.loss(model.eval(), batch)[0].item()
-    Trainer(model, task, TrainConfig(max_steps=20, lr=1e-2, warmup_steps=0, eval_every=100,
-                                     schedule="constant", checkpoint_every=100, progress=False),
-            tmp_path).fit()
+    Trainer(
+        model,
+        task,
+        TrainConfig(
+            max_steps=20,
+            lr=1e-2,
+            warmup_steps=0,
+            eval_every=100,
+            schedule="constant",
+            checkpoint_every=100,
+            progress=False,
+        ),
+        tmp_path,
+    ).fit()
     assert task.loss(model.eval(), batch)[0].item() < before - 0.5
     metrics = task.evaluate(model)
     types = {q.type for q in valid[1]}
-    assert {f"accuracy_{t}" for t in types} | {"accuracy", "accuracy_relational",
-                                               "accuracy_non_relational"} == set(metrics)
+    assert {f"accuracy_{t}" for t in types} | {
+        "accuracy",
+        "accuracy_relational",
+        "accuracy_non_relational",
+    } == set(metrics)
     evaluator = VqaEvaluator(model, task.config(), task.vocab())
     result = score_examples(evaluator, question_examples(*valid))
     assert result.metrics == metrics  # validation is the evaluator's score
     asked = [(valid[0][q.image], q.question) for q in valid[1]]
     shared = answer_questions(model, task.words, task.answers, asked, batch_size=7)
     assert [o.text for o in result.outputs] == [a.answer for a in shared]
-    alone = answer_questions(model, task.words, task.answers,  # every image a distinct tensor
-                             [(image.clone(), q) for image, q in asked], batch_size=7)
+    alone = answer_questions(
+        model,
+        task.words,
+        task.answers,  # every image a distinct tensor
+        [(image.clone(), q) for image, q in asked],
+        batch_size=7,
+    )
     for a, b in zip(shared, alone, strict=True):
         assert a.answer == b.answer and math.isclose(a.probability, b.probability, rel_tol=1e-5)
         assert torch.allclose(a.weights, b.weights, atol=1e-6)
-    assert result.metrics == vqa_metrics([o.text for o in result.outputs],
-                                         [q.answer for q in valid[1]], [q.type for q in valid[1]])
-    found = answer_questions(model, task.words, task.answers,
-                             [(valid[0][0], "Does the image contain a purple dog?")])
+    assert result.metrics == vqa_metrics(
+        [o.text for o in result.outputs], [q.answer for q in valid[1]], [q.type for q in valid[1]]
+    )
+    found = answer_questions(
+        model, task.words, task.answers, [(valid[0][0], "Does the image contain a purple dog?")]
+    )
     assert found[0].answer in task.answers and 0 < found[0].probability <= 1
     assert found[0].weights.shape == (2, 64)
     with pytest.raises(ValueError, match=r"asked\[0\]: expected a question with words, got ' '"):
@@ -134,8 +167,7 @@ def test_bad_data_is_named(data):
     with pytest.raises(DataError, match=r"q.tsv:3: image 5 is not one of the 2 valid images"):
         VqaTask(train, (valid[0], [stray]), model_config=MODEL)
     with pytest.raises(DataError, match=r"train: answers outside the model's answers: \['yes'\]"):
-        VqaTask(train, valid, model_config=MODEL,
-                answers=[a for a in ANSWERS if a != "yes"])
+        VqaTask(train, valid, model_config=MODEL, answers=[a for a in ANSWERS if a != "yes"])
     small = [torch.zeros(3, 16, 16, dtype=torch.uint8)]
     with pytest.raises(DataError, match=r"train image 0: expected a uint8 image \(3, 32, 32\)"):
         VqaTask((small, train[1][:1]), valid, model_config=MODEL)
@@ -157,8 +189,9 @@ def test_the_evaluator_reads_built_in_splits_and_the_users_folder(data, tmp_path
     held = ev.read("scenes:heldout")
     scenes = generate_scenes(2, split="heldout", size=32)
     first = [q for q in question_set(scenes, "heldout")[1] if q.image == 0]
-    assert [(e.input[1], e.reference, e.annotation, e.origin) for e in held[: len(first)]] == \
-        [(q.question, q.answer, q.type, q.origin) for q in first]
+    assert [(e.input[1], e.reference, e.annotation, e.origin) for e in held[: len(first)]] == [
+        (q.question, q.answer, q.type, q.origin) for q in first
+    ]
     assert torch.equal(held[0].input[0], scenes[0].image)
     with pytest.raises(DataError, match="scenes:valid: expected built-in scenes"):
         ev.read("scenes:valid")
@@ -173,6 +206,9 @@ def test_the_evaluator_reads_built_in_splits_and_the_users_folder(data, tmp_path
     answers = ev.answer([e.input for e in examples[:2]])
     assert [a.answer for a in answers] == [o.text for o in result.outputs[:2]]
     assert math.isclose(sum(answers[0].weights[0].tolist()), 1.0, rel_tol=1e-5)
-    with pytest.raises(ValueError, match="decoding: a VQA model answers with its most probable "
-                                         "class; decoding options do not apply, got beam=3"):
+    with pytest.raises(
+        ValueError,
+        match="decoding: a VQA model answers with its most probable "
+        "class; decoding options do not apply, got beam=3",
+    ):
         ev.decode([examples[0].input], Decoding(beam=3))

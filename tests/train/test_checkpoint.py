@@ -43,8 +43,14 @@ def test_round_trip_resumes_training_exactly(tmp_path):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     _train(model, opt, 3, seed=1)
     vocab = {"tokens": ["<pad>", "a", "é", "中"]}
-    path = save_checkpoint(tmp_path / "ck", model=model, config={"dim": 8}, vocab=vocab,
-                           optimizer=opt, trainer_state={"step": 3, "best": 0.5})
+    path = save_checkpoint(
+        tmp_path / "ck",
+        model=model,
+        config={"dim": 8},
+        vocab=vocab,
+        optimizer=opt,
+        trainer_state={"step": 3, "best": 0.5},
+    )
     ck = load_checkpoint(path)
     assert ck.config == {"dim": 8} and ck.vocab == vocab
     assert ck.trainer_state == {"step": 3, "best": 0.5}
@@ -68,20 +74,27 @@ def test_overwrite_is_atomic_and_leaves_no_temporary_files(tmp_path, monkeypatch
     _train(model, opt, 1, seed=0)
 
     def full(*args, **kwargs):  # what safetensors raises on a full disk
-        raise SafetensorError("Error while serializing: I/O error: No space left on device "
-                              "(os error 28)")
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
 
     def full_json(path, value):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(ckpt_mod, "save_file", full)
-    with pytest.raises(CheckpointError, match=r"ck/model.safetensors: not saved \(No space left "
-                                              r"on device\); the checkpoint already there is "
-                                              r"kept$"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"ck/model.safetensors: not saved \(No space left "
+        r"on device\); the checkpoint already there is "
+        r"kept$",
+    ):
         save_checkpoint(tmp_path / "ck", model=model, config={"version": "second"}, optimizer=opt)
     monkeypatch.setattr(ckpt_mod, "_write_json", full_json)
-    with pytest.raises(CheckpointError, match=r"ck/config.json: not saved \(No space left on "
-                                              r"device\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"ck/config.json: not saved \(No space left on "
+        r"device\)",
+    ):
         save_checkpoint(tmp_path / "ck", model=model, config={"version": "second"}, optimizer=opt)
     assert load_checkpoint(tmp_path / "ck").config == {"version": "first"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
@@ -98,14 +111,20 @@ def test_non_finite_weights_or_optimizer_state_are_never_saved(tmp_path):
     save_checkpoint(tmp_path / "ck", model=model, config={"n": 1}, optimizer=opt)
     with torch.no_grad():
         model.attn.score.v[0] = float("nan")
-    with pytest.raises(CheckpointError, match=r"ck: not saved: 1 weight tensors hold NaN or "
-                                              r"infinite values \(attn.score.v\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"ck: not saved: 1 weight tensors hold NaN or "
+        r"infinite values \(attn.score.v\)",
+    ):
         save_checkpoint(tmp_path / "ck", model=model, config={"n": 2}, optimizer=opt)
     with torch.no_grad():
         model.attn.score.v[0] = 0.0
     next(iter(opt.state.values()))["exp_avg"].view(-1)[0] = float("inf")
-    with pytest.raises(CheckpointError, match=r"ck: not saved: 1 optimizer tensors hold NaN or "
-                                              r"infinite values \(state.0.exp_avg\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"ck: not saved: 1 optimizer tensors hold NaN or "
+        r"infinite values \(state.0.exp_avg\)",
+    ):
         save_checkpoint(tmp_path / "ck", model=model, config={"n": 2}, optimizer=opt)
     assert load_checkpoint(tmp_path / "ck").config == {"n": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
@@ -128,11 +147,17 @@ def test_a_checkpoint_that_is_a_link_is_saved_at_its_target(tmp_path):
 def test_load_model_names_every_mismatch(tmp_path):
     save_checkpoint(tmp_path / "ck", model=Attention(8, score="general"), config={})
     ck = load_checkpoint(tmp_path / "ck")
-    with pytest.raises(CheckpointError, match=r"shape mismatch score.weight: checkpoint "
-                                              r"\(1, 8, 8\), model \(1, 6, 6\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"shape mismatch score.weight: checkpoint "
+        r"\(1, 8, 8\), model \(1, 6, 6\)",
+    ):
         ck.load_model(Attention(6, score="general"))
-    with pytest.raises(CheckpointError, match=r"missing score.v, score.w_key, score.w_query "
-                                              r"\| unexpected score.weight"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"missing score.v, score.w_key, score.w_query "
+        r"\| unexpected score.weight",
+    ):
         ck.load_model(Attention(8, score="additive"))
 
 
@@ -187,6 +212,7 @@ def test_a_save_killed_at_any_point_leaves_a_complete_checkpoint(tmp_path, monke
                 if len(calls) == cut:
                     raise Killed
                 return real(*args, **kwargs)
+
             return op
 
         monkeypatch.setattr(folders.os, "replace", killed_at(folders.os.replace))
@@ -213,8 +239,14 @@ def test_recover_restores_the_moved_aside_copy_and_removes_killed_saves(tmp_path
     partial = tmp_path / ".ck.attnkit-tmp-k2j4h6g8"  # a save killed while writing its files
     partial.mkdir()
     (partial / "config.json").write_text("{")
-    theirs = [".ck.old", ".ck.new", ".ck.k2j4h6g8", ".ck.backup", ".ck.attnkit-tmp-backup",
-              ".ck.attnkit-tmp-k2j4h6g8x"]  # not attnkit's names: never deleted
+    theirs = [
+        ".ck.old",
+        ".ck.new",
+        ".ck.k2j4h6g8",
+        ".ck.backup",
+        ".ck.attnkit-tmp-backup",
+        ".ck.attnkit-tmp-k2j4h6g8x",
+    ]  # not attnkit's names: never deleted
     for name in theirs:
         (tmp_path / name).mkdir()
     assert load_checkpoint(tmp_path / "ck").config == {"n": 1}
@@ -230,8 +262,9 @@ def test_malformed_config_optimizer_or_trainer_files_are_named(tmp_path):
     model = Tiny()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     _train(model, opt, 1, seed=0)
-    path = save_checkpoint(tmp_path / "ck", model=model, config={}, optimizer=opt,
-                           trainer_state={"step": 1})
+    path = save_checkpoint(
+        tmp_path / "ck", model=model, config={}, optimizer=opt, trainer_state={"step": 1}
+    )
     (path / "optimizer.json").write_text(json.dumps({"state": [1, 2]}))
     with pytest.raises(CheckpointError, match=r"ck: optimizer state not in the attnkit layout"):
         load_checkpoint(path)
@@ -239,8 +272,9 @@ def test_malformed_config_optimizer_or_trainer_files_are_named(tmp_path):
     (path / "trainer.json").write_text("[1]")
     with pytest.raises(CheckpointError, match=r"trainer.json: must be a JSON object, got list"):
         load_checkpoint(path)
-    (path / "config.json").write_text(json.dumps({"format": "attnkit-checkpoint", "version": 1,
-                                                  "config": "seq2seq"}))
+    (path / "config.json").write_text(
+        json.dumps({"format": "attnkit-checkpoint", "version": 1, "config": "seq2seq"})
+    )
     with pytest.raises(CheckpointError, match=r"config.json: 'config' must be a JSON object"):
         load_checkpoint(path)
 
@@ -251,13 +285,21 @@ def test_json_nested_too_deep_is_refused_naming_the_file(tmp_path, name, depth):
     model = Tiny()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     _train(model, opt, 1, seed=0)
-    path = save_checkpoint(tmp_path / "ck", model=model, config={}, vocab={"a": 1},
-                           optimizer=opt, trainer_state={"step": 1})
+    path = save_checkpoint(
+        tmp_path / "ck",
+        model=model,
+        config={},
+        vocab={"a": 1},
+        optimizer=opt,
+        trainer_state={"step": 1},
+    )
     (path / name).write_text("[" * depth + "]" * depth)
     with pytest.raises(CheckpointError) as info:
         load_checkpoint(path)
-    assert str(info.value) == f"{path / name}: JSON nested deeper than 32 levels (attnkit " \
-                              "writes at most a few)"
+    assert (
+        str(info.value) == f"{path / name}: JSON nested deeper than 32 levels (attnkit "
+        "writes at most a few)"
+    )
 
 
 def test_json_numbers_python_cannot_read_are_refused_naming_the_file(tmp_path):
@@ -267,15 +309,31 @@ def test_json_numbers_python_cannot_read_are_refused_naming_the_file(tmp_path):
         load_checkpoint(path)
 
 
-@pytest.mark.parametrize("name", ["config.json", "model.safetensors", "vocab.json",
-                                  "trainer.json", "optimizer.json", "optimizer.safetensors"])
-def test_a_checkpoint_file_that_is_a_fifo_or_a_folder_is_refused_before_it_is_opened(tmp_path,
-                                                                                      name):
+@pytest.mark.parametrize(
+    "name",
+    [
+        "config.json",
+        "model.safetensors",
+        "vocab.json",
+        "trainer.json",
+        "optimizer.json",
+        "optimizer.safetensors",
+    ],
+)
+def test_a_checkpoint_file_that_is_a_fifo_or_a_folder_is_refused_before_it_is_opened(
+    tmp_path, name
+):
     model = Tiny()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     _train(model, opt, 1, seed=0)
-    path = save_checkpoint(tmp_path / "ck", model=model, config={}, vocab={"a": 1},
-                           optimizer=opt, trainer_state={"step": 1})
+    path = save_checkpoint(
+        tmp_path / "ck",
+        model=model,
+        config={},
+        vocab={"a": 1},
+        optimizer=opt,
+        trainer_state={"step": 1},
+    )
     (path / name).unlink()
     os.mkfifo(path / name)  # opening it would wait for a writer for ever
     with pytest.raises(CheckpointError) as info:

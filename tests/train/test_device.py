@@ -19,17 +19,23 @@ def test_auto_and_cpu():
 
 @pytest.mark.parametrize("spec", ["gpu", "cuda:x", "cuda:-1", "", "cpu:0", "mps"])
 def test_other_strings_name_the_accepted_ones(spec):
-    with pytest.raises(ValueError, match=rf"^device: expected auto, cpu, cuda or cuda:N, got "
-                                         rf"'{spec}'$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^device: expected auto, cpu, cuda or cuda:N, got "
+        rf"'{spec}'$",
+    ):
         resolve_device(spec)
 
 
 @no_cuda
 @pytest.mark.parametrize("spec", ["cuda", "cuda:0", "cuda:3"])
 def test_cuda_without_cuda_is_refused(spec):
-    with pytest.raises(ValueError, match=rf"^device: '{spec}' needs CUDA, which this machine "
-                                         r"lacks \(torch.cuda.is_available\(\) is False\); "
-                                         r"expected auto or cpu$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^device: '{spec}' needs CUDA, which this machine "
+        r"lacks \(torch.cuda.is_available\(\) is False\); "
+        r"expected auto or cpu$",
+    ):
         resolve_device(spec)
 
 
@@ -46,21 +52,30 @@ def test_cuda_indices(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", str(count - 1))
     assert resolve_device("auto") == resolve_device("cuda") == torch.device("cuda", count - 1)
     if count > 1:
-        with pytest.raises(ValueError, match=rf"^device: under torchrun each process takes "
-                                             rf"cuda:LOCAL_RANK \(cuda:{count - 1} here\), "
-                                             r"got 'cuda:0'"):
+        with pytest.raises(
+            ValueError,
+            match=rf"^device: under torchrun each process takes "
+            rf"cuda:LOCAL_RANK \(cuda:{count - 1} here\), "
+            r"got 'cuda:0'",
+        ):
             resolve_device("cuda:0")
 
 
 def test_precisions_the_device_cannot_train_in_are_refused():
     check_precision("fp32", torch.device("cpu"))
     check_precision("bf16", torch.device("cpu"))
-    with pytest.raises(ValueError, match=r"^precision: fp16 trains on CUDA only \(float16 "
-                                         r"autocast with a GradScaler\), the device is cpu; use "
-                                         r"bf16 or fp32$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^precision: fp16 trains on CUDA only \(float16 "
+        r"autocast with a GradScaler\), the device is cpu; use "
+        r"bf16 or fp32$",
+    ):
         check_precision("fp16", torch.device("cpu"))
-    with pytest.raises(ValueError, match=r"^precision: expected one of fp32, bf16, fp16, got "
-                                         r"'fp8'$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^precision: expected one of fp32, bf16, fp16, got "
+        r"'fp8'$",
+    ):
         check_precision("fp8", torch.device("cpu"))
 
 
@@ -69,8 +84,11 @@ def test_bf16_on_a_gpu_without_it_is_refused(monkeypatch):
     device = torch.device("cuda", 0)
     check_precision("fp16", device)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (7, 5))
-    with pytest.raises(ValueError, match=r"^precision: bf16 needs a GPU with bfloat16, .* "
-                                         r"\(cuda:0\) has none; use fp16 or fp32$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^precision: bf16 needs a GPU with bfloat16, .* "
+        r"\(cuda:0\) has none; use fp16 or fp32$",
+    ):
         check_precision("bf16", device)
 
 
@@ -86,8 +104,12 @@ Pair = namedtuple("Pair", "left right")
 
 
 def test_to_device_moves_every_tensor_and_keeps_the_structure():
-    batch = {"src": torch.ones(2, 3), "parts": [torch.zeros(1), (torch.ones(1), 5)],
-             "pair": Pair(torch.ones(1), "text"), "n": 2}
+    batch = {
+        "src": torch.ones(2, 3),
+        "parts": [torch.zeros(1), (torch.ones(1), 5)],
+        "pair": Pair(torch.ones(1), "text"),
+        "n": 2,
+    }
     moved = to_device(batch, torch.device("cpu"))
     assert moved["n"] == 2 and moved["pair"].right == "text" and isinstance(moved["pair"], Pair)
     assert isinstance(moved["parts"], list) and isinstance(moved["parts"][1], tuple)

@@ -20,8 +20,20 @@ from attnkit.tasks.translate import TranslateTask
 from attnkit.train import TrainConfig, Trainer, distributed, load_checkpoint
 from tests.train.test_loop import Reverse, ReverseTask
 
-WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-         "eleven"]
+WORDS = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+]
 PAIRS = [(f"<en> {w}", str(n)) for n, w in enumerate(WORDS)]  # 3 batches of 4 an epoch
 
 
@@ -58,13 +70,25 @@ def _free_port() -> int:
 
 def _torchrun(args: list[str], cwd: Path) -> str:
     src = str(Path(attnkit.__file__).resolve().parents[1])  # the attnkit under test
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
-           "-m", "attnkit.cli.main", *args]
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60, env=env,
-                          cwd=cwd)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={_free_port()}",
+        "-m",
+        "attnkit.cli.main",
+        *args,
+    ]
+    proc = subprocess.run(
+        cmd, check=False, capture_output=True, text=True, timeout=60, env=env, cwd=cwd
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return proc.stdout
 
@@ -72,8 +96,14 @@ def _torchrun(args: list[str], cwd: Path) -> str:
 def _train_alone(task, model_config, steps, out):
     torch.manual_seed(0)  # as the CLI does before building the model
     model = build_model(model_config)
-    cfg = TrainConfig(max_steps=steps, lr=1e-2, warmup_steps=2, eval_every=10**6,
-                      checkpoint_every=10**6, progress=False)
+    cfg = TrainConfig(
+        max_steps=steps,
+        lr=1e-2,
+        warmup_steps=2,
+        eval_every=10**6,
+        checkpoint_every=10**6,
+        progress=False,
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: threads only wait for each other
     try:
@@ -88,13 +118,35 @@ def test_two_processes_average_gradients_stop_together_and_resume(tmp_path):
     tsv.write_text("".join(f"{s}\t{t}\n" for s, t in PAIRS), encoding="utf-8")
     run = tmp_path / "run"
     # Luong's general score: no additive kernels to compile in each process; no dropout.
-    args = ["train", "translate", "--train", str(tsv), "--valid", str(tsv), "--out", str(run),
-            "--batch-size", "4", "--model", "luong", "--hidden", "16", "--emb", "8",
-            "--lr", "1e-2", "--warmup", "2", "--eval-every", "1000000",
-            "--checkpoint-every", "1000000", "--no-progress"]
+    args = [
+        "train",
+        "translate",
+        "--train",
+        str(tsv),
+        "--valid",
+        str(tsv),
+        "--out",
+        str(run),
+        "--batch-size",
+        "4",
+        "--model",
+        "luong",
+        "--hidden",
+        "16",
+        "--emb",
+        "8",
+        "--lr",
+        "1e-2",
+        "--warmup",
+        "2",
+        "--eval-every",
+        "1000000",
+        "--checkpoint-every",
+        "1000000",
+        "--no-progress",
+    ]
     # The time budget is rank 0's clock: both processes must stop after the same step.
-    out = _torchrun(args + ["--steps", "100000", "--time-budget", "0.5", "--plot", "1"],
-                    tmp_path)
+    out = _torchrun(args + ["--steps", "100000", "--time-budget", "0.5", "--plot", "1"], tmp_path)
     reports = [ln for ln in out.splitlines() if ln.startswith("stopped after")]
     assert len(reports) == 1 and "(time_budget)" in reports[0], out  # rank 0 alone reports
     assert (run / "history.json").exists() and (run / "attention_0.png").exists()
@@ -141,8 +193,9 @@ def test_each_process_takes_its_share_of_every_epoch(tmp_path, monkeypatch):
 
 def test_bad_environment_and_too_few_batches_are_named(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "two")
-    with pytest.raises(ValueError, match="^WORLD_SIZE: expected an integer in the environment, "
-                                         "got 'two'"):
+    with pytest.raises(
+        ValueError, match="^WORLD_SIZE: expected an integer in the environment, got 'two'"
+    ):
         distributed.world_size()
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "2")
@@ -151,8 +204,11 @@ def test_bad_environment_and_too_few_batches_are_named(tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "0")
     assert distributed.is_main() and distributed.world_size() == 2
     trainer = Trainer(Reverse(), ReverseTask(batches_per_epoch=1), TrainConfig(), tmp_path)
-    with pytest.raises(ValueError, match=r"task.batches\(0\): expected at least 2 batches "
-                                         r"\(one per process\), got 1"):
+    with pytest.raises(
+        ValueError,
+        match=r"task.batches\(0\): expected at least 2 batches "
+        r"\(one per process\), got 1",
+    ):
         next(trainer._batches())
 
 
@@ -161,10 +217,36 @@ def test_two_processes_accumulate_and_ask_about_signals_at_the_same_batches(tmp_
     # asked at another batch than the rest would wait for ever
     tsv = tmp_path / "pairs.tsv"
     tsv.write_text("".join(f"{s}\t{t}\n" for s, t in PAIRS), encoding="utf-8")
-    out = _torchrun(["train", "translate", "--train", str(tsv), "--valid", str(tsv), "--out",
-                     str(tmp_path / "run"), "--batch-size", "2", "--model", "luong",
-                     "--hidden", "8", "--emb", "8", "--accumulate", "2", "--steps", "3",
-                     "--eval-every", "1000000", "--no-progress", "--plot", "0"], tmp_path)
+    out = _torchrun(
+        [
+            "train",
+            "translate",
+            "--train",
+            str(tsv),
+            "--valid",
+            str(tsv),
+            "--out",
+            str(tmp_path / "run"),
+            "--batch-size",
+            "2",
+            "--model",
+            "luong",
+            "--hidden",
+            "8",
+            "--emb",
+            "8",
+            "--accumulate",
+            "2",
+            "--steps",
+            "3",
+            "--eval-every",
+            "1000000",
+            "--no-progress",
+            "--plot",
+            "0",
+        ],
+        tmp_path,
+    )
     assert "stopped after 3 steps (max_steps)" in out
     state = load_checkpoint(tmp_path / "run" / "checkpoint").trainer_state
     # 3 steps of 2 processes x 2 batches: both epochs of 6 batches used up

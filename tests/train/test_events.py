@@ -18,8 +18,10 @@ from tests.train.test_loop import Reverse, ReverseTask, _cfg
 class PicturedReverse(ReverseTask):
     def pictures(self, model, folder, n):
         weights = torch.softmax(torch.randn(n, 5, 5), -1)
-        return [plot_attention(w, None, None, folder / f"reverse_{i}.png")
-                for i, w in enumerate(weights)]
+        return [
+            plot_attention(w, None, None, folder / f"reverse_{i}.png")
+            for i, w in enumerate(weights)
+        ]
 
 
 def _events(folder):
@@ -30,15 +32,16 @@ def _events(folder):
 
 def test_a_run_writes_losses_rates_metrics_and_pictures(tmp_path):
     torch.manual_seed(0)
-    result = Trainer(Reverse(), PicturedReverse(), _cfg(max_steps=12, eval_every=5),
-                     tmp_path).fit()
+    result = Trainer(Reverse(), PicturedReverse(), _cfg(max_steps=12, eval_every=5), tmp_path).fit()
     events = _events(tmp_path)
     tags = events.Tags()
     assert {"train/loss", "train/lr", "train/tokens_per_s", "valid/accuracy"} <= set(
-        tags["scalars"])
+        tags["scalars"]
+    )
     assert [e.step for e in events.Scalars("train/loss")] == list(range(1, 13))
     assert [e.value for e in events.Scalars("valid/accuracy")] == [
-        h["accuracy"] for h in result.history]
+        h["accuracy"] for h in result.history
+    ]
     assert [e.step for e in events.Scalars("valid/accuracy")] == [5, 10]
     lrs = [e.value for e in events.Scalars("train/lr")]
     assert lrs[0] < lrs[2] and abs(lrs[2] - 3e-2) < 1e-9  # warm-up over 3 steps, then decay
@@ -60,8 +63,10 @@ def test_a_resumed_run_continues_its_curves(tmp_path):
 
 def test_a_resumed_runs_events_sort_after_a_file_written_in_the_same_second(tmp_path):
     # within one second and one process the file counter sorts as text: ".10" before ".9"
-    earlier = tmp_path / (f"events.out.tfevents.{int(time.time()):010d}."
-                          f"{socket.gethostname()}.{os.getpid()}.9999999999")
+    earlier = tmp_path / (
+        f"events.out.tfevents.{int(time.time()):010d}."
+        f"{socket.gethostname()}.{os.getpid()}.9999999999"
+    )
     earlier.write_bytes(b"")
     events = Events(tmp_path, step=8)
     events.close()
@@ -82,13 +87,21 @@ def test_a_full_disk_ends_the_events_not_the_training(tmp_path, monkeypatch, cap
 
     monkeypatch.setattr(SummaryWriter, "add_scalar", full)
     torch.manual_seed(0)
-    result = Trainer(Reverse(), PicturedReverse(), _cfg(max_steps=12, eval_every=5,
-                                                        checkpoint_every=100), tmp_path).fit()
-    assert result.step == 12 and load_checkpoint(tmp_path / "checkpoint").trainer_state["step"] == 12
+    result = Trainer(
+        Reverse(),
+        PicturedReverse(),
+        _cfg(max_steps=12, eval_every=5, checkpoint_every=100),
+        tmp_path,
+    ).fit()
+    assert (
+        result.step == 12 and load_checkpoint(tmp_path / "checkpoint").trainer_state["step"] == 12
+    )
     assert len(calls) == 7  # nothing written after the first failure
     warned = [r.getMessage() for r in caplog.records if "TensorBoard" in r.getMessage()]
-    assert warned == [f"{tmp_path}: cannot write TensorBoard events (No space left on device); "
-                      "the training goes on without them"]
+    assert warned == [
+        f"{tmp_path}: cannot write TensorBoard events (No space left on device); "
+        "the training goes on without them"
+    ]
 
 
 def test_pictures_that_cannot_be_drawn_end_the_events_not_the_training(tmp_path, caplog):

@@ -13,10 +13,18 @@ def test_a_second_owner_is_refused_with_the_pid_of_the_first(tmp_path):
     with lock_folder(tmp_path / "run") as folder:
         assert (folder / LOCK_FILE).read_text().strip().isdigit()
         child = subprocess.run(
-            [sys.executable, "-c", "import sys; from attnkit.train.lock import lock_folder\n"
-             "try:\n  with lock_folder(sys.argv[1]): pass\n"
-             "except ValueError as e: print(e)", str(folder)],
-            capture_output=True, text=True, timeout=120)
+            [
+                sys.executable,
+                "-c",
+                "import sys; from attnkit.train.lock import lock_folder\n"
+                "try:\n  with lock_folder(sys.argv[1]): pass\n"
+                "except ValueError as e: print(e)",
+                str(folder),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert f"in use by another attnkit process (pid {os.getpid()})" in child.stdout
         with pytest.raises(FolderBusy, match=r"in use by another attnkit process \(pid \d+\)"):
             with lock_folder(folder):
@@ -29,8 +37,12 @@ def test_a_second_owner_is_refused_with_the_pid_of_the_first(tmp_path):
 def test_the_lock_of_a_killed_process_is_taken_over(tmp_path, caplog):
     folder = tmp_path / "run"
     folder.mkdir()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, timeout=60).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
     (folder / LOCK_FILE).write_text(f"{dead}\n")  # as a SIGKILLed owner leaves it
     with caplog.at_level("INFO", logger="attnkit"), lock_folder(folder):
         assert f"taking over the lock of process {dead}" in caplog.text
@@ -38,8 +50,11 @@ def test_the_lock_of_a_killed_process_is_taken_over(tmp_path, caplog):
 
 def test_a_folder_that_cannot_be_made_is_named(tmp_path):
     (tmp_path / "file").write_text("x")
-    with pytest.raises(ValueError, match=r"file/run: cannot use as a run folder \(Not a "
-                                         r"directory\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"file/run: cannot use as a run folder \(Not a "
+        r"directory\)",
+    ):
         with lock_folder(tmp_path / "file" / "run"):
             pass
 

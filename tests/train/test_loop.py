@@ -63,8 +63,15 @@ class ReverseTask:
 
 
 def _cfg(**kw):
-    base = dict(max_steps=20, lr=3e-2, warmup_steps=3, eval_every=5, checkpoint_every=5,
-                progress=False, seed=7)
+    base = dict(
+        max_steps=20,
+        lr=3e-2,
+        warmup_steps=3,
+        eval_every=5,
+        checkpoint_every=5,
+        progress=False,
+        seed=7,
+    )
     return TrainConfig(**(base | kw))
 
 
@@ -162,11 +169,16 @@ def test_a_hang_up_saves_a_checkpoint_though_the_terminal_is_gone(tmp_path, monk
 
 def test_early_stopping_and_time_budget(tmp_path):
     torch.manual_seed(0)
-    result = Trainer(Reverse(), ReverseTask(), _cfg(max_steps=500, lr=1e-9, eval_every=2,
-                                                    patience=3), tmp_path / "a").fit()
+    result = Trainer(
+        Reverse(),
+        ReverseTask(),
+        _cfg(max_steps=500, lr=1e-9, eval_every=2, patience=3),
+        tmp_path / "a",
+    ).fit()
     assert result.stopped == "early_stopping" and result.step == 8
-    result = Trainer(Reverse(), ReverseTask(), _cfg(max_steps=10**6, time_budget_s=0.5),
-                     tmp_path / "b").fit()
+    result = Trainer(
+        Reverse(), ReverseTask(), _cfg(max_steps=10**6, time_budget_s=0.5), tmp_path / "b"
+    ).fit()
     assert result.stopped == "time_budget" and 0 < result.step < 10**6
 
 
@@ -178,7 +190,9 @@ def test_schedules():
     assert lr_factor(10, cos) == pytest.approx(1.0) and lr_factor(60, cos) == pytest.approx(0.5)
     assert 0 < lr_factor(109, cos) < 1e-3  # the last step still learns
     assert lr_factor(110, cos) == pytest.approx(0.0)
-    with pytest.raises(ValueError, match="^schedule: expected one of constant, inverse_sqrt, cosine"):
+    with pytest.raises(
+        ValueError, match="^schedule: expected one of constant, inverse_sqrt, cosine"
+    ):
         TrainConfig(schedule="linear")
     with pytest.raises(ValueError, match="^max_steps: expected a positive int, got 0"):
         TrainConfig(max_steps=0)
@@ -193,8 +207,11 @@ def test_resume_refuses_other_settings(tmp_path):
     with pytest.raises(CheckpointError, match=r"saved with other training settings \(lr=0.03\)"):
         trainer.resume()
     other = ReverseTask(vocab=5)
-    with pytest.raises(CheckpointError, match=r"saved for another task set-up \(differs in "
-                                              r"vocab: 6 saved, 5 now\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"saved for another task set-up \(differs in "
+        r"vocab: 6 saved, 5 now\)",
+    ):
         Trainer(Reverse(vocab=5), other, _cfg(max_steps=10), tmp_path).resume()
     with pytest.raises(ValueError, match="^patience: expected a positive int or None, got 0"):
         TrainConfig(patience=0)
@@ -218,11 +235,13 @@ class IndexedReverseTask(ReverseTask):
 def test_dataloader_workers_resume_exactly(tmp_path):
     """Worker processes build the batches; the order, the position in the epoch and the
     global RNG (dropout) are those of building them here, straight or stopped and resumed."""
+
     def run(out, steps, workers, resume=False, seed=0):
         torch.manual_seed(seed)
         model = Reverse()
-        trainer = Trainer(model, IndexedReverseTask(), _cfg(max_steps=steps,
-                                                            data_workers=workers), out)
+        trainer = Trainer(
+            model, IndexedReverseTask(), _cfg(max_steps=steps, data_workers=workers), out
+        )
         if resume:
             trainer.resume()
         trainer.fit()
@@ -243,8 +262,11 @@ def test_dataloader_workers_resume_exactly(tmp_path):
 
 def test_workers_need_batches_that_can_be_indexed(tmp_path):
     trainer = Trainer(Reverse(), ReverseTask(), _cfg(data_workers=2), tmp_path)
-    with pytest.raises(ValueError, match=r"^workers: 2 data workers need task.batches\(epoch\) "
-                                         r"to be a sequence \(len and indexing\), got generator"):
+    with pytest.raises(
+        ValueError,
+        match=r"^workers: 2 data workers need task.batches\(epoch\) "
+        r"to be a sequence \(len and indexing\), got generator",
+    ):
         trainer.fit()
     with pytest.raises(ValueError, match=r"^data_workers: expected a non-negative int, got -1"):
         TrainConfig(data_workers=-1)
@@ -269,21 +291,25 @@ class Watched(ReverseTask):
 def test_bf16_autocast_on_cpu_trains_and_keeps_float32_weights(tmp_path):
     torch.manual_seed(0)
     task, model = Watched(), Reverse()
-    result = Trainer(model, task, _cfg(max_steps=60, precision="bf16", eval_every=30),
-                     tmp_path / "bf16").fit()
+    result = Trainer(
+        model, task, _cfg(max_steps=60, precision="bf16", eval_every=30), tmp_path / "bf16"
+    ).fit()
     assert task.seen == {("loss", True), ("evaluate", True)}
     assert result.history[-1]["accuracy"] > 0.5  # it learns (chance: 1/6)
     ck = load_checkpoint(tmp_path / "bf16" / "checkpoint")
     assert {v.dtype for v in ck.model_state.values()} == {torch.float32}
-    assert {v.dtype for s in ck.optimizer_state["state"].values() for v in s.values()
-            if v.dim()} == {torch.float32}
+    assert {
+        v.dtype for s in ck.optimizer_state["state"].values() for v in s.values() if v.dim()
+    } == {torch.float32}
     assert ck.trainer_state["train_config"]["precision"] == "bf16"
     assert "scaler" not in ck.trainer_state
     torch.manual_seed(0)
     fp32 = Reverse()
     Trainer(fp32, ReverseTask(), _cfg(max_steps=60, eval_every=30), tmp_path / "fp32").fit()
-    gap = max((a - b).abs().max().item() for a, b in zip(model.state_dict().values(),
-                                                           fp32.state_dict().values()))
+    gap = max(
+        (a - b).abs().max().item()
+        for a, b in zip(model.state_dict().values(), fp32.state_dict().values())
+    )
     assert 0 < gap < 0.5  # bfloat16 rounding, not another run
 
 
@@ -297,8 +323,11 @@ def test_a_run_resumes_in_another_precision(tmp_path, caplog):
     assert trainer.fit().step == 10
     ck = load_checkpoint(tmp_path / "checkpoint")
     assert ck.trainer_state["train_config"]["precision"] == "bf16"
-    with pytest.raises(ValueError, match=r"^precision: expected one of fp32, bf16, fp16, got "
-                                         r"'half'"):
+    with pytest.raises(
+        ValueError,
+        match=r"^precision: expected one of fp32, bf16, fp16, got "
+        r"'half'",
+    ):
         TrainConfig(precision="half")
     with pytest.raises(ValueError, match=r"^precision: fp16 trains on CUDA only"):
         Trainer(Reverse(), ReverseTask(), _cfg(precision="fp16"), tmp_path)
@@ -333,8 +362,9 @@ def test_fp16_loss_scaling_skips_overflowing_steps_and_resumes_its_scale(tmp_pat
     assert {v.dtype for v in ck.model_state.values()} == {torch.float32}
 
     trainer(tmp_path / "c", 12).fit()
-    resumed = Trainer(Reverse(), ReverseTask(), _cfg(max_steps=30, precision="fp16"),
-                      tmp_path / "c")
+    resumed = Trainer(
+        Reverse(), ReverseTask(), _cfg(max_steps=30, precision="fp16"), tmp_path / "c"
+    )
     resumed.resume()
     assert resumed.scaler.get_scale() != 2.0**16  # the saved scale, not the default
     resumed.fit()
@@ -346,21 +376,29 @@ def test_fp16_loss_scaling_skips_overflowing_steps_and_resumes_its_scale(tmp_pat
 COUNT = "an int from 0 to 1,000,000,000,000"
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda st: st.pop("rng"), "rng: missing"),
-    (lambda st: st.update(step="abc"), f"step: expected {COUNT}, got 'abc' (str)"),
-    (lambda st: st.update(step=2.5), f"step: expected {COUNT}, got 2.5 (float)"),
-    (lambda st: st.update(step=1e18), f"step: expected {COUNT}, got 1e+18 (float)"),
-    (lambda st: st.update(step=-5), f"step: expected {COUNT}, got -5 (int)"),
-    (lambda st: st.update(step=10**18), f"step: expected {COUNT}, got 1000000000000000000 (int)"),
-    (lambda st: st.update(epoch=True), f"epoch: expected {COUNT}, got True (bool)"),
-    (lambda st: st.update(train_config="x"), "train_config: expected an object, got 'x' (str)"),
-    (lambda st: st.update(best="high"), "best: expected a finite number or null, got 'high'"),
-    (lambda st: st.update(history={}), "history: expected a list of objects, got {} (dict)"),
-    (lambda st: st["rng"].update(torch=[1, 2]), "rng: not a random state this PyTorch and "
-                                                 "Python can restore"),
-    (lambda st: st["rng"].update(python="x" * 10**6), "rng: not a random state this PyTorch"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda st: st.pop("rng"), "rng: missing"),
+        (lambda st: st.update(step="abc"), f"step: expected {COUNT}, got 'abc' (str)"),
+        (lambda st: st.update(step=2.5), f"step: expected {COUNT}, got 2.5 (float)"),
+        (lambda st: st.update(step=1e18), f"step: expected {COUNT}, got 1e+18 (float)"),
+        (lambda st: st.update(step=-5), f"step: expected {COUNT}, got -5 (int)"),
+        (
+            lambda st: st.update(step=10**18),
+            f"step: expected {COUNT}, got 1000000000000000000 (int)",
+        ),
+        (lambda st: st.update(epoch=True), f"epoch: expected {COUNT}, got True (bool)"),
+        (lambda st: st.update(train_config="x"), "train_config: expected an object, got 'x' (str)"),
+        (lambda st: st.update(best="high"), "best: expected a finite number or null, got 'high'"),
+        (lambda st: st.update(history={}), "history: expected a list of objects, got {} (dict)"),
+        (
+            lambda st: st["rng"].update(torch=[1, 2]),
+            "rng: not a random state this PyTorch and Python can restore",
+        ),
+        (lambda st: st["rng"].update(python="x" * 10**6), "rng: not a random state this PyTorch"),
+    ],
+)
 def test_a_hand_edited_trainer_json_is_refused_naming_the_key(tmp_path, edit, message):
     import json
 
@@ -381,12 +419,17 @@ def test_a_hand_edited_trainer_json_is_refused_naming_the_key(tmp_path, edit, me
     assert trainer.step == 0  # nothing restored
 
 
-@pytest.mark.parametrize("file, edit, message", [
-    ("config.json", lambda d: d["config"].update(t="x" * 10**7),
-     "differs in t: 'xxx"),
-    ("trainer.json", lambda d: d["train_config"].update(lr="x" * 10**7),
-     "saved with other training settings (lr='xxx"),
-])
+@pytest.mark.parametrize(
+    "file, edit, message",
+    [
+        ("config.json", lambda d: d["config"].update(t="x" * 10**7), "differs in t: 'xxx"),
+        (
+            "trainer.json",
+            lambda d: d["train_config"].update(lr="x" * 10**7),
+            "saved with other training settings (lr='xxx",
+        ),
+    ],
+)
 def test_a_huge_string_in_a_resumed_checkpoint_is_quoted_short(tmp_path, file, edit, message):
     import json
 
@@ -414,7 +457,7 @@ class Joined(ReverseTask):
     def batches(self, epoch):
         parts = list(super().batches(epoch))
         for i in range(0, len(parts) - self.k + 1, self.k):
-            yield torch.cat(parts[i:i + self.k])
+            yield torch.cat(parts[i : i + self.k])
 
 
 class Uneven(ReverseTask):
@@ -430,7 +473,7 @@ class UnevenJoined(Uneven):
     def batches(self, epoch):
         parts = list(super().batches(epoch))
         for i in range(0, 6, 3):
-            yield torch.cat(parts[i:i + 3])
+            yield torch.cat(parts[i : i + 3])
 
 
 def _no_dropout():
@@ -439,10 +482,14 @@ def _no_dropout():
     return model
 
 
-@pytest.mark.parametrize("tasks", [
-    (ReverseTask(batches_per_epoch=9), Joined(3, batches_per_epoch=9)),
-    (Uneven(), UnevenJoined())],
-                         ids=["equal batches", "batches of unequal tokens"])
+@pytest.mark.parametrize(
+    "tasks",
+    [
+        (ReverseTask(batches_per_epoch=9), Joined(3, batches_per_epoch=9)),
+        (Uneven(), UnevenJoined()),
+    ],
+    ids=["equal batches", "batches of unequal tokens"],
+)
 def test_accumulating_k_batches_equals_one_batch_k_times_larger(tmp_path, tasks):
     small, large = tasks
     torch.manual_seed(0)
@@ -540,20 +587,32 @@ class Tied(ReverseTask):
         return self.metrics.pop(0)
 
 
-TIED = [{"accuracy": 0.0, "cer": 4.67}, {"accuracy": 0.0, "cer": 2.5},
-        {"accuracy": 0.0, "cer": 0.86}, {"accuracy": 0.0, "cer": 0.86}]
+TIED = [
+    {"accuracy": 0.0, "cer": 4.67},
+    {"accuracy": 0.0, "cer": 2.5},
+    {"accuracy": 0.0, "cer": 0.86},
+    {"accuracy": 0.0, "cer": 0.86},
+]
 
 
 def test_tied_validations_are_ranked_by_the_tiebreak_then_the_latest(tmp_path):
     # exact match stayed 0 while CER fell 4.67 -> 0.86: checkpoint-best kept the first, worst
-    trainer = Trainer(Reverse(), Tied(TIED), _cfg(max_steps=20, keep_best=2, tiebreak="-cer",
-                                                  patience=3), tmp_path)
+    trainer = Trainer(
+        Reverse(),
+        Tied(TIED),
+        _cfg(max_steps=20, keep_best=2, tiebreak="-cer", patience=3),
+        tmp_path,
+    )
     result = trainer.fit()
     best = load_checkpoint(tmp_path / BEST_DIR).trainer_state
-    assert best == {"step": 20, "metric": "accuracy", "value": 0.0, "tiebreak": "-cer",
-                    "tiebreak_value": -0.86}
-    assert sorted(p.name for p in best_checkpoints(tmp_path)) == ["step-00000015",
-                                                                  "step-00000020"]
+    assert best == {
+        "step": 20,
+        "metric": "accuracy",
+        "value": 0.0,
+        "tiebreak": "-cer",
+        "tiebreak_value": -0.86,
+    }
+    assert sorted(p.name for p in best_checkpoints(tmp_path)) == ["step-00000015", "step-00000020"]
     # a better CER is progress for early stopping; an equal one is not
     assert result.stopped == "max_steps" and trainer.bad_evals == 1
     without = Trainer(Reverse(), Tied(TIED), _cfg(max_steps=20), tmp_path / "plain")
@@ -563,8 +622,11 @@ def test_tied_validations_are_ranked_by_the_tiebreak_then_the_latest(tmp_path):
 
 def test_a_tiebreak_the_validation_lacks_is_named(tmp_path):
     trainer = Trainer(Reverse(), Tied(TIED), _cfg(max_steps=5, tiebreak="-wer"), tmp_path)
-    with pytest.raises(KeyError, match=r"tiebreak: the task's evaluate\(\) returned "
-                                       r"\['accuracy', 'cer'\], not 'wer'"):
+    with pytest.raises(
+        KeyError,
+        match=r"tiebreak: the task's evaluate\(\) returned "
+        r"\['accuracy', 'cer'\], not 'wer'",
+    ):
         trainer.fit()
 
 
@@ -572,8 +634,9 @@ def test_averaging_refuses_checkpoints_of_other_models(tmp_path):
     save_checkpoint(tmp_path / "a", model={"w": torch.zeros(2)}, config={"task": "x"})
     save_checkpoint(tmp_path / "b", model={"w": torch.zeros(3)}, config={"task": "x"})
     save_checkpoint(tmp_path / "c", model={"w": torch.zeros(2)}, config={"task": "y"})
-    save_checkpoint(tmp_path / "d", model={"w": torch.zeros(2, dtype=torch.int64)},
-                    config={"task": "x"})
+    save_checkpoint(
+        tmp_path / "d", model={"w": torch.zeros(2, dtype=torch.int64)}, config={"task": "x"}
+    )
     with pytest.raises(CheckpointError, match=r"tensor w is \(3,\) torch.float32, in .* \(2,\)"):
         average_checkpoints([tmp_path / "a", tmp_path / "b"])
     with pytest.raises(CheckpointError, match="another config than"):
@@ -586,14 +649,17 @@ def test_averaging_refuses_checkpoints_of_other_models(tmp_path):
 
 def test_runs_trained_with_other_augmentation_batching_or_dropout_average(tmp_path):
     model = {"task": "x", "model": {"hidden": 4}}
-    configs = {"a": {**model, "augment": [{"name": "speed"}], "batching": {"batch_size": 8}},
-               "b": {**model, "augment": [], "batching": {"batch_size": 32}},
-               "c": {**model, "augment": [], "model": {"hidden": 5}},
-               "d": {**model, "data": {"normalize": True}},
-               "e": {**model, "model": {"hidden": 4, "dropout": 0.2}}}
+    configs = {
+        "a": {**model, "augment": [{"name": "speed"}], "batching": {"batch_size": 8}},
+        "b": {**model, "augment": [], "batching": {"batch_size": 32}},
+        "c": {**model, "augment": [], "model": {"hidden": 5}},
+        "d": {**model, "data": {"normalize": True}},
+        "e": {**model, "model": {"hidden": 4, "dropout": 0.2}},
+    }
     for name, config in configs.items():
-        save_checkpoint(tmp_path / name, model={"w": torch.full((2,), float(ord(name)))},
-                        config=config)
+        save_checkpoint(
+            tmp_path / name, model={"w": torch.full((2,), float(ord(name)))}, config=config
+        )
     mean = average_checkpoints([tmp_path / "a", tmp_path / "b"])
     assert mean.config == configs["a"]  # the first one's
     assert mean.model_state["w"].tolist() == [97.5, 97.5]
@@ -606,16 +672,40 @@ def test_runs_trained_with_other_augmentation_batching_or_dropout_average(tmp_pa
 
 def test_runs_fine_tuned_on_other_data_average_but_not_other_input_reading(tmp_path):
     base = {"task": "x", "model": {"hidden": 4}}
-    configs = {"a": {**base, "data": {"built_in": ["digits"], "engines": ["espeak-ng"],
-                                      "n_train": 100, "normalize": True}},
-               "b": {**base, "data": {"built_in": ["digits", "numbers"], "n_train": 900,
-                                      "engines": ["espeak-ng", "gnuspeech"],
-                                      "espeak_consonants": [15, 100], "normalize": True}},
-               "c": {**base, "data": {"built_in": ["digits"], "engines": ["espeak-ng"],
-                                      "n_train": 100, "normalize": False}}}
+    configs = {
+        "a": {
+            **base,
+            "data": {
+                "built_in": ["digits"],
+                "engines": ["espeak-ng"],
+                "n_train": 100,
+                "normalize": True,
+            },
+        },
+        "b": {
+            **base,
+            "data": {
+                "built_in": ["digits", "numbers"],
+                "n_train": 900,
+                "engines": ["espeak-ng", "gnuspeech"],
+                "espeak_consonants": [15, 100],
+                "normalize": True,
+            },
+        },
+        "c": {
+            **base,
+            "data": {
+                "built_in": ["digits"],
+                "engines": ["espeak-ng"],
+                "n_train": 100,
+                "normalize": False,
+            },
+        },
+    }
     for name, config in configs.items():
-        save_checkpoint(tmp_path / name, model={"w": torch.full((2,), float(ord(name)))},
-                        config=config)
+        save_checkpoint(
+            tmp_path / name, model={"w": torch.full((2,), float(ord(name)))}, config=config
+        )
     mean = average_checkpoints([tmp_path / "a", tmp_path / "b"])
     assert mean.config == configs["a"] and mean.model_state["w"].tolist() == [97.5, 97.5]
     with pytest.raises(CheckpointError, match="another config than"):
@@ -629,7 +719,10 @@ def test_the_last_steps_model_is_kept_when_its_final_evaluation_is_the_best(tmp_
     assert load_checkpoint(tmp_path / BEST_DIR).trainer_state["step"] == 10
     trainer.keep_final(trainer.evaluate())  # 0.9 after step 12
     assert load_checkpoint(tmp_path / BEST_DIR).trainer_state == {
-        "step": 12, "metric": "accuracy", "value": 0.9}
+        "step": 12,
+        "metric": "accuracy",
+        "value": 0.9,
+    }
     done = Trainer(Reverse(), Scripted([0.2, 0.5]), _cfg(max_steps=10), tmp_path / "b")
     done.fit()
     done.keep_final({"accuracy": 0.99})  # step 10 was validated: nothing more to keep
@@ -637,8 +730,10 @@ def test_the_last_steps_model_is_kept_when_its_final_evaluation_is_the_best(tmp_
 
 
 def _kept_values(run):
-    return {p.name: load_checkpoint(p).trainer_state["value"]
-            for p in sorted((run / "best").glob("step-*"))}
+    return {
+        p.name: load_checkpoint(p).trainer_state["value"]
+        for p in sorted((run / "best").glob("step-*"))
+    }
 
 
 def test_a_displaced_kept_model_is_removed_atomically(tmp_path, monkeypatch):
@@ -660,13 +755,16 @@ def test_a_displaced_kept_model_is_removed_atomically(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "rmtree", real)
     assert _kept_values(tmp_path) == {"step-00000010": 0.7, "step-00000015": 0.5}
     assert [p.name.split(".attnkit-tmp-")[0] for p in (tmp_path / "best").glob(".*")] == [
-        ".step-00000005"]  # the half-deleted copy, under a name no reader lists
+        ".step-00000005"
+    ]  # the half-deleted copy, under a name no reader lists
     resumed = Trainer(Reverse(), Scripted([0.6]), _cfg(max_steps=15, keep_best=2), tmp_path)
     resumed.resume()  # at step 10: the kill came before step 15's save
     resumed.fit()  # step 15 validated again: its model replaces the one kept before the kill
     assert _kept_values(tmp_path) == {"step-00000010": 0.7, "step-00000015": 0.6}
     assert sorted(p.name for p in (tmp_path / "best").iterdir()) == [
-        "step-00000010", "step-00000015"]  # the leftover was deleted
+        "step-00000010",
+        "step-00000015",
+    ]  # the leftover was deleted
 
 
 def test_a_half_deleted_kept_model_is_skipped_and_cleaned_up(tmp_path, caplog):
@@ -684,14 +782,19 @@ def test_a_half_deleted_kept_model_is_skipped_and_cleaned_up(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="attnkit"):
         trainer.fit()  # died here at the first validation
     assert "step-00000005: removed, unreadable" in caplog.text
-    assert sorted((tmp_path / "best").iterdir()) == [tmp_path / "best" / "step-00000010",
-                                                     tmp_path / "best" / "step-00000015"]
+    assert sorted((tmp_path / "best").iterdir()) == [
+        tmp_path / "best" / "step-00000010",
+        tmp_path / "best" / "step-00000015",
+    ]
 
 
 def test_accumulate_is_bounded():
     assert _cfg(accumulate=4096).accumulate == 4096
-    with pytest.raises(ValueError, match=r"accumulate: expected a positive int at most 4096 "
-                       r"\(batches per optimizer step\), got 1000000000000"):
+    with pytest.raises(
+        ValueError,
+        match=r"accumulate: expected a positive int at most 4096 "
+        r"\(batches per optimizer step\), got 1000000000000",
+    ):
         _cfg(accumulate=10**12)
 
 

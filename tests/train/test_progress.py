@@ -45,18 +45,21 @@ def test_on_a_terminal_the_bar_counts_steps_or_seconds_whichever_ends_the_run():
 
 def test_elsewhere_one_plain_line_per_interval_and_one_at_the_end(caplog):
     clock, log = Clock(), io.StringIO()  # not a terminal
-    progress = Progress(max_steps=10**6, time_budget_s=15.0, stream=log, clock=clock,
-                        interval_s=5.0)
+    progress = Progress(
+        max_steps=10**6, time_budget_s=15.0, stream=log, clock=clock, interval_s=5.0
+    )
     with caplog.at_level(logging.INFO, logger="attnkit"):
         _run(progress, clock, 30, 0.5, tokens=100)
         progress.close()
     assert log.getvalue() == ""  # no bar frames
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 + 2 + 1  # the first step, every 5 s (10 steps), the end
-    assert lines[0] == ("step 1/1000000 (time budget 15 s): loss 2.5000, 200 tokens/s, "
-                        "elapsed 0:00, ETA 0:14")
-    assert lines[-1] == ("step 30/1000000 (time budget 15 s): loss 2.5000, 200 tokens/s, "
-                         "elapsed 0:15, ETA 0:00")
+    assert lines[0] == (
+        "step 1/1000000 (time budget 15 s): loss 2.5000, 200 tokens/s, elapsed 0:00, ETA 0:14"
+    )
+    assert lines[-1] == (
+        "step 30/1000000 (time budget 15 s): loss 2.5000, 200 tokens/s, elapsed 0:15, ETA 0:00"
+    )
 
 
 @pytest.mark.parametrize("stream", [Terminal(), io.StringIO()])
@@ -70,5 +73,4 @@ def test_no_progress_shows_nothing(stream, caplog):
 
 
 def test_clock_text():
-    assert [clock_text(s) for s in (0, 59.6, 61, 3600 + 62)] == ["0:00", "0:59", "1:01",
-                                                                 "1:01:02"]
+    assert [clock_text(s) for s in (0, 59.6, 61, 3600 + 62)] == ["0:00", "0:59", "1:01", "1:01:02"]

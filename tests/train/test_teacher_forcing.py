@@ -24,12 +24,15 @@ def test_constant_by_default():
     assert TeacherForcing(0.9).ratio(0) == TeacherForcing(0.9).ratio(10**6) == 0.9
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(start=1.5), r"teacher forcing start: expected a probability in \[0, 1\], got 1.5"),
-    (dict(end=-0.1), "teacher forcing end"),
-    (dict(steps=0), "teacher forcing steps: expected a positive int, got 0"),
-    (dict(shape="cosine"), "teacher forcing shape: expected one of linear, inverse_sigmoid"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(start=1.5), r"teacher forcing start: expected a probability in \[0, 1\], got 1.5"),
+        (dict(end=-0.1), "teacher forcing end"),
+        (dict(steps=0), "teacher forcing steps: expected a positive int, got 0"),
+        (dict(shape="cosine"), "teacher forcing shape: expected one of linear, inverse_sigmoid"),
+    ],
+)
 def test_bad_settings_name_the_setting(kw, match):
     with pytest.raises(ValueError, match=match):
         TeacherForcing(**kw)

@@ -46,12 +46,18 @@ from torch import nn
 from attnkit.attention.core import Memory, extend_memory
 from attnkit.attention.masks import non_finite_keys, zero_padding
 from attnkit.attention.validation import check_call
+from attnkit.checks import check_positive_int, check_size, check_tensor, check_values, describe
 from attnkit.ops.precision import autocast_enabled, no_autocast, upcast
 from attnkit.ops.tracing import values_readable
-from attnkit.checks import check_positive_int, check_size, check_tensor, check_values, describe
 
-__all__ = ["ALIGNMENTS", "ALIGN_IMPLS", "WEIGHT_SUMS", "AlignedOutput", "Alignment",
-           "make_alignment"]
+__all__ = [
+    "ALIGNMENTS",
+    "ALIGN_IMPLS",
+    "WEIGHT_SUMS",
+    "AlignedOutput",
+    "Alignment",
+    "make_alignment",
+]
 
 ALIGN_IMPLS = ("fast", "loop")
 #: What each row of an alignment's weights sums to over the keys (``Alignment.weight_sums``):
@@ -104,20 +110,29 @@ class Alignment(nn.Module, abc.ABC):
             cls.name = name
             ALIGNMENTS[name] = cls
 
-    def __init__(self, query_dim: int, key_dim: int | None = None,
-                 value_dim: int | None = None, *, impl: str = "fast"):
+    def __init__(
+        self,
+        query_dim: int,
+        key_dim: int | None = None,
+        value_dim: int | None = None,
+        *,
+        impl: str = "fast",
+    ):
         super().__init__()
         self.query_dim = check_positive_int("query_dim", query_dim)
         self.key_dim = query_dim if key_dim is None else check_positive_int("key_dim", key_dim)
-        self.value_dim = (self.key_dim if value_dim is None
-                          else check_positive_int("value_dim", value_dim))
+        self.value_dim = (
+            self.key_dim if value_dim is None else check_positive_int("value_dim", value_dim)
+        )
         if impl not in ALIGN_IMPLS:
             raise ValueError(f"impl: expected one of {', '.join(ALIGN_IMPLS)}, got {impl!r}")
         self.impl = impl
 
     def extra_repr(self) -> str:
-        return (f"query_dim={self.query_dim}, key_dim={self.key_dim}, "
-                f"value_dim={self.value_dim}, impl={self.impl!r}")
+        return (
+            f"query_dim={self.query_dim}, key_dim={self.key_dim}, "
+            f"value_dim={self.value_dim}, impl={self.impl!r}"
+        )
 
     # ------------------------------------------------------------------ what subclasses write
 
@@ -134,8 +149,9 @@ class Alignment(nn.Module, abc.ABC):
         :class:`Memory`: ``(B, state_size)``, or ``None``."""
         return None
 
-    def align(self, query: torch.Tensor, kf: torch.Tensor, valid: torch.Tensor,
-              state: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def align(
+        self, query: torch.Tensor, kf: torch.Tensor, valid: torch.Tensor, state: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Weights ``(B, Tq, Tk)`` of the queries ``(B, Tq, Dq)`` over the prepared keys
         ``(B, Tk, F)`` that ``valid`` ``(B, Tk)`` allows (``Tk >= 1``), and the state after
         the last query: :meth:`align_loop` with ``impl="loop"``, else :meth:`align_fast`."""
@@ -168,11 +184,11 @@ class Alignment(nn.Module, abc.ABC):
             key, value = zero_padding(key, keep), zero_padding(value, keep)
         with no_autocast(key.device):
             kf = self.prepare_key(key)  # (B, Tk, F)
-        return Memory(*given, kf.unsqueeze(1), value.unsqueeze(1), self, checked=checked,
-                      bad=bad)
+        return Memory(*given, kf.unsqueeze(1), value.unsqueeze(1), self, checked=checked, bad=bad)
 
-    def extend(self, memory: Memory | None, key: torch.Tensor,
-               value: torch.Tensor | None = None) -> Memory:
+    def extend(
+        self, memory: Memory | None, key: torch.Tensor, value: torch.Tensor | None = None
+    ) -> Memory:
         """Append keys ``(B, Tn, Dk)`` and values ``(B, Tn, Dv)`` to a prepared ``memory``
         (``None``: start one): equals :meth:`prepare` of the concatenated keys and values.
         The state of the steps so far follows with :meth:`extend_state`."""
@@ -186,10 +202,17 @@ class Alignment(nn.Module, abc.ABC):
             return state
         return F.pad(state, (0, size - state.shape[-1]))
 
-    def forward(self, query: torch.Tensor, key: torch.Tensor | Memory,
-                value: torch.Tensor | None = None, *, key_lengths: torch.Tensor | None = None,
-                key_mask: torch.Tensor | None = None, prev_state: torch.Tensor | None = None,
-                need_weights: bool = True) -> AlignedOutput:
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | Memory,
+        value: torch.Tensor | None = None,
+        *,
+        key_lengths: torch.Tensor | None = None,
+        key_mask: torch.Tensor | None = None,
+        prev_state: torch.Tensor | None = None,
+        need_weights: bool = True,
+    ) -> AlignedOutput:
         """Attend ``query`` ``(B, Tq, Dq)`` or ``(B, Dq)`` over ``key`` (a tensor or a
         :class:`Memory` from :meth:`prepare`); ``prev_state`` defaults to
         :meth:`initial_state`. ``need_weights`` is accepted for the call of
@@ -202,9 +225,19 @@ class Alignment(nn.Module, abc.ABC):
                 raise ValueError("value: the values are already in the prepared Memory")
             memory, key, value = key, key.key, key.value
         query, key, value = _compute_inputs(query, key, value)
-        call = check_call(query, key, value, query_dim=self.query_dim, key_dim=self.key_dim,
-                          value_dim=self.value_dim, key_lengths=key_lengths, key_mask=key_mask,
-                          positions=None, causal=False, window=None)
+        call = check_call(
+            query,
+            key,
+            value,
+            query_dim=self.query_dim,
+            key_dim=self.key_dim,
+            value_dim=self.value_dim,
+            key_lengths=key_lengths,
+            key_mask=key_mask,
+            positions=None,
+            causal=False,
+            window=None,
+        )
         b, tk = call.key.shape[:2]
         valid = call.layout.key_valid
         if valid is None:
@@ -213,8 +246,9 @@ class Alignment(nn.Module, abc.ABC):
         # here for keys given as tensors, by prepare() for the NaN or inf in a Memory.
         padding = ~valid[..., None]  # (B, Tk, 1)
         if memory is None:
-            memory = self.prepare(call.key.masked_fill(padding, 0.0),
-                                  call.value.masked_fill(padding, 0.0))
+            memory = self.prepare(
+                call.key.masked_fill(padding, 0.0), call.value.masked_fill(padding, 0.0)
+            )
         state = self._check_state(prev_state, memory)
         kf = memory.key_features[:, 0].masked_fill(padding, 0.0)  # (B, Tk, F)
         values = memory.values[:, 0].masked_fill(padding, 0.0)  # (B, Tk, Dv)
@@ -239,16 +273,20 @@ class Alignment(nn.Module, abc.ABC):
         size = self.state_size(tk)
         if size is None:
             if state is not None:
-                raise ValueError(f"prev_state: alignment {self.name!r} has no state, got "
-                                 f"{describe(state) if isinstance(state, torch.Tensor) else state!r}")
+                raise ValueError(
+                    f"prev_state: alignment {self.name!r} has no state, got "
+                    f"{describe(state) if isinstance(state, torch.Tensor) else state!r}"
+                )
             return None
         if state is None:
             return self.initial_state(memory)
         want = (b, size)
         if not isinstance(state, torch.Tensor) or tuple(state.shape) != want:
             got = describe(state) if isinstance(state, torch.Tensor) else type(state).__name__
-            raise ValueError(f"prev_state: expected shape {want} (the state of alignment "
-                             f"{self.name!r}), got {got}")
+            raise ValueError(
+                f"prev_state: expected shape {want} (the state of alignment "
+                f"{self.name!r}), got {got}"
+            )
         if not state.dtype.is_floating_point:
             raise TypeError(f"prev_state: expected a floating-point tensor, got {describe(state)}")
         return state.to(memory.key_features.dtype)
@@ -257,8 +295,11 @@ class Alignment(nn.Module, abc.ABC):
 def _compute_inputs(*xs: torch.Tensor | None) -> list[torch.Tensor | None]:
     """Under autocast, float16/bfloat16 tensors in float32 (alignments compute in float32);
     anything else as given (the checks name what is not a tensor)."""
-    if all(isinstance(x, torch.Tensor) or x is None for x in xs) and \
-            isinstance(xs[0], torch.Tensor) and autocast_enabled(xs[0].device):
+    if (
+        all(isinstance(x, torch.Tensor) or x is None for x in xs)
+        and isinstance(xs[0], torch.Tensor)
+        and autocast_enabled(xs[0].device)
+    ):
         return upcast(*xs)
     return list(xs)
 
@@ -269,8 +310,9 @@ def keys_of(key: torch.Tensor | Memory) -> torch.Tensor:
     return key.key if isinstance(key, Memory) else key
 
 
-def make_alignment(name: str, query_dim: int, key_dim: int | None = None,
-                   value_dim: int | None = None, **options) -> Alignment:
+def make_alignment(
+    name: str, query_dim: int, key_dim: int | None = None, value_dim: int | None = None, **options
+) -> Alignment:
     """The alignment module ``name`` (one of :data:`ALIGNMENTS`) with its ``options``.
 
     Example:

@@ -31,12 +31,19 @@ import torch
 from attnkit.attention.masks import KeyLayout
 from attnkit.attention.path import Inputs, Path, Plan
 from attnkit.attention.reference import check_single_backward, weigh
+from attnkit.attention.scores import Score
 from attnkit.ops import kernels, native
 from attnkit.ops.precision import compute_dtype
-from attnkit.attention.scores import Score
 
-__all__ = ["CHUNKED", "ChunkedPath", "band_reason", "block_sizes", "chunked_attention",
-           "default_blocks", "recomputed_scores"]
+__all__ = [
+    "CHUNKED",
+    "ChunkedPath",
+    "band_reason",
+    "block_sizes",
+    "chunked_attention",
+    "default_blocks",
+    "recomputed_scores",
+]
 
 # Budget, in elements, for one block's transient tensors.
 _SCORE_BLOCK = 1 << 21  # (B, H, bq, bk) scores
@@ -49,8 +56,9 @@ _NATIVE_SCORE_BLOCK = 1 << 19
 _PAIR_BLOCK = 1 << 23  # (B, H, bq, bk, A) eager pair tensor (32 MiB in float32)
 
 
-def block_sizes(bh: int, tq: int, tk: int, pair_dim: int, *, fused: bool,
-                score_budget: int = _SCORE_BLOCK) -> tuple[int, int]:
+def block_sizes(
+    bh: int, tq: int, tk: int, pair_dim: int, *, fused: bool, score_budget: int = _SCORE_BLOCK
+) -> tuple[int, int]:
     """Query and key block sizes for ``B*H = bh`` rows, keeping transients within budget.
 
     ``pair_dim`` is ``A`` for scores that build a pair tensor eagerly, 1 otherwise (fused
@@ -68,8 +76,16 @@ def block_sizes(bh: int, tq: int, tk: int, pair_dim: int, *, fused: bool,
     return bq, bk
 
 
-def default_blocks(bh: int, tq: int, tk: int, features: int, *, dot_family: bool,
-                   kernel: str, window: tuple[int, int] | None = None) -> tuple[int, int]:
+def default_blocks(
+    bh: int,
+    tq: int,
+    tk: int,
+    features: int,
+    *,
+    dot_family: bool,
+    kernel: str,
+    window: tuple[int, int] | None = None,
+) -> tuple[int, int]:
     """The blocks :func:`chunked_attention` and :func:`recomputed_scores` use for ``B*H = bh``
     rows of ``tq`` queries over ``tk`` keys with ``features`` prepared features (``F``), for
     a score of the dot family or not, on ``kernel``. With a ``window``, blocks of about the
@@ -87,8 +103,15 @@ def default_blocks(bh: int, tq: int, tk: int, features: int, *, dot_family: bool
 
 
 def _default_blocks(qf, kf, score: Score, kernel: str, layout: KeyLayout) -> tuple[int, int]:
-    return default_blocks(qf.shape[0] * qf.shape[1], qf.shape[2], kf.shape[2], qf.shape[-1],
-                          dot_family=score.dot_family, kernel=kernel, window=layout.window)
+    return default_blocks(
+        qf.shape[0] * qf.shape[1],
+        qf.shape[2],
+        kf.shape[2],
+        qf.shape[-1],
+        dot_family=score.dot_family,
+        kernel=kernel,
+        window=layout.window,
+    )
 
 
 def _add_param_grads(total: list, grads) -> None:
@@ -119,8 +142,7 @@ class _ChunkedAttention(torch.autograd.Function):
         # for backward instead of recomputing the pair tensor there.
         kept = None
         if tq <= kf.shape[-1]:
-            kept = torch.full((b, h, tq, layout.tk), float("-inf"), dtype=acc_t,
-                              device=qf.device)
+            kept = torch.full((b, h, tq, layout.tk), float("-inf"), dtype=acc_t, device=qf.device)
         block = 0
         for q0 in range(0, tq, bq):
             q1 = min(q0 + bq, tq)
@@ -157,8 +179,15 @@ class _ChunkedAttention(torch.autograd.Function):
         ctx.layout, ctx.score, ctx.blocks = layout, score, blocks
         ctx.dropout_p, ctx.seed, ctx.kernel = dropout_p, seed, kernel
         ctx.has_extra, ctx.kept = extra is not None, kept is not None
-        ctx.save_for_backward(qf, kf, v, out, lse, *(() if extra is None else (extra,)),
-                              *(() if kept is None else (kept,)))
+        ctx.save_for_backward(
+            qf,
+            kf,
+            v,
+            out,
+            lse,
+            *(() if extra is None else (extra,)),
+            *(() if kept is None else (kept,)),
+        )
         return out
 
     @staticmethod
@@ -195,8 +224,13 @@ class _ChunkedAttention(torch.autograd.Function):
                 fused = None
                 if kept is None and p_drop == 0 and eb is None:  # one pass, if the score can
                     fused = score.block_attention_backward(
-                        qb, kb, lse_b[..., 0], dp - delta_b, layout.block_mask(q0, q1, k0, k1),
-                        kernel=ctx.kernel)
+                        qb,
+                        kb,
+                        lse_b[..., 0],
+                        dp - delta_b,
+                        layout.block_mask(q0, q1, k0, k1),
+                        kernel=ctx.kernel,
+                    )
                 if fused is not None:
                     p, gq, gk, gp = fused
                     ge, gv = None, p.transpose(-1, -2) @ dob
@@ -270,7 +304,16 @@ def chunked_attention(
     if dropout_p > 0 and seed is None:
         seed = int(torch.randint(0, 2**62, (1,)))
     return _ChunkedAttention.apply(
-        layout, score, blocks, dropout_p, seed or 0, kernel, qf, kf, value, extra,
+        layout,
+        score,
+        blocks,
+        dropout_p,
+        seed or 0,
+        kernel,
+        qf,
+        kf,
+        value,
+        extra,
         *score.pairwise_params(),
     )
 
@@ -290,7 +333,9 @@ class _RecomputedScores(torch.autograd.Function):
             for k0 in range(k_lo, k_hi, bk):
                 k1 = min(k0 + bk, k_hi)
                 s[:, :, q0:q1, k0:k1] = score.block_scores(
-                    qf[:, :, q0:q1], kf[:, :, k0:k1], _slice_extra(extra, q0, q1, k0, k1),
+                    qf[:, :, q0:q1],
+                    kf[:, :, k0:k1],
+                    _slice_extra(extra, q0, q1, k0, k1),
                     kernel=kernel,
                 )
         ctx.layout, ctx.score, ctx.blocks, ctx.kernel = layout, score, blocks, kernel
@@ -316,8 +361,11 @@ class _RecomputedScores(torch.autograd.Function):
             for k0 in range(k_lo, k_hi, bk):
                 k1 = min(k0 + bk, k_hi)
                 gq, gk, ge, gp = score.block_backward(
-                    qf[:, :, q0:q1], kf[:, :, k0:k1], _slice_extra(extra, q0, q1, k0, k1),
-                    ds[:, :, q0:q1, k0:k1].contiguous(), kernel=ctx.kernel,
+                    qf[:, :, q0:q1],
+                    kf[:, :, k0:k1],
+                    _slice_extra(extra, q0, q1, k0, k1),
+                    ds[:, :, q0:q1, k0:k1].contiguous(),
+                    kernel=ctx.kernel,
                 )
                 dq[:, :, q0:q1] += gq
                 dk[:, :, k0:k1] += gk
@@ -343,14 +391,17 @@ def recomputed_scores(
     tensor block by block instead of keeping it. Blocks outside ``layout``'s band are not
     computed (they are 0; mask them)."""
     blocks = blocks or _default_blocks(qf, kf, score, kernel, layout)
-    return _RecomputedScores.apply(layout, score, blocks, kernel, qf, kf, extra,
-                                   *score.pairwise_params())
+    return _RecomputedScores.apply(
+        layout, score, blocks, kernel, qf, kf, extra, *score.pairwise_params()
+    )
 
 
 def band_reason(inp: Inputs) -> str:
     """Why a call with a narrow window takes the chunked path."""
-    return (f"window {inp.window} over {inp.shape[3]} keys: banded blocks, "
-            "O(Tq * window) work and memory")
+    return (
+        f"window {inp.window} over {inp.shape[3]} keys: banded blocks, "
+        "O(Tq * window) work and memory"
+    )
 
 
 class ChunkedPath(Path):
@@ -369,13 +420,17 @@ class ChunkedPath(Path):
         if because is not None:
             reason = because
         elif inp.need_weights:
-            reason = ("weights requested: (Tq, Tk) scores built block by block, the "
-                      "(Tq, Tk, A) pair tensor recomputed in backward")
+            reason = (
+                "weights requested: (Tq, Tk) scores built block by block, the "
+                "(Tq, Tk, A) pair tensor recomputed in backward"
+            )
         elif inp.narrow_band:
             reason = band_reason(inp)
         else:
-            reason = (f"score {inp.score.name!r}: online softmax over key blocks; backward "
-                      "recomputes the scores (keeps them when Tq <= key features)")
+            reason = (
+                f"score {inp.score.name!r}: online softmax over key blocks; backward "
+                "recomputes the scores (keeps them when Tq <= key features)"
+            )
         if inp.score.name != "additive":
             return Plan("chunked", reason)
         return _additive_plan(inp, reason)
@@ -383,12 +438,20 @@ class ChunkedPath(Path):
     def run(self, inp: Inputs, plan: Plan) -> tuple[torch.Tensor, torch.Tensor | None]:
         layout = inp.call.layout
         if not inp.need_weights:
-            context = chunked_attention(inp.qf, inp.kf, inp.v, inp.score, layout,
-                                        extra=inp.extra, dropout_p=inp.dropout_p,
-                                        kernel=plan.kernel)
+            context = chunked_attention(
+                inp.qf,
+                inp.kf,
+                inp.v,
+                inp.score,
+                layout,
+                extra=inp.extra,
+                dropout_p=inp.dropout_p,
+                kernel=plan.kernel,
+            )
             return context, None
-        scores = recomputed_scores(inp.qf, inp.kf, inp.score, layout, extra=inp.extra,
-                                   kernel=plan.kernel)
+        scores = recomputed_scores(
+            inp.qf, inp.kf, inp.score, layout, extra=inp.extra, kernel=plan.kernel
+        )
         return weigh(scores, inp.v, inp.call.mask(), inp.dropout_p)
 
 
@@ -398,13 +461,15 @@ def _additive_plan(inp: Inputs, reason: str) -> Plan:
     b, h, tq, tk = inp.shape
     dtype, window, on_cpu = inp.dtype or torch.float32, inp.window, inp.on_cpu
     if on_cpu and dtype != torch.float64 and native.available():
-        return Plan("chunked", f"{reason}; C++ additive block kernels (backward in one pass)",
-                    "native")
+        return Plan(
+            "chunked", f"{reason}; C++ additive block kernels (backward in one pass)", "native"
+        )
     keys = tk if window is None else min(tk, window[0] + window[1] + 1)  # keys per query
     work = b * h * tq * keys * inp.score.v.shape[-1]
     compiled = kernels.want_compiled(work, dtype)
-    no_native = ("" if not on_cpu or dtype == torch.float64
-                 else f"; no C++ kernels ({native.status()})")
+    no_native = (
+        "" if not on_cpu or dtype == torch.float64 else f"; no C++ kernels ({native.status()})"
+    )
     if compiled and work < kernels.COMPILE_MIN_WORK:
         kernel = "compiled additive kernels (already compiled in this process)"
     elif compiled:

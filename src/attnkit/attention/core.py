@@ -16,10 +16,10 @@ from typing import NamedTuple
 
 import torch
 
-from attnkit.checks import describe
 from attnkit.attention.masks import KeyLayout, non_finite_keys, zero_padding
-from attnkit.ops.precision import upcast
 from attnkit.attention.step import GradSink
+from attnkit.checks import describe
+from attnkit.ops.precision import upcast
 
 
 class AttentionOutput(NamedTuple):
@@ -87,20 +87,34 @@ def extend_memory(memory: Memory | None, new: Memory, owner: torch.nn.Module) ->
     if memory is None:
         return new
     if memory.owner is not owner:
-        raise ValueError(f"memory: this Memory was prepared by another "
-                         f"{type(owner).__name__} module")
+        raise ValueError(
+            f"memory: this Memory was prepared by another {type(owner).__name__} module"
+        )
     if memory.key.shape[0] != new.key.shape[0]:
-        raise ValueError(f"key: expected batch size {memory.key.shape[0]} (the memory's), "
-                         f"got {describe(new.key)}")
+        raise ValueError(
+            f"key: expected batch size {memory.key.shape[0]} (the memory's), "
+            f"got {describe(new.key)}"
+        )
     bad = None
     if memory.bad is not None or new.bad is not None:
-        bad = torch.cat([torch.zeros(x.key.shape[:2], dtype=torch.bool, device=x.key.device)
-                         if x.bad is None else x.bad for x in (memory, new)], dim=1)
-    return Memory(torch.cat([memory.key, new.key], dim=1),
-                  torch.cat([memory.value, new.value], dim=1),
-                  torch.cat([memory.key_features, new.key_features], dim=2),
-                  torch.cat([memory.values, new.values], dim=2), owner,
-                  checked=memory.checked and new.checked, bad=bad)
+        bad = torch.cat(
+            [
+                torch.zeros(x.key.shape[:2], dtype=torch.bool, device=x.key.device)
+                if x.bad is None
+                else x.bad
+                for x in (memory, new)
+            ],
+            dim=1,
+        )
+    return Memory(
+        torch.cat([memory.key, new.key], dim=1),
+        torch.cat([memory.value, new.value], dim=1),
+        torch.cat([memory.key_features, new.key_features], dim=2),
+        torch.cat([memory.values, new.values], dim=2),
+        owner,
+        checked=memory.checked and new.checked,
+        bad=bad,
+    )
 
 
 @dataclass
@@ -181,8 +195,9 @@ class Call:
         return counts.gather(1, hi) - counts.gather(1, lo)
 
 
-def finish(call: Call, context: torch.Tensor, weights: torch.Tensor | None,
-           bad: torch.Tensor | None = None) -> AttentionOutput:
+def finish(
+    call: Call, context: torch.Tensor, weights: torch.Tensor | None, bad: torch.Tensor | None = None
+) -> AttentionOutput:
     """The call's result from ``context (B, Tq, Dv)`` and ``weights (B, [H,] Tq, Tk)`` or None.
 
     A query holding NaN or inf gets a NaN row of context and of weights, whatever the path

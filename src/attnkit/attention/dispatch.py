@@ -66,11 +66,21 @@ def choose(impl: str, inp: Inputs) -> Plan:
         ValueError: a forced path cannot compute this call, with all its reasons.
     """
     if exporting():
-        return _chosen(Plan("reference", f"export mode (impl={impl!r}): the reference path "
-                            "records as plain PyTorch operations"))
+        return _chosen(
+            Plan(
+                "reference",
+                f"export mode (impl={impl!r}): the reference path "
+                "records as plain PyTorch operations",
+            )
+        )
     if inp.device_type == "meta":
-        return _chosen(Plan("reference", f"meta tensors (impl={impl!r}): shapes only, through "
-                            "the reference path's plain PyTorch operations"))
+        return _chosen(
+            Plan(
+                "reference",
+                f"meta tensors (impl={impl!r}): shapes only, through "
+                "the reference path's plain PyTorch operations",
+            )
+        )
     if impl != "auto":
         path = _BY_NAME[impl]
         reasons = path.not_supported_reasons(inp)
@@ -97,8 +107,7 @@ def choose(impl: str, inp: Inputs) -> Plan:
     return _chosen(plan)
 
 
-def call_inputs(call, score: Score, *, heads: int, need_weights: bool,
-                dropout_p: float) -> Inputs:
+def call_inputs(call, score: Score, *, heads: int, need_weights: bool, dropout_p: float) -> Inputs:
     """The :class:`Inputs` (sizes only) of a validated ``call``
     (:class:`~attnkit.attention.core.Call`), to :func:`choose` a path for it."""
     b, tq, _ = call.query.shape
@@ -158,14 +167,33 @@ def run(
         low = torch.get_autocast_dtype("cuda") if q.device.type == "cuda" else None
         with no_autocast(q.device):
             q, k, v, kf, prev = upcast(q, k, v, kf, prev)
-            return run(plan, q, k, v, score, call, prev=prev, dropout_p=dropout_p,
-                       need_weights=need_weights, kf=kf, sink=sink, sdpa_dtype=low)
+            return run(
+                plan,
+                q,
+                k,
+                v,
+                score,
+                call,
+                prev=prev,
+                dropout_p=dropout_p,
+                need_weights=need_weights,
+                kf=kf,
+                sink=sink,
+                sdpa_dtype=low,
+            )
     qf = score.prepare_query(q)  # (B, H, Tq, F)
     kf = score.prepare_key(k) if kf is None else kf  # (B, H, Tk, F)
     extra = score.prepare_extra(call.previous(prev)) if prev is not None else None
-    inp = replace(call_inputs(call, score, heads=q.shape[1], need_weights=need_weights,
-                              dropout_p=dropout_p),
-                  qf=qf, kf=kf, v=v, extra=extra, call=call, sink=sink, sdpa_dtype=sdpa_dtype)
+    inp = replace(
+        call_inputs(call, score, heads=q.shape[1], need_weights=need_weights, dropout_p=dropout_p),
+        qf=qf,
+        kf=kf,
+        v=v,
+        extra=extra,
+        call=call,
+        sink=sink,
+        sdpa_dtype=sdpa_dtype,
+    )
     return _BY_NAME[plan.impl].run(inp, plan)
 
 

@@ -33,10 +33,10 @@ from torch import nn
 
 from attnkit.attention.alignment import Alignment, keys_of
 from attnkit.attention.core import Memory
-from attnkit.ops.dense import Linear
 from attnkit.attention.reference import masked_softmax
 from attnkit.attention.scores import SCORES, make_score
 from attnkit.checks import check_positive_int
+from attnkit.ops.dense import Linear
 
 __all__ = ["GMMAttention", "LocalPAttention"]
 
@@ -71,22 +71,37 @@ class LocalPAttention(Alignment, name="local_p"):
     #: A softmax over the window times a Gaussian of at most 1.
     weight_sums = "at_most_one"
 
-    def __init__(self, query_dim: int, key_dim: int | None = None, value_dim: int | None = None,
-                 *, score: str = "general", attn_dim: int | None = None, half_width: int = 10,
-                 impl: str = "fast"):
+    def __init__(
+        self,
+        query_dim: int,
+        key_dim: int | None = None,
+        value_dim: int | None = None,
+        *,
+        score: str = "general",
+        attn_dim: int | None = None,
+        half_width: int = 10,
+        impl: str = "fast",
+    ):
         super().__init__(query_dim, key_dim, value_dim, impl=impl)
         if score not in LOCAL_SCORES:
-            raise ValueError(f"score: expected one of {', '.join(LOCAL_SCORES)} (the window "
-                             f"takes the place of the location score's state), got {score!r}")
+            raise ValueError(
+                f"score: expected one of {', '.join(LOCAL_SCORES)} (the window "
+                f"takes the place of the location score's state), got {score!r}"
+            )
         if not isinstance(half_width, int) or isinstance(half_width, bool) or half_width < 0:
             raise ValueError(f"half_width: expected a non-negative int, got {half_width!r}")
         self.half_width = half_width
         hidden = self.query_dim if attn_dim is None else check_positive_int("attn_dim", attn_dim)
-        self.score = make_score(score, heads=1, query_dim=self.query_dim, key_dim=self.key_dim,
-                                attn_dim=attn_dim if score == "additive" else None)
+        self.score = make_score(
+            score,
+            heads=1,
+            query_dim=self.query_dim,
+            key_dim=self.key_dim,
+            attn_dim=attn_dim if score == "additive" else None,
+        )
         bound = 1.0 / math.sqrt(self.query_dim)
         self.w_centre = nn.Parameter(torch.empty(self.query_dim, hidden).uniform_(-bound, bound))
-        self.v_centre = nn.Parameter(torch.empty(hidden).uniform_(-hidden**-0.5, hidden**-0.5))
+        self.v_centre = nn.Parameter(torch.empty(hidden).uniform_(-(hidden**-0.5), hidden**-0.5))
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, score={self.score.name!r}, half_width={self.half_width}"
@@ -108,8 +123,9 @@ class LocalPAttention(Alignment, name="local_p"):
         """``p`` ``(B, Tq)`` of the queries ``(B, Tq, Dq)`` over the keys ``valid`` allows."""
         positions = torch.arange(1, valid.shape[1] + 1, device=valid.device)
         last = (positions * valid).amax(-1).clamp(min=1) - 1  # (B,): S - 1
-        unit = torch.sigmoid(torch.tanh(query @ self.w_centre.to(query.dtype))
-                             @ self.v_centre.to(query.dtype))  # (B, Tq)
+        unit = torch.sigmoid(
+            torch.tanh(query @ self.w_centre.to(query.dtype)) @ self.v_centre.to(query.dtype)
+        )  # (B, Tq)
         return last[:, None].to(query.dtype) * unit
 
     def align_fast(self, query, kf, valid, state):
@@ -131,7 +147,9 @@ class LocalPAttention(Alignment, name="local_p"):
                 p = last * torch.sigmoid(torch.dot(self.v_centre, torch.tanh(q @ self.w_centre)))
                 qf = self.score.prepare_query(q.view(1, 1, 1, -1))
                 window = [j for j in range(tk) if valid[n, j] and abs(j - p.item()) <= self.radius]
-                e = {j: self.score.pairwise(qf, kf[n, j].view(1, 1, 1, -1)).view(()) for j in window}
+                e = {
+                    j: self.score.pairwise(qf, kf[n, j].view(1, 1, 1, -1)).view(()) for j in window
+                }
                 if not e:
                     continue
                 top = max(x.item() for x in e.values())
@@ -166,8 +184,15 @@ class GMMAttention(Alignment, name="gmm"):
     #: A mixture of unnormalised Gaussians (Graves 2013).
     weight_sums = "unnormalised"
 
-    def __init__(self, query_dim: int, key_dim: int | None = None, value_dim: int | None = None,
-                 *, components: int = 5, impl: str = "fast"):
+    def __init__(
+        self,
+        query_dim: int,
+        key_dim: int | None = None,
+        value_dim: int | None = None,
+        *,
+        components: int = 5,
+        impl: str = "fast",
+    ):
         super().__init__(query_dim, key_dim, value_dim, impl=impl)
         self.components = check_positive_int("components", components)
         self.proj = Linear(self.query_dim, 3 * components)  # -> (a_hat, b_hat, k_hat)
@@ -204,8 +229,11 @@ class GMMAttention(Alignment, name="gmm"):
                 for u in range(tk):
                     if valid[n, u]:
                         weights[n, i, u] = sum(
-                            torch.exp(params[k]) * torch.exp(
-                                -torch.exp(params[self.components + k]) * (kappa[k] - u) ** 2)
-                            for k in range(self.components))
+                            torch.exp(params[k])
+                            * torch.exp(
+                                -torch.exp(params[self.components + k]) * (kappa[k] - u) ** 2
+                            )
+                            for k in range(self.components)
+                        )
             new_state[n] = torch.stack(kappa)
         return weights, new_state

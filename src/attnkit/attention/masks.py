@@ -23,11 +23,18 @@ from dataclasses import dataclass
 
 import torch
 
-from attnkit.ops.tracing import exporting, values_readable
 from attnkit.checks import check_int_tensor, describe
+from attnkit.ops.tracing import exporting, values_readable
 
-__all__ = ["KeyLayout", "lengths_to_mask", "aligned_positions", "band_mask", "non_finite_keys",
-           "non_finite_rows", "zero_padding"]
+__all__ = [
+    "KeyLayout",
+    "lengths_to_mask",
+    "aligned_positions",
+    "band_mask",
+    "non_finite_keys",
+    "non_finite_rows",
+    "zero_padding",
+]
 
 
 def lengths_to_mask(
@@ -53,8 +60,10 @@ def lengths_to_mask(
     check_int_tensor(name, lengths, ndim=1)
     if not values_readable(lengths):  # the values are not checked
         if max_len is None:
-            raise ValueError(f"max_len: required while exporting or on the meta device (the "
-                             f"default reads {name}.max()), got None")
+            raise ValueError(
+                f"max_len: required while exporting or on the meta device (the "
+                f"default reads {name}.max()), got None"
+            )
         return torch.arange(max_len, device=lengths.device) < lengths[:, None]
     lo, hi = (int(lengths.min()), int(lengths.max())) if lengths.numel() else (0, 0)
     if max_len is None:
@@ -88,8 +97,12 @@ class _ZeroPadding(torch.autograd.Function):
         return grad * keep, None
 
 
-_SAME_WIDTH_INT = {torch.float16: torch.int16, torch.bfloat16: torch.int16,
-                   torch.float32: torch.int32, torch.float64: torch.int64}
+_SAME_WIDTH_INT = {
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+    torch.float32: torch.int32,
+    torch.float64: torch.int64,
+}
 
 
 def zero_padding(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -106,8 +119,9 @@ def zero_padding(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return _ZeroPadding.apply(x, keep)
 
 
-def non_finite_keys(key: torch.Tensor, value: torch.Tensor,
-                    valid: torch.Tensor | None = None) -> torch.Tensor | None:
+def non_finite_keys(
+    key: torch.Tensor, value: torch.Tensor, valid: torch.Tensor | None = None
+) -> torch.Tensor | None:
     """``(B, Tk)`` bool: the keys whose key or value holds NaN or inf (among the ``valid`` ones,
     ``(B, Tk)``, when given), or None when there is none, or when values cannot be read
     (:func:`~attnkit.ops.tracing.values_readable`). When all are finite this costs one
@@ -209,15 +223,23 @@ class KeyLayout:
         """Only the default causal band (``j <= i`` with ``Tq == Tk``): SDPA's ``is_causal``.
         Never while exporting or on the meta device, which take the reference path and read no
         tensor value."""
-        return (self.causal and self.window is None and self.key_valid is None
-                and self.q_pos is not None and values_readable(self.q_pos)
-                and self.q_pos.shape == (1, self.tk)
-                and bool((self.q_pos[0] == torch.arange(self.tk, device=self.q_pos.device)).all()))
+        return (
+            self.causal
+            and self.window is None
+            and self.key_valid is None
+            and self.q_pos is not None
+            and values_readable(self.q_pos)
+            and self.q_pos.shape == (1, self.tk)
+            and bool((self.q_pos[0] == torch.arange(self.tk, device=self.q_pos.device)).all())
+        )
 
     def mask_elements(self, b: int, tq: int) -> int:
         """Elements of the smallest broadcastable mask, ``(B|1, 1, Tq|1, Tk)``."""
-        rows = b if (self.key_valid is not None or
-                     (self.q_pos is not None and self.q_pos.shape[0] > 1)) else 1
+        rows = (
+            b
+            if (self.key_valid is not None or (self.q_pos is not None and self.q_pos.shape[0] > 1))
+            else 1
+        )
         return rows * (tq if self.q_pos is not None else 1) * self.tk
 
     def block_mask(self, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor | None:

@@ -10,6 +10,18 @@ from torch import nn
 
 import attnkit.attention.planner as planner
 import attnkit.attention.step as step
+from attnkit.attention.core import AttentionOutput, Call, Memory, extend_memory, finish
+from attnkit.attention.dispatch import Plan, call_inputs, choose, run
+from attnkit.attention.masks import non_finite_keys, non_finite_rows, zero_padding
+from attnkit.attention.scores import SCORES, CosineScore, make_score
+from attnkit.attention.step import STEP_SCORES
+from attnkit.attention.validation import (
+    autocast_inputs,
+    check_call,
+    check_impl,
+    check_params_dtype,
+    validate,
+)
 from attnkit.checks import (
     check_positive_int,
     check_probability,
@@ -18,21 +30,9 @@ from attnkit.checks import (
     check_values,
     check_window,
 )
-from attnkit.attention.core import AttentionOutput, Call, Memory, extend_memory, finish
 from attnkit.ops.dense import Linear
-from attnkit.attention.dispatch import Plan, call_inputs, choose, run
-from attnkit.attention.step import STEP_SCORES
-from attnkit.attention.masks import non_finite_keys, non_finite_rows, zero_padding
 from attnkit.ops.precision import autocast_enabled, no_autocast, upcast
-from attnkit.attention.scores import SCORES, CosineScore, make_score
 from attnkit.ops.tracing import exporting, values_readable
-from attnkit.attention.validation import (
-    autocast_inputs,
-    check_call,
-    check_impl,
-    check_params_dtype,
-    validate,
-)
 
 __all__ = ["Attention", "attention"]
 
@@ -157,9 +157,15 @@ class Attention(nn.Module):
             dq = dk = head_dim
         else:
             dq, dk = self.query_dim, self.key_dim
-        self.score = make_score(score, heads=heads, query_dim=dq, key_dim=dk, attn_dim=attn_dim,
-                                location_filters=location_filters,
-                                location_kernel=location_kernel)
+        self.score = make_score(
+            score,
+            heads=heads,
+            query_dim=dq,
+            key_dim=dk,
+            attn_dim=attn_dim,
+            location_filters=location_filters,
+            location_kernel=location_kernel,
+        )
         if impl == "sdpa" and not self.score.dot_family:
             raise ValueError(
                 f"impl: 'sdpa' computes dot-product scores only, not score={score!r}; "
@@ -204,16 +210,37 @@ class Attention(nn.Module):
         if memory is not None:
             key, value = memory.key, memory.value
         query, key, value = autocast_inputs(query, key, value)
-        call = check_call(query, key, value, query_dim=self.query_dim, key_dim=self.key_dim,
-                          value_dim=self.value_dim, key_lengths=key_lengths, key_mask=None,
-                          positions=positions, causal=self.causal, window=self.window)
+        call = check_call(
+            query,
+            key,
+            value,
+            query_dim=self.query_dim,
+            key_dim=self.key_dim,
+            value_dim=self.value_dim,
+            key_lengths=key_lengths,
+            key_mask=None,
+            positions=positions,
+            causal=self.causal,
+            window=self.window,
+        )
         if estimate:
-            return planner.estimate(self, planner.CallShape(
-                batch=call.query.shape[0], queries=call.query.shape[1], keys=call.key.shape[1],
-                dtype=call.query.dtype, device=str(call.query.device), one_step=call.one_step,
-                key_padding=key_lengths is not None, positions=positions is not None,
-                need_weights=need_weights, value_is_key=value is None or value is key,
-                query_is_key=query is key, training=self.training))
+            return planner.estimate(
+                self,
+                planner.CallShape(
+                    batch=call.query.shape[0],
+                    queries=call.query.shape[1],
+                    keys=call.key.shape[1],
+                    dtype=call.query.dtype,
+                    device=str(call.query.device),
+                    one_step=call.one_step,
+                    key_padding=key_lengths is not None,
+                    positions=positions is not None,
+                    need_weights=need_weights,
+                    value_is_key=value is None or value is key,
+                    query_is_key=query is key,
+                    training=self.training,
+                ),
+            )
         return self._choose(call, need_weights or self.score.needs_prev)
 
     def _split_heads(self, x: torch.Tensor, proj: nn.Module | None) -> torch.Tensor:
@@ -261,15 +288,20 @@ class Attention(nn.Module):
         with no_autocast(k.device):
             kf = self.score.prepare_key(k)  # (B, H, Tk, F)
         sink = None
-        if ((self.score.name in STEP_SCORES or self.score.dot_family)
-                and kf.device.type == "cpu" and step.sink_supported()
-                and torch.is_grad_enabled() and (kf.requires_grad or v.requires_grad)
-                and not exporting()):
+        if (
+            (self.score.name in STEP_SCORES or self.score.dot_family)
+            and kf.device.type == "cpu"
+            and step.sink_supported()
+            and torch.is_grad_enabled()
+            and (kf.requires_grad or v.requires_grad)
+            and not exporting()
+        ):
             kf, v, sink = step.collect(kf, v)  # one-query steps sum their gradients there
         return Memory(memory_key, memory_value, kf, v, self, sink, checked, bad)
 
-    def extend(self, memory: Memory | None, key: torch.Tensor,
-               value: torch.Tensor | None = None) -> Memory:
+    def extend(
+        self, memory: Memory | None, key: torch.Tensor, value: torch.Tensor | None = None
+    ) -> Memory:
         """Append keys ``(B, Tn, Dk)`` and values ``(B, Tn, Dv)`` to a prepared ``memory``.
 
         The key/value cache of incremental decoding: a decoder's self-attention prepares only
@@ -299,15 +331,32 @@ class Attention(nn.Module):
         positions: torch.Tensor | None = None,
         need_weights: bool = False,
     ) -> AttentionOutput:
-        call, memory, prev = validate(self, query, key, value, key_lengths=key_lengths,
-                                      key_mask=key_mask, prev_weights=prev_weights,
-                                      positions=positions)
+        call, memory, prev = validate(
+            self,
+            query,
+            key,
+            value,
+            key_lengths=key_lengths,
+            key_mask=key_mask,
+            prev_weights=prev_weights,
+            positions=positions,
+        )
         q, k, v, kf, sink, bad = self._project(call, memory)  # (B, H, T, d); k None: kf
         need_weights = need_weights or self.score.needs_prev
         plan = self._choose(call, need_weights)
-        context, weights = run(plan, q, k, v, self.score, call, prev=prev,
-                               dropout_p=self.dropout if self.training else 0.0,
-                               need_weights=need_weights, kf=kf, sink=sink)
+        context, weights = run(
+            plan,
+            q,
+            k,
+            v,
+            self.score,
+            call,
+            prev=prev,
+            dropout_p=self.dropout if self.training else 0.0,
+            need_weights=need_weights,
+            kf=kf,
+            sink=sink,
+        )
         return self._finish(call, context, weights, bad)
 
     def _project(self, call: Call, memory: Memory | None):
@@ -334,12 +383,24 @@ class Attention(nn.Module):
 
     def _choose(self, call: Call, need_weights: bool) -> Plan:
         """The path :attr:`impl` takes for ``call``, and why (:func:`dispatch.choose`)."""
-        return choose(self.impl, call_inputs(call, self.score, heads=self.heads,
-                                             need_weights=need_weights,
-                                             dropout_p=self.dropout if self.training else 0.0))
+        return choose(
+            self.impl,
+            call_inputs(
+                call,
+                self.score,
+                heads=self.heads,
+                need_weights=need_weights,
+                dropout_p=self.dropout if self.training else 0.0,
+            ),
+        )
 
-    def _finish(self, call: Call, context: torch.Tensor, weights: torch.Tensor | None,
-                bad: torch.Tensor | None) -> AttentionOutput:
+    def _finish(
+        self,
+        call: Call,
+        context: torch.Tensor,
+        weights: torch.Tensor | None,
+        bad: torch.Tensor | None,
+    ) -> AttentionOutput:
         """Heads joined (``out_proj``) or squeezed, then :func:`core.finish`:
         ``context (B, H, Tq, dv) -> (B, Tq, Dv)``, ``weights (B, H, Tq, Tk)`` kept with
         heads, ``(B, Tq, Tk)`` without."""
@@ -381,8 +442,10 @@ class Attention(nn.Module):
         def keep(module, args, kwargs, out):
             found.append(out.weights)
 
-        hooks = (self.register_forward_pre_hook(ask, with_kwargs=True),
-                 self.register_forward_hook(keep, with_kwargs=True))
+        hooks = (
+            self.register_forward_pre_hook(ask, with_kwargs=True),
+            self.register_forward_hook(keep, with_kwargs=True),
+        )
         try:
             yield found
         finally:
@@ -429,19 +492,41 @@ def attend(
     window = check_window(window)
     query, key, value = autocast_inputs(query, key, value)
     key_dim = query.shape[-1] if isinstance(query, torch.Tensor) else None
-    call = check_call(query, key, value, query_dim=None, key_dim=key_dim, value_dim=None,
-                      key_lengths=key_lengths, key_mask=key_mask, positions=positions,
-                      causal=causal, window=window)
+    call = check_call(
+        query,
+        key,
+        value,
+        query_dim=None,
+        key_dim=key_dim,
+        value_dim=None,
+        key_lengths=key_lengths,
+        key_mask=key_mask,
+        positions=positions,
+        causal=causal,
+        window=window,
+    )
     check_impl(impl)
     if score == "cosine":
         sc = CosineScore(1, learnable=False).to(query.device)
     else:
-        sc = make_score(score, heads=1, query_dim=query.shape[-1], key_dim=key.shape[-1], attn_dim=None)
+        sc = make_score(
+            score, heads=1, query_dim=query.shape[-1], key_dim=key.shape[-1], attn_dim=None
+        )
     key, value, bad = call.inputs()
-    plan = choose(impl, call_inputs(call, sc, heads=1, need_weights=need_weights,
-                                    dropout_p=dropout_p))
-    context, weights = run(plan, call.query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1),
-                           sc, call, prev=None, dropout_p=dropout_p, need_weights=need_weights)
+    plan = choose(
+        impl, call_inputs(call, sc, heads=1, need_weights=need_weights, dropout_p=dropout_p)
+    )
+    context, weights = run(
+        plan,
+        call.query.unsqueeze(1),
+        key.unsqueeze(1),
+        value.unsqueeze(1),
+        sc,
+        call,
+        prev=None,
+        dropout_p=dropout_p,
+        need_weights=need_weights,
+    )
     context = context[:, 0]  # (B, Tq, Dv)
     weights = None if weights is None else weights[:, 0]  # (B, Tq, Tk)
     return finish(call, context, weights, bad)

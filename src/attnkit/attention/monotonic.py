@@ -43,8 +43,7 @@ from attnkit.attention.alignment import Alignment, keys_of
 from attnkit.attention.core import Memory
 from attnkit.checks import check_non_negative, check_positive_int
 
-__all__ = ["MoChA", "MonotonicAttention", "chunkwise_weights", "expected_alignment",
-           "hard_stops"]
+__all__ = ["MoChA", "MonotonicAttention", "chunkwise_weights", "expected_alignment", "hard_stops"]
 
 INFERENCE = ("hard", "soft")
 SCAN_DTYPE = torch.float64  # the cumulative sums of log(1 - p) and their log-sum-exp
@@ -56,8 +55,9 @@ def _log(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x > 0, x.clamp_min(tiny).log(), torch.finfo(x.dtype).min)
 
 
-def expected_alignment(energy: torch.Tensor, prev: torch.Tensor,
-                       valid: torch.Tensor) -> torch.Tensor:
+def expected_alignment(
+    energy: torch.Tensor, prev: torch.Tensor, valid: torch.Tensor
+) -> torch.Tensor:
     """Raffel et al.'s expected monotonic alignment of one output step, in log space.
 
     Args:
@@ -81,8 +81,9 @@ def expected_alignment(energy: torch.Tensor, prev: torch.Tensor,
     return alpha.to(energy.dtype)
 
 
-def hard_stops(energy_at, start: torch.Tensor, active: torch.Tensor, valid: torch.Tensor,
-               block: int) -> torch.Tensor:
+def hard_stops(
+    energy_at, start: torch.Tensor, active: torch.Tensor, valid: torch.Tensor, block: int
+) -> torch.Tensor:
     """The first allowed key ``j >= start`` with energy ``>= 0`` of each row, or -1.
 
     Args:
@@ -114,8 +115,9 @@ def hard_stops(energy_at, start: torch.Tensor, active: torch.Tensor, valid: torc
     return stops
 
 
-def chunkwise_weights(alpha: torch.Tensor, energy: torch.Tensor, valid: torch.Tensor,
-                      chunk: int) -> torch.Tensor:
+def chunkwise_weights(
+    alpha: torch.Tensor, energy: torch.Tensor, valid: torch.Tensor, chunk: int
+) -> torch.Tensor:
     """MoChA's expected weights ``beta`` from the monotonic alignment, in log space.
 
     Args:
@@ -146,8 +148,9 @@ class Energy(nn.Module):
     ``(B, Tk, Dk) -> (B, Tk, A)``; ``pairwise`` -> ``(B, Tq, Tk)``.
     """
 
-    def __init__(self, query_dim: int, key_dim: int, attn_dim: int, *, normalised: bool,
-                 r_init: float = 0.0):
+    def __init__(
+        self, query_dim: int, key_dim: int, attn_dim: int, *, normalised: bool, r_init: float = 0.0
+    ):
         super().__init__()
         self.w_query = nn.Parameter(_uniform((query_dim, attn_dim), query_dim))  # W
         self.w_key = nn.Parameter(_uniform((key_dim, attn_dim), key_dim))  # U
@@ -231,15 +234,26 @@ class MonotonicAttention(Alignment, name="monotonic"):
     #: hard stop sums to 1, and to 0 for good once no key stops it.
     weight_sums = "non_increasing"
 
-    def __init__(self, query_dim: int, key_dim: int | None = None, value_dim: int | None = None,
-                 *, attn_dim: int | None = None, noise: float = 1.0, r_init: float = -4.0,
-                 inference: str = "hard", block: int = 8, impl: str = "fast"):
+    def __init__(
+        self,
+        query_dim: int,
+        key_dim: int | None = None,
+        value_dim: int | None = None,
+        *,
+        attn_dim: int | None = None,
+        noise: float = 1.0,
+        r_init: float = -4.0,
+        inference: str = "hard",
+        block: int = 8,
+        impl: str = "fast",
+    ):
         super().__init__(query_dim, key_dim, value_dim, impl=impl)
         a = self.key_dim if attn_dim is None else check_positive_int("attn_dim", attn_dim)
         noise = check_non_negative("noise", noise)
         if inference not in INFERENCE:
-            raise ValueError(f"inference: expected one of {', '.join(INFERENCE)}, "
-                             f"got {inference!r}")
+            raise ValueError(
+                f"inference: expected one of {', '.join(INFERENCE)}, got {inference!r}"
+            )
         self.noise, self.inference = float(noise), inference
         self.block = check_positive_int("block", block)
         self.energy = Energy(self.query_dim, self.key_dim, a, normalised=True, r_init=r_init)
@@ -303,8 +317,13 @@ class MonotonicAttention(Alignment, name="monotonic"):
         weights = []
         for i in range(query.shape[1]):
             q = qf[:, i]  # (B, A)
-            stops = hard_stops(lambda rows, idx: self.energy.at(q[rows], mono[rows], idx),
-                               state.argmax(-1), (state > 0).any(-1), valid, self.block)
+            stops = hard_stops(
+                lambda rows, idx: self.energy.at(q[rows], mono[rows], idx),
+                state.argmax(-1),
+                (state > 0).any(-1),
+                valid,
+                self.block,
+            )
             found = stops >= 0
             state = torch.zeros_like(state)
             state[found, stops[found]] = 1.0
@@ -382,12 +401,32 @@ class MoChA(MonotonicAttention, name="mocha"):
         (torch.Size([2, 4, 9]), torch.Size([2, 9]), True)
     """
 
-    def __init__(self, query_dim: int, key_dim: int | None = None, value_dim: int | None = None,
-                 *, chunk: int = 4, chunk_dim: int | None = None, attn_dim: int | None = None,
-                 noise: float = 1.0, r_init: float = -4.0, inference: str = "hard",
-                 block: int = 8, impl: str = "fast"):
-        super().__init__(query_dim, key_dim, value_dim, attn_dim=attn_dim, noise=noise,
-                         r_init=r_init, inference=inference, block=block, impl=impl)
+    def __init__(
+        self,
+        query_dim: int,
+        key_dim: int | None = None,
+        value_dim: int | None = None,
+        *,
+        chunk: int = 4,
+        chunk_dim: int | None = None,
+        attn_dim: int | None = None,
+        noise: float = 1.0,
+        r_init: float = -4.0,
+        inference: str = "hard",
+        block: int = 8,
+        impl: str = "fast",
+    ):
+        super().__init__(
+            query_dim,
+            key_dim,
+            value_dim,
+            attn_dim=attn_dim,
+            noise=noise,
+            r_init=r_init,
+            inference=inference,
+            block=block,
+            impl=impl,
+        )
         self.chunk = check_positive_int("chunk", chunk)
         a = self.mono_dim if chunk_dim is None else check_positive_int("chunk_dim", chunk_dim)
         self.chunk_energy = Energy(self.query_dim, self.key_dim, a, normalised=False)
@@ -400,15 +439,17 @@ class MoChA(MonotonicAttention, name="mocha"):
         return torch.cat([self.energy.prepare_key(key), self.chunk_energy.prepare_key(key)], -1)
 
     def soft_weights(self, alpha, query, kf, valid):
-        u = self.chunk_energy.pairwise(self.chunk_energy.prepare_query(query),
-                                       kf[..., self.mono_dim :])  # (B, Tq, Tk)
+        u = self.chunk_energy.pairwise(
+            self.chunk_energy.prepare_query(query), kf[..., self.mono_dim :]
+        )  # (B, Tq, Tk)
         return chunkwise_weights(alpha, u, valid[:, None, :], self.chunk)
 
     def hard_weights(self, alpha, stops, query, kf, valid):
         """Softmax of the chunk energies over the allowed keys ``t - w + 1 .. t``."""
         found = stops >= 0
-        idx = stops.clamp(min=0)[:, None] - torch.arange(self.chunk - 1, -1, -1,
-                                                         device=stops.device)  # (B, w)
+        idx = stops.clamp(min=0)[:, None] - torch.arange(
+            self.chunk - 1, -1, -1, device=stops.device
+        )  # (B, w)
         inside = (idx >= 0) & found[:, None]
         idx = idx.clamp(min=0)
         inside = inside & valid.gather(1, idx)

@@ -106,8 +106,9 @@ class Inputs:
     @property
     def narrow_band(self) -> bool:
         """A window narrow enough that skipping the key blocks outside it pays."""
-        return self.window is not None and 2 * (self.window[0] + self.window[1] + 1) <= (
-            self.shape[3])
+        return (
+            self.window is not None and 2 * (self.window[0] + self.window[1] + 1) <= (self.shape[3])
+        )
 
 
 class Path:

@@ -32,7 +32,6 @@ the replays would drift from each other and from :func:`estimate`'s comparison o
 from __future__ import annotations
 
 import copy
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -44,8 +43,17 @@ from attnkit.attention.dispatch import IMPLS, Plan, choose
 from attnkit.attention.path import Inputs
 from attnkit.ops.precision import compute_dtype
 
-__all__ = ["PATHS", "VARIES", "CallShape", "PathEstimate", "estimate", "example_call",
-           "input_bytes", "largest_fit", "measure_peak"]
+__all__ = [
+    "PATHS",
+    "VARIES",
+    "CallShape",
+    "PathEstimate",
+    "estimate",
+    "example_call",
+    "input_bytes",
+    "largest_fit",
+    "measure_peak",
+]
 
 # The paths an estimate covers, in the order they are listed.
 PATHS = tuple(i for i in IMPLS if i != "auto")
@@ -135,8 +143,11 @@ def estimate(attn, shape: CallShape, *, timing: bool = False) -> Plan:
             estimates.append(PathEstimate(impl, "eager", None, None, str(exc)))
             continue
         forward, train = _run(call, plan, train=False), _run(call, plan, train=True)
-        seconds = (_seconds(attn, call, impl, train=False), _seconds(attn, call, impl, train=True)
-                   ) if timing else (None, None)
+        seconds = (
+            (_seconds(attn, call, impl, train=False), _seconds(attn, call, impl, train=True))
+            if timing
+            else (None, None)
+        )
         estimates.append(PathEstimate(impl, plan.kernel, forward, train, None, *seconds))
     return replace(_choose(attn, call, attn.impl), estimates=tuple(estimates))
 
@@ -145,16 +156,20 @@ def input_bytes(attn, shape: CallShape) -> int:
     """Bytes of a call's inputs (query, key, value) and the module's parameters: what a
     memory budget holds besides the call's extra memory."""
     call = _Call.of(attn, shape)
-    n = call.b * (call.tq * call.dq + (0 if shape.query_is_key else call.tk * call.dk)
-                  + (0 if shape.value_is_key else call.tk * call.dv))
+    n = call.b * (
+        call.tq * call.dq
+        + (0 if shape.query_is_key else call.tk * call.dk)
+        + (0 if shape.value_is_key else call.tk * call.dv)
+    )
     return n * call.io + call.param_bytes
 
 
 VARIES = ("batch", "queries", "window")
 
 
-def largest_fit(attn, shape: CallShape, limit: int, *, vary: str = "batch",
-                train: bool = True) -> int | None:
+def largest_fit(
+    attn, shape: CallShape, limit: int, *, vary: str = "batch", train: bool = True
+) -> int | None:
     """The largest value of one size for which a call fits in ``limit`` bytes with its inputs
     and parameters, on the path the module's ``impl`` takes there; None when even the
     smallest does not fit.
@@ -196,23 +211,32 @@ def largest_fit(attn, shape: CallShape, limit: int, *, vary: str = "batch",
     return lo
 
 
-def _choose(attn, call: "_Call", impl: str) -> Plan:
+def _choose(attn, call: _Call, impl: str) -> Plan:
     """:func:`dispatch.choose` for the call's sizes (as :func:`dispatch.call_inputs` gives
     them for its tensors, with queries aligned to keys by position)."""
     s = call.shape
     pure_causal = _pure_causal(call)
     mask_elements = 0 if pure_causal else call.mask
-    return choose(impl, Inputs(
-        score=attn.score, need_weights=call.need_weights,
-        shape=(s.batch, attn.heads, s.queries, s.keys), window=attn.window,
-        dropout_p=call.dropout, device_type=torch.device(s.device).type, dtype=s.dtype,
-        sdpa_mask_elements=mask_elements, plain_keys=not call.band))
+    return choose(
+        impl,
+        Inputs(
+            score=attn.score,
+            need_weights=call.need_weights,
+            shape=(s.batch, attn.heads, s.queries, s.keys),
+            window=attn.window,
+            dropout_p=call.dropout,
+            device_type=torch.device(s.device).type,
+            dtype=s.dtype,
+            sdpa_mask_elements=mask_elements,
+            plain_keys=not call.band,
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- time
 
 
-def _work(c: "_Call", impl: str) -> float:
+def _work(c: _Call, impl: str) -> float:
     """What a call's time is taken to be proportional to on a path: its (query, key) pairs
     times the features each involves (``F`` to score, ``Dv`` to sum; for additive scores,
     ``A`` tanh), plus the projections' multiply-adds. Causal calls on the fused paths and
@@ -234,7 +258,7 @@ PROBE_START = 64
 PROBE_BYTES = 1 << 30
 
 
-def _seconds(attn, c: "_Call", impl: str, *, train: bool, enough: float = 0.2) -> float:
+def _seconds(attn, c: _Call, impl: str, *, train: bool, enough: float = 0.2) -> float:
     """Time of a call on ``impl``: a copy of ``attn`` run on that path at sizes growing (see
     :data:`PROBE_START`) until one run takes ``enough`` seconds, the sizes are the call's, or
     the next would need more than :data:`PROBE_BYTES`; scaled by the ratio of :func:`_work`.
@@ -251,10 +275,12 @@ def _seconds(attn, c: "_Call", impl: str, *, train: bool, enough: float = 0.2) -
         probe = replace(s, batch=min(s.batch, grow), queries=tq, keys=tk)
         need = _probe_bytes(module, probe, impl, train)
         if need > PROBE_BYTES and last is None:
-            raise ValueError(f"timing: the smallest run of the {impl} path (B={probe.batch}, "
-                             f"Tq={tq}, Tk={tk}) needs {need:,} bytes, more than the "
-                             f"{PROBE_BYTES:,} a timing run may take; plan memory without "
-                             "--time")
+            raise ValueError(
+                f"timing: the smallest run of the {impl} path (B={probe.batch}, "
+                f"Tq={tq}, Tk={tk}) needs {need:,} bytes, more than the "
+                f"{PROBE_BYTES:,} a timing run may take; plan memory without "
+                "--time"
+            )
         if need > PROBE_BYTES:
             break
         run = example_call(module, probe, train=train)
@@ -298,12 +324,14 @@ def example_call(module, shape: CallShape, *, train: bool) -> Callable[[], None]
         kwargs["key_lengths"] = torch.full((s.batch,), s.keys, device=s.device)
     if s.positions:
         aligned = torch.arange(s.queries, device=s.device) * s.keys // s.queries
-        kwargs["positions"] = aligned[0].expand(s.batch) if s.one_step else aligned.expand(
-            s.batch, -1)
+        kwargs["positions"] = (
+            aligned[0].expand(s.batch) if s.one_step else aligned.expand(s.batch, -1)
+        )
     if module.score.needs_prev:
         heads = (module.heads,) if module.heads > 1 else ()
-        kwargs["prev_weights"] = torch.full((s.batch, *heads, *rows, s.keys), 1 / s.keys,
-                                            device=s.device, dtype=s.dtype)
+        kwargs["prev_weights"] = torch.full(
+            (s.batch, *heads, *rows, s.keys), 1 / s.keys, device=s.device, dtype=s.dtype
+        )
     leaves = [x for x in (query, key, value) if x is not None and x.requires_grad]
     upstream = torch.ones(s.batch, *rows, module.value_dim, device=s.device, dtype=s.dtype)
 
@@ -383,7 +411,7 @@ class _Call:
     causal: bool
 
     @classmethod
-    def of(cls, attn, shape: CallShape) -> "_Call":
+    def of(cls, attn, shape: CallShape) -> _Call:
         h = attn.heads
         score = attn.score
         multi = h > 1
@@ -397,14 +425,30 @@ class _Call:
         io = torch.finfo(shape.dtype).bits // 8
         it = torch.finfo(compute_dtype(shape.dtype)).bits // 8
         return cls(
-            shape=shape, b=shape.batch, h=h, tq=shape.queries, tk=shape.keys,
-            dq=attn.query_dim, dk=attn.key_dim, dv=attn.value_dim, hq=hq, hk=hk, hv=hv, f=f,
-            filters=filters, io=io, it=it, score=score.name, dot=score.dot_family,
+            shape=shape,
+            b=shape.batch,
+            h=h,
+            tq=shape.queries,
+            tk=shape.keys,
+            dq=attn.query_dim,
+            dk=attn.key_dim,
+            dv=attn.value_dim,
+            hq=hq,
+            hk=hk,
+            hv=hv,
+            f=f,
+            filters=filters,
+            io=io,
+            it=it,
+            score=score.name,
+            dot=score.dot_family,
             scale=score.dot_family and score.scale != 1.0,
             param_bytes=sum(p.numel() * p.element_size() for p in attn.parameters()),
             need_weights=shape.need_weights or score.needs_prev,
-            dropout=attn.dropout if shape.training else 0.0, window=attn.window,
-            causal=attn.causal)
+            dropout=attn.dropout if shape.training else 0.0,
+            window=attn.window,
+            causal=attn.causal,
+        )
 
     # sizes in bytes
     def q(self, feat: int, it: bool = False) -> int:
@@ -554,8 +598,11 @@ def _input_grads(led: _Ledger, c: _Call) -> None:
     """From the per-head gradients ``d_q``, ``d_k``, ``d_v`` to those of query, key and value
     (through the heads' projections and the zeroing of padding), kept as ``.grad``."""
     s = c.shape
-    sizes = {"q": c.b * c.tq * c.dq * c.io, "k": c.b * c.tk * c.dk * c.io,
-             "v": c.b * c.tk * c.dv * c.io}
+    sizes = {
+        "q": c.b * c.tq * c.dq * c.io,
+        "k": c.b * c.tk * c.dk * c.io,
+        "v": c.b * c.tk * c.dv * c.io,
+    }
     for x in ("q", "k", "v"):
         if f"d_{x}" not in led.live:
             continue
@@ -729,10 +776,19 @@ def _sdpa(led: _Ledger, c: _Call, plan: Plan, train: bool) -> Callable[[], None]
     led.new("context", c.q(c.hv))
     # With AMX for the inputs' dtype, the CPU kernel packs the keys and values once per call
     # and computes each block's probabilities in that dtype for the packed product.
-    packed = (c.k(c.hk) + c.k(c.hv) + threads * q_split * kv_split * c.io
-              if threads and low and _amx_packs(c.shape.dtype) else 0)
-    led.spike(threads * ((q_split * kv_split + 2 * q_split + q_split * c.hq) * c.it
-                         + (q_split * kv_split * c.io if low else 0)) + packed)
+    packed = (
+        c.k(c.hk) + c.k(c.hv) + threads * q_split * kv_split * c.io
+        if threads and low and _amx_packs(c.shape.dtype)
+        else 0
+    )
+    led.spike(
+        threads
+        * (
+            (q_split * kv_split + 2 * q_split + q_split * c.hq) * c.it
+            + (q_split * kv_split * c.io if low else 0)
+        )
+        + packed
+    )
     if masked:  # masked_fill of rows with no key
         led.new("zeroed_rows", c.q(c.hv))
         led.drop("mask")
@@ -763,15 +819,22 @@ def _amx_packs(dtype: torch.dtype) -> bool:
 
 def _pure_causal(c: _Call) -> bool:
     s = c.shape
-    return (c.causal and c.window is None and not s.key_padding and not s.positions
-            and s.queries == s.keys and not s.one_step)
+    return (
+        c.causal
+        and c.window is None
+        and not s.key_padding
+        and not s.positions
+        and s.queries == s.keys
+        and not s.one_step
+    )
 
 
 def _chunked(led: _Ledger, c: _Call, plan: Plan, train: bool) -> Callable[[], None]:
     """:mod:`chunked`: blocks of queries and keys with an online softmax, or with the weights
     asked for, the whole scores built block by block (then :func:`_softmax_and_sum`)."""
-    bq, bk = default_blocks(c.b * c.h, c.tq, c.tk, c.f, dot_family=c.dot, kernel=plan.kernel,
-                            window=c.window)
+    bq, bk = default_blocks(
+        c.b * c.h, c.tq, c.tk, c.f, dot_family=c.dot, kernel=plan.kernel, window=c.window
+    )
     largest, pair = _block_elements(c, bq, bk)
     rows = c.b * c.h
     Sb, Sp = rows * largest * c.it, rows * (pair - largest) * c.it  # a block, the one before
@@ -884,8 +947,10 @@ def _block_elements(c: _Call, bq: int, bk: int) -> tuple[int, int]:
     """
     n = -(-c.tq // bq)
     if n > EXACT_BLOCKS:
-        widest = max(hi - lo for lo, hi in (_key_range(c, q0, q0 + bq)
-                                            for q0 in (0, (n // 2) * bq, (n - 2) * bq)))
+        widest = max(
+            hi - lo
+            for lo, hi in (_key_range(c, q0, q0 + bq) for q0 in (0, (n // 2) * bq, (n - 2) * bq))
+        )
         largest = bq * min(bk, widest + 1, c.tk)
         return largest, 2 * largest
     largest = pair = 0
@@ -971,8 +1036,11 @@ def measure_peak(fn: Callable[[], object], device: str | torch.device = "cpu") -
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     cpu = torch._C._autograd.DeviceType.CPU
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
-                    if e.name() == "[memory]" and e.device_type() == cpu)
+    events = sorted(
+        (e.start_ns(), e.nbytes())
+        for e in prof.profiler.kineto_results.events()
+        if e.name() == "[memory]" and e.device_type() == cpu
+    )
     now = peak = 0
     for _, nbytes in events:
         now += nbytes

@@ -16,12 +16,21 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.attention.path import Inputs, Path, Plan
-from attnkit.ops.precision import compute_dtype, upcast
 from attnkit.attention.scores import Score
+from attnkit.ops.precision import compute_dtype, upcast
 from attnkit.ops.tracing import values_readable
 
-__all__ = ["REFERENCE", "ReferencePath", "available_memory", "check_single_backward",
-           "fits_in_memory", "reference_attention", "masked_softmax", "weigh"]
+__all__ = [
+    "REFERENCE",
+    "ReferencePath",
+    "available_memory",
+    "check_single_backward",
+    "fits_in_memory",
+    "reference_attention",
+    "masked_softmax",
+    "weigh",
+]
+
 
 def check_single_backward(impl: str) -> None:
     """Refuse, in a fast path's backward, to build a graph of that backward.
@@ -39,7 +48,8 @@ def check_single_backward(impl: str) -> None:
         raise RuntimeError(
             f"impl={impl!r}: its backward cannot be differentiated again (create_graph=True, "
             "as a gradient penalty asks); build the module with impl='reference' for "
-            "gradients of gradients")
+            "gradients of gradients"
+        )
 
 
 # Calls needing less than this (bytes) are not checked against the free memory.
@@ -85,8 +95,10 @@ def fits_in_memory(score: Score, qf: torch.Tensor, tk: int, need_weights: bool) 
     free = available_memory(qf.device) if need >= _CHECK_FROM else None
     if free is not None and need > free:
         tensors, advice = _too_big(score, qf, tk, need_weights)
-        raise MemoryError(f"impl='reference': this call needs at least {tensors}, more than the "
-                          f"{_size(free)} available on {qf.device}; {advice}")
+        raise MemoryError(
+            f"impl='reference': this call needs at least {tensors}, more than the "
+            f"{_size(free)} available on {qf.device}; {advice}"
+        )
     try:
         yield
     except RuntimeError as exc:  # torch.OutOfMemoryError is one
@@ -94,8 +106,9 @@ def fits_in_memory(score: Score, qf: torch.Tensor, tk: int, need_weights: bool) 
             raise
         tensors, advice = _too_big(score, qf, tk, need_weights)
         reason = str(exc).strip().splitlines()[0][:300]
-        raise MemoryError(f"impl='reference': allocating at least {tensors} failed ({reason}); "
-                          f"{advice}") from exc
+        raise MemoryError(
+            f"impl='reference': allocating at least {tensors} failed ({reason}); {advice}"
+        ) from exc
 
 
 def _too_big(score: Score, qf: torch.Tensor, tk: int, need_weights: bool) -> tuple[str, str]:
@@ -107,15 +120,22 @@ def _too_big(score: Score, qf: torch.Tensor, tk: int, need_weights: bool) -> tup
     dims, shape = "(B, H, Tq, Tk)", (b, h, tq, tk)
     if not score.dot_family:
         dims, shape = "(B, H, Tq, Tk, A)", shape + (f,)
-    tensors = (f"{_size(2 * math.prod(shape) * itemsize)} for two {dims} = {shape} "
-               f"{str(dtype).removeprefix('torch.')} tensors")
+    tensors = (
+        f"{_size(2 * math.prod(shape) * itemsize)} for two {dims} = {shape} "
+        f"{str(dtype).removeprefix('torch.')} tensors"
+    )
     scores = b * h * tq * tk * itemsize
     if not need_weights:
-        advice = ("impl='sdpa' or 'chunked' never build them" if score.dot_family
-                  else "impl='chunked' works in blocks of a few MiB")
+        advice = (
+            "impl='sdpa' or 'chunked' never build them"
+            if score.dot_family
+            else "impl='chunked' works in blocks of a few MiB"
+        )
     elif score.dot_family:
-        advice = (f"the weights alone take {_size(scores)}: pass need_weights=False "
-                  "(then SDPA or chunked never build them)")
+        advice = (
+            f"the weights alone take {_size(scores)}: pass need_weights=False "
+            "(then SDPA or chunked never build them)"
+        )
     else:
         advice = f"impl='chunked' keeps only the (B, H, Tq, Tk) scores, about {_size(2 * scores)}"
     return tensors, advice
@@ -191,9 +211,15 @@ class ReferencePath(Path):
 
     def run(self, inp: Inputs, plan: Plan) -> tuple[torch.Tensor, torch.Tensor | None]:
         with fits_in_memory(inp.score, inp.qf, inp.kf.shape[2], inp.need_weights):
-            context, weights = reference_attention(inp.qf, inp.kf, inp.v, inp.score,
-                                                   inp.call.mask(), extra=inp.extra,
-                                                   dropout_p=inp.dropout_p)
+            context, weights = reference_attention(
+                inp.qf,
+                inp.kf,
+                inp.v,
+                inp.score,
+                inp.call.mask(),
+                extra=inp.extra,
+                dropout_p=inp.dropout_p,
+            )
         return context, (weights if inp.need_weights else None)
 
 

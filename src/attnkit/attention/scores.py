@@ -67,7 +67,6 @@ def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.einsum("bhtd,hda->bhta", x, w)
 
 
-
 def _reduce_v(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """``v^T x`` over the last dim per head: ``x (B, H, Tq, Tk, A)``, ``v (H, A)`` ->
     ``(B, H, Tq, Tk)``. Exported as a broadcast matrix product: onnxruntime runs an ONNX
@@ -84,6 +83,7 @@ def _location_term(extra: torch.Tensor, w_loc: torch.Tensor) -> torch.Tensor:
     if exporting():
         return extra @ w_loc[:, None]
     return torch.einsum("bhqkf,hfa->bhqka", extra, w_loc)
+
 
 class Score(nn.Module):
     """Base class. Subclasses implement the paper's equation; see the module docstring.
@@ -339,10 +339,15 @@ def make_score(
             f"got attn_dim={attn_dim} with score={name!r}"
         )
     if name != "location":
-        for arg, val in (("location_filters", location_filters), ("location_kernel", location_kernel)):
+        for arg, val in (
+            ("location_filters", location_filters),
+            ("location_kernel", location_kernel),
+        ):
             if val is not None:
-                raise ValueError(f"{arg}: only the 'location' score has a conv, got {arg}={val!r} "
-                                 f"with score={name!r}")
+                raise ValueError(
+                    f"{arg}: only the 'location' score has a conv, got {arg}={val!r} "
+                    f"with score={name!r}"
+                )
     a = key_dim if attn_dim is None else attn_dim
     if name == "dot":
         return DotScore()

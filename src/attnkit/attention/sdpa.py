@@ -61,9 +61,11 @@ def sdpa_attention(
         ``context (B, H, Tq, Dv)``.
     """
     if mask is None:
-        return _guarded(F.scaled_dot_product_attention(
-            qf, kf, value, dropout_p=dropout_p, is_causal=is_causal, scale=scale
-        ))
+        return _guarded(
+            F.scaled_dot_product_attention(
+                qf, kf, value, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+            )
+        )
     # A row with no allowed key would be NaN in SDPA: let it see every key, then zero it, so its
     # output and its gradients are exactly zero.
     empty = ~mask.any(dim=-1, keepdim=True)  # (B, 1|H, Tq, 1)
@@ -92,20 +94,24 @@ class SdpaPath(Path):
         if inp.dropout_p > 0 and inp.on_cpu:
             reasons.append("dropout on CPU: SDPA would fall back to its full-matrix math path")
         if inp.sdpa_mask_elements > SDPA_MASK_LIMIT:
-            reasons.append(f"SDPA would need a {inp.sdpa_mask_elements:,}-element mask; "
-                           "chunked builds it block by block")
+            reasons.append(
+                f"SDPA would need a {inp.sdpa_mask_elements:,}-element mask; "
+                "chunked builds it block by block"
+            )
         return reasons
 
     def plan(self, inp: Inputs, because: str | None) -> Plan:
-        return Plan("sdpa", because or f"score {inp.score.name!r} without weights: fused SDPA "
-                    "kernel")
+        return Plan(
+            "sdpa", because or f"score {inp.score.name!r} without weights: fused SDPA kernel"
+        )
 
     def run(self, inp: Inputs, plan: Plan) -> tuple[torch.Tensor, None]:
         scale, call = inp.score.scale, inp.call
         fed = [x.to(inp.sdpa_dtype or x.dtype) for x in (inp.qf, inp.kf, inp.v)]
         if call.layout.pure_causal:
-            context = sdpa_attention(*fed, None, scale=scale, dropout_p=inp.dropout_p,
-                                     is_causal=True)
+            context = sdpa_attention(
+                *fed, None, scale=scale, dropout_p=inp.dropout_p, is_causal=True
+            )
         else:
             context = sdpa_attention(*fed, call.mask(), scale=scale, dropout_p=inp.dropout_p)
         return context.to(inp.qf.dtype), None

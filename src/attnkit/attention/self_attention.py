@@ -9,16 +9,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnkit.attention.core import AttentionOutput
+from attnkit.attention.masks import lengths_to_mask
+from attnkit.attention.module import Attention
 from attnkit.checks import (
     check_int_tensor,
     check_positive_int,
     check_tensor,
     describe,
 )
-from attnkit.attention.core import AttentionOutput
 from attnkit.ops.dense import Linear
-from attnkit.attention.masks import lengths_to_mask
-from attnkit.attention.module import Attention
 from attnkit.ops.tracing import skips_padding
 
 __all__ = ["ATTENTION_ARGS", "SelfAttention", "length_groups"]
@@ -104,8 +104,10 @@ class SelfAttention(nn.Module):
         super().__init__()
         for name in attention:
             if name not in ATTENTION_ARGS:
-                raise TypeError(f"{name}: not an argument of SelfAttention (it passes on "
-                                f"{', '.join(ATTENTION_ARGS)} to Attention)")
+                raise TypeError(
+                    f"{name}: not an argument of SelfAttention (it passes on "
+                    f"{', '.join(ATTENTION_ARGS)} to Attention)"
+                )
         self.dim = check_positive_int("dim", dim)
         self.out_dim = dim if out_dim is None else check_positive_int("out_dim", out_dim)
         if combine not in COMBINES:
@@ -154,7 +156,9 @@ class SelfAttention(nn.Module):
         if lengths is not None:
             check_int_tensor("lengths", lengths, ndim=1)
             if lengths.shape[0] != b:
-                raise ValueError(f"lengths: expected shape ({b},) (batch size), got {describe(lengths)}")
+                raise ValueError(
+                    f"lengths: expected shape ({b},) (batch size), got {describe(lengths)}"
+                )
             lengths_to_mask(lengths, t)  # validates the values, naming "lengths"
         groups = None
         if lengths is not None and not need_weights and not self.recording and skips_padding(x):
@@ -179,8 +183,13 @@ class SelfAttention(nn.Module):
             out = out * valid[..., None].to(out.dtype)
         return out, weights
 
-    def _grouped(self, x: torch.Tensor, lengths: torch.Tensor, order: torch.Tensor,
-                 runs: list[tuple[int, int]]) -> torch.Tensor:
+    def _grouped(
+        self,
+        x: torch.Tensor,
+        lengths: torch.Tensor,
+        order: torch.Tensor,
+        runs: list[tuple[int, int]],
+    ) -> torch.Tensor:
         """:meth:`_attend` on the rows of each of :func:`length_groups`' runs, cropped to its
         length, padded back and put in the input's row order: ``(B, T, D_out)``."""
         b, t = x.shape[:2]

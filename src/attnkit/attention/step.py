@@ -43,8 +43,16 @@ import torch
 from attnkit.attention.path import Inputs, Path, Plan, Unavailable
 from attnkit.ops import bindings, native
 
-__all__ = ["STEP", "STEP_SCORES", "GradSink", "StepPath", "additive_step", "collect", "dot_step",
-           "sink_supported"]
+__all__ = [
+    "STEP",
+    "STEP_SCORES",
+    "GradSink",
+    "StepPath",
+    "additive_step",
+    "collect",
+    "dot_step",
+    "sink_supported",
+]
 
 
 # Scores with a one-query C++ step kernel; the dot family's one-query step is a few matrix
@@ -221,17 +229,20 @@ class _AdditiveStep(torch.autograd.Function):
         sink = ctx.sink if ctx.needs_input_grad[1] or ctx.needs_input_grad[2] else None
         df = dlw = None
         if ctx.native and f is None and sink is not None:  # the kernel adds d kf in place
-            dq, _, dva, _ = bindings.step_backward(q, kf, va, v, p, dout, dw, f, lw,
-                                                   key_sum=sink.key_buffer(kf))
+            dq, _, dva, _ = bindings.step_backward(
+                q, kf, va, v, p, dout, dw, f, lw, key_sum=sink.key_buffer(kf)
+            )
             dk = dv = None
         elif ctx.native:
-            dq, dk, dva, dv = bindings.step_backward(q, kf, va, v, p, dout, dw, f, lw,
-                                                     values=sink is None)
+            dq, dk, dva, dv = bindings.step_backward(
+                q, kf, va, v, p, dout, dw, f, lw, values=sink is None
+            )
             if f is not None:  # location: d kf is needed on its own, for d f and d lw
                 df, dlw = _location_grads(dk, f, lw)
         else:
-            dq, dk, dva, dv, df, dlw = _backward(q, kf, va, v, p, out, dout, dw, f, lw,
-                                                 values=sink is None)
+            dq, dk, dva, dv, df, dlw = _backward(
+                q, kf, va, v, p, out, dout, dw, f, lw, values=sink is None
+            )
         if sink is not None:
             if dk is not None:
                 sink.key_buffer(kf).add_(dk)
@@ -268,8 +279,10 @@ def additive_step(
         zeros in both, and zero gradients.
     """
     f, lw = (None, None) if location is None else location
-    if not (torch.is_grad_enabled() and any(
-            x is not None and x.requires_grad for x in (q, kf, v, va, f, lw))):
+    if not (
+        torch.is_grad_enabled()
+        and any(x is not None and x.requires_grad for x in (q, kf, v, va, f, lw))
+    ):
         run = bindings.step_forward if native else _forward
         return run(q, kf, va, v, mask, f, lw)  # decoding: no autograd node
     return _AdditiveStep.apply(q, kf, v, va, mask, sink, native, f, lw)
@@ -312,10 +325,12 @@ class _DotStep(torch.autograd.Function):
             dout = torch.zeros(p.shape[:-1] + v.shape[-1:], dtype=p.dtype, device=p.device)
         ds, dq = _dot_backward(qf, kf, v, ctx.scale, p, dout, dw)
         sink = ctx.sink
-        if sink is None or torch.is_grad_enabled() or not (
-                ctx.needs_input_grad[1] or ctx.needs_input_grad[2]):
-            return (dq, ds.transpose(-1, -2) @ qf, p.transpose(-1, -2) @ dout, None, None,
-                    None)
+        if (
+            sink is None
+            or torch.is_grad_enabled()
+            or not (ctx.needs_input_grad[1] or ctx.needs_input_grad[2])
+        ):
+            return (dq, ds.transpose(-1, -2) @ qf, p.transpose(-1, -2) @ dout, None, None, None)
         sink.add_outer("key", ds, qf)
         sink.add_outer("value", p, dout)
         return dq, None, None, None, None, None
@@ -381,13 +396,17 @@ class StepPath(Path):
         if because is not None:
             reason = because
         elif name in STEP_SCORES:
-            reason = (f"score {name!r}, one query per row (a decoder step): C++ step kernel, "
-                      "weights kept for backward, key/value gradients summed over a prepared "
-                      "Memory's steps")
+            reason = (
+                f"score {name!r}, one query per row (a decoder step): C++ step kernel, "
+                "weights kept for backward, key/value gradients summed over a prepared "
+                "Memory's steps"
+            )
         else:
-            reason = (f"score {name!r}, one query per row (a decoder step): weights kept for "
-                      "backward, key/value gradients summed once per sequence over a prepared "
-                      "Memory's steps")
+            reason = (
+                f"score {name!r}, one query per row (a decoder step): weights kept for "
+                "backward, key/value gradients summed once per sequence over a prepared "
+                "Memory's steps"
+            )
         return Plan("step", reason, "native" if name in STEP_SCORES else "eager")
 
     def run(self, inp: Inputs, plan: Plan) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -397,8 +416,9 @@ class StepPath(Path):
         else:
             extra = inp.extra  # location features f (B, H, Tk, F)
             location = None if extra is None else (extra[:, :, 0], score.w_loc)
-            context, weights = additive_step(inp.qf, inp.kf, inp.v, score.v, mask, inp.sink,
-                                             location)
+            context, weights = additive_step(
+                inp.qf, inp.kf, inp.v, score.v, mask, inp.sink, location
+            )
         return context, (weights if inp.need_weights else None)
 
 

@@ -22,8 +22,16 @@ from attnkit.checks import check_int_tensor, check_size, check_tensor, describe
 from attnkit.ops.precision import autocast_enabled, upcast
 from attnkit.ops.tracing import values_readable
 
-__all__ = ["Checked", "autocast_inputs", "check_call", "check_impl",
-           "check_params_dtype", "check_prev", "validate"]
+__all__ = [
+    "Checked",
+    "autocast_inputs",
+    "check_call",
+    "check_impl",
+    "check_params_dtype",
+    "check_prev",
+    "validate",
+]
+
 
 def check_impl(impl: str) -> str:
     """``impl`` is one of :data:`~attnkit.attention.dispatch.IMPLS`.
@@ -52,8 +60,17 @@ class Checked(NamedTuple):
     prev: torch.Tensor | None
 
 
-def validate(attn, query, key, value=None, *, key_lengths=None, key_mask=None,
-             prev_weights=None, positions=None) -> Checked:
+def validate(
+    attn,
+    query,
+    key,
+    value=None,
+    *,
+    key_lengths=None,
+    key_mask=None,
+    prev_weights=None,
+    positions=None,
+) -> Checked:
     """Check every input of a call of ``attn`` (an :class:`~attnkit.attention.Attention`),
     in one place: a prepared ``key`` (:class:`Memory`), shapes, dtypes, masks, positions, the
     parameters' dtype and ``prev_weights``. Under ``torch.autocast`` the float16/bfloat16
@@ -71,9 +88,19 @@ def validate(attn, query, key, value=None, *, key_lengths=None, key_mask=None,
     query, key, value = autocast_inputs(query, key, value)
     if prev_weights is not None and isinstance(query, torch.Tensor):
         prev_weights = autocast_inputs(query, prev_weights)[1]
-    call = check_call(query, key, value, query_dim=attn.query_dim, key_dim=attn.key_dim,
-                      value_dim=attn.value_dim, key_lengths=key_lengths, key_mask=key_mask,
-                      positions=positions, causal=attn.causal, window=attn.window)
+    call = check_call(
+        query,
+        key,
+        value,
+        query_dim=attn.query_dim,
+        key_dim=attn.key_dim,
+        value_dim=attn.value_dim,
+        key_lengths=key_lengths,
+        key_mask=key_mask,
+        positions=positions,
+        causal=attn.causal,
+        window=attn.window,
+    )
     check_params_dtype(attn, query, p=p)
     return Checked(call, memory, check_prev(prev_weights, call, attn.score, attn.heads))
 
@@ -86,7 +113,8 @@ def check_memory(memory: Memory, owner: torch.nn.Module, value, p: torch.Tensor 
     if value is not None:
         raise ValueError("value: the values are already in the prepared Memory")
     if p is not None and (memory.key_features.dtype, memory.key_features.device) != (
-        p.dtype, p.device
+        p.dtype,
+        p.device,
     ):
         raise ValueError(
             f"key: the Memory was prepared for {memory.key_features.dtype} on "
@@ -95,8 +123,9 @@ def check_memory(memory: Memory, owner: torch.nn.Module, value, p: torch.Tensor 
         )
 
 
-def check_params_dtype(module: torch.nn.Module, x: torch.Tensor, name: str = "query",
-                       p: torch.Tensor | None = None) -> None:
+def check_params_dtype(
+    module: torch.nn.Module, x: torch.Tensor, name: str = "query", p: torch.Tensor | None = None
+) -> None:
     """``x`` has the dtype of ``module``'s parameters (``p``: one of them, else looked up)."""
     p = next(module.parameters(), None) if p is None else p
     if p is not None and p.dtype != x.dtype:
@@ -112,8 +141,7 @@ def check_prev(prev_weights, call: Call, score, heads: int) -> torch.Tensor | No
     if not score.needs_prev:
         if prev_weights is not None:
             raise ValueError(
-                f"prev_weights: only the 'location' score uses them, score is "
-                f"{score.name!r}"
+                f"prev_weights: only the 'location' score uses them, score is {score.name!r}"
             )
         return None
     if prev_weights is None:
@@ -136,8 +164,10 @@ def check_prev(prev_weights, call: Call, score, heads: int) -> torch.Tensor | No
     if values_readable(prev_weights):
         bad = int((~torch.isfinite(prev_weights)).sum())
         if bad:
-            raise ValueError(f"prev_weights: expected finite weights, got {bad} NaN or "
-                             f"infinite values ({describe(prev_weights)})")
+            raise ValueError(
+                f"prev_weights: expected finite weights, got {bad} NaN or "
+                f"infinite values ({describe(prev_weights)})"
+            )
     return prev_weights.reshape(b, heads, tq, tk)
 
 
@@ -195,10 +225,16 @@ def check_call(
         key_valid = lengths_to_mask(key_lengths.to(key.device), tk, name="key_lengths")
     if key_mask is not None:
         if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
-            got = describe(key_mask) if isinstance(key_mask, torch.Tensor) else type(key_mask).__name__
+            got = (
+                describe(key_mask)
+                if isinstance(key_mask, torch.Tensor)
+                else type(key_mask).__name__
+            )
             raise TypeError(f"key_mask: expected a bool tensor (True = may attend), got {got}")
         if tuple(key_mask.shape) != (b, tk):
-            raise ValueError(f"key_mask: expected shape (B, Tk) = ({b}, {tk}), got {describe(key_mask)}")
+            raise ValueError(
+                f"key_mask: expected shape (B, Tk) = ({b}, {tk}), got {describe(key_mask)}"
+            )
         key_mask = key_mask.to(key.device)
         key_valid = key_mask if key_valid is None else key_valid & key_mask
 
@@ -213,8 +249,10 @@ def check_call(
         if values_readable(positions) and positions.numel():
             lo, hi = (int(x) for x in torch.aminmax(positions))
             if lo < 0 or hi > max(tk - 1, 0):
-                raise ValueError(f"positions: expected key positions in [0, {max(tk - 1, 0)}] "
-                                 f"(Tk = {tk}), got min {lo} and max {hi}")
+                raise ValueError(
+                    f"positions: expected key positions in [0, {max(tk - 1, 0)}] "
+                    f"(Tk = {tk}), got min {lo} and max {hi}"
+                )
         q_pos = positions.to(key.device, torch.long).reshape(b, tq)  # (B, Tq)
     elif causal or window is not None:
         if one_step:

@@ -40,90 +40,256 @@ class Option(NamedTuple):
 UP_TO = f"(0 to {audio_augment.SPECAUGMENT_MAX:,})"  # SpecAugment's sizes and counts
 
 SPEECH = (
-    Option("--pitch-shift", "pitch", ("factor",), "pair",
-           "LOW,HIGH pitch factors with 0.5 <= LOW <= HIGH <= 2, formants and duration kept "
-           "(PSOLA)", "LOW,HIGH"),
-    Option("--voice-source", "voice_source", ("hnr_db",), "pair",
-           "LOW,HIGH harmonics-to-noise ratios in dB with 0 <= LOW <= HIGH <= 60 of a new "
-           "glottal source under the same formants (LPC resynthesis; low: breathy)",
-           "LOW,HIGH"),
-    Option("--dynamic-range", "dynamic_range", ("exponent",), "pair",
-           "LOW,HIGH exponents with -1 <= LOW <= HIGH <= 1 of a gain (local level / loudest "
-           "level) ** E: above 0 the weak sounds (fricatives, nasals) weaker against the "
-           "vowels, as in recorded speech; below 0 stronger", "LOW,HIGH"),
-    Option("--consonant-duration", "consonant_duration", ("factor",), "pair",
-           "LOW,HIGH duration factors with 0.2 <= LOW <= HIGH <= 2 of the weak sounds between "
-           "the vowels (nasals, fricatives, stops), the vowels and pauses kept (each one's "
-           "middle cut out or repeated)",
-           "LOW,HIGH"),
-    Option("--speed-perturb", "speed", ("factors",), "list",
-           "comma-separated speed factors, each from 0.5 to 2 (Ko et al. 2015: 0.9,1.0,1.1); "
-           "each utterance is played at one of them, resampled", "F,F,..."),
-    Option("--gain", "gain", ("db",), "number",
-           "the largest gain or attenuation in dB, from 0 to 40 (drawn from -DB to DB)", "DB"),
-    Option("--reverb", "reverb", ("rt60",), "pair",
-           "LOW,HIGH reverberation times (RT60) in seconds with 0 < LOW <= HIGH <= 3 of a "
-           "synthetic room", "LOW,HIGH"),
-    Option("--noise-snr", "noise", ("snr_db",), "pair",
-           "LOW,HIGH signal-to-noise ratios in dB with 0 <= LOW <= HIGH <= 100 of added "
-           "white or pink noise", "LOW,HIGH"),
-    Option("--band-limit", "band_limit", ("low_hz", "high_hz"), "pair",
-           "LOW,HIGH band edges in Hz with 0 <= LOW < HIGH < 8000 (telephone: 300,3400)",
-           "LOW,HIGH"),
-    Option("--vtlp", "vtlp", ("alpha",), "pair",
-           "LOW,HIGH vocal-tract-length warp factors with 0.7 <= LOW <= HIGH <= 1.3 (Jaitly & "
-           "Hinton 2013: 0.9,1.1)", "LOW,HIGH"),
-    Option("--freq-mask", "specaugment", ("freq_mask",), "int",
-           f"SpecAugment's F: the widest frequency mask, in mel bins {UP_TO}", "F"),
-    Option("--freq-masks", "specaugment", ("freq_masks",), "int",
-           f"SpecAugment's mF: frequency masks per utterance {UP_TO}", "MF"),
-    Option("--time-mask", "specaugment", ("time_mask",), "int",
-           f"SpecAugment's T: the longest time mask, in frames of 10 ms {UP_TO}", "T"),
-    Option("--time-masks", "specaugment", ("time_masks",), "int",
-           f"SpecAugment's mT: time masks per utterance {UP_TO}", "MT"),
-    Option("--time-mask-ratio", "specaugment", ("max_time_ratio",), "number",
-           "SpecAugment's p: a time mask covers at most this share of the utterance, from 0 "
-           "to 1", "P"),
-    Option("--time-warp", "specaugment", ("time_warp",), "int",
-           f"SpecAugment's W: the farthest a time warp moves a frame {UP_TO} (0: no warp)", "W"),
+    Option(
+        "--pitch-shift",
+        "pitch",
+        ("factor",),
+        "pair",
+        "LOW,HIGH pitch factors with 0.5 <= LOW <= HIGH <= 2, formants and duration kept (PSOLA)",
+        "LOW,HIGH",
+    ),
+    Option(
+        "--voice-source",
+        "voice_source",
+        ("hnr_db",),
+        "pair",
+        "LOW,HIGH harmonics-to-noise ratios in dB with 0 <= LOW <= HIGH <= 60 of a new "
+        "glottal source under the same formants (LPC resynthesis; low: breathy)",
+        "LOW,HIGH",
+    ),
+    Option(
+        "--dynamic-range",
+        "dynamic_range",
+        ("exponent",),
+        "pair",
+        "LOW,HIGH exponents with -1 <= LOW <= HIGH <= 1 of a gain (local level / loudest "
+        "level) ** E: above 0 the weak sounds (fricatives, nasals) weaker against the "
+        "vowels, as in recorded speech; below 0 stronger",
+        "LOW,HIGH",
+    ),
+    Option(
+        "--consonant-duration",
+        "consonant_duration",
+        ("factor",),
+        "pair",
+        "LOW,HIGH duration factors with 0.2 <= LOW <= HIGH <= 2 of the weak sounds between "
+        "the vowels (nasals, fricatives, stops), the vowels and pauses kept (each one's "
+        "middle cut out or repeated)",
+        "LOW,HIGH",
+    ),
+    Option(
+        "--speed-perturb",
+        "speed",
+        ("factors",),
+        "list",
+        "comma-separated speed factors, each from 0.5 to 2 (Ko et al. 2015: 0.9,1.0,1.1); "
+        "each utterance is played at one of them, resampled",
+        "F,F,...",
+    ),
+    Option(
+        "--gain",
+        "gain",
+        ("db",),
+        "number",
+        "the largest gain or attenuation in dB, from 0 to 40 (drawn from -DB to DB)",
+        "DB",
+    ),
+    Option(
+        "--reverb",
+        "reverb",
+        ("rt60",),
+        "pair",
+        "LOW,HIGH reverberation times (RT60) in seconds with 0 < LOW <= HIGH <= 3 of a "
+        "synthetic room",
+        "LOW,HIGH",
+    ),
+    Option(
+        "--noise-snr",
+        "noise",
+        ("snr_db",),
+        "pair",
+        "LOW,HIGH signal-to-noise ratios in dB with 0 <= LOW <= HIGH <= 100 of added "
+        "white or pink noise",
+        "LOW,HIGH",
+    ),
+    Option(
+        "--band-limit",
+        "band_limit",
+        ("low_hz", "high_hz"),
+        "pair",
+        "LOW,HIGH band edges in Hz with 0 <= LOW < HIGH < 8000 (telephone: 300,3400)",
+        "LOW,HIGH",
+    ),
+    Option(
+        "--vtlp",
+        "vtlp",
+        ("alpha",),
+        "pair",
+        "LOW,HIGH vocal-tract-length warp factors with 0.7 <= LOW <= HIGH <= 1.3 (Jaitly & "
+        "Hinton 2013: 0.9,1.1)",
+        "LOW,HIGH",
+    ),
+    Option(
+        "--freq-mask",
+        "specaugment",
+        ("freq_mask",),
+        "int",
+        f"SpecAugment's F: the widest frequency mask, in mel bins {UP_TO}",
+        "F",
+    ),
+    Option(
+        "--freq-masks",
+        "specaugment",
+        ("freq_masks",),
+        "int",
+        f"SpecAugment's mF: frequency masks per utterance {UP_TO}",
+        "MF",
+    ),
+    Option(
+        "--time-mask",
+        "specaugment",
+        ("time_mask",),
+        "int",
+        f"SpecAugment's T: the longest time mask, in frames of 10 ms {UP_TO}",
+        "T",
+    ),
+    Option(
+        "--time-masks",
+        "specaugment",
+        ("time_masks",),
+        "int",
+        f"SpecAugment's mT: time masks per utterance {UP_TO}",
+        "MT",
+    ),
+    Option(
+        "--time-mask-ratio",
+        "specaugment",
+        ("max_time_ratio",),
+        "number",
+        "SpecAugment's p: a time mask covers at most this share of the utterance, from 0 to 1",
+        "P",
+    ),
+    Option(
+        "--time-warp",
+        "specaugment",
+        ("time_warp",),
+        "int",
+        f"SpecAugment's W: the farthest a time warp moves a frame {UP_TO} (0: no warp)",
+        "W",
+    ),
 )
 
 LINES = (
-    Option("--scale", "scale", ("size",), "pair",
-           "LOW,HIGH text sizes within the line's height with 0.3 <= LOW <= HIGH <= 1",
-           "LOW,HIGH"),
-    Option("--stretch", "stretch", ("factor",), "pair",
-           "LOW,HIGH width factors with 0.25 <= LOW <= HIGH <= 4", "LOW,HIGH"),
-    Option("--rotate", "rotate", ("degrees",), "number",
-           "the largest rotation in degrees, from 0 to 45 (clamped on long lines so their "
-           "ends stay inside)", "DEG"),
-    Option("--shear", "shear", ("slant",), "number",
-           "the largest slant, forward (italic) or backward, as the tangent of its angle, from "
-           "0 to 1 (italic faces: 0.15-0.3)", "S"),
-    Option("--perspective", "perspective", ("distortion",), "number",
-           "the farthest a corner moves, as a share of the line's height, from 0 to 0.5", "D"),
-    Option("--baseline", "baseline", ("pixels",), "number",
-           "the largest vertical shift of a wavy baseline, in pixels, from 0 to 16", "PX"),
-    Option("--margins", "margins", ("pixels",), "int",
-           "the most pixels each margin grows or shrinks by (blank columns only), from 0 to "
-           "1000", "PX"),
-    Option("--stroke", "stroke", ("pixels",), "int",
-           "the most pixels the ink is dilated or eroded by, from 0 to 4", "PX"),
-    Option("--paper", "shade", ("paper",), "pair",
-           "LOW,HIGH paper gray levels (0 black, 1 white) with 0 <= LOW <= HIGH <= 1, above "
-           "every ink level", "LOW,HIGH"),
-    Option("--ink", "shade", ("ink",), "pair",
-           "LOW,HIGH ink gray levels with 0 <= LOW <= HIGH <= 1, below every paper level",
-           "LOW,HIGH"),
-    Option("--blur", "blur", ("sigma",), "pair",
-           "LOW,HIGH Gaussian blur widths (sigma) in pixels with 0 <= LOW <= HIGH <= 8",
-           "LOW,HIGH"),
-    Option("--pixel-noise", "pixel_noise", ("std",), "pair",
-           "LOW,HIGH standard deviations of per-pixel noise in gray levels with 0 <= LOW <= "
-           "HIGH <= 0.5", "LOW,HIGH"),
-    Option("--jpeg", "jpeg", ("quality",), "int pair",
-           "LOW,HIGH JPEG qualities with 1 <= LOW <= HIGH <= 95", "LOW,HIGH"),
+    Option(
+        "--scale",
+        "scale",
+        ("size",),
+        "pair",
+        "LOW,HIGH text sizes within the line's height with 0.3 <= LOW <= HIGH <= 1",
+        "LOW,HIGH",
+    ),
+    Option(
+        "--stretch",
+        "stretch",
+        ("factor",),
+        "pair",
+        "LOW,HIGH width factors with 0.25 <= LOW <= HIGH <= 4",
+        "LOW,HIGH",
+    ),
+    Option(
+        "--rotate",
+        "rotate",
+        ("degrees",),
+        "number",
+        "the largest rotation in degrees, from 0 to 45 (clamped on long lines so their "
+        "ends stay inside)",
+        "DEG",
+    ),
+    Option(
+        "--shear",
+        "shear",
+        ("slant",),
+        "number",
+        "the largest slant, forward (italic) or backward, as the tangent of its angle, from "
+        "0 to 1 (italic faces: 0.15-0.3)",
+        "S",
+    ),
+    Option(
+        "--perspective",
+        "perspective",
+        ("distortion",),
+        "number",
+        "the farthest a corner moves, as a share of the line's height, from 0 to 0.5",
+        "D",
+    ),
+    Option(
+        "--baseline",
+        "baseline",
+        ("pixels",),
+        "number",
+        "the largest vertical shift of a wavy baseline, in pixels, from 0 to 16",
+        "PX",
+    ),
+    Option(
+        "--margins",
+        "margins",
+        ("pixels",),
+        "int",
+        "the most pixels each margin grows or shrinks by (blank columns only), from 0 to 1000",
+        "PX",
+    ),
+    Option(
+        "--stroke",
+        "stroke",
+        ("pixels",),
+        "int",
+        "the most pixels the ink is dilated or eroded by, from 0 to 4",
+        "PX",
+    ),
+    Option(
+        "--paper",
+        "shade",
+        ("paper",),
+        "pair",
+        "LOW,HIGH paper gray levels (0 black, 1 white) with 0 <= LOW <= HIGH <= 1, above "
+        "every ink level",
+        "LOW,HIGH",
+    ),
+    Option(
+        "--ink",
+        "shade",
+        ("ink",),
+        "pair",
+        "LOW,HIGH ink gray levels with 0 <= LOW <= HIGH <= 1, below every paper level",
+        "LOW,HIGH",
+    ),
+    Option(
+        "--blur",
+        "blur",
+        ("sigma",),
+        "pair",
+        "LOW,HIGH Gaussian blur widths (sigma) in pixels with 0 <= LOW <= HIGH <= 8",
+        "LOW,HIGH",
+    ),
+    Option(
+        "--pixel-noise",
+        "pixel_noise",
+        ("std",),
+        "pair",
+        "LOW,HIGH standard deviations of per-pixel noise in gray levels with 0 <= LOW <= "
+        "HIGH <= 0.5",
+        "LOW,HIGH",
+    ),
+    Option(
+        "--jpeg",
+        "jpeg",
+        ("quality",),
+        "int pair",
+        "LOW,HIGH JPEG qualities with 1 <= LOW <= HIGH <= 95",
+        "LOW,HIGH",
+    ),
 )
+
 
 def _dest(flag: str) -> str:
     return "aug_" + flag[2:].replace("-", "_")
@@ -132,19 +298,29 @@ def _dest(flag: str) -> str:
 def _add(p, presets: dict, options: tuple[Option, ...], what: str) -> None:
     group = p.add_argument_group(
         "augmentation (training lines only, drawn afresh each epoch; off by default)"
-        if what == "lines" else
-        "augmentation (training utterances only, drawn afresh each epoch; off by default)")
-    group.add_argument("--augment", dest="aug_augment", metavar="PRESET",
-                       help=f"a set of augmentations: {', '.join(presets)} (default none; "
-                       f"docs/{'ocr' if what == 'lines' else 'speech'}.md); the options "
-                       "below change or add to it")
+        if what == "lines"
+        else "augmentation (training utterances only, drawn afresh each epoch; off by default)"
+    )
+    group.add_argument(
+        "--augment",
+        dest="aug_augment",
+        metavar="PRESET",
+        help=f"a set of augmentations: {', '.join(presets)} (default none; "
+        f"docs/{'ocr' if what == 'lines' else 'speech'}.md); the options "
+        "below change or add to it",
+    )
     for option in options:
-        group.add_argument(option.flag, dest=_dest(option.flag), metavar=option.metavar,
-                           help=option.expects)
+        group.add_argument(
+            option.flag, dest=_dest(option.flag), metavar=option.metavar, help=option.expects
+        )
     names = sorted({o.augmentation for o in options})
-    group.add_argument("--augment-prob", dest="aug_augment_prob", metavar="NAME=P,...",
-                       help=f"the probability that each named augmentation ({', '.join(names)}) "
-                       "changes an example")
+    group.add_argument(
+        "--augment-prob",
+        dest="aug_augment_prob",
+        metavar="NAME=P,...",
+        help=f"the probability that each named augmentation ({', '.join(names)}) "
+        "changes an example",
+    )
 
 
 def add_speech_args(p) -> None:
@@ -206,9 +382,10 @@ def _augmentations(args, presets: dict, options: tuple[Option, ...]) -> list:
                 chosen[augmentation] = AUGMENTATIONS[augmentation](**values)
         except ValueError:
             expects = "; ".join(o.expects for o in given if o.augmentation == augmentation)
-            raise ValueError(f"{', '.join(flags)}: expected {expects}, got "
-                             f"{', '.join(repr(getattr(args, _dest(f))) for f in flags)}"
-                             ) from None
+            raise ValueError(
+                f"{', '.join(flags)}: expected {expects}, got "
+                f"{', '.join(repr(getattr(args, _dest(f))) for f in flags)}"
+            ) from None
     if args.aug_augment_prob is not None:
         _set_probabilities(args.aug_augment_prob, chosen, {o.augmentation for o in options})
     order = list(dict.fromkeys(o.augmentation for o in options))
@@ -228,11 +405,14 @@ def _set_probabilities(text: str, chosen: dict, names: set[str]) -> None:
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"--augment-prob: expected {expected}, got {item!r}")
         if name not in names:
-            raise ValueError(f"--augment-prob: expected NAME one of "
-                             f"{', '.join(sorted(names))}, got {name!r}")
+            raise ValueError(
+                f"--augment-prob: expected NAME one of {', '.join(sorted(names))}, got {name!r}"
+            )
         if name not in chosen:
-            raise ValueError(f"--augment-prob: {name} is not among the augmentations asked "
-                             "for; add it with its option or a preset")
+            raise ValueError(
+                f"--augment-prob: {name} is not among the augmentations asked "
+                "for; add it with its option or a preset"
+            )
         chosen[name] = dataclasses.replace(chosen[name], p=p)
 
 
@@ -255,9 +435,11 @@ def _for_run(args, ck, composition, made: list):
             started = f"other values of {_changed(saved, asked)}"  # the names alike
         else:
             started = f"{_describe(saved)}, not {_describe(asked)}"
-        raise ValueError(f"--augment: the run in {args.out} was started with {started}; "
-                         "resume without augmentation options to continue it as it was, or "
-                         "start a new run in another --out")
+        raise ValueError(
+            f"--augment: the run in {args.out} was started with {started}; "
+            "resume without augmentation options to continue it as it was, or "
+            "start a new run in another --out"
+        )
     return composition.from_config(saved)
 
 
@@ -272,9 +454,13 @@ def _changed(saved: list[dict], asked: list[dict]) -> str:
         new = next(c for c in after if c["name"] == old["name"])
         after.remove(new)
         keys = [k for k in {**old, **new} if old.get(k) != new.get(k)]
-        parts.append(f"{old['name']}: " + ", ".join(
-            f"{k}={json.dumps(old.get(k))}" for k in keys) + " saved, " + ", ".join(
-            f"{k}={json.dumps(new.get(k))}" for k in keys) + " asked")
+        parts.append(
+            f"{old['name']}: "
+            + ", ".join(f"{k}={json.dumps(old.get(k))}" for k in keys)
+            + " saved, "
+            + ", ".join(f"{k}={json.dumps(new.get(k))}" for k in keys)
+            + " asked"
+        )
     return "; ".join(parts)
 
 

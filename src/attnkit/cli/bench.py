@@ -24,9 +24,13 @@ SHARED = {"__init__", "harness", "plain"}
 
 def add_parser(sub) -> None:
     # "+" as the only prefix: no word after `bench` is parsed here, all go to the script
-    p = sub.add_parser("bench", prefix_chars="+", add_help=False,
-                       help="run a benchmark of a source checkout (default: the attention "
-                       "paths' time and peak memory); attnkit bench --help lists them")
+    p = sub.add_parser(
+        "bench",
+        prefix_chars="+",
+        add_help=False,
+        help="run a benchmark of a source checkout (default: the attention "
+        "paths' time and peak memory); attnkit bench --help lists them",
+    )
     p.add_argument("words", nargs=argparse.REMAINDER)
     p.set_defaults(run=run)
 
@@ -50,10 +54,15 @@ def names(root: Path) -> list[str]:
 def usage(root: Path | None) -> str:
     """``attnkit bench --help``: what it does and the benchmarks it finds."""
     what = __doc__.split("\n\n")[0]
-    found = (f"Benchmarks in {root}: {', '.join(names(root))}." if root is not None
-             else f"No source checkout found ({_looked()}).")
-    return (f"usage: attnkit bench [NAME] [OPTIONS]\n\n{what}\n\n{found}\n"
-            "`attnkit bench NAME --help` prints the options of NAME.\n")
+    found = (
+        f"Benchmarks in {root}: {', '.join(names(root))}."
+        if root is not None
+        else f"No source checkout found ({_looked()})."
+    )
+    return (
+        f"usage: attnkit bench [NAME] [OPTIONS]\n\n{what}\n\n{found}\n"
+        "`attnkit bench NAME --help` prints the options of NAME.\n"
+    )
 
 
 def _looked() -> str:
@@ -68,12 +77,17 @@ def run(args: argparse.Namespace) -> int:
         return 0
     name = words.pop(0) if words and not words[0].startswith("-") else DEFAULT
     if root is None:
-        print(f"attnkit bench: the benchmarks package was not found ({_looked()}); run it "
-              "from a source checkout of attnkit", file=sys.stderr)
+        print(
+            f"attnkit bench: the benchmarks package was not found ({_looked()}); run it "
+            "from a source checkout of attnkit",
+            file=sys.stderr,
+        )
         return 2
     if name not in names(root):
-        print(f"attnkit bench: no benchmark {name!r} in {root / 'benchmarks'} (there are: "
-              f"{', '.join(names(root))})", file=sys.stderr)
+        print(
+            f"attnkit bench: no benchmark {name!r} in {root / 'benchmarks'} (there are: "
+            f"{', '.join(names(root))})",
+            file=sys.stderr,
+        )
         return 2
-    return subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *words],
-                          cwd=root).returncode
+    return subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *words], cwd=root).returncode

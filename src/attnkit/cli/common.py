@@ -42,13 +42,37 @@ from attnkit.train import (
 
 log = logging.getLogger("attnkit")
 
-__all__ = ["Interrupted", "add_decoding_args", "add_device_arg", "add_html_arg",
-           "add_task_parser", "add_training_args", "check_arguments", "choice_list", "decoding",
-           "float_in", "held_out", "is_training", "learning_rate", "locked_run_folder",
-           "non_negative_float", "non_negative_int", "positive_float", "positive_int",
-           "print_outputs", "probability", "proportion", "resolve_run_options",
-           "run_checkpoints", "stop_if_signalled", "teacher_forcing", "train_and_report", "training_config",
-           "wants_weights", "write_html"]
+__all__ = [
+    "Interrupted",
+    "add_decoding_args",
+    "add_device_arg",
+    "add_html_arg",
+    "add_task_parser",
+    "add_training_args",
+    "check_arguments",
+    "choice_list",
+    "decoding",
+    "float_in",
+    "held_out",
+    "is_training",
+    "learning_rate",
+    "locked_run_folder",
+    "non_negative_float",
+    "non_negative_int",
+    "positive_float",
+    "positive_int",
+    "print_outputs",
+    "probability",
+    "proportion",
+    "resolve_run_options",
+    "run_checkpoints",
+    "stop_if_signalled",
+    "teacher_forcing",
+    "train_and_report",
+    "training_config",
+    "wants_weights",
+    "write_html",
+]
 
 CUDA_DATA_WORKERS = 2  # --workers-data on a GPU when not given (0 on CPU)
 
@@ -56,6 +80,7 @@ CUDA_DATA_WORKERS = 2  # --workers-data on a GPU when not given (0 on CPU)
 def int_at_least(minimum: int, name: str, *, at_most: int | None = None):
     """An argparse type: an int >= ``minimum`` (and <= ``at_most``, when given); argparse
     names it ``name`` in its error."""
+
     def parse(text: str) -> int:
         value = int(text)
         if value < minimum or (at_most is not None and value > at_most):
@@ -70,14 +95,19 @@ positive_int = int_at_least(1, "positive int")
 non_negative_int = int_at_least(0, "non-negative int")
 
 
-def float_in(low: float, high: float, name: str, *, low_included: bool = True,
-             high_included: bool = True):
+def float_in(
+    low: float, high: float, name: str, *, low_included: bool = True, high_included: bool = True
+):
     """An argparse type: a finite float between ``low`` and ``high`` (each included unless
     told; ``high`` may be infinite); argparse names it ``name`` in its error."""
+
     def parse(text: str) -> float:
         value = float(text)
-        if not (math.isfinite(value) and low <= value <= high) or (
-                value == low and not low_included) or (value == high and not high_included):
+        if (
+            not (math.isfinite(value) and low <= value <= high)
+            or (value == low and not low_included)
+            or (value == high and not high_included)
+        ):
             raise ValueError(text)
         return value
 
@@ -95,6 +125,7 @@ learning_rate = float_in(0.0, 10.0, "learning rate in (0, 10]", low_included=Fal
 
 def choice_list(choices: tuple[str, ...], what: str):
     """An argparse type: comma-separated names, each one of ``choices``."""
+
     def parse(text: str) -> tuple[str, ...]:
         values = tuple(v.strip() for v in text.split(",") if v.strip())
         if not values or any(v not in choices for v in values):
@@ -107,6 +138,7 @@ def choice_list(choices: tuple[str, ...], what: str):
 
 def int_range(low: int, high: int, what: str):
     """An argparse type: ``LOW,HIGH``, two ints with ``low <= LOW <= HIGH <= high``."""
+
     def parse(text: str) -> tuple[int, int]:
         values = tuple(int(v) for v in text.split(","))
         if len(values) != 2 or not low <= values[0] <= values[1] <= high:
@@ -122,13 +154,24 @@ def held_out(train: list, valid: list, what: str, *, n: int = 300) -> list:
     warning: a run without validation data validates on what it trains on."""
     if valid:
         return valid
-    log.warning("no validation data: validating on the first %d training %s",
-                min(n, len(train)), what)
+    log.warning(
+        "no validation data: validating on the first %d training %s", min(n, len(train)), what
+    )
     return train[:n]
 
 
-def add_task_parser(train_sub, name: str, *, help: str, description: str, files: str,
-                    valid: str, n_train: int, n_valid: int, paths: str | None = None):
+def add_task_parser(
+    train_sub,
+    name: str,
+    *,
+    help: str,
+    description: str,
+    files: str,
+    valid: str,
+    n_train: int,
+    n_valid: int,
+    paths: str | None = None,
+):
     """The ``attnkit train NAME`` parser and its "data" group, holding what every task has:
     ``--train`` / ``--valid`` (the user's data: ``files`` and ``valid`` describe them; with
     ``paths``, their argparse ``nargs``: a list of paths) and the sizes of the built-in data
@@ -137,15 +180,22 @@ def add_task_parser(train_sub, name: str, *, help: str, description: str, files:
     recipes.add_recipe_arg(p, name)
     data = p.add_argument_group("data")
     data.add_argument("--train", type=Path, nargs=paths, help=f"{files} (else built-in data)")
-    data.add_argument("--valid", type=Path, nargs=paths,
-                      help=f"{valid} for validation (with --train)")
-    data.add_argument("--n-train", type=positive_int, default=n_train,
-                      help="built-in training examples")
-    data.add_argument("--n-valid", type=positive_int, default=n_valid,
-                      help="built-in validation examples")
-    data.add_argument("--data-seed", type=int, metavar="SEED",
-                      help="the seed the built-in examples are drawn with (default: --seed), "
-                      "so that runs of other seeds can share one set and its cache")
+    data.add_argument(
+        "--valid", type=Path, nargs=paths, help=f"{valid} for validation (with --train)"
+    )
+    data.add_argument(
+        "--n-train", type=positive_int, default=n_train, help="built-in training examples"
+    )
+    data.add_argument(
+        "--n-valid", type=positive_int, default=n_valid, help="built-in validation examples"
+    )
+    data.add_argument(
+        "--data-seed",
+        type=int,
+        metavar="SEED",
+        help="the seed the built-in examples are drawn with (default: --seed), "
+        "so that runs of other seeds can share one set and its cache",
+    )
     return p, data
 
 
@@ -156,8 +206,9 @@ def data_seed(args) -> int:
 
 def add_device_arg(p) -> None:
     """``--device``: where the model runs (checked by :func:`resolve_run_options`)."""
-    p.add_argument("--device", default="auto",
-                   help="auto (CUDA when available, else CPU), cpu, cuda or cuda:N")
+    p.add_argument(
+        "--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda or cuda:N"
+    )
 
 
 def resolve_run_options(args) -> None:
@@ -216,8 +267,9 @@ def check_arguments(args) -> None:
         ValueError: naming the option, the path and why.
     """
     if getattr(args, "valid", None) is not None and hasattr(args, "train") and args.train is None:
-        raise ValueError("--valid: only with --train (the built-in data has its own "
-                         "validation split)")
+        raise ValueError(
+            "--valid: only with --train (the built-in data has its own validation split)"
+        )
     if is_training(args) or getattr(args, "command", None) == "demo":
         _check_folder(args.out, "--out")
     if isinstance(getattr(args, "plot", None), Path):
@@ -260,71 +312,118 @@ def stop_if_signalled(result: TrainResult, checkpoint: Path) -> None:
     if result.stopped != "signal":
         return
     signum = result.signal or signal.SIGTERM  # another process of a torchrun job got it
-    raise Interrupted(signum, f"stopped by {signal.Signals(signum).name} after {result.step} "
-                              f"steps; the checkpoint is saved in {checkpoint}: continue with "
-                              "--resume")
+    raise Interrupted(
+        signum,
+        f"stopped by {signal.Signals(signum).name} after {result.step} "
+        f"steps; the checkpoint is saved in {checkpoint}: continue with "
+        "--resume",
+    )
 
 
-def add_training_args(p, *, steps: int = 20000, batch_size: int = 64, lr: float = 3e-3,
-                      eval_every: int = 200, label_smoothing: float = 0.1) -> None:
+def add_training_args(
+    p,
+    *,
+    steps: int = 20000,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    eval_every: int = 200,
+    label_smoothing: float = 0.1,
+) -> None:
     """The "training" option group, with per-task defaults."""
     train = p.add_argument_group("training")
     train.add_argument("--out", type=Path, required=True, help="run folder (checkpoint, plots)")
     train.add_argument("--resume", action="store_true", help="continue the run in --out")
-    train.add_argument("--init", type=Path, metavar="CHECKPOINT",
-                       help="fine-tune: start from the weights of a checkpoint folder or a "
-                       "built-in model (builtin:NAME), keeping its model and vocabulary (the "
-                       "model options must be those it was trained with); the optimizer, "
-                       "warm-up and schedule start afresh")
+    train.add_argument(
+        "--init",
+        type=Path,
+        metavar="CHECKPOINT",
+        help="fine-tune: start from the weights of a checkpoint folder or a "
+        "built-in model (builtin:NAME), keeping its model and vocabulary (the "
+        "model options must be those it was trained with); the optimizer, "
+        "warm-up and schedule start afresh",
+    )
     train.add_argument("--steps", type=positive_int, default=steps)
-    train.add_argument("--time-budget", type=positive_float,
-                       help="seconds; stop and save after this")
+    train.add_argument(
+        "--time-budget", type=positive_float, help="seconds; stop and save after this"
+    )
     train.add_argument("--batch-size", type=positive_int, default=batch_size)
-    train.add_argument("--accumulate", default=1, metavar="K",
-                       type=int_at_least(1, f"int in [1, {MAX_ACCUMULATE}]",
-                                         at_most=MAX_ACCUMULATE),
-                       help="gradient accumulation: K batches per optimizer step, weighted by "
-                       "their tokens (the update of one batch K times larger; default 1, at "
-                       f"most {MAX_ACCUMULATE}). Ctrl-C or SIGTERM within a step's K batches "
-                       "stops after the batch at hand: the step's partial gradients are "
-                       "discarded and the run resumes at its start")
+    train.add_argument(
+        "--accumulate",
+        default=1,
+        metavar="K",
+        type=int_at_least(1, f"int in [1, {MAX_ACCUMULATE}]", at_most=MAX_ACCUMULATE),
+        help="gradient accumulation: K batches per optimizer step, weighted by "
+        "their tokens (the update of one batch K times larger; default 1, at "
+        f"most {MAX_ACCUMULATE}). Ctrl-C or SIGTERM within a step's K batches "
+        "stops after the batch at hand: the step's partial gradients are "
+        "discarded and the run resumes at its start",
+    )
     train.add_argument("--lr", type=learning_rate, default=lr)
-    train.add_argument("--warmup", type=non_negative_int, default=100,
-                       help="steps of linear learning-rate warm-up")
-    train.add_argument("--schedule", choices=SCHEDULES, default="inverse_sqrt",
-                       help="the learning rate after the warm-up: constant, inverse_sqrt "
-                       "(lr * sqrt(warmup / step)) or cosine (down to 0 at --steps)")
+    train.add_argument(
+        "--warmup", type=non_negative_int, default=100, help="steps of linear learning-rate warm-up"
+    )
+    train.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        default="inverse_sqrt",
+        help="the learning rate after the warm-up: constant, inverse_sqrt "
+        "(lr * sqrt(warmup / step)) or cosine (down to 0 at --steps)",
+    )
     train.add_argument("--label-smoothing", type=proportion, default=label_smoothing)
-    train.add_argument("--teacher-forcing", type=float, default=1.0,
-                       help="probability of feeding the reference token (at the start)")
-    train.add_argument("--teacher-forcing-end", type=float,
-                       help="scheduled sampling: the probability reached after "
-                       "--teacher-forcing-steps (default: constant)")
+    train.add_argument(
+        "--teacher-forcing",
+        type=float,
+        default=1.0,
+        help="probability of feeding the reference token (at the start)",
+    )
+    train.add_argument(
+        "--teacher-forcing-end",
+        type=float,
+        help="scheduled sampling: the probability reached after "
+        "--teacher-forcing-steps (default: constant)",
+    )
     train.add_argument("--teacher-forcing-steps", type=positive_int, default=10000)
-    train.add_argument("--teacher-forcing-shape", choices=("linear", "inverse_sigmoid"),
-                       default="linear")
+    train.add_argument(
+        "--teacher-forcing-shape", choices=("linear", "inverse_sigmoid"), default="linear"
+    )
     train.add_argument("--eval-every", type=positive_int, default=eval_every)
     train.add_argument("--checkpoint-every", type=positive_int, default=eval_every)
     train.add_argument("--patience", type=positive_int, help="early stopping: validations w/o gain")
-    train.add_argument("--keep-best", type=positive_int, default=1, metavar="N",
-                       help="keep the models of the N best validations in OUT/best/ for "
-                       "attnkit average (default 1: OUT/checkpoint-best alone)")
+    train.add_argument(
+        "--keep-best",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="keep the models of the N best validations in OUT/best/ for "
+        "attnkit average (default 1: OUT/checkpoint-best alone)",
+    )
     train.add_argument("--seed", type=int, default=0)
     add_device_arg(train)
-    train.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                       help="bf16: bfloat16 autocast (CPU, recent GPUs); fp16: float16 autocast "
-                       "with loss scaling (CUDA); weights stay float32")
-    train.add_argument("--workers-data", type=non_negative_int, metavar="N",
-                       help="processes building batches (default 0 on CPU, "
-                       f"{CUDA_DATA_WORKERS} on CUDA)")
+    train.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="fp32",
+        help="bf16: bfloat16 autocast (CPU, recent GPUs); fp16: float16 autocast "
+        "with loss scaling (CUDA); weights stay float32",
+    )
+    train.add_argument(
+        "--workers-data",
+        type=non_negative_int,
+        metavar="N",
+        help=f"processes building batches (default 0 on CPU, {CUDA_DATA_WORKERS} on CUDA)",
+    )
     train.add_argument("--no-progress", action="store_true")
-    train.add_argument("--plot", type=non_negative_int, default=3,
-                       help="pictures of N validation examples")
+    train.add_argument(
+        "--plot", type=non_negative_int, default=3, help="pictures of N validation examples"
+    )
 
 
-BEAM_OPTIONS = (("--length-penalty", "length_penalty", None),
-                ("--coverage-penalty", "coverage_penalty", 0.0),
-                ("--no-repeat-ngram", "no_repeat_ngram", 0), ("--n-best", "n_best", 1))
+BEAM_OPTIONS = (
+    ("--length-penalty", "length_penalty", None),
+    ("--coverage-penalty", "coverage_penalty", 0.0),
+    ("--no-repeat-ngram", "no_repeat_ngram", 0),
+    ("--n-best", "n_best", 1),
+)
 SAMPLING_OPTIONS = ("--pick", "--temperature", "--top-k", "--top-p", "--seed")
 
 
@@ -335,38 +434,75 @@ def add_decoding_args(p, *, beam: int | None = 1, pick: bool = True) -> None:
     ``args.default_beam``); ``pick``: offer ``--pick`` (what is printed of the samples).
     :func:`decoding` turns them into a :class:`attnkit.decoding.Decoding`."""
     group = p.add_argument_group("decoding (beam search, or sampling with --sample)")
-    default = (f"{beam}" if beam is not None else "the task's: " + ", ".join(
-        f"{task} {k}" for task, k in TASK_BEAM.items()))
-    group.add_argument("--beam", type=positive_int, metavar="K",
-                       help=f"beam width (default {default}; 1: greedy)")
-    group.add_argument("--length-penalty", type=non_negative_float, metavar="ALPHA",
-                       help="beam search ranks by log P / ((5 + |Y|) / 6) ** ALPHA (Wu et al. "
-                       f"2016; default {DEFAULT_LENGTH_PENALTY:g} with a beam, 0: plain log P, "
-                       "which favours short outputs; at most 10)")
-    group.add_argument("--coverage-penalty", type=non_negative_float, default=0.0,
-                       metavar="BETA", help="beam search adds BETA * sum_j log(min(attention "
-                       "on input j, 1)) (Wu et al. 2016; default 0, at most 100)")
-    group.add_argument("--no-repeat-ngram", type=non_negative_int, default=0, metavar="N",
-                       help="beam search never repeats an N-gram of output tokens (0: off)")
-    group.add_argument("--n-best", type=positive_int, default=1, metavar="K",
-                       help="print the K best beam hypotheses of each input, best first "
-                       "(K <= --beam)")
-    group.add_argument("--max-len", type=positive_int, metavar="N",
-                       help="output tokens at most, EOS included (default: the task's limit "
-                       "from each input's length)")
-    group.add_argument("--no-loop-stop", action="store_true",
-                       help="decode an output that loops (repeats a unit of tokens while its "
-                       "attention stands still) to the length limit; by default it stops "
-                       "there, with a warning")
-    group.add_argument("--sample", type=positive_int, metavar="N",
-                       help="draw N outputs per input from the model instead of beam search")
+    default = (
+        f"{beam}"
+        if beam is not None
+        else "the task's: " + ", ".join(f"{task} {k}" for task, k in TASK_BEAM.items())
+    )
+    group.add_argument(
+        "--beam", type=positive_int, metavar="K", help=f"beam width (default {default}; 1: greedy)"
+    )
+    group.add_argument(
+        "--length-penalty",
+        type=non_negative_float,
+        metavar="ALPHA",
+        help="beam search ranks by log P / ((5 + |Y|) / 6) ** ALPHA (Wu et al. "
+        f"2016; default {DEFAULT_LENGTH_PENALTY:g} with a beam, 0: plain log P, "
+        "which favours short outputs; at most 10)",
+    )
+    group.add_argument(
+        "--coverage-penalty",
+        type=non_negative_float,
+        default=0.0,
+        metavar="BETA",
+        help="beam search adds BETA * sum_j log(min(attention "
+        "on input j, 1)) (Wu et al. 2016; default 0, at most 100)",
+    )
+    group.add_argument(
+        "--no-repeat-ngram",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="beam search never repeats an N-gram of output tokens (0: off)",
+    )
+    group.add_argument(
+        "--n-best",
+        type=positive_int,
+        default=1,
+        metavar="K",
+        help="print the K best beam hypotheses of each input, best first (K <= --beam)",
+    )
+    group.add_argument(
+        "--max-len",
+        type=positive_int,
+        metavar="N",
+        help="output tokens at most, EOS included (default: the task's limit "
+        "from each input's length)",
+    )
+    group.add_argument(
+        "--no-loop-stop",
+        action="store_true",
+        help="decode an output that loops (repeats a unit of tokens while its "
+        "attention stands still) to the length limit; by default it stops "
+        "there, with a warning",
+    )
+    group.add_argument(
+        "--sample",
+        type=positive_int,
+        metavar="N",
+        help="draw N outputs per input from the model instead of beam search",
+    )
     if pick:
-        group.add_argument("--pick", choices=("all", "best"),
-                           help="with --sample: print all N draws, the most probable first "
-                           "(all, the default), or only the one the model scores highest (best)")
+        group.add_argument(
+            "--pick",
+            choices=("all", "best"),
+            help="with --sample: print all N draws, the most probable first "
+            "(all, the default), or only the one the model scores highest (best)",
+        )
     group.add_argument("--temperature", type=float, help="with --sample (default 1.0)")
-    group.add_argument("--top-k", type=positive_int, help="with --sample: the K most probable "
-                       "tokens only")
+    group.add_argument(
+        "--top-k", type=positive_int, help="with --sample: the K most probable tokens only"
+    )
     group.add_argument("--top-p", type=float, help="with --sample: nucleus sampling")
     group.add_argument("--seed", type=int, help="with --sample: the draws' seed (default 0)")
     p.set_defaults(default_beam=beam, **({} if pick else {"pick": None}))
@@ -397,35 +533,53 @@ OPTION_OF_FIELD = {"samples": "--sample", "loop_stop": "--no-loop-stop"}
 
 def _decoding(args) -> Decoding:
     if args.sample is None:
-        given = [opt for opt in SAMPLING_OPTIONS if getattr(args, opt[2:].replace("-", "_"))
-                 is not None]
+        given = [
+            opt for opt in SAMPLING_OPTIONS if getattr(args, opt[2:].replace("-", "_")) is not None
+        ]
         if given:
             raise ValueError(f"{given[0]}: a sampling option; it needs --sample N")
         beam = args.beam or args.default_beam
         if args.n_best > beam:
             raise ValueError(f"--n-best: expected at most --beam ({beam}), got {args.n_best}")
-        return Decoding(beam=beam, length_penalty=args.length_penalty,
-                        coverage_penalty=args.coverage_penalty,
-                        no_repeat_ngram=args.no_repeat_ngram, n_best=args.n_best,
-                        max_len=args.max_len, loop_stop=not args.no_loop_stop)
+        return Decoding(
+            beam=beam,
+            length_penalty=args.length_penalty,
+            coverage_penalty=args.coverage_penalty,
+            no_repeat_ngram=args.no_repeat_ngram,
+            n_best=args.n_best,
+            max_len=args.max_len,
+            loop_stop=not args.no_loop_stop,
+        )
     given = (["--beam"] if args.beam is not None else []) + [
-        opt for opt, name, default in BEAM_OPTIONS if getattr(args, name) != default]
+        opt for opt, name, default in BEAM_OPTIONS if getattr(args, name) != default
+    ]
     if given:
-        raise ValueError(f"{given[0]}: a beam search option; --sample N draws outputs instead "
-                         f"of searching, give one or the other")
-    return Decoding(sample=True, samples=args.sample,
-                    temperature=1.0 if args.temperature is None else args.temperature,
-                    top_k=args.top_k, top_p=args.top_p,
-                    seed=0 if args.seed is None else args.seed, max_len=args.max_len,
-                    loop_stop=not args.no_loop_stop)
+        raise ValueError(
+            f"{given[0]}: a beam search option; --sample N draws outputs instead "
+            f"of searching, give one or the other"
+        )
+    return Decoding(
+        sample=True,
+        samples=args.sample,
+        temperature=1.0 if args.temperature is None else args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=0 if args.seed is None else args.seed,
+        max_len=args.max_len,
+        loop_stop=not args.no_loop_stop,
+    )
 
 
 def add_html_arg(p) -> None:
     """``--html PAGE``: the alignment explorer page of the outputs just decoded
     (:func:`write_html`)."""
-    p.add_argument("--html", type=Path, metavar="PAGE",
-                   help="write the alignment explorer page of these outputs (as attnkit "
-                   "explore does): one self-contained HTML file")
+    p.add_argument(
+        "--html",
+        type=Path,
+        metavar="PAGE",
+        help="write the alignment explorer page of these outputs (as attnkit "
+        "explore does): one self-contained HTML file",
+    )
 
 
 def wants_weights(args) -> bool:
@@ -434,16 +588,16 @@ def wants_weights(args) -> bool:
     return getattr(args, "plot", None) is not None or getattr(args, "html", None) is not None
 
 
-def write_html(args, outputs, *, names: list[str], references: list[str] | None = None,
-               report: bool = True) -> Path | None:
+def write_html(
+    args, outputs, *, names: list[str], references: list[str] | None = None, report: bool = True
+) -> Path | None:
     """With ``--html PAGE``: write the explorer page of ``outputs`` (an evaluator's, decoded
     with ``weights=True``), each example named by ``names`` (with its ``references`` when
     given), and with ``report`` print where; returns the page, or None without ``--html``."""
     if args.html is None:
         return None
     examples = examples_of(outputs, names=names, references=references)
-    path = write_explorer(examples, args.html,
-                          title=f"attnkit {args.command}: {args.checkpoint}")
+    path = write_explorer(examples, args.html, title=f"attnkit {args.command}: {args.checkpoint}")
     if report:
         print(f"  wrote {path} ({len(examples)} examples)")
     return path
@@ -460,25 +614,40 @@ def print_outputs(outputs, args, name: str | None = None) -> None:
 
 def teacher_forcing(args) -> TeacherForcing:
     """The schedule given by the ``--teacher-forcing*`` options."""
-    return TeacherForcing(args.teacher_forcing, args.teacher_forcing_end,
-                          args.teacher_forcing_steps, args.teacher_forcing_shape)
+    return TeacherForcing(
+        args.teacher_forcing,
+        args.teacher_forcing_end,
+        args.teacher_forcing_steps,
+        args.teacher_forcing_shape,
+    )
 
 
 def training_config(args, **overrides) -> TrainConfig:
     """The :class:`attnkit.train.TrainConfig` of the training options (``overrides``: fields
     to set otherwise, and ``warmup`` for ``warmup_steps``)."""
     warmup = overrides.pop("warmup", args.warmup)
-    settings = dict(max_steps=args.steps, lr=args.lr, warmup_steps=warmup, schedule=args.schedule,
-                    eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
-                    patience=args.patience, time_budget_s=args.time_budget, seed=args.seed,
-                    progress=not args.no_progress, precision=args.precision,
-                    data_workers=args.workers_data, accumulate=args.accumulate,
-                    keep_best=args.keep_best)
+    settings = dict(
+        max_steps=args.steps,
+        lr=args.lr,
+        warmup_steps=warmup,
+        schedule=args.schedule,
+        eval_every=args.eval_every,
+        checkpoint_every=args.checkpoint_every,
+        patience=args.patience,
+        time_budget_s=args.time_budget,
+        seed=args.seed,
+        progress=not args.no_progress,
+        precision=args.precision,
+        data_workers=args.workers_data,
+        accumulate=args.accumulate,
+        keep_best=args.keep_best,
+    )
     return TrainConfig(**{**settings, **overrides})
 
 
-def run_checkpoints(args, task: str, *, pending: Path | None = None,
-                    **checks) -> tuple[Checkpoint | None, Checkpoint | None]:
+def run_checkpoints(
+    args, task: str, *, pending: Path | None = None, **checks
+) -> tuple[Checkpoint | None, Checkpoint | None]:
     """The checkpoint ``attnkit train TASK`` resumes (``--resume``: :func:`attnkit.tasks.
     loading.existing_run`, with ``pending``), and when there is none the one it starts from
     (``--init``: :func:`attnkit.tasks.loading.initial_checkpoint`; else None), both checked
@@ -487,9 +656,15 @@ def run_checkpoints(args, task: str, *, pending: Path | None = None,
     return ck, None if ck is not None else initial_checkpoint(args.init, task, **checks)
 
 
-def train_and_report(model, task, args, *, metric: str = "accuracy",
-                     tiebreak: str | None = None,
-                     init: Checkpoint | None = None) -> TrainResult | None:
+def train_and_report(
+    model,
+    task,
+    args,
+    *,
+    metric: str = "accuracy",
+    tiebreak: str | None = None,
+    init: Checkpoint | None = None,
+) -> TrainResult | None:
     """Train (resuming with ``--resume``), print the held-out scores (computed as validation
     is: in the training precision) and write ``history.json``. ``model``: on ``args.device``.
     ``metric``: the validation metric early stopping maximises; ``tiebreak``: the one that
@@ -504,8 +679,9 @@ def train_and_report(model, task, args, *, metric: str = "accuracy",
     """
     if init is not None:
         init.load_model(model)
-    trainer = Trainer(model, task, training_config(args, metric=metric, tiebreak=tiebreak),
-                      args.out)
+    trainer = Trainer(
+        model, task, training_config(args, metric=metric, tiebreak=tiebreak), args.out
+    )
     if args.resume and trainer.checkpoint_dir.exists():  # else a pre-training was resumed
         trainer.resume()
     result = trainer.fit()
@@ -514,13 +690,17 @@ def train_and_report(model, task, args, *, metric: str = "accuracy",
         return None
     final = trainer.evaluate()  # on the whole validation set, after the last step
     trainer.keep_final(final)  # checkpoint-best: the last step's model, if it is the best
-    print(f"stopped after {result.step} steps ({result.stopped}); held-out: "
-          + ", ".join(f"{k} {v:.4f}" for k, v in final.items()))
+    print(
+        f"stopped after {result.step} steps ({result.stopped}); held-out: "
+        + ", ".join(f"{k} {v:.4f}" for k, v in final.items())
+    )
     history = args.out / "history.json"
     try:
         history.write_text(json.dumps(result.history, indent=1))
     except OSError as exc:  # a full disk, a read-only folder: the training itself is saved
-        raise ValueError(f"{history}: cannot write the validation history "
-                         f"({exc.strerror or exc}); the trained model is saved in "
-                         f"{trainer.checkpoint_dir}") from None
+        raise ValueError(
+            f"{history}: cannot write the validation history "
+            f"({exc.strerror or exc}); the trained model is saved in "
+            f"{trainer.checkpoint_dir}"
+        ) from None
     return result

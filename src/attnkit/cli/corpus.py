@@ -15,92 +15,177 @@ from pathlib import Path
 from attnkit.cli import common
 from attnkit.data import MAX_CHARS, MAX_WIDTH
 from attnkit.data.audio.files import MAX_SECONDS
-from attnkit.data.corpora.reading import formats_of
-from attnkit.errors import DataError
-from attnkit.data.corpora.reading import read_corpus
+from attnkit.data.corpora.reading import formats_of, read_corpus
 from attnkit.data.corpora.unusable import MAX_UNUSABLE
 from attnkit.data.corpora.utterances import TRANSCRIPTS
+from attnkit.errors import DataError
 
-__all__ = ["LIMITS", "OPTIONS", "add_corpus_input_args", "add_format_args", "add_limit_arg",
-           "corpus_inputs", "format_options", "named", "read_data", "read_splits"]
+__all__ = [
+    "LIMITS",
+    "OPTIONS",
+    "add_corpus_input_args",
+    "add_format_args",
+    "add_limit_arg",
+    "corpus_inputs",
+    "format_options",
+    "named",
+    "read_data",
+    "read_splits",
+]
 
 # The format options of each task: attribute -> (option, help). ``eval`` has them all.
 OPTIONS = {
-    "src_lang": ("--src-lang", "translate", "moses: the source language, PREFIX.SRC (e.g. de); "
-                 "hf: the source key of a translation column"),
-    "tgt_lang": ("--tgt-lang", "translate", "moses: the target language, PREFIX.TGT (e.g. en); "
-                 "hf: the target key of a translation column"),
-    "images": ("--images", "caption,vqa", "coco, karpathy, vqa2: the folder the JSON's image "
-               "files are in (default: found beside the JSON, as docs/images.md says)"),
-    "annotations": ("--annotations", "vqa", "vqa2: the annotations JSON of the questions "
-                    "file (default: its name with questions -> annotations, beside it)"),
-    "split": ("--split", "caption,vqa,translate,ocr", "karpathy: the splits to read, "
-              "comma-separated (default: train,restval for --train, val for --valid, test for "
-              "eval); hf: the split (default: the one after hf:PATH:, else the role's)"),
-    "columns": ("--columns", "asr,translate,ocr,caption,vqa", "jsonl, commonvoice, hf: the "
-                "key or column of each field, KEY=COLUMN,... (e.g. audio=path,text=sentence; "
-                "source=de,target=en)"),
-    "transcripts": ("--transcripts", "asr", "keep the transcripts as written, or normalize "
-                    "them (lower case, numbers in words; the default of every speech format "
-                    "but manifest)"),
+    "src_lang": (
+        "--src-lang",
+        "translate",
+        "moses: the source language, PREFIX.SRC (e.g. de); "
+        "hf: the source key of a translation column",
+    ),
+    "tgt_lang": (
+        "--tgt-lang",
+        "translate",
+        "moses: the target language, PREFIX.TGT (e.g. en); "
+        "hf: the target key of a translation column",
+    ),
+    "images": (
+        "--images",
+        "caption,vqa",
+        "coco, karpathy, vqa2: the folder the JSON's image "
+        "files are in (default: found beside the JSON, as docs/images.md says)",
+    ),
+    "annotations": (
+        "--annotations",
+        "vqa",
+        "vqa2: the annotations JSON of the questions "
+        "file (default: its name with questions -> annotations, beside it)",
+    ),
+    "split": (
+        "--split",
+        "caption,vqa,translate,ocr",
+        "karpathy: the splits to read, "
+        "comma-separated (default: train,restval for --train, val for --valid, test for "
+        "eval); hf: the split (default: the one after hf:PATH:, else the role's)",
+    ),
+    "columns": (
+        "--columns",
+        "asr,translate,ocr,caption,vqa",
+        "jsonl, commonvoice, hf: the "
+        "key or column of each field, KEY=COLUMN,... (e.g. audio=path,text=sentence; "
+        "source=de,target=en)",
+    ),
+    "transcripts": (
+        "--transcripts",
+        "asr",
+        "keep the transcripts as written, or normalize "
+        "them (lower case, numbers in words; the default of every speech format "
+        "but manifest)",
+    ),
     "alphabet": ("--alphabet", "asr", "the characters a transcript may hold (any: any)"),
-    "confine": ("--confine", "asr,ocr,caption,vqa", "read only files inside the corpus's "
-                "folder (absolute names inside it too), refusing any name or link that leads "
-                "out of it: for a corpus that is not your own (default: files are read where "
-                "the corpus names them, relative to its folder or absolute)"),
-    "audio_folder": ("--audio-folder", "asr", "kaldi: where relative wav.scp paths start; "
-                     "commonvoice: the folder of the clips"),
+    "confine": (
+        "--confine",
+        "asr,ocr,caption,vqa",
+        "read only files inside the corpus's "
+        "folder (absolute names inside it too), refusing any name or link that leads "
+        "out of it: for a corpus that is not your own (default: files are read where "
+        "the corpus names them, relative to its folder or absolute)",
+    ),
+    "audio_folder": (
+        "--audio-folder",
+        "asr",
+        "kaldi: where relative wav.scp paths start; commonvoice: the folder of the clips",
+    ),
 }
 # The largest input of each task read, for training and decoding alike: its option, type,
 # default and help.
 LIMITS = {
-    "asr": ("--max-seconds", common.positive_float, MAX_SECONDS,
-            f"longest audio file, in seconds (default {MAX_SECONDS:g}): a longer one is refused"),
-    "ocr": ("--max-width", common.positive_int, MAX_WIDTH,
-            f"widest line, in pixels at height 32 (default {MAX_WIDTH}): a wider image is "
-            "refused"),
-    "translate": ("--max-chars", common.positive_int, MAX_CHARS,
-                  f"longest sentence, in characters (default {MAX_CHARS}): a longer line is a "
-                  "bad line"),
+    "asr": (
+        "--max-seconds",
+        common.positive_float,
+        MAX_SECONDS,
+        f"longest audio file, in seconds (default {MAX_SECONDS:g}): a longer one is refused",
+    ),
+    "ocr": (
+        "--max-width",
+        common.positive_int,
+        MAX_WIDTH,
+        f"widest line, in pixels at height 32 (default {MAX_WIDTH}): a wider image is refused",
+    ),
+    "translate": (
+        "--max-chars",
+        common.positive_int,
+        MAX_CHARS,
+        f"longest sentence, in characters (default {MAX_CHARS}): a longer line is a bad line",
+    ),
 }
 # argparse keywords of the options that are not plain strings
-KINDS = {"images": {"type": Path}, "annotations": {"type": Path},
-         "audio_folder": {"type": Path}, "transcripts": {"choices": TRANSCRIPTS},
-         "confine": {"action": "store_true", "default": None}}
+KINDS = {
+    "images": {"type": Path},
+    "annotations": {"type": Path},
+    "audio_folder": {"type": Path},
+    "transcripts": {"choices": TRANSCRIPTS},
+    "confine": {"action": "store_true", "default": None},
+}
 # ``--anywhere`` allowed files outside the folder before that became the default: still taken
-ANYWHERE = ("--anywhere", "what every speech format does now: files are read where the corpus "
-            "names them (kept for older commands; refused with --confine)")
+ANYWHERE = (
+    "--anywhere",
+    "what every speech format does now: files are read where the corpus "
+    "names them (kept for older commands; refused with --confine)",
+)
 
 
-def add_format_args(p, task: str | None, *, reads: str = "--train/--valid (eval: --data)",
-                    ) -> None:
+def add_format_args(
+    p,
+    task: str | None,
+    *,
+    reads: str = "--train/--valid (eval: --data)",
+) -> None:
     """``--format``, ``--max-unusable`` and the format options of ``task`` (None: every
     task's, for eval) in their own group of the parser ``p``; ``reads`` names the options
     whose paths they apply to."""
-    tasks = [task] if task else sorted({f.task for t in ("translate", "ocr", "caption", "vqa",
-                                                         "asr") for f in formats_of(t)})
+    tasks = (
+        [task]
+        if task
+        else sorted(
+            {f.task for t in ("translate", "ocr", "caption", "vqa", "asr") for f in formats_of(t)}
+        )
+    )
     names = {f.name: f for t in tasks for f in formats_of(t)}
     group = p.add_argument_group(
-        "corpus format", f"how {reads} are read; see the format table of the task's guide")
-    group.add_argument("--format", choices=sorted(names), metavar="NAME",
-                       help="the corpus format (default: detected from the path, and logged): "
-                       + "; ".join(f"{n}: {f.summary}" for n, f in sorted(names.items())))
-    group.add_argument("--max-unusable", type=common.proportion,
-                       metavar="SHARE", help="the share of a corpus's examples that may be "
-                       "unusable (dropped, counted and named in a warning); more stops with an "
-                       f"error naming the first few (default {MAX_UNUSABLE}; attnkit's own "
-                       "TSV formats stop at their first bad line unless it is given)")
+        "corpus format", f"how {reads} are read; see the format table of the task's guide"
+    )
+    group.add_argument(
+        "--format",
+        choices=sorted(names),
+        metavar="NAME",
+        help="the corpus format (default: detected from the path, and logged): "
+        + "; ".join(f"{n}: {f.summary}" for n, f in sorted(names.items())),
+    )
+    group.add_argument(
+        "--max-unusable",
+        type=common.proportion,
+        metavar="SHARE",
+        help="the share of a corpus's examples that may be "
+        "unusable (dropped, counted and named in a warning); more stops with an "
+        f"error naming the first few (default {MAX_UNUSABLE}; attnkit's own "
+        "TSV formats stop at their first bad line unless it is given)",
+    )
     for dest, (option, used_by, help) in OPTIONS.items():
         if task is None or task in used_by.split(","):
             # namespaced: a verb's own argument may have the name (read's and caption's images)
-            group.add_argument(option, dest=f"corpus_{dest}", help=help,
-                               **KINDS.get(dest, {"type": str}))
+            group.add_argument(
+                option, dest=f"corpus_{dest}", help=help, **KINDS.get(dest, {"type": str})
+            )
     if task in (None, "asr"):
-        group.add_argument(ANYWHERE[0], dest="corpus_anywhere", action="store_true", help=ANYWHERE[1])
+        group.add_argument(
+            ANYWHERE[0], dest="corpus_anywhere", action="store_true", help=ANYWHERE[1]
+        )
 
 
-def format_options(args: argparse.Namespace, paths: Path | list[Path], role: str,
-                   ) -> tuple[Path, dict]:
+def format_options(
+    args: argparse.Namespace,
+    paths: Path | list[Path],
+    role: str,
+) -> tuple[Path, dict]:
     """The path to read and the options of :func:`attnkit.data.corpora.reading.read_corpus`
     (``format`` among them) for ``paths`` (one path, or the two files of a Moses corpus),
     from the parsed ``args``: those given, and ``role``.
@@ -109,23 +194,29 @@ def format_options(args: argparse.Namespace, paths: Path | list[Path], role: str
         ValueError: three paths or more; ``--anywhere`` with ``--confine``.
     """
     if getattr(args, "corpus_anywhere", False) and getattr(args, "corpus_confine", False):
-        raise ValueError("--anywhere: reads files wherever the corpus names them, as --confine "
-                         "forbids; give one")
+        raise ValueError(
+            "--anywhere: reads files wherever the corpus names them, as --confine forbids; give one"
+        )
     paths = paths if isinstance(paths, list) else [paths]
-    options = {"role": role, "format": getattr(args, "format", None),
-               "max_unusable": getattr(args, "max_unusable", None),
-               **{dest: getattr(args, f"corpus_{dest}", None) for dest in OPTIONS}}
+    options = {
+        "role": role,
+        "format": getattr(args, "format", None),
+        "max_unusable": getattr(args, "max_unusable", None),
+        **{dest: getattr(args, f"corpus_{dest}", None) for dest in OPTIONS},
+    }
     if len(paths) > 2:
-        raise ValueError(f"expected one path or two files (moses), got {len(paths)}: "
-                         f"{' '.join(map(str, paths))}")
+        raise ValueError(
+            f"expected one path or two files (moses), got {len(paths)}: {' '.join(map(str, paths))}"
+        )
     if len(paths) == 2:
         options["format"] = options["format"] or "moses"
         options["target"] = paths[1]
     return paths[0], {k: v for k, v in options.items() if v is not None}
 
 
-def read_data(task: str, paths: Path | list[Path], args: argparse.Namespace, role: str,
-              **task_options):
+def read_data(
+    task: str, paths: Path | list[Path], args: argparse.Namespace, role: str, **task_options
+):
     """The examples of ``paths`` for ``task``, read as ``args`` says
     (:func:`format_options`) with the task's own ``task_options``."""
     path, options = format_options(args, paths, role)
@@ -154,10 +245,15 @@ def named(paths: Path | list[Path] | None) -> str:
 def add_corpus_input_args(p, task: str) -> None:
     """``--corpus PATH`` of an inference verb of ``task``, with ``--format`` and the task's
     format options."""
-    p.add_argument("--corpus", type=Path, nargs="+", metavar="PATH",
-                   help="decode the inputs of a corpus in any format train and eval read "
-                   "(--format; two files: a Moses pair) instead of files given one by one; "
-                   "its references are ignored, each output is named by its origin")
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        nargs="+",
+        metavar="PATH",
+        help="decode the inputs of a corpus in any format train and eval read "
+        "(--format; two files: a Moses pair) instead of files given one by one; "
+        "its references are ignored, each output is named by its origin",
+    )
     add_format_args(p, task, reads="--corpus")
 
 
@@ -170,8 +266,10 @@ def corpus_inputs(args: argparse.Namespace, evaluator, given: list) -> tuple[lis
         DataError: the corpus cannot be read, or holds no example.
     """
     if given:
-        raise ValueError(f"--corpus: give it or inputs on the command line, not both (got "
-                         f"{len(given)} inputs as well)")
+        raise ValueError(
+            f"--corpus: give it or inputs on the command line, not both (got "
+            f"{len(given)} inputs as well)"
+        )
     path, options = format_options(args, args.corpus, "test")
     examples = evaluator.read(path, **options, references=False)
     if not examples:

@@ -9,40 +9,55 @@ from pathlib import Path
 from attnkit.cli import common
 from attnkit.decoding import MAX_OUTPUT_TOKENS
 from attnkit.export import DEFAULT_OPSET, OPSETS, RUNNER_FILE, check_out, export_onnx
-from attnkit.tasks import asr, ocr, translate
+from attnkit.tasks import asr, loading, ocr, translate
 from attnkit.train import CheckpointError, load_checkpoint, resolve_checkpoint, save_checkpoint
-from attnkit.tasks import loading
 
 FORMATS = ("onnx", "checkpoint")
 TASKS = ("translate", "ocr", "asr")
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("export", help="export a checkpoint to ONNX for inference outside Python",
-                       description="onnx: write the model's encoder and one decoder step (a "
-                       "CTC model: its encoder and classifier) as ONNX graphs; attnkit.json: "
-                       "the vocabulary, the special ids, the length limit, the decoding settings "
-                       "(the decoding options below; default: the task's, as attnkit "
-                       "translate, read and transcribe decode) and what each graph input and "
-                       f"output means; and {RUNNER_FILE}, which decodes with them using numpy "
-                       "only. checkpoint: write a checkpoint for inference "
-                       "only (the model's weights, its settings and vocabulary; no optimizer or "
-                       "trainer state), as the built-in models are shipped.")
+    p = sub.add_parser(
+        "export",
+        help="export a checkpoint to ONNX for inference outside Python",
+        description="onnx: write the model's encoder and one decoder step (a "
+        "CTC model: its encoder and classifier) as ONNX graphs; attnkit.json: "
+        "the vocabulary, the special ids, the length limit, the decoding settings "
+        "(the decoding options below; default: the task's, as attnkit "
+        "translate, read and transcribe decode) and what each graph input and "
+        f"output means; and {RUNNER_FILE}, which decodes with them using numpy "
+        "only. checkpoint: write a checkpoint for inference "
+        "only (the model's weights, its settings and vocabulary; no optimizer or "
+        "trainer state), as the built-in models are shipped.",
+    )
     p.add_argument("--checkpoint", type=Path, required=True, help="a run's checkpoint folder")
     p.add_argument("--format", default="onnx", help=f"one of {', '.join(FORMATS)} (default onnx)")
-    p.add_argument("--opset", type=int, default=DEFAULT_OPSET,
-                   help=f"ONNX opset, one of {', '.join(map(str, OPSETS))} (default "
-                   f"{DEFAULT_OPSET})")
-    p.add_argument("--quantize", choices=("int8",),
-                   help="onnx: store the graphs' weights as int8 (onnxruntime's dynamic "
-                   "quantisation, weight-only int8 for GRUs and convolutions: 0.27-0.29 of "
-                   "the float32 size for the built-in models; docs/deploy.md gives their "
-                   "speed and accuracy against float32)")
-    p.add_argument("--out", type=Path, required=True,
-                   help="folder for the files: new, empty or an earlier export, which is "
-                   "replaced whole once the new export is written")
-    p.add_argument("--force", action="store_true",
-                   help="replace --out even when it holds other files (they are deleted)")
+    p.add_argument(
+        "--opset",
+        type=int,
+        default=DEFAULT_OPSET,
+        help=f"ONNX opset, one of {', '.join(map(str, OPSETS))} (default {DEFAULT_OPSET})",
+    )
+    p.add_argument(
+        "--quantize",
+        choices=("int8",),
+        help="onnx: store the graphs' weights as int8 (onnxruntime's dynamic "
+        "quantisation, weight-only int8 for GRUs and convolutions: 0.27-0.29 of "
+        "the float32 size for the built-in models; docs/deploy.md gives their "
+        "speed and accuracy against float32)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="folder for the files: new, empty or an earlier export, which is "
+        "replaced whole once the new export is written",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace --out even when it holds other files (they are deleted)",
+    )
     common.add_decoding_args(p, beam=None, pick=False)
     p.set_defaults(run=run_export)
 
@@ -51,23 +66,27 @@ def run_export(args) -> int:
     if args.format not in FORMATS:
         raise ValueError(f"format: expected one of {', '.join(FORMATS)}, got {args.format!r}")
     if args.opset not in OPSETS:
-        raise ValueError(f"opset: expected one of {', '.join(map(str, OPSETS))}, "
-                         f"got {args.opset}")
+        raise ValueError(f"opset: expected one of {', '.join(map(str, OPSETS))}, got {args.opset}")
     out = check_out(args.out, reading=resolve_checkpoint(args.checkpoint), force=args.force)
     task = load_checkpoint(args.checkpoint).config.get("task")
     if task not in TASKS:
-        raise CheckpointError(f"{args.checkpoint}: a checkpoint of task {task!r} cannot be "
-                              f"exported; expected one of {', '.join(TASKS)}")
+        raise CheckpointError(
+            f"{args.checkpoint}: a checkpoint of task {task!r} cannot be "
+            f"exported; expected one of {', '.join(TASKS)}"
+        )
     args.default_beam = common.TASK_BEAM[task]
     decoding = common.decoding(args)
     if args.format == "checkpoint":
         if args.quantize:
-            raise ValueError("--quantize: an option of --format onnx (a checkpoint keeps "
-                             "float32 weights)")
+            raise ValueError(
+                "--quantize: an option of --format onnx (a checkpoint keeps float32 weights)"
+            )
         given = _decoding_options(args)
         if given:
-            raise ValueError(f"{given[0]}: a decoding option, written by --format onnx only "
-                             "(a checkpoint decodes as the command that reads it is told)")
+            raise ValueError(
+                f"{given[0]}: a decoding option, written by --format onnx only "
+                "(a checkpoint decodes as the command that reads it is told)"
+            )
         model, ck = loading.load_task_model(args.checkpoint, task)
         save_checkpoint(out, model=model, config=ck.config, vocab=ck.vocab)
         size = sum(f.stat().st_size for f in args.out.iterdir()) / 2**20
@@ -78,35 +97,67 @@ def run_export(args) -> int:
     model, ck = loading.load_task_model(args.checkpoint, task)
     if task == "translate":
         vocab = {"src": ck.vocab["src"], "tgt": ck.vocab["tgt"]}
-        max_len = {"input": "src_len", "ratio": translate.MAX_LEN_RATIO,
-                   "extra": ck.config.get("max_len_extra", 10), "rounding": "ceil",
-                   "at_most": MAX_OUTPUT_TOKENS}
+        max_len = {
+            "input": "src_len",
+            "ratio": translate.MAX_LEN_RATIO,
+            "extra": ck.config.get("max_len_extra", 10),
+            "rounding": "ceil",
+            "at_most": MAX_OUTPUT_TOKENS,
+        }
     elif task == "asr":
         vocab = {"tgt": ck.vocab}
-        max_len = {"input": "lengths", "ratio": asr.CHARS_PER_FRAME,
-                   "extra": asr.EXTRA_CHARS, "rounding": "ceil", "at_most": MAX_OUTPUT_TOKENS}
+        max_len = {
+            "input": "lengths",
+            "ratio": asr.CHARS_PER_FRAME,
+            "extra": asr.EXTRA_CHARS,
+            "rounding": "ceil",
+            "at_most": MAX_OUTPUT_TOKENS,
+        }
     else:  # the attention head's limit is on the encoder steps, the decoder state's lengths
         vocab = {"tgt": ck.vocab}
-        max_len = {"input": "state.lengths", "ratio": 1 / ocr.STEPS_PER_CHAR,
-                   "extra": ocr.EXTRA_CHARS, "rounding": "floor",
-                   "at_most": MAX_OUTPUT_TOKENS}
-    meta = export_onnx(model, out, task=task, vocab=vocab, max_len=max_len,
-                       decoding=decoding, opset=args.opset, force=args.force,
-                       quantize=args.quantize)
-    files = [meta["encoder"]["file"]] + ([meta["decoder_step"]["file"]]
-                                         if "decoder_step" in meta else []) + [
-        "attnkit.json", RUNNER_FILE]
-    method = ("CTC best path" if meta["decoding"]["method"] == "ctc_best_path" else
-              decoding.describe())
+        max_len = {
+            "input": "state.lengths",
+            "ratio": 1 / ocr.STEPS_PER_CHAR,
+            "extra": ocr.EXTRA_CHARS,
+            "rounding": "floor",
+            "at_most": MAX_OUTPUT_TOKENS,
+        }
+    meta = export_onnx(
+        model,
+        out,
+        task=task,
+        vocab=vocab,
+        max_len=max_len,
+        decoding=decoding,
+        opset=args.opset,
+        force=args.force,
+        quantize=args.quantize,
+    )
+    files = (
+        [meta["encoder"]["file"]]
+        + ([meta["decoder_step"]["file"]] if "decoder_step" in meta else [])
+        + ["attnkit.json", RUNNER_FILE]
+    )
+    method = (
+        "CTC best path" if meta["decoding"]["method"] == "ctc_best_path" else decoding.describe()
+    )
     size = sum((args.out / f).stat().st_size for f in files if f.endswith(".onnx")) / 2**20
-    print(f"wrote {', '.join(str(args.out / f) for f in files)} (ONNX opset {args.opset}"
-          f"{', int8 weights' if args.quantize else ''}, {size:.1f} MiB; decoding: {method})")
+    print(
+        f"wrote {', '.join(str(args.out / f) for f in files)} (ONNX opset {args.opset}"
+        f"{', int8 weights' if args.quantize else ''}, {size:.1f} MiB; decoding: {method})"
+    )
     return 0
 
 
 def _decoding_options(args) -> list[str]:
     """The decoding options given on the command line."""
-    given = [opt for opt in ("--beam", "--max-len", "--sample", *common.SAMPLING_OPTIONS)
-             if getattr(args, opt[2:].replace("-", "_")) is not None]
-    return given + [opt for opt, name, default in common.BEAM_OPTIONS
-                    if getattr(args, name) != default] + ["--no-loop-stop"] * args.no_loop_stop
+    given = [
+        opt
+        for opt in ("--beam", "--max-len", "--sample", *common.SAMPLING_OPTIONS)
+        if getattr(args, opt[2:].replace("-", "_")) is not None
+    ]
+    return (
+        given
+        + [opt for opt, name, default in common.BEAM_OPTIONS if getattr(args, name) != default]
+        + ["--no-loop-stop"] * args.no_loop_stop
+    )

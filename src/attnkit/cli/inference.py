@@ -31,9 +31,17 @@ def add_inference_args(p, task: str, *, plot: str) -> None:
     jsonlines.add_json_arg(p)
 
 
-def decode_files(args, task: str, decoding, paths: list[Path], load: Callable[[Path], object],
-                 *, expected: str, picture: str,
-                 prepare: Callable[[object, object], object] | None = None) -> int:
+def decode_files(
+    args,
+    task: str,
+    decoding,
+    paths: list[Path],
+    load: Callable[[Path], object],
+    *,
+    expected: str,
+    picture: str,
+    prepare: Callable[[object, object], object] | None = None,
+) -> int:
     """Decode the files ``paths`` with ``args.checkpoint`` of ``task``: each read by ``load``
     before the checkpoint is (then ``prepare(evaluator, loaded)``, when given, makes it the
     model's input), or, for ``-``, their paths read from standard input and each printed at
@@ -53,21 +61,24 @@ def decode_files(args, task: str, decoding, paths: list[Path], load: Callable[[P
         inputs, names = corpus.corpus_inputs(args, evaluator, paths)
     evaluator.lm = loading.load_lm(args.lm, evaluator.vocab, args.device)
     if stdin:
-        return jsonlines.stream(args, decoding, lambda path: evaluator.decode(
-            [made(load(Path(path)))], decoding)[0])
+        return jsonlines.stream(
+            args, decoding, lambda path: evaluator.decode([made(load(Path(path)))], decoding)[0]
+        )
     return decode_and_write(args, evaluator, inputs, decoding, names=names, picture=picture)
 
 
-def decode_and_write(args, evaluator, inputs: list, decoding, *, names: list[str],
-                     picture: str | None) -> int:
+def decode_and_write(
+    args, evaluator, inputs: list, decoding, *, names: list[str], picture: str | None
+) -> int:
     """Decode ``inputs`` in one call and write the outputs (:func:`attnkit.cli.jsonlines.
     write`); with ``--plot`` draw each one's attention as ``picture_<i>.png`` (no pictures
     when ``picture`` is None), with ``--html`` write the explorer page. Returns 0, the exit
     status."""
     start = time.perf_counter()
     outputs = evaluator.decode(inputs, decoding, weights=common.wants_weights(args))
-    jsonlines.write(outputs, args, names=names, decoding=decoding,
-                    seconds=time.perf_counter() - start)
+    jsonlines.write(
+        outputs, args, names=names, decoding=decoding, seconds=time.perf_counter() - start
+    )
     if args.plot and picture is not None:
         for i, output in enumerate(outputs):
             path = output.draw(args.plot / f"{picture}_{i}.png")

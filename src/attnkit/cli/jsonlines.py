@@ -39,9 +39,12 @@ _BOM = b"\xef\xbb\xbf"
 
 def add_json_arg(p) -> None:
     """``--json`` (see the module's docstring)."""
-    p.add_argument("--json", action="store_true",
-                   help="print one JSON object per input, a line each: input, text, score, "
-                   "outputs (every output with its score), decoding, time_ms, batch_size")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per input, a line each: input, text, score, "
+        "outputs (every output with its score), decoding, time_ms, batch_size",
+    )
 
 
 def reads_stdin(items: Sequence, args) -> bool:
@@ -55,27 +58,46 @@ def reads_stdin(items: Sequence, args) -> bool:
     if STDIN not in names:
         return False
     if names != [STDIN]:
-        raise ValueError(f"-: reads the inputs from standard input; expected it alone, got "
-                         f"{' '.join(names)}")
+        raise ValueError(
+            f"-: reads the inputs from standard input; expected it alone, got {' '.join(names)}"
+        )
     if common.wants_weights(args):
-        raise ValueError("-: inputs from standard input are printed as they are decoded; "
-                         "--plot and --html need them all at once")
+        raise ValueError(
+            "-: inputs from standard input are printed as they are decoded; "
+            "--plot and --html need them all at once"
+        )
     return True
 
 
 def record(name: str, output, decoding, seconds: float, batch_size: int) -> dict:
     """The JSON object of one input's ``output`` (None: a blank input, not decoded)."""
-    outputs = [] if output is None else [  # "tokens" only where the decoding keeps them
-        {k: v for k, v in r.items() if k != "tokens" or v is not None} for r in output.records()]
-    return {"input": name, "text": outputs[0]["text"] if outputs else "",
-            "score": outputs[0]["score"] if outputs else None,
-            "outputs": outputs,
-            "decoding": asdict(decoding), "time_ms": round(seconds * 1000, 3),
-            "batch_size": batch_size}
+    outputs = (
+        []
+        if output is None
+        else [  # "tokens" only where the decoding keeps them
+            {k: v for k, v in r.items() if k != "tokens" or v is not None} for r in output.records()
+        ]
+    )
+    return {
+        "input": name,
+        "text": outputs[0]["text"] if outputs else "",
+        "score": outputs[0]["score"] if outputs else None,
+        "outputs": outputs,
+        "decoding": asdict(decoding),
+        "time_ms": round(seconds * 1000, 3),
+        "batch_size": batch_size,
+    }
 
 
-def write(outputs: Sequence, args, *, names: Sequence[str], decoding, seconds: float,
-          batch_size: int | None = None) -> None:
+def write(
+    outputs: Sequence,
+    args,
+    *,
+    names: Sequence[str],
+    decoding,
+    seconds: float,
+    batch_size: int | None = None,
+) -> None:
     """Print ``outputs`` (one per input, None for a blank one) as ``--json`` lines, or as
     :func:`attnkit.cli.common.print_outputs` does (an empty line for a blank input; the
     inputs of a ``--corpus`` named first, ``origin<TAB>text``), and flush: a reader of the pipe
@@ -83,8 +105,12 @@ def write(outputs: Sequence, args, *, names: Sequence[str], decoding, seconds: f
     which decoded ``batch_size`` inputs (default: these)."""
     for name, output in zip(names, outputs):
         if args.json:
-            print(json.dumps(record(name, output, decoding, seconds,
-                                    batch_size or len(outputs)), ensure_ascii=False))
+            print(
+                json.dumps(
+                    record(name, output, decoding, seconds, batch_size or len(outputs)),
+                    ensure_ascii=False,
+                )
+            )
         elif output is None:
             print()
         else:
@@ -104,8 +130,10 @@ def stream(args, decoding, decode: Callable[[str], object]) -> int:
         start = time.perf_counter()
         try:
             if not whole:
-                raise DataError(f"stdin:{n}: a line of more than {MAX_STDIN_LINE:,} bytes; "
-                                "expected one input a line (a sentence, a question or a path)")
+                raise DataError(
+                    f"stdin:{n}: a line of more than {MAX_STDIN_LINE:,} bytes; "
+                    "expected one input a line (a sentence, a question or a path)"
+                )
             try:
                 item = decode_line(raw)
             except UnicodeDecodeError as exc:
@@ -124,8 +152,7 @@ def stream(args, decoding, decode: Callable[[str], object]) -> int:
                 print()
             sys.stdout.flush()
             continue
-        write([output], args, names=[item], decoding=decoding,
-              seconds=time.perf_counter() - start)
+        write([output], args, names=[item], decoding=decoding, seconds=time.perf_counter() - start)
     return 2 if failed else 0
 
 

@@ -14,7 +14,6 @@ import sys
 
 from attnkit._version import __version__
 
-
 # The commands whose results are what they print: with standard output closed (Python's
 # sys.stdout is then None) they would be lost, so these refuse to start.
 PRINTS_RESULTS = ("eval", "translate", "transcribe", "read", "caption", "ask", "plan")
@@ -103,8 +102,11 @@ def _run(argv: list[str] | None) -> int:
         parser.print_help()
         return 2
     if sys.stdout is None and args.command in PRINTS_RESULTS:  # fd 1 closed (`>&-`)
-        print(f"attnkit: standard output is closed; {args.command} prints its results there: "
-              "redirect it to a file (or to /dev/null to discard them)", file=sys.stderr)
+        print(
+            f"attnkit: standard output is closed; {args.command} prints its results there: "
+            "redirect it to a file (or to /dev/null to discard them)",
+            file=sys.stderr,
+        )
         return 2
     try:
         resolve_run_options(args)  # before anything is read or written

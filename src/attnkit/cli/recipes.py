@@ -19,41 +19,115 @@ class Recipe:
 
 
 RECIPES = {
-    "translate-dates": Recipe("translate", (
-        "--n-train", "50000", "--n-valid", "1000", "--steps", "10000",
-        "--eval-every", "1000", "--checkpoint-every", "1000")),
+    "translate-dates": Recipe(
+        "translate",
+        (
+            "--n-train",
+            "50000",
+            "--n-valid",
+            "1000",
+            "--steps",
+            "10000",
+            "--eval-every",
+            "1000",
+            "--checkpoint-every",
+            "1000",
+        ),
+    ),
     # the fonts of every family not held out, half the lines real sentences, and the light
     # augmentation: scale, stretch, rotation, shear (italics), baseline, margins, stroke width,
     # shades, blur, noise and JPEG. Measured: 8-9 s a step with one torch thread on an AVX2
     # AMD EPYC beside another training (docs/models.md)
-    "ocr-lines": Recipe("ocr", (
-        "--n-train", "30000", "--n-valid", "400", "--max-chars", "80", "--prose", "0.5",
-        "--augment", "light", "--attention", "window", "--window", "32", "--hidden", "128",
-        "--batch-size", "32", "--lr", "1e-3", "--steps", "1800", "--eval-every", "500",
-        "--checkpoint-every", "500")),
+    "ocr-lines": Recipe(
+        "ocr",
+        (
+            "--n-train",
+            "30000",
+            "--n-valid",
+            "400",
+            "--max-chars",
+            "80",
+            "--prose",
+            "0.5",
+            "--augment",
+            "light",
+            "--attention",
+            "window",
+            "--window",
+            "32",
+            "--hidden",
+            "128",
+            "--batch-size",
+            "32",
+            "--lr",
+            "1e-3",
+            "--steps",
+            "1800",
+            "--eval-every",
+            "500",
+            "--checkpoint-every",
+            "500",
+        ),
+    ),
     # the five engines (every espeak-ng variant but the held-out ones; festival's kal and
     # slt voices; gnuspeech's male, female and large_child; pico's en-US; six of festival's
     # voices of other languages saying English) and the strong
     # augmentation: speed, gain, reverberation, noise, telephone band, vocal-tract length and
     # SpecAugment. Measured: 2.3-3.3 s a step with one torch thread on an AVX2 AMD EPYC beside
     # another training (docs/models.md)
-    "asr-digits": Recipe("asr", (
-        "--kinds", "digits,numbers", "--engines", "espeak-ng,festival,gnuspeech,pico,accented",
-        "--n-train", "12000",
-        "--n-valid", "300", "--augment", "strong", "--listener-hidden", "128",
-        "--hidden", "256", "--key-value-dim", "128", "--batch-size", "32", "--lr", "1e-3",
-        "--pretrain-lm-steps", "300", "--ctc-weight", "0.2", "--teacher-forcing", "1.0",
-        "--teacher-forcing-end", "0.8", "--teacher-forcing-steps", "4000", "--steps", "4500",
-        "--eval-every", "500", "--checkpoint-every", "500")),
+    "asr-digits": Recipe(
+        "asr",
+        (
+            "--kinds",
+            "digits,numbers",
+            "--engines",
+            "espeak-ng,festival,gnuspeech,pico,accented",
+            "--n-train",
+            "12000",
+            "--n-valid",
+            "300",
+            "--augment",
+            "strong",
+            "--listener-hidden",
+            "128",
+            "--hidden",
+            "256",
+            "--key-value-dim",
+            "128",
+            "--batch-size",
+            "32",
+            "--lr",
+            "1e-3",
+            "--pretrain-lm-steps",
+            "300",
+            "--ctc-weight",
+            "0.2",
+            "--teacher-forcing",
+            "1.0",
+            "--teacher-forcing-end",
+            "0.8",
+            "--teacher-forcing-steps",
+            "4000",
+            "--steps",
+            "4500",
+            "--eval-every",
+            "500",
+            "--checkpoint-every",
+            "500",
+        ),
+    ),
 }
 
 
 def add_recipe_arg(p, task: str) -> None:
     """``--recipe``, offering the recipes of ``task``."""
     names = [n for n, r in RECIPES.items() if r.task == task]
-    p.add_argument("--recipe", choices=names,
-                   help="the options that trained the built-in model of that name "
-                   "(docs/models.md); options given here as well win")
+    p.add_argument(
+        "--recipe",
+        choices=names,
+        help="the options that trained the built-in model of that name "
+        "(docs/models.md); options given here as well win",
+    )
 
 
 def expand(argv: list[str], name: str) -> list[str]:

@@ -14,61 +14,128 @@ API_KEY_ENV = "ATTNKIT_API_KEY"
 def add_parser(sub) -> None:
     d = Limits()
     p = sub.add_parser(
-        "serve", help="serve a checkpoint over HTTP (JSON and uploads, batched decoding)",
+        "serve",
+        help="serve a checkpoint over HTTP (JSON and uploads, batched decoding)",
         description="Serve a checkpoint's task over HTTP: POST /translate (JSON), /read, "
         "/transcribe, /caption or /ask (multipart uploads), GET /health, /metrics "
         "(Prometheus), /openapi.json and /docs. Concurrent requests are decoded together. "
-        "docs/deploy.md, \"Serving\", has the requests and answers.")
-    p.add_argument("--checkpoint", type=Path, required=True,
-                   help="a checkpoint folder, builtin:NAME, or an ONNX export folder "
-                   "(attnkit export --format onnx, float32 or int8; run on the CPU)")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 "
-                   "for every interface, then give an API key)")
+        'docs/deploy.md, "Serving", has the requests and answers.',
+    )
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        required=True,
+        help="a checkpoint folder, builtin:NAME, or an ONNX export folder "
+        "(attnkit export --format onnx, float32 or int8; run on the CPU)",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 "
+        "for every interface, then give an API key)",
+    )
     p.add_argument("--port", type=common.int_at_least(0, "port"), default=8000)
     key = p.add_mutually_exclusive_group()
-    key.add_argument("--api-key", metavar="KEY",
-                     help="requests must carry it (Authorization: Bearer KEY, or X-API-Key: "
-                     "KEY). A command line is visible to other users (ps): prefer "
-                     f"--api-key-file or the {API_KEY_ENV} environment variable (used when "
-                     "neither option is given); else none")
-    key.add_argument("--api-key-file", type=Path, metavar="FILE",
-                     help="read the API key from FILE (its first line, without the line's end)")
+    key.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="requests must carry it (Authorization: Bearer KEY, or X-API-Key: "
+        "KEY). A command line is visible to other users (ps): prefer "
+        f"--api-key-file or the {API_KEY_ENV} environment variable (used when "
+        "neither option is given); else none",
+    )
+    key.add_argument(
+        "--api-key-file",
+        type=Path,
+        metavar="FILE",
+        help="read the API key from FILE (its first line, without the line's end)",
+    )
     common.add_device_arg(p)
     batching = p.add_argument_group("batching")
-    batching.add_argument("--max-batch", type=common.positive_int, default=d.max_batch,
-                          metavar="N", help="requests decoded together at most")
-    batching.add_argument("--max-wait-ms", type=common.non_negative_float,
-                          default=d.max_wait_ms, metavar="MS",
-                          help="how long a batch waits for requests to join it, from its oldest "
-                          "request's arrival or the previous batch's answer, whichever is later")
+    batching.add_argument(
+        "--max-batch",
+        type=common.positive_int,
+        default=d.max_batch,
+        metavar="N",
+        help="requests decoded together at most",
+    )
+    batching.add_argument(
+        "--max-wait-ms",
+        type=common.non_negative_float,
+        default=d.max_wait_ms,
+        metavar="MS",
+        help="how long a batch waits for requests to join it, from its oldest "
+        "request's arrival or the previous batch's answer, whichever is later",
+    )
     limits = p.add_argument_group("limits")
-    limits.add_argument("--max-queue", type=common.positive_int, default=d.max_queue,
-                        metavar="N", help="requests waiting at most; more are answered 503 "
-                        "with Retry-After")
-    limits.add_argument("--timeout", type=common.positive_float, default=d.timeout_s,
-                        metavar="S", help="seconds from a request's arrival to its answer; "
-                        "later it is answered 504")
-    limits.add_argument("--read-timeout", type=common.positive_float,
-                        default=d.read_timeout_s, metavar="S",
-                        help="seconds a connection has to send a whole request (headers and "
-                        "body) from its opening or the previous answer; later it is closed "
-                        f"(default {d.read_timeout_s:g})")
-    limits.add_argument("--keep-alive", type=common.positive_float, default=d.keep_alive_s,
-                        metavar="S", help="seconds a connection may stay idle after an "
-                        f"answer; later it is closed (default {d.keep_alive_s:g})")
-    limits.add_argument("--max-body", type=common.positive_int, default=d.max_body_bytes,
-                        metavar="BYTES", help="a request's body at most (else 413)")
-    limits.add_argument("--max-chars", type=common.positive_int, default=d.max_chars,
-                        help="characters of a text to translate, or a question")
-    limits.add_argument("--max-seconds", type=common.positive_float, default=d.max_seconds,
-                        help="seconds of audio to transcribe")
-    limits.add_argument("--max-pixels", type=common.positive_int, default=d.max_pixels,
-                        help="pixels of an image (width x height, from its header)")
-    limits.add_argument("--max-beam", type=common.positive_int, default=d.max_beam,
-                        help="a request's beam width, or its number of draws (sample)")
-    limits.add_argument("--max-len", type=common.positive_int, default=d.max_len,
-                        help="a request's max_len (output tokens)")
+    limits.add_argument(
+        "--max-queue",
+        type=common.positive_int,
+        default=d.max_queue,
+        metavar="N",
+        help="requests waiting at most; more are answered 503 with Retry-After",
+    )
+    limits.add_argument(
+        "--timeout",
+        type=common.positive_float,
+        default=d.timeout_s,
+        metavar="S",
+        help="seconds from a request's arrival to its answer; later it is answered 504",
+    )
+    limits.add_argument(
+        "--read-timeout",
+        type=common.positive_float,
+        default=d.read_timeout_s,
+        metavar="S",
+        help="seconds a connection has to send a whole request (headers and "
+        "body) from its opening or the previous answer; later it is closed "
+        f"(default {d.read_timeout_s:g})",
+    )
+    limits.add_argument(
+        "--keep-alive",
+        type=common.positive_float,
+        default=d.keep_alive_s,
+        metavar="S",
+        help="seconds a connection may stay idle after an "
+        f"answer; later it is closed (default {d.keep_alive_s:g})",
+    )
+    limits.add_argument(
+        "--max-body",
+        type=common.positive_int,
+        default=d.max_body_bytes,
+        metavar="BYTES",
+        help="a request's body at most (else 413)",
+    )
+    limits.add_argument(
+        "--max-chars",
+        type=common.positive_int,
+        default=d.max_chars,
+        help="characters of a text to translate, or a question",
+    )
+    limits.add_argument(
+        "--max-seconds",
+        type=common.positive_float,
+        default=d.max_seconds,
+        help="seconds of audio to transcribe",
+    )
+    limits.add_argument(
+        "--max-pixels",
+        type=common.positive_int,
+        default=d.max_pixels,
+        help="pixels of an image (width x height, from its header)",
+    )
+    limits.add_argument(
+        "--max-beam",
+        type=common.positive_int,
+        default=d.max_beam,
+        help="a request's beam width, or its number of draws (sample)",
+    )
+    limits.add_argument(
+        "--max-len",
+        type=common.positive_int,
+        default=d.max_len,
+        help="a request's max_len (output tokens)",
+    )
     p.set_defaults(run=run)
 
 
@@ -87,19 +154,24 @@ def _api_key(args) -> str | None:
         try:
             lines = args.api_key_file.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{source}: cannot read {args.api_key_file}: "
-                             f"{getattr(exc, 'strerror', None) or exc}") from None
+            raise ValueError(
+                f"{source}: cannot read {args.api_key_file}: "
+                f"{getattr(exc, 'strerror', None) or exc}"
+            ) from None
         key = lines[0] if lines else ""
     elif API_KEY_ENV in os.environ:
         key, source = os.environ[API_KEY_ENV], API_KEY_ENV
     else:
         return None
     if not key.strip():
-        raise ValueError(f"{source}: the API key is empty; give a key, or none at all to serve "
-                         "without one")
+        raise ValueError(
+            f"{source}: the API key is empty; give a key, or none at all to serve without one"
+        )
     if key != key.strip():
-        raise ValueError(f"{source}: the API key starts or ends with white space, which an "
-                         "HTTP header cannot carry")
+        raise ValueError(
+            f"{source}: the API key starts or ends with white space, which an "
+            "HTTP header cannot carry"
+        )
     return key
 
 
@@ -108,17 +180,33 @@ def run(args) -> int:
     try:
         from attnkit.serve import serve_checkpoint
     except ImportError as exc:
-        raise ValueError(f"serve: needs the serve extra ({exc.name} is missing): pip install "
-                         "'attnkit[serve]'") from None
-    limits = Limits(max_body_bytes=args.max_body, max_chars=args.max_chars,
-                    max_seconds=args.max_seconds, max_pixels=args.max_pixels,
-                    max_beam=args.max_beam, max_len=args.max_len, max_batch=args.max_batch,
-                    max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
-                    timeout_s=args.timeout, read_timeout_s=args.read_timeout,
-                    keep_alive_s=args.keep_alive)
+        raise ValueError(
+            f"serve: needs the serve extra ({exc.name} is missing): pip install 'attnkit[serve]'"
+        ) from None
+    limits = Limits(
+        max_body_bytes=args.max_body,
+        max_chars=args.max_chars,
+        max_seconds=args.max_seconds,
+        max_pixels=args.max_pixels,
+        max_beam=args.max_beam,
+        max_len=args.max_len,
+        max_batch=args.max_batch,
+        max_wait_ms=args.max_wait_ms,
+        max_queue=args.max_queue,
+        timeout_s=args.timeout,
+        read_timeout_s=args.read_timeout,
+        keep_alive_s=args.keep_alive,
+    )
     from attnkit.export import is_export
+
     device = args.device  # an export runs in onnxruntime on the CPU unless told otherwise
     if is_export(args.checkpoint) and getattr(args, "device_asked", "auto") == "auto":
         device = "cpu"
-    return serve_checkpoint(args.checkpoint, device=device, limits=limits,
-                            host=args.host, port=args.port, api_key=api_key)
+    return serve_checkpoint(
+        args.checkpoint,
+        device=device,
+        limits=limits,
+        host=args.host,
+        port=args.port,
+        api_key=api_key,
+    )

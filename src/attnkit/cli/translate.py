@@ -12,58 +12,104 @@ from attnkit.cli import common, corpus, inference, jsonlines
 from attnkit.cli.corpus import add_format_args, add_limit_arg, named, read_splits
 from attnkit.data import generate_pairs, load_vocab
 from attnkit.data.corpora.text_files import text_lines
-from attnkit.tasks.translate import TranslateTask, plot_translation, translate_texts
 from attnkit.tasks import loading
+from attnkit.tasks.translate import TranslateTask, plot_translation, translate_texts
 
 # The option of each model config key not named after it (see attnkit.tasks.loading.existing_run).
 OPTIONS = {"name": "--model", "kind": "--model", "d_model": "--hidden"}
 # The model options that only some models take (--hidden and --dropout apply to every one), and
 # their defaults: an option given for a model that does not take it is refused.
-TAKEN_BY = {"emb": ("bahdanau", "luong", "none"), "score": ("luong",),
-            "input_feeding": ("luong",), "heads": ("transformer",),
-            "layers": ("transformer",), "ff": ("transformer",)}
-DEFAULTS = {"emb": 64, "score": "general", "input_feeding": False, "heads": 4, "layers": 2,
-            "ff": None}
+TAKEN_BY = {
+    "emb": ("bahdanau", "luong", "none"),
+    "score": ("luong",),
+    "input_feeding": ("luong",),
+    "heads": ("transformer",),
+    "layers": ("transformer",),
+    "ff": ("transformer",),
+}
+DEFAULTS = {
+    "emb": 64,
+    "score": "general",
+    "input_feeding": False,
+    "heads": 4,
+    "layers": 2,
+    "ff": None,
+}
 
 
 def add_train_parser(train_sub) -> None:
     p, data = common.add_task_parser(
-        train_sub, "translate", help="train a seq2seq translator",
+        train_sub,
+        "translate",
+        help="train a seq2seq translator",
         description="Train on your corpus (a TSV of source<TAB>target lines, two aligned "
         "text files, a Hugging Face dataset: see --format) or on the built-in numbers/dates "
-        "task.", files="a TSV of source<TAB>target, a Moses prefix (with --src-lang, "
-        "--tgt-lang) or its two files, or hf:PATH[:SPLIT]", valid="the same", n_train=20000,
-        n_valid=300, paths="+")
-    data.add_argument("--skip-bad-lines", action="store_true",
-                      help="tsv: skip bad lines (counted in a warning) instead of stopping")
+        "task.",
+        files="a TSV of source<TAB>target, a Moses prefix (with --src-lang, "
+        "--tgt-lang) or its two files, or hf:PATH[:SPLIT]",
+        valid="the same",
+        n_train=20000,
+        n_valid=300,
+        paths="+",
+    )
+    data.add_argument(
+        "--skip-bad-lines",
+        action="store_true",
+        help="tsv: skip bad lines (counted in a warning) instead of stopping",
+    )
     add_limit_arg(data, "translate")
-    data.add_argument("--tasks", type=common.choice_list(("numbers", "dates"), "task list"),
-                      default=("numbers", "dates"),
-                      help="built-in tasks, comma-separated (default numbers,dates)")
+    data.add_argument(
+        "--tasks",
+        type=common.choice_list(("numbers", "dates"), "task list"),
+        default=("numbers", "dates"),
+        help="built-in tasks, comma-separated (default numbers,dates)",
+    )
     data.add_argument("--direction", choices=("forward", "reverse"), default="forward")
-    data.add_argument("--vocab", choices=("char", "unigram", "bpe"), default="char",
-                      help="characters, or SentencePiece subwords trained on --train")
-    data.add_argument("--vocab-size", type=common.positive_int, default=1000,
-                      help="SentencePiece: pieces at most")
+    data.add_argument(
+        "--vocab",
+        choices=("char", "unigram", "bpe"),
+        default="char",
+        help="characters, or SentencePiece subwords trained on --train",
+    )
+    data.add_argument(
+        "--vocab-size", type=common.positive_int, default=1000, help="SentencePiece: pieces at most"
+    )
     model = p.add_argument_group("model")
-    model.add_argument("--model", choices=("bahdanau", "luong", "transformer", "none"),
-                       default="bahdanau")
-    model.add_argument("--score", choices=("dot", "general", "additive"),
-                       help="Luong's attention score (default general)")
-    model.add_argument("--input-feeding", action="store_true", default=None,
-                       help="Luong: input feeding")
-    model.add_argument("--emb", type=common.positive_int,
-                       help="RNN models: embedding size (default 64)")
-    model.add_argument("--hidden", type=common.positive_int, default=128,
-                       help="RNN hidden size; the Transformer's d_model")
-    model.add_argument("--heads", type=common.positive_int,
-                       help="Transformer: heads (default 4)")
-    model.add_argument("--layers", type=common.positive_int,
-                       help="Transformer: encoder and decoder layers (default 2)")
-    model.add_argument("--ff", type=common.positive_int, help="Transformer: feed-forward size "
-                       "(default 4 * hidden)")
-    model.add_argument("--dropout", type=common.proportion, default=None,
-                       help="default 0.0 for RNN models, 0.1 for the Transformer")
+    model.add_argument(
+        "--model", choices=("bahdanau", "luong", "transformer", "none"), default="bahdanau"
+    )
+    model.add_argument(
+        "--score",
+        choices=("dot", "general", "additive"),
+        help="Luong's attention score (default general)",
+    )
+    model.add_argument(
+        "--input-feeding", action="store_true", default=None, help="Luong: input feeding"
+    )
+    model.add_argument(
+        "--emb", type=common.positive_int, help="RNN models: embedding size (default 64)"
+    )
+    model.add_argument(
+        "--hidden",
+        type=common.positive_int,
+        default=128,
+        help="RNN hidden size; the Transformer's d_model",
+    )
+    model.add_argument("--heads", type=common.positive_int, help="Transformer: heads (default 4)")
+    model.add_argument(
+        "--layers",
+        type=common.positive_int,
+        help="Transformer: encoder and decoder layers (default 2)",
+    )
+    model.add_argument(
+        "--ff", type=common.positive_int, help="Transformer: feed-forward size (default 4 * hidden)"
+    )
+    model.add_argument(
+        "--dropout",
+        type=common.proportion,
+        default=None,
+        help="default 0.0 for RNN models, 0.1 for the Transformer",
+    )
     add_format_args(p, "translate")
     common.add_training_args(p)
     p.set_defaults(run=run_train)
@@ -75,30 +121,47 @@ def _pairs(args):
         train, valid = read_splits("translate", args, **read)
         return train, valid or []
     kw = dict(seed=common.data_seed(args), tasks=args.tasks, direction=args.direction)
-    return (generate_pairs(args.n_train, split="train", **kw),
-            generate_pairs(args.n_valid, split="valid", **kw))
+    return (
+        generate_pairs(args.n_train, split="train", **kw),
+        generate_pairs(args.n_valid, split="valid", **kw),
+    )
 
 
 def run_train(args) -> int:
     torch.manual_seed(args.seed)
-    checks = dict(model=_model_config(args), options=OPTIONS,
-                  vocab={"kind": args.vocab, "size": args.vocab_size})
+    checks = dict(
+        model=_model_config(args),
+        options=OPTIONS,
+        vocab={"kind": args.vocab, "size": args.vocab_size},
+    )
     ck, init = common.run_checkpoints(args, "translate", **checks)
     start = ck or init
     train, valid = _pairs(args)
     valid = common.held_out(train, valid, "pairs")
-    data = ({"train": named(args.train), "valid": named(args.valid)}
-            if args.train else
-            {"built_in": list(args.tasks), "direction": args.direction, "n_train": args.n_train,
-             "n_valid": args.n_valid})
-    task_kw = dict(model_config=start.config["model"] if start else _model_config(args),
-                   batch_size=args.batch_size, seed=args.seed,
-                   vocab=args.vocab, vocab_size=args.vocab_size,
-                   label_smoothing=args.label_smoothing, teacher_forcing=common.teacher_forcing(args),
-                   data=data)
+    data = (
+        {"train": named(args.train), "valid": named(args.valid)}
+        if args.train
+        else {
+            "built_in": list(args.tasks),
+            "direction": args.direction,
+            "n_train": args.n_train,
+            "n_valid": args.n_valid,
+        }
+    )
+    task_kw = dict(
+        model_config=start.config["model"] if start else _model_config(args),
+        batch_size=args.batch_size,
+        seed=args.seed,
+        vocab=args.vocab,
+        vocab_size=args.vocab_size,
+        label_smoothing=args.label_smoothing,
+        teacher_forcing=common.teacher_forcing(args),
+        data=data,
+    )
     if start is not None:
-        task_kw.update(src_vocab=load_vocab(start.vocab["src"]),
-                       tgt_vocab=load_vocab(start.vocab["tgt"]))
+        task_kw.update(
+            src_vocab=load_vocab(start.vocab["src"]), tgt_vocab=load_vocab(start.vocab["tgt"])
+        )
     task = TranslateTask(train, valid, **task_kw)
     model = task.build_model().to(args.device)
     if common.train_and_report(model, task, args, tiebreak="-cer", init=init) is not None:
@@ -109,31 +172,54 @@ def run_train(args) -> int:
 def _model_options(args) -> dict:
     """The options of ``--model``, defaults filled in; a model option given for a model that
     does not take it is a ValueError naming the options and the models they belong to."""
-    foreign = [name for name, models in TAKEN_BY.items()
-               if getattr(args, name) is not None and args.model not in models]
+    foreign = [
+        name
+        for name, models in TAKEN_BY.items()
+        if getattr(args, name) is not None and args.model not in models
+    ]
     if foreign:
-        named = ", ".join(f"--{n.replace('_', '-')} ({' or '.join(TAKEN_BY[n])})"
-                          for n in foreign)
+        named = ", ".join(f"--{n.replace('_', '-')} ({' or '.join(TAKEN_BY[n])})" for n in foreign)
         raise ValueError(f"--model {args.model}: does not take {named}")
-    return {name: default if getattr(args, name) is None else getattr(args, name)
-            for name, default in DEFAULTS.items()}
+    return {
+        name: default if getattr(args, name) is None else getattr(args, name)
+        for name, default in DEFAULTS.items()
+    }
 
 
 def _model_config(args) -> dict:
     o = _model_options(args)
     if args.model == "transformer":
         dropout = 0.1 if args.dropout is None else args.dropout
-        return dict(name="transformer", d_model=args.hidden, heads=o["heads"],
-                    layers=o["layers"], ff=o["ff"], dropout=dropout)
-    return dict(name="seq2seq", kind=args.model, emb=o["emb"], hidden=args.hidden,
-                score=o["score"], input_feeding=o["input_feeding"], dropout=args.dropout or 0.0)
+        return dict(
+            name="transformer",
+            d_model=args.hidden,
+            heads=o["heads"],
+            layers=o["layers"],
+            ff=o["ff"],
+            dropout=dropout,
+        )
+    return dict(
+        name="seq2seq",
+        kind=args.model,
+        emb=o["emb"],
+        hidden=args.hidden,
+        score=o["score"],
+        input_feeding=o["input_feeding"],
+        dropout=args.dropout or 0.0,
+    )
 
 
 def _samples_and_plots(model, task, out: Path, n_plots: int) -> None:
     sources = [s for s, _ in task.valid[: max(n_plots, 5)]]
-    outs, raws = translate_texts(model, task.src_vocab, task.tgt_vocab, sources,
-                           max_len_extra=task.max_len_extra, max_chars=None,
-                           weights=n_plots > 0)
+    outs, raws = translate_texts(
+        model,
+        task.src_vocab,
+        task.tgt_vocab,
+        sources,
+        max_len_extra=task.max_len_extra,
+        max_chars=None,
+        weights=n_plots > 0,
+    )
     for (s, t), o in list(zip(task.valid, outs))[:5]:
         print(f"  {s}  ->  {o}" + ("" if o == t else f"   (reference: {t})"))
     _plot_all(raws, sources[:n_plots], task.src_vocab, task.tgt_vocab, out)
@@ -144,8 +230,14 @@ def _plot_all(raws, sources, src_vocab, tgt_vocab, folder: Path) -> None:
     for hyp in raws:
         for i in range(hyp.tokens.shape[0]):
             if offset + i < len(sources):
-                _plot(hyp, i, sources[offset + i], src_vocab, tgt_vocab,
-                      folder / f"attention_{offset + i}.png")
+                _plot(
+                    hyp,
+                    i,
+                    sources[offset + i],
+                    src_vocab,
+                    tgt_vocab,
+                    folder / f"attention_{offset + i}.png",
+                )
         offset += hyp.tokens.shape[0]
 
 
@@ -158,13 +250,21 @@ def _plot(hyp, i, source, src_vocab, tgt_vocab, path):
 def add_translate_parser(sub) -> None:
     p = sub.add_parser("translate", help="translate text with a trained checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
-    p.add_argument("text", nargs="*", help="sentences, translated before those of --file; "
-                   "-: read them from standard input, one a line, each printed as soon as it "
-                   "is translated")
-    p.add_argument("--file", type=Path, help="one sentence per line; one output line per "
-                   "line, empty for an empty line")
-    inference.add_inference_args(p, "translate",
-                                 plot="folder for one attention heat-map per sentence")
+    p.add_argument(
+        "text",
+        nargs="*",
+        help="sentences, translated before those of --file; "
+        "-: read them from standard input, one a line, each printed as soon as it "
+        "is translated",
+    )
+    p.add_argument(
+        "--file",
+        type=Path,
+        help="one sentence per line; one output line per line, empty for an empty line",
+    )
+    inference.add_inference_args(
+        p, "translate", plot="folder for one attention heat-map per sentence"
+    )
     p.set_defaults(run=run_translate)
 
 
@@ -175,8 +275,7 @@ def run_translate(args) -> int:
             raise ValueError("--file: give it or -, not both")
         evaluator = loading.load_evaluator(args.checkpoint, args.device, "translate")
         evaluator.max_chars = args.max_chars
-        return jsonlines.stream(args, decoding, lambda text: evaluator.decode([text],
-                                                                              decoding)[0])
+        return jsonlines.stream(args, decoding, lambda text: evaluator.decode([text], decoding)[0])
     texts = list(args.text) + (_lines(args.file) if args.file else [])
     if not texts and not args.corpus:
         print("attnkit translate: give sentences, --file or --corpus", file=sys.stderr)
@@ -185,18 +284,28 @@ def run_translate(args) -> int:
     evaluator.max_chars = args.max_chars
     if args.corpus:  # its source sentences, each named by its origin
         texts, origins = corpus.corpus_inputs(args, evaluator, texts)
-        return inference.decode_and_write(args, evaluator, texts, decoding, names=origins,
-                                          picture=None)
+        return inference.decode_and_write(
+            args, evaluator, texts, decoding, names=origins, picture=None
+        )
     # One output line per input line: a blank input gives an empty line, not a decoding.
     filled = [i for i, text in enumerate(texts) if text.strip()]
     start = time.perf_counter()
-    decoded = evaluator.decode([texts[i] for i in filled], decoding,
-                               weights=common.wants_weights(args)) if filled else []
+    decoded = (
+        evaluator.decode([texts[i] for i in filled], decoding, weights=common.wants_weights(args))
+        if filled
+        else []
+    )
     seconds = time.perf_counter() - start
     outputs = dict(zip(filled, decoded))
     for i in range(len(texts)):
-        jsonlines.write([outputs.get(i)], args, names=[texts[i]], decoding=decoding,
-                        seconds=seconds, batch_size=len(filled))
+        jsonlines.write(
+            [outputs.get(i)],
+            args,
+            names=[texts[i]],
+            decoding=decoding,
+            seconds=seconds,
+            batch_size=len(filled),
+        )
     if args.plot:
         for i, output in outputs.items():
             path = output.draw(args.plot / f"attention_{i}.png")

@@ -34,28 +34,11 @@ from attnkit.data.corpora.line_folders import (
     read_line_folder,
     write_line_folder,
 )
-from attnkit.data.worlds.lines import (
-    ALPHABET,
-    available_fonts,
-    generate_lines,
-    iter_lines,
-    render_line,
-)
-from attnkit.data.paths import inside, regular_file
-from attnkit.data.worlds.scenes import Scene, captioned_images, generate_scenes, question_set
 from attnkit.data.corpora.speech_sets import FeaturesOnDisk, SpeechSet
-from attnkit.data.worlds.speech import (
-    Utterance,
-    plan_utterances,
-    speech_dataset,
-    utterance_audio,
-    utterances_audio,
-)
-from attnkit.data.vocab.subword import SubwordVocab
-from attnkit.data.worlds.synthesis import synthesize
-from attnkit.data.worlds.text_tasks import DATE_LOCALES, NUMBER_LANGUAGES, generate_pairs
 from attnkit.data.corpora.tsv import MAX_CHARS, read_tsv
 from attnkit.data.corpora.utterances import read_manifest
+from attnkit.data.paths import inside, regular_file
+from attnkit.data.vocab.subword import SubwordVocab
 from attnkit.data.vocab.vocabularies import (
     CharVocab,
     WordVocab,
@@ -64,6 +47,23 @@ from attnkit.data.vocab.vocabularies import (
     pad_batch,
     vocab_settings,
 )
+from attnkit.data.worlds.lines import (
+    ALPHABET,
+    available_fonts,
+    generate_lines,
+    iter_lines,
+    render_line,
+)
+from attnkit.data.worlds.scenes import Scene, captioned_images, generate_scenes, question_set
+from attnkit.data.worlds.speech import (
+    Utterance,
+    plan_utterances,
+    speech_dataset,
+    utterance_audio,
+    utterances_audio,
+)
+from attnkit.data.worlds.synthesis import synthesize
+from attnkit.data.worlds.text_tasks import DATE_LOCALES, NUMBER_LANGUAGES, generate_pairs
 from attnkit.errors import DataError
 
 __all__ = [

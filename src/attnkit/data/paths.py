@@ -59,9 +59,11 @@ def inside(folder: Path, name: str, where: str, *, confine: bool = False) -> Pat
     # written inside the folder (absolute or not), but a link on the way leads out of it
     linked = Path(os.path.normpath(folder.absolute() / name)).is_relative_to(folder.absolute())
     how = "leads out of" if linked else "is outside"
-    raise DataError(f"{where}: {name[:200]!r} {how} the data folder {folder}"
-                    f"{' through a link' if linked else ''}; leave out --confine (confine=True) "
-                    "to read it")
+    raise DataError(
+        f"{where}: {name[:200]!r} {how} the data folder {folder}"
+        f"{' through a link' if linked else ''}; leave out --confine (confine=True) "
+        "to read it"
+    )
 
 
 def not_found(name: str, folder: Path) -> str:

@@ -21,6 +21,23 @@ from attnkit.decoding.search import (
 )
 from attnkit.decoding.stream import Emitted, StreamState, stream_feed, stream_start
 
-__all__ = ["DEFAULT_LENGTH_PENALTY", "MAX_OUTPUT_TOKENS", "CTCPaths", "CTCPrefixScorer", "Decoding", "Emitted",
-           "Hypotheses", "StreamState", "beam_search", "ctc_greedy", "decode", "decode_batches",
-           "greedy", "joint_decode", "length_penalty", "sample", "stream_feed", "stream_start"]
+__all__ = [
+    "DEFAULT_LENGTH_PENALTY",
+    "MAX_OUTPUT_TOKENS",
+    "CTCPaths",
+    "CTCPrefixScorer",
+    "Decoding",
+    "Emitted",
+    "Hypotheses",
+    "StreamState",
+    "beam_search",
+    "ctc_greedy",
+    "decode",
+    "decode_batches",
+    "greedy",
+    "joint_decode",
+    "length_penalty",
+    "sample",
+    "stream_feed",
+    "stream_start",
+]

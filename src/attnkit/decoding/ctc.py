@@ -18,8 +18,13 @@ class CTCPaths(NamedTuple):
     steps: list[list[int]]
 
 
-def ctc_greedy(log_probs: torch.Tensor, lengths: torch.Tensor, *, blank: int = PAD,
-               drop: tuple[int, ...] = (BOS, EOS)) -> CTCPaths:
+def ctc_greedy(
+    log_probs: torch.Tensor,
+    lengths: torch.Tensor,
+    *,
+    blank: int = PAD,
+    drop: tuple[int, ...] = (BOS, EOS),
+) -> CTCPaths:
     """The most likely id per step, repeats merged, ``blank`` and the ids in ``drop`` removed.
 
     Args:
@@ -34,8 +39,9 @@ def ctc_greedy(log_probs: torch.Tensor, lengths: torch.Tensor, *, blank: int = P
     if log_probs.dim() != 3:
         raise ValueError(f"log_probs: expected (B, T, V), got shape {tuple(log_probs.shape)}")
     if lengths.shape != log_probs.shape[:1]:
-        raise ValueError(f"lengths: expected shape ({log_probs.shape[0]},), got "
-                         f"{tuple(lengths.shape)}")
+        raise ValueError(
+            f"lengths: expected shape ({log_probs.shape[0]},), got {tuple(lengths.shape)}"
+        )
     best = log_probs.argmax(-1)  # (B, T)
     skip = {blank, *drop}
     ids, steps = [], []

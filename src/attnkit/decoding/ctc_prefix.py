@@ -73,14 +73,15 @@ class CTCPrefixScorer:
     batch-first, so beam search reorders it as it reorders any decoder state.
     """
 
-    def __init__(self, log_probs: torch.Tensor, lengths: torch.Tensor, *, blank: int = PAD,
-                 eos: int = EOS):
+    def __init__(
+        self, log_probs: torch.Tensor, lengths: torch.Tensor, *, blank: int = PAD, eos: int = EOS
+    ):
         if log_probs.dim() != 3:
-            raise ValueError(f"log_probs: expected (B, T, V), got shape "
-                             f"{tuple(log_probs.shape)}")
+            raise ValueError(f"log_probs: expected (B, T, V), got shape {tuple(log_probs.shape)}")
         if lengths.shape != log_probs.shape[:1]:
-            raise ValueError(f"lengths: expected shape ({log_probs.shape[0]},), got "
-                             f"{tuple(lengths.shape)}")
+            raise ValueError(
+                f"lengths: expected shape ({log_probs.shape[0]},), got {tuple(lengths.shape)}"
+            )
         b, t, v = log_probs.shape
         x = log_probs.double().clamp(min=LOG_FLOOR)
         past = torch.arange(t, device=x.device)[None, :] >= lengths.to(x.device)[:, None]
@@ -95,9 +96,13 @@ class CTCPrefixScorer:
         example = torch.arange(b, device=self.x.device).repeat_interleave(copies)
         r = torch.full((b * copies, t, 2), -math.inf, dtype=self.x.dtype, device=self.x.device)
         r[..., 1] = self.x[example, :, self.blank].cumsum(-1)  # only blanks so far
-        return {"example": example, "r": r, "psi": r.new_zeros(b * copies),
-                "length": torch.zeros(b * copies, dtype=torch.long, device=r.device),
-                "last": torch.full((b * copies,), -1, dtype=torch.long, device=r.device)}
+        return {
+            "example": example,
+            "r": r,
+            "psi": r.new_zeros(b * copies),
+            "length": torch.zeros(b * copies, dtype=torch.long, device=r.device),
+            "last": torch.full((b * copies,), -1, dtype=torch.long, device=r.device),
+        }
 
     def end_scores(self, state: dict) -> torch.Tensor:
         """``log psi(g + eos)`` ``(N,)``: the probability that the labels are exactly ``g``."""
@@ -133,21 +138,31 @@ class CTCPrefixScorer:
         if lo >= t_all:  # every prefix is already longer than the input allows
             return r[0, :, :, 0].clone(), r.permute(1, 2, 0, 3)
         r[lo:, ..., 0] = _linear_scan(r[lo, ..., 0], phi[lo:-1], xc[lo + 1 :])
-        r[lo:, ..., 1] = _linear_scan(r[lo, ..., 1], r[lo:-1, ..., 0], xb[lo + 1 :].expand(-1, -1, c))
+        r[lo:, ..., 1] = _linear_scan(
+            r[lo, ..., 1], r[lo:-1, ..., 0], xb[lo + 1 :].expand(-1, -1, c)
+        )
         psi = torch.logsumexp(torch.cat([r[lo, None, ..., 0], phi[lo:-1] + xc[lo + 1 :]]), 0)
         return _impossible(psi), r.permute(1, 2, 0, 3)
 
     @staticmethod
-    def advance(state: dict, tokens: torch.Tensor, psi: torch.Tensor,
-                r: torch.Tensor) -> dict:
+    def advance(state: dict, tokens: torch.Tensor, psi: torch.Tensor, r: torch.Tensor) -> dict:
         """The state of each hypothesis ``n`` extended by ``tokens[n]``, whose prefix score
         and forward variables are ``psi[n]`` ``(N,)`` and ``r[n]`` ``(N, T, 2)``."""
         return {**state, "r": r, "psi": psi, "length": state["length"] + 1, "last": tokens}
 
 
-def joint_step(step, scorer: CTCPrefixScorer | None, *, ctc_weight: float, pre_beam: int,
-               lm_step=None, lm_weight: float = 0.0, pad: int = PAD, bos: int = BOS,
-               eos: int = EOS):
+def joint_step(
+    step,
+    scorer: CTCPrefixScorer | None,
+    *,
+    ctc_weight: float,
+    pre_beam: int,
+    lm_step=None,
+    lm_weight: float = 0.0,
+    pad: int = PAD,
+    bos: int = BOS,
+    eos: int = EOS,
+):
     """A decoder step that scores with CTC prefix scores and a language model too.
 
     Args:
@@ -214,10 +229,17 @@ def _follow(ctc: dict, tokens: torch.Tensor) -> dict:
         return ctc
     pick = slot.to(torch.int8).argmax(-1)  # (N,)
     rows = torch.arange(len(tokens), device=tokens.device)
-    moved = CTCPrefixScorer.advance(ctc, tokens, ctc["cand_psi"][rows, pick],
-                                    ctc["cand_r"][rows, pick])
-    return {k: (torch.where(hit.view(-1, *[1] * (v.dim() - 1)), moved[k], v)
-                if k in ("r", "psi", "length", "last") else v) for k, v in ctc.items()}
+    moved = CTCPrefixScorer.advance(
+        ctc, tokens, ctc["cand_psi"][rows, pick], ctc["cand_r"][rows, pick]
+    )
+    return {
+        k: (
+            torch.where(hit.view(-1, *[1] * (v.dim() - 1)), moved[k], v)
+            if k in ("r", "psi", "length", "last")
+            else v
+        )
+        for k, v in ctc.items()
+    }
 
 
 def prefix_scores_loop(log_probs: torch.Tensor, prefix: list[int], blank: int = PAD) -> float:
@@ -246,16 +268,31 @@ def prefix_scores_loop(log_probs: torch.Tensor, prefix: list[int], blank: int = 
             new[s] = acc * float(p[t, lab])
         # first emission of the prefix's last label at frame t, from paths over t - 1 frames
         last = len(labels) - 2
-        came = a[last - 1] + (a[last - 2] if last >= 2 and labels[last - 2] != labels[last]
-                              else 0.0)
+        came = a[last - 1] + (
+            a[last - 2] if last >= 2 and labels[last - 2] != labels[last] else 0.0
+        )
         total += came * float(p[t, labels[last]])
         a = new
     return math.log(total) if total > 0 else -math.inf
 
 
-def joint_decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, beam: int,
-                 ctc_weight: float, lm=None, lm_weight: float = 0.0, batch_size: int, max_len,
-                 bos: int = BOS, eos: int = EOS, pad: int = PAD, device=None, **beam_options):
+def joint_decode(
+    model,
+    inputs: torch.Tensor,
+    lengths: torch.Tensor,
+    *,
+    beam: int,
+    ctc_weight: float,
+    lm=None,
+    lm_weight: float = 0.0,
+    batch_size: int,
+    max_len,
+    bos: int = BOS,
+    eos: int = EOS,
+    pad: int = PAD,
+    device=None,
+    **beam_options,
+):
     """Beam search over ``model``'s steps with CTC prefix scores (``ctc_weight > 0``: the
     model needs ``start_joint(inputs, lengths) -> (state, ctc_log_probs (B, T, V),
     ctc_lengths (B,))``) and/or a language model ``lm`` (``lm_weight > 0``: ``lm.start(B,
@@ -268,13 +305,16 @@ def joint_decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, beam: in
     scorer = None
     if ctc_weight > 0:
         if not getattr(model, "has_ctc", False):
-            raise ValueError(f"ctc_weight: {type(model).__name__} has no CTC head to score "
-                             f"with (train it with a CTC weight), got ctc_weight={ctc_weight}")
+            raise ValueError(
+                f"ctc_weight: {type(model).__name__} has no CTC head to score "
+                f"with (train it with a CTC weight), got ctc_weight={ctc_weight}"
+            )
         model_state, log_probs, ctc_lengths = model.start_joint(inputs, lengths)
         scorer = CTCPrefixScorer(log_probs, ctc_lengths, blank=pad, eos=eos)
         limit = ctc_lengths.to(lengths.device) + 1  # labels <= frames, then the end token
-        max_len = torch.minimum(torch.as_tensor(max_len, device=lengths.device).expand(
-            batch_size), limit).clamp(min=1)
+        max_len = torch.minimum(
+            torch.as_tensor(max_len, device=lengths.device).expand(batch_size), limit
+        ).clamp(min=1)
     else:
         model_state = model.start(inputs, lengths)
     lm_state = None
@@ -282,12 +322,29 @@ def joint_decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, beam: in
         if lm is None:
             raise ValueError(f"lm: lm_weight={lm_weight} needs a language model, got None")
         lm_state = lm.start(batch_size, lengths.device)
-    step = joint_step(model.step, scorer, ctc_weight=ctc_weight, pre_beam=pre_beam_size(beam),
-                      lm_step=None if lm_state is None else lm.step, lm_weight=lm_weight,
-                      pad=pad, bos=bos, eos=eos)
-    return beam_search(step, joint_state(model_state, scorer, lm_state), batch_size=batch_size,
-                       beam_size=beam, bos=bos, eos=eos, pad=pad, max_len=max_len,
-                       device=device, **beam_options)
+    step = joint_step(
+        model.step,
+        scorer,
+        ctc_weight=ctc_weight,
+        pre_beam=pre_beam_size(beam),
+        lm_step=None if lm_state is None else lm.step,
+        lm_weight=lm_weight,
+        pad=pad,
+        bos=bos,
+        eos=eos,
+    )
+    return beam_search(
+        step,
+        joint_state(model_state, scorer, lm_state),
+        batch_size=batch_size,
+        beam_size=beam,
+        bos=bos,
+        eos=eos,
+        pad=pad,
+        max_len=max_len,
+        device=device,
+        **beam_options,
+    )
 
 
 def pre_beam_size(beam: int) -> int:

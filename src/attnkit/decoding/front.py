@@ -109,45 +109,89 @@ class Decoding:
     def __post_init__(self):
         _check("beam", self.beam, _is_int(self.beam) and self.beam >= 1, "a positive int")
         if self.length_penalty is None:
-            object.__setattr__(self, "length_penalty",
-                               DEFAULT_LENGTH_PENALTY if self.beam > 1 else 0.0)
-        _check("n_best", self.n_best, _is_int(self.n_best) and 1 <= self.n_best <= self.beam,
-               f"an int in [1, beam={self.beam}]")
-        _check("no_repeat_ngram", self.no_repeat_ngram,
-               _is_int(self.no_repeat_ngram) and self.no_repeat_ngram >= 0, "a non-negative int")
-        for name, most in (("length_penalty", MAX_LENGTH_PENALTY),
-                           ("coverage_penalty", MAX_COVERAGE_PENALTY),
-                           ("lm_weight", MAX_COVERAGE_PENALTY)):
+            object.__setattr__(
+                self, "length_penalty", DEFAULT_LENGTH_PENALTY if self.beam > 1 else 0.0
+            )
+        _check(
+            "n_best",
+            self.n_best,
+            _is_int(self.n_best) and 1 <= self.n_best <= self.beam,
+            f"an int in [1, beam={self.beam}]",
+        )
+        _check(
+            "no_repeat_ngram",
+            self.no_repeat_ngram,
+            _is_int(self.no_repeat_ngram) and self.no_repeat_ngram >= 0,
+            "a non-negative int",
+        )
+        for name, most in (
+            ("length_penalty", MAX_LENGTH_PENALTY),
+            ("coverage_penalty", MAX_COVERAGE_PENALTY),
+            ("lm_weight", MAX_COVERAGE_PENALTY),
+        ):
             value = getattr(self, name)
-            _check(name, value, _is_finite(value) and 0 <= value <= most,
-                   f"a number in [0, {most:g}]")
+            _check(
+                name, value, _is_finite(value) and 0 <= value <= most, f"a number in [0, {most:g}]"
+            )
         low, high = TEMPERATURES
-        _check("temperature", self.temperature,
-               _is_finite(self.temperature) and low <= self.temperature <= high,
-               f"a number in [{low:g}, {high:g}]")
-        _check("seed", self.seed, self.seed is None
-               or (_is_int(self.seed) and 0 <= self.seed <= MAX_SEED),
-               "None or an int in [0, 2**63 - 1]")
-        _check("top_k", self.top_k, self.top_k is None
-               or (_is_int(self.top_k) and self.top_k >= 1), "a positive int")
-        _check("top_p", self.top_p, self.top_p is None
-               or (_is_finite(self.top_p) and 0 < self.top_p <= 1),
-               "a probability in (0, 1]")
-        _check("samples", self.samples, _is_int(self.samples) and self.samples >= 1
-               and (self.sample or self.samples == 1), "1 without sample=True, else a positive int")
-        _check("max_len", self.max_len, self.max_len is None
-               or (_is_int(self.max_len) and 1 <= self.max_len <= MAX_OUTPUT_TOKENS),
-               f"None or an int in [1, {MAX_OUTPUT_TOKENS}]")
-        _check("ctc_weight", self.ctc_weight, isinstance(self.ctc_weight, (int, float))
-               and 0 <= self.ctc_weight <= 1, "a number in [0, 1]")
+        _check(
+            "temperature",
+            self.temperature,
+            _is_finite(self.temperature) and low <= self.temperature <= high,
+            f"a number in [{low:g}, {high:g}]",
+        )
+        _check(
+            "seed",
+            self.seed,
+            self.seed is None or (_is_int(self.seed) and 0 <= self.seed <= MAX_SEED),
+            "None or an int in [0, 2**63 - 1]",
+        )
+        _check(
+            "top_k",
+            self.top_k,
+            self.top_k is None or (_is_int(self.top_k) and self.top_k >= 1),
+            "a positive int",
+        )
+        _check(
+            "top_p",
+            self.top_p,
+            self.top_p is None or (_is_finite(self.top_p) and 0 < self.top_p <= 1),
+            "a probability in (0, 1]",
+        )
+        _check(
+            "samples",
+            self.samples,
+            _is_int(self.samples) and self.samples >= 1 and (self.sample or self.samples == 1),
+            "1 without sample=True, else a positive int",
+        )
+        _check(
+            "max_len",
+            self.max_len,
+            self.max_len is None
+            or (_is_int(self.max_len) and 1 <= self.max_len <= MAX_OUTPUT_TOKENS),
+            f"None or an int in [1, {MAX_OUTPUT_TOKENS}]",
+        )
+        _check(
+            "ctc_weight",
+            self.ctc_weight,
+            isinstance(self.ctc_weight, (int, float)) and 0 <= self.ctc_weight <= 1,
+            "a number in [0, 1]",
+        )
         _check("loop_stop", self.loop_stop, isinstance(self.loop_stop, bool), "a bool")
         if self.sample and self._beam_options():
-            raise ValueError(f"sample: draws one token at a time, not with beam={self.beam}"
-                             + ("" if self.beam > 1 else " and beam options"))
+            raise ValueError(
+                f"sample: draws one token at a time, not with beam={self.beam}"
+                + ("" if self.beam > 1 else " and beam options")
+            )
 
     def _beam_options(self) -> bool:
-        beam_only = (self.length_penalty, self.coverage_penalty, self.no_repeat_ngram,
-                     self.ctc_weight, self.lm_weight)
+        beam_only = (
+            self.length_penalty,
+            self.coverage_penalty,
+            self.no_repeat_ngram,
+            self.ctc_weight,
+            self.lm_weight,
+        )
         return self.beam > 1 or any(beam_only)
 
     def describe(self) -> str:
@@ -162,8 +206,11 @@ class Decoding:
         """
         default = {f.name: f.default for f in fields(self)}
         default["length_penalty"] = 0.0
-        changed = [f"{name}={getattr(self, name)}" for name in default
-                   if getattr(self, name) != default[name]]
+        changed = [
+            f"{name}={getattr(self, name)}"
+            for name in default
+            if getattr(self, name) != default[name]
+        ]
         return ", ".join(changed) or "greedy"
 
     @property
@@ -181,10 +228,20 @@ class Decoding:
         return torch.Generator(device=device).manual_seed(self.seed)
 
 
-def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
-           decoding: Decoding | None = None, generator: torch.Generator | None = None,
-           bos: int = BOS, eos: int = EOS, pad: int = PAD, lm=None,
-           weights: bool = False) -> Hypotheses:
+def decode(
+    model,
+    inputs: torch.Tensor,
+    lengths: torch.Tensor,
+    *,
+    max_len,
+    decoding: Decoding | None = None,
+    generator: torch.Generator | None = None,
+    bos: int = BOS,
+    eos: int = EOS,
+    pad: int = PAD,
+    lm=None,
+    weights: bool = False,
+) -> Hypotheses:
     """Decode a batch: ``model.start(inputs, lengths)``, then the steps ``decoding`` asks for.
 
     Args:
@@ -212,26 +269,55 @@ def decode(model, inputs: torch.Tensor, lengths: torch.Tensor, *, max_len,
         max_len = max_len.clamp(max=MAX_OUTPUT_TOKENS)
     else:
         max_len = min(max_len, MAX_OUTPUT_TOKENS)
-    kw = {"batch_size": int(lengths.shape[0]), "bos": bos, "eos": eos, "pad": pad,
-          "max_len": max_len,
-          "device": lengths.device, "weights": weights, "loop_stop": decoding.loop_stop}
+    kw = {
+        "batch_size": int(lengths.shape[0]),
+        "bos": bos,
+        "eos": eos,
+        "pad": pad,
+        "max_len": max_len,
+        "device": lengths.device,
+        "weights": weights,
+        "loop_stop": decoding.loop_stop,
+    }
     if decoding.ctc_weight or decoding.lm_weight:
-        hyp = joint_decode(model, inputs, lengths, beam=decoding.beam,
-                           ctc_weight=decoding.ctc_weight, lm=lm, lm_weight=decoding.lm_weight,
-                           alpha=decoding.length_penalty, beta=decoding.coverage_penalty,
-                           no_repeat_ngram=decoding.no_repeat_ngram, n_best=decoding.n_best,
-                           **kw)
+        hyp = joint_decode(
+            model,
+            inputs,
+            lengths,
+            beam=decoding.beam,
+            ctc_weight=decoding.ctc_weight,
+            lm=lm,
+            lm_weight=decoding.lm_weight,
+            alpha=decoding.length_penalty,
+            beta=decoding.coverage_penalty,
+            no_repeat_ngram=decoding.no_repeat_ngram,
+            n_best=decoding.n_best,
+            **kw,
+        )
     elif decoding.method == "sample":
-        hyp = sample(model.step, model.start(inputs, lengths), temperature=decoding.temperature,
-                     top_k=decoding.top_k, top_p=decoding.top_p, num_samples=decoding.samples,
-                     generator=generator, **kw)
+        hyp = sample(
+            model.step,
+            model.start(inputs, lengths),
+            temperature=decoding.temperature,
+            top_k=decoding.top_k,
+            top_p=decoding.top_p,
+            num_samples=decoding.samples,
+            generator=generator,
+            **kw,
+        )
     elif decoding.method == "greedy":
         hyp = greedy(model.step, model.start(inputs, lengths), **kw)
     else:
-        hyp = beam_search(model.step, model.start(inputs, lengths), beam_size=decoding.beam,
-                          alpha=decoding.length_penalty, beta=decoding.coverage_penalty,
-                          no_repeat_ngram=decoding.no_repeat_ngram, n_best=decoding.n_best,
-                          **kw)
+        hyp = beam_search(
+            model.step,
+            model.start(inputs, lengths),
+            beam_size=decoding.beam,
+            alpha=decoding.length_penalty,
+            beta=decoding.coverage_penalty,
+            no_repeat_ngram=decoding.no_repeat_ngram,
+            n_best=decoding.n_best,
+            **kw,
+        )
     _warn_loops(hyp)
     return hyp
 
@@ -246,14 +332,27 @@ def _warn_loops(hyp: Hypotheses) -> None:
 def warn_loops(sizes: list[int], total: int) -> None:
     """Log that ``len(sizes)`` of ``total`` outputs were stopped because they looped, after
     ``sizes`` tokens each (EOS-free)."""
-    log.warning("%d of %d outputs stopped after %s tokens: each repeated a unit of tokens "
-                "while its attention stood still (a loop); loop_stop=False (--no-loop-stop) "
-                "decodes them to the length limit", len(sizes), total, ", ".join(map(str, sizes)))
+    log.warning(
+        "%d of %d outputs stopped after %s tokens: each repeated a unit of tokens "
+        "while its attention stood still (a loop); loop_stop=False (--no-loop-stop) "
+        "decodes them to the length limit",
+        len(sizes),
+        total,
+        ", ".join(map(str, sizes)),
+    )
 
 
-def decode_batches(model, items: Sequence, collate: Callable, *, max_len: Callable,
-                   decoding: Decoding | None = None, batch_size: int = 32,
-                   lm=None, weights: bool = False) -> Iterator[tuple[Sequence, Hypotheses]]:
+def decode_batches(
+    model,
+    items: Sequence,
+    collate: Callable,
+    *,
+    max_len: Callable,
+    decoding: Decoding | None = None,
+    batch_size: int = 32,
+    lm=None,
+    weights: bool = False,
+) -> Iterator[tuple[Sequence, Hypotheses]]:
     """Decode ``items`` in batches of ``batch_size``, in order, with the model in eval mode.
 
     Args:
@@ -274,5 +373,16 @@ def decode_batches(model, items: Sequence, collate: Callable, *, max_len: Callab
     for i in range(0, len(items), batch_size):
         chunk = items[i : i + batch_size]
         inputs, lengths = (x.to(device) for x in collate(chunk))
-        yield chunk, decode(model, inputs, lengths, max_len=max_len(lengths),
-                            decoding=decoding, generator=generator, lm=lm, weights=weights)
+        yield (
+            chunk,
+            decode(
+                model,
+                inputs,
+                lengths,
+                max_len=max_len(lengths),
+                decoding=decoding,
+                generator=generator,
+                lm=lm,
+                weights=weights,
+            ),
+        )

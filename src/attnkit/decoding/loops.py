@@ -28,8 +28,16 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["LoopState", "MAX_PERIOD", "MIN_SPAN", "REPEATS", "TOLERANCE", "loop_step", "spans",
-           "start_loops"]
+__all__ = [
+    "LoopState",
+    "MAX_PERIOD",
+    "MIN_SPAN",
+    "REPEATS",
+    "TOLERANCE",
+    "loop_step",
+    "spans",
+    "start_loops",
+]
 
 MAX_PERIOD = 64  # the longest unit looked for, in tokens
 REPEATS = 3  # copies of the unit at least
@@ -54,9 +62,11 @@ class LoopState(NamedTuple):
 
 def start_loops(n: int, device=None) -> LoopState:
     """The state of ``n`` hypotheses that have emitted nothing yet."""
-    return LoopState(torch.full((n, MAX_PERIOD), -1, dtype=torch.long, device=device),
-                     torch.full((n, MAX_PERIOD), float("nan"), device=device),
-                     torch.zeros(n, MAX_PERIOD, dtype=torch.long, device=device))
+    return LoopState(
+        torch.full((n, MAX_PERIOD), -1, dtype=torch.long, device=device),
+        torch.full((n, MAX_PERIOD), float("nan"), device=device),
+        torch.zeros(n, MAX_PERIOD, dtype=torch.long, device=device),
+    )
 
 
 @functools.lru_cache(maxsize=8)
@@ -66,8 +76,9 @@ def spans(device=None) -> torch.Tensor:
     return ((REPEATS - 1) * periods).clamp(min=MIN_SPAN)
 
 
-def loop_step(state: LoopState, tokens: torch.Tensor,
-              weights: torch.Tensor | None) -> tuple[LoopState, torch.Tensor]:
+def loop_step(
+    state: LoopState, tokens: torch.Tensor, weights: torch.Tensor | None
+) -> tuple[LoopState, torch.Tensor]:
     """Add one step: ``tokens (N,)`` emitted with the attention ``weights (N, Tk)`` (or None).
 
     Returns:
@@ -78,10 +89,14 @@ def loop_step(state: LoopState, tokens: torch.Tensor,
     else:
         positions = torch.arange(weights.shape[-1], device=weights.device, dtype=torch.float32)
         centre = weights.float() @ positions  # (N,)
-    still = ((state.tokens == tokens[:, None])
-             & ((state.centres - centre[:, None]).abs() <= TOLERANCE))  # (N, P); NaN: False
+    still = (state.tokens == tokens[:, None]) & (
+        (state.centres - centre[:, None]).abs() <= TOLERANCE
+    )  # (N, P); NaN: False
     runs = torch.where(still, state.runs + 1, 0)
     looped = (runs >= spans(runs.device)).any(-1)  # (N,)
-    new = LoopState(torch.cat([tokens[:, None], state.tokens[:, :-1]], dim=1),
-                    torch.cat([centre[:, None], state.centres[:, :-1]], dim=1), runs)
+    new = LoopState(
+        torch.cat([tokens[:, None], state.tokens[:, :-1]], dim=1),
+        torch.cat([centre[:, None], state.centres[:, :-1]], dim=1),
+        runs,
+    )
     return new, looped

@@ -84,8 +84,9 @@ def length_penalty(lengths: torch.Tensor, alpha: float) -> torch.Tensor:
 def _max_lengths(max_len, batch: int, device) -> torch.Tensor:
     if isinstance(max_len, torch.Tensor):
         if max_len.shape != (batch,):
-            raise ValueError(f"max_len: expected an int or a ({batch},) tensor, "
-                             f"got shape {tuple(max_len.shape)}")
+            raise ValueError(
+                f"max_len: expected an int or a ({batch},) tensor, got shape {tuple(max_len.shape)}"
+            )
         out = max_len.to(device=device, dtype=torch.long)
     elif isinstance(max_len, int) and not isinstance(max_len, bool):
         out = torch.full((batch,), max_len, dtype=torch.long, device=device)
@@ -106,12 +107,25 @@ def _check_common(batch_size, bos, eos, pad):
 
 def _check_log_probs(log_probs: torch.Tensor, n: int) -> None:
     if log_probs.dim() != 2 or log_probs.shape[0] != n:
-        raise ValueError(f"step: expected log_probs of shape ({n}, V), got "
-                         f"{tuple(log_probs.shape)}")
+        raise ValueError(
+            f"step: expected log_probs of shape ({n}, V), got {tuple(log_probs.shape)}"
+        )
 
 
-def _run(step: StepFn, state, *, batch_size, bos, eos, pad, max_len, device, choose,
-         keep_weights, loop_stop):
+def _run(
+    step: StepFn,
+    state,
+    *,
+    batch_size,
+    bos,
+    eos,
+    pad,
+    max_len,
+    device,
+    choose,
+    keep_weights,
+    loop_stop,
+):
     """Shared loop of greedy decoding and sampling: ``choose(log_probs) -> tokens (B,)``."""
     _check_common(batch_size, bos, eos, pad)
     limit = _max_lengths(max_len, batch_size, device)
@@ -138,9 +152,14 @@ def _run(step: StepFn, state, *, batch_size, bos, eos, pad, max_len, device, cho
     toks = torch.stack(out, dim=1)  # (B, T)
     lengths = _lengths(toks, eos, pad)
     token_scores = torch.stack(chosen, dim=1)  # (B, T)
-    return Hypotheses(toks, lengths, token_scores.sum(1),
-                      torch.stack(weights, dim=1) if weights else None,
-                      looped if loop_stop else None, token_scores)
+    return Hypotheses(
+        toks,
+        lengths,
+        token_scores.sum(1),
+        torch.stack(weights, dim=1) if weights else None,
+        looped if loop_stop else None,
+        token_scores,
+    )
 
 
 def _never(log_probs: torch.Tensor, *tokens: int) -> torch.Tensor:
@@ -158,8 +177,19 @@ def _lengths(tokens: torch.Tensor, eos: int, pad: int) -> torch.Tensor:
     return torch.minimum(first, (tokens != pad).sum(-1).clamp(min=1))
 
 
-def greedy(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
-           pad: int = 0, device=None, weights: bool = True, loop_stop: bool = True) -> Hypotheses:
+def greedy(
+    step: StepFn,
+    state,
+    *,
+    batch_size: int,
+    bos: int,
+    eos: int,
+    max_len,
+    pad: int = 0,
+    device=None,
+    weights: bool = True,
+    loop_stop: bool = True,
+) -> Hypotheses:
     """Most probable token at every step.
 
     Args:
@@ -171,16 +201,39 @@ def greedy(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
         loop_stop: stop a hypothesis that loops (see the module docstring); False decodes it
             to ``max_len`` and leaves ``Hypotheses.looped`` None.
     """
-    return _run(step, state, batch_size=batch_size, bos=bos, eos=eos, pad=pad, max_len=max_len,
-                device=device, choose=lambda lp: lp.argmax(-1), keep_weights=weights,
-                loop_stop=loop_stop)
+    return _run(
+        step,
+        state,
+        batch_size=batch_size,
+        bos=bos,
+        eos=eos,
+        pad=pad,
+        max_len=max_len,
+        device=device,
+        choose=lambda lp: lp.argmax(-1),
+        keep_weights=weights,
+        loop_stop=loop_stop,
+    )
 
 
-def sample(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
-           pad: int = 0, temperature: float = 1.0, top_k: int | None = None,
-           top_p: float | None = None, num_samples: int = 1,
-           generator: torch.Generator | None = None, device=None,
-           weights: bool = True, loop_stop: bool = True) -> Hypotheses:
+def sample(
+    step: StepFn,
+    state,
+    *,
+    batch_size: int,
+    bos: int,
+    eos: int,
+    max_len,
+    pad: int = 0,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    num_samples: int = 1,
+    generator: torch.Generator | None = None,
+    device=None,
+    weights: bool = True,
+    loop_stop: bool = True,
+) -> Hypotheses:
     """Random decoding: tokens drawn from ``softmax(log_probs / temperature)``, restricted to
     the ``top_k`` most probable and/or the smallest set whose probability reaches ``top_p``
     (nucleus sampling). Scores are the log-probabilities of the drawn tokens under the model.
@@ -202,10 +255,22 @@ def sample(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
         s = num_samples
         limit = _max_lengths(max_len, batch_size, device).repeat_interleave(s)  # (B * S,)
         state = _reorder(state, torch.arange(batch_size, device=device).repeat_interleave(s))
-        drawn = sample(step, state, batch_size=batch_size * s, bos=bos, eos=eos, pad=pad,
-                       max_len=limit, temperature=temperature, top_k=top_k, top_p=top_p,
-                       generator=generator, device=device, weights=weights,
-                       loop_stop=loop_stop)
+        drawn = sample(
+            step,
+            state,
+            batch_size=batch_size * s,
+            bos=bos,
+            eos=eos,
+            pad=pad,
+            max_len=limit,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            generator=generator,
+            device=device,
+            weights=weights,
+            loop_stop=loop_stop,
+        )
         return _ranked(drawn, batch_size, s)
 
     def choose(log_probs):
@@ -221,31 +286,51 @@ def sample(step: StepFn, state, *, batch_size: int, bos: int, eos: int, max_len,
         probs = logits.softmax(-1)
         return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
-    return _run(step, state, batch_size=batch_size, bos=bos, eos=eos, pad=pad, max_len=max_len,
-                device=device, choose=choose, keep_weights=weights, loop_stop=loop_stop)
+    return _run(
+        step,
+        state,
+        batch_size=batch_size,
+        bos=bos,
+        eos=eos,
+        pad=pad,
+        max_len=max_len,
+        device=device,
+        choose=choose,
+        keep_weights=weights,
+        loop_stop=loop_stop,
+    )
 
 
 def _ranked(hyp: Hypotheses, b: int, s: int) -> Hypotheses:
     """``B * S`` example-major hypotheses as ``(B, S, ...)``, each example's ranked by score."""
     order = hyp.scores.reshape(b, s).argsort(dim=-1, descending=True, stable=True)  # (B, S)
     pick = ((torch.arange(b, device=order.device) * s)[:, None] + order).reshape(-1)
-    return Hypotheses(*(None if x is None else
-                        x.index_select(0, pick).reshape(b, s, *x.shape[1:]) for x in hyp))
+    return Hypotheses(
+        *(None if x is None else x.index_select(0, pick).reshape(b, s, *x.shape[1:]) for x in hyp)
+    )
 
 
 def _reorder(state, index: torch.Tensor, keep: tuple = ()):
     """``state`` with the rows of each tensor picked by ``index`` (dim 0), but for the tensors
     in ``keep`` (by identity), which come back as they are."""
-    return tree_map(lambda x: x.index_select(0, index)
-                    if isinstance(x, torch.Tensor) and not any(x is k for k in keep) else x,
-                    state)
+    return tree_map(
+        lambda x: (
+            x.index_select(0, index)
+            if isinstance(x, torch.Tensor) and not any(x is k for k in keep)
+            else x
+        ),
+        state,
+    )
 
 
 def _versions(state) -> list[tuple[torch.Tensor, int]]:
     """Each tensor of ``state`` with its version counter (bumped by every in-place change);
     inference-mode tensors, which have none, are left out."""
-    return [(x, x._version) for x in tree_leaves(state)
-            if isinstance(x, torch.Tensor) and not x.is_inference()]
+    return [
+        (x, x._version)
+        for x in tree_leaves(state)
+        if isinstance(x, torch.Tensor) and not x.is_inference()
+    ]
 
 
 def _unchanged(state, before: list[tuple[torch.Tensor, int]]) -> tuple:
@@ -269,8 +354,15 @@ def _ngram_ban(hyps: torch.Tensor, n: int, vocab: int) -> torch.Tensor:
     return banned[:, :vocab]
 
 
-def _rank(scores: torch.Tensor, hyps: torch.Tensor, coverage: torch.Tensor | None, eos: int,
-          pad: int, alpha: float, beta: float) -> torch.Tensor:
+def _rank(
+    scores: torch.Tensor,
+    hyps: torch.Tensor,
+    coverage: torch.Tensor | None,
+    eos: int,
+    pad: int,
+    alpha: float,
+    beta: float,
+) -> torch.Tensor:
     """``(N,)`` Wu et al.'s ``log P / lp(|Y|) + cp`` of the hypotheses ``hyps (N, t)`` with
     cumulative ``scores (B, K)``; NaN as -inf."""
     rank = scores.reshape(-1) / length_penalty(_lengths(hyps, eos, pad), alpha)
@@ -281,23 +373,47 @@ def _rank(scores: torch.Tensor, hyps: torch.Tensor, coverage: torch.Tensor | Non
     return rank.masked_fill(torch.isnan(rank), float("-inf"))
 
 
-def _settled(rank: torch.Tensor, scores: torch.Tensor, done: torch.Tensor, limit: torch.Tensor,
-             alpha: float, n_best: int) -> torch.Tensor:
+def _settled(
+    rank: torch.Tensor,
+    scores: torch.Tensor,
+    done: torch.Tensor,
+    limit: torch.Tensor,
+    alpha: float,
+    n_best: int,
+) -> torch.Tensor:
     """``(B,)`` examples whose ``n_best`` finished hypotheses can no longer be beaten: a live
     hypothesis's score only falls, its length penalty grows at most to ``lp(max_len)`` and the
     coverage penalty is never above 0, so its rank stays below ``score / lp(max_len)``."""
     b, k = scores.shape
     finished = rank.masked_fill(~done, float("-inf")).reshape(b, k)
     kth = finished.topk(n_best, dim=-1).values[:, -1]  # (B,)
-    best_live = (scores.reshape(-1) / length_penalty(limit, alpha)).masked_fill(
-        done, float("-inf")).reshape(b, k).amax(-1)  # (B,)
+    best_live = (
+        (scores.reshape(-1) / length_penalty(limit, alpha))
+        .masked_fill(done, float("-inf"))
+        .reshape(b, k)
+        .amax(-1)
+    )  # (B,)
     return kth > best_live
 
 
-def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: int, eos: int,
-                max_len, pad: int = 0, alpha: float = 0.0, beta: float = 0.0,
-                no_repeat_ngram: int = 0, n_best: int = 1, device=None,
-                weights: bool = True, loop_stop: bool = True) -> Hypotheses:
+def beam_search(
+    step: StepFn,
+    state,
+    *,
+    batch_size: int,
+    beam_size: int,
+    bos: int,
+    eos: int,
+    max_len,
+    pad: int = 0,
+    alpha: float = 0.0,
+    beta: float = 0.0,
+    no_repeat_ngram: int = 0,
+    n_best: int = 1,
+    device=None,
+    weights: bool = True,
+    loop_stop: bool = True,
+) -> Hypotheses:
     """Batched beam search: all ``B * K`` hypotheses advance as one tensor.
 
     Hypotheses are extended by cumulative log-probability; a hypothesis that emits EOS (or
@@ -325,11 +441,13 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size: expected a positive int, got {quoted(beam_size)}")
     if not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
-        raise ValueError(f"n_best: expected an int in [1, beam_size={beam_size}], "
-                         f"got {quoted(n_best)}")
+        raise ValueError(
+            f"n_best: expected an int in [1, beam_size={beam_size}], got {quoted(n_best)}"
+        )
     if not isinstance(no_repeat_ngram, int) or no_repeat_ngram < 0:
-        raise ValueError(f"no_repeat_ngram: expected a non-negative int, "
-                         f"got {quoted(no_repeat_ngram)}")
+        raise ValueError(
+            f"no_repeat_ngram: expected a non-negative int, got {quoted(no_repeat_ngram)}"
+        )
     b, k = batch_size, beam_size
     n = b * k
     limit = _max_lengths(max_len, b, device).repeat_interleave(k)  # (N,)
@@ -356,8 +474,9 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
         vocab = log_probs.shape[-1]
         log_probs = _never(log_probs.float(), pad, bos)
         if no_repeat_ngram:
-            log_probs = log_probs.masked_fill(_ngram_ban(hyps, no_repeat_ngram, vocab),
-                                              float("-inf"))
+            log_probs = log_probs.masked_fill(
+                _ngram_ban(hyps, no_repeat_ngram, vocab), float("-inf")
+            )
         # A finished hypothesis continues only with pad, at no cost.
         frozen = torch.full_like(log_probs, float("-inf"))
         frozen[:, pad] = 0.0
@@ -372,13 +491,17 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
         same_in_beams = [(x, x._version) for x in kept_as_is]
         was_done = done.index_select(0, parent)
         hyps = torch.cat([hyps.index_select(0, parent), tokens[:, None]], dim=1)
-        token_scores = torch.cat([token_scores.index_select(0, parent),
-                                  log_probs[parent, tokens][:, None]], dim=1)
+        token_scores = torch.cat(
+            [token_scores.index_select(0, parent), log_probs[parent, tokens][:, None]], dim=1
+        )
         if w is not None and (weights or beta or loop_stop):
             w = w.float().index_select(0, parent).masked_fill(was_done[:, None], 0.0)
             if weights:
-                kept = w[:, None] if kept is None else torch.cat(
-                    [kept.index_select(0, parent), w[:, None]], dim=1)
+                kept = (
+                    w[:, None]
+                    if kept is None
+                    else torch.cat([kept.index_select(0, parent), w[:, None]], dim=1)
+                )
             coverage = w if coverage is None else coverage.index_select(0, parent) + w
         if loops is not None:
             loops, loops_now = loop_step(_reorder(loops, parent), tokens, w)
@@ -391,8 +514,9 @@ def beam_search(step: StepFn, state, *, batch_size: int, beam_size: int, bos: in
             loops_now = loops_now | (stop.expand(b, k).reshape(n) & live)
             looped = looped.index_select(0, parent) | loops_now
         done = was_done | (tokens == eos) | (t + 1 >= limit) | looped
-        done = done | _settled(_rank(scores, hyps, coverage, eos, pad, alpha, beta), scores,
-                               done, limit, alpha, n_best).repeat_interleave(k)
+        done = done | _settled(
+            _rank(scores, hyps, coverage, eos, pad, alpha, beta), scores, done, limit, alpha, n_best
+        ).repeat_interleave(k)
         if bool(done.all()):
             break
 

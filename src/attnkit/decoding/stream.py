@@ -71,9 +71,17 @@ def stream_start(model, *, device=None, bos: int = BOS, loop_stop: bool = True) 
     return StreamState(model.stream_start(), token, 0, 0, False, loops)
 
 
-def stream_feed(model, state: StreamState, inputs: torch.Tensor, *, final: bool,
-                max_len: Callable[[int], int], bos: int = BOS, eos: int = EOS,
-                pad: int = PAD) -> tuple[StreamState, list[Emitted]]:
+def stream_feed(
+    model,
+    state: StreamState,
+    inputs: torch.Tensor,
+    *,
+    final: bool,
+    max_len: Callable[[int], int],
+    bos: int = BOS,
+    eos: int = EOS,
+    pad: int = PAD,
+) -> tuple[StreamState, list[Emitted]]:
     """Listen to ``inputs`` ``(1, t, ...)`` (``t`` may be 0) and take every step that can be
     decided; returns the new state and the tokens emitted (EOS excluded), in order.
 

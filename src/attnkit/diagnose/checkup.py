@@ -64,9 +64,21 @@ from attnkit.attention import WEIGHT_SUMS, Alignment, Attention
 
 __all__ = ["CHECKS", "Finding", "Report", "assert_healthy", "doctor"]
 
-CHECKS = ("sums_to_one_over_keys", "mask_polarity", "padding_invariance", "empty_rows",
-          "query_dependence", "key_permutation", "low_precision", "location_state",
-          "weight_sums", "nan_padding", "prepared_memory", "state_threading", "saturation")
+CHECKS = (
+    "sums_to_one_over_keys",
+    "mask_polarity",
+    "padding_invariance",
+    "empty_rows",
+    "query_dependence",
+    "key_permutation",
+    "low_precision",
+    "location_state",
+    "weight_sums",
+    "nan_padding",
+    "prepared_memory",
+    "state_threading",
+    "saturation",
+)
 
 
 @dataclass(frozen=True)
@@ -131,8 +143,7 @@ def default_call(module, query, key, value, key_mask, *state) -> tuple:
     if isinstance(module, Attention):
         if prev is not None and module.heads > 1:
             prev = prev[:, None].expand(-1, module.heads, -1, -1)
-        out = module(query, key, value, key_mask=key_mask, prev_weights=prev,
-                     need_weights=True)
+        out = module(query, key, value, key_mask=key_mask, prev_weights=prev, need_weights=True)
         return out.context, out.weights
     if isinstance(module, Alignment):
         return tuple(module(query, key, value, key_mask=key_mask, prev_state=prev))
@@ -140,19 +151,28 @@ def default_call(module, query, key, value, key_mask, *state) -> tuple:
 
 
 def _check_inputs(example_inputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    if not (isinstance(example_inputs, (tuple, list)) and len(example_inputs) == 3
-            and all(isinstance(t, torch.Tensor) and t.dim() == 3 for t in example_inputs)):
-        raise ValueError("example_inputs: expected (query (B, Tq, Dq), key (B, Tk, Dk), "
-                         f"value (B, Tk, Dv)) tensors, got {_describe(example_inputs)}")
+    if not (
+        isinstance(example_inputs, (tuple, list))
+        and len(example_inputs) == 3
+        and all(isinstance(t, torch.Tensor) and t.dim() == 3 for t in example_inputs)
+    ):
+        raise ValueError(
+            "example_inputs: expected (query (B, Tq, Dq), key (B, Tk, Dk), "
+            f"value (B, Tk, Dv)) tensors, got {_describe(example_inputs)}"
+        )
     query, key, value = example_inputs
     b, tk = key.shape[:2]
     if query.shape[0] != b or value.shape[:2] != key.shape[:2]:
-        raise ValueError(f"example_inputs: expected matching B and Tk, got query "
-                         f"{tuple(query.shape)}, key {tuple(key.shape)}, value "
-                         f"{tuple(value.shape)}")
+        raise ValueError(
+            f"example_inputs: expected matching B and Tk, got query "
+            f"{tuple(query.shape)}, key {tuple(key.shape)}, value "
+            f"{tuple(value.shape)}"
+        )
     if tk < 2 or query.shape[1] < 2:
-        raise ValueError(f"example_inputs: expected Tq >= 2 and Tk >= 2 (the checks vary "
-                         f"queries and keys), got Tq={query.shape[1]}, Tk={tk}")
+        raise ValueError(
+            f"example_inputs: expected Tq >= 2 and Tk >= 2 (the checks vary "
+            f"queries and keys), got Tq={query.shape[1]}, Tk={tk}"
+        )
     return tuple(t.detach().float() for t in example_inputs)
 
 
@@ -170,8 +190,11 @@ def _weights(w: torch.Tensor) -> torch.Tensor:
 
 
 def _close(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
-    return bool(torch.isfinite(a).all() and torch.isfinite(b).all()
-                and (a - b).abs().max() <= tol * (1 + b.abs().max()))
+    return bool(
+        torch.isfinite(a).all()
+        and torch.isfinite(b).all()
+        and (a - b).abs().max() <= tol * (1 + b.abs().max())
+    )
 
 
 class _Probe:
@@ -187,7 +210,7 @@ class _Probe:
         valid = torch.ones(b, tk, dtype=torch.bool)
         valid[1:, -1] = False
         if tk >= 4:
-            valid[-1, tk // 2:] = False
+            valid[-1, tk // 2 :] = False
         self.mask = valid  # (B, Tk)
         self.logits = torch.randn(b, query.shape[1], tk) * 2  # (B, Tq, Tk): of the state
 
@@ -212,23 +235,28 @@ class _Probe:
         if self.stateful:
             out = tuple(self.call(module, query, key, value, mask, state))
             if len(out) != 3:
-                raise ValueError(f"call: expected (context, weights, state) from a module "
-                                 f"with state, got {len(out)} values")
+                raise ValueError(
+                    f"call: expected (context, weights, state) from a module "
+                    f"with state, got {len(out)} values"
+                )
             return Output(*out)
         if self.location:
             state = self.prev_weights(mask) if state is None else state
-            return Output(*self.call(module, query, key, value, mask, state.to(query.dtype)),
-                          None)
+            return Output(*self.call(module, query, key, value, mask, state.to(query.dtype)), None)
         return Output(*self.call(module, query, key, value, mask), None)
 
     def run(self, query=None, key=None, value=..., mask=None, state=None) -> Output:
         """One call without gradients; what is not given is the probe's own (``value=None``
         goes with a prepared memory as ``key``)."""
         with torch.no_grad():
-            return self.invoke(self.module, self.query if query is None else query,
-                               self.key if key is None else key,
-                               self.value if value is ... else value,
-                               self.mask if mask is None else mask, state)
+            return self.invoke(
+                self.module,
+                self.query if query is None else query,
+                self.key if key is None else key,
+                self.value if value is ... else value,
+                self.mask if mask is None else mask,
+                state,
+            )
 
     def prepares(self) -> bool:
         """True when the module has ``prepare(key, value) -> memory``."""
@@ -250,27 +278,38 @@ class _Probe:
         if isinstance(out.state, torch.Tensor) and out.state.dtype.is_floating_point:
             loss = loss + (out.state.float() * torch.randn(out.state.shape, generator=g)).sum()
         inputs = [q, k, v] + [t for t in module.parameters() if t.requires_grad]
-        grads = torch.autograd.grad(loss, inputs, allow_unused=True) if loss.requires_grad \
+        grads = (
+            torch.autograd.grad(loss, inputs, allow_unused=True)
+            if loss.requires_grad
             else [None] * len(inputs)
+        )
         return out, [torch.zeros_like(t) if d is None else d for t, d in zip(inputs, grads)]
 
-    def differences(self, a: Output, b: Output, grads_a=None, grads_b=None,
-                    tol: float = 1e-4) -> list[str]:
+    def differences(
+        self, a: Output, b: Output, grads_a=None, grads_b=None, tol: float = 1e-4
+    ) -> list[str]:
         """What differs between two calls over the probe's keys (with :attr:`mask`): the
         context, the weights of valid keys, the state, and the gradients of the query, the
         valid keys and values, and the parameters."""
         valid = self.mask[:, None, None, :]  # (B, 1, 1, Tk)
         moved = []
-        parts = [("the context", a.context, b.context),
-                 ("the weights of valid keys", _weights(a.weights).masked_fill(~valid, 0),
-                  _weights(b.weights).masked_fill(~valid, 0))]
+        parts = [
+            ("the context", a.context, b.context),
+            (
+                "the weights of valid keys",
+                _weights(a.weights).masked_fill(~valid, 0),
+                _weights(b.weights).masked_fill(~valid, 0),
+            ),
+        ]
         if isinstance(a.state, torch.Tensor) and isinstance(b.state, torch.Tensor):
             parts.append(("the state", a.state, b.state))
         if grads_a is not None:
             keep = self.mask[..., None]  # (B, Tk, 1)
-            parts += [("the query's gradient", grads_a[0], grads_b[0]),
-                      ("the valid keys' gradient", grads_a[1] * keep, grads_b[1] * keep),
-                      ("the valid values' gradient", grads_a[2] * keep, grads_b[2] * keep)]
+            parts += [
+                ("the query's gradient", grads_a[0], grads_b[0]),
+                ("the valid keys' gradient", grads_a[1] * keep, grads_b[1] * keep),
+                ("the valid values' gradient", grads_a[2] * keep, grads_b[2] * keep),
+            ]
             parts += [("a parameter's gradient", x, y) for x, y in zip(grads_a[3:], grads_b[3:])]
         for name, x, y in parts:
             x, y = x.detach(), y.detach()
@@ -285,23 +324,27 @@ class _Probe:
 _SKIPPED = {
     "sums_to_one_over_keys": {
         "stateful": "an alignment's weights need not sum to 1: weight_sums checks what the "
-                    "module declares they sum to"},
+        "module declares they sum to"
+    },
     "key_permutation": {
         "location": "a location-aware score reads the previous weights of each key's "
-                    "neighbours: key order matters by design",
+        "neighbours: key order matters by design",
         "stateful": "an alignment reads the keys in order (a monotonic scan, a window or "
-                    "Gaussians over key positions): key order matters by design"},
+        "Gaussians over key positions): key order matters by design",
+    },
     "location_state": {
         "plain": "the module takes no location state (pass location=True for one that takes "
-                 "previous weights)",
-        "stateful": "the module carries its own state from step to step: state_threading "
-                    "checks it"},
+        "previous weights)",
+        "stateful": "the module carries its own state from step to step: state_threading checks it",
+    },
     "weight_sums": {
         "plain": "a softmax's weights: sums_to_one_over_keys checks them",
-        "location": "a softmax's weights: sums_to_one_over_keys checks them"},
+        "location": "a softmax's weights: sums_to_one_over_keys checks them",
+    },
     "state_threading": {
         "plain": "the module carries no state: each query is computed on its own",
-        "location": "the caller passes the previous weights (location_state checks them)"},
+        "location": "the caller passes the previous weights (location_state checks them)",
+    },
 }
 
 
@@ -312,14 +355,18 @@ def _sums(p: _Probe) -> Finding:
     if torch.allclose(keys, torch.ones_like(keys), atol=1e-4):
         return Finding("sums_to_one_over_keys", "pass", "every row sums to 1 over the keys")
     if torch.allclose(queries, torch.ones_like(queries), atol=1e-4):
-        return Finding("sums_to_one_over_keys", "fail",
-                       "weights sum to 1 over the queries (dim -2), not over the keys",
-                       "take the softmax over the key dim: softmax(scores, dim=-1) on "
-                       "(B, Tq, Tk) scores")
-    return Finding("sums_to_one_over_keys", "fail",
-                   f"row sums over the keys range {float(keys.min()):.4g}.."
-                   f"{float(keys.max()):.4g}", "normalise the scores with a softmax over the "
-                   "key dim (dim=-1 of (B, Tq, Tk))")
+        return Finding(
+            "sums_to_one_over_keys",
+            "fail",
+            "weights sum to 1 over the queries (dim -2), not over the keys",
+            "take the softmax over the key dim: softmax(scores, dim=-1) on (B, Tq, Tk) scores",
+        )
+    return Finding(
+        "sums_to_one_over_keys",
+        "fail",
+        f"row sums over the keys range {float(keys.min()):.4g}..{float(keys.max()):.4g}",
+        "normalise the scores with a softmax over the key dim (dim=-1 of (B, Tq, Tk))",
+    )
 
 
 def _polarity(p: _Probe) -> Finding:
@@ -331,41 +378,58 @@ def _polarity(p: _Probe) -> Finding:
     if on_masked <= 1e-5:
         return Finding("mask_polarity", "pass", "no weight on keys whose mask is False")
     if float(on_valid.max()) <= 1e-5:
-        return Finding("mask_polarity", "fail",
-                       "all weight went to the keys whose mask is False: the mask is read "
-                       "the other way round",
-                       "treat True as 'may attend': scores.masked_fill(~key_mask, min) "
-                       "(torch.nn.MultiheadAttention's masks mean the opposite)")
-    return Finding("mask_polarity", "fail",
-                   f"up to {on_masked:.3g} of a row's weight on keys whose mask is False",
-                   "mask the scores before the softmax: scores.masked_fill(~key_mask[:, None, "
-                   ":], torch.finfo(scores.dtype).min); an alignment sets the probabilities "
-                   "of masked keys to 0 (p = sigmoid(e) * key_mask)")
+        return Finding(
+            "mask_polarity",
+            "fail",
+            "all weight went to the keys whose mask is False: the mask is read the other way round",
+            "treat True as 'may attend': scores.masked_fill(~key_mask, min) "
+            "(torch.nn.MultiheadAttention's masks mean the opposite)",
+        )
+    return Finding(
+        "mask_polarity",
+        "fail",
+        f"up to {on_masked:.3g} of a row's weight on keys whose mask is False",
+        "mask the scores before the softmax: scores.masked_fill(~key_mask[:, None, "
+        ":], torch.finfo(scores.dtype).min); an alignment sets the probabilities "
+        "of masked keys to 0 (p = sigmoid(e) * key_mask)",
+    )
 
 
 def _padding(p: _Probe) -> Finding:
     noise = torch.randn_like(p.key) * 10, torch.randn_like(p.value) * 10
     pad = ~p.mask[..., None]  # (B, Tk, 1)
     clean, grads = p.backward(p.module, p.query, p.key, p.value)
-    other, other_grads = p.backward(p.module, p.query, torch.where(pad, noise[0], p.key),
-                                    torch.where(pad, noise[1], p.value))
+    other, other_grads = p.backward(
+        p.module, p.query, torch.where(pad, noise[0], p.key), torch.where(pad, noise[1], p.value)
+    )
     moved = p.differences(clean, other, grads, other_grads)
     if not moved:
-        return Finding("padding_invariance", "pass",
-                       "changing padded keys and values changes nothing: context, weights of "
-                       "valid keys, state and gradients")
-    return Finding("padding_invariance", "fail",
-                   f"changing padded keys and values moved {', '.join(moved)}",
-                   "pass the key mask (or key lengths) to the attention and mask the scores "
-                   "of padded keys before the softmax (an alignment: their probabilities)")
+        return Finding(
+            "padding_invariance",
+            "pass",
+            "changing padded keys and values changes nothing: context, weights of "
+            "valid keys, state and gradients",
+        )
+    return Finding(
+        "padding_invariance",
+        "fail",
+        f"changing padded keys and values moved {', '.join(moved)}",
+        "pass the key mask (or key lengths) to the attention and mask the scores "
+        "of padded keys before the softmax (an alignment: their probabilities)",
+    )
 
 
 def _non_finite(out, grads) -> list[str]:
     """Which of a call's outputs (context, weights, state) and ``grads`` hold NaN or inf."""
-    bad = [name for name, t in (("the context", out.context), ("the weights", out.weights),
-                                ("the state", out.state))
-           if isinstance(t, torch.Tensor) and t.dtype.is_floating_point
-           and not torch.isfinite(t).all()]
+    bad = [
+        name
+        for name, t in (
+            ("the context", out.context),
+            ("the weights", out.weights),
+            ("the state", out.state),
+        )
+        if isinstance(t, torch.Tensor) and t.dtype.is_floating_point and not torch.isfinite(t).all()
+    ]
     if not all(torch.isfinite(g).all() for g in grads):
         bad.append("the gradients")
     return bad
@@ -377,34 +441,55 @@ def _empty(p: _Probe) -> Finding:
     try:
         out, grads = p.backward(p.module, p.query, p.key, p.value, mask)
     except RuntimeError as exc:
-        return Finding("empty_rows", "fail", f"a row with no allowed key raised: {exc}",
-                       "fill masked scores with torch.finfo(dtype).min, not -inf, and give "
-                       "rows with no key zero weights")
+        return Finding(
+            "empty_rows",
+            "fail",
+            f"a row with no allowed key raised: {exc}",
+            "fill masked scores with torch.finfo(dtype).min, not -inf, and give "
+            "rows with no key zero weights",
+        )
     bad = _non_finite(out, grads)
     if bad:
-        return Finding("empty_rows", "fail",
-                       f"an example whose keys are all masked gives NaN/inf in {' and '.join(bad)}",
-                       "fill masked scores with torch.finfo(dtype).min instead of -inf, and "
-                       "zero the weights and context of rows with no allowed key (never "
-                       "divide by a sum of weights that can be 0)")
+        return Finding(
+            "empty_rows",
+            "fail",
+            f"an example whose keys are all masked gives NaN/inf in {' and '.join(bad)}",
+            "fill masked scores with torch.finfo(dtype).min instead of -inf, and "
+            "zero the weights and context of rows with no allowed key (never "
+            "divide by a sum of weights that can be 0)",
+        )
     b, tq = p.query.shape[:2]
     try:
         none = p.run(key=p.key[:, :0], value=p.value[:, :0], mask=p.mask[:, :0])
     except ValueError as exc:
-        return Finding("empty_rows", "pass", "an example with every key masked gives finite "
-                       f"outputs and gradients; no keys at all (Tk = 0) is refused: {exc}")
+        return Finding(
+            "empty_rows",
+            "pass",
+            "an example with every key masked gives finite "
+            f"outputs and gradients; no keys at all (Tk = 0) is refused: {exc}",
+        )
     except Exception as exc:  # noqa: BLE001 - any other failure is what the check reports
-        return Finding("empty_rows", "fail",
-                       f"no keys at all (Tk = 0) raised {type(exc).__name__}: {exc}",
-                       "give zero context and zero weights when Tk = 0, or refuse it with a "
-                       "ValueError that names the key")
+        return Finding(
+            "empty_rows",
+            "fail",
+            f"no keys at all (Tk = 0) raised {type(exc).__name__}: {exc}",
+            "give zero context and zero weights when Tk = 0, or refuse it with a "
+            "ValueError that names the key",
+        )
     if not torch.isfinite(none.context).all() or tuple(none.context.shape[:2]) != (b, tq):
-        return Finding("empty_rows", "fail",
-                       f"no keys at all (Tk = 0) gives a context of shape "
-                       f"{tuple(none.context.shape)} that is not finite or not (B, Tq, Dv)",
-                       "give zero context and zero weights when Tk = 0")
-    return Finding("empty_rows", "pass", "an example with every key masked, and a call with no "
-                   "keys at all (Tk = 0), give finite outputs and gradients")
+        return Finding(
+            "empty_rows",
+            "fail",
+            f"no keys at all (Tk = 0) gives a context of shape "
+            f"{tuple(none.context.shape)} that is not finite or not (B, Tq, Dv)",
+            "give zero context and zero weights when Tk = 0",
+        )
+    return Finding(
+        "empty_rows",
+        "pass",
+        "an example with every key masked, and a call with no "
+        "keys at all (Tk = 0), give finite outputs and gradients",
+    )
 
 
 def _query(p: _Probe) -> Finding:
@@ -413,15 +498,21 @@ def _query(p: _Probe) -> Finding:
     if not _close(w2, w, 1e-5):
         return Finding("query_dependence", "pass", "the weights change with the query")
     if bool(((w == 0) | (w == 1)).all()):
-        return Finding("query_dependence", "skip",
-                       "the weights are hard stops (0 or 1, or none at all: a monotonic "
-                       "reader that never stops) that these queries do not move: query "
-                       "dependence not seen")
-    return Finding("query_dependence", "fail",
-                   "the weights are the same for any query: the score's query term is a "
-                   "constant per row, which the softmax over keys cancels",
-                   "make the score couple query and key: v^T tanh(W q + U k) (additive) or "
-                   "q^T W k (general), not w^T [q; k]")
+        return Finding(
+            "query_dependence",
+            "skip",
+            "the weights are hard stops (0 or 1, or none at all: a monotonic "
+            "reader that never stops) that these queries do not move: query "
+            "dependence not seen",
+        )
+    return Finding(
+        "query_dependence",
+        "fail",
+        "the weights are the same for any query: the score's query term is a "
+        "constant per row, which the softmax over keys cancels",
+        "make the score couple query and key: v^T tanh(W q + U k) (additive) or "
+        "q^T W k (general), not w^T [q; k]",
+    )
 
 
 def _permutation(p: _Probe) -> Finding:
@@ -430,14 +521,20 @@ def _permutation(p: _Probe) -> Finding:
     perm = torch.randperm(p.key.shape[1], generator=torch.Generator().manual_seed(0))
     other = p.run(key=p.key[:, perm], value=p.value[:, perm], mask=full).context
     if _close(other.float(), ctx.float(), 1e-4):
-        return Finding("key_permutation", "pass",
-                       "permuting keys with their values leaves the context unchanged")
-    return Finding("key_permutation", "fail",
-                   f"permuting keys with their values moved the context by up to "
-                   f"{float((other - ctx).abs().max()):.3g} (expected of position-aware "
-                   "scores: location, windows, causal, relative positions)",
-                   "a content-only score must not depend on key order: look for an index "
-                   "used where the key's content was meant")
+        return Finding(
+            "key_permutation",
+            "pass",
+            "permuting keys with their values leaves the context unchanged",
+        )
+    return Finding(
+        "key_permutation",
+        "fail",
+        f"permuting keys with their values moved the context by up to "
+        f"{float((other - ctx).abs().max()):.3g} (expected of position-aware "
+        "scores: location, windows, causal, relative positions)",
+        "a content-only score must not depend on key order: look for an index "
+        "used where the key's content was meant",
+    )
 
 
 def _precision(p: _Probe, dtypes) -> Finding:
@@ -456,22 +553,28 @@ def _precision(p: _Probe, dtypes) -> Finding:
                     dtype = "bfloat16 autocast"
                 else:
                     module = copy.deepcopy(p.module).to(dtype)
-                    ctx, w = p.invoke(module, q.to(dtype), p.key.to(dtype), p.value.to(dtype),
-                                      p.mask)[:2]
+                    ctx, w = p.invoke(
+                        module, q.to(dtype), p.key.to(dtype), p.value.to(dtype), p.mask
+                    )[:2]
         except RuntimeError as exc:
             return Finding("low_precision", "skip", f"{dtype} is not served here: {exc}")
         err = float((ctx.float() - ref.float()).abs().max())
         finite = bool(torch.isfinite(ctx).all() and torch.isfinite(w).all())
         if finite and p.stateful and not torch.equal(w != 0, ref_weights != 0):
-            seen.append(f"{dtype}: not compared, a discrete choice (a hard stop, the key "
-                        "nearest a centre) moved under rounding")
+            seen.append(
+                f"{dtype}: not compared, a discrete choice (a hard stop, the key "
+                "nearest a centre) moved under rounding"
+            )
             continue
         if not finite or err > 0.05 * (1 + float(ref.abs().max())):
-            return Finding("low_precision", "fail",
-                           f"in {dtype} (query times {scale:g}) the context is off by {err:.3g} "
-                           "(or not finite)",
-                           "subtract the row's max score before exp (torch.softmax does), or "
-                           "compute scores and softmax in float32 and cast the context back")
+            return Finding(
+                "low_precision",
+                "fail",
+                f"in {dtype} (query times {scale:g}) the context is off by {err:.3g} "
+                "(or not finite)",
+                "subtract the row's max score before exp (torch.softmax does), or "
+                "compute scores and softmax in float32 and cast the context back",
+            )
         seen.append(f"{dtype}: max error {err:.2g}")
     large = "the example's scores (unnormalised weights)" if scale == 1 else "large scores"
     return Finding("low_precision", "pass", f"on {large}: " + "; ".join(seen))
@@ -483,34 +586,47 @@ def _location(p: _Probe) -> Finding:
     padded = ~p.mask[:, None, :]  # (B, 1, Tk)
     stale = p.run(state=torch.where(padded, 1 + torch.rand_like(state), state)).context
     if not _close(stale.float(), out.context.float(), 1e-4):
-        return Finding("location_state", "fail",
-                       f"weight on padded keys in the previous weights moved the context by "
-                       f"up to {float((stale - out.context).abs().max()):.3g}: the location "
-                       "features read padding (a conv reads each key's neighbours)",
-                       "zero the previous weights of padded keys before the location conv: "
-                       "prev = prev.masked_fill(~key_mask[:, None, :], 0)")
+        return Finding(
+            "location_state",
+            "fail",
+            f"weight on padded keys in the previous weights moved the context by "
+            f"up to {float((stale - out.context).abs().max()):.3g}: the location "
+            "features read padding (a conv reads each key's neighbours)",
+            "zero the previous weights of padded keys before the location conv: "
+            "prev = prev.masked_fill(~key_mask[:, None, :], 0)",
+        )
     other = p.run(state=p.prev_weights(p.mask, torch.randn_like(p.logits) * 4)).weights
     if _close(other.float(), out.weights.float(), 1e-5):
-        return Finding("location_state", "fail",
-                       "the weights are the same for any previous weights: the location "
-                       "state does not reach the score",
-                       "feed the previous weights to the score: f = conv(prev_weights), "
-                       "e_ij = v^T tanh(W q_i + U k_j + L f_ij + b) (Chorowski et al. 2015)")
-    return Finding("location_state", "pass",
-                   "previous weights on padded keys change nothing, and the weights follow "
-                   "the previous weights (each row summing to 1 over its valid keys)")
+        return Finding(
+            "location_state",
+            "fail",
+            "the weights are the same for any previous weights: the location "
+            "state does not reach the score",
+            "feed the previous weights to the score: f = conv(prev_weights), "
+            "e_ij = v^T tanh(W q_i + U k_j + L f_ij + b) (Chorowski et al. 2015)",
+        )
+    return Finding(
+        "location_state",
+        "pass",
+        "previous weights on padded keys change nothing, and the weights follow "
+        "the previous weights (each row summing to 1 over its valid keys)",
+    )
 
 
 _LAWS = {
     "one": ("each row sums to 1 over its allowed keys", "normalise over the allowed keys"),
-    "at_most_one": ("each row with an allowed key sums to more than 0 and at most 1",
-                    "normalise within the window before the Gaussian, and keep at least the "
-                    "key nearest the centre in it"),
-    "non_increasing": ("each row sums to at most 1 and to at most the previous step's sum "
-                       "(the rest: the chance of having read past the last key)",
-                       "alpha_ij = p_ij sum_{k<=j} alpha_{i-1,k} prod_{k<=l<j} (1 - p_il): "
-                       "the product of stay probabilities between k and j keeps each step's "
-                       "mass within the previous step's (Raffel et al. 2017)"),
+    "at_most_one": (
+        "each row with an allowed key sums to more than 0 and at most 1",
+        "normalise within the window before the Gaussian, and keep at least the "
+        "key nearest the centre in it",
+    ),
+    "non_increasing": (
+        "each row sums to at most 1 and to at most the previous step's sum "
+        "(the rest: the chance of having read past the last key)",
+        "alpha_ij = p_ij sum_{k<=j} alpha_{i-1,k} prod_{k<=l<j} (1 - p_il): "
+        "the product of stay probabilities between k and j keeps each step's "
+        "mass within the previous step's (Raffel et al. 2017)",
+    ),
     "unnormalised": ("weights are not normalised (their sums are free); each is >= 0", ""),
 }
 
@@ -518,19 +634,27 @@ _LAWS = {
 def _weight_sums(p: _Probe) -> Finding:
     law = getattr(p.module, "weight_sums", None)
     if law is None:
-        return Finding("weight_sums", "skip", "the module declares no weight_sums (one of "
-                       f"{', '.join(WEIGHT_SUMS)}): nothing to check the sums against")
+        return Finding(
+            "weight_sums",
+            "skip",
+            "the module declares no weight_sums (one of "
+            f"{', '.join(WEIGHT_SUMS)}): nothing to check the sums against",
+        )
     if law not in WEIGHT_SUMS:
-        raise ValueError(f"module.weight_sums: expected one of {', '.join(WEIGHT_SUMS)}, "
-                         f"got {law!r}")
+        raise ValueError(
+            f"module.weight_sums: expected one of {', '.join(WEIGHT_SUMS)}, got {law!r}"
+        )
     w = _weights(p.run().weights.double())  # (B, H, Tq, Tk)
     sums = w.sum(-1)  # (B, H, Tq)
     keyed = p.mask.any(-1)  # (B,) examples with an allowed key
     rule, fix = _LAWS[law]
     if not torch.isfinite(w).all() or float(w.min()) < -1e-6:
-        return Finding("weight_sums", "fail", f"weights below 0 or not finite (min "
-                       f"{float(w.min()):.3g}); expected: {rule}",
-                       "weights are probabilities or densities: never below 0")
+        return Finding(
+            "weight_sums",
+            "fail",
+            f"weights below 0 or not finite (min {float(w.min()):.3g}); expected: {rule}",
+            "weights are probabilities or densities: never below 0",
+        )
     tol = 1e-4
     wrong = []
     if law == "one" and not torch.allclose(sums[keyed], torch.ones_like(sums[keyed]), atol=tol):
@@ -543,8 +667,9 @@ def _weight_sums(p: _Probe) -> Finding:
         wrong.append("a row sums to more than the previous step's")
     detail = f"row sums {float(sums.min()):.4g}..{float(sums.max()):.4g}"
     if wrong:
-        return Finding("weight_sums", "fail",
-                       f"{'; '.join(wrong)} ({detail}); declared {law!r}: {rule}", fix)
+        return Finding(
+            "weight_sums", "fail", f"{'; '.join(wrong)} ({detail}); declared {law!r}: {rule}", fix
+        )
     return Finding("weight_sums", "pass", f"{rule} ({law!r}; {detail})")
 
 
@@ -559,21 +684,30 @@ def _nan_padding(p: _Probe) -> Finding:
         try:
             out, bad_grads = p.backward(p.module, p.query, key, value, prepared=prepared)
         except RuntimeError as exc:
-            return Finding("nan_padding", "fail",
-                           f"NaN/inf in padded keys and values made {route} raise: {exc}",
-                           "zero padded keys and values before using them: key = "
-                           "key.masked_fill(~key_mask[..., None], 0)")
+            return Finding(
+                "nan_padding",
+                "fail",
+                f"NaN/inf in padded keys and values made {route} raise: {exc}",
+                "zero padded keys and values before using them: key = "
+                "key.masked_fill(~key_mask[..., None], 0)",
+            )
         moved = p.differences(clean, out, grads, bad_grads)
         if moved:
-            return Finding("nan_padding", "fail",
-                           f"NaN/inf in padded keys and values (through {route}) reached "
-                           f"{', '.join(moved)}",
-                           "zero padded keys and values before any product (a masked weight "
-                           "of 0 times NaN is NaN, in the backward pass too): key = "
-                           "key.masked_fill(~key_mask[..., None], 0), the same for value")
+            return Finding(
+                "nan_padding",
+                "fail",
+                f"NaN/inf in padded keys and values (through {route}) reached {', '.join(moved)}",
+                "zero padded keys and values before any product (a masked weight "
+                "of 0 times NaN is NaN, in the backward pass too): key = "
+                "key.masked_fill(~key_mask[..., None], 0), the same for value",
+            )
     through = " and through prepare()" if p.prepares() else ""
-    return Finding("nan_padding", "pass", f"NaN, inf and 1e30 in padded keys and values "
-                   f"(in the call{through}) reach no output and no gradient")
+    return Finding(
+        "nan_padding",
+        "pass",
+        f"NaN, inf and 1e30 in padded keys and values "
+        f"(in the call{through}) reach no output and no gradient",
+    )
 
 
 def _memory(p: _Probe) -> Finding:
@@ -585,20 +719,29 @@ def _memory(p: _Probe) -> Finding:
     prepared = p.run(key=memory, value=None)
     moved = p.differences(tensors, prepared, tol=1e-5)
     if moved:
-        return Finding("prepared_memory", "fail",
-                       f"a call over prepare(key, value) differs from the call over the "
-                       f"tensors in {', '.join(moved)}",
-                       "prepare() must do exactly the per-key work of a call (the same "
-                       "projections, on the same keys), nothing else")
-    return Finding("prepared_memory", "pass",
-                   "a call over prepare(key, value) equals the call over the tensors")
+        return Finding(
+            "prepared_memory",
+            "fail",
+            f"a call over prepare(key, value) differs from the call over the "
+            f"tensors in {', '.join(moved)}",
+            "prepare() must do exactly the per-key work of a call (the same "
+            "projections, on the same keys), nothing else",
+        )
+    return Finding(
+        "prepared_memory",
+        "pass",
+        "a call over prepare(key, value) equals the call over the tensors",
+    )
 
 
 def _state_threading(p: _Probe) -> Finding:
     full = p.run()
     if full.state is not None and not isinstance(full.state, torch.Tensor):
-        return Finding("state_threading", "skip", f"the state is a "
-                       f"{type(full.state).__name__}: the doctor compares tensor states only")
+        return Finding(
+            "state_threading",
+            "skip",
+            f"the state is a {type(full.state).__name__}: the doctor compares tensor states only",
+        )
     key, value = p.key, p.value
     if p.prepares():
         with torch.no_grad():
@@ -606,22 +749,29 @@ def _state_threading(p: _Probe) -> Finding:
     state, states, steps = None, [], []
     for i in range(p.query.shape[1]):
         states.append(state)
-        steps.append(p.run(query=p.query[:, i:i + 1], key=key, value=value, state=state))
+        steps.append(p.run(query=p.query[:, i : i + 1], key=key, value=value, state=state))
         state = steps[-1].state
-    stepped = Output(torch.cat([s.context for s in steps], 1),
-                     torch.cat([s.weights for s in steps], -2), state)
+    stepped = Output(
+        torch.cat([s.context for s in steps], 1), torch.cat([s.weights for s in steps], -2), state
+    )
     moved = p.differences(full, stepped, tol=1e-5)
     if moved:
-        return Finding("state_threading", "fail",
-                       f"one output step at a time, each given the state the previous one "
-                       f"returned, differs from the whole query sequence at once in "
-                       f"{', '.join(moved)}",
-                       "start each call from prev_state (not the initial state) and return "
-                       "the state after its last query")
+        return Finding(
+            "state_threading",
+            "fail",
+            f"one output step at a time, each given the state the previous one "
+            f"returned, differs from the whole query sequence at once in "
+            f"{', '.join(moved)}",
+            "start each call from prev_state (not the initial state) and return "
+            "the state after its last query",
+        )
     over = "over prepare()'s memory" if p.prepares() else "over the keys"
     if full.state is None:
-        return Finding("state_threading", "pass", f"one step at a time ({over}) equals the "
-                       "whole sequence; the module returns no state")
+        return Finding(
+            "state_threading",
+            "pass",
+            f"one step at a time ({over}) equals the whole sequence; the module returns no state",
+        )
     reached, seen = False, any(bool(s.weights.any()) for s in steps)
     for i in range(1, len(steps)):
         s = states[i]
@@ -631,24 +781,32 @@ def _state_threading(p: _Probe) -> Finding:
         # one-hot state nudged a little still starts a hard scan at the same key).
         scale = 1 + float(s.abs().max())
         for other_state in [s.flip(-1)] + [torch.rand_like(s) * scale for _ in range(3)]:
-            other = p.run(query=p.query[:, i:i + 1], key=key, value=value, state=other_state)
-            reached = reached or not _close(other.weights.float(), steps[i].weights.float(),
-                                            1e-5)
+            other = p.run(query=p.query[:, i : i + 1], key=key, value=value, state=other_state)
+            reached = reached or not _close(other.weights.float(), steps[i].weights.float(), 1e-5)
             seen = seen or bool(other.weights.any())
     if not seen:
-        return Finding("state_threading", "pass", f"one step at a time ({over}) equals the "
-                       "whole sequence; the module put no weight on any key (a hard monotonic "
-                       "reader that never stops), so whether the state reaches the weights "
-                       "was not seen")
+        return Finding(
+            "state_threading",
+            "pass",
+            f"one step at a time ({over}) equals the "
+            "whole sequence; the module put no weight on any key (a hard monotonic "
+            "reader that never stops), so whether the state reaches the weights "
+            "was not seen",
+        )
     if len(steps) > 1 and not reached:
-        return Finding("state_threading", "fail",
-                       "the weights are the same for any previous state: the state does not "
-                       "reach the alignment",
-                       "compute each step from the state passed in (monotonic: alpha_{i-1}; "
-                       "GMM: kappa_{i-1})")
-    return Finding("state_threading", "pass",
-                   f"one step at a time ({over}), each given the previous step's state, equals "
-                   "the whole sequence, and another state changes the weights")
+        return Finding(
+            "state_threading",
+            "fail",
+            "the weights are the same for any previous state: the state does not "
+            "reach the alignment",
+            "compute each step from the state passed in (monotonic: alpha_{i-1}; GMM: kappa_{i-1})",
+        )
+    return Finding(
+        "state_threading",
+        "pass",
+        f"one step at a time ({over}), each given the previous step's state, equals "
+        "the whole sequence, and another state changes the weights",
+    )
 
 
 def _unnormalised(p: _Probe) -> bool:
@@ -658,9 +816,12 @@ def _unnormalised(p: _Probe) -> bool:
 
 def _saturation(p: _Probe, scale: float = 50.0) -> Finding:
     if _unnormalised(p):
-        return Finding("saturation", "skip",
-                       "unnormalised weights (a mixture of Gaussians) come from no "
-                       "probability that could saturate")
+        return Finding(
+            "saturation",
+            "skip",
+            "unnormalised weights (a mixture of Gaussians) come from no "
+            "probability that could saturate",
+        )
     for factor in (scale, -scale):
         module = copy.deepcopy(p.module)
         with torch.no_grad():
@@ -670,26 +831,43 @@ def _saturation(p: _Probe, scale: float = 50.0) -> Finding:
         try:
             out, grads = p.backward(module, p.query, p.key, p.value)
         except RuntimeError as exc:
-            return Finding("saturation", "fail", f"with the parameters times {factor:g} the "
-                           f"call raised: {exc}", "")
+            return Finding(
+                "saturation",
+                "fail",
+                f"with the parameters times {factor:g} the call raised: {exc}",
+                "",
+            )
         bad = _non_finite(out, grads)
         if bad:
-            return Finding("saturation", "fail",
-                           f"with the parameters times {factor:g} (scores and energies of tens "
-                           f"to hundreds: probabilities of exactly 0 and 1) NaN/inf reached "
-                           f"{' and '.join(bad)}",
-                           "work in log space: log p = logsigmoid(e), log(1 - p) = "
-                           "logsigmoid(-e), and no division by a cumulative product of "
-                           "(1 - p), which reaches 0 (Raffel et al. 2017's closed form); "
-                           "subtract the max before exp")
-    return Finding("saturation", "pass",
-                   f"with the parameters times +-{scale:g} (probabilities of exactly 0 and 1) "
-                   "outputs and gradients stay finite")
+            return Finding(
+                "saturation",
+                "fail",
+                f"with the parameters times {factor:g} (scores and energies of tens "
+                f"to hundreds: probabilities of exactly 0 and 1) NaN/inf reached "
+                f"{' and '.join(bad)}",
+                "work in log space: log p = logsigmoid(e), log(1 - p) = "
+                "logsigmoid(-e), and no division by a cumulative product of "
+                "(1 - p), which reaches 0 (Raffel et al. 2017's closed form); "
+                "subtract the max before exp",
+            )
+    return Finding(
+        "saturation",
+        "pass",
+        f"with the parameters times +-{scale:g} (probabilities of exactly 0 and 1) "
+        "outputs and gradients stay finite",
+    )
 
 
-def doctor(module, example_inputs, *, call: Callable | None = None,
-           location: bool | None = None, stateful: bool | None = None,
-           dtypes=(torch.float16, torch.bfloat16), seed: int = 0) -> Report:
+def doctor(
+    module,
+    example_inputs,
+    *,
+    call: Callable | None = None,
+    location: bool | None = None,
+    stateful: bool | None = None,
+    dtypes=(torch.float16, torch.bfloat16),
+    seed: int = 0,
+) -> Report:
     """Probe ``module`` with ``example_inputs`` and report on every check of :data:`CHECKS`
     (a check that does not apply to this kind of module is skipped, saying why).
 
@@ -721,11 +899,15 @@ def doctor(module, example_inputs, *, call: Callable | None = None,
         if flag not in (None, True, False):
             raise ValueError(f"{name}: expected None, True or False, got {flag!r}")
     if location and stateful:
-        raise ValueError("location, stateful: expected at most one True (a module takes "
-                         "previous weights from its caller or carries its own state), got both")
+        raise ValueError(
+            "location, stateful: expected at most one True (a module takes "
+            "previous weights from its caller or carries its own state), got both"
+        )
     if query.shape[0] < 2:
-        raise ValueError(f"example_inputs: expected B >= 2 (one example is left unpadded), "
-                         f"got B={query.shape[0]}")
+        raise ValueError(
+            f"example_inputs: expected B >= 2 (one example is left unpadded), "
+            f"got B={query.shape[0]}"
+        )
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
@@ -735,12 +917,27 @@ def doctor(module, example_inputs, *, call: Callable | None = None,
             location = isinstance(module, Attention) and module.score.needs_prev
         kind = "stateful" if stateful else "location" if location else "plain"
         p = _Probe(module, call or default_call, query, key, value, kind)
-        checks = (_sums, _polarity, _padding, _empty, _query, _permutation,
-                  lambda probe: _precision(probe, dtypes), _location, _weight_sums, _nan_padding,
-                  _memory, _state_threading, _saturation)  # in CHECKS order
-        findings = [Finding(name, "skip", _SKIPPED[name][kind])
-                    if kind in _SKIPPED.get(name, {}) else check(p)
-                    for name, check in zip(CHECKS, checks)]
+        checks = (
+            _sums,
+            _polarity,
+            _padding,
+            _empty,
+            _query,
+            _permutation,
+            lambda probe: _precision(probe, dtypes),
+            _location,
+            _weight_sums,
+            _nan_padding,
+            _memory,
+            _state_threading,
+            _saturation,
+        )  # in CHECKS order
+        findings = [
+            Finding(name, "skip", _SKIPPED[name][kind])
+            if kind in _SKIPPED.get(name, {})
+            else check(p)
+            for name, check in zip(CHECKS, checks)
+        ]
     finally:
         torch.random.set_rng_state(generator_state)
     return Report(findings)

@@ -92,8 +92,10 @@ def _array(x, name: str, shape: tuple[int, int] | None = None) -> np.ndarray:
         expected = f"shape {shape}" if shape is not None else "a 2-D array"
         raise ValueError(f"{name}: expected {expected}, got shape {arr.shape}")
     if not np.isfinite(arr).all():
-        raise ValueError(f"{name}: expected finite values, got "
-                         f"{int((~np.isfinite(arr)).sum())} NaN or infinite entries")
+        raise ValueError(
+            f"{name}: expected finite values, got "
+            f"{int((~np.isfinite(arr)).sum())} NaN or infinite entries"
+        )
     return arr
 
 
@@ -134,8 +136,9 @@ def _rgb_png(image, name: str) -> tuple[str, float]:
         image = image.detach().cpu().numpy()
     arr = np.asarray(image)
     if arr.ndim != 3 or arr.shape[-1] != 3 or 0 in arr.shape:
-        raise ValueError(f"{name}: expected an RGB picture (height, width, 3) for a grid, got "
-                         f"shape {arr.shape}")
+        raise ValueError(
+            f"{name}: expected an RGB picture (height, width, 3) for a grid, got shape {arr.shape}"
+        )
     if arr.dtype != np.uint8:
         arr = _array(arr.reshape(arr.shape[0], -1), name).reshape(arr.shape)
         arr = np.round(np.clip(arr, 0.0, 1.0) * 255).astype(np.uint8)
@@ -147,8 +150,10 @@ def _grid(ex: Example, where: str) -> dict:
     aspect ratio."""
     rows, cols = ex.grid
     if not all(isinstance(n, int) and n > 0 for n in ex.grid) or rows * cols != len(ex.source):
-        raise ValueError(f"{where}.grid: expected (rows, cols) of positive ints with rows * "
-                         f"cols = len(source) = {len(ex.source)}, got {ex.grid!r}")
+        raise ValueError(
+            f"{where}.grid: expected (rows, cols) of positive ints with rows * "
+            f"cols = len(source) = {len(ex.source)}, got {ex.grid!r}"
+        )
     if ex.image is None:
         raise ValueError(f"{where}.image: expected the picture the grid lies over, got None")
     uri, aspect = _rgb_png(ex.image, f"{where}.image")
@@ -164,23 +169,40 @@ def _example_json(n: int, ex: Example) -> dict:
         if not hyp.maps:
             raise ValueError(f"{where}.hypotheses[{k}].maps: expected at least one map, got none")
         shape = (len(hyp.tokens), len(ex.source))
-        hyps.append({"tokens": [str(t) for t in hyp.tokens],
-                     "score": None if hyp.score is None else float(hyp.score),
-                     "text": None if hyp.text is None else str(hyp.text),
-                     "maps": [{"name": str(name),
-                               "w": _weights(w, f"{where}.hypotheses[{k}].maps[{name!r}]",
-                                             shape)}
-                              for name, w in hyp.maps.items()]})
-    reference = (ex.reference if ex.reference is None or isinstance(ex.reference, str)
-                 else [str(r) for r in ex.reference])
+        hyps.append(
+            {
+                "tokens": [str(t) for t in hyp.tokens],
+                "score": None if hyp.score is None else float(hyp.score),
+                "text": None if hyp.text is None else str(hyp.text),
+                "maps": [
+                    {
+                        "name": str(name),
+                        "w": _weights(w, f"{where}.hypotheses[{k}].maps[{name!r}]", shape),
+                    }
+                    for name, w in hyp.maps.items()
+                ],
+            }
+        )
+    reference = (
+        ex.reference
+        if ex.reference is None or isinstance(ex.reference, str)
+        else [str(r) for r in ex.reference]
+    )
     grid = None if ex.grid is None else _grid(ex, where)
     square = (len(ex.source), len(ex.source))
-    return {"name": ex.name or f"example {n + 1}", "text": ex.text, "reference": reference,
-            "source": [str(s) for s in ex.source], "hyps": hyps, "grid": grid,
-            "inputMaps": [{"name": str(name),
-                           "w": _weights(w, f"{where}.input_maps[{name!r}]", square)}
-                          for name, w in ex.input_maps.items()],
-            "image": None if ex.image is None or grid else _png(ex.image, f"{where}.image")}
+    return {
+        "name": ex.name or f"example {n + 1}",
+        "text": ex.text,
+        "reference": reference,
+        "source": [str(s) for s in ex.source],
+        "hyps": hyps,
+        "grid": grid,
+        "inputMaps": [
+            {"name": str(name), "w": _weights(w, f"{where}.input_maps[{name!r}]", square)}
+            for name, w in ex.input_maps.items()
+        ],
+        "image": None if ex.image is None or grid else _png(ex.image, f"{where}.image"),
+    }
 
 
 def explorer_html(examples: Sequence[Example], *, title: str = "attnkit explore") -> str:
@@ -196,15 +218,21 @@ def explorer_html(examples: Sequence[Example], *, title: str = "attnkit explore"
     data = {"title": title, "examples": [_example_json(n, ex) for n, ex in enumerate(examples)]}
     # "<" escaped so that no string in the data can close the <script> element
     payload = json.dumps(data, ensure_ascii=False).replace("<", "\\u003c")
-    page, style, script = (_STATIC.joinpath(f"explorer.{kind}").read_text(encoding="utf-8")
-                           for kind in ("html", "css", "js"))
-    return (page.replace("__TITLE__", html.escape(title))
-            .replace("__STYLE__", style).replace("__SCRIPT__", script)
-            .replace("__DATA__", payload))
+    page, style, script = (
+        _STATIC.joinpath(f"explorer.{kind}").read_text(encoding="utf-8")
+        for kind in ("html", "css", "js")
+    )
+    return (
+        page.replace("__TITLE__", html.escape(title))
+        .replace("__STYLE__", style)
+        .replace("__SCRIPT__", script)
+        .replace("__DATA__", payload)
+    )
 
 
-def write_explorer(examples: Sequence[Example], path: str | Path, *,
-                   title: str = "attnkit explore") -> Path:
+def write_explorer(
+    examples: Sequence[Example], path: str | Path, *, title: str = "attnkit explore"
+) -> Path:
     """Write :func:`explorer_html` to ``path`` (folders created); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

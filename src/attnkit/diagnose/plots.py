@@ -21,8 +21,10 @@ def _as_array(x, name: str = "weights", dims: str = "(Tq, Tk)") -> np.ndarray:
     if arr.ndim != ndim:
         raise ValueError(f"{name}: expected a {ndim}-D {dims} array, got shape {arr.shape}")
     if not np.isfinite(arr).all():
-        raise ValueError(f"{name}: expected finite values, got {int((~np.isfinite(arr)).sum())} "
-                         "NaN or infinite entries")
+        raise ValueError(
+            f"{name}: expected finite values, got {int((~np.isfinite(arr)).sum())} "
+            "NaN or infinite entries"
+        )
     return arr
 
 
@@ -65,7 +67,9 @@ def plot_attention(
     fig = Figure(figsize=(max(width, 3.0), max(height, 2.5)))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    image = ax.imshow(arr, aspect="auto", cmap="viridis", vmin=0.0, vmax=max(float(arr.max()), 1e-6))
+    image = ax.imshow(
+        arr, aspect="auto", cmap="viridis", vmin=0.0, vmax=max(float(arr.max()), 1e-6)
+    )
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     for axis, labels, n in ((ax.xaxis, x_labels, x_len), (ax.yaxis, y_labels, y_len)):
         if labels is not None and n <= 120:
@@ -122,8 +126,10 @@ def plot_alignment(
     if self_attention is not None:
         own = _as_array(self_attention, "self_attention", "(S, S)")
         if own.shape != (s_all, s_all):
-            raise ValueError(f"self_attention: expected shape ({s_all}, {s_all}) (the "
-                             f"weights' S steps), got {own.shape}")
+            raise ValueError(
+                f"self_attention: expected shape ({s_all}, {s_all}) (the "
+                f"weights' S steps), got {own.shape}"
+            )
         own = own[:steps, :steps]
     if labels is not None and len(labels) != tq:
         raise ValueError(f"labels: expected {tq} labels (one per output token), got {len(labels)}")
@@ -140,14 +146,26 @@ def plot_alignment(
 
     h, w = bg.shape
     ratios = [1.2] + ([2.5] if own is not None else []) + ([max(1.0, 0.12 * tq)] if tq else [])
-    fig = Figure(figsize=(min(max(6.0, w / 60), 40.0), 2.5 + min(0.2 * tq, 12.0)
-                          + (3.0 if own is not None else 0.0)))
+    fig = Figure(
+        figsize=(
+            min(max(6.0, w / 60), 40.0),
+            2.5 + min(0.2 * tq, 12.0) + (3.0 if own is not None else 0.0),
+        )
+    )
     FigureCanvasAgg(fig)
-    axes = list(fig.subplots(len(ratios), 1, sharex=True, squeeze=False,
-                             gridspec_kw={"height_ratios": ratios})[:, 0])
+    axes = list(
+        fig.subplots(
+            len(ratios), 1, sharex=True, squeeze=False, gridspec_kw={"height_ratios": ratios}
+        )[:, 0]
+    )
     top = axes[0]
-    top.imshow(bg, cmap="gray" if origin == "upper" else "magma", aspect="auto",
-               origin=origin, extent=(0, w, 0, h) if origin == "lower" else (0, w, h, 0))
+    top.imshow(
+        bg,
+        cmap="gray" if origin == "upper" else "magma",
+        aspect="auto",
+        origin=origin,
+        extent=(0, w, 0, h) if origin == "lower" else (0, w, h, 0),
+    )
     centres = (np.arange(steps) + 0.5) * w / steps  # column of each encoder step
     colours = colormaps["tab10"]
     for k, m in enumerate(marked):
@@ -157,17 +175,35 @@ def plot_alignment(
         top.fill_between(centres, lo, hi, color=colour, alpha=0.35, step="mid")
         peak = centres[int(arr[m].argmax())]
         text = labels[m] if labels is not None else str(m)
-        top.annotate(str(text), (peak, h * (0.1 if origin == "upper" else 0.9)), color=colour,
-                     ha="center", fontsize=10, fontweight="bold")
+        top.annotate(
+            str(text),
+            (peak, h * (0.1 if origin == "upper" else 0.9)),
+            color=colour,
+            ha="center",
+            fontsize=10,
+            fontweight="bold",
+        )
     top.set_yticks([])
     top.set_xlim(0, w)
     if own is not None:
-        axes[1].imshow(own, aspect="auto", cmap="viridis", extent=(0, w, steps, 0),
-                       vmin=0.0, vmax=max(float(own.max()), 1e-6))
+        axes[1].imshow(
+            own,
+            aspect="auto",
+            cmap="viridis",
+            extent=(0, w, steps, 0),
+            vmin=0.0,
+            vmax=max(float(own.max()), 1e-6),
+        )
         axes[1].set_ylabel("self-attention\n(query step)")
     if tq:
-        axes[-1].imshow(arr, aspect="auto", cmap="viridis", extent=(0, w, tq, 0),
-                        vmin=0.0, vmax=max(float(arr.max()), 1e-6))
+        axes[-1].imshow(
+            arr,
+            aspect="auto",
+            cmap="viridis",
+            extent=(0, w, tq, 0),
+            vmin=0.0,
+            vmax=max(float(arr.max()), 1e-6),
+        )
         axes[-1].set_ylabel("output")
     if labels is not None and 0 < tq <= 120:
         axes[-1].set_yticks(np.arange(tq) + 0.5)
@@ -207,13 +243,15 @@ def plot_image_attention(
     if pixels.ndim == 3 and pixels.shape[0] == 3 and pixels.shape[-1] != 3:
         pixels = pixels.transpose(1, 2, 0)  # (H, W, 3)
     if pixels.ndim != 3 or pixels.shape[-1] != 3:
-        raise ValueError(f"image: expected a (3, H, W) or (H, W, 3) RGB image, got shape "
-                         f"{pixels.shape}")
+        raise ValueError(
+            f"image: expected a (3, H, W) or (H, W, 3) RGB image, got shape {pixels.shape}"
+        )
     pixels = pixels.astype(np.float32) / (255.0 if pixels.dtype == np.uint8 else 1.0)
     maps = _as_array(maps, "maps", "(N, h, w)")
     if len(labels) != maps.shape[0]:
-        raise ValueError(f"labels: expected {maps.shape[0]} labels (one per map), got "
-                         f"{len(labels)}")
+        raise ValueError(
+            f"labels: expected {maps.shape[0]} labels (one per map), got {len(labels)}"
+        )
     if not isinstance(columns, int) or columns < 1:
         raise ValueError(f"columns: expected a positive int, got {columns!r}")
 
@@ -237,8 +275,9 @@ def plot_image_attention(
             continue
         grid = maps[k - 1] / max(float(maps[k - 1].max()), 1e-9)  # (h, w), peak 1
         up = np.asarray(Image.fromarray(grid, "F").resize((w, h), Image.BILINEAR))  # (H, W)
-        ax.imshow(pixels * (0.15 + 0.85 * up[..., None]), extent=(0, w, h, 0),
-                  interpolation="nearest")
+        ax.imshow(
+            pixels * (0.15 + 0.85 * up[..., None]), extent=(0, w, h, 0), interpolation="nearest"
+        )
         ax.set_title(str(labels[k - 1]), fontsize=9)
     return _save(fig, path, dpi=100, title=title)
 

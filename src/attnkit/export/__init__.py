@@ -3,10 +3,33 @@ decode with them, and a numpy-only runner that does (:func:`export_onnx`; ``attn
 docs/deploy.md)."""
 
 from attnkit.export.session import ExportedModel, is_export, read_export
-from attnkit.export.writer import (DEFAULT_OPSET, ENCODER_FILE, EXPORTER, JSON_FILE, OPSETS,
-                                   RUNNER_FILE, STEP_FILE, check_out, decoding_json,
-                                   export_graph, export_onnx)
+from attnkit.export.writer import (
+    DEFAULT_OPSET,
+    ENCODER_FILE,
+    EXPORTER,
+    JSON_FILE,
+    OPSETS,
+    RUNNER_FILE,
+    STEP_FILE,
+    check_out,
+    decoding_json,
+    export_graph,
+    export_onnx,
+)
 
-__all__ = ["DEFAULT_OPSET", "ENCODER_FILE", "EXPORTER", "JSON_FILE", "OPSETS", "RUNNER_FILE",
-           "STEP_FILE", "ExportedModel", "check_out", "decoding_json", "export_graph",
-           "export_onnx", "is_export", "read_export"]
+__all__ = [
+    "DEFAULT_OPSET",
+    "ENCODER_FILE",
+    "EXPORTER",
+    "JSON_FILE",
+    "OPSETS",
+    "RUNNER_FILE",
+    "STEP_FILE",
+    "ExportedModel",
+    "check_out",
+    "decoding_json",
+    "export_graph",
+    "export_onnx",
+    "is_export",
+    "read_export",
+]

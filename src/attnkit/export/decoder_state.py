@@ -46,8 +46,10 @@ def flatten(state, prefix: str = PREFIX) -> dict[str, torch.Tensor]:
     elif state is None:
         return {}
     else:
-        raise TypeError(f"state: expected tensors, Memory, dicts, lists or None, got "
-                        f"{type(state).__name__} at {prefix!r}")
+        raise TypeError(
+            f"state: expected tensors, Memory, dicts, lists or None, got "
+            f"{type(state).__name__} at {prefix!r}"
+        )
     out = {}
     for key, value in items:
         out.update(flatten(value, f"{prefix}.{key}"))
@@ -66,13 +68,15 @@ def unflatten(template, tensors: dict[str, torch.Tensor], prefix: str = PREFIX):
         value = zero.expand(b, s, template.value.shape[-1])  # (B, S, Dv)
         if template.bad is None:
             return Memory(key, value, kf, values, template.owner)
-        return Memory(key, value, kf, values, template.owner, checked=True,
-                      bad=tensors[f"{prefix}.bad"])
+        return Memory(
+            key, value, kf, values, template.owner, checked=True, bad=tensors[f"{prefix}.bad"]
+        )
     if isinstance(template, torch.Tensor):
         return tensors[prefix]
     if isinstance(template, dict):
         return {k: unflatten(v, tensors, f"{prefix}.{k}") for k, v in template.items()}
     if isinstance(template, (list, tuple)):
-        return type(template)(unflatten(v, tensors, f"{prefix}.{i}")
-                              for i, v in enumerate(template))
+        return type(template)(
+            unflatten(v, tensors, f"{prefix}.{i}") for i, v in enumerate(template)
+        )
     return None

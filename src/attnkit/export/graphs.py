@@ -23,12 +23,14 @@ from torch import nn
 from attnkit.export.decoder_state import PREFIX, flatten, unflatten
 from attnkit.models import CRNN, LAS, Seq2Seq, Transformer, model_config
 
-__all__ = ["AXES", "CTCGraph", "EncoderGraph", "Inputs", "StepGraph", "model_inputs",
-           "next_name"]
+__all__ = ["AXES", "CTCGraph", "EncoderGraph", "Inputs", "StepGraph", "model_inputs", "next_name"]
 
-AXES = {"B": "batch", "L": "input length (source tokens, feature frames or image columns)",
-        "S": "encoder steps (the attention memory)",
-        "T": "output steps decoded so far (self-attention cache)"}
+AXES = {
+    "B": "batch",
+    "L": "input length (source tokens, feature frames or image columns)",
+    "S": "encoder steps (the attention memory)",
+    "T": "output steps decoded so far (self-attention cache)",
+}
 
 
 @dataclass(frozen=True)
@@ -43,8 +45,7 @@ class Inputs:
     low: float | int  # token ids from low to high (exclusive); float inputs in [low, high)
     high: float | int
 
-    def example(self, batch: int, length: int, seed: int = 0) -> tuple[torch.Tensor,
-                                                                         torch.Tensor]:
+    def example(self, batch: int, length: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Random inputs (``shapes[0]`` with ``B = batch``, ``L = length``) and lengths from
         ``length`` down to about half of it (padding in every example but the first)."""
         g = torch.Generator().manual_seed(seed)
@@ -64,29 +65,49 @@ def model_inputs(model: nn.Module) -> Inputs:
         ValueError: a model of another kind.
     """
     if not isinstance(model, (Seq2Seq, Transformer, LAS, CRNN)):
-        raise ValueError(f"model: expected Seq2Seq, Transformer, LAS or CRNN, got "
-                         f"{type(model).__name__}")
+        raise ValueError(
+            f"model: expected Seq2Seq, Transformer, LAS or CRNN, got {type(model).__name__}"
+        )
     config = model_config(model)
     if isinstance(model, (Seq2Seq, Transformer)):
-        return Inputs(("src", "src_len"), (("B", "L"), ("B",)), ("int64", "int64"),
-                      ("source token ids, padded with 0", "source tokens of each example"),
-                      4, config["src_vocab"])
+        return Inputs(
+            ("src", "src_len"),
+            (("B", "L"), ("B",)),
+            ("int64", "int64"),
+            ("source token ids, padded with 0", "source tokens of each example"),
+            4,
+            config["src_vocab"],
+        )
     if isinstance(model, LAS):
-        return Inputs(("features", "lengths"), (("B", "L", config["features"]), ("B",)),
-                      ("float32", "int64"),
-                      ("raw log-mel frames (the encoder normalises them), padded with zeros"
-                       if model.normalises_input else
-                       "log-mel frames normalised per utterance, padded with zeros",
-                       "frames of each example (>= 8)"),
-                      -1.0, 1.0)
-    return Inputs(("images", "widths"), (("B", 1, 32, "L"), ("B",)), ("float32", "int64"),
-                  ("line images in [0, 1] (paper 1, ink 0), padded on the right",
-                   "width of each image in pixels (>= 2)"), 0.0, 1.0)
+        return Inputs(
+            ("features", "lengths"),
+            (("B", "L", config["features"]), ("B",)),
+            ("float32", "int64"),
+            (
+                "raw log-mel frames (the encoder normalises them), padded with zeros"
+                if model.normalises_input
+                else "log-mel frames normalised per utterance, padded with zeros",
+                "frames of each example (>= 8)",
+            ),
+            -1.0,
+            1.0,
+        )
+    return Inputs(
+        ("images", "widths"),
+        (("B", 1, 32, "L"), ("B",)),
+        ("float32", "int64"),
+        (
+            "line images in [0, 1] (paper 1, ink 0), padded on the right",
+            "width of each image in pixels (>= 2)",
+        ),
+        0.0,
+        1.0,
+    )
 
 
 def next_name(name: str) -> str:
     """The step's output name of the state entry ``name``: ``state.h`` -> ``next.h``."""
-    return "next" + name[len(PREFIX):]
+    return "next" + name[len(PREFIX) :]
 
 
 class EncoderGraph(nn.Module):
@@ -108,8 +129,9 @@ class StepGraph(nn.Module):
     ``names``: the state's tensors in input order; ``changed``: those the step returns.
     """
 
-    def __init__(self, model: nn.Module, template, names: list[str], changed: list[str],
-                 weights: bool):
+    def __init__(
+        self, model: nn.Module, template, names: list[str], changed: list[str], weights: bool
+    ):
         super().__init__()
         self.model, self.template = model, template
         self.names, self.changed, self.weights = names, changed, weights
@@ -118,8 +140,7 @@ class StepGraph(nn.Module):
         state = unflatten(self.template, dict(zip(self.names, state)))
         log_probs, state, weights = self.model.step(tokens, state)
         flat = flatten(state)
-        return (log_probs, *((weights,) if self.weights else ()),
-                *(flat[n] for n in self.changed))
+        return (log_probs, *((weights,) if self.weights else ()), *(flat[n] for n in self.changed))
 
 
 class CTCGraph(nn.Module):

@@ -35,8 +35,15 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["DYNAMIC_OPS", "MIN_WEIGHT_ONLY", "SESSION_CONFIG", "WEIGHT_ONLY", "per_head_products",
-           "quantize_int8", "weight_only_int8"]
+__all__ = [
+    "DYNAMIC_OPS",
+    "MIN_WEIGHT_ONLY",
+    "SESSION_CONFIG",
+    "WEIGHT_ONLY",
+    "per_head_products",
+    "quantize_int8",
+    "weight_only_int8",
+]
 
 DYNAMIC_OPS = ("MatMul", "Gemm", "LSTM", "Gather")
 # operator -> (the inputs holding weights, the axis of their output channels)
@@ -61,9 +68,14 @@ def quantize_int8(path: str | Path) -> None:
     quantized = path.with_name(f"{path.stem}.int8{path.suffix}")
     logging.disable(logging.WARNING)  # its notes on every tensor it leaves in float
     try:
-        quantize_dynamic(path, quantized, weight_type=QuantType.QInt8, reduce_range=True,
-                         op_types_to_quantize=list(DYNAMIC_OPS),
-                         nodes_to_exclude=per_head_products(onnx.load(path)))
+        quantize_dynamic(
+            path,
+            quantized,
+            weight_type=QuantType.QInt8,
+            reduce_range=True,
+            op_types_to_quantize=list(DYNAMIC_OPS),
+            nodes_to_exclude=per_head_products(onnx.load(path)),
+        )
     finally:
         logging.disable(logging.NOTSET)
     model = onnx.load(quantized)
@@ -79,8 +91,11 @@ def per_head_products(model) -> list[str]:
     activations as large as the memory. Quantising those activations at every step costs more
     than the int8 product saves (a LAS decoder step ran slower), so they stay float32."""
     constants = {init.name: len(init.dims) for init in model.graph.initializer}
-    return [node.name for node in model.graph.node if node.op_type == "MatMul"
-            and any(constants.get(name, 2) != 2 for name in node.input)]
+    return [
+        node.name
+        for node in model.graph.node
+        if node.op_type == "MatMul" and any(constants.get(name, 2) != 2 for name in node.input)
+    ]
 
 
 def weight_only_int8(model) -> int:
@@ -110,21 +125,33 @@ def weight_only_int8(model) -> int:
                 continue
             name = node.input[slot]
             init = initializers[name]
-            if (init.data_type != TensorProto.FLOAT or readers[name] != 1
-                    or np.prod(init.dims) < MIN_WEIGHT_ONLY):
+            if (
+                init.data_type != TensorProto.FLOAT
+                or readers[name] != 1
+                or np.prod(init.dims) < MIN_WEIGHT_ONLY
+            ):
                 continue
             weight = numpy_helper.to_array(init)
             q, scale = _symmetric_int8(weight, axis)
             graph.initializer.remove(init)
-            graph.initializer.extend([
-                numpy_helper.from_array(q, f"{name}_int8"),
-                numpy_helper.from_array(scale, f"{name}_int8_scale"),
-                numpy_helper.from_array(np.zeros_like(scale, dtype=np.int8),
-                                        f"{name}_int8_zero_point")])
-            dequantize.append(helper.make_node(
-                "DequantizeLinear", [f"{name}_int8", f"{name}_int8_scale",
-                                     f"{name}_int8_zero_point"], [name], axis=axis,
-                name=f"{name}_dequantize"))
+            graph.initializer.extend(
+                [
+                    numpy_helper.from_array(q, f"{name}_int8"),
+                    numpy_helper.from_array(scale, f"{name}_int8_scale"),
+                    numpy_helper.from_array(
+                        np.zeros_like(scale, dtype=np.int8), f"{name}_int8_zero_point"
+                    ),
+                ]
+            )
+            dequantize.append(
+                helper.make_node(
+                    "DequantizeLinear",
+                    [f"{name}_int8", f"{name}_int8_scale", f"{name}_int8_zero_point"],
+                    [name],
+                    axis=axis,
+                    name=f"{name}_dequantize",
+                )
+            )
     # the weights are graph inputs of their readers: dequantising them first keeps the order
     for position, node in enumerate(dequantize):
         graph.node.insert(position, node)

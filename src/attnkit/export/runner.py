@@ -55,7 +55,8 @@ class Vocab:
             import sentencepiece
 
             self.sp = sentencepiece.SentencePieceProcessor(
-                model_proto=base64.b64decode(data["model"]))
+                model_proto=base64.b64decode(data["model"])
+            )
         else:
             raise ValueError(f"vocab: expected type 'char' or 'sentencepiece', got {self.type!r}")
 
@@ -64,7 +65,7 @@ class Vocab:
         if self.type == "sentencepiece":
             return self.sp.encode(text)
         tag = next((t for t in self.tags if text.startswith(t)), "")
-        pieces = [tag] * bool(tag) + list(text[len(tag):])
+        pieces = [tag] * bool(tag) + list(text[len(tag) :])
         return [self.index.get(p, UNK) for p in pieces]
 
     def decode(self, ids) -> str:
@@ -73,8 +74,9 @@ class Vocab:
         ids = [i for i in ids[: ids.index(EOS) if EOS in ids else len(ids)] if i not in (PAD, BOS)]
         if self.type == "sentencepiece":
             return self.sp.decode([i if 0 <= i < self.sp.get_piece_size() else UNK for i in ids])
-        return "".join(self.symbols[i] if 0 <= i < len(self.symbols) else SPECIALS[UNK]
-                       for i in ids)
+        return "".join(
+            self.symbols[i] if 0 <= i < len(self.symbols) else SPECIALS[UNK] for i in ids
+        )
 
 
 def decode(step, state: dict, meta: dict, inputs: dict | None = None) -> list[list[list[int]]]:
@@ -101,8 +103,9 @@ def decode(step, state: dict, meta: dict, inputs: dict | None = None) -> list[li
         rng = np.random.default_rng(d["seed"])
         k = d["samples"]
         state = {name: np.repeat(x, k, axis=0) for name, x in state.items()}
-        tokens, scores, looped = _run(run, state, np.repeat(limit, k), d,
-                                      lambda lp: _draw(lp, d, rng))
+        tokens, scores, looped = _run(
+            run, state, np.repeat(limit, k), d, lambda lp: _draw(lp, d, rng)
+        )
         order = np.argsort(-scores.reshape(-1, k), axis=1, kind="stable")  # (B, samples)
         rows = np.arange(len(limit))[:, None] * k + order
     else:
@@ -111,17 +114,23 @@ def decode(step, state: dict, meta: dict, inputs: dict | None = None) -> list[li
     return _outputs(tokens, looped, rows, d)
 
 
-def _outputs(tokens: np.ndarray, looped: np.ndarray, rows: np.ndarray,
-             d: dict) -> list[list[list[int]]]:
+def _outputs(
+    tokens: np.ndarray, looped: np.ndarray, rows: np.ndarray, d: dict
+) -> list[list[list[int]]]:
     """Per example, the contents of its rows ``rows (B, n)`` of ``tokens (N, T)``, as
     :func:`decode` returns them; logs a warning when some of them were stopped as loops
     (``looped (N,)``)."""
     sizes = [len(_content(tokens[i], d)) for i in rows.reshape(-1) if looped[i]]
     if sizes:
-        log.warning("%d of %d outputs stopped after %s tokens: each repeated a unit of tokens "
-                    "while its attention stood still (a loop); loop_stop false in "
-                    "attnkit.json's decoding (attnkit export --no-loop-stop) decodes them to "
-                    "the length limit", len(sizes), rows.size, ", ".join(map(str, sizes)))
+        log.warning(
+            "%d of %d outputs stopped after %s tokens: each repeated a unit of tokens "
+            "while its attention stood still (a loop); loop_stop false in "
+            "attnkit.json's decoding (attnkit export --no-loop-stop) decodes them to "
+            "the length limit",
+            len(sizes),
+            rows.size,
+            ", ".join(map(str, sizes)),
+        )
     return [[_content(tokens[i], d) for i in row] for row in rows]
 
 
@@ -197,8 +206,11 @@ def _start_loops(n: int, d: dict) -> tuple | None:
     if not d["loop_stop"]:
         return None
     p = d["loop"]["max_period"]
-    return (np.full((n, p), -1, dtype=np.int64), np.full((n, p), np.nan, dtype=np.float32),
-            np.zeros((n, p), dtype=np.int64))
+    return (
+        np.full((n, p), -1, dtype=np.int64),
+        np.full((n, p), np.nan, dtype=np.float32),
+        np.zeros((n, p), dtype=np.int64),
+    )
 
 
 def _loop_step(loops: tuple, tokens: np.ndarray, weights: np.ndarray | None, d: dict):
@@ -216,8 +228,11 @@ def _loop_step(loops: tuple, tokens: np.ndarray, weights: np.ndarray | None, d: 
     still = (last == tokens[:, None]) & (np.abs(centres - centre[:, None]) <= c["tolerance"])
     runs = np.where(still, runs + 1, 0)  # NaN centres are never still
     spans = np.maximum((c["repeats"] - 1) * np.arange(1, c["max_period"] + 1), c["min_span"])
-    loops = (np.concatenate([tokens[:, None], last[:, :-1]], 1),
-             np.concatenate([centre[:, None], centres[:, :-1]], 1), runs)
+    loops = (
+        np.concatenate([tokens[:, None], last[:, :-1]], 1),
+        np.concatenate([centre[:, None], centres[:, :-1]], 1),
+        runs,
+    )
     return loops, (runs >= spans).any(-1)
 
 
@@ -271,9 +286,9 @@ def _ngram_ban(hyps: np.ndarray, n: int, vocab: int) -> np.ndarray:
     banned = np.zeros((len(hyps), vocab), dtype=bool)
     t = hyps.shape[1]
     for row, hyp in zip(banned, hyps):
-        prefix = tuple(hyp[t - n + 1:]) if n > 1 else ()
+        prefix = tuple(hyp[t - n + 1 :]) if n > 1 else ()
         for s in range(t - n + 1):
-            if tuple(hyp[s:s + n - 1]) == prefix:
+            if tuple(hyp[s : s + n - 1]) == prefix:
                 row[hyp[s + n - 1]] = True
     return banned
 
@@ -362,7 +377,7 @@ def _best_path(log_probs: np.ndarray, lengths: np.ndarray, d: dict) -> list[list
     out = []
     for row, n in zip(log_probs.argmax(-1), lengths):
         ids, prev = [], d["blank"]
-        for i in map(int, row[:int(n)]):
+        for i in map(int, row[: int(n)]):
             if i != prev and i not in skip:
                 ids.append(i)
             prev = i

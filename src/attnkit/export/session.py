@@ -47,12 +47,14 @@ def read_export(folder: str | Path) -> dict:
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: cannot read an export's description "
-                         f"({getattr(exc, 'strerror', None) or exc})") from None
+        raise ValueError(
+            f"{path}: cannot read an export's description ({getattr(exc, 'strerror', None) or exc})"
+        ) from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-        raise ValueError(f"{path}: expected format {FORMAT!r} (attnkit export --format onnx), "
-                         f"got {got!r}")
+        raise ValueError(
+            f"{path}: expected format {FORMAT!r} (attnkit export --format onnx), got {got!r}"
+        )
     for key in ("task", "model", "encoder", "decoding", "vocab"):
         if key not in meta:
             raise ValueError(f"{path}: {key}: missing")
@@ -83,8 +85,9 @@ class ExportedModel(nn.Module):
         try:
             import onnxruntime
         except ImportError:
-            raise ValueError("an ONNX export runs with onnxruntime: pip install "
-                             "'attnkit[export]'") from None
+            raise ValueError(
+                "an ONNX export runs with onnxruntime: pip install 'attnkit[export]'"
+            ) from None
         self.folder = Path(folder)
         self.meta = read_export(self.folder)
         options = onnxruntime.SessionOptions()
@@ -96,8 +99,9 @@ class ExportedModel(nn.Module):
         def session(graph: str):
             path = self.folder / self.meta[graph]["file"]
             try:
-                return onnxruntime.InferenceSession(str(path), options,
-                                                    providers=["CPUExecutionProvider"])
+                return onnxruntime.InferenceSession(
+                    str(path), options, providers=["CPUExecutionProvider"]
+                )
             except Exception as exc:  # onnxruntime's own errors: a missing or corrupt graph
                 raise ValueError(f"{path}: cannot load the graph ({exc})") from None
 
@@ -126,8 +130,10 @@ class ExportedModel(nn.Module):
 
     def _encode(self, inputs: torch.Tensor, lengths: torch.Tensor) -> dict[str, torch.Tensor]:
         feed = dict(zip(self._inputs, (_array(inputs), _array(lengths))))
-        return {n: torch.from_numpy(np.asarray(x))
-                for n, x in zip(self._outputs, self.encoder.run(None, feed))}
+        return {
+            n: torch.from_numpy(np.asarray(x))
+            for n, x in zip(self._outputs, self.encoder.run(None, feed))
+        }
 
     def start(self, inputs: torch.Tensor, lengths: torch.Tensor) -> dict[str, torch.Tensor]:
         """The decoder's initial state ``{name: (B, ...)}`` for ``inputs`` and their
@@ -138,20 +144,26 @@ class ExportedModel(nn.Module):
     def step(self, tokens: torch.Tensor, state: dict[str, torch.Tensor]):
         """``(log_probs (N, V), state, weights (N, S) or None)`` after feeding ``tokens (N,)``;
         the state's entries the step changes replaced by its ``next.*`` outputs."""
-        feed = {n: _array(tokens.long()) if n == "tokens" else _array(state[n])
-                for n in self._step_inputs}
+        feed = {
+            n: _array(tokens.long()) if n == "tokens" else _array(state[n])
+            for n in self._step_inputs
+        }
         out = dict(zip(self._step_outputs, self.decoder_step.run(None, feed)))
-        state = {**state, **{name: torch.from_numpy(np.asarray(out[n]))
-                             for name, n in self._next.items()}}
+        state = {
+            **state,
+            **{name: torch.from_numpy(np.asarray(out[n])) for name, n in self._next.items()},
+        }
         weights = out.get("weights")
-        return (torch.from_numpy(np.asarray(out["log_probs"], dtype=np.float32)), state,
-                None if weights is None else torch.from_numpy(np.asarray(weights)))
+        return (
+            torch.from_numpy(np.asarray(out["log_probs"], dtype=np.float32)),
+            state,
+            None if weights is None else torch.from_numpy(np.asarray(weights)),
+        )
 
     def forward(self, inputs: torch.Tensor, lengths: torch.Tensor):
         """A CTC model's ``(log_probs (B, S, V), steps (B,))``."""
         if self.decoder_step is not None:
-            raise TypeError("forward: an export with a decoder step decodes with start and "
-                            "step")
+            raise TypeError("forward: an export with a decoder step decodes with start and step")
         decoding = self.meta["decoding"]
         out = self._encode(inputs, lengths)
         return out[decoding["log_probs"]], out[decoding["lengths"]]

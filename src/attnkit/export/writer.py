@@ -29,19 +29,29 @@ from typing import NamedTuple
 import torch
 
 from attnkit.attention import Alignment
-from attnkit.ops import export_mode
 from attnkit.decoding import Decoding
 from attnkit.decoding.loops import MAX_PERIOD, MIN_SPAN, REPEATS, TOLERANCE
-from attnkit.export.graphs import (AXES, CTCGraph, EncoderGraph, StepGraph, model_inputs,
-                                   next_name)
-from attnkit.export.quantize import SESSION_CONFIG, quantize_int8
 from attnkit.export.decoder_state import flatten
+from attnkit.export.graphs import AXES, CTCGraph, EncoderGraph, StepGraph, model_inputs, next_name
+from attnkit.export.quantize import SESSION_CONFIG, quantize_int8
 from attnkit.folders import write_folder
 from attnkit.models import CRNN, model_config
+from attnkit.ops import export_mode
 from attnkit.tokens import BOS, EOS, PAD
 
-__all__ = ["DEFAULT_OPSET", "ENCODER_FILE", "EXPORTER", "JSON_FILE", "OPSETS", "RUNNER_FILE",
-           "STEP_FILE", "check_out", "decoding_json", "export_graph", "export_onnx"]
+__all__ = [
+    "DEFAULT_OPSET",
+    "ENCODER_FILE",
+    "EXPORTER",
+    "JSON_FILE",
+    "OPSETS",
+    "RUNNER_FILE",
+    "STEP_FILE",
+    "check_out",
+    "decoding_json",
+    "export_graph",
+    "export_onnx",
+]
 
 OPSETS = (17, 18)  # tested with onnxruntime 1.31; 17 is the first with LayerNormalization
 DEFAULT_OPSET = 17
@@ -55,14 +65,31 @@ FORMAT, VERSION = "attnkit-onnx", 3
 # does not import train), and the cache Python writes when attnkit_runner is imported from it.
 # ``attnkit average`` writes an inference checkpoint whose trainer.json lists what it averaged.
 CHECKPOINT_FORMAT, TRAINER_FILE = "attnkit-checkpoint", "trainer.json"
-EXPORT_NAMES = {ENCODER_FILE, STEP_FILE, JSON_FILE, RUNNER_FILE, "__pycache__", "config.json",
-                "model.safetensors", "vocab.json", TRAINER_FILE}
+EXPORT_NAMES = {
+    ENCODER_FILE,
+    STEP_FILE,
+    JSON_FILE,
+    RUNNER_FILE,
+    "__pycache__",
+    "config.json",
+    "model.safetensors",
+    "vocab.json",
+    TRAINER_FILE,
+}
 
 
-def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: dict,
-                max_len: dict | None = None, decoding: Decoding | None = None,
-                opset: int = DEFAULT_OPSET, force: bool = False,
-                quantize: str | None = None) -> dict:
+def export_onnx(
+    model: torch.nn.Module,
+    out: str | Path,
+    *,
+    task: str,
+    vocab: dict,
+    max_len: dict | None = None,
+    decoding: Decoding | None = None,
+    opset: int = DEFAULT_OPSET,
+    force: bool = False,
+    quantize: str | None = None,
+) -> dict:
     """Write ``out/encoder.onnx``, ``out/decoder_step.onnx`` (token decoders),
     ``out/attnkit.json`` and ``out/attnkit_runner.py``; returns the JSON's content.
 
@@ -94,14 +121,17 @@ def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: di
     if opset not in OPSETS:
         raise ValueError(f"opset: expected one of {', '.join(map(str, OPSETS))}, got {opset!r}")
     if quantize not in QUANTIZE:
-        raise ValueError(f"quantize: expected one of {', '.join(map(str, QUANTIZE))}, got "
-                         f"{quantize!r}")
+        raise ValueError(
+            f"quantize: expected one of {', '.join(map(str, QUANTIZE))}, got {quantize!r}"
+        )
     out = check_out(out, force=force)
     aligned = sorted({m.name for m in model.modules() if isinstance(m, Alignment)})
     if aligned:
-        raise ValueError(f"model: its decoder's {', '.join(aligned)} alignment is not "
-                         "exported (its hard decoding scans a number of keys that depends on "
-                         "the input); export a softmax-attention model")
+        raise ValueError(
+            f"model: its decoder's {', '.join(aligned)} alignment is not "
+            "exported (its hard decoding scans a number of keys that depends on "
+            "the input); export a softmax-attention model"
+        )
     inputs = model_inputs(model)
     ctc = isinstance(model, CRNN) and model.head_kind == "ctc"
     if not ctc and max_len is None:
@@ -112,30 +142,50 @@ def export_onnx(model: torch.nn.Module, out: str | Path, *, task: str, vocab: di
     try:
         with write_folder(out) as tmp:  # replaces out whole once every file is written
             with torch.no_grad(), export_mode():
-                graphs = (_export_ctc(model, inputs, tmp, opset) if ctc else
-                          _export_decoder(model, inputs, tmp, opset))
+                graphs = (
+                    _export_ctc(model, inputs, tmp, opset)
+                    if ctc
+                    else _export_decoder(model, inputs, tmp, opset)
+                )
             if quantize:
                 for graph in ("encoder", "decoder_step"):
                     if graph in graphs:
                         quantize_int8(tmp / graphs[graph]["file"])
-            meta = {"format": FORMAT, "version": VERSION, "task": task,
-                    "model": model_config(model), "opset": opset, "exporter": EXPORTER,
-                    "quantize": quantize, "session_config": SESSION_CONFIG if quantize else {},
-                    "torch": torch.__version__, "axes": AXES, **graphs, "vocab": vocab,
-                    "decoding": settings, "runner": RUNNER_FILE}
+            meta = {
+                "format": FORMAT,
+                "version": VERSION,
+                "task": task,
+                "model": model_config(model),
+                "opset": opset,
+                "exporter": EXPORTER,
+                "quantize": quantize,
+                "session_config": SESSION_CONFIG if quantize else {},
+                "torch": torch.__version__,
+                "axes": AXES,
+                **graphs,
+                "vocab": vocab,
+                "decoding": settings,
+                "runner": RUNNER_FILE,
+            }
             (tmp / JSON_FILE).write_text(json.dumps(meta, indent=1))
             shutil.copyfile(Path(__file__).with_name("runner.py"), tmp / RUNNER_FILE)
     except OSError as exc:  # a full disk, a read-only folder...
         kept = "; the earlier export there is left as it was" if out.exists() else ""
-        raise ValueError(f"out: cannot write the export in {out}: {exc.strerror or exc}"
-                         f"{kept}") from None
+        raise ValueError(
+            f"out: cannot write the export in {out}: {exc.strerror or exc}{kept}"
+        ) from None
     finally:
         model.train(training)
     return meta
 
 
-def check_out(out: str | Path, *, reading: str | Path | Sequence[str | Path] | None = None,
-              force: bool = False, doing: str = "exported") -> Path:
+def check_out(
+    out: str | Path,
+    *,
+    reading: str | Path | Sequence[str | Path] | None = None,
+    force: bool = False,
+    doing: str = "exported",
+) -> Path:
     """``out`` as an absolute path, once it is known that an export (or ``attnkit average``)
     may replace that folder whole: it does not exist (and no file stands in the way of
     creating it), it is empty, or it holds an earlier export (ONNX, an inference checkpoint
@@ -152,15 +202,25 @@ def check_out(out: str | Path, *, reading: str | Path | Sequence[str | Path] | N
     target = Path(os.path.realpath(out))
     for read in readings:
         source = Path(os.path.realpath(read))
-        why = ("is" if target == source else "is inside" if source in target.parents else
-               "holds" if target in source.parents else None)
+        why = (
+            "is"
+            if target == source
+            else "is inside"
+            if source in target.parents
+            else "holds"
+            if target in source.parents
+            else None
+        )
         if why:
-            raise ValueError(f"out: {given} {why} the checkpoint being {doing} ({read}); "
-                             "expected another folder")
+            raise ValueError(
+                f"out: {given} {why} the checkpoint being {doing} ({read}); expected another folder"
+            )
     holder = next((p for p in target.parents if _is_checkpoint(p)), None)
     if holder is not None:
-        raise ValueError(f"out: {given} is inside the checkpoint {holder}, which its next "
-                         "save replaces whole; expected a folder outside it")
+        raise ValueError(
+            f"out: {given} is inside the checkpoint {holder}, which its next "
+            "save replaces whole; expected a folder outside it"
+        )
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: expected a folder (new or existing), got the file {given}")
     if not out.exists():
@@ -172,10 +232,12 @@ def check_out(out: str | Path, *, reading: str | Path | Sequence[str | Path] | N
     foreign = _foreign(out, names)
     if names and not force and (foreign or not _is_export(out)):
         shown = foreign or names
-        raise ValueError(f"out: {given} is not empty and not an earlier attnkit export (it "
-                         f"holds {', '.join(shown[:5])}{', ...' if len(shown) > 5 else ''}); "
-                         "expected a new or empty folder, or pass --force to replace it and "
-                         "all it holds")
+        raise ValueError(
+            f"out: {given} is not empty and not an earlier attnkit export (it "
+            f"holds {', '.join(shown[:5])}{', ...' if len(shown) > 5 else ''}); "
+            "expected a new or empty folder, or pass --force to replace it and "
+            "all it holds"
+        )
     return out
 
 
@@ -200,8 +262,11 @@ def _foreign(folder: Path, names: list[str]) -> list[str]:
     """Those of ``names`` (in ``folder``) that no export holds: any other file, and a
     trainer.json that does not list what was averaged (a run's checkpoints and the models it
     keeps say their step instead)."""
-    return [n for n in names if n not in EXPORT_NAMES
-            or (n == TRAINER_FILE and "averaged" not in _head(folder / n))]
+    return [
+        n
+        for n in names
+        if n not in EXPORT_NAMES or (n == TRAINER_FILE and "averaged" not in _head(folder / n))
+    ]
 
 
 def _is_export(folder: Path) -> bool:
@@ -212,17 +277,24 @@ def _is_export(folder: Path) -> bool:
 # Per method of a token decoder: the Decoding fields written to the JSON, and in words how
 # each step's tokens are chosen.
 METHODS = {
-    "greedy": ((), "take the argmax of log_probs over the ids not in never_emit; finished "
-               "examples are fed pad"),
-    "beam": (("beam", "length_penalty", "coverage_penalty", "no_repeat_ngram", "n_best"),
-             "keep the beam best hypotheses by summed log_probs (ids in never_emit excluded; "
-             "rows repeated beam times per example), ranked at the end by log P / ((5 + "
-             "length) / 6) ** length_penalty + coverage_penalty * sum_j log(min(attention on "
-             "j, 1)); n_best outputs per example"),
-    "sample": (("temperature", "top_k", "top_p", "seed", "samples"),
-               "draw each token from softmax(log_probs / temperature) over the top_k most "
-               "probable ids and the smallest set reaching probability top_p (ids in "
-               "never_emit excluded); samples outputs per example, ranked by summed log_probs"),
+    "greedy": (
+        (),
+        "take the argmax of log_probs over the ids not in never_emit; finished "
+        "examples are fed pad",
+    ),
+    "beam": (
+        ("beam", "length_penalty", "coverage_penalty", "no_repeat_ngram", "n_best"),
+        "keep the beam best hypotheses by summed log_probs (ids in never_emit excluded; "
+        "rows repeated beam times per example), ranked at the end by log P / ((5 + "
+        "length) / 6) ** length_penalty + coverage_penalty * sum_j log(min(attention on "
+        "j, 1)); n_best outputs per example",
+    ),
+    "sample": (
+        ("temperature", "top_k", "top_p", "seed", "samples"),
+        "draw each token from softmax(log_probs / temperature) over the top_k most "
+        "probable ids and the smallest set reaching probability top_p (ids in "
+        "never_emit excluded); samples outputs per example, ranked by summed log_probs",
+    ),
 }
 
 
@@ -233,7 +305,8 @@ LOOP_RULE = (
     "the attention's centre sum_j j * weights[j] within loop.tolerance of the centre then (a "
     "step without weights never counts); it ends there without eos. In beam search such a "
     "hypothesis is frozen, and when it is its example's live hypothesis with the highest "
-    "summed log_probs, all that example's live hypotheses stop")
+    "summed log_probs, all that example's live hypotheses stop"
+)
 
 
 def decoding_json(decoding: Decoding | None, max_len: dict | None, *, ctc: bool) -> dict:
@@ -249,28 +322,50 @@ def decoding_json(decoding: Decoding | None, max_len: dict | None, *, ctc: bool)
         return _ctc_decoding(decoding)
     decoding = decoding or Decoding()
     if decoding.ctc_weight or decoding.lm_weight:
-        raise ValueError(f"decoding: joint CTC/language-model decoding is not exported, got "
-                         f"ctc_weight={decoding.ctc_weight}, lm_weight={decoding.lm_weight}")
+        raise ValueError(
+            f"decoding: joint CTC/language-model decoding is not exported, got "
+            f"ctc_weight={decoding.ctc_weight}, lm_weight={decoding.lm_weight}"
+        )
     names, how = METHODS[decoding.method]
-    return {"method": decoding.method, "bos": BOS, "eos": EOS, "pad": PAD,
-            "never_emit": [PAD, BOS], "max_len": max_len, "max_tokens": decoding.max_len,
-            **{n: getattr(decoding, n) for n in names}, "loop_stop": decoding.loop_stop,
-            "loop": {"max_period": MAX_PERIOD, "repeats": REPEATS, "min_span": MIN_SPAN,
-                     "tolerance": TOLERANCE},
-            "rule": "tokens = bos for every example; at each step feed tokens and the state, "
-                    "replace the state entries the step returns (state[i].next) and " + how +
-                    "; an output stops at eos or after max_tokens tokens (eos included; when "
-                    "null, after the max_len rule's), or " + LOOP_RULE}
+    return {
+        "method": decoding.method,
+        "bos": BOS,
+        "eos": EOS,
+        "pad": PAD,
+        "never_emit": [PAD, BOS],
+        "max_len": max_len,
+        "max_tokens": decoding.max_len,
+        **{n: getattr(decoding, n) for n in names},
+        "loop_stop": decoding.loop_stop,
+        "loop": {
+            "max_period": MAX_PERIOD,
+            "repeats": REPEATS,
+            "min_span": MIN_SPAN,
+            "tolerance": TOLERANCE,
+        },
+        "rule": "tokens = bos for every example; at each step feed tokens and the state, "
+        "replace the state entries the step returns (state[i].next) and "
+        + how
+        + "; an output stops at eos or after max_tokens tokens (eos included; when "
+        "null, after the max_len rule's), or " + LOOP_RULE,
+    }
 
 
 def _ctc_decoding(decoding: Decoding | None) -> dict:
     if decoding is not None and (decoding.method != "greedy" or decoding.max_len is not None):
-        raise ValueError(f"decoding: a CTC model decodes by best path only, not "
-                         f"{decoding.method} (beam={decoding.beam}, max_len={decoding.max_len})")
-    return {"method": "ctc_best_path", "blank": PAD, "drop": [BOS, EOS],
-            "log_probs": "log_probs", "lengths": "steps",
-            "rule": "per example, the argmax id of each of its first lengths[b] steps; merge "
-                    "repeated ids, then remove blank and the ids in drop"}
+        raise ValueError(
+            f"decoding: a CTC model decodes by best path only, not "
+            f"{decoding.method} (beam={decoding.beam}, max_len={decoding.max_len})"
+        )
+    return {
+        "method": "ctc_best_path",
+        "blank": PAD,
+        "drop": [BOS, EOS],
+        "log_probs": "log_probs",
+        "lengths": "steps",
+        "rule": "per example, the argmax id of each of its first lengths[b] steps; merge "
+        "repeated ids, then remove blank and the ids in drop",
+    }
 
 
 class Port(NamedTuple):
@@ -284,35 +379,59 @@ class Port(NamedTuple):
 
     def json(self) -> dict:
         shape = [self.axes.get(d, size) for d, size in enumerate(self.example.shape)]
-        out = {"name": self.name, "dtype": str(self.example.dtype).removeprefix("torch."),
-               "shape": shape}
+        out = {
+            "name": self.name,
+            "dtype": str(self.example.dtype).removeprefix("torch."),
+            "shape": shape,
+        }
         return {**out, "meaning": self.meaning} if self.meaning else out
 
 
 def _write(module, inputs: list[Port], outputs: list[Port], path: Path, opset: int) -> dict:
     """Export ``module`` with these ports; its JSON entry (the inputs the graph kept)."""
     ports = [*inputs, *outputs]
-    export_graph(module, [p.example for p in inputs], path, [p.name for p in inputs],
-                 [p.name for p in outputs], [p.axes for p in ports], opset)
+    export_graph(
+        module,
+        [p.example for p in inputs],
+        path,
+        [p.name for p in inputs],
+        [p.name for p in outputs],
+        [p.axes for p in ports],
+        opset,
+    )
     kept = _graph_inputs(path)  # the exporter drops the inputs a graph never reads
     _prune_shape_only_expands(path)
-    return {"file": path.name, "inputs": [p.json() for p in inputs if p.name in kept],
-            "outputs": [p.json() for p in outputs]}
+    return {
+        "file": path.name,
+        "inputs": [p.json() for p in inputs if p.name in kept],
+        "outputs": [p.json() for p in outputs],
+    }
 
 
 def _input_ports(inputs, example) -> list[Port]:
-    return [Port(n, x, {d: a for d, a in enumerate(shape) if isinstance(a, str)}, m)
-            for n, x, shape, m in zip(inputs.names, example, inputs.shapes, inputs.meanings)]
+    return [
+        Port(n, x, {d: a for d, a in enumerate(shape) if isinstance(a, str)}, m)
+        for n, x, shape, m in zip(inputs.names, example, inputs.shapes, inputs.meanings)
+    ]
 
 
 def _export_ctc(model: CRNN, inputs, folder: Path, opset: int) -> dict:
     example = inputs.example(2, 40)
     log_probs, steps = model(*example)
-    outputs = [Port("log_probs", log_probs, {0: "B", 1: "S"},
-                    "log-probabilities of each encoder step, blank = 0"),
-               Port("steps", steps, {0: "B"}, "valid encoder steps of each example")]
-    return {"encoder": _write(CTCGraph(model), _input_ports(inputs, example), outputs,
-                              folder / ENCODER_FILE, opset)}
+    outputs = [
+        Port(
+            "log_probs",
+            log_probs,
+            {0: "B", 1: "S"},
+            "log-probabilities of each encoder step, blank = 0",
+        ),
+        Port("steps", steps, {0: "B"}, "valid encoder steps of each example"),
+    ]
+    return {
+        "encoder": _write(
+            CTCGraph(model), _input_ports(inputs, example), outputs, folder / ENCODER_FILE, opset
+        )
+    }
 
 
 def _export_decoder(model, inputs, folder: Path, opset: int) -> dict:
@@ -328,31 +447,60 @@ def _export_decoder(model, inputs, folder: Path, opset: int) -> dict:
     changed = [n for n in names if flat1[n] is not start[n]]
     for n in names:  # state that grows with every step: the Transformer's cache
         axes[n].update(_changed(flat1[n], flat2[n], "T", batch=False))
-    encoder = _write(EncoderGraph(model, names), _input_ports(inputs, small),
-                     [Port(n, start[n], axes[n]) for n in names], folder / ENCODER_FILE, opset)
+    encoder = _write(
+        EncoderGraph(model, names),
+        _input_ports(inputs, small),
+        [Port(n, start[n], axes[n]) for n in names],
+        folder / ENCODER_FILE,
+        opset,
+    )
 
     outputs = [Port("log_probs", log_probs, {0: "B"}, "log-probabilities of the next token")]
     if weights is not None:
-        outputs.append(Port("weights", weights, {0: "B", 1: "S"},
-                            "the step's attention weights over the encoder steps"))
-    outputs += [Port(next_name(n), flat1[n], {d: "T+1" if a == "T" else a
-                                              for d, a in axes[n].items()}, f"the new {n}")
-                for n in changed]
+        outputs.append(
+            Port(
+                "weights",
+                weights,
+                {0: "B", 1: "S"},
+                "the step's attention weights over the encoder steps",
+            )
+        )
+    outputs += [
+        Port(
+            next_name(n),
+            flat1[n],
+            {d: "T+1" if a == "T" else a for d, a in axes[n].items()},
+            f"the new {n}",
+        )
+        for n in changed
+    ]
     # traced on the state after two steps: no axis of size 0 or 1 but the batch's
-    inputs = [Port("tokens", bos, {0: "B"}, "the previous output token of each example"),
-              *(Port(n, flat2[n], axes[n]) for n in names)]
-    step = _write(StepGraph(model, second, names, changed, weights is not None), inputs,
-                  outputs, folder / STEP_FILE, opset)
-    return {"encoder": encoder, "decoder_step": step,
-            "state": [{"name": n, "next": next_name(n) if n in changed else None}
-                      for n in names]}
+    inputs = [
+        Port("tokens", bos, {0: "B"}, "the previous output token of each example"),
+        *(Port(n, flat2[n], axes[n]) for n in names),
+    ]
+    step = _write(
+        StepGraph(model, second, names, changed, weights is not None),
+        inputs,
+        outputs,
+        folder / STEP_FILE,
+        opset,
+    )
+    return {
+        "encoder": encoder,
+        "decoder_step": step,
+        "state": [{"name": n, "next": next_name(n) if n in changed else None} for n in names],
+    }
 
 
 def _changed(a: torch.Tensor, b: torch.Tensor, axis: str, *, batch: bool = True) -> dict:
     """``{dim: name}`` of the dims where ``a`` and ``b`` differ: dim 0 is ``B`` when ``batch``,
     any other ``axis``."""
-    return {d: ("B" if d == 0 and batch else axis)
-            for d, (x, y) in enumerate(zip(a.shape, b.shape)) if x != y}
+    return {
+        d: ("B" if d == 0 and batch else axis)
+        for d, (x, y) in enumerate(zip(a.shape, b.shape))
+        if x != y
+    }
 
 
 def _prune_shape_only_expands(path: Path) -> int:
@@ -377,23 +525,34 @@ def _prune_shape_only_expands(path: Path) -> int:
         if source is None or source.op_type != "ConstantOfShape":
             continue
         shape = producers.get(source.input[0])
-        scalar = shape is not None and shape.op_type == "Constant" and any(
-            a.name == "value" and list(a.t.dims) == [0] for a in shape.attribute)
+        scalar = (
+            shape is not None
+            and shape.op_type == "Constant"
+            and any(a.name == "value" and list(a.t.dims) == [0] for a in shape.attribute)
+        )
         users = readers.get(node.output[0], [])
-        if not scalar or not users or node.output[0] in outputs or any(
-                u.op_type != "Shape" or u.attribute or u.output[0] in outputs for u in users):
+        if (
+            not scalar
+            or not users
+            or node.output[0] in outputs
+            or any(u.op_type != "Shape" or u.attribute or u.output[0] in outputs for u in users)
+        ):
             continue
         for user in users:
             for reader in readers.get(user.output[0], []):
-                reader.input[:] = [node.input[1] if i == user.output[0] else i
-                                   for i in reader.input]
+                reader.input[:] = [
+                    node.input[1] if i == user.output[0] else i for i in reader.input
+                ]
             graph.node.remove(user)
         graph.node.remove(node)
         pruned += 1
     while pruned:  # then the constants left unread, and those only they read
         used = {name for node in graph.node for name in node.input} | outputs
-        dead = [node for node in graph.node if node.op_type in ("ConstantOfShape", "Constant")
-                and not used & set(node.output)]
+        dead = [
+            node
+            for node in graph.node
+            if node.op_type in ("ConstantOfShape", "Constant") and not used & set(node.output)
+        ]
         if not dead:
             onnx.save(model, str(path))
             break
@@ -408,8 +567,15 @@ def _graph_inputs(path: Path) -> set[str]:
     return {i.name for i in onnx.load(str(path), load_external_data=False).graph.input}
 
 
-def export_graph(module: torch.nn.Module, args, path: str | Path, input_names, output_names,
-                 axes, opset: int = DEFAULT_OPSET) -> None:
+def export_graph(
+    module: torch.nn.Module,
+    args,
+    path: str | Path,
+    input_names,
+    output_names,
+    axes,
+    opset: int = DEFAULT_OPSET,
+) -> None:
     """Trace ``module(*args)`` in eval mode to the ONNX file ``path`` with the exporter and
     settings of :func:`export_onnx`; ``axes``: per input, then per output, ``{dim: name}`` of
     its dynamic dims.
@@ -426,8 +592,16 @@ def export_graph(module: torch.nn.Module, args, path: str | Path, input_names, o
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.filterwarnings("ignore", "Constant folding", UserWarning)
         # The GRU/LSTM nodes start from zeros of the batch's size (tested at other sizes).
-        warnings.filterwarnings("ignore", "Exporting a model to ONNX with a batch_size",
-                                UserWarning)
-        torch.onnx.export(module, tuple(args), str(path), dynamo=False, opset_version=opset,
-                          input_names=list(input_names), output_names=list(output_names),
-                          dynamic_axes=dict(zip([*input_names, *output_names], axes)))
+        warnings.filterwarnings(
+            "ignore", "Exporting a model to ONNX with a batch_size", UserWarning
+        )
+        torch.onnx.export(
+            module,
+            tuple(args),
+            str(path),
+            dynamo=False,
+            opset_version=opset,
+            input_names=list(input_names),
+            output_names=list(output_names),
+            dynamic_axes=dict(zip([*input_names, *output_names], axes)),
+        )

@@ -19,8 +19,29 @@ from attnkit.models.seq2seq import KINDS, Encoder, Seq2Seq
 from attnkit.models.transformer import Transformer, sinusoids
 from attnkit.models.vqa import VQA, VQAOutput
 
-__all__ = ["CRNN", "KINDS", "LAS", "MODELS", "VQA", "AttentionDecoder", "CaptionOutput",
-           "Captioner", "CausalListener", "CharLM", "Encoder", "GridEncoder", "Listener",
-           "Seq2Seq", "Transformer", "VQAOutput", "build_model", "check_config",
-           "complete_config", "doubly_stochastic", "guided_attention_loss", "model_config", "model_shapes",
-           "sinusoids"]
+__all__ = [
+    "CRNN",
+    "KINDS",
+    "LAS",
+    "MODELS",
+    "VQA",
+    "AttentionDecoder",
+    "CaptionOutput",
+    "Captioner",
+    "CausalListener",
+    "CharLM",
+    "Encoder",
+    "GridEncoder",
+    "Listener",
+    "Seq2Seq",
+    "Transformer",
+    "VQAOutput",
+    "build_model",
+    "check_config",
+    "complete_config",
+    "doubly_stochastic",
+    "guided_attention_loss",
+    "model_config",
+    "model_shapes",
+    "sinusoids",
+]

@@ -31,12 +31,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnkit.attention import Attention
-from attnkit.ops import Linear
 from attnkit.checks import check_positive_int, check_probability, quoted
 from attnkit.models.grid import GridEncoder
 from attnkit.models.registry import Model
 from attnkit.models.rnn import LSTMCell
 from attnkit.models.unrolling import unroll
+from attnkit.ops import Linear
 from attnkit.tokens import PAD
 
 __all__ = ["ATTENTION", "CaptionOutput", "Captioner", "doubly_stochastic"]
@@ -107,22 +107,36 @@ class Captioner(Model, name="captioner"):
         (torch.Size([2, 5, 12]), torch.Size([2, 5, 16]), torch.Size([2, 5]))
     """
 
-    def __init__(self, vocab: int, *, image_size: int = 64,
-                 channels: tuple[int, ...] = (32, 64, 128), hidden: int = 256, emb: int = 128, attn_dim: int = 128,
-                 attention: str = "soft", gate: bool = True, dropout: float = 0.0):
+    def __init__(
+        self,
+        vocab: int,
+        *,
+        image_size: int = 64,
+        channels: tuple[int, ...] = (32, 64, 128),
+        hidden: int = 256,
+        emb: int = 128,
+        attn_dim: int = 128,
+        attention: str = "soft",
+        gate: bool = True,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         check_positive_int("vocab", vocab)
         for name, value in (("hidden", hidden), ("emb", emb), ("attn_dim", attn_dim)):
             check_positive_int(name, value)
         check_probability("dropout", dropout)
         if attention not in ATTENTION:
-            raise ValueError(f"attention: expected one of {', '.join(ATTENTION)}, "
-                             f"got {quoted(attention)}")
+            raise ValueError(
+                f"attention: expected one of {', '.join(ATTENTION)}, got {quoted(attention)}"
+            )
         self.encoder = GridEncoder(image_size, tuple(channels))
         d = self.encoder.dim
         self.kind, self.hidden = attention, hidden
-        self.attention = (None if attention == "none" else
-                          Attention(hidden, d, d, score="additive", attn_dim=attn_dim))
+        self.attention = (
+            None
+            if attention == "none"
+            else Attention(hidden, d, d, score="additive", attn_dim=attn_dim)
+        )
         self.gate = Linear(hidden, 1) if gate else None
         self.init_h, self.init_c = Linear(d, hidden), Linear(d, hidden)
         self.embed = nn.Embedding(vocab, emb, padding_idx=PAD)
@@ -138,7 +152,7 @@ class Captioner(Model, name="captioner"):
     @property
     def cells(self) -> int:
         """``L``, the cells of the grid attended over."""
-        return self.encoder.side ** 2
+        return self.encoder.side**2
 
     # ------------------------------------------------------------------ decoding interface
 
@@ -174,9 +188,14 @@ class Captioner(Model, name="captioner"):
             return memory.value[torch.arange(len(where)), where], {"weights": alpha}
         where = torch.multinomial(alpha.detach().float(), 1)  # (N, 1)
         log_alpha = torch.log(alpha.clamp_min(TINY))  # (N, L)
-        return (memory.value[torch.arange(len(where)), where[:, 0]],
-                {"weights": alpha, "location_log_probs": log_alpha.gather(1, where)[:, 0],
-                 "entropy": -(alpha * log_alpha).sum(-1)})
+        return (
+            memory.value[torch.arange(len(where)), where[:, 0]],
+            {
+                "weights": alpha,
+                "location_log_probs": log_alpha.gather(1, where)[:, 0],
+                "entropy": -(alpha * log_alpha).sum(-1),
+            },
+        )
 
     def _step(self, tokens: torch.Tensor, state: dict):
         h, c = state["h"], state["c"]
@@ -192,18 +211,40 @@ class Captioner(Model, name="captioner"):
 
     # ------------------------------------------------------------------ training
 
-    def forward(self, images: torch.Tensor, tgt_in: torch.Tensor, *,
-                teacher_forcing: float = 1.0,
-                generator: torch.Generator | None = None) -> CaptionOutput:
+    def forward(
+        self,
+        images: torch.Tensor,
+        tgt_in: torch.Tensor,
+        *,
+        teacher_forcing: float = 1.0,
+        generator: torch.Generator | None = None,
+    ) -> CaptionOutput:
         """The teacher-forced pass over ``tgt_in`` ``(B, T)`` (BOS first); with
         ``teacher_forcing < 1``, scheduled sampling (see :func:`attnkit.models.unrolling.unroll`)."""
-        logits, extras = unroll(self._step, self.start(images), tgt_in,
-                                teacher_forcing=teacher_forcing, generator=generator)
-        return CaptionOutput(logits, extras.get("weights"), extras.get("beta"),
-                             extras.get("location_log_probs"), extras.get("entropy"))
+        logits, extras = unroll(
+            self._step,
+            self.start(images),
+            tgt_in,
+            teacher_forcing=teacher_forcing,
+            generator=generator,
+        )
+        return CaptionOutput(
+            logits,
+            extras.get("weights"),
+            extras.get("beta"),
+            extras.get("location_log_probs"),
+            extras.get("entropy"),
+        )
 
-    def reinforce(self, log_likelihood: torch.Tensor, out: CaptionOutput, mask: torch.Tensor,
-                  *, entropy_weight: float = 0.01, decay: float = 0.9) -> torch.Tensor:
+    def reinforce(
+        self,
+        log_likelihood: torch.Tensor,
+        out: CaptionOutput,
+        mask: torch.Tensor,
+        *,
+        entropy_weight: float = 0.01,
+        decay: float = 0.9,
+    ) -> torch.Tensor:
         """Hard attention's REINFORCE term per caption, to add to the loss (Xu et al. 2015,
         eq. 12): ``-((R - b) * sum_t log p(s_t) + entropy_weight * sum_t H[alpha_t])`` with
         reward ``R``, the caption's log-likelihood given the sampled locations (no gradient
@@ -215,9 +256,11 @@ class Captioner(Model, name="captioner"):
             log_likelihood ``(B,)``, mask ``(B, T)`` bool (the caption's words) -> ``(B,)``.
         """
         if out.location_log_probs is None:
-            raise ValueError("out: REINFORCE needs hard attention's sampled locations "
-                             "(attention='hard' in training mode; this model: "
-                             f"{quoted(self.kind)}, training={self.training})")
+            raise ValueError(
+                "out: REINFORCE needs hard attention's sampled locations "
+                "(attention='hard' in training mode; this model: "
+                f"{quoted(self.kind)}, training={self.training})"
+            )
         reward = log_likelihood.detach()
         baseline = torch.where(self.baseline_set, self.baseline, reward.mean())
         if self.training:

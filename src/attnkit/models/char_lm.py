@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.ops import Linear
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.registry import Model
 from attnkit.models.rnn import LSTM
+from attnkit.ops import Linear
 
 __all__ = ["CharLM"]
 
@@ -38,8 +38,9 @@ class CharLM(Model, name="char_lm"):
         torch.Size([2, 5, 10])
     """
 
-    def __init__(self, vocab: int, *, emb: int = 64, hidden: int = 256, layers: int = 1,
-                 dropout: float = 0.0):
+    def __init__(
+        self, vocab: int, *, emb: int = 64, hidden: int = 256, layers: int = 1, dropout: float = 0.0
+    ):
         super().__init__()
         check_positive_int("vocab", vocab)
         check_positive_int("emb", emb)
@@ -47,8 +48,9 @@ class CharLM(Model, name="char_lm"):
         self.layers = check_positive_int("layers", layers)
         check_probability("dropout", dropout)
         self.embed = nn.Embedding(vocab, emb, padding_idx=0)
-        self.rnn = LSTM(emb, hidden, layers, batch_first=True,
-                        dropout=dropout if layers > 1 else 0.0)
+        self.rnn = LSTM(
+            emb, hidden, layers, batch_first=True, dropout=dropout if layers > 1 else 0.0
+        )
         self.drop = nn.Dropout(dropout)
         self.out = Linear(hidden, vocab)
 
@@ -60,8 +62,9 @@ class CharLM(Model, name="char_lm"):
 
     def start(self, batch_size: int, device) -> dict:
         """Zero LSTM states, batch first: ``h``, ``c`` ``(B, L, H)``."""
-        zeros = torch.zeros(batch_size, self.layers, self.hidden, device=device,
-                            dtype=self.out.weight.dtype)
+        zeros = torch.zeros(
+            batch_size, self.layers, self.hidden, device=device, dtype=self.out.weight.dtype
+        )
         return {"h": zeros, "c": zeros}
 
     def step(self, tokens: torch.Tensor, state: dict):

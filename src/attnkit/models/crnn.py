@@ -27,11 +27,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnkit.attention import SelfAttention
-from attnkit.ops import Linear, exporting, skips_padding
 from attnkit.checks import check_positive_int, check_probability, quoted
 from attnkit.models.decoder import AttentionDecoder
 from attnkit.models.registry import Model
 from attnkit.models.rnn import BiRNN, longest_first
+from attnkit.ops import Linear, exporting, skips_padding
 
 __all__ = ["CRNN"]
 
@@ -54,8 +54,11 @@ class _ChannelsLast(torch.autograd.Function):
 
 
 def _block(c_in: int, c_out: int) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out),
-                         nn.ReLU(inplace=True))
+    return nn.Sequential(
+        nn.Conv2d(c_in, c_out, 3, padding=1, bias=False),
+        nn.BatchNorm2d(c_out),
+        nn.ReLU(inplace=True),
+    )
 
 
 class CRNN(Model, name="crnn"):
@@ -95,11 +98,24 @@ class CRNN(Model, name="crnn"):
         (torch.Size([2, 30, 10]), [30, 20])
     """
 
-    def __init__(self, vocab: int, *, channels: tuple[int, ...] = (32, 64, 128, 128, 128),
-                 hidden: int = 128, attention: str | None = None, score: str = "scaled_dot",
-                 heads: int = 1, window: int = 32, head: str = "ctc", dec_hidden: int = 128,
-                 dropout: float = 0.1, ctc: bool = False, dec_score: str = "additive",
-                 dec_alignment: str = "softmax", dec_alignment_options: dict | None = None):
+    def __init__(
+        self,
+        vocab: int,
+        *,
+        channels: tuple[int, ...] = (32, 64, 128, 128, 128),
+        hidden: int = 128,
+        attention: str | None = None,
+        score: str = "scaled_dot",
+        heads: int = 1,
+        window: int = 32,
+        head: str = "ctc",
+        dec_hidden: int = 128,
+        dropout: float = 0.1,
+        ctc: bool = False,
+        dec_score: str = "additive",
+        dec_alignment: str = "softmax",
+        dec_alignment_options: dict | None = None,
+    ):
         super().__init__()
         check_positive_int("vocab", vocab)
         check_positive_int("hidden", hidden)
@@ -108,8 +124,9 @@ class CRNN(Model, name="crnn"):
         if len(channels) != 5 or not all(isinstance(c, int) and c > 0 for c in channels):
             raise ValueError(f"channels: expected 5 positive ints, got {quoted(channels)}")
         if attention not in ATTENTION:
-            raise ValueError(f"attention: expected None, 'global' or 'window', "
-                             f"got {quoted(attention)}")
+            raise ValueError(
+                f"attention: expected None, 'global' or 'window', got {quoted(attention)}"
+            )
         if head not in HEADS:
             raise ValueError(f"head: expected one of {', '.join(HEADS)}, got {quoted(head)}")
         self.head_kind = head
@@ -120,25 +137,38 @@ class CRNN(Model, name="crnn"):
         self.attention = None
         if attention is not None:
             win = None if attention == "global" else (check_positive_int("window", window),) * 2
-            self.attention = SelfAttention(2 * hidden, score=score, heads=heads, window=win,
-                                           combine="residual")
+            self.attention = SelfAttention(
+                2 * hidden, score=score, heads=heads, window=win, combine="residual"
+            )
         self.rnn2 = BiRNN(2 * hidden, hidden)
         self.drop = nn.Dropout(dropout)
         if ctc and head == "ctc":
-            raise ValueError("ctc: an auxiliary CTC head is for head='attention' (the CTC head "
-                             "is already CTC)")
+            raise ValueError(
+                "ctc: an auxiliary CTC head is for head='attention' (the CTC head is already CTC)"
+            )
         self.aux_ctc = bool(ctc)
         if head == "ctc" and (dec_score, dec_alignment, dec_alignment_options) != (
-                "additive", "softmax", None):
-            raise ValueError("dec_score, dec_alignment, dec_alignment_options: only for "
-                             "head='attention' (the CTC head has no decoder)")
+            "additive",
+            "softmax",
+            None,
+        ):
+            raise ValueError(
+                "dec_score, dec_alignment, dec_alignment_options: only for "
+                "head='attention' (the CTC head has no decoder)"
+            )
         if head == "ctc" or ctc:
             self.classifier = Linear(2 * hidden, vocab)
         if head == "attention":
-            self.decoder = AttentionDecoder(vocab, 2 * hidden, hidden=dec_hidden, emb=64,
-                                            score=dec_score, dropout=dropout,
-                                            alignment=dec_alignment,
-                                            alignment_options=dec_alignment_options)
+            self.decoder = AttentionDecoder(
+                vocab,
+                2 * hidden,
+                hidden=dec_hidden,
+                emb=64,
+                score=dec_score,
+                dropout=dropout,
+                alignment=dec_alignment,
+                alignment_options=dec_alignment_options,
+            )
 
     @staticmethod
     def steps(widths: torch.Tensor) -> torch.Tensor:
@@ -151,11 +181,14 @@ class CRNN(Model, name="crnn"):
         if images.dim() != 4 or images.shape[1] != 1 or images.shape[2] != 32:
             raise ValueError(f"images: expected (B, 1, 32, W), got {tuple(images.shape)}")
         if widths.shape != images.shape[:1]:
-            raise ValueError(f"widths: expected shape ({images.shape[0]},), got "
-                             f"{tuple(widths.shape)}")
+            raise ValueError(
+                f"widths: expected shape ({images.shape[0]},), got {tuple(widths.shape)}"
+            )
         if not exporting() and (int(widths.min()) < 2 or int(widths.max()) > images.shape[3]):
-            raise ValueError(f"widths: expected values in [2, {images.shape[3]}] (the padded "
-                             f"width), got {widths.tolist()}")
+            raise ValueError(
+                f"widths: expected values in [2, {images.shape[3]}] (the padded "
+                f"width), got {widths.tolist()}"
+            )
         w = widths.to(images.device)
         packed = skips_padding(images)
         # longest first, unless the layer's weights are being recorded: they are read in the
@@ -224,9 +257,16 @@ class CRNN(Model, name="crnn"):
         index = torch.where(step < steps[:, None], half[:, None] + step, t)  # (B, T)
         return rows.index_select(0, index.flatten()).view(b, width // 2, -1)  # (B, T, C)
 
-    def forward(self, images: torch.Tensor, widths: torch.Tensor,
-                tgt_in: torch.Tensor | None = None, *, teacher_forcing: float = 1.0,
-                generator: torch.Generator | None = None, with_ctc: bool = False):
+    def forward(
+        self,
+        images: torch.Tensor,
+        widths: torch.Tensor,
+        tgt_in: torch.Tensor | None = None,
+        *,
+        teacher_forcing: float = 1.0,
+        generator: torch.Generator | None = None,
+        with_ctc: bool = False,
+    ):
         """CTC: ``(log_probs (B, T, V), steps (B,))``; attention head: ``(logits, weights)``
         for the teacher-forced ``tgt_in`` (see the class docstring), and with ``with_ctc``
         (the model needs ``ctc=True``) a third item ``(log_probs (B, T, V), steps (B,))`` from
@@ -238,8 +278,9 @@ class CRNN(Model, name="crnn"):
             raise ValueError("tgt_in: the attention head needs the target input (BOS + text)")
         if with_ctc and not self.aux_ctc:
             raise ValueError("with_ctc: this model was built without a CTC head (ctc=False)")
-        logits, weights = self.decoder(feats, steps, tgt_in, teacher_forcing=teacher_forcing,
-                                       generator=generator)
+        logits, weights = self.decoder(
+            feats, steps, tgt_in, teacher_forcing=teacher_forcing, generator=generator
+        )
         if not with_ctc:
             return logits, weights
         return logits, weights, (F.log_softmax(self.classifier(feats), dim=-1), steps)
@@ -265,9 +306,10 @@ class CRNN(Model, name="crnn"):
         """Encode once: the decoder's state, the CTC head's log-probs ``(B, T, V)`` and steps
         ``(B,)`` (for :mod:`attnkit.decoding.ctc_prefix`)."""
         if not self.has_ctc:
-            raise ValueError("model: joint decoding needs the attention head with an auxiliary "
-                             f"CTC head (ctc=True), got head={quoted(self.head_kind)}, "
-                             f"ctc={self.aux_ctc}")
+            raise ValueError(
+                "model: joint decoding needs the attention head with an auxiliary "
+                f"CTC head (ctc=True), got head={quoted(self.head_kind)}, "
+                f"ctc={self.aux_ctc}"
+            )
         feats, steps = self.encode(images, widths)
         return self.decoder.start(feats, steps), F.log_softmax(self.classifier(feats), -1), steps
-

@@ -24,10 +24,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnkit.attention import ALIGNMENTS, Attention, lengths_to_mask, make_alignment
-from attnkit.ops import Linear
 from attnkit.checks import check_positive_int, check_probability, quoted
 from attnkit.models.rnn import GRUCell, LSTMCell
 from attnkit.models.unrolling import unroll
+from attnkit.ops import Linear
 
 __all__ = ["ALIGNMENT_CHOICES", "AttentionDecoder", "guided_attention_loss"]
 
@@ -72,11 +72,22 @@ class AttentionDecoder(nn.Module):
         (torch.Size([2, 5, 12]), torch.Size([2, 5, 30]))
     """
 
-    def __init__(self, vocab: int, memory_dim: int, *, hidden: int = 256, emb: int = 64,
-                 score: str = "additive", cell: str = "lstm", layers: int = 1,
-                 key_value_dim: int | None = None, attn_dim: int | None = None,
-                 dropout: float = 0.0, alignment: str = "softmax",
-                 alignment_options: dict | None = None):
+    def __init__(
+        self,
+        vocab: int,
+        memory_dim: int,
+        *,
+        hidden: int = 256,
+        emb: int = 64,
+        score: str = "additive",
+        cell: str = "lstm",
+        layers: int = 1,
+        key_value_dim: int | None = None,
+        attn_dim: int | None = None,
+        dropout: float = 0.0,
+        alignment: str = "softmax",
+        alignment_options: dict | None = None,
+    ):
         super().__init__()
         check_positive_int("vocab", vocab)
         check_positive_int("memory_dim", memory_dim)
@@ -93,21 +104,26 @@ class AttentionDecoder(nn.Module):
             self.key_proj, self.value_proj = Linear(memory_dim, kv), Linear(memory_dim, kv)
         self.key_value_dim = key_value_dim
         if alignment not in ALIGNMENT_CHOICES:
-            raise ValueError(f"alignment: expected one of {', '.join(ALIGNMENT_CHOICES)}, "
-                             f"got {quoted(alignment)}")
+            raise ValueError(
+                f"alignment: expected one of {', '.join(ALIGNMENT_CHOICES)}, "
+                f"got {quoted(alignment)}"
+            )
         same_size = score in SAME_SIZE_SCORES and alignment in SCORED
         if same_size and hidden != kv:
             self.query_proj = Linear(hidden, kv, bias=False)  # dot scores need Dq == Dk
         query_dim = kv if same_size else hidden
-        self.attention = _attention(alignment, alignment_options, query_dim, kv, score,
-                                    attn_dim or hidden)
+        self.attention = _attention(
+            alignment, alignment_options, query_dim, kv, score, attn_dim or hidden
+        )
         self.aligned = alignment != "softmax"
         self.alignment_name = alignment
         self.embed = nn.Embedding(vocab, emb, padding_idx=0)
-        self.cells = nn.ModuleList(CELLS[cell](emb + kv if i == 0 else hidden, hidden)
-                                   for i in range(layers))
-        self.out = nn.Sequential(Linear(hidden + kv, hidden), nn.Tanh(), nn.Dropout(dropout),
-                                 Linear(hidden, vocab))
+        self.cells = nn.ModuleList(
+            CELLS[cell](emb + kv if i == 0 else hidden, hidden) for i in range(layers)
+        )
+        self.out = nn.Sequential(
+            Linear(hidden + kv, hidden), nn.Tanh(), nn.Dropout(dropout), Linear(hidden, vocab)
+        )
         self.drop = nn.Dropout(dropout)
         self.context_dim = kv
 
@@ -122,8 +138,11 @@ class AttentionDecoder(nn.Module):
     def start(self, memory: torch.Tensor, lengths: torch.Tensor) -> dict:
         """The state before the first step: memory ``(B, S, E)`` prepared once, zero cells."""
         prepared = self.attention.prepare(*self._keys_values(memory))
-        state = {**self._zero_state(memory), "memory": prepared,
-                 "lengths": lengths.to(memory.device)}
+        state = {
+            **self._zero_state(memory),
+            "memory": prepared,
+            "lengths": lengths.to(memory.device),
+        }
         if self.aligned:
             align = self.attention.initial_state(prepared)
             if align is not None:
@@ -151,11 +170,14 @@ class AttentionDecoder(nn.Module):
             ValueError: an alignment that is not :attr:`streams`.
         """
         if not self.streams:
-            raise ValueError(f"alignment: a growing memory needs a hard monotonic alignment "
-                             f"('monotonic' or 'mocha'), got {quoted(self.alignment_name)}")
+            raise ValueError(
+                f"alignment: a growing memory needs a hard monotonic alignment "
+                f"('monotonic' or 'mocha'), got {quoted(self.alignment_name)}"
+            )
         if state is None:
-            lengths = torch.full((memory.shape[0],), memory.shape[1], dtype=torch.long,
-                                 device=memory.device)
+            lengths = torch.full(
+                (memory.shape[0],), memory.shape[1], dtype=torch.long, device=memory.device
+            )
             return self.start(memory, lengths)
         prepared = self.attention.extend(state["memory"], *self._keys_values(memory))
         grown = {**state, "memory": prepared, "lengths": state["lengths"] + memory.shape[1]}
@@ -167,8 +189,11 @@ class AttentionDecoder(nn.Module):
         """Zero cells and context for a batch of ``like.shape[0]``, on ``like``'s device."""
         b = like.shape[0]
         zeros = torch.zeros(b, self.hidden, dtype=self.embed.weight.dtype, device=like.device)
-        state = {"memory": None, "h": [zeros] * len(self.cells),
-                 "ctx": zeros.new_zeros(b, self.context_dim)}
+        state = {
+            "memory": None,
+            "h": [zeros] * len(self.cells),
+            "ctx": zeros.new_zeros(b, self.context_dim),
+        }
         if self.cell_kind == "lstm":
             state["c"] = [zeros] * len(self.cells)
         return state
@@ -196,15 +221,16 @@ class AttentionDecoder(nn.Module):
             return self.out(self.drop(torch.cat([h, state["ctx"]], dim=-1))), new, None
         query = self.query_proj(h) if hasattr(self, "query_proj") else h
         if self.aligned:
-            ctx, weights, align = self.attention(query, state["memory"],
-                                                 key_lengths=state["lengths"],
-                                                 prev_state=state.get("align"))
+            ctx, weights, align = self.attention(
+                query, state["memory"], key_lengths=state["lengths"], prev_state=state.get("align")
+            )
             if align is not None:
                 new["align"] = align
         else:
             extra = {"prev_weights": state["weights"]} if "weights" in state else {}
-            ctx, weights = self.attention(query, state["memory"], key_lengths=state["lengths"],
-                                          need_weights=True, **extra)
+            ctx, weights = self.attention(
+                query, state["memory"], key_lengths=state["lengths"], need_weights=True, **extra
+            )
         new["ctx"] = ctx
         if "weights" in state:
             new["weights"] = weights
@@ -212,15 +238,27 @@ class AttentionDecoder(nn.Module):
 
     # ------------------------------------------------------------------ training
 
-    def forward(self, memory: torch.Tensor, lengths: torch.Tensor, tgt_in: torch.Tensor, *,
-                teacher_forcing: float = 1.0, generator: torch.Generator | None = None):
+    def forward(
+        self,
+        memory: torch.Tensor,
+        lengths: torch.Tensor,
+        tgt_in: torch.Tensor,
+        *,
+        teacher_forcing: float = 1.0,
+        generator: torch.Generator | None = None,
+    ):
         """Logits ``(B, T, V)`` and weights ``(B, T, S)``; ``tgt_in`` ``(B, T)`` starts with BOS.
 
         With ``teacher_forcing < 1`` each example feeds back its own greedy prediction at a step
         with probability ``1 - teacher_forcing`` (scheduled sampling).
         """
-        return unroll(self._step, self.start(memory, lengths), tgt_in,
-                      teacher_forcing=teacher_forcing, generator=generator)
+        return unroll(
+            self._step,
+            self.start(memory, lengths),
+            tgt_in,
+            teacher_forcing=teacher_forcing,
+            generator=generator,
+        )
 
     def language_model(self, tgt_in: torch.Tensor) -> torch.Tensor:
         """The decoder on text alone, a character language model: logits ``(B, T, V)`` of
@@ -233,8 +271,12 @@ class AttentionDecoder(nn.Module):
         return logits
 
 
-def guided_attention_loss(weights: torch.Tensor, output_lengths: torch.Tensor,
-                          input_lengths: torch.Tensor, sigma: float = 0.2) -> torch.Tensor:
+def guided_attention_loss(
+    weights: torch.Tensor,
+    output_lengths: torch.Tensor,
+    input_lengths: torch.Tensor,
+    sigma: float = 0.2,
+) -> torch.Tensor:
     """Guided attention (Tachibana et al. 2017): weight far from the diagonal costs.
 
     Output ``n`` of ``N`` and input step ``t`` of ``S`` are at the relative positions
@@ -272,15 +314,18 @@ def guided_attention_loss(weights: torch.Tensor, output_lengths: torch.Tensor,
     return total / (rows < n_out).sum().clamp(min=1)
 
 
-def _attention(alignment: str, options: dict | None, query_dim: int, kv: int, score: str,
-               attn_dim: int) -> nn.Module:
+def _attention(
+    alignment: str, options: dict | None, query_dim: int, kv: int, score: str, attn_dim: int
+) -> nn.Module:
     """The decoder's attention: :class:`attnkit.Attention` with ``score`` for ``"softmax"``,
     else the alignment module with ``options``."""
     options = dict(options or {})
     if alignment == "softmax":
         if options:
-            raise ValueError(f"alignment_options: only for an alignment other than 'softmax', "
-                             f"got {quoted(options)}")
+            raise ValueError(
+                f"alignment_options: only for an alignment other than 'softmax', "
+                f"got {quoted(options)}"
+            )
         extra = {"attn_dim": attn_dim} if score in ("additive", "location") else {}
         return Attention(query_dim, kv, kv, score=score, **extra)
     if alignment in ("monotonic", "mocha"):
@@ -292,5 +337,6 @@ def _attention(alignment: str, options: dict | None, query_dim: int, kv: int, sc
     try:
         return make_alignment(alignment, query_dim, kv, kv, **options)
     except TypeError as e:
-        raise ValueError(f"alignment_options: {quoted(options)} do not fit alignment "
-                         f"{quoted(alignment)} ({e})") from None
+        raise ValueError(
+            f"alignment_options: {quoted(options)} do not fit alignment {quoted(alignment)} ({e})"
+        ) from None

@@ -38,12 +38,17 @@ class GridEncoder(nn.Module):
             raise ValueError(f"channels: expected positive ints, got {quoted(channels)}")
         scale = 2 ** len(channels)
         if image_size % scale:
-            raise ValueError(f"image_size: expected a multiple of 2 ** len(channels) = {scale}, "
-                             f"got {image_size}")
+            raise ValueError(
+                f"image_size: expected a multiple of 2 ** len(channels) = {scale}, got {image_size}"
+            )
         blocks, c_in = [], 3
         for c_out in channels:
-            blocks += [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out),
-                       nn.ReLU(inplace=True), nn.MaxPool2d(2)]
+            blocks += [
+                nn.Conv2d(c_in, c_out, 3, padding=1, bias=False),
+                nn.BatchNorm2d(c_out),
+                nn.ReLU(inplace=True),
+                nn.MaxPool2d(2),
+            ]
             c_in = c_out
         self.cnn = nn.Sequential(*blocks)
         self.image_size, self.side, self.dim = image_size, image_size // scale, channels[-1] + 2
@@ -55,8 +60,10 @@ class GridEncoder(nn.Module):
         check_tensor("images", images, ndim=4)
         s = self.image_size
         if tuple(images.shape[1:]) != (3, s, s):
-            raise ValueError(f"images: expected shape (B, 3, {s}, {s}) (RGB at the model's "
-                             f"image_size), got {tuple(images.shape)}")
+            raise ValueError(
+                f"images: expected shape (B, 3, {s}, {s}) (RGB at the model's "
+                f"image_size), got {tuple(images.shape)}"
+            )
         features = self.cnn(images).flatten(2).transpose(1, 2)  # (B, L, C)
         coords = self.coords.to(features.dtype).expand(features.shape[0], -1, -1)  # (B, L, 2)
         return torch.cat([features, coords], dim=-1)  # (B, L, D)

@@ -40,11 +40,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.ops import Linear, exporting
 from attnkit.checks import check_positive_int, check_probability, quoted
 from attnkit.models.decoder import AttentionDecoder
 from attnkit.models.registry import Model
 from attnkit.models.rnn import LSTM, BiRNN, longest_first
+from attnkit.ops import Linear, exporting
 
 __all__ = ["LISTENERS", "LAS", "CausalListener", "LASStream", "Listener", "ListenerStream"]
 
@@ -64,17 +64,18 @@ def check_lengths(lengths: torch.Tensor, frames: int) -> None:
         raise ValueError(
             f"lengths: utterances need at least {MIN_FRAMES} frames ({MIN_FRAMES * 10} ms) "
             f"for the listener's {HALVINGS} halvings, got {lengths[short].tolist()} at "
-            f"batch positions {short.nonzero().flatten().tolist()}")
+            f"batch positions {short.nonzero().flatten().tolist()}"
+        )
     if int(lengths.max()) > frames:
-        raise ValueError(f"lengths: expected at most {frames} (the padded frames), got "
-                         f"{int(lengths.max())}")
+        raise ValueError(
+            f"lengths: expected at most {frames} (the padded frames), got {int(lengths.max())}"
+        )
 
 
 def check_features(features: torch.Tensor, size: int) -> None:
     """Raise a ValueError naming ``features`` unless it is ``(B, T, size)``."""
     if features.dim() != 3 or features.shape[-1] != size:
-        raise ValueError(f"features: expected shape (B, T, {size}), got "
-                         f"{tuple(features.shape)}")
+        raise ValueError(f"features: expected shape (B, T, {size}), got {tuple(features.shape)}")
 
 
 def listener_settings(features: int, hidden: int, dropout: float) -> tuple[int, int, nn.Module]:
@@ -192,8 +193,9 @@ class CausalListener(nn.Module):
         super().__init__()
         self.features, self.hidden, self.drop = listener_settings(features, hidden, dropout)
         self.first = LSTM(features, hidden, batch_first=True)
-        self.pyramid = nn.ModuleList(LSTM(2 * hidden, hidden, batch_first=True)
-                                     for _ in range(HALVINGS))
+        self.pyramid = nn.ModuleList(
+            LSTM(2 * hidden, hidden, batch_first=True) for _ in range(HALVINGS)
+        )
         self.register_buffer("feature_mean", torch.zeros(features))
         self.register_buffer("feature_std", torch.ones(features))
 
@@ -206,8 +208,9 @@ class CausalListener(nn.Module):
         (``std`` floored at 1e-5)."""
         for name, value in (("mean", mean), ("std", std)):
             if not isinstance(value, torch.Tensor) or value.shape != (self.features,):
-                got = (tuple(value.shape) if isinstance(value, torch.Tensor)
-                       else type(value).__name__)
+                got = (
+                    tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                )
                 raise ValueError(f"{name}: expected shape ({self.features},), got {got}")
             if not bool(torch.isfinite(value).all()):
                 raise ValueError(f"{name}: expected finite values, got {value.tolist()[:4]}...")
@@ -235,8 +238,9 @@ class CausalListener(nn.Module):
         """The state before the first frame."""
         return ListenerStream((None,) * (1 + HALVINGS), (None,) * HALVINGS)
 
-    def stream(self, features: torch.Tensor,
-               state: ListenerStream) -> tuple[torch.Tensor, ListenerStream]:
+    def stream(
+        self, features: torch.Tensor, state: ListenerStream
+    ) -> tuple[torch.Tensor, ListenerStream]:
         """The next listener steps ``(B, s, L)`` from the next frames ``(B, t, F)`` of every
         utterance of the batch (``s`` may be 0): the steps whose 8 frames are all in."""
         check_features(features, self.features)
@@ -305,25 +309,48 @@ class LAS(Model, name="las"):
         (torch.Size([2, 5, 10]), torch.Size([2, 5, 5]))
     """
 
-    def __init__(self, vocab: int, *, features: int = 80, listener_hidden: int = 256,
-                 hidden: int = 256, emb: int = 64, layers: int = 1, score: str = "location",
-                 key_value_dim: int = 128, attn_dim: int | None = None, ctc: bool = False,
-                 dropout: float = 0.0, alignment: str = "softmax",
-                 alignment_options: dict | None = None, listener: str = "bi"):
+    def __init__(
+        self,
+        vocab: int,
+        *,
+        features: int = 80,
+        listener_hidden: int = 256,
+        hidden: int = 256,
+        emb: int = 64,
+        layers: int = 1,
+        score: str = "location",
+        key_value_dim: int = 128,
+        attn_dim: int | None = None,
+        ctc: bool = False,
+        dropout: float = 0.0,
+        alignment: str = "softmax",
+        alignment_options: dict | None = None,
+        listener: str = "bi",
+    ):
         super().__init__()
         check_positive_int("vocab", vocab)
         if listener not in LISTENERS:
-            raise ValueError(f"listener: expected one of {', '.join(LISTENERS)}, got "
-                             f"{quoted(listener)}")
+            raise ValueError(
+                f"listener: expected one of {', '.join(LISTENERS)}, got {quoted(listener)}"
+            )
         kind = Listener if listener == "bi" else CausalListener
         self.listener = kind(features, listener_hidden, dropout=dropout)
-        self.speller = AttentionDecoder(vocab, self.listener.output_dim, hidden=hidden, emb=emb,
-                                        score=score, layers=layers, key_value_dim=key_value_dim,
-                                        attn_dim=attn_dim, dropout=dropout,
-                                        alignment=alignment,
-                                        alignment_options=alignment_options)
-        self.ctc_head = (Linear(self.listener.output_dim, CTC_LABELS_PER_STEP * vocab)
-                         if ctc else None)
+        self.speller = AttentionDecoder(
+            vocab,
+            self.listener.output_dim,
+            hidden=hidden,
+            emb=emb,
+            score=score,
+            layers=layers,
+            key_value_dim=key_value_dim,
+            attn_dim=attn_dim,
+            dropout=dropout,
+            alignment=alignment,
+            alignment_options=alignment_options,
+        )
+        self.ctc_head = (
+            Linear(self.listener.output_dim, CTC_LABELS_PER_STEP * vocab) if ctc else None
+        )
 
     # ------------------------------------------------------------------ decoding interface
 
@@ -351,8 +378,10 @@ class LAS(Model, name="las"):
         if not self.normalises_input:
             missing.append("a unidirectional listener (listener 'uni', got 'bi')")
         if not self.speller.streams:
-            missing.append(f"a hard monotonic alignment ('monotonic' or 'mocha', got "
-                           f"{self.speller.alignment_name!r})")
+            missing.append(
+                f"a hard monotonic alignment ('monotonic' or 'mocha', got "
+                f"{self.speller.alignment_name!r})"
+            )
         if missing:
             raise ValueError(f"model: streaming needs {' and '.join(missing)}")
 
@@ -383,9 +412,11 @@ class LAS(Model, name="las"):
         """
         if state.speller is None:
             if final:
-                raise ValueError(f"features: utterances need at least {MIN_FRAMES} frames "
-                                 f"({MIN_FRAMES * 10} ms) for the listener's {HALVINGS} "
-                                 "halvings")
+                raise ValueError(
+                    f"features: utterances need at least {MIN_FRAMES} frames "
+                    f"({MIN_FRAMES * 10} ms) for the listener's {HALVINGS} "
+                    "halvings"
+                )
             return None
         log_probs, speller, weights = self.speller.step(tokens, state.speller)
         if not final and not bool(weights.ne(0).any(-1).all()):  # a row found no stop yet
@@ -420,9 +451,16 @@ class LAS(Model, name="las"):
 
     # ------------------------------------------------------------------ training
 
-    def forward(self, features: torch.Tensor, lengths: torch.Tensor, tgt_in: torch.Tensor, *,
-                teacher_forcing: float = 1.0, generator: torch.Generator | None = None,
-                with_ctc: bool = False):
+    def forward(
+        self,
+        features: torch.Tensor,
+        lengths: torch.Tensor,
+        tgt_in: torch.Tensor,
+        *,
+        teacher_forcing: float = 1.0,
+        generator: torch.Generator | None = None,
+        with_ctc: bool = False,
+    ):
         """Logits ``(B, U, V)`` and weights ``(B, U, S)``; ``tgt_in`` ``(B, U)`` starts with BOS.
 
         With ``teacher_forcing < 1`` each example feeds back its own greedy prediction at a
@@ -434,8 +472,9 @@ class LAS(Model, name="las"):
         if with_ctc and self.ctc_head is None:
             raise ValueError("with_ctc: this model was built without a CTC head (ctc=False)")
         memory, mem_lengths = self.listener(features, lengths)  # (B, S, 2L or L), (B,)
-        logits, weights = self.speller(memory, mem_lengths, tgt_in,
-                                       teacher_forcing=teacher_forcing, generator=generator)
+        logits, weights = self.speller(
+            memory, mem_lengths, tgt_in, teacher_forcing=teacher_forcing, generator=generator
+        )
         if not with_ctc:
             return logits, weights
         log_probs, ctc_lengths = self._ctc(memory, mem_lengths)

@@ -14,8 +14,16 @@ import torch
 
 __all__ = ["upgrade"]
 
-SEQ2SEQ_DECODER = ("embed.", "init.", "attention.", "cell.", "rnn.", "combine.", "out.",
-                   "key_proj.")
+SEQ2SEQ_DECODER = (
+    "embed.",
+    "init.",
+    "attention.",
+    "cell.",
+    "rnn.",
+    "combine.",
+    "out.",
+    "key_proj.",
+)
 
 
 def _name(config: dict) -> str | None:
@@ -30,7 +38,7 @@ def _name(config: dict) -> str | None:
 
 def _seq2seq_key(key: str) -> str:
     if key.startswith("encoder.rnn."):
-        name = key[len("encoder.rnn."):]
+        name = key[len("encoder.rnn.") :]
         direction = "bwd" if name.endswith("_reverse") else "fwd"
         return f"encoder.rnns.0.{direction}.{name.removesuffix('_reverse')}"
     if key.startswith(SEQ2SEQ_DECODER):

@@ -34,8 +34,16 @@ from torch import nn
 from attnkit.attention.reference import available_memory
 from attnkit.checks import MESSAGE, clipped, got, quoted
 
-__all__ = ["MODELS", "Model", "build_model", "check_config", "check_fits", "complete_config",
-           "model_config", "model_shapes"]
+__all__ = [
+    "MODELS",
+    "Model",
+    "build_model",
+    "check_config",
+    "check_fits",
+    "complete_config",
+    "model_config",
+    "model_shapes",
+]
 
 MODELS: dict[str, type[Model]] = {}
 
@@ -63,8 +71,10 @@ class Model(nn.Module):
         if name is None:
             return
         if name in MODELS:
-            raise ValueError(f"name: a model named {quoted(name)} is already registered "
-                             f"({MODELS[name].__qualname__})")
+            raise ValueError(
+                f"name: a model named {quoted(name)} is already registered "
+                f"({MODELS[name].__qualname__})"
+            )
         cls.model_name = name
         MODELS[name] = cls
         init, signature = cls.__init__, inspect.signature(cls.__init__)
@@ -86,8 +96,10 @@ def model_config(model: nn.Module) -> dict:
     """``{"name": ..., **constructor arguments}`` of a registered model (JSON values)."""
     arguments = getattr(model, "_arguments", None)
     if not isinstance(model, Model) or arguments is None:
-        raise TypeError(f"model: expected a model of the registry ({', '.join(sorted(MODELS))}),"
-                        f" got {type(model).__name__}")
+        raise TypeError(
+            f"model: expected a model of the registry ({', '.join(sorted(MODELS))}),"
+            f" got {type(model).__name__}"
+        )
     return {"name": model.model_name, **arguments}
 
 
@@ -110,8 +122,9 @@ def _fits(value, kind) -> bool:
     if kind is type(None):
         return value is None
     if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and \
-            math.isfinite(value)
+        return (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        )
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, kind)
@@ -129,23 +142,26 @@ def check_config(config: dict) -> tuple[type[Model], dict]:
         raise ValueError(f"model config: expected a dict, got {type(config).__name__}")
     name = config.get("name")
     if not isinstance(name, str) or name not in MODELS:
-        raise ValueError(f"model config: 'name' must be one of {', '.join(sorted(MODELS))}, "
-                         f"got {quoted(name)}")
+        raise ValueError(
+            f"model config: 'name' must be one of {', '.join(sorted(MODELS))}, got {quoted(name)}"
+        )
     cls = MODELS[name]
     arguments = {k: v for k, v in config.items() if k != "name"}
     parameters = inspect.signature(cls).parameters
     unknown = sorted(set(arguments) - set(parameters), key=str)
     if unknown:
-        raise ValueError(f"model config: {name} takes no argument "
-                         f"{clipped(', '.join(map(str, unknown)))}")
+        raise ValueError(
+            f"model config: {name} takes no argument {clipped(', '.join(map(str, unknown)))}"
+        )
     missing = [k for k, p in parameters.items() if p.default is p.empty and k not in arguments]
     if missing:
         raise ValueError(f"model config: {name} needs {', '.join(missing)}")
     hints = typing.get_type_hints(cls.__init__)
     for key, value in arguments.items():
         if key in hints and not _fits(value, hints[key]):
-            raise ValueError(f"model config: {key}: expected {_type_name(hints[key])}, got "
-                             f"{got(value)}")
+            raise ValueError(
+                f"model config: {key}: expected {_type_name(hints[key])}, got {got(value)}"
+            )
     return cls, arguments
 
 
@@ -157,8 +173,11 @@ def complete_config(config: dict) -> dict:
         ValueError: as :func:`check_config`.
     """
     cls, arguments = check_config(config)
-    defaults = {k: p.default for k, p in inspect.signature(cls).parameters.items()
-                if p.default is not p.empty}
+    defaults = {
+        k: p.default
+        for k, p in inspect.signature(cls).parameters.items()
+        if p.default is not p.empty
+    }
     return {"name": config["name"], **_jsonable({**defaults, **arguments})}
 
 
@@ -187,11 +206,16 @@ def check_fits(config: dict) -> None:
     available = available_memory(torch.device("cpu"))
     if available is None or 4 * n <= available:
         return
-    sizes = ", ".join(f"{k}={v}" for k, v in config.items()
-                      if isinstance(v, int) and not isinstance(v, bool) and v > 1024)
-    raise ValueError(f"model config: {config['name']} has {n:,} parameters ({4 * n / 2**30:.1f} "
-                     f"GiB in float32), more than the {available / 2**30:.1f} GiB of memory "
-                     f"available" + (f" ({sizes})" if sizes else ""))
+    sizes = ", ".join(
+        f"{k}={v}"
+        for k, v in config.items()
+        if isinstance(v, int) and not isinstance(v, bool) and v > 1024
+    )
+    raise ValueError(
+        f"model config: {config['name']} has {n:,} parameters ({4 * n / 2**30:.1f} "
+        f"GiB in float32), more than the {available / 2**30:.1f} GiB of memory "
+        f"available" + (f" ({sizes})" if sizes else "")
+    )
 
 
 def model_shapes(config: dict) -> dict[str, tuple[int, ...]]:
@@ -209,6 +233,7 @@ def model_shapes(config: dict) -> dict[str, tuple[int, ...]]:
             model = cls(**arguments)
     except (ValueError, TypeError, RuntimeError, OverflowError, RecursionError) as exc:
         reason = clipped(str(exc), MESSAGE) or type(exc).__name__  # values in it are quoted
-        raise ValueError(f"model config: {cls.model_name} cannot be built from it: "
-                         f"{reason}") from None
+        raise ValueError(
+            f"model config: {cls.model_name} cannot be built from it: {reason}"
+        ) from None
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}

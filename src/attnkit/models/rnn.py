@@ -32,8 +32,17 @@ from attnkit.ops import linear, skips_padding
 from attnkit.ops.dense import uses_onednn
 from attnkit.ops.precision import autocast_enabled
 
-__all__ = ["LSTM", "BiRNN", "GRUCell", "LSTMCell", "gru_cell", "longest_first", "lstm_cell",
-           "reverse_within_lengths", "segment_plan"]
+__all__ = [
+    "LSTM",
+    "BiRNN",
+    "GRUCell",
+    "LSTMCell",
+    "gru_cell",
+    "longest_first",
+    "lstm_cell",
+    "reverse_within_lengths",
+    "segment_plan",
+]
 
 
 class LSTM(nn.LSTM):
@@ -50,8 +59,11 @@ class LSTM(nn.LSTM):
     """
 
     def forward(self, input, hx=None):
-        if isinstance(input, torch.Tensor) and input.dtype == torch.float32 \
-                and autocast_enabled(input.device):
+        if (
+            isinstance(input, torch.Tensor)
+            and input.dtype == torch.float32
+            and autocast_enabled(input.device)
+        ):
             input = input.to(torch.get_autocast_dtype(input.device.type))
         return super().forward(input, hx)
 
@@ -64,13 +76,24 @@ def _one_step_on_onednn(x: torch.Tensor, states: tuple, cell: nn.RNNCellBase) ->
     and every state ``(B, H)``, all float32 on the CPU (:func:`uses_onednn`). Other calls
     (unbatched inputs, wrong shapes, CUDA, autocast, export) take PyTorch's own cell, which
     also gives its errors."""
-    return (x.dim() == 2 and x.shape[1] == cell.input_size and uses_onednn(x, cell.weight_ih)
-            and all(s.dtype == torch.float32 and s.shape == (x.shape[0], cell.hidden_size)
-                    for s in states))
+    return (
+        x.dim() == 2
+        and x.shape[1] == cell.input_size
+        and uses_onednn(x, cell.weight_ih)
+        and all(
+            s.dtype == torch.float32 and s.shape == (x.shape[0], cell.hidden_size) for s in states
+        )
+    )
 
 
-def gru_cell(x: torch.Tensor, h: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor,
-             b_ih: torch.Tensor | None = None, b_hh: torch.Tensor | None = None) -> torch.Tensor:
+def gru_cell(
+    x: torch.Tensor,
+    h: torch.Tensor,
+    w_ih: torch.Tensor,
+    w_hh: torch.Tensor,
+    b_ih: torch.Tensor | None = None,
+    b_hh: torch.Tensor | None = None,
+) -> torch.Tensor:
     """One GRU step as ``nn.GRUCell`` computes it (Cho et al. 2014; PyTorch's gate order r, z,
     n): ``x (B, I)``, ``h (B, H)``, ``w_ih (3H, I)``, ``w_hh (3H, H)``, biases ``(3H,)`` ->
     ``h' (B, H)``, with ``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))`` and
@@ -83,9 +106,14 @@ def gru_cell(x: torch.Tensor, h: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.T
     return n + z * (h - n)
 
 
-def lstm_cell(x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor], w_ih: torch.Tensor,
-              w_hh: torch.Tensor, b_ih: torch.Tensor | None = None,
-              b_hh: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def lstm_cell(
+    x: torch.Tensor,
+    state: tuple[torch.Tensor, torch.Tensor],
+    w_ih: torch.Tensor,
+    w_hh: torch.Tensor,
+    b_ih: torch.Tensor | None = None,
+    b_hh: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One LSTM step as ``nn.LSTMCell`` computes it (Hochreiter and Schmidhuber 1997; gate
     order i, f, g, o): ``x (B, I)``, ``state = (h, c)`` each ``(B, H)``, ``w_ih (4H, I)``,
     ``w_hh (4H, H)``, biases ``(4H,)`` -> ``(h', c')``. The two products go through
@@ -124,8 +152,9 @@ class LSTMCell(nn.LSTMCell):
             hx = (zeros, zeros)
         if hx is None or not _one_step_on_onednn(input, tuple(hx), self):
             return super().forward(input, hx)
-        return lstm_cell(input, tuple(hx), self.weight_ih, self.weight_hh, self.bias_ih,
-                         self.bias_hh)
+        return lstm_cell(
+            input, tuple(hx), self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh
+        )
 
 
 def reverse_within_lengths(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -188,13 +217,14 @@ def longest_first(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor | None
     return None if bool(lengths[order].equal(lengths)) else order
 
 
-def _run_segments(rnn: nn.Module, x: torch.Tensor, ends: list[int],
-                  rows: list[int]) -> torch.Tensor:
+def _run_segments(
+    rnn: nn.Module, x: torch.Tensor, ends: list[int], rows: list[int]
+) -> torch.Tensor:
     """``rnn`` (one direction, batch first) over ``x`` ``(B, T, D)`` whose rows are sorted by
     decreasing length, in the segments of :func:`segment_plan`: ``(B, ends[-1], H)``, zero for
     the rows a segment does not run."""
     # split, not slices of x: a slice's backward fills a gradient of x's full size
-    chunks = x[:, :ends[-1]].split([end - start for start, end in zip([0, *ends], ends)], dim=1)
+    chunks = x[:, : ends[-1]].split([end - start for start, end in zip([0, *ends], ends)], dim=1)
     outs, state = [], None
     for chunk, n in zip(chunks, rows):
         if state is not None:  # the rows still running are the first n
@@ -241,15 +271,21 @@ class BiRNN(nn.Module):
             order, ends, rows = segment_plan(lengths.to(x.device), self.segments)
             if ends:  # else every length is 0: the padded run gives zeros with gradients
                 return self._segmented(x, lengths.to(x.device), order, ends, rows)
-        valid = (torch.arange(x.shape[1], device=x.device) < lengths.to(x.device)[:, None])
+        valid = torch.arange(x.shape[1], device=x.device) < lengths.to(x.device)[:, None]
         valid = valid[..., None].to(x.dtype)  # (B, T, 1)
         forward, _ = self.fwd(x)  # (B, T, H): step t sees steps <= t only
         backward, _ = self.bwd(reverse_within_lengths(x, lengths))
         backward = reverse_within_lengths(backward, lengths)  # (B, T, H)
         return torch.cat([forward, backward], dim=-1) * valid
 
-    def _segmented(self, x: torch.Tensor, lengths: torch.Tensor, order: torch.Tensor,
-                   ends: list[int], rows: list[int]) -> torch.Tensor:
+    def _segmented(
+        self,
+        x: torch.Tensor,
+        lengths: torch.Tensor,
+        order: torch.Tensor,
+        ends: list[int],
+        rows: list[int],
+    ) -> torch.Tensor:
         t, longest = x.shape[1], ends[-1]
         ordered = lengths[order]  # (B,), decreasing
         identity = bool(ordered.equal(lengths))  # already sorted: no row copies

@@ -25,13 +25,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.checks import quoted
 from attnkit.attention import Attention
-from attnkit.ops import Linear
-from attnkit.ops.dense import uses_onednn
+from attnkit.checks import quoted
 from attnkit.models.registry import Model
 from attnkit.models.rnn import BiRNN, GRUCell, gru_cell
 from attnkit.models.unrolling import unroll
+from attnkit.ops import Linear
+from attnkit.ops.dense import uses_onednn
 
 __all__ = ["KINDS", "BahdanauDecoder", "Encoder", "LuongDecoder", "PlainDecoder", "Seq2Seq"]
 
@@ -49,8 +49,9 @@ class Encoder(nn.Module):
     def __init__(self, vocab: int, emb: int, hidden: int, layers: int = 1, dropout: float = 0.0):
         super().__init__()
         self.embed = nn.Embedding(vocab, emb, padding_idx=0)
-        self.rnns = nn.ModuleList(BiRNN(emb if i == 0 else 2 * hidden, hidden, kind="gru")
-                                  for i in range(layers))
+        self.rnns = nn.ModuleList(
+            BiRNN(emb if i == 0 else 2 * hidden, hidden, kind="gru") for i in range(layers)
+        )
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, src: torch.Tensor, lengths: torch.Tensor):
@@ -77,33 +78,48 @@ class _Decoder(nn.Module):
     def start(self, outputs: torch.Tensor, final: torch.Tensor, src_len: torch.Tensor) -> dict:
         return {"h": torch.tanh(self.init(final)), "src_len": src_len.to(outputs.device)}
 
-    def forward(self, state: dict, tgt_in: torch.Tensor, *, teacher_forcing: float = 1.0,
-                generator: torch.Generator | None = None):
+    def forward(
+        self,
+        state: dict,
+        tgt_in: torch.Tensor,
+        *,
+        teacher_forcing: float = 1.0,
+        generator: torch.Generator | None = None,
+    ):
         """Logits ``(B, T, V)`` and weights ``(B, T, S)`` (or None) for ``tgt_in (B, T)``."""
-        return unroll(self.step, state, tgt_in, teacher_forcing=teacher_forcing,
-                      generator=generator)
+        return unroll(
+            self.step, state, tgt_in, teacher_forcing=teacher_forcing, generator=generator
+        )
 
 
 class BahdanauDecoder(_Decoder):
     """``c_i = attention(s_{i-1}, h)`` (additive), ``s_i = GRU([y_{i-1}; c_i], s_{i-1})``,
     ``logits_i = W [s_i; c_i; y_{i-1}]`` (Bahdanau et al. 2015)."""
 
-    def __init__(self, tgt_vocab: int, emb: int, hidden: int, enc: int, *,
-                 attn_dim: int | None = None, dropout: float = 0.0):
+    def __init__(
+        self,
+        tgt_vocab: int,
+        emb: int,
+        hidden: int,
+        enc: int,
+        *,
+        attn_dim: int | None = None,
+        dropout: float = 0.0,
+    ):
         super().__init__(tgt_vocab, emb, hidden, enc, dropout)
         self.attention = Attention(hidden, enc, score="additive", attn_dim=attn_dim or hidden)
         self.cell = GRUCell(emb + enc, hidden)
         self.out = Linear(hidden + enc + emb, tgt_vocab)
 
     def start(self, outputs, final, src_len):
-        return {**super().start(outputs, final, src_len),
-                "memory": self.attention.prepare(outputs)}
+        return {**super().start(outputs, final, src_len), "memory": self.attention.prepare(outputs)}
 
     def step(self, tokens: torch.Tensor, state: dict):
         """Tokens ``(N,)`` -> logits ``(N, V)``, state, weights ``(N, S)``."""
         y = self.dropout(self.embed(tokens))  # (N, emb)
-        ctx, w = self.attention(state["h"], state["memory"], key_lengths=state["src_len"],
-                                need_weights=True)
+        ctx, w = self.attention(
+            state["h"], state["memory"], key_lengths=state["src_len"], need_weights=True
+        )
         h = self.cell(torch.cat([y, ctx], dim=-1), state["h"])
         logits = self.out(self.dropout(torch.cat([h, ctx, y], dim=-1)))
         return logits, {**state, "h": h}, w
@@ -118,18 +134,29 @@ class LuongDecoder(_Decoder):
     the whole target at once and attends for all steps in one call.
     """
 
-    def __init__(self, tgt_vocab: int, emb: int, hidden: int, enc: int, *,
-                 score: str = "general", input_feeding: bool = False,
-                 attn_dim: int | None = None, dropout: float = 0.0):
+    def __init__(
+        self,
+        tgt_vocab: int,
+        emb: int,
+        hidden: int,
+        enc: int,
+        *,
+        score: str = "general",
+        input_feeding: bool = False,
+        attn_dim: int | None = None,
+        dropout: float = 0.0,
+    ):
         super().__init__(tgt_vocab, emb, hidden, enc, dropout)
         if score not in ("dot", "general", "additive"):
-            raise ValueError(f"score: Luong attention takes dot, general or additive, "
-                             f"got {quoted(score)}")
+            raise ValueError(
+                f"score: Luong attention takes dot, general or additive, got {quoted(score)}"
+            )
         self.input_feeding = input_feeding
         score_kw = {"attn_dim": attn_dim or hidden} if score == "additive" else {}
         self.key_proj = Linear(enc, hidden, bias=False) if score == "dot" else None
-        self.attention = Attention(hidden, hidden if score == "dot" else enc, enc, score=score,
-                                   **score_kw)
+        self.attention = Attention(
+            hidden, hidden if score == "dot" else enc, enc, score=score, **score_kw
+        )
         self.rnn = nn.GRU(emb + (hidden if input_feeding else 0), hidden, batch_first=True)
         self.combine = Linear(enc + hidden, hidden)
         self.out = Linear(hidden, tgt_vocab)
@@ -144,8 +171,7 @@ class LuongDecoder(_Decoder):
 
     def _attend(self, s: torch.Tensor, state: dict):
         """``s`` ``(B, [T,] H)`` -> logits, ``h~`` and weights over the source."""
-        ctx, w = self.attention(s, state["memory"], key_lengths=state["src_len"],
-                                need_weights=True)
+        ctx, w = self.attention(s, state["memory"], key_lengths=state["src_len"], need_weights=True)
         attn_h = torch.tanh(self.combine(torch.cat([ctx, s], dim=-1)))
         return self.out(self.dropout(attn_h)), attn_h, w
 
@@ -154,8 +180,14 @@ class LuongDecoder(_Decoder):
         y = self.dropout(self.embed(tokens))  # (N, emb)
         x = torch.cat([y, state["feed"]], dim=-1) if self.input_feeding else y
         if uses_onednn(x, self.rnn.weight_ih_l0):  # one step of the GRU, its products on oneDNN
-            h = gru_cell(x, state["h"], self.rnn.weight_ih_l0, self.rnn.weight_hh_l0,
-                         self.rnn.bias_ih_l0, self.rnn.bias_hh_l0)
+            h = gru_cell(
+                x,
+                state["h"],
+                self.rnn.weight_ih_l0,
+                self.rnn.weight_hh_l0,
+                self.rnn.bias_ih_l0,
+                self.rnn.bias_hh_l0,
+            )
         else:
             h = self.rnn(x[:, None], state["h"][None])[1][0]
         logits, attn_h, w = self._attend(h, state)
@@ -166,8 +198,9 @@ class LuongDecoder(_Decoder):
 
     def forward(self, state, tgt_in, *, teacher_forcing=1.0, generator=None):
         if self.input_feeding or teacher_forcing < 1.0:
-            return super().forward(state, tgt_in, teacher_forcing=teacher_forcing,
-                                   generator=generator)
+            return super().forward(
+                state, tgt_in, teacher_forcing=teacher_forcing, generator=generator
+            )
         y = self.dropout(self.embed(tgt_in))  # (B, T, emb)
         s, _ = self.rnn(y, state["h"][None])  # (B, T, H): no Python loop over time
         logits, _, w = self._attend(s, state)  # (B, T, V), _, (B, T, S)
@@ -178,8 +211,7 @@ class PlainDecoder(_Decoder):
     """No attention (Cho et al. 2014): ``s_i = GRU([y_{i-1}; h_final], s_{i-1})``, the source
     seen only through the encoder's final state; ``logits_i = W [s_i; y_{i-1}]``."""
 
-    def __init__(self, tgt_vocab: int, emb: int, hidden: int, enc: int, *,
-                 dropout: float = 0.0):
+    def __init__(self, tgt_vocab: int, emb: int, hidden: int, enc: int, *, dropout: float = 0.0):
         super().__init__(tgt_vocab, emb, hidden, enc, dropout)
         self.cell = GRUCell(emb + enc, hidden)
         self.out = Linear(hidden + emb, tgt_vocab)
@@ -216,9 +248,19 @@ class Seq2Seq(Model, name="seq2seq"):
         - ``step(tokens (N,), state)`` -> log-probs ``(N, V)``, state, weights ``(N, S)``.
     """
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, *, kind: str = "bahdanau", emb: int = 64,
-                 hidden: int = 128, score: str = "general", input_feeding: bool = False,
-                 attn_dim: int | None = None, dropout: float = 0.0):
+    def __init__(
+        self,
+        src_vocab: int,
+        tgt_vocab: int,
+        *,
+        kind: str = "bahdanau",
+        emb: int = 64,
+        hidden: int = 128,
+        score: str = "general",
+        input_feeding: bool = False,
+        attn_dim: int | None = None,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         if kind not in KINDS:
             raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {quoted(kind)}")
@@ -246,12 +288,20 @@ class Seq2Seq(Model, name="seq2seq"):
 
     # ------------------------------------------------------------------ training
 
-    def forward(self, src: torch.Tensor, src_len: torch.Tensor, tgt_in: torch.Tensor, *,
-                teacher_forcing: float = 1.0, generator: torch.Generator | None = None):
+    def forward(
+        self,
+        src: torch.Tensor,
+        src_len: torch.Tensor,
+        tgt_in: torch.Tensor,
+        *,
+        teacher_forcing: float = 1.0,
+        generator: torch.Generator | None = None,
+    ):
         """Logits ``(B, T, V)`` and attention weights ``(B, T, S)`` (None for "none").
 
         ``tgt_in`` ``(B, T)`` starts with BOS. With ``teacher_forcing < 1`` each example feeds
         back its own greedy prediction at a step with probability ``1 - teacher_forcing``.
         """
-        return self.decoder(self.start(src, src_len), tgt_in, teacher_forcing=teacher_forcing,
-                            generator=generator)
+        return self.decoder(
+            self.start(src, src_len), tgt_in, teacher_forcing=teacher_forcing, generator=generator
+        )

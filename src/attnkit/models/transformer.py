@@ -27,9 +27,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnkit.attention import Attention
-from attnkit.ops import Linear, linear
 from attnkit.checks import check_positive_int, check_probability
 from attnkit.models.registry import Model
+from attnkit.ops import Linear, linear
 
 __all__ = ["Transformer", "sinusoids"]
 
@@ -45,8 +45,10 @@ def sinusoids(positions: torch.Tensor, dim: int) -> torch.Tensor:
     """
     if dim % 2:
         raise ValueError(f"dim: expected an even size, got {dim}")
-    freq = torch.exp(torch.arange(0, dim, 2, device=positions.device, dtype=torch.float32)
-                     * (-math.log(10000.0) / dim))  # (dim/2,)
+    freq = torch.exp(
+        torch.arange(0, dim, 2, device=positions.device, dtype=torch.float32)
+        * (-math.log(10000.0) / dim)
+    )  # (dim/2,)
     angle = positions.to(torch.float32)[..., None] * freq  # (*P, dim/2)
     return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(-2)  # (*P, dim)
 
@@ -93,8 +95,9 @@ class _DecoderLayer(nn.Module):
         else:
             cache = self.self_attn.extend(cache, h[:, None])  # keys 0..t
             y = y + self.drop(self.self_attn(h, cache, positions=positions).context)
-        ctx, weights = self.cross_attn(self.norm2(y), memory, key_lengths=src_len,
-                                       need_weights=need_weights)
+        ctx, weights = self.cross_attn(
+            self.norm2(y), memory, key_lengths=src_len, need_weights=need_weights
+        )
         y = y + self.drop(ctx)
         return y + self.drop(self.ff(self.norm3(y))), cache, weights
 
@@ -123,9 +126,18 @@ class Transformer(Model, name="transformer"):
         torch.Size([2, 4, 12])
     """
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, *, d_model: int = 128, heads: int = 4,
-                 layers: int = 2, dec_layers: int | None = None, ff: int | None = None,
-                 dropout: float = 0.1):
+    def __init__(
+        self,
+        src_vocab: int,
+        tgt_vocab: int,
+        *,
+        d_model: int = 128,
+        heads: int = 4,
+        layers: int = 2,
+        dec_layers: int | None = None,
+        ff: int | None = None,
+        dropout: float = 0.1,
+    ):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("heads", heads)
@@ -135,26 +147,28 @@ class Transformer(Model, name="transformer"):
             raise ValueError(f"d_model: expected a multiple of heads ({heads}), got {d_model}")
         if d_model % 2:
             raise ValueError(f"d_model: expected an even size (sinusoids), got {d_model}")
-        dec_layers = layers if dec_layers is None else check_positive_int("dec_layers",
-                                                                          dec_layers)
+        dec_layers = layers if dec_layers is None else check_positive_int("dec_layers", dec_layers)
         ff = 4 * d_model if ff is None else check_positive_int("ff", ff)
         self.d_model = d_model
         self.src_embed = nn.Embedding(src_vocab, d_model, padding_idx=0)
         self.tgt_embed = nn.Embedding(tgt_vocab, d_model, padding_idx=0)
-        self.encoder = nn.ModuleList(_EncoderLayer(d_model, heads, ff, dropout)
-                                     for _ in range(layers))
-        self.decoder = nn.ModuleList(_DecoderLayer(d_model, heads, ff, dropout)
-                                     for _ in range(dec_layers))
+        self.encoder = nn.ModuleList(
+            _EncoderLayer(d_model, heads, ff, dropout) for _ in range(layers)
+        )
+        self.decoder = nn.ModuleList(
+            _DecoderLayer(d_model, heads, ff, dropout) for _ in range(dec_layers)
+        )
         self.enc_norm, self.dec_norm = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.drop = nn.Dropout(dropout)
         self.out_bias = nn.Parameter(torch.zeros(tgt_vocab))
         for emb in (self.src_embed, self.tgt_embed):
-            nn.init.normal_(emb.weight, std=d_model ** -0.5)
+            nn.init.normal_(emb.weight, std=d_model**-0.5)
             with torch.no_grad():
                 emb.weight[0].zero_()
 
-    def _embed(self, embedding: nn.Embedding, tokens: torch.Tensor,
-               positions: torch.Tensor) -> torch.Tensor:
+    def _embed(
+        self, embedding: nn.Embedding, tokens: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
         x = embedding(tokens) * math.sqrt(self.d_model)
         return self.drop(x + sinusoids(positions, self.d_model).to(x.dtype))
 
@@ -175,10 +189,12 @@ class Transformer(Model, name="transformer"):
         the prepared encoder output and an empty self-attention cache (no keys yet), so every
         step takes and returns the same tensors."""
         enc = self.encode(src, src_len)
-        return {"memory": [layer.cross_attn.prepare(enc) for layer in self.decoder],
-                "cache": [layer.self_attn.prepare(enc[:, :0]) for layer in self.decoder],
-                "src_len": src_len.to(src.device),
-                "t": torch.zeros(src.shape[0], dtype=torch.long, device=src.device)}
+        return {
+            "memory": [layer.cross_attn.prepare(enc) for layer in self.decoder],
+            "cache": [layer.self_attn.prepare(enc[:, :0]) for layer in self.decoder],
+            "src_len": src_len.to(src.device),
+            "t": torch.zeros(src.shape[0], dtype=torch.long, device=src.device),
+        }
 
     def step(self, tokens: torch.Tensor, state: dict):
         """One output step: tokens ``(N,)`` -> log-probs ``(N, V)``, new state, weights
@@ -188,8 +204,14 @@ class Transformer(Model, name="transformer"):
         caches, weights = [], None
         last = len(self.decoder) - 1
         for i, layer in enumerate(self.decoder):
-            y, cache, w = layer(y, state["memory"][i], state["src_len"],
-                                cache=state["cache"][i], positions=t, need_weights=i == last)
+            y, cache, w = layer(
+                y,
+                state["memory"][i],
+                state["src_len"],
+                cache=state["cache"][i],
+                positions=t,
+                need_weights=i == last,
+            )
             caches.append(cache)
             weights = w if w is not None else weights
         new = {**state, "cache": caches, "t": t + 1}
@@ -197,9 +219,16 @@ class Transformer(Model, name="transformer"):
 
     # ------------------------------------------------------------------ training
 
-    def forward(self, src: torch.Tensor, src_len: torch.Tensor, tgt_in: torch.Tensor, *,
-                teacher_forcing: float = 1.0, generator: torch.Generator | None = None,
-                need_weights: bool = False):
+    def forward(
+        self,
+        src: torch.Tensor,
+        src_len: torch.Tensor,
+        tgt_in: torch.Tensor,
+        *,
+        teacher_forcing: float = 1.0,
+        generator: torch.Generator | None = None,
+        need_weights: bool = False,
+    ):
         """Logits ``(B, T, V)`` and weights ``(B, T, S)`` or None (see the class docstring).
 
         ``tgt_in`` ``(B, T)`` starts with BOS. With ``teacher_forcing < 1`` (scheduled
@@ -219,8 +248,7 @@ class Transformer(Model, name="transformer"):
         return self._decode(enc, src_len, tgt_in, need_weights)
 
     def _decode(self, enc, src_len, tgt_in, need_weights):
-        y = self._embed(self.tgt_embed, tgt_in, torch.arange(tgt_in.shape[1],
-                                                              device=tgt_in.device))
+        y = self._embed(self.tgt_embed, tgt_in, torch.arange(tgt_in.shape[1], device=tgt_in.device))
         weights = None
         last = len(self.decoder) - 1
         for i, layer in enumerate(self.decoder):

@@ -7,8 +7,14 @@ import torch
 __all__ = ["unroll"]
 
 
-def unroll(step, state, tgt_in: torch.Tensor, *, teacher_forcing: float = 1.0,
-           generator: torch.Generator | None = None):
+def unroll(
+    step,
+    state,
+    tgt_in: torch.Tensor,
+    *,
+    teacher_forcing: float = 1.0,
+    generator: torch.Generator | None = None,
+):
     """Run ``step(tokens (B,), state) -> (logits (B, V), state, weights (B, S) | None)`` over
     ``tgt_in`` ``(B, T)`` (which starts with BOS); returns logits ``(B, T, V)`` and weights
     ``(B, T, S)`` (None when the step gives none). A step may give a dict of ``(B, ...)``
@@ -32,7 +38,8 @@ def unroll(step, state, tgt_in: torch.Tensor, *, teacher_forcing: float = 1.0,
                 use_own = (own >= teacher_forcing) & (tokens != 0)
                 tokens = torch.where(use_own, step_logits.argmax(-1), tokens)
     if isinstance(weights[0], dict):
-        return torch.stack(logits, dim=1), {k: torch.stack([w[k] for w in weights], dim=1)
-                                            for k in weights[0]}
+        return torch.stack(logits, dim=1), {
+            k: torch.stack([w[k] for w in weights], dim=1) for k in weights[0]
+        }
     weights = None if weights[0] is None else torch.stack(weights, dim=1)
     return torch.stack(logits, dim=1), weights

@@ -44,11 +44,11 @@ import torch
 from torch import nn
 
 from attnkit.attention import Attention
-from attnkit.ops import Linear
 from attnkit.checks import check_int_tensor, check_positive_int, check_probability, quoted
 from attnkit.models.grid import GridEncoder
 from attnkit.models.registry import Model
 from attnkit.models.rnn import BiRNN
+from attnkit.ops import Linear
 from attnkit.tokens import PAD
 
 __all__ = ["KINDS", "VQA", "VQAOutput"]
@@ -95,14 +95,30 @@ class VQA(Model, name="vqa"):
         (torch.Size([2, 5]), torch.Size([2, 2, 16]))
     """
 
-    def __init__(self, words: int, answers: int, *, image_size: int = 64,
-                 channels: tuple[int, ...] = (32, 64, 128), kind: str = "san", hops: int = 2,
-                 emb: int = 64, hidden: int = 128, attn_dim: int = 128, cell_features: int = 16,
-                 dropout: float = 0.0):
+    def __init__(
+        self,
+        words: int,
+        answers: int,
+        *,
+        image_size: int = 64,
+        channels: tuple[int, ...] = (32, 64, 128),
+        kind: str = "san",
+        hops: int = 2,
+        emb: int = 64,
+        hidden: int = 128,
+        attn_dim: int = 128,
+        cell_features: int = 16,
+        dropout: float = 0.0,
+    ):
         super().__init__()
-        for name, value in (("words", words), ("answers", answers), ("emb", emb),
-                            ("hidden", hidden), ("attn_dim", attn_dim),
-                            ("cell_features", cell_features)):
+        for name, value in (
+            ("words", words),
+            ("answers", answers),
+            ("emb", emb),
+            ("hidden", hidden),
+            ("attn_dim", attn_dim),
+            ("cell_features", cell_features),
+        ):
             check_positive_int(name, value)
         check_probability("dropout", dropout)
         if kind not in KINDS:
@@ -119,59 +135,80 @@ class VQA(Model, name="vqa"):
             self.regions = nn.Sequential(Linear(self.encoder.dim, d), nn.Tanh())
         if kind == "san":
             self.attention = nn.ModuleList(
-                Attention(d, d, d, score="additive", attn_dim=attn_dim) for _ in range(hops))
+                Attention(d, d, d, score="additive", attn_dim=attn_dim) for _ in range(hops)
+            )
             self.answer = nn.Sequential(nn.Dropout(dropout), Linear(d, answers))
         elif kind == "relational":
             extra = (0,) + (RELATION,) * (hops - 1)  # hop k > 1 keys: see _relational
             self.control = nn.ModuleList(
-                Attention(d, d, d, score="additive", attn_dim=attn_dim) for _ in range(hops))
+                Attention(d, d, d, score="additive", attn_dim=attn_dim) for _ in range(hops)
+            )
             self.attention = nn.ModuleList(
-                Attention(2 * d, d + e, d, score="additive", attn_dim=attn_dim) for e in extra)
+                Attention(2 * d, d + e, d, score="additive", attn_dim=attn_dim) for e in extra
+            )
             self.gate_query = nn.ModuleList(Linear(2 * d, attn_dim) for _ in range(hops))
             self.gate_key = nn.ModuleList(Linear(d + e, attn_dim, bias=False) for e in extra)
             self.gate = nn.ModuleList(Linear(attn_dim, 1) for _ in range(hops))
             self.offset = Linear(self.encoder.dim, 2)
             read = d + hops * (d + 6)  # u_0, then c_k, X_k, G_k, sum g, max g of each hop
-            self.answer = nn.Sequential(Linear(read, d), nn.ReLU(), nn.Dropout(dropout),
-                                        Linear(d, answers))
+            self.answer = nn.Sequential(
+                Linear(read, d), nn.ReLU(), nn.Dropout(dropout), Linear(d, answers)
+            )
         else:
             self.cells = Linear(self.encoder.dim, cell_features)
-            flat = self.encoder.side ** 2 * cell_features
-            self.answer = nn.Sequential(Linear(flat + d, d), nn.ReLU(), nn.Dropout(dropout),
-                                        Linear(d, answers))
+            flat = self.encoder.side**2 * cell_features
+            self.answer = nn.Sequential(
+                Linear(flat + d, d), nn.ReLU(), nn.Dropout(dropout), Linear(d, answers)
+            )
 
     def question(self, questions: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """``u_0`` ``(B, 2H)`` of questions ``(B, T)`` with ``lengths`` ``(B,)``."""
         return self._read_question(questions, lengths)[1]
 
-    def _read_question(self, questions: torch.Tensor, lengths: torch.Tensor,
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _read_question(
+        self,
+        questions: torch.Tensor,
+        lengths: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The word states ``h (B, T, 2H)`` and ``u_0 (B, 2H)``."""
         check_int_tensor("questions", questions, ndim=2)
         check_int_tensor("lengths", lengths, ndim=1)
-        if lengths.shape[0] != questions.shape[0] or int(lengths.min()) < 1 \
-                or int(lengths.max()) > questions.shape[1]:
-            raise ValueError(f"lengths: expected {questions.shape[0]} lengths in [1, "
-                             f"{questions.shape[1]}], got {lengths.tolist()}")
+        if (
+            lengths.shape[0] != questions.shape[0]
+            or int(lengths.min()) < 1
+            or int(lengths.max()) > questions.shape[1]
+        ):
+            raise ValueError(
+                f"lengths: expected {questions.shape[0]} lengths in [1, "
+                f"{questions.shape[1]}], got {lengths.tolist()}"
+            )
         states = self.rnn(self.embed(questions), lengths)  # (B, T, 2H)
-        last = states[torch.arange(len(lengths)), lengths.to(states.device) - 1, :self.hidden]
-        return states, torch.cat([last, states[:, 0, self.hidden:]], dim=-1)
+        last = states[torch.arange(len(lengths)), lengths.to(states.device) - 1, : self.hidden]
+        return states, torch.cat([last, states[:, 0, self.hidden :]], dim=-1)
 
-    def forward(self, images: torch.Tensor, questions: torch.Tensor, lengths: torch.Tensor,
-                image_index: torch.Tensor | None = None) -> VQAOutput:
+    def forward(
+        self,
+        images: torch.Tensor,
+        questions: torch.Tensor,
+        lengths: torch.Tensor,
+        image_index: torch.Tensor | None = None,
+    ) -> VQAOutput:
         states, u = self._read_question(questions, lengths)  # (B, T, 2H), (B, 2H)
         grid = self.encoder(images)  # (N, L, D)
         b, n = questions.shape[0], images.shape[0]
         if image_index is None:
             if n != b:
-                raise ValueError(f"images: expected one per question ({b}), got {n}; or pass "
-                                 "image_index")
+                raise ValueError(
+                    f"images: expected one per question ({b}), got {n}; or pass image_index"
+                )
         else:
             check_int_tensor("image_index", image_index, ndim=1)
-            if image_index.shape[0] != b or (b and (int(image_index.min()) < 0
-                                                   or int(image_index.max()) >= n)):
-                raise ValueError(f"image_index: expected {b} indices in [0, {n}), got "
-                                 f"{image_index.tolist()}")
+            if image_index.shape[0] != b or (
+                b and (int(image_index.min()) < 0 or int(image_index.max()) >= n)
+            ):
+                raise ValueError(
+                    f"image_index: expected {b} indices in [0, {n}), got {image_index.tolist()}"
+                )
             grid = grid[image_index]  # (B, L, D): each image encoded once
         if self.kind == "none":
             flat = self.cells(grid).flatten(1)  # (B, L * cell_features)
@@ -186,27 +223,38 @@ class VQA(Model, name="vqa"):
             weights.append(p)
         return VQAOutput(self.answer(u), torch.stack(weights, dim=1))  # (B, A), (B, K, L)
 
-    def _relational(self, grid: torch.Tensor, regions: torch.Tensor, states: torch.Tensor,
-                    u: torch.Tensor, lengths: torch.Tensor) -> VQAOutput:
+    def _relational(
+        self,
+        grid: torch.Tensor,
+        regions: torch.Tensor,
+        states: torch.Tensor,
+        u: torch.Tensor,
+        lengths: torch.Tensor,
+    ) -> VQAOutput:
         """The relational reader over the ``grid (B, L, D)``, its ``regions (B, L, 2H)``,
         the question's word ``states (B, T, 2H)`` with ``lengths (B,)`` and ``u_0 (B, 2H)``."""
         cell = 1.0 / (self.encoder.side - 1) if self.encoder.side > 1 else 1.0
-        positions = (self.encoder.coords.to(grid.dtype)
-                     + cell * torch.tanh(self.offset(grid)))  # (B, L, 2): r_i
+        positions = self.encoder.coords.to(grid.dtype) + cell * torch.tanh(
+            self.offset(grid)
+        )  # (B, L, 2): r_i
         read, weights, key = [u], [], regions
         for k, attention in enumerate(self.attention):
             q, _ = self.control[k](u, states, key_lengths=lengths)  # (B, 2H)
             query = torch.cat([q, u], dim=-1)  # (B, 4H)
             context, p = attention(query, key, regions, need_weights=True)  # (B, 2H), (B, L)
-            gates = torch.sigmoid(self.gate[k](torch.tanh(
-                self.gate_query[k](query)[:, None] + self.gate_key[k](key)))).squeeze(-1)
+            gates = torch.sigmoid(
+                self.gate[k](torch.tanh(self.gate_query[k](query)[:, None] + self.gate_key[k](key)))
+            ).squeeze(-1)
             where = (p[:, :, None] * positions).sum(1)  # (B, 2): X_k
             opened = gates.sum(1, keepdim=True)  # (B, 1)
             gated = (gates[:, :, None] * positions).sum(1) / (opened + 1e-3)  # (B, 2): G_k
             read += [context, where, gated, opened, gates.amax(1, keepdim=True)]
             weights.append(p)
             offset = positions - where[:, None]  # (B, L, 2)
-            key = torch.cat([regions, offset, offset.square().sum(-1, keepdim=True),
-                             gates[:, :, None]], dim=-1)  # (B, L, 2H + RELATION)
-        return VQAOutput(self.answer(torch.cat(read, dim=-1)),  # (B, A)
-                         torch.stack(weights, dim=1))  # (B, K, L)
+            key = torch.cat(
+                [regions, offset, offset.square().sum(-1, keepdim=True), gates[:, :, None]], dim=-1
+            )  # (B, L, 2H + RELATION)
+        return VQAOutput(
+            self.answer(torch.cat(read, dim=-1)),  # (B, A)
+            torch.stack(weights, dim=1),
+        )  # (B, K, L)

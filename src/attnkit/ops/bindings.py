@@ -52,8 +52,8 @@ SIGNATURES = {
     # grad, dq, dk, dva, threads
     "additive_backward": _BLOCK_IN + [_ptr, _ptr, _ptr, _ptr, _int],
     # lse, dpd, mask and its (b, i, j) strides, p, dq, dk, dva, threads
-    "additive_attention_backward": _BLOCK_IN + [_ptr, _ptr, _ptr, _i64, _i64, _i64, _ptr, _ptr,
-                                                _ptr, _ptr, _int],
+    "additive_attention_backward": _BLOCK_IN
+    + [_ptr, _ptr, _ptr, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _int],
     # mask and its (b, j) strides, extra, out, p, threads
     "step_forward": _STEP_IN + [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _int],
     # extra, p, dout, dw, dq, dk, dva, dv, accumulate, threads
@@ -115,27 +115,42 @@ def _check_block(**tensors: torch.Tensor) -> None:
     ``k``."""
     dtype = tensors["q"].dtype
     for name, x in tensors.items():
-        if x.device.type != "cpu" or x.dtype != dtype or dtype not in (torch.float32,
-                                                                        torch.float64):
-            raise ValueError(f"{_BLOCKS}{name} must be a CPU float32 or float64 tensor like q "
-                             f"({dtype}), got {x.dtype} on {x.device}")
+        if (
+            x.device.type != "cpu"
+            or x.dtype != dtype
+            or dtype not in (torch.float32, torch.float64)
+        ):
+            raise ValueError(
+                f"{_BLOCKS}{name} must be a CPU float32 or float64 tensor like q "
+                f"({dtype}), got {x.dtype} on {x.device}"
+            )
     for name in ("q", "k"):
         if tensors[name].stride(-1) != 1:
-            raise ValueError(f"{_BLOCKS}{name} must have a contiguous last dim, got strides "
-                             f"{tuple(tensors[name].stride())}")
+            raise ValueError(
+                f"{_BLOCKS}{name} must have a contiguous last dim, got strides "
+                f"{tuple(tensors[name].stride())}"
+            )
     if not tensors["v"].is_contiguous():
         raise ValueError(f"{_BLOCKS}v (H, A) must be contiguous")
     q, k = tensors["q"], tensors["k"]
     if q.dim() != 4 or k.dim() != 4:
-        raise ValueError(f"{_BLOCKS}q and k must be 4-d (B, H, T, A), got {tuple(q.shape)} and "
-                         f"{tuple(k.shape)}")
+        raise ValueError(
+            f"{_BLOCKS}q and k must be 4-d (B, H, T, A), got {tuple(q.shape)} and {tuple(k.shape)}"
+        )
     (b, h, tq, a), tk = q.shape, k.shape[2]
-    expected = {"k": (b, h, tk, a), "v": (h, a), "grad": (b, h, tq, tk), "lse": (b, h, tq),
-                "dpd": (b, h, tq, tk)}
+    expected = {
+        "k": (b, h, tk, a),
+        "v": (h, a),
+        "grad": (b, h, tq, tk),
+        "lse": (b, h, tq),
+        "dpd": (b, h, tq, tk),
+    }
     for name, x in tensors.items():
         if name in expected and tuple(x.shape) != expected[name]:
-            raise ValueError(f"{_BLOCKS}{name} must have shape {expected[name]} (from q "
-                             f"{tuple(q.shape)} and k), got {tuple(x.shape)}")
+            raise ValueError(
+                f"{_BLOCKS}{name} must have shape {expected[name]} (from q "
+                f"{tuple(q.shape)} and k), got {tuple(x.shape)}"
+            )
 
 
 def block_scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -145,8 +160,18 @@ def block_scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Ten
     _check_block(q=q, k=k, v=v)
     b, h, tq, a = q.shape
     s = torch.empty(b, h, tq, k.shape[2], dtype=q.dtype)
-    fn(b, h, tq, k.shape[2], a, *_strided(q), *_strided(k), v.data_ptr(), s.data_ptr(),
-       torch.get_num_threads())
+    fn(
+        b,
+        h,
+        tq,
+        k.shape[2],
+        a,
+        *_strided(q),
+        *_strided(k),
+        v.data_ptr(),
+        s.data_ptr(),
+        torch.get_num_threads(),
+    )
     return s
 
 
@@ -159,8 +184,21 @@ def block_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad: torc
     grad = grad.contiguous()
     b, h, tq, a = q.shape
     dq, dk, dv = _written_like(q, k, v)
-    fn(b, h, tq, k.shape[2], a, *_strided(q), *_strided(k), v.data_ptr(), grad.data_ptr(),
-       dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), torch.get_num_threads())
+    fn(
+        b,
+        h,
+        tq,
+        k.shape[2],
+        a,
+        *_strided(q),
+        *_strided(k),
+        v.data_ptr(),
+        grad.data_ptr(),
+        dq.data_ptr(),
+        dk.data_ptr(),
+        dv.data_ptr(),
+        torch.get_num_threads(),
+    )
     return dq, dk, dv
 
 
@@ -179,9 +217,25 @@ def block_attention_backward(q, k, v, lse, dpd, mask=None):
     if mask is not None:  # broadcastable to (B, 1, bq, bk): one mask for all gets stride 0
         mask = mask.expand(b, 1, tq, tk).view(torch.uint8)
         m_strides = (mask.stride(0), mask.stride(2), mask.stride(3))
-    fn(b, h, tq, tk, a, *_strided(q), *_strided(k), v.data_ptr(), lse.data_ptr(),
-       dpd.data_ptr(), _ptr_of(mask), *m_strides, p.data_ptr(), dq.data_ptr(), dk.data_ptr(),
-       dv.data_ptr(), torch.get_num_threads())
+    fn(
+        b,
+        h,
+        tq,
+        tk,
+        a,
+        *_strided(q),
+        *_strided(k),
+        v.data_ptr(),
+        lse.data_ptr(),
+        dpd.data_ptr(),
+        _ptr_of(mask),
+        *m_strides,
+        p.data_ptr(),
+        dq.data_ptr(),
+        dk.data_ptr(),
+        dv.data_ptr(),
+        torch.get_num_threads(),
+    )
     return p, dq, dk, dv
 
 
@@ -192,42 +246,72 @@ def _check_step(q, kf, v, va, mask, f, lw):
     """The common case checked in one expression (this runs at every decoder step); anything
     else goes to :func:`_explain_step`, which raises naming the tensor."""
     d = q.dtype
-    if (d in (torch.float32, torch.float64) and kf.dim() == 4 and v.dim() == 4
-            and kf.dtype == d and v.dtype == d and va.dtype == d
-            and q.is_cpu and kf.is_cpu and v.is_cpu and va.is_cpu
-            and q.shape == (*kf.shape[:2], 1, kf.shape[3]) and v.shape[:3] == kf.shape[:3]
-            and va.shape == (kf.shape[1], kf.shape[3])
-            and (mask is None or (mask.dtype == torch.bool and mask.is_cpu and mask.dim() == 4
-                                  and mask.shape[0] in (1, kf.shape[0])
-                                  and mask.shape[1:] == (1, 1, kf.shape[2])))
-            and f is None):
+    if (
+        d in (torch.float32, torch.float64)
+        and kf.dim() == 4
+        and v.dim() == 4
+        and kf.dtype == d
+        and v.dtype == d
+        and va.dtype == d
+        and q.is_cpu
+        and kf.is_cpu
+        and v.is_cpu
+        and va.is_cpu
+        and q.shape == (*kf.shape[:2], 1, kf.shape[3])
+        and v.shape[:3] == kf.shape[:3]
+        and va.shape == (kf.shape[1], kf.shape[3])
+        and (
+            mask is None
+            or (
+                mask.dtype == torch.bool
+                and mask.is_cpu
+                and mask.dim() == 4
+                and mask.shape[0] in (1, kf.shape[0])
+                and mask.shape[1:] == (1, 1, kf.shape[2])
+            )
+        )
+        and f is None
+    ):
         return
     _explain_step(q, kf, v, va, mask, f, lw)
 
 
 def _explain_step(q, kf, v, va, mask, f, lw):
     if kf.dim() != 4 or v.dim() != 4:
-        raise ValueError(f"kf, v: expected (B, H, Tk, A) and (B, H, Tk, D), got "
-                         f"{tuple(kf.shape)} and {tuple(v.shape)}")
+        raise ValueError(
+            f"kf, v: expected (B, H, Tk, A) and (B, H, Tk, D), got "
+            f"{tuple(kf.shape)} and {tuple(v.shape)}"
+        )
     b, h, tk, a = kf.shape
     if q.dtype not in (torch.float32, torch.float64):
         raise TypeError(f"q: the C++ step takes float32 or float64, got {q.dtype}")
-    want = {"q": (q, (b, h, 1, a)), "kf": (kf, None), "v": (v, (b, h, tk, v.shape[-1])),
-            "va": (va, (h, a))}
+    want = {
+        "q": (q, (b, h, 1, a)),
+        "kf": (kf, None),
+        "v": (v, (b, h, tk, v.shape[-1])),
+        "va": (va, (h, a)),
+    }
     if f is not None:
         want["f"] = (f, (b, h, tk, f.shape[-1]))
         want["lw"] = (lw, (h, f.shape[-1], a))
     for name, (x, shape) in want.items():
         if x.dtype != q.dtype or x.device.type != "cpu":
-            raise TypeError(f"{name}: expected {q.dtype} on cpu (the query's), got {x.dtype} "
-                            f"on {x.device}")
+            raise TypeError(
+                f"{name}: expected {q.dtype} on cpu (the query's), got {x.dtype} on {x.device}"
+            )
         if shape is not None and tuple(x.shape) != shape:
             raise ValueError(f"{name}: expected shape {shape}, got {tuple(x.shape)}")
-    if mask is not None and (mask.dtype != torch.bool or mask.device.type != "cpu"
-                             or mask.dim() != 4 or mask.shape[0] not in (1, b)
-                             or tuple(mask.shape[1:]) != (1, 1, tk)):
-        raise ValueError(f"mask: expected a bool tensor ({b} or 1, 1, 1, {tk}) on cpu, got "
-                         f"{mask.dtype} {tuple(mask.shape)} on {mask.device}")
+    if mask is not None and (
+        mask.dtype != torch.bool
+        or mask.device.type != "cpu"
+        or mask.dim() != 4
+        or mask.shape[0] not in (1, b)
+        or tuple(mask.shape[1:]) != (1, 1, tk)
+    ):
+        raise ValueError(
+            f"mask: expected a bool tensor ({b} or 1, 1, 1, {tk}) on cpu, got "
+            f"{mask.dtype} {tuple(mask.shape)} on {mask.device}"
+        )
 
 
 def location_term(f: torch.Tensor, lw: torch.Tensor) -> torch.Tensor:
@@ -264,14 +348,28 @@ def step_forward(q, kf, va, v, mask=None, f=None, lw=None):
     m_sb = m_sj = 0
     if mask is not None:  # (B or 1, 1, 1, Tk)
         m_sb, m_sj = (mask.stride(0) if mask.shape[0] > 1 else 0), mask.stride(3)
-    fn(b, h, tk, a, v.shape[-1], q.data_ptr(), *_strided(kf), va.data_ptr(), *_strided(v),
-       _ptr_of(mask), m_sb, m_sj, _ptr_of(extra), out.data_ptr(), p.data_ptr(),
-       torch.get_num_threads())
+    fn(
+        b,
+        h,
+        tk,
+        a,
+        v.shape[-1],
+        q.data_ptr(),
+        *_strided(kf),
+        va.data_ptr(),
+        *_strided(v),
+        _ptr_of(mask),
+        m_sb,
+        m_sj,
+        _ptr_of(extra),
+        out.data_ptr(),
+        p.data_ptr(),
+        torch.get_num_threads(),
+    )
     return out, p
 
 
-def step_backward(q, kf, va, v, p, dout, dw=None, f=None, lw=None, *, key_sum=None,
-                  values=True):
+def step_backward(q, kf, va, v, p, dout, dw=None, f=None, lw=None, *, key_sum=None, values=True):
     """Gradients of a step from those of its context ``dout (B, H, 1, D)`` and weights
     ``dw (B, H, 1, Tk)`` (or None), ``tanh`` recomputed, keys of zero weight skipped.
 
@@ -282,11 +380,12 @@ def step_backward(q, kf, va, v, p, dout, dw=None, f=None, lw=None, *, key_sum=No
     """
     fn = _function("step_backward", q.dtype)
     _check_step(q, kf, v, va, None, f, lw)
-    for name, x, shape in (("dout", dout, (*q.shape[:3], v.shape[-1])),
-                           ("dw", dw, (*q.shape[:3], kf.shape[2]))):
+    for name, x, shape in (
+        ("dout", dout, (*q.shape[:3], v.shape[-1])),
+        ("dw", dw, (*q.shape[:3], kf.shape[2])),
+    ):
         if x is not None and (x.dtype != q.dtype or tuple(x.shape) != shape):
-            raise ValueError(f"{name}: expected {q.dtype} {shape}, got {x.dtype} "
-                             f"{tuple(x.shape)}")
+            raise ValueError(f"{name}: expected {q.dtype} {shape}, got {x.dtype} {tuple(x.shape)}")
     b, h, tk, a = kf.shape
     q, va, kf, v, dout = q.contiguous(), va.contiguous(), _rows(kf), _rows(v), dout.contiguous()
     dw = None if dw is None else dw.contiguous()
@@ -295,10 +394,27 @@ def step_backward(q, kf, va, v, p, dout, dw=None, f=None, lw=None, *, key_sum=No
     dk = kf.new_empty(b, h, tk, a) if key_sum is None else key_sum
     dv = v.new_empty(b, h, tk, v.shape[-1]) if values else None
     dq, dva = q.new_empty(b, h, 1, a), q.new_empty(b, h, a)
-    fn(b, h, tk, a, v.shape[-1], q.data_ptr(), *_strided(kf), va.data_ptr(), *_strided(v),
-       _ptr_of(extra), p.data_ptr(), dout.data_ptr(), _ptr_of(dw), dq.data_ptr(),
-       dk.data_ptr(), dva.data_ptr(), _ptr_of(dv), int(key_sum is not None),
-       torch.get_num_threads())
+    fn(
+        b,
+        h,
+        tk,
+        a,
+        v.shape[-1],
+        q.data_ptr(),
+        *_strided(kf),
+        va.data_ptr(),
+        *_strided(v),
+        _ptr_of(extra),
+        p.data_ptr(),
+        dout.data_ptr(),
+        _ptr_of(dw),
+        dq.data_ptr(),
+        dk.data_ptr(),
+        dva.data_ptr(),
+        _ptr_of(dv),
+        int(key_sum is not None),
+        torch.get_num_threads(),
+    )
     return dq, (dk if key_sum is None else None), dva, dv
 
 

@@ -20,14 +20,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from attnkit.checks import describe
 from attnkit.ops.precision import autocast_enabled
 from attnkit.ops.tracing import exporting
-from attnkit.checks import describe
 
 __all__ = ["Linear", "OneDnnLinear", "linear", "uses_onednn"]
 
-_HAS_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn,
-                                                                 "_linear_pointwise")
+_HAS_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(
+    torch.ops.mkldnn, "_linear_pointwise"
+)
 
 
 def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -36,10 +37,19 @@ def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     at least one dimension besides the features; and neither autocast (which casts
     ``F.linear``'s inputs), exporting nor ``torch.compile`` (which need the operator they know)
     in force."""
-    return (_HAS_ONEDNN and x.device.type == "cpu" and weight.device.type == "cpu"
-            and x.dtype == torch.float32 and weight.dtype == torch.float32 and x.dim() >= 2
-            and x.numel() > 0 and weight.numel() > 0 and not autocast_enabled(x.device)
-            and not exporting() and not torch.compiler.is_compiling())
+    return (
+        _HAS_ONEDNN
+        and x.device.type == "cpu"
+        and weight.device.type == "cpu"
+        and x.dtype == torch.float32
+        and weight.dtype == torch.float32
+        and x.dim() >= 2
+        and x.numel() > 0
+        and weight.numel() > 0
+        and not autocast_enabled(x.device)
+        and not exporting()
+        and not torch.compiler.is_compiling()
+    )
 
 
 class OneDnnLinear(torch.autograd.Function):
@@ -98,15 +108,19 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         True
     """
     if x.dim() == 0 or weight.dim() != 2 or x.shape[-1] != weight.shape[1]:
-        raise ValueError("linear: expected x (..., Din) and weight (Dout, Din) with the same Din, "
-                         f"got x: {describe(x)}, weight: {describe(weight)}")
+        raise ValueError(
+            "linear: expected x (..., Din) and weight (Dout, Din) with the same Din, "
+            f"got x: {describe(x)}, weight: {describe(weight)}"
+        )
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
-        raise ValueError(f"linear: expected bias of shape ({weight.shape[0]},) = (Dout,), "
-                         f"got {describe(bias)}")
+        raise ValueError(
+            f"linear: expected bias of shape ({weight.shape[0]},) = (Dout,), got {describe(bias)}"
+        )
     if not uses_onednn(x, weight) or (bias is not None and bias.dtype != torch.float32):
         return F.linear(x, weight, bias)
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
-                                    or (bias is not None and bias.requires_grad)):
+    if torch.is_grad_enabled() and (
+        x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+    ):
         return OneDnnLinear.apply(x, weight, bias)
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 

@@ -113,8 +113,9 @@ class _Compiler:
                 # count to the runtime. Otherwise the count is fixed at compile time, and
                 # Inductor's on-disk cache hands code compiled under OMP_NUM_THREADS=1 to later
                 # processes with more threads, which then run it on one core.
-                self.fns[name] = torch.compile(fn, dynamic=True,
-                                               options={"cpp.dynamic_threads": True})
+                self.fns[name] = torch.compile(
+                    fn, dynamic=True, options={"cpp.dynamic_threads": True}
+                )
             try:
                 out = self.fns[name](*args)
                 self.ready = True
@@ -125,8 +126,9 @@ class _Compiler:
                 if self.ready:  # compiling worked before: a real error, not a toolchain problem
                     raise
                 self.failure = f"torch.compile failed: {type(exc).__name__}: {exc}"[:500]
-                log.warning("attnkit: fused additive kernels unavailable, using eager (%s)",
-                            self.failure)
+                log.warning(
+                    "attnkit: fused additive kernels unavailable, using eager (%s)", self.failure
+                )
         return _in_pieces(fn, *args)
 
 

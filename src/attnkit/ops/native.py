@@ -56,8 +56,15 @@ _CSRC = Path(__file__).with_name("csrc")
 SOURCES = (_CSRC / "step.cpp", _CSRC / "blocks.cpp")
 _HEADERS = (_CSRC / "tanh.h",)
 
-_COMMON = ("-std=c++17", "-shared", "-fPIC", "-O3", "-fno-math-errno", "-fno-trapping-math",
-           "-ffp-contract=fast")
+_COMMON = (
+    "-std=c++17",
+    "-shared",
+    "-fPIC",
+    "-O3",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-ffp-contract=fast",
+)
 
 
 # The x86-64 micro-architecture levels (the psABI's), each with the /proc/cpuinfo flags a CPU
@@ -65,11 +72,45 @@ _COMMON = ("-std=c++17", "-shared", "-fPIC", "-O3", "-fno-math-errno", "-fno-tra
 ARCH_LEVELS = {
     "x86-64": (),
     "x86-64-v2": ("cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"),
-    "x86-64-v3": ("cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3", "avx", "avx2",
-                  "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"),
-    "x86-64-v4": ("cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3", "avx", "avx2",
-                  "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave", "avx512f",
-                  "avx512bw", "avx512cd", "avx512dq", "avx512vl"),
+    "x86-64-v3": (
+        "cx16",
+        "lahf_lm",
+        "popcnt",
+        "sse4_1",
+        "sse4_2",
+        "ssse3",
+        "avx",
+        "avx2",
+        "bmi1",
+        "bmi2",
+        "f16c",
+        "fma",
+        "abm",
+        "movbe",
+        "xsave",
+    ),
+    "x86-64-v4": (
+        "cx16",
+        "lahf_lm",
+        "popcnt",
+        "sse4_1",
+        "sse4_2",
+        "ssse3",
+        "avx",
+        "avx2",
+        "bmi1",
+        "bmi2",
+        "f16c",
+        "fma",
+        "abm",
+        "movbe",
+        "xsave",
+        "avx512f",
+        "avx512bw",
+        "avx512cd",
+        "avx512dq",
+        "avx512vl",
+    ),
 }
 
 
@@ -81,8 +122,10 @@ def arch() -> str:
     """
     value = os.environ.get("ATTNKIT_NATIVE_ARCH", "native")
     if value != "native" and value not in ARCH_LEVELS:
-        raise ValueError(f"ATTNKIT_NATIVE_ARCH: expected native or one of "
-                         f"{', '.join(ARCH_LEVELS)}, got {value!r}")
+        raise ValueError(
+            f"ATTNKIT_NATIVE_ARCH: expected native or one of "
+            f"{', '.join(ARCH_LEVELS)}, got {value!r}"
+        )
     return value
 
 
@@ -105,13 +148,14 @@ def _check_level(target: str, cpu: str) -> None:
     if target == "native":
         return
     if platform.machine() not in ("x86_64", "AMD64"):
-        raise _Unavailable(f"ATTNKIT_NATIVE_ARCH={target}: an x86-64 level, but this machine "
-                           f"is {platform.machine()}")
+        raise _Unavailable(
+            f"ATTNKIT_NATIVE_ARCH={target}: an x86-64 level, but this machine "
+            f"is {platform.machine()}"
+        )
     flags = set(cpu.split())
     missing = [f for f in ARCH_LEVELS[target] if f not in flags]
     if missing:
-        raise _Unavailable(f"ATTNKIT_NATIVE_ARCH={target}: this CPU lacks "
-                           f"{', '.join(missing)}")
+        raise _Unavailable(f"ATTNKIT_NATIVE_ARCH={target}: this CPU lacks {', '.join(missing)}")
 
 
 class _Native:
@@ -132,12 +176,16 @@ class _Native:
         try:
             self.lib = _load()
         except Exception as exc:  # whatever goes wrong, attention still runs, in plain PyTorch
-            self.failure = (str(exc) if isinstance(exc, _Unavailable)
-                            else f"{type(exc).__name__}: {exc}")[:1000]
+            self.failure = (
+                str(exc) if isinstance(exc, _Unavailable) else f"{type(exc).__name__}: {exc}"
+            )[:1000]
             disabled = os.environ.get("ATTNKIT_COMPILE", "1") == "0"
-            log.log(logging.INFO if disabled else logging.WARNING, "attnkit: C++ additive "
-                    "kernels unavailable, additive attention runs without them (%s)",
-                    self.failure)
+            log.log(
+                logging.INFO if disabled else logging.WARNING,
+                "attnkit: C++ additive "
+                "kernels unavailable, additive attention runs without them (%s)",
+                self.failure,
+            )
         self.tried = True
 
 
@@ -175,8 +223,11 @@ def _compiler() -> str:
     if os.environ.get("ATTNKIT_COMPILE", "1") == "0":
         raise _Unavailable("disabled by ATTNKIT_COMPILE=0")
     name = os.environ.get("CXX")
-    found = shutil.which(name) if name else (shutil.which("c++") or shutil.which("g++")
-                                             or shutil.which("clang++"))
+    found = (
+        shutil.which(name)
+        if name
+        else (shutil.which("c++") or shutil.which("g++") or shutil.which("clang++"))
+    )
     if found is None:
         tried = f"CXX={name}" if name else "c++, g++, clang++"
         raise _Unavailable(f"no C++ compiler found ({tried} not on PATH)")
@@ -207,8 +258,9 @@ def _load() -> ctypes.CDLL:
     except ValueError as exc:
         raise _Unavailable(str(exc)) from exc
     try:
-        version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
-                                 timeout=30).stdout
+        version = subprocess.run(
+            [cxx, "--version"], capture_output=True, text=True, timeout=30
+        ).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         raise _Unavailable(f"{cxx} --version failed: {exc}") from exc
     source, cpu = b"\0".join(f.read_bytes() for f in SOURCES + _HEADERS), _cpu()
@@ -216,8 +268,17 @@ def _load() -> ctypes.CDLL:
     cache = _private_cache_dir()
     errors = []
     for flags in _flag_sets(cpu, target):
-        key = hashlib.sha256(b"\0".join([source, " ".join(flags + _COMMON).encode(),
-                                         cxx.encode(), version.encode(), cpu.encode()]))
+        key = hashlib.sha256(
+            b"\0".join(
+                [
+                    source,
+                    " ".join(flags + _COMMON).encode(),
+                    cxx.encode(),
+                    version.encode(),
+                    cpu.encode(),
+                ]
+            )
+        )
         path = cache / f"kernels-{key.hexdigest()[:16]}.so"
         try:
             lib = _open(cxx, flags, path)
@@ -245,13 +306,17 @@ def _check_private(path: Path, what: str) -> None:
     """Refuse ``path`` unless this user owns it and neither group nor others may write to it."""
     st = path.stat()
     if st.st_uid != os.getuid():
-        raise _Refused(f"{what} {path} belongs to uid {st.st_uid}, not to this user (uid "
-                       f"{os.getuid()}): refusing to load compiled code from it; set "
-                       "ATTNKIT_CACHE_DIR to a directory of your own")
+        raise _Refused(
+            f"{what} {path} belongs to uid {st.st_uid}, not to this user (uid "
+            f"{os.getuid()}): refusing to load compiled code from it; set "
+            "ATTNKIT_CACHE_DIR to a directory of your own"
+        )
     if st.st_mode & 0o022:
-        raise _Refused(f"{what} {path} is writable by group or others (mode "
-                       f"{st.st_mode & 0o777:o}): refusing to load compiled code from it; "
-                       f"`chmod go-w {path}` or set ATTNKIT_CACHE_DIR")
+        raise _Refused(
+            f"{what} {path} is writable by group or others (mode "
+            f"{st.st_mode & 0o777:o}): refusing to load compiled code from it; "
+            f"`chmod go-w {path}` or set ATTNKIT_CACHE_DIR"
+        )
 
 
 def _digest_path(path: Path) -> Path:
@@ -275,8 +340,10 @@ def _verified(path: Path) -> ctypes.CDLL:
     recorded = digest.read_text().strip()
     actual = hashlib.sha256(path.read_bytes()).hexdigest()
     if actual != recorded:
-        raise _Damaged(f"the content hash of {path} ({actual[:16]}...) is not the one recorded "
-                       f"at build time ({recorded[:16]}...)")
+        raise _Damaged(
+            f"the content hash of {path} ({actual[:16]}...) is not the one recorded "
+            f"at build time ({recorded[:16]}...)"
+        )
     try:
         return ctypes.CDLL(str(path))
     except OSError as exc:

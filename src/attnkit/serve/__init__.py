@@ -15,13 +15,30 @@ from importlib import import_module
 
 from attnkit.serve.limits import Limits
 
-__all__ = ["ApiError", "Batcher", "DecodingOptions", "Limits", "Metrics", "QueueFull",
-           "create_app", "decoding_for", "run_server", "serve_checkpoint"]
+__all__ = [
+    "ApiError",
+    "Batcher",
+    "DecodingOptions",
+    "Limits",
+    "Metrics",
+    "QueueFull",
+    "create_app",
+    "decoding_for",
+    "run_server",
+    "serve_checkpoint",
+]
 
-_LAZY = {"create_app": "app", "Batcher": "dynamic_batching",
-         "QueueFull": "dynamic_batching", "Metrics": "prometheus", "ApiError": "options",
-         "DecodingOptions": "options", "decoding_for": "options", "run_server": "server",
-         "serve_checkpoint": "server"}
+_LAZY = {
+    "create_app": "app",
+    "Batcher": "dynamic_batching",
+    "QueueFull": "dynamic_batching",
+    "Metrics": "prometheus",
+    "ApiError": "options",
+    "DecodingOptions": "options",
+    "decoding_for": "options",
+    "run_server": "server",
+    "serve_checkpoint": "server",
+}
 
 
 def __getattr__(name: str):

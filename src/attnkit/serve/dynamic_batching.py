@@ -47,8 +47,10 @@ class QueueFull(Exception):
     of when it will have room (what the queue takes to drain at the recent pace)."""
 
     def __init__(self, depth: int, retry_after: int):
-        super().__init__(f"queue: {depth} requests waiting, the server's --max-queue; "
-                         f"retry after {retry_after} s")
+        super().__init__(
+            f"queue: {depth} requests waiting, the server's --max-queue; "
+            f"retry after {retry_after} s"
+        )
         self.retry_after = retry_after
 
 
@@ -79,12 +81,14 @@ class _Job:
 
     def settle(self, result=None, error: BaseException | None = None) -> None:
         """Give the awaiting request its result (or error), from any thread."""
+
         def set_():
             if not self.future.done():
                 if error is None:
                     self.future.set_result(result)
                 else:
                     self.future.set_exception(error)
+
         self.loop.call_soon_threadsafe(set_)
 
 
@@ -100,9 +104,15 @@ class Batcher:
         on_batch: called with each batch's size (the metrics).
     """
 
-    def __init__(self, decode: Callable[[Sequence, Decoding], Sequence], *, max_batch: int = 16,
-                 max_wait_ms: float = 5.0, max_queue: int = 256,
-                 on_batch: Callable[[int], None] = lambda size: None):
+    def __init__(
+        self,
+        decode: Callable[[Sequence, Decoding], Sequence],
+        *,
+        max_batch: int = 16,
+        max_wait_ms: float = 5.0,
+        max_queue: int = 256,
+        on_batch: Callable[[int], None] = lambda size: None,
+    ):
         check_positive_int("max_batch", max_batch)
         check_positive_int("max_queue", max_queue)
         if not (isinstance(max_wait_ms, (int, float)) and 0 <= max_wait_ms < math.inf):
@@ -124,8 +134,7 @@ class Batcher:
     def start(self) -> None:
         """Start the decoding thread."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="attnkit-batcher",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._run, name="attnkit-batcher", daemon=True)
             self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
@@ -137,8 +146,9 @@ class Batcher:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    async def submit(self, item, decoding: Decoding, request_id: str, *,
-                     timeout: float | None = None) -> Done:
+    async def submit(
+        self, item, decoding: Decoding, request_id: str, *, timeout: float | None = None
+    ) -> Done:
         """Queue one input, await its output.
 
         Raises:
@@ -177,16 +187,22 @@ class Batcher:
                 self._cond.wait()
             first = self._jobs[0]
             while not self._stopping:
-                same = sum(1 for job in self._jobs if job.key is not None and job.key == first.key
-                           and not job.abandoned)
+                same = sum(
+                    1
+                    for job in self._jobs
+                    if job.key is not None and job.key == first.key and not job.abandoned
+                )
                 left = max(first.arrived, self._answered) + self.max_wait - time.monotonic()
                 if first.key is None or same >= self.max_batch or left <= 0:
                     break
                 self._cond.wait(left)
             batch = [first]
             if first.key is not None:
-                batch += [job for job in list(self._jobs)[1:] if job.key == first.key
-                          and not job.abandoned][: self.max_batch - 1]
+                batch += [
+                    job
+                    for job in list(self._jobs)[1:]
+                    if job.key == first.key and not job.abandoned
+                ][: self.max_batch - 1]
             for job in batch:
                 self._jobs.remove(job)
             return batch

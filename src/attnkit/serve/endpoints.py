@@ -34,12 +34,21 @@ from attnkit.serve.prometheus import Metrics
 from attnkit.tasks.evaluator import TASK_BEAM
 from attnkit.tasks.route import Refused, Route
 
-__all__ = ["DECODING_HELP", "Hypothesis", "Result", "Serving", "Token", "add_route",
-           "request_model"]
+__all__ = [
+    "DECODING_HELP",
+    "Hypothesis",
+    "Result",
+    "Serving",
+    "Token",
+    "add_route",
+    "request_model",
+]
 
-DECODING_HELP = ("decoding: a JSON object of decoding options (beam, length_penalty, "
-                 "coverage_penalty, no_repeat_ngram, n_best, sample, temperature, top_k, "
-                 "top_p, seed, max_len, loop_stop)")
+DECODING_HELP = (
+    "decoding: a JSON object of decoding options (beam, length_penalty, "
+    "coverage_penalty, no_repeat_ngram, n_best, sample, temperature, top_k, "
+    "top_p, seed, max_len, loop_stop)"
+)
 
 
 class Token(BaseModel):
@@ -76,12 +85,14 @@ class Result(BaseModel):
 def request_model(task: str, route: Route) -> type[BaseModel]:
     """The JSON body of a route without an upload (``TranslateRequest``): its texts and the
     decoding options (default: the command line's); other keys are refused."""
-    texts: dict[str, Any] = {t.name: (str, Field(description=t.about or None))
-                             for t in route.texts}
-    return create_model(f"{task.capitalize()}Request",
-                        __config__=ConfigDict(extra="forbid", strict=True),
-                        __doc__=f"A request to {route.summary}, and its decoding options.",
-                        **texts, decoding=(DecodingOptions | None, None))
+    texts: dict[str, Any] = {t.name: (str, Field(description=t.about or None)) for t in route.texts}
+    return create_model(
+        f"{task.capitalize()}Request",
+        __config__=ConfigDict(extra="forbid", strict=True),
+        __doc__=f"A request to {route.summary}, and its decoding options.",
+        **texts,
+        decoding=(DecodingOptions | None, None),
+    )
 
 
 def add_route(app: FastAPI, serving: Serving) -> None:
@@ -90,27 +101,45 @@ def add_route(app: FastAPI, serving: Serving) -> None:
     order; answered by :meth:`Serving.handle`."""
     route, keyword = serving.route, inspect.Parameter.KEYWORD_ONLY
     if route.upload is None:
-        fields = [inspect.Parameter("body", keyword,
-                                    annotation=request_model(serving.evaluator.task, route))]
+        fields = [
+            inspect.Parameter(
+                "body", keyword, annotation=request_model(serving.evaluator.task, route)
+            )
+        ]
     else:
-        fields = [inspect.Parameter(route.upload.name, keyword, default=File(...),
-                                    annotation=UploadFile),
-                  *(inspect.Parameter(t.name, keyword, annotation=str,
-                                      default=Form(..., description=t.about or None))
-                    for t in route.texts),
-                  inspect.Parameter("decoding", keyword, default=Form(None),
-                                    annotation=str | None)]
+        fields = [
+            inspect.Parameter(route.upload.name, keyword, default=File(...), annotation=UploadFile),
+            *(
+                inspect.Parameter(
+                    t.name, keyword, annotation=str, default=Form(..., description=t.about or None)
+                )
+                for t in route.texts
+            ),
+            inspect.Parameter("decoding", keyword, default=Form(None), annotation=str | None),
+        ]
 
     async def endpoint(request: Request, **given) -> dict:
         return await serving.handle(request, given)
 
     # FastAPI reads the request's fields from the signature: the route's, not **given.
-    endpoint.__signature__ = inspect.Signature([inspect.Parameter(
-        "request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request), *fields],
-        return_annotation=dict)
-    app.add_api_route(route.path, endpoint, methods=["POST"], response_model=Result,
-                      summary=route.summary, name=serving.evaluator.task,
-                      description=None if route.no_decoding else DECODING_HELP)
+    endpoint.__signature__ = inspect.Signature(
+        [
+            inspect.Parameter(
+                "request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request
+            ),
+            *fields,
+        ],
+        return_annotation=dict,
+    )
+    app.add_api_route(
+        route.path,
+        endpoint,
+        methods=["POST"],
+        response_model=Result,
+        summary=route.summary,
+        name=serving.evaluator.task,
+        description=None if route.no_decoding else DECODING_HELP,
+    )
 
 
 class Serving:
@@ -118,8 +147,7 @@ class Serving:
     through ``batcher`` within ``limits``: reading uploads, checking fields, queueing inputs,
     writing results."""
 
-    def __init__(self, evaluator, route: Route, limits: Limits, batcher: Batcher,
-                 metrics: Metrics):
+    def __init__(self, evaluator, route: Route, limits: Limits, batcher: Batcher, metrics: Metrics):
         self.evaluator, self.route, self.limits = evaluator, route, limits
         self.batcher, self.metrics = batcher, metrics
         self.default_beam = TASK_BEAM.get(evaluator.task, 1)
@@ -138,8 +166,11 @@ class Serving:
             options, texts = _decoding_options(raw), {t.name: given[t.name] for t in route.texts}
         if route.no_decoding is not None:
             if options not in (None, DecodingOptions()):
-                raise ApiError(422, "decoding", f"decoding: {route.no_decoding}; expected no "
-                               f"decoding options, got {raw}")
+                raise ApiError(
+                    422,
+                    "decoding",
+                    f"decoding: {route.no_decoding}; expected no decoding options, got {raw}",
+                )
             options = None
         for text in route.texts:
             _check_text(text.name, texts[text.name], self.limits.max_chars)
@@ -176,9 +207,14 @@ class Serving:
         try:
             if self.route.upload.kind == "image":
                 _check_pixels(path, field, upload, self.limits.max_pixels)
-            return await self.read(lambda: self.route.read(
-                self.evaluator, {field: path, **texts}, max_seconds=self.limits.max_seconds),
-                field, upload, path)
+            return await self.read(
+                lambda: self.route.read(
+                    self.evaluator, {field: path, **texts}, max_seconds=self.limits.max_seconds
+                ),
+                field,
+                upload,
+                path,
+            )
         finally:
             path.unlink(missing_ok=True)
 
@@ -190,8 +226,9 @@ class Serving:
 
         def write() -> Path:
             upload.file.seek(0)
-            with tempfile.NamedTemporaryFile(prefix="attnkit-upload-", suffix=suffix,
-                                             delete=False) as f:
+            with tempfile.NamedTemporaryFile(
+                prefix="attnkit-upload-", suffix=suffix, delete=False
+            ) as f:
                 while chunk := upload.file.read(1 << 20):
                     f.write(chunk)
             return Path(f.name)
@@ -199,8 +236,11 @@ class Serving:
         path = await run_in_threadpool(write)
         if path.stat().st_size == 0:
             path.unlink(missing_ok=True)
-            raise ApiError(422, field, f"{field}: expected a file, got an empty upload "
-                           f"({upload.filename or 'no name'})")
+            raise ApiError(
+                422,
+                field,
+                f"{field}: expected a file, got an empty upload ({upload.filename or 'no name'})",
+            )
         return path
 
     async def read(self, reader, field: str, upload: UploadFile, path: Path):
@@ -216,29 +256,42 @@ class Serving:
         """Queue ``item``, await its outputs and describe them (:class:`Result`)."""
         request_id = request.state.request_id
         try:
-            done = await self.batcher.submit(item, decoding, request_id,
-                                             timeout=self.limits.timeout_s)
+            done = await self.batcher.submit(
+                item, decoding, request_id, timeout=self.limits.timeout_s
+            )
         except QueueFull as exc:
             raise ApiError(503, None, str(exc), {"Retry-After": str(exc.retry_after)}) from None
         except TimeoutError:
-            raise ApiError(504, None, f"request: no output within {self.limits.timeout_s:g} s "
-                           f"(the server's --timeout)") from None
+            raise ApiError(
+                504,
+                None,
+                f"request: no output within {self.limits.timeout_s:g} s (the server's --timeout)",
+            ) from None
         except DecodingFailed as exc:
             self.metrics.decoding_failed()
             raise ApiError(500, None, str(exc)) from None
         output = done.output
-        return {"id": request_id, "task": self.evaluator.task, "text": output.text,
-                "outputs": output.records(),
-                "decoding": describe_decoding(decoding), "batch_size": done.batch_size,
-                "time_ms": round((time.monotonic() - request.state.arrived) * 1000, 3)}
+        return {
+            "id": request_id,
+            "task": self.evaluator.task,
+            "text": output.text,
+            "outputs": output.records(),
+            "decoding": describe_decoding(decoding),
+            "batch_size": done.batch_size,
+            "time_ms": round((time.monotonic() - request.state.arrived) * 1000, 3),
+        }
 
 
 def _check_text(field: str, text: str, max_chars: int) -> str:
     if not text.strip():
         raise ApiError(422, field, f"{field}: expected a non-empty text, got {quoted(text)}")
     if len(text) > max_chars:
-        raise ApiError(422, field, f"{field}: expected at most {max_chars} characters (the "
-                       f"server's --max-chars), got {len(text)}")
+        raise ApiError(
+            422,
+            field,
+            f"{field}: expected at most {max_chars} characters (the "
+            f"server's --max-chars), got {len(text)}",
+        )
     return text
 
 
@@ -263,6 +316,10 @@ def _check_pixels(path: Path, field: str, upload: UploadFile, max_pixels: int) -
     except Exception:  # the reader says why it cannot read it
         return
     if width * height > max_pixels:
-        raise ApiError(422, field, f"{field}: expected at most {max_pixels:,} pixels (the "
-                       f"server's --max-pixels), got {width} x {height} = {width * height:,} "
-                       f"in {upload.filename or 'the upload'}")
+        raise ApiError(
+            422,
+            field,
+            f"{field}: expected at most {max_pixels:,} pixels (the "
+            f"server's --max-pixels), got {width} x {height} = {width * height:,} "
+            f"in {upload.filename or 'the upload'}",
+        )

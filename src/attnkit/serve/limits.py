@@ -49,12 +49,20 @@ class Limits:
         for f in fields(self):
             value = getattr(self, f.name)
             integral = f.type in (int, "int")
-            ok = (isinstance(value, int) and not isinstance(value, bool)) if integral else (
-                isinstance(value, (int, float)) and not isinstance(value, bool)
-                and math.isfinite(value))
+            ok = (
+                (isinstance(value, int) and not isinstance(value, bool))
+                if integral
+                else (
+                    isinstance(value, (int, float))
+                    and not isinstance(value, bool)
+                    and math.isfinite(value)
+                )
+            )
             if not ok or value < 0 or (value == 0 and f.name != "max_wait_ms"):
                 expected = "a positive int" if integral else "a finite positive number"
                 raise ValueError(f"{f.name}: expected {expected}, got {value!r}")
         if self.max_len > MAX_OUTPUT_TOKENS:
-            raise ValueError(f"max_len: expected at most {MAX_OUTPUT_TOKENS} (decoding's own "
-                             f"cap), got {self.max_len}")
+            raise ValueError(
+                f"max_len: expected at most {MAX_OUTPUT_TOKENS} (decoding's own "
+                f"cap), got {self.max_len}"
+            )

@@ -14,8 +14,7 @@ from attnkit.checks import quoted
 from attnkit.decoding import Decoding
 from attnkit.serve.limits import Limits
 
-__all__ = ["ApiError", "DecodingOptions", "decoding_for", "describe_decoding",
-           "validation_error"]
+__all__ = ["ApiError", "DecodingOptions", "decoding_for", "describe_decoding", "validation_error"]
 
 
 class ApiError(HTTPException):
@@ -25,8 +24,9 @@ class ApiError(HTTPException):
     :class:`HTTPException`, so that one raised while the body is read reaches the server's
     handler as it is."""
 
-    def __init__(self, status: int, field: str | None, message: str,
-                 headers: dict[str, str] | None = None):
+    def __init__(
+        self, status: int, field: str | None, message: str, headers: dict[str, str] | None = None
+    ):
         super().__init__(status, message, headers or {})
         self.status, self.field, self.message = status, field, message
 
@@ -69,17 +69,24 @@ def validation_error(exc: ValidationError, prefix: str = "") -> ApiError:
         return ApiError(422, field, f"{field}: not an option{expected}, got {quoted(got)}")
     if error["type"] == "json_invalid":
         reason = (error.get("ctx") or {}).get("error", error["msg"])
-        return ApiError(422, field or prefix, f"{field or prefix}: expected a JSON object, got "
-                        f"malformed JSON ({reason})")
+        return ApiError(
+            422,
+            field or prefix,
+            f"{field or prefix}: expected a JSON object, got malformed JSON ({reason})",
+        )
     if error["type"] == "missing":
         return ApiError(422, field, f"{field}: missing")
     expected = error["msg"].removeprefix("Input should be ").removeprefix("Value error, ")
-    return ApiError(422, field or prefix or "body", f"{field or prefix or 'body'}: expected "
-                    f"{expected}, got {quoted(got)}")
+    return ApiError(
+        422,
+        field or prefix or "body",
+        f"{field or prefix or 'body'}: expected {expected}, got {quoted(got)}",
+    )
 
 
-def decoding_for(options: DecodingOptions | None, limits: Limits, *,
-                 default_beam: int = 1) -> Decoding:
+def decoding_for(
+    options: DecodingOptions | None, limits: Limits, *, default_beam: int = 1
+) -> Decoding:
     """The :class:`Decoding` a request's ``options`` ask for: beam search of
     ``default_beam`` (at most ``limits.max_beam``) for what they do not say, as the command
     line decodes.
@@ -91,24 +98,38 @@ def decoding_for(options: DecodingOptions | None, limits: Limits, *,
             refuses.
     """
     given = {} if options is None else options.model_dump(exclude_none=True)
-    for name, cap in (("beam", limits.max_beam), ("sample", limits.max_beam),
-                      ("max_len", limits.max_len)):
+    for name, cap in (
+        ("beam", limits.max_beam),
+        ("sample", limits.max_beam),
+        ("max_len", limits.max_len),
+    ):
         if name in given and given[name] > cap:
             option = "--max-beam" if name != "max_len" else "--max-len"
-            raise ApiError(422, f"decoding.{name}", f"decoding.{name}: expected at most {cap} "
-                           f"(the server's {option}), got {given[name]}")
+            raise ApiError(
+                422,
+                f"decoding.{name}",
+                f"decoding.{name}: expected at most {cap} "
+                f"(the server's {option}), got {given[name]}",
+            )
     if "sample" in given:
         wrong = [name for name in BEAM_ONLY if name in given]
         if wrong:
-            raise ApiError(422, f"decoding.{wrong[0]}", f"decoding.{wrong[0]}: a beam search "
-                           f"option; sample draws outputs instead of searching, give one or "
-                           f"the other")
+            raise ApiError(
+                422,
+                f"decoding.{wrong[0]}",
+                f"decoding.{wrong[0]}: a beam search "
+                f"option; sample draws outputs instead of searching, give one or "
+                f"the other",
+            )
         settings = {"sample": True, "samples": given.pop("sample"), "seed": 0, **given}
     else:
         wrong = [name for name in SAMPLE_ONLY if name in given]
         if wrong:
-            raise ApiError(422, f"decoding.{wrong[0]}", f"decoding.{wrong[0]}: a sampling "
-                           f"option; it needs sample (the number of draws)")
+            raise ApiError(
+                422,
+                f"decoding.{wrong[0]}",
+                f"decoding.{wrong[0]}: a sampling option; it needs sample (the number of draws)",
+            )
         settings = {"beam": min(default_beam, limits.max_beam), **given}
     try:
         return Decoding(**settings)

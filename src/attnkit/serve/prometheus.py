@@ -75,28 +75,38 @@ class Metrics:
     def text(self) -> str:
         """Every metric in the text exposition format."""
         with self._lock:
-            out = ["# HELP attnkit_requests_total Requests answered, by endpoint and status.",
-                   "# TYPE attnkit_requests_total counter"]
-            out += [f'attnkit_requests_total{{endpoint="{e}",status="{s}"}} {n}'
-                    for (e, s), n in sorted(self.requests.items())]
-            out += ["# HELP attnkit_request_errors_total Requests answered with a status of "
-                    "400 or more, by endpoint and status.",
-                    "# TYPE attnkit_request_errors_total counter"]
-            out += [f'attnkit_request_errors_total{{endpoint="{e}",status="{s}"}} {n}'
-                    for (e, s), n in sorted(self.requests.items()) if s >= 400]
-            out += ["# HELP attnkit_decoding_failures_total Requests whose decoding raised.",
-                    "# TYPE attnkit_decoding_failures_total counter",
-                    f"attnkit_decoding_failures_total {self.failed_decodings}",
-                    "# HELP attnkit_queue_depth Requests waiting to be decoded.",
-                    "# TYPE attnkit_queue_depth gauge",
-                    f"attnkit_queue_depth {self.queue_depth()}",
-                    "# HELP attnkit_batch_size Requests decoded together in one batch.",
-                    "# TYPE attnkit_batch_size histogram",
-                    *self.batches.lines("attnkit_batch_size"),
-                    "# HELP attnkit_request_duration_seconds Time from a request's arrival to "
-                    "its answer, by endpoint.",
-                    "# TYPE attnkit_request_duration_seconds histogram"]
+            out = [
+                "# HELP attnkit_requests_total Requests answered, by endpoint and status.",
+                "# TYPE attnkit_requests_total counter",
+            ]
+            out += [
+                f'attnkit_requests_total{{endpoint="{e}",status="{s}"}} {n}'
+                for (e, s), n in sorted(self.requests.items())
+            ]
+            out += [
+                "# HELP attnkit_request_errors_total Requests answered with a status of "
+                "400 or more, by endpoint and status.",
+                "# TYPE attnkit_request_errors_total counter",
+            ]
+            out += [
+                f'attnkit_request_errors_total{{endpoint="{e}",status="{s}"}} {n}'
+                for (e, s), n in sorted(self.requests.items())
+                if s >= 400
+            ]
+            out += [
+                "# HELP attnkit_decoding_failures_total Requests whose decoding raised.",
+                "# TYPE attnkit_decoding_failures_total counter",
+                f"attnkit_decoding_failures_total {self.failed_decodings}",
+                "# HELP attnkit_queue_depth Requests waiting to be decoded.",
+                "# TYPE attnkit_queue_depth gauge",
+                f"attnkit_queue_depth {self.queue_depth()}",
+                "# HELP attnkit_batch_size Requests decoded together in one batch.",
+                "# TYPE attnkit_batch_size histogram",
+                *self.batches.lines("attnkit_batch_size"),
+                "# HELP attnkit_request_duration_seconds Time from a request's arrival to "
+                "its answer, by endpoint.",
+                "# TYPE attnkit_request_duration_seconds histogram",
+            ]
             for endpoint, histogram in sorted(self.latency.items()):
-                out += histogram.lines("attnkit_request_duration_seconds",
-                                       f'endpoint="{endpoint}"')
+                out += histogram.lines("attnkit_request_duration_seconds", f'endpoint="{endpoint}"')
         return "\n".join(out) + "\n"

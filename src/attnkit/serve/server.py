@@ -32,8 +32,7 @@ from attnkit.serve.options import Limits
 from attnkit.tasks.evaluator import EVALUATORS, Evaluator, evaluator_for
 from attnkit.tasks.loading import load_evaluator
 
-__all__ = ["LOCAL_HOSTS", "exported_evaluator", "run_server", "serve_checkpoint",
-           "server_config"]
+__all__ = ["LOCAL_HOSTS", "exported_evaluator", "run_server", "serve_checkpoint", "server_config"]
 
 log = logging.getLogger("attnkit.serve")
 
@@ -70,8 +69,9 @@ class _ReadDeadline(H11Protocol):
 
     def _watch(self) -> None:
         """Start the deadline when a request is owed, stop it when one has come whole."""
-        owed = (self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
-                and not self.transport.is_closing())
+        owed = (
+            self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.transport.is_closing()
+        )
         if owed and self._deadline is None:
             self._deadline = self.loop.call_later(self.read_timeout_s, self._expired)
         elif not owed and self._deadline is not None:
@@ -82,46 +82,78 @@ class _ReadDeadline(H11Protocol):
         self._deadline = None
         if not self.transport.is_closing():
             client = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
-            log.info("closed the connection of %s: no whole request within %g s "
-                     "(--read-timeout)", client, self.read_timeout_s)
+            log.info(
+                "closed the connection of %s: no whole request within %g s (--read-timeout)",
+                client,
+                self.read_timeout_s,
+            )
             self.transport.close()
 
 
-def server_config(app, limits: Limits | None = None, *, host: str = "127.0.0.1",
-                  port: int = 8000, grace_s: float | None = None,
-                  log_level: str = "info") -> uvicorn.Config:
+def server_config(
+    app,
+    limits: Limits | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    grace_s: float | None = None,
+    log_level: str = "info",
+) -> uvicorn.Config:
     """uvicorn's settings for serving ``app``: ``limits``' read timeout and keep-alive (see
     the module docstring), a graceful shutdown of ``grace_s`` seconds at most, the lifespan
     on."""
     limits = limits or Limits()
     protocol = type("ReadDeadline", (_ReadDeadline,), {"read_timeout_s": limits.read_timeout_s})
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
-                          timeout_graceful_shutdown=grace_s, http=protocol,
-                          timeout_keep_alive=limits.keep_alive_s)
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        lifespan="on",
+        timeout_graceful_shutdown=grace_s,
+        http=protocol,
+        timeout_keep_alive=limits.keep_alive_s,
+    )
 
 
-def run_server(app, *, host: str = "127.0.0.1", port: int = 8000, grace_s: float = 35.0,
-               log_level: str = "info", limits: Limits | None = None) -> int:
+def run_server(
+    app,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    grace_s: float = 35.0,
+    log_level: str = "info",
+    limits: Limits | None = None,
+) -> int:
     """Serve ``app`` on ``host:port`` until SIGTERM or SIGINT, then shut down gracefully
     (``grace_s``: seconds at most for the requests in flight); ``limits``: the read timeout
     and keep-alive of its connections (:func:`server_config`). Returns 0, or ``128 +
     signal`` when a signal stopped it."""
-    server = uvicorn.Server(server_config(app, limits, host=host, port=port, grace_s=grace_s,
-                                          log_level=log_level))
+    server = uvicorn.Server(
+        server_config(app, limits, host=host, port=port, grace_s=grace_s, log_level=log_level)
+    )
     received: list[int] = []
     # uvicorn handles the signals while it runs, then raises the one it got again after
     # restoring the handlers it found: these record it instead of ending the process.
     main = threading.current_thread() is threading.main_thread()
-    previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    previous = (
+        {
+            sig: signal.signal(sig, lambda signum, frame: received.append(signum))
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        if main
+        else {}
+    )
     try:
         server.run()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if received:
-        log.info("stopped by %s after answering the requests in flight",
-                 signal.Signals(received[-1]).name)
+        log.info(
+            "stopped by %s after answering the requests in flight",
+            signal.Signals(received[-1]).name,
+        )
         return 128 + received[-1]
     return 0
 
@@ -141,8 +173,9 @@ def exported_evaluator(folder) -> Evaluator:
     meta = model.meta
     task = meta["task"]
     if task not in EVALUATORS:
-        raise ValueError(f"{folder}: an export of task {task!r}; expected one of "
-                         f"{', '.join(sorted(EVALUATORS))}")
+        raise ValueError(
+            f"{folder}: an export of task {task!r}; expected one of {', '.join(sorted(EVALUATORS))}"
+        )
     config = {"task": task, "model": meta["model"]}
     if task == "translate":  # the length rule the exporter wrote
         config["max_len_extra"] = meta["decoding"]["max_len"]["extra"]
@@ -152,9 +185,15 @@ def exported_evaluator(folder) -> Evaluator:
     return evaluator_for(task)(model, config, vocab)
 
 
-def serve_checkpoint(checkpoint, *, device="cpu", limits: Limits | None = None,
-                     host: str = "127.0.0.1", port: int = 8000,
-                     api_key: str | None = None) -> int:
+def serve_checkpoint(
+    checkpoint,
+    *,
+    device="cpu",
+    limits: Limits | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    api_key: str | None = None,
+) -> int:
     """Load the checkpoint (a folder or ``builtin:NAME``) on ``device``, or the ONNX export
     in a folder (:func:`exported_evaluator`; the CPU only), and serve its task
     (:func:`attnkit.serve.app.create_app`, :func:`run_server`).
@@ -167,15 +206,19 @@ def serve_checkpoint(checkpoint, *, device="cpu", limits: Limits | None = None,
     limits = limits or Limits()
     if is_export(checkpoint):  # builtin:NAME is a checkpoint
         if str(device) != "cpu":
-            raise ValueError(f"device: an ONNX export is served on the CPU (onnxruntime), got "
-                             f"{device!r}; serve its checkpoint for another device")
+            raise ValueError(
+                f"device: an ONNX export is served on the CPU (onnxruntime), got "
+                f"{device!r}; serve its checkpoint for another device"
+            )
         evaluator = exported_evaluator(checkpoint)
         runtime = f"onnxruntime ({evaluator.model.meta.get('quantize') or 'float32'})"
     else:
         evaluator, runtime = load_evaluator(checkpoint, device), "pytorch"
     app = create_app(evaluator, limits, api_key=api_key, name=str(checkpoint), runtime=runtime)
     if host not in LOCAL_HOSTS and api_key is None:
-        log.warning("serving on %s without an API key: anyone who reaches this address can "
-                    "use the model (--api-key or ATTNKIT_API_KEY)", host)
-    return run_server(app, host=host, port=port, grace_s=limits.timeout_s + GRACE_S,
-                      limits=limits)
+        log.warning(
+            "serving on %s without an API key: anyone who reaches this address can "
+            "use the model (--api-key or ATTNKIT_API_KEY)",
+            host,
+        )
+    return run_server(app, host=host, port=port, grace_s=limits.timeout_s + GRACE_S, limits=limits)

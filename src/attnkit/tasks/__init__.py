@@ -6,5 +6,14 @@ Each task's module is named by the word its checkpoints store: ``translate``, ``
 from attnkit.tasks import asr, caption, ocr, translate, vqa
 from attnkit.tasks.evaluator import EVALUATORS, Evaluator, evaluate, evaluator_for
 
-__all__ = ["EVALUATORS", "Evaluator", "asr", "caption", "evaluate", "evaluator_for", "ocr",
-           "translate", "vqa"]
+__all__ = [
+    "EVALUATORS",
+    "Evaluator",
+    "asr",
+    "caption",
+    "evaluate",
+    "evaluator_for",
+    "ocr",
+    "translate",
+    "vqa",
+]

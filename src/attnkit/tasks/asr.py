@@ -29,8 +29,14 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from attnkit.checks import (check_fraction, check_non_negative, check_non_negative_int,
-                            check_positive_int, quoted)
+import attnkit.tasks.metrics as scores
+from attnkit.checks import (
+    check_fraction,
+    check_non_negative,
+    check_non_negative_int,
+    check_positive_int,
+    quoted,
+)
 from attnkit.data import (
     CharVocab,
     DataError,
@@ -44,25 +50,41 @@ from attnkit.data import (
     resample,
 )
 from attnkit.data.audio.features import SAMPLE_RATE, frame_count, samples_needed
-from attnkit.data.augment.augmentation import example_rng
-from attnkit.data.augment.audio_augment import SpeechAugment
 from attnkit.data.audio.files import MAX_SECONDS, read_audio
+from attnkit.data.augment.audio_augment import SpeechAugment
+from attnkit.data.augment.augmentation import example_rng
 from attnkit.data.corpora.reading import read_corpus
 from attnkit.decoding import Decoding, Hypotheses, decode_batches, stream_feed, stream_start
+from attnkit.diagnose.plots import plot_alignment
 from attnkit.models import LAS, build_model, guided_attention_loss
 from attnkit.models.las import HALVINGS, MIN_FRAMES
-from attnkit.diagnose.plots import plot_alignment
-import attnkit.tasks.metrics as scores
 from attnkit.tasks.batching import length_batches
-from attnkit.tasks.evaluator import (Evaluator, Example, Output, pictures, scores_of, texts_of,
-                                     tokens_of)
+from attnkit.tasks.evaluator import (
+    Evaluator,
+    Example,
+    Output,
+    pictures,
+    scores_of,
+    texts_of,
+    tokens_of,
+)
 from attnkit.tasks.explore import speech_example
 from attnkit.tasks.route import Route, Upload
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
-__all__ = ["AsrEvaluator", "AsrTask", "SpellerPretraining", "StreamedChunk", "max_chars",
-           "metrics", "plot_transcription", "transcribe", "transcribe_stream", "wav_samples"]
+__all__ = [
+    "AsrEvaluator",
+    "AsrTask",
+    "SpellerPretraining",
+    "StreamedChunk",
+    "max_chars",
+    "metrics",
+    "plot_transcription",
+    "transcribe",
+    "transcribe_stream",
+    "wav_samples",
+]
 
 # Output length cap: characters per feature frame (fast speech is ~0.17 at 10 ms), plus a margin.
 CHARS_PER_FRAME = 0.3
@@ -88,14 +110,23 @@ def check_frames(utterances: SpeechSet) -> None:
     """Raises a :class:`DataError` naming the first utterance shorter than 8 frames (80 ms)."""
     for frames, origin in zip(utterances.frames, utterances.origins):
         if frames < MIN_FRAMES:
-            raise DataError(f"{origin}: {frames} feature frames; the listener's "
-                            f"{HALVINGS} halvings need at least {MIN_FRAMES}")
+            raise DataError(
+                f"{origin}: {frames} feature frames; the listener's "
+                f"{HALVINGS} halvings need at least {MIN_FRAMES}"
+            )
 
 
 @torch.no_grad()
-def transcribe(model: LAS, vocab: CharVocab, features: Sequence[torch.Tensor], *,
-               decoding: Decoding | None = None, weights: bool = False,
-               batch_size: int = 32, lm=None) -> tuple[list[str], list[Hypotheses]]:
+def transcribe(
+    model: LAS,
+    vocab: CharVocab,
+    features: Sequence[torch.Tensor],
+    *,
+    decoding: Decoding | None = None,
+    weights: bool = False,
+    batch_size: int = 32,
+    lm=None,
+) -> tuple[list[str], list[Hypotheses]]:
     """Transcripts of the utterances ``features[i]`` ``(T_i, F)`` decoded as ``decoding``
     says (default greedy; ``lm``: the language model of ``decoding.lm_weight``), and per batch
     the raw hypotheses (tokens, and with ``weights`` the attention weights for plots). An
@@ -106,9 +137,15 @@ def transcribe(model: LAS, vocab: CharVocab, features: Sequence[torch.Tensor], *
     """
     texts, raws = [], []
     for _, hyp in decode_batches(
-            model, features, pad_features,  # (B, T, F), (B,)
-            max_len=max_chars,
-            decoding=decoding, batch_size=batch_size, lm=lm, weights=weights):
+        model,
+        features,
+        pad_features,  # (B, T, F), (B,)
+        max_len=max_chars,
+        decoding=decoding,
+        batch_size=batch_size,
+        lm=lm,
+        weights=weights,
+    ):
         texts += [vocab.decode(row) for row in hyp.best().tokens]
         raws.append(hyp)
     return texts, raws
@@ -127,8 +164,10 @@ def wav_samples(path: str | Path, *, max_seconds: float | None = MAX_SECONDS) ->
     frames = frame_count(samples.numel())
     if frames < MIN_FRAMES:
         ms = samples.numel() / SAMPLE_RATE * 1000
-        raise DataError(f"{path}: {frames} feature frames ({ms:.0f} ms of audio); the "
-                        f"recogniser needs at least {MIN_FRAMES} (80 ms)")
+        raise DataError(
+            f"{path}: {frames} feature frames ({ms:.0f} ms of audio); the "
+            f"recogniser needs at least {MIN_FRAMES} (80 ms)"
+        )
     return samples
 
 
@@ -156,9 +195,16 @@ class StreamedChunk(NamedTuple):
     cpu_s: float
 
 
-def transcribe_stream(model: LAS, vocab: CharVocab, samples: torch.Tensor, *,
-                      chunk_ms: float = 200.0, max_len: int | None = None,
-                      loop_stop: bool = True, realtime: bool = False) -> Iterator[StreamedChunk]:
+def transcribe_stream(
+    model: LAS,
+    vocab: CharVocab,
+    samples: torch.Tensor,
+    *,
+    chunk_ms: float = 200.0,
+    max_len: int | None = None,
+    loop_stop: bool = True,
+    realtime: bool = False,
+) -> Iterator[StreamedChunk]:
     """Transcribe ``samples (N,)`` (16 kHz) as if they arrived ``chunk_ms`` at a time: after
     each chunk, the characters greedy decoding has decided (:func:`attnkit.decoding.stream_feed`
     over :func:`attnkit.data.log_mel_stream` frames). Together they are :func:`transcribe`'s
@@ -175,8 +221,10 @@ def transcribe_stream(model: LAS, vocab: CharVocab, samples: torch.Tensor, *,
     if not isinstance(chunk_ms, (int, float)) or isinstance(chunk_ms, bool) or chunk_ms <= 0:
         raise ValueError(f"chunk_ms: expected a positive number, got {quoted(chunk_ms)}")
     if samples.dim() != 1 or frame_count(samples.numel()) < MIN_FRAMES:
-        raise ValueError(f"samples: expected (N,) samples of at least {MIN_FRAMES} feature "
-                         f"frames (80 ms), got {tuple(samples.shape)}")
+        raise ValueError(
+            f"samples: expected (N,) samples of at least {MIN_FRAMES} feature "
+            f"frames (80 ms), got {tuple(samples.shape)}"
+        )
     model.eval()
     device = next(model.parameters()).device
     step = max(1, round(chunk_ms * SAMPLE_RATE / 1000))
@@ -194,16 +242,32 @@ def transcribe_stream(model: LAS, vocab: CharVocab, samples: torch.Tensor, *,
         begin, begin_cpu = time.perf_counter(), time.thread_time()
         frames, mel = log_mel_stream(samples[start:end], mel, final=end == n)  # (t, F)
         with torch.no_grad():
-            state, emitted = stream_feed(model, state, frames[None].to(device),
-                                         final=end == n, max_len=limit)
-        heard = [min(n, samples_needed(e.reach * MIN_FRAMES)) / SAMPLE_RATE if e.reach else None
-                 for e in emitted]
-        yield StreamedChunk(index, end / SAMPLE_RATE, vocab.decode(e.token for e in emitted),
-                            heard, time.perf_counter() - begin, time.thread_time() - begin_cpu)
+            state, emitted = stream_feed(
+                model, state, frames[None].to(device), final=end == n, max_len=limit
+            )
+        heard = [
+            min(n, samples_needed(e.reach * MIN_FRAMES)) / SAMPLE_RATE if e.reach else None
+            for e in emitted
+        ]
+        yield StreamedChunk(
+            index,
+            end / SAMPLE_RATE,
+            vocab.decode(e.token for e in emitted),
+            heard,
+            time.perf_counter() - begin,
+            time.thread_time() - begin_cpu,
+        )
 
 
-def plot_transcription(hyp: Hypotheses, i: int, features: torch.Tensor, vocab: CharVocab,
-                       path: str | Path, *, title: str | None = None) -> Path | None:
+def plot_transcription(
+    hyp: Hypotheses,
+    i: int,
+    features: torch.Tensor,
+    vocab: CharVocab,
+    path: str | Path,
+    *,
+    title: str | None = None,
+) -> Path | None:
     """Alignment of example ``i`` of ``hyp``: its characters (EOS included) over the
     spectrogram ``features (T, F)``, one listener step per 8 frames; None when ``hyp`` was
     decoded without ``weights``."""
@@ -214,8 +278,15 @@ def plot_transcription(hyp: Hypotheses, i: int, features: torch.Tensor, vocab: C
     n = int(hyp.lengths[i])
     labels = [vocab.piece(t) for t in hyp.tokens[i, :n]]
     background = features[: steps * MIN_FRAMES].T  # (F, 8 S): the frames the steps cover
-    return plot_alignment(hyp.weights[i, :n, :steps], background, labels, path, steps=steps,
-                          origin="lower", title=title or vocab.decode(hyp.tokens[i]))
+    return plot_alignment(
+        hyp.weights[i, :n, :steps],
+        background,
+        labels,
+        path,
+        steps=steps,
+        origin="lower",
+        title=title or vocab.decode(hyp.tokens[i]),
+    )
 
 
 class AsrTask:
@@ -256,12 +327,24 @@ class AsrTask:
             only.
     """
 
-    def __init__(self, train: SpeechSet, valid: SpeechSet, *, model_config: dict,
-                 vocab: CharVocab | None = None, batch_size: int = 32, seed: int = 0,
-                 label_smoothing: float = 0.1, teacher_forcing: float | TeacherForcing = 1.0,
-                 ctc_weight: float = 0.0, guided_attention: float = 0.0, sortagrad: int = 0,
-                 max_valid: int = 300, data: dict | None = None,
-                 augment: SpeechAugment | Sequence | None = None):
+    def __init__(
+        self,
+        train: SpeechSet,
+        valid: SpeechSet,
+        *,
+        model_config: dict,
+        vocab: CharVocab | None = None,
+        batch_size: int = 32,
+        seed: int = 0,
+        label_smoothing: float = 0.1,
+        teacher_forcing: float | TeacherForcing = 1.0,
+        ctc_weight: float = 0.0,
+        guided_attention: float = 0.0,
+        sortagrad: int = 0,
+        max_valid: int = 300,
+        data: dict | None = None,
+        augment: SpeechAugment | Sequence | None = None,
+    ):
         if len(train) == 0:
             raise ValueError("train: expected at least one utterance")
         check_positive_int("batch_size", batch_size)
@@ -279,18 +362,28 @@ class AsrTask:
         self.ctc_weight = ctc_weight
         self.guided_attention = check_non_negative("guided_attention", guided_attention)
         self.sortagrad = check_non_negative_int("sortagrad", sortagrad, "epochs")
-        self.model_config = {"name": "las", **model_config, "vocab": len(self.char_vocab),
-                             "features": train.features[0].shape[1], "ctc": ctc_weight > 0}
+        self.model_config = {
+            "name": "las",
+            **model_config,
+            "vocab": len(self.char_vocab),
+            "features": train.features[0].shape[1],
+            "ctc": ctc_weight > 0,
+        }
         self.data = data or {}
         if augment is not None and not isinstance(augment, SpeechAugment):
             augment = SpeechAugment(augment)
         self.augment = augment if augment else None
-        if self.augment is not None and self.augment.needs_samples and \
-                not getattr(train.features, "has_samples", False):
+        if (
+            self.augment is not None
+            and self.augment.needs_samples
+            and not getattr(train.features, "has_samples", False)
+        ):
             changing = ", ".join(a.name for a in self.augment if a.stage != "features")
-            raise ValueError(f"augment: {changing} change the audio, and these training "
-                             "utterances keep features only; train on a corpus, or on "
-                             "built-in speech made with speech_dataset(..., audio=True)")
+            raise ValueError(
+                f"augment: {changing} change the audio, and these training "
+                "utterances keep features only; train on a corpus, or on "
+                "built-in speech made with speech_dataset(..., audio=True)"
+            )
         self.transcript_ids = _Encoded(train.transcripts, self.char_vocab)
 
     def build_model(self) -> LAS:
@@ -306,9 +399,16 @@ class AsrTask:
         """Shuffled (seeded by epoch) batches of similar utterance lengths, shortest first in
         the first ``sortagrad`` epochs, built when indexed (features read, augmented and made
         float32 then)."""
-        return Batches(length_batches(self.train.frames, self.batch_size, seed=self.seed,
-                                      epoch=epoch, ascending=epoch < self.sortagrad),
-                       functools.partial(self._collate, epoch=epoch))
+        return Batches(
+            length_batches(
+                self.train.frames,
+                self.batch_size,
+                seed=self.seed,
+                epoch=epoch,
+                ascending=epoch < self.sortagrad,
+            ),
+            functools.partial(self._collate, epoch=epoch),
+        )
 
     def training_features(self, i: int, epoch: int) -> torch.Tensor:
         """The features ``(T, F)`` of training utterance ``i`` as epoch ``epoch`` trains on
@@ -316,11 +416,14 @@ class AsrTask:
         features = self.train.features
         if self.augment is None:
             return features[i]
-        out = self.augment(example_rng(self.seed, epoch, i),
-                           samples=functools.partial(features.samples, i)
-                           if getattr(features, "has_samples", False) else None,
-                           features=functools.partial(features.__getitem__, i),
-                           normalize=getattr(features, "normalize", False))
+        out = self.augment(
+            example_rng(self.seed, epoch, i),
+            samples=functools.partial(features.samples, i)
+            if getattr(features, "has_samples", False)
+            else None,
+            features=functools.partial(features.__getitem__, i),
+            normalize=getattr(features, "normalize", False),
+        )
         return out if out.shape[0] >= MIN_FRAMES else features[i]
 
     def text_batch(self, idx: list[int]) -> dict:
@@ -328,34 +431,52 @@ class AsrTask:
         ``chars``/``char_lengths`` (CTC targets)."""
         tgt, _ = pad_batch([[BOS] + self.transcript_ids[i] + [EOS] for i in idx])
         chars, char_lengths = pad_batch([self.transcript_ids[i] for i in idx])
-        return {"tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:], "chars": chars,
-                "char_lengths": char_lengths}
+        return {
+            "tgt_in": tgt[:, :-1],
+            "tgt_out": tgt[:, 1:],
+            "chars": chars,
+            "char_lengths": char_lengths,
+        }
 
     def _collate(self, idx: list[int], epoch: int = 0) -> dict:
-        features, lengths = pad_features([self.training_features(i, epoch).float()
-                                          for i in idx])
+        features, lengths = pad_features([self.training_features(i, epoch).float() for i in idx])
         return {"features": features, "lengths": lengths, **self.text_batch(idx)}
 
     def cross_entropy(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Mean label-smoothed cross-entropy of ``logits (B, U, V)`` over the non-padding
         ``target (B, U)``."""
-        return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD,
-                               label_smoothing=self.label_smoothing)
+        return F.cross_entropy(
+            logits.flatten(0, 1),
+            target.flatten(),
+            ignore_index=PAD,
+            label_smoothing=self.label_smoothing,
+        )
 
     def loss(self, model: LAS, batch: dict, step: int = 0) -> tuple[torch.Tensor, int]:
-        out = model(batch["features"], batch["lengths"], batch["tgt_in"],
-                    teacher_forcing=self.teacher_forcing.ratio(step),
-                    with_ctc=self.ctc_weight > 0)
+        out = model(
+            batch["features"],
+            batch["lengths"],
+            batch["tgt_in"],
+            teacher_forcing=self.teacher_forcing.ratio(step),
+            with_ctc=self.ctc_weight > 0,
+        )
         target = batch["tgt_out"]
         loss = self.cross_entropy(out[0], target)
         if self.ctc_weight > 0:
             log_probs, listener_lengths = out[2]  # (S, B, V), (B,)
-            ctc = F.ctc_loss(log_probs, batch["chars"], listener_lengths, batch["char_lengths"],
-                             blank=PAD, zero_infinity=True)
+            ctc = F.ctc_loss(
+                log_probs,
+                batch["chars"],
+                listener_lengths,
+                batch["char_lengths"],
+                blank=PAD,
+                zero_infinity=True,
+            )
             loss = (1 - self.ctc_weight) * loss + self.ctc_weight * ctc
         if self.guided_attention > 0:
             loss = loss + self.guided_attention * guided_attention_loss(
-                out[1], (target != PAD).sum(1), model.steps(batch["lengths"]))
+                out[1], (target != PAD).sum(1), model.steps(batch["lengths"])
+            )
         return loss, int((target != PAD).sum())
 
     def evaluate(self, model: LAS) -> dict[str, float]:
@@ -364,18 +485,26 @@ class AsrTask:
 
     def pictures(self, model, folder: Path, n: int) -> list[Path]:
         """Attention pictures of the first ``n`` validation examples in ``folder``."""
-        return pictures(AsrEvaluator(model, self.config(), self.vocab()), self.valid.features[:n], folder)
+        return pictures(
+            AsrEvaluator(model, self.config(), self.vocab()), self.valid.features[:n], folder
+        )
 
     def config(self) -> dict:
-        return {"task": "asr", "model": self.model_config, "data": self.data,
-                "batching": {"batch_size": self.batch_size, "seed": self.seed,
-                             "label_smoothing": self.label_smoothing,
-                             "ctc_weight": self.ctc_weight,
-                             **({"guided_attention": self.guided_attention}
-                                if self.guided_attention else {}),
-                             **({"sortagrad": self.sortagrad} if self.sortagrad else {}),
-                             "teacher_forcing": asdict(self.teacher_forcing)},
-                **({"augment": self.augment.config()} if self.augment else {})}
+        return {
+            "task": "asr",
+            "model": self.model_config,
+            "data": self.data,
+            "batching": {
+                "batch_size": self.batch_size,
+                "seed": self.seed,
+                "label_smoothing": self.label_smoothing,
+                "ctc_weight": self.ctc_weight,
+                **({"guided_attention": self.guided_attention} if self.guided_attention else {}),
+                **({"sortagrad": self.sortagrad} if self.sortagrad else {}),
+                "teacher_forcing": asdict(self.teacher_forcing),
+            },
+            **({"augment": self.augment.config()} if self.augment else {}),
+        }
 
     def vocab(self) -> dict:
         return self.char_vocab.to_json()
@@ -417,8 +546,10 @@ class SpellerPretraining:
         """Shuffled (seeded by epoch) batches of transcripts of similar length, built when
         indexed."""
         lengths = [len(t) for t in self.task.transcript_ids]
-        return Batches(length_batches(lengths, self.task.batch_size, seed=self.task.seed,
-                                      epoch=epoch), self.task.text_batch)
+        return Batches(
+            length_batches(lengths, self.task.batch_size, seed=self.task.seed, epoch=epoch),
+            self.task.text_batch,
+        )
 
     def loss(self, model: LAS, batch: dict, step: int = 0) -> tuple[torch.Tensor, int]:
         logits = model.language_model(batch["tgt_in"])
@@ -454,12 +585,18 @@ class AsrEvaluator(Evaluator, task="asr"):
     """A speech checkpoint's model and characters: transcribes log-mel features and reads
     manifests of labelled WAVs (:mod:`attnkit.tasks.evaluator`)."""
 
-    data = ("a manifest of wav_path<TAB>transcript lines (paths relative to it or absolute), "
-            "or a Kaldi/ESPnet data directory, a LibriSpeech folder, a Common Voice TSV or a "
-            "JSON-lines manifest (--format)")
+    data = (
+        "a manifest of wav_path<TAB>transcript lines (paths relative to it or absolute), "
+        "or a Kaldi/ESPnet data directory, a LibriSpeech folder, a Common Voice TSV or a "
+        "JSON-lines manifest (--format)"
+    )
     metrics = ("cer", "wer", "exact")
-    route = Route("/transcribe", "transcribe a WAV file", upload=Upload("audio", kind="audio"),
-                  read=_served_audio)
+    route = Route(
+        "/transcribe",
+        "transcribe a WAV file",
+        upload=Upload("audio", kind="audio"),
+        read=_served_audio,
+    )
 
     def __init__(self, model: LAS, config: dict, vocab: dict):
         super().__init__(model, config, vocab)
@@ -480,29 +617,46 @@ class AsrEvaluator(Evaluator, task="asr"):
         (:mod:`attnkit.data.corpora.speech_formats`; ``options``: ``format`` and the format's
         options), features as the model takes them, utterances shorter than the listener needs
         counted as unusable."""
-        utterances = read_corpus("asr", path, normalize=self.normalize, min_frames=MIN_FRAMES,
-                                 **options)
+        utterances = read_corpus(
+            "asr", path, normalize=self.normalize, min_frames=MIN_FRAMES, **options
+        )
         check_frames(utterances)
-        return [Example(f, t, o) for f, t, o in
-                zip(utterances.features, utterances.transcripts, utterances.origins)]
+        return [
+            Example(f, t, o)
+            for f, t, o in zip(utterances.features, utterances.transcripts, utterances.origins)
+        ]
 
     def load_inputs(self, items: Sequence[str]) -> tuple[list, list[str]]:
         """Log-mel features ``(T, F)`` from audio files."""
         return [self.features(wav_samples(Path(p))) for p in items], list(items)
 
-    def decode(self, inputs: Sequence[torch.Tensor], decoding: Decoding | None = None, *,
-               weights: bool = False) -> list[Output]:
-        _, raws = transcribe(self.model, self.char_vocab, inputs, decoding=decoding,
-                             lm=self.lm, weights=weights)
+    def decode(
+        self,
+        inputs: Sequence[torch.Tensor],
+        decoding: Decoding | None = None,
+        *,
+        weights: bool = False,
+    ) -> list[Output]:
+        _, raws = transcribe(
+            self.model, self.char_vocab, inputs, decoding=decoding, lm=self.lm, weights=weights
+        )
         outputs = []
         for hyp in raws:
-            for i, (texts, ranked, tokens) in enumerate(zip(
-                    texts_of(hyp, self.char_vocab), scores_of(hyp),
-                    tokens_of(hyp, self.char_vocab))):
+            for i, (texts, ranked, tokens) in enumerate(
+                zip(texts_of(hyp, self.char_vocab), scores_of(hyp), tokens_of(hyp, self.char_vocab))
+            ):
                 features = inputs[len(outputs)]
-                outputs.append(Output(
-                    texts, functools.partial(plot_transcription, hyp, i, features,
-                                             self.char_vocab),
-                    functools.partial(speech_example, self.model, hyp, i, features,
-                                      self.char_vocab) if weights else None, ranked, tokens))
+                outputs.append(
+                    Output(
+                        texts,
+                        functools.partial(plot_transcription, hyp, i, features, self.char_vocab),
+                        functools.partial(
+                            speech_example, self.model, hyp, i, features, self.char_vocab
+                        )
+                        if weights
+                        else None,
+                        ranked,
+                        tokens,
+                    )
+                )
         return outputs

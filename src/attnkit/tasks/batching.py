@@ -10,8 +10,9 @@ import torch
 __all__ = ["group_batches", "length_batches"]
 
 
-def length_batches(lengths: Sequence[int], batch_size: int, *, seed: int,
-                   epoch: int, ascending: bool = False) -> list[list[int]]:
+def length_batches(
+    lengths: Sequence[int], batch_size: int, *, seed: int, epoch: int, ascending: bool = False
+) -> list[list[int]]:
     """Indices of ``lengths`` in batches of ``batch_size``, shuffled (seeded by ``seed`` and
     ``epoch``), each batch drawn from one pool of ``50 * batch_size`` examples sorted by length,
     so batches hold similar lengths (little padding) and their order stays random.
@@ -37,8 +38,9 @@ def length_batches(lengths: Sequence[int], batch_size: int, *, seed: int,
     return [batches[j] for j in torch.randperm(len(batches), generator=g).tolist()]
 
 
-def group_batches(groups: Sequence[int], batch_size: int, *, seed: int,
-                  epoch: int) -> list[list[int]]:
+def group_batches(
+    groups: Sequence[int], batch_size: int, *, seed: int, epoch: int
+) -> list[list[int]]:
     """Indices of ``groups`` (each example's group id, e.g. the image a question is about) in
     batches of whole groups: the groups shuffled (seeded by ``seed`` and ``epoch``) and taken
     in turn until a batch holds ``batch_size`` examples or more (the last batch: what is

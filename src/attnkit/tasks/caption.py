@@ -36,8 +36,8 @@ from attnkit.data import (
     pad_batch,
     stack_images,
 )
-from attnkit.data.corpora.reading import read_corpus
 from attnkit.data.corpora.image_folders import CAPTIONS
+from attnkit.data.corpora.reading import read_corpus
 from attnkit.data.worlds.scenes import (
     caption_is_true,
     matching_objects,
@@ -46,19 +46,37 @@ from attnkit.data.worlds.scenes import (
     scored_scenes,
 )
 from attnkit.decoding import Decoding, Hypotheses, decode_batches
-from attnkit.models import Captioner, build_model, doubly_stochastic
 from attnkit.diagnose.plots import plot_image_attention
+from attnkit.models import Captioner, build_model, doubly_stochastic
 from attnkit.tasks.batching import length_batches
-from attnkit.tasks.evaluator import (Evaluator, Example, LazyExamples, Output, score_examples,
-                                     scores_of, tokens_of)
+from attnkit.tasks.evaluator import (
+    Evaluator,
+    Example,
+    LazyExamples,
+    Output,
+    score_examples,
+    scores_of,
+    tokens_of,
+)
 from attnkit.tasks.explore import caption_example
 from attnkit.tasks.route import Route, Upload
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
-__all__ = ["Caption", "CaptionEvaluator", "CaptionOutput", "CaptionTask", "attention_on_objects",
-           "caption_examples", "caption_images", "check_images", "decode_images", "plot_caption",
-           "plot_captions", "scene_metrics"]
+__all__ = [
+    "Caption",
+    "CaptionEvaluator",
+    "CaptionOutput",
+    "CaptionTask",
+    "attention_on_objects",
+    "caption_examples",
+    "caption_images",
+    "check_images",
+    "decode_images",
+    "plot_caption",
+    "plot_captions",
+    "scene_metrics",
+]
 
 EXTRA_WORDS = 5  # decoded captions may be this much longer than the longest training caption
 
@@ -85,43 +103,75 @@ def check_images(items: Sequence, name: str, size: int) -> None:
     read here."""
     stored = isinstance(items, CaptionedImages)
     if stored and items.size != size:
-        raise DataError(f"{name}: images read at ({size}, {size}) are expected (the model's "
-                        f"image_size), got ({items.size}, {items.size})")
+        raise DataError(
+            f"{name}: images read at ({size}, {size}) are expected (the model's "
+            f"image_size), got ({items.size}, {items.size})"
+        )
     for i, item in enumerate(() if stored else items):
         image = item.image
         if image.dtype != torch.uint8 or tuple(image.shape) != (3, size, size):
-            raise DataError(f"{name}[{i}]: expected a uint8 image (3, {size}, {size}) (the "
-                            f"model's image_size), got {image.dtype} {tuple(image.shape)}")
+            raise DataError(
+                f"{name}[{i}]: expected a uint8 image (3, {size}, {size}) (the "
+                f"model's image_size), got {image.dtype} {tuple(image.shape)}"
+            )
     for i, captions in enumerate(_caption_texts(items)):
         if not captions or not all(c.strip() for c in captions):
-            raise DataError(f"{name}[{i}]: expected non-empty captions, "
-                            f"got {quoted(captions)}")
+            raise DataError(f"{name}[{i}]: expected non-empty captions, got {quoted(captions)}")
 
 
 @torch.no_grad()
-def decode_images(model: Captioner, images: Sequence[torch.Tensor], *, max_words: int,
-                  decoding: Decoding | None = None, weights: bool = False,
-                  batch_size: int = 32) -> list[Hypotheses]:
+def decode_images(
+    model: Captioner,
+    images: Sequence[torch.Tensor],
+    *,
+    max_words: int,
+    decoding: Decoding | None = None,
+    weights: bool = False,
+    batch_size: int = 32,
+) -> list[Hypotheses]:
     """Decode images ``(3, S, S)`` uint8 as ``decoding`` says (default greedy), at most
     ``max_words`` words each (EOS included): per batch of ``batch_size`` images, in order, the
     :class:`attnkit.decoding.Hypotheses` (every hypothesis with its score; the attention
     weights ``(n, L)`` over the grid's ``L`` cells only with ``weights``)."""
-    return [hyp for _, hyp in decode_batches(
-        model, images, lambda chunk: (stack_images(chunk), torch.full((len(chunk),), model.cells)),
-        max_len=lambda lengths: max_words, decoding=decoding, batch_size=batch_size,
-        weights=weights)]
+    return [
+        hyp
+        for _, hyp in decode_batches(
+            model,
+            images,
+            lambda chunk: (stack_images(chunk), torch.full((len(chunk),), model.cells)),
+            max_len=lambda lengths: max_words,
+            decoding=decoding,
+            batch_size=batch_size,
+            weights=weights,
+        )
+    ]
 
 
-def caption_images(model: Captioner, vocab: WordVocab, images: Sequence[torch.Tensor], *,
-                   max_words: int, decoding: Decoding | None = None, weights: bool = False,
-                   batch_size: int = 32) -> list[Caption]:
+def caption_images(
+    model: Captioner,
+    vocab: WordVocab,
+    images: Sequence[torch.Tensor],
+    *,
+    max_words: int,
+    decoding: Decoding | None = None,
+    weights: bool = False,
+    batch_size: int = 32,
+) -> list[Caption]:
     """Caption images ``(3, S, S)`` uint8 (:func:`decode_images`): one :class:`Caption` per
     image, in order; its attention weights only with ``weights`` (for pictures and
     :func:`scene_metrics`)."""
-    return [caption for hyp in decode_images(model, images, max_words=max_words,
-                                             decoding=decoding, weights=weights,
-                                             batch_size=batch_size)
-            for caption in _captions(hyp, vocab)]
+    return [
+        caption
+        for hyp in decode_images(
+            model,
+            images,
+            max_words=max_words,
+            decoding=decoding,
+            weights=weights,
+            batch_size=batch_size,
+        )
+        for caption in _captions(hyp, vocab)
+    ]
 
 
 def _captions(hyp: Hypotheses, vocab: WordVocab) -> list[Caption]:
@@ -162,25 +212,36 @@ def attention_on_objects(scene: Scene, caption: str, weights: torch.Tensor) -> t
         named = masks[objects].any(0)  # (S, S)
         for t in range(phrase.start + 1, phrase.end):  # the words after "a"
             row, col = divmod(int(weights[t].argmax()), side)
-            box = named[int(row * cell):int(np.ceil((row + 1) * cell)),
-                        int(col * cell):int(np.ceil((col + 1) * cell))]
+            box = named[
+                int(row * cell) : int(np.ceil((row + 1) * cell)),
+                int(col * cell) : int(np.ceil((col + 1) * cell)),
+            ]
             hits += bool(box.any())
             words += 1
     return hits, words
 
 
-def scene_metrics(scenes: Sequence[Scene], captions: Sequence[str],
-                  weights: Sequence[torch.Tensor | None] | None = None) -> dict[str, float]:
+def scene_metrics(
+    scenes: Sequence[Scene],
+    captions: Sequence[str],
+    weights: Sequence[torch.Tensor | None] | None = None,
+) -> dict[str, float]:
     """``true_captions``: the share of ``captions`` (one per scene) whose every stated fact is
     true of their scene (:func:`attnkit.data.worlds.scenes.caption_is_true`); with their attention
     ``weights`` (``(n, L)`` each, as :class:`Caption` holds them; None without attention),
     ``attention_on_object``: the share of words naming an object whose attention peak falls
     on that object (:func:`attention_on_objects`)."""
     if len(captions) != len(scenes) or (weights is not None and len(weights) != len(scenes)):
-        raise ValueError(f"captions, weights: expected one per scene ({len(scenes)}), got "
-                         f"{len(captions)} and {'none' if weights is None else len(weights)}")
-    out = {"true_captions": sum(caption_is_true(s.objects, t, size=s.size)
-                                for s, t in zip(scenes, captions)) / max(1, len(captions))}
+        raise ValueError(
+            f"captions, weights: expected one per scene ({len(scenes)}), got "
+            f"{len(captions)} and {'none' if weights is None else len(weights)}"
+        )
+    out = {
+        "true_captions": sum(
+            caption_is_true(s.objects, t, size=s.size) for s, t in zip(scenes, captions)
+        )
+        / max(1, len(captions))
+    }
     if weights is not None and all(w is not None for w in weights):
         counts = [attention_on_objects(s, t, w) for s, t, w in zip(scenes, captions, weights)]
         words = sum(n for _, n in counts)
@@ -188,8 +249,9 @@ def scene_metrics(scenes: Sequence[Scene], captions: Sequence[str],
     return out
 
 
-def plot_caption(image: torch.Tensor, caption: Caption, path: str | Path, *,
-                 title: str | None = None) -> Path | None:
+def plot_caption(
+    image: torch.Tensor, caption: Caption, path: str | Path, *, title: str | None = None
+) -> Path | None:
     """The image, then each word of the best caption (and EOS) with its attention over the
     image; None when the model has no attention."""
     if caption.weights is None:
@@ -200,12 +262,15 @@ def plot_caption(image: torch.Tensor, caption: Caption, path: str | Path, *,
     return plot_image_attention(image, maps, labels, path, title=title or caption.texts[0])
 
 
-def plot_captions(images: Sequence[torch.Tensor], captions: Sequence[Caption],
-                  folder: str | Path) -> list[Path]:
+def plot_captions(
+    images: Sequence[torch.Tensor], captions: Sequence[Caption], folder: str | Path
+) -> list[Path]:
     """:func:`plot_caption` of each image as ``folder/caption_<i>.png``; the paths written
     (none for a model without attention)."""
-    drawn = (plot_caption(image, caption, Path(folder) / f"caption_{i}.png")
-             for i, (image, caption) in enumerate(zip(images, captions)))
+    drawn = (
+        plot_caption(image, caption, Path(folder) / f"caption_{i}.png")
+        for i, (image, caption) in enumerate(zip(images, captions))
+    )
     return [path for path in drawn if path is not None]
 
 
@@ -229,11 +294,23 @@ class CaptionTask:
         max_valid: validation images captioned at each evaluation.
     """
 
-    def __init__(self, train: Sequence, valid: Sequence, *, model_config: dict,
-                 vocab: WordVocab | None = None, batch_size: int = 32, seed: int = 0,
-                 label_smoothing: float = 0.0, teacher_forcing: float | TeacherForcing = 1.0,
-                 doubly_stochastic: float = 1.0, entropy_weight: float = 0.01,
-                 baseline_decay: float = 0.9, max_valid: int = 300, data: dict | None = None):
+    def __init__(
+        self,
+        train: Sequence,
+        valid: Sequence,
+        *,
+        model_config: dict,
+        vocab: WordVocab | None = None,
+        batch_size: int = 32,
+        seed: int = 0,
+        label_smoothing: float = 0.0,
+        teacher_forcing: float | TeacherForcing = 1.0,
+        doubly_stochastic: float = 1.0,
+        entropy_weight: float = 0.01,
+        baseline_decay: float = 0.9,
+        max_valid: int = 300,
+        data: dict | None = None,
+    ):
         if not train:
             raise ValueError("train: expected at least one captioned image")
         check_positive_int("batch_size", batch_size)
@@ -249,8 +326,7 @@ class CaptionTask:
         size = self.model_config.get("image_size", 64)
         check_images(self.train, "train", size)
         check_images(self.valid, "valid", size)
-        self.pairs = [(i, self.words.encode(c)) for i, texts in enumerate(captions)
-                      for c in texts]
+        self.pairs = [(i, self.words.encode(c)) for i, texts in enumerate(captions) for c in texts]
         self.max_words = max(len(ids) for _, ids in self.pairs) + EXTRA_WORDS
         if not isinstance(teacher_forcing, TeacherForcing):
             teacher_forcing = TeacherForcing(start=teacher_forcing)
@@ -267,8 +343,9 @@ class CaptionTask:
         """Shuffled (seeded by epoch) batches of captions of similar lengths, built when
         indexed (images float32 in [0, 1])."""
         lengths = [len(ids) for _, ids in self.pairs]
-        return Batches(length_batches(lengths, self.batch_size, seed=self.seed, epoch=epoch),
-                       self._collate)
+        return Batches(
+            length_batches(lengths, self.batch_size, seed=self.seed, epoch=epoch), self._collate
+        )
 
     def _collate(self, idx: list[int]) -> dict:
         images = stack_images([self.train[self.pairs[i][0]].image for i in idx])
@@ -276,22 +353,36 @@ class CaptionTask:
         return {"images": images, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
 
     def loss(self, model, batch: dict, step: int = 0) -> tuple[torch.Tensor, int]:
-        out = model(batch["images"], batch["tgt_in"],
-                    teacher_forcing=self.teacher_forcing.ratio(step))
+        out = model(
+            batch["images"], batch["tgt_in"], teacher_forcing=self.teacher_forcing.ratio(step)
+        )
         target = batch["tgt_out"]
         mask = target != PAD  # (B, T)
-        nll = F.cross_entropy(out.logits.flatten(0, 1), target.flatten(), ignore_index=PAD,
-                              reduction="none", label_smoothing=self.label_smoothing)
+        nll = F.cross_entropy(
+            out.logits.flatten(0, 1),
+            target.flatten(),
+            ignore_index=PAD,
+            reduction="none",
+            label_smoothing=self.label_smoothing,
+        )
         total = nll.sum()
         if out.weights is not None and self.doubly_stochastic > 0:
             total = total + self.doubly_stochastic * doubly_stochastic(out.weights, mask).sum()
         if out.location_log_probs is not None:
             core = model.module if isinstance(model, DistributedDataParallel) else model
-            log_likelihood = -F.cross_entropy(out.logits.transpose(1, 2), target,
-                                              ignore_index=PAD, reduction="none").sum(1)
-            total = total + core.reinforce(log_likelihood, out, mask,
-                                           entropy_weight=self.entropy_weight,
-                                           decay=self.baseline_decay).sum()
+            log_likelihood = -F.cross_entropy(
+                out.logits.transpose(1, 2), target, ignore_index=PAD, reduction="none"
+            ).sum(1)
+            total = (
+                total
+                + core.reinforce(
+                    log_likelihood,
+                    out,
+                    mask,
+                    entropy_weight=self.entropy_weight,
+                    decay=self.baseline_decay,
+                ).sum()
+            )
         tokens = int(mask.sum())
         return total / max(1, tokens), tokens
 
@@ -303,19 +394,30 @@ class CaptionTask:
     def pictures(self, model: Captioner, folder: Path, n: int) -> list[Path]:
         """Attention pictures of the first ``n`` validation images in ``folder``."""
         images = [item.image for item in self.valid[:n]]
-        return plot_captions(images, caption_images(model, self.words, images,
-                                                    max_words=self.max_words, weights=True),
-                             folder)
+        return plot_captions(
+            images,
+            caption_images(model, self.words, images, max_words=self.max_words, weights=True),
+            folder,
+        )
 
     def config(self) -> dict:
-        return {"task": "caption", "model": self.model_config, "data": self.data,
-                "max_words": self.max_words,
-                "batching": {"batch_size": self.batch_size, "seed": self.seed,
-                             "label_smoothing": self.label_smoothing,
-                             "teacher_forcing": asdict(self.teacher_forcing)},
-                "loss": {"doubly_stochastic": self.doubly_stochastic,
-                         "entropy_weight": self.entropy_weight,
-                         "baseline_decay": self.baseline_decay}}
+        return {
+            "task": "caption",
+            "model": self.model_config,
+            "data": self.data,
+            "max_words": self.max_words,
+            "batching": {
+                "batch_size": self.batch_size,
+                "seed": self.seed,
+                "label_smoothing": self.label_smoothing,
+                "teacher_forcing": asdict(self.teacher_forcing),
+            },
+            "loss": {
+                "doubly_stochastic": self.doubly_stochastic,
+                "entropy_weight": self.entropy_weight,
+                "baseline_decay": self.baseline_decay,
+            },
+        }
 
     def vocab(self) -> dict:
         return self.words.to_json()
@@ -328,11 +430,16 @@ def caption_examples(items: Sequence, split: str = "scene") -> Sequence[Example]
     :class:`attnkit.data.CaptionedImage` named by its file (:class:`LazyExamples` for
     :class:`attnkit.data.CaptionedImages`: each image read when its example is)."""
     if isinstance(items, CaptionedImages):
-        return LazyExamples(lambda i: Example(items[i].image, items.captions[i],
-                                              items.origins[i]), range(len(items)))
-    return [Example(item.image, tuple(item.captions), f"{split}[{i}]", item)
-            if isinstance(item, Scene) else Example(item.image, tuple(item.captions), item.origin)
-            for i, item in enumerate(items)]
+        return LazyExamples(
+            lambda i: Example(items[i].image, items.captions[i], items.origins[i]),
+            range(len(items)),
+        )
+    return [
+        Example(item.image, tuple(item.captions), f"{split}[{i}]", item)
+        if isinstance(item, Scene)
+        else Example(item.image, tuple(item.captions), item.origin)
+        for i, item in enumerate(items)
+    ]
 
 
 @dataclass(frozen=True)
@@ -351,9 +458,11 @@ class CaptionEvaluator(Evaluator, task="caption"):
     validation scenes) also the share of true captions and the attention check
     (:func:`scene_metrics`)."""
 
-    data = (f"a folder of images with {CAPTIONS} (filename<TAB>caption, several lines per "
-            "image), that TSV, COCO captions, Karpathy's split file, hf:PATH[:SPLIT], or "
-            "built-in scenes: scenes:test or scenes:heldout")
+    data = (
+        f"a folder of images with {CAPTIONS} (filename<TAB>caption, several lines per "
+        "image), that TSV, COCO captions, Karpathy's split file, hf:PATH[:SPLIT], or "
+        "built-in scenes: scenes:test or scenes:heldout"
+    )
     metrics = ("bleu", "chrf", "exact")
     route = Route("/caption", "caption an image", upload=Upload("image"))
     labels = {"true_captions": "true captions", "attention_on_object": "attention on object"}
@@ -372,34 +481,52 @@ class CaptionEvaluator(Evaluator, task="caption"):
         scored = scored_scenes(path, size=self.image_size, trained_on=self.config.get("data"))
         if scored is not None:
             return caption_examples(scored[1], scored[0])
-        return caption_examples(read_corpus("caption", path, **{
-            "role": "test", "size": self.image_size, **options}))
+        return caption_examples(
+            read_corpus("caption", path, **{"role": "test", "size": self.image_size, **options})
+        )
 
     def load_inputs(self, items: Sequence[str]) -> tuple[list, list[str]]:
         """Images ``(3, S, S)`` from image files, resized to the model's size."""
         return [load_image(Path(p), self.image_size) for p in items], list(items)
 
-    def decode(self, inputs: Sequence[torch.Tensor], decoding: Decoding | None = None, *,
-               weights: bool = False) -> list[CaptionOutput]:
+    def decode(
+        self,
+        inputs: Sequence[torch.Tensor],
+        decoding: Decoding | None = None,
+        *,
+        weights: bool = False,
+    ) -> list[CaptionOutput]:
         outputs = []
-        for hyp in decode_images(self.model, inputs, max_words=self.max_words,
-                                 decoding=decoding, weights=weights):
-            for i, (c, ranked, tokens) in enumerate(zip(
-                    _captions(hyp, self.words), scores_of(hyp), tokens_of(hyp, self.words))):
+        for hyp in decode_images(
+            self.model, inputs, max_words=self.max_words, decoding=decoding, weights=weights
+        ):
+            for i, (c, ranked, tokens) in enumerate(
+                zip(_captions(hyp, self.words), scores_of(hyp), tokens_of(hyp, self.words))
+            ):
                 image = inputs[len(outputs)]
-                outputs.append(CaptionOutput(
-                    c.texts, partial(plot_caption, image, c),
-                    partial(caption_example, self.model, hyp, i, image, self.words)
-                    if weights else None, ranked, tokens, weights=c.weights))
+                outputs.append(
+                    CaptionOutput(
+                        c.texts,
+                        partial(plot_caption, image, c),
+                        partial(caption_example, self.model, hyp, i, image, self.words)
+                        if weights
+                        else None,
+                        ranked,
+                        tokens,
+                        weights=c.weights,
+                    )
+                )
         return outputs
 
-    def score(self, examples: Sequence[Example],
-              outputs: Sequence[CaptionOutput]) -> dict[str, float]:
+    def score(
+        self, examples: Sequence[Example], outputs: Sequence[CaptionOutput]
+    ) -> dict[str, float]:
         """BLEU-4, chrF and exact match against every reference; with built-in scenes as the
         examples' annotations, :func:`scene_metrics` too."""
         out = super().score(examples, outputs)
         scenes = [e.annotation for e in examples]
         if scenes and all(isinstance(scene, Scene) for scene in scenes):
-            out.update(scene_metrics(scenes, [o.text for o in outputs],
-                                     [o.weights for o in outputs]))
+            out.update(
+                scene_metrics(scenes, [o.text for o in outputs], [o.weights for o in outputs])
+            )
         return out

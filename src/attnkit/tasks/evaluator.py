@@ -31,23 +31,36 @@ from __future__ import annotations
 
 import inspect
 import math
-
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import attnkit.tasks.metrics as scores
 from attnkit.checks import quoted
 from attnkit.decoding import Decoding, Hypotheses
 from attnkit.errors import DataError
-import attnkit.tasks.metrics as scores
 from attnkit.tasks.metrics import Reference
-from attnkit.tasks.route import Route, Text
+from attnkit.tasks.route import Route
 
-__all__ = ["EVALUATORS", "TASK_BEAM", "Evaluation", "Evaluator", "Example", "LazyExamples",
-           "Output", "evaluate", "evaluator_for", "pictures", "read_examples", "score_examples",
-           "scores_of", "served_tasks", "texts_of"]
+__all__ = [
+    "EVALUATORS",
+    "TASK_BEAM",
+    "Evaluation",
+    "Evaluator",
+    "Example",
+    "LazyExamples",
+    "Output",
+    "evaluate",
+    "evaluator_for",
+    "pictures",
+    "read_examples",
+    "score_examples",
+    "scores_of",
+    "served_tasks",
+    "texts_of",
+]
 
 # Each task's default beam width when a command or a server is not given one (1: greedy).
 TASK_BEAM = {"translate": 5, "asr": 5, "ocr": 1, "caption": 5}
@@ -99,9 +112,16 @@ class Output:
         log-probability (a masked choice) is None, as JSON has no infinity."""
         scores = self.scores or [None] * len(self.texts)
         tokens = self.tokens or [None] * len(self.texts)
-        return [{"text": text, "score": _finite(score), "tokens": None if pieces is None else [
-            {"token": piece, "log_prob": _finite(logp)} for piece, logp in pieces]}
-            for text, score, pieces in zip(self.texts, scores, tokens)]
+        return [
+            {
+                "text": text,
+                "score": _finite(score),
+                "tokens": None
+                if pieces is None
+                else [{"token": piece, "log_prob": _finite(logp)} for piece, logp in pieces],
+            }
+            for text, score, pieces in zip(self.texts, scores, tokens)
+        ]
 
 
 def _finite(value: float | None) -> float | None:
@@ -144,11 +164,16 @@ def tokens_of(hyp: Hypotheses, vocab) -> list[list[list[tuple[str, float]]] | No
     if hyp.token_scores is None:
         return [None] * hyp.tokens.shape[0]
     ranked = hyp.lengths.dim() == 2
-    tokens, scores, lengths = (x if ranked else x[:, None]
-                               for x in (hyp.tokens, hyp.token_scores, hyp.lengths))
-    return [[[(vocab.piece(t), s) for t, s in zip(row[:n].tolist(), logp[:n].float().tolist())]
-             for row, logp, n in zip(rows, lps, ns.tolist())]
-            for rows, lps, ns in zip(tokens, scores, lengths)]
+    tokens, scores, lengths = (
+        x if ranked else x[:, None] for x in (hyp.tokens, hyp.token_scores, hyp.lengths)
+    )
+    return [
+        [
+            [(vocab.piece(t), s) for t, s in zip(row[:n].tolist(), logp[:n].float().tolist())]
+            for row, logp, n in zip(rows, lps, ns.tolist())
+        ]
+        for rows, lps, ns in zip(tokens, scores, lengths)
+    ]
 
 
 EVALUATORS: dict[str, type[Evaluator]] = {}
@@ -198,8 +223,9 @@ class Evaluator(ABC):
         takes options, and slices what it returns)."""
 
     @abstractmethod
-    def decode(self, inputs: Sequence, decoding: Decoding | None = None, *,
-               weights: bool = False) -> list[Output]:
+    def decode(
+        self, inputs: Sequence, decoding: Decoding | None = None, *, weights: bool = False
+    ) -> list[Output]:
         """One :class:`Output` per input, in order, decoded as ``decoding`` says; the
         attention weights its ``draw`` pictures and its ``explore`` shows are kept only with
         ``weights``."""
@@ -213,8 +239,9 @@ class Evaluator(ABC):
         """The scores of the best ``outputs`` of ``examples`` (one each, in order): the
         :attr:`metrics` against the references. A task with scores of its own adds them
         here."""
-        return scores.score(self.metrics, [o.text for o in outputs],
-                            [e.reference for e in examples])
+        return scores.score(
+            self.metrics, [o.text for o in outputs], [e.reference for e in examples]
+        )
 
     def label(self, name: str) -> str:
         """How a table prints the score ``name``."""
@@ -225,13 +252,16 @@ def _register(cls: type[Evaluator], task: str) -> None:
     """``EVALUATORS[task] = cls``, refusing a second evaluator of a task and unknown metrics."""
     unknown = [m for m in cls.metrics if m not in scores.METRICS]
     if unknown:
-        raise ValueError(f"metrics: expected names among {', '.join(scores.METRICS)}, "
-                         f"got {unknown}")
+        raise ValueError(
+            f"metrics: expected names among {', '.join(scores.METRICS)}, got {unknown}"
+        )
     if cls.route is not None and not isinstance(cls.route, Route):
         raise ValueError(f"route: expected a Route or None, got {type(cls.route).__name__}")
     if task in EVALUATORS:
-        raise ValueError(f"task: an evaluator for {quoted(task)} is already registered "
-                         f"({EVALUATORS[task].__qualname__})")
+        raise ValueError(
+            f"task: an evaluator for {quoted(task)} is already registered "
+            f"({EVALUATORS[task].__qualname__})"
+        )
     cls.task = task
     EVALUATORS[task] = cls
 
@@ -243,15 +273,19 @@ def evaluator_for(task: str) -> type[Evaluator]:
         ValueError: naming the task and the registered ones.
     """
     if task not in EVALUATORS:
-        raise ValueError(f"task: expected one of {', '.join(sorted(EVALUATORS))}, "
-                         f"got {quoted(task)}")
+        raise ValueError(
+            f"task: expected one of {', '.join(sorted(EVALUATORS))}, got {quoted(task)}"
+        )
     return EVALUATORS[task]
 
 
 def served_tasks() -> dict[str, Route]:
     """The route of each registered task that declares one, by task name, in name order."""
-    return {task: EVALUATORS[task].route for task in sorted(EVALUATORS)
-            if EVALUATORS[task].route is not None}
+    return {
+        task: EVALUATORS[task].route
+        for task in sorted(EVALUATORS)
+        if EVALUATORS[task].route is not None
+    }
 
 
 @dataclass(frozen=True)
@@ -265,38 +299,54 @@ class Evaluation:
     def worst(self, n: int) -> list[int]:
         """Indices of the ``n`` examples with the highest character error rate against their
         closest reference, worst first (ties in data order)."""
-        errors = [scores.example_cer(o.text, e.reference)
-                  for e, o in zip(self.examples, self.outputs)]
+        errors = [
+            scores.example_cer(o.text, e.reference) for e, o in zip(self.examples, self.outputs)
+        ]
         return sorted(range(len(errors)), key=lambda i: -errors[i])[:n]
 
 
-def score_examples(evaluator: Evaluator, examples: Sequence[Example],
-                   decoding: Decoding | None = None, *, weights: bool = False) -> Evaluation:
+def score_examples(
+    evaluator: Evaluator,
+    examples: Sequence[Example],
+    decoding: Decoding | None = None,
+    *,
+    weights: bool = False,
+) -> Evaluation:
     """Decode the inputs of ``examples`` and score the best outputs (what ``attnkit eval``,
     a task's validation and the benchmarks report), keeping the attention weights for
     pictures and the explorer with ``weights`` (and always for an evaluator that scores
     them)."""
-    outputs = evaluator.decode([e.input for e in examples], decoding,
-                               weights=weights or evaluator.scores_attention)
+    outputs = evaluator.decode(
+        [e.input for e in examples], decoding, weights=weights or evaluator.scores_attention
+    )
     return Evaluation(list(examples), outputs, evaluator.score(examples, outputs))
 
 
-def read_examples(evaluator: Evaluator, path: Path | str, limit: int | None = None,
-                  options: dict | None = None) -> Sequence[Example]:
+def read_examples(
+    evaluator: Evaluator, path: Path | str, limit: int | None = None, options: dict | None = None
+) -> Sequence[Example]:
     """The first ``limit`` labelled examples of ``path`` (all of them: None), read with the
     corpus ``options``; ``limit`` reaches a ``read`` that takes options, so that a corpus
     reader that takes it reads no more than those examples need (``eval --limit`` on a
     COCO file checks only their images)."""
     options = dict(options or {})
-    if limit is not None and any(p.kind is p.VAR_KEYWORD or p.name == "limit" for p in
-                                 inspect.signature(evaluator.read).parameters.values()):
+    if limit is not None and any(
+        p.kind is p.VAR_KEYWORD or p.name == "limit"
+        for p in inspect.signature(evaluator.read).parameters.values()
+    ):
         options["limit"] = limit
     return (evaluator.read(path, **options) if options else evaluator.read(path))[:limit]
 
 
-def evaluate(evaluator: Evaluator, path: Path | str, decoding: Decoding | None = None, *,
-             weights: bool = False, limit: int | None = None,
-             options: dict | None = None) -> Evaluation:
+def evaluate(
+    evaluator: Evaluator,
+    path: Path | str,
+    decoding: Decoding | None = None,
+    *,
+    weights: bool = False,
+    limit: int | None = None,
+    options: dict | None = None,
+) -> Evaluation:
     """Read the labelled data in ``path`` (a file or folder, or a name the evaluator knows,
     such as ``scenes:test``; its first ``limit`` examples, or all; ``options``: the corpus
     format and its options, :meth:`Evaluator.read`), decode its inputs and score the best

@@ -39,10 +39,19 @@ class CharLMTask:
         DataError: a character outside ``vocab``, naming the text's origin.
     """
 
-    def __init__(self, train: Sequence[str], valid: Sequence[str], *, vocab: CharVocab,
-                 model_config: dict, batch_size: int = 64, seed: int = 0, max_valid: int = 500,
-                 origins: tuple[Sequence[str], Sequence[str]] | None = None,
-                 data: dict | None = None):
+    def __init__(
+        self,
+        train: Sequence[str],
+        valid: Sequence[str],
+        *,
+        vocab: CharVocab,
+        model_config: dict,
+        batch_size: int = 64,
+        seed: int = 0,
+        max_valid: int = 500,
+        origins: tuple[Sequence[str], Sequence[str]] | None = None,
+        data: dict | None = None,
+    ):
         if not train:
             raise ValueError("train: expected at least one text")
         check_positive_int("batch_size", batch_size)
@@ -50,8 +59,10 @@ class CharLMTask:
         self.model_config = {"name": "char_lm", **model_config, "vocab": len(vocab)}
         valid = list(valid)[:max_valid]
         if origins is None:
-            origins = ([f"train:{i}" for i in range(1, len(train) + 1)],
-                       [f"valid:{i}" for i in range(1, len(valid) + 1)])
+            origins = (
+                [f"train:{i}" for i in range(1, len(train) + 1)],
+                [f"valid:{i}" for i in range(1, len(valid) + 1)],
+            )
         self.train_ids = _encode(train, vocab, origins[0])
         self.valid_ids = _encode(valid, vocab, origins[1])
         self.batch_size, self.seed, self.data = batch_size, seed, data or {}
@@ -62,14 +73,18 @@ class CharLMTask:
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of texts of similar length, built when indexed."""
         lengths = [len(ids) for ids in self.train_ids]
-        return Batches(length_batches(lengths, self.batch_size, seed=self.seed, epoch=epoch),
-                       lambda idx: _batch([self.train_ids[i] for i in idx]))
+        return Batches(
+            length_batches(lengths, self.batch_size, seed=self.seed, epoch=epoch),
+            lambda idx: _batch([self.train_ids[i] for i in idx]),
+        )
 
     def loss(self, model: CharLM, batch: dict, step: int = 0) -> tuple[torch.Tensor, int]:
         target = batch["tgt_out"]
         logits = model(batch["tgt_in"])
-        return (F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD),
-                int((target != PAD).sum()))
+        return (
+            F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD),
+            int((target != PAD).sum()),
+        )
 
     @torch.no_grad()
     def evaluate(self, model: CharLM) -> dict[str, float]:
@@ -84,21 +99,25 @@ class CharLMTask:
         return {"accuracy": accuracy, "loss": loss, "perplexity": math.exp(loss)}
 
     def config(self) -> dict:
-        return {"task": "lm", "model": self.model_config, "data": self.data,
-                "batching": {"batch_size": self.batch_size, "seed": self.seed}}
+        return {
+            "task": "lm",
+            "model": self.model_config,
+            "data": self.data,
+            "batching": {"batch_size": self.batch_size, "seed": self.seed},
+        }
 
     def vocab(self) -> dict:
         return self.chars.to_json()
 
 
-def _encode(texts: Sequence[str], vocab: CharVocab,
-            origins: Sequence[str]) -> list[list[int]]:
+def _encode(texts: Sequence[str], vocab: CharVocab, origins: Sequence[str]) -> list[list[int]]:
     out = []
     for text, origin in zip(texts, origins):
         unknown = sorted({c for c in text if c not in vocab.index})
         if unknown:
-            raise DataError(f"{origin}: characters outside the recogniser's alphabet: "
-                            f"{''.join(unknown)!r}")
+            raise DataError(
+                f"{origin}: characters outside the recogniser's alphabet: {''.join(unknown)!r}"
+            )
         out.append(vocab.encode(text))
     return out
 

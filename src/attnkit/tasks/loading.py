@@ -30,8 +30,15 @@ from attnkit.train import (
 )
 from attnkit.train.averaging import TRAINING_MODEL
 
-__all__ = ["VOCAB_OPTIONS", "existing_run", "initial_checkpoint", "load_evaluator", "load_lm",
-           "load_task_checkpoint", "load_task_model"]
+__all__ = [
+    "VOCAB_OPTIONS",
+    "existing_run",
+    "initial_checkpoint",
+    "load_evaluator",
+    "load_lm",
+    "load_task_checkpoint",
+    "load_task_model",
+]
 
 
 def load_task_checkpoint(directory: Path, task: str) -> Checkpoint:
@@ -47,20 +54,23 @@ def load_task_checkpoint(directory: Path, task: str) -> Checkpoint:
     task's own and is not checked here."""
     ck = load_checkpoint(directory)
     if ck.config.get("task") != task or not isinstance(ck.config.get("model"), dict):
-        raise CheckpointError(f"{directory}: not a checkpoint of task {task} "
-                              f"(task {quoted(ck.config.get('task'))})")
+        raise CheckpointError(
+            f"{directory}: not a checkpoint of task {task} (task {quoted(ck.config.get('task'))})"
+        )
     path = ck.path / "vocab.json"
     if ck.vocab is None:
-        raise CheckpointError(f"{path}: missing (a {task} checkpoint keeps its vocabulary "
-                              "there)")
+        raise CheckpointError(f"{path}: missing (a {task} checkpoint keeps its vocabulary there)")
     names = EVALUATORS[task].vocabularies if task in EVALUATORS else ()
     if names and not isinstance(ck.vocab, dict):
-        raise CheckpointError(f"{path}: expected an object holding {' and '.join(names)}, got "
-                              f"{got(ck.vocab)}")
+        raise CheckpointError(
+            f"{path}: expected an object holding {' and '.join(names)}, got {got(ck.vocab)}"
+        )
     for name in names:
         if name not in ck.vocab:
-            raise CheckpointError(f"{path}: {name}: missing (a {task} checkpoint's vocab.json "
-                                  f"holds {' and '.join(names)})")
+            raise CheckpointError(
+                f"{path}: {name}: missing (a {task} checkpoint's vocab.json "
+                f"holds {' and '.join(names)})"
+            )
     single = not names and isinstance(ck.vocab, dict) and "type" in ck.vocab
     vocabs = {"": ck.vocab} if single else ck.vocab if isinstance(ck.vocab, dict) else {"": None}
     model = ck.config["model"]
@@ -72,13 +82,16 @@ def load_task_checkpoint(directory: Path, task: str) -> Checkpoint:
             size = len(data) if isinstance(data, list) else len(load_vocab(data))
         except ValueError as exc:  # "vocab: ..." (the argument): here, the file and entry
             reason = str(exc).removeprefix("vocab: ")
-            raise CheckpointError(f"{path}: {name + ' vocabulary: ' if name else ''}"
-                                  f"{reason}") from None
+            raise CheckpointError(
+                f"{path}: {name + ' vocabulary: ' if name else ''}{reason}"
+            ) from None
         expected = model.get(key)  # not an int: refused by load_task_model
         if isinstance(expected, int) and expected != size:
-            raise CheckpointError(f"{ck.path}: the {name + ' ' if name else ''}vocabulary has "
-                                  f"{size} entries, the model's config says "
-                                  f"{key}={quoted(expected)}")
+            raise CheckpointError(
+                f"{ck.path}: the {name + ' ' if name else ''}vocabulary has "
+                f"{size} entries, the model's config says "
+                f"{key}={quoted(expected)}"
+            )
     return ck
 
 
@@ -109,9 +122,16 @@ VOCAB_OPTIONS = {"kind": "--vocab", "size": "--vocab-size"}
 """The option of each :func:`attnkit.data.build_vocab` setting (:func:`existing_run`)."""
 
 
-def existing_run(out: Path, task: str, *, resume: bool = False, pending: Path | None = None,
-                 model: dict | None = None, options: dict[str, str] | None = None,
-                 vocab: dict | None = None) -> Checkpoint | None:
+def existing_run(
+    out: Path,
+    task: str,
+    *,
+    resume: bool = False,
+    pending: Path | None = None,
+    model: dict | None = None,
+    options: dict[str, str] | None = None,
+    vocab: dict | None = None,
+) -> Checkpoint | None:
     """The ``task`` checkpoint to resume from the run folder ``out`` (``resume``: the
     command line's ``--resume``), None for a new run; refuses to overwrite a run, and to
     resume one with other model settings.
@@ -134,13 +154,16 @@ def existing_run(out: Path, task: str, *, resume: bool = False, pending: Path | 
     paths = [existing] + ([pending / "checkpoint"] if pending else [])
     for path in paths:
         if folder_copies(path) and not resume:  # refused: nothing changed
-            raise CheckpointError(f"{path}: already holds a checkpoint; pass --resume to "
-                                  "continue it, or choose another --out")
+            raise CheckpointError(
+                f"{path}: already holds a checkpoint; pass --resume to "
+                "continue it, or choose another --out"
+            )
     if distributed.is_main():  # the one process that writes (and holds the lock)
         for path in paths:
             recover_checkpoint(path)
-    if not resume or (pending is not None and not existing.exists()
-                           and (pending / "checkpoint").exists()):
+    if not resume or (
+        pending is not None and not existing.exists() and (pending / "checkpoint").exists()
+    ):
         return None
     ck = load_task_checkpoint(existing, task)
     if model is not None:
@@ -151,13 +174,19 @@ def existing_run(out: Path, task: str, *, resume: bool = False, pending: Path | 
 
 
 _RESUME_ADVICE = "resume with the settings it was started with, or start a new run in another --out"
-_INIT_ADVICE = ("--init keeps the checkpoint's model and vocabulary: give the settings it was "
-                "trained with")
+_INIT_ADVICE = (
+    "--init keeps the checkpoint's model and vocabulary: give the settings it was trained with"
+)
 
 
-def initial_checkpoint(init: Path | None, task: str, *, model: dict | None = None,
-                       options: dict[str, str] | None = None,
-                       vocab: dict | None = None) -> Checkpoint | None:
+def initial_checkpoint(
+    init: Path | None,
+    task: str,
+    *,
+    model: dict | None = None,
+    options: dict[str, str] | None = None,
+    vocab: dict | None = None,
+) -> Checkpoint | None:
     """The ``task`` checkpoint whose weights start a new run (``--init``: a checkpoint folder
     or ``builtin:NAME``), None without one: fine-tuning.
 
@@ -179,10 +208,13 @@ def initial_checkpoint(init: Path | None, task: str, *, model: dict | None = Non
     except ValueError as exc:
         raise CheckpointError(f"{ck.path / 'config.json'}: {exc}") from None
     if model is not None:
-        _check_same_model(ck, {k: v for k, v in model.items() if k not in TRAINING_MODEL},
-                          options or {}, _INIT_ADVICE)
-        ck.config["model"].update({k: model[k] for k in TRAINING_MODEL
-                                   if model.get(k) is not None})
+        _check_same_model(
+            ck,
+            {k: v for k, v in model.items() if k not in TRAINING_MODEL},
+            options or {},
+            _INIT_ADVICE,
+        )
+        ck.config["model"].update({k: model[k] for k in TRAINING_MODEL if model.get(k) is not None})
     if vocab is not None:
         _check_same_vocab(ck, vocab, _INIT_ADVICE)
     ck.optimizer_state = ck.trainer_state = None
@@ -195,29 +227,40 @@ def _check_same_model(ck: Checkpoint, model: dict, options: dict[str, str], advi
     for key, value in model.items():
         if saved.get(key) != value:
             option = options.get(key, "--" + key.replace("_", "-"))
-            changed.setdefault(option, f"{option} {quoted(saved.get(key))} saved, "
-                                      f"{quoted(value)} given")
+            changed.setdefault(
+                option, f"{option} {quoted(saved.get(key))} saved, {quoted(value)} given"
+            )
     if changed:
-        raise CheckpointError(f"{ck.path}: saved with other model settings "
-                              f"({'; '.join(changed.values())}); {advice}")
+        raise CheckpointError(
+            f"{ck.path}: saved with other model settings ({'; '.join(changed.values())}); {advice}"
+        )
 
 
 def _check_same_vocab(ck: Checkpoint, wanted: dict, advice: str) -> None:
     single = isinstance(ck.vocab, dict) and "type" in ck.vocab
-    saved = [ck.vocab] if single else [v for v in ck.vocab.values()
-                                       if isinstance(v, dict) and "type" in v]
+    saved = (
+        [ck.vocab]
+        if single
+        else [v for v in ck.vocab.values() if isinstance(v, dict) and "type" in v]
+    )
     changed = {}
     for data in saved:  # readable: load_task_checkpoint loaded each
         settings = vocab_settings(load_vocab(data))
         for key, value in settings.items():
-            if key in wanted and wanted[key] != value and (
-                    key == "kind" or settings["kind"] == wanted.get("kind")):
+            if (
+                key in wanted
+                and wanted[key] != value
+                and (key == "kind" or settings["kind"] == wanted.get("kind"))
+            ):
                 option = VOCAB_OPTIONS.get(key, f"--vocab-{key}")
-                changed.setdefault(option, f"{option} {quoted(value)} saved, "
-                                           f"{quoted(wanted[key])} given")
+                changed.setdefault(
+                    option, f"{option} {quoted(value)} saved, {quoted(wanted[key])} given"
+                )
     if changed:
-        raise CheckpointError(f"{ck.path}: saved with other vocabulary settings "
-                              f"({'; '.join(changed.values())}); {advice}")
+        raise CheckpointError(
+            f"{ck.path}: saved with other vocabulary settings "
+            f"({'; '.join(changed.values())}); {advice}"
+        )
 
 
 def load_evaluator(directory: Path, device: torch.device | str = "cpu", task: str | None = None):
@@ -231,14 +274,15 @@ def load_evaluator(directory: Path, device: torch.device | str = "cpu", task: st
     if task is None:
         task = load_checkpoint(directory).config.get("task")
         if task not in EVALUATORS:
-            raise CheckpointError(f"{directory}: a checkpoint of task {quoted(task)}; expected "
-                                  f"one of {', '.join(sorted(EVALUATORS))}")
+            raise CheckpointError(
+                f"{directory}: a checkpoint of task {quoted(task)}; expected "
+                f"one of {', '.join(sorted(EVALUATORS))}"
+            )
     model, ck = load_task_model(directory, task, device)
     try:
         return evaluator_for(task)(model, ck.config, ck.vocab)
     except ValueError as exc:  # a task setting, perhaps quoted whole: cut
-        raise CheckpointError(f"{ck.path / 'config.json'}: {clipped(str(exc), MESSAGE)}") \
-            from None
+        raise CheckpointError(f"{ck.path / 'config.json'}: {clipped(str(exc), MESSAGE)}") from None
 
 
 def load_lm(path: Path | None, vocab: dict, device) -> torch.nn.Module | None:
@@ -252,6 +296,8 @@ def load_lm(path: Path | None, vocab: dict, device) -> torch.nn.Module | None:
         return None
     lm, ck = load_task_model(path, "lm", device)
     if ck.vocab != vocab:
-        raise ValueError(f"--lm: {path} reads other characters than the recogniser; train it "
-                         "with --vocab-from the recogniser's checkpoint")
+        raise ValueError(
+            f"--lm: {path} reads other characters than the recogniser; train it "
+            "with --vocab-from the recogniser's checkpoint"
+        )
     return lm.eval()

@@ -26,12 +26,25 @@ import unicodedata
 from collections.abc import Callable, Sequence
 
 import jiwer
-import sacrebleu
 from sacrebleu.metrics import BLEU, CHRF
 
-__all__ = ["LABELS", "METRICS", "MULTI_REFERENCE", "Reference", "bleu", "bleu_char", "cer",
-           "chrf", "closest_reference", "example_cer", "exact_match", "normalize", "score",
-           "signature", "wer"]
+__all__ = [
+    "LABELS",
+    "METRICS",
+    "MULTI_REFERENCE",
+    "Reference",
+    "bleu",
+    "bleu_char",
+    "cer",
+    "chrf",
+    "closest_reference",
+    "example_cer",
+    "exact_match",
+    "normalize",
+    "score",
+    "signature",
+    "wer",
+]
 
 Reference = str | Sequence[str]  # one reference text, or several
 
@@ -56,8 +69,9 @@ def _one_each(references: Sequence[Reference], metric: str) -> list[str]:
     several."""
     for i, ref in enumerate(references):
         if not isinstance(ref, str):
-            raise ValueError(f"references[{i}]: {metric} scores against one reference text, got "
-                             f"{len(ref)}")
+            raise ValueError(
+                f"references[{i}]: {metric} scores against one reference text, got {len(ref)}"
+            )
     return [normalize(r) for r in references]
 
 
@@ -65,7 +79,9 @@ def _streams(references: Sequence[Reference]) -> list[list[str | None]]:
     """sacrebleu's reference streams: stream ``k`` holds each example's ``k``-th reference
     (None where an example has fewer)."""
     refs = [_several(r) for r in references]
-    return [[r[k] if k < len(r) else None for r in refs] for k in range(max(map(len, refs), default=1))]
+    return [
+        [r[k] if k < len(r) else None for r in refs] for k in range(max(map(len, refs), default=1))
+    ]
 
 
 def _hypotheses(hypotheses: Sequence[str]) -> list[str]:
@@ -75,8 +91,9 @@ def _hypotheses(hypotheses: Sequence[str]) -> list[str]:
 
 def exact_match(hypotheses: Sequence[str], references: Sequence[Reference]) -> float:
     """The fraction of outputs equal to their reference (to one of them)."""
-    return (sum(normalize(h) in _several(r) for h, r in zip(hypotheses, references))
-            / max(1, len(references)))
+    return sum(normalize(h) in _several(r) for h, r in zip(hypotheses, references)) / max(
+        1, len(references)
+    )
 
 
 def cer(hypotheses: Sequence[str], references: Sequence[str]) -> float:
@@ -92,30 +109,42 @@ def wer(hypotheses: Sequence[str], references: Sequence[str]) -> float:
 
 # sacreBLEU's metrics as attnkit computes them: BLEU with its defaults (the standard corpus
 # BLEU-4, 13a tokenizer, exponential smoothing), BLEU over characters, chrF.
-_SACREBLEU = {"bleu": lambda: BLEU(), "bleu_char": lambda: BLEU(tokenize="char"),
-              "chrf": lambda: CHRF()}
+_SACREBLEU = {
+    "bleu": lambda: BLEU(),
+    "bleu_char": lambda: BLEU(tokenize="char"),
+    "chrf": lambda: CHRF(),
+}
 
 
 def bleu(hypotheses: Sequence[str], references: Sequence[Reference]) -> float:
     """Corpus BLEU (sacrebleu, 0-100): the standard BLEU-4 over words with sacreBLEU's
     defaults (``13a`` tokenizer), against every reference of each output; its signature is
     :func:`signature` ``("bleu")``. The captioning figure of Xu et al. (2015) too."""
-    return float(_SACREBLEU["bleu"]().corpus_score(list(map(normalize, hypotheses)),
-                                                   _streams(references)).score)
+    return float(
+        _SACREBLEU["bleu"]()
+        .corpus_score(list(map(normalize, hypotheses)), _streams(references))
+        .score
+    )
 
 
 def bleu_char(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     """Corpus BLEU (sacrebleu, 0-100) over characters (``tokenize="char"``): meaningful for
     outputs of a few words, such as digits and dates, and in any script."""
-    return float(_SACREBLEU["bleu_char"]().corpus_score(
-        list(map(normalize, hypotheses)), [_one_each(references, "bleu_char")]).score)
+    return float(
+        _SACREBLEU["bleu_char"]()
+        .corpus_score(list(map(normalize, hypotheses)), [_one_each(references, "bleu_char")])
+        .score
+    )
 
 
 def chrf(hypotheses: Sequence[str], references: Sequence[Reference]) -> float:
     """Corpus chrF (sacrebleu, 0-100): the F-score of character n-grams, against every
     reference of each output."""
-    return float(_SACREBLEU["chrf"]().corpus_score(list(map(normalize, hypotheses)),
-                                                   _streams(references)).score)
+    return float(
+        _SACREBLEU["chrf"]()
+        .corpus_score(list(map(normalize, hypotheses)), _streams(references))
+        .score
+    )
 
 
 def signature(name: str) -> str | None:
@@ -146,15 +175,27 @@ def example_cer(hypothesis: str, reference: Reference) -> float:
 
 
 METRICS: dict[str, Callable[[Sequence[str], Sequence[Reference]], float]] = {
-    "exact": exact_match, "cer": cer, "wer": wer, "bleu": bleu, "bleu_char": bleu_char,
-    "chrf": chrf}
+    "exact": exact_match,
+    "cer": cer,
+    "wer": wer,
+    "bleu": bleu,
+    "bleu_char": bleu_char,
+    "chrf": chrf,
+}
 MULTI_REFERENCE = ("exact", "bleu", "chrf")  # the metrics that take several references
-LABELS = {"exact": "exact match", "cer": "CER", "wer": "WER", "bleu": "BLEU",
-          "bleu_char": "BLEU (characters)", "chrf": "chrF"}
+LABELS = {
+    "exact": "exact match",
+    "cer": "CER",
+    "wer": "WER",
+    "bleu": "BLEU",
+    "bleu_char": "BLEU (characters)",
+    "chrf": "chrF",
+}
 
 
-def score(names: Sequence[str], hypotheses: Sequence[str],
-          references: Sequence[Reference]) -> dict[str, float]:
+def score(
+    names: Sequence[str], hypotheses: Sequence[str], references: Sequence[Reference]
+) -> dict[str, float]:
     """``{name: METRICS[name](hypotheses, references)}`` for each of ``names``.
 
     Raises:
@@ -165,6 +206,7 @@ def score(names: Sequence[str], hypotheses: Sequence[str],
     if unknown:
         raise ValueError(f"names: expected metrics among {', '.join(METRICS)}, got {unknown}")
     if len(hypotheses) != len(references):
-        raise ValueError(f"hypotheses: expected one per reference ({len(references)}), got "
-                         f"{len(hypotheses)}")
+        raise ValueError(
+            f"hypotheses: expected one per reference ({len(references)}), got {len(hypotheses)}"
+        )
     return {n: METRICS[n](hypotheses, references) for n in names}

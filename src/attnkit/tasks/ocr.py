@@ -13,8 +13,14 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from attnkit.checks import (check_fraction, check_non_negative, check_non_negative_int,
-                            check_positive_int, quoted)
+import attnkit.tasks.metrics as scores
+from attnkit.checks import (
+    check_fraction,
+    check_non_negative,
+    check_non_negative_int,
+    check_positive_int,
+    quoted,
+)
 from attnkit.data import (
     ALPHABET,
     CharVocab,
@@ -28,12 +34,18 @@ from attnkit.data.augment.augmentation import example_rng
 from attnkit.data.augment.line_augment import LineAugment, background
 from attnkit.data.corpora.reading import read_corpus
 from attnkit.decoding import Decoding, ctc_greedy, decode
-from attnkit.models import CRNN, build_model, guided_attention_loss
 from attnkit.diagnose.plots import plot_alignment
-import attnkit.tasks.metrics as scores
+from attnkit.models import CRNN, build_model, guided_attention_loss
 from attnkit.tasks.batching import length_batches
-from attnkit.tasks.evaluator import (Evaluator, Example, Output, pictures, scores_of, texts_of,
-                                     tokens_of)
+from attnkit.tasks.evaluator import (
+    Evaluator,
+    Example,
+    Output,
+    pictures,
+    scores_of,
+    texts_of,
+    tokens_of,
+)
 from attnkit.tasks.explore import line_example
 from attnkit.tasks.route import Refused, Route, Upload
 from attnkit.tokens import BOS, EOS, PAD
@@ -43,8 +55,17 @@ LABELS = "labels.tsv"  # a folder's labels, as attnkit train ocr --labels defaul
 # The attention head reads at most one character per two encoder steps, + 2 (EOS included).
 STEPS_PER_CHAR, EXTRA_CHARS = 2, 2
 
-__all__ = ["EXTRA_CHARS", "STEPS_PER_CHAR", "OcrEvaluator", "OcrTask", "Reading", "line_metrics",
-           "plot_line", "read_lines", "recognise"]
+__all__ = [
+    "EXTRA_CHARS",
+    "STEPS_PER_CHAR",
+    "OcrEvaluator",
+    "OcrTask",
+    "Reading",
+    "line_metrics",
+    "plot_line",
+    "read_lines",
+    "recognise",
+]
 
 Line = tuple[torch.Tensor, str]  # (image (32, W): uint8 gray levels, or float in [0, 1], text)
 
@@ -53,8 +74,11 @@ def line_metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[s
     """Character error rate (jiwer), ``char_accuracy = 1 - CER`` (below 0 when the outputs
     hold more errors than the references hold characters) and exact line accuracy."""
     cer = scores.cer(hypotheses, references)
-    return {"cer": cer, "char_accuracy": 1.0 - cer,
-            "line_accuracy": scores.exact_match(hypotheses, references)}
+    return {
+        "cer": cer,
+        "char_accuracy": 1.0 - cer,
+        "line_accuracy": scores.exact_match(hypotheses, references),
+    }
 
 
 def _ctc_steps_needed(ids: Sequence[int]) -> int:
@@ -68,18 +92,19 @@ def _sizes(lines: Sequence[Line], name: str) -> tuple[list[int], list[str]]:
         return lines.widths, lines.texts
     for i, (image, _) in enumerate(lines):
         if image.dim() != 2 or image.shape[0] != 32:
-            raise DataError(f"{name}[{i}]: expected a (32, W) image with W >= 2, got "
-                            f"{tuple(image.shape)}")
+            raise DataError(
+                f"{name}[{i}]: expected a (32, W) image with W >= 2, got {tuple(image.shape)}"
+            )
     return [image.shape[1] for image, _ in lines], [text for _, text in lines]
 
 
-def _check_lines(widths: Sequence[int], texts: Sequence[str], vocab: CharVocab, name: str,
-                 ctc: bool) -> None:
+def _check_lines(
+    widths: Sequence[int], texts: Sequence[str], vocab: CharVocab, name: str, ctc: bool
+) -> None:
     bad_chars, too_long = {}, []
     for i, (width, text) in enumerate(zip(widths, texts)):
         if width < 2:
-            raise DataError(f"{name}[{i}]: expected a (32, W) image with W >= 2, got "
-                            f"{(32, width)}")
+            raise DataError(f"{name}[{i}]: expected a (32, W) image with W >= 2, got {(32, width)}")
         if not text:
             raise DataError(f"{name}[{i}]: empty text")
         unknown = {c for c in text if c not in vocab.index}
@@ -89,15 +114,18 @@ def _check_lines(widths: Sequence[int], texts: Sequence[str], vocab: CharVocab, 
             too_long.append(i)
     if bad_chars:
         chars = "".join(sorted(set("".join(bad_chars))))
-        raise DataError(f"{name}: characters outside the alphabet: {quoted(chars)} (first in line "
-                        f"{min(bad_chars.values())}); add them to the alphabet or fix the labels")
+        raise DataError(
+            f"{name}: characters outside the alphabet: {quoted(chars)} (first in line "
+            f"{min(bad_chars.values())}); add them to the alphabet or fix the labels"
+        )
     if too_long:
         i = too_long[0]
         raise DataError(
             f"{name}: {len(too_long)} line(s) have more characters than the CTC head has steps "
             f"(W // 2), e.g. line {i}: {texts[i][:40]!r} needs "
             f"{_ctc_steps_needed(vocab.encode(texts[i]))} steps, its image is "
-            f"{widths[i]} px wide ({widths[i] // 2} steps)")
+            f"{widths[i]} px wide ({widths[i] // 2} steps)"
+        )
 
 
 class Reading(NamedTuple):
@@ -118,9 +146,16 @@ class Reading(NamedTuple):
 
 
 @torch.no_grad()
-def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
-               decoding: Decoding | None = None, weights: bool = False,
-               batch_size: int = 32, lm=None) -> list[Reading]:
+def read_lines(
+    model: CRNN,
+    vocab: CharVocab,
+    images: Sequence[torch.Tensor],
+    *,
+    decoding: Decoding | None = None,
+    weights: bool = False,
+    batch_size: int = 32,
+    lm=None,
+) -> list[Reading]:
     """Read line images ``(32, W)``: one :class:`Reading` per image, in order; its
     ``weights`` and ``self_attention`` only with ``weights`` (else None), recorded in the pass
     that reads the lines.
@@ -130,11 +165,15 @@ def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
     ``decoding``, and a ``decoding.max_len``."""
     decoding = decoding or Decoding()
     if model.head_kind == "ctc" and decoding.method != "greedy":
-        raise ValueError(f"decoding: the CTC head reads the best path only, not "
-                         f"{decoding.method} (beam={decoding.beam})")
+        raise ValueError(
+            f"decoding: the CTC head reads the best path only, not "
+            f"{decoding.method} (beam={decoding.beam})"
+        )
     if model.head_kind == "ctc" and decoding.max_len is not None:
-        raise ValueError(f"decoding: the CTC head's output length is set by the line's steps, "
-                         f"not max_len={decoding.max_len}")
+        raise ValueError(
+            f"decoding: the CTC head's output length is set by the line's steps, "
+            f"not max_len={decoding.max_len}"
+        )
     model.eval()
     device = next(model.parameters()).device
     generator = decoding.generator(device)
@@ -150,8 +189,16 @@ def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
                 log_probs, steps = model(batch, widths)
             else:
                 steps = model.steps(widths)
-                hyp = decode(model, batch, widths, max_len=steps // STEPS_PER_CHAR + EXTRA_CHARS,
-                             decoding=decoding, generator=generator, lm=lm, weights=weights)
+                hyp = decode(
+                    model,
+                    batch,
+                    widths,
+                    max_len=steps // STEPS_PER_CHAR + EXTRA_CHARS,
+                    decoding=decoding,
+                    generator=generator,
+                    lm=lm,
+                    weights=weights,
+                )
         att = None
         if found:  # the batch's one encoding: (B, T, T), or (B, H, T, T) with heads
             att = found[0] if found[0].dim() == 4 else found[0][:, None]  # (B, H, T, T)
@@ -167,8 +214,9 @@ def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
                 results[i] = Reading([vocab.decode(paths.ids[j])], w, n, own, [path_scores[j]])
         else:
             best = hyp.best()
-            for j, (i, texts, ranked, tokens) in enumerate(zip(
-                    idx, texts_of(hyp, vocab), scores_of(hyp), tokens_of(hyp, vocab))):
+            for j, (i, texts, ranked, tokens) in enumerate(
+                zip(idx, texts_of(hyp, vocab), scores_of(hyp), tokens_of(hyp, vocab))
+            ):
                 n, length = int(best.lengths[j]), int(steps[j])
                 w = None if best.weights is None else best.weights[j, :n]
                 own = None if att is None else att[j, :, :length, :length]  # (H, T, T)
@@ -176,22 +224,38 @@ def read_lines(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
     return [results[i] for i in range(len(images))]
 
 
-def recognise(model: CRNN, vocab: CharVocab, images: Sequence[torch.Tensor], *,
-              decoding: Decoding | None = None, weights: bool = False, batch_size: int = 32,
-              lm=None):
+def recognise(
+    model: CRNN,
+    vocab: CharVocab,
+    images: Sequence[torch.Tensor],
+    *,
+    decoding: Decoding | None = None,
+    weights: bool = False,
+    batch_size: int = 32,
+    lm=None,
+):
     """Read line images ``(32, W)``; returns the texts and, per line, the weights of each
     output character over the ``T`` steps (with ``weights``: ``(len + 1, T)`` with EOS for
     the attention head; for CTC with an attention layer, the self-attention rows of the steps
     where each character was emitted; else None) and the line's steps. Decoding as in
     :func:`read_lines`."""
-    found = read_lines(model, vocab, images, decoding=decoding, weights=weights,
-                       batch_size=batch_size, lm=lm)
+    found = read_lines(
+        model, vocab, images, decoding=decoding, weights=weights, batch_size=batch_size, lm=lm
+    )
     return [r.texts[0] for r in found], [r.weights for r in found], [r.steps for r in found]
 
 
-def plot_line(image: torch.Tensor, text: str, weights, steps: int, path: str | Path, *,
-              eos: bool, self_attention: torch.Tensor | None = None,
-              title: str | None = None) -> Path | None:
+def plot_line(
+    image: torch.Tensor,
+    text: str,
+    weights,
+    steps: int,
+    path: str | Path,
+    *,
+    eos: bool,
+    self_attention: torch.Tensor | None = None,
+    title: str | None = None,
+) -> Path | None:
     """The line image with each output character's attention over its columns (see
     :func:`recognise`) and, given the ``self_attention`` ``(H, T, T)`` of a :class:`Reading`,
     its mean over heads as a heat-map under the image (``title`` default: the text); None
@@ -202,10 +266,15 @@ def plot_line(image: torch.Tensor, text: str, weights, steps: int, path: str | P
     labels = labels[: weights.shape[0]]
     background = pad_images([image])[0][0, 0]  # (32, W) in [0, 1]
     # (the attention head's weights span the batch's padded steps; the line has `steps`)
-    return plot_alignment(weights[: len(labels), :steps], background, labels, path, steps=steps,
-                          self_attention=None if self_attention is None
-                          else self_attention.mean(0),
-                          title=title or text or "(empty)")
+    return plot_alignment(
+        weights[: len(labels), :steps],
+        background,
+        labels,
+        path,
+        steps=steps,
+        self_attention=None if self_attention is None else self_attention.mean(0),
+        title=title or text or "(empty)",
+    )
 
 
 class OcrTask:
@@ -239,12 +308,24 @@ class OcrTask:
             right with its background. None or empty: none.
     """
 
-    def __init__(self, train: Sequence[Line], valid: Sequence[Line], *, model_config: dict,
-                 vocab: CharVocab | None = None, batch_size: int = 32, seed: int = 0,
-                 label_smoothing: float = 0.0, teacher_forcing: float | TeacherForcing = 1.0,
-                 ctc_weight: float = 0.0, guided_attention: float = 0.0, sortagrad: int = 0,
-                 max_valid: int = 300, data: dict | None = None,
-                 augment: LineAugment | Sequence | None = None):
+    def __init__(
+        self,
+        train: Sequence[Line],
+        valid: Sequence[Line],
+        *,
+        model_config: dict,
+        vocab: CharVocab | None = None,
+        batch_size: int = 32,
+        seed: int = 0,
+        label_smoothing: float = 0.0,
+        teacher_forcing: float | TeacherForcing = 1.0,
+        ctc_weight: float = 0.0,
+        guided_attention: float = 0.0,
+        sortagrad: int = 0,
+        max_valid: int = 300,
+        data: dict | None = None,
+        augment: LineAugment | Sequence | None = None,
+    ):
         if not train:
             raise ValueError("train: expected at least one (image, text) line")
         check_positive_int("batch_size", batch_size)
@@ -257,8 +338,9 @@ class OcrTask:
         self.ctc_weight = float(ctc_weight)
         guided_attention = check_non_negative("guided_attention", guided_attention)
         if guided_attention > 0 and self.ctc:
-            raise ValueError("guided_attention: only for the attention head (CTC has no "
-                             "attention weights)")
+            raise ValueError(
+                "guided_attention: only for the attention head (CTC has no attention weights)"
+            )
         self.guided_attention = guided_attention
         self.sortagrad = check_non_negative_int("sortagrad", sortagrad, "epochs")
         if self.ctc_weight > 0:
@@ -284,9 +366,16 @@ class OcrTask:
         """Shuffled (seeded by epoch) batches of similar widths, narrowest first in the first
         ``sortagrad`` epochs, built when indexed (images read, augmented and made float32 in
         [0, 1] then)."""
-        return Batches(length_batches(self._widths, self.batch_size, seed=self.seed,
-                                      epoch=epoch, ascending=epoch < self.sortagrad),
-                       functools.partial(self._collate, epoch=epoch))
+        return Batches(
+            length_batches(
+                self._widths,
+                self.batch_size,
+                seed=self.seed,
+                epoch=epoch,
+                ascending=epoch < self.sortagrad,
+            ),
+            functools.partial(self._collate, epoch=epoch),
+        )
 
     def training_line(self, i: int, epoch: int) -> torch.Tensor:
         """Training line ``i`` ``(32, W)`` as epoch ``epoch`` trains on it: augmented, when
@@ -300,8 +389,9 @@ class OcrTask:
             if image.shape[1] < need:
                 fill = background(image.float().numpy())
                 fill = round(fill) if image.dtype == torch.uint8 else fill
-                image = torch.cat([image, image.new_full((image.shape[0], need - image.shape[1]),
-                                                         fill)], dim=1)
+                image = torch.cat(
+                    [image, image.new_full((image.shape[0], need - image.shape[1]), fill)], dim=1
+                )
         return image
 
     def _collate(self, idx: list[int], epoch: int = 0) -> dict:
@@ -318,24 +408,43 @@ class OcrTask:
     def loss(self, model: CRNN, batch: dict, step: int = 0) -> tuple[torch.Tensor, int]:
         if self.ctc:
             log_probs, steps = model(batch["images"], batch["widths"])
-            loss = F.ctc_loss(log_probs.transpose(0, 1), batch["targets"], steps,
-                              batch["target_lengths"], blank=PAD)
+            loss = F.ctc_loss(
+                log_probs.transpose(0, 1),
+                batch["targets"],
+                steps,
+                batch["target_lengths"],
+                blank=PAD,
+            )
             return loss, int(batch["target_lengths"].sum())
-        out = model(batch["images"], batch["widths"], batch["tgt_in"],
-                    teacher_forcing=self.teacher_forcing.ratio(step),
-                    with_ctc=self.ctc_weight > 0)
+        out = model(
+            batch["images"],
+            batch["widths"],
+            batch["tgt_in"],
+            teacher_forcing=self.teacher_forcing.ratio(step),
+            with_ctc=self.ctc_weight > 0,
+        )
         target = batch["tgt_out"]
-        loss = F.cross_entropy(out[0].flatten(0, 1), target.flatten(), ignore_index=PAD,
-                               label_smoothing=self.label_smoothing)
+        loss = F.cross_entropy(
+            out[0].flatten(0, 1),
+            target.flatten(),
+            ignore_index=PAD,
+            label_smoothing=self.label_smoothing,
+        )
         if self.ctc_weight > 0:
             log_probs, steps = out[2]
-            ctc = F.ctc_loss(log_probs.transpose(0, 1), batch["targets"], steps,
-                             batch["target_lengths"], blank=PAD)
+            ctc = F.ctc_loss(
+                log_probs.transpose(0, 1),
+                batch["targets"],
+                steps,
+                batch["target_lengths"],
+                blank=PAD,
+            )
             loss = (1 - self.ctc_weight) * loss + self.ctc_weight * ctc
         if self.guided_attention > 0:
             steps = model.steps(batch["widths"])
             loss = loss + self.guided_attention * guided_attention_loss(
-                out[1], (target != PAD).sum(1), steps)
+                out[1], (target != PAD).sum(1), steps
+            )
         return loss, int((target != PAD).sum())
 
     def evaluate(self, model: CRNN) -> dict[str, float]:
@@ -344,18 +453,28 @@ class OcrTask:
 
     def pictures(self, model, folder: Path, n: int) -> list[Path]:
         """Attention pictures of the first ``n`` validation examples in ``folder``."""
-        return pictures(OcrEvaluator(model, self.config(), self.vocab()), [image for image, _ in self.valid[:n]], folder)
+        return pictures(
+            OcrEvaluator(model, self.config(), self.vocab()),
+            [image for image, _ in self.valid[:n]],
+            folder,
+        )
 
     def config(self) -> dict:
-        return {"task": "ocr", "model": self.model_config, "data": self.data,
-                "batching": {"batch_size": self.batch_size, "seed": self.seed,
-                             "label_smoothing": self.label_smoothing,
-                             **({"ctc_weight": self.ctc_weight} if self.ctc_weight else {}),
-                             **({"guided_attention": self.guided_attention}
-                                if self.guided_attention else {}),
-                             **({"sortagrad": self.sortagrad} if self.sortagrad else {}),
-                             "teacher_forcing": asdict(self.teacher_forcing)},
-                **({"augment": self.augment.config()} if self.augment else {})}
+        return {
+            "task": "ocr",
+            "model": self.model_config,
+            "data": self.data,
+            "batching": {
+                "batch_size": self.batch_size,
+                "seed": self.seed,
+                "label_smoothing": self.label_smoothing,
+                **({"ctc_weight": self.ctc_weight} if self.ctc_weight else {}),
+                **({"guided_attention": self.guided_attention} if self.guided_attention else {}),
+                **({"sortagrad": self.sortagrad} if self.sortagrad else {}),
+                "teacher_forcing": asdict(self.teacher_forcing),
+            },
+            **({"augment": self.augment.config()} if self.augment else {}),
+        }
 
     def vocab(self) -> dict:
         return self.chars.to_json()
@@ -367,23 +486,32 @@ def _served_decoding(evaluator: OcrEvaluator, decoding: Decoding) -> None:
     if getattr(evaluator.model, "head_kind", None) != "ctc":
         return
     if decoding.method != "greedy":
-        raise Refused("decoding.beam", f"decoding.beam: this model's CTC head reads the best "
-                      f"path only; expected greedy decoding, got {decoding.describe()}")
+        raise Refused(
+            "decoding.beam",
+            f"decoding.beam: this model's CTC head reads the best "
+            f"path only; expected greedy decoding, got {decoding.describe()}",
+        )
     if decoding.max_len is not None:
-        raise Refused("decoding.max_len", f"decoding.max_len: this model's CTC head sets the "
-                      f"output's length by the line's steps; expected none, got "
-                      f"{decoding.max_len}")
+        raise Refused(
+            "decoding.max_len",
+            f"decoding.max_len: this model's CTC head sets the "
+            f"output's length by the line's steps; expected none, got "
+            f"{decoding.max_len}",
+        )
 
 
 class OcrEvaluator(Evaluator, task="ocr"):
     """An OCR checkpoint's model and characters: reads line images and folders of labelled
     lines (:mod:`attnkit.tasks.evaluator`)."""
 
-    data = ("a folder of line images with labels.tsv (filename<TAB>text), or that TSV; a "
-            "folder of NAME.png + NAME.gt.txt pairs; or hf:PATH[:SPLIT]")
+    data = (
+        "a folder of line images with labels.tsv (filename<TAB>text), or that TSV; a "
+        "folder of NAME.png + NAME.gt.txt pairs; or hf:PATH[:SPLIT]"
+    )
     metrics = ("cer", "wer", "exact")
-    route = Route("/read", "read a text line", upload=Upload("image"),
-                  check_decoding=_served_decoding)
+    route = Route(
+        "/read", "read a text line", upload=Upload("image"), check_decoding=_served_decoding
+    )
 
     def __init__(self, model: CRNN, config: dict, vocab: dict):
         super().__init__(model, config, vocab)
@@ -399,14 +527,34 @@ class OcrEvaluator(Evaluator, task="ocr"):
         """Line images ``(1, H, W)`` from image files."""
         return [load_line_image(Path(p)) for p in items], list(items)
 
-    def decode(self, inputs: Sequence[torch.Tensor], decoding: Decoding | None = None, *,
-               weights: bool = False) -> list[Output]:
+    def decode(
+        self,
+        inputs: Sequence[torch.Tensor],
+        decoding: Decoding | None = None,
+        *,
+        weights: bool = False,
+    ) -> list[Output]:
         eos = self.model.head_kind == "attention"
-        return [Output(r.texts, functools.partial(plot_line, image, r.texts[0], r.weights,
-                                                  r.steps, eos=eos,
-                                                  self_attention=r.self_attention),
-                       functools.partial(line_example, self.model, image, r) if weights
-                       else None, r.scores, r.tokens)
-                for image, r in zip(inputs, read_lines(self.model, self.chars, inputs,
-                                                       decoding=decoding, lm=self.lm,
-                                                       weights=weights))]
+        return [
+            Output(
+                r.texts,
+                functools.partial(
+                    plot_line,
+                    image,
+                    r.texts[0],
+                    r.weights,
+                    r.steps,
+                    eos=eos,
+                    self_attention=r.self_attention,
+                ),
+                functools.partial(line_example, self.model, image, r) if weights else None,
+                r.scores,
+                r.tokens,
+            )
+            for image, r in zip(
+                inputs,
+                read_lines(
+                    self.model, self.chars, inputs, decoding=decoding, lm=self.lm, weights=weights
+                ),
+            )
+        ]

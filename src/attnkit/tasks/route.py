@@ -65,8 +65,7 @@ class Upload:
 
     def __post_init__(self):
         if self.kind not in UPLOAD_KINDS:
-            raise ValueError(f"kind: expected one of {', '.join(UPLOAD_KINDS)}, "
-                             f"got {self.kind!r}")
+            raise ValueError(f"kind: expected one of {', '.join(UPLOAD_KINDS)}, got {self.kind!r}")
 
 
 def _load_inputs(evaluator, given: Mapping[str, str | Path], *, max_seconds: float):
@@ -114,8 +113,9 @@ class Route:
         names = [t.name for t in self.texts] + ([self.upload.name] if self.upload else [])
         taken = [n for i, n in enumerate(names) if n in names[:i] or n == "decoding"]
         if taken:
-            raise ValueError(f"{self.path}: field {taken[0]!r} named twice (decoding is the "
-                             f"decoding options')")
+            raise ValueError(
+                f"{self.path}: field {taken[0]!r} named twice (decoding is the decoding options')"
+            )
 
     @property
     def content_type(self) -> str:

@@ -18,32 +18,49 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+import attnkit.tasks.metrics as scores
 from attnkit.checks import check_positive_int, quoted
 from attnkit.data import MAX_CHARS, CharVocab, SubwordVocab, build_vocab, load_vocab, pad_batch
 from attnkit.data.corpora.reading import read_corpus
 from attnkit.data.corpora.text_pairs import TextPairs
 from attnkit.decoding import MAX_OUTPUT_TOKENS, Decoding, Hypotheses, decode_batches
-from attnkit.models import Seq2Seq, Transformer, build_model
 from attnkit.diagnose.plots import plot_attention
-import attnkit.tasks.metrics as scores
+from attnkit.models import Seq2Seq, Transformer, build_model
 from attnkit.tasks.batching import length_batches
-from attnkit.tasks.evaluator import (Evaluator, Example, Output, pictures, scores_of, texts_of,
-                                     tokens_of)
+from attnkit.tasks.evaluator import (
+    Evaluator,
+    Example,
+    Output,
+    pictures,
+    scores_of,
+    texts_of,
+    tokens_of,
+)
 from attnkit.tasks.explore import translation_example
 from attnkit.tasks.route import Route, Text
 from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
-__all__ = ["MAX_LEN_RATIO", "MAX_OUTPUT_TOKENS", "TranslateEvaluator", "TranslateTask",
-           "metrics", "plot_translation", "translate_texts"]
+__all__ = [
+    "MAX_LEN_RATIO",
+    "MAX_OUTPUT_TOKENS",
+    "TranslateEvaluator",
+    "TranslateTask",
+    "metrics",
+    "plot_translation",
+    "translate_texts",
+]
 
 
 def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
     """Validation: ``accuracy`` (exact match), character error rate, BLEU (sacreBLEU's standard)
     and BLEU over characters (:mod:`attnkit.tasks.metrics`)."""
-    return {"accuracy": scores.exact_match(hypotheses, references),
-            "cer": scores.cer(hypotheses, references), "bleu": scores.bleu(hypotheses, references),
-            "bleu_char": scores.bleu_char(hypotheses, references)}
+    return {
+        "accuracy": scores.exact_match(hypotheses, references),
+        "cer": scores.cer(hypotheses, references),
+        "bleu": scores.bleu(hypotheses, references),
+        "bleu_char": scores.bleu_char(hypotheses, references),
+    }
 
 
 TAG = re.compile(r"^<[\w:-]+>$")
@@ -57,12 +74,19 @@ def _encode_batch(vocab: CharVocab | SubwordVocab, texts: Sequence[str]):
 
 
 @torch.no_grad()
-def translate_texts(model: Seq2Seq | Transformer, src_vocab: CharVocab | SubwordVocab,
-              tgt_vocab: CharVocab | SubwordVocab,
-              texts: Sequence[str], *, decoding: Decoding | None = None,
-              max_len_ratio: float = MAX_LEN_RATIO, max_len_extra: int = 10,
-              max_chars: int | None = MAX_CHARS, weights: bool = False,
-              batch_size: int = 128) -> tuple[list[str], list[Hypotheses]]:
+def translate_texts(
+    model: Seq2Seq | Transformer,
+    src_vocab: CharVocab | SubwordVocab,
+    tgt_vocab: CharVocab | SubwordVocab,
+    texts: Sequence[str],
+    *,
+    decoding: Decoding | None = None,
+    max_len_ratio: float = MAX_LEN_RATIO,
+    max_len_extra: int = 10,
+    max_chars: int | None = MAX_CHARS,
+    weights: bool = False,
+    batch_size: int = 128,
+) -> tuple[list[str], list[Hypotheses]]:
     """Decode ``texts`` as ``decoding`` says (default greedy); returns the outputs (the best
     hypothesis of each) and, per batch, the raw hypotheses (tokens, all ``n_best``, and with
     ``weights`` the attention weights for plots). Output length is capped at
@@ -76,21 +100,30 @@ def translate_texts(model: Seq2Seq | Transformer, src_vocab: CharVocab | Subword
     """
     for i, text in enumerate(texts):
         if max_chars is not None and len(text) > max_chars:
-            raise ValueError(f"texts[{i}]: {len(text)} characters, more than max_chars="
-                             f"{max_chars} ({text[:40]!r}...)")
+            raise ValueError(
+                f"texts[{i}]: {len(text)} characters, more than max_chars="
+                f"{max_chars} ({text[:40]!r}...)"
+            )
     outs, raws = [], []
     for _, hyp in decode_batches(
-            model, texts, lambda chunk: _encode_batch(src_vocab, chunk),
-            max_len=lambda n: ((n.float() * max_len_ratio).ceil().long() + max_len_extra
-                               ).clamp(max=MAX_OUTPUT_TOKENS),
-            decoding=decoding, batch_size=batch_size, weights=weights):
+        model,
+        texts,
+        lambda chunk: _encode_batch(src_vocab, chunk),
+        max_len=lambda n: ((n.float() * max_len_ratio).ceil().long() + max_len_extra).clamp(
+            max=MAX_OUTPUT_TOKENS
+        ),
+        decoding=decoding,
+        batch_size=batch_size,
+        weights=weights,
+    ):
         outs += [tgt_vocab.decode(row) for row in hyp.best().tokens]
         raws.append(hyp)
     return outs, raws
 
 
-def plot_translation(hyp: Hypotheses, i: int, source: str, src_vocab, tgt_vocab, path, *,
-                     title: str | None = None):
+def plot_translation(
+    hyp: Hypotheses, i: int, source: str, src_vocab, tgt_vocab, path, *, title: str | None = None
+):
     """Heat-map of example ``i`` of decoded ``hyp``: output pieces (EOS included) against the
     pieces of ``source`` (``title`` default: source -> output). Returns the path written, or
     None when the model has no attention (or ``hyp`` was decoded without ``weights``)."""
@@ -101,8 +134,13 @@ def plot_translation(hyp: Hypotheses, i: int, source: str, src_vocab, tgt_vocab,
     n = int(hyp.lengths[i])
     out_labels = [tgt_vocab.piece(t) for t in hyp.tokens[i, :n]]
     output = tgt_vocab.decode(hyp.tokens[i])
-    return plot_attention(hyp.weights[i, :n, : len(src_labels)], src_labels, out_labels, path,
-                          title=title or f"{source}  ->  {output}")
+    return plot_attention(
+        hyp.weights[i, :n, : len(src_labels)],
+        src_labels,
+        out_labels,
+        path,
+        title=title or f"{source}  ->  {output}",
+    )
 
 
 Vocab = CharVocab | SubwordVocab
@@ -126,13 +164,23 @@ class TranslateTask:
         max_valid: validation sentences decoded at each evaluation.
     """
 
-    def __init__(self, train: Sequence[tuple[str, str]], valid: Sequence[tuple[str, str]], *,
-                 model_config: dict, src_vocab: Vocab | None = None,
-                 tgt_vocab: Vocab | None = None, vocab: str = "char", vocab_size: int = 1000,
-                 batch_size: int = 64, seed: int = 0,
-                 label_smoothing: float = 0.1,
-                 teacher_forcing: float | TeacherForcing = 1.0,
-                 max_valid: int = 500, data: dict | None = None):
+    def __init__(
+        self,
+        train: Sequence[tuple[str, str]],
+        valid: Sequence[tuple[str, str]],
+        *,
+        model_config: dict,
+        src_vocab: Vocab | None = None,
+        tgt_vocab: Vocab | None = None,
+        vocab: str = "char",
+        vocab_size: int = 1000,
+        batch_size: int = 64,
+        seed: int = 0,
+        label_smoothing: float = 0.1,
+        teacher_forcing: float | TeacherForcing = 1.0,
+        max_valid: int = 500,
+        data: dict | None = None,
+    ):
         if not train:
             raise ValueError("train: expected at least one (source, target) pair")
         check_positive_int("batch_size", batch_size)
@@ -141,16 +189,22 @@ class TranslateTask:
         self.train = train if isinstance(train, TextPairs) else list(train)
         self.valid = list(valid[:max_valid])
         tags = sorted({tag for s, _ in self.train if TAG.match(tag := s.split(" ", 1)[0])})
-        self.src_vocab = src_vocab or build_vocab((s for s, _ in self.train), kind=vocab,
-                                                  size=vocab_size, tags=tags)
-        self.tgt_vocab = tgt_vocab or build_vocab((t for _, t in self.train), kind=vocab,
-                                                  size=vocab_size)
+        self.src_vocab = src_vocab or build_vocab(
+            (s for s, _ in self.train), kind=vocab, size=vocab_size, tags=tags
+        )
+        self.tgt_vocab = tgt_vocab or build_vocab(
+            (t for _, t in self.train), kind=vocab, size=vocab_size
+        )
         self.batch_size, self.seed = batch_size, seed
         if not isinstance(teacher_forcing, TeacherForcing):
             teacher_forcing = TeacherForcing(start=teacher_forcing)
         self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
-        self.model_config = {"name": "seq2seq", **model_config, "src_vocab": len(self.src_vocab),
-                             "tgt_vocab": len(self.tgt_vocab)}
+        self.model_config = {
+            "name": "seq2seq",
+            **model_config,
+            "src_vocab": len(self.src_vocab),
+            "tgt_vocab": len(self.tgt_vocab),
+        }
         self.data = data or {}
         lengths, longest = array("i"), 0
         for s, t in self.train:
@@ -165,8 +219,10 @@ class TranslateTask:
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of similar source lengths, built when indexed."""
-        return Batches(length_batches(self._lengths, self.batch_size, seed=self.seed,
-                                      epoch=epoch), self._collate)
+        return Batches(
+            length_batches(self._lengths, self.batch_size, seed=self.seed, epoch=epoch),
+            self._collate,
+        )
 
     def _collate(self, idx: list[int]) -> dict:
         pairs = [self.train[i] for i in idx]
@@ -174,19 +230,34 @@ class TranslateTask:
         tgt, _ = pad_batch([[BOS] + self.tgt_vocab.encode(t) + [EOS] for _, t in pairs])
         return {"src": src, "src_len": src_len, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
 
-    def loss(self, model: Seq2Seq | Transformer, batch: dict,
-             step: int = 0) -> tuple[torch.Tensor, int]:
-        logits, _ = model(batch["src"], batch["src_len"], batch["tgt_in"],
-                          teacher_forcing=self.teacher_forcing.ratio(step))
+    def loss(
+        self, model: Seq2Seq | Transformer, batch: dict, step: int = 0
+    ) -> tuple[torch.Tensor, int]:
+        logits, _ = model(
+            batch["src"],
+            batch["src_len"],
+            batch["tgt_in"],
+            teacher_forcing=self.teacher_forcing.ratio(step),
+        )
         target = batch["tgt_out"]
-        loss = F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD,
-                               label_smoothing=self.label_smoothing)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1),
+            target.flatten(),
+            ignore_index=PAD,
+            label_smoothing=self.label_smoothing,
+        )
         return loss, int((target != PAD).sum())
 
     def evaluate(self, model: Seq2Seq | Transformer) -> dict[str, float]:
         sources = [s for s, _ in self.valid]
-        outs, _ = translate_texts(model, self.src_vocab, self.tgt_vocab, sources,
-                            max_len_extra=self.max_len_extra, max_chars=None)
+        outs, _ = translate_texts(
+            model,
+            self.src_vocab,
+            self.tgt_vocab,
+            sources,
+            max_len_extra=self.max_len_extra,
+            max_chars=None,
+        )
         return metrics(outs, [t for _, t in self.valid])
 
     def pictures(self, model, folder: Path, n: int) -> list[Path]:
@@ -196,11 +267,18 @@ class TranslateTask:
         return pictures(evaluator, [source for source, _ in self.valid[:n]], folder)
 
     def config(self) -> dict:
-        return {"task": "translate", "model": self.model_config,
-                "max_len_extra": self.max_len_extra, "data": self.data,
-                "batching": {"batch_size": self.batch_size, "seed": self.seed,
-                             "label_smoothing": self.label_smoothing,
-                             "teacher_forcing": asdict(self.teacher_forcing)}}
+        return {
+            "task": "translate",
+            "model": self.model_config,
+            "max_len_extra": self.max_len_extra,
+            "data": self.data,
+            "batching": {
+                "batch_size": self.batch_size,
+                "seed": self.seed,
+                "label_smoothing": self.label_smoothing,
+                "teacher_forcing": asdict(self.teacher_forcing),
+            },
+        }
 
     def vocab(self) -> dict:
         return {"src": self.src_vocab.to_json(), "tgt": self.tgt_vocab.to_json()}
@@ -211,12 +289,21 @@ class TranslateEvaluator(Evaluator, task="translate"):
     ``source<TAB>reference`` TSV files (:mod:`attnkit.tasks.evaluator`)."""
 
     vocabularies = ("src", "tgt")
-    data = ("a TSV of source<TAB>reference lines, or a Moses corpus (PREFIX with --src-lang "
-            "and --tgt-lang, or its two files), or hf:PATH[:SPLIT]")
+    data = (
+        "a TSV of source<TAB>reference lines, or a Moses corpus (PREFIX with --src-lang "
+        "and --tgt-lang, or its two files), or hf:PATH[:SPLIT]"
+    )
     metrics = ("exact", "cer", "bleu", "bleu_char", "chrf")
-    route = Route("/translate", "translate one text", texts=(Text(
-        "text", "a text to translate (with its task tag when the model has several, "
-        "<en> ...)"),))
+    route = Route(
+        "/translate",
+        "translate one text",
+        texts=(
+            Text(
+                "text",
+                "a text to translate (with its task tag when the model has several, <en> ...)",
+            ),
+        ),
+    )
     # The longest source read and decoded, in characters (None: no limit).
     max_chars: int | None = MAX_CHARS
 
@@ -231,25 +318,43 @@ class TranslateEvaluator(Evaluator, task="translate"):
     def read(self, path, **options) -> list[Example]:
         """The pairs of ``path`` in any translation corpus format
         (:mod:`attnkit.data.corpora.text_formats`), each source's line its origin."""
-        pairs = read_corpus("translate", path, **{"role": "test", "max_chars": self.max_chars,
-                                                  **options})
-        return [Example(source, reference, pairs.origin(i))
-                for i, (source, reference) in enumerate(pairs)]
+        pairs = read_corpus(
+            "translate", path, **{"role": "test", "max_chars": self.max_chars, **options}
+        )
+        return [
+            Example(source, reference, pairs.origin(i))
+            for i, (source, reference) in enumerate(pairs)
+        ]
 
-    def decode(self, inputs: Sequence[str], decoding: Decoding | None = None, *,
-               weights: bool = False) -> list[Output]:
-        _, raws = translate_texts(self.model, self.src_vocab, self.tgt_vocab, inputs,
-                            decoding=decoding, max_len_extra=self.max_len_extra,
-                            max_chars=self.max_chars, weights=weights)
+    def decode(
+        self, inputs: Sequence[str], decoding: Decoding | None = None, *, weights: bool = False
+    ) -> list[Output]:
+        _, raws = translate_texts(
+            self.model,
+            self.src_vocab,
+            self.tgt_vocab,
+            inputs,
+            decoding=decoding,
+            max_len_extra=self.max_len_extra,
+            max_chars=self.max_chars,
+            weights=weights,
+        )
         outputs = []
         for hyp in raws:
-            for i, (texts, ranked, tokens) in enumerate(zip(
-                    texts_of(hyp, self.tgt_vocab), scores_of(hyp),
-                    tokens_of(hyp, self.tgt_vocab))):
+            for i, (texts, ranked, tokens) in enumerate(
+                zip(texts_of(hyp, self.tgt_vocab), scores_of(hyp), tokens_of(hyp, self.tgt_vocab))
+            ):
                 source = inputs[len(outputs)]
                 vocabs = (self.src_vocab, self.tgt_vocab)
-                outputs.append(Output(
-                    texts, functools.partial(plot_translation, hyp, i, source, *vocabs),
-                    functools.partial(translation_example, self.model, hyp, i, source, *vocabs)
-                    if weights else None, ranked, tokens))
+                outputs.append(
+                    Output(
+                        texts,
+                        functools.partial(plot_translation, hyp, i, source, *vocabs),
+                        functools.partial(translation_example, self.model, hyp, i, source, *vocabs)
+                        if weights
+                        else None,
+                        ranked,
+                        tokens,
+                    )
+                )
         return outputs

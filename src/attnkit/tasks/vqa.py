@@ -34,12 +34,12 @@ from attnkit.data import (
     question_set,
     stack_images,
 )
-from attnkit.data.corpora.reading import read_corpus
 from attnkit.data.corpora.image_folders import QUESTIONS
+from attnkit.data.corpora.reading import read_corpus
 from attnkit.data.worlds.scenes import QUESTION_TYPES, RELATIONAL, scored_scenes
 from attnkit.decoding import Decoding
-from attnkit.models import VQA, build_model
 from attnkit.diagnose.plots import plot_image_attention
+from attnkit.models import VQA, build_model
 from attnkit.tasks.batching import group_batches
 from attnkit.tasks.evaluator import Evaluator, Example, LazyExamples, Output, score_examples
 from attnkit.tasks.explore import answer_example
@@ -47,8 +47,18 @@ from attnkit.tasks.route import Route, Text, Upload
 from attnkit.tokens import SPECIALS
 from attnkit.train import Batches
 
-__all__ = ["Answer", "VqaEvaluator", "VqaTask", "answer_questions", "check_questions",
-           "check_words", "plot_answer", "plot_answers", "question_examples", "vqa_metrics"]
+__all__ = [
+    "Answer",
+    "VqaEvaluator",
+    "VqaTask",
+    "answer_questions",
+    "check_questions",
+    "check_words",
+    "plot_answer",
+    "plot_answers",
+    "question_examples",
+    "vqa_metrics",
+]
 
 QuestionSet = tuple[Sequence[torch.Tensor], Sequence[ImageQuestion]]
 
@@ -74,24 +84,34 @@ def check_questions(data: QuestionSet, name: str, size: int) -> None:
     images, questions = data
     stored = isinstance(images, ImageFiles)  # read when indexed: checked by their size
     if stored and images.size != size:
-        raise DataError(f"{name}: images read at ({size}, {size}) are expected (the model's "
-                        f"image_size), got ({images.size}, {images.size})")
+        raise DataError(
+            f"{name}: images read at ({size}, {size}) are expected (the model's "
+            f"image_size), got ({images.size}, {images.size})"
+        )
     for i, image in enumerate(() if stored else images):
         if image.dtype != torch.uint8 or tuple(image.shape) != (3, size, size):
-            raise DataError(f"{name} image {i}: expected a uint8 image (3, {size}, {size}) (the "
-                            f"model's image_size), got {image.dtype} {tuple(image.shape)}")
+            raise DataError(
+                f"{name} image {i}: expected a uint8 image (3, {size}, {size}) (the "
+                f"model's image_size), got {image.dtype} {tuple(image.shape)}"
+            )
     for q in questions:
         if not 0 <= q.image < len(images):
-            raise DataError(f"{q.origin}: image {q.image} is not one of the {len(images)} "
-                            f"{name} images")
+            raise DataError(
+                f"{q.origin}: image {q.image} is not one of the {len(images)} {name} images"
+            )
         if not q.question.strip() or not q.answer.strip():
             raise DataError(f"{q.origin}: empty question or answer")
 
 
 @torch.no_grad()
-def answer_questions(model: VQA, words: WordVocab, answers: Sequence[str],
-                     asked: Sequence[tuple[torch.Tensor, str]], *,
-                     batch_size: int = 64) -> list[Answer]:
+def answer_questions(
+    model: VQA,
+    words: WordVocab,
+    answers: Sequence[str],
+    asked: Sequence[tuple[torch.Tensor, str]],
+    *,
+    batch_size: int = 64,
+) -> list[Answer]:
     """Answer ``(image (3, S, S) uint8, question)`` pairs: one :class:`Answer` each, in order.
     Words of a question outside ``words`` count as ``<unk>``; a question without words is a
     ``ValueError`` naming it. Questions of a batch that share an image tensor (the same
@@ -99,8 +119,9 @@ def answer_questions(model: VQA, words: WordVocab, answers: Sequence[str],
     ids = [words.encode(q) for _, q in asked]
     empty = [i for i, x in enumerate(ids) if not x]
     if empty:
-        raise ValueError(f"asked[{empty[0]}]: expected a question with words, got "
-                         f"{quoted(asked[empty[0]][1])}")
+        raise ValueError(
+            f"asked[{empty[0]}]: expected a question with words, got {quoted(asked[empty[0]][1])}"
+        )
     model.eval()
     device = next(model.parameters()).device
     out = []
@@ -110,8 +131,12 @@ def answer_questions(model: VQA, words: WordVocab, answers: Sequence[str],
         slot: dict[int, int] = {}  # id(image) -> its row among the chunk's distinct images
         index = [slot.setdefault(id(image), len(slot)) for image, _ in chunk]
         distinct = list({id(image): image for image, _ in chunk}.values())
-        result = model(stack_images(distinct).to(device), tokens.to(device),
-                       lengths.to(device), torch.tensor(index, device=device))
+        result = model(
+            stack_images(distinct).to(device),
+            tokens.to(device),
+            lengths.to(device),
+            torch.tensor(index, device=device),
+        )
         probs = result.logits.float().softmax(-1)
         best = probs.argmax(-1)
         for j in range(len(chunk)):
@@ -123,24 +148,32 @@ def answer_questions(model: VQA, words: WordVocab, answers: Sequence[str],
 def check_words(words: WordVocab, questions) -> None:
     """Refuse a question asked on the command line that holds words the model never saw, or
     no word: a :class:`DataError` naming them and listing the words the model knows."""
-    known = words.symbols[len(SPECIALS):]
+    known = words.symbols[len(SPECIALS) :]
     for question in questions:
         unknown = words.unknown(question)
         if unknown or not words.encode(question):
-            problem = (f"words this model never saw: {', '.join(map(repr, unknown))}"
-                       if unknown else "no words")
-            raise DataError(f"question {quoted(question)}: {problem} (it knows {len(known)}: "
-                            f"{' '.join(known[:40])}{' ...' if len(known) > 40 else ''})")
+            problem = (
+                f"words this model never saw: {', '.join(map(repr, unknown))}"
+                if unknown
+                else "no words"
+            )
+            raise DataError(
+                f"question {quoted(question)}: {problem} (it knows {len(known)}: "
+                f"{' '.join(known[:40])}{' ...' if len(known) > 40 else ''})"
+            )
 
 
-def vqa_metrics(predicted: Sequence[str], answers: Sequence[str],
-                types: Sequence[str]) -> dict[str, float]:
+def vqa_metrics(
+    predicted: Sequence[str], answers: Sequence[str], types: Sequence[str]
+) -> dict[str, float]:
     """``accuracy`` over all questions, ``accuracy_<type>`` for each question type, and when
     the types include built-in relational ones (:data:`attnkit.data.worlds.scenes.RELATIONAL`),
     ``accuracy_relational`` and ``accuracy_non_relational``."""
     if not len(predicted) == len(answers) == len(types) or not answers:
-        raise ValueError(f"predicted, answers, types: expected one each per question, got "
-                         f"{len(predicted)}, {len(answers)} and {len(types)}")
+        raise ValueError(
+            f"predicted, answers, types: expected one each per question, got "
+            f"{len(predicted)}, {len(answers)} and {len(types)}"
+        )
     right = [p == a for p, a in zip(predicted, answers)]
 
     def share(keep) -> float:
@@ -157,25 +190,38 @@ def vqa_metrics(predicted: Sequence[str], answers: Sequence[str],
     return out
 
 
-def plot_answer(image: torch.Tensor, question: str, answer: Answer, path: str | Path, *,
-                title: str | None = None) -> Path | None:
+def plot_answer(
+    image: torch.Tensor,
+    question: str,
+    answer: Answer,
+    path: str | Path,
+    *,
+    title: str | None = None,
+) -> Path | None:
     """The image, then each hop's attention over it (``title`` default: question -> answer);
     None for a model without attention."""
     if answer.weights is None:
         return None
     hops, cells = answer.weights.shape
-    side = round(cells ** 0.5)
-    return plot_image_attention(image, answer.weights.reshape(hops, side, side),
-                                [f"hop {k + 1}" for k in range(hops)], path,
-                                title=title or f"{question} -> {answer.answer}")
+    side = round(cells**0.5)
+    return plot_image_attention(
+        image,
+        answer.weights.reshape(hops, side, side),
+        [f"hop {k + 1}" for k in range(hops)],
+        path,
+        title=title or f"{question} -> {answer.answer}",
+    )
 
 
-def plot_answers(asked: Sequence[tuple[torch.Tensor, str]], answers: Sequence[Answer],
-                 folder: str | Path) -> list[Path]:
+def plot_answers(
+    asked: Sequence[tuple[torch.Tensor, str]], answers: Sequence[Answer], folder: str | Path
+) -> list[Path]:
     """:func:`plot_answer` of each ``(image, question)`` as ``folder/answer_<i>.png``; the paths
     written (none for a model without attention)."""
-    drawn = (plot_answer(image, question, answer, Path(folder) / f"answer_{i}.png")
-             for i, ((image, question), answer) in enumerate(zip(asked, answers)))
+    drawn = (
+        plot_answer(image, question, answer, Path(folder) / f"answer_{i}.png")
+        for i, ((image, question), answer) in enumerate(zip(asked, answers))
+    )
     return [path for path in drawn if path is not None]
 
 
@@ -195,10 +241,20 @@ class VqaTask:
         max_valid: validation questions answered at each evaluation.
     """
 
-    def __init__(self, train: QuestionSet, valid: QuestionSet, *, model_config: dict,
-                 words: WordVocab | None = None, answers: Sequence[str] | None = None,
-                 batch_size: int = 64, seed: int = 0, label_smoothing: float = 0.0,
-                 max_valid: int = 1000, data: dict | None = None):
+    def __init__(
+        self,
+        train: QuestionSet,
+        valid: QuestionSet,
+        *,
+        model_config: dict,
+        words: WordVocab | None = None,
+        answers: Sequence[str] | None = None,
+        batch_size: int = 64,
+        seed: int = 0,
+        label_smoothing: float = 0.0,
+        max_valid: int = 1000,
+        data: dict | None = None,
+    ):
         if not train[1]:
             raise ValueError("train: expected at least one question")
         check_positive_int("batch_size", batch_size)
@@ -208,8 +264,12 @@ class VqaTask:
         unknown = sorted({q.answer for q in train[1]} - set(self.answers))
         if unknown:
             raise DataError(f"train: answers outside the model's answers: {unknown[:10]}")
-        self.model_config = {"name": "vqa", **model_config, "words": len(self.words),
-                             "answers": len(self.answers)}
+        self.model_config = {
+            "name": "vqa",
+            **model_config,
+            "words": len(self.words),
+            "answers": len(self.answers),
+        }
         size = self.model_config.get("image_size", 64)
         check_questions(train, "train", size)
         check_questions(valid, "valid", size)
@@ -230,23 +290,25 @@ class VqaTask:
         in a batch once and encoded once for all its questions, built when indexed (images
         float32 in [0, 1])."""
         groups = [q.image for q in self.questions]
-        return Batches(group_batches(groups, self.batch_size, seed=self.seed, epoch=epoch),
-                       self._collate)
+        return Batches(
+            group_batches(groups, self.batch_size, seed=self.seed, epoch=epoch), self._collate
+        )
 
     def _collate(self, idx: list[int]) -> dict:
         tokens, lengths = pad_batch([self._ids[i] for i in idx])
         asked = [self.questions[i].image for i in idx]
         images = list(dict.fromkeys(asked))  # each image once, in order of first question
         index = {image: k for k, image in enumerate(images)}
-        return {"images": stack_images([self.images[i] for i in images]),
-                "image_index": torch.tensor([index[i] for i in asked]),
-                "questions": tokens, "lengths": lengths,
-                "answers": torch.tensor([self.answer_ids[self.questions[i].answer]
-                                         for i in idx])}
+        return {
+            "images": stack_images([self.images[i] for i in images]),
+            "image_index": torch.tensor([index[i] for i in asked]),
+            "questions": tokens,
+            "lengths": lengths,
+            "answers": torch.tensor([self.answer_ids[self.questions[i].answer] for i in idx]),
+        }
 
     def loss(self, model, batch: dict, step: int = 0) -> tuple[torch.Tensor, int]:
-        out = model(batch["images"], batch["questions"], batch["lengths"],
-                    batch["image_index"])
+        out = model(batch["images"], batch["questions"], batch["lengths"], batch["image_index"])
         loss = F.cross_entropy(out.logits, batch["answers"], label_smoothing=self.label_smoothing)
         return loss, len(batch["answers"])
 
@@ -259,24 +321,32 @@ class VqaTask:
         """Attention pictures of the first ``n`` validation questions in ``folder``."""
         images, questions = self.valid
         asked = [(images[q.image], q.question) for q in questions[:n]]
-        return plot_answers(asked, answer_questions(model, self.words, self.answers, asked),
-                            folder)
+        return plot_answers(asked, answer_questions(model, self.words, self.answers, asked), folder)
 
     def config(self) -> dict:
-        return {"task": "vqa", "model": self.model_config, "data": self.data,
-                "batching": {"batch_size": self.batch_size, "seed": self.seed,
-                             "label_smoothing": self.label_smoothing}}
+        return {
+            "task": "vqa",
+            "model": self.model_config,
+            "data": self.data,
+            "batching": {
+                "batch_size": self.batch_size,
+                "seed": self.seed,
+                "label_smoothing": self.label_smoothing,
+            },
+        }
 
     def vocab(self) -> dict:
         return {"words": self.words.to_json(), "answers": self.answers}
 
 
-def question_examples(images: Sequence[torch.Tensor],
-                      questions: Sequence[ImageQuestion]) -> Sequence[Example]:
+def question_examples(
+    images: Sequence[torch.Tensor], questions: Sequence[ImageQuestion]
+) -> Sequence[Example]:
     """Questions about ``images`` as labelled examples: the input ``(image, question)``, the
     answer as the reference and the question's type as the annotation
     (:func:`vqa_metrics` scores per type); :class:`LazyExamples` for images read when indexed
     (:class:`attnkit.data.ImageFiles`)."""
+
     def example(q: ImageQuestion) -> Example:
         return Example((images[q.image], q.question), q.answer, q.origin, q.type)
 
@@ -296,17 +366,30 @@ class VqaEvaluator(Evaluator, task="vqa"):
     questions are all of type ``user``."""
 
     vocabularies = ("words", "answers")
-    data = (f"a folder of images with {QUESTIONS} (filename<TAB>question<TAB>answer), that "
-            "TSV, VQA v2 questions (with their annotations), hf:PATH[:SPLIT], or built-in "
-            "scenes: scenes:test or scenes:heldout")
+    data = (
+        f"a folder of images with {QUESTIONS} (filename<TAB>question<TAB>answer), that "
+        "TSV, VQA v2 questions (with their annotations), hf:PATH[:SPLIT], or built-in "
+        "scenes: scenes:test or scenes:heldout"
+    )
     metrics = ()  # accuracy per question type instead of text metrics: see score
-    route = Route("/ask", "answer a question about an image", upload=Upload("image"),
-                  texts=(Text("question", "a question about the image, in words the model "
-                              "knows", check=_known_words),),
-                  no_decoding="a VQA model answers with its most probable class")
-    labels = {"accuracy_relational": "accuracy, relational",
-              "accuracy_non_relational": "accuracy, non-relational",
-              **{f"accuracy_{t}": f"accuracy, {t}" for t in (*QUESTION_TYPES, "user")}}
+    route = Route(
+        "/ask",
+        "answer a question about an image",
+        upload=Upload("image"),
+        texts=(
+            Text(
+                "question",
+                "a question about the image, in words the model knows",
+                check=_known_words,
+            ),
+        ),
+        no_decoding="a VQA model answers with its most probable class",
+    )
+    labels = {
+        "accuracy_relational": "accuracy, relational",
+        "accuracy_non_relational": "accuracy, non-relational",
+        **{f"accuracy_{t}": f"accuracy, {t}" for t in (*QUESTION_TYPES, "user")},
+    }
 
     def __init__(self, model: VQA, config: dict, vocab: dict):
         super().__init__(model, config, vocab)
@@ -319,11 +402,13 @@ class VqaEvaluator(Evaluator, task="vqa"):
         scored = scored_scenes(path, size=self.image_size, trained_on=self.config.get("data"))
         if scored is not None:
             return question_examples(*question_set(scored[1], scored[0]))
-        return question_examples(*read_corpus("vqa", path, **{
-            "role": "test", "size": self.image_size, **options}))
+        return question_examples(
+            *read_corpus("vqa", path, **{"role": "test", "size": self.image_size, **options})
+        )
 
-    def answer(self, inputs: Sequence[tuple[torch.Tensor, str]],
-               decoding: Decoding | None = None) -> list[Answer]:
+    def answer(
+        self, inputs: Sequence[tuple[torch.Tensor, str]], decoding: Decoding | None = None
+    ) -> list[Answer]:
         """The :class:`Answer` to each ``(image (3, S, S) uint8, question)``: the most
         probable class, its probability and each hop's attention.
 
@@ -332,30 +417,47 @@ class VqaEvaluator(Evaluator, task="vqa"):
                 token by token.
         """
         if decoding is not None and decoding != Decoding():
-            raise ValueError(f"decoding: a VQA model answers with its most probable class; "
-                             f"decoding options do not apply, got {decoding.describe()}")
+            raise ValueError(
+                f"decoding: a VQA model answers with its most probable class; "
+                f"decoding options do not apply, got {decoding.describe()}"
+            )
         return answer_questions(self.model, self.words, self.answers, inputs)
 
     def load_inputs(self, items: Sequence[str]) -> tuple[list, list[str]]:
         """``(image, question)`` pairs from an image file followed by questions about it;
         each question names its input."""
         if len(items) < 2:
-            raise ValueError(f"INPUT: a vqa checkpoint takes an image file, then questions "
-                             f"about it, got {len(items)} INPUT")
+            raise ValueError(
+                f"INPUT: a vqa checkpoint takes an image file, then questions "
+                f"about it, got {len(items)} INPUT"
+            )
         check_words(self.words, items[1:])
         image = load_image(Path(items[0]), self.image_size)
         return [(image, q) for q in items[1:]], list(items[1:])
 
-    def decode(self, inputs: Sequence[tuple[torch.Tensor, str]],
-               decoding: Decoding | None = None, *, weights: bool = False) -> list[Output]:
+    def decode(
+        self,
+        inputs: Sequence[tuple[torch.Tensor, str]],
+        decoding: Decoding | None = None,
+        *,
+        weights: bool = False,
+    ) -> list[Output]:
         """:meth:`answer`, each drawn and explored with its hops' attention (the weights are
         small: always kept)."""
-        return [Output([a.answer], partial(plot_answer, image, question, a),
-                       partial(answer_example, self.model, image, question, a),
-                       [math.log(a.probability)])  # the argmax: at least 1 / answers
-                for (image, question), a in zip(inputs, self.answer(inputs, decoding))]
+        return [
+            Output(
+                [a.answer],
+                partial(plot_answer, image, question, a),
+                partial(answer_example, self.model, image, question, a),
+                [math.log(a.probability)],
+            )  # the argmax: at least 1 / answers
+            for (image, question), a in zip(inputs, self.answer(inputs, decoding))
+        ]
 
     def score(self, examples: Sequence[Example], outputs: Sequence[Output]) -> dict[str, float]:
         """:func:`vqa_metrics` of the answers, with the examples' annotations as the types."""
-        return vqa_metrics([o.text for o in outputs], [e.reference for e in examples],
-                           [e.annotation for e in examples])
+        return vqa_metrics(
+            [o.text for o in outputs],
+            [e.reference for e in examples],
+            [e.annotation for e in examples],
+        )

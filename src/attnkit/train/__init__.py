@@ -13,6 +13,7 @@ from attnkit.train.checkpoint import (
     resolve_checkpoint,
     save_checkpoint,
 )
+from attnkit.train.config import MAX_ACCUMULATE, SCHEDULES, Task, TrainConfig, lr_factor
 from attnkit.train.device import (
     PRECISIONS,
     autocast,
@@ -22,7 +23,6 @@ from attnkit.train.device import (
 )
 from attnkit.train.loader import Batches
 from attnkit.train.lock import FolderBusy, lock_folder
-from attnkit.train.config import MAX_ACCUMULATE, SCHEDULES, Task, TrainConfig, lr_factor
 from attnkit.train.loop import Trainer, TrainResult
 from attnkit.train.teacher_forcing import TeacherForcing
 

@@ -36,16 +36,32 @@ from attnkit.checks import quoted
 from attnkit.train.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from attnkit.train.loop import KEPT_DIR, kept_models
 
-__all__ = ["TRAINING_DATA", "TRAINING_MODEL", "TRAINING_ONLY", "average_checkpoints",
-           "best_checkpoints"]
+__all__ = [
+    "TRAINING_DATA",
+    "TRAINING_MODEL",
+    "TRAINING_ONLY",
+    "average_checkpoints",
+    "best_checkpoints",
+]
 
 # config entries that say how a model was trained, not what it is or how it reads its inputs
 TRAINING_ONLY = ("augment", "batching")
 # entries of a config's "data" that name the training examples (corpora, built-in kinds,
 # engines and their voices, counts, lengths), not how the model reads its inputs ("normalize"
 # stays compared)
-TRAINING_DATA = ("train", "valid", "format", "built_in", "engines", "espeak_consonants",
-                 "n_train", "n_valid", "min_chars", "max_chars", "prose")
+TRAINING_DATA = (
+    "train",
+    "valid",
+    "format",
+    "built_in",
+    "engines",
+    "espeak_consonants",
+    "n_train",
+    "n_valid",
+    "min_chars",
+    "max_chars",
+    "prose",
+)
 # entries of a config's "model" that shape no weight: regularisation while training
 TRAINING_MODEL = ("dropout",)
 
@@ -65,13 +81,17 @@ def average_checkpoints(paths: Sequence[str | Path]) -> Checkpoint:
     cks = [load_checkpoint(p) for p in paths]
     first = cks[0]
     for ck in cks[1:]:
-        for what, a, b in (("config", _model_config(first.config), _model_config(ck.config)),
-                           ("vocabulary", first.vocab, ck.vocab)):
+        for what, a, b in (
+            ("config", _model_config(first.config), _model_config(ck.config)),
+            ("vocabulary", first.vocab, ck.vocab),
+        ):
             if a != b:
-                raise CheckpointError(f"{ck.path}: another {what} than {first.path} "
-                                      f"({quoted(json.dumps(b))} against "
-                                      f"{quoted(json.dumps(a))}); only checkpoints of one "
-                                      "model can be averaged")
+                raise CheckpointError(
+                    f"{ck.path}: another {what} than {first.path} "
+                    f"({quoted(json.dumps(b))} against "
+                    f"{quoted(json.dumps(a))}); only checkpoints of one "
+                    "model can be averaged"
+                )
         if ck.model_state.keys() != first.model_state.keys():
             extra = sorted(ck.model_state.keys() ^ first.model_state.keys())[:3]
             raise CheckpointError(f"{ck.path}: other tensors than {first.path} ({extra})")
@@ -80,7 +100,8 @@ def average_checkpoints(paths: Sequence[str | Path]) -> Checkpoint:
             if tensor.shape != mine.shape or tensor.dtype != mine.dtype:
                 raise CheckpointError(
                     f"{ck.path}: tensor {name} is {tuple(tensor.shape)} {tensor.dtype}, in "
-                    f"{first.path} {tuple(mine.shape)} {mine.dtype}")
+                    f"{first.path} {tuple(mine.shape)} {mine.dtype}"
+                )
     state = {}
     for name, tensor in first.model_state.items():
         stacked = torch.stack([ck.model_state[name] for ck in cks])
@@ -89,9 +110,14 @@ def average_checkpoints(paths: Sequence[str | Path]) -> Checkpoint:
         else:
             state[name] = stacked.amax(0)
     steps = [ck.trainer_state.get("step") if ck.trainer_state else None for ck in cks]
-    return Checkpoint(path=first.path, config=first.config, model_state=state,
-                      vocab=first.vocab, optimizer_state=None,
-                      trainer_state={"averaged": [str(ck.path) for ck in cks], "steps": steps})
+    return Checkpoint(
+        path=first.path,
+        config=first.config,
+        model_state=state,
+        vocab=first.vocab,
+        optimizer_state=None,
+        trainer_state={"averaged": [str(ck.path) for ck in cks], "steps": steps},
+    )
 
 
 def _model_config(config: dict) -> dict:
@@ -114,8 +140,9 @@ def best_checkpoints(run: str | Path, n: int | None = None) -> list[Path]:
     """
     found = kept_models(run)
     if not found:
-        raise CheckpointError(f"{Path(run, KEPT_DIR)}: no checkpoints of best validations "
-                              "(train with --keep-best N, N > 1)")
+        raise CheckpointError(
+            f"{Path(run, KEPT_DIR)}: no checkpoints of best validations "
+            "(train with --keep-best N, N > 1)"
+        )
     found.sort(key=lambda pair: pair[0], reverse=True)  # tied values: tiebreak, then latest
     return [folder for _, folder in found[:n]]
-

@@ -42,8 +42,16 @@ from attnkit.folders import (
     write_folder,
 )
 
-__all__ = ["BUILTIN", "Checkpoint", "CheckpointError", "builtin_checkpoints", "load_checkpoint",
-           "recover_checkpoint", "resolve_checkpoint", "save_checkpoint"]
+__all__ = [
+    "BUILTIN",
+    "Checkpoint",
+    "CheckpointError",
+    "builtin_checkpoints",
+    "load_checkpoint",
+    "recover_checkpoint",
+    "resolve_checkpoint",
+    "save_checkpoint",
+]
 
 FORMAT, VERSION = "attnkit-checkpoint", 1
 
@@ -80,9 +88,11 @@ class Checkpoint:
         (names and shapes), with an error that lists every mismatch."""
         missing = sorted(set(shapes) - set(self.model_state))
         unexpected = sorted(set(self.model_state) - set(shapes))
-        wrong = [f"{k}: checkpoint {tuple(self.model_state[k].shape)}, model {tuple(v)}"
-                 for k, v in shapes.items()
-                 if k in self.model_state and tuple(self.model_state[k].shape) != tuple(v)]
+        wrong = [
+            f"{k}: checkpoint {tuple(self.model_state[k].shape)}, model {tuple(v)}"
+            for k, v in shapes.items()
+            if k in self.model_state and tuple(self.model_state[k].shape) != tuple(v)
+        ]
         if missing or unexpected or wrong:
             parts = []
             if missing:
@@ -91,27 +101,34 @@ class Checkpoint:
                 parts.append(f"unexpected {', '.join(unexpected[:10])}")
             if wrong:
                 parts.append("shape mismatch " + "; ".join(wrong[:10]))
-            raise CheckpointError(f"{self.path}: the weights do not fit this model: "
-                                  + " | ".join(parts))
+            raise CheckpointError(
+                f"{self.path}: the weights do not fit this model: " + " | ".join(parts)
+            )
 
     def check_dtypes(self, dtypes: dict[str, torch.dtype]) -> None:
         """Check that each tensor is of the kind of the model's (``dtypes``, by name):
         floating point where the model's is, integer or bool where it is. Another floating
         dtype (float64 for float32) is converted when loading; an integer or bool tensor
         where the model has floats would be converted into garbage weights."""
-        wrong = [f"{k}: {self.model_state[k].dtype} where the model has {_KIND[_kind(d)]} "
-                 f"({d})" for k, d in dtypes.items()
-                 if k in self.model_state and _kind(self.model_state[k].dtype) != _kind(d)]
+        wrong = [
+            f"{k}: {self.model_state[k].dtype} where the model has {_KIND[_kind(d)]} ({d})"
+            for k, d in dtypes.items()
+            if k in self.model_state and _kind(self.model_state[k].dtype) != _kind(d)
+        ]
         if wrong:
-            raise CheckpointError(f"{self.path / 'model.safetensors'}: {len(wrong)} tensors of "
-                                  f"another dtype than the model's ({_listed(wrong)})")
+            raise CheckpointError(
+                f"{self.path / 'model.safetensors'}: {len(wrong)} tensors of "
+                f"another dtype than the model's ({_listed(wrong)})"
+            )
 
     def check_finite(self) -> None:
         """Refuse weights holding NaN or infinity (they would decode garbage)."""
         bad = _non_finite(self.model_state)
         if bad:
-            raise CheckpointError(f"{self.path}: {len(bad)} weight tensors hold NaN or infinite "
-                                  f"values ({_listed(bad)})")
+            raise CheckpointError(
+                f"{self.path}: {len(bad)} weight tensors hold NaN or infinite "
+                f"values ({_listed(bad)})"
+            )
 
     def check_optimizer(self) -> None:
         """Refuse optimizer state holding NaN or infinity, or a negative second moment
@@ -119,21 +136,35 @@ class Checkpoint:
         the weights into NaN."""
         if self.optimizer_state is None:
             return
-        bad = _non_finite({f"state.{idx}.{name}": value
-                           for idx, entry in self.optimizer_state["state"].items()
-                           for name, value in entry.items() if isinstance(value, torch.Tensor)})
+        bad = _non_finite(
+            {
+                f"state.{idx}.{name}": value
+                for idx, entry in self.optimizer_state["state"].items()
+                for name, value in entry.items()
+                if isinstance(value, torch.Tensor)
+            }
+        )
         if bad:
-            raise CheckpointError(f"{self.path / 'optimizer.safetensors'}: {len(bad)} optimizer "
-                                  f"tensors hold NaN or infinite values ({_listed(bad)}); "
-                                  "resuming would turn the weights into NaN")
-        negative = [f"state.{idx}.{name}" for idx, entry in self.optimizer_state["state"].items()
-                    for name, value in entry.items() if name.endswith("exp_avg_sq")
-                    and isinstance(value, torch.Tensor) and bool((value < 0).any())]
+            raise CheckpointError(
+                f"{self.path / 'optimizer.safetensors'}: {len(bad)} optimizer "
+                f"tensors hold NaN or infinite values ({_listed(bad)}); "
+                "resuming would turn the weights into NaN"
+            )
+        negative = [
+            f"state.{idx}.{name}"
+            for idx, entry in self.optimizer_state["state"].items()
+            for name, value in entry.items()
+            if name.endswith("exp_avg_sq")
+            and isinstance(value, torch.Tensor)
+            and bool((value < 0).any())
+        ]
         if negative:
-            raise CheckpointError(f"{self.path / 'optimizer.safetensors'}: {len(negative)} "
-                                  f"optimizer tensors hold negative values ({_listed(negative)});"
-                                  " AdamW's running means of squared gradients are >= 0: "
-                                  "resuming would turn the weights into NaN")
+            raise CheckpointError(
+                f"{self.path / 'optimizer.safetensors'}: {len(negative)} "
+                f"optimizer tensors hold negative values ({_listed(negative)});"
+                " AdamW's running means of squared gradients are >= 0: "
+                "resuming would turn the weights into NaN"
+            )
 
     def load_model(self, model: torch.nn.Module) -> None:
         """Load the weights into ``model``: they must fit it (:meth:`check_shapes`), be of
@@ -156,8 +187,9 @@ def _kind(dtype: torch.dtype) -> str:
 
 def _non_finite(tensors: dict[str, torch.Tensor]) -> list[str]:
     """The names of the floating-point tensors that hold NaN or infinity."""
-    return [k for k, v in tensors.items()
-            if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    return [
+        k for k, v in tensors.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())
+    ]
 
 
 def _listed(names: list[str]) -> str:
@@ -217,18 +249,27 @@ def save_checkpoint(
     for what, found in (("weight", state), ("optimizer", tensors)):
         bad = _non_finite(found)
         if bad:
-            raise CheckpointError(f"{directory}: not saved: {len(bad)} {what} tensors hold NaN "
-                                  f"or infinite values ({_listed(bad)}); a checkpoint already "
-                                  "there is kept")
-    files = [("config.json", lambda path: _write_json(path, {"format": FORMAT,
-                                                               "version": VERSION,
-                                                               "config": config})),
-             ("model.safetensors", lambda path: save_file(state, str(path)))]
+            raise CheckpointError(
+                f"{directory}: not saved: {len(bad)} {what} tensors hold NaN "
+                f"or infinite values ({_listed(bad)}); a checkpoint already "
+                "there is kept"
+            )
+    files = [
+        (
+            "config.json",
+            lambda path: _write_json(
+                path, {"format": FORMAT, "version": VERSION, "config": config}
+            ),
+        ),
+        ("model.safetensors", lambda path: save_file(state, str(path))),
+    ]
     if vocab is not None:
         files.append(("vocab.json", lambda path: _write_json(path, vocab)))
     if optimizer is not None:
-        files += [("optimizer.safetensors", lambda path: save_file(tensors, str(path))),
-                  ("optimizer.json", lambda path: _write_json(path, plain))]
+        files += [
+            ("optimizer.safetensors", lambda path: save_file(tensors, str(path))),
+            ("optimizer.json", lambda path: _write_json(path, plain)),
+        ]
     if trainer_state is not None:
         files.append(("trainer.json", lambda path: _write_json(path, trainer_state)))
     where = Path(directory)
@@ -312,8 +353,9 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not a readable safetensors file "
-                              f"({clipped(str(exc))})") from None
+        raise CheckpointError(
+            f"{path}: not a readable safetensors file ({clipped(str(exc))})"
+        ) from None
 
 
 def builtin_checkpoints() -> dict[str, Path]:
@@ -333,10 +375,12 @@ def resolve_checkpoint(directory: str | Path) -> Path:
     text = str(directory)
     if not text.startswith(BUILTIN):
         return Path(directory)
-    name, shipped = text[len(BUILTIN):], builtin_checkpoints()
+    name, shipped = text[len(BUILTIN) :], builtin_checkpoints()
     if name not in shipped:
-        raise CheckpointError(f"checkpoint: no built-in model {quoted(name)}; expected one of "
-                              + (", ".join(BUILTIN + n for n in shipped) or "(none shipped)"))
+        raise CheckpointError(
+            f"checkpoint: no built-in model {quoted(name)}; expected one of "
+            + (", ".join(BUILTIN + n for n in shipped) or "(none shipped)")
+        )
     return shipped[name]
 
 
@@ -357,15 +401,20 @@ def load_checkpoint(directory: str | Path) -> Checkpoint:
     head = _read_json(directory / "config.json")
     if not isinstance(head, dict) or head.get("format") != FORMAT:
         found = head.get("format") if isinstance(head, dict) else None
-        raise CheckpointError(f"{directory / 'config.json'}: not an attnkit checkpoint "
-                              f"(format {quoted(found)})")
+        raise CheckpointError(
+            f"{directory / 'config.json'}: not an attnkit checkpoint (format {quoted(found)})"
+        )
     if head.get("version") != VERSION:
-        raise CheckpointError(f"{directory}: checkpoint version {quoted(head.get('version'))} is "
-                              f"not supported by this attnkit (reads version {VERSION})")
+        raise CheckpointError(
+            f"{directory}: checkpoint version {quoted(head.get('version'))} is "
+            f"not supported by this attnkit (reads version {VERSION})"
+        )
     config = head.get("config", {})
     if not isinstance(config, dict):
-        raise CheckpointError(f"{directory / 'config.json'}: 'config' must be a JSON object, "
-                              f"got {type(config).__name__}")
+        raise CheckpointError(
+            f"{directory / 'config.json'}: 'config' must be a JSON object, "
+            f"got {type(config).__name__}"
+        )
     optimizer_state = None
     if _there(directory / "optimizer.json", None):
         tensors = _read_tensors(directory / "optimizer.safetensors")
@@ -373,12 +422,16 @@ def load_checkpoint(directory: str | Path) -> Checkpoint:
         try:
             optimizer_state = _unflatten_optimizer(tensors, plain)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CheckpointError(f"{directory}: optimizer state not in the attnkit layout "
-                                  f"({clipped(f'{type(exc).__name__}: {exc}')})") from None
+            raise CheckpointError(
+                f"{directory}: optimizer state not in the attnkit layout "
+                f"({clipped(f'{type(exc).__name__}: {exc}')})"
+            ) from None
     trainer_state = _read_json(directory / "trainer.json", required=False)
     if trainer_state is not None and not isinstance(trainer_state, dict):
-        raise CheckpointError(f"{directory / 'trainer.json'}: must be a JSON object, got "
-                              f"{type(trainer_state).__name__}")
+        raise CheckpointError(
+            f"{directory / 'trainer.json'}: must be a JSON object, got "
+            f"{type(trainer_state).__name__}"
+        )
     return Checkpoint(
         path=directory,
         config=config,

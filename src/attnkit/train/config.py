@@ -78,36 +78,47 @@ class TrainConfig:
 
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule: expected one of {', '.join(SCHEDULES)}, "
-                             f"got {quoted(self.schedule)}")
+            raise ValueError(
+                f"schedule: expected one of {', '.join(SCHEDULES)}, got {quoted(self.schedule)}"
+            )
         for name in ("max_steps", "eval_every", "checkpoint_every", "accumulate", "keep_best"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected a positive int, got {quoted(value)}")
         if self.accumulate > MAX_ACCUMULATE:
-            raise ValueError(f"accumulate: expected a positive int at most {MAX_ACCUMULATE} "
-                             f"(batches per optimizer step), got {quoted(self.accumulate)}")
+            raise ValueError(
+                f"accumulate: expected a positive int at most {MAX_ACCUMULATE} "
+                f"(batches per optimizer step), got {quoted(self.accumulate)}"
+            )
         if not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps: expected a non-negative int, got "
-                             f"{quoted(self.warmup_steps)}")
+            raise ValueError(
+                f"warmup_steps: expected a non-negative int, got {quoted(self.warmup_steps)}"
+            )
         if not self.lr > 0:
             raise ValueError(f"lr: expected a positive number, got {quoted(self.lr)}")
         if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 1):
-            raise ValueError(f"patience: expected a positive int or None, "
-                             f"got {quoted(self.patience)}")
+            raise ValueError(
+                f"patience: expected a positive int or None, got {quoted(self.patience)}"
+            )
         if self.time_budget_s is not None and not self.time_budget_s > 0:
-            raise ValueError(f"time_budget_s: expected a positive number, got "
-                             f"{quoted(self.time_budget_s)}")
-        if self.tiebreak is not None and (not isinstance(self.tiebreak, str)
-                                          or not self.tiebreak.removeprefix("-")):
-            raise ValueError(f"tiebreak: expected None or a metric's name (\"-NAME\": "
-                             f"minimised), got {quoted(self.tiebreak)}")
+            raise ValueError(
+                f"time_budget_s: expected a positive number, got {quoted(self.time_budget_s)}"
+            )
+        if self.tiebreak is not None and (
+            not isinstance(self.tiebreak, str) or not self.tiebreak.removeprefix("-")
+        ):
+            raise ValueError(
+                f'tiebreak: expected None or a metric\'s name ("-NAME": '
+                f"minimised), got {quoted(self.tiebreak)}"
+            )
         if self.precision not in PRECISIONS:
-            raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got "
-                             f"{quoted(self.precision)}")
+            raise ValueError(
+                f"precision: expected one of {', '.join(PRECISIONS)}, got {quoted(self.precision)}"
+            )
         if not isinstance(self.data_workers, int) or self.data_workers < 0:
-            raise ValueError(f"data_workers: expected a non-negative int, got "
-                             f"{quoted(self.data_workers)}")
+            raise ValueError(
+                f"data_workers: expected a non-negative int, got {quoted(self.data_workers)}"
+            )
 
 
 def lr_factor(step: int, config: TrainConfig) -> float:

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 
 import torch
 
-from attnkit.checks import quoted
 import attnkit.train.distributed as distributed
+from attnkit.checks import quoted
 
 __all__ = ["PRECISIONS", "autocast", "check_precision", "resolve_device", "to_device"]
 
@@ -46,18 +46,24 @@ def resolve_device(spec: str) -> torch.device:
     if match is None:
         raise ValueError(f"device: expected auto, cpu, cuda or cuda:N, got {quoted(spec)}")
     if not torch.cuda.is_available():
-        raise ValueError(f"device: {quoted(spec)} needs CUDA, which this machine lacks "
-                         f"(torch.cuda.is_available() is False); expected auto or cpu")
+        raise ValueError(
+            f"device: {quoted(spec)} needs CUDA, which this machine lacks "
+            f"(torch.cuda.is_available() is False); expected auto or cpu"
+        )
     count = torch.cuda.device_count()
     several = distributed.world_size() > 1
     local = distributed.local_rank()
     index = int(match[1]) if match[1] is not None else (local if several else 0)
     if index >= count:
-        raise ValueError(f"device: expected cuda:0 .. cuda:{count - 1} ({count} GPU(s)), "
-                         f"got {quoted(spec)}" + (f" (LOCAL_RANK={local})" if several else ""))
+        raise ValueError(
+            f"device: expected cuda:0 .. cuda:{count - 1} ({count} GPU(s)), "
+            f"got {quoted(spec)}" + (f" (LOCAL_RANK={local})" if several else "")
+        )
     if several and index != local:
-        raise ValueError(f"device: under torchrun each process takes cuda:LOCAL_RANK "
-                         f"(cuda:{local} here), got {quoted(spec)}")
+        raise ValueError(
+            f"device: under torchrun each process takes cuda:LOCAL_RANK "
+            f"(cuda:{local} here), got {quoted(spec)}"
+        )
     return torch.device("cuda", index)
 
 
@@ -69,16 +75,21 @@ def check_precision(precision: str, device: torch.device) -> None:
             without bfloat16.
     """
     if precision not in PRECISIONS:
-        raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, "
-                         f"got {quoted(precision)}")
+        raise ValueError(
+            f"precision: expected one of {', '.join(PRECISIONS)}, got {quoted(precision)}"
+        )
     device = torch.device(device)
     if precision == "fp16" and device.type != "cuda":
-        raise ValueError(f"precision: fp16 trains on CUDA only (float16 autocast with a "
-                         f"GradScaler), the device is {device}; use bf16 or fp32")
+        raise ValueError(
+            f"precision: fp16 trains on CUDA only (float16 autocast with a "
+            f"GradScaler), the device is {device}; use bf16 or fp32"
+        )
     if precision == "bf16" and device.type == "cuda" and not _cuda_bf16(device):
-        raise ValueError(f"precision: bf16 needs a GPU with bfloat16, "
-                         f"{torch.cuda.get_device_name(device)} ({device}) has none; use fp16 "
-                         f"or fp32")
+        raise ValueError(
+            f"precision: bf16 needs a GPU with bfloat16, "
+            f"{torch.cuda.get_device_name(device)} ({device}) has none; use fp16 "
+            f"or fp32"
+        )
 
 
 def _cuda_bf16(device: torch.device) -> bool:

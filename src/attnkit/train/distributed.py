@@ -21,8 +21,17 @@ import torch.distributed as dist
 
 from attnkit.checks import quoted
 
-__all__ = ["all_gather", "barrier", "is_main", "local_rank", "rank", "setup", "shutdown",
-           "sum_across", "world_size"]
+__all__ = [
+    "all_gather",
+    "barrier",
+    "is_main",
+    "local_rank",
+    "rank",
+    "setup",
+    "shutdown",
+    "sum_across",
+    "world_size",
+]
 
 log = logging.getLogger("attnkit")
 
@@ -34,8 +43,9 @@ def _env_int(name: str, default: int) -> int:
     try:
         return int(text)
     except ValueError:
-        raise ValueError(f"{name}: expected an integer in the environment, "
-                         f"got {quoted(text)}") from None
+        raise ValueError(
+            f"{name}: expected an integer in the environment, got {quoted(text)}"
+        ) from None
 
 
 def world_size() -> int:
@@ -85,8 +95,10 @@ def setup(device: torch.device) -> bool:
     if device.type == "cuda":
         local = local_rank()
         if device.index is not None and device.index != local:
-            raise ValueError(f"model device: expected cuda:{local} (LOCAL_RANK={local}: one GPU "
-                             f"per process), got {device}")
+            raise ValueError(
+                f"model device: expected cuda:{local} (LOCAL_RANK={local}: one GPU "
+                f"per process), got {device}"
+            )
         torch.cuda.set_device(local)
         backend = "nccl"
     dist.init_process_group(backend=backend, rank=rank(), world_size=world_size())

@@ -36,8 +36,11 @@ class Events:
 
         self.folder, self.writer, self.broken = Path(folder), None, False
         self._write(lambda: _wait_for_a_later_second(self.folder))
-        self._write(lambda: setattr(self, "writer", SummaryWriter(
-            str(folder), purge_step=step + 1 if step else None)))
+        self._write(
+            lambda: setattr(
+                self, "writer", SummaryWriter(str(folder), purge_step=step + 1 if step else None)
+            )
+        )
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         for tag, value in values.items():
@@ -46,13 +49,16 @@ class Events:
     def pictures(self, step: int, draw: Callable[[Path], Sequence[Path]]) -> None:
         """Add the PNG files that ``draw(folder)`` writes into a temporary folder and returns
         as images tagged ``attention/<file stem>``."""
+
         def add():
             with tempfile.TemporaryDirectory() as folder:
                 for path in draw(Path(folder)):
                     with Image.open(path) as image:
                         pixels = np.asarray(image.convert("RGB"))  # (H, W, 3) uint8
-                    self.writer.add_image(f"attention/{Path(path).stem}", pixels, step,
-                                          dataformats="HWC")
+                    self.writer.add_image(
+                        f"attention/{Path(path).stem}", pixels, step, dataformats="HWC"
+                    )
+
         self._write(add)
 
     def close(self) -> None:
@@ -66,8 +72,11 @@ class Events:
         try:
             write()
         except OSError as exc:
-            log.warning("%s: cannot write TensorBoard events (%s); the training goes on "
-                        "without them", self.folder, exc.strerror or exc)
+            log.warning(
+                "%s: cannot write TensorBoard events (%s); the training goes on without them",
+                self.folder,
+                exc.strerror or exc,
+            )
             self.broken = True
 
 
@@ -79,9 +88,11 @@ def _wait_for_a_later_second(folder: Path) -> None:
     process the counter sorts as text (``.10`` before ``.9``), which would put a resumed run's
     steps before the steps it continues.
     """
-    seconds = [int(parts[3]) for parts in (p.name.split(".") for p in
-                                           folder.glob("events.out.tfevents.*"))
-               if len(parts) > 3 and parts[3].isdigit()]
+    seconds = [
+        int(parts[3])
+        for parts in (p.name.split(".") for p in folder.glob("events.out.tfevents.*"))
+        if len(parts) > 3 and parts[3].isdigit()
+    ]
     newest = max(seconds, default=-1)
     now = time.time()
     if int(now) == newest:  # a newest file from a clock ahead of ours cannot be waited out

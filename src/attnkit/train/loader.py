@@ -91,21 +91,36 @@ class EpochLoader:
         ValueError: ``workers > 0`` for batches that are not a sequence.
     """
 
-    def __init__(self, batches: Iterable, *, start: int, rank: int, world: int, workers: int,
-                 pin_memory: bool):
-        common = dict(batch_size=None, collate_fn=_as_built, pin_memory=pin_memory,
-                      generator=torch.Generator())
+    def __init__(
+        self,
+        batches: Iterable,
+        *,
+        start: int,
+        rank: int,
+        world: int,
+        workers: int,
+        pin_memory: bool,
+    ):
+        common = dict(
+            batch_size=None,
+            collate_fn=_as_built,
+            pin_memory=pin_memory,
+            generator=torch.Generator(),
+        )
         self._walk = None
         if isinstance(batches, Sequence):
             self.total: int | None = len(batches)
             done = start + (self.total - start) // world * world  # complete groups only
-            self._loader = DataLoader(batches, sampler=range(start + rank, done, world),
-                                      num_workers=workers, **common)
+            self._loader = DataLoader(
+                batches, sampler=range(start + rank, done, world), num_workers=workers, **common
+            )
             return
         if workers:
-            raise ValueError(f"workers: {workers} data workers need task.batches(epoch) to be a "
-                             f"sequence (len and indexing), got {type(batches).__name__}; use "
-                             f"0 workers or return attnkit.train.Batches")
+            raise ValueError(
+                f"workers: {workers} data workers need task.batches(epoch) to be a "
+                f"sequence (len and indexing), got {type(batches).__name__}; use "
+                f"0 workers or return attnkit.train.Batches"
+            )
         self.total = None
         self._walk = _Walk(batches, start, rank, world)
         self._loader = DataLoader(self._walk, **common)

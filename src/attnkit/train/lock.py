@@ -43,9 +43,11 @@ def _open_locked(path: Path) -> int:
         except BlockingIOError:
             owner = _read_pid(fd)
             os.close(fd)
-            raise FolderBusy(f"{path.parent}: in use by another attnkit process"
-                             f"{f' (pid {owner})' if owner else ''}; wait for it to end or "
-                             "choose another folder") from None
+            raise FolderBusy(
+                f"{path.parent}: in use by another attnkit process"
+                f"{f' (pid {owner})' if owner else ''}; wait for it to end or "
+                "choose another folder"
+            ) from None
         except BaseException:
             os.close(fd)
             raise

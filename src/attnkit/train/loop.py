@@ -87,9 +87,9 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+import attnkit.train.distributed as distributed
 from attnkit.checks import quoted
 from attnkit.folders import remove_folder, remove_leftovers
-import attnkit.train.distributed as distributed
 from attnkit.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from attnkit.train.config import Task, TrainConfig, lr_factor
 from attnkit.train.device import autocast, check_precision, to_device
@@ -116,12 +116,14 @@ PICTURES = 2  # validation examples pictured for TensorBoard at each validation
 # The signals that stop a run after its checkpoint is saved: Ctrl-C, kill, and a hang-up (the
 # terminal closed, an ssh connection dropped). One that is ignored when the run starts (nohup
 # ignores SIGHUP) stays ignored.
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
-                     if hasattr(signal, name))
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
-def kept_models(run: str | Path, *,
-                remove_broken: bool = False) -> list[tuple[tuple[float, float, int], Path]]:
+def kept_models(
+    run: str | Path, *, remove_broken: bool = False
+) -> list[tuple[tuple[float, float, int], Path]]:
     """The models a run kept of its best validations (``RUN/best/step-*``, :data:`KEPT_DIR`)
     with their ranks ``(value, tiebreak value or -inf, step)``, the larger the better, in
     folder order. One that cannot be read (a half-deleted folder, left
@@ -132,15 +134,27 @@ def kept_models(run: str | Path, *,
         try:
             state = load_checkpoint(folder).trainer_state or {}
         except CheckpointError as exc:
-            log.warning("%s: %s, unreadable (%s): a kept model whose removal was cut short",
-                        folder, "removed" if remove_broken else "skipped", exc)
+            log.warning(
+                "%s: %s, unreadable (%s): a kept model whose removal was cut short",
+                folder,
+                "removed" if remove_broken else "skipped",
+                exc,
+            )
             if remove_broken:
                 remove_folder(folder)
             continue
         if isinstance(state.get("value"), (int, float)):
             tiebreak = state.get("tiebreak_value")
-            found.append(((state["value"], tiebreak if isinstance(tiebreak, (int, float))
-                           else _NONE, state.get("step", 0)), folder))
+            found.append(
+                (
+                    (
+                        state["value"],
+                        tiebreak if isinstance(tiebreak, (int, float)) else _NONE,
+                        state.get("step", 0),
+                    ),
+                    folder,
+                )
+            )
     return found
 
 
@@ -167,8 +181,9 @@ class Trainer:
         ValueError: ``config.precision`` that the model's device cannot train in.
     """
 
-    def __init__(self, model: torch.nn.Module, task: Task, config: TrainConfig,
-                 out_dir: str | Path):
+    def __init__(
+        self, model: torch.nn.Module, task: Task, config: TrainConfig, out_dir: str | Path
+    ):
         self.model, self.task, self.config = model, task, config
         self.out_dir = Path(out_dir)
         self.device = next(model.parameters()).device
@@ -177,8 +192,12 @@ class Trainer:
         decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
         no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
         self.optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": config.weight_decay},
-             {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
+            [
+                {"params": decay, "weight_decay": config.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
+            lr=config.lr,
+        )
         self.step = 0
         self.epoch = 0
         self.batch_in_epoch = 0
@@ -196,10 +215,17 @@ class Trainer:
     # ------------------------------------------------------------------ state
 
     def _trainer_state(self, rngs: list[dict]) -> dict:
-        state = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-                 "best": self.best, "best_tiebreak": self.best_tiebreak,
-                 "bad_evals": self.bad_evals, "history": self.history,
-                 "train_config": asdict(self.config), "rng": rngs[0]}
+        state = {
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "best": self.best,
+            "best_tiebreak": self.best_tiebreak,
+            "bad_evals": self.bad_evals,
+            "history": self.history,
+            "train_config": asdict(self.config),
+            "rng": rngs[0],
+        }
         if self.scaler.is_enabled():
             state["scaler"] = self.scaler.state_dict()
         if self._world > 1:
@@ -211,9 +237,14 @@ class Trainer:
         states are gathered); rank 0 writes, and every process gets the path back."""
         rngs = distributed.all_gather(rng_state())
         if self._rank == 0:
-            save_checkpoint(self.checkpoint_dir, model=self.model, config=self.task.config(),
-                            vocab=self.task.vocab(), optimizer=self.optimizer,
-                            trainer_state=self._trainer_state(rngs))
+            save_checkpoint(
+                self.checkpoint_dir,
+                model=self.model,
+                config=self.task.config(),
+                vocab=self.task.vocab(),
+                optimizer=self.optimizer,
+                trainer_state=self._trainer_state(rngs),
+            )
             log.info("checkpoint saved at step %d: %s", self.step, self.checkpoint_dir)
         return self.checkpoint_dir
 
@@ -226,22 +257,44 @@ class Trainer:
         ck.check_optimizer()
         changed = differences(ck.config, self.task.config())
         if changed:
-            raise CheckpointError(f"{ck.path}: saved for another task set-up (differs in "
-                                  f"{'; '.join(changed)}); resuming would not continue that run")
+            raise CheckpointError(
+                f"{ck.path}: saved for another task set-up (differs in "
+                f"{'; '.join(changed)}); resuming would not continue that run"
+            )
         saved = ck.trainer_state.get("train_config", {})
-        free = {"max_steps", "keep_best", "time_budget_s", "progress", "patience", "eval_every",
-                "checkpoint_every", "precision", "data_workers", "tiebreak"}
-        changed = sorted(k for k, v in asdict(self.config).items()
-                         if k not in free and k in saved and saved[k] != v)
+        free = {
+            "max_steps",
+            "keep_best",
+            "time_budget_s",
+            "progress",
+            "patience",
+            "eval_every",
+            "checkpoint_every",
+            "precision",
+            "data_workers",
+            "tiebreak",
+        }
+        changed = sorted(
+            k
+            for k, v in asdict(self.config).items()
+            if k not in free and k in saved and saved[k] != v
+        )
         if changed:
-            raise CheckpointError(f"{ck.path}: saved with other training settings "
-                                  f"({', '.join(f'{k}={quoted(saved[k])}' for k in changed)})")
+            raise CheckpointError(
+                f"{ck.path}: saved with other training settings "
+                f"({', '.join(f'{k}={quoted(saved[k])}' for k in changed)})"
+            )
         if self.config.schedule == "cosine" and saved.get("max_steps") != self.config.max_steps:
-            log.warning("resuming a cosine schedule with max_steps %s (was %s): the learning "
-                        "rate curve changes", self.config.max_steps, saved.get("max_steps"))
+            log.warning(
+                "resuming a cosine schedule with max_steps %s (was %s): the learning "
+                "rate curve changes",
+                self.config.max_steps,
+                saved.get("max_steps"),
+            )
         if saved.get("precision", "fp32") != self.config.precision:
-            log.info("resuming a %s run in %s", saved.get("precision", "fp32"),
-                     self.config.precision)
+            log.info(
+                "resuming a %s run in %s", saved.get("precision", "fp32"), self.config.precision
+            )
         ck.load_model(self.model)
         self.optimizer.load_state_dict(ck.optimizer_state)
         st = ck.trainer_state
@@ -253,9 +306,12 @@ class Trainer:
         self.best_tiebreak = tiebreak if isinstance(tiebreak, (int, float)) else None
         rngs = st.get("rng_by_rank", [st["rng"]])
         if len(rngs) != self._world:
-            log.warning("resuming a %d-process run with %d processes: the batches continue from "
-                        "the same place, the random streams of new processes start from the seed",
-                        len(rngs), self._world)
+            log.warning(
+                "resuming a %d-process run with %d processes: the batches continue from "
+                "the same place, the random streams of new processes start from the seed",
+                len(rngs),
+                self._world,
+            )
         if self._rank < len(rngs):
             set_rng_state(rngs[self._rank])
         else:
@@ -271,15 +327,22 @@ class Trainer:
         group of ``world`` consecutive batches, the one at its rank (:mod:`.loader`)."""
         while True:
             start = self.batch_in_epoch
-            loader = EpochLoader(self.task.batches(self.epoch), start=start, rank=self._rank,
-                                 world=self._world, workers=self.config.data_workers,
-                                 pin_memory=self.device.type == "cuda")
+            loader = EpochLoader(
+                self.task.batches(self.epoch),
+                start=start,
+                rank=self._rank,
+                world=self._world,
+                workers=self.config.data_workers,
+                pin_memory=self.device.type == "cuda",
+            )
             for k, batch in enumerate(loader):
                 self.batch_in_epoch = start + (k + 1) * self._world
                 yield batch
             if start == 0 and loader.total < self._world:
-                raise ValueError(f"task.batches({self.epoch}): expected at least {self._world} "
-                                 f"batches (one per process), got {loader.total}")
+                raise ValueError(
+                    f"task.batches({self.epoch}): expected at least {self._world} "
+                    f"batches (one per process), got {loader.total}"
+                )
             self.epoch += 1
             self.batch_in_epoch = 0
 
@@ -301,8 +364,9 @@ class Trainer:
         """The validation's metrics and the task's attention pictures, as TensorBoard events."""
         events.scalars(self.step, {f"valid/{k}": v for k, v in metrics.items()})
         if hasattr(self.task, "pictures"):
-            events.pictures(self.step, lambda folder: self._evaluating(
-                self.task.pictures, folder, PICTURES))
+            events.pictures(
+                self.step, lambda folder: self._evaluating(self.task.pictures, folder, PICTURES)
+            )
 
     @property
     def best_dir(self) -> Path:
@@ -314,22 +378,30 @@ class Trainer:
         state = {"step": self.step, "metric": self.config.metric, "value": rank[0]}
         if self.config.tiebreak is not None:
             state |= {"tiebreak": self.config.tiebreak, "tiebreak_value": rank[1]}
-        save_checkpoint(folder, model=self.model, config=self.task.config(),
-                        vocab=self.task.vocab(), trainer_state=state)
+        save_checkpoint(
+            folder,
+            model=self.model,
+            config=self.task.config(),
+            vocab=self.task.vocab(),
+            trainer_state=state,
+        )
 
     def _standing(self, metrics: dict[str, float]) -> tuple[float, float | None]:
         """A validation's ``(metric, tiebreak)``, both the larger the better (tiebreak None
         without ``config.tiebreak``)."""
         if self.config.metric not in metrics:
-            raise KeyError(f"metric: the task's evaluate() returned {sorted(metrics)}, "
-                           f"not {quoted(self.config.metric)}")
+            raise KeyError(
+                f"metric: the task's evaluate() returned {sorted(metrics)}, "
+                f"not {quoted(self.config.metric)}"
+            )
         name = self.config.tiebreak
         if name is None:
             return metrics[self.config.metric], None
         sign, field = (-1.0, name[1:]) if name.startswith("-") else (1.0, name)
         if field not in metrics:
-            raise KeyError(f"tiebreak: the task's evaluate() returned {sorted(metrics)}, "
-                           f"not {quoted(field)}")
+            raise KeyError(
+                f"tiebreak: the task's evaluate() returned {sorted(metrics)}, not {quoted(field)}"
+            )
         return metrics[self.config.metric], sign * metrics[field]
 
     def _best_so_far(self, rank: tuple[float, float | None]) -> bool | None:
@@ -350,13 +422,15 @@ class Trainer:
         folder = self.out_dir / KEPT_DIR / f"step-{self.step:08d}"
         # worst first; a model of this step (kept by a run killed before its next save, then
         # resumed) is replaced, not compared
-        kept = sorted(((r, f) for r, f in kept_models(self.out_dir, remove_broken=True)
-                       if f != folder), key=lambda pair: pair[0])
+        kept = sorted(
+            ((r, f) for r, f in kept_models(self.out_dir, remove_broken=True) if f != folder),
+            key=lambda pair: pair[0],
+        )
         mine = (rank[0], _NONE if rank[1] is None else rank[1], self.step)
         if len(kept) >= self.config.keep_best and mine <= kept[0][0]:
             return
         self._save_model(folder, rank)
-        for _, folder in kept[:max(0, len(kept) + 1 - self.config.keep_best)]:
+        for _, folder in kept[: max(0, len(kept) + 1 - self.config.keep_best)]:
             remove_folder(folder)
 
     def _take_best(self, rank: tuple[float, float | None]) -> None:
@@ -375,8 +449,13 @@ class Trainer:
         self.bad_evals = 0 if better else self.bad_evals + 1
         if better is not False:
             self._take_best(rank)
-            log.info("best %s so far (%.4g) at step %d: %s", self.config.metric, rank[0],
-                     self.step, self.best_dir)
+            log.info(
+                "best %s so far (%.4g) at step %d: %s",
+                self.config.metric,
+                rank[0],
+                self.step,
+                self.best_dir,
+            )
         if self.config.keep_best > 1:
             self._keep(rank)
         log.info("step %d: %s", self.step, ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
@@ -388,28 +467,34 @@ class Trainer:
         with autocast(device, self.config.precision):
             loss, tokens = self.task.loss(net, batch, self.step)
         if not torch.isfinite(loss):
-            raise FloatingPointError(f"step {self.step}: the training loss is {loss.item()}; "
-                                     f"{self._weights_said()}")
+            raise FloatingPointError(
+                f"step {self.step}: the training loss is {loss.item()}; {self._weights_said()}"
+            )
         return loss, tokens
 
     def _weights_said(self) -> str:
         """What the weights hold, for the error of a loss that is not finite."""
         with torch.no_grad():
-            largest = max((float(p.detach().abs().max()) for p in self.model.parameters()
-                           if p.numel()), default=0.0)
+            largest = max(
+                (float(p.detach().abs().max()) for p in self.model.parameters() if p.numel()),
+                default=0.0,
+            )
         if not math.isfinite(largest):
-            return ("the weights hold NaN or infinite values (the learning rate, or an "
-                    "optimizer state resumed, drove them there); the checkpoint saved last is "
-                    "kept")
-        return (f"the weights are finite, at most {largest:.0e} in magnitude (a batch, or "
-                "weights that large, overflowed); the checkpoint saved last is kept")
+            return (
+                "the weights hold NaN or infinite values (the learning rate, or an "
+                "optimizer state resumed, drove them there); the checkpoint saved last is "
+                "kept"
+            )
+        return (
+            f"the weights are finite, at most {largest:.0e} in magnitude (a batch, or "
+            "weights that large, overflowed); the checkpoint saved last is kept"
+        )
 
     def _stop_requested(self, device: torch.device) -> bool:
         """Whether a signal came to any process (every process must ask at the same batch)."""
         return distributed.sum_across([self._signal is not None], device)[0] > 0
 
-    def _backward(self, net, batches,
-                  device: torch.device) -> tuple[torch.Tensor, int] | None:
+    def _backward(self, net, batches, device: torch.device) -> tuple[torch.Tensor, int] | None:
         """The gradients of one optimizer step in the parameters' ``.grad`` (fp16: scaled),
         from ``config.accumulate`` batches; returns the loss (their token-weighted mean) and
         the tokens, or None when a signal came before the last of them (the gradients are
@@ -448,8 +533,13 @@ class Trainer:
         rank = self._standing(metrics)
         if self._best_so_far(rank) is not False:
             self._take_best(rank)
-            log.info("best %s (%.4g) after the last step %d: %s", self.config.metric, rank[0],
-                     self.step, self.best_dir)
+            log.info(
+                "best %s (%.4g) after the last step %d: %s",
+                self.config.metric,
+                rank[0],
+                self.step,
+                self.best_dir,
+            )
         if self.config.keep_best > 1:
             self._keep(rank)
 
@@ -469,7 +559,8 @@ class Trainer:
         net = self.model
         if self._world > 1:
             net = DistributedDataParallel(
-                self.model, device_ids=[device.index] if device.type == "cuda" else None)
+                self.model, device_ids=[device.index] if device.type == "cuda" else None
+            )
         handlers = {}
         try:
             for sig in STOP_SIGNALS:
@@ -479,8 +570,12 @@ class Trainer:
             handlers = {}
         start = time.monotonic()
         stopped = "max_steps"
-        progress = Progress(max_steps=cfg.max_steps, step=self.step,
-                            time_budget_s=cfg.time_budget_s, enabled=cfg.progress and main)
+        progress = Progress(
+            max_steps=cfg.max_steps,
+            step=self.step,
+            time_budget_s=cfg.time_budget_s,
+            enabled=cfg.progress and main,
+        )
         events = Events(self.out_dir, self.step) if main else None
         saved_at = None
         self.model.train()
@@ -491,16 +586,20 @@ class Trainer:
                     group["lr"] = cfg.lr * lr_factor(self.step, cfg)
                 self.optimizer.zero_grad(set_to_none=True)
                 # where the step starts, to come back to when a signal cuts its batches short
-                start_of_step = (self.epoch, self.batch_in_epoch,
-                                 rng_state()) if cfg.accumulate > 1 else None
+                start_of_step = (
+                    (self.epoch, self.batch_in_epoch, rng_state()) if cfg.accumulate > 1 else None
+                )
                 done = self._backward(net, batches, device)
                 if done is None:
                     self.epoch, self.batch_in_epoch, rngs = start_of_step
                     set_rng_state(rngs)
                     self.optimizer.zero_grad(set_to_none=True)
-                    log.info("stopped by a signal within step %d's %d batches: its partial "
-                             "gradients are discarded, the run resumes at its start",
-                             self.step + 1, cfg.accumulate)
+                    log.info(
+                        "stopped by a signal within step %d's %d batches: its partial "
+                        "gradients are discarded, the run resumes at its start",
+                        self.step + 1,
+                        cfg.accumulate,
+                    )
                     stopped = "signal"
                     break
                 loss, tokens = done
@@ -515,12 +614,18 @@ class Trainer:
                 early = main and self.step % cfg.eval_every == 0 and self._validate(events)
                 late = main and cfg.time_budget_s is not None and now - start > cfg.time_budget_s
                 loss_sum, tokens, early, signalled, late = distributed.sum_across(
-                    [loss.item(), tokens, early, self._signal is not None, late], device)
+                    [loss.item(), tokens, early, self._signal is not None, late], device
+                )
                 progress.update(self.step, loss_sum / self._world, tokens)
                 if main:
-                    events.scalars(self.step, {
-                        "train/loss": loss_sum / self._world, "train/tokens_per_s":
-                        progress.tokens_per_s, "train/lr": self.optimizer.param_groups[0]["lr"]})
+                    events.scalars(
+                        self.step,
+                        {
+                            "train/loss": loss_sum / self._world,
+                            "train/tokens_per_s": progress.tokens_per_s,
+                            "train/lr": self.optimizer.param_groups[0]["lr"],
+                        },
+                    )
                 if early:
                     stopped = "early_stopping"
                     break

@@ -42,9 +42,17 @@ class Progress:
         clock: the time in seconds (``time.monotonic``).
     """
 
-    def __init__(self, *, max_steps: int, step: int = 0, time_budget_s: float | None = None,
-                 enabled: bool = True, stream=None, interval_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        *,
+        max_steps: int,
+        step: int = 0,
+        time_budget_s: float | None = None,
+        enabled: bool = True,
+        stream=None,
+        interval_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         stream = sys.stderr if stream is None else stream
         self.max_steps, self.first_step, self.step = max_steps, step, step
         self.time_budget_s, self.interval_s, self.clock = time_budget_s, interval_s, clock
@@ -82,32 +90,49 @@ class Progress:
         elapsed = now - self.start
         if self.terminal:
             self._draw(elapsed)
-        elif self.log_lines and (now - self.logged_at >= self.interval_s
-                                 or step == self.first_step + 1):
+        elif self.log_lines and (
+            now - self.logged_at >= self.interval_s or step == self.first_step + 1
+        ):
             self.logged_at, self.logged_step = now, step
             log.info("%s", self.line(elapsed))
 
     def _draw(self, elapsed: float) -> None:
         if self.time_binds(elapsed):
-            total, n, unit, extra = math.ceil(self.time_budget_s), int(elapsed), "s", {
-                "step": self.step}
+            total, n, unit, extra = (
+                math.ceil(self.time_budget_s),
+                int(elapsed),
+                "s",
+                {"step": self.step},
+            )
         else:
             total, n, unit, extra = self.max_steps, self.step, "steps", {}
         form = "{desc}: {percentage:3.0f}%|{bar}| {n}/{total} " + unit + "{postfix}"
         if self.bar is None:
-            self.bar = tqdm(total=total, initial=n, file=self.stream, desc="train",
-                            dynamic_ncols=True, bar_format=form)
+            self.bar = tqdm(
+                total=total,
+                initial=n,
+                file=self.stream,
+                desc="train",
+                dynamic_ncols=True,
+                bar_format=form,
+            )
         self.bar.total, self.bar.n, self.bar.bar_format = total, n, form
-        self.bar.set_postfix(**extra, loss=f"{self.loss:.4f}", tok_s=f"{self.tokens_per_s:.0f}",
-                             eta=clock_text(self.eta(elapsed)))
+        self.bar.set_postfix(
+            **extra,
+            loss=f"{self.loss:.4f}",
+            tok_s=f"{self.tokens_per_s:.0f}",
+            eta=clock_text(self.eta(elapsed)),
+        )
 
     def line(self, elapsed: float) -> str:
         """The log line: step, limit, loss, tokens/s, elapsed, ETA."""
         limit = f"step {self.step}/{self.max_steps}"
         if self.time_budget_s is not None:
             limit += f" (time budget {self.time_budget_s:g} s)"
-        return (f"{limit}: loss {self.loss:.4f}, {self.tokens_per_s:.0f} tokens/s, elapsed "
-                f"{clock_text(elapsed)}, ETA {clock_text(self.eta(elapsed))}")
+        return (
+            f"{limit}: loss {self.loss:.4f}, {self.tokens_per_s:.0f} tokens/s, elapsed "
+            f"{clock_text(elapsed)}, ETA {clock_text(self.eta(elapsed))}"
+        )
 
     def close(self) -> None:
         """End the bar, or log the last line (if a step ran since the last one)."""

@@ -13,8 +13,7 @@ import torch
 from attnkit.checks import clipped, got, quoted
 from attnkit.train.checkpoint import CheckpointError
 
-__all__ = ["check_trainer_state", "differences", "rng_state", "seed_everything",
-           "set_rng_state"]
+__all__ = ["check_trainer_state", "differences", "rng_state", "seed_everything", "set_rng_state"]
 
 
 def rng_state() -> dict:
@@ -54,12 +53,17 @@ def check_trainer_state(st: dict, path: Path) -> None:
     Raises:
         CheckpointError: naming the file and the key, what it should be and what it is.
     """
+
     def refuse(key: str, expected: str, value) -> None:
         raise CheckpointError(f"{path}: {key}: expected {expected}, got {got(value)}")
 
-    wanted = {**dict.fromkeys(_COUNTS, f"an int from 0 to {MAX_COUNT:,}"),
-              "best": "a finite number or null", "history": "a list of objects",
-              "train_config": "an object", "rng": "the random states training saves"}
+    wanted = {
+        **dict.fromkeys(_COUNTS, f"an int from 0 to {MAX_COUNT:,}"),
+        "best": "a finite number or null",
+        "history": "a list of objects",
+        "train_config": "an object",
+        "rng": "the random states training saves",
+    }
     for key, expected in wanted.items():
         if key not in st:
             raise CheckpointError(f"{path}: {key}: missing (expected {expected})")
@@ -68,8 +72,9 @@ def check_trainer_state(st: dict, path: Path) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_COUNT:
             refuse(key, wanted[key], value)
     best = st["best"]
-    if best is not None and (not isinstance(best, (int, float)) or isinstance(best, bool)
-                             or not math.isfinite(best)):
+    if best is not None and (
+        not isinstance(best, (int, float)) or isinstance(best, bool) or not math.isfinite(best)
+    ):
         refuse("best", wanted["best"], best)
     if not isinstance(st["history"], list) or not all(isinstance(h, dict) for h in st["history"]):
         refuse("history", wanted["history"], st["history"])
@@ -83,12 +88,16 @@ def check_trainer_state(st: dict, path: Path) -> None:
     for key, state in rngs.items():
         reason = _restorable(state)
         if reason is not None:
-            raise CheckpointError(f"{path}: {key}: not a random state this PyTorch and Python "
-                                  f"can restore ({reason})")
+            raise CheckpointError(
+                f"{path}: {key}: not a random state this PyTorch and Python can restore ({reason})"
+            )
     scaler = st.get("scaler", {key: 1 for key in _SCALER})
     if not isinstance(scaler, dict) or not all(
-            isinstance(scaler.get(key), (int, float)) and not isinstance(scaler.get(key), bool)
-            and math.isfinite(scaler[key]) for key in _SCALER):
+        isinstance(scaler.get(key), (int, float))
+        and not isinstance(scaler.get(key), bool)
+        and math.isfinite(scaler[key])
+        for key in _SCALER
+    ):
         refuse("scaler", f"an object of finite numbers ({', '.join(_SCALER)})", scaler)
 
 

@@ -42,16 +42,23 @@ class TeacherForcing:
             value = getattr(self, name)
             if value is None and name == "end":
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                    0.0 <= value <= 1.0):
-                raise ValueError(f"teacher forcing {name}: expected a probability in [0, 1], "
-                                 f"got {quoted(value)}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not (0.0 <= value <= 1.0)
+            ):
+                raise ValueError(
+                    f"teacher forcing {name}: expected a probability in [0, 1], got {quoted(value)}"
+                )
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
-            raise ValueError(f"teacher forcing steps: expected a positive int, got "
-                             f"{quoted(self.steps)}")
+            raise ValueError(
+                f"teacher forcing steps: expected a positive int, got {quoted(self.steps)}"
+            )
         if self.shape not in SHAPES:
-            raise ValueError(f"teacher forcing shape: expected one of {', '.join(SHAPES)}, "
-                             f"got {quoted(self.shape)}")
+            raise ValueError(
+                f"teacher forcing shape: expected one of {', '.join(SHAPES)}, "
+                f"got {quoted(self.shape)}"
+            )
 
     def ratio(self, step: int) -> float:
         """The probability of feeding the reference token at optimizer step ``step``."""

@@ -50,6 +50,8 @@ HOP_S = 0.010
 LOG_FLOOR = 1e-6  # added to mel power before the log: digital silence stays finite
 # vtlp_warp's boundary: Jaitly & Hinton 2013 warp linearly up to 4.8 kHz, then to Nyquist
 VTLP_BOUNDARY_HZ = 4800.0
+
+
 def resampled_length(n_samples: int, orig_rate: int, new_rate: int = SAMPLE_RATE) -> int:
     """The samples :func:`resample` makes of ``n_samples``: ``n * new / orig`` rounded to the
     nearest (halves up), what soxr gives."""
@@ -79,19 +81,26 @@ def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
     """Slaney mel scale: 3 mels per 200 Hz below 1 kHz, logarithmic (27 mels per 6.4x) above."""
     hz = np.asarray(hz, dtype=np.float64)
     log_step = math.log(6.4) / 27.0
-    return np.where(hz < 1000.0, hz * 3.0 / 200.0,
-                    15.0 + np.log(np.maximum(hz, 1000.0) / 1000.0) / log_step)
+    return np.where(
+        hz < 1000.0, hz * 3.0 / 200.0, 15.0 + np.log(np.maximum(hz, 1000.0) / 1000.0) / log_step
+    )
 
 
 def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
     mel = np.asarray(mel, dtype=np.float64)
     log_step = math.log(6.4) / 27.0
-    return np.where(mel < 15.0, mel * 200.0 / 3.0,
-                    1000.0 * np.exp(log_step * (np.maximum(mel, 15.0) - 15.0)))
+    return np.where(
+        mel < 15.0, mel * 200.0 / 3.0, 1000.0 * np.exp(log_step * (np.maximum(mel, 15.0) - 15.0))
+    )
 
 
-def vtlp_warp(hz: np.ndarray, alpha: float, *, sample_rate: int = SAMPLE_RATE,
-              boundary_hz: float = VTLP_BOUNDARY_HZ) -> np.ndarray:
+def vtlp_warp(
+    hz: np.ndarray,
+    alpha: float,
+    *,
+    sample_rate: int = SAMPLE_RATE,
+    boundary_hz: float = VTLP_BOUNDARY_HZ,
+) -> np.ndarray:
     """Frequencies ``hz`` warped by vocal-tract-length perturbation's factor ``alpha``
     (Jaitly & Hinton 2013): ``f -> alpha f`` up to ``boundary_hz * min(alpha, 1) / alpha``,
     then the straight line from there to the Nyquist frequency, which maps to itself.
@@ -100,10 +109,11 @@ def vtlp_warp(hz: np.ndarray, alpha: float, *, sample_rate: int = SAMPLE_RATE,
         >>> [round(float(f)) for f in vtlp_warp(np.array([0.0, 1000.0, 8000.0]), 1.1)]
         [0, 1100, 8000]
     """
-    if not (isinstance(alpha, (int, float)) and 0 < alpha) or not \
-            0 < boundary_hz < sample_rate / 2:
-        raise ValueError(f"alpha, boundary_hz: expected alpha > 0 and 0 < boundary_hz < "
-                         f"{sample_rate / 2:g}, got {alpha!r}, {boundary_hz!r}")
+    if not (isinstance(alpha, (int, float)) and 0 < alpha) or not 0 < boundary_hz < sample_rate / 2:
+        raise ValueError(
+            f"alpha, boundary_hz: expected alpha > 0 and 0 < boundary_hz < "
+            f"{sample_rate / 2:g}, got {alpha!r}, {boundary_hz!r}"
+        )
     nyquist = sample_rate / 2
     cut = boundary_hz * min(alpha, 1.0) / alpha  # at most boundary_hz
     hz = np.asarray(hz, dtype=np.float64)
@@ -111,9 +121,15 @@ def vtlp_warp(hz: np.ndarray, alpha: float, *, sample_rate: int = SAMPLE_RATE,
     return np.where(hz <= cut, hz * alpha, above)
 
 
-def mel_filterbank(*, n_fft: int, sample_rate: int = SAMPLE_RATE, n_mels: int = N_MELS,
-                   f_min: float = 0.0, f_max: float | None = None,
-                   warp: float = 1.0) -> torch.Tensor:
+def mel_filterbank(
+    *,
+    n_fft: int,
+    sample_rate: int = SAMPLE_RATE,
+    n_mels: int = N_MELS,
+    f_min: float = 0.0,
+    f_max: float | None = None,
+    warp: float = 1.0,
+) -> torch.Tensor:
     """Slaney-normalised triangular mel filters, ``(n_mels, n_fft // 2 + 1)`` float32.
 
     Filter ``m`` rises from centre ``m - 1`` to centre ``m`` and falls to centre ``m + 1``, the
@@ -125,8 +141,9 @@ def mel_filterbank(*, n_fft: int, sample_rate: int = SAMPLE_RATE, n_mels: int = 
     """
     f_max = sample_rate / 2 if f_max is None else f_max
     if not 0 <= f_min < f_max <= sample_rate / 2:
-        raise ValueError(f"f_min, f_max: expected 0 <= f_min < f_max <= {sample_rate / 2}, "
-                         f"got {f_min}, {f_max}")
+        raise ValueError(
+            f"f_min, f_max: expected 0 <= f_min < f_max <= {sample_rate / 2}, got {f_min}, {f_max}"
+        )
     if n_mels < 1 or n_fft < 2:
         raise ValueError(f"n_mels, n_fft: expected >= 1 and >= 2, got {n_mels}, {n_fft}")
     fft_hz = np.linspace(0.0, sample_rate / 2, n_fft // 2 + 1)  # (K,)
@@ -166,8 +183,9 @@ def _filters(n_fft: int, sample_rate: int, n_mels: int) -> torch.Tensor:
     return mel_filterbank(n_fft=n_fft, sample_rate=sample_rate, n_mels=n_mels)
 
 
-def _centred(known: torch.Tensor, offset: int, total: int, start: int, stop: int,
-             half: int) -> torch.Tensor:
+def _centred(
+    known: torch.Tensor, offset: int, total: int, start: int, stop: int, half: int
+) -> torch.Tensor:
     """Samples ``start .. stop - 1`` of a ``total``-sample signal padded by ``half`` samples
     at each end, from ``known = signal[offset : offset + len(known)]``: reflected at the ends
     (``pad_mode="reflect"`` of :func:`torch.stft`) when the signal is longer than ``half``,
@@ -181,24 +199,39 @@ def _centred(known: torch.Tensor, offset: int, total: int, start: int, stop: int
     return torch.where(inside, known[j.clamp(0, total - 1) - offset], 0.0)
 
 
-def _log_mel_frames(padded: torch.Tensor, sample_rate: int, n_mels: int,
-                    warp: float = 1.0) -> torch.Tensor:
+def _log_mel_frames(
+    padded: torch.Tensor, sample_rate: int, n_mels: int, warp: float = 1.0
+) -> torch.Tensor:
     """``log(mel power + 1e-6)`` ``(T, n_mels)`` of the frames of a centre-padded segment
     ``(hop * (T - 1) + n_fft,)``: frame ``t`` is ``padded[t * hop : t * hop + n_fft]``; the
     filterbank's centres warped by ``warp`` (:func:`mel_filterbank`)."""
     win, hop, n_fft = _framing(sample_rate)
-    spec = torch.stft(padded, n_fft, hop_length=hop, win_length=win,
-                      window=torch.hann_window(win), center=False,
-                      return_complex=True)  # (K, T)
+    spec = torch.stft(
+        padded,
+        n_fft,
+        hop_length=hop,
+        win_length=win,
+        window=torch.hann_window(win),
+        center=False,
+        return_complex=True,
+    )  # (K, T)
     power = spec.real.square() + spec.imag.square()  # (K, T)
-    fbank = (_filters(n_fft, sample_rate, n_mels) if warp == 1.0 else
-             mel_filterbank(n_fft=n_fft, sample_rate=sample_rate, n_mels=n_mels,
-                            warp=warp))  # (M, K)
+    fbank = (
+        _filters(n_fft, sample_rate, n_mels)
+        if warp == 1.0
+        else mel_filterbank(n_fft=n_fft, sample_rate=sample_rate, n_mels=n_mels, warp=warp)
+    )  # (M, K)
     return torch.log(fbank @ power + LOG_FLOOR).T.contiguous()  # (T, M)
 
 
-def log_mel(samples: torch.Tensor, *, sample_rate: int = SAMPLE_RATE, n_mels: int = N_MELS,
-            normalize: bool = False, warp: float = 1.0) -> torch.Tensor:
+def log_mel(
+    samples: torch.Tensor,
+    *,
+    sample_rate: int = SAMPLE_RATE,
+    n_mels: int = N_MELS,
+    normalize: bool = False,
+    warp: float = 1.0,
+) -> torch.Tensor:
     """Log-mel features of ``samples (N,)``: ``(T, n_mels)`` float32, ``T = 1 + N // hop``.
 
     A 25 ms Hann window every 10 ms (400 / 160 samples at 16 kHz), zero-padded to the next power
@@ -234,9 +267,14 @@ class MelStream(NamedTuple):
     frames: int
 
 
-def log_mel_stream(chunk: torch.Tensor, state: MelStream | None = None, *, final: bool = False,
-                   sample_rate: int = SAMPLE_RATE,
-                   n_mels: int = N_MELS) -> tuple[torch.Tensor, MelStream]:
+def log_mel_stream(
+    chunk: torch.Tensor,
+    state: MelStream | None = None,
+    *,
+    final: bool = False,
+    sample_rate: int = SAMPLE_RATE,
+    n_mels: int = N_MELS,
+) -> tuple[torch.Tensor, MelStream]:
     """The raw :func:`log_mel` frames of a signal that arrives ``chunk`` by ``chunk``.
 
     Each call returns the frames whose window now lies within the samples received (frame
@@ -275,13 +313,14 @@ def log_mel_stream(chunk: torch.Tensor, state: MelStream | None = None, *, final
         end = (received - half - 1) // hop + 1 if received > half else 0
     frames = known.new_zeros(0, n_mels)
     if end > state.frames:
-        padded = _centred(known, state.offset, received, state.frames * hop,
-                          hop * (end - 1) + n_fft, half)
+        padded = _centred(
+            known, state.offset, received, state.frames * hop, hop * (end - 1) + n_fft, half
+        )
         frames = _log_mel_frames(padded, sample_rate, n_mels)  # (end - state.frames, M)
     if final:
         return frames, MelStream(known[:0], received, received, -1)
     offset = max(0, end * hop - n_fft)  # the reflection at the end reaches back this far
-    return frames, MelStream(known[offset - state.offset:], offset, received, end)
+    return frames, MelStream(known[offset - state.offset :], offset, received, end)
 
 
 def normalize_features(features: torch.Tensor) -> torch.Tensor:
@@ -296,8 +335,11 @@ def feature_statistics(features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, 
     ``features[i]`` ``(T_i, F)`` (summed in float64): fixed statistics to normalise any
     utterance with, frame by frame (a streaming model's, unlike :func:`normalize_features`).
     """
-    if not features or any(f.dim() != 2 for f in features) or \
-            len({f.shape[1] for f in features}) != 1:
+    if (
+        not features
+        or any(f.dim() != 2 for f in features)
+        or len({f.shape[1] for f in features}) != 1
+    ):
         shapes = sorted({tuple(f.shape) for f in features})[:4]
         raise ValueError(f"features: expected (T_i, F) tensors with one F, got shapes {shapes}")
     total = sum(f.shape[0] for f in features)

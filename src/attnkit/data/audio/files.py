@@ -63,9 +63,14 @@ _PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
 _FORMAT_NAMES = {6: "A-law", 7: "mu-law", 0x55: "MP3", 2: "ADPCM"}
 # Sample encodings read, by (format tag, bits): numpy dtype of one sample (24-bit: 3 bytes,
 # assembled by hand), and the full scale that maps it to [-1, 1).
-_ENCODINGS = {(_PCM, 8): ("u1", 128.0), (_PCM, 16): ("<i2", 32768.0),
-              (_PCM, 24): (None, 2.0 ** 23), (_PCM, 32): ("<i4", 2.0 ** 31),
-              (_FLOAT, 32): ("<f4", 1.0), (_FLOAT, 64): ("<f8", 1.0)}
+_ENCODINGS = {
+    (_PCM, 8): ("u1", 128.0),
+    (_PCM, 16): ("<i2", 32768.0),
+    (_PCM, 24): (None, 2.0**23),
+    (_PCM, 32): ("<i4", 2.0**31),
+    (_FLOAT, 32): ("<f4", 1.0),
+    (_FLOAT, 64): ("<f8", 1.0),
+}
 
 
 @dataclass(frozen=True)
@@ -85,8 +90,9 @@ class _Format:
         return f"{self.bits}-bit {'float' if self.tag == _FLOAT else 'PCM'}"
 
 
-def parse_wav(data: bytes, *, source: str,
-              max_seconds: float | None = None) -> tuple[torch.Tensor, int]:
+def parse_wav(
+    data: bytes, *, source: str, max_seconds: float | None = None
+) -> tuple[torch.Tensor, int]:
     """Samples and sample rate of a WAV held in ``data``; ``source`` names it in errors.
 
     Integer PCM of 8 (unsigned), 16, 24 or 32 bits and IEEE float of 32 or 64 bits are read
@@ -111,7 +117,7 @@ def parse_wav(data: bytes, *, source: str,
     """
     fmt, offset, size = _wav_layout(io.BytesIO(data), len(data), source)
     _check_duration(size // fmt.frame_bytes, fmt.rate, source, max_seconds)
-    return _decode_pcm(data[offset:offset + size], fmt, source), fmt.rate
+    return _decode_pcm(data[offset : offset + size], fmt, source), fmt.rate
 
 
 def _wav_layout(f: BinaryIO, total: int, source: str) -> tuple[_Format, int, int]:
@@ -120,8 +126,9 @@ def _wav_layout(f: BinaryIO, total: int, source: str) -> tuple[_Format, int, int
     seeking, so a long recording's samples are not read)."""
     head = f.read(12)
     if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
-        raise DataError(f"{source}: not a RIFF/WAVE file (its first 12 bytes are no RIFF/WAVE "
-                        "header)")
+        raise DataError(
+            f"{source}: not a RIFF/WAVE file (its first 12 bytes are no RIFF/WAVE header)"
+        )
     fmt, pos = None, 12
     while pos + 8 <= total:
         f.seek(pos)
@@ -130,20 +137,26 @@ def _wav_layout(f: BinaryIO, total: int, source: str) -> tuple[_Format, int, int
         body = pos + 8
         if chunk_id == b"fmt ":
             if size > MAX_FMT_BYTES:
-                raise DataError(f"{source}: 'fmt ' chunk of {size} bytes, expected at most "
-                                f"{MAX_FMT_BYTES} (a corrupt header)")
+                raise DataError(
+                    f"{source}: 'fmt ' chunk of {size} bytes, expected at most "
+                    f"{MAX_FMT_BYTES} (a corrupt header)"
+                )
             fmt = _parse_fmt(f.read(size), source)
         elif chunk_id == b"data":
             if fmt is None:
                 raise DataError(f"{source}: 'data' chunk before the 'fmt ' chunk")
             streaming = size in _STREAMING_SIZES or size >= _STREAMING_MIN
             if not streaming and body + size > total:
-                raise DataError(f"{source}: truncated: 'data' chunk declares {size} bytes, "
-                                f"{total - body} present")
+                raise DataError(
+                    f"{source}: truncated: 'data' chunk declares {size} bytes, "
+                    f"{total - body} present"
+                )
             size = total - body if streaming else size
             if size % fmt.frame_bytes:
-                raise DataError(f"{source}: truncated: {size} data bytes is not a whole number "
-                                f"of {fmt.frame_bytes}-byte frames")
+                raise DataError(
+                    f"{source}: truncated: {size} data bytes is not a whole number "
+                    f"of {fmt.frame_bytes}-byte frames"
+                )
             if size == 0:
                 raise DataError(f"{source}: no samples")
             return fmt, body, size
@@ -162,22 +175,30 @@ def _parse_fmt(body: bytes, source: str) -> _Format:
         tag = struct.unpack_from("<H", body, 24)[0]  # the sub-format GUID starts with the tag
     if tag not in (_PCM, _FLOAT):
         name = _FORMAT_NAMES.get(tag, "unknown")
-        raise DataError(f"{source}: expected PCM or float audio (format tag 1 or 3), got "
-                        f"format tag {tag} ({name})")
+        raise DataError(
+            f"{source}: expected PCM or float audio (format tag 1 or 3), got "
+            f"format tag {tag} ({name})"
+        )
     if (tag, bits) not in _ENCODINGS:
-        raise DataError(f"{source}: expected 8, 16, 24 or 32-bit PCM or 32 or 64-bit float, "
-                        f"got {bits}-bit {'float' if tag == _FLOAT else 'PCM'}")
+        raise DataError(
+            f"{source}: expected 8, 16, 24 or 32-bit PCM or 32 or 64-bit float, "
+            f"got {bits}-bit {'float' if tag == _FLOAT else 'PCM'}"
+        )
     if channels < 1 or not 1 <= rate <= MAX_RATE:
-        raise DataError(f"{source}: bad 'fmt ' chunk: expected at least 1 channel and a sample "
-                        f"rate of 1 to {MAX_RATE:,} Hz, got {channels} channels, {rate:,} Hz")
+        raise DataError(
+            f"{source}: bad 'fmt ' chunk: expected at least 1 channel and a sample "
+            f"rate of 1 to {MAX_RATE:,} Hz, got {channels} channels, {rate:,} Hz"
+        )
     return _Format(channels, rate, tag, bits)
 
 
 def _check_duration(samples: int, rate: int, source: str, max_seconds: float | None) -> None:
     seconds = samples / rate
     if max_seconds is not None and seconds > max_seconds:
-        raise DataError(f"{source}: {seconds:.1f} s of audio, more than max_seconds="
-                        f"{max_seconds:g}; cut it into utterances")
+        raise DataError(
+            f"{source}: {seconds:.1f} s of audio, more than max_seconds="
+            f"{max_seconds:g}; cut it into utterances"
+        )
 
 
 def _decode_pcm(raw: bytes, fmt: _Format, source: str) -> torch.Tensor:
@@ -203,20 +224,25 @@ def _mono(frames: np.ndarray, source: str) -> torch.Tensor:
     bad = ~np.isfinite(frames)
     if bad.any():
         first = int(np.argmax(bad.any(axis=1)))
-        raise DataError(f"{source}: {int(bad.sum())} samples are NaN or infinite (the first at "
-                        f"frame {first}); expected finite samples")
+        raise DataError(
+            f"{source}: {int(bad.sum())} samples are NaN or infinite (the first at "
+            f"frame {first}); expected finite samples"
+        )
     loud = np.abs(frames) > MAX_AMPLITUDE
     if loud.any():
         largest = int(np.argmax(np.abs(frames).max(axis=1)))
         value = frames[largest, int(np.argmax(np.abs(frames[largest])))]
-        raise DataError(f"{source}: {int(loud.sum())} samples have a magnitude above "
-                        f"{MAX_AMPLITUDE:g} (the largest {value:g} at frame {largest}); "
-                        "expected samples nominally within [-1, 1]")
+        raise DataError(
+            f"{source}: {int(loud.sum())} samples have a magnitude above "
+            f"{MAX_AMPLITUDE:g} (the largest {value:g} at frame {largest}); "
+            "expected samples nominally within [-1, 1]"
+        )
     return torch.from_numpy(frames.mean(axis=1).astype(np.float32))
 
 
-def read_wav(path: str | Path, *,
-             max_seconds: float | None = MAX_SECONDS) -> tuple[torch.Tensor, int]:
+def read_wav(
+    path: str | Path, *, max_seconds: float | None = MAX_SECONDS
+) -> tuple[torch.Tensor, int]:
     """Samples ``(N,)`` float32 and sample rate of a WAV file, PCM or float (see
     :func:`parse_wav`), at most ``max_seconds`` long (None: no limit).
 
@@ -262,11 +288,14 @@ def _sf_info(path: Path) -> soundfile._SoundFileInfo:
         why = str(getattr(exc, "error_string", exc)).rstrip(".")
         if "possibly a pipe" in why:  # libsndfile's words for bytes it cannot place; the
             why = "no audio format libsndfile reads starts it"  # file is a regular one here
-        raise DataError(f"{path}: cannot decode ({why}); expected WAV, FLAC, OGG (Vorbis, "
-                        f"Opus) or MP3 audio") from None
+        raise DataError(
+            f"{path}: cannot decode ({why}); expected WAV, FLAC, OGG (Vorbis, Opus) or MP3 audio"
+        ) from None
     if not 1 <= info.samplerate <= MAX_RATE or info.channels < 1:
-        raise DataError(f"{path}: expected a sample rate of 1 to {MAX_RATE:,} Hz and at least "
-                        f"1 channel, got {info.samplerate:,} Hz, {info.channels} channels")
+        raise DataError(
+            f"{path}: expected a sample rate of 1 to {MAX_RATE:,} Hz and at least "
+            f"1 channel, got {info.samplerate:,} Hz, {info.channels} channels"
+        )
     return info
 
 
@@ -286,8 +315,7 @@ def audio_info(path: str | Path) -> AudioInfo:
     info = _sf_info(path)
     if info.frames < 1:
         raise DataError(f"{path}: no samples")
-    return AudioInfo(info.samplerate, info.frames, info.channels,
-                     f"{info.format} {info.subtype}")
+    return AudioInfo(info.samplerate, info.frames, info.channels, f"{info.format} {info.subtype}")
 
 
 def span(info: AudioInfo, start: float, end: float | None, source: str) -> tuple[int, int]:
@@ -302,19 +330,25 @@ def span(info: AudioInfo, start: float, end: float | None, source: str) -> tuple
     length = info.seconds
     until = "the end" if end is None else f"{end:g} s"
     if start < 0 or (end is not None and end <= start):
-        raise DataError(f"{source}: expected 0 <= start < end, got start {start:g} s, end "
-                        f"{until}")
+        raise DataError(f"{source}: expected 0 <= start < end, got start {start:g} s, end {until}")
     if start >= length or (end is not None and end > length + OVERSHOOT_S):
-        raise DataError(f"{source}: segment {start:g} s to {until} is past the end of its "
-                        f"recording ({length:.3f} s)")
+        raise DataError(
+            f"{source}: segment {start:g} s to {until} is past the end of its "
+            f"recording ({length:.3f} s)"
+        )
     first = round(start * info.rate)
     stop = info.samples if end is None else min(info.samples, round(end * info.rate))
     return first, stop
 
 
-def read_audio(path: str | Path, *, start: float = 0.0, end: float | None = None,
-               max_seconds: float | None = MAX_SECONDS,
-               codecs: str = "any") -> tuple[torch.Tensor, int]:
+def read_audio(
+    path: str | Path,
+    *,
+    start: float = 0.0,
+    end: float | None = None,
+    max_seconds: float | None = MAX_SECONDS,
+    codecs: str = "any",
+) -> tuple[torch.Tensor, int]:
     """The mono samples ``(N,)`` float32 and the sample rate of an audio file, or of its part
     from ``start`` to ``end`` seconds (None: the end; see :func:`span`) when an utterance is
     cut out of a longer recording (only that part is read).
@@ -334,8 +368,9 @@ def read_audio(path: str | Path, *, start: float = 0.0, end: float | None = None
         if _is_wav(f):
             fmt, offset, size = _wav_layout(f, os.fstat(f.fileno()).st_size, source)
             info = AudioInfo(fmt.rate, size // fmt.frame_bytes, fmt.channels, "wav")
-            first, stop = span(info, start, end, source) if start or end is not None \
-                else (0, info.samples)
+            first, stop = (
+                span(info, start, end, source) if start or end is not None else (0, info.samples)
+            )
             _check_duration(stop - first, fmt.rate, source, max_seconds)
             f.seek(offset + first * fmt.frame_bytes)
             raw = f.read((stop - first) * fmt.frame_bytes)
@@ -344,15 +379,16 @@ def read_audio(path: str | Path, *, start: float = 0.0, end: float | None = None
         raise DataError(f"{path}: not a RIFF/WAVE file; expected WAV audio")
     info = _sf_info(path)
     whole = AudioInfo(info.samplerate, info.frames, info.channels, info.format)
-    first, stop = span(whole, start, end, source) if start or end is not None \
-        else (0, info.frames)
+    first, stop = span(whole, start, end, source) if start or end is not None else (0, info.frames)
     _check_duration(stop - first, info.samplerate, source, max_seconds)
     try:
-        frames, rate = soundfile.read(str(path), start=first, stop=stop, dtype="float32",
-                                      always_2d=True)  # (N, C)
+        frames, rate = soundfile.read(
+            str(path), start=first, stop=stop, dtype="float32", always_2d=True
+        )  # (N, C)
     except (soundfile.LibsndfileError, RuntimeError) as exc:
-        raise DataError(f"{path}: cannot decode its {info.format} {info.subtype} audio: "
-                        f"{exc}") from None
+        raise DataError(
+            f"{path}: cannot decode its {info.format} {info.subtype} audio: {exc}"
+        ) from None
     if frames.shape[0] == 0:
         raise DataError(f"{path}: no samples")
     return _mono(frames, source), rate

@@ -47,9 +47,24 @@ from scipy.signal import butter, fftconvolve, lfilter, sosfilt, sosfiltfilt
 from attnkit.data.audio.features import SAMPLE_RATE, log_mel, normalize_features, resample
 from attnkit.data.augment.augmentation import Augmentation, Compose, check_number, check_range
 
-__all__ = ["PRESETS", "SPECAUGMENT_MAX", "AudioAugmentation", "BandLimit", "ConsonantDuration",
-           "DynamicRange", "Gain", "Noise", "PitchShift", "Reverb", "SpecAugment",
-           "SpeechAugment", "SpeedPerturb", "VTLP", "VoiceSource", "preset"]
+__all__ = [
+    "PRESETS",
+    "SPECAUGMENT_MAX",
+    "AudioAugmentation",
+    "BandLimit",
+    "ConsonantDuration",
+    "DynamicRange",
+    "Gain",
+    "Noise",
+    "PitchShift",
+    "Reverb",
+    "SpecAugment",
+    "SpeechAugment",
+    "SpeedPerturb",
+    "VTLP",
+    "VoiceSource",
+    "preset",
+]
 
 STAGES = ("samples", "filterbank", "features")
 
@@ -165,19 +180,22 @@ class VoiceSource(AudioAugmentation, name="voice_source"):
         voiced = (f0[frame] > 0).astype(np.float64)
         hz = np.interp(t, times[f0 > 0], f0[f0 > 0])
         marks = np.flatnonzero(np.diff(np.floor(np.cumsum(hz / SAMPLE_RATE))) > 0) + 1
-        marks += np.round(rng.normal(0.0, self.jitter, marks.size) * SAMPLE_RATE
-                          / hz[marks]).astype(marks.dtype)
+        marks += np.round(
+            rng.normal(0.0, self.jitter, marks.size) * SAMPLE_RATE / hz[marks]
+        ).astype(marks.dtype)
         pulses = np.zeros(x.size)
         pulses[marks[(marks >= 0) & (marks < x.size)]] = 1.0
         pulses = lfilter([1.0], [1.0, -tilt], pulses)
         width = round(0.025 * SAMPLE_RATE)
-        source = (pulses / (_envelope(pulses, width) + 1e-9)
-                  + 10.0 ** (-hnr_db / 20.0) * rng.standard_normal(x.size))
+        source = pulses / (_envelope(pulses, width) + 1e-9) + 10.0 ** (
+            -hnr_db / 20.0
+        ) * rng.standard_normal(x.size)
         source *= _envelope(residual, width) / (_envelope(source, width) + 1e-9)
         fade = np.hanning(83)[1:-1]  # 5 ms between voiced and unvoiced excitation
         voiced = np.clip(fftconvolve(voiced, fade / fade.sum(), mode="same"), 0.0, 1.0)
-        excitation = parselmouth.Sound(voiced * source + (1.0 - voiced) * residual,
-                                       sampling_frequency=SAMPLE_RATE)
+        excitation = parselmouth.Sound(
+            voiced * source + (1.0 - voiced) * residual, sampling_frequency=SAMPLE_RATE
+        )
         y = call([lpc, excitation], "Filter...", False).values[0][: x.size]
         power = float(np.mean(y * y))
         if power > 0:
@@ -282,8 +300,8 @@ class ConsonantDuration(AudioAugmentation, name="consonant_duration"):
         """Where in ``[lo, hi]`` the samples that follow ``at`` continue best: the start ``j``
         whose ``fade`` samples correlate most with ``x[at:at + fade]``."""
         w = self.fade
-        candidates = np.lib.stride_tricks.sliding_window_view(x[lo:hi + w], w)
-        target = x[at:at + w]
+        candidates = np.lib.stride_tricks.sliding_window_view(x[lo : hi + w], w)
+        target = x[at : at + w]
         score = candidates @ target / (np.linalg.norm(candidates, axis=1) + 1e-12)
         return lo + int(np.argmax(score))
 
@@ -311,7 +329,7 @@ class ConsonantDuration(AudioAugmentation, name="consonant_duration"):
             if at + w > x.size or lo > hi:
                 continue
             j = self._splice(x, at, lo, hi)
-            pieces += [x[done:at], x[at:at + w] * ramp[::-1] + x[j:j + w] * ramp]
+            pieces += [x[done:at], x[at : at + w] * ramp[::-1] + x[j : j + w] * ramp]
             done = j + w
         if not pieces:
             return samples
@@ -335,8 +353,9 @@ class SpeedPerturb(AudioAugmentation, name="speed"):
     def __post_init__(self):
         super().__post_init__()
         if not isinstance(self.factors, tuple) or not self.factors:
-            raise ValueError(f"factors: expected a non-empty tuple of speed factors, got "
-                             f"{self.factors!r}")
+            raise ValueError(
+                f"factors: expected a non-empty tuple of speed factors, got {self.factors!r}"
+            )
         for f in self.factors:
             check_number("factors", f, 0.5, 2.0)
 
@@ -402,10 +421,15 @@ class Noise(AudioAugmentation, name="noise"):
     def __post_init__(self):
         super().__post_init__()
         check_range("snr_db", self.snr_db, 0.0, 100.0)
-        if not isinstance(self.colours, tuple) or not self.colours or \
-                any(c not in NOISE_COLOURS for c in self.colours):
-            raise ValueError(f"colours: expected a non-empty tuple of {', '.join(NOISE_COLOURS)}, "
-                             f"got {self.colours!r}")
+        if (
+            not isinstance(self.colours, tuple)
+            or not self.colours
+            or any(c not in NOISE_COLOURS for c in self.colours)
+        ):
+            raise ValueError(
+                f"colours: expected a non-empty tuple of {', '.join(NOISE_COLOURS)}, "
+                f"got {self.colours!r}"
+            )
 
     def apply(self, samples: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
         _check_samples(samples)
@@ -477,14 +501,17 @@ class BandLimit(AudioAugmentation, name="band_limit"):
         check_number("low_hz", self.low_hz, 0.0, SAMPLE_RATE / 2)
         check_number("high_hz", self.high_hz, 0.0, SAMPLE_RATE / 2, open_low=True)
         if not self.low_hz < self.high_hz < SAMPLE_RATE / 2:
-            raise ValueError(f"low_hz, high_hz: expected 0 <= low_hz < high_hz < "
-                             f"{SAMPLE_RATE // 2}, got {self.low_hz!r}, {self.high_hz!r}")
+            raise ValueError(
+                f"low_hz, high_hz: expected 0 <= low_hz < high_hz < "
+                f"{SAMPLE_RATE // 2}, got {self.low_hz!r}, {self.high_hz!r}"
+            )
 
     def apply(self, samples: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
         _check_samples(samples)
         if self.low_hz > 0:
-            sos = butter(4, [self.low_hz, self.high_hz], btype="bandpass", fs=SAMPLE_RATE,
-                         output="sos")
+            sos = butter(
+                4, [self.low_hz, self.high_hz], btype="bandpass", fs=SAMPLE_RATE, output="sos"
+            )
         else:
             sos = butter(4, self.high_hz, btype="lowpass", fs=SAMPLE_RATE, output="sos")
         x = samples.double().numpy()
@@ -555,8 +582,10 @@ class SpecAugment(AudioAugmentation, name="specaugment"):
 
     def apply(self, features: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
         if not isinstance(features, torch.Tensor) or features.dim() != 2:
-            raise ValueError(f"features: expected a (T, F) tensor, got "
-                             f"{getattr(features, 'shape', type(features))}")
+            raise ValueError(
+                f"features: expected a (T, F) tensor, got "
+                f"{getattr(features, 'shape', type(features))}"
+            )
         x = features.float().clone()
         frames, bins = x.shape
         if self.time_warp and frames > 2 * self.time_warp:
@@ -565,12 +594,12 @@ class SpecAugment(AudioAugmentation, name="specaugment"):
         for _ in range(self.freq_masks):
             width = min(int(rng.integers(self.freq_mask + 1)), bins)
             start = int(rng.integers(bins - width + 1))
-            x[:, start:start + width] = fill[start:start + width]
+            x[:, start : start + width] = fill[start : start + width]
         longest = min(self.time_mask, int(self.max_time_ratio * frames), frames)
         for _ in range(self.time_masks):
             width = int(rng.integers(longest + 1))
             start = int(rng.integers(frames - width + 1))
-            x[start:start + width] = fill
+            x[start : start + width] = fill
         return x
 
 
@@ -582,10 +611,12 @@ def _time_warp(x: torch.Tensor, w_max: int, rng: np.random.Generator) -> torch.T
     if shift == 0 or centre + shift < 1 or centre + shift > frames - 1:
         return x
     rows = x.T[None]  # (1, F, T)
-    left = F.interpolate(rows[..., :centre], size=centre + shift, mode="linear",
-                         align_corners=False)
-    right = F.interpolate(rows[..., centre:], size=frames - centre - shift, mode="linear",
-                          align_corners=False)
+    left = F.interpolate(
+        rows[..., :centre], size=centre + shift, mode="linear", align_corners=False
+    )
+    right = F.interpolate(
+        rows[..., centre:], size=frames - centre - shift, mode="linear", align_corners=False
+    )
     return torch.cat([left, right], dim=2)[0].T.contiguous()
 
 
@@ -610,8 +641,9 @@ class SpeechAugment(Compose):
         super().__init__(augmentations)
         for i, a in enumerate(self.augmentations):
             if not isinstance(a, AudioAugmentation):
-                raise TypeError(f"augmentations[{i}]: expected a speech augmentation, got "
-                                f"{type(a).__name__}")
+                raise TypeError(
+                    f"augmentations[{i}]: expected a speech augmentation, got {type(a).__name__}"
+                )
 
     @property
     def needs_samples(self) -> bool:
@@ -619,19 +651,27 @@ class SpeechAugment(Compose):
         audio must be at hand)."""
         return any(a.stage != "features" and a.p > 0 for a in self.augmentations)
 
-    def __call__(self, rng: np.random.Generator, *,
-                 samples: Callable[[], torch.Tensor] | None = None,
-                 features: Callable[[], torch.Tensor] | None = None,
-                 normalize: bool = False) -> torch.Tensor:
+    def __call__(
+        self,
+        rng: np.random.Generator,
+        *,
+        samples: Callable[[], torch.Tensor] | None = None,
+        features: Callable[[], torch.Tensor] | None = None,
+        normalize: bool = False,
+    ) -> torch.Tensor:
         own = self.generators(rng)
-        staged = {stage: [(a, g) for a, g in zip(self.augmentations, own) if a.stage == stage]
-                  for stage in STAGES}
+        staged = {
+            stage: [(a, g) for a, g in zip(self.augmentations, own) if a.stage == stage]
+            for stage in STAGES
+        }
         changes = [(a, g) for a, g in staged["samples"] if a.applies(g)]
         warps = [a.draw(g) for a, g in staged["filterbank"] if a.applies(g)]
         if changes or warps or features is None:
             if samples is None:
-                raise ValueError("samples: this augmentation changes the audio; expected the "
-                                 "utterance's samples, got none")
+                raise ValueError(
+                    "samples: this augmentation changes the audio; expected the "
+                    "utterance's samples, got none"
+                )
             x = samples()
             for augmentation, g in changes:
                 x = augmentation.apply(x, g)
@@ -647,13 +687,22 @@ class SpeechAugment(Compose):
 PRESETS: dict[str, tuple[AudioAugmentation, ...]] = {
     "none": (),
     # masks scaled to short utterances (1-5 s): at most 10% of the frames per time mask
-    "specaugment": (SpecAugment(freq_mask=15, freq_masks=2, time_mask=40, time_masks=2,
-                                max_time_ratio=0.1),),
-    "light": (SpeedPerturb(), SpecAugment(freq_mask=15, freq_masks=2, time_mask=40,
-                                          time_masks=2, max_time_ratio=0.1)),
-    "strong": (SpeedPerturb(), Gain(), Reverb(), Noise(), BandLimit(), VTLP(),
-               SpecAugment(freq_mask=15, freq_masks=2, time_mask=40, time_masks=2,
-                           max_time_ratio=0.1)),
+    "specaugment": (
+        SpecAugment(freq_mask=15, freq_masks=2, time_mask=40, time_masks=2, max_time_ratio=0.1),
+    ),
+    "light": (
+        SpeedPerturb(),
+        SpecAugment(freq_mask=15, freq_masks=2, time_mask=40, time_masks=2, max_time_ratio=0.1),
+    ),
+    "strong": (
+        SpeedPerturb(),
+        Gain(),
+        Reverb(),
+        Noise(),
+        BandLimit(),
+        VTLP(),
+        SpecAugment(freq_mask=15, freq_masks=2, time_mask=40, time_masks=2, max_time_ratio=0.1),
+    ),
 }
 
 

@@ -31,8 +31,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-__all__ = ["AUGMENTATIONS", "Augmentation", "Compose", "check_range", "example_rng",
-           "from_config"]
+__all__ = ["AUGMENTATIONS", "Augmentation", "Compose", "check_range", "example_rng", "from_config"]
 
 AUGMENTATIONS: dict[str, type[Augmentation]] = {}  # name -> class, filled by the families
 _SALT = 0x617567  # "aug": keeps these streams apart from any other seeded by (seed, epoch, i)
@@ -54,8 +53,9 @@ def example_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     return np.random.default_rng([_SALT, int(seed) % 2**64, int(epoch), int(index)])
 
 
-def check_range(name: str, value, low: float, high: float, *, integer: bool = False,
-                open_low: bool = False) -> tuple:
+def check_range(
+    name: str, value, low: float, high: float, *, integer: bool = False, open_low: bool = False
+) -> tuple:
     """``value`` as a ``(lo, hi)`` tuple when it is a pair with ``low <= lo <= hi <= high``
     (``open_low``: ``low < lo``), each finite (and an int with ``integer``).
 
@@ -70,17 +70,22 @@ def check_range(name: str, value, low: float, high: float, *, integer: bool = Fa
     except (TypeError, ValueError):
         raise ValueError(f"{name}: expected {expected}, got {value!r}") from None
     for v in (lo, hi):
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
-                or (integer and not float(v).is_integer()):
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float, np.integer, np.floating))
+            or (integer and not float(v).is_integer())
+        ):
             raise ValueError(f"{name}: expected {expected}, got {value!r}")
     if not (math.isfinite(lo) and math.isfinite(hi) and low <= lo <= hi <= high) or (
-            open_low and lo == low):
+        open_low and lo == low
+    ):
         raise ValueError(f"{name}: expected {expected}, got {value!r}")
     return (int(lo), int(hi)) if integer else (float(lo), float(hi))
 
 
-def check_number(name: str, value, low: float, high: float, *, integer: bool = False,
-                 open_low: bool = False) -> float | int:
+def check_number(
+    name: str, value, low: float, high: float, *, integer: bool = False, open_low: bool = False
+) -> float | int:
     """``value`` when it is a finite number (an int with ``integer``) with ``low <= value <=
     high`` (``open_low``: ``low < value``).
 
@@ -92,8 +97,9 @@ def check_number(name: str, value, low: float, high: float, *, integer: bool = F
     ok = not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
     ok = ok and math.isfinite(value) and low <= value <= high and not (open_low and value == low)
     if not ok or (integer and not float(value).is_integer()):
-        raise ValueError(f"{name}: expected {kind} with {low:g} {sign} {name} <= {high:g}, "
-                         f"got {value!r}")
+        raise ValueError(
+            f"{name}: expected {kind} with {low:g} {sign} {name} <= {high:g}, got {value!r}"
+        )
     return int(value) if integer else float(value)
 
 
@@ -114,16 +120,19 @@ class Augmentation(abc.ABC):
         super().__init_subclass__(**kwargs)
         if name is not None:
             if name in AUGMENTATIONS:
-                raise ValueError(f"name: {name!r} is already the augmentation "
-                                 f"{AUGMENTATIONS[name].__name__}")
+                raise ValueError(
+                    f"name: {name!r} is already the augmentation {AUGMENTATIONS[name].__name__}"
+                )
             cls.name = name
             AUGMENTATIONS[name] = cls
 
     def __post_init__(self):
-        if isinstance(self.p, bool) or not isinstance(self.p, (int, float)) or \
-                not 0.0 <= self.p <= 1.0:
-            raise ValueError(f"p: expected a probability in [0, 1] for {self.name}, "
-                             f"got {self.p!r}")
+        if (
+            isinstance(self.p, bool)
+            or not isinstance(self.p, (int, float))
+            or not 0.0 <= self.p <= 1.0
+        ):
+            raise ValueError(f"p: expected a probability in [0, 1] for {self.name}, got {self.p!r}")
 
     def __call__(self, x, rng: np.random.Generator):
         """``x`` changed with probability ``p`` (:meth:`applies`), else ``x`` itself."""
@@ -165,8 +174,9 @@ class Compose:
         augmentations = list(augmentations)
         for i, a in enumerate(augmentations):
             if not isinstance(a, Augmentation):
-                raise TypeError(f"augmentations[{i}]: expected an Augmentation, got "
-                                f"{type(a).__name__}")
+                raise TypeError(
+                    f"augmentations[{i}]: expected an Augmentation, got {type(a).__name__}"
+                )
         self.augmentations = augmentations
 
     def __len__(self) -> int:
@@ -215,18 +225,21 @@ def from_config(config: Sequence[dict], family: str | None = None) -> list[Augme
     for i, entry in enumerate(config):
         if not isinstance(entry, dict) or entry.get("name") not in AUGMENTATIONS:
             known = ", ".join(sorted(AUGMENTATIONS))
-            raise ValueError(f"augment[{i}]: expected a dict whose name is one of {known}, "
-                             f"got {entry!r}")
+            raise ValueError(
+                f"augment[{i}]: expected a dict whose name is one of {known}, got {entry!r}"
+            )
         cls = AUGMENTATIONS[entry["name"]]
         if family is not None and cls.family != family:
-            raise ValueError(f"augment[{i}]: {entry['name']} augments {cls.family}, not "
-                             f"{family}")
+            raise ValueError(f"augment[{i}]: {entry['name']} augments {cls.family}, not {family}")
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(entry) - fields - {"name"})
         if unknown:
-            raise ValueError(f"augment[{i}]: {entry['name']} has no setting "
-                             f"{', '.join(unknown)}; expected some of {', '.join(sorted(fields))}")
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in entry.items()
-                  if k != "name"}
+            raise ValueError(
+                f"augment[{i}]: {entry['name']} has no setting "
+                f"{', '.join(unknown)}; expected some of {', '.join(sorted(fields))}"
+            )
+        values = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in entry.items() if k != "name"
+        }
         out.append(cls(**values))
     return out

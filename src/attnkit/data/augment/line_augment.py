@@ -40,9 +40,24 @@ from scipy import ndimage
 
 from attnkit.data.augment.augmentation import Augmentation, Compose, check_number, check_range
 
-__all__ = ["PRESETS", "Baseline", "Blur", "Jpeg", "LineAugment", "LineAugmentation", "Margins",
-           "Perspective", "PixelNoise", "Rotate", "Scale", "Shade", "Shear", "Stretch", "Stroke",
-           "preset"]
+__all__ = [
+    "PRESETS",
+    "Baseline",
+    "Blur",
+    "Jpeg",
+    "LineAugment",
+    "LineAugmentation",
+    "Margins",
+    "Perspective",
+    "PixelNoise",
+    "Rotate",
+    "Scale",
+    "Shade",
+    "Shear",
+    "Stretch",
+    "Stroke",
+    "preset",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +74,9 @@ def background(image: np.ndarray) -> float:
 
 def _check_image(image) -> np.ndarray:
     if not isinstance(image, np.ndarray) or image.ndim != 2 or min(image.shape) < 1:
-        raise ValueError(f"image: expected a (H, W) numpy array, got "
-                         f"{getattr(image, 'shape', type(image))}")
+        raise ValueError(
+            f"image: expected a (H, W) numpy array, got {getattr(image, 'shape', type(image))}"
+        )
     return image.astype(np.float32, copy=False)
 
 
@@ -99,7 +115,7 @@ class Scale(LineAugmentation, name="scale"):
         small = _resize(image, round(s * width), round(s * height))
         out = np.full((height, small.shape[1]), background(image), dtype=np.float32)
         top = int(rng.integers(height - small.shape[0] + 1))
-        out[top:top + small.shape[0]] = small
+        out[top : top + small.shape[0]] = small
         return out
 
 
@@ -147,8 +163,9 @@ class Rotate(LineAugmentation, name="rotate"):
         limit = min(self.degrees, math.degrees(math.atan(height / (4 * width))))
         angle = rng.uniform(-self.degrees, self.degrees)
         angle = max(-limit, min(limit, angle))
-        return _array(_pil(image).rotate(angle, resample=Image.BILINEAR,
-                                         fillcolor=background(image)))
+        return _array(
+            _pil(image).rotate(angle, resample=Image.BILINEAR, fillcolor=background(image))
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,9 +192,15 @@ class Shear(LineAugmentation, name="shear"):
         pad = math.ceil(abs(s) * height / 2)
         # output (x, y) reads input (x + s y - s H / 2 - pad, y)
         coefficients = (1.0, s, -s * height / 2 - pad, 0.0, 1.0, 0.0)
-        return _array(_pil(image).transform((width + 2 * pad, height), Image.AFFINE,
-                                            coefficients, resample=Image.BILINEAR,
-                                            fillcolor=background(image)))
+        return _array(
+            _pil(image).transform(
+                (width + 2 * pad, height),
+                Image.AFFINE,
+                coefficients,
+                resample=Image.BILINEAR,
+                fillcolor=background(image),
+            )
+        )
 
 
 def perspective_coefficients(corners_out, corners_in) -> tuple[float, ...]:
@@ -213,9 +236,15 @@ class Perspective(LineAugmentation, name="perspective"):
         corners = np.array([(0, 0), (width, 0), (width, height), (0, height)], float)
         moved = corners + rng.uniform(-1, 1, size=(4, 2)) * self.distortion * height
         coefficients = perspective_coefficients(corners, moved)
-        return _array(_pil(image).transform((width, height), Image.PERSPECTIVE, coefficients,
-                                            resample=Image.BILINEAR,
-                                            fillcolor=background(image)))
+        return _array(
+            _pil(image).transform(
+                (width, height),
+                Image.PERSPECTIVE,
+                coefficients,
+                resample=Image.BILINEAR,
+                fillcolor=background(image),
+            )
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,12 +267,13 @@ class Baseline(LineAugmentation, name="baseline"):
         image = _check_image(image)
         height, width = image.shape
         knots = np.arange(0, width + height, height)  # every H columns, past the last one
-        shift = np.interp(np.arange(width), knots,
-                          rng.uniform(-self.pixels, self.pixels, size=knots.size))  # (W,)
+        shift = np.interp(
+            np.arange(width), knots, rng.uniform(-self.pixels, self.pixels, size=knots.size)
+        )  # (W,)
         ys, xs = np.mgrid[0:height, 0:width].astype(np.float64)
-        return ndimage.map_coordinates(image, [ys - shift[None, :], xs], order=1,
-                                       mode="constant", cval=background(image)
-                                       ).astype(np.float32)
+        return ndimage.map_coordinates(
+            image, [ys - shift[None, :], xs], order=1, mode="constant", cval=background(image)
+        ).astype(np.float32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,8 +307,14 @@ class Margins(LineAugmentation, name="margins"):
             start, stop = 0, image.shape[1]
         core = image[:, start:stop]
         height = image.shape[0]
-        return np.concatenate([np.full((height, max(left, 0)), paper, np.float32), core,
-                               np.full((height, max(right, 0)), paper, np.float32)], axis=1)
+        return np.concatenate(
+            [
+                np.full((height, max(left, 0)), paper, np.float32),
+                core,
+                np.full((height, max(right, 0)), paper, np.float32),
+            ],
+            axis=1,
+        )
 
 
 def _dark_ink(image: np.ndarray) -> bool:
@@ -334,9 +370,11 @@ class Shade(LineAugmentation, name="shade"):
         check_range("paper", self.paper, 0.0, 1.0)
         check_range("ink", self.ink, 0.0, 1.0)
         if self.ink[1] >= self.paper[0]:
-            raise ValueError(f"paper, ink: expected every ink gray level below every paper one "
-                             f"(ink high < paper low), got paper {self.paper!r}, ink "
-                             f"{self.ink!r}")
+            raise ValueError(
+                f"paper, ink: expected every ink gray level below every paper one "
+                f"(ink high < paper low), got paper {self.paper!r}, ink "
+                f"{self.ink!r}"
+            )
 
     def apply(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         image = _check_image(image)
@@ -434,13 +472,15 @@ class LineAugment(Compose):
         super().__init__(augmentations)
         for i, a in enumerate(self.augmentations):
             if not isinstance(a, LineAugmentation):
-                raise TypeError(f"augmentations[{i}]: expected a line augmentation, got "
-                                f"{type(a).__name__}")
+                raise TypeError(
+                    f"augmentations[{i}]: expected a line augmentation, got {type(a).__name__}"
+                )
 
     def __call__(self, image: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
         if not isinstance(image, torch.Tensor) or image.dim() != 2:
-            raise ValueError(f"image: expected a (H, W) tensor, got "
-                             f"{getattr(image, 'shape', type(image))}")
+            raise ValueError(
+                f"image: expected a (H, W) tensor, got {getattr(image, 'shape', type(image))}"
+            )
         own = self.generators(rng)
         chosen = [(a, g) for a, g in zip(self.augmentations, own) if a.applies(g)]
         if not chosen:
@@ -452,18 +492,33 @@ class LineAugment(Compose):
         return torch.from_numpy(np.round(np.clip(x, 0.0, 1.0) * 255.0).astype(np.uint8))
 
 
-_GEOMETRY = (Scale(), Stretch(), Rotate(degrees=1.0), Shear(slant=0.25), Baseline(),
-             Margins())
+_GEOMETRY = (Scale(), Stretch(), Rotate(degrees=1.0), Shear(slant=0.25), Baseline(), Margins())
 PRESETS: dict[str, tuple[LineAugmentation, ...]] = {
     "none": (),
     # the geometry, shades and degradations of scans and screenshots of printed lines
-    "light": (*_GEOMETRY, Stroke(p=0.2), Shade(), Blur(sigma=(0.3, 0.8)),
-              PixelNoise(std=(0.01, 0.04)), Jpeg(quality=(40, 90))),
+    "light": (
+        *_GEOMETRY,
+        Stroke(p=0.2),
+        Shade(),
+        Blur(sigma=(0.3, 0.8)),
+        PixelNoise(std=(0.01, 0.04)),
+        Jpeg(quality=(40, 90)),
+    ),
     # and photographs: perspective, heavier blur, noise and compression
-    "strong": (Scale(p=0.5, size=(0.6, 1.0)), Stretch(p=0.5, factor=(0.7, 1.3)),
-               Rotate(p=0.5, degrees=2.0), Shear(p=0.5, slant=0.35), Perspective(),
-               Baseline(p=0.5, pixels=2.0), Margins(p=0.5, pixels=12), Stroke(p=0.3),
-               Shade(p=0.7), Blur(p=0.4), PixelNoise(p=0.4), Jpeg(p=0.3)),
+    "strong": (
+        Scale(p=0.5, size=(0.6, 1.0)),
+        Stretch(p=0.5, factor=(0.7, 1.3)),
+        Rotate(p=0.5, degrees=2.0),
+        Shear(p=0.5, slant=0.35),
+        Perspective(),
+        Baseline(p=0.5, pixels=2.0),
+        Margins(p=0.5, pixels=12),
+        Stroke(p=0.3),
+        Shade(p=0.7),
+        Blur(p=0.4),
+        PixelNoise(p=0.4),
+        Jpeg(p=0.3),
+    ),
 }
 
 

@@ -59,27 +59,52 @@ import torch
 
 from attnkit.checks import clipped
 from attnkit.data.corpora.format_registry import ROLES, Format, register
-from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable
-from attnkit.data.corpora.image_folders import (CaptionedImages, ImageFiles, ImageQuestion,
-                                                load_image)
+from attnkit.data.corpora.image_folders import (
+    CaptionedImages,
+    ImageFiles,
+    ImageQuestion,
+    load_image,
+)
 from attnkit.data.corpora.line_folders import MAX_WIDTH, LineFolder, line_width, load_line_image
-from attnkit.data.corpora.text_pairs import TextPairs
-from attnkit.data.paths import inside
 from attnkit.data.corpora.text_files import nfc
+from attnkit.data.corpora.text_pairs import TextPairs
 from attnkit.data.corpora.tsv import MAX_CHARS, field_problem
+from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable
+from attnkit.data.paths import inside
 from attnkit.errors import DataError
 
-__all__ = ["PREFIX", "SUMMARY", "DatasetImages", "DatasetLines", "cache_dir",
-           "dataset_columns", "dataset_rows", "is_hf", "open_dataset", "parse_path",
-           "read_hf_captions", "read_hf_lines", "read_hf_pairs", "read_hf_questions"]
+__all__ = [
+    "PREFIX",
+    "SUMMARY",
+    "DatasetImages",
+    "DatasetLines",
+    "cache_dir",
+    "dataset_columns",
+    "dataset_rows",
+    "is_hf",
+    "open_dataset",
+    "parse_path",
+    "read_hf_captions",
+    "read_hf_lines",
+    "read_hf_pairs",
+    "read_hf_questions",
+]
 
 log = logging.getLogger("attnkit")
 
 PREFIX = "hf:"
-ROLE_SPLITS = {"train": ("train",), "valid": ("validation", "valid", "val", "dev"),
-               "test": ("test",)}
-FIELDS = {"asr": ("audio", "text"), "translate": ("source", "target"), "ocr": ("image", "text"),
-          "caption": ("image", "caption"), "vqa": ("image", "question", "answer")}
+ROLE_SPLITS = {
+    "train": ("train",),
+    "valid": ("validation", "valid", "val", "dev"),
+    "test": ("test",),
+}
+FIELDS = {
+    "asr": ("audio", "text"),
+    "translate": ("source", "target"),
+    "ocr": ("image", "text"),
+    "caption": ("image", "caption"),
+    "vqa": ("image", "question", "answer"),
+}
 BATCH = 1000  # rows read at a time
 
 
@@ -89,7 +114,7 @@ def parse_path(path: str | Path) -> tuple[Path, str | None]:
     text = str(path)
     if not text.startswith(PREFIX):
         raise DataError(f"{path}: expected hf:PATH[:SPLIT]")
-    text = text[len(PREFIX):]
+    text = text[len(PREFIX) :]
     head, colon, tail = text.rpartition(":")
     if colon and re.fullmatch(r"[\w.\-]+", tail) and Path(head).is_dir():
         return Path(head), tail
@@ -103,8 +128,9 @@ def _datasets():
     try:
         import datasets
     except ImportError:
-        raise DataError("reading a Hugging Face dataset needs the datasets package: pip "
-                        "install 'attnkit[hf]'") from None
+        raise DataError(
+            "reading a Hugging Face dataset needs the datasets package: pip install 'attnkit[hf]'"
+        ) from None
     datasets.disable_progress_bars()
     return datasets
 
@@ -156,61 +182,87 @@ def open_dataset(path: str | Path, role: str = "train", split: str | None = None
     folder, named = parse_path(path)
     named = named or split
     if not folder.is_dir():
-        raise DataError(f"{folder}: not a folder (hf:PATH[:SPLIT] reads a dataset saved with "
-                        "save_to_disk or a folder of Parquet files)")
+        raise DataError(
+            f"{folder}: not a folder (hf:PATH[:SPLIT] reads a dataset saved with "
+            "save_to_disk or a folder of Parquet files)"
+        )
     datasets = _datasets()
     if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():
         try:
             loaded = datasets.load_from_disk(str(folder))
         except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
             # datasets reads the JSON files as it finds them: {} is a KeyError
-            raise DataError(f"{folder}: not a dataset that save_to_disk wrote (its state.json "
-                            "or dataset_info.json cannot be read: "
-                            f"{type(exc).__name__}: {clipped(str(exc))})") from None
-        found = dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {
-            str(loaded.split or "train"): loaded}
+            raise DataError(
+                f"{folder}: not a dataset that save_to_disk wrote (its state.json "
+                "or dataset_info.json cannot be read: "
+                f"{type(exc).__name__}: {clipped(str(exc))})"
+            ) from None
+        found = (
+            dict(loaded)
+            if isinstance(loaded, datasets.DatasetDict)
+            else {str(loaded.split or "train"): loaded}
+        )
     else:
         files = _parquet_splits(folder)
         if not files:
-            raise DataError(f"{folder}: neither a dataset saved with save_to_disk (no "
-                            "dataset_dict.json or state.json) nor a folder of Parquet files")
+            raise DataError(
+                f"{folder}: neither a dataset saved with save_to_disk (no "
+                "dataset_dict.json or state.json) nor a folder of Parquet files"
+            )
         found = {name: None for name in files}
     if role not in ROLES:
         raise ValueError(f"role: expected one of {', '.join(ROLES)}, got {role!r}")
-    chosen = named or (next(iter(found)) if len(found) == 1 else next(
-        (s for s in ROLE_SPLITS[role] if s in found), None))
+    chosen = named or (
+        next(iter(found))
+        if len(found) == 1
+        else next((s for s in ROLE_SPLITS[role] if s in found), None)
+    )
     if chosen not in found:
         what = f"no split {chosen!r}" if chosen else f"no split for {role}"
-        raise DataError(f"{folder}: {what}; its splits: {', '.join(found)} (name one: "
-                        f"hf:{folder}:SPLIT)")
+        raise DataError(
+            f"{folder}: {what}; its splits: {', '.join(found)} (name one: hf:{folder}:SPLIT)"
+        )
     if found[chosen] is None:  # Parquet: converted once to memory-mapped Arrow
         for file in files[chosen]:
             _check_parquet(file)
-        found[chosen] = datasets.load_dataset("parquet", data_files={chosen: files[chosen]},
-                                              split=chosen, cache_dir=cache_dir())
+        found[chosen] = datasets.load_dataset(
+            "parquet", data_files={chosen: files[chosen]}, split=chosen, cache_dir=cache_dir()
+        )
     return found[chosen], f"{PREFIX}{folder}:{chosen}"
 
 
-def dataset_columns(columns: str | dict | None, task: str, names: list[str],
-                    source: str) -> dict:
+def dataset_columns(columns: str | dict | None, task: str, names: list[str], source: str) -> dict:
     """The dataset column of each field of ``task`` (see the module docstring), of
     ``columns`` (``--columns``) and the dataset's column ``names``; ``source`` names the
     dataset in errors."""
-    given = columns if isinstance(columns, dict) else dict(
-        part.split("=", 1) for part in (columns or "").split(",") if "=" in part)
+    given = (
+        columns
+        if isinstance(columns, dict)
+        else dict(part.split("=", 1) for part in (columns or "").split(",") if "=" in part)
+    )
     unknown = set(given) - set(FIELDS[task]) - {"translation"}
-    if unknown or (columns and not isinstance(columns, dict) and
-                   any("=" not in p for p in columns.split(",") if p)):
-        raise ValueError(f"--columns: expected KEY=COLUMN,... with keys among "
-                         f"{', '.join(FIELDS[task])}, got {columns!r}")
+    if unknown or (
+        columns
+        and not isinstance(columns, dict)
+        and any("=" not in p for p in columns.split(",") if p)
+    ):
+        raise ValueError(
+            f"--columns: expected KEY=COLUMN,... with keys among "
+            f"{', '.join(FIELDS[task])}, got {columns!r}"
+        )
     chosen = {field: given.get(field, field) for field in FIELDS[task]}
-    if task == "translate" and chosen["source"] not in names and (
-            "translation" in given or "translation" in names):
+    if (
+        task == "translate"
+        and chosen["source"] not in names
+        and ("translation" in given or "translation" in names)
+    ):
         chosen = {"translation": given.get("translation", "translation")}
     missing = [c for c in chosen.values() if c not in names]
     if missing:
-        raise DataError(f"{source}: no column {missing[0]!r} (its columns: {', '.join(names)});"
-                        f" name them with --columns {','.join(f'{k}=COLUMN' for k in chosen)}")
+        raise DataError(
+            f"{source}: no column {missing[0]!r} (its columns: {', '.join(names)});"
+            f" name them with --columns {','.join(f'{k}=COLUMN' for k in chosen)}"
+        )
     return chosen
 
 
@@ -225,7 +277,7 @@ def dataset_rows(dataset, columns: list[str]):
             dataset = dataset.cast_column(name, datasets.Audio(decode=False))
     dataset = dataset.select_columns(columns)
     for start in range(0, len(dataset), BATCH):
-        batch = dataset[start:start + BATCH]
+        batch = dataset[start : start + BATCH]
         for k in range(len(batch[columns[0]])):
             yield start + k, {c: batch[c][k] for c in columns}
 
@@ -257,18 +309,26 @@ def _image(value: Any, where: str, folder: Path):
     raise DataError(f"{where}: no image (expected a datasets.Image: bytes or a path)")
 
 
-def read_hf_pairs(path: str | Path, *, columns: str | dict | None = None,
-                  src_lang: str | None = None, tgt_lang: str | None = None,
-                  split: str | None = None, role: str = "train",
-                  max_chars: int | None = MAX_CHARS,
-                  max_unusable: float = MAX_UNUSABLE) -> TextPairs:
+def read_hf_pairs(
+    path: str | Path,
+    *,
+    columns: str | dict | None = None,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+    split: str | None = None,
+    role: str = "train",
+    max_chars: int | None = MAX_CHARS,
+    max_unusable: float = MAX_UNUSABLE,
+) -> TextPairs:
     """The translation pairs of a dataset (see the module docstring), kept on disk; origins
     ``hf:PATH:SPLIT:ROW``."""
     dataset, source = open_dataset(path, role, split)
     chosen = dataset_columns(columns, "translate", dataset.column_names, source)
     if "translation" in chosen and not (src_lang and tgt_lang):
-        raise DataError(f"{source}: a translation column ({chosen['translation']!r}); name its "
-                        "keys with --src-lang and --tgt-lang")
+        raise DataError(
+            f"{source}: a translation column ({chosen['translation']!r}); name its "
+            "keys with --src-lang and --tgt-lang"
+        )
     unusable = Unusable(source, max_unusable=max_unusable, what="pairs")
 
     def pairs():
@@ -280,8 +340,14 @@ def read_hf_pairs(path: str | Path, *, columns: str | dict | None = None,
             else:
                 texts = [values[chosen["source"]], values[chosen["target"]]]
             texts = [nfc(t) if isinstance(t, str) else "" for t in texts]
-            problem = next((p for side, t in zip(("source", "target"), texts)
-                            if (p := field_problem(side, t, max_chars))), None)
+            problem = next(
+                (
+                    p
+                    for side, t in zip(("source", "target"), texts)
+                    if (p := field_problem(side, t, max_chars))
+                ),
+                None,
+            )
             if problem:
                 unusable.drop(f"{where}: {problem}", problem.split(" of ")[0])
             else:
@@ -297,8 +363,9 @@ class DatasetLines(LineFolder):
     dataset when its line is indexed (as :class:`LineFolder` reads files); ``path(i)``
     names the line ``hf:PATH:SPLIT:ROW``."""
 
-    def __init__(self, dataset, source: str, column: str, folder: Path, rows, *,
-                 max_width: int | None):
+    def __init__(
+        self, dataset, source: str, column: str, folder: Path, rows, *, max_width: int | None
+    ):
         super().__init__(folder, rows, max_width=max_width)
         self.dataset, self.source, self.column = dataset, source, column
 
@@ -307,18 +374,30 @@ class DatasetLines(LineFolder):
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return DatasetLines(self.dataset, self.source, self.column, self.folder,
-                                self.rows[i], max_width=self.max_width)
+            return DatasetLines(
+                self.dataset,
+                self.source,
+                self.column,
+                self.folder,
+                self.rows[i],
+                max_width=self.max_width,
+            )
         row, _, text = self.rows[i]
         value = self.dataset[row][self.column]
         image = _image(value, self.path(i), self.folder)
         return load_line_image(image, max_width=self.max_width), text
 
 
-def read_hf_lines(path: str | Path, *, columns: str | dict | None = None,
-                  split: str | None = None, role: str = "train", alphabet: str | None = None,
-                  max_width: int | None = MAX_WIDTH,
-                  max_unusable: float = MAX_UNUSABLE) -> DatasetLines:
+def read_hf_lines(
+    path: str | Path,
+    *,
+    columns: str | dict | None = None,
+    split: str | None = None,
+    role: str = "train",
+    alphabet: str | None = None,
+    max_width: int | None = MAX_WIDTH,
+    max_unusable: float = MAX_UNUSABLE,
+) -> DatasetLines:
     """The text lines of a dataset (see the module docstring): each image's header read to
     learn its width, its pixels decoded when a batch reads it."""
     dataset, source = open_dataset(path, role, split)
@@ -332,27 +411,39 @@ def read_hf_lines(path: str | Path, *, columns: str | dict | None = None,
         value = values[chosen["text"]]
         text = nfc(value).strip() if isinstance(value, str) else ""
         if not text or "\n" in text or "\x00" in text:
-            unusable.drop(f"{where}: {'no text' if not text else 'not one line of text'}",
-                          "empty" if not text else "not one line")
+            unusable.drop(
+                f"{where}: {'no text' if not text else 'not one line of text'}",
+                "empty" if not text else "not one line",
+            )
             continue
         if allowed is not None and set(text) - allowed:
-            unusable.drop(f"{where}: characters outside the alphabet: "
-                          f"{''.join(sorted(set(text) - allowed))!r}",
-                          "characters outside the alphabet")
+            unusable.drop(
+                f"{where}: characters outside the alphabet: "
+                f"{''.join(sorted(set(text) - allowed))!r}",
+                "characters outside the alphabet",
+            )
             continue
         try:
-            width = line_width(_image(values[chosen["image"]], where, folder),
-                               max_width=max_width)
+            width = line_width(_image(values[chosen["image"]], where, folder), max_width=max_width)
         except DataError as exc:
             unusable.drop(str(exc), "unreadable images")
             continue
         rows.append((row, width, text))
     unusable.check(len(rows))
     plain = _datasets().Image(decode=False)
-    stored = dataset.cast_column(chosen["image"], plain) \
-        if isinstance(dataset.features[chosen["image"]], _datasets().Image) else dataset
-    return DatasetLines(stored.select_columns([chosen["image"]]), source, chosen["image"],
-                        folder, rows, max_width=max_width)
+    stored = (
+        dataset.cast_column(chosen["image"], plain)
+        if isinstance(dataset.features[chosen["image"]], _datasets().Image)
+        else dataset
+    )
+    return DatasetLines(
+        stored.select_columns([chosen["image"]]),
+        source,
+        chosen["image"],
+        folder,
+        rows,
+        max_width=max_width,
+    )
 
 
 def _texts(value: Any) -> list[str]:
@@ -367,8 +458,15 @@ class DatasetImages(ImageFiles):
     """The images of a dataset's column, each decoded from its row when indexed (as
     :class:`~attnkit.data.ImageFiles` reads files): its "paths" are the rows."""
 
-    def __init__(self, dataset, source: str, column: str, folder: Path, size: int,
-                 rows: list[int] | None = None):
+    def __init__(
+        self,
+        dataset,
+        source: str,
+        column: str,
+        folder: Path,
+        size: int,
+        rows: list[int] | None = None,
+    ):
         super().__init__(size, rows or [])
         self.dataset, self.source, self.column, self.folder = dataset, source, column, folder
 
@@ -392,13 +490,18 @@ class DatasetImages(ImageFiles):
         return load_image(image, self.size)
 
     def subset(self, paths: list) -> DatasetImages:
-        return DatasetImages(self.dataset, self.source, self.column, self.folder, self.size,
-                             paths)
+        return DatasetImages(self.dataset, self.source, self.column, self.folder, self.size, paths)
 
 
-def read_hf_captions(path: str | Path, *, size: int, columns: str | dict | None = None,
-                     split: str | None = None, role: str = "train",
-                     max_unusable: float = MAX_UNUSABLE) -> CaptionedImages:
+def read_hf_captions(
+    path: str | Path,
+    *,
+    size: int,
+    columns: str | dict | None = None,
+    split: str | None = None,
+    role: str = "train",
+    max_unusable: float = MAX_UNUSABLE,
+) -> CaptionedImages:
     """The captioned images of a dataset (see the module docstring), one per row, each
     image checked from its header here and decoded when indexed (:class:`DatasetImages`)."""
     dataset, source = open_dataset(path, role, split)
@@ -423,10 +526,15 @@ def read_hf_captions(path: str | Path, *, size: int, columns: str | dict | None 
     return CaptionedImages(images, index, captions, origins)
 
 
-def read_hf_questions(path: str | Path, *, size: int, columns: str | dict | None = None,
-                      split: str | None = None, role: str = "train",
-                      max_unusable: float = MAX_UNUSABLE,
-                      ) -> tuple[DatasetImages, list[ImageQuestion]]:
+def read_hf_questions(
+    path: str | Path,
+    *,
+    size: int,
+    columns: str | dict | None = None,
+    split: str | None = None,
+    role: str = "train",
+    max_unusable: float = MAX_UNUSABLE,
+) -> tuple[DatasetImages, list[ImageQuestion]]:
     """The images and questions of a dataset (see the module docstring): one question per
     row, its answer the most common given, the images of equal bytes kept once (checked
     from their headers here, decoded when indexed)."""
@@ -446,8 +554,11 @@ def read_hf_questions(path: str | Path, *, size: int, columns: str | dict | None
             continue
         try:
             image = _image(values[chosen["image"]], where, folder)
-            key = hashlib.sha1(image.getvalue()).digest() if isinstance(image, io.BytesIO) \
+            key = (
+                hashlib.sha1(image.getvalue()).digest()
+                if isinstance(image, io.BytesIO)
                 else str(image)
+            )
             if key not in seen:
                 seen[key] = images.add_row(row, values[chosen["image"]])
         except DataError as exc:
@@ -464,14 +575,41 @@ def is_hf(path: str | Path) -> bool:
     return str(path).startswith(PREFIX)
 
 
-SUMMARY = ("a Hugging Face dataset on disk, hf:PATH[:SPLIT]: saved with save_to_disk, or a "
-            "folder of Parquet files; --columns KEY=COLUMN,...")
-register(Format("hf", "translate", read_hf_pairs, is_hf, SUMMARY,
-                "hf:wmt14-de-en:train  (columns source, target; or translation with "
-                "--src-lang de --tgt-lang en)"))
-register(Format("hf", "ocr", read_hf_lines, is_hf, SUMMARY,
-                "hf:lines:train  (columns image, text)"))
-register(Format("hf", "caption", read_hf_captions, is_hf, SUMMARY,
-                "hf:coco-captions:validation  (columns image, caption: a string or a list)"))
-register(Format("hf", "vqa", read_hf_questions, is_hf, SUMMARY,
-                "hf:vqa:train  (columns image, question, answer: a string or a list)"))
+SUMMARY = (
+    "a Hugging Face dataset on disk, hf:PATH[:SPLIT]: saved with save_to_disk, or a "
+    "folder of Parquet files; --columns KEY=COLUMN,..."
+)
+register(
+    Format(
+        "hf",
+        "translate",
+        read_hf_pairs,
+        is_hf,
+        SUMMARY,
+        "hf:wmt14-de-en:train  (columns source, target; or translation with "
+        "--src-lang de --tgt-lang en)",
+    )
+)
+register(
+    Format("hf", "ocr", read_hf_lines, is_hf, SUMMARY, "hf:lines:train  (columns image, text)")
+)
+register(
+    Format(
+        "hf",
+        "caption",
+        read_hf_captions,
+        is_hf,
+        SUMMARY,
+        "hf:coco-captions:validation  (columns image, caption: a string or a list)",
+    )
+)
+register(
+    Format(
+        "hf",
+        "vqa",
+        read_hf_questions,
+        is_hf,
+        SUMMARY,
+        "hf:vqa:train  (columns image, question, answer: a string or a list)",
+    )
+)

@@ -40,15 +40,27 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from attnkit.data.paths import inside, not_found, regular_file
 from attnkit.data.corpora.tsv import read_tsv_rows
 from attnkit.data.corpora.unusable import Unusable
+from attnkit.data.paths import inside, not_found, regular_file
 from attnkit.errors import DataError
 
-__all__ = ["CAPTIONS", "QUESTIONS", "CaptionedImage", "CaptionedImages", "ImageFiles",
-           "ImageQuestion", "image_header", "load_image", "read_caption_folder", "read_pixels",
-           "read_question_folder", "stack_images", "write_caption_folder",
-           "write_question_folder"]
+__all__ = [
+    "CAPTIONS",
+    "QUESTIONS",
+    "CaptionedImage",
+    "CaptionedImages",
+    "ImageFiles",
+    "ImageQuestion",
+    "image_header",
+    "load_image",
+    "read_caption_folder",
+    "read_pixels",
+    "read_question_folder",
+    "stack_images",
+    "write_caption_folder",
+    "write_question_folder",
+]
 
 CAPTIONS, QUESTIONS = "captions.tsv", "questions.tsv"  # a folder's data files, by default
 
@@ -73,8 +85,9 @@ class ImageQuestion(NamedTuple):
     origin: str
 
 
-def read_pixels(path: str | Path, *, colour: bool,
-                check_size: Callable[[Path, int, int], None] | None = None) -> np.ndarray:
+def read_pixels(
+    path: str | Path, *, colour: bool, check_size: Callable[[Path, int, int], None] | None = None
+) -> np.ndarray:
     """An image file's pixels as float32 in ``[0, 1]``: ``(H, W, 3)`` RGB with ``colour``,
     else ``(H, W)`` luminance (see the module docstring for the modes read).
 
@@ -96,9 +109,10 @@ def read_pixels(path: str | Path, *, colour: bool,
     return np.asarray(image.convert("RGB" if colour else "L"), dtype=np.float32) / 255.0
 
 
-def image_header(path: str | Path,
-                 check_size: Callable[[Path, int, int], None] | None = None,
-                 ) -> tuple[int, int]:
+def image_header(
+    path: str | Path,
+    check_size: Callable[[Path, int, int], None] | None = None,
+) -> tuple[int, int]:
     """An image file's ``(width, height)`` from its header alone, checked as
     :func:`read_pixels` checks it before decoding (a file Pillow identifies, not a
     decompression bomb, not floating point, ``check_size``); its pixels are not read.
@@ -110,8 +124,9 @@ def image_header(path: str | Path,
     return image.width, image.height
 
 
-def _open(path: str | Path, check_size: Callable[[Path, int, int], None] | None, *,
-          decode: bool) -> Image.Image:
+def _open(
+    path: str | Path, check_size: Callable[[Path, int, int], None] | None, *, decode: bool
+) -> Image.Image:
     """The image file ``path`` opened (its pixels decoded with ``decode``) and checked; a
     binary file object (an image stored in a dataset) is read as it is, errors naming it by
     its ``str``."""
@@ -129,21 +144,31 @@ def _open(path: str | Path, check_size: Callable[[Path, int, int], None] | None,
     except DataError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise DataError(f"{path}: more pixels than Pillow reads safely "
-                        f"({Image.MAX_IMAGE_PIXELS:,})") from None
+        raise DataError(
+            f"{path}: more pixels than Pillow reads safely ({Image.MAX_IMAGE_PIXELS:,})"
+        ) from None
     except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
         raise DataError(f"{path}: cannot read image ({exc})") from None
     if image.mode == "F":
-        raise DataError(f"{path}: unsupported image mode 'F' (floating point); expected "
-                        f"8- or 16-bit greyscale or colour")
+        raise DataError(
+            f"{path}: unsupported image mode 'F' (floating point); expected "
+            f"8- or 16-bit greyscale or colour"
+        )
     return image
 
 
 # Channels per PNG colour type (greyscale, RGB, palette, grey + alpha, RGBA), and the Adam7
 # interlacing passes (x0, y0, dx, dy): PNG specification, sections 6.1 and 8.2.
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
-_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
-          (0, 1, 1, 2))
+_ADAM7 = (
+    (0, 0, 8, 8),
+    (4, 0, 8, 8),
+    (0, 4, 4, 8),
+    (2, 0, 4, 4),
+    (0, 2, 2, 4),
+    (1, 0, 2, 2),
+    (0, 1, 1, 2),
+)
 
 
 def _png_data_size(width: int, height: int, depth: int, colour: int, interlace: int) -> int:
@@ -187,9 +212,11 @@ def _check_png_rows(source, width: int, height: int) -> None:
         if f is not source:
             f.close()
     if need is not None and got < need:
-        raise DataError(f"{source}: its header says {width} x {height} pixels, but its image "
-                        f"data hold only {got:,} of the {need:,} bytes those need (a PNG cut "
-                        "short or damaged)")
+        raise DataError(
+            f"{source}: its header says {width} x {height} pixels, but its image "
+            f"data hold only {got:,} of the {need:,} bytes those need (a PNG cut "
+            "short or damaged)"
+        )
 
 
 # An image to caption or ask about has at most this many pixels (a 4096 x 4096 photograph):
@@ -199,8 +226,10 @@ MAX_PIXELS = 4096 * 4096
 
 def _check_pixels(path: Path, width: int, height: int) -> None:
     if width * height > MAX_PIXELS:
-        raise DataError(f"{path}: {width} x {height} pixels, more than the {MAX_PIXELS:,} an "
-                        f"image may have here; scale it down first")
+        raise DataError(
+            f"{path}: {width} x {height} pixels, more than the {MAX_PIXELS:,} an "
+            f"image may have here; scale it down first"
+        )
 
 
 def load_image(path: str | Path, size: int) -> torch.Tensor:
@@ -211,8 +240,9 @@ def load_image(path: str | Path, size: int) -> torch.Tensor:
         DataError: naming the file (see :func:`read_pixels`), or its size past
             :data:`MAX_PIXELS`.
     """
-    pixels = np.round(read_pixels(path, colour=True, check_size=_check_pixels)
-                      * 255.0).astype(np.uint8)  # (H, W, 3)
+    pixels = np.round(read_pixels(path, colour=True, check_size=_check_pixels) * 255.0).astype(
+        np.uint8
+    )  # (H, W, 3)
     image = Image.fromarray(pixels, "RGB")
     if image.size != (size, size):
         image = image.resize((size, size), Image.BILINEAR)
@@ -274,8 +304,13 @@ class CaptionedImages(Sequence):
     """:class:`CaptionedImage` items whose images are :class:`ImageFiles`, each read when its
     item is indexed: ``images[index[i]]`` with ``captions[i]`` and ``origins[i]``."""
 
-    def __init__(self, images: ImageFiles, index: Sequence[int],
-                 captions: Sequence[tuple[str, ...]], origins: Sequence[str]):
+    def __init__(
+        self,
+        images: ImageFiles,
+        index: Sequence[int],
+        captions: Sequence[tuple[str, ...]],
+        origins: Sequence[str],
+    ):
         self.images, self.index = images, list(index)
         self.captions, self.origins = list(captions), list(origins)
 
@@ -289,8 +324,7 @@ class CaptionedImages(Sequence):
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return CaptionedImages(self.images, self.index[i], self.captions[i],
-                                   self.origins[i])
+            return CaptionedImages(self.images, self.index[i], self.captions[i], self.origins[i])
         return CaptionedImage(self.images[self.index[i]], self.captions[i], self.origins[i])
 
 
@@ -305,14 +339,21 @@ def stack_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
     shape = tuple(images[0].shape)
     for i, image in enumerate(images):
         if image.dtype != torch.uint8 or tuple(image.shape) != shape or len(shape) != 3:
-            raise ValueError(f"images[{i}]: expected a uint8 (3, S, S) tensor shaped like "
-                             f"images[0] {shape}, got {image.dtype} {tuple(image.shape)}")
+            raise ValueError(
+                f"images[{i}]: expected a uint8 (3, S, S) tensor shaped like "
+                f"images[0] {shape}, got {image.dtype} {tuple(image.shape)}"
+            )
     return torch.stack(list(images)).float().div_(255.0)
 
 
-def _folder_images(folder: Path, tsv: Path, rows: list[tuple], size: int,
-                   confine: bool = False, unusable: Unusable | None = None,
-                   ) -> tuple[ImageFiles, dict[str, int], list[tuple]]:
+def _folder_images(
+    folder: Path,
+    tsv: Path,
+    rows: list[tuple],
+    size: int,
+    confine: bool = False,
+    unusable: Unusable | None = None,
+) -> tuple[ImageFiles, dict[str, int], list[tuple]]:
     """The images named in ``rows`` (``(line, filename, ...)``), each checked once from its
     header (:class:`ImageFiles`), their index by name, and the rows whose image was found;
     names relative to ``folder`` or absolute, and with ``confine`` inside it
@@ -333,8 +374,9 @@ def _folder_images(folder: Path, tsv: Path, rows: list[tuple], size: int,
                 images[name] = files.add(path)
             except DataError as exc:
                 if unusable is None:
-                    raise DataError(str(exc) if str(exc).startswith(f"{tsv}:")
-                                    else f"{tsv}:{n}: {exc}") from None
+                    raise DataError(
+                        str(exc) if str(exc).startswith(f"{tsv}:") else f"{tsv}:{n}: {exc}"
+                    ) from None
                 failed[name] = str(exc).removeprefix(f"{tsv}:{n}: ")
         if name in failed:
             unusable.drop(f"{tsv}:{n}: {failed[name]}", "images")
@@ -343,16 +385,26 @@ def _folder_images(folder: Path, tsv: Path, rows: list[tuple], size: int,
     return files, images, kept
 
 
-def _read_folder(folder: Path, tsv: str | Path | None, default: str, columns: tuple[str, ...],
-                 *, size: int, confine: bool, max_unusable: float | None,
-                 ) -> tuple[ImageFiles, dict[str, int], list[tuple]]:
+def _read_folder(
+    folder: Path,
+    tsv: str | Path | None,
+    default: str,
+    columns: tuple[str, ...],
+    *,
+    size: int,
+    confine: bool,
+    max_unusable: float | None,
+) -> tuple[ImageFiles, dict[str, int], list[tuple]]:
     """The images and usable rows of the TSV ``tsv`` (default ``folder/default``) of a folder
     of images, whose rows are ``columns`` (each a ``(line, *fields)``, the file name stripped);
     with ``max_unusable``, what cannot be used is dropped and counted up to that share (rows
     counted as ``columns[1]`` plural: captions, questions)."""
     tsv = Path(tsv) if tsv is not None else folder / default
-    unusable = None if max_unusable is None else Unusable(
-        tsv, max_unusable=max_unusable, what=f"{columns[1]}s")
+    unusable = (
+        None
+        if max_unusable is None
+        else Unusable(tsv, max_unusable=max_unusable, what=f"{columns[1]}s")
+    )
     rows = read_tsv_rows(tsv, columns=columns, unusable=unusable)
     files, images, rows = _folder_images(folder, tsv, rows, size, confine, unusable)
     if unusable is not None:
@@ -360,9 +412,14 @@ def _read_folder(folder: Path, tsv: str | Path | None, default: str, columns: tu
     return files, images, rows
 
 
-def read_caption_folder(folder: str | Path, tsv: str | Path | None = None, *,
-                        size: int, confine: bool = False,
-                        max_unusable: float | None = None) -> CaptionedImages:
+def read_caption_folder(
+    folder: str | Path,
+    tsv: str | Path | None = None,
+    *,
+    size: int,
+    confine: bool = False,
+    max_unusable: float | None = None,
+) -> CaptionedImages:
     """The user's captioned images: one :class:`CaptionedImage` per image named in ``tsv``
     (default ``folder/captions.tsv``; ``filename<TAB>caption`` lines, several per image), in
     the order of their first line; images read when indexed, resized to ``size`` (see
@@ -374,19 +431,34 @@ def read_caption_folder(folder: str | Path, tsv: str | Path | None = None, *,
             instead, up to that share (:mod:`attnkit.data.corpora.unusable`).
     """
     folder = Path(folder)
-    files, images, rows = _read_folder(folder, tsv, CAPTIONS, ("filename", "caption"),
-                                       size=size, confine=confine, max_unusable=max_unusable)
+    files, images, rows = _read_folder(
+        folder,
+        tsv,
+        CAPTIONS,
+        ("filename", "caption"),
+        size=size,
+        confine=confine,
+        max_unusable=max_unusable,
+    )
     captions: dict[str, list[str]] = {}
     for _, name, caption in rows:
         captions.setdefault(name, []).append(caption.strip())
-    return CaptionedImages(files, [images[name] for name in captions],
-                           [tuple(texts) for texts in captions.values()],
-                           [f"{folder / name}" for name in captions])
+    return CaptionedImages(
+        files,
+        [images[name] for name in captions],
+        [tuple(texts) for texts in captions.values()],
+        [f"{folder / name}" for name in captions],
+    )
 
 
-def read_question_folder(folder: str | Path, tsv: str | Path | None = None, *,
-                         size: int, confine: bool = False, max_unusable: float | None = None,
-                         ) -> tuple[ImageFiles, list[ImageQuestion]]:
+def read_question_folder(
+    folder: str | Path,
+    tsv: str | Path | None = None,
+    *,
+    size: int,
+    confine: bool = False,
+    max_unusable: float | None = None,
+) -> tuple[ImageFiles, list[ImageQuestion]]:
     """The user's questions: the images ``(3, size, size)`` uint8 (each once, in the order of
     their first line; read when indexed) and one :class:`ImageQuestion` (type ``"user"``,
     origin ``file:line``) per ``filename<TAB>question<TAB>answer`` line of ``tsv`` (default
@@ -399,11 +471,19 @@ def read_question_folder(folder: str | Path, tsv: str | Path | None = None, *,
     """
     folder = Path(folder)
     tsv = Path(tsv) if tsv is not None else folder / QUESTIONS
-    files, index, rows = _read_folder(folder, tsv, QUESTIONS,
-                                      ("filename", "question", "answer"), size=size,
-                                      confine=confine, max_unusable=max_unusable)
-    questions = [ImageQuestion(index[name], question.strip(), answer.strip(), "user",
-                               f"{tsv}:{n}") for n, name, question, answer in rows]
+    files, index, rows = _read_folder(
+        folder,
+        tsv,
+        QUESTIONS,
+        ("filename", "question", "answer"),
+        size=size,
+        confine=confine,
+        max_unusable=max_unusable,
+    )
+    questions = [
+        ImageQuestion(index[name], question.strip(), answer.strip(), "user", f"{tsv}:{n}")
+        for n, name, question, answer in rows
+    ]
     return files, questions
 
 
@@ -418,11 +498,14 @@ def _write_images(images: Sequence[torch.Tensor], folder: Path) -> list[str]:
     names = []
     for i, image in enumerate(images):
         if image.dtype != torch.uint8 or image.dim() != 3 or image.shape[0] != 3:
-            raise ValueError(f"images[{i}]: expected a uint8 (3, H, W) tensor, got "
-                             f"{image.dtype} {tuple(image.shape)}")
+            raise ValueError(
+                f"images[{i}]: expected a uint8 (3, H, W) tensor, got "
+                f"{image.dtype} {tuple(image.shape)}"
+            )
         names.append(f"{i:06d}.png")
-        Image.fromarray(image.permute(1, 2, 0).numpy(), "RGB").save(folder / names[-1],
-                                                                    compress_level=1)
+        Image.fromarray(image.permute(1, 2, 0).numpy(), "RGB").save(
+            folder / names[-1], compress_level=1
+        )
     return names
 
 
@@ -436,24 +519,32 @@ def write_caption_folder(items: Sequence, folder: str | Path) -> Path:
             _check_field(f"items[{i}].captions", caption)
     names = _write_images([item.image for item in items], folder)
     tsv = folder / CAPTIONS
-    tsv.write_text("".join(f"{name}\t{caption}\n" for name, item in zip(names, items)
-                           for caption in item.captions), encoding="utf-8")
+    tsv.write_text(
+        "".join(
+            f"{name}\t{caption}\n" for name, item in zip(names, items) for caption in item.captions
+        ),
+        encoding="utf-8",
+    )
     return tsv
 
 
-def write_question_folder(images: Sequence[torch.Tensor], questions: Sequence[ImageQuestion],
-                          folder: str | Path) -> Path:
+def write_question_folder(
+    images: Sequence[torch.Tensor], questions: Sequence[ImageQuestion], folder: str | Path
+) -> Path:
     """Write ``images`` and their ``questions`` as ``folder/000000.png ...`` and
     ``questions.tsv`` (types are not written); returns the TSV's path."""
     folder = Path(folder)
     for i, q in enumerate(questions):
         if not 0 <= q.image < len(images):
-            raise ValueError(f"questions[{i}].image: expected an index in [0, {len(images)}), "
-                             f"got {q.image}")
+            raise ValueError(
+                f"questions[{i}].image: expected an index in [0, {len(images)}), got {q.image}"
+            )
         _check_field(f"questions[{i}].question", q.question)
         _check_field(f"questions[{i}].answer", q.answer)
     names = _write_images(images, folder)
     tsv = folder / QUESTIONS
-    tsv.write_text("".join(f"{names[q.image]}\t{q.question}\t{q.answer}\n" for q in questions),
-                   encoding="utf-8")
+    tsv.write_text(
+        "".join(f"{names[q.image]}\t{q.question}\t{q.answer}\n" for q in questions),
+        encoding="utf-8",
+    )
     return tsv

@@ -68,8 +68,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from attnkit.checks import quoted
 from attnkit.data.corpora.format_registry import ROLES, Format, register
-from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable, listed_twice
 from attnkit.data.corpora.image_folders import (
     CAPTIONS,
     QUESTIONS,
@@ -79,13 +79,19 @@ from attnkit.data.corpora.image_folders import (
     read_caption_folder,
     read_question_folder,
 )
-from attnkit.checks import quoted
-from attnkit.data.paths import inside, not_found
 from attnkit.data.corpora.text_files import json_value, nfc, open_bytes, read_text
+from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable, listed_twice
+from attnkit.data.paths import inside, not_found
 from attnkit.errors import DataError
 
-__all__ = ["KARPATHY_SPLITS", "read_captions", "read_coco", "read_karpathy", "read_questions",
-           "read_vqa2"]
+__all__ = [
+    "KARPATHY_SPLITS",
+    "read_captions",
+    "read_coco",
+    "read_karpathy",
+    "read_questions",
+    "read_vqa2",
+]
 
 log = logging.getLogger("attnkit")
 
@@ -93,26 +99,34 @@ KARPATHY_SPLITS = {"train": ("train", "restval"), "valid": ("val",), "test": ("t
 HEAD = 1 << 16  # bytes of a JSON file detection reads
 
 
-def read_captions(path: str | Path, *, size: int, tsv: str = CAPTIONS,
-                  confine: bool = False, max_unusable: float | None = None,
-                  ) -> CaptionedImages:
+def read_captions(
+    path: str | Path,
+    *,
+    size: int,
+    tsv: str = CAPTIONS,
+    confine: bool = False,
+    max_unusable: float | None = None,
+) -> CaptionedImages:
     """attnkit's own captions: the folder ``path`` with its ``tsv``, or the TSV ``path`` in its
     folder (:func:`attnkit.data.read_caption_folder`)."""
     path = Path(path)
     folder, tsv = (path, path / tsv) if path.is_dir() else (path.parent, path)
-    return read_caption_folder(folder, tsv, size=size, confine=confine,
-                               max_unusable=max_unusable)
+    return read_caption_folder(folder, tsv, size=size, confine=confine, max_unusable=max_unusable)
 
 
-def read_questions(path: str | Path, *, size: int, tsv: str = QUESTIONS,
-                   confine: bool = False, max_unusable: float | None = None,
-                   ) -> tuple[ImageFiles, list[ImageQuestion]]:
+def read_questions(
+    path: str | Path,
+    *,
+    size: int,
+    tsv: str = QUESTIONS,
+    confine: bool = False,
+    max_unusable: float | None = None,
+) -> tuple[ImageFiles, list[ImageQuestion]]:
     """attnkit's own questions: the folder ``path`` with its ``tsv``, or the TSV ``path`` in
     its folder (:func:`attnkit.data.read_question_folder`)."""
     path = Path(path)
     folder, tsv = (path, path / tsv) if path.is_dir() else (path.parent, path)
-    return read_question_folder(folder, tsv, size=size, confine=confine,
-                                max_unusable=max_unusable)
+    return read_question_folder(folder, tsv, size=size, confine=confine, max_unusable=max_unusable)
 
 
 def _json(path: Path, *keys: str) -> dict:
@@ -125,8 +139,9 @@ def _json(path: Path, *keys: str) -> dict:
     try:
         data = json_value(read_text(path), str(path))
     except json.JSONDecodeError as exc:
-        raise DataError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg} at column "
-                        f"{exc.colno})") from None
+        raise DataError(
+            f"{path}:{exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
+        ) from None
     if not isinstance(data, dict):
         raise DataError(f"{path}: expected a JSON object, found a {type(data).__name__}")
     for key in keys:
@@ -195,13 +210,24 @@ class _Images:
     def captioned(self, items: list[tuple[int, tuple[str, ...]]]) -> CaptionedImages:
         """The :class:`CaptionedImages` of ``(image index, captions)`` items, each named by
         its image's path."""
-        return CaptionedImages(self.files, [i for i, _ in items], [c for _, c in items],
-                               [str(self.files.paths[i]) for i, _ in items])
+        return CaptionedImages(
+            self.files,
+            [i for i, _ in items],
+            [c for _, c in items],
+            [str(self.files.paths[i]) for i, _ in items],
+        )
 
 
-def read_coco(path: str | Path, *, size: int, images: str | Path | None = None,
-              max_unusable: float = MAX_UNUSABLE, confine: bool = False,
-              references: bool = True, limit: int | None = None) -> CaptionedImages:
+def read_coco(
+    path: str | Path,
+    *,
+    size: int,
+    images: str | Path | None = None,
+    max_unusable: float = MAX_UNUSABLE,
+    confine: bool = False,
+    references: bool = True,
+    limit: int | None = None,
+) -> CaptionedImages:
     """The captioned images of a COCO captions file (see the module docstring): one
     :class:`~attnkit.data.CaptionedImage` per image with a usable caption, its captions in
     the file's order. Without ``references`` (to caption the images) every image of the
@@ -217,9 +243,11 @@ def read_coco(path: str | Path, *, size: int, images: str | Path | None = None,
     data = _json(path, "images", *(("annotations",) if references else ()))
     subset = re.sub(r"^(captions|image_info)_", "", path.name.split(".")[0])
     found = _Images(_folder(path, images, subset), size, confine)
-    files = {entry["id"]: entry["file_name"] for entry in _once(
-        path, "images", "id", data["images"])
-             if isinstance(entry.get("file_name"), str)}
+    files = {
+        entry["id"]: entry["file_name"]
+        for entry in _once(path, "images", "id", data["images"])
+        if isinstance(entry.get("file_name"), str)
+    }
     unusable = Unusable(path, max_unusable=max_unusable, what="captions")
     kept: dict[Any, tuple[int, list[str]]] = {}  # by image id: its image and captions
 
@@ -240,8 +268,12 @@ def read_coco(path: str | Path, *, size: int, images: str | Path | None = None,
     for k, entry in enumerate(data.get("annotations") or []):
         entry = entry if isinstance(entry, dict) else {}
         image_id = entry.get("image_id")
-        if limit is not None and len(kept) >= limit and image_id not in kept \
-                and image_id not in found.seen:
+        if (
+            limit is not None
+            and len(kept) >= limit
+            and image_id not in kept
+            and image_id not in found.seen
+        ):
             continue  # past the first images: only their captions are read
         where = f"{path}: annotations[{k}]" + (f" (id {entry['id']})" if "id" in entry else "")
         caption = _text(entry.get("caption"))
@@ -250,8 +282,9 @@ def read_coco(path: str | Path, *, size: int, images: str | Path | None = None,
         elif not caption:
             unusable.drop(f"{where}: empty caption", "empty")
         elif image_id not in files:
-            unusable.drop(f"{where}: image_id {image_id!r} is not among the file's images",
-                          "unknown image_id")
+            unusable.drop(
+                f"{where}: image_id {image_id!r} is not among the file's images", "unknown image_id"
+            )
         elif isinstance(index := image(image_id), str):
             unusable.drop(index, "image missing or unreadable")
         elif index is not None:
@@ -275,8 +308,11 @@ def _once(path: Path, name: str, key: str, entries: list) -> list[dict]:
     for k, entry in enumerate(entries):
         if isinstance(entry, dict) and key in entry:
             if entry[key] in first:
-                raise listed_twice(f"{path}: {name}[{k}]", f"{key} {quoted(entry[key])}",
-                                   f"{name}[{first[entry[key]]}]")
+                raise listed_twice(
+                    f"{path}: {name}[{k}]",
+                    f"{key} {quoted(entry[key])}",
+                    f"{name}[{first[entry[key]]}]",
+                )
             first[entry[key]] = k
             out.append(entry)
     return out
@@ -290,10 +326,17 @@ def _splits(split: str | None, role: str) -> tuple[str, ...]:
     return KARPATHY_SPLITS[role]
 
 
-def read_karpathy(path: str | Path, *, size: int, images: str | Path | None = None,
-                  split: str | None = None, role: str = "train",
-                  max_unusable: float = MAX_UNUSABLE, confine: bool = False,
-                  limit: int | None = None) -> CaptionedImages:
+def read_karpathy(
+    path: str | Path,
+    *,
+    size: int,
+    images: str | Path | None = None,
+    split: str | None = None,
+    role: str = "train",
+    max_unusable: float = MAX_UNUSABLE,
+    confine: bool = False,
+    limit: int | None = None,
+) -> CaptionedImages:
     """The captioned images of the splits ``split`` (default: those of ``role``) of a
     Karpathy split file (see the module docstring); each sentence's ``raw`` text, or its
     ``tokens`` joined by spaces. With ``limit``, the first ``limit`` of them only.
@@ -332,8 +375,9 @@ def read_karpathy(path: str | Path, *, size: int, images: str | Path | None = No
                 texts.append(text)
         if not texts:
             continue
-        name = "/".join(p for p in (entry.get("filepath"), entry["filename"])
-                        if isinstance(p, str) and p)
+        name = "/".join(
+            p for p in (entry.get("filepath"), entry["filename"]) if isinstance(p, str) and p
+        )
         index = found.get(k, [name], where)
         if isinstance(index, str):
             for _ in texts:
@@ -342,8 +386,10 @@ def read_karpathy(path: str | Path, *, size: int, images: str | Path | None = No
         out.append((index, tuple(texts)))
     if not any(splits[s] for s in wanted):
         sizes = ", ".join(f"{name} ({n})" for name, n in splits.most_common())
-        raise DataError(f"{path}: no image of split {' or '.join(wanted)}; the file's splits: "
-                        f"{sizes or 'none'} (--split names others)")
+        raise DataError(
+            f"{path}: no image of split {' or '.join(wanted)}; the file's splits: "
+            f"{sizes or 'none'} (--split names others)"
+        )
     unusable.check(sum(len(texts) for _, texts in out))
     return found.captioned(out)
 
@@ -351,21 +397,21 @@ def read_karpathy(path: str | Path, *, size: int, images: str | Path | None = No
 def _annotations_file(path: Path, *, needed: bool = True) -> Path | None:
     """The annotations JSON beside the questions file ``path``; None when it is not there
     and not ``needed``."""
-    name = re.sub(r"(OpenEnded|MultipleChoice)_", "", path.name).replace("questions",
-                                                                           "annotations")
+    name = re.sub(r"(OpenEnded|MultipleChoice)_", "", path.name).replace("questions", "annotations")
     candidate = path.with_name(name)
     if name == path.name or not candidate.is_file():
         if not needed:
             return None
-        raise DataError(f"{path}: its annotations file {candidate.name} is not beside it; name "
-                        "the annotations JSON with --annotations")
+        raise DataError(
+            f"{path}: its annotations file {candidate.name} is not beside it; name "
+            "the annotations JSON with --annotations"
+        )
     return candidate
 
 
 def _answer(entry: dict) -> str | None:
     """The most common answer of a VQA annotation (see the module docstring), or None."""
-    given = [_text(a.get("answer")) for a in entry.get("answers") or []
-             if isinstance(a, dict)]
+    given = [_text(a.get("answer")) for a in entry.get("answers") or [] if isinstance(a, dict)]
     counts = collections.Counter(a for a in given if a)
     chosen = _text(entry.get("multiple_choice_answer"))
     if not counts:
@@ -375,10 +421,17 @@ def _answer(entry: dict) -> str | None:
     return chosen if chosen in tied else tied[0]
 
 
-def read_vqa2(path: str | Path, *, size: int, annotations: str | Path | None = None,
-              images: str | Path | None = None, max_unusable: float = MAX_UNUSABLE,
-              confine: bool = False, references: bool = True, limit: int | None = None,
-              ) -> tuple[ImageFiles, list[ImageQuestion]]:
+def read_vqa2(
+    path: str | Path,
+    *,
+    size: int,
+    annotations: str | Path | None = None,
+    images: str | Path | None = None,
+    max_unusable: float = MAX_UNUSABLE,
+    confine: bool = False,
+    references: bool = True,
+    limit: int | None = None,
+) -> tuple[ImageFiles, list[ImageQuestion]]:
     """The images (read when indexed) and questions of a VQA v2 questions file and its
     annotations (see the module docstring): each question with its most common answer, type
     ``"user"`` and origin ``file: question ID``. Without ``references`` (to answer the
@@ -398,8 +451,12 @@ def read_vqa2(path: str | Path, *, size: int, annotations: str | Path | None = N
     elif annotations is None:
         annotations = _annotations_file(path)
     listed = _json(annotations, "annotations")["annotations"] if annotations else []
-    annotated = {entry["question_id"]: entry for entry in _once(  # answered when read
-        annotations, "annotations", "question_id", listed)}
+    annotated = {
+        entry["question_id"]: entry
+        for entry in _once(  # answered when read
+            annotations, "annotations", "question_id", listed
+        )
+    }
     subset = data.get("data_subtype") if isinstance(data.get("data_subtype"), str) else None
     found = _Images(_folder(path, images, subset), size, confine)
     unusable = Unusable(path, max_unusable=max_unusable, what="questions")
@@ -413,8 +470,7 @@ def read_vqa2(path: str | Path, *, size: int, annotations: str | Path | None = N
         where = f"{path}: questions[{k}]" + (f" (question_id {qid})" if qid is not None else "")
         question = _text(entry.get("question"))
         if question is None or qid is None or not isinstance(image_id, int):
-            unusable.drop(f"{where}: expected question, question_id and image_id",
-                          "malformed")
+            unusable.drop(f"{where}: expected question, question_id and image_id", "malformed")
             continue
         if not question:
             unusable.drop(f"{where}: empty question", "empty")
@@ -424,17 +480,16 @@ def read_vqa2(path: str | Path, *, size: int, annotations: str | Path | None = N
             continue
         answer = _answer(annotated[qid]) if qid in annotated else ""
         if not answer and references:
-            unusable.drop(f"{where}: its annotation in {annotations} has no answer",
-                          "no answer")
+            unusable.drop(f"{where}: its annotation in {annotations} has no answer", "no answer")
             continue
-        names = ([f"COCO_{subset}_{image_id:012d}.jpg"] if subset else []) + \
-            [f"{image_id:012d}.jpg"]
+        names = ([f"COCO_{subset}_{image_id:012d}.jpg"] if subset else []) + [
+            f"{image_id:012d}.jpg"
+        ]
         index = found.get(image_id, names, where)
         if isinstance(index, str):
             unusable.drop(index, "image missing or unreadable")
             continue
-        out.append(ImageQuestion(index, question, answer or "", "user",
-                                 f"{path}: question {qid}"))
+        out.append(ImageQuestion(index, question, answer or "", "user", f"{path}: question {qid}"))
     unusable.check(len(out))
     return found.files, out
 
@@ -471,28 +526,62 @@ def _is_vqa2(path: Path) -> bool:
     return head is not None and head.startswith("{") and '"questions"' in head
 
 
-register(Format("captions", "caption", read_captions, _is_own,
-                f"a folder of images with {CAPTIONS} (filename<TAB>caption, several lines per "
-                "image), or that TSV",
-                "captions.tsv:  beach.jpg<TAB>Two dogs run on the beach.\n"
-                "               beach.jpg<TAB>Dogs playing by the sea."))
-register(Format("karpathy", "caption", read_karpathy, _is_karpathy,
-                "Karpathy's split file (dataset_coco.json): images with filepath, filename, "
-                "split and sentences; --split, --images",
-                '{"images": [{"filepath": "val2014", "filename": "COCO_val2014_...42.jpg",\n'
-                '  "split": "train", "sentences": [{"raw": "Two dogs run on the beach."}]}]}'))
-register(Format("coco", "caption", read_coco, _is_coco,
-                "COCO captions JSON (images: id, file_name; annotations: image_id, caption) "
-                "and its images folder (--images)",
-                '{"images": [{"id": 42, "file_name": "000000000042.jpg"}],\n'
-                ' "annotations": [{"id": 1, "image_id": 42, "caption": "Two dogs run."}]}'))
-register(Format("questions", "vqa", read_questions, _is_own,
-                f"a folder of images with {QUESTIONS} (filename<TAB>question<TAB>answer), or "
-                "that TSV",
-                "questions.tsv:  beach.jpg<TAB>How many dogs are there?<TAB>2\n"
-                "                beach.jpg<TAB>Is it sunny?<TAB>yes"))
-register(Format("vqa2", "vqa", read_vqa2, _is_vqa2,
-                "VQA v2 questions JSON with its annotations JSON (the most common answer) and "
-                "images folder (--annotations, --images)",
-                '{"data_subtype": "val2014", "questions": [{"image_id": 42, "question_id": 7,\n'
-                '  "question": "How many dogs are there?"}]}  + annotations: answers of 7'))
+register(
+    Format(
+        "captions",
+        "caption",
+        read_captions,
+        _is_own,
+        f"a folder of images with {CAPTIONS} (filename<TAB>caption, several lines per "
+        "image), or that TSV",
+        "captions.tsv:  beach.jpg<TAB>Two dogs run on the beach.\n"
+        "               beach.jpg<TAB>Dogs playing by the sea.",
+    )
+)
+register(
+    Format(
+        "karpathy",
+        "caption",
+        read_karpathy,
+        _is_karpathy,
+        "Karpathy's split file (dataset_coco.json): images with filepath, filename, "
+        "split and sentences; --split, --images",
+        '{"images": [{"filepath": "val2014", "filename": "COCO_val2014_...42.jpg",\n'
+        '  "split": "train", "sentences": [{"raw": "Two dogs run on the beach."}]}]}',
+    )
+)
+register(
+    Format(
+        "coco",
+        "caption",
+        read_coco,
+        _is_coco,
+        "COCO captions JSON (images: id, file_name; annotations: image_id, caption) "
+        "and its images folder (--images)",
+        '{"images": [{"id": 42, "file_name": "000000000042.jpg"}],\n'
+        ' "annotations": [{"id": 1, "image_id": 42, "caption": "Two dogs run."}]}',
+    )
+)
+register(
+    Format(
+        "questions",
+        "vqa",
+        read_questions,
+        _is_own,
+        f"a folder of images with {QUESTIONS} (filename<TAB>question<TAB>answer), or that TSV",
+        "questions.tsv:  beach.jpg<TAB>How many dogs are there?<TAB>2\n"
+        "                beach.jpg<TAB>Is it sunny?<TAB>yes",
+    )
+)
+register(
+    Format(
+        "vqa2",
+        "vqa",
+        read_vqa2,
+        _is_vqa2,
+        "VQA v2 questions JSON with its annotations JSON (the most common answer) and "
+        "images folder (--annotations, --images)",
+        '{"data_subtype": "val2014", "questions": [{"image_id": 42, "question_id": 7,\n'
+        '  "question": "How many dogs are there?"}]}  + annotations: answers of 7',
+    )
+)

@@ -58,8 +58,11 @@ def load_line_image(path: str | Path, *, max_width: int | None = MAX_WIDTH) -> t
     Shape:
         returns a uint8 tensor ``(32, W)``.
     """
-    pixels = read_pixels(path, colour=False,  # (h, w) in [0, 1]
-                         check_size=functools.partial(_check_size, max_width=max_width))
+    pixels = read_pixels(
+        path,
+        colour=False,  # (h, w) in [0, 1]
+        check_size=functools.partial(_check_size, max_width=max_width),
+    )
     height = pixels.shape[0]
     width = _scaled_width(path, pixels.shape[1], height)
     if height != HEIGHT:
@@ -83,17 +86,21 @@ def _scaled_width(path: str | Path, width: int, height: int) -> int:
     """``width`` at height 32; a line narrower than :data:`MIN_WIDTH` there refused."""
     scaled = round(width * HEIGHT / height) if height else 0
     if scaled < MIN_WIDTH:
-        raise DataError(f"{path}: {width} x {height} pixels is {scaled} px wide at height "
-                        f"{HEIGHT}; a line image must be at least {MIN_WIDTH} px wide there "
-                        "(a line of text is wider than it is tall)")
+        raise DataError(
+            f"{path}: {width} x {height} pixels is {scaled} px wide at height "
+            f"{HEIGHT}; a line image must be at least {MIN_WIDTH} px wide there "
+            "(a line of text is wider than it is tall)"
+        )
     return scaled
 
 
 def _check_size(path: Path, width: int, height: int, *, max_width: int | None) -> None:
     scaled = round(width * HEIGHT / height) if height else 0
     if max_width is not None and scaled > max_width:
-        raise DataError(f"{path}: {width} x {height} pixels is {scaled} px wide at "
-                        f"height {HEIGHT}, more than max_width={max_width}")
+        raise DataError(
+            f"{path}: {width} x {height} pixels is {scaled} px wide at "
+            f"height {HEIGHT}, more than max_width={max_width}"
+        )
 
 
 class LineFolder(Sequence):
@@ -110,8 +117,9 @@ class LineFolder(Sequence):
         ``lines[i][0]``: a uint8 tensor ``(32, widths[i])``.
     """
 
-    def __init__(self, folder: Path, rows: Sequence[tuple[str, int, str]], *,
-                 max_width: int | None):
+    def __init__(
+        self, folder: Path, rows: Sequence[tuple[str, int, str]], *, max_width: int | None
+    ):
         self.folder, self.rows, self.max_width = Path(folder), rows, max_width
 
     @property
@@ -164,8 +172,9 @@ def read_line_folder(
     folder, tsv = Path(folder), Path(tsv)
     if not folder.is_dir():
         raise DataError(f"{folder}: not a folder of line images")
-    unusable = None if max_unusable is None else Unusable(
-        tsv, max_unusable=max_unusable, what="lines")
+    unusable = (
+        None if max_unusable is None else Unusable(tsv, max_unusable=max_unusable, what="lines")
+    )
     rows = read_tsv_rows(tsv, columns=("filename", "text"), unusable=unusable)
     if alphabet is not None:
         allowed = set(alphabet)
@@ -173,9 +182,10 @@ def read_line_folder(
         if unknown:
             chars = "".join(sorted(set().union(*unknown.values())))
             where = ", ".join(f"{n} ({''.join(c)!r})" for n, c in list(unknown.items())[:5])
-            raise DataError(f"{tsv}: {len(unknown)} labels use characters outside the alphabet "
-                            f"{chars!r}, on lines {where}"
-                            + (" and more" if len(unknown) > 5 else ""))
+            raise DataError(
+                f"{tsv}: {len(unknown)} labels use characters outside the alphabet "
+                f"{chars!r}, on lines {where}" + (" and more" if len(unknown) > 5 else "")
+            )
     lines = []
     for n, name, text in rows:
         name = name.strip()
@@ -207,11 +217,13 @@ def write_line_folder(lines: Iterable[tuple[torch.Tensor, str]], folder: str | P
     rows = []
     for i, (image, text) in enumerate(lines):
         if not text or "\t" in text or "\n" in text or "\r" in text:
-            raise ValueError(f"lines[{i}]: text must be one non-empty line without tabs, "
-                             f"got {text!r}")
+            raise ValueError(
+                f"lines[{i}]: text must be one non-empty line without tabs, got {text!r}"
+            )
         if image.dim() != 2:
-            raise ValueError(f"lines[{i}]: expected an image (H, W), got shape "
-                             f"{tuple(image.shape)}")
+            raise ValueError(
+                f"lines[{i}]: expected an image (H, W), got shape {tuple(image.shape)}"
+            )
         name = f"{i:06d}.png"
         pixels = image.detach().cpu().numpy()
         if image.dtype != torch.uint8:
@@ -223,8 +235,11 @@ def write_line_folder(lines: Iterable[tuple[torch.Tensor, str]], folder: str | P
     return tsv
 
 
-def pad_images(images: Sequence[torch.Tensor], *, fill: float = 1.0,
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_images(
+    images: Sequence[torch.Tensor],
+    *,
+    fill: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Batch line images of one height, padded on the right with ``fill`` (white paper).
 
     uint8 images (gray levels 0-255, as lines are kept) come out as float32 in ``[0, 1]``;
@@ -239,15 +254,21 @@ def pad_images(images: Sequence[torch.Tensor], *, fill: float = 1.0,
     height, dtype = images[0].shape[0], images[0].dtype
     for i, image in enumerate(images):
         if image.dim() != 2 or image.shape[0] != height or image.shape[1] == 0:
-            raise ValueError(f"images[{i}]: expected shape (H, W) with W >= 1 and H as in "
-                             f"images[0] ({height}), got {tuple(image.shape)}")
+            raise ValueError(
+                f"images[{i}]: expected shape (H, W) with W >= 1 and H as in "
+                f"images[0] ({height}), got {tuple(image.shape)}"
+            )
         if image.dtype != dtype:
-            raise ValueError(f"images[{i}]: expected dtype {dtype} (as images[0]), got "
-                             f"{image.dtype}")
+            raise ValueError(
+                f"images[{i}]: expected dtype {dtype} (as images[0]), got {image.dtype}"
+            )
     widths = torch.tensor([image.shape[1] for image in images], dtype=torch.long)
     gray = dtype == torch.uint8
-    batch = torch.full((len(images), 1, height, int(widths.max())),
-                       round(fill * 255) if gray else fill, dtype=dtype)  # (B, 1, H, Wmax)
+    batch = torch.full(
+        (len(images), 1, height, int(widths.max())),
+        round(fill * 255) if gray else fill,
+        dtype=dtype,
+    )  # (B, 1, H, Wmax)
     for i, image in enumerate(images):
         batch[i, 0, :, : image.shape[1]] = image
     return (batch.float().div_(255.0) if gray else batch), widths

@@ -40,10 +40,10 @@ import os
 from pathlib import Path
 
 from attnkit.data.corpora.format_registry import Format, register
-from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable
 from attnkit.data.corpora.line_folders import MAX_WIDTH, LineFolder, line_width, read_line_folder
-from attnkit.data.paths import inside
 from attnkit.data.corpora.text_files import read_text
+from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable
+from attnkit.data.paths import inside
 from attnkit.errors import DataError
 
 __all__ = ["IMAGE_SUFFIXES", "LABELS", "read_gt_folder", "read_labels"]
@@ -57,9 +57,15 @@ GT = ".gt.txt"
 VARIANTS = ("", ".bin", ".nrm")  # ocropus's renderings of one line, in the order taken
 
 
-def read_labels(path: str | Path, *, labels: str = LABELS, alphabet: str | None = None,
-                max_width: int | None = MAX_WIDTH, confine: bool = False,
-                max_unusable: float | None = None) -> LineFolder:
+def read_labels(
+    path: str | Path,
+    *,
+    labels: str = LABELS,
+    alphabet: str | None = None,
+    max_width: int | None = MAX_WIDTH,
+    confine: bool = False,
+    max_unusable: float | None = None,
+) -> LineFolder:
     """attnkit's own lines: the folder ``path`` with its ``labels`` TSV, or the TSV ``path``
     in its folder (:func:`attnkit.data.read_line_folder`: file names relative to the folder
     or absolute; with ``confine``, only inside it)."""
@@ -67,14 +73,25 @@ def read_labels(path: str | Path, *, labels: str = LABELS, alphabet: str | None 
     folder, tsv = (path, path / labels) if path.is_dir() else (path.parent, path)
     if not tsv.is_file():
         raise DataError(f"{tsv}: not found")
-    return read_line_folder(folder, tsv, alphabet=alphabet, max_width=max_width,
-                            confine=confine, max_unusable=max_unusable)
+    return read_line_folder(
+        folder,
+        tsv,
+        alphabet=alphabet,
+        max_width=max_width,
+        confine=confine,
+        max_unusable=max_unusable,
+    )
 
 
-def read_gt_folder(path: str | Path, *, alphabet: str | None = None,
-                   max_width: int | None = MAX_WIDTH,
-                   max_unusable: float = MAX_UNUSABLE, references: bool = True,
-                   confine: bool = False) -> LineFolder:
+def read_gt_folder(
+    path: str | Path,
+    *,
+    alphabet: str | None = None,
+    max_width: int | None = MAX_WIDTH,
+    max_unusable: float = MAX_UNUSABLE,
+    references: bool = True,
+    confine: bool = False,
+) -> LineFolder:
     """The line images and ``.gt.txt`` transcriptions in the folder ``path`` and its
     subfolders (see the module docstring), as a :class:`LineFolder` whose names are relative
     to ``path``. Without ``references`` (to read the lines), an image without its ``.gt.txt``
@@ -98,11 +115,9 @@ def read_gt_folder(path: str | Path, *, alphabet: str | None = None,
         for base, image, extra in _pairs(files, unusable, here, references):
             others += [prefix + name for name in extra]
             gt = os.path.join(root, base + GT)
-            if confine and _links_out(folder, [prefix + image, prefix + base + GT],
-                                      unusable):
+            if confine and _links_out(folder, [prefix + image, prefix + base + GT], unusable):
                 continue
-            text = _transcription(gt, allowed, unusable) if references or os.path.exists(gt) \
-                else ""
+            text = _transcription(gt, allowed, unusable) if references or os.path.exists(gt) else ""
             if text is None:
                 continue
             try:
@@ -113,8 +128,12 @@ def read_gt_folder(path: str | Path, *, alphabet: str | None = None,
             rows.append((prefix + image, width, text))
     unusable.check(len(rows))
     if others:
-        log.info("%s: %d images left out, another image of the same .gt.txt taken "
-                 "(first: %s)", folder, len(others), others[0])
+        log.info(
+            "%s: %d images left out, another image of the same .gt.txt taken (first: %s)",
+            folder,
+            len(others),
+            others[0],
+        )
     return LineFolder(folder, rows, max_width=max_width)
 
 
@@ -128,16 +147,25 @@ def _pairs(files: list[str], unusable: Unusable, here: Path, references: bool = 
         stem, suffix = os.path.splitext(name)
         if suffix.lower() not in IMAGE_SUFFIXES or name.endswith(GT):
             continue
-        base = next((stem[: len(stem) - len(v)] for v in VARIANTS[1:]
-                     if stem.endswith(v) and stem not in gts and stem[: -len(v)] in gts), stem)
+        base = next(
+            (
+                stem[: len(stem) - len(v)]
+                for v in VARIANTS[1:]
+                if stem.endswith(v) and stem not in gts and stem[: -len(v)] in gts
+            ),
+            stem,
+        )
         images.setdefault(base, []).append(name)
     for base in sorted(gts | set(images)):
         if base not in gts and references:
-            unusable.drop(f"{here / images[base][0]}: no {base}{GT} beside it",
-                          "images without .gt.txt")
+            unusable.drop(
+                f"{here / images[base][0]}: no {base}{GT} beside it", "images without .gt.txt"
+            )
         elif base not in images:
-            unusable.drop(f"{here / (base + GT)}: no image beside it ({base}.png, ...)",
-                          ".gt.txt without an image")
+            unusable.drop(
+                f"{here / (base + GT)}: no image beside it ({base}.png, ...)",
+                ".gt.txt without an image",
+            )
         else:
             found = sorted(images[base], key=lambda n: (_variant(n, base), n))
             yield base, found[0], found[1:]
@@ -152,15 +180,17 @@ def _links_out(folder: Path, names: list[str], unusable: Unusable) -> bool:
             try:
                 inside(folder, name, str(folder / name), confine=True)
             except DataError:
-                unusable.drop(f"{folder / name}: a link leading out of the data folder "
-                              f"{folder}", "links out of the folder")
+                unusable.drop(
+                    f"{folder / name}: a link leading out of the data folder {folder}",
+                    "links out of the folder",
+                )
                 return True
     return False
 
 
 def _variant(name: str, base: str) -> int:
     """Which of :data:`VARIANTS` the image ``name`` of ``base`` is (its rank)."""
-    rest = os.path.splitext(name)[0][len(base):]
+    rest = os.path.splitext(name)[0][len(base) :]
     return VARIANTS.index(rest) if rest in VARIANTS else len(VARIANTS)
 
 
@@ -180,8 +210,10 @@ def _transcription(gt: str, allowed: set[str] | None, unusable: Unusable) -> str
     elif "\x00" in text:
         problem, kind = "NUL character in the transcription", "NUL characters"
     elif allowed is not None and set(text) - allowed:
-        problem = (f"characters outside the alphabet: "
-                   f"{''.join(sorted(set(text) - allowed))!r} in {text[:60]!r}")
+        problem = (
+            f"characters outside the alphabet: "
+            f"{''.join(sorted(set(text) - allowed))!r} in {text[:60]!r}"
+        )
         kind = "characters outside the alphabet"
     if problem is not None:
         unusable.drop(f"{gt}: {problem}", kind)
@@ -202,12 +234,25 @@ def _has_gt(path: Path) -> bool:
     return any(name.endswith(GT) for _, _, files in os.walk(path) for name in files)
 
 
-register(Format("labels", TASK, read_labels, _is_labels,
-                "a folder of line images with labels.tsv (filename<TAB>text), or that TSV",
-                "labels.tsv:  000000.png<TAB>Total: 12.50\n"
-                "             000001.png<TAB>Invoice no. 4471"))
-register(Format("gt-txt", TASK, read_gt_folder, _has_gt,
-                "line images beside their transcriptions (NAME.png + NAME.gt.txt) in a folder "
-                "and its subfolders: kraken, Calamari, OCR-D",
-                "page1/0001.png  page1/0001.gt.txt:  Total: 12.50\n"
-                "page1/0002.png  page1/0002.gt.txt:  Invoice no. 4471"))
+register(
+    Format(
+        "labels",
+        TASK,
+        read_labels,
+        _is_labels,
+        "a folder of line images with labels.tsv (filename<TAB>text), or that TSV",
+        "labels.tsv:  000000.png<TAB>Total: 12.50\n             000001.png<TAB>Invoice no. 4471",
+    )
+)
+register(
+    Format(
+        "gt-txt",
+        TASK,
+        read_gt_folder,
+        _has_gt,
+        "line images beside their transcriptions (NAME.png + NAME.gt.txt) in a folder "
+        "and its subfolders: kraken, Calamari, OCR-D",
+        "page1/0001.png  page1/0001.gt.txt:  Total: 12.50\n"
+        "page1/0002.png  page1/0002.gt.txt:  Invoice no. 4471",
+    )
+)

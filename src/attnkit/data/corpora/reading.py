@@ -36,8 +36,7 @@ log = logging.getLogger("attnkit")
 CONTEXT = frozenset({"role", "max_unusable", "references", "limit"})
 
 
-def read_corpus(task: str, path: str | Path, format: str | None = None,
-                **options: Any) -> Any:
+def read_corpus(task: str, path: str | Path, format: str | None = None, **options: Any) -> Any:
     """The examples of ``path`` for ``task``, read in the format ``format`` (``--format``)
     or the one detected (:func:`choose_format`, which logs its choice).
 
@@ -60,8 +59,10 @@ def read_corpus(task: str, path: str | Path, format: str | None = None,
             kept[name] = value
         elif name not in CONTEXT:
             given = "a second path" if name == "target" else f"--{name.replace('_', '-')}"
-            raise ValueError(f"{given}: not an option of the {task} format {fmt.name} "
-                             f"({fmt.summary}), which {path} is read as")
+            raise ValueError(
+                f"{given}: not an option of the {task} format {fmt.name} "
+                f"({fmt.summary}), which {path} is read as"
+            )
     return fmt.read(path, **kept)
 
 
@@ -81,8 +82,9 @@ def choose_format(task: str, path: str | Path, name: str | None = None) -> Forma
     known = {f.name: f for f in formats_of(task)}
     if name is not None:
         if name not in known:
-            raise ValueError(f"--format: expected one of {', '.join(known) or 'none'} for "
-                             f"{task}, got {name!r}")
+            raise ValueError(
+                f"--format: expected one of {', '.join(known) or 'none'} for {task}, got {name!r}"
+            )
         log.info("%s: read as %s, as --format says (%s)", path, name, known[name].summary)
         return known[name]
     path = Path(path)
@@ -90,5 +92,7 @@ def choose_format(task: str, path: str | Path, name: str | None = None) -> Forma
         if fmt.detect(path):
             log.info("%s: read as %s (%s)", path, fmt.name, fmt.summary)
             return fmt
-    raise DataError(f"{path}: not a corpus of task {task} in any format attnkit reads "
-                    f"({', '.join(known) or 'none'}); name one with --format")
+    raise DataError(
+        f"{path}: not a corpus of task {task} in any format attnkit reads "
+        f"({', '.join(known) or 'none'}); name one with --format"
+    )

@@ -43,41 +43,68 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
+from attnkit.checks import quoted
 from attnkit.data.audio.files import MAX_SECONDS
 from attnkit.data.corpora import hf_formats as hf
 from attnkit.data.corpora.format_registry import Format, register
-from attnkit.data.paths import inside
 from attnkit.data.corpora.speech_sets import SpeechSet
 from attnkit.data.corpora.text_files import json_value, text_lines
 from attnkit.data.corpora.unusable import FIRST_FEW, MAX_UNUSABLE, listed_twice
 from attnkit.data.corpora.utterances import SPEECH_ALPHABET, SpeechCorpus, read_manifest
-from attnkit.checks import quoted
+from attnkit.data.paths import inside
 from attnkit.errors import DataError
 
-__all__ = ["ANY", "SPEECH_FORMATS", "read_commonvoice", "read_hf_speech", "read_jsonl",
-           "read_kaldi", "read_librispeech"]
+__all__ = [
+    "ANY",
+    "SPEECH_FORMATS",
+    "read_commonvoice",
+    "read_hf_speech",
+    "read_jsonl",
+    "read_kaldi",
+    "read_librispeech",
+]
 
 log = logging.getLogger("attnkit")
 
 ANY = "any"  # as ``alphabet``: a transcript may hold any character
 TASK = "asr"
-JSONL_KEYS = {"audio": "audio_filepath", "text": "text", "offset": "offset",
-              "duration": "duration"}  # NeMo's keys, by field
-PIPE_HELP = ("attnkit runs no command named in a data file; convert the recordings once, e.g. "
-             "`mkdir -p wav && while read -r id cmd; do sh -c \"${cmd%|}\" > wav/$id.wav; "
-             "done < wav.scp`, then list `id wav/id.wav` in wav.scp")
+JSONL_KEYS = {
+    "audio": "audio_filepath",
+    "text": "text",
+    "offset": "offset",
+    "duration": "duration",
+}  # NeMo's keys, by field
+PIPE_HELP = (
+    "attnkit runs no command named in a data file; convert the recordings once, e.g. "
+    '`mkdir -p wav && while read -r id cmd; do sh -c "${cmd%|}" > wav/$id.wav; '
+    "done < wav.scp`, then list `id wav/id.wav` in wav.scp"
+)
 
 
-def _corpus(source, *, transcripts: str | None, default: str, alphabet: str | None,
-            max_seconds: float | None, max_unusable: float, min_frames: int,
-            references: bool = True) -> SpeechCorpus:
+def _corpus(
+    source,
+    *,
+    transcripts: str | None,
+    default: str,
+    alphabet: str | None,
+    max_seconds: float | None,
+    max_unusable: float,
+    min_frames: int,
+    references: bool = True,
+) -> SpeechCorpus:
     """The :class:`SpeechCorpus` of a reader whose transcripts default to ``default``."""
     transcripts = transcripts or default
     if alphabet is None:
         alphabet = SPEECH_ALPHABET if transcripts == "normalize" else ANY
-    return SpeechCorpus(source, max_unusable=max_unusable, max_seconds=max_seconds,
-                        min_frames=min_frames, transcripts=transcripts,
-                        alphabet=None if alphabet == ANY else alphabet, references=references)
+    return SpeechCorpus(
+        source,
+        max_unusable=max_unusable,
+        max_seconds=max_seconds,
+        min_frames=min_frames,
+        transcripts=transcripts,
+        alphabet=None if alphabet == ANY else alphabet,
+        references=references,
+    )
 
 
 def _fields(path: Path, lines: Iterator[tuple[int, str]]) -> Iterator[tuple[str, str, str]]:
@@ -99,7 +126,7 @@ def _table(path: Path) -> dict[str, tuple[str, str]]:
     table: dict[str, tuple[str, str]] = {}
     for where, key, rest in _fields(path, text_lines(path)):
         if key in table:
-            raise listed_twice(where, quoted(key), table[key][0].rsplit(':', 1)[1])
+            raise listed_twice(where, quoted(key), table[key][0].rsplit(":", 1)[1])
         table[key] = (where, rest)
     return table
 
@@ -119,20 +146,31 @@ def _recording(where: str, rxfile: str, root: Path, confine: bool) -> Path:
             (``file.ark:123``), a file outside ``root`` with ``confine``.
     """
     if rxfile.endswith("|"):
-        raise DataError(f"{where}: the recording is a shell command ({rxfile[:120]!r}); "
-                        f"{PIPE_HELP}")
+        raise DataError(
+            f"{where}: the recording is a shell command ({rxfile[:120]!r}); {PIPE_HELP}"
+        )
     if rxfile.startswith("-") or (":" in rxfile and rxfile.rsplit(":", 1)[1].isdigit()):
-        raise DataError(f"{where}: {rxfile[:120]!r} is a Kaldi archive or stream, not an "
-                        "audio file; write the recordings out as files (Kaldi's wav-copy "
-                        "ark:... ark,scp:...) and list them")
+        raise DataError(
+            f"{where}: {rxfile[:120]!r} is a Kaldi archive or stream, not an "
+            "audio file; write the recordings out as files (Kaldi's wav-copy "
+            "ark:... ark,scp:...) and list them"
+        )
     return inside(root, rxfile, where, confine=confine)
 
 
-def read_kaldi(path: str | Path, *, normalize: bool = False,
-               max_seconds: float | None = MAX_SECONDS, max_unusable: float = MAX_UNUSABLE,
-               min_frames: int = 1, transcripts: str | None = None, alphabet: str | None = None,
-               confine: bool = False, audio_folder: str | Path | None = None,
-               references: bool = True) -> SpeechSet:
+def read_kaldi(
+    path: str | Path,
+    *,
+    normalize: bool = False,
+    max_seconds: float | None = MAX_SECONDS,
+    max_unusable: float = MAX_UNUSABLE,
+    min_frames: int = 1,
+    transcripts: str | None = None,
+    alphabet: str | None = None,
+    confine: bool = False,
+    audio_folder: str | Path | None = None,
+    references: bool = True,
+) -> SpeechSet:
     """The utterances of a Kaldi or ESPnet data directory, in the order of its ``text``
     (without ``references``, a directory without ``text`` is read too, to decode it: its
     utterances are those of ``segments``, or else of ``wav.scp``, in order, each with an
@@ -162,9 +200,16 @@ def read_kaldi(path: str | Path, *, normalize: bool = False,
         if not (folder / name).is_file():
             raise DataError(f"{folder}: not a Kaldi data directory (no {name})")
     root = Path(audio_folder) if audio_folder is not None else _kaldi_root(folder)
-    corpus = _corpus(folder, transcripts=transcripts, default="normalize", alphabet=alphabet,
-                     max_seconds=max_seconds, max_unusable=max_unusable,
-                     min_frames=min_frames, references=references)
+    corpus = _corpus(
+        folder,
+        transcripts=transcripts,
+        default="normalize",
+        alphabet=alphabet,
+        max_seconds=max_seconds,
+        max_unusable=max_unusable,
+        min_frames=min_frames,
+        references=references,
+    )
     recordings = _table(folder / "wav.scp")
     segments = _table(folder / "segments") if (folder / "segments").is_file() else None
     speakers = _table(folder / "utt2spk") if (folder / "utt2spk").is_file() else {}
@@ -189,8 +234,9 @@ def read_kaldi(path: str | Path, *, normalize: bool = False,
         else:
             rec = utt
         if rec not in recordings:
-            corpus.drop(f"{where}: recording {rec!r} has no entry in {folder / 'wav.scp'}",
-                        "no audio entry")
+            corpus.drop(
+                f"{where}: recording {rec!r} has no entry in {folder / 'wav.scp'}", "no audio entry"
+            )
             continue
         rec_where, rxfile = recordings[rec]
         used.add(rec)
@@ -202,15 +248,25 @@ def read_kaldi(path: str | Path, *, normalize: bool = False,
             corpus.drop(f"{where}: {exc}", "audio")
             continue
         speaker = speakers.get(utt, (None, None))[1]
-        origin = f"{utt} ({audio}" + (f" {start:g}-{'end' if end is None else f'{end:g}'} s"
-                                      if segments is not None else "") + \
-            (f", speaker {speaker})" if speaker else ")")
+        origin = (
+            f"{utt} ({audio}"
+            + (
+                f" {start:g}-{'end' if end is None else f'{end:g}'} s"
+                if segments is not None
+                else ""
+            )
+            + (f", speaker {speaker})" if speaker else ")")
+        )
         corpus.add(where, audio, transcript, start=start, end=end, origin=origin)
     unused = [r for r in recordings if r not in used] if has_text else []
     if segments and has_text:
         _unused(folder / "segments", "segments entries", segments)
-    _unused(folder / "wav.scp", "recordings", {r: recordings[r] for r in unused[:FIRST_FEW]},
-            len(unused))
+    _unused(
+        folder / "wav.scp",
+        "recordings",
+        {r: recordings[r] for r in unused[:FIRST_FEW]},
+        len(unused),
+    )
     return corpus.finish(normalize=normalize)
 
 
@@ -222,8 +278,10 @@ def _segment(where: str, rest: str) -> tuple[str, float, float | None]:
             raise ValueError
         start, end = float(parts[1]), float(parts[2])
     except ValueError:
-        raise DataError(f"{where}: expected 'utt-id recording-id start end' (seconds), got "
-                        f"{rest[:120]!r} after the id") from None
+        raise DataError(
+            f"{where}: expected 'utt-id recording-id start end' (seconds), got "
+            f"{rest[:120]!r} after the id"
+        ) from None
     return parts[0], start, None if end == -1 else end
 
 
@@ -232,15 +290,27 @@ def _unused(path: Path, what: str, entries: dict, count: int | None = None) -> N
     count = len(entries) if count is None else count
     if count:
         first = ", ".join(list(entries)[:FIRST_FEW])
-        log.warning("%s: %d %s have no transcript in text and are not used (the first: %s)",
-                    path, count, what, first)
+        log.warning(
+            "%s: %d %s have no transcript in text and are not used (the first: %s)",
+            path,
+            count,
+            what,
+            first,
+        )
 
 
-def read_librispeech(path: str | Path, *, normalize: bool = False,
-                     max_seconds: float | None = MAX_SECONDS,
-                     max_unusable: float = MAX_UNUSABLE, min_frames: int = 1,
-                     transcripts: str | None = None, alphabet: str | None = None,
-                     confine: bool = False, suffix: str = ".flac") -> SpeechSet:
+def read_librispeech(
+    path: str | Path,
+    *,
+    normalize: bool = False,
+    max_seconds: float | None = MAX_SECONDS,
+    max_unusable: float = MAX_UNUSABLE,
+    min_frames: int = 1,
+    transcripts: str | None = None,
+    alphabet: str | None = None,
+    confine: bool = False,
+    suffix: str = ".flac",
+) -> SpeechSet:
     """The utterances of a LibriSpeech folder (a split such as ``train-clean-100``, or any
     folder above its ``speaker/chapter/`` folders): each ``*.trans.txt`` (in sorted order)
     holds ``UTTERANCE-ID TRANSCRIPT`` lines, the audio of each is ``UTTERANCE-ID`` +
@@ -253,9 +323,15 @@ def read_librispeech(path: str | Path, *, normalize: bool = False,
     folder = Path(path)
     if not folder.is_dir():
         raise DataError(f"{folder}: not a LibriSpeech folder (not a folder)")
-    corpus = _corpus(folder, transcripts=transcripts, default="normalize", alphabet=alphabet,
-                     max_seconds=max_seconds, max_unusable=max_unusable,
-                     min_frames=min_frames)
+    corpus = _corpus(
+        folder,
+        transcripts=transcripts,
+        default="normalize",
+        alphabet=alphabet,
+        max_seconds=max_seconds,
+        max_unusable=max_unusable,
+        min_frames=min_frames,
+    )
     files = sorted(folder.rglob("*.trans.txt"))
     if not files:
         raise DataError(f"{folder}: not a LibriSpeech folder (no *.trans.txt below it)")
@@ -267,8 +343,12 @@ def read_librispeech(path: str | Path, *, normalize: bool = False,
             first[utt] = where
             where = f"{where} ({utt})"
             try:
-                audio = inside(folder, str(trans.parent.relative_to(folder) / (utt + suffix)),
-                               where, confine=confine)
+                audio = inside(
+                    folder,
+                    str(trans.parent.relative_to(folder) / (utt + suffix)),
+                    where,
+                    confine=confine,
+                )
             except DataError as exc:
                 corpus.drop(str(exc), "audio")
                 continue
@@ -276,12 +356,19 @@ def read_librispeech(path: str | Path, *, normalize: bool = False,
     return corpus.finish(normalize=normalize)
 
 
-def read_commonvoice(path: str | Path, *, normalize: bool = False,
-                     max_seconds: float | None = MAX_SECONDS,
-                     max_unusable: float = MAX_UNUSABLE, min_frames: int = 1,
-                     transcripts: str | None = None, alphabet: str | None = None,
-                     confine: bool = False, audio_folder: str | Path | None = None,
-                     columns: str | dict | None = None) -> SpeechSet:
+def read_commonvoice(
+    path: str | Path,
+    *,
+    normalize: bool = False,
+    max_seconds: float | None = MAX_SECONDS,
+    max_unusable: float = MAX_UNUSABLE,
+    min_frames: int = 1,
+    transcripts: str | None = None,
+    alphabet: str | None = None,
+    confine: bool = False,
+    audio_folder: str | Path | None = None,
+    columns: str | dict | None = None,
+) -> SpeechSet:
     """The utterances of a Common Voice TSV (``train.tsv``, ``dev.tsv``, ``test.tsv``,
     ``validated.tsv``): a header line naming the columns, of which ``path`` (a clip's file
     name) and ``sentence`` are read (``columns``: ``{"audio": ..., "text": ...}`` or
@@ -298,9 +385,15 @@ def read_commonvoice(path: str | Path, *, normalize: bool = False,
     names = _columns(columns, {"audio": "path", "text": "sentence"}, "commonvoice")
     audio_column, text_column = names["audio"], names["text"]
     clips = Path(audio_folder) if audio_folder is not None else path.parent / "clips"
-    corpus = _corpus(path, transcripts=transcripts, default="normalize", alphabet=alphabet,
-                     max_seconds=max_seconds, max_unusable=max_unusable,
-                     min_frames=min_frames)
+    corpus = _corpus(
+        path,
+        transcripts=transcripts,
+        default="normalize",
+        alphabet=alphabet,
+        max_seconds=max_seconds,
+        max_unusable=max_unusable,
+        min_frames=min_frames,
+    )
     lines = text_lines(path)
     header, n = None, 1
     for n, line in lines:
@@ -309,16 +402,21 @@ def read_commonvoice(path: str | Path, *, normalize: bool = False,
             break
     missing = [c for c in (audio_column, text_column) if c not in (header or [])]
     if missing:
-        raise DataError(f"{path}:{n}: expected a header line with the columns "
-                        f"{audio_column!r} and {text_column!r}, got {header}")
+        raise DataError(
+            f"{path}:{n}: expected a header line with the columns "
+            f"{audio_column!r} and {text_column!r}, got {header}"
+        )
     audio_at, text_at = header.index(audio_column), header.index(text_column)
     for n, line in lines:
         if not line.strip():
             continue
         where, fields = f"{path}:{n}", line.split("\t")
         if len(fields) != len(header):
-            corpus.drop(f"{where}: expected {len(header)} tab-separated fields as the header "
-                        f"names, got {len(fields)}", "line")
+            corpus.drop(
+                f"{where}: expected {len(header)} tab-separated fields as the header "
+                f"names, got {len(fields)}",
+                "line",
+            )
             continue
         try:
             audio = inside(clips, fields[audio_at], where, confine=confine)
@@ -329,11 +427,19 @@ def read_commonvoice(path: str | Path, *, normalize: bool = False,
     return corpus.finish(normalize=normalize)
 
 
-def read_jsonl(path: str | Path, *, normalize: bool = False,
-               max_seconds: float | None = MAX_SECONDS, max_unusable: float = MAX_UNUSABLE,
-               min_frames: int = 1, transcripts: str | None = None, alphabet: str | None = None,
-               confine: bool = False, columns: str | dict | None = None,
-               references: bool = True) -> SpeechSet:
+def read_jsonl(
+    path: str | Path,
+    *,
+    normalize: bool = False,
+    max_seconds: float | None = MAX_SECONDS,
+    max_unusable: float = MAX_UNUSABLE,
+    min_frames: int = 1,
+    transcripts: str | None = None,
+    alphabet: str | None = None,
+    confine: bool = False,
+    columns: str | dict | None = None,
+    references: bool = True,
+) -> SpeechSet:
     """The utterances of a JSON-lines manifest (NeMo's layout): one JSON object per line with
     the audio file under ``audio_filepath`` (relative to the manifest's folder) and the
     transcript under ``text`` (without ``references``, to decode the audio, it may be
@@ -351,9 +457,16 @@ def read_jsonl(path: str | Path, *, normalize: bool = False,
     keys = _columns(columns, JSONL_KEYS, "jsonl")
     audio_key, text_key = keys["audio"], keys["text"]
     offset_key, duration_key = keys["offset"], keys["duration"]
-    corpus = _corpus(path, transcripts=transcripts, default="normalize", alphabet=alphabet,
-                     max_seconds=max_seconds, max_unusable=max_unusable,
-                     min_frames=min_frames, references=references)
+    corpus = _corpus(
+        path,
+        transcripts=transcripts,
+        default="normalize",
+        alphabet=alphabet,
+        max_seconds=max_seconds,
+        max_unusable=max_unusable,
+        min_frames=min_frames,
+        references=references,
+    )
     for n, line in text_lines(path):
         if not line.strip():
             continue
@@ -380,10 +493,13 @@ def read_jsonl(path: str | Path, *, normalize: bool = False,
             except (KeyError, TypeError, ValueError, OverflowError):
                 start = end = math.nan
             if not (math.isfinite(start) and math.isfinite(end) and start >= 0):
-                corpus.drop(f"{where}: expected finite numbers under {offset_key!r} and "
-                            f"{duration_key!r} (seconds) with {offset_key} >= 0, got "
-                            f"{quoted(entry.get(offset_key))} and "
-                            f"{quoted(entry.get(duration_key))}", "line")
+                corpus.drop(
+                    f"{where}: expected finite numbers under {offset_key!r} and "
+                    f"{duration_key!r} (seconds) with {offset_key} >= 0, got "
+                    f"{quoted(entry.get(offset_key))} and "
+                    f"{quoted(entry.get(duration_key))}",
+                    "line",
+                )
                 continue
         try:
             audio = inside(path.parent, entry[audio_key], where, confine=confine)
@@ -394,12 +510,21 @@ def read_jsonl(path: str | Path, *, normalize: bool = False,
     return corpus.finish(normalize=normalize)
 
 
-def read_hf_speech(path: str | Path, *, normalize: bool = False,
-                   max_seconds: float | None = MAX_SECONDS, max_unusable: float = MAX_UNUSABLE,
-                   min_frames: int = 1, transcripts: str | None = None,
-                   alphabet: str | None = None, confine: bool = False,
-                   columns: str | dict | None = None, split: str | None = None,
-                   role: str = "train", references: bool = True) -> SpeechSet:
+def read_hf_speech(
+    path: str | Path,
+    *,
+    normalize: bool = False,
+    max_seconds: float | None = MAX_SECONDS,
+    max_unusable: float = MAX_UNUSABLE,
+    min_frames: int = 1,
+    transcripts: str | None = None,
+    alphabet: str | None = None,
+    confine: bool = False,
+    columns: str | dict | None = None,
+    split: str | None = None,
+    role: str = "train",
+    references: bool = True,
+) -> SpeechSet:
     """The utterances of a Hugging Face dataset on disk, ``hf:PATH[:SPLIT]`` (its split as
     :func:`attnkit.data.corpora.hf_formats.open_dataset` chooses it): each row's ``audio`` (a
     ``datasets.Audio`` value: the file's bytes, written once into a temporary folder of this
@@ -421,20 +546,29 @@ def read_hf_speech(path: str | Path, *, normalize: bool = False,
     folder = hf.parse_path(path)[0]
     store = Path(hf.cache_dir()) / hashlib.sha1(source.encode()).hexdigest()[:16]
     store.mkdir(exist_ok=True)
-    corpus = _corpus(source, transcripts=transcripts, default="normalize", alphabet=alphabet,
-                     max_seconds=max_seconds, max_unusable=max_unusable,
-                     min_frames=min_frames, references=references)
+    corpus = _corpus(
+        source,
+        transcripts=transcripts,
+        default="normalize",
+        alphabet=alphabet,
+        max_seconds=max_seconds,
+        max_unusable=max_unusable,
+        min_frames=min_frames,
+        references=references,
+    )
     read = [c for c in dict.fromkeys(chosen.values()) if c in names]
     for row, values in hf.dataset_rows(dataset, read):
         where = f"{source}:{row}"
         text = values.get(chosen["text"], "")
         if not isinstance(text, str):
-            corpus.drop(f"{where}: expected a transcript under {chosen['text']!r}, got "
-                        f"{type(text).__name__}", "line")
+            corpus.drop(
+                f"{where}: expected a transcript under {chosen['text']!r}, got "
+                f"{type(text).__name__}",
+                "line",
+            )
             continue
         try:
-            audio = _dataset_audio(values[chosen["audio"]], where, row, folder, store,
-                                   confine)
+            audio = _dataset_audio(values[chosen["audio"]], where, row, folder, store, confine)
         except DataError as exc:
             corpus.drop(str(exc), "audio")
             continue
@@ -442,8 +576,7 @@ def read_hf_speech(path: str | Path, *, normalize: bool = False,
     return corpus.finish(normalize=normalize)
 
 
-def _dataset_audio(value, where: str, row: int, folder: Path, store: Path,
-                   confine: bool) -> Path:
+def _dataset_audio(value, where: str, row: int, folder: Path, store: Path, confine: bool) -> Path:
     """The file of a dataset's audio value: its bytes written into ``store`` (named by the
     row, with the suffix of the file they came from), or its path inside ``folder``."""
     if isinstance(value, dict) and value.get("bytes"):
@@ -469,13 +602,16 @@ def _columns(given: str | dict | None, defaults: dict[str, str], fmt: str) -> di
     if isinstance(given, str):
         pairs = [p.partition("=") for p in given.split(",") if p.strip()]
         if any(not sep or not k.strip() or not v.strip() for k, sep, v in pairs):
-            raise ValueError(f"--columns: expected FIELD=NAME,... (e.g. audio=path,text="
-                             f"sentence), got {given!r}")
+            raise ValueError(
+                f"--columns: expected FIELD=NAME,... (e.g. audio=path,text=sentence), got {given!r}"
+            )
         given = {k.strip(): v.strip() for k, _, v in pairs}
     unknown = sorted(set(given) - set(defaults))
     if unknown:
-        raise ValueError(f"--columns: the {fmt} format's fields are {', '.join(defaults)}, "
-                         f"got {', '.join(unknown)}")
+        raise ValueError(
+            f"--columns: the {fmt} format's fields are {', '.join(defaults)}, "
+            f"got {', '.join(unknown)}"
+        )
     return {**defaults, **given}
 
 
@@ -512,8 +648,9 @@ def _is_kaldi(path: Path) -> bool:
 
 
 def _is_librispeech(path: Path) -> bool:
-    return path.is_dir() and any(next(path.glob("*/" * depth + "*.trans.txt"), None)
-                                 for depth in range(4))
+    return path.is_dir() and any(
+        next(path.glob("*/" * depth + "*.trans.txt"), None) for depth in range(4)
+    )
 
 
 def _is_jsonl(path: Path) -> bool:
@@ -534,24 +671,55 @@ def _is_manifest(path: Path) -> bool:
 
 
 SPEECH_FORMATS = (
-    Format("hf", TASK, read_hf_speech, hf.is_hf, hf.SUMMARY,
-           "hf:my-speech:train  (columns audio: a datasets.Audio, text)"),
-    Format("kaldi", TASK, read_kaldi, _is_kaldi,
-           "a Kaldi/ESPnet data directory: wav.scp, text, optional segments and utt2spk",
-           "text: utt1 HELLO WORLD\nwav.scp: utt1 wav/utt1.flac"),
-    Format("librispeech", TASK, read_librispeech, _is_librispeech,
-           "a LibriSpeech folder: SPEAKER/CHAPTER/*.trans.txt beside the FLAC files",
-           "19/198/19-198.trans.txt: 19-198-0001 HELLO WORLD\n19/198/19-198-0001.flac"),
-    Format("jsonl", TASK, read_jsonl, _is_jsonl,
-           "a JSON-lines manifest (NeMo): audio_filepath, text, duration, offset",
-           '{"audio_filepath": "a.wav", "text": "hello world", "duration": 1.2}\n'
-           '{"audio_filepath": "b.flac", "text": "good morning", "duration": 0.9}'),
-    Format("commonvoice", TASK, read_commonvoice, _is_commonvoice,
-           "a Common Voice TSV with path and sentence columns, clips/ beside it",
-           "client_id\tpath\tsentence\n4f2e\tcommon_voice_en_1.mp3\tHello world."),
-    Format("manifest", TASK, read_manifest, _is_manifest,
-           "attnkit's manifest: audio_path<TAB>transcript lines",
-           "a.wav\thello world\nclips/b.flac\tgood morning"),
+    Format(
+        "hf",
+        TASK,
+        read_hf_speech,
+        hf.is_hf,
+        hf.SUMMARY,
+        "hf:my-speech:train  (columns audio: a datasets.Audio, text)",
+    ),
+    Format(
+        "kaldi",
+        TASK,
+        read_kaldi,
+        _is_kaldi,
+        "a Kaldi/ESPnet data directory: wav.scp, text, optional segments and utt2spk",
+        "text: utt1 HELLO WORLD\nwav.scp: utt1 wav/utt1.flac",
+    ),
+    Format(
+        "librispeech",
+        TASK,
+        read_librispeech,
+        _is_librispeech,
+        "a LibriSpeech folder: SPEAKER/CHAPTER/*.trans.txt beside the FLAC files",
+        "19/198/19-198.trans.txt: 19-198-0001 HELLO WORLD\n19/198/19-198-0001.flac",
+    ),
+    Format(
+        "jsonl",
+        TASK,
+        read_jsonl,
+        _is_jsonl,
+        "a JSON-lines manifest (NeMo): audio_filepath, text, duration, offset",
+        '{"audio_filepath": "a.wav", "text": "hello world", "duration": 1.2}\n'
+        '{"audio_filepath": "b.flac", "text": "good morning", "duration": 0.9}',
+    ),
+    Format(
+        "commonvoice",
+        TASK,
+        read_commonvoice,
+        _is_commonvoice,
+        "a Common Voice TSV with path and sentence columns, clips/ beside it",
+        "client_id\tpath\tsentence\n4f2e\tcommon_voice_en_1.mp3\tHello world.",
+    ),
+    Format(
+        "manifest",
+        TASK,
+        read_manifest,
+        _is_manifest,
+        "attnkit's manifest: audio_path<TAB>transcript lines",
+        "a.wav\thello world\nclips/b.flac\tgood morning",
+    ),
 )
 for _fmt in SPEECH_FORMATS:
     register(_fmt)

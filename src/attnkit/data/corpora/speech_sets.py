@@ -55,8 +55,9 @@ class FeaturesOnDisk(Sequence, abc.ABC):
     def read_samples(self, record) -> torch.Tensor:
         """The audio ``(N,)`` float32 at 16 kHz of one record (a subclass whose
         :attr:`has_samples` is True writes it)."""
-        raise TypeError(f"{type(self).__name__}: keeps features only, not the audio "
-                        "(has_samples is False)")
+        raise TypeError(
+            f"{type(self).__name__}: keeps features only, not the audio (has_samples is False)"
+        )
 
     def samples(self, i: int) -> torch.Tensor:
         """The audio ``(N,)`` float32 at 16 kHz of utterance ``i``, read from disk: the samples
@@ -66,8 +67,10 @@ class FeaturesOnDisk(Sequence, abc.ABC):
             ValueError: this set keeps features only (:attr:`has_samples` is False).
         """
         if not self.has_samples:
-            raise ValueError(f"samples: this {type(self).__name__.lstrip('_')} keeps features "
-                             "only, not the utterances' audio")
+            raise ValueError(
+                f"samples: this {type(self).__name__.lstrip('_')} keeps features "
+                "only, not the utterances' audio"
+            )
         return self.read_samples(self.records[i])
 
     def __len__(self) -> int:

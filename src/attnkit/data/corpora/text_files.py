@@ -33,8 +33,20 @@ from typing import BinaryIO
 from attnkit.data.paths import regular_file
 from attnkit.errors import DataError
 
-__all__ = ["BLOCK", "MAX_LINE", "MAX_WHOLE", "byte_lines", "compression", "decode_line",
-           "json_value", "nfc", "open_bytes", "read_text", "text_lines", "undecodable"]
+__all__ = [
+    "BLOCK",
+    "MAX_LINE",
+    "MAX_WHOLE",
+    "byte_lines",
+    "compression",
+    "decode_line",
+    "json_value",
+    "nfc",
+    "open_bytes",
+    "read_text",
+    "text_lines",
+    "undecodable",
+]
 
 BLOCK = 1 << 20  # bytes read at a time
 MAX_LINE = 1 << 24  # bytes in one line at most: a longer one is no line of text
@@ -43,9 +55,14 @@ MAX_WHOLE = 1 << 30  # bytes of a file read whole (read_text) at most, decompres
 # first block's (or an empty stream's end) signature, so text starting "BZh" is not taken.
 _COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"))
 _BZIP2 = (b"\x31\x41\x59\x26\x53\x59", b"\x17\x72\x45\x38\x50\x90")
-_REFUSED = ((b"\x28\xb5\x2f\xfd", "zstd-compressed; decompress it (zstd -d FILE) or "
-             "compress it with gzip, xz or bzip2, which attnkit reads"),
-            (b"PK\x03\x04", "a zip archive; unpack it (unzip FILE) and name the file inside"))
+_REFUSED = (
+    (
+        b"\x28\xb5\x2f\xfd",
+        "zstd-compressed; decompress it (zstd -d FILE) or "
+        "compress it with gzip, xz or bzip2, which attnkit reads",
+    ),
+    (b"PK\x03\x04", "a zip archive; unpack it (unzip FILE) and name the file inside"),
+)
 _ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error)
 _OPEN = {"gzip": gzip.open, "xz": lzma.open, "bzip2": bz2.open}
 
@@ -126,8 +143,10 @@ def byte_lines(path: str | Path, *, max_line: int = MAX_LINE) -> Iterator[tuple[
 
 def _check_line(path: Path, n: int, size: int, max_line: int) -> None:
     if size > max_line:
-        raise DataError(f"{path}:{n}: a line of more than {max_line:,} bytes; expected a text "
-                        "file of shorter lines (is it text?)")
+        raise DataError(
+            f"{path}:{n}: a line of more than {max_line:,} bytes; expected a text "
+            "file of shorter lines (is it text?)"
+        )
 
 
 def _first_block(path: Path, block: bytes) -> bytes:
@@ -138,11 +157,15 @@ def _first_block(path: Path, block: bytes) -> bytes:
     # UTF-16 text of a Latin script has its NULs at every other byte, on one side only
     sides = sorted((block[0::2].count(0), block[1::2].count(0)))
     if block.startswith((b"\xff\xfe", b"\xfe\xff")) or (mostly and sides[0] <= 0.1 * nul):
-        raise DataError(f"{path}: looks like UTF-16 text (a byte-order mark or NUL bytes "
-                        "between the characters); save it as UTF-8")
+        raise DataError(
+            f"{path}: looks like UTF-16 text (a byte-order mark or NUL bytes "
+            "between the characters); save it as UTF-8"
+        )
     if mostly:
-        raise DataError(f"{path}: holds NUL bytes ({nul:,} in its first {len(block):,}): binary "
-                        "data, not UTF-8 text")
+        raise DataError(
+            f"{path}: holds NUL bytes ({nul:,} in its first {len(block):,}): binary "
+            "data, not UTF-8 text"
+        )
     return block.removeprefix(b"\xef\xbb\xbf")
 
 
@@ -189,8 +212,10 @@ def read_text(path: str | Path) -> str:
         DataError: as :func:`text_lines`.
     """
     path = regular_file(path)
-    too_big = (f"{path}: more than {MAX_WHOLE:,} bytes of text (decompressed), more than a "
-               "file read whole may have")
+    too_big = (
+        f"{path}: more than {MAX_WHOLE:,} bytes of text (decompressed), more than a "
+        "file read whole may have"
+    )
     with open_bytes(path) as f:
         try:
             raw = _first_block(path, f.read(BLOCK))
@@ -222,7 +247,9 @@ def json_value(text: str, where: str):
     except json.JSONDecodeError:
         raise
     except RecursionError:
-        raise DataError(f"{where}: JSON nested deeper than Python reads (about 1,000 "
-                        "levels); expected a corpus's records") from None
+        raise DataError(
+            f"{where}: JSON nested deeper than Python reads (about 1,000 "
+            "levels); expected a corpus's records"
+        ) from None
     except ValueError as exc:  # Python's limit on the digits of an int
         raise DataError(f"{where}: not valid JSON ({str(exc)[:200]})") from None

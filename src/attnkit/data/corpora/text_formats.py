@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from itertools import zip_longest
 from pathlib import Path
 
 from attnkit.data.corpora.format_registry import Format, register
-from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable
-from attnkit.data.corpora.text_pairs import TextPairs
 from attnkit.data.corpora.text_files import byte_lines, decode_line, undecodable
+from attnkit.data.corpora.text_pairs import TextPairs
 from attnkit.data.corpora.tsv import MAX_CHARS, field_problem, iter_tsv_rows
+from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable
 from attnkit.errors import DataError
 
 __all__ = ["COMPRESSED_SUFFIXES", "moses_files", "read_moses", "read_pairs"]
@@ -43,26 +42,37 @@ TASK = "translate"
 COMPRESSED_SUFFIXES = ("", ".gz", ".xz", ".bz2")  # PREFIX.LANG is looked for with each
 
 
-def read_pairs(path: str | Path, *, max_chars: int | None = MAX_CHARS,
-               skip_bad_lines: bool = False, role: str = "train",
-               max_unusable: float | None = None) -> TextPairs:
+def read_pairs(
+    path: str | Path,
+    *,
+    max_chars: int | None = MAX_CHARS,
+    skip_bad_lines: bool = False,
+    role: str = "train",
+    max_unusable: float | None = None,
+) -> TextPairs:
     """attnkit's own ``source<TAB>target`` TSV (:func:`attnkit.data.read_tsv`: the same
     pairs, the same errors), kept on disk; ``role`` ``"test"`` names the second column the
     reference in errors. With ``max_unusable``, bad lines are dropped and counted up to that
     share (:mod:`attnkit.data.corpora.unusable`) instead of stopping at the first."""
     columns = ("source", "reference" if role == "test" else "target")
-    unusable = None if max_unusable is None else Unusable(
-        path, max_unusable=max_unusable, what="pairs")
-    rows = iter_tsv_rows(path, columns=columns, skip_bad_lines=skip_bad_lines,
-                         max_chars=max_chars, unusable=unusable)
+    unusable = (
+        None if max_unusable is None else Unusable(path, max_unusable=max_unusable, what="pairs")
+    )
+    rows = iter_tsv_rows(
+        path, columns=columns, skip_bad_lines=skip_bad_lines, max_chars=max_chars, unusable=unusable
+    )
     pairs = TextPairs.collect(rows, path)
     if unusable is not None:
         unusable.check(len(pairs))
     return pairs
 
 
-def moses_files(path: str | Path, target: str | Path | None = None,
-                src_lang: str | None = None, tgt_lang: str | None = None) -> tuple[Path, Path]:
+def moses_files(
+    path: str | Path,
+    target: str | Path | None = None,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+) -> tuple[Path, Path]:
     """The source and target files of a Moses corpus: ``path`` and ``target``, or
     ``PREFIX.SRC`` and ``PREFIX.TGT`` of the prefix ``path`` (each also with ``.gz``,
     ``.xz`` or ``.bz2``).
@@ -77,11 +87,15 @@ def moses_files(path: str | Path, target: str | Path | None = None,
     if not (src_lang and tgt_lang):
         found = sorted(p.name for p in path.parent.glob(f"{path.name}.*"))
         if path.is_file():
-            raise DataError(f"{path}: one side of a Moses corpus; name the other file too "
-                            "(--train SOURCE TARGET) or give the prefix with --src-lang and "
-                            "--tgt-lang")
-        raise DataError(f"{path}: a Moses corpus prefix; name its languages with --src-lang "
-                        f"and --tgt-lang (found beside it: {', '.join(found[:6]) or 'nothing'})")
+            raise DataError(
+                f"{path}: one side of a Moses corpus; name the other file too "
+                "(--train SOURCE TARGET) or give the prefix with --src-lang and "
+                "--tgt-lang"
+            )
+        raise DataError(
+            f"{path}: a Moses corpus prefix; name its languages with --src-lang "
+            f"and --tgt-lang (found beside it: {', '.join(found[:6]) or 'nothing'})"
+        )
     return _language_file(path, src_lang, "source"), _language_file(path, tgt_lang, "target")
 
 
@@ -90,14 +104,21 @@ def _language_file(prefix: Path, lang: str, side: str) -> Path:
         candidate = prefix.parent / f"{prefix.name}.{lang}{suffix}"
         if candidate.is_file():
             return candidate
-    raise DataError(f"{prefix}.{lang}: not found (the {side} side of the Moses corpus "
-                    f"{prefix}; also looked for {', '.join(COMPRESSED_SUFFIXES[1:])})")
+    raise DataError(
+        f"{prefix}.{lang}: not found (the {side} side of the Moses corpus "
+        f"{prefix}; also looked for {', '.join(COMPRESSED_SUFFIXES[1:])})"
+    )
 
 
-def read_moses(path: str | Path, *, target: str | Path | None = None,
-               src_lang: str | None = None, tgt_lang: str | None = None,
-               max_chars: int | None = MAX_CHARS,
-               max_unusable: float = MAX_UNUSABLE) -> TextPairs:
+def read_moses(
+    path: str | Path,
+    *,
+    target: str | Path | None = None,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+    max_chars: int | None = MAX_CHARS,
+    max_unusable: float = MAX_UNUSABLE,
+) -> TextPairs:
     """The pairs of a Moses corpus (see the module docstring; the files as
     :func:`moses_files` finds them), kept on disk; origins name the source file's lines.
 
@@ -115,8 +136,9 @@ def read_moses(path: str | Path, *, target: str | Path | None = None,
     return pairs
 
 
-def _aligned(source: Path, target: Path, max_chars: int | None, unusable: Unusable,
-             blank: list[int]) -> Iterator[tuple[int, str, str]]:
+def _aligned(
+    source: Path, target: Path, max_chars: int | None, unusable: Unusable, blank: list[int]
+) -> Iterator[tuple[int, str, str]]:
     """``(line, source, target)`` of each usable line pair; files of different line counts
     refused when the shorter ends."""
     sources, targets = byte_lines(source), byte_lines(target)
@@ -149,9 +171,11 @@ def _aligned(source: Path, target: Path, max_chars: int | None, unusable: Unusab
 
 
 def _refuse_counts(source: Path, n_source: int, target: Path, n_target: int) -> None:
-    raise DataError(f"{source} has {n_source:,} lines but {target} has {n_target:,}: a Moses "
-                    "corpus holds one sentence per line in each file, line n of one "
-                    "translating line n of the other")
+    raise DataError(
+        f"{source} has {n_source:,} lines but {target} has {n_target:,}: a Moses "
+        "corpus holds one sentence per line in each file, line n of one "
+        "translating line n of the other"
+    )
 
 
 def _is_tsv(path: Path) -> bool:
@@ -161,15 +185,29 @@ def _is_tsv(path: Path) -> bool:
 
 
 def _is_moses(path: Path) -> bool:
-    return not path.exists() and path.parent.is_dir() and \
-        any(path.parent.glob(f"{path.name}.*"))
+    return not path.exists() and path.parent.is_dir() and any(path.parent.glob(f"{path.name}.*"))
 
 
-register(Format("tsv", TASK, read_pairs, _is_tsv, "source<TAB>target lines",
-                "pairs.tsv:  Guten Morgen.<TAB>Good morning.\n"
-                "            Wie geht es dir?<TAB>How are you?"))
-register(Format("moses", TASK, read_moses, _is_moses,
-                "two aligned plain-text files, one sentence per line (Moses, OPUS, WMT): "
-                "PREFIX.SRC + PREFIX.TGT with --src-lang/--tgt-lang, or the two files named",
-                "corpus.de:  Guten Morgen.        corpus.en:  Good morning.\n"
-                "            Wie geht es dir?                 How are you?"))
+register(
+    Format(
+        "tsv",
+        TASK,
+        read_pairs,
+        _is_tsv,
+        "source<TAB>target lines",
+        "pairs.tsv:  Guten Morgen.<TAB>Good morning.\n"
+        "            Wie geht es dir?<TAB>How are you?",
+    )
+)
+register(
+    Format(
+        "moses",
+        TASK,
+        read_moses,
+        _is_moses,
+        "two aligned plain-text files, one sentence per line (Moses, OPUS, WMT): "
+        "PREFIX.SRC + PREFIX.TGT with --src-lang/--tgt-lang, or the two files named",
+        "corpus.de:  Guten Morgen.        corpus.en:  Good morning.\n"
+        "            Wie geht es dir?                 How are you?",
+    )
+)

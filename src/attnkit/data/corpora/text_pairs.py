@@ -39,8 +39,16 @@ class TextPairs(Sequence):
     tuples from :func:`attnkit.data.read_tsv`).
     """
 
-    def __init__(self, path: Path, starts: np.ndarray, ends: np.ndarray, lines: np.ndarray,
-                 source: str, *, owner: object = None):
+    def __init__(
+        self,
+        path: Path,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        lines: np.ndarray,
+        source: str,
+        *,
+        owner: object = None,
+    ):
         self.path, self.starts, self.ends, self.lines = Path(path), starts, ends, lines
         self.source = source  # the file origin() names
         self._owner = owner  # what removes the file once no TextPairs over it is left
@@ -74,8 +82,14 @@ class TextPairs(Sequence):
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return TextPairs(self.path, self.starts[i], self.ends[i], self.lines[i],
-                             self.source, owner=self._owner)
+            return TextPairs(
+                self.path,
+                self.starts[i],
+                self.ends[i],
+                self.lines[i],
+                self.source,
+                owner=self._owner,
+            )
         start, end = int(self.starts[i]), int(self.ends[i])
         source, target = self._pread(end - start, start).split(SEPARATOR)
         return source.decode("utf-8"), target.decode("utf-8")
@@ -105,8 +119,11 @@ class TextPairs(Sequence):
         return f"{self.source}:{self.lines[i]}"
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, Sequence) and len(self) == len(other) and \
-            all(tuple(a) == tuple(b) for a, b in zip(self, other))
+        return (
+            isinstance(other, Sequence)
+            and len(self) == len(other)
+            and all(tuple(a) == tuple(b) for a, b in zip(self, other))
+        )
 
     def __repr__(self) -> str:
         head = ", ".join(repr(self[k]) for k in range(min(2, len(self))))

@@ -12,8 +12,14 @@ from attnkit.data.corpora.text_files import byte_lines, decode_line, undecodable
 from attnkit.data.corpora.unusable import Unusable
 from attnkit.errors import DataError
 
-__all__ = ["HEADER_WORDS", "MAX_CHARS", "field_problem", "iter_tsv_rows", "read_tsv",
-           "read_tsv_rows"]
+__all__ = [
+    "HEADER_WORDS",
+    "MAX_CHARS",
+    "field_problem",
+    "iter_tsv_rows",
+    "read_tsv",
+    "read_tsv_rows",
+]
 
 log = logging.getLogger("attnkit")
 
@@ -21,13 +27,34 @@ log = logging.getLogger("attnkit")
 # gigabytes in one step, and a sentence that long could not be translated in useful time.
 MAX_CHARS = 1000
 # A first line made of two of these (or of the column names) is a header, not an example.
-HEADER_WORDS = frozenset({"source", "src", "target", "tgt", "input", "output", "text",
-                          "filename", "file", "path", "image", "wav", "wav_path", "audio",
-                          "transcript", "transcription", "label", "sentence", "translation"})
+HEADER_WORDS = frozenset(
+    {
+        "source",
+        "src",
+        "target",
+        "tgt",
+        "input",
+        "output",
+        "text",
+        "filename",
+        "file",
+        "path",
+        "image",
+        "wav",
+        "wav_path",
+        "audio",
+        "transcript",
+        "transcription",
+        "label",
+        "sentence",
+        "translation",
+    }
+)
 
 
-def read_tsv(path: str | Path, *, skip_bad_lines: bool = False,
-             max_chars: int | None = MAX_CHARS) -> list[tuple[str, str]]:
+def read_tsv(
+    path: str | Path, *, skip_bad_lines: bool = False, max_chars: int | None = MAX_CHARS
+) -> list[tuple[str, str]]:
     """Read ``source<TAB>target`` pairs from a text file as :mod:`attnkit.data.corpora.text_files`
     reads them (UTF-8 in NFC, LF or CRLF, gzip, xz or bzip2 decompressed).
 
@@ -38,8 +65,10 @@ def read_tsv(path: str | Path, *, skip_bad_lines: bool = False,
     column names (``source<TAB>target``: two of :data:`HEADER_WORDS`) is skipped with a
     warning. A UTF-16 file is refused as a whole.
     """
-    return [(a, b) for _, a, b in read_tsv_rows(path, skip_bad_lines=skip_bad_lines,
-                                                 max_chars=max_chars)]
+    return [
+        (a, b)
+        for _, a, b in read_tsv_rows(path, skip_bad_lines=skip_bad_lines, max_chars=max_chars)
+    ]
 
 
 def read_tsv_rows(
@@ -60,8 +89,15 @@ def read_tsv_rows(
     (:meth:`attnkit.data.corpora.unusable.Unusable.check`) once it knows what it kept; without, the
     first bad line raises.
     """
-    return list(iter_tsv_rows(path, columns=columns, skip_bad_lines=skip_bad_lines,
-                              max_chars=max_chars, unusable=unusable))
+    return list(
+        iter_tsv_rows(
+            path,
+            columns=columns,
+            skip_bad_lines=skip_bad_lines,
+            max_chars=max_chars,
+            unusable=unusable,
+        )
+    )
 
 
 def iter_tsv_rows(
@@ -83,8 +119,9 @@ def iter_tsv_rows(
         parts = _fields(line, columns, max_chars)
         if isinstance(parts, list):
             if not rows and not bad and {part.strip().lower() for part in parts} <= header:
-                log.warning("%s:%d: %r is a header, not an example: skipped", path, n,
-                            "\t".join(parts))
+                log.warning(
+                    "%s:%d: %r is a header, not an example: skipped", path, n, "\t".join(parts)
+                )
                 continue
             rows += 1
             yield (n, *parts)

@@ -29,8 +29,9 @@ def listed_twice(where: str, key: str, first: str) -> DataError:
     """The error of an id (an utterance's, an image's, a question's; ``key`` as the message
     shows it) listed a second time at ``where``, first at ``first``: refused whatever
     ``max_unusable`` says, since which of the entries is meant cannot be told."""
-    return DataError(f"{where}: {key} is listed twice (first at {first}); expected one entry "
-                     "per id")
+    return DataError(
+        f"{where}: {key} is listed twice (first at {first}); expected one entry per id"
+    )
 
 
 class Unusable:
@@ -42,11 +43,13 @@ class Unusable:
         what: what an example is, plural (``"lines"``, ``"captions"``).
     """
 
-    def __init__(self, source: str | Path, *, max_unusable: float = MAX_UNUSABLE,
-                 what: str = "examples"):
+    def __init__(
+        self, source: str | Path, *, max_unusable: float = MAX_UNUSABLE, what: str = "examples"
+    ):
         if not (isinstance(max_unusable, (int, float)) and 0.0 <= max_unusable <= 1.0):
-            raise ValueError(f"max_unusable: expected a share from 0 to 1, got "
-                             f"{quoted(max_unusable)}")
+            raise ValueError(
+                f"max_unusable: expected a share from 0 to 1, got {quoted(max_unusable)}"
+            )
         self.source, self.max_unusable, self.what = str(source), float(max_unusable), what
         self.kinds: collections.Counter[str] = collections.Counter()
         self.first: list[str] = []
@@ -74,10 +77,22 @@ class Unusable:
         kinds = ", ".join(f"{n} {kind}" for kind, n in self.kinds.most_common())
         first = "; ".join(self.first) + ("; ..." if dropped > len(self.first) else "")
         if kept == 0 or dropped > self.max_unusable * total:
-            what = f"no usable {self.what}" if kept == 0 else (
-                f"{dropped} of {total} {self.what} are unusable ({kinds}), more than "
-                f"max_unusable={self.max_unusable:g} allows (--max-unusable)")
+            what = (
+                f"no usable {self.what}"
+                if kept == 0
+                else (
+                    f"{dropped} of {total} {self.what} are unusable ({kinds}), more than "
+                    f"max_unusable={self.max_unusable:g} allows (--max-unusable)"
+                )
+            )
             raise DataError(f"{self.source}: {what}" + (f": {first}" if dropped else ""))
         if dropped:
-            log.warning("%s: dropped %d of %d %s as unusable (%s): %s", self.source, dropped,
-                        total, self.what, kinds, first)
+            log.warning(
+                "%s: dropped %d of %d %s as unusable (%s): %s",
+                self.source,
+                dropped,
+                total,
+                self.what,
+                kinds,
+                first,
+            )

@@ -17,7 +17,6 @@ of :mod:`attnkit.data.worlds.speech` (lower case, numbers in words); see there.
 
 from __future__ import annotations
 
-import collections
 import functools
 import logging
 import math
@@ -33,11 +32,11 @@ import torch
 
 from attnkit.data.audio.features import SAMPLE_RATE, log_mel, n_frames, resample
 from attnkit.data.audio.files import MAX_SECONDS, audio_info, read_audio, span
-from attnkit.data.paths import inside
 from attnkit.data.corpora.speech_sets import FeaturesOnDisk, SpeechSet, spoken_number
 from attnkit.data.corpora.text_files import text_lines
 from attnkit.data.corpora.tsv import HEADER_WORDS, MAX_CHARS
 from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable
+from attnkit.data.paths import inside
 from attnkit.errors import DataError
 
 __all__ = [
@@ -54,8 +53,7 @@ log = logging.getLogger("attnkit")
 
 SPEECH_ALPHABET = "abcdefghijklmnopqrstuvwxyz' "  # what normalised transcripts are written in
 TRANSCRIPTS = ("keep", "normalize")  # what a reader does with a corpus's transcripts
-_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'",
-                              "\u00b4": "'"})
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'", "\u00b4": "'"})
 _SPACE_MARKS = re.compile(r"[-\u2010-\u2015_/\\]+")  # hyphens, dashes, underscores, slashes
 _NUMBER = re.compile(r"\d+")
 _QUOTE = re.compile(r"(?<!\w)'|'(?!\w)")  # an apostrophe not inside a word is a quote mark
@@ -86,11 +84,14 @@ class PackedTexts(Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return PackedTexts(self.buffer, self.starts[i], self.ends[i])
-        return self.buffer[self.starts[i]:self.ends[i]].decode("utf-8")
+        return self.buffer[self.starts[i] : self.ends[i]].decode("utf-8")
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, Sequence) and len(self) == len(other) and \
-            all(a == b for a, b in zip(self, other))
+        return (
+            isinstance(other, Sequence)
+            and len(self) == len(other)
+            and all(a == b for a, b in zip(self, other))
+        )
 
     def __repr__(self) -> str:
         head = ", ".join(repr(t) for t in self[:3])
@@ -128,8 +129,14 @@ class _AudioFeatures(FeaturesOnDisk):
 
     has_samples = True
 
-    def __init__(self, clips: Sequence[Clip], frames: Sequence[int], *, normalize: bool,
-                 max_seconds: float | None):
+    def __init__(
+        self,
+        clips: Sequence[Clip],
+        frames: Sequence[int],
+        *,
+        normalize: bool,
+        max_seconds: float | None,
+    ):
         super().__init__(clips, frames, normalize=normalize)
         self.max_seconds = max_seconds
 
@@ -140,8 +147,6 @@ class _AudioFeatures(FeaturesOnDisk):
         path, start, end = record
         samples, rate = read_audio(path, start=start, end=end, max_seconds=self.max_seconds)
         return resample(samples, rate, SAMPLE_RATE)
-
-
 
 
 def normalize_transcript(text: str) -> str:
@@ -162,8 +167,7 @@ def normalize_transcript(text: str) -> str:
     text = unicodedata.normalize("NFC", text).casefold().translate(_APOSTROPHES)
     text = _NUMBER.sub(lambda m: f" {_spoken_digits(m.group())} ", text)
     text = _SPACE_MARKS.sub(" ", text)
-    text = "".join(c for c in text
-                   if c == "'" or unicodedata.category(c)[0] not in "PS")
+    text = "".join(c for c in text if c == "'" or unicodedata.category(c)[0] not in "PS")
     return " ".join(_QUOTE.sub(" ", text).split())
 
 
@@ -215,13 +219,21 @@ class SpeechCorpus:
             transcript is kept, not unusable.
     """
 
-    def __init__(self, source: str | Path, *, max_unusable: float = MAX_UNUSABLE,
-                 max_seconds: float | None = MAX_SECONDS, min_frames: int = 1,
-                 transcripts: str = "keep", alphabet: str | None = None,
-                 references: bool = True):
+    def __init__(
+        self,
+        source: str | Path,
+        *,
+        max_unusable: float = MAX_UNUSABLE,
+        max_seconds: float | None = MAX_SECONDS,
+        min_frames: int = 1,
+        transcripts: str = "keep",
+        alphabet: str | None = None,
+        references: bool = True,
+    ):
         if transcripts not in TRANSCRIPTS:
-            raise ValueError(f"transcripts: expected one of {', '.join(TRANSCRIPTS)}, got "
-                             f"{transcripts!r}")
+            raise ValueError(
+                f"transcripts: expected one of {', '.join(TRANSCRIPTS)}, got {transcripts!r}"
+            )
         self.source, self.max_seconds = str(source), max_seconds
         self.unusable = Unusable(source, max_unusable=max_unusable, what="utterances")
         self.min_frames, self.transcripts, self.references = min_frames, transcripts, references
@@ -250,18 +262,32 @@ class SpeechCorpus:
             self.drop(f"{where}: empty transcript", "transcript")
             return None
         if len(text) > MAX_CHARS:
-            self.drop(f"{where}: transcript of {len(text)} characters, more than the limit "
-                      f"of {MAX_CHARS}", "transcript")
+            self.drop(
+                f"{where}: transcript of {len(text)} characters, more than the limit "
+                f"of {MAX_CHARS}",
+                "transcript",
+            )
             return None
         outside = set(text) - self.alphabet if self.alphabet is not None else ()
         if outside:
-            self.drop(f"{where}: transcript {text[:80]!r} has characters outside the "
-                      f"alphabet: {''.join(sorted(outside))!r}", "transcript")
+            self.drop(
+                f"{where}: transcript {text[:80]!r} has characters outside the "
+                f"alphabet: {''.join(sorted(outside))!r}",
+                "transcript",
+            )
             return None
         return text
 
-    def add(self, where: str, audio: str | Path, transcript: str, *, start: float = 0.0,
-            end: float | None = None, origin: str | None = None) -> bool:
+    def add(
+        self,
+        where: str,
+        audio: str | Path,
+        transcript: str,
+        *,
+        start: float = 0.0,
+        end: float | None = None,
+        origin: str | None = None,
+    ) -> bool:
         """Add the utterance ``transcript`` spoken in ``audio`` (from ``start`` to ``end``
         seconds of it, None: the end), ``where`` naming its line or id in errors and
         ``origin`` in the set (default: the audio path). Returns whether it was kept."""
@@ -271,19 +297,25 @@ class SpeechCorpus:
         audio = str(audio)
         try:
             info = self._info(audio)
-            first, stop = span(info, start, end, audio) if start or end is not None \
-                else (0, info.samples)
+            first, stop = (
+                span(info, start, end, audio) if start or end is not None else (0, info.samples)
+            )
         except DataError as exc:
             return self.drop(f"{where}: {exc}", "audio")
         seconds = (stop - first) / info.rate
         if self.max_seconds is not None and seconds > self.max_seconds:
-            return self.drop(f"{where}: {audio}: {seconds:.1f} s of audio, more than "
-                             f"max_seconds={self.max_seconds:g}; cut it into utterances",
-                             "too long")
+            return self.drop(
+                f"{where}: {audio}: {seconds:.1f} s of audio, more than "
+                f"max_seconds={self.max_seconds:g}; cut it into utterances",
+                "too long",
+            )
         frames = n_frames(stop - first, info.rate)
         if frames < self.min_frames:
-            return self.drop(f"{where}: {audio}: {frames} feature frames ({seconds * 1000:.0f} "
-                             f"ms of audio); at least {self.min_frames} needed", "too short")
+            return self.drop(
+                f"{where}: {audio}: {frames} feature frames ({seconds * 1000:.0f} "
+                f"ms of audio); at least {self.min_frames} needed",
+                "too short",
+            )
         self._paths.append(audio)
         self._texts.append(text)
         self._origins.append(audio if origin is None else origin)
@@ -300,17 +332,31 @@ class SpeechCorpus:
                 usable or more than ``max_unusable`` of them are not.
         """
         self.unusable.check(self.kept)
-        clips = _Clips(self._paths.pack(), np.array(self._starts, dtype=np.float64),
-                       np.array(self._ends, dtype=np.float64))
-        features = _AudioFeatures(clips, np.array(self._frames, dtype=np.int32),
-                                  normalize=normalize, max_seconds=self.max_seconds)
+        clips = _Clips(
+            self._paths.pack(),
+            np.array(self._starts, dtype=np.float64),
+            np.array(self._ends, dtype=np.float64),
+        )
+        features = _AudioFeatures(
+            clips,
+            np.array(self._frames, dtype=np.int32),
+            normalize=normalize,
+            max_seconds=self.max_seconds,
+        )
         return SpeechSet(features, self._texts.pack(), self._origins.pack())
 
 
-def read_manifest(path: str | Path, *, normalize: bool = False,
-                  max_seconds: float | None = MAX_SECONDS, confine: bool = False,
-                  max_unusable: float = MAX_UNUSABLE, min_frames: int = 1,
-                  transcripts: str = "keep", alphabet: str | None = None) -> SpeechSet:
+def read_manifest(
+    path: str | Path,
+    *,
+    normalize: bool = False,
+    max_seconds: float | None = MAX_SECONDS,
+    confine: bool = False,
+    max_unusable: float = MAX_UNUSABLE,
+    min_frames: int = 1,
+    transcripts: str = "keep",
+    alphabet: str | None = None,
+) -> SpeechSet:
     """The user's own speech: a UTF-8 manifest of ``audio_path<TAB>transcript`` lines, attnkit's
     own format (every other is read by :mod:`attnkit.data.corpora.speech_formats`).
 
@@ -332,8 +378,14 @@ def read_manifest(path: str | Path, *, normalize: bool = False,
             unusable, when more than ``max_unusable`` of them are.
     """
     path = Path(path)
-    corpus = SpeechCorpus(path, max_unusable=max_unusable, max_seconds=max_seconds,
-                          min_frames=min_frames, transcripts=transcripts, alphabet=alphabet)
+    corpus = SpeechCorpus(
+        path,
+        max_unusable=max_unusable,
+        max_seconds=max_seconds,
+        min_frames=min_frames,
+        transcripts=transcripts,
+        alphabet=alphabet,
+    )
     seen = False
     for n, line in text_lines(path):
         if not line.strip() and "\t" not in line:

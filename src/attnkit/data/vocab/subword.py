@@ -43,16 +43,25 @@ class SubwordVocab:
         try:
             self.sp = spm.SentencePieceProcessor(model_proto=self.model)
         except RuntimeError:
-            raise ValueError(f"model: not a SentencePiece model ({len(self.model)} bytes that "
-                             "do not parse)") from None
+            raise ValueError(
+                f"model: not a SentencePiece model ({len(self.model)} bytes that do not parse)"
+            ) from None
         if self.sp.get_piece_size() <= UNK:
-            raise ValueError(f"model: expected a SentencePiece model with the 4 special pieces, "
-                             f"got {self.sp.get_piece_size()} pieces")
+            raise ValueError(
+                f"model: expected a SentencePiece model with the 4 special pieces, "
+                f"got {self.sp.get_piece_size()} pieces"
+            )
         if [self.sp.pad_id(), self.sp.bos_id(), self.sp.eos_id(), self.sp.unk_id()] != [
-                PAD, BOS, EOS, UNK]:
-            raise ValueError("model: expected a SentencePiece model with pad=0, bos=1, eos=2, "
-                             f"unk=3, got pad={self.sp.pad_id()}, bos={self.sp.bos_id()}, "
-                             f"eos={self.sp.eos_id()}, unk={self.sp.unk_id()}")
+            PAD,
+            BOS,
+            EOS,
+            UNK,
+        ]:
+            raise ValueError(
+                "model: expected a SentencePiece model with pad=0, bos=1, eos=2, "
+                f"unk=3, got pad={self.sp.pad_id()}, bos={self.sp.bos_id()}, "
+                f"eos={self.sp.eos_id()}, unk={self.sp.unk_id()}"
+            )
         self._warned = False
 
     @property
@@ -62,30 +71,52 @@ class SubwordVocab:
         return _MODEL_TYPES.get(_trainer_spec(self.model).get(3))
 
     @classmethod
-    def build(cls, texts: Iterable[str], *, size: int = 1000, model_type: str = "unigram",
-              tags: Sequence[str] = ()) -> SubwordVocab:
+    def build(
+        cls,
+        texts: Iterable[str],
+        *,
+        size: int = 1000,
+        model_type: str = "unigram",
+        tags: Sequence[str] = (),
+    ) -> SubwordVocab:
         """Train on ``texts`` with at most ``size`` pieces (fewer when the text has fewer);
         every character of the text is kept (coverage 1.0) and each tag is one piece."""
         if not isinstance(size, int) or isinstance(size, bool) or size < 8:
             raise ValueError(f"size: expected an int >= 8, got {size!r}")
         if model_type not in MODEL_TYPES:
-            raise ValueError(f"model_type: expected one of {', '.join(MODEL_TYPES)}, "
-                             f"got {model_type!r}")
+            raise ValueError(
+                f"model_type: expected one of {', '.join(MODEL_TYPES)}, got {model_type!r}"
+            )
         texts = [t for t in texts if t]
         if not texts:
             raise ValueError("texts: expected at least one non-empty text")
         needed = len(set().union(*map(set, texts))) + 4 + len(tags)
         if size < needed:
-            raise ValueError(f"size: expected at least {needed} (the texts' distinct characters, "
-                             f"4 specials and the tags; every character is kept), got {size}")
+            raise ValueError(
+                f"size: expected at least {needed} (the texts' distinct characters, "
+                f"4 specials and the tags; every character is kept), got {size}"
+            )
         out = io.BytesIO()
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(texts), model_writer=out, vocab_size=size,
-            model_type=model_type, character_coverage=1.0, hard_vocab_limit=False,
-            pad_id=PAD, bos_id=BOS, eos_id=EOS, unk_id=UNK, user_defined_symbols=list(tags),
-            normalization_rule_name="identity", add_dummy_prefix=False,
-            remove_extra_whitespaces=False, split_digits=True, num_threads=1,
-            max_sentence_length=1 << 16, minloglevel=2)
+            sentence_iterator=iter(texts),
+            model_writer=out,
+            vocab_size=size,
+            model_type=model_type,
+            character_coverage=1.0,
+            hard_vocab_limit=False,
+            pad_id=PAD,
+            bos_id=BOS,
+            eos_id=EOS,
+            unk_id=UNK,
+            user_defined_symbols=list(tags),
+            normalization_rule_name="identity",
+            add_dummy_prefix=False,
+            remove_extra_whitespaces=False,
+            split_digits=True,
+            num_threads=1,
+            max_sentence_length=1 << 16,
+            minloglevel=2,
+        )
         return cls(out.getvalue(), size=size)
 
     def __len__(self) -> int:
@@ -95,8 +126,10 @@ class SubwordVocab:
         """Ids of ``text``; unseen characters become ``<unk>`` (with one warning per vocab)."""
         ids = self.sp.encode(text)
         if UNK in ids and not self._warned:
-            log.warning("characters unseen in training map to <unk> in %r (further ones are not "
-                        "reported)", text[:80])
+            log.warning(
+                "characters unseen in training map to <unk> in %r (further ones are not reported)",
+                text[:80],
+            )
             self._warned = True
         return ([BOS] if bos else []) + ids + ([EOS] if eos else [])
 
@@ -120,13 +153,13 @@ class SubwordVocab:
     @classmethod
     def from_json(cls, data: dict) -> SubwordVocab:
         if not isinstance(data, dict) or data.get("type") != "sentencepiece":
-            raise ValueError(f"vocab: expected a SentencePiece vocabulary, got "
-                             f"{quoted(data)}")
+            raise ValueError(f"vocab: expected a SentencePiece vocabulary, got {quoted(data)}")
         try:
             model = base64.b64decode(data.get("model"), validate=True)
         except (TypeError, ValueError):
-            raise ValueError("vocab: 'model' must be a base64 string (the SentencePiece "
-                             "model)") from None
+            raise ValueError(
+                "vocab: 'model' must be a base64 string (the SentencePiece model)"
+            ) from None
         size = data.get("size")
         if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
             raise ValueError(f"vocab: 'size' must be an int, got {quoted(size)}")
@@ -157,7 +190,7 @@ def _fields(data: bytes) -> dict[int, int | bytes]:
             fields[number], at = _varint(data, at)
         elif wire == 2:
             length, at = _varint(data, at)
-            fields[number], at = data[at:at + length], at + length
+            fields[number], at = data[at : at + length], at + length
         else:  # fixed 64 or 32 bits
             at += 8 if wire == 1 else 4
     return fields

@@ -12,8 +12,15 @@ from attnkit.checks import quoted
 from attnkit.data.vocab.subword import SubwordVocab
 from attnkit.tokens import BOS, EOS, PAD, SPECIALS, UNK, content_ids
 
-__all__ = ["CharVocab", "WordVocab", "build_vocab", "load_vocab", "pad_batch", "vocab_settings",
-           "words"]
+__all__ = [
+    "CharVocab",
+    "WordVocab",
+    "build_vocab",
+    "load_vocab",
+    "pad_batch",
+    "vocab_settings",
+    "words",
+]
 
 log = logging.getLogger("attnkit")
 
@@ -46,7 +53,7 @@ class CharVocab:
     def _split(text: str, tags: Sequence[str]) -> list[str]:
         for tag in sorted(tags, key=len, reverse=True):
             if text.startswith(tag):
-                return [tag] + list(text[len(tag):])
+                return [tag] + list(text[len(tag) :])
         return list(text)
 
     def __len__(self) -> int:
@@ -57,8 +64,10 @@ class CharVocab:
         ids = [self.index.get(s, UNK) for s in self._split(text, self.tags)]
         if UNK in ids and not self._warned:
             unseen = sorted({s for s in self._split(text, self.tags) if s not in self.index})
-            log.warning("characters unseen in training map to <unk>: %s (further ones are not "
-                        "reported)", "".join(unseen))
+            log.warning(
+                "characters unseen in training map to <unk>: %s (further ones are not reported)",
+                "".join(unseen),
+            )
             self._warned = True
         return ([BOS] if bos else []) + ids + ([EOS] if eos else [])
 
@@ -76,7 +85,7 @@ class CharVocab:
         return "".join(self.piece(i) for i in content_ids(ids))
 
     def to_json(self) -> dict:
-        return {"type": "char", "symbols": self.symbols[len(SPECIALS):], "tags": self.tags}
+        return {"type": "char", "symbols": self.symbols[len(SPECIALS) :], "tags": self.tags}
 
     @classmethod
     def from_json(cls, data: dict) -> CharVocab:
@@ -94,8 +103,9 @@ class CharVocab:
         wrong = next((s for s in data.get("symbols", []) if len(s) > 1 and s not in tags), None)
         if wrong is not None:  # text is split into characters: it would never be read
             listed = f" or one of the tags ({', '.join(map(quoted, tags))})" if tags else ""
-            raise ValueError(f"vocab: 'symbols' holds {quoted(wrong)}: expected one "
-                             f"character{listed}")
+            raise ValueError(
+                f"vocab: 'symbols' holds {quoted(wrong)}: expected one character{listed}"
+            )
         return cls(data["symbols"], tags)
 
 
@@ -105,8 +115,9 @@ def _check_symbols(data: dict, keys: tuple[str, ...]) -> None:
     for key in keys:
         value = data.get(key, [])
         if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
-            raise ValueError(f"vocab: {key!r} must be a list of non-empty strings, got "
-                             f"{quoted(value)}")
+            raise ValueError(
+                f"vocab: {key!r} must be a list of non-empty strings, got {quoted(value)}"
+            )
         if len(set(value)) != len(value):
             raise ValueError(f"vocab: {key!r} lists a symbol twice")
 
@@ -168,7 +179,7 @@ class WordVocab:
         return " ".join(self.piece(i) for i in content_ids(ids))
 
     def to_json(self) -> dict:
-        return {"type": "word", "symbols": self.symbols[len(SPECIALS):]}
+        return {"type": "word", "symbols": self.symbols[len(SPECIALS) :]}
 
     @classmethod
     def from_json(cls, data: dict) -> WordVocab:
@@ -178,8 +189,9 @@ class WordVocab:
         return cls(data.get("symbols", []))
 
 
-def build_vocab(texts: Sequence[str], *, kind: str = "char", size: int = 1000,
-                tags: Sequence[str] = ()):
+def build_vocab(
+    texts: Sequence[str], *, kind: str = "char", size: int = 1000, tags: Sequence[str] = ()
+):
     """A :class:`CharVocab` (``kind="char"``) or a SentencePiece
     :class:`attnkit.data.SubwordVocab` (``"unigram"`` or ``"bpe"``, at most ``size`` pieces)."""
     if kind == "char":

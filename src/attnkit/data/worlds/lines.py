@@ -76,10 +76,20 @@ __all__ = [
 
 ALPHABET = string.ascii_letters + string.digits + string.punctuation + " "
 HELD_OUT_FONTS = {
-    "valid": ("DejaVuSerif-Italic.ttf", "LiberationSerif-Italic.ttf",
-              "LiberationSansNarrow-Bold.ttf", "FreeSerifBold.ttf", "FreeMonoOblique.ttf"),
-    "test": ("DejaVuSans-BoldOblique.ttf", "LiberationSans-BoldItalic.ttf",
-             "LiberationMono-Regular.ttf", "FreeSans.ttf", "FreeSerifBoldItalic.ttf"),
+    "valid": (
+        "DejaVuSerif-Italic.ttf",
+        "LiberationSerif-Italic.ttf",
+        "LiberationSansNarrow-Bold.ttf",
+        "FreeSerifBold.ttf",
+        "FreeMonoOblique.ttf",
+    ),
+    "test": (
+        "DejaVuSans-BoldOblique.ttf",
+        "LiberationSans-BoldItalic.ttf",
+        "LiberationMono-Regular.ttf",
+        "FreeSans.ttf",
+        "FreeSerifBoldItalic.ttf",
+    ),
 }
 HELD_OUT_FAMILIES = {
     "valid": ("cabin", "fanwood", "anonymous-pro", "comic-neue", "averia-gwf", "jura"),
@@ -103,8 +113,13 @@ def _font_files() -> list[Path]:
 
     found = {}
     mpl = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
-    system = sorted(p for p in FONT_ROOT.rglob("*") if p.suffix.lower() in (".ttf", ".otf")
-                    and p.is_file()) if FONT_ROOT.is_dir() else []
+    system = (
+        sorted(
+            p for p in FONT_ROOT.rglob("*") if p.suffix.lower() in (".ttf", ".otf") and p.is_file()
+        )
+        if FONT_ROOT.is_dir()
+        else []
+    )
     for path in [*sorted(mpl.glob("DejaVu*.ttf")), *system]:
         if any(r in str(path) for r in RESERVED) or path.stem.startswith(NOT_TEXT):
             continue
@@ -142,20 +157,26 @@ def _fonts_by_split() -> dict[str, dict[str, tuple[Path, ...]]]:
     usable = [p for p in _font_files() if _covers_alphabet(p)]
     faces = {name for names in HELD_OUT_FONTS.values() for name in names}
     families = {name for names in HELD_OUT_FAMILIES.values() for name in names}
-    out = {split: {"families": tuple(p for p in usable
-                                     if font_family(p) in HELD_OUT_FAMILIES[split]),
-                   "faces": tuple(p for p in usable if p.name in HELD_OUT_FONTS[split])}
-           for split in HELD_OUT_FONTS}
-    out["train"] = {"all": tuple(p for p in usable
-                                 if p.name not in faces and font_family(p) not in families)}
+    out = {
+        split: {
+            "families": tuple(p for p in usable if font_family(p) in HELD_OUT_FAMILIES[split]),
+            "faces": tuple(p for p in usable if p.name in HELD_OUT_FONTS[split]),
+        }
+        for split in HELD_OUT_FONTS
+    }
+    out["train"] = {
+        "all": tuple(p for p in usable if p.name not in faces and font_family(p) not in families)
+    }
     return {split: out[split] for split in SPLITS}
 
 
 def available_fonts() -> dict[str, list[Path]]:
     """The font files of each split (``train``, ``valid``, ``test``) on this machine: a held-out
     split's families, then its faces."""
-    return {split: [p for group in groups.values() for p in group]
-            for split, groups in _fonts_by_split().items()}
+    return {
+        split: [p for group in groups.values() for p in group]
+        for split, groups in _fonts_by_split().items()
+    }
 
 
 def _split_fonts(split: str, fonts) -> tuple[Path, ...]:
@@ -165,8 +186,10 @@ def _split_fonts(split: str, fonts) -> tuple[Path, ...]:
         return tuple(p for group in groups.values() for p in group)
     if isinstance(fonts, str):
         if fonts not in groups:
-            raise ValueError(f"fonts: expected None, a list of font files or one of "
-                             f"{', '.join(groups)} for split {split!r}, got {fonts!r}")
+            raise ValueError(
+                f"fonts: expected None, a list of font files or one of "
+                f"{', '.join(groups)} for split {split!r}, got {fonts!r}"
+            )
         return groups[fonts]
     return tuple(Path(f) for f in fonts)
 
@@ -219,8 +242,11 @@ def _sentences() -> dict[str, tuple[str, ...]]:
     allowed = set(ALPHABET)
     out: dict[str, list[str]] = {split: [] for split in SPLITS}
     for sentence in re.split(r"(?<=[.!?]) ", prose):
-        if (20 <= len(sentence) <= 400 and set(sentence) <= allowed
-                and not re.search(r"[=_*`|]{2,}|>>>|\.\.\.|[{}]", sentence)):
+        if (
+            20 <= len(sentence) <= 400
+            and set(sentence) <= allowed
+            and not re.search(r"[=_*`|]{2,}|>>>|\.\.\.|[{}]", sentence)
+        ):
             out[split_of(sentence)].append(sentence)
     return {split: tuple(found) for split, found in out.items()}
 
@@ -230,7 +256,7 @@ def _prose(rng: np.random.Generator, n_chars: int, split: str) -> str:
     a drawn one, cut at word boundaries (exactly ``n_chars`` when a word ends there)."""
     sentences = _sentences()[split]
     start = int(rng.integers(len(sentences)))
-    text = " ".join(sentences[start:start + 1 + n_chars // 20])
+    text = " ".join(sentences[start : start + 1 + n_chars // 20])
     words = text.split(" ")
     first = int(rng.integers(max(1, len(words) // 3))) if rng.random() < 0.5 else 0
     out = ""
@@ -258,8 +284,7 @@ def _font(path: str, size: int) -> ImageFont.FreeTypeFont:
     return ImageFont.truetype(path, size)
 
 
-def render_line(text: str, *, font: str | Path, size: int,
-                rng: np.random.Generator) -> Image.Image:
+def render_line(text: str, *, font: str | Path, size: int, rng: np.random.Generator) -> Image.Image:
     """Render one line of ``text`` as a grayscale image ``HEIGHT`` (32) pixels high.
 
     The text is drawn at ``size`` pixels in ``font`` with random margins, rotated by a small angle
@@ -319,14 +344,29 @@ def generate_lines(
     Shape:
         each image is a uint8 tensor ``(32, W)``, ``W`` growing with the text.
     """
-    return list(iter_lines(n, split=split, seed=seed, min_chars=min_chars, max_chars=max_chars,
-                           prose=prose, fonts=fonts))
+    return list(
+        iter_lines(
+            n,
+            split=split,
+            seed=seed,
+            min_chars=min_chars,
+            max_chars=max_chars,
+            prose=prose,
+            fonts=fonts,
+        )
+    )
 
 
-def iter_lines(n: int, *, split: str = "train", seed: int = 0, min_chars: int = 5,
-               max_chars: int = 200, prose: float = 0.0,
-               fonts: str | Sequence[str | Path] | None = None,
-               ) -> Iterator[tuple[torch.Tensor, str]]:
+def iter_lines(
+    n: int,
+    *,
+    split: str = "train",
+    seed: int = 0,
+    min_chars: int = 5,
+    max_chars: int = 200,
+    prose: float = 0.0,
+    fonts: str | Sequence[str | Path] | None = None,
+) -> Iterator[tuple[torch.Tensor, str]]:
     """The lines of :func:`generate_lines`, rendered one at a time as they are iterated.
 
     Raises (on the call, before any line is rendered):
@@ -338,19 +378,30 @@ def iter_lines(n: int, *, split: str = "train", seed: int = 0, min_chars: int = 
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"n: expected a non-negative int, got {n!r}")
     if not 1 <= min_chars <= max_chars:
-        raise ValueError(f"min_chars, max_chars: expected 1 <= min_chars <= max_chars, "
-                         f"got {min_chars} and {max_chars}")
+        raise ValueError(
+            f"min_chars, max_chars: expected 1 <= min_chars <= max_chars, "
+            f"got {min_chars} and {max_chars}"
+        )
     if not 0.0 <= prose <= 1.0:
         raise ValueError(f"prose: expected a probability in [0, 1], got {prose!r}")
     chosen = _split_fonts(split, fonts)
     if not chosen:
-        raise DataError(f"split {split!r}: none of its fonts ({fonts or 'all'}) is installed; "
-                        "make fonts installs them")
+        raise DataError(
+            f"split {split!r}: none of its fonts ({fonts or 'all'}) is installed; "
+            "make fonts installs them"
+        )
     return _render(n, split, seed, min_chars, max_chars, prose, chosen)
 
 
-def _render(n: int, split: str, seed: int, min_chars: int, max_chars: int, prose: float,
-            fonts: Sequence[Path]) -> Iterator[tuple[torch.Tensor, str]]:
+def _render(
+    n: int,
+    split: str,
+    seed: int,
+    min_chars: int,
+    max_chars: int,
+    prose: float,
+    fonts: Sequence[Path],
+) -> Iterator[tuple[torch.Tensor, str]]:
     # a family first, then one of its faces: a family of 40 files is drawn as often as one of 1
     by_family: dict[str, list[Path]] = {}
     for font in fonts:

@@ -27,8 +27,9 @@ def speak(tts, item: dict) -> int:
     if pid == 0:
         status = 1
         try:
-            pcm = tts.speak(item["text"], voice=item["voice"], speed=item["speed"],
-                            pitch=item["pitch"])
+            pcm = tts.speak(
+                item["text"], voice=item["voice"], speed=item["speed"], pitch=item["pitch"]
+            )
             with wave.open(item["out"], "wb") as out:
                 out.setnchannels(1)
                 out.setsampwidth(2)

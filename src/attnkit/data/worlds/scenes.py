@@ -58,28 +58,78 @@ from PIL import Image, ImageDraw
 from attnkit.data.corpora.image_folders import CaptionedImage, ImageQuestion
 from attnkit.errors import DataError
 
-__all__ = ["ANSWERS", "COLOURS", "HELD_OUT", "QUESTION_TYPES", "REGIONS", "RELATIONAL",
-           "SCORED", "SCORED_SCENES", "SCORED_SPLITS", "SHAPES", "SIZES", "SPLITS", "Fact",
-           "NounPhrase", "Scene", "SceneObject", "SceneQuestion", "caption_is_true",
-           "captioned_images", "generate_scenes", "matching_objects", "object_masks",
-           "parse_caption", "question_set", "region_of", "render", "scored_scenes"]
+__all__ = [
+    "ANSWERS",
+    "COLOURS",
+    "HELD_OUT",
+    "QUESTION_TYPES",
+    "REGIONS",
+    "RELATIONAL",
+    "SCORED",
+    "SCORED_SCENES",
+    "SCORED_SPLITS",
+    "SHAPES",
+    "SIZES",
+    "SPLITS",
+    "Fact",
+    "NounPhrase",
+    "Scene",
+    "SceneObject",
+    "SceneQuestion",
+    "caption_is_true",
+    "captioned_images",
+    "generate_scenes",
+    "matching_objects",
+    "object_masks",
+    "parse_caption",
+    "question_set",
+    "region_of",
+    "render",
+    "scored_scenes",
+]
 
-COLOURS = {"red": (220, 40, 40), "green": (40, 160, 60), "blue": (40, 80, 220),
-           "yellow": (230, 195, 20), "purple": (140, 60, 190), "grey": (120, 120, 120)}
+COLOURS = {
+    "red": (220, 40, 40),
+    "green": (40, 160, 60),
+    "blue": (40, 80, 220),
+    "yellow": (230, 195, 20),
+    "purple": (140, 60, 190),
+    "grey": (120, 120, 120),
+}
 SHAPES = ("circle", "square", "triangle")
 SIZES = ("small", "large")
 HELD_OUT = (("red", "triangle"), ("green", "circle"), ("blue", "square"))
 SPLITS = ("train", "valid", "test", "heldout")
 SCORED, SCORED_SPLITS, SCORED_SCENES = "scenes:", ("test", "heldout"), 1000  # scenes:test
-REGIONS = (("top left", "top", "top right"), ("left", "centre", "right"),
-           ("bottom left", "bottom", "bottom right"))
+REGIONS = (
+    ("top left", "top", "top right"),
+    ("left", "centre", "right"),
+    ("bottom left", "bottom", "bottom right"),
+)
 RELATIONS = ("left of", "right of", "above", "below")
-QUESTION_TYPES = ("exist", "count", "where", "colour", "shape", "size", "closest", "farthest",
-                  "left_of", "above")
+QUESTION_TYPES = (
+    "exist",
+    "count",
+    "where",
+    "colour",
+    "shape",
+    "size",
+    "closest",
+    "farthest",
+    "left_of",
+    "above",
+)
 RELATIONAL = ("closest", "farthest", "left_of", "above")
 MAX_OBJECTS = 8
-ANSWERS = ("yes", "no", *(str(i) for i in range(MAX_OBJECTS + 1)),
-           *itertools.chain(*REGIONS), *COLOURS, *SHAPES, *SIZES)
+ANSWERS = (
+    "yes",
+    "no",
+    *(str(i) for i in range(MAX_OBJECTS + 1)),
+    *itertools.chain(*REGIONS),
+    *COLOURS,
+    *SHAPES,
+    *SIZES,
+)
 
 RADIUS = {"small": 0.07, "large": 0.11}  # of the image side
 EXTENT = 1.2  # every shape lies within EXTENT * radius of its centre
@@ -137,8 +187,9 @@ def _draw(draw: ImageDraw.ImageDraw, obj: SceneObject, fill) -> None:
         draw.rectangle((x - a, y - a, x + a, y + a), fill=fill)
     else:
         c = 1.15 * r  # an equilateral triangle, point up, its corners c from the centre
-        draw.polygon([(x, y - c), (x - c * 0.866, y + c / 2), (x + c * 0.866, y + c / 2)],
-                     fill=fill)
+        draw.polygon(
+            [(x, y - c), (x - c * 0.866, y + c / 2), (x + c * 0.866, y + c / 2)], fill=fill
+        )
 
 
 def render(objects: Sequence[SceneObject], size: int) -> torch.Tensor:
@@ -206,7 +257,7 @@ def parse_caption(text: str) -> Fact | None:
     subject = _noun_phrase(words, 0)
     if subject is None:
         return None
-    rest = words[subject.end:]
+    rest = words[subject.end :]
     if rest[:2] == ["at", "the"] and " ".join(rest[2:]) in itertools.chain(*REGIONS):
         return Fact(subject, None, None, " ".join(rest[2:]))
     for relation in RELATIONS:
@@ -220,13 +271,17 @@ def parse_caption(text: str) -> Fact | None:
 
 def matching_objects(objects: Sequence[SceneObject], phrase: NounPhrase) -> list[int]:
     """Indices of the objects a noun phrase may name."""
-    return [i for i, o in enumerate(objects) if o.colour == phrase.colour
-            and o.shape == phrase.shape and phrase.size in (None, o.size)]
+    return [
+        i
+        for i, o in enumerate(objects)
+        if o.colour == phrase.colour and o.shape == phrase.shape and phrase.size in (None, o.size)
+    ]
 
 
 def _holds(relation: str, a: SceneObject, b: SceneObject) -> bool:
-    return {"left of": a.x < b.x, "right of": a.x > b.x, "above": a.y < b.y,
-            "below": a.y > b.y}[relation]
+    return {"left of": a.x < b.x, "right of": a.x > b.x, "above": a.y < b.y, "below": a.y > b.y}[
+        relation
+    ]
 
 
 def caption_is_true(objects: Sequence[SceneObject], text: str, *, size: int) -> bool:
@@ -252,8 +307,9 @@ def caption_is_true(objects: Sequence[SceneObject], text: str, *, size: int) -> 
     if fact.region is not None:
         return any(region_of(objects[i], size) == fact.region for i in subjects)
     others = matching_objects(objects, fact.other)
-    return any(i != j and _holds(fact.relation, objects[i], objects[j])
-               for i in subjects for j in others)
+    return any(
+        i != j and _holds(fact.relation, objects[i], objects[j]) for i in subjects for j in others
+    )
 
 
 # ------------------------------------------------------------------------------ generation
@@ -264,12 +320,19 @@ def _phrase(obj: SceneObject, attrs: Sequence[str], article: str = "the") -> str
     return " ".join(words + [obj.shape if "shape" in attrs else "object"])
 
 
-REFERENCES = (("colour", "shape"), ("shape",), ("colour",), ("size", "colour", "shape"),
-              ("size", "shape"), ("size", "colour"))
+REFERENCES = (
+    ("colour", "shape"),
+    ("shape",),
+    ("colour",),
+    ("size", "colour", "shape"),
+    ("size", "shape"),
+    ("size", "colour"),
+)
 
 
-def _reference(objects: Sequence[SceneObject], obj: SceneObject,
-               without: str | None = None) -> str | None:
+def _reference(
+    objects: Sequence[SceneObject], obj: SceneObject, without: str | None = None
+) -> str | None:
     """``the ...`` naming ``obj`` alone among ``objects`` with the fewest attributes, none of
     them ``without``; None when no such phrase exists."""
     for attrs in REFERENCES:
@@ -295,19 +358,28 @@ def _relation(a: SceneObject, b: SceneObject, size: int) -> str | None:
     return "above" if dy > 0 else "below"
 
 
-def _captions(objects: Sequence[SceneObject], focus: Sequence[int], size: int, n: int,
-              rng: np.random.Generator) -> tuple[str, ...]:
+def _captions(
+    objects: Sequence[SceneObject],
+    focus: Sequence[int],
+    size: int,
+    n: int,
+    rng: np.random.Generator,
+) -> tuple[str, ...]:
     """``n`` different captions (fewer if the scene has fewer facts), about ``focus``
     objects: their relations to the others (seven in ten) or where they are."""
-    pairs = [(i, j, rel) for i in focus for j in range(len(objects)) if i != j
-             and (rel := _relation(objects[i], objects[j], size)) is not None]
+    pairs = [
+        (i, j, rel)
+        for i in focus
+        for j in range(len(objects))
+        if i != j and (rel := _relation(objects[i], objects[j], size)) is not None
+    ]
     captions: list[str] = []
     for _ in range(20 * n):
         if len(captions) == n:
             break
         if pairs and rng.random() < 0.7:
             i, j, rel = pairs[rng.integers(len(pairs))]
-            text = (f"{_caption_np(objects[i], rng)} {rel} {_caption_np(objects[j], rng)}")
+            text = f"{_caption_np(objects[i], rng)} {rel} {_caption_np(objects[j], rng)}"
         else:
             obj = objects[focus[rng.integers(len(focus))]]
             text = f"{_caption_np(obj, rng)} at the {region_of(obj, size)}"
@@ -316,9 +388,13 @@ def _captions(objects: Sequence[SceneObject], focus: Sequence[int], size: int, n
     return tuple(captions)
 
 
-def _questions(objects: Sequence[SceneObject], focus: Sequence[int], size: int,
-               absent: Sequence[tuple[str, str]], rng: np.random.Generator,
-               ) -> tuple[SceneQuestion, ...]:
+def _questions(
+    objects: Sequence[SceneObject],
+    focus: Sequence[int],
+    size: int,
+    absent: Sequence[tuple[str, str]],
+    rng: np.random.Generator,
+) -> tuple[SceneQuestion, ...]:
     """One question of each type the scene allows, about ``focus`` objects where it can;
     ``absent``: the colour-shape pairs an ``exist`` question may ask about when it asks about
     an object that is not there."""
@@ -337,15 +413,28 @@ def _questions(objects: Sequence[SceneObject], focus: Sequence[int], size: int,
     out.append(SceneQuestion(f"does the image contain a {colour} {shape} ?", answer, "exist"))
     if rng.random() < 0.5:
         shape = SHAPES[rng.integers(len(SHAPES))]
-        out.append(SceneQuestion(f"how many {shape}s are in the image ?",
-                                 str(sum(o.shape == shape for o in objects)), "count"))
+        out.append(
+            SceneQuestion(
+                f"how many {shape}s are in the image ?",
+                str(sum(o.shape == shape for o in objects)),
+                "count",
+            )
+        )
     else:
         colour = list(COLOURS)[rng.integers(len(COLOURS))]
-        out.append(SceneQuestion(f"how many {colour} objects are in the image ?",
-                                 str(sum(o.colour == colour for o in objects)), "count"))
+        out.append(
+            SceneQuestion(
+                f"how many {colour} objects are in the image ?",
+                str(sum(o.colour == colour for o in objects)),
+                "count",
+            )
+        )
     obj = pick()
-    out.append(SceneQuestion(f"where is {_reference(objects, obj)} in the image ?",
-                             region_of(obj, size), "where"))
+    out.append(
+        SceneQuestion(
+            f"where is {_reference(objects, obj)} in the image ?", region_of(obj, size), "where"
+        )
+    )
     for attr in ("colour", "shape", "size"):
         obj = pick()
         ref = _reference(objects, obj, without=attr)
@@ -353,15 +442,20 @@ def _questions(objects: Sequence[SceneObject], focus: Sequence[int], size: int,
             out.append(SceneQuestion(f"what {attr} is {ref} ?", getattr(obj, attr), attr))
     for kind, word in (("closest", "closest to"), ("farthest", "farthest from")):
         obj = pick()
-        others = sorted((np.hypot(o.x - obj.x, o.y - obj.y), k)
-                        for k, o in enumerate(objects) if o is not obj)
+        others = sorted(
+            (np.hypot(o.x - obj.x, o.y - obj.y), k) for k, o in enumerate(objects) if o is not obj
+        )
         if kind == "farthest":
             others = [(-d, k) for d, k in reversed(others)]
         if len(others) > 1 and others[1][0] - others[0][0] >= TIE:
             attr = ("colour", "shape")[rng.integers(2)]
-            out.append(SceneQuestion(
-                f"what {attr} is the object {word} {_reference(objects, obj)} ?",
-                getattr(objects[others[0][1]], attr), kind))
+            out.append(
+                SceneQuestion(
+                    f"what {attr} is the object {word} {_reference(objects, obj)} ?",
+                    getattr(objects[others[0][1]], attr),
+                    kind,
+                )
+            )
     for kind, axis, word in (("left_of", "x", "left of"), ("above", "y", "above")):
         obj = pick()
         others = [o for o in objects if abs(getattr(o, axis) - getattr(obj, axis)) >= TIE]
@@ -369,13 +463,17 @@ def _questions(objects: Sequence[SceneObject], focus: Sequence[int], size: int,
             other = others[rng.integers(len(others))]
             a, b = (obj, other) if rng.random() < 0.5 else (other, obj)
             answer = "yes" if getattr(a, axis) < getattr(b, axis) else "no"
-            out.append(SceneQuestion(f"is {_reference(objects, a)} {word} "
-                                     f"{_reference(objects, b)} ?", answer, kind))
+            out.append(
+                SceneQuestion(
+                    f"is {_reference(objects, a)} {word} {_reference(objects, b)} ?", answer, kind
+                )
+            )
     return tuple(out)
 
 
-def _place(kinds: Sequence[tuple[str, str, str]], size: int,
-           rng: np.random.Generator) -> list[SceneObject] | None:
+def _place(
+    kinds: Sequence[tuple[str, str, str]], size: int, rng: np.random.Generator
+) -> list[SceneObject] | None:
     """Objects of ``kinds`` (shape, colour, size) at random non-overlapping places, or None
     when one finds no place in 200 tries."""
     placed: list[SceneObject] = []
@@ -410,9 +508,16 @@ def _kinds(rng: np.random.Generator, n: int, heldout: bool) -> list[tuple[str, s
     return kinds
 
 
-def generate_scenes(n: int, *, split: str = "train", seed: int = 0, size: int = 64,
-                    min_objects: int = 3, max_objects: int = MAX_OBJECTS,
-                    captions: int = 5) -> list[Scene]:
+def generate_scenes(
+    n: int,
+    *,
+    split: str = "train",
+    seed: int = 0,
+    size: int = 64,
+    min_objects: int = 3,
+    max_objects: int = MAX_OBJECTS,
+    captions: int = 5,
+) -> list[Scene]:
     """``n`` scenes of ``split`` (see the module docstring), the same for the same arguments.
 
     Args:
@@ -429,10 +534,15 @@ def generate_scenes(n: int, *, split: str = "train", seed: int = 0, size: int = 
         raise ValueError(f"n: expected a non-negative int, got {n!r}")
     if not isinstance(size, int) or not 32 <= size <= 256:
         raise ValueError(f"size: expected an int in [32, 256] (pixels), got {size!r}")
-    if not (isinstance(min_objects, int) and isinstance(max_objects, int)
-            and 2 <= min_objects <= max_objects <= MAX_OBJECTS):
-        raise ValueError(f"min_objects, max_objects: expected 2 <= min_objects <= max_objects "
-                         f"<= {MAX_OBJECTS}, got {min_objects} and {max_objects}")
+    if not (
+        isinstance(min_objects, int)
+        and isinstance(max_objects, int)
+        and 2 <= min_objects <= max_objects <= MAX_OBJECTS
+    ):
+        raise ValueError(
+            f"min_objects, max_objects: expected 2 <= min_objects <= max_objects "
+            f"<= {MAX_OBJECTS}, got {min_objects} and {max_objects}"
+        )
     if not isinstance(captions, int) or captions < 1:
         raise ValueError(f"captions: expected a positive int, got {captions!r}")
     heldout = split == "heldout"
@@ -447,9 +557,14 @@ def generate_scenes(n: int, *, split: str = "train", seed: int = 0, size: int = 
             objects = _place(_kinds(rng, count, heldout), size, rng)
         focus = [i for i, o in enumerate(objects) if (o.colour, o.shape) in HELD_OUT]
         focus = focus if heldout else list(range(len(objects)))
-        scenes.append(Scene(tuple(objects), render(objects, size),
-                            _captions(objects, focus, size, captions, rng),
-                            _questions(objects, focus, size, absent, rng)))
+        scenes.append(
+            Scene(
+                tuple(objects),
+                render(objects, size),
+                _captions(objects, focus, size, captions, rng),
+                _questions(objects, focus, size, absent, rng),
+            )
+        )
     return scenes
 
 
@@ -458,17 +573,26 @@ def captioned_images(scenes: Sequence[Scene], split: str = "scene") -> list[Capt
     return [CaptionedImage(s.image, s.captions, f"{split}[{i}]") for i, s in enumerate(scenes)]
 
 
-def question_set(scenes: Sequence[Scene], split: str = "scene",
-                 ) -> tuple[list[torch.Tensor], list[ImageQuestion]]:
+def question_set(
+    scenes: Sequence[Scene],
+    split: str = "scene",
+) -> tuple[list[torch.Tensor], list[ImageQuestion]]:
     """The scenes' images and every question about them, as the user's questions are read
     (origin ``split[scene].question``)."""
-    questions = [ImageQuestion(i, q.question, q.answer, q.type, f"{split}[{i}].{k}")
-                 for i, s in enumerate(scenes) for k, q in enumerate(s.questions)]
+    questions = [
+        ImageQuestion(i, q.question, q.answer, q.type, f"{split}[{i}].{k}")
+        for i, s in enumerate(scenes)
+        for k, q in enumerate(s.questions)
+    ]
     return [s.image for s in scenes], questions
 
 
-def scored_scenes(data, *, size: int, trained_on: Mapping | None = None,
-                  ) -> tuple[str, list[Scene]] | None:
+def scored_scenes(
+    data,
+    *,
+    size: int,
+    trained_on: Mapping | None = None,
+) -> tuple[str, list[Scene]] | None:
     """The built-in data ``data`` names, as ``attnkit eval --data`` reads it: for
     ``scenes:test`` or ``scenes:heldout``, the split and its first :data:`SCORED_SCENES`
     scenes (seed 0) of ``size`` pixels, with as many objects as ``trained_on`` (a
@@ -481,9 +605,10 @@ def scored_scenes(data, *, size: int, trained_on: Mapping | None = None,
     text = str(data)
     if not text.startswith(SCORED):
         return None
-    split = text[len(SCORED):]
+    split = text[len(SCORED) :]
     if split not in SCORED_SPLITS:
-        raise DataError(f"{text}: expected built-in scenes "
-                        f"{' or '.join(SCORED + s for s in SCORED_SPLITS)}")
+        raise DataError(
+            f"{text}: expected built-in scenes {' or '.join(SCORED + s for s in SCORED_SPLITS)}"
+        )
     counts = {k: v for k, v in (trained_on or {}).items() if k in ("min_objects", "max_objects")}
     return split, generate_scenes(SCORED_SCENES, split=split, size=size, **counts)

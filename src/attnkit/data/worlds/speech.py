@@ -110,8 +110,19 @@ KINDS = ("digits", "numbers", "sentences")
 # espeak-ng variants held out of training; every other variant espeak-ng ships is a training one
 HELD_OUT_VARIANTS = {
     "valid": ("m5", "f4", "Andy", "AnxiousAndy", "Annie", "klatt2", "Mike"),
-    "test": ("m6", "m7", "f5", "Alicia", "Jacky", "klatt4", "steph", "steph2", "steph3", "Gene",
-             "Gene2"),
+    "test": (
+        "m6",
+        "m7",
+        "f5",
+        "Alicia",
+        "Jacky",
+        "klatt4",
+        "steph",
+        "steph2",
+        "steph3",
+        "Gene",
+        "Gene2",
+    ),
 }
 
 
@@ -132,15 +143,31 @@ class SplitSpeakers:
 
 
 SPLITS = {
-    "train": SplitSpeakers(None, ("kal_diphone", "cmu_us_slt_arctic_hts"),
-                           (range(110, 150), range(171, 211)),
-                           ("male", "female", "large_child"), gnuspeech_tract=True,
-                           pico=("en-US",), accented=tuple(
-                               v for v in FESTIVAL_ACCENTS if v != "czech_ph")),
-    "valid": SplitSpeakers(HELD_OUT_VARIANTS["valid"], ("ked_diphone",), (range(150, 160),),
-                           ("small_child",), pico=("en-GB",), accented=("czech_ph",)),
-    "test": SplitSpeakers(HELD_OUT_VARIANTS["test"], ("ked_diphone",), (range(160, 171),),
-                          ("small_child",), pico=("en-GB",), accented=("czech_ph",)),
+    "train": SplitSpeakers(
+        None,
+        ("kal_diphone", "cmu_us_slt_arctic_hts"),
+        (range(110, 150), range(171, 211)),
+        ("male", "female", "large_child"),
+        gnuspeech_tract=True,
+        pico=("en-US",),
+        accented=tuple(v for v in FESTIVAL_ACCENTS if v != "czech_ph"),
+    ),
+    "valid": SplitSpeakers(
+        HELD_OUT_VARIANTS["valid"],
+        ("ked_diphone",),
+        (range(150, 160),),
+        ("small_child",),
+        pico=("en-GB",),
+        accented=("czech_ph",),
+    ),
+    "test": SplitSpeakers(
+        HELD_OUT_VARIANTS["test"],
+        ("ked_diphone",),
+        (range(160, 171),),
+        ("small_child",),
+        pico=("en-GB",),
+        accented=("czech_ph",),
+    ),
 }
 PITCHES = range(20, 81)  # espeak-ng's -p, 0-99 with 50 the voice's default
 GAPS = range(0, 6)  # espeak-ng's -g: pause between words, in units of 10 ms
@@ -190,8 +217,14 @@ class _CachedFeatures(FeaturesOnDisk):
     one utterance is read), and with the cache's audio (``audio``) their samples' ``(first,
     last + 1)`` in ``audio.safetensors`` after them."""
 
-    def __init__(self, path: Path, rows: Sequence[tuple[int, ...]], *, normalize: bool,
-                 audio: Path | None = None):
+    def __init__(
+        self,
+        path: Path,
+        rows: Sequence[tuple[int, ...]],
+        *,
+        normalize: bool,
+        audio: Path | None = None,
+    ):
         super().__init__(rows, [row[1] - row[0] for row in rows], normalize=normalize)
         self.path, self.audio = path, audio
 
@@ -236,11 +269,16 @@ def training_variants() -> tuple[str, ...]:
     return tuple(v for v in espeak_variants() if v not in held)
 
 
-def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
-                    kinds: tuple[str, ...] = KINDS,
-                    noise_snr_db: tuple[float, float] | None = None,
-                    engines: tuple[str, ...] = ("espeak-ng",),
-                    consonants: tuple[int, int] | None = None) -> list[Utterance]:
+def plan_utterances(
+    n: int,
+    *,
+    split: str = "train",
+    seed: int = 0,
+    kinds: tuple[str, ...] = KINDS,
+    noise_snr_db: tuple[float, float] | None = None,
+    engines: tuple[str, ...] = ("espeak-ng",),
+    consonants: tuple[int, int] | None = None,
+) -> list[Utterance]:
     """The ``n`` utterances of ``split`` (text, engine, voice, speed, pitch, noise), without
     audio.
 
@@ -259,16 +297,22 @@ def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
         raise ValueError(f"engines: expected a non-empty subset of {ENGINES}, got {engines!r}")
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"n: expected a non-negative int, got {n!r}")
-    if noise_snr_db is not None and not (len(noise_snr_db) == 2
-                                         and noise_snr_db[0] <= noise_snr_db[1]):
-        raise ValueError(f"noise_snr_db: expected None or (low, high) with low <= high, "
-                         f"got {noise_snr_db!r}")
+    if noise_snr_db is not None and not (
+        len(noise_snr_db) == 2 and noise_snr_db[0] <= noise_snr_db[1]
+    ):
+        raise ValueError(
+            f"noise_snr_db: expected None or (low, high) with low <= high, got {noise_snr_db!r}"
+        )
     least, most = ESPEAK_CONSONANTS
-    if consonants is not None and not (len(consonants) == 2 and all(isinstance(c, int) and
-                                       least <= c <= most for c in consonants) and
-                                       consonants[0] <= consonants[1]):
-        raise ValueError(f"consonants: expected None or (low, high), ints with {least} <= low "
-                         f"<= high <= {most}, got {consonants!r}")
+    if consonants is not None and not (
+        len(consonants) == 2
+        and all(isinstance(c, int) and least <= c <= most for c in consonants)
+        and consonants[0] <= consonants[1]
+    ):
+        raise ValueError(
+            f"consonants: expected None or (low, high), ints with {least} <= low "
+            f"<= high <= {most}, got {consonants!r}"
+        )
     speakers = SPLITS[split]
     variants = speakers.variants
     if variants is None:
@@ -285,8 +329,12 @@ def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
             voice = rng.choice(ACCENTS) + (f"+{variant}" if variant else "")
             gap, amplitude = rng.choice(GAPS), rng.choice(AMPLITUDES)
         else:
-            voices = {"festival": speakers.festival, "gnuspeech": speakers.gnuspeech,
-                      "pico": speakers.pico, "accented": speakers.accented}[engine]
+            voices = {
+                "festival": speakers.festival,
+                "gnuspeech": speakers.gnuspeech,
+                "pico": speakers.pico,
+                "accented": speakers.accented,
+            }[engine]
             voice, gap, amplitude = rng.choice(voices), 0, 100
         speed, pitch = rng.choice(speeds), rng.choice(PITCHES)
         snr = None if noise_snr_db is None else round(rng.uniform(*noise_snr_db), 2)
@@ -295,8 +343,23 @@ def plan_utterances(n: int, *, split: str = "train", seed: int = 0,
         if engine == "gnuspeech" and speakers.gnuspeech_tract:
             tract = tuple(gnuspeech_tract(rng).items())
         loudness = rng.randint(*consonants) if engine == "espeak-ng" and consonants else None
-        out.append(Utterance(kind, text, transcript, voice, speed, pitch, snr, noise_seed,
-                             engine, gap, amplitude, tract, loudness))
+        out.append(
+            Utterance(
+                kind,
+                text,
+                transcript,
+                voice,
+                speed,
+                pitch,
+                snr,
+                noise_seed,
+                engine,
+                gap,
+                amplitude,
+                tract,
+                loudness,
+            )
+        )
     return out
 
 
@@ -333,30 +396,45 @@ def _chunk_audio(plan: Sequence[Utterance]) -> list[torch.Tensor]:
     """:func:`utterance_audio` of each planned utterance, festival's (and accented) spoken by
     one process, gnuspeech's by another and pico's by a third."""
     spoken: dict[int, tuple[torch.Tensor, int]] = {}
-    for engines, speak in ((("festival", "accented"), festival_many),
-                           (("gnuspeech",), gnuspeech_many), (("pico",), pico_many)):
+    for engines, speak in (
+        (("festival", "accented"), festival_many),
+        (("gnuspeech",), gnuspeech_many),
+        (("pico",), pico_many),
+    ):
         ours = [i for i, u in enumerate(plan) if u.engine in engines]
         if ours:
             said = speak([_spoken_item(plan[i]) for i in ours])
             spoken.update(zip(ours, said))
     out = []
     for i, u in enumerate(plan):
-        samples, rate = spoken[i] if i in spoken else synthesize(
-            u.transcript, voice=u.voice, speed=u.speed, pitch=u.pitch, gap=u.gap,
-            amplitude=u.amplitude, engine=u.engine, tract=dict(u.tract),
-            consonants=u.consonants)
+        samples, rate = (
+            spoken[i]
+            if i in spoken
+            else synthesize(
+                u.transcript,
+                voice=u.voice,
+                speed=u.speed,
+                pitch=u.pitch,
+                gap=u.gap,
+                amplitude=u.amplitude,
+                engine=u.engine,
+                tract=dict(u.tract),
+                consonants=u.consonants,
+            )
+        )
         samples = resample(samples, rate, SAMPLE_RATE)  # (N,)
         if u.noise_snr_db is not None:
             rms = float(samples.square().mean().sqrt())
             noise = np.random.default_rng(u.noise_seed).standard_normal(samples.numel())
             samples = samples + torch.from_numpy(noise.astype(np.float32)) * (
-                rms / 10 ** (u.noise_snr_db / 20))
+                rms / 10 ** (u.noise_snr_db / 20)
+            )
         out.append(samples)
     return out
 
 
 def _chunks(plan: list[Utterance]) -> list[list[Utterance]]:
-    return [plan[i:i + SYNTH_CHUNK] for i in range(0, len(plan), SYNTH_CHUNK)]
+    return [plan[i : i + SYNTH_CHUNK] for i in range(0, len(plan), SYNTH_CHUNK)]
 
 
 def _chunk_features(plan: Sequence[Utterance]) -> list[torch.Tensor]:
@@ -364,12 +442,20 @@ def _chunk_features(plan: Sequence[Utterance]) -> list[torch.Tensor]:
     return [log_mel(samples) for samples in _chunk_audio(plan)]
 
 
-def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
-                   cache_dir: str | Path, kinds: tuple[str, ...] = KINDS,
-                   noise_snr_db: tuple[float, float] | None = None, normalize: bool = False,
-                   workers: int = 2, audio: bool = False,
-                   engines: tuple[str, ...] = ("espeak-ng",),
-                   consonants: tuple[int, int] | None = None) -> SpeechSet:
+def speech_dataset(
+    n: int,
+    *,
+    split: str = "train",
+    seed: int = 0,
+    cache_dir: str | Path,
+    kinds: tuple[str, ...] = KINDS,
+    noise_snr_db: tuple[float, float] | None = None,
+    normalize: bool = False,
+    workers: int = 2,
+    audio: bool = False,
+    engines: tuple[str, ...] = ("espeak-ng",),
+    consonants: tuple[int, int] | None = None,
+) -> SpeechSet:
     """``n`` synthesised utterances of ``split`` as log-mel features, cached under ``cache_dir``.
 
     ``engines`` are the synthesisers drawn from, ``consonants`` the range of espeak-ng's
@@ -392,14 +478,28 @@ def speech_dataset(n: int, *, split: str = "train", seed: int = 0,
     """
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers: expected a positive int, got {workers!r}")
-    plan = plan_utterances(n, split=split, seed=seed, kinds=kinds, noise_snr_db=noise_snr_db,
-                           engines=engines, consonants=consonants)
-    settings = {"version": CACHE_VERSION, "n": n, "split": split, "seed": seed,
-                "kinds": list(kinds), "engines": list(engines), "noise_snr_db": noise_snr_db,
-                "variants": list(espeak_variants()) if "espeak-ng" in engines else [],
-                "sample_rate": SAMPLE_RATE,
-                "n_mels": N_MELS,
-                "words": hashlib.sha256(" ".join(_words()).encode()).hexdigest()[:16]}
+    plan = plan_utterances(
+        n,
+        split=split,
+        seed=seed,
+        kinds=kinds,
+        noise_snr_db=noise_snr_db,
+        engines=engines,
+        consonants=consonants,
+    )
+    settings = {
+        "version": CACHE_VERSION,
+        "n": n,
+        "split": split,
+        "seed": seed,
+        "kinds": list(kinds),
+        "engines": list(engines),
+        "noise_snr_db": noise_snr_db,
+        "variants": list(espeak_variants()) if "espeak-ng" in engines else [],
+        "sample_rate": SAMPLE_RATE,
+        "n_mels": N_MELS,
+        "words": hashlib.sha256(" ".join(_words()).encode()).hexdigest()[:16],
+    }
     if "gnuspeech" in engines:
         settings["gnuspeech"] = GNUSPEECH_PACKAGE
         if SPLITS[split].gnuspeech_tract:
@@ -425,17 +525,25 @@ def _write_cache(folder: Path, plan: list[Utterance], settings: dict, workers: i
     with ThreadPoolExecutor(max_workers=workers) as pool:
         feats = [f for chunk in pool.map(_chunk_features, _chunks(plan)) for f in chunk]
     elapsed = time.perf_counter() - start
-    log.info("synthesised %d utterances in %.1f s (%.1f utterances/s)", len(plan), elapsed,
-             len(plan) / max(elapsed, 1e-9))
+    log.info(
+        "synthesised %d utterances in %.1f s (%.1f utterances/s)",
+        len(plan),
+        elapsed,
+        len(plan) / max(elapsed, 1e-9),
+    )
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
     lengths = torch.tensor([f.shape[0] for f in feats], dtype=torch.long)
     stacked = torch.cat(feats) if feats else torch.zeros(0, N_MELS)
     save_file({"features": stacked, "lengths": lengths}, str(tmp / "features.safetensors"))
-    espeak_version = subprocess.run([espeak_command(), "--version"], capture_output=True,
-                                    text=True, check=False).stdout.strip()
-    index = {"settings": settings, "espeak_ng": espeak_version,
-             "utterances": [dataclasses.asdict(u) for u in plan]}
+    espeak_version = subprocess.run(
+        [espeak_command(), "--version"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    index = {
+        "settings": settings,
+        "espeak_ng": espeak_version,
+        "utterances": [dataclasses.asdict(u) for u in plan],
+    }
     (tmp / "index.json").write_text(json.dumps(index, indent=1), encoding="utf-8")
     try:
         os.replace(tmp, folder)
@@ -449,8 +557,9 @@ def _write_audio(folder: Path, plan: list[Utterance], workers: int) -> None:
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=workers) as pool:
         audio = [a for chunk in pool.map(_chunk_audio, _chunks(plan)) for a in chunk]
-    log.info("synthesised the audio of %d utterances in %.1f s", len(plan),
-             time.perf_counter() - start)
+    log.info(
+        "synthesised the audio of %d utterances in %.1f s", len(plan), time.perf_counter() - start
+    )
     lengths = torch.tensor([a.numel() for a in audio], dtype=torch.long)
     pcm = torch.cat(audio) if audio else torch.zeros(0)
     pcm = (pcm * PCM_SCALE).round().clamp(-PCM_SCALE, PCM_SCALE - 1).to(torch.int16)
@@ -471,15 +580,19 @@ def _with_audio(features: _CachedFeatures, path: Path) -> _CachedFeatures:
         with safe_open(str(path), framework="pt") as f:
             lengths = f.get_tensor("lengths")
     except (OSError, KeyError, SafetensorError) as exc:
-        raise DataError(f"{path}: unreadable speech audio cache ({exc}); delete it to rebuild "
-                        "it") from None
+        raise DataError(
+            f"{path}: unreadable speech audio cache ({exc}); delete it to rebuild it"
+        ) from None
     frames = [frame_count(int(n)) for n in lengths]
     if frames != list(features.frames):
-        raise DataError(f"{path}: its {len(lengths)} utterances do not match the features "
-                        f"beside it; delete it to rebuild it")
+        raise DataError(
+            f"{path}: its {len(lengths)} utterances do not match the features "
+            f"beside it; delete it to rebuild it"
+        )
     ends = lengths.cumsum(0).tolist()
-    rows = [(*row, start, stop) for row, start, stop in
-            zip(features.records, [0, *ends[:-1]], ends)]
+    rows = [
+        (*row, start, stop) for row, start, stop in zip(features.records, [0, *ends[:-1]], ends)
+    ]
     return _CachedFeatures(features.path, rows, normalize=features.normalize, audio=path)
 
 
@@ -489,10 +602,13 @@ def _read_cache(folder: Path, n: int, normalize: bool) -> _CachedFeatures:
         with safe_open(str(path), framework="pt") as f:
             rows, lengths = f.get_slice("features").get_shape()[0], f.get_tensor("lengths")
     except (OSError, KeyError, SafetensorError) as exc:
-        raise DataError(f"{path}: unreadable speech cache ({exc}); delete {folder} to rebuild "
-                        "it") from None
+        raise DataError(
+            f"{path}: unreadable speech cache ({exc}); delete {folder} to rebuild it"
+        ) from None
     if len(lengths) != n or int(lengths.sum()) != rows:
-        raise DataError(f"{path}: speech cache holds {len(lengths)} utterances, expected {n}; "
-                        f"delete {folder} to rebuild it")
+        raise DataError(
+            f"{path}: speech cache holds {len(lengths)} utterances, expected {n}; "
+            f"delete {folder} to rebuild it"
+        )
     ends = lengths.cumsum(0).tolist()
     return _CachedFeatures(path, list(zip([0, *ends[:-1]], ends)), normalize=normalize)

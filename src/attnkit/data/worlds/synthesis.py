@@ -38,30 +38,67 @@ from pathlib import Path
 
 import torch
 
+from attnkit.data.audio.files import parse_wav
 from attnkit.data.worlds.festival_accents import ACCENTS as FESTIVAL_ACCENTS
 from attnkit.data.worlds.festival_accents import english_pronunciations, lexicon_entry
 
-from attnkit.data.audio.files import parse_wav
-
-__all__ = ["ACCENTS", "ENGINES", "ESPEAK_CONSONANTS", "FESTIVAL_ACCENTS", "FESTIVAL_VOICES", "GNUSPEECH_PACKAGE",
-           "GNUSPEECH_TRACT", "GNUSPEECH_VOICES", "PICO_PACKAGE", "PICO_VOICES",
-           "espeak_command", "espeak_variants", "festival", "festival_many",
-           "gnuspeech_folder", "gnuspeech_many", "gnuspeech_tract", "pico_many", "pico_version",
-           "synthesize"]
+__all__ = [
+    "ACCENTS",
+    "ENGINES",
+    "ESPEAK_CONSONANTS",
+    "FESTIVAL_ACCENTS",
+    "FESTIVAL_VOICES",
+    "GNUSPEECH_PACKAGE",
+    "GNUSPEECH_TRACT",
+    "GNUSPEECH_VOICES",
+    "PICO_PACKAGE",
+    "PICO_VOICES",
+    "espeak_command",
+    "espeak_variants",
+    "festival",
+    "festival_many",
+    "gnuspeech_folder",
+    "gnuspeech_many",
+    "gnuspeech_tract",
+    "pico_many",
+    "pico_version",
+    "synthesize",
+]
 
 ENGINES = ("espeak-ng", "festival", "gnuspeech", "pico", "accented")
 # espeak-ng voices whose "+variant" suffix takes effect ("en-gb+m1" silently ignores it; "en" is
 # the same British voice and honours it)
-ACCENTS = ("en", "en-us", "en-gb-x-rp", "en-gb-scotland", "en-029", "en-us-nyc",
-           "en-gb-x-gbclan", "en-gb-x-gbcwmd")
+ACCENTS = (
+    "en",
+    "en-us",
+    "en-gb-x-rp",
+    "en-gb-scotland",
+    "en-029",
+    "en-us-nyc",
+    "en-gb-x-gbclan",
+    "en-gb-x-gbcwmd",
+)
 # festival voices and the Debian package of each
-FESTIVAL_VOICES = {"kal_diphone": "festvox-kallpc16k", "ked_diphone": "festvox-kdlpc16k",
-                   "cmu_us_slt_arctic_hts": "festvox-us-slt-hts"}
+FESTIVAL_VOICES = {
+    "kal_diphone": "festvox-kallpc16k",
+    "ked_diphone": "festvox-kdlpc16k",
+    "cmu_us_slt_arctic_hts": "festvox-us-slt-hts",
+}
 # variant files (espeak-ng-data/voices/!v) not used: a distorted or whispered voice, a
 # robot buzz, an espeak-ng speed test, one whose file name has a space, and two that speak
 # exactly as "klatt" does
-UNUSED_VARIANTS = ("Demonic", "fast", "announcer", "whisper", "whisperf", "UniRobot",
-                   "anikaRobot", "Mr serious", "caleb", "klatt6")
+UNUSED_VARIANTS = (
+    "Demonic",
+    "fast",
+    "announcer",
+    "whisper",
+    "whisperf",
+    "UniRobot",
+    "anikaRobot",
+    "Mr serious",
+    "caleb",
+    "klatt6",
+)
 # GnuSpeech's voices (vocal tract length, glottal pulse, pitch) but "baby", which no model of
 # ours reads
 GNUSPEECH_VOICES = ("male", "female", "large_child", "small_child")
@@ -108,8 +145,9 @@ def espeak_variants() -> tuple[str, ...]:
     Raises:
         RuntimeError: espeak-ng is not installed.
     """
-    proc = subprocess.run([espeak_command(), "--voices=variant"], capture_output=True, text=True,
-                          check=False)
+    proc = subprocess.run(
+        [espeak_command(), "--voices=variant"], capture_output=True, text=True, check=False
+    )
     header, *rows = proc.stdout.splitlines()
     start, stop = header.index("File"), header.index("Other")  # fixed-width columns
     names = {row[start:stop].strip().rsplit("/", 1)[-1] for row in rows if row.strip()}
@@ -119,17 +157,26 @@ def espeak_variants() -> tuple[str, ...]:
 def espeak_command() -> str:
     exe = shutil.which("espeak-ng")
     if exe is None:
-        raise RuntimeError("espeak-ng: command not found; the built-in speech data needs it. "
-                           "Install it with `apt-get install espeak-ng` (Debian/Ubuntu) or your "
-                           "system's package manager, or train on your own WAVs via a manifest.")
+        raise RuntimeError(
+            "espeak-ng: command not found; the built-in speech data needs it. "
+            "Install it with `apt-get install espeak-ng` (Debian/Ubuntu) or your "
+            "system's package manager, or train on your own WAVs via a manifest."
+        )
     return exe
 
 
-def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
-               pitch: int = 50, gap: int = 0, amplitude: int = 100,
-               engine: str = "espeak-ng",
-               tract: Mapping[str, float] | None = None,
-               consonants: int | None = None) -> tuple[torch.Tensor, int]:
+def synthesize(
+    text: str,
+    *,
+    voice: str = "en-us",
+    speed: int = 160,
+    pitch: int = 50,
+    gap: int = 0,
+    amplitude: int = 100,
+    engine: str = "espeak-ng",
+    tract: Mapping[str, float] | None = None,
+    consonants: int | None = None,
+) -> tuple[torch.Tensor, int]:
     """Speak ``text``: ``(samples (N,) float32, rate)`` (espeak-ng 22,050 Hz; festival the
     voice's own rate, 16,000 or 32,000 Hz; gnuspeech 44,100 Hz; pico 16,000 Hz). See
     :class:`attnkit.data.worlds.speech.Utterance` for the arguments. ``consonants`` (espeak-ng
@@ -162,15 +209,32 @@ def synthesize(text: str, *, voice: str = "en-us", speed: int = 160,
         with _consonant_voice(voice, consonants) as (data, shaped):
             proc = _espeak([f"--path={data}"], shaped, speed, pitch, gap, amplitude, text)
     if proc.returncode != 0:
-        raise RuntimeError(f"espeak-ng -v {voice} -s {speed} -p {pitch} failed with exit code "
-                           f"{proc.returncode}: {proc.stderr.decode(errors='replace').strip()}")
+        raise RuntimeError(
+            f"espeak-ng -v {voice} -s {speed} -p {pitch} failed with exit code "
+            f"{proc.returncode}: {proc.stderr.decode(errors='replace').strip()}"
+        )
     return parse_wav(proc.stdout, source=f"espeak-ng -v {voice} output for {text!r}")
 
 
-def _espeak(options: list[str], voice: str, speed: int, pitch: int, gap: int, amplitude: int,
-            text: str) -> subprocess.CompletedProcess:
-    cmd = [espeak_command(), "--stdout", *options, "-v", voice, "-s", str(speed), "-p",
-           str(pitch), "-g", str(gap), "-a", str(amplitude), text]
+def _espeak(
+    options: list[str], voice: str, speed: int, pitch: int, gap: int, amplitude: int, text: str
+) -> subprocess.CompletedProcess:
+    cmd = [
+        espeak_command(),
+        "--stdout",
+        *options,
+        "-v",
+        voice,
+        "-s",
+        str(speed),
+        "-p",
+        str(pitch),
+        "-g",
+        str(gap),
+        "-a",
+        str(amplitude),
+        text,
+    ]
     return subprocess.run(cmd, capture_output=True, check=False)
 
 
@@ -178,8 +242,9 @@ def _espeak(options: list[str], voice: str, speed: int, pitch: int, gap: int, am
 def _espeak_data() -> Path:
     """The ``espeak-ng-data`` folder this machine's espeak-ng reads (``espeak-ng
     --version``'s "Data at")."""
-    out = subprocess.run([espeak_command(), "--version"], capture_output=True, text=True,
-                         check=False).stdout
+    out = subprocess.run(
+        [espeak_command(), "--version"], capture_output=True, text=True, check=False
+    ).stdout
     _, found, rest = out.partition("Data at:")
     if not found:
         raise RuntimeError(f"espeak-ng --version: expected 'Data at: FOLDER', got {out!r}")
@@ -199,8 +264,9 @@ def _consonant_voice(voice: str, consonants: int):
         raise ValueError(f"consonants: expected an int in [{low}, {high}], got {consonants!r}")
     accent, _, variant = voice.partition("+")
     installed = _espeak_data()
-    settings = ((installed / "voices" / "!v" / variant).read_text(errors="replace")
-                if variant else "")
+    settings = (
+        (installed / "voices" / "!v" / variant).read_text(errors="replace") if variant else ""
+    )
     with tempfile.TemporaryDirectory(prefix="attnkit-espeak-") as folder:
         data = Path(folder, "espeak-ng-data")
         (data / "voices" / "!v").mkdir(parents=True)
@@ -212,7 +278,8 @@ def _consonant_voice(voice: str, consonants: int):
                 (data / "voices" / entry.name).symlink_to(entry)
         name = f"c{consonants}"  # short: espeak-ng overflows on a long "accent+variant"
         (data / "voices" / "!v" / name).write_text(
-            f"{settings}\nname {name}\nconsonants {consonants}\n")
+            f"{settings}\nname {name}\nconsonants {consonants}\n"
+        )
         yield folder, f"{accent}+{name}"
 
 
@@ -232,36 +299,46 @@ def festival_many(items: Sequence[tuple[str, str, int, int]]) -> list[tuple[torc
     packages = {**FESTIVAL_VOICES, **{v: a.package for v, a in FESTIVAL_ACCENTS.items()}}
     for _, voice, _, _ in items:
         if voice not in packages:
-            raise ValueError(f"voice: expected a festival voice ({', '.join(packages)}),"
-                             f" got {voice!r}")
+            raise ValueError(
+                f"voice: expected a festival voice ({', '.join(packages)}), got {voice!r}"
+            )
     exe = shutil.which("festival")
     if exe is None:
-        raise RuntimeError("festival: command not found; built-in speech with --engines "
-                           "festival needs Debian's festival and its voices: apt-get install "
-                           f"festival {' '.join(FESTIVAL_VOICES.values())}")
-    said_by = [(text.replace("\\", " ").replace('"', " "), voice)
-               for text, voice, _, _ in items]
-    accented = {word for said, voice in said_by if voice in FESTIVAL_ACCENTS
-                for word in said.split()}
+        raise RuntimeError(
+            "festival: command not found; built-in speech with --engines "
+            "festival needs Debian's festival and its voices: apt-get install "
+            f"festival {' '.join(FESTIVAL_VOICES.values())}"
+        )
+    said_by = [(text.replace("\\", " ").replace('"', " "), voice) for text, voice, _, _ in items]
+    accented = {
+        word for said, voice in said_by if voice in FESTIVAL_ACCENTS for word in said.split()
+    }
     english = english_pronunciations(accented) if accented else {}
     with tempfile.TemporaryDirectory(prefix="attnkit-festival-") as folder:
         paths = [Path(folder) / f"{i}.wav" for i in range(len(items))]
         script = []
         for (said, voice), (_, _, speed, pitch), path in zip(said_by, items, paths):
-            script.append(f"(voice_{voice})"
-                          f"(Parameter.set 'Duration_Stretch {FESTIVAL_SPEED / speed:.4f})")
+            script.append(
+                f"(voice_{voice})(Parameter.set 'Duration_Stretch {FESTIVAL_SPEED / speed:.4f})"
+            )
             if voice in FESTIVAL_ACCENTS:
-                script.extend(lexicon_entry(word, english[word], FESTIVAL_ACCENTS[voice])
-                              for word in dict.fromkeys(said.split()))
+                script.extend(
+                    lexicon_entry(word, english[word], FESTIVAL_ACCENTS[voice])
+                    for word in dict.fromkeys(said.split())
+                )
             elif voice.endswith("_diphone"):
                 f0 = 105.0 * 2 ** ((pitch - 50) / 80)
-                script.append(f"(set! int_lr_params '((target_f0_mean {f0:.1f}) "
-                              f"(target_f0_std {0.14 * f0:.1f}) (model_f0_mean 170) "
-                              "(model_f0_std 34)))")
-            script.append(f'(utt.save.wave (utt.synth (Utterance Text "{said}")) "{path}" '
-                          "'riff)\n")
-        proc = subprocess.run([exe, "--pipe"], input="".join(script).encode(),
-                              capture_output=True, check=False)
+                script.append(
+                    f"(set! int_lr_params '((target_f0_mean {f0:.1f}) "
+                    f"(target_f0_std {0.14 * f0:.1f}) (model_f0_mean 170) "
+                    "(model_f0_std 34)))"
+                )
+            script.append(
+                f'(utt.save.wave (utt.synth (Utterance Text "{said}")) "{path}" \'riff)\n'
+            )
+        proc = subprocess.run(
+            [exe, "--pipe"], input="".join(script).encode(), capture_output=True, check=False
+        )
         missing = [item for item, path in zip(items, paths) if not path.exists()]
         if proc.returncode != 0 or missing:
             voices = sorted({voice for _, voice, _, _ in items})
@@ -269,9 +346,12 @@ def festival_many(items: Sequence[tuple[str, str, int, int]]) -> list[tuple[torc
                 f"festival failed (exit code {proc.returncode}"
                 f"{f', {len(missing)} utterances not spoken' if missing else ''}): "
                 f"{proc.stderr.decode(errors='replace').strip()[-300:]} (are "
-                f"{', '.join(packages[v] for v in voices)} installed?)")
-        return [parse_wav(path.read_bytes(), source=f"festival {voice} output for {text!r}")
-                for (text, voice, *_), path in zip(items, paths)]
+                f"{', '.join(packages[v] for v in voices)} installed?)"
+            )
+        return [
+            parse_wav(path.read_bytes(), source=f"festival {voice} output for {text!r}")
+            for (text, voice, *_), path in zip(items, paths)
+        ]
 
 
 def gnuspeech_folder() -> Path:
@@ -285,10 +365,12 @@ def gnuspeech_folder() -> Path:
     name = GNUSPEECH_PACKAGE.rpartition("@")[0]
     modules = Path(os.environ.get("ATTNKIT_NODE_MODULES") or Path(sys.prefix, "node_modules"))
     folder = modules / name
-    how = (f"built-in speech with --engines gnuspeech needs Node.js (apt-get install nodejs "
-           f"npm) and {GNUSPEECH_PACKAGE}: npm install --prefix {sys.prefix} "
-           f"{GNUSPEECH_PACKAGE} (or set ATTNKIT_NODE_MODULES to the node_modules folder that "
-           "holds it)")
+    how = (
+        f"built-in speech with --engines gnuspeech needs Node.js (apt-get install nodejs "
+        f"npm) and {GNUSPEECH_PACKAGE}: npm install --prefix {sys.prefix} "
+        f"{GNUSPEECH_PACKAGE} (or set ATTNKIT_NODE_MODULES to the node_modules folder that "
+        "holds it)"
+    )
     if shutil.which("node") is None:
         raise RuntimeError(f"gnuspeech: node: command not found; {how}")
     if not (folder / "wasm" / "gnuspeech.js").exists():
@@ -300,10 +382,12 @@ def gnuspeech_tract(rng: random.Random) -> dict[str, float]:
     """A speaker of GnuSpeech's: each setting of :data:`GNUSPEECH_TRACT` drawn uniformly from
     its range with ``rng`` (three decimals), and the glottal pulse's longest fall
     (``glottal_pulse_tn_max``) up to 10 points longer than its shortest."""
-    tract = {name: round(rng.uniform(low, high), 3)
-             for name, (low, high) in GNUSPEECH_TRACT.items()}
+    tract = {
+        name: round(rng.uniform(low, high), 3) for name, (low, high) in GNUSPEECH_TRACT.items()
+    }
     tract["glottal_pulse_tn_max"] = round(
-        tract["glottal_pulse_tn_min"] + rng.uniform(0.0, GNUSPEECH_TN_SPREAD), 3)
+        tract["glottal_pulse_tn_min"] + rng.uniform(0.0, GNUSPEECH_TN_SPREAD), 3
+    )
     return tract
 
 
@@ -318,42 +402,56 @@ def gnuspeech_many(items: Sequence[tuple]) -> list[tuple[torch.Tensor, int]]:
     items = [(*item, {}) if len(item) == 4 else tuple(item) for item in items]
     for _, voice, _, _, tract in items:
         if voice not in GNUSPEECH_VOICES:
-            raise ValueError(f"voice: expected a gnuspeech voice ({', '.join(GNUSPEECH_VOICES)}"
-                             f"), got {voice!r}")
+            raise ValueError(
+                f"voice: expected a gnuspeech voice ({', '.join(GNUSPEECH_VOICES)}), got {voice!r}"
+            )
         for name, value in dict(tract).items():
             if name not in known:
-                raise ValueError(f"tract: expected settings among {', '.join(sorted(known))}, "
-                                 f"got {name!r}")
+                raise ValueError(
+                    f"tract: expected settings among {', '.join(sorted(known))}, got {name!r}"
+                )
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"tract: expected a finite number >= 0 for {name}, "
-                                 f"got {value!r}")
+                raise ValueError(f"tract: expected a finite number >= 0 for {name}, got {value!r}")
     package = gnuspeech_folder()
     runner = Path(__file__).with_name("gnuspeech.mjs")
-    script = [{"text": text, "voice": voice, "tempo": round(speed / GNUSPEECH_SPEED, 4),
-               "pitch": round(-4 + (pitch - 50) / 7.5, 3), "tract": dict(tract)}
-              for text, voice, speed, pitch, tract in items]
+    script = [
+        {
+            "text": text,
+            "voice": voice,
+            "tempo": round(speed / GNUSPEECH_SPEED, 4),
+            "pitch": round(-4 + (pitch - 50) / 7.5, 3),
+            "tract": dict(tract),
+        }
+        for text, voice, speed, pitch, tract in items
+    ]
     return _speak_all("gnuspeech", ["node", str(runner), str(package)], script)
 
 
-def _speak_all(engine: str, command: list[str],
-               script: list[dict]) -> list[tuple[torch.Tensor, int]]:
+def _speak_all(
+    engine: str, command: list[str], script: list[dict]
+) -> list[tuple[torch.Tensor, int]]:
     """Run ``command``, a runner that reads a JSON list of items (each of ``script`` with
     ``out``, the WAV file to write, added) on its standard input; the samples and rate of
     each item's WAV."""
     with tempfile.TemporaryDirectory(prefix=f"attnkit-{engine}-") as folder:
         paths = [Path(folder) / f"{i}.wav" for i in range(len(script))]
         items = [{**item, "out": str(path)} for item, path in zip(script, paths)]
-        proc = subprocess.run(command, capture_output=True, input=json.dumps(items).encode(),
-                              check=False)
+        proc = subprocess.run(
+            command, capture_output=True, input=json.dumps(items).encode(), check=False
+        )
         missing = sum(not path.exists() for path in paths)
         if proc.returncode != 0 or missing:
             raise RuntimeError(
                 f"{engine} failed (exit code {proc.returncode}"
                 f"{f', {missing} utterances not spoken' if missing else ''}): "
-                f"{proc.stderr.decode(errors='replace').strip()[-300:]}")
-        return [parse_wav(path.read_bytes(),
-                          source=f"{engine} {item['voice']} output for {item['text']!r}")
-                for item, path in zip(items, paths)]
+                f"{proc.stderr.decode(errors='replace').strip()[-300:]}"
+            )
+        return [
+            parse_wav(
+                path.read_bytes(), source=f"{engine} {item['voice']} output for {item['text']!r}"
+            )
+            for item, path in zip(items, paths)
+        ]
 
 
 def pico_version() -> str:
@@ -366,9 +464,11 @@ def pico_version() -> str:
     try:
         return f"{PICO_PACKAGE} {importlib.metadata.version(PICO_PACKAGE)}"
     except importlib.metadata.PackageNotFoundError:
-        raise RuntimeError(f"pico: the Python package {PICO_PACKAGE} is not installed; built-in "
-                           f"speech with --engines pico needs it: pip install {PICO_PACKAGE} "
-                           "(or pip install 'attnkit[speech]')") from None
+        raise RuntimeError(
+            f"pico: the Python package {PICO_PACKAGE} is not installed; built-in "
+            f"speech with --engines pico needs it: pip install {PICO_PACKAGE} "
+            "(or pip install 'attnkit[speech]')"
+        ) from None
 
 
 def pico_many(items: Sequence[tuple[str, str, int, int]]) -> list[tuple[torch.Tensor, int]]:
@@ -385,11 +485,18 @@ def pico_many(items: Sequence[tuple[str, str, int, int]]) -> list[tuple[torch.Te
     """
     for _, voice, _, _ in items:
         if voice not in PICO_VOICES:
-            raise ValueError(f"voice: expected a pico voice ({', '.join(PICO_VOICES)}), "
-                             f"got {voice!r}")
+            raise ValueError(
+                f"voice: expected a pico voice ({', '.join(PICO_VOICES)}), got {voice!r}"
+            )
     pico_version()
-    script = [{"text": text, "voice": voice, "speed": round(speed / PICO_SPEED, 4),
-               "pitch": round(2 ** ((pitch - 50) / 80), 4)}
-              for text, voice, speed, pitch in items]
+    script = [
+        {
+            "text": text,
+            "voice": voice,
+            "speed": round(speed / PICO_SPEED, 4),
+            "pitch": round(2 ** ((pitch - 50) / 80), 4),
+        }
+        for text, voice, speed, pitch in items
+    ]
     runner = Path(__file__).with_name("pico_runner.py")
     return _speak_all("pico", [sys.executable, str(runner)], script)

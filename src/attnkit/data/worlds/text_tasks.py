@@ -26,8 +26,14 @@ import logging
 import random
 from importlib import metadata
 
-__all__ = ["DATA_VERSIONS", "DATE_LOCALES", "NUMBER_LANGUAGES", "check_data_versions",
-           "generate_pairs", "split_of"]
+__all__ = [
+    "DATA_VERSIONS",
+    "DATE_LOCALES",
+    "NUMBER_LANGUAGES",
+    "check_data_versions",
+    "generate_pairs",
+    "split_of",
+]
 
 log = logging.getLogger("attnkit")
 
@@ -35,13 +41,71 @@ DATA_VERSIONS = {"num2words": "0.5.14", "babel": "2.18.0"}
 """The versions of the libraries whose words and formats the built-in translation data is."""
 
 NUMBER_LANGUAGES = (
-    "ar", "az", "be", "bn", "ca", "ce", "cs", "cy", "da", "de", "en", "eo", "es", "fa", "fi",
-    "fr", "he", "hu", "id", "is", "it", "ja", "kn", "ko", "kz", "lt", "lv", "nl", "no", "pl",
-    "pt", "ro", "ru", "sk", "sl", "sr", "sv", "te", "tg", "th", "tr", "uk", "vi",
+    "ar",
+    "az",
+    "be",
+    "bn",
+    "ca",
+    "ce",
+    "cs",
+    "cy",
+    "da",
+    "de",
+    "en",
+    "eo",
+    "es",
+    "fa",
+    "fi",
+    "fr",
+    "he",
+    "hu",
+    "id",
+    "is",
+    "it",
+    "ja",
+    "kn",
+    "ko",
+    "kz",
+    "lt",
+    "lv",
+    "nl",
+    "no",
+    "pl",
+    "pt",
+    "ro",
+    "ru",
+    "sk",
+    "sl",
+    "sr",
+    "sv",
+    "te",
+    "tg",
+    "th",
+    "tr",
+    "uk",
+    "vi",
 )
 DATE_LOCALES = (
-    "en", "de", "fr", "es", "it", "pt", "nl", "sv", "da", "nb", "fi", "pl", "cs", "ru", "uk",
-    "tr", "ja", "zh", "ko", "el",
+    "en",
+    "de",
+    "fr",
+    "es",
+    "it",
+    "pt",
+    "nl",
+    "sv",
+    "da",
+    "nb",
+    "fi",
+    "pl",
+    "cs",
+    "ru",
+    "uk",
+    "tr",
+    "ja",
+    "zh",
+    "ko",
+    "el",
 )
 SPLITS = {"train": (0, 90), "valid": (90, 95), "test": (95, 100)}
 TASKS = ("numbers", "dates")
@@ -49,8 +113,9 @@ TASKS = ("numbers", "dates")
 
 def split_of(source: str) -> str:
     """The split an example belongs to, from a stable hash of its source text."""
-    bucket = int.from_bytes(hashlib.blake2b(source.encode("utf-8"), digest_size=4).digest(),
-                            "big") % 100
+    bucket = (
+        int.from_bytes(hashlib.blake2b(source.encode("utf-8"), digest_size=4).digest(), "big") % 100
+    )
     return next(name for name, (lo, hi) in SPLITS.items() if lo <= bucket < hi)
 
 
@@ -63,10 +128,15 @@ def check_data_versions() -> None:
         except metadata.PackageNotFoundError:
             continue  # the import that needs it says so
         if installed != wanted:
-            log.warning("the built-in translation data is defined with %s %s "
-                        "(attnkit.data.worlds.text_tasks.DATA_VERSIONS); %s is installed, whose "
-                        "words or formats may differ: the pairs, and scores on them, may not "
-                        "be those published (docs/models.md)", name, wanted, installed)
+            log.warning(
+                "the built-in translation data is defined with %s %s "
+                "(attnkit.data.worlds.text_tasks.DATA_VERSIONS); %s is installed, whose "
+                "words or formats may differ: the pairs, and scores on them, may not "
+                "be those published (docs/models.md)",
+                name,
+                wanted,
+                installed,
+            )
 
 
 def _number(rng: random.Random) -> tuple[str, str, str, str]:
@@ -86,8 +156,12 @@ def _date(rng: random.Random) -> tuple[str, str, str, str]:
     locale = rng.choice(DATE_LOCALES)
     day = datetime.date(1900, 1, 1) + datetime.timedelta(days=rng.randrange(73049))  # to 2099
     fmt = rng.choice(("long", "full"))
-    return f"<{locale}>", format_date(day, format=fmt, locale=locale), day.isoformat(), \
-        f"<{locale}:{fmt}>"
+    return (
+        f"<{locale}>",
+        format_date(day, format=fmt, locale=locale),
+        day.isoformat(),
+        f"<{locale}:{fmt}>",
+    )
 
 
 def generate_pairs(
@@ -123,6 +197,7 @@ def generate_pairs(
         if source in seen or split_of(source) != split:
             continue
         seen.add(source)
-        out.append((source, canonical) if direction == "forward"
-                   else (f"{reverse_tag} {canonical}", words))
+        out.append(
+            (source, canonical) if direction == "forward" else (f"{reverse_tag} {canonical}", words)
+        )
     return out
