@@ -178,8 +178,19 @@ def _absolute_terms(node):
     nodes are products of saved values (made absolute) and the incoming gradient, and need only
     their sign dropped; sigmoid's ``g y (1 - y)`` and tanh's ``g (1 - y^2)`` subtract inside
     the node (``1 - y`` loses all of ``y``'s relative precision when ``y`` saturates near 1),
-    so their terms are ``|g| y (1 + y)`` and ``|g| (1 + y^2)``."""
+    so their terms are ``|g| y (1 + y)`` and ``|g| (1 + y^2)``; softmax's ``p_j (g_j - sum_k
+    p_k g_k)`` subtracts too (and sums over its dimension), so its terms are ``p_j (|g_j| +
+    sum_k p_k |g_k|)``."""
     name = node.name()
+    if name.startswith("SoftmaxBackward"):
+        p, dim = node._saved_result, node._saved_dim  # p made absolute (it is) by the pack hook
+        dim = dim - 2**64 if dim >= 2**63 else dim  # read back as an unsigned int64
+
+        def softmax_hook(grad_inputs, grad_outputs):
+            g = grad_outputs[0].abs()
+            return (p * (g + (p * g).sum(dim, keepdim=True)),)
+
+        return softmax_hook
     if name.startswith(("SigmoidBackward", "TanhBackward")):
         y = node._saved_result  # made absolute by the pack hook
         local = y * (1 + y) if name.startswith("Sigmoid") else 1 + y * y
@@ -205,9 +216,9 @@ def backward_term_scales(fn, inputs, grads):
     its absolute value (``saved_tensors_hooks``) and every node's output gradients made
     absolute, from ``|grads|`` (:func:`_absolute_terms`): a node whose backward multiplies the
     incoming gradient by saved values (linear maps, products, views, sums and differences)
-    then adds up its terms' absolute values, and sigmoid's and tanh's take their derivative's
-    terms. Not for other nodes whose backward subtracts inside the node (softmax,
-    log-softmax, normalisations): their own sums would still cancel.
+    then adds up its terms' absolute values, and sigmoid's, tanh's and softmax's take their
+    derivative's terms. Not for other nodes whose backward subtracts inside the node
+    (log-softmax, normalisations): their own sums would still cancel.
 
     The forward values saved carry their own errors, relative to their forward terms rather
     than to themselves (the tanh of a gate sum that cancels): so judge a gradient normwise on

@@ -1,5 +1,8 @@
 """Properties every attention call must have, on random shapes (hypothesis)."""
 
+import copy
+import math
+
 import torch
 import torch.nn.functional as F
 from hypothesis import given
@@ -7,7 +10,7 @@ from hypothesis import strategies as st
 
 from attnkit import SCORES, Attention, attend, lengths_to_mask
 from attnkit.ops import export_mode
-from tests.float32_bounds import assert_within_normwise
+from tests.float32_bounds import assert_within_normwise, backward_term_scales
 
 DOT_FAMILY = ("dot", "scaled_dot", "general", "cosine")
 
@@ -93,6 +96,72 @@ def test_permuting_keys_permutes_weights(c):
     torch.testing.assert_close(out_p.context, out.context)
 
 
+def _float32(attn, *tensors):
+    """``attn`` and ``tensors`` in float32, and their float64 copies holding the same values
+    (the same computation, whose own rounding is far below float32's, to judge against)."""
+    attn32 = copy.deepcopy(attn).float()
+    t32 = [None if t is None else t.detach().float() for t in tensors]
+    return (
+        attn32,
+        t32,
+        copy.deepcopy(attn32).double(),
+        [None if t is None else t.double() for t in t32],
+    )
+
+
+def _score_size(attn64, run):
+    """The size of the terms of the largest score of ``attn64`` in ``run()``: the prepared
+    features are recorded as they are made and the score recomputed on absolute values, so
+    nothing cancels: ``scale |qf| . |kf|`` for the dot family; ``sum_a |v_a| (1 + |qf_a| +
+    |kf_a| + |loc_a|)`` for the additive and location scores (each tanh at most 1, and its
+    argument's own error passed on by a slope of at most 1)."""
+    score, kept = attn64.score, {}
+    names = ("prepare_query", "prepare_key", "prepare_extra")
+    for name in names:
+
+        def keep(x, name=name, method=getattr(score, name)):
+            out = method(x)
+            kept.setdefault(name, out)  # the first call's: one each in run()
+            return out
+
+        setattr(score, name, keep)
+    try:
+        run()
+    finally:
+        for name in names:
+            delattr(score, name)
+    qf, kf = kept["prepare_query"].detach().abs(), kept["prepare_key"].detach().abs()
+    if qf.numel() == 0 or kf.numel() == 0:
+        return 0.0
+    if score.dot_family:
+        return score.scale * float((qf @ kf.transpose(-1, -2)).max())
+    pre = 1 + qf.unsqueeze(-2) + kf.unsqueeze(-3)  # (B, H, Tq, Tk, A)
+    if kept.get("prepare_extra") is not None:
+        pre = pre + torch.einsum(
+            "bhqkf,hfa->bhqka", kept["prepare_extra"].detach().abs(), score.w_loc.detach().abs()
+        )
+    return float((pre * score.v.detach().abs()[:, None, None]).sum(-1).max())
+
+
+def _operations(attn, tk, size, backward=False):
+    """The longest chain of dependent roundings through ``attn`` over ``tk`` keys (an upper
+    count, for :func:`normwise_bound`), counted from the widest input ``W``: the query's and
+    key's projections and the score's sum (``3 W``, and the location conv's ``kernel +
+    filters``), the softmax's and the context's sums (``Tk`` each), the value's and output
+    projections (``2 W``). The softmax turns each score's absolute error (``gamma(n)`` times
+    its terms' ``size``, :func:`_score_size`) into a relative error of the weights, twice
+    over (``p_j (ds_j - sum_k p_k ds_k)``): ``2 size gamma(n) <= gamma(ceil(2 size) n)``, so
+    the score's chain counts ``ceil(2 size)`` times where that is more than once. A gradient
+    runs the chain back again (``backward``); the softmax gradient's growth is
+    :func:`normwise_bound`'s factor 4."""
+    width = max(attn.query_dim, attn.key_dim, attn.value_dim)
+    score = 3 * width
+    if getattr(attn.score, "needs_prev", False):
+        score += sum(attn.score.conv.weight.shape)
+    chain = score * max(1, math.ceil(2 * size)) + 2 * tk + 2 * width
+    return (2 if backward else 1) * chain
+
+
 @given(cases(), st.booleans(), st.booleans())
 def test_one_step_query_equals_row_of_all_queries(c, causal, windowed):
     window = (1, 2) if windowed else None
@@ -102,33 +171,65 @@ def test_one_step_query_equals_row_of_all_queries(c, causal, windowed):
     if c["score"] == "location":
         shape = (b, c["heads"], tq, tk) if c["heads"] > 1 else (b, tq, tk)
         prev = torch.rand(shape, dtype=q.dtype)
-    full = attn(q, k, v, key_lengths=lengths, prev_weights=prev, need_weights=True)
-    for i in range(tq):
-        pos = torch.full((b,), i * tk // tq)
-        step = attn(
+    attn32, (q32, k32, v32, prev32), attn64, (q64, k64, v64, prev64) = _float32(attn, q, k, v, prev)
+
+    def run(attn, q, k, v, prev, i=None):
+        if i is None:
+            return attn(q, k, v, key_lengths=lengths, prev_weights=prev, need_weights=True)
+        return attn(
             q[:, i],
             k,
             v,
             key_lengths=lengths,
             prev_weights=None if prev is None else prev.select(-2, i),
-            positions=pos if (causal or windowed) else None,
+            positions=torch.full((b,), i * tk // tq) if (causal or windowed) else None,
             need_weights=True,
         )
-        torch.testing.assert_close(step.context, full.context[:, i])
-        torch.testing.assert_close(step.weights, full.weights.select(-2, i))
+
+    want = run(attn64, q64, k64, v64, prev64)
+    full = run(attn32, q32, k32, v32, prev32)
+    size = _score_size(attn64, lambda: run(attn64, q64, k64, v64, prev64))
+    for i in range(tq):
+        # the step and the row of all queries in float32, and the step in float64, each
+        # within a normwise bound of the row in float64
+        assert_within_normwise(
+            [want.context[:, i], want.weights.select(-2, i)],
+            _operations(attn, tk, size),
+            step=run(attn32, q32, k32, v32, prev32, i)[:2],
+            full=[full.context[:, i], full.weights.select(-2, i)],
+            step_float64=run(attn64, q64, k64, v64, prev64, i)[:2],
+        )
 
 
 @given(cases(scores=DOT_FAMILY), st.booleans(), st.sampled_from([None, (0, 1), (2, 0)]))
 def test_sdpa_path_equals_reference(c, causal, window):
     attn, q, k, v, lengths = _build(c, causal=causal, window=window)
-    q.requires_grad_()
-    ref = attn(q, k, v, key_lengths=lengths, need_weights=True).context
-    attn.impl = "sdpa"
-    fast = attn(q, k, v, key_lengths=lengths).context
-    torch.testing.assert_close(fast, ref)
-    (g_ref,) = torch.autograd.grad(ref.square().sum(), q)
-    (g_fast,) = torch.autograd.grad(fast.square().sum(), q)
-    torch.testing.assert_close(g_fast, g_ref)
+    attn32, (q32, k32, v32), attn64, (q64, k64, v64) = _float32(attn, q, k, v)
+    q64.requires_grad_()
+
+    def run(attn, q, k, v, impl):
+        attn.impl = impl
+        q = q.detach().requires_grad_()
+        ctx = attn(q, k, v, key_lengths=lengths, need_weights=impl == "reference").context
+        return [ctx.detach(), *torch.autograd.grad(ctx.square().sum(), q)]
+
+    want = run(attn64, q64, k64, v64, "reference")
+    size = _score_size(attn64, lambda: attn64(q64, k64, v64, key_lengths=lengths))
+    (terms,) = backward_term_scales(
+        lambda q: attn64(q, k64, v64, key_lengths=lengths).context, [q64], [2 * want[0]]
+    )
+    # The context and the gradient of sum(context^2) (through the softmax), by sdpa and the
+    # reference in float32 and by sdpa in float64, within a normwise bound of the reference in
+    # float64; the gradient, which may cancel far below its terms, judged on its terms' scale
+    # (backward_term_scales, the softmax's included) where that is larger
+    assert_within_normwise(
+        want,
+        _operations(attn, c["tk"], size, backward=True),
+        {1: float(terms.max())},
+        sdpa=run(attn32, q32, k32, v32, "sdpa"),
+        reference=run(attn32, q32, k32, v32, "reference"),
+        sdpa_float64=run(attn64, q64, k64, v64, "sdpa"),
+    )
 
 
 @given(st.integers(1, 3), st.integers(1, 7), st.integers(1, 7), st.integers(1, 8), st.booleans())

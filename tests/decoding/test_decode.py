@@ -19,8 +19,7 @@ from attnkit.decoding import (
 from attnkit.models import Seq2Seq
 from attnkit.tokens import EOS
 from tests.float32_bounds import assert_within_normwise
-from tests.models.test_seq2seq import _operations
-from tests.models.toy import toy_batch
+from tests.models.toy import seq2seq_operations, toy_batch
 
 
 def _model():
@@ -137,14 +136,14 @@ def _assert_scores_within(model64, src, src_len, tokens, scores):
     """Each float32 score of ``tokens`` (pad after the end) within a bound of their
     log-probabilities under ``model64`` teacher-forced, summed in float64: each step's
     log-probabilities within a normwise bound of that step's float64 row (the chain of
-    test_seq2seq's count), then the float32 sum over the tokens, ``gamma(T) sum |lp|``; so
+    seq2seq_operations), then the float32 sum over the tokens, ``gamma(T) sum |lp|``; so
     within ``4 gamma(operations + T)`` of the sum of the rows' largest values."""
     tgt_in = torch.cat([torch.ones_like(tokens[:, :1]), tokens[:, :-1]], dim=1)
     rows = model64(src, src_len, tgt_in)[0].log_softmax(-1)  # (N, T, V)
     kept = tokens != 0
     want = (rows.gather(2, tokens[..., None])[..., 0] * kept).sum(1)  # (N,)
     scale = (rows.abs().amax(-1) * kept).sum(1)
-    operations = _operations(model64, src.shape[1], tokens.shape[1]) + tokens.shape[1]
+    operations = seq2seq_operations(model64, src.shape[1], tokens.shape[1]) + tokens.shape[1]
     assert_within_normwise(
         list(want), operations, dict(enumerate(scale.tolist())), decoded=list(scores)
     )

@@ -4,12 +4,11 @@ import copy
 
 import pytest
 import torch
-from torch import nn
 
 from attnkit.decoding import beam_search, greedy
 from attnkit.models import Seq2Seq
-from tests.float32_bounds import assert_within_normwise, lstm_operations
-from tests.models.toy import toy_batch
+from tests.float32_bounds import assert_within_normwise
+from tests.models.toy import seq2seq_operations, toy_batch
 
 CONFIGS = [
     dict(kind="bahdanau"),
@@ -25,28 +24,13 @@ def _model(cfg):
     return Seq2Seq(11, 13, emb=8, hidden=12, **cfg).eval()
 
 
-def _operations(model, source, steps):
-    """The longest chain of dependent roundings through ``steps`` decoder steps over
-    ``source`` source steps, counted generously from the widest layer ``W``: the encoder's
-    recurrent layers (``W`` wide, each fed the last), then at each step (each fed the last)
-    the decoder's cells (fed up to ``2 W``), the attention (the projections and the score's
-    sums, ``3 W``; the softmax's and the context's over the source), the output layers
-    (``2 W``) and the log-softmax over the vocabulary, with a spare 8."""
-    widths = [m.in_features for m in model.modules() if isinstance(m, nn.Linear)]
-    widths += [w.shape[1] for n, w in model.named_parameters() if "weight_" in n]
-    width, layers = max(widths), sum(1 for n, _ in model.named_parameters() if "weight_hh" in n)
-    vocab = max(m.out_features for m in model.modules() if isinstance(m, nn.Linear))
-    step = layers * lstm_operations(1, 2 * width, width) + 5 * width + 2 * source + vocab + 8
-    return layers * lstm_operations(source, width, width) + steps * step
-
-
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "-".join(map(str, c.values())))
 def test_forward_equals_step_by_step(cfg):
     model = _model(cfg)
     src, src_len, tgt_in = toy_batch()
     logits, weights = model(src, src_len, tgt_in)
     logits64, weights64 = copy.deepcopy(model).double()(src, src_len, tgt_in)
-    operations = _operations(model, src.shape[1], tgt_in.shape[1])
+    operations = seq2seq_operations(model, src.shape[1], tgt_in.shape[1])
     state = model.start(src, src_len)
     for t in range(tgt_in.shape[1]):
         lp, state, w = model.step(tgt_in[:, t], state)
@@ -73,7 +57,7 @@ def test_source_padding_changes_nothing(cfg):
     want, _ = copy.deepcopy(model).double()(src, src_len, tgt_in)
     # padded more, and one source alone: within a normwise bound of the batch in float64, as
     # the batch is
-    operations = _operations(model, longer.shape[1], tgt_in.shape[1])
+    operations = seq2seq_operations(model, longer.shape[1], tgt_in.shape[1])
     assert_within_normwise([want], operations, batch=[logits], longer=[logits2])
     assert_within_normwise([want[1]], operations, alone=[one[0]])
 

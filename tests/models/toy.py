@@ -1,12 +1,15 @@
 """Toys shared by the model tests: a batch of three sources of lengths 7, 4 and 1, a
-random-weight LAS that streams with moving monotonic stops, and the check that a model's
-padding-skipping CPU paths equal its padded reference."""
+random-weight LAS that streams with moving monotonic stops, the check that a model's
+padding-skipping CPU paths equal its padded reference, and the operation counts of the grid
+encoder and of Seq2Seq for the float32 bounds."""
 
 import math
 
 import torch
+from torch import nn
 
 from attnkit.ops import export_mode
+from tests.float32_bounds import lstm_operations
 
 
 def assert_skipping_padding_changes_nothing(run, params):
@@ -36,6 +39,23 @@ def grid_operations(encoder) -> int:
         for conv in encoder.modules()
         if isinstance(conv, torch.nn.Conv2d)
     )
+
+
+def seq2seq_operations(model, source, steps):
+    """The longest chain of dependent roundings through ``steps`` decoder steps of a
+    :class:`attnkit.models.Seq2Seq` over ``source`` source steps (for
+    :func:`tests.float32_bounds.normwise_bound`), counted generously from the widest layer
+    ``W``: the encoder's recurrent layers (``W`` wide, each fed the last), then at each step
+    (each fed the last) the decoder's cells (fed up to ``2 W``), the attention (the
+    projections and the score's sums, ``3 W``; the softmax's and the context's over the
+    source), the output layers (``2 W``) and the log-softmax over the vocabulary, with a
+    spare 8."""
+    widths = [m.in_features for m in model.modules() if isinstance(m, nn.Linear)]
+    widths += [w.shape[1] for n, w in model.named_parameters() if "weight_" in n]
+    width, layers = max(widths), sum(1 for n, _ in model.named_parameters() if "weight_hh" in n)
+    vocab = max(m.out_features for m in model.modules() if isinstance(m, nn.Linear))
+    step = layers * lstm_operations(1, 2 * width, width) + 5 * width + 2 * source + vocab + 8
+    return layers * lstm_operations(source, width, width) + steps * step
 
 
 def toy_batch(seed=0, b=3, s=7, t=5, vocab=11):
