@@ -9,7 +9,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install system node fonts demo test docs bench models install-models clean
+.PHONY: install system node fonts demo test lint docs bench models install-models clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -100,6 +100,18 @@ OTHER_CPU_TESTS := tests/attention/test_blocks.py tests/attention/test_step.py \
 	tests/attention/test_self_attention.py tests/attention/test_multihead.py \
 	tests/attention/test_properties.py tests/ops
 OTHER_CPUS ?= x86-64:default x86-64-v3:avx2
+
+# The checks every commit passes (.pre-commit-config.yaml runs the same): ruff's lint and
+# layout, mypy over src/attnkit, and no tracked file over 512 KB but the built-in weights
+# (at most 25 MiB each). .ci/run runs them before the tests.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks tools
+	$(VENV)/bin/ruff format --check src tests benchmarks tools
+	$(VENV)/bin/mypy
+	git ls-files -z | grep -zv '^src/attnkit/pretrained/[^/]*/model\.safetensors$$' | \
+	  xargs -0 $(VENV)/bin/check-added-large-files --enforce-all --maxkb=512
+	git ls-files -z 'src/attnkit/pretrained/*/model.safetensors' | \
+	  xargs -0 $(VENV)/bin/check-added-large-files --enforce-all --maxkb=25600
 
 test: install
 	$(PY) -m pytest -n $(TEST_WORKERS)
