@@ -13,12 +13,12 @@ characters) with ``attnkit train ocr`` and the same ``--time-budget``, then read
   beam 4).
 
 ``--task asr`` trains LAS (docs/speech.md's recipe, CTC weight 0.2) with the softmax of the
-location score and with monotonic attention (energy offset 0, training noise 2), and transcribes the built-in validation speech,
-alone and as 2 and 4 utterances joined end to end (inputs 2x and 4x longer than any training
-utterance): greedy by attention alone, beam 4, joint CTC/attention (beam 4, ``--ctc-weight
-0.5``), joint with a character LM trained on the training transcripts (``attnkit train lm``,
-``--lm-weight 0.3``), and for the monotonic model its soft (expected) attention against the
-hard one.
+location score and with monotonic attention (energy offset 0, training noise 2), and transcribes
+the built-in validation speech, alone and as 2 and 4 utterances joined end to end (inputs 2x and
+4x longer than any training utterance): greedy by attention alone, beam 4, joint CTC/attention
+(beam 4, ``--ctc-weight 0.5``), joint with a character LM trained on the training transcripts
+(``attnkit train lm``, ``--lm-weight 0.3``), and for the monotonic model its soft (expected)
+attention against the hard one.
 
     python -m benchmarks.alignment --out runs/alignment --time-budget 2550 \
         --json results/alignment.json

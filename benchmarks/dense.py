@@ -45,11 +45,11 @@ def measure(rows: int, din: int, dout: int, reps: int) -> dict:
     out = {"onednn": uses_onednn(x, w), "threads": torch.get_num_threads()}
     for name, fn in (("torch", F.linear), ("attnkit", linear)):
 
-        def forward():
+        def forward(fn=fn):
             with torch.no_grad():
                 fn(x, w, b)
 
-        def train():
+        def train(fn=fn):
             torch.autograd.grad(fn(x, w, b), (x, w, b), g)
 
         for what, call in (("forward", forward), ("train", train)):

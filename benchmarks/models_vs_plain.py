@@ -6,8 +6,8 @@ paper or a tutorial, same sizes, same seeded data) each run in a fresh process
 step (which also allocates Adam's state) the median of ``--reps`` steps and the peak extra
 resident memory during them are reported, with the ratios attnkit / plain.
 
-* ``bahdanau``: ``Seq2Seq(kind="bahdanau")`` vs the tutorial's model (:class:`plain.TutorialBahdanau`);
-  V=100, E=H=256, masked cross-entropy; shapes (B, S, T).
+* ``bahdanau``: ``Seq2Seq(kind="bahdanau")`` vs the tutorial's model
+  (:class:`plain.TutorialBahdanau`); V=100, E=H=256, masked cross-entropy; shapes (B, S, T).
 * ``luong``: ``Seq2Seq(kind="luong", score="general", input_feeding=True)`` vs the per-step
   loop (:class:`plain.PlainLuong`); same sizes and shapes.
 * ``las``: ``LAS(score="location")`` at its default sizes vs a packed pyramidal BLSTM and a

@@ -54,13 +54,13 @@ def main(argv=None) -> int:
     for name, (build, shape, train) in CASES.items():
         attn, x = build(), torch.randn(*shape, requires_grad=train)
 
-        def call():
+        def call(attn=attn, x=x, train=train):
             with torch.set_grad_enabled(train):
                 out = attn(x, x).context
                 if train:
                     out.sum().backward()
 
-        def check():
+        def check(x=x):
             assert non_finite_keys(x, x) is None
 
         call(), check()  # warm-up

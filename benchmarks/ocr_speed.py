@@ -1,4 +1,5 @@
-"""A CRNN text recogniser over ~800 steps (:class:`plain.PlainCRNN`): what the attention layer between RNN1 and RNN2 costs.
+"""A CRNN text recogniser over ~800 steps (:class:`plain.PlainCRNN`): what the attention layer
+between RNN1 and RNN2 costs.
 
     python -m benchmarks.ocr_speed --json results/ocr_speed.json
 

@@ -260,8 +260,8 @@ class PlainLAS(nn.Module):
 
 
 class LoopAttention(nn.Module):
-    """One query at a time, the per-step loop (about 12x slower than one batched call); general score
-    ``x_t W x_s^T``, output ``tanh(W_c [x_t; c_t])``, padded keys masked."""
+    """One query at a time, the per-step loop (about 12x slower than one batched call); general
+    score ``x_t W x_s^T``, output ``tanh(W_c [x_t; c_t])``, padded keys masked."""
 
     def __init__(self, d: int):
         super().__init__()

@@ -8,9 +8,9 @@ scene has; the captions and questions are about those objects):
 * captioning, greedy and with ``attnkit caption``'s default beam search (beam 5, length penalty
   1: the ``SPLIT_beam5`` keys of the JSON rows): BLEU-4 (sacrebleu, against each scene's 5
   references), the share of captions whose every stated fact is true of the scene, and the
-  share of object-naming words whose attention peak falls on that object; runs: soft attention with the doubly stochastic
-  term (lambda 1) and without it (lambda 0), hard attention (REINFORCE), and no attention
-  (the mean-pooled grid);
+  share of object-naming words whose attention peak falls on that object; runs: soft attention
+  with the doubly stochastic term (lambda 1) and without it (lambda 0), hard attention
+  (REINFORCE), and no attention (the mean-pooled grid);
 * VQA: accuracy per question type, non-relational and relational; runs: the stacked attention
   network (2 hops), the same with the relational reader (``kind="relational"``, 2 hops) and
   the baseline without attention (CNN and LSTM features concatenated).

@@ -102,7 +102,8 @@ def missing_voices(engine: str, *voices: str) -> str:
             ""
             if importlib.util.find_spec("py_nanotts")
             else (
-                f"{synthesis.PICO_PACKAGE} not installed (pip install 'attnkit[speech]'; make install)"
+                f"{synthesis.PICO_PACKAGE} not installed "
+                "(pip install 'attnkit[speech]'; make install)"
             )
         )
     raise ValueError(f"engine: expected one of {', '.join(synthesis.ENGINES)}, got {engine!r}")

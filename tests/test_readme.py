@@ -1,7 +1,7 @@
 """Every Python example in README.md and in the site's pages that a reader runs as written
 (Getting started, Using attention) runs; every attnkit command in README.md, in the guides and
-in the model cards is one the command line takes (its options exist, their values parse, decoding options
-combine)."""
+in the model cards is one the command line takes (its options exist, their values parse,
+decoding options combine)."""
 
 import re
 import shlex

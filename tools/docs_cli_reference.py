@@ -51,7 +51,8 @@ def _help(action: argparse.Action, formatter: argparse.HelpFormatter) -> str:
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argparse.ArgumentParser]]:
-    """``(name, one-line help, parser)`` of each sub-command of ``parser``, in ``--help``'s order."""
+    """``(name, one-line help, parser)`` of each sub-command of ``parser``, in ``--help``'s
+    order."""
     out = []
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):

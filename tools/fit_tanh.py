@@ -89,7 +89,8 @@ def main() -> None:
     print(f"degrees {DEG_P}/{DEG_Q} on [0, {CLAMP}]: relative error of the fit {err:.3g}")
     print("P:", ", ".join(f"{v:.9e}f" for v in p))
     print("Q:", ", ".join(f"{v:.9e}f" for v in q))
-    print("float32 evaluation: max abs error %.3g, max rel error %.3g" % float32_error(p, q, CLAMP))
+    abs_err, rel_err = float32_error(p, q, CLAMP)
+    print(f"float32 evaluation: max abs error {abs_err:.3g}, max rel error {rel_err:.3g}")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ Each revision is checked out into a temporary git worktree and run with this int
 that worktree's ``src`` first on the path; each task trains a small model on its built-in data
 for ``--steps`` steps (one thread, so that the float sums are ordered the same way), and the
 curves of the two runs (the training loss of every step, the learning rate and the validation
-scores, read from the run's TensorBoard events) must be equal, value for value. A restructuring that moves
-code without changing what it computes passes; anything else names the first step that differs.
+scores, read from the run's TensorBoard events) must be equal, value for value. A restructuring
+that moves code without changing what it computes passes; anything else names the first step
+that differs.
 
     python tools/same_training.py --before d5b0ad4 --after HEAD --json results/same_training.json
 """
@@ -236,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(
             json.dumps(
                 {
-                    "what": "every task's training curves (loss per step, lr, validation), two revisions, same seed",
+                    "what": "every task's training curves (loss per step, lr, validation), "
+                    "two revisions, same seed",
                     "command": "python tools/same_training.py " + " ".join(argv or sys.argv[1:]),
                     "commit": revs["after"],
                     "date": time.strftime("%Y-%m-%d"),

@@ -229,7 +229,7 @@ def test_gradcheck_of_the_expected_alignment_and_chunkwise_weights():
     alpha = torch.rand(2, 6, generator=g, dtype=F64).requires_grad_()
     for chunk in (1, 2, 4):
         assert torch.autograd.gradcheck(
-            lambda a, u: chunkwise_weights(a, u, valid, chunk), (alpha, u)
+            lambda a, u, chunk=chunk: chunkwise_weights(a, u, valid, chunk), (alpha, u)
         )
 
 

@@ -144,7 +144,8 @@ def test_constructor_rejects(kwargs, exc, match):
 def test_direct_scores_need_equal_query_and_key_dims_with_one_head(score):
     with pytest.raises(
         ValueError,
-        match=rf"^score='{score}' compares queries with keys directly and needs query_dim == key_dim "
+        match=rf"^score='{score}' compares queries with keys directly and needs "
+        r"query_dim == key_dim "
         r"\(per head\), got query_dim=8, key_dim=6; use 'general' or 'additive', or heads > 1",
     ):
         Attention(8, 6, score=score)
@@ -219,7 +220,8 @@ FORWARD_ERRORS = [
         {},
         lambda a, q, k: a(q.long(), k.long()),
         TypeError,
-        r"^query: expected a floating-point tensor, got tensor of shape \(2, 4, 8\) and dtype torch.int64",
+        r"^query: expected a floating-point tensor, got tensor of shape \(2, 4, 8\) "
+        r"and dtype torch.int64",
     ),
     (
         "query bool",
@@ -468,7 +470,8 @@ FORWARD_ERRORS = [
         dict(score="location"),
         lambda a, q, k: a(q, k, prev_weights=torch.full((B, TQ, TK + 1), 0.2)),
         ValueError,
-        r"^prev_weights: expected shape \(2, 4, 5\) \(like the weights\), got tensor of shape \(2, 4, 6\)",
+        r"^prev_weights: expected shape \(2, 4, 5\) \(like the weights\), "
+        r"got tensor of shape \(2, 4, 6\)",
     ),
     (
         "prev_weights heads shape",
@@ -575,7 +578,8 @@ FORWARD_ERRORS = [
         dict(impl="sdpa"),
         lambda a, q, k: a(q, k, need_weights=True),
         ValueError,
-        r"^impl='sdpa' cannot serve this call: need_weights=True: SDPA does not return the attention weights",
+        r"^impl='sdpa' cannot serve this call: need_weights=True: "
+        r"SDPA does not return the attention weights",
     ),
     (
         "sdpa need_weights heads",

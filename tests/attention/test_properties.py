@@ -118,8 +118,9 @@ def _score_size(attn64, run):
     score, kept = attn64.score, {}
     names = ("prepare_query", "prepare_key", "prepare_extra")
     for name in names:
+        method = getattr(score, name)
 
-        def keep(x, name=name, method=getattr(score, name)):
+        def keep(x, name=name, method=method):
             out = method(x)
             kept.setdefault(name, out)  # the first call's: one each in run()
             return out

@@ -193,7 +193,7 @@ def test_an_augmentation_added_at_the_end_leaves_the_others_draws_alone():
 
 
 def test_presets_round_trip_through_their_config():
-    for name, augmentations in PRESETS.items():
+    for _name, augmentations in PRESETS.items():
         chain = LineAugment(augmentations)
         config = chain.config()
         assert LineAugment.from_config(config) == chain

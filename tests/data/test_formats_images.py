@@ -129,7 +129,7 @@ def _vqa(root, scenes):
     images = root / "train2014"
     images.mkdir(parents=True)
     questions, annotations, rows = [], [], []
-    for i, (scene, mode) in enumerate(zip(scenes, MODES)):
+    for i, (scene, _mode) in enumerate(zip(scenes, MODES)):
         name = f"COCO_train2014_{i + 1:012d}.jpg"
         _save(scene.image, images / name, "RGB")
         for k, q in enumerate(scene.questions[:2]):

@@ -45,7 +45,7 @@ def _corpora(root):
     gt, native = root / "gt", root / "native"
     names = ["p1/0001.png", "p1/0002.bin.png", "p1/0003.png", "p2/0001.png", "p2/a b.png"]
     modes = ["L", "RGB", "RGBA", "P", "I;16"]
-    for (image, _), text, name, mode in zip(lines, TEXTS, names, modes):
+    for (image, _), _text, name, mode in zip(lines, TEXTS, names, modes):
         for folder in (gt, native):
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
             _save(image, folder / name, mode)

@@ -54,7 +54,8 @@ def test_lines_are_32_high_and_as_wide_as_their_text(train_lines):
 
 class _Noiseless:
     """A generator for :func:`render_line` that draws as ``np.random.Generator`` does but adds
-    no noise, and keeps its uniform draws (the paper and ink shades, then the noise level, come last)."""
+    no noise, and keeps its uniform draws (the paper and ink shades, then the noise level, come
+    last)."""
 
     def __init__(self, seed):
         self.rng, self.uniforms = np.random.default_rng(seed), []

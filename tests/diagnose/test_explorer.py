@@ -134,7 +134,8 @@ def test_write_explorer_creates_folders(tmp_path):
         ([Example(["a"], [Hypothesis(["b"], {})])], r"maps: expected at least one map"),
         (
             [Example(["a", "b"], [Hypothesis(["c"], {"m": np.ones((1, 3))})])],
-            r"examples\[0\].hypotheses\[0\].maps\['m'\]: expected shape \(1, 2\), got shape \(1, 3\)",
+            r"examples\[0\].hypotheses\[0\].maps\['m'\]: "
+            r"expected shape \(1, 2\), got shape \(1, 3\)",
         ),
         (
             [Example(["a"], [Hypothesis(["c"], {"m": [[float("nan")]]})])],

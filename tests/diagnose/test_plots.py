@@ -1,4 +1,5 @@
-"""plot_attention: writes an image, crops to the true lengths, creates folders, rejects bad input."""
+"""plot_attention: writes an image, crops to the true lengths, creates folders, rejects bad
+input."""
 
 from __future__ import annotations
 

@@ -141,7 +141,7 @@ def test_segment_plan_covers_every_step_of_every_row(sizes, segments):
     ordered = lengths[order].tolist()
     assert ordered == sorted(sizes, reverse=True)
     assert ends == sorted(set(ends)) and (ends[-1] if ends else 0) == max(sizes)
-    for start, end, n in zip([0, *ends], ends, rows):
+    for start, _end, n in zip([0, *ends], ends, rows):
         assert n >= sum(size > start for size in sizes)  # every row still inside runs
         assert all(size > start for size in ordered[:n])  # and only those, or one segment
     assert rows == sorted(rows, reverse=True)

@@ -134,7 +134,7 @@ def test_concurrent_requests_are_decoded_together_and_equal_sequential_ones(tran
 
     for options in ({"beam": 3, "n_best": 2}, {"beam": 1}):
         sequential = [ask(text, options) for text in TEXTS]
-        together = concurrently([lambda t=text: ask(t, options) for text in TEXTS])
+        together = concurrently([lambda t=text, o=options: ask(t, o) for text in TEXTS])
         assert max(r["batch_size"] for r in together) > 1
         assert all(r["batch_size"] == 1 for r in sequential)
         for one, other in zip(sequential, together):
@@ -378,7 +378,7 @@ def test_read_takes_image_uploads(tmp_path):
     evaluator = load_evaluator("builtin:ocr-lines")
     ((image, _),) = generate_lines(1, split="test", seed=3, min_chars=5, max_chars=20)
     line = _png(tmp_path / "line.png", image.numpy())
-    huge = _png(tmp_path / "huge.png", np.zeros((40, 3000), np.uint8))
+    _png(tmp_path / "huge.png", np.zeros((40, 3000), np.uint8))  # posted by name below
     (tmp_path / "bad.png").write_bytes(b"not an image at all")
     (tmp_path / "empty.png").write_bytes(b"")
     expected = evaluator.decode(evaluator.load_inputs([str(line)])[0])[0].text

@@ -157,7 +157,7 @@ def test_a_vqa_model_gives_its_answer_with_each_hops_map():
     ev = evaluator_for("vqa")(task.build_model(), task.config(), task.vocab())
     asked = [(images[q.image], q.question) for q in questions[:3]]
     examples = explore_examples(ev, asked)
-    for ex, (image, question), answer in zip(examples, asked, ev.answer(asked)):
+    for ex, (_image, question), answer in zip(examples, asked, ev.answer(asked)):
         [hyp] = ex.hypotheses
         assert ex.text == question and ex.grid == (8, 8)
         assert list(hyp.tokens) == ["hop 1", "hop 2", "hop 3"] and hyp.text == answer.answer

@@ -206,7 +206,7 @@ def test_a_save_killed_at_any_point_leaves_a_complete_checkpoint(tmp_path, monke
         save_checkpoint(folder / "ck", model=model, config={"n": 1})
         calls = []
 
-        def killed_at(real):
+        def killed_at(real, calls=calls, cut=cut):
             def op(*args, **kwargs):
                 calls.append(args)
                 if len(calls) == cut:

@@ -54,9 +54,9 @@ gradients); each check is a short function over it, and their order is the repor
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 
@@ -134,7 +134,14 @@ class Output(NamedTuple):
     state: torch.Tensor | None
 
 
-def default_call(module, query, key, value, key_mask, *state) -> tuple:
+def default_call(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: Any,
+    value: torch.Tensor | None,
+    key_mask: torch.Tensor,
+    *state: Any,
+) -> tuple[Any, ...]:
     """``(context, weights)`` of ``module`` on one call, ``(context, weights, state)`` for a
     module with state (see the module docstring): ``state``, when given, is a location
     module's previous weights (an :class:`attnkit.Attention` with heads gets them repeated for
@@ -150,7 +157,7 @@ def default_call(module, query, key, value, key_mask, *state) -> tuple:
     return tuple(module(query, key, value, key_mask, *state))
 
 
-def _check_inputs(example_inputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _check_inputs(example_inputs: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if not (
         isinstance(example_inputs, (tuple, list))
         and len(example_inputs) == 3
@@ -173,15 +180,20 @@ def _check_inputs(example_inputs) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
             f"example_inputs: expected Tq >= 2 and Tk >= 2 (the checks vary "
             f"queries and keys), got Tq={query.shape[1]}, Tk={tk}"
         )
-    return tuple(t.detach().float() for t in example_inputs)
+    return query.detach().float(), key.detach().float(), value.detach().float()
 
 
-def _describe(value) -> str:
+def _describe(value: object) -> str:
     if isinstance(value, (tuple, list)):
         return "(" + ", ".join(_describe(v) for v in value) + ")"
     if isinstance(value, torch.Tensor):
         return f"tensor{tuple(value.shape)}"
     return type(value).__name__
+
+
+def _prepare(module: torch.nn.Module, key: torch.Tensor, value: torch.Tensor) -> Any:
+    """``module.prepare(key, value)``: the memory of a module that prepares one."""
+    return cast(Callable[..., Any], module.prepare)(key, value)
 
 
 def _weights(w: torch.Tensor) -> torch.Tensor:
@@ -203,7 +215,15 @@ class _Probe:
     ``"plain"``, ``"location"`` (every call gets previous weights that follow its mask,
     :meth:`prev_weights`) or ``"stateful"`` (every call gets a state, ``None`` by default)."""
 
-    def __init__(self, module, call, query, key, value, kind: str):
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        call: Callable[..., Sequence[Any]],
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        kind: str,
+    ) -> None:
         self.module, self.call, self.kind = module, call, kind
         self.query, self.key, self.value = query, key, value
         b, tk = key.shape[:2]
@@ -229,7 +249,15 @@ class _Probe:
         w = logits.masked_fill(~mask[:, None, :], torch.finfo(logits.dtype).min).softmax(-1)
         return w * mask.any(-1)[:, None, None]
 
-    def invoke(self, module, query, key, value, mask, state=None) -> Output:
+    def invoke(
+        self,
+        module: torch.nn.Module,
+        query: torch.Tensor,
+        key: Any,
+        value: torch.Tensor | None,
+        mask: torch.Tensor,
+        state: Any = None,
+    ) -> Output:
         """One call of ``module``; a location module gets ``state`` (default:
         :meth:`prev_weights` of ``mask``) in the query's dtype, a stateful one ``state``."""
         if self.stateful:
@@ -242,10 +270,19 @@ class _Probe:
             return Output(*out)
         if self.location:
             state = self.prev_weights(mask) if state is None else state
-            return Output(*self.call(module, query, key, value, mask, state.to(query.dtype)), None)
-        return Output(*self.call(module, query, key, value, mask), None)
+            out = tuple(self.call(module, query, key, value, mask, state.to(query.dtype)))
+        else:
+            out = tuple(self.call(module, query, key, value, mask))
+        return Output(*(*out, None))
 
-    def run(self, query=None, key=None, value=..., mask=None, state=None) -> Output:
+    def run(
+        self,
+        query: torch.Tensor | None = None,
+        key: Any = None,
+        value: Any = ...,
+        mask: torch.Tensor | None = None,
+        state: Any = None,
+    ) -> Output:
         """One call without gradients; what is not given is the probe's own (``value=None``
         goes with a prepared memory as ``key``)."""
         with torch.no_grad():
@@ -262,7 +299,16 @@ class _Probe:
         """True when the module has ``prepare(key, value) -> memory``."""
         return callable(getattr(self.module, "prepare", None))
 
-    def backward(self, module, query, key, value, mask=None, *, prepared: bool = False):
+    def backward(
+        self,
+        module: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        prepared: bool = False,
+    ) -> tuple[Output, list[torch.Tensor]]:
         """One call with gradients: its :class:`Output` and the gradients of a fixed random
         loss (of the context and the state) with respect to the query, key, value and each
         parameter (zeros where it has none). ``prepared``: the keys and values go through
@@ -270,7 +316,7 @@ class _Probe:
         mask = self.mask if mask is None else mask
         q, k, v = (t.clone().requires_grad_(True) for t in (query, key, value))
         if prepared:
-            out = self.invoke(module, q, module.prepare(k, v), None, mask)
+            out = self.invoke(module, q, _prepare(module, k, v), None, mask)
         else:
             out = self.invoke(module, q, k, v, mask)
         g = torch.Generator().manual_seed(1)
@@ -286,7 +332,12 @@ class _Probe:
         return out, [torch.zeros_like(t) if d is None else d for t, d in zip(inputs, grads)]
 
     def differences(
-        self, a: Output, b: Output, grads_a=None, grads_b=None, tol: float = 1e-4
+        self,
+        a: Output,
+        b: Output,
+        grads_a: list[torch.Tensor] | None = None,
+        grads_b: list[torch.Tensor] | None = None,
+        tol: float = 1e-4,
     ) -> list[str]:
         """What differs between two calls over the probe's keys (with :attr:`mask`): the
         context, the weights of valid keys, the state, and the gradients of the query, the
@@ -303,7 +354,7 @@ class _Probe:
         ]
         if isinstance(a.state, torch.Tensor) and isinstance(b.state, torch.Tensor):
             parts.append(("the state", a.state, b.state))
-        if grads_a is not None:
+        if grads_a is not None and grads_b is not None:
             keep = self.mask[..., None]  # (B, Tk, 1)
             parts += [
                 ("the query's gradient", grads_a[0], grads_b[0]),
@@ -419,7 +470,7 @@ def _padding(p: _Probe) -> Finding:
     )
 
 
-def _non_finite(out, grads) -> list[str]:
+def _non_finite(out: Output, grads: Iterable[torch.Tensor]) -> list[str]:
     """Which of a call's outputs (context, weights, state) and ``grads`` hold NaN or inf."""
     bad = [
         name
@@ -537,32 +588,33 @@ def _permutation(p: _Probe) -> Finding:
     )
 
 
-def _precision(p: _Probe, dtypes) -> Finding:
+def _precision(p: _Probe, dtypes: Sequence[torch.dtype]) -> Finding:
     # Scores large enough that exp() without the max subtracted overflows in float16; not for
     # unnormalised weights (exp of the query's projection), whose answer itself would overflow.
     scale = 1.0 if _unnormalised(p) else 32.0
     q = p.query * scale
     ref, ref_weights = p.run(query=q)[:2]
     seen = []
-    for dtype in (*dtypes, "autocast"):
+    for dtype in (*dtypes, None):  # None: bfloat16 autocast
+        name = "autocast" if dtype is None else str(dtype)
         try:
             with torch.no_grad():
-                if dtype == "autocast":  # the training set-up: float32 module, bf16 autocast
+                if dtype is None:  # the training set-up: float32 module, bf16 autocast
                     with torch.autocast(q.device.type, dtype=torch.bfloat16):
                         ctx, w = p.invoke(p.module, q, p.key, p.value, p.mask)[:2]
-                    dtype = "bfloat16 autocast"
+                    name = "bfloat16 autocast"
                 else:
                     module = copy.deepcopy(p.module).to(dtype)
                     ctx, w = p.invoke(
                         module, q.to(dtype), p.key.to(dtype), p.value.to(dtype), p.mask
                     )[:2]
         except RuntimeError as exc:
-            return Finding("low_precision", "skip", f"{dtype} is not served here: {exc}")
+            return Finding("low_precision", "skip", f"{name} is not served here: {exc}")
         err = float((ctx.float() - ref.float()).abs().max())
         finite = bool(torch.isfinite(ctx).all() and torch.isfinite(w).all())
         if finite and p.stateful and not torch.equal(w != 0, ref_weights != 0):
             seen.append(
-                f"{dtype}: not compared, a discrete choice (a hard stop, the key "
+                f"{name}: not compared, a discrete choice (a hard stop, the key "
                 "nearest a centre) moved under rounding"
             )
             continue
@@ -570,12 +622,12 @@ def _precision(p: _Probe, dtypes) -> Finding:
             return Finding(
                 "low_precision",
                 "fail",
-                f"in {dtype} (query times {scale:g}) the context is off by {err:.3g} "
+                f"in {name} (query times {scale:g}) the context is off by {err:.3g} "
                 "(or not finite)",
                 "subtract the row's max score before exp (torch.softmax does), or "
                 "compute scores and softmax in float32 and cast the context back",
             )
-        seen.append(f"{dtype}: max error {err:.2g}")
+        seen.append(f"{name}: max error {err:.2g}")
     large = "the example's scores (unnormalised weights)" if scale == 1 else "large scores"
     return Finding("low_precision", "pass", f"on {large}: " + "; ".join(seen))
 
@@ -715,7 +767,7 @@ def _memory(p: _Probe) -> Finding:
         return Finding("prepared_memory", "skip", "the module has no prepare(key, value)")
     tensors = p.run()
     with torch.no_grad():
-        memory = p.module.prepare(p.key, p.value)
+        memory = _prepare(p.module, p.key, p.value)
     prepared = p.run(key=memory, value=None)
     moved = p.differences(tensors, prepared, tol=1e-5)
     if moved:
@@ -742,11 +794,14 @@ def _state_threading(p: _Probe) -> Finding:
             "skip",
             f"the state is a {type(full.state).__name__}: the doctor compares tensor states only",
         )
-    key, value = p.key, p.value
+    key: Any = p.key
+    value: torch.Tensor | None = p.value
     if p.prepares():
         with torch.no_grad():
-            key, value = p.module.prepare(p.key, p.value), None
-    state, states, steps = None, [], []
+            key, value = _prepare(p.module, p.key, p.value), None
+    state: Any = None
+    states: list[Any] = []
+    steps: list[Output] = []
     for i in range(p.query.shape[1]):
         states.append(state)
         steps.append(p.run(query=p.query[:, i : i + 1], key=key, value=value, state=state))
@@ -775,7 +830,7 @@ def _state_threading(p: _Probe) -> Finding:
     reached, seen = False, any(bool(s.weights.any()) for s in steps)
     for i in range(1, len(steps)):
         s = states[i]
-        if not s.dtype.is_floating_point:
+        if not isinstance(s, torch.Tensor) or not s.dtype.is_floating_point:
             continue
         # Other states of the same shape and scale: the reversed state, and random ones (a
         # one-hot state nudged a little still starts a hard scan at the same key).
@@ -859,13 +914,13 @@ def _saturation(p: _Probe, scale: float = 50.0) -> Finding:
 
 
 def doctor(
-    module,
-    example_inputs,
+    module: torch.nn.Module,
+    example_inputs: Sequence[torch.Tensor],
     *,
-    call: Callable | None = None,
+    call: Callable[..., Sequence[Any]] | None = None,
     location: bool | None = None,
     stateful: bool | None = None,
-    dtypes=(torch.float16, torch.bfloat16),
+    dtypes: Sequence[torch.dtype] = (torch.float16, torch.bfloat16),
     seed: int = 0,
 ) -> Report:
     """Probe ``module`` with ``example_inputs`` and report on every check of :data:`CHECKS`
@@ -943,7 +998,13 @@ def doctor(
     return Report(findings)
 
 
-def assert_healthy(module, example_inputs, *, allow: tuple[str, ...] = (), **kwargs) -> Report:
+def assert_healthy(
+    module: torch.nn.Module,
+    example_inputs: Sequence[torch.Tensor],
+    *,
+    allow: tuple[str, ...] = (),
+    **kwargs: Any,
+) -> Report:
     """The pytest helper: :func:`doctor`, raising ``AssertionError`` with the report when a
     check other than those in ``allow`` fails (e.g. ``allow=("key_permutation",)`` for a
     position-aware score). Returns the report."""

@@ -148,6 +148,7 @@ def _rgb_png(image, name: str) -> tuple[str, float]:
 def _grid(ex: Example, where: str) -> dict:
     """The page's ``grid`` entry of an example with one: its rows, columns, picture and
     aspect ratio."""
+    assert ex.grid is not None  # the caller draws a grid only for examples with one
     rows, cols = ex.grid
     if not all(isinstance(n, int) and n > 0 for n in ex.grid) or rows * cols != len(ex.source):
         raise ValueError(

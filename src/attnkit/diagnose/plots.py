@@ -4,15 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from PIL import Image
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
 __all__ = ["plot_alignment", "plot_attention", "plot_image_attention"]
 
+#: What the plots take for weights and images: a tensor (detached, moved to the CPU) or
+#: anything :func:`numpy.asarray` reads.
+ArrayOrTensor: TypeAlias = torch.Tensor | npt.ArrayLike
 
-def _as_array(x, name: str = "weights", dims: str = "(Tq, Tk)") -> np.ndarray:
+
+def _as_array(
+    x: ArrayOrTensor, name: str = "weights", dims: str = "(Tq, Tk)"
+) -> npt.NDArray[np.float32]:
     """``x`` as a float32 array with as many dims as ``dims`` names, all finite."""
     if isinstance(x, torch.Tensor):
         x = x.detach().float().cpu().numpy()
@@ -29,7 +41,7 @@ def _as_array(x, name: str = "weights", dims: str = "(Tq, Tk)") -> np.ndarray:
 
 
 def plot_attention(
-    weights,
+    weights: ArrayOrTensor,
     x_labels: Sequence[str] | None,
     y_labels: Sequence[str] | None,
     path: str | Path,
@@ -83,16 +95,16 @@ def plot_attention(
 
 
 def plot_alignment(
-    weights,
-    background,
+    weights: ArrayOrTensor,
+    background: ArrayOrTensor,
     labels: Sequence[str] | None,
     path: str | Path,
     *,
     steps: int | None = None,
     marked: Sequence[int] | None = None,
     title: str | None = None,
-    origin: str = "upper",
-    self_attention=None,
+    origin: Literal["upper", "lower"] = "upper",
+    self_attention: ArrayOrTensor | None = None,
 ) -> Path:
     """Attention of output tokens over the input they were read from, drawn on that input.
 
@@ -213,8 +225,8 @@ def plot_alignment(
 
 
 def plot_image_attention(
-    image,
-    maps,
+    image: ArrayOrTensor,
+    maps: ArrayOrTensor,
     labels: Sequence[str],
     path: str | Path,
     *,
@@ -274,7 +286,9 @@ def plot_image_attention(
             ax.set_title("image", fontsize=9)
             continue
         grid = maps[k - 1] / max(float(maps[k - 1].max()), 1e-9)  # (h, w), peak 1
-        up = np.asarray(Image.fromarray(grid, "F").resize((w, h), Image.BILINEAR))  # (H, W)
+        up = np.asarray(
+            Image.fromarray(grid, "F").resize((w, h), Image.Resampling.BILINEAR)
+        )  # (H, W)
         ax.imshow(
             pixels * (0.15 + 0.85 * up[..., None]), extent=(0, w, h, 0), interpolation="nearest"
         )
@@ -282,7 +296,9 @@ def plot_image_attention(
     return _save(fig, path, dpi=100, title=title)
 
 
-def _save(fig, path: str | Path, *, dpi: int, title: str | None = None, over=None) -> Path:
+def _save(
+    fig: Figure, path: str | Path, *, dpi: int, title: str | None = None, over: Axes | None = None
+) -> Path:
     """Title ``fig`` (when ``title``: over the axes ``over``, else over the whole figure), lay
     it out and write it to ``path`` (its folder made if needed)."""
     if title and over is not None:
@@ -296,7 +312,7 @@ def _save(fig, path: str | Path, *, dpi: int, title: str | None = None, over=Non
     return path
 
 
-def _crop_len(axis: str, labels, length: int | None, size: int) -> int:
+def _crop_len(axis: str, labels: Sequence[Any] | None, length: int | None, size: int) -> int:
     dim = "Tk keys" if axis == "x" else "Tq queries"
     if length is None:
         if labels is None:
