@@ -265,18 +265,40 @@ def test_health_metrics_and_schema(translate_url):
     assert httpx.get(f"{translate_url}/docs").status_code == 200
 
 
+class Gated(Proxy):
+    """An evaluator whose decoding says when it has started and then waits to be released, so
+    a test knows what is being decoded and what waits, whatever the machine's speed."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.started, self.release = threading.Event(), threading.Event()
+
+    def decode(self, inputs, decoding=None, **kwargs):
+        self.started.set()
+        assert self.release.wait(60), "never released"
+        return super().decode(inputs, decoding, **kwargs)
+
+
 def test_a_full_queue_answers_503_with_retry_after(translator):
+    # one request decoding, one waiting in the queue of one: the next is refused at once
+    gated = Gated(translator)
     limits = Limits(max_batch=1, max_wait_ms=0, max_queue=1)
-    with serving(Proxy(translator, delay=0.4), limits) as url:
-        answers = concurrently(
-            [
-                lambda: httpx.post(f"{url}/translate", timeout=30, json={"text": TEXTS[0]})
-                for _ in range(5)
-            ]
-        )
-    statuses = sorted(r.status_code for r in answers)
-    assert set(statuses) == {200, 503} and statuses.count(200) >= 2, statuses
-    refused = next(r for r in answers if r.status_code == 503)
+    with serving(gated, limits) as url, ThreadPoolExecutor(2) as pool:
+
+        def post():
+            return httpx.post(f"{url}/translate", timeout=60, json={"text": TEXTS[0]})
+
+        decoding = pool.submit(post)
+        assert gated.started.wait(30)
+        waiting = pool.submit(post)
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{url}/health").json()["queue_depth"] < 1:
+            assert time.monotonic() < deadline, "the second request never reached the queue"
+            time.sleep(0.01)
+        refused = post()
+        gated.release.set()
+        assert decoding.result().status_code == 200 and waiting.result().status_code == 200
+    assert refused.status_code == 503, refused.text
     assert int(refused.headers["retry-after"]) >= 1 and "--max-queue" in refused.json()["error"]
 
 
