@@ -13,8 +13,9 @@ Shapes: ``S`` memory steps, ``E`` memory features, ``T`` output steps, ``V`` voc
 (:meth:`attnkit.Attention.prepare`); the location-aware score gets the previous step's
 weights. With an ``alignment`` (monotonic, MoChA, local-p, GMM:
 :mod:`attnkit.attention.alignment`) the attention is that module instead of a softmax, and its
-state (``state["align"]``) goes from step to step the same way. The decoder exposes ``start(memory, lengths) -> state`` and
-``step(tokens, state) -> (log_probs, state, weights)`` for :mod:`attnkit.decoding`.
+state (``state["align"]``) goes from step to step the same way. The decoder exposes
+``start(memory, lengths) -> state`` and ``step(tokens, state) -> (log_probs, state, weights)``
+for :mod:`attnkit.decoding`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Listen, Attend and Spell (Chan et al. 2016): a pyramidal BiLSTM listener and an attending speller.
+"""Listen, Attend and Spell (Chan et al. 2016): a pyramidal BiLSTM listener, an attending speller.
 
 Shapes: ``B`` batch, ``T`` feature frames, ``F`` features per frame (80 log-mels), ``S = T // 8``
 listener steps, ``L`` listener hidden size (outputs ``2L``), ``U`` output characters, ``V``
