@@ -24,7 +24,7 @@ decoding batch (``B``, or ``B * K`` in a beam of ``K``).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -107,6 +107,10 @@ class Captioner(Model, name="captioner"):
         (torch.Size([2, 5, 12]), torch.Size([2, 5, 16]), torch.Size([2, 5]))
     """
 
+    # buffers (register_buffer), typed for mypy
+    baseline: torch.Tensor
+    baseline_set: torch.Tensor
+
     def __init__(
         self,
         vocab: int,
@@ -162,7 +166,10 @@ class Captioner(Model, name="captioner"):
         the same grid); :func:`attnkit.decoding.front` passes it for the batch's size."""
         grid = self.encoder(images)  # (B, L, D)
         mean = grid.mean(1)  # (B, D)
-        state = {"h": torch.tanh(self.init_h(mean)), "c": torch.tanh(self.init_c(mean))}
+        state: dict[str, Any] = {
+            "h": torch.tanh(self.init_h(mean)),
+            "c": torch.tanh(self.init_c(mean)),
+        }
         if self.attention is None:
             state["mean"] = mean
         else:
@@ -220,7 +227,8 @@ class Captioner(Model, name="captioner"):
         generator: torch.Generator | None = None,
     ) -> CaptionOutput:
         """The teacher-forced pass over ``tgt_in`` ``(B, T)`` (BOS first); with
-        ``teacher_forcing < 1``, scheduled sampling (see :func:`attnkit.models.unrolling.unroll`)."""
+        ``teacher_forcing < 1``, scheduled sampling (see
+        :func:`attnkit.models.unrolling.unroll`)."""
         logits, extras = unroll(
             self._step,
             self.start(images),
@@ -255,7 +263,7 @@ class Captioner(Model, name="captioner"):
         Shape:
             log_likelihood ``(B,)``, mask ``(B, T)`` bool (the caption's words) -> ``(B,)``.
         """
-        if out.location_log_probs is None:
+        if out.location_log_probs is None or out.entropy is None:  # both or neither
             raise ValueError(
                 "out: REINFORCE needs hard attention's sampled locations "
                 "(attention='hard' in training mode; this model: "

@@ -13,8 +13,9 @@ Shapes: ``S`` memory steps, ``E`` memory features, ``T`` output steps, ``V`` voc
 (:meth:`attnkit.Attention.prepare`); the location-aware score gets the previous step's
 weights. With an ``alignment`` (monotonic, MoChA, local-p, GMM:
 :mod:`attnkit.attention.alignment`) the attention is that module instead of a softmax, and its
-state (``state["align"]``) goes from step to step the same way. The decoder exposes ``start(memory, lengths) -> state`` and
-``step(tokens, state) -> (log_probs, state, weights)`` for :mod:`attnkit.decoding`.
+state (``state["align"]``) goes from step to step the same way. The decoder exposes
+``start(memory, lengths) -> state`` and ``step(tokens, state) -> (log_probs, state, weights)``
+for :mod:`attnkit.decoding`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnkit.attention import ALIGNMENTS, Attention, lengths_to_mask, make_alignment
+from attnkit.attention import ALIGNMENTS, Alignment, Attention, lengths_to_mask, make_alignment
 from attnkit.checks import check_positive_int, check_probability, quoted
 from attnkit.models.rnn import GRUCell, LSTMCell
 from attnkit.models.unrolling import unroll
@@ -143,7 +144,7 @@ class AttentionDecoder(nn.Module):
             "memory": prepared,
             "lengths": lengths.to(memory.device),
         }
-        if self.aligned:
+        if isinstance(self.attention, Alignment):  # aligned
             align = self.attention.initial_state(prepared)
             if align is not None:
                 state["align"] = align
@@ -156,7 +157,7 @@ class AttentionDecoder(nn.Module):
     def streams(self) -> bool:
         """True when the memory may still be growing while decoding (:meth:`extend`): the
         alignment reads no key past its hard stop (monotonic or MoChA, hard inference)."""
-        return self.aligned and self.attention.streaming
+        return isinstance(self.attention, Alignment) and self.attention.streaming  # aligned
 
     def extend(self, state: dict | None, memory: torch.Tensor) -> dict:
         """``state`` (of :meth:`start` or of a step) over its memory grown by ``memory``
@@ -182,6 +183,7 @@ class AttentionDecoder(nn.Module):
         prepared = self.attention.extend(state["memory"], *self._keys_values(memory))
         grown = {**state, "memory": prepared, "lengths": state["lengths"] + memory.shape[1]}
         if "align" in state:
+            assert isinstance(self.attention, Alignment)  # only an alignment keeps "align"
             grown["align"] = self.attention.extend_state(state["align"], prepared.key.shape[1])
         return grown
 
@@ -316,7 +318,7 @@ def guided_attention_loss(
 
 def _attention(
     alignment: str, options: dict | None, query_dim: int, kv: int, score: str, attn_dim: int
-) -> nn.Module:
+) -> Attention | Alignment:
     """The decoder's attention: :class:`attnkit.Attention` with ``score`` for ``"softmax"``,
     else the alignment module with ``options``."""
     options = dict(options or {})
@@ -326,8 +328,8 @@ def _attention(
                 f"alignment_options: only for an alignment other than 'softmax', "
                 f"got {quoted(options)}"
             )
-        extra = {"attn_dim": attn_dim} if score in ("additive", "location") else {}
-        return Attention(query_dim, kv, kv, score=score, **extra)
+        scored = score in ("additive", "location")  # None: Attention's default
+        return Attention(query_dim, kv, kv, score=score, attn_dim=attn_dim if scored else None)
     if alignment in ("monotonic", "mocha"):
         options.setdefault("attn_dim", attn_dim)
     if alignment == "local_p":

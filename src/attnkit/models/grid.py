@@ -31,6 +31,8 @@ class GridEncoder(nn.Module):
         (torch.Size([2, 64, 10]), 8, 10)
     """
 
+    coords: torch.Tensor  # a buffer (register_buffer), typed for mypy
+
     def __init__(self, image_size: int, channels: tuple[int, ...]):
         super().__init__()
         check_positive_int("image_size", image_size)

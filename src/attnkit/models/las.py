@@ -1,4 +1,4 @@
-"""Listen, Attend and Spell (Chan et al. 2016): a pyramidal BiLSTM listener and an attending speller.
+"""Listen, Attend and Spell (Chan et al. 2016): a pyramidal BiLSTM listener, an attending speller.
 
 Shapes: ``B`` batch, ``T`` feature frames, ``F`` features per frame (80 log-mels), ``S = T // 8``
 listener steps, ``L`` listener hidden size (outputs ``2L``), ``U`` output characters, ``V``
@@ -189,6 +189,10 @@ class CausalListener(nn.Module):
         True
     """
 
+    # buffers (register_buffer), typed for mypy
+    feature_mean: torch.Tensor
+    feature_std: torch.Tensor
+
     def __init__(self, features: int, hidden: int = 256, *, dropout: float = 0.0):
         super().__init__()
         self.features, self.hidden, self.drop = listener_settings(features, hidden, dropout)
@@ -250,8 +254,9 @@ class CausalListener(nn.Module):
         if features.shape[1]:
             x, rnn[0] = self.first(self.normalise(features), rnn[0])
         for i, lstm in enumerate(self.pyramid):
-            if waiting[i] is not None:  # the frame left over from the chunks before
-                x = torch.cat([waiting[i], x], 1)
+            left = waiting[i]
+            if left is not None:  # the frame left over from the chunks before
+                x = torch.cat([left, x], 1)
             even = x.shape[1] - x.shape[1] % 2
             waiting[i] = x[:, even:]  # (B, 0 or 1, L)
             if even == 0:
@@ -334,7 +339,7 @@ class LAS(Model, name="las"):
                 f"listener: expected one of {', '.join(LISTENERS)}, got {quoted(listener)}"
             )
         kind = Listener if listener == "bi" else CausalListener
-        self.listener = kind(features, listener_hidden, dropout=dropout)
+        self.listener: Listener | CausalListener = kind(features, listener_hidden, dropout=dropout)
         self.speller = AttentionDecoder(
             vocab,
             self.listener.output_dim,
@@ -388,12 +393,15 @@ class LAS(Model, name="las"):
     def stream_start(self) -> LASStream:
         """The state before any audio (see :meth:`stream_listen`)."""
         self.check_streaming()
+        assert isinstance(self.listener, CausalListener)  # as check_streaming found
         return LASStream(self.listener.stream_start(), None)
 
     def stream_listen(self, features: torch.Tensor, state: LASStream) -> LASStream:
         """Listen to the next frames ``(B, t, F)`` (raw log-mels, every utterance of the
         batch as far as the others): the listener steps they complete are appended to the
         speller's memory (:meth:`attnkit.models.AttentionDecoder.extend`)."""
+        # a stream's state comes from stream_start, which checked for a causal listener
+        assert isinstance(self.listener, CausalListener)
         steps, listened = self.listener.stream(features, state.listener)  # (B, s, L)
         speller = state.speller
         if steps.shape[1]:
@@ -445,6 +453,7 @@ class LAS(Model, name="las"):
 
     def _ctc(self, memory: torch.Tensor, mem_lengths: torch.Tensor):
         """CTC log-probs ``(B, 4S, V)``: listener step ``j`` gives frames ``4j .. 4j + 3``."""
+        assert self.ctc_head is not None  # the callers check has_ctc
         b, s = memory.shape[:2]
         ctc = self.ctc_head(memory).reshape(b, CTC_LABELS_PER_STEP * s, -1)  # (B, 4S, V)
         return F.log_softmax(ctc, dim=-1), CTC_LABELS_PER_STEP * mem_lengths

@@ -89,7 +89,8 @@ class Model(nn.Module):
                 arguments.pop(next(iter(signature.parameters)))  # self
                 self.__dict__["_arguments"] = _jsonable(arguments)
 
-        cls.__init__ = recording_init
+        # replacing the constructor with its recording wrapper is the point here
+        cls.__init__ = recording_init  # type: ignore[method-assign]
 
 
 def model_config(model: nn.Module) -> dict:

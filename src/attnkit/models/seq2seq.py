@@ -21,6 +21,8 @@ weights)``. :class:`Seq2Seq` joins the two and exposes ``start(src, src_len) -> 
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -152,10 +154,13 @@ class LuongDecoder(_Decoder):
                 f"score: Luong attention takes dot, general or additive, got {quoted(score)}"
             )
         self.input_feeding = input_feeding
-        score_kw = {"attn_dim": attn_dim or hidden} if score == "additive" else {}
         self.key_proj = Linear(enc, hidden, bias=False) if score == "dot" else None
         self.attention = Attention(
-            hidden, hidden if score == "dot" else enc, enc, score=score, **score_kw
+            hidden,
+            hidden if score == "dot" else enc,
+            enc,
+            score=score,
+            attn_dim=(attn_dim or hidden) if score == "additive" else None,  # None: the default
         )
         self.rnn = nn.GRU(emb + (hidden if input_feeding else 0), hidden, batch_first=True)
         self.combine = Linear(enc + hidden, hidden)
@@ -179,15 +184,13 @@ class LuongDecoder(_Decoder):
         """Tokens ``(N,)`` -> logits ``(N, V)``, state, weights ``(N, S)``."""
         y = self.dropout(self.embed(tokens))  # (N, emb)
         x = torch.cat([y, state["feed"]], dim=-1) if self.input_feeding else y
-        if uses_onednn(x, self.rnn.weight_ih_l0):  # one step of the GRU, its products on oneDNN
-            h = gru_cell(
-                x,
-                state["h"],
-                self.rnn.weight_ih_l0,
-                self.rnn.weight_hh_l0,
-                self.rnn.bias_ih_l0,
-                self.rnn.bias_hh_l0,
-            )
+        # nn.GRU's per-layer weights are attributes torch's stubs do not declare
+        w_ih, w_hh, b_ih, b_hh = (
+            cast(torch.Tensor, getattr(self.rnn, name))
+            for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")
+        )
+        if uses_onednn(x, w_ih):  # one step of the GRU, its products on oneDNN
+            h = gru_cell(x, state["h"], w_ih, w_hh, b_ih, b_hh)
         else:
             h = self.rnn(x[:, None], state["h"][None])[1][0]
         logits, attn_h, w = self._attend(h, state)
@@ -266,7 +269,7 @@ class Seq2Seq(Model, name="seq2seq"):
             raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {quoted(kind)}")
         self.kind = kind
         self.encoder = Encoder(src_vocab, emb, hidden, dropout=dropout)
-        options = {"dropout": dropout}
+        options: dict[str, Any] = {"dropout": dropout}
         if kind != "none":
             options["attn_dim"] = attn_dim
         if kind == "luong":

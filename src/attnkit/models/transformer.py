@@ -21,6 +21,7 @@ the interface of :class:`attnkit.models.Seq2Seq`: ``start(src, src_len) -> state
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -189,9 +190,10 @@ class Transformer(Model, name="transformer"):
         the prepared encoder output and an empty self-attention cache (no keys yet), so every
         step takes and returns the same tensors."""
         enc = self.encode(src, src_len)
+        layers = cast("list[_DecoderLayer]", list(self.decoder))  # a ModuleList types Modules
         return {
-            "memory": [layer.cross_attn.prepare(enc) for layer in self.decoder],
-            "cache": [layer.self_attn.prepare(enc[:, :0]) for layer in self.decoder],
+            "memory": [layer.cross_attn.prepare(enc) for layer in layers],
+            "cache": [layer.self_attn.prepare(enc[:, :0]) for layer in layers],
             "src_len": src_len.to(src.device),
             "t": torch.zeros(src.shape[0], dtype=torch.long, device=src.device),
         }
@@ -215,6 +217,7 @@ class Transformer(Model, name="transformer"):
             caches.append(cache)
             weights = w if w is not None else weights
         new = {**state, "cache": caches, "t": t + 1}
+        assert weights is not None  # the last layer's, which needs them
         return F.log_softmax(self._logits(y), dim=-1), new, weights.mean(dim=1)
 
     # ------------------------------------------------------------------ training

@@ -41,5 +41,5 @@ def unroll(
         return torch.stack(logits, dim=1), {
             k: torch.stack([w[k] for w in weights], dim=1) for k in weights[0]
         }
-    weights = None if weights[0] is None else torch.stack(weights, dim=1)
-    return torch.stack(logits, dim=1), weights
+    stacked = None if weights[0] is None else torch.stack(weights, dim=1)
+    return torch.stack(logits, dim=1), stacked

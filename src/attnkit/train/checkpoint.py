@@ -243,7 +243,8 @@ def save_checkpoint(
     # clone: tied weights share storage, which safetensors refuses
     weights = model if isinstance(model, dict) else model.state_dict()
     state = {k: v.detach().cpu().clone() for k, v in weights.items()}
-    tensors, plain = ({}, None)
+    tensors: dict[str, torch.Tensor] = {}
+    plain: dict | None = None
     if optimizer is not None:
         tensors, plain = _flatten_optimizer(optimizer.state_dict())
     for what, found in (("weight", state), ("optimizer", tensors)):

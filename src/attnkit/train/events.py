@@ -12,10 +12,15 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 __all__ = ["Events"]
 
@@ -34,7 +39,8 @@ class Events:
     def __init__(self, folder: str | Path, step: int = 0):
         from torch.utils.tensorboard import SummaryWriter  # its import takes ~0.3 s
 
-        self.folder, self.writer, self.broken = Path(folder), None, False
+        self.folder, self.broken = Path(folder), False
+        self.writer: SummaryWriter | None = None  # None only when broken: nothing to write
         self._write(lambda: _wait_for_a_later_second(self.folder))
         self._write(
             lambda: setattr(
@@ -43,8 +49,13 @@ class Events:
         )
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
+        # _write writes at once, so a closure over the loop variables would write the current
+        # values too; partial binds them, which stays right should _write ever defer
         for tag, value in values.items():
-            self._write(lambda: self.writer.add_scalar(tag, value, step))
+            self._write(partial(self._add_scalar, tag, value, step))
+
+    def _add_scalar(self, tag: str, value: float, step: int) -> None:
+        self._live().add_scalar(tag, value, step)
 
     def pictures(self, step: int, draw: Callable[[Path], Sequence[Path]]) -> None:
         """Add the PNG files that ``draw(folder)`` writes into a temporary folder and returns
@@ -55,15 +66,20 @@ class Events:
                 for path in draw(Path(folder)):
                     with Image.open(path) as image:
                         pixels = np.asarray(image.convert("RGB"))  # (H, W, 3) uint8
-                    self.writer.add_image(
+                    self._live().add_image(
                         f"attention/{Path(path).stem}", pixels, step, dataformats="HWC"
                     )
 
         self._write(add)
 
     def close(self) -> None:
-        self._write(lambda: self.writer.close())
+        self._write(lambda: self._live().close())
         self.broken = True  # nothing more to write
+
+    def _live(self) -> SummaryWriter:
+        """The writer, for a write that ``_write`` makes (it makes none once broken)."""
+        assert self.writer is not None, "no writer: only a broken Events has none"
+        return self.writer
 
     def _write(self, write: Callable[[], object]) -> None:
         """``write()``, unless an earlier write failed; an OSError ends the events."""

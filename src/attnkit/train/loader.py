@@ -1,4 +1,4 @@
-"""One process's batches of one epoch, from a position on, through a ``torch.utils.data.DataLoader``.
+"""One process's batches of one epoch, from a position on, through a torch ``DataLoader``.
 
 A task's ``batches(epoch)`` is either a sequence (``len`` and indexing: each batch built when
 indexed, as :class:`Batches` does) or any iterable. Of each complete group
@@ -21,9 +21,10 @@ the global RNG, whose state a checkpoint saves.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, cast, overload
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 __all__ = ["Batches", "EpochLoader"]
 
@@ -48,7 +49,14 @@ class Batches(Sequence):
     def __len__(self) -> int:
         return len(self.plan)
 
-    def __getitem__(self, i: int):
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+    @overload
+    def __getitem__(self, i: slice) -> Batches: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        # a slice is the Batches of that part of the plan, as a Sequence's slice must be
+        if isinstance(i, slice):
+            return Batches(self.plan[i], self.collate)
         return self.collate(self.plan[i])
 
 
@@ -101,19 +109,27 @@ class EpochLoader:
         workers: int,
         pin_memory: bool,
     ):
-        common = dict(
-            batch_size=None,
-            collate_fn=_as_built,
-            pin_memory=pin_memory,
-            generator=torch.Generator(),
-        )
-        self._walk = None
+
+        def loader(
+            dataset: Dataset[Any], sampler: Iterable[int] | None = None, workers: int = 0
+        ) -> DataLoader[Any]:
+            return DataLoader(
+                dataset,
+                batch_size=None,
+                sampler=sampler,
+                num_workers=workers,
+                collate_fn=_as_built,
+                pin_memory=pin_memory,
+                generator=torch.Generator(),
+            )
+
+        self._walk: _Walk | None = None
         if isinstance(batches, Sequence):
             self.total: int | None = len(batches)
             done = start + (self.total - start) // world * world  # complete groups only
-            self._loader = DataLoader(
-                batches, sampler=range(start + rank, done, world), num_workers=workers, **common
-            )
+            # a sequence is a map-style dataset as it is (len and indexing)
+            dataset = cast("Dataset[Any]", batches)
+            self._loader = loader(dataset, range(start + rank, done, world), workers)
             return
         if workers:
             raise ValueError(
@@ -123,7 +139,7 @@ class EpochLoader:
             )
         self.total = None
         self._walk = _Walk(batches, start, rank, world)
-        self._loader = DataLoader(self._walk, **common)
+        self._loader = loader(self._walk)
 
     def __iter__(self) -> Iterator:
         yield from self._loader

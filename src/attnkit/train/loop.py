@@ -364,9 +364,8 @@ class Trainer:
         """The validation's metrics and the task's attention pictures, as TensorBoard events."""
         events.scalars(self.step, {f"valid/{k}": v for k, v in metrics.items()})
         if hasattr(self.task, "pictures"):
-            events.pictures(
-                self.step, lambda folder: self._evaluating(self.task.pictures, folder, PICTURES)
-            )
+            pictures = self.task.pictures  # bound here: a lambda loses hasattr's narrowing
+            events.pictures(self.step, lambda folder: self._evaluating(pictures, folder, PICTURES))
 
     @property
     def best_dir(self) -> Path:
@@ -591,6 +590,7 @@ class Trainer:
                 )
                 done = self._backward(net, batches, device)
                 if done is None:
+                    assert start_of_step is not None  # None comes only with accumulate > 1
                     self.epoch, self.batch_in_epoch, rngs = start_of_step
                     set_rng_state(rngs)
                     self.optimizer.zero_grad(set_to_none=True)
@@ -611,13 +611,19 @@ class Trainer:
                 self.step += 1
                 now = time.monotonic()
                 # Rank 0 alone validates and keeps the clock; one sum tells every process.
-                early = main and self.step % cfg.eval_every == 0 and self._validate(events)
+                # (events: rank 0's alone, so None exactly when not main)
+                early = (
+                    events is not None
+                    and self.step % cfg.eval_every == 0
+                    and self._validate(events)
+                )
                 late = main and cfg.time_budget_s is not None and now - start > cfg.time_budget_s
-                loss_sum, tokens, early, signalled, late = distributed.sum_across(
+                # sums over the processes (floats): stop flags become counts of processes
+                loss_sum, tokens_sum, early_sum, signalled, late_sum = distributed.sum_across(
                     [loss.item(), tokens, early, self._signal is not None, late], device
                 )
-                progress.update(self.step, loss_sum / self._world, tokens)
-                if main:
+                progress.update(self.step, loss_sum / self._world, int(tokens_sum))
+                if events is not None:
                     events.scalars(
                         self.step,
                         {
@@ -626,13 +632,13 @@ class Trainer:
                             "train/lr": self.optimizer.param_groups[0]["lr"],
                         },
                     )
-                if early:
+                if early_sum:
                     stopped = "early_stopping"
                     break
                 if signalled:
                     stopped = "signal"
                     break
-                if late:
+                if late_sum:
                     stopped = "time_budget"
                     break
                 if self.step % cfg.checkpoint_every == 0:
@@ -641,7 +647,7 @@ class Trainer:
         finally:
             batches.close()  # ends the DataLoader's workers
             progress.close()
-            if main:
+            if events is not None:
                 events.close()
             for sig, old in handlers.items():
                 signal.signal(sig, old)

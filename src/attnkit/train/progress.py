@@ -15,7 +15,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from tqdm.auto import tqdm
+# tqdm ships no types (types-tqdm is a separate stub package)
+from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 __all__ = ["Progress", "clock_text"]
 
@@ -61,7 +62,9 @@ class Progress:
         self.window_tokens, self.tokens_per_s, self.loss = 0, 0.0, math.nan
         self.stream, self.terminal = stream, enabled and stream.isatty()
         self.log_lines = enabled and not self.terminal
-        self.bar = None  # drawn from the first step on, when the binding limit is known
+        self.bar: tqdm | None = (
+            None  # drawn from the first step on, when the binding limit is known
+        )
 
     def time_binds(self, elapsed: float) -> bool:
         """Whether, at the speed so far, the time budget ends the run before the step limit."""
@@ -97,9 +100,10 @@ class Progress:
             log.info("%s", self.line(elapsed))
 
     def _draw(self, elapsed: float) -> None:
-        if self.time_binds(elapsed):
+        budget = self.time_budget_s  # time binds only with a budget
+        if budget is not None and self.time_binds(elapsed):
             total, n, unit, extra = (
-                math.ceil(self.time_budget_s),
+                math.ceil(budget),
                 int(elapsed),
                 "s",
                 {"step": self.step},
