@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
@@ -636,13 +636,8 @@ class SpeechAugment(Compose):
 
     family = "audio"
 
-    def __init__(self, augmentations: Sequence[Augmentation]):
-        super().__init__(augmentations)
-        for i, a in enumerate(self.augmentations):
-            if not isinstance(a, AudioAugmentation):
-                raise TypeError(
-                    f"augmentations[{i}]: expected a speech augmentation, got {type(a).__name__}"
-                )
+    takes = AudioAugmentation
+    takes_name = "a speech augmentation"
 
     @property
     def needs_samples(self) -> bool:

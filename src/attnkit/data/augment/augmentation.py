@@ -192,13 +192,16 @@ class Compose:
         True
     """
 
+    # what a family's composition takes (its augmentations' base class), named in the error
+    takes: ClassVar[type] = Augmentation
+    takes_name: ClassVar[str] = "an Augmentation"
+
     def __init__(self, augmentations: Sequence[Augmentation]):
         augmentations = list(augmentations)
-        for i, a in enumerate(augmentations):
-            if not isinstance(a, Augmentation):
-                raise TypeError(
-                    f"augmentations[{i}]: expected an Augmentation, got {type(a).__name__}"
-                )
+        for kind, name in ((Augmentation, "an Augmentation"), (self.takes, self.takes_name)):
+            for i, a in enumerate(augmentations):
+                if not isinstance(a, kind):
+                    raise TypeError(f"augmentations[{i}]: expected {name}, got {type(a).__name__}")
         self.augmentations = augmentations
 
     def __len__(self) -> int:

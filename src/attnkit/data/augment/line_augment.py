@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
-from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -451,13 +450,8 @@ class LineAugment(Compose):
 
     family = "lines"
 
-    def __init__(self, augmentations: Sequence[Augmentation]):
-        super().__init__(augmentations)
-        for i, a in enumerate(self.augmentations):
-            if not isinstance(a, LineAugmentation):
-                raise TypeError(
-                    f"augmentations[{i}]: expected a line augmentation, got {type(a).__name__}"
-                )
+    takes = LineAugmentation
+    takes_name = "a line augmentation"
 
     def __call__(self, image: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
         if not isinstance(image, torch.Tensor) or image.dim() != 2:
