@@ -10,6 +10,110 @@ from attnkit.serve import Limits
 
 API_KEY_ENV = "ATTNKIT_API_KEY"
 
+# (group, option, Limits field, type, metavar, help): the options that make a Limits; an
+# option's value is args.<option without dashes>, e.g. --timeout's args.timeout.
+LIMIT_OPTIONS = (
+    (
+        "batching",
+        "--max-batch",
+        "max_batch",
+        common.positive_int,
+        "N",
+        "requests decoded together at most",
+    ),
+    (
+        "batching",
+        "--max-wait-ms",
+        "max_wait_ms",
+        common.non_negative_float,
+        "MS",
+        "how long a batch waits for requests to join it, from its oldest request's arrival or "
+        "the previous batch's answer, whichever is later",
+    ),
+    (
+        "limits",
+        "--max-queue",
+        "max_queue",
+        common.positive_int,
+        "N",
+        "requests waiting at most; more are answered 503 with Retry-After",
+    ),
+    (
+        "limits",
+        "--timeout",
+        "timeout_s",
+        common.positive_float,
+        "S",
+        "seconds from a request's arrival to its answer; later it is answered 504",
+    ),
+    (
+        "limits",
+        "--read-timeout",
+        "read_timeout_s",
+        common.positive_float,
+        "S",
+        "seconds a connection has to send a whole request (headers and body) from its opening "
+        "or the previous answer; later it is closed (default {default:g})",
+    ),
+    (
+        "limits",
+        "--keep-alive",
+        "keep_alive_s",
+        common.positive_float,
+        "S",
+        "seconds a connection may stay idle after an answer; later it is closed "
+        "(default {default:g})",
+    ),
+    (
+        "limits",
+        "--max-body",
+        "max_body_bytes",
+        common.positive_int,
+        "BYTES",
+        "a request's body at most (else 413)",
+    ),
+    (
+        "limits",
+        "--max-chars",
+        "max_chars",
+        common.positive_int,
+        None,
+        "characters of a text to translate, or a question",
+    ),
+    (
+        "limits",
+        "--max-seconds",
+        "max_seconds",
+        common.positive_float,
+        None,
+        "seconds of audio to transcribe",
+    ),
+    (
+        "limits",
+        "--max-pixels",
+        "max_pixels",
+        common.positive_int,
+        None,
+        "pixels of an image (width x height, from its header)",
+    ),
+    (
+        "limits",
+        "--max-beam",
+        "max_beam",
+        common.positive_int,
+        None,
+        "a request's beam width, or its number of draws (sample)",
+    ),
+    (
+        "limits",
+        "--max-len",
+        "max_len",
+        common.positive_int,
+        None,
+        "a request's max_len (output tokens)",
+    ),
+)
+
 
 def add_parser(sub) -> None:
     d = Limits()
@@ -51,91 +155,12 @@ def add_parser(sub) -> None:
         help="read the API key from FILE (its first line, without the line's end)",
     )
     common.add_device_arg(p)
-    batching = p.add_argument_group("batching")
-    batching.add_argument(
-        "--max-batch",
-        type=common.positive_int,
-        default=d.max_batch,
-        metavar="N",
-        help="requests decoded together at most",
-    )
-    batching.add_argument(
-        "--max-wait-ms",
-        type=common.non_negative_float,
-        default=d.max_wait_ms,
-        metavar="MS",
-        help="how long a batch waits for requests to join it, from its oldest "
-        "request's arrival or the previous batch's answer, whichever is later",
-    )
-    limits = p.add_argument_group("limits")
-    limits.add_argument(
-        "--max-queue",
-        type=common.positive_int,
-        default=d.max_queue,
-        metavar="N",
-        help="requests waiting at most; more are answered 503 with Retry-After",
-    )
-    limits.add_argument(
-        "--timeout",
-        type=common.positive_float,
-        default=d.timeout_s,
-        metavar="S",
-        help="seconds from a request's arrival to its answer; later it is answered 504",
-    )
-    limits.add_argument(
-        "--read-timeout",
-        type=common.positive_float,
-        default=d.read_timeout_s,
-        metavar="S",
-        help="seconds a connection has to send a whole request (headers and "
-        "body) from its opening or the previous answer; later it is closed "
-        f"(default {d.read_timeout_s:g})",
-    )
-    limits.add_argument(
-        "--keep-alive",
-        type=common.positive_float,
-        default=d.keep_alive_s,
-        metavar="S",
-        help="seconds a connection may stay idle after an "
-        f"answer; later it is closed (default {d.keep_alive_s:g})",
-    )
-    limits.add_argument(
-        "--max-body",
-        type=common.positive_int,
-        default=d.max_body_bytes,
-        metavar="BYTES",
-        help="a request's body at most (else 413)",
-    )
-    limits.add_argument(
-        "--max-chars",
-        type=common.positive_int,
-        default=d.max_chars,
-        help="characters of a text to translate, or a question",
-    )
-    limits.add_argument(
-        "--max-seconds",
-        type=common.positive_float,
-        default=d.max_seconds,
-        help="seconds of audio to transcribe",
-    )
-    limits.add_argument(
-        "--max-pixels",
-        type=common.positive_int,
-        default=d.max_pixels,
-        help="pixels of an image (width x height, from its header)",
-    )
-    limits.add_argument(
-        "--max-beam",
-        type=common.positive_int,
-        default=d.max_beam,
-        help="a request's beam width, or its number of draws (sample)",
-    )
-    limits.add_argument(
-        "--max-len",
-        type=common.positive_int,
-        default=d.max_len,
-        help="a request's max_len (output tokens)",
-    )
+    groups = {name: p.add_argument_group(name) for name in ("batching", "limits")}
+    for group, flag, field, kind, metavar, text in LIMIT_OPTIONS:
+        default = getattr(d, field)
+        groups[group].add_argument(
+            flag, type=kind, default=default, metavar=metavar, help=text.format(default=default)
+        )
     p.set_defaults(run=run)
 
 
@@ -184,18 +209,10 @@ def run(args) -> int:
             f"serve: needs the serve extra ({exc.name} is missing): pip install 'attnkit[serve]'"
         ) from None
     limits = Limits(
-        max_body_bytes=args.max_body,
-        max_chars=args.max_chars,
-        max_seconds=args.max_seconds,
-        max_pixels=args.max_pixels,
-        max_beam=args.max_beam,
-        max_len=args.max_len,
-        max_batch=args.max_batch,
-        max_wait_ms=args.max_wait_ms,
-        max_queue=args.max_queue,
-        timeout_s=args.timeout,
-        read_timeout_s=args.read_timeout,
-        keep_alive_s=args.keep_alive,
+        **{
+            field: getattr(args, flag.removeprefix("--").replace("-", "_"))
+            for _, flag, field, *_ in LIMIT_OPTIONS
+        }
     )
     from attnkit.export import is_export
 

@@ -58,7 +58,7 @@ from attnkit.decoding import Decoding, Hypotheses, decode_batches, stream_feed, 
 from attnkit.diagnose.plots import plot_alignment
 from attnkit.models import LAS, build_model, guided_attention_loss
 from attnkit.models.las import HALVINGS, MIN_FRAMES
-from attnkit.tasks.batching import length_batches
+from attnkit.tasks.batching import length_batches, task_config
 from attnkit.tasks.evaluator import (
     Evaluator,
     Example,
@@ -490,21 +490,17 @@ class AsrTask:
         )
 
     def config(self) -> dict:
-        return {
-            "task": "asr",
-            "model": self.model_config,
-            "data": self.data,
-            "batching": {
-                "batch_size": self.batch_size,
-                "seed": self.seed,
-                "label_smoothing": self.label_smoothing,
+        return task_config(
+            "asr",
+            self,
+            batching={
                 "ctc_weight": self.ctc_weight,
                 **({"guided_attention": self.guided_attention} if self.guided_attention else {}),
                 **({"sortagrad": self.sortagrad} if self.sortagrad else {}),
                 "teacher_forcing": asdict(self.teacher_forcing),
             },
             **({"augment": self.augment.config()} if self.augment else {}),
-        }
+        )
 
     def vocab(self) -> dict:
         return self.char_vocab.to_json()

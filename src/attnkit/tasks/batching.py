@@ -4,10 +4,11 @@ epoch)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-__all__ = ["group_batches", "length_batches"]
+__all__ = ["group_batches", "length_batches", "task_config"]
 
 
 def length_batches(
@@ -62,3 +63,23 @@ def group_batches(
             batches.append(batch)
             batch = []
     return batches + ([batch] if batch else [])
+
+
+def task_config(name: str, task: Any, *, batching: dict | None = None, **more: Any) -> dict:
+    """The config a training task's checkpoint keeps (read back by
+    :mod:`attnkit.tasks.loading`): ``{"task": name, "model": ..., "data": ..., "batching":
+    ...}`` from ``task``'s ``model_config`` and ``data``, its ``batch_size``, ``seed`` and
+    ``label_smoothing`` followed by ``batching`` in the batching settings, and ``more`` beside
+    them."""
+    return {
+        "task": name,
+        "model": task.model_config,
+        "data": task.data,
+        "batching": {
+            "batch_size": task.batch_size,
+            "seed": task.seed,
+            "label_smoothing": task.label_smoothing,
+            **(batching or {}),
+        },
+        **more,
+    }

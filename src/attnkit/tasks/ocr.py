@@ -36,7 +36,7 @@ from attnkit.data.corpora.reading import read_corpus
 from attnkit.decoding import Decoding, ctc_greedy, decode
 from attnkit.diagnose.plots import plot_alignment
 from attnkit.models import CRNN, build_model, guided_attention_loss
-from attnkit.tasks.batching import length_batches
+from attnkit.tasks.batching import length_batches, task_config
 from attnkit.tasks.evaluator import (
     Evaluator,
     Example,
@@ -460,21 +460,17 @@ class OcrTask:
         )
 
     def config(self) -> dict:
-        return {
-            "task": "ocr",
-            "model": self.model_config,
-            "data": self.data,
-            "batching": {
-                "batch_size": self.batch_size,
-                "seed": self.seed,
-                "label_smoothing": self.label_smoothing,
+        return task_config(
+            "ocr",
+            self,
+            batching={
                 **({"ctc_weight": self.ctc_weight} if self.ctc_weight else {}),
                 **({"guided_attention": self.guided_attention} if self.guided_attention else {}),
                 **({"sortagrad": self.sortagrad} if self.sortagrad else {}),
                 "teacher_forcing": asdict(self.teacher_forcing),
             },
             **({"augment": self.augment.config()} if self.augment else {}),
-        }
+        )
 
     def vocab(self) -> dict:
         return self.chars.to_json()

@@ -26,7 +26,7 @@ from attnkit.data.corpora.text_pairs import TextPairs
 from attnkit.decoding import MAX_OUTPUT_TOKENS, Decoding, Hypotheses, decode_batches
 from attnkit.diagnose.plots import plot_attention
 from attnkit.models import Seq2Seq, Transformer, build_model
-from attnkit.tasks.batching import length_batches
+from attnkit.tasks.batching import length_batches, task_config
 from attnkit.tasks.evaluator import (
     Evaluator,
     Example,
@@ -267,18 +267,12 @@ class TranslateTask:
         return pictures(evaluator, [source for source, _ in self.valid[:n]], folder)
 
     def config(self) -> dict:
-        return {
-            "task": "translate",
-            "model": self.model_config,
-            "max_len_extra": self.max_len_extra,
-            "data": self.data,
-            "batching": {
-                "batch_size": self.batch_size,
-                "seed": self.seed,
-                "label_smoothing": self.label_smoothing,
-                "teacher_forcing": asdict(self.teacher_forcing),
-            },
-        }
+        return task_config(
+            "translate",
+            self,
+            batching={"teacher_forcing": asdict(self.teacher_forcing)},
+            max_len_extra=self.max_len_extra,
+        )
 
     def vocab(self) -> dict:
         return {"src": self.src_vocab.to_json(), "tgt": self.tgt_vocab.to_json()}

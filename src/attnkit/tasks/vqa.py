@@ -40,7 +40,7 @@ from attnkit.data.worlds.scenes import QUESTION_TYPES, RELATIONAL, scored_scenes
 from attnkit.decoding import Decoding
 from attnkit.diagnose.plots import plot_image_attention
 from attnkit.models import VQA, build_model
-from attnkit.tasks.batching import group_batches
+from attnkit.tasks.batching import group_batches, task_config
 from attnkit.tasks.evaluator import Evaluator, Example, LazyExamples, Output, score_examples
 from attnkit.tasks.explore import answer_example
 from attnkit.tasks.route import Route, Text, Upload
@@ -324,16 +324,7 @@ class VqaTask:
         return plot_answers(asked, answer_questions(model, self.words, self.answers, asked), folder)
 
     def config(self) -> dict:
-        return {
-            "task": "vqa",
-            "model": self.model_config,
-            "data": self.data,
-            "batching": {
-                "batch_size": self.batch_size,
-                "seed": self.seed,
-                "label_smoothing": self.label_smoothing,
-            },
-        }
+        return task_config("vqa", self)
 
     def vocab(self) -> dict:
         return {"words": self.words.to_json(), "answers": self.answers}

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
@@ -45,7 +45,13 @@ from scipy.ndimage import maximum_filter1d
 from scipy.signal import butter, fftconvolve, lfilter, sosfilt, sosfiltfilt
 
 from attnkit.data.audio.features import SAMPLE_RATE, log_mel, normalize_features, resample
-from attnkit.data.augment.augmentation import Augmentation, Compose, check_number, check_range
+from attnkit.data.augment.augmentation import (
+    Augmentation,
+    Compose,
+    check_number,
+    number_check,
+    range_check,
+)
 
 __all__ = [
     "PRESETS",
@@ -99,9 +105,7 @@ class PitchShift(AudioAugmentation, name="pitch"):
     p: float = 0.5
     factor: tuple[float, float] = (0.8, 1.5)
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_range("factor", self.factor, 0.5, 2.0)
+    checks = {"factor": range_check(0.5, 2.0)}
 
     def apply(self, samples: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
         _check_samples(samples)
@@ -156,10 +160,7 @@ class VoiceSource(AudioAugmentation, name="voice_source"):
     jitter: ClassVar[float] = 0.01  # the pulses' timing noise, a share of the period
     order: ClassVar[int] = 16  # LPC order: 2 poles per kHz at 16 kHz, and a few for the tilt
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_range("hnr_db", self.hnr_db, 0.0, 60.0)
-        check_range("tilt", self.tilt, 0.0, 0.95)
+    checks = {"hnr_db": range_check(0.0, 60.0), "tilt": range_check(0.0, 0.95)}
 
     def apply(self, samples: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
         _check_samples(samples)
@@ -223,9 +224,7 @@ class DynamicRange(AudioAugmentation, name="dynamic_range"):
     floor_db: ClassVar[float] = -60.0
     window_s: ClassVar[float] = 0.02
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_range("exponent", self.exponent, -1.0, 1.0)
+    checks = {"exponent": range_check(-1.0, 1.0)}
 
     def apply(self, samples: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
         _check_samples(samples)
@@ -279,9 +278,7 @@ class ConsonantDuration(AudioAugmentation, name="consonant_duration"):
     reach_s: ClassVar[float] = 0.15
     fade: ClassVar[int] = SAMPLE_RATE // 200  # the crossfade and the splice's search, 5 ms
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_range("factor", self.factor, 0.2, 2.0)
+    checks = {"factor": range_check(0.2, 2.0)}
 
     def weak_runs(self, x: np.ndarray) -> list[tuple[int, int]]:
         """The weak sounds of ``x`` ``(N,)`` at 16 kHz, as ``[start, end)`` sample ranges."""
@@ -381,9 +378,7 @@ class Gain(AudioAugmentation, name="gain"):
     p: float = 0.5
     db: float = 6.0
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_number("db", self.db, 0.0, 40.0)
+    checks = {"db": number_check(0.0, 40.0)}
 
     def apply(self, samples: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
         _check_samples(samples)
@@ -418,9 +413,10 @@ class Noise(AudioAugmentation, name="noise"):
     snr_db: tuple[float, float] = (10.0, 30.0)
     colours: tuple[str, ...] = ("white", "pink")
 
+    checks = {"snr_db": range_check(0.0, 100.0)}
+
     def __post_init__(self):
         super().__post_init__()
-        check_range("snr_db", self.snr_db, 0.0, 100.0)
         if (
             not isinstance(self.colours, tuple)
             or not self.colours
@@ -458,10 +454,7 @@ class Reverb(AudioAugmentation, name="reverb"):
     rt60: tuple[float, float] = (0.2, 0.8)
     drr_db: tuple[float, float] = (0.0, 10.0)
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_range("rt60", self.rt60, 0.0, 3.0, open_low=True)
-        check_range("drr_db", self.drr_db, -20.0, 40.0)
+    checks = {"rt60": range_check(0.0, 3.0, open_low=True), "drr_db": range_check(-20.0, 40.0)}
 
     def impulse_response(self, rng: np.random.Generator) -> np.ndarray:
         """One drawn impulse response ``(L,)``, ``L = rt60 * 16 kHz`` samples."""
@@ -496,10 +489,13 @@ class BandLimit(AudioAugmentation, name="band_limit"):
     low_hz: float = 300.0
     high_hz: float = 3400.0
 
+    checks = {
+        "low_hz": number_check(0.0, SAMPLE_RATE / 2),
+        "high_hz": number_check(0.0, SAMPLE_RATE / 2, open_low=True),
+    }
+
     def __post_init__(self):
         super().__post_init__()
-        check_number("low_hz", self.low_hz, 0.0, SAMPLE_RATE / 2)
-        check_number("high_hz", self.high_hz, 0.0, SAMPLE_RATE / 2, open_low=True)
         if not self.low_hz < self.high_hz < SAMPLE_RATE / 2:
             raise ValueError(
                 f"low_hz, high_hz: expected 0 <= low_hz < high_hz < "
@@ -533,9 +529,7 @@ class VTLP(AudioAugmentation, name="vtlp"):
     stage: ClassVar[str] = "filterbank"
     alpha: tuple[float, float] = (0.9, 1.1)
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_range("alpha", self.alpha, 0.7, 1.3)
+    checks = {"alpha": range_check(0.7, 1.3)}
 
     def draw(self, rng: np.random.Generator) -> float:
         """One warp factor."""
@@ -572,11 +566,16 @@ class SpecAugment(AudioAugmentation, name="specaugment"):
     time_warp: int = 0
     fill: float | None = None
 
+    checks = {
+        **dict.fromkeys(
+            ("freq_mask", "freq_masks", "time_mask", "time_masks", "time_warp"),
+            number_check(0, SPECAUGMENT_MAX, integer=True),
+        ),
+        "max_time_ratio": number_check(0.0, 1.0),
+    }
+
     def __post_init__(self):
         super().__post_init__()
-        for name in ("freq_mask", "freq_masks", "time_mask", "time_masks", "time_warp"):
-            check_number(name, getattr(self, name), 0, SPECAUGMENT_MAX, integer=True)
-        check_number("max_time_ratio", self.max_time_ratio, 0.0, 1.0)
         if self.fill is not None:
             check_number("fill", self.fill, -1e6, 1e6)
 
@@ -637,13 +636,8 @@ class SpeechAugment(Compose):
 
     family = "audio"
 
-    def __init__(self, augmentations: Sequence[Augmentation]):
-        super().__init__(augmentations)
-        for i, a in enumerate(self.augmentations):
-            if not isinstance(a, AudioAugmentation):
-                raise TypeError(
-                    f"augmentations[{i}]: expected a speech augmentation, got {type(a).__name__}"
-                )
+    takes = AudioAugmentation
+    takes_name = "a speech augmentation"
 
     @property
     def needs_samples(self) -> bool:

@@ -26,7 +26,8 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -103,18 +104,37 @@ def check_number(
     return int(value) if integer else float(value)
 
 
+def range_check(
+    low: float, high: float, *, integer: bool = False, open_low: bool = False
+) -> Callable[[str, Any], object]:
+    """An entry of :attr:`Augmentation.checks`: the field is a ``(lo, hi)`` pair within
+    ``[low, high]`` (:func:`check_range`, with its ``integer`` and ``open_low``)."""
+    return partial(check_range, low=low, high=high, integer=integer, open_low=open_low)
+
+
+def number_check(
+    low: float, high: float, *, integer: bool = False, open_low: bool = False
+) -> Callable[[str, Any], object]:
+    """An entry of :attr:`Augmentation.checks`: the field is a number within ``[low, high]``
+    (:func:`check_number`, with its ``integer`` and ``open_low``)."""
+    return partial(check_number, low=low, high=high, integer=integer, open_low=open_low)
+
+
 @dataclasses.dataclass(frozen=True)
 class Augmentation(abc.ABC):
     """The base of every augmentation: ``p``, the probability that it changes an example.
 
     A subclass is a frozen dataclass registered by name (``class Gain(Augmentation,
     name="gain")``) that writes :meth:`apply` (the change, drawing from the generator) and
-    checks its fields in ``__post_init__`` (calling this one's).
+    checks its fields: those within bounds in :attr:`checks`, any others in ``__post_init__``
+    (calling this one's, which checks ``p`` and then :attr:`checks`).
     """
 
     p: float = 1.0
     name: ClassVar[str] = ""
     family: ClassVar[str] = ""  # what it augments: "audio" or "lines"
+    # field -> its check, in order (range_check, number_check): {"db": number_check(0, 40)}
+    checks: ClassVar[dict[str, Callable[[str, Any], object]]] = {}
 
     def __init_subclass__(cls, name: str | None = None, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -133,6 +153,8 @@ class Augmentation(abc.ABC):
             or not 0.0 <= self.p <= 1.0
         ):
             raise ValueError(f"p: expected a probability in [0, 1] for {self.name}, got {self.p!r}")
+        for field, check in self.checks.items():
+            check(field, getattr(self, field))
 
     def __call__(self, x, rng: np.random.Generator):
         """``x`` changed with probability ``p`` (:meth:`applies`), else ``x`` itself."""
@@ -170,13 +192,16 @@ class Compose:
         True
     """
 
+    # what a family's composition takes (its augmentations' base class), named in the error
+    takes: ClassVar[type] = Augmentation
+    takes_name: ClassVar[str] = "an Augmentation"
+
     def __init__(self, augmentations: Sequence[Augmentation]):
         augmentations = list(augmentations)
-        for i, a in enumerate(augmentations):
-            if not isinstance(a, Augmentation):
-                raise TypeError(
-                    f"augmentations[{i}]: expected an Augmentation, got {type(a).__name__}"
-                )
+        for kind, name in ((Augmentation, "an Augmentation"), (self.takes, self.takes_name)):
+            for i, a in enumerate(augmentations):
+                if not isinstance(a, kind):
+                    raise TypeError(f"augmentations[{i}]: expected {name}, got {type(a).__name__}")
         self.augmentations = augmentations
 
     def __len__(self) -> int:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
-from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -38,7 +37,12 @@ import torch
 from PIL import Image
 from scipy import ndimage
 
-from attnkit.data.augment.augmentation import Augmentation, Compose, check_number, check_range
+from attnkit.data.augment.augmentation import (
+    Augmentation,
+    Compose,
+    number_check,
+    range_check,
+)
 
 __all__ = [
     "PRESETS",
@@ -104,9 +108,7 @@ class Scale(LineAugmentation, name="scale"):
     p: float = 0.3
     size: tuple[float, float] = (0.75, 1.0)
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_range("size", self.size, 0.3, 1.0)
+    checks = {"size": range_check(0.3, 1.0)}
 
     def apply(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         image = _check_image(image)
@@ -130,9 +132,7 @@ class Stretch(LineAugmentation, name="stretch"):
     p: float = 0.3
     factor: tuple[float, float] = (0.8, 1.2)
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_range("factor", self.factor, 0.25, 4.0)
+    checks = {"factor": range_check(0.25, 4.0)}
 
     def apply(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         image = _check_image(image)
@@ -153,9 +153,7 @@ class Rotate(LineAugmentation, name="rotate"):
     p: float = 0.3
     degrees: float = 2.0
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_number("degrees", self.degrees, 0.0, 45.0)
+    checks = {"degrees": number_check(0.0, 45.0)}
 
     def apply(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         image = _check_image(image)
@@ -181,9 +179,7 @@ class Shear(LineAugmentation, name="shear"):
     p: float = 0.3
     slant: float = 0.3
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_number("slant", self.slant, 0.0, 1.0)
+    checks = {"slant": number_check(0.0, 1.0)}
 
     def apply(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         image = _check_image(image)
@@ -226,9 +222,7 @@ class Perspective(LineAugmentation, name="perspective"):
     p: float = 0.2
     distortion: float = 0.1
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_number("distortion", self.distortion, 0.0, 0.5)
+    checks = {"distortion": number_check(0.0, 0.5)}
 
     def apply(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         image = _check_image(image)
@@ -259,9 +253,7 @@ class Baseline(LineAugmentation, name="baseline"):
     p: float = 0.3
     pixels: float = 1.5
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_number("pixels", self.pixels, 0.0, 16.0)
+    checks = {"pixels": number_check(0.0, 16.0)}
 
     def apply(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         image = _check_image(image)
@@ -289,9 +281,7 @@ class Margins(LineAugmentation, name="margins"):
     p: float = 0.3
     pixels: int = 8
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_number("pixels", self.pixels, 0, 1000, integer=True)
+    checks = {"pixels": number_check(0, 1000, integer=True)}
 
     def apply(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         image = _check_image(image)
@@ -336,9 +326,7 @@ class Stroke(LineAugmentation, name="stroke"):
     p: float = 0.3
     pixels: int = 1
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_number("pixels", self.pixels, 0, 4, integer=True)
+    checks = {"pixels": number_check(0, 4, integer=True)}
 
     def apply(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         image = _check_image(image)
@@ -365,10 +353,10 @@ class Shade(LineAugmentation, name="shade"):
     paper: tuple[float, float] = (0.6, 1.0)
     ink: tuple[float, float] = (0.0, 0.4)
 
+    checks = {"paper": range_check(0.0, 1.0), "ink": range_check(0.0, 1.0)}
+
     def __post_init__(self):
         super().__post_init__()
-        check_range("paper", self.paper, 0.0, 1.0)
-        check_range("ink", self.ink, 0.0, 1.0)
         if self.ink[1] >= self.paper[0]:
             raise ValueError(
                 f"paper, ink: expected every ink gray level below every paper one "
@@ -398,9 +386,7 @@ class Blur(LineAugmentation, name="blur"):
     p: float = 0.3
     sigma: tuple[float, float] = (0.3, 1.2)
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_range("sigma", self.sigma, 0.0, 8.0)
+    checks = {"sigma": range_check(0.0, 8.0)}
 
     def apply(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         image = _check_image(image)
@@ -418,9 +404,7 @@ class PixelNoise(LineAugmentation, name="pixel_noise"):
     p: float = 0.3
     std: tuple[float, float] = (0.01, 0.08)
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_range("std", self.std, 0.0, 0.5)
+    checks = {"std": range_check(0.0, 0.5)}
 
     def apply(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         image = _check_image(image)
@@ -439,9 +423,7 @@ class Jpeg(LineAugmentation, name="jpeg"):
     p: float = 0.2
     quality: tuple[int, int] = (20, 80)
 
-    def __post_init__(self):
-        super().__post_init__()
-        check_range("quality", self.quality, 1, 95, integer=True)
+    checks = {"quality": range_check(1, 95, integer=True)}
 
     def apply(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         image = _check_image(image)
@@ -468,13 +450,8 @@ class LineAugment(Compose):
 
     family = "lines"
 
-    def __init__(self, augmentations: Sequence[Augmentation]):
-        super().__init__(augmentations)
-        for i, a in enumerate(self.augmentations):
-            if not isinstance(a, LineAugmentation):
-                raise TypeError(
-                    f"augmentations[{i}]: expected a line augmentation, got {type(a).__name__}"
-                )
+    takes = LineAugmentation
+    takes_name = "a line augmentation"
 
     def __call__(self, image: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
         if not isinstance(image, torch.Tensor) or image.dim() != 2:

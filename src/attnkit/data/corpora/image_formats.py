@@ -99,6 +99,13 @@ KARPATHY_SPLITS = {"train": ("train", "restval"), "valid": ("val",), "test": ("t
 HEAD = 1 << 16  # bytes of a JSON file detection reads
 
 
+def _own_tsv(path: str | Path, tsv: str) -> tuple[Path, Path]:
+    """(folder, TSV) of attnkit's own format: the folder ``path`` with its ``tsv``, or the TSV
+    ``path`` in its folder."""
+    path = Path(path)
+    return (path, path / tsv) if path.is_dir() else (path.parent, path)
+
+
 def read_captions(
     path: str | Path,
     *,
@@ -109,8 +116,7 @@ def read_captions(
 ) -> CaptionedImages:
     """attnkit's own captions: the folder ``path`` with its ``tsv``, or the TSV ``path`` in its
     folder (:func:`attnkit.data.read_caption_folder`)."""
-    path = Path(path)
-    folder, tsv = (path, path / tsv) if path.is_dir() else (path.parent, path)
+    folder, tsv = _own_tsv(path, tsv)
     return read_caption_folder(folder, tsv, size=size, confine=confine, max_unusable=max_unusable)
 
 
@@ -124,8 +130,7 @@ def read_questions(
 ) -> tuple[ImageFiles, list[ImageQuestion]]:
     """attnkit's own questions: the folder ``path`` with its ``tsv``, or the TSV ``path`` in
     its folder (:func:`attnkit.data.read_question_folder`)."""
-    path = Path(path)
-    folder, tsv = (path, path / tsv) if path.is_dir() else (path.parent, path)
+    folder, tsv = _own_tsv(path, tsv)
     return read_question_folder(folder, tsv, size=size, confine=confine, max_unusable=max_unusable)
 
 
