@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -390,7 +390,7 @@ class AsrTask:
         """The model of :attr:`model_config`; one that normalises its input
         (:attr:`attnkit.models.LAS.normalises_input`) stores the statistics of the training
         features, each mel bin's mean and std over all frames."""
-        model = build_model(self.model_config)
+        model = cast(LAS, build_model(self.model_config))  # model_config names a LAS
         if model.normalises_input:
             model.listener.set_statistics(*feature_statistics(self.train.features))
         return model

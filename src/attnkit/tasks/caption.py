@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 import torch
@@ -337,7 +337,7 @@ class CaptionTask:
         self.data = data or {}
 
     def build_model(self) -> Captioner:
-        return build_model(self.model_config)
+        return cast(Captioner, build_model(self.model_config))  # of model_config's class
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of captions of similar lengths, built when

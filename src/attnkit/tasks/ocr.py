@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -360,7 +360,7 @@ class OcrTask:
         self.augment = augment if augment else None
 
     def build_model(self) -> CRNN:
-        return build_model(self.model_config)
+        return cast(CRNN, build_model(self.model_config))  # of model_config's class
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of similar widths, narrowest first in the first

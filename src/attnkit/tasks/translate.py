@@ -14,6 +14,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -215,7 +216,8 @@ class TranslateTask:
         self.max_len_extra = 10 + int(1.5 * longest)
 
     def build_model(self) -> Seq2Seq | Transformer:
-        return build_model(self.model_config)
+        # of model_config's class
+        return cast("Seq2Seq | Transformer", build_model(self.model_config))
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of similar source lengths, built when indexed."""

@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -283,7 +283,7 @@ class VqaTask:
         self.data = data or {}
 
     def build_model(self) -> VQA:
-        return build_model(self.model_config)
+        return cast(VQA, build_model(self.model_config))  # of model_config's class
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of the questions about whole images, each image
