@@ -475,7 +475,7 @@ class CaptionEvaluator(Evaluator, task="caption"):
         self.max_words = config.get("max_words")
         check_positive_int("max_words", self.max_words)
 
-    def read(self, path, **options) -> list[Example]:
+    def read(self, path, **options) -> Sequence[Example]:
         """Built-in scenes (``scenes:test``, ``scenes:heldout``), or the captioned images of
         ``path`` in any captioning corpus format (:mod:`attnkit.data.corpora.image_formats`)."""
         scored = scored_scenes(path, size=self.image_size, trained_on=self.config.get("data"))

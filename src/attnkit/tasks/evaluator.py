@@ -215,7 +215,7 @@ class Evaluator(ABC):
         self.lm = None
 
     @abstractmethod
-    def read(self, path: Path | str, **options) -> list[Example]:
+    def read(self, path: Path | str, **options) -> Sequence[Example]:
         """The labelled examples in ``path``; a :class:`DataError` naming the file when it
         cannot be read as :attr:`data`. ``options``: for a task whose data comes in several
         corpus formats, the format (``format``) and its options

@@ -83,7 +83,7 @@ def check_questions(data: QuestionSet, name: str, size: int) -> None:
     :class:`DataError` naming the image or the question's origin."""
     images, questions = data
     stored = isinstance(images, ImageFiles)  # read when indexed: checked by their size
-    if stored and images.size != size:
+    if isinstance(images, ImageFiles) and images.size != size:  # as stored, for mypy
         raise DataError(
             f"{name}: images read at ({size}, {size}) are expected (the model's "
             f"image_size), got ({images.size}, {images.size})"
@@ -396,7 +396,7 @@ class VqaEvaluator(Evaluator, task="vqa"):
         self.words, self.answers = WordVocab.from_json(vocab["words"]), list(vocab["answers"])
         self.image_size = model.encoder.image_size  # S: every image is resized to it
 
-    def read(self, path, **options) -> list[Example]:
+    def read(self, path, **options) -> Sequence[Example]:
         """Built-in scenes (``scenes:test``, ``scenes:heldout``), or the questions of ``path``
         in any VQA corpus format (:mod:`attnkit.data.corpora.image_formats`)."""
         scored = scored_scenes(path, size=self.image_size, trained_on=self.config.get("data"))
@@ -458,6 +458,6 @@ class VqaEvaluator(Evaluator, task="vqa"):
         """:func:`vqa_metrics` of the answers, with the examples' annotations as the types."""
         return vqa_metrics(
             [o.text for o in outputs],
-            [e.reference for e in examples],
+            [cast(str, e.reference) for e in examples],  # one answer each: question_examples
             [e.annotation for e in examples],
         )
