@@ -226,7 +226,7 @@ class Evaluator(ABC):
     @abstractmethod
     def decode(
         self, inputs: Sequence, decoding: Decoding | None = None, *, weights: bool = False
-    ) -> list[Output]:
+    ) -> Sequence[Output]:
         """One :class:`Output` per input, in order, decoded as ``decoding`` says; the
         attention weights its ``draw`` pictures and its ``explore`` shows are kept only with
         ``weights``."""
@@ -292,7 +292,7 @@ class Evaluation:
     """The result of :func:`evaluate`: the examples, their outputs and the scores."""
 
     examples: list[Example]
-    outputs: list[Output]
+    outputs: Sequence[Output]
     metrics: dict[str, float]
 
     def worst(self, n: int) -> list[int]:
