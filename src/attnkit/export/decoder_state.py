@@ -16,6 +16,9 @@ them: the exported step does not take the encoder output as an input.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import torch
 
 from attnkit.attention import Memory
@@ -39,6 +42,7 @@ def flatten(state, prefix: str = PREFIX) -> dict[str, torch.Tensor]:
         return out if state.bad is None else {**out, f"{prefix}.bad": state.bad}
     if isinstance(state, torch.Tensor):
         return {prefix: state}
+    items: Iterable[tuple[Any, Any]]
     if isinstance(state, dict):
         items = state.items()
     elif isinstance(state, (list, tuple)):

@@ -16,6 +16,7 @@ self-attention cache).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -115,7 +116,9 @@ class EncoderGraph(nn.Module):
 
     def __init__(self, model: nn.Module, names: list[str]):
         super().__init__()
-        self.model, self.names = model, names
+        # Any: the model's start and step, which nn.Module's attributes would type as tensors
+        self.model: Any = model
+        self.names = names
 
     def forward(self, inputs: torch.Tensor, lengths: torch.Tensor):
         flat = flatten(self.model.start(inputs, lengths))
@@ -133,7 +136,8 @@ class StepGraph(nn.Module):
         self, model: nn.Module, template, names: list[str], changed: list[str], weights: bool
     ):
         super().__init__()
-        self.model, self.template = model, template
+        self.model: Any = model  # as EncoderGraph's
+        self.template = template
         self.names, self.changed, self.weights = names, changed, weights
 
     def forward(self, tokens: torch.Tensor, *state: torch.Tensor):

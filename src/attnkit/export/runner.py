@@ -221,6 +221,7 @@ def _loop_step(loops: tuple, tokens: np.ndarray, weights: np.ndarray | None, d: 
     the centre then, for some period ``p``."""
     last, centres, runs = loops
     c = d["loop"]
+    centre: np.ndarray
     if weights is None:
         centre = np.full(len(tokens), np.nan, dtype=np.float32)
     else:

@@ -144,6 +144,7 @@ class ExportedModel(nn.Module):
     def step(self, tokens: torch.Tensor, state: dict[str, torch.Tensor]):
         """``(log_probs (N, V), state, weights (N, S) or None)`` after feeding ``tokens (N,)``;
         the state's entries the step changes replaced by its ``next.*`` outputs."""
+        assert self.decoder_step is not None  # an export with a decoder: never a CTC head's
         feed = {
             n: _array(tokens.long()) if n == "tokens" else _array(state[n])
             for n in self._step_inputs

@@ -144,7 +144,7 @@ def export_onnx(
             with torch.no_grad(), export_mode():
                 graphs = (
                     _export_ctc(model, inputs, tmp, opset)
-                    if ctc
+                    if ctc and isinstance(model, CRNN)  # ctc implies it; mypy is told
                     else _export_decoder(model, inputs, tmp, opset)
                 )
             if quantize:

@@ -32,6 +32,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Mapping
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -147,7 +148,11 @@ def _add_error_handlers(app: FastAPI, *, body_fields: list[str]) -> None:
     JSON body may hold, which an unknown key's refusal lists."""
 
     def error(
-        request: Request, status: int, field: str | None, message: str, headers: dict | None = None
+        request: Request,
+        status: int,
+        field: str | None,
+        message: str,
+        headers: Mapping[str, str] | None = None,
     ) -> JSONResponse:
         request_id = getattr(request.state, "request_id", None)
         return JSONResponse(
@@ -255,7 +260,7 @@ class Guard:
         try:
             refusal = self._check(scope, headers)
             if refusal is not None:
-                await self._refuse(refusal, request_id, send_)
+                await self._refuse(refusal, request_id, receive, send_)
             else:
                 await self.app(scope, self._counted(receive), send_)
         finally:
@@ -304,13 +309,13 @@ class Guard:
 
         return counted
 
-    async def _refuse(self, error: ApiError, request_id: str, send) -> None:
+    async def _refuse(self, error: ApiError, request_id: str, receive, send) -> None:
         response = JSONResponse(
             {"error": error.message, "field": error.field, "request_id": request_id},
             status_code=error.status,
             headers=error.headers,
         )
-        await response({"type": "http"}, None, send)
+        await response({"type": "http"}, receive, send)
 
 
 def _too_large(limit: int, got: str) -> ApiError:

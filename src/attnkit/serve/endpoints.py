@@ -122,7 +122,8 @@ def add_route(app: FastAPI, serving: Serving) -> None:
         return await serving.handle(request, given)
 
     # FastAPI reads the request's fields from the signature: the route's, not **given.
-    endpoint.__signature__ = inspect.Signature(
+    # (typeshed's functions have no __signature__, which inspect.signature reads.)
+    endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [
             inspect.Parameter(
                 "request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request
@@ -202,10 +203,12 @@ class Serving:
     async def _read_upload(self, upload: UploadFile, texts: dict[str, str]):
         """The input of a request with an upload: the file saved, an image held to
         ``--max-pixels`` by its header, then read by the route in a worker thread."""
-        field = self.route.upload.name
+        spec = self.route.upload
+        assert spec is not None  # called only for a route with an upload
+        field = spec.name
         path = await self.saved(upload, field)
         try:
-            if self.route.upload.kind == "image":
+            if spec.kind == "image":
                 _check_pixels(path, field, upload, self.limits.max_pixels)
             return await self.read(
                 lambda: self.route.read(

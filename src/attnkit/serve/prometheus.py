@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 
 __all__ = ["BATCH_BUCKETS", "LATENCY_BUCKETS", "Histogram", "Metrics"]
 
@@ -48,7 +49,7 @@ class Metrics:
     """The server's counters. ``queue_depth``: a callable giving the requests waiting to be
     decoded now (read when ``/metrics`` is asked; it may be set after the fact)."""
 
-    def __init__(self, queue_depth=lambda: 0):
+    def __init__(self, queue_depth: Callable[[], int] = lambda: 0) -> None:
         self._lock = threading.Lock()
         self.queue_depth = queue_depth
         self.requests: dict[tuple[str, int], int] = defaultdict(int)

@@ -18,6 +18,7 @@ SIGTERM), as a shell reports a process ended by that signal.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import threading
@@ -49,7 +50,7 @@ class _ReadDeadline(H11Protocol):
     read_timeout_s = Limits.read_timeout_s
 
     def connection_made(self, transport) -> None:
-        self._deadline = None
+        self._deadline: asyncio.TimerHandle | None = None
         super().connection_made(transport)
         self._watch()
 
@@ -110,9 +111,11 @@ def server_config(
         port=port,
         log_level=log_level,
         lifespan="on",
-        timeout_graceful_shutdown=grace_s,
+        # uvicorn annotates both as int, but only hands them to asyncio.wait_for and
+        # loop.call_later, which take float seconds: a fractional time is kept as given
+        timeout_graceful_shutdown=grace_s,  # type: ignore[arg-type]
         http=protocol,
-        timeout_keep_alive=limits.keep_alive_s,
+        timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]
     )
 
 

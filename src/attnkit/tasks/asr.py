@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -57,7 +57,7 @@ from attnkit.data.corpora.reading import read_corpus
 from attnkit.decoding import Decoding, Hypotheses, decode_batches, stream_feed, stream_start
 from attnkit.diagnose.plots import plot_alignment
 from attnkit.models import LAS, build_model, guided_attention_loss
-from attnkit.models.las import HALVINGS, MIN_FRAMES
+from attnkit.models.las import HALVINGS, MIN_FRAMES, CausalListener
 from attnkit.tasks.batching import length_batches, task_config
 from attnkit.tasks.evaluator import (
     Evaluator,
@@ -187,7 +187,7 @@ class StreamedChunk(NamedTuple):
             loads, wall-clock time includes the waits for a core).
     """
 
-    index: int
+    index: int  # type: ignore[assignment]  # the field shadows tuple.index, as named
     end_s: float
     text: str
     heard_s: list[float | None]
@@ -390,9 +390,10 @@ class AsrTask:
         """The model of :attr:`model_config`; one that normalises its input
         (:attr:`attnkit.models.LAS.normalises_input`) stores the statistics of the training
         features, each mel bin's mean and std over all frames."""
-        model = build_model(self.model_config)
-        if model.normalises_input:
-            model.listener.set_statistics(*feature_statistics(self.train.features))
+        model = cast(LAS, build_model(self.model_config))  # model_config names a LAS
+        if model.normalises_input:  # its listener is a CausalListener
+            listener = cast(CausalListener, model.listener)
+            listener.set_statistics(*feature_statistics(self.train.features))
         return model
 
     def batches(self, epoch: int) -> Batches:
@@ -418,7 +419,7 @@ class AsrTask:
             return features[i]
         out = self.augment(
             example_rng(self.seed, epoch, i),
-            samples=functools.partial(features.samples, i)
+            samples=functools.partial(cast(Any, features).samples, i)  # kept audio
             if getattr(features, "has_samples", False)
             else None,
             features=functools.partial(features.__getitem__, i),
@@ -517,7 +518,7 @@ class _Encoded(Sequence):
     def __len__(self) -> int:
         return len(self.texts)
 
-    def __getitem__(self, i: int) -> list[int]:
+    def __getitem__(self, i: int) -> list[int]:  # type: ignore[override]  # no slices: unused
         return self.vocab.encode(self.texts[i])
 
 
@@ -636,7 +637,7 @@ class AsrEvaluator(Evaluator, task="asr"):
         _, raws = transcribe(
             self.model, self.char_vocab, inputs, decoding=decoding, lm=self.lm, weights=weights
         )
-        outputs = []
+        outputs: list[Output] = []
         for hyp in raws:
             for i, (texts, ranked, tokens) in enumerate(
                 zip(texts_of(hyp, self.char_vocab), scores_of(hyp), tokens_of(hyp, self.char_vocab))

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 import torch
@@ -102,7 +102,7 @@ def check_images(items: Sequence, name: str, size: int) -> None:
     (:class:`attnkit.data.CaptionedImages`) are checked by the size they are read at, not
     read here."""
     stored = isinstance(items, CaptionedImages)
-    if stored and items.size != size:
+    if isinstance(items, CaptionedImages) and items.size != size:  # as stored, for mypy
         raise DataError(
             f"{name}: images read at ({size}, {size}) are expected (the model's "
             f"image_size), got ({items.size}, {items.size})"
@@ -209,7 +209,7 @@ def attention_on_objects(scene: Scene, caption: str, weights: torch.Tensor) -> t
         if not objects:
             continue
         masks = object_masks(scene) if masks is None else masks
-        named = masks[objects].any(0)  # (S, S)
+        named = np.asarray(masks[objects].any(0))  # (S, S); asarray: an array to mypy
         for t in range(phrase.start + 1, phrase.end):  # the words after "a"
             row, col = divmod(int(weights[t].argmax()), side)
             box = named[
@@ -243,7 +243,11 @@ def scene_metrics(
         / max(1, len(captions))
     }
     if weights is not None and all(w is not None for w in weights):
-        counts = [attention_on_objects(s, t, w) for s, t, w in zip(scenes, captions, weights)]
+        counts = [
+            attention_on_objects(s, t, w)
+            for s, t, w in zip(scenes, captions, weights)
+            if w is not None  # all are: mypy is told
+        ]
         words = sum(n for _, n in counts)
         out["attention_on_object"] = sum(h for h, _ in counts) / words if words else 0.0
     return out
@@ -337,7 +341,7 @@ class CaptionTask:
         self.data = data or {}
 
     def build_model(self) -> Captioner:
-        return build_model(self.model_config)
+        return cast(Captioner, build_model(self.model_config))  # of model_config's class
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of captions of similar lengths, built when
@@ -472,10 +476,10 @@ class CaptionEvaluator(Evaluator, task="caption"):
         super().__init__(model, config, vocab)
         self.words = WordVocab.from_json(vocab)
         self.image_size = model.encoder.image_size  # S: every image is resized to it
-        self.max_words = config.get("max_words")
+        self.max_words = cast(int, config.get("max_words"))  # checked next
         check_positive_int("max_words", self.max_words)
 
-    def read(self, path, **options) -> list[Example]:
+    def read(self, path, **options) -> Sequence[Example]:
         """Built-in scenes (``scenes:test``, ``scenes:heldout``), or the captioned images of
         ``path`` in any captioning corpus format (:mod:`attnkit.data.corpora.image_formats`)."""
         scored = scored_scenes(path, size=self.image_size, trained_on=self.config.get("data"))
@@ -496,7 +500,7 @@ class CaptionEvaluator(Evaluator, task="caption"):
         *,
         weights: bool = False,
     ) -> list[CaptionOutput]:
-        outputs = []
+        outputs: list[CaptionOutput] = []
         for hyp in decode_images(
             self.model, inputs, max_words=self.max_words, decoding=decoding, weights=weights
         ):
@@ -518,15 +522,14 @@ class CaptionEvaluator(Evaluator, task="caption"):
                 )
         return outputs
 
-    def score(
-        self, examples: Sequence[Example], outputs: Sequence[CaptionOutput]
-    ) -> dict[str, float]:
+    def score(self, examples: Sequence[Example], outputs: Sequence[Output]) -> dict[str, float]:
         """BLEU-4, chrF and exact match against every reference; with built-in scenes as the
         examples' annotations, :func:`scene_metrics` too."""
         out = super().score(examples, outputs)
+        captions = cast(Sequence[CaptionOutput], outputs)  # what decode gives
         scenes = [e.annotation for e in examples]
         if scenes and all(isinstance(scene, Scene) for scene in scenes):
             out.update(
-                scene_metrics(scenes, [o.text for o in outputs], [o.weights for o in outputs])
+                scene_metrics(scenes, [o.text for o in captions], [o.weights for o in captions])
             )
         return out

@@ -110,8 +110,9 @@ class Output:
         """Each text as JSON holds it, best first: ``{"text", "score", "tokens"}``, ``tokens``
         a list of ``{"token", "log_prob"}`` or None; an infinite or NaN score or
         log-probability (a masked choice) is None, as JSON has no infinity."""
-        scores = self.scores or [None] * len(self.texts)
-        tokens = self.tokens or [None] * len(self.texts)
+        none = [None] * len(self.texts)
+        scores: Sequence[float | None] = self.scores or none
+        tokens: Sequence[list[tuple[str, float]] | None] = self.tokens or none
         return [
             {
                 "text": text,
@@ -214,7 +215,7 @@ class Evaluator(ABC):
         self.lm = None
 
     @abstractmethod
-    def read(self, path: Path, **options) -> list[Example]:
+    def read(self, path: Path | str, **options) -> Sequence[Example]:
         """The labelled examples in ``path``; a :class:`DataError` naming the file when it
         cannot be read as :attr:`data`. ``options``: for a task whose data comes in several
         corpus formats, the format (``format``) and its options
@@ -225,7 +226,7 @@ class Evaluator(ABC):
     @abstractmethod
     def decode(
         self, inputs: Sequence, decoding: Decoding | None = None, *, weights: bool = False
-    ) -> list[Output]:
+    ) -> Sequence[Output]:
         """One :class:`Output` per input, in order, decoded as ``decoding`` says; the
         attention weights its ``draw`` pictures and its ``explore`` shows are kept only with
         ``weights``."""
@@ -282,9 +283,7 @@ def evaluator_for(task: str) -> type[Evaluator]:
 def served_tasks() -> dict[str, Route]:
     """The route of each registered task that declares one, by task name, in name order."""
     return {
-        task: EVALUATORS[task].route
-        for task in sorted(EVALUATORS)
-        if EVALUATORS[task].route is not None
+        task: route for task in sorted(EVALUATORS) if (route := EVALUATORS[task].route) is not None
     }
 
 
@@ -293,7 +292,7 @@ class Evaluation:
     """The result of :func:`evaluate`: the examples, their outputs and the scores."""
 
     examples: list[Example]
-    outputs: list[Output]
+    outputs: Sequence[Output]
     metrics: dict[str, float]
 
     def worst(self, n: int) -> list[int]:

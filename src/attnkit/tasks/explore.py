@@ -16,8 +16,9 @@ picture.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
+from typing import Any
 
 import torch
 
@@ -154,13 +155,12 @@ def _transformer_heads(
     inputs = torch.cat([torch.full((k, 1), BOS, device=device), tokens[:, :-1]], dim=1)
     with ExitStack() as stack:
         # layer -> [(K, H, S) per step]
-        recorded = [
-            stack.enter_context(layer.cross_attn.recording_weights()) for layer in model.decoder
-        ]
+        layers: Iterable[Any] = model.decoder  # nn.Module types the layers' attributes as tensors
+        recorded = [stack.enter_context(layer.cross_attn.recording_weights()) for layer in layers]
         state = model.start(src, torch.full((k,), len(source), device=device))
         for t in range(t_max):
             _, state, _ = model.step(inputs[:, t], state)
-    maps = [{} for _ in range(k)]
+    maps: list[dict[str, torch.Tensor]] = [{} for _ in range(k)]
     for i, steps in enumerate(recorded):
         weights = torch.stack(steps, dim=2)  # (K, H, T, S)
         for n, hyp in enumerate(hypotheses):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -68,7 +69,7 @@ class CharLMTask:
         self.batch_size, self.seed, self.data = batch_size, seed, data or {}
 
     def build_model(self) -> CharLM:
-        return build_model(self.model_config)
+        return cast(CharLM, build_model(self.model_config))  # of model_config's class
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of texts of similar length, built when indexed."""

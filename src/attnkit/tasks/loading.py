@@ -79,7 +79,9 @@ def load_task_checkpoint(directory: Path, task: str) -> Checkpoint:
         if key is None:
             continue
         try:
-            size = len(data) if isinstance(data, list) else len(load_vocab(data))
+            # load_vocab refuses whatever is not a vocabulary object (None too) with the
+            # ValueError caught here; its annotation names only the object
+            size = len(data) if isinstance(data, list) else len(load_vocab(data))  # type: ignore[arg-type]
         except ValueError as exc:  # "vocab: ..." (the argument): here, the file and entry
             reason = str(exc).removeprefix("vocab: ")
             raise CheckpointError(
@@ -139,9 +141,10 @@ def existing_run(
     A copy left by a save that was cut short counts as a checkpoint (a run without
     ``resume`` is refused, and nothing in the folder changes); once the run is accepted, the
     checkpoints are recovered (:func:`attnkit.train.recover_checkpoint`: a checkpoint left
-    aside or half replaced is put back, the temporary folders of killed saves deleted). ``pending``: the folder of a run that comes before the main one
-    (a pre-training): it is not overwritten either, and ``--resume`` with its checkpoint but
-    none of the main run's gives None (the pre-training resumes, then the main run starts).
+    aside or half replaced is put back, the temporary folders of killed saves deleted).
+    ``pending``: the folder of a run that comes before the main one (a pre-training): it is
+    not overwritten either, and ``--resume`` with its checkpoint but none of the main run's
+    gives None (the pre-training resumes, then the main run starts).
     ``model``: the model config the options ask for; with ``--resume``, each of its keys must
     equal the checkpoint's ``config["model"]``, else a :class:`CheckpointError` names the
     options (``options``: the option of a config key, by default ``--key-with-dashes``).
@@ -223,7 +226,7 @@ def initial_checkpoint(
 
 def _check_same_model(ck: Checkpoint, model: dict, options: dict[str, str], advice: str) -> None:
     saved = ck.config["model"]
-    changed = {}
+    changed: dict[str, str] = {}
     for key, value in model.items():
         if saved.get(key) != value:
             option = options.get(key, "--" + key.replace("_", "-"))
@@ -243,7 +246,7 @@ def _check_same_vocab(ck: Checkpoint, wanted: dict, advice: str) -> None:
         if single
         else [v for v in ck.vocab.values() if isinstance(v, dict) and "type" in v]
     )
-    changed = {}
+    changed: dict[str, str] = {}
     for data in saved:  # readable: load_task_checkpoint loaded each
         settings = vocab_settings(load_vocab(data))
         for key, value in settings.items():
@@ -286,8 +289,8 @@ def load_evaluator(directory: Path, device: torch.device | str = "cpu", task: st
 
 
 def load_lm(path: Path | None, vocab: dict, device) -> torch.nn.Module | None:
-    """The character LM checkpoint at ``path`` (``--lm``; None without it) on ``device``, checked to read the recogniser's
-    characters ``vocab``.
+    """The character LM checkpoint at ``path`` (``--lm``; None without it) on ``device``,
+    checked to read the recogniser's characters ``vocab``.
 
     Raises:
         ValueError: naming ``--lm`` when its characters are not the recogniser's.

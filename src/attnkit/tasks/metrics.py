@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jiwer
 from sacrebleu.metrics import BLEU, CHRF
@@ -67,12 +68,14 @@ def _several(reference: Reference) -> tuple[str, ...]:
 def _one_each(references: Sequence[Reference], metric: str) -> list[str]:
     """``references`` as one normalised text each; a ``ValueError`` for an example with
     several."""
+    texts = []
     for i, ref in enumerate(references):
         if not isinstance(ref, str):
             raise ValueError(
                 f"references[{i}]: {metric} scores against one reference text, got {len(ref)}"
             )
-    return [normalize(r) for r in references]
+        texts.append(normalize(ref))
+    return texts
 
 
 def _streams(references: Sequence[Reference]) -> list[list[str | None]]:
@@ -96,13 +99,13 @@ def exact_match(hypotheses: Sequence[str], references: Sequence[Reference]) -> f
     )
 
 
-def cer(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+def cer(hypotheses: Sequence[str], references: Sequence[Reference]) -> float:
     """Character error rate: character edits over reference characters, whole corpus (jiwer);
     above 1 when the outputs hold more errors than the references hold characters."""
     return float(jiwer.cer(_one_each(references, "cer"), _hypotheses(hypotheses)))
 
 
-def wer(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+def wer(hypotheses: Sequence[str], references: Sequence[Reference]) -> float:
     """Word error rate: word edits over reference words, whole corpus (jiwer)."""
     return float(jiwer.wer(_one_each(references, "wer"), _hypotheses(hypotheses)))
 
@@ -120,14 +123,12 @@ def bleu(hypotheses: Sequence[str], references: Sequence[Reference]) -> float:
     """Corpus BLEU (sacrebleu, 0-100): the standard BLEU-4 over words with sacreBLEU's
     defaults (``13a`` tokenizer), against every reference of each output; its signature is
     :func:`signature` ``("bleu")``. The captioning figure of Xu et al. (2015) too."""
-    return float(
-        _SACREBLEU["bleu"]()
-        .corpus_score(list(map(normalize, hypotheses)), _streams(references))
-        .score
-    )
+    # None where an example has fewer references: sacrebleu reads it, its annotation omits it
+    streams: list[Any] = _streams(references)
+    return float(_SACREBLEU["bleu"]().corpus_score(list(map(normalize, hypotheses)), streams).score)
 
 
-def bleu_char(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+def bleu_char(hypotheses: Sequence[str], references: Sequence[Reference]) -> float:
     """Corpus BLEU (sacrebleu, 0-100) over characters (``tokenize="char"``): meaningful for
     outputs of a few words, such as digits and dates, and in any script."""
     return float(
@@ -140,11 +141,9 @@ def bleu_char(hypotheses: Sequence[str], references: Sequence[str]) -> float:
 def chrf(hypotheses: Sequence[str], references: Sequence[Reference]) -> float:
     """Corpus chrF (sacrebleu, 0-100): the F-score of character n-grams, against every
     reference of each output."""
-    return float(
-        _SACREBLEU["chrf"]()
-        .corpus_score(list(map(normalize, hypotheses)), _streams(references))
-        .score
-    )
+    # None where an example has fewer references: sacrebleu reads it, its annotation omits it
+    streams: list[Any] = _streams(references)
+    return float(_SACREBLEU["chrf"]().corpus_score(list(map(normalize, hypotheses)), streams).score)
 
 
 def signature(name: str) -> str | None:

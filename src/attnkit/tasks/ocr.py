@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -101,7 +101,8 @@ def _sizes(lines: Sequence[Line], name: str) -> tuple[list[int], list[str]]:
 def _check_lines(
     widths: Sequence[int], texts: Sequence[str], vocab: CharVocab, name: str, ctc: bool
 ) -> None:
-    bad_chars, too_long = {}, []
+    bad_chars: dict[str, int] = {}
+    too_long: list[int] = []
     for i, (width, text) in enumerate(zip(widths, texts)):
         if width < 2:
             raise DataError(f"{name}[{i}]: expected a (32, W) image with W >= 2, got {(32, width)}")
@@ -183,8 +184,11 @@ def read_lines(
         idx = order[s : s + batch_size]
         batch, widths = pad_images([images[i] for i in idx])
         batch, widths = batch.to(device), widths.to(device)
-        recording = weights and model.attention is not None
-        with model.attention.recording_weights() if recording else nullcontext([]) as found:
+        attention = model.attention if weights else None
+        recorder: AbstractContextManager[list[torch.Tensor]] = (
+            attention.recording_weights() if attention is not None else nullcontext([])
+        )
+        with recorder as found:
             if model.head_kind == "ctc":
                 log_probs, steps = model(batch, widths)
             else:
@@ -360,7 +364,7 @@ class OcrTask:
         self.augment = augment if augment else None
 
     def build_model(self) -> CRNN:
-        return build_model(self.model_config)
+        return cast(CRNN, build_model(self.model_config))  # of model_config's class
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of similar widths, narrowest first in the first

@@ -14,6 +14,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -189,11 +190,18 @@ class TranslateTask:
         self.train = train if isinstance(train, TextPairs) else list(train)
         self.valid = list(valid[:max_valid])
         tags = sorted({tag for s, _ in self.train if TAG.match(tag := s.split(" ", 1)[0])})
+        # build_vocab reads its texts once, as its builders' Iterable allows; its Sequence
+        # annotation is narrower than that, and a list here would hold the corpus in memory
         self.src_vocab = src_vocab or build_vocab(
-            (s for s, _ in self.train), kind=vocab, size=vocab_size, tags=tags
+            (s for s, _ in self.train),  # type: ignore[arg-type]
+            kind=vocab,
+            size=vocab_size,
+            tags=tags,
         )
         self.tgt_vocab = tgt_vocab or build_vocab(
-            (t for _, t in self.train), kind=vocab, size=vocab_size
+            (t for _, t in self.train),  # type: ignore[arg-type]
+            kind=vocab,
+            size=vocab_size,
         )
         self.batch_size, self.seed = batch_size, seed
         if not isinstance(teacher_forcing, TeacherForcing):
@@ -215,7 +223,8 @@ class TranslateTask:
         self.max_len_extra = 10 + int(1.5 * longest)
 
     def build_model(self) -> Seq2Seq | Transformer:
-        return build_model(self.model_config)
+        # of model_config's class
+        return cast("Seq2Seq | Transformer", build_model(self.model_config))
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of similar source lengths, built when indexed."""
@@ -333,7 +342,7 @@ class TranslateEvaluator(Evaluator, task="translate"):
             max_chars=self.max_chars,
             weights=weights,
         )
-        outputs = []
+        outputs: list[Output] = []
         for hyp in raws:
             for i, (texts, ranked, tokens) in enumerate(
                 zip(texts_of(hyp, self.tgt_vocab), scores_of(hyp), tokens_of(hyp, self.tgt_vocab))

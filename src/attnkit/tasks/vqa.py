@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -83,7 +83,7 @@ def check_questions(data: QuestionSet, name: str, size: int) -> None:
     :class:`DataError` naming the image or the question's origin."""
     images, questions = data
     stored = isinstance(images, ImageFiles)  # read when indexed: checked by their size
-    if stored and images.size != size:
+    if isinstance(images, ImageFiles) and images.size != size:  # as stored, for mypy
         raise DataError(
             f"{name}: images read at ({size}, {size}) are expected (the model's "
             f"image_size), got ({images.size}, {images.size})"
@@ -283,7 +283,7 @@ class VqaTask:
         self.data = data or {}
 
     def build_model(self) -> VQA:
-        return build_model(self.model_config)
+        return cast(VQA, build_model(self.model_config))  # of model_config's class
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of the questions about whole images, each image
@@ -387,7 +387,7 @@ class VqaEvaluator(Evaluator, task="vqa"):
         self.words, self.answers = WordVocab.from_json(vocab["words"]), list(vocab["answers"])
         self.image_size = model.encoder.image_size  # S: every image is resized to it
 
-    def read(self, path, **options) -> list[Example]:
+    def read(self, path, **options) -> Sequence[Example]:
         """Built-in scenes (``scenes:test``, ``scenes:heldout``), or the questions of ``path``
         in any VQA corpus format (:mod:`attnkit.data.corpora.image_formats`)."""
         scored = scored_scenes(path, size=self.image_size, trained_on=self.config.get("data"))
@@ -449,6 +449,6 @@ class VqaEvaluator(Evaluator, task="vqa"):
         """:func:`vqa_metrics` of the answers, with the examples' annotations as the types."""
         return vqa_metrics(
             [o.text for o in outputs],
-            [e.reference for e in examples],
+            [cast(str, e.reference) for e in examples],  # one answer each: question_examples
             [e.annotation for e in examples],
         )
