@@ -14,6 +14,7 @@ another are refused.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from typing import NamedTuple
@@ -353,7 +354,7 @@ def _read(option: Option, text: str):
     return value
 
 
-def _augmentations(args, presets: dict, options: tuple[Option, ...]) -> list:
+def _augmentations(args: argparse.Namespace, presets: dict, options: tuple[Option, ...]) -> list:
     """The augmentations the options of ``args`` ask for (a list of objects), the preset's and
     those the options add together in the order of ``options`` (which lists the speaker's
     changes before the room's and the channel's, the geometry of a line before its ink and
@@ -416,11 +417,11 @@ def _set_probabilities(text: str, chosen: dict, names: set[str]) -> None:
         chosen[name] = dataclasses.replace(chosen[name], p=p)
 
 
-def _given(args) -> bool:
+def _given(args: argparse.Namespace) -> bool:
     return any(v is not None for k, v in vars(args).items() if k.startswith("aug_"))
 
 
-def _for_run(args, ck, composition, made: list):
+def _for_run(args: argparse.Namespace, ck, composition, made: list):
     """``made`` (what the options ask for), or with ``--resume`` the checkpoint's augmentation
     (``ck``, in its saved order), which options given as well must equal, as a
     ``composition``."""
@@ -474,7 +475,7 @@ def _describe(config: list) -> str:
     return "augmentation " + ", ".join(c["name"] for c in config)
 
 
-def speech_augmentations(args, ck=None) -> audio_augment.SpeechAugment:
+def speech_augmentations(args: argparse.Namespace, ck=None) -> audio_augment.SpeechAugment:
     """The speech augmentations of ``attnkit train asr``'s options (``ck``: the checkpoint
     resumed, whose augmentation a resumed run keeps); empty for none.
 
@@ -486,7 +487,7 @@ def speech_augmentations(args, ck=None) -> audio_augment.SpeechAugment:
     return _for_run(args, ck, audio_augment.SpeechAugment, made)
 
 
-def line_augmentations(args, ck=None) -> line_augment.LineAugment:
+def line_augmentations(args: argparse.Namespace, ck=None) -> line_augment.LineAugment:
     """The line augmentations of ``attnkit train ocr``'s options; see
     :func:`speech_augmentations`."""
     made = _augmentations(args, line_augment.PRESETS, LINES)

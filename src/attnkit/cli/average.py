@@ -3,6 +3,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attnkit.cli.common import SubParsers
+
+import argparse
 from pathlib import Path
 
 from attnkit.export import check_out
@@ -10,7 +16,7 @@ from attnkit.train import save_checkpoint
 from attnkit.train.averaging import average_checkpoints, best_checkpoints
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = sub.add_parser(
         "average",
         help="average the weights of several checkpoints of one model",
@@ -54,7 +60,7 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run_average)
 
 
-def run_average(args) -> int:
+def run_average(args: argparse.Namespace) -> int:
     run = args.run_folder
     if bool(args.checkpoints) == bool(run):
         raise ValueError(

@@ -20,7 +20,7 @@ import signal
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
 import torch
 
@@ -35,7 +35,6 @@ from attnkit.train import (
     PRECISIONS,
     SCHEDULES,
     Checkpoint,
-    Task,
     TeacherForcing,
     TrainConfig,
     Trainer,
@@ -55,6 +54,31 @@ log = logging.getLogger("attnkit")
 # (a parser or one of its argument groups); neither is subscriptable at run time.
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 Options: TypeAlias = argparse._ActionsContainer
+
+Model = TypeVar("Model", bound=torch.nn.Module)
+_Model_contra = TypeVar("_Model_contra", bound=torch.nn.Module, contravariant=True)
+
+
+class ModelTask(Protocol[_Model_contra]):
+    """:class:`attnkit.train.Task` for a task that trains one kind of model: the tasks' ``loss``
+    and ``evaluate`` take their own model class, which ``Task`` (typing it as any
+    ``nn.Module``) does not accept."""
+
+    def batches(self, epoch: int) -> Any: ...
+    def loss(self, model: _Model_contra, batch: Any, step: int) -> tuple[torch.Tensor, int]: ...
+    def evaluate(self, model: _Model_contra) -> dict[str, float]: ...
+    def config(self) -> dict: ...
+    def vocab(self) -> Any: ...
+
+
+def typed_trainer(
+    model: Model, task: ModelTask[Model], config: TrainConfig, out_dir: str | Path
+) -> Trainer:
+    """``Trainer(model, task, config, out_dir)``, typed: ``task`` trains ``model``'s class."""
+    # Task's methods take any nn.Module, so no task with a model class of its own matches it;
+    # ModelTask[Model] is what Trainer needs of the task for this model.
+    return Trainer(model, task, config, out_dir)  # type: ignore[arg-type]
+
 
 __all__ = [
     "Interrupted",
@@ -84,6 +108,7 @@ __all__ = [
     "teacher_forcing",
     "train_and_report",
     "training_config",
+    "typed_trainer",
     "wants_weights",
     "write_html",
 ]
@@ -680,8 +705,8 @@ def run_checkpoints(
 
 
 def train_and_report(
-    model: torch.nn.Module,
-    task: Task,
+    model: Model,
+    task: ModelTask[Model],
     args: argparse.Namespace,
     *,
     metric: str = "accuracy",
@@ -702,7 +727,7 @@ def train_and_report(
     """
     if init is not None:
         init.load_model(model)
-    trainer = Trainer(
+    trainer = typed_trainer(
         model, task, training_config(args, metric=metric, tiebreak=tiebreak), args.out
     )
     if args.resume and trainer.checkpoint_dir.exists():  # else a pre-training was resumed

@@ -3,6 +3,7 @@ of joint CTC/attention decoding with shallow fusion (``read``, ``transcribe``)."
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from pathlib import Path
 
@@ -101,7 +102,7 @@ def add_loss_args(group, *, head: str, ctc: str, diagonal: str, order: str) -> N
     )
 
 
-def alignment_config(args) -> dict:
+def alignment_config(args: argparse.Namespace) -> dict:
     """``{"alignment": ..., "alignment_options": ...}`` for the decoder's model config.
 
     Raises:
@@ -149,7 +150,7 @@ def add_joint_args(p) -> None:
     )
 
 
-def joint_decoding(args, decoding: Decoding) -> Decoding:
+def joint_decoding(args: argparse.Namespace, decoding: Decoding) -> Decoding:
     """``decoding`` with the ``--ctc-weight`` and ``--lm-weight`` of :func:`add_joint_args`.
 
     Raises:

@@ -5,6 +5,7 @@ inputs, and the decoding of the files named, of ``-`` (their paths on standard i
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +33,7 @@ def add_inference_args(p, task: str, *, plot: str) -> None:
 
 
 def decode_files(
-    args,
+    args: argparse.Namespace,
     task: str,
     decoding,
     paths: list[Path],
@@ -68,7 +69,13 @@ def decode_files(
 
 
 def decode_and_write(
-    args, evaluator, inputs: list, decoding, *, names: list[str], picture: str | None
+    args: argparse.Namespace,
+    evaluator,
+    inputs: list,
+    decoding,
+    *,
+    names: list[str],
+    picture: str | None,
 ) -> int:
     """Decode ``inputs`` in one call and write the outputs (:func:`attnkit.cli.jsonlines.
     write`); with ``--plot`` draw each one's attention as ``picture_<i>.png`` (no pictures

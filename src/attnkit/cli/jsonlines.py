@@ -18,6 +18,7 @@ the decoding call that produced it, which decoded ``batch_size`` inputs together
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -47,7 +48,7 @@ def add_json_arg(p) -> None:
     )
 
 
-def reads_stdin(items: Sequence, args) -> bool:
+def reads_stdin(items: Sequence, args: argparse.Namespace) -> bool:
     """Whether the inputs are ``-`` alone (standard input).
 
     Raises:
@@ -91,7 +92,7 @@ def record(name: str, output, decoding, seconds: float, batch_size: int) -> dict
 
 def write(
     outputs: Sequence,
-    args,
+    args: argparse.Namespace,
     *,
     names: Sequence[str],
     decoding,
@@ -118,7 +119,7 @@ def write(
     sys.stdout.flush()
 
 
-def stream(args, decoding, decode: Callable[[str], object]) -> int:
+def stream(args: argparse.Namespace, decoding, decode: Callable[[str], object]) -> int:
     """Decode each line of standard input (``decode(line) -> Output``) and print it at once
     (:func:`write`); a blank line gives an empty output. A line that cannot be decoded (a
     file that cannot be read, a text too long) prints its error (on stderr, and an empty line;

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from attnkit.serve import Limits
 API_KEY_ENV = "ATTNKIT_API_KEY"
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: common.SubParsers) -> None:
     d = Limits()
     p = sub.add_parser(
         "serve",
@@ -139,7 +140,7 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _api_key(args) -> str | None:
+def _api_key(args: argparse.Namespace) -> str | None:
     """The key of ``--api-key``, ``--api-key-file`` or ``$ATTNKIT_API_KEY`` (in that order),
     or None when none is given.
 
@@ -175,7 +176,7 @@ def _api_key(args) -> str | None:
     return key
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     api_key = _api_key(args)
     try:
         from attnkit.serve import serve_checkpoint

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -37,7 +38,7 @@ DEFAULTS = {
 }
 
 
-def add_train_parser(train_sub) -> None:
+def add_train_parser(train_sub: common.SubParsers) -> None:
     p, data = common.add_task_parser(
         train_sub,
         "translate",
@@ -115,7 +116,7 @@ def add_train_parser(train_sub) -> None:
     p.set_defaults(run=run_train)
 
 
-def _pairs(args):
+def _pairs(args: argparse.Namespace):
     if args.train:
         read = dict(skip_bad_lines=args.skip_bad_lines or None, max_chars=args.max_chars)
         train, valid = read_splits("translate", args, **read)
@@ -127,7 +128,7 @@ def _pairs(args):
     )
 
 
-def run_train(args) -> int:
+def run_train(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed)
     checks = dict(
         model=_model_config(args),
@@ -169,7 +170,7 @@ def run_train(args) -> int:
     return 0
 
 
-def _model_options(args) -> dict:
+def _model_options(args: argparse.Namespace) -> dict:
     """The options of ``--model``, defaults filled in; a model option given for a model that
     does not take it is a ValueError naming the options and the models they belong to."""
     foreign = [
@@ -186,7 +187,7 @@ def _model_options(args) -> dict:
     }
 
 
-def _model_config(args) -> dict:
+def _model_config(args: argparse.Namespace) -> dict:
     o = _model_options(args)
     if args.model == "transformer":
         dropout = 0.1 if args.dropout is None else args.dropout
@@ -247,7 +248,7 @@ def _plot(hyp, i, source, src_vocab, tgt_vocab, path):
         print(f"  wrote {path}")
 
 
-def add_translate_parser(sub) -> None:
+def add_translate_parser(sub: common.SubParsers) -> None:
     p = sub.add_parser("translate", help="translate text with a trained checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument(
@@ -268,7 +269,7 @@ def add_translate_parser(sub) -> None:
     p.set_defaults(run=run_translate)
 
 
-def run_translate(args) -> int:
+def run_translate(args: argparse.Namespace) -> int:
     decoding = common.decoding(args)
     if jsonlines.reads_stdin(args.text, args):
         if args.file:
