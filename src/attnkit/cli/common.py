@@ -634,7 +634,7 @@ def write_html(
     outputs: Sequence[Output],
     *,
     names: list[str],
-    references: list[str] | None = None,
+    references: Sequence[str | Sequence[str] | None] | None = None,
     report: bool = True,
 ) -> Path | None:
     """With ``--html PAGE``: write the explorer page of ``outputs`` (an evaluator's, decoded

@@ -7,7 +7,13 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from attnkit.cli.common import non_negative_float, non_negative_int, positive_int, probability
+from attnkit.cli.common import (
+    Options,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+    probability,
+)
 from attnkit.decoding import Decoding
 from attnkit.models.decoder import ALIGNMENT_CHOICES
 
@@ -29,7 +35,7 @@ ALIGNMENT_OPTIONS = {
 }
 
 
-def add_alignment_args(group) -> None:
+def add_alignment_args(group: Options) -> None:
     """``--alignment`` and the options of each alignment, in the model group ``group``."""
     group.add_argument(
         "--alignment",
@@ -73,7 +79,7 @@ def add_alignment_args(group) -> None:
     )
 
 
-def add_loss_args(group, *, head: str, ctc: str, diagonal: str, order: str) -> None:
+def add_loss_args(group: Options, *, head: str, ctc: str, diagonal: str, order: str) -> None:
     """``--ctc-weight``, ``--guided-attention`` and ``--sortagrad`` of a recogniser whose
     attention decoder reads a sequence of steps, their help in the task's words: ``head``
     (which head they train, or ""), ``ctc`` (what the CTC head is), ``diagonal`` (of what)
@@ -122,7 +128,7 @@ def alignment_config(args: argparse.Namespace) -> dict:
     return {"alignment": args.alignment, "alignment_options": options or None}
 
 
-def add_joint_args(p) -> None:
+def add_joint_args(p: Options) -> None:
     """``--ctc-weight``: joint CTC/attention decoding; ``--lm``, ``--lm-weight``: shallow
     fusion of a character LM (``attnkit train lm``)."""
     group = p.add_argument_group("joint CTC/attention decoding (models trained with a CTC weight)")
