@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -18,9 +19,9 @@ from attnkit.cli.decoder_options import (
     alignment_config,
     joint_decoding,
 )
-from attnkit.data import SpeechSet, load_vocab
+from attnkit.data import CharVocab, SpeechSet, load_vocab
 from attnkit.data.worlds.speech import ENGINES, ESPEAK_CONSONANTS, KINDS, speech_dataset
-from attnkit.decoding import Decoding
+from attnkit.decoding import Decoding, Hypotheses
 from attnkit.models.las import LAS, LISTENERS, MIN_FRAMES
 from attnkit.tasks import loading
 from attnkit.tasks.asr import (
@@ -305,7 +306,7 @@ def _pretrain_speller(model: LAS, task: AsrTask, args: argparse.Namespace, folde
     )
 
 
-def _samples_and_plots(model, task: AsrTask, out: Path, n_plots: int) -> None:
+def _samples_and_plots(model: LAS, task: AsrTask, out: Path, n_plots: int) -> None:
     features = task.valid.features[: max(n_plots, 5)]
     outs, raws = transcribe(model, task.char_vocab, features, weights=n_plots > 0)
     for ref, hyp in list(zip(task.valid.transcripts, outs))[:5]:
@@ -313,7 +314,9 @@ def _samples_and_plots(model, task: AsrTask, out: Path, n_plots: int) -> None:
     _plot_all(raws, features[:n_plots], task.char_vocab, out)
 
 
-def _plot_all(raws, features, vocab, folder: Path) -> None:
+def _plot_all(
+    raws: list[Hypotheses], features: Sequence[torch.Tensor], vocab: CharVocab, folder: Path
+) -> None:
     offset = 0
     for hyp in raws:
         for i in range(hyp.tokens.shape[0]):

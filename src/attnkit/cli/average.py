@@ -77,6 +77,7 @@ def run_average(args: argparse.Namespace) -> int:
     save_checkpoint(
         out, model=ck.model_state, config=ck.config, vocab=ck.vocab, trainer_state=ck.trainer_state
     )
+    assert ck.trainer_state is not None  # average_checkpoints lists the steps averaged there
     steps = ", ".join(str(s) for s in ck.trainer_state["steps"])
     print(f"averaged {len(paths)} checkpoints (steps {steps}) into {args.out}")
     return 0

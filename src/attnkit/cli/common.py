@@ -56,6 +56,7 @@ SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 Options: TypeAlias = argparse._ActionsContainer
 
 Model = TypeVar("Model", bound=torch.nn.Module)
+Example = TypeVar("Example")
 _Model_contra = TypeVar("_Model_contra", bound=torch.nn.Module, contravariant=True)
 
 
@@ -188,7 +189,9 @@ def int_range(low: int, high: int, what: str) -> Callable[[str], tuple[int, int]
     return parse
 
 
-def held_out(train: list, valid: list, what: str, *, n: int = 300) -> list:
+def held_out(
+    train: Sequence[Example], valid: Sequence[Example], what: str, *, n: int = 300
+) -> Sequence[Example]:
     """``valid``, or when it is empty the first ``n`` training examples (``what``), with a
     warning: a run without validation data validates on what it trains on."""
     if valid:

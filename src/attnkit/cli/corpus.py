@@ -225,9 +225,7 @@ def read_data(
     return read_corpus(task, path, **options, **task_options)
 
 
-def read_splits(
-    task: str, args: argparse.Namespace, **task_options: Any
-) -> tuple[list, list | None]:
+def read_splits(task: str, args: argparse.Namespace, **task_options: Any) -> tuple[Any, Any | None]:
     """The examples of ``--train`` and of ``--valid`` (None without it), read by
     :func:`read_data`."""
     train = read_data(task, args.train, args, "train", **task_options)

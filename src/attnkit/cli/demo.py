@@ -156,7 +156,7 @@ def long_sequence(out_dir: Path) -> Path:
     )
 
 
-def _command(argv: list[str], truths: list[str]) -> None:
+def _command(argv: list[str | Path], truths: list[str]) -> None:
     """Run ``attnkit ARGV`` in a new process, as a user would, and print each output line
     beside what it should be."""
     print("   $ attnkit " + shlex.join(map(str, argv)))

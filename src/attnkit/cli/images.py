@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from attnkit.cli import common
 from attnkit.cli.corpus import add_format_args, read_splits
@@ -27,7 +29,7 @@ channel_list.__name__ = "positive ints (e.g. 32,64,128)"
 
 def add_train_parser(
     train_sub: common.SubParsers, name: str, *, help: str, description: str, tsv: str
-):
+) -> tuple[argparse.ArgumentParser, argparse._ArgumentGroup]:
     """The ``attnkit train NAME`` parser of an image task whose folders hold images and a
     ``tsv`` (``--captions`` / ``--questions`` names it), with ``--image-size``, the built-in
     scenes' options and the grid encoder's ``--channels``; returns it and its "model" group."""
@@ -77,7 +79,7 @@ def add_train_parser(
     return p, model
 
 
-def user_data(args: argparse.Namespace, size: int, default_tsv: str):
+def user_data(args: argparse.Namespace, size: int, default_tsv: str) -> tuple[Any, Any | None]:
     """The user's ``--train`` and ``--valid`` corpora of task ``args.task``, in the format
     ``--format`` names or the one detected, images resized to ``size`` (validation None
     without ``--valid``); ``--captions`` / ``--questions`` given only when not
@@ -114,7 +116,7 @@ def data_config(args: argparse.Namespace) -> dict:
     }
 
 
-def say_written(paths) -> None:
+def say_written(paths: Iterable[Path | None]) -> None:
     """Say where each picture went."""
     for path in paths:
         print(f"  wrote {path}")

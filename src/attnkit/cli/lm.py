@@ -4,6 +4,7 @@ loading it for shallow fusion (``read`` / ``transcribe --lm``)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -89,6 +90,7 @@ def run_train(args: argparse.Namespace) -> int:
         else _recogniser_chars(args.vocab_from)
     )
     train, train_names = _texts(args.text)
+    valid: Sequence[str]
     if args.valid:
         valid, valid_names = _texts(args.valid)
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -31,8 +32,10 @@ from attnkit.data import (
     read_line_folder,
     write_line_folder,
 )
+from attnkit.data.corpora.line_folders import LineFolder
 from attnkit.data.corpora.line_formats import LABELS
-from attnkit.tasks.ocr import OcrTask, plot_line, read_lines
+from attnkit.models import CRNN
+from attnkit.tasks.ocr import Line, OcrTask, plot_line, read_lines
 
 log = logging.getLogger("attnkit")
 
@@ -128,7 +131,9 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
     p.set_defaults(run=run_train)
 
 
-def _built_in(args: argparse.Namespace, split: str, n: int, min_chars: int, max_chars: int):
+def _built_in(
+    args: argparse.Namespace, split: str, n: int, min_chars: int, max_chars: int
+) -> LineFolder:
     # the cache's name says the settings and the fonts the lines were drawn from
     fonts = hashlib.sha256("\n".join(p.name for p in available_fonts()[split]).encode())
     cache = (args.cache_dir or args.out / "lines") / (
@@ -152,7 +157,7 @@ def _built_in(args: argparse.Namespace, split: str, n: int, min_chars: int, max_
     return read_line_folder(cache, cache / "labels.tsv")  # what later runs will read
 
 
-def _lines(args: argparse.Namespace):
+def _lines(args: argparse.Namespace) -> tuple[Sequence[Line], Sequence[Line]]:
     if args.train:
         read = dict(
             alphabet=ALPHABET,
@@ -242,7 +247,9 @@ def _decoder_config(args: argparse.Namespace) -> dict:
     return {}
 
 
-def _samples_and_pictures(model, chars, lines, out: Path, n_plots: int) -> None:
+def _samples_and_pictures(
+    model: CRNN, chars: CharVocab, lines: Sequence[Line], out: Path, n_plots: int
+) -> None:
     shown = lines[: max(n_plots, 5)]
     readings = read_lines(model, chars, [image for image, _ in shown], weights=n_plots > 0)
     for (_, ref), reading in list(zip(shown, readings))[:5]:

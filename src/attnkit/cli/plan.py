@@ -11,7 +11,7 @@ from dataclasses import replace
 import torch
 
 from attnkit.attention import SCORES, Attention, planner
-from attnkit.attention.dispatch import IMPLS
+from attnkit.attention.dispatch import IMPLS, Plan
 from attnkit.cli import common
 
 DTYPES = {
@@ -232,7 +232,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(str(exc).replace("timing: ", "--time: ", 1)) from None
     dims = f"Dq={attn.query_dim}, Dk={attn.key_dim}, Dv={attn.value_dim}"
     if args.score in ("additive", "location"):
-        dims += f", A={attn.score.v.shape[-1]}"
+        score_v = attn.score.v
+        assert isinstance(score_v, torch.Tensor)  # these scores' parameter v: (H, A)
+        dims += f", A={score_v.shape[-1]}"
     heads = f", {attn.heads} heads of {attn.head_dim}" if attn.heads > 1 else ""
     band = (", causal" if args.causal else "") + (f", window {args.window}" if args.window else "")
     print(
@@ -272,7 +274,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fit(args: argparse.Namespace, attn: Attention, shape: planner.CallShape, plan) -> None:
+def _fit(args: argparse.Namespace, attn: Attention, shape: planner.CallShape, plan: Plan) -> None:
     """Whether the call fits ``--memory-limit`` on the path the module's ``impl`` takes, and
     the largest batch that does; when not even one example does, the largest number of
     queries per call (the queries split into chunks), else the largest window."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -56,7 +57,7 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
     p.set_defaults(run=run_train)
 
 
-def _data(args: argparse.Namespace, size: int):
+def _data(args: argparse.Namespace, size: int) -> tuple[Any, Any]:
     if args.train:
         return images.user_data(args, size, QUESTIONS)
     train, valid = images.built_in_scenes(args, size)
