@@ -50,8 +50,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("attnkit")
 
-# argparse's own names for what ``add_subparsers`` returns and for what options are added to
-# (a parser or one of its argument groups); neither is subscriptable at run time.
+# argparse's own names for what ``add_subparsers`` returns (a string: the class is not
+# subscriptable at run time) and for what options are added to (a parser or one of its groups).
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 Options: TypeAlias = argparse._ActionsContainer
 
