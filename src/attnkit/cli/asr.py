@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -17,10 +19,10 @@ from attnkit.cli.decoder_options import (
     alignment_config,
     joint_decoding,
 )
-from attnkit.data import SpeechSet, load_vocab
+from attnkit.data import CharVocab, SpeechSet, load_vocab
 from attnkit.data.worlds.speech import ENGINES, ESPEAK_CONSONANTS, KINDS, speech_dataset
-from attnkit.decoding import Decoding
-from attnkit.models.las import LISTENERS, MIN_FRAMES
+from attnkit.decoding import Decoding, Hypotheses
+from attnkit.models.las import LAS, LISTENERS, MIN_FRAMES
 from attnkit.tasks import loading
 from attnkit.tasks.asr import (
     AsrTask,
@@ -30,7 +32,7 @@ from attnkit.tasks.asr import (
     transcribe_stream,
     wav_samples,
 )
-from attnkit.train import CheckpointError, Trainer, distributed
+from attnkit.train import CheckpointError, distributed
 
 log = logging.getLogger("attnkit")
 
@@ -57,7 +59,7 @@ STREAM_HELP = "attnkit train asr --listener uni --alignment monotonic (or mocha)
 DEFAULT_CHUNK_MS = 200.0
 
 
-def add_train_parser(train_sub) -> None:
+def add_train_parser(train_sub: common.SubParsers) -> None:
     p, data = common.add_task_parser(
         train_sub,
         "asr",
@@ -169,7 +171,9 @@ def add_train_parser(train_sub) -> None:
     p.set_defaults(run=run_train)
 
 
-def _speech(args, normalize: bool, audio: bool = False) -> tuple[SpeechSet, SpeechSet]:
+def _speech(
+    args: argparse.Namespace, normalize: bool, audio: bool = False
+) -> tuple[SpeechSet, SpeechSet]:
     """The training and validation utterances, normalised per utterance with ``normalize``
     (else raw log-mels, for a listener that normalises them itself); with ``audio`` built-in
     training speech keeps its samples too (for augmentation of the audio)."""
@@ -202,7 +206,7 @@ def _speech(args, normalize: bool, audio: bool = False) -> tuple[SpeechSet, Spee
     )
 
 
-def run_train(args) -> int:
+def run_train(args: argparse.Namespace) -> int:
     if args.pretrain_lm_steps < 0:
         raise ValueError(
             f"--pretrain-lm-steps: expected a non-negative int, got {args.pretrain_lm_steps}"
@@ -280,13 +284,13 @@ def run_train(args) -> int:
     return 0
 
 
-def _pretrain_speller(model, task: AsrTask, args, folder: Path) -> None:
+def _pretrain_speller(model: LAS, task: AsrTask, args: argparse.Namespace, folder: Path) -> None:
     """Train the speller alone as a language model for ``--pretrain-lm-steps`` steps (in
     ``folder``; an interrupted pre-training resumes with ``--resume``)."""
     config = common.training_config(
         args, max_steps=args.pretrain_lm_steps, warmup=min(args.warmup, args.pretrain_lm_steps - 1)
     )
-    trainer = Trainer(model, SpellerPretraining(task), config, folder)
+    trainer = common.typed_trainer(model, SpellerPretraining(task), config, folder)
     if args.resume and (folder / "checkpoint").exists():
         trainer.resume()
     result = trainer.fit()
@@ -302,7 +306,7 @@ def _pretrain_speller(model, task: AsrTask, args, folder: Path) -> None:
     )
 
 
-def _samples_and_plots(model, task: AsrTask, out: Path, n_plots: int) -> None:
+def _samples_and_plots(model: LAS, task: AsrTask, out: Path, n_plots: int) -> None:
     features = task.valid.features[: max(n_plots, 5)]
     outs, raws = transcribe(model, task.char_vocab, features, weights=n_plots > 0)
     for ref, hyp in list(zip(task.valid.transcripts, outs))[:5]:
@@ -310,7 +314,9 @@ def _samples_and_plots(model, task: AsrTask, out: Path, n_plots: int) -> None:
     _plot_all(raws, features[:n_plots], task.char_vocab, out)
 
 
-def _plot_all(raws, features, vocab, folder: Path) -> None:
+def _plot_all(
+    raws: list[Hypotheses], features: Sequence[torch.Tensor], vocab: CharVocab, folder: Path
+) -> None:
     offset = 0
     for hyp in raws:
         for i in range(hyp.tokens.shape[0]):
@@ -322,7 +328,7 @@ def _plot_all(raws, features, vocab, folder: Path) -> None:
         offset += hyp.tokens.shape[0]
 
 
-def add_transcribe_parser(sub) -> None:
+def add_transcribe_parser(sub: common.SubParsers) -> None:
     p = sub.add_parser("transcribe", help="transcribe audio files with a trained asr checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument(
@@ -359,7 +365,7 @@ def add_transcribe_parser(sub) -> None:
     p.set_defaults(run=run_transcribe)
 
 
-def run_transcribe(args) -> int:
+def run_transcribe(args: argparse.Namespace) -> int:
     if args.stream:
         return run_stream(args)
     if args.chunk_ms is not None or args.realtime:
@@ -378,7 +384,7 @@ def run_transcribe(args) -> int:
     )
 
 
-def run_stream(args) -> int:
+def run_stream(args: argparse.Namespace) -> int:
     """``transcribe --stream``: each file chunk by chunk, its characters printed as they are
     emitted, one line per file; a latency line per file on stderr."""
     args.default_beam = 1

@@ -14,12 +14,19 @@ another are refused.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from attnkit.data.augment import audio_augment, line_augment
 from attnkit.data.augment.augmentation import AUGMENTATIONS
+
+if TYPE_CHECKING:
+    from attnkit.cli.common import Options
+    from attnkit.train import Checkpoint
+
+Composition = TypeVar("Composition", audio_augment.SpeechAugment, line_augment.LineAugment)
 
 __all__ = ["add_line_args", "add_speech_args", "line_augmentations", "speech_augmentations"]
 
@@ -295,7 +302,7 @@ def _dest(flag: str) -> str:
     return "aug_" + flag[2:].replace("-", "_")
 
 
-def _add(p, presets: dict, options: tuple[Option, ...], what: str) -> None:
+def _add(p: Options, presets: dict, options: tuple[Option, ...], what: str) -> None:
     group = p.add_argument_group(
         "augmentation (training lines only, drawn afresh each epoch; off by default)"
         if what == "lines"
@@ -323,19 +330,20 @@ def _add(p, presets: dict, options: tuple[Option, ...], what: str) -> None:
     )
 
 
-def add_speech_args(p) -> None:
+def add_speech_args(p: Options) -> None:
     """The augmentation options of ``attnkit train asr``."""
     _add(p, audio_augment.PRESETS, SPEECH, "speech")
 
 
-def add_line_args(p) -> None:
+def add_line_args(p: Options) -> None:
     """The augmentation options of ``attnkit train ocr``."""
     _add(p, line_augment.PRESETS, LINES, "lines")
 
 
-def _read(option: Option, text: str):
+def _read(option: Option, text: str) -> float | tuple[float, ...]:
     """The value of ``option`` written as ``text``, in its kind's shape."""
     parts = [t.strip() for t in text.split(",")]
+    value: float | tuple[float, ...]
     try:
         if option.kind == "number":
             (value,) = [float(t) for t in parts]
@@ -345,15 +353,16 @@ def _read(option: Option, text: str):
             value = tuple(float(t) for t in parts)
         else:
             cast = int if option.kind == "int pair" else float
-            value = tuple(cast(t) for t in parts)
-            if len(value) != 2:
+            pair = tuple(cast(t) for t in parts)
+            if len(pair) != 2:
                 raise ValueError(text)
+            value = pair
     except ValueError:
         raise ValueError(f"{option.flag}: expected {option.expects}, got {text!r}") from None
     return value
 
 
-def _augmentations(args, presets: dict, options: tuple[Option, ...]) -> list:
+def _augmentations(args: argparse.Namespace, presets: dict, options: tuple[Option, ...]) -> list:
     """The augmentations the options of ``args`` ask for (a list of objects), the preset's and
     those the options add together in the order of ``options`` (which lists the speaker's
     changes before the room's and the channel's, the geometry of a line before its ink and
@@ -370,8 +379,13 @@ def _augmentations(args, presets: dict, options: tuple[Option, ...]) -> list:
             continue
         value = _read(option, text)
         fields = option.fields
-        values = dict(zip(fields, value)) if len(fields) > 1 else {fields[0]: value}
-        settings.setdefault(option.augmentation, {}).update(values)
+        parsed: dict[str, float | tuple[float, ...]]
+        if len(fields) > 1:
+            assert isinstance(value, tuple), option  # options of several fields: lists, pairs
+            parsed = dict(zip(fields, value))
+        else:
+            parsed = {fields[0]: value}
+        settings.setdefault(option.augmentation, {}).update(parsed)
         given.append(option)
     for augmentation, values in settings.items():
         flags = [o.flag for o in given if o.augmentation == augmentation]
@@ -416,11 +430,16 @@ def _set_probabilities(text: str, chosen: dict, names: set[str]) -> None:
         chosen[name] = dataclasses.replace(chosen[name], p=p)
 
 
-def _given(args) -> bool:
+def _given(args: argparse.Namespace) -> bool:
     return any(v is not None for k, v in vars(args).items() if k.startswith("aug_"))
 
 
-def _for_run(args, ck, composition, made: list):
+def _for_run(
+    args: argparse.Namespace,
+    ck: Checkpoint | None,
+    composition: type[Composition],
+    made: list,
+) -> Composition:
     """``made`` (what the options ask for), or with ``--resume`` the checkpoint's augmentation
     (``ck``, in its saved order), which options given as well must equal, as a
     ``composition``."""
@@ -474,7 +493,9 @@ def _describe(config: list) -> str:
     return "augmentation " + ", ".join(c["name"] for c in config)
 
 
-def speech_augmentations(args, ck=None) -> audio_augment.SpeechAugment:
+def speech_augmentations(
+    args: argparse.Namespace, ck: Checkpoint | None = None
+) -> audio_augment.SpeechAugment:
     """The speech augmentations of ``attnkit train asr``'s options (``ck``: the checkpoint
     resumed, whose augmentation a resumed run keeps); empty for none.
 
@@ -486,7 +507,9 @@ def speech_augmentations(args, ck=None) -> audio_augment.SpeechAugment:
     return _for_run(args, ck, audio_augment.SpeechAugment, made)
 
 
-def line_augmentations(args, ck=None) -> line_augment.LineAugment:
+def line_augmentations(
+    args: argparse.Namespace, ck: Checkpoint | None = None
+) -> line_augment.LineAugment:
     """The line augmentations of ``attnkit train ocr``'s options; see
     :func:`speech_augmentations`."""
     made = _augmentations(args, line_augment.PRESETS, LINES)

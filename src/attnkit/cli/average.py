@@ -3,6 +3,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attnkit.cli.common import SubParsers
+
+import argparse
 from pathlib import Path
 
 from attnkit.export import check_out
@@ -10,7 +16,7 @@ from attnkit.train import save_checkpoint
 from attnkit.train.averaging import average_checkpoints, best_checkpoints
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = sub.add_parser(
         "average",
         help="average the weights of several checkpoints of one model",
@@ -54,7 +60,7 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run_average)
 
 
-def run_average(args) -> int:
+def run_average(args: argparse.Namespace) -> int:
     run = args.run_folder
     if bool(args.checkpoints) == bool(run):
         raise ValueError(
@@ -71,6 +77,7 @@ def run_average(args) -> int:
     save_checkpoint(
         out, model=ck.model_state, config=ck.config, vocab=ck.vocab, trainer_state=ck.trainer_state
     )
+    assert ck.trainer_state is not None  # average_checkpoints lists the steps averaged there
     steps = ", ".join(str(s) for s in ck.trainer_state["steps"])
     print(f"averaged {len(paths)} checkpoints (steps {steps}) into {args.out}")
     return 0

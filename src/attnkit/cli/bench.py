@@ -10,6 +10,11 @@ Every word after ``bench`` goes to the script: ``attnkit bench NAME --help`` lis
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attnkit.cli.common import SubParsers
+
 import argparse
 import subprocess
 import sys
@@ -22,7 +27,7 @@ DEFAULT = "attention"
 SHARED = {"__init__", "harness", "plain"}
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: SubParsers) -> None:
     # "+" as the only prefix: no word after `bench` is parsed here, all go to the script
     p = sub.add_parser(
         "bench",

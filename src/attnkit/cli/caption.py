@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ DESCRIPTION = (
 )
 
 
-def add_train_parser(train_sub) -> None:
+def add_train_parser(train_sub: common.SubParsers) -> None:
     p, model = images.add_train_parser(
         train_sub,
         "caption",
@@ -59,7 +60,7 @@ def add_train_parser(train_sub) -> None:
     p.set_defaults(run=run_train)
 
 
-def run_train(args) -> int:
+def run_train(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed)
     wanted = dict(
         name="captioner",
@@ -121,7 +122,7 @@ def run_train(args) -> int:
     return 0
 
 
-def add_caption_parser(sub) -> None:
+def add_caption_parser(sub: common.SubParsers) -> None:
     p = sub.add_parser("caption", help="caption images with a trained captioning checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument(
@@ -144,7 +145,7 @@ def add_caption_parser(sub) -> None:
     p.set_defaults(run=run_caption)
 
 
-def run_caption(args) -> int:
+def run_caption(args: argparse.Namespace) -> int:
     decoding = common.decoding(args)
     if not args.images and not args.corpus:
         raise ValueError("caption: expected image files, - or --corpus, got none")

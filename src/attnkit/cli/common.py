@@ -11,13 +11,18 @@ the lock of its ``--out`` (:func:`locked_run_folder`) from start to end.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import math
 import os
 import signal
-from contextlib import nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
+
+import torch
 
 from attnkit.cli import recipes
 from attnkit.decoding import DEFAULT_LENGTH_PENALTY, Decoding
@@ -40,7 +45,41 @@ from attnkit.train import (
     resolve_device,
 )
 
+if TYPE_CHECKING:
+    from attnkit.tasks.evaluator import Output
+
 log = logging.getLogger("attnkit")
+
+# argparse's own names for what ``add_subparsers`` returns (a string: the class is not
+# subscriptable at run time) and for what options are added to (a parser or one of its groups).
+SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+Options: TypeAlias = argparse._ActionsContainer
+
+Model = TypeVar("Model", bound=torch.nn.Module)
+Example = TypeVar("Example")
+_Model_contra = TypeVar("_Model_contra", bound=torch.nn.Module, contravariant=True)
+
+
+class ModelTask(Protocol[_Model_contra]):
+    """:class:`attnkit.train.Task` for a task that trains one kind of model: the tasks' ``loss``
+    and ``evaluate`` take their own model class, which ``Task`` (typing it as any
+    ``nn.Module``) does not accept."""
+
+    def batches(self, epoch: int) -> Any: ...
+    def loss(self, model: _Model_contra, batch: Any, step: int) -> tuple[torch.Tensor, int]: ...
+    def evaluate(self, model: _Model_contra) -> dict[str, float]: ...
+    def config(self) -> dict: ...
+    def vocab(self) -> Any: ...
+
+
+def typed_trainer(
+    model: Model, task: ModelTask[Model], config: TrainConfig, out_dir: str | Path
+) -> Trainer:
+    """``Trainer(model, task, config, out_dir)``, typed: ``task`` trains ``model``'s class."""
+    # Task's methods take any nn.Module, so no task with a model class of its own matches it;
+    # ModelTask[Model] is what Trainer needs of the task for this model.
+    return Trainer(model, task, config, out_dir)  # type: ignore[arg-type]
+
 
 __all__ = [
     "Interrupted",
@@ -70,6 +109,7 @@ __all__ = [
     "teacher_forcing",
     "train_and_report",
     "training_config",
+    "typed_trainer",
     "wants_weights",
     "write_html",
 ]
@@ -77,7 +117,7 @@ __all__ = [
 CUDA_DATA_WORKERS = 2  # --workers-data on a GPU when not given (0 on CPU)
 
 
-def int_at_least(minimum: int, name: str, *, at_most: int | None = None):
+def int_at_least(minimum: int, name: str, *, at_most: int | None = None) -> Callable[[str], int]:
     """An argparse type: an int >= ``minimum`` (and <= ``at_most``, when given); argparse
     names it ``name`` in its error."""
 
@@ -97,7 +137,7 @@ non_negative_int = int_at_least(0, "non-negative int")
 
 def float_in(
     low: float, high: float, name: str, *, low_included: bool = True, high_included: bool = True
-):
+) -> Callable[[str], float]:
     """An argparse type: a finite float between ``low`` and ``high`` (each included unless
     told; ``high`` may be infinite); argparse names it ``name`` in its error."""
 
@@ -123,7 +163,7 @@ non_negative_float = float_in(0.0, math.inf, "non-negative number")
 learning_rate = float_in(0.0, 10.0, "learning rate in (0, 10]", low_included=False)
 
 
-def choice_list(choices: tuple[str, ...], what: str):
+def choice_list(choices: tuple[str, ...], what: str) -> Callable[[str], tuple[str, ...]]:
     """An argparse type: comma-separated names, each one of ``choices``."""
 
     def parse(text: str) -> tuple[str, ...]:
@@ -136,7 +176,7 @@ def choice_list(choices: tuple[str, ...], what: str):
     return parse
 
 
-def int_range(low: int, high: int, what: str):
+def int_range(low: int, high: int, what: str) -> Callable[[str], tuple[int, int]]:
     """An argparse type: ``LOW,HIGH``, two ints with ``low <= LOW <= HIGH <= high``."""
 
     def parse(text: str) -> tuple[int, int]:
@@ -149,7 +189,9 @@ def int_range(low: int, high: int, what: str):
     return parse
 
 
-def held_out(train: list, valid: list, what: str, *, n: int = 300) -> list:
+def held_out(
+    train: Sequence[Example], valid: Sequence[Example], what: str, *, n: int = 300
+) -> Sequence[Example]:
     """``valid``, or when it is empty the first ``n`` training examples (``what``), with a
     warning: a run without validation data validates on what it trains on."""
     if valid:
@@ -161,7 +203,7 @@ def held_out(train: list, valid: list, what: str, *, n: int = 300) -> list:
 
 
 def add_task_parser(
-    train_sub,
+    train_sub: SubParsers,
     name: str,
     *,
     help: str,
@@ -171,7 +213,7 @@ def add_task_parser(
     n_train: int,
     n_valid: int,
     paths: str | None = None,
-):
+) -> tuple[argparse.ArgumentParser, argparse._ArgumentGroup]:
     """The ``attnkit train NAME`` parser and its "data" group, holding what every task has:
     ``--train`` / ``--valid`` (the user's data: ``files`` and ``valid`` describe them; with
     ``paths``, their argparse ``nargs``: a list of paths) and the sizes of the built-in data
@@ -199,19 +241,19 @@ def add_task_parser(
     return p, data
 
 
-def data_seed(args) -> int:
+def data_seed(args: argparse.Namespace) -> int:
     """The seed of the built-in data: ``--data-seed``, else ``--seed``."""
     return args.seed if args.data_seed is None else args.data_seed
 
 
-def add_device_arg(p) -> None:
+def add_device_arg(p: Options) -> None:
     """``--device``: where the model runs (checked by :func:`resolve_run_options`)."""
     p.add_argument(
         "--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda or cuda:N"
     )
 
 
-def resolve_run_options(args) -> None:
+def resolve_run_options(args: argparse.Namespace) -> None:
     """``args.device`` as a :class:`torch.device` (``args.device_asked``: the option as given),
     ``--precision`` checked against it and ``--workers-data`` defaulted (0 on CPU, 2 on
     CUDA), for the commands that have them.
@@ -256,7 +298,7 @@ def _check_page(path: Path, option: str) -> None:
     _check_folder(path.parent, option)
 
 
-def check_arguments(args) -> None:
+def check_arguments(args: argparse.Namespace) -> None:
     """The checks argparse cannot make, before any work: ``--valid`` only with ``--train``
     (for the commands that have both; ``train lm`` validates on ``--valid`` or its ``--text``);
     a run folder ``--out`` (training, the demo) or a picture folder ``--plot DIR`` must not
@@ -280,12 +322,12 @@ def check_arguments(args) -> None:
         _check_page(args.out, "--out")
 
 
-def is_training(args) -> bool:
+def is_training(args: argparse.Namespace) -> bool:
     """Whether ``args`` are those of a training command (:func:`add_training_args`)."""
     return isinstance(getattr(args, "out", None), Path) and hasattr(args, "resume")
 
 
-def locked_run_folder(args):
+def locked_run_folder(args: argparse.Namespace) -> AbstractContextManager[Path | None]:
     """A context holding the lock of a training command's ``--out`` (only the main process of
     a torchrun job takes it); a no-op for other commands.
 
@@ -321,7 +363,7 @@ def stop_if_signalled(result: TrainResult, checkpoint: Path) -> None:
 
 
 def add_training_args(
-    p,
+    p: argparse.ArgumentParser,
     *,
     steps: int = 20000,
     batch_size: int = 64,
@@ -427,7 +469,9 @@ BEAM_OPTIONS = (
 SAMPLING_OPTIONS = ("--pick", "--temperature", "--top-k", "--top-p", "--seed")
 
 
-def add_decoding_args(p, *, beam: int | None = 1, pick: bool = True) -> None:
+def add_decoding_args(
+    p: argparse.ArgumentParser, *, beam: int | None = 1, pick: bool = True
+) -> None:
     """The decoding options, the same on every command that decodes (README: "Decoding
     options"). ``beam``: the command's beam width when neither ``--beam`` nor ``--sample`` is
     given (None: the checkpoint's task's, :data:`TASK_BEAM`, which the command sets as
@@ -508,7 +552,7 @@ def add_decoding_args(p, *, beam: int | None = 1, pick: bool = True) -> None:
     p.set_defaults(default_beam=beam, **({} if pick else {"pick": None}))
 
 
-def decoding(args) -> Decoding:
+def decoding(args: argparse.Namespace) -> Decoding:
     """The :class:`attnkit.decoding.Decoding` that the options of :func:`add_decoding_args`
     ask for.
 
@@ -531,7 +575,7 @@ def decoding(args) -> Decoding:
 OPTION_OF_FIELD = {"samples": "--sample", "loop_stop": "--no-loop-stop"}
 
 
-def _decoding(args) -> Decoding:
+def _decoding(args: argparse.Namespace) -> Decoding:
     if args.sample is None:
         given = [
             opt for opt in SAMPLING_OPTIONS if getattr(args, opt[2:].replace("-", "_")) is not None
@@ -570,7 +614,7 @@ def _decoding(args) -> Decoding:
     )
 
 
-def add_html_arg(p) -> None:
+def add_html_arg(p: Options) -> None:
     """``--html PAGE``: the alignment explorer page of the outputs just decoded
     (:func:`write_html`)."""
     p.add_argument(
@@ -582,14 +626,19 @@ def add_html_arg(p) -> None:
     )
 
 
-def wants_weights(args) -> bool:
+def wants_weights(args: argparse.Namespace) -> bool:
     """Whether a decoding command draws or explores its outputs (``--plot``, ``--html``): only
     then does decoding keep the attention weights."""
     return getattr(args, "plot", None) is not None or getattr(args, "html", None) is not None
 
 
 def write_html(
-    args, outputs, *, names: list[str], references: list[str] | None = None, report: bool = True
+    args: argparse.Namespace,
+    outputs: Sequence[Output],
+    *,
+    names: list[str],
+    references: Sequence[str | Sequence[str] | None] | None = None,
+    report: bool = True,
 ) -> Path | None:
     """With ``--html PAGE``: write the explorer page of ``outputs`` (an evaluator's, decoded
     with ``weights=True``), each example named by ``names`` (with its ``references`` when
@@ -603,7 +652,9 @@ def write_html(
     return path
 
 
-def print_outputs(outputs, args, name: str | None = None) -> None:
+def print_outputs(
+    outputs: Sequence[Output], args: argparse.Namespace, name: str | None = None
+) -> None:
     """Print each input's outputs (:class:`attnkit.tasks.evaluator.Output`), one a line: all of
     them (the n-best, or the ``--sample`` draws, best first), or with ``--pick best`` the best
     alone; each after ``name`` and a tab when one is given."""
@@ -612,7 +663,7 @@ def print_outputs(outputs, args, name: str | None = None) -> None:
             print(text if name is None else f"{name}\t{text}")
 
 
-def teacher_forcing(args) -> TeacherForcing:
+def teacher_forcing(args: argparse.Namespace) -> TeacherForcing:
     """The schedule given by the ``--teacher-forcing*`` options."""
     return TeacherForcing(
         args.teacher_forcing,
@@ -622,7 +673,7 @@ def teacher_forcing(args) -> TeacherForcing:
     )
 
 
-def training_config(args, **overrides) -> TrainConfig:
+def training_config(args: argparse.Namespace, **overrides: Any) -> TrainConfig:
     """The :class:`attnkit.train.TrainConfig` of the training options (``overrides``: fields
     to set otherwise, and ``warmup`` for ``warmup_steps``)."""
     warmup = overrides.pop("warmup", args.warmup)
@@ -646,7 +697,7 @@ def training_config(args, **overrides) -> TrainConfig:
 
 
 def run_checkpoints(
-    args, task: str, *, pending: Path | None = None, **checks
+    args: argparse.Namespace, task: str, *, pending: Path | None = None, **checks: Any
 ) -> tuple[Checkpoint | None, Checkpoint | None]:
     """The checkpoint ``attnkit train TASK`` resumes (``--resume``: :func:`attnkit.tasks.
     loading.existing_run`, with ``pending``), and when there is none the one it starts from
@@ -657,9 +708,9 @@ def run_checkpoints(
 
 
 def train_and_report(
-    model,
-    task,
-    args,
+    model: Model,
+    task: ModelTask[Model],
+    args: argparse.Namespace,
     *,
     metric: str = "accuracy",
     tiebreak: str | None = None,
@@ -679,7 +730,7 @@ def train_and_report(
     """
     if init is not None:
         init.load_model(model)
-    trainer = Trainer(
+    trainer = typed_trainer(
         model, task, training_config(args, metric=metric, tiebreak=tiebreak), args.out
     )
     if args.resume and trainer.checkpoint_dir.exists():  # else a pre-training was resumed

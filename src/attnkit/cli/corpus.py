@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from attnkit.cli import common
 from attnkit.data import MAX_CHARS, MAX_WIDTH
@@ -19,6 +20,7 @@ from attnkit.data.corpora.reading import formats_of, read_corpus
 from attnkit.data.corpora.unusable import MAX_UNUSABLE
 from attnkit.data.corpora.utterances import TRANSCRIPTS
 from attnkit.errors import DataError
+from attnkit.tasks.evaluator import Evaluator
 
 __all__ = [
     "LIMITS",
@@ -118,7 +120,7 @@ LIMITS = {
     ),
 }
 # argparse keywords of the options that are not plain strings
-KINDS = {
+KINDS: dict[str, dict[str, Any]] = {
     "images": {"type": Path},
     "annotations": {"type": Path},
     "audio_folder": {"type": Path},
@@ -134,7 +136,7 @@ ANYWHERE = (
 
 
 def add_format_args(
-    p,
+    p: common.Options,
     task: str | None,
     *,
     reads: str = "--train/--valid (eval: --data)",
@@ -184,7 +186,7 @@ def add_format_args(
 def format_options(
     args: argparse.Namespace,
     paths: Path | list[Path],
-    role: str,
+    role: str | None,
 ) -> tuple[Path, dict]:
     """The path to read and the options of :func:`attnkit.data.corpora.reading.read_corpus`
     (``format`` among them) for ``paths`` (one path, or the two files of a Moses corpus),
@@ -215,22 +217,22 @@ def format_options(
 
 
 def read_data(
-    task: str, paths: Path | list[Path], args: argparse.Namespace, role: str, **task_options
-):
+    task: str, paths: Path | list[Path], args: argparse.Namespace, role: str, **task_options: Any
+) -> Any:
     """The examples of ``paths`` for ``task``, read as ``args`` says
     (:func:`format_options`) with the task's own ``task_options``."""
     path, options = format_options(args, paths, role)
     return read_corpus(task, path, **options, **task_options)
 
 
-def read_splits(task: str, args: argparse.Namespace, **task_options) -> tuple[list, list | None]:
+def read_splits(task: str, args: argparse.Namespace, **task_options: Any) -> tuple[Any, Any | None]:
     """The examples of ``--train`` and of ``--valid`` (None without it), read by
     :func:`read_data`."""
     train = read_data(task, args.train, args, "train", **task_options)
     return train, read_data(task, args.valid, args, "valid", **task_options) if args.valid else None
 
 
-def add_limit_arg(p, task: str) -> None:
+def add_limit_arg(p: common.Options, task: str) -> None:
     """The option of ``task``'s largest input (:data:`LIMITS`): a larger one is refused."""
     option, kind, default, help = LIMITS[task]
     p.add_argument(option, type=kind, default=default, help=help)
@@ -242,7 +244,7 @@ def named(paths: Path | list[Path] | None) -> str:
     return " ".join(map(str, paths)) if isinstance(paths, list) else str(paths)
 
 
-def add_corpus_input_args(p, task: str) -> None:
+def add_corpus_input_args(p: common.Options, task: str) -> None:
     """``--corpus PATH`` of an inference verb of ``task``, with ``--format`` and the task's
     format options."""
     p.add_argument(
@@ -257,7 +259,9 @@ def add_corpus_input_args(p, task: str) -> None:
     add_format_args(p, task, reads="--corpus")
 
 
-def corpus_inputs(args: argparse.Namespace, evaluator, given: list) -> tuple[list, list[str]]:
+def corpus_inputs(
+    args: argparse.Namespace, evaluator: Evaluator, given: list
+) -> tuple[list, list[str]]:
     """The inputs of ``--corpus`` (as ``evaluator.decode`` takes them) and their origins
     (``file:line``, a file, an utterance id).
 

@@ -3,10 +3,17 @@ of joint CTC/attention decoding with shallow fusion (``read``, ``transcribe``)."
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from pathlib import Path
 
-from attnkit.cli.common import non_negative_float, non_negative_int, positive_int, probability
+from attnkit.cli.common import (
+    Options,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+    probability,
+)
 from attnkit.decoding import Decoding
 from attnkit.models.decoder import ALIGNMENT_CHOICES
 
@@ -28,7 +35,7 @@ ALIGNMENT_OPTIONS = {
 }
 
 
-def add_alignment_args(group) -> None:
+def add_alignment_args(group: Options) -> None:
     """``--alignment`` and the options of each alignment, in the model group ``group``."""
     group.add_argument(
         "--alignment",
@@ -72,7 +79,7 @@ def add_alignment_args(group) -> None:
     )
 
 
-def add_loss_args(group, *, head: str, ctc: str, diagonal: str, order: str) -> None:
+def add_loss_args(group: Options, *, head: str, ctc: str, diagonal: str, order: str) -> None:
     """``--ctc-weight``, ``--guided-attention`` and ``--sortagrad`` of a recogniser whose
     attention decoder reads a sequence of steps, their help in the task's words: ``head``
     (which head they train, or ""), ``ctc`` (what the CTC head is), ``diagonal`` (of what)
@@ -101,7 +108,7 @@ def add_loss_args(group, *, head: str, ctc: str, diagonal: str, order: str) -> N
     )
 
 
-def alignment_config(args) -> dict:
+def alignment_config(args: argparse.Namespace) -> dict:
     """``{"alignment": ..., "alignment_options": ...}`` for the decoder's model config.
 
     Raises:
@@ -121,7 +128,7 @@ def alignment_config(args) -> dict:
     return {"alignment": args.alignment, "alignment_options": options or None}
 
 
-def add_joint_args(p) -> None:
+def add_joint_args(p: Options) -> None:
     """``--ctc-weight``: joint CTC/attention decoding; ``--lm``, ``--lm-weight``: shallow
     fusion of a character LM (``attnkit train lm``)."""
     group = p.add_argument_group("joint CTC/attention decoding (models trained with a CTC weight)")
@@ -149,7 +156,7 @@ def add_joint_args(p) -> None:
     )
 
 
-def joint_decoding(args, decoding: Decoding) -> Decoding:
+def joint_decoding(args: argparse.Namespace, decoding: Decoding) -> Decoding:
     """``decoding`` with the ``--ctc-weight`` and ``--lm-weight`` of :func:`add_joint_args`.
 
     Raises:

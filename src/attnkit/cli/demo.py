@@ -3,6 +3,12 @@ models on inputs generated on the spot."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attnkit.cli.common import SubParsers
+
+import argparse
 import shlex
 import shutil
 import signal
@@ -27,7 +33,7 @@ from attnkit.tasks.translate import TranslateTask, plot_translation, translate_t
 from attnkit.train import TrainConfig, Trainer
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: SubParsers) -> None:
     p = sub.add_parser(
         "demo",
         help="a tour of the attention API and a translator trained in "
@@ -91,7 +97,8 @@ def translation(out_dir: Path, budget_s: float, n_train: int, seed: int) -> list
         f"2. Bahdanau seq2seq on built-in numbers and dates ({len(train)} training pairs, "
         f"{budget_s:.0f} s of training on this CPU)"
     )
-    result = Trainer(model, task, cfg, out_dir / "translate").fit()
+    # Task types the model as any nn.Module; TranslateTask takes its own (common.ModelTask).
+    result = Trainer(model, task, cfg, out_dir / "translate").fit()  # type: ignore[arg-type]
     if result.stopped == "signal":  # Ctrl-C (or SIGTERM, SIGHUP) ends the demo, not the training
         signum = result.signal or signal.SIGTERM
         raise Interrupted(
@@ -149,7 +156,7 @@ def long_sequence(out_dir: Path) -> Path:
     )
 
 
-def _command(argv: list[str], truths: list[str]) -> None:
+def _command(argv: list[str | Path], truths: list[str]) -> None:
     """Run ``attnkit ARGV`` in a new process, as a user would, and print each output line
     beside what it should be."""
     print("   $ attnkit " + shlex.join(map(str, argv)))
@@ -202,7 +209,7 @@ def builtin_models(out_dir: Path, seed: int) -> None:
     )
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed)
     out_dir = Path(args.out)
     tour_scores()

@@ -6,6 +6,7 @@ data, decodes and scores, so a new task needs no change here.
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -17,7 +18,7 @@ from attnkit.tasks import EVALUATORS, evaluate, loading
 from attnkit.tasks.metrics import closest_reference, example_cer, signature
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: common.SubParsers) -> None:
     formats = "; ".join(f"{name}: {cls.data}" for name, cls in sorted(EVALUATORS.items()))
     p = sub.add_parser(
         "eval",
@@ -64,7 +65,7 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _one_output(args) -> None:
+def _one_output(args: argparse.Namespace) -> None:
     """eval scores one output per input: the n-best lists and all-draws options are refused."""
     if args.n_best > 1:
         raise ValueError(f"--n-best: eval scores one output per input, got {args.n_best}")
@@ -75,7 +76,7 @@ def _one_output(args) -> None:
         )
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     decoding = joint_decoding(args, common.decoding(args))
     _one_output(args)
     evaluator = loading.load_evaluator(args.checkpoint, args.device)

@@ -3,6 +3,7 @@ outputs and their attention (:mod:`attnkit.diagnose.explorer`)."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from attnkit.cli import common
@@ -20,7 +21,7 @@ INPUTS = {
 }
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: common.SubParsers) -> None:
     p = sub.add_parser(
         "explore",
         help="write an HTML page of outputs and their attention",
@@ -56,7 +57,7 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     if bool(args.inputs) == bool(args.data):
         raise ValueError(
             "INPUT: expected inputs or --data, got " + ("both" if args.inputs else "neither")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 from pathlib import Path
 
@@ -16,7 +17,7 @@ FORMATS = ("onnx", "checkpoint")
 TASKS = ("translate", "ocr", "asr")
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: common.SubParsers) -> None:
     p = sub.add_parser(
         "export",
         help="export a checkpoint to ONNX for inference outside Python",
@@ -62,7 +63,7 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run_export)
 
 
-def run_export(args) -> int:
+def run_export(args: argparse.Namespace) -> int:
     if args.format not in FORMATS:
         raise ValueError(f"format: expected one of {', '.join(FORMATS)}, got {args.format!r}")
     if args.opset not in OPSETS:
@@ -149,7 +150,7 @@ def run_export(args) -> int:
     return 0
 
 
-def _decoding_options(args) -> list[str]:
+def _decoding_options(args: argparse.Namespace) -> list[str]:
     """The decoding options given on the command line."""
     given = [
         opt

@@ -3,8 +3,11 @@ built-in scene and grid encoder options, the scenes they train on, and their pic
 
 from __future__ import annotations
 
+import argparse
 import logging
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from attnkit.cli import common
 from attnkit.cli.corpus import add_format_args, read_splits
@@ -24,7 +27,9 @@ def channel_list(text: str) -> tuple[int, ...]:
 channel_list.__name__ = "positive ints (e.g. 32,64,128)"
 
 
-def add_train_parser(train_sub, name: str, *, help: str, description: str, tsv: str):
+def add_train_parser(
+    train_sub: common.SubParsers, name: str, *, help: str, description: str, tsv: str
+) -> tuple[argparse.ArgumentParser, argparse._ArgumentGroup]:
     """The ``attnkit train NAME`` parser of an image task whose folders hold images and a
     ``tsv`` (``--captions`` / ``--questions`` names it), with ``--image-size``, the built-in
     scenes' options and the grid encoder's ``--channels``; returns it and its "model" group."""
@@ -74,7 +79,7 @@ def add_train_parser(train_sub, name: str, *, help: str, description: str, tsv: 
     return p, model
 
 
-def user_data(args, size: int, default_tsv: str):
+def user_data(args: argparse.Namespace, size: int, default_tsv: str) -> tuple[Any, Any | None]:
     """The user's ``--train`` and ``--valid`` corpora of task ``args.task``, in the format
     ``--format`` names or the one detected, images resized to ``size`` (validation None
     without ``--valid``); ``--captions`` / ``--questions`` given only when not
@@ -83,7 +88,7 @@ def user_data(args, size: int, default_tsv: str):
     return read_splits(args.task, args, **read)
 
 
-def built_in_scenes(args, size: int) -> tuple[list[Scene], list[Scene]]:
+def built_in_scenes(args: argparse.Namespace, size: int) -> tuple[list[Scene], list[Scene]]:
     """The built-in training and validation scenes the options ask for."""
     kw = dict(
         seed=common.data_seed(args),
@@ -98,7 +103,7 @@ def built_in_scenes(args, size: int) -> tuple[list[Scene], list[Scene]]:
     )
 
 
-def data_config(args) -> dict:
+def data_config(args: argparse.Namespace) -> dict:
     """The task config's ``data`` entry: the user's folders, or the built-in scenes' options."""
     if args.train:
         return {"train": str(args.train), "valid": str(args.valid), "tsv": args.tsv}
@@ -111,7 +116,7 @@ def data_config(args) -> dict:
     }
 
 
-def say_written(paths) -> None:
+def say_written(paths: Iterable[Path | None]) -> None:
     """Say where each picture went."""
     for path in paths:
         print(f"  wrote {path}")

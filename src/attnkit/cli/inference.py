@@ -5,18 +5,22 @@ inputs, and the decoding of the files named, of ``-`` (their paths on standard i
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from attnkit.cli import common, corpus, jsonlines
 from attnkit.cli.decoder_options import add_joint_args
+from attnkit.decoding import Decoding
 from attnkit.tasks import loading
+from attnkit.tasks.evaluator import Evaluator
 
 __all__ = ["add_inference_args", "decode_and_write", "decode_files"]
 
 
-def add_inference_args(p, task: str, *, plot: str) -> None:
+def add_inference_args(p: argparse.ArgumentParser, task: str, *, plot: str) -> None:
     """The options of ``task``'s inference verb after its inputs: ``--corpus``, the largest
     input, decoding (joint CTC/attention for the recognisers), the device, ``--plot`` (whose
     help is ``plot``), ``--html`` and ``--json``."""
@@ -32,15 +36,15 @@ def add_inference_args(p, task: str, *, plot: str) -> None:
 
 
 def decode_files(
-    args,
+    args: argparse.Namespace,
     task: str,
-    decoding,
+    decoding: Decoding,
     paths: list[Path],
     load: Callable[[Path], object],
     *,
     expected: str,
     picture: str,
-    prepare: Callable[[object, object], object] | None = None,
+    prepare: Callable[[Any, Any], object] | None = None,
 ) -> int:
     """Decode the files ``paths`` with ``args.checkpoint`` of ``task``: each read by ``load``
     before the checkpoint is (then ``prepare(evaluator, loaded)``, when given, makes it the
@@ -53,7 +57,7 @@ def decode_files(
     loaded = [] if stdin or args.corpus else [load(path) for path in paths]
     evaluator = loading.load_evaluator(args.checkpoint, args.device, task)
 
-    def made(x):
+    def made(x: object) -> object:
         return x if prepare is None else prepare(evaluator, x)
 
     inputs, names = [made(x) for x in loaded], [str(p) for p in paths]
@@ -68,7 +72,13 @@ def decode_files(
 
 
 def decode_and_write(
-    args, evaluator, inputs: list, decoding, *, names: list[str], picture: str | None
+    args: argparse.Namespace,
+    evaluator: Evaluator,
+    inputs: list,
+    decoding: Decoding,
+    *,
+    names: list[str],
+    picture: str | None,
 ) -> int:
     """Decode ``inputs`` in one call and write the outputs (:func:`attnkit.cli.jsonlines.
     write`); with ``--plot`` draw each one's attention as ``picture_<i>.png`` (no pictures

@@ -18,6 +18,7 @@ the decoding call that produced it, which decoded ``batch_size`` inputs together
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -27,7 +28,9 @@ from typing import BinaryIO
 
 from attnkit.cli import common
 from attnkit.data.corpora.text_files import BLOCK, decode_line, undecodable
+from attnkit.decoding import Decoding
 from attnkit.errors import DataError
+from attnkit.tasks.evaluator import Output
 
 STDIN = "-"
 # Bytes in one line of standard input at most: one sentence, question or path (--max-chars
@@ -37,7 +40,7 @@ SHOWN = 100  # characters of a refused input echoed in its --json error
 _BOM = b"\xef\xbb\xbf"
 
 
-def add_json_arg(p) -> None:
+def add_json_arg(p: common.Options) -> None:
     """``--json`` (see the module's docstring)."""
     p.add_argument(
         "--json",
@@ -47,7 +50,7 @@ def add_json_arg(p) -> None:
     )
 
 
-def reads_stdin(items: Sequence, args) -> bool:
+def reads_stdin(items: Sequence, args: argparse.Namespace) -> bool:
     """Whether the inputs are ``-`` alone (standard input).
 
     Raises:
@@ -69,7 +72,9 @@ def reads_stdin(items: Sequence, args) -> bool:
     return True
 
 
-def record(name: str, output, decoding, seconds: float, batch_size: int) -> dict:
+def record(
+    name: str, output: Output | None, decoding: Decoding, seconds: float, batch_size: int
+) -> dict:
     """The JSON object of one input's ``output`` (None: a blank input, not decoded)."""
     outputs = (
         []
@@ -91,10 +96,10 @@ def record(name: str, output, decoding, seconds: float, batch_size: int) -> dict
 
 def write(
     outputs: Sequence,
-    args,
+    args: argparse.Namespace,
     *,
     names: Sequence[str],
-    decoding,
+    decoding: Decoding,
     seconds: float,
     batch_size: int | None = None,
 ) -> None:
@@ -118,7 +123,7 @@ def write(
     sys.stdout.flush()
 
 
-def stream(args, decoding, decode: Callable[[str], object]) -> int:
+def stream(args: argparse.Namespace, decoding: Decoding, decode: Callable[[str], object]) -> int:
     """Decode each line of standard input (``decode(line) -> Output``) and print it at once
     (:func:`write`); a blank line gives an empty output. A line that cannot be decoded (a
     file that cannot be read, a text too long) prints its error (on stderr, and an empty line;

@@ -3,6 +3,8 @@ loading it for shallow fusion (``read`` / ``transcribe --lm``)."""
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -17,7 +19,7 @@ from attnkit.train import load_checkpoint
 __all__ = ["add_train_parser"]
 
 
-def add_train_parser(train_sub) -> None:
+def add_train_parser(train_sub: common.SubParsers) -> None:
     p = train_sub.add_parser(
         "lm",
         help="train a character language model for shallow fusion",
@@ -70,7 +72,7 @@ def _recogniser_chars(path: Path) -> CharVocab:
     return vocab
 
 
-def run_train(args) -> int:
+def run_train(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed)
     ck = loading.existing_run(args.out, "lm", resume=args.resume)
     wanted = {
@@ -88,6 +90,7 @@ def run_train(args) -> int:
         else _recogniser_chars(args.vocab_from)
     )
     train, train_names = _texts(args.text)
+    valid: Sequence[str]
     if args.valid:
         valid, valid_names = _texts(args.valid)
     else:

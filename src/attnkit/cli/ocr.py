@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -30,8 +32,10 @@ from attnkit.data import (
     read_line_folder,
     write_line_folder,
 )
+from attnkit.data.corpora.line_folders import LineFolder
 from attnkit.data.corpora.line_formats import LABELS
-from attnkit.tasks.ocr import OcrTask, plot_line, read_lines
+from attnkit.models import CRNN
+from attnkit.tasks.ocr import Line, OcrTask, plot_line, read_lines
 
 log = logging.getLogger("attnkit")
 
@@ -52,7 +56,7 @@ def channel_list(text: str) -> tuple[int, ...]:
 channel_list.__name__ = "five positive ints (e.g. 32,64,128,128,128)"
 
 
-def add_train_parser(train_sub) -> None:
+def add_train_parser(train_sub: common.SubParsers) -> None:
     p, data = common.add_task_parser(
         train_sub,
         "ocr",
@@ -127,7 +131,9 @@ def add_train_parser(train_sub) -> None:
     p.set_defaults(run=run_train)
 
 
-def _built_in(args, split: str, n: int, min_chars: int, max_chars: int):
+def _built_in(
+    args: argparse.Namespace, split: str, n: int, min_chars: int, max_chars: int
+) -> LineFolder:
     # the cache's name says the settings and the fonts the lines were drawn from
     fonts = hashlib.sha256("\n".join(p.name for p in available_fonts()[split]).encode())
     cache = (args.cache_dir or args.out / "lines") / (
@@ -151,7 +157,7 @@ def _built_in(args, split: str, n: int, min_chars: int, max_chars: int):
     return read_line_folder(cache, cache / "labels.tsv")  # what later runs will read
 
 
-def _lines(args):
+def _lines(args: argparse.Namespace) -> tuple[Sequence[Line], Sequence[Line]]:
     if args.train:
         read = dict(
             alphabet=ALPHABET,
@@ -166,7 +172,7 @@ def _lines(args):
     )
 
 
-def run_train(args) -> int:
+def run_train(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed)
     wanted = dict(
         name="crnn",
@@ -225,7 +231,7 @@ def run_train(args) -> int:
     return 0
 
 
-def _decoder_config(args) -> dict:
+def _decoder_config(args: argparse.Namespace) -> dict:
     """The attention head's score and alignment (nothing for the CTC head)."""
     if args.head == "attention":
         config = alignment_config(args)
@@ -241,7 +247,9 @@ def _decoder_config(args) -> dict:
     return {}
 
 
-def _samples_and_pictures(model, chars, lines, out: Path, n_plots: int) -> None:
+def _samples_and_pictures(
+    model: CRNN, chars: CharVocab, lines: Sequence[Line], out: Path, n_plots: int
+) -> None:
     shown = lines[: max(n_plots, 5)]
     readings = read_lines(model, chars, [image for image, _ in shown], weights=n_plots > 0)
     for (_, ref), reading in list(zip(shown, readings))[:5]:
@@ -262,7 +270,7 @@ def _samples_and_pictures(model, chars, lines, out: Path, n_plots: int) -> None:
             print(f"  wrote {path}")
 
 
-def add_read_parser(sub) -> None:
+def add_read_parser(sub: common.SubParsers) -> None:
     p = sub.add_parser("read", help="read text-line images with a trained OCR checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument(
@@ -277,7 +285,7 @@ def add_read_parser(sub) -> None:
     p.set_defaults(run=run_read)
 
 
-def run_read(args) -> int:
+def run_read(args: argparse.Namespace) -> int:
     return inference.decode_files(
         args,
         "ocr",

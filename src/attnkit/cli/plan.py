@@ -4,13 +4,14 @@ running it, and with ``--memory-limit`` the largest batch or window that fits
 
 from __future__ import annotations
 
+import argparse
 import re
 from dataclasses import replace
 
 import torch
 
 from attnkit.attention import SCORES, Attention, planner
-from attnkit.attention.dispatch import IMPLS
+from attnkit.attention.dispatch import IMPLS, Plan
 from attnkit.cli import common
 
 DTYPES = {
@@ -62,7 +63,7 @@ def window_arg(text: str) -> tuple[int, int]:
 window_arg.__name__ = "window (W or L,R, keys each side)"
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: common.SubParsers) -> None:
     p = sub.add_parser(
         "plan",
         help="predict an attention call's peak memory and time on every path",
@@ -144,7 +145,7 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _module(args) -> Attention:
+def _module(args: argparse.Namespace) -> Attention:
     """The module the call is planned for (its arguments' errors name the option)."""
     options = {
         "key_dim": "--key-dim",
@@ -172,7 +173,7 @@ def _module(args) -> Attention:
         raise ValueError(f"{options.get(name, '--' + name.replace('_', '-'))}: {rest}") from exc
 
 
-def _shape(args) -> planner.CallShape:
+def _shape(args: argparse.Namespace) -> planner.CallShape:
     tk = args.tq if args.self_attention else (args.tk or args.tq)
     if args.self_attention and args.tk not in (None, args.tq):
         raise ValueError(
@@ -217,7 +218,7 @@ def size(n: int) -> str:
     return f"{n} B"
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.time and args.target == "cuda" and not torch.cuda.is_available():
         raise ValueError(
             "--time: runs on the planned device, and this machine has no CUDA "
@@ -231,7 +232,9 @@ def run(args) -> int:
         raise ValueError(str(exc).replace("timing: ", "--time: ", 1)) from None
     dims = f"Dq={attn.query_dim}, Dk={attn.key_dim}, Dv={attn.value_dim}"
     if args.score in ("additive", "location"):
-        dims += f", A={attn.score.v.shape[-1]}"
+        score_v = attn.score.v
+        assert isinstance(score_v, torch.Tensor)  # these scores' parameter v: (H, A)
+        dims += f", A={score_v.shape[-1]}"
     heads = f", {attn.heads} heads of {attn.head_dim}" if attn.heads > 1 else ""
     band = (", causal" if args.causal else "") + (f", window {args.window}" if args.window else "")
     print(
@@ -271,7 +274,7 @@ def run(args) -> int:
     return 0
 
 
-def _fit(args, attn: Attention, shape: planner.CallShape, plan) -> None:
+def _fit(args: argparse.Namespace, attn: Attention, shape: planner.CallShape, plan: Plan) -> None:
     """Whether the call fits ``--memory-limit`` on the path the module's ``impl`` takes, and
     the largest batch that does; when not even one example does, the largest number of
     queries per call (the queries split into chunks), else the largest window."""

@@ -8,6 +8,10 @@ on the command line as well wins over the recipe's value.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attnkit.cli.common import Options
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,7 @@ RECIPES = {
 }
 
 
-def add_recipe_arg(p, task: str) -> None:
+def add_recipe_arg(p: Options, task: str) -> None:
     """``--recipe``, offering the recipes of ``task``."""
     names = [n for n, r in RECIPES.items() if r.task == task]
     p.add_argument(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -115,7 +116,7 @@ LIMIT_OPTIONS = (
 )
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: common.SubParsers) -> None:
     d = Limits()
     p = sub.add_parser(
         "serve",
@@ -164,7 +165,7 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _api_key(args) -> str | None:
+def _api_key(args: argparse.Namespace) -> str | None:
     """The key of ``--api-key``, ``--api-key-file`` or ``$ATTNKIT_API_KEY`` (in that order),
     or None when none is given.
 
@@ -200,7 +201,7 @@ def _api_key(args) -> str | None:
     return key
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     api_key = _api_key(args)
     try:
         from attnkit.serve import serve_checkpoint

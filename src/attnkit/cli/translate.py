@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from attnkit.cli import common, corpus, inference, jsonlines
 from attnkit.cli.corpus import add_format_args, add_limit_arg, named, read_splits
-from attnkit.data import generate_pairs, load_vocab
+from attnkit.data import CharVocab, SubwordVocab, generate_pairs, load_vocab
 from attnkit.data.corpora.text_files import text_lines
+from attnkit.decoding import Hypotheses
+from attnkit.models import Seq2Seq, Transformer
 from attnkit.tasks import loading
 from attnkit.tasks.translate import TranslateTask, plot_translation, translate_texts
 
@@ -37,7 +42,7 @@ DEFAULTS = {
 }
 
 
-def add_train_parser(train_sub) -> None:
+def add_train_parser(train_sub: common.SubParsers) -> None:
     p, data = common.add_task_parser(
         train_sub,
         "translate",
@@ -115,7 +120,9 @@ def add_train_parser(train_sub) -> None:
     p.set_defaults(run=run_train)
 
 
-def _pairs(args):
+def _pairs(
+    args: argparse.Namespace,
+) -> tuple[Sequence[tuple[str, str]], Sequence[tuple[str, str]]]:
     if args.train:
         read = dict(skip_bad_lines=args.skip_bad_lines or None, max_chars=args.max_chars)
         train, valid = read_splits("translate", args, **read)
@@ -127,9 +134,9 @@ def _pairs(args):
     )
 
 
-def run_train(args) -> int:
+def run_train(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed)
-    checks = dict(
+    checks: dict[str, Any] = dict(
         model=_model_config(args),
         options=OPTIONS,
         vocab={"kind": args.vocab, "size": args.vocab_size},
@@ -169,7 +176,7 @@ def run_train(args) -> int:
     return 0
 
 
-def _model_options(args) -> dict:
+def _model_options(args: argparse.Namespace) -> dict:
     """The options of ``--model``, defaults filled in; a model option given for a model that
     does not take it is a ValueError naming the options and the models they belong to."""
     foreign = [
@@ -186,7 +193,7 @@ def _model_options(args) -> dict:
     }
 
 
-def _model_config(args) -> dict:
+def _model_config(args: argparse.Namespace) -> dict:
     o = _model_options(args)
     if args.model == "transformer":
         dropout = 0.1 if args.dropout is None else args.dropout
@@ -209,7 +216,9 @@ def _model_config(args) -> dict:
     )
 
 
-def _samples_and_plots(model, task, out: Path, n_plots: int) -> None:
+def _samples_and_plots(
+    model: Seq2Seq | Transformer, task: TranslateTask, out: Path, n_plots: int
+) -> None:
     sources = [s for s, _ in task.valid[: max(n_plots, 5)]]
     outs, raws = translate_texts(
         model,
@@ -225,7 +234,13 @@ def _samples_and_plots(model, task, out: Path, n_plots: int) -> None:
     _plot_all(raws, sources[:n_plots], task.src_vocab, task.tgt_vocab, out)
 
 
-def _plot_all(raws, sources, src_vocab, tgt_vocab, folder: Path) -> None:
+def _plot_all(
+    raws: list[Hypotheses],
+    sources: Sequence[str],
+    src_vocab: CharVocab | SubwordVocab,
+    tgt_vocab: CharVocab | SubwordVocab,
+    folder: Path,
+) -> None:
     offset = 0
     for hyp in raws:
         for i in range(hyp.tokens.shape[0]):
@@ -241,13 +256,20 @@ def _plot_all(raws, sources, src_vocab, tgt_vocab, folder: Path) -> None:
         offset += hyp.tokens.shape[0]
 
 
-def _plot(hyp, i, source, src_vocab, tgt_vocab, path):
+def _plot(
+    hyp: Hypotheses,
+    i: int,
+    source: str,
+    src_vocab: CharVocab | SubwordVocab,
+    tgt_vocab: CharVocab | SubwordVocab,
+    path: Path,
+) -> None:
     path = plot_translation(hyp, i, source, src_vocab, tgt_vocab, path)
     if path is not None:
         print(f"  wrote {path}")
 
 
-def add_translate_parser(sub) -> None:
+def add_translate_parser(sub: common.SubParsers) -> None:
     p = sub.add_parser("translate", help="translate text with a trained checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument(
@@ -268,7 +290,7 @@ def add_translate_parser(sub) -> None:
     p.set_defaults(run=run_translate)
 
 
-def run_translate(args) -> int:
+def run_translate(args: argparse.Namespace) -> int:
     decoding = common.decoding(args)
     if jsonlines.reads_stdin(args.text, args):
         if args.file:

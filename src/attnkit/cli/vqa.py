@@ -3,8 +3,10 @@ networks, or the baseline without attention)."""
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -24,7 +26,7 @@ DESCRIPTION = (
 )
 
 
-def add_train_parser(train_sub) -> None:
+def add_train_parser(train_sub: common.SubParsers) -> None:
     p, model = images.add_train_parser(
         train_sub,
         "vqa",
@@ -55,14 +57,14 @@ def add_train_parser(train_sub) -> None:
     p.set_defaults(run=run_train)
 
 
-def _data(args, size: int):
+def _data(args: argparse.Namespace, size: int) -> tuple[Any, Any]:
     if args.train:
         return images.user_data(args, size, QUESTIONS)
     train, valid = images.built_in_scenes(args, size)
     return question_set(train, "train"), question_set(valid, "valid")
 
 
-def run_train(args) -> int:
+def run_train(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed)
     wanted = dict(
         name="vqa",
@@ -114,7 +116,7 @@ def run_train(args) -> int:
     return 0
 
 
-def add_ask_parser(sub) -> None:
+def add_ask_parser(sub: common.SubParsers) -> None:
     p = sub.add_parser("ask", help="ask questions about an image with a trained VQA checkpoint")
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument(
@@ -141,7 +143,7 @@ def add_ask_parser(sub) -> None:
     p.set_defaults(run=run_ask, pick=None)  # every answer is one text
 
 
-def run_ask(args) -> int:
+def run_ask(args: argparse.Namespace) -> int:
     given = [args.image, *args.questions] if args.image is not None else []
     if not args.corpus and not args.questions:
         raise ValueError(
