@@ -436,12 +436,13 @@ class ChunkedPath(Path):
         return _additive_plan(inp, reason)
 
     def run(self, inp: Inputs, plan: Plan) -> tuple[torch.Tensor, torch.Tensor | None]:
-        layout = inp.call.layout
+        qf, kf, v, call = inp.tensors()
+        layout = call.layout
         if not inp.need_weights:
             context = chunked_attention(
-                inp.qf,
-                inp.kf,
-                inp.v,
+                qf,
+                kf,
+                v,
                 inp.score,
                 layout,
                 extra=inp.extra,
@@ -449,10 +450,8 @@ class ChunkedPath(Path):
                 kernel=plan.kernel,
             )
             return context, None
-        scores = recomputed_scores(
-            inp.qf, inp.kf, inp.score, layout, extra=inp.extra, kernel=plan.kernel
-        )
-        return weigh(scores, inp.v, inp.call.mask(), inp.dropout_p)
+        scores = recomputed_scores(qf, kf, inp.score, layout, extra=inp.extra, kernel=plan.kernel)
+        return weigh(scores, v, call.mask(), inp.dropout_p)
 
 
 def _additive_plan(inp: Inputs, reason: str) -> Plan:

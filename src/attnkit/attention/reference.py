@@ -185,7 +185,8 @@ def reference_attention(
         dtype of ``value``. For float16/bfloat16 inputs the scores and the softmax are computed
         in float32.
     """
-    qf, kf, extra = upcast(qf, kf, extra)  # scores and softmax in float32 for float16/bfloat16
+    qf, kf = upcast(qf, kf)  # scores and softmax in float32 for float16/bfloat16
+    (extra,) = upcast(extra)
     scores = score.pairwise(qf, kf, extra)  # (B, H, Tq, Tk)
     return weigh(scores, value, mask, dropout_p)
 
@@ -210,13 +211,14 @@ class ReferencePath(Path):
         return Plan("reference", because or "no faster path serves this call")
 
     def run(self, inp: Inputs, plan: Plan) -> tuple[torch.Tensor, torch.Tensor | None]:
-        with fits_in_memory(inp.score, inp.qf, inp.kf.shape[2], inp.need_weights):
+        qf, kf, v, call = inp.tensors()
+        with fits_in_memory(inp.score, qf, kf.shape[2], inp.need_weights):
             context, weights = reference_attention(
-                inp.qf,
-                inp.kf,
-                inp.v,
+                qf,
+                kf,
+                v,
                 inp.score,
-                inp.call.mask(),
+                call.mask(),
                 extra=inp.extra,
                 dropout_p=inp.dropout_p,
             )
