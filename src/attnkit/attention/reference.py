@@ -117,9 +117,10 @@ def _too_big(score: Score, qf: torch.Tensor, tk: int, need_weights: bool) -> tup
     b, h, tq, f = qf.shape
     dtype = compute_dtype(qf.dtype)
     itemsize = torch.finfo(dtype).bits // 8
-    dims, shape = "(B, H, Tq, Tk)", (b, h, tq, tk)
+    dims = "(B, H, Tq, Tk)"
+    shape: tuple[int, ...] = (b, h, tq, tk)
     if not score.dot_family:
-        dims, shape = "(B, H, Tq, Tk, A)", shape + (f,)
+        dims, shape = "(B, H, Tq, Tk, A)", (b, h, tq, tk, f)
     tensors = (
         f"{_size(2 * math.prod(shape) * itemsize)} for two {dims} = {shape} "
         f"{str(dtype).removeprefix('torch.')} tensors"

@@ -216,7 +216,9 @@ def available() -> bool:
 
 def status() -> str:
     """``"available"`` or why the C++ kernels are not used (builds them on the first call)."""
-    return "available" if available() else _NATIVE.failure
+    if available():
+        return "available"
+    return _NATIVE.failure or "unknown failure"  # a load that returned None sets failure
 
 
 def _compiler() -> str:
