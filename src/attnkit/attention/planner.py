@@ -34,8 +34,8 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from typing import Any
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
