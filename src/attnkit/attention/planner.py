@@ -357,7 +357,7 @@ def example_call(module, shape: CallShape, *, train: bool) -> Callable[[], None]
 class _Ledger:
     """Bytes of live tensors over a replayed call, and their peak."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.live: dict[str, int] = {}
         self.now = 0
         self.peak = 0

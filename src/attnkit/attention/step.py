@@ -75,7 +75,7 @@ class GradSink:
 
     __slots__ = ("task", "key", "factors", "_inputs")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.task: int | None = None
         self.key: torch.Tensor | None = None
         self.factors: dict[str, tuple[list, list]] = {}

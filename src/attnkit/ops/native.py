@@ -159,7 +159,7 @@ def _check_level(target: str, cpu: str) -> None:
 
 
 class _Native:
-    def __init__(self):
+    def __init__(self) -> None:
         self.lib: ctypes.CDLL | None = None
         self.failure: str | None = None
         self.tried = False
