@@ -37,7 +37,7 @@ Shapes: ``B`` batch, ``Tq`` queries (output steps), ``Tk`` keys, ``Dq``/``Dk``/`
 from __future__ import annotations
 
 import abc
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar, overload
 
 import torch
 import torch.nn.functional as F
@@ -100,9 +100,12 @@ class Alignment(nn.Module, abc.ABC):
     name = ""
     #: What each row of the weights sums to, one of :data:`WEIGHT_SUMS` (the doctor checks it).
     weight_sums = "one"
-    #: True when an output step reads no key after the one it stops at, so that keys may
-    #: still be arriving while it decodes (:meth:`extend`); see :class:`MonotonicAttention`.
-    streaming = False
+
+    @property
+    def streaming(self) -> bool:
+        """True when an output step reads no key after the one it stops at, so that keys may
+        still be arriving while it decodes (:meth:`extend`); see :class:`MonotonicAttention`."""
+        return False
 
     def __init_subclass__(cls, *, name: str | None = None, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -223,7 +226,8 @@ class Alignment(nn.Module, abc.ABC):
                 raise ValueError("key: this Memory was prepared by another module")
             if value is not None:
                 raise ValueError("value: the values are already in the prepared Memory")
-            memory, key, value = key, key.key, key.value
+            memory = key
+            key, value = memory.key, memory.value
         query, key, value = _compute_inputs(query, key, value)
         call = check_call(
             query,
@@ -292,7 +296,16 @@ class Alignment(nn.Module, abc.ABC):
         return state.to(memory.key_features.dtype)
 
 
-def _compute_inputs(*xs: torch.Tensor | None) -> list[torch.Tensor | None]:
+_A = TypeVar("_A")
+_B = TypeVar("_B")
+_C = TypeVar("_C")
+
+
+@overload
+def _compute_inputs(a: _A, b: _B, /) -> tuple[_A, _B]: ...
+@overload
+def _compute_inputs(a: _A, b: _B, c: _C, /) -> tuple[_A, _B, _C]: ...
+def _compute_inputs(*xs: Any) -> tuple[Any, ...]:
     """Under autocast, float16/bfloat16 tensors in float32 (alignments compute in float32);
     anything else as given (the checks name what is not a tensor)."""
     if (
@@ -300,8 +313,8 @@ def _compute_inputs(*xs: torch.Tensor | None) -> list[torch.Tensor | None]:
         and isinstance(xs[0], torch.Tensor)
         and autocast_enabled(xs[0].device)
     ):
-        return upcast(*xs)
-    return list(xs)
+        return tuple(upcast(*xs))
+    return xs
 
 
 def keys_of(key: torch.Tensor | Memory) -> torch.Tensor:

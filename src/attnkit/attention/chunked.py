@@ -4,7 +4,7 @@ Two custom autograd functions, for every score type (they call the score's ``blo
 ``block_backward``, see :mod:`attnkit.attention.scores`):
 
 * :func:`chunked_attention` (weights not needed): for each block of queries, an online softmax
-  runs over blocks of keys (running max ``m``, normaliser ``l`` and context accumulator), so
+  runs over blocks of keys (running max ``m``, normaliser ``denom`` and context accumulator), so
   neither the ``(Tq, Tk)`` scores nor the ``(Tq, Tk, A)`` pair tensor of additive attention ever
   exists. Saved for backward: the inputs, the output and the log-sum-exp ``(B, H, Tq)``. Backward
   recomputes each block's scores (FlashAttention-2's recurrence) — in one fused pass with the
@@ -26,12 +26,14 @@ are reproducible under ``torch.manual_seed``.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 from attnkit.attention.masks import KeyLayout
 from attnkit.attention.path import Inputs, Path, Plan
 from attnkit.attention.reference import check_single_backward, weigh
-from attnkit.attention.scores import Score
+from attnkit.attention.scores import AdditiveScore, Score
 from attnkit.ops import kernels, native
 from attnkit.ops.precision import compute_dtype
 
@@ -148,7 +150,7 @@ class _ChunkedAttention(torch.autograd.Function):
             q1 = min(q0 + bq, tq)
             qb = qf[:, :, q0:q1]
             m = torch.full((b, h, q1 - q0), float("-inf"), dtype=acc_t, device=qf.device)
-            l = torch.zeros_like(m)
+            denom = torch.zeros_like(m)
             acc = torch.zeros(b, h, q1 - q0, v.shape[-1], dtype=acc_t, device=qf.device)
             k_lo, k_hi = layout.key_range(q0, q1)
             for k0 in range(k_lo, k_hi, bk):
@@ -165,16 +167,16 @@ class _ChunkedAttention(torch.autograd.Function):
                 m_safe = m_new.masked_fill(m_new == float("-inf"), 0.0)  # rows with no key yet
                 p = torch.exp(s - m_safe[..., None])  # (B, H, bq, bk); masked -> 0
                 corr = torch.exp(m - m_safe)
-                l = l * corr + p.sum(-1)
+                denom = denom * corr + p.sum(-1)
                 if dropout_p > 0:
                     keep = _keep_mask(p.shape, dropout_p, seed, block, p.device)
                     p = p * keep / (1 - dropout_p)
                 acc = acc * corr[..., None] + p @ v[:, :, k0:k1].to(acc_t)
                 m = m_new
                 block += 1
-            has_key = l > 0
-            out[:, :, q0:q1] = acc / torch.where(has_key, l, 1.0)[..., None]
-            lse[:, :, q0:q1] = torch.where(has_key, m + torch.log(l), float("inf"))
+            has_key = denom > 0
+            out[:, :, q0:q1] = acc / torch.where(has_key, denom, 1.0)[..., None]
+            lse[:, :, q0:q1] = torch.where(has_key, m + torch.log(denom), float("inf"))
         out = out.to(v.dtype)
         ctx.layout, ctx.score, ctx.blocks = layout, score, blocks
         ctx.dropout_p, ctx.seed, ctx.kernel = dropout_p, seed, kernel
@@ -436,12 +438,13 @@ class ChunkedPath(Path):
         return _additive_plan(inp, reason)
 
     def run(self, inp: Inputs, plan: Plan) -> tuple[torch.Tensor, torch.Tensor | None]:
-        layout = inp.call.layout
+        qf, kf, v, call = inp.tensors()
+        layout = call.layout
         if not inp.need_weights:
             context = chunked_attention(
-                inp.qf,
-                inp.kf,
-                inp.v,
+                qf,
+                kf,
+                v,
                 inp.score,
                 layout,
                 extra=inp.extra,
@@ -449,10 +452,8 @@ class ChunkedPath(Path):
                 kernel=plan.kernel,
             )
             return context, None
-        scores = recomputed_scores(
-            inp.qf, inp.kf, inp.score, layout, extra=inp.extra, kernel=plan.kernel
-        )
-        return weigh(scores, inp.v, inp.call.mask(), inp.dropout_p)
+        scores = recomputed_scores(qf, kf, inp.score, layout, extra=inp.extra, kernel=plan.kernel)
+        return weigh(scores, v, call.mask(), inp.dropout_p)
 
 
 def _additive_plan(inp: Inputs, reason: str) -> Plan:
@@ -465,7 +466,9 @@ def _additive_plan(inp: Inputs, reason: str) -> Plan:
             "chunked", f"{reason}; C++ additive block kernels (backward in one pass)", "native"
         )
     keys = tk if window is None else min(tk, window[0] + window[1] + 1)  # keys per query
-    work = b * h * tq * keys * inp.score.v.shape[-1]
+    additive = cast(AdditiveScore, inp.score)  # only additive scores are planned here
+    attn_dim: int = additive.v.shape[-1]
+    work = b * h * tq * keys * attn_dim
     compiled = kernels.want_compiled(work, dtype)
     no_native = (
         "" if not on_cpu or dtype == torch.float64 else f"; no C++ kernels ({native.status()})"

@@ -87,7 +87,8 @@ def choose(impl: str, inp: Inputs) -> Plan:
         if reasons:
             raise ValueError(f"impl={impl!r} cannot serve this call: {'; '.join(reasons)}")
         return _chosen(path.plan(inp, f"impl={impl!r} was requested"))
-    because, notes = None, []
+    because: str | None = None
+    notes: list[Unavailable] = []
     for path in PATHS:
         unsupported = path.not_supported_reasons(inp)
         declined = [] if unsupported else path.auto_reasons(inp)
@@ -97,7 +98,8 @@ def choose(impl: str, inp: Inputs) -> Plan:
         if declined:  # worded as the reason of the path taken instead
             because = declined[0]
         if all(isinstance(r, Unavailable) for r in unsupported):
-            notes += unsupported  # it would serve the call on a machine with its kernel
+            # it would serve the call on a machine with its kernel
+            notes += [r for r in unsupported if isinstance(r, Unavailable)]
     else:  # the reference path serves every call
         raise AssertionError("no attention path serves this call")
     # a path passed by for want of a kernel is named, unless the plan says so already
@@ -166,7 +168,8 @@ def run(
     if autocast_enabled(q.device):
         low = torch.get_autocast_dtype("cuda") if q.device.type == "cuda" else None
         with no_autocast(q.device):
-            q, k, v, kf, prev = upcast(q, k, v, kf, prev)
+            q, v = upcast(q, v)
+            k, kf, prev = upcast(k, kf, prev)
             return run(
                 plan,
                 q,
@@ -182,7 +185,10 @@ def run(
                 sdpa_dtype=low,
             )
     qf = score.prepare_query(q)  # (B, H, Tq, F)
-    kf = score.prepare_key(k) if kf is None else kf  # (B, H, Tk, F)
+    if kf is None:
+        if k is None:
+            raise ValueError("run needs the keys k or their features kf")
+        kf = score.prepare_key(k)  # (B, H, Tk, F)
     extra = score.prepare_extra(call.previous(prev)) if prev is not None else None
     inp = replace(
         call_inputs(call, score, heads=q.shape[1], need_weights=need_weights, dropout_p=dropout_p),

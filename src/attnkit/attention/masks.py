@@ -1,13 +1,15 @@
 """Masks: which keys each query may attend to.
 
-One convention across attnkit: a boolean mask is **True where a query may attend** (the polarity of
-``F.scaled_dot_product_attention``; the opposite of ``nn.MultiheadAttention``'s ``key_padding_mask``).
+One convention across attnkit: a boolean mask is **True where a query may attend** (the
+polarity of ``F.scaled_dot_product_attention``; the opposite of ``nn.MultiheadAttention``'s
+``key_padding_mask``).
 
 Three kinds of restriction combine with a logical AND:
 
 * key padding, from ``key_lengths`` ``(B,)`` or ``key_mask`` ``(B, Tk)``;
 * ``causal``: query ``i`` sees keys ``j <= c_i``;
-* ``window=(left, right)``: query ``i`` sees keys ``c_i - left <= j <= c_i + right`` (Luong local-m).
+* ``window=(left, right)``: query ``i`` sees keys ``c_i - left <= j <= c_i + right``
+  (Luong local-m).
 
 ``c_i`` is the key position aligned with query ``i``: ``(i * Tk) // Tq`` by default (``i`` when
 ``Tq == Tk``), or the caller's ``positions`` (e.g. the index of a decoder step).
@@ -20,6 +22,7 @@ block's mask, or the band of keys a block of queries can see).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -86,13 +89,13 @@ class _ZeroPadding(torch.autograd.Function):
     ``torch.where`` and ``masked_fill`` run a scalar loop (about 6x slower)."""
 
     @staticmethod
-    def forward(ctx, x, keep):
+    def forward(ctx: Any, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(keep)
         ints = _SAME_WIDTH_INT[x.dtype]
         return (x.view(ints) & -keep.to(ints)).view(x.dtype)  # -1: all bits set
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         (keep,) = ctx.saved_tensors
         return grad * keep, None
 

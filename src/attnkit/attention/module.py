@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import nn
@@ -13,7 +14,7 @@ import attnkit.attention.step as step
 from attnkit.attention.core import AttentionOutput, Call, Memory, extend_memory, finish
 from attnkit.attention.dispatch import Plan, call_inputs, choose, run
 from attnkit.attention.masks import non_finite_keys, non_finite_rows, zero_padding
-from attnkit.attention.scores import SCORES, CosineScore, make_score
+from attnkit.attention.scores import SCORES, CosineScore, Score, make_score
 from attnkit.attention.step import STEP_SCORES
 from attnkit.attention.validation import (
     autocast_inputs,
@@ -34,7 +35,7 @@ from attnkit.ops.dense import Linear
 from attnkit.ops.precision import autocast_enabled, no_autocast, upcast
 from attnkit.ops.tracing import exporting, values_readable
 
-__all__ = ["Attention", "attention"]
+__all__ = ["Attention", "attend"]
 
 
 class Attention(nn.Module):
@@ -149,6 +150,7 @@ class Attention(nn.Module):
         self.impl = impl
 
         if heads > 1:
+            assert head_dim is not None  # set above from query_dim when not given
             inner = heads * head_dim
             self.q_proj = Linear(self.query_dim, inner)
             self.k_proj = Linear(self.key_dim, inner)
@@ -271,6 +273,7 @@ class Attention(nn.Module):
         # Keys holding NaN or inf (padding, often) are zeroed before any projection, so that
         # no gradient sees them (0 * NaN in a projection's backward); calls pass them on. An
         # exported graph checks them itself, once, so that its steps need not zero the padding.
+        bad: torch.Tensor | None
         if exporting():
             checked, bad = True, non_finite_rows(key, value)  # (B, Tk)
         else:
@@ -359,7 +362,16 @@ class Attention(nn.Module):
         )
         return self._finish(call, context, weights, bad)
 
-    def _project(self, call: Call, memory: Memory | None):
+    def _project(
+        self, call: Call, memory: Memory | None
+    ) -> tuple[
+        torch.Tensor,
+        torch.Tensor | None,
+        torch.Tensor,
+        torch.Tensor | None,
+        step.GradSink | None,
+        torch.Tensor | None,
+    ]:
         """The per-head queries ``q (B, H, Tq, dq)``, keys ``k (B, H, Tk, dk)`` and values
         ``v (B, H, Tk, dv)`` (heads > 1: projected; else ``H = 1``); over a :class:`Memory`,
         its prepared keys ``kf (B, H, Tk, F)`` and values instead of ``k`` (None) and its
@@ -436,10 +448,14 @@ class Attention(nn.Module):
         """
         found: list[torch.Tensor] = []
 
-        def ask(module, args, kwargs):
+        def ask(
+            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> tuple[tuple[Any, ...], dict[str, Any]]:
             return args, {**kwargs, "need_weights": True}
 
-        def keep(module, args, kwargs, out):
+        def keep(
+            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+        ) -> None:
             found.append(out.weights)
 
         hooks = (
@@ -506,6 +522,7 @@ def attend(
         window=window,
     )
     check_impl(impl)
+    sc: Score
     if score == "cosine":
         sc = CosineScore(1, learnable=False).to(query.device)
     else:

@@ -318,7 +318,8 @@ class MonotonicAttention(Alignment, name="monotonic"):
         for i in range(query.shape[1]):
             q = qf[:, i]  # (B, A)
             stops = hard_stops(
-                lambda rows, idx: self.energy.at(q[rows], mono[rows], idx),
+                # called within this step only; q bound explicitly all the same
+                lambda rows, idx, q=q: self.energy.at(q[rows], mono[rows], idx),
                 state.argmax(-1),
                 (state > 0).any(-1),
                 valid,

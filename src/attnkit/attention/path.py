@@ -12,10 +12,15 @@ walks them in order. A new path is one more such object; its checks live with it
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from attnkit.attention.scores import Score
+
+if TYPE_CHECKING:  # core and step import this module
+    from attnkit.attention.core import Call
+    from attnkit.attention.step import GradSink
 
 __all__ = ["Inputs", "Path", "Plan", "Unavailable"]
 
@@ -95,9 +100,16 @@ class Inputs:
     kf: torch.Tensor | None = None
     v: torch.Tensor | None = None
     extra: torch.Tensor | None = None
-    call: object = None
-    sink: object = None
+    call: Call | None = None
+    sink: GradSink | None = None
     sdpa_dtype: torch.dtype | None = None
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Call]:
+        """``qf``, ``kf``, ``v`` and ``call``, which a path runs on (a plan's inputs lack
+        them)."""
+        if self.qf is None or self.kf is None or self.v is None or self.call is None:
+            raise ValueError("these inputs only plan a call: they hold no tensors to run on")
+        return self.qf, self.kf, self.v, self.call
 
     @property
     def on_cpu(self) -> bool:

@@ -35,6 +35,7 @@ import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -241,7 +242,7 @@ def _work(c: _Call, impl: str) -> float:
     times the features each involves (``F`` to score, ``Dv`` to sum; for additive scores,
     ``A`` tanh), plus the projections' multiply-adds. Causal calls on the fused paths and
     windows on the chunked path count only the keys they visit."""
-    keys = c.tk
+    keys: float = c.tk
     if c.window is not None and impl == "chunked":
         keys = c.keys_per_query
     elif c.causal and impl in ("chunked", "sdpa"):
@@ -268,7 +269,8 @@ def _seconds(attn, c: _Call, impl: str, *, train: bool, enough: float = 0.2) -> 
     """
     module = copy.deepcopy(attn).train(c.shape.training)
     module.impl = impl
-    s, grow, last = c.shape, 1, None
+    s, grow = c.shape, 1
+    last: tuple[float, CallShape] | None = None
     while True:
         tq = 1 if s.one_step else min(s.queries, PROBE_START * grow)
         tk = tq if s.query_is_key else min(s.keys, PROBE_START * grow)
@@ -291,6 +293,7 @@ def _seconds(attn, c: _Call, impl: str, *, train: bool, enough: float = 0.2) -> 
         if last[0] >= enough or probe == s:
             break
         grow *= 2
+    assert last is not None  # the first run either raises or sets it
     took, probe = last
     return took * _work(c, impl) / _work(_Call.of(module, probe), impl)
 
@@ -319,7 +322,7 @@ def example_call(module, shape: CallShape, *, train: bool) -> Callable[[], None]
     query = rand(s.batch, *rows, module.query_dim)
     key = query if s.query_is_key else rand(s.batch, s.keys, module.key_dim)
     value = None if s.value_is_key else rand(s.batch, s.keys, module.value_dim)
-    kwargs = {"need_weights": s.need_weights}
+    kwargs: dict[str, Any] = {"need_weights": s.need_weights}
     if s.key_padding:
         kwargs["key_lengths"] = torch.full((s.batch,), s.keys, device=s.device)
     if s.positions:
@@ -354,7 +357,7 @@ def example_call(module, shape: CallShape, *, train: bool) -> Callable[[], None]
 class _Ledger:
     """Bytes of live tensors over a replayed call, and their peak."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.live: dict[str, int] = {}
         self.now = 0
         self.peak = 0
@@ -553,7 +556,8 @@ def _saves_context(c: _Call, plan: Plan) -> bool:
 
 def _prepare(led: _Ledger, c: _Call, train: bool) -> Callable[[], None]:
     """``score.prepare_query`` / ``prepare_key`` / ``prepare_extra`` (:func:`dispatch.run`);
-    returns the backward from the features' gradients (``d_qf``, ``d_kf``, ``d_v``) to the inputs'."""
+    returns the backward from the features' gradients (``d_qf``, ``d_kf``, ``d_v``) to the
+    inputs'."""
     Q, K = c.q(c.f, it=True), c.k(c.f, it=True)
     if c.score == "cosine":
         led.new("q_unit", c.q(c.hq, it=True))  # F.normalize(q)
@@ -759,10 +763,10 @@ def _sdpa(led: _Ledger, c: _Call, plan: Plan, train: bool) -> Callable[[], None]
     if c.dropout > 0 and c.shape.device == "cpu":  # q and k scaled, then the reference's work
         led.new("q_scaled", c.q(c.hq, it=True))
         led.new("k_scaled", c.k(c.hk, it=True))
-        backward = _reference(led, c, plan, train)
+        reference_backward = _reference(led, c, plan, train)
         if not train:
             led.drop("q_scaled", "k_scaled")
-        return backward
+        return reference_backward
     threads = torch.get_num_threads() if c.shape.device == "cpu" else 0
     q_split = min(c.tq, 256 if c.tq >= 768 else 64 if c.tq >= 192 else 32)
     kv_split = min(512, c.tk)
@@ -844,6 +848,8 @@ def _chunked(led: _Ledger, c: _Call, plan: Plan, train: bool) -> Callable[[], No
     Vb, Ob = rows * bk * c.hv * c.it, rows * bq * c.hv * c.it
     Pb = Sb * c.f  # a block's pair tensor, where one is built
     # score.block_scores besides its output, and score.block_backward
+    scoring: tuple[int, ...]
+    back: tuple[int, ...]
     if c.score == "location":  # extra @ L, q + k, + that; backward: extra's copy kept too
         scoring, back = (Pb, Pb, Pb), (Sb * c.filters, Pb, Pb, Pb)
     elif not c.dot and plan.kernel == "eager":  # q + k, then tanh of it
@@ -867,7 +873,7 @@ def _chunked(led: _Ledger, c: _Call, plan: Plan, train: bool) -> Callable[[], No
         if not train:
             return _nothing
 
-        def backward():
+        def weights_backward():
             _softmax_and_sum_backward(led, c)
             led.new("d_qf", c.q(c.f, it=True))
             led.new("d_kf", c.k(c.f, it=True))
@@ -877,7 +883,7 @@ def _chunked(led: _Ledger, c: _Call, plan: Plan, train: bool) -> Callable[[], No
             led.spike(Sb if Sp else 0, Qb, Kb, *back)
             led.drop("d_scores", "d_extra")
 
-        return backward
+        return weights_backward
 
     led.new("out", c.q(c.hv, it=True))  # the context, accumulated block by block
     kept = c.tq <= c.f  # few queries: the scores are kept for backward

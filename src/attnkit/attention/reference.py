@@ -117,9 +117,10 @@ def _too_big(score: Score, qf: torch.Tensor, tk: int, need_weights: bool) -> tup
     b, h, tq, f = qf.shape
     dtype = compute_dtype(qf.dtype)
     itemsize = torch.finfo(dtype).bits // 8
-    dims, shape = "(B, H, Tq, Tk)", (b, h, tq, tk)
+    dims = "(B, H, Tq, Tk)"
+    shape: tuple[int, ...] = (b, h, tq, tk)
     if not score.dot_family:
-        dims, shape = "(B, H, Tq, Tk, A)", shape + (f,)
+        dims, shape = "(B, H, Tq, Tk, A)", (b, h, tq, tk, f)
     tensors = (
         f"{_size(2 * math.prod(shape) * itemsize)} for two {dims} = {shape} "
         f"{str(dtype).removeprefix('torch.')} tensors"
@@ -185,7 +186,8 @@ def reference_attention(
         dtype of ``value``. For float16/bfloat16 inputs the scores and the softmax are computed
         in float32.
     """
-    qf, kf, extra = upcast(qf, kf, extra)  # scores and softmax in float32 for float16/bfloat16
+    qf, kf = upcast(qf, kf)  # scores and softmax in float32 for float16/bfloat16
+    (extra,) = upcast(extra)
     scores = score.pairwise(qf, kf, extra)  # (B, H, Tq, Tk)
     return weigh(scores, value, mask, dropout_p)
 
@@ -210,13 +212,14 @@ class ReferencePath(Path):
         return Plan("reference", because or "no faster path serves this call")
 
     def run(self, inp: Inputs, plan: Plan) -> tuple[torch.Tensor, torch.Tensor | None]:
-        with fits_in_memory(inp.score, inp.qf, inp.kf.shape[2], inp.need_weights):
+        qf, kf, v, call = inp.tensors()
+        with fits_in_memory(inp.score, qf, kf.shape[2], inp.need_weights):
             context, weights = reference_attention(
-                inp.qf,
-                inp.kf,
-                inp.v,
+                qf,
+                kf,
+                v,
                 inp.score,
-                inp.call.mask(),
+                call.mask(),
                 extra=inp.extra,
                 dropout_p=inp.dropout_p,
             )

@@ -106,15 +106,16 @@ class SdpaPath(Path):
         )
 
     def run(self, inp: Inputs, plan: Plan) -> tuple[torch.Tensor, None]:
-        scale, call = inp.score.scale, inp.call
-        fed = [x.to(inp.sdpa_dtype or x.dtype) for x in (inp.qf, inp.kf, inp.v)]
+        qf, kf, v, call = inp.tensors()
+        scale = inp.score.scale
+        fq, fk, fv = (x.to(inp.sdpa_dtype or x.dtype) for x in (qf, kf, v))
         if call.layout.pure_causal:
             context = sdpa_attention(
-                *fed, None, scale=scale, dropout_p=inp.dropout_p, is_causal=True
+                fq, fk, fv, None, scale=scale, dropout_p=inp.dropout_p, is_causal=True
             )
         else:
-            context = sdpa_attention(*fed, call.mask(), scale=scale, dropout_p=inp.dropout_p)
-        return context.to(inp.qf.dtype), None
+            context = sdpa_attention(fq, fk, fv, call.mask(), scale=scale, dropout_p=inp.dropout_p)
+        return context.to(qf.dtype), None
 
 
 SDPA = SdpaPath()

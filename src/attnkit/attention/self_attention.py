@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +29,9 @@ COMBINES = ("concat", "residual")
 ATTENTION_ARGS = ("attn_dim", "heads", "head_dim", "window", "causal", "dropout", "impl")
 
 
-def length_groups(lengths: torch.Tensor, t: int, groups: int = 4):
+def length_groups(
+    lengths: torch.Tensor, t: int, groups: int = 4
+) -> tuple[torch.Tensor, list[tuple[int, int]]] | None:
     """Rows of a self-attention batch in groups of similar length, to attend within each
     group's longest length instead of the padded ``T``.
 
@@ -99,8 +102,8 @@ class SelfAttention(nn.Module):
         score: str = "general",
         combine: str = "concat",
         batch_first: bool = True,
-        **attention,
-    ):
+        **attention: Any,
+    ) -> None:
         super().__init__()
         for name in attention:
             if name not in ATTENTION_ARGS:
@@ -166,12 +169,15 @@ class SelfAttention(nn.Module):
         if groups is None:
             out, weights = self._attend(x, lengths, need_weights)
         else:
+            assert lengths is not None  # groups come from lengths
             out, weights = self._grouped(x, lengths.to(x.device), *groups), None
         if not self.batch_first:
             out = out.transpose(0, 1)  # (T, B, D_out)
         return AttentionOutput(out, weights)
 
-    def _attend(self, x: torch.Tensor, lengths: torch.Tensor | None, need_weights: bool):
+    def _attend(
+        self, x: torch.Tensor, lengths: torch.Tensor | None, need_weights: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention and the combination over the padded ``x`` ``(B, T, D)``."""
         context, weights = self.attention(x, x, key_lengths=lengths, need_weights=need_weights)
         if self.combine == "concat":

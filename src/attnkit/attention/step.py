@@ -37,11 +37,15 @@ reference the kernel is tested against (float64 ``gradcheck`` runs both).
 from __future__ import annotations
 
 import weakref
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 from attnkit.attention.path import Inputs, Path, Plan, Unavailable
 from attnkit.ops import bindings, native
+
+if TYPE_CHECKING:
+    from attnkit.attention.scores import AdditiveScore, LocationScore
 
 __all__ = [
     "STEP",
@@ -71,7 +75,7 @@ class GradSink:
 
     __slots__ = ("task", "key", "factors", "_inputs")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.task: int | None = None
         self.key: torch.Tensor | None = None
         self.factors: dict[str, tuple[list, list]] = {}
@@ -410,15 +414,17 @@ class StepPath(Path):
         return Plan("step", reason, "native" if name in STEP_SCORES else "eager")
 
     def run(self, inp: Inputs, plan: Plan) -> tuple[torch.Tensor, torch.Tensor | None]:
-        score, mask = inp.score, inp.call.mask()
+        qf, kf, v, call = inp.tensors()
+        score, mask = inp.score, call.mask()
         if score.dot_family:
-            context, weights = dot_step(inp.qf, inp.kf, inp.v, score.scale, mask, inp.sink)
+            context, weights = dot_step(qf, kf, v, score.scale, mask, inp.sink)
         else:
+            additive = cast("AdditiveScore", score)  # the only scores outside the dot family
             extra = inp.extra  # location features f (B, H, Tk, F)
-            location = None if extra is None else (extra[:, :, 0], score.w_loc)
-            context, weights = additive_step(
-                inp.qf, inp.kf, inp.v, score.v, mask, inp.sink, location
+            location = (
+                None if extra is None else (extra[:, :, 0], cast("LocationScore", score).w_loc)
             )
+            context, weights = additive_step(qf, kf, v, additive.v, mask, inp.sink, location)
         return context, (weights if inp.need_weights else None)
 
 

@@ -91,7 +91,8 @@ def _ptr_of(x: torch.Tensor | None) -> int | None:
 
 def _strided(x: torch.Tensor) -> tuple[int, int, int, int]:
     """Pointer and the first three strides of a 4-d tensor (its last dim must be contiguous)."""
-    return (x.data_ptr(), *x.stride()[:3])
+    s0, s1, s2 = x.stride()[:3]
+    return x.data_ptr(), s0, s1, s2
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:

@@ -97,7 +97,7 @@ def _one_query_grads(q, k, v, grad, tanh=exp_tanh):
 class _Compiler:
     """Lazily compiled versions of the block functions, with a fallback that remembers why."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.fns: dict[str, object] = {}
         self.failure: str | None = None
         self.ready = False  # a compiled call has succeeded

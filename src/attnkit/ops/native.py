@@ -159,7 +159,7 @@ def _check_level(target: str, cpu: str) -> None:
 
 
 class _Native:
-    def __init__(self):
+    def __init__(self) -> None:
         self.lib: ctypes.CDLL | None = None
         self.failure: str | None = None
         self.tried = False
@@ -216,7 +216,9 @@ def available() -> bool:
 
 def status() -> str:
     """``"available"`` or why the C++ kernels are not used (builds them on the first call)."""
-    return "available" if available() else _NATIVE.failure
+    if available():
+        return "available"
+    return _NATIVE.failure or "unknown failure"  # a load that returned None sets failure
 
 
 def _compiler() -> str:

@@ -15,6 +15,7 @@ and the weighted sum run in float32 with autocast off (:func:`autocast_enabled`,
 from __future__ import annotations
 
 import contextlib
+from typing import TypeVar
 
 import torch
 
@@ -22,13 +23,16 @@ __all__ = ["LOW_PRECISION", "autocast_enabled", "compute_dtype", "no_autocast", 
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
+# Tensors in, tensors out; only where some input may be None may the outputs be None.
+_MaybeTensor = TypeVar("_MaybeTensor", torch.Tensor, torch.Tensor | None)
+
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """float32 for float16/bfloat16, else ``dtype``."""
     return torch.float32 if dtype in LOW_PRECISION else dtype
 
 
-def upcast(*xs: torch.Tensor | None) -> list[torch.Tensor | None]:
+def upcast(*xs: _MaybeTensor) -> list[_MaybeTensor]:
     """Each tensor in its :func:`compute_dtype` (``None`` stays ``None``)."""
     return [x.float() if x is not None and x.dtype in LOW_PRECISION else x for x in xs]
 
