@@ -148,7 +148,7 @@ class Augmentation(abc.ABC):
 
     def config(self) -> dict[str, Any]:
         """The settings as JSON values: ``{"name": ..., "p": ..., field: value}``."""
-        out = {"name": self.name}
+        out: dict[str, Any] = {"name": self.name}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             out[field.name] = list(value) if isinstance(value, tuple) else value
@@ -169,6 +169,8 @@ class Compose:
         >>> bool((out == out[0]).all()) and 0.5 <= float(out[0]) <= 2.0
         True
     """
+
+    augmentations: Sequence[Augmentation]  # a list; a subclass narrows the kind
 
     def __init__(self, augmentations: Sequence[Augmentation]):
         augmentations = list(augmentations)
@@ -238,7 +240,7 @@ def from_config(config: Sequence[dict], family: str | None = None) -> list[Augme
                 f"augment[{i}]: {entry['name']} has no setting "
                 f"{', '.join(unknown)}; expected some of {', '.join(sorted(fields))}"
             )
-        values = {
+        values: dict[str, Any] = {
             k: tuple(v) if isinstance(v, list) else v for k, v in entry.items() if k != "name"
         }
         out.append(cls(**values))
