@@ -110,8 +110,8 @@ def read_captions(
     """attnkit's own captions: the folder ``path`` with its ``tsv``, or the TSV ``path`` in its
     folder (:func:`attnkit.data.read_caption_folder`)."""
     path = Path(path)
-    folder, tsv = (path, path / tsv) if path.is_dir() else (path.parent, path)
-    return read_caption_folder(folder, tsv, size=size, confine=confine, max_unusable=max_unusable)
+    folder, table = (path, path / tsv) if path.is_dir() else (path.parent, path)
+    return read_caption_folder(folder, table, size=size, confine=confine, max_unusable=max_unusable)
 
 
 def read_questions(
@@ -125,11 +125,13 @@ def read_questions(
     """attnkit's own questions: the folder ``path`` with its ``tsv``, or the TSV ``path`` in
     its folder (:func:`attnkit.data.read_question_folder`)."""
     path = Path(path)
-    folder, tsv = (path, path / tsv) if path.is_dir() else (path.parent, path)
-    return read_question_folder(folder, tsv, size=size, confine=confine, max_unusable=max_unusable)
+    folder, table = (path, path / tsv) if path.is_dir() else (path.parent, path)
+    return read_question_folder(
+        folder, table, size=size, confine=confine, max_unusable=max_unusable
+    )
 
 
-def _json(path: Path, *keys: str) -> dict:
+def _json(path: str | Path, *keys: str) -> dict:
     """The JSON object of ``path``, with a list under each of ``keys``.
 
     Raises:
@@ -297,8 +299,9 @@ def read_coco(
     return found.captioned(out)
 
 
-def _once(path: Path, name: str, key: str, entries: list) -> list[dict]:
-    """The objects of the list ``name`` of a JSON file that have ``key``.
+def _once(path: str | Path | None, name: str, key: str, entries: list) -> list[dict]:
+    """The objects of the list ``name`` of a JSON file that have ``key`` (``path``: the file,
+    named in the error; None with no entries, no file).
 
     Raises:
         DataError: naming the file and both entries, for a ``key`` listed twice.
