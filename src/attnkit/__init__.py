@@ -8,6 +8,7 @@ does not load PyTorch before it is needed.
 """
 
 import importlib as _importlib
+from typing import Any as _Any
 
 from attnkit._version import __version__
 
@@ -41,7 +42,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> _Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'attnkit' has no attribute {name!r}")
     value = getattr(_importlib.import_module(_EXPORTS[name]), name)

@@ -142,7 +142,9 @@ def _stale(tmp: Path) -> bool:
         age = time.time() - tmp.stat().st_mtime
     except OSError:  # gone meanwhile
         return False
-    pid = RANDOM.fullmatch(tmp.name.rpartition(TEMPORARY)[2]).group(1)
+    match = RANDOM.fullmatch(tmp.name.rpartition(TEMPORARY)[2])
+    assert match is not None, tmp  # _temporaries lists only names that match
+    pid = match.group(1)
     return age > STALE_S or (pid is not None and age > STALE_DEAD_S and not _running(int(pid)))
 
 

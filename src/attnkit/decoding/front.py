@@ -308,6 +308,7 @@ def decode(
     elif decoding.method == "greedy":
         hyp = greedy(model.step, model.start(inputs, lengths), **kw)
     else:
+        assert decoding.length_penalty is not None  # Decoding.__post_init__ sets it
         hyp = beam_search(
             model.step,
             model.start(inputs, lengths),

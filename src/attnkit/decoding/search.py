@@ -73,7 +73,7 @@ class Hypotheses(NamedTuple):
         """The first of the ``n_best`` hypotheses of each example (itself without that dim)."""
         if self.lengths.dim() == 1:
             return self
-        return Hypotheses(*(None if x is None else x[:, 0] for x in self))
+        return Hypotheses._make(None if x is None else x[:, 0] for x in self)
 
 
 def length_penalty(lengths: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -305,8 +305,8 @@ def _ranked(hyp: Hypotheses, b: int, s: int) -> Hypotheses:
     """``B * S`` example-major hypotheses as ``(B, S, ...)``, each example's ranked by score."""
     order = hyp.scores.reshape(b, s).argsort(dim=-1, descending=True, stable=True)  # (B, S)
     pick = ((torch.arange(b, device=order.device) * s)[:, None] + order).reshape(-1)
-    return Hypotheses(
-        *(None if x is None else x.index_select(0, pick).reshape(b, s, *x.shape[1:]) for x in hyp)
+    return Hypotheses._make(
+        None if x is None else x.index_select(0, pick).reshape(b, s, *x.shape[1:]) for x in hyp
     )
 
 

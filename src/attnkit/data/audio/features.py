@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 import soxr
@@ -77,7 +77,7 @@ def resample(samples: torch.Tensor, orig_rate: int, new_rate: int = SAMPLE_RATE)
     return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32))
 
 
-def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
+def _hz_to_mel(hz: float | np.ndarray) -> np.ndarray:
     """Slaney mel scale: 3 mels per 200 Hz below 1 kHz, logarithmic (27 mels per 6.4x) above."""
     hz = np.asarray(hz, dtype=np.float64)
     log_step = math.log(6.4) / 27.0
@@ -324,7 +324,8 @@ def log_mel_stream(
 
 
 def normalize_features(features: torch.Tensor) -> torch.Tensor:
-    """Per-utterance normalisation: each column of ``features (T, F)`` to zero mean, unit variance."""
+    """Per-utterance normalisation: each column of ``features (T, F)`` to zero mean, unit
+    variance."""
     if features.dim() != 2:
         raise ValueError(f"features: expected shape (T, F), got {tuple(features.shape)}")
     return (features - features.mean(0)) / (features.std(0, unbiased=False) + 1e-5)
@@ -345,9 +346,10 @@ def feature_statistics(features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, 
     total = sum(f.shape[0] for f in features)
     if total == 0:
         raise ValueError("features: expected at least one frame, got none")
-    sums = sum(f.double().sum(0) for f in features)  # (F,)
+    # sum() of tensors is a tensor: features is not empty
+    sums = cast(torch.Tensor, sum(f.double().sum(0) for f in features))  # (F,)
     mean = sums / total
-    squares = sum((f.double() - mean).square().sum(0) for f in features)  # (F,)
+    squares = cast(torch.Tensor, sum((f.double() - mean).square().sum(0) for f in features))
     return mean.float(), (squares / total).sqrt().float()
 
 

@@ -204,6 +204,7 @@ def _check_duration(samples: int, rate: int, source: str, max_seconds: float | N
 def _decode_pcm(raw: bytes, fmt: _Format, source: str) -> torch.Tensor:
     """The mono samples ``(N,)`` float32 of whole frames of ``fmt`` in ``raw``."""
     dtype, scale = _ENCODINGS[(fmt.tag, fmt.bits)]
+    values: np.ndarray  # integers, then float64
     if dtype is None:  # 24-bit: three little-endian bytes, sign-extended through int32
         b = np.frombuffer(raw, dtype="u1").reshape(-1, 3).astype(np.int32)  # (N * C, 3)
         values = (b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)) << 8 >> 8

@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import numpy as np
 import parselmouth
@@ -635,6 +635,7 @@ class SpeechAugment(Compose):
     """
 
     family = "audio"
+    augmentations: list[AudioAugmentation]  # checked in __init__
 
     takes = AudioAugmentation
     takes_name = "a speech augmentation"
@@ -645,7 +646,9 @@ class SpeechAugment(Compose):
         audio must be at hand)."""
         return any(a.stage != "features" and a.p > 0 for a in self.augmentations)
 
-    def __call__(
+    # called with the utterance's parts rather than an ``x``: a speech augmentation needs
+    # to know which of them to read, and reads the samples only when one applies
+    def __call__(  # type: ignore[override]
         self,
         rng: np.random.Generator,
         *,
@@ -659,7 +662,8 @@ class SpeechAugment(Compose):
             for stage in STAGES
         }
         changes = [(a, g) for a, g in staged["samples"] if a.applies(g)]
-        warps = [a.draw(g) for a, g in staged["filterbank"] if a.applies(g)]
+        # VTLP is the one augmentation of the filterbank stage
+        warps = [cast(VTLP, a).draw(g) for a, g in staged["filterbank"] if a.applies(g)]
         if changes or warps or features is None:
             if samples is None:
                 raise ValueError(

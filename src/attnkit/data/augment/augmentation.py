@@ -170,7 +170,7 @@ class Augmentation(abc.ABC):
 
     def config(self) -> dict[str, Any]:
         """The settings as JSON values: ``{"name": ..., "p": ..., field: value}``."""
-        out = {"name": self.name}
+        out: dict[str, Any] = {"name": self.name}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             out[field.name] = list(value) if isinstance(value, tuple) else value
@@ -195,6 +195,7 @@ class Compose:
     # what a family's composition takes (its augmentations' base class), named in the error
     takes: ClassVar[type] = Augmentation
     takes_name: ClassVar[str] = "an Augmentation"
+    augmentations: Sequence[Augmentation]  # a list; a subclass narrows the kind
 
     def __init__(self, augmentations: Sequence[Augmentation]):
         augmentations = list(augmentations)
@@ -263,7 +264,7 @@ def from_config(config: Sequence[dict], family: str | None = None) -> list[Augme
                 f"augment[{i}]: {entry['name']} has no setting "
                 f"{', '.join(unknown)}; expected some of {', '.join(sorted(fields))}"
             )
-        values = {
+        values: dict[str, Any] = {
             k: tuple(v) if isinstance(v, list) else v for k, v in entry.items() if k != "name"
         }
         out.append(cls(**values))

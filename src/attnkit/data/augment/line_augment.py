@@ -93,7 +93,7 @@ def _array(image: Image.Image) -> np.ndarray:
 
 
 def _resize(image: np.ndarray, width: int, height: int) -> np.ndarray:
-    return _array(_pil(image).resize((max(1, width), max(1, height)), Image.BILINEAR))
+    return _array(_pil(image).resize((max(1, width), max(1, height)), Image.Resampling.BILINEAR))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +162,9 @@ class Rotate(LineAugmentation, name="rotate"):
         angle = rng.uniform(-self.degrees, self.degrees)
         angle = max(-limit, min(limit, angle))
         return _array(
-            _pil(image).rotate(angle, resample=Image.BILINEAR, fillcolor=background(image))
+            _pil(image).rotate(
+                angle, resample=Image.Resampling.BILINEAR, fillcolor=background(image)
+            )
         )
 
 
@@ -191,9 +193,9 @@ class Shear(LineAugmentation, name="shear"):
         return _array(
             _pil(image).transform(
                 (width + 2 * pad, height),
-                Image.AFFINE,
+                Image.Transform.AFFINE,
                 coefficients,
-                resample=Image.BILINEAR,
+                resample=Image.Resampling.BILINEAR,
                 fillcolor=background(image),
             )
         )
@@ -233,9 +235,9 @@ class Perspective(LineAugmentation, name="perspective"):
         return _array(
             _pil(image).transform(
                 (width, height),
-                Image.PERSPECTIVE,
+                Image.Transform.PERSPECTIVE,
                 coefficients,
-                resample=Image.BILINEAR,
+                resample=Image.Resampling.BILINEAR,
                 fillcolor=background(image),
             )
         )

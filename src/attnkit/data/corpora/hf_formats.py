@@ -222,6 +222,7 @@ def open_dataset(path: str | Path, role: str = "train", split: str | None = None
         raise DataError(
             f"{folder}: {what}; its splits: {', '.join(found)} (name one: hf:{folder}:SPLIT)"
         )
+    assert chosen is not None  # it is in found
     if found[chosen] is None:  # Parquet: converted once to memory-mapped Arrow
         for file in files[chosen]:
             _check_parquet(file)
@@ -467,7 +468,8 @@ class DatasetImages(ImageFiles):
         size: int,
         rows: list[int] | None = None,
     ):
-        super().__init__(size, rows or [])
+        # the rows stand for ImageFiles' paths: read() finds the image by them
+        super().__init__(size, rows or [])  # type: ignore[arg-type]
         self.dataset, self.source, self.column, self.folder = dataset, source, column, folder
 
     @classmethod
@@ -483,7 +485,8 @@ class DatasetImages(ImageFiles):
         Raises:
             DataError: naming the row.
         """
-        return self.add(row, _image(value, f"{self.source}:{row}", self.folder))
+        image = _image(value, f"{self.source}:{row}", self.folder)
+        return self.add(row, image)  # type: ignore[arg-type]  # a row for a path, as above
 
     def read(self, path) -> torch.Tensor:
         image = _image(self.dataset[path][self.column], f"{self.source}:{path}", self.folder)

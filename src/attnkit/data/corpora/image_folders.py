@@ -245,7 +245,7 @@ def load_image(path: str | Path, size: int) -> torch.Tensor:
     )  # (H, W, 3)
     image = Image.fromarray(pixels, "RGB")
     if image.size != (size, size):
-        image = image.resize((size, size), Image.BILINEAR)
+        image = image.resize((size, size), Image.Resampling.BILINEAR)
     return torch.from_numpy(np.array(image, dtype=np.uint8)).permute(2, 0, 1).contiguous()
 
 
@@ -303,6 +303,9 @@ class ImageFiles(Sequence):
 class CaptionedImages(Sequence):
     """:class:`CaptionedImage` items whose images are :class:`ImageFiles`, each read when its
     item is indexed: ``images[index[i]]`` with ``captions[i]`` and ``origins[i]``."""
+
+    # the public name shadows Sequence.index, which this class does not offer
+    index: list[int]  # type: ignore[assignment]
 
     def __init__(
         self,
@@ -379,6 +382,7 @@ def _folder_images(
                     ) from None
                 failed[name] = str(exc).removeprefix(f"{tsv}:{n}: ")
         if name in failed:
+            assert unusable is not None  # else the failure was raised
             unusable.drop(f"{tsv}:{n}: {failed[name]}", "images")
         else:
             kept.append((n, name, *rest))

@@ -116,8 +116,8 @@ def read_captions(
 ) -> CaptionedImages:
     """attnkit's own captions: the folder ``path`` with its ``tsv``, or the TSV ``path`` in its
     folder (:func:`attnkit.data.read_caption_folder`)."""
-    folder, tsv = _own_tsv(path, tsv)
-    return read_caption_folder(folder, tsv, size=size, confine=confine, max_unusable=max_unusable)
+    folder, table = _own_tsv(path, tsv)
+    return read_caption_folder(folder, table, size=size, confine=confine, max_unusable=max_unusable)
 
 
 def read_questions(
@@ -130,11 +130,13 @@ def read_questions(
 ) -> tuple[ImageFiles, list[ImageQuestion]]:
     """attnkit's own questions: the folder ``path`` with its ``tsv``, or the TSV ``path`` in
     its folder (:func:`attnkit.data.read_question_folder`)."""
-    folder, tsv = _own_tsv(path, tsv)
-    return read_question_folder(folder, tsv, size=size, confine=confine, max_unusable=max_unusable)
+    folder, table = _own_tsv(path, tsv)
+    return read_question_folder(
+        folder, table, size=size, confine=confine, max_unusable=max_unusable
+    )
 
 
-def _json(path: Path, *keys: str) -> dict:
+def _json(path: str | Path, *keys: str) -> dict:
     """The JSON object of ``path``, with a list under each of ``keys``.
 
     Raises:
@@ -302,8 +304,9 @@ def read_coco(
     return found.captioned(out)
 
 
-def _once(path: Path, name: str, key: str, entries: list) -> list[dict]:
-    """The objects of the list ``name`` of a JSON file that have ``key``.
+def _once(path: str | Path | None, name: str, key: str, entries: list) -> list[dict]:
+    """The objects of the list ``name`` of a JSON file that have ``key`` (``path``: the file,
+    named in the error; None with no entries, no file).
 
     Raises:
         DataError: naming the file and both entries, for a ``key`` listed twice.

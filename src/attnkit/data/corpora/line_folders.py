@@ -66,7 +66,9 @@ def load_line_image(path: str | Path, *, max_width: int | None = MAX_WIDTH) -> t
     height = pixels.shape[0]
     width = _scaled_width(path, pixels.shape[1], height)
     if height != HEIGHT:
-        pixels = np.array(Image.fromarray(pixels, "F").resize((width, HEIGHT), Image.BILINEAR))
+        pixels = np.array(
+            Image.fromarray(pixels, "F").resize((width, HEIGHT), Image.Resampling.BILINEAR)
+        )
     return torch.from_numpy(np.round(pixels * 255.0).astype(np.uint8))  # (32, W)
 
 
@@ -130,8 +132,8 @@ class LineFolder(Sequence):
     def texts(self) -> list[str]:
         return [text for _, _, text in self.rows]
 
-    def path(self, i: int) -> Path:
-        """The image file of line ``i``."""
+    def path(self, i: int) -> str | Path:
+        """The image file of line ``i`` (a subclass's name for it: a str)."""
         return self.folder / self.rows[i][0]
 
     def __len__(self) -> int:

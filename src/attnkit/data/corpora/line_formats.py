@@ -201,7 +201,8 @@ def _transcription(gt: str, allowed: set[str] | None, unusable: Unusable) -> str
     except DataError as exc:
         unusable.drop(str(exc), "unreadable .gt.txt")
         return None
-    problem = kind = None
+    problem: str | None = None
+    kind = ""  # set with problem
     if not text:
         problem, kind = "empty transcription", "empty"
     elif "\n" in text:

@@ -40,7 +40,7 @@ import hashlib
 import json
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from attnkit.checks import quoted
@@ -214,6 +214,7 @@ def read_kaldi(
     segments = _table(folder / "segments") if (folder / "segments").is_file() else None
     speakers = _table(folder / "utt2spk") if (folder / "utt2spk").is_file() else {}
     used: set[str] = set()
+    utterances: Iterable[tuple[str, str, str]]
     if has_text:
         utterances = _fields(folder / "text", text_lines(folder / "text"))
     else:  # decoding only: every utterance, without a transcript
@@ -396,7 +397,8 @@ def read_commonvoice(
     )
     lines = text_lines(path)
     header, n = None, 1
-    for n, line in lines:
+    # n names the line in the error below
+    for n, line in lines:  # noqa: B007
         if line.strip():
             header = line.split("\t")
             break
@@ -406,6 +408,7 @@ def read_commonvoice(
             f"{path}:{n}: expected a header line with the columns "
             f"{audio_column!r} and {text_column!r}, got {header}"
         )
+    assert header is not None  # else both columns are missing
     audio_at, text_at = header.index(audio_column), header.index(text_column)
     for n, line in lines:
         if not line.strip():

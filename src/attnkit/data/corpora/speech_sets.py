@@ -45,7 +45,7 @@ class FeaturesOnDisk(Sequence, abc.ABC):
 
     has_samples = False  # whether samples(i) can read the utterances' audio
 
-    def __init__(self, records: Sequence, frames: Sequence[int], *, normalize: bool):
+    def __init__(self, records: Sequence, frames: Sequence[int] | np.ndarray, *, normalize: bool):
         self.records, self.frames, self.normalize = records, frames, normalize
 
     @abc.abstractmethod

@@ -25,10 +25,10 @@ import json
 import lzma
 import unicodedata
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from attnkit.data.paths import regular_file
 from attnkit.errors import DataError
@@ -64,7 +64,11 @@ _REFUSED = (
     (b"PK\x03\x04", "a zip archive; unpack it (unzip FILE) and name the file inside"),
 )
 _ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error)
-_OPEN = {"gzip": gzip.open, "xz": lzma.open, "bzip2": bz2.open}
+_OPEN: dict[str | None, Callable[..., Any]] = {
+    "gzip": gzip.open,
+    "xz": lzma.open,
+    "bzip2": bz2.open,
+}
 
 
 def compression(path: str | Path) -> str | None:
@@ -117,6 +121,7 @@ def byte_lines(path: str | Path, *, max_line: int = MAX_LINE) -> Iterator[tuple[
             stream that cannot be read (cut short, corrupt), with the line it stopped in.
     """
     path = Path(path)
+    parts: list[bytes]
     n, parts, size = 0, [], 0  # the pieces of a line not yet ended, and their bytes
     with open_bytes(path) as f:
         try:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 from attnkit.data.corpora.format_registry import Format, register
 from attnkit.data.corpora.text_files import byte_lines, decode_line, undecodable
@@ -170,7 +171,7 @@ def _aligned(
         _refuse_counts(source, n, target, n + extra)
 
 
-def _refuse_counts(source: Path, n_source: int, target: Path, n_target: int) -> None:
+def _refuse_counts(source: Path, n_source: int, target: Path, n_target: int) -> NoReturn:
     raise DataError(
         f"{source} has {n_source:,} lines but {target} has {n_target:,}: a Moses "
         "corpus holds one sentence per line in each file, line n of one "

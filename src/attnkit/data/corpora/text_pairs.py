@@ -61,20 +61,20 @@ class TextPairs(Sequence):
         ``source`` (as ``origin`` names it), written to a new temporary file as they come."""
         fd, name = tempfile.mkstemp(prefix="attnkit-pairs-", suffix=".txt")
         owner = _File(name)
-        starts, lines = array("q"), array("q")
+        start_list, line_list = array("q"), array("q")
         end = 0
         try:
             with os.fdopen(fd, "wb", buffering=1 << 20) as f:
                 for line, src, tgt in pairs:
-                    starts.append(end)
-                    lines.append(line)
+                    start_list.append(end)
+                    line_list.append(line)
                     end += f.write(src.encode("utf-8") + SEPARATOR + tgt.encode("utf-8"))
         except BaseException:
             owner.remove()
             raise
-        starts = np.frombuffer(starts, np.int64).copy() if starts else np.zeros(0, np.int64)
+        starts = np.frombuffer(start_list, np.int64).copy() if start_list else np.zeros(0, np.int64)
         ends = np.append(starts[1:], end) if len(starts) else starts
-        lines = np.frombuffer(lines, np.int64).copy() if lines else np.zeros(0, np.int64)
+        lines = np.frombuffer(line_list, np.int64).copy() if line_list else np.zeros(0, np.int64)
         return cls(Path(name), starts, ends, lines, str(source), owner=owner)
 
     def __len__(self) -> int:

@@ -132,7 +132,7 @@ class _AudioFeatures(FeaturesOnDisk):
     def __init__(
         self,
         clips: Sequence[Clip],
-        frames: Sequence[int],
+        frames: Sequence[int] | np.ndarray,
         *,
         normalize: bool,
         max_seconds: float | None,

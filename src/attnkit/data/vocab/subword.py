@@ -12,6 +12,7 @@ import base64
 import io
 import logging
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import sentencepiece as spm
 
@@ -68,7 +69,8 @@ class SubwordVocab:
     def model_type(self) -> str | None:
         """``"unigram"`` or ``"bpe"``: the algorithm the model was trained with (None for a
         model of another type)."""
-        return _MODEL_TYPES.get(_trainer_spec(self.model).get(3))
+        model_type = _trainer_spec(self.model).get(3)
+        return _MODEL_TYPES.get(model_type) if isinstance(model_type, int) else None
 
     @classmethod
     def build(
@@ -154,8 +156,9 @@ class SubwordVocab:
     def from_json(cls, data: dict) -> SubwordVocab:
         if not isinstance(data, dict) or data.get("type") != "sentencepiece":
             raise ValueError(f"vocab: expected a SentencePiece vocabulary, got {quoted(data)}")
+        encoded: Any = data.get("model")  # b64decode refuses a non-string: TypeError
         try:
-            model = base64.b64decode(data.get("model"), validate=True)
+            model = base64.b64decode(encoded, validate=True)
         except (TypeError, ValueError):
             raise ValueError(
                 "vocab: 'model' must be a base64 string (the SentencePiece model)"
@@ -182,7 +185,8 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
 def _fields(data: bytes) -> dict[int, int | bytes]:
     """The fields of a serialised protobuf message by number (the last of a repeated one):
     varints as ints, length-delimited fields as bytes."""
-    fields, at = {}, 0
+    fields: dict[int, int | bytes] = {}
+    at = 0
     while at < len(data):
         key, at = _varint(data, at)
         number, wire = key >> 3, key & 7

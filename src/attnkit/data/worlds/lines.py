@@ -111,7 +111,7 @@ def _font_files() -> list[Path]:
     sorted by path."""
     import matplotlib
 
-    found = {}
+    found: dict[str, Path] = {}
     mpl = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
     system = (
         sorted(
@@ -308,9 +308,9 @@ def render_line(text: str, *, font: str | Path, size: int, rng: np.random.Genera
     ink = Image.new("L", (width, height), 0)  # ink coverage: 255 where the glyphs are
     ImageDraw.Draw(ink).text((pad_x, pad_top), text, font=face, fill=255)
     max_angle = min(2.0, np.degrees(np.arctan(0.1 * height / width)))
-    ink = ink.rotate(float(rng.uniform(-max_angle, max_angle)), resample=Image.BILINEAR)
+    ink = ink.rotate(float(rng.uniform(-max_angle, max_angle)), resample=Image.Resampling.BILINEAR)
     ink = ink.filter(ImageFilter.GaussianBlur(float(rng.uniform(0.0, 0.05 * size))))
-    ink = ink.resize((max(1, round(width * HEIGHT / height)), HEIGHT), Image.BILINEAR)
+    ink = ink.resize((max(1, round(width * HEIGHT / height)), HEIGHT), Image.Resampling.BILINEAR)
     paper, dark = rng.uniform(0.6, 1.0), rng.uniform(0.0, 0.4)
     cover = np.asarray(ink, dtype=np.float32) / 255.0
     pixels = paper + (dark - paper) * cover  # (32, W)

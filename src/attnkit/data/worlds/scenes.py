@@ -306,6 +306,8 @@ def caption_is_true(objects: Sequence[SceneObject], text: str, *, size: int) -> 
     subjects = matching_objects(objects, fact.subject)
     if fact.region is not None:
         return any(region_of(objects[i], size) == fact.region for i in subjects)
+    # without a region, parse_caption gives both the relation and the other object
+    assert fact.relation is not None and fact.other is not None
     others = matching_objects(objects, fact.other)
     return any(
         i != j and _holds(fact.relation, objects[i], objects[j]) for i in subjects for j in others
@@ -381,7 +383,7 @@ def _captions(
             i, j, rel = pairs[rng.integers(len(pairs))]
             text = f"{_caption_np(objects[i], rng)} {rel} {_caption_np(objects[j], rng)}"
         else:
-            obj = objects[focus[rng.integers(len(focus))]]
+            obj = objects[focus[int(rng.integers(len(focus)))]]
             text = f"{_caption_np(obj, rng)} at the {region_of(obj, size)}"
         if text not in captions:
             captions.append(text)
@@ -401,7 +403,7 @@ def _questions(
     out: list[SceneQuestion] = []
 
     def pick() -> SceneObject:
-        return objects[focus[rng.integers(len(focus))]]
+        return objects[focus[int(rng.integers(len(focus)))]]
 
     present = {(o.colour, o.shape) for o in objects}
     missing = [p for p in absent if p not in present]
@@ -458,9 +460,9 @@ def _questions(
             )
     for kind, axis, word in (("left_of", "x", "left of"), ("above", "y", "above")):
         obj = pick()
-        others = [o for o in objects if abs(getattr(o, axis) - getattr(obj, axis)) >= TIE]
-        if others:
-            other = others[rng.integers(len(others))]
+        apart = [o for o in objects if abs(getattr(o, axis) - getattr(obj, axis)) >= TIE]
+        if apart:
+            other = apart[rng.integers(len(apart))]
             a, b = (obj, other) if rng.random() < 0.5 else (other, obj)
             answer = "yes" if getattr(a, axis) < getattr(b, axis) else "no"
             out.append(

@@ -227,10 +227,7 @@ class _CachedFeatures(FeaturesOnDisk):
     ):
         super().__init__(rows, [row[1] - row[0] for row in rows], normalize=normalize)
         self.path, self.audio = path, audio
-
-    @property
-    def has_samples(self) -> bool:
-        return self.audio is not None
+        self.has_samples = audio is not None
 
     def read(self, record) -> torch.Tensor:
         start, stop = record[:2]
@@ -339,7 +336,7 @@ def plan_utterances(
         speed, pitch = rng.choice(speeds), rng.choice(PITCHES)
         snr = None if noise_snr_db is None else round(rng.uniform(*noise_snr_db), 2)
         noise_seed = rng.getrandbits(63)
-        tract = ()
+        tract: tuple[tuple[str, float], ...] = ()
         if engine == "gnuspeech" and speakers.gnuspeech_tract:
             tract = tuple(gnuspeech_tract(rng).items())
         loudness = rng.randint(*consonants) if engine == "espeak-ng" and consonants else None

@@ -190,7 +190,8 @@ def generate_pairs(
     check_data_versions()
     rng = random.Random(f"{seed}-{split}-{'-'.join(tasks)}")
     makers = {"numbers": _number, "dates": _date}
-    seen, out = set(), []
+    seen: set[str] = set()
+    out: list[tuple[str, str]] = []
     while len(out) < n:
         tag, words, canonical, reverse_tag = makers[rng.choice(tasks)](rng)
         source = f"{tag} {words}"
