@@ -3,7 +3,9 @@
 # `torch` requirement would pull a multi-GB CUDA build), then attnkit with its extras: dev (test
 # tools), export (onnx, onnxruntime: neither asks for torch), docs (MkDocs, for `make docs`
 # and the site's test), serve (FastAPI, uvicorn: attnkit serve), hf (datasets: corpora given
-# as hf:PATH, and their tests) and speech (py-nanotts: SVOX Pico, --engines pico).
+# as hf:PATH, and their tests) and speech (py-nanotts: SVOX Pico, --engines pico); then the
+# exact versions of num2words and babel that define the built-in translation data
+# (attnkit.data.worlds.text_tasks.DATA_VERSIONS; the dependencies only take ranges of them).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -16,6 +18,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev,export,docs,serve,hf,speech]'
+	$(PY) -m pip install --quiet $$($(PY) -c 'from attnkit.data.worlds.text_tasks import \
+	  DATA_VERSIONS as v; print(" ".join(f"{k}=={x}" for k, x in v.items()))')
 	$(MAKE) --no-print-directory node
 	touch $(STAMP)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from attnkit.attention.scores import SCORES
-from attnkit.cli import common, corpus, inference
+from attnkit.cli import argtypes, common, corpus, inference
 from attnkit.cli.augment import add_speech_args, speech_augmentations
 from attnkit.cli.decoder_options import (
     add_alignment_args,
@@ -74,13 +74,13 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
     )
     data.add_argument(
         "--kinds",
-        type=common.choice_list(KINDS, "kind list"),
+        type=argtypes.choice_list(KINDS, "kind list"),
         default=("digits", "numbers"),
         help="built-in utterances, comma-separated (default digits,numbers)",
     )
     data.add_argument(
         "--engines",
-        type=common.choice_list(ENGINES, "engine list"),
+        type=argtypes.choice_list(ENGINES, "engine list"),
         default=("espeak-ng",),
         help="synthesisers of the built-in utterances, comma-separated "
         f"({', '.join(ENGINES)}; default espeak-ng; festival needs Debian's "
@@ -92,7 +92,7 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
     data.add_argument(
         "--espeak-consonants",
         metavar="LOW,HIGH",
-        type=common.int_range(*ESPEAK_CONSONANTS, "loudness range"),
+        type=argtypes.int_range(*ESPEAK_CONSONANTS, "loudness range"),
         help="built-in training speech: espeak-ng says unvoiced consonants (f, s, "
         "t, k ...) at a loudness drawn per utterance from LOW-HIGH percent "
         "(e.g. 15,100; default: each voice's own), as recorded voices often "
@@ -106,7 +106,7 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
     )
     data.add_argument(
         "--workers",
-        type=common.positive_int,
+        type=argtypes.positive_int,
         default=2,
         help="synthesiser processes at a time when synthesising",
     )
@@ -125,15 +125,15 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
     )
     model.add_argument(
         "--listener-hidden",
-        type=common.positive_int,
+        type=argtypes.positive_int,
         default=128,
         help="per direction of the listener's BiLSTMs (uni: of its LSTMs)",
     )
     model.add_argument(
-        "--hidden", type=common.positive_int, default=256, help="speller LSTMCell size"
+        "--hidden", type=argtypes.positive_int, default=256, help="speller LSTMCell size"
     )
     model.add_argument(
-        "--emb", type=common.positive_int, default=64, help="character embedding size"
+        "--emb", type=argtypes.positive_int, default=64, help="character embedding size"
     )
     model.add_argument("--layers", type=int, choices=(1, 2), default=1, help="speller LSTMCells")
     model.add_argument(
@@ -143,13 +143,13 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
         help="the speller's attention score (default location; softmax and local_p alignments)",
     )
     add_alignment_args(model)
-    model.add_argument("--key-value-dim", type=common.positive_int, default=128)
+    model.add_argument("--key-value-dim", type=argtypes.positive_int, default=128)
     model.add_argument(
         "--attn-dim",
-        type=common.positive_int,
+        type=argtypes.positive_int,
         help="additive/location attention size (default --hidden)",
     )
-    model.add_argument("--dropout", type=common.proportion, default=0.0)
+    model.add_argument("--dropout", type=argtypes.proportion, default=0.0)
     add_loss_args(
         model,
         head="",
@@ -352,7 +352,7 @@ def add_transcribe_parser(sub: common.SubParsers) -> None:
     )
     stream.add_argument(
         "--chunk-ms",
-        type=common.positive_float,
+        type=argtypes.positive_float,
         metavar="MS",
         help=f"with --stream: milliseconds of audio per chunk (default {DEFAULT_CHUNK_MS:g})",
     )

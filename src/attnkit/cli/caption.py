@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from attnkit.cli import common, corpus, images, jsonlines
+from attnkit.cli import argtypes, common, corpus, images, jsonlines
 from attnkit.data import WordVocab, load_image
 from attnkit.data.corpora.image_folders import CAPTIONS
 from attnkit.tasks import loading
@@ -37,20 +37,20 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
         "(the mean of the grid)",
     )
     model.add_argument("--no-gate", action="store_true", help="no gating scalar beta")
-    model.add_argument("--hidden", type=common.positive_int, default=256, help="LSTM size")
-    model.add_argument("--emb", type=common.positive_int, default=128)
-    model.add_argument("--attn-dim", type=common.positive_int, default=128)
-    model.add_argument("--dropout", type=common.proportion, default=0.1)
+    model.add_argument("--hidden", type=argtypes.positive_int, default=256, help="LSTM size")
+    model.add_argument("--emb", type=argtypes.positive_int, default=128)
+    model.add_argument("--attn-dim", type=argtypes.positive_int, default=128)
+    model.add_argument("--dropout", type=argtypes.proportion, default=0.1)
     model.add_argument(
         "--doubly-stochastic",
-        type=common.non_negative_float,
+        type=argtypes.non_negative_float,
         default=1.0,
         metavar="LAMBDA",
         help="weight of sum_i (1 - sum_t alpha_ti)^2 (0: none)",
     )
     model.add_argument(
         "--entropy-weight",
-        type=common.non_negative_float,
+        type=argtypes.non_negative_float,
         default=0.01,
         help="hard attention: the entropy bonus",
     )

@@ -1,4 +1,4 @@
-"""What every task's command line shares: argument types, the training options, the run.
+"""What every task's command line shares: the training options, the run.
 
 Each task adds its own data and model options, builds its task object and model, and hands
 them to :func:`train_and_report`; the training options, the refusal to overwrite a run, the
@@ -14,10 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
@@ -25,6 +24,15 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 import torch
 
 from attnkit.cli import recipes
+from attnkit.cli.argtypes import (
+    int_at_least,
+    learning_rate,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    proportion,
+)
 from attnkit.decoding import DEFAULT_LENGTH_PENALTY, Decoding
 from attnkit.diagnose.explorer import write_explorer
 from attnkit.tasks.evaluator import TASK_BEAM
@@ -89,20 +97,11 @@ __all__ = [
     "add_task_parser",
     "add_training_args",
     "check_arguments",
-    "choice_list",
     "decoding",
-    "float_in",
     "held_out",
     "is_training",
-    "learning_rate",
     "locked_run_folder",
-    "non_negative_float",
-    "non_negative_int",
-    "positive_float",
-    "positive_int",
     "print_outputs",
-    "probability",
-    "proportion",
     "resolve_run_options",
     "run_checkpoints",
     "stop_if_signalled",
@@ -115,78 +114,6 @@ __all__ = [
 ]
 
 CUDA_DATA_WORKERS = 2  # --workers-data on a GPU when not given (0 on CPU)
-
-
-def int_at_least(minimum: int, name: str, *, at_most: int | None = None) -> Callable[[str], int]:
-    """An argparse type: an int >= ``minimum`` (and <= ``at_most``, when given); argparse
-    names it ``name`` in its error."""
-
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < minimum or (at_most is not None and value > at_most):
-            raise ValueError(text)
-        return value
-
-    parse.__name__ = name
-    return parse
-
-
-positive_int = int_at_least(1, "positive int")
-non_negative_int = int_at_least(0, "non-negative int")
-
-
-def float_in(
-    low: float, high: float, name: str, *, low_included: bool = True, high_included: bool = True
-) -> Callable[[str], float]:
-    """An argparse type: a finite float between ``low`` and ``high`` (each included unless
-    told; ``high`` may be infinite); argparse names it ``name`` in its error."""
-
-    def parse(text: str) -> float:
-        value = float(text)
-        if (
-            not (math.isfinite(value) and low <= value <= high)
-            or (value == low and not low_included)
-            or (value == high and not high_included)
-        ):
-            raise ValueError(text)
-        return value
-
-    parse.__name__ = name
-    return parse
-
-
-probability = float_in(0.0, 1.0, "probability in [0, 1]")
-proportion = float_in(0.0, 1.0, "number in [0, 1)", high_included=False)  # dropout, smoothing
-positive_float = float_in(0.0, math.inf, "positive number", low_included=False)
-non_negative_float = float_in(0.0, math.inf, "non-negative number")
-# Past 10 every optimiser attnkit uses diverges at the first step.
-learning_rate = float_in(0.0, 10.0, "learning rate in (0, 10]", low_included=False)
-
-
-def choice_list(choices: tuple[str, ...], what: str) -> Callable[[str], tuple[str, ...]]:
-    """An argparse type: comma-separated names, each one of ``choices``."""
-
-    def parse(text: str) -> tuple[str, ...]:
-        values = tuple(v.strip() for v in text.split(",") if v.strip())
-        if not values or any(v not in choices for v in values):
-            raise ValueError(text)
-        return values
-
-    parse.__name__ = f"{what} ({','.join(choices)})"
-    return parse
-
-
-def int_range(low: int, high: int, what: str) -> Callable[[str], tuple[int, int]]:
-    """An argparse type: ``LOW,HIGH``, two ints with ``low <= LOW <= HIGH <= high``."""
-
-    def parse(text: str) -> tuple[int, int]:
-        values = tuple(int(v) for v in text.split(","))
-        if len(values) != 2 or not low <= values[0] <= values[1] <= high:
-            raise ValueError(text)
-        return values
-
-    parse.__name__ = f"{what} (LOW,HIGH, ints with {low} <= LOW <= HIGH <= {high})"
-    return parse
 
 
 def held_out(

@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from attnkit.cli import common
+from attnkit.cli import argtypes, common
 from attnkit.data import MAX_CHARS, MAX_WIDTH
 from attnkit.data.audio.files import MAX_SECONDS
 from attnkit.data.corpora.reading import formats_of, read_corpus
@@ -102,19 +102,19 @@ OPTIONS = {
 LIMITS = {
     "asr": (
         "--max-seconds",
-        common.positive_float,
+        argtypes.positive_float,
         MAX_SECONDS,
         f"longest audio file, in seconds (default {MAX_SECONDS:g}): a longer one is refused",
     ),
     "ocr": (
         "--max-width",
-        common.positive_int,
+        argtypes.positive_int,
         MAX_WIDTH,
         f"widest line, in pixels at height 32 (default {MAX_WIDTH}): a wider image is refused",
     ),
     "translate": (
         "--max-chars",
-        common.positive_int,
+        argtypes.positive_int,
         MAX_CHARS,
         f"longest sentence, in characters (default {MAX_CHARS}): a longer line is a bad line",
     ),
@@ -164,7 +164,7 @@ def add_format_args(
     )
     group.add_argument(
         "--max-unusable",
-        type=common.proportion,
+        type=argtypes.proportion,
         metavar="SHARE",
         help="the share of a corpus's examples that may be "
         "unusable (dropped, counted and named in a warning); more stops with an "

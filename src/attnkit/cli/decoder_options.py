@@ -7,13 +7,8 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from attnkit.cli.common import (
-    Options,
-    non_negative_float,
-    non_negative_int,
-    positive_int,
-    probability,
-)
+from attnkit.cli.argtypes import non_negative_float, non_negative_int, positive_int, probability
+from attnkit.cli.common import Options
 from attnkit.decoding import Decoding
 from attnkit.models.decoder import ALIGNMENT_CHOICES
 

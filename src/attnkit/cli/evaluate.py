@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from attnkit.cli import common
+from attnkit.cli import argtypes, common
 from attnkit.cli.corpus import add_format_args, format_options, named
 from attnkit.cli.decoder_options import add_joint_args, joint_decoding
 from attnkit.tasks import EVALUATORS, evaluate, loading
@@ -38,7 +38,7 @@ def add_parser(sub: common.SubParsers) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument(
         "--limit",
-        type=common.positive_int,
+        type=argtypes.positive_int,
         metavar="N",
         help="score the first N examples of --data only (a COCO, Karpathy or "
         "VQA v2 file: only their images are checked)",
@@ -52,7 +52,7 @@ def add_parser(sub: common.SubParsers) -> None:
     )
     p.add_argument(
         "--worst",
-        type=common.positive_int,
+        type=argtypes.positive_int,
         default=5,
         metavar="N",
         help="examples pictured with --plot (default 5)",

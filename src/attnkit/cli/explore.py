@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnkit.cli import common
+from attnkit.cli import argtypes, common
 from attnkit.diagnose.explorer import write_explorer
 from attnkit.tasks import loading
 from attnkit.tasks.evaluator import read_examples
@@ -44,7 +44,10 @@ def add_parser(sub: common.SubParsers) -> None:
         "references are shown too",
     )
     p.add_argument(
-        "--limit", type=common.positive_int, metavar="N", help="the first N examples of --data only"
+        "--limit",
+        type=argtypes.positive_int,
+        metavar="N",
+        help="the first N examples of --data only",
     )
     p.add_argument(
         "--out",

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from attnkit.cli import common
+from attnkit.cli import argtypes, common
 from attnkit.cli.corpus import add_format_args, read_splits
 from attnkit.data import Scene, generate_scenes
 from attnkit.data.worlds.scenes import MAX_OBJECTS
@@ -51,20 +51,20 @@ def add_train_parser(
     )
     data.add_argument(
         "--image-size",
-        type=common.positive_int,
+        type=argtypes.positive_int,
         default=64,
         help="images are resized to this square (built-in scenes are drawn at "
         "it); a multiple of 2 ** (number of --channels)",
     )
     data.add_argument(
         "--min-objects",
-        type=common.positive_int,
+        type=argtypes.positive_int,
         default=3,
         help="built-in scenes: objects at least",
     )
     data.add_argument(
         "--max-objects",
-        type=common.positive_int,
+        type=argtypes.positive_int,
         default=MAX_OBJECTS,
         help="built-in scenes: objects at most",
     )

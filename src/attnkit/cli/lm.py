@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from attnkit.cli import common
+from attnkit.cli import argtypes, common
 from attnkit.data import CharVocab, DataError, load_vocab
 from attnkit.data.corpora.text_files import text_lines
 from attnkit.tasks import loading
@@ -44,9 +44,9 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
         help="the recogniser whose characters the LM uses",
     )
     model = p.add_argument_group("model")
-    model.add_argument("--emb", type=common.positive_int, default=64)
-    model.add_argument("--hidden", type=common.positive_int, default=256)
-    model.add_argument("--layers", type=common.positive_int, default=1)
+    model.add_argument("--emb", type=argtypes.positive_int, default=64)
+    model.add_argument("--hidden", type=argtypes.positive_int, default=256)
+    model.add_argument("--layers", type=argtypes.positive_int, default=1)
     model.add_argument("--dropout", type=float, default=0.1)
     common.add_training_args(
         p, steps=5000, batch_size=64, lr=3e-3, eval_every=250, label_smoothing=0.0

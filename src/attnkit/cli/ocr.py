@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from attnkit.attention import SCORES
-from attnkit.cli import augment, common, inference
+from attnkit.cli import argtypes, augment, common, inference
 from attnkit.cli.corpus import (
     add_format_args,
     add_limit_arg,
@@ -70,16 +70,16 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
     data.add_argument(
         "--labels", default=LABELS, help=f"labels: the TSV's name in each folder (default {LABELS})"
     )
-    data.add_argument("--min-chars", type=common.positive_int, default=5)
+    data.add_argument("--min-chars", type=argtypes.positive_int, default=5)
     data.add_argument(
         "--max-chars",
-        type=common.positive_int,
+        type=argtypes.positive_int,
         default=200,
         help="longest built-in training line (validation: 5-200)",
     )
     data.add_argument(
         "--prose",
-        type=common.probability,
+        type=argtypes.probability,
         default=0.0,
         metavar="P",
         help="share of built-in lines (training and validation) that are real "
@@ -97,17 +97,17 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
         default="window",
         help="the attention layer between RNN1 and RNN2",
     )
-    model.add_argument("--window", type=common.positive_int, default=32, help="steps each side")
+    model.add_argument("--window", type=argtypes.positive_int, default=32, help="steps each side")
     model.add_argument(
         "--score",
         choices=("dot", "scaled_dot", "general", "additive", "cosine"),
         default="scaled_dot",
     )
-    model.add_argument("--heads", type=common.positive_int, default=1)
+    model.add_argument("--heads", type=argtypes.positive_int, default=1)
     model.add_argument("--head", choices=("ctc", "attention"), default="ctc")
     model.add_argument("--channels", type=channel_list, default=(32, 64, 128, 128, 128))
-    model.add_argument("--hidden", type=common.positive_int, default=128)
-    model.add_argument("--dec-hidden", type=common.positive_int, default=128)
+    model.add_argument("--hidden", type=argtypes.positive_int, default=128)
+    model.add_argument("--dec-hidden", type=argtypes.positive_int, default=128)
     model.add_argument(
         "--dec-score",
         choices=SCORES,
@@ -122,7 +122,7 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
         diagonal="the line",
         order="narrowest",
     )
-    model.add_argument("--dropout", type=common.proportion, default=0.1)
+    model.add_argument("--dropout", type=argtypes.proportion, default=0.1)
     augment.add_line_args(p)
     common.add_training_args(
         p, steps=20000, batch_size=32, lr=1e-3, eval_every=500, label_smoothing=0.0

@@ -12,7 +12,7 @@ import torch
 
 from attnkit.attention import SCORES, Attention, planner
 from attnkit.attention.dispatch import IMPLS, Plan
-from attnkit.cli import common
+from attnkit.cli import argtypes, common
 
 DTYPES = {
     "float32": torch.float32,
@@ -73,26 +73,26 @@ def add_parser(sub: common.SubParsers) -> None:
         "largest batch (or else window) that fits.",
     )
     p.add_argument("--score", choices=SCORES, default="scaled_dot")
-    p.add_argument("--batch", type=common.positive_int, default=1, help="B (default 1)")
-    p.add_argument("--tq", type=common.positive_int, required=True, help="queries per example")
-    p.add_argument("--tk", type=common.positive_int, help="keys per example (default --tq)")
-    p.add_argument("--dim", type=common.positive_int, required=True, help="query features Dq")
-    p.add_argument("--key-dim", type=common.positive_int, help="Dk (default --dim)")
-    p.add_argument("--value-dim", type=common.positive_int, help="Dv (default Dk)")
+    p.add_argument("--batch", type=argtypes.positive_int, default=1, help="B (default 1)")
+    p.add_argument("--tq", type=argtypes.positive_int, required=True, help="queries per example")
+    p.add_argument("--tk", type=argtypes.positive_int, help="keys per example (default --tq)")
+    p.add_argument("--dim", type=argtypes.positive_int, required=True, help="query features Dq")
+    p.add_argument("--key-dim", type=argtypes.positive_int, help="Dk (default --dim)")
+    p.add_argument("--value-dim", type=argtypes.positive_int, help="Dv (default Dk)")
     p.add_argument(
         "--attn-dim",
-        type=common.positive_int,
+        type=argtypes.positive_int,
         help="A of the additive and location scores (default: the key features)",
     )
-    p.add_argument("--heads", type=common.positive_int, default=1)
+    p.add_argument("--heads", type=argtypes.positive_int, default=1)
     p.add_argument(
-        "--head-dim", type=common.positive_int, help="features per head (default Dq / heads)"
+        "--head-dim", type=argtypes.positive_int, help="features per head (default Dq / heads)"
     )
     p.add_argument("--window", type=window_arg, help="local attention: W or L,R keys each side")
     p.add_argument("--causal", action="store_true")
     p.add_argument(
         "--dropout",
-        type=common.proportion,
+        type=argtypes.proportion,
         default=0.0,
         help="dropout on the weights, as in training",
     )

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from attnkit.cli import common
+from attnkit.cli import argtypes, common
 from attnkit.serve import Limits
 
 API_KEY_ENV = "ATTNKIT_API_KEY"
@@ -18,7 +18,7 @@ LIMIT_OPTIONS = (
         "batching",
         "--max-batch",
         "max_batch",
-        common.positive_int,
+        argtypes.positive_int,
         "N",
         "requests decoded together at most",
     ),
@@ -26,7 +26,7 @@ LIMIT_OPTIONS = (
         "batching",
         "--max-wait-ms",
         "max_wait_ms",
-        common.non_negative_float,
+        argtypes.non_negative_float,
         "MS",
         "how long a batch waits for requests to join it, from its oldest request's arrival or "
         "the previous batch's answer, whichever is later",
@@ -35,7 +35,7 @@ LIMIT_OPTIONS = (
         "limits",
         "--max-queue",
         "max_queue",
-        common.positive_int,
+        argtypes.positive_int,
         "N",
         "requests waiting at most; more are answered 503 with Retry-After",
     ),
@@ -43,7 +43,7 @@ LIMIT_OPTIONS = (
         "limits",
         "--timeout",
         "timeout_s",
-        common.positive_float,
+        argtypes.positive_float,
         "S",
         "seconds from a request's arrival to its answer; later it is answered 504",
     ),
@@ -51,7 +51,7 @@ LIMIT_OPTIONS = (
         "limits",
         "--read-timeout",
         "read_timeout_s",
-        common.positive_float,
+        argtypes.positive_float,
         "S",
         "seconds a connection has to send a whole request (headers and body) from its opening "
         "or the previous answer; later it is closed (default {default:g})",
@@ -60,7 +60,7 @@ LIMIT_OPTIONS = (
         "limits",
         "--keep-alive",
         "keep_alive_s",
-        common.positive_float,
+        argtypes.positive_float,
         "S",
         "seconds a connection may stay idle after an answer; later it is closed "
         "(default {default:g})",
@@ -69,7 +69,7 @@ LIMIT_OPTIONS = (
         "limits",
         "--max-body",
         "max_body_bytes",
-        common.positive_int,
+        argtypes.positive_int,
         "BYTES",
         "a request's body at most (else 413)",
     ),
@@ -77,7 +77,7 @@ LIMIT_OPTIONS = (
         "limits",
         "--max-chars",
         "max_chars",
-        common.positive_int,
+        argtypes.positive_int,
         None,
         "characters of a text to translate, or a question",
     ),
@@ -85,7 +85,7 @@ LIMIT_OPTIONS = (
         "limits",
         "--max-seconds",
         "max_seconds",
-        common.positive_float,
+        argtypes.positive_float,
         None,
         "seconds of audio to transcribe",
     ),
@@ -93,7 +93,7 @@ LIMIT_OPTIONS = (
         "limits",
         "--max-pixels",
         "max_pixels",
-        common.positive_int,
+        argtypes.positive_int,
         None,
         "pixels of an image (width x height, from its header)",
     ),
@@ -101,7 +101,7 @@ LIMIT_OPTIONS = (
         "limits",
         "--max-beam",
         "max_beam",
-        common.positive_int,
+        argtypes.positive_int,
         None,
         "a request's beam width, or its number of draws (sample)",
     ),
@@ -109,7 +109,7 @@ LIMIT_OPTIONS = (
         "limits",
         "--max-len",
         "max_len",
-        common.positive_int,
+        argtypes.positive_int,
         None,
         "a request's max_len (output tokens)",
     ),
@@ -139,7 +139,7 @@ def add_parser(sub: common.SubParsers) -> None:
         help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 "
         "for every interface, then give an API key)",
     )
-    p.add_argument("--port", type=common.int_at_least(0, "port"), default=8000)
+    p.add_argument("--port", type=argtypes.int_at_least(0, "port"), default=8000)
     key = p.add_mutually_exclusive_group()
     key.add_argument(
         "--api-key",

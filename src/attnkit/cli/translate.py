@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from attnkit.cli import common, corpus, inference, jsonlines
+from attnkit.cli import argtypes, common, corpus, inference, jsonlines
 from attnkit.cli.corpus import add_format_args, add_limit_arg, named, read_splits
 from attnkit.data import CharVocab, SubwordVocab, generate_pairs, load_vocab
 from attnkit.data.corpora.text_files import text_lines
@@ -65,7 +65,7 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
     add_limit_arg(data, "translate")
     data.add_argument(
         "--tasks",
-        type=common.choice_list(("numbers", "dates"), "task list"),
+        type=argtypes.choice_list(("numbers", "dates"), "task list"),
         default=("numbers", "dates"),
         help="built-in tasks, comma-separated (default numbers,dates)",
     )
@@ -77,7 +77,10 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
         help="characters, or SentencePiece subwords trained on --train",
     )
     data.add_argument(
-        "--vocab-size", type=common.positive_int, default=1000, help="SentencePiece: pieces at most"
+        "--vocab-size",
+        type=argtypes.positive_int,
+        default=1000,
+        help="SentencePiece: pieces at most",
     )
     model = p.add_argument_group("model")
     model.add_argument(
@@ -92,26 +95,28 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
         "--input-feeding", action="store_true", default=None, help="Luong: input feeding"
     )
     model.add_argument(
-        "--emb", type=common.positive_int, help="RNN models: embedding size (default 64)"
+        "--emb", type=argtypes.positive_int, help="RNN models: embedding size (default 64)"
     )
     model.add_argument(
         "--hidden",
-        type=common.positive_int,
+        type=argtypes.positive_int,
         default=128,
         help="RNN hidden size; the Transformer's d_model",
     )
-    model.add_argument("--heads", type=common.positive_int, help="Transformer: heads (default 4)")
+    model.add_argument("--heads", type=argtypes.positive_int, help="Transformer: heads (default 4)")
     model.add_argument(
         "--layers",
-        type=common.positive_int,
+        type=argtypes.positive_int,
         help="Transformer: encoder and decoder layers (default 2)",
     )
     model.add_argument(
-        "--ff", type=common.positive_int, help="Transformer: feed-forward size (default 4 * hidden)"
+        "--ff",
+        type=argtypes.positive_int,
+        help="Transformer: feed-forward size (default 4 * hidden)",
     )
     model.add_argument(
         "--dropout",
-        type=common.proportion,
+        type=argtypes.proportion,
         default=None,
         help="default 0.0 for RNN models, 0.1 for the Transformer",
     )

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from attnkit.cli import common, corpus, images, jsonlines
+from attnkit.cli import argtypes, common, corpus, images, jsonlines
 from attnkit.data import WordVocab, question_set
 from attnkit.data.corpora.image_folders import QUESTIONS, load_image
 from attnkit.data.worlds.scenes import ANSWERS
@@ -43,14 +43,17 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
         "count; none: CNN and LSTM features concatenated",
     )
     model.add_argument(
-        "--hops", type=common.positive_int, default=2, help="san, relational: attention hops"
+        "--hops", type=argtypes.positive_int, default=2, help="san, relational: attention hops"
     )
-    model.add_argument("--emb", type=common.positive_int, default=64)
+    model.add_argument("--emb", type=argtypes.positive_int, default=64)
     model.add_argument(
-        "--hidden", type=common.positive_int, default=128, help="question BiLSTM size per direction"
+        "--hidden",
+        type=argtypes.positive_int,
+        default=128,
+        help="question BiLSTM size per direction",
     )
-    model.add_argument("--attn-dim", type=common.positive_int, default=128)
-    model.add_argument("--dropout", type=common.proportion, default=0.1)
+    model.add_argument("--attn-dim", type=argtypes.positive_int, default=128)
+    model.add_argument("--dropout", type=argtypes.proportion, default=0.1)
     common.add_training_args(
         p, steps=20000, batch_size=64, lr=1e-3, eval_every=500, label_smoothing=0.0
     )
