@@ -89,8 +89,8 @@ demo: install
 	$(VENV)/bin/attnkit demo --out demo-out
 
 # The suite in TEST_WORKERS processes (pytest-xdist; tests/conftest.py gives each its share of
-# the cores' torch threads): about 5 minutes on 2 cores against 10-16 in one. Then the
-# attention and kernel tests once more as two other x86-64 CPUs would run them: attnkit's C++
+# the cores' torch threads): 4.5 minutes on a 2-core Xeon (2026-11-29), then about 45 s for
+# each of two passes of the attention and kernel tests as other x86-64 CPUs run them: attnkit's C++
 # kernels built for an x86-64 level (ATTNKIT_NATIVE_ARCH, src/attnkit/ops/native.py) and
 # PyTorch's own kernels held to the same instructions (ATEN_CPU_CAPABILITY): x86-64 with
 # PyTorch's default kernels (SSE2, no FMA contraction), x86-64-v3 with its AVX2 ones (AVX2,
