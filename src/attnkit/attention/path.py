@@ -11,6 +11,7 @@ walks them in order. A new path is one more such object; its checks live with it
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -123,7 +124,7 @@ class Inputs:
         )
 
 
-class Path:
+class Path(abc.ABC):
     """One way of computing attention. Subclasses set :attr:`name` and implement
     :meth:`plan` and :meth:`run`; :meth:`not_supported_reasons` and :meth:`auto_reasons`
     default to none."""
@@ -141,15 +142,15 @@ class Path:
         instead (it becomes that plan's reason)."""
         return []
 
+    @abc.abstractmethod
     def plan(self, inp: Inputs, because: str | None) -> Plan:
         """The plan when this path is taken; ``because``: why (a forced ``impl``, or the
         reason the path before gave), None: this path's own reason under ``impl="auto"``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def run(self, inp: Inputs, plan: Plan) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``context (B, H, Tq, Dv)`` and ``weights (B, H, Tq, Tk)`` (None unless
         ``inp.need_weights``), from the tensors of ``inp``."""
-        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"<attention path {self.name!r}>"
