@@ -33,8 +33,8 @@ def tsv(tmp_path):
 
 @pytest.fixture(scope="session")
 def tiny_translator(tmp_path_factory):
-    """A translate checkpoint trained for 2 steps on 8 number words (hidden size 8); copy it
-    before changing it."""
+    """A translate checkpoint trained for 2 steps on 8 number words (hidden size 8), its best
+    chosen by exact match; copy it before changing it."""
     folder = tmp_path_factory.mktemp("tiny_translator")
     tsv = folder / "pairs.tsv"
     tsv.write_text("".join(f"<en> {w}\t{n}\n" for n, w in enumerate(WORDS)), encoding="utf-8")
@@ -55,6 +55,8 @@ def tiny_translator(tmp_path_factory):
                 "8",
                 "--emb",
                 "8",
+                "--best-by",
+                "exact",
                 "--no-progress",
                 "--plot",
                 "0",

@@ -5,7 +5,10 @@ import json
 import os
 import re
 
+import pytest
+
 from attnkit.cli.main import main
+from attnkit.train import load_checkpoint
 
 
 def test_train_translate_eval_and_resume(tmp_path, capsys):
@@ -258,3 +261,48 @@ def test_training_breaks_ties_of_exact_match_by_cer(tiny_translator):
     assert state["train_config"]["tiebreak"] == "-cer"
     best = json.loads((tiny_translator.parent / "checkpoint-best" / "trainer.json").read_text())
     assert best["tiebreak"] == "-cer" and best["tiebreak_value"] <= 0
+
+
+@pytest.mark.parametrize(
+    ("best_by", "metric", "tiebreak"),
+    [(None, "bleu", "chrf"), ("loss", "-loss", None), ("chrf", "chrf", "bleu")],
+)
+def test_checkpoint_best_is_chosen_by_bleu_on_a_corpus_unless_told(
+    tmp_path, tsv, best_by, metric, tiebreak
+):
+    out = tmp_path / "run"
+    options = [] if best_by is None else ["--best-by", best_by]
+    argv = ["train", "translate", "--train", str(tsv), "--out", str(out), "--steps", "4"]
+    argv += ["--eval-every", "2", "--hidden", "8", "--emb", "8", "--no-progress", "--plot", "0"]
+    assert main(argv + options) == 0
+    state = json.loads((out / "checkpoint" / "trainer.json").read_text())
+    assert (state["train_config"]["metric"], state["train_config"]["tiebreak"]) == (
+        metric,
+        tiebreak,
+    )
+    history = json.loads((out / "history.json").read_text())
+    best = json.loads((out / "checkpoint-best" / "trainer.json").read_text())
+    sign, name = (-1, metric[1:]) if metric.startswith("-") else (1, metric)
+    assert best["value"] == max(sign * h[name] for h in history)
+    assert {"bleu", "chrf", "loss", "accuracy", "cer"} <= set(history[0])
+
+
+def test_a_shared_vocabulary_ties_the_transformers_embeddings(tmp_path, tsv):
+    out = tmp_path / "run"
+    argv = ["train", "translate", "--train", str(tsv), "--out", str(out), "--steps", "2"]
+    argv += ["--model", "transformer", "--hidden", "8", "--heads", "2", "--layers", "1"]
+    argv += ["--vocab", "unigram", "--vocab-size", "40", "--shared-vocab", "--no-progress"]
+    assert main([*argv, "--plot", "0"]) == 0
+    ck = load_checkpoint(out / "checkpoint")
+    assert ck.vocab["src"] == ck.vocab["tgt"]
+    assert ck.config["model"]["shared_embeddings"] is True
+    assert [k for k in ck.model_state if "embed" in k] == ["tgt_embed.weight"]
+    assert main(["translate", "--checkpoint", str(out / "checkpoint"), "<en> three"]) == 0
+
+
+def test_a_corpus_recipe_without_its_corpus_is_refused(tmp_path, capsys):
+    assert main(["train", "translate", "--recipe", "multi30k-en-de", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        "attnkit: --recipe multi30k-en-de: give the corpus: --train train.en.gz train.de.gz "
+        "(and --valid: docs/translation.md)\n"
+    )

@@ -129,3 +129,11 @@ def test_scheduled_sampling_and_training_reduce_the_loss():
 def test_bad_settings_name_the_argument(kw, match):
     with pytest.raises(ValueError, match=match):
         Transformer(5, 5, **kw)
+
+
+def test_shared_embeddings_are_one_tensor_and_need_one_vocabulary():
+    model = Transformer(12, 12, d_model=8, heads=2, layers=1, shared_embeddings=True)
+    assert [k for k in model.state_dict() if "embed" in k] == ["tgt_embed.weight"]
+    assert model.source_embedding() is model.tgt_embed
+    with pytest.raises(ValueError, match=r"shared_embeddings: expected one vocabulary "):
+        Transformer(12, 13, d_model=8, heads=2, layers=1, shared_embeddings=True)

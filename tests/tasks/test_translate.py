@@ -35,3 +35,32 @@ def test_long_sources_are_refused_and_weights_kept_only_on_request(task):
     _, lean = translate_texts(model, task.src_vocab, task.tgt_vocab, ["<en> one"])
     _, kept = translate_texts(model, task.src_vocab, task.tgt_vocab, ["<en> one"], weights=True)
     assert lean[0].weights is None and kept[0].weights is not None
+
+
+def test_validation_loss_is_the_mean_cross_entropy_per_target_token(task):
+    # reference: each pair alone (no padding), -log p of every target token and EOS, summed
+    # over pairs and divided by their tokens
+    from attnkit.tokens import BOS, EOS
+
+    model = task.build_model().eval()
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for source, target in PAIRS:
+            src = torch.tensor([task.src_vocab.encode(source)])
+            ids = [BOS, *task.tgt_vocab.encode(target), EOS]
+            logits, _ = model(src, torch.tensor([src.shape[1]]), torch.tensor([ids[:-1]]))
+            logp = torch.log_softmax(logits[0].double(), dim=-1)
+            total -= float(logp[torch.arange(len(ids) - 1), torch.tensor(ids[1:])].sum())
+            tokens += len(ids) - 1
+        scores = task.evaluate(model)
+    # the batched float32 forward against float64 log-softmax: a few hundred roundings of
+    # 2**-24 each in a model this small, 1e-5 leaves a wide margin
+    assert scores["loss"] == pytest.approx(total / tokens, rel=1e-5)
+    assert set(scores) == {"accuracy", "cer", "bleu", "bleu_char", "chrf", "loss"}
+
+
+def test_a_shared_vocabulary_is_built_from_both_sides():
+    pairs = [("<en> ab", "xy"), ("<en> ba", "yx")]
+    shared = TranslateTask(pairs, pairs, model_config={"kind": "none"}, shared_vocab=True)
+    assert shared.src_vocab is shared.tgt_vocab
+    assert {"a", "b", "x", "y"} <= {shared.src_vocab.piece(i) for i in range(len(shared.src_vocab))}

@@ -826,3 +826,19 @@ def test_a_signal_mid_accumulation_stops_after_that_batch_and_resumes_exactly(tm
     trainer.fit()
     for (name, x), y in zip(straight.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(x, y), name  # dropout's random draws rewound too
+
+
+def test_a_minimised_metric_keeps_the_validation_of_the_lowest_value(tmp_path):
+    # "-cer": checkpoint-best is the validation of the lowest CER; a later, higher CER is not
+    # progress, so patience 1 stops after it
+    falling_then_rising = [{"accuracy": 0.0, "cer": c} for c in (4.0, 1.5, 2.0, 3.0)]
+    trainer = Trainer(
+        Reverse(),
+        Tied(falling_then_rising),
+        _cfg(max_steps=20, metric="-cer", patience=1),
+        tmp_path,
+    )
+    result = trainer.fit()
+    best = load_checkpoint(tmp_path / BEST_DIR).trainer_state
+    assert best == {"step": 10, "metric": "-cer", "value": -1.5}
+    assert result.stopped == "early_stopping" and result.best == -1.5

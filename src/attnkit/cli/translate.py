@@ -11,17 +11,22 @@ from typing import Any
 
 import torch
 
-from attnkit.cli import argtypes, common, corpus, inference, jsonlines
+from attnkit.cli import argtypes, common, corpus, inference, jsonlines, recipes
 from attnkit.cli.corpus import add_format_args, add_limit_arg, named, read_splits
 from attnkit.data import CharVocab, SubwordVocab, generate_pairs, load_vocab
 from attnkit.data.corpora.text_files import text_lines
 from attnkit.decoding import Hypotheses
 from attnkit.models import Seq2Seq, Transformer
 from attnkit.tasks import loading
-from attnkit.tasks.translate import TranslateTask, plot_translation, translate_texts
+from attnkit.tasks.translate import BEST_BY, TranslateTask, plot_translation, translate_texts
 
 # The option of each model config key not named after it (see attnkit.tasks.loading.existing_run).
-OPTIONS = {"name": "--model", "kind": "--model", "d_model": "--hidden"}
+OPTIONS = {
+    "name": "--model",
+    "kind": "--model",
+    "d_model": "--hidden",
+    "shared_embeddings": "--shared-vocab",
+}
 # The model options that only some models take (--hidden and --dropout apply to every one), and
 # their defaults: an option given for a model that does not take it is refused.
 TAKEN_BY = {
@@ -82,6 +87,12 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
         default=1000,
         help="SentencePiece: pieces at most",
     )
+    data.add_argument(
+        "--shared-vocab",
+        action="store_true",
+        help="one vocabulary for sources and targets, built from both (with --model "
+        "transformer: one embedding for both sides and the output, Press & Wolf 2017)",
+    )
     model = p.add_argument_group("model")
     model.add_argument(
         "--model", choices=("bahdanau", "luong", "transformer", "none"), default="bahdanau"
@@ -122,6 +133,14 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
     )
     add_format_args(p, "translate")
     common.add_training_args(p)
+    p.add_argument(
+        "--best-by",
+        choices=tuple(BEST_BY),
+        help="the validation metric that picks checkpoint-best and drives --patience: bleu "
+        "(sacreBLEU; ties broken by chrF), chrf, loss (cross-entropy per token) or exact "
+        "(exact match; ties broken by CER). Default: bleu with --train, exact on the built-in "
+        "data",
+    )
     p.set_defaults(run=run_train)
 
 
@@ -140,6 +159,7 @@ def _pairs(
 
 
 def run_train(args: argparse.Namespace) -> int:
+    recipes.check_corpus(args.recipe, args.train)
     torch.manual_seed(args.seed)
     checks: dict[str, Any] = dict(
         model=_model_config(args),
@@ -166,6 +186,7 @@ def run_train(args: argparse.Namespace) -> int:
         seed=args.seed,
         vocab=args.vocab,
         vocab_size=args.vocab_size,
+        shared_vocab=args.shared_vocab,
         label_smoothing=args.label_smoothing,
         teacher_forcing=common.teacher_forcing(args),
         data=data,
@@ -176,7 +197,9 @@ def run_train(args: argparse.Namespace) -> int:
         )
     task = TranslateTask(train, valid, **task_kw)
     model = task.build_model().to(args.device)
-    if common.train_and_report(model, task, args, tiebreak="-cer", init=init) is not None:
+    metric, tiebreak = BEST_BY[args.best_by or ("bleu" if args.train else "exact")]
+    result = common.train_and_report(model, task, args, metric=metric, tiebreak=tiebreak, init=init)
+    if result is not None:
         _samples_and_plots(model, task, args.out, args.plot)
     return 0
 
@@ -202,6 +225,7 @@ def _model_config(args: argparse.Namespace) -> dict:
     o = _model_options(args)
     if args.model == "transformer":
         dropout = 0.1 if args.dropout is None else args.dropout
+        shared = {"shared_embeddings": True} if args.shared_vocab else {}
         return dict(
             name="transformer",
             d_model=args.hidden,
@@ -209,6 +233,7 @@ def _model_config(args: argparse.Namespace) -> dict:
             layers=o["layers"],
             ff=o["ff"],
             dropout=dropout,
+            **shared,
         )
     return dict(
         name="seq2seq",

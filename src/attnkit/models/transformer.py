@@ -112,6 +112,9 @@ class Transformer(Model, name="transformer"):
         layers: encoder layers; dec_layers: decoder layers (default ``layers``).
         ff: feed-forward hidden size (default ``4 * D``).
         dropout: on embeddings, sub-layer outputs, attention weights and the feed-forward.
+        shared_embeddings: one embedding for source and target tokens (a joint vocabulary:
+            ``src_vocab == tgt_vocab``), which is the output projection too: the three-way
+            tying of Press & Wolf (2017), as Vaswani et al. (2017) do for joint BPE.
 
     Shape:
         - ``forward(src (B, S), src_len (B,), tgt_in (B, T))`` -> logits ``(B, T, V)`` and,
@@ -138,6 +141,7 @@ class Transformer(Model, name="transformer"):
         dec_layers: int | None = None,
         ff: int | None = None,
         dropout: float = 0.1,
+        shared_embeddings: bool = False,
     ):
         super().__init__()
         check_positive_int("d_model", d_model)
@@ -150,8 +154,17 @@ class Transformer(Model, name="transformer"):
             raise ValueError(f"d_model: expected an even size (sinusoids), got {d_model}")
         dec_layers = layers if dec_layers is None else check_positive_int("dec_layers", dec_layers)
         ff = 4 * d_model if ff is None else check_positive_int("ff", ff)
+        if shared_embeddings and src_vocab != tgt_vocab:
+            raise ValueError(
+                "shared_embeddings: expected one vocabulary (src_vocab == tgt_vocab), got "
+                f"src_vocab={src_vocab}, tgt_vocab={tgt_vocab}"
+            )
         self.d_model = d_model
-        self.src_embed = nn.Embedding(src_vocab, d_model, padding_idx=0)
+        self.shared_embeddings = shared_embeddings
+        # Shared: no source embedding of its own (the state dict holds each tensor once);
+        # the encoder reads the target's (:meth:`source_embedding`).
+        if not shared_embeddings:
+            self.src_embed = nn.Embedding(src_vocab, d_model, padding_idx=0)
         self.tgt_embed = nn.Embedding(tgt_vocab, d_model, padding_idx=0)
         self.encoder = nn.ModuleList(
             _EncoderLayer(d_model, heads, ff, dropout) for _ in range(layers)
@@ -162,7 +175,8 @@ class Transformer(Model, name="transformer"):
         self.enc_norm, self.dec_norm = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.drop = nn.Dropout(dropout)
         self.out_bias = nn.Parameter(torch.zeros(tgt_vocab))
-        for emb in (self.src_embed, self.tgt_embed):
+        embeddings = [self.tgt_embed] if shared_embeddings else [self.src_embed, self.tgt_embed]
+        for emb in embeddings:
             nn.init.normal_(emb.weight, std=d_model**-0.5)
             with torch.no_grad():
                 emb.weight[0].zero_()
@@ -173,12 +187,16 @@ class Transformer(Model, name="transformer"):
         x = embedding(tokens) * math.sqrt(self.d_model)
         return self.drop(x + sinusoids(positions, self.d_model).to(x.dtype))
 
+    def source_embedding(self) -> nn.Embedding:
+        """The embedding of source tokens: the target's when ``shared_embeddings``."""
+        return self.tgt_embed if self.shared_embeddings else self.src_embed
+
     def _logits(self, y: torch.Tensor) -> torch.Tensor:
         return linear(self.dec_norm(y), self.tgt_embed.weight, self.out_bias)  # tied
 
     def encode(self, src: torch.Tensor, src_len: torch.Tensor) -> torch.Tensor:
         """Encoder output ``(B, S, D)`` (rows past ``src_len`` are not meaningful)."""
-        x = self._embed(self.src_embed, src, torch.arange(src.shape[1], device=src.device))
+        x = self._embed(self.source_embedding(), src, torch.arange(src.shape[1], device=src.device))
         for layer in self.encoder:
             x = layer(x, src_len)
         return self.enc_norm(x)

@@ -43,6 +43,7 @@ from attnkit.tokens import BOS, EOS, PAD
 from attnkit.train import Batches, TeacherForcing
 
 __all__ = [
+    "BEST_BY",
     "MAX_LEN_RATIO",
     "MAX_OUTPUT_TOKENS",
     "TranslateEvaluator",
@@ -54,14 +55,27 @@ __all__ = [
 
 
 def metrics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-    """Validation: ``accuracy`` (exact match), character error rate, BLEU (sacreBLEU's standard)
-    and BLEU over characters (:mod:`attnkit.tasks.metrics`)."""
+    """Validation: ``accuracy`` (exact match), character error rate, BLEU (sacreBLEU's standard),
+    BLEU over characters and chrF (:mod:`attnkit.tasks.metrics`)."""
     return {
         "accuracy": scores.exact_match(hypotheses, references),
         "cer": scores.cer(hypotheses, references),
         "bleu": scores.bleu(hypotheses, references),
         "bleu_char": scores.bleu_char(hypotheses, references),
+        "chrf": scores.chrf(hypotheses, references),
     }
+
+
+# --best-by NAME: the validation metric that picks checkpoint-best and drives early stopping,
+# and the one that breaks its ties (attnkit.train.TrainConfig's metric and tiebreak; "-NAME" is
+# minimised). BLEU for real text, as its users read it; exact match for the built-in worlds,
+# whose outputs are short enough to be right or wrong.
+BEST_BY = {
+    "bleu": ("bleu", "chrf"),
+    "chrf": ("chrf", "bleu"),
+    "loss": ("-loss", None),
+    "exact": ("accuracy", "-cer"),
+}
 
 
 TAG = re.compile(r"^<[\w:-]+>$")
@@ -162,6 +176,8 @@ class TranslateTask:
             :class:`attnkit.train.TeacherForcing` schedule over training steps.
         vocab, vocab_size: vocabularies built from ``train`` when not given: ``"char"``, or
             SentencePiece ``"unigram"`` / ``"bpe"`` with at most ``vocab_size`` pieces.
+        shared_vocab: one vocabulary built from sources and targets together, for both sides
+            (with a Transformer's ``shared_embeddings``, one embedding for both).
         max_valid: validation sentences decoded at each evaluation.
     """
 
@@ -175,6 +191,7 @@ class TranslateTask:
         tgt_vocab: Vocab | None = None,
         vocab: str = "char",
         vocab_size: int = 1000,
+        shared_vocab: bool = False,
         batch_size: int = 64,
         seed: int = 0,
         label_smoothing: float = 0.1,
@@ -192,6 +209,13 @@ class TranslateTask:
         tags = sorted({tag for s, _ in self.train if TAG.match(tag := s.split(" ", 1)[0])})
         # build_vocab reads its texts once, as its builders' Iterable allows; its Sequence
         # annotation is narrower than that, and a list here would hold the corpus in memory
+        if shared_vocab and src_vocab is None and tgt_vocab is None:
+            src_vocab = tgt_vocab = build_vocab(
+                (text for pair in self.train for text in pair),  # type: ignore[arg-type]
+                kind=vocab,
+                size=vocab_size,
+                tags=tags,
+            )
         self.src_vocab = src_vocab or build_vocab(
             (s for s, _ in self.train),  # type: ignore[arg-type]
             kind=vocab,
@@ -217,9 +241,10 @@ class TranslateTask:
         lengths, longest = array("i"), 0
         for s, t in self.train:
             lengths.append(len(self.src_vocab.encode(s)))
-            longest = max(longest, len(t))
+            longest = max(longest, len(self.tgt_vocab.encode(t)))
         self._lengths = lengths  # source tokens of each pair, for batches of similar lengths
-        # Room for the longest training target whatever the source length (digits -> words).
+        # Room for the longest training target, in tokens, whatever the source length (digits
+        # -> words): a cap on outputs that run on, not a length any output should reach.
         self.max_len_extra = 10 + int(1.5 * longest)
 
     def build_model(self) -> Seq2Seq | Transformer:
@@ -234,7 +259,9 @@ class TranslateTask:
         )
 
     def _collate(self, idx: list[int]) -> dict:
-        pairs = [self.train[i] for i in idx]
+        return self._encode([self.train[i] for i in idx])
+
+    def _encode(self, pairs: Sequence[tuple[str, str]]) -> dict:
         src, src_len = pad_batch([self.src_vocab.encode(s) or [PAD] for s, _ in pairs])
         tgt, _ = pad_batch([[BOS] + self.tgt_vocab.encode(t) + [EOS] for _, t in pairs])
         return {"src": src, "src_len": src_len, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
@@ -258,6 +285,8 @@ class TranslateTask:
         return loss, int((target != PAD).sum())
 
     def evaluate(self, model: Seq2Seq | Transformer) -> dict[str, float]:
+        """:func:`metrics` of greedy outputs, and ``loss``: the validation pairs' mean
+        cross-entropy per target token (teacher-forced, without label smoothing)."""
         sources = [s for s, _ in self.valid]
         outs, _ = translate_texts(
             model,
@@ -267,7 +296,23 @@ class TranslateTask:
             max_len_extra=self.max_len_extra,
             max_chars=None,
         )
-        return metrics(outs, [t for _, t in self.valid])
+        return {**metrics(outs, [t for _, t in self.valid]), "loss": self._valid_loss(model)}
+
+    def _valid_loss(self, model: Seq2Seq | Transformer) -> float:
+        total, tokens = 0.0, 0
+        device = next(model.parameters()).device
+        for start in range(0, len(self.valid), self.batch_size):
+            batch = self._encode(self.valid[start : start + self.batch_size])
+            batch = {k: v.to(device) for k, v in batch.items()}
+            logits, _ = model(batch["src"], batch["src_len"], batch["tgt_in"])
+            target = batch["tgt_out"]
+            total += float(
+                F.cross_entropy(
+                    logits.flatten(0, 1), target.flatten(), ignore_index=PAD, reduction="sum"
+                )
+            )
+            tokens += int((target != PAD).sum())
+        return total / max(tokens, 1)
 
     def pictures(self, model, folder: Path, n: int) -> list[Path]:
         """Attention pictures of the first ``n`` validation examples in ``folder``."""

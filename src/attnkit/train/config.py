@@ -33,8 +33,8 @@ class TrainConfig:
     """Training settings (all saved with the checkpoint).
 
     ``schedule``: "constant", "inverse_sqrt" or "cosine" after ``warmup_steps`` of linear
-    warm-up. ``metric``: the validation metric to maximise (``"-loss"`` style names are not
-    special: return the value to maximise). ``patience``: stop after this many validations
+    warm-up. ``metric``: the validation metric to maximise (``"-NAME"``: NAME minimised, e.g.
+    ``"-loss"``). ``patience``: stop after this many validations
     without improvement (None: never). ``time_budget_s``: stop (and save) after this long.
     ``precision``: ``"fp32"``, ``"bf16"`` or ``"fp16"`` (see the module docstring; the model's
     device must support it). ``data_workers``: ``DataLoader`` worker processes building batches

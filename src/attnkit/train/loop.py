@@ -111,6 +111,19 @@ log = logging.getLogger("attnkit")
 BEST_DIR = "checkpoint-best"  # the best validation's model, inside the run folder
 KEPT_DIR = "best"  # the models of the keep_best best validations, inside the run folder
 _NONE = float("-inf")  # the tiebreak of a validation without one: below every other
+
+
+def _signed(metrics: dict[str, float], name: str, role: str) -> float:
+    """``metrics[name]``, or ``-metrics[NAME]`` for ``name`` ``"-NAME"`` (minimised), so that
+    the larger is the better; a name the task does not report is a KeyError naming ``role``."""
+    sign, field = (-1.0, name[1:]) if name.startswith("-") else (1.0, name)
+    if field not in metrics:
+        raise KeyError(
+            f"{role}: the task's evaluate() returned {sorted(metrics)}, not {quoted(field)}"
+        )
+    return sign * metrics[field]
+
+
 PICTURES = 2  # validation examples pictured for TensorBoard at each validation
 
 # The signals that stop a run after its checkpoint is saved: Ctrl-C, kill, and a hang-up (the
@@ -387,21 +400,11 @@ class Trainer:
 
     def _standing(self, metrics: dict[str, float]) -> tuple[float, float | None]:
         """A validation's ``(metric, tiebreak)``, both the larger the better (tiebreak None
-        without ``config.tiebreak``)."""
-        if self.config.metric not in metrics:
-            raise KeyError(
-                f"metric: the task's evaluate() returned {sorted(metrics)}, "
-                f"not {quoted(self.config.metric)}"
-            )
-        name = self.config.tiebreak
-        if name is None:
-            return metrics[self.config.metric], None
-        sign, field = (-1.0, name[1:]) if name.startswith("-") else (1.0, name)
-        if field not in metrics:
-            raise KeyError(
-                f"tiebreak: the task's evaluate() returned {sorted(metrics)}, not {quoted(field)}"
-            )
-        return metrics[self.config.metric], sign * metrics[field]
+        without ``config.tiebreak``); a name ``"-NAME"`` is NAME minimised."""
+        value = _signed(metrics, self.config.metric, "metric")
+        if self.config.tiebreak is None:
+            return value, None
+        return value, _signed(metrics, self.config.tiebreak, "tiebreak")
 
     def _best_so_far(self, rank: tuple[float, float | None]) -> bool | None:
         """True when ``rank`` beats the best validation so far, None when it ties it (the
