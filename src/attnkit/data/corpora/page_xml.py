@@ -221,7 +221,9 @@ def _page_text(line: etree._Element) -> str | None:
 
 def _page_line(line: etree._Element, i: int) -> PageLine:
     ident = line.get("id") or f"line{i}"
-    problem, outline, baseline = None, (), None
+    problem: str | None = None
+    outline: tuple[tuple[float, float], ...] = ()
+    baseline = None
     try:
         coords = _child(line, "Coords")
         if coords is None or coords.get("points") is None:
