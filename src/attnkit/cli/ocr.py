@@ -41,8 +41,8 @@ log = logging.getLogger("attnkit")
 
 DESCRIPTION = (
     "Train on your folder of line images (labels.tsv of filename<TAB>text, or "
-    "NAME.png + NAME.gt.txt pairs), or a Hugging Face dataset (see --format), or on "
-    "built-in rendered lines."
+    "NAME.png + NAME.gt.txt pairs), ALTO or PAGE-XML pages beside their images, or a "
+    "Hugging Face dataset (see --format), or on built-in rendered lines."
 )
 
 
