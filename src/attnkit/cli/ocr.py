@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from attnkit.attention import SCORES
-from attnkit.cli import argtypes, augment, common, inference
+from attnkit.cli import argtypes, augment, common, inference, ocr_pages
 from attnkit.cli.corpus import (
     add_format_args,
     add_limit_arg,
@@ -41,8 +41,8 @@ log = logging.getLogger("attnkit")
 
 DESCRIPTION = (
     "Train on your folder of line images (labels.tsv of filename<TAB>text, or "
-    "NAME.png + NAME.gt.txt pairs), or a Hugging Face dataset (see --format), or on "
-    "built-in rendered lines."
+    "NAME.png + NAME.gt.txt pairs), ALTO or PAGE-XML pages beside their images, or a "
+    "Hugging Face dataset (see --format), or on built-in rendered lines."
 )
 
 
@@ -279,17 +279,26 @@ def add_read_parser(sub: common.SubParsers) -> None:
         type=Path,
         help="line images (any size: scaled to 32 "
         "px); -: read their paths from standard input, one a line, each printed as "
-        "soon as it is read",
+        "soon as it is read; or ALTO / PAGE-XML pages (.xml), each line read and the "
+        "page's text written into a copy (--out)",
     )
     inference.add_inference_args(p, "ocr", plot="folder for one picture per image")
+    ocr_pages.add_page_args(p)
     p.set_defaults(run=run_read)
 
 
 def run_read(args: argparse.Namespace) -> int:
+    decoding = joint_decoding(args, common.decoding(args))
+    if ocr_pages.is_pages(args):
+        if common.wants_weights(args):
+            raise ValueError("--plot, --html: for line images, not for pages (.xml)")
+        return ocr_pages.read_pages_cli(args, decoding)
+    if args.out is not None or args.force:
+        raise ValueError("--out, --force: for pages (ALTO, PAGE-XML), not for line images")
     return inference.decode_files(
         args,
         "ocr",
-        joint_decoding(args, common.decoding(args)),
+        decoding,
         args.images,
         lambda path: load_line_image(path, max_width=args.max_width),
         expected="line images",

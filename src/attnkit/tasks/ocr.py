@@ -506,7 +506,8 @@ class OcrEvaluator(Evaluator, task="ocr"):
 
     data = (
         "a folder of line images with labels.tsv (filename<TAB>text), or that TSV; a "
-        "folder of NAME.png + NAME.gt.txt pairs; or hf:PATH[:SPLIT]"
+        "folder of NAME.png + NAME.gt.txt pairs; ALTO or PAGE-XML pages (.xml, a folder "
+        "or a .lst list); or hf:PATH[:SPLIT]"
     )
     metrics = ("cer", "wer", "exact")
     route = Route(

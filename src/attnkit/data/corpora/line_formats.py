@@ -41,6 +41,7 @@ from pathlib import Path
 
 from attnkit.data.corpora.format_registry import Format, register
 from attnkit.data.corpora.line_folders import MAX_WIDTH, LineFolder, line_width, read_line_folder
+from attnkit.data.corpora.page_formats import page_kind
 from attnkit.data.corpora.text_files import read_text
 from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable
 from attnkit.data.paths import inside
@@ -223,10 +224,10 @@ def _transcription(gt: str, allowed: set[str] | None, unusable: Unusable) -> str
 
 
 def _is_labels(path: Path) -> bool:
-    # a folder without .gt.txt files too: the labels reader says what it lacks
+    # a folder without .gt.txt files or pages too: the labels reader says what it lacks
     if path.is_dir():
-        return (path / LABELS).is_file() or not _has_gt(path)
-    return path.is_file()
+        return (path / LABELS).is_file() or not (_has_gt(path) or page_kind(path))
+    return path.is_file() and page_kind(path) is None
 
 
 def _has_gt(path: Path) -> bool:
