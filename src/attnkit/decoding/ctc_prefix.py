@@ -39,21 +39,21 @@ from attnkit.tokens import BOS, EOS, PAD
 LOG_FLOOR = -1e10
 
 __all__ = [
-    "CANDIDATE_LOG_PROB",
+    "CANDIDATE_WINDOW",
     "CTCPrefixScorer",
     "ctc_beam_decode",
-    "ctc_candidates",
     "joint_decode",
     "joint_step",
     "prefix_scores_loop",
 ]
 
-# CTC prefix beam search with CTC alone extends a hypothesis only by the tokens that some
-# frame of its example gives at least this log-probability (e**-10, 4.5e-5): a labelling
-# with another token holds a frame of lower probability than that. Pruning as Hannun et
-# al. (2014) and pyctcdecode (token_min_logp) do, but per line rather than per frame, so
-# that the scores stay exact prefix probabilities.
-CANDIDATE_LOG_PROB = -10.0
+# CTC prefix beam search with CTC alone extends a hypothesis g by the pre-beam tokens most
+# likely in the WINDOW frames from where g's labels most likely end (the frame t of the
+# largest gamma_t(g)): the next label is emitted there, and scoring every character of a
+# long line at every step made a beam of 5 ten times slower. The scores of the tokens
+# extended stay exact prefix probabilities; the window only chooses which are scored (as
+# ESPnet's CTC prefix scorer windows the frames around the attention's peak).
+CANDIDATE_WINDOW = 32
 
 
 def _impossible(scores: torch.Tensor) -> torch.Tensor:
@@ -177,31 +177,32 @@ def joint_step(
     pad: int = PAD,
     bos: int = BOS,
     eos: int = EOS,
-    candidates: torch.Tensor | None = None,
+    window: int = 0,
 ):
     """A decoder step that scores with CTC prefix scores and a language model too.
 
     Args:
         step: the model's ``step(tokens, state) -> (log_probs (N, V), state, weights)``, or
-            None for CTC alone (CTC prefix beam search: ``ctc_weight`` 1, ``candidates``
+            None for CTC alone (CTC prefix beam search: ``ctc_weight`` 1, ``window``
             given).
         scorer: the batch's :class:`CTCPrefixScorer` (None when ``ctc_weight`` is 0).
         ctc_weight: ``lambda``; the attention decoder's log-probabilities weigh ``1 - lambda``.
         pre_beam: ``C``, the attention decoder's most likely tokens that are scored by CTC
             each step (the end token always is); the others are not extended.
         lm_step, lm_weight: a language model's step (same signature) and ``beta``.
-        candidates: with ``step`` None, the tokens ``(B, C)`` scored for every hypothesis of
-            each example (:func:`ctc_candidates`) instead of the decoder's ``pre_beam``.
+        window: with ``step`` None, the ``pre_beam`` tokens scored are those most likely in
+            the ``window`` frames from where each hypothesis most likely ends
+            (:data:`CANDIDATE_WINDOW`).
 
     Returns:
         ``joint(tokens, state) -> (scores (N, V), state, weights)`` over the state
         ``{"model": ..., "ctc": ..., "lm": ...}`` of :func:`joint_state`.
     """
     blocked = [pad, bos, eos]
-    if step is None and (scorer is None or candidates is None or ctc_weight != 1):
+    if step is None and (scorer is None or window < 1 or ctc_weight != 1):
         raise ValueError(
-            "step: None (CTC alone) needs a scorer, candidates and ctc_weight 1, got "
-            f"ctc_weight={ctc_weight}"
+            "step: None (CTC alone) needs a scorer, a window and ctc_weight 1, got "
+            f"window={window}, ctc_weight={ctc_weight}"
         )
 
     def joint(tokens, state):
@@ -212,7 +213,7 @@ def joint_step(
         if scorer is not None:
             ctc = _follow(state["ctc"], tokens)
             if step is None:
-                cand = candidates.index_select(0, ctc["example"])  # (N, C)
+                cand = _window_candidates(scorer, ctc, pre_beam, window, blocked)  # (N, C)
             else:
                 att = log_att.float().clone()
                 att[:, blocked] = -math.inf
@@ -241,6 +242,20 @@ def joint_step(
         return scores, new, weights
 
     return joint
+
+
+def _window_candidates(
+    scorer: CTCPrefixScorer, ctc: dict, pre_beam: int, window: int, blocked: list[int]
+) -> torch.Tensor:
+    """The ``pre_beam`` tokens ``(N, C)`` most likely at some frame of the ``window`` frames
+    from where each hypothesis's labels most likely end (``argmax_t gamma_t(g)``)."""
+    x = scorer.x  # (B, T, V)
+    t_all, v = x.shape[1], x.shape[2]
+    end = torch.logsumexp(ctc["r"], -1).argmax(-1)  # (N,)
+    frames = (end[:, None] + torch.arange(window, device=x.device)).clamp(max=t_all - 1)
+    best = x[ctc["example"][:, None], frames].amax(1)  # (N, V)
+    best[:, blocked] = -math.inf
+    return best.topk(min(pre_beam, v - len(blocked)), dim=-1).indices
 
 
 def joint_state(model_state, scorer: CTCPrefixScorer | None, lm_state) -> dict:
@@ -313,32 +328,6 @@ def prefix_scores_loop(log_probs: torch.Tensor, prefix: list[int], blank: int = 
     return math.log(total) if total > 0 else -math.inf
 
 
-def ctc_candidates(
-    log_probs: torch.Tensor,
-    lengths: torch.Tensor,
-    *,
-    floor: float = CANDIDATE_LOG_PROB,
-    blocked: tuple[int, ...] = (PAD, BOS, EOS),
-) -> torch.Tensor:
-    """The tokens CTC prefix beam search extends each example's hypotheses by: ``(B, C)``,
-    each example's most likely tokens at their likeliest frame, every token that some valid
-    frame gives at least ``floor`` (``-inf``: every token), never those in ``blocked`` (the
-    blank, BOS, EOS); ``C`` the most any example needs (at least 1), so an example may get a
-    few more.
-
-    Example:
-        >>> lp = torch.log(torch.tensor([[[.6, 0, 0, .4, 0], [.5, 0, 0, 0, .5]]]))
-        >>> ctc_candidates(lp, torch.tensor([1])).tolist()  # frame 1 is past the end
-        [[3]]
-    """
-    b, t, v = log_probs.shape
-    valid = torch.arange(t, device=log_probs.device) < lengths.to(log_probs.device)[:, None]
-    best = log_probs.float().masked_fill(~valid[..., None], -math.inf).amax(1)  # (B, V)
-    best[:, list(blocked)] = -math.inf
-    count = int((best >= floor).sum(-1).max()) if math.isfinite(floor) else v - len(blocked)
-    return best.topk(min(max(count, 1), v - len(blocked)), dim=-1).indices  # (B, C)
-
-
 def ctc_beam_decode(
     log_probs: torch.Tensor,
     lengths: torch.Tensor,
@@ -346,7 +335,7 @@ def ctc_beam_decode(
     beam: int,
     lm=None,
     lm_weight: float = 0.0,
-    floor: float = CANDIDATE_LOG_PROB,
+    window: int = CANDIDATE_WINDOW,
     bos: int = BOS,
     eos: int = EOS,
     pad: int = PAD,
@@ -358,7 +347,8 @@ def ctc_beam_decode(
     ``log psi(g + c) - log psi(g)`` (+ ``lm_weight log p_lm(c | g)``), the end token
     ``log p_ctc(g | X) - log psi(g)``: a finished hypothesis's score sums to
     ``log p_ctc(Y | X)``, every path that collapses to ``Y`` counted, not the best path's
-    alone. Each example's hypotheses are extended by its :func:`ctc_candidates` (``floor``).
+    alone. A hypothesis is extended by the :func:`pre_beam_size` tokens most likely in the
+    ``window`` frames from where it most likely ends (:data:`CANDIDATE_WINDOW`).
 
     Args:
         log_probs: ``(B, T, V)`` CTC log-probabilities (blank ``pad``); lengths: ``(B,)``
@@ -384,13 +374,13 @@ def ctc_beam_decode(
         None,
         scorer,
         ctc_weight=1.0,
-        pre_beam=0,
+        pre_beam=pre_beam_size(beam),
         lm_step=None if lm_state is None else lm.step,
         lm_weight=lm_weight,
         pad=pad,
         bos=bos,
         eos=eos,
-        candidates=ctc_candidates(log_probs, lengths, floor=floor, blocked=(pad, bos, eos)),
+        window=window,
     )
     return beam_search(
         step,
