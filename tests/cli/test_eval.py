@@ -371,10 +371,10 @@ def test_data_that_does_not_fit_the_checkpoint_is_named(runs, capsys, tmp_path):
         err = capsys.readouterr().err
         assert re.fullmatch(rf"attnkit: .*{message}.*\n", err), err
     assert (
-        main(["eval", "--checkpoint", runs["ocr"], "--data", str(runs["lines"]), "--beam", "2"])
+        main(["eval", "--checkpoint", runs["ocr"], "--data", str(runs["lines"]), "--max-len", "2"])
         == 2
     )
-    assert "the CTC head reads the best path only" in capsys.readouterr().err
+    assert "max_len: a CTC head reads the best path or a prefix beam" in capsys.readouterr().err
     assert (
         main(
             [
@@ -388,7 +388,16 @@ def test_data_that_does_not_fit_the_checkpoint_is_named(runs, capsys, tmp_path):
         )
         == 2
     )
-    assert "the CTC head's output length is set by the line's steps" in capsys.readouterr().err
+    assert "max_len: a CTC head reads the best path or a prefix beam" in capsys.readouterr().err
+    for beam in ("0", "-3", "257"):
+        args = ["eval", "--checkpoint", runs["ocr"], "--data", str(runs["lines"]), "--beam", beam]
+        try:
+            code = main(args)
+        except SystemExit as exc:  # argparse's refusal of a value its type rejects
+            code = exc.code
+        assert code == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "--beam" in err, err
 
 
 @pytest.mark.usefixtures("one_thread")

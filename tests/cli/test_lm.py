@@ -148,3 +148,71 @@ def test_train_lm_validates_on_the_valid_file(tmp_path, capsys):
     assert "bad.txt:2: characters outside the recogniser's alphabet" in capsys.readouterr().err
     assert main(lm + ["--valid", str(valid), "--out", str(tmp_path / "lm")]) == 0
     assert "held-out: accuracy" in capsys.readouterr().out
+
+
+def test_a_ctc_head_reads_with_a_prefix_beam_and_an_lm_of_its_own_characters(tmp_path, capsys):
+    folder = write_line_folder(generate_lines(4, seed=2, max_chars=8), tmp_path / "lines").parent
+    ocr = tmp_path / "ocr"
+    assert (
+        main(["train", "ocr", "--train", str(folder), "--out", str(ocr), "--steps", "1", *TINY])
+        == 0
+    )
+    text = tmp_path / "text.txt"
+    text.write_text(
+        "".join(
+            line.split("\t")[1] + "\n" for line in (folder / "labels.tsv").read_text().splitlines()
+        )
+    )
+    small = [
+        "--steps",
+        "1",
+        "--eval-every",
+        "1",
+        "--hidden",
+        "8",
+        "--emb",
+        "4",
+        "--batch-size",
+        "2",
+        "--no-progress",
+    ]
+    for name, vocab in (("lm", str(ocr / "checkpoint")), ("digits", "builtin:asr-digits")):
+        if name == "digits":
+            text.write_text("one two\nthree\nfour\n")
+        assert (
+            main(
+                [
+                    "train",
+                    "lm",
+                    "--text",
+                    str(text),
+                    "--vocab-from",
+                    vocab,
+                    "--out",
+                    str(tmp_path / name),
+                    *small,
+                ]
+            )
+            == 0
+        )
+    capsys.readouterr()
+    read = ["read", "--checkpoint", str(ocr / "checkpoint"), str(folder / "000000.png")]
+    assert (
+        main(
+            read
+            + ["--beam", "3", "--lm", str(tmp_path / "lm" / "checkpoint"), "--lm-weight", "0.3"]
+        )
+        == 0
+    )
+    assert len(capsys.readouterr().out.splitlines()) == 1
+    assert (
+        main(
+            read
+            + ["--beam", "3", "--lm", str(tmp_path / "digits" / "checkpoint"), "--lm-weight", "0.3"]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "--lm: " in err and str(tmp_path / "digits" / "checkpoint") in err
+    assert f"--checkpoint {ocr / 'checkpoint'}" in err

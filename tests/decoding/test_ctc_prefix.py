@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attnkit.decoding import CTCPrefixScorer, Decoding, decode
+from attnkit.decoding import CTCPrefixScorer, Decoding, ctc_greedy, decode, decode_ctc
 from attnkit.decoding.ctc_prefix import prefix_scores_loop
 from attnkit.models import CRNN, LAS
 
@@ -231,3 +231,70 @@ def test_models_without_a_ctc_head_are_refused():
 def test_bad_options(kw, match):
     with pytest.raises(ValueError, match=match):
         Decoding(**kw)
+
+
+def _labellings_by_enumeration(log_probs, labels):
+    """log p(Y | X) of every labelling Y of ``log_probs`` (T, V), by enumerating every path of
+    blanks and ``labels`` over the T frames, collapsing it (repeats merged, blanks removed) and
+    summing the paths' probabilities per labelling: the definition, slowly."""
+    p = log_probs.double().exp()
+    total: dict[tuple, float] = {}
+    for path in itertools.product([PAD, *labels], repeat=p.shape[0]):
+        merged = [c for i, c in enumerate(path) if c != PAD and (i == 0 or c != path[i - 1])]
+        prob = math.prod(float(p[t, c]) for t, c in enumerate(path))
+        total[tuple(merged)] = total.get(tuple(merged), 0.0) + prob
+    return {y: math.log(q) for y, q in total.items() if q > 0}
+
+
+@given(st.integers(1, 4), st.integers(2, 3), st.integers(0, 2**16))
+def test_ctc_prefix_beam_equals_enumerating_every_path(t, n_labels, seed):
+    """With a beam as wide as the labellings, CTC prefix beam search (CTC alone) returns every
+    labelling with its probability summed over all its paths, best first."""
+    g = torch.Generator().manual_seed(seed)
+    v = 3 + n_labels
+    logits = 2 * torch.randn(1, t, v, generator=g)
+    logits[..., [BOS, EOS]] = -math.inf  # the specials are never output
+    log_probs = logits.log_softmax(-1)
+    want = _labellings_by_enumeration(log_probs[0], list(range(3, v)))
+    k = min(len(want), 40)
+    got = decode_ctc(
+        log_probs,
+        torch.tensor([t]),
+        decoding=Decoding(beam=40, length_penalty=0.0, n_best=k),
+    )
+    found = {
+        tuple(got.tokens[0, i, : int(got.lengths[0, i]) - 1].tolist()): float(got.scores[0, i])
+        for i in range(k)
+    }
+    ranked = sorted(want.values(), reverse=True)[:k]
+    assert sorted(found.values(), reverse=True) == pytest.approx(ranked, abs=1e-4)
+    for labelling, score in found.items():
+        assert score == pytest.approx(want[labelling], abs=1e-4)
+    assert ranked[0] == pytest.approx(float(got.scores[0, 0]), abs=1e-4)
+
+
+def test_decode_ctc_beam_1_is_the_best_path():
+    g = torch.Generator().manual_seed(1)
+    log_probs = (3 * torch.randn(3, 12, 7, generator=g)).log_softmax(-1)
+    lengths = torch.tensor([12, 7, 1])
+    paths = ctc_greedy(log_probs, lengths)
+    got = decode_ctc(log_probs, lengths, decoding=Decoding(beam=1))
+    assert [row[: int(n) - 1].tolist() for row, n in zip(got.tokens, got.lengths)] == paths.ids
+
+
+def test_decode_ctc_fuses_a_language_model():
+    """Two labellings CTC finds as likely: the LM, which prefers token 4, decides."""
+    log_probs = torch.log(torch.tensor([[[0.1, 0, 0, 0.46, 0.44]] * 1]))
+    lm = Unigram(torch.tensor([-9.0, -9.0, -1.0, -5.0, -0.5]))
+    plain = decode_ctc(log_probs, torch.tensor([1]), decoding=plain_beam(2))
+    fused = decode_ctc(log_probs, torch.tensor([1]), decoding=plain_beam(2, lm_weight=1.0), lm=lm)
+    assert plain.tokens[0, 0] == 3 and fused.tokens[0, 0] == 4
+
+
+@pytest.mark.parametrize(
+    "kw", [dict(sample=True), dict(ctc_weight=0.5), dict(coverage_penalty=1.0), dict(max_len=3)]
+)
+def test_decode_ctc_refuses_what_a_ctc_head_cannot_follow(kw):
+    name = next(iter(kw))
+    with pytest.raises(ValueError, match=rf"^{name}: a CTC head reads the best path or a prefix"):
+        decode_ctc(torch.zeros(1, 2, 5), torch.tensor([2]), decoding=Decoding(**kw))

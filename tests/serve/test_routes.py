@@ -162,18 +162,17 @@ def test_a_ctc_head_refuses_beam_search_and_max_len_before_reading():
             )
 
         assert read("{}").status_code == 200
+        assert read('{"beam": 2}').status_code == 200  # CTC prefix beam search
         for decoding, field, message in [
             (
-                '{"beam": 2}',
-                "decoding.beam",
-                "decoding.beam: this model's CTC head reads "
-                "the best path only; expected greedy decoding, got ",
+                '{"coverage_penalty": 2}',
+                "decoding.coverage_penalty",
+                "decoding.coverage_penalty: a CTC head reads the best path or a prefix beam",
             ),
             (
                 '{"max_len": 5}',
                 "decoding.max_len",
-                "decoding.max_len: this model's CTC "
-                "head sets the output's length by the line's steps; expected none, got 5",
+                "decoding.max_len: a CTC head reads the best path or a prefix beam",
             ),
         ]:
             r = read(decoding)

@@ -416,7 +416,7 @@ def test_read_takes_image_uploads(tmp_path):
             ("bad.png", {}, "image", "bad.png: cannot read image"),
             ("empty.png", {}, "image", "empty upload"),
             ("huge.png", {}, "image", "--max-pixels"),
-            ("line.png", {"decoding": '{"beam": 3}'}, "decoding.beam", "best path"),
+            ("line.png", {"decoding": '{"max_len": 3}'}, "decoding.max_len", "prefix beam"),
             ("line.png", {"decoding": '{"beam": 1'}, "decoding", "JSON"),
             ("line.png", {"decoding": '{"wide": 1}'}, "decoding.wide", "not an option"),
         ):

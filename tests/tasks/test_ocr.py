@@ -224,3 +224,26 @@ def test_every_reading_has_its_score(lines):
     for reading in readings:
         assert len(reading.scores) == len(reading.texts) == 2
         assert reading.scores[0] >= reading.scores[1] and all(s < 0 for s in reading.scores)
+
+
+def test_the_ctc_heads_beam_1_is_the_best_path_and_a_wider_beam_ranks_labellings(lines):
+    from attnkit.decoding import Decoding, ctc_greedy
+
+    torch.manual_seed(0)
+    images = [image for image, _ in lines]
+    ctc = CRNN(vocab=len(CHARS), **{**MODEL, "head": "ctc"}).eval()
+    batch, widths = pad_images(images)
+    with torch.no_grad():
+        log_probs, steps = ctc(batch, widths)
+    paths = ctc_greedy(log_probs, steps)
+    want = [CHARS.decode(ids) for ids in paths.ids]
+    assert [r.texts[0] for r in read_lines(ctc, CHARS, images)] == want
+    assert [r.texts[0] for r in read_lines(ctc, CHARS, images, decoding=Decoding(beam=1))] == want
+    wide = read_lines(ctc, CHARS, images, decoding=Decoding(beam=4, n_best=2, length_penalty=0))
+    for j, reading in enumerate(wide):
+        assert len(reading.texts) == 2 and reading.scores[0] >= reading.scores[1]
+        # a labelling's probability sums its paths: at least its best path's
+        best_path = float(log_probs[j, : int(steps[j])].max(-1).values.sum())
+        assert reading.scores[0] >= best_path - 1e-4
+    with pytest.raises(ValueError, match="sample: a CTC head reads the best path or a prefix"):
+        read_lines(ctc, CHARS, images, decoding=Decoding(sample=True))

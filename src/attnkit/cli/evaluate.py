@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     decoding = joint_decoding(args, common.decoding(args))
     _one_output(args)
     evaluator = loading.load_evaluator(args.checkpoint, args.device)
-    evaluator.lm = loading.load_lm(args.lm, evaluator.vocab, args.device)
+    evaluator.lm = loading.load_lm(args.lm, evaluator.vocab, args.device, args.checkpoint)
     data, options = format_options(args, args.data, None)
     result = evaluate(
         evaluator,

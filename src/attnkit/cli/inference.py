@@ -63,7 +63,7 @@ def decode_files(
     inputs, names = [made(x) for x in loaded], [str(p) for p in paths]
     if args.corpus:
         inputs, names = corpus.corpus_inputs(args, evaluator, paths)
-    evaluator.lm = loading.load_lm(args.lm, evaluator.vocab, args.device)
+    evaluator.lm = loading.load_lm(args.lm, evaluator.vocab, args.device, args.checkpoint)
     if stdin:
         return jsonlines.stream(
             args, decoding, lambda path: evaluator.decode([made(load(Path(path)))], decoding)[0]

@@ -38,7 +38,22 @@ from attnkit.tokens import BOS, EOS, PAD
 # score below LOG_FLOOR / 2 went through such a frame: it is reported as -inf.
 LOG_FLOOR = -1e10
 
-__all__ = ["CTCPrefixScorer", "joint_decode", "joint_step", "prefix_scores_loop"]
+__all__ = [
+    "CANDIDATE_WINDOW",
+    "CTCPrefixScorer",
+    "ctc_beam_decode",
+    "joint_decode",
+    "joint_step",
+    "prefix_scores_loop",
+]
+
+# CTC prefix beam search with CTC alone extends a hypothesis g by the pre-beam tokens most
+# likely in the WINDOW frames from where g's labels most likely end (the frame t of the
+# largest gamma_t(g)): the next label is emitted there, and scoring every character of a
+# long line at every step made a beam of 5 ten times slower. The scores of the tokens
+# extended stay exact prefix probabilities; the window only chooses which are scored (as
+# ESPnet's CTC prefix scorer windows the frames around the attention's peak).
+CANDIDATE_WINDOW = 32
 
 
 def _impossible(scores: torch.Tensor) -> torch.Tensor:
@@ -162,42 +177,64 @@ def joint_step(
     pad: int = PAD,
     bos: int = BOS,
     eos: int = EOS,
+    window: int = 0,
 ):
     """A decoder step that scores with CTC prefix scores and a language model too.
 
     Args:
-        step: the model's ``step(tokens, state) -> (log_probs (N, V), state, weights)``.
+        step: the model's ``step(tokens, state) -> (log_probs (N, V), state, weights)``, or
+            None for CTC alone (CTC prefix beam search: ``ctc_weight`` 1, ``window``
+            given).
         scorer: the batch's :class:`CTCPrefixScorer` (None when ``ctc_weight`` is 0).
         ctc_weight: ``lambda``; the attention decoder's log-probabilities weigh ``1 - lambda``.
         pre_beam: ``C``, the attention decoder's most likely tokens that are scored by CTC
             each step (the end token always is); the others are not extended.
         lm_step, lm_weight: a language model's step (same signature) and ``beta``.
+        window: with ``step`` None, the ``pre_beam`` tokens scored are those most likely in
+            the ``window`` frames from where each hypothesis most likely ends
+            (:data:`CANDIDATE_WINDOW`).
 
     Returns:
         ``joint(tokens, state) -> (scores (N, V), state, weights)`` over the state
         ``{"model": ..., "ctc": ..., "lm": ...}`` of :func:`joint_state`.
     """
     blocked = [pad, bos, eos]
+    if step is None and (scorer is None or window < 1 or ctc_weight != 1):
+        raise ValueError(
+            "step: None (CTC alone) needs a scorer, a window and ctc_weight 1, got "
+            f"window={window}, ctc_weight={ctc_weight}"
+        )
 
     def joint(tokens, state):
-        log_att, model_state, weights = step(tokens, state["model"])
-        scores = log_att.float()
-        new = {"model": model_state}
+        new, weights, scores = {}, None, None
+        if step is not None:
+            log_att, new["model"], weights = step(tokens, state["model"])
+            scores = log_att.float()
         if scorer is not None:
             ctc = _follow(state["ctc"], tokens)
-            att = log_att.float().clone()
-            att[:, blocked] = -math.inf
-            cand = att.topk(min(pre_beam, att.shape[1] - len(blocked)), dim=-1).indices
+            if step is None:
+                cand = _window_candidates(scorer, ctc, pre_beam, window, blocked)  # (N, C)
+            else:
+                att = log_att.float().clone()
+                att[:, blocked] = -math.inf
+                cand = att.topk(min(pre_beam, att.shape[1] - len(blocked)), dim=-1).indices
             psi, r = scorer.extend(ctc, cand)  # (N, C), (N, C, T, 2)
             prev = ctc["psi"][:, None]
             gain = torch.where(torch.isfinite(prev), psi - prev, -math.inf)
             end = scorer.end_scores(ctc)[:, None]
             end_gain = torch.where(torch.isfinite(prev), end - prev, -math.inf)
-            ctc_scores = torch.full_like(scores, -math.inf)
+            ctc_scores = torch.full(
+                (len(tokens), scorer.x.shape[-1]), -math.inf, device=tokens.device
+            )
             ctc_scores.scatter_(1, cand, gain.to(ctc_scores.dtype))
             ctc_scores[:, eos : eos + 1] = end_gain.to(ctc_scores.dtype)
-            scores = (1 - ctc_weight) * scores + ctc_weight * ctc_scores
+            scores = (
+                ctc_scores
+                if scores is None
+                else (1 - ctc_weight) * scores + ctc_weight * ctc_scores
+            )
             new["ctc"] = {**ctc, "cand": cand, "cand_psi": psi, "cand_r": r}
+        assert scores is not None  # step or scorer: checked above
         if lm_step is not None:
             log_lm, lm_state, _ = lm_step(tokens, state["lm"])
             scores = scores + lm_weight * log_lm.float()
@@ -207,9 +244,24 @@ def joint_step(
     return joint
 
 
+def _window_candidates(
+    scorer: CTCPrefixScorer, ctc: dict, pre_beam: int, window: int, blocked: list[int]
+) -> torch.Tensor:
+    """The ``pre_beam`` tokens ``(N, C)`` most likely at some frame of the ``window`` frames
+    from where each hypothesis's labels most likely end (``argmax_t gamma_t(g)``)."""
+    x = scorer.x  # (B, T, V)
+    t_all, v = x.shape[1], x.shape[2]
+    end = torch.logsumexp(ctc["r"], -1).argmax(-1)  # (N,)
+    frames = (end[:, None] + torch.arange(window, device=x.device)).clamp(max=t_all - 1)
+    best = x[ctc["example"][:, None], frames].amax(1)  # (N, V)
+    best[:, blocked] = -math.inf
+    return best.topk(min(pre_beam, v - len(blocked)), dim=-1).indices
+
+
 def joint_state(model_state, scorer: CTCPrefixScorer | None, lm_state) -> dict:
-    """The state :func:`joint_step` starts from, for ``B`` examples (beam search repeats it)."""
-    state = {"model": model_state}
+    """The state :func:`joint_step` starts from, for ``B`` examples (beam search repeats it;
+    ``model_state`` None: CTC alone)."""
+    state = {} if model_state is None else {"model": model_state}
     if scorer is not None:
         state["ctc"] = scorer.initial_state()
     if lm_state is not None:
@@ -274,6 +326,74 @@ def prefix_scores_loop(log_probs: torch.Tensor, prefix: list[int], blank: int = 
         total += came * float(p[t, labels[last]])
         a = new
     return math.log(total) if total > 0 else -math.inf
+
+
+def ctc_beam_decode(
+    log_probs: torch.Tensor,
+    lengths: torch.Tensor,
+    *,
+    beam: int,
+    lm=None,
+    lm_weight: float = 0.0,
+    window: int = CANDIDATE_WINDOW,
+    bos: int = BOS,
+    eos: int = EOS,
+    pad: int = PAD,
+    **beam_options,
+):
+    """CTC prefix beam search over a CTC head's outputs alone (Graves 2012, Hannun et al.
+    2014), label by label: :func:`attnkit.decoding.beam_search` over :func:`joint_step` with
+    no decoder and ``ctc_weight`` 1, so a hypothesis ``g + c`` gains
+    ``log psi(g + c) - log psi(g)`` (+ ``lm_weight log p_lm(c | g)``), the end token
+    ``log p_ctc(g | X) - log psi(g)``: a finished hypothesis's score sums to
+    ``log p_ctc(Y | X)``, every path that collapses to ``Y`` counted, not the best path's
+    alone. A hypothesis is extended by the :func:`pre_beam_size` tokens most likely in the
+    ``window`` frames from where it most likely ends (:data:`CANDIDATE_WINDOW`).
+
+    Args:
+        log_probs: ``(B, T, V)`` CTC log-probabilities (blank ``pad``); lengths: ``(B,)``
+            valid frames.
+        lm: a language model (``lm.start(B, device) -> state``, ``lm.step``) fused with
+            ``lm_weight``.
+        beam_options: to :func:`attnkit.decoding.beam_search` (``alpha``, ``n_best``, ...).
+
+    Returns:
+        :class:`attnkit.decoding.Hypotheses`, EOS included; at most ``T`` labels each.
+
+    Raises:
+        ValueError: ``lm_weight > 0`` without ``lm``.
+    """
+    b = int(lengths.shape[0])
+    scorer = CTCPrefixScorer(log_probs, lengths, blank=pad, eos=eos)
+    lm_state = None
+    if lm_weight > 0:
+        if lm is None:
+            raise ValueError(f"lm: lm_weight={lm_weight} needs a language model, got None")
+        lm_state = lm.start(b, lengths.device)
+    step = joint_step(
+        None,
+        scorer,
+        ctc_weight=1.0,
+        pre_beam=pre_beam_size(beam),
+        lm_step=None if lm_state is None else lm.step,
+        lm_weight=lm_weight,
+        pad=pad,
+        bos=bos,
+        eos=eos,
+        window=window,
+    )
+    return beam_search(
+        step,
+        joint_state(None, scorer, lm_state),
+        batch_size=b,
+        beam_size=beam,
+        bos=bos,
+        eos=eos,
+        pad=pad,
+        max_len=lengths + 1,  # labels <= frames, then the end token
+        device=lengths.device,
+        **beam_options,
+    )
 
 
 def joint_decode(

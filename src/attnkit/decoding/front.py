@@ -14,11 +14,21 @@ from dataclasses import dataclass, fields
 import torch
 
 from attnkit.checks import quoted
-from attnkit.decoding.ctc_prefix import joint_decode
+from attnkit.decoding.ctc import ctc_greedy
+from attnkit.decoding.ctc_prefix import ctc_beam_decode, joint_decode
 from attnkit.decoding.search import Hypotheses, beam_search, greedy, sample
 from attnkit.tokens import BOS, EOS, PAD
 
-__all__ = ["DEFAULT_LENGTH_PENALTY", "MAX_OUTPUT_TOKENS", "Decoding", "decode", "decode_batches"]
+__all__ = [
+    "DEFAULT_LENGTH_PENALTY",
+    "MAX_BEAM",
+    "MAX_OUTPUT_TOKENS",
+    "Decoding",
+    "decode",
+    "decode_batches",
+    "check_ctc_decoding",
+    "decode_ctc",
+]
 
 # Beam search ranks by log P / ((5 + |Y|) / 6) ** alpha. With alpha 0 a beam prefers outputs
 # that end early: a LAS model trained with label smoothing stops after the first word on some
@@ -33,6 +43,10 @@ log = logging.getLogger(__name__)
 # Output tokens at most, whatever a task's limit or a Decoding's max_len: every task's outputs
 # stop here, so that no input or option makes decoding run without end.
 MAX_OUTPUT_TOKENS = 10_000
+# The widest beam: every step scores B * K hypotheses, and the CTC prefix beam keeps (T, V)
+# forward variables for each, so a beam of thousands exhausts memory rather than helping
+# (widths past 10-20 rarely change an output).
+MAX_BEAM = 256
 # The largest beam-search weights: past them a rank overflows float32 and every hypothesis
 # ties (--length-penalty 100 gave "2001-03-33" for "2001-03-03"). Wu et al. tune alpha and
 # beta in [0, 1]; lp(MAX_OUTPUT_TOKENS) ** 10 is 1.7e32, and 100 times the log of the least
@@ -107,7 +121,12 @@ class Decoding:
     loop_stop: bool = True
 
     def __post_init__(self):
-        _check("beam", self.beam, _is_int(self.beam) and self.beam >= 1, "a positive int")
+        _check(
+            "beam",
+            self.beam,
+            _is_int(self.beam) and 1 <= self.beam <= MAX_BEAM,
+            f"an int in [1, {MAX_BEAM}]",
+        )
         if self.length_penalty is None:
             object.__setattr__(
                 self, "length_penalty", DEFAULT_LENGTH_PENALTY if self.beam > 1 else 0.0
@@ -321,6 +340,103 @@ def decode(
         )
     _warn_loops(hyp)
     return hyp
+
+
+def check_ctc_decoding(decoding: Decoding) -> Decoding:
+    """``decoding`` if a CTC head can follow it (:func:`decode_ctc`), else a ValueError naming
+    the field: sampling, ``ctc_weight`` (the outputs are CTC's already), ``coverage_penalty``
+    (no attention) or ``max_len`` (the frames bound the output).
+
+    Example:
+        >>> check_ctc_decoding(Decoding(sample=True))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: sample: a CTC head reads the best path or a prefix beam ..., got sample=True
+    """
+    for name, wrong in (
+        ("sample", decoding.sample),
+        ("ctc_weight", decoding.ctc_weight),
+        ("coverage_penalty", decoding.coverage_penalty),
+        ("max_len", decoding.max_len is not None),
+    ):
+        if wrong:
+            raise ValueError(
+                f"{name}: a CTC head reads the best path or a prefix beam "
+                f"(beam, lm_weight, length_penalty, n_best), got {decoding.describe()}"
+            )
+    return decoding
+
+
+def decode_ctc(
+    log_probs: torch.Tensor,
+    lengths: torch.Tensor,
+    *,
+    decoding: Decoding | None = None,
+    lm=None,
+    blank: int = PAD,
+    bos: int = BOS,
+    eos: int = EOS,
+) -> Hypotheses:
+    """Decode a CTC head's outputs as ``decoding`` says: greedy, the best path
+    (:func:`attnkit.decoding.ctc_greedy`); a beam (``beam > 1`` or ``lm_weight``), CTC prefix
+    beam search (:func:`attnkit.decoding.ctc_prefix.ctc_beam_decode`), ranked by
+    ``log p_ctc(Y | X) + lm_weight log p_lm(Y)`` over ``lp(|Y|)`` (``length_penalty``).
+
+    Args:
+        log_probs: ``(B, T, V)`` CTC log-probabilities (blank ``blank``; ``bos`` and ``eos``
+            never output); lengths: ``(B,)`` valid frames.
+        lm: the language model of ``decoding.lm_weight`` (see :func:`decode`).
+
+    Returns:
+        :class:`Hypotheses` (EOS included; an ``n_best`` dim with ``n_best > 1``). Greedy:
+        ``scores`` are the best path's log-probability, summed over the valid frames, and
+        ``weights`` ``(B, L, T)`` mark the frame where each label was emitted (1 there, 0
+        elsewhere; 0 rows past the end); a beam keeps no weights.
+
+    Raises:
+        ValueError: naming the field of ``decoding`` a CTC head cannot follow
+            (:func:`check_ctc_decoding`).
+
+    Example:
+        >>> lp = torch.log(torch.tensor([[[.1, 0, 0, .5, .4], [.6, 0, 0, .4, 0],
+        ...                                [.1, 0, 0, .5, .4]]]))
+        >>> decode_ctc(lp, torch.tensor([3])).tokens.tolist()  # best path 3 _ 3: p = .15
+        [[3, 3, 2]]
+        >>> beam = Decoding(beam=4, length_penalty=0.0)  # the likeliest labelling: p = .216
+        >>> decode_ctc(lp, torch.tensor([3]), decoding=beam).tokens.tolist()
+        [[3, 4, 2]]
+    """
+    decoding = check_ctc_decoding(decoding or Decoding())
+    if decoding.method == "beam":
+        assert decoding.length_penalty is not None  # Decoding.__post_init__ sets it
+        return ctc_beam_decode(
+            log_probs,
+            lengths,
+            beam=decoding.beam,
+            lm=lm,
+            lm_weight=decoding.lm_weight,
+            bos=bos,
+            eos=eos,
+            pad=blank,
+            alpha=decoding.length_penalty,
+            no_repeat_ngram=decoding.no_repeat_ngram,
+            n_best=decoding.n_best,
+            weights=False,
+            loop_stop=False,  # CTC decides the end: an output never outruns its frames
+        )
+    paths = ctc_greedy(log_probs, lengths, blank=blank, drop=(bos, eos))
+    b, t = log_probs.shape[:2]
+    size = max(map(len, paths.ids)) + 1
+    tokens = torch.full((b, size), blank, dtype=torch.long, device=log_probs.device)
+    emitted = torch.zeros(b, size, t, device=log_probs.device)  # (B, L, T)
+    for i, (ids, steps) in enumerate(zip(paths.ids, paths.steps)):
+        tokens[i, : len(ids) + 1] = torch.tensor([*ids, eos])
+        emitted[i, torch.arange(len(ids)), torch.tensor(steps, dtype=torch.long)] = 1.0
+    valid = torch.arange(t, device=log_probs.device) < lengths.to(log_probs.device)[:, None]
+    best = (log_probs.float().max(-1).values * valid).sum(-1)  # (B,)
+    return Hypotheses(
+        tokens, torch.tensor([len(ids) + 1 for ids in paths.ids]).to(tokens.device), best, emitted
+    )
 
 
 def _warn_loops(hyp: Hypotheses) -> None:

@@ -288,19 +288,28 @@ def load_evaluator(directory: Path, device: torch.device | str = "cpu", task: st
         raise CheckpointError(f"{ck.path / 'config.json'}: {clipped(str(exc), MESSAGE)}") from None
 
 
-def load_lm(path: Path | None, vocab: dict, device) -> torch.nn.Module | None:
+def load_lm(
+    path: Path | None, vocab: dict, device, recogniser: Path | str = "the recogniser"
+) -> torch.nn.Module | None:
     """The character LM checkpoint at ``path`` (``--lm``; None without it) on ``device``,
-    checked to read the recogniser's characters ``vocab``.
+    checked to read the characters ``vocab`` of the checkpoint ``recogniser``.
 
     Raises:
-        ValueError: naming ``--lm`` when its characters are not the recogniser's.
+        ValueError: naming ``--lm`` and both checkpoints when its characters are not the
+            recogniser's.
     """
     if path is None:
         return None
     lm, ck = load_task_model(path, "lm", device)
     if ck.vocab != vocab:
+        theirs, ours = (
+            v.get("symbols", []) if isinstance(v, dict) else [] for v in (ck.vocab, vocab)
+        )
+        only = [c for c in theirs if c not in ours][:5] or [c for c in ours if c not in theirs][:5]
         raise ValueError(
-            f"--lm: {path} reads other characters than the recogniser; train it "
-            "with --vocab-from the recogniser's checkpoint"
+            f"--lm: {path} reads other characters ({len(theirs)}) than --checkpoint "
+            f"{recogniser} ({len(ours)})"
+            + (f", e.g. {quoted(''.join(only))} in one only" if only else ", in another order")
+            + f"; train it with --vocab-from {recogniser}"
         )
     return lm.eval()

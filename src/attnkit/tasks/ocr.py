@@ -33,7 +33,7 @@ from attnkit.data import (
 from attnkit.data.augment.augmentation import example_rng
 from attnkit.data.augment.line_augment import LineAugment, background
 from attnkit.data.corpora.reading import read_corpus
-from attnkit.decoding import Decoding, ctc_greedy, decode
+from attnkit.decoding import Decoding, check_ctc_decoding, decode, decode_ctc
 from attnkit.diagnose.plots import plot_alignment
 from attnkit.models import CRNN, build_model, guided_attention_loss
 from attnkit.tasks.batching import length_batches, task_config
@@ -161,20 +161,14 @@ def read_lines(
     ``weights`` and ``self_attention`` only with ``weights`` (else None), recorded in the pass
     that reads the lines.
 
-    The attention head decodes as ``decoding`` says (default greedy; ``lm``: the language
-    model of ``decoding.lm_weight``); the CTC head takes the best path, so it refuses any other
-    ``decoding``, and a ``decoding.max_len``."""
+    Either head decodes as ``decoding`` says (default greedy; ``lm``: the language model of
+    ``decoding.lm_weight``): the attention head by :func:`attnkit.decoding.decode`, the CTC
+    head by :func:`attnkit.decoding.decode_ctc` (greedy: the best path; a beam: CTC prefix
+    beam search), which refuses sampling, ``ctc_weight``, ``coverage_penalty`` and
+    ``max_len``."""
     decoding = decoding or Decoding()
-    if model.head_kind == "ctc" and decoding.method != "greedy":
-        raise ValueError(
-            f"decoding: the CTC head reads the best path only, not "
-            f"{decoding.method} (beam={decoding.beam})"
-        )
-    if model.head_kind == "ctc" and decoding.max_len is not None:
-        raise ValueError(
-            f"decoding: the CTC head's output length is set by the line's steps, "
-            f"not max_len={decoding.max_len}"
-        )
+    if model.head_kind == "ctc":
+        check_ctc_decoding(decoding)
     model.eval()
     device = next(model.parameters()).device
     generator = decoding.generator(device)
@@ -207,15 +201,20 @@ def read_lines(
         if found:  # the batch's one encoding: (B, T, T), or (B, H, T, T) with heads
             att = found[0] if found[0].dim() == 4 else found[0][:, None]  # (B, H, T, T)
         if model.head_kind == "ctc":
-            paths = ctc_greedy(log_probs, steps)
-            valid = torch.arange(log_probs.shape[1], device=device) < steps[:, None]  # (B, T)
-            path_scores = (log_probs.float().max(-1).values * valid).sum(-1).tolist()  # (B,)
-            for j, i in enumerate(idx):
+            hyp = decode_ctc(log_probs, steps, decoding=decoding, lm=lm)
+            best = hyp.best()
+            for j, (i, texts, ranked, tokens) in enumerate(
+                zip(idx, texts_of(hyp, vocab), scores_of(hyp), tokens_of(hyp, vocab))
+            ):
                 n = int(steps[j])
                 own = None if att is None else att[j, :, :n, :n]  # (H, T, T)
                 # the CTC head's characters: the self-attention rows where each was emitted
-                w = None if own is None else own.mean(0)[paths.steps[j]]
-                results[i] = Reading([vocab.decode(paths.ids[j])], w, n, own, [path_scores[j]])
+                # (the best path's frames; a prefix beam keeps none)
+                w = None
+                if own is not None and best.weights is not None:
+                    emitted = best.weights[j, : int(best.lengths[j]) - 1, :n].argmax(-1)
+                    w = own.mean(0)[emitted]
+                results[i] = Reading(texts, w, n, own, ranked, tokens)
         else:
             best = hyp.best()
             for j, (i, texts, ranked, tokens) in enumerate(
@@ -481,23 +480,16 @@ class OcrTask:
 
 
 def _served_decoding(evaluator: OcrEvaluator, decoding: Decoding) -> None:
-    """A server's request to a model with a CTC head: greedy only, no ``max_len``
-    (:func:`read_lines` refuses them too, after the request was queued)."""
+    """A server's request to a model with a CTC head: the best path or a prefix beam, as
+    :func:`attnkit.decoding.decode_ctc` takes (:func:`read_lines` refuses the others too,
+    after the request was queued)."""
     if getattr(evaluator.model, "head_kind", None) != "ctc":
         return
-    if decoding.method != "greedy":
-        raise Refused(
-            "decoding.beam",
-            f"decoding.beam: this model's CTC head reads the best "
-            f"path only; expected greedy decoding, got {decoding.describe()}",
-        )
-    if decoding.max_len is not None:
-        raise Refused(
-            "decoding.max_len",
-            f"decoding.max_len: this model's CTC head sets the "
-            f"output's length by the line's steps; expected none, got "
-            f"{decoding.max_len}",
-        )
+    try:
+        check_ctc_decoding(decoding)
+    except ValueError as exc:
+        field = str(exc).partition(":")[0]
+        raise Refused(f"decoding.{field}", f"decoding.{exc}") from None
 
 
 class OcrEvaluator(Evaluator, task="ocr"):
