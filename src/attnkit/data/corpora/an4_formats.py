@@ -144,8 +144,7 @@ def read_an4(
     for where, utt, words in lines:
         if utt not in audio:
             corpus.drop(
-                f"{where}: no recording {utt}{AUDIO_SUFFIXES[0]} (or {', '.join(AUDIO_SUFFIXES[1:])}) "
-                f"below {folder}",
+                f"{where}: no recording {utt}.raw (nor .sph, .wav) below {folder}",
                 "no audio",
             )
             continue
