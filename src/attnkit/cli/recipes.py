@@ -124,7 +124,9 @@ RECIPES = {
     # --valid the AN4 folder, --format an4): characters, as AN4 spells names and words letter
     # by letter (upper case, as its transcripts); joint CTC/attention; the light augmentation
     # (speed perturbation 0.9-1.1, SpecAugment) as ESPnet's egs2/an4 has speed perturbation
-    # and SpecAugment. Sized for 2 CPU cores and at most 2 hours (docs/speech.md).
+    # and SpecAugment. Sized for 2 CPU cores and at most 2 hours (docs/speech.md): measured
+    # 9.5 s a step over the first (shortest) 19 steps with the two cores shared by about six
+    # busy processes; 2,400 steps assumes about 3 s a step on two free cores (an estimate).
     "an4": Recipe(
         "asr",
         (
@@ -157,13 +159,13 @@ RECIPES = {
             "--teacher-forcing-end",
             "0.9",
             "--teacher-forcing-steps",
-            "3000",
+            "2000",
             "--steps",
-            "4000",
+            "2400",
             "--eval-every",
-            "250",
+            "200",
             "--checkpoint-every",
-            "250",
+            "200",
         ),
     ),
 }

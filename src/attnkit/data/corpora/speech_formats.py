@@ -13,8 +13,9 @@ manifest: formats of task ``"asr"``.
 ``manifest``     attnkit's own ``audio_path<TAB>transcript`` lines
 ===============  ===============================================================
 
-Detection tries them in this order. Every reader streams its files a line at a time (gzip,
-bzip2 and xz decompressed, a byte-order mark and CRLF taken) and gathers utterances through
+Detection tries them in this order, after ``an4`` (CMU's AN4 as distributed, headerless
+``.raw`` audio: :mod:`attnkit.data.corpora.an4_formats`). Every reader streams its files a
+line at a time (gzip, bzip2 and xz decompressed, a byte-order mark and CRLF taken) and gathers utterances through
 :class:`~attnkit.data.corpora.utterances.SpeechCorpus`: each audio file's header is checked,
 features are computed when a batch needs them, unusable utterances are dropped and counted up to
 ``max_unusable``, and every message names the file and line or the utterance id. The Kaldi
