@@ -4,12 +4,14 @@ and JSON hold ESPnet's published row beside this run's."""
 
 import json
 
+from attnkit.data.corpora import an4_formats
 from benchmarks import an4
 from tests.data.test_formats_an4 import write_an4
 
 
-def test_the_benchmark_trains_decodes_and_scores_the_test_set(tmp_path, capsys):
+def test_the_benchmark_trains_decodes_and_scores_the_test_set(tmp_path, capsys, monkeypatch):
     root = write_an4(tmp_path / "an4")
+    monkeypatch.setattr(an4_formats, "DEV_UTTERANCES", 2)  # of the fixture's 5, as 100 of 948
     out = tmp_path / "run"
     argv = ["--data", str(root), "--out", str(out), "--steps", "2", "--beam", "2"]
     assert an4.main([*argv, "--json", str(tmp_path / "an4.json")]) == 0
