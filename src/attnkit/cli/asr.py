@@ -39,7 +39,8 @@ log = logging.getLogger("attnkit")
 DEFAULT_CACHE = Path("~/.cache/attnkit/speech")
 DESCRIPTION = (
     "Train on your speech corpus (attnkit's manifests of wav_path<TAB>transcript, "
-    "Kaldi/ESPnet data directories, LibriSpeech, Common Voice, NeMo JSON lines; "
+    "Kaldi/ESPnet data directories, LibriSpeech, Common Voice, NeMo JSON lines, "
+    "CMU's AN4; "
     "WAV, FLAC, OGG or MP3 audio) or on built-in speech synthesised with espeak-ng, "
     "festival and gnuspeech."
 )

@@ -16,6 +16,7 @@ from typing import Any
 from attnkit.cli import argtypes, common
 from attnkit.data import MAX_CHARS, MAX_WIDTH
 from attnkit.data.audio.files import MAX_SECONDS
+from attnkit.data.corpora.an4_formats import BYTE_ORDERS
 from attnkit.data.corpora.reading import formats_of, read_corpus
 from attnkit.data.corpora.unusable import MAX_UNUSABLE
 from attnkit.data.corpora.utterances import TRANSCRIPTS
@@ -63,10 +64,12 @@ OPTIONS = {
     ),
     "split": (
         "--split",
-        "caption,vqa,translate,ocr",
+        "caption,vqa,translate,ocr,asr",
         "karpathy: the splits to read, "
         "comma-separated (default: train,restval for --train, val for --valid, test for "
-        "eval); hf: the split (default: the one after hf:PATH:, else the role's)",
+        "eval); hf: the split (default: the one after hf:PATH:, else the role's); an4: "
+        "train, test, train_nodev or train_dev (default: train_nodev for --train, "
+        "train_dev for --valid, test for eval)",
     ),
     "columns": (
         "--columns",
@@ -95,6 +98,12 @@ OPTIONS = {
         "--audio-folder",
         "asr",
         "kaldi: where relative wav.scp paths start; commonvoice: the folder of the clips",
+    ),
+    "byte_order": (
+        "--byte-order",
+        "asr",
+        "an4: the byte order of the headerless .raw files (default auto: guessed from "
+        "their samples, and logged)",
     ),
 }
 # The largest input of each task read, for training and decoding alike: its option, type,
@@ -125,6 +134,7 @@ KINDS: dict[str, dict[str, Any]] = {
     "annotations": {"type": Path},
     "audio_folder": {"type": Path},
     "transcripts": {"choices": TRANSCRIPTS},
+    "byte_order": {"choices": BYTE_ORDERS},
     "confine": {"action": "store_true", "default": None},
 }
 # ``--anywhere`` allowed files outside the folder before that became the default: still taken

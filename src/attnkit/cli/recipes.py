@@ -173,6 +173,54 @@ RECIPES = {
             "500",
         ),
     ),
+    # CMU's AN4 (real speech, 848 training utterances of ESPnet's train_nodev; --train and
+    # --valid the AN4 folder, --format an4): characters, as AN4 spells names and words letter
+    # by letter (upper case, as its transcripts); joint CTC/attention; the light augmentation
+    # (speed perturbation 0.9-1.1, SpecAugment) as ESPnet's egs2/an4 has speed perturbation
+    # and SpecAugment. Sized for 2 CPU cores and at most 2 hours (docs/speech.md): measured
+    # 9.5 s a step over the first (shortest) 19 steps with the two cores shared by about six
+    # busy processes; 2,400 steps assumes about 3 s a step on two free cores (an estimate).
+    "an4": Recipe(
+        "asr",
+        (
+            "--format",
+            "an4",
+            "--augment",
+            "light",
+            "--listener-hidden",
+            "128",
+            "--hidden",
+            "256",
+            "--key-value-dim",
+            "128",
+            "--dropout",
+            "0.1",
+            "--batch-size",
+            "16",
+            "--lr",
+            "1e-3",
+            "--warmup",
+            "200",
+            "--label-smoothing",
+            "0.1",
+            "--ctc-weight",
+            "0.3",
+            "--sortagrad",
+            "1",
+            "--teacher-forcing",
+            "1.0",
+            "--teacher-forcing-end",
+            "0.9",
+            "--teacher-forcing-steps",
+            "2000",
+            "--steps",
+            "2400",
+            "--eval-every",
+            "200",
+            "--checkpoint-every",
+            "200",
+        ),
+    ),
 }
 
 

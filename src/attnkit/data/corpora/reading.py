@@ -19,6 +19,7 @@ from typing import Any
 
 # the formats register themselves when imported (attnkit.data.corpora.format_registry)
 from attnkit.data.corpora import (  # noqa: F401
+    an4_formats,
     hf_formats,
     image_formats,
     line_formats,

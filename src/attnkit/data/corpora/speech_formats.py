@@ -13,14 +13,15 @@ manifest: formats of task ``"asr"``.
 ``manifest``     attnkit's own ``audio_path<TAB>transcript`` lines
 ===============  ===============================================================
 
-Detection tries them in this order. Every reader streams its files a line at a time (gzip,
-bzip2 and xz decompressed, a byte-order mark and CRLF taken) and gathers utterances through
-:class:`~attnkit.data.corpora.utterances.SpeechCorpus`: each audio file's header is checked,
-features are computed when a batch needs them, unusable utterances are dropped and counted up to
-``max_unusable``, and every message names the file and line or the utterance id. The Kaldi
-reader holds ``wav.scp``, ``segments`` and ``utt2spk`` in memory while it reads (their entries
-are joined to ``text``), about 100 bytes per entry; the others hold nothing per utterance
-beyond what the set keeps.
+Detection tries them in this order, after ``an4`` (CMU's AN4 as distributed, headerless ``.raw``
+audio: :mod:`attnkit.data.corpora.an4_formats`). Every reader streams its files a line at a time
+(gzip, bzip2 and xz decompressed, a byte-order mark and CRLF taken) and gathers utterances
+through :class:`~attnkit.data.corpora.utterances.SpeechCorpus`: each audio file's header is
+checked, features are computed when a batch needs them, unusable utterances are dropped and
+counted up to ``max_unusable``, and every message names the file and line or the utterance id.
+The Kaldi reader holds ``wav.scp``, ``segments`` and ``utt2spk`` in memory while it reads (their
+entries are joined to ``text``), about 100 bytes per entry; the others hold nothing per
+utterance beyond what the set keeps.
 
 Options every reader takes: ``normalize`` (features normalised per utterance), ``max_seconds``,
 ``max_unusable``, ``min_frames``, ``transcripts`` (``"keep"`` or ``"normalize"``; the default

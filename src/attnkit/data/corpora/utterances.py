@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from attnkit.data.audio.features import SAMPLE_RATE, log_mel, n_frames, resample
-from attnkit.data.audio.files import MAX_SECONDS, audio_info, read_audio, span
+from attnkit.data.audio.files import MAX_SECONDS, RawPCM, audio_info, read_audio, span
 from attnkit.data.corpora.speech_sets import FeaturesOnDisk, SpeechSet, spoken_number
 from attnkit.data.corpora.text_files import text_lines
 from attnkit.data.corpora.tsv import HEADER_WORDS, MAX_CHARS
@@ -124,8 +124,9 @@ class _Clips(Sequence):
 
 
 class _AudioFeatures(FeaturesOnDisk):
-    """Utterances of audio files: records are :class:`Clip` s, read (the clip's part only),
-    resampled to 16 kHz and turned into log-mels when indexed."""
+    """Utterances of audio files: records are :class:`Clip` s, read (the clip's part only;
+    ``*.raw`` files as ``raw`` says), resampled to 16 kHz and turned into log-mels when
+    indexed."""
 
     has_samples = True
 
@@ -136,16 +137,19 @@ class _AudioFeatures(FeaturesOnDisk):
         *,
         normalize: bool,
         max_seconds: float | None,
+        raw: RawPCM | None = None,
     ):
         super().__init__(clips, frames, normalize=normalize)
-        self.max_seconds = max_seconds
+        self.max_seconds, self.raw = max_seconds, raw
 
     def read(self, record) -> torch.Tensor:
         return log_mel(self.read_samples(record))
 
     def read_samples(self, record) -> torch.Tensor:
         path, start, end = record
-        samples, rate = read_audio(path, start=start, end=end, max_seconds=self.max_seconds)
+        samples, rate = read_audio(
+            path, start=start, end=end, max_seconds=self.max_seconds, raw=self.raw
+        )
         return resample(samples, rate, SAMPLE_RATE)
 
 
@@ -217,6 +221,8 @@ class SpeechCorpus:
         alphabet: the characters a transcript may hold (None: any).
         references: False for a corpus read only for its audio (decoding it): an empty
             transcript is kept, not unusable.
+        raw: how its headerless ``*.raw`` files are read (:class:`RawPCM`; None: a ``.raw``
+            file is read by its header like any other).
     """
 
     def __init__(
@@ -229,6 +235,7 @@ class SpeechCorpus:
         transcripts: str = "keep",
         alphabet: str | None = None,
         references: bool = True,
+        raw: RawPCM | None = None,
     ):
         if transcripts not in TRANSCRIPTS:
             raise ValueError(
@@ -240,7 +247,9 @@ class SpeechCorpus:
         self.alphabet = None if alphabet is None else frozenset(alphabet)
         self._paths, self._texts, self._origins = _TextBuffer(), _TextBuffer(), _TextBuffer()
         self._starts, self._ends, self._frames = array("d"), array("d"), array("i")
-        self._info = functools.lru_cache(maxsize=64)(audio_info)  # segments share recordings
+        self.raw = raw
+        # segments share recordings
+        self._info = functools.lru_cache(maxsize=64)(functools.partial(audio_info, raw=raw))
 
     @property
     def kept(self) -> int:
@@ -287,10 +296,13 @@ class SpeechCorpus:
         start: float = 0.0,
         end: float | None = None,
         origin: str | None = None,
+        rate: int | None = None,
     ) -> bool:
         """Add the utterance ``transcript`` spoken in ``audio`` (from ``start`` to ``end``
         seconds of it, None: the end), ``where`` naming its line or id in errors and
-        ``origin`` in the set (default: the audio path). Returns whether it was kept."""
+        ``origin`` in the set (default: the audio path); with ``rate``, audio of another
+        sample rate is unusable (a corpus recorded at one rate). Returns whether it was
+        kept."""
         text = self.transcript(where, transcript)
         if text is None:
             return False
@@ -302,6 +314,12 @@ class SpeechCorpus:
             )
         except DataError as exc:
             return self.drop(f"{where}: {exc}", "audio")
+        if rate is not None and info.rate != rate:
+            return self.drop(
+                f"{where}: {audio}: sample rate {info.rate:,} Hz, expected {rate:,} Hz "
+                "as the corpus is recorded",
+                "sample rate",
+            )
         seconds = (stop - first) / info.rate
         if self.max_seconds is not None and seconds > self.max_seconds:
             return self.drop(
@@ -342,6 +360,7 @@ class SpeechCorpus:
             np.array(self._frames, dtype=np.int32),
             normalize=normalize,
             max_seconds=self.max_seconds,
+            raw=self.raw,
         )
         return SpeechSet(features, self._texts.pack(), self._origins.pack())
 

@@ -1,0 +1,149 @@
+"""AN4 (CMU's census database: real people spelling names, saying digits, dates, phone numbers):
+``attnkit train asr --recipe an4`` under a time budget, then the 130 test utterances decoded
+and scored beside ESPnet's published figures. Prints a Markdown table and writes JSON.
+
+    python -m benchmarks.an4 --data build/corpora/an4/data/an4 --time-budget 7200 \\
+        --out runs/an4 --json results/an4.json
+    python -m benchmarks.an4 --data build/corpora/an4/data/an4 \\
+        --checkpoint runs/an4/checkpoint-best --beam 8
+
+``--data`` is the AN4 folder (``etc/`` and ``wav/``, read with ``--format an4``: training on
+ESPnet's ``train_nodev``, validation on its ``train_dev``, scores on ``test``; docs/speech.md).
+Without ``--checkpoint`` the recipe trains into ``--out`` for ``--time-budget`` seconds (or
+``--steps``; ``--resume`` continues the run there), and its best validation's model
+(``checkpoint-best``) is scored. Decoding is beam search (``--beam``) with the CTC head's prefix
+scores (``--ctc-weight``: joint CTC/attention decoding, docs/decoding.md).
+
+Scores: jiwer's CER and WER over the whole test set (edits summed over utterances, divided by
+the reference characters or words), each transcript normalised the same way first: upper
+case, white space collapsed to single spaces (AN4's transcripts are upper-case words; the
+model writes them so). ESPnet's row is its published result on the same 130 utterances
+(egs2/an4/asr1 README: Transformer, BPE 30, speed perturbation, on a GPU), not rerun here.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import jiwer
+import torch
+
+from attnkit.cli.main import main as attnkit_main
+from attnkit.decoding import Decoding
+from attnkit.tasks.evaluator import evaluate
+from attnkit.tasks.loading import load_evaluator
+from benchmarks import harness
+
+# ESPnet's published figures on AN4's test set (egs2/an4/asr1/README.md, the Transformer row)
+ESPNET = {
+    "system": "ESPnet egs2/an4/asr1 (Transformer, BPE 30, speed perturbation, GPU; published)",
+    "cer": 0.036,
+    "wer": 0.074,
+}
+
+
+def normalized(text: str) -> str:
+    """A transcript as it is scored: upper case, white space collapsed."""
+    return " ".join(text.upper().split())
+
+
+def train(data: Path, out: Path, *, time_budget: float, steps: int | None, resume: bool) -> Path:
+    """Train ``--recipe an4`` on ``data`` into ``out``; the checkpoint to score."""
+    argv = ["train", "asr", "--recipe", "an4", "--train", str(data), "--valid", str(data)]
+    argv += ["--out", str(out), "--time-budget", f"{time_budget:g}", "--no-progress"]
+    argv += ["--steps", str(steps)] if steps else []
+    argv += ["--resume"] if resume else []
+    code = attnkit_main(argv)
+    if code:
+        raise SystemExit(f"attnkit {' '.join(argv)}: exit status {code}")
+    best = out / "checkpoint-best"
+    return best if best.exists() else out / "checkpoint"
+
+
+def score(checkpoint: Path, data: Path, decoding: Decoding) -> tuple[dict, list[dict]]:
+    """CER and WER of ``checkpoint`` on AN4's test set in ``data``, and each utterance's
+    ``{"id", "reference", "output"}``."""
+    evaluator = load_evaluator(checkpoint)
+    start = time.perf_counter()
+    evaluation = evaluate(evaluator, data, decoding, options={"format": "an4", "role": "test"})
+    seconds = time.perf_counter() - start
+    refs = [normalized(str(e.reference)) for e in evaluation.examples]
+    hyps = [normalized(o.text) for o in evaluation.outputs]
+    utterances = [
+        {"id": e.origin.split(" ")[0], "reference": r, "output": h}
+        for e, r, h in zip(evaluation.examples, refs, hyps)
+    ]
+    metrics = {
+        "n": len(refs),
+        "cer": float(jiwer.cer(refs, hyps)),
+        "wer": float(jiwer.wer(refs, hyps)),
+        "exact": sum(r == h for r, h in zip(refs, hyps)) / max(len(refs), 1),
+        "decode_s": round(seconds, 1),
+    }
+    return metrics, utterances
+
+
+def main(argv=None) -> int:
+    p = harness.parser(
+        __doc__.splitlines()[0],
+        time_budget=7200.0,
+        time_budget_help="seconds of training (attnkit train --time-budget)",
+    )
+    p.add_argument("--data", type=Path, required=True, help="the AN4 folder (etc/ and wav/)")
+    p.add_argument("--out", type=Path, default=Path("runs/an4"), help="the training run folder")
+    p.add_argument("--checkpoint", type=Path, help="score this checkpoint instead of training")
+    p.add_argument("--steps", type=int, help="training steps (default: the recipe's)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--beam", type=int, default=4, help="beam width (default 4; 1: greedy)")
+    p.add_argument(
+        "--ctc-weight",
+        type=float,
+        default=0.3,
+        help="weight of the CTC prefix scores in the beam (default 0.3; 0: attention alone)",
+    )
+    args = p.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    checkpoint = args.checkpoint or train(
+        args.data, args.out, time_budget=args.time_budget, steps=args.steps, resume=args.resume
+    )
+    trained_s = round(time.perf_counter() - start, 1) if args.checkpoint is None else None
+    decoding = Decoding(beam=args.beam, ctc_weight=args.ctc_weight)
+    metrics, utterances = score(checkpoint, args.data, decoding)
+    ours = {
+        "system": f"attnkit LAS, --recipe an4 ({checkpoint})",
+        **metrics,
+        "beam": args.beam,
+        "ctc_weight": args.ctc_weight,
+        **({"train_s": trained_s} if trained_s is not None else {}),
+    }
+    print(harness.table_header(["system", "test utterances", "CER %", "WER %", "exact %"]))
+    for row in (ours, ESPNET):
+        print(
+            harness.table_row(
+                [
+                    row["system"],
+                    row.get("n", 130),
+                    f"{100 * row['cer']:.1f}",
+                    f"{100 * row['wer']:.1f}",
+                    f"{100 * row['exact']:.1f}" if "exact" in row else "",
+                ]
+            )
+        )
+    for u in utterances[:5]:
+        print(f"  {u['id']}: {u['output']!r}   (reference: {u['reference']!r})")
+    if args.json:
+        harness.write_json(
+            args.json,
+            [ours, ESPNET],
+            data=str(args.data),
+            normalization="upper case, white space collapsed (jiwer CER and WER)",
+            utterances=utterances,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
