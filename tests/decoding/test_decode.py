@@ -90,8 +90,8 @@ def test_a_beam_normalises_by_length_unless_told_otherwise():
 @pytest.mark.parametrize(
     "kw, match",
     [
-        (dict(beam=0), "beam: expected a positive int, got 0"),
-        (dict(beam=2.0), "beam: expected a positive int, got 2.0"),
+        (dict(beam=0), r"beam: expected an int in \[1, 1000\], got 0"),
+        (dict(beam=2.0), r"beam: expected an int in \[1, 1000\], got 2.0"),
         (dict(beam=2, n_best=3), r"n_best: expected an int in \[1, beam=2\], got 3"),
         (dict(no_repeat_ngram=-1), "no_repeat_ngram: expected a non-negative int, got -1"),
         (dict(length_penalty=-0.1), r"length_penalty: expected a number in \[0, 10\], got -0.1"),

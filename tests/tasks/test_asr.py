@@ -160,7 +160,7 @@ def test_transcribe_beam_one_is_greedy_and_weights_cover_listener_steps():
     beam, _ = transcribe(model, task.char_vocab, feats, decoding=one_beam)
     assert greedy == beam and len(greedy) == 3
     assert raws[0].weights.shape[-1] == max(f.shape[0] for f in feats) // 8
-    with pytest.raises(ValueError, match="beam: expected a positive int, got 0"):
+    with pytest.raises(ValueError, match=r"beam: expected an int in \[1, 1000\], got 0"):
         transcribe(model, task.char_vocab, feats, decoding=Decoding(beam=0))
 
 

@@ -3,6 +3,7 @@ as a :class:`Decoding` says) over any model's step function, joint CTC/attention
 with shallow fusion of a language model, best-path CTC decoding, and greedy decoding while
 the input arrives (:func:`stream_feed`)."""
 
+from attnkit.decoding.beam import beam_search
 from attnkit.decoding.ctc import CTCPaths, ctc_greedy
 from attnkit.decoding.ctc_prefix import CTCPrefixScorer, joint_decode
 from attnkit.decoding.front import (
@@ -13,8 +14,9 @@ from attnkit.decoding.front import (
     decode_batches,
 )
 from attnkit.decoding.search import (
+    MAX_BEAM,
     Hypotheses,
-    beam_search,
+    beam_search_reference,
     greedy,
     length_penalty,
     sample,
@@ -23,6 +25,7 @@ from attnkit.decoding.stream import Emitted, StreamState, stream_feed, stream_st
 
 __all__ = [
     "DEFAULT_LENGTH_PENALTY",
+    "MAX_BEAM",
     "MAX_OUTPUT_TOKENS",
     "CTCPaths",
     "CTCPrefixScorer",
@@ -31,6 +34,7 @@ __all__ = [
     "Hypotheses",
     "StreamState",
     "beam_search",
+    "beam_search_reference",
     "ctc_greedy",
     "decode",
     "decode_batches",

@@ -14,8 +14,9 @@ from dataclasses import dataclass, fields
 import torch
 
 from attnkit.checks import quoted
+from attnkit.decoding.beam import beam_search
 from attnkit.decoding.ctc_prefix import joint_decode
-from attnkit.decoding.search import Hypotheses, beam_search, greedy, sample
+from attnkit.decoding.search import MAX_BEAM, Hypotheses, greedy, sample
 from attnkit.tokens import BOS, EOS, PAD
 
 __all__ = ["DEFAULT_LENGTH_PENALTY", "MAX_OUTPUT_TOKENS", "Decoding", "decode", "decode_batches"]
@@ -107,7 +108,12 @@ class Decoding:
     loop_stop: bool = True
 
     def __post_init__(self):
-        _check("beam", self.beam, _is_int(self.beam) and self.beam >= 1, "a positive int")
+        _check(
+            "beam",
+            self.beam,
+            _is_int(self.beam) and 1 <= self.beam <= MAX_BEAM,
+            f"an int in [1, {MAX_BEAM}]",
+        )
         if self.length_penalty is None:
             object.__setattr__(
                 self, "length_penalty", DEFAULT_LENGTH_PENALTY if self.beam > 1 else 0.0
