@@ -295,3 +295,60 @@ def test_every_output_stops_at_the_one_cap_whatever_the_limit_asked(monkeypatch)
         ):
             hyp = decode(model, src, src_len, max_len=limit, decoding=decoding)
             assert hyp.tokens.shape[-1] == 5, decoding
+
+
+@pytest.mark.parametrize("decoding", [Decoding(), Decoding(beam=3, n_best=2)])
+@torch.no_grad()
+def test_decode_batches_sorts_by_length_and_yields_in_input_order(decoding):
+    """Batches are made of the longest inputs first; what comes out is in input order, each
+    item's output that of the item decoded alone (tokens, lengths, scores; weights padded)."""
+    model = _model()
+    g = torch.Generator().manual_seed(5)
+    sizes = [2, 7, 1, 5, 6, 3, 4]
+    items = [torch.randint(4, 11, (n,), generator=g) for n in sizes]
+    seen = []
+
+    def collate(chunk):
+        seen.append([len(x) for x in chunk])
+        lengths = torch.tensor([len(x) for x in chunk])
+        src = torch.zeros(len(chunk), int(lengths.max()), dtype=torch.long)
+        for i, x in enumerate(chunk):
+            src[i, : len(x)] = x
+        return src, lengths
+
+    batches = list(
+        decode_batches(
+            model,
+            items,
+            collate,
+            max_len=lambda n: n + 3,
+            decoding=decoding,
+            batch_size=3,
+            weights=True,
+        )
+    )
+    assert seen == [[7, 6, 5], [4, 3, 2], [1]]
+    assert [[len(x) for x in chunk] for chunk, _ in batches] == [[2, 7, 1], [5, 6, 3], [4]]
+    for chunk, hyp in batches:
+        for i, item in enumerate(chunk):
+            alone = decode(
+                model,
+                item[None],
+                torch.tensor([len(item)]),
+                max_len=len(item) + 3,
+                decoding=decoding,
+                weights=True,
+            )
+            t, n = alone.tokens.shape[-1], len(item)
+            assert torch.equal(hyp.tokens[i][..., :t], alone.tokens[0])
+            assert (hyp.tokens[i][..., t:] == 0).all()
+            assert torch.equal(hyp.lengths[i], alone.lengths[0])
+            torch.testing.assert_close(hyp.scores[i], alone.scores[0])
+            torch.testing.assert_close(hyp.weights[i][..., :t, :n], alone.weights[0])
+            assert (hyp.weights[i][..., n:] == 0).all()
+
+
+@pytest.mark.parametrize("size", [0, -2, 10**7, 2.5, True])
+def test_decode_batches_refuses_a_bad_batch_size_by_name(size):
+    with pytest.raises(ValueError, match=r"^batch_size: expected an int in \[1, 65536\], got"):
+        next(decode_batches(_model(), [1], lambda c: c, max_len=len, batch_size=size))

@@ -168,3 +168,12 @@ def test_decode_warns_when_outputs_loop(caplog):
 def test_loop_stop_must_be_a_bool():
     with pytest.raises(ValueError, match=r"^loop_stop: expected a bool, got 'no'$"):
         Decoding(loop_stop="no")
+
+
+def test_a_warning_of_many_loops_names_five_sizes_and_the_range(caplog):
+    from attnkit.decoding.front import warn_loops
+
+    warn_loops([17, 30, 17, 20, 18, 99, 16], 128)
+    assert "7 of 128 outputs stopped after 17, 30, 17, 20, 18, ... (16 to 99) tokens: " in (
+        caplog.text
+    )

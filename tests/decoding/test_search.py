@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from attnkit.decoding import beam_search, greedy, length_penalty, sample
+from attnkit.decoding import beam_search, beam_search_reference, greedy, length_penalty, sample
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -237,7 +237,7 @@ def test_sampling_is_seeded_and_respects_top_k_and_top_p():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(beam_size=0), r"^beam_size: expected a positive int, got 0"),
+        (dict(beam_size=0), r"^beam_size: expected an int in \[1, 256\], got 0"),
         (dict(beam_size=2, n_best=3), r"^n_best: expected an int in \[1, beam_size=2\], got 3"),
         (dict(max_len=0), r"^max_len: expected values >= 1, got min 0"),
         (dict(max_len=torch.tensor([3])), r"^max_len: expected an int or a \(2,\) tensor"),
@@ -419,8 +419,10 @@ def test_beam_search_does_not_copy_what_a_step_hands_back_untouched():
         max_len=6,
         loop_stop=False,
     )
-    assert len(seen) > 2 and all(src is seen[0] for src in seen)  # the repeated source, kept
-    ref = beam_search(
+    # the repeated source, kept while the batch does not shrink
+    assert len(seen) > 2 and seen[1] is seen[0]
+    assert all(b is a for a, b in zip(seen, seen[1:]) if len(a) == len(b))
+    ref = beam_search_reference(
         model.step,
         model.init(3),
         batch_size=3,

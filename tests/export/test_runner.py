@@ -173,3 +173,73 @@ def test_an_output_that_has_ended_is_not_counted_as_a_loop(how, caplog):
     assert log[0].split("(a loop)")[0] == want_log[0].split("(a loop)")[0]
     outputs = len(got[0])
     assert log[0].startswith(f"{outputs} of {2 * outputs} outputs stopped after {stop}")
+
+
+def ngram_ban_loop(hyps: np.ndarray, n: int, vocab: int) -> np.ndarray:
+    """The tokens that would repeat an n-gram of each hypothesis, one by one (the reference
+    of the runner's vectorised ``_ngram_ban``)."""
+    banned = np.zeros((len(hyps), vocab), dtype=bool)
+    t = hyps.shape[1]
+    for row, hyp in zip(banned, hyps):
+        prefix = tuple(hyp[t - n + 1 :]) if n > 1 else ()
+        for s in range(t - n + 1):
+            if tuple(hyp[s : s + n - 1]) == prefix:
+                row[hyp[s + n - 1]] = True
+    return banned
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+@pytest.mark.parametrize("t", [0, 1, 3, 9])
+def test_the_runner_bans_repeated_ngrams_as_the_loop_does(n, t):
+    hyps = np.random.default_rng(n * 10 + t).integers(0, 4, (6, t))  # few ids: many repeats
+    want = ngram_ban_loop(hyps, n, 5)
+    assert np.array_equal(runner._ngram_ban(hyps, n, 5), want)
+    assert want.any() or t < n  # not vacuous
+
+
+def ends_at_once(tokens: np.ndarray, example: np.ndarray) -> np.ndarray:
+    """``(N, 6)`` log-probs: example 0 ends at once (EOS), example 1 writes token 4 until its
+    limit."""
+    first = (example == 0)[:, None]
+    log_probs = np.full((len(tokens), 6), -5.0, dtype=np.float32)
+    log_probs[:, EOS] = np.where(first[:, 0], -0.01, -9.0)
+    log_probs[:, 4] = np.where(first[:, 0], -8.0, -0.1)
+    return log_probs - np.logaddexp.reduce(log_probs, axis=-1, keepdims=True)
+
+
+BEAM = Decoding(beam=3, length_penalty=0.0)
+
+
+def test_the_runner_s_beam_drops_the_examples_that_ended():
+    """Example 0's rows leave the batch after its first step; the outputs are attnkit's."""
+    sizes = []
+
+    class Ends:
+        def run(self, _, feed):
+            sizes.append(len(feed["tokens"]))
+            return [ends_at_once(feed["tokens"], feed["state.ex"])]
+
+    meta = {
+        "decoder_step": {
+            "inputs": [{"name": "tokens"}, {"name": "state.ex"}],
+            "outputs": [{"name": "log_probs"}],
+        },
+        "state": [{"name": "state.ex", "next": None}],
+        "decoding": decoding_json(BEAM, RULE, ctc=False),
+    }
+    got = runner.decode(Ends(), {"state.ex": np.array([0, 1])}, meta, {"lengths": np.full(2, 8)})
+    assert sizes == [6] + [3] * 7
+
+    def step(tokens, state):
+        log_probs = ends_at_once(tokens.numpy(), state.numpy())
+        return torch.from_numpy(log_probs), state, None
+
+    class Model:
+        def start(self, inputs, lengths):
+            return torch.tensor([0, 1])
+
+        def step(self, tokens, state):
+            return step(tokens, state)
+
+    hyp = decode(Model(), None, torch.zeros(2), max_len=8, decoding=BEAM)
+    assert got == [[content_ids(row)] for row in hyp.tokens.tolist()] == [[[]], [[4] * 8]]

@@ -4,11 +4,11 @@ with shallow fusion of a language model, best-path CTC decoding and CTC prefix b
 (:func:`decode_ctc`), and greedy decoding while
 the input arrives (:func:`stream_feed`)."""
 
+from attnkit.decoding.beam import beam_search
 from attnkit.decoding.ctc import CTCPaths, ctc_greedy
 from attnkit.decoding.ctc_prefix import CTCPrefixScorer, ctc_beam_decode, joint_decode
 from attnkit.decoding.front import (
     DEFAULT_LENGTH_PENALTY,
-    MAX_BEAM,
     MAX_OUTPUT_TOKENS,
     Decoding,
     check_ctc_decoding,
@@ -17,8 +17,9 @@ from attnkit.decoding.front import (
     decode_ctc,
 )
 from attnkit.decoding.search import (
+    MAX_BEAM,
     Hypotheses,
-    beam_search,
+    beam_search_reference,
     greedy,
     length_penalty,
     sample,
@@ -36,6 +37,7 @@ __all__ = [
     "Hypotheses",
     "StreamState",
     "beam_search",
+    "beam_search_reference",
     "check_ctc_decoding",
     "ctc_beam_decode",
     "ctc_greedy",

@@ -30,7 +30,7 @@ import math
 
 import torch
 
-from attnkit.decoding.search import beam_search
+from attnkit.decoding.beam import beam_search
 from attnkit.tokens import BOS, EOS, PAD
 
 # The smallest log-probability a frame gives a label (frames past an input's end give every

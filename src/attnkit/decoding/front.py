@@ -14,9 +14,10 @@ from dataclasses import dataclass, fields
 import torch
 
 from attnkit.checks import quoted
+from attnkit.decoding.beam import beam_search
 from attnkit.decoding.ctc import ctc_greedy
 from attnkit.decoding.ctc_prefix import ctc_beam_decode, joint_decode
-from attnkit.decoding.search import Hypotheses, beam_search, greedy, sample
+from attnkit.decoding.search import MAX_BEAM, Hypotheses, greedy, sample
 from attnkit.tokens import BOS, EOS, PAD
 
 __all__ = [
@@ -43,10 +44,9 @@ log = logging.getLogger(__name__)
 # Output tokens at most, whatever a task's limit or a Decoding's max_len: every task's outputs
 # stop here, so that no input or option makes decoding run without end.
 MAX_OUTPUT_TOKENS = 10_000
-# The widest beam: every step scores B * K hypotheses, and the CTC prefix beam keeps (T, V)
-# forward variables for each, so a beam of thousands exhausts memory rather than helping
-# (widths past 10-20 rarely change an output).
-MAX_BEAM = 256
+# The most items in one decoding batch: past it a batch's state (B * beam rows of encoder
+# memory) would not fit in memory anyway, and the number is a mistyped option.
+MAX_BATCH = 65_536
 # The largest beam-search weights: past them a rank overflows float32 and every hypothesis
 # ties (--length-penalty 100 gave "2001-03-33" for "2001-03-03"). Wu et al. tune alpha and
 # beta in [0, 1]; lp(MAX_OUTPUT_TOKENS) ** 10 is 1.7e32, and 100 times the log of the least
@@ -448,14 +448,17 @@ def _warn_loops(hyp: Hypotheses) -> None:
 
 def warn_loops(sizes: list[int], total: int) -> None:
     """Log that ``len(sizes)`` of ``total`` outputs were stopped because they looped, after
-    ``sizes`` tokens each (EOS-free)."""
+    ``sizes`` tokens each (EOS-free; past five, the first five and the range)."""
+    said = ", ".join(map(str, sizes[:5]))
+    if len(sizes) > 5:
+        said += f", ... ({min(sizes)} to {max(sizes)})"
     log.warning(
         "%d of %d outputs stopped after %s tokens: each repeated a unit of tokens "
         "while its attention stood still (a loop); loop_stop=False (--no-loop-stop) "
         "decodes them to the length limit",
         len(sizes),
         total,
-        ", ".join(map(str, sizes)),
+        said,
     )
 
 
@@ -469,37 +472,92 @@ def decode_batches(
     batch_size: int = 32,
     lm=None,
     weights: bool = False,
+    sort_key: Callable | None = len,
 ) -> Iterator[tuple[Sequence, Hypotheses]]:
-    """Decode ``items`` in batches of ``batch_size``, in order, with the model in eval mode.
+    """Decode ``items`` in batches of ``batch_size`` with the model in eval mode; yields them
+    in input order.
+
+    Greedy decoding and beam search decode the items sorted by ``sort_key`` (longest first;
+    default ``len``: a text's characters, an utterance's frames), so that a batch holds inputs
+    of similar lengths: less padding, and outputs that end at about the same step. The outputs
+    are then put back in input order, in batches of ``batch_size`` items (each padded to the
+    longest of its batch: ``tokens`` with ``pad``, ``weights`` and ``token_scores`` with 0).
+    Sampling decodes in input order (each batch's draws come from the one generator in turn),
+    and so does ``sort_key=None``.
 
     Args:
         collate: ``collate(chunk) -> (inputs, lengths)`` as ``model.start`` takes them; they
             are moved to the model's device.
         max_len: ``max_len(lengths) -> int | (B,)``, the output length limit of a batch.
         decoding: how (default greedy); one generator (``decoding.seed``) serves every batch.
+        batch_size: items per batch, in ``[1, MAX_BATCH]``.
         lm: the language model of ``decoding.lm_weight`` (see :func:`decode`).
         weights: keep the attention weights (see :func:`decode`).
+        sort_key: ``sort_key(item) -> number``, the length to sort by, or None.
 
     Yields:
-        Each batch's items and their :class:`Hypotheses`.
+        Each batch's items and their :class:`Hypotheses`, in input order.
     """
     decoding = decoding or Decoding()
+    _check(
+        "batch_size",
+        batch_size,
+        _is_int(batch_size) and 1 <= batch_size <= MAX_BATCH,
+        f"an int in [1, {MAX_BATCH}]",
+    )
     model.eval()
     device = next(model.parameters()).device
     generator = decoding.generator(device)
-    for i in range(0, len(items), batch_size):
-        chunk = items[i : i + batch_size]
+
+    def run(chunk: Sequence) -> Hypotheses:
         inputs, lengths = (x.to(device) for x in collate(chunk))
-        yield (
-            chunk,
-            decode(
-                model,
-                inputs,
-                lengths,
-                max_len=max_len(lengths),
-                decoding=decoding,
-                generator=generator,
-                lm=lm,
-                weights=weights,
-            ),
+        return decode(
+            model,
+            inputs,
+            lengths,
+            max_len=max_len(lengths),
+            decoding=decoding,
+            generator=generator,
+            lm=lm,
+            weights=weights,
         )
+
+    if sort_key is None or decoding.method == "sample":
+        for i in range(0, len(items), batch_size):
+            chunk = items[i : i + batch_size]
+            yield chunk, run(chunk)
+        return
+    order = sorted(range(len(items)), key=lambda i: -sort_key(items[i]))  # stable
+    decoded = [
+        run([items[j] for j in order[i : i + batch_size]]) for i in range(0, len(items), batch_size)
+    ]
+    where = [0] * len(items)  # item -> its (batch, row) among the decoded batches
+    for position, item in enumerate(order):
+        where[item] = position
+    for i in range(0, len(items), batch_size):
+        rows = [divmod(where[j], batch_size) for j in range(i, min(i + batch_size, len(items)))]
+        yield items[i : i + batch_size], gather_rows(decoded, rows)
+
+
+def gather_rows(batches: Sequence[Hypotheses], rows: Sequence[tuple[int, int]]) -> Hypotheses:
+    """The rows ``(batch, row)`` of decoded ``batches`` as one :class:`Hypotheses`, output
+    steps (and attended keys) padded to the longest: ``tokens`` with ``PAD``, ``weights`` and
+    ``token_scores`` with 0."""
+    out: list[torch.Tensor | None] = []
+    for field in Hypotheses._fields:
+        if getattr(batches[rows[0][0]], field) is None:
+            out.append(None)
+            continue
+        picked = [getattr(batches[b], field)[r] for b, r in rows]  # each ([n_best,] [T, Tk])
+        most = [max(x.shape[d] for x in picked) for d in range(picked[0].dim())]
+        value = PAD if field == "tokens" else 0.0
+        out.append(torch.stack([_pad_to(x, most, value) for x in picked]))
+    return Hypotheses._make(out)
+
+
+def _pad_to(x: torch.Tensor, shape: list[int], value: float) -> torch.Tensor:
+    """``x`` padded at the end of every dim to ``shape`` with ``value``."""
+    if list(x.shape) == shape:
+        return x
+    padding = [p for d in reversed(range(x.dim())) for p in (0, shape[d] - x.shape[d])]
+    return torch.nn.functional.pad(x, padding, value=value)

@@ -36,9 +36,17 @@ import torch
 from torch.utils._pytree import tree_leaves, tree_map
 
 from attnkit.checks import quoted
-from attnkit.decoding.loops import loop_step, start_loops
+from attnkit.decoding.loops import LoopState, loop_step, start_loops
 
-__all__ = ["Hypotheses", "beam_search", "greedy", "sample", "length_penalty"]
+__all__ = [
+    "MAX_BEAM",
+    "Hypotheses",
+    "beam_search_reference",
+    "check_beam_options",
+    "greedy",
+    "sample",
+    "length_penalty",
+]
 
 StepFn = Callable[[torch.Tensor, Any], tuple[torch.Tensor, Any, torch.Tensor | None]]
 
@@ -396,7 +404,169 @@ def _settled(
     return kth > best_live
 
 
-def beam_search(
+# The widest beam: every step scores B * K hypotheses, and the CTC prefix beam keeps (T, V)
+# forward variables for each, so a beam of thousands exhausts memory rather than helping
+# (widths past 10-20 rarely change an output).
+MAX_BEAM = 256
+
+
+def check_beam_options(beam_size, n_best, no_repeat_ngram) -> None:
+    """Raise a one-line ``ValueError`` naming the first bad option."""
+    if not isinstance(beam_size, int) or isinstance(beam_size, bool):
+        raise ValueError(f"beam_size: expected an int in [1, {MAX_BEAM}], got {quoted(beam_size)}")
+    if not 1 <= beam_size <= MAX_BEAM:
+        raise ValueError(f"beam_size: expected an int in [1, {MAX_BEAM}], got {beam_size}")
+    if not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
+        raise ValueError(
+            f"n_best: expected an int in [1, beam_size={beam_size}], got {quoted(n_best)}"
+        )
+    if not isinstance(no_repeat_ngram, int) or no_repeat_ngram < 0:
+        raise ValueError(
+            f"no_repeat_ngram: expected a non-negative int, got {quoted(no_repeat_ngram)}"
+        )
+
+
+class Beams(NamedTuple):
+    """The hypotheses of a beam search, ``N = B * K`` rows (example-major: row ``b * K + k``
+    is beam ``k`` of example ``b``); every field has ``N`` rows, so cutting examples out is
+    an ``index_select`` of each.
+
+    Attributes:
+        tokens: ``(N,)`` the last token of each. scores: ``(N,)`` cumulative log-probability.
+        done: ``(N,)`` bool, frozen. limit: ``(N,)`` its example's ``max_len``.
+        hyps: ``(N, t)`` the tokens so far. token_scores: ``(N, t)`` their log-probabilities.
+        looped: ``(N,)`` bool, stopped as a loop. loops: the loop check's state, or None.
+        kept: ``(N, t, Tk)`` every step's weights (with ``weights=True``), or None.
+        coverage: ``(N, Tk)`` the weights summed (for the coverage penalty), or None.
+    """
+
+    tokens: torch.Tensor
+    scores: torch.Tensor
+    done: torch.Tensor
+    limit: torch.Tensor
+    hyps: torch.Tensor
+    token_scores: torch.Tensor
+    looped: torch.Tensor
+    loops: LoopState | None
+    kept: torch.Tensor | None = None
+    coverage: torch.Tensor | None = None
+
+
+class BeamRules(NamedTuple):
+    """What a beam search's step follows (the arguments of :func:`beam_search_reference`)."""
+
+    k: int
+    bos: int
+    eos: int
+    pad: int
+    alpha: float
+    beta: float
+    no_repeat_ngram: int
+    n_best: int
+    weights: bool
+
+
+def start_beams(limit: torch.Tensor, k: int, bos: int, loop_stop: bool) -> Beams:
+    """The beams of ``B`` examples of limits ``limit (B,)`` before the first step: beam 0 of
+    each live at score 0, the others at -inf (all beams start identical: keep one)."""
+    n, device = limit.shape[0] * k, limit.device
+    scores = torch.zeros(limit.shape[0], k, device=device)
+    scores[:, 1:] = float("-inf")
+    return Beams(
+        tokens=torch.full((n,), bos, dtype=torch.long, device=device),
+        scores=scores.reshape(n),
+        done=torch.zeros(n, dtype=torch.bool, device=device),
+        limit=limit.repeat_interleave(k),
+        hyps=torch.empty(n, 0, dtype=torch.long, device=device),
+        token_scores=torch.empty(n, 0, device=device),
+        looped=torch.zeros(n, dtype=torch.bool, device=device),
+        loops=start_loops(n, device) if loop_stop else None,
+    )
+
+
+def advance(
+    beams: Beams, log_probs: torch.Tensor, w: torch.Tensor | None, steps: int, rules: BeamRules
+) -> tuple[Beams, torch.Tensor]:
+    """One step of beam search: the beams extended by the step's ``log_probs (N, V)`` and
+    weights ``w (N, Tk)`` (or None), ``steps`` the steps taken with this one. Returns the new
+    beams and each one's parent ``(N,)`` (reorder the step state by it)."""
+    r, n = rules, beams.tokens.shape[0]
+    b, k = n // r.k, r.k
+    _check_log_probs(log_probs, n)
+    vocab = log_probs.shape[-1]
+    log_probs = _never(log_probs.float(), r.pad, r.bos)
+    if r.no_repeat_ngram:
+        banned = _ngram_ban(beams.hyps, r.no_repeat_ngram, vocab)
+        log_probs = log_probs.masked_fill(banned, float("-inf"))
+    # A finished hypothesis continues only with pad, at no cost.
+    frozen = torch.full_like(log_probs, float("-inf"))
+    frozen[:, r.pad] = 0.0
+    log_probs = torch.where(beams.done[:, None], frozen, log_probs)
+    cand = (beams.scores[:, None] + log_probs).reshape(b, k * vocab)  # (B, K*V)
+    top, idx = cand.topk(k, dim=-1)  # (B, K)
+    base = (torch.arange(b, device=cand.device) * k)[:, None]  # (B, 1)
+    parent = (base + idx // vocab).reshape(n)  # (N,) flat index of each new beam's parent
+    tokens = (idx % vocab).reshape(n)
+    scores = top.reshape(n)
+    was_done = beams.done.index_select(0, parent)
+    hyps = torch.cat([beams.hyps.index_select(0, parent), tokens[:, None]], dim=1)
+    token_scores = torch.cat(
+        [beams.token_scores.index_select(0, parent), log_probs[parent, tokens][:, None]], dim=1
+    )
+    kept, coverage, loops, looped = beams.kept, beams.coverage, beams.loops, beams.looped
+    if w is not None and (r.weights or r.beta or loops is not None):
+        w = w.float().index_select(0, parent).masked_fill(was_done[:, None], 0.0)
+        if r.weights:
+            kept = (
+                w[:, None]
+                if kept is None
+                else torch.cat([kept.index_select(0, parent), w[:, None]], dim=1)
+            )
+        coverage = w if coverage is None else coverage.index_select(0, parent) + w
+    if loops is not None:
+        loops, loops_now = loop_step(_reorder(loops, parent), tokens, w)
+        live = ~was_done & (tokens != r.eos)
+        loops_now = loops_now & live
+        # When an example's leading live hypothesis loops, its other live ones are
+        # variants of the loop (or worse): the example stops.
+        lead = top.masked_fill(~live.reshape(b, k), float("-inf")).argmax(-1)  # (B,)
+        stop = loops_now.reshape(b, k).gather(1, lead[:, None])  # (B, 1)
+        loops_now = loops_now | (stop.expand(b, k).reshape(n) & live)
+        looped = looped.index_select(0, parent) | loops_now
+    done = was_done | (tokens == r.eos) | (steps >= beams.limit) | looped
+    rank = _rank(top, hyps, coverage, r.eos, r.pad, r.alpha, r.beta)
+    done = done | _settled(rank, top, done, beams.limit, r.alpha, r.n_best).repeat_interleave(k)
+    new = Beams(
+        tokens, scores, done, beams.limit, hyps, token_scores, looped, loops, kept, coverage
+    )
+    return new, parent
+
+
+def best_of(beams: Beams, rules: BeamRules) -> tuple:
+    """The ``n_best`` of each example of ``beams``, best first, as the fields of
+    :class:`Hypotheses`, each ``(B, n_best, ...)``."""
+    r, n = rules, beams.tokens.shape[0]
+    b = n // r.k
+    rank = _rank(
+        beams.scores.reshape(b, r.k), beams.hyps, beams.coverage, r.eos, r.pad, r.alpha, r.beta
+    )
+    best = rank.reshape(b, r.k).topk(r.n_best, dim=-1)  # (B, n_best)
+    pick = ((torch.arange(b, device=rank.device) * r.k)[:, None] + best.indices).reshape(-1)
+
+    def rows(x: torch.Tensor | None) -> torch.Tensor | None:
+        return None if x is None else x.index_select(0, pick).reshape(b, r.n_best, *x.shape[1:])
+
+    return (
+        rows(beams.hyps),
+        rows(_lengths(beams.hyps, r.eos, r.pad)),
+        best.values,
+        rows(beams.kept),
+        None if beams.loops is None else rows(beams.looped),
+        rows(beams.token_scores),
+    )
+
+
+def beam_search_reference(
     step: StepFn,
     state,
     *,
@@ -414,7 +584,9 @@ def beam_search(
     weights: bool = True,
     loop_stop: bool = True,
 ) -> Hypotheses:
-    """Batched beam search: all ``B * K`` hypotheses advance as one tensor.
+    """Batched beam search, the slow reference of :func:`attnkit.decoding.beam.beam_search`:
+    all ``B * K`` hypotheses advance as one tensor until the last example is done (a finished
+    example stays in the batch, its hypotheses frozen).
 
     Hypotheses are extended by cumulative log-probability; a hypothesis that emits EOS (or
     reaches its example's ``max_len``, or loops: then, if it leads its example's live
@@ -438,99 +610,23 @@ def beam_search(
     outputs it is exhaustive search (both tested).
     """
     _check_common(batch_size, bos, eos, pad)
-    if not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size: expected a positive int, got {quoted(beam_size)}")
-    if not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
-        raise ValueError(
-            f"n_best: expected an int in [1, beam_size={beam_size}], got {quoted(n_best)}"
-        )
-    if not isinstance(no_repeat_ngram, int) or no_repeat_ngram < 0:
-        raise ValueError(
-            f"no_repeat_ngram: expected a non-negative int, got {quoted(no_repeat_ngram)}"
-        )
+    check_beam_options(beam_size, n_best, no_repeat_ngram)
     b, k = batch_size, beam_size
-    n = b * k
-    limit = _max_lengths(max_len, b, device).repeat_interleave(k)  # (N,)
+    beams = start_beams(_max_lengths(max_len, b, device), k, bos, loop_stop)
     state = _reorder(state, torch.arange(b, device=device).repeat_interleave(k))
     # Rows of one example are equal in every tensor of the repeated state, and a beam's parent
     # is always a beam of the same example, so reordering such a tensor changes nothing. The
     # tensors a step hands back untouched (an encoder's memory, CTC log-probabilities) stay
     # so, and are not copied at every step.
     same_in_beams = _versions(state)
-    tokens = torch.full((n,), bos, dtype=torch.long, device=device)
-    scores = torch.zeros(b, k, device=device)
-    scores[:, 1:] = float("-inf")  # all beams start identical: keep one
-    done = torch.zeros(n, dtype=torch.bool, device=device)
-    hyps = torch.empty(n, 0, dtype=torch.long, device=device)
-    token_scores = torch.empty(n, 0, device=device)  # (N, t): each token's log-probability
-    kept = None  # (N, t, Tk): every step's weights, with weights=True
-    coverage = None
-    looped = torch.zeros(n, dtype=torch.bool, device=device)
-    loops = start_loops(n, device) if loop_stop else None
-    base = (torch.arange(b, device=device) * k)[:, None]  # (B, 1)
-    for t in range(int(limit.max())):
-        log_probs, state, w = step(tokens, state)
-        _check_log_probs(log_probs, n)
-        vocab = log_probs.shape[-1]
-        log_probs = _never(log_probs.float(), pad, bos)
-        if no_repeat_ngram:
-            log_probs = log_probs.masked_fill(
-                _ngram_ban(hyps, no_repeat_ngram, vocab), float("-inf")
-            )
-        # A finished hypothesis continues only with pad, at no cost.
-        frozen = torch.full_like(log_probs, float("-inf"))
-        frozen[:, pad] = 0.0
-        log_probs = torch.where(done[:, None], frozen, log_probs)
-        cand = (scores.reshape(n, 1) + log_probs).reshape(b, k * vocab)  # (B, K*V)
-        top, idx = cand.topk(k, dim=-1)  # (B, K)
-        parent = (base + idx // vocab).reshape(n)  # (N,) flat index of each new beam's parent
-        tokens = (idx % vocab).reshape(n)
-        scores = top
+    rules = BeamRules(k, bos, eos, pad, alpha, beta, no_repeat_ngram, n_best, weights)
+    for t in range(int(beams.limit.max())):
+        log_probs, state, w = step(beams.tokens, state)
+        beams, parent = advance(beams, log_probs, w, t + 1, rules)
         kept_as_is = _unchanged(state, same_in_beams)
         state = _reorder(state, parent, keep=kept_as_is)
         same_in_beams = [(x, x._version) for x in kept_as_is]
-        was_done = done.index_select(0, parent)
-        hyps = torch.cat([hyps.index_select(0, parent), tokens[:, None]], dim=1)
-        token_scores = torch.cat(
-            [token_scores.index_select(0, parent), log_probs[parent, tokens][:, None]], dim=1
-        )
-        if w is not None and (weights or beta or loop_stop):
-            w = w.float().index_select(0, parent).masked_fill(was_done[:, None], 0.0)
-            if weights:
-                kept = (
-                    w[:, None]
-                    if kept is None
-                    else torch.cat([kept.index_select(0, parent), w[:, None]], dim=1)
-                )
-            coverage = w if coverage is None else coverage.index_select(0, parent) + w
-        if loops is not None:
-            loops, loops_now = loop_step(_reorder(loops, parent), tokens, w)
-            live = ~was_done & (tokens != eos)
-            loops_now = loops_now & live
-            # When an example's leading live hypothesis loops, its other live ones are
-            # variants of the loop (or worse): the example stops.
-            lead = scores.masked_fill(~live.reshape(b, k), float("-inf")).argmax(-1)  # (B,)
-            stop = loops_now.reshape(b, k).gather(1, lead[:, None])  # (B, 1)
-            loops_now = loops_now | (stop.expand(b, k).reshape(n) & live)
-            looped = looped.index_select(0, parent) | loops_now
-        done = was_done | (tokens == eos) | (t + 1 >= limit) | looped
-        done = done | _settled(
-            _rank(scores, hyps, coverage, eos, pad, alpha, beta), scores, done, limit, alpha, n_best
-        ).repeat_interleave(k)
-        if bool(done.all()):
+        if bool(beams.done.all()):
             break
-
-    lengths = _lengths(hyps, eos, pad)  # (N,)
-    rank = _rank(scores, hyps, coverage, eos, pad, alpha, beta).reshape(b, k)
-    best = rank.topk(n_best, dim=-1).indices  # (B, n_best)
-    pick = (base + best).reshape(-1)
-    out_tokens = hyps.index_select(0, pick).reshape(b, n_best, -1)
-    out = Hypotheses(
-        out_tokens,
-        lengths.index_select(0, pick).reshape(b, n_best),
-        rank.gather(1, best),
-        None if kept is None else kept.index_select(0, pick).reshape(b, n_best, *kept.shape[1:]),
-        looped.index_select(0, pick).reshape(b, n_best) if loop_stop else None,
-        token_scores.index_select(0, pick).reshape(b, n_best, -1),
-    )
+    out = Hypotheses(*best_of(beams, rules))
     return out.best() if n_best == 1 else out

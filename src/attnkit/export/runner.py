@@ -283,15 +283,19 @@ def _rank(scores, hyps, coverage, d) -> np.ndarray:
 
 
 def _ngram_ban(hyps: np.ndarray, n: int, vocab: int) -> np.ndarray:
-    """``(N, V)`` bool: the tokens that would repeat an n-gram already in each hypothesis."""
-    banned = np.zeros((len(hyps), vocab), dtype=bool)
-    t = hyps.shape[1]
-    for row, hyp in zip(banned, hyps):
-        prefix = tuple(hyp[t - n + 1 :]) if n > 1 else ()
-        for s in range(t - n + 1):
-            if tuple(hyp[s : s + n - 1]) == prefix:
-                row[hyp[s + n - 1]] = True
-    return banned
+    """``(N, V)`` bool: the tokens that would repeat an n-gram already in each hypothesis
+    (those that followed an earlier occurrence of its last ``n - 1`` tokens)."""
+    num, t = hyps.shape
+    banned = np.zeros((num, vocab + 1), dtype=bool)
+    rows = np.arange(num)[:, None]
+    if n == 1 and t:
+        banned[rows, hyps] = True
+    elif n > 1 and t >= n:
+        prefix = hyps[:, t - n + 1 :]  # (N, n-1) the last n-1 tokens
+        windows = np.lib.stride_tricks.sliding_window_view(hyps, n - 1, axis=1)[:, : t - n + 1]
+        match = (windows == prefix[:, None, :]).all(-1)  # (N, t-n+1) earlier equal prefixes
+        banned[rows, np.where(match, hyps[:, n - 1 :], vocab)] = True  # what followed them
+    return banned[:, :vocab]
 
 
 def _top(x: np.ndarray, k: int):
@@ -300,38 +304,46 @@ def _top(x: np.ndarray, k: int):
     return np.take_along_axis(x, idx, -1), idx
 
 
-def _beam_search(step, state: dict, limit: np.ndarray, d: dict):
+def _beam_search(step: _Step, state: dict, limit: np.ndarray, d: dict):
     """Batched beam search as attnkit's ``beam_search``: hypotheses extended by cumulative
     log-probability, frozen at EOS, their limit or when they loop (an example's live
-    hypotheses all stop when its leading one loops), an example stopped when no live
+    hypotheses all stop when its leading one loops), an example done when no live
     hypothesis can outrank its ``n_best`` finished ones, the finished ranked by :func:`_rank`.
-    Returns the hypotheses ``(N, T)``, ``(N,)`` bool: those stopped as loops, and the rows of
-    each example's ``n_best`` ``(B, n_best)``, best first."""
+    An example whose search is over has its ``n_best`` picked, and once half the batch is
+    over their rows leave it (every array cut to the remaining rows), so the step runs on the
+    examples still searching only. The state entries the step does not change (the encoder's
+    outputs) are the same in every beam of an example and are only cut, never reordered.
+    Returns the ``B * n_best`` hypotheses ``(B * n_best, T)``, ``(B * n_best,)`` bool: those
+    stopped as loops, and the rows of each example's ``n_best`` ``(B, n_best)``, best first."""
     b, k, n_best, alpha = len(limit), d["beam"], d["n_best"], d["length_penalty"]
-    n = b * k
     limit = np.repeat(limit, k)  # (N,)
     state = {name: np.repeat(x, k, axis=0) for name, x in state.items()}
-    tokens = np.full(n, d["bos"], dtype=np.int64)
+    tokens = np.full(b * k, d["bos"], dtype=np.int64)
     scores = np.zeros((b, k), dtype=np.float32)
     scores[:, 1:] = -np.inf  # all beams start identical: keep one
-    done = np.zeros(n, dtype=bool)
-    hyps = np.zeros((n, 0), dtype=np.int64)
+    done = np.zeros(b * k, dtype=bool)
+    hyps = np.zeros((b * k, 0), dtype=np.int64)
     coverage = None
-    looped = np.zeros(n, dtype=bool)
-    loops = _start_loops(n, d)
-    base = (np.arange(b) * k)[:, None]  # (B, 1)
-    for t in range(int(limit.max())):
+    looped = np.zeros(b * k, dtype=bool)
+    loops = _start_loops(b * k, d)
+    example, gone = np.arange(b), np.zeros(b, dtype=bool)  # (B',) the examples searching
+    finished = []  # (examples (E,), hyps (E * n_best, t), looped (E * n_best,))
+    steps = 0
+    while example.size:
+        ba = example.size
+        n, base = ba * k, (np.arange(ba) * k)[:, None]  # (B', 1)
         log_probs, state, w = step(tokens, state)
+        steps += 1
         vocab = log_probs.shape[-1]
         log_probs = _never(log_probs, d)
         if d["no_repeat_ngram"]:
             log_probs[_ngram_ban(hyps, d["no_repeat_ngram"], vocab)] = -np.inf
         log_probs[done] = -np.inf  # a finished hypothesis continues only with pad, at no cost
         log_probs[done, d["pad"]] = 0.0
-        top, idx = _top((scores.reshape(n, 1) + log_probs).reshape(b, k * vocab), k)
+        top, idx = _top((scores.reshape(n, 1) + log_probs).reshape(ba, k * vocab), k)
         parent = (base + idx // vocab).reshape(n)
         tokens, scores = (idx % vocab).reshape(n), top
-        state = {name: x[parent] for name, x in state.items()}
+        state = {name: x[parent] if name in step.next else x for name, x in state.items()}
         was_done = done[parent]
         hyps = np.concatenate([hyps[parent], tokens[:, None]], axis=1)
         if w is not None:
@@ -344,20 +356,45 @@ def _beam_search(step, state: dict, limit: np.ndarray, d: dict):
             now &= live
             # When an example's leading live hypothesis loops, its other live ones are
             # variants of the loop (or worse): the example stops.
-            lead = np.where(live.reshape(b, k), scores, -np.inf).argmax(-1)  # (B,)
-            now |= np.repeat(now.reshape(b, k)[np.arange(b), lead], k) & live
+            lead = np.where(live.reshape(ba, k), scores, -np.inf).argmax(-1)  # (B',)
+            now |= np.repeat(now.reshape(ba, k)[np.arange(ba), lead], k) & live
             looped = looped[parent] | now
-        done = was_done | (tokens == d["eos"]) | (t + 1 >= limit) | looped
-        rank = _rank(scores, hyps, coverage, d).reshape(b, k)
-        kth = np.sort(np.where(done.reshape(b, k), rank, -np.inf), axis=-1)[:, k - n_best]
+        done = was_done | (tokens == d["eos"]) | (steps >= limit) | looped
+        rank = _rank(scores, hyps, coverage, d).reshape(ba, k)
+        kth = np.sort(np.where(done.reshape(ba, k), rank, -np.inf), axis=-1)[:, k - n_best]
         with np.errstate(invalid="ignore"):
-            live = scores / _length_penalty(limit.reshape(b, k), alpha)
-        best_live = np.where(done.reshape(b, k), -np.inf, live).max(-1)
+            live = scores / _length_penalty(limit.reshape(ba, k), alpha)
+        best_live = np.where(done.reshape(ba, k), -np.inf, live).max(-1)
         done |= np.repeat(kth > best_live, k)
-        if done.all():
-            break
-    _, best = _top(_rank(scores, hyps, coverage, d).reshape(b, k), n_best)  # (B, n_best)
-    return hyps, looped, base + best
+        over = done.reshape(ba, k).all(-1)  # (B',) examples whose search is over
+        ends = np.flatnonzero(over & ~gone)
+        if ends.size:  # their n-best, best first; their rows stay until half the batch ends
+            _, best = _top(_rank(scores, hyps, coverage, d).reshape(ba, k)[ends], n_best)
+            pick = ((ends * k)[:, None] + best).reshape(-1)  # (E * n_best,)
+            finished.append((example[ends], hyps[pick], looped[pick]))
+            gone |= over
+        if gone.sum() < max(ba / 2, 1):
+            continue
+        stay = np.flatnonzero(~gone)
+        rows = ((stay * k)[:, None] + np.arange(k)).reshape(-1)
+        example, gone, scores = example[stay], gone[stay], scores[stay]
+        state = {name: x[rows] for name, x in state.items()}
+        tokens, done, limit, hyps, looped = (x[rows] for x in (tokens, done, limit, hyps, looped))
+        coverage = None if coverage is None else coverage[rows]
+        loops = None if loops is None else tuple(x[rows] for x in loops)
+    where = np.argsort(np.concatenate([e for e, _, _ in finished]))  # (B,) examples in order
+    out = np.concatenate(
+        [
+            np.pad(h, ((0, 0), (0, steps - h.shape[1])), constant_values=d["pad"])
+            for _, h, _ in finished
+        ]
+    ).reshape(b, n_best, steps)[where]
+    stopped = np.concatenate([x for _, _, x in finished]).reshape(b, n_best)[where]
+    return (
+        out.reshape(b * n_best, steps),
+        stopped.reshape(-1),
+        np.arange(b * n_best).reshape(b, n_best),
+    )
 
 
 def _content(tokens, d: dict) -> list[int]:
