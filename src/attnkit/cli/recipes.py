@@ -56,7 +56,7 @@ MULTI30K = (
     "--steps",
     "20000",
     "--time-budget",
-    "6000",
+    "5400",
     "--eval-every",
     "500",
     "--checkpoint-every",
