@@ -10,7 +10,8 @@ writes JSON.
 Reading. Each ``--data`` corpus is a folder of pages (or a page, or a ``.lst`` list, as
 :mod:`attnkit.data.corpora.page_formats` reads them). A document is a folder of pages; when
 all the pages are in one folder, the pages whose names differ only by a trailing page number
-(``LETTER_01.xml``, ``LETTER_02.xml``) are one document. Every line of every page is cut out
+(``LETTER_01.xml``, ``LETTER_02.xml``) are one document (and when that is every page, the
+folder is, by its name). Every line of every page is cut out
 of its page image as ``attnkit eval`` and ``attnkit train ocr`` cut it
 (:func:`attnkit.data.corpora.page_formats.cut_page`). Nothing is left out of the score
 silently: a page that cannot be read (no image, an unreadable image or XML) and a line that
@@ -87,7 +88,7 @@ def fold(text: str) -> str:
 def documents(corpus: Path) -> list[tuple[str, list[Path]]]:
     """The documents of ``corpus``: ``(name, pages)``, a folder of pages each (named by its
     path below ``corpus``), or when all pages share a folder, the pages whose names differ by
-    a trailing page number; sorted by name."""
+    a trailing page number (all of them: the folder, by its name); sorted by name."""
     files = list(page_files(corpus))
     folders = collections.defaultdict(list)
     for path in files:
@@ -102,6 +103,8 @@ def documents(corpus: Path) -> list[tuple[str, list[Path]]]:
         named = collections.defaultdict(list)
         for path in files:
             named[PAGE_NUMBER.sub("", path.stem) or path.stem].append(path)
+        if len(named) == 1 and files:  # a folder that is one document: named by the folder
+            named = {files[0].parent.name: files}
     return sorted(named.items())
 
 

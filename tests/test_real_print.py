@@ -42,6 +42,7 @@ def test_documents_are_folders_or_the_pages_of_one_name(corpus, tmp_path):
         ("MEMO", ["MEMO-1"]),
         ("report", ["report"]),
     ]
+    assert [name for name, _ in real_print.documents(corpus / "letters")] == ["letters"]
 
 
 def test_unusable_pages_and_lines_are_counted_by_kind(corpus):
