@@ -6,7 +6,10 @@ import json
 import pytest
 
 from attnkit.cli.main import main
+from attnkit.cli.ocr import synthetic_count
+from attnkit.data import read_tsv
 from attnkit.data.corpora.page_xml import parse_page
+from attnkit.train import load_checkpoint
 from tests.cli.test_ocr import TINY
 from tests.data.pages import write_pages
 
@@ -66,3 +69,33 @@ def test_read_names_a_page_without_its_image(trained, capsys, tmp_path):
     (tmp_path / "p0.png").unlink()
     assert main(["read", "--checkpoint", str(checkpoint), str(page)]) == 2
     assert "p0.xml: page image 'p0.png' not found" in capsys.readouterr().err
+
+
+def test_synthetic_share_mixes_built_in_lines_with_the_pages(tmp_path, capsys):
+    """Half of the training lines built-in with --synthetic-share 0.5 (the 6 lines of two
+    pages and 6 rendered ones), validation on the pages alone; refused without --train."""
+    write_pages(tmp_path / "train", "alto", n=2)
+    out = tmp_path / "run"
+    args = ["train", "ocr", "--train", str(tmp_path / "train"), "--valid", str(tmp_path / "train")]
+    mix = ["--synthetic-share", "0.5", "--max-chars", "12", "--steps", "1", "--eval-every", "1"]
+    assert main([*args, *mix, "--out", str(out), *TINY]) == 0
+    data = load_checkpoint(out / "checkpoint").config["data"]
+    assert data["n_synthetic"] == 6 and data["synthetic_share"] == 0.5
+    rendered = list((out / "lines").iterdir())  # the built-in lines' cache
+    assert len(rendered) == 1 and len(read_tsv(rendered[0] / "labels.tsv")) == 6
+    assert main(["train", "ocr", *mix, "--out", str(tmp_path / "r2"), *TINY]) == 2
+    assert "--synthetic-share: mixes built-in lines with --train's" in capsys.readouterr().err
+
+
+def test_synthetic_count_makes_the_share():
+    assert [synthetic_count(519, p) for p in (0.0, 0.25, 0.5, 0.75)] == [0, 173, 519, 1557]
+    with pytest.raises(ValueError, match="expected a share from 0 to below 1, got 1"):
+        synthetic_count(10, 1.0)
+
+
+def test_the_real_print_recipe_needs_its_corpus(tmp_path, capsys):
+    assert main(["train", "ocr", "--recipe", "ocr-real", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        "attnkit: --recipe ocr-real: give the corpus: --train train.lst --valid valid.lst "
+        "(lists of ALTO or PAGE-XML documents: docs/ocr.md)\n"
+    )

@@ -12,6 +12,7 @@ from attnkit.data import (
     ALPHABET,
     CharVocab,
     DataError,
+    JoinedLines,
     LineFolder,
     available_fonts,
     generate_lines,
@@ -242,6 +243,30 @@ def test_a_folder_of_lines_is_read_from_disk_when_indexed(tmp_path, train_lines)
     (tmp_path / "cache" / "000004.png").write_bytes(b"overwritten after the folder was read")
     with pytest.raises(DataError, match="000004.png: cannot read image"):
         lines[4]  # read now, not before
+
+
+def test_joined_lines_are_their_parts_one_after_another(tmp_path, train_lines):
+    """Against the reference, the parts' lines in one list: every index (negative ones too),
+    every slice of step 1 across the parts' bounds, widths, texts and the folder's paths."""
+    tsv = write_line_folder(train_lines[:5], tmp_path / "cache")
+    folder = read_line_folder(tmp_path / "cache", tsv)
+    listed = list(train_lines[10:13])
+    joined = JoinedLines([folder, [], listed])  # an empty part is skipped
+    reference = [*train_lines[:5], *listed]
+    assert len(joined) == 8 and joined.texts == [t for _, t in reference]
+    assert joined.widths == [image.shape[1] for image, _ in reference]
+    for i in range(-8, 8):
+        image, text = joined[i]
+        assert torch.equal(image, reference[i][0]) and text == reference[i][1]
+    for start in range(9):
+        for stop in range(start, 9):
+            part = joined[start:stop]
+            assert isinstance(part, JoinedLines) and part.texts == joined.texts[start:stop]
+            assert all(torch.equal(a, b) for (a, _), (b, _) in zip(part, reference[start:stop]))
+    assert [t for _, t in joined[::3]] == [t for _, t in reference[::3]]
+    assert joined.path(4) == folder.path(4) and joined.path(5) == "part1[0]"
+    with pytest.raises(IndexError, match="line 8 of 8"):
+        joined[8]
 
 
 def test_iter_lines_renders_generate_lines_one_at_a_time(train_lines):

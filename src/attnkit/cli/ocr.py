@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from attnkit.attention import SCORES
-from attnkit.cli import argtypes, augment, common, inference, ocr_pages
+from attnkit.cli import argtypes, augment, common, inference, ocr_pages, recipes
 from attnkit.cli.corpus import (
     add_format_args,
     add_limit_arg,
@@ -26,6 +26,7 @@ from attnkit.cli.decoder_options import (
 from attnkit.data import (
     ALPHABET,
     CharVocab,
+    JoinedLines,
     available_fonts,
     iter_lines,
     load_line_image,
@@ -85,6 +86,15 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
         help="share of built-in lines (training and validation) that are real "
         "English sentences rather than random words, numbers and codes "
         "(default 0)",
+    )
+    data.add_argument(
+        "--synthetic-share",
+        type=argtypes.proportion,
+        default=0.0,
+        metavar="P",
+        help="with --train: that share of the training lines are built-in rendered ones "
+        "(--max-chars, --prose, drawn from the training fonts), mixed with --train's lines "
+        "(validation: --valid's alone; default 0: none)",
     )
     data.add_argument(
         "--cache-dir", type=Path, help="keep rendered built-in lines here (default: OUT/lines)"
@@ -157,6 +167,14 @@ def _built_in(
     return read_line_folder(cache, cache / "labels.tsv")  # what later runs will read
 
 
+def synthetic_count(real: int, share: float) -> int:
+    """How many built-in lines make ``share`` of a training set with ``real`` lines of the
+    user's: ``n / (real + n) = share``, rounded (``share`` below 1)."""
+    if not 0.0 <= share < 1.0:
+        raise ValueError(f"--synthetic-share: expected a share from 0 to below 1, got {share:g}")
+    return round(real * share / (1.0 - share))
+
+
 def _lines(args: argparse.Namespace) -> tuple[Sequence[Line], Sequence[Line]]:
     if args.train:
         read = dict(
@@ -165,7 +183,17 @@ def _lines(args: argparse.Namespace) -> tuple[Sequence[Line], Sequence[Line]]:
             labels=None if args.labels == LABELS else args.labels,
         )
         train, valid = read_splits("ocr", args, **read)
+        n = synthetic_count(len(train), args.synthetic_share)
+        if n:
+            log.info("mixing %d built-in lines with the %d lines of --train", n, len(train))
+            built_in = _built_in(args, "train", n, args.min_chars, args.max_chars)
+            train = JoinedLines([train, built_in])
         return train, valid or []
+    if args.synthetic_share:
+        raise ValueError(
+            "--synthetic-share: mixes built-in lines with --train's; give --train "
+            "(without it every line is built-in)"
+        )
     return (
         _built_in(args, "train", args.n_train, args.min_chars, args.max_chars),
         _built_in(args, "valid", args.n_valid, 5, 200),
@@ -173,6 +201,7 @@ def _lines(args: argparse.Namespace) -> tuple[Sequence[Line], Sequence[Line]]:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    recipes.check_corpus(args.recipe, args.train)
     torch.manual_seed(args.seed)
     wanted = dict(
         name="crnn",
@@ -194,7 +223,20 @@ def run_train(args: argparse.Namespace) -> int:
     valid = common.held_out(train, valid, "lines")
     model_config = start.config["model"] if start is not None else wanted
     data = (
-        {"train": str(args.train), "valid": str(args.valid)}
+        {
+            "train": str(args.train),
+            "valid": str(args.valid),
+            **(
+                {
+                    "synthetic_share": args.synthetic_share,
+                    "n_synthetic": len(train.parts[-1]),
+                    "max_chars": args.max_chars,
+                    "prose": args.prose,
+                }
+                if isinstance(train, JoinedLines)
+                else {}
+            ),
+        }
         if args.train
         else {
             "built_in": "lines",

@@ -18,11 +18,12 @@ if TYPE_CHECKING:
 class Recipe:
     """``task``: the ``attnkit train`` sub-command; ``options``: its command-line options;
     ``corpus``: for a recipe of a public corpus, what ``--train`` must name (else the built-in
-    data)."""
+    data), and ``guide`` the page that says how to get it."""
 
     task: str
     options: tuple[str, ...]
     corpus: str | None = None
+    guide: str = "and --valid: docs/translation.md"
 
 
 MULTI30K = (
@@ -67,6 +68,25 @@ MULTI30K = (
     "bleu",
 )
 
+# The built-in lines and the model of builtin:ocr-lines: its recipe and the recipes that
+# fine-tune it (--init requires the same model options).
+OCR_LINES = (
+    "--max-chars",
+    "80",
+    "--prose",
+    "0.5",
+    "--augment",
+    "light",
+    "--attention",
+    "window",
+    "--window",
+    "32",
+    "--hidden",
+    "128",
+    "--batch-size",
+    "32",
+)
+
 RECIPES = {
     "translate-dates": Recipe(
         "translate",
@@ -102,20 +122,7 @@ RECIPES = {
             "30000",
             "--n-valid",
             "400",
-            "--max-chars",
-            "80",
-            "--prose",
-            "0.5",
-            "--augment",
-            "light",
-            "--attention",
-            "window",
-            "--window",
-            "32",
-            "--hidden",
-            "128",
-            "--batch-size",
-            "32",
+            *OCR_LINES,
             "--lr",
             "1e-3",
             "--steps",
@@ -125,6 +132,39 @@ RECIPES = {
             "--checkpoint-every",
             "500",
         ),
+    ),
+    # builtin:ocr-lines fine-tuned on real print: the lines of ALTO / PAGE-XML pages (give
+    # --train and --valid as lists of documents held out whole; docs/ocr.md splits
+    # FoNDUE-EN-PRINT-20: Dracula the test document, The Turn of the Screw validation, the
+    # others training), every other training line a built-in rendered one (the synthetic
+    # worlds of ocr-lines: its --max-chars, --prose and augmentation), so that the model keeps
+    # what it read before. The model options are ocr-lines's (--init requires them); a lower
+    # learning rate and a short warm-up for a short run; --max-unusable 0.3: lines with
+    # characters outside the alphabet (curly quotes, dashes, FoNDUE's hyphen mark) are left
+    # out of training, counted.
+    "ocr-real": Recipe(
+        "ocr",
+        (
+            "--init",
+            "builtin:ocr-lines",
+            "--synthetic-share",
+            "0.5",
+            "--max-unusable",
+            "0.3",
+            *OCR_LINES,
+            "--lr",
+            "3e-4",
+            "--warmup",
+            "20",
+            "--steps",
+            "1000",
+            "--eval-every",
+            "50",
+            "--checkpoint-every",
+            "50",
+        ),
+        "train.lst --valid valid.lst",
+        "lists of ALTO or PAGE-XML documents: docs/ocr.md",
     ),
     # the five engines (every espeak-ng variant but the held-out ones; festival's kal and
     # slt voices; gnuspeech's male, female and large_child; pico's en-US; six of festival's
@@ -238,10 +278,10 @@ def add_recipe_arg(p: Options, task: str) -> None:
 def check_corpus(name: str | None, train: object) -> None:
     """A recipe of a public corpus (:attr:`Recipe.corpus`) run without ``--train`` is a
     ValueError naming the files to give."""
-    corpus = RECIPES[name].corpus if name in RECIPES else None
-    if corpus is not None and not train:
+    recipe = RECIPES.get(name) if name is not None else None
+    if recipe is not None and recipe.corpus is not None and not train:
         raise ValueError(
-            f"--recipe {name}: give the corpus: --train {corpus} (and --valid: docs/translation.md)"
+            f"--recipe {name}: give the corpus: --train {recipe.corpus} ({recipe.guide})"
         )
 
 

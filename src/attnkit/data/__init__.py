@@ -28,6 +28,7 @@ from attnkit.data.corpora.image_folders import (
 )
 from attnkit.data.corpora.line_folders import (
     MAX_WIDTH,
+    JoinedLines,
     LineFolder,
     load_line_image,
     pad_images,
@@ -79,6 +80,7 @@ __all__ = [
     "FeaturesOnDisk",
     "ImageFiles",
     "ImageQuestion",
+    "JoinedLines",
     "LineFolder",
     "MelStream",
     "Scene",

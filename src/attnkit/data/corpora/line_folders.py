@@ -11,6 +11,7 @@ paper, dark ink), :data:`HEIGHT` pixels high and as wide as its text needs;
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ from attnkit.errors import DataError
 __all__ = [
     "HEIGHT",
     "MAX_WIDTH",
+    "JoinedLines",
     "LineFolder",
     "line_width",
     "load_line_image",
@@ -144,6 +146,58 @@ class LineFolder(Sequence):
             return LineFolder(self.folder, self.rows[i], max_width=self.max_width)
         name, _, text = self.rows[i]
         return load_line_image(self.folder / name, max_width=self.max_width), text
+
+
+class JoinedLines(LineFolder):
+    """Several sequences of lines one after another, as one: the lines of ``parts[0]``, then
+    those of ``parts[1]``, ... (``attnkit train ocr --synthetic-share``: the user's lines,
+    then built-in ones). A part is a :class:`LineFolder` (its images read when indexed) or a
+    list of ``(image, text)``; ``widths`` and ``texts`` are known without decoding an image,
+    and a slice is a :class:`JoinedLines` of the parts' slices.
+
+    Shape:
+        ``lines[i][0]``: a uint8 tensor ``(32, widths[i])``.
+    """
+
+    def __init__(self, parts: Sequence[Sequence[tuple[torch.Tensor, str]]]):
+        self.parts = [part for part in parts if len(part)]
+        rows: list[tuple[str, int, str]] = []
+        self.starts: list[int] = []  # the index of each part's first line
+        for k, part in enumerate(self.parts):
+            self.starts.append(len(rows))
+            if isinstance(part, LineFolder):
+                names = [str(part.path(i)) for i in range(len(part))]
+                rows += zip(names, part.widths, part.texts)
+            else:
+                rows += ((f"part{k}[{i}]", im.shape[-1], t) for i, (im, t) in enumerate(part))
+        super().__init__(Path("."), rows, max_width=None)
+
+    def _find(self, i: int) -> tuple[Sequence[tuple[torch.Tensor, str]], int]:
+        """The part holding line ``i`` and the line's index in it."""
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"line {i} of {len(self)}")
+        i %= len(self)
+        k = bisect.bisect_right(self.starts, i) - 1
+        return self.parts[k], i - self.starts[k]
+
+    def path(self, i: int) -> str | Path:
+        part, j = self._find(i)
+        return part.path(j) if isinstance(part, LineFolder) else self.rows[i][0]
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                return [self[j] for j in range(start, stop, step)]
+            ends = [*self.starts[1:], len(self)]
+            return JoinedLines(
+                [
+                    part[max(start - s, 0) : max(min(stop, e) - s, 0)]
+                    for part, s, e in zip(self.parts, self.starts, ends)
+                ]
+            )
+        part, j = self._find(i)
+        return part[j]
 
 
 def read_line_folder(
