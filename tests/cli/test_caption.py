@@ -10,6 +10,7 @@ from attnkit.cli import common
 from attnkit.cli.main import build_parser, main
 from attnkit.data import generate_scenes, write_caption_folder
 from attnkit.decoding import Decoding
+from attnkit.train import TeacherForcing
 
 TINY = [
     "--image-size",
@@ -119,6 +120,21 @@ def test_caption_searches_a_beam_of_5_by_default():
 
     assert decoding_of() == Decoding(beam=5, length_penalty=1.0)
     assert decoding_of("--beam", "1") == Decoding()
+
+
+def test_train_caption_gives_the_task_its_training_options():
+    args = build_parser().parse_args(
+        ["train", "caption", "--out", "run", "--seed", "3", "--teacher-forcing", "0.5"]
+        + ["--label-smoothing", "0.2", "--entropy-weight", "0.5"]
+    )
+    assert common.sequence_task_options(args, "doubly_stochastic", "entropy_weight") == {
+        "batch_size": 32,
+        "seed": 3,
+        "label_smoothing": 0.2,
+        "teacher_forcing": TeacherForcing(0.5),
+        "doubly_stochastic": 1.0,
+        "entropy_weight": 0.5,
+    }
 
 
 def test_the_users_folder_and_images_of_any_mode(tmp_path, capsys, caplog):

@@ -712,12 +712,15 @@ def test_runs_fine_tuned_on_other_data_average_but_not_other_input_reading(tmp_p
         average_checkpoints([tmp_path / "a", tmp_path / "c"])
 
 
-def test_the_last_steps_model_is_kept_when_its_final_evaluation_is_the_best(tmp_path):
+def test_the_last_steps_model_is_kept_when_its_final_evaluation_is_the_best(tmp_path, caplog):
     torch.manual_seed(0)
     trainer = Trainer(Reverse(), Scripted([0.2, 0.5, 0.9]), _cfg(max_steps=12), tmp_path)
-    trainer.fit()  # validations at steps 5 and 10
-    assert load_checkpoint(tmp_path / BEST_DIR).trainer_state["step"] == 10
-    trainer.keep_final(trainer.evaluate())  # 0.9 after step 12
+    with caplog.at_level("INFO", logger="attnkit"):
+        trainer.fit()  # validations at steps 5 and 10
+        assert f"best accuracy so far (0.5) at step 10: {tmp_path / BEST_DIR}" in caplog.text
+        assert load_checkpoint(tmp_path / BEST_DIR).trainer_state["step"] == 10
+        trainer.keep_final(trainer.evaluate())  # 0.9 after step 12
+    assert f"best accuracy (0.9) after the last step 12: {tmp_path / BEST_DIR}" in caplog.text
     assert load_checkpoint(tmp_path / BEST_DIR).trainer_state == {
         "step": 12,
         "metric": "accuracy",

@@ -45,8 +45,8 @@ from torch import nn
 
 from attnkit.attention.core import Memory, extend_memory
 from attnkit.attention.masks import non_finite_keys, zero_padding
-from attnkit.attention.validation import check_call
-from attnkit.checks import check_positive_int, check_size, check_tensor, check_values, describe
+from attnkit.attention.validation import check_call, check_dims
+from attnkit.checks import check_size, check_tensor, check_values, describe
 from attnkit.ops.precision import autocast_enabled, no_autocast, upcast
 from attnkit.ops.tracing import values_readable
 
@@ -122,11 +122,7 @@ class Alignment(nn.Module, abc.ABC):
         impl: str = "fast",
     ):
         super().__init__()
-        self.query_dim = check_positive_int("query_dim", query_dim)
-        self.key_dim = query_dim if key_dim is None else check_positive_int("key_dim", key_dim)
-        self.value_dim = (
-            self.key_dim if value_dim is None else check_positive_int("value_dim", value_dim)
-        )
+        self.query_dim, self.key_dim, self.value_dim = check_dims(query_dim, key_dim, value_dim)
         if impl not in ALIGN_IMPLS:
             raise ValueError(f"impl: expected one of {', '.join(ALIGN_IMPLS)}, got {impl!r}")
         self.impl = impl

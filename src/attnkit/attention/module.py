@@ -19,6 +19,7 @@ from attnkit.attention.step import STEP_SCORES
 from attnkit.attention.validation import (
     autocast_inputs,
     check_call,
+    check_dims,
     check_impl,
     check_params_dtype,
     validate,
@@ -123,11 +124,7 @@ class Attention(nn.Module):
         location_kernel: int | None = None,
     ):
         super().__init__()
-        self.query_dim = check_positive_int("query_dim", query_dim)
-        self.key_dim = query_dim if key_dim is None else check_positive_int("key_dim", key_dim)
-        self.value_dim = (
-            self.key_dim if value_dim is None else check_positive_int("value_dim", value_dim)
-        )
+        self.query_dim, self.key_dim, self.value_dim = check_dims(query_dim, key_dim, value_dim)
         self.heads = check_positive_int("heads", heads)
         if attn_dim is not None:
             check_positive_int("attn_dim", attn_dim)

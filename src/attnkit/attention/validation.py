@@ -18,7 +18,7 @@ import torch
 from attnkit.attention.core import Call, Memory, initial_weights
 from attnkit.attention.dispatch import IMPLS
 from attnkit.attention.masks import KeyLayout, aligned_positions, lengths_to_mask
-from attnkit.checks import check_int_tensor, check_size, check_tensor, describe
+from attnkit.checks import check_int_tensor, check_positive_int, check_size, check_tensor, describe
 from attnkit.ops.precision import autocast_enabled, upcast
 from attnkit.ops.tracing import values_readable
 
@@ -26,6 +26,7 @@ __all__ = [
     "Checked",
     "autocast_inputs",
     "check_call",
+    "check_dims",
     "check_impl",
     "check_params_dtype",
     "check_prev",
@@ -42,6 +43,19 @@ def check_impl(impl: str) -> str:
     if impl not in IMPLS:
         raise ValueError(f"impl: expected one of {', '.join(IMPLS)}, got {impl!r}")
     return impl
+
+
+def check_dims(query_dim: int, key_dim: int | None, value_dim: int | None) -> tuple[int, int, int]:
+    """A module's ``(query_dim, key_dim, value_dim)``, each a positive int: ``key_dim``
+    ``query_dim`` when None, ``value_dim`` ``key_dim`` when None.
+
+    Raises:
+        ValueError: naming the first argument that is not a positive int.
+    """
+    check_positive_int("query_dim", query_dim)
+    key_dim = query_dim if key_dim is None else check_positive_int("key_dim", key_dim)
+    value_dim = key_dim if value_dim is None else check_positive_int("value_dim", value_dim)
+    return query_dim, key_dim, value_dim
 
 
 class Checked(NamedTuple):

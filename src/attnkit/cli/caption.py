@@ -85,12 +85,7 @@ def run_train(args: argparse.Namespace) -> int:
         train,
         valid,
         model_config=model_config,
-        batch_size=args.batch_size,
-        seed=args.seed,
-        label_smoothing=args.label_smoothing,
-        teacher_forcing=common.teacher_forcing(args),
-        doubly_stochastic=args.doubly_stochastic,
-        entropy_weight=args.entropy_weight,
+        **common.sequence_task_options(args, "doubly_stochastic", "entropy_weight"),
         data=images.data_config(args),
         vocab=WordVocab.from_json(start.vocab) if start is not None else None,
     )

@@ -600,6 +600,20 @@ def teacher_forcing(args: argparse.Namespace) -> TeacherForcing:
     )
 
 
+def sequence_task_options(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The keyword arguments that the training options (:func:`add_training_args`) give a task
+    whose model writes sequences (ASR, OCR, captions): ``batch_size``, ``seed``,
+    ``label_smoothing``, ``teacher_forcing`` (the schedule of :func:`teacher_forcing`), and the
+    options ``names`` as they were given."""
+    return {
+        "batch_size": args.batch_size,
+        "seed": args.seed,
+        "label_smoothing": args.label_smoothing,
+        "teacher_forcing": teacher_forcing(args),
+        **{name: getattr(args, name) for name in names},
+    }
+
+
 def training_config(args: argparse.Namespace, **overrides: Any) -> TrainConfig:
     """The :class:`attnkit.train.TrainConfig` of the training options (``overrides``: fields
     to set otherwise, and ``warmup`` for ``warmup_steps``)."""

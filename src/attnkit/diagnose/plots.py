@@ -79,9 +79,7 @@ def plot_attention(
     fig = Figure(figsize=(max(width, 3.0), max(height, 2.5)))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    image = ax.imshow(
-        arr, aspect="auto", cmap="viridis", vmin=0.0, vmax=max(float(arr.max()), 1e-6)
-    )
+    image = _weights_image(ax, arr)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     for axis, labels, n in ((ax.xaxis, x_labels, x_len), (ax.yaxis, y_labels, y_len)):
         if labels is not None and n <= 120:
@@ -198,24 +196,10 @@ def plot_alignment(
     top.set_yticks([])
     top.set_xlim(0, w)
     if own is not None:
-        axes[1].imshow(
-            own,
-            aspect="auto",
-            cmap="viridis",
-            extent=(0, w, steps, 0),
-            vmin=0.0,
-            vmax=max(float(own.max()), 1e-6),
-        )
+        _weights_image(axes[1], own, (0, w, steps, 0))
         axes[1].set_ylabel("self-attention\n(query step)")
     if tq:
-        axes[-1].imshow(
-            arr,
-            aspect="auto",
-            cmap="viridis",
-            extent=(0, w, tq, 0),
-            vmin=0.0,
-            vmax=max(float(arr.max()), 1e-6),
-        )
+        _weights_image(axes[-1], arr, (0, w, tq, 0))
         axes[-1].set_ylabel("output")
     if labels is not None and 0 < tq <= 120:
         axes[-1].set_yticks(np.arange(tq) + 0.5)
@@ -294,6 +278,22 @@ def plot_image_attention(
         )
         ax.set_title(str(labels[k - 1]), fontsize=9)
     return _save(fig, path, dpi=100, title=title)
+
+
+def _weights_image(
+    ax: Axes, weights: np.ndarray, extent: tuple[float, float, float, float] | None = None
+) -> Any:
+    """Draw ``weights`` ``(rows, columns)`` on ``ax`` in viridis, from 0 to their largest (at
+    least 1e-6), spanning ``extent`` (left, right, bottom, top; None: one cell a weight);
+    returns the image (for a colour bar)."""
+    return ax.imshow(
+        weights,
+        aspect="auto",
+        cmap="viridis",
+        extent=extent,
+        vmin=0.0,
+        vmax=max(float(weights.max()), 1e-6),
+    )
 
 
 def _save(

@@ -68,50 +68,11 @@ _COMMON = (
 
 
 # The x86-64 micro-architecture levels (the psABI's), each with the /proc/cpuinfo flags a CPU
-# needs to run code built for it.
-ARCH_LEVELS = {
-    "x86-64": (),
-    "x86-64-v2": ("cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"),
-    "x86-64-v3": (
-        "cx16",
-        "lahf_lm",
-        "popcnt",
-        "sse4_1",
-        "sse4_2",
-        "ssse3",
-        "avx",
-        "avx2",
-        "bmi1",
-        "bmi2",
-        "f16c",
-        "fma",
-        "abm",
-        "movbe",
-        "xsave",
-    ),
-    "x86-64-v4": (
-        "cx16",
-        "lahf_lm",
-        "popcnt",
-        "sse4_1",
-        "sse4_2",
-        "ssse3",
-        "avx",
-        "avx2",
-        "bmi1",
-        "bmi2",
-        "f16c",
-        "fma",
-        "abm",
-        "movbe",
-        "xsave",
-        "avx512f",
-        "avx512bw",
-        "avx512cd",
-        "avx512dq",
-        "avx512vl",
-    ),
-}
+# needs to run code built for it: those of the level below and its own.
+_V2 = ("cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3")
+_V3 = (*_V2, "avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave")
+_V4 = (*_V3, "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
+ARCH_LEVELS = {"x86-64": (), "x86-64-v2": _V2, "x86-64-v3": _V3, "x86-64-v4": _V4}
 
 
 def arch() -> str:

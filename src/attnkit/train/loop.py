@@ -440,6 +440,18 @@ class Trainer:
         self.best, self.best_tiebreak = rank
         self._save_model(self.best_dir, rank)
 
+    def _keep_ranked(
+        self, rank: tuple[float, float | None], better: bool | None, message: str
+    ) -> None:
+        """Keep this model of validation ``rank``: as ``checkpoint-best`` unless ``better``
+        (:meth:`_best_so_far`) is False, logged by ``message`` (``%`` fields: the metric, its
+        value, the step, the folder); and among the ``keep_best`` best models."""
+        if better is not False:
+            self._take_best(rank)
+            log.info(message, self.config.metric, rank[0], self.step, self.best_dir)
+        if self.config.keep_best > 1:
+            self._keep(rank)
+
     def _validate(self, events: Events) -> bool:
         """Evaluate, record, keep the best (and its checkpoint); returns True when early
         stopping says stop."""
@@ -449,17 +461,7 @@ class Trainer:
         self.history.append({"step": self.step, **metrics})
         better = self._best_so_far(rank)
         self.bad_evals = 0 if better else self.bad_evals + 1
-        if better is not False:
-            self._take_best(rank)
-            log.info(
-                "best %s so far (%.4g) at step %d: %s",
-                self.config.metric,
-                rank[0],
-                self.step,
-                self.best_dir,
-            )
-        if self.config.keep_best > 1:
-            self._keep(rank)
+        self._keep_ranked(rank, better, "best %s so far (%.4g) at step %d: %s")
         log.info("step %d: %s", self.step, ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
         return self.config.patience is not None and self.bad_evals >= self.config.patience
 
@@ -533,17 +535,9 @@ class Trainer:
         if self.history and self.history[-1].get("step") == self.step:
             return
         rank = self._standing(metrics)
-        if self._best_so_far(rank) is not False:
-            self._take_best(rank)
-            log.info(
-                "best %s (%.4g) after the last step %d: %s",
-                self.config.metric,
-                rank[0],
-                self.step,
-                self.best_dir,
-            )
-        if self.config.keep_best > 1:
-            self._keep(rank)
+        self._keep_ranked(
+            rank, self._best_so_far(rank), "best %s (%.4g) after the last step %d: %s"
+        )
 
     def fit(self) -> TrainResult:
         """Train up to ``config.max_steps`` (see the module docstring for several processes)."""

@@ -84,17 +84,16 @@ PIPE_HELP = (
 
 def _corpus(
     source,
-    *,
     transcripts: str | None,
-    default: str,
     alphabet: str | None,
     max_seconds: float | None,
     max_unusable: float,
     min_frames: int,
     references: bool = True,
 ) -> SpeechCorpus:
-    """The :class:`SpeechCorpus` of a reader whose transcripts default to ``default``."""
-    transcripts = transcripts or default
+    """The :class:`SpeechCorpus` of a reader, given the reader's options of the same names in
+    this order (every reader here takes them; transcripts: ``"normalize"`` unless given)."""
+    transcripts = transcripts or "normalize"
     if alphabet is None:
         alphabet = SPEECH_ALPHABET if transcripts == "normalize" else ANY
     return SpeechCorpus(
@@ -106,6 +105,19 @@ def _corpus(
         alphabet=None if alphabet == ANY else alphabet,
         references=references,
     )
+
+
+def _audio_inside(
+    corpus: SpeechCorpus, folder: Path, name: str, where: str, confine: bool
+) -> Path | None:
+    """The audio file ``name`` of the utterance at ``where``, found inside ``folder`` as
+    :func:`attnkit.data.paths.inside` finds it; None when it cannot be, the utterance counted
+    unusable by ``corpus`` (kind ``"audio"``) with the reason."""
+    try:
+        return inside(folder, name, where, confine=confine)
+    except DataError as exc:
+        corpus.drop(str(exc), "audio")
+        return None
 
 
 def _fields(path: Path, lines: Iterator[tuple[int, str]]) -> Iterator[tuple[str, str, str]]:
@@ -202,14 +214,7 @@ def read_kaldi(
             raise DataError(f"{folder}: not a Kaldi data directory (no {name})")
     root = Path(audio_folder) if audio_folder is not None else _kaldi_root(folder)
     corpus = _corpus(
-        folder,
-        transcripts=transcripts,
-        default="normalize",
-        alphabet=alphabet,
-        max_seconds=max_seconds,
-        max_unusable=max_unusable,
-        min_frames=min_frames,
-        references=references,
+        folder, transcripts, alphabet, max_seconds, max_unusable, min_frames, references
     )
     recordings = _table(folder / "wav.scp")
     segments = _table(folder / "segments") if (folder / "segments").is_file() else None
@@ -325,15 +330,7 @@ def read_librispeech(
     folder = Path(path)
     if not folder.is_dir():
         raise DataError(f"{folder}: not a LibriSpeech folder (not a folder)")
-    corpus = _corpus(
-        folder,
-        transcripts=transcripts,
-        default="normalize",
-        alphabet=alphabet,
-        max_seconds=max_seconds,
-        max_unusable=max_unusable,
-        min_frames=min_frames,
-    )
+    corpus = _corpus(folder, transcripts, alphabet, max_seconds, max_unusable, min_frames)
     files = sorted(folder.rglob("*.trans.txt"))
     if not files:
         raise DataError(f"{folder}: not a LibriSpeech folder (no *.trans.txt below it)")
@@ -344,17 +341,10 @@ def read_librispeech(
                 raise listed_twice(where, quoted(utt), first[utt])
             first[utt] = where
             where = f"{where} ({utt})"
-            try:
-                audio = inside(
-                    folder,
-                    str(trans.parent.relative_to(folder) / (utt + suffix)),
-                    where,
-                    confine=confine,
-                )
-            except DataError as exc:
-                corpus.drop(str(exc), "audio")
-                continue
-            corpus.add(where, audio, transcript)
+            name = str(trans.parent.relative_to(folder) / (utt + suffix))
+            audio = _audio_inside(corpus, folder, name, where, confine)
+            if audio is not None:
+                corpus.add(where, audio, transcript)
     return corpus.finish(normalize=normalize)
 
 
@@ -387,15 +377,7 @@ def read_commonvoice(
     names = _columns(columns, {"audio": "path", "text": "sentence"}, "commonvoice")
     audio_column, text_column = names["audio"], names["text"]
     clips = Path(audio_folder) if audio_folder is not None else path.parent / "clips"
-    corpus = _corpus(
-        path,
-        transcripts=transcripts,
-        default="normalize",
-        alphabet=alphabet,
-        max_seconds=max_seconds,
-        max_unusable=max_unusable,
-        min_frames=min_frames,
-    )
+    corpus = _corpus(path, transcripts, alphabet, max_seconds, max_unusable, min_frames)
     lines = text_lines(path)
     header, n = None, 1
     # n names the line in the error below
@@ -422,12 +404,9 @@ def read_commonvoice(
                 "line",
             )
             continue
-        try:
-            audio = inside(clips, fields[audio_at], where, confine=confine)
-        except DataError as exc:
-            corpus.drop(str(exc), "audio")
-            continue
-        corpus.add(where, audio, fields[text_at])
+        audio = _audio_inside(corpus, clips, fields[audio_at], where, confine)
+        if audio is not None:
+            corpus.add(where, audio, fields[text_at])
     return corpus.finish(normalize=normalize)
 
 
@@ -461,16 +440,7 @@ def read_jsonl(
     keys = _columns(columns, JSONL_KEYS, "jsonl")
     audio_key, text_key = keys["audio"], keys["text"]
     offset_key, duration_key = keys["offset"], keys["duration"]
-    corpus = _corpus(
-        path,
-        transcripts=transcripts,
-        default="normalize",
-        alphabet=alphabet,
-        max_seconds=max_seconds,
-        max_unusable=max_unusable,
-        min_frames=min_frames,
-        references=references,
-    )
+    corpus = _corpus(path, transcripts, alphabet, max_seconds, max_unusable, min_frames, references)
     for n, line in text_lines(path):
         if not line.strip():
             continue
@@ -505,12 +475,9 @@ def read_jsonl(
                     "line",
                 )
                 continue
-        try:
-            audio = inside(path.parent, entry[audio_key], where, confine=confine)
-        except DataError as exc:
-            corpus.drop(str(exc), "audio")
-            continue
-        corpus.add(where, audio, entry[text_key], start=start, end=end)
+        audio = _audio_inside(corpus, path.parent, entry[audio_key], where, confine)
+        if audio is not None:
+            corpus.add(where, audio, entry[text_key], start=start, end=end)
     return corpus.finish(normalize=normalize)
 
 
@@ -551,14 +518,7 @@ def read_hf_speech(
     store = Path(hf.cache_dir()) / hashlib.sha1(source.encode()).hexdigest()[:16]
     store.mkdir(exist_ok=True)
     corpus = _corpus(
-        source,
-        transcripts=transcripts,
-        default="normalize",
-        alphabet=alphabet,
-        max_seconds=max_seconds,
-        max_unusable=max_unusable,
-        min_frames=min_frames,
-        references=references,
+        source, transcripts, alphabet, max_seconds, max_unusable, min_frames, references
     )
     read = [c for c in dict.fromkeys(chosen.values()) if c in names]
     for row, values in hf.dataset_rows(dataset, read):
