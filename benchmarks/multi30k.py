@@ -1,0 +1,137 @@
+"""Multi30k translation: a model trained from a recipe, scored on the corpus's test sets.
+
+``python -m benchmarks.multi30k --data DIR`` (DIR: the corpus files as the public repository
+multi30k/dataset has them, ``data/task1/raw/*.gz``) trains ``attnkit train translate --recipe
+multi30k-en-de`` (or ``-en-fr``: ``--pair en-fr``) in ``--out`` under the recipe's time budget,
+or takes the run already there (``--checkpoint`` scores another one), then decodes
+test_2016_flickr, test_2017_flickr and test_2017_mscoco and prints, per test set, sacreBLEU
+(cased, detokenised: the references as the corpus has them; its signature printed), chrF,
+exact match and the outputs the loop detector stopped, with the run's steps, tokens/s and
+training time. ``--json`` writes the rows (results/multi30k.json for docs/translation.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+from attnkit.cli.main import main as attnkit
+from attnkit.decoding import Decoding
+from attnkit.tasks.evaluator import evaluate
+from attnkit.tasks.loading import load_evaluator
+from attnkit.tasks.metrics import signature
+from benchmarks import harness
+
+TEST_SETS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco")
+
+
+class LoopCount(logging.Handler):
+    """Counts the outputs that :mod:`attnkit.decoding.front` says it stopped as loops."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.looped = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "(a loop)" in message:
+            self.looped += int(message.split(" of ", 1)[0])
+
+
+def train(data: Path, pair: str, out: Path, budget: float | None, steps: int | None) -> None:
+    """``attnkit train translate --recipe multi30k-PAIR`` on ``data`` into ``out``."""
+    src, tgt = pair.split("-")
+    argv = ["train", "translate", "--recipe", f"multi30k-{pair}", "--out", str(out)]
+    argv += ["--train", str(data / f"train.{src}.gz"), str(data / f"train.{tgt}.gz")]
+    argv += ["--valid", str(data / f"val.{src}.gz"), str(data / f"val.{tgt}.gz")]
+    argv += [] if budget is None else ["--time-budget", str(budget)]
+    argv += [] if steps is None else ["--steps", str(steps)]
+    argv += ["--no-progress", "--plot", "0"]
+    if attnkit(argv) != 0:
+        raise SystemExit(f"training failed: attnkit {' '.join(argv)}")
+
+
+def run_summary(run: Path) -> dict:
+    """The steps and epochs of the run in ``run``, the step of its best validation and the
+    validation BLEU there (its trainer state)."""
+    state = json.loads((run / "checkpoint" / "trainer.json").read_text())
+    best = json.loads((run / "checkpoint-best" / "trainer.json").read_text())
+    return {
+        "steps": state["step"],
+        "epochs": state["epoch"],
+        "best_step": best["step"],
+        "best_valid": {best["metric"]: best["value"]},
+    }
+
+
+def score(checkpoint: str, data: Path, pair: str, beam: int, limit: int | None) -> list[dict]:
+    """One row per test set: BLEU, chrF, exact match, outputs stopped as loops, seconds."""
+    src, tgt = pair.split("-")
+    evaluator = load_evaluator(checkpoint)
+    rows = []
+    for name in TEST_SETS:
+        if not (data / f"{name}.{tgt}.gz").exists():
+            continue
+        loops = LoopCount()
+        logging.getLogger("attnkit.decoding.front").addHandler(loops)
+        start = time.perf_counter()
+        try:
+            result = evaluate(
+                evaluator,
+                data / name,
+                Decoding(beam=beam),
+                limit=limit,
+                options={"src_lang": src, "tgt_lang": tgt},
+            )
+        finally:
+            logging.getLogger("attnkit.decoding.front").removeHandler(loops)
+        rows.append(
+            {
+                "test set": name,
+                "sentences": len(result.examples),
+                "bleu": round(result.metrics["bleu"], 2),
+                "chrf": round(result.metrics["chrf"], 2),
+                "exact": round(100 * result.metrics["exact"], 2),
+                "looped": loops.looped,
+                "decode_s": round(time.perf_counter() - start, 1),
+            }
+        )
+    return rows
+
+
+def main(argv=None) -> int:
+    p = harness.parser(
+        __doc__.splitlines()[0], time_budget=5400.0, time_budget_help="seconds of training"
+    )
+    p.add_argument("--data", type=Path, required=True, help="the folder of train.en.gz ...")
+    p.add_argument("--pair", choices=("en-de", "en-fr"), default="en-de")
+    p.add_argument("--out", type=Path, default=Path("build/runs/multi30k"), help="run folder")
+    p.add_argument("--checkpoint", help="score this checkpoint instead of --out's best")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--limit", type=int, help="the first N sentences of each test set")
+    p.add_argument("--steps", type=int, help="training steps at most (default: the recipe's)")
+    args = p.parse_args(argv)
+    settings: dict = {"pair": args.pair, "beam": args.beam}
+    if args.checkpoint is None and not (args.out / "checkpoint").exists():
+        start = time.perf_counter()
+        train(args.data, args.pair, args.out, args.time_budget, args.steps)
+        settings["train_s"] = round(time.perf_counter() - start, 1)
+    checkpoint = args.checkpoint or str(args.out / "checkpoint-best")
+    rows = score(checkpoint, args.data, args.pair, args.beam, args.limit)
+    print(f"sacreBLEU: {signature('bleu')}; chrF: {signature('chrf')}")
+    columns = ["test set", "sentences", "bleu", "chrf", "exact", "looped", "decode_s"]
+    print(harness.table_header(columns))
+    for row in rows:
+        print(harness.table_row([row[c] for c in columns]))
+    settings["checkpoint"] = checkpoint
+    if args.checkpoint is None:
+        settings["run"] = run_summary(args.out)
+    if args.json:
+        harness.write_json(args.json, rows, **settings, bleu_signature=signature("bleu"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""``python -m benchmarks.multi30k``'s code path end to end on a tiny corpus in the layout of
+multi30k/dataset (``data/task1/raw/*.gz``): the recipe trains two steps, each test set present
+is beam-decoded and scored, and the JSON names the run and sacreBLEU's signature."""
+
+import gzip
+import json
+
+from benchmarks import multi30k
+
+EN = ["A dog runs.", "Two men sit.", "A girl sings.", "A cat sleeps."]
+DE = ["Ein Hund rennt.", "Zwei Männer sitzen.", "Ein Mädchen singt.", "Eine Katze schläft."]
+
+
+def write_raw(folder, name, lines):
+    with gzip.open(folder / name, "wt", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+
+
+def test_the_benchmark_trains_and_scores_each_test_set(tmp_path, capsys):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split in ("train", "val", "test_2016_flickr", "test_2017_mscoco"):
+        write_raw(raw, f"{split}.en.gz", EN)
+        write_raw(raw, f"{split}.de.gz", DE)
+    out, report = tmp_path / "run", tmp_path / "multi30k.json"
+    argv = ["--data", str(raw), "--out", str(out), "--steps", "2", "--beam", "2"]
+    assert multi30k.main([*argv, "--json", str(report)]) == 0
+    printed = capsys.readouterr().out
+    assert "sacreBLEU: nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in printed
+    data = json.loads(report.read_text())
+    assert [row["test set"] for row in data["rows"]] == ["test_2016_flickr", "test_2017_mscoco"]
+    assert all(row["sentences"] == 4 and 0 <= row["bleu"] <= 100 for row in data["rows"])
+    assert data["run"]["steps"] == 2 and data["beam"] == 2 and "train_s" in data
+    # a run already trained is scored again without training
+    assert multi30k.main(argv) == 0
+    assert json.loads((out / "checkpoint" / "trainer.json").read_text())["step"] == 2
