@@ -33,9 +33,8 @@ runs of white space one space), in two ways:
   model is trained to give; ``outside_folded`` counts what is still outside (``£``, ``é``).
 
 A model is a checkpoint folder or ``builtin:NAME`` (``--checkpoint``, several to compare; by
-default ``builtin:ocr-lines``). ``--beam K`` decodes with beam search where the model's head
-has one (an attention head); a model that refuses it (a CTC head reads its best path) gets a
-row saying so.
+default ``builtin:ocr-lines``). ``--beam K`` decodes with beam search (a CTC head: the CTC
+prefix beam); a model that refuses the decoding gets a row saying so.
 """
 
 from __future__ import annotations

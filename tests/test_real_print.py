@@ -97,11 +97,11 @@ def test_the_benchmark_scores_every_line_per_document_and_corpus(corpus, tmp_pat
     assert rows["all"]["wer_folded"] == metrics.wer(*every)
 
 
-def test_a_beam_the_model_refuses_is_a_row_saying_so(corpus, tmp_path, capsys):
+def test_a_beam_decodes_the_ctc_head_by_its_prefix_beam(corpus, tmp_path):
     out = tmp_path / "real.json"
     assert (
         real_print.main(["--data", str(corpus / "letters"), "--beam", "2", "--json", str(out)]) == 0
     )
     rows = json.loads(out.read_text())["rows"]
-    assert all("the CTC head reads the best path only" in r["error"] for r in rows)
-    assert [r["lines"] for r in rows] == [6, 6] and all("cer" not in r for r in rows)
+    assert [r["lines"] for r in rows] == [6, 6] and all("error" not in r for r in rows)
+    assert all(0 <= r["cer"] for r in rows)
