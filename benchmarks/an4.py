@@ -23,6 +23,7 @@ model writes them so). ESPnet's row is its published result on the same 130 utte
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
@@ -43,14 +44,26 @@ ESPNET = {
 }
 
 
+NORMALIZATION = "upper case, white space collapsed (jiwer CER and WER)"
+
+
 def normalized(text: str) -> str:
     """A transcript as it is scored: upper case, white space collapsed."""
     return " ".join(text.upper().split())
 
 
-def train(data: Path, out: Path, *, time_budget: float, steps: int | None, resume: bool) -> Path:
-    """Train ``--recipe an4`` on ``data`` into ``out``; the checkpoint to score."""
-    argv = ["train", "asr", "--recipe", "an4", "--train", str(data), "--valid", str(data)]
+def train(
+    data: Path,
+    out: Path,
+    *,
+    time_budget: float,
+    steps: int | None,
+    resume: bool,
+    recipe: str = "an4",
+) -> Path:
+    """Train ``--recipe RECIPE`` on ``data`` (``--train`` and ``--valid``: the recipe's format
+    reads each role's split) into ``out``; the checkpoint to score."""
+    argv = ["train", "asr", "--recipe", recipe, "--train", str(data), "--valid", str(data)]
     argv += ["--out", str(out), "--time-budget", f"{time_budget:g}", "--no-progress"]
     argv += ["--steps", str(steps)] if steps else []
     argv += ["--resume"] if resume else []
@@ -61,17 +74,20 @@ def train(data: Path, out: Path, *, time_budget: float, steps: int | None, resum
     return best if best.exists() else out / "checkpoint"
 
 
-def score(checkpoint: Path, data: Path, decoding: Decoding) -> tuple[dict, list[dict]]:
-    """CER and WER of ``checkpoint`` on AN4's test set in ``data``, and each utterance's
-    ``{"id", "reference", "output"}``."""
+def score(
+    checkpoint: Path, data: Path, decoding: Decoding, *, format: str = "an4"
+) -> tuple[dict, list[dict]]:
+    """CER and WER of ``checkpoint`` on the test set of ``data`` read in ``format`` (AN4's),
+    and each utterance's ``{"id", "reference", "output"}`` (the id: the audio file's name
+    without its suffix)."""
     evaluator = load_evaluator(checkpoint)
     start = time.perf_counter()
-    evaluation = evaluate(evaluator, data, decoding, options={"format": "an4", "role": "test"})
+    evaluation = evaluate(evaluator, data, decoding, options={"format": format, "role": "test"})
     seconds = time.perf_counter() - start
     refs = [normalized(str(e.reference)) for e in evaluation.examples]
     hyps = [normalized(o.text) for o in evaluation.outputs]
     utterances = [
-        {"id": e.origin.split(" ")[0], "reference": r, "output": h}
+        {"id": Path(e.origin.split(" ")[0]).stem, "reference": r, "output": h}
         for e, r, h in zip(evaluation.examples, refs, hyps)
     ]
     metrics = {
@@ -84,14 +100,15 @@ def score(checkpoint: Path, data: Path, decoding: Decoding) -> tuple[dict, list[
     return metrics, utterances
 
 
-def main(argv=None) -> int:
+def parse(argv, description: str, *, data_help: str, out: str) -> argparse.Namespace:
+    """The command line of a speech benchmark that trains a recipe or scores a checkpoint."""
     p = harness.parser(
-        __doc__.splitlines()[0],
+        description,
         time_budget=7200.0,
         time_budget_help="seconds of training (attnkit train --time-budget)",
     )
-    p.add_argument("--data", type=Path, required=True, help="the AN4 folder (etc/ and wav/)")
-    p.add_argument("--out", type=Path, default=Path("runs/an4"), help="the training run folder")
+    p.add_argument("--data", type=Path, required=True, help=data_help)
+    p.add_argument("--out", type=Path, default=Path(out), help="the training run folder")
     p.add_argument("--checkpoint", type=Path, help="score this checkpoint instead of training")
     p.add_argument("--steps", type=int, help="training steps (default: the recipe's)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
@@ -102,30 +119,46 @@ def main(argv=None) -> int:
         default=0.3,
         help="weight of the CTC prefix scores in the beam (default 0.3; 0: attention alone)",
     )
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def run(args: argparse.Namespace, *, recipe: str, format: str) -> tuple[dict, list[dict]]:
+    """Train ``recipe`` on ``args.data`` (or take ``args.checkpoint``) and score it on the
+    test set: this run's row and each test utterance."""
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     start = time.perf_counter()
     checkpoint = args.checkpoint or train(
-        args.data, args.out, time_budget=args.time_budget, steps=args.steps, resume=args.resume
+        args.data,
+        args.out,
+        time_budget=args.time_budget,
+        steps=args.steps,
+        resume=args.resume,
+        recipe=recipe,
     )
     trained_s = round(time.perf_counter() - start, 1) if args.checkpoint is None else None
     decoding = Decoding(beam=args.beam, ctc_weight=args.ctc_weight)
-    metrics, utterances = score(checkpoint, args.data, decoding)
+    metrics, utterances = score(checkpoint, args.data, decoding, format=format)
     ours = {
-        "system": f"attnkit LAS, --recipe an4 ({checkpoint})",
+        "system": f"attnkit LAS, --recipe {recipe} ({checkpoint})",
         **metrics,
         "beam": args.beam,
         "ctc_weight": args.ctc_weight,
         **({"train_s": trained_s} if trained_s is not None else {}),
     }
+    return ours, utterances
+
+
+def print_rows(rows: list[dict], utterances: list[dict], *, n: int) -> None:
+    """The Markdown table of ``rows`` (a published row without ``n`` is of ``n``
+    utterances), then this run's first five outputs."""
     print(harness.table_header(["system", "test utterances", "CER %", "WER %", "exact %"]))
-    for row in (ours, ESPNET):
+    for row in rows:
         print(
             harness.table_row(
                 [
                     row["system"],
-                    row.get("n", 130),
+                    row.get("n", n),
                     f"{100 * row['cer']:.1f}",
                     f"{100 * row['wer']:.1f}",
                     f"{100 * row['exact']:.1f}" if "exact" in row else "",
@@ -134,12 +167,20 @@ def main(argv=None) -> int:
         )
     for u in utterances[:5]:
         print(f"  {u['id']}: {u['output']!r}   (reference: {u['reference']!r})")
+
+
+def main(argv=None) -> int:
+    args = parse(
+        argv, __doc__.splitlines()[0], data_help="the AN4 folder (etc/ and wav/)", out="runs/an4"
+    )
+    ours, utterances = run(args, recipe="an4", format="an4")
+    print_rows([ours, ESPNET], utterances, n=130)
     if args.json:
         harness.write_json(
             args.json,
             [ours, ESPNET],
             data=str(args.data),
-            normalization="upper case, white space collapsed (jiwer CER and WER)",
+            normalization=NORMALIZATION,
             utterances=utterances,
         )
     return 0

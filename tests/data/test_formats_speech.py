@@ -521,13 +521,13 @@ def test_detection_says_when_nothing_matches(tmp_path):
         DataError,
         match=r"notes.txt: not a corpus of task asr in any format "
         r"attnkit reads \(an4, hf, kaldi, librispeech, jsonl, "
-        r"commonvoice, manifest\); name one with --format",
+        r"commonvoice, manifest, mini-librispeech\); name one with --format",
     ):
         choose_format("asr", tmp_path / "notes.txt")
     with pytest.raises(
         ValueError,
         match=r"--format: expected one of an4, hf, kaldi, librispeech, "
-        r"jsonl, commonvoice, manifest for asr, got 'coco'",
+        r"jsonl, commonvoice, manifest, mini-librispeech for asr, got 'coco'",
     ):
         choose_format("asr", tmp_path, "coco")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from attnkit.attention.scores import SCORES
-from attnkit.cli import argtypes, common, corpus, inference
+from attnkit.cli import argtypes, common, corpus, inference, recipes
 from attnkit.cli.augment import add_speech_args, speech_augmentations
 from attnkit.cli.decoder_options import (
     add_alignment_args,
@@ -208,6 +208,7 @@ def _speech(
 
 
 def run_train(args: argparse.Namespace) -> int:
+    recipes.check_corpus(args.recipe, args.train)
     if args.pretrain_lm_steps < 0:
         raise ValueError(
             f"--pretrain-lm-steps: expected a non-negative int, got {args.pretrain_lm_steps}"

@@ -69,7 +69,8 @@ OPTIONS = {
         "comma-separated (default: train,restval for --train, val for --valid, test for "
         "eval); hf: the split (default: the one after hf:PATH:, else the role's); an4: "
         "train, test, train_nodev or train_dev (default: train_nodev for --train, "
-        "train_dev for --valid, test for eval)",
+        "train_dev for --valid, test for eval); mini-librispeech: train, valid, test or all "
+        "(speakers held out: docs/speech.md; default: the role's)",
     ),
     "columns": (
         "--columns",

@@ -23,6 +23,7 @@ from attnkit.data.corpora import (  # noqa: F401
     hf_formats,
     image_formats,
     line_formats,
+    mini_librispeech_formats,
     page_formats,
     speech_formats,
     text_formats,

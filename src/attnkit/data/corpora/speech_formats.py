@@ -41,7 +41,7 @@ import hashlib
 import json
 import logging
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 
 from attnkit.checks import quoted
@@ -317,11 +317,13 @@ def read_librispeech(
     alphabet: str | None = None,
     confine: bool = False,
     suffix: str = ".flac",
+    speakers: Collection[str] | None = None,
 ) -> SpeechSet:
     """The utterances of a LibriSpeech folder (a split such as ``train-clean-100``, or any
     folder above its ``speaker/chapter/`` folders): each ``*.trans.txt`` (in sorted order)
     holds ``UTTERANCE-ID TRANSCRIPT`` lines, the audio of each is ``UTTERANCE-ID`` +
-    ``suffix`` beside it. Transcripts (upper case) are normalised by default.
+    ``suffix`` beside it. Transcripts (upper case) are normalised by default. ``speakers``:
+    only theirs (the ids a transcript file's name starts with, ``SPEAKER-CHAPTER.trans.txt``).
 
     Raises:
         DataError: naming the folder when it holds no ``*.trans.txt``, or the transcript file
@@ -332,6 +334,8 @@ def read_librispeech(
         raise DataError(f"{folder}: not a LibriSpeech folder (not a folder)")
     corpus = _corpus(folder, transcripts, alphabet, max_seconds, max_unusable, min_frames)
     files = sorted(folder.rglob("*.trans.txt"))
+    if files and speakers is not None:
+        files = [f for f in files if f.name.split("-", 1)[0] in speakers]
     if not files:
         raise DataError(f"{folder}: not a LibriSpeech folder (no *.trans.txt below it)")
     first: dict[str, str] = {}  # utterance id -> where it was listed
