@@ -251,8 +251,8 @@ def _readme(meta: dict) -> str:
         f"results = translator.translate_batch(source_tokens, {options})\n```\n\n"
         f"Source tokens: {src['encode']}. Target text: {tgt['decode']}. An empty source is "
         f"{meta['empty_source']}. Inputs and outputs: at most {meta['positions']} tokens.\n"
-        "attnkit.json's neighbour attnkit_ct2.json says the same for programs; docs/deploy.md "
-        "of attnkit compares its beam search with CTranslate2's.\n"
+        f"{CT2_JSON} says the same for programs; attnkit's docs/deploy.md compares its "
+        "beam search with CTranslate2's.\n"
     )
 
 
