@@ -304,7 +304,7 @@ def test_bad_input_gives_one_line_errors_and_writes_nothing(tmp_path, capsys):
     cases = [
         (
             ["--checkpoint", str(good), "--format", "tflite", "--out", str(out)],
-            "format: expected one of onnx, checkpoint, got 'tflite'",
+            "format: expected one of onnx, ctranslate2, checkpoint, got 'tflite'",
         ),
         (
             ["--checkpoint", str(good), "--opset", "16", "--out", str(out)],

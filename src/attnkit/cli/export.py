@@ -1,5 +1,6 @@
 """``attnkit export``: a checkpoint's model as ONNX graphs plus the JSON that decodes with them
-(docs/deploy.md), or as a checkpoint for inference only (the built-in models, docs/models.md)."""
+(docs/deploy.md), as a CTranslate2 model (Transformer translation models), or as a checkpoint
+for inference only (the built-in models, docs/models.md)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,20 @@ import importlib.util
 from pathlib import Path
 
 from attnkit.cli import common
+from attnkit.data import load_vocab
 from attnkit.decoding import MAX_OUTPUT_TOKENS
-from attnkit.export import DEFAULT_OPSET, OPSETS, RUNNER_FILE, check_out, export_onnx
+from attnkit.export import (
+    DEFAULT_OPSET,
+    OPSETS,
+    RUNNER_FILE,
+    check_out,
+    export_ctranslate2,
+    export_onnx,
+)
 from attnkit.tasks import asr, loading, ocr, translate
 from attnkit.train import CheckpointError, load_checkpoint, resolve_checkpoint, save_checkpoint
 
-FORMATS = ("onnx", "checkpoint")
+FORMATS = ("onnx", "ctranslate2", "checkpoint")
 TASKS = ("translate", "ocr", "asr")
 
 
@@ -45,7 +54,8 @@ def add_parser(sub: common.SubParsers) -> None:
         help="onnx: store the graphs' weights as int8 (onnxruntime's dynamic "
         "quantisation, weight-only int8 for GRUs and convolutions: 0.27-0.29 of "
         "the float32 size for the built-in models; docs/deploy.md gives their "
-        "speed and accuracy against float32)",
+        "speed and accuracy against float32); ctranslate2: int8 weights, run with "
+        "compute_type='int8'",
     )
     p.add_argument(
         "--out",
@@ -77,6 +87,8 @@ def run_export(args: argparse.Namespace) -> int:
         )
     args.default_beam = common.TASK_BEAM[task]
     decoding = common.decoding(args)
+    if args.format == "ctranslate2":
+        return _export_ctranslate2(args, task, out)
     if args.format == "checkpoint":
         if args.quantize:
             raise ValueError(
@@ -146,6 +158,41 @@ def run_export(args: argparse.Namespace) -> int:
     print(
         f"wrote {', '.join(str(args.out / f) for f in files)} (ONNX opset {args.opset}"
         f"{', int8 weights' if args.quantize else ''}, {size:.1f} MiB; decoding: {method})"
+    )
+    return 0
+
+
+def _export_ctranslate2(args: argparse.Namespace, task: str, out: Path) -> int:
+    if task != "translate":
+        raise CheckpointError(
+            f"{args.checkpoint}: a checkpoint of task {task!r} cannot be exported as "
+            "ctranslate2; expected translate (a Transformer)"
+        )
+    given = _decoding_options(args)
+    if given:
+        raise ValueError(
+            f"{given[0]}: a decoding option of --format onnx; CTranslate2 takes its own at "
+            "translate time (attnkit_ct2.json names those that decode as attnkit does)"
+        )
+    model, ck = loading.load_task_model(args.checkpoint, task)
+    meta = export_ctranslate2(
+        model,
+        out,
+        src_vocab=load_vocab(ck.vocab["src"]),
+        tgt_vocab=load_vocab(ck.vocab["tgt"]),
+        quantize=args.quantize,
+        max_len={
+            "ratio": translate.MAX_LEN_RATIO,
+            "extra": ck.config.get("max_len_extra", 10),
+            "rounding": "ceil",
+            "at_most": MAX_OUTPUT_TOKENS,
+        },
+    )
+    size = sum(f.stat().st_size for f in args.out.iterdir()) / 2**20
+    print(
+        f"wrote {args.out} (a CTranslate2 model, {meta['compute_type']} weights, {size:.1f} "
+        f"MiB; translate with compute_type={meta['compute_type']!r}, tokenise as "
+        f"{args.out / 'attnkit_ct2.json'} says)"
     )
     return 0
 

@@ -1,7 +1,9 @@
 """Export to ONNX: a model's encoder and one decoder step as graphs, a JSON that says how to
 decode with them, and a numpy-only runner that does (:func:`export_onnx`; ``attnkit export``;
-docs/deploy.md)."""
+docs/deploy.md); and a translation Transformer as a CTranslate2 model
+(:func:`export_ctranslate2`)."""
 
+from attnkit.export.ctranslate2_format import export_ctranslate2
 from attnkit.export.session import ExportedModel, is_export, read_export
 from attnkit.export.writer import (
     DEFAULT_OPSET,
@@ -27,6 +29,7 @@ __all__ = [
     "STEP_FILE",
     "ExportedModel",
     "check_out",
+    "export_ctranslate2",
     "decoding_json",
     "export_graph",
     "export_onnx",

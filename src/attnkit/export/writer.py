@@ -31,6 +31,7 @@ import torch
 from attnkit.attention import Alignment
 from attnkit.decoding import Decoding
 from attnkit.decoding.loops import MAX_PERIOD, MIN_SPAN, REPEATS, TOLERANCE
+from attnkit.export.ctranslate2_format import CT2_FORMAT, CT2_JSON, CT2_NAMES
 from attnkit.export.decoder_state import flatten
 from attnkit.export.graphs import AXES, CTCGraph, EncoderGraph, StepGraph, model_inputs, next_name
 from attnkit.export.quantize import SESSION_CONFIG, quantize_int8
@@ -62,7 +63,8 @@ RUNNER_FILE = "attnkit_runner.py"  # a copy of attnkit/export/runner.py: numpy o
 FORMAT, VERSION = "attnkit-onnx", 3
 # What an export folder may hold: the files of this format, those of an inference checkpoint
 # (``attnkit export --format checkpoint``: attnkit.train's format, named here since export
-# does not import train), and the cache Python writes when attnkit_runner is imported from it.
+# does not import train), the cache Python writes when attnkit_runner is imported from it, and
+# the files of a CTranslate2 export (ctranslate2_format).
 # ``attnkit average`` writes an inference checkpoint whose trainer.json lists what it averaged.
 CHECKPOINT_FORMAT, TRAINER_FILE = "attnkit-checkpoint", "trainer.json"
 EXPORT_NAMES = {
@@ -75,6 +77,7 @@ EXPORT_NAMES = {
     "model.safetensors",
     "vocab.json",
     TRAINER_FILE,
+    *CT2_NAMES,
 }
 
 
@@ -270,8 +273,13 @@ def _foreign(folder: Path, names: list[str]) -> list[str]:
 
 
 def _is_export(folder: Path) -> bool:
-    """Whether ``folder`` holds an export: its attnkit.json or config.json says so."""
-    return _head(folder / JSON_FILE).get("format") == FORMAT or _is_checkpoint(folder)
+    """Whether ``folder`` holds an export: its attnkit.json, attnkit_ct2.json or config.json
+    says so."""
+    return (
+        _head(folder / JSON_FILE).get("format") == FORMAT
+        or _head(folder / CT2_JSON).get("format") == CT2_FORMAT
+        or _is_checkpoint(folder)
+    )
 
 
 # Per method of a token decoder: the Decoding fields written to the JSON, and in words how
