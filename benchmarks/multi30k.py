@@ -17,6 +17,8 @@ import logging
 import time
 from pathlib import Path
 
+import torch
+
 from attnkit.cli.main import main as attnkit
 from attnkit.decoding import Decoding
 from attnkit.tasks.evaluator import evaluate
@@ -113,6 +115,8 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, help="the first N sentences of each test set")
     p.add_argument("--steps", type=int, help="training steps at most (default: the recipe's)")
     args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     settings: dict = {"pair": args.pair, "beam": args.beam}
     if args.checkpoint is None and not (args.out / "checkpoint").exists():
         start = time.perf_counter()
