@@ -66,3 +66,26 @@ def test_the_settings_a_vocabulary_was_built_with_are_kept():
         assert vocab_settings(load_vocab(older)) == {"kind": kind}
     assert vocab_settings(CharVocab.build(texts)) == {"kind": "char"}
     assert vocab_settings(WordVocab.build(texts)) == {"kind": "word"}
+
+
+@pytest.mark.parametrize("kind", ["unigram", "bpe"])
+def test_sampled_segmentations_vary_decode_to_the_text_and_repeat_by_seed(kind):
+    sources = [s for s, _ in PAIRS]
+    v = build_vocab(sources, kind=kind, size=700)
+    texts = sources[:40]
+    drawn = v.encode_sampled(texts, alpha=0.3, seed=5)
+    assert [v.decode(ids) for ids in drawn] == texts
+    assert UNK not in {i for ids in drawn for i in ids}
+    # the one best segmentation is one of many: a draw over 40 sentences differs from it,
+    # and has more pieces (the draws reach the pieces of a few characters)
+    assert drawn != [v.encode(t) for t in texts]
+    assert sum(map(len, drawn)) > sum(len(v.encode(t)) for t in texts)
+    assert v.encode_sampled(texts, alpha=0.3, seed=5) == drawn
+    assert v.encode_sampled(texts, alpha=0.3, seed=6) != drawn
+
+
+@pytest.mark.parametrize("alpha", [0, -0.1, 1.5, True, "0.1"])
+def test_sampling_refuses_an_alpha_outside_0_1(alpha):
+    v = SubwordVocab.build(["abc abc", "cab"] * 10, size=20)
+    with pytest.raises(ValueError, match=r"alpha: expected a number in \(0, 1\], got"):
+        v.encode_sampled(["abc"], alpha=alpha, seed=0)

@@ -64,3 +64,35 @@ def test_a_shared_vocabulary_is_built_from_both_sides():
     shared = TranslateTask(pairs, pairs, model_config={"kind": "none"}, shared_vocab=True)
     assert shared.src_vocab is shared.tgt_vocab
     assert {"a", "b", "x", "y"} <= {shared.src_vocab.piece(i) for i in range(len(shared.src_vocab))}
+
+
+def test_subword_sampling_draws_each_batch_by_its_pairs():
+    pairs = [(f"<en> {w} {w}s", f"{w}en") for w in ["walk", "talk", "stalk", "chalk", "balk"] * 8]
+    kw = dict(model_config={"kind": "none"}, vocab="unigram", vocab_size=40, shared_vocab=True)
+    plain = TranslateTask(pairs, pairs, **kw)
+    sampled = TranslateTask(pairs, pairs, subword_sampling=0.2, **kw)
+    idx = list(range(len(pairs)))
+    batch = sampled._collate(idx)
+    # another process (a data worker, a resumed run) building the same batch gets the same ids
+    again = TranslateTask(pairs, pairs, subword_sampling=0.2, **kw)
+    assert all(torch.equal(batch[k], again._collate(idx)[k]) for k in batch)
+    one_best = plain._collate(idx)
+    assert not torch.equal(batch["src"], one_best["src"])
+    assert int(batch["src_len"].sum()) > int(one_best["src_len"].sum())
+    # every drawn segmentation is of the same pairs: sources and targets decode to them
+    vocab = sampled.src_vocab
+    for row, length, out, (source, target) in zip(
+        batch["src"], batch["src_len"], batch["tgt_out"], pairs, strict=True
+    ):
+        assert vocab.decode(row[:length].tolist()) == source
+        assert vocab.decode(out.tolist()) == target
+    assert sampled.config()["batching"]["subword_sampling"] == 0.2
+
+
+def test_subword_sampling_needs_subword_vocabularies_and_an_alpha_in_0_1():
+    with pytest.raises(ValueError, match="subword_sampling: expected subword vocabularies"):
+        TranslateTask(PAIRS, PAIRS, model_config={"kind": "none"}, subword_sampling=0.1)
+    with pytest.raises(ValueError, match=r"subword_sampling: expected 0 \(off\) or a number"):
+        TranslateTask(
+            PAIRS, PAIRS, model_config={"kind": "none"}, vocab="unigram", subword_sampling=2
+        )

@@ -93,6 +93,16 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
         help="one vocabulary for sources and targets, built from both (with --model "
         "transformer: one embedding for both sides and the output, Press & Wolf 2017)",
     )
+    data.add_argument(
+        "--subword-sampling",
+        type=argtypes.proportion,
+        default=0.0,
+        metavar="ALPHA",
+        help="SentencePiece vocabularies: segment each training batch by a random draw "
+        "(unigram: subword regularisation with this alpha, Kudo 2018; bpe: BPE-dropout with "
+        "this rate, Provilkov et al. 2020), so words split into characters are trained on; "
+        "0: off (default)",
+    )
     model = p.add_argument_group("model")
     model.add_argument(
         "--model", choices=("bahdanau", "luong", "transformer", "none"), default="bahdanau"
@@ -188,6 +198,7 @@ def run_train(args: argparse.Namespace) -> int:
         vocab_size=args.vocab_size,
         shared_vocab=args.shared_vocab,
         label_smoothing=args.label_smoothing,
+        subword_sampling=args.subword_sampling,
         teacher_forcing=common.teacher_forcing(args),
         data=data,
     )

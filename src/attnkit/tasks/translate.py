@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+import zlib
 from array import array
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -161,6 +162,27 @@ def plot_translation(
 Vocab = CharVocab | SubwordVocab
 
 
+def check_subword_sampling(alpha: float, src_vocab: Vocab, tgt_vocab: Vocab) -> None:
+    """Refuse subword regularisation that cannot be: ``alpha`` outside (0, 1], or a vocabulary
+    that is not a SentencePiece model."""
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha <= 1:
+        raise ValueError(f"subword_sampling: expected 0 (off) or a number in (0, 1], got {alpha!r}")
+    kinds = [type(v).__name__ for v in (src_vocab, tgt_vocab) if not isinstance(v, SubwordVocab)]
+    if kinds:
+        raise ValueError(
+            "subword_sampling: expected subword vocabularies (vocab 'unigram' or 'bpe'), "
+            f"got {kinds[0]}"
+        )
+
+
+def _batch(sources: Sequence[list[int]], targets: Sequence[list[int]]) -> dict:
+    """A training batch of token ids: ``src`` (B, S) with ``src_len`` (B,); ``tgt_in`` and
+    ``tgt_out`` (B, T): the targets behind ``<bos>`` and before ``<eos>``."""
+    src, src_len = pad_batch([ids or [PAD] for ids in sources])
+    tgt, _ = pad_batch([[BOS, *ids, EOS] for ids in targets])
+    return {"src": src, "src_len": src_len, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
+
+
 class TranslateTask:
     """Batches, loss and metrics for (source, target) text pairs.
 
@@ -179,6 +201,11 @@ class TranslateTask:
         shared_vocab: one vocabulary built from sources and targets together, for both sides
             (with a Transformer's ``shared_embeddings``, one embedding for both).
         max_valid: validation sentences decoded at each evaluation.
+        subword_sampling: 0 (off), or the ``alpha`` of subword regularisation: each training
+            batch segments its sources and targets by a draw (:meth:`SubwordVocab.encode_sampled`,
+            seeded by the batch's pairs), so rare words seen as pieces of a few characters are
+            seen in training; subword vocabularies only. Validation keeps the one best
+            segmentation.
     """
 
     def __init__(
@@ -198,6 +225,7 @@ class TranslateTask:
         teacher_forcing: float | TeacherForcing = 1.0,
         max_valid: int = 500,
         data: dict | None = None,
+        subword_sampling: float = 0.0,
     ):
         if not train:
             raise ValueError("train: expected at least one (source, target) pair")
@@ -228,6 +256,9 @@ class TranslateTask:
             size=vocab_size,
         )
         self.batch_size, self.seed = batch_size, seed
+        if subword_sampling:
+            check_subword_sampling(subword_sampling, self.src_vocab, self.tgt_vocab)
+        self.subword_sampling = float(subword_sampling)
         if not isinstance(teacher_forcing, TeacherForcing):
             teacher_forcing = TeacherForcing(start=teacher_forcing)
         self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
@@ -259,12 +290,30 @@ class TranslateTask:
         )
 
     def _collate(self, idx: list[int]) -> dict:
-        return self._encode([self.train[i] for i in idx])
+        pairs = [self.train[i] for i in idx]
+        if not self.subword_sampling:
+            return self._encode(pairs)
+        # the draws are seeded by the batch's pairs, so a resumed run or a worker process
+        # builds the same batch
+        seed = zlib.crc32(array("q", idx).tobytes(), self.seed & 0xFFFFFFFF)
+        sources, targets = zip(*pairs, strict=True)
+        src_vocab, tgt_vocab = cast("tuple[SubwordVocab, SubwordVocab]", self.vocabs)
+        alpha = self.subword_sampling
+        return _batch(
+            src_vocab.encode_sampled(sources, alpha=alpha, seed=seed),
+            tgt_vocab.encode_sampled(targets, alpha=alpha, seed=seed ^ 0xFFFFFFFF),
+        )
+
+    @property
+    def vocabs(self) -> tuple[Vocab, Vocab]:
+        """The source and target vocabularies."""
+        return self.src_vocab, self.tgt_vocab
 
     def _encode(self, pairs: Sequence[tuple[str, str]]) -> dict:
-        src, src_len = pad_batch([self.src_vocab.encode(s) or [PAD] for s, _ in pairs])
-        tgt, _ = pad_batch([[BOS] + self.tgt_vocab.encode(t) + [EOS] for _, t in pairs])
-        return {"src": src, "src_len": src_len, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
+        return _batch(
+            [self.src_vocab.encode(s) for s, _ in pairs],
+            [self.tgt_vocab.encode(t) for _, t in pairs],
+        )
 
     def loss(
         self, model: Seq2Seq | Transformer, batch: dict, step: int = 0
@@ -324,7 +373,11 @@ class TranslateTask:
         return task_config(
             "translate",
             self,
-            batching={"teacher_forcing": asdict(self.teacher_forcing)},
+            # subword_sampling only when on: a run saved before the option resumes as it was
+            batching={
+                "teacher_forcing": asdict(self.teacher_forcing),
+                **({"subword_sampling": self.subword_sampling} if self.subword_sampling else {}),
+            },
             max_len_extra=self.max_len_extra,
         )
 

@@ -135,6 +135,22 @@ class SubwordVocab:
             self._warned = True
         return ([BOS] if bos else []) + ids + ([EOS] if eos else [])
 
+    def encode_sampled(self, texts: Sequence[str], *, alpha: float, seed: int) -> list[list[int]]:
+        """Ids of each of ``texts`` by a segmentation drawn at random: subword regularisation
+        (Kudo, 2018, arXiv:1804.10959) for a unigram model, drawing from every segmentation with
+        probability proportional to its likelihood to the power ``alpha`` (smaller: flatter,
+        more pieces); BPE-dropout (Provilkov et al., 2020, arXiv:1910.13267) for a BPE model,
+        each merge dropped with probability ``alpha``. The draws depend on ``seed`` alone, so a
+        batch encodes the same wherever and whenever it is built. Every segmentation decodes to
+        the text."""
+        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha <= 1:
+            raise ValueError(f"alpha: expected a number in (0, 1], got {alpha!r}")
+        spm.set_random_generator_seed(seed)
+        return [
+            self.sp.encode(text, enable_sampling=True, alpha=float(alpha), nbest_size=-1)
+            for text in texts
+        ]
+
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ``ids`` up to the first ``<eos>``; ``<pad>``/``<bos>`` dropped."""
         return self.sp.decode([i if 0 <= i < len(self) else UNK for i in content_ids(ids)])
