@@ -424,4 +424,4 @@ def test_int8_weights_are_a_fraction_of_the_size_and_decode_the_same(
         )
         == 2
     )
-    assert "--quantize: an option of --format onnx" in capsys.readouterr().err
+    assert "--quantize: int8 is not a choice of --format checkpoint" in capsys.readouterr().err

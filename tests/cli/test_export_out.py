@@ -3,6 +3,7 @@ export (or with --force), never the checkpoint being read, and a failed export l
 earlier one whole."""
 
 import errno
+import json
 import os
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors import SafetensorError
 
 from attnkit import folders
@@ -277,3 +279,36 @@ def test_an_export_folder_follows_the_umask(run, tmp_path):
         os.umask(old)
     assert (tmp_path / "e").stat().st_mode & 0o777 == 0o755
     assert all(p.stat().st_mode & 0o777 == 0o644 for p in (tmp_path / "e").iterdir() if p.is_file())
+
+
+def test_a_float16_checkpoint_is_half_the_size_and_reads_back_as_float32(run, tmp_path, capsys):
+    full, half = tmp_path / "full", tmp_path / "half"
+    assert _export(run / "checkpoint", full, "--format", "checkpoint") == 0
+    assert _export(run / "checkpoint", half, "--format", "checkpoint", "--quantize", "float16") == 0
+    f, h = load_checkpoint(full), load_checkpoint(half)
+    assert f.config == h.config and f.vocab == h.vocab
+    assert set(f.model_state) == set(h.model_state)
+    for name, w in f.model_state.items():
+        if w.is_floating_point():
+            # each weight is its float32 value rounded to the nearest float16
+            assert h.model_state[name].dtype == torch.float16
+            assert torch.equal(h.model_state[name], w.half()), name
+    size = {d: (d / "model.safetensors").stat().st_size for d in (full, half)}
+    # two bytes fewer for each floating-point element (the header's offsets only shrink)
+    saved = 2 * sum(w.numel() for w in f.model_state.values() if w.is_floating_point())
+    assert size[full] - size[half] >= saved
+    # a float16 checkpoint translates as any other
+    capsys.readouterr()
+    assert main(["translate", "--checkpoint", str(half), "--json", "<en> 12"]) == 0
+    assert json.loads(capsys.readouterr().out)["input"] == "<en> 12"
+
+
+@pytest.mark.parametrize(
+    ("fmt", "choice"), [("checkpoint", "int8"), ("onnx", "float16"), ("ctranslate2", "float16")]
+)
+def test_a_quantisation_of_another_format_is_a_one_line_error(run, tmp_path, capsys, fmt, choice):
+    out = tmp_path / "x"
+    assert _export(run / "checkpoint", out, "--format", fmt, "--quantize", choice) == 2
+    err = capsys.readouterr().err
+    assert f"--quantize: {choice} is not a choice of --format {fmt}" in err, err
+    assert err.count("\n") == 1 and not out.exists()

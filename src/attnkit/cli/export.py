@@ -50,12 +50,13 @@ def add_parser(sub: common.SubParsers) -> None:
     )
     p.add_argument(
         "--quantize",
-        choices=("int8",),
-        help="onnx: store the graphs' weights as int8 (onnxruntime's dynamic "
+        choices=("int8", "float16"),
+        help="onnx: int8 stores the graphs' weights as int8 (onnxruntime's dynamic "
         "quantisation, weight-only int8 for GRUs and convolutions: 0.27-0.29 of "
         "the float32 size for the built-in models; docs/deploy.md gives their "
         "speed and accuracy against float32); ctranslate2: int8 weights, run with "
-        "compute_type='int8'",
+        "compute_type='int8'; checkpoint: float16 stores the weights as float16 (half "
+        "the size; read back as float32)",
     )
     p.add_argument(
         "--out",
@@ -87,13 +88,14 @@ def run_export(args: argparse.Namespace) -> int:
         )
     args.default_beam = common.TASK_BEAM[task]
     decoding = common.decoding(args)
+    if (args.quantize == "float16") != (args.format == "checkpoint" and args.quantize is not None):
+        raise ValueError(
+            f"--quantize: {args.quantize} is not a choice of --format {args.format} "
+            "(int8: onnx and ctranslate2; float16: checkpoint)"
+        )
     if args.format == "ctranslate2":
         return _export_ctranslate2(args, task, out)
     if args.format == "checkpoint":
-        if args.quantize:
-            raise ValueError(
-                "--quantize: an option of --format onnx (a checkpoint keeps float32 weights)"
-            )
         given = _decoding_options(args)
         if given:
             raise ValueError(
@@ -101,7 +103,11 @@ def run_export(args: argparse.Namespace) -> int:
                 "(a checkpoint decodes as the command that reads it is told)"
             )
         model, ck = loading.load_task_model(args.checkpoint, task)
-        save_checkpoint(out, model=model, config=ck.config, vocab=ck.vocab)
+        weights = {
+            k: v.half() if args.quantize and v.is_floating_point() else v
+            for k, v in model.state_dict().items()
+        }
+        save_checkpoint(out, model=weights, config=ck.config, vocab=ck.vocab)
         size = sum(f.stat().st_size for f in args.out.iterdir()) / 2**20
         print(f"wrote {args.out} (an inference checkpoint of task {task}, {size:.1f} MiB)")
         return 0
