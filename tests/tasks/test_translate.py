@@ -96,3 +96,29 @@ def test_subword_sampling_needs_subword_vocabularies_and_an_alpha_in_0_1():
         TranslateTask(
             PAIRS, PAIRS, model_config={"kind": "none"}, vocab="unigram", subword_sampling=2
         )
+
+
+def test_max_tokens_batches_hold_that_many_padded_tokens_on_either_side():
+    words = ["walk", "talk", "stalk", "chalk", "balk"]
+    pairs = [
+        (f"<en> {' '.join(words[: 1 + n % 5])}", " ".join(words[: 1 + (n * 3) % 5]) + "en")
+        for n in range(60)
+    ]
+    task = TranslateTask(
+        pairs, pairs, model_config={"kind": "none"}, vocab="unigram", vocab_size=40, max_tokens=48
+    )
+    batches = task.batches(epoch=0)
+    seen = []
+    for k in range(len(batches)):
+        batch = batches[k]
+        rows = batch["src"].shape[0]
+        # the padded source, and the padded target with its <bos> or <eos>
+        assert rows == 1 or batch["src"].numel() <= 48
+        assert rows == 1 or batch["tgt_in"].numel() <= 48
+        seen.append(rows)
+    assert sum(seen) == len(pairs) and max(seen) > 1
+    assert task.config()["batching"]["max_tokens"] == 48
+    assert (
+        "max_tokens"
+        not in TranslateTask(pairs, pairs, model_config={"kind": "none"}).config()["batching"]
+    )

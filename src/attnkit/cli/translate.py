@@ -94,6 +94,14 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
         "transformer: one embedding for both sides and the output, Press & Wolf 2017)",
     )
     data.add_argument(
+        "--max-tokens",
+        type=argtypes.positive_int,
+        metavar="N",
+        help="training batches of at most N padded tokens (by the longer side of each pair: "
+        "many short sentences or few long ones) instead of --batch-size sentences, which "
+        "then sizes validation batches only",
+    )
+    data.add_argument(
         "--subword-sampling",
         type=argtypes.proportion,
         default=0.0,
@@ -199,6 +207,7 @@ def run_train(args: argparse.Namespace) -> int:
         shared_vocab=args.shared_vocab,
         label_smoothing=args.label_smoothing,
         subword_sampling=args.subword_sampling,
+        max_tokens=args.max_tokens,
         teacher_forcing=common.teacher_forcing(args),
         data=data,
     )

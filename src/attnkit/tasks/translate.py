@@ -28,7 +28,7 @@ from attnkit.data.corpora.text_pairs import TextPairs
 from attnkit.decoding import MAX_OUTPUT_TOKENS, Decoding, Hypotheses, decode_batches
 from attnkit.diagnose.plots import plot_attention
 from attnkit.models import Seq2Seq, Transformer, build_model
-from attnkit.tasks.batching import length_batches, task_config
+from attnkit.tasks.batching import length_batches, task_config, token_batches
 from attnkit.tasks.evaluator import (
     Evaluator,
     Example,
@@ -192,7 +192,11 @@ class TranslateTask:
             disk, each batch reading its own pairs).
         model_config: the model's registry config: ``name`` ``"seq2seq"`` (the default) or
             ``"transformer"``, and its arguments; the vocabulary sizes are set from the data.
-        batch_size: sentences per batch (batches group similar lengths).
+        batch_size: sentences per batch (batches group similar lengths); with ``max_tokens``,
+            per validation batch only.
+        max_tokens: None, or training batches of at most this many padded tokens each
+            (:func:`token_batches`, by the longer of a pair's source and target), in place of
+            ``batch_size`` sentences.
         label_smoothing: of the masked cross-entropy.
         teacher_forcing: probability of feeding the reference token (1.0: always), or a
             :class:`attnkit.train.TeacherForcing` schedule over training steps.
@@ -226,6 +230,7 @@ class TranslateTask:
         max_valid: int = 500,
         data: dict | None = None,
         subword_sampling: float = 0.0,
+        max_tokens: int | None = None,
     ):
         if not train:
             raise ValueError("train: expected at least one (source, target) pair")
@@ -259,6 +264,9 @@ class TranslateTask:
         if subword_sampling:
             check_subword_sampling(subword_sampling, self.src_vocab, self.tgt_vocab)
         self.subword_sampling = float(subword_sampling)
+        if max_tokens is not None:
+            check_positive_int("max_tokens", max_tokens)
+        self.max_tokens = max_tokens
         if not isinstance(teacher_forcing, TeacherForcing):
             teacher_forcing = TeacherForcing(start=teacher_forcing)
         self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
@@ -271,9 +279,14 @@ class TranslateTask:
         self.data = data or {}
         lengths, longest = array("i"), 0
         for s, t in self.train:
+            target = len(self.tgt_vocab.encode(t)) + 1  # and <eos> (or <bos>)
+            # source tokens (or, batching by tokens, the longer side) of each pair, for
+            # batches of similar lengths
             lengths.append(len(self.src_vocab.encode(s)))
-            longest = max(longest, len(self.tgt_vocab.encode(t)))
-        self._lengths = lengths  # source tokens of each pair, for batches of similar lengths
+            if max_tokens is not None:
+                lengths[-1] = max(lengths[-1], target)
+            longest = max(longest, target - 1)
+        self._lengths = lengths
         # Room for the longest training target, in tokens, whatever the source length (digits
         # -> words): a cap on outputs that run on, not a length any output should reach.
         self.max_len_extra = 10 + int(1.5 * longest)
@@ -284,10 +297,11 @@ class TranslateTask:
 
     def batches(self, epoch: int) -> Batches:
         """Shuffled (seeded by epoch) batches of similar source lengths, built when indexed."""
-        return Batches(
-            length_batches(self._lengths, self.batch_size, seed=self.seed, epoch=epoch),
-            self._collate,
-        )
+        if self.max_tokens is not None:
+            plan = token_batches(self._lengths, self.max_tokens, seed=self.seed, epoch=epoch)
+        else:
+            plan = length_batches(self._lengths, self.batch_size, seed=self.seed, epoch=epoch)
+        return Batches(plan, self._collate)
 
     def _collate(self, idx: list[int]) -> dict:
         pairs = [self.train[i] for i in idx]
@@ -373,10 +387,11 @@ class TranslateTask:
         return task_config(
             "translate",
             self,
-            # subword_sampling only when on: a run saved before the option resumes as it was
+            # subword_sampling and max_tokens only when on: a run saved before them resumes
             batching={
                 "teacher_forcing": asdict(self.teacher_forcing),
                 **({"subword_sampling": self.subword_sampling} if self.subword_sampling else {}),
+                **({"max_tokens": self.max_tokens} if self.max_tokens is not None else {}),
             },
             max_len_extra=self.max_len_extra,
         )
