@@ -28,7 +28,12 @@ A model is a checkpoint folder or ``builtin:NAME``; ``--asr none`` or ``--ocr no
 one out. ``--against-asr`` / ``--against-ocr`` name a model to compare with: it is scored on
 the same examples, and each row adds the CER difference (the model minus the other) with its
 95% interval by a paired bootstrap over the examples (:func:`paired_difference`), the other
-model's CER beside it.
+model's CER beside it. The six families then get one more row, their mean (each family's CER
+averaged, as the model card gives it), its difference's interval resampling each family's lines
+within that family (:func:`paired_mean_difference`).
+
+The lines are rendered from the fonts :data:`attnkit.data.worlds.lines.FONT_ROOT` holds
+(``/usr/share/fonts``, or the folder ``ATTNKIT_FONT_ROOT`` names); the JSON records it.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from attnkit.data import write_line_folder, write_wav
 from attnkit.data.audio.features import SAMPLE_RATE
 from attnkit.data.augment.augmentation import example_rng
 from attnkit.data.augment.line_augment import LineAugment, Scale
+from attnkit.data.worlds import lines as line_world
 from attnkit.data.worlds.lines import (
     HELD_OUT_FAMILIES,
     available_fonts,
@@ -64,6 +70,7 @@ from attnkit.tasks.metrics import closest_reference, example_cer
 from benchmarks import harness
 
 SEED = 1
+FAMILY_PREFIX = "family "  # the rows of the held-out families, averaged in one more row
 TEXT_SIZES = (0.6, 0.75, 0.9)  # the text's height against the renderer's, in the same line
 
 
@@ -100,7 +107,7 @@ def line_sets(n: int) -> dict[str, list]:
     for family in HELD_OUT_FAMILIES["test"]:
         files = [f for f in fonts if font_family(f) == family]
         if files:
-            sets[f"family {family}"] = generate_lines(
+            sets[FAMILY_PREFIX + family] = generate_lines(
                 n, split="test", seed=SEED, max_chars=80, prose=1.0, fonts=files
             )
     sets["in-family held-out faces"] = generate_lines(
@@ -151,6 +158,27 @@ def paired_difference(
     return float((a.sum() - b.sum()) / max(n.sum(), 1.0)), float(low), float(high)
 
 
+def paired_mean_difference(
+    pairs: list[tuple[Evaluation, Evaluation]], *, resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float, float]:
+    """``(difference, low, high)`` for the mean over worlds of each world's CER: ``pairs`` holds
+    each world's ``(ours, theirs)`` on the same examples; the difference is the mean of ours
+    minus the mean of theirs, and its interval the 2.5th and 97.5th percentiles over
+    ``resamples`` stratified resamplings (each world's examples drawn with replacement within
+    that world, both models scored on the same draw, then the worlds' differences averaged).
+    One world gives :func:`paired_difference`'s difference."""
+    rng = np.random.default_rng(seed)
+    diffs = np.zeros(resamples)
+    total = 0.0
+    for ours, theirs in pairs:
+        (a, n), (b, _) = char_errors(ours), char_errors(theirs)
+        picks = rng.integers(0, len(n), (resamples, len(n)))
+        diffs += (a[picks].sum(1) - b[picks].sum(1)) / np.maximum(n[picks].sum(1), 1.0)
+        total += (a.sum() - b.sum()) / max(n.sum(), 1.0)
+    low, high = np.percentile(diffs / len(pairs), [2.5, 97.5])
+    return float(total / len(pairs)), float(low), float(high)
+
+
 def main(argv=None) -> int:
     p = harness.parser(__doc__.splitlines()[0], time_budget=3600.0)
     p.add_argument("--asr", default="builtin:asr-digits", help="speech checkpoint, or none")
@@ -190,6 +218,7 @@ def main(argv=None) -> int:
                     continue
                 folder = write_line_folder(lines, Path(tmp) / f"lines-{len(worlds)}").parent
                 worlds.append((args.ocr, name, len(lines), folder))
+        families: list[tuple[dict, dict, tuple[Evaluation, Evaluation]]] = []
         for model, name, n, data in worlds:
             metrics, evaluation = score(model, data)
             row = {"model": model, "world": name, "n": n, **metrics}
@@ -197,6 +226,8 @@ def main(argv=None) -> int:
             if against.get(model):
                 other, theirs = score(against[model], data)
                 diff, low, high = paired_difference(evaluation, theirs)
+                if name.startswith(FAMILY_PREFIX):
+                    families.append((metrics, other, (evaluation, theirs)))
                 row.update(
                     against=against[model],
                     against_cer=other["cer"],
@@ -225,9 +256,55 @@ def main(argv=None) -> int:
                 ),
                 flush=True,
             )
+        if families:
+            rows.append(_mean_row(args.ocr, args.against_ocr, families))
+            mean = rows[-1]
+            print(
+                harness.table_row(
+                    [
+                        args.ocr,
+                        mean["world"],
+                        mean["n"],
+                        f"{100 * mean['cer']:.2f}",
+                        "",
+                        "",
+                        f"{100 * mean['against_cer']:.2f}",
+                        "{:+.2f} ({:+.2f} to {:+.2f})".format(
+                            100 * mean["cer_difference"],
+                            *(100 * x for x in mean["cer_difference_95"]),
+                        ),
+                    ]
+                ),
+                flush=True,
+            )
     if args.json:
-        harness.write_json(args.json, rows, seed=SEED, utterances=args.utterances, lines=args.lines)
+        harness.write_json(
+            args.json,
+            rows,
+            seed=SEED,
+            utterances=args.utterances,
+            lines=args.lines,
+            font_root=str(line_world.FONT_ROOT),
+        )
     return 0
+
+
+def _mean_row(
+    model: str, other: str, families: list[tuple[dict, dict, tuple[Evaluation, Evaluation]]]
+) -> dict:
+    """The row of the held-out families' mean CER, ours and the other model's, with the
+    difference's stratified interval (:func:`paired_mean_difference`)."""
+    diff, low, high = paired_mean_difference([pair for _, _, pair in families])
+    return {
+        "model": model,
+        "world": f"the {len(families)} families (mean of the rows)",
+        "n": sum(len(pair[0].examples) for _, _, pair in families),
+        "cer": float(np.mean([ours["cer"] for ours, _, _ in families])),
+        "against": other,
+        "against_cer": float(np.mean([theirs["cer"] for _, theirs, _ in families])),
+        "cer_difference": diff,
+        "cer_difference_95": [low, high],
+    }
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from attnkit.tasks.evaluator import Evaluation, Example, Output
-from benchmarks.heldout_worlds import char_errors, paired_difference
+from benchmarks.heldout_worlds import char_errors, paired_difference, paired_mean_difference
 
 
 def _evaluation(outputs: list[str], references: list[str]) -> Evaluation:
@@ -37,3 +37,21 @@ def test_the_difference_is_ours_minus_theirs_with_an_interval_around_it():
     assert diff == pytest.approx(expected) and 0 < low < diff < high
     assert paired_difference(theirs, ours)[0] == pytest.approx(-diff)
     assert np.isclose(paired_difference(ours, theirs, seed=0)[1], low)  # seeded
+
+
+def test_the_mean_difference_averages_each_worlds_difference_with_an_interval():
+    worse = [("xx" + r[2:]) if i % 2 else r for i, r in enumerate(REFERENCES)]
+    right = _evaluation(REFERENCES, REFERENCES)
+    bad, short = _evaluation(worse, REFERENCES), _evaluation(worse[:10], REFERENCES[:10])
+    alone = paired_difference(bad, right)
+    assert paired_mean_difference([(bad, right)])[0] == pytest.approx(alone[0])
+    assert paired_mean_difference([(right, right), (right, right)]) == (0.0, 0.0, 0.0)
+    # a world as bad as ``bad`` and one with no difference: half the difference, not the pooled
+    # CER of the two worlds' characters together
+    diff, low, high = paired_mean_difference([(bad, right), (right, right)])
+    assert diff == pytest.approx(alone[0] / 2) and 0 < low < diff < high
+    pooled = paired_mean_difference([(short, _evaluation(REFERENCES[:10], REFERENCES[:10]))])
+    both = paired_mean_difference(
+        [(bad, right), (short, _evaluation(REFERENCES[:10], REFERENCES[:10]))]
+    )
+    assert both[0] == pytest.approx((alone[0] + pooled[0]) / 2)

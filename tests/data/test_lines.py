@@ -1,8 +1,12 @@
 """Text-line images: generation, held-out fonts, the user's folder reader and batching."""
 
+import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pytest
 import torch
@@ -433,3 +437,20 @@ def test_huge_images_are_refused_from_their_header(tmp_path):
         load_line_image(wide)
     with pytest.raises(DataError, match=r"wide.png: 200000 x 32 .* more than max_width=50"):
         load_line_image(tmp_path / "wide.png", max_width=50)
+
+
+def test_attnkit_font_root_names_the_folder_fonts_are_found_in(tmp_path):
+    # a font laid out as a Debian package installs it, in a folder that is not /usr/share/fonts
+    dejavu = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
+    (tmp_path / "truetype" / "cantarell").mkdir(parents=True)
+    (tmp_path / "truetype" / "cantarell" / "Unpacked-Regular.ttf").write_bytes(dejavu.read_bytes())
+    code = (
+        "from attnkit.data.worlds import lines as L; f = L.available_fonts(); "
+        "print(L.FONT_ROOT); print(sorted({L.font_family(p) for p in f['test']})); "
+        "print(any(p.name == 'Unpacked-Regular.ttf' for p in f['train']))"
+    )
+    env = {**os.environ, "ATTNKIT_FONT_ROOT": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert out == [str(tmp_path), "['cantarell', 'dejavu']", "False"]

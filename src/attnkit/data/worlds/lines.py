@@ -21,10 +21,13 @@ share a text.
 **Fonts** are found at run time: matplotlib's DejaVu fonts (always there) and every TrueType
 and OpenType file under ``/usr/share/fonts`` (the Makefile's ``make fonts`` installs the
 Debian font packages attnkit trains on: serif, sans, mono, condensed, slab, handwriting-like and
-script families with their italic and bold faces). Fonts missing any character of
-:data:`ALPHABET`, and those that draw no text (:data:`NOT_TEXT`), are left out. A font's
-**family** (:func:`font_family`) is its package's folder (``/usr/share/fonts/*/NAME/``;
-DejaVu for matplotlib's). Two kinds of fonts are held out of training:
+script families with their italic and bold faces), or under the folder the environment variable
+``ATTNKIT_FONT_ROOT`` names (:data:`FONT_ROOT`: laid out as ``/usr/share/fonts`` is, for example
+the packages unpacked with ``dpkg-deb -x`` where installing them is not wanted). Fonts missing
+any character of :data:`ALPHABET`, and those that draw no text (:data:`NOT_TEXT`), are left
+out. A font's **family** (:func:`font_family`) is its package's folder
+(``/usr/share/fonts/*/NAME/``; DejaVu for matplotlib's). Two kinds of fonts are held out of
+training:
 
 * whole families (:data:`HELD_OUT_FAMILIES`, for valid and test), for figures on designs
   never seen;
@@ -50,6 +53,7 @@ serves as the blank:
 from __future__ import annotations
 
 import functools
+import os
 import re
 import string
 from collections.abc import Iterator, Sequence
@@ -95,7 +99,8 @@ HELD_OUT_FAMILIES = {
     "valid": ("cabin", "fanwood", "anonymous-pro", "comic-neue", "averia-gwf", "jura"),
     "test": ("cantarell", "ebgaramond", "hack", "roboto", "charis", "courier-prime"),
 }
-FONT_ROOT = Path("/usr/share/fonts")
+# where the system's fonts are; ATTNKIT_FONT_ROOT (read once, at import) names another folder
+FONT_ROOT = Path(os.environ.get("ATTNKIT_FONT_ROOT") or "/usr/share/fonts")
 # font files that pass the alphabet check but draw keycaps, initials or mathematics, or
 # capitals for the lower case (Humor Sans: no line of it can be read with its case)
 NOT_TEXT = ("LinBiolinum_K", "LinLibertine_I", "DejaVuMathTeXGyre", "Humor-Sans")
