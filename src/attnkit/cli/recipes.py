@@ -255,9 +255,9 @@ RECIPES = {
     # held out: docs/speech.md), three of every four training utterances built-in ones of the
     # five engines (--synthetic-share 0.75, their own data seed), with asr-digits's model
     # options (--init requires them), augmentation and the last round's fine-tuning settings
-    # (src/attnkit/pretrained/asr-digits/MODEL_CARD.md). Measured: 306 steps in about 3,700 s with one
-    # torch thread on the 2-core machine shared with three other jobs (docs/speech.md has its
-    # figures: short of the target).
+    # (src/attnkit/pretrained/asr-digits/MODEL_CARD.md). Measured: 306 steps in about 3,700 s
+    # with one torch thread on the 2-core machine shared with three other jobs (docs/speech.md
+    # has its figures: short of the target).
     "asr-digits-real": Recipe(
         "asr",
         (
