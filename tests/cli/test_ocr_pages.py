@@ -5,8 +5,8 @@ import json
 
 import pytest
 
+from attnkit.cli.common import synthetic_count
 from attnkit.cli.main import main
-from attnkit.cli.ocr import synthetic_count
 from attnkit.data import read_tsv
 from attnkit.data.corpora.page_xml import parse_page
 from attnkit.train import load_checkpoint

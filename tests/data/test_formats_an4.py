@@ -86,6 +86,24 @@ def test_the_roles_read_espnets_dev_split_held_out_of_train(tmp_path, monkeypatc
         read_an4(root, split="dev")
 
 
+def test_words_keep_the_digit_strings_or_the_numbers_with_oh_written_zero(tmp_path):
+    train = [*TRAIN, ("cen6-fclc-b", "<s> ONE FIVE OH FOUR </s>"), ("cen7-fclc-b", "<s> </s>")]
+    root = write_an4(tmp_path / "an4", train=train)
+    digits = read_an4(root, split="train", words="digits", max_unusable=0.5)
+    assert list(digits.transcripts) == ["ONE FIVE ZERO FOUR"]
+    assert digits.origins[0].startswith("cen6-fclc-b (")
+    numbers = read_an4(
+        root, split="train", words="numbers", transcripts="normalize", max_unusable=0.5
+    )
+    assert list(numbers.transcripts) == ["twenty one", "one five zero four"]
+    test = read_corpus("asr", root, role="test", words="digits")
+    assert list(test.transcripts) == ["ONE TWO"]  # the spelled letters' line is left out
+    assert len(read_an4(root, split="train", max_unusable=0.5)) == 6  # all: OH kept as OH
+    assert "ONE FIVE OH FOUR" in read_an4(root, split="train", max_unusable=0.5).transcripts
+    with pytest.raises(ValueError, match=r"--words: expected one of all, digits, numbers .*'odd'"):
+        read_an4(root, words="odd")
+
+
 @pytest.mark.parametrize("order", [">", "<"])
 def test_the_byte_order_is_found_from_the_samples_and_they_read_back_exactly(tmp_path, order):
     root = write_an4(tmp_path / "an4", order=order)

@@ -20,6 +20,7 @@ from attnkit.cli.decoder_options import (
     joint_decoding,
 )
 from attnkit.data import CharVocab, SpeechSet, load_vocab
+from attnkit.data.corpora.speech_sets import JoinedFeatures, joined_speech
 from attnkit.data.worlds.speech import ENGINES, ESPEAK_CONSONANTS, KINDS, speech_dataset
 from attnkit.decoding import Decoding, Hypotheses
 from attnkit.models.las import LAS, LISTENERS, MIN_FRAMES
@@ -89,6 +90,15 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
         "Czech and Catalan voices saying English) theirs, gnuspeech Node.js "
         "and an npm package, "
         "pico the PyPI package py-nanotts: make install puts them in place)",
+    )
+    data.add_argument(
+        "--synthetic-share",
+        type=argtypes.proportion,
+        default=0.0,
+        metavar="P",
+        help="with --train: that share of the training utterances are built-in synthesised "
+        "ones (--kinds, --engines, --data-seed; their training voices), mixed with --train's "
+        "(validation: --valid's alone; default 0: none)",
     )
     data.add_argument(
         "--espeak-consonants",
@@ -183,14 +193,6 @@ def _speech(
         raise ValueError(
             f"--espeak-consonants: only espeak-ng's built-in training speech takes it (got {given})"
         )
-    if args.train:
-        read = {"normalize": normalize, "max_seconds": args.max_seconds, "min_frames": MIN_FRAMES}
-        train, valid = corpus.read_splits("asr", args, **read)
-        if valid is not None:
-            return train, valid
-        n = min(100, len(train))
-        log.warning("no --valid manifest: validating on the first %d training utterances", n)
-        return train, train.head(n)
     kw = {
         "seed": common.data_seed(args),
         "cache_dir": args.cache_dir.expanduser(),
@@ -199,6 +201,23 @@ def _speech(
         "normalize": normalize,
         "workers": args.workers,
     }
+    if args.train:
+        read = {"normalize": normalize, "max_seconds": args.max_seconds, "min_frames": MIN_FRAMES}
+        train, valid = corpus.read_splits("asr", args, **read)
+        n = common.synthetic_count(len(train), args.synthetic_share)
+        if n:
+            log.info("mixing %d built-in utterances with the %d of --train", n, len(train))
+            train = joined_speech([train, speech_dataset(n, split="train", audio=audio, **kw)])
+        if valid is not None:
+            return train, valid
+        n = min(100, len(train))
+        log.warning("no --valid manifest: validating on the first %d training utterances", n)
+        return train, train.head(n)
+    if args.synthetic_share:
+        raise ValueError(
+            "--synthetic-share: mixes built-in utterances with --train's; give --train "
+            "(without it every utterance is built-in)"
+        )
     return (
         speech_dataset(
             args.n_train, split="train", audio=audio, consonants=args.espeak_consonants, **kw
@@ -245,6 +264,16 @@ def run_train(args: argparse.Namespace) -> int:
             "train": str(args.train),
             "valid": str(args.valid),
             **({"format": args.format} if args.format else {}),
+            **(
+                {
+                    "synthetic_share": args.synthetic_share,
+                    "n_synthetic": len(train.features.parts[-1]),
+                    "built_in": list(args.kinds),
+                    "engines": list(args.engines),
+                }
+                if isinstance(train.features, JoinedFeatures)
+                else {}
+            ),
         }
         if args.train
         else {

@@ -173,6 +173,14 @@ def data_seed(args: argparse.Namespace) -> int:
     return args.seed if args.data_seed is None else args.data_seed
 
 
+def synthetic_count(real: int, share: float) -> int:
+    """How many built-in examples make ``share`` of a training set with ``real`` examples of
+    the user's (``--synthetic-share``): ``n / (real + n) = share``, rounded (``share`` below 1)."""
+    if not 0.0 <= share < 1.0:
+        raise ValueError(f"--synthetic-share: expected a share from 0 to below 1, got {share:g}")
+    return round(real * share / (1.0 - share))
+
+
 def add_device_arg(p: Options) -> None:
     """``--device``: where the model runs (checked by :func:`resolve_run_options`)."""
     p.add_argument(

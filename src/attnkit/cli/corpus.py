@@ -16,7 +16,7 @@ from typing import Any
 from attnkit.cli import argtypes, common
 from attnkit.data import MAX_CHARS, MAX_WIDTH
 from attnkit.data.audio.files import MAX_SECONDS
-from attnkit.data.corpora.an4_formats import BYTE_ORDERS
+from attnkit.data.corpora.an4_formats import AN4_WORDS, BYTE_ORDERS
 from attnkit.data.corpora.reading import formats_of, read_corpus
 from attnkit.data.corpora.unusable import MAX_UNUSABLE
 from attnkit.data.corpora.utterances import TRANSCRIPTS
@@ -106,6 +106,12 @@ OPTIONS = {
         "an4: the byte order of the headerless .raw files (default auto: guessed from "
         "their samples, and logged)",
     ),
+    "words": (
+        "--words",
+        "asr",
+        "an4: only the utterances of these words: all (default), digits (digit strings, OH "
+        "written ZERO) or numbers (digit strings and numbers in words: FIFTY ONE FIFTY SIX)",
+    ),
 }
 # The largest input of each task read, for training and decoding alike: its option, type,
 # default and help.
@@ -136,6 +142,7 @@ KINDS: dict[str, dict[str, Any]] = {
     "audio_folder": {"type": Path},
     "transcripts": {"choices": TRANSCRIPTS},
     "byte_order": {"choices": BYTE_ORDERS},
+    "words": {"choices": tuple(AN4_WORDS)},
     "confine": {"action": "store_true", "default": None},
 }
 # ``--anywhere`` allowed files outside the folder before that became the default: still taken

@@ -167,14 +167,6 @@ def _built_in(
     return read_line_folder(cache, cache / "labels.tsv")  # what later runs will read
 
 
-def synthetic_count(real: int, share: float) -> int:
-    """How many built-in lines make ``share`` of a training set with ``real`` lines of the
-    user's: ``n / (real + n) = share``, rounded (``share`` below 1)."""
-    if not 0.0 <= share < 1.0:
-        raise ValueError(f"--synthetic-share: expected a share from 0 to below 1, got {share:g}")
-    return round(real * share / (1.0 - share))
-
-
 def _lines(args: argparse.Namespace) -> tuple[Sequence[Line], Sequence[Line]]:
     if args.train:
         read = dict(
@@ -183,7 +175,7 @@ def _lines(args: argparse.Namespace) -> tuple[Sequence[Line], Sequence[Line]]:
             labels=None if args.labels == LABELS else args.labels,
         )
         train, valid = read_splits("ocr", args, **read)
-        n = synthetic_count(len(train), args.synthetic_share)
+        n = common.synthetic_count(len(train), args.synthetic_share)
         if n:
             log.info("mixing %d built-in lines with the %d lines of --train", n, len(train))
             built_in = _built_in(args, "train", n, args.min_chars, args.max_chars)

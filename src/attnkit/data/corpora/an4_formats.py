@@ -18,6 +18,14 @@ their ids written speaker first (``fash-an251-b``: ESPnet's utterance ids, in Ka
 order), and ``train_nodev``, the other 848. ``--train`` reads ``train_nodev``, ``--valid``
 ``train_dev`` and ``eval`` ``test``.
 
+``words`` picks utterances by their words: ``"all"`` (the default), ``"digits"`` (digit
+strings: every word one of :data:`DIGIT_WORDS`, ZERO to NINE and OH) or ``"numbers"`` (every
+word one of :data:`NUMBER_WORDS`: the digits, TEN to NINETEEN, the tens, HUNDRED, THOUSAND and
+AND, as AN4's speakers read "FIFTY ONE FIFTY SIX"). The digits and numbers are the utterances
+``builtin:asr-digits`` can write; in them OH is written ZERO, the one spelling of the digit 0
+in attnkit's built-in speech. The other utterances are left out, not counted unusable, after
+the split is drawn (so ``train_dev`` keeps ESPnet's speakers).
+
 Transcripts are kept as AN4 writes them, upper-case words (``transcripts="normalize"``: lower
 case, as the built-in speech), in :data:`AN4_ALPHABET` by default. Unusable utterances (a line
 without its ``(id)``, an id whose audio is missing, a ``.raw`` file of an odd number of bytes,
@@ -42,7 +50,7 @@ from attnkit.data.corpora.unusable import MAX_UNUSABLE, listed_twice
 from attnkit.data.corpora.utterances import SPEECH_ALPHABET, SpeechCorpus
 from attnkit.errors import DataError
 
-__all__ = ["AN4_ALPHABET", "AN4_SPLITS", "read_an4"]
+__all__ = ["AN4_ALPHABET", "AN4_SPLITS", "AN4_WORDS", "DIGIT_WORDS", "NUMBER_WORDS", "read_an4"]
 
 log = logging.getLogger("attnkit")
 
@@ -59,6 +67,17 @@ AUDIO_SUFFIXES = (".raw", ".sph", ".wav")  # as CMU ships it, ESPnet's download,
 BYTE_ORDERS = ("auto", "big", "little")
 _LINE = re.compile(r"^(?P<words>.*?)\s*\((?P<id>[^()\s]+)\)\s*$")
 _MARKS = frozenset({"<s>", "</s>", "<sil>"})
+DIGIT_WORDS = frozenset("ZERO ONE TWO THREE FOUR FIVE SIX SEVEN EIGHT NINE OH".split())
+NUMBER_WORDS = DIGIT_WORDS | frozenset(
+    "TEN ELEVEN TWELVE THIRTEEN FOURTEEN FIFTEEN SIXTEEN SEVENTEEN EIGHTEEN NINETEEN "
+    "TWENTY THIRTY FORTY FIFTY SIXTY SEVENTY EIGHTY NINETY HUNDRED THOUSAND AND".split()
+)
+# words= -> the words an utterance may hold (None: any)
+AN4_WORDS: dict[str, frozenset[str] | None] = {
+    "all": None,
+    "digits": DIGIT_WORDS,
+    "numbers": NUMBER_WORDS,
+}
 
 
 def _speaker_first(utt: str) -> str:
@@ -91,15 +110,17 @@ def read_an4(
     byte_order: str = "auto",
     sample_rate: int = SAMPLE_RATE,
     references: bool = True,
+    words: str = "all",
 ) -> SpeechSet:
     """The utterances of one split of an AN4 folder, in the order of its transcript file (see
     the module docstring): ``split`` (:data:`AN4_SPLITS`; None: ``train_nodev`` for the role
     ``train``, ``train_dev`` for ``valid``, ``test`` for ``test``), ``.raw`` files read at
     ``sample_rate`` in ``byte_order`` (``"auto"``: :func:`guess_byte_order` over the split's
-    first 20 recordings, logged), headered ones checked to be at ``sample_rate``.
+    first 20 recordings, logged), headered ones checked to be at ``sample_rate``; only the
+    utterances of ``words`` (:data:`AN4_WORDS`).
 
     Raises:
-        ValueError: naming ``split`` or ``byte_order`` when not one of theirs.
+        ValueError: naming ``split``, ``byte_order`` or ``words`` when not one of theirs.
         DataError: naming the folder when it is not AN4's layout, a transcript line whose id is
             listed twice, or the first unusable utterances when more than ``max_unusable``.
     """
@@ -111,6 +132,8 @@ def read_an4(
         raise ValueError(
             f"byte_order: expected one of {', '.join(BYTE_ORDERS)}, got {byte_order!r}"
         )
+    if words not in AN4_WORDS:
+        raise ValueError(f"--words: expected one of {', '.join(AN4_WORDS)} for an4, got {words!r}")
     name, folder_name = _FILES["test" if split == "test" else "train"]
     listing, folder = root / "etc" / name, root / "wav" / folder_name
     for needed in (listing, folder):
@@ -141,14 +164,15 @@ def read_an4(
         dev = set(sorted((_speaker_first(u) for _, u, _ in lines))[:DEV_UTTERANCES])
         wanted = split == "train_dev"
         lines = [line for line in lines if (_speaker_first(line[1]) in dev) == wanted]
-    for where, utt, words in lines:
+    lines = _of_words(lines, AN4_WORDS[words])
+    for where, utt, text in lines:
         if utt not in audio:
             corpus.drop(
                 f"{where}: no recording {utt}.raw (nor .sph, .wav) below {folder}",
                 "no audio",
             )
             continue
-        corpus.add(where, audio[utt], words, origin=f"{utt} ({audio[utt]})", rate=sample_rate)
+        corpus.add(where, audio[utt], text, origin=f"{utt} ({audio[utt]})", rate=sample_rate)
     return corpus.finish(normalize=normalize)
 
 
@@ -172,6 +196,20 @@ def _transcript_lines(listing: Path, corpus: SpeechCorpus) -> list[tuple[str, st
         words = " ".join(w for w in found["words"].split() if w.lower() not in _MARKS)
         lines.append((f"{where} ({utt})", utt, words))
     return lines
+
+
+def _of_words(
+    lines: list[tuple[str, str, str]], allowed: frozenset[str] | None
+) -> list[tuple[str, str, str]]:
+    """The ``lines`` whose words are all ``allowed`` (None: every line, unchanged), OH written
+    ZERO in them."""
+    if allowed is None:
+        return lines
+    return [
+        (where, utt, " ".join("ZERO" if w == "OH" else w for w in words.split()))
+        for where, utt, words in lines
+        if words and set(words.split()) <= allowed
+    ]
 
 
 def _raw_pcm(paths: list[Path], byte_order: str, rate: int, root: Path) -> RawPCM:
@@ -206,7 +244,8 @@ register(
         read_an4,
         _is_an4,
         "CMU's AN4 folder: etc/an4_{train,test}.transcription, wav/*/SPEAKER/*.raw "
-        "(16 kHz 16-bit PCM); --split train_nodev, train_dev, train or test",
+        "(16 kHz 16-bit PCM); --split train_nodev, train_dev, train or test; "
+        "--words all, digits or numbers",
         "etc/an4_train.transcription: <s> YES </s> (an251-fash-b)\n"
         "wav/an4_clstk/fash/an251-fash-b.raw",
     )

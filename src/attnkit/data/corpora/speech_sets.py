@@ -25,7 +25,14 @@ import torch
 
 from attnkit.data.audio.features import normalize_features
 
-__all__ = ["FEATURE_DTYPE", "FeaturesOnDisk", "SpeechSet", "spoken_number"]
+__all__ = [
+    "FEATURE_DTYPE",
+    "FeaturesOnDisk",
+    "JoinedFeatures",
+    "SpeechSet",
+    "joined_speech",
+    "spoken_number",
+]
 
 FEATURE_DTYPE = torch.float16  # how a SpeechSet keeps its features in memory
 
@@ -110,6 +117,63 @@ class SpeechSet:
     def head(self, n: int) -> SpeechSet:
         """The first ``n`` utterances."""
         return SpeechSet(self.features[:n], self.transcripts[:n], self.origins[:n])
+
+
+class JoinedFeatures(FeaturesOnDisk):
+    """Several :class:`FeaturesOnDisk` one after another, as one: the utterances of
+    ``parts[0]``, then those of ``parts[1]``, ... (``attnkit train asr --synthetic-share``: a
+    corpus's utterances, then built-in ones). A record is ``(part, the part's record)``, read by
+    its part; the parts must normalise alike, and the samples can be read when every part
+    keeps them.
+
+    Shape:
+        ``features[i]``: ``(T_i, 80)``, as the part holding utterance ``i`` gives it.
+
+    Raises:
+        ValueError: no part, or parts that normalise differently.
+    """
+
+    def __init__(self, parts: Sequence[FeaturesOnDisk]):
+        if not parts:
+            raise ValueError("parts: expected at least one set of features, got none")
+        if len({part.normalize for part in parts}) > 1:
+            found = ", ".join(str(part.normalize) for part in parts)
+            raise ValueError(f"parts: expected one normalize setting, got {found}")
+        records = [(k, record) for k, part in enumerate(parts) for record in part.records]
+        frames = [int(n) for part in parts for n in part.frames]
+        super().__init__(records, frames, normalize=parts[0].normalize)
+        self.parts = list(parts)
+        self.has_samples = all(part.has_samples for part in parts)
+
+    def read(self, record) -> torch.Tensor:
+        k, own = record
+        return self.parts[k].read(own)
+
+    def read_samples(self, record) -> torch.Tensor:
+        k, own = record
+        return self.parts[k].read_samples(own)
+
+
+def joined_speech(sets: Sequence[SpeechSet]) -> SpeechSet:
+    """The utterances of ``sets`` one after another, as one set (:class:`JoinedFeatures`: the
+    sets' features must be on disk).
+
+    Raises:
+        TypeError: a set whose features are in memory, not a :class:`FeaturesOnDisk`.
+    """
+    parts = []
+    for k, part in enumerate(sets):
+        if not isinstance(part.features, FeaturesOnDisk):
+            raise TypeError(
+                f"sets[{k}]: expected features on disk (FeaturesOnDisk), "
+                f"got {type(part.features).__name__}"
+            )
+        parts.append(part.features)
+    return SpeechSet(
+        JoinedFeatures(parts),
+        [t for part in sets for t in part.transcripts],
+        [o for part in sets for o in part.origins],
+    )
 
 
 def spoken_number(value: int) -> str:
