@@ -30,7 +30,12 @@ from attnkit.tasks.loading import load_task_model
 from attnkit.train import builtin_checkpoints, load_checkpoint
 from tests.needs import default_fonts, needs_fonts, needs_voice
 
-SHIPPED = {"translate-dates": "translate", "ocr-lines": "ocr", "asr-digits": "asr"}
+SHIPPED = {
+    "translate-dates": "translate",
+    "ocr-lines": "ocr",
+    "asr-digits": "asr",
+    "multi30k-en-de": "translate",
+}
 MiB = 2**20
 CARD = "MODEL_CARD.md"
 MAKEFILE = Path(__file__).resolve().parents[2] / "Makefile"
@@ -94,6 +99,9 @@ def _sources(name: str) -> list[str]:
     """What a model's data was made from, as the code that made it names it: libraries and
     their versions, font packages, speech engines and the packages of their voices."""
     config = load_checkpoint(f"builtin:{name}").config
+    if "train" in config["data"]:  # a corpus: each file training and validation read
+        files = f"{config['data']['train']} {config['data']['valid']}".split()
+        return [Path(f).name for f in files]
     if config["task"] == "translate":
         return [part for item in DATA_VERSIONS.items() for part in item]
     if config["task"] == "ocr":
@@ -130,6 +138,31 @@ def test_translate_dates_on_fresh_test_pairs(one_thread):
     )
     scores = translate.metrics(outs, [t for _, t in pairs])
     assert scores["accuracy"] >= 0.95, scores
+
+
+# Image descriptions of the kind Multi30k holds, written for this test (not from the corpus),
+# and the German words a right translation holds whatever else it chooses
+DESCRIPTIONS = {
+    "A dog runs through the grass.": ("Hund", "Gras"),
+    "Two men are playing soccer on a field.": ("Zwei Männer", "Fußball"),
+    "A woman in a red dress is walking down the street.": ("Frau", "roten Kleid", "Straße"),
+    "A little girl is eating an apple.": ("Mädchen", "Apfel"),
+    "The man is riding a bicycle.": ("Mann", "Fahrrad"),
+}
+
+
+def test_multi30k_en_de_translates_image_descriptions(one_thread):
+    model, ck = load_task_model("builtin:multi30k-en-de", "translate")
+    outs, _ = translate.translate_texts(
+        model,
+        load_vocab(ck.vocab["src"]),
+        load_vocab(ck.vocab["tgt"]),
+        list(DESCRIPTIONS),
+        max_len_extra=ck.config["max_len_extra"],
+    )
+    for out, words in zip(outs, DESCRIPTIONS.values(), strict=True):
+        assert all(w in out for w in words), (out, words)
+        assert len(out.split()) <= 12, out
 
 
 @needs_fonts
@@ -206,7 +239,7 @@ def test_an_unknown_builtin_name_is_a_one_line_error_listing_the_shipped_ones(ca
     err = capsys.readouterr().err
     assert err == (
         "attnkit: checkpoint: no built-in model 'klingon'; expected one of "
-        "builtin:asr-digits, builtin:ocr-lines, builtin:translate-dates\n"
+        "builtin:asr-digits, builtin:multi30k-en-de, builtin:ocr-lines, builtin:translate-dates\n"
     )
 
 
