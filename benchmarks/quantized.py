@@ -13,14 +13,17 @@ of encoding and decoding all of them in batches of ``--batch``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import torch
 
 from attnkit.cli.main import main as attnkit
@@ -49,17 +52,82 @@ def examples(name: str, n: int) -> tuple[list, list[str]]:
     )
 
 
-def feed(name: str, batch: list, runner, meta: dict) -> dict:
-    """The encoder's inputs for ``batch``."""
-    names = [i["name"] for i in meta["encoder"]["inputs"]]
-    if name == "translate-dates":
-        vocab = runner.Vocab(meta["vocab"]["src"])
-        ids = [vocab.encode(s) for s in batch]
+def export(checkpoint: str, folder: Path, *options: str) -> str | None:
+    """``attnkit export --checkpoint CHECKPOINT --out FOLDER OPTIONS...`` (``--format
+    ctranslate2``, ``--quantize int8``...), its messages kept from the output: None when the
+    export is written, else attnkit's one-line error (a package missing, a model the format
+    cannot represent)."""
+    argv = ["export", "--checkpoint", str(checkpoint), "--out", str(folder), *options]
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = attnkit(argv)
+    lines = err.getvalue().strip().splitlines()
+    return None if code == 0 else (lines[-1] if lines else f"exit {code}").removeprefix("attnkit: ")
+
+
+@dataclass
+class Export:
+    """An export folder as its runner decodes it: ``attnkit.json`` (``meta``), the folder's
+    ``attnkit_runner.py`` imported (``runner``), onnxruntime sessions of the encoder and the
+    decoder step (None for a CTC model), and the runner's vocabularies (``src``: None but for
+    translation)."""
+
+    folder: Path
+    meta: dict
+    runner: Any
+    encoder: Any
+    step: Any
+    src: Any
+    tgt: Any
+
+    @property
+    def mib(self) -> float:
+        """The graphs' size on disk, MiB."""
+        files = [self.meta["encoder"]["file"]]
+        files += [self.meta["decoder_step"]["file"]] if "decoder_step" in self.meta else []
+        return sum((self.folder / f).stat().st_size for f in files) / 2**20
+
+
+def open_export(folder: Path, threads: int | None = None) -> Export:
+    """The export in ``folder``, its sessions with ``threads`` intra-op threads (default:
+    torch's) and the session options ``attnkit.json`` gives."""
+    import onnxruntime as ort  # here: importing this module needs no onnxruntime
+
+    folder = Path(folder)
+    meta = json.loads((folder / "attnkit.json").read_text())
+    spec = importlib.util.spec_from_file_location(
+        f"runner_{folder.name.replace('-', '_')}", folder / "attnkit_runner.py"
+    )
+    assert spec is not None and spec.loader is not None
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads or torch.get_num_threads()
+    options.inter_op_num_threads = 1
+    for key, value in meta.get("session_config", {}).items():
+        options.add_session_config_entry(key, value)
+    encoder = ort.InferenceSession(str(folder / meta["encoder"]["file"]), options)
+    step = (
+        ort.InferenceSession(str(folder / meta["decoder_step"]["file"]), options)
+        if "decoder_step" in meta
+        else None
+    )
+    src = runner.Vocab(meta["vocab"]["src"]) if "src" in meta["vocab"] else None
+    return Export(folder, meta, runner, encoder, step, src, runner.Vocab(meta["vocab"]["tgt"]))
+
+
+def feed(export: Export, batch: list) -> dict:
+    """The encoder's inputs for ``batch``: source texts, line images or log-mel features,
+    as the export's task takes them."""
+    names = [i["name"] for i in export.meta["encoder"]["inputs"]]
+    task = export.meta["task"]
+    if task == "translate":
+        ids = [export.src.encode(s) for s in batch]
         x = np.zeros((len(ids), max(map(len, ids))), dtype=np.int64)
         for i, row in enumerate(ids):
             x[i, : len(row)] = row
         lengths = np.array([len(r) for r in ids], dtype=np.int64)
-    elif name == "ocr-lines":
+    elif task == "ocr":
         images, widths = pad_images(batch)
         x, lengths = images.numpy(), widths.numpy()
     else:
@@ -68,38 +136,27 @@ def feed(name: str, batch: list, runner, meta: dict) -> dict:
     return dict(zip(names, (x, lengths)))
 
 
-def measure(name: str, folder: Path, inputs: list, refs: list[str], batch: int) -> dict:
-    meta = json.loads((folder / "attnkit.json").read_text())
-    spec = importlib.util.spec_from_file_location(
-        f"runner_{folder.name}", folder / "attnkit_runner.py"
-    )
-    runner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(runner)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = torch.get_num_threads()
-    for key, value in meta.get("session_config", {}).items():
-        options.add_session_config_entry(key, value)
-    encoder = ort.InferenceSession(str(folder / meta["encoder"]["file"]), options)
-    step = (
-        "decoder_step" in meta
-        and ort.InferenceSession(str(folder / meta["decoder_step"]["file"]), options)
-    ) or None
-    vocab = runner.Vocab(meta["vocab"]["tgt"])
-    outputs = []
-    start = time.perf_counter()
+def decode_export(export: Export, inputs: list, batch: int) -> list[list[int]]:
+    """The best output's token ids of each of ``inputs``, decoded by the runner as
+    ``export.meta["decoding"]`` says, in batches of ``batch`` taken in order."""
+    outputs: list[list[int]] = []
     for i in range(0, len(inputs), batch):
-        x = feed(name, inputs[i : i + batch], runner, meta)
-        state = dict(zip([o.name for o in encoder.get_outputs()], encoder.run(None, x)))
-        outputs += [vocab.decode(out[0]) for out in runner.decode(step, state, meta, x)]
+        x = feed(export, inputs[i : i + batch])
+        out = export.encoder.run(None, x)
+        state = dict(zip([o.name for o in export.encoder.get_outputs()], out))
+        outputs += [best[0] for best in export.runner.decode(export.step, state, export.meta, x)]
+    return outputs
+
+
+def measure(name: str, folder: Path, inputs: list, refs: list[str], batch: int) -> dict:
+    export = open_export(folder)
+    start = time.perf_counter()
+    outputs = [export.tgt.decode(ids) for ids in decode_export(export, inputs, batch)]
     seconds = time.perf_counter() - start
-    size = sum(
-        (folder / f).stat().st_size
-        for f in (meta["encoder"]["file"], *([meta["decoder_step"]["file"]] if step else []))
-    )
     metrics = score(("cer", "exact"), outputs, refs)
     return {
         "model": name,
-        "mib": round(size / 2**20, 2),
+        "mib": round(export.mib, 2),
         "s": round(seconds, 2),
         "ms_per_example": round(1000 * seconds / len(inputs), 1),
         **metrics,
@@ -123,19 +180,9 @@ def main(argv=None) -> int:
             for weights in ("float32", "int8"):
                 folder = Path(tmp) / f"{name}-{weights}"
                 quantize = ["--quantize", "int8"] if weights == "int8" else []
-                assert (
-                    attnkit(
-                        [
-                            "export",
-                            "--checkpoint",
-                            f"builtin:{name}",
-                            "--out",
-                            str(folder),
-                            *quantize,
-                        ]
-                    )
-                    == 0
-                )
+                failed = export(f"builtin:{name}", folder, *quantize)
+                if failed:
+                    raise SystemExit(f"attnkit export: {failed}")
                 row = {"weights": weights, **measure(name, folder, inputs, refs, args.batch)}
                 rows.append(row)
                 print(

@@ -16,7 +16,9 @@ batches shrank to 4), so figures are taken with wrk; ``--client httpx`` forces t
 
 A row per level: requests answered and their statuses, requests per second, latency p50 and
 p99 (milliseconds from sending to the answer), and the mean batch the server decoded (from
-``/metrics``). The server decodes with its defaults but ``--max-batch`` and
+``/metrics``). Then each level against one client's (:func:`ratios`): the throughput ratio
+and p99 over the lone requests' p99 (and p50), with issue 62's targets at 32 clients
+(throughput >= 8x, p99 <= 3x). The server decodes with its defaults but ``--max-batch`` and
 ``--max-wait-ms``.
 
     python -m benchmarks.serve_load --json results/serve_load.json
@@ -67,6 +69,9 @@ end
 
 CLIENTS = (1, 8, 32, 128)
 MODELS = ("builtin:translate-dates", "builtin:asr-digits")
+# issue 62's targets at TARGET_CLIENTS: requests/s at least THROUGHPUT_TARGET times one
+# client's, p99 at most P99_TARGET times a lone request's (the 1-client level's p99)
+TARGET_CLIENTS, THROUGHPUT_TARGET, P99_TARGET = 32, 8.0, 3.0
 
 
 def _task(model: str) -> str:
@@ -282,6 +287,33 @@ def measure(
     return rows
 
 
+def ratios(rows: list[dict]) -> list[dict]:
+    """Each model's levels above one client against its 1-client level: ``throughput``
+    (requests/s over one client's), ``p99`` (p99 over the lone requests' p99) and ``p99_p50``
+    (p99 over the lone requests' p50); at :data:`TARGET_CLIENTS`, ``met`` says whether both
+    of issue 62's targets are."""
+    lone = {r["model"]: r for r in rows if r["clients"] == 1}
+    out = []
+    for r in rows:
+        one = lone.get(r["model"])
+        if r["clients"] == 1 or one is None or not (r["p99_ms"] and one["p99_ms"]):
+            continue
+        row = {
+            "model": r["model"],
+            "clients": r["clients"],
+            "throughput": round(r["requests_per_s"] / one["requests_per_s"], 2),
+            "p99": round(r["p99_ms"] / one["p99_ms"], 2),
+            "p99_p50": round(r["p99_ms"] / one["p50_ms"], 2),
+        }
+        if r["clients"] == TARGET_CLIENTS:
+            row["met"] = {
+                "throughput": row["throughput"] >= THROUGHPUT_TARGET,
+                "p99": row["p99"] <= P99_TARGET,
+            }
+        out.append(row)
+    return out
+
+
 def main(argv=None) -> int:
     p = harness.parser(
         __doc__.split("\n\n")[0],
@@ -348,10 +380,41 @@ def main(argv=None) -> int:
                 ]
             )
         )
+    found = ratios(rows)
+    print(
+        "\nAgainst one client (throughput: requests/s; p99: over the lone requests' p99, and "
+        f"their p50); issue 62's targets at {TARGET_CLIENTS} clients: throughput >= "
+        f"{THROUGHPUT_TARGET:g}x, p99 <= {P99_TARGET:g}x"
+    )
+    print(
+        harness.table_header(
+            ["model", "clients", "throughput", "p99 / lone p99", "p99 / lone p50", "targets"]
+        )
+    )
+    for r in found:
+        met = r.get("met")
+        verdict = (
+            ""
+            if met is None
+            else ", ".join(f"{k} {'met' if v else 'missed'}" for k, v in met.items())
+        )
+        print(
+            harness.table_row(
+                [
+                    r["model"],
+                    r["clients"],
+                    f"{r['throughput']}x",
+                    f"{r['p99']}x",
+                    f"{r['p99_p50']}x",
+                    verdict,
+                ]
+            )
+        )
     if args.json:
         harness.write_json(
             args.json,
             rows,
+            ratios=found,
             client=args.client,
             max_batch=args.max_batch,
             max_wait_ms=args.max_wait_ms,
