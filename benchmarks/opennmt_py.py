@@ -15,7 +15,9 @@ or a temporary folder), decodes ``DIR/test_2016_flickr.en.gz`` with OpenNMT-py's
 inference engine (in a process of its own) and with attnkit, the same model, beam, batch,
 threads and output length limit, one after the other, and prints a table: engine,
 sentences/s, target tokens/s (SentencePiece pieces of the outputs, counted alike for both),
-sacreBLEU against ``test_2016_flickr.de.gz`` and the outputs identical to attnkit's.
+sacreBLEU against ``test_2016_flickr.de.gz`` and the outputs identical to attnkit's. With
+``--json``, OpenNMT-py's row is written as soon as it is measured (with ``attnkit_started``,
+the time attnkit began), then replaced by both rows and up to 20 of the differing outputs.
 
 The conversion (:func:`onmt_state`) maps attnkit's pre-norm Transformer
 (:mod:`attnkit.models.transformer`) onto OpenNMT-py's, which has the same layout (the one
@@ -289,20 +291,24 @@ def read_lines(path: Path) -> list[str]:
         return [line.rstrip("\n") for line in f]
 
 
-def row(engine: str, outputs: list[str], seconds: float, refs: list[str], vocab, same) -> dict:
+def row(engine: str, outputs: list[str], seconds: tuple, refs: list[str], vocab, same) -> dict:
+    """``seconds``: ``(wall, cpu)`` of the decoding."""
     pieces = sum(len(vocab.sp.encode(o)) for o in outputs)
+    wall, cpu = seconds
     return {
         "engine": engine,
         "sentences": len(outputs),
-        "seconds": round(seconds, 2),
-        "sentences/s": round(len(outputs) / seconds, 1),
-        "target tokens/s": round(pieces / seconds, 1),
+        "seconds": round(wall, 2),
+        "cpu_seconds": round(cpu, 2),
+        "sentences/s": round(len(outputs) / wall, 1),
+        "target tokens/s": round(pieces / wall, 1),
         "bleu": round(BLEU.corpus_score(outputs, [refs]).score, 2),
         "identical": same,
     }
 
 
 def benchmark(args: argparse.Namespace) -> tuple[list[dict], dict]:
+    torch.set_num_threads(args.threads)
     src = read_lines(args.data / f"{TEST_SET}.en.gz")[: args.limit]
     refs = read_lines(args.data / f"{TEST_SET}.de.gz")[: args.limit]
     model, vocab = load_translation(args.checkpoint)
@@ -323,22 +329,9 @@ def benchmark(args: argparse.Namespace) -> tuple[list[dict], dict]:
             "alpha": decoding.length_penalty,
         }
         onmt = run_worker(args.onmt, job, args.threads)
-    torch.set_num_threads(args.threads)
-    start = time.perf_counter()
-    ours, _ = translate_texts(model, vocab, vocab, src, decoding=decoding, batch_size=args.batch)
-    seconds = time.perf_counter() - start
-    same = sum(a == b for a, b in zip(ours, onmt["outputs"]))
-    rows = [
-        row(
-            f"OpenNMT-py {onmt['versions']['OpenNMT-py']}",
-            onmt["outputs"],
-            onmt["seconds"],
-            refs,
-            vocab,
-            same,
-        ),
-        row(f"attnkit {attnkit.__version__}", ours, seconds, refs, vocab, "reference"),
-    ]
+    onmt_name = f"OpenNMT-py {onmt['versions']['OpenNMT-py']}"
+    onmt_time = (onmt["seconds"], onmt["cpu_seconds"])
+    first = row(onmt_name, onmt["outputs"], onmt_time, refs, vocab, None)
     settings = {
         "checkpoint": str(args.checkpoint),
         "test set": TEST_SET,
@@ -349,13 +342,24 @@ def benchmark(args: argparse.Namespace) -> tuple[list[dict], dict]:
         "length_penalty": {"type": job["length_penalty"], "alpha": job["alpha"]},
         "attnkit loop_stop": decoding.loop_stop,
         "versions": onmt["versions"],
-        "bleu_signature": str(BLEU.get_signature()),
-        "differing": [
-            {"source": s, "attnkit": a, "opennmt_py": b}
-            for s, a, b in zip(src, ours, onmt["outputs"])
-            if a != b
-        ][:20],
+        "bleu_signature": str(BLEU.get_signature()),  # known once BLEU has scored
     }
+    print(f"OpenNMT-py: {len(src)} sentences in {onmt['seconds']:.1f} s", flush=True)
+    if args.json:  # OpenNMT-py's row alone until attnkit's is there
+        harness.write_json(args.json, [first], **settings, attnkit_started=time.time())
+    start, cpu = time.perf_counter(), time.process_time()
+    ours, _ = translate_texts(model, vocab, vocab, src, decoding=decoding, batch_size=args.batch)
+    seconds = (time.perf_counter() - start, time.process_time() - cpu)
+    same = sum(a == b for a, b in zip(ours, onmt["outputs"]))
+    rows = [
+        row(onmt_name, onmt["outputs"], onmt_time, refs, vocab, same),
+        row(f"attnkit {attnkit.__version__}", ours, seconds, refs, vocab, "reference"),
+    ]
+    settings["differing"] = [
+        {"source": s, "attnkit": a, "opennmt_py": b}
+        for s, a, b in zip(src, ours, onmt["outputs"])
+        if a != b
+    ][:20]
     return rows, settings
 
 

@@ -9,8 +9,8 @@ to the job's ``"answer"`` path:
   "max_length", "length_penalty", "alpha"}``: OpenNMT-py's own inference engine
   (:class:`onmt.inference_engine.InferenceEnginePY`, what ``onmt_translate`` runs) with its
   ``sentencepiece`` transform decodes ``texts``; answers ``{"outputs", "seconds",
-  "versions"}``, ``seconds`` timing ``infer_list`` alone (tokenise, decode, detokenise: the
-  model is loaded before);
+  "cpu_seconds", "versions"}``: wall and this process's CPU seconds of ``infer_list`` alone
+  (tokenise, decode, detokenise: the model is loaded before);
 * ``{"do": "log_probs", "model", "src", "tgt"}``: teacher-forced log-probabilities of the
   target ids ``tgt`` (each row ``[BOS, ..., EOS]``) given ``src`` (lists of ids) from the
   model as OpenNMT-py's own loader (:func:`onmt.model_builder.load_test_model`) builds it;
@@ -42,7 +42,9 @@ def _translate(job: dict) -> dict:
 
     parser = ArgumentParser(description="translate.py")
     translate_opts(parser)
-    argv = ["-model", job["model"], "-src", "-", "-gpu", "-1", "-seed", "0"]
+    # -output: where OpenNMT-py also writes the predictions (default pred.txt in the cwd)
+    argv = ["-model", job["model"], "-src", "-", "-output", job["answer"] + ".pred.txt"]
+    argv += ["-gpu", "-1", "-seed", "0"]
     argv += ["-beam_size", str(job["beam"]), "-batch_size", str(job["batch"])]
     argv += ["-batch_type", "sents", "-max_length", str(job["max_length"])]
     argv += ["-max_length_ratio", "0", "-length_penalty", job["length_penalty"]]
@@ -56,15 +58,16 @@ def _translate(job: dict) -> dict:
     ArgumentParser._validate_transforms_opts(opt)
     ArgumentParser.validate_translate_opts_dynamic(opt)
     engine = InferenceEnginePY(opt)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     _, predictions = engine.infer_list(job["texts"])
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     engine.terminate()
     import onmt
 
     return {
         "outputs": [p[0] for p in predictions],
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "versions": {"OpenNMT-py": onmt.__version__, "torch": torch.__version__},
     }
 
