@@ -371,7 +371,11 @@ def _bounded(name: str, value: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = harness.parser(__doc__.splitlines()[0], time_budget=0.0)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.opennmt_py", description=__doc__.splitlines()[0]
+    )
+    p.add_argument("--json", type=Path, help="write the rows here")
+    p.add_argument("--threads", type=int, help="torch threads of each engine (default 1)")
     p.add_argument("--install", type=Path, metavar="DIR", help="install OpenNMT-py into DIR")
     p.add_argument(
         "--onmt",
