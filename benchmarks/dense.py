@@ -1,6 +1,8 @@
 """Dense layers: ``F.linear`` (PyTorch's BLAS, MKL in the official wheels) against
-:func:`attnkit.ops.linear` (oneDNN's inner product on CPU float32), forward and
-forward + backward, float32.
+:func:`attnkit.ops.linear` on oneDNN's inner product (CPU float32), forward and
+forward + backward, float32. attnkit's own choice between the two on this machine
+(:func:`attnkit.ops.dense.onednn_is_faster`) is recorded as ``chosen``; oneDNN is measured
+whatever it is.
 
 Each shape ``(N rows, Din, Dout)`` runs in a fresh process (:mod:`harness`); the median of
 ``--reps`` calls of each path is reported with its GFLOP/s (forward ``2 N Din Dout``, backward
@@ -18,7 +20,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from attnkit.ops import linear
+from attnkit.ops import dense, linear
 from attnkit.ops.dense import uses_onednn
 from benchmarks import harness
 
@@ -42,7 +44,12 @@ def measure(rows: int, din: int, dout: int, reps: int) -> dict:
     w = (torch.randn(dout, din, generator=gen) / din**0.5).requires_grad_(True)
     b = torch.zeros(dout, requires_grad=True)
     g = torch.randn(rows, dout, generator=gen)
-    out = {"onednn": uses_onednn(x, w), "threads": torch.get_num_threads()}
+    out = {
+        "onednn": uses_onednn(x, w),
+        "chosen": "onednn" if dense.ONEDNN_DENSE else "blas",
+        "threads": torch.get_num_threads(),
+    }
+    dense.ONEDNN_DENSE = True  # this process measures oneDNN, whichever is chosen
     for name, fn in (("torch", F.linear), ("attnkit", linear)):
 
         def forward(fn=fn):

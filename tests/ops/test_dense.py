@@ -1,4 +1,4 @@
-"""linear / Linear: oneDNN's products against F.linear, the reference."""
+"""linear / Linear: oneDNN's products against F.linear, the reference; which one runs."""
 
 import pytest
 import torch
@@ -7,13 +7,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
-from attnkit.ops import Linear, export_mode, linear
-from attnkit.ops.dense import OneDnnLinear, uses_onednn
+from attnkit.ops import Linear, dense, export_mode, linear
+from attnkit.ops.dense import OneDnnLinear, onednn_is_faster, uses_onednn
 from tests.float32_bounds import gamma
 
 onednn = pytest.mark.skipif(
     not torch.backends.mkldnn.is_available(), reason="PyTorch built without oneDNN"
 )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def onednn_on_every_cpu():
+    """These tests check the oneDNN path, which the import turns off where MKL is faster
+    (an Intel processor): turned on here, whatever the processor."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dense, "ONEDNN_DENSE", True)
+        yield
 
 
 def grads(fn, x, w, b, g):
@@ -196,3 +205,31 @@ def test_under_torch_compile_it_is_f_linear():
     torch.testing.assert_close(y, F.linear(x, layer.weight, layer.bias).tanh())
     y.sum().backward()
     assert x.grad is not None
+
+
+@pytest.mark.parametrize(
+    "choice, vendor, want",
+    [
+        ("", "GenuineIntel", not torch.backends.mkl.is_available()),
+        ("", "AuthenticAMD", True),
+        ("", "", True),
+        ("onednn", "GenuineIntel", True),
+        ("blas", "AuthenticAMD", False),
+    ],
+)
+def test_onednn_chosen_unless_mkl_on_intel_or_told(choice, vendor, want):
+    assert onednn_is_faster(choice, vendor) is want
+
+
+def test_bad_choice_names_the_variable():
+    with pytest.raises(ValueError, match=r"ATTNKIT_DENSE: expected 'onednn', 'blas'.*'mkl'"):
+        onednn_is_faster("mkl", "GenuineIntel")
+
+
+def test_blas_chosen_it_is_f_linear_exactly(monkeypatch):
+    monkeypatch.setattr(dense, "ONEDNN_DENSE", False)
+    torch.manual_seed(0)
+    x, w, b = torch.randn(5, 3, requires_grad=True), torch.randn(2, 3), torch.randn(2)
+    y = linear(x, w, b)
+    assert "OneDnnLinear" not in type(y.grad_fn).__name__
+    assert torch.equal(y, F.linear(x, w, b))

@@ -1,20 +1,25 @@
-"""Dense layers on oneDNN's matrix multiply on CPU: :func:`linear` and :class:`Linear`.
+"""Dense layers on the faster of PyTorch's BLAS and oneDNN on CPU: :func:`linear`, :class:`Linear`.
 
 PyTorch's float32 ``F.linear`` on CPU calls the BLAS it was built with, MKL in the official
 wheels. MKL picks its AVX-512 kernels on Intel processors only; on AMD processors with AVX-512
 it runs AVX2 code, half the width. oneDNN, which PyTorch already uses for convolutions and
-LSTMs, picks kernels by the instructions a processor has. Measured on one core of an AMD EPYC
-(Zen 5) with torch 2.13: about 110 GFLOP/s through ``F.linear`` and 170-260 through oneDNN, for
-32 to 12,800 rows of 128 to 1,024 features (``docs/performance.md``).
+LSTMs, picks kernels by the instructions a processor has. Measured with torch 2.13, one core,
+32 to 12,800 rows of 128 to 1,024 features (``docs/performance.md``): on an AMD EPYC (Zen 5)
+about 110 GFLOP/s through ``F.linear`` and 170-260 through oneDNN; on an Intel Xeon with
+AVX-512 the other way round, oneDNN at 0.70-1.06x MKL's speed forward and 0.61-0.98x in
+training (it re-lays out the weight at every call, which costs most at few rows).
 
 :func:`linear` is ``F.linear`` computed by oneDNN's inner product (the operator that
-``torch.compile`` uses for linear layers on CPU) when :func:`uses_onednn` holds, with its
-gradients computed the same way (:class:`OneDnnLinear`). Everywhere else (CUDA, other dtypes,
-autocast, export, ``torch.compile``) it is ``F.linear`` itself, the reference the tests compare
-it with. Both accumulate in float32; results agree to float32 rounding, not bit for bit.
+``torch.compile`` uses for linear layers on CPU) when :func:`uses_onednn` holds and
+:data:`ONEDNN_DENSE` says oneDNN is the faster one here, with its gradients computed the same
+way (:class:`OneDnnLinear`). Everywhere else (CUDA, other dtypes, autocast, export,
+``torch.compile``, MKL on an Intel processor) it is ``F.linear`` itself, the reference the tests
+compare it with. Both accumulate in float32; results agree to float32 rounding, not bit for bit.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import torch.nn as nn
@@ -24,11 +29,49 @@ from attnkit.checks import describe
 from attnkit.ops.precision import autocast_enabled
 from attnkit.ops.tracing import exporting
 
-__all__ = ["Linear", "OneDnnLinear", "linear", "uses_onednn"]
+__all__ = ["ONEDNN_DENSE", "Linear", "OneDnnLinear", "linear", "onednn_is_faster", "uses_onednn"]
 
 _HAS_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(
     torch.ops.mkldnn, "_linear_pointwise"
 )
+
+
+def _cpu_vendor() -> str:
+    """The CPU's vendor string (``GenuineIntel``, ``AuthenticAMD``), or "" where the system
+    does not say (no ``/proc/cpuinfo``)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def onednn_is_faster(choice: str | None = None, vendor: str | None = None) -> bool:
+    """Whether float32 dense layers run faster on oneDNN than on PyTorch's BLAS here.
+
+    ``choice`` (default: the ``ATTNKIT_DENSE`` environment variable) decides when it is
+    ``"onednn"`` or ``"blas"``; unset or empty, oneDNN is chosen unless PyTorch's BLAS is MKL
+    and the processor an Intel one (``vendor``, default read from ``/proc/cpuinfo``), where
+    MKL runs its widest kernels (module docstring).
+
+    Raises:
+        ValueError: ``choice`` is something else.
+    """
+    choice = os.environ.get("ATTNKIT_DENSE", "") if choice is None else choice
+    if choice not in ("", "onednn", "blas"):
+        raise ValueError(f"ATTNKIT_DENSE: expected 'onednn', 'blas' or unset, got {choice!r}")
+    if choice:
+        return choice == "onednn"
+    vendor = _cpu_vendor() if vendor is None else vendor
+    return not (torch.backends.mkl.is_available() and vendor == "GenuineIntel")
+
+
+# Whether :func:`linear` computes on oneDNN where it can (:func:`uses_onednn`); decided once,
+# at import (:func:`onednn_is_faster`).
+ONEDNN_DENSE = onednn_is_faster()
 
 
 def uses_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -94,7 +137,7 @@ class OneDnnLinear(torch.autograd.Function):
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)``: ``x (..., Din)``, ``weight (Dout, Din)``, ``bias (Dout,)``
-    -> ``(..., Dout)``, on oneDNN where :func:`uses_onednn` holds.
+    -> ``(..., Dout)``, on oneDNN where :func:`uses_onednn` and :data:`ONEDNN_DENSE` hold.
 
     Example:
         >>> x, w = torch.randn(4, 3), torch.randn(2, 3)
@@ -116,7 +159,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         raise ValueError(
             f"linear: expected bias of shape ({weight.shape[0]},) = (Dout,), got {describe(bias)}"
         )
-    if not uses_onednn(x, weight) or (bias is not None and bias.dtype != torch.float32):
+    if (
+        not ONEDNN_DENSE
+        or not uses_onednn(x, weight)
+        or (bias is not None and bias.dtype != torch.float32)
+    ):
         return F.linear(x, weight, bias)
     if torch.is_grad_enabled() and (
         x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
