@@ -258,8 +258,12 @@ def load_translation(checkpoint: Path):
 # --------------------------------------------------------------------------- OpenNMT-py
 
 
-def run_worker(folder: Path, job: dict, threads: int = 1) -> dict:
-    """Run ``job`` in :mod:`benchmarks.opennmt_py_worker` with OpenNMT-py from ``folder``."""
+def run_worker(folder: Path, job: dict, threads: int = 1, timeout: float | None = None) -> dict:
+    """Run ``job`` in :mod:`benchmarks.opennmt_py_worker` with OpenNMT-py from ``folder``.
+
+    Raises:
+        subprocess.TimeoutExpired: the job ran ``timeout`` seconds (it is stopped).
+    """
     check_install(folder)
     with tempfile.TemporaryDirectory() as tmp:
         path, answer = Path(tmp) / "job.json", Path(tmp) / "answer.json"
@@ -268,7 +272,11 @@ def run_worker(folder: Path, job: dict, threads: int = 1) -> dict:
         env["PYTHONPATH"] = os.pathsep.join([str(folder), str(folder / STUB_DIR)])
         env["PYTHONWARNINGS"] = "ignore"
         done = subprocess.run(
-            [sys.executable, str(WORKER), str(path)], env=env, capture_output=True, text=True
+            [sys.executable, str(WORKER), str(path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         if done.returncode != 0:
             raise RuntimeError(f"OpenNMT-py failed:\n{done.stderr[-3000:]}")

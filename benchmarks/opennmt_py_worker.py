@@ -11,6 +11,9 @@ to the job's ``"answer"`` path:
   ``sentencepiece`` transform decodes ``texts``; answers ``{"outputs", "seconds",
   "cpu_seconds", "versions"}``: wall and this process's CPU seconds of ``infer_list`` alone
   (tokenise, decode, detokenise: the model is loaded before);
+* ``{"do": "train", "config", "folder"}``: ``onmt_train -config CONFIG`` run in ``folder``
+  (the paths of the config are relative to it) until it stops or is stopped: the budget is
+  the caller's (:mod:`benchmarks.opennmt_py_training`); answers ``{"versions"}``;
 * ``{"do": "log_probs", "model", "src", "tgt"}``: teacher-forced log-probabilities of the
   target ids ``tgt`` (each row ``[BOS, ..., EOS]``) given ``src`` (lists of ids) from the
   model as OpenNMT-py's own loader (:func:`onmt.model_builder.load_test_model`) builds it;
@@ -72,6 +75,18 @@ def _translate(job: dict) -> dict:
     }
 
 
+def _train(job: dict) -> dict:
+    import os
+
+    import onmt
+    from onmt.bin.train import main
+
+    os.chdir(job["folder"])
+    sys.argv = ["onmt_train", "-config", job["config"]]
+    main()
+    return {"versions": {"OpenNMT-py": onmt.__version__, "torch": torch.__version__}}
+
+
 def _pad(rows: list[list[int]], pad: int) -> torch.Tensor:
     width = max(len(r) for r in rows)
     return torch.tensor([r + [pad] * (width - len(r)) for r in rows])
@@ -100,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(job.get("threads") or 1)
     # OpenNMT-py's checkpoints hold an argparse.Namespace (see the module docstring)
     torch.serialization.add_safe_globals([argparse.Namespace])
-    answer = _translate(job) if job["do"] == "translate" else _log_probs(job)
+    answer = {"translate": _translate, "train": _train, "log_probs": _log_probs}[job["do"]](job)
     Path(job["answer"]).write_text(json.dumps(answer), encoding="utf-8")
     return 0
 

@@ -1,0 +1,121 @@
+"""benchmarks.opennmt_py_training: the recipe in OpenNMT-py's options, the files it trains on,
+the checkpoints by age and attnkit's validation curve beside them."""
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from attnkit.data import SubwordVocab
+from attnkit.models import Transformer, model_config
+from attnkit.train import save_checkpoint
+from benchmarks import opennmt_py_training as T
+
+EN = ["A dog runs in the park.", "Two men sit on a bench.", "A girl sings a song."]
+DE = ["Ein Hund rennt im Park.", "Zwei Männer sitzen auf einer Bank.", "Ein Mädchen singt."]
+
+
+def _write(folder: Path, name: str, lines: list[str]) -> None:
+    with gzip.open(folder / name, "wt", encoding="utf-8") as f:
+        f.write("".join(f"{x}\n" for x in lines))
+
+
+def test_the_config_is_the_recipe_in_opennmt_py_options():
+    cfg = yaml.safe_load(T.config(250))
+    assert (cfg["hidden_size"], cfg["heads"], cfg["enc_layers"], cfg["dec_layers"]) == (
+        256,
+        4,
+        3,
+        3,
+    )
+    assert cfg["transformer_ff"] == 1024 and cfg["dropout"] == [0.2]
+    assert cfg["batch_size"] == 128 and cfg["batch_type"] == "sents"
+    assert cfg["label_smoothing"] == 0.1 and cfg["max_grad_norm"] == 1.0
+    assert cfg["share_embeddings"] and cfg["share_decoder_embeddings"]
+    assert cfg["save_checkpoint_steps"] == 250 and cfg["keep_checkpoint"] == -1
+    # noam: lr * d^-0.5 * min(step^-0.5, step * warmup^-1.5): 1e-3 at the warm-up's end
+    lr, d, w = cfg["learning_rate"], cfg["hidden_size"], cfg["warmup_steps"]
+    assert cfg["decay_method"] == "noam" and w == 400
+    assert lr * d**-0.5 * w**-0.5 == pytest.approx(1e-3, rel=1e-5)
+
+
+def test_prepare_writes_the_corpus_the_pieces_and_the_config(tmp_path):
+    vocab = SubwordVocab.build(EN + DE, size=60)
+    torch.manual_seed(0)
+    v = len(vocab)
+    model = Transformer(v, v, d_model=16, heads=2, layers=1, ff=32, shared_embeddings=True)
+    ckpt = tmp_path / "ckpt"
+    save_checkpoint(
+        ckpt,
+        model=model,
+        config={"task": "translate", "model": model_config(model)},
+        vocab={"src": vocab.to_json(), "tgt": vocab.to_json()},
+    )
+    data = tmp_path / "data"
+    data.mkdir()
+    for part in ("train", "val"):
+        _write(data, f"{part}.en.gz", EN)
+        _write(data, f"{part}.de.gz", DE)
+    out = tmp_path / "onmt"
+    T.prepare(out, data, ckpt, 100)
+    assert (out / "train.de").read_text("utf-8").splitlines() == DE
+    assert (out / T.SUBWORDS).read_bytes() == vocab.model
+    pieces = [line.split("\t") for line in (out / T.VOCAB).read_text("utf-8").splitlines()]
+    assert all(count == "1" and piece.split() == [piece] for piece, count in pieces)
+    specials = {"<s>", "</s>", "<unk>", "<pad>"}
+    assert len(pieces) == sum(vocab.sp.id_to_piece(i) not in specials for i in range(v))
+    assert yaml.safe_load((out / T.CONFIG).read_text())["save_checkpoint_steps"] == 100
+
+
+def test_checkpoints_are_timed_from_the_start_and_picked_before_each_mark(tmp_path):
+    (tmp_path / "run").mkdir()
+    start = 1_000_000.0
+    (tmp_path / T.START).write_text(json.dumps({"start": start, "budget_s": 600}))
+    for step, age in ((500, 190.0), (250, 100.0), (750, 290.0)):
+        path = tmp_path / "run" / f"model_step_{step}.pt"
+        path.write_bytes(b"")
+        os.utime(path, (start + age, start + age))
+    (tmp_path / "run" / "other.pt").write_bytes(b"")
+    saved = T.checkpoints(tmp_path)
+    assert [(round(s), step) for s, step, _ in saved] == [(100, 250), (190, 500), (290, 750)]
+
+
+def test_attnkit_curve_times_each_validation_and_when_bleu_was_reached(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path))
+    for step in range(1, 4):
+        writer.add_scalar("train/loss", 1.0, step, walltime=100.0 + 60 * step)
+    writer.close()
+    history = [{"step": 1, "bleu": 20.0}, {"step": 2, "bleu": 31.5}, {"step": 3, "bleu": 36.0}]
+    (tmp_path / "history.json").write_text(json.dumps(history))
+    curve = T.attnkit_curve(tmp_path)
+    assert curve == [(0.0, 1, 20.0), (60.0, 2, 31.5), (120.0, 3, 36.0)]
+    assert T.reached(curve, 30) == 1.0 and T.reached(curve, 35) == 2.0
+    assert T.reached(curve, 40) is None
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--threads", "0"], "--threads, --save-every, --time-budget: expected positive"),
+        (["--time-budget", "nan"], "--threads, --save-every, --time-budget: expected positive"),
+        ([], "--checkpoint: expected the attnkit checkpoint of the vocabulary"),
+    ],
+)
+def test_bad_arguments_give_one_line(argv, message, tmp_path, capsys):
+    assert T.main(["--data", str(tmp_path), "--out", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1
+
+
+def test_scoring_a_folder_without_checkpoints_names_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(T, "check_install", lambda folder: None)
+    (tmp_path / "run").mkdir()
+    (tmp_path / T.START).write_text(json.dumps({"start": 0.0, "budget_s": 1}))
+    assert T.main(["--data", str(tmp_path), "--out", str(tmp_path), "--score"]) == 2
+    assert "no OpenNMT-py checkpoint in" in capsys.readouterr().err
