@@ -542,3 +542,18 @@ def test_a_hard_step_over_the_keys_so_far_stops_where_it_does_over_all_keys(trai
                     state, i = out.state, i + 1
             assert full[row, i:].eq(0).all()  # a step not taken found no stop over all keys
     assert waited >= 20 * tq // 2  # most steps waited for their key
+
+
+def test_a_self_attention_cache_keeps_its_keys_as_its_values():
+    """Keys that are their values stay one tensor as the cache grows (one copy per step, and
+    one for beam search to reorder); distinct values stay distinct."""
+    torch.manual_seed(0)
+    attn = Attention(8, heads=2)
+    h = torch.randn(3, 4, 8)
+    cache = None
+    for t in range(4):
+        cache = attn.extend(cache, h[:, t : t + 1])
+    assert cache.value is cache.key and torch.equal(cache.key, h)
+    values = torch.randn(3, 4, 8)
+    other = attn.extend(attn.extend(None, h[:, :2], values[:, :2]), h[:, 2:], values[:, 2:])
+    assert other.value is not other.key and torch.equal(other.value, values)

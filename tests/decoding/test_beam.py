@@ -210,3 +210,13 @@ def test_builtin_asr_digits_decodes_as_the_reference(monkeypatch, decoding):
 
     got, want = _both(monkeypatch, run)
     assert_same_hypotheses(got, want, atol=1e-4)
+
+
+def test_a_tensor_twice_in_the_state_is_reordered_once_and_stays_one():
+    from attnkit.decoding.search import _reorder
+
+    x = torch.arange(6.0).reshape(3, 2)
+    kept = torch.zeros(3)
+    out = _reorder({"k": x, "v": x, "memory": kept}, torch.tensor([2, 0, 0]), keep=(kept,))
+    assert out["k"] is out["v"] and torch.equal(out["k"], x[[2, 0, 0]])
+    assert out["memory"] is kept

@@ -106,9 +106,13 @@ def extend_memory(memory: Memory | None, new: Memory, owner: torch.nn.Module) ->
             ],
             dim=1,
         )
+    key = torch.cat([memory.key, new.key], dim=1)
+    # Keys that are their values (self-attention) stay one tensor: one copy, and one for
+    # beam search to reorder.
+    same = memory.value is memory.key and new.value is new.key
     return Memory(
-        torch.cat([memory.key, new.key], dim=1),
-        torch.cat([memory.value, new.value], dim=1),
+        key,
+        key if same else torch.cat([memory.value, new.value], dim=1),
         torch.cat([memory.key_features, new.key_features], dim=2),
         torch.cat([memory.values, new.values], dim=2),
         owner,

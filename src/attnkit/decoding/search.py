@@ -320,15 +320,19 @@ def _ranked(hyp: Hypotheses, b: int, s: int) -> Hypotheses:
 
 def _reorder(state, index: torch.Tensor, keep: tuple = ()):
     """``state`` with the rows of each tensor picked by ``index`` (dim 0), but for the tensors
-    in ``keep`` (by identity), which come back as they are."""
-    return tree_map(
-        lambda x: (
-            x.index_select(0, index)
-            if isinstance(x, torch.Tensor) and not any(x is k for k in keep)
-            else x
-        ),
-        state,
-    )
+    in ``keep`` (by identity), which come back as they are. A tensor found twice in ``state``
+    (a self-attention cache's keys that are its values) is picked once and stays one."""
+    kept = {id(x) for x in keep}
+    done: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def one(x):
+        if not isinstance(x, torch.Tensor) or id(x) in kept:
+            return x
+        if id(x) not in done:
+            done[id(x)] = (x, x.index_select(0, index))  # x kept: its id stays its own
+        return done[id(x)][1]
+
+    return tree_map(one, state)
 
 
 def _versions(state) -> list[tuple[torch.Tensor, int]]:
@@ -493,26 +497,37 @@ def advance(
     r, n = rules, beams.tokens.shape[0]
     b, k = n // r.k, r.k
     _check_log_probs(log_probs, n)
-    vocab = log_probs.shape[-1]
-    log_probs = _never(log_probs.float(), r.pad, r.bos)
+    vocab, inf = log_probs.shape[-1], float("-inf")
+    log_probs = log_probs.float()
+    # Each candidate's score: the hypothesis's plus the token's log-probability, but pad and
+    # bos never (:func:`_never`), banned n-grams never, and a finished hypothesis continues
+    # only with pad, at no cost. Written into the one (N, V) sum rather than into a copy of
+    # the log-probabilities: every pass over (N, V) floats counts at a vocabulary of 8,000.
+    cand = beams.scores[:, None] + log_probs  # (N, V)
+    cand[:, [r.pad, r.bos]] = inf
+    banned = None
     if r.no_repeat_ngram:
         banned = _ngram_ban(beams.hyps, r.no_repeat_ngram, vocab)
-        log_probs = log_probs.masked_fill(banned, float("-inf"))
-    # A finished hypothesis continues only with pad, at no cost.
-    frozen = torch.full_like(log_probs, float("-inf"))
-    frozen[:, r.pad] = 0.0
-    log_probs = torch.where(beams.done[:, None], frozen, log_probs)
-    cand = (beams.scores[:, None] + log_probs).reshape(b, k * vocab)  # (B, K*V)
-    top, idx = cand.topk(k, dim=-1)  # (B, K)
+        cand.masked_fill_(banned, inf)
+    frozen = beams.done.nonzero()[:, 0]  # (F,)
+    if frozen.numel():
+        cand.index_fill_(0, frozen, inf)
+        cand[frozen, r.pad] = beams.scores.index_select(0, frozen)
+    top, idx = cand.reshape(b, k * vocab).topk(k, dim=-1)  # (B, K)
     base = (torch.arange(b, device=cand.device) * k)[:, None]  # (B, 1)
     parent = (base + idx // vocab).reshape(n)  # (N,) flat index of each new beam's parent
     tokens = (idx % vocab).reshape(n)
     scores = top.reshape(n)
     was_done = beams.done.index_select(0, parent)
     hyps = torch.cat([beams.hyps.index_select(0, parent), tokens[:, None]], dim=1)
-    token_scores = torch.cat(
-        [beams.token_scores.index_select(0, parent), log_probs[parent, tokens][:, None]], dim=1
-    )
+    # The chosen token's log-probability under the same rules as its candidate's score.
+    chosen = log_probs[parent, tokens]
+    never = (tokens == r.pad) | (tokens == r.bos)
+    if banned is not None:
+        never = never | banned[parent, tokens]
+    chosen = chosen.masked_fill(never, inf)
+    chosen = torch.where(was_done, torch.where(tokens == r.pad, 0.0, inf), chosen)
+    token_scores = torch.cat([beams.token_scores.index_select(0, parent), chosen[:, None]], dim=1)
     kept, coverage, loops, looped = beams.kept, beams.coverage, beams.loops, beams.looped
     if w is not None and (r.weights or r.beta or loops is not None):
         w = w.float().index_select(0, parent).masked_fill(was_done[:, None], 0.0)
