@@ -13,11 +13,13 @@ SentencePiece model of its ``sentencepiece`` transform, ``OUT/sentencepiece.mode
 --threads 2 --json results/opennmt_py_decoding.json`` converts CKPT (into ``--convert OUT``,
 or a temporary folder), decodes ``DIR/test_2016_flickr.en.gz`` with OpenNMT-py's own
 inference engine (in a process of its own) and with attnkit, the same model, beam, batch,
-threads and output length limit, one after the other, and prints a table: engine,
-sentences/s, target tokens/s (SentencePiece pieces of the outputs, counted alike for both),
-sacreBLEU against ``test_2016_flickr.de.gz`` and the outputs identical to attnkit's. With
+threads and output length limit, one after the other (attnkit once per ``--beam-stop`` rule:
+``bound``, exact, and ``best``, OpenNMT-py's own), and prints a table: engine,
+sentences/s, target tokens/s (SentencePiece pieces of the outputs, counted alike for all),
+sacreBLEU against ``test_2016_flickr.de.gz`` and the outputs identical to OpenNMT-py's. With
 ``--json``, OpenNMT-py's row is written as soon as it is measured (with ``attnkit_started``,
-the time attnkit began), then replaced by both rows and up to 20 of the differing outputs.
+the time attnkit began), then replaced by all rows and, per rule, up to 20 of the outputs
+that differ from OpenNMT-py's.
 
 The conversion (:func:`onmt_state`) maps attnkit's pre-norm Transformer
 (:mod:`attnkit.models.transformer`) onto OpenNMT-py's, which has the same layout (the one
@@ -45,7 +47,7 @@ import torch
 
 import attnkit
 from attnkit.data import load_vocab
-from attnkit.decoding import Decoding
+from attnkit.decoding import BEAM_STOPS, Decoding
 from attnkit.export.ctranslate2_format import check_exportable, tokens_of
 from attnkit.models import Transformer, sinusoids
 from attnkit.tasks.loading import load_task_model
@@ -339,7 +341,7 @@ def benchmark(args: argparse.Namespace) -> tuple[list[dict], dict]:
         onmt = run_worker(args.onmt, job, args.threads)
     onmt_name = f"OpenNMT-py {onmt['versions']['OpenNMT-py']}"
     onmt_time = (onmt["seconds"], onmt["cpu_seconds"])
-    first = row(onmt_name, onmt["outputs"], onmt_time, refs, vocab, None)
+    first = row(onmt_name, onmt["outputs"], onmt_time, refs, vocab, "reference")
     settings = {
         "checkpoint": str(args.checkpoint),
         "test set": TEST_SET,
@@ -353,21 +355,25 @@ def benchmark(args: argparse.Namespace) -> tuple[list[dict], dict]:
         "bleu_signature": str(BLEU.get_signature()),  # known once BLEU has scored
     }
     print(f"OpenNMT-py: {len(src)} sentences in {onmt['seconds']:.1f} s", flush=True)
-    if args.json:  # OpenNMT-py's row alone until attnkit's is there
+    if args.json:  # OpenNMT-py's row alone until attnkit's are there
         harness.write_json(args.json, [first], **settings, attnkit_started=time.time())
-    start, cpu = time.perf_counter(), time.process_time()
-    ours, _ = translate_texts(model, vocab, vocab, src, decoding=decoding, batch_size=args.batch)
-    seconds = (time.perf_counter() - start, time.process_time() - cpu)
-    same = sum(a == b for a, b in zip(ours, onmt["outputs"]))
-    rows = [
-        row(onmt_name, onmt["outputs"], onmt_time, refs, vocab, same),
-        row(f"attnkit {attnkit.__version__}", ours, seconds, refs, vocab, "reference"),
-    ]
-    settings["differing"] = [
-        {"source": s, "attnkit": a, "opennmt_py": b}
-        for s, a, b in zip(src, ours, onmt["outputs"])
-        if a != b
-    ][:20]
+    rows = [first]
+    settings["differing"] = {}
+    for stop in args.beam_stop:
+        decoding = Decoding(beam=args.beam, max_len=args.max_length, beam_stop=stop)
+        start, cpu = time.perf_counter(), time.process_time()
+        ours, _ = translate_texts(
+            model, vocab, vocab, src, decoding=decoding, batch_size=args.batch
+        )
+        seconds = (time.perf_counter() - start, time.process_time() - cpu)
+        same = sum(a == b for a, b in zip(ours, onmt["outputs"]))
+        name = f"attnkit {attnkit.__version__}, beam_stop {stop}"
+        rows.append(row(name, ours, seconds, refs, vocab, same))
+        settings["differing"][stop] = [
+            {"source": s, "attnkit": a, "opennmt_py": b}
+            for s, a, b in zip(src, ours, onmt["outputs"])
+            if a != b
+        ][:20]
     return rows, settings
 
 
@@ -404,6 +410,13 @@ def main(argv: list[str] | None = None) -> int:
         help="output tokens at most, both engines (default 128)",
     )
     p.add_argument("--limit", type=int, help="the first N sentences only")
+    p.add_argument(
+        "--beam-stop",
+        nargs="+",
+        choices=BEAM_STOPS,
+        default=list(BEAM_STOPS),
+        help="attnkit's rules for ending a search, a row each (default: all)",
+    )
     args = p.parse_args(argv)
     try:
         if args.install is not None:

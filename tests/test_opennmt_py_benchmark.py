@@ -112,10 +112,14 @@ def test_the_benchmark_decodes_with_both_engines(vocab, tmp_path, capsys):
     assert opennmt_py.main([*argv, "--json", str(report)]) == 0
     assert "| OpenNMT-py 3.5.1 |" in capsys.readouterr().out
     data = json.loads(report.read_text())
-    assert [r["sentences"] for r in data["rows"]] == [3, 3]
+    assert [r["sentences"] for r in data["rows"]] == [3, 3, 3]
+    assert [r["engine"].split(", ")[-1] for r in data["rows"][1:]] == [
+        "beam_stop bound",
+        "beam_stop best",
+    ]
     assert data["versions"]["OpenNMT-py"] == "3.5.1" and data["beam"] == 2
     # the same model, search and limit: the same outputs, unless scores tie
-    assert data["rows"][0]["identical"] >= 2
+    assert data["rows"][2]["identical"] >= 2
 
 
 @pytest.mark.parametrize(

@@ -307,6 +307,19 @@ def test_a_beam_normalises_by_length_unless_told_otherwise(command, beam, length
     assert chosen.method == ("greedy" if beam == 1 else "beam")
 
 
+@pytest.mark.parametrize("command", [["translate"], ["read"], ["transcribe"], ["eval"]])
+def test_beam_stop_is_a_beam_option_of_every_command(command, capsys):
+    base = [*command, "--checkpoint", "ck", *(["--data", "x.tsv"] if command == ["eval"] else [])]
+    parse = build_parser().parse_args
+    assert common.decoding(parse([*base, "--beam-stop", "best"])).beam_stop == "best"
+    assert common.decoding(parse(base)).beam_stop == "bound"
+    with pytest.raises(ValueError, match=r"^--beam-stop: a beam search option"):
+        common.decoding(parse([*base, "--sample", "2", "--beam-stop", "best"]))
+    with pytest.raises(SystemExit):
+        parse([*base, "--beam-stop", "x"])
+    assert "argument --beam-stop: invalid choice: 'x'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "command, message",
     [

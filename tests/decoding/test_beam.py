@@ -88,6 +88,8 @@ def assert_same_hypotheses(got, want, atol=1e-5):
         dict(beam_size=3, alpha=0.6, beta=0.2, n_best=3),
         dict(beam_size=5, alpha=1.0, no_repeat_ngram=2, n_best=2, loop_stop=False),
         dict(beam_size=1),
+        dict(beam_size=4, alpha=1.0, stop="best"),
+        dict(beam_size=5, alpha=0.6, n_best=3, no_repeat_ngram=2, stop="best"),
     ],
 )
 @torch.no_grad()
@@ -144,6 +146,7 @@ def test_an_example_leaves_when_it_can_no_longer_improve():
         (dict(beam_size=2, batch_size=0), r"^batch_size: expected a positive int, got 0$"),
         (dict(beam_size=2, batch_size=-1), r"^batch_size: expected a non-negative int"),
         (dict(beam_size=2, n_best=3), r"^n_best: expected an int in \[1, beam_size=2\]"),
+        (dict(beam_size=2, stop="first"), r"^stop: expected one of bound, best, got 'first'$"),
     ],
 )
 def test_bad_beam_options_name_the_option(kw, match):
@@ -220,3 +223,29 @@ def test_a_tensor_twice_in_the_state_is_reordered_once_and_stays_one():
     out = _reorder({"k": x, "v": x, "memory": kept}, torch.tensor([2, 0, 0]), keep=(kept,))
     assert out["k"] is out["v"] and torch.equal(out["k"], x[[2, 0, 0]])
     assert out["memory"] is kept
+
+
+@torch.no_grad()
+def test_the_best_stop_ends_when_the_most_probable_has_finished():
+    """From BOS, EOS (log P -0.5) is more probable than token 4 (-1.0), after which 4 costs
+    -0.01 a step. "bound" searches on (the long output outranks the empty one with the
+    length penalty) and returns 20 fours; "best" (OpenNMT-py's rule) ends at the first step,
+    when the most probable hypothesis has finished, and returns that one, never the
+    unfinished one."""
+    vocab = 6
+
+    def step(tokens, state):
+        first = (tokens == BOS)[:, None]
+        start = torch.tensor([-30.0, -30.0, -0.5, -30.0, -1.0, -30.0])
+        after = torch.tensor([-30.0, -30.0, -4.0, -30.0, -0.01, -30.0])
+        return torch.where(first, start, after).expand(len(tokens), vocab), state, None
+
+    kw = dict(batch_size=1, beam_size=2, bos=BOS, eos=EOS, pad=PAD, max_len=20, alpha=1.0)
+    sizes: list[int] = []
+    bound = beam_search(step, None, **kw)
+    best = beam_search(_counting(step, sizes), None, stop="best", **kw)
+    assert bound.tokens[0].tolist() == [4] * 20
+    assert best.tokens[0].tolist() == [EOS] and best.lengths.tolist() == [1]
+    assert sizes == [2]  # one step
+    assert best.scores.tolist() == [-0.5]  # log P -0.5 / lp(1) = ((5 + 1) / 6) ** 1
+    assert_same_hypotheses(best, beam_search_reference(step, None, stop="best", **kw))

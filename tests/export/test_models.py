@@ -217,6 +217,7 @@ DECODINGS = {
         beam=4, length_penalty=1.0, coverage_penalty=0.4, no_repeat_ngram=2, n_best=3
     ),
     "beam-max-len": Decoding(beam=2, max_len=5),
+    "beam-stop-best": Decoding(beam=4, length_penalty=1.0, n_best=2, beam_stop="best"),
 }
 
 

@@ -132,7 +132,7 @@ def test_concurrent_requests_are_decoded_together_and_equal_sequential_ones(tran
         assert r.status_code == 200, r.text
         return r.json()
 
-    for options in ({"beam": 3, "n_best": 2}, {"beam": 1}):
+    for options in ({"beam": 3, "n_best": 2}, {"beam": 1}, {"beam": 4, "beam_stop": "best"}):
         sequential = [ask(text, options) for text in TEXTS]
         together = concurrently([lambda t=text, o=options: ask(t, o) for text in TEXTS])
         assert max(r["batch_size"] for r in together) > 1
@@ -186,6 +186,16 @@ BAD = [  # (what is sent, status, field named)
         "decoding.n_best",
     ),
     ({"json": {"text": "<en> 1 May 2001", "decoding": {"top_k": 3}}}, 422, "decoding.top_k"),
+    (
+        {"json": {"text": "<en> 1 May 2001", "decoding": {"beam_stop": "first"}}},
+        422,
+        "decoding.beam_stop",
+    ),
+    (
+        {"json": {"text": "<en> 1 May 2001", "decoding": {"sample": 2, "beam_stop": "best"}}},
+        422,
+        "decoding.beam_stop",
+    ),
     ({"json": {"text": "<en> 1 May 2001", "decoding": {"max_len": 5000}}}, 422, "decoding.max_len"),
     (
         {"json": {"text": "<en> 1 May 2001", "decoding": {"temperature": -1, "sample": 2}}},

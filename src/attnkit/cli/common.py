@@ -33,7 +33,7 @@ from attnkit.cli.argtypes import (
     positive_int,
     proportion,
 )
-from attnkit.decoding import DEFAULT_LENGTH_PENALTY, Decoding
+from attnkit.decoding import BEAM_STOPS, DEFAULT_LENGTH_PENALTY, Decoding
 from attnkit.diagnose.explorer import write_explorer
 from attnkit.tasks.evaluator import TASK_BEAM
 from attnkit.tasks.explore import examples_of
@@ -400,6 +400,7 @@ BEAM_OPTIONS = (
     ("--coverage-penalty", "coverage_penalty", 0.0),
     ("--no-repeat-ngram", "no_repeat_ngram", 0),
     ("--n-best", "n_best", 1),
+    ("--beam-stop", "beam_stop", "bound"),
 )
 SAMPLING_OPTIONS = ("--pick", "--temperature", "--top-k", "--top-p", "--seed")
 
@@ -450,6 +451,15 @@ def add_decoding_args(
         default=1,
         metavar="K",
         help="print the K best beam hypotheses of each input, best first (K <= --beam)",
+    )
+    group.add_argument(
+        "--beam-stop",
+        choices=BEAM_STOPS,
+        default="bound",
+        help="when beam search ends an input: once no live hypothesis can outrank the "
+        "finished ones (bound, the default: the result of searching to the length limit) or "
+        "once its most probable hypothesis has finished (best: OpenNMT-py's and "
+        "CTranslate2's rule; fewer steps, and it may miss a longer output)",
     )
     group.add_argument(
         "--max-len",
@@ -528,6 +538,7 @@ def _decoding(args: argparse.Namespace) -> Decoding:
             n_best=args.n_best,
             max_len=args.max_len,
             loop_stop=not args.no_loop_stop,
+            beam_stop=args.beam_stop,
         )
     given = (["--beam"] if args.beam is not None else []) + [
         opt for opt, name, default in BEAM_OPTIONS if getattr(args, name) != default

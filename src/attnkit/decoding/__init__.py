@@ -17,6 +17,7 @@ from attnkit.decoding.front import (
     decode_ctc,
 )
 from attnkit.decoding.search import (
+    BEAM_STOPS,
     MAX_BEAM,
     Hypotheses,
     beam_search_reference,
@@ -27,6 +28,7 @@ from attnkit.decoding.search import (
 from attnkit.decoding.stream import Emitted, StreamState, stream_feed, stream_start
 
 __all__ = [
+    "BEAM_STOPS",
     "DEFAULT_LENGTH_PENALTY",
     "MAX_BEAM",
     "MAX_OUTPUT_TOKENS",

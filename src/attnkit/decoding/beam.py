@@ -107,6 +107,7 @@ def beam_search(
     device=None,
     weights: bool = True,
     loop_stop: bool = True,
+    stop: str = "bound",
 ) -> Hypotheses:
     """Batched beam search: all ``B * K`` hypotheses advance as one tensor, and an example
     leaves the batch as soon as its search is over (see the module docstring).
@@ -116,7 +117,8 @@ def beam_search(
     ``log P / lp(|Y|) + cp`` with ``lp = ((5 + |Y|) / 6) ** alpha`` and coverage penalty
     ``cp = beta * sum_j log(min(sum_i a_ij, 1))``; hypotheses frozen at EOS, at their example's
     ``max_len`` or when they loop; an example done when no live hypothesis can outrank its
-    ``n_best`` finished ones.
+    ``n_best`` finished ones (``stop="bound"``) or when its most probable hypothesis has
+    finished (``stop="best"``, OpenNMT-py's and CTranslate2's rule: :data:`BEAM_STOPS`).
 
     Args:
         step: the decoder step, ``(N,) tokens, state -> (N, V) log-probs, state, (N, Tk)
@@ -130,6 +132,7 @@ def beam_search(
             n-gram of this size (0: off). n_best: hypotheses returned per example (<= ``K``).
         weights: keep every step's attention weights of each hypothesis.
         loop_stop: freeze a hypothesis that loops (:mod:`attnkit.decoding.loops`).
+        stop: when an example ends, ``"bound"`` or ``"best"``.
 
     Returns:
         :class:`Hypotheses`: ``tokens (B, T)`` (``(B, n_best, T)`` for ``n_best > 1``) with
@@ -137,7 +140,7 @@ def beam_search(
         None.
     """
     _check_common(batch_size, bos, eos, pad)
-    check_beam_options(beam_size, n_best, no_repeat_ngram)
+    check_beam_options(beam_size, n_best, no_repeat_ngram, stop)
     b, k = batch_size, beam_size
     beams = start_beams(_max_lengths(max_len, b, device), k, bos, loop_stop)
     state, _ = _cut(state, torch.arange(b, device=device).repeat_interleave(k), ())
@@ -145,7 +148,7 @@ def beam_search(
     # is a beam of the same example, so reordering such a tensor changes nothing: those the
     # step hands back as they are (an encoder's memory) are only cut when the batch shrinks.
     same_in_beams = _versioned(x for x in tree_leaves(state) if isinstance(x, torch.Tensor))
-    rules = BeamRules(k, bos, eos, pad, alpha, beta, no_repeat_ngram, n_best, weights)
+    rules = BeamRules(k, bos, eos, pad, alpha, beta, no_repeat_ngram, n_best, weights, stop)
     example = torch.arange(b, device=device)  # (B',) each active example's index in the batch
     gone = torch.zeros(b, dtype=torch.bool, device=device)  # (B',) examples that ended
     finished: list[tuple] = []  # per group of examples that ended together: see _assemble

@@ -17,7 +17,7 @@ from attnkit.checks import quoted
 from attnkit.decoding.beam import beam_search
 from attnkit.decoding.ctc import ctc_greedy
 from attnkit.decoding.ctc_prefix import ctc_beam_decode, joint_decode
-from attnkit.decoding.search import MAX_BEAM, Hypotheses, greedy, sample
+from attnkit.decoding.search import BEAM_STOPS, MAX_BEAM, Hypotheses, greedy, sample
 from attnkit.tokens import BOS, EOS, PAD
 
 __all__ = [
@@ -91,7 +91,11 @@ class Decoding:
     caller derives from each input's length. ``loop_stop`` (on by default) ends an output that
     loops, repeating a unit of tokens while its attention stands still
     (:mod:`attnkit.decoding.loops`), and :func:`decode` logs a warning; False decodes it to
-    the length limit.
+    the length limit. ``beam_stop`` says when beam search ends an input: ``"bound"`` (the
+    default) once no live hypothesis can outrank the finished ones, the result of searching
+    to the length limit; ``"best"`` once its most probable hypothesis has finished, the rule
+    of OpenNMT-py and CTranslate2: fewer steps, and it may miss a longer output that the
+    length penalty would rank first (:data:`attnkit.decoding.search.BEAM_STOPS`).
 
     Example:
         >>> Decoding(beam=5, length_penalty=0.6).method
@@ -119,6 +123,7 @@ class Decoding:
     ctc_weight: float = 0.0
     lm_weight: float = 0.0
     loop_stop: bool = True
+    beam_stop: str = "bound"
 
     def __post_init__(self):
         _check(
@@ -197,6 +202,12 @@ class Decoding:
             "a number in [0, 1]",
         )
         _check("loop_stop", self.loop_stop, isinstance(self.loop_stop, bool), "a bool")
+        _check(
+            "beam_stop",
+            self.beam_stop,
+            self.beam_stop in BEAM_STOPS,
+            f"one of {', '.join(BEAM_STOPS)}",
+        )
         if self.sample and self._beam_options():
             raise ValueError(
                 f"sample: draws one token at a time, not with beam={self.beam}"
@@ -210,6 +221,7 @@ class Decoding:
             self.no_repeat_ngram,
             self.ctc_weight,
             self.lm_weight,
+            self.beam_stop != "bound",
         )
         return self.beam > 1 or any(beam_only)
 
@@ -311,6 +323,7 @@ def decode(
             beta=decoding.coverage_penalty,
             no_repeat_ngram=decoding.no_repeat_ngram,
             n_best=decoding.n_best,
+            stop=decoding.beam_stop,
             **kw,
         )
     elif decoding.method == "sample":
@@ -336,6 +349,7 @@ def decode(
             beta=decoding.coverage_penalty,
             no_repeat_ngram=decoding.no_repeat_ngram,
             n_best=decoding.n_best,
+            stop=decoding.beam_stop,
             **kw,
         )
     _warn_loops(hyp)
@@ -421,6 +435,7 @@ def decode_ctc(
             alpha=decoding.length_penalty,
             no_repeat_ngram=decoding.no_repeat_ngram,
             n_best=decoding.n_best,
+            stop=decoding.beam_stop,
             weights=False,
             loop_stop=False,  # CTC decides the end: an output never outruns its frames
         )

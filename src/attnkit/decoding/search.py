@@ -39,6 +39,7 @@ from attnkit.checks import quoted
 from attnkit.decoding.loops import LoopState, loop_step, start_loops
 
 __all__ = [
+    "BEAM_STOPS",
     "MAX_BEAM",
     "Hypotheses",
     "beam_search_reference",
@@ -408,13 +409,32 @@ def _settled(
     return kth > best_live
 
 
+def _best_finished(scores: torch.Tensor, done: torch.Tensor, n_best: int) -> torch.Tensor:
+    """``(B,)`` examples whose most probable hypothesis (the highest cumulative score of
+    ``scores (B, K)``) is one of the finished ``done (B * K,)``, with ``n_best`` finished:
+    the ``"best"`` stop of :data:`BEAM_STOPS`."""
+    b, k = scores.shape
+    done = done.reshape(b, k)
+    lead = done.gather(1, scores.argmax(-1, keepdim=True))[:, 0]  # (B,)
+    return lead & (done.sum(-1) >= n_best)
+
+
 # The widest beam: every step scores B * K hypotheses, and the CTC prefix beam keeps (T, V)
 # forward variables for each, so a beam of thousands exhausts memory rather than helping
 # (widths past 10-20 rarely change an output).
 MAX_BEAM = 256
 
 
-def check_beam_options(beam_size, n_best, no_repeat_ngram) -> None:
+# When an example's beam search ends (besides every hypothesis having finished):
+# "bound": no live hypothesis can outrank its n_best finished ones (:func:`_settled`): the
+#   result of searching on to the length limit, exactly;
+# "best": its most probable hypothesis (highest log P) has finished and n_best have: the rule
+#   of OpenNMT-py and CTranslate2, which ends earlier and may miss a longer hypothesis that
+#   the length penalty would have ranked first.
+BEAM_STOPS = ("bound", "best")
+
+
+def check_beam_options(beam_size, n_best, no_repeat_ngram, stop: str = "bound") -> None:
     """Raise a one-line ``ValueError`` naming the first bad option."""
     if not isinstance(beam_size, int) or isinstance(beam_size, bool):
         raise ValueError(f"beam_size: expected an int in [1, {MAX_BEAM}], got {quoted(beam_size)}")
@@ -428,6 +448,8 @@ def check_beam_options(beam_size, n_best, no_repeat_ngram) -> None:
         raise ValueError(
             f"no_repeat_ngram: expected a non-negative int, got {quoted(no_repeat_ngram)}"
         )
+    if stop not in BEAM_STOPS:
+        raise ValueError(f"stop: expected one of {', '.join(BEAM_STOPS)}, got {quoted(stop)}")
 
 
 class Beams(NamedTuple):
@@ -468,6 +490,7 @@ class BeamRules(NamedTuple):
     no_repeat_ngram: int
     n_best: int
     weights: bool
+    stop: str = "bound"
 
 
 def start_beams(limit: torch.Tensor, k: int, bos: int, loop_stop: bool) -> Beams:
@@ -549,8 +572,15 @@ def advance(
         loops_now = loops_now | (stop.expand(b, k).reshape(n) & live)
         looped = looped.index_select(0, parent) | loops_now
     done = was_done | (tokens == r.eos) | (steps >= beams.limit) | looped
-    rank = _rank(top, hyps, coverage, r.eos, r.pad, r.alpha, r.beta)
-    done = done | _settled(rank, top, done, beams.limit, r.alpha, r.n_best).repeat_interleave(k)
+    if r.stop == "best":
+        # The live hypotheses of an example that ends are dropped (score -inf), not frozen:
+        # unfinished, they must not be ranked among its outputs.
+        ends = _best_finished(top, done, r.n_best).repeat_interleave(k)  # (N,)
+        scores = scores.masked_fill(ends & ~done, float("-inf"))
+    else:
+        rank = _rank(top, hyps, coverage, r.eos, r.pad, r.alpha, r.beta)
+        ends = _settled(rank, top, done, beams.limit, r.alpha, r.n_best).repeat_interleave(k)
+    done = done | ends
     new = Beams(
         tokens, scores, done, beams.limit, hyps, token_scores, looped, loops, kept, coverage
     )
@@ -598,6 +628,7 @@ def beam_search_reference(
     device=None,
     weights: bool = True,
     loop_stop: bool = True,
+    stop: str = "bound",
 ) -> Hypotheses:
     """Batched beam search, the slow reference of :func:`attnkit.decoding.beam.beam_search`:
     all ``B * K`` hypotheses advance as one tensor until the last example is done (a finished
@@ -606,10 +637,11 @@ def beam_search_reference(
     Hypotheses are extended by cumulative log-probability; a hypothesis that emits EOS (or
     reaches its example's ``max_len``, or loops: then, if it leads its example's live
     hypotheses, they all stop) is frozen with its score, and an example stops as soon
-    as no live hypothesis can outrank its ``n_best`` finished ones (so the search ends at EOS,
-    not at ``max_len``, with the result of running on). At the end each example's ``K``
-    hypotheses are ranked by Wu et al. (2016)'s ``log P / lp(|Y|) + cp``, with
-    ``lp = ((5 + |Y|) / 6) ** alpha`` and coverage penalty
+    as no live hypothesis can outrank its ``n_best`` finished ones (``stop="bound"``: the
+    search ends at EOS, not at ``max_len``, with the result of running on) or, with
+    ``stop="best"``, once its most probable hypothesis has finished (:data:`BEAM_STOPS`).
+    At the end each example's ``K`` hypotheses are ranked by Wu et al. (2016)'s
+    ``log P / lp(|Y|) + cp``, with ``lp = ((5 + |Y|) / 6) ** alpha`` and coverage penalty
     ``cp = beta * sum_j log(min(sum_i a_ij, 1))`` over the source positions ``j`` that were
     attended (needs the step's weights; ``beta = 0`` turns it off).
 
@@ -620,12 +652,13 @@ def beam_search_reference(
         weights: keep every step's attention weights of each hypothesis (else
             ``Hypotheses.weights`` is None; the coverage penalty sums them all the same).
         loop_stop: freeze a hypothesis that loops, as for :func:`greedy`.
+        stop: when an example ends, ``"bound"`` or ``"best"`` (:data:`BEAM_STOPS`).
 
     With ``K = 1`` this is greedy decoding; with ``K`` at least the number of possible
     outputs it is exhaustive search (both tested).
     """
     _check_common(batch_size, bos, eos, pad)
-    check_beam_options(beam_size, n_best, no_repeat_ngram)
+    check_beam_options(beam_size, n_best, no_repeat_ngram, stop)
     b, k = batch_size, beam_size
     beams = start_beams(_max_lengths(max_len, b, device), k, bos, loop_stop)
     state = _reorder(state, torch.arange(b, device=device).repeat_interleave(k))
@@ -634,7 +667,7 @@ def beam_search_reference(
     # tensors a step hands back untouched (an encoder's memory, CTC log-probabilities) stay
     # so, and are not copied at every step.
     same_in_beams = _versions(state)
-    rules = BeamRules(k, bos, eos, pad, alpha, beta, no_repeat_ngram, n_best, weights)
+    rules = BeamRules(k, bos, eos, pad, alpha, beta, no_repeat_ngram, n_best, weights, stop)
     for t in range(int(beams.limit.max())):
         log_probs, state, w = step(beams.tokens, state)
         beams, parent = advance(beams, log_probs, w, t + 1, rules)

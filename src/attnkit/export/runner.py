@@ -308,7 +308,9 @@ def _beam_search(step: _Step, state: dict, limit: np.ndarray, d: dict):
     """Batched beam search as attnkit's ``beam_search``: hypotheses extended by cumulative
     log-probability, frozen at EOS, their limit or when they loop (an example's live
     hypotheses all stop when its leading one loops), an example done when no live
-    hypothesis can outrank its ``n_best`` finished ones, the finished ranked by :func:`_rank`.
+    hypothesis can outrank its ``n_best`` finished ones (or, with ``beam_stop`` "best", when
+    its most probable hypothesis has finished: the live ones are dropped), the finished
+    ranked by :func:`_rank`.
     An example whose search is over has its ``n_best`` picked, and once half the batch is
     over their rows leave it (every array cut to the remaining rows), so the step runs on the
     examples still searching only. The state entries the step does not change (the encoder's
@@ -360,12 +362,18 @@ def _beam_search(step: _Step, state: dict, limit: np.ndarray, d: dict):
             now |= np.repeat(now.reshape(ba, k)[np.arange(ba), lead], k) & live
             looped = looped[parent] | now
         done = was_done | (tokens == d["eos"]) | (steps >= limit) | looped
-        rank = _rank(scores, hyps, coverage, d).reshape(ba, k)
-        kth = np.sort(np.where(done.reshape(ba, k), rank, -np.inf), axis=-1)[:, k - n_best]
-        with np.errstate(invalid="ignore"):
-            live = scores / _length_penalty(limit.reshape(ba, k), alpha)
-        best_live = np.where(done.reshape(ba, k), -np.inf, live).max(-1)
-        done |= np.repeat(kth > best_live, k)
+        if d.get("beam_stop", "bound") == "best":  # the most probable finished: drop the rest
+            lead = done.reshape(ba, k)[np.arange(ba), scores.argmax(-1)]
+            ends = np.repeat(lead & (done.reshape(ba, k).sum(-1) >= n_best), k)
+            scores = np.where((ends & ~done).reshape(ba, k), -np.inf, scores).astype(np.float32)
+            done |= ends
+        else:
+            rank = _rank(scores, hyps, coverage, d).reshape(ba, k)
+            kth = np.sort(np.where(done.reshape(ba, k), rank, -np.inf), axis=-1)[:, k - n_best]
+            with np.errstate(invalid="ignore"):
+                live = scores / _length_penalty(limit.reshape(ba, k), alpha)
+            best_live = np.where(done.reshape(ba, k), -np.inf, live).max(-1)
+            done |= np.repeat(kth > best_live, k)
         over = done.reshape(ba, k).all(-1)  # (B',) examples whose search is over
         ends = np.flatnonzero(over & ~gone)
         if ends.size:  # their n-best, best first; their rows stay until half the batch ends

@@ -291,11 +291,13 @@ METHODS = {
         "examples are fed pad",
     ),
     "beam": (
-        ("beam", "length_penalty", "coverage_penalty", "no_repeat_ngram", "n_best"),
+        ("beam", "length_penalty", "coverage_penalty", "no_repeat_ngram", "n_best", "beam_stop"),
         "keep the beam best hypotheses by summed log_probs (ids in never_emit excluded; "
         "rows repeated beam times per example), ranked at the end by log P / ((5 + "
         "length) / 6) ** length_penalty + coverage_penalty * sum_j log(min(attention on "
-        "j, 1)); n_best outputs per example",
+        "j, 1)); n_best outputs per example; an example ends when no live hypothesis can "
+        "outrank its n_best finished ones (beam_stop bound) or when its most probable "
+        "hypothesis has finished and n_best have (beam_stop best: the others dropped)",
     ),
     "sample": (
         ("temperature", "top_k", "top_p", "seed", "samples"),

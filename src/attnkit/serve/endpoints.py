@@ -46,7 +46,7 @@ __all__ = [
 
 DECODING_HELP = (
     "decoding: a JSON object of decoding options (beam, length_penalty, "
-    "coverage_penalty, no_repeat_ngram, n_best, sample, temperature, top_k, "
+    "coverage_penalty, no_repeat_ngram, n_best, beam_stop, sample, temperature, top_k, "
     "top_p, seed, max_len, loop_stop)"
 )
 

@@ -34,8 +34,8 @@ class ApiError(HTTPException):
 class DecodingOptions(BaseModel):
     """A request's decoding options, as the command line's (``attnkit translate --help``):
     beam search (``beam``, ``length_penalty``, ``coverage_penalty``, ``no_repeat_ngram``,
-    ``n_best``), or ``sample`` draws (``temperature``, ``top_k``, ``top_p``, ``seed``); for
-    both ``max_len`` and ``loop_stop``. Unknown options are refused."""
+    ``n_best``, ``beam_stop``), or ``sample`` draws (``temperature``, ``top_k``, ``top_p``,
+    ``seed``); for both ``max_len`` and ``loop_stop``. Unknown options are refused."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -44,6 +44,7 @@ class DecodingOptions(BaseModel):
     coverage_penalty: float | None = None
     no_repeat_ngram: int | None = None
     n_best: int | None = None
+    beam_stop: str | None = None
     sample: int | None = None
     temperature: float | None = None
     top_k: int | None = None
@@ -53,7 +54,14 @@ class DecodingOptions(BaseModel):
     loop_stop: bool | None = None
 
 
-BEAM_ONLY = ("beam", "length_penalty", "coverage_penalty", "no_repeat_ngram", "n_best")
+BEAM_ONLY = (
+    "beam",
+    "length_penalty",
+    "coverage_penalty",
+    "no_repeat_ngram",
+    "n_best",
+    "beam_stop",
+)
 SAMPLE_ONLY = ("temperature", "top_k", "top_p", "seed")
 
 
