@@ -122,3 +122,13 @@ def test_max_tokens_batches_hold_that_many_padded_tokens_on_either_side():
         "max_tokens"
         not in TranslateTask(pairs, pairs, model_config={"kind": "none"}).config()["batching"]
     )
+
+
+def test_sentence_batches_group_pairs_by_their_longer_side():
+    """Sources all alike, targets of 1 or 12 characters: each batch holds targets of one
+    length (batched by the source alone, every batch would pad to 12)."""
+    pairs = [("<en> abc", "x" if n % 2 else "y" * 12) for n in range(64)]
+    task = TranslateTask(pairs, pairs, model_config={"kind": "none"}, batch_size=8)
+    batches = task.batches(epoch=0)
+    widths = [batches[k]["tgt_in"].shape[1] for k in range(len(batches))]
+    assert sorted(widths) == [2] * 4 + [13] * 4  # with <bos>: no batch mixes the two
