@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from attnkit.data import CharVocab, SubwordVocab
 from attnkit.decoding import Decoding, decode
@@ -243,3 +245,21 @@ def test_the_runner_s_beam_drops_the_examples_that_ended():
 
     hyp = decode(Model(), None, torch.zeros(2), max_len=8, decoding=BEAM)
     assert got == [[content_ids(row)] for row in hyp.tokens.tolist()] == [[[]], [[4] * 8]]
+
+
+@given(
+    rows=st.integers(1, 4),
+    width=st.integers(1, 30),
+    data=st.data(),
+)
+def test_top_k_by_partition_equals_a_stable_sort_ties_included(rows, width, data):
+    """The runner's top-k (partition, ties at the k-th value lowest index first) against the
+    obvious reference: a stable sort of each whole row, its first k."""
+    k = data.draw(st.integers(1, width))
+    values = st.sampled_from([-np.inf, -2.0, -1.0, -0.5, 0.0, 1.5])  # ties everywhere
+    x = np.array(data.draw(st.lists(values, min_size=rows * width, max_size=rows * width)))
+    x = x.reshape(rows, width).astype(np.float32)
+    want_idx = np.argsort(-x, axis=-1, kind="stable")[:, :k]
+    got, idx = runner._top(x, k)
+    assert np.array_equal(idx, want_idx)
+    assert np.array_equal(got, np.take_along_axis(x, want_idx, -1))
