@@ -124,6 +124,7 @@ def call_inputs(call, score: Score, *, heads: int, need_weights: bool, dropout_p
         dtype=call.query.dtype,
         sdpa_mask_elements=0 if lay.pure_causal else lay.mask_elements(b, tq),
         plain_keys=lay.q_pos is None,
+        grad=torch.is_grad_enabled(),
     )
 
 

@@ -86,6 +86,8 @@ class Inputs:
         call: the validated :class:`~attnkit.attention.core.Call` (its masks).
         sink: a prepared memory's :class:`~attnkit.attention.step.GradSink`, or None.
         sdpa_dtype: the dtype the fused SDPA kernel is fed (None: ``qf``'s).
+        grad: autograd records the call (``torch.is_grad_enabled()``): training, or a
+            gradient asked of attention; False under ``torch.no_grad`` (decoding).
     """
 
     score: Score
@@ -104,6 +106,7 @@ class Inputs:
     call: Call | None = None
     sink: GradSink | None = None
     sdpa_dtype: torch.dtype | None = None
+    grad: bool = False
 
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Call]:
         """``qf``, ``kf``, ``v`` and ``call``, which a path runs on (a plan's inputs lack

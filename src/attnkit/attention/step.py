@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, cast
 import torch
 
 from attnkit.attention.path import Inputs, Path, Plan, Unavailable
+from attnkit.attention.sdpa import SDPA
 from attnkit.ops import bindings, native
 
 if TYPE_CHECKING:
@@ -394,6 +395,19 @@ class StepPath(Path):
             status = f"({native.status()})"  # the chunked path's plan may say it already
             reasons.append(Unavailable(f"no C++ step kernel {status}", status))
         return reasons
+
+    def auto_reasons(self, inp: Inputs) -> list[str]:
+        # Decoding (no gradients) with a dot-product score and no weights asked for: the step
+        # path's strengths (weights kept for backward, gradients summed per sequence) serve
+        # no one, and SDPA's one fused kernel runs the same products faster (a Transformer
+        # decoder's cross-attention in beam search, docs/attention.md).
+        if inp.score.dot_family and not inp.need_weights and not inp.grad:
+            if not (SDPA.not_supported_reasons(inp) or SDPA.auto_reasons(inp)):
+                return [
+                    f"score {inp.score.name!r}, one query per row without weights or "
+                    "gradients (decoding): fused SDPA kernel"
+                ]
+        return []
 
     def plan(self, inp: Inputs, because: str | None) -> Plan:
         name = inp.score.name
