@@ -72,19 +72,23 @@ def _same_objects(state, before: dict[int, tuple[torch.Tensor, int | None]]) -> 
     return tuple(out)
 
 
-def _cut(state, rows: torch.Tensor, same: tuple) -> tuple:
-    """``state`` with the rows ``rows`` of every tensor, and the cut tensors of ``same`` (which
-    stay the same in every beam of an example). A tensor found twice in ``state`` (an
+def _cut(state, rows: torch.Tensor, same: tuple, parent: torch.Tensor | None = None) -> tuple:
+    """``state`` with the rows ``rows`` of every tensor in ``same`` (which stay the same in
+    every beam of an example) and the rows ``parent[rows]`` of every other one (``parent``
+    None: ``rows``): the batch cut to the beams that stay and reordered by their parents in
+    one copy. Also the cut tensors of ``same``. A tensor found twice in ``state`` (an
     attention memory's keys that are its values) is cut once."""
     ids, cut, done = {id(x) for x in same}, [], {}
+    moved = rows if parent is None else parent.index_select(0, rows)
 
     def one(x):
         if not isinstance(x, torch.Tensor):
             return x
         if id(x) not in done:
-            done[id(x)] = (x, x.index_select(0, rows))  # x kept: its id stays its own
+            picked = x.index_select(0, rows if id(x) in ids else moved)
+            done[id(x)] = (x, picked)  # x kept: its id stays its own
             if id(x) in ids:
-                cut.append(done[id(x)][1])
+                cut.append(picked)
         return done[id(x)][1]
 
     return tree_map(one, state), tuple(cut)
@@ -158,8 +162,6 @@ def beam_search(
         steps += 1
         beams, parent = advance(beams, log_probs, w, steps, rules)
         kept_as_is = _same_objects(state, same_in_beams)
-        state = _reorder(state, parent, keep=kept_as_is)
-        same_in_beams = _versioned(kept_as_is)
         over = beams.done.reshape(-1, k).all(-1)  # (B',) examples whose search is over
         ends = (over & ~gone).nonzero()[:, 0]  # (E,) those that ended at this step
         if ends.numel():
@@ -167,12 +169,15 @@ def beam_search(
             finished.append((example.index_select(0, ends), *best_of(_rows(beams, ends, k), rules)))
             gone = gone | over
         if int(gone.sum()) < max(SHRINK_AT * gone.numel(), 1):
+            state = _reorder(state, parent, keep=kept_as_is)
+            same_in_beams = _versioned(kept_as_is)
             continue
-        # The batch without the rows of the examples that ended.
+        # The batch without the rows of the examples that ended, reordered by parent in the
+        # same copy.
         stay = (~gone).nonzero()[:, 0]  # (B'',)
         example, gone = example.index_select(0, stay), gone.index_select(0, stay)
         beams = _rows(beams, stay, k)
-        state, cut = _cut(state, _beam_rows(stay, k), kept_as_is)
+        state, cut = _cut(state, _beam_rows(stay, k), kept_as_is, parent)
         same_in_beams = _versioned(cut)
     return _assemble(finished, b, n_best, steps, pad)
 
