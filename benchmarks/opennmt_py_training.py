@@ -14,10 +14,11 @@ time the process started, so that each checkpoint's age is its file's time less 
 120 --attnkit RUN --json results/opennmt_py_training.json`` takes, for each time, the last
 checkpoint saved before it and scores it as attnkit's trainer validates (greedy, the first 500
 validation pairs, sacreBLEU) and as ``benchmarks.multi30k`` tests (beam 5, length penalty 1,
-test_2016_flickr, test_2017_flickr, test_2017_mscoco); with ``--attnkit RUN`` (an ``attnkit
+test_2016_flickr, test_2017_flickr, test_2017_mscoco; each checkpoint's BLEU kept in
+``OUT/scores.json``, so a rerun translates only what is new); with ``--attnkit RUN`` (an ``attnkit
 train`` run folder) the table holds attnkit's validation BLEU at the same times beside them
 (its ``history.json``, timed by the run's event files), and the time each reached BLEU 30 and
-35 on validation.
+35 on validation (every OpenNMT-py checkpoint validated alike).
 
 The recipe in OpenNMT-py's options (:func:`config`): the same model (Transformer, pre-norm,
 d_model 256, 4 heads, 3 + 3 layers, feed-forward 1,024, dropout 0.2 on sub-layers and
@@ -49,7 +50,8 @@ from benchmarks.opennmt_py import check_install, load_translation, run_worker
 
 TEST_SETS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco")
 VALID = 500  # the validation pairs attnkit's trainer decodes (TranslateTask's max_valid)
-SUBWORDS, VOCAB, CONFIG, START = "sentencepiece.model", "vocab.txt", "config.yaml", "start.json"
+SUBWORDS, VOCAB, CONFIG = "sentencepiece.model", "vocab.txt", "config.yaml"
+START, SCORES = "start.json", "scores.json"
 CHECKPOINT = re.compile(r"model_step_(\d+)\.pt$")
 
 
@@ -179,6 +181,13 @@ def bleu(outputs: list[str], refs: list[str]) -> float:
     return round(sacrebleu.corpus_bleu(outputs, [refs]).score, 2)
 
 
+def signature() -> str:
+    """sacreBLEU's signature of :func:`bleu` (one reference; known once a score is made)."""
+    metric = sacrebleu.BLEU()
+    metric.corpus_score(["a"], [["a"]])
+    return str(metric.get_signature())
+
+
 def attnkit_curve(run: Path) -> list[tuple[float, int, float]]:
     """``(seconds since the first step, step, validation BLEU)`` of an attnkit run."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -199,9 +208,30 @@ def reached(curve: list[tuple[float, int, float]], target: float) -> float | Non
     return next((round(s / 60, 1) for s, _, b in curve if b >= target), None)
 
 
+class Scores:
+    """BLEU of each checkpoint and set, kept in ``OUT/scores.json``: a later run (another
+    ``--attnkit`` run beside, more time marks) translates only what it has not scored."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args, self.path = args, args.out / SCORES
+        self.known = json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def bleu(self, checkpoint: Path, name: str, texts: list[str], beam: int) -> float:
+        """BLEU of ``checkpoint``'s translations of the set ``name``: ``texts`` (sources and
+        references) at ``beam``."""
+        key = f"{checkpoint.name} {name} beam {beam}"
+        if key not in self.known:
+            a = self.args
+            outputs = translate(a.onmt, checkpoint, a.out, texts[0], beam, a.threads)
+            self.known[key] = bleu(outputs, texts[1])
+            self.path.write_text(json.dumps(self.known, indent=1))
+        return self.known[key]
+
+
 def score(args: argparse.Namespace) -> tuple[list[dict], dict]:
     check_install(args.onmt)
     saved = checkpoints(args.out)
+    cache = Scores(args)
     if not saved:
         raise ValueError(f"--out: no OpenNMT-py checkpoint in {args.out / 'run'}")
     valid = [read_gz(args.data / f"val.{lang}.gz")[:VALID] for lang in ("en", "de")]
@@ -209,7 +239,9 @@ def score(args: argparse.Namespace) -> tuple[list[dict], dict]:
         name: [read_gz(args.data / f"{name}.{x}.gz") for x in ("en", "de")] for name in TEST_SETS
     }
     ours = attnkit_curve(args.attnkit) if args.attnkit else []
-    onmt_curve, rows = [], []
+    # every checkpoint's validation BLEU, as attnkit's trainer records its own
+    onmt_curve = [(s, step, cache.bleu(path, "valid", valid, 1)) for s, step, path in saved]
+    rows = []
     for minutes in args.minutes:
         before = [c for c in saved if c[0] <= minutes * 60]
         if not before:
@@ -219,12 +251,9 @@ def score(args: argparse.Namespace) -> tuple[list[dict], dict]:
             "minutes": minutes,
             "opennmt_py": {"step": step, "saved_at_min": round(seconds / 60, 1)},
         }
-        val = bleu(translate(args.onmt, path, args.out, valid[0], 1, args.threads), valid[1])
-        row["opennmt_py"]["valid_bleu_greedy"] = val
-        onmt_curve.append((seconds, step, val))
-        for name, (src, ref) in tests.items():
-            outputs = translate(args.onmt, path, args.out, src, 5, args.threads)
-            row["opennmt_py"][f"{name}_bleu"] = bleu(outputs, ref)
+        row["opennmt_py"]["valid_bleu_greedy"] = cache.bleu(path, "valid", valid, 1)
+        for name, texts in tests.items():
+            row["opennmt_py"][f"{name}_bleu"] = cache.bleu(path, name, texts, 5)
         mine = [c for c in ours if c[0] <= minutes * 60]
         if mine:
             row["attnkit"] = {"step": mine[-1][1], "valid_bleu_greedy": round(mine[-1][2], 2)}
@@ -234,7 +263,7 @@ def score(args: argparse.Namespace) -> tuple[list[dict], dict]:
         "data": "Multi30k task 1 (multi30k/dataset, data/task1/raw)",
         "onmt_checkpoints": len(saved),
         "onmt_last_step": saved[-1][1],
-        "bleu_signature": str(sacrebleu.BLEU().get_signature()),
+        "bleu_signature": signature(),
         "reach_valid_bleu_min": {
             "opennmt_py": {t: reached(onmt_curve, t) for t in (30, 35)},
             **({"attnkit": {t: reached(ours, t) for t in (30, 35)}} if ours else {}),

@@ -119,3 +119,40 @@ def test_scoring_a_folder_without_checkpoints_names_it(tmp_path, capsys, monkeyp
     (tmp_path / T.START).write_text(json.dumps({"start": 0.0, "budget_s": 1}))
     assert T.main(["--data", str(tmp_path), "--out", str(tmp_path), "--score"]) == 2
     assert "no OpenNMT-py checkpoint in" in capsys.readouterr().err
+
+
+def test_scoring_picks_the_checkpoint_before_each_mark_and_keeps_what_it_scored(
+    tmp_path, monkeypatch
+):
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("val", *T.TEST_SETS):
+        _write(data, f"{name}.en.gz", EN)
+        _write(data, f"{name}.de.gz", DE)
+    out = tmp_path / "onmt"
+    (out / "run").mkdir(parents=True)
+    (out / T.START).write_text(json.dumps({"start": 1000.0, "budget_s": 600}))
+    for step, age in ((250, 100.0), (500, 400.0)):
+        path = out / "run" / f"model_step_{step}.pt"
+        path.write_bytes(b"")
+        os.utime(path, (1000 + age, 1000 + age))
+    calls = []
+
+    def fake(onmt, model, folder, texts, beam, threads):
+        calls.append((model.name, beam))
+        return DE if model.name.endswith("500.pt") else ["Nichts."] * len(texts)
+
+    monkeypatch.setattr(T, "check_install", lambda folder: None)
+    monkeypatch.setattr(T, "translate", fake)
+    report = tmp_path / "r.json"
+    argv = ["--data", str(data), "--out", str(out), "--score", "--minutes", "1", "5", "9"]
+    assert T.main([*argv, "--json", str(report)]) == 0
+    rows = json.loads(report.read_text())["rows"]
+    assert [r["opennmt_py"]["step"] for r in rows] == [250, 500]  # nothing before 1 minute
+    assert rows[1]["opennmt_py"]["test_2016_flickr_bleu"] == 100.0
+    assert len(calls) == 2 + 3 * 2  # validation of both, the test sets of both
+    data_json = json.loads(report.read_text())
+    assert data_json["reach_valid_bleu_min"]["opennmt_py"] == {"30": 6.7, "35": 6.7}
+    calls.clear()
+    assert T.main([*argv, "--json", str(report)]) == 0
+    assert calls == []  # all kept in scores.json
