@@ -88,9 +88,10 @@ class Export:
         return sum((self.folder / f).stat().st_size for f in files) / 2**20
 
 
-def open_export(folder: Path, threads: int | None = None) -> Export:
+def open_export(folder: Path, threads: int | None = None, profile: str | None = None) -> Export:
     """The export in ``folder``, its sessions with ``threads`` intra-op threads (default:
-    torch's) and the session options ``attnkit.json`` gives."""
+    torch's) and the session options ``attnkit.json`` gives; with ``profile``, onnxruntime's
+    profiler on, its files named from that prefix (``session.end_profiling()`` writes them)."""
     import onnxruntime as ort  # here: importing this module needs no onnxruntime
 
     folder = Path(folder)
@@ -104,6 +105,9 @@ def open_export(folder: Path, threads: int | None = None) -> Export:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads or torch.get_num_threads()
     options.inter_op_num_threads = 1
+    if profile is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile
     for key, value in meta.get("session_config", {}).items():
         options.add_session_config_entry(key, value)
     encoder = ort.InferenceSession(str(folder / meta["encoder"]["file"]), options)
