@@ -1,5 +1,10 @@
 """SentencePiece vocabularies: special ids, exact round trips, JSON, tags, errors."""
 
+import base64
+import json
+import subprocess
+import sys
+
 import pytest
 
 from attnkit.data import SubwordVocab, build_vocab, generate_pairs, load_vocab
@@ -89,3 +94,24 @@ def test_sampling_refuses_an_alpha_outside_0_1(alpha):
     v = SubwordVocab.build(["abc abc", "cab"] * 10, size=20)
     with pytest.raises(ValueError, match=r"alpha: expected a number in \(0, 1\], got"):
         v.encode_sampled(["abc"], alpha=alpha, seed=0)
+
+
+def test_a_unigram_draw_is_the_same_in_another_process():
+    """What resuming a run or a data worker relies on: the draw of a seed does not depend on
+    the process (SentencePiece's own sampler mixes in something of the process)."""
+    v = build_vocab([s for s, _ in PAIRS], kind="unigram", size=700)
+    texts = [s for s, _ in PAIRS][:20]
+    code = (
+        "import base64, json, sys\n"
+        "from attnkit.data.vocab.subword import SubwordVocab\n"
+        "v = SubwordVocab(base64.b64decode(sys.argv[1]))\n"
+        "print(json.dumps(v.encode_sampled(json.loads(sys.argv[2]), alpha=0.3, seed=11)))\n"
+    )
+    model = base64.b64encode(v.model).decode()
+    other = subprocess.run(
+        [sys.executable, "-c", code, model, json.dumps(texts)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(other.stdout) == v.encode_sampled(texts, alpha=0.3, seed=11)

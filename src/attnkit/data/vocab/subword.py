@@ -14,6 +14,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import sentencepiece as spm
 
 from attnkit.checks import quoted
@@ -24,6 +25,10 @@ __all__ = ["SubwordVocab"]
 log = logging.getLogger("attnkit")
 
 MODEL_TYPES = ("unigram", "bpe")
+
+
+# The segmentations a unigram model's draw chooses among (Kudo 2018's l-best sampling, l = 64)
+SAMPLED_NBEST = 64
 
 
 class SubwordVocab:
@@ -47,6 +52,8 @@ class SubwordVocab:
             raise ValueError(
                 f"model: not a SentencePiece model ({len(self.model)} bytes that do not parse)"
             ) from None
+        # each piece's log-probability (unigram), for drawing segmentations
+        self._scores = [self.sp.get_score(i) for i in range(self.sp.get_piece_size())]
         if self.sp.get_piece_size() <= UNK:
             raise ValueError(
                 f"model: expected a SentencePiece model with the 4 special pieces, "
@@ -137,19 +144,37 @@ class SubwordVocab:
 
     def encode_sampled(self, texts: Sequence[str], *, alpha: float, seed: int) -> list[list[int]]:
         """Ids of each of ``texts`` by a segmentation drawn at random: subword regularisation
-        (Kudo, 2018, arXiv:1804.10959) for a unigram model, drawing from every segmentation with
-        probability proportional to its likelihood to the power ``alpha`` (smaller: flatter,
-        more pieces); BPE-dropout (Provilkov et al., 2020, arXiv:1910.13267) for a BPE model,
-        each merge dropped with probability ``alpha``. The draws depend on ``seed`` alone, so a
-        batch encodes the same wherever and whenever it is built. Every segmentation decodes to
-        the text."""
+        (Kudo, 2018, arXiv:1804.10959) for a unigram model, one of the text's
+        :data:`SAMPLED_NBEST` most likely segmentations drawn with probability proportional
+        to its likelihood to the power ``alpha`` (smaller: flatter, more pieces; Kudo's
+        l-best sampling); BPE-dropout (Provilkov et al., 2020, arXiv:1910.13267) for a BPE
+        model, each merge dropped with probability ``alpha``. A segmentation holding
+        ``<unk>`` where the best one holds none is not drawn: every segmentation decodes to
+        the text.
+
+        The unigram draws depend on ``seed`` alone (numpy's generator), so a batch encodes
+        the same wherever and whenever it is built. SentencePiece's own sampler, which
+        BPE-dropout needs, repeats its draws for a seed only within one process (its
+        generator mixes in something of the process: measured, five processes, five draws).
+        """
         if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha <= 1:
             raise ValueError(f"alpha: expected a number in (0, 1], got {alpha!r}")
-        spm.set_random_generator_seed(seed)
-        return [
-            self.sp.encode(text, enable_sampling=True, alpha=float(alpha), nbest_size=-1)
-            for text in texts
-        ]
+        best = [self.sp.encode(text) for text in texts]
+        if self.model_type != "unigram":
+            spm.set_random_generator_seed(seed)
+            drawn = [
+                self.sp.encode(text, enable_sampling=True, alpha=float(alpha), nbest_size=-1)
+                for text in texts
+            ]
+        else:
+            rng = np.random.default_rng(seed)
+            drawn = []
+            for text in texts:
+                options = self.sp.nbest_encode_as_ids(text, SAMPLED_NBEST) or [[]]
+                loglik = np.array([sum(self._scores[i] for i in ids) for ids in options])
+                weights = np.exp(alpha * (loglik - loglik.max()))
+                drawn.append(options[rng.choice(len(options), p=weights / weights.sum())])
+        return [d if UNK in b or UNK not in d else b for d, b in zip(drawn, best, strict=True)]
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ``ids`` up to the first ``<eos>``; ``<pad>``/``<bos>`` dropped."""
