@@ -169,7 +169,8 @@ def beam_search(
             finished.append((example.index_select(0, ends), *best_of(_rows(beams, ends, k), rules)))
             gone = gone | over
         if int(gone.sum()) < max(SHRINK_AT * gone.numel(), 1):
-            state = _reorder(state, parent, keep=kept_as_is)
+            if k > 1:  # a beam of one is its own parent: nothing to reorder
+                state = _reorder(state, parent, keep=kept_as_is)
             same_in_beams = _versioned(kept_as_is)
             continue
         # The batch without the rows of the examples that ended, reordered by parent in the

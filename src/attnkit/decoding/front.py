@@ -17,7 +17,7 @@ from attnkit.checks import quoted
 from attnkit.decoding.beam import beam_search
 from attnkit.decoding.ctc import ctc_greedy
 from attnkit.decoding.ctc_prefix import ctc_beam_decode, joint_decode
-from attnkit.decoding.search import BEAM_STOPS, MAX_BEAM, Hypotheses, greedy, sample
+from attnkit.decoding.search import BEAM_STOPS, MAX_BEAM, Hypotheses, sample
 from attnkit.tokens import BOS, EOS, PAD
 
 __all__ = [
@@ -338,7 +338,10 @@ def decode(
             **kw,
         )
     elif decoding.method == "greedy":
-        hyp = greedy(model.step, model.start(inputs, lengths), **kw)
+        # a beam of one is greedy decoding (the same outputs: tests/decoding/test_search.py),
+        # run by the search that drops the examples that have ended from the batch: a few
+        # long or looping outputs no longer keep the whole batch stepping
+        hyp = beam_search(model.step, model.start(inputs, lengths), beam_size=1, **kw)
     else:
         assert decoding.length_penalty is not None  # Decoding.__post_init__ sets it
         hyp = beam_search(
