@@ -90,7 +90,10 @@ def main(argv=None) -> int:
     else:
         name = args.checkpoint.removeprefix("builtin:")
         if name not in quantized.MODELS:
-            raise SystemExit(f"--data: needed for {args.checkpoint} (built-in inputs: ...)")
+            raise SystemExit(
+                f"--data: needed for {args.checkpoint} (held-out inputs are built in for "
+                f"builtin:{', builtin:'.join(quantized.MODELS)} only)"
+            )
         inputs = quantized.examples(name, args.n)[0]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -39,6 +39,17 @@ def vocab():
     return SubwordVocab.build(EN + DE, size=60)
 
 
+def save_translation(path: Path, model: Transformer, vocab) -> Path:
+    """``model`` saved at ``path`` as a translation checkpoint with ``vocab`` on both sides."""
+    save_checkpoint(
+        path,
+        model=model,
+        config={"task": "translate", "model": model_config(model)},
+        vocab={"src": vocab.to_json(), "tgt": vocab.to_json()},
+    )
+    return path
+
+
 def _model(vocab, *, heads: int, shared: bool, seed: int) -> Transformer:
     torch.manual_seed(seed)
     v = len(vocab)
@@ -96,14 +107,7 @@ def _write(folder: Path, name: str, lines: list[str]) -> None:
 
 @needs_onmt
 def test_the_benchmark_decodes_with_both_engines(vocab, tmp_path, capsys):
-    model = _model(vocab, heads=2, shared=True, seed=3)
-    ckpt = tmp_path / "ckpt"
-    save_checkpoint(
-        ckpt,
-        model=model,
-        config={"task": "translate", "model": model_config(model)},
-        vocab={"src": vocab.to_json(), "tgt": vocab.to_json()},
-    )
+    ckpt = save_translation(tmp_path / "ckpt", _model(vocab, heads=2, shared=True, seed=3), vocab)
     _write(tmp_path, "test_2016_flickr.en.gz", EN)
     _write(tmp_path, "test_2016_flickr.de.gz", DE)
     report = tmp_path / "r.json"

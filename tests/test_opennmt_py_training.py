@@ -11,9 +11,9 @@ import torch
 import yaml
 
 from attnkit.data import SubwordVocab
-from attnkit.models import Transformer, model_config
-from attnkit.train import save_checkpoint
+from attnkit.models import Transformer
 from benchmarks import opennmt_py_training as T
+from tests.test_opennmt_py_benchmark import save_translation
 
 EN = ["A dog runs in the park.", "Two men sit on a bench.", "A girl sings a song."]
 DE = ["Ein Hund rennt im Park.", "Zwei Männer sitzen auf einer Bank.", "Ein Mädchen singt."]
@@ -48,13 +48,7 @@ def test_prepare_writes_the_corpus_the_pieces_and_the_config(tmp_path):
     torch.manual_seed(0)
     v = len(vocab)
     model = Transformer(v, v, d_model=16, heads=2, layers=1, ff=32, shared_embeddings=True)
-    ckpt = tmp_path / "ckpt"
-    save_checkpoint(
-        ckpt,
-        model=model,
-        config={"task": "translate", "model": model_config(model)},
-        vocab={"src": vocab.to_json(), "tgt": vocab.to_json()},
-    )
+    ckpt = save_translation(tmp_path / "ckpt", model, vocab)
     data = tmp_path / "data"
     data.mkdir()
     for part in ("train", "val"):
