@@ -2,12 +2,13 @@
 
 ``python -m benchmarks.multi30k --data DIR`` (DIR: the corpus files as the public repository
 multi30k/dataset has them, ``data/task1/raw/*.gz``) trains ``attnkit train translate --recipe
-multi30k-en-de`` (or ``-en-fr``: ``--pair en-fr``) in ``--out`` under the recipe's time budget,
-or takes the run already there (``--checkpoint`` scores another one), then decodes
-test_2016_flickr, test_2017_flickr and test_2017_mscoco and prints, per test set, sacreBLEU
-(cased, detokenised: the references as the corpus has them; its signature printed), chrF,
-exact match and the outputs the loop detector stopped, with the run's steps, tokens/s and
-training time. ``--json`` writes the rows (results/multi30k.json for docs/translation.md).
+multi30k-en-de`` (``--pair en-fr``: ``-en-fr``; ``--model rnn``: the ``-rnn`` recipes) in
+``--out`` under the recipe's time budget, or takes the run already there (``--checkpoint``
+scores another one), then decodes test_2016_flickr, test_2017_flickr and test_2017_mscoco and
+prints, per test set, sacreBLEU (cased, detokenised: the references as the corpus has them;
+its signature printed), chrF, exact match and the outputs the loop detector stopped, with the
+run's steps, tokens/s and training time. ``--json`` writes the rows (results/multi30k.json
+for docs/translation.md).
 """
 
 from __future__ import annotations
@@ -42,10 +43,15 @@ class LoopCount(logging.Handler):
             self.looped += int(message.split(" of ", 1)[0])
 
 
-def train(data: Path, pair: str, out: Path, budget: float | None, steps: int | None) -> None:
-    """``attnkit train translate --recipe multi30k-PAIR`` on ``data`` into ``out``."""
-    src, tgt = pair.split("-")
-    argv = ["train", "translate", "--recipe", f"multi30k-{pair}", "--out", str(out)]
+def recipe(pair: str, model: str) -> str:
+    """The recipe of ``pair`` (``en-de``) and ``model`` (``transformer`` or ``rnn``)."""
+    return f"multi30k-{pair}" + ("-rnn" if model == "rnn" else "")
+
+
+def train(data: Path, recipe: str, out: Path, budget: float | None, steps: int | None) -> None:
+    """``attnkit train translate --recipe RECIPE`` on ``data`` into ``out``."""
+    src, tgt = recipe.split("-")[1:3]
+    argv = ["train", "translate", "--recipe", recipe, "--out", str(out)]
     argv += ["--train", str(data / f"train.{src}.gz"), str(data / f"train.{tgt}.gz")]
     argv += ["--valid", str(data / f"val.{src}.gz"), str(data / f"val.{tgt}.gz")]
     argv += [] if budget is None else ["--time-budget", str(budget)]
@@ -109,6 +115,12 @@ def main(argv=None) -> int:
     )
     p.add_argument("--data", type=Path, required=True, help="the folder of train.en.gz ...")
     p.add_argument("--pair", choices=("en-de", "en-fr"), default="en-de")
+    p.add_argument(
+        "--model",
+        choices=("transformer", "rnn"),
+        default="transformer",
+        help="the recipe's model: the Transformer or Luong's RNN (the -rnn recipe)",
+    )
     p.add_argument("--out", type=Path, default=Path("build/runs/multi30k"), help="run folder")
     p.add_argument("--checkpoint", help="score this checkpoint instead of --out's best")
     p.add_argument("--beam", type=int, default=5)
@@ -117,10 +129,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    settings: dict = {"pair": args.pair, "beam": args.beam}
+    settings: dict = {"pair": args.pair, "recipe": recipe(args.pair, args.model), "beam": args.beam}
     if args.checkpoint is None and not (args.out / "checkpoint").exists():
         start = time.perf_counter()
-        train(args.data, args.pair, args.out, args.time_budget, args.steps)
+        train(args.data, settings["recipe"], args.out, args.time_budget, args.steps)
         settings["train_s"] = round(time.perf_counter() - start, 1)
     checkpoint = args.checkpoint or str(args.out / "checkpoint-best")
     rows = score(checkpoint, args.data, args.pair, args.beam, args.limit)
