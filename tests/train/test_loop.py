@@ -726,10 +726,12 @@ def test_the_last_steps_model_is_kept_when_its_final_evaluation_is_the_best(tmp_
         "metric": "accuracy",
         "value": 0.9,
     }
+    assert [(h["step"], h["accuracy"]) for h in trainer.history] == [(5, 0.2), (10, 0.5), (12, 0.9)]
     done = Trainer(Reverse(), Scripted([0.2, 0.5]), _cfg(max_steps=10), tmp_path / "b")
     done.fit()
     done.keep_final({"accuracy": 0.99})  # step 10 was validated: nothing more to keep
     assert load_checkpoint(tmp_path / "b" / BEST_DIR).trainer_state["value"] == 0.5
+    assert [h["step"] for h in done.history] == [5, 10]
 
 
 def _kept_values(run):

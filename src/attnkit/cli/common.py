@@ -707,7 +707,7 @@ def train_and_report(
     )
     history = args.out / "history.json"
     try:
-        history.write_text(json.dumps(result.history, indent=1))
+        history.write_text(json.dumps(trainer.history, indent=1))
     except OSError as exc:  # a full disk, a read-only folder: the training itself is saved
         raise ValueError(
             f"{history}: cannot write the validation history "

@@ -531,9 +531,11 @@ class Trainer:
         """Keep the model as :meth:`fit` left it as the best (and among the ``keep_best``) when
         ``metrics``, its evaluation after the last step, beat the validations': a run whose
         last step is not a validation step would otherwise never keep its last steps' model.
-        Nothing is done when the last step was validated (rank 0 only)."""
+        ``metrics`` join the history as the last step's. Nothing is done when the last step was
+        validated (rank 0 only)."""
         if self.history and self.history[-1].get("step") == self.step:
             return
+        self.history.append({"step": self.step, **metrics})
         rank = self._standing(metrics)
         self._keep_ranked(
             rank, self._best_so_far(rank), "best %s (%.4g) after the last step %d: %s"
