@@ -68,3 +68,30 @@ def test_positions_of_any_integer_dtype_give_the_same_mask(dtype):
     got = attend(q, k, window=(2, 2), positions=pos.to(dtype), need_weights=True).weights
     torch.testing.assert_close(got, ref)
     assert (ref[0, 0, :3] > 0).all()
+
+
+@pytest.mark.parametrize("score", ["scaled_dot", "additive"])
+@pytest.mark.parametrize("heads", [1, 2])
+def test_a_causal_step_at_the_last_key_needs_no_mask_and_equals_the_masked_rows(score, heads):
+    torch.manual_seed(0)
+    attn = Attention(8, score=score, heads=heads, causal=True).double().eval()
+    x = torch.randn(3, 5, 8, dtype=torch.float64)
+    lengths = torch.tensor([5, 2, 4])
+    full = attn(x, x, key_lengths=lengths, need_weights=True)  # (B, T, ...) teacher-forced
+    for t in range(5):  # step t over the keys 0..t, as a decoder over its cache
+        pos = torch.full((3,), t)
+        step = attn(x[:, t], x[:, : t + 1], key_lengths=lengths.clamp(max=t + 1), positions=pos)
+        torch.testing.assert_close(step.context, full.context[:, t])
+        weighed = attn(
+            x[:, t],
+            x[:, : t + 1],
+            key_lengths=lengths.clamp(max=t + 1),
+            positions=pos,
+            need_weights=True,
+        ).weights
+        torch.testing.assert_close(weighed, full.weights[..., t, : t + 1])
+    # the band still applies to a query before the last key
+    early = attn(x[:, 1], x, positions=torch.tensor([1, 1, 1]), need_weights=True).weights
+    assert torch.equal(early[..., 2:], torch.zeros_like(early[..., 2:]))
+    free = Attention(8, score=score, heads=heads).double().eval()  # no band at all
+    assert attn.plan(x[:, 4], x, positions=torch.full((3,), 4)) == free.plan(x[:, 4], x)

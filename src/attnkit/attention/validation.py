@@ -260,6 +260,7 @@ def check_call(
         want = (b,) if one_step else (b, tq)
         if tuple(positions.shape) != want:
             raise ValueError(f"positions: expected shape {want}, got {describe(positions)}")
+        q_pos = positions.to(key.device, torch.long).reshape(b, tq)  # (B, Tq)
         if values_readable(positions) and positions.numel():
             lo, hi = (int(x) for x in torch.aminmax(positions))
             if lo < 0 or hi > max(tk - 1, 0):
@@ -267,7 +268,10 @@ def check_call(
                     f"positions: expected key positions in [0, {max(tk - 1, 0)}] "
                     f"(Tk = {tk}), got min {lo} and max {hi}"
                 )
-        q_pos = positions.to(key.device, torch.long).reshape(b, tq)  # (B, Tq)
+            if window is None and lo == tk - 1:
+                # Every query at the last key (a decoder step over its cache): the causal
+                # band admits every key, so the call has none.
+                q_pos = None
     elif causal or window is not None:
         if one_step:
             raise ValueError(
