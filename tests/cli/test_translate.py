@@ -287,6 +287,17 @@ def test_checkpoint_best_is_chosen_by_bleu_on_a_corpus_unless_told(
     assert {"bleu", "chrf", "loss", "accuracy", "cer"} <= set(history[0])
 
 
+def test_unlikelihood_is_an_option_kept_in_the_checkpoint(tmp_path, tsv, capsys):
+    out = tmp_path / "run"
+    argv = ["train", "translate", "--train", str(tsv), "--out", str(out), "--steps", "2"]
+    argv += ["--hidden", "8", "--emb", "8", "--no-progress", "--plot", "0"]
+    assert main([*argv, "--unlikelihood", "0.3"]) == 0
+    assert load_checkpoint(out / "checkpoint").config["batching"]["unlikelihood"] == 0.3
+    with pytest.raises(SystemExit):
+        main([*argv, "--unlikelihood", "-1"])
+    assert "--unlikelihood: invalid non-negative number value: '-1'" in capsys.readouterr().err
+
+
 def test_a_shared_vocabulary_ties_the_transformers_embeddings(tmp_path, tsv):
     out = tmp_path / "run"
     argv = ["train", "translate", "--train", str(tsv), "--out", str(out), "--steps", "2"]

@@ -98,6 +98,32 @@ def test_subword_sampling_needs_subword_vocabularies_and_an_alpha_in_0_1():
         )
 
 
+def test_unlikelihood_adds_its_weighted_mean_per_target_token_to_the_loss():
+    from attnkit.tokens import PAD
+    from attnkit.train import token_unlikelihood
+
+    pairs = [("<en> one", "eins eins"), ("<en> two", "zwei")]
+    kw = dict(model_config={"kind": "bahdanau", "emb": 8, "hidden": 8})
+    torch.manual_seed(0)
+    plain = TranslateTask(pairs, pairs, **kw)
+    weighted = TranslateTask(pairs, pairs, unlikelihood=0.5, **kw)
+    model = plain.build_model()
+    batch = plain._collate([0, 1])
+    torch.manual_seed(1)
+    ce, tokens = plain.loss(model, batch)
+    torch.manual_seed(1)
+    both, same_tokens = weighted.loss(model, batch)
+    logits, _ = model(batch["src"], batch["src_len"], batch["tgt_in"])
+    unlikely = token_unlikelihood(logits, batch["tgt_out"], PAD)
+    assert float(unlikely) > 0 and same_tokens == tokens
+    torch.testing.assert_close(both, ce + 0.5 * unlikely / tokens)
+    assert weighted.config()["batching"]["unlikelihood"] == 0.5
+    assert "unlikelihood" not in plain.config()["batching"]
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="unlikelihood: expected a finite weight >= 0"):
+            TranslateTask(pairs, pairs, unlikelihood=bad, **kw)
+
+
 def test_max_tokens_batches_hold_that_many_padded_tokens_on_either_side():
     words = ["walk", "talk", "stalk", "chalk", "balk"]
     pairs = [

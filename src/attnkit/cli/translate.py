@@ -152,6 +152,15 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
     add_format_args(p, "translate")
     common.add_training_args(p)
     p.add_argument(
+        "--unlikelihood",
+        type=argtypes.non_negative_float,
+        default=0.0,
+        metavar="ALPHA",
+        help="add the token-level unlikelihood loss with this weight (Welleck et al. 2020): "
+        "the target's earlier tokens, other than the one due, made unlikely at each step, "
+        "against outputs that repeat their last pieces; 0: off (default)",
+    )
+    p.add_argument(
         "--best-by",
         choices=tuple(BEST_BY),
         help="the validation metric that picks checkpoint-best and drives --patience: bleu "
@@ -207,6 +216,7 @@ def run_train(args: argparse.Namespace) -> int:
         shared_vocab=args.shared_vocab,
         label_smoothing=args.label_smoothing,
         subword_sampling=args.subword_sampling,
+        unlikelihood=args.unlikelihood,
         max_tokens=args.max_tokens,
         teacher_forcing=common.teacher_forcing(args),
         data=data,

@@ -9,6 +9,7 @@ or :class:`attnkit.models.Transformer` built by the model registry from its conf
 from __future__ import annotations
 
 import functools
+import math
 import re
 import zlib
 from array import array
@@ -41,7 +42,7 @@ from attnkit.tasks.evaluator import (
 from attnkit.tasks.explore import translation_example
 from attnkit.tasks.route import Route, Text
 from attnkit.tokens import BOS, EOS, PAD
-from attnkit.train import Batches, TeacherForcing
+from attnkit.train import Batches, TeacherForcing, token_unlikelihood
 
 __all__ = [
     "BEST_BY",
@@ -210,6 +211,10 @@ class TranslateTask:
             seeded by the batch's pairs), so rare words seen as pieces of a few characters are
             seen in training; subword vocabularies only. Validation keeps the one best
             segmentation.
+        unlikelihood: 0 (off), or the weight ``alpha`` of the token-level unlikelihood loss
+            added to the cross-entropy (:func:`attnkit.train.losses.token_unlikelihood`, per
+            target token): the target's earlier tokens, other than the one due, made
+            unlikely.
     """
 
     def __init__(
@@ -231,6 +236,7 @@ class TranslateTask:
         data: dict | None = None,
         subword_sampling: float = 0.0,
         max_tokens: int | None = None,
+        unlikelihood: float = 0.0,
     ):
         if not train:
             raise ValueError("train: expected at least one (source, target) pair")
@@ -267,6 +273,9 @@ class TranslateTask:
         if max_tokens is not None:
             check_positive_int("max_tokens", max_tokens)
         self.max_tokens = max_tokens
+        if not (isinstance(unlikelihood, (int, float)) and 0 <= unlikelihood < math.inf):
+            raise ValueError(f"unlikelihood: expected a finite weight >= 0, got {unlikelihood!r}")
+        self.unlikelihood = float(unlikelihood)
         if not isinstance(teacher_forcing, TeacherForcing):
             teacher_forcing = TeacherForcing(start=teacher_forcing)
         self.label_smoothing, self.teacher_forcing = label_smoothing, teacher_forcing
@@ -346,7 +355,11 @@ class TranslateTask:
             ignore_index=PAD,
             label_smoothing=self.label_smoothing,
         )
-        return loss, int((target != PAD).sum())
+        tokens = int((target != PAD).sum())
+        if self.unlikelihood:
+            unlikely = token_unlikelihood(logits, target, PAD) / max(tokens, 1)
+            loss = loss + self.unlikelihood * unlikely.to(loss.dtype)
+        return loss, tokens
 
     def evaluate(self, model: Seq2Seq | Transformer) -> dict[str, float]:
         """:func:`metrics` of greedy outputs, and ``loss``: the validation pairs' mean
@@ -388,10 +401,12 @@ class TranslateTask:
         return task_config(
             "translate",
             self,
-            # subword_sampling and max_tokens only when on: a run saved before them resumes
+            # subword_sampling, unlikelihood and max_tokens only when on: a run saved before
+            # them resumes
             batching={
                 "teacher_forcing": asdict(self.teacher_forcing),
                 **({"subword_sampling": self.subword_sampling} if self.subword_sampling else {}),
+                **({"unlikelihood": self.unlikelihood} if self.unlikelihood else {}),
                 **({"max_tokens": self.max_tokens} if self.max_tokens is not None else {}),
             },
             max_len_extra=self.max_len_extra,

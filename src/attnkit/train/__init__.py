@@ -1,7 +1,8 @@
 """Training shared by every task: the loop, its schedule, the checkpoint format, the device and
 precision (:mod:`attnkit.train.device`), the batches' way in (:mod:`attnkit.train.loader`), the
-multi-process (torchrun) set-up in :mod:`attnkit.train.distributed` and the lock that keeps one
-process at a time in a run folder (:mod:`attnkit.train.lock`)."""
+multi-process (torchrun) set-up in :mod:`attnkit.train.distributed`, the lock that keeps one
+process at a time in a run folder (:mod:`attnkit.train.lock`) and the losses beside
+cross-entropy (:mod:`attnkit.train.losses`)."""
 
 from attnkit.train import distributed
 from attnkit.train.checkpoint import (
@@ -24,6 +25,7 @@ from attnkit.train.device import (
 from attnkit.train.loader import Batches
 from attnkit.train.lock import FolderBusy, lock_folder
 from attnkit.train.loop import Trainer, TrainResult
+from attnkit.train.losses import token_unlikelihood
 from attnkit.train.teacher_forcing import TeacherForcing
 
 __all__ = [
@@ -51,4 +53,5 @@ __all__ = [
     "resolve_device",
     "save_checkpoint",
     "to_device",
+    "token_unlikelihood",
 ]
