@@ -22,7 +22,11 @@ train`` run folder) the table holds attnkit's validation BLEU at the same times 
 
 The recipe in OpenNMT-py's options (:func:`config`): the same model (Transformer, pre-norm,
 d_model 256, 4 heads, 3 + 3 layers, feed-forward 1,024, dropout 0.2 on sub-layers and
-attention, one embedding for source, target and output), label smoothing 0.1, batches of 128
+attention, one embedding for source, target and output; with ``--model rnn`` the recipe
+``multi30k-en-de-rnn``: Luong's GRU decoder of 256 with input feeding and the general score,
+embeddings of 256, dropout 0.3, its initial state from the encoder's final one, over a
+bidirectional GRU encoder whose two directions OpenNMT-py gives half of ``hidden_size`` each,
+128, where attnkit's have 256 each), label smoothing 0.1, batches of 128
 sentences, gradient norm clipped at 1, Adam with attnkit's schedule written as OpenNMT-py's
 ``noam``: linear warm-up over 400 steps to 1e-3, then ``1e-3 * sqrt(400 / step)``
 (``learning_rate = 1e-3 * sqrt(256 * 400)``). What differs: attnkit's AdamW decays weights by
@@ -55,8 +59,46 @@ START, SCORES = "start.json", "scores.json"
 CHECKPOINT = re.compile(r"model_step_(\d+)\.pt$")
 
 
-def config(save_every: int) -> str:
-    """``onmt_train``'s YAML config: the recipe ``multi30k-en-de`` (module docstring)."""
+# The model options of each recipe in OpenNMT-py's terms (module docstring).
+MODELS = {
+    "transformer": """\
+encoder_type: transformer
+decoder_type: transformer
+enc_layers: 3
+dec_layers: 3
+heads: 4
+hidden_size: 256
+word_vec_size: 256
+transformer_ff: 1024
+dropout: [0.2]
+attention_dropout: [0.2]
+position_encoding: true
+share_embeddings: true
+share_decoder_embeddings: true
+layer_norm: standard
+add_qkvbias: true
+""",
+    "rnn": """\
+encoder_type: brnn
+decoder_type: rnn
+rnn_type: GRU
+enc_layers: 1
+dec_layers: 1
+hidden_size: 256
+word_vec_size: 256
+global_attention: general
+input_feed: 1
+bridge: true
+dropout: [0.3]
+share_embeddings: false
+share_decoder_embeddings: false
+""",
+}
+
+
+def config(save_every: int, model: str = "transformer") -> str:
+    """``onmt_train``'s YAML config: the recipe ``multi30k-en-de`` (``model`` "transformer")
+    or ``multi30k-en-de-rnn`` ("rnn"), module docstring."""
     d_model, warmup, peak = 256, 400, 1e-3
     return f"""\
 save_data: run/data
@@ -98,22 +140,7 @@ max_grad_norm: 1.0
 label_smoothing: 0.1
 param_init: 0
 param_init_glorot: true
-encoder_type: transformer
-decoder_type: transformer
-enc_layers: 3
-dec_layers: 3
-heads: 4
-hidden_size: {d_model}
-word_vec_size: {d_model}
-transformer_ff: 1024
-dropout: [0.2]
-attention_dropout: [0.2]
-position_encoding: true
-share_embeddings: true
-share_decoder_embeddings: true
-layer_norm: standard
-add_qkvbias: true
-model_dtype: fp32
+{MODELS[model]}model_dtype: fp32
 """
 
 
@@ -124,8 +151,10 @@ def read_gz(path: Path) -> list[str]:
         return [line.rstrip("\n") for line in f]
 
 
-def prepare(out: Path, data: Path, checkpoint: Path, save_every: int) -> None:
-    """Corpus files, SentencePiece model, vocabulary and config in ``out``."""
+def prepare(
+    out: Path, data: Path, checkpoint: Path, save_every: int, model: str = "transformer"
+) -> None:
+    """Corpus files, SentencePiece model, vocabulary and config (of ``model``) in ``out``."""
     _, vocab = load_translation(checkpoint)
     out.mkdir(parents=True, exist_ok=True)
     for part in ("train", "val"):
@@ -138,7 +167,7 @@ def prepare(out: Path, data: Path, checkpoint: Path, save_every: int) -> None:
     ids = (i for i in range(sp.get_piece_size()) if not (sp.is_control(i) or sp.is_unknown(i)))
     kept = [p for p in map(sp.id_to_piece, ids) if p.split() == [p]]
     (out / VOCAB).write_text("".join(f"{p}\t1\n" for p in kept), "utf-8")
-    (out / CONFIG).write_text(config(save_every), "utf-8")
+    (out / CONFIG).write_text(config(save_every, model), "utf-8")
 
 
 def train(out: Path, onmt: Path, threads: int, budget: float) -> None:
@@ -286,6 +315,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", type=Path, help="attnkit checkpoint: its vocabulary")
     p.add_argument("--onmt", type=Path, default=Path("build/onmt-py"), help="OpenNMT-py folder")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--model",
+        choices=tuple(MODELS),
+        default="transformer",
+        help="the recipe's model: multi30k-en-de's Transformer or multi30k-en-de-rnn's RNN",
+    )
     p.add_argument("--time-budget", type=float, default=7200.0, help="seconds of training")
     p.add_argument("--save-every", type=int, default=250, help="steps between checkpoints")
     p.add_argument("--score", action="store_true", help="score the checkpoints of --out")
@@ -302,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.score:
             if args.checkpoint is None:
                 raise ValueError("--checkpoint: expected the attnkit checkpoint of the vocabulary")
-            prepare(args.out, args.data, args.checkpoint, args.save_every)
+            prepare(args.out, args.data, args.checkpoint, args.save_every, args.model)
             train(args.out, args.onmt, args.threads, args.time_budget)
             return 0
         rows, settings = score(args)

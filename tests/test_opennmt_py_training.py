@@ -43,6 +43,16 @@ def test_the_config_is_the_recipe_in_opennmt_py_options():
     assert lr * d**-0.5 * w**-0.5 == pytest.approx(1e-3, rel=1e-5)
 
 
+def test_the_rnn_config_is_the_rnn_recipe_with_the_same_training_options():
+    rnn, transformer = (yaml.safe_load(T.config(250, m)) for m in ("rnn", "transformer"))
+    assert (rnn["encoder_type"], rnn["decoder_type"], rnn["rnn_type"]) == ("brnn", "rnn", "GRU")
+    assert rnn["global_attention"] == "general" and rnn["input_feed"] == 1 and rnn["bridge"]
+    assert (rnn["hidden_size"], rnn["word_vec_size"], rnn["dropout"]) == (256, 256, [0.3])
+    assert not rnn["share_embeddings"] and "heads" not in rnn
+    same = ("batch_size", "learning_rate", "decay_method", "warmup_steps", "label_smoothing")
+    assert all(rnn[k] == transformer[k] for k in same)
+
+
 def test_prepare_writes_the_corpus_the_pieces_and_the_config(tmp_path):
     vocab = SubwordVocab.build(EN + DE, size=60)
     torch.manual_seed(0)
