@@ -145,16 +145,15 @@ def test_a_prefix_needs_its_languages_and_its_files(tmp_path, capsys):
                 "de",
                 "--tgt-lang",
                 "en",
-                "--skip-bad-lines",
+                "--columns",
+                "source=de,target=en",
                 "--out",
                 str(tmp_path / "r"),
             ]
         )
         == 2
     )
-    assert (
-        "--skip-bad-lines: not an option of the translate format moses" in capsys.readouterr().err
-    )
+    assert "--columns: not an option of the translate format moses" in capsys.readouterr().err
     assert (
         main(
             [
@@ -190,6 +189,10 @@ def test_unusable_pairs_are_named_and_blank_pairs_left_out(tmp_path, caplog):
     assert [pairs.origin(i) for i in range(2)] == [f"{src}:1", f"{src}:6"]
     assert "dropped 3 of 5 pairs as unusable" in caplog.text
     assert "1 lines blank on both sides left out" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="attnkit"):
+        assert list(read_moses(src, target=tgt, skip_bad_lines=True)) == list(pairs)
+    assert "dropped 3 of 5 pairs as unusable (1 not UTF-8, 1 empty target" in caplog.text
     src.write_text("kurz\n" + "x" * 20 + "\n", encoding="utf-8")
     tgt.write_text("short\nlong\n", encoding="utf-8")
     with pytest.raises(

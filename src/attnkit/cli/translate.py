@@ -65,7 +65,7 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
     data.add_argument(
         "--skip-bad-lines",
         action="store_true",
-        help="tsv: skip bad lines (counted in a warning) instead of stopping",
+        help="tsv, moses: skip bad lines (counted in a warning) instead of stopping",
     )
     add_limit_arg(data, "translate")
     data.add_argument(

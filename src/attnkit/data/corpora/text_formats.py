@@ -119,16 +119,21 @@ def read_moses(
     tgt_lang: str | None = None,
     max_chars: int | None = MAX_CHARS,
     max_unusable: float = MAX_UNUSABLE,
+    skip_bad_lines: bool = False,
 ) -> TextPairs:
     """The pairs of a Moses corpus (see the module docstring; the files as
     :func:`moses_files` finds them), kept on disk; origins name the source file's lines.
+    A pair that cannot be used (not UTF-8, a side empty or longer than ``max_chars``) is
+    dropped and counted, up to ``max_unusable`` of them, or every one with
+    ``skip_bad_lines`` (a warning gives the counts and the first lines).
 
     Raises:
         DataError: files of different line counts (both named, with their counts); none of
             the pairs usable, or more than ``max_unusable`` of them not.
     """
     source, target = moses_files(path, target, src_lang, tgt_lang)
-    unusable = Unusable(f"{source} + {target}", max_unusable=max_unusable, what="pairs")
+    limit = 1.0 if skip_bad_lines else max_unusable
+    unusable = Unusable(f"{source} + {target}", max_unusable=limit, what="pairs")
     blank = [0]
     pairs = TextPairs.collect(_aligned(source, target, max_chars, unusable, blank), source)
     unusable.check(len(pairs))
