@@ -115,7 +115,7 @@ def test_unlikelihood_adds_its_weighted_mean_per_target_token_to_the_loss():
     both, same_tokens = weighted.loss(model, batch)
     logits, _ = model(batch["src"], batch["src_len"], batch["tgt_in"])
     unlikely = token_unlikelihood(logits, batch["tgt_out"], PAD)
-    assert float(unlikely) > 0 and same_tokens == tokens
+    assert float(unlikely.detach()) > 0 and same_tokens == tokens
     torch.testing.assert_close(both, ce + 0.5 * unlikely / tokens)
     assert weighted.config()["batching"]["unlikelihood"] == 0.5
     assert "unlikelihood" not in plain.config()["batching"]
