@@ -24,9 +24,9 @@ __all__ = ["MIN_ONE_MINUS_P", "token_unlikelihood", "token_unlikelihood_referenc
 MIN_ONE_MINUS_P = 1e-5
 
 
-def _log_softmax(logits: torch.Tensor) -> torch.Tensor:
-    """Over the last dim, in float32 at least (float64 stays)."""
-    return F.log_softmax(logits if logits.dtype == torch.float64 else logits.float(), dim=-1)
+def _compute_dtype(logits: torch.Tensor) -> torch.Tensor:
+    """``logits`` in float32 at least (float64 stays)."""
+    return logits if logits.dtype == torch.float64 else logits.float()
 
 
 def token_unlikelihood(logits: torch.Tensor, target: torch.Tensor, pad: int) -> torch.Tensor:
@@ -45,10 +45,11 @@ def token_unlikelihood(logits: torch.Tensor, target: torch.Tensor, pad: int) -> 
             f"target: expected shape (B, T) = {tuple(logits.shape[:2])}, got {tuple(target.shape)}"
         )
     b, t, _ = logits.shape
-    log_p = _log_softmax(logits)  # (B, T, V)
+    x = _compute_dtype(logits)
     # cand[b, i, j]: log p_i(target[b, j]), the probability at position i of the token that
-    # position j should write
-    cand = log_p.gather(2, target[:, None, :].expand(b, t, t))  # (B, T, T)
+    # position j should write: the T logits it needs, less the log-normaliser, without a
+    # second (B, T, V) tensor of log-probabilities beside the cross-entropy's
+    cand = x.gather(2, target[:, None, :].expand(b, t, t)) - x.logsumexp(-1, keepdim=True)
     same = target[:, :, None] == target[:, None, :]  # (B, T, T)
     earlier = torch.ones(t, t, dtype=torch.bool, device=target.device).tril(-1)  # j < i
     # position j holds the first occurrence of its token: no k < j writes the same token
@@ -63,7 +64,7 @@ def token_unlikelihood_reference(
     logits: torch.Tensor, target: torch.Tensor, pad: int
 ) -> torch.Tensor:
     """:func:`token_unlikelihood` written as loops over examples and positions."""
-    log_p = _log_softmax(logits)
+    log_p = F.log_softmax(_compute_dtype(logits), dim=-1)
     total = log_p.new_zeros(())
     for b in range(target.shape[0]):
         for t in range(target.shape[1]):
