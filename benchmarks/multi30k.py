@@ -48,14 +48,25 @@ def recipe(pair: str, model: str) -> str:
     return f"multi30k-{pair}" + ("-rnn" if model == "rnn" else "")
 
 
-def train(data: Path, recipe: str, out: Path, budget: float | None, steps: int | None) -> None:
-    """``attnkit train translate --recipe RECIPE`` on ``data`` into ``out``."""
+def train(
+    data: Path,
+    recipe: str,
+    out: Path,
+    budget: float | None,
+    steps: int | None,
+    unlikelihood: float | None = None,
+) -> None:
+    """``attnkit train translate --recipe RECIPE`` on ``data`` into ``out``.
+
+    ``unlikelihood`` adds the token-level unlikelihood loss with that weight to the recipe.
+    """
     src, tgt = recipe.split("-")[1:3]
     argv = ["train", "translate", "--recipe", recipe, "--out", str(out)]
     argv += ["--train", str(data / f"train.{src}.gz"), str(data / f"train.{tgt}.gz")]
     argv += ["--valid", str(data / f"val.{src}.gz"), str(data / f"val.{tgt}.gz")]
     argv += [] if budget is None else ["--time-budget", str(budget)]
     argv += [] if steps is None else ["--steps", str(steps)]
+    argv += [] if unlikelihood is None else ["--unlikelihood", str(unlikelihood)]
     argv += ["--no-progress", "--plot", "0"]
     if attnkit(argv) != 0:
         raise SystemExit(f"training failed: attnkit {' '.join(argv)}")
@@ -126,13 +137,28 @@ def main(argv=None) -> int:
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--limit", type=int, help="the first N sentences of each test set")
     p.add_argument("--steps", type=int, help="training steps at most (default: the recipe's)")
+    p.add_argument(
+        "--unlikelihood",
+        type=float,
+        metavar="ALPHA",
+        help="train with the token-level unlikelihood loss of this weight beside the recipe's",
+    )
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     settings: dict = {"pair": args.pair, "recipe": recipe(args.pair, args.model), "beam": args.beam}
+    if args.unlikelihood is not None:
+        settings["unlikelihood"] = args.unlikelihood
     if args.checkpoint is None and not (args.out / "checkpoint").exists():
         start = time.perf_counter()
-        train(args.data, settings["recipe"], args.out, args.time_budget, args.steps)
+        train(
+            args.data,
+            settings["recipe"],
+            args.out,
+            args.time_budget,
+            args.steps,
+            args.unlikelihood,
+        )
         settings["train_s"] = round(time.perf_counter() - start, 1)
     checkpoint = args.checkpoint or str(args.out / "checkpoint-best")
     rows = score(checkpoint, args.data, args.pair, args.beam, args.limit)

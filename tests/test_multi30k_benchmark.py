@@ -5,6 +5,7 @@ is beam-decoded and scored, and the JSON names the run and sacreBLEU's signature
 import gzip
 import json
 
+from attnkit.train import load_checkpoint
 from benchmarks import multi30k
 
 EN = ["A dog runs.", "Two men sit.", "A girl sings.", "A cat sleeps."]
@@ -24,13 +25,15 @@ def test_the_benchmark_trains_and_scores_each_test_set(tmp_path, capsys):
         write_raw(raw, f"{split}.de.gz", DE)
     out, report = tmp_path / "run", tmp_path / "multi30k.json"
     argv = ["--data", str(raw), "--out", str(out), "--steps", "2", "--beam", "2"]
-    assert multi30k.main([*argv, "--json", str(report)]) == 0
+    assert multi30k.main([*argv, "--unlikelihood", "0.5", "--json", str(report)]) == 0
     printed = capsys.readouterr().out
     assert "sacreBLEU: nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in printed
     data = json.loads(report.read_text())
     assert [row["test set"] for row in data["rows"]] == ["test_2016_flickr", "test_2017_mscoco"]
     assert all(row["sentences"] == 4 and 0 <= row["bleu"] <= 100 for row in data["rows"])
     assert data["run"]["steps"] == 2 and data["beam"] == 2 and "train_s" in data
+    assert data["unlikelihood"] == 0.5
+    assert load_checkpoint(out / "checkpoint").config["batching"]["unlikelihood"] == 0.5
     # a run already trained is scored again without training
     assert multi30k.main(argv) == 0
     assert json.loads((out / "checkpoint" / "trainer.json").read_text())["step"] == 2
