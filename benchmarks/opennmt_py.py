@@ -242,10 +242,14 @@ def convert(model: Transformer, vocab, out: Path) -> Path:
     return out / MODEL
 
 
-def load_translation(checkpoint: Path):
-    """attnkit's Transformer of ``checkpoint`` and its one vocabulary (source = target)."""
+def load_translation(checkpoint: Path, transformer: bool = True):
+    """attnkit's translation model of ``checkpoint`` and its one vocabulary (source = target).
+
+    ``transformer``: the model must be a Transformer (the ones this benchmark converts); a
+    caller that reads only the vocabulary passes False.
+    """
     model, ck = load_task_model(checkpoint, "translate")
-    if not isinstance(model, Transformer):
+    if transformer and not isinstance(model, Transformer):
         raise ValueError(
             f"--checkpoint: {checkpoint} holds a {model.model_name}; expected a Transformer"
         )

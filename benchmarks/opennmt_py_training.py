@@ -155,7 +155,7 @@ def prepare(
     out: Path, data: Path, checkpoint: Path, save_every: int, model: str = "transformer"
 ) -> None:
     """Corpus files, SentencePiece model, vocabulary and config (of ``model``) in ``out``."""
-    _, vocab = load_translation(checkpoint)
+    _, vocab = load_translation(checkpoint, transformer=False)
     out.mkdir(parents=True, exist_ok=True)
     for part in ("train", "val"):
         for lang in ("en", "de"):

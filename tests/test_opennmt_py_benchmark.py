@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from attnkit.data import SubwordVocab, pad_batch
 from attnkit.models import Transformer, model_config
+from attnkit.models.registry import Model
 from attnkit.tokens import BOS, EOS
 from attnkit.train import save_checkpoint
 from benchmarks import opennmt_py
@@ -39,7 +40,7 @@ def vocab():
     return SubwordVocab.build(EN + DE, size=60)
 
 
-def save_translation(path: Path, model: Transformer, vocab) -> Path:
+def save_translation(path: Path, model: Model, vocab) -> Path:
     """``model`` saved at ``path`` as a translation checkpoint with ``vocab`` on both sides."""
     save_checkpoint(
         path,

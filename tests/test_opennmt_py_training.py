@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from attnkit.data import SubwordVocab
-from attnkit.models import Transformer
+from attnkit.models import Seq2Seq, Transformer
 from benchmarks import opennmt_py_training as T
 from tests.test_opennmt_py_benchmark import save_translation
 
@@ -53,26 +53,33 @@ def test_the_rnn_config_is_the_rnn_recipe_with_the_same_training_options():
     assert all(rnn[k] == transformer[k] for k in same)
 
 
-def test_prepare_writes_the_corpus_the_pieces_and_the_config(tmp_path):
+@pytest.mark.parametrize("model", ["transformer", "rnn"])
+def test_prepare_writes_the_corpus_the_pieces_and_the_config(tmp_path, model):
+    """Either recipe's checkpoint gives the vocabulary (the RNN run's own, for --model rnn)."""
     vocab = SubwordVocab.build(EN + DE, size=60)
     torch.manual_seed(0)
     v = len(vocab)
-    model = Transformer(v, v, d_model=16, heads=2, layers=1, ff=32, shared_embeddings=True)
-    ckpt = save_translation(tmp_path / "ckpt", model, vocab)
+    if model == "rnn":
+        net = Seq2Seq(v, v, kind="luong", emb=8, hidden=8, input_feeding=True)
+    else:
+        net = Transformer(v, v, d_model=16, heads=2, layers=1, ff=32, shared_embeddings=True)
+    ckpt = save_translation(tmp_path / "ckpt", net, vocab)
     data = tmp_path / "data"
     data.mkdir()
     for part in ("train", "val"):
         _write(data, f"{part}.en.gz", EN)
         _write(data, f"{part}.de.gz", DE)
     out = tmp_path / "onmt"
-    T.prepare(out, data, ckpt, 100)
+    T.prepare(out, data, ckpt, 100, model)
     assert (out / "train.de").read_text("utf-8").splitlines() == DE
     assert (out / T.SUBWORDS).read_bytes() == vocab.model
     pieces = [line.split("\t") for line in (out / T.VOCAB).read_text("utf-8").splitlines()]
     assert all(count == "1" and piece.split() == [piece] for piece, count in pieces)
     specials = {"<s>", "</s>", "<unk>", "<pad>"}
     assert len(pieces) == sum(vocab.sp.id_to_piece(i) not in specials for i in range(v))
-    assert yaml.safe_load((out / T.CONFIG).read_text())["save_checkpoint_steps"] == 100
+    options = yaml.safe_load((out / T.CONFIG).read_text())
+    assert options["save_checkpoint_steps"] == 100
+    assert options["encoder_type"] == {"rnn": "brnn", "transformer": "transformer"}[model]
 
 
 def test_checkpoints_are_timed_from_the_start_and_picked_before_each_mark(tmp_path):
