@@ -1,6 +1,6 @@
 """``attnkit train asr --synthetic-share``: a corpus (a tiny AN4 folder in CMU's layout, its
-digit utterances) mixed with built-in synthesised speech, the share kept, the audio of both
-augmented; refused without --train."""
+digit utterances) mixed with built-in synthesised speech (zeros said "oh" at --say-oh), the
+share kept, the audio of both augmented; refused without --train."""
 
 import json
 import shutil
@@ -30,6 +30,7 @@ def test_synthetic_share_mixes_built_in_speech_with_an4s_digits(tmp_path, capsys
     out = tmp_path / "run"
     corpus = ["--train", str(root), "--valid", str(root), "--format", "an4", "--words", "digits"]
     mix = ["--synthetic-share", "0.5", "--kinds", "digits", "--cache-dir", str(tmp_path / "cache")]
+    says = ["--say-oh", "0.5"]
     steps = [
         "--steps",
         "2",
@@ -40,11 +41,11 @@ def test_synthetic_share_mixes_built_in_speech_with_an4s_digits(tmp_path, capsys
         "--transcripts",
         "normalize",
     ]
-    assert main(["train", "asr", *corpus, *mix, *steps, "--out", str(out), *TINY]) == 0
+    assert main(["train", "asr", *corpus, *mix, *says, *steps, "--out", str(out), *TINY]) == 0
     config = json.loads((out / "checkpoint" / "config.json").read_text())["config"]
     data = config["data"]
     # train_nodev's digit strings: "two six", "nine nine"; as many built-in ones
-    assert data["n_synthetic"] == 2 and data["synthetic_share"] == 0.5
+    assert data["n_synthetic"] == 2 and data["synthetic_share"] == 0.5 and data["say_oh"] == 0.5
     assert data["engines"] == ["espeak-ng"] and data["built_in"] == ["digits"]
     (cache,) = (tmp_path / "cache").iterdir()
     assert cache.name.startswith("train-2-") and (cache / "audio.safetensors").exists()

@@ -32,15 +32,21 @@ def test_out_of_range_training_options_are_usage_errors(tmp_path, capsys, option
     assert not (tmp_path / "r").exists()
 
 
-@pytest.mark.parametrize("value", ["20,10", "0,50", "20,201", "20", "a,b"])
-def test_an_espeak_consonants_range_out_of_bounds_is_a_usage_error(tmp_path, capsys, value):
+LOUDNESS = "invalid loudness range (LOW,HIGH, ints with 1 <= LOW <= HIGH <= 200) value"
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        *(("--espeak-consonants", v, LOUDNESS) for v in ("20,10", "0,50", "20,201", "20", "a,b")),
+        *(("--say-oh", v, "invalid probability in [0, 1] value") for v in ("1.5", "-0.1", "nan")),
+    ],
+)
+def test_out_of_range_speech_options_are_usage_errors(tmp_path, capsys, option, value, message):
     with pytest.raises(SystemExit) as exc:
-        main(["train", "asr", "--out", str(tmp_path / "r"), "--espeak-consonants", value])
+        main(["train", "asr", "--out", str(tmp_path / "r"), option, value])
     assert exc.value.code == 2
-    assert (
-        f"argument --espeak-consonants: invalid loudness range (LOW,HIGH, ints with 1 <= "
-        f"LOW <= HIGH <= 200) value: '{value}'"
-    ) in capsys.readouterr().err
+    assert f"argument {option}: {message}: '{value}'" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
 
 

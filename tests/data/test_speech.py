@@ -269,6 +269,51 @@ def test_consonants_are_drawn_for_espeak_utterances_only_and_change_nothing_else
     )
 
 
+@needs_espeak
+def test_oh_says_zeros_of_digit_strings_and_changes_nothing_else():
+    plain = plan_utterances(300, seed=4, kinds=("digits", "numbers"), engines=("espeak-ng", "pico"))
+    said = plan_utterances(
+        300, seed=4, kinds=("digits", "numbers"), engines=("espeak-ng", "pico"), oh=0.5
+    )
+    assert [dataclasses.replace(u, spoken=None) for u in said] == plain
+    assert all(u.spoken is None and u.said == u.transcript for u in plain)
+    zeros = [u for u in said if u.kind == "digits" and "zero" in u.transcript.split()]
+    for u in said:
+        if u.spoken is None:
+            continue
+        assert u.kind == "digits" and u.said == u.spoken
+        pairs = list(zip(u.transcript.split(), u.spoken.split(), strict=True))
+        assert all(s == t or (t, s) == ("zero", "oh") for t, s in pairs)
+    oh = sum(w == "oh" for u in said if u.spoken for w in u.spoken.split())
+    n = sum(u.transcript.split().count("zero") for u in zeros)
+    # each of n zeros said "oh" with probability 1/2: within 4 standard deviations
+    assert n > 50 and abs(oh - n / 2) <= 4 * math.sqrt(n / 4)
+    always = plan_utterances(300, seed=4, kinds=("digits", "numbers"), oh=1)
+    assert all(
+        u.said == u.transcript.replace("zero", "oh")
+        for u in always
+        if u.kind == "digits" or u.spoken is not None
+    )
+
+
+@needs_espeak
+def test_an_utterance_is_synthesised_from_what_it_says():
+    u = next(
+        u for u in plan_utterances(40, seed=1, kinds=("digits",), oh=1) if u.spoken is not None
+    )
+    audio = speech.utterance_audio(u)
+    assert torch.equal(
+        audio, speech.utterance_audio(dataclasses.replace(u, transcript=u.spoken, spoken=None))
+    )
+    assert not torch.equal(audio, speech.utterance_audio(dataclasses.replace(u, spoken=None)))
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, "half", math.nan])
+def test_bad_oh_is_refused(bad):
+    with pytest.raises(ValueError, match=r"oh: expected a probability in \[0, 1\], got"):
+        plan_utterances(3, oh=bad)
+
+
 def _f0(samples: torch.Tensor, rate: int) -> float:
     """The median fundamental frequency (Hz) of the voiced frames, by Praat."""
     import parselmouth

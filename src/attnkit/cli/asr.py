@@ -101,6 +101,15 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
         "(validation: --valid's alone; default 0: none)",
     )
     data.add_argument(
+        "--say-oh",
+        type=argtypes.probability,
+        default=0.0,
+        metavar="P",
+        help='built-in training digit strings say each zero as "oh" with probability P, '
+        'their transcripts keeping "zero" (people reading digits aloud say both; AN4\'s '
+        'references write OH as ZERO); default 0: always "zero"',
+    )
+    data.add_argument(
         "--espeak-consonants",
         metavar="LOW,HIGH",
         type=argtypes.int_range(*ESPEAK_CONSONANTS, "loudness range"),
@@ -207,7 +216,8 @@ def _speech(
         n = common.synthetic_count(len(train), args.synthetic_share)
         if n:
             log.info("mixing %d built-in utterances with the %d of --train", n, len(train))
-            train = joined_speech([train, speech_dataset(n, split="train", audio=audio, **kw)])
+            built_in = speech_dataset(n, split="train", audio=audio, oh=args.say_oh, **kw)
+            train = joined_speech([train, built_in])
         if valid is not None:
             return train, valid
         n = min(100, len(train))
@@ -220,7 +230,12 @@ def _speech(
         )
     return (
         speech_dataset(
-            args.n_train, split="train", audio=audio, consonants=args.espeak_consonants, **kw
+            args.n_train,
+            split="train",
+            audio=audio,
+            consonants=args.espeak_consonants,
+            oh=args.say_oh,
+            **kw,
         ),
         speech_dataset(args.n_valid, split="valid", **kw),
     )
@@ -270,6 +285,7 @@ def run_train(args: argparse.Namespace) -> int:
                     "n_synthetic": len(train.features.parts[-1]),
                     "built_in": list(args.kinds),
                     "engines": list(args.engines),
+                    **({"say_oh": args.say_oh} if args.say_oh else {}),
                 }
                 if isinstance(train.features, JoinedFeatures)
                 else {}
@@ -284,6 +300,7 @@ def run_train(args: argparse.Namespace) -> int:
                 if args.espeak_consonants
                 else {}
             ),
+            **({"say_oh": args.say_oh} if args.say_oh else {}),
             "n_train": args.n_train,
             "n_valid": args.n_valid,
             "normalize": per_utterance,

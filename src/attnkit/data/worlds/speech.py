@@ -193,7 +193,9 @@ class Utterance:
     ``noise_snr_db`` the signal-to-noise ratio of added white noise (``None``: clean), drawn
     with ``noise_seed``; ``tract`` gnuspeech's settings that replace the voice's own, as
     ``(name, value)`` pairs (:func:`attnkit.data.worlds.synthesis.gnuspeech_tract`); ``consonants``
-    espeak-ng's unvoiced consonants' loudness in percent (``None``: the voice's own).
+    espeak-ng's unvoiced consonants' loudness in percent (``None``: the voice's own); ``spoken``
+    the words said aloud where they differ from the transcript (``None``: the transcript; a
+    digit string says "oh" where its transcript writes "zero").
     """
 
     kind: str
@@ -209,6 +211,12 @@ class Utterance:
     amplitude: int = 100
     tract: tuple[tuple[str, float], ...] = ()
     consonants: int | None = None
+    spoken: str | None = None
+
+    @property
+    def said(self) -> str:
+        """The words the engine is given: :attr:`spoken`, else the transcript."""
+        return self.transcript if self.spoken is None else self.spoken
 
 
 class _CachedFeatures(FeaturesOnDisk):
@@ -275,6 +283,7 @@ def plan_utterances(
     noise_snr_db: tuple[float, float] | None = None,
     engines: tuple[str, ...] = ("espeak-ng",),
     consonants: tuple[int, int] | None = None,
+    oh: float = 0.0,
 ) -> list[Utterance]:
     """The ``n`` utterances of ``split`` (text, engine, voice, speed, pitch, noise), without
     audio.
@@ -284,7 +293,10 @@ def plan_utterances(
     (:data:`ENGINES`), then its voice from the split's voices of that engine.
     ``noise_snr_db=(low, high)`` adds white noise at an SNR drawn uniformly from that range
     in dB; ``consonants=(low, high)`` each espeak-ng utterance's unvoiced consonants at a
-    loudness drawn uniformly from that range, in percent (:func:`synthesize`).
+    loudness drawn uniformly from that range, in percent (:func:`synthesize`); ``oh`` the
+    probability that a digit string says each of its zeros "oh", as people reading digits
+    aloud often do (the transcript keeps "zero"; drawn after every other choice, so an
+    example's other draws are those of ``oh=0``).
     """
     if split not in SPLITS:
         raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
@@ -294,6 +306,8 @@ def plan_utterances(
         raise ValueError(f"engines: expected a non-empty subset of {ENGINES}, got {engines!r}")
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"n: expected a non-negative int, got {n!r}")
+    if not (isinstance(oh, (int, float)) and 0 <= oh <= 1):
+        raise ValueError(f"oh: expected a probability in [0, 1], got {oh!r}")
     if noise_snr_db is not None and not (
         len(noise_snr_db) == 2 and noise_snr_db[0] <= noise_snr_db[1]
     ):
@@ -340,6 +354,10 @@ def plan_utterances(
         if engine == "gnuspeech" and speakers.gnuspeech_tract:
             tract = tuple(gnuspeech_tract(rng).items())
         loudness = rng.randint(*consonants) if engine == "espeak-ng" and consonants else None
+        spoken = None
+        if oh and kind == "digits" and "zero" in transcript.split():
+            words = ["oh" if w == "zero" and rng.random() < oh else w for w in transcript.split()]
+            spoken = " ".join(words) if "oh" in words else None
         out.append(
             Utterance(
                 kind,
@@ -355,6 +373,7 @@ def plan_utterances(
                 amplitude,
                 tract,
                 loudness,
+                spoken,
             )
         )
     return out
@@ -385,7 +404,7 @@ def utterances_audio(plan: Sequence[Utterance]) -> list[torch.Tensor]:
 def _spoken_item(u: Utterance) -> tuple:
     """The item :func:`festival_many`, :func:`gnuspeech_many` or :func:`pico_many` takes for
     ``u``."""
-    item = (u.transcript, u.voice, u.speed, u.pitch)
+    item = (u.said, u.voice, u.speed, u.pitch)
     return (*item, dict(u.tract)) if u.engine == "gnuspeech" else item
 
 
@@ -408,7 +427,7 @@ def _chunk_audio(plan: Sequence[Utterance]) -> list[torch.Tensor]:
             spoken[i]
             if i in spoken
             else synthesize(
-                u.transcript,
+                u.said,
                 voice=u.voice,
                 speed=u.speed,
                 pitch=u.pitch,
@@ -452,11 +471,13 @@ def speech_dataset(
     audio: bool = False,
     engines: tuple[str, ...] = ("espeak-ng",),
     consonants: tuple[int, int] | None = None,
+    oh: float = 0.0,
 ) -> SpeechSet:
     """``n`` synthesised utterances of ``split`` as log-mel features, cached under ``cache_dir``.
 
     ``engines`` are the synthesisers drawn from, ``consonants`` the range of espeak-ng's
-    unvoiced consonants' loudness (:func:`plan_utterances`). The first call
+    unvoiced consonants' loudness, ``oh`` the probability of a digit's zero said "oh"
+    (:func:`plan_utterances`). The first call
     synthesises with ``workers`` synthesiser processes at a time and writes
     ``cache_dir/<split>-<n>-<hash of the settings>/`` (``features.safetensors`` and
     ``index.json``); a later call with the same settings reads it without running espeak-ng.
@@ -483,6 +504,7 @@ def speech_dataset(
         noise_snr_db=noise_snr_db,
         engines=engines,
         consonants=consonants,
+        oh=oh,
     )
     settings = {
         "version": CACHE_VERSION,
@@ -505,6 +527,8 @@ def speech_dataset(
         settings["pico"] = pico_version()
     if consonants is not None and "espeak-ng" in engines:
         settings["consonants"] = list(consonants)
+    if oh and "digits" in kinds:  # absent at 0: the caches written before it stay valid
+        settings["oh"] = oh
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     folder = Path(cache_dir) / f"{split}-{n}-{key}"
     if not (folder / "index.json").exists():
