@@ -225,6 +225,21 @@ def test_a_tensor_twice_in_the_state_is_reordered_once_and_stays_one():
     assert out["memory"] is kept
 
 
+def test_take_rows_is_index_select_and_keeps_one_element_tensors_one():
+    from attnkit.decoding.search import take_rows
+
+    rows = torch.tensor([2, 0, 0, 1])
+    x = torch.arange(24.0).reshape(3, 4, 2)
+    assert torch.equal(take_rows(x, rows), x.index_select(0, rows))
+    assert torch.equal(take_rows(x[:, ::2], rows), x[:, ::2].index_select(0, rows))
+    one = torch.full((), 7.0).expand(3, 4, 2)  # a cache's placeholder: every stride 0
+    out = take_rows(one, rows)
+    assert out.shape == (4, 4, 2) and not any(out.stride()) and (out == 7).all()
+    assert out.untyped_storage().data_ptr() == one.untyped_storage().data_ptr()
+    assert take_rows(one, rows[:0]).shape == (0, 4, 2)
+    assert torch.equal(take_rows(one[:0], rows[:0]), one[:0].index_select(0, rows[:0]))
+
+
 @torch.no_grad()
 def test_the_best_stop_ends_when_the_most_probable_has_finished():
     """From BOS, EOS (log P -0.5) is more probable than token 4 (-1.0), after which 4 costs

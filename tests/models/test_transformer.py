@@ -75,6 +75,40 @@ def test_extend_equals_prepare_on_the_concatenation():
         attn.extend(cache, keys[:1])
 
 
+def test_decoding_caches_keep_only_the_prepared_keys_and_values():
+    """Without gradients a step's self-attention cache holds the keys as given as zeros that
+    store one element (nothing reads them); with gradients it keeps them. The steps agree."""
+    model = _model()
+    src, src_len, tgt_in = toy_batch(t=6)
+    kept = model.start(src, src_len)
+    with torch.no_grad():
+        state = model.start(src, src_len)
+    for t in range(tgt_in.shape[1]):
+        lp, kept, w = model.step(tgt_in[:, t], kept)
+        with torch.no_grad():
+            lp_, state, w_ = model.step(tgt_in[:, t], state)
+        torch.testing.assert_close(lp_, lp.detach())
+        torch.testing.assert_close(w_, w.detach())
+    for cache, full in zip(state["cache"], kept["cache"], strict=True):
+        assert cache.value is cache.key and cache.key.shape == full.key.shape == (3, 6, 16)
+        assert not any(cache.key.stride()) and not cache.key.any()
+        assert all(full.key.stride()) and full.key.requires_grad
+        torch.testing.assert_close(cache.key_features, full.key_features.detach())
+
+
+def test_beam_search_reorders_placeholder_caches_as_kept_ones():
+    """Beam search over caches without the keys as given returns what it returns over caches
+    that keep them (gradients on: nothing is dropped)."""
+    model = _model()
+    src, src_len, _ = toy_batch(t=6)
+    kw = dict(batch_size=3, bos=1, eos=2, pad=0, max_len=8, beam_size=4, n_best=4)
+    kept = beam_search(model.step, model.start(src, src_len), **kw)
+    with torch.no_grad():
+        light = beam_search(model.step, model.start(src, src_len), **kw)
+    assert torch.equal(light.tokens, kept.tokens) and torch.equal(light.lengths, kept.lengths)
+    torch.testing.assert_close(light.scores, kept.scores.detach())
+
+
 def test_beam_one_equals_greedy_and_beam_reorders_the_cache():
     model = _model()
     src, src_len, _ = toy_batch(t=6)

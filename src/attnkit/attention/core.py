@@ -20,6 +20,7 @@ from attnkit.attention.masks import KeyLayout, non_finite_keys, zero_padding
 from attnkit.attention.step import GradSink
 from attnkit.checks import describe
 from attnkit.ops.precision import upcast
+from attnkit.ops.tracing import exporting
 
 
 class AttentionOutput(NamedTuple):
@@ -43,7 +44,9 @@ class Memory(NamedTuple):
     (key projections of the score, per-head splits) saves that work at each step.
 
     Attributes:
-        key: ``(B, Tk, Dk)`` as given; value: ``(B, Tk, Dv)`` as given.
+        key: ``(B, Tk, Dk)`` as given; value: ``(B, Tk, Dv)`` as given (in a cache extended
+            with ``keep_inputs=False``, zeros of those shapes that store one element: see
+            :func:`extend_memory`).
         key_features: ``(B, H, Tk, F)`` prepared keys; values: ``(B, H, Tk, Dv')`` per head.
         owner: the module that prepared them (only it can use them).
         sink: where one-query steps (every score) sum their key/value gradients, or None
@@ -76,10 +79,18 @@ class Memory(NamedTuple):
         return self.checked and self.bad is None
 
 
-def extend_memory(memory: Memory | None, new: Memory, owner: torch.nn.Module) -> Memory:
+def extend_memory(
+    memory: Memory | None, new: Memory, owner: torch.nn.Module, *, keep_inputs: bool = True
+) -> Memory:
     """``memory`` with the keys and values of ``new`` appended along ``Tk``; both prepared by
     ``owner`` (``memory=None``: ``new`` itself). Equals preparing the concatenated keys and
     values at once.
+
+    ``keep_inputs=False``: where no call can read the keys and values as given (both memories
+    checked by ``prepare``, no gradient to them), the result keeps only the prepared keys and
+    values, its ``key`` and ``value`` zeros of their shapes that store one element (what an
+    exported decoder's state holds too): an incremental decoder's cache then has a third less
+    to copy at each step. Otherwise they are kept.
 
     Raises:
         ValueError: ``memory`` prepared by another module, or of another batch size.
@@ -106,19 +117,43 @@ def extend_memory(memory: Memory | None, new: Memory, owner: torch.nn.Module) ->
             ],
             dim=1,
         )
-    key = torch.cat([memory.key, new.key], dim=1)
     # Keys that are their values (self-attention) stay one tensor: one copy, and one for
     # beam search to reorder.
     same = memory.value is memory.key and new.value is new.key
+    if not keep_inputs and _inputs_unread(memory) and _inputs_unread(new):
+        tk = memory.key.shape[1] + new.key.shape[1]
+        key = _placeholder(new.key, tk)
+        value = key if same else _placeholder(new.value, tk)
+    else:
+        key = torch.cat([memory.key, new.key], dim=1)
+        value = key if same else torch.cat([memory.value, new.value], dim=1)
     return Memory(
         key,
-        key if same else torch.cat([memory.value, new.value], dim=1),
+        value,
         torch.cat([memory.key_features, new.key_features], dim=2),
         torch.cat([memory.values, new.values], dim=2),
         owner,
         checked=memory.checked and new.checked,
         bad=bad,
     )
+
+
+def _inputs_unread(memory: Memory) -> bool:
+    """No call over ``memory`` reads its keys and values as given: ``prepare`` checked them
+    (so padding needs no zeroing per call) and no gradient flows to them; not while exporting
+    (a graph keeps the shapes it traces)."""
+    return (
+        not exporting()
+        and memory.checked
+        and memory.sink is None
+        and not (memory.key.requires_grad or memory.value.requires_grad)
+    )
+
+
+def _placeholder(x: torch.Tensor, tk: int) -> torch.Tensor:
+    """Zeros ``(B, tk, D)`` in the batch size, feature size, dtype and device of ``x``
+    ``(B, T, D)``, one element stored (every stride 0)."""
+    return x.new_zeros(()).expand(x.shape[0], tk, x.shape[2])
 
 
 @dataclass

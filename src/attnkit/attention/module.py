@@ -300,13 +300,20 @@ class Attention(nn.Module):
         return Memory(memory_key, memory_value, kf, v, self, sink, checked, bad)
 
     def extend(
-        self, memory: Memory | None, key: torch.Tensor, value: torch.Tensor | None = None
+        self,
+        memory: Memory | None,
+        key: torch.Tensor,
+        value: torch.Tensor | None = None,
+        *,
+        keep_inputs: bool = True,
     ) -> Memory:
         """Append keys ``(B, Tn, Dk)`` and values ``(B, Tn, Dv)`` to a prepared ``memory``.
 
         The key/value cache of incremental decoding: a decoder's self-attention prepares only
         the new step's keys and values and attends over everything so far. ``memory=None``
         starts a new one. Equals :meth:`prepare` on the concatenated keys and values.
+        ``keep_inputs=False`` drops the keys and values as given where no call needs them
+        (:func:`attnkit.attention.core.extend_memory`): decoding reads only the prepared ones.
 
         Example:
             >>> attn = Attention(8, heads=2)
@@ -317,7 +324,7 @@ class Attention(nn.Module):
             >>> cache.key_features.shape  # (B, H, Tk, F)
             torch.Size([2, 2, 3, 4])
         """
-        return extend_memory(memory, self.prepare(key, value), self)
+        return extend_memory(memory, self.prepare(key, value), self, keep_inputs=keep_inputs)
 
     def forward(
         self,

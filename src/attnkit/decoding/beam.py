@@ -42,6 +42,7 @@ from attnkit.decoding.search import (
     best_of,
     check_beam_options,
     start_beams,
+    take_rows,
 )
 
 __all__ = ["SHRINK_AT", "beam_search"]
@@ -85,7 +86,7 @@ def _cut(state, rows: torch.Tensor, same: tuple, parent: torch.Tensor | None = N
         if not isinstance(x, torch.Tensor):
             return x
         if id(x) not in done:
-            picked = x.index_select(0, rows if id(x) in ids else moved)
+            picked = take_rows(x, rows if id(x) in ids else moved)
             done[id(x)] = (x, picked)  # x kept: its id stays its own
             if id(x) in ids:
                 cut.append(picked)

@@ -319,6 +319,15 @@ def _ranked(hyp: Hypotheses, b: int, s: int) -> Hypotheses:
     )
 
 
+def take_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x.index_select(0, index)``; but a tensor that stores one element (every stride 0, as
+    a decoder cache's placeholder keys: :func:`attnkit.attention.core.extend_memory`) has
+    rows all alike, and stays one element, expanded to ``len(index)`` rows."""
+    if x.dim() and x.shape[0] and not any(x.stride()):
+        return x[:1].expand(len(index), *x.shape[1:])
+    return x.index_select(0, index)
+
+
 def _reorder(state, index: torch.Tensor, keep: tuple = ()):
     """``state`` with the rows of each tensor picked by ``index`` (dim 0), but for the tensors
     in ``keep`` (by identity), which come back as they are. A tensor found twice in ``state``
@@ -330,7 +339,7 @@ def _reorder(state, index: torch.Tensor, keep: tuple = ()):
         if not isinstance(x, torch.Tensor) or id(x) in kept:
             return x
         if id(x) not in done:
-            done[id(x)] = (x, x.index_select(0, index))  # x kept: its id stays its own
+            done[id(x)] = (x, take_rows(x, index))  # x kept: its id stays its own
         return done[id(x)][1]
 
     return tree_map(one, state)

@@ -94,7 +94,8 @@ class _DecoderLayer(nn.Module):
         if positions is None:
             y = y + self.drop(self.self_attn(h, h).context)
         else:
-            cache = self.self_attn.extend(cache, h[:, None])  # keys 0..t
+            # keys 0..t; the cache keeps only the prepared keys and values where it can
+            cache = self.self_attn.extend(cache, h[:, None], keep_inputs=False)
             y = y + self.drop(self.self_attn(h, cache, positions=positions).context)
         ctx, weights = self.cross_attn(
             self.norm2(y), memory, key_lengths=src_len, need_weights=need_weights
