@@ -158,7 +158,7 @@ install-models:
 	@set -e; for pair in $(MODELS); do name=$${pair#*:}; \
 	  [ -f build/pretrained/$$name/config.json ] || { echo "build/pretrained/$$name: not built (make models)"; exit 1; }; \
 	  dst=src/attnkit/pretrained/$$name; mkdir -p $$dst; \
-	  rm -f $$dst/config.json $$dst/model.safetensors $$dst/vocab.json; cp build/pretrained/$$name/* $$dst/; \
+	  for f in config.json model.safetensors vocab.json; do cp build/pretrained/$$name/$$f $$dst/; done; \
 	  echo "installed $$dst: measure its figures again and update $$dst/MODEL_CARD.md"; \
 	done
 

@@ -51,6 +51,7 @@ def test_a_folder_holding_other_files_is_refused_unless_forced(run, tmp_path, ca
         assert (out / "thesis.txt").read_text() == "x"
     assert _export(run / "checkpoint", out, "--format", "checkpoint", "--force") == 0
     assert sorted(p.name for p in out.iterdir()) == [
+        "MODEL_CARD.md",
         "config.json",
         "model.safetensors",
         "vocab.json",
@@ -77,6 +78,30 @@ def test_an_earlier_export_or_an_empty_folder_is_replaced(run, tmp_path, capsys)
     assert _export(run / "checkpoint", out, "--format", "checkpoint") == 0  # again
     assert load_checkpoint(out).optimizer_state is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "run"]
+
+
+def test_a_checkpoint_export_drafts_a_model_card_and_keeps_its_authors(run, tmp_path, capsys):
+    out = tmp_path / "my-model"
+    assert _export(run / "checkpoint", out, "--format", "checkpoint") == 0
+    assert f"wrote {out / 'MODEL_CARD.md'}: a model card drafted" in capsys.readouterr().out
+    card = (out / "MODEL_CARD.md").read_text("utf-8")
+    source = load_checkpoint(run / "checkpoint")
+    trainer = source.trainer_state
+    assert card.startswith("# my-model (model card)\n") and f"`{run / 'checkpoint'}`" in card
+    assert "Task `translate`, model `seq2seq`" in card
+    model = source.config["model"]
+    assert all(f"- `{k}`: " in card for k in model if k != "name")
+    assert f"- `hidden`: {model['hidden']}\n" in card and "`None`" not in card
+    assert f"{trainer['step']} steps (epoch {trainer['epoch']})" in card
+    rows = [line for line in card.splitlines() if line.startswith("| ") and "step" not in line]
+    assert [int(r.split("|")[1]) for r in rows] == [h["step"] for h in trainer["history"]]
+    for part in ("## Model", "## Data", "## Recipe", "## Figures", "## Limits"):
+        assert part in card
+    assert card.count("\nTODO: ") == 5  # what, data, command, held-out figures, limits
+    (out / "MODEL_CARD.md").write_text("# my-model, by its author\n", "utf-8")
+    assert _export(run / "checkpoint", out, "--format", "checkpoint") == 0  # again
+    assert f"kept {out / 'MODEL_CARD.md'} as it was" in capsys.readouterr().out
+    assert (out / "MODEL_CARD.md").read_text("utf-8") == "# my-model, by its author\n"
 
 
 def test_the_checkpoint_being_read_or_another_run_is_never_written_over(run, tmp_path, capsys):

@@ -325,6 +325,7 @@ def test_export_checkpoint_keeps_what_inference_needs_and_decodes_the_same(
         f"wrote {slim} (an inference checkpoint of task translate, "
     )
     assert sorted(f.name for f in slim.iterdir()) == [
+        "MODEL_CARD.md",  # a draft (tests/cli/test_export_out.py)
         "config.json",
         "model.safetensors",
         "vocab.json",

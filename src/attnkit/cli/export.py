@@ -12,12 +12,14 @@ from attnkit.cli import common
 from attnkit.data import load_vocab
 from attnkit.decoding import MAX_OUTPUT_TOKENS
 from attnkit.export import (
+    CARD,
     DEFAULT_OPSET,
     OPSETS,
     RUNNER_FILE,
     check_out,
     export_ctranslate2,
     export_onnx,
+    write_card,
 )
 from attnkit.tasks import asr, loading, ocr, translate
 from attnkit.train import CheckpointError, load_checkpoint, resolve_checkpoint, save_checkpoint
@@ -107,9 +109,25 @@ def run_export(args: argparse.Namespace) -> int:
             k: v.half() if args.quantize and v.is_floating_point() else v
             for k, v in model.state_dict().items()
         }
+        card = out / CARD
+        kept = card.read_text("utf-8") if card.is_file() else None  # its author's, maybe
         save_checkpoint(out, model=weights, config=ck.config, vocab=ck.vocab)
         size = sum(f.stat().st_size for f in args.out.iterdir()) / 2**20
         print(f"wrote {args.out} (an inference checkpoint of task {task}, {size:.1f} MiB)")
+        if kept is not None:
+            card.write_text(kept, "utf-8")
+            print(f"kept {card} as it was")
+        else:
+            write_card(
+                out,
+                source=ck.path,
+                config=ck.config,
+                trainer_state=ck.trainer_state,
+                parameters=sum(p.numel() for p in model.parameters()),
+            )
+            print(
+                f"wrote {card}: a model card drafted from the checkpoint; complete its TODO lines"
+            )
         return 0
     if importlib.util.find_spec("onnx") is None:
         raise ValueError("format: 'onnx' needs the onnx package: pip install 'attnkit[export]'")

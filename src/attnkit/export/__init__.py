@@ -1,8 +1,9 @@
 """Export to ONNX: a model's encoder and one decoder step as graphs, a JSON that says how to
 decode with them, and a numpy-only runner that does (:func:`export_onnx`; ``attnkit export``;
 docs/deploy.md); and a translation Transformer as a CTranslate2 model
-(:func:`export_ctranslate2`)."""
+(:func:`export_ctranslate2`); a model card drafted from a checkpoint (:func:`write_card`)."""
 
+from attnkit.export.card import CARD, write_card
 from attnkit.export.ctranslate2_format import export_ctranslate2
 from attnkit.export.session import ExportedModel, is_export, read_export
 from attnkit.export.writer import (
@@ -20,6 +21,7 @@ from attnkit.export.writer import (
 )
 
 __all__ = [
+    "CARD",
     "DEFAULT_OPSET",
     "ENCODER_FILE",
     "EXPORTER",
@@ -35,4 +37,5 @@ __all__ = [
     "export_onnx",
     "is_export",
     "read_export",
+    "write_card",
 ]

@@ -31,6 +31,7 @@ import torch
 from attnkit.attention import Alignment
 from attnkit.decoding import Decoding
 from attnkit.decoding.loops import MAX_PERIOD, MIN_SPAN, REPEATS, TOLERANCE
+from attnkit.export.card import CARD
 from attnkit.export.ctranslate2_format import CT2_FORMAT, CT2_JSON, CT2_NAMES
 from attnkit.export.decoder_state import flatten
 from attnkit.export.graphs import AXES, CTCGraph, EncoderGraph, StepGraph, model_inputs, next_name
@@ -77,6 +78,7 @@ EXPORT_NAMES = {
     "model.safetensors",
     "vocab.json",
     TRAINER_FILE,
+    CARD,
     *CT2_NAMES,
 }
 
