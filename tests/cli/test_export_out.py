@@ -93,6 +93,8 @@ def test_a_checkpoint_export_drafts_a_model_card_and_keeps_its_authors(run, tmp_
     assert all(f"- `{k}`: " in card for k in model if k != "name")
     assert f"- `hidden`: {model['hidden']}\n" in card and "`None`" not in card
     assert f"{trainer['step']} steps (epoch {trainer['epoch']})" in card
+    batching = source.config["batching"]  # the task's options, apart from the trainer's
+    assert all(f"- `batching.{k}`: " in card for k in batching) and "seed" in batching
     rows = [line for line in card.splitlines() if line.startswith("| ") and "step" not in line]
     assert [int(r.split("|")[1]) for r in rows] == [h["step"] for h in trainer["history"]]
     for part in ("## Model", "## Data", "## Recipe", "## Figures", "## Limits"):

@@ -90,7 +90,7 @@ def draft_card(
         f"{trainer.get('step', '?')} steps (epoch {trainer.get('epoch', '?')}); training options:",
         "",
         *(f"- `{k}`: {_value(v)}" for k, v in sorted(train_config.items())),
-        *(f"- `{k}`: {_value(v)}" for k, v in sorted(config.get("batching", {}).items())),
+        *(f"- `batching.{k}`: {_value(v)}" for k, v in sorted(config.get("batching", {}).items())),
         "",
         f"{TODO} the command that trained it.",
         "",
