@@ -8,7 +8,12 @@ writes JSON.
         --checkpoint builtin:ocr-lines build/runs/ocr-real/checkpoint-best
 
 Reading. Each ``--data`` corpus is a folder of pages (or a page, or a ``.lst`` list, as
-:mod:`attnkit.data.corpora.page_formats` reads them). A document is a folder of pages; when
+:mod:`attnkit.data.corpora.page_formats` reads them), or a folder of line images beside their
+``.gt.txt`` transcriptions (ocropus's and Calamari's layout, read as ``--format gt-txt`` reads
+it: :func:`attnkit.data.corpora.line_formats.read_gt_folder`, every transcription kept,
+characters outside the alphabet too). A line corpus's documents are its folders of lines, or
+in one folder the lines whose names differ only by trailing numbers (``book_1852_0018_022``:
+``book``, as OCR-D names its lines: page and line). A document is a folder of pages; when
 all the pages are in one folder, the pages whose names differ only by a trailing page number
 (``LETTER_01.xml``, ``LETTER_02.xml``) are one document (and when that is every page, the
 folder is, by its name). Every line of every page is cut out
@@ -45,10 +50,11 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import torch
 
+from attnkit.data.corpora.line_formats import GT, read_gt_folder
 from attnkit.data.corpora.page_formats import cut_page, page_files
 from attnkit.data.corpora.page_xml import parse_page
 from attnkit.data.corpora.unusable import FIRST_FEW, Unusable
@@ -75,8 +81,11 @@ FOLD = {
     "\ufb01": "fi",  # ﬁ
     "\ufb02": "fl",  # ﬂ
     "\u00a0": " ",  # no-break space
+    "\u017f": "s",  # ſ long s (early print, Fraktur)
+    "\ua75b": "r",  # ꝛ r rotunda
 }
 PAGE_NUMBER = re.compile(r"[_-]?\d+$")  # LETTER_01 -> LETTER
+LINE_NUMBERS = re.compile(r"(?:[_-]\d+)+$")  # book_1852_0018_022 -> book
 
 
 def fold(text: str) -> str:
@@ -123,6 +132,7 @@ class Document:
     unusable_lines: collections.Counter = field(default_factory=collections.Counter)
     lines_on_unusable_pages: int = 0
     first: list[str] = field(default_factory=list)
+    gt_files: int = 0  # a line corpus's transcriptions (pages: 0)
 
     def drop(self, counter: collections.Counter, kind: str, message: str) -> None:
         counter[kind] += 1
@@ -159,6 +169,53 @@ def read_document(name: str, pages: Sequence[Path]) -> Document:
                 doc.texts.append(line.text)
                 doc.ids.append(where)
     return doc
+
+
+def is_line_corpus(corpus: Path) -> bool:
+    """Whether ``corpus`` is a folder of line images with ``.gt.txt`` transcriptions and no
+    page XML."""
+    return (
+        corpus.is_dir()
+        and next(corpus.rglob("*" + GT), None) is not None
+        and next(page_files(corpus), None) is None
+    )
+
+
+def read_lines(corpus: Path) -> list[Document]:
+    """The documents of the line corpus ``corpus`` (see the module docstring), sorted by name;
+    a ``.gt.txt`` whose line could not be read (no image, an unreadable one: the reader logs
+    why) is counted as unusable in its document."""
+    lines = read_gt_folder(corpus, max_unusable=1.0)
+    folders = {PurePosixPath(name).parent for name, _, _ in lines.rows}
+
+    def document(name: str) -> str:
+        path = PurePosixPath(name)
+        if len(folders) > 1:
+            return str(path.parent)
+        stem = path.name.split(".", 1)[0]
+        return LINE_NUMBERS.sub("", stem) or stem
+
+    docs: dict[str, Document] = {}
+    for i, (name, _, text) in enumerate(lines.rows):
+        doc = docs.setdefault(document(name), Document(document(name)))
+        doc.images.append(lines[i][0])
+        doc.texts.append(text)
+        doc.ids.append(name)
+    for gt in sorted(corpus.rglob("*" + GT)):
+        name = document(gt.relative_to(corpus).as_posix())
+        docs.setdefault(name, Document(name)).gt_files += 1
+    for doc in docs.values():
+        if doc.gt_files > len(doc.texts):
+            doc.unusable_lines["not read"] = doc.gt_files - len(doc.texts)
+            doc.first.append(f"{doc.name}: {doc.unusable_lines['not read']} lines not read")
+    return sorted(docs.values(), key=lambda d: d.name)
+
+
+def read_corpus(corpus: Path) -> list[Document]:
+    """The documents of ``corpus``: a line corpus's (:func:`read_lines`) or its pages'."""
+    if is_line_corpus(corpus):
+        return read_lines(corpus)
+    return [read_document(name, pages) for name, pages in documents(corpus)]
 
 
 def outside(texts: Sequence[str], alphabet: set[str]) -> tuple[int, int, str]:
@@ -213,11 +270,13 @@ def counts(docs: Sequence[Document]) -> dict:
 
 def check_unusable(corpus: Path, docs: Sequence[Document], max_unusable: float) -> None:
     """Stop as the readers stop (:class:`attnkit.data.corpora.unusable.Unusable`) past
-    ``max_unusable`` of the corpus's pages or lines unusable."""
+    ``max_unusable`` of the corpus's pages (a line corpus has none) or lines unusable."""
     for what, kept, found in (
         ("pages", [d.pages - d.unusable_pages.total() for d in docs], "unusable_pages"),
         ("lines", [len(d.texts) for d in docs], "unusable_lines"),
     ):
+        if what == "pages" and not any(d.pages for d in docs):
+            continue
         unusable = Unusable(corpus, max_unusable=max_unusable, what=what)
         for doc in docs:
             unusable.kinds.update(getattr(doc, found))
@@ -241,7 +300,9 @@ def table_cells(row: dict) -> list:
         row["model"],
         row["corpus"],
         row["document"],
-        f"{row['pages'] - sum(row['unusable_pages'].values())}/{row['pages']}",
+        f"{row['pages'] - sum(row['unusable_pages'].values())}/{row['pages']}"
+        if row["pages"]
+        else "",
         row["lines"],
         unusable,
         row.get("chars", ""),
@@ -275,7 +336,13 @@ COLUMNS = [
 
 def main(argv=None) -> int:
     p = harness.parser(__doc__.splitlines()[0], time_budget=0.0, time_budget_help="unused")
-    p.add_argument("--data", type=Path, nargs="+", required=True, help="ALTO / PAGE-XML corpora")
+    p.add_argument(
+        "--data",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="ALTO / PAGE-XML or .gt.txt line corpora",
+    )
     p.add_argument(
         "--checkpoint",
         nargs="+",
@@ -301,7 +368,7 @@ def main(argv=None) -> int:
     decoding = Decoding(beam=args.beam)
     corpora = []
     for corpus in args.data:
-        docs = [read_document(name, pages) for name, pages in documents(corpus)]
+        docs = read_corpus(corpus)
         if args.match:
             docs = [d for d in docs if args.match in d.name]
         check_unusable(corpus, docs, args.max_unusable)

@@ -4,7 +4,10 @@ is unusable (counted, never dropped silently), the scores as given and folded.""
 import json
 
 import pytest
+import torch
+from PIL import Image
 
+from attnkit.data import generate_lines
 from attnkit.errors import DataError
 from attnkit.tasks import metrics
 from benchmarks import real_print
@@ -105,3 +108,48 @@ def test_a_beam_decodes_the_ctc_head_by_its_prefix_beam(corpus, tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [r["lines"] for r in rows] == [6, 6] and all("error" not in r for r in rows)
     assert all(0 <= r["cer"] for r in rows)
+
+
+def _write_lines(folder, names_texts) -> None:
+    """Line images rendered by attnkit's generator, each beside its ``.gt.txt``."""
+    images = generate_lines(len(names_texts), seed=5, min_chars=4, max_chars=8)
+    for (image, _), (name, text) in zip(images, names_texts):
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image.numpy(), "L").save(path.with_suffix(".png"))
+        if text is not None:
+            path.with_suffix(".gt.txt").write_text(text, encoding="utf-8")
+
+
+def test_line_corpora_are_documents_by_folder_or_by_name_less_its_numbers(tmp_path):
+    books = tmp_path / "books"
+    _write_lines(
+        books, [("1476/GT/0001", "ſyn rede"), ("1476/GT/0002", "loeff"), ("1509/GT/0001", "ok")]
+    )
+    (books / "1509/GT/0002.gt.txt").write_text("no image", encoding="utf-8")
+    docs = real_print.read_corpus(books)
+    assert [(d.name, d.texts) for d in docs] == [
+        ("1476/GT", ["ſyn rede", "loeff"]),
+        ("1509/GT", ["ok"]),
+    ]
+    assert docs[1].unusable_lines == {"not read": 1} and not docs[0].unusable_lines
+    assert all(image.shape[0] == 32 and image.dtype == torch.uint8 for image in docs[0].images)
+    flat = tmp_path / "flat"
+    lines = [("alexis_ruhe01_1852_0018_022", "Frau"), ("alexis_ruhe01_1852_0035_019", "ſelige")]
+    _write_lines(flat, [*lines, ("heine_lieder_1827_0101_003", "Lieder")])
+    assert [(d.name, len(d.texts)) for d in real_print.read_corpus(flat)] == [
+        ("alexis_ruhe01", 2),
+        ("heine_lieder", 1),
+    ]
+    assert real_print.fold("ſelige ꝛ") == "selige r"
+
+
+def test_the_benchmark_scores_a_line_corpus_with_no_pages(tmp_path):
+    flat, out = tmp_path / "flat", tmp_path / "real.json"
+    _write_lines(flat, [("a_0001_01", "Total 12"), ("a_0001_02", "net"), ("b_0002_01", "ſo")])
+    assert real_print.main(["--data", str(flat), "--json", str(out)]) == 0
+    rows = {r["document"]: r for r in json.loads(out.read_text())["rows"]}
+    assert {n: r["lines"] for n, r in rows.items()} == {"a": 2, "b": 1, "all": 3}
+    assert rows["all"]["pages"] == 0 and rows["all"]["outside"] == "ſ"
+    assert rows["all"]["outside_chars_folded"] == 0
+    assert real_print.table_cells(rows["all"])[3] == ""

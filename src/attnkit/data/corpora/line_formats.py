@@ -47,14 +47,14 @@ from attnkit.data.corpora.unusable import MAX_UNUSABLE, Unusable
 from attnkit.data.paths import inside
 from attnkit.errors import DataError
 
-__all__ = ["IMAGE_SUFFIXES", "LABELS", "read_gt_folder", "read_labels"]
+__all__ = ["GT", "IMAGE_SUFFIXES", "LABELS", "read_gt_folder", "read_labels"]
 
 log = logging.getLogger("attnkit")
 
 TASK = "ocr"
 LABELS = "labels.tsv"  # a folder's labels, as attnkit train ocr --labels defaults
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp")
-GT = ".gt.txt"
+GT = ".gt.txt"  # a line's transcription, beside its image
 VARIANTS = ("", ".bin", ".nrm")  # ocropus's renderings of one line, in the order taken
 
 
