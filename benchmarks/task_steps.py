@@ -9,6 +9,13 @@ steps: CPU time, unlike wall time, does not count the time other processes hold 
     python -m benchmarks.task_steps --threads 1
     PYTHONPATH=<another checkout>/src python -m benchmarks.task_steps --threads 1   # compare
     python -m benchmarks.task_steps --threads 1 --precision bf16      # bfloat16 autocast
+    python -m benchmarks.task_steps --threads 1 --match multi30k --interleave  # unlikelihood
+
+The ``multi30k`` rows are ``--recipe multi30k-en-de``'s Transformer on a batch of its shape
+(128 pairs of up to 16 source and 17 target pieces, a shared vocabulary of 8,000, label
+smoothing 0.1): cross-entropy alone; with the unlikelihood loss computing its own
+log-normaliser (``token_unlikelihood(logits, ...)``); and with both losses reading one
+log-softmax, as ``--unlikelihood`` trains (:mod:`attnkit.train.losses`).
 """
 
 from __future__ import annotations
@@ -20,10 +27,12 @@ import time
 import torch
 import torch.nn.functional as F
 
-from attnkit.models import CRNN, LAS, Seq2Seq
+from attnkit.models import CRNN, LAS, Seq2Seq, Transformer
+from attnkit.train import smoothed_cross_entropy, token_unlikelihood
 from benchmarks import harness
 
-TASKS = ("translate", "asr", "ocr")
+MULTI30K = ("multi30k", "multi30k+unlikelihood-own-normaliser", "multi30k+unlikelihood")
+TASKS = ("translate", "asr", "ocr", *MULTI30K)
 
 
 def _lengths(gen: torch.Generator, b: int, n: int) -> torch.Tensor:
@@ -32,8 +41,38 @@ def _lengths(gen: torch.Generator, b: int, n: int) -> torch.Tensor:
     return out
 
 
+def _multi30k_loss(task: str, gen: torch.Generator):
+    """--recipe multi30k-en-de's model and one batch's loss (see the module docstring)."""
+    model = Transformer(
+        8000, 8000, d_model=256, heads=4, layers=3, ff=1024, dropout=0.2, shared_embeddings=True
+    )
+    b, s, t = 128, 16, 17
+    src_len = _lengths(gen, b, s)
+    src = torch.randint(4, 8000, (b, s), generator=gen) * (torch.arange(s) < src_len[:, None])
+    tgt_len = _lengths(gen, b, t)
+    tgt = torch.randint(4, 8000, (b, t + 1), generator=gen) * (
+        torch.arange(t + 1) <= tgt_len[:, None]
+    )
+
+    def loss():
+        logits, target = model(src, src_len, tgt[:, :-1])[0], tgt[:, 1:]
+        tokens = int((target != 0).sum())
+        if task == "multi30k+unlikelihood":
+            log_probs = F.log_softmax(logits, -1)
+            ul = token_unlikelihood(log_probs, target, 0, normalized=True)
+            return smoothed_cross_entropy(log_probs, target, 0, 0.1) + ul / tokens
+        ce = F.cross_entropy(
+            logits.flatten(0, 1), target.flatten(), ignore_index=0, label_smoothing=0.1
+        )
+        return ce + token_unlikelihood(logits, target, 0) / tokens if "+" in task else ce
+
+    return model, loss
+
+
 def _loss_of(task: str, gen: torch.Generator):
     """The task's default model and the loss of one batch of its usual shape."""
+    if task in MULTI30K:
+        return _multi30k_loss(task, gen)
     if task == "translate":  # `attnkit train translate` defaults; numbers/dates lengths
         model = Seq2Seq(60, 15, kind="bahdanau", emb=64, hidden=128)
         b, s, t = 64, 25, 12
@@ -73,8 +112,8 @@ def _loss_of(task: str, gen: torch.Generator):
     return model, ctc
 
 
-def step_cpu_time(task: str, reps: int, precision: str = "fp32") -> dict:
-    """In a fresh process: the minimum CPU time of a training step of ``task``'s model;
+def _step(task: str, precision: str):
+    """One training step of ``task``'s model (forward, backward, AdamW), as a function;
     ``precision`` "bf16": the forward under bfloat16 autocast, as ``--precision bf16`` trains."""
     torch.manual_seed(0)
     model, loss_of = _loss_of(task, torch.Generator().manual_seed(0))
@@ -87,8 +126,18 @@ def step_cpu_time(task: str, reps: int, precision: str = "fp32") -> dict:
         loss.backward()
         opt.step()
 
+    return step
+
+
+def step_cpu_time(task: str, reps: int, precision: str = "fp32") -> dict:
+    """In a fresh process: the minimum CPU time of a training step of ``task``'s model."""
     timing = harness.timed(
-        step, reps=reps, time_budget=math.inf, warmup=2, memory=False, clock=time.process_time
+        _step(task, precision),
+        reps=reps,
+        time_budget=math.inf,
+        warmup=2,
+        memory=False,
+        clock=time.process_time,
     )
     return {
         "step_cpu_s": min(timing.times),
@@ -97,28 +146,66 @@ def step_cpu_time(task: str, reps: int, precision: str = "fp32") -> dict:
     }
 
 
+def interleaved_cpu_times(tasks: list[str], reps: int, precision: str = "fp32") -> dict:
+    """In one fresh process, the steps of ``tasks`` taken in turn ``reps`` times (after two
+    warm-up rounds): the CPU time of each, so that what else runs on the machine weighs on
+    all alike (``--interleave``, to compare variants on a busy machine)."""
+    steps = [_step(task, precision) for task in tasks]
+    times: list[list[float]] = [[] for _ in tasks]
+    for rep in range(reps + 2):
+        for step, kept in zip(steps, times):
+            start = time.process_time()
+            step()
+            if rep >= 2:
+                kept.append(time.process_time() - start)
+    return {
+        task: {"step_cpu_s": min(t), "times": t, "threads": torch.get_num_threads()}
+        for task, t in zip(tasks, times)
+    }
+
+
 def main(argv=None) -> int:
     p = harness.parser(__doc__.split("\n\n")[0], time_budget=600.0, reps=8)
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument(
+        "--interleave",
+        action="store_true",
+        help="time the tasks' steps in turn in one process (compare variants on a busy machine)",
+    )
     args = p.parse_args(argv)
     rows = []
     print(harness.table_header(["task", "step CPU s (min)", "threads"]))
-    for i in harness.select(list(TASKS), args.match):
-        out = harness.run(
-            step_cpu_time,
-            {"task": TASKS[i], "reps": args.reps, "precision": args.precision},
+    tasks = [TASKS[i] for i in harness.select(list(TASKS), args.match)]
+    together = {}
+    if args.interleave:
+        together = harness.run(
+            interleaved_cpu_times,
+            {"tasks": tasks, "reps": args.reps, "precision": args.precision},
             time_budget=args.time_budget,
             threads=args.threads,
         )
-        rows.append({"task": TASKS[i], **out})
+    for task in tasks:
+        if args.interleave:
+            failed = {k: v for k, v in together.items() if k in ("status", "note")}
+            out = {**failed, **together.get(task, {})}
+        else:
+            out = harness.run(
+                step_cpu_time,
+                {"task": task, "reps": args.reps, "precision": args.precision},
+                time_budget=args.time_budget,
+                threads=args.threads,
+            )
+        rows.append({"task": task, **out})
         cells = (
             [f"{out['step_cpu_s']:.4f}", out["threads"]]
             if out["status"] == "ok"
             else [out["status"], out.get("note", "")]
         )
-        print(harness.table_row([TASKS[i], *cells]))
+        print(harness.table_row([task, *cells]))
     if args.json:
-        harness.write_json(args.json, rows, reps=args.reps, precision=args.precision)
+        harness.write_json(
+            args.json, rows, reps=args.reps, precision=args.precision, interleave=args.interleave
+        )
     print(f"\n{harness.machine()}, commit {harness.commit()}")
     return 0
 

@@ -116,7 +116,10 @@ def test_unlikelihood_adds_its_weighted_mean_per_target_token_to_the_loss():
     logits, _ = model(batch["src"], batch["src_len"], batch["tgt_in"])
     unlikely = token_unlikelihood(logits, batch["tgt_out"], PAD)
     assert float(unlikely.detach()) > 0 and same_tokens == tokens
+    # the cross-entropy read from the log-softmax both terms share: float32 rounding apart
     torch.testing.assert_close(both, ce + 0.5 * unlikely / tokens)
+    both.backward()  # one graph through the shared log-softmax
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
     assert weighted.config()["batching"]["unlikelihood"] == 0.5
     assert "unlikelihood" not in plain.config()["batching"]
     for bad in (-1.0, float("nan"), float("inf")):

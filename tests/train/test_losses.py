@@ -2,11 +2,13 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnkit.train.losses import (
     MIN_ONE_MINUS_P,
+    smoothed_cross_entropy,
     token_unlikelihood,
     token_unlikelihood_reference,
 )
@@ -60,3 +62,51 @@ def test_bad_shapes_are_named():
         token_unlikelihood(torch.randn(2, 3, 4), torch.zeros(2, 4, dtype=torch.long), PAD)
     with pytest.raises(ValueError, match="logits"):
         token_unlikelihood(torch.randn(2, 3), torch.zeros(2, 3, dtype=torch.long), PAD)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    b=st.integers(1, 3),
+    t=st.integers(1, 7),
+    v=st.integers(2, 6),
+    smoothing=st.sampled_from([0.0, 0.1, 0.5]),
+    seed=st.integers(0, 2**16),
+)
+def test_one_log_softmax_serves_both_losses(b, t, v, smoothing, seed):
+    g = torch.Generator().manual_seed(seed)
+    logits = 3 * torch.randn(b, t, v, generator=g, dtype=torch.float64)
+    target = torch.randint(0, v, (b, t), generator=g)
+    target[0, 0] = 1  # one target at least: PyTorch's mean over none is NaN
+    log_probs = logits.log_softmax(-1)
+    # float64 sums of at most b * t * v terms of size ~10: far inside these tolerances
+    torch.testing.assert_close(
+        smoothed_cross_entropy(log_probs, target, PAD, smoothing),
+        F.cross_entropy(
+            logits.flatten(0, 1), target.flatten(), ignore_index=PAD, label_smoothing=smoothing
+        ),
+        rtol=1e-12,
+        atol=1e-12,
+    )
+    torch.testing.assert_close(
+        token_unlikelihood(log_probs, target, PAD, normalized=True),
+        token_unlikelihood(logits, target, PAD),
+        rtol=1e-12,
+        atol=1e-12,
+    )
+
+
+def test_smoothed_cross_entropy_over_no_target_is_zero_and_gradchecks():
+    log_probs = torch.randn(2, 3, 4, dtype=torch.float64).log_softmax(-1)
+    assert float(smoothed_cross_entropy(log_probs, torch.zeros(2, 3, dtype=torch.long), PAD)) == 0
+    logits = torch.randn(2, 5, 4, dtype=torch.float64, requires_grad=True)
+    target = torch.tensor([[1, 2, 1, 3, 0], [3, 3, 2, 0, 0]])
+
+    def both(x):
+        log_probs = x.log_softmax(-1)
+        return smoothed_cross_entropy(log_probs, target, PAD, 0.1) + token_unlikelihood(
+            log_probs, target, PAD, normalized=True
+        )
+
+    assert torch.autograd.gradcheck(both, (logits,))
+    with pytest.raises(ValueError, match="target: expected shape"):
+        smoothed_cross_entropy(log_probs, torch.zeros(2, 4, dtype=torch.long), PAD)

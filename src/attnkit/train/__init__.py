@@ -25,7 +25,7 @@ from attnkit.train.device import (
 from attnkit.train.loader import Batches
 from attnkit.train.lock import FolderBusy, lock_folder
 from attnkit.train.loop import Trainer, TrainResult
-from attnkit.train.losses import token_unlikelihood
+from attnkit.train.losses import smoothed_cross_entropy, token_unlikelihood
 from attnkit.train.teacher_forcing import TeacherForcing
 
 __all__ = [
@@ -53,5 +53,6 @@ __all__ = [
     "resolve_device",
     "save_checkpoint",
     "to_device",
+    "smoothed_cross_entropy",
     "token_unlikelihood",
 ]
