@@ -55,10 +55,12 @@ def train(
     budget: float | None,
     steps: int | None,
     unlikelihood: float | None = None,
+    eval_every: int | None = None,
 ) -> None:
     """``attnkit train translate --recipe RECIPE`` on ``data`` into ``out``.
 
-    ``unlikelihood`` adds the token-level unlikelihood loss with that weight to the recipe.
+    ``unlikelihood`` adds the token-level unlikelihood loss with that weight to the recipe;
+    ``eval_every`` validates and saves every that many steps instead of the recipe's 500.
     """
     src, tgt = recipe.split("-")[1:3]
     argv = ["train", "translate", "--recipe", recipe, "--out", str(out)]
@@ -67,6 +69,8 @@ def train(
     argv += [] if budget is None else ["--time-budget", str(budget)]
     argv += [] if steps is None else ["--steps", str(steps)]
     argv += [] if unlikelihood is None else ["--unlikelihood", str(unlikelihood)]
+    if eval_every is not None:
+        argv += ["--eval-every", str(eval_every), "--checkpoint-every", str(eval_every)]
     argv += ["--no-progress", "--plot", "0"]
     if attnkit(argv) != 0:
         raise SystemExit(f"training failed: attnkit {' '.join(argv)}")
@@ -143,12 +147,20 @@ def main(argv=None) -> int:
         metavar="ALPHA",
         help="train with the token-level unlikelihood loss of this weight beside the recipe's",
     )
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        metavar="N",
+        help="validate and save every N steps instead of the recipe's 500 (a finer curve)",
+    )
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     settings: dict = {"pair": args.pair, "recipe": recipe(args.pair, args.model), "beam": args.beam}
     if args.unlikelihood is not None:
         settings["unlikelihood"] = args.unlikelihood
+    if args.eval_every is not None:
+        settings["eval_every"] = args.eval_every
     if args.checkpoint is None and not (args.out / "checkpoint").exists():
         start = time.perf_counter()
         train(
@@ -158,6 +170,7 @@ def main(argv=None) -> int:
             args.time_budget,
             args.steps,
             args.unlikelihood,
+            args.eval_every,
         )
         settings["train_s"] = round(time.perf_counter() - start, 1)
     checkpoint = args.checkpoint or str(args.out / "checkpoint-best")

@@ -25,14 +25,17 @@ def test_the_benchmark_trains_and_scores_each_test_set(tmp_path, capsys):
         write_raw(raw, f"{split}.de.gz", DE)
     out, report = tmp_path / "run", tmp_path / "multi30k.json"
     argv = ["--data", str(raw), "--out", str(out), "--steps", "2", "--beam", "2"]
-    assert multi30k.main([*argv, "--unlikelihood", "0.5", "--json", str(report)]) == 0
+    extra = ["--unlikelihood", "0.5", "--eval-every", "1"]
+    assert multi30k.main([*argv, *extra, "--json", str(report)]) == 0
     printed = capsys.readouterr().out
     assert "sacreBLEU: nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in printed
     data = json.loads(report.read_text())
     assert [row["test set"] for row in data["rows"]] == ["test_2016_flickr", "test_2017_mscoco"]
     assert all(row["sentences"] == 4 and 0 <= row["bleu"] <= 100 for row in data["rows"])
     assert data["run"]["steps"] == 2 and data["beam"] == 2 and "train_s" in data
-    assert data["unlikelihood"] == 0.5
+    assert data["unlikelihood"] == 0.5 and data["eval_every"] == 1
+    validated = json.loads((out / "history.json").read_text())
+    assert [row["step"] for row in validated][:2] == [1, 2]
     assert load_checkpoint(out / "checkpoint").config["batching"]["unlikelihood"] == 0.5
     # a run already trained is scored again without training
     assert multi30k.main(argv) == 0
