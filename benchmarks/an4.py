@@ -75,14 +75,20 @@ def train(
 
 
 def score(
-    checkpoint: Path, data: Path, decoding: Decoding, *, format: str = "an4"
+    checkpoint: Path,
+    data: Path,
+    decoding: Decoding,
+    *,
+    format: str = "an4",
+    role: str = "test",
 ) -> tuple[dict, list[dict]]:
-    """CER and WER of ``checkpoint`` on the test set of ``data`` read in ``format`` (AN4's),
-    and each utterance's ``{"id", "reference", "output"}`` (the id: the audio file's name
-    without its suffix)."""
+    """CER and WER of ``checkpoint`` on the test set of ``data`` read in ``format`` (AN4's;
+    ``role="valid"``: the validation set, to choose decoding settings on), and each
+    utterance's ``{"id", "reference", "output"}`` (the id: the audio file's name without its
+    suffix)."""
     evaluator = load_evaluator(checkpoint)
     start = time.perf_counter()
-    evaluation = evaluate(evaluator, data, decoding, options={"format": format, "role": "test"})
+    evaluation = evaluate(evaluator, data, decoding, options={"format": format, "role": role})
     seconds = time.perf_counter() - start
     refs = [normalized(str(e.reference)) for e in evaluation.examples]
     hyps = [normalized(o.text) for o in evaluation.outputs]
@@ -119,6 +125,13 @@ def parse(argv, description: str, *, data_help: str, out: str) -> argparse.Names
         default=0.3,
         help="weight of the CTC prefix scores in the beam (default 0.3; 0: attention alone)",
     )
+    p.add_argument(
+        "--role",
+        choices=("test", "valid"),
+        default="test",
+        help="the set scored: test (default), or the validation set to choose --beam and "
+        "--ctc-weight on",
+    )
     return p.parse_args(argv)
 
 
@@ -138,9 +151,10 @@ def run(args: argparse.Namespace, *, recipe: str, format: str) -> tuple[dict, li
     )
     trained_s = round(time.perf_counter() - start, 1) if args.checkpoint is None else None
     decoding = Decoding(beam=args.beam, ctc_weight=args.ctc_weight)
-    metrics, utterances = score(checkpoint, args.data, decoding, format=format)
+    metrics, utterances = score(checkpoint, args.data, decoding, format=format, role=args.role)
     ours = {
         "system": f"attnkit LAS, --recipe {recipe} ({checkpoint})",
+        "role": args.role,
         **metrics,
         "beam": args.beam,
         "ctc_weight": args.ctc_weight,
@@ -174,11 +188,12 @@ def main(argv=None) -> int:
         argv, __doc__.splitlines()[0], data_help="the AN4 folder (etc/ and wav/)", out="runs/an4"
     )
     ours, utterances = run(args, recipe="an4", format="an4")
-    print_rows([ours, ESPNET], utterances, n=130)
+    rows = [ours, ESPNET] if args.role == "test" else [ours]  # ESPnet's figures: the test set
+    print_rows(rows, utterances, n=130)
     if args.json:
         harness.write_json(
             args.json,
-            [ours, ESPNET],
+            rows,
             data=str(args.data),
             normalization=NORMALIZATION,
             utterances=utterances,

@@ -28,6 +28,12 @@ def test_the_benchmark_trains_decodes_and_scores_the_test_set(tmp_path, capsys, 
         an4.main(["--data", str(root), "--checkpoint", str(out / "checkpoint"), "--beam", "1"]) == 0
     )
     assert "attnkit LAS, --recipe an4" in capsys.readouterr().out
+    # the validation set, to choose decoding settings on: train_dev, without ESPnet's row
+    valid = tmp_path / "valid.json"
+    argv = ["--data", str(root), "--checkpoint", str(out / "checkpoint"), "--role", "valid"]
+    assert an4.main([*argv, "--json", str(valid)]) == 0
+    rows = json.loads(valid.read_text())["rows"]
+    assert [(r["role"], r["n"]) for r in rows] == [("valid", 2)]
 
 
 def test_scores_are_jiwers_on_upper_case_words():
