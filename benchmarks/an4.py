@@ -33,7 +33,7 @@ import torch
 from attnkit.cli.main import main as attnkit_main
 from attnkit.decoding import Decoding
 from attnkit.tasks.evaluator import evaluate
-from attnkit.tasks.loading import load_evaluator
+from attnkit.tasks.loading import load_evaluator, load_lm
 from benchmarks import harness
 
 # ESPnet's published figures on AN4's test set (egs2/an4/asr1/README.md, the Transformer row)
@@ -81,12 +81,14 @@ def score(
     *,
     format: str = "an4",
     role: str = "test",
+    lm: Path | None = None,
 ) -> tuple[dict, list[dict]]:
     """CER and WER of ``checkpoint`` on the test set of ``data`` read in ``format`` (AN4's;
     ``role="valid"``: the validation set, to choose decoding settings on), and each
     utterance's ``{"id", "reference", "output"}`` (the id: the audio file's name without its
-    suffix)."""
+    suffix). ``lm``: the character LM that ``decoding.lm_weight`` fuses."""
     evaluator = load_evaluator(checkpoint)
+    evaluator.lm = load_lm(lm, evaluator.vocab, "cpu", checkpoint)
     start = time.perf_counter()
     evaluation = evaluate(evaluator, data, decoding, options={"format": format, "role": role})
     seconds = time.perf_counter() - start
@@ -126,13 +128,29 @@ def parse(argv, description: str, *, data_help: str, out: str) -> argparse.Names
         help="weight of the CTC prefix scores in the beam (default 0.3; 0: attention alone)",
     )
     p.add_argument(
+        "--lm",
+        type=Path,
+        metavar="CHECKPOINT",
+        help="a character LM (attnkit train lm --vocab-from the recogniser) fused with --lm-weight",
+    )
+    p.add_argument(
+        "--lm-weight",
+        type=float,
+        default=0.0,
+        metavar="BETA",
+        help="add BETA log p_LM to each token's score (shallow fusion; needs --lm)",
+    )
+    p.add_argument(
         "--role",
         choices=("test", "valid"),
         default="test",
         help="the set scored: test (default), or the validation set to choose --beam and "
         "--ctc-weight on",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if (args.lm is None) != (args.lm_weight == 0):
+        p.error("--lm, --lm-weight: give both (a language model and its weight) or neither")
+    return args
 
 
 def run(args: argparse.Namespace, *, recipe: str, format: str) -> tuple[dict, list[dict]]:
@@ -150,14 +168,17 @@ def run(args: argparse.Namespace, *, recipe: str, format: str) -> tuple[dict, li
         recipe=recipe,
     )
     trained_s = round(time.perf_counter() - start, 1) if args.checkpoint is None else None
-    decoding = Decoding(beam=args.beam, ctc_weight=args.ctc_weight)
-    metrics, utterances = score(checkpoint, args.data, decoding, format=format, role=args.role)
+    decoding = Decoding(beam=args.beam, ctc_weight=args.ctc_weight, lm_weight=args.lm_weight)
+    metrics, utterances = score(
+        checkpoint, args.data, decoding, format=format, role=args.role, lm=args.lm
+    )
     ours = {
         "system": f"attnkit LAS, --recipe {recipe} ({checkpoint})",
         "role": args.role,
         **metrics,
         "beam": args.beam,
         "ctc_weight": args.ctc_weight,
+        **({"lm": str(args.lm), "lm_weight": args.lm_weight} if args.lm else {}),
         **({"train_s": trained_s} if trained_s is not None else {}),
     }
     return ours, utterances
