@@ -330,9 +330,9 @@ RECIPES = {
     # --valid the AN4 folder, --format an4): characters, as AN4 spells names and words letter
     # by letter (upper case, as its transcripts); joint CTC/attention; the light augmentation
     # (speed perturbation 0.9-1.1, SpecAugment) as ESPnet's egs2/an4 has speed perturbation
-    # and SpecAugment. Sized for 2 CPU cores and at most 2 hours (docs/speech.md): measured
-    # 9.5 s a step over the first (shortest) 19 steps with the two cores shared by about six
-    # busy processes; 2,400 steps assumes about 3 s a step on two free cores (an estimate).
+    # and SpecAugment. Measured with one torch thread, another training on the other core:
+    # 2,400 steps in 3,081 s, 6,184 in 2 hours (docs/speech.md); --steps is past what 2 hours
+    # give, so --time-budget ends it (the schedule does not depend on --steps).
     "an4": Recipe(
         "asr",
         (
@@ -346,7 +346,7 @@ RECIPES = {
             "--teacher-forcing-steps",
             "2000",
             "--steps",
-            "2400",
+            "7000",
             "--eval-every",
             "200",
             "--checkpoint-every",
