@@ -30,6 +30,7 @@ from pathlib import Path
 import jiwer
 import torch
 
+from attnkit.cli.decoder_options import joint_decoding
 from attnkit.cli.main import main as attnkit_main
 from attnkit.decoding import Decoding
 from attnkit.tasks.evaluator import evaluate
@@ -148,8 +149,10 @@ def parse(argv, description: str, *, data_help: str, out: str) -> argparse.Names
         "--ctc-weight on",
     )
     args = p.parse_args(argv)
-    if (args.lm is None) != (args.lm_weight == 0):
-        p.error("--lm, --lm-weight: give both (a language model and its weight) or neither")
+    try:  # the decoding, checked as `attnkit eval` checks its --lm and --lm-weight
+        args.decoding = joint_decoding(args, Decoding(beam=args.beam))
+    except ValueError as exc:
+        p.error(str(exc))
     return args
 
 
@@ -168,7 +171,7 @@ def run(args: argparse.Namespace, *, recipe: str, format: str) -> tuple[dict, li
         recipe=recipe,
     )
     trained_s = round(time.perf_counter() - start, 1) if args.checkpoint is None else None
-    decoding = Decoding(beam=args.beam, ctc_weight=args.ctc_weight, lm_weight=args.lm_weight)
+    decoding = args.decoding
     metrics, utterances = score(
         checkpoint, args.data, decoding, format=format, role=args.role, lm=args.lm
     )

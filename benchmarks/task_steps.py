@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.models import CRNN, LAS, Seq2Seq, Transformer
-from attnkit.train import smoothed_cross_entropy, token_unlikelihood
+from attnkit.train import cross_entropy_and_unlikelihood, token_unlikelihood
 from benchmarks import harness
 
 MULTI30K = ("multi30k", "multi30k+unlikelihood-own-normaliser", "multi30k+unlikelihood")
@@ -58,9 +58,8 @@ def _multi30k_loss(task: str, gen: torch.Generator):
         logits, target = model(src, src_len, tgt[:, :-1])[0], tgt[:, 1:]
         tokens = int((target != 0).sum())
         if task == "multi30k+unlikelihood":
-            log_probs = F.log_softmax(logits, -1)
-            ul = token_unlikelihood(log_probs, target, 0, normalized=True)
-            return smoothed_cross_entropy(log_probs, target, 0, 0.1) + ul / tokens
+            ce, ul = cross_entropy_and_unlikelihood(logits, target, 0, 0.1)
+            return ce + ul / tokens
         ce = F.cross_entropy(
             logits.flatten(0, 1), target.flatten(), ignore_index=0, label_smoothing=0.1
         )

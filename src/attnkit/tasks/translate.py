@@ -42,7 +42,7 @@ from attnkit.tasks.evaluator import (
 from attnkit.tasks.explore import translation_example
 from attnkit.tasks.route import Route, Text
 from attnkit.tokens import BOS, EOS, PAD
-from attnkit.train import Batches, TeacherForcing, smoothed_cross_entropy, token_unlikelihood
+from attnkit.train import Batches, TeacherForcing, cross_entropy_and_unlikelihood
 
 __all__ = [
     "BEST_BY",
@@ -351,11 +351,9 @@ class TranslateTask:
         target = batch["tgt_out"]
         tokens = int((target != PAD).sum())
         if self.unlikelihood:
-            # both losses from one log-softmax (attnkit.train.losses)
-            x = logits.to(torch.promote_types(logits.dtype, torch.float32))
-            log_probs = F.log_softmax(x, dim=-1)
-            loss = smoothed_cross_entropy(log_probs, target, PAD, self.label_smoothing)
-            unlikely = token_unlikelihood(log_probs, target, PAD, normalized=True)
+            loss, unlikely = cross_entropy_and_unlikelihood(
+                logits, target, PAD, self.label_smoothing
+            )
             return loss + self.unlikelihood * unlikely / max(tokens, 1), tokens
         loss = F.cross_entropy(
             logits.flatten(0, 1),

@@ -25,7 +25,11 @@ from attnkit.train.device import (
 from attnkit.train.loader import Batches
 from attnkit.train.lock import FolderBusy, lock_folder
 from attnkit.train.loop import Trainer, TrainResult
-from attnkit.train.losses import smoothed_cross_entropy, token_unlikelihood
+from attnkit.train.losses import (
+    cross_entropy_and_unlikelihood,
+    smoothed_cross_entropy,
+    token_unlikelihood,
+)
 from attnkit.train.teacher_forcing import TeacherForcing
 
 __all__ = [
@@ -53,6 +57,7 @@ __all__ = [
     "resolve_device",
     "save_checkpoint",
     "to_device",
+    "cross_entropy_and_unlikelihood",
     "smoothed_cross_entropy",
     "token_unlikelihood",
 ]

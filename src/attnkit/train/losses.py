@@ -26,6 +26,7 @@ from attnkit.checks import check_tensor
 
 __all__ = [
     "MIN_ONE_MINUS_P",
+    "cross_entropy_and_unlikelihood",
     "smoothed_cross_entropy",
     "token_unlikelihood",
     "token_unlikelihood_reference",
@@ -66,6 +67,18 @@ def smoothed_cross_entropy(
     nll = -log_probs.gather(2, target[..., None])[..., 0]  # (B, T)
     loss = nll if not smoothing else (1 - smoothing) * nll - smoothing * log_probs.mean(-1)
     return (loss * real).sum() / real.sum().clamp_min(1)
+
+
+def cross_entropy_and_unlikelihood(
+    logits: torch.Tensor, target: torch.Tensor, pad: int, smoothing: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`smoothed_cross_entropy` and the summed :func:`token_unlikelihood` of ``logits
+    (B, T, V)`` for ``target (B, T)``, both read from one log-softmax (in float32 at least)."""
+    log_probs = F.log_softmax(_compute_dtype(logits), dim=-1)
+    return (
+        smoothed_cross_entropy(log_probs, target, pad, smoothing),
+        token_unlikelihood(log_probs, target, pad, normalized=True),
+    )
 
 
 def token_unlikelihood(
