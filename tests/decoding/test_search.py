@@ -2,11 +2,22 @@
 
 import itertools
 import math
+from typing import NamedTuple
 
 import pytest
 import torch
+import torch.utils._pytree as pytree
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from attnkit.decoding import beam_search, beam_search_reference, greedy, length_penalty, sample
+from attnkit.decoding import (
+    beam_search,
+    beam_search_reference,
+    greedy,
+    length_penalty,
+    sample,
+    search,
+)
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -505,3 +516,40 @@ def test_each_tokens_score_is_what_the_model_says_fed_the_tokens_before_it(searc
             assert scores[i, j, n:].abs().sum() == 0  # nothing past the end
             summed = out.scores[i, j] if out.scores.dim() == 2 else out.scores[i]
             assert float(summed) == pytest.approx(sum(expected), abs=1e-4)  # alpha = 0
+
+
+class _Pair(NamedTuple):
+    first: torch.Tensor
+    rest: list
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_map_tensors_walks_a_state_as_torch_pytree_does(data):
+    # The reference: torch's own pytree, which beam search's state walk stands in for.
+    tensors = st.integers(1, 4).map(lambda n: torch.randn(n, 2))
+    others = st.sampled_from([None, 3, "text", torch.nn.Identity(), True])
+    leaves = st.one_of(tensors, others)
+    states = st.recursive(
+        leaves,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3),
+            st.lists(inner, max_size=3).map(tuple),
+            st.dictionaries(st.sampled_from("abc"), inner, max_size=3),
+            st.tuples(tensors, st.lists(inner, max_size=2)).map(lambda p: _Pair(*p)),
+        ),
+        max_leaves=12,
+    )
+    state = data.draw(states)
+    double = lambda x: x * 2  # noqa: E731
+    ours = search.map_tensors(double, state)
+    theirs = pytree.tree_map(lambda x: double(x) if isinstance(x, torch.Tensor) else x, state)
+    assert pytree.tree_structure(ours) == pytree.tree_structure(theirs)
+    for a, b in zip(pytree.tree_leaves(ours), pytree.tree_leaves(theirs)):
+        if isinstance(a, torch.Tensor):
+            assert torch.equal(a, b)
+        else:
+            assert a is b
+    expected = [x for x in pytree.tree_leaves(state) if isinstance(x, torch.Tensor)]
+    found = search.tensors_in(state)
+    assert len(found) == len(expected) and all(a is b for a, b in zip(found, expected))

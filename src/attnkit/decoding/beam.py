@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.utils._pytree import tree_leaves, tree_map
 
 from attnkit.decoding.search import (
     BeamRules,
@@ -41,8 +40,10 @@ from attnkit.decoding.search import (
     advance,
     best_of,
     check_beam_options,
+    map_tensors,
     start_beams,
     take_rows,
+    tensors_in,
 )
 
 __all__ = ["SHRINK_AT", "beam_search"]
@@ -65,8 +66,8 @@ def _same_objects(state, before: dict[int, tuple[torch.Tensor, int | None]]) -> 
     object at the same version (for an inference-mode tensor, the same object: a step must
     not change its state in place)."""
     out = []
-    for x in tree_leaves(state):
-        if isinstance(x, torch.Tensor) and id(x) in before:
+    for x in tensors_in(state):
+        if id(x) in before:
             y, version = before[id(x)]
             if y is x and (version is None or version == x._version):
                 out.append(x)
@@ -82,9 +83,7 @@ def _cut(state, rows: torch.Tensor, same: tuple, parent: torch.Tensor | None = N
     ids, cut, done = {id(x) for x in same}, [], {}
     moved = rows if parent is None else parent.index_select(0, rows)
 
-    def one(x):
-        if not isinstance(x, torch.Tensor):
-            return x
+    def one(x: torch.Tensor) -> torch.Tensor:
         if id(x) not in done:
             picked = take_rows(x, rows if id(x) in ids else moved)
             done[id(x)] = (x, picked)  # x kept: its id stays its own
@@ -92,7 +91,7 @@ def _cut(state, rows: torch.Tensor, same: tuple, parent: torch.Tensor | None = N
                 cut.append(picked)
         return done[id(x)][1]
 
-    return tree_map(one, state), tuple(cut)
+    return map_tensors(one, state), tuple(cut)
 
 
 def beam_search(
@@ -152,7 +151,7 @@ def beam_search(
     # Rows of one example are equal in every tensor of the repeated state, and a beam's parent
     # is a beam of the same example, so reordering such a tensor changes nothing: those the
     # step hands back as they are (an encoder's memory) are only cut when the batch shrinks.
-    same_in_beams = _versioned(x for x in tree_leaves(state) if isinstance(x, torch.Tensor))
+    same_in_beams = _versioned(tensors_in(state))
     rules = BeamRules(k, bos, eos, pad, alpha, beta, no_repeat_ngram, n_best, weights, stop)
     example = torch.arange(b, device=device)  # (B',) each active example's index in the batch
     gone = torch.zeros(b, dtype=torch.bool, device=device)  # (B',) examples that ended

@@ -33,7 +33,6 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
-from torch.utils._pytree import tree_leaves, tree_map
 
 from attnkit.checks import quoted
 from attnkit.decoding.loops import LoopState, loop_step, start_loops
@@ -328,6 +327,38 @@ def take_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return x.index_select(0, index)
 
 
+def map_tensors(fn: Callable[[torch.Tensor], Any], state: Any) -> Any:
+    """``state`` with ``fn`` applied to each tensor in it, walking the containers a step state
+    is made of as ``torch.utils._pytree`` does: a dict, list or tuple is rebuilt with its items
+    mapped (a NamedTuple as its own type), and any other object is kept as it is. A direct
+    walk: on a Transformer's state of a few dozen tensors, pytree's flatten and unflatten at
+    every beam step cost about as much as the row copies themselves."""
+    kind = type(state)
+    if isinstance(state, torch.Tensor):
+        return fn(state)
+    if kind is dict:
+        return {k: map_tensors(fn, v) for k, v in state.items()}
+    if kind is list:
+        return [map_tensors(fn, v) for v in state]
+    if kind is tuple:
+        return tuple(map_tensors(fn, v) for v in state)
+    if isinstance(state, tuple) and hasattr(kind, "_fields"):  # a NamedTuple
+        return kind._make(map_tensors(fn, v) for v in state)
+    return state
+
+
+def tensors_in(state: Any) -> list[torch.Tensor]:
+    """The tensors of ``state`` in the order :func:`map_tensors` visits them."""
+    found: list[torch.Tensor] = []
+
+    def one(x: torch.Tensor) -> torch.Tensor:
+        found.append(x)
+        return x
+
+    map_tensors(one, state)
+    return found
+
+
 def _reorder(state, index: torch.Tensor, keep: tuple = ()):
     """``state`` with the rows of each tensor picked by ``index`` (dim 0), but for the tensors
     in ``keep`` (by identity), which come back as they are. A tensor found twice in ``state``
@@ -335,24 +366,20 @@ def _reorder(state, index: torch.Tensor, keep: tuple = ()):
     kept = {id(x) for x in keep}
     done: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def one(x):
-        if not isinstance(x, torch.Tensor) or id(x) in kept:
+    def one(x: torch.Tensor) -> torch.Tensor:
+        if id(x) in kept:
             return x
         if id(x) not in done:
             done[id(x)] = (x, take_rows(x, index))  # x kept: its id stays its own
         return done[id(x)][1]
 
-    return tree_map(one, state)
+    return map_tensors(one, state)
 
 
 def _versions(state) -> list[tuple[torch.Tensor, int]]:
     """Each tensor of ``state`` with its version counter (bumped by every in-place change);
     inference-mode tensors, which have none, are left out."""
-    return [
-        (x, x._version)
-        for x in tree_leaves(state)
-        if isinstance(x, torch.Tensor) and not x.is_inference()
-    ]
+    return [(x, x._version) for x in tensors_in(state) if not x.is_inference()]
 
 
 def _unchanged(state, before: list[tuple[torch.Tensor, int]]) -> tuple:
