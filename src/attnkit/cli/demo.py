@@ -29,7 +29,7 @@ from attnkit.data import (
     write_line_folder,
     write_wav,
 )
-from attnkit.tasks.translate import TranslateTask, plot_translation, translate_texts
+from attnkit.tasks.translate import TranslateTask, plot_translation
 from attnkit.train import TrainConfig, Trainer
 
 
@@ -112,14 +112,7 @@ def translation(out_dir: Path, budget_s: float, n_train: int, seed: int) -> list
         f"{scores['accuracy']:.1%}, character error rate {scores['cer']:.2%}"
     )
     sources = [s for s, _ in valid[:6]]
-    outs, raws = translate_texts(
-        model,
-        task.src_vocab,
-        task.tgt_vocab,
-        sources,
-        max_len_extra=task.max_len_extra,
-        weights=True,
-    )
+    outs, raws = task.translate(model, sources, weights=True)
     for (s, t), o in zip(valid, outs):
         print(f"   {s}  ->  {o}" + ("" if o == t else f"   (reference: {t})"))
     return [

@@ -18,7 +18,7 @@ from attnkit.data.corpora.text_files import text_lines
 from attnkit.decoding import Hypotheses
 from attnkit.models import Seq2Seq, Transformer
 from attnkit.tasks import loading
-from attnkit.tasks.translate import BEST_BY, TranslateTask, plot_translation, translate_texts
+from attnkit.tasks.translate import BEST_BY, TranslateTask, plot_translation
 
 # The option of each model config key not named after it (see attnkit.tasks.loading.existing_run).
 OPTIONS = {
@@ -280,15 +280,7 @@ def _samples_and_plots(
     model: Seq2Seq | Transformer, task: TranslateTask, out: Path, n_plots: int
 ) -> None:
     sources = [s for s, _ in task.valid[: max(n_plots, 5)]]
-    outs, raws = translate_texts(
-        model,
-        task.src_vocab,
-        task.tgt_vocab,
-        sources,
-        max_len_extra=task.max_len_extra,
-        max_chars=None,
-        weights=n_plots > 0,
-    )
+    outs, raws = task.translate(model, sources, weights=n_plots > 0)
     for (s, t), o in list(zip(task.valid, outs))[:5]:
         print(f"  {s}  ->  {o}" + ("" if o == t else f"   (reference: {t})"))
     _plot_all(raws, sources[:n_plots], task.src_vocab, task.tgt_vocab, out)

@@ -363,36 +363,20 @@ def ctc_beam_decode(
     Raises:
         ValueError: ``lm_weight > 0`` without ``lm``.
     """
-    b = int(lengths.shape[0])
-    scorer = CTCPrefixScorer(log_probs, lengths, blank=pad, eos=eos)
-    lm_state = None
-    if lm_weight > 0:
-        if lm is None:
-            raise ValueError(f"lm: lm_weight={lm_weight} needs a language model, got None")
-        lm_state = lm.start(b, lengths.device)
-    step = joint_step(
+    return _fused_search(
         None,
-        scorer,
+        None,
+        CTCPrefixScorer(log_probs, lengths, blank=pad, eos=eos),
         ctc_weight=1.0,
-        pre_beam=pre_beam_size(beam),
-        lm_step=None if lm_state is None else lm.step,
+        beam=beam,
+        lm=lm,
         lm_weight=lm_weight,
-        pad=pad,
-        bos=bos,
-        eos=eos,
-        window=window,
-    )
-    return beam_search(
-        step,
-        joint_state(None, scorer, lm_state),
-        batch_size=b,
-        beam_size=beam,
-        bos=bos,
-        eos=eos,
-        pad=pad,
+        batch_size=int(lengths.shape[0]),
         max_len=lengths + 1,  # labels <= frames, then the end token
         device=lengths.device,
-        **beam_options,
+        tokens=(bos, eos, pad),
+        window=window,
+        beam_options=beam_options,
     )
 
 
@@ -417,7 +401,8 @@ def joint_decode(
     model needs ``start_joint(inputs, lengths) -> (state, ctc_log_probs (B, T, V),
     ctc_lengths (B,))``) and/or a language model ``lm`` (``lm_weight > 0``: ``lm.start(B,
     device) -> state`` and ``lm.step``). With CTC an output has at most as many labels as its
-    input has CTC frames. ``beam_options`` go to :func:`attnkit.decoding.beam_search`.
+    input has CTC frames. The search and the language model run on ``device`` (default:
+    ``lengths``'s); ``beam_options`` go to :func:`attnkit.decoding.beam_search`.
 
     Raises:
         ValueError: the model has no CTC head, or ``lm_weight > 0`` without ``lm``.
@@ -437,13 +422,53 @@ def joint_decode(
         ).clamp(min=1)
     else:
         model_state = model.start(inputs, lengths)
+    return _fused_search(
+        model.step,
+        model_state,
+        scorer,
+        ctc_weight=ctc_weight,
+        beam=beam,
+        lm=lm,
+        lm_weight=lm_weight,
+        batch_size=batch_size,
+        max_len=max_len,
+        device=lengths.device if device is None else device,
+        tokens=(bos, eos, pad),
+        beam_options=beam_options,
+    )
+
+
+def _fused_search(
+    step,
+    model_state,
+    scorer: CTCPrefixScorer | None,
+    *,
+    ctc_weight: float,
+    beam: int,
+    lm,
+    lm_weight: float,
+    batch_size: int,
+    max_len,
+    device,
+    tokens: tuple[int, int, int],
+    window: int = 0,
+    beam_options: dict,
+):
+    """:func:`attnkit.decoding.beam_search` over :func:`joint_step` of the model's ``step``
+    (None: no decoder), the CTC ``scorer`` (None: no CTC) and ``lm`` (started here when
+    ``lm_weight > 0``); ``tokens``: ``(bos, eos, pad)``.
+
+    Raises:
+        ValueError: ``lm_weight > 0`` without ``lm``.
+    """
+    bos, eos, pad = tokens
     lm_state = None
     if lm_weight > 0:
         if lm is None:
             raise ValueError(f"lm: lm_weight={lm_weight} needs a language model, got None")
-        lm_state = lm.start(batch_size, lengths.device)
-    step = joint_step(
-        model.step,
+        lm_state = lm.start(batch_size, device)
+    joint = joint_step(
+        step,
         scorer,
         ctc_weight=ctc_weight,
         pre_beam=pre_beam_size(beam),
@@ -452,9 +477,10 @@ def joint_decode(
         pad=pad,
         bos=bos,
         eos=eos,
+        window=window,
     )
     return beam_search(
-        step,
+        joint,
         joint_state(model_state, scorer, lm_state),
         batch_size=batch_size,
         beam_size=beam,

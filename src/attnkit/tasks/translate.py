@@ -363,18 +363,25 @@ class TranslateTask:
         )
         return loss, tokens
 
-    def evaluate(self, model: Seq2Seq | Transformer) -> dict[str, float]:
-        """:func:`metrics` of greedy outputs, and ``loss``: the validation pairs' mean
-        cross-entropy per target token (teacher-forced, without label smoothing)."""
-        sources = [s for s, _ in self.valid]
-        outs, _ = translate_texts(
+    def translate(
+        self, model: Seq2Seq | Transformer, sources: Sequence[str], *, weights: bool = False
+    ) -> tuple[list[str], list[Hypotheses]]:
+        """:func:`translate_texts` (greedy) of ``sources`` with this task's vocabularies and
+        output length limit, at any source length (they come from the task's own data)."""
+        return translate_texts(
             model,
             self.src_vocab,
             self.tgt_vocab,
             sources,
             max_len_extra=self.max_len_extra,
             max_chars=None,
+            weights=weights,
         )
+
+    def evaluate(self, model: Seq2Seq | Transformer) -> dict[str, float]:
+        """:func:`metrics` of greedy outputs, and ``loss``: the validation pairs' mean
+        cross-entropy per target token (teacher-forced, without label smoothing)."""
+        outs, _ = self.translate(model, [s for s, _ in self.valid])
         return {**metrics(outs, [t for _, t in self.valid]), "loss": self._valid_loss(model)}
 
     def _valid_loss(self, model: Seq2Seq | Transformer) -> float:

@@ -218,7 +218,7 @@ def read_pages(
                 )
             cut = cut_page(page, max_width=max_width, confine=confine)
         except DataError as exc:
-            pages.drop(str(exc), _page_kind(str(exc)))
+            pages.drop(str(exc), _kind(str(exc), PAGE_KINDS))
             continue
         kept_pages += 1
         for line, image, problem in zip(page.lines, cut.images, cut.problems):
@@ -232,7 +232,7 @@ def read_pages(
                     f"{''.join(sorted(set(text) - allowed))!r} in {text[:60]!r}"
                 )
             if problem is not None or image is None:
-                lines.drop(problem or where, _line_kind(problem or ""))
+                lines.drop(problem or where, _kind(problem or "", LINE_KINDS))
                 continue
             rows.append((where, image.shape[1], text))
             images.append(image)
@@ -242,33 +242,32 @@ def read_pages(
     return PageLines(path if path.is_dir() else path.parent, rows, images, documents)
 
 
-def _page_kind(message: str) -> str:
-    for words, kind in (
-        ("page image unreadable", "page images unreadable"),
-        ("page image", "page images missing"),
-        ("entities", "XML declaring entities"),
-        ("neither ALTO nor PAGE", "not ALTO or PAGE-XML"),
-        ("not well-formed", "not well-formed XML"),
-        ("read it with --format", "of the other format"),
-    ):
-        if words in message:
-            return kind
-    return "unreadable pages"
+# What a dropped page or line counts as: the first kind whose words its message holds.
+PAGE_KINDS = (
+    ("page image unreadable", "page images unreadable"),
+    ("page image", "page images missing"),
+    ("entities", "XML declaring entities"),
+    ("neither ALTO nor PAGE", "not ALTO or PAGE-XML"),
+    ("not well-formed", "not well-formed XML"),
+    ("read it with --format", "of the other format"),
+    ("", "unreadable pages"),
+)
+LINE_KINDS = (
+    ("outside the page image", "coordinates outside the image"),
+    ("point(s)", "outlines of fewer than three points"),
+    ("no area", "outlines of no area"),
+    ("no text", "no text"),
+    ("empty text", "empty text"),
+    ("alphabet", "characters outside the alphabet"),
+    ("baseline at", "baselines too steep"),
+    ("", "lines that cannot be cut out"),
+)
 
 
-def _line_kind(message: str) -> str:
-    for words, kind in (
-        ("outside the page image", "coordinates outside the image"),
-        ("point(s)", "outlines of fewer than three points"),
-        ("no area", "outlines of no area"),
-        ("no text", "no text"),
-        ("empty text", "empty text"),
-        ("alphabet", "characters outside the alphabet"),
-        ("baseline at", "baselines too steep"),
-    ):
-        if words in message:
-            return kind
-    return "lines that cannot be cut out"
+def _kind(message: str, kinds: tuple[tuple[str, str], ...]) -> str:
+    """The kind of the first of ``kinds`` (words, kind) whose words ``message`` holds (the
+    last, with no words, holds for any)."""
+    return next(kind for words, kind in kinds if words in message)
 
 
 def split_documents(
