@@ -214,6 +214,8 @@ def test_model_options_of_another_model_are_refused_by_name(tmp_path, capsys):
                 "transformer",
                 "--emb",
                 "32",
+                "--enc-hidden",
+                "16",
                 "--input-feeding",
                 "--out",
                 str(tmp_path / "r"),
@@ -223,6 +225,7 @@ def test_model_options_of_another_model_are_refused_by_name(tmp_path, capsys):
     )
     assert capsys.readouterr().err == (
         "attnkit: --model transformer: does not take --emb "
-        "(bahdanau or luong or none), --input-feeding (luong)\n"
+        "(bahdanau or luong or none), --enc-hidden (bahdanau or luong or none), "
+        "--input-feeding (luong)\n"
     )
     assert not (tmp_path / "r").exists()

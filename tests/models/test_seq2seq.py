@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnkit.decoding import beam_search, greedy
-from attnkit.models import Seq2Seq
+from attnkit.models import Seq2Seq, build_model, model_config
 from tests.float32_bounds import assert_within_normwise
 from tests.models.toy import seq2seq_operations, toy_batch
 
@@ -16,6 +16,8 @@ CONFIGS = [
     dict(kind="luong", score="dot"),
     dict(kind="luong", score="additive", input_feeding=True),
     dict(kind="none"),
+    dict(kind="luong", score="general", input_feeding=True, enc_hidden=5),
+    dict(kind="bahdanau", enc_hidden=7),
 ]
 
 
@@ -76,6 +78,21 @@ def test_decoders_run_on_the_models_step_and_teacher_forcing_ratio_trains():
     )
     logits.sum().backward()
     assert model.encoder.embed.weight.grad.abs().max() > 0
+
+
+@pytest.mark.parametrize("kind", ["bahdanau", "luong", "none"])
+def test_the_encoder_takes_its_own_size(kind):
+    model = Seq2Seq(11, 13, emb=8, hidden=12, kind=kind, enc_hidden=5)
+    src, src_len, tgt_in = toy_batch()
+    outputs, final = model.encoder(src, src_len)
+    assert outputs.shape == (3, 7, 10) and final.shape == (3, 10)
+    logits, _ = model(src, src_len, tgt_in)
+    assert logits.shape == (3, 5, 13)
+    again = build_model(model_config(model))
+    assert model_config(again)["enc_hidden"] == 5
+    assert again.load_state_dict(model.state_dict()) is not None
+    with pytest.raises(ValueError, match=r"enc_hidden: expected a positive int, got 0"):
+        Seq2Seq(11, 13, kind=kind, enc_hidden=0)
 
 
 def test_unknown_kind_is_refused():

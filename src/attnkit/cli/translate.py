@@ -31,6 +31,7 @@ OPTIONS = {
 # their defaults: an option given for a model that does not take it is refused.
 TAKEN_BY = {
     "emb": ("bahdanau", "luong", "none"),
+    "enc_hidden": ("bahdanau", "luong", "none"),
     "score": ("luong",),
     "input_feeding": ("luong",),
     "heads": ("transformer",),
@@ -39,6 +40,7 @@ TAKEN_BY = {
 }
 DEFAULTS = {
     "emb": 64,
+    "enc_hidden": None,
     "score": "general",
     "input_feeding": False,
     "heads": 4,
@@ -131,6 +133,12 @@ def add_train_parser(train_sub: common.SubParsers) -> None:
         type=argtypes.positive_int,
         default=128,
         help="RNN hidden size; the Transformer's d_model",
+    )
+    model.add_argument(
+        "--enc-hidden",
+        type=argtypes.positive_int,
+        help="RNN models: the bidirectional encoder's units per direction (default --hidden; "
+        "OpenNMT-py's encoders take half the decoder's size)",
     )
     model.add_argument("--heads", type=argtypes.positive_int, help="Transformer: heads (default 4)")
     model.add_argument(
@@ -273,6 +281,7 @@ def _model_config(args: argparse.Namespace) -> dict:
         score=o["score"],
         input_feeding=o["input_feeding"],
         dropout=args.dropout or 0.0,
+        enc_hidden=o["enc_hidden"],
     )
 
 

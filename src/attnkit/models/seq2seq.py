@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnkit.attention import Attention
-from attnkit.checks import quoted
+from attnkit.checks import check_positive_int, quoted
 from attnkit.models.registry import Model
 from attnkit.models.rnn import BiRNN, GRUCell, gru_cell
 from attnkit.models.unrolling import unroll
@@ -239,7 +239,12 @@ class Seq2Seq(Model, name="seq2seq"):
     Args:
         src_vocab, tgt_vocab: vocabulary sizes (id 0 is padding).
         kind: "bahdanau", "luong" or "none" (no attention).
-        emb, hidden: embedding and (encoder and decoder) hidden sizes.
+        emb, hidden: embedding and decoder hidden sizes; the encoder's too, per direction,
+            unless ``enc_hidden``.
+        enc_hidden: the encoder's units per direction (default ``hidden``): ``E = 2 *
+            enc_hidden``. OpenNMT-py's bidirectional encoders give each direction half the
+            decoder's size (``enc_hidden = hidden / 2``); the decoder's initial state and
+            the attention map ``E`` to ``hidden`` either way.
         score: Luong's attention score ("dot", "general" or "additive"); Bahdanau uses
             "additive" (ignored by "none").
         input_feeding: Luong only: feed ``h~_{i-1}`` to the next step.
@@ -263,18 +268,20 @@ class Seq2Seq(Model, name="seq2seq"):
         input_feeding: bool = False,
         attn_dim: int | None = None,
         dropout: float = 0.0,
+        enc_hidden: int | None = None,
     ):
         super().__init__()
         if kind not in KINDS:
             raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {quoted(kind)}")
+        enc_hidden = hidden if enc_hidden is None else check_positive_int("enc_hidden", enc_hidden)
         self.kind = kind
-        self.encoder = Encoder(src_vocab, emb, hidden, dropout=dropout)
+        self.encoder = Encoder(src_vocab, emb, enc_hidden, dropout=dropout)
         options: dict[str, Any] = {"dropout": dropout}
         if kind != "none":
             options["attn_dim"] = attn_dim
         if kind == "luong":
             options.update(score=score, input_feeding=input_feeding)
-        self.decoder = DECODERS[kind](tgt_vocab, emb, hidden, 2 * hidden, **options)
+        self.decoder = DECODERS[kind](tgt_vocab, emb, hidden, 2 * enc_hidden, **options)
 
     # ------------------------------------------------------------------ decoding interface
 
