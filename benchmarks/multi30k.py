@@ -56,11 +56,13 @@ def train(
     steps: int | None,
     unlikelihood: float | None = None,
     eval_every: int | None = None,
+    enc_hidden: int | None = None,
 ) -> None:
     """``attnkit train translate --recipe RECIPE`` on ``data`` into ``out``.
 
     ``unlikelihood`` adds the token-level unlikelihood loss with that weight to the recipe;
-    ``eval_every`` validates and saves every that many steps instead of the recipe's 500.
+    ``eval_every`` validates and saves every that many steps instead of the recipe's 500;
+    ``enc_hidden`` sizes an RNN's encoder (units per direction) apart from its decoder.
     """
     src, tgt = recipe.split("-")[1:3]
     argv = ["train", "translate", "--recipe", recipe, "--out", str(out)]
@@ -69,6 +71,7 @@ def train(
     argv += [] if budget is None else ["--time-budget", str(budget)]
     argv += [] if steps is None else ["--steps", str(steps)]
     argv += [] if unlikelihood is None else ["--unlikelihood", str(unlikelihood)]
+    argv += [] if enc_hidden is None else ["--enc-hidden", str(enc_hidden)]
     if eval_every is not None:
         argv += ["--eval-every", str(eval_every), "--checkpoint-every", str(eval_every)]
     argv += ["--no-progress", "--plot", "0"]
@@ -153,7 +156,16 @@ def main(argv=None) -> int:
         metavar="N",
         help="validate and save every N steps instead of the recipe's 500 (a finer curve)",
     )
+    p.add_argument(
+        "--enc-hidden",
+        type=int,
+        metavar="N",
+        help="--model rnn: the encoder's units per direction instead of the recipe's 256 "
+        "(OpenNMT-py's encoder of the same recipe has 128)",
+    )
     args = p.parse_args(argv)
+    if args.enc_hidden is not None and args.model != "rnn":
+        p.error(f"--enc-hidden: sizes the RNN's encoder; --model is {args.model}")
     if args.threads:
         torch.set_num_threads(args.threads)
     settings: dict = {"pair": args.pair, "recipe": recipe(args.pair, args.model), "beam": args.beam}
@@ -161,6 +173,8 @@ def main(argv=None) -> int:
         settings["unlikelihood"] = args.unlikelihood
     if args.eval_every is not None:
         settings["eval_every"] = args.eval_every
+    if args.enc_hidden is not None:
+        settings["enc_hidden"] = args.enc_hidden
     if args.checkpoint is None and not (args.out / "checkpoint").exists():
         start = time.perf_counter()
         train(
@@ -171,6 +185,7 @@ def main(argv=None) -> int:
             args.steps,
             args.unlikelihood,
             args.eval_every,
+            enc_hidden=args.enc_hidden,
         )
         settings["train_s"] = round(time.perf_counter() - start, 1)
     checkpoint = args.checkpoint or str(args.out / "checkpoint-best")

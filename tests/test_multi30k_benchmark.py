@@ -5,6 +5,8 @@ is beam-decoded and scored, and the JSON names the run and sacreBLEU's signature
 import gzip
 import json
 
+import pytest
+
 from attnkit.train import load_checkpoint
 from benchmarks import multi30k
 
@@ -40,3 +42,21 @@ def test_the_benchmark_trains_and_scores_each_test_set(tmp_path, capsys):
     # a run already trained is scored again without training
     assert multi30k.main(argv) == 0
     assert json.loads((out / "checkpoint" / "trainer.json").read_text())["step"] == 2
+
+
+def test_the_rnn_recipe_takes_an_encoder_of_its_own_size(tmp_path, capsys):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split in ("train", "val", "test_2016_flickr"):
+        write_raw(raw, f"{split}.en.gz", EN)
+        write_raw(raw, f"{split}.de.gz", DE)
+    out, report = tmp_path / "run", tmp_path / "rnn.json"
+    argv = ["--data", str(raw), "--out", str(out), "--steps", "1", "--beam", "1"]
+    assert multi30k.main([*argv, "--model", "rnn", "--enc-hidden", "8", "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["enc_hidden"] == 8
+    assert load_checkpoint(out / "checkpoint").config["model"]["enc_hidden"] == 8
+    with pytest.raises(SystemExit) as stopped:
+        multi30k.main([*argv, "--enc-hidden", "8"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "--enc-hidden: sizes the RNN's encoder; --model is transformer" in err
