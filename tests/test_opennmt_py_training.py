@@ -132,9 +132,9 @@ def test_scoring_a_folder_without_checkpoints_names_it(tmp_path, capsys, monkeyp
     assert "no OpenNMT-py checkpoint in" in capsys.readouterr().err
 
 
-def test_scoring_picks_the_checkpoint_before_each_mark_and_keeps_what_it_scored(
-    tmp_path, monkeypatch
-):
+def _scorable(tmp_path):
+    """The corpus and an OpenNMT-py folder with checkpoints of steps 250 and 500, saved 100
+    and 400 s after its start."""
     data = tmp_path / "data"
     data.mkdir()
     for name in ("val", *T.TEST_SETS):
@@ -147,6 +147,13 @@ def test_scoring_picks_the_checkpoint_before_each_mark_and_keeps_what_it_scored(
         path = out / "run" / f"model_step_{step}.pt"
         path.write_bytes(b"")
         os.utime(path, (1000 + age, 1000 + age))
+    return data, out
+
+
+def test_scoring_picks_the_checkpoint_before_each_mark_and_keeps_what_it_scored(
+    tmp_path, monkeypatch
+):
+    data, out = _scorable(tmp_path)
     calls = []
 
     def fake(onmt, model, folder, texts, beam, threads):
@@ -167,3 +174,21 @@ def test_scoring_picks_the_checkpoint_before_each_mark_and_keeps_what_it_scored(
     calls.clear()
     assert T.main([*argv, "--json", str(report)]) == 0
     assert calls == []  # all kept in scores.json
+
+
+def test_attnkit_is_read_at_each_mark_its_run_reached(tmp_path, monkeypatch):
+    # a run whose budget is the 5-minute mark ends a moment before it, and is read there
+    data, out = _scorable(tmp_path)
+    curve = [(60.0, 100, 20.0), (298.0, 200, 25.0), (299.5, 210, None)]
+    monkeypatch.setattr(T, "check_install", lambda folder: None)
+    monkeypatch.setattr(T, "translate", lambda onmt, model, folder, texts, beam, threads: DE)
+    monkeypatch.setattr(T, "attnkit_curve", lambda run: curve)
+    report = tmp_path / "r.json"
+    argv = ["--data", str(data), "--out", str(out), "--score", "--minutes", "2", "5", "9"]
+    assert T.main([*argv, "--attnkit", str(tmp_path), "--json", str(report)]) == 0
+    rows = json.loads(report.read_text())["rows"]
+    assert [r.get("attnkit") for r in rows] == [
+        {"step": 100, "valid_bleu_greedy": 20.0},
+        {"step": 200, "valid_bleu_greedy": 25.0},
+        None,  # past the run's end
+    ]
