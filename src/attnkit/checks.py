@@ -78,6 +78,19 @@ def check_tensor(name: str, x, *, ndim: int | tuple[int, ...], floating: bool = 
         raise TypeError(f"{name}: expected a floating-point tensor, got {describe(x)}")
 
 
+def first_parameter(module: torch.nn.Module) -> torch.nn.Parameter | None:
+    """``next(module.parameters(), None)``, found without building the names that
+    ``parameters()`` walks with (a per-call cost in a decoder step): the module's own first
+    parameter, else its first submodule's, depth first in registration order."""
+    for p in module._parameters.values():
+        if p is not None:
+            return p
+    for child in module._modules.values():
+        if child is not None and (p := first_parameter(child)) is not None:
+            return p
+    return None
+
+
 def check_int_tensor(name: str, x, *, ndim: int) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected an integer torch.Tensor, got {type(x).__name__}")

@@ -217,9 +217,9 @@ class Call:
             valid = keys if valid is None else valid & keys
         if valid is None:
             valid = torch.ones(1, lay.tk, dtype=torch.bool, device=self.key.device)
+        if lay.q_pos is None:  # every query sees every valid key
+            return valid.sum(-1, keepdim=True).expand(-1, tq)
         counts = torch.nn.functional.pad(valid.long().cumsum(-1), (1, 0))  # (B|1, Tk + 1)
-        if lay.q_pos is None:
-            return counts[:, -1:].expand(-1, tq)
         lo = torch.zeros_like(lay.q_pos)
         hi = torch.full_like(lay.q_pos, lay.tk)
         if lay.window is not None:
@@ -248,12 +248,12 @@ def finish(
     # s - s: 0 for a finite query, NaN for one holding NaN or inf (summed in the dtype scores
     # are computed in: a sum of finite values overflows only far beyond what any score
     # survives). Added: masked_fill is slower on CPU.
-    with torch.no_grad():
-        s = upcast(call.query)[0].sum(-1, keepdim=True)  # (B, Tq, 1)
-        poison = (s - s).to(context.dtype)
-        if bad is not None:
-            sees = call.seen(bad) > 0  # (B or 1, Tq)
-            poison = poison + torch.where(sees, float("nan"), 0.0)[..., None].to(context.dtype)
+    # (detached: the poison is a constant to autograd)
+    s = upcast(call.query.detach())[0].sum(-1, keepdim=True)  # (B, Tq, 1)
+    poison = (s - s).to(context.dtype)
+    if bad is not None:
+        sees = call.seen(bad) > 0  # (B or 1, Tq)
+        poison = poison + torch.where(sees, float("nan"), 0.0)[..., None].to(context.dtype)
     context = context + poison
     if weights is not None:
         weights = weights + (poison if weights.dim() == 3 else poison[:, None])

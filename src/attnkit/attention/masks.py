@@ -133,10 +133,12 @@ def non_finite_keys(
     """
     if not values_readable(key):
         return None
-    tensors = (key,) if value is key else (key, value)
     with torch.no_grad():
-        sums = [x.sum(dtype=torch.promote_types(x.dtype, torch.float32)) for x in tensors]
-        if all(bool(torch.isfinite(total)) for total in sums):
+        # float32 sums at least: a float16 sum overflows long before its terms do
+        total = key.sum(dtype=torch.promote_types(key.dtype, torch.float32))
+        if value is not key:
+            total = total + value.sum(dtype=total.dtype)
+        if bool(torch.isfinite(total)):  # one read back
             return None
         bad = non_finite_rows(key, value)
         if valid is not None:

@@ -18,7 +18,14 @@ import torch
 from attnkit.attention.core import Call, Memory, initial_weights
 from attnkit.attention.dispatch import IMPLS
 from attnkit.attention.masks import KeyLayout, aligned_positions, lengths_to_mask
-from attnkit.checks import check_int_tensor, check_positive_int, check_size, check_tensor, describe
+from attnkit.checks import (
+    check_int_tensor,
+    check_positive_int,
+    check_size,
+    check_tensor,
+    describe,
+    first_parameter,
+)
 from attnkit.ops.precision import autocast_enabled, upcast
 from attnkit.ops.tracing import values_readable
 
@@ -94,7 +101,7 @@ def validate(
         ValueError, TypeError: naming the argument and its offending value.
     """
     memory = None
-    p = next(attn.parameters(), None)
+    p = first_parameter(attn)
     if isinstance(key, Memory):
         memory = key
         check_memory(memory, attn, value, p)
@@ -141,7 +148,7 @@ def check_params_dtype(
     module: torch.nn.Module, x: torch.Tensor, name: str = "query", p: torch.Tensor | None = None
 ) -> None:
     """``x`` has the dtype of ``module``'s parameters (``p``: one of them, else looked up)."""
-    p = next(module.parameters(), None) if p is None else p
+    p = first_parameter(module) if p is None else p
     if p is not None and p.dtype != x.dtype:
         raise TypeError(
             f"{name}: dtype {x.dtype} differs from the module's parameters ({p.dtype}); "
